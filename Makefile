@@ -1,0 +1,176 @@
+# shmbroker: plain GNU make.
+#   make            build the daemon, the library and the ctl tool
+#   make run        install missing packages, build, start the daemon in the foreground
+#   make test       install missing packages, build, run every test
+#   make install    PREFIX=/usr/local DESTDIR=
+#   make clean
+# Switches: SANITIZER=address|undefined (own build directory), V=1 (show commands).
+
+.DEFAULT_GOAL := all
+VERSION     := 0.1.0
+PREFIX      ?= /usr/local
+DESTDIR     ?=
+BINDIR      ?= $(PREFIX)/bin
+SBINDIR     ?= $(PREFIX)/sbin
+LIBDIR      ?= $(PREFIX)/lib
+INCLUDEDIR  ?= $(PREFIX)/include
+CC          ?= cc
+SANITIZER   ?=
+OPT         ?= -O2
+
+ifeq ($(SANITIZER),)
+BUILD       ?= build
+SANFLAGS    :=
+else ifeq ($(SANITIZER),address)
+BUILD       ?= build-address
+SANFLAGS    := -fsanitize=address -fno-omit-frame-pointer
+else ifeq ($(SANITIZER),undefined)
+BUILD       ?= build-undefined
+SANFLAGS    := -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+else
+$(error SANITIZER must be address or undefined, not '$(SANITIZER)')
+endif
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+# pkg-config is asked only when a goal compiles something, so that
+# 'make clean' works on a machine without the packages.
+PKGS_CFLAGS  = $(shell pkg-config --cflags libuv jansson 2>/dev/null)
+PKGS_LIBS    = $(shell pkg-config --libs libuv jansson 2>/dev/null)
+CMOCKA_LIBS  = $(shell pkg-config --libs cmocka 2>/dev/null)
+
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+            -Wpointer-arith -Wformat=2 -Wno-format-nonliteral
+CFLAGS   ?= $(OPT) -g
+ALLCFLAGS = -std=c11 -D_GNU_SOURCE -DSHMB_VERSION='"$(VERSION)"' -fPIC $(WARN) \
+            $(SANFLAGS) $(CFLAGS) $(PKGS_CFLAGS) -Iproto -Idaemon -Iclient -MMD -MP
+ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
+
+# ---- sources ------------------------------------------------------------
+PROTO_SRC   := proto/error.c proto/alloc.c proto/protocol.c
+CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
+DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/server.c \
+               daemon/conn.c daemon/command.c $(CORE_SRC)
+LIB_SRC     := client/client.c
+CTL_SRC     := client/shmbrokerctl.c
+
+OBJ = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+PROTO_OBJ := $(call OBJ,$(PROTO_SRC))
+# error and alloc only: what the core modules need, without jansson.
+BASE_OBJ  := $(call OBJ,proto/error.c proto/alloc.c)
+CORE_OBJ  := $(call OBJ,$(CORE_SRC))
+
+DAEMON    := $(BUILD)/shmbrokerd
+CTL       := $(BUILD)/shmbrokerctl
+LIB_SONAME := libshmbroker.so.1
+LIB_A     := $(BUILD)/libshmbroker.a
+LIB_SO    := $(BUILD)/$(LIB_SONAME)
+EXAMPLE   := $(BUILD)/example
+BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(BUILD)/shmbroker.pc $(EXAMPLE)
+
+UNIT_TESTS := test_ring test_store test_segment test_index
+UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
+
+# Each unit test links only the module under test and what it needs.
+$(BUILD)/tests/test_ring:    $(call OBJ,tests/unit/test_ring.c daemon/ring.c) $(BASE_OBJ)
+$(BUILD)/tests/test_index:   $(call OBJ,tests/unit/test_index.c daemon/index.c) $(BASE_OBJ)
+$(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c daemon/store.c daemon/ring.c daemon/index.c) $(BASE_OBJ)
+$(BUILD)/tests/test_segment: $(call OBJ,tests/unit/test_segment.c daemon/segment.c) $(BASE_OBJ)
+$(BUILD)/tests/test_segment: TEST_LDFLAGS := -Wl,--wrap=statvfs
+
+# End-to-end tests drive the real binaries through the library and raw sockets.
+E2E_TESTS := test_protocol test_clients test_ctl
+E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
+$(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o $(LIB_A)
+$(E2E_BINS): TEST_LDFLAGS = $(PKGS_LIBS)
+
+.PHONY: all run test check-deps check-test-deps unit clean install uninstall
+all: check-deps
+	$(Q)$(MAKE) --no-print-directory $(BINS)
+
+check-deps:
+	$(Q)sh scripts/install-deps.sh build
+
+check-test-deps:
+	$(Q)sh scripts/install-deps.sh test
+
+run: check-deps
+	$(Q)$(MAKE) --no-print-directory $(BINS)
+	$(DAEMON)
+
+test: check-test-deps
+	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS)
+	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl \
+	    sh tests/run.sh $(BUILD) $(UNIT_BINS) $(E2E_BINS)
+
+$(BUILD)/obj/%.o: %.c Makefile
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(ALLCFLAGS) -c -o $@ $<
+
+$(DAEMON): $(call OBJ,$(DAEMON_SRC)) $(PROTO_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALLLDFLAGS) -o $@ $^ $(PKGS_LIBS)
+
+# The library carries the proto objects it needs, so users link only it.
+$(LIB_A): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(LIB_SO): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALLLDFLAGS) -shared -Wl,-soname,$(LIB_SONAME) \
+	    -Wl,--version-script=client/libshmbroker.map -o $@ $^ $(PKGS_LIBS)
+	$(Q)ln -sf $(LIB_SONAME) $(BUILD)/libshmbroker.so
+
+$(BUILD)/shmbroker.pc: client/shmbroker.pc.in Makefile
+	@mkdir -p $(dir $@)
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
+
+# README's example, built so that it cannot rot.
+$(BUILD)/obj/client/example.o: ALLCFLAGS += -Iclient
+$(EXAMPLE): $(call OBJ,client/example.c) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALLLDFLAGS) -o $@ $^ $(PKGS_LIBS)
+
+$(CTL): $(call OBJ,$(CTL_SRC)) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALLLDFLAGS) -o $@ $^ $(PKGS_LIBS)
+
+$(BUILD)/tests/%:
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALLLDFLAGS) -o $@ $^ $(TEST_LDFLAGS) $(CMOCKA_LIBS)
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
+	    $(DESTDIR)$(INCLUDEDIR)
+	install -m 0755 $(DAEMON) $(DESTDIR)$(SBINDIR)/shmbrokerd
+	install -m 0755 $(CTL) $(DESTDIR)$(BINDIR)/shmbrokerctl
+	install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/libshmbroker.a
+	install -m 0755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
+	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libshmbroker.so
+	install -m 0644 client/shmbroker.h $(DESTDIR)$(INCLUDEDIR)/shmbroker.h
+	install -m 0644 $(BUILD)/shmbroker.pc $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/shmbrokerd $(DESTDIR)$(BINDIR)/shmbrokerctl \
+	    $(DESTDIR)$(LIBDIR)/libshmbroker.a $(DESTDIR)$(LIBDIR)/$(LIB_SONAME) \
+	    $(DESTDIR)$(LIBDIR)/libshmbroker.so $(DESTDIR)$(INCLUDEDIR)/shmbroker.h \
+	    $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc
+
+clean:
+	rm -rf build build-address build-undefined
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

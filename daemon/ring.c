@@ -1,0 +1,413 @@
+/*
+ * The ring allocator: monotonic start/end positions over the data area, a
+ * FIFO of live chunks, and the chunk headers written into the segment.
+ */
+#include "ring.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "../proto/alloc.h"
+
+#define RING_FIXED_HEADER sizeof(struct shmb_chunk_header)
+#define RING_SLOTS_START 64
+
+/* Round n up to SHMB_ALIGN; 0 on overflow. */
+static uint64_t ring_align(uint64_t n)
+{
+    if (n > UINT64_MAX - (SHMB_ALIGN - 1))
+        return 0;
+    return (n + SHMB_ALIGN - 1) & ~(uint64_t)(SHMB_ALIGN - 1);
+}
+
+/* Bytes of a chunk header carrying label_len bytes of key. */
+static uint64_t ring_header_size(size_t label_len)
+{
+    return ring_align(RING_FIXED_HEADER + label_len);
+}
+
+uint64_t ring_chunk_size(size_t label_len, uint64_t payload_size)
+{
+    uint64_t payload = ring_align(payload_size);
+
+    if (payload == 0 && payload_size != 0)
+        return 0;
+    if (payload > UINT64_MAX - ring_header_size(label_len))
+        return 0;
+    return ring_header_size(label_len) + payload;
+}
+
+/* Mirror the positions into the segment header for a later walk. */
+static void ring_sync_cursor(struct ring *r)
+{
+    if (r->cursor == NULL)
+        return;
+    r->cursor->ring_start = r->start;
+    r->cursor->ring_end = r->end;
+    r->cursor->ring_next_id = r->next_id;
+}
+
+int ring_init(struct ring *r, void *data, uint64_t data_offset, uint64_t size,
+              struct shmb_segment_header *cursor, struct shmb_error *err)
+{
+    memset(r, 0, sizeof(*r));
+    if (size == 0 || size % SHMB_ALIGN != 0 || data_offset % SHMB_ALIGN != 0 ||
+        ((uintptr_t)data % SHMB_ALIGN) != 0)
+        return shmb_error_set(err, -EINVAL,
+                              "Ring of %llu bytes at offset %llu: size and offset must "
+                              "be non-zero multiples of %u.",
+                              (unsigned long long)size, (unsigned long long)data_offset,
+                              SHMB_ALIGN);
+    r->slots = shmb_calloc(RING_SLOTS_START, sizeof(*r->slots));
+    if (r->slots == NULL)
+        return shmb_error_set(err, -ENOMEM, "Out of memory for the ring's chunk list.");
+    r->cap = RING_SLOTS_START;
+    r->data = data;
+    r->data_offset = data_offset;
+    r->size = size;
+    r->cursor = cursor;
+    ring_sync_cursor(r);
+    return 0;
+}
+
+void ring_fini(struct ring *r)
+{
+    shmb_free(r->slots);
+    r->slots = NULL;
+    r->cap = r->count = r->head = 0;
+}
+
+/* The slot at index i from the oldest. */
+static struct ring_slot *ring_slot(const struct ring *r, size_t i)
+{
+    return &r->slots[(r->head + i) & (r->cap - 1)];
+}
+
+/* Double the slot array, unwrapping it; -ENOMEM. */
+static int ring_grow(struct ring *r)
+{
+    struct ring_slot *slots;
+    size_t i;
+
+    if (r->cap > SIZE_MAX / 2 / sizeof(*slots))
+        return -ENOMEM;
+    slots = shmb_calloc(r->cap * 2, sizeof(*slots));
+    if (slots == NULL)
+        return -ENOMEM;
+    for (i = 0; i < r->count; i++)
+        slots[i] = *ring_slot(r, i);
+    shmb_free(r->slots);
+    r->slots = slots;
+    r->cap *= 2;
+    r->head = 0;
+    return 0;
+}
+
+/* Where a chunk of need bytes would start, or UINT64_MAX when it does not fit.
+ * A chunk that does not fit before the physical end starts the next lap. */
+static uint64_t ring_place(const struct ring *r, uint64_t need)
+{
+    uint64_t pos = r->end;
+
+    if (need == 0 || need > r->size)
+        return UINT64_MAX;
+    if (pos % r->size + need > r->size)
+        pos = (pos / r->size + 1) * r->size;
+    if (pos + need - r->start > r->size)
+        return UINT64_MAX;
+    return pos;
+}
+
+bool ring_fits(const struct ring *r, uint64_t chunk_size)
+{
+    return ring_place(r, chunk_size) != UINT64_MAX;
+}
+
+/* The header of the chunk at physical offset phys. */
+static struct shmb_chunk_header *ring_header_at(const struct ring *r, uint64_t phys)
+{
+    return (struct shmb_chunk_header *)(r->data + phys);
+}
+
+int ring_alloc(struct ring *r, uint64_t payload_size, const char *label,
+               size_t label_len, void *owner, struct ring_chunk *out,
+               struct shmb_error *err)
+{
+    struct shmb_chunk_header *hdr;
+    struct ring_slot *slot;
+    uint64_t need, pos, phys, gap_at;
+
+    if (payload_size == 0)
+        return shmb_error_set(err, -EINVAL, "Size must be at least 1 byte.");
+    if (label_len > SHMB_KEY_MAX)
+        return shmb_error_set(err, -EINVAL, "Key of %zu bytes is longer than %u bytes.",
+                              label_len, SHMB_KEY_MAX);
+    need = ring_chunk_size(label_len, payload_size);
+    if (need == 0 || need > r->size)
+        return shmb_error_set(err, -E2BIG,
+                              "Object size (%llu bytes) plus its header does not fit in "
+                              "the ring (%llu bytes).",
+                              (unsigned long long)payload_size, (unsigned long long)r->size);
+    pos = ring_place(r, need);
+    if (pos == UINT64_MAX)
+        return shmb_error_set(err, -ENOSPC,
+                              "Not enough space in the ring: %llu bytes requested, %llu "
+                              "bytes free.",
+                              (unsigned long long)need,
+                              (unsigned long long)ring_free_bytes(r));
+    if (r->count == r->cap && ring_grow(r) < 0)
+        return shmb_error_set(err, -ENOMEM, "Out of memory for the ring's chunk list.");
+
+    /* Mark the skipped tail so that a walk of the segment can step over it. */
+    gap_at = r->end % r->size;
+    if (pos != r->end && gap_at != 0) {
+        hdr = ring_header_at(r, gap_at);
+        memset(hdr, 0, RING_FIXED_HEADER);
+        hdr->magic = SHMB_CHUNK_MAGIC;
+        hdr->state = SHMB_CHUNK_GAP;
+        hdr->header_size = RING_FIXED_HEADER;
+        hdr->chunk_size = r->size - gap_at;
+    }
+
+    phys = pos % r->size;
+    hdr = ring_header_at(r, phys);
+    memset(hdr, 0, RING_FIXED_HEADER);
+    hdr->magic = SHMB_CHUNK_MAGIC;
+    hdr->state = SHMB_CHUNK_PENDING;
+    hdr->key_len = (uint16_t)label_len;
+    hdr->header_size = (uint32_t)ring_header_size(label_len);
+    hdr->id = r->next_id;
+    hdr->chunk_size = need;
+    hdr->payload_size = payload_size;
+    if (label_len > 0)
+        memcpy((char *)hdr + RING_FIXED_HEADER, label, label_len);
+
+    if (r->count == 0)
+        r->first_id = r->next_id;
+    slot = ring_slot(r, r->count);
+    slot->phys = phys;
+    slot->size = need;
+    slot->owner = owner;
+    slot->freed = false;
+    r->count++;
+    r->end = pos + need;
+
+    if (out != NULL) {
+        out->id = r->next_id;
+        out->phys = phys;
+        out->chunk_size = need;
+        out->payload_offset = r->data_offset + phys + hdr->header_size;
+        out->payload_size = payload_size;
+    }
+    r->next_id++;
+    ring_sync_cursor(r);
+    return 0;
+}
+
+/* The slot of live chunk id, or NULL. */
+static struct ring_slot *ring_find(const struct ring *r, uint64_t id)
+{
+    if (r->count == 0 || id < r->first_id || id - r->first_id >= r->count)
+        return NULL;
+    return ring_slot(r, (size_t)(id - r->first_id));
+}
+
+int ring_set_state(struct ring *r, uint64_t id, enum shmb_chunk_state state)
+{
+    struct ring_slot *slot = ring_find(r, id);
+
+    if (slot == NULL || slot->freed)
+        return -ENOENT;
+    ring_header_at(r, slot->phys)->state = (uint16_t)state;
+    return 0;
+}
+
+/* Drop the oldest slot and advance start past it (and past any tail gap that
+ * precedes it). Empties reset to zero; a start past the lap is renormalised. */
+static void ring_pop(struct ring *r)
+{
+    struct ring_slot *slot = ring_slot(r, 0);
+    uint64_t lap = r->start / r->size * r->size;
+
+    /* The chunk starts in start's lap unless a skipped tail gap put it at
+     * the beginning of the next one. */
+    if (slot->phys < r->start % r->size)
+        lap += r->size;
+    r->start = lap + slot->phys + slot->size;
+    r->head = (r->head + 1) & (r->cap - 1);
+    r->count--;
+    r->first_id++;
+    if (r->count == 0 || r->start == r->end) {
+        r->start = r->end = 0;
+    } else if (r->start >= r->size) {
+        r->start -= r->size;
+        r->end -= r->size;
+    }
+}
+
+/* Reclaim freed chunks at the head. */
+static uint64_t ring_pop_freed(struct ring *r)
+{
+    uint64_t before = ring_used(r);
+
+    while (r->count > 0 && ring_slot(r, 0)->freed)
+        ring_pop(r);
+    ring_sync_cursor(r);
+    return before - ring_used(r);
+}
+
+int ring_free(struct ring *r, uint64_t id)
+{
+    struct ring_slot *slot = ring_find(r, id);
+
+    if (slot == NULL)
+        return -ENOENT;
+    if (slot->freed)
+        return -EALREADY;
+    slot->freed = true;
+    slot->owner = NULL;
+    ring_header_at(r, slot->phys)->state = SHMB_CHUNK_FREE;
+    ring_pop_freed(r);
+    return 0;
+}
+
+uint64_t ring_reclaim(struct ring *r, uint64_t want, ring_may_free_fn may_free,
+                      void *arg)
+{
+    uint64_t before = ring_used(r);
+
+    while (r->count > 0) {
+        struct ring_slot *slot = ring_slot(r, 0);
+
+        if (want != 0 && ring_fits(r, want))
+            break;
+        if (!slot->freed) {
+            if (may_free == NULL || !may_free(slot->owner, r->first_id, arg))
+                break;
+            slot->freed = true;
+            slot->owner = NULL;
+            ring_header_at(r, slot->phys)->state = SHMB_CHUNK_FREE;
+        }
+        ring_pop(r);
+    }
+    ring_pop_freed(r);
+    return before - ring_used(r);
+}
+
+/* Fill out from slot i. */
+static void ring_describe(const struct ring *r, size_t i, struct ring_chunk *out)
+{
+    const struct ring_slot *slot = ring_slot(r, i);
+    const struct shmb_chunk_header *hdr = ring_header_at(r, slot->phys);
+
+    out->id = r->first_id + i;
+    out->phys = slot->phys;
+    out->chunk_size = slot->size;
+    out->payload_offset = r->data_offset + slot->phys + hdr->header_size;
+    out->payload_size = hdr->payload_size;
+}
+
+void *ring_oldest(const struct ring *r, struct ring_chunk *out)
+{
+    size_t i;
+
+    for (i = 0; i < r->count; i++) {
+        if (!ring_slot(r, i)->freed) {
+            if (out != NULL)
+                ring_describe(r, i, out);
+            return ring_slot(r, i)->owner;
+        }
+    }
+    return NULL;
+}
+
+size_t ring_count(const struct ring *r)
+{
+    return r->count;
+}
+
+void *ring_at(const struct ring *r, size_t index, struct ring_chunk *out)
+{
+    if (index >= r->count)
+        return NULL;
+    if (out != NULL)
+        ring_describe(r, index, out);
+    return ring_slot(r, index)->owner;
+}
+
+uint64_t ring_used(const struct ring *r)
+{
+    return r->end - r->start;
+}
+
+uint64_t ring_free_bytes(const struct ring *r)
+{
+    return r->size - ring_used(r);
+}
+
+/* Validate the header at phys; 0 or -EBADMSG with the reason in err. */
+static int ring_check_header(const struct ring *r, uint64_t phys, uint64_t min_id,
+                             struct shmb_error *err)
+{
+    const struct shmb_chunk_header *hdr;
+
+    if (phys % SHMB_ALIGN != 0 || phys > r->size - RING_FIXED_HEADER)
+        return shmb_error_set(err, -EBADMSG,
+                              "Corrupt ring: chunk header at data offset %llu is out of "
+                              "bounds (ring of %llu bytes).",
+                              (unsigned long long)phys, (unsigned long long)r->size);
+    hdr = ring_header_at(r, phys);
+    if (hdr->magic != SHMB_CHUNK_MAGIC)
+        return shmb_error_set(err, -EBADMSG,
+                              "Corrupt ring: bad chunk magic 0x%08x at data offset %llu.",
+                              hdr->magic, (unsigned long long)phys);
+    if (hdr->chunk_size == 0 || hdr->chunk_size % SHMB_ALIGN != 0 ||
+        hdr->chunk_size > r->size - phys)
+        return shmb_error_set(err, -EBADMSG,
+                              "Corrupt ring: chunk at data offset %llu claims %llu bytes "
+                              "(%llu left before the end, multiple of %u required).",
+                              (unsigned long long)phys,
+                              (unsigned long long)hdr->chunk_size,
+                              (unsigned long long)(r->size - phys), SHMB_ALIGN);
+    if (hdr->state == SHMB_CHUNK_GAP)
+        return 0;
+    if (hdr->state < SHMB_CHUNK_PENDING || hdr->state > SHMB_CHUNK_FREE ||
+        hdr->key_len > SHMB_KEY_MAX || hdr->header_size != ring_header_size(hdr->key_len) ||
+        hdr->chunk_size != ring_chunk_size(hdr->key_len, hdr->payload_size) ||
+        hdr->payload_size == 0 || hdr->id < min_id)
+        return shmb_error_set(err, -EBADMSG,
+                              "Corrupt ring: inconsistent chunk header at data offset "
+                              "%llu (state %u, key %u bytes, payload %llu bytes, id %llu).",
+                              (unsigned long long)phys, hdr->state, hdr->key_len,
+                              (unsigned long long)hdr->payload_size,
+                              (unsigned long long)hdr->id);
+    return 0;
+}
+
+int ring_walk(const struct ring *r, ring_walk_fn fn, void *arg, struct shmb_error *err)
+{
+    uint64_t pos = r->start, min_id = 0;
+    int rc;
+
+    while (pos < r->end) {
+        uint64_t phys = pos % r->size;
+        const struct shmb_chunk_header *hdr;
+
+        if ((rc = ring_check_header(r, phys, min_id, err)) < 0)
+            return rc;
+        hdr = ring_header_at(r, phys);
+        if (hdr->chunk_size > r->end - pos)
+            return shmb_error_set(err, -EBADMSG,
+                                  "Corrupt ring: chunk at data offset %llu runs past the "
+                                  "end position.", (unsigned long long)phys);
+        if (hdr->state != SHMB_CHUNK_GAP) {
+            min_id = hdr->id + 1;
+            if (fn != NULL &&
+                (rc = fn(hdr, (const char *)hdr + RING_FIXED_HEADER,
+                         r->data_offset + phys + hdr->header_size, arg)) != 0)
+                return rc;
+        }
+        pos += hdr->chunk_size;
+    }
+    return 0;
+}

@@ -1,0 +1,118 @@
+/*
+ * The ring allocator: positions in the data area, and nothing else. A C port
+ * of vLLM's SingleWriterShmRingBuffer allocation and free logic (after its
+ * fix), with out-of-order frees and a header at the start of every chunk so
+ * the ring can be walked from the segment alone. Keys are opaque label bytes
+ * here; the ring never interprets them.
+ *
+ * Positions are monotonic: start <= end, end - start <= size, and a chunk at
+ * position p lives at physical offset p % size. A chunk never straddles the
+ * physical end: when it does not fit before it, the tail gap is skipped and
+ * the chunk starts the next lap. Chunks are reclaimed strictly oldest-first.
+ */
+#ifndef SHMB_RING_H
+#define SHMB_RING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../proto/error.h"
+#include "../proto/layout.h"
+
+/* One live chunk, in allocation order. 32 bytes. */
+struct ring_slot {
+    uint64_t phys;  /* offset of the chunk header in the data area */
+    uint64_t size;  /* chunk bytes: header + padded payload */
+    void *owner;    /* the caller's object, returned by ring_reclaim's callback */
+    bool freed;     /* freed by its owner, waiting for the chunks before it */
+};
+
+struct ring {
+    unsigned char *data;    /* first byte of the data area */
+    uint64_t data_offset;   /* offset of the data area in the segment */
+    uint64_t size;          /* bytes in the data area */
+    uint64_t start, end;    /* monotonic positions; see above */
+    uint64_t next_id;       /* id of the next chunk */
+    uint64_t first_id;      /* id of slots[head] */
+    struct ring_slot *slots; /* circular array of live chunks, oldest at head */
+    size_t cap, head, count;
+    struct shmb_segment_header *cursor; /* mirror of start/end/next_id, or NULL */
+};
+
+/* What ring_alloc hands out. Offsets are from the start of the segment. */
+struct ring_chunk {
+    uint64_t id;
+    uint64_t phys;           /* chunk header, in the data area */
+    uint64_t chunk_size;
+    uint64_t payload_offset; /* in the segment; a multiple of SHMB_ALIGN */
+    uint64_t payload_size;
+};
+
+/* Asked by ring_reclaim whether the oldest chunk, not yet freed by its owner,
+ * may go now. Returning true frees it; the callback must not call the ring. */
+typedef bool (*ring_may_free_fn)(void *owner, uint64_t id, void *arg);
+
+/* Called by ring_walk for every chunk header between start and end. */
+typedef int (*ring_walk_fn)(const struct shmb_chunk_header *hdr, const char *key,
+                            uint64_t payload_offset, void *arg);
+
+/* Set up a ring over data (size bytes, data_offset into the segment). size
+ * must be a non-zero multiple of SHMB_ALIGN and data SHMB_ALIGN-aligned.
+ * cursor, when not NULL, receives start/end/next_id after every change. */
+int ring_init(struct ring *r, void *data, uint64_t data_offset, uint64_t size,
+              struct shmb_segment_header *cursor, struct shmb_error *err);
+
+/* Free the ring's own memory; the data area is not touched. */
+void ring_fini(struct ring *r);
+
+/* Bytes a chunk with this label and payload needs; 0 on overflow. */
+uint64_t ring_chunk_size(size_t label_len, uint64_t payload_size);
+
+/* Allocate a chunk for payload_size bytes labelled with label (the key) and
+ * write its header in state PENDING. -ENOSPC when it does not fit now,
+ * -E2BIG when it can never fit, -EINVAL for a zero size or a label longer
+ * than SHMB_KEY_MAX, -ENOMEM. */
+int ring_alloc(struct ring *r, uint64_t payload_size, const char *label,
+               size_t label_len, void *owner, struct ring_chunk *out,
+               struct shmb_error *err);
+
+/* True when an allocation of chunk_size bytes would succeed now. */
+bool ring_fits(const struct ring *r, uint64_t chunk_size);
+
+/* Record a chunk's state in its header (PENDING or COMMITTED). */
+int ring_set_state(struct ring *r, uint64_t id, enum shmb_chunk_state state);
+
+/* The owner frees chunk id (any order). Its bytes come back once every older
+ * chunk is free too: start advances over the freed chunks at the head.
+ * -ENOENT when id is not live, -EALREADY when it was already freed. */
+int ring_free(struct ring *r, uint64_t id);
+
+/* Reclaim from the oldest chunk on: chunks already freed go, chunks not yet
+ * freed go when may_free says so; stop at the first one that may not
+ * (head-of-line), or as soon as an allocation of want bytes fits (want = 0:
+ * reclaim all that can go). Returns the bytes given back. */
+uint64_t ring_reclaim(struct ring *r, uint64_t want, ring_may_free_fn may_free,
+                      void *arg);
+
+/* The oldest chunk that is not freed: its owner (NULL when there is none)
+ * and, when out is not NULL, its extent. */
+void *ring_oldest(const struct ring *r, struct ring_chunk *out);
+
+/* Live chunks, oldest first: index 0 .. ring_count() - 1. ring_at returns
+ * the owner, or NULL for a chunk freed but not yet reclaimed. */
+size_t ring_count(const struct ring *r);
+void *ring_at(const struct ring *r, size_t index, struct ring_chunk *out);
+
+/* Bytes between start and end (chunks, freed chunks awaiting reclaim, and
+ * skipped tail gaps), and size minus that. used + free == size. */
+uint64_t ring_used(const struct ring *r);
+uint64_t ring_free_bytes(const struct ring *r);
+
+/* Walk the chunk headers in the data area from start to end, validating each
+ * one (magic, state, sizes, bounds, increasing ids). -EBADMSG with a message
+ * naming the offset on the first corrupt header; a non-zero return of fn
+ * stops the walk and is returned. */
+int ring_walk(const struct ring *r, ring_walk_fn fn, void *arg, struct shmb_error *err);
+
+#endif

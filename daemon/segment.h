@@ -1,0 +1,72 @@
+/*
+ * The segment: one file in a shared-memory directory (/dev/shm or a hugetlbfs
+ * mount), its free-space check, its reservation with posix_fallocate and its
+ * header page. Knows nothing about objects, keys or sockets.
+ */
+#ifndef SHMB_SEGMENT_H
+#define SHMB_SEGMENT_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../proto/error.h"
+#include "../proto/layout.h"
+
+/* The smallest useful segment: the header page plus one page of data. */
+#define SEGMENT_MIN_SIZE (2 * SHMB_HEADER_PAGE)
+
+struct segment {
+    int fd;                          /* read-write descriptor, -1 when closed */
+    void *base;                      /* the mapping, NULL when unmapped */
+    uint64_t size;                   /* bytes in the file and the mapping */
+    struct shmb_segment_header *hdr; /* == base */
+    char dir[PATH_MAX];
+    char name[NAME_MAX + 1];
+    char path[PATH_MAX];
+};
+
+/* Fail with -ENOSPC and vLLM's message when dir cannot hold required bytes;
+ * -ENOENT/-ENOTDIR when dir is missing. Reports what statvfs says is free in
+ * *free_bytes when that is not NULL. */
+int segment_check_space(const char *dir, uint64_t required, uint64_t *free_bytes,
+                        struct shmb_error *err);
+
+/* Check that name can be a file name in the shm directory. */
+int segment_check_name(const char *name, struct shmb_error *err);
+
+/* Round a requested size up to whole pages; 0 when the result would overflow. */
+uint64_t segment_round_size(uint64_t size);
+
+/* Create dir/name exclusively (mode 0600), size it, reserve every page with
+ * posix_fallocate, map it and write the header. size must come from
+ * segment_round_size. On failure nothing is left behind. -EEXIST when the
+ * file exists (see segment_probe_existing). */
+int segment_create(struct segment *seg, const char *dir, const char *name,
+                   uint64_t size, struct shmb_error *err);
+
+/* What an existing segment file holds, for deciding whether it may go. */
+enum segment_owner {
+    SEGMENT_ABSENT,   /* no file */
+    SEGMENT_FOREIGN,  /* not a shmbroker segment (or unreadable header) */
+    SEGMENT_ORPHANED, /* a shmbroker segment whose owner process is gone */
+    SEGMENT_LIVE,     /* a shmbroker segment whose owner process is alive */
+};
+
+/* Look at dir/name without changing it; *owner_pid gets the recorded owner. */
+enum segment_owner segment_probe_existing(const char *dir, const char *name,
+                                          int64_t *owner_pid);
+
+/* Unmap and close without removing the file. */
+void segment_close(struct segment *seg);
+
+/* Unlink the file, unmap and close. */
+void segment_destroy(struct segment *seg);
+
+/* The first byte of the data area. */
+static inline void *segment_data(const struct segment *seg)
+{
+    return (char *)seg->base + seg->hdr->data_offset;
+}
+
+#endif

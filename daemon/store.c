@@ -1,0 +1,631 @@
+/*
+ * The object store: the key index, pins per holder, awaited reads, pending
+ * allocations and oldest-first eviction over the ring.
+ *
+ * Memory per object: struct object (112 bytes) + key + malloc overhead, one
+ * ring slot (32 bytes, up to 64 while the slot array is half empty) and one
+ * index bucket (8 to 16 bytes): about 200 bytes plus the key. A pin costs a
+ * 40-byte record per (holder, object) pair, not per pin.
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "../proto/alloc.h"
+#include "index.h"
+#include "ring.h"
+
+/* One holder's pins on one object. */
+struct pin {
+    struct object *obj;
+    struct store_holder *holder;
+    struct pin *obj_next;        /* the object's pin records */
+    struct pin *h_prev, *h_next; /* the holder's pin records */
+    uint32_t count;
+};
+
+struct object {
+    struct index_node node;       /* key index; node.key points at key[] */
+    struct pin *pins;             /* one record per holder that pins it */
+    struct store_holder *owner;   /* the writer, while pending */
+    struct object *pend_prev, *pend_next; /* owner's pending list */
+    uint64_t ring_id;
+    uint64_t offset, size;
+    uint64_t created_ms;
+    uint32_t pin_count;           /* all pins, of all holders */
+    uint32_t awaited_reads;
+    uint8_t state;                /* enum store_state */
+    uint8_t key_len;
+    char key[];                   /* key_len bytes, then a NUL */
+};
+
+struct store_holder {
+    struct store_holder *prev, *next; /* the store's holders */
+    struct pin *pins;
+    struct object *pending;
+    uint64_t pin_total, pending_count, bytes_pinned;
+};
+
+struct store {
+    struct ring ring;
+    struct index index;
+    uint64_t max_object_size;
+    struct store_holder *holders;
+    uint64_t committed, pending, pinned, deleted_pinned;
+    uint64_t allocs, commits, gets, evictions, enospc;
+};
+
+/* Milliseconds on the monotonic clock. */
+static uint64_t store_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+const char *store_state_name(enum store_state state)
+{
+    switch (state) {
+    case STORE_PENDING:
+        return "pending";
+    case STORE_COMMITTED:
+        return "committed";
+    case STORE_DELETED:
+        return "deleted";
+    }
+    return "unknown";
+}
+
+struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
+                        struct shmb_segment_header *cursor,
+                        const struct store_config *cfg, struct shmb_error *err)
+{
+    struct store *s = shmb_calloc(1, sizeof(*s));
+    uint64_t max = cfg != NULL ? cfg->max_object_size : 0;
+    uint64_t limit;
+    int rc;
+
+    if (s == NULL) {
+        shmb_error_set(err, -ENOMEM, "Out of memory for the object store.");
+        return NULL;
+    }
+    if ((rc = ring_init(&s->ring, data, data_offset, data_size, cursor, err)) < 0) {
+        shmb_free(s);
+        return NULL;
+    }
+    if (index_init(&s->index) < 0) {
+        shmb_error_set(err, -ENOMEM, "Out of memory for the key index.");
+        ring_fini(&s->ring);
+        shmb_free(s);
+        return NULL;
+    }
+    /* The largest payload that fits in an empty ring with the longest key. */
+    limit = data_size > ring_chunk_size(SHMB_KEY_MAX, 1)
+                ? (data_size - ring_chunk_size(SHMB_KEY_MAX, 1) + 1) & ~(uint64_t)(SHMB_ALIGN - 1)
+                : 0;
+    if (max == 0)
+        max = data_size / 2;
+    if (max == 0 || max > limit) {
+        shmb_error_set(err, -EINVAL,
+                       "Max object size (%llu bytes) does not fit in the data area "
+                       "(%llu bytes, at most %llu bytes per object); choose a smaller "
+                       "--max-object-size or a larger --size.",
+                       (unsigned long long)max, (unsigned long long)data_size,
+                       (unsigned long long)limit);
+        store_free(s);
+        return NULL;
+    }
+    s->max_object_size = max;
+    return s;
+}
+
+/* Free an object's memory; its ring chunk and index entry are gone already. */
+static void object_free(struct object *obj)
+{
+    shmb_free(obj);
+}
+
+void store_free(struct store *s)
+{
+    size_t i;
+
+    if (s == NULL)
+        return;
+    while (s->holders != NULL) {
+        struct store_holder *h = s->holders;
+        struct pin *p, *next;
+
+        for (p = h->pins; p != NULL; p = next) {
+            next = p->h_next;
+            shmb_free(p);
+        }
+        s->holders = h->next;
+        shmb_free(h);
+    }
+    for (i = 0; i < ring_count(&s->ring); i++)
+        object_free(ring_at(&s->ring, i, NULL));
+    ring_fini(&s->ring);
+    index_fini(&s->index);
+    shmb_free(s);
+}
+
+struct store_holder *store_holder_new(struct store *s)
+{
+    struct store_holder *h = shmb_calloc(1, sizeof(*h));
+
+    if (h == NULL)
+        return NULL;
+    h->next = s->holders;
+    if (s->holders != NULL)
+        s->holders->prev = h;
+    s->holders = h;
+    return h;
+}
+
+/* A committed object in the index under key, or NULL. */
+static struct object *store_lookup(const struct store *s, const char *key, size_t key_len)
+{
+    struct index_node *n = index_find(&s->index, key, key_len);
+
+    return n != NULL ? (struct object *)n : NULL;
+}
+
+/* Check a key's length; the message names the limit. */
+static int store_check_key(size_t key_len, struct shmb_error *err)
+{
+    if (key_len == 0 || key_len > SHMB_KEY_MAX)
+        return shmb_error_set(err, -EINVAL,
+                              "Key of %zu bytes: keys are 1 to %u bytes long.", key_len,
+                              SHMB_KEY_MAX);
+    return 0;
+}
+
+/* Give an object's chunk back to the ring and free it. */
+static void store_drop(struct store *s, struct object *obj)
+{
+    ring_free(&s->ring, obj->ring_id);
+    object_free(obj);
+}
+
+/* Ring callback: may the oldest chunk go to make room? Committed objects that
+ * nobody pins and nobody still awaits are evicted here. */
+static bool store_may_evict(void *owner, uint64_t id, void *arg)
+{
+    struct store *s = arg;
+    struct object *obj = owner;
+
+    (void)id;
+    if (obj == NULL || obj->state != STORE_COMMITTED || obj->pin_count != 0 ||
+        obj->awaited_reads != 0)
+        return false;
+    index_remove(&s->index, &obj->node);
+    s->committed--;
+    s->evictions++;
+    object_free(obj);
+    return true;
+}
+
+/* True when obj stops reclaim: the ring cannot pass it. */
+static bool object_blocks(const struct object *obj)
+{
+    return obj->state != STORE_COMMITTED || obj->pin_count != 0 || obj->awaited_reads != 0;
+}
+
+/* The ENOSPC message: what was asked, what is free, and who is in the way. */
+static int store_enospc(struct store *s, const char *key, size_t key_len, uint64_t size,
+                        struct shmb_error *err)
+{
+    struct object *blocker = ring_oldest(&s->ring, NULL);
+    unsigned long long free_bytes = ring_free_bytes(&s->ring);
+
+    s->enospc++;
+    if (blocker == NULL)
+        return shmb_error_set(err, -ENOSPC,
+                              "No space for '%.*s' (%llu bytes): %llu of %llu bytes free. "
+                              "Start shmbrokerd with a larger --size.",
+                              (int)key_len, key, (unsigned long long)size, free_bytes,
+                              (unsigned long long)s->ring.size);
+    if (blocker->state == STORE_PENDING)
+        return shmb_error_set(err, -ENOSPC,
+                              "No space for '%.*s' (%llu bytes): %llu of %llu bytes free; "
+                              "the oldest object '%.*s' (pins=%u) is still being written "
+                              "and blocks reclaim. Commit or abort it, or start shmbrokerd "
+                              "with a larger --size.",
+                              (int)key_len, key, (unsigned long long)size, free_bytes,
+                              (unsigned long long)s->ring.size, (int)blocker->key_len,
+                              blocker->key, blocker->pin_count);
+    return shmb_error_set(err, -ENOSPC,
+                          "No space for '%.*s' (%llu bytes): %llu of %llu bytes free; the "
+                          "oldest object '%.*s' blocks reclaim (pins=%u, awaited reads=%u)%s. "
+                          "Release it or read it, or start shmbrokerd with a larger --size.",
+                          (int)key_len, key, (unsigned long long)size, free_bytes,
+                          (unsigned long long)s->ring.size, (int)blocker->key_len,
+                          blocker->key, blocker->pin_count, blocker->awaited_reads,
+                          blocker->state == STORE_DELETED ? " (deleted, still pinned)" : "");
+}
+
+int store_alloc(struct store *s, struct store_holder *h, const char *key,
+                size_t key_len, uint64_t size, uint32_t readers,
+                struct store_extent *out, struct shmb_error *err)
+{
+    struct ring_chunk chunk;
+    struct object *obj;
+    int rc;
+
+    if ((rc = store_check_key(key_len, err)) < 0)
+        return rc;
+    if (size == 0)
+        return shmb_error_set(err, -EINVAL, "Size must be at least 1 byte.");
+    if (size > s->max_object_size)
+        return shmb_error_set(err, -E2BIG,
+                              "Object size (%llu bytes) exceeds max object size (%llu bytes)",
+                              (unsigned long long)size,
+                              (unsigned long long)s->max_object_size);
+    if (readers > STORE_MAX_READERS)
+        return shmb_error_set(err, -EINVAL, "readers=%u is more than the limit of %u.",
+                              readers, STORE_MAX_READERS);
+    if (store_lookup(s, key, key_len) != NULL)
+        return shmb_error_set(err, -EEXIST,
+                              "Key '%.*s' already exists in the storage. Choose another "
+                              "key, or delete it first.", (int)key_len, key);
+    obj = shmb_calloc(1, sizeof(*obj) + key_len + 1);
+    if (obj == NULL)
+        return shmb_error_set(err, -ENOMEM, "Out of memory for a new object.");
+    memcpy(obj->key, key, key_len);
+    obj->key_len = (uint8_t)key_len;
+
+    rc = ring_alloc(&s->ring, size, key, key_len, obj, &chunk, err);
+    if (rc == -ENOSPC) {
+        /* As vLLM's put: free what may go, oldest first, then retry once. */
+        ring_reclaim(&s->ring, ring_chunk_size(key_len, size), store_may_evict, s);
+        rc = ring_alloc(&s->ring, size, key, key_len, obj, &chunk, err);
+        if (rc == -ENOSPC)
+            store_enospc(s, key, key_len, size, err);
+    }
+    if (rc < 0) {
+        object_free(obj);
+        return rc;
+    }
+    obj->node.key = obj->key;
+    obj->node.key_len = key_len;
+    obj->ring_id = chunk.id;
+    obj->offset = chunk.payload_offset;
+    obj->size = size;
+    obj->created_ms = store_now_ms();
+    obj->awaited_reads = readers;
+    obj->state = STORE_PENDING;
+    obj->owner = h;
+    obj->pend_next = h->pending;
+    if (h->pending != NULL)
+        h->pending->pend_prev = obj;
+    h->pending = obj;
+    h->pending_count++;
+    index_insert(&s->index, &obj->node);
+    s->pending++;
+    s->allocs++;
+    if (out != NULL) {
+        out->offset = obj->offset;
+        out->size = size;
+    }
+    return 0;
+}
+
+/* h's pending allocation of key, or NULL with -ENOENT's message in err. */
+static struct object *store_find_pending(struct store *s, struct store_holder *h,
+                                         const char *key, size_t key_len,
+                                         const char *verb, struct shmb_error *err)
+{
+    struct object *obj = store_lookup(s, key, key_len);
+
+    if (obj != NULL && obj->state == STORE_PENDING && obj->owner == h)
+        return obj;
+    if (obj != NULL && obj->state == STORE_COMMITTED)
+        shmb_error_set(err, -ENOENT,
+                       "Cannot %s '%.*s': it is already committed. Only a pending "
+                       "allocation made on this connection can be %sed.",
+                       verb, (int)key_len, key, verb);
+    else
+        shmb_error_set(err, -ENOENT,
+                       "Cannot %s '%.*s': this connection holds no pending allocation "
+                       "of it. Call alloc first.", verb, (int)key_len, key);
+    return NULL;
+}
+
+/* Take obj off its owner's pending list. */
+static void store_unlink_pending(struct store *s, struct object *obj)
+{
+    struct store_holder *h = obj->owner;
+
+    if (obj->pend_prev != NULL)
+        obj->pend_prev->pend_next = obj->pend_next;
+    else
+        h->pending = obj->pend_next;
+    if (obj->pend_next != NULL)
+        obj->pend_next->pend_prev = obj->pend_prev;
+    obj->pend_prev = obj->pend_next = NULL;
+    obj->owner = NULL;
+    h->pending_count--;
+    s->pending--;
+}
+
+int store_commit(struct store *s, struct store_holder *h, const char *key,
+                 size_t key_len, struct shmb_error *err)
+{
+    struct object *obj = store_find_pending(s, h, key, key_len, "commit", err);
+
+    if (obj == NULL)
+        return -ENOENT;
+    store_unlink_pending(s, obj);
+    obj->state = STORE_COMMITTED;
+    ring_set_state(&s->ring, obj->ring_id, SHMB_CHUNK_COMMITTED);
+    s->committed++;
+    s->commits++;
+    return 0;
+}
+
+/* Drop a pending object: key, chunk and memory. */
+static void store_drop_pending(struct store *s, struct object *obj)
+{
+    store_unlink_pending(s, obj);
+    index_remove(&s->index, &obj->node);
+    store_drop(s, obj);
+}
+
+int store_abort(struct store *s, struct store_holder *h, const char *key,
+                size_t key_len, struct shmb_error *err)
+{
+    struct object *obj = store_find_pending(s, h, key, key_len, "abort", err);
+
+    if (obj == NULL)
+        return -ENOENT;
+    store_drop_pending(s, obj);
+    return 0;
+}
+
+int store_get(struct store *s, struct store_holder *h, const char *key,
+              size_t key_len, struct store_extent *out, struct shmb_error *err)
+{
+    struct object *obj = store_lookup(s, key, key_len);
+    struct pin *p;
+
+    if (obj == NULL || obj->state != STORE_COMMITTED)
+        return shmb_error_set(err, -ENOENT, "No object '%.*s'%s.", (int)key_len, key,
+                              obj != NULL ? " yet: it is allocated but not committed"
+                                          : "; check the key, or wait for its writer to "
+                                            "commit it");
+    for (p = obj->pins; p != NULL && p->holder != h; p = p->obj_next)
+        ;
+    if (p == NULL) {
+        p = shmb_calloc(1, sizeof(*p));
+        if (p == NULL)
+            return shmb_error_set(err, -ENOMEM, "Out of memory for a pin.");
+        p->obj = obj;
+        p->holder = h;
+        p->obj_next = obj->pins;
+        obj->pins = p;
+        p->h_next = h->pins;
+        if (h->pins != NULL)
+            h->pins->h_prev = p;
+        h->pins = p;
+        h->bytes_pinned += obj->size;
+    }
+    p->count++;
+    h->pin_total++;
+    if (obj->pin_count++ == 0)
+        s->pinned++;
+    if (obj->awaited_reads > 0)
+        obj->awaited_reads--;
+    s->gets++;
+    if (out != NULL) {
+        out->offset = obj->offset;
+        out->size = obj->size;
+    }
+    return 0;
+}
+
+/* Drop one pin of record p; frees a deleted object with its last pin. */
+static void store_unpin(struct store *s, struct pin *p)
+{
+    struct object *obj = p->obj;
+    struct store_holder *h = p->holder;
+
+    p->count--;
+    h->pin_total--;
+    if (p->count == 0) {
+        struct pin **link = &obj->pins;
+
+        while (*link != p)
+            link = &(*link)->obj_next;
+        *link = p->obj_next;
+        if (p->h_prev != NULL)
+            p->h_prev->h_next = p->h_next;
+        else
+            h->pins = p->h_next;
+        if (p->h_next != NULL)
+            p->h_next->h_prev = p->h_prev;
+        h->bytes_pinned -= obj->size;
+        shmb_free(p);
+    }
+    if (--obj->pin_count == 0) {
+        s->pinned--;
+        if (obj->state == STORE_DELETED) {
+            s->deleted_pinned--;
+            store_drop(s, obj);
+        }
+    }
+}
+
+int store_release(struct store *s, struct store_holder *h, const char *key,
+                  size_t key_len, struct shmb_error *err)
+{
+    struct object *obj = store_lookup(s, key, key_len);
+    struct pin *p = NULL;
+
+    if (obj != NULL)
+        for (p = obj->pins; p != NULL && p->holder != h; p = p->obj_next)
+            ;
+    /* A pin on a deleted object is found through the holder: the key is no
+     * longer in the index. */
+    if (p == NULL)
+        for (p = h->pins; p != NULL; p = p->h_next)
+            if (p->obj->state == STORE_DELETED && p->obj->key_len == key_len &&
+                memcmp(p->obj->key, key, key_len) == 0)
+                break;
+    if (p == NULL)
+        return shmb_error_set(err, -ENOENT,
+                              "Cannot release '%.*s': this connection holds no pin on it "
+                              "(every get is released once).", (int)key_len, key);
+    store_unpin(s, p);
+    return 0;
+}
+
+int store_touch(struct store *s, const char *key, size_t key_len, uint32_t readers,
+                struct shmb_error *err)
+{
+    struct object *obj = store_lookup(s, key, key_len);
+
+    if (obj == NULL || obj->state != STORE_COMMITTED)
+        return shmb_error_set(err, -ENOENT, "No object '%.*s' to touch.", (int)key_len,
+                              key);
+    if (readers > STORE_MAX_READERS - obj->awaited_reads)
+        return shmb_error_set(err, -EINVAL,
+                              "readers=%u would make %llu awaited reads, more than the "
+                              "limit of %u.", readers,
+                              (unsigned long long)obj->awaited_reads + readers,
+                              STORE_MAX_READERS);
+    obj->awaited_reads += readers;
+    return 0;
+}
+
+int store_delete(struct store *s, const char *key, size_t key_len, struct shmb_error *err)
+{
+    struct object *obj = store_lookup(s, key, key_len);
+
+    if (obj == NULL)
+        return shmb_error_set(err, -ENOENT, "No object '%.*s' to delete.", (int)key_len,
+                              key);
+    if (obj->state == STORE_PENDING)
+        return shmb_error_set(err, -ENOENT,
+                              "Cannot delete '%.*s': it is allocated but not committed; "
+                              "its writer can abort it.", (int)key_len, key);
+    index_remove(&s->index, &obj->node);
+    s->committed--;
+    if (obj->pin_count == 0) {
+        store_drop(s, obj);
+        return 0;
+    }
+    obj->state = STORE_DELETED;
+    s->deleted_pinned++;
+    /* Mark the chunk free in the segment: a restarted daemon must not bring a
+     * deleted object back, even though readers still hold its bytes. */
+    ring_set_state(&s->ring, obj->ring_id, SHMB_CHUNK_FREE);
+    return 0;
+}
+
+bool store_contains(const struct store *s, const char *key, size_t key_len)
+{
+    const struct object *obj = store_lookup(s, key, key_len);
+
+    return obj != NULL && obj->state == STORE_COMMITTED;
+}
+
+void store_holder_free(struct store *s, struct store_holder *h)
+{
+    if (h == NULL)
+        return;
+    while (h->pins != NULL) {
+        struct pin *p = h->pins;
+
+        while (p->count > 1)
+            store_unpin(s, p);
+        store_unpin(s, p);
+    }
+    while (h->pending != NULL)
+        store_drop_pending(s, h->pending);
+    if (h->prev != NULL)
+        h->prev->next = h->next;
+    else
+        s->holders = h->next;
+    if (h->next != NULL)
+        h->next->prev = h->prev;
+    shmb_free(h);
+}
+
+void store_holder_stats(const struct store_holder *h, struct store_holder_stats *out)
+{
+    out->pins = h->pin_total;
+    out->pending = h->pending_count;
+    out->bytes_pinned = h->bytes_pinned;
+}
+
+void store_stats(const struct store *s, struct store_stats *out)
+{
+    size_t i;
+
+    memset(out, 0, sizeof(*out));
+    out->data_size = s->ring.size;
+    out->used = ring_used(&s->ring);
+    out->free = ring_free_bytes(&s->ring);
+    out->objects = s->committed;
+    out->pending = s->pending;
+    out->pinned = s->pinned;
+    out->deleted_pinned = s->deleted_pinned;
+    out->max_object_size = s->max_object_size;
+    out->allocs = s->allocs;
+    out->commits = s->commits;
+    out->gets = s->gets;
+    out->evictions = s->evictions;
+    out->enospc = s->enospc;
+    /* Reclaim passes over freed chunks and evictable objects; the first
+     * object it cannot pass is the head-of-line blocker. */
+    for (i = 0; i < ring_count(&s->ring); i++) {
+        const struct object *obj = ring_at(&s->ring, i, NULL);
+
+        if (obj == NULL || !object_blocks(obj))
+            continue;
+        out->has_blocker = true;
+        memcpy(out->blocker_key, obj->key, obj->key_len);
+        out->blocker_key[obj->key_len] = '\0';
+        out->blocker_pins = obj->pin_count;
+        out->blocker_readers = obj->awaited_reads;
+        out->blocker_state = (enum store_state)obj->state;
+        break;
+    }
+}
+
+size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
+                  size_t limit, store_list_fn fn, void *arg)
+{
+    uint64_t now = store_now_ms();
+    size_t i, reported = 0;
+
+    for (i = 0; i < ring_count(&s->ring) && reported < limit; i++) {
+        const struct object *obj = ring_at(&s->ring, i, NULL);
+        struct store_entry e;
+
+        if (obj == NULL || obj->key_len < prefix_len ||
+            (prefix_len > 0 && memcmp(obj->key, prefix, prefix_len) != 0))
+            continue;
+        e.key = obj->key;
+        e.key_len = obj->key_len;
+        e.offset = obj->offset;
+        e.size = obj->size;
+        e.pins = obj->pin_count;
+        e.awaited_reads = obj->awaited_reads;
+        e.state = (enum store_state)obj->state;
+        e.age_ms = now - obj->created_ms;
+        reported++;
+        if (fn(&e, arg) != 0)
+            break;
+    }
+    return reported;
+}
+
+const struct ring *store_ring(const struct store *s)
+{
+    return &s->ring;
+}

@@ -1,0 +1,143 @@
+/*
+ * The object store: keys, pins, awaited reads and eviction over the ring. It
+ * is the state the daemon keeps per object, independent of sockets: a
+ * connection is a "holder" here, an opaque handle the daemon maps to it.
+ * Knows nothing about sockets or JSON; writes into the segment only through
+ * the ring.
+ */
+#ifndef SHMB_STORE_H
+#define SHMB_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../proto/error.h"
+#include "../proto/layout.h"
+
+struct store;
+struct store_holder;
+
+/* Readers one object may wait for; larger values are a client bug. */
+#define STORE_MAX_READERS 1000000u
+
+struct store_config {
+    uint64_t max_object_size; /* payload bytes; 0 = half the data area */
+};
+
+/* Where an object's payload lives, in bytes from the start of the segment. */
+struct store_extent {
+    uint64_t offset;
+    uint64_t size;
+};
+
+enum store_state {
+    STORE_PENDING = 1,   /* allocated by a holder, not yet committed */
+    STORE_COMMITTED = 2, /* visible to every holder */
+    STORE_DELETED = 3,   /* key gone; bytes stay until the last pin goes */
+};
+
+/* One object as list and stats report it. key is not NUL-terminated. */
+struct store_entry {
+    const char *key;
+    size_t key_len;
+    uint64_t offset, size;
+    uint32_t pins;
+    uint32_t awaited_reads;
+    enum store_state state;
+    uint64_t age_ms;
+};
+
+struct store_stats {
+    uint64_t data_size, used, free;
+    uint64_t objects;        /* committed objects reachable by key */
+    uint64_t pending;        /* allocations not yet committed */
+    uint64_t pinned;         /* objects (deleted ones included) with pins */
+    uint64_t deleted_pinned; /* deleted objects still pinned */
+    uint64_t max_object_size;
+    /* Counters since the store was created. */
+    uint64_t allocs, commits, gets, evictions, enospc;
+    /* The oldest object, when it stops reclaim (pinned, awaited or pending). */
+    bool has_blocker;
+    char blocker_key[SHMB_KEY_MAX + 1];
+    uint32_t blocker_pins, blocker_readers;
+    enum store_state blocker_state;
+};
+
+/* Create a store over a data area (see ring_init). The caller owns the result
+ * and frees it with store_free. */
+struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
+                        struct shmb_segment_header *cursor,
+                        const struct store_config *cfg, struct shmb_error *err);
+void store_free(struct store *s);
+
+/* A holder: one client's pins and pending allocations. The store owns it;
+ * store_holder_free releases every pin and drops every pending allocation,
+ * as when a client disconnects. */
+struct store_holder *store_holder_new(struct store *s);
+void store_holder_free(struct store *s, struct store_holder *h);
+
+/* Reserve size bytes under key for h to write; the object is invisible to
+ * others until store_commit. Reclaims committed objects, oldest first, that
+ * are neither pinned nor awaited, then retries once. readers is the number of
+ * reads the object awaits before it may be reclaimed.
+ * -EINVAL, -EEXIST, -E2BIG, -ENOSPC (the message names the blocker), -ENOMEM. */
+int store_alloc(struct store *s, struct store_holder *h, const char *key,
+                size_t key_len, uint64_t size, uint32_t readers,
+                struct store_extent *out, struct shmb_error *err);
+
+/* Make h's pending allocation of key visible. -ENOENT otherwise. */
+int store_commit(struct store *s, struct store_holder *h, const char *key,
+                 size_t key_len, struct shmb_error *err);
+
+/* Drop h's pending allocation of key. -ENOENT otherwise. */
+int store_abort(struct store *s, struct store_holder *h, const char *key,
+                size_t key_len, struct shmb_error *err);
+
+/* Pin a committed object for h and count one read. -ENOENT when absent or
+ * not committed. */
+int store_get(struct store *s, struct store_holder *h, const char *key,
+              size_t key_len, struct store_extent *out, struct shmb_error *err);
+
+/* Drop one of h's pins on key (deleted objects included). -ENOENT when h
+ * holds none. */
+int store_release(struct store *s, struct store_holder *h, const char *key,
+                  size_t key_len, struct shmb_error *err);
+
+/* Add readers awaited reads to a committed object. -ENOENT, -EINVAL. */
+int store_touch(struct store *s, const char *key, size_t key_len, uint32_t readers,
+                struct shmb_error *err);
+
+/* Remove key at once; the bytes go when the last pin goes. -ENOENT when no
+ * committed object has that key. */
+int store_delete(struct store *s, const char *key, size_t key_len,
+                 struct shmb_error *err);
+
+/* True when a committed object has that key. */
+bool store_contains(const struct store *s, const char *key, size_t key_len);
+
+/* Occupancy and counters. */
+void store_stats(const struct store *s, struct store_stats *out);
+
+/* Per-holder figures, for listing clients. */
+struct store_holder_stats {
+    uint64_t pins;         /* pins held, a key pinned twice counts twice */
+    uint64_t pending;      /* allocations not yet committed */
+    uint64_t bytes_pinned; /* payload bytes of the distinct objects pinned */
+};
+void store_holder_stats(const struct store_holder *h, struct store_holder_stats *out);
+
+/* Call fn for every object (pending, committed and deleted-but-pinned) whose
+ * key starts with prefix, oldest first, until fn returns non-zero or limit
+ * objects were reported. Returns the number reported. */
+typedef int (*store_list_fn)(const struct store_entry *entry, void *arg);
+size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
+                  size_t limit, store_list_fn fn, void *arg);
+
+/* The ring underneath, for inspection and tests; the store keeps ownership. */
+const struct ring *store_ring(const struct store *s);
+
+/* Name of a state as the protocol spells it ("pending", ...). */
+const char *store_state_name(enum store_state state);
+
+#endif

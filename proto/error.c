@@ -1,0 +1,114 @@
+/*
+ * Error codes and messages shared by every part of shmbroker.
+ */
+#include "error.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The codes the wire protocol names, in the order PROTOCOL.md lists them. */
+static const struct {
+    int code;
+    const char *name;
+} error_names[] = {
+    {EPROTO, "EPROTO"},     {EINVAL, "EINVAL"},       {ENOSYS, "ENOSYS"},
+    {EEXIST, "EEXIST"},     {ENOENT, "ENOENT"},       {E2BIG, "E2BIG"},
+    {ENOSPC, "ENOSPC"},     {EPERM, "EPERM"},         {EMSGSIZE, "EMSGSIZE"},
+    {ETIMEDOUT, "ETIMEDOUT"}, {EBUSY, "EBUSY"},       {ENOMEM, "ENOMEM"},
+    {EIO, "EIO"},           {ECONNREFUSED, "ECONNREFUSED"},
+    {ECONNRESET, "ECONNRESET"}, {EPIPE, "EPIPE"},     {EBADMSG, "EBADMSG"},
+    {EAGAIN, "EAGAIN"},     {EMFILE, "EMFILE"},       {ENOTCONN, "ENOTCONN"},
+};
+
+/* Cut a trailing, incomplete UTF-8 sequence that truncation left behind, so
+ * the message can always travel as a JSON string. */
+static void error_trim_utf8(char *s, size_t len)
+{
+    size_t i = len, need;
+    unsigned char lead;
+
+    while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80 && len - i < 3)
+        i--;
+    if (i == 0)
+        return;
+    lead = (unsigned char)s[i - 1];
+    if (lead < 0x80)
+        return;
+    need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (len - (i - 1) < need)
+        s[i - 1] = '\0';
+}
+
+int shmb_error_set(struct shmb_error *err, int code, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (err == NULL)
+        return code;
+    err->code = code;
+    va_start(ap, fmt);
+    n = vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+    if (n >= (int)sizeof(err->message))
+        error_trim_utf8(err->message, sizeof(err->message) - 1);
+    return code;
+}
+
+void shmb_error_clear(struct shmb_error *err)
+{
+    if (err == NULL)
+        return;
+    err->code = 0;
+    err->message[0] = '\0';
+}
+
+const char *shmb_error_name(int code)
+{
+    size_t i;
+
+    if (code > 0)
+        code = -code;
+    for (i = 0; i < sizeof(error_names) / sizeof(error_names[0]); i++)
+        if (-error_names[i].code == code)
+            return error_names[i].name;
+    return "EIO";
+}
+
+int shmb_error_from_name(const char *name)
+{
+    size_t i;
+
+    if (name == NULL)
+        return -EIO;
+    for (i = 0; i < sizeof(error_names) / sizeof(error_names[0]); i++)
+        if (strcmp(error_names[i].name, name) == 0)
+            return -error_names[i].code;
+    return -EIO;
+}
+
+const char *shmb_format_bytes(unsigned long long bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double value = (double)bytes;
+    int unit = 0;
+
+    while (value >= 1024.0 && unit < 4) {
+        value /= 1024.0;
+        unit++;
+    }
+    if (unit == 0)
+        snprintf(buf, len, "%llu B", bytes);
+    else if (value == (double)(unsigned long long)value)
+        snprintf(buf, len, "%llu %s", (unsigned long long)value, units[unit]);
+    else
+        snprintf(buf, len, "%.1f %s", value, units[unit]);
+    return buf;
+}
+
+unsigned long long shmb_mib_rounded(unsigned long long bytes)
+{
+    return (bytes + (1ULL << 19)) >> 20;
+}

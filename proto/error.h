@@ -1,0 +1,40 @@
+/*
+ * Error codes and their human messages, shared by the daemon, the client
+ * library and the ctl tool. Functions in this project return 0 or a negative
+ * errno; the message that tells a user what to do travels beside the code in a
+ * caller-owned struct shmb_error. Knows nothing about JSON or sockets.
+ */
+#ifndef SHMB_PROTO_ERROR_H
+#define SHMB_PROTO_ERROR_H
+
+#include <stddef.h>
+
+/* A message is one or two sentences with numbers; longer is a bug. */
+#define SHMB_ERROR_MSG_MAX 512
+
+struct shmb_error {
+    int code;                          /* negative errno, 0 when unset */
+    char message[SHMB_ERROR_MSG_MAX];  /* NUL-terminated, "" when unset */
+};
+
+/* Record code and a printf-style message in err (may be NULL); returns code. */
+int shmb_error_set(struct shmb_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Reset err to "no error". */
+void shmb_error_clear(struct shmb_error *err);
+
+/* The protocol name of a negative errno ("ENOSPC"), or "EIO" for codes the
+ * protocol does not name. The returned string is static. */
+const char *shmb_error_name(int code);
+
+/* The negative errno for a protocol name, or -EIO when the name is unknown. */
+int shmb_error_from_name(const char *name);
+
+/* Format a byte count for humans ("256 MiB", "1.5 GiB", "512 B") into buf. */
+const char *shmb_format_bytes(unsigned long long bytes, char *buf, size_t len);
+
+/* Byte count in MiB rounded to the nearest integer, as vLLM's messages do. */
+unsigned long long shmb_mib_rounded(unsigned long long bytes);
+
+#endif

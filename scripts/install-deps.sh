@@ -1,0 +1,48 @@
+#!/bin/sh
+# Install the Debian packages shmbroker needs when pkg-config cannot find them.
+# Usage: scripts/install-deps.sh [build|test|bench]
+# build: libuv, jansson; test adds cmocka (and the tools the tests use);
+# bench adds redis-server. Does nothing when everything is present.
+set -eu
+
+want="${1:-build}"
+pkgs=""
+need() { pkgs="$pkgs $1"; }
+
+command -v pkg-config >/dev/null 2>&1 || need pkg-config
+command -v cc >/dev/null 2>&1 || need gcc
+command -v make >/dev/null 2>&1 || need make
+if command -v pkg-config >/dev/null 2>&1; then
+    pkg-config --exists libuv || need libuv1-dev
+    pkg-config --exists jansson || need libjansson-dev
+    if [ "$want" != build ]; then
+        pkg-config --exists cmocka || need libcmocka-dev
+    fi
+else
+    need libuv1-dev
+    need libjansson-dev
+    [ "$want" = build ] || need libcmocka-dev
+fi
+if [ "$want" = bench ]; then
+    command -v redis-server >/dev/null 2>&1 || need redis-server
+    command -v redis-benchmark >/dev/null 2>&1 || need redis-tools
+fi
+
+[ -n "$pkgs" ] || exit 0
+
+echo "shmbroker: installing missing packages:$pkgs" >&2
+if [ "$(id -u)" -eq 0 ]; then
+    sudo=""
+elif command -v sudo >/dev/null 2>&1; then
+    sudo="sudo"
+else
+    echo "shmbroker: need root (or sudo) to install:$pkgs" >&2
+    echo "shmbroker: install them by hand: apt-get install$pkgs" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+# shellcheck disable=SC2086
+if ! $sudo apt-get install -y -q --no-install-recommends $pkgs; then
+    $sudo apt-get update -q
+    $sudo apt-get install -y -q --no-install-recommends $pkgs
+fi
