@@ -1,0 +1,562 @@
+/*
+ * The client library: a blocking connection to shmbrokerd, the mapping of its
+ * segment, and one function per protocol op. Protocol details come from
+ * proto/, so nothing about the wire is written twice.
+ */
+#include "shmbroker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "../proto/alloc.h"
+#include "../proto/layout.h"
+#include "../proto/protocol.h"
+
+struct shmb {
+    int sock;             /* -1 when not connected */
+    int seg_fd;           /* the descriptor hello passed, -1 before */
+    unsigned char *map;   /* the segment mapping, NULL before */
+    size_t map_size;
+    int populate;
+    shmb_info_t info;
+    struct shmb_error err;
+    char *rbuf;           /* bytes received, not yet a whole reply */
+    size_t rlen, rcap;
+    char *wbuf;           /* the request being sent, reused */
+    size_t wlen, wcap;
+};
+
+shmb_t *shmb_new(void)
+{
+    shmb_t *c = shmb_calloc(1, sizeof(*c));
+
+    if (c == NULL)
+        return NULL;
+    c->sock = -1;
+    c->seg_fd = -1;
+    c->populate = 1;
+    return c;
+}
+
+void shmb_set_populate(shmb_t *c, int populate)
+{
+    c->populate = populate;
+}
+
+int shmb_errcode(const shmb_t *c)
+{
+    return c->err.code;
+}
+
+const char *shmb_errname(const shmb_t *c)
+{
+    return c->err.code ? shmb_error_name(c->err.code) : "OK";
+}
+
+const char *shmb_errmsg(const shmb_t *c)
+{
+    return c->err.message;
+}
+
+const char *shmb_strerror(int code)
+{
+    return shmb_error_name(code);
+}
+
+const shmb_info_t *shmb_info(const shmb_t *c)
+{
+    return c->map != NULL ? &c->info : NULL;
+}
+
+/* Forget the connection and the mapping. */
+static void client_disconnect(shmb_t *c)
+{
+    if (c->sock >= 0)
+        close(c->sock);
+    if (c->seg_fd >= 0)
+        close(c->seg_fd);
+    if (c->map != NULL)
+        munmap(c->map, c->map_size);
+    c->sock = c->seg_fd = -1;
+    c->map = NULL;
+    c->map_size = 0;
+    c->rlen = 0;
+}
+
+void shmb_close(shmb_t *c)
+{
+    if (c == NULL)
+        return;
+    client_disconnect(c);
+    shmb_free(c->rbuf);
+    shmb_free(c->wbuf);
+    shmb_free(c);
+}
+
+/* The connection broke: say so, and close the socket (the mapping stays
+ * until shmb_close, so pointers already handed out remain readable). */
+static int client_lost(shmb_t *c, const char *what, int saved)
+{
+    if (c->sock >= 0)
+        close(c->sock);
+    c->sock = -1;
+    return shmb_error_set(&c->err, -ECONNRESET,
+                          "Connection to shmbrokerd lost (%s: %s); every pin and pending "
+                          "allocation of this handle was released. Reconnect with a new "
+                          "handle.", what, saved ? strerror(saved) : "closed by the daemon");
+}
+
+/* Keep a descriptor that arrived as SCM_RIGHTS; close any extra. */
+static void client_take_fds(shmb_t *c, struct msghdr *msg)
+{
+    struct cmsghdr *cmsg;
+
+    for (cmsg = CMSG_FIRSTHDR(msg); cmsg != NULL; cmsg = CMSG_NXTHDR(msg, cmsg)) {
+        size_t i, n;
+
+        if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS)
+            continue;
+        n = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (i = 0; i < n; i++) {
+            int fd;
+
+            memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
+            if (c->seg_fd < 0)
+                c->seg_fd = fd;
+            else
+                close(fd);
+        }
+    }
+}
+
+/* Receive until the buffer holds one whole line; returns its length (without
+ * the '\n'), which the caller consumes with client_consume. */
+static int client_read_line(shmb_t *c, size_t *line_len)
+{
+    for (;;) {
+        union {
+            struct cmsghdr hdr;
+            char buf[CMSG_SPACE(4 * sizeof(int))];
+        } control;
+        struct msghdr msg;
+        struct iovec iov;
+        char *nl = c->rlen ? memchr(c->rbuf, '\n', c->rlen) : NULL;
+        ssize_t n;
+
+        if (nl != NULL) {
+            *line_len = (size_t)(nl - c->rbuf);
+            return 0;
+        }
+        if (c->rlen >= SHMB_MAX_REPLY)
+            return shmb_error_set(&c->err, -EMSGSIZE,
+                                  "Reply from shmbrokerd longer than %d bytes.",
+                                  SHMB_MAX_REPLY);
+        if (c->rcap - c->rlen < 4096) {
+            size_t cap = c->rcap ? c->rcap * 2 : 16384;
+            char *grown = shmb_realloc(c->rbuf, cap);
+
+            if (grown == NULL)
+                return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a reply.");
+            c->rbuf = grown;
+            c->rcap = cap;
+        }
+        memset(&msg, 0, sizeof(msg));
+        iov.iov_base = c->rbuf + c->rlen;
+        iov.iov_len = c->rcap - c->rlen;
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.buf;
+        msg.msg_controllen = sizeof(control.buf);
+        n = recvmsg(c->sock, &msg, MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return client_lost(c, "receive", n < 0 ? errno : 0);
+        client_take_fds(c, &msg);
+        c->rlen += (size_t)n;
+    }
+}
+
+/* Drop the first line (and its '\n') from the receive buffer. */
+static void client_consume(shmb_t *c, size_t line_len)
+{
+    memmove(c->rbuf, c->rbuf + line_len + 1, c->rlen - line_len - 1);
+    c->rlen -= line_len + 1;
+}
+
+/* Send the bytes of wbuf. */
+static int client_send(shmb_t *c)
+{
+    size_t off = 0;
+
+    while (off < c->wlen) {
+        ssize_t n = send(c->sock, c->wbuf + off, c->wlen - off, MSG_NOSIGNAL);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return client_lost(c, "send", errno);
+        off += (size_t)n;
+    }
+    return 0;
+}
+
+/* Send request (the library keeps no reference) and wait for its reply:
+ * 0 with *reply owned by the caller (when reply is not NULL), or the error. */
+static int client_call(shmb_t *c, json_t *request, json_t **reply)
+{
+    json_t *value = NULL;
+    size_t len = 0;
+    int rc;
+
+    shmb_error_clear(&c->err);
+    if (reply != NULL)
+        *reply = NULL;
+    if (request == NULL)
+        return shmb_error_set(&c->err, -EINVAL,
+                              "Cannot build the request: a key must be valid UTF-8, 1 to "
+                              "%d bytes.", SHMB_KEY_MAX_LEN);
+    if (c->sock < 0) {
+        json_decref(request);
+        return shmb_error_set(&c->err, -ENOTCONN,
+                              "Not connected to shmbrokerd; call shmb_connect first.");
+    }
+    c->wlen = 0;
+    rc = shmb_json_append_line(request, &c->wbuf, &c->wlen, &c->wcap);
+    json_decref(request);
+    if (rc < 0)
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
+    if ((rc = client_send(c)) < 0 || (rc = client_read_line(c, &len)) < 0)
+        return rc;
+    rc = shmb_parse_reply(c->rbuf, len, &value, &c->err);
+    client_consume(c, len);
+    if (rc < 0)
+        return rc;
+    if (reply != NULL)
+        *reply = value;
+    else
+        json_decref(value);
+    return 0;
+}
+
+/* Check a key before it goes on the wire. */
+static int client_check_key(shmb_t *c, const char *key)
+{
+    size_t len = key != NULL ? strlen(key) : 0;
+
+    if (len == 0 || len > SHMB_KEY_MAX_LEN)
+        return shmb_error_set(&c->err, -EINVAL, "Key of %zu bytes: keys are 1 to %d bytes.",
+                              len, SHMB_KEY_MAX_LEN);
+    return 0;
+}
+
+/* Read an unsigned integer field of a reply. */
+static int client_u64(shmb_t *c, const json_t *obj, const char *field, uint64_t *out)
+{
+    json_t *v = json_object_get(obj, field);
+
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return shmb_error_set(&c->err, -EPROTO,
+                              "shmbrokerd's reply lacks a non-negative integer \"%s\".",
+                              field);
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+/* Map the descriptor hello passed and check it against what hello said. */
+static int client_map(shmb_t *c)
+{
+    const struct shmb_segment_header *hdr;
+    struct stat st;
+    int flags = MAP_SHARED;
+
+    if (c->seg_fd < 0)
+        return shmb_error_set(&c->err, -EPROTO,
+                              "shmbrokerd's hello reply carried no segment descriptor.");
+    if (fstat(c->seg_fd, &st) != 0 || (uint64_t)st.st_size < c->info.size ||
+        c->info.size < SHMB_HEADER_PAGE || c->info.data_offset < SHMB_HEADER_PAGE ||
+        c->info.data_offset > c->info.size || c->info.data_size > c->info.size - c->info.data_offset)
+        return shmb_error_set(&c->err, -EPROTO,
+                              "The segment descriptor (%lld bytes) does not match hello "
+                              "(size %llu, data at %llu, %llu bytes).",
+                              (long long)st.st_size, (unsigned long long)c->info.size,
+                              (unsigned long long)c->info.data_offset,
+                              (unsigned long long)c->info.data_size);
+    if (c->populate)
+        flags |= MAP_POPULATE;
+    c->map = mmap(NULL, (size_t)c->info.size, PROT_READ | PROT_WRITE, flags, c->seg_fd, 0);
+    if (c->map == MAP_FAILED) {
+        int saved = errno;
+
+        c->map = NULL;
+        return shmb_error_set(&c->err, -saved, "Cannot map the segment (%llu bytes): %s.",
+                              (unsigned long long)c->info.size, strerror(saved));
+    }
+    c->map_size = (size_t)c->info.size;
+    hdr = (const struct shmb_segment_header *)c->map;
+    if (hdr->magic != SHMB_SEGMENT_MAGIC || hdr->version != SHMB_LAYOUT_VERSION)
+        return shmb_error_set(&c->err, -EPROTO,
+                              "The segment has magic 0x%llx version %u; this library reads "
+                              "version %d.", (unsigned long long)hdr->magic, hdr->version,
+                              SHMB_LAYOUT_VERSION);
+    return 0;
+}
+
+int shmb_connect(shmb_t *c, const char *socket_path, const char *name)
+{
+    const char *path = shmb_socket_path(socket_path);
+    struct sockaddr_un sun;
+    json_t *reply = NULL;
+    const char *segment = NULL;
+    int rc;
+
+    shmb_error_clear(&c->err);
+    client_disconnect(c);
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof(sun.sun_path))
+        return shmb_error_set(&c->err, -ENAMETOOLONG, "Socket path %s is too long.", path);
+    memcpy(sun.sun_path, path, strlen(path) + 1);
+    c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c->sock < 0)
+        return shmb_error_set(&c->err, -errno, "Cannot create a socket: %s.", strerror(errno));
+    if (connect(c->sock, (struct sockaddr *)&sun, sizeof(sun)) != 0) {
+        int saved = errno;
+
+        client_disconnect(c);
+        return shmb_error_set(&c->err, -saved,
+                              "Cannot connect to shmbrokerd at %s: %s. Is shmbrokerd running? "
+                              "(Set %s or pass the socket path.)",
+                              path, strerror(saved), SHMB_SOCKET_ENV);
+    }
+    rc = client_call(c, json_pack("{s:s, s:i, s:s?}", "op", "hello", "version",
+                                  SHMB_PROTOCOL_VERSION, "name", name),
+                     &reply);
+    if (rc < 0)
+        goto fail;
+    if ((rc = client_u64(c, reply, "size", &c->info.size)) < 0 ||
+        (rc = client_u64(c, reply, "data_offset", &c->info.data_offset)) < 0 ||
+        (rc = client_u64(c, reply, "data_size", &c->info.data_size)) < 0 ||
+        (rc = client_u64(c, reply, "max_object_size", &c->info.max_object_size)) < 0 ||
+        (rc = client_u64(c, reply, "alignment", &c->info.alignment)) < 0)
+        goto fail;
+    if (json_unpack(reply, "{s:s}", "segment", &segment) == 0)
+        snprintf(c->info.segment, sizeof(c->info.segment), "%s", segment);
+    if ((rc = client_map(c)) < 0)
+        goto fail;
+    json_decref(reply);
+    return 0;
+
+fail:
+    json_decref(reply);
+    client_disconnect(c);
+    return rc;
+}
+
+/* A pointer to [offset, offset + size) after checking it lies in the data
+ * area of the mapping: a confused daemon must not make us scribble. */
+static int client_extent(shmb_t *c, const json_t *reply, size_t want, void **ptr,
+                         size_t *size)
+{
+    uint64_t offset, len;
+    int rc;
+
+    if ((rc = client_u64(c, reply, "offset", &offset)) < 0 ||
+        (rc = client_u64(c, reply, "size", &len)) < 0)
+        return rc;
+    if (offset < c->info.data_offset || offset > c->map_size || len > c->map_size - offset ||
+        (want != 0 && len != want))
+        return shmb_error_set(&c->err, -EPROTO,
+                              "shmbrokerd returned extent [%llu, +%llu) outside the data "
+                              "area [%llu, %zu).", (unsigned long long)offset,
+                              (unsigned long long)len,
+                              (unsigned long long)c->info.data_offset, c->map_size);
+    *ptr = c->map + offset;
+    if (size != NULL)
+        *size = (size_t)len;
+    return 0;
+}
+
+/* A request whose only field is the key; reply decoded into *reply when not
+ * NULL. */
+static int client_key_op(shmb_t *c, const char *op, const char *key, json_t **reply)
+{
+    int rc;
+
+    shmb_error_clear(&c->err);
+    if ((rc = client_check_key(c, key)) < 0)
+        return rc;
+    return client_call(c, json_pack("{s:s, s:s}", "op", op, "key", key), reply);
+}
+
+int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void **ptr)
+{
+    json_t *reply = NULL;
+    int rc;
+
+    *ptr = NULL;
+    shmb_error_clear(&c->err);
+    if ((rc = client_check_key(c, key)) < 0)
+        return rc;
+    rc = client_call(c, json_pack("{s:s, s:s, s:I, s:I}", "op", "alloc", "key", key, "size",
+                                  (json_int_t)size, "readers", (json_int_t)readers),
+                     &reply);
+    if (rc == 0)
+        rc = client_extent(c, reply, size, ptr, NULL);
+    json_decref(reply);
+    return rc;
+}
+
+int shmb_commit(shmb_t *c, const char *key)
+{
+    return client_key_op(c, "commit", key, NULL);
+}
+
+int shmb_abort(shmb_t *c, const char *key)
+{
+    return client_key_op(c, "abort", key, NULL);
+}
+
+int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned readers)
+{
+    void *dst;
+    int rc;
+
+    if ((rc = shmb_alloc(c, key, size, readers, &dst)) < 0)
+        return rc;
+    memcpy(dst, data, size);
+    return shmb_commit(c, key);
+}
+
+int shmb_get(shmb_t *c, const char *key, const void **ptr, size_t *size)
+{
+    json_t *reply = NULL;
+    void *p = NULL;
+    int rc;
+
+    *ptr = NULL;
+    *size = 0;
+    rc = client_key_op(c, "get", key, &reply);
+    if (rc == 0)
+        rc = client_extent(c, reply, 0, &p, size);
+    *ptr = p;
+    json_decref(reply);
+    return rc;
+}
+
+int shmb_release(shmb_t *c, const char *key)
+{
+    return client_key_op(c, "release", key, NULL);
+}
+
+int shmb_touch(shmb_t *c, const char *key, unsigned readers)
+{
+    int rc;
+
+    shmb_error_clear(&c->err);
+    if ((rc = client_check_key(c, key)) < 0)
+        return rc;
+    return client_call(c, json_pack("{s:s, s:s, s:I}", "op", "touch", "key", key, "readers",
+                                     (json_int_t)readers),
+                       NULL);
+}
+
+int shmb_delete(shmb_t *c, const char *key)
+{
+    return client_key_op(c, "delete", key, NULL);
+}
+
+int shmb_contains(shmb_t *c, const char *key)
+{
+    json_t *reply = NULL;
+    int rc = client_key_op(c, "contains", key, &reply);
+
+    if (rc == 0)
+        rc = json_is_true(json_object_get(reply, "exists")) ? 1 : 0;
+    json_decref(reply);
+    return rc;
+}
+
+/* Copy a string field of a reply into a fixed buffer, "" when absent. */
+static void client_copy_string(const json_t *obj, const char *field, char *dst, size_t len)
+{
+    const char *s = json_string_value(json_object_get(obj, field));
+
+    snprintf(dst, len, "%s", s != NULL ? s : "");
+}
+
+int shmb_stats(shmb_t *c, shmb_stats_t *out)
+{
+    json_t *reply = NULL, *counters, *blocker;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    rc = client_call(c, json_pack("{s:s}", "op", "stats"), &reply);
+    if (rc < 0)
+        return rc;
+    counters = json_object_get(reply, "counters");
+    if ((rc = client_u64(c, reply, "size", &out->size)) < 0 ||
+        (rc = client_u64(c, reply, "data_size", &out->data_size)) < 0 ||
+        (rc = client_u64(c, reply, "used", &out->used)) < 0 ||
+        (rc = client_u64(c, reply, "free", &out->free)) < 0 ||
+        (rc = client_u64(c, reply, "objects", &out->objects)) < 0 ||
+        (rc = client_u64(c, reply, "pending", &out->pending)) < 0 ||
+        (rc = client_u64(c, reply, "pinned", &out->pinned)) < 0 ||
+        (rc = client_u64(c, reply, "clients", &out->clients)) < 0 ||
+        (rc = client_u64(c, reply, "max_object_size", &out->max_object_size)) < 0 ||
+        (rc = client_u64(c, reply, "uptime_s", &out->uptime_s)) < 0 ||
+        (rc = client_u64(c, reply, "shm_dir_free", &out->shm_dir_free)) < 0 ||
+        (rc = client_u64(c, counters, "allocs", &out->allocs)) < 0 ||
+        (rc = client_u64(c, counters, "commits", &out->commits)) < 0 ||
+        (rc = client_u64(c, counters, "gets", &out->gets)) < 0 ||
+        (rc = client_u64(c, counters, "evictions", &out->evictions)) < 0 ||
+        (rc = client_u64(c, counters, "enospc", &out->enospc)) < 0)
+        goto out;
+    out->pid = json_integer_value(json_object_get(reply, "pid"));
+    client_copy_string(reply, "segment", out->segment, sizeof(out->segment));
+    client_copy_string(reply, "version", out->version, sizeof(out->version));
+    client_copy_string(reply, "shm_dir", out->shm_dir, sizeof(out->shm_dir));
+    blocker = json_object_get(reply, "blocker");
+    if (json_is_object(blocker)) {
+        out->has_blocker = 1;
+        client_copy_string(blocker, "key", out->blocker_key, sizeof(out->blocker_key));
+        client_copy_string(blocker, "state", out->blocker_state, sizeof(out->blocker_state));
+        out->blocker_pins = (uint64_t)json_integer_value(json_object_get(blocker, "pins"));
+        out->blocker_readers =
+            (uint64_t)json_integer_value(json_object_get(blocker, "readers"));
+    }
+out:
+    json_decref(reply);
+    return rc;
+}
+
+int shmb_request(shmb_t *c, const char *request, char **reply)
+{
+    json_error_t jerr;
+    json_t *req, *rep = NULL;
+    int rc;
+
+    *reply = NULL;
+    shmb_error_clear(&c->err);
+    req = json_loads(request, JSON_REJECT_DUPLICATES, &jerr);
+    if (req == NULL)
+        return shmb_error_set(&c->err, -EINVAL, "Request is not valid JSON: %s.", jerr.text);
+    rc = client_call(c, req, &rep);
+    if (rep != NULL) {
+        *reply = json_dumps(rep, JSON_COMPACT);
+        json_decref(rep);
+        if (*reply == NULL)
+            return shmb_error_set(&c->err, -ENOMEM, "Out of memory for the reply.");
+    }
+    return rc;
+}

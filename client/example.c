@@ -1,0 +1,24 @@
+/* Put an object and read it back in place. Build: cc example.c $(pkg-config --cflags --libs shmbroker) */
+#include <shmbroker.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(void)
+{
+    shmb_t *c = shmb_new();
+    const void *p;
+    size_t n;
+
+    if (shmb_connect(c, NULL, "example") < 0 ||
+        shmb_put(c, "greeting", "hello, shared memory", 20, 0) < 0 ||
+        shmb_get(c, "greeting", &p, &n) < 0) {
+        fprintf(stderr, "%s: %s\n", shmb_errname(c), shmb_errmsg(c));
+        shmb_close(c);
+        return 1;
+    }
+    printf("%.*s\n", (int)n, (const char *)p); /* read straight from the segment */
+    shmb_release(c, "greeting");
+    shmb_delete(c, "greeting");
+    shmb_close(c);
+    return 0;
+}

@@ -1,0 +1,122 @@
+/*
+ * shmbroker client library: connect to shmbrokerd, map its shared-memory
+ * segment, and put and get objects in place. The bytes never cross the
+ * socket; only offsets do.
+ *
+ * Every call is blocking and returns 0 (or a documented non-negative value)
+ * on success and a negative errno on failure; shmb_errmsg() then holds the
+ * daemon's (or the library's) message. The library never prints, never exits
+ * and never touches the application's signal handlers.
+ *
+ * Threads: one handle per thread. A handle must not be used by two threads
+ * at once; pointers it returned stay valid in any thread until released.
+ */
+#ifndef SHMBROKER_H
+#define SHMBROKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SHMB_KEY_MAX_LEN 255
+
+typedef struct shmb shmb_t;
+
+/* What the daemon said about its segment at hello. */
+typedef struct shmb_info {
+    char segment[256];
+    uint64_t size;
+    uint64_t data_offset;
+    uint64_t data_size;
+    uint64_t max_object_size;
+    uint64_t alignment;
+} shmb_info_t;
+
+/* Occupancy, as shmbrokerctl status shows it. */
+typedef struct shmb_stats {
+    uint64_t size, data_size, used, free;
+    uint64_t objects, pending, pinned, clients;
+    uint64_t max_object_size, uptime_s, shm_dir_free;
+    int64_t pid;
+    uint64_t allocs, commits, gets, evictions, enospc;
+    char segment[256];
+    char version[32];
+    char shm_dir[4096];
+    int has_blocker;
+    char blocker_key[SHMB_KEY_MAX_LEN + 1];
+    uint64_t blocker_pins, blocker_readers;
+    char blocker_state[16];
+} shmb_stats_t;
+
+/* A new, unconnected handle; NULL when out of memory. */
+shmb_t *shmb_new(void);
+
+/* Map the segment without prefaulting it (MAP_POPULATE is the default, so
+ * that the first write to each page does not fault in the hot path; turn it
+ * off for huge segments). Call before shmb_connect. */
+void shmb_set_populate(shmb_t *c, int populate);
+
+/* Connect to the daemon at socket_path (NULL: $SHMBROKER_SOCKET, else
+ * /run/shmbroker/shmbroker.sock), say hello with name (may be NULL), receive
+ * the segment's descriptor and map it. -ECONNREFUSED or -ENOENT when no
+ * daemon listens there. */
+int shmb_connect(shmb_t *c, const char *socket_path, const char *name);
+
+/* Disconnect (the daemon releases every pin and pending allocation), unmap
+ * and free the handle. Pointers from this handle become invalid. */
+void shmb_close(shmb_t *c);
+
+/* The segment's description; NULL before shmb_connect succeeded. */
+const shmb_info_t *shmb_info(const shmb_t *c);
+
+/* The last call's error: its negative errno, its protocol name ("ENOSPC")
+ * and the message, in a string the handle owns until the next call. */
+int shmb_errcode(const shmb_t *c);
+const char *shmb_errname(const shmb_t *c);
+const char *shmb_errmsg(const shmb_t *c);
+
+/* Zero-copy write: reserve size bytes under key and get a pointer to them in
+ * *ptr; write the payload, then shmb_commit (makes it visible) or shmb_abort.
+ * readers: how many reads the object awaits before it may be reclaimed.
+ * -EEXIST, -E2BIG, -ENOSPC (the message names what blocks). */
+int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void **ptr);
+int shmb_commit(shmb_t *c, const char *key);
+int shmb_abort(shmb_t *c, const char *key);
+
+/* Copying write: alloc, memcpy, commit. */
+int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned readers);
+
+/* Zero-copy read: pin key and get a const pointer to its bytes and their
+ * length, valid until shmb_release (or shmb_close). Each get counts one read
+ * and must be released once. -ENOENT when absent or not committed. */
+int shmb_get(shmb_t *c, const char *key, const void **ptr, size_t *size);
+int shmb_release(shmb_t *c, const char *key);
+
+/* Add readers awaited reads to key. */
+int shmb_touch(shmb_t *c, const char *key, unsigned readers);
+
+/* Remove key now; its bytes go when the last reader releases them. */
+int shmb_delete(shmb_t *c, const char *key);
+
+/* 1 when key is committed, 0 when not, or a negative errno. */
+int shmb_contains(shmb_t *c, const char *key);
+
+/* Occupancy figures. */
+int shmb_stats(shmb_t *c, shmb_stats_t *out);
+
+/* Send one raw JSON request (an object, without the trailing newline) and
+ * receive the raw reply line in *reply (malloc'ed, caller frees). For tools;
+ * returns the reply's error code when it says "ok": false. */
+int shmb_request(shmb_t *c, const char *request, char **reply);
+
+/* The protocol name of a negative errno ("ENOSPC"). */
+const char *shmb_strerror(int code);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,339 @@
+/*
+ * shmbrokerctl: look inside a running shmbrokerd and move files in and out of
+ * it. A client of libshmbroker like any other; it has no protocol code of
+ * its own.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../proto/error.h"
+#include "../proto/protocol.h"
+#include "shmbroker.h"
+
+#define EXIT_ERROR_REPLY 1
+#define EXIT_USAGE 2
+#define EXIT_UNAVAILABLE 69 /* sysexits.h EX_UNAVAILABLE */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: shmbrokerctl [--socket PATH] COMMAND [ARG]...\n"
+            "\n"
+            "Commands:\n"
+            "  status [--json]        occupancy, clients and counters of the daemon\n"
+            "  ls [PREFIX]            objects, oldest first\n"
+            "  put KEY FILE|-         store a file (or standard input) under KEY\n"
+            "  get KEY [FILE|-]       write KEY's bytes to FILE (default: standard output)\n"
+            "  rm KEY                 delete KEY\n"
+            "\n"
+            "The socket defaults to $%s, else %s.\n"
+            "Exit status: 0 success, 1 the daemon refused, 2 usage, 69 daemon unreachable.\n",
+            SHMB_SOCKET_ENV, SHMB_DEFAULT_SOCKET);
+}
+
+/* Print the daemon's (or the library's) error and return the exit status. */
+static int fail(shmb_t *c)
+{
+    fprintf(stderr, "shmbrokerctl: %s: %s\n", shmb_errname(c), shmb_errmsg(c));
+    return EXIT_ERROR_REPLY;
+}
+
+/* "2h 03m", "45s". */
+static const char *format_uptime(unsigned long long s, char *buf, size_t len)
+{
+    if (s >= 86400)
+        snprintf(buf, len, "%llud %02lluh", s / 86400, s % 86400 / 3600);
+    else if (s >= 3600)
+        snprintf(buf, len, "%lluh %02llum", s / 3600, s % 3600 / 60);
+    else if (s >= 60)
+        snprintf(buf, len, "%llum %02llus", s / 60, s % 60);
+    else
+        snprintf(buf, len, "%llus", s);
+    return buf;
+}
+
+static int cmd_status(shmb_t *c, const char *socket_path, int json)
+{
+    shmb_stats_t st;
+    char b[4][32], bar[41];
+    double pct;
+    int i, filled;
+
+    if (json) {
+        char *reply = NULL;
+
+        if (shmb_request(c, "{\"op\":\"stats\"}", &reply) < 0)
+            return fail(c);
+        printf("%s\n", reply);
+        free(reply);
+        return 0;
+    }
+    if (shmb_stats(c, &st) < 0)
+        return fail(c);
+    pct = st.data_size ? 100.0 * (double)st.used / (double)st.data_size : 0.0;
+    filled = (int)(pct * 40.0 / 100.0 + 0.5);
+    for (i = 0; i < 40; i++)
+        bar[i] = i < filled ? '#' : '.';
+    bar[40] = '\0';
+    printf("shmbrokerd %s, pid %lld, up %s\n", st.version, (long long)st.pid,
+           format_uptime(st.uptime_s, b[0], sizeof(b[0])));
+    printf("socket    %s\n", shmb_socket_path(socket_path));
+    printf("segment   %s in %s: %s (%s for data), max object %s\n", st.segment, st.shm_dir,
+           shmb_format_bytes(st.size, b[0], sizeof(b[0])),
+           shmb_format_bytes(st.data_size, b[1], sizeof(b[1])),
+           shmb_format_bytes(st.max_object_size, b[2], sizeof(b[2])));
+    printf("shm free  %s left in %s\n", shmb_format_bytes(st.shm_dir_free, b[0], sizeof(b[0])),
+           st.shm_dir);
+    printf("used      [%s] %5.1f%%  %s of %s (%s free)\n", bar, pct,
+           shmb_format_bytes(st.used, b[0], sizeof(b[0])),
+           shmb_format_bytes(st.data_size, b[1], sizeof(b[1])),
+           shmb_format_bytes(st.free, b[2], sizeof(b[2])));
+    printf("objects   %llu committed, %llu pending, %llu pinned\n",
+           (unsigned long long)st.objects, (unsigned long long)st.pending,
+           (unsigned long long)st.pinned);
+    printf("clients   %llu\n", (unsigned long long)st.clients);
+    printf("counters  %llu allocs, %llu commits, %llu gets, %llu evictions, %llu ENOSPC\n",
+           (unsigned long long)st.allocs, (unsigned long long)st.commits,
+           (unsigned long long)st.gets, (unsigned long long)st.evictions,
+           (unsigned long long)st.enospc);
+    if (st.has_blocker)
+        printf("blocker   '%s' (%s, %llu pins, %llu awaited reads) stops reclaim\n",
+               st.blocker_key, st.blocker_state, (unsigned long long)st.blocker_pins,
+               (unsigned long long)st.blocker_readers);
+    else
+        printf("blocker   none\n");
+    return 0;
+}
+
+static int cmd_ls(shmb_t *c, const char *prefix)
+{
+    json_t *req, *reply, *objects, *item;
+    char *line, *raw = NULL;
+    size_t i;
+    int rc;
+
+    req = json_pack("{s:s, s:s, s:i}", "op", "list", "prefix", prefix ? prefix : "", "limit",
+                    SHMB_LIST_MAX_LIMIT);
+    line = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    if (line == NULL) {
+        fprintf(stderr, "shmbrokerctl: EINVAL: the prefix must be valid UTF-8\n");
+        return EXIT_USAGE;
+    }
+    rc = shmb_request(c, line, &raw);
+    free(line);
+    if (rc < 0)
+        return fail(c);
+    reply = json_loads(raw, 0, NULL);
+    free(raw);
+    objects = json_object_get(reply, "objects");
+    printf("%-32s %12s %5s %7s %-9s %10s %12s\n", "KEY", "SIZE", "PINS", "READERS", "STATE",
+           "AGE_MS", "OFFSET");
+    json_array_foreach(objects, i, item) {
+        printf("%-32s %12lld %5lld %7lld %-9s %10lld %12lld\n",
+               json_string_value(json_object_get(item, "key")),
+               json_integer_value(json_object_get(item, "size")),
+               json_integer_value(json_object_get(item, "pins")),
+               json_integer_value(json_object_get(item, "readers")),
+               json_string_value(json_object_get(item, "state")),
+               json_integer_value(json_object_get(item, "age_ms")),
+               json_integer_value(json_object_get(item, "offset")));
+    }
+    if (json_is_true(json_object_get(reply, "truncated")))
+        printf("(more objects not shown; narrow the prefix)\n");
+    json_decref(reply);
+    return 0;
+}
+
+/* Read all of fd into a malloc'ed buffer. */
+static int read_all(int fd, char **out, size_t *len)
+{
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+
+    if (buf == NULL)
+        return -ENOMEM;
+    for (;;) {
+        ssize_t r;
+
+        if (n == cap) {
+            char *grown = realloc(buf, cap * 2);
+
+            if (grown == NULL) {
+                free(buf);
+                return -ENOMEM;
+            }
+            buf = grown;
+            cap *= 2;
+        }
+        r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int saved = errno;
+
+            free(buf);
+            return -saved;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+static int cmd_put(shmb_t *c, const char *key, const char *file)
+{
+    int fd = strcmp(file, "-") == 0 ? STDIN_FILENO : open(file, O_RDONLY | O_CLOEXEC);
+    char *data = NULL;
+    size_t len = 0;
+    int rc;
+
+    if (fd < 0) {
+        fprintf(stderr, "shmbrokerctl: cannot open %s: %s\n", file, strerror(errno));
+        return EXIT_ERROR_REPLY;
+    }
+    rc = read_all(fd, &data, &len);
+    if (fd != STDIN_FILENO)
+        close(fd);
+    if (rc < 0) {
+        fprintf(stderr, "shmbrokerctl: cannot read %s: %s\n", file, strerror(-rc));
+        return EXIT_ERROR_REPLY;
+    }
+    if (len == 0) {
+        free(data);
+        fprintf(stderr, "shmbrokerctl: %s is empty; objects hold at least 1 byte\n", file);
+        return EXIT_ERROR_REPLY;
+    }
+    rc = shmb_put(c, key, data, len, 0);
+    free(data);
+    return rc < 0 ? fail(c) : 0;
+}
+
+/* Write len bytes to fd. */
+static int write_all(int fd, const char *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int cmd_get(shmb_t *c, const char *key, const char *file)
+{
+    const void *p;
+    size_t len;
+    int fd, rc;
+
+    if (shmb_get(c, key, &p, &len) < 0)
+        return fail(c);
+    fd = file == NULL || strcmp(file, "-") == 0
+             ? STDOUT_FILENO
+             : open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "shmbrokerctl: cannot open %s: %s\n", file, strerror(errno));
+        shmb_release(c, key);
+        return EXIT_ERROR_REPLY;
+    }
+    rc = write_all(fd, p, len);
+    if (fd != STDOUT_FILENO)
+        close(fd);
+    shmb_release(c, key);
+    if (rc < 0) {
+        fprintf(stderr, "shmbrokerctl: cannot write %s: %s\n", file ? file : "output",
+                strerror(-rc));
+        return EXIT_ERROR_REPLY;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"socket", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},
+        {"json", no_argument, NULL, 'j'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *socket_path = NULL, *cmd;
+    int opt, json = 0, rc, nargs;
+    shmb_t *c;
+
+    while ((opt = getopt_long(argc, argv, "+s:h", options, NULL)) != -1) {
+        switch (opt) {
+        case 's':
+            socket_path = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    cmd = argv[optind++];
+    if (strcmp(cmd, "status") == 0 && optind < argc && strcmp(argv[optind], "--json") == 0) {
+        json = 1;
+        optind++;
+    }
+    nargs = argc - optind;
+    if (!((strcmp(cmd, "status") == 0 && nargs == 0) ||
+          (strcmp(cmd, "ls") == 0 && nargs <= 1) ||
+          (strcmp(cmd, "put") == 0 && nargs == 2) ||
+          (strcmp(cmd, "get") == 0 && (nargs == 1 || nargs == 2)) ||
+          (strcmp(cmd, "rm") == 0 && nargs == 1))) {
+        fprintf(stderr, "shmbrokerctl: wrong command or arguments: %s\n", cmd);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    c = shmb_new();
+    if (c == NULL) {
+        fprintf(stderr, "shmbrokerctl: out of memory\n");
+        return EXIT_ERROR_REPLY;
+    }
+    /* Tools map the segment lazily: prefaulting is for workers' hot paths. */
+    shmb_set_populate(c, 0);
+    if (shmb_connect(c, socket_path, "shmbrokerctl") < 0) {
+        fprintf(stderr, "shmbrokerctl: %s\n", shmb_errmsg(c));
+        rc = shmb_errcode(c) == -ECONNREFUSED || shmb_errcode(c) == -ENOENT ||
+                     shmb_errcode(c) == -EACCES || shmb_errcode(c) == -ENOTDIR ||
+                     shmb_errcode(c) == -ECONNRESET || shmb_errcode(c) == -ENAMETOOLONG
+                 ? EXIT_UNAVAILABLE
+                 : EXIT_ERROR_REPLY;
+        shmb_close(c);
+        return rc;
+    }
+    if (strcmp(cmd, "status") == 0)
+        rc = cmd_status(c, socket_path, json);
+    else if (strcmp(cmd, "ls") == 0)
+        rc = cmd_ls(c, nargs ? argv[optind] : NULL);
+    else if (strcmp(cmd, "put") == 0)
+        rc = cmd_put(c, argv[optind], argv[optind + 1]);
+    else if (strcmp(cmd, "get") == 0)
+        rc = cmd_get(c, argv[optind], nargs == 2 ? argv[optind + 1] : NULL);
+    else
+        rc = shmb_delete(c, argv[optind]) < 0 ? fail(c) : 0;
+    shmb_close(c);
+    return rc;
+}

@@ -1,0 +1,41 @@
+/*
+ * shmbrokerd's settings: defaults, command-line flags and their validation.
+ * Knows nothing about the loop, the segment or the store.
+ */
+#ifndef SHMB_CONFIG_H
+#define SHMB_CONFIG_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../proto/error.h"
+#include "log.h"
+
+#define CONFIG_DEFAULT_SIZE (256ULL << 20)
+#define CONFIG_DEFAULT_MAX_OBJECT (128ULL << 20)
+#define CONFIG_DEFAULT_NAME "shmbroker"
+#define CONFIG_DEFAULT_SHM_DIR "/dev/shm"
+#define CONFIG_DEFAULT_SOCKET_MODE 0660
+
+struct config {
+    uint64_t size;            /* segment bytes, header page included */
+    uint64_t max_object_size; /* 0 = min(128 MiB, size / 2) */
+    char name[NAME_MAX + 1];
+    char shm_dir[PATH_MAX];
+    char socket_path[108];    /* sun_path */
+    mode_t socket_mode;
+    enum log_level log_level;
+};
+
+enum config_action { CONFIG_RUN, CONFIG_EXIT_OK, CONFIG_EXIT_USAGE };
+
+/* Fill cfg from defaults, the environment and argv. Prints --help and
+ * --version itself; on a bad flag, err says which and what is expected. */
+enum config_action config_parse(struct config *cfg, int argc, char **argv,
+                                struct shmb_error *err);
+
+/* Parse "256M", "1GiB", "4096" into bytes. -EINVAL or -ERANGE. */
+int config_parse_size(const char *text, uint64_t *out);
+
+#endif

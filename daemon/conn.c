@@ -1,0 +1,334 @@
+/*
+ * One client connection over libuv: framing, dispatch, replies, teardown.
+ */
+#include "conn.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../proto/alloc.h"
+#include "log.h"
+#include "server.h"
+
+/* The input buffer starts small and grows to one maximal line and its '\n'. */
+#define CONN_IN_START 4096
+#define CONN_IN_MAX (SHMB_MAX_LINE + 1)
+
+/* A write in flight; owns the bytes it writes. */
+struct conn_write {
+    uv_write_t req;
+    char *data;
+};
+
+static void conn_on_close(uv_handle_t *handle)
+{
+    struct conn *conn = (struct conn *)handle;
+
+    server_forget(conn->server, conn);
+    shmb_free(conn->in);
+    shmb_free(conn->out);
+    shmb_free(conn);
+}
+
+void conn_close(struct conn *conn)
+{
+    if (conn->closing)
+        return;
+    conn->closing = true;
+    uv_read_stop((uv_stream_t *)&conn->pipe);
+    /* Pins and pending allocations go now, not when libuv gets round to the
+     * close callback: a waiting writer may need those bytes. */
+    command_client_close(conn->server->env, &conn->client);
+    uv_close((uv_handle_t *)&conn->pipe, conn_on_close);
+}
+
+static void conn_on_write(uv_write_t *req, int status)
+{
+    struct conn_write *w = (struct conn_write *)req;
+    struct conn *conn = req->handle->data;
+
+    shmb_free(w->data);
+    shmb_free(w);
+    if (status < 0 && status != UV_ECANCELED && !conn->closing) {
+        log_debug("client pid %d: write failed: %s", (int)conn->client.pid,
+                  uv_strerror(status));
+        conn_close(conn);
+    }
+}
+
+/* Write this batch's replies: directly when the socket takes them, else queue
+ * the rest (the write request takes the buffer). */
+static int conn_flush(struct conn *conn)
+{
+    uv_stream_t *stream = (uv_stream_t *)&conn->pipe;
+    struct conn_write *w;
+    uv_buf_t buf;
+    size_t done = 0;
+    int rc;
+
+    if (conn->out_len == 0 || conn->closing)
+        return 0;
+    buf = uv_buf_init(conn->out, (unsigned)conn->out_len);
+    rc = uv_try_write(stream, &buf, 1);
+    if (rc > 0)
+        done = (size_t)rc;
+    else if (rc != UV_EAGAIN)
+        return rc;
+    if (done == conn->out_len) {
+        conn->out_len = 0; /* keep the buffer for the next batch */
+        return 0;
+    }
+    w = shmb_malloc(sizeof(*w));
+    if (w == NULL)
+        return UV_ENOMEM;
+    if (done > 0)
+        memmove(conn->out, conn->out + done, conn->out_len - done);
+    w->data = conn->out;
+    buf = uv_buf_init(w->data, (unsigned)(conn->out_len - done));
+    conn->out = NULL;
+    conn->out_len = conn->out_cap = 0;
+    rc = uv_write(&w->req, stream, &buf, 1, conn_on_write);
+    if (rc < 0) {
+        shmb_free(w->data);
+        shmb_free(w);
+        return rc;
+    }
+    if (uv_stream_get_write_queue_size(stream) > CONN_MAX_QUEUED_OUTPUT) {
+        log_warn("client pid %d (%s) does not read its replies (%zu bytes queued, limit "
+                 "%d); disconnecting it", (int)conn->client.pid,
+                 conn->client.name[0] ? conn->client.name : "unnamed",
+                 uv_stream_get_write_queue_size(stream), CONN_MAX_QUEUED_OUTPUT);
+        return UV_ENOBUFS;
+    }
+    return 0;
+}
+
+/* Send the pending replies (the hello reply last) with the segment's
+ * descriptor attached, in one sendmsg: libuv's uv_write2 cannot pass an
+ * arbitrary descriptor. Only safe while nothing else is queued. */
+static int conn_send_fd(struct conn *conn, int fd)
+{
+    union {
+        struct cmsghdr hdr;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct iovec iov = {conn->out, conn->out_len};
+    struct msghdr msg;
+    struct cmsghdr *cmsg;
+    uv_os_fd_t sock;
+    ssize_t n;
+
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe) != 0 ||
+        uv_fileno((uv_handle_t *)&conn->pipe, &sock) != 0)
+        return UV_EAGAIN;
+    memset(&msg, 0, sizeof(msg));
+    memset(&control, 0, sizeof(control));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof(control.buf);
+    cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+    do
+        n = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return uv_translate_sys_error(errno);
+    /* The descriptor travelled with the first byte; the rest, if the socket
+     * took only part, goes the ordinary way. */
+    if ((size_t)n < conn->out_len)
+        memmove(conn->out, conn->out + n, conn->out_len - (size_t)n);
+    conn->out_len -= (size_t)n;
+    return conn_flush(conn);
+}
+
+/* Append one reply to this batch's output; -ENOMEM. */
+static int conn_queue(struct conn *conn, const json_t *reply)
+{
+    if (reply == NULL)
+        return -ENOMEM;
+    return shmb_json_append_line(reply, &conn->out, &conn->out_len, &conn->out_cap);
+}
+
+/* Run one complete line; false when the connection must stop here. */
+static bool conn_handle_line(struct conn *conn, const char *line, size_t len)
+{
+    struct command_result res;
+    int rc;
+
+    if (len > 0 && line[len - 1] == '\r')
+        len--;
+    if (len == 0)
+        return true; /* blank lines are not requests */
+    command_execute(conn->server->env, &conn->client, line, len, &res);
+    rc = conn_queue(conn, res.reply);
+    json_decref(res.reply);
+    if (rc < 0) {
+        log_warn("client pid %d: out of memory for a reply; disconnecting it",
+                 (int)conn->client.pid);
+        return false;
+    }
+    if (res.flags & COMMAND_SEND_FD) {
+        rc = conn_send_fd(conn, conn->server->env->segment->fd);
+        if (rc < 0) {
+            log_warn("client pid %d: cannot pass the segment descriptor: %s; "
+                     "disconnecting it", (int)conn->client.pid, uv_strerror(rc));
+            return false;
+        }
+        log_info("client pid %d uid %d (%s) connected", (int)conn->client.pid,
+                 (int)conn->client.uid, conn->client.name[0] ? conn->client.name : "unnamed");
+    }
+    return !(res.flags & COMMAND_CLOSE);
+}
+
+/* Give libuv room at the end of the input buffer, growing it up to one line. */
+static void conn_on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
+{
+    struct conn *conn = (struct conn *)handle;
+
+    (void)suggested;
+    if (conn->in_len == conn->in_cap && conn->in_cap < CONN_IN_MAX) {
+        size_t cap = conn->in_cap ? conn->in_cap * 2 : CONN_IN_START;
+        char *grown;
+
+        if (cap > CONN_IN_MAX)
+            cap = CONN_IN_MAX;
+        grown = shmb_realloc(conn->in, cap);
+        if (grown != NULL) {
+            conn->in = grown;
+            conn->in_cap = cap;
+        }
+    }
+    *buf = uv_buf_init(conn->in ? conn->in + conn->in_len : NULL,
+                       (unsigned)(conn->in_cap - conn->in_len));
+}
+
+/* Frame and run every complete line in the buffer; false to close. */
+static bool conn_process(struct conn *conn)
+{
+    size_t start = 0;
+    char *nl;
+
+    while ((nl = memchr(conn->in + start, '\n', conn->in_len - start)) != NULL) {
+        size_t len = (size_t)(nl - (conn->in + start));
+
+        if (!conn_handle_line(conn, conn->in + start, len))
+            return false;
+        start += len + 1;
+    }
+    if (start > 0) {
+        memmove(conn->in, conn->in + start, conn->in_len - start);
+        conn->in_len -= start;
+    }
+    if (conn->in_len > SHMB_MAX_LINE) {
+        struct command_result res;
+
+        command_oversized(SHMB_MAX_LINE, &res);
+        conn_queue(conn, res.reply);
+        json_decref(res.reply);
+        log_info("client pid %d sent a request line over %d bytes; closed",
+                 (int)conn->client.pid, SHMB_MAX_LINE);
+        return false;
+    }
+    return true;
+}
+
+static void conn_on_shutdown(uv_shutdown_t *req, int status)
+{
+    struct conn *conn = req->handle->data;
+
+    (void)status;
+    shmb_free(req);
+    conn_close(conn);
+}
+
+/* Flush what this batch produced, then close gracefully: the last reply
+ * (an EMSGSIZE, say) reaches the client before the socket closes. */
+static void conn_finish(struct conn *conn)
+{
+    uv_shutdown_t *req;
+
+    uv_read_stop((uv_stream_t *)&conn->pipe);
+    if (conn_flush(conn) == 0 && (req = shmb_malloc(sizeof(*req))) != NULL) {
+        if (uv_shutdown(req, (uv_stream_t *)&conn->pipe, conn_on_shutdown) == 0)
+            return;
+        shmb_free(req);
+    }
+    conn_close(conn);
+}
+
+static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    struct conn *conn = (struct conn *)stream;
+    int rc;
+
+    (void)buf;
+    if (nread == 0 || conn->closing)
+        return;
+    if (nread < 0) {
+        if (nread != UV_EOF)
+            log_debug("client pid %d: read failed: %s", (int)conn->client.pid,
+                      uv_strerror((int)nread));
+        log_info("client pid %d (%s) disconnected", (int)conn->client.pid,
+                 conn->client.name[0] ? conn->client.name : "unnamed");
+        conn_close(conn);
+        return;
+    }
+    conn->in_len += (size_t)nread;
+    if (!conn_process(conn)) {
+        conn_finish(conn);
+        return;
+    }
+    if ((rc = conn_flush(conn)) < 0) {
+        if (rc != UV_ENOBUFS)
+            log_debug("client pid %d: write failed: %s", (int)conn->client.pid,
+                      uv_strerror(rc));
+        conn_close(conn);
+    }
+}
+
+int conn_accept(struct server *srv, uv_stream_t *listener)
+{
+    struct conn *conn = shmb_calloc(1, sizeof(*conn));
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    uv_os_fd_t fd;
+    int rc;
+
+    if (conn == NULL)
+        return UV_ENOMEM;
+    if ((rc = uv_pipe_init(srv->loop, &conn->pipe, 0)) < 0) {
+        shmb_free(conn);
+        return rc;
+    }
+    conn->pipe.data = conn;
+    conn->server = srv;
+    conn->connected_ms = command_now_ms();
+    conn->next = srv->conns;
+    if (srv->conns != NULL)
+        srv->conns->prev = conn;
+    srv->conns = conn;
+    srv->nconns++;
+    srv->env->clients = srv->nconns;
+    if ((rc = uv_accept(listener, (uv_stream_t *)&conn->pipe)) < 0) {
+        conn_close(conn);
+        return rc;
+    }
+    if (uv_fileno((uv_handle_t *)&conn->pipe, &fd) == 0 &&
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+        conn->client.pid = cred.pid;
+        conn->client.uid = cred.uid;
+        conn->client.gid = cred.gid;
+    }
+    if ((rc = uv_read_start((uv_stream_t *)&conn->pipe, conn_on_alloc, conn_on_read)) < 0) {
+        conn_close(conn);
+        return rc;
+    }
+    log_debug("accepted client pid %d uid %d", (int)conn->client.pid, (int)conn->client.uid);
+    return 0;
+}

@@ -1,0 +1,91 @@
+/*
+ * Protocol helpers used by both ends of the socket.
+ */
+#include "protocol.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+
+const char *shmb_socket_path(const char *explicit_path)
+{
+    const char *env;
+
+    if (explicit_path != NULL && explicit_path[0] != '\0')
+        return explicit_path;
+    env = getenv(SHMB_SOCKET_ENV);
+    if (env != NULL && env[0] != '\0')
+        return env;
+    return SHMB_DEFAULT_SOCKET;
+}
+
+int shmb_json_append_line(const json_t *value, char **buf, size_t *len, size_t *cap)
+{
+    size_t room = *cap - *len, need;
+
+    need = json_dumpb(value, *buf ? *buf + *len : NULL, *buf ? room : 0, JSON_COMPACT);
+    if (need == 0)
+        return -ENOMEM;
+    if (*buf == NULL || need + 1 > room) {
+        size_t newcap = *cap ? *cap : 4096;
+        char *grown;
+
+        while (newcap < *len + need + 1)
+            newcap *= 2;
+        grown = shmb_realloc(*buf, newcap);
+        if (grown == NULL)
+            return -ENOMEM;
+        *buf = grown;
+        *cap = newcap;
+        if (json_dumpb(value, *buf + *len, *cap - *len, JSON_COMPACT) != need)
+            return -ENOMEM;
+    }
+    *len += need;
+    (*buf)[(*len)++] = '\n';
+    return 0;
+}
+
+json_t *shmb_error_reply(const json_t *id, int code, const char *message)
+{
+    json_t *reply = json_pack("{s:b, s:s, s:s}", "ok", 0, "error", shmb_error_name(code),
+                              "message", message);
+
+    if (reply != NULL && id != NULL &&
+        json_object_set_new(reply, "id", json_deep_copy(id)) != 0) {
+        json_decref(reply);
+        return NULL;
+    }
+    return reply;
+}
+
+int shmb_parse_reply(const char *line, size_t len, json_t **reply, struct shmb_error *err)
+{
+    json_error_t jerr;
+    json_t *value, *ok;
+    const char *code = NULL, *message = NULL;
+    int rc;
+
+    *reply = NULL;
+    value = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (value == NULL || !json_is_object(value)) {
+        json_decref(value);
+        return shmb_error_set(err, -EPROTO, "shmbrokerd sent a reply that is not a JSON "
+                              "object (%s).", value == NULL ? jerr.text : "wrong type");
+    }
+    ok = json_object_get(value, "ok");
+    if (json_is_true(ok)) {
+        *reply = value;
+        return 0;
+    }
+    if (!json_is_false(ok) || json_unpack(value, "{s:s, s:s}", "error", &code, "message",
+                                          &message) != 0) {
+        json_decref(value);
+        return shmb_error_set(err, -EPROTO, "shmbrokerd sent a reply without \"ok\", "
+                              "\"error\" and \"message\".");
+    }
+    rc = shmb_error_set(err, shmb_error_from_name(code), "%s", message);
+    json_decref(value);
+    return rc;
+}

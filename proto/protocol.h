@@ -1,0 +1,42 @@
+/*
+ * The wire protocol shared by shmbrokerd, the client library and
+ * shmbrokerctl: constants, framing, and the JSON helpers both ends use.
+ * proto/PROTOCOL.md is the reference; this file must agree with it.
+ */
+#ifndef SHMB_PROTO_PROTOCOL_H
+#define SHMB_PROTO_PROTOCOL_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "error.h"
+
+#define SHMB_PROTOCOL_VERSION 1
+/* A request is small; anything longer is a bug or an attack. */
+#define SHMB_MAX_LINE (64 * 1024)
+/* Replies can be long (list); a client stops reading past this. */
+#define SHMB_MAX_REPLY (64 * 1024 * 1024)
+#define SHMB_DEFAULT_SOCKET "/run/shmbroker/shmbroker.sock"
+#define SHMB_SOCKET_ENV "SHMBROKER_SOCKET"
+#define SHMB_LIST_DEFAULT_LIMIT 1000
+#define SHMB_LIST_MAX_LIMIT 100000
+#define SHMB_NAME_MAX 64 /* a client's label in hello */
+
+/* The socket path a client uses: explicit, else $SHMBROKER_SOCKET, else the
+ * default. The returned string is borrowed. */
+const char *shmb_socket_path(const char *explicit_path);
+
+/* Serialise value as one compact line ending in '\n', appended to *buf
+ * (grown with shmb_realloc; *cap tracks its size). 0 or -ENOMEM. */
+int shmb_json_append_line(const json_t *value, char **buf, size_t *len, size_t *cap);
+
+/* Build {"ok":false,"error":NAME,"message":MSG} (and "id" when id is not
+ * NULL). The caller owns the result; NULL on allocation failure. */
+json_t *shmb_error_reply(const json_t *id, int code, const char *message);
+
+/* Decode a reply line. On {"ok":true,...} returns 0 and *reply (owned by the
+ * caller); on {"ok":false,...} returns the negative code and copies the
+ * daemon's message into err; -EPROTO when the line is not a reply. */
+int shmb_parse_reply(const char *line, size_t len, json_t **reply, struct shmb_error *err);
+
+#endif
