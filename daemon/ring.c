@@ -222,24 +222,20 @@ int ring_set_state(struct ring *r, uint64_t id, enum shmb_chunk_state state)
     return 0;
 }
 
-/* Drop the oldest slot and advance start past it (and past any tail gap that
- * precedes it). Empties reset to zero; a start past the lap is renormalised. */
+/* Drop the oldest slot and move start to the next chunk, past any skipped
+ * tail gap in between (as vLLM's fixed free_buf does). Empties reset to
+ * zero; a start past the lap is renormalised. */
 static void ring_pop(struct ring *r)
 {
-    struct ring_slot *slot = ring_slot(r, 0);
-    uint64_t lap = r->start / r->size * r->size;
-
-    /* The chunk starts in start's lap unless a skipped tail gap put it at
-     * the beginning of the next one. */
-    if (slot->phys < r->start % r->size)
-        lap += r->size;
-    r->start = lap + slot->phys + slot->size;
     r->head = (r->head + 1) & (r->cap - 1);
     r->count--;
     r->first_id++;
-    if (r->count == 0 || r->start == r->end) {
+    if (r->count == 0) {
         r->start = r->end = 0;
-    } else if (r->start >= r->size) {
+        return;
+    }
+    r->start += (ring_slot(r, 0)->phys + r->size - r->start % r->size) % r->size;
+    if (r->start >= r->size) {
         r->start -= r->size;
         r->end -= r->size;
     }
