@@ -1,0 +1,438 @@
+/*
+ * Unit tests for the segment (daemon/segment.c) on a real 4 MiB tmpfs: the
+ * free-space check and its message, the posix_fallocate reservation, the
+ * header, exclusive creation and the owner probe. statvfs is wrapped
+ * (-Wl,--wrap=statvfs) so that one test can lie about free space. Needs root
+ * for the tmpfs; without it those tests are reported as skipped.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "segment.h"
+
+#define MIB (1024u * 1024u)
+/* The tmpfs the free-space tests run on: small, so that 8 MiB cannot fit. */
+#define TMPFS_SIZE (4 * MIB)
+
+/* The linker sends segment.c's statvfs calls here. */
+int __real_statvfs(const char *path, struct statvfs *buf);
+int __wrap_statvfs(const char *path, struct statvfs *buf);
+
+static bool statvfs_lie;        /* report a terabyte free */
+static unsigned statvfs_calls;  /* proves the wrap is in place */
+
+/* Forward to the real statvfs; when statvfs_lie is set, claim 1 TiB free. */
+int __wrap_statvfs(const char *path, struct statvfs *buf)
+{
+    int rc = __real_statvfs(path, buf);
+
+    statvfs_calls++;
+    if (rc == 0 && statvfs_lie && buf->f_frsize > 0) {
+        buf->f_bavail = (fsblkcnt_t)((1ULL << 40) / buf->f_frsize);
+        buf->f_bfree = buf->f_bavail;
+    }
+    return rc;
+}
+
+/* The directory every test works in: a tmpfs when we could mount one. */
+static char test_dir[64];
+static bool mounted;
+static char mount_failure[128];
+
+static int group_setup(void **state)
+{
+    (void)state;
+    snprintf(test_dir, sizeof(test_dir), "/tmp/shmb-test-segment-XXXXXX");
+    if (mkdtemp(test_dir) == NULL) {
+        fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
+        return -1;
+    }
+    if (mount("tmpfs", test_dir, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0700") == 0) {
+        mounted = true;
+    } else {
+        snprintf(mount_failure, sizeof(mount_failure), "%s", strerror(errno));
+        mounted = false;
+    }
+    return 0;
+}
+
+static void empty_test_dir(void)
+{
+    DIR *d = opendir(test_dir);
+    struct dirent *e;
+    char path[PATH_MAX];
+
+    if (d == NULL)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", test_dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    empty_test_dir();
+    if (mounted && umount2(test_dir, 0) != 0 && umount2(test_dir, MNT_DETACH) != 0)
+        fprintf(stderr, "umount %s: %s\n", test_dir, strerror(errno));
+    if (rmdir(test_dir) != 0)
+        fprintf(stderr, "rmdir %s: %s\n", test_dir, strerror(errno));
+    return 0;
+}
+
+/* Each test starts with an empty directory and an honest statvfs. */
+static int test_setup(void **state)
+{
+    (void)state;
+    empty_test_dir();
+    statvfs_lie = false;
+    return 0;
+}
+
+/* Skip (reported as skipped, with the reason) when there is no tmpfs. */
+static void need_tmpfs(void)
+{
+    if (!mounted) {
+        printf("SKIPPED: cannot mount a tmpfs (%s) — free-space test needs root\n",
+               mount_failure);
+        skip();
+    }
+}
+
+static size_t dir_entries(void)
+{
+    DIR *d = opendir(test_dir);
+    struct dirent *e;
+    size_t n = 0;
+
+    assert_non_null(d);
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* What the real statvfs says is free in the test directory. */
+static uint64_t real_free(void)
+{
+    struct statvfs v;
+
+    assert_int_equal(__real_statvfs(test_dir, &v), 0);
+    return (uint64_t)v.f_bavail * v.f_frsize;
+}
+
+static void path_in_dir(char *out, size_t len, const char *name)
+{
+    snprintf(out, len, "%s/%s", test_dir, name);
+}
+
+/* A segment larger than the free space is refused before anything is
+ * created, with -ENOSPC and vLLM's message plus our advice, exactly. */
+static void test_too_big_refused(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+    char want[512];
+    unsigned calls = statvfs_calls;
+    uint64_t free_bytes = 0;
+
+    (void)state;
+    need_tmpfs();
+    assert_int_equal(real_free(), TMPFS_SIZE);
+    assert_int_equal(segment_create(&seg, test_dir, "big", 8 * MIB, &err), -ENOSPC);
+    assert_int_equal(err.code, -ENOSPC);
+    snprintf(want, sizeof(want),
+             "Insufficient space in %s: 8 MiB required, 4 MiB free. Increase %s "
+             "(e.g. --shm-size or --ipc=host), or choose a smaller --size.",
+             test_dir, test_dir);
+    assert_string_equal(err.message, want);
+    assert_true(statvfs_calls > calls);
+    assert_int_equal(dir_entries(), 0);
+    assert_int_equal(seg.fd, -1);
+    assert_null(seg.base);
+
+    assert_int_equal(segment_check_space(test_dir, 4 * MIB + 1, &free_bytes, &err), -ENOSPC);
+    assert_int_equal(free_bytes, TMPFS_SIZE);
+    assert_int_equal(segment_check_space(test_dir, 4 * MIB, &free_bytes, &err), 0);
+}
+
+/* A segment that fits is created mode 0600, every page reserved (the blocks
+ * are allocated and, on the tmpfs, free space drops by its size), mapped,
+ * and its header carries magic, version, sizes, data offset 4096 and our
+ * pid. Without root it runs in a plain directory. */
+static void test_create_fits(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+    struct stat st;
+    mode_t old_umask;
+    time_t now = time(NULL);
+    uint64_t size = 2 * MIB;
+    const struct shmb_segment_header *h;
+
+    (void)state;
+    /* With no umask, an over-permissive mode would show. */
+    old_umask = umask(0);
+    assert_int_equal(segment_create(&seg, test_dir, "seg", size, &err), 0);
+    umask(old_umask);
+    assert_true(seg.fd >= 0);
+    assert_non_null(seg.base);
+    assert_ptr_equal(seg.hdr, seg.base);
+    assert_int_equal(seg.size, size);
+    assert_int_equal(fstat(seg.fd, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0600);
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_equal((uint64_t)st.st_size, size);
+    assert_true((uint64_t)st.st_blocks * 512 >= size);
+    if (mounted)
+        assert_true(real_free() <= TMPFS_SIZE - size);
+
+    h = seg.hdr;
+    assert_int_equal(h->magic, SHMB_SEGMENT_MAGIC);
+    assert_int_equal(h->version, SHMB_LAYOUT_VERSION);
+    assert_int_equal(h->header_size, SHMB_HEADER_PAGE);
+    assert_int_equal(h->total_size, size);
+    assert_int_equal(h->data_offset, 4096);
+    assert_int_equal(h->data_size, size - 4096);
+    assert_int_equal(h->data_size % SHMB_ALIGN, 0);
+    assert_int_equal(h->owner_pid, getpid());
+    assert_true(h->created_unix + 60 >= (uint64_t)now && h->created_unix <= (uint64_t)now + 60);
+    assert_int_equal(h->ring_start + h->ring_end + h->ring_next_id, 0);
+    assert_ptr_equal(segment_data(&seg), (char *)seg.base + 4096);
+    /* The whole mapping is usable. */
+    memset(segment_data(&seg), 0x5a, h->data_size);
+    assert_string_equal(seg.name, "seg");
+    segment_destroy(&seg);
+    assert_int_equal(dir_entries(), 0);
+}
+
+/* A second create of an existing name is -EEXIST and leaves the first
+ * segment alone; segment_destroy unlinks the file, and (on the tmpfs) its
+ * space returns. */
+static void test_exists_and_destroy(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg, seg2;
+    char path[PATH_MAX];
+    struct stat st;
+
+    (void)state;
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 1 * MIB, &err), 0);
+    seg.hdr->ring_next_id = 42;
+    assert_int_equal(segment_create(&seg2, test_dir, "seg", 1 * MIB, &err), -EEXIST);
+    assert_int_equal(err.code, -EEXIST);
+    assert_true(err.message[0] != '\0');
+    assert_int_equal(dir_entries(), 1);
+    assert_int_equal(seg.hdr->magic, SHMB_SEGMENT_MAGIC);
+    assert_int_equal(seg.hdr->ring_next_id, 42);
+    path_in_dir(path, sizeof(path), "seg");
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal((uint64_t)st.st_size, 1 * MIB);
+
+    segment_destroy(&seg);
+    assert_int_equal(stat(path, &st), -1);
+    assert_int_equal(errno, ENOENT);
+    assert_int_equal(seg.fd, -1);
+    assert_null(seg.base);
+    if (mounted)
+        assert_int_equal(real_free(), TMPFS_SIZE);
+    /* The name can be used again. */
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 1 * MIB, &err), 0);
+    segment_close(&seg);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(unlink(path), 0);
+}
+
+/* With statvfs lying that a terabyte is free, a segment bigger than the
+ * tmpfs passes the check and fails at posix_fallocate: -ENOSPC with an
+ * "Insufficient space" message, no file left, and all the space back. This
+ * proves the reservation, not the statvfs check, catches a full tmpfs. */
+static void test_reservation_catches_full_tmpfs(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+    char want[128];
+    unsigned calls;
+
+    (void)state;
+    need_tmpfs();
+    statvfs_lie = true;
+    calls = statvfs_calls;
+    assert_int_equal(segment_check_space(test_dir, 8 * MIB, NULL, &err), 0);
+    assert_int_equal(segment_create(&seg, test_dir, "big", 8 * MIB, &err), -ENOSPC);
+    statvfs_lie = false;
+    assert_true(statvfs_calls >= calls + 2);
+    assert_int_equal(err.code, -ENOSPC);
+    snprintf(want, sizeof(want), "Insufficient space in %s", test_dir);
+    if (strstr(err.message, want) == NULL)
+        fail_msg("message lacks '%s': '%s'", want, err.message);
+    if (strstr(err.message, "8 MiB") == NULL)
+        fail_msg("message does not give the 8 MiB asked for: '%s'", err.message);
+    assert_int_equal(dir_entries(), 0);
+    assert_int_equal(seg.fd, -1);
+    assert_null(seg.base);
+    assert_int_equal(real_free(), TMPFS_SIZE);
+}
+
+/* A missing shared-memory directory is an error whose message names the
+ * directory; so is a path that is not a directory. Nothing is created. */
+static void test_missing_directory(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+    char missing[PATH_MAX], file[PATH_MAX];
+    int fd;
+
+    (void)state;
+    snprintf(missing, sizeof(missing), "%s/no-such-dir", test_dir);
+    assert_int_equal(segment_create(&seg, missing, "seg", 8192, &err), -ENOENT);
+    assert_int_equal(err.code, -ENOENT);
+    if (strstr(err.message, missing) == NULL)
+        fail_msg("message does not name %s: '%s'", missing, err.message);
+    assert_int_equal(segment_check_space(missing, 8192, NULL, &err), -ENOENT);
+    assert_int_equal(dir_entries(), 0);
+
+    path_in_dir(file, sizeof(file), "plain-file");
+    fd = open(file, O_CREAT | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    shmb_error_clear(&err);
+    assert_int_equal(segment_create(&seg, file, "seg", 8192, &err), -ENOTDIR);
+    if (strstr(err.message, file) == NULL)
+        fail_msg("message does not name %s: '%s'", file, err.message);
+    assert_int_equal(unlink(file), 0);
+}
+
+/* Names that are not a single file name are -EINVAL, from the check and
+ * from create, and create nothing. */
+static void test_invalid_names(void **state)
+{
+    static const char *const bad[] = {"", "a/b", "..", ".", "/abs", "dir/"};
+    char too_long[NAME_MAX + 2];
+    struct shmb_error err = {0};
+    struct segment seg;
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        shmb_error_clear(&err);
+        assert_int_equal(segment_check_name(bad[i], &err), -EINVAL);
+        assert_int_equal(err.code, -EINVAL);
+        assert_true(err.message[0] != '\0');
+        assert_int_equal(segment_create(&seg, test_dir, bad[i], 8192, &err), -EINVAL);
+    }
+    memset(too_long, 'n', NAME_MAX + 1);
+    too_long[NAME_MAX + 1] = '\0';
+    assert_int_equal(segment_check_name(too_long, &err), -EINVAL);
+    too_long[NAME_MAX] = '\0';
+    assert_int_equal(segment_check_name(too_long, &err), 0);
+    assert_int_equal(segment_check_name("shmbroker", &err), 0);
+    assert_int_equal(segment_check_name("...", &err), 0);
+    assert_int_equal(dir_entries(), 0);
+}
+
+/* Sizes: segment_round_size rounds up to whole pages (0 on overflow), and
+ * create refuses sizes that are not whole pages or below the minimum. */
+static void test_sizes(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+
+    (void)state;
+    assert_int_equal(segment_round_size(1), 4096);
+    assert_int_equal(segment_round_size(4096), 4096);
+    assert_int_equal(segment_round_size(4097), 8192);
+    assert_int_equal(segment_round_size(UINT64_MAX), 0);
+    assert_int_equal(segment_create(&seg, test_dir, "s", 4096, &err), -EINVAL);
+    assert_int_equal(segment_create(&seg, test_dir, "s", 8192 + 100, &err), -EINVAL);
+    assert_int_equal(segment_create(&seg, test_dir, "s", 0, &err), -EINVAL);
+    assert_int_equal(dir_entries(), 0);
+}
+
+/* segment_probe_existing tells apart no file, a live owner (us), an owner
+ * that is gone (a child that exited and was reaped) and a file that is not a
+ * segment (garbage, or too short), and reports the recorded pid; it changes
+ * nothing. */
+static void test_probe_existing(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+    char path[PATH_MAX], garbage[4096];
+    int64_t pid = -1;
+    pid_t child;
+    int status, fd;
+
+    (void)state;
+    assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_ABSENT);
+    assert_int_equal(pid, 0);
+
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, &err), 0);
+    assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_LIVE);
+    assert_int_equal(pid, getpid());
+
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0)
+        _exit(0);
+    assert_int_equal(waitpid(child, &status, 0), child);
+    seg.hdr->owner_pid = child;
+    assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_ORPHANED);
+    assert_int_equal(pid, child);
+    assert_int_equal(seg.hdr->owner_pid, child);
+    segment_destroy(&seg);
+    assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_ABSENT);
+
+    path_in_dir(path, sizeof(path), "junk");
+    memset(garbage, 'x', sizeof(garbage));
+    fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, garbage, sizeof(garbage)), (ssize_t)sizeof(garbage));
+    close(fd);
+    assert_int_equal(segment_probe_existing(test_dir, "junk", &pid), SEGMENT_FOREIGN);
+    fd = open(path, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, garbage, 10), 10);
+    close(fd);
+    assert_int_equal(segment_probe_existing(test_dir, "junk", &pid), SEGMENT_FOREIGN);
+    assert_int_equal(unlink(path), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_too_big_refused, test_setup),
+        cmocka_unit_test_setup(test_create_fits, test_setup),
+        cmocka_unit_test_setup(test_exists_and_destroy, test_setup),
+        cmocka_unit_test_setup(test_reservation_catches_full_tmpfs, test_setup),
+        cmocka_unit_test_setup(test_missing_directory, test_setup),
+        cmocka_unit_test_setup(test_invalid_names, test_setup),
+        cmocka_unit_test_setup(test_sizes, test_setup),
+        cmocka_unit_test_setup(test_probe_existing, test_setup),
+    };
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,1651 @@
+/*
+ * Unit tests for the object store (daemon/store.c): vLLM's
+ * tests/distributed/test_shm_storage.py scenarios through the store API, pins
+ * and holders, and a long random run checked against a reference model.
+ * Links store.o, ring.o, index.o and proto; the data area is plain memory.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "alloc.h"
+#include "ring.h"
+#include "store.h"
+
+/* Where the data area would start in a segment: extents count from there. */
+#define DATA_OFFSET 4096u
+#define FILL 0xa5
+
+struct sfix {
+    struct store *s;
+    unsigned char *data;
+    uint64_t size;
+    struct shmb_segment_header cursor;
+};
+
+/* A store over size bytes of fresh memory; max 0 means the default. */
+static struct sfix *sfix_new(uint64_t size, uint64_t max)
+{
+    struct store_config cfg = {.max_object_size = max};
+    struct shmb_error err = {0};
+    struct sfix *f = calloc(1, sizeof(*f));
+
+    assert_non_null(f);
+    f->size = size;
+    f->data = aligned_alloc(SHMB_ALIGN, size);
+    assert_non_null(f->data);
+    memset(f->data, FILL, size);
+    f->s = store_new(f->data, DATA_OFFSET, size, &f->cursor, &cfg, &err);
+    if (f->s == NULL)
+        fail_msg("store_new(%llu, max %llu): %d %s", (unsigned long long)size,
+                 (unsigned long long)max, err.code, err.message);
+    return f;
+}
+
+static void sfix_free(struct sfix *f)
+{
+    store_free(f->s);
+    free(f->data);
+    free(f);
+}
+
+static unsigned char *payload(const struct sfix *f, const struct store_extent *e)
+{
+    assert_true(e->offset >= DATA_OFFSET);
+    assert_true(e->offset - DATA_OFFSET + e->size <= f->size);
+    return f->data + (e->offset - DATA_OFFSET);
+}
+
+/* The bytes an object with this seed holds: cheap, and different per seed. */
+static unsigned char pattern_byte(uint64_t seed, uint64_t i)
+{
+    return (unsigned char)((seed * 131 + i * 7 + (i >> 8)) ^ (seed >> 3));
+}
+
+static void write_pattern(unsigned char *p, uint64_t size, uint64_t seed)
+{
+    uint64_t i;
+
+    for (i = 0; i < size; i++)
+        p[i] = pattern_byte(seed, i);
+}
+
+static void check_pattern(const unsigned char *p, uint64_t size, uint64_t seed)
+{
+    uint64_t i;
+
+    for (i = 0; i < size; i++)
+        if (p[i] != pattern_byte(seed, i))
+            fail_msg("payload byte %llu of object seed %llu is %u, expected %u",
+                     (unsigned long long)i, (unsigned long long)seed, p[i],
+                     pattern_byte(seed, i));
+}
+
+/* alloc + write the pattern + commit; returns 0 or alloc's error. */
+static int put(struct sfix *f, struct store_holder *h, const char *key, uint64_t size,
+               uint32_t readers, uint64_t seed, struct store_extent *out,
+               struct shmb_error *err)
+{
+    struct store_extent e;
+    int rc = store_alloc(f->s, h, key, strlen(key), size, readers, &e, err);
+
+    if (rc != 0)
+        return rc;
+    assert_int_equal(e.size, size);
+    assert_int_equal(e.offset % SHMB_ALIGN, 0);
+    write_pattern(payload(f, &e), size, seed);
+    rc = store_commit(f->s, h, key, strlen(key), err);
+    if (rc != 0)
+        fail_msg("commit '%s' = %d: %s", key, rc, err->message);
+    if (out != NULL)
+        *out = e;
+    return 0;
+}
+
+static void put_ok(struct sfix *f, struct store_holder *h, const char *key,
+                   uint64_t size, uint32_t readers, uint64_t seed, struct store_extent *out)
+{
+    struct shmb_error err = {0};
+    int rc = put(f, h, key, size, readers, seed, out, &err);
+
+    if (rc != 0)
+        fail_msg("put '%s' (%llu bytes) = %d: %s", key, (unsigned long long)size, rc,
+                 err.message);
+}
+
+/* get, check extent and pattern, and release unless keep. */
+static void read_ok(struct sfix *f, struct store_holder *h, const char *key, uint64_t size,
+                    uint64_t seed, bool keep)
+{
+    struct shmb_error err = {0};
+    struct store_extent e;
+    int rc = store_get(f->s, h, key, strlen(key), &e, &err);
+
+    if (rc != 0)
+        fail_msg("get '%s' = %d: %s", key, rc, err.message);
+    assert_int_equal(e.size, size);
+    check_pattern(payload(f, &e), size, seed);
+    if (!keep)
+        assert_int_equal(store_release(f->s, h, key, strlen(key), &err), 0);
+}
+
+static struct store_stats stats_of(const struct sfix *f)
+{
+    struct store_stats st;
+
+    store_stats(f->s, &st);
+    assert_int_equal(st.data_size, f->size);
+    assert_int_equal(st.used + st.free, st.data_size);
+    return st;
+}
+
+/* True when text holds value as a whole decimal number (not part of another). */
+static bool has_number(const char *text, unsigned long long value)
+{
+    const char *p = text;
+
+    while (*p != '\0') {
+        if (*p >= '0' && *p <= '9') {
+            char *end;
+            unsigned long long v = strtoull(p, &end, 10);
+
+            if (v == value && (p == text || p[-1] != '.') && *end != '.')
+                return true;
+            p = end;
+        } else {
+            p++;
+        }
+    }
+    return false;
+}
+
+static void expect_message_has(const struct shmb_error *err, const char *what)
+{
+    if (strstr(err->message, what) == NULL)
+        fail_msg("message does not name '%s': '%s'", what, err->message);
+}
+
+/* vLLM test_minimal_put_get_cycle: a put (alloc, write, commit) is found by
+ * key, get returns the same extent with the same bytes, and release drops
+ * the pin. */
+static void test_minimal_put_get_cycle(void **state)
+{
+    struct sfix *f = sfix_new(1024 * 100, 1024 * 10);
+    struct store_holder *h = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent w, r;
+    struct store_stats st;
+
+    (void)state;
+    assert_non_null(h);
+    assert_false(store_contains(f->s, "test_key", 8));
+    assert_int_equal(store_alloc(f->s, h, "test_key", 8, 30, 0, &w, &err), 0);
+    assert_true(w.offset >= DATA_OFFSET + 64);
+    memcpy(payload(f, &w), "field1=0123456789field2=012345", 30);
+    assert_false(store_contains(f->s, "test_key", 8));
+    assert_int_equal(store_commit(f->s, h, "test_key", 8, &err), 0);
+    assert_true(store_contains(f->s, "test_key", 8));
+
+    assert_int_equal(store_get(f->s, h, "test_key", 8, &r, &err), 0);
+    assert_int_equal(r.offset, w.offset);
+    assert_int_equal(r.size, 30);
+    assert_memory_equal(payload(f, &r), "field1=0123456789field2=012345", 30);
+    st = stats_of(f);
+    assert_int_equal(st.pinned, 1);
+    assert_int_equal(store_release(f->s, h, "test_key", 8, &err), 0);
+    st = stats_of(f);
+    assert_int_equal(st.pinned, 0);
+    assert_int_equal(st.objects, 1);
+    assert_true(store_contains(f->s, "test_key", 8));
+    store_holder_free(f->s, h);
+    sfix_free(f);
+}
+
+/* vLLM test_put_same_key_twice: a second alloc of a committed key is -EEXIST
+ * with a message naming the key, and the first object is unchanged; a key
+ * that is still pending is taken too. */
+static void test_put_same_key_twice(void **state)
+{
+    struct sfix *f = sfix_new(1024 * 100, 1024 * 10);
+    struct store_holder *h = store_holder_new(f->s), *h2 = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent e;
+
+    (void)state;
+    put_ok(f, h, "duplicate_key", 11, 0, 1, NULL);
+    read_ok(f, h, "duplicate_key", 11, 1, false);
+    assert_int_equal(store_alloc(f->s, h, "duplicate_key", 13, 12, 0, &e, &err), -EEXIST);
+    assert_int_equal(err.code, -EEXIST);
+    expect_message_has(&err, "duplicate_key");
+    assert_int_equal(store_alloc(f->s, h2, "duplicate_key", 13, 12, 0, &e, &err), -EEXIST);
+    read_ok(f, h2, "duplicate_key", 11, 1, false);
+
+    assert_int_equal(store_alloc(f->s, h, "pending_key", 11, 12, 0, &e, &err), 0);
+    shmb_error_clear(&err);
+    assert_int_equal(store_alloc(f->s, h2, "pending_key", 11, 12, 0, &e, &err), -EEXIST);
+    expect_message_has(&err, "pending_key");
+    assert_int_equal(store_alloc(f->s, h, "pending_key", 11, 12, 0, &e, &err), -EEXIST);
+    assert_int_equal(stats_of(f).pending, 1);
+    assert_int_equal(stats_of(f).allocs, 2);
+    store_holder_free(f->s, h);
+    store_holder_free(f->s, h2);
+    sfix_free(f);
+}
+
+/* vLLM test_large_object_rejection: an object over the max object size is
+ * -E2BIG with exactly vLLM's message, nothing is allocated, and an object of
+ * exactly the max size is accepted; the default max is half the data area. */
+static void test_large_object_rejection(void **state)
+{
+    struct sfix *f = sfix_new(1024 * 100, 1024 * 10);
+    struct store_holder *h = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent e;
+    struct store_stats st;
+
+    (void)state;
+    assert_int_equal(stats_of(f).max_object_size, 10240);
+    assert_int_equal(store_alloc(f->s, h, "large_key", 9, 10240 + 100, 0, &e, &err), -E2BIG);
+    assert_int_equal(err.code, -E2BIG);
+    assert_string_equal(err.message,
+                        "Object size (10340 bytes) exceeds max object size (10240 bytes)");
+    st = stats_of(f);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.pending, 0);
+    assert_int_equal(store_alloc(f->s, h, "large_key", 9, 10241, 0, &e, &err), -E2BIG);
+    assert_int_equal(store_alloc(f->s, h, "large_key", 9, 10240, 0, &e, &err), 0);
+    assert_int_equal(e.size, 10240);
+    store_holder_free(f->s, h);
+    sfix_free(f);
+
+    f = sfix_new(8192, 0);
+    assert_int_equal(stats_of(f).max_object_size, 4096);
+    h = store_holder_new(f->s);
+    assert_int_equal(store_alloc(f->s, h, "k", 1, 4097, 0, &e, &err), -E2BIG);
+    assert_string_equal(err.message,
+                        "Object size (4097 bytes) exceeds max object size (4096 bytes)");
+    store_holder_free(f->s, h);
+    sfix_free(f);
+}
+
+/* Bad arguments are -EINVAL or -ENOENT and change nothing. */
+static void test_invalid_arguments(void **state)
+{
+    static char long_key[300];
+    struct sfix *f = sfix_new(8192, 0);
+    struct store_holder *h = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent e;
+
+    (void)state;
+    memset(long_key, 'x', sizeof(long_key));
+    assert_int_equal(store_alloc(f->s, h, long_key, 256, 10, 0, &e, &err), -EINVAL);
+    assert_int_equal(store_alloc(f->s, h, "k", 1, 0, 0, &e, &err), -EINVAL);
+    assert_int_equal(store_alloc(f->s, h, "k", 1, 10, STORE_MAX_READERS + 1, &e, &err),
+                     -EINVAL);
+    assert_int_equal(store_alloc(f->s, h, "k", 0, 10, 0, &e, &err), -EINVAL);
+    assert_int_equal(stats_of(f).used, 0);
+    assert_int_equal(store_alloc(f->s, h, long_key, 255, 10, STORE_MAX_READERS, &e, &err), 0);
+    assert_int_equal(store_commit(f->s, h, long_key, 255, &err), 0);
+    assert_int_equal(store_touch(f->s, long_key, 255, STORE_MAX_READERS + 1, &err), -EINVAL);
+    assert_int_equal(store_touch(f->s, "nope", 4, 1, &err), -ENOENT);
+    assert_int_equal(store_delete(f->s, "nope", 4, &err), -ENOENT);
+    assert_int_equal(store_release(f->s, h, "nope", 4, &err), -ENOENT);
+    assert_int_equal(store_get(f->s, h, "nope", 4, &e, &err), -ENOENT);
+    assert_int_equal(store_commit(f->s, h, "nope", 4, &err), -ENOENT);
+    assert_int_equal(store_abort(f->s, h, "nope", 4, &err), -ENOENT);
+    assert_int_equal(stats_of(f).objects, 1);
+    assert_int_equal(stats_of(f).pending, 0);
+    store_holder_free(f->s, h);
+    sfix_free(f);
+}
+
+/* Fill a store with item_N objects of size bytes awaiting readers reads,
+ * starting at index first, until -ENOSPC; returns how many went in. */
+static int fill_items(struct sfix *f, struct store_holder *h, int first, uint64_t size,
+                      uint32_t readers, struct shmb_error *err)
+{
+    char key[32];
+    int i, rc;
+
+    for (i = first;; i++) {
+        snprintf(key, sizeof(key), "item_%d", i);
+        rc = put(f, h, key, size, readers, (uint64_t)i, NULL, err);
+        if (rc == -ENOSPC)
+            return i - first;
+        if (rc != 0)
+            fail_msg("put %s = %d: %s", key, rc, err->message);
+        assert_true(i - first < 100000);
+    }
+}
+
+/* vLLM test_buffer_overflow_and_cleanup: objects awaiting one read each fill
+ * the ring (exactly as many as fit) and then refuse new ones; once each has
+ * been read, new puts reclaim them oldest first and only as many as they
+ * need (unlike vLLM's free_unused, which empties the cache), the same number
+ * fit again,
+ * every surviving object still reads back its own bytes, and the evicted
+ * keys are gone. */
+static void test_buffer_overflow_and_cleanup(void **state)
+{
+    struct sfix *f = sfix_new(1024 * 100, 1024 * 10);
+    struct store_holder *w = store_holder_new(f->s), *r = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    uint64_t chunk = ring_chunk_size(strlen("item_100"), 600);
+    char key[32];
+    int n, n2, i;
+
+    (void)state;
+    n = fill_items(f, w, 0, 600, 1, &err);
+    assert_int_equal(n, (int)(f->size / chunk));
+    assert_int_equal(err.code, -ENOSPC);
+    for (i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "item_%d", i);
+        read_ok(f, r, key, 600, (uint64_t)i, false);
+    }
+    /* A put reclaims only what it needs: the oldest object, not every object
+     * that could go. */
+    snprintf(key, sizeof(key), "item_%d", n);
+    put_ok(f, w, key, 600, 1, (uint64_t)n, NULL);
+    assert_int_equal(stats_of(f).evictions, 1);
+    assert_false(store_contains(f->s, "item_0", 6));
+    assert_true(store_contains(f->s, "item_1", 6));
+    n2 = 1 + fill_items(f, w, n + 1, 600, 1, &err);
+    assert_int_equal(n2, n);
+    for (i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "item_%d", i);
+        assert_false(store_contains(f->s, key, strlen(key)));
+    }
+    for (i = n; i < n + n2; i++) {
+        snprintf(key, sizeof(key), "item_%d", i);
+        read_ok(f, r, key, 600, (uint64_t)i, false);
+    }
+    assert_int_equal(stats_of(f).evictions, (uint64_t)n);
+    assert_int_equal(stats_of(f).objects, (uint64_t)n2);
+    store_holder_free(f->s, w);
+    store_holder_free(f->s, r);
+    sfix_free(f);
+}
+
+/* vLLM test_blocking_unread_object: with every object read except the
+ * oldest, a new put is -ENOSPC whose message names the unread object and its
+ * pin count, and stats name it as the blocker; once it is read, the put
+ * succeeds, it is evicted, and many more puts go in. */
+static void test_blocking_unread_object(void **state)
+{
+    struct sfix *f = sfix_new(1024 * 100, 1024 * 10);
+    struct store_holder *w = store_holder_new(f->s), *r = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_stats st;
+    char key[32];
+    int n, i, more;
+
+    (void)state;
+    n = fill_items(f, w, 0, 600, 1, &err);
+    for (i = 1; i < n; i++) {
+        snprintf(key, sizeof(key), "item_%d", i);
+        read_ok(f, r, key, 600, (uint64_t)i, false);
+    }
+    snprintf(key, sizeof(key), "item_%d", n);
+    shmb_error_clear(&err);
+    assert_int_equal(put(f, w, key, 600, 1, (uint64_t)n, NULL, &err), -ENOSPC);
+    assert_int_equal(err.code, -ENOSPC);
+    expect_message_has(&err, "item_0");
+    if (!has_number(err.message, 0))
+        fail_msg("message does not give the pin count 0: '%s'", err.message);
+    st = stats_of(f);
+    assert_true(st.has_blocker);
+    assert_string_equal(st.blocker_key, "item_0");
+    assert_int_equal(st.blocker_pins, 0);
+    assert_int_equal(st.blocker_readers, 1);
+    assert_int_equal(st.blocker_state, STORE_COMMITTED);
+    assert_int_equal(st.enospc, 2); /* the fill's last put, and this one */
+    assert_true(store_contains(f->s, "item_0", 6));
+
+    read_ok(f, r, "item_0", 600, 0, false);
+    put_ok(f, w, key, 600, 1, (uint64_t)n, NULL);
+    assert_false(store_contains(f->s, "item_0", 6));
+    more = fill_items(f, w, n + 1, 600, 1, &err);
+    assert_true(more >= 10);
+    st = stats_of(f);
+    assert_true(st.has_blocker);
+    snprintf(key, sizeof(key), "item_%d", n);
+    assert_string_equal(st.blocker_key, key);
+    store_holder_free(f->s, w);
+    store_holder_free(f->s, r);
+    sfix_free(f);
+}
+
+/* A pinned oldest object blocks reclaim; the -ENOSPC message gives its pin
+ * count (3 gets by one holder) and stats agree; after three releases it is
+ * evicted by the next put. */
+static void test_blocker_pin_count(void **state)
+{
+    struct sfix *f = sfix_new(8192, 0);
+    struct store_holder *w = store_holder_new(f->s), *r = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_stats st;
+    int i, n;
+
+    (void)state;
+    put_ok(f, w, "pinned", 1000, 0, 99, NULL);
+    for (i = 0; i < 3; i++)
+        read_ok(f, r, "pinned", 1000, 99, true);
+    n = fill_items(f, w, 0, 1000, 0, &err);
+    assert_true(n >= 5);
+    expect_message_has(&err, "'pinned'");
+    if (!has_number(err.message, 3))
+        fail_msg("message does not give the pin count 3: '%s'", err.message);
+    st = stats_of(f);
+    assert_true(st.has_blocker);
+    assert_string_equal(st.blocker_key, "pinned");
+    assert_int_equal(st.blocker_pins, 3);
+    assert_int_equal(st.blocker_readers, 0);
+    for (i = 0; i < 3; i++)
+        assert_int_equal(store_release(f->s, r, "pinned", 6, &err), 0);
+    assert_int_equal(store_release(f->s, r, "pinned", 6, &err), -ENOENT);
+    put_ok(f, w, "after", 1000, 0, 7, NULL);
+    assert_false(store_contains(f->s, "pinned", 6));
+    store_holder_free(f->s, w);
+    store_holder_free(f->s, r);
+    sfix_free(f);
+}
+
+/* Only the holder that allocated a key may commit or abort it: another
+ * holder gets -ENOENT and the allocation stays pending; a committed object
+ * can be neither committed nor aborted again; an abort gives the bytes back
+ * and frees the key. */
+static void test_commit_abort_other_holder(void **state)
+{
+    struct sfix *f = sfix_new(8192, 0);
+    struct store_holder *h1 = store_holder_new(f->s), *h2 = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent e;
+
+    (void)state;
+    /* An abort gives the bytes back (the chunk is the only one) and frees
+     * the key. */
+    assert_int_equal(store_alloc(f->s, h1, "a", 1, 100, 0, &e, &err), 0);
+    assert_int_equal(stats_of(f).used, ring_chunk_size(1, 100));
+    assert_int_equal(store_abort(f->s, h2, "a", 1, &err), -ENOENT);
+    assert_int_equal(store_abort(f->s, h1, "a", 1, &err), 0);
+    assert_int_equal(stats_of(f).used, 0);
+    assert_int_equal(stats_of(f).pending, 0);
+    assert_int_equal(store_abort(f->s, h1, "a", 1, &err), -ENOENT);
+    assert_int_equal(store_alloc(f->s, h2, "a", 1, 100, 0, &e, &err), 0);
+
+    assert_int_equal(store_alloc(f->s, h1, "k", 1, 100, 0, &e, &err), 0);
+    assert_int_equal(store_commit(f->s, h2, "k", 1, &err), -ENOENT);
+    assert_int_equal(err.code, -ENOENT);
+    assert_int_equal(store_abort(f->s, h2, "k", 1, &err), -ENOENT);
+    assert_int_equal(stats_of(f).pending, 2);
+    assert_false(store_contains(f->s, "k", 1));
+    assert_int_equal(store_commit(f->s, h1, "k", 1, &err), 0);
+    assert_true(store_contains(f->s, "k", 1));
+    assert_int_equal(store_commit(f->s, h1, "k", 1, &err), -ENOENT);
+    assert_int_equal(store_abort(f->s, h1, "k", 1, &err), -ENOENT);
+    assert_true(store_contains(f->s, "k", 1));
+    assert_int_equal(stats_of(f).pending, 1);
+    assert_int_equal(stats_of(f).commits, 1);
+    store_holder_free(f->s, h1);
+    store_holder_free(f->s, h2);
+    sfix_free(f);
+}
+
+/* A pending object is invisible: get (by anyone, its writer included),
+ * delete and touch are -ENOENT, contains is false; after commit get works. */
+static void test_get_pending(void **state)
+{
+    struct sfix *f = sfix_new(8192, 0);
+    struct store_holder *h1 = store_holder_new(f->s), *h2 = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent e, g;
+
+    (void)state;
+    assert_int_equal(store_alloc(f->s, h1, "p", 1, 100, 0, &e, &err), 0);
+    write_pattern(payload(f, &e), 100, 5);
+    assert_int_equal(store_get(f->s, h1, "p", 1, &g, &err), -ENOENT);
+    assert_int_equal(err.code, -ENOENT);
+    assert_int_equal(store_get(f->s, h2, "p", 1, &g, &err), -ENOENT);
+    assert_int_equal(store_delete(f->s, "p", 1, &err), -ENOENT);
+    assert_int_equal(store_touch(f->s, "p", 1, 1, &err), -ENOENT);
+    assert_false(store_contains(f->s, "p", 1));
+    assert_int_equal(stats_of(f).pinned, 0);
+    assert_int_equal(stats_of(f).gets, 0);
+    assert_int_equal(store_commit(f->s, h1, "p", 1, &err), 0);
+    read_ok(f, h2, "p", 100, 5, false);
+    assert_int_equal(stats_of(f).gets, 1);
+    store_holder_free(f->s, h1);
+    store_holder_free(f->s, h2);
+    sfix_free(f);
+}
+
+/* Deleting a pinned object removes its key at once (contains is false, the
+ * key can be allocated again) but its bytes stay, untouched, until the last
+ * pin goes; then stats.used drops by its chunk. */
+static void test_delete_while_pinned(void **state)
+{
+    struct sfix *f = sfix_new(8192, 0);
+    struct store_holder *h1 = store_holder_new(f->s), *h2 = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent old, e2;
+    struct store_stats st;
+    uint64_t chunk = ring_chunk_size(1, 1000);
+
+    (void)state;
+    put_ok(f, h2, "A", 1000, 0, 11, &old);
+    read_ok(f, h1, "A", 1000, 11, true);
+    read_ok(f, h2, "A", 1000, 11, true);
+    assert_int_equal(stats_of(f).used, chunk);
+    assert_int_equal(store_delete(f->s, "A", 1, &err), 0);
+    assert_false(store_contains(f->s, "A", 1));
+    assert_int_equal(store_delete(f->s, "A", 1, &err), -ENOENT);
+    assert_int_equal(store_get(f->s, h1, "A", 1, &e2, &err), -ENOENT);
+    st = stats_of(f);
+    assert_int_equal(st.used, chunk);
+    assert_int_equal(st.objects, 0);
+    assert_int_equal(st.deleted_pinned, 1);
+    assert_int_equal(st.pinned, 1);
+
+    /* A new object under the same key, in other bytes. */
+    assert_int_equal(store_alloc(f->s, h2, "A", 1, 1000, 0, &e2, &err), 0);
+    assert_int_not_equal(e2.offset, old.offset);
+    write_pattern(payload(f, &e2), 1000, 12);
+    check_pattern(payload(f, &old), 1000, 11);
+    assert_int_equal(stats_of(f).used, 2 * chunk);
+
+    assert_int_equal(store_release(f->s, h1, "A", 1, &err), 0);
+    assert_int_equal(stats_of(f).used, 2 * chunk);
+    assert_int_equal(stats_of(f).deleted_pinned, 1);
+    check_pattern(payload(f, &old), 1000, 11);
+    assert_int_equal(store_release(f->s, h2, "A", 1, &err), 0);
+    st = stats_of(f);
+    assert_int_equal(st.used, chunk);
+    assert_int_equal(st.deleted_pinned, 0);
+    assert_int_equal(st.pinned, 0);
+    assert_int_equal(store_release(f->s, h2, "A", 1, &err), -ENOENT);
+
+    assert_int_equal(store_commit(f->s, h2, "A", 1, &err), 0);
+    assert_true(store_contains(f->s, "A", 1));
+    read_ok(f, h1, "A", 1000, 12, false);
+    store_holder_free(f->s, h1);
+    store_holder_free(f->s, h2);
+    sfix_free(f);
+}
+
+/* Pins are counted per holder: a holder that got a key twice releases it
+ * twice, a third release is -ENOENT, and a holder that holds no pin cannot
+ * release another holder's. Holder stats count pins, pending allocations and
+ * the bytes of the distinct objects pinned. */
+static void test_pins_per_holder(void **state)
+{
+    struct sfix *f = sfix_new(8192, 0);
+    struct store_holder *h1 = store_holder_new(f->s), *h2 = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_holder_stats hs;
+    struct store_extent e;
+
+    (void)state;
+    put_ok(f, h2, "k", 100, 0, 1, NULL);
+    put_ok(f, h2, "j", 300, 0, 2, NULL);
+    assert_int_equal(store_alloc(f->s, h2, "p", 1, 10, 0, &e, &err), 0);
+    read_ok(f, h1, "k", 100, 1, true);
+    read_ok(f, h1, "k", 100, 1, true);
+    read_ok(f, h1, "j", 300, 2, true);
+    store_holder_stats(h1, &hs);
+    assert_int_equal(hs.pins, 3);
+    assert_int_equal(hs.pending, 0);
+    assert_int_equal(hs.bytes_pinned, 400);
+    store_holder_stats(h2, &hs);
+    assert_int_equal(hs.pins, 0);
+    assert_int_equal(hs.pending, 1);
+    assert_int_equal(hs.bytes_pinned, 0);
+    assert_int_equal(stats_of(f).pinned, 2);
+
+    assert_int_equal(store_release(f->s, h2, "k", 1, &err), -ENOENT);
+    assert_int_equal(err.code, -ENOENT);
+    assert_int_equal(store_release(f->s, h1, "k", 1, &err), 0);
+    store_holder_stats(h1, &hs);
+    assert_int_equal(hs.pins, 2);
+    assert_int_equal(hs.bytes_pinned, 400);
+    assert_int_equal(stats_of(f).pinned, 2);
+    assert_int_equal(store_release(f->s, h1, "k", 1, &err), 0);
+    assert_int_equal(store_release(f->s, h1, "k", 1, &err), -ENOENT);
+    store_holder_stats(h1, &hs);
+    assert_int_equal(hs.pins, 1);
+    assert_int_equal(hs.bytes_pinned, 300);
+    assert_int_equal(stats_of(f).pinned, 1);
+    store_holder_free(f->s, h1);
+    store_holder_free(f->s, h2);
+    sfix_free(f);
+}
+
+/* store_holder_free, as on a disconnect, releases all the holder's pins
+ * (a pinned oldest object stops blocking, a deleted pinned object's bytes
+ * come back) and drops its pending allocations (the key is free again). */
+static void test_holder_free(void **state)
+{
+    struct sfix *f = sfix_new(8192, 0);
+    struct store_holder *h1 = store_holder_new(f->s), *h2 = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent e;
+    struct store_stats st;
+    int n;
+
+    (void)state;
+    put_ok(f, h2, "old", 500, 0, 1, NULL);
+    read_ok(f, h1, "old", 500, 1, true);
+    read_ok(f, h1, "old", 500, 1, true);
+    put_ok(f, h2, "del", 500, 0, 2, NULL);
+    read_ok(f, h1, "del", 500, 2, true);
+    assert_int_equal(store_delete(f->s, "del", 3, &err), 0);
+    assert_int_equal(store_alloc(f->s, h1, "p", 1, 500, 0, &e, &err), 0);
+    n = fill_items(f, h2, 0, 500, 0, &err);
+    assert_true(n >= 3);
+    expect_message_has(&err, "'old'");
+    st = stats_of(f);
+    assert_true(st.has_blocker);
+    assert_string_equal(st.blocker_key, "old");
+    assert_int_equal(st.blocker_pins, 2);
+    assert_int_equal(st.pending, 1);
+    assert_int_equal(st.deleted_pinned, 1);
+    assert_int_equal(st.pinned, 2);
+
+    store_holder_free(f->s, h1);
+    st = stats_of(f);
+    assert_int_equal(st.pending, 0);
+    assert_int_equal(st.deleted_pinned, 0);
+    assert_int_equal(st.pinned, 0);
+    put_ok(f, h2, "next", 500, 0, 3, NULL);
+    assert_false(store_contains(f->s, "old", 3));
+    assert_int_equal(store_alloc(f->s, h2, "p", 1, 500, 0, &e, &err), 0);
+    store_holder_free(f->s, h2);
+    assert_int_equal(stats_of(f).pending, 0);
+    sfix_free(f);
+}
+
+/* touch adds awaited reads to a committed object: with readers 0 plus a
+ * touch of 2, the object blocks reclaim until it has been read twice. */
+static void test_touch(void **state)
+{
+    struct sfix *f = sfix_new(8192, 0);
+    struct store_holder *w = store_holder_new(f->s), *r = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_stats st;
+    int n;
+
+    (void)state;
+    put_ok(f, w, "t", 1000, 0, 4, NULL);
+    assert_int_equal(store_touch(f->s, "t", 1, 2, &err), 0);
+    n = fill_items(f, w, 0, 1000, 0, &err);
+    assert_true(n >= 5);
+    expect_message_has(&err, "'t'");
+    st = stats_of(f);
+    assert_string_equal(st.blocker_key, "t");
+    assert_int_equal(st.blocker_readers, 2);
+    read_ok(f, r, "t", 1000, 4, false);
+    assert_int_equal(put(f, w, "x", 1000, 0, 5, NULL, &err), -ENOSPC);
+    assert_int_equal(stats_of(f).blocker_readers, 1);
+    read_ok(f, r, "t", 1000, 4, false);
+    put_ok(f, w, "x", 1000, 0, 5, NULL);
+    assert_false(store_contains(f->s, "t", 1));
+    assert_int_equal(store_touch(f->s, "t", 1, 1, &err), -ENOENT);
+    store_holder_free(f->s, w);
+    store_holder_free(f->s, r);
+    sfix_free(f);
+}
+
+struct listed {
+    size_t n, stop_after;
+    char keys[16][32];
+    struct store_entry e[16];
+};
+
+static int list_record(const struct store_entry *e, void *arg)
+{
+    struct listed *l = arg;
+
+    assert_true(l->n < 16);
+    assert_true(e->key_len < 32);
+    memcpy(l->keys[l->n], e->key, e->key_len);
+    l->keys[l->n][e->key_len] = '\0';
+    l->e[l->n] = *e;
+    l->n++;
+    return l->stop_after != 0 && l->n >= l->stop_after;
+}
+
+static size_t list_of(const struct sfix *f, const char *prefix, size_t limit,
+                      struct listed *l, size_t stop_after)
+{
+    memset(l, 0, sizeof(*l));
+    l->stop_after = stop_after;
+    return store_list(f->s, prefix, prefix ? strlen(prefix) : 0, limit, list_record, l);
+}
+
+/* store_list reports pending, committed and deleted-but-pinned objects,
+ * oldest first, filtered by key prefix, at most limit of them, with their
+ * extent, pins, awaited reads and state; a non-zero return of the callback
+ * stops it. */
+static void test_list(void **state)
+{
+    struct sfix *f = sfix_new(8192, 0);
+    struct store_holder *h = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent e0, e1, e3;
+    struct listed l;
+
+    (void)state;
+    put_ok(f, h, "a/0", 10, 0, 0, &e0);
+    read_ok(f, h, "a/0", 10, 0, true);
+    assert_int_equal(store_delete(f->s, "a/0", 3, &err), 0);
+    put_ok(f, h, "a/1", 20, 2, 1, &e1);
+    put_ok(f, h, "b/1", 30, 0, 2, NULL);
+    put_ok(f, h, "a/2", 40, 0, 3, NULL);
+    assert_int_equal(store_alloc(f->s, h, "a/3", 3, 50, 0, &e3, &err), 0);
+    put_ok(f, h, "gone", 10, 0, 4, NULL);
+    assert_int_equal(store_delete(f->s, "gone", 4, &err), 0);
+
+    assert_int_equal(list_of(f, "a/", SIZE_MAX, &l, 0), 4);
+    assert_int_equal(l.n, 4);
+    assert_string_equal(l.keys[0], "a/0");
+    assert_int_equal(l.e[0].state, STORE_DELETED);
+    assert_int_equal(l.e[0].pins, 1);
+    assert_int_equal(l.e[0].offset, e0.offset);
+    assert_string_equal(l.keys[1], "a/1");
+    assert_int_equal(l.e[1].state, STORE_COMMITTED);
+    assert_int_equal(l.e[1].awaited_reads, 2);
+    assert_int_equal(l.e[1].pins, 0);
+    assert_int_equal(l.e[1].offset, e1.offset);
+    assert_int_equal(l.e[1].size, 20);
+    assert_string_equal(l.keys[2], "a/2");
+    assert_string_equal(l.keys[3], "a/3");
+    assert_int_equal(l.e[3].state, STORE_PENDING);
+    assert_int_equal(l.e[3].offset, e3.offset);
+    assert_int_equal(l.e[3].size, 50);
+
+    assert_int_equal(list_of(f, "a/", 2, &l, 0), 2);
+    assert_int_equal(l.n, 2);
+    assert_string_equal(l.keys[1], "a/1");
+    assert_int_equal(list_of(f, "b", SIZE_MAX, &l, 0), 1);
+    assert_string_equal(l.keys[0], "b/1");
+    assert_int_equal(list_of(f, NULL, SIZE_MAX, &l, 0), 5);
+    assert_string_equal(l.keys[2], "b/1");
+    assert_int_equal(list_of(f, "zzz", SIZE_MAX, &l, 0), 0);
+    assert_int_equal(list_of(f, "a/0/longer", SIZE_MAX, &l, 0), 0);
+    list_of(f, NULL, SIZE_MAX, &l, 1);
+    assert_int_equal(l.n, 1);
+    assert_string_equal(store_state_name(STORE_PENDING), "pending");
+    assert_string_equal(store_state_name(STORE_COMMITTED), "committed");
+    assert_string_equal(store_state_name(STORE_DELETED), "deleted");
+    store_holder_free(f->s, h);
+    sfix_free(f);
+}
+
+struct walk_states {
+    size_t n;
+    char keys[8][16];
+    uint16_t states[8];
+};
+
+static int walk_states_record(const struct shmb_chunk_header *hdr, const char *key,
+                              uint64_t payload_offset, void *arg)
+{
+    struct walk_states *w = arg;
+
+    (void)payload_offset;
+    if (hdr->state == SHMB_CHUNK_GAP)
+        return 0;
+    assert_true(w->n < 8);
+    assert_true(hdr->key_len < 16);
+    memcpy(w->keys[w->n], key, hdr->key_len);
+    w->keys[w->n][hdr->key_len] = '\0';
+    w->states[w->n] = hdr->state;
+    w->n++;
+    return 0;
+}
+
+/* The chunk headers in the data area say what a restarted daemon may trust:
+ * COMMITTED only for committed objects, PENDING while being written, and a
+ * deleted (still pinned) object is no longer COMMITTED. */
+static void test_chunk_states_in_segment(void **state)
+{
+    struct sfix *f = sfix_new(8192, 0);
+    struct store_holder *h = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent e;
+    struct walk_states w;
+
+    (void)state;
+    put_ok(f, h, "del", 10, 0, 0, NULL);
+    read_ok(f, h, "del", 10, 0, true);
+    assert_int_equal(store_delete(f->s, "del", 3, &err), 0);
+    put_ok(f, h, "com", 10, 0, 1, NULL);
+    assert_int_equal(store_alloc(f->s, h, "pen", 3, 10, 0, &e, &err), 0);
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(ring_walk(store_ring(f->s), walk_states_record, &w, &err), 0);
+    assert_int_equal(w.n, 3);
+    assert_string_equal(w.keys[0], "del");
+    assert_int_not_equal(w.states[0], SHMB_CHUNK_COMMITTED);
+    assert_int_not_equal(w.states[0], SHMB_CHUNK_PENDING);
+    assert_string_equal(w.keys[1], "com");
+    assert_int_equal(w.states[1], SHMB_CHUNK_COMMITTED);
+    assert_string_equal(w.keys[2], "pen");
+    assert_int_equal(w.states[2], SHMB_CHUNK_PENDING);
+    store_holder_free(f->s, h);
+    sfix_free(f);
+}
+
+/* stats: used + free == data size, and the object, pending, pinned and
+ * deleted-pinned counts and the allocs/commits/gets/evictions/enospc
+ * counters follow a scripted sequence exactly. */
+static void test_stats(void **state)
+{
+    struct sfix *f = sfix_new(8192, 0);
+    struct store_holder *h = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent e;
+    struct store_stats st;
+    int n;
+
+    (void)state;
+    st = stats_of(f);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.free, 8192);
+    assert_int_equal(st.objects + st.pending + st.pinned + st.allocs + st.enospc, 0);
+    assert_false(st.has_blocker);
+
+    assert_int_equal(store_alloc(f->s, h, "a", 1, 100, 0, &e, &err), 0);
+    write_pattern(payload(f, &e), 100, 0);
+    st = stats_of(f);
+    assert_int_equal(st.pending, 1);
+    assert_int_equal(st.objects, 0);
+    assert_int_equal(st.allocs, 1);
+    assert_int_equal(st.used, ring_chunk_size(1, 100));
+    assert_true(st.has_blocker); /* a pending object cannot be reclaimed */
+    assert_string_equal(st.blocker_key, "a");
+    assert_int_equal(st.blocker_state, STORE_PENDING);
+    assert_int_equal(store_commit(f->s, h, "a", 1, &err), 0);
+    st = stats_of(f);
+    assert_int_equal(st.pending, 0);
+    assert_int_equal(st.objects, 1);
+    assert_int_equal(st.commits, 1);
+    assert_false(st.has_blocker);
+    read_ok(f, h, "a", 100, 0, true);
+    put_ok(f, h, "b", 1000, 1, 1, NULL);
+    st = stats_of(f);
+    assert_int_equal(st.gets, 1);
+    assert_int_equal(st.pinned, 1);
+    assert_int_equal(st.objects, 2);
+    assert_int_equal(store_delete(f->s, "a", 1, &err), 0);
+    st = stats_of(f);
+    assert_int_equal(st.objects, 1);
+    assert_int_equal(st.deleted_pinned, 1);
+    assert_int_equal(st.pinned, 1);
+    assert_int_equal(store_release(f->s, h, "a", 1, &err), 0);
+    st = stats_of(f);
+    assert_int_equal(st.deleted_pinned, 0);
+    assert_int_equal(st.pinned, 0);
+    assert_int_equal(st.used, ring_chunk_size(1, 1000));
+
+    n = fill_items(f, h, 0, 1000, 1, &err);
+    st = stats_of(f);
+    assert_int_equal(st.enospc, 1);
+    assert_int_equal(st.allocs, 2 + (uint64_t)n);
+    assert_int_equal(st.commits, 2 + (uint64_t)n);
+    assert_int_equal(st.objects, 1 + (uint64_t)n);
+    assert_int_equal(st.evictions, 0);
+    assert_true(st.has_blocker);
+    assert_string_equal(st.blocker_key, "b");
+    assert_int_equal(st.blocker_readers, 1);
+    assert_int_equal(st.blocker_state, STORE_COMMITTED);
+    read_ok(f, h, "b", 1000, 1, false);
+    put_ok(f, h, "c", 1000, 0, 2, NULL);
+    st = stats_of(f);
+    assert_int_equal(st.evictions, 1);
+    assert_int_equal(st.gets, 2);
+    assert_int_equal(st.enospc, 1);
+    assert_int_equal(st.allocs, 3 + (uint64_t)n);
+    assert_int_equal(st.objects, 1 + (uint64_t)n);
+    assert_false(store_contains(f->s, "b", 1));
+    store_holder_free(f->s, h);
+    sfix_free(f);
+}
+
+/* store_new refuses a data area the ring cannot use and a max object size
+ * that cannot fit, with -EINVAL and a message. */
+static void test_store_new_invalid(void **state)
+{
+    struct store_config cfg = {.max_object_size = 0};
+    struct shmb_error err = {0};
+    unsigned char *data = aligned_alloc(SHMB_ALIGN, 8192);
+
+    (void)state;
+    assert_non_null(data);
+    assert_null(store_new(data, DATA_OFFSET, 100, NULL, &cfg, &err));
+    assert_int_equal(err.code, -EINVAL);
+    shmb_error_clear(&err);
+    cfg.max_object_size = 8192;
+    assert_null(store_new(data, DATA_OFFSET, 8192, NULL, &cfg, &err));
+    assert_int_equal(err.code, -EINVAL);
+    assert_true(err.message[0] != '\0');
+    free(data);
+}
+
+/* One scripted session with the Nth allocation failing. */
+static int chaos_session(unsigned long n)
+{
+    struct shmb_error err = {0};
+    struct store_config cfg = {.max_object_size = 0};
+    unsigned char *data = aligned_alloc(SHMB_ALIGN, 8192);
+    struct store *s;
+    struct store_holder *h1 = NULL, *h2 = NULL;
+    struct store_extent e;
+    char key[16];
+    int i, rc, failures = 0;
+
+    assert_non_null(data);
+    shmb_alloc_fail_at(n);
+    s = store_new(data, DATA_OFFSET, 8192, NULL, &cfg, &err);
+    if (s == NULL) {
+        assert_int_equal(err.code, -ENOMEM);
+        shmb_alloc_fail_at(0);
+        free(data);
+        return 1;
+    }
+    h1 = store_holder_new(s);
+    h2 = store_holder_new(s);
+    for (i = 0; i < 80; i++) {
+        struct store_holder *h = i % 3 ? h1 : h2;
+
+        snprintf(key, sizeof(key), "c%d", i);
+        if (h == NULL) {
+            failures++;
+            continue;
+        }
+        rc = store_alloc(s, h, key, strlen(key), 100 + (uint64_t)i * 10, 0, &e, &err);
+        if (rc == -ENOMEM || rc == -ENOSPC) {
+            failures += rc == -ENOMEM;
+            continue;
+        }
+        assert_int_equal(rc, 0);
+        assert_int_equal(store_commit(s, h, key, strlen(key), &err), 0);
+        rc = store_get(s, h, key, strlen(key), &e, &err);
+        assert_true(rc == 0 || rc == -ENOMEM);
+        failures += rc == -ENOMEM;
+        if (i % 2 == 0 && rc == 0)
+            assert_int_equal(store_release(s, h, key, strlen(key), &err), 0);
+        if (i % 5 == 0)
+            assert_int_equal(store_delete(s, key, strlen(key), &err), 0);
+    }
+    shmb_alloc_fail_at(0);
+    if (h1 != NULL)
+        store_holder_free(s, h1);
+    if (h2 != NULL)
+        store_holder_free(s, h2);
+    store_free(s);
+    free(data);
+    return failures;
+}
+
+/* Failing any one allocation the store makes (through proto/alloc) turns
+ * into -ENOMEM or a NULL result, never a crash, a leak (under ASan) or a
+ * broken store: the session goes on and ends cleanly. */
+static void test_alloc_failures(void **state)
+{
+    unsigned long n;
+    int hit = 0;
+
+    (void)state;
+    for (n = 1; n <= 400; n++)
+        hit += chaos_session(n) > 0;
+    assert_true(hit > 0);
+}
+
+/* ---- the randomized model test ------------------------------------------ */
+
+#define M_HOLDERS 4
+#define M_KEYS 160
+#define M_MAX_LIVE 2048
+#define M_DATA (64 * 1024)
+#define M_MAX_OBJ (16 * 1024)
+#define M_STEPS 100000
+
+struct mobj {
+    char key[16];
+    size_t key_len;
+    enum store_state state;
+    int owner; /* holder index, while pending */
+    uint64_t offset, size, chunk_phys, chunk_size;
+    uint32_t pins[M_HOLDERS];
+    uint32_t awaited;
+    uint64_t seed;
+};
+
+struct model {
+    struct sfix *f;
+    struct store_holder *h[M_HOLDERS];
+    struct mobj live[M_MAX_LIVE]; /* oldest first */
+    size_t n;
+    unsigned char *bitmap; /* one byte per data-area byte: 1 = in a live chunk */
+    uint64_t serial;
+    uint64_t allocs, commits, gets, evictions, enospc;
+    int step;
+};
+
+static uint64_t rnd_state;
+
+static uint64_t rnd(void)
+{
+    rnd_state ^= rnd_state >> 12;
+    rnd_state ^= rnd_state << 25;
+    rnd_state ^= rnd_state >> 27;
+    return rnd_state * UINT64_C(2685821657736338717);
+}
+
+static uint64_t rnd_below(uint64_t n)
+{
+    return rnd() % n;
+}
+
+static uint32_t total_pins(const struct mobj *o)
+{
+    uint32_t t = 0;
+    int i;
+
+    for (i = 0; i < M_HOLDERS; i++)
+        t += o->pins[i];
+    return t;
+}
+
+static bool evictable(const struct mobj *o)
+{
+    return o->state == STORE_COMMITTED && total_pins(o) == 0 && o->awaited == 0;
+}
+
+/* Mark or clear the chunk of o in the bitmap, checking that it was all free
+ * (mark) or all taken (clear). */
+static void model_mark(struct model *m, const struct mobj *o, bool set)
+{
+    uint64_t i;
+
+    for (i = o->chunk_phys; i < o->chunk_phys + o->chunk_size; i++) {
+        if (m->bitmap[i] == set)
+            fail_msg("step %d: '%s' at data offset %llu %s byte %llu", m->step, o->key,
+                     (unsigned long long)o->chunk_phys,
+                     set ? "overlaps a live chunk at" : "was not marked at",
+                     (unsigned long long)i);
+        m->bitmap[i] = set;
+    }
+}
+
+static void model_remove(struct model *m, size_t i)
+{
+    model_mark(m, &m->live[i], false);
+    memmove(&m->live[i], &m->live[i + 1], (m->n - i - 1) * sizeof(m->live[0]));
+    m->n--;
+}
+
+/* The live object that is committed (or pending when pending) under key. */
+static struct mobj *model_active(struct model *m, const char *key, enum store_state st)
+{
+    size_t i;
+
+    for (i = 0; i < m->n; i++)
+        if (m->live[i].state == st && strcmp(m->live[i].key, key) == 0)
+            return &m->live[i];
+    return NULL;
+}
+
+/* True when holder hi pins a deleted object under key. */
+static bool pins_deleted(struct model *m, int hi, const char *key)
+{
+    size_t i;
+
+    for (i = 0; i < m->n; i++)
+        if (m->live[i].state == STORE_DELETED && m->live[i].pins[hi] > 0 &&
+            strcmp(m->live[i].key, key) == 0)
+            return true;
+    return false;
+}
+
+static void random_key(char *key, size_t len)
+{
+    snprintf(key, len, "k%03u", (unsigned)rnd_below(M_KEYS));
+}
+
+static uint64_t random_size(void)
+{
+    uint64_t u = rnd_below(100);
+
+    if (u < 60)
+        return 1 + rnd_below(256);
+    if (u < 87)
+        return 257 + rnd_below(2048);
+    return 2305 + rnd_below(M_MAX_OBJ - 2305 + 1);
+}
+
+/* After an alloc: which committed objects vanished? They must be evictable,
+ * older than the first object reclaim cannot pass, and oldest first. */
+static void model_check_evictions(struct model *m)
+{
+    size_t i = 0, blocker = m->n;
+    bool evicting = true;
+
+    for (i = 0; i < m->n; i++)
+        if (!evictable(&m->live[i])) {
+            blocker = i;
+            break;
+        }
+    i = 0;
+    while (i < m->n) {
+        struct mobj *o = &m->live[i];
+        bool gone = o->state == STORE_COMMITTED &&
+                    !store_contains(m->f->s, o->key, o->key_len);
+
+        if (gone) {
+            if (!evictable(o) || i > blocker || !evicting)
+                fail_msg("step %d: '%s' vanished but was not next to evict (pins %u, "
+                         "awaited %u, index %zu, blocker index %zu)", m->step, o->key,
+                         total_pins(o), o->awaited, i, blocker);
+            m->evictions++;
+            blocker--;
+            model_remove(m, i);
+            continue;
+        }
+        if (evictable(o))
+            evicting = false; /* an evictable object stayed: nothing after it may go */
+        i++;
+    }
+}
+
+static void op_alloc(struct model *m)
+{
+    struct shmb_error err = {0};
+    struct store_extent e;
+    char key[16];
+    int hi = (int)rnd_below(M_HOLDERS), rc, want;
+    uint64_t size = random_size(), u = rnd_below(100);
+    uint32_t readers = u < 80 ? 0 : u < 95 ? 1 : 2;
+
+    random_key(key, sizeof(key));
+    if (rnd_below(100) < 2) {
+        /* Invalid sizes, on a key that is never used otherwise. */
+        size = rnd_below(2) ? 0 : M_MAX_OBJ + 1 + rnd_below(1000);
+        rc = store_alloc(m->f->s, m->h[hi], "bad", 3, size, 0, &e, &err);
+        assert_int_equal(rc, size == 0 ? -EINVAL : -E2BIG);
+        return;
+    }
+    want = model_active(m, key, STORE_PENDING) || model_active(m, key, STORE_COMMITTED)
+               ? -EEXIST
+               : 0;
+    rc = store_alloc(m->f->s, m->h[hi], key, strlen(key), size, readers, &e, &err);
+    if (want == -EEXIST) {
+        if (rc != -EEXIST)
+            fail_msg("step %d: alloc of taken key '%s' = %d", m->step, key, rc);
+        return;
+    }
+    if (rc != 0 && rc != -ENOSPC)
+        fail_msg("step %d: alloc '%s' (%llu) = %d: %s", m->step, key,
+                 (unsigned long long)size, rc, err.message);
+    model_check_evictions(m);
+    if (rc == -ENOSPC) {
+        struct store_stats st;
+        const struct mobj *b;
+
+        m->enospc++;
+        assert_true(m->n > 0);
+        b = &m->live[0]; /* everything evictable before it is gone */
+        assert_false(evictable(b));
+        store_stats(m->f->s, &st);
+        assert_true(st.has_blocker);
+        if (strcmp(st.blocker_key, b->key) != 0)
+            fail_msg("step %d: blocker '%s', model says '%s'", m->step, st.blocker_key,
+                     b->key);
+        assert_int_equal(st.blocker_state, b->state);
+        assert_int_equal(st.blocker_pins, total_pins(b));
+        assert_int_equal(st.blocker_readers, b->awaited);
+        expect_message_has(&err, b->key);
+        return;
+    }
+    {
+        struct mobj *o;
+
+        assert_true(m->n < M_MAX_LIVE);
+        o = &m->live[m->n++];
+        memset(o, 0, sizeof(*o));
+        snprintf(o->key, sizeof(o->key), "%s", key);
+        o->key_len = strlen(key);
+        o->state = STORE_PENDING;
+        o->owner = hi;
+        o->offset = e.offset;
+        o->size = size;
+        assert_int_equal(e.size, size);
+        assert_int_equal(e.offset % SHMB_ALIGN, 0);
+        o->chunk_size = ring_chunk_size(o->key_len, size);
+        assert_true(e.offset - DATA_OFFSET >= o->chunk_size - ((size + 63) & ~(uint64_t)63));
+        o->chunk_phys = e.offset - DATA_OFFSET - (o->chunk_size - ((size + 63) & ~(uint64_t)63));
+        assert_true(o->chunk_phys + o->chunk_size <= M_DATA);
+        o->awaited = readers;
+        o->seed = ++m->serial;
+        model_mark(m, o, true);
+        write_pattern(payload(m->f, &e), size, o->seed);
+        m->allocs++;
+    }
+}
+
+/* A random live object in state st, or NULL. */
+static struct mobj *pick(struct model *m, enum store_state st)
+{
+    size_t i, k = 0, want;
+
+    for (i = 0; i < m->n; i++)
+        k += m->live[i].state == st;
+    if (k == 0)
+        return NULL;
+    want = (size_t)rnd_below(k);
+    for (i = 0; i < m->n; i++)
+        if (m->live[i].state == st && want-- == 0)
+            return &m->live[i];
+    return NULL;
+}
+
+static void op_commit(struct model *m, bool abort_it)
+{
+    struct shmb_error err = {0};
+    struct mobj *o = pick(m, STORE_PENDING);
+    int other;
+
+    if (o == NULL)
+        return;
+    other = (o->owner + 1 + (int)rnd_below(M_HOLDERS - 1)) % M_HOLDERS;
+    if (rnd_below(10) == 0) {
+        assert_int_equal(abort_it ? store_abort(m->f->s, m->h[other], o->key, o->key_len, &err)
+                                  : store_commit(m->f->s, m->h[other], o->key, o->key_len, &err),
+                         -ENOENT);
+        return;
+    }
+    if (abort_it) {
+        assert_int_equal(store_abort(m->f->s, m->h[o->owner], o->key, o->key_len, &err), 0);
+        model_remove(m, (size_t)(o - m->live));
+        return;
+    }
+    {
+        struct store_extent e = {o->offset, o->size};
+
+        check_pattern(payload(m->f, &e), o->size, o->seed);
+    }
+    assert_int_equal(store_commit(m->f->s, m->h[o->owner], o->key, o->key_len, &err), 0);
+    o->state = STORE_COMMITTED;
+    m->commits++;
+}
+
+static void op_get(struct model *m)
+{
+    struct shmb_error err = {0};
+    struct store_extent e;
+    char key[16];
+    int hi = (int)rnd_below(M_HOLDERS), rc;
+    struct mobj *o = NULL;
+    uint64_t u = rnd_below(100);
+
+    if (u < 40) {
+        /* Readers mostly read what is awaited, oldest first, as in vLLM. */
+        size_t i;
+
+        for (i = 0; i < m->n && o == NULL; i++)
+            if (m->live[i].state == STORE_COMMITTED && m->live[i].awaited > 0 &&
+                rnd_below(2) == 0)
+                o = &m->live[i];
+    }
+    if (o == NULL && u < 75)
+        o = pick(m, STORE_COMMITTED);
+    if (o != NULL)
+        snprintf(key, sizeof(key), "%s", o->key);
+    else
+        random_key(key, sizeof(key));
+    /* A holder never pins two objects under one key: release is by key. */
+    if (pins_deleted(m, hi, key))
+        return;
+    o = model_active(m, key, STORE_COMMITTED);
+    rc = store_get(m->f->s, m->h[hi], key, strlen(key), &e, &err);
+    if (o == NULL) {
+        if (rc != -ENOENT)
+            fail_msg("step %d: get of absent or pending '%s' = %d", m->step, key, rc);
+        return;
+    }
+    if (rc != 0)
+        fail_msg("step %d: get '%s' = %d: %s", m->step, key, rc, err.message);
+    assert_int_equal(e.offset, o->offset);
+    assert_int_equal(e.size, o->size);
+    check_pattern(payload(m->f, &e), e.size, o->seed);
+    o->pins[hi]++;
+    if (o->awaited > 0)
+        o->awaited--;
+    m->gets++;
+}
+
+static void op_release(struct model *m)
+{
+    struct shmb_error err = {0};
+    int hi = (int)rnd_below(M_HOLDERS);
+    size_t i, k = 0, want;
+    struct mobj *o = NULL;
+    char key[16];
+
+    for (i = 0; i < m->n; i++)
+        k += m->live[i].pins[hi] > 0;
+    if (k == 0) {
+        random_key(key, sizeof(key));
+        assert_int_equal(store_release(m->f->s, m->h[hi], key, strlen(key), &err), -ENOENT);
+        return;
+    }
+    want = (size_t)rnd_below(k);
+    for (i = 0; i < m->n; i++)
+        if (m->live[i].pins[hi] > 0 && want-- == 0) {
+            o = &m->live[i];
+            break;
+        }
+    assert_non_null(o);
+    assert_int_equal(store_release(m->f->s, m->h[hi], o->key, o->key_len, &err), 0);
+    o->pins[hi]--;
+    if (o->state == STORE_DELETED && total_pins(o) == 0)
+        model_remove(m, (size_t)(o - m->live));
+}
+
+static void op_delete(struct model *m)
+{
+    struct shmb_error err = {0};
+    char key[16];
+    struct mobj *o;
+    int rc;
+
+    if (rnd_below(3) != 0 && (o = pick(m, STORE_COMMITTED)) != NULL)
+        snprintf(key, sizeof(key), "%s", o->key);
+    else
+        random_key(key, sizeof(key));
+    o = model_active(m, key, STORE_COMMITTED);
+    rc = store_delete(m->f->s, key, strlen(key), &err);
+    if (o == NULL) {
+        assert_int_equal(rc, -ENOENT);
+        return;
+    }
+    assert_int_equal(rc, 0);
+    if (total_pins(o) == 0)
+        model_remove(m, (size_t)(o - m->live));
+    else
+        o->state = STORE_DELETED;
+}
+
+static void op_touch(struct model *m)
+{
+    struct shmb_error err = {0};
+    struct mobj *o = pick(m, STORE_COMMITTED);
+    uint32_t readers = 1 + (uint32_t)rnd_below(3);
+
+    if (o == NULL) {
+        assert_int_equal(store_touch(m->f->s, "absent", 6, 1, &err), -ENOENT);
+        return;
+    }
+    assert_int_equal(store_touch(m->f->s, o->key, o->key_len, readers, &err), 0);
+    o->awaited += readers;
+}
+
+static void op_holder_free(struct model *m)
+{
+    int hi = (int)rnd_below(M_HOLDERS);
+    size_t i = 0;
+
+    store_holder_free(m->f->s, m->h[hi]);
+    m->h[hi] = store_holder_new(m->f->s);
+    assert_non_null(m->h[hi]);
+    while (i < m->n) {
+        struct mobj *o = &m->live[i];
+
+        o->pins[hi] = 0;
+        if ((o->state == STORE_PENDING && o->owner == hi) ||
+            (o->state == STORE_DELETED && total_pins(o) == 0)) {
+            model_remove(m, i);
+            continue;
+        }
+        i++;
+    }
+}
+
+struct list_cmp {
+    struct model *m;
+    size_t i;
+};
+
+static int list_compare(const struct store_entry *e, void *arg)
+{
+    struct list_cmp *c = arg;
+    const struct mobj *o;
+
+    if (c->i >= c->m->n)
+        fail_msg("step %d: store_list reports more than the model's %zu objects",
+                 c->m->step, c->m->n);
+    o = &c->m->live[c->i++];
+    if (e->key_len != o->key_len || memcmp(e->key, o->key, o->key_len) != 0)
+        fail_msg("step %d: store_list entry %zu is '%.*s', model says '%s'", c->m->step,
+                 c->i - 1, (int)e->key_len, e->key, o->key);
+    assert_int_equal(e->state, o->state);
+    assert_int_equal(e->offset, o->offset);
+    assert_int_equal(e->size, o->size);
+    assert_int_equal(e->pins, total_pins(o));
+    assert_int_equal(e->awaited_reads, o->awaited);
+    return 0;
+}
+
+/* Everything the store reports matches the model. */
+static void model_check(struct model *m)
+{
+    struct store_stats st;
+    struct list_cmp c = {m, 0};
+    uint64_t committed = 0, pending = 0, pinned = 0, deleted = 0;
+    uint64_t hpins[M_HOLDERS] = {0}, hpending[M_HOLDERS] = {0}, hbytes[M_HOLDERS] = {0};
+    size_t i;
+    int k;
+
+    for (i = 0; i < m->n; i++) {
+        const struct mobj *o = &m->live[i];
+
+        committed += o->state == STORE_COMMITTED;
+        pending += o->state == STORE_PENDING;
+        pinned += total_pins(o) > 0;
+        deleted += o->state == STORE_DELETED;
+        if (o->state == STORE_PENDING)
+            hpending[o->owner]++;
+        for (k = 0; k < M_HOLDERS; k++) {
+            hpins[k] += o->pins[k];
+            if (o->pins[k] > 0)
+                hbytes[k] += o->size;
+        }
+    }
+    store_stats(m->f->s, &st);
+    assert_int_equal(st.used + st.free, M_DATA);
+    assert_int_equal(st.data_size, M_DATA);
+    assert_int_equal(st.objects, committed);
+    assert_int_equal(st.pending, pending);
+    assert_int_equal(st.pinned, pinned);
+    assert_int_equal(st.deleted_pinned, deleted);
+    assert_int_equal(st.allocs, m->allocs);
+    assert_int_equal(st.commits, m->commits);
+    assert_int_equal(st.gets, m->gets);
+    assert_int_equal(st.evictions, m->evictions);
+    assert_int_equal(st.enospc, m->enospc);
+    if (m->n == 0)
+        assert_int_equal(st.used, 0);
+    assert_int_equal(store_list(m->f->s, NULL, 0, SIZE_MAX, list_compare, &c), m->n);
+    assert_int_equal(c.i, m->n);
+    for (k = 0; k < M_HOLDERS; k++) {
+        struct store_holder_stats hs;
+
+        store_holder_stats(m->h[k], &hs);
+        assert_int_equal(hs.pins, hpins[k]);
+        assert_int_equal(hs.pending, hpending[k]);
+        assert_int_equal(hs.bytes_pinned, hbytes[k]);
+    }
+}
+
+/* Every live object's bytes are still its own, and contains agrees with the
+ * model for every key. */
+static void model_check_all(struct model *m)
+{
+    char key[16];
+    size_t i;
+    unsigned k;
+
+    for (i = 0; i < m->n; i++) {
+        const struct mobj *o = &m->live[i];
+        struct store_extent e = {o->offset, o->size};
+
+        check_pattern(payload(m->f, &e), o->size, o->seed);
+    }
+    for (k = 0; k < M_KEYS; k++) {
+        snprintf(key, sizeof(key), "k%03u", k);
+        assert_int_equal(store_contains(m->f->s, key, strlen(key)),
+                         model_active(m, key, STORE_COMMITTED) != NULL);
+    }
+}
+
+/* Start the generator from seed; every seed gives its own sequence. */
+static void rnd_seed(uint64_t seed)
+{
+    uint64_t z = seed + UINT64_C(0x9e3779b97f4a7c15);
+
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    rnd_state = (z ^ (z >> 31)) | 1;
+}
+
+static uint64_t test_seed(void)
+{
+    const char *s = getenv("SHMB_TEST_SEED");
+    uint64_t seed = 20240611;
+
+    if (s != NULL && *s != '\0')
+        seed = strtoull(s, NULL, 0);
+    printf("seed=%llu (set SHMB_TEST_SEED to change)\n", (unsigned long long)seed);
+    return seed;
+}
+
+/* 100,000 random operations (alloc of sizes up to the max and beyond,
+ * commit, abort, get, release, delete, touch, holder free: frees in any
+ * order) checked after every step against a reference model: chunks never
+ * overlap (byte bitmap), every get reads back the object's own bytes,
+ * evictions are oldest-first and stop at the first blocker, -ENOSPC names
+ * that blocker, store_list, stats and holder stats match, used + free is
+ * the data size. At the end everything is released and deleted: used is 0
+ * and the next allocation lands at the start of the data area. */
+static void test_random_model(void **state)
+{
+    struct model *m = calloc(1, sizeof(*m));
+    struct shmb_error err = {0};
+    struct store_extent e;
+    struct store_stats st;
+    size_t i;
+    int k;
+
+    (void)state;
+    assert_non_null(m);
+    rnd_seed(test_seed());
+    m->f = sfix_new(M_DATA, M_MAX_OBJ);
+    m->bitmap = calloc(M_DATA, 1);
+    assert_non_null(m->bitmap);
+    for (k = 0; k < M_HOLDERS; k++)
+        m->h[k] = store_holder_new(m->f->s);
+    for (m->step = 0; m->step < M_STEPS; m->step++) {
+        uint64_t r = rnd_below(1000);
+
+        if (r < 300)
+            op_alloc(m);
+        else if (r < 500)
+            op_commit(m, false);
+        else if (r < 530)
+            op_commit(m, true);
+        else if (r < 710)
+            op_get(m);
+        else if (r < 920)
+            op_release(m);
+        else if (r < 960)
+            op_delete(m);
+        else if (r < 985)
+            op_touch(m);
+        else
+            op_holder_free(m);
+        model_check(m);
+        if (m->step % 1000 == 0)
+            model_check_all(m);
+    }
+    printf("random model: %llu allocs, %llu evictions, %llu enospc, %zu live at the end\n",
+           (unsigned long long)m->allocs, (unsigned long long)m->evictions,
+           (unsigned long long)m->enospc, m->n);
+    assert_true(m->evictions > 1000);
+    assert_true(m->enospc > 100);
+    model_check_all(m);
+
+    /* Release every pin, abort every pending allocation, delete the rest. */
+    for (k = 0; k < M_HOLDERS; k++) {
+        for (i = 0; i < m->n; i++)
+            while (m->live[i].pins[k] > 0) {
+                assert_int_equal(store_release(m->f->s, m->h[k], m->live[i].key,
+                                               m->live[i].key_len, &err), 0);
+                m->live[i].pins[k]--;
+            }
+    }
+    for (i = 0; i < m->n; i++) {
+        const struct mobj *o = &m->live[i];
+
+        if (o->state == STORE_PENDING)
+            assert_int_equal(store_abort(m->f->s, m->h[o->owner], o->key, o->key_len, &err), 0);
+        else if (o->state == STORE_COMMITTED)
+            assert_int_equal(store_delete(m->f->s, o->key, o->key_len, &err), 0);
+    }
+    store_stats(m->f->s, &st);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.objects + st.pending + st.pinned + st.deleted_pinned, 0);
+    assert_int_equal(ring_count(store_ring(m->f->s)), 0);
+    assert_int_equal(store_alloc(m->f->s, m->h[0], "final", 5, 100, 0, &e, &err), 0);
+    assert_int_equal(e.offset, DATA_OFFSET + 64);
+    for (k = 0; k < M_HOLDERS; k++)
+        store_holder_free(m->f->s, m->h[k]);
+    sfix_free(m->f);
+    free(m->bitmap);
+    free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_minimal_put_get_cycle),
+        cmocka_unit_test(test_put_same_key_twice),
+        cmocka_unit_test(test_large_object_rejection),
+        cmocka_unit_test(test_invalid_arguments),
+        cmocka_unit_test(test_buffer_overflow_and_cleanup),
+        cmocka_unit_test(test_blocking_unread_object),
+        cmocka_unit_test(test_blocker_pin_count),
+        cmocka_unit_test(test_commit_abort_other_holder),
+        cmocka_unit_test(test_get_pending),
+        cmocka_unit_test(test_delete_while_pinned),
+        cmocka_unit_test(test_pins_per_holder),
+        cmocka_unit_test(test_holder_free),
+        cmocka_unit_test(test_touch),
+        cmocka_unit_test(test_list),
+        cmocka_unit_test(test_chunk_states_in_segment),
+        cmocka_unit_test(test_stats),
+        cmocka_unit_test(test_store_new_invalid),
+        cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_random_model),
+    };
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
