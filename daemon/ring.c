@@ -5,6 +5,7 @@
 #include "ring.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../proto/alloc.h"
@@ -222,6 +223,16 @@ int ring_set_state(struct ring *r, uint64_t id, enum shmb_chunk_state state)
     return 0;
 }
 
+int ring_set_tag(struct ring *r, uint64_t id, uint32_t tag)
+{
+    struct ring_slot *slot = ring_find(r, id);
+
+    if (slot == NULL || slot->freed)
+        return -ENOENT;
+    ring_header_at(r, slot->phys)->tag = tag;
+    return 0;
+}
+
 /* Drop the oldest slot and move start to the next chunk, past any skipped
  * tail gap in between (as vLLM's fixed free_buf does). Empties reset to
  * zero; a start past the lap is renormalised. */
@@ -252,6 +263,34 @@ static uint64_t ring_pop_freed(struct ring *r)
     return before - ring_used(r);
 }
 
+/* Give back freed chunks at the tail: end retreats to the end of the newest
+ * live chunk, so an abort (or an expired allocation) returns its bytes at
+ * once instead of waiting for every older chunk. */
+static void ring_pop_tail_freed(struct ring *r)
+{
+    while (r->count > 0 && ring_slot(r, r->count - 1)->freed) {
+        struct ring_slot *tail = ring_slot(r, r->count - 1);
+        uint64_t tail_start = r->end - tail->size;
+
+        r->count--;
+        if (r->count == 0) {
+            r->start = r->end = 0;
+            break;
+        }
+        tail = ring_slot(r, r->count - 1);
+        /* The previous chunk ends where this one starts, unless this one
+         * skipped a tail gap and starts a lap (then the gap goes too). */
+        if ((tail->phys + tail->size) % r->size == tail_start % r->size)
+            r->end = tail_start;
+        else
+            r->end = tail_start - r->size + tail->phys + tail->size;
+        /* Ids stay consecutive, as slot lookup needs: the next chunk
+         * takes the id of the one given back. */
+        r->next_id = r->first_id + r->count;
+    }
+    ring_sync_cursor(r);
+}
+
 int ring_free(struct ring *r, uint64_t id)
 {
     struct ring_slot *slot = ring_find(r, id);
@@ -264,6 +303,7 @@ int ring_free(struct ring *r, uint64_t id)
     slot->owner = NULL;
     ring_header_at(r, slot->phys)->state = SHMB_CHUNK_FREE;
     ring_pop_freed(r);
+    ring_pop_tail_freed(r);
     return 0;
 }
 
@@ -366,7 +406,11 @@ static int ring_check_header(const struct ring *r, uint64_t phys, uint64_t min_i
                               (unsigned long long)hdr->chunk_size,
                               (unsigned long long)(r->size - phys), SHMB_ALIGN);
     if (hdr->state == SHMB_CHUNK_GAP)
-        return 0;
+        return phys + hdr->chunk_size == r->size
+                   ? 0
+                   : shmb_error_set(err, -EBADMSG,
+                                    "Corrupt ring: gap at data offset %llu does not run to "
+                                    "the end of the ring.", (unsigned long long)phys);
     if (hdr->state < SHMB_CHUNK_PENDING || hdr->state > SHMB_CHUNK_FREE ||
         hdr->key_len > SHMB_KEY_MAX || hdr->header_size != ring_header_size(hdr->key_len) ||
         hdr->chunk_size != ring_chunk_size(hdr->key_len, hdr->payload_size) ||
@@ -404,6 +448,86 @@ int ring_walk(const struct ring *r, ring_walk_fn fn, void *arg, struct shmb_erro
                 return rc;
         }
         pos += hdr->chunk_size;
+    }
+    return 0;
+}
+
+int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
+               ring_adopt_fn fn, void *arg, struct shmb_error *err)
+{
+    uint64_t pos, expect_id = 0;
+    bool first = true;
+    int rc = 0;
+
+    if (start > end || end - start > r->size || start >= r->size ||
+        (start == end && start != 0))
+        return shmb_error_set(err, -EBADMSG,
+                              "Corrupt ring cursor (start %llu, end %llu, ring of %llu "
+                              "bytes): nothing adopted.", (unsigned long long)start,
+                              (unsigned long long)end, (unsigned long long)r->size);
+    r->start = r->end = start;
+    for (pos = start; pos < end;) {
+        uint64_t phys = pos % r->size;
+        const struct shmb_chunk_header *hdr;
+        struct ring_slot *slot;
+        void *owner;
+
+        if ((rc = ring_check_header(r, phys, first ? 0 : expect_id, err)) < 0)
+            break;
+        hdr = ring_header_at(r, phys);
+        if (hdr->chunk_size > end - pos) {
+            rc = shmb_error_set(err, -EBADMSG,
+                                "Corrupt ring: chunk at data offset %llu runs past the end "
+                                "position.", (unsigned long long)phys);
+            break;
+        }
+        if (hdr->state != SHMB_CHUNK_GAP) {
+            if ((!first && hdr->id != expect_id) || hdr->id >= next_id) {
+                rc = shmb_error_set(err, -EBADMSG,
+                                    "Corrupt ring: chunk at data offset %llu has id %llu, "
+                                    "expected %llu.", (unsigned long long)phys,
+                                    (unsigned long long)hdr->id,
+                                    (unsigned long long)(first ? next_id - 1 : expect_id));
+                break;
+            }
+            if (r->count == r->cap && ring_grow(r) < 0) {
+                rc = shmb_error_set(err, -ENOMEM, "Out of memory adopting the ring.");
+                break;
+            }
+            if (first)
+                r->first_id = hdr->id;
+            first = false;
+            expect_id = hdr->id + 1;
+            owner = fn(hdr, (const char *)hdr + RING_FIXED_HEADER,
+                       r->data_offset + phys + hdr->header_size, arg);
+            slot = ring_slot(r, r->count);
+            slot->phys = phys;
+            slot->size = hdr->chunk_size;
+            slot->owner = owner;
+            slot->freed = owner == NULL;
+            if (owner == NULL)
+                ring_header_at(r, phys)->state = SHMB_CHUNK_FREE;
+            r->count++;
+        }
+        pos += hdr->chunk_size;
+        r->end = pos;
+    }
+    if (r->count == 0)
+        r->start = r->end = 0;
+    r->next_id = next_id;
+    if (r->count > 0 && next_id != r->first_id + r->count) {
+        /* Chunks after the last sound one were dropped: ids go on from it. */
+        r->next_id = r->first_id + r->count;
+    }
+    ring_pop_freed(r);
+    ring_pop_tail_freed(r);
+    if (rc < 0) {
+        char dropped[SHMB_ERROR_MSG_MAX];
+
+        snprintf(dropped, sizeof(dropped), "%s", err != NULL ? err->message : "");
+        shmb_error_set(err, -EBADMSG, "%s Dropped the %llu bytes after it.", dropped,
+                       (unsigned long long)(end - pos));
+        return -EBADMSG;
     }
     return 0;
 }

@@ -83,6 +83,9 @@ bool ring_fits(const struct ring *r, uint64_t chunk_size);
 /* Record a chunk's state in its header (PENDING or COMMITTED). */
 int ring_set_state(struct ring *r, uint64_t id, enum shmb_chunk_state state);
 
+/* Record the owner's 32-bit tag in a chunk's header, for a later adoption. */
+int ring_set_tag(struct ring *r, uint64_t id, uint32_t tag);
+
 /* The owner frees chunk id (any order). Its bytes come back once every older
  * chunk is free too: start advances over the freed chunks at the head.
  * -ENOENT when id is not live, -EALREADY when it was already freed. */
@@ -108,6 +111,20 @@ void *ring_at(const struct ring *r, size_t index, struct ring_chunk *out);
  * skipped tail gaps), and size minus that. used + free == size. */
 uint64_t ring_used(const struct ring *r);
 uint64_t ring_free_bytes(const struct ring *r);
+
+/* Asked by ring_adopt for each chunk found in the segment: return the owner
+ * that keeps it, or NULL to free it. */
+typedef void *(*ring_adopt_fn)(const struct shmb_chunk_header *hdr, const char *key,
+                               uint64_t payload_offset, void *arg);
+
+/* Rebuild the ring of an existing segment from its chunk headers, between
+ * the cursor's start and end (read from r->cursor before ring_init reset it,
+ * and passed here). Nothing in the segment is trusted: the walk stops at the
+ * first header that is corrupt or out of sequence and drops the chunks from
+ * there on. Returns 0, or -EBADMSG when something was dropped (err says what
+ * and where); the ring is consistent and usable either way. */
+int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
+               ring_adopt_fn fn, void *arg, struct shmb_error *err);
 
 /* Walk the chunk headers in the data area from start to end, validating each
  * one (magic, state, sizes, bounds, increasing ids). -EBADMSG with a message

@@ -18,6 +18,7 @@
 
 struct segment {
     int fd;                          /* read-write descriptor, -1 when closed */
+    int ro_fd;                       /* read-only descriptor for read-only clients */
     void *base;                      /* the mapping, NULL when unmapped */
     uint64_t size;                   /* bytes in the file and the mapping */
     struct shmb_segment_header *hdr; /* == base */
@@ -44,6 +45,13 @@ uint64_t segment_round_size(uint64_t size);
  * file exists (see segment_probe_existing). */
 int segment_create(struct segment *seg, const char *dir, const char *name,
                    uint64_t size, struct shmb_error *err);
+
+/* Open dir/name left by a daemon that is gone, check its header against
+ * size (from segment_round_size) and re-reserve its pages; the caller has
+ * made sure the owner is dead (segment_probe_existing). The header's owner
+ * becomes this process. -EINVAL with a message when it does not match. */
+int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64_t size,
+                  struct shmb_error *err);
 
 /* What an existing segment file holds, for deciding whether it may go. */
 enum segment_owner {

@@ -2,7 +2,7 @@
  * The object store: the key index, pins per holder, awaited reads, pending
  * allocations and oldest-first eviction over the ring.
  *
- * Memory per object: struct object (112 bytes) + key + malloc overhead, one
+ * Memory per object: struct object (128 bytes) + key + malloc overhead, one
  * ring slot (32 bytes, up to 64 while the slot array is half empty) and one
  * index bucket (8 to 16 bytes): about 200 bytes plus the key. A pin costs a
  * 40-byte record per (holder, object) pair, not per pin.
@@ -32,30 +32,43 @@ struct object {
     struct pin *pins;             /* one record per holder that pins it */
     struct store_holder *owner;   /* the writer, while pending */
     struct object *pend_prev, *pend_next; /* owner's pending list */
+    struct object *age_prev, *age_next;   /* the store's pending list, oldest first */
     uint64_t ring_id;
     uint64_t offset, size;
-    uint64_t created_ms;
+    uint64_t created_ms;          /* at alloc; at commit for committed objects */
     uint32_t pin_count;           /* all pins, of all holders */
     uint32_t awaited_reads;
     uint8_t state;                /* enum store_state */
     uint8_t key_len;
+    bool lease_told;              /* lease_expired was called for it */
     char key[];                   /* key_len bytes, then a NUL */
 };
+
+/* Keys of a holder's allocations that expired, so that its commit can say
+ * ETIMEDOUT rather than ENOENT. A few are enough: a client that lets many
+ * expire learns from the first. */
+#define STORE_EXPIRED_REMEMBERED 8
 
 struct store_holder {
     struct store_holder *prev, *next; /* the store's holders */
     struct pin *pins;
     struct object *pending;
     uint64_t pin_total, pending_count, bytes_pinned;
+    char *expired[STORE_EXPIRED_REMEMBERED]; /* NUL-terminated copies */
+    unsigned expired_next;
 };
 
 struct store {
     struct ring ring;
     struct index index;
     uint64_t max_object_size;
+    struct store_config cfg;
     struct store_holder *holders;
+    struct object *age_head, *age_tail; /* pending objects, oldest first */
     uint64_t committed, pending, pinned, deleted_pinned;
-    uint64_t allocs, commits, gets, evictions, enospc;
+    uint64_t allocs, commits, gets, evictions, enospc, expired_allocs, lease_expiries;
+    uint64_t expire_after_ms; /* the last store_expire_pending's limit, for messages */
+    uint64_t room_gen;        /* see store_room_generation */
 };
 
 /* Milliseconds on the monotonic clock. */
@@ -120,6 +133,9 @@ struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
         return NULL;
     }
     s->max_object_size = max;
+    if (cfg != NULL)
+        s->cfg = *cfg;
+    s->cfg.max_object_size = max;
     return s;
 }
 
@@ -138,11 +154,14 @@ void store_free(struct store *s)
     while (s->holders != NULL) {
         struct store_holder *h = s->holders;
         struct pin *p, *next;
+        unsigned j;
 
         for (p = h->pins; p != NULL; p = next) {
             next = p->h_next;
             shmb_free(p);
         }
+        for (j = 0; j < STORE_EXPIRED_REMEMBERED; j++)
+            shmb_free(h->expired[j]);
         s->holders = h->next;
         shmb_free(h);
     }
@@ -187,8 +206,28 @@ static int store_check_key(size_t key_len, struct shmb_error *err)
 /* Give an object's chunk back to the ring and free it. */
 static void store_drop(struct store *s, struct object *obj)
 {
+    s->room_gen++;
     ring_free(&s->ring, obj->ring_id);
     object_free(obj);
+}
+
+/* True when obj's awaited reads still hold it: there are some, and its read
+ * lease (if any) has not run out. Tells the lease callback once. */
+static bool store_awaited(const struct store *s, struct object *obj, uint64_t now)
+{
+    if (obj->awaited_reads == 0)
+        return false;
+    if (s->cfg.read_lease_ms == 0 || obj->state != STORE_COMMITTED ||
+        now - obj->created_ms < s->cfg.read_lease_ms)
+        return true;
+    if (!obj->lease_told) {
+        obj->lease_told = true;
+        ((struct store *)s)->lease_expiries++;
+        if (s->cfg.lease_expired != NULL)
+            s->cfg.lease_expired(obj->key, obj->key_len, obj->awaited_reads,
+                                 s->cfg.lease_arg);
+    }
+    return false;
 }
 
 /* Ring callback: may the oldest chunk go to make room? Committed objects that
@@ -200,7 +239,7 @@ static bool store_may_evict(void *owner, uint64_t id, void *arg)
 
     (void)id;
     if (obj == NULL || obj->state != STORE_COMMITTED || obj->pin_count != 0 ||
-        obj->awaited_reads != 0)
+        store_awaited(s, obj, store_now_ms()))
         return false;
     index_remove(&s->index, &obj->node);
     s->committed--;
@@ -210,9 +249,10 @@ static bool store_may_evict(void *owner, uint64_t id, void *arg)
 }
 
 /* True when obj stops reclaim: the ring cannot pass it. */
-static bool object_blocks(const struct object *obj)
+static bool object_blocks(const struct store *s, struct object *obj, uint64_t now)
 {
-    return obj->state != STORE_COMMITTED || obj->pin_count != 0 || obj->awaited_reads != 0;
+    return obj->state != STORE_COMMITTED || obj->pin_count != 0 ||
+           store_awaited(s, obj, now);
 }
 
 /* The ENOSPC message: what was asked, what is free, and who is in the way. */
@@ -246,6 +286,31 @@ static int store_enospc(struct store *s, const char *key, size_t key_len, uint64
                           (unsigned long long)s->ring.size, (int)blocker->key_len,
                           blocker->key, blocker->pin_count, blocker->awaited_reads,
                           blocker->state == STORE_DELETED ? " (deleted, still pinned)" : "");
+}
+
+/* Forget that h's allocation of key expired; true when it had. */
+static bool store_forget_expired(struct store_holder *h, const char *key, size_t key_len)
+{
+    unsigned i;
+
+    for (i = 0; i < STORE_EXPIRED_REMEMBERED; i++) {
+        if (h->expired[i] != NULL && strlen(h->expired[i]) == key_len &&
+            memcmp(h->expired[i], key, key_len) == 0) {
+            shmb_free(h->expired[i]);
+            h->expired[i] = NULL;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Remember that h's allocation of key expired (the oldest memory goes). */
+static void store_remember_expired(struct store_holder *h, const char *key, size_t key_len)
+{
+    unsigned slot = h->expired_next++ % STORE_EXPIRED_REMEMBERED;
+
+    shmb_free(h->expired[slot]);
+    h->expired[slot] = shmb_strndup(key, key_len);
 }
 
 int store_alloc(struct store *s, struct store_holder *h, const char *key,
@@ -290,6 +355,7 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key,
         object_free(obj);
         return rc;
     }
+    shmb_error_clear(err); /* a retry that succeeded leaves no stale message */
     obj->node.key = obj->key;
     obj->node.key_len = key_len;
     obj->ring_id = chunk.id;
@@ -304,6 +370,14 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key,
         h->pending->pend_prev = obj;
     h->pending = obj;
     h->pending_count++;
+    obj->age_prev = s->age_tail;
+    if (s->age_tail != NULL)
+        s->age_tail->age_next = obj;
+    else
+        s->age_head = obj;
+    s->age_tail = obj;
+    store_forget_expired(h, key, key_len);
+    ring_set_tag(&s->ring, obj->ring_id, readers);
     index_insert(&s->index, &obj->node);
     s->pending++;
     s->allocs++;
@@ -314,7 +388,8 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key,
     return 0;
 }
 
-/* h's pending allocation of key, or NULL with -ENOENT's message in err. */
+/* h's pending allocation of key, or NULL with -ENOENT's (or -ETIMEDOUT's)
+ * message in err. */
 static struct object *store_find_pending(struct store *s, struct store_holder *h,
                                          const char *key, size_t key_len,
                                          const char *verb, struct shmb_error *err)
@@ -323,7 +398,13 @@ static struct object *store_find_pending(struct store *s, struct store_holder *h
 
     if (obj != NULL && obj->state == STORE_PENDING && obj->owner == h)
         return obj;
-    if (obj != NULL && obj->state == STORE_COMMITTED)
+    if (obj == NULL && store_forget_expired(h, key, key_len))
+        shmb_error_set(err, -ETIMEDOUT,
+                       "Cannot %s '%.*s': the allocation was dropped after %llu ms "
+                       "without a commit (--alloc-timeout). Allocate it again and commit "
+                       "sooner.", verb, (int)key_len, key,
+                       (unsigned long long)s->expire_after_ms);
+    else if (obj != NULL && obj->state == STORE_COMMITTED)
         shmb_error_set(err, -ENOENT,
                        "Cannot %s '%.*s': it is already committed. Only a pending "
                        "allocation made on this connection can be %sed.",
@@ -350,6 +431,15 @@ static void store_unlink_pending(struct store *s, struct object *obj)
     obj->owner = NULL;
     h->pending_count--;
     s->pending--;
+    if (obj->age_prev != NULL)
+        obj->age_prev->age_next = obj->age_next;
+    else
+        s->age_head = obj->age_next;
+    if (obj->age_next != NULL)
+        obj->age_next->age_prev = obj->age_prev;
+    else
+        s->age_tail = obj->age_prev;
+    obj->age_prev = obj->age_next = NULL;
 }
 
 int store_commit(struct store *s, struct store_holder *h, const char *key,
@@ -358,9 +448,10 @@ int store_commit(struct store *s, struct store_holder *h, const char *key,
     struct object *obj = store_find_pending(s, h, key, key_len, "commit", err);
 
     if (obj == NULL)
-        return -ENOENT;
+        return err != NULL ? err->code : -ENOENT;
     store_unlink_pending(s, obj);
     obj->state = STORE_COMMITTED;
+    obj->created_ms = store_now_ms();
     ring_set_state(&s->ring, obj->ring_id, SHMB_CHUNK_COMMITTED);
     s->committed++;
     s->commits++;
@@ -375,13 +466,30 @@ static void store_drop_pending(struct store *s, struct object *obj)
     store_drop(s, obj);
 }
 
+size_t store_expire_pending(struct store *s, uint64_t max_age_ms)
+{
+    uint64_t now = store_now_ms();
+    size_t n = 0;
+
+    s->expire_after_ms = max_age_ms;
+    while (s->age_head != NULL && now - s->age_head->created_ms >= max_age_ms) {
+        struct object *obj = s->age_head;
+
+        store_remember_expired(obj->owner, obj->key, obj->key_len);
+        store_drop_pending(s, obj);
+        s->expired_allocs++;
+        n++;
+    }
+    return n;
+}
+
 int store_abort(struct store *s, struct store_holder *h, const char *key,
                 size_t key_len, struct shmb_error *err)
 {
     struct object *obj = store_find_pending(s, h, key, key_len, "abort", err);
 
     if (obj == NULL)
-        return -ENOENT;
+        return err != NULL ? err->code : -ENOENT;
     store_drop_pending(s, obj);
     return 0;
 }
@@ -417,8 +525,12 @@ int store_get(struct store *s, struct store_holder *h, const char *key,
     h->pin_total++;
     if (obj->pin_count++ == 0)
         s->pinned++;
-    if (obj->awaited_reads > 0)
+    if (obj->awaited_reads > 0) {
+        if (obj->awaited_reads == 1)
+            s->room_gen++;
         obj->awaited_reads--;
+        ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
+    }
     s->gets++;
     if (out != NULL) {
         out->offset = obj->offset;
@@ -452,6 +564,7 @@ static void store_unpin(struct store *s, struct pin *p)
     }
     if (--obj->pin_count == 0) {
         s->pinned--;
+        s->room_gen++;
         if (obj->state == STORE_DELETED) {
             s->deleted_pinned--;
             store_drop(s, obj);
@@ -498,6 +611,7 @@ int store_touch(struct store *s, const char *key, size_t key_len, uint32_t reade
                               (unsigned long long)obj->awaited_reads + readers,
                               STORE_MAX_READERS);
     obj->awaited_reads += readers;
+    ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
     return 0;
 }
 
@@ -546,6 +660,8 @@ void store_holder_free(struct store *s, struct store_holder *h)
     }
     while (h->pending != NULL)
         store_drop_pending(s, h->pending);
+    for (unsigned i = 0; i < STORE_EXPIRED_REMEMBERED; i++)
+        shmb_free(h->expired[i]);
     if (h->prev != NULL)
         h->prev->next = h->next;
     else
@@ -564,6 +680,7 @@ void store_holder_stats(const struct store_holder *h, struct store_holder_stats 
 
 void store_stats(const struct store *s, struct store_stats *out)
 {
+    uint64_t now = store_now_ms();
     size_t i;
 
     memset(out, 0, sizeof(*out));
@@ -580,12 +697,14 @@ void store_stats(const struct store *s, struct store_stats *out)
     out->gets = s->gets;
     out->evictions = s->evictions;
     out->enospc = s->enospc;
+    out->expired_allocs = s->expired_allocs;
+    out->lease_expiries = s->lease_expiries;
     /* Reclaim passes over freed chunks and evictable objects; the first
      * object it cannot pass is the head-of-line blocker. */
     for (i = 0; i < ring_count(&s->ring); i++) {
-        const struct object *obj = ring_at(&s->ring, i, NULL);
+        struct object *obj = ring_at(&s->ring, i, NULL);
 
-        if (obj == NULL || !object_blocks(obj))
+        if (obj == NULL || !object_blocks(s, obj, now))
             continue;
         out->has_blocker = true;
         memcpy(out->blocker_key, obj->key, obj->key_len);
@@ -625,7 +744,90 @@ size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
     return reported;
 }
 
+void store_set_read_lease(struct store *s, uint64_t read_lease_ms)
+{
+    s->cfg.read_lease_ms = read_lease_ms;
+}
+
+uint64_t store_room_generation(const struct store *s)
+{
+    return s->room_gen;
+}
+
 const struct ring *store_ring(const struct store *s)
 {
     return &s->ring;
+}
+
+/* What store_adopt's ring walk needs. */
+struct store_adoption {
+    struct store *s;
+    struct store_adopt_report *report;
+};
+
+/* Ring callback of store_adopt: bring back a committed chunk as an object. */
+static void *store_adopt_chunk(const struct shmb_chunk_header *hdr, const char *key,
+                               uint64_t payload_offset, void *arg)
+{
+    struct store_adoption *a = arg;
+    struct store *s = a->s;
+    struct object *obj;
+
+    if (hdr->state == SHMB_CHUNK_PENDING) {
+        a->report->dropped_pending++;
+        return NULL;
+    }
+    if (hdr->state != SHMB_CHUNK_COMMITTED) {
+        a->report->dropped_free++;
+        return NULL;
+    }
+    if (hdr->key_len == 0 || store_lookup(s, key, hdr->key_len) != NULL ||
+        hdr->tag > STORE_MAX_READERS ||
+        (obj = shmb_calloc(1, sizeof(*obj) + hdr->key_len + 1)) == NULL) {
+        a->report->dropped_invalid++;
+        return NULL;
+    }
+    memcpy(obj->key, key, hdr->key_len);
+    obj->key_len = (uint8_t)hdr->key_len;
+    obj->node.key = obj->key;
+    obj->node.key_len = hdr->key_len;
+    obj->ring_id = hdr->id;
+    obj->offset = payload_offset;
+    obj->size = hdr->payload_size;
+    obj->created_ms = store_now_ms();
+    obj->awaited_reads = hdr->tag;
+    obj->state = STORE_COMMITTED;
+    index_insert(&s->index, &obj->node);
+    s->committed++;
+    a->report->restored++;
+    a->report->restored_bytes += hdr->payload_size;
+    return obj;
+}
+
+struct store *store_adopt(void *data, uint64_t data_offset, uint64_t data_size,
+                          struct shmb_segment_header *cursor,
+                          const struct store_config *cfg,
+                          struct store_adopt_report *report, struct shmb_error *err)
+{
+    uint64_t start = cursor->ring_start, end = cursor->ring_end, next = cursor->ring_next_id;
+    struct store_adoption a;
+    struct shmb_error walk = {0};
+    struct store *s;
+
+    memset(report, 0, sizeof(*report));
+    s = store_new(data, data_offset, data_size, cursor, cfg, err);
+    if (s == NULL)
+        return NULL;
+    a.s = s;
+    a.report = report;
+    if (ring_adopt(&s->ring, start, end, next, store_adopt_chunk, &a, &walk) < 0) {
+        report->corrupt = true;
+        snprintf(report->message, sizeof(report->message), "%s", walk.message);
+        if (walk.code == -ENOMEM) {
+            shmb_error_set(err, -ENOMEM, "%s", walk.message);
+            store_free(s);
+            return NULL;
+        }
+    }
+    return s;
 }

@@ -23,6 +23,23 @@ struct store_holder;
 
 struct store_config {
     uint64_t max_object_size; /* payload bytes; 0 = half the data area */
+    uint64_t read_lease_ms;   /* awaited reads stop blocking reclaim this long
+                                 after commit; 0 = never */
+    /* Told once per object when its read lease runs out with reads still
+     * awaited (the daemon logs it); may be NULL. */
+    void (*lease_expired)(const char *key, size_t key_len, uint32_t reads_left,
+                          void *arg);
+    void *lease_arg;
+};
+
+/* What store_adopt found in an existing segment. */
+struct store_adopt_report {
+    uint64_t restored, restored_bytes; /* committed objects brought back */
+    uint64_t dropped_pending;  /* allocations their writers never committed */
+    uint64_t dropped_free;     /* deleted or freed chunks */
+    uint64_t dropped_invalid;  /* committed chunks with a bad or duplicate key */
+    bool corrupt;              /* the walk stopped early; message says where */
+    char message[SHMB_ERROR_MSG_MAX];
 };
 
 /* Where an object's payload lives, in bytes from the start of the segment. */
@@ -57,6 +74,7 @@ struct store_stats {
     uint64_t max_object_size;
     /* Counters since the store was created. */
     uint64_t allocs, commits, gets, evictions, enospc;
+    uint64_t expired_allocs, lease_expiries;
     /* The oldest object, when it stops reclaim (pinned, awaited or pending). */
     bool has_blocker;
     char blocker_key[SHMB_KEY_MAX + 1];
@@ -70,6 +88,16 @@ struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
                         struct shmb_segment_header *cursor,
                         const struct store_config *cfg, struct shmb_error *err);
 void store_free(struct store *s);
+
+/* Like store_new, but over the data area of an existing segment: walk its
+ * chunk headers from the cursor and bring back every committed object with
+ * its key, size, offset and awaited reads. Pins and pending allocations are
+ * gone with their connections. Anything inconsistent is dropped, never
+ * trusted; report says what. */
+struct store *store_adopt(void *data, uint64_t data_offset, uint64_t data_size,
+                          struct shmb_segment_header *cursor,
+                          const struct store_config *cfg,
+                          struct store_adopt_report *report, struct shmb_error *err);
 
 /* A holder: one client's pins and pending allocations. The store owns it;
  * store_holder_free releases every pin and drops every pending allocation,
@@ -86,7 +114,12 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key,
                 size_t key_len, uint64_t size, uint32_t readers,
                 struct store_extent *out, struct shmb_error *err);
 
-/* Make h's pending allocation of key visible. -ENOENT otherwise. */
+/* Drop pending allocations older than max_age_ms (oldest first); their
+ * holders get -ETIMEDOUT when they commit them. Returns how many went. */
+size_t store_expire_pending(struct store *s, uint64_t max_age_ms);
+
+/* Make h's pending allocation of key visible. -ENOENT otherwise, -ETIMEDOUT
+ * when store_expire_pending dropped it. */
 int store_commit(struct store *s, struct store_holder *h, const char *key,
                  size_t key_len, struct shmb_error *err);
 
@@ -116,8 +149,15 @@ int store_delete(struct store *s, const char *key, size_t key_len,
 /* True when a committed object has that key. */
 bool store_contains(const struct store *s, const char *key, size_t key_len);
 
+/* Change the read lease (SIGHUP); 0 turns it off. */
+void store_set_read_lease(struct store *s, uint64_t read_lease_ms);
+
 /* Occupancy and counters. */
 void store_stats(const struct store *s, struct store_stats *out);
+
+/* Bumped whenever something may have made room: a pin or an awaited read
+ * went, an object was deleted, an allocation dropped. */
+uint64_t store_room_generation(const struct store *s);
 
 /* Per-holder figures, for listing clients. */
 struct store_holder_stats {

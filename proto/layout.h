@@ -32,6 +32,8 @@ struct shmb_segment_header {
     uint64_t data_offset;  /* where the data area starts */
     uint64_t data_size;    /* bytes in the data area, a multiple of SHMB_ALIGN */
     int64_t owner_pid;     /* the daemon that created or adopted the segment */
+    uint64_t owner_start;  /* its start time (clock ticks after boot), so that
+                              a recycled pid is not taken for it */
     uint64_t created_unix; /* seconds since the epoch */
     /* Ring cursor: monotonic positions into the data area and the next chunk
      * id, kept here so that a restarted daemon can walk the ring. */
@@ -56,7 +58,7 @@ struct shmb_chunk_header {
     uint16_t state;        /* enum shmb_chunk_state */
     uint16_t key_len;      /* 0..SHMB_KEY_MAX */
     uint32_t header_size;  /* fixed part + key, padded to SHMB_ALIGN */
-    uint32_t reserved;
+    uint32_t tag;          /* the owner's (the store keeps awaited reads) */
     uint64_t id;           /* monotonic chunk id */
     uint64_t chunk_size;   /* header + padded payload */
     uint64_t payload_size; /* bytes the owner asked for */

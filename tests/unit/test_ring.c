@@ -1179,8 +1179,9 @@ static void test_invalid_inputs(void **state)
 /* The ring's rules written out plainly: monotonic positions, skip the tail
  * when a chunk does not fit before the physical end, refuse when the new end
  * would lap the start, free in any order, reclaim oldest first, move the
- * start to the oldest remaining chunk, reset when empty, bring both back by a
- * lap once the start passes the physical end. */
+ * start to the oldest remaining chunk, give freed chunks at the newest end
+ * back at once, reset when empty, bring both back by a lap once the start
+ * passes the physical end. */
 #define MODEL_MAX 128
 
 struct mslot {
@@ -1214,6 +1215,21 @@ static void model_settle(struct model *m)
         for (i = 0; i < m->n; i++)
             m->s[i].pos -= m->size;
     }
+}
+
+/* Freed chunks at the newest end go at once: the end retreats to the newest
+ * live chunk (over a skipped tail gap too), and its successor's id is
+ * reused, so ids stay consecutive. */
+static void model_retract(struct model *m)
+{
+    while (m->n > 0 && m->s[m->n - 1].freed)
+        m->n--;
+    if (m->n == 0) {
+        m->start = m->end = 0;
+        return;
+    }
+    m->end = m->s[m->n - 1].pos + m->s[m->n - 1].size;
+    m->next_id = m->s[m->n - 1].id + 1;
 }
 
 /* Returns 0 and the chunk's position, or the error ring_alloc must give. */
@@ -1390,10 +1406,12 @@ static void test_reference_model(void **state)
             memcpy(gone, m->s, m->n * sizeof(m->s[0]));
             s->freed = true;
             model_settle(m);
+            model_retract(m);
             assert_int_equal(ring_free(&f->r, id), want);
-            /* Clear the bitmap of the chunks the model reclaimed. */
-            for (i = 0; i < before - m->n; i++)
-                memset(bitmap + gone[i].pos % m->size, 0, gone[i].size);
+            /* Clear the bitmap of the chunks the model gave back, at either end. */
+            for (i = 0; i < before; i++)
+                if (model_find(m, gone[i].id) == NULL)
+                    memset(bitmap + gone[i].pos % m->size, 0, gone[i].size);
         } else if (r < 97) {
             uint64_t used = m->end - m->start, got;
             size_t before = m->n, k = 0;
