@@ -14,6 +14,9 @@ BINDIR      ?= $(PREFIX)/bin
 SBINDIR     ?= $(PREFIX)/sbin
 LIBDIR      ?= $(PREFIX)/lib
 INCLUDEDIR  ?= $(PREFIX)/include
+MANDIR      ?= $(PREFIX)/share/man
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 CC          ?= cc
 SANITIZER   ?=
 OPT         ?= -O2
@@ -47,13 +50,14 @@ WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wpointer-arith -Wformat=2 -Wno-format-nonliteral
 CFLAGS   ?= $(OPT) -g
 ALLCFLAGS = -std=c11 -D_GNU_SOURCE -DSHMB_VERSION='"$(VERSION)"' -fPIC $(WARN) \
-            $(SANFLAGS) $(CFLAGS) $(PKGS_CFLAGS) -Iproto -Idaemon -Iclient -MMD -MP
+            $(SANFLAGS) $(CFLAGS) $(PKGS_CFLAGS) -Iproto -Idaemon -Iclient \
+            -Itests/support -MMD -MP
 ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ------------------------------------------------------------
 PROTO_SRC   := proto/error.c proto/alloc.c proto/protocol.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
-DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/server.c \
+DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/command.c $(CORE_SRC)
 LIB_SRC     := client/client.c
 CTL_SRC     := client/shmbrokerctl.c
@@ -71,9 +75,10 @@ LIB_SONAME := libshmbroker.so.1
 LIB_A     := $(BUILD)/libshmbroker.a
 LIB_SO    := $(BUILD)/$(LIB_SONAME)
 EXAMPLE   := $(BUILD)/example
-BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(BUILD)/shmbroker.pc $(EXAMPLE)
+UNIT      := $(BUILD)/shmbrokerd.service
+BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(BUILD)/shmbroker.pc $(EXAMPLE) $(UNIT)
 
-UNIT_TESTS := test_ring test_store test_segment test_index
+UNIT_TESTS := test_ring test_store test_segment test_index test_chaos
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
@@ -82,6 +87,11 @@ $(BUILD)/tests/test_index:   $(call OBJ,tests/unit/test_index.c daemon/index.c) 
 $(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c daemon/store.c daemon/ring.c daemon/index.c) $(BASE_OBJ)
 $(BUILD)/tests/test_segment: $(call OBJ,tests/unit/test_segment.c daemon/segment.c) $(BASE_OBJ)
 $(BUILD)/tests/test_segment: TEST_LDFLAGS := -Wl,--wrap=statvfs
+# The command layer without sockets: the chaos test and the fuzzer drive it.
+COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/log.c tests/support/fixture.c \
+               $(CORE_SRC)) $(PROTO_OBJ)
+$(BUILD)/tests/test_chaos:   $(call OBJ,tests/unit/test_chaos.c) $(COMMAND_OBJ)
+$(BUILD)/tests/test_chaos: TEST_LDFLAGS = $(PKGS_LIBS)
 
 # End-to-end tests drive the real binaries through the library and raw sockets.
 E2E_TESTS := test_protocol test_clients test_ctl
@@ -89,7 +99,16 @@ E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o $(LIB_A)
 $(E2E_BINS): TEST_LDFLAGS = $(PKGS_LIBS)
 
-.PHONY: all run test check-deps check-test-deps unit clean install uninstall
+# The fuzz target: clang's libFuzzer with ASan and UBSan over the request
+# handler. 'make test' runs it briefly; FUZZ_SECONDS=3600 make fuzz runs long.
+FUZZ_SECONDS ?= 60
+FUZZ_RUNS    ?= 1000000
+FUZZ_BUILD   := build-fuzz
+FUZZ_SRC     := tests/fuzz/fuzz_command.c tests/support/fixture.c daemon/command.c daemon/log.c \
+                $(CORE_SRC) $(PROTO_SRC)
+FUZZ_BIN     := $(FUZZ_BUILD)/fuzz_command
+
+.PHONY: all run test fuzz check-deps check-test-deps unit clean install uninstall
 all: check-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS)
 
@@ -136,6 +155,11 @@ $(BUILD)/shmbroker.pc: client/shmbroker.pc.in Makefile
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
 	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
 
+# The unit names the installed daemon.
+$(UNIT): systemd/shmbrokerd.service.in Makefile
+	@mkdir -p $(dir $@)
+	$(Q)sed -e 's|@SBINDIR@|$(SBINDIR)|g' $< > $@
+
 # README's example, built so that it cannot rot.
 $(BUILD)/obj/client/example.o: ALLCFLAGS += -Iclient
 $(EXAMPLE): $(call OBJ,client/example.c) $(LIB_A)
@@ -153,6 +177,20 @@ $(BUILD)/tests/%:
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALLLDFLAGS) -o $@ $^ $(TEST_LDFLAGS) $(CMOCKA_LIBS)
 
+fuzz: check-test-deps
+	$(Q)$(MAKE) --no-print-directory $(FUZZ_BIN)
+	@mkdir -p $(FUZZ_BUILD)/corpus
+	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -runs=$(FUZZ_RUNS) -max_len=8192 \
+	    -dict=tests/fuzz/request.dict -print_final_stats=1 $(FUZZ_BUILD)/corpus \
+	    tests/fuzz/corpus
+
+$(FUZZ_BIN): $(FUZZ_SRC) $(wildcard proto/*.h daemon/*.h tests/support/*.h) Makefile
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CLANG   $@")
+	$(Q)clang -std=c11 -D_GNU_SOURCE -DSHMB_VERSION='"$(VERSION)"' -g -O1 $(WARN) \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	    -Iproto -Idaemon -Itests/support $(PKGS_CFLAGS) -o $@ $(FUZZ_SRC) $(PKGS_LIBS)
+
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 	    $(DESTDIR)$(INCLUDEDIR)
@@ -163,14 +201,24 @@ install: all
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libshmbroker.so
 	install -m 0644 client/shmbroker.h $(DESTDIR)$(INCLUDEDIR)/shmbroker.h
 	install -m 0644 $(BUILD)/shmbroker.pc $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(MANDIR)/man8 \
+	    $(DESTDIR)$(MANDIR)/man1
+	install -m 0644 $(UNIT) $(DESTDIR)$(UNITDIR)/shmbrokerd.service
+	install -m 0644 systemd/shmbrokerd.socket $(DESTDIR)$(UNITDIR)/shmbrokerd.socket
+	install -m 0644 systemd/shmbroker.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf
+	install -m 0644 daemon/shmbrokerd.8 $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8
+	install -m 0644 client/shmbrokerctl.1 $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1
 
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/shmbrokerd $(DESTDIR)$(BINDIR)/shmbrokerctl \
 	    $(DESTDIR)$(LIBDIR)/libshmbroker.a $(DESTDIR)$(LIBDIR)/$(LIB_SONAME) \
 	    $(DESTDIR)$(LIBDIR)/libshmbroker.so $(DESTDIR)$(INCLUDEDIR)/shmbroker.h \
-	    $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc
+	    $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc \
+	    $(DESTDIR)$(UNITDIR)/shmbrokerd.service $(DESTDIR)$(UNITDIR)/shmbrokerd.socket \
+	    $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8 \
+	    $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1
 
 clean:
-	rm -rf build build-address build-undefined
+	rm -rf build build-address build-undefined build-fuzz
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,10 +25,16 @@
 
 struct shmb {
     int sock;             /* -1 when not connected */
-    int seg_fd;           /* the descriptor hello passed, -1 before */
+    int seg_fd;           /* the descriptor hello passed, until it is mapped */
     unsigned char *map;   /* the segment mapping, NULL before */
     size_t map_size;
+    dev_t map_dev;        /* the mapped file, to recognise it after a restart */
+    ino_t map_ino;
     int populate;
+    int read_only;
+    unsigned alloc_wait_ms;
+    char path[108];       /* where shmb_connect found the daemon */
+    char name[SHMB_NAME_MAX + 1];
     shmb_info_t info;
     struct shmb_error err;
     char *rbuf;           /* bytes received, not yet a whole reply */
@@ -51,6 +58,16 @@ shmb_t *shmb_new(void)
 void shmb_set_populate(shmb_t *c, int populate)
 {
     c->populate = populate;
+}
+
+void shmb_set_read_only(shmb_t *c, int read_only)
+{
+    c->read_only = read_only;
+}
+
+void shmb_set_alloc_wait(shmb_t *c, unsigned wait_ms)
+{
+    c->alloc_wait_ms = wait_ms;
 }
 
 int shmb_errcode(const shmb_t *c)
@@ -78,26 +95,28 @@ const shmb_info_t *shmb_info(const shmb_t *c)
     return c->map != NULL ? &c->info : NULL;
 }
 
-/* Forget the connection and the mapping. */
-static void client_disconnect(shmb_t *c)
+/* Forget the connection (and the mapping too, unless keep_map). */
+static void client_disconnect(shmb_t *c, bool keep_map)
 {
     if (c->sock >= 0)
         close(c->sock);
     if (c->seg_fd >= 0)
         close(c->seg_fd);
+    c->sock = c->seg_fd = -1;
+    c->rlen = 0;
+    if (keep_map)
+        return;
     if (c->map != NULL)
         munmap(c->map, c->map_size);
-    c->sock = c->seg_fd = -1;
     c->map = NULL;
     c->map_size = 0;
-    c->rlen = 0;
 }
 
 void shmb_close(shmb_t *c)
 {
     if (c == NULL)
         return;
-    client_disconnect(c);
+    client_disconnect(c, false);
     shmb_free(c->rbuf);
     shmb_free(c->wbuf);
     shmb_free(c);
@@ -211,6 +230,28 @@ static int client_send(shmb_t *c)
     return 0;
 }
 
+/* Queue request (the library keeps no reference) as a line in wbuf. */
+static int client_queue(shmb_t *c, json_t *request)
+{
+    int rc;
+
+    if (request == NULL)
+        return shmb_error_set(&c->err, -EINVAL,
+                              "Cannot build the request: a key must be valid UTF-8, 1 to "
+                              "%d bytes.", SHMB_KEY_MAX_LEN);
+    if (c->sock < 0) {
+        json_decref(request);
+        return shmb_error_set(&c->err, -ENOTCONN,
+                              "Not connected to shmbrokerd; call shmb_connect (or "
+                              "shmb_reconnect after a lost connection) first.");
+    }
+    rc = shmb_json_append_line(request, &c->wbuf, &c->wlen, &c->wcap);
+    json_decref(request);
+    if (rc < 0)
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
+    return 0;
+}
+
 /* Send request (the library keeps no reference) and wait for its reply:
  * 0 with *reply owned by the caller (when reply is not NULL), or the error. */
 static int client_call(shmb_t *c, json_t *request, json_t **reply)
@@ -222,20 +263,9 @@ static int client_call(shmb_t *c, json_t *request, json_t **reply)
     shmb_error_clear(&c->err);
     if (reply != NULL)
         *reply = NULL;
-    if (request == NULL)
-        return shmb_error_set(&c->err, -EINVAL,
-                              "Cannot build the request: a key must be valid UTF-8, 1 to "
-                              "%d bytes.", SHMB_KEY_MAX_LEN);
-    if (c->sock < 0) {
-        json_decref(request);
-        return shmb_error_set(&c->err, -ENOTCONN,
-                              "Not connected to shmbrokerd; call shmb_connect first.");
-    }
     c->wlen = 0;
-    rc = shmb_json_append_line(request, &c->wbuf, &c->wlen, &c->wcap);
-    json_decref(request);
-    if (rc < 0)
-        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
+    if ((rc = client_queue(c, request)) < 0)
+        return rc;
     if ((rc = client_send(c)) < 0 || (rc = client_read_line(c, &len)) < 0)
         return rc;
     rc = shmb_parse_reply(c->rbuf, len, &value, &c->err);
@@ -292,9 +322,18 @@ static int client_map(shmb_t *c)
                               (long long)st.st_size, (unsigned long long)c->info.size,
                               (unsigned long long)c->info.data_offset,
                               (unsigned long long)c->info.data_size);
+    if (c->map != NULL) {
+        /* A reconnect: the same file keeps its mapping, and with it every
+         * pointer the application holds. */
+        if (st.st_dev == c->map_dev && st.st_ino == c->map_ino && c->map_size == c->info.size)
+            goto mapped;
+        munmap(c->map, c->map_size);
+        c->map = NULL;
+    }
     if (c->populate)
         flags |= MAP_POPULATE;
-    c->map = mmap(NULL, (size_t)c->info.size, PROT_READ | PROT_WRITE, flags, c->seg_fd, 0);
+    c->map = mmap(NULL, (size_t)c->info.size, PROT_READ | (c->read_only ? 0 : PROT_WRITE),
+                  flags, c->seg_fd, 0);
     if (c->map == MAP_FAILED) {
         int saved = errno;
 
@@ -303,6 +342,12 @@ static int client_map(shmb_t *c)
                               (unsigned long long)c->info.size, strerror(saved));
     }
     c->map_size = (size_t)c->info.size;
+    c->map_dev = st.st_dev;
+    c->map_ino = st.st_ino;
+mapped:
+    /* The mapping keeps the file; the descriptor is not needed any more. */
+    close(c->seg_fd);
+    c->seg_fd = -1;
     hdr = (const struct shmb_segment_header *)c->map;
     if (hdr->magic != SHMB_SEGMENT_MAGIC || hdr->version != SHMB_LAYOUT_VERSION)
         return shmb_error_set(&c->err, -EPROTO,
@@ -312,16 +357,17 @@ static int client_map(shmb_t *c)
     return 0;
 }
 
-int shmb_connect(shmb_t *c, const char *socket_path, const char *name)
+/* Dial path, say hello, map the segment (keeping a mapping of the same file
+ * when keep_map). */
+static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_map)
 {
-    const char *path = shmb_socket_path(socket_path);
     struct sockaddr_un sun;
     json_t *reply = NULL;
     const char *segment = NULL;
     int rc;
 
     shmb_error_clear(&c->err);
-    client_disconnect(c);
+    client_disconnect(c, keep_map);
     memset(&sun, 0, sizeof(sun));
     sun.sun_family = AF_UNIX;
     if (strlen(path) >= sizeof(sun.sun_path))
@@ -333,14 +379,15 @@ int shmb_connect(shmb_t *c, const char *socket_path, const char *name)
     if (connect(c->sock, (struct sockaddr *)&sun, sizeof(sun)) != 0) {
         int saved = errno;
 
-        client_disconnect(c);
+        client_disconnect(c, keep_map);
         return shmb_error_set(&c->err, -saved,
                               "Cannot connect to shmbrokerd at %s: %s. Is shmbrokerd running? "
                               "(Set %s or pass the socket path.)",
                               path, strerror(saved), SHMB_SOCKET_ENV);
     }
-    rc = client_call(c, json_pack("{s:s, s:i, s:s?}", "op", "hello", "version",
-                                  SHMB_PROTOCOL_VERSION, "name", name),
+    rc = client_call(c, json_pack("{s:s, s:i, s:s?, s:s}", "op", "hello", "version",
+                                  SHMB_PROTOCOL_VERSION, "name", name, "mode",
+                                  c->read_only ? "ro" : "rw"),
                      &reply);
     if (rc < 0)
         goto fail;
@@ -359,8 +406,27 @@ int shmb_connect(shmb_t *c, const char *socket_path, const char *name)
 
 fail:
     json_decref(reply);
-    client_disconnect(c);
+    client_disconnect(c, keep_map);
     return rc;
+}
+
+int shmb_connect(shmb_t *c, const char *socket_path, const char *name)
+{
+    const char *path = shmb_socket_path(socket_path);
+
+    if (strlen(path) >= sizeof(c->path))
+        return shmb_error_set(&c->err, -ENAMETOOLONG, "Socket path %s is too long.", path);
+    snprintf(c->path, sizeof(c->path), "%s", path);
+    snprintf(c->name, sizeof(c->name), "%s", name != NULL ? name : "");
+    return client_dial(c, c->path, name, false);
+}
+
+int shmb_reconnect(shmb_t *c)
+{
+    if (c->path[0] == '\0')
+        return shmb_error_set(&c->err, -ENOTCONN,
+                              "Never connected; call shmb_connect first.");
+    return client_dial(c, c->path, c->name[0] ? c->name : NULL, true);
 }
 
 /* A pointer to [offset, offset + size) after checking it lies in the data
@@ -408,8 +474,9 @@ int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void *
     shmb_error_clear(&c->err);
     if ((rc = client_check_key(c, key)) < 0)
         return rc;
-    rc = client_call(c, json_pack("{s:s, s:s, s:I, s:I}", "op", "alloc", "key", key, "size",
-                                  (json_int_t)size, "readers", (json_int_t)readers),
+    rc = client_call(c, json_pack("{s:s, s:s, s:I, s:I, s:I}", "op", "alloc", "key", key,
+                                  "size", (json_int_t)size, "readers", (json_int_t)readers,
+                                  "wait_ms", (json_int_t)c->alloc_wait_ms),
                      &reply);
     if (rc == 0)
         rc = client_extent(c, reply, size, ptr, NULL);
@@ -457,6 +524,172 @@ int shmb_get(shmb_t *c, const char *key, const void **ptr, size_t *size)
 int shmb_release(shmb_t *c, const char *key)
 {
     return client_key_op(c, "release", key, NULL);
+}
+
+int shmb_release_nowait(shmb_t *c, const char *key)
+{
+    return shmb_release_many(c, 1, &key);
+}
+
+int shmb_release_many(shmb_t *c, size_t n, const char *const *keys)
+{
+    size_t i;
+    int rc;
+
+    shmb_error_clear(&c->err);
+    c->wlen = 0;
+    for (i = 0; i < n; i++) {
+        if ((rc = client_check_key(c, keys[i])) < 0 ||
+            (rc = client_queue(c, json_pack("{s:s, s:s, s:b}", "op", "release", "key",
+                                            keys[i], "noreply", 1))) < 0)
+            return rc;
+    }
+    return client_send(c);
+}
+
+/* One batch round trip: ops (stolen) in, the replies array (owned by the
+ * caller) out. */
+static int client_batch(shmb_t *c, json_t *ops, json_t **replies)
+{
+    json_t *reply = NULL;
+    int rc;
+
+    *replies = NULL;
+    if (ops == NULL)
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
+    rc = client_call(c, json_pack("{s:s, s:o}", "op", "batch", "ops", ops), &reply);
+    if (rc < 0)
+        return rc;
+    *replies = json_incref(json_object_get(reply, "replies"));
+    json_decref(reply);
+    if (!json_is_array(*replies)) {
+        json_decref(*replies);
+        *replies = NULL;
+        return shmb_error_set(&c->err, -EPROTO, "shmbrokerd's batch reply has no replies.");
+    }
+    return 0;
+}
+
+/* Decode sub-reply i of a batch: 0, or its error (message kept in the
+ * handle if it is the first error). */
+static int client_sub_reply(shmb_t *c, json_t *replies, size_t i, int *first)
+{
+    json_t *r = json_array_get(replies, i);
+    const char *code = NULL, *message = NULL;
+    int rc;
+
+    if (json_is_true(json_object_get(r, "ok")))
+        return 0;
+    if (json_unpack(r, "{s:s, s:s}", "error", &code, "message", &message) != 0)
+        rc = -EPROTO;
+    else
+        rc = shmb_error_from_name(code);
+    if (*first == 0) {
+        *first = rc;
+        shmb_error_set(&c->err, rc, "%s", message ? message : "malformed batch reply");
+    }
+    return rc;
+}
+
+/* Build a batch of one op per key; extra fields from fmt (may be NULL). */
+static json_t *client_key_ops(shmb_t *c, const char *op, size_t n, const char *const *keys)
+{
+    json_t *ops = json_array();
+    size_t i;
+
+    for (i = 0; ops != NULL && i < n; i++) {
+        if (client_check_key(c, keys[i]) < 0 ||
+            json_array_append_new(ops, json_pack("{s:s, s:s}", "op", op, "key", keys[i])) != 0) {
+            json_decref(ops);
+            return NULL;
+        }
+    }
+    return ops;
+}
+
+int shmb_put_many(shmb_t *c, size_t n, const char *const *keys, const void *const *data,
+                  const size_t *sizes, unsigned readers, int *results)
+{
+    json_t *ops = json_array(), *replies = NULL, *commits;
+    int first = 0, rc;
+    size_t i;
+
+    shmb_error_clear(&c->err);
+    for (i = 0; i < n; i++) {
+        if ((rc = client_check_key(c, keys[i])) < 0) {
+            json_decref(ops);
+            return rc;
+        }
+        if (ops == NULL ||
+            json_array_append_new(ops, json_pack("{s:s, s:s, s:I, s:I}", "op", "alloc", "key",
+                                                 keys[i], "size", (json_int_t)sizes[i],
+                                                 "readers", (json_int_t)readers)) != 0) {
+            json_decref(ops);
+            return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
+        }
+    }
+    if ((rc = client_batch(c, ops, &replies)) < 0)
+        return rc;
+    commits = json_array();
+    for (i = 0; i < n; i++) {
+        int r = client_sub_reply(c, replies, i, &first);
+        void *dst = NULL;
+
+        if (r == 0 && (r = client_extent(c, json_array_get(replies, i), sizes[i], &dst,
+                                         NULL)) < 0 && first == 0)
+            first = r;
+        if (r == 0)
+            memcpy(dst, data[i], sizes[i]);
+        /* Commit what was written; abort an allocation whose extent was bad. */
+        if (r == 0 || json_is_true(json_object_get(json_array_get(replies, i), "ok")))
+            json_array_append_new(commits, json_pack("{s:s, s:s}", "op", r == 0 ? "commit"
+                                                                            : "abort",
+                                                     "key", keys[i]));
+        if (results != NULL)
+            results[i] = r;
+    }
+    json_decref(replies);
+    if (json_array_size(commits) == 0) {
+        json_decref(commits);
+        return first;
+    }
+    if ((rc = client_batch(c, commits, &replies)) < 0)
+        return rc;
+    for (i = 0; i < json_array_size(replies); i++)
+        client_sub_reply(c, replies, i, &first);
+    json_decref(replies);
+    if (first < 0 && c->err.code == 0)
+        c->err.code = first;
+    return first;
+}
+
+int shmb_get_many(shmb_t *c, size_t n, const char *const *keys, const void **ptrs,
+                  size_t *sizes, int *results)
+{
+    json_t *replies = NULL;
+    int first = 0, rc;
+    size_t i;
+
+    shmb_error_clear(&c->err);
+    for (i = 0; i < n; i++) {
+        ptrs[i] = NULL;
+        sizes[i] = 0;
+    }
+    if ((rc = client_batch(c, client_key_ops(c, "get", n, keys), &replies)) < 0)
+        return rc;
+    for (i = 0; i < n; i++) {
+        int r = client_sub_reply(c, replies, i, &first);
+        void *p = NULL;
+
+        if (r == 0 && (r = client_extent(c, json_array_get(replies, i), 0, &p, &sizes[i])) < 0 &&
+            first == 0)
+            first = r;
+        ptrs[i] = p;
+        if (results != NULL)
+            results[i] = r;
+    }
+    json_decref(replies);
+    return first;
 }
 
 int shmb_touch(shmb_t *c, const char *key, unsigned readers)

@@ -59,11 +59,30 @@ shmb_t *shmb_new(void);
  * off for huge segments). Call before shmb_connect. */
 void shmb_set_populate(shmb_t *c, int populate);
 
+/* Connect read-only: the daemon passes a read-only descriptor, the segment
+ * is mapped PROT_READ, and alloc, commit, abort, touch and delete fail with
+ * -EPERM. Call before shmb_connect. */
+void shmb_set_read_only(shmb_t *c, int read_only);
+
+/* Let shmb_alloc and shmb_put wait up to wait_ms for space when the segment
+ * is full (the daemon answers as soon as a release, delete or abort makes
+ * room, oldest waiter first), instead of failing with -ENOSPC at once; they
+ * fail with -ETIMEDOUT when the time runs out. 0 (the default) never waits. */
+void shmb_set_alloc_wait(shmb_t *c, unsigned wait_ms);
+
 /* Connect to the daemon at socket_path (NULL: $SHMBROKER_SOCKET, else
  * /run/shmbroker/shmbroker.sock), say hello with name (may be NULL), receive
  * the segment's descriptor and map it. -ECONNREFUSED or -ENOENT when no
  * daemon listens there. */
 int shmb_connect(shmb_t *c, const char *socket_path, const char *name);
+
+/* After a call failed with -ECONNRESET (the daemon exited or restarted):
+ * connect again to the same socket with the same name and mode. Pins and
+ * pending allocations of the old connection are gone; objects committed
+ * before a daemon restart are still there. When the daemon serves the same
+ * segment file, the mapping is kept, so pointers to committed objects that
+ * were read before stay valid (re-get them to pin them again). */
+int shmb_reconnect(shmb_t *c);
 
 /* Disconnect (the daemon releases every pin and pending allocation), unmap
  * and free the handle. Pointers from this handle become invalid. */
@@ -94,6 +113,23 @@ int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned
  * and must be released once. -ENOENT when absent or not committed. */
 int shmb_get(shmb_t *c, const char *key, const void **ptr, size_t *size);
 int shmb_release(shmb_t *c, const char *key);
+
+/* Release without waiting for the daemon's answer: the request is sent and
+ * the call returns. An error (no such pin) is logged by the daemon and
+ * counted in its stats, not reported here. */
+int shmb_release_nowait(shmb_t *c, const char *key);
+
+/* Batches: n operations in one round trip (put: two, for the allocations
+ * and the commits). results[i] (when results is not NULL) gets each one's 0
+ * or negative errno; the call returns 0 when all succeeded, else the first
+ * error, whose message shmb_errmsg() holds. put_many aborts the allocations
+ * it could not commit. get_many pins like shmb_get; release each key once. */
+int shmb_put_many(shmb_t *c, size_t n, const char *const *keys, const void *const *data,
+                  const size_t *sizes, unsigned readers, int *results);
+int shmb_get_many(shmb_t *c, size_t n, const char *const *keys, const void **ptrs,
+                  size_t *sizes, int *results);
+/* Sends every release in one write, without waiting (as shmb_release_nowait). */
+int shmb_release_many(shmb_t *c, size_t n, const char *const *keys);
 
 /* Add readers awaited reads to key. */
 int shmb_touch(shmb_t *c, const char *key, unsigned readers);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../proto/error.h"
@@ -27,8 +28,10 @@ static void usage(FILE *out)
             "Usage: shmbrokerctl [--socket PATH] COMMAND [ARG]...\n"
             "\n"
             "Commands:\n"
-            "  status [--json]        occupancy, clients and counters of the daemon\n"
+            "  status [--json | --prometheus | --watch SECONDS]\n"
+            "                         occupancy, clients and counters of the daemon\n"
             "  ls [PREFIX]            objects, oldest first\n"
+            "  clients                connections: pid, uid, name, pins, pending, since\n"
             "  put KEY FILE|-         store a file (or standard input) under KEY\n"
             "  get KEY [FILE|-]       write KEY's bytes to FILE (default: standard output)\n"
             "  rm KEY                 delete KEY\n"
@@ -59,7 +62,50 @@ static const char *format_uptime(unsigned long long s, char *buf, size_t len)
     return buf;
 }
 
-static int cmd_status(shmb_t *c, const char *socket_path, int json)
+/* The stats in Prometheus's text exposition format, one metric per figure. */
+static int print_prometheus(shmb_t *c)
+{
+    static const struct {
+        const char *field, *metric, *type, *help;
+    } gauges[] = {
+        {"size", "shmbroker_segment_bytes", "gauge", "Size of the segment, header included."},
+        {"data_size", "shmbroker_data_bytes", "gauge", "Bytes of the data area."},
+        {"used", "shmbroker_used_bytes", "gauge", "Bytes in use (objects, headers, gaps)."},
+        {"free", "shmbroker_free_bytes", "gauge", "Bytes free in the data area."},
+        {"objects", "shmbroker_objects", "gauge", "Committed objects."},
+        {"pending", "shmbroker_pending_objects", "gauge", "Allocations not yet committed."},
+        {"pinned", "shmbroker_pinned_objects", "gauge", "Objects pinned by a reader."},
+        {"clients", "shmbroker_clients", "gauge", "Connected clients."},
+        {"max_object_size", "shmbroker_max_object_bytes", "gauge", "Largest object allowed."},
+        {"shm_dir_free", "shmbroker_shm_dir_free_bytes", "gauge",
+         "Bytes free in the shared-memory directory."},
+        {"uptime_s", "shmbroker_uptime_seconds", "gauge", "Seconds since the daemon started."},
+    };
+    json_t *reply, *counters, *value;
+    const char *name;
+    char *raw = NULL;
+    size_t i;
+
+    if (shmb_request(c, "{\"op\":\"stats\"}", &raw) < 0)
+        return fail(c);
+    reply = json_loads(raw, 0, NULL);
+    free(raw);
+    for (i = 0; i < sizeof(gauges) / sizeof(gauges[0]); i++) {
+        printf("# HELP %s %s\n# TYPE %s %s\n%s %lld\n", gauges[i].metric, gauges[i].help,
+               gauges[i].metric, gauges[i].type, gauges[i].metric,
+               json_integer_value(json_object_get(reply, gauges[i].field)));
+    }
+    counters = json_object_get(reply, "counters");
+    json_object_foreach(counters, name, value) {
+        printf("# HELP shmbroker_%s_total Count of %s since the daemon started.\n"
+               "# TYPE shmbroker_%s_total counter\nshmbroker_%s_total %lld\n",
+               name, name, name, name, json_integer_value(value));
+    }
+    json_decref(reply);
+    return 0;
+}
+
+static int cmd_status(shmb_t *c, const char *socket_path, int json, int prometheus)
 {
     shmb_stats_t st;
     char b[4][32], bar[41];
@@ -75,6 +121,8 @@ static int cmd_status(shmb_t *c, const char *socket_path, int json)
         free(reply);
         return 0;
     }
+    if (prometheus)
+        return print_prometheus(c);
     if (shmb_stats(c, &st) < 0)
         return fail(c);
     pct = st.data_size ? 100.0 * (double)st.used / (double)st.data_size : 0.0;
@@ -109,6 +157,41 @@ static int cmd_status(shmb_t *c, const char *socket_path, int json)
                (unsigned long long)st.blocker_readers);
     else
         printf("blocker   none\n");
+    return 0;
+}
+
+static int cmd_clients(shmb_t *c)
+{
+    json_t *reply, *list, *item;
+    char *raw = NULL, since[32], pinned[32];
+    size_t i;
+
+    if (shmb_request(c, "{\"op\":\"clients\"}", &raw) < 0)
+        return fail(c);
+    reply = json_loads(raw, 0, NULL);
+    free(raw);
+    list = json_object_get(reply, "clients");
+    printf("%8s %6s %-20s %-4s %7s %7s %10s  %s\n", "PID", "UID", "NAME", "MODE", "PINS",
+           "PENDING", "PINNED", "CONNECTED SINCE");
+    json_array_foreach(list, i, item) {
+        time_t t = (time_t)json_integer_value(json_object_get(item, "connected_unix"));
+        struct tm tm;
+
+        localtime_r(&t, &tm);
+        strftime(since, sizeof(since), "%Y-%m-%d %H:%M:%S", &tm);
+        printf("%8lld %6lld %-20.20s %-4s %7lld %7lld %10s  %s%s\n",
+               json_integer_value(json_object_get(item, "pid")),
+               json_integer_value(json_object_get(item, "uid")),
+               json_string_value(json_object_get(item, "name")),
+               json_string_value(json_object_get(item, "mode")),
+               json_integer_value(json_object_get(item, "pins")),
+               json_integer_value(json_object_get(item, "pending")),
+               shmb_format_bytes((unsigned long long)json_integer_value(
+                                     json_object_get(item, "bytes_pinned")),
+                                 pinned, sizeof(pinned)),
+               since, json_is_true(json_object_get(item, "self")) ? " (this command)" : "");
+    }
+    json_decref(reply);
     return 0;
 }
 
@@ -272,7 +355,8 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *socket_path = NULL, *cmd;
-    int opt, json = 0, rc, nargs;
+    int opt, json = 0, prometheus = 0, rc, nargs;
+    unsigned long watch = 0;
     shmb_t *c;
 
     while ((opt = getopt_long(argc, argv, "+s:h", options, NULL)) != -1) {
@@ -293,13 +377,34 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     cmd = argv[optind++];
-    if (strcmp(cmd, "status") == 0 && optind < argc && strcmp(argv[optind], "--json") == 0) {
-        json = 1;
+    while (strcmp(cmd, "status") == 0 && optind < argc && argv[optind][0] == '-') {
+        if (strcmp(argv[optind], "--json") == 0) {
+            json = 1;
+        } else if (strcmp(argv[optind], "--prometheus") == 0) {
+            prometheus = 1;
+        } else if (strcmp(argv[optind], "--watch") == 0 && optind + 1 < argc) {
+            char *end;
+
+            watch = strtoul(argv[++optind], &end, 10);
+            if (*end != '\0' || watch == 0 || watch > 86400) {
+                fprintf(stderr, "shmbrokerctl: --watch takes whole seconds from 1 to 86400\n");
+                return EXIT_USAGE;
+            }
+        } else {
+            fprintf(stderr, "shmbrokerctl: unknown status option %s\n", argv[optind]);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
         optind++;
+    }
+    if (json + prometheus + (watch != 0) > 1) {
+        fprintf(stderr, "shmbrokerctl: choose one of --json, --prometheus and --watch\n");
+        return EXIT_USAGE;
     }
     nargs = argc - optind;
     if (!((strcmp(cmd, "status") == 0 && nargs == 0) ||
           (strcmp(cmd, "ls") == 0 && nargs <= 1) ||
+          (strcmp(cmd, "clients") == 0 && nargs == 0) ||
           (strcmp(cmd, "put") == 0 && nargs == 2) ||
           (strcmp(cmd, "get") == 0 && (nargs == 1 || nargs == 2)) ||
           (strcmp(cmd, "rm") == 0 && nargs == 1))) {
@@ -324,10 +429,23 @@ int main(int argc, char **argv)
         shmb_close(c);
         return rc;
     }
-    if (strcmp(cmd, "status") == 0)
-        rc = cmd_status(c, socket_path, json);
+    if (strcmp(cmd, "status") == 0 && watch != 0) {
+        /* Redraw in place until interrupted or the daemon goes away. */
+        for (;;) {
+            printf("\033[H\033[2J");
+            rc = cmd_status(c, socket_path, 0, 0);
+            printf("\n(every %lus; Ctrl-C to stop)\n", watch);
+            fflush(stdout);
+            if (rc != 0)
+                break;
+            sleep((unsigned)watch);
+        }
+    } else if (strcmp(cmd, "status") == 0)
+        rc = cmd_status(c, socket_path, json, prometheus);
     else if (strcmp(cmd, "ls") == 0)
         rc = cmd_ls(c, nargs ? argv[optind] : NULL);
+    else if (strcmp(cmd, "clients") == 0)
+        rc = cmd_clients(c);
     else if (strcmp(cmd, "put") == 0)
         rc = cmd_put(c, argv[optind], argv[optind + 1]);
     else if (strcmp(cmd, "get") == 0)

@@ -3,6 +3,8 @@
  */
 #include "command.h"
 
+#include "log.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +18,9 @@ struct command_call {
     json_t *req;   /* the request, without "op" and "id" */
     json_t *reply; /* {"ok":true}; handlers add their fields */
     unsigned flags;
+    bool noreply;  /* the request said "noreply": true */
+    bool final_try;           /* a waiting alloc's last chance */
+    uint64_t wait_until_ms;   /* a waiting alloc's deadline, 0 before it waits */
     struct shmb_error err;
 };
 
@@ -24,6 +29,9 @@ typedef int (*command_handler)(struct command_call *call);
 struct command_op {
     const char *name;
     command_handler handler;
+    bool writes;       /* changes the segment: refused to read-only clients */
+    bool noreply_ok;   /* may carry "noreply": true */
+    bool batchable;    /* may be one of a batch's ops */
     const char *usage; /* the request's shape, quoted in EINVAL messages */
 };
 
@@ -72,26 +80,31 @@ static int command_set(struct command_call *call, const char *field, json_t *val
     return 0;
 }
 
-static const char hello_usage[] = "{\"op\":\"hello\",\"version\":1,\"name\":STRING?}";
+static const char hello_usage[] =
+    "{\"op\":\"hello\",\"version\":1,\"name\":STRING?,\"mode\":\"rw\"|\"ro\"?}";
 static const char alloc_usage[] =
-    "{\"op\":\"alloc\",\"key\":STRING,\"size\":INTEGER,\"readers\":INTEGER?}";
+    "{\"op\":\"alloc\",\"key\":STRING,\"size\":INTEGER,\"readers\":INTEGER?,"
+    "\"wait_ms\":INTEGER?}";
 static const char key_usage[] = "{\"op\":OP,\"key\":STRING}";
 static const char touch_usage[] = "{\"op\":\"touch\",\"key\":STRING,\"readers\":INTEGER}";
 static const char list_usage[] =
     "{\"op\":\"list\",\"prefix\":STRING?,\"limit\":INTEGER?}";
 static const char stats_usage[] = "{\"op\":\"stats\"}";
+static const char clients_usage[] = "{\"op\":\"clients\"}";
+static const char batch_usage[] = "{\"op\":\"batch\",\"ops\":[REQUEST,...]}";
 
 /* hello: check the version, create the client's holder, describe the segment
  * and pass its descriptor. */
 static int cmd_hello(struct command_call *call)
 {
     const struct segment *seg = call->env->segment;
-    const char *name = NULL;
+    const char *name = NULL, *mode = "rw";
     json_int_t version = 0;
+    struct store_stats st;
     int rc;
 
-    if ((rc = command_unpack(call, "hello", hello_usage, "{s:I, s?s}", "version", &version,
-                             "name", &name)) < 0)
+    if ((rc = command_unpack(call, "hello", hello_usage, "{s:I, s?s, s?s}", "version",
+                             &version, "name", &name, "mode", &mode)) < 0)
         return rc;
     if (version != SHMB_PROTOCOL_VERSION)
         return shmb_error_set(&call->err, -EPROTO,
@@ -100,30 +113,48 @@ static int cmd_hello(struct command_call *call)
     if (call->client->said_hello)
         return shmb_error_set(&call->err, -EINVAL,
                               "This connection already said hello; say it once.");
-    call->client->holder = store_holder_new(call->env->store);
-    if (call->client->holder == NULL)
-        return shmb_error_set(&call->err, -ENOMEM, "Out of memory for a new client.");
-    call->client->said_hello = true;
-    if (name != NULL)
-        snprintf(call->client->name, sizeof(call->client->name), "%s", name);
-    call->flags |= COMMAND_SEND_FD;
+    if (strcmp(mode, "rw") != 0 && strcmp(mode, "ro") != 0)
+        return shmb_error_set(&call->err, -EINVAL,
+                              "\"mode\" must be \"rw\" (read-write) or \"ro\" (read-only), "
+                              "not \"%.32s\".", mode);
+    store_stats(call->env->store, &st);
     if ((rc = command_set(call, "version", json_integer(SHMB_PROTOCOL_VERSION))) < 0 ||
         (rc = command_set(call, "segment", json_string(seg->name))) < 0 ||
         (rc = command_set(call, "size", json_integer((json_int_t)seg->size))) < 0 ||
         (rc = command_set(call, "data_offset",
                           json_integer((json_int_t)seg->hdr->data_offset))) < 0 ||
         (rc = command_set(call, "data_size",
-                          json_integer((json_int_t)seg->hdr->data_size))) < 0)
+                          json_integer((json_int_t)seg->hdr->data_size))) < 0 ||
+        (rc = command_set(call, "max_object_size",
+                          json_integer((json_int_t)st.max_object_size))) < 0 ||
+        (rc = command_set(call, "alignment", json_integer(SHMB_ALIGN))) < 0 ||
+        (rc = command_set(call, "mode", json_string(mode))) < 0)
         return rc;
-    {
-        struct store_stats st;
+    /* Last, so that a failure above leaves the client as it was. */
+    call->client->holder = store_holder_new(call->env->store);
+    if (call->client->holder == NULL)
+        return shmb_error_set(&call->err, -ENOMEM, "Out of memory for a new client.");
+    call->client->said_hello = true;
+    call->client->read_only = strcmp(mode, "ro") == 0;
+    if (name != NULL)
+        snprintf(call->client->name, sizeof(call->client->name), "%s", name);
+    call->flags |= COMMAND_SEND_FD;
+    return 0;
+}
 
-        store_stats(call->env->store, &st);
-        if ((rc = command_set(call, "max_object_size",
-                              json_integer((json_int_t)st.max_object_size))) < 0)
-            return rc;
-    }
-    return command_set(call, "alignment", json_integer(SHMB_ALIGN));
+/* EDQUOT when this client already holds as many of something as it may. */
+static int command_check_cap(struct command_call *call, uint64_t held, uint64_t cap,
+                             const char *cap_name, const char *what)
+{
+    if (cap != 0 && held >= cap)
+        return shmb_error_set(&call->err, -EDQUOT,
+                              "%s (%llu) reached: this connection holds %llu %s. %s first, "
+                              "or raise --%s.", cap_name, (unsigned long long)cap,
+                              (unsigned long long)held, what,
+                              strcmp(cap_name, "max-pins") == 0 ? "Release some"
+                                                                : "Commit or abort some",
+                              cap_name);
+    return 0;
 }
 
 /* Reply fields offset and size. */
@@ -141,26 +172,62 @@ static int cmd_alloc(struct command_call *call)
     struct store_extent ext;
     const char *key;
     size_t key_len;
-    json_int_t size = 0, readers = 0;
+    json_int_t size = 0, readers = 0, wait_ms = 0;
     int rc;
 
-    if ((rc = command_unpack(call, "alloc", alloc_usage, "{s:s%, s:I, s?I}", "key", &key,
-                             &key_len, "size", &size, "readers", &readers)) < 0 ||
+    if ((rc = command_unpack(call, "alloc", alloc_usage, "{s:s%, s:I, s?I, s?I}", "key", &key,
+                             &key_len, "size", &size, "readers", &readers, "wait_ms",
+                             &wait_ms)) < 0 ||
         (rc = command_check_range(call, "size", size, 1, INT64_MAX)) < 0 ||
-        (rc = command_check_range(call, "readers", readers, 0, STORE_MAX_READERS)) < 0)
+        (rc = command_check_range(call, "readers", readers, 0, STORE_MAX_READERS)) < 0 ||
+        (rc = command_check_range(call, "wait_ms", wait_ms, 0, COMMAND_MAX_WAIT_MS)) < 0)
         return rc;
+    {
+        struct store_holder_stats hs;
+
+        store_holder_stats(call->client->holder, &hs);
+        if ((rc = command_check_cap(call, hs.pending, call->env->limits.max_pending,
+                                    "max-pending", "uncommitted allocations")) < 0)
+            return rc;
+    }
     rc = store_alloc(call->env->store, call->client->holder, key, key_len, (uint64_t)size,
                      (uint32_t)readers, &ext, &call->err);
+    if (rc == -ENOSPC && wait_ms > 0) {
+        char why[SHMB_ERROR_MSG_MAX];
+
+        if (!call->final_try) {
+            /* Wait: the connection retries this request when room may have
+             * been made, in arrival order, until the deadline. */
+            if (call->wait_until_ms == 0)
+                call->wait_until_ms = command_now_ms() + (uint64_t)wait_ms;
+            return -EINPROGRESS;
+        }
+        snprintf(why, sizeof(why), "%s", call->err.message);
+        return shmb_error_set(&call->err, -ETIMEDOUT, "Waited %lld ms for space. %s",
+                              (long long)wait_ms, why);
+    }
     if (rc < 0)
         return rc;
     return command_set_extent(call, &ext);
+}
+
+/* Keys are 1 to SHMB_KEY_MAX bytes, whatever the op. */
+static int command_check_key(struct command_call *call, size_t key_len)
+{
+    if (key_len == 0 || key_len > SHMB_KEY_MAX)
+        return shmb_error_set(&call->err, -EINVAL,
+                              "Key of %zu bytes: keys are 1 to %u bytes long.", key_len,
+                              SHMB_KEY_MAX);
+    return 0;
 }
 
 /* The key of a request whose only field is "key". */
 static int command_key(struct command_call *call, const char *op, const char **key,
                        size_t *key_len)
 {
-    return command_unpack(call, op, key_usage, "{s:s%}", "key", key, key_len);
+    int rc = command_unpack(call, op, key_usage, "{s:s%}", "key", key, key_len);
+
+    return rc < 0 ? rc : command_check_key(call, *key_len);
 }
 
 static int cmd_commit(struct command_call *call)
@@ -190,9 +257,13 @@ static int cmd_get(struct command_call *call)
     struct store_extent ext;
     const char *key;
     size_t len;
+    struct store_holder_stats hs;
     int rc;
 
+    store_holder_stats(call->client->holder, &hs);
     if ((rc = command_key(call, "get", &key, &len)) < 0 ||
+        (rc = command_check_cap(call, hs.pins, call->env->limits.max_pins, "max-pins",
+                                "pins")) < 0 ||
         (rc = store_get(call->env->store, call->client->holder, key, len, &ext,
                         &call->err)) < 0)
         return rc;
@@ -219,6 +290,7 @@ static int cmd_touch(struct command_call *call)
 
     if ((rc = command_unpack(call, "touch", touch_usage, "{s:s%, s:I}", "key", &key, &len,
                              "readers", &readers)) < 0 ||
+        (rc = command_check_key(call, len)) < 0 ||
         (rc = command_check_range(call, "readers", readers, 0, STORE_MAX_READERS)) < 0)
         return rc;
     return store_touch(call->env->store, key, len, (uint32_t)readers, &call->err);
@@ -307,7 +379,7 @@ static int cmd_stats(struct command_call *call)
                             store_state_name(st.blocker_state));
     stats = json_pack(
         "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I,"
-        " s:o, s:{s:I, s:I, s:I, s:I, s:I}}",
+        " s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
         "segment", env->segment->name, "size", (json_int_t)env->segment->size,
         "data_size", (json_int_t)st.data_size, "used", (json_int_t)st.used, "free",
         (json_int_t)st.free, "objects", (json_int_t)st.objects, "pending",
@@ -318,7 +390,9 @@ static int cmd_stats(struct command_call *call)
         "shm_dir_free", (json_int_t)shm_free, "blocker", blocker, "counters", "allocs",
         (json_int_t)st.allocs, "commits", (json_int_t)st.commits, "gets",
         (json_int_t)st.gets, "evictions", (json_int_t)st.evictions, "enospc",
-        (json_int_t)st.enospc);
+        (json_int_t)st.enospc, "expired_allocs", (json_int_t)st.expired_allocs,
+        "lease_expiries", (json_int_t)st.lease_expiries, "noreply_errors",
+        (json_int_t)env->noreply_errors);
     if (stats == NULL || json_object_update(call->reply, stats) != 0) {
         json_decref(stats);
         return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
@@ -327,20 +401,71 @@ static int cmd_stats(struct command_call *call)
     return 0;
 }
 
-/* The op table: every request's name and handler, in PROTOCOL.md's order. */
+/* clients: every connection with its credentials and what it holds. */
+static int cmd_clients(struct command_call *call)
+{
+    struct command_client *cl;
+    json_t *list;
+
+    if (command_unpack(call, "clients", clients_usage, "{}") < 0)
+        return call->err.code;
+    list = json_array();
+    if (list == NULL)
+        return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
+    for (cl = call->env->client_list; cl != NULL; cl = cl->next) {
+        struct store_holder_stats hs = {0};
+        json_t *item;
+
+        if (cl->holder != NULL)
+            store_holder_stats(cl->holder, &hs);
+        item = json_pack("{s:I, s:I, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:b}", "pid",
+                         (json_int_t)cl->pid, "uid", (json_int_t)cl->uid, "gid",
+                         (json_int_t)cl->gid, "name", cl->name, "mode",
+                         cl->read_only ? "ro" : "rw", "pins", (json_int_t)hs.pins,
+                         "pending", (json_int_t)hs.pending, "bytes_pinned",
+                         (json_int_t)hs.bytes_pinned, "connected_unix",
+                         (json_int_t)cl->connected_unix, "self", cl == call->client);
+        if (item == NULL || json_array_append_new(list, item) != 0) {
+            json_decref(list);
+            return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
+        }
+    }
+    return command_set(call, "clients", list);
+}
+
+static int cmd_batch(struct command_call *call);
+
+/* The op table, in PROTOCOL.md's order: name, handler, whether it writes
+ * (refused to read-only clients), may say "noreply", may be in a batch. */
 static const struct command_op command_ops[] = {
-    {"hello", cmd_hello, hello_usage},
-    {"alloc", cmd_alloc, alloc_usage},
-    {"commit", cmd_commit, key_usage},
-    {"abort", cmd_abort, key_usage},
-    {"get", cmd_get, key_usage},
-    {"release", cmd_release, key_usage},
-    {"touch", cmd_touch, touch_usage},
-    {"delete", cmd_delete, key_usage},
-    {"contains", cmd_contains, key_usage},
-    {"list", cmd_list, list_usage},
-    {"stats", cmd_stats, stats_usage},
+    {"hello", cmd_hello, false, false, false, hello_usage},
+    {"alloc", cmd_alloc, true, false, true, alloc_usage},
+    {"commit", cmd_commit, true, true, true, key_usage},
+    {"abort", cmd_abort, true, true, true, key_usage},
+    {"get", cmd_get, false, false, true, key_usage},
+    {"release", cmd_release, false, true, true, key_usage},
+    {"touch", cmd_touch, true, true, true, touch_usage},
+    {"delete", cmd_delete, true, true, true, key_usage},
+    {"contains", cmd_contains, false, false, true, key_usage},
+    {"list", cmd_list, false, false, true, list_usage},
+    {"stats", cmd_stats, false, false, true, stats_usage},
+    {"clients", cmd_clients, false, false, true, clients_usage},
+    {"batch", cmd_batch, false, false, false, batch_usage},
 };
+
+/* Log an error nobody will read in a reply, at most once a second. */
+static void log_noreply(const struct command_call *call, int rc)
+{
+    static uint64_t last_ms;
+    uint64_t now = command_now_ms();
+
+    if (now - last_ms < 1000 && last_ms != 0)
+        return;
+    last_ms = now;
+    log_warn("client pid %d: a noreply request failed (%s: %s); %llu such errors so far",
+             (int)call->client->pid, shmb_error_name(rc), call->err.message,
+             (unsigned long long)call->env->noreply_errors);
+}
 
 /* The entry for op, or NULL. */
 static const struct command_op *command_find(const char *op)
@@ -353,73 +478,213 @@ static const struct command_op *command_find(const char *op)
     return NULL;
 }
 
-/* Parse the line, check "op" and hello, and run the handler. */
-static int command_run(struct command_call *call, const char *line, size_t len,
-                       json_t **id)
+/* Run one parsed request (an object whose "id" was already taken out). */
+static int command_dispatch(struct command_call *call, json_t *req, bool in_batch)
 {
     const struct command_op *op;
     const char *name;
-    json_error_t jerr;
     json_t *value;
 
-    call->req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (call->req == NULL)
-        return shmb_error_set(&call->err, -EPROTO,
-                              "Request is not valid JSON (%s at column %d). Send one JSON "
-                              "object per line.", jerr.text, jerr.column);
-    if (!json_is_object(call->req))
-        return shmb_error_set(&call->err, -EPROTO,
-                              "Request is not a JSON object. Send one object per line, "
-                              "for example {\"op\":\"stats\"}.");
-    *id = json_incref(json_object_get(call->req, "id"));
-    json_object_del(call->req, "id");
-    value = json_object_get(call->req, "op");
+    call->req = req;
+    value = json_object_get(req, "op");
     if (!json_is_string(value))
         return shmb_error_set(&call->err, -EINVAL,
                               "Request has no \"op\" string; for example "
                               "{\"op\":\"stats\"}.");
     name = json_string_value(value);
+    if (!call->client->said_hello && strcmp(name, "hello") != 0)
+        return shmb_error_set(&call->err, -EPROTO,
+                              "Say hello first: {\"op\":\"hello\",\"version\":%d}.",
+                              SHMB_PROTOCOL_VERSION);
     op = command_find(name);
     if (op == NULL)
         return shmb_error_set(&call->err, -ENOSYS,
                               "Unknown op '%.64s'. Known ops: hello, alloc, commit, abort, "
-                              "get, release, touch, delete, contains, list, stats.", name);
-    if (!call->client->said_hello && op->handler != cmd_hello)
-        return shmb_error_set(&call->err, -EPROTO,
-                              "Say hello first: {\"op\":\"hello\",\"version\":%d}.",
-                              SHMB_PROTOCOL_VERSION);
-    json_object_del(call->req, "op");
+                              "get, release, touch, delete, contains, list, stats, clients, "
+                              "batch.", name);
+    if (call->client->read_only && op->writes)
+        return shmb_error_set(&call->err, -EPERM,
+                              "This connection is read-only (hello said \"mode\":\"ro\"); "
+                              "'%s' needs a read-write connection.", op->name);
+    if (in_batch && !op->batchable)
+        return shmb_error_set(&call->err, -EINVAL, "'%s' cannot be part of a batch.",
+                              op->name);
+    value = json_object_get(req, "noreply");
+    if (value != NULL) {
+        if (!json_is_boolean(value) || !op->noreply_ok || in_batch)
+            return shmb_error_set(&call->err, -EINVAL,
+                                  "\"noreply\" is a boolean for commit, abort, release, touch "
+                                  "and delete outside a batch, not for '%s'.", op->name);
+        call->noreply = json_is_true(value);
+        json_object_del(req, "noreply");
+    }
+    if (in_batch && json_object_get(req, "wait_ms") != NULL)
+        return shmb_error_set(&call->err, -EINVAL,
+                              "\"wait_ms\" cannot be used inside a batch: a batch never waits.");
+    json_object_del(req, "op");
     call->reply = json_pack("{s:b}", "ok", 1);
     if (call->reply == NULL)
         return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
     return op->handler(call);
 }
 
+/* The reply of a finished call: call->reply, or an error reply; "id" added. */
+static json_t *command_reply(struct command_call *call, int rc, json_t *id)
+{
+    json_t *reply;
+
+    if (rc < 0) {
+        json_decref(call->reply);
+        call->reply = NULL;
+        call->flags &= ~(unsigned)COMMAND_SEND_FD;
+        return shmb_error_reply(id, rc, call->err.message);
+    }
+    reply = call->reply;
+    call->reply = NULL;
+    if (id != NULL && json_object_set(reply, "id", id) != 0) {
+        json_decref(reply);
+        return NULL;
+    }
+    return reply;
+}
+
+/* batch: run each op of "ops" in order and answer with their replies, on
+ * one line. Sub-ops do not wait and always reply. */
+static int cmd_batch(struct command_call *call)
+{
+    json_t *ops = NULL, *replies, *sub;
+    size_t i;
+    int rc;
+
+    if ((rc = command_unpack(call, "batch", batch_usage, "{s:o}", "ops", &ops)) < 0)
+        return rc;
+    if (!json_is_array(ops) || json_array_size(ops) > COMMAND_MAX_BATCH)
+        return shmb_error_set(&call->err, -EINVAL,
+                              "\"ops\" must be an array of at most %d requests.",
+                              COMMAND_MAX_BATCH);
+    replies = json_array();
+    if (replies == NULL)
+        return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
+    json_array_foreach(ops, i, sub) {
+        struct command_call subcall;
+        json_t *reply, *id;
+
+        memset(&subcall, 0, sizeof(subcall));
+        subcall.env = call->env;
+        subcall.client = call->client;
+        if (!json_is_object(sub)) {
+            rc = shmb_error_set(&subcall.err, -EINVAL,
+                                "Each op of a batch is a JSON object.");
+            id = NULL;
+        } else {
+            id = json_incref(json_object_get(sub, "id"));
+            json_object_del(sub, "id");
+            rc = command_dispatch(&subcall, sub, true);
+        }
+        reply = command_reply(&subcall, rc, id);
+        json_decref(id);
+        if (reply == NULL || json_array_append_new(replies, reply) != 0) {
+            json_decref(replies);
+            return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
+        }
+    }
+    return command_set(call, "replies", replies);
+}
+
+/* Turn a finished call into out: a reply, nothing (noreply), or a wait. */
+static void command_finish(struct command_call *call, int rc, json_t *id,
+                           struct command_result *out)
+{
+    out->flags = call->flags;
+    out->reply = NULL;
+    out->wait_request = NULL;
+    if (rc == -EINPROGRESS) {
+        /* An alloc that waits for space: keep the request to retry it. */
+        json_decref(call->reply);
+        call->reply = NULL;
+        out->flags |= COMMAND_WAIT;
+        out->wait_until_ms = call->wait_until_ms;
+        out->wait_request = json_deep_copy(call->req);
+        if (out->wait_request == NULL ||
+            json_object_set_new(out->wait_request, "op", json_string("alloc")) != 0 ||
+            (id != NULL && json_object_set(out->wait_request, "id", id) != 0)) {
+            json_decref(out->wait_request);
+            out->wait_request = NULL;
+            out->flags &= ~(unsigned)COMMAND_WAIT;
+        }
+        return;
+    }
+    if (call->noreply) {
+        if (rc < 0) {
+            call->env->noreply_errors++;
+            log_noreply(call, rc);
+        }
+        json_decref(call->reply);
+        call->reply = NULL;
+        out->flags |= COMMAND_SILENT;
+        return;
+    }
+    out->reply = command_reply(call, rc, id);
+}
+
 void command_execute(struct command_env *env, struct command_client *client,
                      const char *line, size_t len, struct command_result *out)
 {
     struct command_call call;
-    json_t *id = NULL;
+    json_error_t jerr;
+    json_t *req, *id = NULL;
     int rc;
 
     memset(&call, 0, sizeof(call));
     call.env = env;
     call.client = client;
-    rc = command_run(&call, line, len, &id);
-    out->flags = call.flags;
-    if (rc < 0) {
-        json_decref(call.reply);
-        out->flags &= ~(unsigned)COMMAND_SEND_FD;
-        out->reply = shmb_error_reply(id, rc, call.err.message);
-    } else {
-        out->reply = call.reply;
-        if (id != NULL && json_object_set(out->reply, "id", id) != 0) {
-            json_decref(out->reply);
-            out->reply = NULL;
-        }
+    req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (req == NULL)
+        rc = shmb_error_set(&call.err, -EPROTO,
+                            "Request is not valid JSON (%s at column %d). Send one JSON "
+                            "object per line.", jerr.text, jerr.column);
+    else if (!json_is_object(req))
+        rc = shmb_error_set(&call.err, -EPROTO,
+                            "Request is not a JSON object. Send one object per line, for "
+                            "example {\"op\":\"stats\"}.");
+    else {
+        id = json_incref(json_object_get(req, "id"));
+        json_object_del(req, "id");
+        rc = command_dispatch(&call, req, false);
     }
+    command_finish(&call, rc, id, out);
     json_decref(id);
-    json_decref(call.req);
+    json_decref(req);
+}
+
+void command_retry(struct command_env *env, struct command_client *client,
+                   json_t *wait_request, uint64_t wait_until_ms, bool final,
+                   struct command_result *out)
+{
+    struct command_call call;
+    json_t *req = json_deep_copy(wait_request), *id = NULL;
+    int rc;
+
+    memset(&call, 0, sizeof(call));
+    call.env = env;
+    call.client = client;
+    call.final_try = final;
+    call.wait_until_ms = wait_until_ms;
+    if (req == NULL) {
+        rc = shmb_error_set(&call.err, -ENOMEM, "Out of memory retrying an alloc.");
+    } else {
+        id = json_incref(json_object_get(req, "id"));
+        json_object_del(req, "id");
+        rc = command_dispatch(&call, req, false);
+    }
+    command_finish(&call, rc, id, out);
+    json_decref(id);
+    json_decref(req);
+}
+
+uint64_t command_room_generation(const struct command_env *env)
+{
+    return store_room_generation(env->store);
 }
 
 void command_oversized(size_t limit, struct command_result *out)
@@ -433,9 +698,30 @@ void command_oversized(size_t limit, struct command_result *out)
     out->flags = COMMAND_CLOSE;
 }
 
+void command_client_open(struct command_env *env, struct command_client *client)
+{
+    client->connected_unix = (uint64_t)time(NULL);
+    client->prev = NULL;
+    client->next = env->client_list;
+    if (env->client_list != NULL)
+        env->client_list->prev = client;
+    env->client_list = client;
+    env->clients++;
+}
+
 void command_client_close(struct command_env *env, struct command_client *client)
 {
     store_holder_free(env->store, client->holder);
     client->holder = NULL;
     client->said_hello = false;
+    if (client->prev != NULL)
+        client->prev->next = client->next;
+    else if (env->client_list == client)
+        env->client_list = client->next;
+    else
+        return; /* not registered, or closed already */
+    if (client->next != NULL)
+        client->next->prev = client->prev;
+    client->prev = client->next = NULL;
+    env->clients--;
 }

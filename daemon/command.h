@@ -16,45 +16,84 @@
 #include "segment.h"
 #include "store.h"
 
+/* Per-connection caps; hitting one is an EDQUOT reply naming it. */
+struct command_limits {
+    uint64_t max_pins;    /* pins one connection may hold */
+    uint64_t max_pending; /* allocations one connection may leave uncommitted */
+};
+
+struct command_client;
+
 /* What the op table reads besides the store: the daemon's shared state. */
 struct command_env {
     struct store *store;
     const struct segment *segment;
     const char *shm_dir;
     uint64_t started_ms;  /* monotonic, for uptime */
-    unsigned clients;     /* connections open now, kept by the server */
+    unsigned clients;     /* connections open now */
+    struct command_client *client_list; /* every open client, newest first */
+    struct command_limits limits;
+    uint64_t noreply_errors; /* errors of "noreply" requests: logged, not sent */
 };
 
 /* One client's protocol state, kept by its connection. */
 struct command_client {
+    struct command_client *prev, *next; /* env->client_list */
     struct store_holder *holder; /* created by hello, NULL before */
     bool said_hello;
+    bool read_only;              /* hello said "mode":"ro" */
     char name[SHMB_NAME_MAX + 1];
     pid_t pid;
     uid_t uid;
     gid_t gid;
+    uint64_t connected_unix;     /* wall-clock seconds, for listing */
 };
 
 enum command_flag {
     COMMAND_SEND_FD = 1, /* attach the segment's descriptor to this reply */
     COMMAND_CLOSE = 2,   /* close the connection after this reply */
+    COMMAND_SILENT = 4,  /* "noreply": nothing to send */
+    COMMAND_WAIT = 8,    /* an alloc waits for space: retry wait_request later */
 };
 
 struct command_result {
-    json_t *reply;  /* the caller owns it; NULL when there is nothing to send */
-    unsigned flags; /* enum command_flag */
+    json_t *reply;        /* the caller owns it; NULL when there is nothing to send */
+    unsigned flags;       /* enum command_flag */
+    json_t *wait_request; /* COMMAND_WAIT: the request to retry; the caller owns it */
+    uint64_t wait_until_ms; /* COMMAND_WAIT: when the wait ends (command_now_ms) */
 };
+
+/* Largest "wait_ms" an alloc may ask for: an hour. */
+#define COMMAND_MAX_WAIT_MS 3600000
+/* Operations one "batch" request may carry. */
+#define COMMAND_MAX_BATCH 4096
 
 /* Execute one request line (without its '\n'). Never fails: a bad request
  * gets an error reply. out->reply is NULL only when memory ran out. */
 void command_execute(struct command_env *env, struct command_client *client,
                      const char *line, size_t len, struct command_result *out);
 
+/* Retry a waiting alloc (a wait_request from COMMAND_WAIT). Without final,
+ * it may wait again (COMMAND_WAIT with no reply); with final, the wait is
+ * over and the reply is the allocation or ETIMEDOUT naming the blocker. */
+void command_retry(struct command_env *env, struct command_client *client,
+                   json_t *wait_request, uint64_t wait_until_ms, bool final,
+                   struct command_result *out);
+
+/* What may make room in the store since the last call: a release, delete,
+ * abort, disconnect or expiry. Waiting allocs are retried when it changes. */
+uint64_t command_room_generation(const struct command_env *env);
+
 /* The reply to a request line longer than SHMB_MAX_LINE; the connection
  * closes after it. */
 void command_oversized(size_t limit, struct command_result *out);
 
-/* Drop everything client holds in the store (pins, pending allocs). */
+/* Register a new connection's client (zeroed by the caller, credentials
+ * filled in) so that "clients" and "stats" see it. */
+void command_client_open(struct command_env *env, struct command_client *client);
+
+/* Drop everything client holds in the store (pins, pending allocs) and
+ * unregister it. */
 void command_client_close(struct command_env *env, struct command_client *client);
 
 /* Monotonic milliseconds, the clock uptime and ages are measured with. */

@@ -5,11 +5,50 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../proto/protocol.h"
+
+enum config_opt { OPT_SIZE = 256, OPT_MAX_OBJECT, OPT_NAME, OPT_SHM_DIR, OPT_SOCKET,
+       OPT_SOCKET_MODE, OPT_LOG_LEVEL, OPT_VERSION, OPT_HELP, OPT_FRESH,
+       OPT_ALLOC_TIMEOUT, OPT_READ_LEASE, OPT_MAX_CLIENTS, OPT_MAX_CLIENTS_PER_UID,
+       OPT_MAX_PINS, OPT_MAX_PENDING, OPT_MAX_QUEUED_OUTPUT, OPT_ALLOW_UID,
+       OPT_ALLOW_GID, OPT_CONFIG, OPT_LOG_FILE };
+
+/* Every long option; the --config file accepts the same names. */
+static const struct option config_option_table[] = {
+    {"size", required_argument, NULL, OPT_SIZE},
+    {"max-object-size", required_argument, NULL, OPT_MAX_OBJECT},
+    {"name", required_argument, NULL, OPT_NAME},
+    {"shm-dir", required_argument, NULL, OPT_SHM_DIR},
+    {"socket", required_argument, NULL, OPT_SOCKET},
+    {"socket-mode", required_argument, NULL, OPT_SOCKET_MODE},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {"fresh", no_argument, NULL, OPT_FRESH},
+    {"alloc-timeout", required_argument, NULL, OPT_ALLOC_TIMEOUT},
+    {"read-lease", required_argument, NULL, OPT_READ_LEASE},
+    {"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
+    {"max-clients-per-uid", required_argument, NULL, OPT_MAX_CLIENTS_PER_UID},
+    {"max-pins", required_argument, NULL, OPT_MAX_PINS},
+    {"max-pending", required_argument, NULL, OPT_MAX_PENDING},
+    {"max-queued-output", required_argument, NULL, OPT_MAX_QUEUED_OUTPUT},
+    {"allow-uid", required_argument, NULL, OPT_ALLOW_UID},
+    {"allow-gid", required_argument, NULL, OPT_ALLOW_GID},
+    {"config", required_argument, NULL, OPT_CONFIG},
+    {"log-file", required_argument, NULL, OPT_LOG_FILE},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+static const struct option *config_options(void)
+{
+    return config_option_table;
+}
 
 int config_parse_size(const char *text, uint64_t *out)
 {
@@ -42,6 +81,91 @@ int config_parse_size(const char *text, uint64_t *out)
     return -EINVAL;
 }
 
+int config_parse_duration(const char *text, uint64_t *out_ms)
+{
+    unsigned long long value;
+    uint64_t scale;
+    char *end;
+
+    if (text == NULL || text[0] < '0' || text[0] > '9')
+        return -EINVAL;
+    errno = 0;
+    value = strtoull(text, &end, 10);
+    if (errno == ERANGE)
+        return -ERANGE;
+    if (strcmp(end, "") == 0 || strcmp(end, "s") == 0)
+        scale = 1000;
+    else if (strcmp(end, "ms") == 0)
+        scale = 1;
+    else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+        scale = 60000;
+    else if (strcmp(end, "h") == 0)
+        scale = 3600000;
+    else
+        return -EINVAL;
+    if (value > UINT64_MAX / scale)
+        return -ERANGE;
+    *out_ms = value * scale;
+    return 0;
+}
+
+/* A user name or a numeric uid. */
+static int config_parse_uid(const char *text, uid_t *out)
+{
+    struct passwd *pw;
+    char *end;
+    unsigned long v;
+
+    errno = 0;
+    v = strtoul(text, &end, 10);
+    if (text[0] != '\0' && *end == '\0' && errno == 0 && v < (unsigned long)(uid_t)-1) {
+        *out = (uid_t)v;
+        return 0;
+    }
+    pw = getpwnam(text);
+    if (pw == NULL)
+        return -ENOENT;
+    *out = pw->pw_uid;
+    return 0;
+}
+
+/* A group name or a numeric gid. */
+static int config_parse_gid(const char *text, gid_t *out)
+{
+    struct group *gr;
+    char *end;
+    unsigned long v;
+
+    errno = 0;
+    v = strtoul(text, &end, 10);
+    if (text[0] != '\0' && *end == '\0' && errno == 0 && v < (unsigned long)(gid_t)-1) {
+        *out = (gid_t)v;
+        return 0;
+    }
+    gr = getgrnam(text);
+    if (gr == NULL)
+        return -ENOENT;
+    *out = gr->gr_gid;
+    return 0;
+}
+
+/* A count flag: a whole number from 0 (no limit) up to max. */
+static int config_parse_count(const char *flag, const char *text, uint64_t max,
+                              uint64_t *out, struct shmb_error *err)
+{
+    unsigned long long v;
+    char *end;
+
+    errno = 0;
+    v = strtoull(text, &end, 10);
+    if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno != 0 || v > max)
+        return shmb_error_set(err, -EINVAL,
+                              "Invalid %s '%s': expected a whole number from 0 (no limit) "
+                              "to %llu.", flag, text, (unsigned long long)max);
+    *out = v;
+    return 0;
+}
+
 static void config_usage(FILE *out)
 {
     fprintf(out,
@@ -58,12 +182,35 @@ static void config_usage(FILE *out)
             "                           %s)\n"
             "  --socket-mode MODE       octal file mode of the socket (default 0660)\n"
             "  --log-level LEVEL        error, warn, info or debug (default info)\n"
+            "  --log-file PATH          append logs to PATH instead of stderr; SIGHUP\n"
+            "                           reopens it\n"
+            "  --config FILE            settings as 'name = value' lines, named after\n"
+            "                           these options; flags override them\n"
+            "  --fresh                  discard a segment left by a daemon that died\n"
+            "                           (default: adopt it and keep its objects)\n"
+            "  --alloc-timeout TIME     drop allocations not committed within TIME\n"
+            "                           (default 60s; 0 = never)\n"
+            "  --read-lease TIME        awaited reads stop holding an object TIME after\n"
+            "                           its commit (default 0 = they hold it until read)\n"
+            "  --max-clients N          connections at once (default %d; 0 = no limit)\n"
+            "  --max-clients-per-uid N  connections of one user (default %d)\n"
+            "  --max-pins N             pins one connection may hold (default %d)\n"
+            "  --max-pending N          uncommitted allocations per connection (default %d)\n"
+            "  --max-queued-output BYTES  replies a client may leave unread before it is\n"
+            "                           disconnected (default 1M)\n"
+            "  --allow-uid USER         only this user may connect (repeatable; with\n"
+            "                           --allow-gid, either may); root and the daemon's\n"
+            "                           own user always may\n"
+            "  --allow-gid GROUP        only members of this group may connect (repeatable)\n"
             "  --version                print the version and exit\n"
             "  --help                   print this help and exit\n"
             "\n"
-            "Sizes take K, M, G (or KiB, MiB, GiB) suffixes; all are powers of 1024.\n",
+            "Sizes take K, M, G (or KiB, MiB, GiB) suffixes; all are powers of 1024.\n"
+            "Times take ms, s, m or h suffixes; a bare number is seconds.\n",
             CONFIG_DEFAULT_NAME, CONFIG_DEFAULT_SHM_DIR, SHMB_SOCKET_ENV,
-            SHMB_DEFAULT_SOCKET);
+            SHMB_DEFAULT_SOCKET, CONFIG_DEFAULT_MAX_CLIENTS,
+            CONFIG_DEFAULT_MAX_CLIENTS_PER_UID, CONFIG_DEFAULT_MAX_PINS,
+            CONFIG_DEFAULT_MAX_PENDING);
 }
 
 /* Copy a string flag into a fixed buffer; -ENAMETOOLONG names the limit. */
@@ -79,23 +226,168 @@ static int config_copy(char *dst, size_t len, const char *flag, const char *valu
     return 0;
 }
 
+/* The options table is shared by the flag parser and the file reader. */
+static const struct option *config_options(void);
+
+/* Arguments built from a config file, followed by the command line's. */
+struct config_args {
+    char **argv;
+    int argc, cap;
+    char *storage[2048]; /* strings this struct owns */
+    int nstorage;
+};
+
+/* Append one argument (copied); -ENOMEM. */
+static int config_args_add(struct config_args *a, const char *arg)
+{
+    char *copy;
+
+    if (a->argc + 1 >= a->cap) {
+        int cap = a->cap ? a->cap * 2 : 64;
+        char **grown = realloc(a->argv, (size_t)cap * sizeof(*grown));
+
+        if (grown == NULL)
+            return -ENOMEM;
+        a->argv = grown;
+        a->cap = cap;
+    }
+    if (a->nstorage == (int)(sizeof(a->storage) / sizeof(a->storage[0])) ||
+        (copy = strdup(arg)) == NULL)
+        return -ENOMEM;
+    a->storage[a->nstorage++] = copy;
+    a->argv[a->argc++] = copy;
+    a->argv[a->argc] = NULL;
+    return 0;
+}
+
+static void config_args_free(struct config_args *a)
+{
+    int i;
+
+    for (i = 0; i < a->nstorage; i++)
+        free(a->storage[i]);
+    free(a->argv);
+    memset(a, 0, sizeof(*a));
+}
+
+/* Strip blanks at both ends of s in place. */
+static char *config_trim(char *s)
+{
+    char *end;
+
+    while (*s == ' ' || *s == '\t')
+        s++;
+    end = s + strlen(s);
+    while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n' || end[-1] == '\r'))
+        *--end = '\0';
+    return s;
+}
+
+/* Turn "name = value" lines of path into "--name value" arguments. */
+static int config_read_file(const char *path, struct config_args *a, struct shmb_error *err)
+{
+    char line[PATH_MAX + 128];
+    FILE *f = fopen(path, "re");
+    int lineno = 0, rc = 0;
+
+    if (f == NULL)
+        return shmb_error_set(err, -errno, "Cannot read --config %s: %s.", path,
+                              strerror(errno));
+    while (rc == 0 && fgets(line, sizeof(line), f) != NULL) {
+        const struct option *opt;
+        char *key, *value, *eq, flag[96];
+
+        lineno++;
+        key = config_trim(line);
+        if (key[0] == '\0' || key[0] == '#')
+            continue;
+        eq = strchr(key, '=');
+        if (eq == NULL) {
+            rc = shmb_error_set(err, -EINVAL, "%s:%d: expected 'name = value', got '%.64s'.",
+                                path, lineno, key);
+            break;
+        }
+        *eq = '\0';
+        key = config_trim(key);
+        value = config_trim(eq + 1);
+        for (opt = config_options(); opt->name != NULL; opt++)
+            if (strcmp(opt->name, key) == 0)
+                break;
+        if (opt->name == NULL || strcmp(key, "config") == 0 || strcmp(key, "help") == 0 ||
+            strcmp(key, "version") == 0) {
+            rc = shmb_error_set(err, -EINVAL,
+                                "%s:%d: unknown setting '%.64s'; settings are named after "
+                                "shmbrokerd's long options (see --help).", path, lineno, key);
+            break;
+        }
+        snprintf(flag, sizeof(flag), "--%s", key);
+        if (opt->has_arg == no_argument) {
+            if (strcmp(value, "yes") != 0 && strcmp(value, "true") != 0 &&
+                strcmp(value, "1") != 0 && strcmp(value, "no") != 0 &&
+                strcmp(value, "false") != 0 && strcmp(value, "0") != 0) {
+                rc = shmb_error_set(err, -EINVAL, "%s:%d: %s takes yes or no, not '%.32s'.",
+                                    path, lineno, key, value);
+                break;
+            }
+            if (value[0] == 'y' || value[0] == 't' || value[0] == '1')
+                rc = config_args_add(a, flag);
+        } else if ((rc = config_args_add(a, flag)) == 0) {
+            rc = config_args_add(a, value);
+        }
+        if (rc == -ENOMEM)
+            shmb_error_set(err, rc, "%s:%d: out of memory.", path, lineno);
+    }
+    fclose(f);
+    return rc;
+}
+
+/* The --config file named on the command line, or NULL. */
+static const char *config_find_file(int argc, char **argv)
+{
+    int i;
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            return argv[i + 1];
+        if (strncmp(argv[i], "--config=", 9) == 0)
+            return argv[i] + 9;
+        if (strcmp(argv[i], "--") == 0)
+            break;
+    }
+    return NULL;
+}
+
+static enum config_action config_parse_args(struct config *cfg, int argc, char **argv,
+                                            struct shmb_error *err);
+
 enum config_action config_parse(struct config *cfg, int argc, char **argv,
                                 struct shmb_error *err)
 {
-    enum { OPT_SIZE = 256, OPT_MAX_OBJECT, OPT_NAME, OPT_SHM_DIR, OPT_SOCKET,
-           OPT_SOCKET_MODE, OPT_LOG_LEVEL, OPT_VERSION, OPT_HELP };
-    static const struct option options[] = {
-        {"size", required_argument, NULL, OPT_SIZE},
-        {"max-object-size", required_argument, NULL, OPT_MAX_OBJECT},
-        {"name", required_argument, NULL, OPT_NAME},
-        {"shm-dir", required_argument, NULL, OPT_SHM_DIR},
-        {"socket", required_argument, NULL, OPT_SOCKET},
-        {"socket-mode", required_argument, NULL, OPT_SOCKET_MODE},
-        {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
-        {"version", no_argument, NULL, OPT_VERSION},
-        {"help", no_argument, NULL, OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
+    struct config_args a;
+    const char *file = config_find_file(argc, argv);
+    enum config_action action = CONFIG_EXIT_USAGE;
+    int i;
+
+    memset(&a, 0, sizeof(a));
+    if (config_args_add(&a, argc > 0 ? argv[0] : "shmbrokerd") < 0 ||
+        (file != NULL && config_read_file(file, &a, err) < 0))
+        goto out;
+    for (i = 1; i < argc; i++)
+        if (config_args_add(&a, argv[i]) < 0)
+            goto out;
+    action = config_parse_args(cfg, a.argc, a.argv, err);
+    if (action == CONFIG_RUN && file != NULL)
+        snprintf(cfg->config_file, sizeof(cfg->config_file), "%s", file);
+out:
+    if (action == CONFIG_EXIT_USAGE && err != NULL && err->code == 0)
+        shmb_error_set(err, -ENOMEM, "Out of memory reading the settings.");
+    config_args_free(&a);
+    return action;
+}
+
+static enum config_action config_parse_args(struct config *cfg, int argc, char **argv,
+                                            struct shmb_error *err)
+{
     int opt;
 
     memset(cfg, 0, sizeof(*cfg));
@@ -107,13 +399,20 @@ enum config_action config_parse(struct config *cfg, int argc, char **argv,
         return CONFIG_EXIT_USAGE;
     cfg->socket_mode = CONFIG_DEFAULT_SOCKET_MODE;
     cfg->log_level = LOG_INFO;
+    cfg->alloc_timeout_ms = CONFIG_DEFAULT_ALLOC_TIMEOUT_MS;
+    cfg->limits.max_clients = CONFIG_DEFAULT_MAX_CLIENTS;
+    cfg->limits.max_clients_per_uid = CONFIG_DEFAULT_MAX_CLIENTS_PER_UID;
+    cfg->limits.max_queued_output = CONFIG_DEFAULT_MAX_QUEUED_OUTPUT;
+    cfg->max_pins = CONFIG_DEFAULT_MAX_PINS;
+    cfg->max_pending = CONFIG_DEFAULT_MAX_PENDING;
 
     opterr = 0;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "", config_option_table, NULL)) != -1) {
         const char *arg = optarg;
         char *end;
         unsigned long mode;
+        uint64_t value = 0;
         int rc = 0;
 
         switch (opt) {
@@ -156,6 +455,69 @@ enum config_action config_parse(struct config *cfg, int argc, char **argv,
                                "debug.", arg);
                 return CONFIG_EXIT_USAGE;
             }
+            break;
+        case OPT_FRESH:
+            cfg->fresh = true;
+            break;
+        case OPT_ALLOC_TIMEOUT:
+        case OPT_READ_LEASE:
+            if (config_parse_duration(arg, &value) < 0) {
+                shmb_error_set(err, -EINVAL,
+                               "Invalid %s '%s': expected a time such as 60s, 500ms or 2m "
+                               "(0 turns it off).",
+                               opt == OPT_ALLOC_TIMEOUT ? "--alloc-timeout" : "--read-lease",
+                               arg);
+                return CONFIG_EXIT_USAGE;
+            }
+            *(opt == OPT_ALLOC_TIMEOUT ? &cfg->alloc_timeout_ms : &cfg->read_lease_ms) = value;
+            break;
+        case OPT_MAX_CLIENTS:
+            rc = config_parse_count("--max-clients", arg, 1000000, &value, err);
+            cfg->limits.max_clients = (unsigned)value;
+            break;
+        case OPT_MAX_CLIENTS_PER_UID:
+            rc = config_parse_count("--max-clients-per-uid", arg, 1000000, &value, err);
+            cfg->limits.max_clients_per_uid = (unsigned)value;
+            break;
+        case OPT_MAX_PINS:
+            rc = config_parse_count("--max-pins", arg, UINT32_MAX, &cfg->max_pins, err);
+            break;
+        case OPT_MAX_PENDING:
+            rc = config_parse_count("--max-pending", arg, UINT32_MAX, &cfg->max_pending, err);
+            break;
+        case OPT_MAX_QUEUED_OUTPUT:
+            if (config_parse_size(arg, &value) < 0 || value < 4096 || value > (1ULL << 40)) {
+                shmb_error_set(err, -EINVAL,
+                               "Invalid --max-queued-output '%s': expected bytes from 4K "
+                               "to 1T, for example 1M.", arg);
+                return CONFIG_EXIT_USAGE;
+            }
+            cfg->limits.max_queued_output = (size_t)value;
+            break;
+        case OPT_ALLOW_UID:
+            if (cfg->limits.n_allow_uid == SERVER_MAX_ALLOW ||
+                config_parse_uid(arg, &cfg->limits.allow_uid[cfg->limits.n_allow_uid]) < 0) {
+                shmb_error_set(err, -EINVAL,
+                               "Invalid --allow-uid '%s': expected a user name or uid (at "
+                               "most %d of them).", arg, SERVER_MAX_ALLOW);
+                return CONFIG_EXIT_USAGE;
+            }
+            cfg->limits.n_allow_uid++;
+            break;
+        case OPT_ALLOW_GID:
+            if (cfg->limits.n_allow_gid == SERVER_MAX_ALLOW ||
+                config_parse_gid(arg, &cfg->limits.allow_gid[cfg->limits.n_allow_gid]) < 0) {
+                shmb_error_set(err, -EINVAL,
+                               "Invalid --allow-gid '%s': expected a group name or gid (at "
+                               "most %d of them).", arg, SERVER_MAX_ALLOW);
+                return CONFIG_EXIT_USAGE;
+            }
+            cfg->limits.n_allow_gid++;
+            break;
+        case OPT_CONFIG:
+            break; /* read before the flags, by config_parse */
+        case OPT_LOG_FILE:
+            rc = config_copy(cfg->log_file, sizeof(cfg->log_file), "--log-file", arg, err);
             break;
         case OPT_VERSION:
             printf("shmbrokerd %s (protocol %d)\n", SHMB_VERSION, SHMB_PROTOCOL_VERSION);

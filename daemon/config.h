@@ -6,17 +6,25 @@
 #define SHMB_CONFIG_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "../proto/error.h"
 #include "log.h"
+#include "server.h"
 
 #define CONFIG_DEFAULT_SIZE (256ULL << 20)
 #define CONFIG_DEFAULT_MAX_OBJECT (128ULL << 20)
 #define CONFIG_DEFAULT_NAME "shmbroker"
 #define CONFIG_DEFAULT_SHM_DIR "/dev/shm"
 #define CONFIG_DEFAULT_SOCKET_MODE 0660
+#define CONFIG_DEFAULT_MAX_CLIENTS 1024
+#define CONFIG_DEFAULT_MAX_CLIENTS_PER_UID 512
+#define CONFIG_DEFAULT_MAX_PINS 65536
+#define CONFIG_DEFAULT_MAX_PENDING 1024
+#define CONFIG_DEFAULT_MAX_QUEUED_OUTPUT (1024 * 1024)
+#define CONFIG_DEFAULT_ALLOC_TIMEOUT_MS 60000
 
 struct config {
     uint64_t size;            /* segment bytes, header page included */
@@ -26,16 +34,28 @@ struct config {
     char socket_path[108];    /* sun_path */
     mode_t socket_mode;
     enum log_level log_level;
+    bool fresh;                   /* discard a segment left by a dead daemon */
+    uint64_t alloc_timeout_ms;    /* 0 = pending allocations never expire */
+    uint64_t read_lease_ms;       /* 0 = awaited reads hold objects forever */
+    struct server_limits limits;  /* clients, allow lists, queued output */
+    uint64_t max_pins, max_pending; /* per connection */
+    char config_file[PATH_MAX];   /* --config, "" when none */
+    char log_file[PATH_MAX];      /* --log-file, "" for stderr */
 };
 
 enum config_action { CONFIG_RUN, CONFIG_EXIT_OK, CONFIG_EXIT_USAGE };
 
-/* Fill cfg from defaults, the environment and argv. Prints --help and
- * --version itself; on a bad flag, err says which and what is expected. */
+/* Fill cfg from defaults, the environment, the --config file and argv (flags
+ * override the file). Prints --help and --version itself; on a bad flag or
+ * file line, err says which and what is expected. */
 enum config_action config_parse(struct config *cfg, int argc, char **argv,
                                 struct shmb_error *err);
 
 /* Parse "256M", "1GiB", "4096" into bytes. -EINVAL or -ERANGE. */
 int config_parse_size(const char *text, uint64_t *out);
+
+/* Parse "60", "60s", "500ms", "2m" into milliseconds (bare numbers are
+ * seconds). -EINVAL or -ERANGE. */
+int config_parse_duration(const char *text, uint64_t *out_ms);
 
 #endif

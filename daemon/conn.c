@@ -16,11 +16,19 @@
 #define CONN_IN_START 4096
 #define CONN_IN_MAX (SHMB_MAX_LINE + 1)
 
+static void conn_resume(struct conn *conn);
+
 /* A write in flight; owns the bytes it writes. */
 struct conn_write {
     uv_write_t req;
     char *data;
 };
+
+/* Close callback of a handle that never joined the server's list. */
+static void conn_on_close_unlisted(uv_handle_t *handle)
+{
+    shmb_free(handle);
+}
 
 static void conn_on_close(uv_handle_t *handle)
 {
@@ -29,6 +37,7 @@ static void conn_on_close(uv_handle_t *handle)
     server_forget(conn->server, conn);
     shmb_free(conn->in);
     shmb_free(conn->out);
+    shmb_free(conn->hello_out);
     shmb_free(conn);
 }
 
@@ -37,6 +46,11 @@ void conn_close(struct conn *conn)
     if (conn->closing)
         return;
     conn->closing = true;
+    if (conn->wait_request != NULL) {
+        server_wait_remove(conn->server, conn);
+        json_decref(conn->wait_request);
+        conn->wait_request = NULL;
+    }
     uv_read_stop((uv_stream_t *)&conn->pipe);
     /* Pins and pending allocations go now, not when libuv gets round to the
      * close callback: a waiting writer may need those bytes. */
@@ -55,7 +69,11 @@ static void conn_on_write(uv_write_t *req, int status)
         log_debug("client pid %d: write failed: %s", (int)conn->client.pid,
                   uv_strerror(status));
         conn_close(conn);
+        return;
     }
+    if (conn->hello_out != NULL && !conn->closing &&
+        uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe) == 0)
+        conn_resume(conn);
 }
 
 /* Write this batch's replies: directly when the socket takes them, else queue
@@ -95,11 +113,12 @@ static int conn_flush(struct conn *conn)
         shmb_free(w);
         return rc;
     }
-    if (uv_stream_get_write_queue_size(stream) > CONN_MAX_QUEUED_OUTPUT) {
+    if (uv_stream_get_write_queue_size(stream) > conn->server->limits->max_queued_output) {
         log_warn("client pid %d (%s) does not read its replies (%zu bytes queued, limit "
-                 "%d); disconnecting it", (int)conn->client.pid,
+                 "%zu); disconnecting it", (int)conn->client.pid,
                  conn->client.name[0] ? conn->client.name : "unnamed",
-                 uv_stream_get_write_queue_size(stream), CONN_MAX_QUEUED_OUTPUT);
+                 uv_stream_get_write_queue_size(stream),
+                 conn->server->limits->max_queued_output);
         return UV_ENOBUFS;
     }
     return 0;
@@ -155,35 +174,73 @@ static int conn_queue(struct conn *conn, const json_t *reply)
     return shmb_json_append_line(reply, &conn->out, &conn->out_len, &conn->out_cap);
 }
 
-/* Run one complete line; false when the connection must stop here. */
-static bool conn_handle_line(struct conn *conn, const char *line, size_t len)
+/* What the connection does after a request. */
+enum conn_step {
+    CONN_NEXT,  /* go on with the next request */
+    CONN_CLOSE, /* send what is queued, then close */
+    CONN_WAIT,  /* an alloc waits for space, or the hello reply waits for the
+                   write queue to drain: read nothing more until then */
+};
+
+/* Act on a command's result: queue its reply, pass the descriptor after
+ * hello, or park the connection as a waiter. */
+static enum conn_step conn_deliver(struct conn *conn, struct command_result *res)
+{
+    int rc;
+
+    if (res->flags & COMMAND_WAIT) {
+        conn->wait_request = res->wait_request;
+        conn->wait_until_ms = res->wait_until_ms;
+        server_wait_add(conn->server, conn);
+        return CONN_WAIT;
+    }
+    if (!(res->flags & COMMAND_SILENT)) {
+        rc = conn_queue(conn, res->reply);
+        json_decref(res->reply);
+        if (rc < 0) {
+            log_warn("client pid %d: out of memory for a reply; disconnecting it",
+                     (int)conn->client.pid);
+            return CONN_CLOSE;
+        }
+    }
+    if ((res->flags & COMMAND_SEND_FD) &&
+        uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe) != 0) {
+        /* Replies of earlier requests are still queued, and the descriptor
+         * must travel with the hello reply, after them: hold this batch's
+         * output until the queue drains (conn_on_write). */
+        conn->hello_out = conn->out;
+        conn->hello_len = conn->out_len;
+        conn->out = NULL;
+        conn->out_len = conn->out_cap = 0;
+        return CONN_WAIT;
+    }
+    if (res->flags & COMMAND_SEND_FD) {
+        /* Read-only clients get a descriptor that cannot be mapped for writing. */
+        rc = conn_send_fd(conn, conn->client.read_only ? conn->server->env->segment->ro_fd
+                                                       : conn->server->env->segment->fd);
+        if (rc < 0) {
+            log_warn("client pid %d: cannot pass the segment descriptor: %s; "
+                     "disconnecting it", (int)conn->client.pid, uv_strerror(rc));
+            return CONN_CLOSE;
+        }
+        log_info("client pid %d uid %d (%s, %s) connected", (int)conn->client.pid,
+                 (int)conn->client.uid, conn->client.name[0] ? conn->client.name : "unnamed",
+                 conn->client.read_only ? "read-only" : "read-write");
+    }
+    return res->flags & COMMAND_CLOSE ? CONN_CLOSE : CONN_NEXT;
+}
+
+/* Run one complete line. */
+static enum conn_step conn_handle_line(struct conn *conn, const char *line, size_t len)
 {
     struct command_result res;
-    int rc;
 
     if (len > 0 && line[len - 1] == '\r')
         len--;
     if (len == 0)
-        return true; /* blank lines are not requests */
+        return CONN_NEXT; /* blank lines are not requests */
     command_execute(conn->server->env, &conn->client, line, len, &res);
-    rc = conn_queue(conn, res.reply);
-    json_decref(res.reply);
-    if (rc < 0) {
-        log_warn("client pid %d: out of memory for a reply; disconnecting it",
-                 (int)conn->client.pid);
-        return false;
-    }
-    if (res.flags & COMMAND_SEND_FD) {
-        rc = conn_send_fd(conn, conn->server->env->segment->fd);
-        if (rc < 0) {
-            log_warn("client pid %d: cannot pass the segment descriptor: %s; "
-                     "disconnecting it", (int)conn->client.pid, uv_strerror(rc));
-            return false;
-        }
-        log_info("client pid %d uid %d (%s) connected", (int)conn->client.pid,
-                 (int)conn->client.uid, conn->client.name[0] ? conn->client.name : "unnamed");
-    }
-    return !(res.flags & COMMAND_CLOSE);
+    return conn_deliver(conn, &res);
 }
 
 /* Give libuv room at the end of the input buffer, growing it up to one line. */
@@ -208,24 +265,28 @@ static void conn_on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
                        (unsigned)(conn->in_cap - conn->in_len));
 }
 
-/* Frame and run every complete line in the buffer; false to close. */
-static bool conn_process(struct conn *conn)
+/* Frame and run the complete lines in the buffer, in order, until one asks
+ * to close or to wait. */
+static enum conn_step conn_process(struct conn *conn)
 {
+    enum conn_step step = CONN_NEXT;
     size_t start = 0;
     char *nl;
 
-    while ((nl = memchr(conn->in + start, '\n', conn->in_len - start)) != NULL) {
+    if (conn->wait_request != NULL || conn->hello_out != NULL)
+        return CONN_WAIT;
+    while (step == CONN_NEXT &&
+           (nl = memchr(conn->in + start, '\n', conn->in_len - start)) != NULL) {
         size_t len = (size_t)(nl - (conn->in + start));
 
-        if (!conn_handle_line(conn, conn->in + start, len))
-            return false;
+        step = conn_handle_line(conn, conn->in + start, len);
         start += len + 1;
     }
     if (start > 0) {
         memmove(conn->in, conn->in + start, conn->in_len - start);
         conn->in_len -= start;
     }
-    if (conn->in_len > SHMB_MAX_LINE) {
+    if (step == CONN_NEXT && conn->in_len > SHMB_MAX_LINE) {
         struct command_result res;
 
         command_oversized(SHMB_MAX_LINE, &res);
@@ -233,9 +294,9 @@ static bool conn_process(struct conn *conn)
         json_decref(res.reply);
         log_info("client pid %d sent a request line over %d bytes; closed",
                  (int)conn->client.pid, SHMB_MAX_LINE);
-        return false;
+        return CONN_CLOSE;
     }
-    return true;
+    return step;
 }
 
 static void conn_on_shutdown(uv_shutdown_t *req, int status)
@@ -262,10 +323,39 @@ static void conn_finish(struct conn *conn)
     conn_close(conn);
 }
 
+static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
+
+/* After a batch of requests: write the replies, and read on unless the
+ * connection waits or closes. */
+static void conn_after(struct conn *conn, enum conn_step step)
+{
+    int rc;
+
+    if (step == CONN_CLOSE) {
+        conn_finish(conn);
+        return;
+    }
+    if ((rc = conn_flush(conn)) < 0) {
+        if (rc != UV_ENOBUFS)
+            log_debug("client pid %d: write failed: %s", (int)conn->client.pid,
+                      uv_strerror(rc));
+        conn_close(conn);
+        return;
+    }
+    /* A waiting connection reads nothing more: its socket fills, and the
+     * client, which waits for this reply anyway, is not harmed. */
+    if (step == CONN_WAIT && !conn->paused) {
+        uv_read_stop((uv_stream_t *)&conn->pipe);
+        conn->paused = true;
+    } else if (step == CONN_NEXT && conn->paused) {
+        conn->paused = false;
+        uv_read_start((uv_stream_t *)&conn->pipe, conn_on_alloc, conn_on_read);
+    }
+}
+
 static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     struct conn *conn = (struct conn *)stream;
-    int rc;
 
     (void)buf;
     if (nread == 0 || conn->closing)
@@ -280,24 +370,48 @@ static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
         return;
     }
     conn->in_len += (size_t)nread;
-    if (!conn_process(conn)) {
-        conn_finish(conn);
-        return;
-    }
-    if ((rc = conn_flush(conn)) < 0) {
-        if (rc != UV_ENOBUFS)
-            log_debug("client pid %d: write failed: %s", (int)conn->client.pid,
-                      uv_strerror(rc));
-        conn_close(conn);
-    }
+    conn_after(conn, conn_process(conn));
 }
 
-int conn_accept(struct server *srv, uv_stream_t *listener)
+/* The write queue drained under a held hello reply: send it with the
+ * descriptor now, then go on with the requests behind it. */
+static void conn_resume(struct conn *conn)
+{
+    enum conn_step step = CONN_NEXT;
+    int rc;
+
+    shmb_free(conn->out);
+    conn->out = conn->hello_out;
+    conn->out_len = conn->out_cap = conn->hello_len;
+    conn->hello_out = NULL;
+    conn->hello_len = 0;
+    rc = conn_send_fd(conn, conn->client.read_only ? conn->server->env->segment->ro_fd
+                                                   : conn->server->env->segment->fd);
+    if (rc < 0) {
+        log_warn("client pid %d: cannot pass the segment descriptor: %s; disconnecting it",
+                 (int)conn->client.pid, uv_strerror(rc));
+        step = CONN_CLOSE;
+    }
+    if (step == CONN_NEXT)
+        step = conn_process(conn);
+    conn_after(conn, step);
+}
+
+void conn_wait_done(struct conn *conn, struct command_result *res)
+{
+    enum conn_step step;
+
+    json_decref(conn->wait_request);
+    conn->wait_request = NULL;
+    step = conn_deliver(conn, res);
+    if (step == CONN_NEXT)
+        step = conn_process(conn);
+    conn_after(conn, step);
+}
+
+int conn_open(struct server *srv, int fd, pid_t pid, uid_t uid, gid_t gid)
 {
     struct conn *conn = shmb_calloc(1, sizeof(*conn));
-    struct ucred cred;
-    socklen_t len = sizeof(cred);
-    uv_os_fd_t fd;
     int rc;
 
     if (conn == NULL)
@@ -306,29 +420,29 @@ int conn_accept(struct server *srv, uv_stream_t *listener)
         shmb_free(conn);
         return rc;
     }
+    if ((rc = uv_pipe_open(&conn->pipe, fd)) < 0) {
+        /* The descriptor stays the caller's; the handle still needs closing. */
+        conn->closing = true;
+        conn->server = srv;
+        uv_close((uv_handle_t *)&conn->pipe, conn_on_close_unlisted);
+        return rc;
+    }
     conn->pipe.data = conn;
     conn->server = srv;
     conn->connected_ms = command_now_ms();
+    conn->client.pid = pid;
+    conn->client.uid = uid;
+    conn->client.gid = gid;
     conn->next = srv->conns;
     if (srv->conns != NULL)
         srv->conns->prev = conn;
     srv->conns = conn;
     srv->nconns++;
-    srv->env->clients = srv->nconns;
-    if ((rc = uv_accept(listener, (uv_stream_t *)&conn->pipe)) < 0) {
-        conn_close(conn);
-        return rc;
-    }
-    if (uv_fileno((uv_handle_t *)&conn->pipe, &fd) == 0 &&
-        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-        conn->client.pid = cred.pid;
-        conn->client.uid = cred.uid;
-        conn->client.gid = cred.gid;
-    }
+    command_client_open(srv->env, &conn->client);
     if ((rc = uv_read_start((uv_stream_t *)&conn->pipe, conn_on_alloc, conn_on_read)) < 0) {
         conn_close(conn);
-        return rc;
+        return 0; /* the handle owns the descriptor now and closes it */
     }
-    log_debug("accepted client pid %d uid %d", (int)conn->client.pid, (int)conn->client.uid);
+    log_debug("accepted client pid %d uid %d", (int)pid, (int)uid);
     return 0;
 }

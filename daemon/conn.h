@@ -9,13 +9,10 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 #include "command.h"
-
-/* A client that stops reading its replies is cut off past this much queued
- * output, so that it cannot grow the daemon's memory without bound. */
-#define CONN_MAX_QUEUED_OUTPUT (1024 * 1024)
 
 struct server;
 
@@ -30,10 +27,22 @@ struct conn {
     size_t out_len, out_cap;
     uint64_t connected_ms;
     bool closing;
+    bool paused;                /* reading stopped while an alloc waits */
+    char *hello_out;            /* output held until the hello reply can carry the fd */
+    size_t hello_len;
+    json_t *wait_request;       /* an alloc waiting for space, or NULL */
+    uint64_t wait_until_ms;
+    struct conn *wait_prev, *wait_next; /* the server's waiters, oldest first */
 };
 
-/* Accept one pending connection from the listener. The server owns it. */
-int conn_accept(struct server *srv, uv_stream_t *listener);
+/* Serve an accepted socket fd of a peer with these credentials. On success
+ * the server owns the connection (and it the descriptor); on failure the
+ * descriptor is still the caller's. */
+int conn_open(struct server *srv, int fd, pid_t pid, uid_t uid, gid_t gid);
+
+/* The waiting alloc of conn got its answer (res has no COMMAND_WAIT):
+ * deliver it and go on with the requests that queued up behind it. */
+void conn_wait_done(struct conn *conn, struct command_result *res);
 
 /* Close the connection: release the client's pins and pending allocations at
  * once, free the memory in libuv's close callback. */

@@ -3,15 +3,18 @@
  * signals and the event loop. Everything slow happens before the loop runs.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include <uv.h>
 
+#include "../proto/alloc.h"
 #include "command.h"
 #include "config.h"
 #include "log.h"
+#include "notify.h"
 #include "segment.h"
 #include "server.h"
 #include "store.h"
@@ -24,8 +27,126 @@ struct daemon {
     struct server server;
     uv_loop_t loop;
     uv_signal_t sigterm, sigint;
+    uv_timer_t expiry;   /* drops allocations older than --alloc-timeout */
+    uv_signal_t sighup;
+    uv_timer_t status;   /* STATUS= for systemd, once a second */
+    uv_timer_t watchdog; /* WATCHDOG=1 at half of $WATCHDOG_USEC */
+    bool notify;         /* $NOTIFY_SOCKET is set */
+    bool activated;      /* systemd passed the listening socket */
+    bool adopt;          /* a segment left by a dead daemon is to be adopted */
+    int64_t adopt_pid;
     bool stopping;
+    int argc;            /* kept for SIGHUP, which parses them again */
+    char **argv;
 };
+
+static void daemon_start_expiry(struct daemon *d);
+
+/* Point stderr at --log-file (append), so every log line goes there. */
+static int daemon_open_log(const char *path, struct shmb_error *err)
+{
+    int fd;
+
+    if (path[0] == '\0')
+        return 0;
+    fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (fd < 0)
+        return shmb_error_set(err, -errno, "Cannot open --log-file %s: %s.", path,
+                              strerror(errno));
+    if (dup2(fd, STDERR_FILENO) < 0) {
+        int saved = errno;
+
+        close(fd);
+        return shmb_error_set(err, -saved, "Cannot log to %s: %s.", path, strerror(saved));
+    }
+    close(fd);
+    return 0;
+}
+
+/* STATUS= line for systemctl status: occupancy, objects, clients. */
+static void daemon_on_status(uv_timer_t *timer)
+{
+    struct daemon *d = timer->data;
+    struct store_stats st;
+    char used[32], total[32];
+
+    store_stats(d->store, &st);
+    notify_send("STATUS=%llu%% used (%s of %s), %llu objects, %u clients",
+                st.data_size ? (unsigned long long)(st.used * 100 / st.data_size) : 0ULL,
+                shmb_format_bytes(st.used, used, sizeof(used)),
+                shmb_format_bytes(st.data_size, total, sizeof(total)),
+                (unsigned long long)st.objects, d->env.clients);
+}
+
+static void daemon_on_watchdog(uv_timer_t *timer)
+{
+    (void)timer;
+    notify_send("WATCHDOG=1");
+}
+
+/* SIGHUP: reopen the log and apply the settings that can change while
+ * running (log level, limits, timeouts, allow lists); say which cannot. */
+static void daemon_on_sighup(uv_signal_t *handle, int signum)
+{
+    struct daemon *d = handle->data;
+    struct shmb_error err = {0};
+    struct config next;
+    const char *fixed = NULL;
+
+    (void)signum;
+    if (daemon_open_log(d->cfg.log_file, &err) < 0)
+        log_error("%s", err.message);
+    if (config_parse(&next, d->argc, d->argv, &err) != CONFIG_RUN) {
+        log_error("SIGHUP: settings not reloaded: %s", err.message);
+        return;
+    }
+    if (next.size != d->cfg.size || next.max_object_size != d->cfg.max_object_size)
+        fixed = "--size and --max-object-size";
+    else if (strcmp(next.name, d->cfg.name) != 0 || strcmp(next.shm_dir, d->cfg.shm_dir) != 0)
+        fixed = "--name and --shm-dir";
+    else if (strcmp(next.socket_path, d->cfg.socket_path) != 0 ||
+             next.socket_mode != d->cfg.socket_mode)
+        fixed = "--socket and --socket-mode";
+    if (fixed != NULL)
+        log_warn("SIGHUP: %s are not reloadable (the segment and socket stay as they are); "
+                 "restart shmbrokerd to change them", fixed);
+    log_active_level = next.log_level;
+    d->cfg.log_level = next.log_level;
+    d->cfg.limits = next.limits; /* the server reads them through a pointer */
+    d->cfg.max_pins = d->env.limits.max_pins = next.max_pins;
+    d->cfg.max_pending = d->env.limits.max_pending = next.max_pending;
+    d->cfg.read_lease_ms = next.read_lease_ms;
+    store_set_read_lease(d->store, next.read_lease_ms);
+    if (next.alloc_timeout_ms != d->cfg.alloc_timeout_ms) {
+        d->cfg.alloc_timeout_ms = next.alloc_timeout_ms;
+        daemon_start_expiry(d);
+    }
+    log_info("SIGHUP: settings reloaded (log level %s, max-clients %u, alloc-timeout %llu ms)",
+             log_level_name(d->cfg.log_level), d->cfg.limits.max_clients,
+             (unsigned long long)d->cfg.alloc_timeout_ms);
+}
+
+/* The store tells us, once per object, that a read lease ran out. */
+static void daemon_on_lease_expired(const char *key, size_t key_len, uint32_t reads_left,
+                                    void *arg)
+{
+    const struct daemon *d = arg;
+
+    log_warn("object '%.*s': read lease of %llu ms ran out with %u reads still awaited; "
+             "it no longer blocks reclaim", (int)key_len, key,
+             (unsigned long long)d->cfg.read_lease_ms, reads_left);
+}
+
+/* Timer: drop allocations their writers did not commit in time. */
+static void daemon_on_expiry(uv_timer_t *timer)
+{
+    struct daemon *d = timer->data;
+    size_t n = store_expire_pending(d->store, d->cfg.alloc_timeout_ms);
+
+    if (n > 0)
+        log_info("dropped %zu allocation(s) not committed within %llu ms (--alloc-timeout)",
+                 n, (unsigned long long)d->cfg.alloc_timeout_ms);
+}
 
 /* SIGTERM or SIGINT: stop accepting, close every client, let the loop end. */
 static void daemon_on_signal(uv_signal_t *handle, int signum)
@@ -36,14 +157,21 @@ static void daemon_on_signal(uv_signal_t *handle, int signum)
         return;
     d->stopping = true;
     log_info("%s received; shutting down", strsignal(signum));
+    notify_send("STOPPING=1");
     server_close(&d->server);
+    uv_close((uv_handle_t *)&d->expiry, NULL);
+    uv_close((uv_handle_t *)&d->sighup, NULL);
+    uv_close((uv_handle_t *)&d->status, NULL);
+    uv_close((uv_handle_t *)&d->watchdog, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
 }
 
-/* Remove a segment left by a daemon that is gone; refuse anything else. */
-static int daemon_clear_segment(const struct config *cfg, struct shmb_error *err)
+/* Decide what to do with a segment file already there: adopt one left by a
+ * daemon that is gone (or remove it with --fresh), refuse anything else. */
+static int daemon_clear_segment(struct daemon *d, struct shmb_error *err)
 {
+    const struct config *cfg = &d->cfg;
     char path[PATH_MAX + NAME_MAX + 2];
     int64_t pid = 0;
 
@@ -62,19 +190,71 @@ static int daemon_clear_segment(const struct config *cfg, struct shmb_error *err
     case SEGMENT_ORPHANED:
         break;
     }
+    if (!cfg->fresh) {
+        d->adopt = true;
+        d->adopt_pid = pid;
+        return 0;
+    }
     snprintf(path, sizeof(path), "%s/%s", cfg->shm_dir, cfg->name);
     if (unlink(path) != 0 && errno != ENOENT)
         return shmb_error_set(err, -errno, "Cannot remove stale segment %s: %s.", path,
                               strerror(errno));
-    log_info("removed segment %s left by shmbrokerd pid %lld, which is gone", path,
+    log_info("removed segment %s left by shmbrokerd pid %lld, which is gone (--fresh)", path,
              (long long)pid);
     return 0;
+}
+
+/* Bring back the objects of a segment left by a daemon that died. */
+static int daemon_adopt(struct daemon *d, const struct store_config *scfg, uint64_t size,
+                        struct shmb_error *err)
+{
+    struct store_adopt_report report;
+    char h1[32];
+    int rc;
+
+    if ((rc = segment_adopt(&d->seg, d->cfg.shm_dir, d->cfg.name, size, err)) < 0)
+        return rc;
+    d->store = store_adopt(segment_data(&d->seg), d->seg.hdr->data_offset,
+                           d->seg.hdr->data_size, d->seg.hdr, scfg, &report, err);
+    if (d->store == NULL) {
+        segment_close(&d->seg);
+        return err->code;
+    }
+    if (report.corrupt)
+        log_warn("segment %s: %s", d->seg.path, report.message);
+    log_info("adopted segment %s left by shmbrokerd pid %lld: restored %llu objects (%s); "
+             "dropped %llu uncommitted, %llu freed and %llu invalid chunks",
+             d->seg.path, (long long)d->adopt_pid, (unsigned long long)report.restored,
+             shmb_format_bytes(report.restored_bytes, h1, sizeof(h1)),
+             (unsigned long long)report.dropped_pending,
+             (unsigned long long)report.dropped_free,
+             (unsigned long long)report.dropped_invalid);
+    return 0;
+}
+
+/* (Re)start the expiry timer: a quarter of --alloc-timeout, between 10 ms
+ * and 1 s, bounds how late an expiry comes without waking the loop
+ * needlessly. */
+static void daemon_start_expiry(struct daemon *d)
+{
+    uint64_t every = d->cfg.alloc_timeout_ms / 4;
+
+    uv_timer_stop(&d->expiry);
+    if (d->cfg.alloc_timeout_ms == 0)
+        return;
+    every = every < 10 ? 10 : every > 1000 ? 1000 : every;
+    uv_timer_start(&d->expiry, daemon_on_expiry, every, every);
 }
 
 /* Everything before the loop: probe, segment, store, listener. */
 static int daemon_start(struct daemon *d, struct shmb_error *err)
 {
-    struct store_config scfg = {.max_object_size = d->cfg.max_object_size};
+    struct store_config scfg = {
+        .max_object_size = d->cfg.max_object_size,
+        .read_lease_ms = d->cfg.read_lease_ms,
+        .lease_expired = daemon_on_lease_expired,
+        .lease_arg = d,
+    };
     uint64_t size = segment_round_size(d->cfg.size);
     char h1[32], h2[32], h3[32];
     int rc;
@@ -84,38 +264,73 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
                               "--size %llu is too small: the segment needs at least %u "
                               "bytes (a header page and a data page).",
                               (unsigned long long)d->cfg.size, SEGMENT_MIN_SIZE);
-    if ((rc = segment_check_name(d->cfg.name, err)) < 0 ||
-        (rc = server_probe(d->cfg.socket_path, err)) < 0 ||
-        (rc = daemon_clear_segment(&d->cfg, err)) < 0 ||
-        (rc = segment_create(&d->seg, d->cfg.shm_dir, d->cfg.name, size, err)) < 0)
+    int listen_fd = -1;
+
+    if ((rc = server_activated_fd(&listen_fd, err)) < 0)
         return rc;
-    d->store = store_new(segment_data(&d->seg), d->seg.hdr->data_offset,
-                         d->seg.hdr->data_size, d->seg.hdr, &scfg, err);
-    if (d->store == NULL) {
-        segment_destroy(&d->seg);
-        return err->code;
+    d->activated = rc == 1;
+    if ((rc = segment_check_name(d->cfg.name, err)) < 0 ||
+        (!d->activated && (rc = server_probe(d->cfg.socket_path, err)) < 0) ||
+        (rc = daemon_clear_segment(d, err)) < 0)
+        return rc;
+    if (d->adopt) {
+        if ((rc = daemon_adopt(d, &scfg, size, err)) < 0)
+            return rc;
+    } else {
+        if ((rc = segment_create(&d->seg, d->cfg.shm_dir, d->cfg.name, size, err)) < 0)
+            return rc;
+        d->store = store_new(segment_data(&d->seg), d->seg.hdr->data_offset,
+                             d->seg.hdr->data_size, d->seg.hdr, &scfg, err);
+        if (d->store == NULL) {
+            segment_destroy(&d->seg);
+            return err->code;
+        }
     }
     d->env.store = d->store;
     d->env.segment = &d->seg;
     d->env.shm_dir = d->cfg.shm_dir;
     d->env.started_ms = command_now_ms();
+    d->env.limits.max_pins = d->cfg.max_pins;
+    d->env.limits.max_pending = d->cfg.max_pending;
     if ((rc = uv_loop_init(&d->loop)) < 0) {
         rc = shmb_error_set(err, -ENOMEM, "Cannot start the event loop: %s.", uv_strerror(rc));
         goto fail;
     }
-    if ((rc = server_listen(&d->server, &d->loop, d->cfg.socket_path, d->cfg.socket_mode,
-                            &d->env, err)) < 0)
+    rc = d->activated ? server_adopt(&d->server, &d->loop, listen_fd, &d->env, &d->cfg.limits,
+                                     err)
+                      : server_listen(&d->server, &d->loop, d->cfg.socket_path,
+                                      d->cfg.socket_mode, &d->env, &d->cfg.limits, err);
+    if (rc < 0)
         goto fail_loop;
+    if (d->activated)
+        snprintf(d->cfg.socket_path, sizeof(d->cfg.socket_path), "%s", d->server.path);
+    uv_timer_init(&d->loop, &d->expiry);
+    d->expiry.data = d;
+    daemon_start_expiry(d);
     uv_signal_init(&d->loop, &d->sigterm);
     uv_signal_init(&d->loop, &d->sigint);
-    d->sigterm.data = d->sigint.data = d;
+    uv_signal_init(&d->loop, &d->sighup);
+    d->sigterm.data = d->sigint.data = d->sighup.data = d;
     uv_signal_start(&d->sigterm, daemon_on_signal, SIGTERM);
     uv_signal_start(&d->sigint, daemon_on_signal, SIGINT);
+    uv_signal_start(&d->sighup, daemon_on_sighup, SIGHUP);
+    uv_timer_init(&d->loop, &d->status);
+    uv_timer_init(&d->loop, &d->watchdog);
+    d->status.data = d->watchdog.data = d;
+    if (d->notify) {
+        uint64_t wd = notify_watchdog_usec() / 2000; /* half the interval, in ms */
+
+        uv_timer_start(&d->status, daemon_on_status, 1000, 1000);
+        if (wd > 0)
+            uv_timer_start(&d->watchdog, daemon_on_watchdog, wd, wd);
+    }
     log_info("shmbrokerd %s ready: segment %s (%s, %s for data, max object %s), socket %s",
              SHMB_VERSION, d->seg.path, shmb_format_bytes(d->seg.size, h1, sizeof(h1)),
              shmb_format_bytes(d->seg.hdr->data_size, h2, sizeof(h2)),
              shmb_format_bytes(d->cfg.max_object_size, h3, sizeof(h3)),
              d->cfg.socket_path);
+    /* Ready only now: the segment is reserved and the listener is up. */
+    notify_send("READY=1\nSTATUS=serving %s on %s", d->seg.path, d->cfg.socket_path);
     return 0;
 
 fail_loop:
@@ -124,7 +339,12 @@ fail_loop:
 fail:
     store_free(d->store);
     d->store = NULL;
-    segment_destroy(&d->seg);
+    /* An adopted segment holds objects committed before the crash: keep it
+     * for the next attempt. A new one goes. */
+    if (d->adopt)
+        segment_close(&d->seg);
+    else
+        segment_destroy(&d->seg);
     return rc;
 }
 
@@ -136,7 +356,11 @@ static void daemon_stop(struct daemon *d)
         log_warn("event loop closed with handles still open");
     store_free(d->store);
     segment_destroy(&d->seg);
-    log_info("stopped; socket %s and segment removed", d->cfg.socket_path);
+    if (d->activated)
+        log_info("stopped; segment removed (the socket %s stays with systemd)",
+                 d->cfg.socket_path);
+    else
+        log_info("stopped; socket %s and segment removed", d->cfg.socket_path);
 }
 
 int main(int argc, char **argv)
@@ -154,7 +378,15 @@ int main(int argc, char **argv)
         break;
     }
     log_active_level = d.cfg.log_level;
+    d.argc = argc;
+    d.argv = argv;
     signal(SIGPIPE, SIG_IGN);
+    json_set_alloc_funcs(shmb_malloc, shmb_free);
+    d.notify = notify_init();
+    if (daemon_open_log(d.cfg.log_file, &err) < 0) {
+        fprintf(stderr, "shmbrokerd: %s\n", err.message);
+        return 1;
+    }
     if (daemon_start(&d, &err) < 0) {
         fprintf(stderr, "shmbrokerd: %s\n", err.message);
         return 1;

@@ -6,12 +6,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "../proto/protocol.h"
 #include "conn.h"
 #include "log.h"
 
@@ -94,21 +96,275 @@ static int server_make_parent(const char *path, struct shmb_error *err)
     return 0;
 }
 
-static void server_on_connection(uv_stream_t *listener, int status)
+/* Refuse a peer with one error line, then close it. Best effort: a peer
+ * that cannot take one short line right away does not get it. */
+static void server_refuse(int fd, int code, const char *message)
 {
-    struct server *srv = listener->data;
+    char line[512];
+    json_t *reply = shmb_error_reply(NULL, code, message);
+    size_t n = reply ? json_dumpb(reply, line, sizeof(line) - 1, JSON_COMPACT) : 0;
+
+    json_decref(reply);
+    if (n > 0 && n < sizeof(line) - 1) {
+        line[n++] = '\n';
+        if (send(fd, line, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+            log_debug("could not tell a refused client why: %s", strerror(errno));
+    }
+    close(fd);
+}
+
+/* True when the peer's uid or one of its groups is on the allow lists (or
+ * there are none). The daemon's own user and root are always allowed. */
+static bool server_allowed(const struct server_limits *lim, int fd, const struct ucred *cred)
+{
+    gid_t groups[256];
+    socklen_t len = sizeof(groups);
+    size_t i, j, ngroups = 0;
+
+    if (lim->n_allow_uid == 0 && lim->n_allow_gid == 0)
+        return true;
+    if (cred->uid == 0 || cred->uid == geteuid())
+        return true;
+    for (i = 0; i < lim->n_allow_uid; i++)
+        if (lim->allow_uid[i] == cred->uid)
+            return true;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
+        ngroups = len / sizeof(gid_t);
+    for (i = 0; i < lim->n_allow_gid; i++) {
+        if (lim->allow_gid[i] == cred->gid)
+            return true;
+        for (j = 0; j < ngroups; j++)
+            if (groups[j] == lim->allow_gid[i])
+                return true;
+    }
+    return false;
+}
+
+/* Admit or refuse one accepted socket. */
+static void server_admit(struct server *srv, int fd)
+{
+    const struct server_limits *lim = srv->limits;
+    struct ucred cred = {0, (uid_t)-1, (gid_t)-1};
+    socklen_t len = sizeof(cred);
+    char msg[256];
+    unsigned same_uid = 0;
+    struct conn *c;
     int rc;
 
-    if (status < 0) {
-        log_warn("accept failed: %s", uv_strerror(status));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        log_warn("cannot read a client's credentials: %s; closing it", strerror(errno));
+        close(fd);
         return;
     }
-    if ((rc = conn_accept(srv, listener)) < 0)
-        log_warn("cannot accept a client: %s", uv_strerror(rc));
+    if (!server_allowed(lim, fd, &cred)) {
+        snprintf(msg, sizeof(msg),
+                 "uid %d (gid %d) may not use this shmbrokerd: it is not in --allow-uid "
+                 "or --allow-gid.", (int)cred.uid, (int)cred.gid);
+        log_warn("refused client pid %d uid %d gid %d: not allowed", (int)cred.pid,
+                 (int)cred.uid, (int)cred.gid);
+        server_refuse(fd, -EPERM, msg);
+        return;
+    }
+    if (lim->max_clients != 0 && srv->nconns >= lim->max_clients) {
+        snprintf(msg, sizeof(msg),
+                 "max-clients (%u) reached; try again when a client disconnects, or raise "
+                 "--max-clients.", lim->max_clients);
+        log_warn("refused client pid %d: max-clients (%u) reached", (int)cred.pid,
+                 lim->max_clients);
+        server_refuse(fd, -EDQUOT, msg);
+        return;
+    }
+    for (c = srv->conns; c != NULL; c = c->next)
+        same_uid += !c->closing && c->client.uid == cred.uid;
+    if (lim->max_clients_per_uid != 0 && same_uid >= lim->max_clients_per_uid) {
+        snprintf(msg, sizeof(msg),
+                 "max-clients-per-uid (%u) reached for uid %d; close some connections, or "
+                 "raise --max-clients-per-uid.", lim->max_clients_per_uid, (int)cred.uid);
+        log_warn("refused client pid %d: max-clients-per-uid (%u) reached for uid %d",
+                 (int)cred.pid, lim->max_clients_per_uid, (int)cred.uid);
+        server_refuse(fd, -EDQUOT, msg);
+        return;
+    }
+    if ((rc = conn_open(srv, fd, cred.pid, cred.uid, cred.gid)) < 0) {
+        log_warn("cannot serve client pid %d: %s", (int)cred.pid, uv_strerror(rc));
+        close(fd);
+    }
+}
+
+/* Out of descriptors: refuse the waiting client with the reserved descriptor,
+ * then stop accepting until a connection closes, rather than spin. */
+static void server_out_of_fds(struct server *srv, int saved)
+{
+    int fd;
+
+    log_warn("out of file descriptors (%s) with %u clients; not accepting new clients "
+             "until one disconnects (raise the limit with ulimit -n or LimitNOFILE=)",
+             strerror(saved), srv->nconns);
+    if (srv->reserve_fd >= 0) {
+        close(srv->reserve_fd);
+        srv->reserve_fd = -1;
+        fd = accept4(srv->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd >= 0)
+            server_refuse(fd, -EMFILE,
+                          "shmbrokerd is out of file descriptors; try again when a client "
+                          "disconnects.");
+        srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    uv_poll_stop(&srv->watcher);
+    srv->paused = true;
+}
+
+/* The listening socket is readable: accept what is waiting, a bounded batch
+ * per wake-up so that clients already connected are served in between. */
+static void server_on_readable(uv_poll_t *watcher, int status, int events)
+{
+    struct server *srv = watcher->data;
+    int i;
+
+    (void)events;
+    if (status < 0) {
+        log_warn("listening socket error: %s", uv_strerror(status));
+        return;
+    }
+    for (i = 0; i < 64 && !srv->paused; i++) {
+        int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+        if (fd >= 0) {
+            server_admit(srv, fd);
+            continue;
+        }
+        if (errno == EINTR || errno == ECONNABORTED)
+            continue;
+        if (errno == EMFILE || errno == ENFILE)
+            server_out_of_fds(srv, errno);
+        else if (errno != EAGAIN && errno != EWOULDBLOCK)
+            log_warn("accept failed: %s", strerror(errno));
+        break;
+    }
+}
+
+static void server_on_wait_timer(uv_timer_t *timer);
+
+/* Arm the timer for the earliest deadline among the waiters. */
+static void server_arm_wait_timer(struct server *srv)
+{
+    uint64_t earliest = UINT64_MAX, now = command_now_ms();
+    struct conn *c;
+
+    for (c = srv->wait_head; c != NULL; c = c->wait_next)
+        if (c->wait_until_ms < earliest)
+            earliest = c->wait_until_ms;
+    if (earliest == UINT64_MAX)
+        uv_timer_stop(&srv->wait_timer);
+    else
+        uv_timer_start(&srv->wait_timer, server_on_wait_timer,
+                       earliest > now ? earliest - now : 0, 0);
+}
+
+void server_wait_add(struct server *srv, struct conn *conn)
+{
+    conn->wait_next = NULL;
+    conn->wait_prev = srv->wait_tail;
+    if (srv->wait_tail != NULL)
+        srv->wait_tail->wait_next = conn;
+    else
+        srv->wait_head = conn;
+    srv->wait_tail = conn;
+    server_arm_wait_timer(srv);
+}
+
+void server_wait_remove(struct server *srv, struct conn *conn)
+{
+    if (conn->wait_prev != NULL)
+        conn->wait_prev->wait_next = conn->wait_next;
+    else if (srv->wait_head == conn)
+        srv->wait_head = conn->wait_next;
+    else
+        return;
+    if (conn->wait_next != NULL)
+        conn->wait_next->wait_prev = conn->wait_prev;
+    else
+        srv->wait_tail = conn->wait_prev;
+    conn->wait_prev = conn->wait_next = NULL;
+    if (!uv_is_closing((uv_handle_t *)&srv->wait_timer))
+        server_arm_wait_timer(srv);
+}
+
+/* Retry one waiter; true when it got its answer (and left the queue). */
+static bool server_retry(struct server *srv, struct conn *conn, bool final)
+{
+    struct command_result res;
+
+    command_retry(srv->env, &conn->client, conn->wait_request, conn->wait_until_ms, final,
+                  &res);
+    if (res.flags & COMMAND_WAIT) {
+        json_decref(res.wait_request); /* the same request: keep the one we have */
+        return false;
+    }
+    server_wait_remove(srv, conn);
+    conn_wait_done(conn, &res);
+    return true;
+}
+
+/* Once per loop iteration: when room may have been made, serve waiters in
+ * arrival order, stopping at the first that still does not fit. */
+static void server_on_room_check(uv_check_t *check)
+{
+    struct server *srv = check->data;
+    uint64_t gen;
+
+    if (srv->wait_head == NULL)
+        return;
+    gen = command_room_generation(srv->env);
+    if (gen == srv->room_gen)
+        return;
+    srv->room_gen = gen;
+    while (srv->wait_head != NULL && server_retry(srv, srv->wait_head, false))
+        ;
+}
+
+/* A deadline came: answer every waiter whose time is up, allocation or
+ * ETIMEDOUT. */
+static void server_on_wait_timer(uv_timer_t *timer)
+{
+    struct server *srv = timer->data;
+    uint64_t now = command_now_ms();
+    struct conn *c = srv->wait_head, *next;
+
+    for (; c != NULL; c = next) {
+        next = c->wait_next;
+        if (c->wait_until_ms <= now)
+            server_retry(srv, c, true);
+    }
+    server_arm_wait_timer(srv);
+}
+
+/* Start watching a listening socket. */
+static int server_watch(struct server *srv, int fd, struct shmb_error *err)
+{
+    int rc;
+
+    srv->listen_fd = fd;
+    srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if ((rc = uv_poll_init(srv->loop, &srv->watcher, fd)) < 0)
+        return shmb_error_set(err, -EIO, "Cannot watch %s: %s.", srv->path, uv_strerror(rc));
+    srv->watcher.data = srv;
+    srv->watching = true;
+    uv_check_init(srv->loop, &srv->room_check);
+    srv->room_check.data = srv;
+    uv_check_start(&srv->room_check, server_on_room_check);
+    uv_unref((uv_handle_t *)&srv->room_check);
+    uv_timer_init(srv->loop, &srv->wait_timer);
+    srv->wait_timer.data = srv;
+    uv_unref((uv_handle_t *)&srv->wait_timer);
+    if ((rc = uv_poll_start(&srv->watcher, UV_READABLE, server_on_readable)) < 0)
+        return shmb_error_set(err, -EIO, "Cannot watch %s: %s.", srv->path, uv_strerror(rc));
+    return 0;
 }
 
 int server_listen(struct server *srv, uv_loop_t *loop, const char *path, mode_t mode,
-                  struct command_env *env, struct shmb_error *err)
+                  struct command_env *env, const struct server_limits *limits,
+                  struct shmb_error *err)
 {
     struct sockaddr_un sun;
     mode_t old_mask;
@@ -117,6 +373,8 @@ int server_listen(struct server *srv, uv_loop_t *loop, const char *path, mode_t 
     memset(srv, 0, sizeof(*srv));
     srv->loop = loop;
     srv->env = env;
+    srv->limits = limits;
+    srv->listen_fd = srv->reserve_fd = -1;
     if ((rc = server_address(&sun, path, err)) < 0 || (rc = server_make_parent(path, err)) < 0)
         return rc;
     snprintf(srv->path, sizeof(srv->path), "%s", path);
@@ -136,32 +394,72 @@ int server_listen(struct server *srv, uv_loop_t *loop, const char *path, mode_t 
     srv->owns_path = true;
     if (chmod(path, mode) != 0 || listen(fd, SERVER_BACKLOG) != 0) {
         saved = errno;
-        rc = shmb_error_set(err, -saved, "Cannot listen on %s: %s.", path, strerror(saved));
-        goto fail;
-    }
-    if ((rc = uv_pipe_init(loop, &srv->listener, 0)) < 0 ||
-        (rc = uv_pipe_open(&srv->listener, fd)) < 0) {
-        rc = shmb_error_set(err, -EIO, "Cannot watch %s: %s.", path, uv_strerror(rc));
-        goto fail;
-    }
-    fd = -1; /* the pipe owns it now */
-    srv->listener.data = srv;
-    if ((rc = uv_listen((uv_stream_t *)&srv->listener, SERVER_BACKLOG,
-                        server_on_connection)) < 0) {
-        rc = shmb_error_set(err, -EIO, "Cannot listen on %s: %s.", path, uv_strerror(rc));
-        goto fail;
-    }
-    srv->listening = true;
-    return 0;
-
-fail:
-    if (fd >= 0)
         close(fd);
-    if (uv_is_active((uv_handle_t *)&srv->listener) || srv->listener.loop != NULL)
-        uv_close((uv_handle_t *)&srv->listener, NULL);
-    unlink(path);
-    srv->owns_path = false;
-    return rc;
+        server_close(srv);
+        return shmb_error_set(err, -saved, "Cannot listen on %s: %s.", path, strerror(saved));
+    }
+    if ((rc = server_watch(srv, fd, err)) < 0) {
+        server_close(srv);
+        return rc;
+    }
+    return 0;
+}
+
+/* The first descriptor systemd passes (SD_LISTEN_FDS_START). */
+#define SERVER_LISTEN_FDS_START 3
+
+int server_activated_fd(int *fd, struct shmb_error *err)
+{
+    const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+    struct sockaddr_un sun;
+    socklen_t len = sizeof(int);
+    int type = 0, listening = 0, n;
+    bool ours = pid != NULL && strtol(pid, NULL, 10) == (long)getpid();
+
+    n = fds != NULL ? atoi(fds) : 0;
+    unsetenv("LISTEN_PID");
+    unsetenv("LISTEN_FDS");
+    unsetenv("LISTEN_FDNAMES");
+    if (!ours || n <= 0)
+        return 0;
+    if (n != 1)
+        return shmb_error_set(err, -EINVAL,
+                              "systemd passed %d sockets; shmbrokerd listens on exactly one. "
+                              "Give shmbrokerd.socket a single ListenStream=.", n);
+    *fd = SERVER_LISTEN_FDS_START;
+    if (getsockopt(*fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM ||
+        (len = sizeof(int), getsockopt(*fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len)) != 0 ||
+        !listening || (len = sizeof(sun), getsockname(*fd, (struct sockaddr *)&sun, &len)) != 0 ||
+        sun.sun_family != AF_UNIX)
+        return shmb_error_set(err, -EINVAL,
+                              "The socket systemd passed (fd %d) is not a listening Unix "
+                              "stream socket; use ListenStream=/run/shmbroker/shmbroker.sock "
+                              "in shmbrokerd.socket.", *fd);
+    return 1;
+}
+
+int server_adopt(struct server *srv, uv_loop_t *loop, int fd, struct command_env *env,
+                 const struct server_limits *limits, struct shmb_error *err)
+{
+    struct sockaddr_un sun;
+    socklen_t len = sizeof(sun);
+    int flags;
+
+    memset(srv, 0, sizeof(*srv));
+    srv->loop = loop;
+    srv->env = env;
+    srv->limits = limits;
+    srv->listen_fd = srv->reserve_fd = -1;
+    memset(&sun, 0, sizeof(sun));
+    if (getsockname(fd, (struct sockaddr *)&sun, &len) == 0)
+        snprintf(srv->path, sizeof(srv->path), "%s", sun.sun_path);
+    flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0 ||
+        fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
+        return shmb_error_set(err, -errno, "Cannot set up the socket systemd passed: %s.",
+                              strerror(errno));
+    srv->owns_path = false; /* systemd's socket: it stays when we exit */
+    return server_watch(srv, fd, err);
 }
 
 void server_forget(struct server *srv, struct conn *conn)
@@ -173,17 +471,30 @@ void server_forget(struct server *srv, struct conn *conn)
     if (conn->next != NULL)
         conn->next->prev = conn->prev;
     srv->nconns--;
-    srv->env->clients = srv->nconns;
+    if (srv->paused && srv->watching && srv->listen_fd >= 0) {
+        srv->paused = false;
+        if (srv->reserve_fd < 0)
+            srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        uv_poll_start(&srv->watcher, UV_READABLE, server_on_readable);
+        log_info("a client left; accepting new clients again");
+    }
 }
 
 void server_close(struct server *srv)
 {
     struct conn *conn;
 
-    if (srv->listening) {
-        uv_close((uv_handle_t *)&srv->listener, NULL);
-        srv->listening = false;
+    if (srv->watching) {
+        uv_close((uv_handle_t *)&srv->watcher, NULL);
+        uv_close((uv_handle_t *)&srv->room_check, NULL);
+        uv_close((uv_handle_t *)&srv->wait_timer, NULL);
+        srv->watching = false;
     }
+    if (srv->listen_fd >= 0)
+        close(srv->listen_fd);
+    if (srv->reserve_fd >= 0)
+        close(srv->reserve_fd);
+    srv->listen_fd = srv->reserve_fd = -1;
     for (conn = srv->conns; conn != NULL; conn = conn->next)
         conn_close(conn);
     if (srv->owns_path) {

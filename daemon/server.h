@@ -1,12 +1,14 @@
 /*
  * The listening socket: the probe that never displaces a live daemon, bind,
- * accept, and the list of open connections. Knows nothing about JSON; each
- * accepted socket becomes a conn.
+ * accept with its own loop (credentials, allow lists, client caps, and a
+ * reserved descriptor for EMFILE), and the list of open connections. Knows
+ * nothing about JSON; each admitted socket becomes a conn.
  */
 #ifndef SHMB_SERVER_H
 #define SHMB_SERVER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 #include <uv.h>
 
@@ -15,15 +17,39 @@
 
 struct conn;
 
+#define SERVER_MAX_ALLOW 64 /* entries in each of --allow-uid and --allow-gid */
+
+/* Who may connect, how many, and how much output a client may leave unread. */
+struct server_limits {
+    unsigned max_clients;
+    unsigned max_clients_per_uid;
+    size_t max_queued_output;
+    uid_t allow_uid[SERVER_MAX_ALLOW];
+    size_t n_allow_uid;
+    gid_t allow_gid[SERVER_MAX_ALLOW];
+    size_t n_allow_gid;
+};
+
 struct server {
     uv_loop_t *loop;
-    uv_pipe_t listener;
-    bool listening;
+    uv_poll_t watcher;       /* readable listening socket */
+    int listen_fd;           /* -1 when closed */
+    int reserve_fd;          /* spent to refuse one client at EMFILE */
+    bool watching;           /* watcher started */
+    bool paused;             /* out of descriptors: not accepting */
     bool owns_path;          /* unlink the socket path at close */
     char path[108];
     struct command_env *env;
+    const struct server_limits *limits;
     struct conn *conns;      /* open connections, newest first */
     unsigned nconns;
+    /* Allocs waiting for space, in arrival order; retried when the store
+     * says room may have been made (checked once per loop iteration), and
+     * answered at their deadlines by one timer for the earliest. */
+    struct conn *wait_head, *wait_tail;
+    uv_check_t room_check;
+    uv_timer_t wait_timer;
+    uint64_t room_gen;
 };
 
 /* Make sure no live daemon listens on path: -EADDRINUSE with "another
@@ -35,12 +61,29 @@ int server_probe(const char *path, struct shmb_error *err);
 /* Create the socket's parent directory when missing, bind path with mode,
  * and start accepting on loop. */
 int server_listen(struct server *srv, uv_loop_t *loop, const char *path, mode_t mode,
-                  struct command_env *env, struct shmb_error *err);
+                  struct command_env *env, const struct server_limits *limits,
+                  struct shmb_error *err);
+
+/* The listening socket systemd passed (socket activation: $LISTEN_PID is
+ * us and $LISTEN_FDS is 1). Returns 1 with *fd set, 0 when none was passed
+ * (the variables are unset either way), or -EINVAL when the descriptor is not
+ * a listening Unix stream socket. */
+int server_activated_fd(int *fd, struct shmb_error *err);
+
+/* Serve a listening socket systemd passed. The path is never unlinked: it
+ * belongs to systemd. */
+int server_adopt(struct server *srv, uv_loop_t *loop, int fd, struct command_env *env,
+                 const struct server_limits *limits, struct shmb_error *err);
 
 /* Stop accepting, close every connection and the listener, unlink the path. */
 void server_close(struct server *srv);
 
-/* Called by a connection when it has closed: forget it. */
+/* Park conn (its wait_request set) at the end of the waiters; take it out. */
+void server_wait_add(struct server *srv, struct conn *conn);
+void server_wait_remove(struct server *srv, struct conn *conn);
+
+/* Called by a connection when it has closed: forget it, and resume accepting
+ * if descriptors had run out. */
 void server_forget(struct server *srv, struct conn *conn);
 
 #endif

@@ -8,6 +8,7 @@
 
 static unsigned long alloc_count;
 static unsigned long alloc_fail_at; /* absolute count that fails, 0 = never */
+static long alloc_live;             /* blocks handed out and not yet freed */
 
 /* True when this allocation is the one a test asked to fail. */
 static int alloc_should_fail(void)
@@ -18,23 +19,35 @@ static int alloc_should_fail(void)
 
 void *shmb_malloc(size_t size)
 {
+    void *p;
+
     if (alloc_should_fail())
         return NULL;
-    return malloc(size ? size : 1);
+    p = malloc(size ? size : 1);
+    alloc_live += p != NULL;
+    return p;
 }
 
 void *shmb_calloc(size_t count, size_t size)
 {
+    void *p;
+
     if (alloc_should_fail())
         return NULL;
-    return calloc(count ? count : 1, size ? size : 1);
+    p = calloc(count ? count : 1, size ? size : 1);
+    alloc_live += p != NULL;
+    return p;
 }
 
 void *shmb_realloc(void *ptr, size_t size)
 {
+    void *p;
+
     if (alloc_should_fail())
         return NULL;
-    return realloc(ptr, size ? size : 1);
+    p = realloc(ptr, size ? size : 1);
+    alloc_live += ptr == NULL && p != NULL;
+    return p;
 }
 
 char *shmb_strndup(const char *s, size_t len)
@@ -50,7 +63,13 @@ char *shmb_strndup(const char *s, size_t len)
 
 void shmb_free(void *ptr)
 {
+    alloc_live -= ptr != NULL;
     free(ptr);
+}
+
+long shmb_alloc_live(void)
+{
+    return alloc_live;
 }
 
 void shmb_alloc_fail_at(unsigned long n)

@@ -23,4 +23,7 @@ void shmb_alloc_fail_at(unsigned long n);
 /* How many allocations have been requested since start; for tests. */
 unsigned long shmb_alloc_count(void);
 
+/* Blocks allocated through this wrapper and not yet freed; for leak tests. */
+long shmb_alloc_live(void);
+
 #endif

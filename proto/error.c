@@ -20,6 +20,7 @@ static const struct {
     {EIO, "EIO"},           {ECONNREFUSED, "ECONNREFUSED"},
     {ECONNRESET, "ECONNRESET"}, {EPIPE, "EPIPE"},     {EBADMSG, "EBADMSG"},
     {EAGAIN, "EAGAIN"},     {EMFILE, "EMFILE"},       {ENOTCONN, "ENOTCONN"},
+    {EDQUOT, "EDQUOT"},
 };
 
 /* Cut a trailing, incomplete UTF-8 sequence that truncation left behind, so

@@ -9,8 +9,9 @@
 
 #include <stddef.h>
 
-/* A message is one or two sentences with numbers; longer is a bug. */
-#define SHMB_ERROR_MSG_MAX 512
+/* A message is one or two sentences with numbers; room for two keys of
+ * SHMB_KEY_MAX bytes besides, so that no figure is ever cut off. */
+#define SHMB_ERROR_MSG_MAX 1024
 
 struct shmb_error {
     int code;                          /* negative errno, 0 when unset */

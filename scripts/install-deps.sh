@@ -1,13 +1,16 @@
 #!/bin/sh
 # Install the Debian packages shmbroker needs when pkg-config cannot find them.
 # Usage: scripts/install-deps.sh [build|test|bench]
-# build: libuv, jansson; test adds cmocka (and the tools the tests use);
+# build: libuv, jansson; test adds cmocka, clang with its sanitizer and
+# fuzzer runtimes (the fuzz target) and valgrind (the soak under memcheck);
 # bench adds redis-server. Does nothing when everything is present.
 set -eu
 
 want="${1:-build}"
 pkgs=""
 need() { pkgs="$pkgs $1"; }
+
+have_deb() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'ok installed'; }
 
 command -v pkg-config >/dev/null 2>&1 || need pkg-config
 command -v cc >/dev/null 2>&1 || need gcc
@@ -22,6 +25,11 @@ else
     need libuv1-dev
     need libjansson-dev
     [ "$want" = build ] || need libcmocka-dev
+fi
+if [ "$want" = test ]; then
+    command -v clang >/dev/null 2>&1 || need clang
+    have_deb libclang-rt-14-dev || need libclang-rt-14-dev
+    command -v valgrind >/dev/null 2>&1 || need valgrind
 fi
 if [ "$want" = bench ]; then
     command -v redis-server >/dev/null 2>&1 || need redis-server

@@ -613,8 +613,9 @@ static void test_stale_socket(void **state)
 }
 
 /* A daemon killed with SIGKILL leaves its segment and socket; a new daemon
- * with the same --name and --socket replaces both (with a log line naming
- * the dead pid) and serves a fresh, empty segment. */
+ * with the same --name and --socket and --fresh replaces both (with a log
+ * line naming the dead pid) and serves a fresh, empty segment. Without
+ * --fresh it adopts the segment instead (test_restart_adopts). */
 static void test_stale_segment(void **state)
 {
     struct h_fix *f = *state;
@@ -636,7 +637,11 @@ static void test_stale_segment(void **state)
     b = h_daemon_new(f, "2M");
     snprintf(b->socket, sizeof(b->socket), "%s", a->socket);
     snprintf(b->name, sizeof(b->name), "%s", a->name);
-    assert_true(h_daemon_spawn(f, b, NULL) > 0);
+    {
+        const char *const fresh[] = {"--fresh", NULL};
+
+        assert_true(h_daemon_spawn(f, b, fresh) > 0);
+    }
     if (h_daemon_wait_ready(b, H_READY_TIMEOUT_MS) < 0)
         h_fail("shmbrokerd did not replace the stale segment %s", seg);
     c = connect_to(b);
@@ -647,8 +652,9 @@ static void test_stale_segment(void **state)
     assert_int_equal(shmb_put(c, "new", "v", 1, 0), 0);
     shmb_close(c);
     log = h_read_file(b->log, NULL);
-    snprintf(want, sizeof(want), "removed segment %s left by shmbrokerd pid %d, which is gone",
-             seg, (int)dead);
+    snprintf(want, sizeof(want),
+             "removed segment %s left by shmbrokerd pid %d, which is gone (--fresh)", seg,
+             (int)dead);
     assert_true(h_contains(log, want));
     assert_true(h_contains(log, "removed stale socket"));
     free(log);

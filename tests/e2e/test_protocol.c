@@ -46,8 +46,9 @@ struct proto_case {
 #define GET_K "{\"op\":\"get\",\"key\":\"k\"}"
 #define RELEASE_K "{\"op\":\"release\",\"key\":\"k\"}"
 #define DELETE_K "{\"op\":\"delete\",\"key\":\"k\"}"
-#define EXPECTED_ALLOC "Expected {\"op\":\"alloc\",\"key\":STRING,\"size\":INTEGER," \
-                       "\"readers\":INTEGER?}."
+#define EXPECTED_ALLOC                                                                   \
+    "Expected {\"op\":\"alloc\",\"key\":STRING,\"size\":INTEGER,\"readers\":INTEGER?," \
+    "\"wait_ms\":INTEGER?}."
 
 static const struct proto_case cases[] = {
     /* EPROTO: the line is not a JSON object, or there was no hello. */
@@ -158,15 +159,16 @@ static const struct proto_case cases[] = {
      "Invalid 'stats' request: 1 object item(s) left unpacked: verbose. Expected "
      "{\"op\":\"stats\"}.", true},
 
-    /* ENOSYS: the op is not in the table (checked before hello). */
+    /* ENOSYS: the op is not in the table. */
     {"ENOSYS unknown op", false, {0}, "{\"op\":\"nope\"}", "ENOSYS",
      "Unknown op 'nope'. Known ops: hello, alloc, commit, abort, get, release, touch, "
-     "delete, contains, list, stats.", true},
+     "delete, contains, list, stats, clients, batch.", true},
     {"ENOSYS op names are case-sensitive", false, {0}, "{\"op\":\"STATS\"}", "ENOSYS",
      "Unknown op 'STATS'", false},
     {"ENOSYS empty op", false, {0}, "{\"op\":\"\"}", "ENOSYS", "Unknown op ''", false},
-    {"ENOSYS unknown op before hello", true, {0}, "{\"op\":\"put\"}", "ENOSYS",
-     "Unknown op 'put'", false},
+    /* Before hello, every op but hello is EPROTO, known or not. */
+    {"EPROTO unknown op before hello", true, {0}, "{\"op\":\"put\"}", "EPROTO",
+     "Say hello first", false},
 
     /* EEXIST: the key is taken, committed or pending. */
     {"EEXIST committed key", false, {ALLOC_K, COMMIT_K}, ALLOC_K, "EEXIST",
@@ -469,7 +471,8 @@ static void test_hello_reply(void **state)
     assert_int_equal(h_int(reply, "max_object_size"), MAX_OBJECT);
     assert_int_equal(h_int(reply, "alignment"), SHMB_ALIGN);
     assert_int_equal(h_int(reply, "id"), 1);
-    assert_int_equal(json_object_size(reply), 9); /* ok, id and the seven fields */
+    assert_string_equal(h_str(reply, "mode"), "rw");
+    assert_int_equal(json_object_size(reply), 10); /* ok, id and the eight fields */
     json_decref(reply);
 
     assert_int_equal(c.nfds, 1);
@@ -641,11 +644,9 @@ static void test_pipelined(void **state)
 
 /* Pipelining is allowed before hello too: 5000 requests, hello and one more
  * request in one write, read only afterwards, get 5000 EPROTO replies, the
- * hello reply with its descriptor, and the last reply, in order.
- * Known daemon bug (shmbrokerd 0.1.0): when earlier replies are still queued
- * in libuv, conn_send_fd() gives up with EAGAIN, the hello "ok" goes out
- * without the descriptor and the connection is closed. Skipped unless
- * SHMB_E2E_KNOWN_BUGS=1 until daemon/conn.c is fixed; then drop the guard. */
+ * hello reply with its descriptor, and the last reply, in order. The earlier
+ * replies fill the socket and queue up in the daemon, so the hello reply
+ * must wait for them to drain before it can carry the descriptor. */
 static void test_pipelined_before_hello(void **state)
 {
     static const char stats_line[] = "{\"op\":\"stats\"}\n";
@@ -654,14 +655,10 @@ static void test_pipelined_before_hello(void **state)
     struct h_fix *f = *state;
     struct h_daemon *d;
     size_t n = 5000, len = n * (sizeof(stats_line) - 1) + sizeof(tail) - 1, i;
-    const char *known = getenv("SHMB_E2E_KNOWN_BUGS");
     char *batch;
     struct h_conn c;
     json_t *reply;
 
-    if (known == NULL || strcmp(known, "1") != 0)
-        h_skip(f, "known shmbrokerd bug: a hello pipelined behind queued replies loses "
-                  "its descriptor (set SHMB_E2E_KNOWN_BUGS=1 to run)");
     d = h_daemon_start(f, SEG_SIZE_ARG, NULL);
     batch = malloc(len);
     assert_non_null(batch);
@@ -1163,7 +1160,10 @@ static void test_stats(void **state)
     assert_true(h_int(reply, "uptime_s") >= 0);
     assert_true(json_is_null(json_object_get(reply, "blocker")));
     counters = json_object_get(reply, "counters");
-    assert_int_equal(json_object_size(counters), 5);
+    assert_int_equal(json_object_size(counters), 8);
+    assert_int_equal(h_int(counters, "expired_allocs"), 0);
+    assert_int_equal(h_int(counters, "lease_expiries"), 0);
+    assert_int_equal(h_int(counters, "noreply_errors"), 0);
     assert_int_equal(h_int(counters, "allocs"), 0);
     assert_int_equal(h_int(counters, "commits"), 0);
     assert_int_equal(h_int(counters, "gets"), 0);
