@@ -1,0 +1,93 @@
+/*
+ * libFuzzer target: arbitrary request lines and sessions through the real
+ * request handler (parse, dispatch, store, ring) of shmbrokerd.
+ *
+ * Input: lines separated by '\n'. "#0", "#1", "#2" switch to that client;
+ * "#x" disconnects the current client (everything it held is released) and
+ * connects a fresh one. Every other line is a request of the current client.
+ * After every request the reply must be a well-formed reply and the store
+ * must account for every byte; after the session, no client may hold
+ * anything.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture.h"
+
+#define FUZZ_CLIENTS 3
+
+/* Abort (a crash libFuzzer reports) when an invariant does not hold. */
+static void fuzz_check(int cond)
+{
+    if (!cond)
+        abort();
+}
+
+/* A reply has "ok"; an error reply has a known code name and a message. */
+static void fuzz_check_reply(json_t *reply)
+{
+    json_t *ok = json_object_get(reply, "ok");
+
+    fuzz_check(json_is_object(reply) && json_is_boolean(ok));
+    if (json_is_false(ok)) {
+        const char *code = json_string_value(json_object_get(reply, "error"));
+
+        fuzz_check(code != NULL && shmb_error_from_name(code) != -EIO);
+        fuzz_check(json_is_string(json_object_get(reply, "message")));
+    }
+}
+
+/* Used and free bytes always add up to the data area. */
+static void fuzz_check_store(const struct store *s)
+{
+    struct store_stats st;
+
+    store_stats(s, &st);
+    fuzz_check(st.used + st.free == st.data_size);
+    fuzz_check(st.used <= st.data_size);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct command_client clients[FUZZ_CLIENTS];
+    struct fixture f;
+    struct store_stats st;
+    const char *p = (const char *)data, *end = p + size;
+    int current = 0, i;
+
+    if (fixture_init(&f, 64 * 1024, 16 * 1024) < 0)
+        return 0;
+    memset(clients, 0, sizeof(clients));
+    for (i = 0; i < FUZZ_CLIENTS; i++)
+        command_client_open(&f.env, &clients[i]);
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        struct command_result res;
+
+        if (len == 2 && p[0] == '#' && p[1] >= '0' && p[1] < '0' + FUZZ_CLIENTS) {
+            current = p[1] - '0';
+        } else if (len == 2 && p[0] == '#' && p[1] == 'x') {
+            command_client_close(&f.env, &clients[current]);
+            memset(&clients[current], 0, sizeof(clients[current]));
+            command_client_open(&f.env, &clients[current]);
+        } else if (len > 0 && len <= SHMB_MAX_LINE) {
+            command_execute(&f.env, &clients[current], p, len, &res);
+            fuzz_check(res.reply != NULL);
+            fuzz_check_reply(res.reply);
+            json_decref(res.reply);
+            fuzz_check_store(f.store);
+        }
+        p += len + (nl != NULL);
+    }
+    for (i = 0; i < FUZZ_CLIENTS; i++)
+        command_client_close(&f.env, &clients[i]);
+    store_stats(f.store, &st);
+    fuzz_check(st.pending == 0 && st.pinned == 0 && f.env.clients == 0);
+    fixture_fini(&f);
+    return 0;
+}

@@ -1,0 +1,68 @@
+/*
+ * A socket-less daemon for tests and the fuzzer.
+ */
+#include "fixture.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int fixture_init(struct fixture *f, uint64_t size, uint64_t max_object_size)
+{
+    struct store_config cfg = {.max_object_size = max_object_size};
+    struct shmb_segment_header *hdr;
+
+    memset(f, 0, sizeof(*f));
+    f->seg.fd = f->seg.ro_fd = -1;
+    f->seg.base = aligned_alloc(SHMB_HEADER_PAGE, size);
+    if (f->seg.base == NULL)
+        return -ENOMEM;
+    memset(f->seg.base, 0, SHMB_HEADER_PAGE);
+    f->seg.size = size;
+    f->seg.hdr = hdr = f->seg.base;
+    strcpy(f->seg.name, "fixture");
+    strcpy(f->seg.dir, "/tmp");
+    hdr->magic = SHMB_SEGMENT_MAGIC;
+    hdr->version = SHMB_LAYOUT_VERSION;
+    hdr->header_size = SHMB_HEADER_PAGE;
+    hdr->total_size = size;
+    hdr->data_offset = SHMB_HEADER_PAGE;
+    hdr->data_size = size - SHMB_HEADER_PAGE;
+    f->store = store_new((char *)f->seg.base + SHMB_HEADER_PAGE, SHMB_HEADER_PAGE,
+                         hdr->data_size, hdr, &cfg, NULL);
+    if (f->store == NULL) {
+        free(f->seg.base);
+        return -ENOMEM;
+    }
+    f->env.store = f->store;
+    f->env.segment = &f->seg;
+    f->env.shm_dir = "/tmp";
+    f->env.started_ms = command_now_ms();
+    f->env.limits.max_pins = 64;
+    f->env.limits.max_pending = 16;
+    return 0;
+}
+
+void fixture_fini(struct fixture *f)
+{
+    store_free(f->store);
+    free(f->seg.base);
+    memset(f, 0, sizeof(*f));
+}
+
+int fixture_request(struct fixture *f, struct command_client *client, const char *line,
+                    json_t **reply_out)
+{
+    struct command_result res;
+    int ok;
+
+    command_execute(&f->env, client, line, strlen(line), &res);
+    if (res.reply == NULL)
+        return -1;
+    ok = json_is_true(json_object_get(res.reply, "ok"));
+    if (reply_out != NULL)
+        *reply_out = res.reply;
+    else
+        json_decref(res.reply);
+    return ok;
+}
