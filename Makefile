@@ -94,10 +94,24 @@ $(BUILD)/tests/test_chaos:   $(call OBJ,tests/unit/test_chaos.c) $(COMMAND_OBJ)
 $(BUILD)/tests/test_chaos: TEST_LDFLAGS = $(PKGS_LIBS)
 
 # End-to-end tests drive the real binaries through the library and raw sockets.
-E2E_TESTS := test_protocol test_clients test_ctl
+E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch test_systemd \
+             soak
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o $(LIB_A)
 $(E2E_BINS): TEST_LDFLAGS = $(PKGS_LIBS)
+
+# The soak: 32 clients for SOAK_SECONDS (a short run in 'make test'), and the
+# same under valgrind's memcheck for SOAK_VALGRIND_SECONDS.
+SOAK_SECONDS          ?= 8
+SOAK_VALGRIND_SECONDS ?= 4
+export SOAK_SECONDS SOAK_VALGRIND_SECONDS
+
+# What 'make test' runs: every unit and end-to-end program, the soak under
+# valgrind, and (in the plain build) the fuzzer for FUZZ_SECONDS.
+TEST_RUNS := $(UNIT_BINS) $(E2E_BINS) tests/e2e/soak_valgrind.sh
+ifeq ($(SANITIZER),)
+TEST_RUNS += tests/fuzz/run_fuzz.sh
+endif
 
 # The fuzz target: clang's libFuzzer with ASan and UBSan over the request
 # handler. 'make test' runs it briefly; FUZZ_SECONDS=3600 make fuzz runs long.
@@ -108,7 +122,7 @@ FUZZ_SRC     := tests/fuzz/fuzz_command.c tests/support/fixture.c daemon/command
                 $(CORE_SRC) $(PROTO_SRC)
 FUZZ_BIN     := $(FUZZ_BUILD)/fuzz_command
 
-.PHONY: all run test fuzz check-deps check-test-deps unit clean install uninstall
+.PHONY: all run test fuzz soak bench check-deps check-test-deps unit clean install uninstall
 all: check-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS)
 
@@ -123,9 +137,32 @@ run: check-deps
 	$(DAEMON)
 
 test: check-test-deps
-	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS)
+	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) \
+	    $(if $(SANITIZER),,$(FUZZ_BIN))
 	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl \
-	    sh tests/run.sh $(BUILD) $(UNIT_BINS) $(E2E_BINS)
+	    SHMB_SOAK=$(BUILD)/tests/soak FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
+	    FUZZ_RUNS=$(FUZZ_RUNS) sh tests/run.sh $(BUILD) $(TEST_RUNS)
+
+# Only the soak, at whatever length: make soak SOAK_SECONDS=30 SANITIZER=address
+soak: check-test-deps
+	$(Q)$(MAKE) --no-print-directory $(BINS) $(BUILD)/tests/soak
+	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl \
+	    SHMB_SOAK=$(BUILD)/tests/soak sh tests/run.sh $(BUILD) $(BUILD)/tests/soak \
+	    tests/e2e/soak_valgrind.sh
+
+# The benchmark: shmbroker against Redis, memcpy and a bare socket round
+# trip, in one run (installs redis-server when missing). BENCH_QUICK=1 for a
+# smoke run.
+BENCH_BIN := $(BUILD)/shmb-bench
+$(BENCH_BIN): $(call OBJ,tests/bench/bench.c) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALLLDFLAGS) -o $@ $^ $(PKGS_LIBS) -lm
+
+bench: check-deps
+	$(Q)sh scripts/install-deps.sh bench
+	$(Q)$(MAKE) --no-print-directory $(BINS) $(BENCH_BIN)
+	$(Q)sh scripts/bench.sh $(BUILD)
 
 $(BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
