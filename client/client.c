@@ -24,22 +24,22 @@
 #include "../proto/protocol.h"
 
 struct shmb {
-    int sock;             /* -1 when not connected */
-    int seg_fd;           /* the descriptor hello passed, until it is mapped */
-    unsigned char *map;   /* the segment mapping, NULL before */
+    int sock;           /* -1 when not connected */
+    int seg_fd;         /* the descriptor hello passed, until it is mapped */
+    unsigned char *map; /* the segment mapping, NULL before */
     size_t map_size;
-    dev_t map_dev;        /* the mapped file, to recognise it after a restart */
+    dev_t map_dev; /* the mapped file, to recognise it after a restart */
     ino_t map_ino;
     int populate;
     int read_only;
     unsigned alloc_wait_ms;
-    char path[108];       /* where shmb_connect found the daemon */
+    char path[108]; /* where shmb_connect found the daemon */
     char name[SHMB_NAME_MAX + 1];
     shmb_info_t info;
     struct shmb_error err;
-    char *rbuf;           /* bytes received, not yet a whole reply */
+    char *rbuf; /* bytes received, not yet a whole reply */
     size_t rlen, rcap;
-    char *wbuf;           /* the request being sent, reused */
+    char *wbuf; /* the request being sent, reused */
     size_t wlen, wcap;
 };
 
@@ -132,7 +132,8 @@ static int client_lost(shmb_t *c, const char *what, int saved)
     return shmb_error_set(&c->err, -ECONNRESET,
                           "Connection to shmbrokerd lost (%s: %s); every pin and pending "
                           "allocation of this handle was released. Reconnect with a new "
-                          "handle.", what, saved ? strerror(saved) : "closed by the daemon");
+                          "handle.",
+                          what, saved ? strerror(saved) : "closed by the daemon");
 }
 
 /* Keep a descriptor that arrived as SCM_RIGHTS; close any extra. */
@@ -238,7 +239,8 @@ static int client_queue(shmb_t *c, json_t *request)
     if (request == NULL)
         return shmb_error_set(&c->err, -EINVAL,
                               "Cannot build the request: a key must be valid UTF-8, 1 to "
-                              "%d bytes.", SHMB_KEY_MAX_LEN);
+                              "%d bytes.",
+                              SHMB_KEY_MAX_LEN);
     if (c->sock < 0) {
         json_decref(request);
         return shmb_error_set(&c->err, -ENOTCONN,
@@ -285,8 +287,9 @@ static int client_check_key(shmb_t *c, const char *key)
     size_t len = key != NULL ? strlen(key) : 0;
 
     if (len == 0 || len > SHMB_KEY_MAX_LEN)
-        return shmb_error_set(&c->err, -EINVAL, "Key of %zu bytes: keys are 1 to %d bytes.",
-                              len, SHMB_KEY_MAX_LEN);
+        return shmb_error_set(&c->err, -EINVAL,
+                              "Key of %zu bytes: keys are 1 to %d bytes.", len,
+                              SHMB_KEY_MAX_LEN);
     return 0;
 }
 
@@ -315,7 +318,8 @@ static int client_map(shmb_t *c)
                               "shmbrokerd's hello reply carried no segment descriptor.");
     if (fstat(c->seg_fd, &st) != 0 || (uint64_t)st.st_size < c->info.size ||
         c->info.size < SHMB_HEADER_PAGE || c->info.data_offset < SHMB_HEADER_PAGE ||
-        c->info.data_offset > c->info.size || c->info.data_size > c->info.size - c->info.data_offset)
+        c->info.data_offset > c->info.size ||
+        c->info.data_size > c->info.size - c->info.data_offset)
         return shmb_error_set(&c->err, -EPROTO,
                               "The segment descriptor (%lld bytes) does not match hello "
                               "(size %llu, data at %llu, %llu bytes).",
@@ -325,7 +329,8 @@ static int client_map(shmb_t *c)
     if (c->map != NULL) {
         /* A reconnect: the same file keeps its mapping, and with it every
          * pointer the application holds. */
-        if (st.st_dev == c->map_dev && st.st_ino == c->map_ino && c->map_size == c->info.size)
+        if (st.st_dev == c->map_dev && st.st_ino == c->map_ino &&
+            c->map_size == c->info.size)
             goto mapped;
         munmap(c->map, c->map_size);
         c->map = NULL;
@@ -350,10 +355,11 @@ mapped:
     c->seg_fd = -1;
     hdr = (const struct shmb_segment_header *)c->map;
     if (hdr->magic != SHMB_SEGMENT_MAGIC || hdr->version != SHMB_LAYOUT_VERSION)
-        return shmb_error_set(&c->err, -EPROTO,
-                              "The segment has magic 0x%llx version %u; this library reads "
-                              "version %d.", (unsigned long long)hdr->magic, hdr->version,
-                              SHMB_LAYOUT_VERSION);
+        return shmb_error_set(
+            &c->err, -EPROTO,
+            "The segment has magic 0x%llx version %u; this library reads "
+            "version %d.",
+            (unsigned long long)hdr->magic, hdr->version, SHMB_LAYOUT_VERSION);
     return 0;
 }
 
@@ -371,23 +377,27 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
     memset(&sun, 0, sizeof(sun));
     sun.sun_family = AF_UNIX;
     if (strlen(path) >= sizeof(sun.sun_path))
-        return shmb_error_set(&c->err, -ENAMETOOLONG, "Socket path %s is too long.", path);
+        return shmb_error_set(&c->err, -ENAMETOOLONG, "Socket path %s is too long.",
+                              path);
     memcpy(sun.sun_path, path, strlen(path) + 1);
     c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (c->sock < 0)
-        return shmb_error_set(&c->err, -errno, "Cannot create a socket: %s.", strerror(errno));
+        return shmb_error_set(&c->err, -errno, "Cannot create a socket: %s.",
+                              strerror(errno));
     if (connect(c->sock, (struct sockaddr *)&sun, sizeof(sun)) != 0) {
         int saved = errno;
 
         client_disconnect(c, keep_map);
-        return shmb_error_set(&c->err, -saved,
-                              "Cannot connect to shmbrokerd at %s: %s. Is shmbrokerd running? "
-                              "(Set %s or pass the socket path.)",
-                              path, strerror(saved), SHMB_SOCKET_ENV);
+        return shmb_error_set(
+            &c->err, -saved,
+            "Cannot connect to shmbrokerd at %s: %s. Is shmbrokerd running? "
+            "(Set %s or pass the socket path.)",
+            path, strerror(saved), SHMB_SOCKET_ENV);
     }
-    rc = client_call(c, json_pack("{s:s, s:i, s:s?, s:s}", "op", "hello", "version",
-                                  SHMB_PROTOCOL_VERSION, "name", name, "mode",
-                                  c->read_only ? "ro" : "rw"),
+    rc = client_call(c,
+                     json_pack("{s:s, s:i, s:s?, s:s}", "op", "hello", "version",
+                               SHMB_PROTOCOL_VERSION, "name", name, "mode",
+                               c->read_only ? "ro" : "rw"),
                      &reply);
     if (rc < 0)
         goto fail;
@@ -415,7 +425,8 @@ int shmb_connect(shmb_t *c, const char *socket_path, const char *name)
     const char *path = shmb_socket_path(socket_path);
 
     if (strlen(path) >= sizeof(c->path))
-        return shmb_error_set(&c->err, -ENAMETOOLONG, "Socket path %s is too long.", path);
+        return shmb_error_set(&c->err, -ENAMETOOLONG, "Socket path %s is too long.",
+                              path);
     snprintf(c->path, sizeof(c->path), "%s", path);
     snprintf(c->name, sizeof(c->name), "%s", name != NULL ? name : "");
     return client_dial(c, c->path, name, false);
@@ -440,12 +451,12 @@ static int client_extent(shmb_t *c, const json_t *reply, size_t want, void **ptr
     if ((rc = client_u64(c, reply, "offset", &offset)) < 0 ||
         (rc = client_u64(c, reply, "size", &len)) < 0)
         return rc;
-    if (offset < c->info.data_offset || offset > c->map_size || len > c->map_size - offset ||
-        (want != 0 && len != want))
+    if (offset < c->info.data_offset || offset > c->map_size ||
+        len > c->map_size - offset || (want != 0 && len != want))
         return shmb_error_set(&c->err, -EPROTO,
                               "shmbrokerd returned extent [%llu, +%llu) outside the data "
-                              "area [%llu, %zu).", (unsigned long long)offset,
-                              (unsigned long long)len,
+                              "area [%llu, %zu).",
+                              (unsigned long long)offset, (unsigned long long)len,
                               (unsigned long long)c->info.data_offset, c->map_size);
     *ptr = c->map + offset;
     if (size != NULL)
@@ -474,9 +485,10 @@ int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void *
     shmb_error_clear(&c->err);
     if ((rc = client_check_key(c, key)) < 0)
         return rc;
-    rc = client_call(c, json_pack("{s:s, s:s, s:I, s:I, s:I}", "op", "alloc", "key", key,
-                                  "size", (json_int_t)size, "readers", (json_int_t)readers,
-                                  "wait_ms", (json_int_t)c->alloc_wait_ms),
+    rc = client_call(c,
+                     json_pack("{s:s, s:s, s:I, s:I, s:I}", "op", "alloc", "key", key,
+                               "size", (json_int_t)size, "readers", (json_int_t)readers,
+                               "wait_ms", (json_int_t)c->alloc_wait_ms),
                      &reply);
     if (rc == 0)
         rc = client_extent(c, reply, size, ptr, NULL);
@@ -565,7 +577,8 @@ static int client_batch(shmb_t *c, json_t *ops, json_t **replies)
     if (!json_is_array(*replies)) {
         json_decref(*replies);
         *replies = NULL;
-        return shmb_error_set(&c->err, -EPROTO, "shmbrokerd's batch reply has no replies.");
+        return shmb_error_set(&c->err, -EPROTO,
+                              "shmbrokerd's batch reply has no replies.");
     }
     return 0;
 }
@@ -592,14 +605,16 @@ static int client_sub_reply(shmb_t *c, json_t *replies, size_t i, int *first)
 }
 
 /* Build a batch of one op per key; extra fields from fmt (may be NULL). */
-static json_t *client_key_ops(shmb_t *c, const char *op, size_t n, const char *const *keys)
+static json_t *client_key_ops(shmb_t *c, const char *op, size_t n,
+                              const char *const *keys)
 {
     json_t *ops = json_array();
     size_t i;
 
     for (i = 0; ops != NULL && i < n; i++) {
         if (client_check_key(c, keys[i]) < 0 ||
-            json_array_append_new(ops, json_pack("{s:s, s:s}", "op", op, "key", keys[i])) != 0) {
+            json_array_append_new(
+                ops, json_pack("{s:s, s:s}", "op", op, "key", keys[i])) != 0) {
             json_decref(ops);
             return NULL;
         }
@@ -621,9 +636,10 @@ int shmb_put_many(shmb_t *c, size_t n, const char *const *keys, const void *cons
             return rc;
         }
         if (ops == NULL ||
-            json_array_append_new(ops, json_pack("{s:s, s:s, s:I, s:I}", "op", "alloc", "key",
-                                                 keys[i], "size", (json_int_t)sizes[i],
-                                                 "readers", (json_int_t)readers)) != 0) {
+            json_array_append_new(ops,
+                                  json_pack("{s:s, s:s, s:I, s:I}", "op", "alloc", "key",
+                                            keys[i], "size", (json_int_t)sizes[i],
+                                            "readers", (json_int_t)readers)) != 0) {
             json_decref(ops);
             return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
         }
@@ -635,16 +651,18 @@ int shmb_put_many(shmb_t *c, size_t n, const char *const *keys, const void *cons
         int r = client_sub_reply(c, replies, i, &first);
         void *dst = NULL;
 
-        if (r == 0 && (r = client_extent(c, json_array_get(replies, i), sizes[i], &dst,
-                                         NULL)) < 0 && first == 0)
+        if (r == 0 &&
+            (r = client_extent(c, json_array_get(replies, i), sizes[i], &dst, NULL)) <
+                0 &&
+            first == 0)
             first = r;
         if (r == 0)
             memcpy(dst, data[i], sizes[i]);
         /* Commit what was written; abort an allocation whose extent was bad. */
         if (r == 0 || json_is_true(json_object_get(json_array_get(replies, i), "ok")))
-            json_array_append_new(commits, json_pack("{s:s, s:s}", "op", r == 0 ? "commit"
-                                                                            : "abort",
-                                                     "key", keys[i]));
+            json_array_append_new(commits,
+                                  json_pack("{s:s, s:s}", "op",
+                                            r == 0 ? "commit" : "abort", "key", keys[i]));
         if (results != NULL)
             results[i] = r;
     }
@@ -681,7 +699,8 @@ int shmb_get_many(shmb_t *c, size_t n, const char *const *keys, const void **ptr
         int r = client_sub_reply(c, replies, i, &first);
         void *p = NULL;
 
-        if (r == 0 && (r = client_extent(c, json_array_get(replies, i), 0, &p, &sizes[i])) < 0 &&
+        if (r == 0 &&
+            (r = client_extent(c, json_array_get(replies, i), 0, &p, &sizes[i])) < 0 &&
             first == 0)
             first = r;
         ptrs[i] = p;
@@ -699,8 +718,9 @@ int shmb_touch(shmb_t *c, const char *key, unsigned readers)
     shmb_error_clear(&c->err);
     if ((rc = client_check_key(c, key)) < 0)
         return rc;
-    return client_call(c, json_pack("{s:s, s:s, s:I}", "op", "touch", "key", key, "readers",
-                                     (json_int_t)readers),
+    return client_call(c,
+                       json_pack("{s:s, s:s, s:I}", "op", "touch", "key", key, "readers",
+                                 (json_int_t)readers),
                        NULL);
 }
 
@@ -721,7 +741,8 @@ int shmb_contains(shmb_t *c, const char *key)
 }
 
 /* Copy a string field of a reply into a fixed buffer, "" when absent. */
-static void client_copy_string(const json_t *obj, const char *field, char *dst, size_t len)
+static void client_copy_string(const json_t *obj, const char *field, char *dst,
+                               size_t len)
 {
     const char *s = json_string_value(json_object_get(obj, field));
 
@@ -763,8 +784,10 @@ int shmb_stats(shmb_t *c, shmb_stats_t *out)
     if (json_is_object(blocker)) {
         out->has_blocker = 1;
         client_copy_string(blocker, "key", out->blocker_key, sizeof(out->blocker_key));
-        client_copy_string(blocker, "state", out->blocker_state, sizeof(out->blocker_state));
-        out->blocker_pins = (uint64_t)json_integer_value(json_object_get(blocker, "pins"));
+        client_copy_string(blocker, "state", out->blocker_state,
+                           sizeof(out->blocker_state));
+        out->blocker_pins =
+            (uint64_t)json_integer_value(json_object_get(blocker, "pins"));
         out->blocker_readers =
             (uint64_t)json_integer_value(json_object_get(blocker, "readers"));
     }
@@ -783,7 +806,8 @@ int shmb_request(shmb_t *c, const char *request, char **reply)
     shmb_error_clear(&c->err);
     req = json_loads(request, JSON_REJECT_DUPLICATES, &jerr);
     if (req == NULL)
-        return shmb_error_set(&c->err, -EINVAL, "Request is not valid JSON: %s.", jerr.text);
+        return shmb_error_set(&c->err, -EINVAL, "Request is not valid JSON: %s.",
+                              jerr.text);
     rc = client_call(c, req, &rep);
     if (rep != NULL) {
         *reply = json_dumps(rep, JSON_COMPACT);

@@ -1,4 +1,5 @@
-/* Put an object and read it back in place. Build: cc example.c $(pkg-config --cflags --libs shmbroker) */
+/* Put an object and read it back in place. Build: cc example.c $(pkg-config --cflags
+ * --libs shmbroker) */
 #include <shmbroker.h>
 #include <stdio.h>
 #include <string.h>

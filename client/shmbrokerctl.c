@@ -24,21 +24,22 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "Usage: shmbrokerctl [--socket PATH] COMMAND [ARG]...\n"
-            "\n"
-            "Commands:\n"
-            "  status [--json | --prometheus | --watch SECONDS]\n"
-            "                         occupancy, clients and counters of the daemon\n"
-            "  ls [PREFIX]            objects, oldest first\n"
-            "  clients                connections: pid, uid, name, pins, pending, since\n"
-            "  put KEY FILE|-         store a file (or standard input) under KEY\n"
-            "  get KEY [FILE|-]       write KEY's bytes to FILE (default: standard output)\n"
-            "  rm KEY                 delete KEY\n"
-            "\n"
-            "The socket defaults to $%s, else %s.\n"
-            "Exit status: 0 success, 1 the daemon refused, 2 usage, 69 daemon unreachable.\n",
-            SHMB_SOCKET_ENV, SHMB_DEFAULT_SOCKET);
+    fprintf(
+        out,
+        "Usage: shmbrokerctl [--socket PATH] COMMAND [ARG]...\n"
+        "\n"
+        "Commands:\n"
+        "  status [--json | --prometheus | --watch SECONDS]\n"
+        "                         occupancy, clients and counters of the daemon\n"
+        "  ls [PREFIX]            objects, oldest first\n"
+        "  clients                connections: pid, uid, name, pins, pending, since\n"
+        "  put KEY FILE|-         store a file (or standard input) under KEY\n"
+        "  get KEY [FILE|-]       write KEY's bytes to FILE (default: standard output)\n"
+        "  rm KEY                 delete KEY\n"
+        "\n"
+        "The socket defaults to $%s, else %s.\n"
+        "Exit status: 0 success, 1 the daemon refused, 2 usage, 69 daemon unreachable.\n",
+        SHMB_SOCKET_ENV, SHMB_DEFAULT_SOCKET);
 }
 
 /* Print the daemon's (or the library's) error and return the exit status. */
@@ -68,18 +69,23 @@ static int print_prometheus(shmb_t *c)
     static const struct {
         const char *field, *metric, *type, *help;
     } gauges[] = {
-        {"size", "shmbroker_segment_bytes", "gauge", "Size of the segment, header included."},
+        {"size", "shmbroker_segment_bytes", "gauge",
+         "Size of the segment, header included."},
         {"data_size", "shmbroker_data_bytes", "gauge", "Bytes of the data area."},
-        {"used", "shmbroker_used_bytes", "gauge", "Bytes in use (objects, headers, gaps)."},
+        {"used", "shmbroker_used_bytes", "gauge",
+         "Bytes in use (objects, headers, gaps)."},
         {"free", "shmbroker_free_bytes", "gauge", "Bytes free in the data area."},
         {"objects", "shmbroker_objects", "gauge", "Committed objects."},
-        {"pending", "shmbroker_pending_objects", "gauge", "Allocations not yet committed."},
+        {"pending", "shmbroker_pending_objects", "gauge",
+         "Allocations not yet committed."},
         {"pinned", "shmbroker_pinned_objects", "gauge", "Objects pinned by a reader."},
         {"clients", "shmbroker_clients", "gauge", "Connected clients."},
-        {"max_object_size", "shmbroker_max_object_bytes", "gauge", "Largest object allowed."},
+        {"max_object_size", "shmbroker_max_object_bytes", "gauge",
+         "Largest object allowed."},
         {"shm_dir_free", "shmbroker_shm_dir_free_bytes", "gauge",
          "Bytes free in the shared-memory directory."},
-        {"uptime_s", "shmbroker_uptime_seconds", "gauge", "Seconds since the daemon started."},
+        {"uptime_s", "shmbroker_uptime_seconds", "gauge",
+         "Seconds since the daemon started."},
     };
     json_t *reply, *counters, *value;
     const char *name;
@@ -96,7 +102,8 @@ static int print_prometheus(shmb_t *c)
                json_integer_value(json_object_get(reply, gauges[i].field)));
     }
     counters = json_object_get(reply, "counters");
-    json_object_foreach(counters, name, value) {
+    json_object_foreach(counters, name, value)
+    {
         printf("# HELP shmbroker_%s_total Count of %s since the daemon started.\n"
                "# TYPE shmbroker_%s_total counter\nshmbroker_%s_total %lld\n",
                name, name, name, name, json_integer_value(value));
@@ -133,12 +140,12 @@ static int cmd_status(shmb_t *c, const char *socket_path, int json, int promethe
     printf("shmbrokerd %s, pid %lld, up %s\n", st.version, (long long)st.pid,
            format_uptime(st.uptime_s, b[0], sizeof(b[0])));
     printf("socket    %s\n", shmb_socket_path(socket_path));
-    printf("segment   %s in %s: %s (%s for data), max object %s\n", st.segment, st.shm_dir,
-           shmb_format_bytes(st.size, b[0], sizeof(b[0])),
+    printf("segment   %s in %s: %s (%s for data), max object %s\n", st.segment,
+           st.shm_dir, shmb_format_bytes(st.size, b[0], sizeof(b[0])),
            shmb_format_bytes(st.data_size, b[1], sizeof(b[1])),
            shmb_format_bytes(st.max_object_size, b[2], sizeof(b[2])));
-    printf("shm free  %s left in %s\n", shmb_format_bytes(st.shm_dir_free, b[0], sizeof(b[0])),
-           st.shm_dir);
+    printf("shm free  %s left in %s\n",
+           shmb_format_bytes(st.shm_dir_free, b[0], sizeof(b[0])), st.shm_dir);
     printf("used      [%s] %5.1f%%  %s of %s (%s free)\n", bar, pct,
            shmb_format_bytes(st.used, b[0], sizeof(b[0])),
            shmb_format_bytes(st.data_size, b[1], sizeof(b[1])),
@@ -147,10 +154,11 @@ static int cmd_status(shmb_t *c, const char *socket_path, int json, int promethe
            (unsigned long long)st.objects, (unsigned long long)st.pending,
            (unsigned long long)st.pinned);
     printf("clients   %llu\n", (unsigned long long)st.clients);
-    printf("counters  %llu allocs, %llu commits, %llu gets, %llu evictions, %llu ENOSPC\n",
-           (unsigned long long)st.allocs, (unsigned long long)st.commits,
-           (unsigned long long)st.gets, (unsigned long long)st.evictions,
-           (unsigned long long)st.enospc);
+    printf(
+        "counters  %llu allocs, %llu commits, %llu gets, %llu evictions, %llu ENOSPC\n",
+        (unsigned long long)st.allocs, (unsigned long long)st.commits,
+        (unsigned long long)st.gets, (unsigned long long)st.evictions,
+        (unsigned long long)st.enospc);
     if (st.has_blocker)
         printf("blocker   '%s' (%s, %llu pins, %llu awaited reads) stops reclaim\n",
                st.blocker_key, st.blocker_state, (unsigned long long)st.blocker_pins,
@@ -173,7 +181,8 @@ static int cmd_clients(shmb_t *c)
     list = json_object_get(reply, "clients");
     printf("%8s %6s %-20s %-4s %7s %7s %10s  %s\n", "PID", "UID", "NAME", "MODE", "PINS",
            "PENDING", "PINNED", "CONNECTED SINCE");
-    json_array_foreach(list, i, item) {
+    json_array_foreach(list, i, item)
+    {
         time_t t = (time_t)json_integer_value(json_object_get(item, "connected_unix"));
         struct tm tm;
 
@@ -189,7 +198,8 @@ static int cmd_clients(shmb_t *c)
                shmb_format_bytes((unsigned long long)json_integer_value(
                                      json_object_get(item, "bytes_pinned")),
                                  pinned, sizeof(pinned)),
-               since, json_is_true(json_object_get(item, "self")) ? " (this command)" : "");
+               since,
+               json_is_true(json_object_get(item, "self")) ? " (this command)" : "");
     }
     json_decref(reply);
     return 0;
@@ -202,8 +212,8 @@ static int cmd_ls(shmb_t *c, const char *prefix)
     size_t i;
     int rc;
 
-    req = json_pack("{s:s, s:s, s:i}", "op", "list", "prefix", prefix ? prefix : "", "limit",
-                    SHMB_LIST_MAX_LIMIT);
+    req = json_pack("{s:s, s:s, s:i}", "op", "list", "prefix", prefix ? prefix : "",
+                    "limit", SHMB_LIST_MAX_LIMIT);
     line = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
     if (line == NULL) {
@@ -217,9 +227,10 @@ static int cmd_ls(shmb_t *c, const char *prefix)
     reply = json_loads(raw, 0, NULL);
     free(raw);
     objects = json_object_get(reply, "objects");
-    printf("%-32s %12s %5s %7s %-9s %10s %12s\n", "KEY", "SIZE", "PINS", "READERS", "STATE",
-           "AGE_MS", "OFFSET");
-    json_array_foreach(objects, i, item) {
+    printf("%-32s %12s %5s %7s %-9s %10s %12s\n", "KEY", "SIZE", "PINS", "READERS",
+           "STATE", "AGE_MS", "OFFSET");
+    json_array_foreach(objects, i, item)
+    {
         printf("%-32s %12lld %5lld %7lld %-9s %10lld %12lld\n",
                json_string_value(json_object_get(item, "key")),
                json_integer_value(json_object_get(item, "size")),
@@ -294,7 +305,8 @@ static int cmd_put(shmb_t *c, const char *key, const char *file)
     }
     if (len == 0) {
         free(data);
-        fprintf(stderr, "shmbrokerctl: %s is empty; objects hold at least 1 byte\n", file);
+        fprintf(stderr, "shmbrokerctl: %s is empty; objects hold at least 1 byte\n",
+                file);
         return EXIT_ERROR_REPLY;
     }
     rc = shmb_put(c, key, data, len, 0);
@@ -387,7 +399,8 @@ int main(int argc, char **argv)
 
             watch = strtoul(argv[++optind], &end, 10);
             if (*end != '\0' || watch == 0 || watch > 86400) {
-                fprintf(stderr, "shmbrokerctl: --watch takes whole seconds from 1 to 86400\n");
+                fprintf(stderr,
+                        "shmbrokerctl: --watch takes whole seconds from 1 to 86400\n");
                 return EXIT_USAGE;
             }
         } else {

@@ -18,9 +18,9 @@ struct command_call {
     json_t *req;   /* the request, without "op" and "id" */
     json_t *reply; /* {"ok":true}; handlers add their fields */
     unsigned flags;
-    bool noreply;  /* the request said "noreply": true */
-    bool final_try;           /* a waiting alloc's last chance */
-    uint64_t wait_until_ms;   /* a waiting alloc's deadline, 0 before it waits */
+    bool noreply;           /* the request said "noreply": true */
+    bool final_try;         /* a waiting alloc's last chance */
+    uint64_t wait_until_ms; /* a waiting alloc's deadline, 0 before it waits */
     struct shmb_error err;
 };
 
@@ -56,8 +56,9 @@ static int command_unpack(struct command_call *call, const char *op, const char 
     rc = json_vunpack_ex(call->req, &jerr, JSON_STRICT, fmt, ap);
     va_end(ap);
     if (rc != 0)
-        return shmb_error_set(&call->err, -EINVAL, "Invalid '%s' request: %s. Expected %s.",
-                              op, jerr.text, usage);
+        return shmb_error_set(&call->err, -EINVAL,
+                              "Invalid '%s' request: %s. Expected %s.", op, jerr.text,
+                              usage);
     return 0;
 }
 
@@ -100,7 +101,6 @@ static int cmd_hello(struct command_call *call)
     const struct segment *seg = call->env->segment;
     const char *name = NULL, *mode = "rw";
     json_int_t version = 0;
-    struct store_stats st;
     int rc;
 
     if ((rc = command_unpack(call, "hello", hello_usage, "{s:I, s?s, s?s}", "version",
@@ -109,15 +109,17 @@ static int cmd_hello(struct command_call *call)
     if (version != SHMB_PROTOCOL_VERSION)
         return shmb_error_set(&call->err, -EPROTO,
                               "Unsupported protocol version %lld; this shmbrokerd speaks "
-                              "version %d.", (long long)version, SHMB_PROTOCOL_VERSION);
+                              "version %d.",
+                              (long long)version, SHMB_PROTOCOL_VERSION);
     if (call->client->said_hello)
         return shmb_error_set(&call->err, -EINVAL,
                               "This connection already said hello; say it once.");
     if (strcmp(mode, "rw") != 0 && strcmp(mode, "ro") != 0)
-        return shmb_error_set(&call->err, -EINVAL,
-                              "\"mode\" must be \"rw\" (read-write) or \"ro\" (read-only), "
-                              "not \"%.32s\".", mode);
-    store_stats(call->env->store, &st);
+        return shmb_error_set(
+            &call->err, -EINVAL,
+            "\"mode\" must be \"rw\" (read-write) or \"ro\" (read-only), "
+            "not \"%.32s\".",
+            mode);
     if ((rc = command_set(call, "version", json_integer(SHMB_PROTOCOL_VERSION))) < 0 ||
         (rc = command_set(call, "segment", json_string(seg->name))) < 0 ||
         (rc = command_set(call, "size", json_integer((json_int_t)seg->size))) < 0 ||
@@ -125,8 +127,9 @@ static int cmd_hello(struct command_call *call)
                           json_integer((json_int_t)seg->hdr->data_offset))) < 0 ||
         (rc = command_set(call, "data_size",
                           json_integer((json_int_t)seg->hdr->data_size))) < 0 ||
-        (rc = command_set(call, "max_object_size",
-                          json_integer((json_int_t)st.max_object_size))) < 0 ||
+        (rc = command_set(
+             call, "max_object_size",
+             json_integer((json_int_t)store_max_object_size(call->env->store)))) < 0 ||
         (rc = command_set(call, "alignment", json_integer(SHMB_ALIGN))) < 0 ||
         (rc = command_set(call, "mode", json_string(mode))) < 0)
         return rc;
@@ -147,13 +150,13 @@ static int command_check_cap(struct command_call *call, uint64_t held, uint64_t 
                              const char *cap_name, const char *what)
 {
     if (cap != 0 && held >= cap)
-        return shmb_error_set(&call->err, -EDQUOT,
-                              "%s (%llu) reached: this connection holds %llu %s. %s first, "
-                              "or raise --%s.", cap_name, (unsigned long long)cap,
-                              (unsigned long long)held, what,
-                              strcmp(cap_name, "max-pins") == 0 ? "Release some"
-                                                                : "Commit or abort some",
-                              cap_name);
+        return shmb_error_set(
+            &call->err, -EDQUOT,
+            "%s (%llu) reached: this connection holds %llu %s. %s first, "
+            "or raise --%s.",
+            cap_name, (unsigned long long)cap, (unsigned long long)held, what,
+            strcmp(cap_name, "max-pins") == 0 ? "Release some" : "Commit or abort some",
+            cap_name);
     return 0;
 }
 
@@ -175,9 +178,9 @@ static int cmd_alloc(struct command_call *call)
     json_int_t size = 0, readers = 0, wait_ms = 0;
     int rc;
 
-    if ((rc = command_unpack(call, "alloc", alloc_usage, "{s:s%, s:I, s?I, s?I}", "key", &key,
-                             &key_len, "size", &size, "readers", &readers, "wait_ms",
-                             &wait_ms)) < 0 ||
+    if ((rc = command_unpack(call, "alloc", alloc_usage, "{s:s%, s:I, s?I, s?I}", "key",
+                             &key, &key_len, "size", &size, "readers", &readers,
+                             "wait_ms", &wait_ms)) < 0 ||
         (rc = command_check_range(call, "size", size, 1, INT64_MAX)) < 0 ||
         (rc = command_check_range(call, "readers", readers, 0, STORE_MAX_READERS)) < 0 ||
         (rc = command_check_range(call, "wait_ms", wait_ms, 0, COMMAND_MAX_WAIT_MS)) < 0)
@@ -323,11 +326,11 @@ static int cmd_contains(struct command_call *call)
 static int command_list_entry(const struct store_entry *e, void *arg)
 {
     json_t *objects = arg;
-    json_t *item = json_pack("{s:s%, s:I, s:I, s:I, s:I, s:s, s:I}", "key", e->key,
-                             e->key_len, "offset", (json_int_t)e->offset, "size",
-                             (json_int_t)e->size, "pins", (json_int_t)e->pins, "readers",
-                             (json_int_t)e->awaited_reads, "state",
-                             store_state_name(e->state), "age_ms", (json_int_t)e->age_ms);
+    json_t *item =
+        json_pack("{s:s%, s:I, s:I, s:I, s:I, s:s, s:I}", "key", e->key, e->key_len,
+                  "offset", (json_int_t)e->offset, "size", (json_int_t)e->size, "pins",
+                  (json_int_t)e->pins, "readers", (json_int_t)e->awaited_reads, "state",
+                  store_state_name(e->state), "age_ms", (json_int_t)e->age_ms);
 
     return item == NULL || json_array_append_new(objects, item) != 0 ? -ENOMEM : 0;
 }
@@ -427,7 +430,8 @@ static int cmd_clients(struct command_call *call)
                          (json_int_t)cl->connected_unix, "self", cl == call->client);
         if (item == NULL || json_array_append_new(list, item) != 0) {
             json_decref(list);
-            return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
+            return shmb_error_set(&call->err, -ENOMEM,
+                                  "Out of memory building the reply.");
         }
     }
     return command_set(call, "clients", list);
@@ -498,29 +502,36 @@ static int command_dispatch(struct command_call *call, json_t *req, bool in_batc
                               SHMB_PROTOCOL_VERSION);
     op = command_find(name);
     if (op == NULL)
-        return shmb_error_set(&call->err, -ENOSYS,
-                              "Unknown op '%.64s'. Known ops: hello, alloc, commit, abort, "
-                              "get, release, touch, delete, contains, list, stats, clients, "
-                              "batch.", name);
+        return shmb_error_set(
+            &call->err, -ENOSYS,
+            "Unknown op '%.64s'. Known ops: hello, alloc, commit, abort, "
+            "get, release, touch, delete, contains, list, stats, clients, "
+            "batch.",
+            name);
     if (call->client->read_only && op->writes)
-        return shmb_error_set(&call->err, -EPERM,
-                              "This connection is read-only (hello said \"mode\":\"ro\"); "
-                              "'%s' needs a read-write connection.", op->name);
+        return shmb_error_set(
+            &call->err, -EPERM,
+            "This connection is read-only (hello said \"mode\":\"ro\"); "
+            "'%s' needs a read-write connection.",
+            op->name);
     if (in_batch && !op->batchable)
         return shmb_error_set(&call->err, -EINVAL, "'%s' cannot be part of a batch.",
                               op->name);
     value = json_object_get(req, "noreply");
     if (value != NULL) {
         if (!json_is_boolean(value) || !op->noreply_ok || in_batch)
-            return shmb_error_set(&call->err, -EINVAL,
-                                  "\"noreply\" is a boolean for commit, abort, release, touch "
-                                  "and delete outside a batch, not for '%s'.", op->name);
+            return shmb_error_set(
+                &call->err, -EINVAL,
+                "\"noreply\" is a boolean for commit, abort, release, touch "
+                "and delete outside a batch, not for '%s'.",
+                op->name);
         call->noreply = json_is_true(value);
         json_object_del(req, "noreply");
     }
     if (in_batch && json_object_get(req, "wait_ms") != NULL)
-        return shmb_error_set(&call->err, -EINVAL,
-                              "\"wait_ms\" cannot be used inside a batch: a batch never waits.");
+        return shmb_error_set(
+            &call->err, -EINVAL,
+            "\"wait_ms\" cannot be used inside a batch: a batch never waits.");
     json_object_del(req, "op");
     call->reply = json_pack("{s:b}", "ok", 1);
     if (call->reply == NULL)
@@ -565,7 +576,8 @@ static int cmd_batch(struct command_call *call)
     replies = json_array();
     if (replies == NULL)
         return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
-    json_array_foreach(ops, i, sub) {
+    json_array_foreach(ops, i, sub)
+    {
         struct command_call subcall;
         json_t *reply, *id;
 
@@ -585,7 +597,8 @@ static int cmd_batch(struct command_call *call)
         json_decref(id);
         if (reply == NULL || json_array_append_new(replies, reply) != 0) {
             json_decref(replies);
-            return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
+            return shmb_error_set(&call->err, -ENOMEM,
+                                  "Out of memory building the reply.");
         }
     }
     return command_set(call, "replies", replies);
@@ -642,7 +655,8 @@ void command_execute(struct command_env *env, struct command_client *client,
     if (req == NULL)
         rc = shmb_error_set(&call.err, -EPROTO,
                             "Request is not valid JSON (%s at column %d). Send one JSON "
-                            "object per line.", jerr.text, jerr.column);
+                            "object per line.",
+                            jerr.text, jerr.column);
     else if (!json_is_object(req))
         rc = shmb_error_set(&call.err, -EPROTO,
                             "Request is not a JSON object. Send one object per line, for "
@@ -693,7 +707,8 @@ void command_oversized(size_t limit, struct command_result *out)
 
     snprintf(msg, sizeof(msg),
              "Request line longer than %zu bytes; requests are small JSON objects. "
-             "Closing the connection.", limit);
+             "Closing the connection.",
+             limit);
     out->reply = shmb_error_reply(NULL, -EMSGSIZE, msg);
     out->flags = COMMAND_CLOSE;
 }

@@ -29,8 +29,8 @@ struct command_env {
     struct store *store;
     const struct segment *segment;
     const char *shm_dir;
-    uint64_t started_ms;  /* monotonic, for uptime */
-    unsigned clients;     /* connections open now */
+    uint64_t started_ms;                /* monotonic, for uptime */
+    unsigned clients;                   /* connections open now */
     struct command_client *client_list; /* every open client, newest first */
     struct command_limits limits;
     uint64_t noreply_errors; /* errors of "noreply" requests: logged, not sent */
@@ -39,14 +39,14 @@ struct command_env {
 /* One client's protocol state, kept by its connection. */
 struct command_client {
     struct command_client *prev, *next; /* env->client_list */
-    struct store_holder *holder; /* created by hello, NULL before */
+    struct store_holder *holder;        /* created by hello, NULL before */
     bool said_hello;
-    bool read_only;              /* hello said "mode":"ro" */
+    bool read_only; /* hello said "mode":"ro" */
     char name[SHMB_NAME_MAX + 1];
     pid_t pid;
     uid_t uid;
     gid_t gid;
-    uint64_t connected_unix;     /* wall-clock seconds, for listing */
+    uint64_t connected_unix; /* wall-clock seconds, for listing */
 };
 
 enum command_flag {
@@ -57,9 +57,9 @@ enum command_flag {
 };
 
 struct command_result {
-    json_t *reply;        /* the caller owns it; NULL when there is nothing to send */
-    unsigned flags;       /* enum command_flag */
-    json_t *wait_request; /* COMMAND_WAIT: the request to retry; the caller owns it */
+    json_t *reply;          /* the caller owns it; NULL when there is nothing to send */
+    unsigned flags;         /* enum command_flag */
+    json_t *wait_request;   /* COMMAND_WAIT: the request to retry; the caller owns it */
     uint64_t wait_until_ms; /* COMMAND_WAIT: when the wait ends (command_now_ms) */
 };
 

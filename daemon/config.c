@@ -13,11 +13,29 @@
 
 #include "../proto/protocol.h"
 
-enum config_opt { OPT_SIZE = 256, OPT_MAX_OBJECT, OPT_NAME, OPT_SHM_DIR, OPT_SOCKET,
-       OPT_SOCKET_MODE, OPT_LOG_LEVEL, OPT_VERSION, OPT_HELP, OPT_FRESH,
-       OPT_ALLOC_TIMEOUT, OPT_READ_LEASE, OPT_MAX_CLIENTS, OPT_MAX_CLIENTS_PER_UID,
-       OPT_MAX_PINS, OPT_MAX_PENDING, OPT_MAX_QUEUED_OUTPUT, OPT_ALLOW_UID,
-       OPT_ALLOW_GID, OPT_CONFIG, OPT_LOG_FILE };
+enum config_opt {
+    OPT_SIZE = 256,
+    OPT_MAX_OBJECT,
+    OPT_NAME,
+    OPT_SHM_DIR,
+    OPT_SOCKET,
+    OPT_SOCKET_MODE,
+    OPT_LOG_LEVEL,
+    OPT_VERSION,
+    OPT_HELP,
+    OPT_FRESH,
+    OPT_ALLOC_TIMEOUT,
+    OPT_READ_LEASE,
+    OPT_MAX_CLIENTS,
+    OPT_MAX_CLIENTS_PER_UID,
+    OPT_MAX_PINS,
+    OPT_MAX_PENDING,
+    OPT_MAX_QUEUED_OUTPUT,
+    OPT_ALLOW_UID,
+    OPT_ALLOW_GID,
+    OPT_CONFIG,
+    OPT_LOG_FILE
+};
 
 /* Every long option; the --config file accepts the same names. */
 static const struct option config_option_table[] = {
@@ -56,9 +74,9 @@ int config_parse_size(const char *text, uint64_t *out)
         const char *suffix;
         unsigned shift;
     } units[] = {
-        {"", 0},    {"B", 0},     {"K", 10},    {"KiB", 10}, {"M", 20},
-        {"MiB", 20}, {"G", 30},   {"GiB", 30},  {"T", 40},   {"TiB", 40},
-        {"k", 10},  {"KB", 10},   {"MB", 20},   {"GB", 30},  {"TB", 40},
+        {"", 0},     {"B", 0},   {"K", 10},   {"KiB", 10}, {"M", 20},
+        {"MiB", 20}, {"G", 30},  {"GiB", 30}, {"T", 40},   {"TiB", 40},
+        {"k", 10},   {"KB", 10}, {"MB", 20},  {"GB", 30},  {"TB", 40},
     };
     unsigned long long value;
     char *end;
@@ -159,58 +177,60 @@ static int config_parse_count(const char *flag, const char *text, uint64_t max,
     errno = 0;
     v = strtoull(text, &end, 10);
     if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno != 0 || v > max)
-        return shmb_error_set(err, -EINVAL,
-                              "Invalid %s '%s': expected a whole number from 0 (no limit) "
-                              "to %llu.", flag, text, (unsigned long long)max);
+        return shmb_error_set(
+            err, -EINVAL,
+            "Invalid %s '%s': expected a whole number from 0 (no limit) "
+            "to %llu.",
+            flag, text, (unsigned long long)max);
     *out = v;
     return 0;
 }
 
 static void config_usage(FILE *out)
 {
-    fprintf(out,
-            "Usage: shmbrokerd [OPTION]...\n"
-            "Own a shared-memory segment and hand out space in it to local clients.\n"
-            "\n"
-            "  --size BYTES             segment size, header page included (default 256M)\n"
-            "  --max-object-size BYTES  largest object (default: the smaller of 128M and\n"
-            "                           half of --size)\n"
-            "  --name NAME              segment file name in --shm-dir (default %s)\n"
-            "  --shm-dir DIR            shared-memory directory: a tmpfs or hugetlbfs\n"
-            "                           mount (default %s)\n"
-            "  --socket PATH            control socket (default: $%s, else\n"
-            "                           %s)\n"
-            "  --socket-mode MODE       octal file mode of the socket (default 0660)\n"
-            "  --log-level LEVEL        error, warn, info or debug (default info)\n"
-            "  --log-file PATH          append logs to PATH instead of stderr; SIGHUP\n"
-            "                           reopens it\n"
-            "  --config FILE            settings as 'name = value' lines, named after\n"
-            "                           these options; flags override them\n"
-            "  --fresh                  discard a segment left by a daemon that died\n"
-            "                           (default: adopt it and keep its objects)\n"
-            "  --alloc-timeout TIME     drop allocations not committed within TIME\n"
-            "                           (default 60s; 0 = never)\n"
-            "  --read-lease TIME        awaited reads stop holding an object TIME after\n"
-            "                           its commit (default 0 = they hold it until read)\n"
-            "  --max-clients N          connections at once (default %d; 0 = no limit)\n"
-            "  --max-clients-per-uid N  connections of one user (default %d)\n"
-            "  --max-pins N             pins one connection may hold (default %d)\n"
-            "  --max-pending N          uncommitted allocations per connection (default %d)\n"
-            "  --max-queued-output BYTES  replies a client may leave unread before it is\n"
-            "                           disconnected (default 1M)\n"
-            "  --allow-uid USER         only this user may connect (repeatable; with\n"
-            "                           --allow-gid, either may); root and the daemon's\n"
-            "                           own user always may\n"
-            "  --allow-gid GROUP        only members of this group may connect (repeatable)\n"
-            "  --version                print the version and exit\n"
-            "  --help                   print this help and exit\n"
-            "\n"
-            "Sizes take K, M, G (or KiB, MiB, GiB) suffixes; all are powers of 1024.\n"
-            "Times take ms, s, m or h suffixes; a bare number is seconds.\n",
-            CONFIG_DEFAULT_NAME, CONFIG_DEFAULT_SHM_DIR, SHMB_SOCKET_ENV,
-            SHMB_DEFAULT_SOCKET, CONFIG_DEFAULT_MAX_CLIENTS,
-            CONFIG_DEFAULT_MAX_CLIENTS_PER_UID, CONFIG_DEFAULT_MAX_PINS,
-            CONFIG_DEFAULT_MAX_PENDING);
+    fprintf(
+        out,
+        "Usage: shmbrokerd [OPTION]...\n"
+        "Own a shared-memory segment and hand out space in it to local clients.\n"
+        "\n"
+        "  --size BYTES             segment size, header page included (default 256M)\n"
+        "  --max-object-size BYTES  largest object (default: the smaller of 128M and\n"
+        "                           half of --size)\n"
+        "  --name NAME              segment file name in --shm-dir (default %s)\n"
+        "  --shm-dir DIR            shared-memory directory: a tmpfs or hugetlbfs\n"
+        "                           mount (default %s)\n"
+        "  --socket PATH            control socket (default: $%s, else\n"
+        "                           %s)\n"
+        "  --socket-mode MODE       octal file mode of the socket (default 0660)\n"
+        "  --log-level LEVEL        error, warn, info or debug (default info)\n"
+        "  --log-file PATH          append logs to PATH instead of stderr; SIGHUP\n"
+        "                           reopens it\n"
+        "  --config FILE            settings as 'name = value' lines, named after\n"
+        "                           these options; flags override them\n"
+        "  --fresh                  discard a segment left by a daemon that died\n"
+        "                           (default: adopt it and keep its objects)\n"
+        "  --alloc-timeout TIME     drop allocations not committed within TIME\n"
+        "                           (default 60s; 0 = never)\n"
+        "  --read-lease TIME        awaited reads stop holding an object TIME after\n"
+        "                           its commit (default 0 = they hold it until read)\n"
+        "  --max-clients N          connections at once (default %d; 0 = no limit)\n"
+        "  --max-clients-per-uid N  connections of one user (default %d)\n"
+        "  --max-pins N             pins one connection may hold (default %d)\n"
+        "  --max-pending N          uncommitted allocations per connection (default %d)\n"
+        "  --max-queued-output BYTES  replies a client may leave unread before it is\n"
+        "                           disconnected (default 1M)\n"
+        "  --allow-uid USER         only this user may connect (repeatable; with\n"
+        "                           --allow-gid, either may); root and the daemon's\n"
+        "                           own user always may\n"
+        "  --allow-gid GROUP        only members of this group may connect (repeatable)\n"
+        "  --version                print the version and exit\n"
+        "  --help                   print this help and exit\n"
+        "\n"
+        "Sizes take K, M, G (or KiB, MiB, GiB) suffixes; all are powers of 1024.\n"
+        "Times take ms, s, m or h suffixes; a bare number is seconds.\n",
+        CONFIG_DEFAULT_NAME, CONFIG_DEFAULT_SHM_DIR, SHMB_SOCKET_ENV, SHMB_DEFAULT_SOCKET,
+        CONFIG_DEFAULT_MAX_CLIENTS, CONFIG_DEFAULT_MAX_CLIENTS_PER_UID,
+        CONFIG_DEFAULT_MAX_PINS, CONFIG_DEFAULT_MAX_PENDING);
 }
 
 /* Copy a string flag into a fixed buffer; -ENAMETOOLONG names the limit. */
@@ -278,13 +298,15 @@ static char *config_trim(char *s)
     while (*s == ' ' || *s == '\t')
         s++;
     end = s + strlen(s);
-    while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n' || end[-1] == '\r'))
+    while (end > s &&
+           (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n' || end[-1] == '\r'))
         *--end = '\0';
     return s;
 }
 
 /* Turn "name = value" lines of path into "--name value" arguments. */
-static int config_read_file(const char *path, struct config_args *a, struct shmb_error *err)
+static int config_read_file(const char *path, struct config_args *a,
+                            struct shmb_error *err)
 {
     char line[PATH_MAX + 128];
     FILE *f = fopen(path, "re");
@@ -303,8 +325,9 @@ static int config_read_file(const char *path, struct config_args *a, struct shmb
             continue;
         eq = strchr(key, '=');
         if (eq == NULL) {
-            rc = shmb_error_set(err, -EINVAL, "%s:%d: expected 'name = value', got '%.64s'.",
-                                path, lineno, key);
+            rc = shmb_error_set(err, -EINVAL,
+                                "%s:%d: expected 'name = value', got '%.64s'.", path,
+                                lineno, key);
             break;
         }
         *eq = '\0';
@@ -315,9 +338,11 @@ static int config_read_file(const char *path, struct config_args *a, struct shmb
                 break;
         if (opt->name == NULL || strcmp(key, "config") == 0 || strcmp(key, "help") == 0 ||
             strcmp(key, "version") == 0) {
-            rc = shmb_error_set(err, -EINVAL,
-                                "%s:%d: unknown setting '%.64s'; settings are named after "
-                                "shmbrokerd's long options (see --help).", path, lineno, key);
+            rc =
+                shmb_error_set(err, -EINVAL,
+                               "%s:%d: unknown setting '%.64s'; settings are named after "
+                               "shmbrokerd's long options (see --help).",
+                               path, lineno, key);
             break;
         }
         snprintf(flag, sizeof(flag), "--%s", key);
@@ -325,8 +350,9 @@ static int config_read_file(const char *path, struct config_args *a, struct shmb
             if (strcmp(value, "yes") != 0 && strcmp(value, "true") != 0 &&
                 strcmp(value, "1") != 0 && strcmp(value, "no") != 0 &&
                 strcmp(value, "false") != 0 && strcmp(value, "0") != 0) {
-                rc = shmb_error_set(err, -EINVAL, "%s:%d: %s takes yes or no, not '%.32s'.",
-                                    path, lineno, key, value);
+                rc = shmb_error_set(err, -EINVAL,
+                                    "%s:%d: %s takes yes or no, not '%.32s'.", path,
+                                    lineno, key, value);
                 break;
             }
             if (value[0] == 'y' || value[0] == 't' || value[0] == '1')
@@ -418,13 +444,15 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
         switch (opt) {
         case OPT_SIZE:
         case OPT_MAX_OBJECT:
-            rc = config_parse_size(arg, opt == OPT_SIZE ? &cfg->size : &cfg->max_object_size);
+            rc = config_parse_size(arg,
+                                   opt == OPT_SIZE ? &cfg->size : &cfg->max_object_size);
             if (rc < 0) {
-                shmb_error_set(err, rc,
-                               "Invalid %s '%s': expected bytes with an optional K, M or G "
-                               "(KiB, MiB, GiB) suffix, for example %s 256M.",
-                               opt == OPT_SIZE ? "--size" : "--max-object-size", arg,
-                               opt == OPT_SIZE ? "--size" : "--max-object-size");
+                shmb_error_set(
+                    err, rc,
+                    "Invalid %s '%s': expected bytes with an optional K, M or G "
+                    "(KiB, MiB, GiB) suffix, for example %s 256M.",
+                    opt == OPT_SIZE ? "--size" : "--max-object-size", arg,
+                    opt == OPT_SIZE ? "--size" : "--max-object-size");
                 return CONFIG_EXIT_USAGE;
             }
             break;
@@ -435,7 +463,8 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
             rc = config_copy(cfg->shm_dir, sizeof(cfg->shm_dir), "--shm-dir", arg, err);
             break;
         case OPT_SOCKET:
-            rc = config_copy(cfg->socket_path, sizeof(cfg->socket_path), "--socket", arg, err);
+            rc = config_copy(cfg->socket_path, sizeof(cfg->socket_path), "--socket", arg,
+                             err);
             break;
         case OPT_SOCKET_MODE:
             errno = 0;
@@ -443,7 +472,8 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
             if (errno != 0 || *end != '\0' || arg[0] == '\0' || mode > 0777) {
                 shmb_error_set(err, -EINVAL,
                                "Invalid --socket-mode '%s': expected an octal mode up to "
-                               "0777, for example --socket-mode 0660.", arg);
+                               "0777, for example --socket-mode 0660.",
+                               arg);
                 return CONFIG_EXIT_USAGE;
             }
             cfg->socket_mode = (mode_t)mode;
@@ -452,7 +482,8 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
             if (log_parse_level(arg, &cfg->log_level) < 0) {
                 shmb_error_set(err, -EINVAL,
                                "Invalid --log-level '%s': expected error, warn, info or "
-                               "debug.", arg);
+                               "debug.",
+                               arg);
                 return CONFIG_EXIT_USAGE;
             }
             break;
@@ -462,14 +493,15 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
         case OPT_ALLOC_TIMEOUT:
         case OPT_READ_LEASE:
             if (config_parse_duration(arg, &value) < 0) {
-                shmb_error_set(err, -EINVAL,
-                               "Invalid %s '%s': expected a time such as 60s, 500ms or 2m "
-                               "(0 turns it off).",
-                               opt == OPT_ALLOC_TIMEOUT ? "--alloc-timeout" : "--read-lease",
-                               arg);
+                shmb_error_set(
+                    err, -EINVAL,
+                    "Invalid %s '%s': expected a time such as 60s, 500ms or 2m "
+                    "(0 turns it off).",
+                    opt == OPT_ALLOC_TIMEOUT ? "--alloc-timeout" : "--read-lease", arg);
                 return CONFIG_EXIT_USAGE;
             }
-            *(opt == OPT_ALLOC_TIMEOUT ? &cfg->alloc_timeout_ms : &cfg->read_lease_ms) = value;
+            *(opt == OPT_ALLOC_TIMEOUT ? &cfg->alloc_timeout_ms : &cfg->read_lease_ms) =
+                value;
             break;
         case OPT_MAX_CLIENTS:
             rc = config_parse_count("--max-clients", arg, 1000000, &value, err);
@@ -483,33 +515,42 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
             rc = config_parse_count("--max-pins", arg, UINT32_MAX, &cfg->max_pins, err);
             break;
         case OPT_MAX_PENDING:
-            rc = config_parse_count("--max-pending", arg, UINT32_MAX, &cfg->max_pending, err);
+            rc = config_parse_count("--max-pending", arg, UINT32_MAX, &cfg->max_pending,
+                                    err);
             break;
         case OPT_MAX_QUEUED_OUTPUT:
-            if (config_parse_size(arg, &value) < 0 || value < 4096 || value > (1ULL << 40)) {
+            if (config_parse_size(arg, &value) < 0 || value < 4096 ||
+                value > (1ULL << 40)) {
                 shmb_error_set(err, -EINVAL,
                                "Invalid --max-queued-output '%s': expected bytes from 4K "
-                               "to 1T, for example 1M.", arg);
+                               "to 1T, for example 1M.",
+                               arg);
                 return CONFIG_EXIT_USAGE;
             }
             cfg->limits.max_queued_output = (size_t)value;
             break;
         case OPT_ALLOW_UID:
             if (cfg->limits.n_allow_uid == SERVER_MAX_ALLOW ||
-                config_parse_uid(arg, &cfg->limits.allow_uid[cfg->limits.n_allow_uid]) < 0) {
-                shmb_error_set(err, -EINVAL,
-                               "Invalid --allow-uid '%s': expected a user name or uid (at "
-                               "most %d of them).", arg, SERVER_MAX_ALLOW);
+                config_parse_uid(arg, &cfg->limits.allow_uid[cfg->limits.n_allow_uid]) <
+                    0) {
+                shmb_error_set(
+                    err, -EINVAL,
+                    "Invalid --allow-uid '%s': expected a user name or uid (at "
+                    "most %d of them).",
+                    arg, SERVER_MAX_ALLOW);
                 return CONFIG_EXIT_USAGE;
             }
             cfg->limits.n_allow_uid++;
             break;
         case OPT_ALLOW_GID:
             if (cfg->limits.n_allow_gid == SERVER_MAX_ALLOW ||
-                config_parse_gid(arg, &cfg->limits.allow_gid[cfg->limits.n_allow_gid]) < 0) {
-                shmb_error_set(err, -EINVAL,
-                               "Invalid --allow-gid '%s': expected a group name or gid (at "
-                               "most %d of them).", arg, SERVER_MAX_ALLOW);
+                config_parse_gid(arg, &cfg->limits.allow_gid[cfg->limits.n_allow_gid]) <
+                    0) {
+                shmb_error_set(
+                    err, -EINVAL,
+                    "Invalid --allow-gid '%s': expected a group name or gid (at "
+                    "most %d of them).",
+                    arg, SERVER_MAX_ALLOW);
                 return CONFIG_EXIT_USAGE;
             }
             cfg->limits.n_allow_gid++;
@@ -517,7 +558,8 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
         case OPT_CONFIG:
             break; /* read before the flags, by config_parse */
         case OPT_LOG_FILE:
-            rc = config_copy(cfg->log_file, sizeof(cfg->log_file), "--log-file", arg, err);
+            rc =
+                config_copy(cfg->log_file, sizeof(cfg->log_file), "--log-file", arg, err);
             break;
         case OPT_VERSION:
             printf("shmbrokerd %s (protocol %d)\n", SHMB_VERSION, SHMB_PROTOCOL_VERSION);
@@ -534,7 +576,8 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
             return CONFIG_EXIT_USAGE;
     }
     if (optind < argc) {
-        shmb_error_set(err, -EINVAL, "Unexpected argument '%s'. Try --help.", argv[optind]);
+        shmb_error_set(err, -EINVAL, "Unexpected argument '%s'. Try --help.",
+                       argv[optind]);
         return CONFIG_EXIT_USAGE;
     }
     if (cfg->max_object_size == 0) {

@@ -31,16 +31,16 @@ struct config {
     uint64_t max_object_size; /* 0 = min(128 MiB, size / 2) */
     char name[NAME_MAX + 1];
     char shm_dir[PATH_MAX];
-    char socket_path[108];    /* sun_path */
+    char socket_path[108]; /* sun_path */
     mode_t socket_mode;
     enum log_level log_level;
-    bool fresh;                   /* discard a segment left by a dead daemon */
-    uint64_t alloc_timeout_ms;    /* 0 = pending allocations never expire */
-    uint64_t read_lease_ms;       /* 0 = awaited reads hold objects forever */
-    struct server_limits limits;  /* clients, allow lists, queued output */
+    bool fresh;                     /* discard a segment left by a dead daemon */
+    uint64_t alloc_timeout_ms;      /* 0 = pending allocations never expire */
+    uint64_t read_lease_ms;         /* 0 = awaited reads hold objects forever */
+    struct server_limits limits;    /* clients, allow lists, queued output */
     uint64_t max_pins, max_pending; /* per connection */
-    char config_file[PATH_MAX];   /* --config, "" when none */
-    char log_file[PATH_MAX];      /* --log-file, "" for stderr */
+    char config_file[PATH_MAX];     /* --config, "" when none */
+    char log_file[PATH_MAX];        /* --log-file, "" for stderr */
 };
 
 enum config_action { CONFIG_RUN, CONFIG_EXIT_OK, CONFIG_EXIT_USAGE };

@@ -113,9 +113,11 @@ static int conn_flush(struct conn *conn)
         shmb_free(w);
         return rc;
     }
-    if (uv_stream_get_write_queue_size(stream) > conn->server->limits->max_queued_output) {
+    if (uv_stream_get_write_queue_size(stream) >
+        conn->server->limits->max_queued_output) {
         log_warn("client pid %d (%s) does not read its replies (%zu bytes queued, limit "
-                 "%zu); disconnecting it", (int)conn->client.pid,
+                 "%zu); disconnecting it",
+                 (int)conn->client.pid,
                  conn->client.name[0] ? conn->client.name : "unnamed",
                  uv_stream_get_write_queue_size(stream),
                  conn->server->limits->max_queued_output);
@@ -220,11 +222,13 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
                                                        : conn->server->env->segment->fd);
         if (rc < 0) {
             log_warn("client pid %d: cannot pass the segment descriptor: %s; "
-                     "disconnecting it", (int)conn->client.pid, uv_strerror(rc));
+                     "disconnecting it",
+                     (int)conn->client.pid, uv_strerror(rc));
             return CONN_CLOSE;
         }
         log_info("client pid %d uid %d (%s, %s) connected", (int)conn->client.pid,
-                 (int)conn->client.uid, conn->client.name[0] ? conn->client.name : "unnamed",
+                 (int)conn->client.uid,
+                 conn->client.name[0] ? conn->client.name : "unnamed",
                  conn->client.read_only ? "read-only" : "read-write");
     }
     return res->flags & COMMAND_CLOSE ? CONN_CLOSE : CONN_NEXT;
@@ -388,8 +392,9 @@ static void conn_resume(struct conn *conn)
     rc = conn_send_fd(conn, conn->client.read_only ? conn->server->env->segment->ro_fd
                                                    : conn->server->env->segment->fd);
     if (rc < 0) {
-        log_warn("client pid %d: cannot pass the segment descriptor: %s; disconnecting it",
-                 (int)conn->client.pid, uv_strerror(rc));
+        log_warn(
+            "client pid %d: cannot pass the segment descriptor: %s; disconnecting it",
+            (int)conn->client.pid, uv_strerror(rc));
         step = CONN_CLOSE;
     }
     if (step == CONN_NEXT)
@@ -439,7 +444,8 @@ int conn_open(struct server *srv, int fd, pid_t pid, uid_t uid, gid_t gid)
     srv->conns = conn;
     srv->nconns++;
     command_client_open(srv->env, &conn->client);
-    if ((rc = uv_read_start((uv_stream_t *)&conn->pipe, conn_on_alloc, conn_on_read)) < 0) {
+    if ((rc = uv_read_start((uv_stream_t *)&conn->pipe, conn_on_alloc, conn_on_read)) <
+        0) {
         conn_close(conn);
         return 0; /* the handle owns the descriptor now and closes it */
     }

@@ -17,20 +17,20 @@
 struct server;
 
 struct conn {
-    uv_pipe_t pipe;             /* first: libuv callbacks cast back to conn */
+    uv_pipe_t pipe; /* first: libuv callbacks cast back to conn */
     struct server *server;
-    struct conn *prev, *next;   /* the server's list */
+    struct conn *prev, *next; /* the server's list */
     struct command_client client;
-    char *in;                   /* bytes read, not yet framed */
+    char *in; /* bytes read, not yet framed */
     size_t in_len, in_cap;
-    char *out;                  /* replies of this batch, not yet written */
+    char *out; /* replies of this batch, not yet written */
     size_t out_len, out_cap;
     uint64_t connected_ms;
     bool closing;
-    bool paused;                /* reading stopped while an alloc waits */
-    char *hello_out;            /* output held until the hello reply can carry the fd */
+    bool paused;     /* reading stopped while an alloc waits */
+    char *hello_out; /* output held until the hello reply can carry the fd */
     size_t hello_len;
-    json_t *wait_request;       /* an alloc waiting for space, or NULL */
+    json_t *wait_request; /* an alloc waiting for space, or NULL */
     uint64_t wait_until_ms;
     struct conn *wait_prev, *wait_next; /* the server's waiters, oldest first */
 };

@@ -20,8 +20,20 @@ void log_write(enum log_level level, const char *fmt, ...)
 
 /* The level check happens before any argument is formatted. */
 #define log_error(...) log_write(LOG_ERROR, __VA_ARGS__)
-#define log_warn(...) do { if (log_active_level >= LOG_WARN) log_write(LOG_WARN, __VA_ARGS__); } while (0)
-#define log_info(...) do { if (log_active_level >= LOG_INFO) log_write(LOG_INFO, __VA_ARGS__); } while (0)
-#define log_debug(...) do { if (log_active_level >= LOG_DEBUG) log_write(LOG_DEBUG, __VA_ARGS__); } while (0)
+#define log_warn(...)                                                                    \
+    do {                                                                                 \
+        if (log_active_level >= LOG_WARN)                                                \
+            log_write(LOG_WARN, __VA_ARGS__);                                            \
+    } while (0)
+#define log_info(...)                                                                    \
+    do {                                                                                 \
+        if (log_active_level >= LOG_INFO)                                                \
+            log_write(LOG_INFO, __VA_ARGS__);                                            \
+    } while (0)
+#define log_debug(...)                                                                   \
+    do {                                                                                 \
+        if (log_active_level >= LOG_DEBUG)                                               \
+            log_write(LOG_DEBUG, __VA_ARGS__);                                           \
+    } while (0)
 
 #endif

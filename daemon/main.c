@@ -27,7 +27,7 @@ struct daemon {
     struct server server;
     uv_loop_t loop;
     uv_signal_t sigterm, sigint;
-    uv_timer_t expiry;   /* drops allocations older than --alloc-timeout */
+    uv_timer_t expiry; /* drops allocations older than --alloc-timeout */
     uv_signal_t sighup;
     uv_timer_t status;   /* STATUS= for systemd, once a second */
     uv_timer_t watchdog; /* WATCHDOG=1 at half of $WATCHDOG_USEC */
@@ -36,7 +36,7 @@ struct daemon {
     bool adopt;          /* a segment left by a dead daemon is to be adopted */
     int64_t adopt_pid;
     bool stopping;
-    int argc;            /* kept for SIGHUP, which parses them again */
+    int argc; /* kept for SIGHUP, which parses them again */
     char **argv;
 };
 
@@ -57,7 +57,8 @@ static int daemon_open_log(const char *path, struct shmb_error *err)
         int saved = errno;
 
         close(fd);
-        return shmb_error_set(err, -saved, "Cannot log to %s: %s.", path, strerror(saved));
+        return shmb_error_set(err, -saved, "Cannot log to %s: %s.", path,
+                              strerror(saved));
     }
     close(fd);
     return 0;
@@ -102,14 +103,17 @@ static void daemon_on_sighup(uv_signal_t *handle, int signum)
     }
     if (next.size != d->cfg.size || next.max_object_size != d->cfg.max_object_size)
         fixed = "--size and --max-object-size";
-    else if (strcmp(next.name, d->cfg.name) != 0 || strcmp(next.shm_dir, d->cfg.shm_dir) != 0)
+    else if (strcmp(next.name, d->cfg.name) != 0 ||
+             strcmp(next.shm_dir, d->cfg.shm_dir) != 0)
         fixed = "--name and --shm-dir";
     else if (strcmp(next.socket_path, d->cfg.socket_path) != 0 ||
              next.socket_mode != d->cfg.socket_mode)
         fixed = "--socket and --socket-mode";
     if (fixed != NULL)
-        log_warn("SIGHUP: %s are not reloadable (the segment and socket stay as they are); "
-                 "restart shmbrokerd to change them", fixed);
+        log_warn(
+            "SIGHUP: %s are not reloadable (the segment and socket stay as they are); "
+            "restart shmbrokerd to change them",
+            fixed);
     log_active_level = next.log_level;
     d->cfg.log_level = next.log_level;
     d->cfg.limits = next.limits; /* the server reads them through a pointer */
@@ -121,9 +125,10 @@ static void daemon_on_sighup(uv_signal_t *handle, int signum)
         d->cfg.alloc_timeout_ms = next.alloc_timeout_ms;
         daemon_start_expiry(d);
     }
-    log_info("SIGHUP: settings reloaded (log level %s, max-clients %u, alloc-timeout %llu ms)",
-             log_level_name(d->cfg.log_level), d->cfg.limits.max_clients,
-             (unsigned long long)d->cfg.alloc_timeout_ms);
+    log_info(
+        "SIGHUP: settings reloaded (log level %s, max-clients %u, alloc-timeout %llu ms)",
+        log_level_name(d->cfg.log_level), d->cfg.limits.max_clients,
+        (unsigned long long)d->cfg.alloc_timeout_ms);
 }
 
 /* The store tells us, once per object, that a read lease ran out. */
@@ -133,8 +138,8 @@ static void daemon_on_lease_expired(const char *key, size_t key_len, uint32_t re
     const struct daemon *d = arg;
 
     log_warn("object '%.*s': read lease of %llu ms ran out with %u reads still awaited; "
-             "it no longer blocks reclaim", (int)key_len, key,
-             (unsigned long long)d->cfg.read_lease_ms, reads_left);
+             "it no longer blocks reclaim",
+             (int)key_len, key, (unsigned long long)d->cfg.read_lease_ms, reads_left);
 }
 
 /* Timer: drop allocations their writers did not commit in time. */
@@ -144,8 +149,9 @@ static void daemon_on_expiry(uv_timer_t *timer)
     size_t n = store_expire_pending(d->store, d->cfg.alloc_timeout_ms);
 
     if (n > 0)
-        log_info("dropped %zu allocation(s) not committed within %llu ms (--alloc-timeout)",
-                 n, (unsigned long long)d->cfg.alloc_timeout_ms);
+        log_info(
+            "dropped %zu allocation(s) not committed within %llu ms (--alloc-timeout)", n,
+            (unsigned long long)d->cfg.alloc_timeout_ms);
 }
 
 /* SIGTERM or SIGINT: stop accepting, close every client, let the loop end. */
@@ -184,9 +190,11 @@ static int daemon_clear_segment(struct daemon *d, struct shmb_error *err)
                               "stop it first, or choose another --name.",
                               cfg->shm_dir, cfg->name, (long long)pid);
     case SEGMENT_FOREIGN:
-        return shmb_error_set(err, -EEXIST,
-                              "%s/%s exists and is not a shmbroker segment; remove it, or "
-                              "choose another --name.", cfg->shm_dir, cfg->name);
+        return shmb_error_set(
+            err, -EEXIST,
+            "%s/%s exists and is not a shmbroker segment; remove it, or "
+            "choose another --name.",
+            cfg->shm_dir, cfg->name);
     case SEGMENT_ORPHANED:
         break;
     }
@@ -199,8 +207,8 @@ static int daemon_clear_segment(struct daemon *d, struct shmb_error *err)
     if (unlink(path) != 0 && errno != ENOENT)
         return shmb_error_set(err, -errno, "Cannot remove stale segment %s: %s.", path,
                               strerror(errno));
-    log_info("removed segment %s left by shmbrokerd pid %lld, which is gone (--fresh)", path,
-             (long long)pid);
+    log_info("removed segment %s left by shmbrokerd pid %lld, which is gone (--fresh)",
+             path, (long long)pid);
     return 0;
 }
 
@@ -222,13 +230,14 @@ static int daemon_adopt(struct daemon *d, const struct store_config *scfg, uint6
     }
     if (report.corrupt)
         log_warn("segment %s: %s", d->seg.path, report.message);
-    log_info("adopted segment %s left by shmbrokerd pid %lld: restored %llu objects (%s); "
-             "dropped %llu uncommitted, %llu freed and %llu invalid chunks",
-             d->seg.path, (long long)d->adopt_pid, (unsigned long long)report.restored,
-             shmb_format_bytes(report.restored_bytes, h1, sizeof(h1)),
-             (unsigned long long)report.dropped_pending,
-             (unsigned long long)report.dropped_free,
-             (unsigned long long)report.dropped_invalid);
+    log_info(
+        "adopted segment %s left by shmbrokerd pid %lld: restored %llu objects (%s); "
+        "dropped %llu uncommitted, %llu freed and %llu invalid chunks",
+        d->seg.path, (long long)d->adopt_pid, (unsigned long long)report.restored,
+        shmb_format_bytes(report.restored_bytes, h1, sizeof(h1)),
+        (unsigned long long)report.dropped_pending,
+        (unsigned long long)report.dropped_free,
+        (unsigned long long)report.dropped_invalid);
     return 0;
 }
 
@@ -293,13 +302,14 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
     d->env.limits.max_pins = d->cfg.max_pins;
     d->env.limits.max_pending = d->cfg.max_pending;
     if ((rc = uv_loop_init(&d->loop)) < 0) {
-        rc = shmb_error_set(err, -ENOMEM, "Cannot start the event loop: %s.", uv_strerror(rc));
+        rc = shmb_error_set(err, -ENOMEM, "Cannot start the event loop: %s.",
+                            uv_strerror(rc));
         goto fail;
     }
-    rc = d->activated ? server_adopt(&d->server, &d->loop, listen_fd, &d->env, &d->cfg.limits,
-                                     err)
-                      : server_listen(&d->server, &d->loop, d->cfg.socket_path,
-                                      d->cfg.socket_mode, &d->env, &d->cfg.limits, err);
+    rc = d->activated
+             ? server_adopt(&d->server, &d->loop, listen_fd, &d->env, &d->cfg.limits, err)
+             : server_listen(&d->server, &d->loop, d->cfg.socket_path, d->cfg.socket_mode,
+                             &d->env, &d->cfg.limits, err);
     if (rc < 0)
         goto fail_loop;
     if (d->activated)
@@ -324,11 +334,11 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         if (wd > 0)
             uv_timer_start(&d->watchdog, daemon_on_watchdog, wd, wd);
     }
-    log_info("shmbrokerd %s ready: segment %s (%s, %s for data, max object %s), socket %s",
-             SHMB_VERSION, d->seg.path, shmb_format_bytes(d->seg.size, h1, sizeof(h1)),
-             shmb_format_bytes(d->seg.hdr->data_size, h2, sizeof(h2)),
-             shmb_format_bytes(d->cfg.max_object_size, h3, sizeof(h3)),
-             d->cfg.socket_path);
+    log_info(
+        "shmbrokerd %s ready: segment %s (%s, %s for data, max object %s), socket %s",
+        SHMB_VERSION, d->seg.path, shmb_format_bytes(d->seg.size, h1, sizeof(h1)),
+        shmb_format_bytes(d->seg.hdr->data_size, h2, sizeof(h2)),
+        shmb_format_bytes(d->cfg.max_object_size, h3, sizeof(h3)), d->cfg.socket_path);
     /* Ready only now: the segment is reserved and the listener is up. */
     notify_send("READY=1\nSTATUS=serving %s on %s", d->seg.path, d->cfg.socket_path);
     return 0;

@@ -130,9 +130,8 @@ static struct shmb_chunk_header *ring_header_at(const struct ring *r, uint64_t p
     return (struct shmb_chunk_header *)(r->data + phys);
 }
 
-int ring_alloc(struct ring *r, uint64_t payload_size, const char *label,
-               size_t label_len, void *owner, struct ring_chunk *out,
-               struct shmb_error *err)
+int ring_alloc(struct ring *r, uint64_t payload_size, const char *label, size_t label_len,
+               void *owner, struct ring_chunk *out, struct shmb_error *err)
 {
     struct shmb_chunk_header *hdr;
     struct ring_slot *slot;
@@ -148,7 +147,8 @@ int ring_alloc(struct ring *r, uint64_t payload_size, const char *label,
         return shmb_error_set(err, -E2BIG,
                               "Object size (%llu bytes) plus its header does not fit in "
                               "the ring (%llu bytes).",
-                              (unsigned long long)payload_size, (unsigned long long)r->size);
+                              (unsigned long long)payload_size,
+                              (unsigned long long)r->size);
     pos = ring_place(r, need);
     if (pos == UINT64_MAX)
         return shmb_error_set(err, -ENOSPC,
@@ -307,8 +307,7 @@ int ring_free(struct ring *r, uint64_t id)
     return 0;
 }
 
-uint64_t ring_reclaim(struct ring *r, uint64_t want, ring_may_free_fn may_free,
-                      void *arg)
+uint64_t ring_reclaim(struct ring *r, uint64_t want, ring_may_free_fn may_free, void *arg)
 {
     uint64_t before = ring_used(r);
 
@@ -408,19 +407,22 @@ static int ring_check_header(const struct ring *r, uint64_t phys, uint64_t min_i
     if (hdr->state == SHMB_CHUNK_GAP)
         return phys + hdr->chunk_size == r->size
                    ? 0
-                   : shmb_error_set(err, -EBADMSG,
-                                    "Corrupt ring: gap at data offset %llu does not run to "
-                                    "the end of the ring.", (unsigned long long)phys);
+                   : shmb_error_set(
+                         err, -EBADMSG,
+                         "Corrupt ring: gap at data offset %llu does not run to "
+                         "the end of the ring.",
+                         (unsigned long long)phys);
     if (hdr->state < SHMB_CHUNK_PENDING || hdr->state > SHMB_CHUNK_FREE ||
-        hdr->key_len > SHMB_KEY_MAX || hdr->header_size != ring_header_size(hdr->key_len) ||
+        hdr->key_len > SHMB_KEY_MAX ||
+        hdr->header_size != ring_header_size(hdr->key_len) ||
         hdr->chunk_size != ring_chunk_size(hdr->key_len, hdr->payload_size) ||
         hdr->payload_size == 0 || hdr->id < min_id)
-        return shmb_error_set(err, -EBADMSG,
-                              "Corrupt ring: inconsistent chunk header at data offset "
-                              "%llu (state %u, key %u bytes, payload %llu bytes, id %llu).",
-                              (unsigned long long)phys, hdr->state, hdr->key_len,
-                              (unsigned long long)hdr->payload_size,
-                              (unsigned long long)hdr->id);
+        return shmb_error_set(
+            err, -EBADMSG,
+            "Corrupt ring: inconsistent chunk header at data offset "
+            "%llu (state %u, key %u bytes, payload %llu bytes, id %llu).",
+            (unsigned long long)phys, hdr->state, hdr->key_len,
+            (unsigned long long)hdr->payload_size, (unsigned long long)hdr->id);
     return 0;
 }
 
@@ -439,7 +441,8 @@ int ring_walk(const struct ring *r, ring_walk_fn fn, void *arg, struct shmb_erro
         if (hdr->chunk_size > r->end - pos)
             return shmb_error_set(err, -EBADMSG,
                                   "Corrupt ring: chunk at data offset %llu runs past the "
-                                  "end position.", (unsigned long long)phys);
+                                  "end position.",
+                                  (unsigned long long)phys);
         if (hdr->state != SHMB_CHUNK_GAP) {
             min_id = hdr->id + 1;
             if (fn != NULL &&
@@ -463,8 +466,9 @@ int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
         (start == end && start != 0))
         return shmb_error_set(err, -EBADMSG,
                               "Corrupt ring cursor (start %llu, end %llu, ring of %llu "
-                              "bytes): nothing adopted.", (unsigned long long)start,
-                              (unsigned long long)end, (unsigned long long)r->size);
+                              "bytes): nothing adopted.",
+                              (unsigned long long)start, (unsigned long long)end,
+                              (unsigned long long)r->size);
     r->start = r->end = start;
     for (pos = start; pos < end;) {
         uint64_t phys = pos % r->size;
@@ -476,18 +480,21 @@ int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
             break;
         hdr = ring_header_at(r, phys);
         if (hdr->chunk_size > end - pos) {
-            rc = shmb_error_set(err, -EBADMSG,
-                                "Corrupt ring: chunk at data offset %llu runs past the end "
-                                "position.", (unsigned long long)phys);
+            rc = shmb_error_set(
+                err, -EBADMSG,
+                "Corrupt ring: chunk at data offset %llu runs past the end "
+                "position.",
+                (unsigned long long)phys);
             break;
         }
         if (hdr->state != SHMB_CHUNK_GAP) {
             if ((!first && hdr->id != expect_id) || hdr->id >= next_id) {
-                rc = shmb_error_set(err, -EBADMSG,
-                                    "Corrupt ring: chunk at data offset %llu has id %llu, "
-                                    "expected %llu.", (unsigned long long)phys,
-                                    (unsigned long long)hdr->id,
-                                    (unsigned long long)(first ? next_id - 1 : expect_id));
+                rc =
+                    shmb_error_set(err, -EBADMSG,
+                                   "Corrupt ring: chunk at data offset %llu has id %llu, "
+                                   "expected %llu.",
+                                   (unsigned long long)phys, (unsigned long long)hdr->id,
+                                   (unsigned long long)(first ? next_id - 1 : expect_id));
                 break;
             }
             if (r->count == r->cap && ring_grow(r) < 0) {

@@ -22,19 +22,19 @@
 
 /* One live chunk, in allocation order. 32 bytes. */
 struct ring_slot {
-    uint64_t phys;  /* offset of the chunk header in the data area */
-    uint64_t size;  /* chunk bytes: header + padded payload */
-    void *owner;    /* the caller's object, returned by ring_reclaim's callback */
-    bool freed;     /* freed by its owner, waiting for the chunks before it */
+    uint64_t phys; /* offset of the chunk header in the data area */
+    uint64_t size; /* chunk bytes: header + padded payload */
+    void *owner;   /* the caller's object, returned by ring_reclaim's callback */
+    bool freed;    /* freed by its owner, waiting for the chunks before it */
 };
 
 struct ring {
-    unsigned char *data;    /* first byte of the data area */
-    uint64_t data_offset;   /* offset of the data area in the segment */
-    uint64_t size;          /* bytes in the data area */
-    uint64_t start, end;    /* monotonic positions; see above */
-    uint64_t next_id;       /* id of the next chunk */
-    uint64_t first_id;      /* id of slots[head] */
+    unsigned char *data;     /* first byte of the data area */
+    uint64_t data_offset;    /* offset of the data area in the segment */
+    uint64_t size;           /* bytes in the data area */
+    uint64_t start, end;     /* monotonic positions; see above */
+    uint64_t next_id;        /* id of the next chunk */
+    uint64_t first_id;       /* id of slots[head] */
     struct ring_slot *slots; /* circular array of live chunks, oldest at head */
     size_t cap, head, count;
     struct shmb_segment_header *cursor; /* mirror of start/end/next_id, or NULL */
@@ -43,7 +43,7 @@ struct ring {
 /* What ring_alloc hands out. Offsets are from the start of the segment. */
 struct ring_chunk {
     uint64_t id;
-    uint64_t phys;           /* chunk header, in the data area */
+    uint64_t phys; /* chunk header, in the data area */
     uint64_t chunk_size;
     uint64_t payload_offset; /* in the segment; a multiple of SHMB_ALIGN */
     uint64_t payload_size;
@@ -73,9 +73,8 @@ uint64_t ring_chunk_size(size_t label_len, uint64_t payload_size);
  * write its header in state PENDING. -ENOSPC when it does not fit now,
  * -E2BIG when it can never fit, -EINVAL for a zero size or a label longer
  * than SHMB_KEY_MAX, -ENOMEM. */
-int ring_alloc(struct ring *r, uint64_t payload_size, const char *label,
-               size_t label_len, void *owner, struct ring_chunk *out,
-               struct shmb_error *err);
+int ring_alloc(struct ring *r, uint64_t payload_size, const char *label, size_t label_len,
+               void *owner, struct ring_chunk *out, struct shmb_error *err);
 
 /* True when an allocation of chunk_size bytes would succeed now. */
 bool ring_fits(const struct ring *r, uint64_t chunk_size);

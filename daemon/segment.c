@@ -96,7 +96,8 @@ int segment_check_space(const char *dir, uint64_t required, uint64_t *free_bytes
     if (!S_ISDIR(st.st_mode))
         return shmb_error_set(err, -ENOTDIR,
                               "Shared-memory directory %s is not a directory. "
-                              "Choose another --shm-dir.", dir);
+                              "Choose another --shm-dir.",
+                              dir);
     if (statvfs(dir, &vfs) != 0) {
         int saved = errno;
         return shmb_error_set(err, -saved, "Cannot read free space of %s: %s.", dir,
@@ -143,8 +144,8 @@ static int segment_open_readonly(struct segment *seg, struct shmb_error *err)
     }
     if (fstat(seg->fd, &a) != 0 || fstat(seg->ro_fd, &b) != 0 || a.st_ino != b.st_ino ||
         a.st_dev != b.st_dev)
-        return shmb_error_set(err, -EBUSY,
-                              "Segment %s was replaced while it was being opened.", seg->path);
+        return shmb_error_set(
+            err, -EBUSY, "Segment %s was replaced while it was being opened.", seg->path);
     return 0;
 }
 
@@ -161,8 +162,8 @@ static int segment_reserve(struct segment *seg, uint64_t size, uint64_t free_byt
                               "Insufficient space in %s: could not reserve %llu MiB "
                               "(%llu MiB were free before). Increase %s (e.g. "
                               "--shm-size or --ipc=host), or choose a smaller --size.",
-                              seg->dir, shmb_mib_rounded(size), shmb_mib_rounded(free_bytes),
-                              seg->dir);
+                              seg->dir, shmb_mib_rounded(size),
+                              shmb_mib_rounded(free_bytes), seg->dir);
     return shmb_error_set(err, -rc, "Cannot reserve %llu bytes for segment %s: %s.",
                           (unsigned long long)size, seg->path, strerror(rc));
 }
@@ -183,8 +184,8 @@ static int segment_map(struct segment *seg, uint64_t size, struct shmb_error *er
     return 0;
 }
 
-int segment_create(struct segment *seg, const char *dir, const char *name,
-                   uint64_t size, struct shmb_error *err)
+int segment_create(struct segment *seg, const char *dir, const char *name, uint64_t size,
+                   struct shmb_error *err)
 {
     struct shmb_segment_header *hdr;
     uint64_t free_bytes = 0;
@@ -194,13 +195,15 @@ int segment_create(struct segment *seg, const char *dir, const char *name,
     seg->fd = seg->ro_fd = -1;
     if ((rc = segment_check_name(name, err)) < 0)
         return rc;
-    if (size < SEGMENT_MIN_SIZE || size % SHMB_HEADER_PAGE != 0 || size > (uint64_t)SSIZE_MAX)
+    if (size < SEGMENT_MIN_SIZE || size % SHMB_HEADER_PAGE != 0 ||
+        size > (uint64_t)SSIZE_MAX)
         return shmb_error_set(err, -EINVAL,
                               "Segment size %llu bytes is not a whole number of pages "
                               "of at least %u bytes; choose another --size.",
                               (unsigned long long)size, SEGMENT_MIN_SIZE);
     if (strlen(dir) >= sizeof(seg->dir))
-        return shmb_error_set(err, -ENAMETOOLONG, "Shared-memory directory path is too long.");
+        return shmb_error_set(err, -ENAMETOOLONG,
+                              "Shared-memory directory path is too long.");
     if ((rc = segment_join_path(seg->path, sizeof(seg->path), dir, name, err)) < 0)
         return rc;
     snprintf(seg->dir, sizeof(seg->dir), "%s", dir);
@@ -273,7 +276,7 @@ enum segment_owner segment_probe_existing(const char *dir, const char *name,
         return SEGMENT_FOREIGN;
     *owner_pid = hdr.owner_pid;
     return segment_owner_alive(hdr.owner_pid, hdr.owner_start) ? SEGMENT_LIVE
-                                                                : SEGMENT_ORPHANED;
+                                                               : SEGMENT_ORPHANED;
 }
 
 void segment_close(struct segment *seg)
@@ -301,7 +304,8 @@ int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64
     if ((rc = segment_check_name(name, err)) < 0)
         return rc;
     if (strlen(dir) >= sizeof(seg->dir))
-        return shmb_error_set(err, -ENAMETOOLONG, "Shared-memory directory path is too long.");
+        return shmb_error_set(err, -ENAMETOOLONG,
+                              "Shared-memory directory path is too long.");
     if ((rc = segment_join_path(seg->path, sizeof(seg->path), dir, name, err)) < 0)
         return rc;
     snprintf(seg->dir, sizeof(seg->dir), "%s", dir);
@@ -312,14 +316,17 @@ int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64
         return shmb_error_set(err, -saved, "Cannot open segment %s: %s.", seg->path,
                               strerror(saved));
     }
-    if (fstat(seg->fd, &st) != 0 || pread(seg->fd, &hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr)) {
-        rc = shmb_error_set(err, -EIO, "Cannot read the header of segment %s.", seg->path);
+    if (fstat(seg->fd, &st) != 0 ||
+        pread(seg->fd, &hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr)) {
+        rc =
+            shmb_error_set(err, -EIO, "Cannot read the header of segment %s.", seg->path);
         goto fail;
     }
     if (hdr.magic != SHMB_SEGMENT_MAGIC || hdr.version != SHMB_LAYOUT_VERSION ||
         hdr.header_size != SHMB_HEADER_PAGE || hdr.data_offset != SHMB_HEADER_PAGE ||
         hdr.total_size != (uint64_t)st.st_size ||
-        hdr.data_size != ((hdr.total_size - SHMB_HEADER_PAGE) & ~(uint64_t)(SHMB_ALIGN - 1))) {
+        hdr.data_size !=
+            ((hdr.total_size - SHMB_HEADER_PAGE) & ~(uint64_t)(SHMB_ALIGN - 1))) {
         rc = shmb_error_set(err, -EINVAL,
                             "Segment %s has an unknown or inconsistent header (layout "
                             "version %u); start with --fresh to discard it.",
@@ -327,15 +334,17 @@ int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64
         goto fail;
     }
     if (hdr.total_size != size) {
-        rc = shmb_error_set(err, -EINVAL,
-                            "Segment %s left by the previous shmbrokerd is %llu bytes, not "
-                            "the %llu asked for: start with --size %llu to keep its objects, "
-                            "or with --fresh to discard them.",
-                            seg->path, (unsigned long long)hdr.total_size,
-                            (unsigned long long)size, (unsigned long long)hdr.total_size);
+        rc = shmb_error_set(
+            err, -EINVAL,
+            "Segment %s left by the previous shmbrokerd is %llu bytes, not "
+            "the %llu asked for: start with --size %llu to keep its objects, "
+            "or with --fresh to discard them.",
+            seg->path, (unsigned long long)hdr.total_size, (unsigned long long)size,
+            (unsigned long long)hdr.total_size);
         goto fail;
     }
-    if ((rc = segment_reserve(seg, size, 0, err)) < 0 || (rc = segment_map(seg, size, err)) < 0 ||
+    if ((rc = segment_reserve(seg, size, 0, err)) < 0 ||
+        (rc = segment_map(seg, size, err)) < 0 ||
         (rc = segment_open_readonly(seg, err)) < 0)
         goto fail;
     seg->hdr = seg->base;

@@ -43,8 +43,8 @@ uint64_t segment_round_size(uint64_t size);
  * posix_fallocate, map it and write the header. size must come from
  * segment_round_size. On failure nothing is left behind. -EEXIST when the
  * file exists (see segment_probe_existing). */
-int segment_create(struct segment *seg, const char *dir, const char *name,
-                   uint64_t size, struct shmb_error *err);
+int segment_create(struct segment *seg, const char *dir, const char *name, uint64_t size,
+                   struct shmb_error *err);
 
 /* Open dir/name left by a daemon that is gone, check its header against
  * size (from segment_round_size) and re-reserve its pages; the caller has

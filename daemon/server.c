@@ -20,14 +20,16 @@
 #define SERVER_BACKLOG 128
 
 /* Fill a sockaddr_un; -ENAMETOOLONG when path does not fit. */
-static int server_address(struct sockaddr_un *sun, const char *path, struct shmb_error *err)
+static int server_address(struct sockaddr_un *sun, const char *path,
+                          struct shmb_error *err)
 {
     memset(sun, 0, sizeof(*sun));
     sun->sun_family = AF_UNIX;
     if (strlen(path) >= sizeof(sun->sun_path))
         return shmb_error_set(err, -ENAMETOOLONG,
                               "Socket path %s is longer than %zu bytes; choose a shorter "
-                              "--socket.", path, sizeof(sun->sun_path) - 1);
+                              "--socket.",
+                              path, sizeof(sun->sun_path) - 1);
     memcpy(sun->sun_path, path, strlen(path) + 1);
     return 0;
 }
@@ -42,22 +44,26 @@ int server_probe(const char *path, struct shmb_error *err)
         return rc;
     if (lstat(path, &st) != 0)
         return errno == ENOENT ? 0
-                               : shmb_error_set(err, -errno, "Cannot inspect %s: %s.", path,
-                                                strerror(errno));
+                               : shmb_error_set(err, -errno, "Cannot inspect %s: %s.",
+                                                path, strerror(errno));
     if (!S_ISSOCK(st.st_mode))
-        return shmb_error_set(err, -EEXIST,
-                              "%s exists and is not a socket; remove it or choose another "
-                              "--socket.", path);
+        return shmb_error_set(
+            err, -EEXIST,
+            "%s exists and is not a socket; remove it or choose another "
+            "--socket.",
+            path);
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return shmb_error_set(err, -errno, "Cannot create a socket: %s.", strerror(errno));
+        return shmb_error_set(err, -errno, "Cannot create a socket: %s.",
+                              strerror(errno));
     rc = connect(fd, (struct sockaddr *)&sun, sizeof(sun));
     saved = errno;
     close(fd);
     if (rc == 0 || saved == EAGAIN)
         return shmb_error_set(err, -EADDRINUSE,
                               "another shmbrokerd is listening on %s; stop it first, or "
-                              "choose another --socket.", path);
+                              "choose another --socket.",
+                              path);
     if (saved != ECONNREFUSED)
         return shmb_error_set(err, -saved, "Cannot probe socket %s: %s.", path,
                               strerror(saved));
@@ -115,7 +121,8 @@ static void server_refuse(int fd, int code, const char *message)
 
 /* True when the peer's uid or one of its groups is on the allow lists (or
  * there are none). The daemon's own user and root are always allowed. */
-static bool server_allowed(const struct server_limits *lim, int fd, const struct ucred *cred)
+static bool server_allowed(const struct server_limits *lim, int fd,
+                           const struct ucred *cred)
 {
     gid_t groups[256];
     socklen_t len = sizeof(groups);
@@ -159,16 +166,19 @@ static void server_admit(struct server *srv, int fd)
     if (!server_allowed(lim, fd, &cred)) {
         snprintf(msg, sizeof(msg),
                  "uid %d (gid %d) may not use this shmbrokerd: it is not in --allow-uid "
-                 "or --allow-gid.", (int)cred.uid, (int)cred.gid);
+                 "or --allow-gid.",
+                 (int)cred.uid, (int)cred.gid);
         log_warn("refused client pid %d uid %d gid %d: not allowed", (int)cred.pid,
                  (int)cred.uid, (int)cred.gid);
         server_refuse(fd, -EPERM, msg);
         return;
     }
     if (lim->max_clients != 0 && srv->nconns >= lim->max_clients) {
-        snprintf(msg, sizeof(msg),
-                 "max-clients (%u) reached; try again when a client disconnects, or raise "
-                 "--max-clients.", lim->max_clients);
+        snprintf(
+            msg, sizeof(msg),
+            "max-clients (%u) reached; try again when a client disconnects, or raise "
+            "--max-clients.",
+            lim->max_clients);
         log_warn("refused client pid %d: max-clients (%u) reached", (int)cred.pid,
                  lim->max_clients);
         server_refuse(fd, -EDQUOT, msg);
@@ -177,9 +187,11 @@ static void server_admit(struct server *srv, int fd)
     for (c = srv->conns; c != NULL; c = c->next)
         same_uid += !c->closing && c->client.uid == cred.uid;
     if (lim->max_clients_per_uid != 0 && same_uid >= lim->max_clients_per_uid) {
-        snprintf(msg, sizeof(msg),
-                 "max-clients-per-uid (%u) reached for uid %d; close some connections, or "
-                 "raise --max-clients-per-uid.", lim->max_clients_per_uid, (int)cred.uid);
+        snprintf(
+            msg, sizeof(msg),
+            "max-clients-per-uid (%u) reached for uid %d; close some connections, or "
+            "raise --max-clients-per-uid.",
+            lim->max_clients_per_uid, (int)cred.uid);
         log_warn("refused client pid %d: max-clients-per-uid (%u) reached for uid %d",
                  (int)cred.pid, lim->max_clients_per_uid, (int)cred.uid);
         server_refuse(fd, -EDQUOT, msg);
@@ -205,9 +217,10 @@ static void server_out_of_fds(struct server *srv, int saved)
         srv->reserve_fd = -1;
         fd = accept4(srv->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd >= 0)
-            server_refuse(fd, -EMFILE,
-                          "shmbrokerd is out of file descriptors; try again when a client "
-                          "disconnects.");
+            server_refuse(
+                fd, -EMFILE,
+                "shmbrokerd is out of file descriptors; try again when a client "
+                "disconnects.");
         srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     }
     uv_poll_stop(&srv->watcher);
@@ -347,7 +360,8 @@ static int server_watch(struct server *srv, int fd, struct shmb_error *err)
     srv->listen_fd = fd;
     srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if ((rc = uv_poll_init(srv->loop, &srv->watcher, fd)) < 0)
-        return shmb_error_set(err, -EIO, "Cannot watch %s: %s.", srv->path, uv_strerror(rc));
+        return shmb_error_set(err, -EIO, "Cannot watch %s: %s.", srv->path,
+                              uv_strerror(rc));
     srv->watcher.data = srv;
     srv->watching = true;
     uv_check_init(srv->loop, &srv->room_check);
@@ -358,7 +372,8 @@ static int server_watch(struct server *srv, int fd, struct shmb_error *err)
     srv->wait_timer.data = srv;
     uv_unref((uv_handle_t *)&srv->wait_timer);
     if ((rc = uv_poll_start(&srv->watcher, UV_READABLE, server_on_readable)) < 0)
-        return shmb_error_set(err, -EIO, "Cannot watch %s: %s.", srv->path, uv_strerror(rc));
+        return shmb_error_set(err, -EIO, "Cannot watch %s: %s.", srv->path,
+                              uv_strerror(rc));
     return 0;
 }
 
@@ -375,12 +390,14 @@ int server_listen(struct server *srv, uv_loop_t *loop, const char *path, mode_t 
     srv->env = env;
     srv->limits = limits;
     srv->listen_fd = srv->reserve_fd = -1;
-    if ((rc = server_address(&sun, path, err)) < 0 || (rc = server_make_parent(path, err)) < 0)
+    if ((rc = server_address(&sun, path, err)) < 0 ||
+        (rc = server_make_parent(path, err)) < 0)
         return rc;
     snprintf(srv->path, sizeof(srv->path), "%s", path);
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
-        return shmb_error_set(err, -errno, "Cannot create a socket: %s.", strerror(errno));
+        return shmb_error_set(err, -errno, "Cannot create a socket: %s.",
+                              strerror(errno));
     /* Bind under a umask that gives the final mode at once, so there is no
      * moment when the socket is more open than asked. */
     old_mask = umask((mode_t)(~mode & 0777));
@@ -396,7 +413,8 @@ int server_listen(struct server *srv, uv_loop_t *loop, const char *path, mode_t 
         saved = errno;
         close(fd);
         server_close(srv);
-        return shmb_error_set(err, -saved, "Cannot listen on %s: %s.", path, strerror(saved));
+        return shmb_error_set(err, -saved, "Cannot listen on %s: %s.", path,
+                              strerror(saved));
     }
     if ((rc = server_watch(srv, fd, err)) < 0) {
         server_close(srv);
@@ -423,18 +441,24 @@ int server_activated_fd(int *fd, struct shmb_error *err)
     if (!ours || n <= 0)
         return 0;
     if (n != 1)
-        return shmb_error_set(err, -EINVAL,
-                              "systemd passed %d sockets; shmbrokerd listens on exactly one. "
-                              "Give shmbrokerd.socket a single ListenStream=.", n);
+        return shmb_error_set(
+            err, -EINVAL,
+            "systemd passed %d sockets; shmbrokerd listens on exactly one. "
+            "Give shmbrokerd.socket a single ListenStream=.",
+            n);
     *fd = SERVER_LISTEN_FDS_START;
     if (getsockopt(*fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM ||
-        (len = sizeof(int), getsockopt(*fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len)) != 0 ||
-        !listening || (len = sizeof(sun), getsockname(*fd, (struct sockaddr *)&sun, &len)) != 0 ||
+        (len = sizeof(int),
+         getsockopt(*fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len)) != 0 ||
+        !listening ||
+        (len = sizeof(sun), getsockname(*fd, (struct sockaddr *)&sun, &len)) != 0 ||
         sun.sun_family != AF_UNIX)
-        return shmb_error_set(err, -EINVAL,
-                              "The socket systemd passed (fd %d) is not a listening Unix "
-                              "stream socket; use ListenStream=/run/shmbroker/shmbroker.sock "
-                              "in shmbrokerd.socket.", *fd);
+        return shmb_error_set(
+            err, -EINVAL,
+            "The socket systemd passed (fd %d) is not a listening Unix "
+            "stream socket; use ListenStream=/run/shmbroker/shmbroker.sock "
+            "in shmbrokerd.socket.",
+            *fd);
     return 1;
 }
 

@@ -32,16 +32,16 @@ struct server_limits {
 
 struct server {
     uv_loop_t *loop;
-    uv_poll_t watcher;       /* readable listening socket */
-    int listen_fd;           /* -1 when closed */
-    int reserve_fd;          /* spent to refuse one client at EMFILE */
-    bool watching;           /* watcher started */
-    bool paused;             /* out of descriptors: not accepting */
-    bool owns_path;          /* unlink the socket path at close */
+    uv_poll_t watcher; /* readable listening socket */
+    int listen_fd;     /* -1 when closed */
+    int reserve_fd;    /* spent to refuse one client at EMFILE */
+    bool watching;     /* watcher started */
+    bool paused;       /* out of descriptors: not accepting */
+    bool owns_path;    /* unlink the socket path at close */
     char path[108];
     struct command_env *env;
     const struct server_limits *limits;
-    struct conn *conns;      /* open connections, newest first */
+    struct conn *conns; /* open connections, newest first */
     unsigned nconns;
     /* Allocs waiting for space, in arrival order; retried when the store
      * says room may have been made (checked once per loop iteration), and

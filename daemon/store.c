@@ -28,20 +28,20 @@ struct pin {
 };
 
 struct object {
-    struct index_node node;       /* key index; node.key points at key[] */
-    struct pin *pins;             /* one record per holder that pins it */
-    struct store_holder *owner;   /* the writer, while pending */
+    struct index_node node;               /* key index; node.key points at key[] */
+    struct pin *pins;                     /* one record per holder that pins it */
+    struct store_holder *owner;           /* the writer, while pending */
     struct object *pend_prev, *pend_next; /* owner's pending list */
     struct object *age_prev, *age_next;   /* the store's pending list, oldest first */
     uint64_t ring_id;
     uint64_t offset, size;
-    uint64_t created_ms;          /* at alloc; at commit for committed objects */
-    uint32_t pin_count;           /* all pins, of all holders */
+    uint64_t created_ms; /* at alloc; at commit for committed objects */
+    uint32_t pin_count;  /* all pins, of all holders */
     uint32_t awaited_reads;
-    uint8_t state;                /* enum store_state */
+    uint8_t state; /* enum store_state */
     uint8_t key_len;
-    bool lease_told;              /* lease_expired was called for it */
-    char key[];                   /* key_len bytes, then a NUL */
+    bool lease_told; /* lease_expired was called for it */
+    char key[];      /* key_len bytes, then a NUL */
 };
 
 /* Keys of a holder's allocations that expired, so that its commit can say
@@ -118,7 +118,8 @@ struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
     }
     /* The largest payload that fits in an empty ring with the longest key. */
     limit = data_size > ring_chunk_size(SHMB_KEY_MAX, 1)
-                ? (data_size - ring_chunk_size(SHMB_KEY_MAX, 1) + 1) & ~(uint64_t)(SHMB_ALIGN - 1)
+                ? (data_size - ring_chunk_size(SHMB_KEY_MAX, 1) + 1) &
+                      ~(uint64_t)(SHMB_ALIGN - 1)
                 : 0;
     if (max == 0)
         max = data_size / 2;
@@ -264,28 +265,31 @@ static int store_enospc(struct store *s, const char *key, size_t key_len, uint64
 
     s->enospc++;
     if (blocker == NULL)
-        return shmb_error_set(err, -ENOSPC,
-                              "No space for '%.*s' (%llu bytes): %llu of %llu bytes free. "
-                              "Start shmbrokerd with a larger --size.",
-                              (int)key_len, key, (unsigned long long)size, free_bytes,
-                              (unsigned long long)s->ring.size);
+        return shmb_error_set(
+            err, -ENOSPC,
+            "No space for '%.*s' (%llu bytes): %llu of %llu bytes free. "
+            "Start shmbrokerd with a larger --size.",
+            (int)key_len, key, (unsigned long long)size, free_bytes,
+            (unsigned long long)s->ring.size);
     if (blocker->state == STORE_PENDING)
-        return shmb_error_set(err, -ENOSPC,
-                              "No space for '%.*s' (%llu bytes): %llu of %llu bytes free; "
-                              "the oldest object '%.*s' (pins=%u) is still being written "
-                              "and blocks reclaim. Commit or abort it, or start shmbrokerd "
-                              "with a larger --size.",
-                              (int)key_len, key, (unsigned long long)size, free_bytes,
-                              (unsigned long long)s->ring.size, (int)blocker->key_len,
-                              blocker->key, blocker->pin_count);
-    return shmb_error_set(err, -ENOSPC,
-                          "No space for '%.*s' (%llu bytes): %llu of %llu bytes free; the "
-                          "oldest object '%.*s' blocks reclaim (pins=%u, awaited reads=%u)%s. "
-                          "Release it or read it, or start shmbrokerd with a larger --size.",
-                          (int)key_len, key, (unsigned long long)size, free_bytes,
-                          (unsigned long long)s->ring.size, (int)blocker->key_len,
-                          blocker->key, blocker->pin_count, blocker->awaited_reads,
-                          blocker->state == STORE_DELETED ? " (deleted, still pinned)" : "");
+        return shmb_error_set(
+            err, -ENOSPC,
+            "No space for '%.*s' (%llu bytes): %llu of %llu bytes free; "
+            "the oldest object '%.*s' (pins=%u) is still being written "
+            "and blocks reclaim. Commit or abort it, or start shmbrokerd "
+            "with a larger --size.",
+            (int)key_len, key, (unsigned long long)size, free_bytes,
+            (unsigned long long)s->ring.size, (int)blocker->key_len, blocker->key,
+            blocker->pin_count);
+    return shmb_error_set(
+        err, -ENOSPC,
+        "No space for '%.*s' (%llu bytes): %llu of %llu bytes free; the "
+        "oldest object '%.*s' blocks reclaim (pins=%u, awaited reads=%u)%s. "
+        "Release it or read it, or start shmbrokerd with a larger --size.",
+        (int)key_len, key, (unsigned long long)size, free_bytes,
+        (unsigned long long)s->ring.size, (int)blocker->key_len, blocker->key,
+        blocker->pin_count, blocker->awaited_reads,
+        blocker->state == STORE_DELETED ? " (deleted, still pinned)" : "");
 }
 
 /* Forget that h's allocation of key expired; true when it had. */
@@ -305,7 +309,8 @@ static bool store_forget_expired(struct store_holder *h, const char *key, size_t
 }
 
 /* Remember that h's allocation of key expired (the oldest memory goes). */
-static void store_remember_expired(struct store_holder *h, const char *key, size_t key_len)
+static void store_remember_expired(struct store_holder *h, const char *key,
+                                   size_t key_len)
 {
     unsigned slot = h->expired_next++ % STORE_EXPIRED_REMEMBERED;
 
@@ -313,9 +318,9 @@ static void store_remember_expired(struct store_holder *h, const char *key, size
     h->expired[slot] = shmb_strndup(key, key_len);
 }
 
-int store_alloc(struct store *s, struct store_holder *h, const char *key,
-                size_t key_len, uint64_t size, uint32_t readers,
-                struct store_extent *out, struct shmb_error *err)
+int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t key_len,
+                uint64_t size, uint32_t readers, struct store_extent *out,
+                struct shmb_error *err)
 {
     struct ring_chunk chunk;
     struct object *obj;
@@ -326,17 +331,17 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key,
     if (size == 0)
         return shmb_error_set(err, -EINVAL, "Size must be at least 1 byte.");
     if (size > s->max_object_size)
-        return shmb_error_set(err, -E2BIG,
-                              "Object size (%llu bytes) exceeds max object size (%llu bytes)",
-                              (unsigned long long)size,
-                              (unsigned long long)s->max_object_size);
+        return shmb_error_set(
+            err, -E2BIG, "Object size (%llu bytes) exceeds max object size (%llu bytes)",
+            (unsigned long long)size, (unsigned long long)s->max_object_size);
     if (readers > STORE_MAX_READERS)
         return shmb_error_set(err, -EINVAL, "readers=%u is more than the limit of %u.",
                               readers, STORE_MAX_READERS);
     if (store_lookup(s, key, key_len) != NULL)
         return shmb_error_set(err, -EEXIST,
                               "Key '%.*s' already exists in the storage. Choose another "
-                              "key, or delete it first.", (int)key_len, key);
+                              "key, or delete it first.",
+                              (int)key_len, key);
     obj = shmb_calloc(1, sizeof(*obj) + key_len + 1);
     if (obj == NULL)
         return shmb_error_set(err, -ENOMEM, "Out of memory for a new object.");
@@ -402,8 +407,8 @@ static struct object *store_find_pending(struct store *s, struct store_holder *h
         shmb_error_set(err, -ETIMEDOUT,
                        "Cannot %s '%.*s': the allocation was dropped after %llu ms "
                        "without a commit (--alloc-timeout). Allocate it again and commit "
-                       "sooner.", verb, (int)key_len, key,
-                       (unsigned long long)s->expire_after_ms);
+                       "sooner.",
+                       verb, (int)key_len, key, (unsigned long long)s->expire_after_ms);
     else if (obj != NULL && obj->state == STORE_COMMITTED)
         shmb_error_set(err, -ENOENT,
                        "Cannot %s '%.*s': it is already committed. Only a pending "
@@ -412,7 +417,8 @@ static struct object *store_find_pending(struct store *s, struct store_holder *h
     else
         shmb_error_set(err, -ENOENT,
                        "Cannot %s '%.*s': this connection holds no pending allocation "
-                       "of it. Call alloc first.", verb, (int)key_len, key);
+                       "of it. Call alloc first.",
+                       verb, (int)key_len, key);
     return NULL;
 }
 
@@ -442,8 +448,8 @@ static void store_unlink_pending(struct store *s, struct object *obj)
     obj->age_prev = obj->age_next = NULL;
 }
 
-int store_commit(struct store *s, struct store_holder *h, const char *key,
-                 size_t key_len, struct shmb_error *err)
+int store_commit(struct store *s, struct store_holder *h, const char *key, size_t key_len,
+                 struct shmb_error *err)
 {
     struct object *obj = store_find_pending(s, h, key, key_len, "commit", err);
 
@@ -483,8 +489,8 @@ size_t store_expire_pending(struct store *s, uint64_t max_age_ms)
     return n;
 }
 
-int store_abort(struct store *s, struct store_holder *h, const char *key,
-                size_t key_len, struct shmb_error *err)
+int store_abort(struct store *s, struct store_holder *h, const char *key, size_t key_len,
+                struct shmb_error *err)
 {
     struct object *obj = store_find_pending(s, h, key, key_len, "abort", err);
 
@@ -494,8 +500,8 @@ int store_abort(struct store *s, struct store_holder *h, const char *key,
     return 0;
 }
 
-int store_get(struct store *s, struct store_holder *h, const char *key,
-              size_t key_len, struct store_extent *out, struct shmb_error *err)
+int store_get(struct store *s, struct store_holder *h, const char *key, size_t key_len,
+              struct store_extent *out, struct shmb_error *err)
 {
     struct object *obj = store_lookup(s, key, key_len);
     struct pin *p;
@@ -591,7 +597,8 @@ int store_release(struct store *s, struct store_holder *h, const char *key,
     if (p == NULL)
         return shmb_error_set(err, -ENOENT,
                               "Cannot release '%.*s': this connection holds no pin on it "
-                              "(every get is released once).", (int)key_len, key);
+                              "(every get is released once).",
+                              (int)key_len, key);
     store_unpin(s, p);
     return 0;
 }
@@ -607,8 +614,8 @@ int store_touch(struct store *s, const char *key, size_t key_len, uint32_t reade
     if (readers > STORE_MAX_READERS - obj->awaited_reads)
         return shmb_error_set(err, -EINVAL,
                               "readers=%u would make %llu awaited reads, more than the "
-                              "limit of %u.", readers,
-                              (unsigned long long)obj->awaited_reads + readers,
+                              "limit of %u.",
+                              readers, (unsigned long long)obj->awaited_reads + readers,
                               STORE_MAX_READERS);
     obj->awaited_reads += readers;
     ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
@@ -625,7 +632,8 @@ int store_delete(struct store *s, const char *key, size_t key_len, struct shmb_e
     if (obj->state == STORE_PENDING)
         return shmb_error_set(err, -ENOENT,
                               "Cannot delete '%.*s': it is allocated but not committed; "
-                              "its writer can abort it.", (int)key_len, key);
+                              "its writer can abort it.",
+                              (int)key_len, key);
     index_remove(&s->index, &obj->node);
     s->committed--;
     if (obj->pin_count == 0) {
@@ -744,6 +752,11 @@ size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
     return reported;
 }
 
+uint64_t store_max_object_size(const struct store *s)
+{
+    return s->max_object_size;
+}
+
 void store_set_read_lease(struct store *s, uint64_t read_lease_ms)
 {
     s->cfg.read_lease_ms = read_lease_ms;
@@ -809,7 +822,8 @@ struct store *store_adopt(void *data, uint64_t data_offset, uint64_t data_size,
                           const struct store_config *cfg,
                           struct store_adopt_report *report, struct shmb_error *err)
 {
-    uint64_t start = cursor->ring_start, end = cursor->ring_end, next = cursor->ring_next_id;
+    uint64_t start = cursor->ring_start, end = cursor->ring_end,
+             next = cursor->ring_next_id;
     struct store_adoption a;
     struct shmb_error walk = {0};
     struct store *s;

@@ -35,10 +35,10 @@ struct store_config {
 /* What store_adopt found in an existing segment. */
 struct store_adopt_report {
     uint64_t restored, restored_bytes; /* committed objects brought back */
-    uint64_t dropped_pending;  /* allocations their writers never committed */
-    uint64_t dropped_free;     /* deleted or freed chunks */
-    uint64_t dropped_invalid;  /* committed chunks with a bad or duplicate key */
-    bool corrupt;              /* the walk stopped early; message says where */
+    uint64_t dropped_pending;          /* allocations their writers never committed */
+    uint64_t dropped_free;             /* deleted or freed chunks */
+    uint64_t dropped_invalid;          /* committed chunks with a bad or duplicate key */
+    bool corrupt;                      /* the walk stopped early; message says where */
     char message[SHMB_ERROR_MSG_MAX];
 };
 
@@ -110,9 +110,9 @@ void store_holder_free(struct store *s, struct store_holder *h);
  * are neither pinned nor awaited, then retries once. readers is the number of
  * reads the object awaits before it may be reclaimed.
  * -EINVAL, -EEXIST, -E2BIG, -ENOSPC (the message names the blocker), -ENOMEM. */
-int store_alloc(struct store *s, struct store_holder *h, const char *key,
-                size_t key_len, uint64_t size, uint32_t readers,
-                struct store_extent *out, struct shmb_error *err);
+int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t key_len,
+                uint64_t size, uint32_t readers, struct store_extent *out,
+                struct shmb_error *err);
 
 /* Drop pending allocations older than max_age_ms (oldest first); their
  * holders get -ETIMEDOUT when they commit them. Returns how many went. */
@@ -120,17 +120,17 @@ size_t store_expire_pending(struct store *s, uint64_t max_age_ms);
 
 /* Make h's pending allocation of key visible. -ENOENT otherwise, -ETIMEDOUT
  * when store_expire_pending dropped it. */
-int store_commit(struct store *s, struct store_holder *h, const char *key,
-                 size_t key_len, struct shmb_error *err);
+int store_commit(struct store *s, struct store_holder *h, const char *key, size_t key_len,
+                 struct shmb_error *err);
 
 /* Drop h's pending allocation of key. -ENOENT otherwise. */
-int store_abort(struct store *s, struct store_holder *h, const char *key,
-                size_t key_len, struct shmb_error *err);
+int store_abort(struct store *s, struct store_holder *h, const char *key, size_t key_len,
+                struct shmb_error *err);
 
 /* Pin a committed object for h and count one read. -ENOENT when absent or
  * not committed. */
-int store_get(struct store *s, struct store_holder *h, const char *key,
-              size_t key_len, struct store_extent *out, struct shmb_error *err);
+int store_get(struct store *s, struct store_holder *h, const char *key, size_t key_len,
+              struct store_extent *out, struct shmb_error *err);
 
 /* Drop one of h's pins on key (deleted objects included). -ENOENT when h
  * holds none. */
@@ -148,6 +148,9 @@ int store_delete(struct store *s, const char *key, size_t key_len,
 
 /* True when a committed object has that key. */
 bool store_contains(const struct store *s, const char *key, size_t key_len);
+
+/* The largest payload alloc accepts. */
+uint64_t store_max_object_size(const struct store *s);
 
 /* Change the read lease (SIGHUP); 0 turns it off. */
 void store_set_read_lease(struct store *s, uint64_t read_lease_ms);

@@ -13,13 +13,26 @@ static const struct {
     int code;
     const char *name;
 } error_names[] = {
-    {EPROTO, "EPROTO"},     {EINVAL, "EINVAL"},       {ENOSYS, "ENOSYS"},
-    {EEXIST, "EEXIST"},     {ENOENT, "ENOENT"},       {E2BIG, "E2BIG"},
-    {ENOSPC, "ENOSPC"},     {EPERM, "EPERM"},         {EMSGSIZE, "EMSGSIZE"},
-    {ETIMEDOUT, "ETIMEDOUT"}, {EBUSY, "EBUSY"},       {ENOMEM, "ENOMEM"},
-    {EIO, "EIO"},           {ECONNREFUSED, "ECONNREFUSED"},
-    {ECONNRESET, "ECONNRESET"}, {EPIPE, "EPIPE"},     {EBADMSG, "EBADMSG"},
-    {EAGAIN, "EAGAIN"},     {EMFILE, "EMFILE"},       {ENOTCONN, "ENOTCONN"},
+    {EPROTO, "EPROTO"},
+    {EINVAL, "EINVAL"},
+    {ENOSYS, "ENOSYS"},
+    {EEXIST, "EEXIST"},
+    {ENOENT, "ENOENT"},
+    {E2BIG, "E2BIG"},
+    {ENOSPC, "ENOSPC"},
+    {EPERM, "EPERM"},
+    {EMSGSIZE, "EMSGSIZE"},
+    {ETIMEDOUT, "ETIMEDOUT"},
+    {EBUSY, "EBUSY"},
+    {ENOMEM, "ENOMEM"},
+    {EIO, "EIO"},
+    {ECONNREFUSED, "ECONNREFUSED"},
+    {ECONNRESET, "ECONNRESET"},
+    {EPIPE, "EPIPE"},
+    {EBADMSG, "EBADMSG"},
+    {EAGAIN, "EAGAIN"},
+    {EMFILE, "EMFILE"},
+    {ENOTCONN, "ENOTCONN"},
     {EDQUOT, "EDQUOT"},
 };
 

@@ -14,8 +14,8 @@
 #define SHMB_ERROR_MSG_MAX 1024
 
 struct shmb_error {
-    int code;                          /* negative errno, 0 when unset */
-    char message[SHMB_ERROR_MSG_MAX];  /* NUL-terminated, "" when unset */
+    int code;                         /* negative errno, 0 when unset */
+    char message[SHMB_ERROR_MSG_MAX]; /* NUL-terminated, "" when unset */
 };
 
 /* Record code and a printf-style message in err (may be NULL); returns code. */

@@ -71,18 +71,21 @@ int shmb_parse_reply(const char *line, size_t len, json_t **reply, struct shmb_e
     value = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
     if (value == NULL || !json_is_object(value)) {
         json_decref(value);
-        return shmb_error_set(err, -EPROTO, "shmbrokerd sent a reply that is not a JSON "
-                              "object (%s).", value == NULL ? jerr.text : "wrong type");
+        return shmb_error_set(err, -EPROTO,
+                              "shmbrokerd sent a reply that is not a JSON "
+                              "object (%s).",
+                              value == NULL ? jerr.text : "wrong type");
     }
     ok = json_object_get(value, "ok");
     if (json_is_true(ok)) {
         *reply = value;
         return 0;
     }
-    if (!json_is_false(ok) || json_unpack(value, "{s:s, s:s}", "error", &code, "message",
-                                          &message) != 0) {
+    if (!json_is_false(ok) ||
+        json_unpack(value, "{s:s, s:s}", "error", &code, "message", &message) != 0) {
         json_decref(value);
-        return shmb_error_set(err, -EPROTO, "shmbrokerd sent a reply without \"ok\", "
+        return shmb_error_set(err, -EPROTO,
+                              "shmbrokerd sent a reply without \"ok\", "
                               "\"error\" and \"message\".");
     }
     rc = shmb_error_set(err, shmb_error_from_name(code), "%s", message);

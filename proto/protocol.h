@@ -37,6 +37,7 @@ json_t *shmb_error_reply(const json_t *id, int code, const char *message);
 /* Decode a reply line. On {"ok":true,...} returns 0 and *reply (owned by the
  * caller); on {"ok":false,...} returns the negative code and copies the
  * daemon's message into err; -EPROTO when the line is not a reply. */
-int shmb_parse_reply(const char *line, size_t len, json_t **reply, struct shmb_error *err);
+int shmb_parse_reply(const char *line, size_t len, json_t **reply,
+                     struct shmb_error *err);
 
 #endif
