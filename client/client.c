@@ -131,8 +131,8 @@ static int client_lost(shmb_t *c, const char *what, int saved)
     c->sock = -1;
     return shmb_error_set(&c->err, -ECONNRESET,
                           "Connection to shmbrokerd lost (%s: %s); every pin and pending "
-                          "allocation of this handle was released. Reconnect with a new "
-                          "handle.",
+                          "allocation of this handle was released. Call shmb_reconnect to "
+                          "go on: committed objects and the mapping stay.",
                           what, saved ? strerror(saved) : "closed by the daemon");
 }
 

@@ -203,6 +203,7 @@ static int cmd_alloc(struct command_call *call)
              * been made, in arrival order, until the deadline. */
             if (call->wait_until_ms == 0)
                 call->wait_until_ms = command_now_ms() + (uint64_t)wait_ms;
+            store_retract_enospc(call->env->store);
             return -EINPROGRESS;
         }
         snprintf(why, sizeof(why), "%s", call->err.message);
@@ -491,6 +492,11 @@ static int command_dispatch(struct command_call *call, json_t *req, bool in_batc
 
     call->req = req;
     value = json_object_get(req, "op");
+    /* "noreply" is honoured before anything can fail, so that a client that
+     * pipelines noreply requests never gets a line it does not expect. */
+    if (!in_batch && json_is_true(json_object_get(req, "noreply")) && json_is_string(value) &&
+        (op = command_find(json_string_value(value))) != NULL && op->noreply_ok)
+        call->noreply = true;
     if (!json_is_string(value))
         return shmb_error_set(&call->err, -EINVAL,
                               "Request has no \"op\" string; for example "
@@ -699,6 +705,11 @@ void command_retry(struct command_env *env, struct command_client *client,
 uint64_t command_room_generation(const struct command_env *env)
 {
     return store_room_generation(env->store);
+}
+
+uint64_t command_room_wake_ms(const struct command_env *env)
+{
+    return store_lease_wake_ms(env->store);
 }
 
 void command_oversized(size_t limit, struct command_result *out)

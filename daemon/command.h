@@ -84,6 +84,10 @@ void command_retry(struct command_env *env, struct command_client *client,
  * abort, disconnect or expiry. Waiting allocs are retried when it changes. */
 uint64_t command_room_generation(const struct command_env *env);
 
+/* When room may appear without any request (a read lease running out), in
+ * command_now_ms time; UINT64_MAX when nothing is due. */
+uint64_t command_room_wake_ms(const struct command_env *env);
+
 /* The reply to a request line longer than SHMB_MAX_LINE; the connection
  * closes after it. */
 void command_oversized(size_t limit, struct command_result *out);

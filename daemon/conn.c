@@ -346,12 +346,10 @@ static void conn_after(struct conn *conn, enum conn_step step)
         conn_close(conn);
         return;
     }
-    /* A waiting connection reads nothing more: its socket fills, and the
-     * client, which waits for this reply anyway, is not harmed. */
-    if (step == CONN_WAIT && !conn->paused) {
-        uv_read_stop((uv_stream_t *)&conn->pipe);
-        conn->paused = true;
-    } else if (step == CONN_NEXT && conn->paused) {
+    /* A waiting connection keeps reading, so that its disconnect is seen at
+     * once, but only buffers what comes (conn_process runs nothing while it
+     * waits); reading pauses when the buffer is full (conn_on_read). */
+    if (step == CONN_NEXT && conn->paused) {
         conn->paused = false;
         uv_read_start((uv_stream_t *)&conn->pipe, conn_on_alloc, conn_on_read);
     }
@@ -364,6 +362,14 @@ static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
     (void)buf;
     if (nread == 0 || conn->closing)
         return;
+    if (nread == UV_ENOBUFS && conn->in_len == conn->in_cap &&
+        (conn->wait_request != NULL || conn->hello_out != NULL)) {
+        /* A waiting connection filled its input buffer with requests queued
+         * behind the wait: stop reading until the wait is over. */
+        uv_read_stop(stream);
+        conn->paused = true;
+        return;
+    }
     if (nread < 0) {
         if (nread != UV_EOF)
             log_debug("client pid %d: read failed: %s", (int)conn->client.pid,

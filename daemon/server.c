@@ -258,15 +258,18 @@ static void server_on_readable(uv_poll_t *watcher, int status, int events)
 
 static void server_on_wait_timer(uv_timer_t *timer);
 
-/* Arm the timer for the earliest deadline among the waiters. */
+/* Arm the timer for the earliest deadline among the waiters, or for the
+ * moment a read lease lets the blocker go, if that comes first. */
 static void server_arm_wait_timer(struct server *srv)
 {
-    uint64_t earliest = UINT64_MAX, now = command_now_ms();
+    uint64_t earliest = UINT64_MAX, now = command_now_ms(), wake;
     struct conn *c;
 
     for (c = srv->wait_head; c != NULL; c = c->wait_next)
         if (c->wait_until_ms < earliest)
             earliest = c->wait_until_ms;
+    if (earliest != UINT64_MAX && (wake = command_room_wake_ms(srv->env)) < earliest)
+        earliest = wake;
     if (earliest == UINT64_MAX)
         uv_timer_stop(&srv->wait_timer);
     else
@@ -276,6 +279,9 @@ static void server_arm_wait_timer(struct server *srv)
 
 void server_wait_add(struct server *srv, struct conn *conn)
 {
+    /* It just found no room: retry only once something changes. */
+    if (srv->wait_head == NULL)
+        srv->room_gen = command_room_generation(srv->env);
     conn->wait_next = NULL;
     conn->wait_prev = srv->wait_tail;
     if (srv->wait_tail != NULL)
@@ -336,15 +342,19 @@ static void server_on_room_check(uv_check_t *check)
         ;
 }
 
-/* A deadline came: answer every waiter whose time is up, allocation or
+/* A deadline came, or a read lease ran out: serve waiters in arrival order
+ * while they fit, then answer every waiter whose time is up, allocation or
  * ETIMEDOUT. */
 static void server_on_wait_timer(uv_timer_t *timer)
 {
     struct server *srv = timer->data;
     uint64_t now = command_now_ms();
-    struct conn *c = srv->wait_head, *next;
+    struct conn *c, *next;
 
-    for (; c != NULL; c = next) {
+    while (srv->wait_head != NULL && srv->wait_head->wait_until_ms > now &&
+           server_retry(srv, srv->wait_head, false))
+        ;
+    for (c = srv->wait_head; c != NULL; c = next) {
         next = c->wait_next;
         if (c->wait_until_ms <= now)
             server_retry(srv, c, true);

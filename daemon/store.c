@@ -412,8 +412,9 @@ static struct object *store_find_pending(struct store *s, struct store_holder *h
     else if (obj != NULL && obj->state == STORE_COMMITTED)
         shmb_error_set(err, -ENOENT,
                        "Cannot %s '%.*s': it is already committed. Only a pending "
-                       "allocation made on this connection can be %sed.",
-                       verb, (int)key_len, key, verb);
+                       "allocation made on this connection can be %s.",
+                       verb, (int)key_len, key,
+                       strcmp(verb, "commit") == 0 ? "committed" : "aborted");
     else
         shmb_error_set(err, -ENOENT,
                        "Cannot %s '%.*s': this connection holds no pending allocation "
@@ -456,6 +457,7 @@ int store_commit(struct store *s, struct store_holder *h, const char *key, size_
     if (obj == NULL)
         return err != NULL ? err->code : -ENOENT;
     store_unlink_pending(s, obj);
+    s->room_gen++; /* a pending blocker may now be reclaimable */
     obj->state = STORE_COMMITTED;
     obj->created_ms = store_now_ms();
     ring_set_state(&s->ring, obj->ring_id, SHMB_CHUNK_COMMITTED);
@@ -760,6 +762,32 @@ uint64_t store_max_object_size(const struct store *s)
 void store_set_read_lease(struct store *s, uint64_t read_lease_ms)
 {
     s->cfg.read_lease_ms = read_lease_ms;
+}
+
+uint64_t store_lease_wake_ms(const struct store *s)
+{
+    size_t i;
+
+    if (s->cfg.read_lease_ms == 0)
+        return UINT64_MAX;
+    for (i = 0; i < ring_count(&s->ring); i++) {
+        const struct object *obj = ring_at(&s->ring, i, NULL);
+
+        if (obj == NULL || (obj->state == STORE_COMMITTED && obj->pin_count == 0 &&
+                            obj->awaited_reads == 0))
+            continue;
+        /* The first object reclaim cannot pass: only its lease can free it. */
+        if (obj->state == STORE_COMMITTED && obj->pin_count == 0 && !obj->lease_told)
+            return obj->created_ms + s->cfg.read_lease_ms;
+        return UINT64_MAX;
+    }
+    return UINT64_MAX;
+}
+
+void store_retract_enospc(struct store *s)
+{
+    if (s->enospc > 0)
+        s->enospc--;
 }
 
 uint64_t store_room_generation(const struct store *s)

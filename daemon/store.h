@@ -149,6 +149,15 @@ int store_delete(struct store *s, const char *key, size_t key_len,
 /* True when a committed object has that key. */
 bool store_contains(const struct store *s, const char *key, size_t key_len);
 
+/* When a read lease will let the head-of-line blocker go (the monotonic
+ * millisecond of store_now), or UINT64_MAX when no lease will: waiting
+ * allocations are retried then. */
+uint64_t store_lease_wake_ms(const struct store *s);
+
+/* An allocation that found no room is going to wait for it rather than
+ * fail: do not count it among the ENOSPC refusals (yet). */
+void store_retract_enospc(struct store *s);
+
 /* The largest payload alloc accepts. */
 uint64_t store_max_object_size(const struct store *s);
 
