@@ -16,7 +16,18 @@
 #define CONN_IN_START 4096
 #define CONN_IN_MAX (SHMB_MAX_LINE + 1)
 
+/* What the connection does after a request. */
+enum conn_step {
+    CONN_NEXT,  /* go on with the next request */
+    CONN_CLOSE, /* send what is queued, then close */
+    CONN_WAIT,  /* an alloc waits for space, or the hello reply waits for the
+                   write queue to drain: run nothing more until then */
+    CONN_DROP,  /* close at once, dropping what is queued */
+};
+
 static void conn_resume(struct conn *conn);
+static enum conn_step conn_process(struct conn *conn);
+static void conn_after(struct conn *conn, enum conn_step step);
 
 /* A write in flight; owns the bytes it writes. */
 struct conn_write {
@@ -76,6 +87,21 @@ static void conn_on_write(uv_write_t *req, int status)
         conn_resume(conn);
 }
 
+/* Bytes of replies the client has not read yet: queued in libuv, and built
+ * in this batch. */
+static size_t conn_unread(const struct conn *conn)
+{
+    return uv_stream_get_write_queue_size((const uv_stream_t *)&conn->pipe) + conn->out_len;
+}
+
+static void conn_log_unread(const struct conn *conn)
+{
+    log_warn("client pid %d (%s) does not read its replies (%zu bytes unread, limit %zu, "
+             "--max-queued-output); disconnecting it",
+             (int)conn->client.pid, conn->client.name[0] ? conn->client.name : "unnamed",
+             conn_unread(conn), conn->server->limits->max_queued_output);
+}
+
 /* Write this batch's replies: directly when the socket takes them, else queue
  * the rest (the write request takes the buffer). */
 static int conn_flush(struct conn *conn)
@@ -88,6 +114,13 @@ static int conn_flush(struct conn *conn)
 
     if (conn->out_len == 0 || conn->closing)
         return 0;
+    /* Output still queued from earlier batches means a client that sends
+     * but does not read: past the bound it is cut off, so that it cannot
+     * grow the daemon's memory. One large reply (a list) is fine alone. */
+    if (uv_stream_get_write_queue_size(stream) > conn->server->limits->max_queued_output) {
+        conn_log_unread(conn);
+        return UV_ENOBUFS;
+    }
     buf = uv_buf_init(conn->out, (unsigned)conn->out_len);
     rc = uv_try_write(stream, &buf, 1);
     if (rc > 0)
@@ -112,16 +145,6 @@ static int conn_flush(struct conn *conn)
         shmb_free(w->data);
         shmb_free(w);
         return rc;
-    }
-    if (uv_stream_get_write_queue_size(stream) >
-        conn->server->limits->max_queued_output) {
-        log_warn("client pid %d (%s) does not read its replies (%zu bytes queued, limit "
-                 "%zu); disconnecting it",
-                 (int)conn->client.pid,
-                 conn->client.name[0] ? conn->client.name : "unnamed",
-                 uv_stream_get_write_queue_size(stream),
-                 conn->server->limits->max_queued_output);
-        return UV_ENOBUFS;
     }
     return 0;
 }
@@ -176,13 +199,6 @@ static int conn_queue(struct conn *conn, const json_t *reply)
     return shmb_json_append_line(reply, &conn->out, &conn->out_len, &conn->out_cap);
 }
 
-/* What the connection does after a request. */
-enum conn_step {
-    CONN_NEXT,  /* go on with the next request */
-    CONN_CLOSE, /* send what is queued, then close */
-    CONN_WAIT,  /* an alloc waits for space, or the hello reply waits for the
-                   write queue to drain: read nothing more until then */
-};
 
 /* Act on a command's result: queue its reply, pass the descriptor after
  * hello, or park the connection as a waiter. */
@@ -285,6 +301,15 @@ static enum conn_step conn_process(struct conn *conn)
 
         step = conn_handle_line(conn, conn->in + start, len);
         start += len + 1;
+        /* More replies than the bound on unread output, and more requests
+         * behind them: the client sends without reading (a line of
+         * pipelined 'list' requests would make the daemon hold gigabytes).
+         * One large reply on its own is fine. */
+        if (step == CONN_NEXT && conn_unread(conn) > conn->server->limits->max_queued_output &&
+            memchr(conn->in + start, '\n', conn->in_len - start) != NULL) {
+            conn_log_unread(conn);
+            step = CONN_DROP;
+        }
     }
     if (start > 0) {
         memmove(conn->in, conn->in + start, conn->in_len - start);
@@ -337,6 +362,10 @@ static void conn_after(struct conn *conn, enum conn_step step)
 
     if (step == CONN_CLOSE) {
         conn_finish(conn);
+        return;
+    }
+    if (step == CONN_DROP) {
+        conn_close(conn);
         return;
     }
     if ((rc = conn_flush(conn)) < 0) {
