@@ -203,28 +203,50 @@ static void server_admit(struct server *srv, int fd)
     }
 }
 
-/* Out of descriptors: refuse the waiting client with the reserved descriptor,
- * then stop accepting until a connection closes, rather than spin. */
+/* With the reserved descriptor, accept and refuse the clients waiting in the
+ * backlog, so that none waits without an answer while descriptors are out. */
+static void server_refuse_queued(struct server *srv)
+{
+    int fd, n;
+
+    if (srv->reserve_fd < 0)
+        return;
+    close(srv->reserve_fd);
+    srv->reserve_fd = -1;
+    for (n = 0; n < 64; n++) {
+        fd = accept4(srv->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0)
+            break;
+        server_refuse(fd, -EMFILE,
+                      "shmbrokerd is out of file descriptors; try again when a client "
+                      "disconnects.");
+    }
+    srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+/* While paused, clients that queue up are refused once a second. */
+static void server_on_emfile_timer(uv_timer_t *timer)
+{
+    struct server *srv = timer->data;
+
+    if (srv->paused)
+        server_refuse_queued(srv);
+    else
+        uv_timer_stop(timer);
+}
+
+/* Out of descriptors: refuse the waiting clients with the reserved
+ * descriptor, then stop accepting until a connection closes, rather than
+ * spin; clients that queue meanwhile are refused once a second. */
 static void server_out_of_fds(struct server *srv, int saved)
 {
-    int fd;
-
     log_warn("out of file descriptors (%s) with %u clients; not accepting new clients "
              "until one disconnects (raise the limit with ulimit -n or LimitNOFILE=)",
              strerror(saved), srv->nconns);
-    if (srv->reserve_fd >= 0) {
-        close(srv->reserve_fd);
-        srv->reserve_fd = -1;
-        fd = accept4(srv->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd >= 0)
-            server_refuse(
-                fd, -EMFILE,
-                "shmbrokerd is out of file descriptors; try again when a client "
-                "disconnects.");
-        srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    }
+    server_refuse_queued(srv);
     uv_poll_stop(&srv->watcher);
     srv->paused = true;
+    uv_timer_start(&srv->emfile_timer, server_on_emfile_timer, 1000, 1000);
 }
 
 /* The listening socket is readable: accept what is waiting, a bounded batch
@@ -381,6 +403,9 @@ static int server_watch(struct server *srv, int fd, struct shmb_error *err)
     uv_timer_init(srv->loop, &srv->wait_timer);
     srv->wait_timer.data = srv;
     uv_unref((uv_handle_t *)&srv->wait_timer);
+    uv_timer_init(srv->loop, &srv->emfile_timer);
+    srv->emfile_timer.data = srv;
+    uv_unref((uv_handle_t *)&srv->emfile_timer);
     if ((rc = uv_poll_start(&srv->watcher, UV_READABLE, server_on_readable)) < 0)
         return shmb_error_set(err, -EIO, "Cannot watch %s: %s.", srv->path,
                               uv_strerror(rc));
@@ -507,6 +532,7 @@ void server_forget(struct server *srv, struct conn *conn)
     srv->nconns--;
     if (srv->paused && srv->watching && srv->listen_fd >= 0) {
         srv->paused = false;
+        uv_timer_stop(&srv->emfile_timer);
         if (srv->reserve_fd < 0)
             srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         uv_poll_start(&srv->watcher, UV_READABLE, server_on_readable);
@@ -522,6 +548,7 @@ void server_close(struct server *srv)
         uv_close((uv_handle_t *)&srv->watcher, NULL);
         uv_close((uv_handle_t *)&srv->room_check, NULL);
         uv_close((uv_handle_t *)&srv->wait_timer, NULL);
+        uv_close((uv_handle_t *)&srv->emfile_timer, NULL);
         srv->watching = false;
     }
     if (srv->listen_fd >= 0)

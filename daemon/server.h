@@ -49,6 +49,7 @@ struct server {
     struct conn *wait_head, *wait_tail;
     uv_check_t room_check;
     uv_timer_t wait_timer;
+    uv_timer_t emfile_timer; /* refuses queued clients while out of descriptors */
     uint64_t room_gen;
 };
 

@@ -708,7 +708,6 @@ void store_stats(const struct store *s, struct store_stats *out)
     out->evictions = s->evictions;
     out->enospc = s->enospc;
     out->expired_allocs = s->expired_allocs;
-    out->lease_expiries = s->lease_expiries;
     /* Reclaim passes over freed chunks and evictable objects; the first
      * object it cannot pass is the head-of-line blocker. */
     for (i = 0; i < ring_count(&s->ring); i++) {
@@ -724,6 +723,8 @@ void store_stats(const struct store *s, struct store_stats *out)
         out->blocker_state = (enum store_state)obj->state;
         break;
     }
+    /* Read after the walk, which may notice a lease running out. */
+    out->lease_expiries = s->lease_expiries;
 }
 
 size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,

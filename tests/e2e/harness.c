@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -247,8 +248,13 @@ void h_daemon_print_log(const struct h_daemon *d)
 {
     char *log = h_read_file(d->log, NULL);
 
-    print_message("---- log of shmbrokerd --name %s (%s):\n%s---- end of log\n", d->name,
-                  d->log, log != NULL ? log : "(unreadable)\n");
+    /* Straight to stdout, where cmocka prints: its print_message keeps only
+     * the first kilobyte or so, and a sanitizer report comes at the end. */
+    fflush(stdout);
+    printf("---- log of shmbrokerd --name %s (%s):\n", d->name, d->log);
+    fputs(log != NULL ? log : "(unreadable)\n", stdout);
+    printf("---- end of log\n");
+    fflush(stdout);
     free(log);
 }
 
@@ -922,4 +928,125 @@ void h_assert_alive_at(const struct h_daemon *d, const char *file, int line)
     json_decref(reply);
     h_expect_at(&c, "{\"op\":\"stats\"}", NULL, NULL, file, line);
     h_conn_close(&c);
+}
+
+/* ---- daemons with resource limits, restarts ----------------------------- */
+
+pid_t h_daemon_spawn_nofile(struct h_fix *f, struct h_daemon *d, const char *const *extra,
+                            unsigned long nofile)
+{
+    struct rlimit lim = {(rlim_t)nofile, (rlim_t)nofile};
+    const char *argv[32];
+    int n = 0, i, fd;
+    pid_t pid;
+
+    (void)f;
+    argv[n++] = h_daemon_bin();
+    argv[n++] = "--socket";
+    argv[n++] = d->socket;
+    argv[n++] = "--name";
+    argv[n++] = d->name;
+    argv[n++] = "--size";
+    argv[n++] = d->size;
+    argv[n++] = "--shm-dir";
+    argv[n++] = d->shm_dir;
+    for (i = 0; extra != NULL && extra[i] != NULL && n < 31; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid < 0) {
+        close(fd);
+        return -1;
+    }
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDONLY);
+
+        h_child_init();
+        if (null >= 0)
+            dup2(null, STDIN_FILENO);
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        /* Descriptors the test process left open would count against the
+         * limit; the daemon must start with only its standard three. */
+        for (i = STDERR_FILENO + 1; i < 1024; i++)
+            close(i);
+        if (setrlimit(RLIMIT_NOFILE, &lim) != 0) {
+            dprintf(STDERR_FILENO, "harness: setrlimit(RLIMIT_NOFILE, %lu): %s\n", nofile,
+                    strerror(errno));
+            _exit(126);
+        }
+        execv(argv[0], (char *const *)argv);
+        dprintf(STDERR_FILENO, "harness: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(fd);
+    d->pid = pid;
+    d->status = -1;
+    return pid;
+}
+
+struct h_daemon *h_daemon_again(struct h_fix *f, const struct h_daemon *old)
+{
+    struct h_daemon copy = *old;
+    struct h_daemon *d = h_daemon_new(f, copy.size);
+
+    snprintf(d->name, sizeof(d->name), "%s", copy.name);
+    snprintf(d->socket, sizeof(d->socket), "%s", copy.socket);
+    snprintf(d->shm_dir, sizeof(d->shm_dir), "%s", copy.shm_dir);
+    return d;
+}
+
+long long h_proc_cpu_ticks(pid_t pid)
+{
+    char path[64], *text, *p;
+    unsigned long long utime, stime;
+    long long ticks = -1;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    text = h_read_file(path, NULL);
+    if (text == NULL)
+        return -1;
+    /* After the command name in parentheses: state is field 3, utime 14,
+     * stime 15. */
+    p = strrchr(text, ')');
+    if (p != NULL && sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+                            &utime, &stime) == 2)
+        ticks = (long long)(utime + stime);
+    free(text);
+    return ticks;
+}
+
+long long h_proc_rss_kib(pid_t pid)
+{
+    char path[64], *text, *p;
+    long long kib = -1;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    text = h_read_file(path, NULL);
+    if (text == NULL)
+        return -1;
+    p = strstr(text, "\nVmRSS:");
+    if (p != NULL)
+        kib = strtoll(p + 7, NULL, 10);
+    free(text);
+    return kib;
+}
+
+int h_count(const char *haystack, const char *needle)
+{
+    size_t len = needle != NULL ? strlen(needle) : 0;
+    int n = 0;
+
+    if (haystack == NULL || len == 0)
+        return 0;
+    while ((haystack = strstr(haystack, needle)) != NULL) {
+        n++;
+        haystack += len;
+    }
+    return n;
 }

@@ -269,4 +269,24 @@ uint64_t h_now_ms(void);
 /* True when haystack contains needle (either may be NULL: false). */
 bool h_contains(const char *haystack, const char *needle);
 
+/* ---- daemons with resource limits, restarts ----------------------------- */
+
+/* As h_daemon_spawn, but the child runs with RLIMIT_NOFILE set to nofile
+ * (soft and hard) before it execs, as after `ulimit -n nofile`. */
+pid_t h_daemon_spawn_nofile(struct h_fix *f, struct h_daemon *d, const char *const *extra,
+                            unsigned long nofile);
+
+/* A new daemon slot for a restart of old: the same --name, --socket,
+ * --shm-dir and --size, its own log. Nothing runs yet (h_daemon_spawn). */
+struct h_daemon *h_daemon_again(struct h_fix *f, const struct h_daemon *old);
+
+/* CPU time (user + system) pid has used, in clock ticks; -1 when unknown. */
+long long h_proc_cpu_ticks(pid_t pid);
+
+/* Resident set size of pid in KiB (VmRSS); -1 when unknown. */
+long long h_proc_rss_kib(pid_t pid);
+
+/* How many times needle occurs in haystack (0 when either is NULL). */
+int h_count(const char *haystack, const char *needle);
+
 #endif

@@ -1449,6 +1449,244 @@ static void test_reference_model(void **state)
     fix_free(f);
 }
 
+/* ---- adoption, retraction ------------------------------------------------ */
+
+/* What ring_adopt offered: ids, payload offsets and states, in order. */
+struct offered {
+    size_t n;
+    uint64_t ids[16];
+    uint64_t offsets[16];
+    uint16_t states[16];
+    uint64_t refuse_mask; /* ids (< 64) whose chunk is not kept */
+};
+
+/* ring_adopt callback: record the chunk; keep it (owner tag(id)) unless its
+ * id is in refuse_mask. */
+static void *adopt_record(const struct shmb_chunk_header *hdr, const char *key,
+                          uint64_t payload_offset, void *arg)
+{
+    struct offered *o = arg;
+
+    (void)key;
+    assert_true(o->n < 16);
+    o->ids[o->n] = hdr->id;
+    o->offsets[o->n] = payload_offset;
+    o->states[o->n] = hdr->state;
+    o->n++;
+    if (hdr->id < 64 && (o->refuse_mask & (UINT64_C(1) << hdr->id)))
+        return NULL;
+    return tag(hdr->id);
+}
+
+/* A second ring over f's data area, as a restarted daemon builds it: the
+ * cursor is read from the header first (ring_init resets it), then the ring
+ * is rebuilt from the chunk headers. Returns ring_adopt's result. */
+static int readopt(struct fix *f, struct ring *r2, struct offered *o, struct shmb_error *err)
+{
+    uint64_t start = f->cursor.ring_start, end = f->cursor.ring_end;
+    uint64_t next_id = f->cursor.ring_next_id;
+    struct shmb_error init_err = {0};
+
+    assert_true(f->with_cursor);
+    memset(r2, 0, sizeof(*r2));
+    assert_int_equal(ring_init(r2, f->data, DATA_OFFSET, f->size, &f->cursor, &init_err), 0);
+    return ring_adopt(r2, start, end, next_id, adopt_record, o, err);
+}
+
+/* ring_adopt rebuilds, from the chunk headers and the saved cursor alone, a
+ * ring that wrapped around past a skipped tail gap after its oldest chunks
+ * were freed: the same start, end, next id, live chunks (ids, positions,
+ * owners, states) and free bytes, the cursor mirrored; and the rebuilt ring
+ * then behaves exactly like the original through frees and allocations. */
+static void test_adopt_rebuilds_wrapped_ring(void **state)
+{
+    struct fix *f = fix_new(1024, true);
+    struct shmb_error err = {0};
+    struct ring_chunk a, b, c, d, x1, x2, o1, o2;
+    struct offered o;
+    struct ring r2;
+    size_t i;
+
+    (void)state;
+    memset(&o, 0, sizeof(o));
+    a = alloc_ok(f, 250, "a", tag(0));  /* 320 bytes at 0 */
+    b = alloc_ok(f, 250, "b", tag(1));  /* 320 bytes at 320 */
+    c = alloc_ok(f, 250, "c", tag(2));  /* 320 bytes at 640 */
+    assert_int_equal(ring_free(&f->r, a.id), 0);
+    assert_int_equal(ring_set_state(&f->r, b.id, SHMB_CHUNK_COMMITTED), 0);
+    /* 64 bytes before the end: d skips them (a gap) and starts at 0. */
+    d = alloc_ok(f, 100, "d", tag(3));
+    assert_int_equal(d.phys, 0);
+    assert_int_equal(ring_free(&f->r, b.id), 0);
+    assert_int_equal(f->r.start, 640);
+    assert_int_equal(f->r.end, 1024 + 192);
+    check_ring(f);
+
+    assert_int_equal(readopt(f, &r2, &o, &err), 0);
+    assert_int_equal(o.n, 2);
+    assert_int_equal(o.ids[0], c.id);
+    assert_int_equal(o.offsets[0], c.payload_offset);
+    assert_int_equal(o.states[0], SHMB_CHUNK_PENDING);
+    assert_int_equal(o.ids[1], d.id);
+    assert_int_equal(o.offsets[1], d.payload_offset);
+    assert_int_equal(r2.start, f->r.start);
+    assert_int_equal(r2.end, f->r.end);
+    assert_int_equal(r2.next_id, f->r.next_id);
+    assert_int_equal(ring_count(&r2), 2);
+    assert_int_equal(ring_used(&r2), ring_used(&f->r));
+    assert_ptr_equal(ring_at(&r2, 0, &o1), tag(c.id));
+    assert_int_equal(o1.phys, c.phys);
+    assert_int_equal(o1.chunk_size, c.chunk_size);
+    assert_ptr_equal(ring_at(&r2, 1, &o1), tag(d.id));
+    assert_int_equal(o1.phys, d.phys);
+    assert_int_equal(f->cursor.ring_start, r2.start);
+    assert_int_equal(f->cursor.ring_end, r2.end);
+    assert_int_equal(f->cursor.ring_next_id, r2.next_id);
+
+    /* Both rings, fed the same operations, answer the same. */
+    assert_int_equal(ring_alloc(&f->r, 400, "x", 1, tag(9), &x1, &err), -ENOSPC);
+    assert_int_equal(ring_alloc(&r2, 400, "x", 1, tag(9), &x2, &err), -ENOSPC);
+    assert_int_equal(ring_free(&f->r, c.id), 0);
+    assert_int_equal(ring_free(&r2, c.id), 0);
+    assert_int_equal(r2.start, f->r.start);
+    assert_int_equal(r2.end, f->r.end);
+    for (i = 0; i < 3; i++) {
+        memset(&x1, 0, sizeof(x1));
+        memset(&x2, 0, sizeof(x2));
+        assert_int_equal(ring_alloc(&f->r, 100, "y", 1, tag(10 + i), &x1, &err), 0);
+        assert_int_equal(ring_alloc(&r2, 100, "y", 1, tag(10 + i), &x2, &err), 0);
+        assert_int_equal(x2.id, x1.id);
+        assert_int_equal(x2.phys, x1.phys);
+        assert_int_equal(x2.payload_offset, x1.payload_offset);
+    }
+    assert_int_equal(ring_used(&r2), ring_used(&f->r));
+    assert_ptr_equal(ring_oldest(&r2, &o2), ring_oldest(&f->r, &o1));
+    assert_int_equal(o2.id, o1.id);
+    ring_fini(&r2);
+    fix_free(f);
+}
+
+/* A chunk whose owner-callback answer is NULL is freed on adoption: at the
+ * head the start moves past it, at the tail the end retracts (and its id is
+ * reused), and its header is marked free. */
+static void test_adopt_refused_chunks(void **state)
+{
+    struct fix *f = fix_new(1024, true);
+    struct shmb_error err = {0};
+    struct ring_chunk c[3], x;
+    struct offered o;
+    struct ring r2;
+    int i;
+
+    (void)state;
+    memset(&o, 0, sizeof(o));
+    for (i = 0; i < 3; i++)
+        c[i] = alloc_ok(f, 100, "k", tag((uint64_t)i));
+    o.refuse_mask = (UINT64_C(1) << 0) | (UINT64_C(1) << 2);
+    assert_int_equal(readopt(f, &r2, &o, &err), 0);
+    assert_int_equal(o.n, 3);
+    assert_int_equal(ring_count(&r2), 1);
+    assert_int_equal(r2.start, c[1].phys);
+    assert_int_equal(r2.end, c[1].phys + c[1].chunk_size);
+    assert_int_equal(r2.next_id, c[2].id);
+    assert_int_equal(chunk_at(f, c[0].phys)->state, SHMB_CHUNK_FREE);
+    assert_int_equal(ring_alloc(&r2, 100, "z", 1, tag(5), &x, &err), 0);
+    assert_int_equal(x.id, c[2].id);
+    assert_int_equal(x.phys, c[2].phys);
+    ring_fini(&r2);
+    fix_free(f);
+}
+
+/* The walk stops at the first corrupt header: ring_adopt returns -EBADMSG
+ * with a message naming the bad magic, where it is and how much was
+ * dropped; the chunks before it are kept and those from it on are never
+ * offered; ids go on from the last sound chunk and the ring is usable. A
+ * cursor that makes no sense adopts nothing, with its own message. */
+static void test_adopt_stops_at_corrupt(void **state)
+{
+    struct fix *f = fix_new(1024, true);
+    struct shmb_error err = {0};
+    struct ring_chunk c[4], x;
+    struct offered o;
+    struct ring r2;
+    int i;
+
+    (void)state;
+    memset(&o, 0, sizeof(o));
+    for (i = 0; i < 4; i++)
+        c[i] = alloc_ok(f, 100, "k", tag((uint64_t)i)); /* 192 bytes each */
+    chunk_at(f, c[2].phys)->magic = 0x12345678;
+    assert_int_equal(readopt(f, &r2, &o, &err), -EBADMSG);
+    assert_int_equal(err.code, -EBADMSG);
+    if (strstr(err.message, "bad chunk magic 0x12345678 at data offset 384") == NULL ||
+        strstr(err.message, "Dropped the 384 bytes") == NULL)
+        fail_msg("unexpected message: %s", err.message);
+    assert_int_equal(o.n, 2);
+    assert_int_equal(ring_count(&r2), 2);
+    assert_int_equal(ring_used(&r2), 384);
+    assert_int_equal(r2.next_id, c[2].id);
+    assert_int_equal(f->cursor.ring_end, 384);
+    assert_int_equal(ring_alloc(&r2, 100, "z", 1, tag(7), &x, &err), 0);
+    assert_int_equal(x.id, c[2].id);
+    assert_int_equal(x.phys, 384);
+    ring_fini(&r2);
+
+    /* A cursor whose end lies more than a ring past its start. */
+    f->cursor.ring_start = 0;
+    f->cursor.ring_end = 4096;
+    memset(&o, 0, sizeof(o));
+    shmb_error_clear(&err);
+    assert_int_equal(readopt(f, &r2, &o, &err), -EBADMSG);
+    if (strstr(err.message, "Corrupt ring cursor") == NULL)
+        fail_msg("unexpected message: %s", err.message);
+    assert_int_equal(o.n, 0);
+    assert_int_equal(ring_count(&r2), 0);
+    assert_int_equal(ring_used(&r2), 0);
+    assert_int_equal(ring_alloc(&r2, 100, "z", 1, tag(7), &x, &err), 0);
+    assert_int_equal(x.phys, 0);
+    ring_fini(&r2);
+    fix_free(f);
+}
+
+/* Freeing the newest chunk gives its bytes back at once: the end retracts,
+ * used drops, and the next allocation reuses its place and its id. Freeing
+ * a chunk in the middle gives nothing back until the chunks around it go;
+ * then a tail retraction takes the freed middle chunk with it. */
+static void test_free_newest_retracts(void **state)
+{
+    struct fix *f = fix_new(1024, true);
+    struct ring_chunk a, b, c, d;
+
+    (void)state;
+    a = alloc_ok(f, 100, "a", tag(0));
+    b = alloc_ok(f, 100, "b", tag(1));
+    c = alloc_ok(f, 100, "c", tag(2));
+    assert_int_equal(ring_used(&f->r), 576);
+    assert_int_equal(ring_free(&f->r, c.id), 0);
+    check_ring(f);
+    assert_int_equal(ring_used(&f->r), 384);
+    assert_int_equal(f->r.end, 384);
+    assert_int_equal(ring_count(&f->r), 2);
+    d = alloc_ok(f, 100, "d", tag(3));
+    assert_int_equal(d.phys, c.phys);
+    assert_int_equal(d.id, c.id);
+
+    assert_int_equal(ring_free(&f->r, b.id), 0);
+    check_ring(f);
+    assert_int_equal(ring_used(&f->r), 576);
+    assert_int_equal(ring_count(&f->r), 3);
+    assert_int_equal(ring_free(&f->r, d.id), 0);
+    check_ring(f);
+    assert_int_equal(ring_used(&f->r), 192);
+    assert_int_equal(f->r.end, 192);
+    assert_int_equal(ring_count(&f->r), 1);
+    assert_ptr_equal(ring_oldest(&f->r, NULL), tag(0));
+    assert_int_equal(ring_free(&f->r, a.id), 0);
+    check_ring(f);
+    assert_int_equal(ring_used(&f->r), 0);
+    fix_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1482,6 +1720,10 @@ int main(void)
         cmocka_unit_test(test_cursor_mirror),
         cmocka_unit_test(test_invalid_inputs),
         cmocka_unit_test(test_reference_model),
+        cmocka_unit_test(test_adopt_rebuilds_wrapped_ring),
+        cmocka_unit_test(test_adopt_refused_chunks),
+        cmocka_unit_test(test_adopt_stops_at_corrupt),
+        cmocka_unit_test(test_free_newest_retracts),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -1622,6 +1623,336 @@ static void test_random_model(void **state)
     free(m);
 }
 
+/* ---- adoption, expiry, read leases, room generation --------------------- */
+
+/* A store over size bytes of fresh memory with the given configuration. */
+static struct sfix *sfix_new_cfg(uint64_t size, const struct store_config *cfg)
+{
+    struct shmb_error err = {0};
+    struct sfix *f = calloc(1, sizeof(*f));
+
+    assert_non_null(f);
+    f->size = size;
+    f->data = aligned_alloc(SHMB_ALIGN, size);
+    assert_non_null(f->data);
+    memset(f->data, FILL, size);
+    f->s = store_new(f->data, DATA_OFFSET, size, &f->cursor, cfg, &err);
+    if (f->s == NULL)
+        fail_msg("store_new(%llu): %d %s", (unsigned long long)size, err.code, err.message);
+    return f;
+}
+
+/* What a crash leaves: the store's memory goes, the data area and the
+ * cursor in the header stay as they were; then a new store adopts them. */
+static void crash_and_adopt(struct sfix *f, const struct store_config *cfg,
+                            struct store_adopt_report *report)
+{
+    struct shmb_error err = {0};
+
+    store_free(f->s);
+    f->s = store_adopt(f->data, DATA_OFFSET, f->size, &f->cursor, cfg, report, &err);
+    if (f->s == NULL)
+        fail_msg("store_adopt: %d %s", err.code, err.message);
+}
+
+/* store_adopt brings back every committed object with its key, size,
+ * offset, bytes and awaited reads (kept in the chunk header's tag), and
+ * nothing else: pending allocations, deleted objects (also one deleted while
+ * pinned) and pins are gone, and the report counts each kind. The adopted
+ * store works on: a restored object with awaited reads still blocks
+ * reclaim until it is read, and deleting everything leaves used == 0. */
+static void test_adopt_restores(void **state)
+{
+    struct sfix *f = sfix_new(16384, 0);
+    struct store_holder *h = store_holder_new(f->s);
+    struct store_adopt_report report;
+    struct shmb_error err = {0};
+    struct store_extent e1, e2, e3, got;
+    struct store_stats st;
+    struct listed l;
+    char key[16];
+    int i, rc = 0;
+
+    (void)state;
+    put_ok(f, h, "keep1", 1000, 0, 1, &e1);
+    put_ok(f, h, "await", 500, 3, 2, &e2);
+    read_ok(f, h, "await", 500, 2, false);
+    put_ok(f, h, "gone", 200, 0, 4, NULL);
+    put_ok(f, h, "pinned-del", 300, 0, 3, NULL);
+    read_ok(f, h, "pinned-del", 300, 3, true);
+    assert_int_equal(store_delete(f->s, "pinned-del", 10, &err), 0);
+    assert_int_equal(store_delete(f->s, "gone", 4, &err), 0);
+    assert_int_equal(store_alloc(f->s, h, "pend", 4, 400, 0, NULL, &err), 0);
+    put_ok(f, h, "keep2", 3000, 0, 5, &e3);
+    read_ok(f, h, "keep1", 1000, 1, true);
+
+    crash_and_adopt(f, NULL, &report);
+    assert_int_equal(report.restored, 3);
+    assert_int_equal(report.restored_bytes, 4500);
+    assert_int_equal(report.dropped_pending, 1);
+    assert_int_equal(report.dropped_free, 2);
+    assert_int_equal(report.dropped_invalid, 0);
+    assert_false(report.corrupt);
+
+    st = stats_of(f);
+    assert_int_equal(st.objects, 3);
+    assert_int_equal(st.pending, 0);
+    assert_int_equal(st.pinned, 0);
+    assert_false(store_contains(f->s, "pinned-del", 10));
+    assert_false(store_contains(f->s, "gone", 4));
+    assert_false(store_contains(f->s, "pend", 4));
+    assert_int_equal(list_of(f, NULL, SIZE_MAX, &l, 0), 3);
+    assert_string_equal(l.keys[0], "keep1");
+    assert_int_equal(l.e[0].offset, e1.offset);
+    assert_int_equal(l.e[0].size, 1000);
+    assert_int_equal(l.e[0].pins, 0);
+    assert_string_equal(l.keys[1], "await");
+    assert_int_equal(l.e[1].offset, e2.offset);
+    assert_int_equal(l.e[1].awaited_reads, 2);
+    assert_string_equal(l.keys[2], "keep2");
+    assert_int_equal(l.e[2].offset, e3.offset);
+    assert_int_equal(l.e[2].state, STORE_COMMITTED);
+
+    h = store_holder_new(f->s);
+    assert_non_null(h);
+    assert_int_equal(store_get(f->s, h, "keep2", 5, &got, &err), 0);
+    assert_int_equal(got.offset, e3.offset);
+    assert_int_equal(store_release(f->s, h, "keep2", 5, &err), 0);
+    read_ok(f, h, "keep1", 1000, 1, false);
+    read_ok(f, h, "keep2", 3000, 5, false);
+    put_ok(f, h, "pend", 400, 0, 6, NULL);
+
+    /* "await" still waits for two reads: it stops reclaim (keep1 goes). */
+    for (i = 0; i < 8 && rc == 0; i++) {
+        snprintf(key, sizeof(key), "fill-%d", i);
+        rc = put(f, h, key, 4000, 0, (uint64_t)(10 + i), NULL, &err);
+    }
+    assert_int_equal(rc, -ENOSPC);
+    expect_message_has(&err, "'await' blocks reclaim (pins=0, awaited reads=2)");
+    assert_false(store_contains(f->s, "keep1", 5));
+    read_ok(f, h, "await", 500, 2, false);
+    read_ok(f, h, "await", 500, 2, false);
+    put_ok(f, h, key, 4000, 0, 99, NULL);
+    assert_false(store_contains(f->s, "await", 5));
+
+    list_of(f, NULL, SIZE_MAX, &l, 0);
+    assert_true(l.n >= 3);
+    for (i = 0; i < (int)l.n; i++)
+        assert_int_equal(store_delete(f->s, l.keys[i], strlen(l.keys[i]), &err), 0);
+    st = stats_of(f);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.objects, 0);
+    store_holder_free(f->s, h);
+    sfix_free(f);
+}
+
+/* A chunk header whose magic was overwritten stops the adoption there:
+ * the objects before it come back, it and everything after it are dropped,
+ * the report says corrupt with a message naming the bad magic, and the
+ * store is consistent and usable (the dropped keys can be put again). */
+static void test_adopt_corrupt(void **state)
+{
+    struct sfix *f = sfix_new(8192, 0);
+    struct store_holder *h = store_holder_new(f->s);
+    struct store_adopt_report report;
+    struct store_extent eb;
+    struct store_stats st;
+
+    (void)state;
+    put_ok(f, h, "a", 100, 0, 1, NULL);
+    put_ok(f, h, "b", 200, 0, 2, &eb);
+    put_ok(f, h, "c", 300, 0, 3, NULL);
+    /* "b" has a one-byte key: its header is the 64 bytes before it. */
+    memset(f->data + (eb.offset - DATA_OFFSET - 64), 0x5a, 4);
+
+    crash_and_adopt(f, NULL, &report);
+    assert_true(report.corrupt);
+    if (strstr(report.message, "bad chunk magic") == NULL)
+        fail_msg("the report does not name the bad magic: '%s'", report.message);
+    assert_int_equal(report.restored, 1);
+    assert_true(store_contains(f->s, "a", 1));
+    assert_false(store_contains(f->s, "b", 1));
+    assert_false(store_contains(f->s, "c", 1));
+    st = stats_of(f);
+    assert_int_equal(st.objects, 1);
+    assert_int_equal(st.used, 64 + 128);
+
+    h = store_holder_new(f->s);
+    read_ok(f, h, "a", 100, 1, false);
+    put_ok(f, h, "b", 200, 0, 12, NULL);
+    put_ok(f, h, "c", 300, 0, 13, NULL);
+    read_ok(f, h, "b", 200, 12, false);
+    read_ok(f, h, "c", 300, 13, false);
+    store_holder_free(f->s, h);
+    sfix_free(f);
+}
+
+/* Sleep for ms milliseconds. */
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* store_expire_pending drops the allocations older than the limit (not the
+ * young one), frees their bytes and counts them; the owner's commit then
+ * gets -ETIMEDOUT naming --alloc-timeout (once; then -ENOENT), and the key
+ * can be allocated and committed again. */
+static void test_expire_pending(void **state)
+{
+    struct sfix *f = sfix_new(8192, 0);
+    struct store_holder *h = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_stats st;
+    uint64_t gen;
+
+    (void)state;
+    assert_int_equal(store_alloc(f->s, h, "old", 3, 1000, 0, NULL, &err), 0);
+    assert_int_equal(store_expire_pending(f->s, 60), 0);
+    sleep_ms(80);
+    assert_int_equal(store_alloc(f->s, h, "young", 5, 1000, 0, NULL, &err), 0);
+    gen = store_room_generation(f->s);
+    assert_int_equal(store_expire_pending(f->s, 60), 1);
+    assert_true(store_room_generation(f->s) != gen);
+    st = stats_of(f);
+    assert_int_equal(st.pending, 1);
+    assert_int_equal(st.expired_allocs, 1);
+    /* The expired chunk was the oldest: its bytes are free at once. */
+    assert_int_equal(st.used, 64 + 1024);
+
+    assert_int_equal(store_commit(f->s, h, "old", 3, &err), -ETIMEDOUT);
+    assert_int_equal(err.code, -ETIMEDOUT);
+    expect_message_has(&err, "--alloc-timeout");
+    expect_message_has(&err, "60 ms");
+    assert_int_equal(store_commit(f->s, h, "old", 3, &err), -ENOENT);
+    assert_false(store_contains(f->s, "old", 3));
+    assert_int_equal(store_commit(f->s, h, "young", 5, &err), 0);
+    assert_int_equal(store_alloc(f->s, h, "old", 3, 1000, 0, NULL, &err), 0);
+    assert_int_equal(store_commit(f->s, h, "old", 3, &err), 0);
+    assert_int_equal(store_expire_pending(f->s, 1), 0);
+    st = stats_of(f);
+    assert_int_equal(st.objects, 2);
+    assert_int_equal(st.expired_allocs, 1);
+    store_holder_free(f->s, h);
+    sfix_free(f);
+}
+
+/* What the lease callback was told. */
+struct leases {
+    unsigned calls;
+    char key[32];
+    uint32_t reads_left;
+};
+
+static void lease_record(const char *key, size_t key_len, uint32_t reads_left, void *arg)
+{
+    struct leases *l = arg;
+
+    l->calls++;
+    assert_true(key_len < sizeof(l->key));
+    memcpy(l->key, key, key_len);
+    l->key[key_len] = '\0';
+    l->reads_left = reads_left;
+}
+
+/* With read_lease_ms 50, an object awaiting reads blocks reclaim until 50 ms
+ * after its commit; then it is evicted when its space is needed, and the
+ * lease callback is told exactly once for it (key and reads left) however
+ * often stats and allocs look at it; an object whose reads all came is
+ * never reported. With the lease turned off (store_set_read_lease 0) awaited
+ * reads hold again. */
+static void test_read_lease(void **state)
+{
+    struct leases told;
+    struct store_config cfg = {.read_lease_ms = 50, .lease_expired = lease_record,
+                               .lease_arg = &told};
+    struct sfix *f;
+    struct store_holder *h;
+    struct shmb_error err = {0};
+    struct store_stats st;
+    int i;
+
+    (void)state;
+    memset(&told, 0, sizeof(told));
+    f = sfix_new_cfg(8192, &cfg);
+    h = store_holder_new(f->s);
+    put_ok(f, h, "held", 3000, 2, 1, NULL);
+    put_ok(f, h, "read", 1000, 1, 2, NULL);
+    read_ok(f, h, "read", 1000, 2, false);
+    put_ok(f, h, "other", 3000, 0, 3, NULL);
+    assert_int_equal(put(f, h, "next", 3000, 0, 4, NULL, &err), -ENOSPC);
+    expect_message_has(&err, "'held' blocks reclaim (pins=0, awaited reads=2)");
+    assert_int_equal(told.calls, 0);
+
+    sleep_ms(70);
+    for (i = 0; i < 3; i++)
+        st = stats_of(f);
+    assert_int_equal(told.calls, 1);
+    assert_int_equal(st.lease_expiries, 1);
+    assert_string_equal(told.key, "held");
+    assert_int_equal(told.reads_left, 2);
+    put_ok(f, h, "next", 3000, 0, 4, NULL);
+    assert_false(store_contains(f->s, "held", 4));
+    put_ok(f, h, "more", 3000, 0, 5, NULL);
+    st = stats_of(f);
+    assert_int_equal(told.calls, 1);
+    assert_int_equal(st.lease_expiries, 1);
+    assert_true(st.evictions >= 2);
+
+    /* Lease off: an awaited object holds its place again, however old. */
+    store_set_read_lease(f->s, 0);
+    assert_int_equal(store_touch(f->s, "next", 4, 1, &err), 0);
+    sleep_ms(70);
+    assert_int_equal(put(f, h, "last", 3000, 0, 6, NULL, &err), -ENOSPC);
+    expect_message_has(&err, "'next' blocks reclaim (pins=0, awaited reads=1)");
+    assert_int_equal(told.calls, 1);
+    store_holder_free(f->s, h);
+    sfix_free(f);
+}
+
+/* store_room_generation changes whenever room may have been made: a
+ * release of the last pin, a delete, an abort, the last awaited read, a
+ * holder going away with pins and pending allocations. */
+static void test_room_generation(void **state)
+{
+    struct sfix *f = sfix_new(8192, 0);
+    struct store_holder *h = store_holder_new(f->s), *h2 = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    uint64_t g;
+
+    (void)state;
+    put_ok(f, h, "a", 100, 1, 1, NULL);
+    put_ok(f, h, "b", 100, 0, 2, NULL);
+
+    g = store_room_generation(f->s);
+    read_ok(f, h, "a", 100, 1, true); /* the last awaited read */
+    assert_true(store_room_generation(f->s) != g);
+
+    g = store_room_generation(f->s);
+    assert_int_equal(store_release(f->s, h, "a", 1, &err), 0);
+    assert_true(store_room_generation(f->s) != g);
+
+    g = store_room_generation(f->s);
+    assert_int_equal(store_delete(f->s, "b", 1, &err), 0);
+    assert_true(store_room_generation(f->s) != g);
+
+    assert_int_equal(store_alloc(f->s, h, "p", 1, 100, 0, NULL, &err), 0);
+    g = store_room_generation(f->s);
+    assert_int_equal(store_abort(f->s, h, "p", 1, &err), 0);
+    assert_true(store_room_generation(f->s) != g);
+
+    read_ok(f, h2, "a", 100, 1, true);
+    assert_int_equal(store_alloc(f->s, h2, "q", 1, 100, 0, NULL, &err), 0);
+    g = store_room_generation(f->s);
+    store_holder_free(f->s, h2);
+    assert_true(store_room_generation(f->s) != g);
+    assert_int_equal(stats_of(f).pinned, 0);
+    store_holder_free(f->s, h);
+    sfix_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1644,6 +1975,11 @@ int main(void)
         cmocka_unit_test(test_store_new_invalid),
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_random_model),
+        cmocka_unit_test(test_adopt_restores),
+        cmocka_unit_test(test_adopt_corrupt),
+        cmocka_unit_test(test_expire_pending),
+        cmocka_unit_test(test_read_lease),
+        cmocka_unit_test(test_room_generation),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);
