@@ -626,6 +626,7 @@ int shmb_put_many(shmb_t *c, size_t n, const char *const *keys, const void *cons
                   const size_t *sizes, unsigned readers, int *results)
 {
     json_t *ops = json_array(), *replies = NULL, *commits;
+    struct shmb_error first_err;
     int first = 0, rc;
     size_t i;
 
@@ -671,13 +672,16 @@ int shmb_put_many(shmb_t *c, size_t n, const char *const *keys, const void *cons
         json_decref(commits);
         return first;
     }
+    /* The commit round trip clears the handle's error: keep the first one's
+     * message. */
+    first_err = c->err;
     if ((rc = client_batch(c, commits, &replies)) < 0)
         return rc;
     for (i = 0; i < json_array_size(replies); i++)
         client_sub_reply(c, replies, i, &first);
     json_decref(replies);
-    if (first < 0 && c->err.code == 0)
-        c->err.code = first;
+    if (first_err.code < 0)
+        c->err = first_err;
     return first;
 }
 
@@ -692,6 +696,8 @@ int shmb_get_many(shmb_t *c, size_t n, const char *const *keys, const void **ptr
     for (i = 0; i < n; i++) {
         ptrs[i] = NULL;
         sizes[i] = 0;
+        if ((rc = client_check_key(c, keys[i])) < 0)
+            return rc;
     }
     if ((rc = client_batch(c, client_key_ops(c, "get", n, keys), &replies)) < 0)
         return rc;

@@ -1,0 +1,253 @@
+#!/bin/sh
+# shmbroker's benchmark: shmbroker against Redis over a Unix socket, memcpy
+# of the same bytes and a bare Unix-socket round trip, in one run, so that
+# the ratios compare figures taken on the same machine at the same time.
+# Usage: sh scripts/bench.sh BUILD_DIR   (BENCH_QUICK=1 for a smoke run)
+#
+# Starts its own shmbrokerd (1 GiB segment in /dev/shm) and redis-server
+# (persistence off, a temporary Unix socket), stops both at the end, and
+# writes the table to BUILD_DIR/bench-results.txt and every measurement as a
+# JSON line to BUILD_DIR/bench-results.json. Nothing here asserts a timing.
+set -u
+
+if [ $# -ne 1 ]; then
+    echo "usage: sh scripts/bench.sh BUILD_DIR" >&2
+    exit 2
+fi
+build="$1"
+bench="$build/shmb-bench"
+daemon="$build/shmbrokerd"
+txt="$build/bench-results.txt"
+json="$build/bench-results.json"
+for f in "$bench" "$daemon"; do
+    [ -x "$f" ] || { echo "bench.sh: $f is missing; run make bench" >&2; exit 2; }
+done
+command -v redis-server >/dev/null 2>&1 ||
+    { echo "bench.sh: redis-server not found (sh scripts/install-deps.sh bench)" >&2; exit 2; }
+
+# The matrix. Each measurement runs for $secs seconds; 16 MiB with 16
+# clients moves 256 MiB per round, so a second holds a few rounds only.
+if [ "${BENCH_QUICK:-0}" = 1 ]; then
+    sizes="64 4096 1048576"
+    clients_list="1 16"
+    secs=0.3
+    scale_objects=100000
+else
+    sizes="64 4096 65536 1048576 16777216"
+    clients_list="1 16"
+    secs=1.5
+    scale_objects=1000000
+fi
+batch=16
+batch_max_size=65536 # batches are for small objects; big ones are data-bound
+
+tmp=$(mktemp -d /tmp/shmb-bench.XXXXXX) || exit 1
+name="shmb-bench-$$"
+dpid=""
+rpid=""
+extra_pids=""
+
+# Stop whatever this script started and remove its files, however it ends.
+cleanup() {
+    for p in $dpid $rpid $extra_pids; do
+        kill -TERM "$p" 2>/dev/null
+    done
+    for p in $dpid $rpid $extra_pids; do
+        wait "$p" 2>/dev/null
+    done
+    rm -f "/dev/shm/$name" "/dev/shm/$name-scale" "/dev/shm/$name-4g"
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+die() {
+    echo "bench.sh: $*" >&2
+    for log in "$tmp"/*.log; do
+        [ -s "$log" ] && { echo "---- $log" >&2; tail -20 "$log" >&2; }
+    done
+    exit 1
+}
+
+# Start shmbrokerd NAME SIZE SOCKET; sets $started. Waits until it answers hello.
+start_daemon() {
+    "$daemon" --size "$2" --max-object-size 64M --name "$1" --shm-dir /dev/shm \
+        --socket "$3" --log-level warn >"$tmp/$1.log" 2>&1 &
+    started=$!
+    "$bench" --mode ready --socket "$3" --seconds 20 >/dev/null ||
+        die "shmbrokerd --size $2 did not become ready"
+}
+
+# Stop a daemon started above and wait for it.
+stop_pid() {
+    kill -TERM "$1" 2>/dev/null
+    wait "$1" 2>/dev/null
+}
+
+# A field of a JSON line: field LINE NAME.
+field() {
+    printf '%s\n' "$1" | sed -n "s/.*\"$2\":\"*\([^,\"}]*\).*/\1/p"
+}
+
+# Run shmb-bench with the given options; the JSON line goes to $json and
+# into $last. An empty $last means the run failed.
+run() {
+    out=$("$bench" "$@" 2>"$tmp/run.err")
+    last=$(printf '%s\n' "$out" | grep '^{' | tail -1)
+    if [ -z "$last" ]; then
+        echo "bench.sh: shmb-bench $* failed: $(cat "$tmp/run.err")" >&2
+        return 1
+    fi
+    printf '%s\n' "$last" >>"$json"
+}
+
+# Arithmetic on decimals: calc EXPR (awk), printed with the given format.
+calc() {
+    awk "BEGIN { v = $2; printf \"$1\", v }" </dev/null
+}
+
+human() {
+    case "$1" in
+    64) echo "64 B" ;;
+    4096) echo "4 KiB" ;;
+    65536) echo "64 KiB" ;;
+    1048576) echo "1 MiB" ;;
+    16777216) echo "16 MiB" ;;
+    *) echo "$1 B" ;;
+    esac
+}
+
+: >"$json"
+: >"$txt"
+say() {
+    printf '%s\n' "$*" | tee -a "$txt"
+}
+
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+say "shmbroker benchmark, $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -n): $cpu," \
+    "$(nproc) CPUs, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM," \
+    "$(uname -sr); redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
+say "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" \
+    "(timings on a shared machine drift; compare the ratios, taken in the same run)"
+
+# ---- the servers -------------------------------------------------------------
+sock="$tmp/shmb.sock"
+start_daemon "$name" 1G "$sock"
+dpid=$started
+
+rsock="$tmp/redis.sock"
+redis-server --save "" --appendonly no --port 0 --unixsocket "$rsock" --unixsocketperm 700 \
+    --daemonize no --dir "$tmp" --loglevel warning --maxmemory 0 \
+    >"$tmp/redis.log" 2>&1 &
+rpid=$!
+i=0
+until [ -S "$rsock" ] && { ! command -v redis-cli >/dev/null 2>&1 ||
+    redis-cli -s "$rsock" ping >/dev/null 2>&1; }; do
+    i=$((i + 1))
+    [ $i -lt 200 ] || die "redis-server did not start"
+    sleep 0.05
+done
+
+# ---- the bare round trip (the control plane's floor) ---------------------------
+for n in $clients_list; do
+    run --mode rtt --clients "$n" --seconds "$secs" --label "rtt-$n" || die "rtt failed"
+    eval "rtt_p50_$n=$(field "$last" p50_us)"
+    eval "rtt_ops_$n=$(field "$last" ops_per_s)"
+done
+
+# ---- the matrix ------------------------------------------------------------------
+say ""
+say "Per object: shmbroker put+get = alloc, write every byte in place, commit, get, read"
+say "every byte in place, release (4 requests); batch = put_many/get_many/release_many"
+say "of $batch objects (3 requests per $batch objects); Redis = SET + GET of the same bytes"
+say "(own RESP client, same process shape, reads every byte); memcpy = the same bytes"
+say "copied in the same number of processes (cold buffers). ops/s are objects per second,"
+say "all clients together; latency is per object, in microseconds."
+say ""
+hdr=$(printf '%-7s %3s | %10s %8s %8s %8s %9s | %10s %6s | %10s %8s | %8s %6s | %6s %6s' \
+    size cl "shmb ops/s" "GB/s" "p50" "p99" "p99.9" "batch op/s" "xRedis" \
+    "Redis op/s" "GB/s" "memcpy" "%mcpy" "xRedis" "p50/rt")
+say "$hdr"
+say "$(printf '%s' "$hdr" | tr -c '|\n' '-')"
+
+for size in $sizes; do
+    for n in $clients_list; do
+        lbl="$size-$n"
+        run --mode putget --socket "$sock" --size "$size" --clients "$n" --seconds "$secs" \
+            --label "$lbl" || die "shmbroker putget $lbl failed"
+        s_ops=$(field "$last" ops_per_s)
+        s_gb=$(field "$last" gb_per_s)
+        s_p50=$(field "$last" p50_us)
+        s_p99=$(field "$last" p99_us)
+        s_p999=$(field "$last" p999_us)
+        b_ops="-"
+        b_x="-"
+        run --mode redis --redis-socket "$rsock" --size "$size" --clients "$n" \
+            --seconds "$secs" --label "$lbl" || die "redis $lbl failed"
+        r_ops=$(field "$last" ops_per_s)
+        r_gb=$(field "$last" gb_per_s)
+        if [ "$size" -le "$batch_max_size" ]; then
+            run --mode batch-putget --socket "$sock" --size "$size" --clients "$n" \
+                --batch "$batch" --seconds "$secs" --label "$lbl" ||
+                die "shmbroker batch $lbl failed"
+            b_ops=$(calc '%.0f' "$(field "$last" ops_per_s)")
+            b_x=$(calc '%.2f' "$(field "$last" ops_per_s) / $r_ops")
+        fi
+        run --mode memcpy --size "$size" --clients "$n" --seconds "$secs" --label "$lbl" ||
+            die "memcpy $lbl failed"
+        m_gb=$(field "$last" gb_per_s)
+        eval "rp50=\$rtt_p50_$n"
+        say "$(printf '%-7s %3s | %10.0f %8.3f %8.1f %8.1f %9.1f | %10s %6s | %10.0f %8.3f | %8.2f %5.1f%% | %6.2f %6.1f' \
+            "$(human "$size")" "$n" "$s_ops" "$s_gb" "$s_p50" "$s_p99" "$s_p999" \
+            "$b_ops" "$b_x" "$r_ops" "$r_gb" "$m_gb" "$(calc '%f' "100 * $s_gb / $m_gb")" \
+            "$(calc '%f' "$s_ops / $r_ops")" "$(calc '%f' "$s_p50 / $rp50")")"
+    done
+done
+say ""
+say "xRedis: shmbroker put+get objects/s (= bytes/s) over Redis SET+GET; %mcpy: shmbroker"
+say "GB/s over memcpy GB/s; p50/rt: shmbroker's p50 per object over the bare round trip's"
+say "p50 (4 requests per object, so 4 is the floor for plain calls)."
+for n in $clients_list; do
+    eval "say \"bare Unix-socket round trip, $n client(s): \$(calc '%.0f' \$rtt_ops_$n) round trips/s, p50 \$rtt_p50_$n us\""
+done
+
+# A cross-check of the Redis client with redis-benchmark (64 bytes, 1 client).
+if command -v redis-benchmark >/dev/null 2>&1; then
+    rb=$(redis-benchmark -s "$rsock" -t set,get -d 64 -c 1 -n 20000 -q 2>/dev/null |
+        tr '\r' '\n' | sed -n 's/^\(SET\|GET\): \([0-9.]*\) requests per second.*/\1 \2/p' |
+        tr '\n' ' ')
+    say "redis-benchmark cross-check (64 B, 1 client, requests/s): ${rb:-unavailable}"
+fi
+stop_pid "$rpid"
+rpid=""
+stop_pid "$dpid"
+dpid=""
+
+# ---- a million live objects --------------------------------------------------------
+say ""
+start_daemon "$name-scale" 1G "$tmp/scale.sock"
+spid=$started
+extra_pids="$spid"
+out=$("$bench" --mode scale --socket "$tmp/scale.sock" --size 64 --objects "$scale_objects" \
+    --seconds "$secs" --label scale 2>"$tmp/run.err") || die "scale failed: $(cat "$tmp/run.err")"
+printf '%s\n' "$out" | grep '^{' >>"$json"
+say "$(printf '%s\n' "$out" | grep '^scale:')"
+stop_pid "$spid"
+extra_pids=""
+
+# ---- how long a 4 GiB segment takes to be ready ---------------------------------
+t0=$(date +%s%N)
+"$daemon" --size 4G --name "$name-4g" --shm-dir /dev/shm --socket "$tmp/4g.sock" \
+    --log-level warn >"$tmp/4g.log" 2>&1 &
+gpid=$!
+extra_pids="$gpid"
+t1=$("$bench" --mode ready --socket "$tmp/4g.sock" --seconds 30) || die "4 GiB daemon not ready"
+ready_ms=$(( (t1 - t0) / 1000000 ))
+stop_pid "$gpid"
+extra_pids=""
+[ -e "/dev/shm/$name-4g" ] && say "warning: /dev/shm/$name-4g was left behind"
+printf '{"mode":"ready","segment_bytes":4294967296,"ready_ms":%s}\n' "$ready_ms" >>"$json"
+say "4 GiB segment: exec to first hello answered in $ready_ms ms"
+say "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+say ""
+say "table: $txt; JSON lines: $json"
