@@ -75,8 +75,7 @@ LIB_SONAME := libshmbroker.so.1
 LIB_A     := $(BUILD)/libshmbroker.a
 LIB_SO    := $(BUILD)/$(LIB_SONAME)
 EXAMPLE   := $(BUILD)/example
-UNIT      := $(BUILD)/shmbrokerd.service
-BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(BUILD)/shmbroker.pc $(EXAMPLE) $(UNIT)
+BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE)
 
 UNIT_TESTS := test_ring test_store test_segment test_index test_chaos
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
@@ -187,15 +186,11 @@ $(LIB_SO): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 	    -Wl,--version-script=client/libshmbroker.map -o $@ $^ $(PKGS_LIBS)
 	$(Q)ln -sf $(LIB_SONAME) $(BUILD)/libshmbroker.so
 
-$(BUILD)/shmbroker.pc: client/shmbroker.pc.in Makefile
-	@mkdir -p $(dir $@)
-	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
-	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
-
-# The unit names the installed daemon.
-$(UNIT): systemd/shmbrokerd.service.in Makefile
-	@mkdir -p $(dir $@)
-	$(Q)sed -e 's|@SBINDIR@|$(SBINDIR)|g' $< > $@
+# The pkg-config file and the service unit name installed paths, so they are
+# written at install time, with this install's PREFIX and directories.
+SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+            -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
+            -e 's|@SBINDIR@|$(SBINDIR)|g'
 
 # README's example, built so that it cannot rot.
 $(BUILD)/obj/client/example.o: ALLCFLAGS += -Iclient
@@ -237,10 +232,11 @@ install: all
 	install -m 0755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libshmbroker.so
 	install -m 0644 client/shmbroker.h $(DESTDIR)$(INCLUDEDIR)/shmbroker.h
-	install -m 0644 $(BUILD)/shmbroker.pc $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc
+	$(SUBST) client/shmbroker.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(MANDIR)/man8 \
 	    $(DESTDIR)$(MANDIR)/man1
-	install -m 0644 $(UNIT) $(DESTDIR)$(UNITDIR)/shmbrokerd.service
+	$(SUBST) systemd/shmbrokerd.service.in > $(DESTDIR)$(UNITDIR)/shmbrokerd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/shmbrokerd.service $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc
 	install -m 0644 systemd/shmbrokerd.socket $(DESTDIR)$(UNITDIR)/shmbrokerd.socket
 	install -m 0644 systemd/shmbroker.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf
 	install -m 0644 daemon/shmbrokerd.8 $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8

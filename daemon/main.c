@@ -106,8 +106,8 @@ static void daemon_on_sighup(uv_signal_t *handle, int signum)
     else if (strcmp(next.name, d->cfg.name) != 0 ||
              strcmp(next.shm_dir, d->cfg.shm_dir) != 0)
         fixed = "--name and --shm-dir";
-    else if (strcmp(next.socket_path, d->cfg.socket_path) != 0 ||
-             next.socket_mode != d->cfg.socket_mode)
+    else if (!d->activated && (strcmp(next.socket_path, d->cfg.socket_path) != 0 ||
+                               next.socket_mode != d->cfg.socket_mode))
         fixed = "--socket and --socket-mode";
     if (fixed != NULL)
         log_warn(
@@ -313,7 +313,7 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
     if (rc < 0)
         goto fail_loop;
     if (d->activated)
-        snprintf(d->cfg.socket_path, sizeof(d->cfg.socket_path), "%s", d->server.path);
+        log_info("serving the listening socket systemd passed (fd 3): %s", d->server.path);
     uv_timer_init(&d->loop, &d->expiry);
     d->expiry.data = d;
     daemon_start_expiry(d);
@@ -338,9 +338,9 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         "shmbrokerd %s ready: segment %s (%s, %s for data, max object %s), socket %s",
         SHMB_VERSION, d->seg.path, shmb_format_bytes(d->seg.size, h1, sizeof(h1)),
         shmb_format_bytes(d->seg.hdr->data_size, h2, sizeof(h2)),
-        shmb_format_bytes(d->cfg.max_object_size, h3, sizeof(h3)), d->cfg.socket_path);
+        shmb_format_bytes(d->cfg.max_object_size, h3, sizeof(h3)), d->server.path);
     /* Ready only now: the segment is reserved and the listener is up. */
-    notify_send("READY=1\nSTATUS=serving %s on %s", d->seg.path, d->cfg.socket_path);
+    notify_send("READY=1\nSTATUS=serving %s on %s", d->seg.path, d->server.path);
     return 0;
 
 fail_loop:
@@ -368,9 +368,9 @@ static void daemon_stop(struct daemon *d)
     segment_destroy(&d->seg);
     if (d->activated)
         log_info("stopped; segment removed (the socket %s stays with systemd)",
-                 d->cfg.socket_path);
+                 d->server.path);
     else
-        log_info("stopped; socket %s and segment removed", d->cfg.socket_path);
+        log_info("stopped; socket %s and segment removed", d->server.path);
 }
 
 int main(int argc, char **argv)

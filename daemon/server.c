@@ -502,7 +502,7 @@ int server_adopt(struct server *srv, uv_loop_t *loop, int fd, struct command_env
 {
     struct sockaddr_un sun;
     socklen_t len = sizeof(sun);
-    int flags;
+    int flags, rc;
 
     memset(srv, 0, sizeof(*srv));
     srv->loop = loop;
@@ -518,7 +518,9 @@ int server_adopt(struct server *srv, uv_loop_t *loop, int fd, struct command_env
         return shmb_error_set(err, -errno, "Cannot set up the socket systemd passed: %s.",
                               strerror(errno));
     srv->owns_path = false; /* systemd's socket: it stays when we exit */
-    return server_watch(srv, fd, err);
+    if ((rc = server_watch(srv, fd, err)) < 0)
+        server_close(srv);
+    return rc;
 }
 
 void server_forget(struct server *srv, struct conn *conn)
