@@ -55,7 +55,7 @@ ALLCFLAGS = -std=c11 -D_GNU_SOURCE -DSHMB_VERSION='"$(VERSION)"' -fPIC $(WARN) \
 ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ------------------------------------------------------------
-PROTO_SRC   := proto/error.c proto/alloc.c proto/protocol.c
+PROTO_SRC   := proto/error.c proto/alloc.c proto/protocol.c proto/line.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/command.c $(CORE_SRC)
@@ -77,7 +77,7 @@ LIB_SO    := $(BUILD)/$(LIB_SONAME)
 EXAMPLE   := $(BUILD)/example
 BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE)
 
-UNIT_TESTS := test_ring test_store test_segment test_index test_chaos
+UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
@@ -91,6 +91,8 @@ COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/log.c tests/support/fixture.c 
                $(CORE_SRC)) $(PROTO_OBJ)
 $(BUILD)/tests/test_chaos:   $(call OBJ,tests/unit/test_chaos.c) $(COMMAND_OBJ)
 $(BUILD)/tests/test_chaos: TEST_LDFLAGS = $(PKGS_LIBS)
+$(BUILD)/tests/test_line:    $(call OBJ,tests/unit/test_line.c proto/line.c) $(BASE_OBJ)
+$(BUILD)/tests/test_line: TEST_LDFLAGS = $(PKGS_LIBS)
 
 # End-to-end tests drive the real binaries through the library and raw sockets.
 E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch test_systemd \

@@ -21,6 +21,7 @@
 
 #include "../proto/alloc.h"
 #include "../proto/layout.h"
+#include "../proto/line.h"
 #include "../proto/protocol.h"
 
 struct shmb {
@@ -39,8 +40,7 @@ struct shmb {
     struct shmb_error err;
     char *rbuf; /* bytes received, not yet a whole reply */
     size_t rlen, rcap;
-    char *wbuf; /* the request being sent, reused */
-    size_t wlen, wcap;
+    struct line w; /* the request lines being sent, reused */
 };
 
 shmb_t *shmb_new(void)
@@ -118,7 +118,7 @@ void shmb_close(shmb_t *c)
         return;
     client_disconnect(c, false);
     shmb_free(c->rbuf);
-    shmb_free(c->wbuf);
+    shmb_free(c->w.buf);
     shmb_free(c);
 }
 
@@ -214,13 +214,13 @@ static void client_consume(shmb_t *c, size_t line_len)
     c->rlen -= line_len + 1;
 }
 
-/* Send the bytes of wbuf. */
+/* Send the bytes of c->w. */
 static int client_send(shmb_t *c)
 {
     size_t off = 0;
 
-    while (off < c->wlen) {
-        ssize_t n = send(c->sock, c->wbuf + off, c->wlen - off, MSG_NOSIGNAL);
+    while (off < c->w.len) {
+        ssize_t n = send(c->sock, c->w.buf + off, c->w.len - off, MSG_NOSIGNAL);
 
         if (n < 0 && errno == EINTR)
             continue;
@@ -231,7 +231,7 @@ static int client_send(shmb_t *c)
     return 0;
 }
 
-/* Queue request (the library keeps no reference) as a line in wbuf. */
+/* Queue request (the library keeps no reference) as a line in c->w. */
 static int client_queue(shmb_t *c, json_t *request)
 {
     int rc;
@@ -247,7 +247,7 @@ static int client_queue(shmb_t *c, json_t *request)
                               "Not connected to shmbrokerd; call shmb_connect (or "
                               "shmb_reconnect after a lost connection) first.");
     }
-    rc = shmb_json_append_line(request, &c->wbuf, &c->wlen, &c->wcap);
+    rc = shmb_json_append_line(request, &c->w.buf, &c->w.len, &c->w.cap);
     json_decref(request);
     if (rc < 0)
         return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
@@ -265,7 +265,7 @@ static int client_call(shmb_t *c, json_t *request, json_t **reply)
     shmb_error_clear(&c->err);
     if (reply != NULL)
         *reply = NULL;
-    c->wlen = 0;
+    c->w.len = 0;
     if ((rc = client_queue(c, request)) < 0)
         return rc;
     if ((rc = client_send(c)) < 0 || (rc = client_read_line(c, &len)) < 0)
@@ -440,60 +440,137 @@ int shmb_reconnect(shmb_t *c)
     return client_dial(c, c->path, c->name[0] ? c->name : NULL, true);
 }
 
-/* A pointer to [offset, offset + size) after checking it lies in the data
- * area of the mapping: a confused daemon must not make us scribble. */
-static int client_extent(shmb_t *c, const json_t *reply, size_t want, void **ptr,
-                         size_t *size)
+/* The fields of a success reply decoded by jansson (the slow path). */
+static void client_reply_fields(const json_t *reply, struct line_reply *r)
 {
-    uint64_t offset, len;
+    json_t *v;
+
+    memset(r, 0, sizeof(*r));
+    if (json_is_integer(v = json_object_get(reply, "offset")) && json_integer_value(v) >= 0) {
+        r->offset = (uint64_t)json_integer_value(v);
+        r->has_offset = true;
+    }
+    if (json_is_integer(v = json_object_get(reply, "size")) && json_integer_value(v) >= 0) {
+        r->size = (uint64_t)json_integer_value(v);
+        r->has_size = true;
+    }
+    if (json_is_boolean(v = json_object_get(reply, "exists"))) {
+        r->exists = json_is_true(v);
+        r->has_exists = true;
+    }
+}
+
+/* Send the lines in c->w and read one reply into r: the common success
+ * shapes are recognised by hand, anything else (errors) goes through
+ * jansson. 0 or the reply's error, its message in c->err. */
+static int client_exchange(shmb_t *c, struct line_reply *r)
+{
+    json_t *reply = NULL;
+    const char *p;
+    size_t len = 0;
     int rc;
 
-    if ((rc = client_u64(c, reply, "offset", &offset)) < 0 ||
-        (rc = client_u64(c, reply, "size", &len)) < 0)
+    if ((rc = client_send(c)) < 0 || (rc = client_read_line(c, &len)) < 0)
         return rc;
-    if (offset < c->info.data_offset || offset > c->map_size ||
-        len > c->map_size - offset || (want != 0 && len != want))
-        return shmb_error_set(&c->err, -EPROTO,
-                              "shmbrokerd returned extent [%llu, +%llu) outside the data "
-                              "area [%llu, %zu).",
-                              (unsigned long long)offset, (unsigned long long)len,
-                              (unsigned long long)c->info.data_offset, c->map_size);
-    *ptr = c->map + offset;
-    if (size != NULL)
-        *size = (size_t)len;
+    p = c->rbuf;
+    if (line_scan_reply(&p, c->rbuf + len, r) == 0 && p == c->rbuf + len) {
+        client_consume(c, len);
+        return 0;
+    }
+    rc = shmb_parse_reply(c->rbuf, len, &reply, &c->err);
+    client_consume(c, len);
+    if (rc == 0)
+        client_reply_fields(reply, r);
+    json_decref(reply);
+    return rc;
+}
+
+/* Start a request line {"op":"OP","key":KEY in c->w (after a key check). */
+static int client_begin_key(shmb_t *c, const char *op, const char *key)
+{
+    int rc;
+
+    if ((rc = client_check_key(c, key)) < 0)
+        return rc;
+    if (c->sock < 0)
+        return shmb_error_set(&c->err, -ENOTCONN,
+                              "Not connected to shmbrokerd; call shmb_connect (or "
+                              "shmb_reconnect after a lost connection) first.");
+    if (line_lit(&c->w, "{\"op\":\"") < 0 || line_lit(&c->w, op) < 0 ||
+        line_lit(&c->w, "\",\"key\":") < 0 || line_str(&c->w, key, strlen(key)) < 0)
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
     return 0;
 }
 
-/* A request whose only field is the key; reply decoded into *reply when not
- * NULL. */
-static int client_key_op(shmb_t *c, const char *op, const char *key, json_t **reply)
+/* A pointer to [offset, offset + size) after checking it lies in the data
+ * area of the mapping: a confused daemon must not make us scribble. */
+static int client_extent(shmb_t *c, const struct line_reply *r, size_t want, void **ptr,
+                         size_t *size)
 {
+    if (!r->has_offset || !r->has_size)
+        return shmb_error_set(&c->err, -EPROTO,
+                              "shmbrokerd's reply lacks \"offset\" or \"size\".");
+    if (r->offset < c->info.data_offset || r->offset > c->map_size ||
+        r->size > c->map_size - r->offset || (want != 0 && r->size != want))
+        return shmb_error_set(&c->err, -EPROTO,
+                              "shmbrokerd returned extent [%llu, +%llu) outside the data "
+                              "area [%llu, %zu).",
+                              (unsigned long long)r->offset, (unsigned long long)r->size,
+                              (unsigned long long)c->info.data_offset, c->map_size);
+    *ptr = c->map + r->offset;
+    if (size != NULL)
+        *size = (size_t)r->size;
+    return 0;
+}
+
+/* A request whose only field is the key; its reply's fields in r (may be
+ * NULL). */
+static int client_key_op(shmb_t *c, const char *op, const char *key, struct line_reply *r)
+{
+    struct line_reply ignored;
     int rc;
 
     shmb_error_clear(&c->err);
-    if ((rc = client_check_key(c, key)) < 0)
+    c->w.len = 0;
+    if ((rc = client_begin_key(c, op, key)) < 0)
         return rc;
-    return client_call(c, json_pack("{s:s, s:s}", "op", op, "key", key), reply);
+    if (line_lit(&c->w, "}\n") < 0)
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
+    return client_exchange(c, r != NULL ? r : &ignored);
+}
+
+/* The alloc request for key, appended to c->w (without a newline). */
+static int client_alloc_op(shmb_t *c, const char *key, size_t size, unsigned readers,
+                           unsigned wait_ms)
+{
+    int rc;
+
+    if ((rc = client_begin_key(c, "alloc", key)) < 0)
+        return rc;
+    if (line_lit(&c->w, ",\"size\":") < 0 || line_u64(&c->w, size) < 0 ||
+        line_lit(&c->w, ",\"readers\":") < 0 || line_u64(&c->w, readers) < 0 ||
+        (wait_ms != 0 &&
+         (line_lit(&c->w, ",\"wait_ms\":") < 0 || line_u64(&c->w, wait_ms) < 0)) ||
+        line_lit(&c->w, "}") < 0)
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
+    return 0;
 }
 
 int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void **ptr)
 {
-    json_t *reply = NULL;
+    struct line_reply r;
     int rc;
 
     *ptr = NULL;
     shmb_error_clear(&c->err);
-    if ((rc = client_check_key(c, key)) < 0)
+    c->w.len = 0;
+    if ((rc = client_alloc_op(c, key, size, readers, c->alloc_wait_ms)) < 0)
         return rc;
-    rc = client_call(c,
-                     json_pack("{s:s, s:s, s:I, s:I, s:I}", "op", "alloc", "key", key,
-                               "size", (json_int_t)size, "readers", (json_int_t)readers,
-                               "wait_ms", (json_int_t)c->alloc_wait_ms),
-                     &reply);
-    if (rc == 0)
-        rc = client_extent(c, reply, size, ptr, NULL);
-    json_decref(reply);
-    return rc;
+    if (line_lit(&c->w, "\n") < 0)
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
+    if ((rc = client_exchange(c, &r)) < 0)
+        return rc;
+    return client_extent(c, &r, size, ptr, NULL);
 }
 
 int shmb_commit(shmb_t *c, const char *key)
@@ -519,17 +596,16 @@ int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned
 
 int shmb_get(shmb_t *c, const char *key, const void **ptr, size_t *size)
 {
-    json_t *reply = NULL;
+    struct line_reply r;
     void *p = NULL;
     int rc;
 
     *ptr = NULL;
     *size = 0;
-    rc = client_key_op(c, "get", key, &reply);
+    rc = client_key_op(c, "get", key, &r);
     if (rc == 0)
-        rc = client_extent(c, reply, 0, &p, size);
+        rc = client_extent(c, &r, 0, &p, size);
     *ptr = p;
-    json_decref(reply);
     return rc;
 }
 
@@ -549,147 +625,167 @@ int shmb_release_many(shmb_t *c, size_t n, const char *const *keys)
     int rc;
 
     shmb_error_clear(&c->err);
-    c->wlen = 0;
+    c->w.len = 0;
     for (i = 0; i < n; i++) {
-        if ((rc = client_check_key(c, keys[i])) < 0 ||
-            (rc = client_queue(c, json_pack("{s:s, s:s, s:b}", "op", "release", "key",
-                                            keys[i], "noreply", 1))) < 0)
+        if ((rc = client_begin_key(c, "release", keys[i])) < 0)
             return rc;
+        if (line_lit(&c->w, ",\"noreply\":true}\n") < 0)
+            return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
     }
     return client_send(c);
 }
 
-/* One batch round trip: ops (stolen) in, the replies array (owned by the
- * caller) out. */
-static int client_batch(shmb_t *c, json_t *ops, json_t **replies)
+/* Open a batch request in c->w; ops are appended by the caller, separated
+ * by client_batch_next, and closed by client_batch_exchange. */
+static int client_batch_begin(shmb_t *c)
 {
-    json_t *reply = NULL;
-    int rc;
-
-    *replies = NULL;
-    if (ops == NULL)
+    c->w.len = 0;
+    if (line_lit(&c->w, "{\"op\":\"batch\",\"ops\":[") < 0)
         return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
-    rc = client_call(c, json_pack("{s:s, s:o}", "op", "batch", "ops", ops), &reply);
-    if (rc < 0)
-        return rc;
-    *replies = json_incref(json_object_get(reply, "replies"));
-    json_decref(reply);
-    if (!json_is_array(*replies)) {
-        json_decref(*replies);
-        *replies = NULL;
-        return shmb_error_set(&c->err, -EPROTO,
-                              "shmbrokerd's batch reply has no replies.");
-    }
     return 0;
 }
 
-/* Decode sub-reply i of a batch: 0, or its error (message kept in the
- * handle if it is the first error). */
-static int client_sub_reply(shmb_t *c, json_t *replies, size_t i, int *first)
+static int client_batch_next(shmb_t *c, size_t i)
 {
-    json_t *r = json_array_get(replies, i);
-    const char *code = NULL, *message = NULL;
-    int rc;
-
-    if (json_is_true(json_object_get(r, "ok")))
-        return 0;
-    if (json_unpack(r, "{s:s, s:s}", "error", &code, "message", &message) != 0)
-        rc = -EPROTO;
-    else
-        rc = shmb_error_from_name(code);
-    if (*first == 0) {
-        *first = rc;
-        shmb_error_set(&c->err, rc, "%s", message ? message : "malformed batch reply");
-    }
-    return rc;
+    return i > 0 && line_lit(&c->w, ",") < 0 ? -ENOMEM : 0;
 }
 
-/* Build a batch of one op per key; extra fields from fmt (may be NULL). */
-static json_t *client_key_ops(shmb_t *c, const char *op, size_t n,
-                              const char *const *keys)
+/* Close the batch of n ops, send it, and decode its replies: res[i] gets
+ * each op's reply fields, rc[i] its 0 or error; the first error's message
+ * stays in c->err. Returns the exchange's own error, or 0. */
+static int client_batch_exchange(shmb_t *c, size_t n, struct line_reply *res, int *rcs)
 {
-    json_t *ops = json_array();
-    size_t i;
+    json_t *reply = NULL, *replies;
+    size_t len = 0, i;
+    int rc, first = 0;
 
-    for (i = 0; ops != NULL && i < n; i++) {
-        if (client_check_key(c, keys[i]) < 0 ||
-            json_array_append_new(
-                ops, json_pack("{s:s, s:s}", "op", op, "key", keys[i])) != 0) {
-            json_decref(ops);
-            return NULL;
+    if (line_lit(&c->w, "]}\n") < 0)
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
+    if ((rc = client_send(c)) < 0 || (rc = client_read_line(c, &len)) < 0)
+        return rc;
+    if (line_scan_batch(c->rbuf, c->rbuf + len, res, n) == 0) {
+        client_consume(c, len);
+        memset(rcs, 0, n * sizeof(*rcs));
+        return 0;
+    }
+    /* Some op failed (or the reply has an unusual shape): jansson. */
+    rc = shmb_parse_reply(c->rbuf, len, &reply, &c->err);
+    client_consume(c, len);
+    if (rc < 0)
+        return rc;
+    replies = json_object_get(reply, "replies");
+    if (!json_is_array(replies) || json_array_size(replies) != n) {
+        json_decref(reply);
+        return shmb_error_set(&c->err, -EPROTO,
+                              "shmbrokerd's batch reply does not have %zu replies.", n);
+    }
+    for (i = 0; i < n; i++) {
+        json_t *r = json_array_get(replies, i);
+        const char *code = NULL, *message = NULL;
+
+        memset(&res[i], 0, sizeof(res[i]));
+        if (json_is_true(json_object_get(r, "ok"))) {
+            client_reply_fields(r, &res[i]);
+            rcs[i] = 0;
+            continue;
+        }
+        rcs[i] = json_unpack(r, "{s:s, s:s}", "error", &code, "message", &message) == 0
+                     ? shmb_error_from_name(code)
+                     : -EPROTO;
+        if (first == 0) {
+            first = rcs[i];
+            shmb_error_set(&c->err, rcs[i], "%s",
+                           message != NULL ? message : "malformed batch reply");
         }
     }
-    return ops;
+    json_decref(reply);
+    return 0;
 }
 
 int shmb_put_many(shmb_t *c, size_t n, const char *const *keys, const void *const *data,
                   const size_t *sizes, unsigned readers, int *results)
 {
-    json_t *ops = json_array(), *replies = NULL, *commits;
+    struct line_reply *res = NULL;
     struct shmb_error first_err;
-    int first = 0, rc;
-    size_t i;
+    int *rcs = NULL, first = 0, rc;
+    size_t i, ncommit = 0;
 
     shmb_error_clear(&c->err);
-    for (i = 0; i < n; i++) {
-        if ((rc = client_check_key(c, keys[i])) < 0) {
-            json_decref(ops);
-            return rc;
-        }
-        if (ops == NULL ||
-            json_array_append_new(ops,
-                                  json_pack("{s:s, s:s, s:I, s:I}", "op", "alloc", "key",
-                                            keys[i], "size", (json_int_t)sizes[i],
-                                            "readers", (json_int_t)readers)) != 0) {
-            json_decref(ops);
-            return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
-        }
+    if (n == 0)
+        return 0;
+    res = shmb_calloc(n, sizeof(*res));
+    rcs = shmb_calloc(n, sizeof(*rcs));
+    if (res == NULL || rcs == NULL) {
+        rc = shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
+        goto out;
     }
-    if ((rc = client_batch(c, ops, &replies)) < 0)
-        return rc;
-    commits = json_array();
+    if ((rc = client_batch_begin(c)) < 0)
+        goto out;
+    for (i = 0; i < n; i++)
+        if ((rc = client_batch_next(c, i)) < 0 ||
+            (rc = client_alloc_op(c, keys[i], sizes[i], readers, 0)) < 0)
+            goto out;
+    if ((rc = client_batch_exchange(c, n, res, rcs)) < 0)
+        goto out;
+    /* Write what was allocated, then commit it (abort a bad extent). */
+    first_err = c->err;
+    if ((rc = client_batch_begin(c)) < 0)
+        goto out;
     for (i = 0; i < n; i++) {
-        int r = client_sub_reply(c, replies, i, &first);
         void *dst = NULL;
+        int r = rcs[i];
 
-        if (r == 0 &&
-            (r = client_extent(c, json_array_get(replies, i), sizes[i], &dst, NULL)) <
-                0 &&
-            first == 0)
-            first = r;
+        if (r == 0 && (r = client_extent(c, &res[i], sizes[i], &dst, NULL)) < 0 &&
+            first_err.code == 0)
+            first_err = c->err;
         if (r == 0)
             memcpy(dst, data[i], sizes[i]);
-        /* Commit what was written; abort an allocation whose extent was bad. */
-        if (r == 0 || json_is_true(json_object_get(json_array_get(replies, i), "ok")))
-            json_array_append_new(commits,
-                                  json_pack("{s:s, s:s}", "op",
-                                            r == 0 ? "commit" : "abort", "key", keys[i]));
+        if (rcs[i] == 0 && ((rc = client_batch_next(c, ncommit)) < 0 ||
+                            (rc = client_begin_key(c, r == 0 ? "commit" : "abort", keys[i])) < 0 ||
+                            (rc = line_lit(&c->w, "}")) < 0))
+            goto out;
+        ncommit += rcs[i] == 0;
+        rcs[i] = r;
+    }
+    if (ncommit > 0) {
+        struct line_reply *cres = shmb_calloc(ncommit, sizeof(*cres));
+        int *crcs = shmb_calloc(ncommit, sizeof(*crcs));
+        size_t k = 0;
+
+        rc = cres == NULL || crcs == NULL
+                 ? shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.")
+                 : client_batch_exchange(c, ncommit, cres, crcs);
+        /* A commit that failed makes that object's result its error. */
+        for (i = 0; rc == 0 && i < n; i++)
+            if (rcs[i] == 0 && crcs[k++] < 0)
+                rcs[i] = crcs[k - 1];
+        shmb_free(cres);
+        shmb_free(crcs);
+        if (rc < 0)
+            goto out;
+    }
+    for (i = 0; i < n; i++) {
         if (results != NULL)
-            results[i] = r;
+            results[i] = rcs[i];
+        if (first == 0)
+            first = rcs[i];
     }
-    json_decref(replies);
-    if (json_array_size(commits) == 0) {
-        json_decref(commits);
-        return first;
-    }
-    /* The commit round trip clears the handle's error: keep the first one's
-     * message. */
-    first_err = c->err;
-    if ((rc = client_batch(c, commits, &replies)) < 0)
-        return rc;
-    for (i = 0; i < json_array_size(replies); i++)
-        client_sub_reply(c, replies, i, &first);
-    json_decref(replies);
+    /* The earliest error (allocation before commit) is the one reported,
+     * code and message together. */
     if (first_err.code < 0)
         c->err = first_err;
-    return first;
+    rc = first < 0 && c->err.code < 0 ? c->err.code : first;
+out:
+    shmb_free(res);
+    shmb_free(rcs);
+    return rc;
 }
 
 int shmb_get_many(shmb_t *c, size_t n, const char *const *keys, const void **ptrs,
                   size_t *sizes, int *results)
 {
-    json_t *replies = NULL;
-    int first = 0, rc;
+    struct line_reply *res = NULL;
+    int *rcs = NULL, first = 0, rc;
     size_t i;
 
     shmb_error_clear(&c->err);
@@ -699,22 +795,39 @@ int shmb_get_many(shmb_t *c, size_t n, const char *const *keys, const void **ptr
         if ((rc = client_check_key(c, keys[i])) < 0)
             return rc;
     }
-    if ((rc = client_batch(c, client_key_ops(c, "get", n, keys), &replies)) < 0)
-        return rc;
+    if (n == 0)
+        return 0;
+    res = shmb_calloc(n, sizeof(*res));
+    rcs = shmb_calloc(n, sizeof(*rcs));
+    if (res == NULL || rcs == NULL) {
+        rc = shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
+        goto out;
+    }
+    if ((rc = client_batch_begin(c)) < 0)
+        goto out;
+    for (i = 0; i < n; i++)
+        if ((rc = client_batch_next(c, i)) < 0 || (rc = client_begin_key(c, "get", keys[i])) < 0 ||
+            (rc = line_lit(&c->w, "}")) < 0)
+            goto out;
+    if ((rc = client_batch_exchange(c, n, res, rcs)) < 0)
+        goto out;
     for (i = 0; i < n; i++) {
-        int r = client_sub_reply(c, replies, i, &first);
         void *p = NULL;
 
-        if (r == 0 &&
-            (r = client_extent(c, json_array_get(replies, i), 0, &p, &sizes[i])) < 0 &&
+        if (rcs[i] == 0 && (rcs[i] = client_extent(c, &res[i], 0, &p, &sizes[i])) < 0 &&
             first == 0)
-            first = r;
+            first = rcs[i];
         ptrs[i] = p;
         if (results != NULL)
-            results[i] = r;
+            results[i] = rcs[i];
+        if (first == 0)
+            first = rcs[i];
     }
-    json_decref(replies);
-    return first;
+    rc = first;
+out:
+    shmb_free(res);
+    shmb_free(rcs);
+    return rc;
 }
 
 int shmb_touch(shmb_t *c, const char *key, unsigned readers)
@@ -737,13 +850,10 @@ int shmb_delete(shmb_t *c, const char *key)
 
 int shmb_contains(shmb_t *c, const char *key)
 {
-    json_t *reply = NULL;
-    int rc = client_key_op(c, "contains", key, &reply);
+    struct line_reply r;
+    int rc = client_key_op(c, "contains", key, &r);
 
-    if (rc == 0)
-        rc = json_is_true(json_object_get(reply, "exists")) ? 1 : 0;
-    json_decref(reply);
-    return rc;
+    return rc < 0 ? rc : r.exists ? 1 : 0;
 }
 
 /* Copy a string field of a reply into a fixed buffer, "" when absent. */
