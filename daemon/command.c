@@ -3,6 +3,7 @@
  */
 #include "command.h"
 
+#include "../proto/alloc.h"
 #include "log.h"
 
 #include <errno.h>
@@ -16,9 +17,12 @@ struct command_call {
     struct command_env *env;
     struct command_client *client;
     json_t *req;   /* the request, without "op" and "id" */
-    json_t *reply; /* {"ok":true}; handlers add their fields */
+    json_t *reply; /* {"ok":true} once a handler adds a field, else NULL */
     unsigned flags;
     bool noreply;           /* the request said "noreply": true */
+    bool has_extent;        /* the success reply carries offset and size */
+    struct store_extent extent;
+    struct line text;       /* a batch's reply, written out, left open for "id" */
     bool final_try;         /* a waiting alloc's last chance */
     uint64_t wait_until_ms; /* a waiting alloc's deadline, 0 before it waits */
     struct shmb_error err;
@@ -73,9 +77,22 @@ static int command_check_range(struct command_call *call, const char *field,
     return 0;
 }
 
+/* The reply object {"ok":true,...}, created when a handler first adds to
+ * it (the common replies never need it); NULL when memory ran out. */
+static json_t *command_reply_object(struct command_call *call)
+{
+    if (call->reply == NULL)
+        call->reply = json_pack("{s:b}", "ok", 1);
+    return call->reply;
+}
+
 /* Add a field to the reply; -ENOMEM. */
 static int command_set(struct command_call *call, const char *field, json_t *value)
 {
+    if (command_reply_object(call) == NULL) {
+        json_decref(value);
+        return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
+    }
     if (value == NULL || json_object_set_new(call->reply, field, value) != 0)
         return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
     return 0;
@@ -163,11 +180,11 @@ static int command_check_cap(struct command_call *call, uint64_t held, uint64_t 
 /* Reply fields offset and size. */
 static int command_set_extent(struct command_call *call, const struct store_extent *ext)
 {
-    int rc;
-
-    if ((rc = command_set(call, "offset", json_integer((json_int_t)ext->offset))) < 0)
-        return rc;
-    return command_set(call, "size", json_integer((json_int_t)ext->size));
+    /* Kept aside: the reply is written straight out when nothing else is in
+     * it (command_reply_text). */
+    call->has_extent = true;
+    call->extent = *ext;
+    return 0;
 }
 
 static int cmd_alloc(struct command_call *call)
@@ -397,7 +414,8 @@ static int cmd_stats(struct command_call *call)
         (json_int_t)st.enospc, "expired_allocs", (json_int_t)st.expired_allocs,
         "lease_expiries", (json_int_t)st.lease_expiries, "noreply_errors",
         (json_int_t)env->noreply_errors);
-    if (stats == NULL || json_object_update(call->reply, stats) != 0) {
+    if (stats == NULL || command_reply_object(call) == NULL ||
+        json_object_update(call->reply, stats) != 0) {
         json_decref(stats);
         return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
     }
@@ -539,9 +557,6 @@ static int command_dispatch(struct command_call *call, json_t *req, bool in_batc
             &call->err, -EINVAL,
             "\"wait_ms\" cannot be used inside a batch: a batch never waits.");
     json_object_del(req, "op");
-    call->reply = json_pack("{s:b}", "ok", 1);
-    if (call->reply == NULL)
-        return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
     return op->handler(call);
 }
 
@@ -556,20 +571,61 @@ static json_t *command_reply(struct command_call *call, int rc, json_t *id)
         call->flags &= ~(unsigned)COMMAND_SEND_FD;
         return shmb_error_reply(id, rc, call->err.message);
     }
+    if (command_reply_object(call) == NULL)
+        return NULL;
     reply = call->reply;
     call->reply = NULL;
-    if (id != NULL && json_object_set(reply, "id", id) != 0) {
+    if ((call->has_extent &&
+         (json_object_set_new(reply, "offset", json_integer((json_int_t)call->extent.offset)) !=
+              0 ||
+          json_object_set_new(reply, "size", json_integer((json_int_t)call->extent.size)) !=
+              0)) ||
+        (id != NULL && json_object_set(reply, "id", id) != 0)) {
         json_decref(reply);
         return NULL;
     }
     return reply;
 }
 
+/* The common success replies, written straight into l without jansson:
+ * {"ok":true} and {"ok":true,"offset":N,"size":M}. 1 when written, 0 when
+ * the reply has other fields or an "id" (jansson writes those), -ENOMEM. */
+static int command_reply_text(const struct command_call *call, int rc, const json_t *id,
+                              struct line *l)
+{
+    if (rc < 0 || call->reply != NULL || id != NULL)
+        return 0;
+    if (line_lit(l, "{\"ok\":true") < 0 ||
+        (call->has_extent &&
+         (line_lit(l, ",\"offset\":") < 0 || line_u64(l, call->extent.offset) < 0 ||
+          line_lit(l, ",\"size\":") < 0 || line_u64(l, call->extent.size) < 0)) ||
+        line_lit(l, "}") < 0)
+        return -ENOMEM;
+    return 1;
+}
+
+/* Append value, serialised compactly, to l. */
+static int command_dump_into(const json_t *value, struct line *l)
+{
+    size_t need = json_dumpb(value, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *tmp;
+
+    if (need == 0 || (tmp = shmb_malloc(need)) == NULL)
+        return -ENOMEM;
+    if (json_dumpb(value, tmp, need, JSON_COMPACT | JSON_ENCODE_ANY) != need ||
+        line_raw(l, tmp, need) < 0) {
+        shmb_free(tmp);
+        return -ENOMEM;
+    }
+    shmb_free(tmp);
+    return 0;
+}
+
 /* batch: run each op of "ops" in order and answer with their replies, on
  * one line. Sub-ops do not wait and always reply. */
 static int cmd_batch(struct command_call *call)
 {
-    json_t *ops = NULL, *replies, *sub;
+    json_t *ops = NULL, *sub;
     size_t i;
     int rc;
 
@@ -579,13 +635,15 @@ static int cmd_batch(struct command_call *call)
         return shmb_error_set(&call->err, -EINVAL,
                               "\"ops\" must be an array of at most %d requests.",
                               COMMAND_MAX_BATCH);
-    replies = json_array();
-    if (replies == NULL)
-        return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
+    /* The replies are written out one by one; command_finish closes the
+     * object after the batch's own "id". */
+    if (line_lit(&call->text, "{\"ok\":true,\"replies\":[") < 0)
+        goto nomem;
     json_array_foreach(ops, i, sub)
     {
         struct command_call subcall;
         json_t *reply, *id;
+        int written;
 
         memset(&subcall, 0, sizeof(subcall));
         subcall.env = call->env;
@@ -599,15 +657,26 @@ static int cmd_batch(struct command_call *call)
             json_object_del(sub, "id");
             rc = command_dispatch(&subcall, sub, true);
         }
-        reply = command_reply(&subcall, rc, id);
-        json_decref(id);
-        if (reply == NULL || json_array_append_new(replies, reply) != 0) {
-            json_decref(replies);
-            return shmb_error_set(&call->err, -ENOMEM,
-                                  "Out of memory building the reply.");
+        if (i > 0 && line_lit(&call->text, ",") < 0) {
+            written = -ENOMEM;
+        } else if ((written = command_reply_text(&subcall, rc, id, &call->text)) == 0) {
+            reply = command_reply(&subcall, rc, id);
+            written = reply != NULL && command_dump_into(reply, &call->text) == 0 ? 1 : -ENOMEM;
+            json_decref(reply);
         }
+        json_decref(subcall.reply);
+        json_decref(id);
+        if (written < 0)
+            goto nomem;
     }
-    return command_set(call, "replies", replies);
+    if (line_lit(&call->text, "]") < 0)
+        goto nomem;
+    return 0;
+
+nomem:
+    shmb_free(call->text.buf);
+    memset(&call->text, 0, sizeof(call->text));
+    return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
 }
 
 /* Turn a finished call into out: a reply, nothing (noreply), or a wait. */
@@ -616,6 +685,7 @@ static void command_finish(struct command_call *call, int rc, json_t *id,
 {
     out->flags = call->flags;
     out->reply = NULL;
+    memset(&out->text, 0, sizeof(out->text));
     out->wait_request = NULL;
     if (rc == -EINPROGRESS) {
         /* An alloc that waits for space: keep the request to retry it. */
@@ -640,10 +710,39 @@ static void command_finish(struct command_call *call, int rc, json_t *id,
         }
         json_decref(call->reply);
         call->reply = NULL;
+        shmb_free(call->text.buf);
+        memset(&call->text, 0, sizeof(call->text));
         out->flags |= COMMAND_SILENT;
         return;
     }
+    if (rc == 0 && call->text.buf != NULL) {
+        /* A batch: its replies are written; add the batch's id and close. */
+        out->text = call->text;
+        memset(&call->text, 0, sizeof(call->text));
+        if ((id != NULL && (line_lit(&out->text, ",\"id\":") < 0 ||
+                            command_dump_into(id, &out->text) < 0)) ||
+            line_lit(&out->text, "}") < 0) {
+            shmb_free(out->text.buf);
+            memset(&out->text, 0, sizeof(out->text));
+        }
+        return;
+    }
+    shmb_free(call->text.buf);
+    memset(&call->text, 0, sizeof(call->text));
+    if (command_reply_text(call, rc, id, &out->text) == 1)
+        return;
+    shmb_free(out->text.buf);
+    memset(&out->text, 0, sizeof(out->text));
     out->reply = command_reply(call, rc, id);
+}
+
+json_t *command_result_json(const struct command_result *res)
+{
+    if (res->reply != NULL)
+        return json_incref(res->reply);
+    if (res->text.len > 0)
+        return json_loadb(res->text.buf, res->text.len, JSON_REJECT_DUPLICATES, NULL);
+    return NULL;
 }
 
 void command_execute(struct command_env *env, struct command_client *client,
@@ -720,6 +819,7 @@ void command_oversized(size_t limit, struct command_result *out)
              "Request line longer than %zu bytes; requests are small JSON objects. "
              "Closing the connection.",
              limit);
+    memset(out, 0, sizeof(*out));
     out->reply = shmb_error_reply(NULL, -EMSGSIZE, msg);
     out->flags = COMMAND_CLOSE;
 }

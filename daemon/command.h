@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "../proto/line.h"
 #include "../proto/protocol.h"
 #include "segment.h"
 #include "store.h"
@@ -57,7 +58,11 @@ enum command_flag {
 };
 
 struct command_result {
-    json_t *reply;          /* the caller owns it; NULL when there is nothing to send */
+    json_t *reply;          /* the caller owns it; NULL when there is nothing to send
+                               or when text holds the reply */
+    struct line text;       /* the reply already written out (common success
+                               replies skip jansson), without its newline; the
+                               caller frees text.buf with shmb_free */
     unsigned flags;         /* enum command_flag */
     json_t *wait_request;   /* COMMAND_WAIT: the request to retry; the caller owns it */
     uint64_t wait_until_ms; /* COMMAND_WAIT: when the wait ends (command_now_ms) */
@@ -95,6 +100,10 @@ void command_oversized(size_t limit, struct command_result *out);
 /* Register a new connection's client (zeroed by the caller, credentials
  * filled in) so that "clients" and "stats" see it. */
 void command_client_open(struct command_env *env, struct command_client *client);
+
+/* The reply of a result as JSON, whichever form it came in; a new
+ * reference, NULL when there is none. For tests and the fuzzer. */
+json_t *command_result_json(const struct command_result *res);
 
 /* Drop everything client holds in the store (pins, pending allocs) and
  * unregister it. */

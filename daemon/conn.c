@@ -191,12 +191,25 @@ static int conn_send_fd(struct conn *conn, int fd)
     return conn_flush(conn);
 }
 
-/* Append one reply to this batch's output; -ENOMEM. */
-static int conn_queue(struct conn *conn, const json_t *reply)
+/* Append one reply to this batch's output: the text the command layer
+ * wrote, or its JSON serialised here. -ENOMEM. */
+static int conn_queue(struct conn *conn, struct command_result *res)
 {
-    if (reply == NULL)
+    struct line out = {conn->out, conn->out_len, conn->out_cap};
+    int rc;
+
+    if (res->text.len > 0) {
+        rc = line_raw(&out, res->text.buf, res->text.len) < 0 || line_lit(&out, "\n") < 0
+                 ? -ENOMEM
+                 : 0;
+        conn->out = out.buf;
+        conn->out_len = out.len;
+        conn->out_cap = out.cap;
+        return rc;
+    }
+    if (res->reply == NULL)
         return -ENOMEM;
-    return shmb_json_append_line(reply, &conn->out, &conn->out_len, &conn->out_cap);
+    return shmb_json_append_line(res->reply, &conn->out, &conn->out_len, &conn->out_cap);
 }
 
 
@@ -213,8 +226,9 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
         return CONN_WAIT;
     }
     if (!(res->flags & COMMAND_SILENT)) {
-        rc = conn_queue(conn, res->reply);
+        rc = conn_queue(conn, res);
         json_decref(res->reply);
+        shmb_free(res->text.buf);
         if (rc < 0) {
             log_warn("client pid %d: out of memory for a reply; disconnecting it",
                      (int)conn->client.pid);
@@ -319,7 +333,7 @@ static enum conn_step conn_process(struct conn *conn)
         struct command_result res;
 
         command_oversized(SHMB_MAX_LINE, &res);
-        conn_queue(conn, res.reply);
+        conn_queue(conn, &res);
         json_decref(res.reply);
         log_info("client pid %d sent a request line over %d bytes; closed",
                  (int)conn->client.pid, SHMB_MAX_LINE);

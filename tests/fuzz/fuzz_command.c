@@ -11,19 +11,25 @@
  */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../proto/alloc.h"
 #include "fixture.h"
 
 #define FUZZ_CLIENTS 3
 
-/* Abort (a crash libFuzzer reports) when an invariant does not hold. */
-static void fuzz_check(int cond)
+/* Abort (a crash libFuzzer reports) when an invariant does not hold, saying
+ * which. */
+static void fuzz_assert(int cond, const char *what, int line)
 {
-    if (!cond)
+    if (!cond) {
+        fprintf(stderr, "fuzz_command.c:%d: invariant failed: %s\n", line, what);
         abort();
+    }
 }
+#define fuzz_check(cond) fuzz_assert((cond), #cond, __LINE__)
 
 /* A reply has "ok"; an error reply has a known code name and a message. */
 static void fuzz_check_reply(json_t *reply)
@@ -76,10 +82,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             memset(&clients[current], 0, sizeof(clients[current]));
             command_client_open(&f.env, &clients[current]);
         } else if (len > 0 && len <= SHMB_MAX_LINE) {
+            json_t *reply;
+
             command_execute(&f.env, &clients[current], p, len, &res);
-            fuzz_check(res.reply != NULL);
-            fuzz_check_reply(res.reply);
+            /* Whichever form the reply took (written out or JSON), it is
+             * JSON that parses to a well-formed reply. */
+            reply = command_result_json(&res);
             json_decref(res.reply);
+            json_decref(res.wait_request); /* a waiting alloc is not retried here */
+            shmb_free(res.text.buf);
+            if (!(res.flags & (COMMAND_SILENT | COMMAND_WAIT))) {
+                fuzz_check(reply != NULL);
+                fuzz_check_reply(reply);
+            }
+            json_decref(reply);
             fuzz_check_store(f.store);
         }
         p += len + (nl != NULL);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../proto/alloc.h"
+
 int fixture_init(struct fixture *f, uint64_t size, uint64_t max_object_size)
 {
     struct store_config cfg = {.max_object_size = max_object_size};
@@ -54,15 +56,20 @@ int fixture_request(struct fixture *f, struct command_client *client, const char
                     json_t **reply_out)
 {
     struct command_result res;
+    json_t *reply;
     int ok;
 
     command_execute(&f->env, client, line, strlen(line), &res);
-    if (res.reply == NULL)
+    reply = command_result_json(&res);
+    json_decref(res.reply);
+    json_decref(res.wait_request);
+    shmb_free(res.text.buf);
+    if (reply == NULL)
         return -1;
-    ok = json_is_true(json_object_get(res.reply, "ok"));
+    ok = json_is_true(json_object_get(reply, "ok"));
     if (reply_out != NULL)
-        *reply_out = res.reply;
+        *reply_out = reply;
     else
-        json_decref(res.reply);
+        json_decref(reply);
     return ok;
 }
