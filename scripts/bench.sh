@@ -158,8 +158,9 @@ done
 # ---- the matrix ------------------------------------------------------------------
 say ""
 say "Per object: shmbroker put+get = alloc, write every byte in place, commit, get, read"
-say "every byte in place, release (4 requests); batch = put_many/get_many/release_many"
-say "of $batch objects (3 requests per $batch objects); Redis = SET + GET of the same bytes"
+say "every byte in place, release (4 requests, the release not waited for); batch ="
+say "put_many/get_many/release_many of $batch objects (3 requests per $batch objects); Redis ="
+say "SET + GET of the same bytes"
 say "(own RESP client, same process shape, reads every byte); memcpy = the same bytes"
 say "copied in the same number of processes (cold buffers). ops/s are objects per second,"
 say "all clients together; latency is per object, in microseconds."
