@@ -98,7 +98,8 @@ $(BUILD)/tests/test_line: TEST_LDFLAGS = $(PKGS_LIBS)
 E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch test_systemd \
              soak
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
-$(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o $(LIB_A)
+$(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
+              $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)
 $(E2E_BINS): TEST_LDFLAGS = $(PKGS_LIBS)
 
 # The soak: 32 clients for SOAK_SECONDS (a short run in 'make test'), and the

@@ -417,49 +417,7 @@ struct h_daemon *h_daemon_new(struct h_fix *f, const char *size)
 
 pid_t h_daemon_spawn(struct h_fix *f, struct h_daemon *d, const char *const *extra)
 {
-    const char *argv[32];
-    int n = 0, i, fd;
-    pid_t pid;
-
-    (void)f;
-    argv[n++] = h_daemon_bin();
-    argv[n++] = "--socket";
-    argv[n++] = d->socket;
-    argv[n++] = "--name";
-    argv[n++] = d->name;
-    argv[n++] = "--size";
-    argv[n++] = d->size;
-    argv[n++] = "--shm-dir";
-    argv[n++] = d->shm_dir;
-    for (i = 0; extra != NULL && extra[i] != NULL && n < 31; i++)
-        argv[n++] = extra[i];
-    argv[n] = NULL;
-    fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return -1;
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    if (pid < 0) {
-        close(fd);
-        return -1;
-    }
-    if (pid == 0) {
-        int null = open("/dev/null", O_RDONLY);
-
-        h_child_init();
-        if (null >= 0)
-            dup2(null, STDIN_FILENO);
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
-        execv(argv[0], (char *const *)argv);
-        dprintf(STDERR_FILENO, "harness: cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    close(fd);
-    d->pid = pid;
-    d->status = -1;
-    return pid;
+    return h_daemon_spawn_nofile(f, d, extra, 0);
 }
 
 int h_daemon_wait_ready(struct h_daemon *d, int timeout_ms)
@@ -973,9 +931,9 @@ pid_t h_daemon_spawn_nofile(struct h_fix *f, struct h_daemon *d, const char *con
         dup2(fd, STDERR_FILENO);
         /* Descriptors the test process left open would count against the
          * limit; the daemon must start with only its standard three. */
-        for (i = STDERR_FILENO + 1; i < 1024; i++)
+        for (i = STDERR_FILENO + 1; nofile != 0 && i < 1024; i++)
             close(i);
-        if (setrlimit(RLIMIT_NOFILE, &lim) != 0) {
+        if (nofile != 0 && setrlimit(RLIMIT_NOFILE, &lim) != 0) {
             dprintf(STDERR_FILENO, "harness: setrlimit(RLIMIT_NOFILE, %lu): %s\n", nofile,
                     strerror(errno));
             _exit(126);

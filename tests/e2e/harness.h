@@ -272,7 +272,8 @@ bool h_contains(const char *haystack, const char *needle);
 /* ---- daemons with resource limits, restarts ----------------------------- */
 
 /* As h_daemon_spawn, but the child runs with RLIMIT_NOFILE set to nofile
- * (soft and hard) before it execs, as after `ulimit -n nofile`. */
+ * (soft and hard) before it execs, as after `ulimit -n nofile`, and with
+ * only its standard descriptors open; nofile 0 leaves both as they are. */
 pid_t h_daemon_spawn_nofile(struct h_fix *f, struct h_daemon *d, const char *const *extra,
                             unsigned long nofile);
 

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "checks.h"
 #include "harness.h"
 #include "shmbroker.h"
 
@@ -23,44 +24,6 @@
 #define FREE_LEFT 44288
 
 /* ---- helpers --------------------------------------------------------------- */
-
-/* A connected handle to d, or the test fails. The caller closes it. */
-static shmb_t *connect_to(const struct h_daemon *d, const char *name)
-{
-    shmb_t *c = shmb_new();
-
-    assert_non_null(c);
-    if (shmb_connect(c, d->socket, name) != 0) {
-        print_error("shmb_connect: %s: %s\n", shmb_errname(c), shmb_errmsg(c));
-        shmb_close(c);
-        fail();
-    }
-    return c;
-}
-
-/* The call returned rc, which must be 0; otherwise show the library's error. */
-#define ok(c, call) check_ok((c), (call), #call, __FILE__, __LINE__)
-/* The body of ok(). */
-static void check_ok(shmb_t *c, int rc, const char *what, const char *file, int line)
-{
-    if (rc != 0)
-        h_fail_at(file, line, "%s returned %d (%s: %s)", what, rc, shmb_errname(c),
-                  shmb_errmsg(c));
-}
-
-/* Put size pattern bytes under key. */
-static int put_pattern(shmb_t *c, const char *key, size_t size, uint32_t seed)
-{
-    unsigned char *buf = malloc(size);
-    int rc;
-
-    if (buf == NULL)
-        return -ENOMEM;
-    h_fill(buf, size, seed);
-    rc = shmb_put(c, key, buf, size, 0);
-    free(buf);
-    return rc;
-}
 
 /* A stats reply over a raw connection; the caller frees it. */
 static json_t *raw_stats(struct h_conn *c)
@@ -112,10 +75,10 @@ static void fill_ring(const struct h_daemon *d, shmb_t **writer, shmb_t **pinner
     size_t len;
     shmb_stats_t st;
 
-    *writer = connect_to(d, "writer");
-    *pinner = connect_to(d, "pinner");
-    ok(*writer, put_pattern(*writer, "big", BIG, 1));
-    ok(*writer, put_pattern(*writer, "filler", BIG, 2));
+    *writer = h_lib_connect(d, "writer", 0);
+    *pinner = h_lib_connect(d, "pinner", 0);
+    ok(*writer, h_put_pattern(*writer, "big", BIG, 1, 0));
+    ok(*writer, h_put_pattern(*writer, "filler", BIG, 2, 0));
     ok(*pinner, shmb_get(*pinner, "big", &p, &len));
     ok(*writer, shmb_stats(*writer, &st));
     assert_int_equal(st.free, FREE_LEFT);
@@ -360,7 +323,7 @@ static void test_library_many(void **state)
     size_t got[3];
     int results[3], i;
     shmb_stats_t st;
-    shmb_t *c = connect_to(d, "many");
+    shmb_t *c = h_lib_connect(d, "many", 0);
 
     for (i = 0; i < 3; i++) {
         bufs[i] = malloc(sizes[i]);
@@ -572,8 +535,8 @@ static void test_waiter_disconnects(void **state)
     /* Only w's alloc was served: the gone waiter never was. */
     assert_int_equal(st.allocs, 3);
     assert_int_equal(shmb_contains(writer, "gone"), 0);
-    ok(writer, put_pattern(writer, "gone", 1000, 3)); /* its key was never taken */
-    ok(writer, put_pattern(writer, "later", 1000, 4));
+    ok(writer, h_put_pattern(writer, "gone", 1000, 3, 0)); /* its key was never taken */
+    ok(writer, h_put_pattern(writer, "later", 1000, 4, 0));
     h_conn_close(&w);
     shmb_close(pinner);
     shmb_close(writer);

@@ -16,65 +16,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "checks.h"
 #include "harness.h"
 #include "shmbroker.h"
 
 /* ---- helpers --------------------------------------------------------------- */
-
-/* A connected handle to d, or the test fails. The caller closes it. */
-static shmb_t *connect_to(const struct h_daemon *d, const char *name)
-{
-    shmb_t *c = shmb_new();
-    int rc;
-
-    assert_non_null(c);
-    rc = shmb_connect(c, d->socket, name);
-    if (rc != 0) {
-        print_error("shmb_connect: %s: %s\n", shmb_errname(c), shmb_errmsg(c));
-        shmb_close(c);
-        fail();
-    }
-    return c;
-}
-
-/* The call returned rc, which must be 0; otherwise show the library's error. */
-#define ok(c, call) check_ok((c), (call), #call, __FILE__, __LINE__)
-/* The body of ok(): rc is 0, or the test fails showing the library's error. */
-static void check_ok(shmb_t *c, int rc, const char *what, const char *file, int line)
-{
-    if (rc != 0)
-        h_fail_at(file, line, "%s returned %d (%s: %s)", what, rc, shmb_errname(c),
-                  shmb_errmsg(c));
-}
-
-/* The call failed with code and a message containing substr (may be NULL). */
-#define fails(c, call, code, substr) \
-    check_fails((c), (call), (code), (substr), #call, __FILE__, __LINE__)
-/* The body of fails(): code, errcode and message, or the test fails. */
-static void check_fails(shmb_t *c, int rc, int code, const char *substr, const char *what,
-                        const char *file, int line)
-{
-    if (rc != code || shmb_errcode(c) != code ||
-        (substr != NULL && strstr(shmb_errmsg(c), substr) == NULL))
-        h_fail_at(file, line, "%s returned %d, errcode %d (%s: %s); expected %d (%s) with "
-                  "\"%s\"", what, rc, shmb_errcode(c), shmb_errname(c), shmb_errmsg(c),
-                  code, shmb_strerror(code), substr ? substr : "");
-}
-
-/* Put size pattern bytes under key with the copying shmb_put. */
-static int put_pattern(shmb_t *c, const char *key, size_t size, uint32_t seed,
-                       unsigned readers)
-{
-    unsigned char *buf = malloc(size);
-    int rc;
-
-    if (buf == NULL)
-        return -ENOMEM;
-    h_fill(buf, size, seed);
-    rc = shmb_put(c, key, buf, size, readers);
-    free(buf);
-    return rc;
-}
 
 /* get key, check size and pattern through the zero-copy pointer, release.
  * 0, a negative errno from the library, or 1 when the bytes are wrong. */
@@ -204,7 +150,7 @@ static int mp_writer(void *arg)
                 rc = shmb_commit(c, key);
             }
         } else {
-            rc = put_pattern(c, key, plan->sizes[i], (uint32_t)i + 1, NREADERS);
+            rc = h_put_pattern(c, key, plan->sizes[i], (uint32_t)i + 1, NREADERS);
         }
         if (rc < 0) {
             fprintf(stderr, "writer: %s (%zu bytes): %s: %s\n", key, plan->sizes[i],
@@ -259,7 +205,7 @@ static void test_writer_and_readers(void **state)
     struct h_daemon *d = h_daemon_start(f, "8M", NULL);
     struct mp_plan plan;
     pid_t readers[NREADERS], writer;
-    shmb_t *c = connect_to(d, "test");
+    shmb_t *c = h_lib_connect(d, "test", 0);
     shmb_stats_t st;
     json_t *reply, *item;
     size_t i;
@@ -357,15 +303,15 @@ static void test_killed_reader(void **state)
 {
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, "1M", NULL);
-    shmb_t *c = connect_to(d, "test");
+    shmb_t *c = h_lib_connect(d, "test", 0);
     struct holder_arg a = {d->socket, "a", {{-1, -1}}, false};
     shmb_stats_t st;
     pid_t pid;
     void *p;
 
-    ok(c, put_pattern(c, "a", THIRD, 1, 0));
-    ok(c, put_pattern(c, "b", THIRD, 2, 0));
-    ok(c, put_pattern(c, "c", THIRD, 3, 0));
+    ok(c, h_put_pattern(c, "a", THIRD, 1, 0));
+    ok(c, h_put_pattern(c, "b", THIRD, 2, 0));
+    ok(c, h_put_pattern(c, "c", THIRD, 3, 0));
     pipe_open(&a.ready);
     assert_true((pid = h_fork(f, holder, &a)) > 0);
     pipe_wait(&a.ready);
@@ -403,7 +349,7 @@ static void test_killed_writer(void **state)
 {
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, "1M", NULL);
-    shmb_t *c = connect_to(d, "test");
+    shmb_t *c = h_lib_connect(d, "test", 0);
     struct holder_arg a = {d->socket, "w", {{-1, -1}}, true};
     shmb_stats_t st;
     const void *r;
@@ -425,7 +371,7 @@ static void test_killed_writer(void **state)
     assert_true(h_eventually(nothing_pending, c, 2000));
     stats(c, &st);
     assert_int_equal(st.used, 0);
-    ok(c, put_pattern(c, "w", 10, 5, 0));
+    ok(c, h_put_pattern(c, "w", 10, 5, 0));
     assert_int_equal(get_check(c, "w", 10, 5), 0);
     pipe_close(&a.ready);
     shmb_close(c);
@@ -438,16 +384,16 @@ static void test_enospc_until_release(void **state)
 {
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, "1M", NULL);
-    shmb_t *c = connect_to(d, "test");
+    shmb_t *c = h_lib_connect(d, "test", 0);
     shmb_stats_t st;
     const void *r;
     size_t len;
     void *p;
 
-    ok(c, put_pattern(c, "a", THIRD, 1, 0));
+    ok(c, h_put_pattern(c, "a", THIRD, 1, 0));
     ok(c, shmb_get(c, "a", &r, &len));
-    ok(c, put_pattern(c, "b", THIRD, 2, 0));
-    ok(c, put_pattern(c, "c", THIRD, 3, 0));
+    ok(c, h_put_pattern(c, "b", THIRD, 2, 0));
+    ok(c, h_put_pattern(c, "c", THIRD, 3, 0));
     fails(c, shmb_alloc(c, "d", THIRD, 0, &p), -ENOSPC, "'a'");
     assert_string_equal(shmb_errname(c), "ENOSPC");
     assert_true(h_contains(shmb_errmsg(c), "pins=1"));
@@ -479,19 +425,19 @@ static void test_delete_while_pinned(void **state)
 {
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, "1M", NULL);
-    shmb_t *w = connect_to(d, "writer"), *r = connect_to(d, "reader");
+    shmb_t *w = h_lib_connect(d, "writer", 0), *r = h_lib_connect(d, "reader", 0);
     const void *old, *fresh;
     size_t old_len, fresh_len;
     shmb_stats_t st;
     uint64_t used_pinned;
 
-    ok(w, put_pattern(w, "k", 100000, 1, 0));
+    ok(w, h_put_pattern(w, "k", 100000, 1, 0));
     ok(r, shmb_get(r, "k", &old, &old_len));
     ok(w, shmb_delete(w, "k"));
     assert_int_equal(shmb_contains(r, "k"), 0);
     fails(w, shmb_get(w, "k", &fresh, &fresh_len), -ENOENT, NULL);
     fails(w, shmb_delete(w, "k"), -ENOENT, NULL);
-    ok(w, put_pattern(w, "k", 5000, 2, 0));
+    ok(w, h_put_pattern(w, "k", 5000, 2, 0));
     assert_int_equal(h_check(old, old_len, 1), 100000);
 
     ok(r, shmb_get(r, "k", &fresh, &fresh_len));
@@ -521,7 +467,7 @@ static void test_contains_touch_stats(void **state)
 {
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, "1M", NULL);
-    shmb_t *c = connect_to(d, "test"), *other = connect_to(d, "other");
+    shmb_t *c = h_lib_connect(d, "test", 0), *other = h_lib_connect(d, "other", 0);
     shmb_stats_t st;
     void *p;
 
@@ -580,7 +526,7 @@ static void test_error_reporting(void **state)
 {
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, "1M", NULL);
-    shmb_t *c = connect_to(d, "test");
+    shmb_t *c = h_lib_connect(d, "test", 0);
     const shmb_info_t *info = shmb_info(c);
     char key[300];
     const void *r;
@@ -597,8 +543,8 @@ static void test_error_reporting(void **state)
 
     assert_int_equal(shmb_errcode(c), 0);
     assert_string_equal(shmb_errname(c), "OK");
-    ok(c, put_pattern(c, "k", 10, 1, 0));
-    assert_int_equal(put_pattern(c, "k", 10, 1, 0), -EEXIST);
+    ok(c, h_put_pattern(c, "k", 10, 1, 0));
+    assert_int_equal(h_put_pattern(c, "k", 10, 1, 0), -EEXIST);
     assert_int_equal(shmb_errcode(c), -EEXIST);
     assert_string_equal(shmb_errname(c), "EEXIST");
     assert_string_equal(shmb_errmsg(c),
@@ -618,12 +564,12 @@ static void test_error_reporting(void **state)
     fails(c, shmb_release(c, "k"), -ENOENT, "holds no pin");
     fails(c, shmb_commit(c, "k"), -ENOENT, "already committed");
     fails(c, shmb_abort(c, "nope"), -ENOENT, NULL);
-    fails(c, put_pattern(c, "", 1, 0, 0), -EINVAL, "Key of 0 bytes");
+    fails(c, h_put_pattern(c, "", 1, 0, 0), -EINVAL, "Key of 0 bytes");
     memset(key, 'k', 256);
     key[256] = '\0';
-    fails(c, put_pattern(c, key, 1, 0, 0), -EINVAL, "Key of 256 bytes");
+    fails(c, h_put_pattern(c, key, 1, 0, 0), -EINVAL, "Key of 256 bytes");
     key[255] = '\0';
-    ok(c, put_pattern(c, key, 1, 0, 0));
+    ok(c, h_put_pattern(c, key, 1, 0, 0));
     assert_string_equal(shmb_strerror(-ENOSPC), "ENOSPC");
     assert_string_equal(shmb_strerror(-ECONNRESET), "ECONNRESET");
     shmb_close(c);
@@ -669,12 +615,12 @@ static void test_daemon_gone(void **state)
 {
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, "1M", NULL);
-    shmb_t *c = connect_to(d, "test");
+    shmb_t *c = h_lib_connect(d, "test", 0);
     shmb_stats_t st;
     const void *r;
     size_t len;
 
-    ok(c, put_pattern(c, "k", 4000, 9, 0));
+    ok(c, h_put_pattern(c, "k", 4000, 9, 0));
     ok(c, shmb_get(c, "k", &r, &len));
     assert_int_equal(h_exit_code(h_daemon_signal(d, SIGTERM, H_STOP_TIMEOUT_MS)), 0);
     fails(c, shmb_stats(c, &st), -ECONNRESET, "Connection to shmbrokerd lost");
@@ -758,7 +704,7 @@ static void test_vllm_minimal_put_get_cycle(void **state)
     static const char value[] = "{\"field1\": 10, \"field2\": 20}";
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, "104K", vllm_flags);
-    shmb_t *c = connect_to(d, "vllm");
+    shmb_t *c = h_lib_connect(d, "vllm", 0);
     const void *p;
     size_t len;
 
@@ -778,7 +724,7 @@ static void test_vllm_put_same_key_twice(void **state)
 {
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, "104K", vllm_flags);
-    shmb_t *c = connect_to(d, "vllm");
+    shmb_t *c = h_lib_connect(d, "vllm", 0);
     const void *p;
     size_t len;
 
@@ -802,7 +748,7 @@ static void test_vllm_large_object_rejection(void **state)
 {
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, "104K", vllm_flags);
-    shmb_t *c = connect_to(d, "vllm");
+    shmb_t *c = h_lib_connect(d, "vllm", 0);
     size_t size = shmb_info(c)->max_object_size + 100;
     char *large = malloc(size);
 
@@ -825,7 +771,7 @@ static void test_vllm_buffer_overflow_and_cleanup(void **state)
 {
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, "104K", vllm_flags);
-    shmb_t *c = connect_to(d, "vllm");
+    shmb_t *c = h_lib_connect(d, "vllm", 0);
     int stored, more, i, r, accessible = 0;
     shmb_stats_t st;
     void *p;
@@ -871,7 +817,7 @@ static void test_vllm_blocking_unread_object(void **state)
 {
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, "104K", vllm_flags);
-    shmb_t *c = connect_to(d, "vllm");
+    shmb_t *c = h_lib_connect(d, "vllm", 0);
     int stored, more, i, r, accessible = 0;
     size_t len;
     char *v;
@@ -906,7 +852,7 @@ static void test_vllm_invalid_get_and_clear(void **state)
 {
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, "104K", vllm_flags);
-    shmb_t *c = connect_to(d, "vllm");
+    shmb_t *c = h_lib_connect(d, "vllm", 0);
     shmb_stats_t st;
     json_t *reply, *first;
     const void *p;

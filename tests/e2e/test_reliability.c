@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checks.h"
 #include "harness.h"
 #include "layout.h"
 #include "shmbroker.h"
@@ -34,62 +35,6 @@
 #define GID_OTHER 12346
 
 /* ---- helpers --------------------------------------------------------------- */
-
-/* A connected handle to d, or the test fails. The caller closes it. */
-static shmb_t *connect_to(const struct h_daemon *d, const char *name, int read_only)
-{
-    shmb_t *c = shmb_new();
-    int rc;
-
-    assert_non_null(c);
-    shmb_set_read_only(c, read_only);
-    rc = shmb_connect(c, d->socket, name);
-    if (rc != 0) {
-        print_error("shmb_connect: %s: %s\n", shmb_errname(c), shmb_errmsg(c));
-        shmb_close(c);
-        fail();
-    }
-    return c;
-}
-
-/* The call returned rc, which must be 0; otherwise show the library's error. */
-#define ok(c, call) check_ok((c), (call), #call, __FILE__, __LINE__)
-/* The body of ok(): rc is 0, or the test fails showing the library's error. */
-static void check_ok(shmb_t *c, int rc, const char *what, const char *file, int line)
-{
-    if (rc != 0)
-        h_fail_at(file, line, "%s returned %d (%s: %s)", what, rc, shmb_errname(c),
-                  shmb_errmsg(c));
-}
-
-/* The call failed with code and a message containing substr (may be NULL). */
-#define fails(c, call, code, substr) \
-    check_fails((c), (call), (code), (substr), #call, __FILE__, __LINE__)
-/* The body of fails(): code, errcode and message, or the test fails. */
-static void check_fails(shmb_t *c, int rc, int code, const char *substr, const char *what,
-                        const char *file, int line)
-{
-    if (rc != code || shmb_errcode(c) != code ||
-        (substr != NULL && strstr(shmb_errmsg(c), substr) == NULL))
-        h_fail_at(file, line, "%s returned %d, errcode %d (%s: %s); expected %d (%s) with "
-                  "\"%s\"", what, rc, shmb_errcode(c), shmb_errname(c), shmb_errmsg(c),
-                  code, shmb_strerror(code), substr ? substr : "");
-}
-
-/* Put size pattern bytes under key with the copying shmb_put. */
-static int put_pattern(shmb_t *c, const char *key, size_t size, uint32_t seed,
-                       unsigned readers)
-{
-    unsigned char *buf = malloc(size);
-    int rc;
-
-    if (buf == NULL)
-        return -ENOMEM;
-    h_fill(buf, size, seed);
-    rc = shmb_put(c, key, buf, size, readers);
-    free(buf);
-    return rc;
-}
 
 /* get key, check its size and pattern through the zero-copy pointer, release;
  * the test fails unless all of it works. */
@@ -110,7 +55,7 @@ static void get_check_at(shmb_t *c, const char *key, size_t size, uint32_t seed,
     if (len != size || bad != len)
         h_fail_at(file, line, "'%s': %zu bytes (want %zu), first wrong byte at %zu", key, len,
                   size, bad);
-    check_ok(c, shmb_release(c, key), "shmb_release", file, line);
+    h_check_ok(c, shmb_release(c, key), "shmb_release", file, line);
 }
 
 /* The daemon's log; the caller frees. Never NULL. */
@@ -764,7 +709,7 @@ static int holder_run(void *arg)
     size_t len;
 
     if (c == NULL || shmb_connect(c, plan->socket, "holder") != 0 ||
-        put_pattern(c, "a", 3000, 1, 0) != 0 || put_pattern(c, "b", 500, 2, 0) != 0 ||
+        h_put_pattern(c, "a", 3000, 1, 0) != 0 || h_put_pattern(c, "b", 500, 2, 0) != 0 ||
         shmb_get(c, "a", &ptr, &len) != 0 || shmb_get(c, "a", &ptr, &len) != 0 ||
         shmb_get(c, "b", &ptr, &len) != 0 || shmb_alloc(c, "p", 100, 0, &wptr) != 0) {
         fprintf(stderr, "holder: %s\n", c ? shmb_errmsg(c) : "no memory");
@@ -1260,8 +1205,8 @@ static void test_read_only(void **state)
     if (geteuid() == 0)
         open_up_dir(f);
     d = h_daemon_start(f, "1M", flags);
-    w = connect_to(d, "writer", 0);
-    ok(w, put_pattern(w, "obj", 5000, 7, 0));
+    w = h_lib_connect(d, "writer", 0);
+    ok(w, h_put_pattern(w, "obj", 5000, 7, 0));
 
     assert_int_equal(h_conn_open(&c, d->socket), 0);
     reply = h_call(&c, "{\"op\":\"hello\",\"version\":1,\"name\":\"ro\",\"mode\":\"ro\"}");
@@ -1301,10 +1246,10 @@ static void test_read_only(void **state)
     h_conn_close(&c);
 
     /* The library's read-only mode. */
-    ro = connect_to(d, "ro-lib", 1);
+    ro = h_lib_connect(d, "ro-lib", 1);
     get_check(ro, "obj", 5000, 7);
     fails(ro, shmb_alloc(ro, "x", 10, 0, &wp), -EPERM, "read-only");
-    fails(ro, put_pattern(ro, "x", 10, 1, 0), -EPERM, NULL);
+    fails(ro, h_put_pattern(ro, "x", 10, 1, 0), -EPERM, NULL);
     fails(ro, shmb_delete(ro, "obj"), -EPERM, NULL);
     fails(ro, shmb_touch(ro, "obj", 1), -EPERM, NULL);
     assert_int_equal(shmb_contains(ro, "obj"), 1);
@@ -1313,7 +1258,7 @@ static void test_read_only(void **state)
     ok(ro, shmb_release(ro, "obj"));
     shmb_close(ro);
     /* The writer is not affected. */
-    ok(w, put_pattern(w, "obj2", 100, 8, 0));
+    ok(w, h_put_pattern(w, "obj2", 100, 8, 0));
     get_check(w, "obj2", 100, 8);
 
     h_segment_path(d, seg, sizeof(seg));
@@ -1452,16 +1397,16 @@ static void test_restart_adopts(void **state)
     pid_t pinner;
     int rc;
 
-    w = connect_to(d1, "writer", 0);
-    r = connect_to(d1, "reader", 0);
+    w = h_lib_connect(d1, "writer", 0);
+    r = h_lib_connect(d1, "reader", 0);
     for (i = 0; i < RESTART_N; i++)
-        ok(w, put_pattern(w, restart_objects[i].key, restart_objects[i].size,
+        ok(w, h_put_pattern(w, restart_objects[i].key, restart_objects[i].size,
                           (uint32_t)(i + 1), restart_objects[i].readers));
     ok(r, shmb_get(r, "awaited3", &p, &len));
     ok(r, shmb_release(r, "awaited3"));
-    ok(w, put_pattern(w, "gone", 1000, 99, 0));
+    ok(w, h_put_pattern(w, "gone", 1000, 99, 0));
     ok(w, shmb_delete(w, "gone"));
-    ok(w, put_pattern(w, "deleted-pinned", 1000, 98, 0));
+    ok(w, h_put_pattern(w, "deleted-pinned", 1000, 98, 0));
     ok(r, shmb_get(r, "deleted-pinned", &p, &len));
     ok(w, shmb_delete(w, "deleted-pinned"));
     json_decref(h_open_hello(&raw, d1));
@@ -1497,7 +1442,7 @@ static void test_restart_adopts(void **state)
     ok(r, shmb_reconnect(r));
 
     /* A new client sees exactly what was committed, byte for byte. */
-    n = connect_to(d2, "after", 0);
+    n = h_lib_connect(d2, "after", 0);
     assert_int_equal(shmb_request(n, "{\"op\":\"list\"}", &raw_reply), 0);
     reply = json_loads(raw_reply, 0, NULL);
     free(raw_reply);
@@ -1518,13 +1463,13 @@ static void test_restart_adopts(void **state)
     assert_int_equal(shmb_contains(n, "gone"), 0);
     assert_int_equal(shmb_contains(n, "deleted-pinned"), 0);
     assert_int_equal(shmb_contains(n, "pend"), 0);
-    ok(n, put_pattern(n, "pend", 1000, 97, 0));
+    ok(n, h_put_pattern(n, "pend", 1000, 97, 0));
     get_check(n, "pend", 1000, 97);
 
     /* The awaited read survived: "awaited" blocks reclaim until it is read. */
     for (i = 0; i < 10; i++) {
         snprintf(key, sizeof(key), "fill-%zu", i);
-        rc = put_pattern(n, key, 400000, (uint32_t)(200 + i), 0);
+        rc = h_put_pattern(n, key, 400000, (uint32_t)(200 + i), 0);
         if (rc != 0)
             break;
     }
@@ -1532,7 +1477,7 @@ static void test_restart_adopts(void **state)
     get_check(n, "awaited", 50000, 1);
     get_check(n, "awaited3", 7000, 2);
     get_check(n, "awaited3", 7000, 2);
-    ok(n, put_pattern(n, key, 400000, 300, 0));
+    ok(n, h_put_pattern(n, key, 400000, 300, 0));
     get_check(n, key, 400000, 300);
 
     /* It keeps working to the end: delete everything, nothing is left. */
@@ -1546,7 +1491,7 @@ static void test_restart_adopts(void **state)
     ok(n, shmb_stats(n, &st));
     assert_int_equal(st.objects, 0);
     assert_int_equal(st.used, 0);
-    ok(w, put_pattern(w, "again", 300000, 5, 0));
+    ok(w, h_put_pattern(w, "again", 300000, 5, 0));
     get_check(r, "again", 300000, 5);
     shmb_close(n);
     shmb_close(r);
@@ -1569,8 +1514,8 @@ static void test_restart_size_and_fresh(void **state)
     struct stat st;
     shmb_t *c;
 
-    c = connect_to(d1, "w", 0);
-    ok(c, put_pattern(c, "keep", 10000, 42, 0));
+    c = h_lib_connect(d1, "w", 0);
+    ok(c, h_put_pattern(c, "keep", 10000, 42, 0));
     shmb_close(c);
     h_daemon_signal(d1, SIGKILL, H_STOP_TIMEOUT_MS);
     h_segment_path(d1, seg, sizeof(seg));
@@ -1586,7 +1531,7 @@ static void test_restart_size_and_fresh(void **state)
     d = h_daemon_again(f, d1);
     assert_true(h_daemon_spawn(f, d, NULL) > 0);
     assert_int_equal(h_daemon_wait_ready(d, H_READY_TIMEOUT_MS), 0);
-    c = connect_to(d, "r", 0);
+    c = h_lib_connect(d, "r", 0);
     get_check(c, "keep", 10000, 42);
     shmb_close(c);
     h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS);
@@ -1595,9 +1540,9 @@ static void test_restart_size_and_fresh(void **state)
     assert_true(h_daemon_spawn(f, d, fresh) > 0);
     assert_int_equal(h_daemon_wait_ready(d, H_READY_TIMEOUT_MS), 0);
     wait_log(d, "(--fresh)");
-    c = connect_to(d, "r", 0);
+    c = h_lib_connect(d, "r", 0);
     assert_int_equal(shmb_contains(c, "keep"), 0);
-    ok(c, put_pattern(c, "keep", 10000, 43, 0));
+    ok(c, h_put_pattern(c, "keep", 10000, 43, 0));
     get_check(c, "keep", 10000, 43);
     shmb_close(c);
     h_pass(f);
@@ -1631,10 +1576,10 @@ static void test_restart_corrupt(void **state)
     long long b_offset;
     int i;
 
-    c = connect_to(d1, "w", 0);
-    ok(c, put_pattern(c, "a", 1000, 1, 0));
-    ok(c, put_pattern(c, "b", 2000, 2, 0));
-    ok(c, put_pattern(c, "c", 3000, 3, 0));
+    c = h_lib_connect(d1, "w", 0);
+    ok(c, h_put_pattern(c, "a", 1000, 1, 0));
+    ok(c, h_put_pattern(c, "b", 2000, 2, 0));
+    ok(c, h_put_pattern(c, "c", 3000, 3, 0));
     shmb_close(c);
     json_decref(h_open_hello(&raw, d1));
     b_offset = call_offset(&raw, "{\"op\":\"get\",\"key\":\"b\"}");
@@ -1651,14 +1596,14 @@ static void test_restart_corrupt(void **state)
                h_exit_code(d->status));
     wait_log(d, "bad chunk magic 0xdeadbeef");
     wait_log(d, "restored 1 objects");
-    c = connect_to(d, "r", 0);
+    c = h_lib_connect(d, "r", 0);
     get_check(c, "a", 1000, 1);
     assert_int_equal(shmb_contains(c, "b"), 0);
     assert_int_equal(shmb_contains(c, "c"), 0);
-    ok(c, put_pattern(c, "b", 2000, 22, 0));
+    ok(c, h_put_pattern(c, "b", 2000, 22, 0));
     for (i = 0; i < 40; i++) {
         snprintf(key, sizeof(key), "lap-%d", i);
-        ok(c, put_pattern(c, key, 100000, (uint32_t)(400 + i), 0));
+        ok(c, h_put_pattern(c, key, 100000, (uint32_t)(400 + i), 0));
     }
     get_check(c, key, 100000, 439);
     shmb_close(c);
@@ -1672,8 +1617,8 @@ static void test_restart_corrupt(void **state)
         h_fail("the daemon did not start over a corrupt ring cursor (exit %d)",
                h_exit_code(d->status));
     wait_log(d, "Corrupt ring cursor");
-    c = connect_to(d, "r", 0);
-    ok(c, put_pattern(c, "fresh", 5000, 6, 0));
+    c = h_lib_connect(d, "r", 0);
+    ok(c, h_put_pattern(c, "fresh", 5000, 6, 0));
     get_check(c, "fresh", 5000, 6);
     shmb_close(c);
     h_pass(f);
