@@ -216,7 +216,8 @@ fuzz: check-test-deps
 	$(Q)$(MAKE) --no-print-directory $(FUZZ_BIN)
 	@mkdir -p $(FUZZ_BUILD)/corpus
 	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -runs=$(FUZZ_RUNS) -max_len=8192 \
-	    -dict=tests/fuzz/request.dict -print_final_stats=1 $(FUZZ_BUILD)/corpus \
+	    -dict=tests/fuzz/request.dict -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/ \
+	    $(FUZZ_BUILD)/corpus \
 	    tests/fuzz/corpus
 
 $(FUZZ_BIN): $(FUZZ_SRC) $(wildcard proto/*.h daemon/*.h tests/support/*.h) Makefile
