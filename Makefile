@@ -77,7 +77,7 @@ LIB_SO    := $(BUILD)/$(LIB_SONAME)
 EXAMPLE   := $(BUILD)/example
 BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE)
 
-UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line
+UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
@@ -93,6 +93,8 @@ $(BUILD)/tests/test_chaos:   $(call OBJ,tests/unit/test_chaos.c) $(COMMAND_OBJ)
 $(BUILD)/tests/test_chaos: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_line:    $(call OBJ,tests/unit/test_line.c proto/line.c) $(BASE_OBJ)
 $(BUILD)/tests/test_line: TEST_LDFLAGS = $(PKGS_LIBS)
+$(BUILD)/tests/test_error:   $(call OBJ,tests/unit/test_error.c) $(BASE_OBJ)
+$(BUILD)/tests/test_error: TEST_LDFLAGS = $(PKGS_LIBS)
 
 # End-to-end tests drive the real binaries through the library and raw sockets.
 E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch test_systemd \

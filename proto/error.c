@@ -36,38 +36,65 @@ static const struct {
     {EDQUOT, "EDQUOT"},
 };
 
-/* Cut a trailing, incomplete UTF-8 sequence that truncation left behind, so
- * the message can always travel as a JSON string. */
-static void error_trim_utf8(char *s, size_t len)
+/* Length of the well-formed UTF-8 sequence at s (RFC 3629: no overlongs,
+ * no surrogates, nothing past U+10FFFF), or 0 when it is not one. */
+static size_t error_utf8_len(const unsigned char *s, size_t avail)
 {
-    size_t i = len, need;
-    unsigned char lead;
+    size_t n, k;
+    unsigned cp;
 
-    while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80 && len - i < 3)
-        i--;
-    if (i == 0)
-        return;
-    lead = (unsigned char)s[i - 1];
-    if (lead < 0x80)
-        return;
-    need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    if (len - (i - 1) < need)
-        s[i - 1] = '\0';
+    if (s[0] < 0x80)
+        return 1;
+    if (s[0] >= 0xC2 && s[0] <= 0xDF)
+        n = 2, cp = s[0] & 0x1F;
+    else if (s[0] >= 0xE0 && s[0] <= 0xEF)
+        n = 3, cp = s[0] & 0x0F;
+    else if (s[0] >= 0xF0 && s[0] <= 0xF4)
+        n = 4, cp = s[0] & 0x07;
+    else
+        return 0;
+    if (avail < n)
+        return 0;
+    for (k = 1; k < n; k++) {
+        if ((s[k] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[k] & 0x3F);
+    }
+    if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+        return 0;
+    return n;
+}
+
+/* Make the message valid UTF-8, so that it can always travel as a JSON
+ * string: a message may quote bytes a client sent (jansson's "near '...'")
+ * or be cut in the middle of a character. Bad bytes become '?'. */
+static void error_fix_utf8(char *s)
+{
+    size_t len = strlen(s), i = 0;
+
+    while (i < len) {
+        size_t n = error_utf8_len((const unsigned char *)s + i, len - i);
+
+        if (n == 0) {
+            s[i] = '?';
+            n = 1;
+        }
+        i += n;
+    }
 }
 
 int shmb_error_set(struct shmb_error *err, int code, const char *fmt, ...)
 {
     va_list ap;
-    int n;
 
     if (err == NULL)
         return code;
     err->code = code;
     va_start(ap, fmt);
-    n = vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
     va_end(ap);
-    if (n >= (int)sizeof(err->message))
-        error_trim_utf8(err->message, sizeof(err->message) - 1);
+    error_fix_utf8(err->message);
     return code;
 }
 

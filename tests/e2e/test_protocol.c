@@ -54,6 +54,11 @@ static const struct proto_case cases[] = {
     /* EPROTO: the line is not a JSON object, or there was no hello. */
     {"EPROTO truncated JSON", false, {0}, "{\"op\":\"stats\"", "EPROTO", "not valid JSON", false},
     {"EPROTO plain text", false, {0}, "hello world", "EPROTO", "not valid JSON", false},
+    /* jansson quotes the text near the error and may cut a character in
+     * two there (here U+0797 after a broken escape); the reply must still be
+     * valid JSON (a regression found by the fuzzer). */
+    {"EPROTO bad escape before a 2-byte character", false, {0},
+     "{\"k\":\"\\u00\xde\x97" "00\"}", "EPROTO", "not valid JSON", false},
     {"EPROTO array", false, {0}, "[\"op\",\"stats\"]", "EPROTO", "not a JSON object", false},
     {"EPROTO number", false, {0}, "42", "EPROTO", NULL, false},
     {"EPROTO string", false, {0}, "\"stats\"", "EPROTO", NULL, false},
