@@ -251,26 +251,39 @@ static int command_key(struct command_call *call, const char *op, const char **k
     return rc < 0 ? rc : command_check_key(call, *key_len);
 }
 
-static int cmd_commit(struct command_call *call)
+/* A store operation on one key of this client's. */
+typedef int (*command_key_fn)(struct store *s, struct store_holder *h, const char *key,
+                              size_t key_len, struct shmb_error *err);
+
+/* The handlers whose request is just a key and whose reply has no field:
+ * commit, abort, release, delete. */
+static int command_key_op(struct command_call *call, const char *op, command_key_fn fn)
 {
     const char *key;
     size_t len;
     int rc;
 
-    if ((rc = command_key(call, "commit", &key, &len)) < 0)
+    if ((rc = command_key(call, op, &key, &len)) < 0)
         return rc;
-    return store_commit(call->env->store, call->client->holder, key, len, &call->err);
+    return fn(call->env->store, call->client->holder, key, len, &call->err);
+}
+
+/* store_delete in command_key_fn's shape: any client may delete. */
+static int command_store_delete(struct store *s, struct store_holder *h, const char *key,
+                                size_t key_len, struct shmb_error *err)
+{
+    (void)h;
+    return store_delete(s, key, key_len, err);
+}
+
+static int cmd_commit(struct command_call *call)
+{
+    return command_key_op(call, "commit", store_commit);
 }
 
 static int cmd_abort(struct command_call *call)
 {
-    const char *key;
-    size_t len;
-    int rc;
-
-    if ((rc = command_key(call, "abort", &key, &len)) < 0)
-        return rc;
-    return store_abort(call->env->store, call->client->holder, key, len, &call->err);
+    return command_key_op(call, "abort", store_abort);
 }
 
 static int cmd_get(struct command_call *call)
@@ -293,13 +306,7 @@ static int cmd_get(struct command_call *call)
 
 static int cmd_release(struct command_call *call)
 {
-    const char *key;
-    size_t len;
-    int rc;
-
-    if ((rc = command_key(call, "release", &key, &len)) < 0)
-        return rc;
-    return store_release(call->env->store, call->client->holder, key, len, &call->err);
+    return command_key_op(call, "release", store_release);
 }
 
 static int cmd_touch(struct command_call *call)
@@ -319,13 +326,7 @@ static int cmd_touch(struct command_call *call)
 
 static int cmd_delete(struct command_call *call)
 {
-    const char *key;
-    size_t len;
-    int rc;
-
-    if ((rc = command_key(call, "delete", &key, &len)) < 0)
-        return rc;
-    return store_delete(call->env->store, key, len, &call->err);
+    return command_key_op(call, "delete", command_store_delete);
 }
 
 static int cmd_contains(struct command_call *call)
