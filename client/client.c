@@ -247,7 +247,7 @@ static int client_queue(shmb_t *c, json_t *request)
                               "Not connected to shmbrokerd; call shmb_connect (or "
                               "shmb_reconnect after a lost connection) first.");
     }
-    rc = shmb_json_append_line(request, &c->w.buf, &c->w.len, &c->w.cap);
+    rc = shmb_json_append_line(&c->w, request);
     json_decref(request);
     if (rc < 0)
         return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");

@@ -605,23 +605,6 @@ static int command_reply_text(const struct command_call *call, int rc, const jso
     return 1;
 }
 
-/* Append value, serialised compactly, to l. */
-static int command_dump_into(const json_t *value, struct line *l)
-{
-    size_t need = json_dumpb(value, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
-    char *tmp;
-
-    if (need == 0 || (tmp = shmb_malloc(need)) == NULL)
-        return -ENOMEM;
-    if (json_dumpb(value, tmp, need, JSON_COMPACT | JSON_ENCODE_ANY) != need ||
-        line_raw(l, tmp, need) < 0) {
-        shmb_free(tmp);
-        return -ENOMEM;
-    }
-    shmb_free(tmp);
-    return 0;
-}
-
 /* batch: run each op of "ops" in order and answer with their replies, on
  * one line. Sub-ops do not wait and always reply. */
 static int cmd_batch(struct command_call *call)
@@ -662,7 +645,7 @@ static int cmd_batch(struct command_call *call)
             written = -ENOMEM;
         } else if ((written = command_reply_text(&subcall, rc, id, &call->text)) == 0) {
             reply = command_reply(&subcall, rc, id);
-            written = reply != NULL && command_dump_into(reply, &call->text) == 0 ? 1 : -ENOMEM;
+            written = reply != NULL && shmb_json_append(&call->text, reply) == 0 ? 1 : -ENOMEM;
             json_decref(reply);
         }
         json_decref(subcall.reply);
@@ -721,7 +704,7 @@ static void command_finish(struct command_call *call, int rc, json_t *id,
         out->text = call->text;
         memset(&call->text, 0, sizeof(call->text));
         if ((id != NULL && (line_lit(&out->text, ",\"id\":") < 0 ||
-                            command_dump_into(id, &out->text) < 0)) ||
+                            shmb_json_append(&out->text, id) < 0)) ||
             line_lit(&out->text, "}") < 0) {
             shmb_free(out->text.buf);
             memset(&out->text, 0, sizeof(out->text));

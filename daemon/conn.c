@@ -47,8 +47,8 @@ static void conn_on_close(uv_handle_t *handle)
 
     server_forget(conn->server, conn);
     shmb_free(conn->in);
-    shmb_free(conn->out);
-    shmb_free(conn->hello_out);
+    shmb_free(conn->out.buf);
+    shmb_free(conn->hello.buf);
     shmb_free(conn);
 }
 
@@ -82,7 +82,7 @@ static void conn_on_write(uv_write_t *req, int status)
         conn_close(conn);
         return;
     }
-    if (conn->hello_out != NULL && !conn->closing &&
+    if (conn->hello.buf != NULL && !conn->closing &&
         uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe) == 0)
         conn_resume(conn);
 }
@@ -91,7 +91,7 @@ static void conn_on_write(uv_write_t *req, int status)
  * in this batch. */
 static size_t conn_unread(const struct conn *conn)
 {
-    return uv_stream_get_write_queue_size((const uv_stream_t *)&conn->pipe) + conn->out_len;
+    return uv_stream_get_write_queue_size((const uv_stream_t *)&conn->pipe) + conn->out.len;
 }
 
 static void conn_log_unread(const struct conn *conn)
@@ -112,7 +112,7 @@ static int conn_flush(struct conn *conn)
     size_t done = 0;
     int rc;
 
-    if (conn->out_len == 0 || conn->closing)
+    if (conn->out.len == 0 || conn->closing)
         return 0;
     /* Output still queued from earlier batches means a client that sends
      * but does not read: past the bound it is cut off, so that it cannot
@@ -121,25 +121,24 @@ static int conn_flush(struct conn *conn)
         conn_log_unread(conn);
         return UV_ENOBUFS;
     }
-    buf = uv_buf_init(conn->out, (unsigned)conn->out_len);
+    buf = uv_buf_init(conn->out.buf, (unsigned)conn->out.len);
     rc = uv_try_write(stream, &buf, 1);
     if (rc > 0)
         done = (size_t)rc;
     else if (rc != UV_EAGAIN)
         return rc;
-    if (done == conn->out_len) {
-        conn->out_len = 0; /* keep the buffer for the next batch */
+    if (done == conn->out.len) {
+        conn->out.len = 0; /* keep the buffer for the next batch */
         return 0;
     }
     w = shmb_malloc(sizeof(*w));
     if (w == NULL)
         return UV_ENOMEM;
     if (done > 0)
-        memmove(conn->out, conn->out + done, conn->out_len - done);
-    w->data = conn->out;
-    buf = uv_buf_init(w->data, (unsigned)(conn->out_len - done));
-    conn->out = NULL;
-    conn->out_len = conn->out_cap = 0;
+        memmove(conn->out.buf, conn->out.buf + done, conn->out.len - done);
+    w->data = conn->out.buf;
+    buf = uv_buf_init(w->data, (unsigned)(conn->out.len - done));
+    memset(&conn->out, 0, sizeof(conn->out));
     rc = uv_write(&w->req, stream, &buf, 1, conn_on_write);
     if (rc < 0) {
         shmb_free(w->data);
@@ -158,7 +157,7 @@ static int conn_send_fd(struct conn *conn, int fd)
         struct cmsghdr hdr;
         char buf[CMSG_SPACE(sizeof(int))];
     } control;
-    struct iovec iov = {conn->out, conn->out_len};
+    struct iovec iov = {conn->out.buf, conn->out.len};
     struct msghdr msg;
     struct cmsghdr *cmsg;
     uv_os_fd_t sock;
@@ -185,9 +184,9 @@ static int conn_send_fd(struct conn *conn, int fd)
         return uv_translate_sys_error(errno);
     /* The descriptor travelled with the first byte; the rest, if the socket
      * took only part, goes the ordinary way. */
-    if ((size_t)n < conn->out_len)
-        memmove(conn->out, conn->out + n, conn->out_len - (size_t)n);
-    conn->out_len -= (size_t)n;
+    if ((size_t)n < conn->out.len)
+        memmove(conn->out.buf, conn->out.buf + n, conn->out.len - (size_t)n);
+    conn->out.len -= (size_t)n;
     return conn_flush(conn);
 }
 
@@ -195,21 +194,14 @@ static int conn_send_fd(struct conn *conn, int fd)
  * wrote, or its JSON serialised here. -ENOMEM. */
 static int conn_queue(struct conn *conn, struct command_result *res)
 {
-    struct line out = {conn->out, conn->out_len, conn->out_cap};
-    int rc;
-
-    if (res->text.len > 0) {
-        rc = line_raw(&out, res->text.buf, res->text.len) < 0 || line_lit(&out, "\n") < 0
-                 ? -ENOMEM
-                 : 0;
-        conn->out = out.buf;
-        conn->out_len = out.len;
-        conn->out_cap = out.cap;
-        return rc;
-    }
+    if (res->text.len > 0)
+        return line_raw(&conn->out, res->text.buf, res->text.len) < 0 ||
+                       line_lit(&conn->out, "\n") < 0
+                   ? -ENOMEM
+                   : 0;
     if (res->reply == NULL)
         return -ENOMEM;
-    return shmb_json_append_line(res->reply, &conn->out, &conn->out_len, &conn->out_cap);
+    return shmb_json_append_line(&conn->out, res->reply);
 }
 
 
@@ -240,10 +232,8 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
         /* Replies of earlier requests are still queued, and the descriptor
          * must travel with the hello reply, after them: hold this batch's
          * output until the queue drains (conn_on_write). */
-        conn->hello_out = conn->out;
-        conn->hello_len = conn->out_len;
-        conn->out = NULL;
-        conn->out_len = conn->out_cap = 0;
+        conn->hello = conn->out;
+        memset(&conn->out, 0, sizeof(conn->out));
         return CONN_WAIT;
     }
     if (res->flags & COMMAND_SEND_FD) {
@@ -307,7 +297,7 @@ static enum conn_step conn_process(struct conn *conn)
     size_t start = 0;
     char *nl;
 
-    if (conn->wait_request != NULL || conn->hello_out != NULL)
+    if (conn->wait_request != NULL || conn->hello.buf != NULL)
         return CONN_WAIT;
     while (step == CONN_NEXT &&
            (nl = memchr(conn->in + start, '\n', conn->in_len - start)) != NULL) {
@@ -406,7 +396,7 @@ static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
     if (nread == 0 || conn->closing)
         return;
     if (nread == UV_ENOBUFS && conn->in_len == conn->in_cap &&
-        (conn->wait_request != NULL || conn->hello_out != NULL)) {
+        (conn->wait_request != NULL || conn->hello.buf != NULL)) {
         /* A waiting connection filled its input buffer with requests queued
          * behind the wait: stop reading until the wait is over. */
         uv_read_stop(stream);
@@ -433,11 +423,9 @@ static void conn_resume(struct conn *conn)
     enum conn_step step = CONN_NEXT;
     int rc;
 
-    shmb_free(conn->out);
-    conn->out = conn->hello_out;
-    conn->out_len = conn->out_cap = conn->hello_len;
-    conn->hello_out = NULL;
-    conn->hello_len = 0;
+    shmb_free(conn->out.buf);
+    conn->out = conn->hello;
+    memset(&conn->hello, 0, sizeof(conn->hello));
     rc = conn_send_fd(conn, conn->client.read_only ? conn->server->env->segment->ro_fd
                                                    : conn->server->env->segment->fd);
     if (rc < 0) {

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "../proto/line.h"
 #include "command.h"
 
 struct server;
@@ -23,13 +24,11 @@ struct conn {
     struct command_client client;
     char *in; /* bytes read, not yet framed */
     size_t in_len, in_cap;
-    char *out; /* replies of this batch, not yet written */
-    size_t out_len, out_cap;
+    struct line out; /* replies of this batch, not yet written */
     uint64_t connected_ms;
     bool closing;
     bool paused;     /* reading stopped while an alloc waits */
-    char *hello_out; /* output held until the hello reply can carry the fd */
-    size_t hello_len;
+    struct line hello; /* output held until the hello reply can carry the fd */
     json_t *wait_request; /* an alloc waiting for space, or NULL */
     uint64_t wait_until_ms;
     struct conn *wait_prev, *wait_next; /* the server's waiters, oldest first */

@@ -8,8 +8,7 @@
 
 #include "alloc.h"
 
-/* Make room for n more bytes. */
-static int line_reserve(struct line *l, size_t n)
+int line_reserve(struct line *l, size_t n)
 {
     size_t cap = l->cap ? l->cap : 1024;
     char *grown;

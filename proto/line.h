@@ -18,6 +18,9 @@ struct line {
     size_t len, cap;
 };
 
+/* Make room for n more bytes; 0 or -ENOMEM. */
+int line_reserve(struct line *l, size_t n);
+
 /* Append raw bytes, a JSON string (quoted and escaped), or a decimal
  * number. Each returns 0 or -ENOMEM. */
 int line_raw(struct line *l, const char *s, size_t n);

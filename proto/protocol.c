@@ -21,30 +21,23 @@ const char *shmb_socket_path(const char *explicit_path)
     return SHMB_DEFAULT_SOCKET;
 }
 
-int shmb_json_append_line(const json_t *value, char **buf, size_t *len, size_t *cap)
+int shmb_json_append(struct line *l, const json_t *value)
 {
-    size_t room = *cap - *len, need;
+    size_t need = json_dumpb(value, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
 
-    need = json_dumpb(value, *buf ? *buf + *len : NULL, *buf ? room : 0, JSON_COMPACT);
-    if (need == 0)
+    /* Sized first, then written straight into the buffer: no copy. */
+    if (need == 0 || line_reserve(l, need) < 0 ||
+        json_dumpb(value, l->buf + l->len, need, JSON_COMPACT | JSON_ENCODE_ANY) != need)
         return -ENOMEM;
-    if (*buf == NULL || need + 1 > room) {
-        size_t newcap = *cap ? *cap : 4096;
-        char *grown;
-
-        while (newcap < *len + need + 1)
-            newcap *= 2;
-        grown = shmb_realloc(*buf, newcap);
-        if (grown == NULL)
-            return -ENOMEM;
-        *buf = grown;
-        *cap = newcap;
-        if (json_dumpb(value, *buf + *len, *cap - *len, JSON_COMPACT) != need)
-            return -ENOMEM;
-    }
-    *len += need;
-    (*buf)[(*len)++] = '\n';
+    l->len += need;
     return 0;
+}
+
+int shmb_json_append_line(struct line *l, const json_t *value)
+{
+    if (shmb_json_append(l, value) < 0)
+        return -ENOMEM;
+    return line_lit(l, "\n");
 }
 
 json_t *shmb_error_reply(const json_t *id, int code, const char *message)

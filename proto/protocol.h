@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "error.h"
+#include "line.h"
 
 #define SHMB_PROTOCOL_VERSION 1
 /* A request is small; anything longer is a bug or an attack. */
@@ -26,9 +27,10 @@
  * default. The returned string is borrowed. */
 const char *shmb_socket_path(const char *explicit_path);
 
-/* Serialise value as one compact line ending in '\n', appended to *buf
- * (grown with shmb_realloc; *cap tracks its size). 0 or -ENOMEM. */
-int shmb_json_append_line(const json_t *value, char **buf, size_t *len, size_t *cap);
+/* Append value (any JSON value) serialised compactly to l; the _line form
+ * ends it with '\n'. 0 or -ENOMEM. */
+int shmb_json_append(struct line *l, const json_t *value);
+int shmb_json_append_line(struct line *l, const json_t *value);
 
 /* Build {"ok":false,"error":NAME,"message":MSG} (and "id" when id is not
  * NULL). The caller owns the result; NULL on allocation failure. */
