@@ -71,7 +71,7 @@ static void daemon_on_status(uv_timer_t *timer)
     struct store_stats st;
     char used[32], total[32];
 
-    store_stats(d->store, &st);
+    store_counts(d->store, &st);
     notify_send("STATUS=%llu%% used (%s of %s), %llu objects, %u clients",
                 st.data_size ? (unsigned long long)(st.used * 100 / st.data_size) : 0ULL,
                 shmb_format_bytes(st.used, used, sizeof(used)),

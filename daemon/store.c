@@ -688,11 +688,8 @@ void store_holder_stats(const struct store_holder *h, struct store_holder_stats 
     out->bytes_pinned = h->bytes_pinned;
 }
 
-void store_stats(const struct store *s, struct store_stats *out)
+void store_counts(const struct store *s, struct store_stats *out)
 {
-    uint64_t now = store_now_ms();
-    size_t i;
-
     memset(out, 0, sizeof(*out));
     out->data_size = s->ring.size;
     out->used = ring_used(&s->ring);
@@ -708,6 +705,15 @@ void store_stats(const struct store *s, struct store_stats *out)
     out->evictions = s->evictions;
     out->enospc = s->enospc;
     out->expired_allocs = s->expired_allocs;
+    out->lease_expiries = s->lease_expiries;
+}
+
+void store_stats(const struct store *s, struct store_stats *out)
+{
+    uint64_t now = store_now_ms();
+    size_t i;
+
+    store_counts(s, out);
     /* Reclaim passes over freed chunks and evictable objects; the first
      * object it cannot pass is the head-of-line blocker. */
     for (i = 0; i < ring_count(&s->ring); i++) {

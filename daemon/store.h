@@ -164,7 +164,12 @@ uint64_t store_max_object_size(const struct store *s);
 /* Change the read lease (SIGHUP); 0 turns it off. */
 void store_set_read_lease(struct store *s, uint64_t read_lease_ms);
 
-/* Occupancy and counters. */
+/* Occupancy and counters, all but the blocker: O(1), for callers that
+ * come often (systemd's STATUS= line every second). */
+void store_counts(const struct store *s, struct store_stats *out);
+
+/* store_counts and the head-of-line blocker, found by walking the ring from
+ * its oldest chunk to the first one reclaim cannot pass. */
 void store_stats(const struct store *s, struct store_stats *out);
 
 /* Bumped whenever something may have made room: a pin or an awaited read
