@@ -893,12 +893,20 @@ void h_assert_alive_at(const struct h_daemon *d, const char *file, int line)
 pid_t h_daemon_spawn_nofile(struct h_fix *f, struct h_daemon *d, const char *const *extra,
                             unsigned long nofile)
 {
+    return h_daemon_spawn_with(f, d, extra, NULL, nofile);
+}
+
+pid_t h_daemon_spawn_with(struct h_fix *f, struct h_daemon *d, const char *const *extra,
+                          const char *const *wrapper, unsigned long nofile)
+{
     struct rlimit lim = {(rlim_t)nofile, (rlim_t)nofile};
-    const char *argv[32];
+    const char *argv[48];
     int n = 0, i, fd;
     pid_t pid;
 
     (void)f;
+    for (i = 0; wrapper != NULL && wrapper[i] != NULL && n < 16; i++)
+        argv[n++] = wrapper[i];
     argv[n++] = h_daemon_bin();
     argv[n++] = "--socket";
     argv[n++] = d->socket;
@@ -908,7 +916,7 @@ pid_t h_daemon_spawn_nofile(struct h_fix *f, struct h_daemon *d, const char *con
     argv[n++] = d->size;
     argv[n++] = "--shm-dir";
     argv[n++] = d->shm_dir;
-    for (i = 0; extra != NULL && extra[i] != NULL && n < 31; i++)
+    for (i = 0; extra != NULL && extra[i] != NULL && n < 47; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
     fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -938,7 +946,7 @@ pid_t h_daemon_spawn_nofile(struct h_fix *f, struct h_daemon *d, const char *con
                     strerror(errno));
             _exit(126);
         }
-        execv(argv[0], (char *const *)argv);
+        execvp(argv[0], (char *const *)argv);
         dprintf(STDERR_FILENO, "harness: cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
@@ -1007,4 +1015,31 @@ int h_count(const char *haystack, const char *needle)
         haystack += len;
     }
     return n;
+}
+
+void h_signal_open(struct h_signal *s)
+{
+    assert_int_equal(pipe(s->fds), 0);
+}
+
+void h_signal_close(struct h_signal *s)
+{
+    close(s->fds[0]);
+    close(s->fds[1]);
+}
+
+void h_signal_notify(struct h_signal *s)
+{
+    char b = 1;
+
+    if (write(s->fds[1], &b, 1) != 1)
+        _exit(90);
+}
+
+bool h_signal_wait(struct h_signal *s, int timeout_ms)
+{
+    struct pollfd pfd = {s->fds[0], POLLIN, 0};
+    char b;
+
+    return poll(&pfd, 1, timeout_ms) == 1 && read(s->fds[0], &b, 1) == 1;
 }

@@ -269,6 +269,23 @@ uint64_t h_now_ms(void);
 /* True when haystack contains needle (either may be NULL: false). */
 bool h_contains(const char *haystack, const char *needle);
 
+/* ---- one-byte signals between the test and its helper processes -------- */
+
+/* A pipe a helper uses to say "ready" and the test uses to say "go". */
+struct h_signal {
+    int fds[2];
+};
+
+/* Open it before forking the helper; close both ends once it is gone. */
+void h_signal_open(struct h_signal *s);
+void h_signal_close(struct h_signal *s);
+
+/* Write one byte (either side; a helper that cannot exits with 90). */
+void h_signal_notify(struct h_signal *s);
+
+/* Wait for one byte: true when it came within timeout_ms. */
+bool h_signal_wait(struct h_signal *s, int timeout_ms);
+
 /* ---- daemons with resource limits, restarts ----------------------------- */
 
 /* As h_daemon_spawn, but the child runs with RLIMIT_NOFILE set to nofile
@@ -276,6 +293,11 @@ bool h_contains(const char *haystack, const char *needle);
  * only its standard descriptors open; nofile 0 leaves both as they are. */
 pid_t h_daemon_spawn_nofile(struct h_fix *f, struct h_daemon *d, const char *const *extra,
                             unsigned long nofile);
+
+/* As h_daemon_spawn_nofile, with the daemon's command line behind wrapper
+ * (a NULL-terminated argv such as valgrind and its flags; NULL for none). */
+pid_t h_daemon_spawn_with(struct h_fix *f, struct h_daemon *d, const char *const *extra,
+                          const char *const *wrapper, unsigned long nofile);
 
 /* A new daemon slot for a restart of old: the same --name, --socket,
  * --shm-dir and --size, its own log. Nothing runs yet (h_daemon_spawn). */

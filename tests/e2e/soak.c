@@ -445,48 +445,14 @@ static pid_t soak_spawn_worker(struct soak_run *run, int index)
  * stops it, removes its segment and prints its log on failure). */
 static struct h_daemon *soak_start_valgrind(struct h_fix *f, const char *const *extra)
 {
+    static const char *const valgrind[] = {
+        "valgrind", "--tool=memcheck", "--error-exitcode=99", "--leak-check=full",
+        "--errors-for-leak-kinds=definite,indirect", "--track-fds=no", NULL,
+    };
     struct h_daemon *d = h_daemon_new(f, SOAK_SIZE);
-    const char *argv[32];
-    int n = 0, i, fd;
-    pid_t pid;
 
-    argv[n++] = "valgrind";
-    argv[n++] = "--tool=memcheck";
-    argv[n++] = "--error-exitcode=99";
-    argv[n++] = "--leak-check=full";
-    argv[n++] = "--errors-for-leak-kinds=definite,indirect";
-    argv[n++] = "--track-fds=no";
-    argv[n++] = h_daemon_bin();
-    argv[n++] = "--socket";
-    argv[n++] = d->socket;
-    argv[n++] = "--name";
-    argv[n++] = d->name;
-    argv[n++] = "--size";
-    argv[n++] = d->size;
-    argv[n++] = "--shm-dir";
-    argv[n++] = d->shm_dir;
-    for (i = 0; extra[i] != NULL; i++)
-        argv[n++] = extra[i];
-    argv[n] = NULL;
-    fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0)
-        h_fail("cannot open %s: %s", d->log, strerror(errno));
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    if (pid < 0)
-        h_fail("fork: %s", strerror(errno));
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
-        execvp(argv[0], (char *const *)argv);
-        dprintf(STDERR_FILENO, "soak: cannot run valgrind: %s\n", strerror(errno));
-        _exit(127);
-    }
-    close(fd);
-    d->pid = pid;
-    d->status = -1;
+    if (h_daemon_spawn_with(f, d, extra, valgrind, 0) < 0)
+        h_fail("cannot start valgrind for %s: %s", h_daemon_bin(), strerror(errno));
     /* memcheck starts slowly: seconds, not milliseconds. */
     if (h_daemon_wait_ready(d, 60000) < 0)
         h_fail("shmbrokerd under valgrind did not listen on %s (exit status %d)", d->socket,

@@ -71,43 +71,6 @@ static json_t *list_objects(shmb_t *c)
     return reply;
 }
 
-/* A pipe a helper uses to say "ready" (one byte). */
-struct signal_pipe {
-    int fds[2];
-};
-
-/* Open the pipe before forking the helper. */
-static void pipe_open(struct signal_pipe *p)
-{
-    assert_int_equal(pipe(p->fds), 0);
-}
-
-/* Close both ends once the helper is gone. */
-static void pipe_close(struct signal_pipe *p)
-{
-    close(p->fds[0]);
-    close(p->fds[1]);
-}
-
-/* In a helper: say ready. */
-static void pipe_notify(struct signal_pipe *p)
-{
-    char b = 1;
-
-    if (write(p->fds[1], &b, 1) != 1)
-        _exit(90);
-}
-
-/* In the test: wait for the helper's byte (or its death). */
-static void pipe_wait(struct signal_pipe *p)
-{
-    struct pollfd pfd = {p->fds[0], POLLIN, 0};
-    char b;
-
-    if (poll(&pfd, 1, H_REPLY_TIMEOUT_MS) != 1 || read(p->fds[0], &b, 1) != 1)
-        h_fail("the helper process did not get ready within %d ms", H_REPLY_TIMEOUT_MS);
-}
-
 /* ---- several processes ------------------------------------------------------ */
 
 #define NREADERS 3
@@ -254,7 +217,7 @@ static void test_writer_and_readers(void **state)
 struct holder_arg {
     const char *socket;
     const char *key;
-    struct signal_pipe ready;
+    struct h_signal ready;
     bool alloc; /* alloc (and write, never commit) rather than get */
 };
 
@@ -282,7 +245,7 @@ static int holder(void *arg)
         fprintf(stderr, "holder: %s: %s\n", shmb_errname(c), shmb_errmsg(c));
         return 3;
     }
-    pipe_notify(&a->ready);
+    h_signal_notify(&a->ready);
     for (;;)
         pause();
 }
@@ -312,9 +275,10 @@ static void test_killed_reader(void **state)
     ok(c, h_put_pattern(c, "a", THIRD, 1, 0));
     ok(c, h_put_pattern(c, "b", THIRD, 2, 0));
     ok(c, h_put_pattern(c, "c", THIRD, 3, 0));
-    pipe_open(&a.ready);
+    h_signal_open(&a.ready);
     assert_true((pid = h_fork(f, holder, &a)) > 0);
-    pipe_wait(&a.ready);
+    if (!h_signal_wait(&a.ready, H_REPLY_TIMEOUT_MS))
+        h_fail("the helper process did not get ready within %d ms", H_REPLY_TIMEOUT_MS);
     stats(c, &st);
     assert_int_equal(st.pinned, 1);
     fails(c, shmb_alloc(c, "d", THIRD, 0, &p), -ENOSPC,
@@ -330,7 +294,7 @@ static void test_killed_reader(void **state)
     assert_int_equal(st.pinned, 0);
     assert_int_equal(st.evictions, 1);
     assert_int_equal(st.clients, 1);
-    pipe_close(&a.ready);
+    h_signal_close(&a.ready);
     shmb_close(c);
     h_pass(f);
 }
@@ -357,9 +321,10 @@ static void test_killed_writer(void **state)
     pid_t pid;
     void *p;
 
-    pipe_open(&a.ready);
+    h_signal_open(&a.ready);
     assert_true((pid = h_fork(f, holder, &a)) > 0);
-    pipe_wait(&a.ready);
+    if (!h_signal_wait(&a.ready, H_REPLY_TIMEOUT_MS))
+        h_fail("the helper process did not get ready within %d ms", H_REPLY_TIMEOUT_MS);
     stats(c, &st);
     assert_int_equal(st.pending, 1);
     assert_true(st.used > 0);
@@ -373,7 +338,7 @@ static void test_killed_writer(void **state)
     assert_int_equal(st.used, 0);
     ok(c, h_put_pattern(c, "w", 10, 5, 0));
     assert_int_equal(get_check(c, "w", 10, 5), 0);
-    pipe_close(&a.ready);
+    h_signal_close(&a.ready);
     shmb_close(c);
     h_pass(f);
 }

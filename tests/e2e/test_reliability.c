@@ -202,42 +202,6 @@ static void need_root(struct h_fix *f)
         h_skip(f, "needs root to switch to other users");
 }
 
-/* A pipe a helper uses to say "ready" and the test uses to say "go". */
-struct signal_pipe {
-    int fds[2];
-};
-
-/* Open the pipe before forking the helper. */
-static void pipe_open(struct signal_pipe *p)
-{
-    assert_int_equal(pipe(p->fds), 0);
-}
-
-/* Close both ends once the helper is gone. */
-static void pipe_close(struct signal_pipe *p)
-{
-    close(p->fds[0]);
-    close(p->fds[1]);
-}
-
-/* Write one byte (either side). */
-static void pipe_notify(struct signal_pipe *p)
-{
-    char b = 1;
-
-    if (write(p->fds[1], &b, 1) != 1)
-        _exit(90);
-}
-
-/* Wait for one byte: true when it came within timeout_ms. */
-static bool pipe_wait(struct signal_pipe *p, int timeout_ms)
-{
-    struct pollfd pfd = {p->fds[0], POLLIN, 0};
-    char b;
-
-    return poll(&pfd, 1, timeout_ms) == 1 && read(p->fds[0], &b, 1) == 1;
-}
-
 /* ---- helper processes: other users ---------------------------------------- */
 
 /* What a peer helper does: who it becomes, and what it checks. */
@@ -695,7 +659,7 @@ static void test_read_lease(void **state)
 /* What the holder helper needs. */
 struct holder_plan {
     const char *socket;
-    struct signal_pipe ready, done;
+    struct h_signal ready, done;
 };
 
 /* A helper that pins "a" twice and "b" once (distinct bytes 3000 + 500),
@@ -715,8 +679,8 @@ static int holder_run(void *arg)
         fprintf(stderr, "holder: %s\n", c ? shmb_errmsg(c) : "no memory");
         return 2;
     }
-    pipe_notify(&plan->ready);
-    if (!pipe_wait(&plan->done, H_RUN_TIMEOUT_MS))
+    h_signal_notify(&plan->ready);
+    if (!h_signal_wait(&plan->done, H_RUN_TIMEOUT_MS))
         return 3;
     shmb_close(c);
     return 0;
@@ -754,11 +718,11 @@ static void test_clients(void **state)
     char name[32], mode[8], pinned[32];
     long long rpid, ruid, pins, pending;
 
-    pipe_open(&plan.ready);
-    pipe_open(&plan.done);
+    h_signal_open(&plan.ready);
+    h_signal_open(&plan.done);
     pid = h_fork(f, holder_run, &plan);
     assert_true(pid > 0);
-    if (!pipe_wait(&plan.ready, H_REPLY_TIMEOUT_MS))
+    if (!h_signal_wait(&plan.ready, H_REPLY_TIMEOUT_MS))
         h_fail("the holder did not get ready");
 
     assert_int_equal(h_conn_open(&c, d->socket), 0);
@@ -809,7 +773,7 @@ static void test_clients(void **state)
     h_run_free(&r);
 
     /* Once the holder is gone, so is its row and what it held. */
-    pipe_notify(&plan.done);
+    h_signal_notify(&plan.done);
     assert_int_equal(h_child_wait(f, pid, H_RUN_TIMEOUT_MS), 0);
     while (stat_int(&c, "clients") != 1)
         h_sleep_ms(5);
@@ -817,8 +781,8 @@ static void test_clients(void **state)
     assert_int_equal(json_array_size(json_object_get(reply, "clients")), 1);
     json_decref(reply);
     h_conn_close(&c);
-    pipe_close(&plan.ready);
-    pipe_close(&plan.done);
+    h_signal_close(&plan.ready);
+    h_signal_close(&plan.done);
     h_pass(f);
 }
 
@@ -1299,7 +1263,7 @@ static const struct {
 /* What the pinning helper of the restart test needs. */
 struct pin_plan {
     const char *socket;
-    struct signal_pipe ready, go;
+    struct h_signal ready, go;
 };
 
 /* In a helper: lines of /proc/self/maps that map the segment name with
@@ -1345,8 +1309,8 @@ static int pin_run(void *arg)
         fprintf(stderr, "pinner: cannot split the mapping: %s\n", strerror(errno));
         return 8;
     }
-    pipe_notify(&plan->ready);
-    if (!pipe_wait(&plan->go, H_RUN_TIMEOUT_MS))
+    h_signal_notify(&plan->ready);
+    if (!h_signal_wait(&plan->go, H_RUN_TIMEOUT_MS))
         return 3;
     if ((rc = shmb_stats(c, &st)) != -ECONNRESET) {
         fprintf(stderr, "pinner: stats after the restart returned %d, not -ECONNRESET\n", rc);
@@ -1411,11 +1375,11 @@ static void test_restart_adopts(void **state)
     ok(w, shmb_delete(w, "deleted-pinned"));
     json_decref(h_open_hello(&raw, d1));
     call_offset(&raw, "{\"op\":\"alloc\",\"key\":\"pend\",\"size\":1000}");
-    pipe_open(&plan.ready);
-    pipe_open(&plan.go);
+    h_signal_open(&plan.ready);
+    h_signal_open(&plan.go);
     pinner = h_fork(f, pin_run, &plan);
     assert_true(pinner > 0);
-    if (!pipe_wait(&plan.ready, H_REPLY_TIMEOUT_MS))
+    if (!h_signal_wait(&plan.ready, H_REPLY_TIMEOUT_MS))
         h_fail("the pinner did not get ready");
 
     assert_int_equal(h_exit_code(h_daemon_signal(d1, SIGKILL, H_STOP_TIMEOUT_MS)),
@@ -1436,7 +1400,7 @@ static void test_restart_adopts(void **state)
     assert_int_equal(st.objects, RESTART_N);
     assert_int_equal(st.pending, 0);
     assert_int_equal(st.pinned, 0);
-    pipe_notify(&plan.go);
+    h_signal_notify(&plan.go);
     assert_int_equal(h_child_wait(f, pinner, H_RUN_TIMEOUT_MS), 0);
     fails(r, shmb_contains(r, "obj-1"), -ECONNRESET, NULL);
     ok(r, shmb_reconnect(r));
@@ -1496,8 +1460,8 @@ static void test_restart_adopts(void **state)
     shmb_close(n);
     shmb_close(r);
     shmb_close(w);
-    pipe_close(&plan.ready);
-    pipe_close(&plan.go);
+    h_signal_close(&plan.ready);
+    h_signal_close(&plan.go);
     h_pass(f);
 }
 
