@@ -55,7 +55,7 @@ ALLCFLAGS = -std=c11 -D_GNU_SOURCE -DSHMB_VERSION='"$(VERSION)"' -fPIC $(WARN) \
 ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ------------------------------------------------------------
-PROTO_SRC   := proto/error.c proto/alloc.c proto/protocol.c proto/line.c
+PROTO_SRC   := proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/command.c $(CORE_SRC)
@@ -65,8 +65,8 @@ CTL_SRC     := client/shmbrokerctl.c
 OBJ = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 PROTO_OBJ := $(call OBJ,$(PROTO_SRC))
-# error and alloc only: what the core modules need, without jansson.
-BASE_OBJ  := $(call OBJ,proto/error.c proto/alloc.c)
+# error, alloc and text only: what the core modules need, without jansson.
+BASE_OBJ  := $(call OBJ,proto/error.c proto/alloc.c proto/text.c)
 CORE_OBJ  := $(call OBJ,$(CORE_SRC))
 
 DAEMON    := $(BUILD)/shmbrokerd
@@ -77,7 +77,8 @@ LIB_SO    := $(BUILD)/$(LIB_SONAME)
 EXAMPLE   := $(BUILD)/example
 BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE)
 
-UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error
+UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error \
+              test_text
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
@@ -95,6 +96,7 @@ $(BUILD)/tests/test_line:    $(call OBJ,tests/unit/test_line.c proto/line.c) $(B
 $(BUILD)/tests/test_line: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_error:   $(call OBJ,tests/unit/test_error.c) $(BASE_OBJ)
 $(BUILD)/tests/test_error: TEST_LDFLAGS = $(PKGS_LIBS)
+$(BUILD)/tests/test_text:    $(call OBJ,tests/unit/test_text.c) $(BASE_OBJ)
 
 # End-to-end tests drive the real binaries through the library and raw sockets.
 E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch test_systemd \

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "text.h"
+
 /* The codes the wire protocol names, in the order PROTOCOL.md lists them. */
 static const struct {
     int code;
@@ -36,36 +38,6 @@ static const struct {
     {EDQUOT, "EDQUOT"},
 };
 
-/* Length of the well-formed UTF-8 sequence at s (RFC 3629: no overlongs,
- * no surrogates, nothing past U+10FFFF), or 0 when it is not one. */
-static size_t error_utf8_len(const unsigned char *s, size_t avail)
-{
-    size_t n, k;
-    unsigned cp;
-
-    if (s[0] < 0x80)
-        return 1;
-    if (s[0] >= 0xC2 && s[0] <= 0xDF)
-        n = 2, cp = s[0] & 0x1F;
-    else if (s[0] >= 0xE0 && s[0] <= 0xEF)
-        n = 3, cp = s[0] & 0x0F;
-    else if (s[0] >= 0xF0 && s[0] <= 0xF4)
-        n = 4, cp = s[0] & 0x07;
-    else
-        return 0;
-    if (avail < n)
-        return 0;
-    for (k = 1; k < n; k++) {
-        if ((s[k] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[k] & 0x3F);
-    }
-    if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-        (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-        return 0;
-    return n;
-}
-
 /* Make the message valid UTF-8, so that it can always travel as a JSON
  * string: a message may quote bytes a client sent (jansson's "near '...'")
  * or be cut in the middle of a character. Bad bytes become '?'. */
@@ -74,7 +46,7 @@ static void error_fix_utf8(char *s)
     size_t len = strlen(s), i = 0;
 
     while (i < len) {
-        size_t n = error_utf8_len((const unsigned char *)s + i, len - i);
+        size_t n = shmb_utf8_seq_len((const unsigned char *)s + i, len - i);
 
         if (n == 0) {
             s[i] = '?';

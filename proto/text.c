@@ -1,0 +1,137 @@
+/*
+ * UTF-8 checks, boundary-safe cutting and escaping for human-facing output.
+ */
+#include "text.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "layout.h"
+
+size_t shmb_utf8_seq_len(const unsigned char *s, size_t avail)
+{
+    size_t n, k;
+    unsigned cp;
+
+    if (avail == 0)
+        return 0;
+    if (s[0] < 0x80)
+        return 1;
+    if (s[0] >= 0xC2 && s[0] <= 0xDF)
+        n = 2, cp = s[0] & 0x1F;
+    else if (s[0] >= 0xE0 && s[0] <= 0xEF)
+        n = 3, cp = s[0] & 0x0F;
+    else if (s[0] >= 0xF0 && s[0] <= 0xF4)
+        n = 4, cp = s[0] & 0x07;
+    else
+        return 0;
+    if (avail < n)
+        return 0;
+    for (k = 1; k < n; k++) {
+        if ((s[k] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[k] & 0x3F);
+    }
+    if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+        return 0;
+    return n;
+}
+
+size_t shmb_utf8_invalid_at(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+
+    while (i < n) {
+        size_t k = shmb_utf8_seq_len(u + i, n - i);
+
+        if (k == 0)
+            return i;
+        i += k;
+    }
+    return n;
+}
+
+size_t shmb_utf8_cut(const char *s, size_t n, size_t max)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+
+    if (n <= max)
+        return n;
+    while (i < max) {
+        size_t k = shmb_utf8_seq_len(u + i, n - i);
+
+        if (k == 0)
+            k = 1;
+        if (i + k > max)
+            break;
+        i += k;
+    }
+    return i;
+}
+
+char *shmb_escape(const char *s, size_t n, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0, o = 0;
+
+    while (i < n) {
+        size_t k = shmb_utf8_seq_len(u + i, n - i);
+        /* C1 controls are U+0080..U+009F: 0xC2 0x80..0x9F in UTF-8. */
+        int control = k == 0 || (k == 1 && (u[i] < 0x20 || u[i] == 0x7f)) ||
+                      (k == 2 && u[i] == 0xC2 && u[i + 1] < 0xA0);
+
+        if (k == 0)
+            k = 1;
+        if (control) {
+            size_t j;
+
+            if (o + 4 * k >= cap)
+                break;
+            for (j = 0; j < k; j++) {
+                out[o++] = '\\';
+                out[o++] = 'x';
+                out[o++] = hex[u[i + j] >> 4];
+                out[o++] = hex[u[i + j] & 15];
+            }
+        } else if (k == 1 && u[i] == '\\') {
+            if (o + 2 >= cap)
+                break;
+            out[o++] = '\\';
+            out[o++] = '\\';
+        } else {
+            if (o + k >= cap)
+                break;
+            memcpy(out + o, u + i, k);
+            o += k;
+        }
+        i += k;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+int shmb_key_check(const char *key, size_t len, struct shmb_error *err)
+{
+    size_t bad;
+
+    if (key == NULL || len == 0 || len > SHMB_KEY_MAX)
+        return shmb_error_set(err, -EINVAL, "Key of %zu bytes: keys are 1 to %u bytes long.",
+                              key == NULL ? (size_t)0 : len, SHMB_KEY_MAX);
+    if (memchr(key, '\0', len) != NULL)
+        return shmb_error_set(err, -EINVAL,
+                              "Key contains a NUL byte at offset %zu; keys are UTF-8 text "
+                              "of 1 to %u bytes without NUL.",
+                              (size_t)((const char *)memchr(key, '\0', len) - key),
+                              SHMB_KEY_MAX);
+    bad = shmb_utf8_invalid_at(key, len);
+    if (bad < len)
+        return shmb_error_set(err, -EINVAL,
+                              "Key is not valid UTF-8 (byte 0x%02x at offset %zu); keys are "
+                              "UTF-8 text of 1 to %u bytes.",
+                              (unsigned char)key[bad], bad, SHMB_KEY_MAX);
+    return 0;
+}

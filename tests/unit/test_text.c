@@ -1,0 +1,96 @@
+/*
+ * Text across trust boundaries (proto/text.c): UTF-8 validation, cutting on
+ * a character boundary, escaping for terminals and logs, and the shared key
+ * check.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../proto/text.h"
+
+/* Proves that the first malformed byte is found, whatever kind it is, and
+ * that well-formed text of every sequence length is accepted whole. */
+static void test_invalid_at(void **state)
+{
+    (void)state;
+    assert_int_equal(shmb_utf8_invalid_at("abc", 3), 3);
+    assert_int_equal(shmb_utf8_invalid_at("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 10), 10);
+    assert_int_equal(shmb_utf8_invalid_at("bin\xff\xfekey", 8), 3);
+    assert_int_equal(shmb_utf8_invalid_at("ab\xc3", 3), 2);          /* cut short */
+    assert_int_equal(shmb_utf8_invalid_at("a\xc0\xaf", 3), 1);       /* overlong */
+    assert_int_equal(shmb_utf8_invalid_at("xy\xed\xa0\x80", 5), 2);  /* surrogate */
+    assert_int_equal(shmb_utf8_invalid_at("\x80", 1), 0);            /* stray continuation */
+}
+
+/* Proves that a cut never splits a character: 63 'a' then 'é' cut at 64
+ * keeps the 63 'a', and text that fits is kept whole. */
+static void test_cut(void **state)
+{
+    char name[66];
+
+    (void)state;
+    memset(name, 'a', 63);
+    memcpy(name + 63, "\xc3\xa9", 2);
+    assert_int_equal(shmb_utf8_cut(name, 65, 64), 63);
+    assert_int_equal(shmb_utf8_cut(name, 65, 65), 65);
+    assert_int_equal(shmb_utf8_cut("\xe2\x82\xac\xe2\x82\xac", 6, 5), 3);
+    assert_int_equal(shmb_utf8_cut("ab\xff\xff", 4, 3), 3); /* a bad byte is one unit */
+    assert_int_equal(shmb_utf8_cut("abc", 3, 10), 3);
+}
+
+/* Proves that control bytes (C0, DEL, C1) and malformed bytes are shown as
+ * \xNN, a backslash doubles, and printable UTF-8 passes unchanged. */
+static void test_escape(void **state)
+{
+    char out[128];
+
+    (void)state;
+    assert_string_equal(shmb_escape("\x1b[2J\x1b]0;owned\a\nfake", 19, out, sizeof(out)),
+                        "\\x1b[2J\\x1b]0;owned\\x07\\x0afake");
+    assert_string_equal(shmb_escape("caf\xc3\xa9 \\ \x7f", 9, out, sizeof(out)),
+                        "caf\xc3\xa9 \\\\ \\x7f");
+    assert_string_equal(shmb_escape("\xc2\x9b" "1m\xff", 5, out, sizeof(out)),
+                        "\\xc2\\x9b1m\\xff");
+    /* An escape that does not fit whole is left out, and out ends in NUL. */
+    assert_string_equal(shmb_escape("ab\x01", 3, out, 5), "ab");
+    assert_string_equal(shmb_escape("abc", 3, out, 1), "");
+}
+
+/* Proves that every part of shmbroker refuses the same keys with EINVAL and
+ * a message naming the figures: empty, too long, NUL inside, not UTF-8. */
+static void test_key_check(void **state)
+{
+    struct shmb_error err;
+    char longkey[300];
+
+    (void)state;
+    memset(longkey, 'k', sizeof(longkey));
+    assert_int_equal(shmb_key_check("k", 1, &err), 0);
+    assert_int_equal(shmb_key_check(longkey, 255, &err), 0);
+    assert_int_equal(shmb_key_check(longkey, 256, &err), -EINVAL);
+    assert_string_equal(err.message, "Key of 256 bytes: keys are 1 to 255 bytes long.");
+    assert_int_equal(shmb_key_check("", 0, &err), -EINVAL);
+    assert_int_equal(shmb_key_check(NULL, 3, &err), -EINVAL);
+    assert_int_equal(shmb_key_check("a\0b", 3, &err), -EINVAL);
+    assert_non_null(strstr(err.message, "NUL byte at offset 1"));
+    assert_int_equal(shmb_key_check("bin\xff\xfekey", 8, &err), -EINVAL);
+    assert_string_equal(err.message, "Key is not valid UTF-8 (byte 0xff at offset 3); keys are "
+                                     "UTF-8 text of 1 to 255 bytes.");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_invalid_at),
+        cmocka_unit_test(test_cut),
+        cmocka_unit_test(test_escape),
+        cmocka_unit_test(test_key_check),
+    };
+
+    return cmocka_run_group_tests_name("text", tests, NULL, NULL);
+}
