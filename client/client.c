@@ -391,7 +391,18 @@ static int client_call(shmb_t *c, json_t *request, json_t **reply)
  * words as the daemon's (proto/text.c), for every call that takes a key. */
 static int client_check_key(shmb_t *c, const char *key)
 {
-    return shmb_key_check(key, key != NULL ? strlen(key) : 0, &c->err);
+    size_t len = 0;
+
+    /* The common key is short ASCII, which is UTF-8 as it is: one pass
+     * finds that and its length. Anything else gets the shared check. */
+    if (key != NULL) {
+        while (key[len] != '\0' && (unsigned char)key[len] < 0x80)
+            len++;
+        if (key[len] == '\0' && len >= 1 && len <= SHMB_KEY_MAX)
+            return 0;
+        len += strlen(key + len);
+    }
+    return shmb_key_check(key, len, &c->err);
 }
 
 /* Check the n keys of a _many call; the message names the first bad one's
@@ -612,14 +623,10 @@ static int client_exchange(shmb_t *c, uint64_t id, struct line_reply *r)
     return rc;
 }
 
-/* Start a request {"op":"OP"[,"id":ID],"key":KEY in c->w (after a key
- * check); id 0 for a batch's element, which needs none. */
+/* Start a request {"op":"OP"[,"id":ID],"key":KEY in c->w; id 0 for a
+ * batch's element, which needs none. The caller checked the key. */
 static int client_begin_key(shmb_t *c, const char *op, uint64_t id, const char *key)
 {
-    int rc;
-
-    if ((rc = client_check_key(c, key)) < 0)
-        return rc;
     if (c->sock < 0)
         return shmb_error_set(&c->err, -ENOTCONN,
                               "Not connected to shmbrokerd; call shmb_connect (or "
@@ -664,7 +671,8 @@ static int client_key_op(shmb_t *c, const char *op, const char *key, struct line
 
     shmb_error_clear(&c->err);
     c->w.len = 0;
-    if ((rc = client_begin_key(c, op, id = client_next_id(c), key)) < 0)
+    if ((rc = client_check_key(c, key)) < 0 ||
+        (rc = client_begin_key(c, op, id = client_next_id(c), key)) < 0)
         return rc;
     if (line_lit(&c->w, "}\n") < 0)
         return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
@@ -698,7 +706,8 @@ int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void *
     *ptr = NULL;
     shmb_error_clear(&c->err);
     c->w.len = 0;
-    if ((rc = client_alloc_op(c, id = client_next_id(c), key, size, readers,
+    if ((rc = client_check_key(c, key)) < 0 ||
+        (rc = client_alloc_op(c, id = client_next_id(c), key, size, readers,
                               c->alloc_wait_ms)) < 0)
         return rc;
     if (line_lit(&c->w, "\n") < 0)

@@ -20,7 +20,6 @@
 #define EVIL_KEY "\x1b[2J\x1b]0;owned\a\nfake-line"
 #define EVIL_KEY_ESCAPED "\\x1b[2J\\x1b]0;owned\\x07\\x0afake-line"
 #define EVIL_NAME "\x1b[31mred\nforged\x7f"
-#define EVIL_NAME_ESCAPED "\\x1b[31mred\\x0aforged\\x7f"
 
 /* ---- helpers --------------------------------------------------------------- */
 
@@ -97,7 +96,7 @@ static void test_escaped_tables(void **state)
     h_run_free(&r);
 
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "clients", NULL), 0);
-    expect_run(&r, 0, "\\x1b[31mred\\x0a", NULL);
+    expect_run(&r, 0, "\\x1b[31mred\\x0aforge", NULL); /* cut to 20 bytes */
     expect_clean(&r, "clients");
     h_run_free(&r);
 
@@ -120,7 +119,6 @@ static void test_escaped_tables(void **state)
     ok(w, shmb_release(w, EVIL_KEY));
     shmb_close(evil);
     shmb_close(w);
-    (void)EVIL_NAME_ESCAPED;
     h_pass(f);
 }
 
