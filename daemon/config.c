@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "../proto/protocol.h"
+#include "segment.h"
+#include "store.h"
 
 enum config_opt {
     OPT_SIZE = 256,
@@ -581,9 +583,17 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
         return CONFIG_EXIT_USAGE;
     }
     if (cfg->max_object_size == 0) {
+        /* What one object can really use: a small --size leaves a data area
+         * of which the chunk header and the longest key take a good part. */
+        uint64_t total = segment_round_size(cfg->size);
+        uint64_t largest =
+            total > SHMB_HEADER_PAGE ? store_largest_object(segment_data_size(total)) : 0;
+
         cfg->max_object_size = cfg->size / 2;
         if (cfg->max_object_size > CONFIG_DEFAULT_MAX_OBJECT)
             cfg->max_object_size = CONFIG_DEFAULT_MAX_OBJECT;
+        if (largest > 0 && cfg->max_object_size > largest)
+            cfg->max_object_size = largest;
     }
     return CONFIG_RUN;
 }

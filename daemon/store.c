@@ -93,13 +93,35 @@ const char *store_state_name(enum store_state state)
     return "unknown";
 }
 
+uint64_t store_largest_object(uint64_t data_size)
+{
+    /* An empty ring starts at offset 0, so one chunk may take all of it. */
+    uint64_t chunk = ring_chunk_size(SHMB_KEY_MAX, 0);
+
+    return data_size > chunk ? (data_size - chunk) & ~(uint64_t)(SHMB_ALIGN - 1) : 0;
+}
+
+int store_check_max_object(uint64_t data_size, uint64_t max, struct shmb_error *err)
+{
+    uint64_t limit = store_largest_object(data_size);
+
+    if (max == 0 || max > limit)
+        return shmb_error_set(
+            err, -EINVAL,
+            "Max object size (%llu bytes) does not fit in the data area "
+            "(%llu bytes, at most %llu bytes per object); choose a "
+            "smaller --max-object-size or a larger --size.",
+            (unsigned long long)max, (unsigned long long)data_size,
+            (unsigned long long)limit);
+    return 0;
+}
+
 struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
                         struct shmb_segment_header *cursor,
                         const struct store_config *cfg, struct shmb_error *err)
 {
     struct store *s = shmb_calloc(1, sizeof(*s));
     uint64_t max = cfg != NULL ? cfg->max_object_size : 0;
-    uint64_t limit;
     int rc;
 
     if (s == NULL) {
@@ -116,20 +138,12 @@ struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
         shmb_free(s);
         return NULL;
     }
-    /* The largest payload that fits in an empty ring with the longest key. */
-    limit = data_size > ring_chunk_size(SHMB_KEY_MAX, 1)
-                ? (data_size - ring_chunk_size(SHMB_KEY_MAX, 1) + 1) &
-                      ~(uint64_t)(SHMB_ALIGN - 1)
-                : 0;
-    if (max == 0)
+    if (max == 0) {
         max = data_size / 2;
-    if (max == 0 || max > limit) {
-        shmb_error_set(err, -EINVAL,
-                       "Max object size (%llu bytes) does not fit in the data area "
-                       "(%llu bytes, at most %llu bytes per object); choose a smaller "
-                       "--max-object-size or a larger --size.",
-                       (unsigned long long)max, (unsigned long long)data_size,
-                       (unsigned long long)limit);
+        if (max > store_largest_object(data_size))
+            max = store_largest_object(data_size);
+    }
+    if (store_check_max_object(data_size, max, err) < 0) {
         store_free(s);
         return NULL;
     }

@@ -22,7 +22,8 @@ struct store_holder;
 #define STORE_MAX_READERS 1000000u
 
 struct store_config {
-    uint64_t max_object_size; /* payload bytes; 0 = half the data area */
+    uint64_t max_object_size; /* payload bytes; 0 = half the data area, or
+                                 store_largest_object when less */
     uint64_t read_lease_ms;   /* awaited reads stop blocking reclaim this long
                                  after commit; 0 = never */
     /* Told once per object when its read lease runs out with reads still
@@ -81,6 +82,15 @@ struct store_stats {
     uint32_t blocker_pins, blocker_readers;
     enum store_state blocker_state;
 };
+
+/* The largest payload one object can have in a data area of data_size
+ * bytes: an empty ring, one chunk with the longest key (its header, the key
+ * and the alignment of both). 0 when not even that fits. */
+uint64_t store_largest_object(uint64_t data_size);
+
+/* -EINVAL with a message naming --max-object-size when objects of max bytes
+ * cannot fit in a data area of data_size bytes (see store_largest_object). */
+int store_check_max_object(uint64_t data_size, uint64_t max, struct shmb_error *err);
 
 /* Create a store over a data area (see ring_init). The caller owns the result
  * and frees it with store_free. */
