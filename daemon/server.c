@@ -67,6 +67,11 @@ int server_probe(const char *path, struct shmb_error *err)
     if (saved != ECONNREFUSED)
         return shmb_error_set(err, -saved, "Cannot probe socket %s: %s.", path,
                               strerror(saved));
+    return 1;
+}
+
+int server_remove_stale(const char *path, struct shmb_error *err)
+{
     if (unlink(path) != 0 && errno != ENOENT)
         return shmb_error_set(err, -errno, "Cannot remove stale socket %s: %s.", path,
                               strerror(errno));

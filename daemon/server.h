@@ -53,11 +53,16 @@ struct server {
     uint64_t room_gen;
 };
 
-/* Make sure no live daemon listens on path: -EADDRINUSE with "another
- * shmbrokerd is listening on PATH" when one does, a stale socket file is
- * removed (with a log line), anything that is not a socket is left alone and
- * refused. Run before the segment is created. */
+/* Make sure no live daemon listens on path, changing nothing: -EADDRINUSE
+ * with "another shmbrokerd is listening on PATH" when one does, 1 when a
+ * stale socket file is there (for server_remove_stale), 0 when nothing is;
+ * anything that is not a socket is refused. Run before the segment is
+ * created. */
 int server_probe(const char *path, struct shmb_error *err);
+
+/* Remove the stale socket file server_probe found, with a log line; run only
+ * once nothing else can refuse the start. */
+int server_remove_stale(const char *path, struct shmb_error *err);
 
 /* Create the socket's parent directory when missing, bind path with mode,
  * and start accepting on loop. */
