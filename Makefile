@@ -114,7 +114,7 @@ export SOAK_SECONDS SOAK_VALGRIND_SECONDS
 
 # What 'make test' runs: every unit and end-to-end program, the soak under
 # valgrind, and (in the plain build) the fuzzer for FUZZ_SECONDS.
-TEST_RUNS := $(UNIT_BINS) $(E2E_BINS) tests/e2e/soak_valgrind.sh
+TEST_RUNS := $(UNIT_BINS) $(E2E_BINS) tests/e2e/soak_valgrind.sh tests/e2e/test_run_timeout.sh
 ifeq ($(SANITIZER),)
 TEST_RUNS += tests/fuzz/run_fuzz.sh
 endif
@@ -150,6 +150,7 @@ test: check-test-deps
 	    FUZZ_RUNS=$(FUZZ_RUNS) sh tests/run.sh $(BUILD) $(TEST_RUNS)
 
 # Only the soak, at whatever length: make soak SOAK_SECONDS=30 SANITIZER=address
+# (tests/run.sh adds the length asked for to its per-program time limit).
 soak: check-test-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS) $(BUILD)/tests/soak
 	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl \
