@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "../proto/alloc.h"
+#include "../proto/text.h"
 #include "index.h"
 #include "ring.h"
 
@@ -965,7 +966,8 @@ static void *store_adopt_chunk(const struct shmb_chunk_header *hdr, const char *
         a->report->dropped_free++;
         return NULL;
     }
-    if (hdr->key_len == 0 || store_lookup(s, key, hdr->key_len) != NULL ||
+    if (hdr->key_len == 0 || shmb_utf8_invalid_at(key, hdr->key_len) < hdr->key_len ||
+        store_lookup(s, key, hdr->key_len) != NULL ||
         hdr->tag > STORE_MAX_READERS || store_watch_reserve(s) < 0 ||
         (obj = shmb_calloc(1, sizeof(*obj) + hdr->key_len + 1)) == NULL) {
         a->report->dropped_invalid++;
