@@ -4,6 +4,7 @@
 #include "command.h"
 
 #include "../proto/alloc.h"
+#include "../proto/text.h"
 #include "log.h"
 
 #include <errno.h>
@@ -156,8 +157,14 @@ static int cmd_hello(struct command_call *call)
         return shmb_error_set(&call->err, -ENOMEM, "Out of memory for a new client.");
     call->client->said_hello = true;
     call->client->read_only = strcmp(mode, "ro") == 0;
-    if (name != NULL)
-        snprintf(call->client->name, sizeof(call->client->name), "%s", name);
+    if (name != NULL) {
+        /* Cut on a character boundary: half a character would make every
+         * "clients" reply invalid UTF-8, which jansson refuses to write. */
+        size_t len = shmb_utf8_cut(name, strlen(name), SHMB_NAME_MAX);
+
+        memcpy(call->client->name, name, len);
+        call->client->name[len] = '\0';
+    }
     call->flags |= COMMAND_SEND_FD;
     return 0;
 }
