@@ -29,6 +29,7 @@ struct conn {
     bool closing;
     bool paused;     /* reading stopped while an alloc waits */
     struct line hello; /* output held until the hello reply can carry the fd */
+    struct conn_writable *writable; /* waits for room in the socket for it, or NULL */
     json_t *wait_request; /* an alloc waiting for space, or NULL */
     uint64_t wait_until_ms;
     struct conn *wait_prev, *wait_next; /* the server's waiters, oldest first */
