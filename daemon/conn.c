@@ -545,6 +545,32 @@ static void conn_resume(struct conn *conn)
     conn_after(conn, step);
 }
 
+void conn_hello_timeout(struct conn *conn, uint64_t timeout_ms)
+{
+    char msg[200];
+    json_t *reply;
+
+    snprintf(msg, sizeof(msg),
+             "No hello within %llu ms of connecting (--hello-timeout); closing the "
+             "connection. Send {\"op\":\"hello\",\"version\":%d} first.",
+             (unsigned long long)timeout_ms, SHMB_PROTOCOL_VERSION);
+    log_info("client pid %d uid %d did not say hello within %llu ms (--hello-timeout); "
+             "closing it",
+             (int)conn->client.pid, (int)conn->client.uid, (unsigned long long)timeout_ms);
+    reply = shmb_error_reply(NULL, -ETIMEDOUT, msg);
+    if (reply == NULL || shmb_json_append_line(&conn->out, reply) < 0 ||
+        conn_flush(conn) < 0 ||
+        uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe) != 0) {
+        /* A client that does not read its replies would keep a graceful
+         * close waiting forever: drop it. */
+        json_decref(reply);
+        conn_close(conn);
+        return;
+    }
+    json_decref(reply);
+    conn_finish(conn);
+}
+
 void conn_wait_done(struct conn *conn, struct command_result *res)
 {
     enum conn_step step;
@@ -592,6 +618,7 @@ int conn_open(struct server *srv, int fd, pid_t pid, uid_t uid, gid_t gid)
         conn_close(conn);
         return 0; /* the handle owns the descriptor now and closes it */
     }
+    server_hello_watch(srv);
     log_debug("accepted client pid %d uid %d", (int)pid, (int)uid);
     return 0;
 }

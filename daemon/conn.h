@@ -48,4 +48,8 @@ void conn_wait_done(struct conn *conn, struct command_result *res);
  * once, free the memory in libuv's close callback. */
 void conn_close(struct conn *conn);
 
+/* conn did not say hello within timeout_ms (--hello-timeout): tell it with
+ * an ETIMEDOUT line, then close it. */
+void conn_hello_timeout(struct conn *conn, uint64_t timeout_ms);
+
 #endif

@@ -24,6 +24,8 @@ struct server_limits {
     unsigned max_clients;
     unsigned max_clients_per_uid;
     size_t max_queued_output;
+    uint64_t hello_timeout_ms; /* close connections silent this long before
+                                  hello; 0 = never */
     uid_t allow_uid[SERVER_MAX_ALLOW];
     size_t n_allow_uid;
     gid_t allow_gid[SERVER_MAX_ALLOW];
@@ -50,6 +52,7 @@ struct server {
     uv_check_t room_check;
     uv_timer_t wait_timer;
     uv_timer_t emfile_timer; /* refuses queued clients while out of descriptors */
+    uv_timer_t hello_timer;  /* closes connections that do not say hello in time */
     uint64_t room_gen;
 };
 
@@ -86,5 +89,8 @@ void server_wait_remove(struct server *srv, struct conn *conn);
 /* Called by a connection when it has closed: forget it, and resume accepting
  * if descriptors had run out. */
 void server_forget(struct server *srv, struct conn *conn);
+
+/* A connection opened: make sure the hello timer will look at it. */
+void server_hello_watch(struct server *srv);
 
 #endif
