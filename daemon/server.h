@@ -53,6 +53,11 @@ struct server {
     uv_timer_t wait_timer;
     uv_timer_t emfile_timer; /* refuses queued clients while out of descriptors */
     uv_timer_t hello_timer;  /* closes connections that do not say hello in time */
+    /* Connections with requests left over from their turn (conn_process runs
+     * one connection for a bounded time, then lets the others go first):
+     * continued on the next loop iteration. */
+    uv_idle_t resume_idle;
+    unsigned ndeferred;
     uint64_t room_gen;
 };
 
@@ -92,5 +97,11 @@ void server_forget(struct server *srv, struct conn *conn);
 
 /* A connection opened: make sure the hello timer will look at it. */
 void server_hello_watch(struct server *srv);
+
+/* conn used its turn with complete requests left: continue it on the next
+ * loop iteration, after the other clients' events. server_undefer takes it
+ * off (it continues, or closes). */
+void server_defer(struct server *srv, struct conn *conn);
+void server_undefer(struct server *srv, struct conn *conn);
 
 #endif

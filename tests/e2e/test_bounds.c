@@ -135,9 +135,47 @@ static bool readable(const struct h_conn *c)
     return c->len > 0 || poll(&p, 1, 0) > 0;
 }
 
-/* Send a batch of 4096 copies of op on attacker, then keep asking stats on
- * other, each answered within LIVENESS_MS, until the batch's reply starts
- * to arrive. The batch's reply: every element an EINVAL naming the op, the
+/* While attacker's requests run, keep asking stats on other, each answered
+ * within LIVENESS_MS, until attacker's replies start to arrive. */
+static void expect_others_served(struct h_conn *attacker, struct h_conn *other,
+                                 const char *what)
+{
+    uint64_t start = h_now_ms();
+    char *line = NULL;
+    int rounds = 0, rc;
+
+    do {
+        uint64_t t0 = h_now_ms();
+
+        assert_int_equal(h_conn_sendline(other, "{\"op\":\"stats\"}"), 0);
+        rc = h_conn_recv_line(other, &line, LIVENESS_MS);
+        if (rc != 0)
+            h_fail("another client's stats got no reply within %d ms (rc %d) while %s ran",
+                   LIVENESS_MS, rc, what);
+        assert_true(h_contains(line, "\"ok\":true"));
+        free(line);
+        if (h_now_ms() - t0 > LIVENESS_MS)
+            h_fail("another client's stats took %llu ms while %s ran",
+                   (unsigned long long)(h_now_ms() - t0), what);
+        rounds++;
+    } while ((!readable(attacker) || rounds < 3) && h_now_ms() - start < 30000);
+}
+
+/* The daemon's peak memory is under MAX_HWM_KIB. */
+static void expect_small_daemon(const struct h_daemon *d)
+{
+#ifndef __SANITIZE_ADDRESS__ /* ASan's shadow memory and quarantine are not the daemon's */
+    if (vm_hwm_kib(d->pid) >= MAX_HWM_KIB)
+        h_fail("the daemon's peak memory reached %lld KiB (bound %d KiB)",
+               vm_hwm_kib(d->pid), MAX_HWM_KIB);
+#else
+    (void)d;
+    (void)vm_hwm_kib;
+#endif
+}
+
+/* Send a batch of 4096 copies of op on attacker; another client is served
+ * meanwhile. The batch's reply: every element an EINVAL naming the op, the
  * line a few hundred KiB at most. The daemon's peak memory stays small. */
 static void attack_with_batch(const struct h_daemon *d, struct h_conn *attacker,
                               struct h_conn *other, const char *op, const char *name)
@@ -145,8 +183,7 @@ static void attack_with_batch(const struct h_daemon *d, struct h_conn *attacker,
     struct req r = {0};
     char *line = NULL, why[64];
     json_t *reply, *replies;
-    int i, rounds = 0, rc;
-    uint64_t start = h_now_ms();
+    int i;
 
     req_add(&r, "{\"op\":\"batch\",\"ops\":[");
     for (i = 0; i < 4096; i++) {
@@ -158,24 +195,9 @@ static void attack_with_batch(const struct h_daemon *d, struct h_conn *attacker,
     assert_true(r.len <= 64 * 1024);
     assert_int_equal(h_conn_send(attacker, r.buf, r.len), 0);
     free(r.buf);
-    do {
-        uint64_t t0 = h_now_ms();
-
-        assert_int_equal(h_conn_sendline(other, "{\"op\":\"stats\"}"), 0);
-        rc = h_conn_recv_line(other, &line, LIVENESS_MS);
-        if (rc != 0)
-            h_fail("another client's stats got no reply within %d ms (rc %d) while a batch "
-                   "of 4096 '%s' ran",
-                   LIVENESS_MS, rc, name);
-        assert_true(h_contains(line, "\"ok\":true"));
-        free(line);
-        if (h_now_ms() - t0 > LIVENESS_MS)
-            h_fail("another client's stats took %llu ms while a batch of 4096 '%s' ran",
-                   (unsigned long long)(h_now_ms() - t0), name);
-        rounds++;
-    } while ((!readable(attacker) || rounds < 3) && h_now_ms() - start < 30000);
-    rc = h_conn_recv_line(attacker, &line, H_REPLY_TIMEOUT_MS);
-    assert_int_equal(rc, 0);
+    snprintf(why, sizeof(why), "a batch of 4096 '%s'", name);
+    expect_others_served(attacker, other, why);
+    assert_int_equal(h_conn_recv_line(attacker, &line, H_REPLY_TIMEOUT_MS), 0);
     if (strlen(line) > 1024 * 1024)
         h_fail("the reply to one batch of 4096 '%s' is %zu bytes", name, strlen(line));
     reply = json_loads(line, 0, NULL);
@@ -188,14 +210,7 @@ static void attack_with_batch(const struct h_daemon *d, struct h_conn *attacker,
     for (i = 0; i < 4096; i++)
         h_assert_error(json_array_get(replies, (size_t)i), "EINVAL", why);
     json_decref(reply);
-#ifndef __SANITIZE_ADDRESS__ /* ASan's shadow memory and quarantine are not the daemon's */
-    if (vm_hwm_kib(d->pid) >= MAX_HWM_KIB)
-        h_fail("the daemon's peak memory reached %lld KiB (bound %d KiB)",
-               vm_hwm_kib(d->pid), MAX_HWM_KIB);
-#else
-    (void)d;
-    (void)vm_hwm_kib;
-#endif
+    expect_small_daemon(d);
 }
 
 /* ---- item: bounded work and reply per line -------------------------------- */
@@ -251,6 +266,43 @@ static void test_batch_of_stats(void **state)
                    "'clients' cannot be part of a batch");
     h_assert_ok(json_array_get(json_object_get(reply, "replies"), 1));
     json_decref(reply);
+    h_conn_close(&a);
+    h_conn_close(&b);
+    h_pass(f);
+}
+
+/* Over 100,000 objects, one write of 2000 pipelined 'list' whose prefix
+ * matches nothing (each a pass over every object): the daemon runs them in
+ * turns, and another client is answered meanwhile. Every list is answered,
+ * in order. */
+static void test_pipelined_lists(void **state)
+{
+    static const char list_line[] = "{\"op\":\"list\",\"prefix\":\"zzz\"}\n";
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "16M", NULL);
+    size_t n = 2000, len = n * (sizeof(list_line) - 1), i;
+    char *lines = malloc(len);
+    struct h_conn a, b;
+
+    assert_non_null(lines);
+    json_decref(h_open_hello(&a, d));
+    json_decref(h_open_hello(&b, d));
+    put_objects(&a, 100000, "s%06d", "x", 7);
+    assert_int_equal(objects_of(&a), 100000);
+    for (i = 0; i < n; i++)
+        memcpy(lines + i * (sizeof(list_line) - 1), list_line, sizeof(list_line) - 1);
+    assert_int_equal(h_conn_send(&a, lines, len), 0);
+    free(lines);
+    expect_others_served(&a, &b, "2000 pipelined 'list'");
+    for (i = 0; i < n; i++) {
+        json_t *reply = h_recv_json(&a);
+
+        h_assert_ok(reply);
+        assert_int_equal(json_array_size(json_object_get(reply, "objects")), 0);
+        json_decref(reply);
+    }
+    h_expect_ok(&a, "{\"op\":\"stats\"}");
+    expect_small_daemon(d);
     h_conn_close(&a);
     h_conn_close(&b);
     h_pass(f);
@@ -472,6 +524,7 @@ int main(void)
     static const struct CMUnitTest tests[] = {
         TEST(test_batch_of_lists),
         TEST(test_batch_of_stats),
+        TEST(test_pipelined_lists),
         TEST(test_list_reply_bytes),
         TEST(test_hello_behind_full_socket),
         TEST(test_hello_timeout),
