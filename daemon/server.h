@@ -24,6 +24,8 @@ struct server_limits {
     unsigned max_clients;
     unsigned max_clients_per_uid;
     size_t max_queued_output;
+    uint64_t hello_timeout_ms; /* close connections silent this long before
+                                  hello; 0 = never */
     uid_t allow_uid[SERVER_MAX_ALLOW];
     size_t n_allow_uid;
     gid_t allow_gid[SERVER_MAX_ALLOW];
@@ -50,6 +52,12 @@ struct server {
     uv_check_t room_check;
     uv_timer_t wait_timer;
     uv_timer_t emfile_timer; /* refuses queued clients while out of descriptors */
+    uv_timer_t hello_timer;  /* closes connections that do not say hello in time */
+    /* Connections with requests left over from their turn (conn_process runs
+     * one connection for a bounded time, then lets the others go first):
+     * continued on the next loop iteration. */
+    uv_idle_t resume_idle;
+    unsigned ndeferred;
     uint64_t room_gen;
 };
 
@@ -91,5 +99,14 @@ void server_wait_remove(struct server *srv, struct conn *conn);
 /* Called by a connection when it has closed: forget it, and resume accepting
  * if descriptors had run out. */
 void server_forget(struct server *srv, struct conn *conn);
+
+/* A connection opened: make sure the hello timer will look at it. */
+void server_hello_watch(struct server *srv);
+
+/* conn used its turn with complete requests left: continue it on the next
+ * loop iteration, after the other clients' events. server_undefer takes it
+ * off (it continues, or closes). */
+void server_defer(struct server *srv, struct conn *conn);
+void server_undefer(struct server *srv, struct conn *conn);
 
 #endif

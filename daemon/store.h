@@ -162,7 +162,7 @@ bool store_contains(const struct store *s, const char *key, size_t key_len);
 /* When a read lease will let the head-of-line blocker go (the monotonic
  * millisecond of store_now), or UINT64_MAX when no lease will: waiting
  * allocations are retried then. */
-uint64_t store_lease_wake_ms(const struct store *s);
+uint64_t store_lease_wake_ms(struct store *s);
 
 /* An allocation that found no room is going to wait for it rather than
  * fail: do not count it among the ENOSPC refusals (yet). */
@@ -178,9 +178,15 @@ void store_set_read_lease(struct store *s, uint64_t read_lease_ms);
  * come often (systemd's STATUS= line every second). */
 void store_counts(const struct store *s, struct store_stats *out);
 
-/* store_counts and the head-of-line blocker, found by walking the ring from
- * its oldest chunk to the first one reclaim cannot pass. */
-void store_stats(const struct store *s, struct store_stats *out);
+/* store_counts and the head-of-line blocker: the oldest object reclaim
+ * cannot pass. Amortised O(1), however many objects the store holds (see
+ * store_blocker_checks). */
+void store_stats(struct store *s, struct store_stats *out);
+
+/* How many objects the blocker searches of store_stats and
+ * store_lease_wake_ms looked at so far: the measure of their cost, for
+ * tests. */
+uint64_t store_blocker_checks(const struct store *s);
 
 /* Bumped whenever something may have made room: a pin or an awaited read
  * went, an object was deleted, an allocation dropped. */
