@@ -86,7 +86,7 @@ $(BUILD)/tests/test_ring:    $(call OBJ,tests/unit/test_ring.c daemon/ring.c) $(
 $(BUILD)/tests/test_index:   $(call OBJ,tests/unit/test_index.c daemon/index.c) $(BASE_OBJ)
 $(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c daemon/store.c daemon/ring.c daemon/index.c) $(BASE_OBJ)
 $(BUILD)/tests/test_segment: $(call OBJ,tests/unit/test_segment.c daemon/segment.c) $(BASE_OBJ)
-$(BUILD)/tests/test_segment: TEST_LDFLAGS := -Wl,--wrap=statvfs
+$(BUILD)/tests/test_segment: TEST_LDFLAGS := -Wl,--wrap=statvfs,--wrap=statfs,--wrap=fopen
 # The command layer without sockets: the chaos test and the fuzzer drive it.
 COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/log.c tests/support/fixture.c \
                $(CORE_SRC)) $(PROTO_OBJ)
@@ -100,6 +100,7 @@ $(BUILD)/tests/test_text:    $(call OBJ,tests/unit/test_text.c) $(BASE_OBJ)
 
 # End-to-end tests drive the real binaries through the library and raw sockets.
 E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch test_systemd \
+             test_bounds test_startup \
              soak test_ids test_many test_ctl_output
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
@@ -114,7 +115,7 @@ export SOAK_SECONDS SOAK_VALGRIND_SECONDS
 
 # What 'make test' runs: every unit and end-to-end program, the soak under
 # valgrind, and (in the plain build) the fuzzer for FUZZ_SECONDS.
-TEST_RUNS := $(UNIT_BINS) $(E2E_BINS) tests/e2e/soak_valgrind.sh
+TEST_RUNS := $(UNIT_BINS) $(E2E_BINS) tests/e2e/soak_valgrind.sh tests/e2e/test_run_timeout.sh
 ifeq ($(SANITIZER),)
 TEST_RUNS += tests/fuzz/run_fuzz.sh
 endif
@@ -150,6 +151,7 @@ test: check-test-deps
 	    FUZZ_RUNS=$(FUZZ_RUNS) sh tests/run.sh $(BUILD) $(TEST_RUNS)
 
 # Only the soak, at whatever length: make soak SOAK_SECONDS=30 SANITIZER=address
+# (tests/run.sh adds the length asked for to its per-program time limit).
 soak: check-test-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS) $(BUILD)/tests/soak
 	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl \

@@ -4,6 +4,7 @@
 #include "command.h"
 
 #include "../proto/alloc.h"
+#include "../proto/text.h"
 #include "log.h"
 
 #include <errno.h>
@@ -156,8 +157,14 @@ static int cmd_hello(struct command_call *call)
         return shmb_error_set(&call->err, -ENOMEM, "Out of memory for a new client.");
     call->client->said_hello = true;
     call->client->read_only = strcmp(mode, "ro") == 0;
-    if (name != NULL)
-        snprintf(call->client->name, sizeof(call->client->name), "%s", name);
+    if (name != NULL) {
+        /* Cut on a character boundary: half a character would make every
+         * "clients" reply invalid UTF-8, which jansson refuses to write. */
+        size_t len = shmb_utf8_cut(name, strlen(name), SHMB_NAME_MAX);
+
+        memcpy(call->client->name, name, len);
+        call->client->name[len] = '\0';
+    }
     call->flags |= COMMAND_SEND_FD;
     return 0;
 }
@@ -341,46 +348,72 @@ static int cmd_contains(struct command_call *call)
                        json_boolean(store_contains(call->env->store, key, len)));
 }
 
-/* list's callback: one JSON object per entry. */
+/* What list's callback writes into. */
+struct command_list {
+    struct line *text; /* the reply, written out */
+    size_t listed;     /* entries written */
+    size_t limit;      /* entries the request asked for at most */
+    bool more;         /* an entry matched that the reply leaves out */
+    int rc;            /* -ENOMEM */
+};
+
+/* list's callback: one entry, written straight into the reply text (a
+ * jansson object per entry would cost several times the reply's size).
+ * Stops at the limit and at COMMAND_LIST_MAX_REPLY bytes. */
 static int command_list_entry(const struct store_entry *e, void *arg)
 {
-    json_t *objects = arg;
-    json_t *item =
-        json_pack("{s:s%, s:I, s:I, s:I, s:I, s:s, s:I}", "key", e->key, e->key_len,
-                  "offset", (json_int_t)e->offset, "size", (json_int_t)e->size, "pins",
-                  (json_int_t)e->pins, "readers", (json_int_t)e->awaited_reads, "state",
-                  store_state_name(e->state), "age_ms", (json_int_t)e->age_ms);
+    struct command_list *cl = arg;
+    struct line *l = cl->text;
 
-    return item == NULL || json_array_append_new(objects, item) != 0 ? -ENOMEM : 0;
+    if (cl->listed == cl->limit || l->len >= COMMAND_LIST_MAX_REPLY) {
+        cl->more = true;
+        return 1;
+    }
+    if ((cl->listed > 0 && line_lit(l, ",") < 0) || line_lit(l, "{\"key\":") < 0 ||
+        line_str(l, e->key, e->key_len) < 0 || line_lit(l, ",\"offset\":") < 0 ||
+        line_u64(l, e->offset) < 0 || line_lit(l, ",\"size\":") < 0 ||
+        line_u64(l, e->size) < 0 || line_lit(l, ",\"pins\":") < 0 ||
+        line_u64(l, e->pins) < 0 || line_lit(l, ",\"readers\":") < 0 ||
+        line_u64(l, e->awaited_reads) < 0 || line_lit(l, ",\"state\":\"") < 0 ||
+        line_lit(l, store_state_name(e->state)) < 0 || line_lit(l, "\",\"age_ms\":") < 0 ||
+        line_u64(l, e->age_ms) < 0 || line_lit(l, "}") < 0) {
+        cl->rc = -ENOMEM;
+        return 1;
+    }
+    cl->listed++;
+    return 0;
 }
 
+/* list: the reply is written out as text, left open for the request's "id"
+ * (command_finish closes it, as a batch's). */
 static int cmd_list(struct command_call *call)
 {
     const char *prefix = "";
-    size_t prefix_len = 0, n;
+    size_t prefix_len = 0;
     json_int_t limit = SHMB_LIST_DEFAULT_LIMIT;
-    json_t *objects;
+    struct command_list cl;
     int rc;
 
     if ((rc = command_unpack(call, "list", list_usage, "{s?s%, s?I}", "prefix", &prefix,
                              &prefix_len, "limit", &limit)) < 0 ||
         (rc = command_check_range(call, "limit", limit, 1, SHMB_LIST_MAX_LIMIT)) < 0)
         return rc;
-    objects = json_array();
-    if (objects == NULL)
-        return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
+    memset(&cl, 0, sizeof(cl));
+    cl.text = &call->text;
+    cl.limit = (size_t)limit;
     /* Ask for one more than the limit to tell the client whether it saw all. */
-    n = store_list(call->env->store, prefix, prefix_len, (size_t)limit + 1,
-                   command_list_entry, objects);
-    if (json_array_size(objects) != n) {
-        json_decref(objects);
+    if (line_lit(&call->text, "{\"ok\":true,\"objects\":[") < 0)
+        cl.rc = -ENOMEM;
+    else
+        store_list(call->env->store, prefix, prefix_len, (size_t)limit + 1,
+                   command_list_entry, &cl);
+    if (cl.rc < 0 || line_lit(&call->text, "],\"truncated\":") < 0 ||
+        line_lit(&call->text, cl.more ? "true" : "false") < 0) {
+        shmb_free(call->text.buf);
+        memset(&call->text, 0, sizeof(call->text));
         return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
     }
-    if (n > (size_t)limit)
-        json_array_remove(objects, n - 1);
-    if ((rc = command_set(call, "objects", objects)) < 0)
-        return rc;
-    return command_set(call, "truncated", json_boolean(n > (size_t)limit));
+    return 0;
 }
 
 static int cmd_stats(struct command_call *call)
@@ -471,9 +504,11 @@ static const struct command_op command_ops[] = {
     {"touch", cmd_touch, true, true, true, touch_usage},
     {"delete", cmd_delete, true, true, true, key_usage},
     {"contains", cmd_contains, false, false, true, key_usage},
-    {"list", cmd_list, false, false, true, list_usage},
-    {"stats", cmd_stats, false, false, true, stats_usage},
-    {"clients", cmd_clients, false, false, true, clients_usage},
+    /* The reports are not batchable: one line of 4096 of them would make one
+     * reply of gigabytes and stall every other client while it is built. */
+    {"list", cmd_list, false, false, false, list_usage},
+    {"stats", cmd_stats, false, false, false, stats_usage},
+    {"clients", cmd_clients, false, false, false, clients_usage},
     {"batch", cmd_batch, false, false, false, batch_usage},
 };
 
@@ -540,8 +575,12 @@ static int command_dispatch(struct command_call *call, json_t *req, bool in_batc
             "'%s' needs a read-write connection.",
             op->name);
     if (in_batch && !op->batchable)
-        return shmb_error_set(&call->err, -EINVAL, "'%s' cannot be part of a batch.",
-                              op->name);
+        return shmb_error_set(&call->err, -EINVAL, "'%s' cannot be part of a batch%s",
+                              op->name,
+                              op->handler == cmd_hello || op->handler == cmd_batch
+                                  ? "."
+                                  : ": send it on a line of its own (its reply is "
+                                    "bounded per request, not per batch).");
     value = json_object_get(req, "noreply");
     if (value != NULL) {
         if (!json_is_boolean(value) || !op->noreply_ok || in_batch)

@@ -72,6 +72,10 @@ struct command_result {
 #define COMMAND_MAX_WAIT_MS 3600000
 /* Operations one "batch" request may carry. */
 #define COMMAND_MAX_BATCH 4096
+/* A list reply stops adding entries once it passes this many bytes (and
+ * says "truncated":true): 100,000 entries of 255-byte keys would be
+ * ~170 MB. An entry is at most ~1.7 KB, so a reply stays under 4 MiB + 2 KiB. */
+#define COMMAND_LIST_MAX_REPLY (4 * 1024 * 1024)
 
 /* Execute one request line (without its '\n'). Never fails: a bad request
  * gets an error reply. out->reply is NULL only when memory ran out. */

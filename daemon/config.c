@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "../proto/protocol.h"
+#include "segment.h"
+#include "store.h"
 
 enum config_opt {
     OPT_SIZE = 256,
@@ -34,7 +36,8 @@ enum config_opt {
     OPT_ALLOW_UID,
     OPT_ALLOW_GID,
     OPT_CONFIG,
-    OPT_LOG_FILE
+    OPT_LOG_FILE,
+    OPT_HELLO_TIMEOUT
 };
 
 /* Every long option; the --config file accepts the same names. */
@@ -55,6 +58,7 @@ static const struct option config_option_table[] = {
     {"max-pins", required_argument, NULL, OPT_MAX_PINS},
     {"max-pending", required_argument, NULL, OPT_MAX_PENDING},
     {"max-queued-output", required_argument, NULL, OPT_MAX_QUEUED_OUTPUT},
+    {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
     {"allow-uid", required_argument, NULL, OPT_ALLOW_UID},
     {"allow-gid", required_argument, NULL, OPT_ALLOW_GID},
     {"config", required_argument, NULL, OPT_CONFIG},
@@ -194,8 +198,8 @@ static void config_usage(FILE *out)
         "Own a shared-memory segment and hand out space in it to local clients.\n"
         "\n"
         "  --size BYTES             segment size, header page included (default 256M)\n"
-        "  --max-object-size BYTES  largest object (default: the smaller of 128M and\n"
-        "                           half of --size)\n"
+        "  --max-object-size BYTES  largest object (default: the smaller of 128M,\n"
+        "                           half of --size and what one object can hold)\n"
         "  --name NAME              segment file name in --shm-dir (default %s)\n"
         "  --shm-dir DIR            shared-memory directory: a tmpfs or hugetlbfs\n"
         "                           mount (default %s)\n"
@@ -219,6 +223,8 @@ static void config_usage(FILE *out)
         "  --max-pending N          uncommitted allocations per connection (default %d)\n"
         "  --max-queued-output BYTES  replies a client may leave unread before it is\n"
         "                           disconnected (default 1M)\n"
+        "  --hello-timeout TIME     close a connection that has not said hello\n"
+        "                           within TIME (default 10s; 0 = never)\n"
         "  --allow-uid USER         only this user may connect (repeatable; with\n"
         "                           --allow-gid, either may); root and the daemon's\n"
         "                           own user always may\n"
@@ -429,6 +435,7 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
     cfg->limits.max_clients = CONFIG_DEFAULT_MAX_CLIENTS;
     cfg->limits.max_clients_per_uid = CONFIG_DEFAULT_MAX_CLIENTS_PER_UID;
     cfg->limits.max_queued_output = CONFIG_DEFAULT_MAX_QUEUED_OUTPUT;
+    cfg->limits.hello_timeout_ms = CONFIG_DEFAULT_HELLO_TIMEOUT_MS;
     cfg->max_pins = CONFIG_DEFAULT_MAX_PINS;
     cfg->max_pending = CONFIG_DEFAULT_MAX_PENDING;
 
@@ -529,6 +536,16 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
             }
             cfg->limits.max_queued_output = (size_t)value;
             break;
+        case OPT_HELLO_TIMEOUT:
+            if (config_parse_duration(arg, &value) < 0 || value > 24 * 3600 * 1000ULL) {
+                shmb_error_set(err, -EINVAL,
+                               "Invalid --hello-timeout '%s': expected a time up to 24h "
+                               "such as 10s or 500ms (0 turns it off).",
+                               arg);
+                return CONFIG_EXIT_USAGE;
+            }
+            cfg->limits.hello_timeout_ms = value;
+            break;
         case OPT_ALLOW_UID:
             if (cfg->limits.n_allow_uid == SERVER_MAX_ALLOW ||
                 config_parse_uid(arg, &cfg->limits.allow_uid[cfg->limits.n_allow_uid]) <
@@ -581,9 +598,17 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
         return CONFIG_EXIT_USAGE;
     }
     if (cfg->max_object_size == 0) {
+        /* What one object can really use: a small --size leaves a data area
+         * of which the chunk header and the longest key take a good part. */
+        uint64_t total = segment_round_size(cfg->size);
+        uint64_t largest =
+            total > SHMB_HEADER_PAGE ? store_largest_object(segment_data_size(total)) : 0;
+
         cfg->max_object_size = cfg->size / 2;
         if (cfg->max_object_size > CONFIG_DEFAULT_MAX_OBJECT)
             cfg->max_object_size = CONFIG_DEFAULT_MAX_OBJECT;
+        if (largest > 0 && cfg->max_object_size > largest)
+            cfg->max_object_size = largest;
     }
     return CONFIG_RUN;
 }

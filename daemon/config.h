@@ -25,6 +25,9 @@
 #define CONFIG_DEFAULT_MAX_PENDING 1024
 #define CONFIG_DEFAULT_MAX_QUEUED_OUTPUT (1024 * 1024)
 #define CONFIG_DEFAULT_ALLOC_TIMEOUT_MS 60000
+/* A client says hello as its first request; a connection silent for this
+ * long holds a slot (of --max-clients) for nothing. */
+#define CONFIG_DEFAULT_HELLO_TIMEOUT_MS 10000
 
 struct config {
     uint64_t size;            /* segment bytes, header page included */

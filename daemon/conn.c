@@ -4,6 +4,7 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,6 +12,12 @@
 #include "../proto/alloc.h"
 #include "log.h"
 #include "server.h"
+
+/* How long one connection's requests run before the other clients get a
+ * turn: a line of cheap requests takes microseconds each, but thousands of
+ * pipelined 'list' over a large store would otherwise hold every other
+ * client for seconds. */
+#define CONN_TURN_MS 10
 
 /* The input buffer starts small and grows to one maximal line and its '\n'. */
 #define CONN_IN_START 4096
@@ -28,6 +35,18 @@ enum conn_step {
 static void conn_resume(struct conn *conn);
 static enum conn_step conn_process(struct conn *conn);
 static void conn_after(struct conn *conn, enum conn_step step);
+
+/* A poll for room in the socket, to send the hello reply with its
+ * descriptor once sendmsg said EAGAIN. libuv's own handle already polls the
+ * socket, and one descriptor may have one poll handle only, so this one
+ * polls a dup() of it (epoll registers descriptors, not sockets). Allocated
+ * apart from the connection: its close callback may come after the
+ * connection's. */
+struct conn_writable {
+    uv_poll_t poll;
+    int fd;            /* the dup */
+    struct conn *conn; /* NULL once the connection is gone */
+};
 
 /* A write in flight; owns the bytes it writes. */
 struct conn_write {
@@ -52,11 +71,33 @@ static void conn_on_close(uv_handle_t *handle)
     shmb_free(conn);
 }
 
+static void conn_on_writable_close(uv_handle_t *handle)
+{
+    struct conn_writable *w = handle->data;
+
+    close(w->fd);
+    shmb_free(w);
+}
+
+/* Stop waiting for room in the socket and free the poll. */
+static void conn_writable_free(struct conn *conn)
+{
+    struct conn_writable *w = conn->writable;
+
+    if (w == NULL)
+        return;
+    conn->writable = NULL;
+    w->conn = NULL;
+    uv_close((uv_handle_t *)&w->poll, conn_on_writable_close);
+}
+
 void conn_close(struct conn *conn)
 {
     if (conn->closing)
         return;
     conn->closing = true;
+    conn_writable_free(conn);
+    server_undefer(conn->server, conn);
     if (conn->wait_request != NULL) {
         server_wait_remove(conn->server, conn);
         json_decref(conn->wait_request);
@@ -190,6 +231,93 @@ static int conn_send_fd(struct conn *conn, int fd)
     return conn_flush(conn);
 }
 
+static void conn_on_writable(uv_poll_t *poll, int status, int events);
+
+/* sendmsg found no room in the socket for the hello reply: hold this
+ * batch's output (the hello reply last) and wait until the socket is
+ * writable, then send it with its descriptor (conn_resume). A hello reply
+ * never goes without its descriptor. 0 or a libuv error. */
+static int conn_hold_hello(struct conn *conn)
+{
+    struct conn_writable *w = conn->writable;
+    uv_os_fd_t sock;
+    int rc;
+
+    if (w == NULL) {
+        if ((rc = uv_fileno((uv_handle_t *)&conn->pipe, &sock)) < 0)
+            return rc;
+        w = shmb_calloc(1, sizeof(*w));
+        if (w == NULL)
+            return UV_ENOMEM;
+        w->fd = fcntl(sock, F_DUPFD_CLOEXEC, 0);
+        if (w->fd < 0) {
+            rc = uv_translate_sys_error(errno);
+            shmb_free(w);
+            return rc;
+        }
+        if ((rc = uv_poll_init(conn->server->loop, &w->poll, w->fd)) < 0) {
+            close(w->fd);
+            shmb_free(w);
+            return rc;
+        }
+        w->poll.data = w;
+        w->conn = conn;
+        conn->writable = w;
+    }
+    if ((rc = uv_poll_start(&w->poll, UV_WRITABLE, conn_on_writable)) < 0)
+        return rc;
+    shmb_free(conn->hello.buf);
+    conn->hello = conn->out;
+    memset(&conn->out, 0, sizeof(conn->out));
+    return 0;
+}
+
+/* The socket has room again for a held hello reply. */
+static void conn_on_writable(uv_poll_t *poll, int status, int events)
+{
+    struct conn_writable *w = poll->data;
+    struct conn *conn = w->conn;
+
+    (void)events;
+    uv_poll_stop(poll);
+    if (conn == NULL || conn->closing || conn->hello.buf == NULL)
+        return;
+    if (status < 0) {
+        log_debug("client pid %d: waiting to send the hello reply failed: %s",
+                  (int)conn->client.pid, uv_strerror(status));
+        conn_close(conn);
+        return;
+    }
+    /* Replies still queued in libuv go first; their write callback resumes. */
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe) == 0)
+        conn_resume(conn);
+}
+
+/* Send this batch's output, the hello reply last, with the segment's
+ * descriptor; or hold it until the socket has room. 0 when sent, 1 when
+ * held, a libuv error when the connection must be dropped. */
+static int conn_pass_fd(struct conn *conn)
+{
+    /* Read-only clients get a descriptor that cannot be mapped for writing. */
+    int rc = conn_send_fd(conn, conn->client.read_only ? conn->server->env->segment->ro_fd
+                                                       : conn->server->env->segment->fd);
+
+    if (rc == UV_EAGAIN && (rc = conn_hold_hello(conn)) == 0)
+        return 1;
+    if (rc < 0) {
+        /* Dropped, not closed gracefully: a graceful close would flush the
+         * hello reply without its descriptor. */
+        log_warn("client pid %d: cannot pass the segment descriptor: %s; "
+                 "disconnecting it",
+                 (int)conn->client.pid, uv_strerror(rc));
+        return rc;
+    }
+    log_info("client pid %d uid %d (%s, %s) connected", (int)conn->client.pid,
+             (int)conn->client.uid, conn->client.name[0] ? conn->client.name : "unnamed",
+             conn->client.read_only ? "read-only" : "read-write");
+    return 0;
+}
+
 /* Append one reply to this batch's output: the text the command layer
  * wrote, or its JSON serialised here. -ENOMEM. */
 static int conn_queue(struct conn *conn, struct command_result *res)
@@ -237,19 +365,9 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
         return CONN_WAIT;
     }
     if (res->flags & COMMAND_SEND_FD) {
-        /* Read-only clients get a descriptor that cannot be mapped for writing. */
-        rc = conn_send_fd(conn, conn->client.read_only ? conn->server->env->segment->ro_fd
-                                                       : conn->server->env->segment->fd);
-        if (rc < 0) {
-            log_warn("client pid %d: cannot pass the segment descriptor: %s; "
-                     "disconnecting it",
-                     (int)conn->client.pid, uv_strerror(rc));
-            return CONN_CLOSE;
-        }
-        log_info("client pid %d uid %d (%s, %s) connected", (int)conn->client.pid,
-                 (int)conn->client.uid,
-                 conn->client.name[0] ? conn->client.name : "unnamed",
-                 conn->client.read_only ? "read-only" : "read-write");
+        rc = conn_pass_fd(conn);
+        if (rc != 0)
+            return rc > 0 ? CONN_WAIT : CONN_DROP;
     }
     return res->flags & COMMAND_CLOSE ? CONN_CLOSE : CONN_NEXT;
 }
@@ -294,10 +412,11 @@ static void conn_on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
 static enum conn_step conn_process(struct conn *conn)
 {
     enum conn_step step = CONN_NEXT;
+    uint64_t turn_start = command_now_ms();
     size_t start = 0;
     char *nl;
 
-    if (conn->wait_request != NULL || conn->hello.buf != NULL)
+    if (conn->wait_request != NULL || conn->hello.buf != NULL || conn->deferred)
         return CONN_WAIT;
     while (step == CONN_NEXT &&
            (nl = memchr(conn->in + start, '\n', conn->in_len - start)) != NULL) {
@@ -313,6 +432,12 @@ static enum conn_step conn_process(struct conn *conn)
             memchr(conn->in + start, '\n', conn->in_len - start) != NULL) {
             conn_log_unread(conn);
             step = CONN_DROP;
+        }
+        /* Its turn is over: the rest waits for the next loop iteration. */
+        if (step == CONN_NEXT && command_now_ms() - turn_start >= CONN_TURN_MS &&
+            memchr(conn->in + start, '\n', conn->in_len - start) != NULL) {
+            server_defer(conn->server, conn);
+            step = CONN_WAIT;
         }
     }
     if (start > 0) {
@@ -396,7 +521,7 @@ static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
     if (nread == 0 || conn->closing)
         return;
     if (nread == UV_ENOBUFS && conn->in_len == conn->in_cap &&
-        (conn->wait_request != NULL || conn->hello.buf != NULL)) {
+        (conn->wait_request != NULL || conn->hello.buf != NULL || conn->deferred)) {
         /* A waiting connection filled its input buffer with requests queued
          * behind the wait: stop reading until the wait is over. */
         uv_read_stop(stream);
@@ -426,17 +551,44 @@ static void conn_resume(struct conn *conn)
     shmb_free(conn->out.buf);
     conn->out = conn->hello;
     memset(&conn->hello, 0, sizeof(conn->hello));
-    rc = conn_send_fd(conn, conn->client.read_only ? conn->server->env->segment->ro_fd
-                                                   : conn->server->env->segment->fd);
-    if (rc < 0) {
-        log_warn(
-            "client pid %d: cannot pass the segment descriptor: %s; disconnecting it",
-            (int)conn->client.pid, uv_strerror(rc));
-        step = CONN_CLOSE;
-    }
+    rc = conn_pass_fd(conn);
+    if (rc != 0)
+        step = rc > 0 ? CONN_WAIT : CONN_DROP;
     if (step == CONN_NEXT)
         step = conn_process(conn);
     conn_after(conn, step);
+}
+
+void conn_continue(struct conn *conn)
+{
+    server_undefer(conn->server, conn);
+    conn_after(conn, conn_process(conn));
+}
+
+void conn_hello_timeout(struct conn *conn, uint64_t timeout_ms)
+{
+    char msg[200];
+    json_t *reply;
+
+    snprintf(msg, sizeof(msg),
+             "No hello within %llu ms of connecting (--hello-timeout); closing the "
+             "connection. Send {\"op\":\"hello\",\"version\":%d} first.",
+             (unsigned long long)timeout_ms, SHMB_PROTOCOL_VERSION);
+    log_info("client pid %d uid %d did not say hello within %llu ms (--hello-timeout); "
+             "closing it",
+             (int)conn->client.pid, (int)conn->client.uid, (unsigned long long)timeout_ms);
+    reply = shmb_error_reply(NULL, -ETIMEDOUT, msg);
+    if (reply == NULL || shmb_json_append_line(&conn->out, reply) < 0 ||
+        conn_flush(conn) < 0 ||
+        uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe) != 0) {
+        /* A client that does not read its replies would keep a graceful
+         * close waiting forever: drop it. */
+        json_decref(reply);
+        conn_close(conn);
+        return;
+    }
+    json_decref(reply);
+    conn_finish(conn);
 }
 
 void conn_wait_done(struct conn *conn, struct command_result *res)
@@ -486,6 +638,7 @@ int conn_open(struct server *srv, int fd, pid_t pid, uid_t uid, gid_t gid)
         conn_close(conn);
         return 0; /* the handle owns the descriptor now and closes it */
     }
+    server_hello_watch(srv);
     log_debug("accepted client pid %d uid %d", (int)pid, (int)uid);
     return 0;
 }

@@ -28,7 +28,9 @@ struct conn {
     uint64_t connected_ms;
     bool closing;
     bool paused;     /* reading stopped while an alloc waits */
+    bool deferred;   /* its turn ended with requests left (server_defer) */
     struct line hello; /* output held until the hello reply can carry the fd */
+    struct conn_writable *writable; /* waits for room in the socket for it, or NULL */
     json_t *wait_request; /* an alloc waiting for space, or NULL */
     uint64_t wait_until_ms;
     struct conn *wait_prev, *wait_next; /* the server's waiters, oldest first */
@@ -46,5 +48,12 @@ void conn_wait_done(struct conn *conn, struct command_result *res);
 /* Close the connection: release the client's pins and pending allocations at
  * once, free the memory in libuv's close callback. */
 void conn_close(struct conn *conn);
+
+/* Run the requests left over from conn's last turn (server_defer). */
+void conn_continue(struct conn *conn);
+
+/* conn did not say hello within timeout_ms (--hello-timeout): tell it with
+ * an ETIMEDOUT line, then close it. */
+void conn_hello_timeout(struct conn *conn, uint64_t timeout_ms);
 
 #endif

@@ -1,7 +1,9 @@
 /*
- * Logging to stderr, one line per event.
+ * Logging to stderr, one line per event, client text escaped.
  */
 #include "log.h"
+
+#include "../proto/text.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -35,7 +37,10 @@ const char *log_level_name(enum log_level level)
 
 void log_write(enum log_level level, const char *fmt, ...)
 {
-    char line[1024], stamp[32];
+    /* The message is escaped (shmb_escape) before it is written, so that
+     * nothing a client sends (a name, a key) can put a newline or a terminal
+     * control sequence in the log: one event is one line. */
+    char msg[1024], line[64 + SHMB_ESCAPED_MAX(sizeof(msg))], stamp[32];
     struct timeval tv;
     struct tm tm;
     va_list ap;
@@ -46,16 +51,18 @@ void log_write(enum log_level level, const char *fmt, ...)
     gettimeofday(&tv, NULL);
     gmtime_r(&tv.tv_sec, &tm);
     strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+    va_start(ap, fmt);
+    n = vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        msg[0] = '\0';
     n = snprintf(line, sizeof(line), "%s.%03dZ shmbrokerd[%d] %s: ", stamp,
                  (int)(tv.tv_usec / 1000), (int)getpid(), level_names[level]);
-    va_start(ap, fmt);
-    if (n > 0 && (size_t)n < sizeof(line))
-        vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
-    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(line))
+        return;
+    shmb_escape(msg, strlen(msg), line + n, sizeof(line) - (size_t)n - 1);
     /* One write per line so that lines from a crash or a signal never mix. */
     n = (int)strlen(line);
-    if (n > (int)sizeof(line) - 2)
-        n = (int)sizeof(line) - 2;
     line[n++] = '\n';
     if (write(STDERR_FILENO, line, (size_t)n) < 0)
         return;

@@ -34,6 +34,7 @@ struct daemon {
     bool notify;         /* $NOTIFY_SOCKET is set */
     bool activated;      /* systemd passed the listening socket */
     bool adopt;          /* a segment left by a dead daemon is to be adopted */
+    bool replace;        /* ... or removed first (--fresh) */
     int64_t adopt_pid;
     bool stopping;
     int argc; /* kept for SIGHUP, which parses them again */
@@ -173,17 +174,21 @@ static void daemon_on_signal(uv_signal_t *handle, int signum)
     uv_close((uv_handle_t *)&d->sigint, NULL);
 }
 
-/* Decide what to do with a segment file already there: adopt one left by a
- * daemon that is gone (or remove it with --fresh), refuse anything else. */
-static int daemon_clear_segment(struct daemon *d, struct shmb_error *err)
+/* Decide what to do with a segment file already there, changing nothing:
+ * adopt one left by a daemon that is gone (or replace it with --fresh),
+ * refuse anything else. Every check that can refuse the start runs here,
+ * before the socket is touched, so that a refused start leaves the socket
+ * and the segment as they were: the owner, the header and --size of a
+ * segment to adopt, the free space for a new one (for --fresh, counting the
+ * space of the one it replaces). */
+static int daemon_check_segment(struct daemon *d, uint64_t size, struct shmb_error *err)
 {
     const struct config *cfg = &d->cfg;
-    char path[PATH_MAX + NAME_MAX + 2];
     int64_t pid = 0;
 
     switch (segment_probe_existing(cfg->shm_dir, cfg->name, &pid)) {
     case SEGMENT_ABSENT:
-        return 0;
+        return segment_check_space(cfg->shm_dir, size, NULL, err);
     case SEGMENT_LIVE:
         return shmb_error_set(err, -EBUSY,
                               "Segment %s/%s belongs to a running shmbrokerd (pid %lld); "
@@ -198,17 +203,28 @@ static int daemon_clear_segment(struct daemon *d, struct shmb_error *err)
     case SEGMENT_ORPHANED:
         break;
     }
-    if (!cfg->fresh) {
-        d->adopt = true;
-        d->adopt_pid = pid;
-        return 0;
+    d->adopt_pid = pid;
+    if (cfg->fresh) {
+        d->replace = true;
+        return segment_check_replace(cfg->shm_dir, cfg->name, size, err);
     }
+    d->adopt = true;
+    return segment_check_adoptable(cfg->shm_dir, cfg->name, size, err);
+}
+
+/* --fresh, once every check has passed: remove the segment left by a daemon
+ * that is gone. */
+static int daemon_remove_segment(struct daemon *d, struct shmb_error *err)
+{
+    const struct config *cfg = &d->cfg;
+    char path[PATH_MAX + NAME_MAX + 2];
+
     snprintf(path, sizeof(path), "%s/%s", cfg->shm_dir, cfg->name);
     if (unlink(path) != 0 && errno != ENOENT)
         return shmb_error_set(err, -errno, "Cannot remove stale segment %s: %s.", path,
                               strerror(errno));
     log_info("removed segment %s left by shmbrokerd pid %lld, which is gone (--fresh)",
-             path, (long long)pid);
+             path, (long long)d->adopt_pid);
     return 0;
 }
 
@@ -264,8 +280,9 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         .lease_expired = daemon_on_lease_expired,
         .lease_arg = d,
     };
-    uint64_t size = segment_round_size(d->cfg.size);
+    uint64_t size = segment_round_size(d->cfg.size), page;
     char h1[32], h2[32], h3[32];
+    int listen_fd = -1, stale = 0;
     int rc;
 
     if (size < SEGMENT_MIN_SIZE)
@@ -273,14 +290,35 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
                               "--size %llu is too small: the segment needs at least %u "
                               "bytes (a header page and a data page).",
                               (unsigned long long)d->cfg.size, SEGMENT_MIN_SIZE);
-    int listen_fd = -1;
+    /* A hugetlbfs file is a whole number of huge pages. */
+    page = segment_page_size(d->cfg.shm_dir);
+    if (page != SHMB_HEADER_PAGE && size % page != 0) {
+        uint64_t rounded = segment_round_to(size, page);
 
-    if ((rc = server_activated_fd(&listen_fd, err)) < 0)
+        if (rounded == 0)
+            return shmb_error_set(err, -EINVAL, "--size %llu is too large.",
+                                  (unsigned long long)d->cfg.size);
+        log_info("--size %llu rounded up to %llu bytes: %s is a hugetlbfs mount with "
+                 "%s pages",
+                 (unsigned long long)d->cfg.size, (unsigned long long)rounded,
+                 d->cfg.shm_dir, shmb_format_bytes(page, h1, sizeof(h1)));
+        size = rounded;
+    }
+    if ((rc = store_check_max_object(segment_data_size(size), d->cfg.max_object_size,
+                                     err)) < 0 ||
+        (rc = server_activated_fd(&listen_fd, err)) < 0)
         return rc;
     d->activated = rc == 1;
-    if ((rc = segment_check_name(d->cfg.name, err)) < 0 ||
-        (!d->activated && (rc = server_probe(d->cfg.socket_path, err)) < 0) ||
-        (rc = daemon_clear_segment(d, err)) < 0)
+    /* Every check before any change: a refused start leaves the socket and
+     * the segment as they were. */
+    if ((rc = segment_check_name(d->cfg.name, err)) < 0)
+        return rc;
+    if (!d->activated && (stale = server_probe(d->cfg.socket_path, err)) < 0)
+        return stale;
+    if ((rc = daemon_check_segment(d, size, err)) < 0)
+        return rc;
+    if ((stale == 1 && (rc = server_remove_stale(d->cfg.socket_path, err)) < 0) ||
+        (d->replace && (rc = daemon_remove_segment(d, err)) < 0))
         return rc;
     if (d->adopt) {
         if ((rc = daemon_adopt(d, &scfg, size, err)) < 0)

@@ -13,49 +13,70 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
-/* A process's start time in clock ticks after boot (field 22 of
- * /proc/PID/stat), or 0 when it cannot be read. */
-static uint64_t segment_process_start(pid_t pid)
+/* statfs's f_type of a hugetlbfs mount (linux/magic.h). */
+#define SEGMENT_HUGETLBFS_MAGIC 0x958458f6
+
+/* Read the state (field 3) and the start time in clock ticks after boot
+ * (field 22) of /proc/PID/stat; false when it cannot be read. */
+static bool segment_process_stat(pid_t pid, char *state, uint64_t *start)
 {
     char path[64], buf[1024], *p;
-    unsigned long long start = 0;
+    unsigned long long ticks = 0;
     ssize_t n;
     int fd, field;
 
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return 0;
+        return false;
     n = read(fd, buf, sizeof(buf) - 1);
     close(fd);
     if (n <= 0)
-        return 0;
+        return false;
     buf[n] = '\0';
     /* The command name may hold spaces and parentheses: count from the last ')'. */
     p = strrchr(buf, ')');
-    if (p == NULL)
-        return 0;
+    if (p == NULL || p[1] != ' ' || p[2] == '\0')
+        return false;
+    *state = p[2];
     for (field = 2; field < 22 && p != NULL; field++)
         p = strchr(p + 1, ' ');
-    if (p == NULL || sscanf(p + 1, "%llu", &start) != 1)
-        return 0;
-    return start;
+    if (p == NULL || sscanf(p + 1, "%llu", &ticks) != 1)
+        return false;
+    *start = ticks;
+    return true;
 }
 
-/* True when the process that recorded itself as owner still runs. */
+/* A process's start time (see segment_process_stat), or 0 when unknown. */
+static uint64_t segment_process_start(pid_t pid)
+{
+    uint64_t start = 0;
+    char state;
+
+    return segment_process_stat(pid, &state, &start) ? start : 0;
+}
+
+/* True when the process that recorded itself as owner still runs. A zombie
+ * (state Z: killed, not yet reaped by its parent) or a dead thread group
+ * (X) holds no descriptor and serves nobody: it counts as gone. */
 static bool segment_owner_alive(int64_t pid, uint64_t start)
 {
-    uint64_t now_start;
+    uint64_t now_start = 0;
+    char state = '?';
 
     if (pid <= 0 || pid > INT_MAX)
         return false;
     if (kill((pid_t)pid, 0) != 0 && errno != EPERM)
         return false;
-    now_start = segment_process_start((pid_t)pid);
+    if (!segment_process_stat((pid_t)pid, &state, &now_start))
+        return true; /* it exists but cannot be read: assume it lives */
+    if (state == 'Z' || state == 'X' || state == 'x')
+        return false;
     return start == 0 || now_start == 0 || now_start == start;
 }
 
@@ -74,17 +95,126 @@ int segment_check_name(const char *name, struct shmb_error *err)
 
 uint64_t segment_round_size(uint64_t size)
 {
-    if (size > UINT64_MAX - (SHMB_HEADER_PAGE - 1))
-        return 0;
-    return (size + SHMB_HEADER_PAGE - 1) & ~(uint64_t)(SHMB_HEADER_PAGE - 1);
+    return segment_round_to(size, SHMB_HEADER_PAGE);
 }
 
-int segment_check_space(const char *dir, uint64_t required, uint64_t *free_bytes,
-                        struct shmb_error *err)
+uint64_t segment_round_to(uint64_t size, uint64_t page)
+{
+    if (page == 0 || size > UINT64_MAX - (page - 1))
+        return 0;
+    return (size + page - 1) / page * page;
+}
+
+uint64_t segment_page_size(const char *dir)
+{
+    struct statfs fs;
+
+    if (statfs(dir, &fs) == 0 && (uint32_t)fs.f_type == SEGMENT_HUGETLBFS_MAGIC &&
+        fs.f_bsize > 0 && (uint64_t)fs.f_bsize % SHMB_HEADER_PAGE == 0)
+        return (uint64_t)fs.f_bsize;
+    return SHMB_HEADER_PAGE;
+}
+
+/* One unsigned number, the whole content of dir/name (a sysfs attribute). */
+static bool segment_read_number(const char *dir, const char *name,
+                                unsigned long long *value)
+{
+    char path[160];
+    FILE *fp;
+    bool ok;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    fp = fopen(path, "re");
+    if (fp == NULL)
+        return false;
+    ok = fscanf(fp, "%llu", value) == 1;
+    fclose(fp);
+    return ok;
+}
+
+/* The huge pages of page_size bytes a new file can still get: the free ones
+ * not promised to mappings already made, plus what overcommit allows. From
+ * sysfs, else (sysfs not mounted) /proc/meminfo when page_size is the
+ * default huge page size. False when the kernel does not say. */
+static bool segment_free_huge_pages(uint64_t page_size, uint64_t *pages)
+{
+    unsigned long long free_pages = 0, resv = 0, over = 0, surplus = 0, kib = 0;
+    char dir[96], line[128];
+    bool have_free = false, have_resv = false;
+    FILE *fp;
+
+    snprintf(dir, sizeof(dir), "/sys/kernel/mm/hugepages/hugepages-%llukB",
+             (unsigned long long)(page_size / 1024));
+    if (segment_read_number(dir, "free_hugepages", &free_pages) &&
+        segment_read_number(dir, "resv_hugepages", &resv)) {
+        if (!segment_read_number(dir, "nr_overcommit_hugepages", &over) ||
+            !segment_read_number(dir, "surplus_hugepages", &surplus))
+            over = surplus = 0;
+    } else {
+        fp = fopen("/proc/meminfo", "re");
+        if (fp == NULL)
+            return false;
+        while (fgets(line, sizeof(line), fp) != NULL) {
+            if (sscanf(line, "HugePages_Free: %llu", &free_pages) == 1)
+                have_free = true;
+            else if (sscanf(line, "HugePages_Rsvd: %llu", &resv) == 1)
+                have_resv = true;
+            else
+                sscanf(line, "Hugepagesize: %llu kB", &kib);
+        }
+        fclose(fp);
+        if (!have_free || !have_resv || kib * 1024 != page_size)
+            return false;
+    }
+    *pages = (free_pages > resv ? free_pages - resv : 0) +
+             (over > surplus ? over - surplus : 0);
+    return true;
+}
+
+/* What dir can still hold, in *avail, and its huge page size in *huge_page
+ * (0 when it is not hugetlbfs). statvfs says for a tmpfs; a hugetlbfs mount
+ * made without size= reports 0 blocks (no limit of its own), so there the
+ * free huge pages of its page size count, bounded by size= when it has one. */
+static int segment_free_space(const char *dir, uint64_t *avail, uint64_t *huge_page,
+                              uint64_t *huge_free, struct shmb_error *err)
 {
     struct statvfs vfs;
+    struct statfs fs;
+    uint64_t pages = 0;
+    int saved;
+
+    if (statvfs(dir, &vfs) != 0) {
+        saved = errno;
+        return shmb_error_set(err, -saved, "Cannot read free space of %s: %s.", dir,
+                              strerror(saved));
+    }
+    *avail = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
+    *huge_page = *huge_free = 0;
+    if (statfs(dir, &fs) != 0 || (uint32_t)fs.f_type != SEGMENT_HUGETLBFS_MAGIC ||
+        fs.f_bsize <= 0)
+        return 0;
+    *huge_page = (uint64_t)fs.f_bsize;
+    if (!segment_free_huge_pages(*huge_page, &pages))
+        return shmb_error_set(err, -EIO,
+                              "Cannot tell how many huge pages of %llu KiB are free for "
+                              "the hugetlbfs mount %s: neither "
+                              "/sys/kernel/mm/hugepages nor /proc/meminfo says.",
+                              (unsigned long long)(*huge_page / 1024), dir);
+    *huge_free = pages > UINT64_MAX / *huge_page ? UINT64_MAX : pages * *huge_page;
+    if (vfs.f_blocks == 0 || *huge_free < *avail)
+        *avail = *huge_free;
+    return 0;
+}
+
+/* segment_check_space, counting reclaim bytes (a file about to be replaced)
+ * as free. */
+static int segment_space(const char *dir, uint64_t required, uint64_t reclaim,
+                         uint64_t *free_bytes, struct shmb_error *err)
+{
     struct stat st;
-    uint64_t avail;
+    uint64_t avail = 0, huge_page = 0, huge_free = 0;
+    char page[32], also[96] = "";
+    int rc;
 
     if (stat(dir, &st) != 0) {
         int saved = errno;
@@ -98,22 +228,38 @@ int segment_check_space(const char *dir, uint64_t required, uint64_t *free_bytes
                               "Shared-memory directory %s is not a directory. "
                               "Choose another --shm-dir.",
                               dir);
-    if (statvfs(dir, &vfs) != 0) {
-        int saved = errno;
-        return shmb_error_set(err, -saved, "Cannot read free space of %s: %s.", dir,
-                              strerror(saved));
-    }
-    avail = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
+    if ((rc = segment_free_space(dir, &avail, &huge_page, &huge_free, err)) < 0)
+        return rc;
+    avail = avail > UINT64_MAX - reclaim ? UINT64_MAX : avail + reclaim;
     if (free_bytes != NULL)
         *free_bytes = avail;
-    if (required > avail)
-        return shmb_error_set(err, -ENOSPC,
-                              "Insufficient space in %s: %llu MiB required, %llu MiB "
-                              "free. Increase %s (e.g. --shm-size or --ipc=host), or "
-                              "choose a smaller --size.",
-                              dir, shmb_mib_rounded(required), shmb_mib_rounded(avail),
-                              dir);
-    return 0;
+    if (required <= avail)
+        return 0;
+    if (reclaim > 0)
+        snprintf(also, sizeof(also),
+                 ", the %llu MiB of the segment it would replace included",
+                 shmb_mib_rounded(reclaim));
+    if (huge_page != 0)
+        return shmb_error_set(
+            err, -ENOSPC,
+            "Insufficient space in %s: %llu MiB required, %llu MiB free (hugetlbfs, "
+            "%llu free huge pages of %s%s). Reserve more huge pages (e.g. sysctl "
+            "vm.nr_hugepages=N) or raise the mount's size=, or choose a smaller --size.",
+            dir, shmb_mib_rounded(required), shmb_mib_rounded(avail),
+            (unsigned long long)(huge_free / huge_page),
+            shmb_format_bytes(huge_page, page, sizeof(page)), also);
+    return shmb_error_set(err, -ENOSPC,
+                          "Insufficient space in %s: %llu MiB required, %llu MiB "
+                          "free%s. Increase %s (e.g. --shm-size or --ipc=host), or "
+                          "choose a smaller --size.",
+                          dir, shmb_mib_rounded(required), shmb_mib_rounded(avail), also,
+                          dir);
+}
+
+int segment_check_space(const char *dir, uint64_t required, uint64_t *free_bytes,
+                        struct shmb_error *err)
+{
+    return segment_space(dir, required, 0, free_bytes, err);
 }
 
 /* Build dir/name into out; -ENAMETOOLONG when it does not fit. */
@@ -127,6 +273,22 @@ static int segment_join_path(char *out, size_t len, const char *dir, const char 
                               "Segment path %s/%s is longer than %zu bytes.", dir, name,
                               len - 1);
     return 0;
+}
+
+int segment_check_replace(const char *dir, const char *name, uint64_t required,
+                          struct shmb_error *err)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    uint64_t reclaim = 0;
+    int rc;
+
+    if ((rc = segment_join_path(path, sizeof(path), dir, name, err)) < 0)
+        return rc;
+    /* Its pages return only if nothing else links it. */
+    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1)
+        reclaim = (uint64_t)st.st_blocks * 512;
+    return segment_space(dir, required, reclaim, NULL, err);
 }
 
 /* Open the read-only descriptor that read-only clients receive: a PROT_WRITE
@@ -188,7 +350,7 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
                    struct shmb_error *err)
 {
     struct shmb_segment_header *hdr;
-    uint64_t free_bytes = 0;
+    uint64_t free_bytes = 0, page;
     int rc, saved, created = 0;
 
     memset(seg, 0, sizeof(*seg));
@@ -208,6 +370,13 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
         return rc;
     snprintf(seg->dir, sizeof(seg->dir), "%s", dir);
     snprintf(seg->name, sizeof(seg->name), "%s", name);
+    page = segment_page_size(dir);
+    if (size % page != 0)
+        return shmb_error_set(err, -EINVAL,
+                              "Segment size %llu bytes is not a whole number of the "
+                              "%llu KiB huge pages of %s; round --size up to one.",
+                              (unsigned long long)size, (unsigned long long)(page / 1024),
+                              dir);
 
     if ((rc = segment_check_space(dir, size, &free_bytes, err)) < 0)
         return rc;
@@ -239,7 +408,7 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
     hdr->header_size = SHMB_HEADER_PAGE;
     hdr->total_size = size;
     hdr->data_offset = SHMB_HEADER_PAGE;
-    hdr->data_size = (size - SHMB_HEADER_PAGE) & ~(uint64_t)(SHMB_ALIGN - 1);
+    hdr->data_size = segment_data_size(size);
     hdr->owner_pid = getpid();
     hdr->owner_start = segment_process_start(getpid());
     hdr->created_unix = (uint64_t)time(NULL);
@@ -292,11 +461,57 @@ void segment_close(struct segment *seg)
     seg->fd = seg->ro_fd = -1;
 }
 
-int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64_t size,
-                  struct shmb_error *err)
+/* Check that the segment open on fd (at path) has a header this daemon
+ * understands and is size bytes; -EINVAL with what to do otherwise. */
+static int segment_check_header(int fd, const char *path, uint64_t size,
+                                struct shmb_error *err)
 {
     struct shmb_segment_header hdr;
     struct stat st;
+
+    if (fstat(fd, &st) != 0 || pread(fd, &hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr))
+        return shmb_error_set(err, -EIO, "Cannot read the header of segment %s.", path);
+    if (hdr.magic != SHMB_SEGMENT_MAGIC || hdr.version != SHMB_LAYOUT_VERSION ||
+        hdr.header_size != SHMB_HEADER_PAGE || hdr.data_offset != SHMB_HEADER_PAGE ||
+        hdr.total_size != (uint64_t)st.st_size || hdr.total_size < SHMB_HEADER_PAGE ||
+        hdr.data_size != segment_data_size(hdr.total_size))
+        return shmb_error_set(err, -EINVAL,
+                              "Segment %s has an unknown or inconsistent header (layout "
+                              "version %u); start with --fresh to discard it.",
+                              path, hdr.version);
+    if (hdr.total_size != size)
+        return shmb_error_set(
+            err, -EINVAL,
+            "Segment %s left by the previous shmbrokerd is %llu bytes, not "
+            "the %llu asked for: start with --size %llu to keep its objects, "
+            "or with --fresh to discard them.",
+            path, (unsigned long long)hdr.total_size, (unsigned long long)size,
+            (unsigned long long)hdr.total_size);
+    return 0;
+}
+
+int segment_check_adoptable(const char *dir, const char *name, uint64_t size,
+                            struct shmb_error *err)
+{
+    char path[PATH_MAX];
+    int fd, rc, saved;
+
+    if ((rc = segment_join_path(path, sizeof(path), dir, name, err)) < 0)
+        return rc;
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        saved = errno;
+        return shmb_error_set(err, -saved, "Cannot open segment %s: %s.", path,
+                              strerror(saved));
+    }
+    rc = segment_check_header(fd, path, size, err);
+    close(fd);
+    return rc;
+}
+
+int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64_t size,
+                  struct shmb_error *err)
+{
     int rc, saved;
 
     memset(seg, 0, sizeof(*seg));
@@ -316,33 +531,8 @@ int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64
         return shmb_error_set(err, -saved, "Cannot open segment %s: %s.", seg->path,
                               strerror(saved));
     }
-    if (fstat(seg->fd, &st) != 0 ||
-        pread(seg->fd, &hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr)) {
-        rc =
-            shmb_error_set(err, -EIO, "Cannot read the header of segment %s.", seg->path);
+    if ((rc = segment_check_header(seg->fd, seg->path, size, err)) < 0)
         goto fail;
-    }
-    if (hdr.magic != SHMB_SEGMENT_MAGIC || hdr.version != SHMB_LAYOUT_VERSION ||
-        hdr.header_size != SHMB_HEADER_PAGE || hdr.data_offset != SHMB_HEADER_PAGE ||
-        hdr.total_size != (uint64_t)st.st_size ||
-        hdr.data_size !=
-            ((hdr.total_size - SHMB_HEADER_PAGE) & ~(uint64_t)(SHMB_ALIGN - 1))) {
-        rc = shmb_error_set(err, -EINVAL,
-                            "Segment %s has an unknown or inconsistent header (layout "
-                            "version %u); start with --fresh to discard it.",
-                            seg->path, hdr.version);
-        goto fail;
-    }
-    if (hdr.total_size != size) {
-        rc = shmb_error_set(
-            err, -EINVAL,
-            "Segment %s left by the previous shmbrokerd is %llu bytes, not "
-            "the %llu asked for: start with --size %llu to keep its objects, "
-            "or with --fresh to discard them.",
-            seg->path, (unsigned long long)hdr.total_size, (unsigned long long)size,
-            (unsigned long long)hdr.total_size);
-        goto fail;
-    }
     if ((rc = segment_reserve(seg, size, 0, err)) < 0 ||
         (rc = segment_map(seg, size, err)) < 0 ||
         (rc = segment_open_readonly(seg, err)) < 0)

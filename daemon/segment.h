@@ -28,10 +28,21 @@ struct segment {
 };
 
 /* Fail with -ENOSPC and vLLM's message when dir cannot hold required bytes;
- * -ENOENT/-ENOTDIR when dir is missing. Reports what statvfs says is free in
- * *free_bytes when that is not NULL. */
+ * -ENOENT/-ENOTDIR when dir is missing. Reports what is free in *free_bytes
+ * when that is not NULL: what statvfs says, or on hugetlbfs the free huge
+ * pages of the mount's page size (bounded by its size= when it has one). */
 int segment_check_space(const char *dir, uint64_t required, uint64_t *free_bytes,
                         struct shmb_error *err);
+
+/* segment_check_space for a segment that replaces dir/name (--fresh): the
+ * space that file holds counts as free, so the check can run before the old
+ * segment is removed. */
+int segment_check_replace(const char *dir, const char *name, uint64_t required,
+                          struct shmb_error *err);
+
+/* The page size of dir: its huge page size on a hugetlbfs mount (a segment
+ * there must be a whole number of them), else SHMB_HEADER_PAGE. */
+uint64_t segment_page_size(const char *dir);
 
 /* Check that name can be a file name in the shm directory. */
 int segment_check_name(const char *name, struct shmb_error *err);
@@ -39,10 +50,19 @@ int segment_check_name(const char *name, struct shmb_error *err);
 /* Round a requested size up to whole pages; 0 when the result would overflow. */
 uint64_t segment_round_size(uint64_t size);
 
+/* Round size up to a multiple of page; 0 when the result would overflow. */
+uint64_t segment_round_to(uint64_t size, uint64_t page);
+
+/* The data area of a segment of size bytes (size from segment_round_size). */
+static inline uint64_t segment_data_size(uint64_t size)
+{
+    return (size - SHMB_HEADER_PAGE) & ~(uint64_t)(SHMB_ALIGN - 1);
+}
+
 /* Create dir/name exclusively (mode 0600), size it, reserve every page with
  * posix_fallocate, map it and write the header. size must come from
- * segment_round_size. On failure nothing is left behind. -EEXIST when the
- * file exists (see segment_probe_existing). */
+ * segment_round_size (segment_round_to segment_page_size on hugetlbfs). On failure
+ * nothing is left behind. -EEXIST when the file exists (see segment_probe_existing). */
 int segment_create(struct segment *seg, const char *dir, const char *name, uint64_t size,
                    struct shmb_error *err);
 
@@ -52,6 +72,11 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
  * becomes this process. -EINVAL with a message when it does not match. */
 int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64_t size,
                   struct shmb_error *err);
+
+/* The checks segment_adopt makes before it changes anything (a header this
+ * daemon understands, size bytes), without opening the file for writing. */
+int segment_check_adoptable(const char *dir, const char *name, uint64_t size,
+                            struct shmb_error *err);
 
 /* What an existing segment file holds, for deciding whether it may go. */
 enum segment_owner {

@@ -67,6 +67,11 @@ int server_probe(const char *path, struct shmb_error *err)
     if (saved != ECONNREFUSED)
         return shmb_error_set(err, -saved, "Cannot probe socket %s: %s.", path,
                               strerror(saved));
+    return 1;
+}
+
+int server_remove_stale(const char *path, struct shmb_error *err)
+{
     if (unlink(path) != 0 && errno != ENOENT)
         return shmb_error_set(err, -errno, "Cannot remove stale socket %s: %s.", path,
                               strerror(errno));
@@ -406,6 +411,12 @@ static int server_watch(struct server *srv, int fd, struct shmb_error *err)
     uv_timer_init(srv->loop, &srv->emfile_timer);
     srv->emfile_timer.data = srv;
     uv_unref((uv_handle_t *)&srv->emfile_timer);
+    uv_timer_init(srv->loop, &srv->hello_timer);
+    srv->hello_timer.data = srv;
+    uv_unref((uv_handle_t *)&srv->hello_timer);
+    uv_idle_init(srv->loop, &srv->resume_idle);
+    srv->resume_idle.data = srv;
+    uv_unref((uv_handle_t *)&srv->resume_idle);
     if ((rc = uv_poll_start(&srv->watcher, UV_READABLE, server_on_readable)) < 0)
         return shmb_error_set(err, -EIO, "Cannot watch %s: %s.", srv->path,
                               uv_strerror(rc));
@@ -523,6 +534,78 @@ int server_adopt(struct server *srv, uv_loop_t *loop, int fd, struct command_env
     return rc;
 }
 
+/* Close the connections that have not said hello within --hello-timeout,
+ * and wake again for the earliest one left. One timer for all of them:
+ * pre-hello connections are few, and a walk of the list is cheap next to
+ * a timer per connection. */
+static void server_on_hello_timer(uv_timer_t *timer)
+{
+    struct server *srv = timer->data;
+    uint64_t limit = srv->limits->hello_timeout_ms, now = command_now_ms();
+    uint64_t earliest = UINT64_MAX;
+    struct conn *c, *next;
+
+    if (limit == 0)
+        return;
+    for (c = srv->conns; c != NULL; c = next) {
+        next = c->next;
+        if (c->closing || c->client.said_hello)
+            continue;
+        if (now - c->connected_ms >= limit)
+            conn_hello_timeout(c, limit);
+        else if (c->connected_ms + limit < earliest)
+            earliest = c->connected_ms + limit;
+    }
+    if (earliest != UINT64_MAX)
+        uv_timer_start(&srv->hello_timer, server_on_hello_timer, earliest - now, 0);
+}
+
+void server_hello_watch(struct server *srv)
+{
+    /* A new connection's deadline is the latest of all: a timer already
+     * running fires first and re-arms for it. */
+    if (srv->limits->hello_timeout_ms != 0 && srv->watching &&
+        !uv_is_active((uv_handle_t *)&srv->hello_timer))
+        uv_timer_start(&srv->hello_timer, server_on_hello_timer,
+                       srv->limits->hello_timeout_ms, 0);
+}
+
+/* Continue every connection whose turn ended with requests left; an idle
+ * handle runs once per loop iteration, after the events of the others. */
+static void server_on_resume_idle(uv_idle_t *idle)
+{
+    struct server *srv = idle->data;
+    struct conn *c, *next;
+
+    /* A connection closed meanwhile stays in the list until its close
+     * callback, so next stays valid; new connections go to the front. */
+    for (c = srv->conns; c != NULL; c = next) {
+        next = c->next;
+        if (c->deferred && !c->closing)
+            conn_continue(c);
+    }
+    if (srv->ndeferred == 0)
+        uv_idle_stop(idle);
+}
+
+void server_defer(struct server *srv, struct conn *conn)
+{
+    if (conn->deferred)
+        return;
+    conn->deferred = true;
+    srv->ndeferred++;
+    if (srv->watching)
+        uv_idle_start(&srv->resume_idle, server_on_resume_idle);
+}
+
+void server_undefer(struct server *srv, struct conn *conn)
+{
+    if (!conn->deferred)
+        return;
+    conn->deferred = false;
+    srv->ndeferred--;
+}
+
 void server_forget(struct server *srv, struct conn *conn)
 {
     if (conn->prev != NULL)
@@ -551,6 +634,8 @@ void server_close(struct server *srv)
         uv_close((uv_handle_t *)&srv->room_check, NULL);
         uv_close((uv_handle_t *)&srv->wait_timer, NULL);
         uv_close((uv_handle_t *)&srv->emfile_timer, NULL);
+        uv_close((uv_handle_t *)&srv->hello_timer, NULL);
+        uv_close((uv_handle_t *)&srv->resume_idle, NULL);
         srv->watching = false;
     }
     if (srv->listen_fd >= 0)

@@ -24,6 +24,8 @@ struct server_limits {
     unsigned max_clients;
     unsigned max_clients_per_uid;
     size_t max_queued_output;
+    uint64_t hello_timeout_ms; /* close connections silent this long before
+                                  hello; 0 = never */
     uid_t allow_uid[SERVER_MAX_ALLOW];
     size_t n_allow_uid;
     gid_t allow_gid[SERVER_MAX_ALLOW];
@@ -50,14 +52,25 @@ struct server {
     uv_check_t room_check;
     uv_timer_t wait_timer;
     uv_timer_t emfile_timer; /* refuses queued clients while out of descriptors */
+    uv_timer_t hello_timer;  /* closes connections that do not say hello in time */
+    /* Connections with requests left over from their turn (conn_process runs
+     * one connection for a bounded time, then lets the others go first):
+     * continued on the next loop iteration. */
+    uv_idle_t resume_idle;
+    unsigned ndeferred;
     uint64_t room_gen;
 };
 
-/* Make sure no live daemon listens on path: -EADDRINUSE with "another
- * shmbrokerd is listening on PATH" when one does, a stale socket file is
- * removed (with a log line), anything that is not a socket is left alone and
- * refused. Run before the segment is created. */
+/* Make sure no live daemon listens on path, changing nothing: -EADDRINUSE
+ * with "another shmbrokerd is listening on PATH" when one does, 1 when a
+ * stale socket file is there (for server_remove_stale), 0 when nothing is;
+ * anything that is not a socket is refused. Run before the segment is
+ * created. */
 int server_probe(const char *path, struct shmb_error *err);
+
+/* Remove the stale socket file server_probe found, with a log line; run only
+ * once nothing else can refuse the start. */
+int server_remove_stale(const char *path, struct shmb_error *err);
 
 /* Create the socket's parent directory when missing, bind path with mode,
  * and start accepting on loop. */
@@ -86,5 +99,14 @@ void server_wait_remove(struct server *srv, struct conn *conn);
 /* Called by a connection when it has closed: forget it, and resume accepting
  * if descriptors had run out. */
 void server_forget(struct server *srv, struct conn *conn);
+
+/* A connection opened: make sure the hello timer will look at it. */
+void server_hello_watch(struct server *srv);
+
+/* conn used its turn with complete requests left: continue it on the next
+ * loop iteration, after the other clients' events. server_undefer takes it
+ * off (it continues, or closes). */
+void server_defer(struct server *srv, struct conn *conn);
+void server_undefer(struct server *srv, struct conn *conn);
 
 #endif

@@ -4,8 +4,9 @@
  *
  * Memory per object: struct object (128 bytes) + key + malloc overhead, one
  * ring slot (32 bytes, up to 64 while the slot array is half empty) and one
- * index bucket (8 to 16 bytes): about 200 bytes plus the key. A pin costs a
- * 40-byte record per (holder, object) pair, not per pin.
+ * index bucket (8 to 16 bytes), one slot of the watched heap (8 to 16
+ * bytes): about 210 bytes plus the key. A pin costs a 40-byte record per
+ * (holder, object) pair, not per pin.
  */
 #include "store.h"
 
@@ -15,6 +16,7 @@
 #include <time.h>
 
 #include "../proto/alloc.h"
+#include "../proto/text.h"
 #include "index.h"
 #include "ring.h"
 
@@ -36,6 +38,7 @@ struct object {
     uint64_t ring_id;
     uint64_t offset, size;
     uint64_t created_ms; /* at alloc; at commit for committed objects */
+    size_t watch_pos;    /* 1 + index in the store's watched heap, 0 when not in it */
     uint32_t pin_count;  /* all pins, of all holders */
     uint32_t awaited_reads;
     uint8_t state; /* enum store_state */
@@ -69,6 +72,17 @@ struct store {
     uint64_t allocs, commits, gets, evictions, enospc, expired_allocs, lease_expiries;
     uint64_t expire_after_ms; /* the last store_expire_pending's limit, for messages */
     uint64_t room_gen;        /* see store_room_generation */
+    /* The head-of-line blocker is the blocking object with the lowest ring
+     * id. Walking the ring for it costs O(objects), so the candidates are
+     * kept in a min-heap by ring id: every object that blocks reclaim is in
+     * it (pushed when it starts to block: alloc, first pin, touch), and
+     * objects found not to block any more are dropped lazily from its top.
+     * Room for every live object is reserved at alloc, so pushing never
+     * fails. */
+    struct object **watched;
+    size_t watched_len, watched_cap;
+    uint64_t live_objects;   /* struct objects alive (each has a ring chunk) */
+    uint64_t blocker_checks; /* objects store_blocker looked at, for tests */
 };
 
 /* Milliseconds on the monotonic clock. */
@@ -93,13 +107,35 @@ const char *store_state_name(enum store_state state)
     return "unknown";
 }
 
+uint64_t store_largest_object(uint64_t data_size)
+{
+    /* An empty ring starts at offset 0, so one chunk may take all of it. */
+    uint64_t chunk = ring_chunk_size(SHMB_KEY_MAX, 0);
+
+    return data_size > chunk ? (data_size - chunk) & ~(uint64_t)(SHMB_ALIGN - 1) : 0;
+}
+
+int store_check_max_object(uint64_t data_size, uint64_t max, struct shmb_error *err)
+{
+    uint64_t limit = store_largest_object(data_size);
+
+    if (max == 0 || max > limit)
+        return shmb_error_set(
+            err, -EINVAL,
+            "Max object size (%llu bytes) does not fit in the data area "
+            "(%llu bytes, at most %llu bytes per object); choose a "
+            "smaller --max-object-size or a larger --size.",
+            (unsigned long long)max, (unsigned long long)data_size,
+            (unsigned long long)limit);
+    return 0;
+}
+
 struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
                         struct shmb_segment_header *cursor,
                         const struct store_config *cfg, struct shmb_error *err)
 {
     struct store *s = shmb_calloc(1, sizeof(*s));
     uint64_t max = cfg != NULL ? cfg->max_object_size : 0;
-    uint64_t limit;
     int rc;
 
     if (s == NULL) {
@@ -116,20 +152,12 @@ struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
         shmb_free(s);
         return NULL;
     }
-    /* The largest payload that fits in an empty ring with the longest key. */
-    limit = data_size > ring_chunk_size(SHMB_KEY_MAX, 1)
-                ? (data_size - ring_chunk_size(SHMB_KEY_MAX, 1) + 1) &
-                      ~(uint64_t)(SHMB_ALIGN - 1)
-                : 0;
-    if (max == 0)
+    if (max == 0) {
         max = data_size / 2;
-    if (max == 0 || max > limit) {
-        shmb_error_set(err, -EINVAL,
-                       "Max object size (%llu bytes) does not fit in the data area "
-                       "(%llu bytes, at most %llu bytes per object); choose a smaller "
-                       "--max-object-size or a larger --size.",
-                       (unsigned long long)max, (unsigned long long)data_size,
-                       (unsigned long long)limit);
+        if (max > store_largest_object(data_size))
+            max = store_largest_object(data_size);
+    }
+    if (store_check_max_object(data_size, max, err) < 0) {
         store_free(s);
         return NULL;
     }
@@ -144,6 +172,102 @@ struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
 static void object_free(struct object *obj)
 {
     shmb_free(obj);
+}
+
+/* Put obj at slot i of the watched heap. */
+static void store_watch_set(struct store *s, size_t i, struct object *obj)
+{
+    s->watched[i] = obj;
+    obj->watch_pos = i + 1;
+}
+
+/* Move the object at slot i up the heap to its place. */
+static void store_watch_up(struct store *s, size_t i)
+{
+    struct object *obj = s->watched[i];
+
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+
+        if (s->watched[parent]->ring_id <= obj->ring_id)
+            break;
+        store_watch_set(s, i, s->watched[parent]);
+        i = parent;
+    }
+    store_watch_set(s, i, obj);
+}
+
+/* Move the object at slot i down the heap to its place. */
+static void store_watch_down(struct store *s, size_t i)
+{
+    struct object *obj = s->watched[i];
+
+    for (;;) {
+        size_t child = 2 * i + 1;
+
+        if (child >= s->watched_len)
+            break;
+        if (child + 1 < s->watched_len &&
+            s->watched[child + 1]->ring_id < s->watched[child]->ring_id)
+            child++;
+        if (obj->ring_id <= s->watched[child]->ring_id)
+            break;
+        store_watch_set(s, i, s->watched[child]);
+        i = child;
+    }
+    store_watch_set(s, i, obj);
+}
+
+/* Room in the watched heap for one more live object; -ENOMEM. Called before
+ * an object is created, so that store_watch never needs memory. */
+static int store_watch_reserve(struct store *s)
+{
+    struct object **grown;
+    size_t cap;
+
+    if (s->watched_cap > s->live_objects)
+        return 0;
+    cap = s->watched_cap < 64 ? 64 : s->watched_cap * 2;
+    grown = shmb_realloc(s->watched, cap * sizeof(*grown));
+    if (grown == NULL)
+        return -ENOMEM;
+    s->watched = grown;
+    s->watched_cap = cap;
+    return 0;
+}
+
+/* obj may have started to block reclaim: make sure it is watched. */
+static void store_watch(struct store *s, struct object *obj)
+{
+    if (obj->watch_pos != 0)
+        return;
+    s->watched[s->watched_len++] = obj;
+    store_watch_up(s, s->watched_len - 1);
+}
+
+/* Take obj out of the watched heap (it goes, or no longer blocks). */
+static void store_unwatch(struct store *s, struct object *obj)
+{
+    size_t i = obj->watch_pos;
+    struct object *last;
+
+    if (i == 0)
+        return;
+    obj->watch_pos = 0;
+    last = s->watched[--s->watched_len];
+    if (i - 1 == s->watched_len)
+        return;
+    store_watch_set(s, i - 1, last);
+    store_watch_up(s, i - 1);
+    store_watch_down(s, last->watch_pos - 1);
+}
+
+/* An object goes for good: out of the heap, memory freed. */
+static void store_forget(struct store *s, struct object *obj)
+{
+    store_unwatch(s, obj);
+    s->live_objects--;
+    object_free(obj);
 }
 
 void store_free(struct store *s)
@@ -168,6 +292,7 @@ void store_free(struct store *s)
     }
     for (i = 0; i < ring_count(&s->ring); i++)
         object_free(ring_at(&s->ring, i, NULL));
+    shmb_free(s->watched);
     ring_fini(&s->ring);
     index_fini(&s->index);
     shmb_free(s);
@@ -209,7 +334,7 @@ static void store_drop(struct store *s, struct object *obj)
 {
     s->room_gen++;
     ring_free(&s->ring, obj->ring_id);
-    object_free(obj);
+    store_forget(s, obj);
 }
 
 /* True when obj's awaited reads still hold it: there are some, and its read
@@ -245,7 +370,7 @@ static bool store_may_evict(void *owner, uint64_t id, void *arg)
     index_remove(&s->index, &obj->node);
     s->committed--;
     s->evictions++;
-    object_free(obj);
+    store_forget(s, obj);
     return true;
 }
 
@@ -254,6 +379,22 @@ static bool object_blocks(const struct store *s, struct object *obj, uint64_t no
 {
     return obj->state != STORE_COMMITTED || obj->pin_count != 0 ||
            store_awaited(s, obj, now);
+}
+
+/* The head-of-line blocker: the oldest object that stops reclaim, or NULL.
+ * Amortised O(1): each object leaves the top of the heap once per time it
+ * started to block. */
+static struct object *store_blocker(struct store *s, uint64_t now)
+{
+    while (s->watched_len > 0) {
+        struct object *top = s->watched[0];
+
+        s->blocker_checks++;
+        if (object_blocks(s, top, now))
+            return top;
+        store_unwatch(s, top);
+    }
+    return NULL;
 }
 
 /* The ENOSPC message: what was asked, what is free, and who is in the way. */
@@ -342,7 +483,7 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t
                               "Key '%.*s' already exists in the storage. Choose another "
                               "key, or delete it first.",
                               (int)key_len, key);
-    obj = shmb_calloc(1, sizeof(*obj) + key_len + 1);
+    obj = store_watch_reserve(s) == 0 ? shmb_calloc(1, sizeof(*obj) + key_len + 1) : NULL;
     if (obj == NULL)
         return shmb_error_set(err, -ENOMEM, "Out of memory for a new object.");
     memcpy(obj->key, key, key_len);
@@ -384,6 +525,8 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t
     store_forget_expired(h, key, key_len);
     ring_set_tag(&s->ring, obj->ring_id, readers);
     index_insert(&s->index, &obj->node);
+    s->live_objects++;
+    store_watch(s, obj); /* a pending object blocks reclaim */
     s->pending++;
     s->allocs++;
     if (out != NULL) {
@@ -531,8 +674,10 @@ int store_get(struct store *s, struct store_holder *h, const char *key, size_t k
     }
     p->count++;
     h->pin_total++;
-    if (obj->pin_count++ == 0)
+    if (obj->pin_count++ == 0) {
         s->pinned++;
+        store_watch(s, obj); /* a pinned object blocks reclaim */
+    }
     if (obj->awaited_reads > 0) {
         if (obj->awaited_reads == 1)
             s->room_gen++;
@@ -621,6 +766,8 @@ int store_touch(struct store *s, const char *key, size_t key_len, uint32_t reade
                               STORE_MAX_READERS);
     obj->awaited_reads += readers;
     ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
+    if (readers > 0)
+        store_watch(s, obj); /* awaited reads may block reclaim */
     return 0;
 }
 
@@ -708,29 +855,27 @@ void store_counts(const struct store *s, struct store_stats *out)
     out->lease_expiries = s->lease_expiries;
 }
 
-void store_stats(const struct store *s, struct store_stats *out)
+void store_stats(struct store *s, struct store_stats *out)
 {
-    uint64_t now = store_now_ms();
-    size_t i;
+    struct object *obj;
 
     store_counts(s, out);
-    /* Reclaim passes over freed chunks and evictable objects; the first
-     * object it cannot pass is the head-of-line blocker. */
-    for (i = 0; i < ring_count(&s->ring); i++) {
-        struct object *obj = ring_at(&s->ring, i, NULL);
-
-        if (obj == NULL || !object_blocks(s, obj, now))
-            continue;
+    obj = store_blocker(s, store_now_ms());
+    if (obj != NULL) {
         out->has_blocker = true;
         memcpy(out->blocker_key, obj->key, obj->key_len);
         out->blocker_key[obj->key_len] = '\0';
         out->blocker_pins = obj->pin_count;
         out->blocker_readers = obj->awaited_reads;
         out->blocker_state = (enum store_state)obj->state;
-        break;
     }
-    /* Read after the walk, which may notice a lease running out. */
+    /* Read after the search, which may notice a lease running out. */
     out->lease_expiries = s->lease_expiries;
+}
+
+uint64_t store_blocker_checks(const struct store *s)
+{
+    return s->blocker_checks;
 }
 
 size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
@@ -768,26 +913,32 @@ uint64_t store_max_object_size(const struct store *s)
 
 void store_set_read_lease(struct store *s, uint64_t read_lease_ms)
 {
+    size_t i;
+
+    if (s->cfg.read_lease_ms == read_lease_ms)
+        return;
     s->cfg.read_lease_ms = read_lease_ms;
+    /* A longer lease (or none) can make an awaited object block again:
+     * watch every live object once more. */
+    for (i = 0; i < ring_count(&s->ring); i++) {
+        struct object *obj = ring_at(&s->ring, i, NULL);
+
+        if (obj != NULL)
+            store_watch(s, obj);
+    }
 }
 
-uint64_t store_lease_wake_ms(const struct store *s)
+uint64_t store_lease_wake_ms(struct store *s)
 {
-    size_t i;
+    struct object *obj;
 
     if (s->cfg.read_lease_ms == 0)
         return UINT64_MAX;
-    for (i = 0; i < ring_count(&s->ring); i++) {
-        const struct object *obj = ring_at(&s->ring, i, NULL);
-
-        if (obj == NULL || (obj->state == STORE_COMMITTED && obj->pin_count == 0 &&
-                            obj->awaited_reads == 0))
-            continue;
-        /* The first object reclaim cannot pass: only its lease can free it. */
-        if (obj->state == STORE_COMMITTED && obj->pin_count == 0 && !obj->lease_told)
-            return obj->created_ms + s->cfg.read_lease_ms;
-        return UINT64_MAX;
-    }
+    /* Only a committed, unpinned blocker waits for its awaited reads, and
+     * its lease lets it go. */
+    obj = store_blocker(s, store_now_ms());
+    if (obj != NULL && obj->state == STORE_COMMITTED && obj->pin_count == 0)
+        return obj->created_ms + s->cfg.read_lease_ms;
     return UINT64_MAX;
 }
 
@@ -829,8 +980,9 @@ static void *store_adopt_chunk(const struct shmb_chunk_header *hdr, const char *
         a->report->dropped_free++;
         return NULL;
     }
-    if (hdr->key_len == 0 || store_lookup(s, key, hdr->key_len) != NULL ||
-        hdr->tag > STORE_MAX_READERS ||
+    if (hdr->key_len == 0 || shmb_utf8_invalid_at(key, hdr->key_len) < hdr->key_len ||
+        store_lookup(s, key, hdr->key_len) != NULL ||
+        hdr->tag > STORE_MAX_READERS || store_watch_reserve(s) < 0 ||
         (obj = shmb_calloc(1, sizeof(*obj) + hdr->key_len + 1)) == NULL) {
         a->report->dropped_invalid++;
         return NULL;
@@ -846,6 +998,8 @@ static void *store_adopt_chunk(const struct shmb_chunk_header *hdr, const char *
     obj->awaited_reads = hdr->tag;
     obj->state = STORE_COMMITTED;
     index_insert(&s->index, &obj->node);
+    s->live_objects++;
+    store_watch(s, obj); /* its awaited reads may block reclaim */
     s->committed++;
     a->report->restored++;
     a->report->restored_bytes += hdr->payload_size;

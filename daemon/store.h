@@ -22,7 +22,8 @@ struct store_holder;
 #define STORE_MAX_READERS 1000000u
 
 struct store_config {
-    uint64_t max_object_size; /* payload bytes; 0 = half the data area */
+    uint64_t max_object_size; /* payload bytes; 0 = half the data area, or
+                                 store_largest_object when less */
     uint64_t read_lease_ms;   /* awaited reads stop blocking reclaim this long
                                  after commit; 0 = never */
     /* Told once per object when its read lease runs out with reads still
@@ -81,6 +82,15 @@ struct store_stats {
     uint32_t blocker_pins, blocker_readers;
     enum store_state blocker_state;
 };
+
+/* The largest payload one object can have in a data area of data_size
+ * bytes: an empty ring, one chunk with the longest key (its header, the key
+ * and the alignment of both). 0 when not even that fits. */
+uint64_t store_largest_object(uint64_t data_size);
+
+/* -EINVAL with a message naming --max-object-size when objects of max bytes
+ * cannot fit in a data area of data_size bytes (see store_largest_object). */
+int store_check_max_object(uint64_t data_size, uint64_t max, struct shmb_error *err);
 
 /* Create a store over a data area (see ring_init). The caller owns the result
  * and frees it with store_free. */
@@ -152,7 +162,7 @@ bool store_contains(const struct store *s, const char *key, size_t key_len);
 /* When a read lease will let the head-of-line blocker go (the monotonic
  * millisecond of store_now), or UINT64_MAX when no lease will: waiting
  * allocations are retried then. */
-uint64_t store_lease_wake_ms(const struct store *s);
+uint64_t store_lease_wake_ms(struct store *s);
 
 /* An allocation that found no room is going to wait for it rather than
  * fail: do not count it among the ENOSPC refusals (yet). */
@@ -168,9 +178,15 @@ void store_set_read_lease(struct store *s, uint64_t read_lease_ms);
  * come often (systemd's STATUS= line every second). */
 void store_counts(const struct store *s, struct store_stats *out);
 
-/* store_counts and the head-of-line blocker, found by walking the ring from
- * its oldest chunk to the first one reclaim cannot pass. */
-void store_stats(const struct store *s, struct store_stats *out);
+/* store_counts and the head-of-line blocker: the oldest object reclaim
+ * cannot pass. Amortised O(1), however many objects the store holds (see
+ * store_blocker_checks). */
+void store_stats(struct store *s, struct store_stats *out);
+
+/* How many objects the blocker searches of store_stats and
+ * store_lease_wake_ms looked at so far: the measure of their cost, for
+ * tests. */
+uint64_t store_blocker_checks(const struct store *s);
 
 /* Bumped whenever something may have made room: a pin or an awaited read
  * went, an object was deleted, an allocation dropped. */

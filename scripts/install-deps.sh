@@ -2,8 +2,9 @@
 # Install the Debian packages shmbroker needs when pkg-config cannot find them.
 # Usage: scripts/install-deps.sh [build|test|bench]
 # build: libuv, jansson; test adds cmocka, clang with its sanitizer and
-# fuzzer runtimes (the fuzz target) and valgrind (the soak under memcheck);
-# bench adds redis-server. Does nothing when everything is present.
+# fuzzer runtimes (the fuzz target), valgrind (the soak under memcheck) and
+# systemd (systemd-analyze and systemd-socket-activate, for the systemd
+# tests); bench adds redis-server. Does nothing when everything is present.
 set -eu
 
 want="${1:-build}"
@@ -30,6 +31,11 @@ if [ "$want" = test ]; then
     command -v clang >/dev/null 2>&1 || need clang
     have_deb libclang-rt-14-dev || need libclang-rt-14-dev
     command -v valgrind >/dev/null 2>&1 || need valgrind
+    # The systemd tests run both; a container image usually has neither.
+    if ! command -v systemd-analyze >/dev/null 2>&1 ||
+        ! command -v systemd-socket-activate >/dev/null 2>&1; then
+        need systemd
+    fi
 fi
 if [ "$want" = bench ]; then
     command -v redis-server >/dev/null 2>&1 || need redis-server

@@ -5,13 +5,30 @@
 # A cmocka program's cases are counted from its summary lines; any other
 # executable (an end-to-end script) counts its "PASS: name", "FAIL: name" and
 # "SKIP: name" lines, or is one case that passes iff it exits 0. Every program
-# runs under a timeout. Output is shown as it comes; the log of a program that
+# runs under a timeout: SHMB_TEST_TIMEOUT seconds (default 300), plus the
+# length asked for of the soak (SOAK_SECONDS), its valgrind run
+# (SOAK_VALGRIND_SECONDS) and the fuzzer (FUZZ_SECONDS). Output is shown as it comes; the log of a program that
 # failed is kept in BUILD_DIR/test-logs. The last line is
 # "N passed, N failed[, N skipped]"; the exit status is non-zero when any case
 # or any program failed (non-zero exit, signal, timeout).
 
 # A test program that takes longer than this is hung, not slow.
 TEST_TIMEOUT="${SHMB_TEST_TIMEOUT:-300}"
+
+# The seconds a program was asked to run for (make soak SOAK_SECONDS=600):
+# its limit is that plus TEST_TIMEOUT, so a long run is not taken for a hang.
+asked_seconds() {
+    case "$1" in
+    soak) n="${SOAK_SECONDS:-0}" ;;
+    soak_valgrind.sh) n="${SOAK_VALGRIND_SECONDS:-0}" ;;
+    run_fuzz.sh) n="${FUZZ_SECONDS:-0}" ;;
+    *) n=0 ;;
+    esac
+    case "$n" in
+    '' | *[!0-9]*) n=0 ;;
+    esac
+    echo "$n"
+}
 
 if [ $# -lt 1 ]; then
     echo "usage: sh tests/run.sh BUILD_DIR BIN..." >&2
@@ -63,10 +80,11 @@ for bin in "$@"; do
         continue
     fi
     rm -f "$rcfile"
+    limit=$((TEST_TIMEOUT + $(asked_seconds "$name")))
     # Keep the exit status across the pipe: POSIX sh has no pipefail.
     {
         if [ "$have_timeout" -eq 1 ]; then
-            timeout -k 10 "$TEST_TIMEOUT" "$bin" 2>&1
+            timeout -k 10 "$limit" "$bin" 2>&1
         else
             "$bin" 2>&1
         fi
@@ -106,7 +124,7 @@ for bin in "$@"; do
 
     if [ "$rc" -ne 0 ]; then
         if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-            why="timed out after ${TEST_TIMEOUT}s"
+            why="timed out after ${limit}s"
         elif [ "$rc" -gt 128 ]; then
             why="killed by signal $((rc - 128))"
         else

@@ -4,7 +4,8 @@
  * (READY, STATUS, STOPPING, WATCHDOG), socket activation through systemd's
  * systemd-socket-activate, the units as systemd-analyze sees them, make
  * install and the pkg-config file, --config, SIGHUP, and shmbrokerctl's
- * machine-readable and refreshing status. Tools that are missing are skipped
+ * machine-readable and refreshing status. systemd's tools must be there (the
+ * dependency step installs them); other tools that are missing are skipped
  * with a reason; nothing here touches /run/shmbroker or a segment named
  * "shmbroker".
  */
@@ -70,6 +71,17 @@ static void need_program(struct h_fix *f, const char *name, char *out, size_t le
         return;
     snprintf(why, sizeof(why), "%s is not installed (not on $PATH)", name);
     h_skip(f, why);
+}
+
+/* find_program for a tool of Debian's systemd package, which make test's
+ * dependency step (scripts/install-deps.sh test) installs: a missing one
+ * means that step is broken, so the test fails instead of skipping. */
+static void need_systemd_tool(const char *name, char *out, size_t len)
+{
+    if (!find_program(name, out, len))
+        h_fail("%s is not installed (not on $PATH); scripts/install-deps.sh test "
+               "installs Debian's systemd package, which provides it",
+               name);
 }
 
 /* The source tree: the current directory when it is one (make test runs
@@ -607,7 +619,7 @@ static void test_socket_activation(void **state)
     shmb_t *lib;
     int n = 0;
 
-    need_program(f, "systemd-socket-activate", activate, sizeof(activate));
+    need_systemd_tool("systemd-socket-activate", activate, sizeof(activate));
     h_path(f, "activated.sock", path, sizeof(path));
     argv[n++] = activate;
     argv[n++] = "-l";
@@ -1221,7 +1233,7 @@ static void test_units_verify(void **state)
     size_t len, cap;
     struct h_run r;
 
-    need_program(f, "systemd-analyze", analyze, sizeof(analyze));
+    need_systemd_tool("systemd-analyze", analyze, sizeof(analyze));
     repo_root(root, sizeof(root));
     if (realpath(h_daemon_bin(), bin) == NULL)
         h_fail("%s: %s", h_daemon_bin(), strerror(errno));

@@ -46,7 +46,7 @@ static void fuzz_check_reply(json_t *reply)
 }
 
 /* Used and free bytes always add up to the data area. */
-static void fuzz_check_store(const struct store *s)
+static void fuzz_check_store(struct store *s)
 {
     struct store_stats st;
 

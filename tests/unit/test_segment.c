@@ -2,13 +2,17 @@
  * Unit tests for the segment (daemon/segment.c) on a real 4 MiB tmpfs: the
  * free-space check and its message, the posix_fallocate reservation, the
  * header, exclusive creation and the owner probe. statvfs is wrapped
- * (-Wl,--wrap=statvfs) so that one test can lie about free space. Needs root
+ * (-Wl,--wrap=statvfs) so that one test can lie about free space; statfs
+ * and fopen too (-Wl,--wrap=statfs,--wrap=fopen), so that the test
+ * directory can pass for a hugetlbfs mount with the huge page counts of
+ * /sys/kernel/mm/hugepages and /proc/meminfo a test chooses. Needs root
  * for the tmpfs; without it those tests are reported as skipped.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -18,6 +22,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -32,6 +37,17 @@
 /* The tmpfs the free-space tests run on: small, so that 8 MiB cannot fit. */
 #define TMPFS_SIZE (4 * MIB)
 
+/* A hugetlbfs mount as a test describes it: the page size, what statvfs
+ * says (0 blocks: mounted without size=) and the kernel's counts (NULL: the
+ * file is missing). */
+static struct {
+    bool on;
+    uint64_t page;
+    uint64_t blocks, bavail; /* in pages */
+    const char *free_pages, *resv, *overcommit, *surplus; /* sysfs files */
+    const char *meminfo;
+} huge;
+
 /* The linker sends segment.c's statvfs calls here. */
 int __real_statvfs(const char *path, struct statvfs *buf);
 int __wrap_statvfs(const char *path, struct statvfs *buf);
@@ -45,11 +61,72 @@ int __wrap_statvfs(const char *path, struct statvfs *buf)
     int rc = __real_statvfs(path, buf);
 
     statvfs_calls++;
+    if (rc == 0 && huge.on) {
+        buf->f_bsize = buf->f_frsize = (unsigned long)huge.page;
+        buf->f_blocks = (fsblkcnt_t)huge.blocks;
+        buf->f_bavail = buf->f_bfree = (fsblkcnt_t)huge.bavail;
+    }
     if (rc == 0 && statvfs_lie && buf->f_frsize > 0) {
         buf->f_bavail = (fsblkcnt_t)((1ULL << 40) / buf->f_frsize);
         buf->f_bfree = buf->f_bavail;
     }
     return rc;
+}
+
+int __real_statfs(const char *path, struct statfs *buf);
+int __wrap_statfs(const char *path, struct statfs *buf);
+FILE *__real_fopen(const char *path, const char *mode);
+FILE *__wrap_fopen(const char *path, const char *mode);
+
+/* Forward to the real statfs; with huge.on, report a hugetlbfs mount. */
+int __wrap_statfs(const char *path, struct statfs *buf)
+{
+    int rc = __real_statfs(path, buf);
+
+    if (rc == 0 && huge.on) {
+        buf->f_type = 0x958458f6; /* HUGETLBFS_MAGIC */
+        buf->f_bsize = (long)huge.page;
+    }
+    return rc;
+}
+
+/* A read-only stream over text, or NULL with ENOENT when text is NULL. */
+static FILE *fake_file(const char *text)
+{
+    if (text == NULL) {
+        errno = ENOENT;
+        return NULL;
+    }
+    return fmemopen((void *)text, strlen(text), "r");
+}
+
+/* Forward to the real fopen, except the huge page counts with huge.on. */
+FILE *__wrap_fopen(const char *path, const char *mode)
+{
+    static const char sysfs[] = "/sys/kernel/mm/hugepages/";
+    char dir[128];
+
+    if (!huge.on)
+        return __real_fopen(path, mode);
+    if (strcmp(path, "/proc/meminfo") == 0)
+        return fake_file(huge.meminfo);
+    if (strncmp(path, sysfs, strlen(sysfs)) != 0)
+        return __real_fopen(path, mode);
+    /* Only the directory of the mount's page size exists. */
+    snprintf(dir, sizeof(dir), "%shugepages-%llukB/", sysfs,
+             (unsigned long long)(huge.page / 1024));
+    if (strncmp(path, dir, strlen(dir)) != 0)
+        return fake_file(NULL);
+    path += strlen(dir);
+    if (strcmp(path, "free_hugepages") == 0)
+        return fake_file(huge.free_pages);
+    if (strcmp(path, "resv_hugepages") == 0)
+        return fake_file(huge.resv);
+    if (strcmp(path, "nr_overcommit_hugepages") == 0)
+        return fake_file(huge.overcommit);
+    if (strcmp(path, "surplus_hugepages") == 0)
+        return fake_file(huge.surplus);
+    return fake_file(NULL);
 }
 
 /* The directory every test works in: a tmpfs when we could mount one. */
@@ -108,6 +185,7 @@ static int test_setup(void **state)
     (void)state;
     empty_test_dir();
     statvfs_lie = false;
+    memset(&huge, 0, sizeof(huge));
     return 0;
 }
 
@@ -420,6 +498,194 @@ static void test_probe_existing(void **state)
     assert_int_equal(unlink(path), 0);
 }
 
+/* Set up the fake hugetlbfs: 2 MiB pages, no size= (statvfs: 0 blocks). */
+static void fake_hugetlbfs(const char *free_pages, const char *resv)
+{
+    memset(&huge, 0, sizeof(huge));
+    huge.on = true;
+    huge.page = 2 * MIB;
+    huge.free_pages = free_pages;
+    huge.resv = resv;
+}
+
+/* On hugetlbfs mounted without size=, statvfs says 0 blocks: the free space
+ * is the free huge pages of the mount's page size not promised to mappings
+ * (free_hugepages - resv_hugepages), plus what overcommit still allows;
+ * bounded by size= when the mount has one. The message names hugetlbfs and
+ * the huge pages. */
+static void test_hugetlbfs_free_space(void **state)
+{
+    struct shmb_error err = {0};
+    uint64_t free_bytes = 0;
+
+    (void)state;
+    fake_hugetlbfs("5\n", "1\n");
+    assert_int_equal(segment_page_size(test_dir), 2 * MIB);
+    assert_int_equal(segment_check_space(test_dir, 8 * MIB, &free_bytes, &err), 0);
+    assert_int_equal(free_bytes, 8 * MIB);
+    assert_int_equal(segment_check_space(test_dir, 8 * MIB + 1, &free_bytes, &err),
+                     -ENOSPC);
+    assert_int_equal(segment_check_space(test_dir, 9 * MIB, &free_bytes, &err), -ENOSPC);
+    if (strstr(err.message, "9 MiB required, 8 MiB free (hugetlbfs, 4 free huge pages "
+                            "of 2 MiB)") == NULL ||
+        strstr(err.message, "nr_hugepages") == NULL)
+        fail_msg("unexpected message: '%s'", err.message);
+
+    /* Overcommit: 3 surplus pages allowed, 1 already made. */
+    huge.overcommit = "3\n";
+    huge.surplus = "1\n";
+    assert_int_equal(segment_check_space(test_dir, 0, &free_bytes, &err), 0);
+    assert_int_equal(free_bytes, 12 * MIB);
+
+    /* Mounted with size=4M, 1 page of it used: statvfs bounds it. */
+    huge.blocks = 2;
+    huge.bavail = 1;
+    assert_int_equal(segment_check_space(test_dir, 0, &free_bytes, &err), 0);
+    assert_int_equal(free_bytes, 2 * MIB);
+    /* ...unless the pool has less. */
+    huge.blocks = huge.bavail = 100;
+    huge.free_pages = "2\n";
+    huge.resv = "2\n";
+    huge.overcommit = huge.surplus = NULL;
+    assert_int_equal(segment_check_space(test_dir, 1, &free_bytes, &err), -ENOSPC);
+    assert_int_equal(free_bytes, 0);
+}
+
+/* Without sysfs, /proc/meminfo says for the default huge page size only;
+ * when nothing says, the check fails with -EIO naming the page size rather
+ * than guessing. */
+static void test_hugetlbfs_meminfo(void **state)
+{
+    struct shmb_error err = {0};
+    uint64_t free_bytes = 0;
+
+    (void)state;
+    fake_hugetlbfs(NULL, NULL);
+    huge.meminfo = "MemTotal:       1000 kB\nHugePages_Total:       8\n"
+                   "HugePages_Free:        6\nHugePages_Rsvd:        1\n"
+                   "HugePages_Surp:        0\nHugepagesize:       2048 kB\n";
+    assert_int_equal(segment_check_space(test_dir, 10 * MIB, &free_bytes, &err), 0);
+    assert_int_equal(free_bytes, 10 * MIB);
+    /* A 1 GiB mount: meminfo's pages are 2 MiB ones, so nothing says. */
+    huge.page = 1024 * MIB;
+    assert_int_equal(segment_check_space(test_dir, 0, &free_bytes, &err), -EIO);
+    if (strstr(err.message, "1048576 KiB") == NULL)
+        fail_msg("message does not give the page size: '%s'", err.message);
+    huge.page = 2 * MIB;
+    huge.meminfo = NULL;
+    assert_int_equal(segment_check_space(test_dir, 0, &free_bytes, &err), -EIO);
+}
+
+/* A segment on hugetlbfs is a whole number of huge pages: create refuses
+ * another size before it makes any file, and segment_round_to rounds up. */
+static void test_hugetlbfs_sizes(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+
+    (void)state;
+    assert_int_equal(segment_page_size(test_dir), 4096);
+    assert_int_equal(segment_round_to(3 * MIB, 2 * MIB), 4 * MIB);
+    assert_int_equal(segment_round_to(4 * MIB, 2 * MIB), 4 * MIB);
+    assert_int_equal(segment_round_to(UINT64_MAX - 5, 2 * MIB), 0);
+    fake_hugetlbfs("100\n", "0\n");
+    assert_int_equal(segment_create(&seg, test_dir, "h", 1 * MIB, &err), -EINVAL);
+    if (strstr(err.message, "2048 KiB huge pages") == NULL)
+        fail_msg("unexpected message: '%s'", err.message);
+    assert_int_equal(dir_entries(), 0);
+}
+
+/* --fresh's check counts the space of the segment it replaces as free, and
+ * says so when that is still not enough; nothing is removed. */
+static void test_check_replace(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+
+    (void)state;
+    need_tmpfs();
+    assert_int_equal(segment_create(&seg, test_dir, "old", 3 * MIB, &err), 0);
+    segment_close(&seg);
+    assert_int_equal(segment_check_space(test_dir, 3 * MIB, NULL, &err), -ENOSPC);
+    assert_int_equal(segment_check_replace(test_dir, "old", 4 * MIB, &err), 0);
+    assert_int_equal(segment_check_replace(test_dir, "old", 5 * MIB, &err), -ENOSPC);
+    if (strstr(err.message, "5 MiB required, 4 MiB free, the 3 MiB of the segment it "
+                            "would replace included") == NULL)
+        fail_msg("unexpected message: '%s'", err.message);
+    /* A name that is not there counts nothing. */
+    assert_int_equal(segment_check_replace(test_dir, "none", 3 * MIB, &err), -ENOSPC);
+    assert_int_equal(dir_entries(), 1);
+}
+
+/* The start time (field 22 of /proc/PID/stat) of pid, or 0. */
+static uint64_t start_time_of(pid_t pid)
+{
+    char path[64], buf[1024], *p;
+    unsigned long long start = 0;
+    FILE *fp;
+    int field;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fp = __real_fopen(path, "r");
+    if (fp == NULL)
+        return 0;
+    p = fgets(buf, sizeof(buf), fp) != NULL ? strrchr(buf, ')') : NULL;
+    fclose(fp);
+    for (field = 2; field < 22 && p != NULL; field++)
+        p = strchr(p + 1, ' ');
+    if (p == NULL || sscanf(p + 1, "%llu", &start) != 1)
+        return 0;
+    return start;
+}
+
+/* The state letter of pid (field 3 of /proc/PID/stat), or '?'. */
+static char state_of(pid_t pid)
+{
+    char path[64], buf[1024], *p;
+    FILE *fp;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fp = __real_fopen(path, "r");
+    if (fp == NULL)
+        return '?';
+    p = fgets(buf, sizeof(buf), fp) != NULL ? strrchr(buf, ')') : NULL;
+    fclose(fp);
+    return p != NULL && p[1] == ' ' ? p[2] : '?';
+}
+
+/* An owner that was killed and not reaped yet (a zombie, state Z) is gone:
+ * its pid and start time still match, but it serves nobody. */
+static void test_probe_zombie_owner(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+    int64_t pid = -1;
+    pid_t child;
+    int status, i;
+
+    (void)state;
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, &err), 0);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        pause();
+        _exit(0);
+    }
+    seg.hdr->owner_pid = child;
+    for (i = 0; i < 1000 && (seg.hdr->owner_start = start_time_of(child)) == 0; i++)
+        usleep(1000);
+    assert_true(seg.hdr->owner_start != 0);
+    assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_LIVE);
+    assert_int_equal(kill(child, SIGKILL), 0);
+    for (i = 0; i < 5000 && state_of(child) != 'Z'; i++)
+        usleep(1000);
+    assert_int_equal(state_of(child), 'Z');
+    assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_ORPHANED);
+    assert_int_equal(pid, child);
+    assert_int_equal(waitpid(child, &status, 0), child);
+    segment_destroy(&seg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -431,6 +697,11 @@ int main(void)
         cmocka_unit_test_setup(test_invalid_names, test_setup),
         cmocka_unit_test_setup(test_sizes, test_setup),
         cmocka_unit_test_setup(test_probe_existing, test_setup),
+        cmocka_unit_test_setup(test_hugetlbfs_free_space, test_setup),
+        cmocka_unit_test_setup(test_hugetlbfs_meminfo, test_setup),
+        cmocka_unit_test_setup(test_hugetlbfs_sizes, test_setup),
+        cmocka_unit_test_setup(test_check_replace, test_setup),
+        cmocka_unit_test_setup(test_probe_zombie_owner, test_setup),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);
