@@ -356,9 +356,8 @@ static int client_call_ex(shmb_t *c, json_t *request, bool first, json_t **reply
     c->w.len = 0;
     if (request == NULL)
         return shmb_error_set(&c->err, -EINVAL,
-                              "Cannot build the request: a key must be valid UTF-8, 1 to "
-                              "%d bytes.",
-                              SHMB_KEY_MAX_LEN);
+                              "Cannot build the request: its text (a client name given to "
+                              "shmb_connect, a key) must be valid UTF-8.");
     if (c->sock < 0) {
         json_decref(request);
         return shmb_error_set(&c->err, -ENOTCONN,
