@@ -23,6 +23,12 @@
 #include "../proto/layout.h"
 #include "../proto/line.h"
 #include "../proto/protocol.h"
+#include "../proto/text.h"
+
+/* put_many allocates at most this many objects per line before committing
+ * them: the daemon's default --max-pending, so that a put_many alone never
+ * holds more uncommitted allocations than a connection may by default. */
+#define CLIENT_PUT_CHUNK 1024
 
 struct shmb {
     int sock;           /* -1 when not connected */
@@ -41,6 +47,8 @@ struct shmb {
     char *rbuf; /* bytes received, not yet a whole reply */
     size_t rlen, rcap;
     struct line w; /* the request lines being sent, reused */
+    uint64_t last_id;  /* the "id" of the last request sent; never reused */
+    bool noreply_sent; /* requests without a reply went out since the last reply */
 };
 
 shmb_t *shmb_new(void)
@@ -129,6 +137,7 @@ static int client_lost(shmb_t *c, const char *what, int saved)
     if (c->sock >= 0)
         close(c->sock);
     c->sock = -1;
+    c->rlen = 0;
     return shmb_error_set(&c->err, -ECONNRESET,
                           "Connection to shmbrokerd lost (%s: %s); every pin and pending "
                           "allocation of this handle was released. Call shmb_reconnect to "
@@ -231,34 +240,113 @@ static int client_send(shmb_t *c)
     return 0;
 }
 
-/* Queue request (the library keeps no reference) as a line in c->w. */
-static int client_queue(shmb_t *c, json_t *request)
+/* The "id" of the next request: a per-handle counter, never 0 and never
+ * reused, even across reconnects, so that a late reply cannot match. */
+static uint64_t client_next_id(shmb_t *c)
 {
-    int rc;
+    return ++c->last_id;
+}
 
-    if (request == NULL)
-        return shmb_error_set(&c->err, -EINVAL,
-                              "Cannot build the request: a key must be valid UTF-8, 1 to "
-                              "%d bytes.",
-                              SHMB_KEY_MAX_LEN);
-    if (c->sock < 0) {
-        json_decref(request);
-        return shmb_error_set(&c->err, -ENOTCONN,
-                              "Not connected to shmbrokerd; call shmb_connect (or "
-                              "shmb_reconnect after a lost connection) first.");
+/* An id as text for a message: id_json when not NULL, else the integer id;
+ * "none" when has is false. */
+static const char *client_id_text(const json_t *id_json, uint64_t id, bool has, char *buf,
+                                  size_t len)
+{
+    char *dumped;
+
+    if (!has)
+        return "none";
+    if (id_json == NULL) {
+        snprintf(buf, len, "%llu", (unsigned long long)id);
+        return buf;
     }
-    rc = shmb_json_append_line(&c->w, request);
-    json_decref(request);
-    if (rc < 0)
-        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
-    return 0;
+    dumped = json_dumps(id_json, JSON_COMPACT | JSON_ENCODE_ANY);
+    shmb_escape(dumped != NULL ? dumped : "?", dumped != NULL ? strlen(dumped) : 1, buf,
+                len);
+    free(dumped);
+    return buf;
+}
+
+/* The reply at the head of the buffer (len bytes) does not answer the
+ * request just sent: its "id" is another's, or it has none (the daemon
+ * answers a line it cannot parse without one, even one that said noreply).
+ * Taking it would hand one call's reply to another, say another object's
+ * offset to an alloc. So the connection is reset, as a disconnect does. */
+static int client_out_of_step(shmb_t *c, const char *want, const char *got, size_t len)
+{
+    char seen[256];
+    bool noreply = c->noreply_sent;
+
+    shmb_escape(c->rbuf, len < 160 ? len : 160, seen, sizeof(seen));
+    if (c->sock >= 0)
+        close(c->sock);
+    c->sock = -1;
+    c->rlen = 0;
+    c->noreply_sent = false;
+    return shmb_error_set(&c->err, -ECONNRESET,
+                          "Reply out of step with its request: expected id %s, got id %s "
+                          "(%s%s)%s. The connection was reset so that no call takes "
+                          "another's reply: every pin and pending allocation of this "
+                          "handle was released. Call shmb_reconnect to go on.",
+                          want, got, seen, len > 160 ? "..." : "",
+                          noreply ? "; requests sent without waiting for their reply "
+                                    "(shmb_release_nowait, shmb_release_many) were "
+                                    "outstanding"
+                                  : "");
+}
+
+/* Whether got (a reply's "id", may be NULL) answers the request whose id is
+ * want (a caller's own id, in shmb_request) or, when want is NULL, id. */
+static bool client_id_matches(const json_t *got, const json_t *want, uint64_t id)
+{
+    if (got == NULL)
+        return false;
+    if (want != NULL)
+        return json_equal(got, want);
+    return json_is_integer(got) && json_integer_value(got) >= 0 &&
+           (uint64_t)json_integer_value(got) == id;
+}
+
+/* Decode the reply line (len bytes) at the head of the buffer after checking
+ * that it answers the request (want or id, as client_id_matches). first: the
+ * connection's first request (hello), which a refusal at connect time answers
+ * without an id (nothing else was sent, so nothing can be confused). 0 with
+ * *reply owned by the caller (when reply is not NULL), the reply's error, or
+ * -ECONNRESET when the reply is out of step. */
+static int client_decode(shmb_t *c, size_t len, const json_t *want, uint64_t id, bool first,
+                         json_t **reply)
+{
+    json_t *value = NULL, *got = NULL;
+    int rc = shmb_parse_reply_id(c->rbuf, len, &value, &got, &c->err);
+
+    if (!client_id_matches(got, want, id) && !(first && got == NULL && rc < 0)) {
+        char wbuf[96], gbuf[96];
+
+        rc = client_out_of_step(c, client_id_text(want, id, true, wbuf, sizeof(wbuf)),
+                                client_id_text(got, 0, got != NULL, gbuf, sizeof(gbuf)),
+                                len);
+        json_decref(value);
+        json_decref(got);
+        return rc;
+    }
+    json_decref(got);
+    client_consume(c, len);
+    c->noreply_sent = false;
+    if (reply != NULL)
+        *reply = value;
+    else
+        json_decref(value);
+    return rc;
 }
 
 /* Send request (the library keeps no reference) and wait for its reply:
- * 0 with *reply owned by the caller (when reply is not NULL), or the error. */
-static int client_call(shmb_t *c, json_t *request, json_t **reply)
+ * 0 with *reply owned by the caller (when reply is not NULL), or the error.
+ * The request gets the next id unless it has its own; the reply must carry
+ * it. first as in client_decode. */
+static int client_call_ex(shmb_t *c, json_t *request, bool first, json_t **reply)
 {
-    json_t *value = NULL;
+    json_t *want = NULL;
+    uint64_t id = 0;
     size_t len = 0;
     int rc;
 
@@ -266,30 +354,71 @@ static int client_call(shmb_t *c, json_t *request, json_t **reply)
     if (reply != NULL)
         *reply = NULL;
     c->w.len = 0;
-    if ((rc = client_queue(c, request)) < 0)
-        return rc;
-    if ((rc = client_send(c)) < 0 || (rc = client_read_line(c, &len)) < 0)
-        return rc;
-    rc = shmb_parse_reply(c->rbuf, len, &value, &c->err);
-    client_consume(c, len);
-    if (rc < 0)
-        return rc;
-    if (reply != NULL)
-        *reply = value;
+    if (request == NULL)
+        return shmb_error_set(&c->err, -EINVAL,
+                              "Cannot build the request: its text (a client name given to "
+                              "shmb_connect, a key) must be valid UTF-8.");
+    if (c->sock < 0) {
+        json_decref(request);
+        return shmb_error_set(&c->err, -ENOTCONN,
+                              "Not connected to shmbrokerd; call shmb_connect (or "
+                              "shmb_reconnect after a lost connection) first.");
+    }
+    want = json_incref(json_object_get(request, "id"));
+    if (want == NULL && (id = client_next_id(c),
+                         json_object_set_new(request, "id", json_integer((json_int_t)id)) != 0))
+        rc = -ENOMEM;
     else
-        json_decref(value);
-    return 0;
+        rc = shmb_json_append_line(&c->w, request);
+    json_decref(request);
+    if (rc < 0) {
+        json_decref(want);
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
+    }
+    if ((rc = client_send(c)) == 0 && (rc = client_read_line(c, &len)) == 0)
+        rc = client_decode(c, len, want, id, first, reply);
+    json_decref(want);
+    return rc;
 }
 
-/* Check a key before it goes on the wire. */
+static int client_call(shmb_t *c, json_t *request, json_t **reply)
+{
+    return client_call_ex(c, request, false, reply);
+}
+
+/* Check a key before anything goes on the wire: the same check, code and
+ * words as the daemon's (proto/text.c), for every call that takes a key. */
 static int client_check_key(shmb_t *c, const char *key)
 {
-    size_t len = key != NULL ? strlen(key) : 0;
+    size_t len = 0;
 
-    if (len == 0 || len > SHMB_KEY_MAX_LEN)
-        return shmb_error_set(&c->err, -EINVAL,
-                              "Key of %zu bytes: keys are 1 to %d bytes.", len,
-                              SHMB_KEY_MAX_LEN);
+    /* The common key is short ASCII, which is UTF-8 as it is: one pass
+     * finds that and its length. Anything else gets the shared check. */
+    if (key != NULL) {
+        while (key[len] != '\0' && (unsigned char)key[len] < 0x80)
+            len++;
+        if (key[len] == '\0' && len >= 1 && len <= SHMB_KEY_MAX)
+            return 0;
+        len += strlen(key + len);
+    }
+    return shmb_key_check(key, len, &c->err);
+}
+
+/* Check the n keys of a _many call; the message names the first bad one's
+ * index. */
+static int client_check_keys(shmb_t *c, size_t n, const char *const *keys)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        if (client_check_key(c, keys[i]) < 0) {
+            char why[SHMB_ERROR_MSG_MAX];
+
+            snprintf(why, sizeof(why), "%s", c->err.message);
+            return shmb_error_set(&c->err, -EINVAL,
+                                  "keys[%zu] of %zu: %s Nothing was sent.", i, n, why);
+        }
+    }
     return 0;
 }
 
@@ -394,11 +523,11 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
             "(Set %s or pass the socket path.)",
             path, strerror(saved), SHMB_SOCKET_ENV);
     }
-    rc = client_call(c,
-                     json_pack("{s:s, s:i, s:s?, s:s}", "op", "hello", "version",
-                               SHMB_PROTOCOL_VERSION, "name", name, "mode",
-                               c->read_only ? "ro" : "rw"),
-                     &reply);
+    rc = client_call_ex(c,
+                        json_pack("{s:s, s:i, s:s?, s:s}", "op", "hello", "version",
+                                  SHMB_PROTOCOL_VERSION, "name", name, "mode",
+                                  c->read_only ? "ro" : "rw"),
+                        true, &reply);
     if (rc < 0)
         goto fail;
     if ((rc = client_u64(c, reply, "size", &c->info.size)) < 0 ||
@@ -460,10 +589,11 @@ static void client_reply_fields(const json_t *reply, struct line_reply *r)
     }
 }
 
-/* Send the lines in c->w and read one reply into r: the common success
- * shapes are recognised by hand, anything else (errors) goes through
- * jansson. 0 or the reply's error, its message in c->err. */
-static int client_exchange(shmb_t *c, struct line_reply *r)
+/* Send the lines in c->w (the last one a request whose id is id) and read
+ * its reply into r: the common success shapes are recognised by hand,
+ * anything else (errors) goes through jansson. 0 or the reply's error, its
+ * message in c->err; -ECONNRESET when the reply answers another request. */
+static int client_exchange(shmb_t *c, uint64_t id, struct line_reply *r)
 {
     json_t *reply = NULL;
     const char *p;
@@ -474,30 +604,37 @@ static int client_exchange(shmb_t *c, struct line_reply *r)
         return rc;
     p = c->rbuf;
     if (line_scan_reply(&p, c->rbuf + len, r) == 0 && p == c->rbuf + len) {
+        char wbuf[24], gbuf[24];
+
+        if (!r->has_id || r->id != id)
+            return client_out_of_step(c, client_id_text(NULL, id, true, wbuf, sizeof(wbuf)),
+                                      client_id_text(NULL, r->id, r->has_id, gbuf,
+                                                     sizeof(gbuf)),
+                                      len);
         client_consume(c, len);
+        c->noreply_sent = false;
         return 0;
     }
-    rc = shmb_parse_reply(c->rbuf, len, &reply, &c->err);
-    client_consume(c, len);
+    rc = client_decode(c, len, NULL, id, false, &reply);
     if (rc == 0)
         client_reply_fields(reply, r);
     json_decref(reply);
     return rc;
 }
 
-/* Start a request line {"op":"OP","key":KEY in c->w (after a key check). */
-static int client_begin_key(shmb_t *c, const char *op, const char *key)
+/* Start a request {"op":"OP"[,"id":ID],"key":KEY in c->w; id 0 for a
+ * batch's element, which needs none. The caller checked the key. */
+static int client_begin_key(shmb_t *c, const char *op, uint64_t id, const char *key)
 {
-    int rc;
-
-    if ((rc = client_check_key(c, key)) < 0)
-        return rc;
     if (c->sock < 0)
         return shmb_error_set(&c->err, -ENOTCONN,
                               "Not connected to shmbrokerd; call shmb_connect (or "
                               "shmb_reconnect after a lost connection) first.");
     if (line_lit(&c->w, "{\"op\":\"") < 0 || line_lit(&c->w, op) < 0 ||
-        line_lit(&c->w, "\",\"key\":") < 0 || line_str(&c->w, key, strlen(key)) < 0)
+        (id != 0 && (line_lit(&c->w, "\",\"id\":") < 0 || line_u64(&c->w, id) < 0 ||
+                     line_lit(&c->w, ",\"key\":") < 0)) ||
+        (id == 0 && line_lit(&c->w, "\",\"key\":") < 0) ||
+        line_str(&c->w, key, strlen(key)) < 0)
         return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
     return 0;
 }
@@ -528,24 +665,27 @@ static int client_extent(shmb_t *c, const struct line_reply *r, size_t want, voi
 static int client_key_op(shmb_t *c, const char *op, const char *key, struct line_reply *r)
 {
     struct line_reply ignored;
+    uint64_t id;
     int rc;
 
     shmb_error_clear(&c->err);
     c->w.len = 0;
-    if ((rc = client_begin_key(c, op, key)) < 0)
+    if ((rc = client_check_key(c, key)) < 0 ||
+        (rc = client_begin_key(c, op, id = client_next_id(c), key)) < 0)
         return rc;
     if (line_lit(&c->w, "}\n") < 0)
         return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
-    return client_exchange(c, r != NULL ? r : &ignored);
+    return client_exchange(c, id, r != NULL ? r : &ignored);
 }
 
-/* The alloc request for key, appended to c->w (without a newline). */
-static int client_alloc_op(shmb_t *c, const char *key, size_t size, unsigned readers,
-                           unsigned wait_ms)
+/* The alloc request for key, appended to c->w (without a newline); id 0 in a
+ * batch. */
+static int client_alloc_op(shmb_t *c, uint64_t id, const char *key, size_t size,
+                           unsigned readers, unsigned wait_ms)
 {
     int rc;
 
-    if ((rc = client_begin_key(c, "alloc", key)) < 0)
+    if ((rc = client_begin_key(c, "alloc", id, key)) < 0)
         return rc;
     if (line_lit(&c->w, ",\"size\":") < 0 || line_u64(&c->w, size) < 0 ||
         line_lit(&c->w, ",\"readers\":") < 0 || line_u64(&c->w, readers) < 0 ||
@@ -559,16 +699,19 @@ static int client_alloc_op(shmb_t *c, const char *key, size_t size, unsigned rea
 int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void **ptr)
 {
     struct line_reply r;
+    uint64_t id;
     int rc;
 
     *ptr = NULL;
     shmb_error_clear(&c->err);
     c->w.len = 0;
-    if ((rc = client_alloc_op(c, key, size, readers, c->alloc_wait_ms)) < 0)
+    if ((rc = client_check_key(c, key)) < 0 ||
+        (rc = client_alloc_op(c, id = client_next_id(c), key, size, readers,
+                              c->alloc_wait_ms)) < 0)
         return rc;
     if (line_lit(&c->w, "\n") < 0)
         return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
-    if ((rc = client_exchange(c, &r)) < 0)
+    if ((rc = client_exchange(c, id, &r)) < 0)
         return rc;
     return client_extent(c, &r, size, ptr, NULL);
 }
@@ -625,53 +768,97 @@ int shmb_release_many(shmb_t *c, size_t n, const char *const *keys)
     int rc;
 
     shmb_error_clear(&c->err);
+    if ((rc = client_check_keys(c, n, keys)) < 0)
+        return rc;
     c->w.len = 0;
     for (i = 0; i < n; i++) {
-        if ((rc = client_begin_key(c, "release", keys[i])) < 0)
+        /* Each line has its id too: a reply to it, which should never come,
+         * is then recognised as out of step rather than taken for the next
+         * call's. Sent in writes of about SHMB_MAX_LINE bytes. */
+        if ((rc = client_begin_key(c, "release", client_next_id(c), keys[i])) < 0)
             return rc;
         if (line_lit(&c->w, ",\"noreply\":true}\n") < 0)
             return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
+        c->noreply_sent = true;
+        if ((c->w.len >= SHMB_MAX_LINE || i + 1 == n) && (rc = client_send(c)) < 0)
+            return rc;
+        if (c->w.len >= SHMB_MAX_LINE)
+            c->w.len = 0;
     }
-    return client_send(c);
+    return 0;
 }
 
-/* Open a batch request in c->w; ops are appended by the caller, separated
- * by client_batch_next, and closed by client_batch_exchange. */
-static int client_batch_begin(shmb_t *c)
+/* One op of a _many call: op i appended to c->w as a batch element. */
+typedef int (*client_op_fn)(shmb_t *c, size_t i, const void *arg);
+
+/* Build in c->w one batch line of the ops first, first + 1, ... < n, at most
+ * max of them and at most SHMB_MAX_LINE bytes (the daemon closes the
+ * connection on a longer line); *count gets how many went in (at least one)
+ * and *id the batch's id. */
+static int client_batch_fill(shmb_t *c, size_t first, size_t n, size_t max, client_op_fn op,
+                             const void *arg, size_t *count, uint64_t *id)
 {
+    static const char tail[] = "]}\n";
+    size_t i;
+    int rc;
+
     c->w.len = 0;
-    if (line_lit(&c->w, "{\"op\":\"batch\",\"ops\":[") < 0)
+    *id = client_next_id(c);
+    if (line_lit(&c->w, "{\"op\":\"batch\",\"id\":") < 0 || line_u64(&c->w, *id) < 0 ||
+        line_lit(&c->w, ",\"ops\":[") < 0)
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
+    for (i = first; i < n && i - first < max; i++) {
+        size_t mark = c->w.len;
+
+        if (i > first && line_lit(&c->w, ",") < 0)
+            return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
+        if ((rc = op(c, i, arg)) < 0)
+            return rc;
+        if (c->w.len + sizeof(tail) - 1 > SHMB_MAX_LINE) {
+            if (i == first) /* an op is at most a few KiB: cannot happen */
+                return shmb_error_set(&c->err, -EMSGSIZE,
+                                      "One batch op is longer than %d bytes.",
+                                      SHMB_MAX_LINE);
+            c->w.len = mark;
+            break;
+        }
+    }
+    *count = i - first;
+    if (line_lit(&c->w, tail) < 0)
         return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
     return 0;
 }
 
-static int client_batch_next(shmb_t *c, size_t i)
-{
-    return i > 0 && line_lit(&c->w, ",") < 0 ? -ENOMEM : 0;
-}
-
-/* Close the batch of n ops, send it, and decode its replies: res[i] gets
- * each op's reply fields, rc[i] its 0 or error; the first error's message
+/* Send the batch line in c->w (whose id is id, with n ops) and decode its
+ * replies: res[i] gets each op's reply fields, rcs[i] its 0 or error, and
+ * *failed the index of the first op that failed (n when none), whose message
  * stays in c->err. Returns the exchange's own error, or 0. */
-static int client_batch_exchange(shmb_t *c, size_t n, struct line_reply *res, int *rcs)
+static int client_batch_exchange(shmb_t *c, uint64_t id, size_t n, struct line_reply *res,
+                                 int *rcs, size_t *failed)
 {
+    struct line_reply whole;
     json_t *reply = NULL, *replies;
     size_t len = 0, i;
-    int rc, first = 0;
+    int rc;
 
-    if (line_lit(&c->w, "]}\n") < 0)
-        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
+    *failed = n;
     if ((rc = client_send(c)) < 0 || (rc = client_read_line(c, &len)) < 0)
         return rc;
-    if (line_scan_batch(c->rbuf, c->rbuf + len, res, n) == 0) {
+    if (line_scan_batch(c->rbuf, c->rbuf + len, res, n, &whole) == 0) {
+        char wbuf[24], gbuf[24];
+
+        if (!whole.has_id || whole.id != id)
+            return client_out_of_step(c, client_id_text(NULL, id, true, wbuf, sizeof(wbuf)),
+                                      client_id_text(NULL, whole.id, whole.has_id, gbuf,
+                                                     sizeof(gbuf)),
+                                      len);
         client_consume(c, len);
+        c->noreply_sent = false;
         memset(rcs, 0, n * sizeof(*rcs));
         return 0;
     }
     /* Some op failed (or the reply has an unusual shape): jansson. */
-    rc = shmb_parse_reply(c->rbuf, len, &reply, &c->err);
-    client_consume(c, len);
-    if (rc < 0)
+    if ((rc = client_decode(c, len, NULL, id, false, &reply)) < 0)
         return rc;
     replies = json_object_get(reply, "replies");
     if (!json_is_array(replies) || json_array_size(replies) != n) {
@@ -692,8 +879,8 @@ static int client_batch_exchange(shmb_t *c, size_t n, struct line_reply *res, in
         rcs[i] = json_unpack(r, "{s:s, s:s}", "error", &code, "message", &message) == 0
                      ? shmb_error_from_name(code)
                      : -EPROTO;
-        if (first == 0) {
-            first = rcs[i];
+        if (*failed == n) {
+            *failed = i;
             shmb_error_set(&c->err, rcs[i], "%s",
                            message != NULL ? message : "malformed batch reply");
         }
@@ -702,128 +889,237 @@ static int client_batch_exchange(shmb_t *c, size_t n, struct line_reply *res, in
     return 0;
 }
 
+/* The first failure of a _many call so far: its index and error. */
+struct client_first {
+    size_t index;
+    struct shmb_error err;
+};
+
+/* Remember op index's failure (its message in c->err) if it comes first. */
+static void client_note_failure(shmb_t *c, struct client_first *first, size_t index)
+{
+    if (index < first->index) {
+        first->index = index;
+        first->err = c->err;
+    }
+}
+
+/* The arguments of put_many's ops. */
+struct client_put_args {
+    const char *const *keys;
+    const size_t *sizes;
+    unsigned readers;
+    const size_t *idx; /* commit/abort: the keys' indexes, in order */
+    const int *ok;     /* commit/abort: 1 to commit, 0 to abort */
+};
+
+static int client_put_alloc_op(shmb_t *c, size_t i, const void *arg)
+{
+    const struct client_put_args *a = arg;
+
+    return client_alloc_op(c, 0, a->keys[i], a->sizes[i], a->readers, 0);
+}
+
+static int client_put_commit_op(shmb_t *c, size_t k, const void *arg)
+{
+    const struct client_put_args *a = arg;
+    int rc = client_begin_key(c, a->ok[k] ? "commit" : "abort", 0, a->keys[a->idx[k]]);
+
+    if (rc == 0 && line_lit(&c->w, "}") < 0)
+        rc = shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
+    return rc;
+}
+
+/* put_many's work space for one chunk, CLIENT_PUT_CHUNK entries each. */
+struct client_put_space {
+    size_t *idx;              /* the allocated keys' indexes */
+    int *ok;                  /* 1 to commit, 0 to abort */
+    struct line_reply *cres; /* the commits' replies */
+    int *crcs;
+};
+
+/* One chunk of put_many: allocate the keys from start on that fit one line
+ * (*end gets where the chunk ends), write what was allocated, commit it
+ * (abort a bad extent). rcs gets each key's result. */
+static int client_put_chunk(shmb_t *c, struct client_put_args *a, const void *const *data,
+                            size_t start, size_t n, size_t *end, struct line_reply *res,
+                            int *rcs, struct client_put_space *sp,
+                            struct client_first *first)
+{
+    size_t i, m = 0, k, count, failed;
+    uint64_t id;
+    int rc;
+
+    if ((rc = client_batch_fill(c, start, n, CLIENT_PUT_CHUNK, client_put_alloc_op, a,
+                                &count, &id)) < 0 ||
+        (rc = client_batch_exchange(c, id, count, res + start, rcs + start, &failed)) < 0)
+        return rc;
+    *end = start + count;
+    if (failed < count)
+        client_note_failure(c, first, start + failed);
+    for (i = start; i < *end; i++) {
+        void *dst = NULL;
+
+        if (rcs[i] < 0)
+            continue;
+        sp->idx[m] = i;
+        sp->ok[m] = client_extent(c, &res[i], a->sizes[i], &dst, NULL) == 0;
+        if (sp->ok[m]) {
+            memcpy(dst, data[i], a->sizes[i]);
+        } else {
+            rcs[i] = c->err.code;
+            client_note_failure(c, first, i);
+        }
+        m++;
+    }
+    a->idx = sp->idx;
+    a->ok = sp->ok;
+    for (k = 0; k < m; k += count) {
+        size_t j;
+
+        if ((rc = client_batch_fill(c, k, m, CLIENT_PUT_CHUNK, client_put_commit_op, a,
+                                    &count, &id)) < 0 ||
+            (rc = client_batch_exchange(c, id, count, sp->cres, sp->crcs, &failed)) < 0)
+            return rc;
+        /* A commit that failed makes that object's result its error. */
+        for (j = 0; j < count; j++) {
+            if (sp->crcs[j] < 0 && rcs[sp->idx[k + j]] == 0) {
+                rcs[sp->idx[k + j]] = sp->crcs[j];
+                if (j == failed)
+                    client_note_failure(c, first, sp->idx[k + j]);
+            }
+        }
+    }
+    return 0;
+}
+
 int shmb_put_many(shmb_t *c, size_t n, const char *const *keys, const void *const *data,
                   const size_t *sizes, unsigned readers, int *results)
 {
+    struct client_put_args a = {keys, sizes, readers, NULL, NULL};
+    struct client_put_space sp = {NULL, NULL, NULL, NULL};
+    struct client_first first;
     struct line_reply *res = NULL;
-    struct shmb_error first_err;
-    int *rcs = NULL, first = 0, rc;
-    size_t i, ncommit = 0;
+    int *rcs = NULL, rc = 0;
+    size_t i, start = 0, end = 0, chunk = n < CLIENT_PUT_CHUNK ? n : CLIENT_PUT_CHUNK;
 
     shmb_error_clear(&c->err);
+    first.index = n;
+    if ((rc = client_check_keys(c, n, keys)) < 0)
+        goto fail;
     if (n == 0)
         return 0;
     res = shmb_calloc(n, sizeof(*res));
     rcs = shmb_calloc(n, sizeof(*rcs));
-    if (res == NULL || rcs == NULL) {
+    sp.idx = shmb_calloc(chunk, sizeof(*sp.idx));
+    sp.ok = shmb_calloc(chunk, sizeof(*sp.ok));
+    sp.cres = shmb_calloc(chunk, sizeof(*sp.cres));
+    sp.crcs = shmb_calloc(chunk, sizeof(*sp.crcs));
+    if (res == NULL || rcs == NULL || sp.idx == NULL || sp.ok == NULL || sp.cres == NULL ||
+        sp.crcs == NULL) {
         rc = shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
-        goto out;
+        goto fail;
     }
-    if ((rc = client_batch_begin(c)) < 0)
-        goto out;
-    for (i = 0; i < n; i++)
-        if ((rc = client_batch_next(c, i)) < 0 ||
-            (rc = client_alloc_op(c, keys[i], sizes[i], readers, 0)) < 0)
-            goto out;
-    if ((rc = client_batch_exchange(c, n, res, rcs)) < 0)
-        goto out;
-    /* Write what was allocated, then commit it (abort a bad extent). */
-    first_err = c->err;
-    if ((rc = client_batch_begin(c)) < 0)
-        goto out;
-    for (i = 0; i < n; i++) {
-        void *dst = NULL;
-        int r = rcs[i];
-
-        if (r == 0 && (r = client_extent(c, &res[i], sizes[i], &dst, NULL)) < 0 &&
-            first_err.code == 0)
-            first_err = c->err;
-        if (r == 0)
-            memcpy(dst, data[i], sizes[i]);
-        if (rcs[i] == 0 && ((rc = client_batch_next(c, ncommit)) < 0 ||
-                            (rc = client_begin_key(c, r == 0 ? "commit" : "abort", keys[i])) < 0 ||
-                            (rc = line_lit(&c->w, "}")) < 0))
-            goto out;
-        ncommit += rcs[i] == 0;
-        rcs[i] = r;
+    /* Chunk by chunk, in order: each chunk's objects are committed before
+     * the next chunk is allocated. */
+    for (start = 0; start < n; start = end)
+        if ((rc = client_put_chunk(c, &a, data, start, n, &end, res, rcs, &sp, &first)) < 0)
+            goto fail;
+    for (i = 0; results != NULL && i < n; i++)
+        results[i] = rcs[i];
+    if (first.index < n) {
+        c->err = first.err;
+        rc = first.err.code;
     }
-    if (ncommit > 0) {
-        struct line_reply *cres = shmb_calloc(ncommit, sizeof(*cres));
-        int *crcs = shmb_calloc(ncommit, sizeof(*crcs));
-        size_t k = 0;
-
-        rc = cres == NULL || crcs == NULL
-                 ? shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.")
-                 : client_batch_exchange(c, ncommit, cres, crcs);
-        /* A commit that failed makes that object's result its error. */
-        for (i = 0; rc == 0 && i < n; i++)
-            if (rcs[i] == 0 && crcs[k++] < 0)
-                rcs[i] = crcs[k - 1];
-        shmb_free(cres);
-        shmb_free(crcs);
-        if (rc < 0)
-            goto out;
-    }
-    for (i = 0; i < n; i++) {
-        if (results != NULL)
-            results[i] = rcs[i];
-        if (first == 0)
-            first = rcs[i];
-    }
-    /* The earliest error (allocation before commit) is the one reported,
-     * code and message together. */
-    if (first_err.code < 0)
-        c->err = first_err;
-    rc = first < 0 && c->err.code < 0 ? c->err.code : first;
+    goto out;
+fail:
+    /* The call failed as a whole: what earlier chunks committed stays;
+     * every other key gets the call's error. */
+    for (i = 0; results != NULL && i < n; i++)
+        results[i] = i < start && rcs != NULL ? rcs[i] : rc;
 out:
     shmb_free(res);
     shmb_free(rcs);
+    shmb_free(sp.idx);
+    shmb_free(sp.ok);
+    shmb_free(sp.cres);
+    shmb_free(sp.crcs);
+    return rc;
+}
+
+static int client_get_op(shmb_t *c, size_t i, const void *arg)
+{
+    const char *const *keys = arg;
+    int rc = client_begin_key(c, "get", 0, keys[i]);
+
+    if (rc == 0 && line_lit(&c->w, "}") < 0)
+        rc = shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
     return rc;
 }
 
 int shmb_get_many(shmb_t *c, size_t n, const char *const *keys, const void **ptrs,
                   size_t *sizes, int *results)
 {
+    struct client_first first;
     struct line_reply *res = NULL;
-    int *rcs = NULL, first = 0, rc;
-    size_t i;
+    int *rcs = NULL, rc = 0;
+    size_t i, start = 0, count, failed;
+    uint64_t id;
 
     shmb_error_clear(&c->err);
+    first.index = n;
     for (i = 0; i < n; i++) {
         ptrs[i] = NULL;
         sizes[i] = 0;
-        if ((rc = client_check_key(c, keys[i])) < 0)
-            return rc;
     }
+    if ((rc = client_check_keys(c, n, keys)) < 0)
+        goto fail;
     if (n == 0)
         return 0;
     res = shmb_calloc(n, sizeof(*res));
     rcs = shmb_calloc(n, sizeof(*rcs));
     if (res == NULL || rcs == NULL) {
         rc = shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
-        goto out;
+        goto fail;
     }
-    if ((rc = client_batch_begin(c)) < 0)
-        goto out;
-    for (i = 0; i < n; i++)
-        if ((rc = client_batch_next(c, i)) < 0 || (rc = client_begin_key(c, "get", keys[i])) < 0 ||
-            (rc = line_lit(&c->w, "}")) < 0)
-            goto out;
-    if ((rc = client_batch_exchange(c, n, res, rcs)) < 0)
-        goto out;
-    for (i = 0; i < n; i++) {
-        void *p = NULL;
+    for (start = 0; start < n; start += count) {
+        if ((rc = client_batch_fill(c, start, n, SHMB_MAX_BATCH, client_get_op, keys, &count,
+                                    &id)) < 0 ||
+            (rc = client_batch_exchange(c, id, count, res + start, rcs + start, &failed)) < 0)
+            goto fail;
+        if (failed < count)
+            client_note_failure(c, &first, start + failed);
+        for (i = start; i < start + count; i++) {
+            void *p = NULL;
 
-        if (rcs[i] == 0 && (rcs[i] = client_extent(c, &res[i], 0, &p, &sizes[i])) < 0 &&
-            first == 0)
-            first = rcs[i];
-        ptrs[i] = p;
-        if (results != NULL)
-            results[i] = rcs[i];
-        if (first == 0)
-            first = rcs[i];
+            if (rcs[i] == 0 && (rcs[i] = client_extent(c, &res[i], 0, &p, &sizes[i])) < 0)
+                client_note_failure(c, &first, i);
+            ptrs[i] = p;
+        }
     }
-    rc = first;
+    for (i = 0; results != NULL && i < n; i++)
+        results[i] = rcs[i];
+    rc = 0;
+    if (first.index < n) {
+        c->err = first.err;
+        rc = first.err.code;
+    }
+    goto out;
+fail:
+    /* The call failed as a whole; pins taken by earlier lines went with the
+     * connection, or are released here, so no pointer is handed out. */
+    for (i = 0; i < n; i++) {
+        if (ptrs[i] != NULL && c->sock >= 0) {
+            struct shmb_error saved = c->err;
+
+            shmb_release_nowait(c, keys[i]);
+            c->err = saved;
+        }
+        ptrs[i] = NULL;
+        sizes[i] = 0;
+        if (results != NULL)
+            results[i] = rc;
+    }
 out:
     shmb_free(res);
     shmb_free(rcs);
@@ -916,6 +1212,7 @@ int shmb_request(shmb_t *c, const char *request, char **reply)
 {
     json_error_t jerr;
     json_t *req, *rep = NULL;
+    bool own_id;
     int rc;
 
     *reply = NULL;
@@ -924,8 +1221,19 @@ int shmb_request(shmb_t *c, const char *request, char **reply)
     if (req == NULL)
         return shmb_error_set(&c->err, -EINVAL, "Request is not valid JSON: %s.",
                               jerr.text);
+    if (!json_is_object(req) || json_is_true(json_object_get(req, "noreply"))) {
+        json_decref(req);
+        return shmb_error_set(&c->err, -EINVAL,
+                              "shmb_request sends one JSON object and waits for its reply: "
+                              "not an array or a scalar, and not \"noreply\": true.");
+    }
+    /* The caller's "id" is matched as it is; without one, the library's is
+     * used and taken out of the reply again. */
+    own_id = json_object_get(req, "id") != NULL;
     rc = client_call(c, req, &rep);
     if (rep != NULL) {
+        if (!own_id)
+            json_object_del(rep, "id");
         *reply = json_dumps(rep, JSON_COMPACT);
         json_decref(rep);
         if (*reply == NULL)

@@ -10,6 +10,18 @@
  *
  * Threads: one handle per thread. A handle must not be used by two threads
  * at once; pointers it returned stay valid in any thread until released.
+ *
+ * Keys are UTF-8 text of 1 to SHMB_KEY_MAX_LEN bytes (a C string, so no
+ * NUL). Every call that takes a key, the _nowait and _many ones included,
+ * refuses any other with -EINVAL before sending anything, with the words the
+ * daemon uses.
+ *
+ * Every request carries an "id" (a counter of the handle) and every reply
+ * must carry the one the call waits for. A reply that does not (the answer to
+ * some other request) fails the call with -ECONNRESET and closes the
+ * connection, which releases the handle's pins and pending allocations as a
+ * disconnect does; call shmb_reconnect to go on. One call's reply is never
+ * handed to another.
  */
 #ifndef SHMBROKER_H
 #define SHMBROKER_H
@@ -76,7 +88,8 @@ void shmb_set_alloc_wait(shmb_t *c, unsigned wait_ms);
  * daemon listens there. */
 int shmb_connect(shmb_t *c, const char *socket_path, const char *name);
 
-/* After a call failed with -ECONNRESET (the daemon exited or restarted):
+/* After a call failed with -ECONNRESET (the daemon exited or restarted, or a
+ * reply came out of step with its request):
  * connect again to the same socket with the same name and mode. Pins and
  * pending allocations of the old connection are gone; objects committed
  * before a daemon restart are still there. When the daemon serves the same
@@ -121,14 +134,26 @@ int shmb_release_nowait(shmb_t *c, const char *key);
 
 /* Batches: n operations in one round trip (put: two, for the allocations
  * and the commits). results[i] (when results is not NULL) gets each one's 0
- * or negative errno; the call returns 0 when all succeeded, else the first
- * error, whose message shmb_errmsg() holds. put_many aborts the allocations
- * it could not commit. get_many pins like shmb_get; release each key once. */
+ * or negative errno; the call returns 0 when all succeeded, else the error
+ * of the first key (lowest index) that failed, whose message shmb_errmsg()
+ * holds. put_many aborts the allocations it could not commit. get_many pins
+ * like shmb_get; release each key once.
+ *
+ * Any n works: the calls split the work into batch lines of at most 4096 ops
+ * and 64 KiB, in order, one round trip each (put_many: at most 1024
+ * allocations per line, committed before the next line is allocated, so that
+ * the daemon's default --max-pending is never passed). A bad key anywhere
+ * refuses the whole call with -EINVAL before anything is sent (the message
+ * names its index). When the call fails as a whole (that, or a lost
+ * connection), every results[i] not already final holds its error: objects
+ * put_many committed in earlier lines stay committed (their result is 0),
+ * and get_many hands out no pointer. */
 int shmb_put_many(shmb_t *c, size_t n, const char *const *keys, const void *const *data,
                   const size_t *sizes, unsigned readers, int *results);
 int shmb_get_many(shmb_t *c, size_t n, const char *const *keys, const void **ptrs,
                   size_t *sizes, int *results);
-/* Sends every release in one write, without waiting (as shmb_release_nowait). */
+/* Sends the releases without waiting (as shmb_release_nowait), in writes of
+ * about 64 KiB. */
 int shmb_release_many(shmb_t *c, size_t n, const char *const *keys);
 
 /* Add readers awaited reads to key. */
@@ -143,9 +168,11 @@ int shmb_contains(shmb_t *c, const char *key);
 /* Occupancy figures. */
 int shmb_stats(shmb_t *c, shmb_stats_t *out);
 
-/* Send one raw JSON request (an object, without the trailing newline) and
- * receive the raw reply line in *reply (malloc'ed, caller frees). For tools;
- * returns the reply's error code when it says "ok": false. */
+/* Send one raw JSON request (an object, without the trailing newline and
+ * without "noreply": true) and receive the raw reply line in *reply
+ * (malloc'ed, caller frees). For tools; returns the reply's error code when
+ * it says "ok": false. A request with its own "id" gets a reply with that id;
+ * without one, the library adds its own and takes it out of the reply. */
 int shmb_request(shmb_t *c, const char *request, char **reply);
 
 /* The protocol name of a negative errno ("ENOSPC"). */

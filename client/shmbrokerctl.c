@@ -16,6 +16,7 @@
 
 #include "../proto/error.h"
 #include "../proto/protocol.h"
+#include "../proto/text.h"
 #include "shmbroker.h"
 
 #define EXIT_ERROR_REPLY 1
@@ -42,11 +43,47 @@ static void usage(FILE *out)
         SHMB_SOCKET_ENV, SHMB_DEFAULT_SOCKET);
 }
 
-/* Print the daemon's (or the library's) error and return the exit status. */
+/* The socket the ctl talks to, for messages. */
+static const char *ctl_socket;
+
+/* s made safe for a terminal (control bytes and invalid UTF-8 as \xNN) in
+ * buf; returns buf. Keys and names come from other clients: printed raw,
+ * they could clear the screen, retitle the window or forge table rows. */
+static char *esc(const char *s, char *buf, size_t len)
+{
+    return shmb_escape(s != NULL ? s : "", s != NULL ? strlen(s) : 0, buf, len);
+}
+
+/* Room for any escaped string the daemon sends (a key, a path). */
+#define ESC_MAX SHMB_ESCAPED_MAX(4096)
+
+/* Print the daemon's (or the library's) error and return the exit status:
+ * 69 when the connection was lost (the daemon exited or restarted). */
 static int fail(shmb_t *c)
 {
-    fprintf(stderr, "shmbrokerctl: %s: %s\n", shmb_errname(c), shmb_errmsg(c));
+    static char buf[SHMB_ESCAPED_MAX(1024)];
+
+    if (shmb_errcode(c) == -ECONNRESET || shmb_errcode(c) == -ENOTCONN) {
+        fprintf(stderr,
+                "shmbrokerctl: lost the connection to shmbrokerd at %s (the daemon exited "
+                "or restarted); run the command again once it is back\n",
+                esc(shmb_socket_path(ctl_socket), buf, sizeof(buf)));
+        return EXIT_UNAVAILABLE;
+    }
+    fprintf(stderr, "shmbrokerctl: %s: %s\n", shmb_errname(c),
+            esc(shmb_errmsg(c), buf, sizeof(buf)));
     return EXIT_ERROR_REPLY;
+}
+
+/* A key the ctl refuses itself (not 1 to 255 bytes of UTF-8): usage. */
+static int check_key_arg(const char *key)
+{
+    struct shmb_error err;
+
+    if (shmb_key_check(key, strlen(key), &err) == 0)
+        return 0;
+    fprintf(stderr, "shmbrokerctl: %s: %s\n", shmb_strerror(err.code), err.message);
+    return EXIT_USAGE;
 }
 
 /* "2h 03m", "45s". */
@@ -114,6 +151,7 @@ static int print_prometheus(shmb_t *c)
 
 static int cmd_status(shmb_t *c, const char *socket_path, int json, int prometheus)
 {
+    static char e[4][ESC_MAX];
     shmb_stats_t st;
     char b[4][32], bar[41];
     double pct;
@@ -137,15 +175,16 @@ static int cmd_status(shmb_t *c, const char *socket_path, int json, int promethe
     for (i = 0; i < 40; i++)
         bar[i] = i < filled ? '#' : '.';
     bar[40] = '\0';
-    printf("shmbrokerd %s, pid %lld, up %s\n", st.version, (long long)st.pid,
-           format_uptime(st.uptime_s, b[0], sizeof(b[0])));
-    printf("socket    %s\n", shmb_socket_path(socket_path));
-    printf("segment   %s in %s: %s (%s for data), max object %s\n", st.segment,
-           st.shm_dir, shmb_format_bytes(st.size, b[0], sizeof(b[0])),
+    printf("shmbrokerd %s, pid %lld, up %s\n", esc(st.version, e[0], ESC_MAX),
+           (long long)st.pid, format_uptime(st.uptime_s, b[0], sizeof(b[0])));
+    printf("socket    %s\n", esc(shmb_socket_path(socket_path), e[0], ESC_MAX));
+    printf("segment   %s in %s: %s (%s for data), max object %s\n",
+           esc(st.segment, e[0], ESC_MAX), esc(st.shm_dir, e[1], ESC_MAX),
+           shmb_format_bytes(st.size, b[0], sizeof(b[0])),
            shmb_format_bytes(st.data_size, b[1], sizeof(b[1])),
            shmb_format_bytes(st.max_object_size, b[2], sizeof(b[2])));
     printf("shm free  %s left in %s\n",
-           shmb_format_bytes(st.shm_dir_free, b[0], sizeof(b[0])), st.shm_dir);
+           shmb_format_bytes(st.shm_dir_free, b[0], sizeof(b[0])), e[1]);
     printf("used      [%s] %5.1f%%  %s of %s (%s free)\n", bar, pct,
            shmb_format_bytes(st.used, b[0], sizeof(b[0])),
            shmb_format_bytes(st.data_size, b[1], sizeof(b[1])),
@@ -161,7 +200,8 @@ static int cmd_status(shmb_t *c, const char *socket_path, int json, int promethe
         (unsigned long long)st.enospc);
     if (st.has_blocker)
         printf("blocker   '%s' (%s, %llu pins, %llu awaited reads) stops reclaim\n",
-               st.blocker_key, st.blocker_state, (unsigned long long)st.blocker_pins,
+               esc(st.blocker_key, e[2], ESC_MAX), esc(st.blocker_state, e[3], ESC_MAX),
+               (unsigned long long)st.blocker_pins,
                (unsigned long long)st.blocker_readers);
     else
         printf("blocker   none\n");
@@ -171,7 +211,7 @@ static int cmd_status(shmb_t *c, const char *socket_path, int json, int promethe
 static int cmd_clients(shmb_t *c)
 {
     json_t *reply, *list, *item;
-    char *raw = NULL, since[32], pinned[32];
+    char *raw = NULL, since[32], pinned[32], name[ESC_MAX], mode[ESC_MAX];
     size_t i;
 
     if (shmb_request(c, "{\"op\":\"clients\"}", &raw) < 0)
@@ -188,11 +228,13 @@ static int cmd_clients(shmb_t *c)
 
         localtime_r(&t, &tm);
         strftime(since, sizeof(since), "%Y-%m-%d %H:%M:%S", &tm);
-        printf("%8lld %6lld %-20.20s %-4s %7lld %7lld %10s  %s%s\n",
+        esc(json_string_value(json_object_get(item, "name")), name, sizeof(name));
+        /* At most 20 bytes of the name, cut on a character boundary. */
+        printf("%8lld %6lld %-20.*s %-4s %7lld %7lld %10s  %s%s\n",
                json_integer_value(json_object_get(item, "pid")),
                json_integer_value(json_object_get(item, "uid")),
-               json_string_value(json_object_get(item, "name")),
-               json_string_value(json_object_get(item, "mode")),
+               (int)shmb_utf8_cut(name, strlen(name), 20), name,
+               esc(json_string_value(json_object_get(item, "mode")), mode, sizeof(mode)),
                json_integer_value(json_object_get(item, "pins")),
                json_integer_value(json_object_get(item, "pending")),
                shmb_format_bytes((unsigned long long)json_integer_value(
@@ -208,7 +250,7 @@ static int cmd_clients(shmb_t *c)
 static int cmd_ls(shmb_t *c, const char *prefix)
 {
     json_t *req, *reply, *objects, *item;
-    char *line, *raw = NULL;
+    char *line, *raw = NULL, key[ESC_MAX], state[ESC_MAX];
     size_t i;
     int rc;
 
@@ -232,11 +274,11 @@ static int cmd_ls(shmb_t *c, const char *prefix)
     json_array_foreach(objects, i, item)
     {
         printf("%-32s %12lld %5lld %7lld %-9s %10lld %12lld\n",
-               json_string_value(json_object_get(item, "key")),
+               esc(json_string_value(json_object_get(item, "key")), key, sizeof(key)),
                json_integer_value(json_object_get(item, "size")),
                json_integer_value(json_object_get(item, "pins")),
                json_integer_value(json_object_get(item, "readers")),
-               json_string_value(json_object_get(item, "state")),
+               esc(json_string_value(json_object_get(item, "state")), state, sizeof(state)),
                json_integer_value(json_object_get(item, "age_ms")),
                json_integer_value(json_object_get(item, "offset")));
     }
@@ -307,7 +349,7 @@ static int cmd_put(shmb_t *c, const char *key, const char *file)
         free(data);
         fprintf(stderr, "shmbrokerctl: %s is empty; objects hold at least 1 byte\n",
                 file);
-        return EXIT_ERROR_REPLY;
+        return EXIT_USAGE;
     }
     rc = shmb_put(c, key, data, len, 0);
     free(data);
@@ -425,6 +467,12 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
+    /* Keys are checked here, before connecting: a key the ctl refuses is a
+     * usage error, not the daemon's refusal. */
+    if ((strcmp(cmd, "put") == 0 || strcmp(cmd, "get") == 0 || strcmp(cmd, "rm") == 0) &&
+        (rc = check_key_arg(argv[optind])) != 0)
+        return rc;
+    ctl_socket = socket_path;
     c = shmb_new();
     if (c == NULL) {
         fprintf(stderr, "shmbrokerctl: out of memory\n");
@@ -433,7 +481,9 @@ int main(int argc, char **argv)
     /* Tools map the segment lazily: prefaulting is for workers' hot paths. */
     shmb_set_populate(c, 0);
     if (shmb_connect(c, socket_path, "shmbrokerctl") < 0) {
-        fprintf(stderr, "shmbrokerctl: %s\n", shmb_errmsg(c));
+        static char msg[SHMB_ESCAPED_MAX(1024)];
+
+        fprintf(stderr, "shmbrokerctl: %s\n", esc(shmb_errmsg(c), msg, sizeof(msg)));
         rc = shmb_errcode(c) == -ECONNREFUSED || shmb_errcode(c) == -ENOENT ||
                      shmb_errcode(c) == -EACCES || shmb_errcode(c) == -ENOTDIR ||
                      shmb_errcode(c) == -ECONNRESET || shmb_errcode(c) == -ENAMETOOLONG
@@ -443,16 +493,22 @@ int main(int argc, char **argv)
         return rc;
     }
     if (strcmp(cmd, "status") == 0 && watch != 0) {
-        /* Redraw in place until interrupted or the daemon goes away. */
+        /* Redraw in place on a terminal; elsewhere (a pipe, a file) append
+         * one view after another, without terminal codes. Until interrupted
+         * or the daemon goes away (exit 69). */
+        int tty = isatty(STDOUT_FILENO);
+
         for (;;) {
-            printf("\033[H\033[2J");
+            if (tty)
+                printf("\033[H\033[2J");
             rc = cmd_status(c, socket_path, 0, 0);
-            printf("\n(every %lus; Ctrl-C to stop)\n", watch);
-            fflush(stdout);
             if (rc != 0)
                 break;
+            printf(tty ? "\n(every %lus; Ctrl-C to stop)\n" : "\n", watch);
+            fflush(stdout);
             sleep((unsigned)watch);
         }
+        fflush(stdout);
     } else if (strcmp(cmd, "status") == 0)
         rc = cmd_status(c, socket_path, json, prometheus);
     else if (strcmp(cmd, "ls") == 0)

@@ -627,18 +627,28 @@ static json_t *command_reply(struct command_call *call, int rc, json_t *id)
     return reply;
 }
 
+/* An "id" the fast path writes by hand: a non-negative integer, which is what
+ * the client library sends (jansson writes any other id). */
+static bool command_plain_id(const json_t *id)
+{
+    return json_is_integer(id) && json_integer_value(id) >= 0;
+}
+
 /* The common success replies, written straight into l without jansson:
- * {"ok":true} and {"ok":true,"offset":N,"size":M}. 1 when written, 0 when
- * the reply has other fields or an "id" (jansson writes those), -ENOMEM. */
+ * {"ok":true} and {"ok":true,"offset":N,"size":M}, each with an integer
+ * "id" when the request had one. 1 when written, 0 when the reply has other
+ * fields or another kind of "id" (jansson writes those), -ENOMEM. */
 static int command_reply_text(const struct command_call *call, int rc, const json_t *id,
                               struct line *l)
 {
-    if (rc < 0 || call->reply != NULL || id != NULL)
+    if (rc < 0 || call->reply != NULL || (id != NULL && !command_plain_id(id)))
         return 0;
     if (line_lit(l, "{\"ok\":true") < 0 ||
         (call->has_extent &&
          (line_lit(l, ",\"offset\":") < 0 || line_u64(l, call->extent.offset) < 0 ||
           line_lit(l, ",\"size\":") < 0 || line_u64(l, call->extent.size) < 0)) ||
+        (id != NULL && (line_lit(l, ",\"id\":") < 0 ||
+                        line_u64(l, (uint64_t)json_integer_value(id)) < 0)) ||
         line_lit(l, "}") < 0)
         return -ENOMEM;
     return 1;
@@ -742,8 +752,10 @@ static void command_finish(struct command_call *call, int rc, json_t *id,
         /* A batch: its replies are written; add the batch's id and close. */
         out->text = call->text;
         memset(&call->text, 0, sizeof(call->text));
-        if ((id != NULL && (line_lit(&out->text, ",\"id\":") < 0 ||
-                            shmb_json_append(&out->text, id) < 0)) ||
+        if ((id != NULL &&
+             (line_lit(&out->text, ",\"id\":") < 0 ||
+              (command_plain_id(id) ? line_u64(&out->text, (uint64_t)json_integer_value(id))
+                                    : shmb_json_append(&out->text, id)) < 0)) ||
             line_lit(&out->text, "}") < 0) {
             shmb_free(out->text.buf);
             memset(&out->text, 0, sizeof(out->text));

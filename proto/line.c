@@ -136,6 +136,7 @@ static bool scan_plain_string(const char **p, const char *end, const char **s, s
 int line_scan_reply(const char **p, const char *end, struct line_reply *out)
 {
     const char *q = *p;
+    int seen_id = 0;
 
     memset(out, 0, sizeof(*out));
     if (!scan_lit(&q, end, "{\"ok\":true"))
@@ -148,6 +149,10 @@ int line_scan_reply(const char **p, const char *end, struct line_reply *out)
         q++;
         if (!scan_plain_string(&q, end, &name, &nlen) || !scan_lit(&q, end, ":"))
             return -1;
+        /* jansson refuses a duplicate "id", and so must we: the id says
+         * which request a reply answers. */
+        if (nlen == 2 && memcmp(name, "id", 2) == 0 && seen_id++)
+            return -1;
         if (q < end && *q >= '0' && *q <= '9') {
             if (!scan_u64(&q, end, &v))
                 return -1;
@@ -157,6 +162,9 @@ int line_scan_reply(const char **p, const char *end, struct line_reply *out)
             } else if (nlen == 4 && memcmp(name, "size", 4) == 0) {
                 out->size = v;
                 out->has_size = true;
+            } else if (nlen == 2 && memcmp(name, "id", 2) == 0) {
+                out->id = v;
+                out->has_id = true;
             }
         } else if (scan_lit(&q, end, "true") || scan_lit(&q, end, "false")) {
             if (nlen == 6 && memcmp(name, "exists", 6) == 0) {
@@ -173,17 +181,27 @@ int line_scan_reply(const char **p, const char *end, struct line_reply *out)
     return 0;
 }
 
-int line_scan_batch(const char *p, const char *end, struct line_reply *out, size_t n)
+int line_scan_batch(const char *p, const char *end, struct line_reply *out, size_t n,
+                    struct line_reply *whole)
 {
     size_t i;
 
+    memset(whole, 0, sizeof(*whole));
     if (!scan_lit(&p, end, "{\"ok\":true,\"replies\":["))
         return -1;
     for (i = 0; i < n; i++) {
         if ((i > 0 && !scan_lit(&p, end, ",")) || line_scan_reply(&p, end, &out[i]) < 0)
             return -1;
     }
-    if (!scan_lit(&p, end, "]}"))
+    if (!scan_lit(&p, end, "]"))
+        return -1;
+    /* The daemon appends the batch's own "id" after the replies. */
+    if (scan_lit(&p, end, ",\"id\":")) {
+        if (!scan_u64(&p, end, &whole->id))
+            return -1;
+        whole->has_id = true;
+    }
+    if (!scan_lit(&p, end, "}"))
         return -1;
     return p == end ? 0 : -1;
 }

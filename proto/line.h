@@ -30,19 +30,22 @@ int line_u64(struct line *l, uint64_t v);
 
 /* A success reply as the fast path understands it. */
 struct line_reply {
-    bool has_offset, has_size, has_exists;
-    uint64_t offset, size;
+    bool has_offset, has_size, has_exists, has_id;
+    uint64_t offset, size, id; /* id: the request's "id", when an unsigned integer */
     bool exists;
 };
 
 /* Recognise one success reply object at *p (before end):
  * {"ok":true[,"name":value]...} where a value is an unsigned integer, true,
  * false, null or a string without escapes. Fills out and moves *p past the
- * object; -1 (nothing consumed) for anything else, an error reply included. */
+ * object; -1 (nothing consumed) for anything else, an error reply included,
+ * and a second "id". */
 int line_scan_reply(const char **p, const char *end, struct line_reply *out);
 
-/* Recognise {"ok":true,"replies":[R,...]} with exactly n success replies R;
- * -1 for anything else (a failed op inside included). */
-int line_scan_batch(const char *p, const char *end, struct line_reply *out, size_t n);
+/* Recognise {"ok":true,"replies":[R,...]} or {"ok":true,"replies":[R,...],"id":N}
+ * with exactly n success replies R; whole gets the batch's own id (has_id
+ * false without one). -1 for anything else (a failed op inside included). */
+int line_scan_batch(const char *p, const char *end, struct line_reply *out, size_t n,
+                    struct line_reply *whole);
 
 #endif

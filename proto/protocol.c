@@ -55,12 +55,20 @@ json_t *shmb_error_reply(const json_t *id, int code, const char *message)
 
 int shmb_parse_reply(const char *line, size_t len, json_t **reply, struct shmb_error *err)
 {
+    return shmb_parse_reply_id(line, len, reply, NULL, err);
+}
+
+int shmb_parse_reply_id(const char *line, size_t len, json_t **reply, json_t **id,
+                        struct shmb_error *err)
+{
     json_error_t jerr;
     json_t *value, *ok;
     const char *code = NULL, *message = NULL;
     int rc;
 
     *reply = NULL;
+    if (id != NULL)
+        *id = NULL;
     value = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
     if (value == NULL || !json_is_object(value)) {
         json_decref(value);
@@ -69,6 +77,8 @@ int shmb_parse_reply(const char *line, size_t len, json_t **reply, struct shmb_e
                               "object (%s).",
                               value == NULL ? jerr.text : "wrong type");
     }
+    if (id != NULL)
+        *id = json_incref(json_object_get(value, "id"));
     ok = json_object_get(value, "ok");
     if (json_is_true(ok)) {
         *reply = value;

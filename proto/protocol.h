@@ -15,6 +15,8 @@
 #define SHMB_PROTOCOL_VERSION 1
 /* A request is small; anything longer is a bug or an attack. */
 #define SHMB_MAX_LINE (64 * 1024)
+/* Ops in one batch: a batch is answered on one line, so it stays bounded. */
+#define SHMB_MAX_BATCH 4096
 /* Replies can be long (list); a client stops reading past this. */
 #define SHMB_MAX_REPLY (64 * 1024 * 1024)
 #define SHMB_DEFAULT_SOCKET "/run/shmbroker/shmbroker.sock"
@@ -41,5 +43,12 @@ json_t *shmb_error_reply(const json_t *id, int code, const char *message);
  * daemon's message into err; -EPROTO when the line is not a reply. */
 int shmb_parse_reply(const char *line, size_t len, json_t **reply,
                      struct shmb_error *err);
+
+/* As shmb_parse_reply, and *id gets the reply's "id" (a new reference owned
+ * by the caller; NULL when the reply has none or the line is not an object),
+ * whether the reply says ok or not: a client checks it before trusting the
+ * rest. */
+int shmb_parse_reply_id(const char *line, size_t len, json_t **reply, json_t **id,
+                        struct shmb_error *err);
 
 #endif

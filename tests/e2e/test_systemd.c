@@ -1640,9 +1640,10 @@ static void test_status_prometheus(void **state)
     h_pass(f);
 }
 
-/* status --watch 1 redraws the status view in place every second: run for
- * about 1.5 s it has printed the view (cleared screen, header, figures) at
- * least twice; --watch 0 is a usage error. */
+/* status --watch 1 prints the status view every second: run for about 1.5 s
+ * into a file it has printed the view (header, figures) at least twice, with
+ * no screen clears (those are for a terminal only); --watch 0 is a usage
+ * error. */
 static void test_status_watch(void **state)
 {
     struct h_fix *f = *state;
@@ -1668,8 +1669,8 @@ static void test_status_watch(void **state)
     snprintf(header, sizeof(header), "shmbrokerd %s, pid %d, up ", SHMB_VERSION, (int)d->pid);
     views = count_of(text, header);
     clears = count_of(text, "\033[2J");
-    if (views < 2 || clears < 2 || count_of(text, "objects   0 committed") < 2 ||
-        count_of(text, "(every 1s; Ctrl-C to stop)") < 2) {
+    if (views < 2 || clears != 0 || count_of(text, "\033[") != 0 ||
+        count_of(text, "objects   0 committed") < 2) {
         print_error("---- output of status --watch 1:\n%s---- end\n", text);
         free(text);
         h_fail("status --watch 1 showed %d views (%d screen clears) in 1.5 s; expected 2",

@@ -111,16 +111,63 @@ static void test_scan_batch(void **state)
                              "8},{\"ok\":true}]}";
     static const char failed[] = "{\"ok\":true,\"replies\":[{\"ok\":true},{\"ok\":false,"
                                  "\"error\":\"EEXIST\",\"message\":\"m\"}]}";
-    struct line_reply r[2];
+    static const char with_id[] = "{\"ok\":true,\"replies\":[{\"ok\":true}],\"id\":77}";
+    static const char bad_id[] = "{\"ok\":true,\"replies\":[{\"ok\":true}],\"id\":\"x\"}";
+    struct line_reply r[2], whole;
 
     (void)state;
-    assert_int_equal(line_scan_batch(ok, ok + strlen(ok), r, 2), 0);
+    assert_int_equal(line_scan_batch(ok, ok + strlen(ok), r, 2, &whole), 0);
     assert_int_equal(r[0].offset, 4160);
     assert_int_equal(r[0].size, 8);
     assert_false(r[1].has_offset);
-    assert_int_equal(line_scan_batch(ok, ok + strlen(ok), r, 1), -1);
-    assert_int_equal(line_scan_batch(ok, ok + strlen(ok) - 1, r, 2), -1);
-    assert_int_equal(line_scan_batch(failed, failed + strlen(failed), r, 2), -1);
+    assert_false(whole.has_id);
+    assert_int_equal(line_scan_batch(ok, ok + strlen(ok), r, 1, &whole), -1);
+    assert_int_equal(line_scan_batch(ok, ok + strlen(ok) - 1, r, 2, &whole), -1);
+    assert_int_equal(line_scan_batch(failed, failed + strlen(failed), r, 2, &whole), -1);
+    assert_int_equal(line_scan_batch(with_id, with_id + strlen(with_id), r, 1, &whole), 0);
+    assert_true(whole.has_id);
+    assert_int_equal(whole.id, 77);
+    assert_int_equal(line_scan_batch(bad_id, bad_id + strlen(bad_id), r, 1, &whole), -1);
+}
+
+/* Proves that the recogniser reports a reply's integer "id" wherever it
+ * stands, reports none for an id of another kind, and refuses a second
+ * "id" (jansson refuses duplicates; a reply must answer one request). */
+static void test_scan_id(void **state)
+{
+    static const char a[] = "{\"ok\":true,\"offset\":4160,\"size\":64,\"id\":12}";
+    static const char b[] = "{\"ok\":true,\"id\":4611686018427387904}";
+    static const char c[] = "{\"ok\":true,\"id\":\"12\"}";
+    static const char d[] = "{\"ok\":true}";
+    static const char *const dup[] = {
+        "{\"ok\":true,\"id\":1,\"id\":2}",
+        "{\"ok\":true,\"id\":\"x\",\"id\":2}",
+        "{\"ok\":true,\"id\":null,\"offset\":1,\"id\":2}",
+    };
+    struct line_reply r;
+    const char *p;
+    size_t i;
+
+    (void)state;
+    p = a;
+    assert_int_equal(line_scan_reply(&p, a + strlen(a), &r), 0);
+    assert_true(r.has_id && r.has_offset);
+    assert_int_equal(r.id, 12);
+    p = b;
+    assert_int_equal(line_scan_reply(&p, b + strlen(b), &r), 0);
+    assert_true(r.has_id);
+    assert_true(r.id == UINT64_C(4611686018427387904));
+    p = c;
+    assert_int_equal(line_scan_reply(&p, c + strlen(c), &r), 0);
+    assert_false(r.has_id);
+    p = d;
+    assert_int_equal(line_scan_reply(&p, d + strlen(d), &r), 0);
+    assert_false(r.has_id);
+    for (i = 0; i < sizeof(dup) / sizeof(dup[0]); i++) {
+        p = dup[i];
+        assert_int_equal(line_scan_reply(&p, dup[i] + strlen(dup[i]), &r), -1);
+        assert_ptr_equal(p, dup[i]);
+    }
 }
 
 int main(void)
@@ -130,6 +177,7 @@ int main(void)
         cmocka_unit_test(test_scan_success),
         cmocka_unit_test(test_scan_refuses),
         cmocka_unit_test(test_scan_batch),
+        cmocka_unit_test(test_scan_id),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,197 @@
+/*
+ * End-to-end tests of what shmbrokerctl prints and how it exits: keys and
+ * client names from other clients are escaped in every human-facing table
+ * (no terminal codes, no forged rows) while --json stays exact JSON; keys the
+ * ctl refuses itself are usage errors (exit 2); status --watch writes no
+ * terminal codes into a pipe and exits 69 when the daemon goes away.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checks.h"
+#include "harness.h"
+#include "shmbroker.h"
+
+/* A key that clears the screen, sets the window title and forges a row. */
+#define EVIL_KEY "\x1b[2J\x1b]0;owned\a\nfake-line"
+#define EVIL_KEY_ESCAPED "\\x1b[2J\\x1b]0;owned\\x07\\x0afake-line"
+#define EVIL_NAME "\x1b[31mred\nforged\x7f"
+
+/* ---- helpers --------------------------------------------------------------- */
+
+/* Show what a run printed when it did not do what the test wanted. */
+static void dump_run(const char *what, const struct h_run *r)
+{
+    print_error("%s: exit %d\n---- stdout:\n%s---- stderr:\n%s----\n", what, r->status,
+                r->out ? r->out : "", r->err ? r->err : "");
+}
+
+/* The run exited with status and its stdout / stderr contain out / err. */
+#define expect_run(r, status, out, err) \
+    expect_run_at((r), (status), (out), (err), __FILE__, __LINE__)
+static void expect_run_at(const struct h_run *r, int status, const char *out, const char *err,
+                          const char *file, int line)
+{
+    if (r->status != status || (out != NULL && strstr(r->out, out) == NULL) ||
+        (err != NULL && strstr(r->err, err) == NULL)) {
+        dump_run("unexpected result", r);
+        h_fail_at(file, line, "expected exit %d%s%s%s%s", status, out ? ", stdout with " : "",
+                  out ? out : "", err ? ", stderr with " : "", err ? err : "");
+    }
+}
+
+/* No byte of s[0..len) is a control byte other than '\n' (ESC, BEL, DEL
+ * and the C1 range included), and no line starts with "fake-line" or
+ * "forged". */
+static void expect_clean(const struct h_run *r, const char *what)
+{
+    const unsigned char *s = (const unsigned char *)r->out;
+    size_t i;
+
+    for (i = 0; i < r->out_len; i++) {
+        bool c1 = s[i] == 0xc2 && i + 1 < r->out_len && s[i + 1] >= 0x80 && s[i + 1] < 0xa0;
+
+        if ((s[i] < 0x20 && s[i] != '\n') || s[i] == 0x7f || c1) {
+            dump_run(what, r);
+            h_fail("%s: raw control byte 0x%02x at offset %zu of stdout", what, s[i], i);
+        }
+    }
+    if (strstr(r->out, "\nfake-line") != NULL || strstr(r->out, "\nforged") != NULL) {
+        dump_run(what, r);
+        h_fail("%s: a key or name forged a line", what);
+    }
+}
+
+/* ---- tests ----------------------------------------------------------------- */
+
+/* ls, status and clients print keys and names escaped; status --json keeps
+ * the exact bytes of the key. */
+static void test_escaped_tables(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *w = h_lib_connect(d, "writer", 0), *evil = h_lib_connect(d, EVIL_NAME, 0);
+    const void *p;
+    size_t len;
+    struct h_run r;
+    json_t *stats;
+
+    ok(w, h_put_pattern(w, EVIL_KEY, 64, 1, 0));
+    ok(w, h_put_pattern(w, "plain", 64, 2, 0));
+    ok(w, shmb_get(w, EVIL_KEY, &p, &len)); /* pinned: the blocker */
+
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "ls", NULL), 0);
+    expect_run(&r, 0, EVIL_KEY_ESCAPED, NULL);
+    expect_clean(&r, "ls");
+    assert_int_equal(h_count(r.out, "\n"), 3); /* the header and two rows */
+    h_run_free(&r);
+
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", NULL), 0);
+    expect_run(&r, 0, "blocker   '" EVIL_KEY_ESCAPED "'", NULL);
+    expect_clean(&r, "status");
+    h_run_free(&r);
+
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "clients", NULL), 0);
+    expect_run(&r, 0, "\\x1b[31mred\\x0aforge", NULL); /* cut to 20 bytes */
+    expect_clean(&r, "clients");
+    h_run_free(&r);
+
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", "--json", NULL), 0);
+    expect_run(&r, 0, NULL, NULL);
+    stats = json_loads(r.out, 0, NULL);
+    assert_non_null(stats);
+    assert_string_equal(h_str(json_object_get(stats, "blocker"), "key"), EVIL_KEY);
+    assert_null(json_object_get(stats, "id"));
+    json_decref(stats);
+    h_run_free(&r);
+
+    /* The daemon's messages quote keys: escaped too. */
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "get", EVIL_KEY "-nope", NULL), 0);
+    expect_run(&r, 1, NULL, "ENOENT");
+    assert_null(strchr(r.err, '\x1b'));
+    assert_non_null(strstr(r.err, "\\x1b[2J"));
+    h_run_free(&r);
+
+    ok(w, shmb_release(w, EVIL_KEY));
+    shmb_close(evil);
+    shmb_close(w);
+    h_pass(f);
+}
+
+/* Keys the ctl refuses itself (256 bytes, not UTF-8) and an empty input
+ * file are usage errors: exit 2 with the key check's words, nothing sent. */
+static void test_refused_arguments(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    char long_key[257], empty[PATH_MAX];
+    struct h_run r;
+
+    memset(long_key, 'k', 256);
+    long_key[256] = '\0';
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "rm", long_key, NULL), 0);
+    expect_run(&r, 2, NULL, "EINVAL: Key of 256 bytes");
+    h_run_free(&r);
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "get", "bin\xff\xfekey", NULL), 0);
+    expect_run(&r, 2, NULL, "not valid UTF-8");
+    h_run_free(&r);
+    assert_int_equal(h_ctl(f, d, "x", 1, &r, "put", long_key, "-", NULL), 0);
+    expect_run(&r, 2, NULL, "Key of 256 bytes");
+    h_run_free(&r);
+    h_path(f, "empty", empty, sizeof(empty));
+    assert_int_equal(h_write_file(empty, "", 0), 0);
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "put", "k", empty, NULL), 0);
+    expect_run(&r, 2, NULL, "is empty");
+    h_run_free(&r);
+    /* The daemon's own refusal is still 1. */
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "rm", "absent", NULL), 0);
+    expect_run(&r, 1, NULL, "ENOENT");
+    h_run_free(&r);
+    h_pass(f);
+}
+
+/* Stop the daemon (arg) after a moment, while status --watch runs. */
+static int stop_daemon_later(void *arg)
+{
+    const struct h_daemon *d = arg;
+
+    h_sleep_ms(1500);
+    return kill(d->pid, SIGTERM) == 0 ? 0 : 1;
+}
+
+/* status --watch into a pipe: views one after another without terminal
+ * codes; when the daemon goes away, exit 69 with the ctl's own words. */
+static void test_watch_pipe_and_exit(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    struct h_run r;
+    pid_t helper;
+
+    assert_true((helper = h_fork(f, stop_daemon_later, d)) > 0);
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", "--watch", "1", NULL), 0);
+    expect_run(&r, 69, "shmbrokerd ", "lost the connection to shmbrokerd");
+    expect_clean(&r, "status --watch");
+    assert_null(strstr(r.out, "\x1b["));
+    assert_null(strstr(r.err, "shmb_reconnect"));
+    h_run_free(&r);
+    assert_int_equal(h_child_wait(f, helper, 5000), 0);
+    h_pass(f);
+}
+
+#define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
+
+int main(void)
+{
+    static const struct CMUnitTest tests[] = {
+        TEST(test_escaped_tables),
+        TEST(test_refused_arguments),
+        TEST(test_watch_pipe_and_exit),
+    };
+
+    return cmocka_run_group_tests_name("test_ctl_output", tests, NULL, NULL);
+}
