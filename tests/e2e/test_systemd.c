@@ -582,9 +582,30 @@ static void test_notify_watchdog(void **state)
 /* ---- socket activation ------------------------------------------------------ */
 
 /* h_eventually callback: the path exists. */
-static bool path_exists(void *arg)
+/* True when a socket bound at path (arg) listens: /proc/net/unix shows its
+ * flags with __SO_ACCEPTCON (0x10000). The path alone appears at bind(),
+ * before listen(), when a connect is still refused; and a probing connect
+ * would itself be the first connection that activates the daemon. */
+static bool path_listens(void *arg)
 {
-    return h_exists(arg);
+    const char *path = arg;
+    char line[PATH_MAX + 128];
+    bool found = false;
+    FILE *fp = fopen("/proc/net/unix", "re");
+
+    if (fp == NULL)
+        return false;
+    while (!found && fgets(line, sizeof(line), fp) != NULL) {
+        char *name = strrchr(line, ' ');
+        unsigned long flags = 0;
+
+        line[strcspn(line, "\n")] = '\0';
+        if (name == NULL || strcmp(name + 1, path) != 0)
+            continue;
+        found = sscanf(line, "%*s %*s %*s %lx", &flags) == 1 && (flags & 0x10000) != 0;
+    }
+    fclose(fp);
+    return found;
 }
 
 /* The basename of the program pid runs, into out. */
@@ -629,8 +650,8 @@ static void test_socket_activation(void **state)
      * /run/shmbroker. */
     daemon_argv(d, (const char *const[]){"--size", "4M", NULL}, argv + n, 20 - (size_t)n);
     d->pid = spawn(argv, NULL, d->log, d->log, -1);
-    if (!h_eventually(path_exists, path, H_READY_TIMEOUT_MS))
-        h_fail("systemd-socket-activate did not create %s", path);
+    if (!h_eventually(path_listens, path, H_READY_TIMEOUT_MS))
+        h_fail("systemd-socket-activate did not listen on %s", path);
 
     /* The daemon does not run yet: only the first connection starts it. */
     proc_exe(d->pid, exe, sizeof(exe));
