@@ -28,6 +28,8 @@ struct daemon {
     uv_loop_t loop;
     uv_signal_t sigterm, sigint;
     uv_timer_t expiry; /* drops allocations older than --alloc-timeout */
+    uv_prepare_t expiry_arm; /* before the loop sleeps: arms expiry, or stops it */
+    uint64_t expiry_due;     /* monotonic ms expiry is armed for; 0 = stopped */
     uv_signal_t sighup;
     uv_timer_t status;   /* STATUS= for systemd, once a second */
     uv_timer_t watchdog; /* WATCHDOG=1 at half of $WATCHDOG_USEC */
@@ -149,6 +151,9 @@ static void daemon_on_expiry(uv_timer_t *timer)
     struct daemon *d = timer->data;
     size_t n = store_expire_pending(d->store, d->cfg.alloc_timeout_ms);
 
+    d->expiry_due = 0; /* daemon_on_expiry_arm arms it for the next one */
+    log_debug("expiry timer: %zu allocation(s) dropped", n);
+
     if (n > 0)
         log_info(
             "dropped %zu allocation(s) not committed within %llu ms (--alloc-timeout)", n,
@@ -174,6 +179,7 @@ static void daemon_on_signal(uv_signal_t *handle, int signum)
     notify_send("STOPPING=1");
     server_close(&d->server);
     uv_close((uv_handle_t *)&d->expiry, NULL);
+    uv_close((uv_handle_t *)&d->expiry_arm, NULL);
     uv_close((uv_handle_t *)&d->sighup, NULL);
     uv_close((uv_handle_t *)&d->status, NULL);
     uv_close((uv_handle_t *)&d->watchdog, NULL);
@@ -326,18 +332,34 @@ static void daemon_drop_truncated(struct daemon *d, uint64_t truncated_at)
                   "may read as zeros");
 }
 
-/* (Re)start the expiry timer: a quarter of --alloc-timeout, between 10 ms
- * and 1 s, bounds how late an expiry comes without waking the loop
- * needlessly. */
+/* Before the loop sleeps: arm the expiry timer for the deadline of the
+ * oldest pending allocation, or stop it when nothing can expire, so that an
+ * idle daemon is not woken at all. Re-armed only when that deadline moved. */
+static void daemon_on_expiry_arm(uv_prepare_t *handle)
+{
+    struct daemon *d = handle->data;
+    uint64_t oldest = store_oldest_pending_ms(d->store), due, now;
+
+    if (d->cfg.alloc_timeout_ms == 0 || oldest == UINT64_MAX) {
+        if (d->expiry_due != 0)
+            uv_timer_stop(&d->expiry);
+        d->expiry_due = 0;
+        return;
+    }
+    due = oldest + d->cfg.alloc_timeout_ms;
+    if (due == d->expiry_due)
+        return;
+    now = command_now_ms();
+    d->expiry_due = due;
+    uv_timer_start(&d->expiry, daemon_on_expiry, due > now ? due - now : 0, 0);
+}
+
+/* --alloc-timeout changed (SIGHUP): arm the timer again for the new deadline. */
 static void daemon_start_expiry(struct daemon *d)
 {
-    uint64_t every = d->cfg.alloc_timeout_ms / 4;
-
     uv_timer_stop(&d->expiry);
-    if (d->cfg.alloc_timeout_ms == 0)
-        return;
-    every = every < 10 ? 10 : every > 1000 ? 1000 : every;
-    uv_timer_start(&d->expiry, daemon_on_expiry, every, every);
+    d->expiry_due = 0;
+    daemon_on_expiry_arm(&d->expiry_arm);
 }
 
 /* Everything before the loop: probe, segment, store, listener. */
@@ -435,7 +457,10 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         log_info("serving the listening socket systemd passed (fd 3): %s", d->server.path);
     uv_timer_init(&d->loop, &d->expiry);
     d->expiry.data = d;
-    daemon_start_expiry(d);
+    uv_prepare_init(&d->loop, &d->expiry_arm);
+    d->expiry_arm.data = d;
+    uv_prepare_start(&d->expiry_arm, daemon_on_expiry_arm);
+    uv_unref((uv_handle_t *)&d->expiry_arm);
     uv_signal_init(&d->loop, &d->sigterm);
     uv_signal_init(&d->loop, &d->sigint);
     uv_signal_init(&d->loop, &d->sighup);
