@@ -101,7 +101,7 @@ static void daemon_on_sighup(uv_signal_t *handle, int signum)
     if (daemon_open_log(d->cfg.log_file, &err) < 0)
         log_error("%s", err.message);
     if (config_parse(&next, d->argc, d->argv, &err) != CONFIG_RUN) {
-        log_error("SIGHUP: settings not reloaded: %s", err.message);
+        log_error("SIGHUP: settings not reloaded, nothing changed: %s", err.message);
         return;
     }
     if (next.size != d->cfg.size || next.max_object_size != d->cfg.max_object_size)
