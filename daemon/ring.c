@@ -153,6 +153,11 @@ int ring_alloc(struct ring *r, uint64_t payload_size, const char *label, size_t 
     if (label_len > SHMB_KEY_MAX)
         return shmb_error_set(err, -EINVAL, "Key of %zu bytes is longer than %u bytes.",
                               label_len, SHMB_KEY_MAX);
+    /* Headers are built in private memory and copied in through the guard:
+     * a client with the read-write descriptor may have truncated the file or
+     * punched a hole in it, and then the copy fails instead of killing us. */
+    if ((rc = segment_guard_check(err)) < 0)
+        return rc;
     need = ring_chunk_size(label_len, payload_size);
     if (need == 0 || need > r->size)
         return shmb_error_set(err, -E2BIG,
@@ -170,11 +175,6 @@ int ring_alloc(struct ring *r, uint64_t payload_size, const char *label, size_t 
     if (r->count == r->cap && ring_grow(r) < 0)
         return shmb_error_set(err, -ENOMEM, "Out of memory for the ring's chunk list.");
 
-    /* Headers are built in private memory and copied in through the guard:
-     * a client with the read-write descriptor may have truncated the file or
-     * punched a hole in it, and then the copy fails instead of killing us. */
-    if ((rc = segment_guard_check(err)) < 0)
-        return rc;
     /* Mark the skipped tail so that a walk of the segment can step over it. */
     gap_at = r->end % r->size;
     if (pos != r->end && gap_at != 0) {
