@@ -4,13 +4,17 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "../proto/alloc.h"
 #include "../proto/protocol.h"
 #include "segment.h"
 #include "store.h"
@@ -255,12 +259,12 @@ static int config_copy(char *dst, size_t len, const char *flag, const char *valu
 /* The options table is shared by the flag parser and the file reader. */
 static const struct option *config_options(void);
 
-/* Arguments built from a config file, followed by the command line's. */
+/* Arguments built from a config file, followed by the command line's. Every
+ * string in argv is a copy this struct owns (getopt may permute argv, never
+ * the strings). The file's size bounds how many there are. */
 struct config_args {
     char **argv;
     int argc, cap;
-    char *storage[2048]; /* strings this struct owns */
-    int nstorage;
 };
 
 /* Append one argument (copied); -ENOMEM. */
@@ -277,10 +281,8 @@ static int config_args_add(struct config_args *a, const char *arg)
         a->argv = grown;
         a->cap = cap;
     }
-    if (a->nstorage == (int)(sizeof(a->storage) / sizeof(a->storage[0])) ||
-        (copy = strdup(arg)) == NULL)
+    if ((copy = strdup(arg)) == NULL)
         return -ENOMEM;
-    a->storage[a->nstorage++] = copy;
     a->argv[a->argc++] = copy;
     a->argv[a->argc] = NULL;
     return 0;
@@ -290,8 +292,8 @@ static void config_args_free(struct config_args *a)
 {
     int i;
 
-    for (i = 0; i < a->nstorage; i++)
-        free(a->storage[i]);
+    for (i = 0; i < a->argc; i++)
+        free(a->argv[i]);
     free(a->argv);
     memset(a, 0, sizeof(*a));
 }
@@ -310,22 +312,144 @@ static char *config_trim(char *s)
     return s;
 }
 
-/* Turn "name = value" lines of path into "--name value" arguments. */
+/* Read the whole of path into a NUL-terminated buffer the caller frees
+ * (shmb_free). Only a regular file of at most CONFIG_FILE_MAX bytes: a FIFO
+ * would block the open or the read, /dev/zero would never end, a directory
+ * reads as nothing. The file must not change while it is read, so that a
+ * rewrite in progress is not taken for the settings. */
+static int config_load(const char *path, char **out, size_t *out_len,
+                       struct shmb_error *err)
+{
+    struct stat before, after;
+    char *buf = NULL;
+    size_t len = 0;
+    ssize_t n;
+    int fd, rc = 0, saved;
+
+    /* O_NONBLOCK: opening a FIFO for reading must not wait for a writer. */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        saved = errno;
+        return shmb_error_set(err, -saved, "Cannot read --config %s: %s.", path,
+                              strerror(saved));
+    }
+    if (fstat(fd, &before) != 0) {
+        saved = errno;
+        rc = shmb_error_set(err, -saved, "Cannot read --config %s: %s.", path,
+                            strerror(saved));
+        goto out;
+    }
+    if (S_ISDIR(before.st_mode)) {
+        rc = shmb_error_set(err, -EISDIR,
+                            "--config %s is a directory; give the settings file.", path);
+        goto out;
+    }
+    if (!S_ISREG(before.st_mode)) {
+        rc = shmb_error_set(err, -EINVAL,
+                            "--config %s is not a regular file (a FIFO, device or "
+                            "socket); give the settings file.",
+                            path);
+        goto out;
+    }
+    if (before.st_size > CONFIG_FILE_MAX) {
+        rc = shmb_error_set(err, -EFBIG,
+                            "--config %s is %lld bytes; a settings file may have at most "
+                            "%d.",
+                            path, (long long)before.st_size, CONFIG_FILE_MAX);
+        goto out;
+    }
+    /* One byte more than the limit tells a file that grew past it. */
+    if ((buf = shmb_malloc(CONFIG_FILE_MAX + 2)) == NULL) {
+        rc = shmb_error_set(err, -ENOMEM, "Out of memory reading --config %s.", path);
+        goto out;
+    }
+    while (len <= CONFIG_FILE_MAX &&
+           (n = read(fd, buf + len, CONFIG_FILE_MAX + 1 - len)) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            saved = errno;
+            rc = shmb_error_set(err, -saved, "Cannot read --config %s: %s.", path,
+                                strerror(saved));
+            goto out;
+        }
+        len += (size_t)n;
+    }
+    if (len > CONFIG_FILE_MAX) {
+        rc = shmb_error_set(err, -EFBIG,
+                            "--config %s is more than %d bytes, the most a settings file "
+                            "may have.",
+                            path, CONFIG_FILE_MAX);
+        goto out;
+    }
+    if (fstat(fd, &after) != 0 || after.st_size != (off_t)len ||
+        after.st_size != before.st_size ||
+        after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
+        after.st_mtim.tv_nsec != before.st_mtim.tv_nsec) {
+        rc = shmb_error_set(err, -EAGAIN,
+                            "--config %s changed while it was being read; write it to "
+                            "another file and rename that over it.",
+                            path);
+        goto out;
+    }
+    buf[len] = '\0';
+    *out = buf;
+    *out_len = len;
+    buf = NULL;
+out:
+    shmb_free(buf);
+    close(fd);
+    return rc;
+}
+
+/* Turn "name = value" lines of path into "--name value" arguments. The file
+ * is read whole and parsed whole: an error anywhere fails it all. */
 static int config_read_file(const char *path, struct config_args *a,
                             struct shmb_error *err)
 {
-    char line[PATH_MAX + 128];
-    FILE *f = fopen(path, "re");
-    int lineno = 0, rc = 0;
+    char *text = NULL, *line, *next;
+    size_t len = 0;
+    int lineno = 0, rc;
 
-    if (f == NULL)
-        return shmb_error_set(err, -errno, "Cannot read --config %s: %s.", path,
-                              strerror(errno));
-    while (rc == 0 && fgets(line, sizeof(line), f) != NULL) {
+    if ((rc = config_load(path, &text, &len, err)) < 0)
+        return rc;
+    if (len == 0) {
+        /* What a file being rewritten in place looks like between its
+         * truncation and its first write. */
+        rc = shmb_error_set(err, -EINVAL,
+                            "--config %s is empty; keep a comment line in it to run "
+                            "with no settings from the file.",
+                            path);
+        goto out;
+    }
+    for (line = text; rc == 0 && line < text + len; line = next) {
+        char *nl = memchr(line, '\n', (size_t)(text + len - line));
         const struct option *opt;
         char *key, *value, *eq, flag[96];
 
         lineno++;
+        if (nl == NULL) {
+            rc = shmb_error_set(err, -EINVAL,
+                                "%s:%d: the last line does not end with a newline: the "
+                                "file looks cut short (is it being written?). End it with "
+                                "a newline.",
+                                path, lineno);
+            break;
+        }
+        *nl = '\0';
+        next = nl + 1;
+        if ((size_t)(nl - line) > CONFIG_LINE_MAX) {
+            rc = shmb_error_set(err, -EINVAL,
+                                "%s:%d: the line is %zu bytes long; a line may have at "
+                                "most %d.",
+                                path, lineno, (size_t)(nl - line), CONFIG_LINE_MAX);
+            break;
+        }
+        if (strlen(line) != (size_t)(nl - line)) {
+            rc = shmb_error_set(err, -EINVAL, "%s:%d: the line holds a NUL byte.", path,
+                                lineno);
+            break;
+        }
         key = config_trim(line);
         if (key[0] == '\0' || key[0] == '#')
             continue;
@@ -369,7 +493,8 @@ static int config_read_file(const char *path, struct config_args *a,
         if (rc == -ENOMEM)
             shmb_error_set(err, rc, "%s:%d: out of memory.", path, lineno);
     }
-    fclose(f);
+out:
+    shmb_free(text);
     return rc;
 }
 

@@ -29,6 +29,12 @@
  * long holds a slot (of --max-clients) for nothing. */
 #define CONFIG_DEFAULT_HELLO_TIMEOUT_MS 10000
 
+/* A settings file is a few hundred bytes; one of a megabyte is a mistake
+ * (or /dev/zero), and reading it whole must stay cheap on every SIGHUP. */
+#define CONFIG_FILE_MAX (1024 * 1024)
+/* The longest useful line: a path value and its name. */
+#define CONFIG_LINE_MAX (PATH_MAX + 128)
+
 struct config {
     uint64_t size;            /* segment bytes, header page included */
     uint64_t max_object_size; /* 0 = min(128 MiB, size / 2) */

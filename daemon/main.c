@@ -28,6 +28,8 @@ struct daemon {
     uv_loop_t loop;
     uv_signal_t sigterm, sigint;
     uv_timer_t expiry; /* drops allocations older than --alloc-timeout */
+    uv_prepare_t expiry_arm; /* before the loop sleeps: arms expiry, or stops it */
+    uint64_t expiry_due;     /* monotonic ms expiry is armed for; 0 = stopped */
     uv_signal_t sighup;
     uv_timer_t status;   /* STATUS= for systemd, once a second */
     uv_timer_t watchdog; /* WATCHDOG=1 at half of $WATCHDOG_USEC */
@@ -99,7 +101,7 @@ static void daemon_on_sighup(uv_signal_t *handle, int signum)
     if (daemon_open_log(d->cfg.log_file, &err) < 0)
         log_error("%s", err.message);
     if (config_parse(&next, d->argc, d->argv, &err) != CONFIG_RUN) {
-        log_error("SIGHUP: settings not reloaded: %s", err.message);
+        log_error("SIGHUP: settings not reloaded, nothing changed: %s", err.message);
         return;
     }
     if (next.size != d->cfg.size || next.max_object_size != d->cfg.max_object_size)
@@ -149,10 +151,20 @@ static void daemon_on_expiry(uv_timer_t *timer)
     struct daemon *d = timer->data;
     size_t n = store_expire_pending(d->store, d->cfg.alloc_timeout_ms);
 
+    d->expiry_due = 0; /* daemon_on_expiry_arm arms it for the next one */
+    log_debug("expiry timer: %zu allocation(s) dropped", n);
+
     if (n > 0)
         log_info(
             "dropped %zu allocation(s) not committed within %llu ms (--alloc-timeout)", n,
             (unsigned long long)d->cfg.alloc_timeout_ms);
+}
+
+/* The segment guard found the file broken by a client (segment.h): say so
+ * once; every refused allocation repeats it to its client. */
+static void daemon_on_segment_broken(const char *message)
+{
+    log_error("%s", message);
 }
 
 /* SIGTERM or SIGINT: stop accepting, close every client, let the loop end. */
@@ -167,6 +179,7 @@ static void daemon_on_signal(uv_signal_t *handle, int signum)
     notify_send("STOPPING=1");
     server_close(&d->server);
     uv_close((uv_handle_t *)&d->expiry, NULL);
+    uv_close((uv_handle_t *)&d->expiry_arm, NULL);
     uv_close((uv_handle_t *)&d->sighup, NULL);
     uv_close((uv_handle_t *)&d->status, NULL);
     uv_close((uv_handle_t *)&d->watchdog, NULL);
@@ -257,18 +270,96 @@ static int daemon_adopt(struct daemon *d, const struct store_config *scfg, uint6
     return 0;
 }
 
-/* (Re)start the expiry timer: a quarter of --alloc-timeout, between 10 ms
- * and 1 s, bounds how late an expiry comes without waking the loop
- * needlessly. */
+/* Keys of the adopted objects whose bytes run past a truncation point. */
+struct daemon_lost {
+    uint64_t end; /* the file's size when it was found truncated */
+    struct {
+        char *key;
+        size_t len;
+    } *keys;
+    size_t n, cap;
+    bool oom;
+};
+
+/* store_list callback: collect an object that ends past lost->end. */
+static int daemon_collect_lost(const struct store_entry *e, void *arg)
+{
+    struct daemon_lost *lost = arg;
+    void *grown;
+
+    if (e->offset + e->size <= lost->end)
+        return 0;
+    if (lost->n == lost->cap) {
+        size_t cap = lost->cap ? lost->cap * 2 : 16;
+
+        if ((grown = shmb_realloc(lost->keys, cap * sizeof(*lost->keys))) == NULL) {
+            lost->oom = true;
+            return 1;
+        }
+        lost->keys = grown;
+        lost->cap = cap;
+    }
+    lost->keys[lost->n].len = e->key_len;
+    if ((lost->keys[lost->n].key = shmb_strndup(e->key, e->key_len)) == NULL) {
+        lost->oom = true;
+        return 1;
+    }
+    lost->n++;
+    return 0;
+}
+
+/* After adopting a segment a client had truncated (and segment_regrow grew
+ * back): an object whose header survived but whose bytes ran past the cut
+ * now reads as zeros; drop it rather than serve it. */
+static void daemon_drop_truncated(struct daemon *d, uint64_t truncated_at)
+{
+    struct daemon_lost lost = {.end = truncated_at};
+    size_t i;
+
+    if (truncated_at == UINT64_MAX)
+        return;
+    store_list(d->store, "", 0, SIZE_MAX, daemon_collect_lost, &lost);
+    for (i = 0; i < lost.n; i++) {
+        log_warn("object '%.*s' dropped: its bytes ran past the %llu bytes left of the "
+                 "truncated segment",
+                 (int)lost.keys[i].len, lost.keys[i].key, (unsigned long long)truncated_at);
+        store_delete(d->store, lost.keys[i].key, lost.keys[i].len, NULL);
+        shmb_free(lost.keys[i].key);
+    }
+    shmb_free(lost.keys);
+    if (lost.oom)
+        log_error("out of memory listing the objects past the truncation point; some "
+                  "may read as zeros");
+}
+
+/* Before the loop sleeps: arm the expiry timer for the deadline of the
+ * oldest pending allocation, or stop it when nothing can expire, so that an
+ * idle daemon is not woken at all. Re-armed only when that deadline moved. */
+static void daemon_on_expiry_arm(uv_prepare_t *handle)
+{
+    struct daemon *d = handle->data;
+    uint64_t oldest = store_oldest_pending_ms(d->store), due, now;
+
+    if (d->cfg.alloc_timeout_ms == 0 || oldest == UINT64_MAX) {
+        if (d->expiry_due != 0)
+            uv_timer_stop(&d->expiry);
+        d->expiry_due = 0;
+        return;
+    }
+    due = oldest + d->cfg.alloc_timeout_ms;
+    if (due == d->expiry_due)
+        return;
+    now = command_now_ms();
+    d->expiry_due = due;
+    uv_timer_start(&d->expiry, daemon_on_expiry, due > now ? due - now : 0, 0);
+}
+
+/* --alloc-timeout changed (SIGHUP): arm the timer again for the new deadline. */
 static void daemon_start_expiry(struct daemon *d)
 {
-    uint64_t every = d->cfg.alloc_timeout_ms / 4;
-
     uv_timer_stop(&d->expiry);
-    if (d->cfg.alloc_timeout_ms == 0)
-        return;
-    every = every < 10 ? 10 : every > 1000 ? 1000 : every;
-    uv_timer_start(&d->expiry, daemon_on_expiry, every, every);
+    d->expiry_due = 0;
+    daemon_on_expiry_arm(&d->expiry_arm);
 }
 
 /* Everything before the loop: probe, segment, store, listener. */
@@ -280,7 +371,7 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         .lease_expired = daemon_on_lease_expired,
         .lease_arg = d,
     };
-    uint64_t size = segment_round_size(d->cfg.size), page;
+    uint64_t size = segment_round_size(d->cfg.size), page, truncated_at = UINT64_MAX;
     char h1[32], h2[32], h3[32];
     int listen_fd = -1, stale = 0;
     int rc;
@@ -315,6 +406,15 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         return rc;
     if (!d->activated && (stale = server_probe(d->cfg.socket_path, err)) < 0)
         return stale;
+    /* A segment a client shrank is grown back to its size before the checks
+     * read it, so that it can be adopted (segment_adopt re-reserves it). */
+    if (!d->cfg.fresh &&
+        (rc = segment_regrow(d->cfg.shm_dir, d->cfg.name, &truncated_at, err)) < 0)
+        return rc;
+    if (rc == 1)
+        log_warn("segment %s/%s had been truncated by a client to %llu bytes; grown back "
+                 "to the size its header records (objects in the lost part are gone)",
+                 d->cfg.shm_dir, d->cfg.name, (unsigned long long)truncated_at);
     if ((rc = daemon_check_segment(d, size, err)) < 0)
         return rc;
     if ((stale == 1 && (rc = server_remove_stale(d->cfg.socket_path, err)) < 0) ||
@@ -323,6 +423,7 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
     if (d->adopt) {
         if ((rc = daemon_adopt(d, &scfg, size, err)) < 0)
             return rc;
+        daemon_drop_truncated(d, truncated_at);
     } else {
         if ((rc = segment_create(&d->seg, d->cfg.shm_dir, d->cfg.name, size, err)) < 0)
             return rc;
@@ -333,6 +434,8 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
             return err->code;
         }
     }
+    if ((rc = segment_guard_watch(&d->seg, daemon_on_segment_broken, err)) < 0)
+        goto fail;
     d->env.store = d->store;
     d->env.segment = &d->seg;
     d->env.shm_dir = d->cfg.shm_dir;
@@ -354,7 +457,10 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         log_info("serving the listening socket systemd passed (fd 3): %s", d->server.path);
     uv_timer_init(&d->loop, &d->expiry);
     d->expiry.data = d;
-    daemon_start_expiry(d);
+    uv_prepare_init(&d->loop, &d->expiry_arm);
+    d->expiry_arm.data = d;
+    uv_prepare_start(&d->expiry_arm, daemon_on_expiry_arm);
+    uv_unref((uv_handle_t *)&d->expiry_arm);
     uv_signal_init(&d->loop, &d->sigterm);
     uv_signal_init(&d->loop, &d->sigint);
     uv_signal_init(&d->loop, &d->sighup);

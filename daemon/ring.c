@@ -5,10 +5,12 @@
 #include "ring.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "../proto/alloc.h"
+#include "segment.h"
 
 #define RING_FIXED_HEADER sizeof(struct shmb_chunk_header)
 #define RING_SLOTS_START 64
@@ -43,9 +45,10 @@ static void ring_sync_cursor(struct ring *r)
 {
     if (r->cursor == NULL)
         return;
-    r->cursor->ring_start = r->start;
-    r->cursor->ring_end = r->end;
-    r->cursor->ring_next_id = r->next_id;
+    /* Guarded writes (segment_store): a client may have truncated the file. */
+    segment_store(&r->cursor->ring_start, &r->start, sizeof(r->start));
+    segment_store(&r->cursor->ring_end, &r->end, sizeof(r->end));
+    segment_store(&r->cursor->ring_next_id, &r->next_id, sizeof(r->next_id));
 }
 
 int ring_init(struct ring *r, void *data, uint64_t data_offset, uint64_t size,
@@ -130,18 +133,31 @@ static struct shmb_chunk_header *ring_header_at(const struct ring *r, uint64_t p
     return (struct shmb_chunk_header *)(r->data + phys);
 }
 
+/* Write one header field of the chunk at phys through the guard. */
+static void ring_store_field(struct ring *r, uint64_t phys, size_t field, const void *value,
+                             size_t len)
+{
+    segment_store(r->data + phys + field, value, len);
+}
+
 int ring_alloc(struct ring *r, uint64_t payload_size, const char *label, size_t label_len,
                void *owner, struct ring_chunk *out, struct shmb_error *err)
 {
-    struct shmb_chunk_header *hdr;
+    struct shmb_chunk_header hdr;
     struct ring_slot *slot;
     uint64_t need, pos, phys, gap_at;
+    int rc;
 
     if (payload_size == 0)
         return shmb_error_set(err, -EINVAL, "Size must be at least 1 byte.");
     if (label_len > SHMB_KEY_MAX)
         return shmb_error_set(err, -EINVAL, "Key of %zu bytes is longer than %u bytes.",
                               label_len, SHMB_KEY_MAX);
+    /* Headers are built in private memory and copied in through the guard:
+     * a client with the read-write descriptor may have truncated the file or
+     * punched a hole in it, and then the copy fails instead of killing us. */
+    if ((rc = segment_guard_check(err)) < 0)
+        return rc;
     need = ring_chunk_size(label_len, payload_size);
     if (need == 0 || need > r->size)
         return shmb_error_set(err, -E2BIG,
@@ -162,26 +178,28 @@ int ring_alloc(struct ring *r, uint64_t payload_size, const char *label, size_t 
     /* Mark the skipped tail so that a walk of the segment can step over it. */
     gap_at = r->end % r->size;
     if (pos != r->end && gap_at != 0) {
-        hdr = ring_header_at(r, gap_at);
-        memset(hdr, 0, RING_FIXED_HEADER);
-        hdr->magic = SHMB_CHUNK_MAGIC;
-        hdr->state = SHMB_CHUNK_GAP;
-        hdr->header_size = RING_FIXED_HEADER;
-        hdr->chunk_size = r->size - gap_at;
+        memset(&hdr, 0, RING_FIXED_HEADER);
+        hdr.magic = SHMB_CHUNK_MAGIC;
+        hdr.state = SHMB_CHUNK_GAP;
+        hdr.header_size = RING_FIXED_HEADER;
+        hdr.chunk_size = r->size - gap_at;
+        if (segment_store(ring_header_at(r, gap_at), &hdr, RING_FIXED_HEADER) < 0)
+            return segment_guard_check(err);
     }
 
     phys = pos % r->size;
-    hdr = ring_header_at(r, phys);
-    memset(hdr, 0, RING_FIXED_HEADER);
-    hdr->magic = SHMB_CHUNK_MAGIC;
-    hdr->state = SHMB_CHUNK_PENDING;
-    hdr->key_len = (uint16_t)label_len;
-    hdr->header_size = (uint32_t)ring_header_size(label_len);
-    hdr->id = r->next_id;
-    hdr->chunk_size = need;
-    hdr->payload_size = payload_size;
-    if (label_len > 0)
-        memcpy((char *)hdr + RING_FIXED_HEADER, label, label_len);
+    memset(&hdr, 0, RING_FIXED_HEADER);
+    hdr.magic = SHMB_CHUNK_MAGIC;
+    hdr.state = SHMB_CHUNK_PENDING;
+    hdr.key_len = (uint16_t)label_len;
+    hdr.header_size = (uint32_t)ring_header_size(label_len);
+    hdr.id = r->next_id;
+    hdr.chunk_size = need;
+    hdr.payload_size = payload_size;
+    if (segment_store(ring_header_at(r, phys), &hdr, RING_FIXED_HEADER) < 0 ||
+        (label_len > 0 && segment_store((char *)ring_header_at(r, phys) + RING_FIXED_HEADER,
+                                        label, label_len) < 0))
+        return segment_guard_check(err);
 
     if (r->count == 0)
         r->first_id = r->next_id;
@@ -197,7 +215,7 @@ int ring_alloc(struct ring *r, uint64_t payload_size, const char *label, size_t 
         out->id = r->next_id;
         out->phys = phys;
         out->chunk_size = need;
-        out->payload_offset = r->data_offset + phys + hdr->header_size;
+        out->payload_offset = r->data_offset + phys + hdr.header_size;
         out->payload_size = payload_size;
     }
     r->next_id++;
@@ -219,7 +237,8 @@ int ring_set_state(struct ring *r, uint64_t id, enum shmb_chunk_state state)
 
     if (slot == NULL || slot->freed)
         return -ENOENT;
-    ring_header_at(r, slot->phys)->state = (uint16_t)state;
+    ring_store_field(r, slot->phys, offsetof(struct shmb_chunk_header, state),
+                     &(uint16_t){(uint16_t)state}, sizeof(uint16_t));
     return 0;
 }
 
@@ -229,7 +248,8 @@ int ring_set_tag(struct ring *r, uint64_t id, uint32_t tag)
 
     if (slot == NULL || slot->freed)
         return -ENOENT;
-    ring_header_at(r, slot->phys)->tag = tag;
+    ring_store_field(r, slot->phys, offsetof(struct shmb_chunk_header, tag), &tag,
+                     sizeof(tag));
     return 0;
 }
 
@@ -301,7 +321,8 @@ int ring_free(struct ring *r, uint64_t id)
         return -EALREADY;
     slot->freed = true;
     slot->owner = NULL;
-    ring_header_at(r, slot->phys)->state = SHMB_CHUNK_FREE;
+    ring_store_field(r, slot->phys, offsetof(struct shmb_chunk_header, state),
+                     &(uint16_t){SHMB_CHUNK_FREE}, sizeof(uint16_t));
     ring_pop_freed(r);
     ring_pop_tail_freed(r);
     return 0;
@@ -321,7 +342,8 @@ uint64_t ring_reclaim(struct ring *r, uint64_t want, ring_may_free_fn may_free, 
                 break;
             slot->freed = true;
             slot->owner = NULL;
-            ring_header_at(r, slot->phys)->state = SHMB_CHUNK_FREE;
+            ring_store_field(r, slot->phys, offsetof(struct shmb_chunk_header, state),
+                             &(uint16_t){SHMB_CHUNK_FREE}, sizeof(uint16_t));
         }
         ring_pop(r);
     }

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -552,4 +553,156 @@ void segment_destroy(struct segment *seg)
     if (seg->path[0] != '\0' && seg->fd >= 0)
         unlink(seg->path);
     segment_close(seg);
+}
+
+/* The guard (segment.h). One segment per daemon, so its state is static:
+ * the SIGBUS handler can only reach it that way. */
+static struct {
+    int fd;                             /* the watched file, -1 when none */
+    uint64_t size;                      /* its size at start-up */
+    uint64_t blocks;                    /* its reserved 512-byte blocks then */
+    bool broken;                        /* found shrunk, holed, or faulted */
+    char message[SHMB_ERROR_MSG_MAX];   /* why, for every refused allocation */
+    void (*on_broken)(const char *message);
+    char path[PATH_MAX];
+} segment_guard = {.fd = -1};
+
+/* Where segment_store's write jumps back to on SIGBUS; NULL outside one. */
+static sigjmp_buf *volatile segment_guard_jump;
+
+/* SIGBUS: a write of segment_store hit a page the file no longer has.
+ * Anything else is a real fault: die of it as without the handler. */
+static void segment_on_sigbus(int signo)
+{
+    sigjmp_buf *jump = segment_guard_jump;
+
+    if (jump != NULL) {
+        segment_guard_jump = NULL;
+        siglongjmp(*jump, 1);
+    }
+    signal(signo, SIG_DFL);
+    raise(signo);
+}
+
+/* Mark the segment broken, once, with what happened and what to do. */
+static void segment_guard_break(const char *what)
+{
+    if (segment_guard.broken)
+        return;
+    segment_guard.broken = true;
+    snprintf(segment_guard.message, sizeof(segment_guard.message),
+             "Segment %.300s is broken: %.160s, through the read-write descriptor every "
+             "client receives. The daemon refuses new allocations; objects still in "
+             "the file can be read. Find and fix the client that changes the file, "
+             "then restart shmbrokerd: it re-reserves the segment and keeps the "
+             "objects the file still holds.",
+             segment_guard.path, what);
+    if (segment_guard.on_broken != NULL)
+        segment_guard.on_broken(segment_guard.message);
+}
+
+int segment_guard_watch(const struct segment *seg, void (*on_broken)(const char *message),
+                        struct shmb_error *err)
+{
+    struct sigaction sa;
+    struct stat st;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = segment_on_sigbus;
+    /* SIGBUS stays unblocked in the handler, so that siglongjmp needs no
+     * saved mask and segment_store no system call. */
+    sa.sa_flags = SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, NULL) != 0 || fstat(seg->fd, &st) != 0)
+        return shmb_error_set(err, -errno, "Cannot watch segment %s: %s.", seg->path,
+                              strerror(errno));
+    segment_guard.fd = seg->fd;
+    segment_guard.size = seg->size;
+    segment_guard.blocks = (uint64_t)st.st_blocks;
+    segment_guard.broken = false;
+    segment_guard.on_broken = on_broken;
+    snprintf(segment_guard.path, sizeof(segment_guard.path), "%s", seg->path);
+    return 0;
+}
+
+int segment_guard_check(struct shmb_error *err)
+{
+    struct stat st;
+    char what[160];
+
+    if (segment_guard.fd >= 0 && !segment_guard.broken && fstat(segment_guard.fd, &st) == 0) {
+        /* A shrunk file loses its tail; a punched hole gives back pages the
+         * daemon reserved, which show as fewer blocks. */
+        if ((uint64_t)st.st_size < segment_guard.size) {
+            snprintf(what, sizeof(what), "it was truncated to %llu of its %llu bytes",
+                     (unsigned long long)st.st_size,
+                     (unsigned long long)segment_guard.size);
+            segment_guard_break(what);
+        } else if ((uint64_t)st.st_blocks < segment_guard.blocks) {
+            snprintf(what, sizeof(what),
+                     "%llu KiB of its reserved pages were given back (a hole was "
+                     "punched in it)",
+                     (unsigned long long)(segment_guard.blocks - (uint64_t)st.st_blocks) /
+                         2);
+            segment_guard_break(what);
+        }
+    }
+    if (segment_guard.broken)
+        return shmb_error_set(err, -EIO, "%s", segment_guard.message);
+    return 0;
+}
+
+int segment_store(void *dst, const void *src, size_t len)
+{
+    sigjmp_buf jump;
+
+    /* Tried even once the segment is broken: a state written where the file
+     * still has its page (an object deleted) must be there for a restart. */
+    if (sigsetjmp(jump, 0) != 0) {
+        segment_guard_break("a write into it hit a page the file no longer has "
+                            "(SIGBUS): it was truncated or a hole was punched in it");
+        return -EIO;
+    }
+    segment_guard_jump = &jump;
+    memcpy(dst, src, len);
+    segment_guard_jump = NULL;
+    return 0;
+}
+
+int segment_regrow(const char *dir, const char *name, uint64_t *found_size,
+                   struct shmb_error *err)
+{
+    struct shmb_segment_header hdr;
+    char path[PATH_MAX];
+    struct stat st;
+    int64_t pid = 0;
+    int fd, rc = 0, saved;
+
+    if (segment_probe_existing(dir, name, &pid) != SEGMENT_ORPHANED ||
+        segment_join_path(path, sizeof(path), dir, name, err) < 0)
+        return 0;
+    fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return 0; /* the checks that follow say why */
+    /* Checked on a private copy: the header is only a hint here. */
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        pread(fd, &hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) ||
+        hdr.magic != SHMB_SEGMENT_MAGIC || hdr.version != SHMB_LAYOUT_VERSION ||
+        hdr.total_size <= (uint64_t)st.st_size || hdr.total_size > (uint64_t)SSIZE_MAX ||
+        hdr.total_size % SHMB_HEADER_PAGE != 0)
+        goto out;
+    if (ftruncate(fd, (off_t)hdr.total_size) != 0) {
+        saved = errno;
+        rc = shmb_error_set(err, -saved,
+                            "Segment %s was truncated to %llu bytes and cannot be grown "
+                            "back to %llu: %s. Start with --fresh to discard it.",
+                            path, (unsigned long long)st.st_size,
+                            (unsigned long long)hdr.total_size, strerror(saved));
+        goto out;
+    }
+    *found_size = (uint64_t)st.st_size;
+    rc = 1;
+out:
+    close(fd);
+    return rc;
 }

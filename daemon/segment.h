@@ -103,3 +103,36 @@ static inline void *segment_data(const struct segment *seg)
 }
 
 #endif
+
+/*
+ * The guard against a client that breaks the file under the daemon. Every
+ * client gets a read-write descriptor of the segment; with it, one can
+ * ftruncate() the file or punch a hole in it (fallocate PUNCH_HOLE), after
+ * which a write by the daemon into the lost pages is a SIGBUS. The guard
+ * watches the file (segment_guard_check, before each allocation: one fstat)
+ * and catches the SIGBUS of the daemon's own writes (segment_store), so that
+ * the daemon refuses allocations with EIO instead of dying.
+ */
+
+/* Install the SIGBUS handler (once, at start-up) and watch seg: its size and
+ * the blocks reserved for it now. on_broken, when not NULL, is called once
+ * with the message when the file is found broken (for the log). */
+int segment_guard_watch(const struct segment *seg, void (*on_broken)(const char *message),
+                        struct shmb_error *err);
+
+/* 0 while the watched file still holds every byte and page it had; -EIO with
+ * a message naming the cause and the fix once it does not (for good: the
+ * daemon never writes into it again). 0 when nothing is watched. */
+int segment_guard_check(struct shmb_error *err);
+
+/* Copy len bytes into the segment at dst. -EIO (and the guard reports the
+ * segment broken) when the write faulted: the page is gone. */
+int segment_store(void *dst, const void *src, size_t len);
+
+/* Before adoption: a segment left by a daemon that is gone, whose file a
+ * client shrank (ftruncate) below the size its header records, is grown back
+ * to that size (the lost bytes read as zeros; the chunks still in the file
+ * keep their objects). 1 when it was grown, with the size it had found in
+ * *found_size; 0 when nothing had to be done. */
+int segment_regrow(const char *dir, const char *name, uint64_t *found_size,
+                   struct shmb_error *err);

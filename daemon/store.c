@@ -1034,3 +1034,8 @@ struct store *store_adopt(void *data, uint64_t data_offset, uint64_t data_size,
     }
     return s;
 }
+
+uint64_t store_oldest_pending_ms(const struct store *s)
+{
+    return s->age_head != NULL ? s->age_head->created_ms : UINT64_MAX;
+}

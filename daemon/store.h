@@ -213,4 +213,8 @@ const struct ring *store_ring(const struct store *s);
 /* Name of a state as the protocol spells it ("pending", ...). */
 const char *store_state_name(enum store_state state);
 
+/* When the oldest pending allocation was made, in the monotonic milliseconds
+ * store_expire_pending counts in; UINT64_MAX when nothing is pending. */
+uint64_t store_oldest_pending_ms(const struct store *s);
+
 #endif

@@ -686,6 +686,52 @@ static void test_probe_zombie_owner(void **state)
     segment_destroy(&seg);
 }
 
+/* The guard: a write into a page the file lost (truncated by someone else
+ * holding a descriptor) is -EIO from segment_store, not a SIGBUS that kills
+ * the process; a write into a page still there works; segment_guard_check
+ * then says the segment is broken, how, and what to do, and so it stays.
+ * A hole punched in a second segment shows in its blocks. */
+static void test_guard(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+    uint64_t size = 64 * 1024;
+    char *data;
+    int fd;
+
+    (void)state;
+    assert_int_equal(segment_create(&seg, test_dir, "guarded", size, &err), 0);
+    assert_int_equal(segment_guard_watch(&seg, NULL, &err), 0);
+    assert_int_equal(segment_guard_check(&err), 0);
+    data = segment_data(&seg);
+    assert_int_equal(segment_store(data + 8192, "abcd", 4), 0);
+    fd = open(seg.path, O_RDWR | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 8192), 0);
+    assert_int_equal(segment_store(data + 8192, "abcd", 4), -EIO);
+    assert_int_equal(segment_store(data + 16, "abcd", 4), 0);
+    assert_memory_equal(data + 16, "abcd", 4);
+    assert_int_equal(segment_guard_check(&err), -EIO);
+    assert_non_null(strstr(err.message, "a write into it hit a page the file no longer "
+                                        "has (SIGBUS)"));
+    assert_non_null(strstr(err.message, "then restart shmbrokerd"));
+    assert_int_equal(ftruncate(fd, (off_t)size), 0);
+    assert_int_equal(segment_guard_check(&err), -EIO);
+    close(fd);
+    segment_destroy(&seg);
+
+    assert_int_equal(segment_create(&seg, test_dir, "holed", size, &err), 0);
+    assert_int_equal(segment_guard_watch(&seg, NULL, &err), 0);
+    assert_int_equal(segment_guard_check(&err), 0);
+    assert_int_equal(fallocate(seg.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 16384,
+                               16384),
+                     0);
+    assert_int_equal(segment_guard_check(&err), -EIO);
+    assert_non_null(strstr(err.message, "16 KiB of its reserved pages were given back"));
+    segment_destroy(&seg);
+    assert_int_equal(dir_entries(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -702,6 +748,7 @@ int main(void)
         cmocka_unit_test_setup(test_hugetlbfs_sizes, test_setup),
         cmocka_unit_test_setup(test_check_replace, test_setup),
         cmocka_unit_test_setup(test_probe_zombie_owner, test_setup),
+        cmocka_unit_test_setup(test_guard, test_setup),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);
