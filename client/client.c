@@ -522,6 +522,21 @@ static int client_check_keys(shmb_t *c, size_t n, const char *const *keys)
     return 0;
 }
 
+/* Refuse an object size the protocol cannot carry (its integers are signed
+ * 64-bit: 2^63 bytes or more would reach the daemon as a JSON error), with
+ * E2BIG and the daemon's words, before anything is sent. */
+static int client_check_size(shmb_t *c, size_t size)
+{
+    if ((uint64_t)size <= (uint64_t)INT64_MAX)
+        return 0;
+    return shmb_error_set(&c->err, -E2BIG,
+                          "Object size (%llu bytes) exceeds max object size (%llu bytes).",
+                          (unsigned long long)size,
+                          (unsigned long long)(c->info.max_object_size != 0
+                                                   ? c->info.max_object_size
+                                                   : (uint64_t)INT64_MAX));
+}
+
 /* Read an unsigned integer field of a reply. */
 static int client_u64(shmb_t *c, const json_t *obj, const char *field, uint64_t *out)
 {
@@ -538,7 +553,7 @@ static int client_u64(shmb_t *c, const json_t *obj, const char *field, uint64_t 
 /* Map the descriptor hello passed and check it against what hello said. */
 static int client_map(shmb_t *c)
 {
-    const struct shmb_segment_header *hdr;
+    struct shmb_segment_header hdr;
     struct stat st;
     int flags = MAP_SHARED;
 
@@ -582,13 +597,20 @@ mapped:
     /* The mapping keeps the file; the descriptor is not needed any more. */
     close(c->seg_fd);
     c->seg_fd = -1;
-    hdr = (const struct shmb_segment_header *)c->map;
-    if (hdr->magic != SHMB_SEGMENT_MAGIC || hdr->version != SHMB_LAYOUT_VERSION)
+    /* One copy of the header, so that what is checked is what is quoted. */
+    memcpy(&hdr, c->map, sizeof(hdr));
+    if (hdr.magic != SHMB_SEGMENT_MAGIC)
         return shmb_error_set(
             &c->err, -EPROTO,
-            "The segment has magic 0x%llx version %u; this library reads "
-            "version %d.",
-            (unsigned long long)hdr->magic, hdr->version, SHMB_LAYOUT_VERSION);
+            "The descriptor shmbrokerd passed is not a shmbroker segment: its header "
+            "starts with 0x%llx, not the magic number 0x%llx: something (a read-write "
+            "client can) overwrote the segment's header page. Restart shmbrokerd.",
+            (unsigned long long)hdr.magic, (unsigned long long)SHMB_SEGMENT_MAGIC);
+    if (hdr.version != SHMB_LAYOUT_VERSION)
+        return shmb_error_set(&c->err, -EPROTO,
+                              "The segment has layout version %u; this library reads "
+                              "version %d. Use a libshmbroker of shmbrokerd's release.",
+                              hdr.version, SHMB_LAYOUT_VERSION);
     return 0;
 }
 
@@ -815,7 +837,7 @@ static int client_alloc(shmb_t *c, const char *key, size_t size, unsigned reader
     *ptr = NULL;
     shmb_error_clear(&c->err);
     c->w.len = 0;
-    if ((rc = client_check_key(c, key)) < 0 ||
+    if ((rc = client_check_key(c, key)) < 0 || (rc = client_check_size(c, size)) < 0 ||
         (rc = client_alloc_op(c, id = client_next_id(c), key, size, readers,
                               c->alloc_wait_ms)) < 0)
         return rc;
@@ -1121,6 +1143,16 @@ static int client_put_many(shmb_t *c, size_t n, const char *const *keys,
     first.index = n;
     if ((rc = client_check_keys(c, n, keys)) < 0)
         goto fail;
+    for (i = 0; i < n; i++) {
+        if ((rc = client_check_size(c, sizes[i])) < 0) {
+            char why[SHMB_ERROR_MSG_MAX];
+
+            snprintf(why, sizeof(why), "%s", c->err.message);
+            rc = shmb_error_set(&c->err, -E2BIG, "sizes[%zu] of %zu: %s Nothing was sent.",
+                                i, n, why);
+            goto fail;
+        }
+    }
     if (n == 0)
         return 0;
     res = shmb_calloc(n, sizeof(*res));

@@ -131,7 +131,9 @@ const char *shmb_errmsg(const shmb_t *c);
 /* Zero-copy write: reserve size bytes under key and get a pointer to them in
  * *ptr; write the payload, then shmb_commit (makes it visible) or shmb_abort.
  * readers: how many reads the object awaits before it may be reclaimed.
- * -EEXIST, -E2BIG, -ENOSPC (the message names what blocks). */
+ * -EEXIST, -E2BIG, -ENOSPC (the message names what blocks). A size of 2^63
+ * bytes or more, which the protocol cannot carry, is refused with -E2BIG
+ * before anything is sent (shmb_put too). */
 int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void **ptr);
 int shmb_commit(shmb_t *c, const char *key);
 int shmb_abort(shmb_t *c, const char *key);
@@ -162,7 +164,8 @@ int shmb_release_nowait(shmb_t *c, const char *key);
  * allocations per line, committed before the next line is allocated, so that
  * the daemon's default --max-pending is never passed). A bad key anywhere
  * refuses the whole call with -EINVAL before anything is sent (the message
- * names its index). When the call fails as a whole (that, or a lost
+ * names its index), and so does a put_many size of 2^63 bytes or more, with
+ * -E2BIG. When the call fails as a whole (that, or a lost
  * connection), every results[i] not already final holds its error: objects
  * put_many committed in earlier lines stay committed (their result is 0),
  * and get_many hands out no pointer. */
