@@ -4,7 +4,7 @@
 #   make test       install missing packages, build, run every test
 #   make install    PREFIX=/usr/local DESTDIR=
 #   make clean
-# Switches: SANITIZER=address|undefined (own build directory), V=1 (show commands).
+# Switches: SANITIZER=address|undefined|thread (own build directory), V=1 (show commands).
 
 .DEFAULT_GOAL := all
 VERSION     := 0.1.0
@@ -30,8 +30,11 @@ SANFLAGS    := -fsanitize=address -fno-omit-frame-pointer
 else ifeq ($(SANITIZER),undefined)
 BUILD       ?= build-undefined
 SANFLAGS    := -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+else ifeq ($(SANITIZER),thread)
+BUILD       ?= build-thread
+SANFLAGS    := -fsanitize=thread -fno-omit-frame-pointer
 else
-$(error SANITIZER must be address or undefined, not '$(SANITIZER)')
+$(error SANITIZER must be address, undefined or thread, not '$(SANITIZER)')
 endif
 
 ifeq ($(V),1)
@@ -102,6 +105,7 @@ $(BUILD)/tests/test_text:    $(call OBJ,tests/unit/test_text.c) $(BASE_OBJ)
 E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch test_systemd \
              test_bounds test_startup \
              test_ids test_many test_ctl_output test_hostile_rw test_idle test_config \
+             test_fork test_threads test_library \
              soak
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
@@ -114,11 +118,30 @@ SOAK_SECONDS          ?= 8
 SOAK_VALGRIND_SECONDS ?= 4
 export SOAK_SECONDS SOAK_VALGRIND_SECONDS
 
+# The library under ThreadSanitizer: the plain 'make test' also runs
+# test_threads (a handle per thread, two threads on one handle) built with it
+# from the library's sources, so that a data race in the library fails the
+# build's tests. 'make test SANITIZER=thread' builds everything so.
+TSAN_BIN := $(BUILD)/tests/test_threads_tsan
+TSAN_SRC := tests/e2e/test_threads.c tests/e2e/harness.c tests/e2e/checks.c $(LIB_SRC) \
+            $(PROTO_SRC)
+
 # What 'make test' runs: every unit and end-to-end program, the soak under
 # valgrind, and (in the plain build) the fuzzer for FUZZ_SECONDS.
 TEST_RUNS := $(UNIT_BINS) $(E2E_BINS) tests/e2e/soak_valgrind.sh tests/e2e/test_run_timeout.sh
 ifeq ($(SANITIZER),)
 TEST_RUNS += tests/fuzz/run_fuzz.sh
+endif
+ifeq ($(SANITIZER),)
+TEST_RUNS += $(TSAN_BIN)
+endif
+# SANITIZER=thread is for the library (the daemon has one thread); three
+# programs do not apply to such a build: valgrind cannot run it, test_bounds'
+# peak-memory bounds would count its shadow memory, and test_systemd's
+# install checks link the installed static library without the sanitizer.
+ifeq ($(SANITIZER),thread)
+TEST_RUNS := $(filter-out tests/e2e/soak_valgrind.sh $(BUILD)/tests/test_bounds \
+               $(BUILD)/tests/test_systemd,$(TEST_RUNS))
 endif
 
 # The fuzz target: clang's libFuzzer with ASan and UBSan over the request
@@ -146,7 +169,7 @@ run: check-deps
 
 test: check-test-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) \
-	    $(if $(SANITIZER),,$(FUZZ_BIN))
+	    $(if $(SANITIZER),,$(FUZZ_BIN) $(TSAN_BIN))
 	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl \
 	    SHMB_SOAK=$(BUILD)/tests/soak FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
 	    FUZZ_RUNS=$(FUZZ_RUNS) sh tests/run.sh $(BUILD) $(TEST_RUNS)
@@ -234,6 +257,13 @@ $(FUZZ_BIN): $(FUZZ_SRC) $(wildcard proto/*.h daemon/*.h tests/support/*.h) Make
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	    -Iproto -Idaemon -Itests/support $(PKGS_CFLAGS) -o $@ $(FUZZ_SRC) $(PKGS_LIBS)
 
+$(TSAN_BIN): $(TSAN_SRC) $(wildcard proto/*.h client/*.h tests/e2e/*.h) Makefile
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  TSAN    $@")
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE -DSHMB_VERSION='"$(VERSION)"' -g -O1 $(WARN) \
+	    -fsanitize=thread -fno-omit-frame-pointer -Iproto -Iclient -Itests/support \
+	    $(PKGS_CFLAGS) -o $@ $(TSAN_SRC) $(PKGS_LIBS) $(CMOCKA_LIBS)
+
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 	    $(DESTDIR)$(INCLUDEDIR)
@@ -263,6 +293,6 @@ uninstall:
 	    $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1
 
 clean:
-	rm -rf build build-address build-undefined build-fuzz
+	rm -rf build build-address build-undefined build-thread build-fuzz
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

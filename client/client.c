@@ -8,7 +8,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +33,9 @@
  * holds more uncommitted allocations than a connection may by default. */
 #define CLIENT_PUT_CHUNK 1024
 
+/* A handle's forks field before it ever connected: no process owns it yet. */
+#define CLIENT_NEVER_CONNECTED ULONG_MAX
+
 struct shmb {
     int sock;           /* -1 when not connected */
     int seg_fd;         /* the descriptor hello passed, until it is mapped */
@@ -49,7 +55,94 @@ struct shmb {
     struct line w; /* the request lines being sent, reused */
     uint64_t last_id;  /* the "id" of the last request sent; never reused */
     bool noreply_sent; /* requests without a reply went out since the last reply */
+    /* Misuse guards, checked on entry to every call (client_enter): the
+     * process's fork count when this handle connected (the connection is
+     * that process's), the pid that connected, and whether a call runs. */
+    atomic_ulong forks;
+    atomic_int pid;
+    atomic_bool busy;
 };
+
+/* How many fork()s made this process, counted in the child by a
+ * pthread_atfork handler: a handle connected at another count was connected
+ * by an ancestor, whose socket the child shares. A load per call, where
+ * getpid() would be a system call. */
+static atomic_ulong client_forks;
+static pthread_once_t client_forks_once = PTHREAD_ONCE_INIT;
+static int client_forks_rc; /* pthread_atfork's result */
+
+/* A call this thread made that was refused without touching its handle
+ * (used after fork(), or while another thread's call ran on it): the
+ * handle's shmb_errcode, shmb_errname and shmb_errmsg report it in this
+ * thread until this thread's next call on a handle. The handle's own error
+ * may be another thread's, being written. */
+static _Thread_local struct {
+    const shmb_t *handle;
+    int code;
+    char message[400];
+} client_refusal;
+
+static void client_count_fork(void)
+{
+    atomic_fetch_add_explicit(&client_forks, 1, memory_order_relaxed);
+}
+
+static void client_watch_forks(void)
+{
+    client_forks_rc = pthread_atfork(NULL, NULL, client_count_fork);
+}
+
+/* Refuse a call on c without touching c; returns code. */
+static int client_refuse(const shmb_t *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int client_refuse(const shmb_t *c, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    client_refusal.handle = c;
+    client_refusal.code = code;
+    va_start(ap, fmt);
+    vsnprintf(client_refusal.message, sizeof(client_refusal.message), fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* The start of every call that uses the connection or the handle's buffers:
+ * refuse it in a process that did not connect the handle (a child of
+ * fork() shares the parent's socket, and the two would take each other's
+ * replies), and while another call runs on the handle (another thread's: a
+ * handle serves one call at a time). Nothing is sent and the handle is not
+ * touched then. An atomic exchange and two loads: nothing next to a round
+ * trip. */
+static int client_enter(shmb_t *c)
+{
+    unsigned long forks = atomic_load_explicit(&c->forks, memory_order_relaxed);
+
+    if (forks != CLIENT_NEVER_CONNECTED &&
+        forks != atomic_load_explicit(&client_forks, memory_order_relaxed))
+        return client_refuse(
+            c, -ECHILD,
+            "This handle was connected by process %d and is used in process %d, made by "
+            "fork() since: the connection belongs to the parent, and sharing it would "
+            "mix the two processes' replies. Nothing was sent. In the child, shmb_close "
+            "this handle (the parent's connection is left alone) and connect a new "
+            "handle (shmb_new, shmb_connect).",
+            atomic_load_explicit(&c->pid, memory_order_relaxed), (int)getpid());
+    if (atomic_exchange_explicit(&c->busy, true, memory_order_acquire))
+        return client_refuse(
+            c, -EBUSY,
+            "Another call is running on this handle (in another thread); nothing was "
+            "sent. A handle serves one call at a time: use one handle per thread.");
+    if (client_refusal.handle != NULL)
+        client_refusal.handle = NULL;
+    return 0;
+}
+
+/* The end of a call client_enter let in. */
+static void client_leave(shmb_t *c)
+{
+    atomic_store_explicit(&c->busy, false, memory_order_release);
+}
 
 shmb_t *shmb_new(void)
 {
@@ -60,6 +153,11 @@ shmb_t *shmb_new(void)
     c->sock = -1;
     c->seg_fd = -1;
     c->populate = 1;
+    atomic_init(&c->forks, CLIENT_NEVER_CONNECTED);
+    atomic_init(&c->pid, 0);
+    atomic_init(&c->busy, false);
+    if (client_refusal.handle == c) /* a refusal of a handle freed since */
+        client_refusal.handle = NULL;
     return c;
 }
 
@@ -80,22 +178,22 @@ void shmb_set_alloc_wait(shmb_t *c, unsigned wait_ms)
 
 int shmb_errcode(const shmb_t *c)
 {
-    return c->err.code;
+    return client_refusal.handle == c ? client_refusal.code : c->err.code;
 }
 
 const char *shmb_errname(const shmb_t *c)
 {
-    return c->err.code ? shmb_error_name(c->err.code) : "OK";
+    return shmb_error_any_name(shmb_errcode(c));
 }
 
 const char *shmb_errmsg(const shmb_t *c)
 {
-    return c->err.message;
+    return client_refusal.handle == c ? client_refusal.message : c->err.message;
 }
 
 const char *shmb_strerror(int code)
 {
-    return shmb_error_name(code);
+    return shmb_error_any_name(code);
 }
 
 const shmb_info_t *shmb_info(const shmb_t *c)
@@ -124,6 +222,8 @@ void shmb_close(shmb_t *c)
 {
     if (c == NULL)
         return;
+    if (client_refusal.handle == c)
+        client_refusal.handle = NULL;
     client_disconnect(c, false);
     shmb_free(c->rbuf);
     shmb_free(c->w.buf);
@@ -422,6 +522,21 @@ static int client_check_keys(shmb_t *c, size_t n, const char *const *keys)
     return 0;
 }
 
+/* Refuse an object size the protocol cannot carry (its integers are signed
+ * 64-bit: 2^63 bytes or more would reach the daemon as a JSON error), with
+ * E2BIG and the daemon's words, before anything is sent. */
+static int client_check_size(shmb_t *c, size_t size)
+{
+    if ((uint64_t)size <= (uint64_t)INT64_MAX)
+        return 0;
+    return shmb_error_set(&c->err, -E2BIG,
+                          "Object size (%llu bytes) exceeds max object size (%llu bytes).",
+                          (unsigned long long)size,
+                          (unsigned long long)(c->info.max_object_size != 0
+                                                   ? c->info.max_object_size
+                                                   : (uint64_t)INT64_MAX));
+}
+
 /* Read an unsigned integer field of a reply. */
 static int client_u64(shmb_t *c, const json_t *obj, const char *field, uint64_t *out)
 {
@@ -438,7 +553,7 @@ static int client_u64(shmb_t *c, const json_t *obj, const char *field, uint64_t 
 /* Map the descriptor hello passed and check it against what hello said. */
 static int client_map(shmb_t *c)
 {
-    const struct shmb_segment_header *hdr;
+    struct shmb_segment_header hdr;
     struct stat st;
     int flags = MAP_SHARED;
 
@@ -482,13 +597,20 @@ mapped:
     /* The mapping keeps the file; the descriptor is not needed any more. */
     close(c->seg_fd);
     c->seg_fd = -1;
-    hdr = (const struct shmb_segment_header *)c->map;
-    if (hdr->magic != SHMB_SEGMENT_MAGIC || hdr->version != SHMB_LAYOUT_VERSION)
+    /* One copy of the header, so that what is checked is what is quoted. */
+    memcpy(&hdr, c->map, sizeof(hdr));
+    if (hdr.magic != SHMB_SEGMENT_MAGIC)
         return shmb_error_set(
             &c->err, -EPROTO,
-            "The segment has magic 0x%llx version %u; this library reads "
-            "version %d.",
-            (unsigned long long)hdr->magic, hdr->version, SHMB_LAYOUT_VERSION);
+            "The descriptor shmbrokerd passed is not a shmbroker segment: its header "
+            "starts with 0x%llx, not the magic number 0x%llx: something (a read-write "
+            "client can) overwrote the segment's header page. Restart shmbrokerd.",
+            (unsigned long long)hdr.magic, (unsigned long long)SHMB_SEGMENT_MAGIC);
+    if (hdr.version != SHMB_LAYOUT_VERSION)
+        return shmb_error_set(&c->err, -EPROTO,
+                              "The segment has layout version %u; this library reads "
+                              "version %d. Use a libshmbroker of shmbrokerd's release.",
+                              hdr.version, SHMB_LAYOUT_VERSION);
     return 0;
 }
 
@@ -503,6 +625,11 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
 
     shmb_error_clear(&c->err);
     client_disconnect(c, keep_map);
+    pthread_once(&client_forks_once, client_watch_forks);
+    if (client_forks_rc != 0)
+        return shmb_error_set(&c->err, -client_forks_rc,
+                              "Cannot watch for fork() (pthread_atfork: %s).",
+                              strerror(client_forks_rc));
     memset(&sun, 0, sizeof(sun));
     sun.sun_family = AF_UNIX;
     if (strlen(path) >= sizeof(sun.sun_path))
@@ -541,6 +668,10 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
     if ((rc = client_map(c)) < 0)
         goto fail;
     json_decref(reply);
+    /* The connection is this process's (client_enter). */
+    atomic_store_explicit(&c->pid, (int)getpid(), memory_order_relaxed);
+    atomic_store_explicit(&c->forks, atomic_load_explicit(&client_forks, memory_order_relaxed),
+                          memory_order_relaxed);
     return 0;
 
 fail:
@@ -549,7 +680,7 @@ fail:
     return rc;
 }
 
-int shmb_connect(shmb_t *c, const char *socket_path, const char *name)
+static int client_connect(shmb_t *c, const char *socket_path, const char *name)
 {
     const char *path = shmb_socket_path(socket_path);
 
@@ -561,7 +692,7 @@ int shmb_connect(shmb_t *c, const char *socket_path, const char *name)
     return client_dial(c, c->path, name, false);
 }
 
-int shmb_reconnect(shmb_t *c)
+static int client_reconnect(shmb_t *c)
 {
     if (c->path[0] == '\0')
         return shmb_error_set(&c->err, -ENOTCONN,
@@ -696,7 +827,8 @@ static int client_alloc_op(shmb_t *c, uint64_t id, const char *key, size_t size,
     return 0;
 }
 
-int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void **ptr)
+static int client_alloc(shmb_t *c, const char *key, size_t size, unsigned readers,
+                        void **ptr)
 {
     struct line_reply r;
     uint64_t id;
@@ -705,7 +837,7 @@ int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void *
     *ptr = NULL;
     shmb_error_clear(&c->err);
     c->w.len = 0;
-    if ((rc = client_check_key(c, key)) < 0 ||
+    if ((rc = client_check_key(c, key)) < 0 || (rc = client_check_size(c, size)) < 0 ||
         (rc = client_alloc_op(c, id = client_next_id(c), key, size, readers,
                               c->alloc_wait_ms)) < 0)
         return rc;
@@ -716,28 +848,29 @@ int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void *
     return client_extent(c, &r, size, ptr, NULL);
 }
 
-int shmb_commit(shmb_t *c, const char *key)
+static int client_commit(shmb_t *c, const char *key)
 {
     return client_key_op(c, "commit", key, NULL);
 }
 
-int shmb_abort(shmb_t *c, const char *key)
+static int client_abort(shmb_t *c, const char *key)
 {
     return client_key_op(c, "abort", key, NULL);
 }
 
-int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned readers)
+static int client_put(shmb_t *c, const char *key, const void *data, size_t size,
+                      unsigned readers)
 {
     void *dst;
     int rc;
 
-    if ((rc = shmb_alloc(c, key, size, readers, &dst)) < 0)
+    if ((rc = client_alloc(c, key, size, readers, &dst)) < 0)
         return rc;
     memcpy(dst, data, size);
-    return shmb_commit(c, key);
+    return client_commit(c, key);
 }
 
-int shmb_get(shmb_t *c, const char *key, const void **ptr, size_t *size)
+static int client_get(shmb_t *c, const char *key, const void **ptr, size_t *size)
 {
     struct line_reply r;
     void *p = NULL;
@@ -752,17 +885,19 @@ int shmb_get(shmb_t *c, const char *key, const void **ptr, size_t *size)
     return rc;
 }
 
-int shmb_release(shmb_t *c, const char *key)
+static int client_release(shmb_t *c, const char *key)
 {
     return client_key_op(c, "release", key, NULL);
 }
 
-int shmb_release_nowait(shmb_t *c, const char *key)
+static int client_release_many(shmb_t *c, size_t n, const char *const *keys);
+
+static int client_release_nowait(shmb_t *c, const char *key)
 {
-    return shmb_release_many(c, 1, &key);
+    return client_release_many(c, 1, &key);
 }
 
-int shmb_release_many(shmb_t *c, size_t n, const char *const *keys)
+static int client_release_many(shmb_t *c, size_t n, const char *const *keys)
 {
     size_t i;
     int rc;
@@ -993,8 +1128,9 @@ static int client_put_chunk(shmb_t *c, struct client_put_args *a, const void *co
     return 0;
 }
 
-int shmb_put_many(shmb_t *c, size_t n, const char *const *keys, const void *const *data,
-                  const size_t *sizes, unsigned readers, int *results)
+static int client_put_many(shmb_t *c, size_t n, const char *const *keys,
+                           const void *const *data, const size_t *sizes, unsigned readers,
+                           int *results)
 {
     struct client_put_args a = {keys, sizes, readers, NULL, NULL};
     struct client_put_space sp = {NULL, NULL, NULL, NULL};
@@ -1007,6 +1143,16 @@ int shmb_put_many(shmb_t *c, size_t n, const char *const *keys, const void *cons
     first.index = n;
     if ((rc = client_check_keys(c, n, keys)) < 0)
         goto fail;
+    for (i = 0; i < n; i++) {
+        if ((rc = client_check_size(c, sizes[i])) < 0) {
+            char why[SHMB_ERROR_MSG_MAX];
+
+            snprintf(why, sizeof(why), "%s", c->err.message);
+            rc = shmb_error_set(&c->err, -E2BIG, "sizes[%zu] of %zu: %s Nothing was sent.",
+                                i, n, why);
+            goto fail;
+        }
+    }
     if (n == 0)
         return 0;
     res = shmb_calloc(n, sizeof(*res));
@@ -1057,8 +1203,8 @@ static int client_get_op(shmb_t *c, size_t i, const void *arg)
     return rc;
 }
 
-int shmb_get_many(shmb_t *c, size_t n, const char *const *keys, const void **ptrs,
-                  size_t *sizes, int *results)
+static int client_get_many(shmb_t *c, size_t n, const char *const *keys, const void **ptrs,
+                           size_t *sizes, int *results)
 {
     struct client_first first;
     struct line_reply *res = NULL;
@@ -1112,7 +1258,7 @@ fail:
         if (ptrs[i] != NULL && c->sock >= 0) {
             struct shmb_error saved = c->err;
 
-            shmb_release_nowait(c, keys[i]);
+            client_release_nowait(c, keys[i]);
             c->err = saved;
         }
         ptrs[i] = NULL;
@@ -1126,7 +1272,7 @@ out:
     return rc;
 }
 
-int shmb_touch(shmb_t *c, const char *key, unsigned readers)
+static int client_touch(shmb_t *c, const char *key, unsigned readers)
 {
     int rc;
 
@@ -1139,12 +1285,12 @@ int shmb_touch(shmb_t *c, const char *key, unsigned readers)
                        NULL);
 }
 
-int shmb_delete(shmb_t *c, const char *key)
+static int client_delete(shmb_t *c, const char *key)
 {
     return client_key_op(c, "delete", key, NULL);
 }
 
-int shmb_contains(shmb_t *c, const char *key)
+static int client_contains(shmb_t *c, const char *key)
 {
     struct line_reply r;
     int rc = client_key_op(c, "contains", key, &r);
@@ -1161,7 +1307,7 @@ static void client_copy_string(const json_t *obj, const char *field, char *dst,
     snprintf(dst, len, "%s", s != NULL ? s : "");
 }
 
-int shmb_stats(shmb_t *c, shmb_stats_t *out)
+static int client_stats(shmb_t *c, shmb_stats_t *out)
 {
     json_t *reply = NULL, *counters, *blocker;
     int rc;
@@ -1208,7 +1354,7 @@ out:
     return rc;
 }
 
-int shmb_request(shmb_t *c, const char *request, char **reply)
+static int client_request(shmb_t *c, const char *request, char **reply)
 {
     json_error_t jerr;
     json_t *req, *rep = NULL;
@@ -1239,5 +1385,218 @@ int shmb_request(shmb_t *c, const char *request, char **reply)
         if (*reply == NULL)
             return shmb_error_set(&c->err, -ENOMEM, "Out of memory for the reply.");
     }
+    return rc;
+}
+
+/* ---- the public calls: each one is its work between client_enter and
+ * client_leave, with its outputs set to "nothing" when it is refused ---- */
+
+int shmb_connect(shmb_t *c, const char *socket_path, const char *name)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0)
+        return rc;
+    rc = client_connect(c, socket_path, name);
+    client_leave(c);
+    return rc;
+}
+
+int shmb_reconnect(shmb_t *c)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0)
+        return rc;
+    rc = client_reconnect(c);
+    client_leave(c);
+    return rc;
+}
+
+int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void **ptr)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0) {
+        *ptr = NULL;
+        return rc;
+    }
+    rc = client_alloc(c, key, size, readers, ptr);
+    client_leave(c);
+    return rc;
+}
+
+int shmb_commit(shmb_t *c, const char *key)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0)
+        return rc;
+    rc = client_commit(c, key);
+    client_leave(c);
+    return rc;
+}
+
+int shmb_abort(shmb_t *c, const char *key)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0)
+        return rc;
+    rc = client_abort(c, key);
+    client_leave(c);
+    return rc;
+}
+
+int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned readers)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0)
+        return rc;
+    rc = client_put(c, key, data, size, readers);
+    client_leave(c);
+    return rc;
+}
+
+int shmb_get(shmb_t *c, const char *key, const void **ptr, size_t *size)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0) {
+        *ptr = NULL;
+        *size = 0;
+        return rc;
+    }
+    rc = client_get(c, key, ptr, size);
+    client_leave(c);
+    return rc;
+}
+
+int shmb_release(shmb_t *c, const char *key)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0)
+        return rc;
+    rc = client_release(c, key);
+    client_leave(c);
+    return rc;
+}
+
+int shmb_release_nowait(shmb_t *c, const char *key)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0)
+        return rc;
+    rc = client_release_nowait(c, key);
+    client_leave(c);
+    return rc;
+}
+
+int shmb_release_many(shmb_t *c, size_t n, const char *const *keys)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0)
+        return rc;
+    rc = client_release_many(c, n, keys);
+    client_leave(c);
+    return rc;
+}
+
+int shmb_put_many(shmb_t *c, size_t n, const char *const *keys, const void *const *data,
+                  const size_t *sizes, unsigned readers, int *results)
+{
+    int rc = client_enter(c);
+    size_t i;
+
+    if (rc < 0) {
+        for (i = 0; results != NULL && i < n; i++)
+            results[i] = rc;
+        return rc;
+    }
+    rc = client_put_many(c, n, keys, data, sizes, readers, results);
+    client_leave(c);
+    return rc;
+}
+
+int shmb_get_many(shmb_t *c, size_t n, const char *const *keys, const void **ptrs,
+                  size_t *sizes, int *results)
+{
+    int rc = client_enter(c);
+    size_t i;
+
+    if (rc < 0) {
+        for (i = 0; i < n; i++) {
+            ptrs[i] = NULL;
+            sizes[i] = 0;
+            if (results != NULL)
+                results[i] = rc;
+        }
+        return rc;
+    }
+    rc = client_get_many(c, n, keys, ptrs, sizes, results);
+    client_leave(c);
+    return rc;
+}
+
+int shmb_touch(shmb_t *c, const char *key, unsigned readers)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0)
+        return rc;
+    rc = client_touch(c, key, readers);
+    client_leave(c);
+    return rc;
+}
+
+int shmb_delete(shmb_t *c, const char *key)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0)
+        return rc;
+    rc = client_delete(c, key);
+    client_leave(c);
+    return rc;
+}
+
+int shmb_contains(shmb_t *c, const char *key)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0)
+        return rc;
+    rc = client_contains(c, key);
+    client_leave(c);
+    return rc;
+}
+
+int shmb_stats(shmb_t *c, shmb_stats_t *out)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0) {
+        memset(out, 0, sizeof(*out));
+        return rc;
+    }
+    rc = client_stats(c, out);
+    client_leave(c);
+    return rc;
+}
+
+int shmb_request(shmb_t *c, const char *request, char **reply)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0) {
+        *reply = NULL;
+        return rc;
+    }
+    rc = client_request(c, request, reply);
+    client_leave(c);
     return rc;
 }

@@ -8,8 +8,23 @@
  * daemon's (or the library's) message. The library never prints, never exits
  * and never touches the application's signal handlers.
  *
- * Threads: one handle per thread. A handle must not be used by two threads
- * at once; pointers it returned stay valid in any thread until released.
+ * Threads: one handle per thread; handles share nothing that needs a lock.
+ * A handle serves one call at a time: a call made while another thread's
+ * call runs on the same handle fails at once with -EBUSY and sends nothing
+ * (shmb_errmsg, read in the refused thread, says so). Pointers a handle
+ * returned stay valid in any thread until released.
+ *
+ * fork(): a handle belongs to the process that connected it. In a child made
+ * by fork() after that, every call on the inherited handle (shmb_connect and
+ * shmb_reconnect too) fails with -ECHILD and sends nothing: the child shares
+ * the parent's socket, and the two would take each other's replies. In the
+ * child, shmb_close the inherited handle (that closes only the child's copy
+ * of the socket and the mapping; the parent's connection, pins and pending
+ * allocations are untouched) and connect a new handle with shmb_new and
+ * shmb_connect. Pointers the parent obtained stay mapped in the child but
+ * are pinned only for the parent. The library counts forks with
+ * pthread_atfork, so a child made by a raw clone() system call is not
+ * recognised. The shmb_set_ calls only set options and are not checked.
  *
  * Keys are UTF-8 text of 1 to SHMB_KEY_MAX_LEN bytes (a C string, so no
  * NUL). Every call that takes a key, the _nowait and _many ones included,
@@ -104,8 +119,11 @@ void shmb_close(shmb_t *c);
 /* The segment's description; NULL before shmb_connect succeeded. */
 const shmb_info_t *shmb_info(const shmb_t *c);
 
-/* The last call's error: its negative errno, its protocol name ("ENOSPC")
- * and the message, in a string the handle owns until the next call. */
+/* The last call's error: its negative errno, its name (as shmb_strerror;
+ * "OK" for 0) and the message, in a string the handle owns until the next
+ * call. A call refused with -EBUSY or -ECHILD (see Threads and fork() above)
+ * leaves the handle alone: these report it in the refused thread until its
+ * next call. */
 int shmb_errcode(const shmb_t *c);
 const char *shmb_errname(const shmb_t *c);
 const char *shmb_errmsg(const shmb_t *c);
@@ -113,7 +131,9 @@ const char *shmb_errmsg(const shmb_t *c);
 /* Zero-copy write: reserve size bytes under key and get a pointer to them in
  * *ptr; write the payload, then shmb_commit (makes it visible) or shmb_abort.
  * readers: how many reads the object awaits before it may be reclaimed.
- * -EEXIST, -E2BIG, -ENOSPC (the message names what blocks). */
+ * -EEXIST, -E2BIG, -ENOSPC (the message names what blocks). A size of 2^63
+ * bytes or more, which the protocol cannot carry, is refused with -E2BIG
+ * before anything is sent (shmb_put too). */
 int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void **ptr);
 int shmb_commit(shmb_t *c, const char *key);
 int shmb_abort(shmb_t *c, const char *key);
@@ -144,7 +164,8 @@ int shmb_release_nowait(shmb_t *c, const char *key);
  * allocations per line, committed before the next line is allocated, so that
  * the daemon's default --max-pending is never passed). A bad key anywhere
  * refuses the whole call with -EINVAL before anything is sent (the message
- * names its index). When the call fails as a whole (that, or a lost
+ * names its index), and so does a put_many size of 2^63 bytes or more, with
+ * -E2BIG. When the call fails as a whole (that, or a lost
  * connection), every results[i] not already final holds its error: objects
  * put_many committed in earlier lines stay committed (their result is 0),
  * and get_many hands out no pointer. */
@@ -175,7 +196,11 @@ int shmb_stats(shmb_t *c, shmb_stats_t *out);
  * without one, the library adds its own and takes it out of the reply. */
 int shmb_request(shmb_t *c, const char *request, char **reply);
 
-/* The protocol name of a negative errno ("ENOSPC"). */
+/* The name of a negative errno: the protocol's ("ENOSPC"), "OK" for 0, and
+ * for a code the protocol does not name the C library's ("EACCES"), else "E"
+ * and the number. A static string, except for a number the C library does
+ * not name: the calling thread's until its next call. The protocol itself
+ * sends only its own names. */
 const char *shmb_strerror(int code);
 
 #ifdef __cplusplus

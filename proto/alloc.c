@@ -1,20 +1,33 @@
 /*
- * Allocation wrapper with a failure injector for chaos tests.
+ * Allocation wrapper with a failure injector for chaos tests. The counters
+ * are atomic: the library links this file, and its users may run one handle
+ * per thread.
  */
 #include "alloc.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-static unsigned long alloc_count;
-static unsigned long alloc_fail_at; /* absolute count that fails, 0 = never */
-static long alloc_live;             /* blocks handed out and not yet freed */
+/* Relaxed atomics: each counter is only counted, never used to order other
+ * memory, and an increment costs little beside a malloc. */
+static atomic_ulong alloc_count;
+static atomic_ulong alloc_fail_at; /* absolute count that fails, 0 = never */
+static atomic_long alloc_live;     /* blocks handed out and not yet freed */
 
 /* True when this allocation is the one a test asked to fail. */
 static int alloc_should_fail(void)
 {
-    alloc_count++;
-    return alloc_fail_at != 0 && alloc_count == alloc_fail_at;
+    unsigned long n = atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed) + 1;
+    unsigned long fail_at = atomic_load_explicit(&alloc_fail_at, memory_order_relaxed);
+
+    return fail_at != 0 && n == fail_at;
+}
+
+/* Count a block handed out (p not NULL) or given back (delta -1). */
+static void alloc_count_live(long delta)
+{
+    atomic_fetch_add_explicit(&alloc_live, delta, memory_order_relaxed);
 }
 
 void *shmb_malloc(size_t size)
@@ -24,7 +37,8 @@ void *shmb_malloc(size_t size)
     if (alloc_should_fail())
         return NULL;
     p = malloc(size ? size : 1);
-    alloc_live += p != NULL;
+    if (p != NULL)
+        alloc_count_live(1);
     return p;
 }
 
@@ -35,7 +49,8 @@ void *shmb_calloc(size_t count, size_t size)
     if (alloc_should_fail())
         return NULL;
     p = calloc(count ? count : 1, size ? size : 1);
-    alloc_live += p != NULL;
+    if (p != NULL)
+        alloc_count_live(1);
     return p;
 }
 
@@ -46,7 +61,8 @@ void *shmb_realloc(void *ptr, size_t size)
     if (alloc_should_fail())
         return NULL;
     p = realloc(ptr, size ? size : 1);
-    alloc_live += ptr == NULL && p != NULL;
+    if (ptr == NULL && p != NULL)
+        alloc_count_live(1);
     return p;
 }
 
@@ -63,21 +79,25 @@ char *shmb_strndup(const char *s, size_t len)
 
 void shmb_free(void *ptr)
 {
-    alloc_live -= ptr != NULL;
+    if (ptr != NULL)
+        alloc_count_live(-1);
     free(ptr);
 }
 
 long shmb_alloc_live(void)
 {
-    return alloc_live;
+    return atomic_load_explicit(&alloc_live, memory_order_relaxed);
 }
 
 void shmb_alloc_fail_at(unsigned long n)
 {
-    alloc_fail_at = n ? alloc_count + n : 0;
+    atomic_store_explicit(&alloc_fail_at,
+                          n ? atomic_load_explicit(&alloc_count, memory_order_relaxed) + n
+                            : 0,
+                          memory_order_relaxed);
 }
 
 unsigned long shmb_alloc_count(void)
 {
-    return alloc_count;
+    return atomic_load_explicit(&alloc_count, memory_order_relaxed);
 }

@@ -4,6 +4,7 @@
 #include "error.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -88,6 +89,29 @@ const char *shmb_error_name(int code)
         if (-error_names[i].code == code)
             return error_names[i].name;
     return "EIO";
+}
+
+const char *shmb_error_any_name(int code)
+{
+    static _Thread_local char number[24];
+    const char *name;
+    size_t i;
+
+    if (code > 0)
+        code = -code;
+    if (code == 0)
+        return "OK";
+    for (i = 0; i < sizeof(error_names) / sizeof(error_names[0]); i++)
+        if (-error_names[i].code == code)
+            return error_names[i].name;
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+    if (code > INT_MIN && (name = strerrorname_np(-code)) != NULL)
+        return name;
+#else
+    (void)name;
+#endif
+    snprintf(number, sizeof(number), "E%lld", -(long long)code);
+    return number;
 }
 
 int shmb_error_from_name(const char *name)

@@ -29,6 +29,14 @@ void shmb_error_clear(struct shmb_error *err);
  * protocol does not name. The returned string is static. */
 const char *shmb_error_name(int code);
 
+/* The name of any code, for a person reading the library's or the ctl's
+ * errors: "OK" for 0, the protocol's name for the codes it names, else the
+ * C library's name ("EACCES"), else "E" and the number ("E4000"). Not for
+ * the wire, whose names are shmb_error_name's. The string is static, or for
+ * a number the C library does not name, the calling thread's until its next
+ * call. */
+const char *shmb_error_any_name(int code);
+
 /* The negative errno for a protocol name, or -EIO when the name is unknown. */
 int shmb_error_from_name(const char *name);
 

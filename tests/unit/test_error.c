@@ -78,12 +78,32 @@ static void test_code_names(void **state)
     assert_int_equal(shmb_error_from_name(NULL), -EIO);
 }
 
+/* Proves that the names for people are honest: 0 is "OK", the protocol's
+ * codes keep their names, a code outside the table gets its own errno name
+ * (not the "EIO" of a real I/O error, which the wire names keep), and a
+ * number no one names gets "E" and the number. */
+static void test_any_names(void **state)
+{
+    (void)state;
+    assert_string_equal(shmb_error_any_name(0), "OK");
+    assert_string_equal(shmb_error_any_name(-ENOSPC), "ENOSPC");
+    assert_string_equal(shmb_error_any_name(ENOSPC), "ENOSPC");
+    assert_string_equal(shmb_error_any_name(-EIO), "EIO");
+    assert_string_equal(shmb_error_any_name(-EACCES), "EACCES");
+    assert_string_equal(shmb_error_any_name(-EXDEV), "EXDEV");
+    assert_string_equal(shmb_error_any_name(-ECHILD), "ECHILD");
+    assert_string_equal(shmb_error_any_name(-4000), "E4000");
+    /* The wire's names are unchanged: the protocol's table, else EIO. */
+    assert_string_equal(shmb_error_name(-EACCES), "EIO");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_message_made_valid_utf8),
         cmocka_unit_test(test_truncated_message_stays_valid),
         cmocka_unit_test(test_code_names),
+        cmocka_unit_test(test_any_names),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
