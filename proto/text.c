@@ -4,6 +4,7 @@
 #include "text.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "layout.h"
@@ -72,6 +73,22 @@ size_t shmb_utf8_cut(const char *s, size_t n, size_t max)
     return i;
 }
 
+/* Characters that reorder or break a line on a terminal without being
+ * control bytes: the bidirectional marks, embeddings, overrides and isolates
+ * (a key could show a row backwards), and the line and paragraph separators. */
+static bool text_is_format_char(const unsigned char *u, size_t k)
+{
+    unsigned cp;
+
+    if (k == 2)
+        return ((unsigned)(u[0] & 0x1F) << 6 | (u[1] & 0x3F)) == 0x061C;
+    if (k != 3)
+        return false;
+    cp = (unsigned)(u[0] & 0x0F) << 12 | (unsigned)(u[1] & 0x3F) << 6 | (u[2] & 0x3F);
+    return cp == 0x200E || cp == 0x200F || (cp >= 0x2028 && cp <= 0x202E) ||
+           (cp >= 0x2066 && cp <= 0x2069);
+}
+
 char *shmb_escape(const char *s, size_t n, char *out, size_t cap)
 {
     static const char hex[] = "0123456789abcdef";
@@ -86,7 +103,23 @@ char *shmb_escape(const char *s, size_t n, char *out, size_t cap)
 
         if (k == 0)
             k = 1;
-        if (control) {
+        if (!control && text_is_format_char(u + i, k)) {
+            char esc[8];
+            unsigned cp = k == 2 ? ((unsigned)(u[i] & 0x1F) << 6 | (u[i + 1] & 0x3F))
+                                 : ((unsigned)(u[i] & 0x0F) << 12 |
+                                    (unsigned)(u[i + 1] & 0x3F) << 6 | (u[i + 2] & 0x3F));
+
+            if (o + 6 >= cap)
+                break;
+            esc[0] = '\\';
+            esc[1] = 'u';
+            esc[2] = hex[cp >> 12];
+            esc[3] = hex[(cp >> 8) & 15];
+            esc[4] = hex[(cp >> 4) & 15];
+            esc[5] = hex[cp & 15];
+            memcpy(out + o, esc, 6);
+            o += 6;
+        } else if (control) {
             size_t j;
 
             if (o + 4 * k >= cap)

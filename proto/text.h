@@ -25,13 +25,15 @@ size_t shmb_utf8_cut(const char *s, size_t n, size_t max);
 
 /* Copy s[0..n) into out (cap bytes, NUL-terminated, cap >= 1) for a human's
  * eyes: control bytes (C0, DEL and the C1 range, which terminals obey) and
- * bytes that are not UTF-8 become \xNN, a backslash becomes \\, well-formed
- * characters pass. Stops before an escape that would not fit whole. Returns
+ * bytes that are not UTF-8 become \xNN; the bidirectional formatting
+ * characters and the line and paragraph separators (U+061C, U+200E, U+200F,
+ * U+2028..U+202E, U+2066..U+2069), which reorder or break what a terminal
+ * shows, become \uNNNN; a backslash becomes \\; other characters pass. Stops before an escape that would not fit whole. Returns
  * out, so it can be an argument of printf. */
 char *shmb_escape(const char *s, size_t n, char *out, size_t cap);
 
 /* Room shmb_escape needs for n bytes whatever they are, the NUL included. */
-#define SHMB_ESCAPED_MAX(n) ((n) * 4 + 1)
+#define SHMB_ESCAPED_MAX(n) ((n) * 4 + 1) /* \uNNNN is 6 for 3 bytes: under 4 each */
 
 /* A key is 1 to SHMB_KEY_MAX bytes of UTF-8 (no NUL: it is a C string in
  * the library). 0, or -EINVAL with the message every part of shmbroker

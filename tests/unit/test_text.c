@@ -44,7 +44,8 @@ static void test_cut(void **state)
 }
 
 /* Proves that control bytes (C0, DEL, C1) and malformed bytes are shown as
- * \xNN, a backslash doubles, and printable UTF-8 passes unchanged. */
+ * \xNN, bidirectional formatting characters and separators as \uNNNN, a
+ * backslash doubles, and printable UTF-8 passes unchanged. */
 static void test_escape(void **state)
 {
     char out[128];
@@ -56,6 +57,15 @@ static void test_escape(void **state)
                         "caf\xc3\xa9 \\\\ \\x7f");
     assert_string_equal(shmb_escape("\xc2\x9b" "1m\xff", 5, out, sizeof(out)),
                         "\\xc2\\x9b1m\\xff");
+    /* Bidi overrides and isolates, marks and separators reorder or break a
+     * row: U+202E, U+2066, U+2028, U+200F and U+061C are shown as \uNNNN. */
+    assert_string_equal(shmb_escape("a\xe2\x80\xae" "b\xe2\x81\xa6" "c\xe2\x80\xa8"
+                                    "d\xe2\x80\x8f\xd8\x9c", 18, out, sizeof(out)),
+                        "a\\u202eb\\u2066c\\u2028d\\u200f\\u061c");
+    /* Neighbours of those ranges pass (U+2027, U+202F, U+2065, U+206A). */
+    assert_string_equal(shmb_escape("\xe2\x80\xa7\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa", 12,
+                                    out, sizeof(out)),
+                        "\xe2\x80\xa7\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa");
     /* An escape that does not fit whole is left out, and out ends in NUL. */
     assert_string_equal(shmb_escape("ab\x01", 3, out, 5), "ab");
     assert_string_equal(shmb_escape("abc", 3, out, 1), "");
