@@ -22,6 +22,11 @@
 #define EXIT_ERROR_REPLY 1
 #define EXIT_USAGE 2
 #define EXIT_UNAVAILABLE 69 /* sysexits.h EX_UNAVAILABLE */
+/* A local file, not the daemon, failed: sysexits.h's codes for each case, so
+ * that a script can tell them from a refusal (1). */
+#define EXIT_NO_INPUT 66   /* EX_NOINPUT: the input file cannot be opened */
+#define EXIT_CANT_CREATE 73 /* EX_CANTCREAT: the output file cannot be created */
+#define EXIT_IO_ERROR 74   /* EX_IOERR: reading or writing a file failed */
 
 static void usage(FILE *out)
 {
@@ -39,7 +44,9 @@ static void usage(FILE *out)
         "  rm KEY                 delete KEY\n"
         "\n"
         "The socket defaults to $%s, else %s.\n"
-        "Exit status: 0 success, 1 the daemon refused, 2 usage, 69 daemon unreachable.\n",
+        "Exit status: 0 success, 1 the daemon refused, 2 usage, 66 input file cannot be\n"
+        "opened, 69 daemon unreachable, 73 output file cannot be created, 74 file I/O error.\n"
+        "Put '--' before a key that starts with '-'.\n",
         SHMB_SOCKET_ENV, SHMB_DEFAULT_SOCKET);
 }
 
@@ -327,33 +334,40 @@ static int read_all(int fd, char **out, size_t *len)
     return 0;
 }
 
-static int cmd_put(shmb_t *c, const char *key, const char *file)
+/* Read the input of put (a file, or standard input for "-") into *data
+ * (malloc'ed, caller frees) before connecting: a file that cannot be read
+ * needs no daemon. 0 or the exit status. */
+static int put_input(const char *file, char **data, size_t *len)
 {
     int fd = strcmp(file, "-") == 0 ? STDIN_FILENO : open(file, O_RDONLY | O_CLOEXEC);
-    char *data = NULL;
-    size_t len = 0;
     int rc;
 
+    *data = NULL;
+    *len = 0;
     if (fd < 0) {
         fprintf(stderr, "shmbrokerctl: cannot open %s: %s\n", file, strerror(errno));
-        return EXIT_ERROR_REPLY;
+        return EXIT_NO_INPUT;
     }
-    rc = read_all(fd, &data, &len);
+    rc = read_all(fd, data, len);
     if (fd != STDIN_FILENO)
         close(fd);
     if (rc < 0) {
         fprintf(stderr, "shmbrokerctl: cannot read %s: %s\n", file, strerror(-rc));
-        return EXIT_ERROR_REPLY;
+        return EXIT_IO_ERROR;
     }
-    if (len == 0) {
-        free(data);
+    if (*len == 0) {
+        free(*data);
+        *data = NULL;
         fprintf(stderr, "shmbrokerctl: %s is empty; objects hold at least 1 byte\n",
                 file);
         return EXIT_USAGE;
     }
-    rc = shmb_put(c, key, data, len, 0);
-    free(data);
-    return rc < 0 ? fail(c) : 0;
+    return 0;
+}
+
+static int cmd_put(shmb_t *c, const char *key, const char *data, size_t len)
+{
+    return shmb_put(c, key, data, len, 0) < 0 ? fail(c) : 0;
 }
 
 /* Write len bytes to fd. */
@@ -386,7 +400,7 @@ static int cmd_get(shmb_t *c, const char *key, const char *file)
     if (fd < 0) {
         fprintf(stderr, "shmbrokerctl: cannot open %s: %s\n", file, strerror(errno));
         shmb_release(c, key);
-        return EXIT_ERROR_REPLY;
+        return EXIT_CANT_CREATE;
     }
     rc = write_all(fd, p, len);
     if (fd != STDOUT_FILENO)
@@ -395,7 +409,7 @@ static int cmd_get(shmb_t *c, const char *key, const char *file)
     if (rc < 0) {
         fprintf(stderr, "shmbrokerctl: cannot write %s: %s\n", file ? file : "output",
                 strerror(-rc));
-        return EXIT_ERROR_REPLY;
+        return EXIT_IO_ERROR;
     }
     return 0;
 }
@@ -409,6 +423,8 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *socket_path = NULL, *cmd;
+    char *put_data = NULL;
+    size_t put_len = 0;
     int opt, json = 0, prometheus = 0, rc, nargs;
     unsigned long watch = 0;
     shmb_t *c;
@@ -456,6 +472,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "shmbrokerctl: choose one of --json, --prometheus and --watch\n");
         return EXIT_USAGE;
     }
+    /* "--" ends the options, so that a key may start with '-'. */
+    if (optind < argc && strcmp(argv[optind], "--") == 0)
+        optind++;
     nargs = argc - optind;
     if (!((strcmp(cmd, "status") == 0 && nargs == 0) ||
           (strcmp(cmd, "ls") == 0 && nargs <= 1) ||
@@ -472,10 +491,13 @@ int main(int argc, char **argv)
     if ((strcmp(cmd, "put") == 0 || strcmp(cmd, "get") == 0 || strcmp(cmd, "rm") == 0) &&
         (rc = check_key_arg(argv[optind])) != 0)
         return rc;
+    if (strcmp(cmd, "put") == 0 && (rc = put_input(argv[optind + 1], &put_data, &put_len)) != 0)
+        return rc;
     ctl_socket = socket_path;
     c = shmb_new();
     if (c == NULL) {
         fprintf(stderr, "shmbrokerctl: out of memory\n");
+        free(put_data);
         return EXIT_ERROR_REPLY;
     }
     /* Tools map the segment lazily: prefaulting is for workers' hot paths. */
@@ -490,6 +512,7 @@ int main(int argc, char **argv)
                  ? EXIT_UNAVAILABLE
                  : EXIT_ERROR_REPLY;
         shmb_close(c);
+        free(put_data);
         return rc;
     }
     if (strcmp(cmd, "status") == 0 && watch != 0) {
@@ -516,11 +539,12 @@ int main(int argc, char **argv)
     else if (strcmp(cmd, "clients") == 0)
         rc = cmd_clients(c);
     else if (strcmp(cmd, "put") == 0)
-        rc = cmd_put(c, argv[optind], argv[optind + 1]);
+        rc = cmd_put(c, argv[optind], put_data, put_len);
     else if (strcmp(cmd, "get") == 0)
         rc = cmd_get(c, argv[optind], nargs == 2 ? argv[optind + 1] : NULL);
     else
         rc = shmb_delete(c, argv[optind]) < 0 ? fail(c) : 0;
     shmb_close(c);
+    free(put_data);
     return rc;
 }

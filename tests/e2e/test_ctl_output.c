@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "checks.h"
@@ -123,7 +124,9 @@ static void test_escaped_tables(void **state)
 }
 
 /* Keys the ctl refuses itself (256 bytes, not UTF-8) and an empty input
- * file are usage errors: exit 2 with the key check's words, nothing sent. */
+ * file are usage errors: exit 2 with the key check's words, nothing sent;
+ * local file failures exit 66, 73 or 74, not 1 (the daemon's refusal); and
+ * "--" lets a key start with a dash. */
 static void test_refused_arguments(void **state)
 {
     struct h_fix *f = *state;
@@ -146,6 +149,29 @@ static void test_refused_arguments(void **state)
     assert_int_equal(h_write_file(empty, "", 0), 0);
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "put", "k", empty, NULL), 0);
     expect_run(&r, 2, NULL, "is empty");
+    h_run_free(&r);
+    /* Local files that fail have sysexits codes of their own, and an input
+     * that cannot be read is found before anything is sent. */
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "put", "k", "/nonexistent/input", NULL), 0);
+    expect_run(&r, 66, NULL, "cannot open /nonexistent/input");
+    h_run_free(&r);
+    h_path(f, "adir", empty, sizeof(empty));
+    assert_int_equal(mkdir(empty, 0700), 0);
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "put", "k", empty, NULL), 0);
+    expect_run(&r, 74, NULL, "cannot read");
+    h_run_free(&r);
+    assert_int_equal(h_ctl(f, d, "v", 1, &r, "put", "k", "-", NULL), 0);
+    expect_run(&r, 0, NULL, NULL);
+    h_run_free(&r);
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "get", "k", "/nonexistent/output", NULL), 0);
+    expect_run(&r, 73, NULL, "cannot open /nonexistent/output");
+    h_run_free(&r);
+    /* "--" lets a key start with a dash. */
+    assert_int_equal(h_ctl(f, d, "dash", 4, &r, "put", "--", "-x", "-", NULL), 0);
+    expect_run(&r, 0, NULL, NULL);
+    h_run_free(&r);
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "get", "--", "-x", NULL), 0);
+    expect_run(&r, 0, "dash", NULL);
     h_run_free(&r);
     /* The daemon's own refusal is still 1. */
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "rm", "absent", NULL), 0);
