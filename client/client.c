@@ -1041,6 +1041,7 @@ static void client_note_failure(shmb_t *c, struct client_first *first, size_t in
 
 /* The arguments of put_many's ops. */
 struct client_put_args {
+    size_t n; /* keys in the whole call */
     const char *const *keys;
     const size_t *sizes;
     unsigned readers;
@@ -1125,6 +1126,21 @@ static int client_put_chunk(shmb_t *c, struct client_put_args *a, const void *co
             }
         }
     }
+    /* The daemon's --max-pending (or allocations this handle already
+     * holds) stopped the chunk part way: the allocations after the cap all
+     * failed with EDQUOT. What was allocated is committed now, so the rest
+     * goes again in the next chunk; only a chunk that allocated nothing
+     * reports EDQUOT. */
+    if (m > 0) {
+        for (i = start; i < *end && rcs[i] != -EDQUOT; i++)
+            ;
+        if (i > start && i < *end) {
+            memset(rcs + i, 0, (*end - i) * sizeof(*rcs));
+            *end = i;
+            if (first->index >= i)
+                first->index = a->n;
+        }
+    }
     return 0;
 }
 
@@ -1132,7 +1148,7 @@ static int client_put_many(shmb_t *c, size_t n, const char *const *keys,
                            const void *const *data, const size_t *sizes, unsigned readers,
                            int *results)
 {
-    struct client_put_args a = {keys, sizes, readers, NULL, NULL};
+    struct client_put_args a = {n, keys, sizes, readers, NULL, NULL};
     struct client_put_space sp = {NULL, NULL, NULL, NULL};
     struct client_first first;
     struct line_reply *res = NULL;

@@ -161,8 +161,11 @@ int shmb_release_nowait(shmb_t *c, const char *key);
  *
  * Any n works: the calls split the work into batch lines of at most 4096 ops
  * and 64 KiB, in order, one round trip each (put_many: at most 1024
- * allocations per line, committed before the next line is allocated, so that
- * the daemon's default --max-pending is never passed). A bad key anywhere
+ * allocations per line, committed before the next line is allocated; when a
+ * lower --max-pending, or allocations the handle already holds, stop a line
+ * part way, what was allocated is committed and the rest goes again, so
+ * put_many fails with -EDQUOT only when the handle alone holds the whole
+ * cap). A bad key anywhere
  * refuses the whole call with -EINVAL before anything is sent (the message
  * names its index), and so does a put_many size of 2^63 bytes or more, with
  * -E2BIG. When the call fails as a whole (that, or a lost

@@ -173,6 +173,65 @@ static void test_many_errors_per_key(void **state)
     h_pass(f);
 }
 
+/* put_many of any n works under a lower --max-pending (100) too, and while
+ * the handle already holds allocations of its own (90 of the 100): each line
+ * commits what the cap let through and the rest goes again. Only when the
+ * handle itself holds the whole cap does put_many fail, with EDQUOT naming
+ * it. */
+static void test_many_under_max_pending(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d =
+        h_daemon_start(f, "64M", (const char *const[]){"--max-pending", "100", NULL});
+    shmb_t *c = h_lib_connect(d, "many", 0);
+    size_t n = 300, i;
+    char (*names)[256] = calloc(n, 256), held[32];
+    const char **keys = calloc(n, sizeof(*keys));
+    const void **data = calloc(n, sizeof(*data));
+    size_t *sizes = calloc(n, sizeof(*sizes));
+    int *results = calloc(n, sizeof(*results)), rc;
+    shmb_stats_t st;
+    void *p;
+    static const char payload[8] = "payload";
+
+    assert_true(names && keys && data && sizes && results);
+    round_trip(c, 300, KEY_SHORT, "cap");
+    for (i = 0; i < 90; i++) {
+        snprintf(held, sizeof(held), "held-%zu", i);
+        ok(c, shmb_alloc(c, held, 16, 0, &p));
+    }
+    for (i = 0; i < n; i++) {
+        make_key(KEY_SHORT, "p", i, names[i]);
+        keys[i] = names[i];
+        data[i] = payload;
+        sizes[i] = sizeof(payload);
+        results[i] = 1;
+    }
+    ok(c, shmb_put_many(c, n, keys, data, sizes, 0, results));
+    for (i = 0; i < n; i++)
+        assert_int_equal(results[i], 0);
+    ok(c, shmb_stats(c, &st));
+    assert_int_equal(st.objects, 600);
+    assert_int_equal(st.pending, 90);
+    for (i = 90; i < 100; i++) {
+        snprintf(held, sizeof(held), "held-%zu", i);
+        ok(c, shmb_alloc(c, held, 16, 0, &p));
+    }
+    for (i = 0; i < 5; i++)
+        make_key(KEY_SHORT, "q", i, names[i]);
+    rc = shmb_put_many(c, 5, keys, data, sizes, 0, results);
+    fails(c, rc, -EDQUOT, "max-pending");
+    for (i = 0; i < 5; i++)
+        assert_int_equal(results[i], -EDQUOT);
+    free(names);
+    free(keys);
+    free(data);
+    free(sizes);
+    free(results);
+    shmb_close(c);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -180,6 +239,7 @@ int main(void)
     static const struct CMUnitTest tests[] = {
         TEST(test_many_any_n),
         TEST(test_many_errors_per_key),
+        TEST(test_many_under_max_pending),
     };
 
     return cmocka_run_group_tests_name("test_many", tests, NULL, NULL);
