@@ -100,7 +100,7 @@ $(BUILD)/tests/test_text:    $(call OBJ,tests/unit/test_text.c) $(BASE_OBJ)
 
 # End-to-end tests drive the real binaries through the library and raw sockets.
 E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch test_systemd \
-             test_bounds test_startup \
+             test_bounds test_startup test_adopt \
              soak
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
