@@ -117,7 +117,7 @@ export SOAK_SECONDS SOAK_VALGRIND_SECONDS
 # valgrind, and (in the plain build) the fuzzer for FUZZ_SECONDS.
 TEST_RUNS := $(UNIT_BINS) $(E2E_BINS) tests/e2e/soak_valgrind.sh tests/e2e/test_run_timeout.sh
 ifeq ($(SANITIZER),)
-TEST_RUNS += tests/fuzz/run_fuzz.sh
+TEST_RUNS += tests/fuzz/run_fuzz.sh tests/fuzz/run_fuzz_adopt.sh
 endif
 
 # The fuzz target: clang's libFuzzer with ASan and UBSan over the request
@@ -129,7 +129,14 @@ FUZZ_SRC     := tests/fuzz/fuzz_command.c tests/support/fixture.c daemon/command
                 $(CORE_SRC) $(PROTO_SRC)
 FUZZ_BIN     := $(FUZZ_BUILD)/fuzz_command
 
-.PHONY: all run test fuzz soak bench check-deps check-test-deps unit clean install uninstall
+# The adoption fuzzer: random damage to a segment, a SIGKILL, a restart,
+# under ASan and UBSan. 'make test' runs it for FUZZ_ADOPT_SECONDS;
+# 'make fuzz-adopt FUZZ_ADOPT_SECONDS=3600' for as long as asked.
+FUZZ_ADOPT_SECONDS ?= 30
+FUZZ_ADOPT_SRC := tests/fuzz/fuzz_adopt.c $(CORE_SRC) proto/error.c proto/alloc.c proto/text.c
+FUZZ_ADOPT_BIN := $(FUZZ_BUILD)/fuzz_adopt
+
+.PHONY: all run test fuzz fuzz-adopt soak bench check-deps check-test-deps unit clean install uninstall
 all: check-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS)
 
@@ -145,10 +152,11 @@ run: check-deps
 
 test: check-test-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) \
-	    $(if $(SANITIZER),,$(FUZZ_BIN))
+	    $(if $(SANITIZER),,$(FUZZ_BIN) $(FUZZ_ADOPT_BIN))
 	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl \
 	    SHMB_SOAK=$(BUILD)/tests/soak FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
-	    FUZZ_RUNS=$(FUZZ_RUNS) sh tests/run.sh $(BUILD) $(TEST_RUNS)
+	    FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_ADOPT_BIN=$(FUZZ_ADOPT_BIN) \
+	    FUZZ_ADOPT_SECONDS=$(FUZZ_ADOPT_SECONDS) sh tests/run.sh $(BUILD) $(TEST_RUNS)
 
 # Only the soak, at whatever length: make soak SOAK_SECONDS=30 SANITIZER=address
 # (tests/run.sh adds the length asked for to its per-program time limit).
@@ -232,6 +240,18 @@ $(FUZZ_BIN): $(FUZZ_SRC) $(wildcard proto/*.h daemon/*.h tests/support/*.h) Make
 	$(Q)clang -std=c11 -D_GNU_SOURCE -DSHMB_VERSION='"$(VERSION)"' -g -O1 $(WARN) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	    -Iproto -Idaemon -Itests/support $(PKGS_CFLAGS) -o $@ $(FUZZ_SRC) $(PKGS_LIBS)
+
+fuzz-adopt: check-test-deps
+	$(Q)$(MAKE) --no-print-directory $(FUZZ_ADOPT_BIN)
+	$(Q)FUZZ_ADOPT_BIN=$(FUZZ_ADOPT_BIN) FUZZ_ADOPT_SECONDS=$(FUZZ_ADOPT_SECONDS) \
+	    FUZZ_ADOPT_CORPUS=$(FUZZ_BUILD)/corpus-adopt sh tests/fuzz/run_fuzz_adopt.sh
+
+$(FUZZ_ADOPT_BIN): $(FUZZ_ADOPT_SRC) $(wildcard proto/*.h daemon/*.h) Makefile
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CLANG   $@")
+	$(Q)clang -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	    -Iproto -Idaemon -o $@ $(FUZZ_ADOPT_SRC)
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
