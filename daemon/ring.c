@@ -124,7 +124,9 @@ bool ring_fits(const struct ring *r, uint64_t chunk_size)
     return ring_place(r, chunk_size) != UINT64_MAX;
 }
 
-/* The header of the chunk at physical offset phys. */
+/* The header of the chunk at physical offset phys, in the segment. The ring
+ * writes headers there; it reads one only in ring_read_header, once, into a
+ * private copy (read-write clients can change the segment at any time). */
 static struct shmb_chunk_header *ring_header_at(const struct ring *r, uint64_t phys)
 {
     return (struct shmb_chunk_header *)(r->data + phys);
@@ -199,7 +201,8 @@ int ring_alloc(struct ring *r, uint64_t payload_size, const char *label, size_t 
         out->id = r->next_id;
         out->phys = phys;
         out->chunk_size = need;
-        out->payload_offset = r->data_offset + phys + hdr->header_size;
+        /* From private values: a client may already have changed hdr. */
+        out->payload_offset = r->data_offset + phys + slot->header_size;
         out->payload_size = payload_size;
     }
     r->next_id++;
