@@ -193,9 +193,9 @@ static int daemon_check_segment(struct daemon *d, uint64_t size, struct shmb_err
         /* A running process holds the file's lock; the pid in the header is
          * only a hint for the human. */
         return shmb_error_set(err, -EBUSY,
-                              "Segment %s/%s belongs to a running shmbrokerd (it holds the "
-                              "segment's lock; its header names pid %lld); stop it first, "
-                              "or choose another --name.",
+                              "Segment %s/%s belongs to a running shmbrokerd (pid %lld), "
+                              "which holds the segment's lock; stop it first, or choose "
+                              "another --name.",
                               cfg->shm_dir, cfg->name, (long long)pid);
     case SEGMENT_FOREIGN:
         /* The header page is a hint too: a regular file of exactly the
