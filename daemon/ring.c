@@ -12,6 +12,10 @@
 
 #define RING_FIXED_HEADER sizeof(struct shmb_chunk_header)
 #define RING_SLOTS_START 64
+/* No daemon allocates 2^62 chunks (146 years at a billion a second): a
+ * larger next id in an adopted cursor is damage, and ids past it could wrap
+ * to 0, which the slot lookup by id cannot follow. */
+#define RING_ID_MAX (UINT64_C(1) << 62)
 
 /* Round n up to SHMB_ALIGN; 0 on overflow. */
 static uint64_t ring_align(uint64_t n)
@@ -472,12 +476,12 @@ int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
     int rc = 0;
 
     if (start > end || end - start > r->size || start >= r->size ||
-        (start == end && start != 0))
+        (start == end && start != 0) || next_id > RING_ID_MAX)
         return shmb_error_set(err, -EBADMSG,
-                              "Corrupt ring cursor (start %llu, end %llu, ring of %llu "
-                              "bytes): nothing adopted.",
+                              "Corrupt ring cursor (start %llu, end %llu, next id %llu, "
+                              "ring of %llu bytes): nothing adopted.",
                               (unsigned long long)start, (unsigned long long)end,
-                              (unsigned long long)r->size);
+                              (unsigned long long)next_id, (unsigned long long)r->size);
     r->start = r->end = start;
     for (pos = start; pos < end;) {
         uint64_t phys = pos % r->size;

@@ -1648,6 +1648,41 @@ static void test_adopt_stops_at_corrupt(void **state)
     fix_free(f);
 }
 
+/* A cursor whose next id no daemon could reach (a client wrote it, and the
+ * chunk ids to match) adopts nothing: ids from there would wrap to 0 and
+ * the ring could no longer find its chunks by id (a chunk allocated after
+ * the wrap could not be committed or freed). Found by the adoption fuzzer:
+ * before the fix such a ring was adopted, and the next restart dropped it
+ * all as corrupt. */
+static void test_adopt_refuses_huge_ids(void **state)
+{
+    struct fix *f = fix_new(1024, true);
+    struct shmb_error err = {0};
+    struct ring_chunk c[2], x;
+    struct offered o;
+    struct ring r2;
+
+    (void)state;
+    memset(&o, 0, sizeof(o));
+    c[0] = alloc_ok(f, 100, "k", tag(0));
+    c[1] = alloc_ok(f, 100, "k", tag(1));
+    chunk_at(f, c[0].phys)->id = UINT64_MAX - 2;
+    chunk_at(f, c[1].phys)->id = UINT64_MAX - 1;
+    f->cursor.ring_next_id = UINT64_MAX;
+    assert_int_equal(readopt(f, &r2, &o, &err), -EBADMSG);
+    if (strstr(err.message, "Corrupt ring cursor") == NULL ||
+        strstr(err.message, "next id 18446744073709551615") == NULL)
+        fail_msg("unexpected message: %s", err.message);
+    assert_int_equal(o.n, 0);
+    assert_int_equal(ring_count(&r2), 0);
+    assert_int_equal(ring_alloc(&r2, 100, "z", 1, tag(7), &x, &err), 0);
+    assert_int_equal(x.id, 0);
+    assert_int_equal(ring_set_state(&r2, x.id, SHMB_CHUNK_COMMITTED), 0);
+    assert_int_equal(ring_free(&r2, x.id), 0);
+    ring_fini(&r2);
+    fix_free(f);
+}
+
 /* Issue 10, item 1. When the walk stops at the first chunk of a new lap
  * (here a damaged header; a chunk still being written when the daemon died
  * does the same), the ring's end is the end of the last chunk adopted, not
@@ -1846,6 +1881,7 @@ int main(void)
         cmocka_unit_test(test_adopt_rebuilds_wrapped_ring),
         cmocka_unit_test(test_adopt_refused_chunks),
         cmocka_unit_test(test_adopt_stops_at_corrupt),
+        cmocka_unit_test(test_adopt_refuses_huge_ids),
         cmocka_unit_test(test_adopt_end_after_stopped_lap),
         cmocka_unit_test(test_adopt_uses_private_copies),
         cmocka_unit_test(test_free_newest_retracts),
