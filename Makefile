@@ -103,7 +103,7 @@ $(BUILD)/tests/test_text:    $(call OBJ,tests/unit/test_text.c) $(BASE_OBJ)
 
 # End-to-end tests drive the real binaries through the library and raw sockets.
 E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch test_systemd \
-             test_bounds test_startup \
+             test_bounds test_startup test_adopt \
              test_ids test_many test_ctl_output test_hostile_rw test_idle test_config \
              test_fork test_threads test_library \
              soak
@@ -130,7 +130,7 @@ TSAN_SRC := tests/e2e/test_threads.c tests/e2e/harness.c tests/e2e/checks.c $(LI
 # valgrind, and (in the plain build) the fuzzer for FUZZ_SECONDS.
 TEST_RUNS := $(UNIT_BINS) $(E2E_BINS) tests/e2e/soak_valgrind.sh tests/e2e/test_run_timeout.sh
 ifeq ($(SANITIZER),)
-TEST_RUNS += tests/fuzz/run_fuzz.sh
+TEST_RUNS += tests/fuzz/run_fuzz.sh tests/fuzz/run_fuzz_adopt.sh
 endif
 ifeq ($(SANITIZER),)
 TEST_RUNS += $(TSAN_BIN)
@@ -153,7 +153,14 @@ FUZZ_SRC     := tests/fuzz/fuzz_command.c tests/support/fixture.c daemon/command
                 $(CORE_SRC) $(PROTO_SRC)
 FUZZ_BIN     := $(FUZZ_BUILD)/fuzz_command
 
-.PHONY: all run test fuzz soak bench check-deps check-test-deps unit clean install uninstall
+# The adoption fuzzer: random damage to a segment, a SIGKILL, a restart,
+# under ASan and UBSan. 'make test' runs it for FUZZ_ADOPT_SECONDS;
+# 'make fuzz-adopt FUZZ_ADOPT_SECONDS=3600' for as long as asked.
+FUZZ_ADOPT_SECONDS ?= 30
+FUZZ_ADOPT_SRC := tests/fuzz/fuzz_adopt.c $(CORE_SRC) proto/error.c proto/alloc.c proto/text.c
+FUZZ_ADOPT_BIN := $(FUZZ_BUILD)/fuzz_adopt
+
+.PHONY: all run test fuzz fuzz-adopt soak bench check-deps check-test-deps unit clean install uninstall
 all: check-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS)
 
@@ -169,10 +176,11 @@ run: check-deps
 
 test: check-test-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) \
-	    $(if $(SANITIZER),,$(FUZZ_BIN) $(TSAN_BIN))
+	    $(if $(SANITIZER),,$(FUZZ_BIN) $(FUZZ_ADOPT_BIN) $(TSAN_BIN))
 	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl \
 	    SHMB_SOAK=$(BUILD)/tests/soak FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
-	    FUZZ_RUNS=$(FUZZ_RUNS) sh tests/run.sh $(BUILD) $(TEST_RUNS)
+	    FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_ADOPT_BIN=$(FUZZ_ADOPT_BIN) \
+	    FUZZ_ADOPT_SECONDS=$(FUZZ_ADOPT_SECONDS) sh tests/run.sh $(BUILD) $(TEST_RUNS)
 
 # Only the soak, at whatever length: make soak SOAK_SECONDS=30 SANITIZER=address
 # (tests/run.sh adds the length asked for to its per-program time limit).
@@ -263,6 +271,18 @@ $(TSAN_BIN): $(TSAN_SRC) $(wildcard proto/*.h client/*.h tests/e2e/*.h) Makefile
 	$(Q)$(CC) -std=c11 -D_GNU_SOURCE -DSHMB_VERSION='"$(VERSION)"' -g -O1 $(WARN) \
 	    -fsanitize=thread -fno-omit-frame-pointer -Iproto -Iclient -Itests/support \
 	    $(PKGS_CFLAGS) -o $@ $(TSAN_SRC) $(PKGS_LIBS) $(CMOCKA_LIBS)
+
+fuzz-adopt: check-test-deps
+	$(Q)$(MAKE) --no-print-directory $(FUZZ_ADOPT_BIN)
+	$(Q)FUZZ_ADOPT_BIN=$(FUZZ_ADOPT_BIN) FUZZ_ADOPT_SECONDS=$(FUZZ_ADOPT_SECONDS) \
+	    FUZZ_ADOPT_CORPUS=$(FUZZ_BUILD)/corpus-adopt sh tests/fuzz/run_fuzz_adopt.sh
+
+$(FUZZ_ADOPT_BIN): $(FUZZ_ADOPT_SRC) $(wildcard proto/*.h daemon/*.h) Makefile
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CLANG   $@")
+	$(Q)clang -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	    -Iproto -Idaemon -o $@ $(FUZZ_ADOPT_SRC)
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \

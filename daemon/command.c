@@ -141,10 +141,12 @@ static int cmd_hello(struct command_call *call)
     if ((rc = command_set(call, "version", json_integer(SHMB_PROTOCOL_VERSION))) < 0 ||
         (rc = command_set(call, "segment", json_string(seg->name))) < 0 ||
         (rc = command_set(call, "size", json_integer((json_int_t)seg->size))) < 0 ||
+        /* Private values, never the header page: a read-write client can
+         * write it, and every later hello would pass its numbers on. */
         (rc = command_set(call, "data_offset",
-                          json_integer((json_int_t)seg->hdr->data_offset))) < 0 ||
-        (rc = command_set(call, "data_size",
-                          json_integer((json_int_t)seg->hdr->data_size))) < 0 ||
+                          json_integer((json_int_t)seg->data_offset))) < 0 ||
+        (rc = command_set(call, "data_size", json_integer((json_int_t)seg->data_size))) <
+            0 ||
         (rc = command_set(
              call, "max_object_size",
              json_integer((json_int_t)store_max_object_size(call->env->store)))) < 0 ||

@@ -203,11 +203,20 @@ static int daemon_check_segment(struct daemon *d, uint64_t size, struct shmb_err
     case SEGMENT_ABSENT:
         return segment_check_space(cfg->shm_dir, size, NULL, err);
     case SEGMENT_LIVE:
+        /* A running process holds the file's lock; the pid in the header is
+         * only a hint for the human. */
         return shmb_error_set(err, -EBUSY,
-                              "Segment %s/%s belongs to a running shmbrokerd (pid %lld); "
-                              "stop it first, or choose another --name.",
+                              "Segment %s/%s belongs to a running shmbrokerd (pid %lld), "
+                              "which holds the segment's lock; stop it first, or choose "
+                              "another --name.",
                               cfg->shm_dir, cfg->name, (long long)pid);
     case SEGMENT_FOREIGN:
+        /* The header page is a hint too: a regular file of exactly the
+         * segment's size under its name, locked by nobody, is a segment whose
+         * header a read-write client damaged. It is adopted (its header
+         * rebuilt) rather than stranding its objects. */
+        if (segment_check_adoptable(cfg->shm_dir, cfg->name, size, NULL) == 0)
+            break;
         return shmb_error_set(
             err, -EEXIST,
             "%s/%s exists and is not a shmbroker segment; remove it, or "
@@ -251,8 +260,14 @@ static int daemon_adopt(struct daemon *d, const struct store_config *scfg, uint6
 
     if ((rc = segment_adopt(&d->seg, d->cfg.shm_dir, d->cfg.name, size, err)) < 0)
         return rc;
-    d->store = store_adopt(segment_data(&d->seg), d->seg.hdr->data_offset,
-                           d->seg.hdr->data_size, d->seg.hdr, scfg, &report, err);
+    if (d->seg.adopt_note[0] != '\0')
+        log_warn("segment %s: %s", d->seg.path, d->seg.adopt_note);
+    /* Only private values: the data area's place and size come from the
+     * file's size (segment_adopt), never from the header page, which a client
+     * may change during the restart; store_adopt reads the ring cursor once
+     * and ring_adopt copies every chunk header before checking it. */
+    d->store = store_adopt(segment_data(&d->seg), d->seg.data_offset, d->seg.data_size,
+                           d->seg.hdr, scfg, &report, err);
     if (d->store == NULL) {
         segment_close(&d->seg);
         return err->code;
@@ -427,8 +442,8 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
     } else {
         if ((rc = segment_create(&d->seg, d->cfg.shm_dir, d->cfg.name, size, err)) < 0)
             return rc;
-        d->store = store_new(segment_data(&d->seg), d->seg.hdr->data_offset,
-                             d->seg.hdr->data_size, d->seg.hdr, &scfg, err);
+        d->store = store_new(segment_data(&d->seg), d->seg.data_offset,
+                             d->seg.data_size, d->seg.hdr, &scfg, err);
         if (d->store == NULL) {
             segment_destroy(&d->seg);
             return err->code;
@@ -481,7 +496,7 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
     log_info(
         "shmbrokerd %s ready: segment %s (%s, %s for data, max object %s), socket %s",
         SHMB_VERSION, d->seg.path, shmb_format_bytes(d->seg.size, h1, sizeof(h1)),
-        shmb_format_bytes(d->seg.hdr->data_size, h2, sizeof(h2)),
+        shmb_format_bytes(d->seg.data_size, h2, sizeof(h2)),
         shmb_format_bytes(d->cfg.max_object_size, h3, sizeof(h3)), d->server.path);
     /* Ready only now: the segment is reserved and the listener is up. */
     notify_send("READY=1\nSTATUS=serving %s on %s", d->seg.path, d->server.path);

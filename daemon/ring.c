@@ -14,6 +14,10 @@
 
 #define RING_FIXED_HEADER sizeof(struct shmb_chunk_header)
 #define RING_SLOTS_START 64
+/* No daemon allocates 2^62 chunks (146 years at a billion a second): a
+ * larger next id in an adopted cursor is damage, and ids past it could wrap
+ * to 0, which the slot lookup by id cannot follow. */
+#define RING_ID_MAX (UINT64_C(1) << 62)
 
 /* Round n up to SHMB_ALIGN; 0 on overflow. */
 static uint64_t ring_align(uint64_t n)
@@ -127,7 +131,9 @@ bool ring_fits(const struct ring *r, uint64_t chunk_size)
     return ring_place(r, chunk_size) != UINT64_MAX;
 }
 
-/* The header of the chunk at physical offset phys. */
+/* The header of the chunk at physical offset phys, in the segment. The ring
+ * writes headers there; it reads one only in ring_read_header, once, into a
+ * private copy (read-write clients can change the segment at any time). */
 static struct shmb_chunk_header *ring_header_at(const struct ring *r, uint64_t phys)
 {
     return (struct shmb_chunk_header *)(r->data + phys);
@@ -208,6 +214,8 @@ int ring_alloc(struct ring *r, uint64_t payload_size, const char *label, size_t 
     slot->size = need;
     slot->owner = owner;
     slot->freed = false;
+    slot->header_size = (uint32_t)ring_header_size(label_len);
+    slot->payload_size = payload_size;
     r->count++;
     r->end = pos + need;
 
@@ -215,7 +223,8 @@ int ring_alloc(struct ring *r, uint64_t payload_size, const char *label, size_t 
         out->id = r->next_id;
         out->phys = phys;
         out->chunk_size = need;
-        out->payload_offset = r->data_offset + phys + hdr.header_size;
+        /* From private values: a client may already have changed the header. */
+        out->payload_offset = r->data_offset + phys + slot->header_size;
         out->payload_size = payload_size;
     }
     r->next_id++;
@@ -355,13 +364,13 @@ uint64_t ring_reclaim(struct ring *r, uint64_t want, ring_may_free_fn may_free, 
 static void ring_describe(const struct ring *r, size_t i, struct ring_chunk *out)
 {
     const struct ring_slot *slot = ring_slot(r, i);
-    const struct shmb_chunk_header *hdr = ring_header_at(r, slot->phys);
 
+    /* From the slot, never from the header in the segment. */
     out->id = r->first_id + i;
     out->phys = slot->phys;
     out->chunk_size = slot->size;
-    out->payload_offset = r->data_offset + slot->phys + hdr->header_size;
-    out->payload_size = hdr->payload_size;
+    out->payload_offset = r->data_offset + slot->phys + slot->header_size;
+    out->payload_size = slot->payload_size;
 }
 
 void *ring_oldest(const struct ring *r, struct ring_chunk *out)
@@ -402,49 +411,54 @@ uint64_t ring_free_bytes(const struct ring *r)
     return r->size - ring_used(r);
 }
 
-/* Validate the header at phys; 0 or -EBADMSG with the reason in err. */
-static int ring_check_header(const struct ring *r, uint64_t phys, uint64_t min_id,
-                             struct shmb_error *err)
+/* Copy the chunk header at phys and its key into h and key (NUL-terminated),
+ * and check the copy; 0 or -EBADMSG with the reason in err. The segment is
+ * shared with read-write clients, which may change any byte of it at any
+ * time: every field is read from the segment exactly once, here, and the
+ * callers use only the copy. */
+static int ring_read_header(const struct ring *r, uint64_t phys, uint64_t min_id,
+                            struct shmb_chunk_header *h, char key[SHMB_KEY_MAX + 1],
+                            struct shmb_error *err)
 {
-    const struct shmb_chunk_header *hdr;
-
     if (phys % SHMB_ALIGN != 0 || phys > r->size - RING_FIXED_HEADER)
         return shmb_error_set(err, -EBADMSG,
                               "Corrupt ring: chunk header at data offset %llu is out of "
                               "bounds (ring of %llu bytes).",
                               (unsigned long long)phys, (unsigned long long)r->size);
-    hdr = ring_header_at(r, phys);
-    if (hdr->magic != SHMB_CHUNK_MAGIC)
+    memcpy(h, ring_header_at(r, phys), RING_FIXED_HEADER);
+    key[0] = '\0';
+    if (h->magic != SHMB_CHUNK_MAGIC)
         return shmb_error_set(err, -EBADMSG,
                               "Corrupt ring: bad chunk magic 0x%08x at data offset %llu.",
-                              hdr->magic, (unsigned long long)phys);
-    if (hdr->chunk_size == 0 || hdr->chunk_size % SHMB_ALIGN != 0 ||
-        hdr->chunk_size > r->size - phys)
+                              h->magic, (unsigned long long)phys);
+    if (h->chunk_size == 0 || h->chunk_size % SHMB_ALIGN != 0 ||
+        h->chunk_size > r->size - phys)
         return shmb_error_set(err, -EBADMSG,
                               "Corrupt ring: chunk at data offset %llu claims %llu bytes "
                               "(%llu left before the end, multiple of %u required).",
-                              (unsigned long long)phys,
-                              (unsigned long long)hdr->chunk_size,
+                              (unsigned long long)phys, (unsigned long long)h->chunk_size,
                               (unsigned long long)(r->size - phys), SHMB_ALIGN);
-    if (hdr->state == SHMB_CHUNK_GAP)
-        return phys + hdr->chunk_size == r->size
+    if (h->state == SHMB_CHUNK_GAP)
+        return phys + h->chunk_size == r->size
                    ? 0
                    : shmb_error_set(
                          err, -EBADMSG,
                          "Corrupt ring: gap at data offset %llu does not run to "
                          "the end of the ring.",
                          (unsigned long long)phys);
-    if (hdr->state < SHMB_CHUNK_PENDING || hdr->state > SHMB_CHUNK_FREE ||
-        hdr->key_len > SHMB_KEY_MAX ||
-        hdr->header_size != ring_header_size(hdr->key_len) ||
-        hdr->chunk_size != ring_chunk_size(hdr->key_len, hdr->payload_size) ||
-        hdr->payload_size == 0 || hdr->id < min_id)
+    if (h->state < SHMB_CHUNK_PENDING || h->state > SHMB_CHUNK_FREE ||
+        h->key_len > SHMB_KEY_MAX || h->header_size != ring_header_size(h->key_len) ||
+        h->chunk_size != ring_chunk_size(h->key_len, h->payload_size) ||
+        h->payload_size == 0 || h->id < min_id)
         return shmb_error_set(
             err, -EBADMSG,
             "Corrupt ring: inconsistent chunk header at data offset "
             "%llu (state %u, key %u bytes, payload %llu bytes, id %llu).",
-            (unsigned long long)phys, hdr->state, hdr->key_len,
-            (unsigned long long)hdr->payload_size, (unsigned long long)hdr->id);
+            (unsigned long long)phys, h->state, h->key_len,
+            (unsigned long long)h->payload_size, (unsigned long long)h->id);
+    /* The key lies inside the chunk: header_size <= chunk_size <= size - phys. */
+    memcpy(key, (const char *)ring_header_at(r, phys) + RING_FIXED_HEADER, h->key_len);
+    key[h->key_len] = '\0';
     return 0;
 }
 
@@ -455,24 +469,23 @@ int ring_walk(const struct ring *r, ring_walk_fn fn, void *arg, struct shmb_erro
 
     while (pos < r->end) {
         uint64_t phys = pos % r->size;
-        const struct shmb_chunk_header *hdr;
+        struct shmb_chunk_header h;
+        char key[SHMB_KEY_MAX + 1];
 
-        if ((rc = ring_check_header(r, phys, min_id, err)) < 0)
+        if ((rc = ring_read_header(r, phys, min_id, &h, key, err)) < 0)
             return rc;
-        hdr = ring_header_at(r, phys);
-        if (hdr->chunk_size > r->end - pos)
+        if (h.chunk_size > r->end - pos)
             return shmb_error_set(err, -EBADMSG,
                                   "Corrupt ring: chunk at data offset %llu runs past the "
                                   "end position.",
                                   (unsigned long long)phys);
-        if (hdr->state != SHMB_CHUNK_GAP) {
-            min_id = hdr->id + 1;
+        if (h.state != SHMB_CHUNK_GAP) {
+            min_id = h.id + 1;
             if (fn != NULL &&
-                (rc = fn(hdr, (const char *)hdr + RING_FIXED_HEADER,
-                         r->data_offset + phys + hdr->header_size, arg)) != 0)
+                (rc = fn(&h, key, r->data_offset + phys + h.header_size, arg)) != 0)
                 return rc;
         }
-        pos += hdr->chunk_size;
+        pos += h.chunk_size;
     }
     return 0;
 }
@@ -480,28 +493,28 @@ int ring_walk(const struct ring *r, ring_walk_fn fn, void *arg, struct shmb_erro
 int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
                ring_adopt_fn fn, void *arg, struct shmb_error *err)
 {
-    uint64_t pos, expect_id = 0;
+    uint64_t pos, expect_id = 0, last_end = start;
     bool first = true;
     int rc = 0;
 
     if (start > end || end - start > r->size || start >= r->size ||
-        (start == end && start != 0))
+        (start == end && start != 0) || next_id > RING_ID_MAX)
         return shmb_error_set(err, -EBADMSG,
-                              "Corrupt ring cursor (start %llu, end %llu, ring of %llu "
-                              "bytes): nothing adopted.",
+                              "Corrupt ring cursor (start %llu, end %llu, next id %llu, "
+                              "ring of %llu bytes): nothing adopted.",
                               (unsigned long long)start, (unsigned long long)end,
-                              (unsigned long long)r->size);
+                              (unsigned long long)next_id, (unsigned long long)r->size);
     r->start = r->end = start;
     for (pos = start; pos < end;) {
         uint64_t phys = pos % r->size;
-        const struct shmb_chunk_header *hdr;
+        struct shmb_chunk_header h; /* private copies: see ring_read_header */
+        char key[SHMB_KEY_MAX + 1];
         struct ring_slot *slot;
         void *owner;
 
-        if ((rc = ring_check_header(r, phys, first ? 0 : expect_id, err)) < 0)
+        if ((rc = ring_read_header(r, phys, first ? 0 : expect_id, &h, key, err)) < 0)
             break;
-        hdr = ring_header_at(r, phys);
-        if (hdr->chunk_size > end - pos) {
+        if (h.chunk_size > end - pos) {
             rc = shmb_error_set(
                 err, -EBADMSG,
                 "Corrupt ring: chunk at data offset %llu runs past the end "
@@ -509,14 +522,13 @@ int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
                 (unsigned long long)phys);
             break;
         }
-        if (hdr->state != SHMB_CHUNK_GAP) {
-            if ((!first && hdr->id != expect_id) || hdr->id >= next_id) {
-                rc =
-                    shmb_error_set(err, -EBADMSG,
-                                   "Corrupt ring: chunk at data offset %llu has id %llu, "
-                                   "expected %llu.",
-                                   (unsigned long long)phys, (unsigned long long)hdr->id,
-                                   (unsigned long long)(first ? next_id - 1 : expect_id));
+        if (h.state != SHMB_CHUNK_GAP) {
+            if ((!first && h.id != expect_id) || h.id >= next_id) {
+                rc = shmb_error_set(err, -EBADMSG,
+                                    "Corrupt ring: chunk at data offset %llu has id %llu, "
+                                    "expected %llu.",
+                                    (unsigned long long)phys, (unsigned long long)h.id,
+                                    (unsigned long long)(first ? next_id - 1 : expect_id));
                 break;
             }
             if (r->count == r->cap && ring_grow(r) < 0) {
@@ -524,23 +536,29 @@ int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
                 break;
             }
             if (first)
-                r->first_id = hdr->id;
+                r->first_id = h.id;
             first = false;
-            expect_id = hdr->id + 1;
-            owner = fn(hdr, (const char *)hdr + RING_FIXED_HEADER,
-                       r->data_offset + phys + hdr->header_size, arg);
+            expect_id = h.id + 1;
+            owner = fn(&h, key, r->data_offset + phys + h.header_size, arg);
             slot = ring_slot(r, r->count);
             slot->phys = phys;
-            slot->size = hdr->chunk_size;
+            slot->size = h.chunk_size;
             slot->owner = owner;
             slot->freed = owner == NULL;
+            slot->header_size = h.header_size;
+            slot->payload_size = h.payload_size;
             if (owner == NULL)
                 ring_header_at(r, phys)->state = SHMB_CHUNK_FREE;
             r->count++;
+            last_end = pos + h.chunk_size;
         }
-        pos += hdr->chunk_size;
-        r->end = pos;
+        pos += h.chunk_size;
     }
+    /* The end is the end of the last chunk adopted, never past a tail gap
+     * after it: when the walk stops at the first chunk of a new lap, the gap
+     * before that chunk is not part of the ring, and ring_pop_tail_freed
+     * relies on the newest chunk ending exactly at the end. */
+    r->end = last_end;
     if (r->count == 0)
         r->start = r->end = 0;
     r->next_id = next_id;

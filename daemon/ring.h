@@ -20,12 +20,16 @@
 #include "../proto/error.h"
 #include "../proto/layout.h"
 
-/* One live chunk, in allocation order. 32 bytes. */
+/* One live chunk, in allocation order. 40 bytes. It holds everything the
+ * ring needs to know about the chunk, so the header in the segment (which a
+ * read-write client can change) is never read back. */
 struct ring_slot {
-    uint64_t phys; /* offset of the chunk header in the data area */
-    uint64_t size; /* chunk bytes: header + padded payload */
-    void *owner;   /* the caller's object, returned by ring_reclaim's callback */
-    bool freed;    /* freed by its owner, waiting for the chunks before it */
+    uint64_t phys;         /* offset of the chunk header in the data area */
+    uint64_t size;         /* chunk bytes: header + padded payload */
+    void *owner;           /* the caller's object, returned by ring_reclaim's callback */
+    bool freed;            /* freed by its owner, waiting for the chunks before it */
+    uint32_t header_size;  /* the chunk header's bytes: the payload follows */
+    uint64_t payload_size; /* bytes the owner asked for */
 };
 
 struct ring {
@@ -53,7 +57,9 @@ struct ring_chunk {
  * may go now. Returning true frees it; the callback must not call the ring. */
 typedef bool (*ring_may_free_fn)(void *owner, uint64_t id, void *arg);
 
-/* Called by ring_walk for every chunk header between start and end. */
+/* Called by ring_walk for every chunk header between start and end. hdr and
+ * key are private copies, checked, that the walk made of the segment's bytes
+ * (key is NUL-terminated after key_len bytes). */
 typedef int (*ring_walk_fn)(const struct shmb_chunk_header *hdr, const char *key,
                             uint64_t payload_offset, void *arg);
 
@@ -112,16 +118,22 @@ uint64_t ring_used(const struct ring *r);
 uint64_t ring_free_bytes(const struct ring *r);
 
 /* Asked by ring_adopt for each chunk found in the segment: return the owner
- * that keeps it, or NULL to free it. */
+ * that keeps it, or NULL to free it. hdr and key are private copies that
+ * ring_adopt made and checked (key NUL-terminated after key_len bytes): the
+ * segment itself may change under the daemon at any time, so the callback
+ * must use only them. */
 typedef void *(*ring_adopt_fn)(const struct shmb_chunk_header *hdr, const char *key,
                                uint64_t payload_offset, void *arg);
 
 /* Rebuild the ring of an existing segment from its chunk headers, between
  * the cursor's start and end (read from r->cursor before ring_init reset it,
- * and passed here). Nothing in the segment is trusted: the walk stops at the
- * first header that is corrupt or out of sequence and drops the chunks from
- * there on. Returns 0, or -EBADMSG when something was dropped (err says what
- * and where); the ring is consistent and usable either way. */
+ * and passed here). Nothing in the segment is trusted: each header and key
+ * is copied once into private memory, the copy is checked and only the copy
+ * is used; the walk stops at the first header that is corrupt or out of
+ * sequence and drops the chunks from there on. The ring's end is the end of
+ * the last chunk adopted (a tail gap after it is not kept). Returns 0, or
+ * -EBADMSG when something was dropped (err says what and where); the ring is
+ * consistent and usable either way. */
 int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
                ring_adopt_fn fn, void *arg, struct shmb_error *err);
 

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -60,25 +61,6 @@ static uint64_t segment_process_start(pid_t pid)
     char state;
 
     return segment_process_stat(pid, &state, &start) ? start : 0;
-}
-
-/* True when the process that recorded itself as owner still runs. A zombie
- * (state Z: killed, not yet reaped by its parent) or a dead thread group
- * (X) holds no descriptor and serves nobody: it counts as gone. */
-static bool segment_owner_alive(int64_t pid, uint64_t start)
-{
-    uint64_t now_start = 0;
-    char state = '?';
-
-    if (pid <= 0 || pid > INT_MAX)
-        return false;
-    if (kill((pid_t)pid, 0) != 0 && errno != EPERM)
-        return false;
-    if (!segment_process_stat((pid_t)pid, &state, &now_start))
-        return true; /* it exists but cannot be read: assume it lives */
-    if (state == 'Z' || state == 'X' || state == 'x')
-        return false;
-    return start == 0 || now_start == 0 || now_start == start;
 }
 
 int segment_check_name(const char *name, struct shmb_error *err)
@@ -347,6 +329,62 @@ static int segment_map(struct segment *seg, uint64_t size, struct shmb_error *er
     return 0;
 }
 
+/* Open path on a descriptor of its own and take an exclusive flock on it,
+ * without waiting: 0 and the descriptor in *lock_fd, -EBUSY when another
+ * process holds it, or -errno. A flock belongs to the open file description,
+ * and this one is never passed to a client: only this process can release
+ * it, and its exit always does (SIGKILL included). */
+static int segment_lock(const char *path, int *lock_fd)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), saved;
+
+    *lock_fd = -1;
+    if (fd < 0)
+        return -errno;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        saved = errno == EWOULDBLOCK ? EBUSY : errno;
+        close(fd);
+        return -saved;
+    }
+    *lock_fd = fd;
+    return 0;
+}
+
+/* Take the segment's lock for this daemon; -EBUSY with a message when a
+ * live process holds it. */
+static int segment_take_lock(struct segment *seg, struct shmb_error *err)
+{
+    int rc = segment_lock(seg->path, &seg->lock_fd);
+
+    if (rc == -EBUSY)
+        return shmb_error_set(err, -EBUSY,
+                              "Segment %s is locked by another running process (a "
+                              "shmbrokerd); stop it first, or choose another --name.",
+                              seg->path);
+    if (rc < 0)
+        return shmb_error_set(err, rc, "Cannot lock segment %s: %s.", seg->path,
+                              strerror(-rc));
+    return 0;
+}
+
+/* Write the whole header page from private values (the file's size and the
+ * layout's constants), the ring cursor excepted; the magic goes last, so a
+ * header is valid only once it is complete. */
+static void segment_write_header(struct segment *seg, uint64_t created_unix)
+{
+    struct shmb_segment_header *hdr = seg->hdr;
+
+    hdr->version = SHMB_LAYOUT_VERSION;
+    hdr->header_size = SHMB_HEADER_PAGE;
+    hdr->total_size = seg->size;
+    hdr->data_offset = seg->data_offset;
+    hdr->data_size = seg->data_size;
+    hdr->owner_pid = getpid();
+    hdr->owner_start = segment_process_start(getpid());
+    hdr->created_unix = created_unix;
+    __atomic_store_n(&hdr->magic, SHMB_SEGMENT_MAGIC, __ATOMIC_RELEASE);
+}
+
 int segment_create(struct segment *seg, const char *dir, const char *name, uint64_t size,
                    struct shmb_error *err)
 {
@@ -355,7 +393,7 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
     int rc, saved, created = 0;
 
     memset(seg, 0, sizeof(*seg));
-    seg->fd = seg->ro_fd = -1;
+    seg->fd = seg->ro_fd = seg->lock_fd = -1;
     if ((rc = segment_check_name(name, err)) < 0)
         return rc;
     if (size < SEGMENT_MIN_SIZE || size % SHMB_HEADER_PAGE != 0 ||
@@ -390,6 +428,8 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
         goto fail;
     }
     created = 1;
+    if ((rc = segment_take_lock(seg, err)) < 0)
+        goto fail;
     if (ftruncate(seg->fd, (off_t)size) != 0) {
         saved = errno;
         rc = shmb_error_set(err, -saved, "Cannot size segment %s to %llu bytes: %s.",
@@ -405,17 +445,10 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
     if ((rc = segment_open_readonly(seg, err)) < 0)
         goto fail;
     seg->hdr = hdr = seg->base;
-    hdr->version = SHMB_LAYOUT_VERSION;
-    hdr->header_size = SHMB_HEADER_PAGE;
-    hdr->total_size = size;
-    hdr->data_offset = SHMB_HEADER_PAGE;
-    hdr->data_size = segment_data_size(size);
-    hdr->owner_pid = getpid();
-    hdr->owner_start = segment_process_start(getpid());
-    hdr->created_unix = (uint64_t)time(NULL);
+    seg->data_offset = SHMB_HEADER_PAGE;
+    seg->data_size = segment_data_size(size);
     hdr->ring_start = hdr->ring_end = hdr->ring_next_id = 0;
-    /* The magic goes last: a header is valid only once it is complete. */
-    __atomic_store_n(&hdr->magic, SHMB_SEGMENT_MAGIC, __ATOMIC_RELEASE);
+    segment_write_header(seg, (uint64_t)time(NULL));
     return 0;
 
 fail:
@@ -431,8 +464,10 @@ enum segment_owner segment_probe_existing(const char *dir, const char *name,
 {
     struct shmb_segment_header hdr;
     char path[PATH_MAX];
+    struct stat st;
+    enum segment_owner owner;
     ssize_t n;
-    int fd;
+    int fd, lock_fd, rc;
 
     *owner_pid = 0;
     if (segment_join_path(path, sizeof(path), dir, name, NULL) < 0)
@@ -440,13 +475,25 @@ enum segment_owner segment_probe_existing(const char *dir, const char *name,
     fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return errno == ENOENT ? SEGMENT_ABSENT : SEGMENT_FOREIGN;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return SEGMENT_FOREIGN;
+    }
+    /* A copy of the header, read once: its owner is for messages only. */
     n = pread(fd, &hdr, sizeof(hdr), 0);
     close(fd);
-    if (n != (ssize_t)sizeof(hdr) || hdr.magic != SHMB_SEGMENT_MAGIC)
-        return SEGMENT_FOREIGN;
-    *owner_pid = hdr.owner_pid;
-    return segment_owner_alive(hdr.owner_pid, hdr.owner_start) ? SEGMENT_LIVE
-                                                               : SEGMENT_ORPHANED;
+    if (n == (ssize_t)sizeof(hdr) && hdr.magic == SHMB_SEGMENT_MAGIC)
+        *owner_pid = hdr.owner_pid;
+    /* The proof of a live daemon is its lock, not the pid in the header,
+     * which any read-write client can write. */
+    rc = segment_lock(path, &lock_fd);
+    if (rc == -EBUSY)
+        return SEGMENT_LIVE;
+    if (rc == 0)
+        close(lock_fd);
+    owner = n == (ssize_t)sizeof(hdr) && hdr.magic == SHMB_SEGMENT_MAGIC ? SEGMENT_ORPHANED
+                                                                         : SEGMENT_FOREIGN;
+    return rc == 0 || rc == -ENOENT ? owner : SEGMENT_FOREIGN;
 }
 
 void segment_close(struct segment *seg)
@@ -459,35 +506,34 @@ void segment_close(struct segment *seg)
         close(seg->fd);
     if (seg->ro_fd >= 0)
         close(seg->ro_fd);
-    seg->fd = seg->ro_fd = -1;
+    if (seg->lock_fd >= 0)
+        close(seg->lock_fd); /* releases the lock */
+    seg->fd = seg->ro_fd = seg->lock_fd = -1;
 }
 
-/* Check that the segment open on fd (at path) has a header this daemon
- * understands and is size bytes; -EINVAL with what to do otherwise. */
-static int segment_check_header(int fd, const char *path, uint64_t size,
-                                struct shmb_error *err)
+/* Check that the file open on fd (at path) can be the segment: a regular
+ * file of size bytes. The header page is not consulted: a read-write client
+ * may have written anything there, and segment_adopt rewrites it. */
+static int segment_check_file(int fd, const char *path, uint64_t size,
+                              struct shmb_error *err)
 {
-    struct shmb_segment_header hdr;
     struct stat st;
 
-    if (fstat(fd, &st) != 0 || pread(fd, &hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr))
-        return shmb_error_set(err, -EIO, "Cannot read the header of segment %s.", path);
-    if (hdr.magic != SHMB_SEGMENT_MAGIC || hdr.version != SHMB_LAYOUT_VERSION ||
-        hdr.header_size != SHMB_HEADER_PAGE || hdr.data_offset != SHMB_HEADER_PAGE ||
-        hdr.total_size != (uint64_t)st.st_size || hdr.total_size < SHMB_HEADER_PAGE ||
-        hdr.data_size != segment_data_size(hdr.total_size))
+    if (fstat(fd, &st) != 0)
+        return shmb_error_set(err, -EIO, "Cannot read the size of segment %s.", path);
+    if (!S_ISREG(st.st_mode))
         return shmb_error_set(err, -EINVAL,
-                              "Segment %s has an unknown or inconsistent header (layout "
-                              "version %u); start with --fresh to discard it.",
-                              path, hdr.version);
-    if (hdr.total_size != size)
+                              "%s is not a regular file; remove it, or choose another "
+                              "--name.",
+                              path);
+    if ((uint64_t)st.st_size != size)
         return shmb_error_set(
             err, -EINVAL,
             "Segment %s left by the previous shmbrokerd is %llu bytes, not "
             "the %llu asked for: start with --size %llu to keep its objects, "
             "or with --fresh to discard them.",
-            path, (unsigned long long)hdr.total_size, (unsigned long long)size,
-            (unsigned long long)hdr.total_size);
+            path, (unsigned long long)st.st_size, (unsigned long long)size,
+            (unsigned long long)st.st_size);
     return 0;
 }
 
@@ -505,18 +551,37 @@ int segment_check_adoptable(const char *dir, const char *name, uint64_t size,
         return shmb_error_set(err, -saved, "Cannot open segment %s: %s.", path,
                               strerror(saved));
     }
-    rc = segment_check_header(fd, path, size, err);
+    rc = segment_check_file(fd, path, size, err);
     close(fd);
     return rc;
+}
+
+/* Say in seg->adopt_note what the header page (a private copy, hdr) had
+ * wrong, compared with what the file's size and the layout say. */
+static void segment_note_header(struct segment *seg, const struct shmb_segment_header *hdr)
+{
+    if (hdr->magic == SHMB_SEGMENT_MAGIC && hdr->version == SHMB_LAYOUT_VERSION &&
+        hdr->header_size == SHMB_HEADER_PAGE && hdr->total_size == seg->size &&
+        hdr->data_offset == seg->data_offset && hdr->data_size == seg->data_size)
+        return;
+    snprintf(seg->adopt_note, sizeof(seg->adopt_note),
+             "header page damaged (magic 0x%llx, layout version %u, header %u bytes, "
+             "total %llu, data offset %llu, data size %llu); rebuilt from the file's "
+             "size (%llu bytes)",
+             (unsigned long long)hdr->magic, hdr->version, hdr->header_size,
+             (unsigned long long)hdr->total_size, (unsigned long long)hdr->data_offset,
+             (unsigned long long)hdr->data_size, (unsigned long long)seg->size);
 }
 
 int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64_t size,
                   struct shmb_error *err)
 {
+    struct shmb_segment_header copy;
+    uint64_t created;
     int rc, saved;
 
     memset(seg, 0, sizeof(*seg));
-    seg->fd = seg->ro_fd = -1;
+    seg->fd = seg->ro_fd = seg->lock_fd = -1;
     if ((rc = segment_check_name(name, err)) < 0)
         return rc;
     if (strlen(dir) >= sizeof(seg->dir))
@@ -532,15 +597,25 @@ int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64
         return shmb_error_set(err, -saved, "Cannot open segment %s: %s.", seg->path,
                               strerror(saved));
     }
-    if ((rc = segment_check_header(seg->fd, seg->path, size, err)) < 0)
+    if ((rc = segment_check_file(seg->fd, seg->path, size, err)) < 0 ||
+        (rc = segment_take_lock(seg, err)) < 0 ||
+        (rc = segment_check_file(seg->fd, seg->path, size, err)) < 0)
         goto fail;
     if ((rc = segment_reserve(seg, size, 0, err)) < 0 ||
         (rc = segment_map(seg, size, err)) < 0 ||
         (rc = segment_open_readonly(seg, err)) < 0)
         goto fail;
     seg->hdr = seg->base;
-    seg->hdr->owner_pid = getpid();
-    seg->hdr->owner_start = segment_process_start(getpid());
+    /* Everything the daemon uses comes from the file's size and the layout's
+     * constants, never from the header page, which read-write clients keep
+     * mapped across a restart and may change at any time. One private copy
+     * of the header says only what to log. */
+    seg->data_offset = SHMB_HEADER_PAGE;
+    seg->data_size = segment_data_size(size);
+    memcpy(&copy, seg->hdr, sizeof(copy));
+    segment_note_header(seg, &copy);
+    created = copy.magic == SHMB_SEGMENT_MAGIC ? copy.created_unix : (uint64_t)time(NULL);
+    segment_write_header(seg, created);
     return 0;
 
 fail:

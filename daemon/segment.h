@@ -21,7 +21,17 @@ struct segment {
     int ro_fd;                       /* read-only descriptor for read-only clients */
     void *base;                      /* the mapping, NULL when unmapped */
     uint64_t size;                   /* bytes in the file and the mapping */
-    struct shmb_segment_header *hdr; /* == base */
+    struct shmb_segment_header *hdr; /* == base; written, never trusted (see below) */
+    /* The data area, from the file's size and the layout's constants. Clients
+     * that map the segment read-write can change the header page at any time:
+     * the daemon never reads these back from it. */
+    uint64_t data_offset;
+    uint64_t data_size;
+    /* A descriptor of its own, never passed to a client, holding an exclusive
+     * flock on the file for as long as this daemon owns it: the proof, for a
+     * daemon starting later, that this one is alive. */
+    int lock_fd;
+    char adopt_note[SHMB_ERROR_MSG_MAX]; /* what segment_adopt rebuilt, or "" */
     char dir[PATH_MAX];
     char name[NAME_MAX + 1];
     char path[PATH_MAX];
@@ -66,27 +76,33 @@ static inline uint64_t segment_data_size(uint64_t size)
 int segment_create(struct segment *seg, const char *dir, const char *name, uint64_t size,
                    struct shmb_error *err);
 
-/* Open dir/name left by a daemon that is gone, check its header against
- * size (from segment_round_size) and re-reserve its pages; the caller has
- * made sure the owner is dead (segment_probe_existing). The header's owner
- * becomes this process. -EINVAL with a message when it does not match. */
+/* Open dir/name left by a daemon that is gone, check the file against size
+ * (from segment_round_size), take its lock (-EBUSY when a live daemon holds
+ * it) and re-reserve its pages. The header page is only a hint: it is
+ * checked against the file, rewritten whole from the file's size and the
+ * layout's constants (adopt_note says what was wrong with it, if anything),
+ * and the header's owner becomes this process; the ring cursor is left for
+ * the store to read and check. -EINVAL with a message when the file is not
+ * size bytes. */
 int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64_t size,
                   struct shmb_error *err);
 
-/* The checks segment_adopt makes before it changes anything (a header this
- * daemon understands, size bytes), without opening the file for writing. */
+/* The checks segment_adopt makes before it changes anything (a regular file
+ * of size bytes), without opening the file for writing. */
 int segment_check_adoptable(const char *dir, const char *name, uint64_t size,
                             struct shmb_error *err);
 
 /* What an existing segment file holds, for deciding whether it may go. */
 enum segment_owner {
     SEGMENT_ABSENT,   /* no file */
-    SEGMENT_FOREIGN,  /* not a shmbroker segment (or unreadable header) */
-    SEGMENT_ORPHANED, /* a shmbroker segment whose owner process is gone */
-    SEGMENT_LIVE,     /* a shmbroker segment whose owner process is alive */
+    SEGMENT_FOREIGN,  /* no shmbroker magic (or unreadable, or not a regular file) */
+    SEGMENT_ORPHANED, /* a shmbroker segment that no live daemon holds locked */
+    SEGMENT_LIVE,     /* a file a live process holds locked (a running daemon) */
 };
 
-/* Look at dir/name without changing it; *owner_pid gets the recorded owner. */
+/* Look at dir/name without changing it; *owner_pid gets the owner recorded
+ * in the header, for messages only (0 when the header is unreadable). A
+ * daemon is alive when it holds the file's lock, whatever the header says. */
 enum segment_owner segment_probe_existing(const char *dir, const char *name,
                                           int64_t *owner_pid);
 
@@ -99,7 +115,7 @@ void segment_destroy(struct segment *seg);
 /* The first byte of the data area. */
 static inline void *segment_data(const struct segment *seg)
 {
-    return (char *)seg->base + seg->hdr->data_offset;
+    return (char *)seg->base + seg->data_offset;
 }
 
 #endif

@@ -964,13 +964,19 @@ struct store_adoption {
     struct store_adopt_report *report;
 };
 
-/* Ring callback of store_adopt: bring back a committed chunk as an object. */
+/* Ring callback of store_adopt: bring back a committed chunk as an object.
+ * hdr and key are private copies that ring_adopt made and checked; nothing
+ * here reads the segment, which a read-write client may change meanwhile.
+ * A key that is not one a client could have put (empty, NUL inside, not
+ * UTF-8) is dropped as invalid: such an object could never be named, and
+ * list and stats could not reply with it. */
 static void *store_adopt_chunk(const struct shmb_chunk_header *hdr, const char *key,
                                uint64_t payload_offset, void *arg)
 {
     struct store_adoption *a = arg;
     struct store *s = a->s;
     struct object *obj;
+    size_t key_len = hdr->key_len;
 
     if (hdr->state == SHMB_CHUNK_PENDING) {
         a->report->dropped_pending++;
@@ -980,17 +986,17 @@ static void *store_adopt_chunk(const struct shmb_chunk_header *hdr, const char *
         a->report->dropped_free++;
         return NULL;
     }
-    if (hdr->key_len == 0 || shmb_utf8_invalid_at(key, hdr->key_len) < hdr->key_len ||
-        store_lookup(s, key, hdr->key_len) != NULL ||
-        hdr->tag > STORE_MAX_READERS || store_watch_reserve(s) < 0 ||
-        (obj = shmb_calloc(1, sizeof(*obj) + hdr->key_len + 1)) == NULL) {
+    if (key_len > SHMB_KEY_MAX || shmb_key_check(key, key_len, NULL) < 0 ||
+        store_lookup(s, key, key_len) != NULL || hdr->tag > STORE_MAX_READERS ||
+        store_watch_reserve(s) < 0 ||
+        (obj = shmb_calloc(1, sizeof(*obj) + key_len + 1)) == NULL) {
         a->report->dropped_invalid++;
         return NULL;
     }
-    memcpy(obj->key, key, hdr->key_len);
-    obj->key_len = (uint8_t)hdr->key_len;
+    memcpy(obj->key, key, key_len);
+    obj->key_len = (uint8_t)key_len;
     obj->node.key = obj->key;
-    obj->node.key_len = hdr->key_len;
+    obj->node.key_len = key_len;
     obj->ring_id = hdr->id;
     obj->offset = payload_offset;
     obj->size = hdr->payload_size;
@@ -1011,6 +1017,7 @@ struct store *store_adopt(void *data, uint64_t data_offset, uint64_t data_size,
                           const struct store_config *cfg,
                           struct store_adopt_report *report, struct shmb_error *err)
 {
+    /* The cursor is read from the segment once, here; ring_adopt checks it. */
     uint64_t start = cursor->ring_start, end = cursor->ring_end,
              next = cursor->ring_next_id;
     struct store_adoption a;

@@ -38,7 +38,8 @@ struct store_adopt_report {
     uint64_t restored, restored_bytes; /* committed objects brought back */
     uint64_t dropped_pending;          /* allocations their writers never committed */
     uint64_t dropped_free;             /* deleted or freed chunks */
-    uint64_t dropped_invalid;          /* committed chunks with a bad or duplicate key */
+    uint64_t dropped_invalid;          /* committed chunks with a bad key (NUL inside,
+                                          not UTF-8) or a duplicate one */
     bool corrupt;                      /* the walk stopped early; message says where */
     char message[SHMB_ERROR_MSG_MAX];
 };

@@ -7,7 +7,7 @@
 # "SKIP: name" lines, or is one case that passes iff it exits 0. Every program
 # runs under a timeout: SHMB_TEST_TIMEOUT seconds (default 300), plus the
 # length asked for of the soak (SOAK_SECONDS), its valgrind run
-# (SOAK_VALGRIND_SECONDS) and the fuzzer (FUZZ_SECONDS). Output is shown as it comes; the log of a program that
+# (SOAK_VALGRIND_SECONDS) and the fuzzers (FUZZ_SECONDS, FUZZ_ADOPT_SECONDS). Output is shown as it comes; the log of a program that
 # failed is kept in BUILD_DIR/test-logs. The last line is
 # "N passed, N failed[, N skipped]"; the exit status is non-zero when any case
 # or any program failed (non-zero exit, signal, timeout).
@@ -22,6 +22,7 @@ asked_seconds() {
     soak) n="${SOAK_SECONDS:-0}" ;;
     soak_valgrind.sh) n="${SOAK_VALGRIND_SECONDS:-0}" ;;
     run_fuzz.sh) n="${FUZZ_SECONDS:-0}" ;;
+    run_fuzz_adopt.sh) n="${FUZZ_ADOPT_SECONDS:-0}" ;;
     *) n=0 ;;
     esac
     case "$n" in

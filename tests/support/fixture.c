@@ -15,7 +15,7 @@ int fixture_init(struct fixture *f, uint64_t size, uint64_t max_object_size)
     struct shmb_segment_header *hdr;
 
     memset(f, 0, sizeof(*f));
-    f->seg.fd = f->seg.ro_fd = -1;
+    f->seg.fd = f->seg.ro_fd = f->seg.lock_fd = -1;
     f->seg.base = aligned_alloc(SHMB_HEADER_PAGE, size);
     if (f->seg.base == NULL)
         return -ENOMEM;
@@ -30,6 +30,8 @@ int fixture_init(struct fixture *f, uint64_t size, uint64_t max_object_size)
     hdr->total_size = size;
     hdr->data_offset = SHMB_HEADER_PAGE;
     hdr->data_size = size - SHMB_HEADER_PAGE;
+    f->seg.data_offset = hdr->data_offset;
+    f->seg.data_size = hdr->data_size;
     f->store = store_new((char *)f->seg.base + SHMB_HEADER_PAGE, SHMB_HEADER_PAGE,
                          hdr->data_size, hdr, &cfg, NULL);
     if (f->store == NULL) {

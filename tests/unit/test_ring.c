@@ -1648,6 +1648,164 @@ static void test_adopt_stops_at_corrupt(void **state)
     fix_free(f);
 }
 
+/* A cursor whose next id no daemon could reach (a client wrote it, and the
+ * chunk ids to match) adopts nothing: ids from there would wrap to 0 and
+ * the ring could no longer find its chunks by id (a chunk allocated after
+ * the wrap could not be committed or freed). Found by the adoption fuzzer:
+ * before the fix such a ring was adopted, and the next restart dropped it
+ * all as corrupt. */
+static void test_adopt_refuses_huge_ids(void **state)
+{
+    struct fix *f = fix_new(1024, true);
+    struct shmb_error err = {0};
+    struct ring_chunk c[2], x;
+    struct offered o;
+    struct ring r2;
+
+    (void)state;
+    memset(&o, 0, sizeof(o));
+    c[0] = alloc_ok(f, 100, "k", tag(0));
+    c[1] = alloc_ok(f, 100, "k", tag(1));
+    chunk_at(f, c[0].phys)->id = UINT64_MAX - 2;
+    chunk_at(f, c[1].phys)->id = UINT64_MAX - 1;
+    f->cursor.ring_next_id = UINT64_MAX;
+    assert_int_equal(readopt(f, &r2, &o, &err), -EBADMSG);
+    if (strstr(err.message, "Corrupt ring cursor") == NULL ||
+        strstr(err.message, "next id 18446744073709551615") == NULL)
+        fail_msg("unexpected message: %s", err.message);
+    assert_int_equal(o.n, 0);
+    assert_int_equal(ring_count(&r2), 0);
+    assert_int_equal(ring_alloc(&r2, 100, "z", 1, tag(7), &x, &err), 0);
+    assert_int_equal(x.id, 0);
+    assert_int_equal(ring_set_state(&r2, x.id, SHMB_CHUNK_COMMITTED), 0);
+    assert_int_equal(ring_free(&r2, x.id), 0);
+    ring_fini(&r2);
+    fix_free(f);
+}
+
+/* Issue 10, item 1. When the walk stops at the first chunk of a new lap
+ * (here a damaged header; a chunk still being written when the daemon died
+ * does the same), the ring's end is the end of the last chunk adopted, not
+ * the lap boundary after the skipped tail gap. Then freeing the newest
+ * adopted chunk retracts the end to the chunk before it, and the next
+ * allocation lands after that chunk, never over it. Before the fix the end
+ * stayed at the lap boundary, the retraction moved it back to the start, and
+ * the next allocation overwrote the live chunk z. */
+static void test_adopt_end_after_stopped_lap(void **state)
+{
+    struct fix *f = fix_new(1024, true);
+    struct shmb_error err = {0};
+    struct ring_chunk x0, z, a, b, c;
+    struct offered o;
+    struct ring r2;
+
+    (void)state;
+    memset(&o, 0, sizeof(o));
+    x0 = alloc_ok(f, 400, "x", tag(0)); /* 512 bytes at 0 */
+    z = alloc_ok(f, 100, "z", tag(1));  /* 192 bytes at 512 */
+    a = alloc_ok(f, 100, "a", tag(2));  /* 192 bytes at 704 */
+    assert_int_equal(ring_free(&f->r, x0.id), 0);
+    b = alloc_ok(f, 250, "b", tag(3)); /* skips 128 bytes at 896, starts a lap */
+    assert_int_equal(b.phys, 0);
+    assert_int_equal(f->r.end, 1024 + 320);
+    chunk_at(f, b.phys)->magic = 0x0badf00d;
+
+    assert_int_equal(readopt(f, &r2, &o, &err), -EBADMSG);
+    assert_int_equal(ring_count(&r2), 2);
+    assert_int_equal(r2.start, z.phys);
+    assert_int_equal(r2.end, a.phys + a.chunk_size);
+    assert_int_equal(ring_used(&r2), z.chunk_size + a.chunk_size);
+    assert_int_equal(f->cursor.ring_end, a.phys + a.chunk_size);
+
+    /* The newest adopted object goes: its bytes come back, z's stay. */
+    assert_int_equal(ring_free(&r2, a.id), 0);
+    assert_int_equal(r2.end, z.phys + z.chunk_size);
+    assert_int_equal(ring_used(&r2), z.chunk_size);
+    assert_int_equal(ring_alloc(&r2, 100, "c", 1, tag(9), &c, &err), 0);
+    assert_true(c.phys >= z.phys + z.chunk_size || c.phys + c.chunk_size <= z.phys);
+    assert_int_equal(c.phys, a.phys);
+    assert_int_equal(chunk_at(f, z.phys)->magic, SHMB_CHUNK_MAGIC);
+    assert_int_equal(ring_used(&r2) + ring_free_bytes(&r2), 1024);
+    ring_fini(&r2);
+    fix_free(f);
+}
+
+/* What adopt_scribble saw. */
+struct scribble {
+    struct fix *f;
+    size_t n;
+    size_t changed; /* calls whose hdr or key changed when the segment did */
+};
+
+/* ring_adopt callback of a hostile client's race: as soon as the chunk is
+ * offered, rewrite its header and key in the segment (chunk size, key length,
+ * header size, id, state, key bytes), then check that what the callback was
+ * given did not change with it. */
+static void *adopt_scribble(const struct shmb_chunk_header *hdr, const char *key,
+                            uint64_t payload_offset, void *arg)
+{
+    struct scribble *s = arg;
+    struct shmb_chunk_header seen = *hdr;
+    struct shmb_chunk_header *live;
+    char first = key[0];
+
+    live = chunk_at(s->f, payload_offset - DATA_OFFSET - seen.header_size);
+    live->chunk_size = UINT64_C(1) << 40;
+    live->key_len = 200;
+    live->header_size = 4096;
+    live->id = 12345;
+    live->payload_size = 7;
+    live->state = SHMB_CHUNK_GAP;
+    memset((char *)live + CHUNK_FIXED, 'Z', 1);
+    if (memcmp(hdr, &seen, sizeof(seen)) != 0 || key[0] != first)
+        s->changed++;
+    s->n++;
+    return tag(seen.id);
+}
+
+/* Issue 10, item 3. ring_adopt copies each chunk header and key once into
+ * private memory, checks the copy and uses only the copy: a client that
+ * rewrites the header in the segment right after the check (while the
+ * callback runs) changes neither what the callback was given nor the
+ * rebuilt ring (sizes, positions, payload offsets, used bytes). Before the
+ * fix the callback got a pointer into the segment and ring_adopt read
+ * chunk_size again after the check: the ring took a 1 TiB chunk. */
+static void test_adopt_uses_private_copies(void **state)
+{
+    struct fix *f = fix_new(1024, true);
+    struct shmb_error err = {0};
+    struct ring_chunk c[3], o1;
+    struct scribble s = {f, 0, 0};
+    uint64_t start, end, next_id;
+    struct ring r2;
+    int i;
+
+    (void)state;
+    for (i = 0; i < 3; i++)
+        c[i] = alloc_ok(f, 100, "k", tag((uint64_t)i));
+    start = f->cursor.ring_start;
+    end = f->cursor.ring_end;
+    next_id = f->cursor.ring_next_id;
+    assert_int_equal(ring_init(&r2, f->data, DATA_OFFSET, f->size, &f->cursor, &err), 0);
+    assert_int_equal(ring_adopt(&r2, start, end, next_id, adopt_scribble, &s, &err), 0);
+    assert_int_equal(s.n, 3);
+    assert_int_equal(s.changed, 0);
+    assert_int_equal(ring_count(&r2), 3);
+    assert_int_equal(r2.end, c[2].phys + c[2].chunk_size);
+    assert_int_equal(ring_used(&r2), 3 * c[0].chunk_size);
+    for (i = 0; i < 3; i++) {
+        assert_ptr_equal(ring_at(&r2, (size_t)i, &o1), tag(c[i].id));
+        assert_int_equal(o1.phys, c[i].phys);
+        assert_int_equal(o1.chunk_size, c[i].chunk_size);
+        assert_int_equal(o1.payload_offset, c[i].payload_offset);
+        assert_int_equal(o1.payload_size, 100);
+    }
+    assert_int_equal(ring_free(&r2, c[2].id), 0);
+    assert_int_equal(r2.end, c[1].phys + c[1].chunk_size);
+    ring_fini(&r2);
+    fix_free(f);
+}
+
 /* Freeing the newest chunk gives its bytes back at once: the end retracts,
  * used drops, and the next allocation reuses its place and its id. Freeing
  * a chunk in the middle gives nothing back until the chunks around it go;
@@ -1723,6 +1881,9 @@ int main(void)
         cmocka_unit_test(test_adopt_rebuilds_wrapped_ring),
         cmocka_unit_test(test_adopt_refused_chunks),
         cmocka_unit_test(test_adopt_stops_at_corrupt),
+        cmocka_unit_test(test_adopt_refuses_huge_ids),
+        cmocka_unit_test(test_adopt_end_after_stopped_lap),
+        cmocka_unit_test(test_adopt_uses_private_copies),
         cmocka_unit_test(test_free_newest_retracts),
     };
 

@@ -450,10 +450,13 @@ static void test_sizes(void **state)
     assert_int_equal(dir_entries(), 0);
 }
 
-/* segment_probe_existing tells apart no file, a live owner (us), an owner
- * that is gone (a child that exited and was reaped) and a file that is not a
- * segment (garbage, or too short), and reports the recorded pid; it changes
- * nothing. */
+/* segment_probe_existing tells apart no file, a file a live daemon holds
+ * locked (us, whatever pid its header names), one nobody holds locked (a
+ * segment closed by its owner: orphaned, even though the pid in its header,
+ * ours, is alive, and even with pid 1 and start time 0 in the header) and a
+ * file that is not a segment (garbage, or too short), and reports the
+ * recorded pid; it changes nothing. Issue 10, item 5: before the fix the
+ * pid in the header decided, so pid 1 with start time 0 counted as alive. */
 static void test_probe_existing(void **state)
 {
     struct shmb_error err = {0};
@@ -471,16 +474,24 @@ static void test_probe_existing(void **state)
     assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_LIVE);
     assert_int_equal(pid, getpid());
 
+    /* A live owner whose header a client rewrote to name a dead process. */
     child = fork();
     assert_true(child >= 0);
     if (child == 0)
         _exit(0);
     assert_int_equal(waitpid(child, &status, 0), child);
     seg.hdr->owner_pid = child;
-    assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_ORPHANED);
+    assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_LIVE);
     assert_int_equal(pid, child);
-    assert_int_equal(seg.hdr->owner_pid, child);
-    segment_destroy(&seg);
+
+    /* Its owner gone (the lock released), whatever the header says. */
+    seg.hdr->owner_pid = 1;
+    seg.hdr->owner_start = 0;
+    segment_close(&seg);
+    assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_ORPHANED);
+    assert_int_equal(pid, 1);
+    path_in_dir(path, sizeof(path), "seg");
+    assert_int_equal(unlink(path), 0);
     assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_ABSENT);
 
     path_in_dir(path, sizeof(path), "junk");
@@ -496,6 +507,111 @@ static void test_probe_existing(void **state)
     close(fd);
     assert_int_equal(segment_probe_existing(test_dir, "junk", &pid), SEGMENT_FOREIGN);
     assert_int_equal(unlink(path), 0);
+}
+
+/* Issue 10, item 5. A segment whose owner is gone is adopted whatever its
+ * header page says: magic, layout version, sizes, data offset and owner
+ * (pid 1, start time 0) are only hints, checked against the file's size.
+ * The header is rewritten whole from the file's size (this process the
+ * owner), the ring cursor kept, and adopt_note says what was wrong. Before
+ * the fix the start refused such a segment (EEXIST, EBUSY or EINVAL),
+ * stranding every object in it. */
+static void test_adopt_rebuilds_header(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+    struct shmb_segment_header *h;
+    int64_t pid = -1;
+
+    (void)state;
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, &err), 0);
+    h = seg.hdr;
+    h->ring_start = 128;
+    h->ring_end = 640;
+    h->ring_next_id = 42;
+    h->magic = 0;
+    h->version = 7;
+    h->header_size = 0;
+    h->total_size = 1;
+    h->data_offset = 0;
+    h->data_size = UINT64_C(1) << 30;
+    h->owner_pid = 1;
+    h->owner_start = 0;
+    segment_close(&seg);
+    assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_FOREIGN);
+    assert_int_equal(segment_check_adoptable(test_dir, "seg", 64 * 1024, &err), 0);
+    assert_int_equal(segment_check_adoptable(test_dir, "seg", 128 * 1024, &err), -EINVAL);
+    if (strstr(err.message, "start with --size 65536") == NULL)
+        fail_msg("unexpected message: '%s'", err.message);
+
+    if (segment_adopt(&seg, test_dir, "seg", 64 * 1024, &err) != 0)
+        fail_msg("segment_adopt: %d %s", err.code, err.message);
+    h = seg.hdr;
+    assert_int_equal(h->magic, SHMB_SEGMENT_MAGIC);
+    assert_int_equal(h->version, SHMB_LAYOUT_VERSION);
+    assert_int_equal(h->header_size, SHMB_HEADER_PAGE);
+    assert_int_equal(h->total_size, 64 * 1024);
+    assert_int_equal(h->data_offset, 4096);
+    assert_int_equal(h->data_size, 64 * 1024 - 4096);
+    assert_int_equal(h->owner_pid, getpid());
+    assert_int_equal(h->ring_start, 128);
+    assert_int_equal(h->ring_end, 640);
+    assert_int_equal(h->ring_next_id, 42);
+    assert_int_equal(seg.data_offset, 4096);
+    assert_int_equal(seg.data_size, 64 * 1024 - 4096);
+    if (strstr(seg.adopt_note, "header page damaged (magic 0x0") == NULL)
+        fail_msg("unexpected note: '%s'", seg.adopt_note);
+    assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_LIVE);
+    segment_destroy(&seg);
+    assert_int_equal(dir_entries(), 0);
+}
+
+/* Issue 10, item 2. After segment_adopt the data area's place and size are
+ * private values: a client that rewrites data_offset and data_size in the
+ * header page once the header was checked (clients keep their mapping
+ * across a restart) moves neither segment_data nor the size the daemon
+ * uses. Before the fix segment_data read data_offset from the mapping again
+ * (and the daemon read data_size from it), so the ring went where the
+ * client said. */
+static void test_adopt_values_are_private(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+
+    (void)state;
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, &err), 0);
+    segment_close(&seg);
+    if (segment_adopt(&seg, test_dir, "seg", 64 * 1024, &err) != 0)
+        fail_msg("segment_adopt: %d %s", err.code, err.message);
+    assert_string_equal(seg.adopt_note, "");
+    seg.hdr->data_offset = 0;
+    seg.hdr->data_size = UINT64_C(1) << 30;
+    assert_ptr_equal(segment_data(&seg), (char *)seg.base + 4096);
+    assert_int_equal(seg.data_size, 64 * 1024 - 4096);
+    segment_destroy(&seg);
+}
+
+/* Issue 10, item 5. A segment a live daemon holds (its lock) is never
+ * adopted by a second one, even when the header names a process that is
+ * gone: segment_adopt is -EBUSY and changes nothing. Before the fix only
+ * the pid in the header was looked at, and the second daemon adopted the
+ * segment under the first. */
+static void test_adopt_refuses_locked(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg, seg2;
+    int64_t pid = -1;
+
+    (void)state;
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, &err), 0);
+    seg.hdr->owner_pid = 0;
+    seg.hdr->owner_start = 0;
+    assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_LIVE);
+    assert_int_equal(segment_adopt(&seg2, test_dir, "seg", 64 * 1024, &err), -EBUSY);
+    if (strstr(err.message, "locked by another running process") == NULL)
+        fail_msg("unexpected message: '%s'", err.message);
+    assert_int_equal(seg.hdr->owner_pid, 0);
+    segment_destroy(&seg);
 }
 
 /* Set up the fake hugetlbfs: 2 MiB pages, no size= (statvfs: 0 blocks). */
@@ -617,27 +733,6 @@ static void test_check_replace(void **state)
     assert_int_equal(dir_entries(), 1);
 }
 
-/* The start time (field 22 of /proc/PID/stat) of pid, or 0. */
-static uint64_t start_time_of(pid_t pid)
-{
-    char path[64], buf[1024], *p;
-    unsigned long long start = 0;
-    FILE *fp;
-    int field;
-
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    fp = __real_fopen(path, "r");
-    if (fp == NULL)
-        return 0;
-    p = fgets(buf, sizeof(buf), fp) != NULL ? strrchr(buf, ')') : NULL;
-    fclose(fp);
-    for (field = 2; field < 22 && p != NULL; field++)
-        p = strchr(p + 1, ' ');
-    if (p == NULL || sscanf(p + 1, "%llu", &start) != 1)
-        return 0;
-    return start;
-}
-
 /* The state letter of pid (field 3 of /proc/PID/stat), or '?'. */
 static char state_of(pid_t pid)
 {
@@ -654,28 +749,35 @@ static char state_of(pid_t pid)
 }
 
 /* An owner that was killed and not reaped yet (a zombie, state Z) is gone:
- * its pid and start time still match, but it serves nobody. */
+ * its exit released the segment's lock, though its pid still exists. */
 static void test_probe_zombie_owner(void **state)
 {
     struct shmb_error err = {0};
     struct segment seg;
     int64_t pid = -1;
+    int ready[2], status, i;
     pid_t child;
-    int status, i;
+    char c = 0;
 
     (void)state;
-    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, &err), 0);
+    assert_int_equal(pipe(ready), 0);
     child = fork();
     assert_true(child >= 0);
     if (child == 0) {
+        close(ready[0]);
+        if (segment_create(&seg, test_dir, "seg", 64 * 1024, &err) != 0)
+            _exit(1);
+        c = 1;
+        if (write(ready[1], &c, 1) != 1)
+            _exit(1);
         pause();
         _exit(0);
     }
-    seg.hdr->owner_pid = child;
-    for (i = 0; i < 1000 && (seg.hdr->owner_start = start_time_of(child)) == 0; i++)
-        usleep(1000);
-    assert_true(seg.hdr->owner_start != 0);
+    close(ready[1]);
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    close(ready[0]);
     assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_LIVE);
+    assert_int_equal(pid, child);
     assert_int_equal(kill(child, SIGKILL), 0);
     for (i = 0; i < 5000 && state_of(child) != 'Z'; i++)
         usleep(1000);
@@ -683,6 +785,8 @@ static void test_probe_zombie_owner(void **state)
     assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_ORPHANED);
     assert_int_equal(pid, child);
     assert_int_equal(waitpid(child, &status, 0), child);
+    if (segment_adopt(&seg, test_dir, "seg", 64 * 1024, &err) != 0)
+        fail_msg("segment_adopt: %d %s", err.code, err.message);
     segment_destroy(&seg);
 }
 
@@ -743,6 +847,9 @@ int main(void)
         cmocka_unit_test_setup(test_invalid_names, test_setup),
         cmocka_unit_test_setup(test_sizes, test_setup),
         cmocka_unit_test_setup(test_probe_existing, test_setup),
+        cmocka_unit_test_setup(test_adopt_rebuilds_header, test_setup),
+        cmocka_unit_test_setup(test_adopt_values_are_private, test_setup),
+        cmocka_unit_test_setup(test_adopt_refuses_locked, test_setup),
         cmocka_unit_test_setup(test_hugetlbfs_free_space, test_setup),
         cmocka_unit_test_setup(test_hugetlbfs_meminfo, test_setup),
         cmocka_unit_test_setup(test_hugetlbfs_sizes, test_setup),

@@ -1858,6 +1858,46 @@ static void test_adopt_corrupt(void **state)
     sfix_free(f);
 }
 
+/* Issue 10, item 6. A committed chunk whose key holds a NUL byte, or bytes
+ * that are not UTF-8, is dropped on adoption like any other invalid chunk
+ * and counted in the report's dropped_invalid; the other objects come back,
+ * and list and stats work. Before the fix a key with a NUL was adopted as
+ * is (an object no client can name). */
+static void test_adopt_drops_bad_keys(void **state)
+{
+    struct sfix *f = sfix_new(16384, 0);
+    struct store_holder *h = store_holder_new(f->s);
+    struct store_adopt_report report;
+    struct store_extent en, eu;
+    struct store_stats st;
+    struct listed l;
+
+    (void)state;
+    put_ok(f, h, "ok1", 100, 0, 1, NULL);
+    put_ok(f, h, "nul", 100, 0, 2, &en);
+    put_ok(f, h, "utf", 100, 0, 3, &eu);
+    put_ok(f, h, "ok2", 100, 0, 4, NULL);
+    /* Three-byte keys: the header is the 64 bytes before the payload, the
+     * key its bytes 48..50. */
+    f->data[en.offset - DATA_OFFSET - 64 + 48 + 1] = '\0';
+    f->data[eu.offset - DATA_OFFSET - 64 + 48 + 1] = (unsigned char)0xff;
+
+    crash_and_adopt(f, NULL, &report);
+    assert_int_equal(report.restored, 2);
+    assert_int_equal(report.dropped_invalid, 2);
+    assert_true(store_contains(f->s, "ok1", 3));
+    assert_true(store_contains(f->s, "ok2", 3));
+    assert_false(store_contains(f->s, "n\0l", 3));
+    assert_false(store_contains(f->s, "u\xfft", 3));
+    assert_int_equal(list_of(f, NULL, SIZE_MAX, &l, 0), 2);
+    assert_string_equal(l.keys[0], "ok1");
+    assert_string_equal(l.keys[1], "ok2");
+    st = stats_of(f);
+    assert_int_equal(st.objects, 2);
+    assert_int_equal(st.used + st.free, 16384);
+    sfix_free(f);
+}
+
 /* Sleep for ms milliseconds. */
 static void sleep_ms(long ms)
 {
@@ -2076,6 +2116,7 @@ int main(void)
         cmocka_unit_test(test_random_model),
         cmocka_unit_test(test_adopt_restores),
         cmocka_unit_test(test_adopt_corrupt),
+        cmocka_unit_test(test_adopt_drops_bad_keys),
         cmocka_unit_test(test_expire_pending),
         cmocka_unit_test(test_read_lease),
         cmocka_unit_test(test_stats_cost),

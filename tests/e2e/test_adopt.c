@@ -1,0 +1,298 @@
+/*
+ * End-to-end tests of what a read-write client can do to the segment it
+ * maps, around a restart: it writes the header page while the daemon runs,
+ * or between a SIGKILL and the next start, or damages a chunk header. The
+ * daemon answers from its own values, treats the header as a hint, proves a
+ * live owner by the segment's lock, and never hands out space over a
+ * committed object. The test plays the hostile client: it opens the
+ * segment file read-write and maps it, as any client of the same user can.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "checks.h"
+#include "harness.h"
+#include "layout.h"
+#include "shmbroker.h"
+
+/* get key, check its size and pattern through the zero-copy pointer, release. */
+#define get_check(c, key, size, seed) get_check_at((c), (key), (size), (seed), __FILE__, __LINE__)
+static void get_check_at(shmb_t *c, const char *key, size_t size, uint32_t seed,
+                         const char *file, int line)
+{
+    const void *p;
+    size_t len, bad;
+    int rc = shmb_get(c, key, &p, &len);
+
+    if (rc != 0)
+        h_fail_at(file, line, "get '%s' returned %d (%s: %s)", key, rc, shmb_errname(c),
+                  shmb_errmsg(c));
+    bad = h_check(p, len, seed);
+    if (len != size || bad != len)
+        h_fail_at(file, line, "'%s': %zu bytes (want %zu), first wrong byte at %zu", key,
+                  len, size, bad);
+    h_check_ok(c, shmb_release(c, key), "shmb_release", file, line);
+}
+
+/* What log_has polls for. */
+struct log_wait {
+    const struct h_daemon *d;
+    const char *needle;
+};
+
+static bool log_has(void *arg)
+{
+    const struct log_wait *w = arg;
+    char *text = h_read_file(w->d->log, NULL);
+    bool found = h_contains(text, w->needle);
+
+    free(text);
+    return found;
+}
+
+/* The daemon's log contains needle within a few seconds, or the test fails. */
+#define wait_log(d, needle) wait_log_at((d), (needle), __FILE__, __LINE__)
+static void wait_log_at(const struct h_daemon *d, const char *needle, const char *file,
+                        int line)
+{
+    struct log_wait w = {d, needle};
+
+    if (!h_eventually(log_has, &w, H_READY_TIMEOUT_MS)) {
+        h_daemon_print_log(d);
+        h_fail_at(file, line, "the log of the daemon never said '%s'", needle);
+    }
+}
+
+/* The segment's header page, mapped read-write as a hostile client maps it.
+ * The caller unmaps it with unmap_header. */
+static struct shmb_segment_header *map_header(const struct h_daemon *d)
+{
+    char path[PATH_MAX * 2];
+    void *p;
+    int fd;
+
+    h_segment_path(d, path, sizeof(path));
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        h_fail("cannot open %s read-write: %s", path, strerror(errno));
+    p = mmap(NULL, SHMB_HEADER_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        h_fail("cannot map %s: %s", path, strerror(errno));
+    return p;
+}
+
+static void unmap_header(struct shmb_segment_header *h)
+{
+    munmap(h, SHMB_HEADER_PAGE);
+}
+
+/* Restart d1's segment and socket in a new daemon; fail unless it serves. */
+static struct h_daemon *restart(struct h_fix *f, const struct h_daemon *d1, const char *why)
+{
+    struct h_daemon *d = h_daemon_again(f, d1);
+
+    assert_true(h_daemon_spawn(f, d, NULL) > 0);
+    if (h_daemon_wait_ready(d, H_READY_TIMEOUT_MS) < 0) {
+        h_daemon_print_log(d);
+        h_fail("the daemon refused to start after %s (exit %d)", why,
+               h_exit_code(d->status));
+    }
+    return d;
+}
+
+/* Issue 10, item 5. A client that writes data_offset and data_size in the
+ * header page of a running daemon changes nothing for the others: hello
+ * answers from the daemon's own values, and new clients connect, put and
+ * get. Before the fix hello passed the client's numbers on and every later
+ * connect failed with EPROTO. */
+static void test_hello_ignores_header(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    struct shmb_segment_header *h = map_header(d);
+    struct h_conn raw;
+    json_t *hello;
+    shmb_t *c;
+
+    h->data_offset = 0;
+    h->data_size = UINT64_C(1) << 40;
+    hello = h_open_hello(&raw, d);
+    assert_int_equal(h_int(hello, "data_offset"), SHMB_HEADER_PAGE);
+    assert_int_equal(h_int(hello, "data_size"), 1024 * 1024 - SHMB_HEADER_PAGE);
+    json_decref(hello);
+    h_conn_close(&raw);
+    c = h_lib_connect(d, "after", 0);
+    ok(c, h_put_pattern(c, "k", 5000, 7, 0));
+    get_check(c, "k", 5000, 7);
+    shmb_close(c);
+    unmap_header(h);
+    h_pass(f);
+}
+
+/* Issue 10, item 5. Between a SIGKILL and the next start a client writes
+ * the header page: magic 0, then owner pid 1 with start time 0 (a process
+ * that is alive), then data offset 0. Each time the next daemon adopts the
+ * segment, says the header was rebuilt, and every committed object comes
+ * back byte for byte. Before the fix the start refused with EEXIST, EBUSY
+ * and EINVAL, stranding the objects until --fresh. */
+static void test_restart_damaged_header(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d1 = h_daemon_start(f, "1M", NULL), *d;
+    struct shmb_segment_header *h;
+    shmb_t *c;
+    int round;
+
+    c = h_lib_connect(d1, "w", 0);
+    ok(c, h_put_pattern(c, "a", 3000, 1, 0));
+    ok(c, h_put_pattern(c, "b", 70000, 2, 1));
+    shmb_close(c);
+    d = d1;
+    for (round = 0; round < 3; round++) {
+        assert_int_equal(h_exit_code(h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS)),
+                         128 + SIGKILL);
+        h = map_header(d1);
+        if (round == 0) {
+            h->magic = 0;
+        } else if (round == 1) {
+            h->owner_pid = 1;
+            h->owner_start = 0;
+        } else {
+            h->data_offset = 0;
+        }
+        unmap_header(h);
+        d = restart(f, d1, round == 0   ? "magic 0"
+                           : round == 1 ? "owner pid 1"
+                                        : "data offset 0");
+        wait_log(d, "restored 2 objects");
+        if (round != 1)
+            wait_log(d, "header page damaged");
+        c = h_lib_connect(d, "r", 0);
+        get_check(c, "a", 3000, 1);
+        shmb_close(c);
+        h = map_header(d);
+        assert_int_equal(h->magic, SHMB_SEGMENT_MAGIC);
+        assert_int_equal(h->data_offset, SHMB_HEADER_PAGE);
+        assert_int_equal(h->owner_pid, d->pid);
+        unmap_header(h);
+    }
+    h_pass(f);
+}
+
+/* Issue 10, item 5. A second daemon started on the segment of a running one
+ * refuses, even when a client rewrote the owner in the header to a process
+ * that is gone: the running daemon's lock is the proof. The first daemon
+ * and its objects are untouched. Before the fix the second daemon took the
+ * pid in the header for the truth and adopted the live segment. */
+static void test_live_owner_by_lock(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d1 = h_daemon_start(f, "1M", NULL), *d2;
+    struct shmb_segment_header *h;
+    shmb_t *c;
+
+    c = h_lib_connect(d1, "w", 0);
+    ok(c, h_put_pattern(c, "a", 3000, 1, 0));
+    h = map_header(d1);
+    h->owner_pid = 0;
+    h->owner_start = 0;
+    unmap_header(h);
+    d2 = h_daemon_again(f, d1);
+    h_path(f, "second.sock", d2->socket, sizeof(d2->socket));
+    assert_true(h_daemon_spawn(f, d2, NULL) > 0);
+    assert_int_equal(h_exit_code(h_daemon_wait_exit(d2, H_RUN_TIMEOUT_MS)), 1);
+    wait_log(d2, "belongs to a running shmbrokerd");
+    get_check(c, "a", 3000, 1);
+    ok(c, h_put_pattern(c, "b", 3000, 2, 0));
+    get_check(c, "b", 3000, 2);
+    shmb_close(c);
+    h_assert_alive(d1);
+    h_pass(f);
+}
+
+/* The offset of key's payload, by a raw get (the pin goes with the daemon). */
+static long long offset_of(const struct h_daemon *d, const char *key)
+{
+    struct h_conn raw;
+    char line[128];
+    json_t *reply;
+    long long offset;
+
+    json_decref(h_open_hello(&raw, d));
+    snprintf(line, sizeof(line), "{\"op\":\"get\",\"key\":\"%s\"}", key);
+    reply = h_call(&raw, line);
+    h_assert_ok(reply);
+    offset = h_int(reply, "offset");
+    json_decref(reply);
+    h_conn_close(&raw);
+    return offset;
+}
+
+/* Issue 10, item 1. The ring wraps: "b" is the first chunk of a new lap,
+ * after a skipped tail gap, and its header is damaged before the restart.
+ * The adoption keeps "z" and "a"; deleting "a" (the newest adopted object)
+ * and putting "c" must not touch "z". Before the fix the ring's end stayed
+ * after the gap, the delete moved it back to the start, and "c" was placed
+ * over "z", whose get then returned "c"'s bytes. */
+static void test_restart_wrapped_damaged(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d1 = h_daemon_start(f, "1M", NULL), *d;
+    static const uint32_t bad_magic = 0xdeadbeef;
+    char seg[PATH_MAX * 2];
+    long long b_offset;
+    shmb_t *c;
+    int fd;
+
+    c = h_lib_connect(d1, "w", 0);
+    ok(c, h_put_pattern(c, "x", 500000, 1, 0));
+    ok(c, h_put_pattern(c, "z", 200000, 2, 0));
+    ok(c, h_put_pattern(c, "a", 200000, 3, 0));
+    ok(c, shmb_delete(c, "x"));
+    ok(c, h_put_pattern(c, "b", 300000, 4, 0)); /* does not fit before the end */
+    shmb_close(c);
+    b_offset = offset_of(d1, "b");
+    assert_true(b_offset < 300000); /* it started a new lap */
+    assert_int_equal(h_exit_code(h_daemon_signal(d1, SIGKILL, H_STOP_TIMEOUT_MS)),
+                     128 + SIGKILL);
+    /* "b" has a one-byte key: its chunk header is the 64 bytes before it. */
+    h_segment_path(d1, seg, sizeof(seg));
+    fd = open(seg, O_RDWR | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, &bad_magic, sizeof(bad_magic), (off_t)(b_offset - 64)),
+                     (ssize_t)sizeof(bad_magic));
+    close(fd);
+
+    d = restart(f, d1, "a damaged chunk header");
+    wait_log(d, "restored 2 objects");
+    c = h_lib_connect(d, "r", 0);
+    ok(c, shmb_delete(c, "a"));
+    ok(c, h_put_pattern(c, "c", 200000, 5, 0));
+    get_check(c, "z", 200000, 2);
+    get_check(c, "c", 200000, 5);
+    shmb_close(c);
+    h_pass(f);
+}
+
+#define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
+
+int main(void)
+{
+    static const struct CMUnitTest tests[] = {
+        TEST(test_hello_ignores_header),
+        TEST(test_restart_damaged_header),
+        TEST(test_live_owner_by_lock),
+        TEST(test_restart_wrapped_damaged),
+    };
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
