@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -138,6 +139,19 @@ static int cmd_hello(struct command_call *call)
             "\"mode\" must be \"rw\" (read-write) or \"ro\" (read-only), "
             "not \"%.32s\".",
             mode);
+    {
+        struct stat st;
+
+        /* A client that truncated the file leaves nothing a new client could
+         * map: say why, rather than pass a descriptor that cannot be used. */
+        if (fstat(seg->fd, &st) == 0 && (uint64_t)st.st_size < seg->size)
+            return shmb_error_set(
+                &call->err, -EIO,
+                "Segment %s was truncated by a client to %lld of its %llu bytes; no "
+                "new client can map it. Restart shmbrokerd: it grows the file back "
+                "and keeps the objects still in it.",
+                seg->name, (long long)st.st_size, (unsigned long long)seg->size);
+    }
     if ((rc = command_set(call, "version", json_integer(SHMB_PROTOCOL_VERSION))) < 0 ||
         (rc = command_set(call, "segment", json_string(seg->name))) < 0 ||
         (rc = command_set(call, "size", json_integer((json_int_t)seg->size))) < 0 ||

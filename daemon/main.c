@@ -6,7 +6,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <limits.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -217,6 +219,21 @@ static int daemon_check_segment(struct daemon *d, uint64_t size, struct shmb_err
          * rebuilt) rather than stranding its objects. */
         if (segment_check_adoptable(cfg->shm_dir, cfg->name, size, NULL) == 0)
             break;
+        {
+            char path[PATH_MAX + 2 * NAME_MAX];
+            struct stat st;
+
+            /* Shorter than a header page: what a client's ftruncate leaves;
+             * say so, since the user may take it for a segment of ours. */
+            snprintf(path, sizeof(path), "%s/%s", cfg->shm_dir, cfg->name);
+            if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < SHMB_HEADER_PAGE)
+                return shmb_error_set(
+                    err, -EEXIST,
+                    "%s exists with %lld bytes, less than a segment's %u-byte header: "
+                    "not a shmbroker segment, or one a client truncated. Remove it "
+                    "(nothing in it can be adopted), or choose another --name.",
+                    path, (long long)st.st_size, SHMB_HEADER_PAGE);
+        }
         return shmb_error_set(
             err, -EEXIST,
             "%s/%s exists and is not a shmbroker segment; remove it, or "

@@ -60,6 +60,16 @@ static int segment_fd_of(struct h_conn *c, const struct h_daemon *d)
     return c->fds[0];
 }
 
+/* After a truncation no new client can connect (hello says why, EIO): the
+ * daemon is alive when it still answers a connection made before. */
+#define alive_for(c) alive_for_at((c), __FILE__, __LINE__)
+static void alive_for_at(shmb_t *c, const char *file, int line)
+{
+    shmb_stats_t st;
+
+    h_check_ok(c, shmb_stats(c, &st), "shmb_stats", file, line);
+}
+
 /* SIGKILL d and start it again on the same segment; the test fails unless it
  * comes up. */
 static struct h_daemon *restart(struct h_fix *f, struct h_daemon *d)
@@ -81,7 +91,8 @@ static struct h_daemon *restart(struct h_fix *f, struct h_daemon *d)
  * and above another. The daemon does not die of SIGBUS: an alloc gets EIO
  * saying the file was truncated and what to do, the log says it once, the
  * object still in the file reads back intact, deleting the one whose bytes
- * are gone (a write into a lost page) leaves it serving. After a SIGKILL the
+ * are gone (a write into a lost page) leaves it serving, and a new client's
+ * hello is refused with EIO saying the file was truncated. After a SIGKILL the
  * daemon starts again on that segment (today it refused it): it grows the
  * file back, keeps the object the file still held, and takes new objects. */
 static void test_truncated_segment(void **state)
@@ -101,19 +112,23 @@ static void test_truncated_segment(void **state)
 
     fails(w, h_put_pattern(w, "more", 1000, 3, 0), -EIO, "was truncated to 69632");
     fails(w, h_put_pattern(w, "more", 1000, 3, 0), -EIO, "restart shmbrokerd");
-    h_assert_alive(d);
+    alive_for(w);
+    n = shmb_new();
+    assert_non_null(n);
+    fails(n, shmb_connect(n, d->socket, "late"), -EIO, "truncated by a client to 69632");
+    shmb_close(n);
     assert_true(log_contains(d, "was truncated to 69632"));
     get_check(r, "low", 1000, 1);
     ok(w, shmb_delete(w, "high"));
     ok(w, shmb_stats(w, &st));
     assert_int_equal(st.objects, 1);
     get_check(r, "low", 1000, 1);
-    h_assert_alive(d);
+    alive_for(w);
     /* Down to the header page alone, as the reproduction did. */
     assert_int_equal(ftruncate(fd, SHMB_HEADER_PAGE), 0);
     fails(w, h_put_pattern(w, "more", 1000, 3, 0), -EIO, "truncated");
     ok(w, shmb_delete(w, "low"));
-    h_assert_alive(d);
+    alive_for(w);
     h_conn_close(&raw);
     shmb_close(r);
     shmb_close(w);
@@ -157,6 +172,44 @@ static void test_truncated_restart_keeps(void **state)
     ok(n, shmb_stats(n, &st));
     assert_int_equal(st.objects, 2);
     shmb_close(n);
+    h_pass(f);
+}
+
+/* A client truncates the segment to 0 bytes, header page and all. A new
+ * client's hello gets EIO saying so (not a descriptor it cannot map), the
+ * connected ones go on, and after a SIGKILL the restart refuses the empty
+ * file with a message that says what it is and what to do; once it is
+ * removed, the daemon starts. */
+static void test_truncated_to_nothing(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "2M", NULL), *d2;
+    shmb_t *w = h_lib_connect(d, "writer", 0), *n = shmb_new();
+    char path[PATH_MAX];
+    struct h_conn raw;
+    int fd;
+
+    ok(w, h_put_pattern(w, "low", 1000, 1, 0));
+    fd = segment_fd_of(&raw, d);
+    assert_int_equal(ftruncate(fd, 0), 0);
+    assert_non_null(n);
+    fails(n, shmb_connect(n, d->socket, "late"), -EIO, "truncated by a client to 0 of its");
+    shmb_close(n);
+    alive_for(w);
+    h_conn_close(&raw);
+    shmb_close(w);
+
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS)),
+                     128 + SIGKILL);
+    d2 = h_daemon_again(f, d);
+    assert_true(h_daemon_spawn(f, d2, NULL) > 0);
+    assert_int_not_equal(h_exit_code(h_daemon_wait_exit(d2, H_READY_TIMEOUT_MS)), 0);
+    assert_true(log_contains(d2, "exists with 0 bytes, less than a segment's 4096-byte header"));
+    h_segment_path(d2, path, sizeof(path));
+    assert_int_equal(unlink(path), 0);
+    d2 = h_daemon_again(f, d2);
+    assert_true(h_daemon_spawn(f, d2, NULL) > 0);
+    assert_int_equal(h_daemon_wait_ready(d2, H_READY_TIMEOUT_MS), 0);
     h_pass(f);
 }
 
@@ -249,6 +302,7 @@ int main(void)
     static const struct CMUnitTest tests[] = {
         TEST(test_truncated_segment),
         TEST(test_truncated_restart_keeps),
+        TEST(test_truncated_to_nothing),
         TEST(test_punched_hole),
     };
 
