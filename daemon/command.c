@@ -712,16 +712,7 @@ static int cmd_batch(struct command_call *call)
         } else {
             id = json_incref(json_object_get(sub, "id"));
             json_object_del(sub, "id");
-            if (id != NULL && !json_is_integer(id) && !json_is_string(id)) {
-                /* A nested id would cost more to write back than the op. */
-                json_decref(id);
-                id = NULL;
-                rc = shmb_error_set(&subcall.err, -EINVAL,
-                                    "The \"id\" of an op in a batch must be an integer "
-                                    "or a string.");
-            } else {
-                rc = command_dispatch(&subcall, sub, true);
-            }
+            rc = command_dispatch(&subcall, sub, true);
         }
         if (rc < 0)
             command_cut_message(subcall.err.message);

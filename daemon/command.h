@@ -77,7 +77,8 @@ struct command_result {
 /* An error message inside a batch reply is cut to this many bytes once
  * written as JSON, so that one op's reply, its "id" aside, stays under
  * COMMAND_BATCH_REPLY_MAX bytes and a batch reply under 4096 of them plus
- * the ids it echoes (which came in the request line): 2 MiB + 64 KiB. */
+ * the ids it echoes (about as long as in the request line, a number in at
+ * most 24 bytes): about 2.2 MiB. */
 #define COMMAND_BATCH_MESSAGE_MAX 448
 #define COMMAND_BATCH_REPLY_MAX 512
 /* A list reply stops adding entries once it passes this many bytes, or

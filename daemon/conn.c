@@ -379,6 +379,16 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
 {
     int rc;
 
+    if ((res->flags & COMMAND_WAIT) && conn->eof) {
+        /* After the end of input an alloc does not wait (a waiting alloc
+         * does not outlive the end of input either): the client may be
+         * gone, and its pins would stay with the wait, up to an hour. */
+        json_decref(res->wait_request);
+        log_info("client pid %d: an alloc that would wait came after the end of its "
+                 "input; closing the connection",
+                 (int)conn->client.pid);
+        return conn->reset ? CONN_DROP : CONN_CLOSE;
+    }
     if (res->flags & COMMAND_WAIT) {
         conn->wait_request = res->wait_request;
         conn->wait_until_ms = res->wait_until_ms;
