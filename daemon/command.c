@@ -369,6 +369,7 @@ struct command_list {
     struct line *text; /* the reply, written out */
     size_t listed;     /* entries written */
     size_t limit;      /* entries the request asked for at most */
+    size_t max_bytes;  /* the reply stops growing past this */
     bool more;         /* an entry matched that the reply leaves out */
     int rc;            /* -ENOMEM */
 };
@@ -381,7 +382,7 @@ static int command_list_entry(const struct store_entry *e, void *arg)
     struct command_list *cl = arg;
     struct line *l = cl->text;
 
-    if (cl->listed == cl->limit || l->len >= COMMAND_LIST_MAX_REPLY) {
+    if (cl->listed == cl->limit || l->len >= cl->max_bytes) {
         cl->more = true;
         return 1;
     }
@@ -417,6 +418,9 @@ static int cmd_list(struct command_call *call)
     memset(&cl, 0, sizeof(cl));
     cl.text = &call->text;
     cl.limit = (size_t)limit;
+    cl.max_bytes = call->env->max_reply != 0 && call->env->max_reply < COMMAND_LIST_MAX_REPLY
+                       ? call->env->max_reply
+                       : COMMAND_LIST_MAX_REPLY;
     /* Ask for one more than the limit to tell the client whether it saw all. */
     if (line_lit(&call->text, "{\"ok\":true,\"objects\":[") < 0)
         cl.rc = -ENOMEM;
@@ -670,6 +674,26 @@ static int command_reply_text(const struct command_call *call, int rc, const jso
     return 1;
 }
 
+/* Cut a batch op's error message so that, written as JSON (a control byte
+ * takes six bytes, a quote or backslash two), it takes at most
+ * COMMAND_BATCH_MESSAGE_MAX bytes; a cut message ends in "...". */
+static void command_cut_message(char *msg)
+{
+    size_t n = strlen(msg), i, cost = 0, keep = 0;
+
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)msg[i];
+
+        cost += c < 0x20 ? 6 : c == '"' || c == '\\' ? 2 : 1;
+        if (cost <= COMMAND_BATCH_MESSAGE_MAX - 3)
+            keep = i + 1;
+    }
+    if (cost <= COMMAND_BATCH_MESSAGE_MAX)
+        return;
+    keep = shmb_utf8_cut(msg, n, keep);
+    memcpy(msg + keep, "...", 4);
+}
+
 /* batch: run each op of "ops" in order and answer with their replies, on
  * one line. Sub-ops do not wait and always reply. */
 static int cmd_batch(struct command_call *call)
@@ -706,6 +730,8 @@ static int cmd_batch(struct command_call *call)
             json_object_del(sub, "id");
             rc = command_dispatch(&subcall, sub, true);
         }
+        if (rc < 0)
+            command_cut_message(subcall.err.message);
         if (i > 0 && line_lit(&call->text, ",") < 0) {
             written = -ENOMEM;
         } else if ((written = command_reply_text(&subcall, rc, id, &call->text)) == 0) {

@@ -35,6 +35,8 @@ struct command_env {
     struct command_client *client_list; /* every open client, newest first */
     struct command_limits limits;
     uint64_t noreply_errors; /* errors of "noreply" requests: logged, not sent */
+    size_t max_reply; /* a list reply's byte cap when below COMMAND_LIST_MAX_REPLY
+                         (--max-queued-output, set by the connection); 0: none */
 };
 
 /* One client's protocol state, kept by its connection. */
@@ -72,9 +74,17 @@ struct command_result {
 #define COMMAND_MAX_WAIT_MS 3600000
 /* Operations one "batch" request may carry. */
 #define COMMAND_MAX_BATCH 4096
-/* A list reply stops adding entries once it passes this many bytes (and
- * says "truncated":true): 100,000 entries of 255-byte keys would be
- * ~170 MB. An entry is at most ~1.7 KB, so a reply stays under 4 MiB + 2 KiB. */
+/* An error message inside a batch reply is cut to this many bytes once
+ * written as JSON, so that one op's reply, its "id" aside, stays under
+ * COMMAND_BATCH_REPLY_MAX bytes and a batch reply under 4096 of them plus
+ * the ids it echoes (about as long as in the request line, a number in at
+ * most 24 bytes): about 2.2 MiB. */
+#define COMMAND_BATCH_MESSAGE_MAX 448
+#define COMMAND_BATCH_REPLY_MAX 512
+/* A list reply stops adding entries once it passes this many bytes, or
+ * env->max_reply when smaller (and says "truncated":true): 100,000 entries
+ * of 255-byte keys would be ~170 MB. An entry is at most ~1.7 KB, so a reply
+ * stays under the cap + 2 KiB. */
 #define COMMAND_LIST_MAX_REPLY (4 * 1024 * 1024)
 
 /* Execute one request line (without its '\n'). Never fails: a bad request

@@ -35,6 +35,9 @@ enum conn_step {
 static void conn_resume(struct conn *conn);
 static enum conn_step conn_process(struct conn *conn);
 static void conn_after(struct conn *conn, enum conn_step step);
+static bool conn_peer_gone(int rc);
+static void conn_lose_peer(struct conn *conn);
+static void conn_input_end(struct conn *conn, bool reset);
 
 /* A poll for room in the socket, to send the hello reply with its
  * descriptor once sendmsg said EAGAIN. libuv's own handle already polls the
@@ -117,6 +120,10 @@ static void conn_on_write(uv_write_t *req, int status)
 
     shmb_free(w->data);
     shmb_free(w);
+    if (status < 0 && conn_peer_gone(status) && !conn->closing) {
+        conn_lose_peer(conn);
+        status = 0;
+    }
     if (status < 0 && status != UV_ECANCELED && !conn->closing) {
         log_debug("client pid %d: write failed: %s", (int)conn->client.pid,
                   uv_strerror(status));
@@ -155,6 +162,10 @@ static int conn_flush(struct conn *conn)
 
     if (conn->out.len == 0 || conn->closing)
         return 0;
+    if (conn->reset) {
+        conn->out.len = 0; /* nobody to read them */
+        return 0;
+    }
     /* Output still queued from earlier batches means a client that sends
      * but does not read: past the bound it is cut off, so that it cannot
      * grow the daemon's memory. One large reply (a list) is fine alone. */
@@ -186,7 +197,34 @@ static int conn_flush(struct conn *conn)
         shmb_free(w);
         return rc;
     }
+    if (uv_stream_get_write_queue_size(stream) > conn->server->limits->max_queued_output)
+        server_unread_watch(conn->server);
     return 0;
+}
+
+bool conn_unread_check(struct conn *conn, uint64_t now_ms)
+{
+    size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe);
+
+    if (conn->closing || queued <= conn->server->limits->max_queued_output) {
+        conn->unread_mark_ms = 0;
+        return false;
+    }
+    if (conn->unread_mark_ms == 0 || queued < conn->unread_mark) {
+        /* First seen over the limit, or the client read some: its grace
+         * starts again. */
+        conn->unread_mark = queued;
+        conn->unread_mark_ms = now_ms;
+        return true;
+    }
+    if (now_ms - conn->unread_mark_ms < CONN_UNREAD_GRACE_MS)
+        return true;
+    log_warn("client pid %d (%s) has not read its replies for %d ms (%zu bytes unread, "
+             "limit %zu, --max-queued-output); disconnecting it",
+             (int)conn->client.pid, conn->client.name[0] ? conn->client.name : "unnamed",
+             CONN_UNREAD_GRACE_MS, queued, conn->server->limits->max_queued_output);
+    conn_close(conn);
+    return false;
 }
 
 /* Send the pending replies (the hello reply last) with the segment's
@@ -312,6 +350,8 @@ static int conn_pass_fd(struct conn *conn)
                  (int)conn->client.pid, uv_strerror(rc));
         return rc;
     }
+    /* Sent: the poll for room (and its dup) is not needed any more. */
+    conn_writable_free(conn);
     log_info("client pid %d uid %d (%s, %s) connected", (int)conn->client.pid,
              (int)conn->client.uid, conn->client.name[0] ? conn->client.name : "unnamed",
              conn->client.read_only ? "read-only" : "read-write");
@@ -339,6 +379,16 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
 {
     int rc;
 
+    if ((res->flags & COMMAND_WAIT) && conn->eof) {
+        /* After the end of input an alloc does not wait (a waiting alloc
+         * does not outlive the end of input either): the client may be
+         * gone, and its pins would stay with the wait, up to an hour. */
+        json_decref(res->wait_request);
+        log_info("client pid %d: an alloc that would wait came after the end of its "
+                 "input; closing the connection",
+                 (int)conn->client.pid);
+        return conn->reset ? CONN_DROP : CONN_CLOSE;
+    }
     if (res->flags & COMMAND_WAIT) {
         conn->wait_request = res->wait_request;
         conn->wait_until_ms = res->wait_until_ms;
@@ -354,6 +404,10 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
                      (int)conn->client.pid);
             return CONN_CLOSE;
         }
+    }
+    if ((res->flags & COMMAND_SEND_FD) && conn->reset) {
+        conn->out.len = 0; /* the client is gone: no descriptor to pass */
+        return res->flags & COMMAND_CLOSE ? CONN_CLOSE : CONN_NEXT;
     }
     if ((res->flags & COMMAND_SEND_FD) &&
         uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe) != 0) {
@@ -381,6 +435,8 @@ static enum conn_step conn_handle_line(struct conn *conn, const char *line, size
         len--;
     if (len == 0)
         return CONN_NEXT; /* blank lines are not requests */
+    /* One reply never exceeds what the client may leave unread. */
+    conn->server->env->max_reply = conn->server->limits->max_queued_output;
     command_execute(conn->server->env, &conn->client, line, len, &res);
     return conn_deliver(conn, &res);
 }
@@ -407,8 +463,35 @@ static void conn_on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
                        (unsigned)(conn->in_cap - conn->in_len));
 }
 
+/* Over the bound on unread output with more requests behind: first hand
+ * the kernel what it takes (a client that reads as it pipelines makes room
+ * while the daemon builds), then judge on what is left. True when the
+ * client is to be dropped (already logged). */
+static bool conn_overflows(struct conn *conn)
+{
+    int rc;
+
+    if (conn_unread(conn) <= conn->server->limits->max_queued_output)
+        return false;
+    if (conn->hello.buf == NULL && (rc = conn_flush(conn)) < 0) {
+        if (conn_peer_gone(rc)) {
+            conn_lose_peer(conn);
+            return false;
+        }
+        if (rc != UV_ENOBUFS) /* conn_flush logged that one */
+            log_debug("client pid %d: write failed: %s", (int)conn->client.pid,
+                      uv_strerror(rc));
+        return true;
+    }
+    if (conn_unread(conn) <= conn->server->limits->max_queued_output)
+        return false;
+    conn_log_unread(conn);
+    return true;
+}
+
 /* Frame and run the complete lines in the buffer, in order, until one asks
- * to close or to wait. */
+ * to close or to wait. After the client's end of input (conn->eof), the
+ * last line run closes the connection. */
 static enum conn_step conn_process(struct conn *conn)
 {
     enum conn_step step = CONN_NEXT;
@@ -416,7 +499,8 @@ static enum conn_step conn_process(struct conn *conn)
     size_t start = 0;
     char *nl;
 
-    if (conn->wait_request != NULL || conn->hello.buf != NULL || conn->deferred)
+    if (conn->wait_request != NULL || conn->hello.buf != NULL || conn->deferred ||
+        conn->finishing || conn->closing)
         return CONN_WAIT;
     while (step == CONN_NEXT &&
            (nl = memchr(conn->in + start, '\n', conn->in_len - start)) != NULL) {
@@ -428,11 +512,10 @@ static enum conn_step conn_process(struct conn *conn)
          * behind them: the client sends without reading (a line of
          * pipelined 'list' requests would make the daemon hold gigabytes).
          * One large reply on its own is fine. */
-        if (step == CONN_NEXT && conn_unread(conn) > conn->server->limits->max_queued_output &&
-            memchr(conn->in + start, '\n', conn->in_len - start) != NULL) {
-            conn_log_unread(conn);
+        if (step == CONN_NEXT &&
+            memchr(conn->in + start, '\n', conn->in_len - start) != NULL &&
+            conn_overflows(conn))
             step = CONN_DROP;
-        }
         /* Its turn is over: the rest waits for the next loop iteration. */
         if (step == CONN_NEXT && command_now_ms() - turn_start >= CONN_TURN_MS &&
             memchr(conn->in + start, '\n', conn->in_len - start) != NULL) {
@@ -454,6 +537,10 @@ static enum conn_step conn_process(struct conn *conn)
                  (int)conn->client.pid, SHMB_MAX_LINE);
         return CONN_CLOSE;
     }
+    /* Everything the client sent has run (a last line without its '\n' is
+     * not a request). */
+    if (step == CONN_NEXT && conn->eof)
+        return conn->reset ? CONN_DROP : CONN_CLOSE;
     return step;
 }
 
@@ -472,6 +559,11 @@ static void conn_finish(struct conn *conn)
 {
     uv_shutdown_t *req;
 
+    if (conn->finishing || conn->closing)
+        return;
+    /* Nothing more runs: not a turn left over, not a held hello. */
+    conn->finishing = true;
+    server_undefer(conn->server, conn);
     uv_read_stop((uv_stream_t *)&conn->pipe);
     if (conn_flush(conn) == 0 && (req = shmb_malloc(sizeof(*req))) != NULL) {
         if (uv_shutdown(req, (uv_stream_t *)&conn->pipe, conn_on_shutdown) == 0)
@@ -482,6 +574,41 @@ static void conn_finish(struct conn *conn)
 }
 
 static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
+
+/* A write or send failure that means the peer is gone. */
+static bool conn_peer_gone(int rc)
+{
+    return rc == UV_EPIPE || rc == UV_ECONNRESET;
+}
+
+/* Writing failed because the client is gone: its replies are dropped from
+ * now on, but what it sent before it went is still read and run. */
+static void conn_lose_peer(struct conn *conn)
+{
+    conn->reset = true;
+    conn->out.len = 0;
+}
+
+/* The client sent its last byte (eof) or is gone (reset): what it sent
+ * before still runs, in turns, in order, so its noreply commits count.
+ * After a half-close the replies are sent and the connection closes
+ * gracefully; after a reset nobody reads them, so they are dropped. A
+ * waiting alloc or a held hello reply closes at once, as it always did:
+ * what was queued behind it is not run. */
+static void conn_input_end(struct conn *conn, bool reset)
+{
+    uv_read_stop((uv_stream_t *)&conn->pipe);
+    conn->paused = false;
+    conn->eof = true;
+    if (reset)
+        conn_lose_peer(conn);
+    if (conn->wait_request != NULL || conn->hello.buf != NULL) {
+        conn_close(conn);
+        return;
+    }
+    if (!conn->deferred)
+        conn_after(conn, conn_process(conn));
+}
 
 /* After a batch of requests: write the replies, and read on unless the
  * connection waits or closes. */
@@ -497,7 +624,13 @@ static void conn_after(struct conn *conn, enum conn_step step)
         conn_close(conn);
         return;
     }
-    if ((rc = conn_flush(conn)) < 0) {
+    if (conn->finishing || conn->closing)
+        return;
+    if ((rc = conn_flush(conn)) < 0 && conn_peer_gone(rc)) {
+        conn_lose_peer(conn);
+        rc = 0;
+    }
+    if (rc < 0) {
         if (rc != UV_ENOBUFS)
             log_debug("client pid %d: write failed: %s", (int)conn->client.pid,
                       uv_strerror(rc));
@@ -507,7 +640,7 @@ static void conn_after(struct conn *conn, enum conn_step step)
     /* A waiting connection keeps reading, so that its disconnect is seen at
      * once, but only buffers what comes (conn_process runs nothing while it
      * waits); reading pauses when the buffer is full (conn_on_read). */
-    if (step == CONN_NEXT && conn->paused) {
+    if (step == CONN_NEXT && conn->paused && !conn->eof) {
         conn->paused = false;
         uv_read_start((uv_stream_t *)&conn->pipe, conn_on_alloc, conn_on_read);
     }
@@ -534,7 +667,11 @@ static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
                       uv_strerror((int)nread));
         log_info("client pid %d (%s) disconnected", (int)conn->client.pid,
                  conn->client.name[0] ? conn->client.name : "unnamed");
-        conn_close(conn);
+        if (nread == UV_ENOBUFS) {
+            conn_close(conn); /* out of memory for its input */
+            return;
+        }
+        conn_input_end(conn, nread != UV_EOF);
         return;
     }
     conn->in_len += (size_t)nread;
@@ -548,6 +685,8 @@ static void conn_resume(struct conn *conn)
     enum conn_step step = CONN_NEXT;
     int rc;
 
+    if (conn->finishing || conn->closing)
+        return;
     shmb_free(conn->out.buf);
     conn->out = conn->hello;
     memset(&conn->hello, 0, sizeof(conn->hello));
@@ -562,6 +701,8 @@ static void conn_resume(struct conn *conn)
 void conn_continue(struct conn *conn)
 {
     server_undefer(conn->server, conn);
+    if (conn->finishing || conn->closing)
+        return;
     conn_after(conn, conn_process(conn));
 }
 
@@ -570,6 +711,8 @@ void conn_hello_timeout(struct conn *conn, uint64_t timeout_ms)
     char msg[200];
     json_t *reply;
 
+    if (conn->finishing || conn->closing)
+        return;
     snprintf(msg, sizeof(msg),
              "No hello within %llu ms of connecting (--hello-timeout); closing the "
              "connection. Send {\"op\":\"hello\",\"version\":%d} first.",

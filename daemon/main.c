@@ -122,6 +122,7 @@ static void daemon_on_sighup(uv_signal_t *handle, int signum)
     log_active_level = next.log_level;
     d->cfg.log_level = next.log_level;
     d->cfg.limits = next.limits; /* the server reads them through a pointer */
+    server_hello_rearm(&d->server);
     d->cfg.max_pins = d->env.limits.max_pins = next.max_pins;
     d->cfg.max_pending = d->env.limits.max_pending = next.max_pending;
     d->cfg.read_lease_ms = next.read_lease_ms;

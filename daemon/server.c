@@ -414,6 +414,9 @@ static int server_watch(struct server *srv, int fd, struct shmb_error *err)
     uv_timer_init(srv->loop, &srv->hello_timer);
     srv->hello_timer.data = srv;
     uv_unref((uv_handle_t *)&srv->hello_timer);
+    uv_timer_init(srv->loop, &srv->unread_timer);
+    srv->unread_timer.data = srv;
+    uv_unref((uv_handle_t *)&srv->unread_timer);
     uv_idle_init(srv->loop, &srv->resume_idle);
     srv->resume_idle.data = srv;
     uv_unref((uv_handle_t *)&srv->resume_idle);
@@ -570,6 +573,40 @@ void server_hello_watch(struct server *srv)
                        srv->limits->hello_timeout_ms, 0);
 }
 
+/* Look at every connection with too much output unread; wake again while
+ * any is left. */
+static void server_on_unread_timer(uv_timer_t *timer)
+{
+    struct server *srv = timer->data;
+    uint64_t now = command_now_ms();
+    bool again = false;
+    struct conn *c, *next;
+
+    for (c = srv->conns; c != NULL; c = next) {
+        next = c->next;
+        if (!c->closing && conn_unread_check(c, now))
+            again = true;
+    }
+    if (again)
+        uv_timer_start(&srv->unread_timer, server_on_unread_timer, CONN_UNREAD_TICK_MS, 0);
+}
+
+void server_unread_watch(struct server *srv)
+{
+    if (srv->watching && !uv_is_active((uv_handle_t *)&srv->unread_timer))
+        uv_timer_start(&srv->unread_timer, server_on_unread_timer, CONN_UNREAD_TICK_MS, 0);
+}
+
+void server_hello_rearm(struct server *srv)
+{
+    if (!srv->watching)
+        return;
+    uv_timer_stop(&srv->hello_timer);
+    /* Closes the connections already past the new limit and arms the timer
+     * for the earliest of the others. */
+    server_on_hello_timer(&srv->hello_timer);
+}
+
 /* Continue every connection whose turn ended with requests left; an idle
  * handle runs once per loop iteration, after the events of the others. */
 static void server_on_resume_idle(uv_idle_t *idle)
@@ -635,6 +672,7 @@ void server_close(struct server *srv)
         uv_close((uv_handle_t *)&srv->wait_timer, NULL);
         uv_close((uv_handle_t *)&srv->emfile_timer, NULL);
         uv_close((uv_handle_t *)&srv->hello_timer, NULL);
+        uv_close((uv_handle_t *)&srv->unread_timer, NULL);
         uv_close((uv_handle_t *)&srv->resume_idle, NULL);
         srv->watching = false;
     }

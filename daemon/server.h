@@ -53,6 +53,7 @@ struct server {
     uv_timer_t wait_timer;
     uv_timer_t emfile_timer; /* refuses queued clients while out of descriptors */
     uv_timer_t hello_timer;  /* closes connections that do not say hello in time */
+    uv_timer_t unread_timer; /* closes connections that leave replies unread */
     /* Connections with requests left over from their turn (conn_process runs
      * one connection for a bounded time, then lets the others go first):
      * continued on the next loop iteration. */
@@ -102,6 +103,14 @@ void server_forget(struct server *srv, struct conn *conn);
 
 /* A connection opened: make sure the hello timer will look at it. */
 void server_hello_watch(struct server *srv);
+
+/* conn has more output unread than --max-queued-output: look at it again
+ * until it reads (conn_unread_check). */
+void server_unread_watch(struct server *srv);
+
+/* --hello-timeout changed (SIGHUP): apply it to the connections already
+ * open, closing those past it now. */
+void server_hello_rearm(struct server *srv);
 
 /* conn used its turn with complete requests left: continue it on the next
  * loop iteration, after the other clients' events. server_undefer takes it

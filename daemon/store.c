@@ -401,34 +401,41 @@ static struct object *store_blocker(struct store *s, uint64_t now)
 static int store_enospc(struct store *s, const char *key, size_t key_len, uint64_t size,
                         struct shmb_error *err)
 {
+    /* Keys are quoted cut to 64 bytes (on a character boundary): a batch
+     * of refused allocs repeats this message once per op. */
+    enum { QUOTE_MAX = 64 };
     struct object *blocker = ring_oldest(&s->ring, NULL);
     unsigned long long free_bytes = ring_free_bytes(&s->ring);
+    int kq = (int)shmb_utf8_cut(key, key_len, QUOTE_MAX), bq;
+    const char *kmore = (size_t)kq < key_len ? "..." : "", *bmore;
 
     s->enospc++;
     if (blocker == NULL)
         return shmb_error_set(
             err, -ENOSPC,
-            "No space for '%.*s' (%llu bytes): %llu of %llu bytes free. "
+            "No space for '%.*s%s' (%llu bytes): %llu of %llu bytes free. "
             "Start shmbrokerd with a larger --size.",
-            (int)key_len, key, (unsigned long long)size, free_bytes,
+            kq, key, kmore, (unsigned long long)size, free_bytes,
             (unsigned long long)s->ring.size);
+    bq = (int)shmb_utf8_cut(blocker->key, blocker->key_len, QUOTE_MAX);
+    bmore = (size_t)bq < blocker->key_len ? "..." : "";
     if (blocker->state == STORE_PENDING)
         return shmb_error_set(
             err, -ENOSPC,
-            "No space for '%.*s' (%llu bytes): %llu of %llu bytes free; "
-            "the oldest object '%.*s' (pins=%u) is still being written "
+            "No space for '%.*s%s' (%llu bytes): %llu of %llu bytes free; "
+            "the oldest object '%.*s%s' (pins=%u) is still being written "
             "and blocks reclaim. Commit or abort it, or start shmbrokerd "
             "with a larger --size.",
-            (int)key_len, key, (unsigned long long)size, free_bytes,
-            (unsigned long long)s->ring.size, (int)blocker->key_len, blocker->key,
+            kq, key, kmore, (unsigned long long)size, free_bytes,
+            (unsigned long long)s->ring.size, bq, blocker->key, bmore,
             blocker->pin_count);
     return shmb_error_set(
         err, -ENOSPC,
-        "No space for '%.*s' (%llu bytes): %llu of %llu bytes free; the "
-        "oldest object '%.*s' blocks reclaim (pins=%u, awaited reads=%u)%s. "
+        "No space for '%.*s%s' (%llu bytes): %llu of %llu bytes free; the "
+        "oldest object '%.*s%s' blocks reclaim (pins=%u, awaited reads=%u)%s. "
         "Release it or read it, or start shmbrokerd with a larger --size.",
-        (int)key_len, key, (unsigned long long)size, free_bytes,
-        (unsigned long long)s->ring.size, (int)blocker->key_len, blocker->key,
+        kq, key, kmore, (unsigned long long)size, free_bytes,
+        (unsigned long long)s->ring.size, bq, blocker->key, bmore,
         blocker->pin_count, blocker->awaited_reads,
         blocker->state == STORE_DELETED ? " (deleted, still pinned)" : "");
 }

@@ -7,8 +7,12 @@
  * say hello are closed (--hello-timeout); client text is cut on a character
  * boundary and escaped in the log.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +62,29 @@ static void req_add(struct req *r, const char *s)
     }
     memcpy(r->buf + r->len, s, n + 1);
     r->len += n;
+}
+
+/* Open socket descriptors of pid. */
+static int fds_of(pid_t pid)
+{
+    char path[64], link[400], target[64];
+    struct dirent *e;
+    DIR *dir;
+    int n = 0;
+    ssize_t len;
+
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    dir = opendir(path);
+    assert_non_null(dir);
+    while ((e = readdir(dir)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(link, sizeof(link), "%s/%s", path, e->d_name);
+        len = readlink(link, target, sizeof(target) - 1);
+        n += len > 7 && memcmp(target, "socket:", 7) == 0;
+    }
+    closedir(dir);
+    return n;
 }
 
 /* Send a batch line (ops already in r, after "[") and check every reply. */
@@ -309,12 +336,13 @@ static void test_pipelined_lists(void **state)
 }
 
 /* One list with limit 100000 over 3000 objects whose 255-byte keys each
- * escape to 1530 bytes: the reply stops at 4 MiB and says "truncated"; the
- * entries it has are whole and in order. */
+ * escape to 1530 bytes: the reply stops at 4 MiB (--max-queued-output is
+ * larger) and says "truncated"; the entries it has are whole and in order. */
 static void test_list_reply_bytes(void **state)
 {
+    static const char *const extra[] = {"--max-queued-output", "16M", NULL};
     struct h_fix *f = *state;
-    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    struct h_daemon *d = h_daemon_start(f, "4M", extra);
     struct h_conn c;
     json_t *reply, *objects;
     char *line = NULL, want[32];
@@ -358,7 +386,8 @@ static void test_list_reply_bytes(void **state)
 /* Three writes of 1500 requests before hello, then hello, reading nothing:
  * the replies fill the socket. Read everything afterwards: 4500 EPROTO
  * replies, then the hello reply with the segment's descriptor, and the
- * connection still serves. 20 times. */
+ * connection still serves, costing the daemon one descriptor (the one it
+ * used to wait for room is gone). 20 times. */
 static void test_hello_behind_full_socket(void **state)
 {
     static const char stats_line[] = "{\"op\":\"stats\"}\n";
@@ -374,6 +403,7 @@ static void test_hello_behind_full_socket(void **state)
     for (round = 0; round < 20; round++) {
         struct h_conn c;
         json_t *reply;
+        int base = fds_of(d->pid);
 
         assert_int_equal(h_conn_open(&c, d->socket), 0);
         for (w = 0; w < 3; w++) {
@@ -396,7 +426,11 @@ static void test_hello_behind_full_socket(void **state)
             h_fail("round %d: the hello reply came with %d descriptors, not 1", round,
                    c.nfds);
         h_expect_ok(&c, "{\"op\":\"stats\"}");
+        if (fds_of(d->pid) > base + 1)
+            h_fail("round %d: the daemon holds %d sockets for one connection", round,
+                   fds_of(d->pid) - base);
         h_conn_close(&c);
+        h_sleep_ms(20); /* the daemon closes its end */
     }
     free(chunk);
     h_pass(f);
@@ -517,6 +551,328 @@ static void test_log_escapes_names(void **state)
     h_pass(f);
 }
 
+
+/* ---- item: what was received before the client went still runs ------------ */
+
+/* Committed objects among the first n "obj%03d" keys, seen from c. */
+static int committed_of(struct h_conn *c, int n)
+{
+    json_t *reply = h_call(c, "{\"op\":\"list\",\"prefix\":\"obj\",\"limit\":1000}");
+    json_t *objects = json_object_get(reply, "objects");
+    int committed = 0;
+    size_t i;
+
+    h_assert_ok(reply);
+    for (i = 0; i < json_array_size(objects); i++)
+        committed += strcmp(h_str(json_array_get(objects, i), "state"), "committed") == 0;
+    json_decref(reply);
+    assert_true(committed <= n);
+    return committed;
+}
+
+struct committed_arg {
+    struct h_conn *c;
+    int n;
+};
+
+/* h_eventually's test: all n objects are committed. */
+static bool all_committed(void *arg)
+{
+    struct committed_arg *a = arg;
+
+    return committed_of(a->c, a->n) == a->n;
+}
+
+/* A writer allocates 300 objects, then sends in one write 300 'list' lines
+ * that walk 50,000 objects (longer than one turn) and 300 noreply commits,
+ * and ends its input: with a half-close (SHUT_WR) it gets every list reply
+ * and then the end of the connection; with a close that leaves replies
+ * unread (the daemon sees a reset) nothing is answered. Either way all 300
+ * commits are done: the turns used to stop at the end of input. */
+static void test_end_of_input_runs_received(void **state)
+{
+    enum { N = 300 };
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "16M", NULL);
+    struct h_conn a, w;
+    struct req r = {0};
+    char op[128];
+    int round, i;
+
+    json_decref(h_open_hello(&a, d));
+    put_objects(&a, 50000, "f%06d", "x", 7);
+    for (round = 0; round < 2; round++) {
+        struct committed_arg arg = {&a, N};
+        json_t *reply;
+
+        json_decref(h_open_hello(&w, d));
+        req_add(&r, "{\"op\":\"batch\",\"ops\":[");
+        for (i = 0; i < N; i++) {
+            snprintf(op, sizeof(op), "%s{\"op\":\"alloc\",\"key\":\"obj%03d\",\"size\":8}",
+                     i > 0 ? "," : "", i);
+            req_add(&r, op);
+        }
+        req_add(&r, "]}");
+        reply = h_call(&w, r.buf);
+        h_assert_ok(reply);
+        json_decref(reply);
+        r.len = 0;
+        for (i = 0; i < N; i++)
+            req_add(&r, "{\"op\":\"list\",\"prefix\":\"zz\",\"limit\":1}\n");
+        for (i = 0; i < N; i++) {
+            snprintf(op, sizeof(op), "{\"op\":\"commit\",\"key\":\"obj%03d\",\"noreply\":true}\n",
+                     i);
+            req_add(&r, op);
+        }
+        assert_true(r.len < 64 * 1024);
+        assert_int_equal(h_conn_send(&w, r.buf, r.len), 0);
+        r.len = 0;
+        if (round == 0) {
+            assert_int_equal(shutdown(w.fd, SHUT_WR), 0);
+            for (i = 0; i < N; i++) {
+                reply = h_recv_json(&w);
+                h_assert_ok(reply);
+                json_decref(reply);
+            }
+            assert_int_equal(h_conn_wait_eof(&w, 10000), 0);
+            h_conn_close(&w);
+        } else {
+            h_sleep_ms(5); /* some replies arrive unread: the close is a reset */
+            h_conn_close(&w);
+        }
+        if (!h_eventually(all_committed, &arg, 10000))
+            h_fail("round %d: %d of %d noreply commits done after the client %s", round,
+                   committed_of(&a, N), N, round == 0 ? "half-closed" : "closed");
+        reply = h_call(&a, "{\"op\":\"batch\",\"ops\":[]}");
+        json_decref(reply);
+        /* Clear for the next round. */
+        r.len = 0;
+        req_add(&r, "{\"op\":\"batch\",\"ops\":[");
+        for (i = 0; i < N; i++) {
+            snprintf(op, sizeof(op), "%s{\"op\":\"delete\",\"key\":\"obj%03d\"}", i > 0 ? "," : "",
+                     i);
+            req_add(&r, op);
+        }
+        req_add(&r, "]}");
+        json_decref(h_call(&a, r.buf));
+        r.len = 0;
+    }
+    free(r.buf);
+    h_assert_alive(d);
+    h_conn_close(&a);
+    h_pass(f);
+}
+
+/* ---- item: unread output is bounded per connection ------------------------- */
+
+/* With --max-queued-output 64K, one list of 2000 objects (about 180 KB of
+ * entries) stops at 64 KiB and says "truncated": a client that sends it and
+ * never reads holds no more than the bound in the daemon. */
+static void test_list_capped_by_queued_output(void **state)
+{
+    static const char *const extra[] = {"--max-queued-output", "64K", NULL};
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", extra);
+    struct h_conn c;
+    char *line = NULL;
+    json_t *reply;
+
+    json_decref(h_open_hello(&c, d));
+    put_objects(&c, 2000, "k%05d", "x", 60);
+    assert_int_equal(h_conn_sendline(&c, "{\"op\":\"list\",\"limit\":100000}"), 0);
+    assert_int_equal(h_conn_recv_line(&c, &line, H_REPLY_TIMEOUT_MS), 0);
+    if (strlen(line) > 64 * 1024 + 2048)
+        h_fail("one list reply is %zu bytes, more than --max-queued-output 64K",
+               strlen(line));
+    reply = json_loads(line, 0, NULL);
+    free(line);
+    assert_non_null(reply);
+    h_assert_ok(reply);
+    assert_true(json_is_true(json_object_get(reply, "truncated")));
+    assert_true(json_array_size(json_object_get(reply, "objects")) > 100);
+    json_decref(reply);
+    h_conn_close(&c);
+    h_pass(f);
+}
+
+/* A client that reads as it pipelines is not cut off: three lists of about
+ * 40 KB each in one write with --max-queued-output 64K; the second passes
+ * the bound before anything was written, but the socket takes it all. */
+static void test_pipelining_reader_served(void **state)
+{
+    static const char *const extra[] = {"--max-queued-output", "64K", NULL};
+    static const char lines[] = "{\"op\":\"list\",\"limit\":100000,\"id\":1}\n"
+                                "{\"op\":\"list\",\"limit\":100000,\"id\":2}\n"
+                                "{\"op\":\"list\",\"limit\":100000,\"id\":3}\n";
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", extra);
+    struct h_conn c;
+    json_t *reply;
+    int i;
+
+    json_decref(h_open_hello(&c, d));
+    put_objects(&c, 250, "k%05d", "x", 60);
+    assert_int_equal(h_conn_send(&c, lines, sizeof(lines) - 1), 0);
+    for (i = 1; i <= 3; i++) {
+        reply = h_recv_json(&c);
+        h_assert_ok(reply);
+        assert_int_equal(h_int(reply, "id"), i);
+        assert_int_equal(json_array_size(json_object_get(reply, "objects")), 250);
+        assert_true(json_is_false(json_object_get(reply, "truncated")));
+        json_decref(reply);
+    }
+    h_expect_ok(&c, "{\"op\":\"stats\"}");
+    h_conn_close(&c);
+    h_pass(f);
+}
+
+
+/* Bytes waiting unread in c's socket. */
+static int unread_in(const struct h_conn *c)
+{
+    int n = 0;
+
+    assert_int_equal(ioctl(c->fd, FIONREAD, &n), 0);
+    return n;
+}
+
+/* h_eventually's test: the daemon logged that a client stopped reading. */
+static bool log_has_unread_cut(void *arg)
+{
+    const struct h_daemon *d = arg;
+    char *log = h_read_file(d->log, NULL);
+    bool seen = h_contains(log, "has not read its replies for");
+
+    free(log);
+    return seen;
+}
+
+/* With --max-queued-output 64K, a client sends one list at a time (replies
+ * of about 66 KB) until the socket is full and the daemon queues the last
+ * reply, over the bound; then it goes quiet, reading nothing. The daemon
+ * disconnects it after its grace (5 s) instead of holding the reply for
+ * ever. */
+static void test_unread_reply_cut_off(void **state)
+{
+    static const char *const extra[] = {"--max-queued-output", "64K", NULL};
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", extra);
+    struct h_conn c;
+    int last = -1, sent;
+
+    json_decref(h_open_hello(&c, d));
+    put_objects(&c, 2000, "k%05d", "x", 60);
+    for (sent = 0; sent < 200; sent++) {
+        int now;
+
+        assert_int_equal(h_conn_sendline(&c, "{\"op\":\"list\",\"limit\":100000}"), 0);
+        h_sleep_ms(200);
+        now = unread_in(&c);
+        if (now == last)
+            break; /* the socket took nothing of this reply: it is queued */
+        last = now;
+    }
+    assert_true(sent < 200);
+    if (!h_eventually(log_has_unread_cut, d, 15000))
+        h_fail("a client with %d replies unread was not disconnected within 15 s",
+               sent + 1);
+    h_assert_alive(d);
+    h_conn_close(&c);
+    h_pass(f);
+}
+
+/* ---- item: one batch line's reply is bounded ------------------------------ */
+
+/* Behind a pending blocker whose 255-byte key escapes to 1530 bytes, a
+ * batch of allocs with 200-byte keys all get ENOSPC: each element's reply
+ * is at most 512 bytes (the message quotes keys cut to 64 bytes and is cut
+ * itself), so the batch reply stays within 4096 x 512 bytes plus the ids. */
+static void test_batch_reply_bounded(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    struct h_conn c;
+    struct req r = {0};
+    char key[256], op[400], *line = NULL;
+    json_t *reply, *replies;
+    size_t i, n = 0;
+
+    json_decref(h_open_hello(&c, d));
+    r.len = 0;
+    req_add(&r, "{\"op\":\"alloc\",\"key\":\"");
+    for (i = 0; i < 255; i++)
+        req_add(&r, "\\u0001");
+    req_add(&r, "\",\"size\":524288}");
+    reply = h_call(&c, r.buf);
+    h_assert_ok(reply);
+    json_decref(reply);
+    r.len = 0;
+    memset(key, 'b', 200);
+    key[200] = '\0';
+    req_add(&r, "{\"op\":\"batch\",\"ops\":[{\"op\":\"contains\",\"key\":\"a\"}");
+    while (r.len + 300 < 60 * 1024) {
+        snprintf(op, sizeof(op), ",{\"op\":\"alloc\",\"key\":\"%s%03zu\",\"size\":524288}",
+                 key, n % 1000);
+        req_add(&r, op);
+        n++;
+    }
+    req_add(&r, "]}");
+    assert_int_equal(h_conn_sendline(&c, r.buf), 0);
+    assert_int_equal(h_conn_recv_line(&c, &line, H_REPLY_TIMEOUT_MS), 0);
+    if (strlen(line) > (n + 1) * 512 + 64)
+        h_fail("a batch of %zu ops got a %zu-byte reply", n + 1, strlen(line));
+    reply = json_loads(line, 0, NULL);
+    free(line);
+    assert_non_null(reply);
+    replies = json_object_get(reply, "replies");
+    assert_int_equal(json_array_size(replies), n + 1);
+    h_assert_ok(json_array_get(replies, 0));
+    for (i = 1; i <= n; i++) {
+        json_t *e = json_array_get(replies, i);
+        char *text = json_dumps(e, JSON_COMPACT);
+
+        h_assert_error(e, "ENOSPC", "No space for 'bbbbbbbb");
+        if (strlen(text) > 512)
+            h_fail("element %zu's reply is %zu bytes: %s", i, strlen(text), text);
+        free(text);
+    }
+    json_decref(reply);
+    free(r.buf);
+    h_conn_close(&c);
+    h_pass(f);
+}
+
+/* ---- item: SIGHUP applies --hello-timeout to open connections ------------- */
+
+/* A silent connection opened under --hello-timeout 60s is closed about a
+ * second after a reload sets it to 1s, not a minute later. */
+static void test_hello_timeout_reload(void **state)
+{
+    struct h_fix *f = *state;
+    char conf[PATH_MAX], *line = NULL;
+    struct h_daemon *d;
+    struct h_conn silent;
+    json_t *reply;
+    int rc;
+
+    h_path(f, "shmbrokerd.conf", conf, sizeof(conf));
+    assert_int_equal(h_write_file(conf, "hello-timeout = 60s\n", 20), 0);
+    d = h_daemon_start(f, "1M", (const char *const[]){"--config", conf, NULL});
+    assert_int_equal(h_conn_open(&silent, d->socket), 0);
+    h_sleep_ms(200);
+    assert_int_equal(h_write_file(conf, "hello-timeout = 1s\n", 19), 0);
+    assert_int_equal(kill(d->pid, SIGHUP), 0);
+    rc = h_conn_recv_line(&silent, &line, 5000);
+    if (rc != 0)
+        h_fail("the silent connection was not closed within 5 s of the reload (rc %d)", rc);
+    reply = json_loads(line, 0, NULL);
+    free(line);
+    h_assert_error(reply, "ETIMEDOUT", "--hello-timeout");
+    json_decref(reply);
+    h_conn_close(&silent);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -530,6 +886,12 @@ int main(void)
         TEST(test_hello_timeout),
         TEST(test_name_cut_on_character),
         TEST(test_log_escapes_names),
+        TEST(test_end_of_input_runs_received),
+        TEST(test_list_capped_by_queued_output),
+        TEST(test_pipelining_reader_served),
+        TEST(test_unread_reply_cut_off),
+        TEST(test_batch_reply_bounded),
+        TEST(test_hello_timeout_reload),
     };
 
     return cmocka_run_group_tests_name("test_bounds", tests, NULL, NULL);
