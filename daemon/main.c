@@ -450,21 +450,28 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
                  d->cfg.shm_dir, d->cfg.name, (unsigned long long)truncated_at);
     if ((rc = daemon_check_segment(d, size, err)) < 0)
         return rc;
-    if ((stale == 1 && (rc = server_remove_stale(d->cfg.socket_path, err)) < 0) ||
-        (d->replace && (rc = daemon_remove_segment(d, err)) < 0))
+    if (stale == 1 && (rc = server_remove_stale(d->cfg.socket_path, err)) < 0)
         return rc;
+    /* The socket before the segment: a path that cannot be bound refuses the
+     * start before --fresh removes anything. */
+    if (!d->activated &&
+        (rc = server_bind(d->cfg.socket_path, d->cfg.socket_mode, &listen_fd, err)) < 0)
+        return rc;
+    if (d->replace && (rc = daemon_remove_segment(d, err)) < 0)
+        goto fail_socket;
     if (d->adopt) {
         if ((rc = daemon_adopt(d, &scfg, size, err)) < 0)
-            return rc;
+            goto fail_socket;
         daemon_drop_truncated(d, truncated_at);
     } else {
         if ((rc = segment_create(&d->seg, d->cfg.shm_dir, d->cfg.name, size, err)) < 0)
-            return rc;
+            goto fail_socket;
         d->store = store_new(segment_data(&d->seg), d->seg.data_offset,
                              d->seg.data_size, d->seg.hdr, &scfg, err);
         if (d->store == NULL) {
             segment_destroy(&d->seg);
-            return err->code;
+            rc = err->code;
+            goto fail_socket;
         }
     }
     if ((rc = segment_guard_watch(&d->seg, daemon_on_segment_broken, err)) < 0)
@@ -482,8 +489,9 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
     }
     rc = d->activated
              ? server_adopt(&d->server, &d->loop, listen_fd, &d->env, &d->cfg.limits, err)
-             : server_listen(&d->server, &d->loop, d->cfg.socket_path, d->cfg.socket_mode,
-                             &d->env, &d->cfg.limits, err);
+             : server_listen(&d->server, &d->loop, listen_fd, d->cfg.socket_path, &d->env,
+                             &d->cfg.limits, err);
+    listen_fd = -1; /* the server's now, or closed by it */
     if (rc < 0)
         goto fail_loop;
     if (d->activated)
@@ -532,6 +540,9 @@ fail:
         segment_close(&d->seg);
     else
         segment_destroy(&d->seg);
+fail_socket:
+    if (!d->activated)
+        server_unbind(listen_fd, d->cfg.socket_path);
     return rc;
 }
 

@@ -426,23 +426,16 @@ static int server_watch(struct server *srv, int fd, struct shmb_error *err)
     return 0;
 }
 
-int server_listen(struct server *srv, uv_loop_t *loop, const char *path, mode_t mode,
-                  struct command_env *env, const struct server_limits *limits,
-                  struct shmb_error *err)
+int server_bind(const char *path, mode_t mode, int *fd_out, struct shmb_error *err)
 {
     struct sockaddr_un sun;
     mode_t old_mask;
-    int fd = -1, rc, saved;
+    int fd, rc, saved;
 
-    memset(srv, 0, sizeof(*srv));
-    srv->loop = loop;
-    srv->env = env;
-    srv->limits = limits;
-    srv->listen_fd = srv->reserve_fd = -1;
+    *fd_out = -1;
     if ((rc = server_address(&sun, path, err)) < 0 ||
         (rc = server_make_parent(path, err)) < 0)
         return rc;
-    snprintf(srv->path, sizeof(srv->path), "%s", path);
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return shmb_error_set(err, -errno, "Cannot create a socket: %s.",
@@ -457,19 +450,50 @@ int server_listen(struct server *srv, uv_loop_t *loop, const char *path, mode_t 
         close(fd);
         return shmb_error_set(err, -saved, "Cannot bind %s: %s.", path, strerror(saved));
     }
-    srv->owns_path = true;
-    if (chmod(path, mode) != 0 || listen(fd, SERVER_BACKLOG) != 0) {
+    if (chmod(path, mode) != 0) {
         saved = errno;
         close(fd);
-        server_close(srv);
-        return shmb_error_set(err, -saved, "Cannot listen on %s: %s.", path,
+        unlink(path);
+        return shmb_error_set(err, -saved, "Cannot set the mode of %s: %s.", path,
                               strerror(saved));
     }
-    if ((rc = server_watch(srv, fd, err)) < 0) {
-        server_close(srv);
-        return rc;
-    }
+    *fd_out = fd;
     return 0;
+}
+
+void server_unbind(int fd, const char *path)
+{
+    if (fd < 0)
+        return;
+    close(fd);
+    unlink(path);
+}
+
+int server_listen(struct server *srv, uv_loop_t *loop, int fd, const char *path,
+                  struct command_env *env, const struct server_limits *limits,
+                  struct shmb_error *err)
+{
+    int rc;
+
+    memset(srv, 0, sizeof(*srv));
+    srv->loop = loop;
+    srv->env = env;
+    srv->limits = limits;
+    srv->listen_fd = srv->reserve_fd = -1;
+    snprintf(srv->path, sizeof(srv->path), "%s", path);
+    srv->owns_path = true;
+    srv->listen_fd = fd;
+    /* Listening only now, with the segment ready: until then a client's
+     * connect is refused, so a socket that accepts means a daemon that
+     * serves. */
+    if (listen(fd, SERVER_BACKLOG) != 0) {
+        rc = errno;
+        server_close(srv);
+        return shmb_error_set(err, -rc, "Cannot listen on %s: %s.", path, strerror(rc));
+    }
+    if ((rc = server_watch(srv, fd, err)) < 0)
+        server_close(srv);
+    return rc;
 }
 
 /* The first descriptor systemd passes (SD_LISTEN_FDS_START). */

@@ -73,9 +73,20 @@ int server_probe(const char *path, struct shmb_error *err);
  * once nothing else can refuse the start. */
 int server_remove_stale(const char *path, struct shmb_error *err);
 
-/* Create the socket's parent directory when missing, bind path with mode,
- * and start accepting on loop. */
-int server_listen(struct server *srv, uv_loop_t *loop, const char *path, mode_t mode,
+/* Create the socket's parent directory when missing and bind path with
+ * mode: *fd is the socket, not listening yet (a connect is refused until
+ * server_listen).
+ * Done before the segment is touched, so that a socket that cannot be made
+ * refuses the start while nothing has changed. */
+int server_bind(const char *path, mode_t mode, int *fd, struct shmb_error *err);
+
+/* Undo server_bind when the start fails later: close fd, unlink path. */
+void server_unbind(int fd, const char *path);
+
+/* Listen on fd, the socket server_bind made at path, and accept on loop;
+ * server_close closes it and unlinks path. On failure fd is closed and path
+ * unlinked too. */
+int server_listen(struct server *srv, uv_loop_t *loop, int fd, const char *path,
                   struct command_env *env, const struct server_limits *limits,
                   struct shmb_error *err);
 

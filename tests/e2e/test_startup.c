@@ -287,6 +287,42 @@ static void test_fresh_checks_space_first(void **state)
     h_pass(f);
 }
 
+/* --fresh with a socket that cannot be made (its directory cannot be
+ * created under /proc) is refused before the old segment is removed: the
+ * segment and its object are still there for the next start. */
+static void test_fresh_checks_socket_first(void **state)
+{
+    static const char *const fresh[] = {"--fresh", NULL};
+    struct h_fix *f = *state;
+    struct h_daemon *d1 = h_daemon_start(f, "4M", NULL), *d;
+    char seg[PATH_MAX * 2];
+    struct stat before, after;
+    shmb_t *c;
+
+    c = h_lib_connect(d1, "w", 0);
+    ok(c, h_put_pattern(c, "old", 10000, 7, 0));
+    shmb_close(c);
+    assert_int_equal(h_exit_code(h_daemon_signal(d1, SIGKILL, H_STOP_TIMEOUT_MS)),
+                     128 + SIGKILL);
+    h_segment_path(d1, seg, sizeof(seg));
+    assert_int_equal(stat(seg, &before), 0);
+
+    d = h_daemon_again(f, d1);
+    snprintf(d->socket, sizeof(d->socket), "/proc/shmb-no-such-dir/s.sock");
+    expect_refused_start(f, d, fresh);
+    assert_log(d, "/proc/shmb-no-such-dir");
+    assert_int_equal(stat(seg, &after), 0);
+    assert_int_equal(after.st_ino, before.st_ino);
+
+    d = h_daemon_again(f, d1);
+    assert_true(h_daemon_spawn(f, d, NULL) > 0);
+    assert_int_equal(h_daemon_wait_ready(d, H_READY_TIMEOUT_MS), 0);
+    c = h_lib_connect(d, "r", 0);
+    get_check(c, "old", 10000, 7);
+    shmb_close(c);
+    h_pass(f);
+}
+
 /* The space the old segment holds counts for --fresh, which frees it: on a
  * 16M tmpfs holding a 12M segment, --fresh --size 12M starts (4M are free
  * before the old one goes), and --fresh --size 20M is refused, saying the
@@ -486,6 +522,7 @@ int main(void)
         TEST(test_refused_start_changes_nothing),
         TEST(test_fresh_checks_space_first),
         TEST(test_fresh_counts_old_segment),
+        TEST(test_fresh_checks_socket_first),
         TEST(test_small_sizes),
         cmocka_unit_test_setup_teardown(test_hugetlbfs, h_setup, huge_teardown),
     };
