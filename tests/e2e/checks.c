@@ -51,3 +51,20 @@ int h_put_pattern(shmb_t *c, const char *key, size_t size, uint32_t seed, unsign
     free(buf);
     return rc;
 }
+
+void h_get_check(shmb_t *c, const char *key, size_t size, uint32_t seed, const char *file,
+                 int line)
+{
+    const void *p;
+    size_t len, bad;
+    int rc = shmb_get(c, key, &p, &len);
+
+    if (rc != 0)
+        h_fail_at(file, line, "get '%s' returned %d (%s: %s)", key, rc, shmb_errname(c),
+                  shmb_errmsg(c));
+    bad = h_check(p, len, seed);
+    if (len != size || bad != len)
+        h_fail_at(file, line, "'%s': %zu bytes (want %zu), first wrong byte at %zu", key, len,
+                  size, bad);
+    h_check_ok(c, shmb_release(c, key), "shmb_release", file, line);
+}

@@ -30,4 +30,10 @@ void h_check_fails(shmb_t *c, int rc, int code, const char *substr, const char *
 /* Put size bytes of h_fill's pattern for seed under key with shmb_put. */
 int h_put_pattern(shmb_t *c, const char *key, size_t size, uint32_t seed, unsigned readers);
 
+/* Get key, check its size and h_fill's pattern for seed through the
+ * zero-copy pointer, release; the test fails unless all of it works. */
+void h_get_check(shmb_t *c, const char *key, size_t size, uint32_t seed, const char *file,
+                 int line);
+#define get_check(c, key, size, seed) h_get_check((c), (key), (size), (seed), __FILE__, __LINE__)
+
 #endif

@@ -1043,3 +1043,45 @@ bool h_signal_wait(struct h_signal *s, int timeout_ms)
 
     return poll(&pfd, 1, timeout_ms) == 1 && read(s->fds[0], &b, 1) == 1;
 }
+
+/* ---- daemon logs ------------------------------------------------------------ */
+
+char *h_log_text(const struct h_daemon *d)
+{
+    char *text = h_read_file(d->log, NULL);
+
+    return text != NULL ? text : strdup("");
+}
+
+bool h_log_contains(const struct h_daemon *d, const char *needle)
+{
+    char *text = h_log_text(d);
+    bool found = text != NULL && h_contains(text, needle);
+
+    free(text);
+    return found;
+}
+
+/* What h_wait_log polls for. */
+struct h_log_wait {
+    const struct h_daemon *d;
+    const char *needle;
+};
+
+/* h_eventually callback: the log contains the needle. */
+static bool h_log_has(void *arg)
+{
+    const struct h_log_wait *w = arg;
+
+    return h_log_contains(w->d, w->needle);
+}
+
+void h_wait_log_at(const struct h_daemon *d, const char *needle, const char *file, int line)
+{
+    struct h_log_wait w = {d, needle};
+
+    if (!h_eventually(h_log_has, &w, H_READY_TIMEOUT_MS)) {
+        h_daemon_print_log(d);
+        h_fail_at(file, line, "the log never said \"%s\"", needle);
+    }
+}

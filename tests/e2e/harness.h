@@ -153,6 +153,17 @@ int h_daemon_wait_exit(struct h_daemon *d, int timeout_ms);
 /* Print d's log (for failures). */
 void h_daemon_print_log(const struct h_daemon *d);
 
+/* The daemon's log so far; the caller frees. Never NULL. */
+char *h_log_text(const struct h_daemon *d);
+
+/* Whether the daemon's log so far contains needle. */
+bool h_log_contains(const struct h_daemon *d, const char *needle);
+
+/* Wait until the daemon's log contains needle, or print the log and fail
+ * the test. */
+void h_wait_log_at(const struct h_daemon *d, const char *needle, const char *file, int line);
+#define h_wait_log(d, needle) h_wait_log_at((d), (needle), __FILE__, __LINE__)
+
 /* ---- processes ---------------------------------------------------------- */
 
 /* Reap pid within timeout_ms: 0 and *status, or -ETIMEDOUT. */

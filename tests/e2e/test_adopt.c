@@ -22,54 +22,6 @@
 #include "layout.h"
 #include "shmbroker.h"
 
-/* get key, check its size and pattern through the zero-copy pointer, release. */
-#define get_check(c, key, size, seed) get_check_at((c), (key), (size), (seed), __FILE__, __LINE__)
-static void get_check_at(shmb_t *c, const char *key, size_t size, uint32_t seed,
-                         const char *file, int line)
-{
-    const void *p;
-    size_t len, bad;
-    int rc = shmb_get(c, key, &p, &len);
-
-    if (rc != 0)
-        h_fail_at(file, line, "get '%s' returned %d (%s: %s)", key, rc, shmb_errname(c),
-                  shmb_errmsg(c));
-    bad = h_check(p, len, seed);
-    if (len != size || bad != len)
-        h_fail_at(file, line, "'%s': %zu bytes (want %zu), first wrong byte at %zu", key,
-                  len, size, bad);
-    h_check_ok(c, shmb_release(c, key), "shmb_release", file, line);
-}
-
-/* What log_has polls for. */
-struct log_wait {
-    const struct h_daemon *d;
-    const char *needle;
-};
-
-static bool log_has(void *arg)
-{
-    const struct log_wait *w = arg;
-    char *text = h_read_file(w->d->log, NULL);
-    bool found = h_contains(text, w->needle);
-
-    free(text);
-    return found;
-}
-
-/* The daemon's log contains needle within a few seconds, or the test fails. */
-#define wait_log(d, needle) wait_log_at((d), (needle), __FILE__, __LINE__)
-static void wait_log_at(const struct h_daemon *d, const char *needle, const char *file,
-                        int line)
-{
-    struct log_wait w = {d, needle};
-
-    if (!h_eventually(log_has, &w, H_READY_TIMEOUT_MS)) {
-        h_daemon_print_log(d);
-        h_fail_at(file, line, "the log of the daemon never said '%s'", needle);
-    }
-}
-
 /* The segment's header page, mapped read-write as a hostile client maps it.
  * The caller unmaps it with unmap_header. */
 static struct shmb_segment_header *map_header(const struct h_daemon *d)
@@ -172,9 +124,9 @@ static void test_restart_damaged_header(void **state)
         d = restart(f, d1, round == 0   ? "magic 0"
                            : round == 1 ? "owner pid 1"
                                         : "data offset 0");
-        wait_log(d, "restored 2 objects");
+        h_wait_log(d, "restored 2 objects");
         if (round != 1)
-            wait_log(d, "header page damaged");
+            h_wait_log(d, "header page damaged");
         c = h_lib_connect(d, "r", 0);
         get_check(c, "a", 3000, 1);
         shmb_close(c);
@@ -209,7 +161,7 @@ static void test_live_owner_by_lock(void **state)
     h_path(f, "second.sock", d2->socket, sizeof(d2->socket));
     assert_true(h_daemon_spawn(f, d2, NULL) > 0);
     assert_int_equal(h_exit_code(h_daemon_wait_exit(d2, H_RUN_TIMEOUT_MS)), 1);
-    wait_log(d2, "belongs to a running shmbrokerd");
+    h_wait_log(d2, "belongs to a running shmbrokerd");
     get_check(c, "a", 3000, 1);
     ok(c, h_put_pattern(c, "b", 3000, 2, 0));
     get_check(c, "b", 3000, 2);
@@ -272,7 +224,7 @@ static void test_restart_wrapped_damaged(void **state)
     close(fd);
 
     d = restart(f, d1, "a damaged chunk header");
-    wait_log(d, "restored 2 objects");
+    h_wait_log(d, "restored 2 objects");
     c = h_lib_connect(d, "r", 0);
     ok(c, shmb_delete(c, "a"));
     ok(c, h_put_pattern(c, "c", 200000, 5, 0));

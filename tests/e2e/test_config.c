@@ -14,14 +14,6 @@
 
 #include "harness.h"
 
-/* The daemon's log; the caller frees. Never NULL. */
-static char *log_of(const struct h_daemon *d)
-{
-    char *text = h_read_file(d->log, NULL);
-
-    return text != NULL ? text : strdup("");
-}
-
 /* Start a daemon with --config path and expect it to refuse within 5 s (a
  * generous bound: it used to hang), exit 2, and log want. */
 #define expect_refused(f, path, want) expect_refused_at((f), (path), (want), __FILE__, __LINE__)
@@ -38,7 +30,7 @@ static void expect_refused_at(struct h_fix *f, const char *path, const char *wan
     status = h_daemon_wait_exit(d, 5000);
     if (status == -1)
         h_fail_at(file, line, "shmbrokerd --config %s did not exit within 5 s", path);
-    log = log_of(d);
+    log = h_log_text(d);
     if (h_exit_code(status) != 2 || !h_contains(log, want)) {
         h_daemon_print_log(d);
         free(log);
@@ -129,7 +121,7 @@ struct reload_wait {
 /* The SIGHUP outcomes logged so far, applied or refused. */
 static int reloads(const struct h_daemon *d)
 {
-    char *log = log_of(d);
+    char *log = h_log_text(d);
     int n = h_count(log, "SIGHUP: settings");
 
     free(log);
@@ -198,7 +190,7 @@ static void test_config_reload(void **state)
     hup(d, link, "/dev/zero");
     hup(d, link, fifo);
     hup(d, link, f->dir);
-    log = log_of(d);
+    log = h_log_text(d);
     if (h_count(log, "settings reloaded (") != 1 || h_contains(log, "max-clients 77,") ||
         h_contains(log, "max-clients 1024,") ||
         h_count(log, "settings not reloaded, nothing changed") != 5 ||
@@ -211,7 +203,7 @@ static void test_config_reload(void **state)
     }
     free(log);
     hup(d, link, next_path);
-    log = log_of(d);
+    log = h_log_text(d);
     if (!h_contains(log, "max-clients 555,")) {
         free(log);
         h_daemon_print_log(d);

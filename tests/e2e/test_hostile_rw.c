@@ -19,37 +19,6 @@
 #include "layout.h"
 #include "shmbroker.h"
 
-/* get key, check size and pattern, release; the test fails unless all works. */
-#define get_check(c, key, size, seed) \
-    get_check_at((c), (key), (size), (seed), __FILE__, __LINE__)
-/* The body of get_check(). */
-static void get_check_at(shmb_t *c, const char *key, size_t size, uint32_t seed,
-                         const char *file, int line)
-{
-    const void *p;
-    size_t len, bad;
-    int rc = shmb_get(c, key, &p, &len);
-
-    if (rc != 0)
-        h_fail_at(file, line, "get '%s' returned %d (%s: %s)", key, rc, shmb_errname(c),
-                  shmb_errmsg(c));
-    bad = h_check(p, len, seed);
-    if (len != size || bad != len)
-        h_fail_at(file, line, "'%s': %zu bytes (want %zu), first wrong byte at %zu", key, len,
-                  size, bad);
-    h_check_ok(c, shmb_release(c, key), "shmb_release", file, line);
-}
-
-/* The daemon's log contains needle (read once, after the fact). */
-static bool log_contains(const struct h_daemon *d, const char *needle)
-{
-    char *text = h_read_file(d->log, NULL);
-    bool found = h_contains(text, needle);
-
-    free(text);
-    return found;
-}
-
 /* The read-write descriptor of d's segment, as hello hands it to every
  * client (not a path only root could open). The caller closes c. */
 static int segment_fd_of(struct h_conn *c, const struct h_daemon *d)
@@ -117,7 +86,7 @@ static void test_truncated_segment(void **state)
     assert_non_null(n);
     fails(n, shmb_connect(n, d->socket, "late"), -EIO, "truncated by a client to 69632");
     shmb_close(n);
-    assert_true(log_contains(d, "was truncated to 69632"));
+    assert_true(h_log_contains(d, "was truncated to 69632"));
     get_check(r, "low", 1000, 1);
     ok(w, shmb_delete(w, "high"));
     ok(w, shmb_stats(w, &st));
@@ -136,7 +105,7 @@ static void test_truncated_segment(void **state)
     /* A restart re-reserves the segment: "low" was gone with its page the
      * second time, so a new put and get is what proves it serves. */
     d = restart(f, d);
-    assert_true(log_contains(d, "grown back"));
+    assert_true(h_log_contains(d, "grown back"));
     n = h_lib_connect(d, "after", 0);
     ok(n, h_put_pattern(n, "after", 300000, 4, 0));
     get_check(n, "after", 300000, 4);
@@ -204,7 +173,7 @@ static void test_truncated_to_nothing(void **state)
     d2 = h_daemon_again(f, d);
     assert_true(h_daemon_spawn(f, d2, NULL) > 0);
     assert_int_not_equal(h_exit_code(h_daemon_wait_exit(d2, H_READY_TIMEOUT_MS)), 0);
-    assert_true(log_contains(d2, "exists with 0 bytes, less than a segment's 4096-byte header"));
+    assert_true(h_log_contains(d2, "exists with 0 bytes, less than a segment's 4096-byte header"));
     h_segment_path(d2, path, sizeof(path));
     assert_int_equal(unlink(path), 0);
     d2 = h_daemon_again(f, d2);
@@ -273,7 +242,7 @@ static void test_punched_hole(void **state)
 
     fails(w, h_put_pattern(w, "more", 1000, 3, 0), -EIO, "a hole was punched");
     h_assert_alive(d);
-    assert_true(log_contains(d, "a hole was punched"));
+    assert_true(h_log_contains(d, "a hole was punched"));
     get_check(r, "low", 1000, 1);
     ok(w, shmb_delete(w, "top"));
     ok(w, shmb_delete(w, "mid"));

@@ -36,71 +36,10 @@
 
 /* ---- helpers --------------------------------------------------------------- */
 
-/* get key, check its size and pattern through the zero-copy pointer, release;
- * the test fails unless all of it works. */
-#define get_check(c, key, size, seed) \
-    get_check_at((c), (key), (size), (seed), __FILE__, __LINE__)
-/* The body of get_check(). */
-static void get_check_at(shmb_t *c, const char *key, size_t size, uint32_t seed,
-                         const char *file, int line)
-{
-    const void *p;
-    size_t len, bad;
-    int rc = shmb_get(c, key, &p, &len);
-
-    if (rc != 0)
-        h_fail_at(file, line, "get '%s' returned %d (%s: %s)", key, rc, shmb_errname(c),
-                  shmb_errmsg(c));
-    bad = h_check(p, len, seed);
-    if (len != size || bad != len)
-        h_fail_at(file, line, "'%s': %zu bytes (want %zu), first wrong byte at %zu", key, len,
-                  size, bad);
-    h_check_ok(c, shmb_release(c, key), "shmb_release", file, line);
-}
-
-/* The daemon's log; the caller frees. Never NULL. */
-static char *log_of(const struct h_daemon *d)
-{
-    char *text = h_read_file(d->log, NULL);
-
-    return text != NULL ? text : strdup("");
-}
-
-/* What wait_log polls for. */
-struct log_wait {
-    const struct h_daemon *d;
-    const char *needle;
-};
-
-/* h_eventually callback: the log contains the needle. */
-static bool log_has(void *arg)
-{
-    const struct log_wait *w = arg;
-    char *text = log_of(w->d);
-    bool found = h_contains(text, w->needle);
-
-    free(text);
-    return found;
-}
-
-/* Wait until d's log contains needle, or fail the test. */
-#define wait_log(d, needle) wait_log_at((d), (needle), __FILE__, __LINE__)
-/* The body of wait_log(). */
-static void wait_log_at(const struct h_daemon *d, const char *needle, const char *file,
-                        int line)
-{
-    struct log_wait w = {d, needle};
-
-    if (!h_eventually(log_has, &w, H_REPLY_TIMEOUT_MS)) {
-        h_daemon_print_log(d);
-        h_fail_at(file, line, "the log never said \"%s\"", needle);
-    }
-}
-
 /* Occurrences of needle in d's log. */
 static int log_count(const struct h_daemon *d, const char *needle)
 {
-    char *text = log_of(d);
+    char *text = h_log_text(d);
     int n = h_count(text, needle);
 
     free(text);
@@ -536,7 +475,7 @@ static void test_unread_replies(void **state)
     assert_true(rc == 0 || rc == -EPIPE || rc == -ECONNRESET);
     snprintf(needle, sizeof(needle), "client pid %d (e2e) does not read its replies",
              (int)getpid());
-    wait_log(d, needle);
+    h_wait_log(d, needle);
     /* What the kernel had buffered still arrives, then the end. */
     while ((rc = h_conn_recv_line(&c, &line, H_REPLY_TIMEOUT_MS)) == 0) {
         got++;
@@ -588,7 +527,7 @@ static void test_alloc_timeout(void **state)
     assert_int_equal(counter(reply, "expired_allocs"), 1);
     assert_int_equal(h_int(reply, "objects"), 1);
     json_decref(reply);
-    wait_log(d, "dropped 1 allocation(s) not committed within 300 ms (--alloc-timeout)");
+    h_wait_log(d, "dropped 1 allocation(s) not committed within 300 ms (--alloc-timeout)");
     h_expect_error(&c, "{\"op\":\"get\",\"key\":\"slow\"}", "ENOENT", NULL);
     call_offset(&c, "{\"op\":\"get\",\"key\":\"quick\"}");
     h_expect_ok(&c, "{\"op\":\"release\",\"key\":\"quick\"}");
@@ -648,7 +587,7 @@ static void test_read_lease(void **state)
     assert_int_equal(counter(reply, "lease_expiries"), 1);
     assert_true(counter(reply, "evictions") >= 2);
     json_decref(reply);
-    wait_log(d, "object 'held': read lease of 400 ms ran out with 2 reads still awaited");
+    h_wait_log(d, "object 'held': read lease of 400 ms ran out with 2 reads still awaited");
     assert_int_equal(log_count(d, "read lease"), 1);
     h_conn_close(&c);
     h_pass(f);
@@ -812,7 +751,7 @@ static void test_max_clients(void **state)
         assert_int_equal(stat_int(&c[i], "clients"), 3);
     snprintf(needle, sizeof(needle), "refused client pid %d: max-clients (3) reached",
              (int)getpid());
-    wait_log(d, needle);
+    h_wait_log(d, needle);
 
     h_conn_close(&c[2]);
     json_decref(hello_eventually(&c[3], d, 3000));
@@ -851,7 +790,7 @@ static void test_max_clients_per_uid(void **state)
     assert_int_equal(run_peer(f, &p), PEER_SERVED);
     assert_int_equal(stat_int(&c[0], "clients"), 2);
     assert_int_equal(stat_int(&c[1], "clients"), 2);
-    wait_log(d, "max-clients-per-uid (2) reached for uid 0");
+    h_wait_log(d, "max-clients-per-uid (2) reached for uid 0");
     h_conn_close(&c[0]);
     h_conn_close(&c[1]);
     h_pass(f);
@@ -1001,7 +940,7 @@ static void test_emfile(void **state)
     json_t *reply;
 
     assert_true(h_daemon_spawn_nofile(f, d, NULL, EMFILE_NOFILE) > 0);
-    wait_log(d, " ready: segment");
+    h_wait_log(d, " ready: segment");
     assert_int_equal(kill(d->pid, SIGSTOP), 0);
     base = count_fds(d->pid);
     capacity = EMFILE_NOFILE - base;
@@ -1018,7 +957,7 @@ static void test_emfile(void **state)
                                          "{\"op\":\"hello\",\"version\":1,\"name\":\"fd\"}"), 0);
     }
     assert_int_equal(kill(d->pid, SIGCONT), 0);
-    wait_log(d, "out of file descriptors");
+    h_wait_log(d, "out of file descriptors");
     for (i = 0; i < nconns; i++) {
         outcome[i] = fd_outcome_of(&conns[i], 2000);
         n[outcome[i]]++;
@@ -1058,7 +997,7 @@ static void test_emfile(void **state)
             closed++;
         }
     }
-    wait_log(d, "accepting new clients again");
+    h_wait_log(d, "accepting new clients again");
     reply = hello_eventually(&extra, d, 3000);
     json_decref(reply);
     assert_int_equal(stat_int(&extra, "pid"), d->pid);
@@ -1095,7 +1034,7 @@ static void test_allow_lists(void **state)
     p.uid = UID_NOBODY;
     p.gid = GID_OTHER;
     assert_int_equal(run_peer(f, &p), PEER_EPERM);
-    wait_log(d, "uid 65534 gid 12346: not allowed");
+    h_wait_log(d, "uid 65534 gid 12346: not allowed");
 
     p.uid = UID_LISTED;
     p.gid = GID_OTHER;
@@ -1134,7 +1073,7 @@ static void test_allow_uid_message(void **state)
     p.gid = GID_NOBODY;
     p.refusal = "uid 65534 (gid 65534) may not use this shmbrokerd: it is not in --allow-uid";
     assert_int_equal(run_peer(f, &p), PEER_EPERM);
-    wait_log(d, "uid 65534 gid 65534: not allowed");
+    h_wait_log(d, "uid 65534 gid 65534: not allowed");
     h_assert_alive(d);
     h_pass(f);
 }
@@ -1390,8 +1329,8 @@ static void test_restart_adopts(void **state)
     if (h_daemon_wait_ready(d2, H_READY_TIMEOUT_MS) < 0)
         h_fail("the restarted daemon did not come up");
     snprintf(needle, sizeof(needle), "restored %zu objects", RESTART_N);
-    wait_log(d2, needle);
-    wait_log(d2, "dropped 1 uncommitted");
+    h_wait_log(d2, needle);
+    h_wait_log(d2, "dropped 1 uncommitted");
 
     /* Handles of the old daemon: lost, then reconnected. */
     fails(w, shmb_stats(w, &st), -ECONNRESET, NULL);
@@ -1488,7 +1427,7 @@ static void test_restart_size_and_fresh(void **state)
     snprintf(d->size, sizeof(d->size), "2M");
     assert_true(h_daemon_spawn(f, d, NULL) > 0);
     assert_int_equal(h_exit_code(h_daemon_wait_exit(d, H_RUN_TIMEOUT_MS)), 1);
-    wait_log(d, "start with --size 1048576 to keep its objects, or with --fresh");
+    h_wait_log(d, "start with --size 1048576 to keep its objects, or with --fresh");
     assert_int_equal(stat(seg, &st), 0);
     assert_int_equal(st.st_size, 1048576);
 
@@ -1503,7 +1442,7 @@ static void test_restart_size_and_fresh(void **state)
     d = h_daemon_again(f, d1);
     assert_true(h_daemon_spawn(f, d, fresh) > 0);
     assert_int_equal(h_daemon_wait_ready(d, H_READY_TIMEOUT_MS), 0);
-    wait_log(d, "(--fresh)");
+    h_wait_log(d, "(--fresh)");
     c = h_lib_connect(d, "r", 0);
     assert_int_equal(shmb_contains(c, "keep"), 0);
     ok(c, h_put_pattern(c, "keep", 10000, 43, 0));
@@ -1558,8 +1497,8 @@ static void test_restart_corrupt(void **state)
     if (h_daemon_wait_ready(d, H_READY_TIMEOUT_MS) < 0)
         h_fail("the daemon did not start over a corrupt segment (exit %d)",
                h_exit_code(d->status));
-    wait_log(d, "bad chunk magic 0xdeadbeef");
-    wait_log(d, "restored 1 objects");
+    h_wait_log(d, "bad chunk magic 0xdeadbeef");
+    h_wait_log(d, "restored 1 objects");
     c = h_lib_connect(d, "r", 0);
     get_check(c, "a", 1000, 1);
     assert_int_equal(shmb_contains(c, "b"), 0);
@@ -1580,7 +1519,7 @@ static void test_restart_corrupt(void **state)
     if (h_daemon_wait_ready(d, H_READY_TIMEOUT_MS) < 0)
         h_fail("the daemon did not start over a corrupt ring cursor (exit %d)",
                h_exit_code(d->status));
-    wait_log(d, "Corrupt ring cursor");
+    h_wait_log(d, "Corrupt ring cursor");
     c = h_lib_connect(d, "r", 0);
     ok(c, h_put_pattern(c, "fresh", 5000, 6, 0));
     get_check(c, "fresh", 5000, 6);

@@ -26,27 +26,6 @@
 
 /* ---- helpers --------------------------------------------------------------- */
 
-/* get key, check its size and pattern, release; the test fails otherwise. */
-#define get_check(c, key, size, seed)                                                    \
-    get_check_at((c), (key), (size), (seed), __FILE__, __LINE__)
-/* The body of get_check(). */
-static void get_check_at(shmb_t *c, const char *key, size_t size, uint32_t seed,
-                         const char *file, int line)
-{
-    const void *p;
-    size_t len, bad;
-    int rc = shmb_get(c, key, &p, &len);
-
-    if (rc != 0)
-        h_fail_at(file, line, "get '%.40s' returned %d (%s: %s)", key, rc,
-                  shmb_errname(c), shmb_errmsg(c));
-    bad = h_check(p, len, seed);
-    if (len != size || bad != len)
-        h_fail_at(file, line, "'%.40s': %zu bytes (want %zu), first wrong byte at %zu",
-                  key, len, size, bad);
-    h_check_ok(c, shmb_release(c, key), "shmb_release", file, line);
-}
-
 /* The daemon's log contains needle; the test fails (printing it) otherwise. */
 #define assert_log(d, needle) assert_log_at((d), (needle), __FILE__, __LINE__)
 /* The body of assert_log(). */
