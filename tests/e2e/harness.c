@@ -1085,3 +1085,22 @@ void h_wait_log_at(const struct h_daemon *d, const char *needle, const char *fil
         h_fail_at(file, line, "the log never said \"%s\"", needle);
     }
 }
+
+/* ---- runs of programs --------------------------------------------------------- */
+
+void h_run_dump(const char *what, const struct h_run *r)
+{
+    print_error("%s: exit %d\n---- stdout:\n%s---- stderr:\n%s----\n", what, r->status,
+                r->out ? r->out : "", r->err ? r->err : "");
+}
+
+void h_expect_run_at(const struct h_run *r, int status, const char *out, const char *err,
+                     const char *file, int line)
+{
+    if (r->status != status || (out != NULL && strstr(r->out, out) == NULL) ||
+        (err != NULL && strstr(r->err, err) == NULL)) {
+        h_run_dump("unexpected result", r);
+        h_fail_at(file, line, "expected exit %d%s%s%s%s", status, out ? ", stdout with " : "",
+                  out ? out : "", err ? ", stderr with " : "", err ? err : "");
+    }
+}

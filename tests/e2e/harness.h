@@ -189,6 +189,16 @@ int h_run(struct h_fix *f, const char *const *argv, const void *in, size_t in_le
           struct h_run *r);
 void h_run_free(struct h_run *r);
 
+/* Print what a run printed (status, stdout, stderr), headed by what. */
+void h_run_dump(const char *what, const struct h_run *r);
+
+/* The run exited with status and its stdout (out) / stderr (err) contain the
+ * given strings (either may be NULL); otherwise show the run and fail. */
+void h_expect_run_at(const struct h_run *r, int status, const char *out, const char *err,
+                     const char *file, int line);
+#define h_expect_run(r, status, out, err) \
+    h_expect_run_at((r), (status), (out), (err), __FILE__, __LINE__)
+
 /* shmbrokerctl --socket d->socket ARGS... (NULL-terminated) with stdin in. */
 int h_ctl(struct h_fix *f, const struct h_daemon *d, const void *in, size_t in_len,
           struct h_run *r, ...);

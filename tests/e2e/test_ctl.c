@@ -33,29 +33,6 @@ static shmb_t *connect_to(const struct h_daemon *d)
     return c;
 }
 
-/* Show what a run printed when it did not do what the test wanted. */
-static void dump_run(const char *what, const struct h_run *r)
-{
-    print_error("%s: exit %d\n---- stdout:\n%s---- stderr:\n%s----\n", what, r->status,
-                r->out ? r->out : "", r->err ? r->err : "");
-}
-
-/* The run exited with status and its stdout (out) / stderr (err) contain the
- * given strings (either may be NULL). */
-#define expect_run(r, status, out, err) \
-    expect_run_at((r), (status), (out), (err), __FILE__, __LINE__)
-/* The body of expect_run(): show the run and fail at the caller's line. */
-static void expect_run_at(const struct h_run *r, int status, const char *out, const char *err,
-                          const char *file, int line)
-{
-    if (r->status != status || (out != NULL && strstr(r->out, out) == NULL) ||
-        (err != NULL && strstr(r->err, err) == NULL)) {
-        dump_run("unexpected result", r);
-        h_fail_at(file, line, "expected exit %d%s%s%s%s", status, out ? ", stdout with " : "",
-                  out ? out : "", err ? ", stderr with " : "", err ? err : "");
-    }
-}
-
 /* Run shmbrokerd with argv after the program name (NULL-terminated). */
 static void run_daemon(struct h_fix *f, struct h_run *r, const char *const *args)
 {
@@ -124,33 +101,33 @@ static void test_status(void **state)
 
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", NULL), 0);
     snprintf(want, sizeof(want), "shmbrokerd %s, pid %d, up ", SHMB_VERSION, (int)d->pid);
-    expect_run(&r, 0, want, NULL);
+    h_expect_run(&r, 0, want, NULL);
     snprintf(want, sizeof(want), "socket    %s\n", d->socket);
-    expect_run(&r, 0, want, NULL);
+    h_expect_run(&r, 0, want, NULL);
     snprintf(want, sizeof(want), "segment   %s in /dev/shm: 4 MiB (", d->name);
-    expect_run(&r, 0, want, NULL);
-    expect_run(&r, 0, "max object 2 MiB\n", NULL);
-    expect_run(&r, 0, "left in /dev/shm\n", NULL);
+    h_expect_run(&r, 0, want, NULL);
+    h_expect_run(&r, 0, "max object 2 MiB\n", NULL);
+    h_expect_run(&r, 0, "left in /dev/shm\n", NULL);
     /* 3 chunks: 64-byte headers, payloads padded to 1024, 2048, 1024. */
-    expect_run(&r, 0, "%  4.2 KiB of 4.0 MiB (", NULL);
-    expect_run(&r, 0, "objects   2 committed, 1 pending, 1 pinned\n", NULL);
-    expect_run(&r, 0, "clients   2\n", NULL); /* this test and the ctl itself */
-    expect_run(&r, 0, "counters  3 allocs, 2 commits, 1 gets, 0 evictions, 0 ENOSPC\n",
+    h_expect_run(&r, 0, "%  4.2 KiB of 4.0 MiB (", NULL);
+    h_expect_run(&r, 0, "objects   2 committed, 1 pending, 1 pinned\n", NULL);
+    h_expect_run(&r, 0, "clients   2\n", NULL); /* this test and the ctl itself */
+    h_expect_run(&r, 0, "counters  3 allocs, 2 commits, 1 gets, 0 evictions, 0 ENOSPC\n",
                NULL);
-    expect_run(&r, 0, "blocker   'a' (committed, 1 pins, 0 awaited reads) stops reclaim\n",
+    h_expect_run(&r, 0, "blocker   'a' (committed, 1 pins, 0 awaited reads) stops reclaim\n",
                NULL);
     assert_int_equal(r.err_len, 0);
     h_run_free(&r);
 
     assert_int_equal(shmb_release(c, "a"), 0);
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", NULL), 0);
-    expect_run(&r, 0, "blocker   'p' (pending, 0 pins, 0 awaited reads) stops reclaim\n",
+    h_expect_run(&r, 0, "blocker   'p' (pending, 0 pins, 0 awaited reads) stops reclaim\n",
                NULL);
     h_run_free(&r);
     assert_int_equal(shmb_abort(c, "p"), 0);
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", NULL), 0);
-    expect_run(&r, 0, "blocker   none\n", NULL);
-    expect_run(&r, 0, "objects   2 committed, 0 pending, 0 pinned\n", NULL);
+    h_expect_run(&r, 0, "blocker   none\n", NULL);
+    h_expect_run(&r, 0, "objects   2 committed, 0 pending, 0 pinned\n", NULL);
     h_run_free(&r);
     shmb_close(c);
     h_pass(f);
@@ -171,10 +148,10 @@ static void test_status_json(void **state)
     assert_int_equal(shmb_put(c, "y", "yy", 2, 0), 0);
     assert_int_equal(shmb_put(c, "z", "zzz", 3, 0), 0);
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", "--json", NULL), 0);
-    expect_run(&r, 0, NULL, NULL);
+    h_expect_run(&r, 0, NULL, NULL);
     st = json_loads(r.out, 0, &jerr);
     if (st == NULL) {
-        dump_run("status --json", &r);
+        h_run_dump("status --json", &r);
         h_fail("not JSON: %s", jerr.text);
     }
     assert_true(json_is_true(json_object_get(st, "ok")));
@@ -210,11 +187,11 @@ static void test_put_get_file(void **state)
     assert_int_equal(h_write_file(in, data, len), 0);
 
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "put", "blob", in, NULL), 0);
-    expect_run(&r, 0, NULL, NULL);
+    h_expect_run(&r, 0, NULL, NULL);
     assert_int_equal(r.out_len + r.err_len, 0);
     h_run_free(&r);
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "get", "blob", out, NULL), 0);
-    expect_run(&r, 0, NULL, NULL);
+    h_expect_run(&r, 0, NULL, NULL);
     h_run_free(&r);
     back = h_read_file(out, &got);
     assert_non_null(back);
@@ -223,7 +200,7 @@ static void test_put_get_file(void **state)
     free(back);
 
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "get", "blob", NULL), 0);
-    expect_run(&r, 0, NULL, NULL);
+    h_expect_run(&r, 0, NULL, NULL);
     assert_int_equal(r.out_len, len);
     assert_memory_equal(r.out, data, len);
     h_run_free(&r);
@@ -247,7 +224,7 @@ static void test_put_stdin(void **state)
     size_t len;
 
     assert_int_equal(h_ctl(f, d, text, sizeof(text), &r, "put", "from-stdin", "-", NULL), 0);
-    expect_run(&r, 0, NULL, NULL);
+    h_expect_run(&r, 0, NULL, NULL);
     h_run_free(&r);
     c = connect_to(d);
     assert_int_equal(shmb_get(c, "from-stdin", &p, &len), 0);
@@ -258,7 +235,7 @@ static void test_put_stdin(void **state)
 
     /* An empty input is refused: objects hold at least one byte. */
     assert_int_equal(h_ctl(f, d, "", 0, &r, "put", "empty", "-", NULL), 0);
-    expect_run(&r, 2, NULL, "objects hold at least 1 byte");
+    h_expect_run(&r, 2, NULL, "objects hold at least 1 byte");
     h_run_free(&r);
     h_pass(f);
 }
@@ -277,7 +254,7 @@ static void test_ls(void **state)
     for (i = 0; i < 4; i++)
         assert_int_equal(shmb_put(c, keys[i], "0123456789", 10, 0), 0);
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "ls", NULL), 0);
-    expect_run(&r, 0, "KEY", NULL);
+    h_expect_run(&r, 0, "KEY", NULL);
     prev = strstr(r.out, "KEY");
     for (i = 0; i < 4; i++) {
         char line[64];
@@ -286,7 +263,7 @@ static void test_ls(void **state)
         snprintf(line, sizeof(line), "\n%-32s %12d ", keys[i], 10);
         at = strstr(r.out, line);
         if (at == NULL || at < prev) {
-            dump_run("ls", &r);
+            h_run_dump("ls", &r);
             h_fail("'%s' missing or out of order", keys[i]);
         }
         prev = at;
@@ -294,8 +271,8 @@ static void test_ls(void **state)
     h_run_free(&r);
 
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "ls", "b/", NULL), 0);
-    expect_run(&r, 0, "\nb/x ", NULL);
-    expect_run(&r, 0, "\nb/y ", NULL);
+    h_expect_run(&r, 0, "\nb/x ", NULL);
+    h_expect_run(&r, 0, "\nb/y ", NULL);
     assert_null(strstr(r.out, "\na "));
     assert_null(strstr(r.out, "\nc "));
     h_run_free(&r);
@@ -315,27 +292,27 @@ static void test_rm_and_errors(void **state)
     h_path(f, "in.txt", in, sizeof(in));
     assert_int_equal(h_write_file(in, "hello", 5), 0);
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "put", "k", in, NULL), 0);
-    expect_run(&r, 0, NULL, NULL);
+    h_expect_run(&r, 0, NULL, NULL);
     h_run_free(&r);
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "put", "k", in, NULL), 0);
-    expect_run(&r, 1, NULL, "shmbrokerctl: EEXIST: Key 'k' already exists");
+    h_expect_run(&r, 1, NULL, "shmbrokerctl: EEXIST: Key 'k' already exists");
     h_run_free(&r);
 
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "rm", "k", NULL), 0);
-    expect_run(&r, 0, NULL, NULL);
+    h_expect_run(&r, 0, NULL, NULL);
     h_run_free(&r);
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "get", "k", NULL), 0);
-    expect_run(&r, 1, NULL, NULL);
+    h_expect_run(&r, 1, NULL, NULL);
     assert_int_equal(r.out_len, 0);
     assert_string_equal(r.err, "shmbrokerctl: ENOENT: No object 'k'; check the key, or "
                                "wait for its writer to commit it.\n");
     h_run_free(&r);
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "rm", "k", NULL), 0);
-    expect_run(&r, 1, NULL, "shmbrokerctl: ENOENT: No object 'k' to delete.");
+    h_expect_run(&r, 1, NULL, "shmbrokerctl: ENOENT: No object 'k' to delete.");
     h_run_free(&r);
     h_path(f, "missing.txt", in, sizeof(in));
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "put", "k", in, NULL), 0);
-    expect_run(&r, 66, NULL, "cannot open");
+    h_expect_run(&r, 66, NULL, "cannot open");
     h_run_free(&r);
     h_pass(f);
 }
@@ -370,7 +347,7 @@ static void test_usage(void **state)
         argv[3 + j] = NULL;
         assert_int_equal(h_run(f, argv, NULL, 0, &r), 0);
         if (r.status != 2 || strstr(r.err, "Usage: shmbrokerctl") == NULL) {
-            dump_run(bad[i][0] ? bad[i][0] : "(no command)", &r);
+            h_run_dump(bad[i][0] ? bad[i][0] : "(no command)", &r);
             h_fail("bad usage %zu: expected exit 2 and the usage", i);
         }
         h_run_free(&r);
@@ -379,8 +356,8 @@ static void test_usage(void **state)
         const char *argv[] = {h_ctl_bin(), "--help", NULL};
 
         assert_int_equal(h_run(f, argv, NULL, 0, &r), 0);
-        expect_run(&r, 0, "Usage: shmbrokerctl", NULL);
-        expect_run(&r, 0, "Exit status: 0 success, 1 the daemon refused, 2 usage, 66", NULL);
+        h_expect_run(&r, 0, "Usage: shmbrokerctl", NULL);
+        h_expect_run(&r, 0, "Exit status: 0 success, 1 the daemon refused, 2 usage, 66", NULL);
         h_run_free(&r);
     }
     h_pass(f);
@@ -397,16 +374,16 @@ static void test_no_daemon(void **state)
 
     h_path(f, "nobody.sock", sock, sizeof(sock));
     assert_int_equal(h_run(f, argv, NULL, 0, &r), 0);
-    expect_run(&r, 69, NULL, sock);
-    expect_run(&r, 69, NULL, "Is shmbrokerd running?");
+    h_expect_run(&r, 69, NULL, sock);
+    h_expect_run(&r, 69, NULL, "Is shmbrokerd running?");
     assert_int_equal(r.out_len, 0);
     h_run_free(&r);
 
     make_stale_socket(sock);
     argv[3] = "ls";
     assert_int_equal(h_run(f, argv, NULL, 0, &r), 0);
-    expect_run(&r, 69, NULL, sock);
-    expect_run(&r, 69, NULL, "Connection refused");
+    h_expect_run(&r, 69, NULL, sock);
+    h_expect_run(&r, 69, NULL, "Connection refused");
     h_run_free(&r);
     h_pass(f);
 }
@@ -559,7 +536,7 @@ static void test_second_daemon(void **state)
     h_assert_alive(a);
     assert_int_equal(h_ctl(f, a, NULL, 0, &r, "status", NULL), 0);
     snprintf(want, sizeof(want), "pid %d,", (int)a->pid);
-    expect_run(&r, 0, want, NULL);
+    h_expect_run(&r, 0, want, NULL);
     h_run_free(&r);
 
     /* Another socket, the same segment name: the live segment is not taken. */
@@ -693,7 +670,7 @@ static void test_bad_flags(void **state)
         run_daemon(f, &r, args);
         if (r.status != 2 || !h_contains(r.err, bad[i].message) ||
             strncmp(r.err, "shmbrokerd: ", 12) != 0) {
-            dump_run(bad[i].flag, &r);
+            h_run_dump(bad[i].flag, &r);
             h_fail("%s %s: expected exit 2 and \"%s\"", bad[i].flag,
                    bad[i].value ? bad[i].value : "", bad[i].message);
         }
@@ -722,15 +699,15 @@ static void test_help_version(void **state)
     size_t i;
 
     run_daemon(f, &r, help);
-    expect_run(&r, 0, "Usage: shmbrokerd [OPTION]...", NULL);
+    h_expect_run(&r, 0, "Usage: shmbrokerd [OPTION]...", NULL);
     for (i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
-        expect_run(&r, 0, flags[i], NULL);
+        h_expect_run(&r, 0, flags[i], NULL);
     assert_int_equal(r.err_len, 0);
     h_run_free(&r);
 
     run_daemon(f, &r, version);
     snprintf(want, sizeof(want), "shmbrokerd %s (protocol 1)\n", SHMB_VERSION);
-    expect_run(&r, 0, NULL, NULL);
+    h_expect_run(&r, 0, NULL, NULL);
     assert_string_equal(r.out, want);
     h_run_free(&r);
     assert_false(h_exists(d->socket));

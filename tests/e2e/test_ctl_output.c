@@ -24,27 +24,6 @@
 
 /* ---- helpers --------------------------------------------------------------- */
 
-/* Show what a run printed when it did not do what the test wanted. */
-static void dump_run(const char *what, const struct h_run *r)
-{
-    print_error("%s: exit %d\n---- stdout:\n%s---- stderr:\n%s----\n", what, r->status,
-                r->out ? r->out : "", r->err ? r->err : "");
-}
-
-/* The run exited with status and its stdout / stderr contain out / err. */
-#define expect_run(r, status, out, err) \
-    expect_run_at((r), (status), (out), (err), __FILE__, __LINE__)
-static void expect_run_at(const struct h_run *r, int status, const char *out, const char *err,
-                          const char *file, int line)
-{
-    if (r->status != status || (out != NULL && strstr(r->out, out) == NULL) ||
-        (err != NULL && strstr(r->err, err) == NULL)) {
-        dump_run("unexpected result", r);
-        h_fail_at(file, line, "expected exit %d%s%s%s%s", status, out ? ", stdout with " : "",
-                  out ? out : "", err ? ", stderr with " : "", err ? err : "");
-    }
-}
-
 /* No byte of s[0..len) is a control byte other than '\n' (ESC, BEL, DEL
  * and the C1 range included), and no line starts with "fake-line" or
  * "forged". */
@@ -57,12 +36,12 @@ static void expect_clean(const struct h_run *r, const char *what)
         bool c1 = s[i] == 0xc2 && i + 1 < r->out_len && s[i + 1] >= 0x80 && s[i + 1] < 0xa0;
 
         if ((s[i] < 0x20 && s[i] != '\n') || s[i] == 0x7f || c1) {
-            dump_run(what, r);
+            h_run_dump(what, r);
             h_fail("%s: raw control byte 0x%02x at offset %zu of stdout", what, s[i], i);
         }
     }
     if (strstr(r->out, "\nfake-line") != NULL || strstr(r->out, "\nforged") != NULL) {
-        dump_run(what, r);
+        h_run_dump(what, r);
         h_fail("%s: a key or name forged a line", what);
     }
 }
@@ -86,23 +65,23 @@ static void test_escaped_tables(void **state)
     ok(w, shmb_get(w, EVIL_KEY, &p, &len)); /* pinned: the blocker */
 
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "ls", NULL), 0);
-    expect_run(&r, 0, EVIL_KEY_ESCAPED, NULL);
+    h_expect_run(&r, 0, EVIL_KEY_ESCAPED, NULL);
     expect_clean(&r, "ls");
     assert_int_equal(h_count(r.out, "\n"), 3); /* the header and two rows */
     h_run_free(&r);
 
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", NULL), 0);
-    expect_run(&r, 0, "blocker   '" EVIL_KEY_ESCAPED "'", NULL);
+    h_expect_run(&r, 0, "blocker   '" EVIL_KEY_ESCAPED "'", NULL);
     expect_clean(&r, "status");
     h_run_free(&r);
 
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "clients", NULL), 0);
-    expect_run(&r, 0, "\\x1b[31mred\\x0aforge", NULL); /* cut to 20 bytes */
+    h_expect_run(&r, 0, "\\x1b[31mred\\x0aforge", NULL); /* cut to 20 bytes */
     expect_clean(&r, "clients");
     h_run_free(&r);
 
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", "--json", NULL), 0);
-    expect_run(&r, 0, NULL, NULL);
+    h_expect_run(&r, 0, NULL, NULL);
     stats = json_loads(r.out, 0, NULL);
     assert_non_null(stats);
     assert_string_equal(h_str(json_object_get(stats, "blocker"), "key"), EVIL_KEY);
@@ -112,7 +91,7 @@ static void test_escaped_tables(void **state)
 
     /* The daemon's messages quote keys: escaped too. */
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "get", EVIL_KEY "-nope", NULL), 0);
-    expect_run(&r, 1, NULL, "ENOENT");
+    h_expect_run(&r, 1, NULL, "ENOENT");
     assert_null(strchr(r.err, '\x1b'));
     assert_non_null(strstr(r.err, "\\x1b[2J"));
     h_run_free(&r);
@@ -137,45 +116,45 @@ static void test_refused_arguments(void **state)
     memset(long_key, 'k', 256);
     long_key[256] = '\0';
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "rm", long_key, NULL), 0);
-    expect_run(&r, 2, NULL, "EINVAL: Key of 256 bytes");
+    h_expect_run(&r, 2, NULL, "EINVAL: Key of 256 bytes");
     h_run_free(&r);
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "get", "bin\xff\xfekey", NULL), 0);
-    expect_run(&r, 2, NULL, "not valid UTF-8");
+    h_expect_run(&r, 2, NULL, "not valid UTF-8");
     h_run_free(&r);
     assert_int_equal(h_ctl(f, d, "x", 1, &r, "put", long_key, "-", NULL), 0);
-    expect_run(&r, 2, NULL, "Key of 256 bytes");
+    h_expect_run(&r, 2, NULL, "Key of 256 bytes");
     h_run_free(&r);
     h_path(f, "empty", empty, sizeof(empty));
     assert_int_equal(h_write_file(empty, "", 0), 0);
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "put", "k", empty, NULL), 0);
-    expect_run(&r, 2, NULL, "is empty");
+    h_expect_run(&r, 2, NULL, "is empty");
     h_run_free(&r);
     /* Local files that fail have sysexits codes of their own, and an input
      * that cannot be read is found before anything is sent. */
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "put", "k", "/nonexistent/input", NULL), 0);
-    expect_run(&r, 66, NULL, "cannot open /nonexistent/input");
+    h_expect_run(&r, 66, NULL, "cannot open /nonexistent/input");
     h_run_free(&r);
     h_path(f, "adir", empty, sizeof(empty));
     assert_int_equal(mkdir(empty, 0700), 0);
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "put", "k", empty, NULL), 0);
-    expect_run(&r, 74, NULL, "cannot read");
+    h_expect_run(&r, 74, NULL, "cannot read");
     h_run_free(&r);
     assert_int_equal(h_ctl(f, d, "v", 1, &r, "put", "k", "-", NULL), 0);
-    expect_run(&r, 0, NULL, NULL);
+    h_expect_run(&r, 0, NULL, NULL);
     h_run_free(&r);
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "get", "k", "/nonexistent/output", NULL), 0);
-    expect_run(&r, 73, NULL, "cannot open /nonexistent/output");
+    h_expect_run(&r, 73, NULL, "cannot open /nonexistent/output");
     h_run_free(&r);
     /* "--" lets a key start with a dash. */
     assert_int_equal(h_ctl(f, d, "dash", 4, &r, "put", "--", "-x", "-", NULL), 0);
-    expect_run(&r, 0, NULL, NULL);
+    h_expect_run(&r, 0, NULL, NULL);
     h_run_free(&r);
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "get", "--", "-x", NULL), 0);
-    expect_run(&r, 0, "dash", NULL);
+    h_expect_run(&r, 0, "dash", NULL);
     h_run_free(&r);
     /* The daemon's own refusal is still 1. */
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "rm", "absent", NULL), 0);
-    expect_run(&r, 1, NULL, "ENOENT");
+    h_expect_run(&r, 1, NULL, "ENOENT");
     h_run_free(&r);
     h_pass(f);
 }
@@ -200,7 +179,7 @@ static void test_watch_pipe_and_exit(void **state)
 
     assert_true((helper = h_fork(f, stop_daemon_later, d)) > 0);
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", "--watch", "1", NULL), 0);
-    expect_run(&r, 69, "shmbrokerd ", "lost the connection to shmbrokerd");
+    h_expect_run(&r, 69, "shmbrokerd ", "lost the connection to shmbrokerd");
     expect_clean(&r, "status --watch");
     assert_null(strstr(r.out, "\x1b["));
     assert_null(strstr(r.err, "shmb_reconnect"));

@@ -39,13 +39,6 @@
 
 /* ---- helpers --------------------------------------------------------------- */
 
-/* Show what a run printed when it did not do what the test wanted. */
-static void dump_run(const char *what, const struct h_run *r)
-{
-    print_error("%s: exit %d\n---- stdout:\n%s---- stderr:\n%s----\n", what, r->status,
-                r->out ? r->out : "", r->err ? r->err : "");
-}
-
 /* The absolute path of an executable named name on $PATH, into out; false
  * when there is none. */
 static bool find_program(const char *name, char *out, size_t len)
@@ -848,7 +841,7 @@ static void run_make_prefix(struct h_fix *f, const char *target, const char *des
                                   prefix_arg, build_arg, san_arg, NULL},
             env, INSTALL_TIMEOUT_MS, &r);
     if (r.status != 0) {
-        dump_run(target, &r);
+        h_run_dump(target, &r);
         h_fail("make %s DESTDIR=%s %s failed", target, destdir, prefix_arg);
     }
     h_run_free(&r);
@@ -1140,7 +1133,7 @@ static void build_pc_client(struct h_fix *f, const char *pkgconfig, const char *
                                               NULL},
             env, H_RUN_TIMEOUT_MS, &r);
     if (r.status != 0) {
-        dump_run("pkg-config", &r);
+        h_run_dump("pkg-config", &r);
         h_fail("pkg-config does not know the installed shmbroker.pc");
     }
     argv[n++] = cc;
@@ -1164,7 +1157,7 @@ static void build_pc_client(struct h_fix *f, const char *pkgconfig, const char *
         run_env(f, argv, env, H_RUN_TIMEOUT_MS * 3, &cr);
         if (cr.status != 0) {
             print_error("pkg-config%s said: %s", is_static ? " --static" : "", r.out);
-            dump_run("cc", &cr);
+            h_run_dump("cc", &cr);
             h_run_free(&r);
             h_run_free(&cr);
             h_fail("the client does not build with the installed pkg-config file");
@@ -1219,14 +1212,14 @@ static void test_install_pkgconfig(void **state)
     run_env(f, (const char *const[]){dyn, d->socket, "shared", NULL},
             (const char *const[]){ldpath, NULL}, H_RUN_TIMEOUT_MS, &r);
     if (r.status != 0 || !h_contains(r.out, "round trip ok")) {
-        dump_run("client linked against libshmbroker.so", &r);
+        h_run_dump("client linked against libshmbroker.so", &r);
         h_fail("the shared client did not put and get");
     }
     h_run_free(&r);
     run_env(f, (const char *const[]){sta, d->socket, "static", NULL},
             (const char *const[]){"LD_LIBRARY_PATH", NULL}, H_RUN_TIMEOUT_MS, &r);
     if (r.status != 0 || !h_contains(r.out, "round trip ok")) {
-        dump_run("client linked against libshmbroker.a", &r);
+        h_run_dump("client linked against libshmbroker.a", &r);
         h_fail("the static client did not put and get");
     }
     h_run_free(&r);
@@ -1286,7 +1279,7 @@ static void test_units_verify(void **state)
     run_env(f, (const char *const[]){analyze, "verify", "--man=no", service, socket_unit, NULL},
             env, H_RUN_TIMEOUT_MS * 3, &r);
     if (r.status != 0 || r.err_len != 0) {
-        dump_run("systemd-analyze verify", &r);
+        h_run_dump("systemd-analyze verify", &r);
         h_fail("systemd-analyze verify found problems in the units");
     }
     h_run_free(&r);
@@ -1385,7 +1378,7 @@ static void test_config_errors(void **state)
     assert_int_equal(h_run(f, argv, NULL, 0, &r), 0);
     snprintf(want, sizeof(want), "%s:4: unknown setting 'bogus-setting'", path);
     if (r.status != 2 || !h_contains(r.err, want)) {
-        dump_run("unknown setting", &r);
+        h_run_dump("unknown setting", &r);
         h_fail("expected exit 2 and \"%s\"", want);
     }
     h_run_free(&r);
@@ -1394,7 +1387,7 @@ static void test_config_errors(void **state)
     assert_int_equal(h_run(f, argv, NULL, 0, &r), 0);
     snprintf(want, sizeof(want), "%s:1: expected 'name = value'", path);
     if (r.status != 2 || !h_contains(r.err, want)) {
-        dump_run("line without '='", &r);
+        h_run_dump("line without '='", &r);
         h_fail("expected exit 2 and \"%s\"", want);
     }
     h_run_free(&r);
@@ -1634,7 +1627,7 @@ static void test_status_prometheus(void **state)
 
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", "--prometheus", NULL), 0);
     if (r.status != 0 || r.err_len != 0) {
-        dump_run("status --prometheus", &r);
+        h_run_dump("status --prometheus", &r);
         h_fail("status --prometheus failed");
     }
     n = parse_exposition(r.out, m, 64);
@@ -1701,7 +1694,7 @@ static void test_status_watch(void **state)
 
     assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", "--watch", "0", NULL), 0);
     if (r.status != 2 || !h_contains(r.err, "--watch")) {
-        dump_run("status --watch 0", &r);
+        h_run_dump("status --watch 0", &r);
         h_fail("status --watch 0 is not a usage error");
     }
     h_run_free(&r);
