@@ -1041,7 +1041,8 @@ static void client_note_failure(shmb_t *c, struct client_first *first, size_t in
 
 /* The arguments of put_many's ops. */
 struct client_put_args {
-    size_t n; /* keys in the whole call */
+    size_t n;     /* keys in the whole call */
+    size_t limit; /* allocations per line: CLIENT_PUT_CHUNK, less once a cap was met */
     const char *const *keys;
     const size_t *sizes;
     unsigned readers;
@@ -1086,7 +1087,7 @@ static int client_put_chunk(shmb_t *c, struct client_put_args *a, const void *co
     uint64_t id;
     int rc;
 
-    if ((rc = client_batch_fill(c, start, n, CLIENT_PUT_CHUNK, client_put_alloc_op, a,
+    if ((rc = client_batch_fill(c, start, n, a->limit, client_put_alloc_op, a,
                                 &count, &id)) < 0 ||
         (rc = client_batch_exchange(c, id, count, res + start, rcs + start, &failed)) < 0)
         return rc;
@@ -1139,6 +1140,9 @@ static int client_put_chunk(shmb_t *c, struct client_put_args *a, const void *co
             *end = i;
             if (first->index >= i)
                 first->index = a->n;
+            /* The cap lets about m through at a time: ask for no more, so
+             * that each line makes progress without refusals to resend. */
+            a->limit = m;
         }
     }
     return 0;
@@ -1148,7 +1152,7 @@ static int client_put_many(shmb_t *c, size_t n, const char *const *keys,
                            const void *const *data, const size_t *sizes, unsigned readers,
                            int *results)
 {
-    struct client_put_args a = {n, keys, sizes, readers, NULL, NULL};
+    struct client_put_args a = {n, CLIENT_PUT_CHUNK, keys, sizes, readers, NULL, NULL};
     struct client_put_space sp = {NULL, NULL, NULL, NULL};
     struct client_first first;
     struct line_reply *res = NULL;
@@ -1192,6 +1196,8 @@ static int client_put_many(shmb_t *c, size_t n, const char *const *keys,
     if (first.index < n) {
         c->err = first.err;
         rc = first.err.code;
+    } else {
+        shmb_error_clear(&c->err); /* refusals that were retried are not the result */
     }
     goto out;
 fail:

@@ -11,7 +11,9 @@
  * Threads: one handle per thread; handles share nothing that needs a lock.
  * A handle serves one call at a time: a call made while another thread's
  * call runs on the same handle fails at once with -EBUSY and sends nothing
- * (shmb_errmsg, read in the refused thread, says so). Pointers a handle
+ * (shmb_errmsg, read in the refused thread, says so). shmb_close is not
+ * refused that way (it returns nothing and frees the handle): close a handle
+ * only once no other thread can be inside a call on it. Pointers a handle
  * returned stay valid in any thread until released.
  *
  * fork(): a handle belongs to the process that connected it. In a child made

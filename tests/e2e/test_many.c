@@ -177,7 +177,8 @@ static void test_many_errors_per_key(void **state)
  * the handle already holds allocations of its own (90 of the 100): each line
  * commits what the cap let through and the rest goes again. Only when the
  * handle itself holds the whole cap does put_many fail, with EDQUOT naming
- * it. */
+ * it. Under --max-pending 2 with one held, every key still goes in, and the
+ * handle's error after the success is "OK", not a retried refusal. */
 static void test_many_under_max_pending(void **state)
 {
     struct h_fix *f = *state;
@@ -223,6 +224,24 @@ static void test_many_under_max_pending(void **state)
     fails(c, rc, -EDQUOT, "max-pending");
     for (i = 0; i < 5; i++)
         assert_int_equal(results[i], -EDQUOT);
+    shmb_close(c);
+
+    /* --max-pending 2 with one allocation held: one object a line, and a
+     * success leaves no stale error behind; the held allocation commits. */
+    d = h_daemon_start(f, "16M", (const char *const[]){"--max-pending", "2", NULL});
+    c = h_lib_connect(d, "tight", 0);
+    ok(c, shmb_alloc(c, "held", 16, 0, &p));
+    for (i = 0; i < n; i++)
+        make_key(KEY_SHORT, "t", i, names[i]);
+    ok(c, shmb_put_many(c, n, keys, data, sizes, 0, results));
+    assert_string_equal(shmb_errname(c), "OK");
+    for (i = 0; i < n; i++)
+        assert_int_equal(results[i], 0);
+    memset(p, 'h', 16);
+    ok(c, shmb_commit(c, "held"));
+    ok(c, shmb_stats(c, &st));
+    assert_int_equal(st.objects, n + 1);
+    assert_int_equal(st.pending, 0);
     free(names);
     free(keys);
     free(data);
