@@ -24,7 +24,7 @@
 
 /* get key, check size and pattern through the zero-copy pointer, release.
  * 0, a negative errno from the library, or 1 when the bytes are wrong. */
-static int get_check(shmb_t *c, const char *key, size_t size, uint32_t seed)
+static int get_verify(shmb_t *c, const char *key, size_t size, uint32_t seed)
 {
     const void *p;
     size_t len, bad;
@@ -144,7 +144,7 @@ static int mp_reader(void *arg)
         int rc;
 
         mp_key(i, key, sizeof(key));
-        while ((rc = get_check(c, key, plan->sizes[i], (uint32_t)i + 1)) == -ENOENT &&
+        while ((rc = get_verify(c, key, plan->sizes[i], (uint32_t)i + 1)) == -ENOENT &&
                h_now_ms() < deadline)
             h_sleep_ms(1);
         if (rc != 0) {
@@ -206,7 +206,7 @@ static void test_writer_and_readers(void **state)
         char key[32];
 
         mp_key(i, key, sizeof(key));
-        assert_int_equal(get_check(c, key, plan.sizes[i], (uint32_t)i + 1), 0);
+        assert_int_equal(get_verify(c, key, plan.sizes[i], (uint32_t)i + 1), 0);
     }
     shmb_close(c);
     h_pass(f);
@@ -337,7 +337,7 @@ static void test_killed_writer(void **state)
     stats(c, &st);
     assert_int_equal(st.used, 0);
     ok(c, h_put_pattern(c, "w", 10, 5, 0));
-    assert_int_equal(get_check(c, "w", 10, 5), 0);
+    assert_int_equal(get_verify(c, "w", 10, 5), 0);
     h_signal_close(&a.ready);
     shmb_close(c);
     h_pass(f);
@@ -377,8 +377,8 @@ static void test_enospc_until_release(void **state)
     ok(c, shmb_commit(c, "d"));
     assert_int_equal(shmb_contains(c, "a"), 0);
     assert_int_equal(shmb_contains(c, "b"), 1);
-    assert_int_equal(get_check(c, "d", THIRD, 4), 0);
-    assert_int_equal(get_check(c, "b", THIRD, 2), 0);
+    assert_int_equal(get_verify(c, "d", THIRD, 4), 0);
+    assert_int_equal(get_verify(c, "b", THIRD, 2), 0);
     shmb_close(c);
     h_pass(f);
 }
