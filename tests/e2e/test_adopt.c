@@ -3,7 +3,7 @@
  * maps, around a restart: it writes the header page while the daemon runs,
  * or between a SIGKILL and the next start, or damages a chunk header. The
  * daemon answers from its own values, treats the header as a hint, proves a
- * live owner by the segment's lock, and never hands out space over a
+ * live owner by its lock file, and never hands out space over a
  * committed object. The test plays the hostile client: it opens the
  * segment file read-write and maps it, as any client of the same user can.
  */
