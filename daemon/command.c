@@ -152,6 +152,10 @@ static int cmd_hello(struct command_call *call)
                 "and keeps the objects still in it.",
                 seg->name, (long long)st.st_size, (unsigned long long)seg->size);
     }
+    /* The library checks the header page of the descriptor it gets: undo
+     * whatever a read-write client wrote there before passing it. */
+    if ((rc = segment_restore_header(seg, &call->err)) < 0)
+        return rc;
     if ((rc = command_set(call, "version", json_integer(SHMB_PROTOCOL_VERSION))) < 0 ||
         (rc = command_set(call, "segment", json_string(seg->name))) < 0 ||
         (rc = command_set(call, "size", json_integer((json_int_t)seg->size))) < 0 ||

@@ -201,8 +201,27 @@ static int daemon_check_segment(struct daemon *d, uint64_t size, struct shmb_err
 {
     const struct config *cfg = &d->cfg;
     int64_t pid = 0;
+    enum segment_owner owner = segment_probe_existing(cfg->shm_dir, cfg->name, &pid);
+    int rc;
 
-    switch (segment_probe_existing(cfg->shm_dir, cfg->name, &pid)) {
+    /* Never adopted, never removed (--fresh included): anything but a
+     * regular file, and a file another user could read or change (not ours,
+     * group or other bits, more than one link), whatever it holds. */
+    if (owner != SEGMENT_ABSENT && owner != SEGMENT_LIVE &&
+        (rc = segment_check_existing(cfg->shm_dir, cfg->name, err)) < 0 && rc != -ENOENT) {
+        if (rc == -EPERM || owner == SEGMENT_ORPHANED)
+            return rc;
+        /* Not a regular file; or ours but not a segment (messages below). */
+        {
+            char path[PATH_MAX + 2 * NAME_MAX];
+            struct stat st;
+
+            snprintf(path, sizeof(path), "%s/%s", cfg->shm_dir, cfg->name);
+            if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
+                return rc;
+        }
+    }
+    switch (owner) {
     case SEGMENT_ABSENT:
         return segment_check_space(cfg->shm_dir, size, NULL, err);
     case SEGMENT_LIVE:
@@ -249,7 +268,8 @@ static int daemon_check_segment(struct daemon *d, uint64_t size, struct shmb_err
         return segment_check_replace(cfg->shm_dir, cfg->name, size, err);
     }
     d->adopt = true;
-    return segment_check_adoptable(cfg->shm_dir, cfg->name, size, err);
+    rc = segment_check_adoptable(cfg->shm_dir, cfg->name, size, err);
+    return rc < 0 ? rc : 0;
 }
 
 /* --fresh, once every check has passed: remove the segment left by a daemon
@@ -439,15 +459,6 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         return rc;
     if (!d->activated && (stale = server_probe(d->cfg.socket_path, err)) < 0)
         return stale;
-    /* A segment a client shrank is grown back to its size before the checks
-     * read it, so that it can be adopted (segment_adopt re-reserves it). */
-    if (!d->cfg.fresh &&
-        (rc = segment_regrow(d->cfg.shm_dir, d->cfg.name, &truncated_at, err)) < 0)
-        return rc;
-    if (rc == 1)
-        log_warn("segment %s/%s had been truncated by a client to %llu bytes; grown back "
-                 "to the size its header records (objects in the lost part are gone)",
-                 d->cfg.shm_dir, d->cfg.name, (unsigned long long)truncated_at);
     if ((rc = daemon_check_segment(d, size, err)) < 0)
         return rc;
     if (stale == 1 && (rc = server_remove_stale(d->cfg.socket_path, err)) < 0)
@@ -462,6 +473,15 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
     if (d->adopt) {
         if ((rc = daemon_adopt(d, &scfg, size, err)) < 0)
             goto fail_socket;
+        if (d->seg.resized_from != 0)
+            log_warn("segment %s had been %s by a client to %llu bytes; %s back to its "
+                     "%llu bytes (objects in a lost part are gone)",
+                     d->seg.path, d->seg.resized_from < size ? "truncated" : "grown",
+                     (unsigned long long)d->seg.resized_from,
+                     d->seg.resized_from < size ? "grown" : "truncated",
+                     (unsigned long long)size);
+        if (d->seg.resized_from != 0 && d->seg.resized_from < size)
+            truncated_at = d->seg.resized_from;
         daemon_drop_truncated(d, truncated_at);
     } else {
         if ((rc = segment_create(&d->seg, d->cfg.shm_dir, d->cfg.name, size, err)) < 0)

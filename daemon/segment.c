@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -281,7 +282,7 @@ static int segment_open_readonly(struct segment *seg, struct shmb_error *err)
     struct stat a, b;
     int saved;
 
-    seg->ro_fd = open(seg->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    seg->ro_fd = open(seg->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (seg->ro_fd < 0) {
         saved = errno;
         return shmb_error_set(err, -saved, "Cannot open segment %s read-only: %s.",
@@ -329,42 +330,136 @@ static int segment_map(struct segment *seg, uint64_t size, struct shmb_error *er
     return 0;
 }
 
-/* Open path on a descriptor of its own and take an exclusive flock on it,
- * without waiting: 0 and the descriptor in *lock_fd, -EBUSY when another
- * process holds it, or -errno. A flock belongs to the open file description,
- * and this one is never passed to a client: only this process can release
- * it, and its exit always does (SIGKILL included). */
-static int segment_lock(const char *path, int *lock_fd)
+/* The liveness lock's file: "<dir>/.<name>.lock", beside the segment. No
+ * client ever gets a descriptor of it (the segment's own inode would not do:
+ * every client holds a descriptor of that one and could flock it). */
+static int segment_lock_path(char *out, size_t len, const char *dir, const char *name)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), saved;
+    int n = snprintf(out, len, "%s/.%s.lock", dir, name);
+
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int segment_check_owner(const struct stat *st, const char *path, struct shmb_error *err)
+{
+    if (st->st_uid == geteuid() && (st->st_mode & 077) == 0 && st->st_nlink == 1)
+        return 0;
+    return shmb_error_set(
+        err, -EPERM,
+        "%s is owned by uid %u with mode %04o and %llu link(s); shmbrokerd uses only a "
+        "file owned by its own user (uid %u) with mode 0600 and one link, since anyone "
+        "else who can open it could read and change every object. Find out who made it, "
+        "then remove it (as its owner or root), or choose another --name.",
+        path, (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777),
+        (unsigned long long)st->st_nlink, (unsigned)geteuid());
+}
+
+/* Open an existing path without following a symbolic link and without
+ * blocking (a FIFO there would block open() forever), and refuse anything
+ * but a regular file: the descriptor, or -errno with a message. */
+static int segment_open_existing(const char *path, int flags, struct stat *st,
+                                 struct shmb_error *err)
+{
+    int fd = open(path, flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK), saved;
+
+    if (fd < 0) {
+        saved = errno;
+        if (saved == ELOOP)
+            return shmb_error_set(err, -EINVAL,
+                                  "%s is a symbolic link, not a segment; remove it, or "
+                                  "choose another --name.",
+                                  path);
+        return shmb_error_set(err, -saved, "Cannot open %s: %s.", path, strerror(saved));
+    }
+    if (fstat(fd, st) != 0) {
+        saved = errno;
+        close(fd);
+        return shmb_error_set(err, -saved, "Cannot read %s: %s.", path, strerror(saved));
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return shmb_error_set(err, -EINVAL,
+                              "%s is not a regular file (a FIFO, socket, device or "
+                              "directory); remove it, or choose another --name.",
+                              path);
+    }
+    return fd;
+}
+
+/* Take this daemon's liveness lock: an exclusive flock on the lock file
+ * (created when missing, mode 0600), without waiting. 0 and the descriptor
+ * in *lock_fd; -EBUSY when another process holds it; -errno with a message
+ * otherwise (a lock file that is not a regular file of ours, mode 0600, one
+ * link, is refused: another user could hold it). When create is false a
+ * missing lock file is -ENOENT (nobody holds it). A flock belongs to the
+ * open file description, never passed to a client: only this process can
+ * release it, and its exit always does (SIGKILL included). */
+static int segment_lock(const char *dir, const char *name, bool create, int *lock_fd,
+                        struct shmb_error *err)
+{
+    char path[PATH_MAX];
+    struct stat st, now;
+    int fd, saved, tries;
 
     *lock_fd = -1;
-    if (fd < 0)
-        return -errno;
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        saved = errno == EWOULDBLOCK ? EBUSY : errno;
+    if (segment_lock_path(path, sizeof(path), dir, name) < 0)
+        return shmb_error_set(err, -ENAMETOOLONG, "Lock file path for %s/%s is too long.",
+                              dir, name);
+    for (tries = 0; tries < 8; tries++) {
+        fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (create ? O_CREAT : 0),
+                  0600);
+        if (fd < 0) {
+            saved = errno;
+            if (saved == ENOENT && !create)
+                return -ENOENT;
+            return shmb_error_set(err, -saved, "Cannot open lock file %s: %s.", path,
+                                  saved == ELOOP ? "it is a symbolic link" : strerror(saved));
+        }
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            return shmb_error_set(err, -EINVAL,
+                                  "Lock file %s is not a regular file; remove it.", path);
+        }
+        if ((st.st_mode & 07777) != 0600 || st.st_uid != geteuid() || st.st_nlink != 1) {
+            close(fd);
+            return segment_check_owner(&st, path, err) < 0
+                       ? -EPERM
+                       : shmb_error_set(err, -EPERM,
+                                        "Lock file %s has mode %04o, not 0600; remove it.",
+                                        path, (unsigned)(st.st_mode & 07777));
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            saved = errno == EWOULDBLOCK ? EBUSY : errno;
+            close(fd);
+            if (saved == EBUSY)
+                return -EBUSY;
+            return shmb_error_set(err, -saved, "Cannot lock %s: %s.", path, strerror(saved));
+        }
+        /* A daemon that stopped cleanly removes the file while it holds the
+         * lock: a lock taken on a file no longer at path proves nothing. */
+        if (stat(path, &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino) {
+            *lock_fd = fd;
+            return 0;
+        }
         close(fd);
-        return -saved;
+        if (!create)
+            return -ENOENT;
     }
-    *lock_fd = fd;
-    return 0;
+    return shmb_error_set(err, -EBUSY, "Lock file %s keeps being replaced.", path);
 }
 
 /* Take the segment's lock for this daemon; -EBUSY with a message when a
  * live process holds it. */
 static int segment_take_lock(struct segment *seg, struct shmb_error *err)
 {
-    int rc = segment_lock(seg->path, &seg->lock_fd);
+    int rc = segment_lock(seg->dir, seg->name, true, &seg->lock_fd, err);
 
     if (rc == -EBUSY)
         return shmb_error_set(err, -EBUSY,
                               "Segment %s is locked by another running process (a "
                               "shmbrokerd); stop it first, or choose another --name.",
                               seg->path);
-    if (rc < 0)
-        return shmb_error_set(err, rc, "Cannot lock segment %s: %s.", seg->path,
-                              strerror(-rc));
-    return 0;
+    return rc;
 }
 
 /* Write the whole header page from private values (the file's size and the
@@ -380,9 +475,34 @@ static void segment_write_header(struct segment *seg, uint64_t created_unix)
     hdr->data_offset = seg->data_offset;
     hdr->data_size = seg->data_size;
     hdr->owner_pid = getpid();
-    hdr->owner_start = segment_process_start(getpid());
-    hdr->created_unix = created_unix;
+    hdr->owner_start = seg->owner_start = segment_process_start(getpid());
+    hdr->created_unix = seg->created_unix = created_unix;
     __atomic_store_n(&hdr->magic, SHMB_SEGMENT_MAGIC, __ATOMIC_RELEASE);
+}
+
+int segment_restore_header(const struct segment *seg, struct shmb_error *err)
+{
+    struct shmb_segment_header hdr = {
+        .magic = SHMB_SEGMENT_MAGIC,
+        .version = SHMB_LAYOUT_VERSION,
+        .header_size = SHMB_HEADER_PAGE,
+        .total_size = seg->size,
+        .data_offset = seg->data_offset,
+        .data_size = seg->data_size,
+        .owner_pid = getpid(),
+        .owner_start = seg->owner_start,
+        .created_unix = seg->created_unix,
+    };
+
+    /* Everything before the ring cursor, which the store keeps. */
+    if (seg->hdr == NULL ||
+        segment_store(seg->hdr, &hdr, offsetof(struct shmb_segment_header, ring_start)) < 0)
+        return shmb_error_set(err, -EIO,
+                              "Cannot rewrite the header page of segment %s: the page is "
+                              "gone (a client truncated the file or punched a hole in "
+                              "it). Restart shmbrokerd.",
+                              seg->path);
+    return 0;
 }
 
 int segment_create(struct segment *seg, const char *dir, const char *name, uint64_t size,
@@ -472,13 +592,9 @@ enum segment_owner segment_probe_existing(const char *dir, const char *name,
     *owner_pid = 0;
     if (segment_join_path(path, sizeof(path), dir, name, NULL) < 0)
         return SEGMENT_ABSENT;
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    fd = segment_open_existing(path, O_RDONLY, &st, NULL);
     if (fd < 0)
-        return errno == ENOENT ? SEGMENT_ABSENT : SEGMENT_FOREIGN;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return SEGMENT_FOREIGN;
-    }
+        return fd == -ENOENT ? SEGMENT_ABSENT : SEGMENT_FOREIGN;
     /* A copy of the header, read once: its owner is for messages only. */
     n = pread(fd, &hdr, sizeof(hdr), 0);
     close(fd);
@@ -486,7 +602,7 @@ enum segment_owner segment_probe_existing(const char *dir, const char *name,
         *owner_pid = hdr.owner_pid;
     /* The proof of a live daemon is its lock, not the pid in the header,
      * which any read-write client can write. */
-    rc = segment_lock(path, &lock_fd);
+    rc = segment_lock(dir, name, false, &lock_fd, NULL);
     if (rc == -EBUSY)
         return SEGMENT_LIVE;
     if (rc == 0)
@@ -498,6 +614,9 @@ enum segment_owner segment_probe_existing(const char *dir, const char *name,
 
 void segment_close(struct segment *seg)
 {
+    char path[PATH_MAX];
+    struct stat a, b;
+
     if (seg->base != NULL)
         munmap(seg->base, (size_t)seg->size);
     seg->base = NULL;
@@ -506,18 +625,33 @@ void segment_close(struct segment *seg)
         close(seg->fd);
     if (seg->ro_fd >= 0)
         close(seg->ro_fd);
-    if (seg->lock_fd >= 0)
+    if (seg->lock_fd >= 0) {
+        /* The lock file goes while this daemon still holds its lock, and only
+         * if it is still ours (segment_lock checks for that). */
+        if (seg->dir[0] != '\0' && segment_lock_path(path, sizeof(path), seg->dir,
+                                                    seg->name) == 0 &&
+            stat(path, &a) == 0 && fstat(seg->lock_fd, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino)
+            unlink(path);
         close(seg->lock_fd); /* releases the lock */
+    }
     seg->fd = seg->ro_fd = seg->lock_fd = -1;
 }
 
 /* Check that the file open on fd (at path) can be the segment: a regular
- * file of size bytes. The header page is not consulted: a read-write client
- * may have written anything there, and segment_adopt rewrites it. */
+ * file of this user's, mode 0600, one link (segment_check_owner), of size
+ * bytes. 0 when it is; 1 when only its size differs but its header page (a
+ * private copy) records size as the segment's size: a client shrank or grew
+ * it, and it may be set back to size. Otherwise the header page is not
+ * consulted: a read-write client may have written anything there, and
+ * segment_adopt rewrites it. */
 static int segment_check_file(int fd, const char *path, uint64_t size,
                               struct shmb_error *err)
 {
+    struct shmb_segment_header hdr;
     struct stat st;
+    uint64_t hint;
+    int rc;
 
     if (fstat(fd, &st) != 0)
         return shmb_error_set(err, -EIO, "Cannot read the size of segment %s.", path);
@@ -526,34 +660,63 @@ static int segment_check_file(int fd, const char *path, uint64_t size,
                               "%s is not a regular file; remove it, or choose another "
                               "--name.",
                               path);
-    if ((uint64_t)st.st_size != size)
-        return shmb_error_set(
-            err, -EINVAL,
-            "Segment %s left by the previous shmbrokerd is %llu bytes, not "
-            "the %llu asked for: start with --size %llu to keep its objects, "
-            "or with --fresh to discard them.",
-            path, (unsigned long long)st.st_size, (unsigned long long)size,
-            (unsigned long long)st.st_size);
-    return 0;
+    if ((rc = segment_check_owner(&st, path, err)) < 0)
+        return rc;
+    if ((uint64_t)st.st_size == size)
+        return 0;
+    hint = (uint64_t)st.st_size;
+    if (pread(fd, &hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr) &&
+        hdr.magic == SHMB_SEGMENT_MAGIC && hdr.version == SHMB_LAYOUT_VERSION) {
+        if (hdr.total_size == size)
+            return 1;
+        /* Neither the file nor its header agrees with --size, nor with each
+         * other: nothing says which size it was made with. */
+        if (hdr.total_size != hint)
+            return shmb_error_set(
+                err, -EINVAL,
+                "Segment %s left by the previous shmbrokerd is %llu bytes, its header "
+                "page records %llu and --size asks for %llu: a client changed the file "
+                "or its header. Start with the --size it was created with to keep its "
+                "objects, or with --fresh to discard them.",
+                path, (unsigned long long)hint, (unsigned long long)hdr.total_size,
+                (unsigned long long)size);
+    }
+    return shmb_error_set(
+        err, -EINVAL,
+        "Segment %s left by the previous shmbrokerd is %llu bytes, not "
+        "the %llu asked for: start with --size %llu to keep its objects, "
+        "or with --fresh to discard them.",
+        path, (unsigned long long)hint, (unsigned long long)size, (unsigned long long)hint);
 }
 
 int segment_check_adoptable(const char *dir, const char *name, uint64_t size,
                             struct shmb_error *err)
 {
     char path[PATH_MAX];
-    int fd, rc, saved;
+    struct stat st;
+    int fd, rc;
 
     if ((rc = segment_join_path(path, sizeof(path), dir, name, err)) < 0)
         return rc;
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) {
-        saved = errno;
-        return shmb_error_set(err, -saved, "Cannot open segment %s: %s.", path,
-                              strerror(saved));
-    }
+    if ((fd = segment_open_existing(path, O_RDONLY, &st, err)) < 0)
+        return fd;
     rc = segment_check_file(fd, path, size, err);
     close(fd);
     return rc;
+}
+
+int segment_check_existing(const char *dir, const char *name, struct shmb_error *err)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    int fd, rc;
+
+    if ((rc = segment_join_path(path, sizeof(path), dir, name, err)) < 0)
+        return rc;
+    if ((fd = segment_open_existing(path, O_RDONLY, &st, err)) < 0)
+        return fd;
+    close(fd);
+    return segment_check_owner(&st, path, err);
 }
 
 /* Say in seg->adopt_note what the header page (a private copy, hdr) had
@@ -577,6 +740,7 @@ int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64
                   struct shmb_error *err)
 {
     struct shmb_segment_header copy;
+    struct stat st;
     uint64_t created;
     int rc, saved;
 
@@ -591,16 +755,28 @@ int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64
         return rc;
     snprintf(seg->dir, sizeof(seg->dir), "%s", dir);
     snprintf(seg->name, sizeof(seg->name), "%s", name);
-    seg->fd = open(seg->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    if (seg->fd < 0) {
-        saved = errno;
-        return shmb_error_set(err, -saved, "Cannot open segment %s: %s.", seg->path,
-                              strerror(saved));
-    }
+    if ((seg->fd = segment_open_existing(seg->path, O_RDWR, &st, err)) < 0)
+        return seg->fd;
     if ((rc = segment_check_file(seg->fd, seg->path, size, err)) < 0 ||
         (rc = segment_take_lock(seg, err)) < 0 ||
         (rc = segment_check_file(seg->fd, seg->path, size, err)) < 0)
         goto fail;
+    if (rc == 1) {
+        /* A client shrank or grew the file: back to the size its header and
+         * --size agree on (bytes past the ring hold no data; bytes lost to a
+         * shrink read as zeros, and the caller drops what lay there). */
+        if (fstat(seg->fd, &st) != 0 || ftruncate(seg->fd, (off_t)size) != 0) {
+            saved = errno;
+            rc = shmb_error_set(err, -saved,
+                                "Cannot set segment %s back to its %llu bytes: %s. Start "
+                                "with --fresh to discard it.",
+                                seg->path, (unsigned long long)size, strerror(saved));
+            goto fail;
+        }
+        seg->resized_from = (uint64_t)st.st_size;
+        if ((rc = segment_check_file(seg->fd, seg->path, size, err)) < 0)
+            goto fail;
+    }
     if ((rc = segment_reserve(seg, size, 0, err)) < 0 ||
         (rc = segment_map(seg, size, err)) < 0 ||
         (rc = segment_open_readonly(seg, err)) < 0)
@@ -625,7 +801,12 @@ fail:
 
 void segment_destroy(struct segment *seg)
 {
-    if (seg->path[0] != '\0' && seg->fd >= 0)
+    struct stat a, b;
+
+    /* Only the file this daemon made: another may have been renamed over
+     * the path since (and be another daemon's live segment). */
+    if (seg->path[0] != '\0' && seg->fd >= 0 && stat(seg->path, &a) == 0 &&
+        fstat(seg->fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
         unlink(seg->path);
     segment_close(seg);
 }
@@ -742,42 +923,4 @@ int segment_store(void *dst, const void *src, size_t len)
     memcpy(dst, src, len);
     segment_guard_jump = NULL;
     return 0;
-}
-
-int segment_regrow(const char *dir, const char *name, uint64_t *found_size,
-                   struct shmb_error *err)
-{
-    struct shmb_segment_header hdr;
-    char path[PATH_MAX];
-    struct stat st;
-    int64_t pid = 0;
-    int fd, rc = 0, saved;
-
-    if (segment_probe_existing(dir, name, &pid) != SEGMENT_ORPHANED ||
-        segment_join_path(path, sizeof(path), dir, name, err) < 0)
-        return 0;
-    fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return 0; /* the checks that follow say why */
-    /* Checked on a private copy: the header is only a hint here. */
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-        pread(fd, &hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) ||
-        hdr.magic != SHMB_SEGMENT_MAGIC || hdr.version != SHMB_LAYOUT_VERSION ||
-        hdr.total_size <= (uint64_t)st.st_size || hdr.total_size > (uint64_t)SSIZE_MAX ||
-        hdr.total_size % SHMB_HEADER_PAGE != 0)
-        goto out;
-    if (ftruncate(fd, (off_t)hdr.total_size) != 0) {
-        saved = errno;
-        rc = shmb_error_set(err, -saved,
-                            "Segment %s was truncated to %llu bytes and cannot be grown "
-                            "back to %llu: %s. Start with --fresh to discard it.",
-                            path, (unsigned long long)st.st_size,
-                            (unsigned long long)hdr.total_size, strerror(saved));
-        goto out;
-    }
-    *found_size = (uint64_t)st.st_size;
-    rc = 1;
-out:
-    close(fd);
-    return rc;
 }

@@ -8,6 +8,7 @@
 
 #include <limits.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "../proto/error.h"
@@ -27,10 +28,16 @@ struct segment {
      * the daemon never reads these back from it. */
     uint64_t data_offset;
     uint64_t data_size;
-    /* A descriptor of its own, never passed to a client, holding an exclusive
-     * flock on the file for as long as this daemon owns it: the proof, for a
-     * daemon starting later, that this one is alive. */
+    /* A descriptor of the lock file "<dir>/.<name>.lock" (mode 0600, never
+     * passed to a client), holding an exclusive flock on it for as long as
+     * this daemon owns the segment: the proof, for a daemon starting later,
+     * that this one is alive. Removed by segment_close while still held. */
     int lock_fd;
+    /* segment_adopt: the size the file had when a client had shrunk or grown
+     * it and it was set back to its size; 0 when it had its size. */
+    uint64_t resized_from;
+    uint64_t owner_start;  /* what the header page says, kept privately */
+    uint64_t created_unix;
     char adopt_note[SHMB_ERROR_MSG_MAX]; /* what segment_adopt rebuilt, or "" */
     char dir[PATH_MAX];
     char name[NAME_MAX + 1];
@@ -82,15 +89,30 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
  * checked against the file, rewritten whole from the file's size and the
  * layout's constants (adopt_note says what was wrong with it, if anything),
  * and the header's owner becomes this process; the ring cursor is left for
- * the store to read and check. -EINVAL with a message when the file is not
- * size bytes. */
+ * the store to read and check. Refuses what segment_check_adoptable refuses;
+ * a file a client shrank or grew is set back to size (resized_from). */
 int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64_t size,
                   struct shmb_error *err);
 
-/* The checks segment_adopt makes before it changes anything (a regular file
- * of size bytes), without opening the file for writing. */
+/* The checks segment_adopt makes before it changes anything, without
+ * opening the file for writing: a regular file (a FIFO or a symbolic link is
+ * refused, never waited on) owned by this user, mode 0600, one link
+ * (-EPERM otherwise), of size bytes (0), or whose header page records size
+ * though the file is not that size (1: a client shrank or grew it;
+ * segment_adopt sets it back to size). -EINVAL with a --size hint otherwise. */
 int segment_check_adoptable(const char *dir, const char *name, uint64_t size,
                             struct shmb_error *err);
+
+/* Refuse (-EPERM with a message naming owner, mode and links, and the fix)
+ * a file not owned by this process's effective user, with any group or other
+ * permission bit, or with more than one link: another user could read and
+ * change it. Never adopted, never removed. */
+int segment_check_owner(const struct stat *st, const char *path, struct shmb_error *err);
+
+/* The file at dir/name, opened without following links or blocking: 0 when
+ * it is a regular file segment_check_owner accepts, -ENOENT when there is
+ * none, -errno with a message otherwise. */
+int segment_check_existing(const char *dir, const char *name, struct shmb_error *err);
 
 /* What an existing segment file holds, for deciding whether it may go. */
 enum segment_owner {
@@ -105,6 +127,12 @@ enum segment_owner {
  * daemon is alive when it holds the file's lock, whatever the header says. */
 enum segment_owner segment_probe_existing(const char *dir, const char *name,
                                           int64_t *owner_pid);
+
+/* Write the header page again from private values (magic, layout version,
+ * sizes, data offset, owner; not the ring cursor) through segment_store,
+ * undoing whatever a read-write client wrote there. -EIO with a message when
+ * the page is gone. */
+int segment_restore_header(const struct segment *seg, struct shmb_error *err);
 
 /* Unmap and close without removing the file. */
 void segment_close(struct segment *seg);
@@ -145,10 +173,3 @@ int segment_guard_check(struct shmb_error *err);
  * segment broken) when the write faulted: the page is gone. */
 int segment_store(void *dst, const void *src, size_t len);
 
-/* Before adoption: a segment left by a daemon that is gone, whose file a
- * client shrank (ftruncate) below the size its header records, is grown back
- * to that size (the lost bytes read as zeros; the chunks still in the file
- * keep their objects). 1 when it was grown, with the size it had found in
- * *found_size; 0 when nothing had to be done. */
-int segment_regrow(const char *dir, const char *name, uint64_t *found_size,
-                   struct shmb_error *err);

@@ -288,8 +288,12 @@ int h_teardown(void **state)
             h_daemon_print_log(d);
         /* A killed daemon leaves its segment; only our own unique names. */
         h_segment_path(d, seg, sizeof(seg));
-        if (strncmp(d->name, "shmbt-", 6) == 0)
+        if (strncmp(d->name, "shmbt-", 6) == 0) {
             unlink(seg);
+            /* And its liveness lock file, beside it. */
+            snprintf(seg, sizeof(seg), "%s/.%s.lock", d->shm_dir, d->name);
+            unlink(seg);
+        }
     }
     for (i = f->nmounts - 1; i >= 0; i--)
         if (umount2(f->mounts[i], MNT_DETACH) != 0)

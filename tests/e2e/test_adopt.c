@@ -3,7 +3,7 @@
  * maps, around a restart: it writes the header page while the daemon runs,
  * or between a SIGKILL and the next start, or damages a chunk header. The
  * daemon answers from its own values, treats the header as a hint, proves a
- * live owner by the segment's lock, and never hands out space over a
+ * live owner by its lock file, and never hands out space over a
  * committed object. The test plays the hostile client: it opens the
  * segment file read-write and maps it, as any client of the same user can.
  */
@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "checks.h"
@@ -234,6 +236,249 @@ static void test_restart_wrapped_damaged(void **state)
     h_pass(f);
 }
 
+/* SIGKILL d; it must have been running. */
+static void kill_daemon(struct h_daemon *d)
+{
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS)),
+                     128 + SIGKILL);
+}
+
+/* Start a daemon on d1's segment and socket with extra; it must refuse
+ * (exit 1) with want in its log. */
+static void expect_refused(struct h_fix *f, const struct h_daemon *d1,
+                           const char *const *extra, const char *want)
+{
+    struct h_daemon *d = h_daemon_again(f, d1);
+
+    assert_true(h_daemon_spawn(f, d, extra) > 0);
+    assert_int_equal(h_exit_code(h_daemon_wait_exit(d, H_READY_TIMEOUT_MS)), 1);
+    if (!h_log_contains(d, want)) {
+        h_daemon_print_log(d);
+        h_fail("the refusal does not say '%s'", want);
+    }
+}
+
+/* Finding 1 of the second review. A segment file another user could read or
+ * change is never adopted, nor removed by --fresh, whatever it holds: here a
+ * segment of ours given to another user with mode 0666. The refusal names
+ * owner, mode and links; the file is left as it was. Before the fix it was
+ * adopted. */
+static void test_foreign_file_refused(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d1 = h_daemon_start(f, "1M", NULL);
+    static const char *const fresh[] = {"--fresh", NULL};
+    char seg[PATH_MAX * 2];
+    struct stat st;
+    shmb_t *c;
+
+    if (geteuid() != 0)
+        h_skip(f, "needs root to give the file to another user");
+    c = h_lib_connect(d1, "w", 0);
+    ok(c, h_put_pattern(c, "a", 3000, 1, 0));
+    shmb_close(c);
+    kill_daemon(d1);
+    h_segment_path(d1, seg, sizeof(seg));
+    assert_int_equal(chown(seg, 65534, 65534), 0);
+    assert_int_equal(chmod(seg, 0666), 0);
+    expect_refused(f, d1, NULL, "is owned by uid 65534 with mode 0666 and 1 link(s)");
+    expect_refused(f, d1, fresh, "is owned by uid 65534 with mode 0666");
+    assert_int_equal(stat(seg, &st), 0);
+    assert_int_equal(st.st_uid, 65534);
+    assert_int_equal(st.st_mode & 07777, 0666);
+    assert_int_equal(st.st_size, 1 << 20);
+    h_pass(f);
+}
+
+/* The same for a segment of ours with a second link (another name could be
+ * opened by someone else): refused; adopted once the link is gone. */
+static void test_linked_file_refused(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d1 = h_daemon_start(f, "1M", NULL), *d;
+    char seg[PATH_MAX * 2], extra[PATH_MAX * 2 + 8];
+    shmb_t *c;
+
+    c = h_lib_connect(d1, "w", 0);
+    ok(c, h_put_pattern(c, "a", 3000, 1, 0));
+    shmb_close(c);
+    kill_daemon(d1);
+    h_segment_path(d1, seg, sizeof(seg));
+    snprintf(extra, sizeof(extra), "%s.link", seg);
+    assert_int_equal(link(seg, extra), 0);
+    expect_refused(f, d1, NULL, "with mode 0600 and 2 link(s)");
+    assert_int_equal(unlink(extra), 0);
+    d = restart(f, d1, "the second link was removed");
+    c = h_lib_connect(d, "r", 0);
+    get_check(c, "a", 3000, 1);
+    shmb_close(c);
+    h_pass(f);
+}
+
+/* A file another user planted while no daemon ran (zeros, mode 0666, the
+ * right size, the "header damaged" path) is refused and left alone. */
+static void test_planted_file_refused(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "1M");
+    char seg[PATH_MAX * 2];
+    struct stat st;
+    int fd;
+
+    if (geteuid() != 0)
+        h_skip(f, "needs root to give the file to another user");
+    h_segment_path(d, seg, sizeof(seg));
+    fd = open(seg, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    assert_true(fd >= 0);
+    assert_int_equal(fchmod(fd, 0666), 0);
+    assert_int_equal(fchown(fd, 65534, 65534), 0);
+    assert_int_equal(ftruncate(fd, 1 << 20), 0);
+    close(fd);
+    expect_refused(f, d, NULL, "is owned by uid 65534 with mode 0666");
+    assert_int_equal(stat(seg, &st), 0);
+    assert_int_equal(st.st_uid, 65534);
+    assert_int_equal(st.st_size, 1 << 20);
+    h_pass(f);
+}
+
+/* The descriptor a hello of mode ("rw" or "ro") passes; the caller closes c. */
+static int hello_fd(struct h_conn *c, const struct h_daemon *d, const char *mode)
+{
+    char line[96];
+    json_t *reply;
+
+    assert_int_equal(h_conn_open(c, d->socket), 0);
+    snprintf(line, sizeof(line), "{\"op\":\"hello\",\"version\":1,\"mode\":\"%s\"}", mode);
+    reply = h_call(c, line);
+    h_assert_ok(reply);
+    json_decref(reply);
+    if (c->nfds < 1)
+        h_fail("hello did not pass the segment descriptor");
+    return c->fds[0];
+}
+
+/* Finding 2 of the second review. A client (read-write or read-only) that
+ * takes an exclusive flock on the descriptor hello passed cannot make a
+ * restart take it for a live daemon: the liveness lock is a file no client
+ * gets. Before the fix the flock failed while the daemon lived and, once it
+ * was SIGKILLed, held every restart off with "belongs to a running
+ * shmbrokerd". A live daemon is still detected (test_live_owner_by_lock). */
+static void test_client_flock_no_block(void **state)
+{
+    static const char *const modes[] = {"rw", "ro"};
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    struct h_conn raw;
+    shmb_t *c;
+    size_t i;
+    int fd;
+
+    c = h_lib_connect(d, "w", 0);
+    ok(c, h_put_pattern(c, "a", 3000, 1, 0));
+    shmb_close(c);
+    for (i = 0; i < 2; i++) {
+        fd = hello_fd(&raw, d, modes[i]);
+        assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
+        kill_daemon(d);
+        d = restart(f, d, "a client held a flock on its descriptor");
+        h_conn_close(&raw);
+        c = h_lib_connect(d, "r", 0);
+        get_check(c, "a", 3000, 1);
+        shmb_close(c);
+    }
+    h_pass(f);
+}
+
+/* Findings 5 and 6 of the second review. A segment a client grew (one byte
+ * past its size) is truncated back to --size at the restart, its objects
+ * kept; before the fix the start was refused ("start with --size 1048577").
+ * A segment a client shrank whose header records a size that is not --size
+ * (1 TiB) is refused without being changed; before the fix the file was
+ * grown to the header's 1 TiB first, then refused. */
+static void test_resized_file(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    struct shmb_segment_header *h;
+    char seg[PATH_MAX * 2];
+    struct h_conn raw;
+    struct stat st;
+    shmb_t *c;
+    int fd;
+
+    c = h_lib_connect(d, "w", 0);
+    ok(c, h_put_pattern(c, "a", 3000, 1, 0));
+    shmb_close(c);
+    fd = hello_fd(&raw, d, "rw");
+    assert_int_equal(ftruncate(fd, (1 << 20) + 1), 0);
+    h_conn_close(&raw);
+    kill_daemon(d);
+    d = restart(f, d, "a client grew the file");
+    h_wait_log(d, "grown by a client to 1048577 bytes; truncated back");
+    h_segment_path(d, seg, sizeof(seg));
+    assert_int_equal(stat(seg, &st), 0);
+    assert_int_equal(st.st_size, 1 << 20);
+    c = h_lib_connect(d, "r", 0);
+    get_check(c, "a", 3000, 1);
+    ok(c, h_put_pattern(c, "b", 3000, 2, 0));
+    shmb_close(c);
+
+    h = map_header(d);
+    kill_daemon(d);
+    h->total_size = UINT64_C(1) << 40;
+    unmap_header(h);
+    assert_int_equal(truncate(seg, (1 << 20) - 16384), 0);
+    expect_refused(f, d, NULL, "its header page records 1099511627776");
+    assert_int_equal(stat(seg, &st), 0);
+    assert_int_equal(st.st_size, (1 << 20) - 16384);
+    h_pass(f);
+}
+
+/* Finding 7 of the second review. A client that zeroes the header page's
+ * magic while the daemon runs does not break later connects: hello writes
+ * the header page again from the daemon's values before passing the
+ * descriptor. Before the fix every later connect failed with EPROTO "not a
+ * shmbroker segment". */
+static void test_hello_restores_header(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    struct shmb_segment_header *h = map_header(d);
+    shmb_t *c;
+
+    h->magic = 0;
+    h->total_size = 7;
+    c = h_lib_connect(d, "late", 0);
+    ok(c, h_put_pattern(c, "a", 3000, 1, 0));
+    get_check(c, "a", 3000, 1);
+    shmb_close(c);
+    assert_true(h->magic == SHMB_SEGMENT_MAGIC);
+    assert_true(h->total_size == 1 << 20);
+    unmap_header(h);
+    h_pass(f);
+}
+
+/* Finding 8 of the second review. A FIFO at the segment's path is refused at
+ * once, with and without --fresh, and left alone. Before the fix open()
+ * blocked and the start hung forever. */
+static void test_fifo_refused(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "1M");
+    static const char *const fresh[] = {"--fresh", NULL};
+    char seg[PATH_MAX * 2];
+    struct stat st;
+
+    h_segment_path(d, seg, sizeof(seg));
+    assert_int_equal(mkfifo(seg, 0600), 0);
+    expect_refused(f, d, NULL, "is not a regular file");
+    expect_refused(f, d, fresh, "is not a regular file");
+    assert_int_equal(lstat(seg, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    assert_int_equal(unlink(seg), 0);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -243,6 +488,13 @@ int main(void)
         TEST(test_restart_damaged_header),
         TEST(test_live_owner_by_lock),
         TEST(test_restart_wrapped_damaged),
+        TEST(test_foreign_file_refused),
+        TEST(test_linked_file_refused),
+        TEST(test_planted_file_refused),
+        TEST(test_client_flock_no_block),
+        TEST(test_resized_file),
+        TEST(test_hello_restores_header),
+        TEST(test_fifo_refused),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);

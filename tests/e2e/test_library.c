@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "checks.h"
@@ -78,29 +80,94 @@ static void test_huge_sizes_refused(void **state)
     h_pass(f);
 }
 
+/* A one-connection stand-in for the daemon: answers hello with a real
+ * daemon's reply line, passing a descriptor of a file whose header is zeros. */
+struct fake_hello {
+    int listen_fd;
+    int seg_fd;
+    char *reply; /* the reply line, '\n' included */
+};
+
+static int fake_hello_serve(void *arg)
+{
+    struct fake_hello *fh = arg;
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct iovec iov = {.iov_base = fh->reply, .iov_len = strlen(fh->reply)};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    struct cmsghdr *cmsg;
+    char c;
+    int fd = accept(fh->listen_fd, NULL, NULL);
+
+    if (fd < 0)
+        return 1;
+    while (read(fd, &c, 1) == 1 && c != '\n')
+        ;
+    memset(&control, 0, sizeof(control));
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof(control.buf);
+    cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cmsg), &fh->seg_fd, sizeof(int));
+    if (sendmsg(fd, &msg, MSG_NOSIGNAL) != (ssize_t)iov.iov_len)
+        return 1;
+    while (read(fd, &c, 1) > 0) /* until the client closes */
+        ;
+    close(fd);
+    return 0;
+}
+
 /* With the segment header's magic number zeroed, connecting says that the
  * descriptor is not a shmbroker segment, rather than quoting a magic and a
- * version as if the layout were merely another release's. */
+ * version as if the layout were merely another release's. The daemon writes
+ * its header page again at every hello, so a stand-in passes the damaged
+ * descriptor, with the hello reply a real daemon gave. */
 static void test_not_a_segment(void **state)
 {
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    struct fake_hello fh;
+    struct h_conn raw;
     shmb_t *c = shmb_new();
-    char seg[PATH_MAX];
-    uint64_t magic = 0, zero = 0;
-    int fd, rc;
+    char path[PATH_MAX], *line;
+    json_t *reply;
+    pid_t pid;
+    int rc;
 
-    h_segment_path(d, seg, sizeof(seg));
-    fd = open(seg, O_RDWR | O_CLOEXEC);
-    assert_true(fd >= 0);
-    assert_int_equal(pread(fd, &magic, sizeof(magic), 0), sizeof(magic));
-    assert_int_equal(pwrite(fd, &zero, sizeof(zero), 0), sizeof(zero));
-    rc = shmb_connect(c, d->socket, "c");
-    /* Put the magic back before judging, so that the daemon stops cleanly. */
-    assert_int_equal(pwrite(fd, &magic, sizeof(magic), 0), sizeof(magic));
-    close(fd);
+    reply = h_open_hello(&raw, d);
+    /* The library's hello is its request 1. */
+    assert_int_equal(json_object_set_new(reply, "id", json_integer(1)), 0);
+    line = json_dumps(reply, JSON_COMPACT);
+    assert_non_null(line);
+    fh.reply = malloc(strlen(line) + 2);
+    assert_non_null(fh.reply);
+    sprintf(fh.reply, "%s\n", line);
+    free(line);
+    json_decref(reply);
+    h_conn_close(&raw);
+
+    h_path(f, "zeros", path, sizeof(path));
+    fh.seg_fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    assert_true(fh.seg_fd >= 0);
+    assert_int_equal(ftruncate(fh.seg_fd, 4 << 20), 0);
+    h_path(f, "fake.sock", addr.sun_path, sizeof(addr.sun_path));
+    fh.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fh.listen_fd >= 0);
+    assert_int_equal(bind(fh.listen_fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    assert_int_equal(listen(fh.listen_fd, 1), 0);
+    pid = h_fork(f, fake_hello_serve, &fh);
+    rc = shmb_connect(c, addr.sun_path, "c");
     fails(c, rc, -EPROTO, "not a shmbroker segment");
     shmb_close(c);
+    assert_int_equal(h_child_wait(f, pid, H_STOP_TIMEOUT_MS), 0);
+    close(fh.listen_fd);
+    close(fh.seg_fd);
+    free(fh.reply);
     h_pass(f);
 }
 

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -323,7 +324,7 @@ static void test_exists_and_destroy(void **state)
     assert_int_equal(segment_create(&seg2, test_dir, "seg", 1 * MIB, &err), -EEXIST);
     assert_int_equal(err.code, -EEXIST);
     assert_true(err.message[0] != '\0');
-    assert_int_equal(dir_entries(), 1);
+    assert_int_equal(dir_entries(), 2); /* the segment and its lock file */
     assert_int_equal(seg.hdr->magic, SHMB_SEGMENT_MAGIC);
     assert_int_equal(seg.hdr->ring_next_id, 42);
     path_in_dir(path, sizeof(path), "seg");
@@ -836,6 +837,99 @@ static void test_guard(void **state)
     assert_int_equal(dir_entries(), 0);
 }
 
+/* Finding 10 of the second review. segment_destroy removes the path only
+ * while it still names the daemon's own file: a file renamed over it since
+ * (another daemon's segment) stays. Before the fix it was unlinked. */
+static void test_destroy_only_own_file(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+    char path[PATH_MAX], other[PATH_MAX];
+    struct stat st;
+    int fd;
+
+    (void)state;
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, &err), 0);
+    path_in_dir(path, sizeof(path), "seg");
+    path_in_dir(other, sizeof(other), "other");
+    fd = open(other, O_CREAT | O_WRONLY | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(rename(other, path), 0);
+    segment_destroy(&seg);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 0);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(dir_entries(), 0); /* the lock file went too */
+}
+
+/* Finding 2 of the second review. A client's flock on the segment (its
+ * descriptor is the segment's) does not make a segment whose daemon is gone
+ * look alive, and does not stop its adoption; a live daemon still shows
+ * through its lock file. Before the fix the probe said SEGMENT_LIVE. */
+static void test_client_flock_not_liveness(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg, seg2;
+    char path[PATH_MAX];
+    int64_t pid = 0;
+    int fd;
+
+    (void)state;
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, &err), 0);
+    path_in_dir(path, sizeof(path), "seg");
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    segment_close(&seg);
+    assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
+    assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_ORPHANED);
+    if (segment_adopt(&seg, test_dir, "seg", 64 * 1024, &err) != 0)
+        fail_msg("segment_adopt: %d %s", err.code, err.message);
+    assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_LIVE);
+    assert_int_equal(segment_adopt(&seg2, test_dir, "seg", 64 * 1024, &err), -EBUSY);
+    close(fd);
+    segment_destroy(&seg);
+    assert_int_equal(dir_entries(), 0);
+}
+
+/* Findings 1 and 8 of the second review: segment_check_adoptable refuses a
+ * FIFO at once (no blocking open), and a file of ours with group or other
+ * bits or a second link (-EPERM, naming mode and links). */
+static void test_adoptable_checks_file(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+    char path[PATH_MAX], link2[PATH_MAX];
+    int64_t pid = 0;
+
+    (void)state;
+    path_in_dir(path, sizeof(path), "fifo");
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(segment_probe_existing(test_dir, "fifo", &pid), SEGMENT_FOREIGN);
+    assert_int_equal(segment_check_adoptable(test_dir, "fifo", 64 * 1024, &err), -EINVAL);
+    if (strstr(err.message, "is not a regular file") == NULL)
+        fail_msg("unexpected message: '%s'", err.message);
+    assert_int_equal(unlink(path), 0);
+
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, &err), 0);
+    segment_close(&seg);
+    path_in_dir(path, sizeof(path), "seg");
+    assert_int_equal(chmod(path, 0640), 0);
+    assert_int_equal(segment_check_adoptable(test_dir, "seg", 64 * 1024, &err), -EPERM);
+    if (strstr(err.message, "mode 0640 and 1 link(s)") == NULL)
+        fail_msg("unexpected message: '%s'", err.message);
+    assert_int_equal(segment_adopt(&seg, test_dir, "seg", 64 * 1024, &err), -EPERM);
+    assert_int_equal(chmod(path, 0600), 0);
+    path_in_dir(link2, sizeof(link2), "seg2");
+    assert_int_equal(link(path, link2), 0);
+    assert_int_equal(segment_check_adoptable(test_dir, "seg", 64 * 1024, &err), -EPERM);
+    if (strstr(err.message, "2 link(s)") == NULL)
+        fail_msg("unexpected message: '%s'", err.message);
+    assert_int_equal(unlink(link2), 0);
+    assert_int_equal(segment_check_adoptable(test_dir, "seg", 64 * 1024, &err), 0);
+    assert_int_equal(unlink(path), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -856,6 +950,9 @@ int main(void)
         cmocka_unit_test_setup(test_check_replace, test_setup),
         cmocka_unit_test_setup(test_probe_zombie_owner, test_setup),
         cmocka_unit_test_setup(test_guard, test_setup),
+        cmocka_unit_test_setup(test_destroy_only_own_file, test_setup),
+        cmocka_unit_test_setup(test_client_flock_not_liveness, test_setup),
+        cmocka_unit_test_setup(test_adoptable_checks_file, test_setup),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);
