@@ -425,8 +425,13 @@ static int ring_read_header(const struct ring *r, uint64_t phys, uint64_t min_id
                               "Corrupt ring: chunk header at data offset %llu is out of "
                               "bounds (ring of %llu bytes).",
                               (unsigned long long)phys, (unsigned long long)r->size);
-    memcpy(h, ring_header_at(r, phys), RING_FIXED_HEADER);
     key[0] = '\0';
+    /* Through the guard: a client may shrink the file under the walk. */
+    if (segment_load(h, ring_header_at(r, phys), RING_FIXED_HEADER) < 0)
+        return shmb_error_set(err, -EIO,
+                              "Segment truncated under the walk: the chunk header at "
+                              "data offset %llu could not be read (SIGBUS).",
+                              (unsigned long long)phys);
     if (h->magic != SHMB_CHUNK_MAGIC)
         return shmb_error_set(err, -EBADMSG,
                               "Corrupt ring: bad chunk magic 0x%08x at data offset %llu.",
@@ -457,7 +462,12 @@ static int ring_read_header(const struct ring *r, uint64_t phys, uint64_t min_id
             (unsigned long long)phys, h->state, h->key_len,
             (unsigned long long)h->payload_size, (unsigned long long)h->id);
     /* The key lies inside the chunk: header_size <= chunk_size <= size - phys. */
-    memcpy(key, (const char *)ring_header_at(r, phys) + RING_FIXED_HEADER, h->key_len);
+    if (segment_load(key, (const char *)ring_header_at(r, phys) + RING_FIXED_HEADER,
+                     h->key_len) < 0)
+        return shmb_error_set(err, -EIO,
+                              "Segment truncated under the walk: the key of the chunk at "
+                              "data offset %llu could not be read (SIGBUS).",
+                              (unsigned long long)phys);
     key[h->key_len] = '\0';
     return 0;
 }
@@ -548,7 +558,8 @@ int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
             slot->header_size = h.header_size;
             slot->payload_size = h.payload_size;
             if (owner == NULL)
-                ring_header_at(r, phys)->state = SHMB_CHUNK_FREE;
+                ring_store_field(r, phys, offsetof(struct shmb_chunk_header, state),
+                                 &(uint16_t){SHMB_CHUNK_FREE}, sizeof(uint16_t));
             r->count++;
             last_end = pos + h.chunk_size;
         }
