@@ -348,6 +348,74 @@ static void test_truncated_during_adoption(void **state)
     h_pass(f);
 }
 
+/* Issue 10, item 3 (second review). Writer A allocates 64 bytes, B the next
+ * 64, and A writes 65: its last byte lands on B's chunk-header magic. The
+ * running daemon never reads headers back; after a SIGKILL the restart
+ * loses B only: the walk resynchronises on the next sound header, and the
+ * ten objects before and the hundred after come back byte for byte. The
+ * space B held is reclaimed in its turn (puts then fill the ring). Before
+ * the fix the walk stopped at B and dropped every object after it. */
+static void test_overrun_loses_one_object(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d1 = h_daemon_start(f, "1M", NULL), *d;
+    char key[32];
+    void *pa, *pb;
+    shmb_t *c;
+    int i;
+
+    c = h_lib_connect(d1, "w", 0);
+    for (i = 0; i < 10; i++) {
+        snprintf(key, sizeof(key), "old%d", i);
+        ok(c, h_put_pattern(c, key, 64, (uint32_t)i, 0));
+    }
+    ok(c, shmb_alloc(c, "A", 64, 0, &pa));
+    ok(c, shmb_alloc(c, "B", 64, 0, &pb));
+    assert_ptr_equal((char *)pb, (char *)pa + 64 + 64); /* B's header between */
+    memset(pb, 'b', 64);
+    memset(pa, 'a', 65); /* one byte too many */
+    ok(c, shmb_commit(c, "A"));
+    ok(c, shmb_commit(c, "B"));
+    for (i = 0; i < 100; i++) {
+        snprintf(key, sizeof(key), "new%d", i);
+        ok(c, h_put_pattern(c, key, 64, (uint32_t)(100 + i), 0));
+    }
+    shmb_close(c);
+    assert_int_equal(h_exit_code(h_daemon_signal(d1, SIGKILL, H_STOP_TIMEOUT_MS)),
+                     128 + SIGKILL);
+
+    d = restart(f, d1, "an overrun into a chunk header");
+    h_wait_log(d, "restored 111 objects");
+    h_wait_log(d, "Skipped 128 damaged bytes in 1 place(s)");
+    c = h_lib_connect(d, "r", 0);
+    for (i = 0; i < 10; i++) {
+        snprintf(key, sizeof(key), "old%d", i);
+        get_check(c, key, 64, (uint32_t)i);
+    }
+    for (i = 0; i < 100; i++) {
+        snprintf(key, sizeof(key), "new%d", i);
+        get_check(c, key, 64, (uint32_t)(100 + i));
+    }
+    fails(c, shmb_get(c, "B", &(const void *){NULL}, &(size_t){0}), -ENOENT, NULL);
+    /* Everything can go, B's bytes included: the ring then takes two
+     * objects that fill nearly all of it. */
+    for (i = 0; i < 10; i++) {
+        snprintf(key, sizeof(key), "old%d", i);
+        ok(c, shmb_delete(c, key));
+    }
+    ok(c, shmb_delete(c, "A"));
+    for (i = 0; i < 100; i++) {
+        snprintf(key, sizeof(key), "new%d", i);
+        ok(c, shmb_delete(c, key));
+    }
+    ok(c, h_put_pattern(c, "big1", 500000, 7, 0));
+    ok(c, h_put_pattern(c, "big2", 500000, 8, 0));
+    get_check(c, "big1", 500000, 7);
+    get_check(c, "big2", 500000, 8);
+    shmb_close(c);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -358,6 +426,7 @@ int main(void)
         TEST(test_live_owner_by_lock),
         TEST(test_restart_wrapped_damaged),
         TEST(test_truncated_during_adoption),
+        TEST(test_overrun_loses_one_object),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);
