@@ -531,38 +531,6 @@ static int ring_adopt_read(const struct ring *r, uint64_t pos, uint64_t end, boo
     return 0;
 }
 
-/* After a damaged header at position bad: the position of the next sound
- * chunk (not a gap) before end, found in SHMB_ALIGN steps, whose id follows
- * the last adopted one (expect_id; ids skipped only as many as the skipped
- * bytes could have held). A candidate with no lost id must start a lap (the
- * damaged header was the tail gap's). UINT64_MAX when there is none, or
- * when the file was shrunk under the scan (-EIO in *rc). */
-static uint64_t ring_adopt_resync(const struct ring *r, uint64_t bad, uint64_t end, bool first,
-                                  uint64_t expect_id, uint64_t next_id, uint64_t *id, int *rc)
-{
-    uint64_t pos;
-
-    *rc = 0;
-    for (pos = bad + SHMB_ALIGN; pos < end; pos += SHMB_ALIGN) {
-        struct shmb_chunk_header h;
-        char key[SHMB_KEY_MAX + 1];
-        int got = ring_adopt_read(r, pos, end, true, 0, next_id, &h, key, NULL);
-
-        if (got == -EIO) {
-            *rc = -EIO;
-            return UINT64_MAX;
-        }
-        if (got < 0 || h.state == SHMB_CHUNK_GAP)
-            continue;
-        if (!first && (h.id < expect_id || h.id - expect_id > (pos - bad) / RING_MIN_CHUNK ||
-                       (h.id == expect_id && pos % r->size != 0)))
-            continue;
-        *id = h.id;
-        return pos;
-    }
-    return UINT64_MAX;
-}
-
 /* Append an adopted slot. */
 static int ring_adopt_slot(struct ring *r, uint64_t phys, uint64_t size, void *owner,
                            uint32_t header_size, uint64_t payload_size)
@@ -582,6 +550,97 @@ static int ring_adopt_slot(struct ring *r, uint64_t phys, uint64_t size, void *o
     return 0;
 }
 
+/* How the skipped bytes [bad, found) are rewritten for lost ids (freed
+ * chunks, so that ids stay consecutive and the next walk is clean): in the
+ * lap of bad, *n_a chunks (or a tail gap when 0); in the next lap, when the
+ * span runs into it, *n_b chunks. Every chunk holds RING_MIN_CHUNK bytes or
+ * more, and never straddles the end of the data area. false when lost ids
+ * cannot be laid out so (then the candidate at found is not believed). */
+static bool ring_span_layout(const struct ring *r, uint64_t bad, uint64_t found, uint64_t lost,
+                             uint64_t *n_a, uint64_t *n_b)
+{
+    uint64_t phys = bad % r->size, len_a, len_b;
+
+    if (phys + (found - bad) <= r->size && found % r->size != 0) {
+        /* One piece inside the lap: one chunk per lost id at least. */
+        *n_a = lost;
+        *n_b = 0;
+        return lost >= 1 && lost <= (found - bad) / RING_MIN_CHUNK;
+    }
+    len_a = r->size - phys;
+    len_b = found - bad - len_a; /* the part in the next lap, from 0 */
+    *n_b = len_b == 0 ? 0 : lost < len_b / RING_MIN_CHUNK ? lost : len_b / RING_MIN_CHUNK;
+    *n_a = lost - *n_b;
+    return (len_b == 0 || *n_b >= 1) && *n_a <= len_a / RING_MIN_CHUNK;
+}
+
+/* Write n freed chunks over len bytes at phys, ids from id on (all but the
+ * last RING_MIN_CHUNK bytes, the last the rest), or a tail gap when n is 0,
+ * and give each chunk a freed slot. -ENOMEM. */
+static int ring_span_write(struct ring *r, uint64_t phys, uint64_t len, uint64_t n,
+                           uint64_t id)
+{
+    struct shmb_chunk_header hdr;
+    uint64_t i;
+
+    memset(&hdr, 0, sizeof(hdr));
+    hdr.magic = SHMB_CHUNK_MAGIC;
+    if (n == 0) {
+        hdr.state = SHMB_CHUNK_GAP;
+        hdr.header_size = RING_FIXED_HEADER;
+        hdr.chunk_size = len;
+        segment_store(ring_header_at(r, phys), &hdr, RING_FIXED_HEADER);
+        return 0;
+    }
+    for (i = 0; i < n; i++) {
+        uint64_t size = i + 1 < n ? RING_MIN_CHUNK : len - RING_MIN_CHUNK * (n - 1);
+
+        hdr.state = SHMB_CHUNK_FREE;
+        hdr.header_size = (uint32_t)ring_header_size(0);
+        hdr.id = id + i;
+        hdr.chunk_size = size;
+        hdr.payload_size = size - ring_header_size(0);
+        segment_store(ring_header_at(r, phys), &hdr, RING_FIXED_HEADER);
+        if (ring_adopt_slot(r, phys, size, NULL, hdr.header_size, hdr.payload_size) < 0)
+            return -ENOMEM;
+        phys += size;
+    }
+    return 0;
+}
+
+/* After a damaged header at position bad: the position of the next sound
+ * chunk (not a gap) before end, found in SHMB_ALIGN steps, whose id follows
+ * the last adopted one (expect_id; ids skipped only as many as the skipped
+ * bytes could have held). A candidate with no lost id must start a lap (the
+ * damaged header was the tail gap's). UINT64_MAX when there is none, or
+ * when the file was shrunk under the scan (-EIO in *rc). */
+static uint64_t ring_adopt_resync(const struct ring *r, uint64_t bad, uint64_t end, bool first,
+                                  uint64_t expect_id, uint64_t next_id, uint64_t *id, int *rc)
+{
+    uint64_t pos, n_a, n_b;
+
+    *rc = 0;
+    for (pos = bad + SHMB_ALIGN; pos < end; pos += SHMB_ALIGN) {
+        struct shmb_chunk_header h;
+        char key[SHMB_KEY_MAX + 1];
+        int got = ring_adopt_read(r, pos, end, true, 0, next_id, &h, key, NULL);
+
+        if (got == -EIO) {
+            *rc = -EIO;
+            return UINT64_MAX;
+        }
+        if (got < 0 || h.state == SHMB_CHUNK_GAP)
+            continue;
+        if (!first && (h.id < expect_id || h.id - expect_id > (pos - bad) / RING_MIN_CHUNK ||
+                       !ring_span_layout(r, bad, pos, h.id - expect_id, &n_a, &n_b)))
+            continue;
+        *id = h.id;
+        return pos;
+    }
+    return UINT64_MAX;
+}
+
+
 int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
                ring_adopt_fn fn, void *arg, struct shmb_error *err)
 {
@@ -599,7 +658,7 @@ int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
                               (unsigned long long)next_id, (unsigned long long)r->size);
     r->start = r->end = start;
     for (pos = start; pos < end;) {
-        uint64_t phys = pos % r->size, found, found_id = 0, lost;
+        uint64_t phys = pos % r->size, found, found_id = 0;
         struct shmb_chunk_header h; /* private copies: see ring_read_header */
         char key[SHMB_KEY_MAX + 1];
         void *owner;
@@ -626,19 +685,25 @@ int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
             skipped += found - pos;
             if (first) {
                 r->start = found; /* nothing adopted yet: the span is free */
-            } else if (found_id > expect_id) {
-                /* One freed slot per lost id, so that ids stay consecutive:
-                 * empty ones first, then one over the whole span (which
-                 * ring_pop and ring_pop_tail_freed then step over). */
-                for (lost = expect_id; lost < found_id && rc == 0; lost++)
-                    rc = ring_adopt_slot(r, phys, lost + 1 < found_id ? 0 : found - pos,
-                                         NULL, 0, 0);
-                if (rc < 0) {
+            } else {
+                /* The skipped bytes become freed chunks, one per lost id,
+                 * written into the segment so that the next walk is clean
+                 * (their headers were damaged anyway). */
+                uint64_t n_a, n_b, len_a;
+
+                (void)ring_span_layout(r, pos, found, found_id - expect_id, &n_a, &n_b);
+                len_a = n_b == 0 && phys + (found - pos) <= r->size && found % r->size != 0
+                            ? found - pos
+                            : r->size - phys;
+                if (ring_span_write(r, phys, len_a, n_a, expect_id) < 0 ||
+                    (found - pos > len_a &&
+                     ring_span_write(r, 0, found - pos - len_a, n_b, expect_id + n_a) < 0)) {
                     rc = shmb_error_set(err, -ENOMEM, "Out of memory adopting the ring.");
                     break;
                 }
                 expect_id = found_id;
-                last_end = found;
+                if (n_a + n_b > 0)
+                    last_end = found;
             }
             pos = found;
             rc = 0;

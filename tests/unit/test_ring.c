@@ -1672,9 +1672,9 @@ static void free_all(struct ring *r, bool from_tail)
 /* A writer that overruns its payload by one byte spoils the magic of the
  * next chunk's header: adoption skips that chunk only, resynchronising on
  * the next sound header, and keeps every chunk after it. The skipped bytes
- * are a freed chunk (ids stay consecutive), reclaimed in their turn; the
- * ring ends where it ended, a second adoption finds the same, and the ring
- * empties whichever end it is freed from. Before resynchronisation every
+ * are rewritten as a freed chunk (ids stay consecutive), reclaimed in their
+ * turn; the ring ends where it ended, a second adoption finds the same
+ * without complaint, and the ring empties whichever end it is freed from. Before resynchronisation every
  * chunk after the damaged one was dropped. */
 static void test_adopt_resyncs_after_overrun(void **state)
 {
@@ -1713,11 +1713,17 @@ static void test_adopt_resyncs_after_overrun(void **state)
         assert_int_equal(r2.end, f->r.end);
         assert_int_equal(r2.next_id, f->r.next_id);
 
-        /* A second restart finds the same. */
+        /* B's bytes were rewritten as a freed chunk with B's id: a second
+         * restart finds the same, cleanly. */
+        assert_int_equal(chunk_at(f, c[3].phys)->magic, SHMB_CHUNK_MAGIC);
+        assert_int_equal(chunk_at(f, c[3].phys)->state, SHMB_CHUNK_FREE);
+        assert_int_equal(chunk_at(f, c[3].phys)->id, c[3].id);
+        assert_int_equal(chunk_at(f, c[3].phys)->chunk_size, 128);
         memset(&o, 0, sizeof(o));
         shmb_error_clear(&err);
-        assert_int_equal(readopt(f, &r3, &o, &err), -EBADMSG);
-        assert_int_equal(o.n, 7);
+        assert_int_equal(readopt(f, &r3, &o, &err), 0);
+        assert_int_equal(o.n, 8);
+        assert_int_equal(o.states[3], SHMB_CHUNK_FREE);
         assert_int_equal(r3.end, r2.end);
         ring_fini(&r3);
 
@@ -1729,8 +1735,8 @@ static void test_adopt_resyncs_after_overrun(void **state)
     }
 }
 
-/* An overrun over two headers loses both chunks: the ids skipped are freed
- * slots (one empty, one over the span), the chunks after are kept. A damaged
+/* An overrun over two headers loses both chunks: the bytes skipped become
+ * two freed chunks with the lost ids, the chunks after are kept. A damaged
  * first chunk moves the start to the next sound one. A damaged tail gap
  * header loses nothing: the walk finds the next lap's first chunk. */
 static void test_adopt_resyncs_over_several(void **state)
