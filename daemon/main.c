@@ -300,6 +300,12 @@ static int daemon_adopt(struct daemon *d, const struct store_config *scfg, uint6
         return rc;
     if (d->seg.adopt_note[0] != '\0')
         log_warn("segment %s: %s", d->seg.path, d->seg.adopt_note);
+    /* The guard before the walk: a client may shrink the file while the
+     * daemon reads the chunk headers (they are read through segment_load). */
+    if ((rc = segment_guard_watch(&d->seg, daemon_on_segment_broken, err)) < 0) {
+        segment_close(&d->seg);
+        return rc;
+    }
     /* Only private values: the data area's place and size come from the
      * file's size (segment_adopt), never from the header page, which a client
      * may change during the restart; store_adopt reads the ring cursor once
@@ -486,6 +492,10 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
     } else {
         if ((rc = segment_create(&d->seg, d->cfg.shm_dir, d->cfg.name, size, err)) < 0)
             goto fail_socket;
+        if ((rc = segment_guard_watch(&d->seg, daemon_on_segment_broken, err)) < 0) {
+            segment_destroy(&d->seg);
+            goto fail_socket;
+        }
         d->store = store_new(segment_data(&d->seg), d->seg.data_offset,
                              d->seg.data_size, d->seg.hdr, &scfg, err);
         if (d->store == NULL) {
@@ -494,8 +504,6 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
             goto fail_socket;
         }
     }
-    if ((rc = segment_guard_watch(&d->seg, daemon_on_segment_broken, err)) < 0)
-        goto fail;
     d->env.store = d->store;
     d->env.segment = &d->seg;
     d->env.shm_dir = d->cfg.shm_dir;

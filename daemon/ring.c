@@ -425,8 +425,13 @@ static int ring_read_header(const struct ring *r, uint64_t phys, uint64_t min_id
                               "Corrupt ring: chunk header at data offset %llu is out of "
                               "bounds (ring of %llu bytes).",
                               (unsigned long long)phys, (unsigned long long)r->size);
-    memcpy(h, ring_header_at(r, phys), RING_FIXED_HEADER);
     key[0] = '\0';
+    /* Through the guard: a client may shrink the file under the walk. */
+    if (segment_load(h, ring_header_at(r, phys), RING_FIXED_HEADER) < 0)
+        return shmb_error_set(err, -EIO,
+                              "Segment truncated under the walk: the chunk header at "
+                              "data offset %llu could not be read (SIGBUS).",
+                              (unsigned long long)phys);
     if (h->magic != SHMB_CHUNK_MAGIC)
         return shmb_error_set(err, -EBADMSG,
                               "Corrupt ring: bad chunk magic 0x%08x at data offset %llu.",
@@ -457,7 +462,12 @@ static int ring_read_header(const struct ring *r, uint64_t phys, uint64_t min_id
             (unsigned long long)phys, h->state, h->key_len,
             (unsigned long long)h->payload_size, (unsigned long long)h->id);
     /* The key lies inside the chunk: header_size <= chunk_size <= size - phys. */
-    memcpy(key, (const char *)ring_header_at(r, phys) + RING_FIXED_HEADER, h->key_len);
+    if (segment_load(key, (const char *)ring_header_at(r, phys) + RING_FIXED_HEADER,
+                     h->key_len) < 0)
+        return shmb_error_set(err, -EIO,
+                              "Segment truncated under the walk: the key of the chunk at "
+                              "data offset %llu could not be read (SIGBUS).",
+                              (unsigned long long)phys);
     key[h->key_len] = '\0';
     return 0;
 }
@@ -490,10 +500,152 @@ int ring_walk(const struct ring *r, ring_walk_fn fn, void *arg, struct shmb_erro
     return 0;
 }
 
+/* The smallest chunk: a header without key and one aligned byte of payload.
+ * A damaged span of n bytes cannot have held more than n / this chunks. */
+#define RING_MIN_CHUNK (2 * (uint64_t)SHMB_ALIGN)
+
+/* Read and check the chunk header at position pos for ring_adopt: the
+ * checks of ring_read_header, inside [pos, end), with an id in sequence
+ * (expect_id, or anything below next_id for the first chunk). 0, -EBADMSG
+ * (a damaged header) or -EIO (the file was shrunk under the walk). */
+static int ring_adopt_read(const struct ring *r, uint64_t pos, uint64_t end, bool first,
+                           uint64_t expect_id, uint64_t next_id, struct shmb_chunk_header *h,
+                           char key[SHMB_KEY_MAX + 1], struct shmb_error *err)
+{
+    uint64_t phys = pos % r->size;
+    int rc;
+
+    if ((rc = ring_read_header(r, phys, first ? 0 : expect_id, h, key, err)) < 0)
+        return rc;
+    if (h->chunk_size > end - pos)
+        return shmb_error_set(err, -EBADMSG,
+                              "Corrupt ring: chunk at data offset %llu runs past the end "
+                              "position.",
+                              (unsigned long long)phys);
+    if (h->state != SHMB_CHUNK_GAP && ((!first && h->id != expect_id) || h->id >= next_id))
+        return shmb_error_set(err, -EBADMSG,
+                              "Corrupt ring: chunk at data offset %llu has id %llu, "
+                              "expected %llu.",
+                              (unsigned long long)phys, (unsigned long long)h->id,
+                              (unsigned long long)(first ? next_id - 1 : expect_id));
+    return 0;
+}
+
+/* Append an adopted slot. */
+static int ring_adopt_slot(struct ring *r, uint64_t phys, uint64_t size, void *owner,
+                           uint32_t header_size, uint64_t payload_size)
+{
+    struct ring_slot *slot;
+
+    if (r->count == r->cap && ring_grow(r) < 0)
+        return -ENOMEM;
+    slot = ring_slot(r, r->count);
+    slot->phys = phys;
+    slot->size = size;
+    slot->owner = owner;
+    slot->freed = owner == NULL;
+    slot->header_size = header_size;
+    slot->payload_size = payload_size;
+    r->count++;
+    return 0;
+}
+
+/* How the skipped bytes [bad, found) are rewritten for lost ids (freed
+ * chunks, so that ids stay consecutive and the next walk is clean): in the
+ * lap of bad, *n_a chunks (or a tail gap when 0); in the next lap, when the
+ * span runs into it, *n_b chunks. Every chunk holds RING_MIN_CHUNK bytes or
+ * more, and never straddles the end of the data area. false when lost ids
+ * cannot be laid out so (then the candidate at found is not believed). */
+static bool ring_span_layout(const struct ring *r, uint64_t bad, uint64_t found, uint64_t lost,
+                             uint64_t *n_a, uint64_t *n_b)
+{
+    uint64_t phys = bad % r->size, len_a, len_b;
+
+    if (phys + (found - bad) <= r->size && found % r->size != 0) {
+        /* One piece inside the lap: one chunk per lost id at least. */
+        *n_a = lost;
+        *n_b = 0;
+        return lost >= 1 && lost <= (found - bad) / RING_MIN_CHUNK;
+    }
+    len_a = r->size - phys;
+    len_b = found - bad - len_a; /* the part in the next lap, from 0 */
+    *n_b = len_b == 0 ? 0 : lost < len_b / RING_MIN_CHUNK ? lost : len_b / RING_MIN_CHUNK;
+    *n_a = lost - *n_b;
+    return (len_b == 0 || *n_b >= 1) && *n_a <= len_a / RING_MIN_CHUNK;
+}
+
+/* Write n freed chunks over len bytes at phys, ids from id on (all but the
+ * last RING_MIN_CHUNK bytes, the last the rest), or a tail gap when n is 0,
+ * and give each chunk a freed slot. -ENOMEM. */
+static int ring_span_write(struct ring *r, uint64_t phys, uint64_t len, uint64_t n,
+                           uint64_t id)
+{
+    struct shmb_chunk_header hdr;
+    uint64_t i;
+
+    memset(&hdr, 0, sizeof(hdr));
+    hdr.magic = SHMB_CHUNK_MAGIC;
+    if (n == 0) {
+        hdr.state = SHMB_CHUNK_GAP;
+        hdr.header_size = RING_FIXED_HEADER;
+        hdr.chunk_size = len;
+        segment_store(ring_header_at(r, phys), &hdr, RING_FIXED_HEADER);
+        return 0;
+    }
+    for (i = 0; i < n; i++) {
+        uint64_t size = i + 1 < n ? RING_MIN_CHUNK : len - RING_MIN_CHUNK * (n - 1);
+
+        hdr.state = SHMB_CHUNK_FREE;
+        hdr.header_size = (uint32_t)ring_header_size(0);
+        hdr.id = id + i;
+        hdr.chunk_size = size;
+        hdr.payload_size = size - ring_header_size(0);
+        segment_store(ring_header_at(r, phys), &hdr, RING_FIXED_HEADER);
+        if (ring_adopt_slot(r, phys, size, NULL, hdr.header_size, hdr.payload_size) < 0)
+            return -ENOMEM;
+        phys += size;
+    }
+    return 0;
+}
+
+/* After a damaged header at position bad: the position of the next sound
+ * chunk (not a gap) before end, found in SHMB_ALIGN steps, whose id follows
+ * the last adopted one (expect_id; ids skipped only as many as the skipped
+ * bytes could have held). A candidate with no lost id must start a lap (the
+ * damaged header was the tail gap's). UINT64_MAX when there is none, or
+ * when the file was shrunk under the scan (-EIO in *rc). */
+static uint64_t ring_adopt_resync(const struct ring *r, uint64_t bad, uint64_t end, bool first,
+                                  uint64_t expect_id, uint64_t next_id, uint64_t *id, int *rc)
+{
+    uint64_t pos, n_a, n_b;
+
+    *rc = 0;
+    for (pos = bad + SHMB_ALIGN; pos < end; pos += SHMB_ALIGN) {
+        struct shmb_chunk_header h;
+        char key[SHMB_KEY_MAX + 1];
+        int got = ring_adopt_read(r, pos, end, true, 0, next_id, &h, key, NULL);
+
+        if (got == -EIO) {
+            *rc = -EIO;
+            return UINT64_MAX;
+        }
+        if (got < 0 || h.state == SHMB_CHUNK_GAP)
+            continue;
+        if (!first && (h.id < expect_id || h.id - expect_id > (pos - bad) / RING_MIN_CHUNK ||
+                       !ring_span_layout(r, bad, pos, h.id - expect_id, &n_a, &n_b)))
+            continue;
+        *id = h.id;
+        return pos;
+    }
+    return UINT64_MAX;
+}
+
+
 int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
                ring_adopt_fn fn, void *arg, struct shmb_error *err)
 {
-    uint64_t pos, expect_id = 0, last_end = start;
+    uint64_t pos, expect_id = 0, last_end = start, skipped = 0, spans = 0;
+    char damage[SHMB_ERROR_MSG_MAX] = "";
     bool first = true;
     int rc = 0;
 
@@ -506,31 +658,60 @@ int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
                               (unsigned long long)next_id, (unsigned long long)r->size);
     r->start = r->end = start;
     for (pos = start; pos < end;) {
-        uint64_t phys = pos % r->size;
+        uint64_t phys = pos % r->size, found, found_id = 0;
         struct shmb_chunk_header h; /* private copies: see ring_read_header */
         char key[SHMB_KEY_MAX + 1];
-        struct ring_slot *slot;
         void *owner;
 
-        if ((rc = ring_read_header(r, phys, first ? 0 : expect_id, &h, key, err)) < 0)
-            break;
-        if (h.chunk_size > end - pos) {
-            rc = shmb_error_set(
-                err, -EBADMSG,
-                "Corrupt ring: chunk at data offset %llu runs past the end "
-                "position.",
-                (unsigned long long)phys);
-            break;
-        }
-        if (h.state != SHMB_CHUNK_GAP) {
-            if ((!first && h.id != expect_id) || h.id >= next_id) {
-                rc = shmb_error_set(err, -EBADMSG,
-                                    "Corrupt ring: chunk at data offset %llu has id %llu, "
-                                    "expected %llu.",
-                                    (unsigned long long)phys, (unsigned long long)h.id,
-                                    (unsigned long long)(first ? next_id - 1 : expect_id));
+        rc = ring_adopt_read(r, pos, end, first, expect_id, next_id, &h, key, err);
+        if (rc == -EBADMSG) {
+            /* Resynchronise: a damaged header (a writer's overrun into the
+             * next chunk, say) loses that chunk only. The skipped bytes
+             * become freed chunks, reclaimed in their turn. */
+            if (damage[0] == '\0')
+                snprintf(damage, sizeof(damage), "%s", err != NULL ? err->message : "");
+            found = ring_adopt_resync(r, pos, end, first, expect_id, next_id, &found_id, &rc);
+            if (found == UINT64_MAX) {
+                if (rc == 0)
+                    rc = -EBADMSG;
+                else
+                    shmb_error_set(err, rc,
+                                   "Segment truncated under the walk: a chunk header "
+                                   "after data offset %llu could not be read (SIGBUS).",
+                                   (unsigned long long)phys);
                 break;
             }
+            spans++;
+            skipped += found - pos;
+            if (first) {
+                r->start = found; /* nothing adopted yet: the span is free */
+            } else {
+                /* The skipped bytes become freed chunks, one per lost id,
+                 * written into the segment so that the next walk is clean
+                 * (their headers were damaged anyway). */
+                uint64_t n_a, n_b, len_a;
+
+                (void)ring_span_layout(r, pos, found, found_id - expect_id, &n_a, &n_b);
+                len_a = n_b == 0 && phys + (found - pos) <= r->size && found % r->size != 0
+                            ? found - pos
+                            : r->size - phys;
+                if (ring_span_write(r, phys, len_a, n_a, expect_id) < 0 ||
+                    (found - pos > len_a &&
+                     ring_span_write(r, 0, found - pos - len_a, n_b, expect_id + n_a) < 0)) {
+                    rc = shmb_error_set(err, -ENOMEM, "Out of memory adopting the ring.");
+                    break;
+                }
+                expect_id = found_id;
+                if (n_a + n_b > 0)
+                    last_end = found;
+            }
+            pos = found;
+            rc = 0;
+            continue;
+        }
+        if (rc < 0)
+            break;
+        if (h.state != SHMB_CHUNK_GAP) {
             if (r->count == r->cap && ring_grow(r) < 0) {
                 rc = shmb_error_set(err, -ENOMEM, "Out of memory adopting the ring.");
                 break;
@@ -540,16 +721,11 @@ int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
             first = false;
             expect_id = h.id + 1;
             owner = fn(&h, key, r->data_offset + phys + h.header_size, arg);
-            slot = ring_slot(r, r->count);
-            slot->phys = phys;
-            slot->size = h.chunk_size;
-            slot->owner = owner;
-            slot->freed = owner == NULL;
-            slot->header_size = h.header_size;
-            slot->payload_size = h.payload_size;
+            (void)ring_adopt_slot(r, phys, h.chunk_size, owner, h.header_size,
+                                  h.payload_size); /* room made above */
             if (owner == NULL)
-                ring_header_at(r, phys)->state = SHMB_CHUNK_FREE;
-            r->count++;
+                ring_store_field(r, phys, offsetof(struct shmb_chunk_header, state),
+                                 &(uint16_t){SHMB_CHUNK_FREE}, sizeof(uint16_t));
             last_end = pos + h.chunk_size;
         }
         pos += h.chunk_size;
@@ -559,6 +735,10 @@ int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
      * before that chunk is not part of the ring, and ring_pop_tail_freed
      * relies on the newest chunk ending exactly at the end. */
     r->end = last_end;
+    if (r->start >= r->size) {
+        r->start -= r->size;
+        r->end -= r->size;
+    }
     if (r->count == 0)
         r->start = r->end = 0;
     r->next_id = next_id;
@@ -568,13 +748,23 @@ int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
     }
     ring_pop_freed(r);
     ring_pop_tail_freed(r);
-    if (rc < 0) {
-        char dropped[SHMB_ERROR_MSG_MAX];
+    if (rc < 0 || spans > 0) {
+        char first_msg[SHMB_ERROR_MSG_MAX], dropped[64] = "";
 
-        snprintf(dropped, sizeof(dropped), "%s", err != NULL ? err->message : "");
-        shmb_error_set(err, -EBADMSG, "%s Dropped the %llu bytes after it.", dropped,
-                       (unsigned long long)(end - pos));
-        return -EBADMSG;
+        snprintf(first_msg, sizeof(first_msg), "%s",
+                 damage[0] != '\0' ? damage : err != NULL ? err->message : "");
+        if (rc < 0 && rc != -ENOMEM)
+            snprintf(dropped, sizeof(dropped), " Dropped the %llu bytes after it.",
+                     (unsigned long long)(end - pos));
+        if (spans > 0)
+            shmb_error_set(err, rc == -ENOMEM ? rc : -EBADMSG,
+                           "%s Skipped %llu damaged bytes in %llu place(s) and adopted "
+                           "the chunks after them.%s",
+                           first_msg, (unsigned long long)skipped,
+                           (unsigned long long)spans, dropped);
+        else
+            shmb_error_set(err, rc == -ENOMEM ? rc : -EBADMSG, "%s%s", first_msg, dropped);
+        return rc == -ENOMEM ? rc : -EBADMSG;
     }
     return 0;
 }

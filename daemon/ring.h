@@ -128,12 +128,16 @@ typedef void *(*ring_adopt_fn)(const struct shmb_chunk_header *hdr, const char *
 /* Rebuild the ring of an existing segment from its chunk headers, between
  * the cursor's start and end (read from r->cursor before ring_init reset it,
  * and passed here). Nothing in the segment is trusted: each header and key
- * is copied once into private memory, the copy is checked and only the copy
- * is used; the walk stops at the first header that is corrupt or out of
- * sequence and drops the chunks from there on. The ring's end is the end of
- * the last chunk adopted (a tail gap after it is not kept). Returns 0, or
- * -EBADMSG when something was dropped (err says what and where); the ring is
- * consistent and usable either way. */
+ * is copied once into private memory (through the segment guard, so that a
+ * file shrunk under the walk ends it there), the copy is checked and only
+ * the copy is used. After a header that is corrupt or out of sequence the
+ * walk resynchronises: it looks further on, in SHMB_ALIGN steps before end,
+ * for a sound chunk whose id follows the last adopted one, rewrites the
+ * bytes skipped as freed chunks carrying the lost ids (or a tail gap), and
+ * goes on; with no such chunk it drops the rest. The ring's end is the end
+ * of the last chunk adopted (a tail gap after it is not kept). Returns 0, or
+ * -EBADMSG when something was skipped or dropped (err says what and where);
+ * the ring is consistent and usable either way. */
 int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
                ring_adopt_fn fn, void *arg, struct shmb_error *err);
 

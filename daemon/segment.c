@@ -465,19 +465,28 @@ static int segment_take_lock(struct segment *seg, struct shmb_error *err)
 /* Write the whole header page from private values (the file's size and the
  * layout's constants), the ring cursor excepted; the magic goes last, so a
  * header is valid only once it is complete. */
-static void segment_write_header(struct segment *seg, uint64_t created_unix)
+static int segment_write_header(struct segment *seg, uint64_t created_unix)
 {
     struct shmb_segment_header *hdr = seg->hdr;
+    /* Built privately and copied in through the guard (segment_store): a
+     * client holding the descriptor may shrink the file at any time. */
+    struct shmb_segment_header h;
 
-    hdr->version = SHMB_LAYOUT_VERSION;
-    hdr->header_size = SHMB_HEADER_PAGE;
-    hdr->total_size = seg->size;
-    hdr->data_offset = seg->data_offset;
-    hdr->data_size = seg->data_size;
-    hdr->owner_pid = getpid();
-    hdr->owner_start = seg->owner_start = segment_process_start(getpid());
-    hdr->created_unix = seg->created_unix = created_unix;
-    __atomic_store_n(&hdr->magic, SHMB_SEGMENT_MAGIC, __ATOMIC_RELEASE);
+    if (segment_load(&h, hdr, sizeof(h)) < 0)
+        return -EIO;
+    h.version = SHMB_LAYOUT_VERSION;
+    h.header_size = SHMB_HEADER_PAGE;
+    h.total_size = seg->size;
+    h.data_offset = seg->data_offset;
+    h.data_size = seg->data_size;
+    h.owner_pid = getpid();
+    h.owner_start = seg->owner_start = segment_process_start(getpid());
+    h.created_unix = seg->created_unix = created_unix;
+    if (segment_store((char *)hdr + sizeof(h.magic), (char *)&h + sizeof(h.magic),
+                      sizeof(h) - sizeof(h.magic)) < 0)
+        return -EIO;
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    return segment_store(&hdr->magic, &(uint64_t){SHMB_SEGMENT_MAGIC}, sizeof(hdr->magic));
 }
 
 int segment_restore_header(const struct segment *seg, struct shmb_error *err)
@@ -788,11 +797,21 @@ int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64
      * of the header says only what to log. */
     seg->data_offset = SHMB_HEADER_PAGE;
     seg->data_size = segment_data_size(size);
-    memcpy(&copy, seg->hdr, sizeof(copy));
+    if (segment_load(&copy, seg->hdr, sizeof(copy)) < 0)
+        goto truncated;
     segment_note_header(seg, &copy);
     created = copy.magic == SHMB_SEGMENT_MAGIC ? copy.created_unix : (uint64_t)time(NULL);
-    segment_write_header(seg, created);
+    if (segment_write_header(seg, created) < 0)
+        goto truncated;
     return 0;
+
+truncated:
+    /* The guard caught the SIGBUS of a read or write of the header page. */
+    rc = shmb_error_set(err, -EIO,
+                        "Segment %s was truncated or holed while it was being adopted "
+                        "(a client still holds its read-write descriptor): not "
+                        "adopted. Stop that client and start shmbrokerd again.",
+                        seg->path);
 
 fail:
     segment_close(seg);
@@ -823,7 +842,8 @@ static struct {
     char path[PATH_MAX];
 } segment_guard = {.fd = -1};
 
-/* Where segment_store's write jumps back to on SIGBUS; NULL outside one. */
+/* Where segment_store's write or segment_load's read jumps back to on
+ * SIGBUS; NULL outside one. */
 static sigjmp_buf *volatile segment_guard_jump;
 
 /* SIGBUS: a write of segment_store hit a page the file no longer has.
@@ -857,19 +877,38 @@ static void segment_guard_break(const char *what)
         segment_guard.on_broken(segment_guard.message);
 }
 
-int segment_guard_watch(const struct segment *seg, void (*on_broken)(const char *message),
-                        struct shmb_error *err)
+/* Install the SIGBUS handler: once from segment_load and segment_store,
+ * which may run before segment_guard_watch (the header copy of
+ * segment_adopt); again (force) from segment_guard_watch. */
+static int segment_guard_install(bool force)
 {
+    static bool installed;
     struct sigaction sa;
-    struct stat st;
 
+    if (installed && !force)
+        return 0;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = segment_on_sigbus;
     /* SIGBUS stays unblocked in the handler, so that siglongjmp needs no
      * saved mask and segment_store no system call. */
     sa.sa_flags = SA_NODEFER;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGBUS, &sa, NULL) != 0 || fstat(seg->fd, &st) != 0)
+    if (sigaction(SIGBUS, &sa, NULL) != 0)
+        return -errno;
+    installed = true;
+    return 0;
+}
+
+int segment_guard_watch(const struct segment *seg, void (*on_broken)(const char *message),
+                        struct shmb_error *err)
+{
+    struct stat st;
+    int rc;
+
+    if ((rc = segment_guard_install(true)) < 0)
+        return shmb_error_set(err, rc, "Cannot watch segment %s: %s.", seg->path,
+                              strerror(-rc));
+    if (fstat(seg->fd, &st) != 0)
         return shmb_error_set(err, -errno, "Cannot watch segment %s: %s.", seg->path,
                               strerror(errno));
     segment_guard.fd = seg->fd;
@@ -912,10 +951,29 @@ int segment_store(void *dst, const void *src, size_t len)
 {
     sigjmp_buf jump;
 
+    if (segment_guard_install(false) < 0)
+        return -EIO;
     /* Tried even once the segment is broken: a state written where the file
      * still has its page (an object deleted) must be there for a restart. */
     if (sigsetjmp(jump, 0) != 0) {
         segment_guard_break("a write into it hit a page the file no longer has "
+                            "(SIGBUS): it was truncated or a hole was punched in it");
+        return -EIO;
+    }
+    segment_guard_jump = &jump;
+    memcpy(dst, src, len);
+    segment_guard_jump = NULL;
+    return 0;
+}
+
+int segment_load(void *dst, const void *src, size_t len)
+{
+    sigjmp_buf jump;
+
+    if (segment_guard_install(false) < 0)
+        return -EIO;
+    if (sigsetjmp(jump, 0) != 0) {
+        segment_guard_break("a read of it hit a page the file no longer has "
                             "(SIGBUS): it was truncated or a hole was punched in it");
         return -EIO;
     }

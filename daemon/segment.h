@@ -173,3 +173,9 @@ int segment_guard_check(struct shmb_error *err);
  * segment broken) when the write faulted: the page is gone. */
 int segment_store(void *dst, const void *src, size_t len);
 
+/* Copy len bytes out of the segment at src into private memory at dst: the
+ * daemon's reads of the mapping while a client may shrink the file (the
+ * adoption walk). -EIO (and the guard reports the segment broken) when the
+ * read faulted: the page is gone. */
+int segment_load(void *dst, const void *src, size_t len);
+

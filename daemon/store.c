@@ -19,6 +19,7 @@
 #include "../proto/text.h"
 #include "index.h"
 #include "ring.h"
+#include "segment.h"
 
 /* One holder's pins on one object. */
 struct pin {
@@ -1024,14 +1025,23 @@ struct store *store_adopt(void *data, uint64_t data_offset, uint64_t data_size,
                           const struct store_config *cfg,
                           struct store_adopt_report *report, struct shmb_error *err)
 {
-    /* The cursor is read from the segment once, here; ring_adopt checks it. */
-    uint64_t start = cursor->ring_start, end = cursor->ring_end,
-             next = cursor->ring_next_id;
+    /* The cursor is read from the segment once, here, through the guard (a
+     * client may have shrunk the file); ring_adopt checks it. */
+    uint64_t start = 0, end = 0, next = 0;
     struct store_adoption a;
     struct shmb_error walk = {0};
     struct store *s;
 
     memset(report, 0, sizeof(*report));
+    if (segment_load(&start, &cursor->ring_start, sizeof(start)) < 0 ||
+        segment_load(&end, &cursor->ring_end, sizeof(end)) < 0 ||
+        segment_load(&next, &cursor->ring_next_id, sizeof(next)) < 0) {
+        report->corrupt = true;
+        snprintf(report->message, sizeof(report->message),
+                 "The ring cursor could not be read (the file was truncated under "
+                 "the daemon): nothing adopted.");
+        start = end = next = 0;
+    }
     s = store_new(data, data_offset, data_size, cursor, cfg, err);
     if (s == NULL)
         return NULL;

@@ -1597,11 +1597,12 @@ static void test_adopt_refused_chunks(void **state)
     fix_free(f);
 }
 
-/* The walk stops at the first corrupt header: ring_adopt returns -EBADMSG
- * with a message naming the bad magic, where it is and how much was
- * dropped; the chunks before it are kept and those from it on are never
- * offered; ids go on from the last sound chunk and the ring is usable. A
- * cursor that makes no sense adopts nothing, with its own message. */
+/* With no sound chunk after a corrupt header, the walk stops there:
+ * ring_adopt returns -EBADMSG with a message naming the bad magic, where it
+ * is and how much was dropped; the chunks before it are kept and those from
+ * it on are never offered; ids go on from the last sound chunk and the ring
+ * is usable. A cursor that makes no sense adopts nothing, with its own
+ * message. */
 static void test_adopt_stops_at_corrupt(void **state)
 {
     struct fix *f = fix_new(1024, true);
@@ -1616,6 +1617,7 @@ static void test_adopt_stops_at_corrupt(void **state)
     for (i = 0; i < 4; i++)
         c[i] = alloc_ok(f, 100, "k", tag((uint64_t)i)); /* 192 bytes each */
     chunk_at(f, c[2].phys)->magic = 0x12345678;
+    chunk_at(f, c[3].phys)->magic = 0x12345678;
     assert_int_equal(readopt(f, &r2, &o, &err), -EBADMSG);
     assert_int_equal(err.code, -EBADMSG);
     if (strstr(err.message, "bad chunk magic 0x12345678 at data offset 384") == NULL ||
@@ -1644,6 +1646,160 @@ static void test_adopt_stops_at_corrupt(void **state)
     assert_int_equal(ring_used(&r2), 0);
     assert_int_equal(ring_alloc(&r2, 100, "z", 1, tag(7), &x, &err), 0);
     assert_int_equal(x.phys, 0);
+    ring_fini(&r2);
+    fix_free(f);
+}
+
+/* Free every live chunk of r (owners tag(id)) in the order given by
+ * from_tail, checking the ring after each; it ends empty. */
+static void free_all(struct ring *r, bool from_tail)
+{
+    size_t n = ring_count(r), i;
+    uint64_t first = r->first_id;
+
+    for (i = 0; i < n; i++) {
+        uint64_t id = from_tail ? first + n - 1 - i : first + i;
+        struct ring_chunk c;
+
+        if (ring_at(r, (size_t)(id - r->first_id), &c) != NULL)
+            assert_int_equal(ring_free(r, id), 0);
+        assert_true(r->start <= r->end && r->end - r->start <= r->size);
+    }
+    assert_int_equal(ring_count(r), 0);
+    assert_int_equal(ring_used(r), 0);
+}
+
+/* A writer that overruns its payload by one byte spoils the magic of the
+ * next chunk's header: adoption skips that chunk only, resynchronising on
+ * the next sound header, and keeps every chunk after it. The skipped bytes
+ * are rewritten as a freed chunk (ids stay consecutive), reclaimed in their
+ * turn; the ring ends where it ended, a second adoption finds the same
+ * without complaint, and the ring empties whichever end it is freed from. Before resynchronisation every
+ * chunk after the damaged one was dropped. */
+static void test_adopt_resyncs_after_overrun(void **state)
+{
+    int pass;
+
+    (void)state;
+    for (pass = 0; pass < 2; pass++) {
+        struct fix *f = fix_new(2048, true);
+        struct shmb_error err = {0};
+        struct ring_chunk c[8], x;
+        struct offered o;
+        struct ring r2, r3;
+        int i;
+
+        memset(&o, 0, sizeof(o));
+        for (i = 0; i < 8; i++) /* 128 bytes each: 64 of header, 64 of payload */
+            c[i] = alloc_ok(f, 64, "k", tag((uint64_t)i));
+        for (i = 0; i < 8; i++)
+            assert_int_equal(ring_set_state(&f->r, c[i].id, SHMB_CHUNK_COMMITTED), 0);
+        /* A (c[2]) writes 65 bytes: the 65th is B's (c[3]) first magic byte. */
+        memset(payload_of(f, &c[2]), 'a', 65);
+        assert_int_not_equal(chunk_at(f, c[3].phys)->magic, SHMB_CHUNK_MAGIC);
+
+        assert_int_equal(readopt(f, &r2, &o, &err), -EBADMSG);
+        if (strstr(err.message, "bad chunk magic") == NULL ||
+            strstr(err.message, "Skipped 128 damaged bytes in 1 place(s)") == NULL)
+            fail_msg("unexpected message: %s", err.message);
+        assert_int_equal(o.n, 7);
+        for (i = 0; i < 7; i++)
+            assert_int_equal(o.ids[i], c[i < 3 ? i : i + 1].id);
+        assert_int_equal(ring_count(&r2), 8);
+        assert_null(ring_at(&r2, 3, &x)); /* B: freed */
+        assert_ptr_equal(ring_at(&r2, 4, &x), tag(c[4].id));
+        assert_int_equal(x.phys, c[4].phys);
+        assert_int_equal(r2.start, f->r.start);
+        assert_int_equal(r2.end, f->r.end);
+        assert_int_equal(r2.next_id, f->r.next_id);
+
+        /* B's bytes were rewritten as a freed chunk with B's id: a second
+         * restart finds the same, cleanly. */
+        assert_int_equal(chunk_at(f, c[3].phys)->magic, SHMB_CHUNK_MAGIC);
+        assert_int_equal(chunk_at(f, c[3].phys)->state, SHMB_CHUNK_FREE);
+        assert_int_equal(chunk_at(f, c[3].phys)->id, c[3].id);
+        assert_int_equal(chunk_at(f, c[3].phys)->chunk_size, 128);
+        memset(&o, 0, sizeof(o));
+        shmb_error_clear(&err);
+        assert_int_equal(readopt(f, &r3, &o, &err), 0);
+        assert_int_equal(o.n, 8);
+        assert_int_equal(o.states[3], SHMB_CHUNK_FREE);
+        assert_int_equal(r3.end, r2.end);
+        ring_fini(&r3);
+
+        free_all(&r2, pass == 1);
+        /* Nothing left behind: a new chunk fills from the start. */
+        assert_int_equal(ring_alloc(&r2, 1900, "z", 1, tag(9), &x, &err), 0);
+        ring_fini(&r2);
+        fix_free(f);
+    }
+}
+
+/* An overrun over two headers loses both chunks: the bytes skipped become
+ * two freed chunks with the lost ids, the chunks after are kept. A damaged
+ * first chunk moves the start to the next sound one. A damaged tail gap
+ * header loses nothing: the walk finds the next lap's first chunk. */
+static void test_adopt_resyncs_over_several(void **state)
+{
+    struct fix *f = fix_new(2048, true);
+    struct shmb_segment_header saved;
+    struct shmb_error err = {0};
+    struct ring_chunk c[6], x;
+    struct offered o;
+    struct ring r2;
+    int i;
+
+    (void)state;
+    memset(&o, 0, sizeof(o));
+    for (i = 0; i < 6; i++)
+        c[i] = alloc_ok(f, 64, "k", tag((uint64_t)i));
+    saved = f->cursor;
+    chunk_at(f, c[2].phys)->magic = 0;
+    chunk_at(f, c[3].phys)->magic = 0;
+    assert_int_equal(readopt(f, &r2, &o, &err), -EBADMSG);
+    assert_int_equal(o.n, 4);
+    assert_int_equal(o.ids[2], c[4].id);
+    assert_int_equal(ring_count(&r2), 6);
+    assert_int_equal(r2.end, f->r.end);
+    assert_int_equal(r2.next_id, f->r.next_id);
+    free_all(&r2, true);
+    ring_fini(&r2);
+
+    /* The first chunk damaged: the start moves to the next one. */
+    f->cursor = saved; /* the freeing above emptied the mirrored cursor */
+    chunk_at(f, c[2].phys)->magic = SHMB_CHUNK_MAGIC;
+    chunk_at(f, c[3].phys)->magic = SHMB_CHUNK_MAGIC;
+    chunk_at(f, c[0].phys)->magic = 0;
+    memset(&o, 0, sizeof(o));
+    shmb_error_clear(&err);
+    assert_int_equal(readopt(f, &r2, &o, &err), -EBADMSG);
+    assert_int_equal(o.n, 5);
+    assert_int_equal(o.ids[0], c[1].id);
+    assert_int_equal(r2.start, c[1].phys);
+    assert_int_equal(r2.end, f->r.end);
+    assert_int_equal(r2.first_id, c[1].id);
+    free_all(&r2, false);
+    ring_fini(&r2);
+    fix_free(f);
+
+    /* A tail gap whose header is damaged. */
+    f = fix_new(1024, true);
+    memset(&o, 0, sizeof(o));
+    c[0] = alloc_ok(f, 250, "a", tag(0)); /* 320 at 0 */
+    c[1] = alloc_ok(f, 250, "b", tag(1)); /* 320 at 320 */
+    c[2] = alloc_ok(f, 250, "c", tag(2)); /* 320 at 640; 64 left */
+    assert_int_equal(ring_free(&f->r, c[0].id), 0);
+    c[3] = alloc_ok(f, 100, "d", tag(3)); /* at 0, after a gap at 960 */
+    assert_int_equal(c[3].phys, 0);
+    chunk_at(f, 960)->magic = 0;
+    shmb_error_clear(&err);
+    assert_int_equal(readopt(f, &r2, &o, &err), -EBADMSG);
+    assert_int_equal(o.n, 3);
+    assert_int_equal(ring_count(&r2), 3);
+    assert_int_equal(r2.start, f->r.start);
+    assert_int_equal(r2.end, f->r.end);
+    free_all(&r2, true);
+    assert_int_equal(ring_alloc(&r2, 900, "z", 1, tag(9), &x, &err), 0);
     ring_fini(&r2);
     fix_free(f);
 }
@@ -1881,6 +2037,8 @@ int main(void)
         cmocka_unit_test(test_adopt_rebuilds_wrapped_ring),
         cmocka_unit_test(test_adopt_refused_chunks),
         cmocka_unit_test(test_adopt_stops_at_corrupt),
+        cmocka_unit_test(test_adopt_resyncs_after_overrun),
+        cmocka_unit_test(test_adopt_resyncs_over_several),
         cmocka_unit_test(test_adopt_refuses_huge_ids),
         cmocka_unit_test(test_adopt_end_after_stopped_lap),
         cmocka_unit_test(test_adopt_uses_private_copies),

@@ -892,6 +892,44 @@ static void test_client_flock_not_liveness(void **state)
     assert_int_equal(dir_entries(), 0);
 }
 
+/* Issue 10, item 4 (adoption). The guarded read: segment_load from a page
+ * the file lost (truncated by someone else holding a descriptor, as a
+ * client can while a restarted daemon walks the chunk headers) is -EIO, not
+ * a SIGBUS that kills the process; a read from a page still there works and
+ * copies the bytes; the guard then says the segment is broken and why.
+ * Before segment_load the adoption read the mapping with memcpy and died. */
+static void test_guard_load(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+    uint64_t size = 64 * 1024;
+    char *data, buf[8] = "";
+    int fd;
+
+    (void)state;
+    assert_int_equal(segment_create(&seg, test_dir, "loaded", size, &err), 0);
+    assert_int_equal(segment_guard_watch(&seg, NULL, &err), 0);
+    data = segment_data(&seg);
+    assert_int_equal(segment_store(data + 16, "abcd", 4), 0);
+    assert_int_equal(segment_store(data + 12288, "wxyz", 4), 0);
+    assert_int_equal(segment_load(buf, data + 12288, 4), 0);
+    assert_memory_equal(buf, "wxyz", 4);
+    fd = open(seg.path, O_RDWR | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 8192), 0);
+    memset(buf, 0, sizeof(buf));
+    assert_int_equal(segment_load(buf, data + 12288, 4), -EIO);
+    assert_int_equal(segment_load(buf, data + 16, 4), 0);
+    assert_memory_equal(buf, "abcd", 4);
+    assert_int_equal(segment_guard_check(&err), -EIO);
+    if (strstr(err.message, "a read of it hit a page the file no longer has (SIGBUS)") ==
+        NULL)
+        fail_msg("unexpected message: '%s'", err.message);
+    close(fd);
+    segment_destroy(&seg);
+    assert_int_equal(dir_entries(), 0);
+}
+
 /* Findings 1 and 8 of the second review: segment_check_adoptable refuses a
  * FIFO at once (no blocking open), and a file of ours with group or other
  * bits or a second link (-EPERM, naming mode and links). */
@@ -953,6 +991,7 @@ int main(void)
         cmocka_unit_test_setup(test_destroy_only_own_file, test_setup),
         cmocka_unit_test_setup(test_client_flock_not_liveness, test_setup),
         cmocka_unit_test_setup(test_adoptable_checks_file, test_setup),
+        cmocka_unit_test_setup(test_guard_load, test_setup),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);
