@@ -947,17 +947,22 @@ int segment_guard_check(struct shmb_error *err)
     return 0;
 }
 
-int segment_store(void *dst, const void *src, size_t len)
+/* Copy len bytes between the segment and private memory under the guard:
+ * a SIGBUS on a page the file no longer has ends the copy with -EIO and
+ * marks the segment broken, naming what (a read or a write) hit it. */
+static int segment_guarded_copy(void *dst, const void *src, size_t len, const char *what)
 {
     sigjmp_buf jump;
+    char why[160];
 
     if (segment_guard_install(false) < 0)
         return -EIO;
-    /* Tried even once the segment is broken: a state written where the file
-     * still has its page (an object deleted) must be there for a restart. */
     if (sigsetjmp(jump, 0) != 0) {
-        segment_guard_break("a write into it hit a page the file no longer has "
-                            "(SIGBUS): it was truncated or a hole was punched in it");
+        snprintf(why, sizeof(why),
+                 "a %s it hit a page the file no longer has (SIGBUS): it was truncated "
+                 "or a hole was punched in it",
+                 what);
+        segment_guard_break(why);
         return -EIO;
     }
     segment_guard_jump = &jump;
@@ -966,19 +971,14 @@ int segment_store(void *dst, const void *src, size_t len)
     return 0;
 }
 
+int segment_store(void *dst, const void *src, size_t len)
+{
+    /* Tried even once the segment is broken: a state written where the file
+     * still has its page (an object deleted) must be there for a restart. */
+    return segment_guarded_copy(dst, src, len, "write into");
+}
+
 int segment_load(void *dst, const void *src, size_t len)
 {
-    sigjmp_buf jump;
-
-    if (segment_guard_install(false) < 0)
-        return -EIO;
-    if (sigsetjmp(jump, 0) != 0) {
-        segment_guard_break("a read of it hit a page the file no longer has "
-                            "(SIGBUS): it was truncated or a hole was punched in it");
-        return -EIO;
-    }
-    segment_guard_jump = &jump;
-    memcpy(dst, src, len);
-    segment_guard_jump = NULL;
-    return 0;
+    return segment_guarded_copy(dst, src, len, "read of");
 }
