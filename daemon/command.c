@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -139,21 +138,9 @@ static int cmd_hello(struct command_call *call)
             "\"mode\" must be \"rw\" (read-write) or \"ro\" (read-only), "
             "not \"%.32s\".",
             mode);
-    {
-        struct stat st;
-
-        /* A client that truncated the file leaves nothing a new client could
-         * map: say why, rather than pass a descriptor that cannot be used. */
-        if (fstat(seg->fd, &st) == 0 && (uint64_t)st.st_size < seg->size)
-            return shmb_error_set(
-                &call->err, -EIO,
-                "Segment %s was truncated by a client to %lld of its %llu bytes; no "
-                "new client can map it. Restart shmbrokerd: it grows the file back "
-                "and keeps the objects still in it.",
-                seg->name, (long long)st.st_size, (unsigned long long)seg->size);
-    }
-    /* The library checks the header page of the descriptor it gets: undo
-     * whatever a read-write client wrote there before passing it. */
+    /* The library maps the whole file and checks its header page: refuse a
+     * file a client truncated, and undo whatever a read-write client wrote in
+     * the header page, before passing the descriptor. */
     if ((rc = segment_restore_header(seg, &call->err)) < 0)
         return rc;
     if ((rc = command_set(call, "version", json_integer(SHMB_PROTOCOL_VERSION))) < 0 ||

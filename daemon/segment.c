@@ -502,7 +502,17 @@ int segment_restore_header(const struct segment *seg, struct shmb_error *err)
         .owner_start = seg->owner_start,
         .created_unix = seg->created_unix,
     };
+    struct stat st;
 
+    /* A client that truncated the file leaves nothing a new client could
+     * map: say why, rather than pass a descriptor that cannot be used. */
+    if (fstat(seg->fd, &st) == 0 && (uint64_t)st.st_size < seg->size)
+        return shmb_error_set(err, -EIO,
+                              "Segment %s was truncated by a client to %lld of its %llu "
+                              "bytes; no new client can map it. Restart shmbrokerd: it "
+                              "grows the file back and keeps the objects still in it.",
+                              seg->name, (long long)st.st_size,
+                              (unsigned long long)seg->size);
     /* Everything before the ring cursor, which the store keeps. */
     if (seg->hdr == NULL ||
         segment_store(seg->hdr, &hdr, offsetof(struct shmb_segment_header, ring_start)) < 0)

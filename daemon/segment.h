@@ -128,10 +128,11 @@ enum segment_owner {
 enum segment_owner segment_probe_existing(const char *dir, const char *name,
                                           int64_t *owner_pid);
 
-/* Write the header page again from private values (magic, layout version,
- * sizes, data offset, owner; not the ring cursor) through segment_store,
- * undoing whatever a read-write client wrote there. -EIO with a message when
- * the page is gone. */
+/* Make the segment fit to hand to a new client: -EIO saying so when a
+ * client truncated the file (nothing could map it); else write the header
+ * page again from private values (magic, layout version, sizes, data offset,
+ * owner; not the ring cursor) through segment_store, undoing whatever a
+ * read-write client wrote there. -EIO with a message when the page is gone. */
 int segment_restore_header(const struct segment *seg, struct shmb_error *err);
 
 /* Unmap and close without removing the file. */
