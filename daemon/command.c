@@ -40,14 +40,6 @@ struct command_op {
     const char *usage; /* the request's shape, quoted in EINVAL messages */
 };
 
-uint64_t command_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Unpack the request strictly against fmt; on mismatch, an EINVAL that quotes
  * jansson's reason and the op's usage. */
 static int command_unpack(struct command_call *call, const char *op, const char *usage,
@@ -233,7 +225,7 @@ static int cmd_alloc(struct command_call *call)
             /* Wait: the connection retries this request when room may have
              * been made, in arrival order, until the deadline. */
             if (call->wait_until_ms == 0)
-                call->wait_until_ms = command_now_ms() + (uint64_t)wait_ms;
+                call->wait_until_ms = clock_now_ms() + (uint64_t)wait_ms;
             store_retract_enospc(call->env->store);
             return -EINPROGRESS;
         }
@@ -451,7 +443,7 @@ static int cmd_stats(struct command_call *call)
         (json_int_t)st.free, "objects", (json_int_t)st.objects, "pending",
         (json_int_t)st.pending, "pinned", (json_int_t)st.pinned, "clients",
         (json_int_t)env->clients, "max_object_size", (json_int_t)st.max_object_size,
-        "uptime_s", (json_int_t)((command_now_ms() - env->started_ms) / 1000), "pid",
+        "uptime_s", (json_int_t)((clock_now_ms() - env->started_ms) / 1000), "pid",
         (json_int_t)getpid(), "version", SHMB_VERSION, "shm_dir", env->shm_dir,
         "shm_dir_free", (json_int_t)shm_free, "blocker", blocker, "counters", "allocs",
         (json_int_t)st.allocs, "commits", (json_int_t)st.commits, "gets",
@@ -527,7 +519,7 @@ static const struct command_op command_ops[] = {
 static void log_noreply(const struct command_call *call, int rc)
 {
     static uint64_t last_ms;
-    uint64_t now = command_now_ms();
+    uint64_t now = clock_now_ms();
 
     if (now - last_ms < 1000 && last_ms != 0)
         return;

@@ -14,6 +14,7 @@
 
 #include "../proto/line.h"
 #include "../proto/protocol.h"
+#include "clock.h"
 #include "segment.h"
 #include "store.h"
 
@@ -67,7 +68,7 @@ struct command_result {
                                caller frees text.buf with shmb_free */
     unsigned flags;         /* enum command_flag */
     json_t *wait_request;   /* COMMAND_WAIT: the request to retry; the caller owns it */
-    uint64_t wait_until_ms; /* COMMAND_WAIT: when the wait ends (command_now_ms) */
+    uint64_t wait_until_ms; /* COMMAND_WAIT: when the wait ends (clock_now_ms) */
 };
 
 /* Largest "wait_ms" an alloc may ask for: an hour. */
@@ -104,7 +105,7 @@ void command_retry(struct command_env *env, struct command_client *client,
 uint64_t command_room_generation(const struct command_env *env);
 
 /* When room may appear without any request (a read lease running out), in
- * command_now_ms time; UINT64_MAX when nothing is due. */
+ * clock_now_ms time; UINT64_MAX when nothing is due. */
 uint64_t command_room_wake_ms(const struct command_env *env);
 
 /* The reply to a request line longer than SHMB_MAX_LINE; the connection
@@ -123,7 +124,5 @@ json_t *command_result_json(const struct command_result *res);
  * unregister it. */
 void command_client_close(struct command_env *env, struct command_client *client);
 
-/* Monotonic milliseconds, the clock uptime and ages are measured with. */
-uint64_t command_now_ms(void);
 
 #endif

@@ -672,27 +672,27 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
             cfg->limits.hello_timeout_ms = value;
             break;
         case OPT_ALLOW_UID:
-            if (cfg->limits.n_allow_uid == SERVER_MAX_ALLOW ||
+            if (cfg->limits.n_allow_uid == POLICY_MAX_ALLOW ||
                 config_parse_uid(arg, &cfg->limits.allow_uid[cfg->limits.n_allow_uid]) <
                     0) {
                 shmb_error_set(
                     err, -EINVAL,
                     "Invalid --allow-uid '%s': expected a user name or uid (at "
                     "most %d of them).",
-                    arg, SERVER_MAX_ALLOW);
+                    arg, POLICY_MAX_ALLOW);
                 return CONFIG_EXIT_USAGE;
             }
             cfg->limits.n_allow_uid++;
             break;
         case OPT_ALLOW_GID:
-            if (cfg->limits.n_allow_gid == SERVER_MAX_ALLOW ||
+            if (cfg->limits.n_allow_gid == POLICY_MAX_ALLOW ||
                 config_parse_gid(arg, &cfg->limits.allow_gid[cfg->limits.n_allow_gid]) <
                     0) {
                 shmb_error_set(
                     err, -EINVAL,
                     "Invalid --allow-gid '%s': expected a group name or gid (at "
                     "most %d of them).",
-                    arg, SERVER_MAX_ALLOW);
+                    arg, POLICY_MAX_ALLOW);
                 return CONFIG_EXIT_USAGE;
             }
             cfg->limits.n_allow_gid++;

@@ -12,7 +12,7 @@
 
 #include "../proto/error.h"
 #include "log.h"
-#include "server.h"
+#include "policy.h"
 
 #define CONFIG_DEFAULT_SIZE (256ULL << 20)
 #define CONFIG_DEFAULT_MAX_OBJECT (128ULL << 20)
@@ -46,7 +46,7 @@ struct config {
     bool fresh;                     /* discard a segment left by a dead daemon */
     uint64_t alloc_timeout_ms;      /* 0 = pending allocations never expire */
     uint64_t read_lease_ms;         /* 0 = awaited reads hold objects forever */
-    struct server_limits limits;    /* clients, allow lists, queued output */
+    struct policy limits;       /* clients, allow lists, queued output */
     uint64_t max_pins, max_pending; /* per connection */
     char config_file[PATH_MAX];     /* --config, "" when none */
     char log_file[PATH_MAX];        /* --log-file, "" for stderr */

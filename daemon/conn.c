@@ -495,7 +495,7 @@ static bool conn_overflows(struct conn *conn)
 static enum conn_step conn_process(struct conn *conn)
 {
     enum conn_step step = CONN_NEXT;
-    uint64_t turn_start = command_now_ms();
+    uint64_t turn_start = clock_now_ms();
     size_t start = 0;
     char *nl;
 
@@ -517,7 +517,7 @@ static enum conn_step conn_process(struct conn *conn)
             conn_overflows(conn))
             step = CONN_DROP;
         /* Its turn is over: the rest waits for the next loop iteration. */
-        if (step == CONN_NEXT && command_now_ms() - turn_start >= CONN_TURN_MS &&
+        if (step == CONN_NEXT && clock_now_ms() - turn_start >= CONN_TURN_MS &&
             memchr(conn->in + start, '\n', conn->in_len - start) != NULL) {
             server_defer(conn->server, conn);
             step = CONN_WAIT;
@@ -766,7 +766,7 @@ int conn_open(struct server *srv, int fd, pid_t pid, uid_t uid, gid_t gid)
     }
     conn->pipe.data = conn;
     conn->server = srv;
-    conn->connected_ms = command_now_ms();
+    conn->connected_ms = clock_now_ms();
     conn->client.pid = pid;
     conn->client.uid = uid;
     conn->client.gid = gid;

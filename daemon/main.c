@@ -408,7 +408,7 @@ static void daemon_on_expiry_arm(uv_prepare_t *handle)
     due = oldest + d->cfg.alloc_timeout_ms;
     if (due == d->expiry_due)
         return;
-    now = command_now_ms();
+    now = clock_now_ms();
     d->expiry_due = due;
     uv_timer_start(&d->expiry, daemon_on_expiry, due > now ? due - now : 0, 0);
 }
@@ -507,7 +507,7 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
     d->env.store = d->store;
     d->env.segment = &d->seg;
     d->env.shm_dir = d->cfg.shm_dir;
-    d->env.started_ms = command_now_ms();
+    d->env.started_ms = clock_now_ms();
     d->env.limits.max_pins = d->cfg.max_pins;
     d->env.limits.max_pending = d->cfg.max_pending;
     if ((rc = uv_loop_init(&d->loop)) < 0) {

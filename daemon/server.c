@@ -126,7 +126,7 @@ static void server_refuse(int fd, int code, const char *message)
 
 /* True when the peer's uid or one of its groups is on the allow lists (or
  * there are none). The daemon's own user and root are always allowed. */
-static bool server_allowed(const struct server_limits *lim, int fd,
+static bool server_allowed(const struct policy *lim, int fd,
                            const struct ucred *cred)
 {
     gid_t groups[256];
@@ -155,7 +155,7 @@ static bool server_allowed(const struct server_limits *lim, int fd,
 /* Admit or refuse one accepted socket. */
 static void server_admit(struct server *srv, int fd)
 {
-    const struct server_limits *lim = srv->limits;
+    const struct policy *lim = srv->limits;
     struct ucred cred = {0, (uid_t)-1, (gid_t)-1};
     socklen_t len = sizeof(cred);
     char msg[256];
@@ -289,7 +289,7 @@ static void server_on_wait_timer(uv_timer_t *timer);
  * moment a read lease lets the blocker go, if that comes first. */
 static void server_arm_wait_timer(struct server *srv)
 {
-    uint64_t earliest = UINT64_MAX, now = command_now_ms(), wake;
+    uint64_t earliest = UINT64_MAX, now = clock_now_ms(), wake;
     struct conn *c;
 
     for (c = srv->wait_head; c != NULL; c = c->wait_next)
@@ -375,7 +375,7 @@ static void server_on_room_check(uv_check_t *check)
 static void server_on_wait_timer(uv_timer_t *timer)
 {
     struct server *srv = timer->data;
-    uint64_t now = command_now_ms();
+    uint64_t now = clock_now_ms();
     struct conn *c, *next;
 
     while (srv->wait_head != NULL && srv->wait_head->wait_until_ms > now &&
@@ -470,7 +470,7 @@ void server_unbind(int fd, const char *path)
 }
 
 int server_listen(struct server *srv, uv_loop_t *loop, int fd, const char *path,
-                  struct command_env *env, const struct server_limits *limits,
+                  struct command_env *env, const struct policy *limits,
                   struct shmb_error *err)
 {
     int rc;
@@ -536,7 +536,7 @@ int server_activated_fd(int *fd, struct shmb_error *err)
 }
 
 int server_adopt(struct server *srv, uv_loop_t *loop, int fd, struct command_env *env,
-                 const struct server_limits *limits, struct shmb_error *err)
+                 const struct policy *limits, struct shmb_error *err)
 {
     struct sockaddr_un sun;
     socklen_t len = sizeof(sun);
@@ -568,7 +568,7 @@ int server_adopt(struct server *srv, uv_loop_t *loop, int fd, struct command_env
 static void server_on_hello_timer(uv_timer_t *timer)
 {
     struct server *srv = timer->data;
-    uint64_t limit = srv->limits->hello_timeout_ms, now = command_now_ms();
+    uint64_t limit = srv->limits->hello_timeout_ms, now = clock_now_ms();
     uint64_t earliest = UINT64_MAX;
     struct conn *c, *next;
 
@@ -602,7 +602,7 @@ void server_hello_watch(struct server *srv)
 static void server_on_unread_timer(uv_timer_t *timer)
 {
     struct server *srv = timer->data;
-    uint64_t now = command_now_ms();
+    uint64_t now = clock_now_ms();
     bool again = false;
     struct conn *c, *next;
 

@@ -14,23 +14,9 @@
 
 #include "../proto/error.h"
 #include "command.h"
+#include "policy.h"
 
 struct conn;
-
-#define SERVER_MAX_ALLOW 64 /* entries in each of --allow-uid and --allow-gid */
-
-/* Who may connect, how many, and how much output a client may leave unread. */
-struct server_limits {
-    unsigned max_clients;
-    unsigned max_clients_per_uid;
-    size_t max_queued_output;
-    uint64_t hello_timeout_ms; /* close connections silent this long before
-                                  hello; 0 = never */
-    uid_t allow_uid[SERVER_MAX_ALLOW];
-    size_t n_allow_uid;
-    gid_t allow_gid[SERVER_MAX_ALLOW];
-    size_t n_allow_gid;
-};
 
 struct server {
     uv_loop_t *loop;
@@ -42,7 +28,7 @@ struct server {
     bool owns_path;    /* unlink the socket path at close */
     char path[108];
     struct command_env *env;
-    const struct server_limits *limits;
+    const struct policy *limits;
     struct conn *conns; /* open connections, newest first */
     unsigned nconns;
     /* Allocs waiting for space, in arrival order; retried when the store
@@ -87,7 +73,7 @@ void server_unbind(int fd, const char *path);
  * server_close closes it and unlinks path. On failure fd is closed and path
  * unlinked too. */
 int server_listen(struct server *srv, uv_loop_t *loop, int fd, const char *path,
-                  struct command_env *env, const struct server_limits *limits,
+                  struct command_env *env, const struct policy *limits,
                   struct shmb_error *err);
 
 /* The listening socket systemd passed (socket activation: $LISTEN_PID is
@@ -99,7 +85,7 @@ int server_activated_fd(int *fd, struct shmb_error *err);
 /* Serve a listening socket systemd passed. The path is never unlinked: it
  * belongs to systemd. */
 int server_adopt(struct server *srv, uv_loop_t *loop, int fd, struct command_env *env,
-                 const struct server_limits *limits, struct shmb_error *err);
+                 const struct policy *limits, struct shmb_error *err);
 
 /* Stop accepting, close every connection and the listener, unlink the path. */
 void server_close(struct server *srv);

@@ -17,6 +17,7 @@
 
 #include "../proto/alloc.h"
 #include "../proto/text.h"
+#include "clock.h"
 #include "index.h"
 #include "ring.h"
 #include "segment.h"
@@ -85,15 +86,6 @@ struct store {
     uint64_t live_objects;   /* struct objects alive (each has a ring chunk) */
     uint64_t blocker_checks; /* objects store_blocker looked at, for tests */
 };
-
-/* Milliseconds on the monotonic clock. */
-static uint64_t store_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 const char *store_state_name(enum store_state state)
 {
@@ -366,7 +358,7 @@ static bool store_may_evict(void *owner, uint64_t id, void *arg)
 
     (void)id;
     if (obj == NULL || obj->state != STORE_COMMITTED || obj->pin_count != 0 ||
-        store_awaited(s, obj, store_now_ms()))
+        store_awaited(s, obj, clock_now_ms()))
         return false;
     index_remove(&s->index, &obj->node);
     s->committed--;
@@ -515,7 +507,7 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t
     obj->ring_id = chunk.id;
     obj->offset = chunk.payload_offset;
     obj->size = size;
-    obj->created_ms = store_now_ms();
+    obj->created_ms = clock_now_ms();
     obj->awaited_reads = readers;
     obj->state = STORE_PENDING;
     obj->owner = h;
@@ -610,7 +602,7 @@ int store_commit(struct store *s, struct store_holder *h, const char *key, size_
     store_unlink_pending(s, obj);
     s->room_gen++; /* a pending blocker may now be reclaimable */
     obj->state = STORE_COMMITTED;
-    obj->created_ms = store_now_ms();
+    obj->created_ms = clock_now_ms();
     ring_set_state(&s->ring, obj->ring_id, SHMB_CHUNK_COMMITTED);
     s->committed++;
     s->commits++;
@@ -627,7 +619,7 @@ static void store_drop_pending(struct store *s, struct object *obj)
 
 size_t store_expire_pending(struct store *s, uint64_t max_age_ms)
 {
-    uint64_t now = store_now_ms();
+    uint64_t now = clock_now_ms();
     size_t n = 0;
 
     s->expire_after_ms = max_age_ms;
@@ -868,7 +860,7 @@ void store_stats(struct store *s, struct store_stats *out)
     struct object *obj;
 
     store_counts(s, out);
-    obj = store_blocker(s, store_now_ms());
+    obj = store_blocker(s, clock_now_ms());
     if (obj != NULL) {
         out->has_blocker = true;
         memcpy(out->blocker_key, obj->key, obj->key_len);
@@ -889,7 +881,7 @@ uint64_t store_blocker_checks(const struct store *s)
 size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
                   size_t limit, store_list_fn fn, void *arg)
 {
-    uint64_t now = store_now_ms();
+    uint64_t now = clock_now_ms();
     size_t i, reported = 0;
 
     for (i = 0; i < ring_count(&s->ring) && reported < limit; i++) {
@@ -944,7 +936,7 @@ uint64_t store_lease_wake_ms(struct store *s)
         return UINT64_MAX;
     /* Only a committed, unpinned blocker waits for its awaited reads, and
      * its lease lets it go. */
-    obj = store_blocker(s, store_now_ms());
+    obj = store_blocker(s, clock_now_ms());
     if (obj != NULL && obj->state == STORE_COMMITTED && obj->pin_count == 0)
         return obj->created_ms + s->cfg.read_lease_ms;
     return UINT64_MAX;
@@ -1008,7 +1000,7 @@ static void *store_adopt_chunk(const struct shmb_chunk_header *hdr, const char *
     obj->ring_id = hdr->id;
     obj->offset = payload_offset;
     obj->size = hdr->payload_size;
-    obj->created_ms = store_now_ms();
+    obj->created_ms = clock_now_ms();
     obj->awaited_reads = hdr->tag;
     obj->state = STORE_COMMITTED;
     index_insert(&s->index, &obj->node);
