@@ -17,6 +17,7 @@
 struct command_call {
     struct command_env *env;
     struct command_client *client;
+    const struct shmb_op_info *op; /* its row of proto/ops.def, once known */
     json_t *req;   /* the request, without "op" and "id" */
     json_t *reply; /* {"ok":true} once a handler adds a field, else NULL */
     unsigned flags;
@@ -31,19 +32,9 @@ struct command_call {
 
 typedef int (*command_handler)(struct command_call *call);
 
-struct command_op {
-    const char *name;
-    command_handler handler;
-    bool writes;       /* changes the segment: refused to read-only clients */
-    bool noreply_ok;   /* may carry "noreply": true */
-    bool batchable;    /* may be one of a batch's ops */
-    const char *usage; /* the request's shape, quoted in EINVAL messages */
-};
-
 /* Unpack the request strictly against fmt; on mismatch, an EINVAL that quotes
  * jansson's reason and the op's usage. */
-static int command_unpack(struct command_call *call, const char *op, const char *usage,
-                          const char *fmt, ...)
+static int command_unpack(struct command_call *call, const char *fmt, ...)
 {
     json_error_t jerr;
     va_list ap;
@@ -54,8 +45,8 @@ static int command_unpack(struct command_call *call, const char *op, const char 
     va_end(ap);
     if (rc != 0)
         return shmb_error_set(&call->err, -EINVAL,
-                              "Invalid '%s' request: %s. Expected %s.", op, jerr.text,
-                              usage);
+                              "Invalid '%s' request: %s. Expected %s.", call->op->name,
+                              jerr.text, call->op->usage);
     return 0;
 }
 
@@ -91,19 +82,6 @@ static int command_set(struct command_call *call, const char *field, json_t *val
     return 0;
 }
 
-static const char hello_usage[] =
-    "{\"op\":\"hello\",\"version\":1,\"name\":STRING?,\"mode\":\"rw\"|\"ro\"?}";
-static const char alloc_usage[] =
-    "{\"op\":\"alloc\",\"key\":STRING,\"size\":INTEGER,\"readers\":INTEGER?,"
-    "\"wait_ms\":INTEGER?}";
-static const char key_usage[] = "{\"op\":OP,\"key\":STRING}";
-static const char touch_usage[] = "{\"op\":\"touch\",\"key\":STRING,\"readers\":INTEGER}";
-static const char list_usage[] =
-    "{\"op\":\"list\",\"prefix\":STRING?,\"limit\":INTEGER?}";
-static const char stats_usage[] = "{\"op\":\"stats\"}";
-static const char clients_usage[] = "{\"op\":\"clients\"}";
-static const char batch_usage[] = "{\"op\":\"batch\",\"ops\":[REQUEST,...]}";
-
 /* hello: check the version, create the client's holder, describe the segment
  * and pass its descriptor. */
 static int cmd_hello(struct command_call *call)
@@ -113,7 +91,7 @@ static int cmd_hello(struct command_call *call)
     json_int_t version = 0;
     int rc;
 
-    if ((rc = command_unpack(call, "hello", hello_usage, "{s:I, s?s, s?s}", "version",
+    if ((rc = command_unpack(call, "{s:I, s?s, s?s}", "version",
                              &version, "name", &name, "mode", &mode)) < 0)
         return rc;
     if (version != SHMB_PROTOCOL_VERSION)
@@ -201,7 +179,7 @@ static int cmd_alloc(struct command_call *call)
     json_int_t size = 0, readers = 0, wait_ms = 0;
     int rc;
 
-    if ((rc = command_unpack(call, "alloc", alloc_usage, "{s:s%, s:I, s?I, s?I}", "key",
+    if ((rc = command_unpack(call, "{s:s%, s:I, s?I, s?I}", "key",
                              &key, &key_len, "size", &size, "readers", &readers,
                              "wait_ms", &wait_ms)) < 0 ||
         (rc = command_check_range(call, "size", size, 1, INT64_MAX)) < 0 ||
@@ -249,10 +227,10 @@ static int command_check_key(struct command_call *call, size_t key_len)
 }
 
 /* The key of a request whose only field is "key". */
-static int command_key(struct command_call *call, const char *op, const char **key,
+static int command_key(struct command_call *call, const char **key,
                        size_t *key_len)
 {
-    int rc = command_unpack(call, op, key_usage, "{s:s%}", "key", key, key_len);
+    int rc = command_unpack(call, "{s:s%}", "key", key, key_len);
 
     return rc < 0 ? rc : command_check_key(call, *key_len);
 }
@@ -263,13 +241,13 @@ typedef int (*command_key_fn)(struct store *s, struct store_holder *h, const cha
 
 /* The handlers whose request is just a key and whose reply has no field:
  * commit, abort, release, delete. */
-static int command_key_op(struct command_call *call, const char *op, command_key_fn fn)
+static int command_key_op(struct command_call *call, command_key_fn fn)
 {
     const char *key;
     size_t len;
     int rc;
 
-    if ((rc = command_key(call, op, &key, &len)) < 0)
+    if ((rc = command_key(call, &key, &len)) < 0)
         return rc;
     return fn(call->env->store, call->client->holder, key, len, &call->err);
 }
@@ -284,12 +262,12 @@ static int command_store_delete(struct store *s, struct store_holder *h, const c
 
 static int cmd_commit(struct command_call *call)
 {
-    return command_key_op(call, "commit", store_commit);
+    return command_key_op(call, store_commit);
 }
 
 static int cmd_abort(struct command_call *call)
 {
-    return command_key_op(call, "abort", store_abort);
+    return command_key_op(call, store_abort);
 }
 
 static int cmd_get(struct command_call *call)
@@ -301,7 +279,7 @@ static int cmd_get(struct command_call *call)
     int rc;
 
     store_holder_stats(call->client->holder, &hs);
-    if ((rc = command_key(call, "get", &key, &len)) < 0 ||
+    if ((rc = command_key(call, &key, &len)) < 0 ||
         (rc = command_check_cap(call, hs.pins, call->env->limits.max_pins, "max-pins",
                                 "pins")) < 0 ||
         (rc = store_get(call->env->store, call->client->holder, key, len, &ext,
@@ -312,7 +290,7 @@ static int cmd_get(struct command_call *call)
 
 static int cmd_release(struct command_call *call)
 {
-    return command_key_op(call, "release", store_release);
+    return command_key_op(call, store_release);
 }
 
 static int cmd_touch(struct command_call *call)
@@ -322,7 +300,7 @@ static int cmd_touch(struct command_call *call)
     json_int_t readers = 0;
     int rc;
 
-    if ((rc = command_unpack(call, "touch", touch_usage, "{s:s%, s:I}", "key", &key, &len,
+    if ((rc = command_unpack(call, "{s:s%, s:I}", "key", &key, &len,
                              "readers", &readers)) < 0 ||
         (rc = command_check_key(call, len)) < 0 ||
         (rc = command_check_range(call, "readers", readers, 0, STORE_MAX_READERS)) < 0)
@@ -332,7 +310,7 @@ static int cmd_touch(struct command_call *call)
 
 static int cmd_delete(struct command_call *call)
 {
-    return command_key_op(call, "delete", command_store_delete);
+    return command_key_op(call, command_store_delete);
 }
 
 static int cmd_contains(struct command_call *call)
@@ -341,7 +319,7 @@ static int cmd_contains(struct command_call *call)
     size_t len;
     int rc;
 
-    if ((rc = command_key(call, "contains", &key, &len)) < 0)
+    if ((rc = command_key(call, &key, &len)) < 0)
         return rc;
     return command_set(call, "exists",
                        json_boolean(store_contains(call->env->store, key, len)));
@@ -394,7 +372,7 @@ static int cmd_list(struct command_call *call)
     struct command_list cl;
     int rc;
 
-    if ((rc = command_unpack(call, "list", list_usage, "{s?s%, s?I}", "prefix", &prefix,
+    if ((rc = command_unpack(call, "{s?s%, s?I}", "prefix", &prefix,
                              &prefix_len, "limit", &limit)) < 0 ||
         (rc = command_check_range(call, "limit", limit, 1, SHMB_LIST_MAX_LIMIT)) < 0)
         return rc;
@@ -426,7 +404,7 @@ static int cmd_stats(struct command_call *call)
     uint64_t shm_free = 0;
     json_t *blocker = json_null(), *stats;
 
-    if (command_unpack(call, "stats", stats_usage, "{}") < 0)
+    if (command_unpack(call, "{}") < 0)
         return call->err.code;
     store_stats(env->store, &st);
     segment_check_space(env->shm_dir, 0, &shm_free, NULL);
@@ -466,7 +444,7 @@ static int cmd_clients(struct command_call *call)
     struct command_client *cl;
     json_t *list;
 
-    if (command_unpack(call, "clients", clients_usage, "{}") < 0)
+    if (command_unpack(call, "{}") < 0)
         return call->err.code;
     list = json_array();
     if (list == NULL)
@@ -495,24 +473,11 @@ static int cmd_clients(struct command_call *call)
 
 static int cmd_batch(struct command_call *call);
 
-/* The op table, in PROTOCOL.md's order: name, handler, whether it writes
- * (refused to read-only clients), may say "noreply", may be in a batch. */
-static const struct command_op command_ops[] = {
-    {"hello", cmd_hello, false, false, false, hello_usage},
-    {"alloc", cmd_alloc, true, false, true, alloc_usage},
-    {"commit", cmd_commit, true, true, true, key_usage},
-    {"abort", cmd_abort, true, true, true, key_usage},
-    {"get", cmd_get, false, false, true, key_usage},
-    {"release", cmd_release, false, true, true, key_usage},
-    {"touch", cmd_touch, true, true, true, touch_usage},
-    {"delete", cmd_delete, true, true, true, key_usage},
-    {"contains", cmd_contains, false, false, true, key_usage},
-    /* The reports are not batchable: one line of 4096 of them would make one
-     * reply of gigabytes and stall every other client while it is built. */
-    {"list", cmd_list, false, false, false, list_usage},
-    {"stats", cmd_stats, false, false, false, stats_usage},
-    {"clients", cmd_clients, false, false, false, clients_usage},
-    {"batch", cmd_batch, false, false, false, batch_usage},
+/* The handlers, one per row of proto/ops.def: cmd_NAME for op NAME. */
+static const command_handler command_handlers[SHMB_OP_COUNT] = {
+#define SHMB_OP(id, name, flags, usage) [SHMB_OP_##id] = cmd_##name,
+#include "../proto/ops.def"
+#undef SHMB_OP
 };
 
 /* Log an error nobody will read in a reply, at most once a second. */
@@ -529,70 +494,64 @@ static void log_noreply(const struct command_call *call, int rc)
              (unsigned long long)call->env->noreply_errors);
 }
 
-/* The entry for op, or NULL. */
-static const struct command_op *command_find(const char *op)
+/* The row of proto/ops.def for the op called name, or NULL. */
+static const struct shmb_op_info *command_find(const char *name)
 {
-    size_t i;
+    int id = shmb_op_find(name);
 
-    for (i = 0; i < sizeof(command_ops) / sizeof(command_ops[0]); i++)
-        if (strcmp(command_ops[i].name, op) == 0)
-            return &command_ops[i];
-    return NULL;
+    return id < 0 ? NULL : &shmb_ops[id];
 }
 
-/* Run one parsed request (an object whose "id" was already taken out). */
+/* Run one parsed request (an object whose "id" was already taken out). The
+ * common checks, in PROTOCOL.md's order, then the op's handler. */
 static int command_dispatch(struct command_call *call, json_t *req, bool in_batch)
 {
-    const struct command_op *op;
-    const char *name;
-    json_t *value;
+    json_t *name = json_object_get(req, "op"), *noreply = json_object_get(req, "noreply");
+    const struct shmb_op_info *op =
+        json_is_string(name) ? command_find(json_string_value(name)) : NULL;
+    int id = op != NULL ? (int)(op - shmb_ops) : -1;
+    char names[160];
 
     call->req = req;
-    value = json_object_get(req, "op");
+    call->op = op;
     /* "noreply" is honoured before anything can fail, so that a client that
      * pipelines noreply requests never gets a line it does not expect. */
-    if (!in_batch && json_is_true(json_object_get(req, "noreply")) && json_is_string(value) &&
-        (op = command_find(json_string_value(value))) != NULL && op->noreply_ok)
+    if (!in_batch && json_is_true(noreply) && op != NULL && (op->flags & SHMB_OPF_NOREPLY))
         call->noreply = true;
-    if (!json_is_string(value))
+    if (!json_is_string(name))
         return shmb_error_set(&call->err, -EINVAL,
                               "Request has no \"op\" string; for example "
                               "{\"op\":\"stats\"}.");
-    name = json_string_value(value);
-    if (!call->client->said_hello && strcmp(name, "hello") != 0)
+    if (!call->client->said_hello && id != SHMB_OP_HELLO)
         return shmb_error_set(&call->err, -EPROTO,
                               "Say hello first: {\"op\":\"hello\",\"version\":%d}.",
                               SHMB_PROTOCOL_VERSION);
-    op = command_find(name);
     if (op == NULL)
-        return shmb_error_set(
-            &call->err, -ENOSYS,
-            "Unknown op '%.64s'. Known ops: hello, alloc, commit, abort, "
-            "get, release, touch, delete, contains, list, stats, clients, "
-            "batch.",
-            name);
-    if (call->client->read_only && op->writes)
+        return shmb_error_set(&call->err, -ENOSYS, "Unknown op '%.64s'. Known ops: %s.",
+                              json_string_value(name),
+                              shmb_op_names(names, sizeof(names), 0, ", "));
+    if (call->client->read_only && (op->flags & SHMB_OPF_WRITES))
         return shmb_error_set(
             &call->err, -EPERM,
             "This connection is read-only (hello said \"mode\":\"ro\"); "
             "'%s' needs a read-write connection.",
             op->name);
-    if (in_batch && !op->batchable)
+    if (in_batch && !(op->flags & SHMB_OPF_BATCH))
         return shmb_error_set(&call->err, -EINVAL, "'%s' cannot be part of a batch%s",
                               op->name,
-                              op->handler == cmd_hello || op->handler == cmd_batch
+                              id == SHMB_OP_HELLO || id == SHMB_OP_BATCH
                                   ? "."
                                   : ": send it on a line of its own (its reply is "
                                     "bounded per request, not per batch).");
-    value = json_object_get(req, "noreply");
-    if (value != NULL) {
-        if (!json_is_boolean(value) || !op->noreply_ok || in_batch)
-            return shmb_error_set(
-                &call->err, -EINVAL,
-                "\"noreply\" is a boolean for commit, abort, release, touch "
-                "and delete outside a batch, not for '%s'.",
-                op->name);
-        call->noreply = json_is_true(value);
+    if (noreply != NULL) {
+        if (!json_is_boolean(noreply) || !(op->flags & SHMB_OPF_NOREPLY) || in_batch)
+            return shmb_error_set(&call->err, -EINVAL,
+                                  "\"noreply\" is a boolean for %s outside a batch, not "
+                                  "for '%s'.",
+                                  shmb_op_names(names, sizeof(names), SHMB_OPF_NOREPLY,
+                                                " and "),
+                                  op->name);
+        call->noreply = json_is_true(noreply);
         json_object_del(req, "noreply");
     }
     if (in_batch && json_object_get(req, "wait_ms") != NULL)
@@ -600,7 +559,7 @@ static int command_dispatch(struct command_call *call, json_t *req, bool in_batc
             &call->err, -EINVAL,
             "\"wait_ms\" cannot be used inside a batch: a batch never waits.");
     json_object_del(req, "op");
-    return op->handler(call);
+    return command_handlers[id](call);
 }
 
 /* The reply of a finished call: call->reply, or an error reply; "id" added. */
@@ -685,7 +644,7 @@ static int cmd_batch(struct command_call *call)
     size_t i;
     int rc;
 
-    if ((rc = command_unpack(call, "batch", batch_usage, "{s:o}", "ops", &ops)) < 0)
+    if ((rc = command_unpack(call, "{s:o}", "ops", &ops)) < 0)
         return rc;
     if (!json_is_array(ops) || json_array_size(ops) > COMMAND_MAX_BATCH)
         return shmb_error_set(&call->err, -EINVAL,

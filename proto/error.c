@@ -11,33 +11,12 @@
 
 #include "text.h"
 
-/* The codes the wire protocol names, in the order PROTOCOL.md lists them. */
-static const struct {
-    int code;
-    const char *name;
-} error_names[] = {
-    {EPROTO, "EPROTO"},
-    {EINVAL, "EINVAL"},
-    {ENOSYS, "ENOSYS"},
-    {EEXIST, "EEXIST"},
-    {ENOENT, "ENOENT"},
-    {E2BIG, "E2BIG"},
-    {ENOSPC, "ENOSPC"},
-    {EPERM, "EPERM"},
-    {EMSGSIZE, "EMSGSIZE"},
-    {ETIMEDOUT, "ETIMEDOUT"},
-    {EBUSY, "EBUSY"},
-    {ENOMEM, "ENOMEM"},
-    {EIO, "EIO"},
-    {ECONNREFUSED, "ECONNREFUSED"},
-    {ECONNRESET, "ECONNRESET"},
-    {EPIPE, "EPIPE"},
-    {EBADMSG, "EBADMSG"},
-    {EAGAIN, "EAGAIN"},
-    {EMFILE, "EMFILE"},
-    {ENOTCONN, "ENOTCONN"},
-    {EDQUOT, "EDQUOT"},
+const struct shmb_error_code shmb_error_codes[] = {
+#define SHMB_ERR(name, where) {name, #name, where},
+#include "errors.def"
+#undef SHMB_ERR
 };
+const size_t shmb_error_ncodes = sizeof(shmb_error_codes) / sizeof(shmb_error_codes[0]);
 
 /* Make the message valid UTF-8, so that it can always travel as a JSON
  * string: a message may quote bytes a client sent (jansson's "near '...'")
@@ -85,9 +64,9 @@ const char *shmb_error_name(int code)
 
     if (code > 0)
         code = -code;
-    for (i = 0; i < sizeof(error_names) / sizeof(error_names[0]); i++)
-        if (-error_names[i].code == code)
-            return error_names[i].name;
+    for (i = 0; i < shmb_error_ncodes; i++)
+        if (-shmb_error_codes[i].code == code)
+            return shmb_error_codes[i].name;
     return "EIO";
 }
 
@@ -101,9 +80,9 @@ const char *shmb_error_any_name(int code)
         code = -code;
     if (code == 0)
         return "OK";
-    for (i = 0; i < sizeof(error_names) / sizeof(error_names[0]); i++)
-        if (-error_names[i].code == code)
-            return error_names[i].name;
+    for (i = 0; i < shmb_error_ncodes; i++)
+        if (-shmb_error_codes[i].code == code)
+            return shmb_error_codes[i].name;
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
     if (code > INT_MIN && (name = strerrorname_np(-code)) != NULL)
         return name;
@@ -120,9 +99,9 @@ int shmb_error_from_name(const char *name)
 
     if (name == NULL)
         return -EIO;
-    for (i = 0; i < sizeof(error_names) / sizeof(error_names[0]); i++)
-        if (strcmp(error_names[i].name, name) == 0)
-            return -error_names[i].code;
+    for (i = 0; i < shmb_error_ncodes; i++)
+        if (strcmp(shmb_error_codes[i].name, name) == 0)
+            return -shmb_error_codes[i].code;
     return -EIO;
 }
 

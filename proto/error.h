@@ -18,6 +18,21 @@ struct shmb_error {
     char message[SHMB_ERROR_MSG_MAX]; /* NUL-terminated, "" when unset */
 };
 
+/* Who reports a code (proto/errors.def): the daemon, in replies, or only
+ * the client library, on its own side. */
+enum shmb_error_where { SHMB_ERR_WIRE, SHMB_ERR_LIBRARY };
+
+/* One row of proto/errors.def: the positive errno, its protocol name. */
+struct shmb_error_code {
+    int code;
+    const char *name;
+    enum shmb_error_where where;
+};
+
+/* Every code the protocol names, in proto/errors.def's order. */
+extern const struct shmb_error_code shmb_error_codes[];
+extern const size_t shmb_error_ncodes;
+
 /* Record code and a printf-style message in err (may be NULL); returns code. */
 int shmb_error_set(struct shmb_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

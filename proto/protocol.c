@@ -4,10 +4,47 @@
 #include "protocol.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
+
+const struct shmb_op_info shmb_ops[SHMB_OP_COUNT] = {
+#define SHMB_OP(id, name, flags, usage) [SHMB_OP_##id] = {#name, flags, usage},
+#include "ops.def"
+#undef SHMB_OP
+};
+
+int shmb_op_find(const char *name)
+{
+    int i;
+
+    for (i = 0; i < SHMB_OP_COUNT; i++)
+        if (strcmp(shmb_ops[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+const char *shmb_op_names(char *buf, size_t len, unsigned flags, const char *last_sep)
+{
+    size_t used = 0, n = 0, total = 0;
+    int i;
+
+    for (i = 0; i < SHMB_OP_COUNT; i++)
+        total += (shmb_ops[i].flags & flags) == flags;
+    if (len > 0)
+        buf[0] = '\0';
+    for (i = 0; i < SHMB_OP_COUNT && used < len; i++) {
+        if ((shmb_ops[i].flags & flags) != flags)
+            continue;
+        n++;
+        used += (size_t)snprintf(buf + used, len - used, "%s%s",
+                                 n == 1 ? "" : n == total ? last_sep : ", ",
+                                 shmb_ops[i].name);
+    }
+    return buf;
+}
 
 const char *shmb_socket_path(const char *explicit_path)
 {

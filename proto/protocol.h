@@ -25,6 +25,39 @@
 #define SHMB_LIST_MAX_LIMIT 100000
 #define SHMB_NAME_MAX 64 /* a client's label in hello */
 
+/* What an op may do; the flags of proto/ops.def's rows. */
+enum shmb_op_flag {
+    SHMB_OPF_WRITES = 1,  /* changes the segment: refused to read-only clients */
+    SHMB_OPF_NOREPLY = 2, /* may carry "noreply": true, outside a batch */
+    SHMB_OPF_BATCH = 4,   /* may be one of a batch's ops */
+};
+
+/* The ops, SHMB_OP_HELLO ... SHMB_OP_BATCH, in proto/ops.def's order. */
+enum shmb_op_id {
+#define SHMB_OP(id, name, flags, usage) SHMB_OP_##id,
+#include "ops.def"
+#undef SHMB_OP
+    SHMB_OP_COUNT
+};
+
+/* One row of proto/ops.def. */
+struct shmb_op_info {
+    const char *name;  /* as on the wire: "alloc" */
+    unsigned flags;    /* enum shmb_op_flag */
+    const char *usage; /* the request's shape, for EINVAL messages */
+};
+
+/* The ops, indexed by enum shmb_op_id. */
+extern const struct shmb_op_info shmb_ops[SHMB_OP_COUNT];
+
+/* The id of the op called name (case-sensitive), or -1. */
+int shmb_op_find(const char *name);
+
+/* Write into buf the names of the ops that have every flag in flags (0: all
+ * of them), in the table's order, separated by ", " and by last_sep before
+ * the last one: "commit, abort, release, touch and delete". Returns buf. */
+const char *shmb_op_names(char *buf, size_t len, unsigned flags, const char *last_sep);
+
 /* The socket path a client uses: explicit, else $SHMBROKER_SOCKET, else the
  * default. The returned string is borrowed. */
 const char *shmb_socket_path(const char *explicit_path);

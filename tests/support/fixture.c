@@ -41,7 +41,7 @@ int fixture_init(struct fixture *f, uint64_t size, uint64_t max_object_size)
     f->env.store = f->store;
     f->env.segment = &f->seg;
     f->env.shm_dir = "/tmp";
-    f->env.started_ms = command_now_ms();
+    f->env.started_ms = clock_now_ms();
     f->env.limits.max_pins = 64;
     f->env.limits.max_pending = 16;
     return 0;
