@@ -61,7 +61,7 @@ ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 PROTO_SRC   := proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
-               daemon/conn.c daemon/command.c $(CORE_SRC)
+               daemon/conn.c daemon/waitq.c daemon/command.c $(CORE_SRC)
 LIB_SRC     := client/client.c
 CTL_SRC     := client/shmbrokerctl.c
 

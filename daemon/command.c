@@ -449,7 +449,7 @@ static int cmd_clients(struct command_call *call)
     list = json_array();
     if (list == NULL)
         return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
-    for (cl = call->env->client_list; cl != NULL; cl = cl->next) {
+    TAILQ_FOREACH(cl, &call->env->client_list, link) {
         struct store_holder_stats hs = {0};
         json_t *item;
 
@@ -567,12 +567,8 @@ static json_t *command_reply(struct command_call *call, int rc, json_t *id)
 {
     json_t *reply;
 
-    if (rc < 0) {
-        json_decref(call->reply);
-        call->reply = NULL;
-        call->flags &= ~(unsigned)COMMAND_SEND_FD;
+    if (rc < 0)
         return shmb_error_reply(id, rc, call->err.message);
-    }
     if (command_reply_object(call) == NULL)
         return NULL;
     reply = call->reply;
@@ -696,63 +692,76 @@ nomem:
     return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
 }
 
-/* Turn a finished call into out: a reply, nothing (noreply), or a wait. */
+/* An alloc that waits for space: out keeps the request (its "op" and "id"
+ * put back) for command_retry. Without memory for it, the wait is dropped and
+ * out has no reply: the connection closes as when any reply fails. */
+static void command_park(struct command_call *call, json_t *id, struct command_result *out)
+{
+    json_t *req = json_deep_copy(call->req);
+
+    if (req == NULL || json_object_set_new(req, "op", json_string(call->op->name)) != 0 ||
+        (id != NULL && json_object_set(req, "id", id) != 0)) {
+        json_decref(req);
+        return;
+    }
+    out->flags |= COMMAND_WAIT;
+    out->wait_request = req;
+    out->wait_until_ms = call->wait_until_ms;
+}
+
+/* A noreply request: nothing is sent; a failure is counted and logged. */
+static void command_silence(struct command_call *call, int rc, struct command_result *out)
+{
+    if (rc < 0) {
+        call->env->noreply_errors++;
+        log_noreply(call, rc);
+    }
+    out->flags |= COMMAND_SILENT;
+}
+
+/* Close a reply the handler wrote out (batch, list): the request's "id",
+ * then the object's brace. -ENOMEM. */
+static int command_close_text(struct line *text, const json_t *id)
+{
+    if (id != NULL && (line_lit(text, ",\"id\":") < 0 ||
+                       (command_plain_id(id) ? line_u64(text, (uint64_t)json_integer_value(id))
+                                             : shmb_json_append(text, id)) < 0))
+        return -ENOMEM;
+    return line_lit(text, "}");
+}
+
+/* Turn a finished call into out, in exactly one of four forms: a wait (an
+ * alloc that waits for space), nothing (noreply), the handler's written-out
+ * text closed with the "id" (batch, list), or the reply as text when it is
+ * a common one (command_reply_text), else as JSON. Frees what the call
+ * built. */
 static void command_finish(struct command_call *call, int rc, json_t *id,
                            struct command_result *out)
 {
+    memset(out, 0, sizeof(*out));
     out->flags = call->flags;
-    out->reply = NULL;
-    memset(&out->text, 0, sizeof(out->text));
-    out->wait_request = NULL;
-    if (rc == -EINPROGRESS) {
-        /* An alloc that waits for space: keep the request to retry it. */
-        json_decref(call->reply);
-        call->reply = NULL;
-        out->flags |= COMMAND_WAIT;
-        out->wait_until_ms = call->wait_until_ms;
-        out->wait_request = json_deep_copy(call->req);
-        if (out->wait_request == NULL ||
-            json_object_set_new(out->wait_request, "op", json_string("alloc")) != 0 ||
-            (id != NULL && json_object_set(out->wait_request, "id", id) != 0)) {
-            json_decref(out->wait_request);
-            out->wait_request = NULL;
-            out->flags &= ~(unsigned)COMMAND_WAIT;
-        }
-        return;
-    }
-    if (call->noreply) {
-        if (rc < 0) {
-            call->env->noreply_errors++;
-            log_noreply(call, rc);
-        }
-        json_decref(call->reply);
-        call->reply = NULL;
-        shmb_free(call->text.buf);
-        memset(&call->text, 0, sizeof(call->text));
-        out->flags |= COMMAND_SILENT;
-        return;
-    }
-    if (rc == 0 && call->text.buf != NULL) {
-        /* A batch: its replies are written; add the batch's id and close. */
+    if (rc == -EINPROGRESS)
+        command_park(call, id, out);
+    else if (call->noreply)
+        command_silence(call, rc, out);
+    else if (rc == 0 && call->text.buf != NULL) {
         out->text = call->text;
         memset(&call->text, 0, sizeof(call->text));
-        if ((id != NULL &&
-             (line_lit(&out->text, ",\"id\":") < 0 ||
-              (command_plain_id(id) ? line_u64(&out->text, (uint64_t)json_integer_value(id))
-                                    : shmb_json_append(&out->text, id)) < 0)) ||
-            line_lit(&out->text, "}") < 0) {
+        if (command_close_text(&out->text, id) < 0) {
             shmb_free(out->text.buf);
             memset(&out->text, 0, sizeof(out->text));
         }
-        return;
+    } else if (command_reply_text(call, rc, id, &out->text) != 1) {
+        shmb_free(out->text.buf);
+        memset(&out->text, 0, sizeof(out->text));
+        out->reply = command_reply(call, rc, id);
     }
+    if (rc < 0)
+        out->flags &= ~(unsigned)COMMAND_SEND_FD;
+    json_decref(call->reply);
+    call->reply = NULL;
     shmb_free(call->text.buf);
     memset(&call->text, 0, sizeof(call->text));
-    if (command_reply_text(call, rc, id, &out->text) == 1)
-        return;
-    shmb_free(out->text.buf);
-    memset(&out->text, 0, sizeof(out->text));
-    out->reply = command_reply(call, rc, id);
 }
 
 json_t *command_result_json(const struct command_result *res)
@@ -843,14 +852,17 @@ void command_oversized(size_t limit, struct command_result *out)
     out->flags = COMMAND_CLOSE;
 }
 
+void command_env_init(struct command_env *env)
+{
+    memset(env, 0, sizeof(*env));
+    TAILQ_INIT(&env->client_list);
+}
+
 void command_client_open(struct command_env *env, struct command_client *client)
 {
     client->connected_unix = (uint64_t)time(NULL);
-    client->prev = NULL;
-    client->next = env->client_list;
-    if (env->client_list != NULL)
-        env->client_list->prev = client;
-    env->client_list = client;
+    TAILQ_INSERT_HEAD(&env->client_list, client, link);
+    client->listed = true;
     env->clients++;
 }
 
@@ -859,14 +871,9 @@ void command_client_close(struct command_env *env, struct command_client *client
     store_holder_free(env->store, client->holder);
     client->holder = NULL;
     client->said_hello = false;
-    if (client->prev != NULL)
-        client->prev->next = client->next;
-    else if (env->client_list == client)
-        env->client_list = client->next;
-    else
+    if (!client->listed)
         return; /* not registered, or closed already */
-    if (client->next != NULL)
-        client->next->prev = client->prev;
-    client->prev = client->next = NULL;
+    TAILQ_REMOVE(&env->client_list, client, link);
+    client->listed = false;
     env->clients--;
 }

@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/queue.h>
 #include <sys/types.h>
 
 #include "../proto/line.h"
@@ -25,15 +26,19 @@ struct command_limits {
 };
 
 struct command_client;
+TAILQ_HEAD(command_clients, command_client);
 
-/* What the op table reads besides the store: the daemon's shared state. */
+/* What the op table reads besides the store: the daemon's shared state.
+ * Set up with command_env_init. */
 struct command_env {
     struct store *store;
     const struct segment *segment;
     const char *shm_dir;
     uint64_t started_ms;                /* monotonic, for uptime */
     unsigned clients;                   /* connections open now */
-    struct command_client *client_list; /* every open client, newest first */
+    struct command_clients client_list; /* every open client, newest first: the
+                                           one list of them (the server walks it
+                                           too) */
     struct command_limits limits;
     uint64_t noreply_errors; /* errors of "noreply" requests: logged, not sent */
     size_t max_reply; /* a list reply's byte cap when below COMMAND_LIST_MAX_REPLY
@@ -42,7 +47,8 @@ struct command_env {
 
 /* One client's protocol state, kept by its connection. */
 struct command_client {
-    struct command_client *prev, *next; /* env->client_list */
+    TAILQ_ENTRY(command_client) link;   /* env->client_list, while listed */
+    bool listed;
     struct store_holder *holder;        /* created by hello, NULL before */
     bool said_hello;
     bool read_only; /* hello said "mode":"ro" */
@@ -111,6 +117,9 @@ uint64_t command_room_wake_ms(const struct command_env *env);
 /* The reply to a request line longer than SHMB_MAX_LINE; the connection
  * closes after it. */
 void command_oversized(size_t limit, struct command_result *out);
+
+/* Zero env and make its client list empty; the caller fills in the rest. */
+void command_env_init(struct command_env *env);
 
 /* Register a new connection's client (zeroed by the caller, credentials
  * filled in) so that "clients" and "stats" see it. */

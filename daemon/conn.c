@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "../proto/alloc.h"
+#include "clock.h"
 #include "log.h"
-#include "server.h"
 
 /* How long one connection's requests run before the other clients get a
  * turn: a line of cheap requests takes microseconds each, but thousands of
@@ -25,11 +25,11 @@
 
 /* What the connection does after a request. */
 enum conn_step {
-    CONN_NEXT,  /* go on with the next request */
-    CONN_CLOSE, /* send what is queued, then close */
-    CONN_WAIT,  /* an alloc waits for space, or the hello reply waits for the
+    CONN_STEP_NEXT,  /* go on with the next request */
+    CONN_STEP_CLOSE, /* send what is queued, then close */
+    CONN_STEP_WAIT,  /* an alloc waits for space, or the hello reply waits for the
                    write queue to drain: run nothing more until then */
-    CONN_DROP,  /* close at once, dropping what is queued */
+    CONN_STEP_DROP,  /* close at once, dropping what is queued */
 };
 
 static void conn_resume(struct conn *conn);
@@ -38,6 +38,9 @@ static void conn_after(struct conn *conn, enum conn_step step);
 static bool conn_peer_gone(int rc);
 static void conn_lose_peer(struct conn *conn);
 static void conn_input_end(struct conn *conn, bool reset);
+static void conn_defer(struct conn *conn);
+static void conn_set_hello_watch(struct conn_set *set);
+static void conn_set_unread_watch(struct conn_set *set);
 
 /* A poll for room in the socket, to send the hello reply with its
  * descriptor once sendmsg said EAGAIN. libuv's own handle already polls the
@@ -66,12 +69,15 @@ static void conn_on_close_unlisted(uv_handle_t *handle)
 static void conn_on_close(uv_handle_t *handle)
 {
     struct conn *conn = (struct conn *)handle;
+    struct conn_set *set = conn->set;
 
-    server_forget(conn->server, conn);
+    set->count--;
     shmb_free(conn->in);
     shmb_free(conn->out.buf);
     shmb_free(conn->hello.buf);
     shmb_free(conn);
+    if (set->on_freed != NULL)
+        set->on_freed(set->on_freed_arg);
 }
 
 static void conn_on_writable_close(uv_handle_t *handle)
@@ -94,22 +100,34 @@ static void conn_writable_free(struct conn *conn)
     uv_close((uv_handle_t *)&w->poll, conn_on_writable_close);
 }
 
+/* Move conn to state, leaving the queue its old state had it in (a
+ * deferred turn, a waiting alloc, whose request is dropped). */
+static void conn_set_state(struct conn *conn, enum conn_state state)
+{
+    if (conn->state == CONN_DEFERRED)
+        TAILQ_REMOVE(&conn->set->deferred, conn, deferred_link);
+    else if (conn->state == CONN_WAITING)
+        waitq_remove(&conn->set->waitq, &conn->wait);
+    conn->state = state;
+}
+
+/* Until it finishes or closes, a connection runs requests only while
+ * reading; in the other states what comes is buffered. */
+static bool conn_ended(const struct conn *conn)
+{
+    return conn->state == CONN_FINISHING || conn->state == CONN_CLOSED;
+}
+
 void conn_close(struct conn *conn)
 {
-    if (conn->closing)
+    if (conn->state == CONN_CLOSED)
         return;
-    conn->closing = true;
+    conn_set_state(conn, CONN_CLOSED);
     conn_writable_free(conn);
-    server_undefer(conn->server, conn);
-    if (conn->wait_request != NULL) {
-        server_wait_remove(conn->server, conn);
-        json_decref(conn->wait_request);
-        conn->wait_request = NULL;
-    }
     uv_read_stop((uv_stream_t *)&conn->pipe);
     /* Pins and pending allocations go now, not when libuv gets round to the
      * close callback: a waiting writer may need those bytes. */
-    command_client_close(conn->server->env, &conn->client);
+    command_client_close(conn->set->env, &conn->client);
     uv_close((uv_handle_t *)&conn->pipe, conn_on_close);
 }
 
@@ -120,17 +138,17 @@ static void conn_on_write(uv_write_t *req, int status)
 
     shmb_free(w->data);
     shmb_free(w);
-    if (status < 0 && conn_peer_gone(status) && !conn->closing) {
+    if (status < 0 && conn_peer_gone(status) && conn->state != CONN_CLOSED) {
         conn_lose_peer(conn);
         status = 0;
     }
-    if (status < 0 && status != UV_ECANCELED && !conn->closing) {
+    if (status < 0 && status != UV_ECANCELED && conn->state != CONN_CLOSED) {
         log_debug("client pid %d: write failed: %s", (int)conn->client.pid,
                   uv_strerror(status));
         conn_close(conn);
         return;
     }
-    if (conn->hello.buf != NULL && !conn->closing &&
+    if (conn->state == CONN_HELLO_HELD &&
         uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe) == 0)
         conn_resume(conn);
 }
@@ -147,7 +165,7 @@ static void conn_log_unread(const struct conn *conn)
     log_warn("client pid %d (%s) does not read its replies (%zu bytes unread, limit %zu, "
              "--max-queued-output); disconnecting it",
              (int)conn->client.pid, conn->client.name[0] ? conn->client.name : "unnamed",
-             conn_unread(conn), conn->server->limits->max_queued_output);
+             conn_unread(conn), conn->set->policy->max_queued_output);
 }
 
 /* Write this batch's replies: directly when the socket takes them, else queue
@@ -160,7 +178,7 @@ static int conn_flush(struct conn *conn)
     size_t done = 0;
     int rc;
 
-    if (conn->out.len == 0 || conn->closing)
+    if (conn->out.len == 0 || conn->state == CONN_CLOSED)
         return 0;
     if (conn->reset) {
         conn->out.len = 0; /* nobody to read them */
@@ -169,7 +187,7 @@ static int conn_flush(struct conn *conn)
     /* Output still queued from earlier batches means a client that sends
      * but does not read: past the bound it is cut off, so that it cannot
      * grow the daemon's memory. One large reply (a list) is fine alone. */
-    if (uv_stream_get_write_queue_size(stream) > conn->server->limits->max_queued_output) {
+    if (uv_stream_get_write_queue_size(stream) > conn->set->policy->max_queued_output) {
         conn_log_unread(conn);
         return UV_ENOBUFS;
     }
@@ -197,16 +215,19 @@ static int conn_flush(struct conn *conn)
         shmb_free(w);
         return rc;
     }
-    if (uv_stream_get_write_queue_size(stream) > conn->server->limits->max_queued_output)
-        server_unread_watch(conn->server);
+    if (uv_stream_get_write_queue_size(stream) > conn->set->policy->max_queued_output)
+        conn_set_unread_watch(conn->set);
     return 0;
 }
 
-bool conn_unread_check(struct conn *conn, uint64_t now_ms)
+/* Called while conn may have too much output unread (conn_set_unread_watch):
+ * disconnect it when it has not read any of it for CONN_UNREAD_GRACE_MS.
+ * True when it is still over the limit and needs looking at again. */
+static bool conn_unread_check(struct conn *conn, uint64_t now_ms)
 {
     size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe);
 
-    if (conn->closing || queued <= conn->server->limits->max_queued_output) {
+    if (conn->state == CONN_CLOSED || queued <= conn->set->policy->max_queued_output) {
         conn->unread_mark_ms = 0;
         return false;
     }
@@ -222,7 +243,7 @@ bool conn_unread_check(struct conn *conn, uint64_t now_ms)
     log_warn("client pid %d (%s) has not read its replies for %d ms (%zu bytes unread, "
              "limit %zu, --max-queued-output); disconnecting it",
              (int)conn->client.pid, conn->client.name[0] ? conn->client.name : "unnamed",
-             CONN_UNREAD_GRACE_MS, queued, conn->server->limits->max_queued_output);
+             CONN_UNREAD_GRACE_MS, queued, conn->set->policy->max_queued_output);
     conn_close(conn);
     return false;
 }
@@ -271,6 +292,16 @@ static int conn_send_fd(struct conn *conn, int fd)
 
 static void conn_on_writable(uv_poll_t *poll, int status, int events);
 
+/* Hold this batch's output, the hello reply last, until it can travel with
+ * the segment's descriptor (conn_resume). */
+static void conn_hold_output(struct conn *conn)
+{
+    shmb_free(conn->hello.buf);
+    conn->hello = conn->out;
+    memset(&conn->out, 0, sizeof(conn->out));
+    conn_set_state(conn, CONN_HELLO_HELD);
+}
+
 /* sendmsg found no room in the socket for the hello reply: hold this
  * batch's output (the hello reply last) and wait until the socket is
  * writable, then send it with its descriptor (conn_resume). A hello reply
@@ -293,7 +324,7 @@ static int conn_hold_hello(struct conn *conn)
             shmb_free(w);
             return rc;
         }
-        if ((rc = uv_poll_init(conn->server->loop, &w->poll, w->fd)) < 0) {
+        if ((rc = uv_poll_init(conn->set->loop, &w->poll, w->fd)) < 0) {
             close(w->fd);
             shmb_free(w);
             return rc;
@@ -304,9 +335,7 @@ static int conn_hold_hello(struct conn *conn)
     }
     if ((rc = uv_poll_start(&w->poll, UV_WRITABLE, conn_on_writable)) < 0)
         return rc;
-    shmb_free(conn->hello.buf);
-    conn->hello = conn->out;
-    memset(&conn->out, 0, sizeof(conn->out));
+    conn_hold_output(conn);
     return 0;
 }
 
@@ -318,7 +347,7 @@ static void conn_on_writable(uv_poll_t *poll, int status, int events)
 
     (void)events;
     uv_poll_stop(poll);
-    if (conn == NULL || conn->closing || conn->hello.buf == NULL)
+    if (conn == NULL || conn->state != CONN_HELLO_HELD)
         return;
     if (status < 0) {
         log_debug("client pid %d: waiting to send the hello reply failed: %s",
@@ -337,8 +366,8 @@ static void conn_on_writable(uv_poll_t *poll, int status, int events)
 static int conn_pass_fd(struct conn *conn)
 {
     /* Read-only clients get a descriptor that cannot be mapped for writing. */
-    int rc = conn_send_fd(conn, conn->client.read_only ? conn->server->env->segment->ro_fd
-                                                       : conn->server->env->segment->fd);
+    const struct segment *seg = conn->set->env->segment;
+    int rc = conn_send_fd(conn, conn->client.read_only ? seg->ro_fd : seg->fd);
 
     if (rc == UV_EAGAIN && (rc = conn_hold_hello(conn)) == 0)
         return 1;
@@ -387,13 +416,12 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
         log_info("client pid %d: an alloc that would wait came after the end of its "
                  "input; closing the connection",
                  (int)conn->client.pid);
-        return conn->reset ? CONN_DROP : CONN_CLOSE;
+        return conn->reset ? CONN_STEP_DROP : CONN_STEP_CLOSE;
     }
     if (res->flags & COMMAND_WAIT) {
-        conn->wait_request = res->wait_request;
-        conn->wait_until_ms = res->wait_until_ms;
-        server_wait_add(conn->server, conn);
-        return CONN_WAIT;
+        conn_set_state(conn, CONN_WAITING);
+        waitq_add(&conn->set->waitq, &conn->wait, res->wait_request, res->wait_until_ms);
+        return CONN_STEP_WAIT;
     }
     if (!(res->flags & COMMAND_SILENT)) {
         rc = conn_queue(conn, res);
@@ -402,28 +430,27 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
         if (rc < 0) {
             log_warn("client pid %d: out of memory for a reply; disconnecting it",
                      (int)conn->client.pid);
-            return CONN_CLOSE;
+            return CONN_STEP_CLOSE;
         }
     }
     if ((res->flags & COMMAND_SEND_FD) && conn->reset) {
         conn->out.len = 0; /* the client is gone: no descriptor to pass */
-        return res->flags & COMMAND_CLOSE ? CONN_CLOSE : CONN_NEXT;
+        return res->flags & COMMAND_CLOSE ? CONN_STEP_CLOSE : CONN_STEP_NEXT;
     }
     if ((res->flags & COMMAND_SEND_FD) &&
         uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe) != 0) {
         /* Replies of earlier requests are still queued, and the descriptor
          * must travel with the hello reply, after them: hold this batch's
          * output until the queue drains (conn_on_write). */
-        conn->hello = conn->out;
-        memset(&conn->out, 0, sizeof(conn->out));
-        return CONN_WAIT;
+        conn_hold_output(conn);
+        return CONN_STEP_WAIT;
     }
     if (res->flags & COMMAND_SEND_FD) {
         rc = conn_pass_fd(conn);
         if (rc != 0)
-            return rc > 0 ? CONN_WAIT : CONN_DROP;
+            return rc > 0 ? CONN_STEP_WAIT : CONN_STEP_DROP;
     }
-    return res->flags & COMMAND_CLOSE ? CONN_CLOSE : CONN_NEXT;
+    return res->flags & COMMAND_CLOSE ? CONN_STEP_CLOSE : CONN_STEP_NEXT;
 }
 
 /* Run one complete line. */
@@ -434,10 +461,10 @@ static enum conn_step conn_handle_line(struct conn *conn, const char *line, size
     if (len > 0 && line[len - 1] == '\r')
         len--;
     if (len == 0)
-        return CONN_NEXT; /* blank lines are not requests */
+        return CONN_STEP_NEXT; /* blank lines are not requests */
     /* One reply never exceeds what the client may leave unread. */
-    conn->server->env->max_reply = conn->server->limits->max_queued_output;
-    command_execute(conn->server->env, &conn->client, line, len, &res);
+    conn->set->env->max_reply = conn->set->policy->max_queued_output;
+    command_execute(conn->set->env, &conn->client, line, len, &res);
     return conn_deliver(conn, &res);
 }
 
@@ -471,9 +498,9 @@ static bool conn_overflows(struct conn *conn)
 {
     int rc;
 
-    if (conn_unread(conn) <= conn->server->limits->max_queued_output)
+    if (conn_unread(conn) <= conn->set->policy->max_queued_output)
         return false;
-    if (conn->hello.buf == NULL && (rc = conn_flush(conn)) < 0) {
+    if (conn->state != CONN_HELLO_HELD && (rc = conn_flush(conn)) < 0) {
         if (conn_peer_gone(rc)) {
             conn_lose_peer(conn);
             return false;
@@ -483,7 +510,7 @@ static bool conn_overflows(struct conn *conn)
                       uv_strerror(rc));
         return true;
     }
-    if (conn_unread(conn) <= conn->server->limits->max_queued_output)
+    if (conn_unread(conn) <= conn->set->policy->max_queued_output)
         return false;
     conn_log_unread(conn);
     return true;
@@ -494,15 +521,14 @@ static bool conn_overflows(struct conn *conn)
  * last line run closes the connection. */
 static enum conn_step conn_process(struct conn *conn)
 {
-    enum conn_step step = CONN_NEXT;
+    enum conn_step step = CONN_STEP_NEXT;
     uint64_t turn_start = clock_now_ms();
     size_t start = 0;
     char *nl;
 
-    if (conn->wait_request != NULL || conn->hello.buf != NULL || conn->deferred ||
-        conn->finishing || conn->closing)
-        return CONN_WAIT;
-    while (step == CONN_NEXT &&
+    if (conn->state != CONN_READING)
+        return CONN_STEP_WAIT;
+    while (step == CONN_STEP_NEXT &&
            (nl = memchr(conn->in + start, '\n', conn->in_len - start)) != NULL) {
         size_t len = (size_t)(nl - (conn->in + start));
 
@@ -512,22 +538,22 @@ static enum conn_step conn_process(struct conn *conn)
          * behind them: the client sends without reading (a line of
          * pipelined 'list' requests would make the daemon hold gigabytes).
          * One large reply on its own is fine. */
-        if (step == CONN_NEXT &&
+        if (step == CONN_STEP_NEXT &&
             memchr(conn->in + start, '\n', conn->in_len - start) != NULL &&
             conn_overflows(conn))
-            step = CONN_DROP;
+            step = CONN_STEP_DROP;
         /* Its turn is over: the rest waits for the next loop iteration. */
-        if (step == CONN_NEXT && clock_now_ms() - turn_start >= CONN_TURN_MS &&
+        if (step == CONN_STEP_NEXT && clock_now_ms() - turn_start >= CONN_TURN_MS &&
             memchr(conn->in + start, '\n', conn->in_len - start) != NULL) {
-            server_defer(conn->server, conn);
-            step = CONN_WAIT;
+            conn_defer(conn);
+            step = CONN_STEP_WAIT;
         }
     }
     if (start > 0) {
         memmove(conn->in, conn->in + start, conn->in_len - start);
         conn->in_len -= start;
     }
-    if (step == CONN_NEXT && conn->in_len > SHMB_MAX_LINE) {
+    if (step == CONN_STEP_NEXT && conn->in_len > SHMB_MAX_LINE) {
         struct command_result res;
 
         command_oversized(SHMB_MAX_LINE, &res);
@@ -535,12 +561,12 @@ static enum conn_step conn_process(struct conn *conn)
         json_decref(res.reply);
         log_info("client pid %d sent a request line over %d bytes; closed",
                  (int)conn->client.pid, SHMB_MAX_LINE);
-        return CONN_CLOSE;
+        return CONN_STEP_CLOSE;
     }
     /* Everything the client sent has run (a last line without its '\n' is
      * not a request). */
-    if (step == CONN_NEXT && conn->eof)
-        return conn->reset ? CONN_DROP : CONN_CLOSE;
+    if (step == CONN_STEP_NEXT && conn->eof)
+        return conn->reset ? CONN_STEP_DROP : CONN_STEP_CLOSE;
     return step;
 }
 
@@ -559,11 +585,10 @@ static void conn_finish(struct conn *conn)
 {
     uv_shutdown_t *req;
 
-    if (conn->finishing || conn->closing)
+    if (conn_ended(conn))
         return;
     /* Nothing more runs: not a turn left over, not a held hello. */
-    conn->finishing = true;
-    server_undefer(conn->server, conn);
+    conn_set_state(conn, CONN_FINISHING);
     uv_read_stop((uv_stream_t *)&conn->pipe);
     if (conn_flush(conn) == 0 && (req = shmb_malloc(sizeof(*req))) != NULL) {
         if (uv_shutdown(req, (uv_stream_t *)&conn->pipe, conn_on_shutdown) == 0)
@@ -602,11 +627,11 @@ static void conn_input_end(struct conn *conn, bool reset)
     conn->eof = true;
     if (reset)
         conn_lose_peer(conn);
-    if (conn->wait_request != NULL || conn->hello.buf != NULL) {
+    if (conn->state == CONN_WAITING || conn->state == CONN_HELLO_HELD) {
         conn_close(conn);
         return;
     }
-    if (!conn->deferred)
+    if (conn->state == CONN_READING)
         conn_after(conn, conn_process(conn));
 }
 
@@ -616,15 +641,15 @@ static void conn_after(struct conn *conn, enum conn_step step)
 {
     int rc;
 
-    if (step == CONN_CLOSE) {
+    if (step == CONN_STEP_CLOSE) {
         conn_finish(conn);
         return;
     }
-    if (step == CONN_DROP) {
+    if (step == CONN_STEP_DROP) {
         conn_close(conn);
         return;
     }
-    if (conn->finishing || conn->closing)
+    if (conn_ended(conn))
         return;
     if ((rc = conn_flush(conn)) < 0 && conn_peer_gone(rc)) {
         conn_lose_peer(conn);
@@ -640,7 +665,7 @@ static void conn_after(struct conn *conn, enum conn_step step)
     /* A waiting connection keeps reading, so that its disconnect is seen at
      * once, but only buffers what comes (conn_process runs nothing while it
      * waits); reading pauses when the buffer is full (conn_on_read). */
-    if (step == CONN_NEXT && conn->paused && !conn->eof) {
+    if (step == CONN_STEP_NEXT && conn->paused && !conn->eof) {
         conn->paused = false;
         uv_read_start((uv_stream_t *)&conn->pipe, conn_on_alloc, conn_on_read);
     }
@@ -651,10 +676,10 @@ static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
     struct conn *conn = (struct conn *)stream;
 
     (void)buf;
-    if (nread == 0 || conn->closing)
+    if (nread == 0 || conn->state == CONN_CLOSED)
         return;
     if (nread == UV_ENOBUFS && conn->in_len == conn->in_cap &&
-        (conn->wait_request != NULL || conn->hello.buf != NULL || conn->deferred)) {
+        conn->state != CONN_READING) {
         /* A waiting connection filled its input buffer with requests queued
          * behind the wait: stop reading until the wait is over. */
         uv_read_stop(stream);
@@ -682,36 +707,40 @@ static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
  * descriptor now, then go on with the requests behind it. */
 static void conn_resume(struct conn *conn)
 {
-    enum conn_step step = CONN_NEXT;
+    enum conn_step step = CONN_STEP_NEXT;
     int rc;
 
-    if (conn->finishing || conn->closing)
+    if (conn->state != CONN_HELLO_HELD)
         return;
     shmb_free(conn->out.buf);
     conn->out = conn->hello;
     memset(&conn->hello, 0, sizeof(conn->hello));
+    conn_set_state(conn, CONN_READING);
     rc = conn_pass_fd(conn);
     if (rc != 0)
-        step = rc > 0 ? CONN_WAIT : CONN_DROP;
-    if (step == CONN_NEXT)
+        step = rc > 0 ? CONN_STEP_WAIT : CONN_STEP_DROP;
+    if (step == CONN_STEP_NEXT)
         step = conn_process(conn);
     conn_after(conn, step);
 }
 
-void conn_continue(struct conn *conn)
+/* Run the requests left over from conn's last turn (conn_defer). */
+static void conn_continue(struct conn *conn)
 {
-    server_undefer(conn->server, conn);
-    if (conn->finishing || conn->closing)
+    if (conn->state != CONN_DEFERRED)
         return;
+    conn_set_state(conn, CONN_READING);
     conn_after(conn, conn_process(conn));
 }
 
-void conn_hello_timeout(struct conn *conn, uint64_t timeout_ms)
+/* conn did not say hello within timeout_ms (--hello-timeout): tell it with
+ * an ETIMEDOUT line, then close it. */
+static void conn_hello_timeout(struct conn *conn, uint64_t timeout_ms)
 {
     char msg[200];
     json_t *reply;
 
-    if (conn->finishing || conn->closing)
+    if (conn_ended(conn))
         return;
     snprintf(msg, sizeof(msg),
              "No hello within %llu ms of connecting (--hello-timeout); closing the "
@@ -734,54 +763,236 @@ void conn_hello_timeout(struct conn *conn, uint64_t timeout_ms)
     conn_finish(conn);
 }
 
-void conn_wait_done(struct conn *conn, struct command_result *res)
+/* The waiting alloc got its answer (res has no COMMAND_WAIT; the queue has
+ * let it go): deliver it and go on with the requests that queued up behind
+ * it. */
+static void conn_wait_done(struct waitq_entry *entry, struct command_result *res)
 {
+    struct conn *conn = (struct conn *)((char *)entry - offsetof(struct conn, wait));
     enum conn_step step;
 
-    json_decref(conn->wait_request);
-    conn->wait_request = NULL;
+    conn->state = CONN_READING; /* the queue has let it go already */
     step = conn_deliver(conn, res);
-    if (step == CONN_NEXT)
+    if (step == CONN_STEP_NEXT)
         step = conn_process(conn);
     conn_after(conn, step);
 }
 
-int conn_open(struct server *srv, int fd, pid_t pid, uid_t uid, gid_t gid)
+int conn_open(struct conn_set *set, int fd, pid_t pid, uid_t uid, gid_t gid)
 {
     struct conn *conn = shmb_calloc(1, sizeof(*conn));
     int rc;
 
-    if (conn == NULL)
+    if (conn == NULL) {
+        close(fd);
         return UV_ENOMEM;
-    if ((rc = uv_pipe_init(srv->loop, &conn->pipe, 0)) < 0) {
+    }
+    if ((rc = uv_pipe_init(set->loop, &conn->pipe, 0)) < 0) {
+        close(fd);
         shmb_free(conn);
         return rc;
     }
+    conn->set = set;
     if ((rc = uv_pipe_open(&conn->pipe, fd)) < 0) {
-        /* The descriptor stays the caller's; the handle still needs closing. */
-        conn->closing = true;
-        conn->server = srv;
+        /* The handle did not take the descriptor, but still needs closing. */
+        close(fd);
+        conn->state = CONN_CLOSED;
         uv_close((uv_handle_t *)&conn->pipe, conn_on_close_unlisted);
         return rc;
     }
     conn->pipe.data = conn;
-    conn->server = srv;
+    conn->state = CONN_READING;
     conn->connected_ms = clock_now_ms();
     conn->client.pid = pid;
     conn->client.uid = uid;
     conn->client.gid = gid;
-    conn->next = srv->conns;
-    if (srv->conns != NULL)
-        srv->conns->prev = conn;
-    srv->conns = conn;
-    srv->nconns++;
-    command_client_open(srv->env, &conn->client);
+    conn->wait.client = &conn->client;
+    conn->wait.done = conn_wait_done;
+    set->count++;
+    command_client_open(set->env, &conn->client);
     if ((rc = uv_read_start((uv_stream_t *)&conn->pipe, conn_on_alloc, conn_on_read)) <
         0) {
+        /* The handle owns the descriptor now: closing it closes that too. */
         conn_close(conn);
-        return 0; /* the handle owns the descriptor now and closes it */
+        return rc;
     }
-    server_hello_watch(srv);
+    conn_set_hello_watch(set);
     log_debug("accepted client pid %d uid %d", (int)pid, (int)uid);
     return 0;
+}
+
+/* The connection a client belongs to: every client in env->client_list is a
+ * connection's. */
+static struct conn *conn_of(struct command_client *client)
+{
+    return (struct conn *)((char *)client - offsetof(struct conn, client));
+}
+
+/* Close the connections that have not said hello within --hello-timeout,
+ * and wake again for the earliest one left. One timer for all of them:
+ * pre-hello connections are few, and a walk of the list is cheap next to
+ * a timer per connection. */
+static void conn_set_on_hello_timer(uv_timer_t *timer)
+{
+    struct conn_set *set = timer->data;
+    uint64_t limit = set->policy->hello_timeout_ms, now = clock_now_ms();
+    uint64_t earliest = UINT64_MAX;
+    struct command_client *cl, *next;
+
+    if (limit == 0)
+        return;
+    for (cl = TAILQ_FIRST(&set->env->client_list); cl != NULL; cl = next) {
+        struct conn *c = conn_of(cl);
+
+        next = TAILQ_NEXT(cl, link);
+        if (conn_ended(c) || cl->said_hello)
+            continue;
+        if (now - c->connected_ms >= limit)
+            conn_hello_timeout(c, limit);
+        else if (c->connected_ms + limit < earliest)
+            earliest = c->connected_ms + limit;
+    }
+    if (earliest != UINT64_MAX)
+        uv_timer_start(&set->hello_timer, conn_set_on_hello_timer, earliest - now, 0);
+}
+
+/* A connection opened: make sure the hello timer will look at it. */
+static void conn_set_hello_watch(struct conn_set *set)
+{
+    /* A new connection's deadline is the latest of all: a timer already
+     * running fires first and re-arms for it. */
+    if (set->policy->hello_timeout_ms != 0 && set->started &&
+        !uv_is_active((uv_handle_t *)&set->hello_timer))
+        uv_timer_start(&set->hello_timer, conn_set_on_hello_timer,
+                       set->policy->hello_timeout_ms, 0);
+}
+
+void conn_set_hello_rearm(struct conn_set *set)
+{
+    if (!set->started)
+        return;
+    uv_timer_stop(&set->hello_timer);
+    /* Closes the connections already past the new limit and arms the timer
+     * for the earliest of the others. */
+    conn_set_on_hello_timer(&set->hello_timer);
+}
+
+/* Look at every connection with too much output unread; wake again while
+ * any is left. */
+static void conn_set_on_unread_timer(uv_timer_t *timer)
+{
+    struct conn_set *set = timer->data;
+    uint64_t now = clock_now_ms();
+    bool again = false;
+    struct command_client *cl, *next;
+
+    for (cl = TAILQ_FIRST(&set->env->client_list); cl != NULL; cl = next) {
+        next = TAILQ_NEXT(cl, link);
+        if (conn_unread_check(conn_of(cl), now))
+            again = true;
+    }
+    if (again)
+        uv_timer_start(&set->unread_timer, conn_set_on_unread_timer, CONN_UNREAD_TICK_MS, 0);
+}
+
+/* A connection has more output unread than --max-queued-output: look at it
+ * again until it reads (conn_unread_check). */
+static void conn_set_unread_watch(struct conn_set *set)
+{
+    if (set->started && !uv_is_active((uv_handle_t *)&set->unread_timer))
+        uv_timer_start(&set->unread_timer, conn_set_on_unread_timer, CONN_UNREAD_TICK_MS, 0);
+}
+
+/* Continue the connections whose turn ended with requests left, each once;
+ * an idle handle runs once per loop iteration, after the other events. */
+static void conn_set_on_resume(uv_idle_t *idle)
+{
+    struct conn_set *set = idle->data;
+    struct conn *c, *last = TAILQ_LAST(&set->deferred, conn_list);
+
+    /* Those deferred again while this runs go after last: their turn is
+     * the next iteration's. */
+    while (last != NULL && (c = TAILQ_FIRST(&set->deferred)) != NULL) {
+        bool was_last = c == last;
+
+        conn_continue(c);
+        if (was_last)
+            break;
+    }
+    if (TAILQ_EMPTY(&set->deferred))
+        uv_idle_stop(idle);
+}
+
+/* conn used its turn with complete requests left: continue it on the next
+ * loop iteration, after the other clients' events. */
+static void conn_defer(struct conn *conn)
+{
+    struct conn_set *set = conn->set;
+
+    conn_set_state(conn, CONN_DEFERRED);
+    TAILQ_INSERT_TAIL(&set->deferred, conn, deferred_link);
+    if (set->started)
+        uv_idle_start(&set->resume_idle, conn_set_on_resume);
+}
+
+int conn_set_init(struct conn_set *set, uv_loop_t *loop, struct command_env *env,
+                  const struct policy *policy, void (*on_freed)(void *arg), void *arg)
+{
+    int rc;
+
+    memset(set, 0, sizeof(*set));
+    set->loop = loop;
+    set->env = env;
+    set->policy = policy;
+    set->on_freed = on_freed;
+    set->on_freed_arg = arg;
+    TAILQ_INIT(&set->deferred);
+    if ((rc = waitq_init(&set->waitq, loop, env)) < 0)
+        return rc;
+    if ((rc = uv_timer_init(loop, &set->hello_timer)) < 0)
+        goto fail_waitq;
+    if ((rc = uv_timer_init(loop, &set->unread_timer)) < 0)
+        goto fail_hello;
+    if ((rc = uv_idle_init(loop, &set->resume_idle)) < 0)
+        goto fail_unread;
+    set->hello_timer.data = set->unread_timer.data = set->resume_idle.data = set;
+    uv_unref((uv_handle_t *)&set->hello_timer);
+    uv_unref((uv_handle_t *)&set->unread_timer);
+    uv_unref((uv_handle_t *)&set->resume_idle);
+    set->started = true;
+    return 0;
+
+fail_unread:
+    uv_close((uv_handle_t *)&set->unread_timer, NULL);
+fail_hello:
+    uv_close((uv_handle_t *)&set->hello_timer, NULL);
+fail_waitq:
+    waitq_close(&set->waitq);
+    return rc;
+}
+
+void conn_set_close(struct conn_set *set)
+{
+    struct command_client *cl;
+
+    if (set->started) {
+        set->started = false;
+        waitq_close(&set->waitq);
+        uv_close((uv_handle_t *)&set->hello_timer, NULL);
+        uv_close((uv_handle_t *)&set->unread_timer, NULL);
+        uv_close((uv_handle_t *)&set->resume_idle, NULL);
+    }
+    /* conn_close takes each out of the list. */
+    while ((cl = TAILQ_FIRST(&set->env->client_list)) != NULL)
+        conn_close(conn_of(cl));
+}
+
+unsigned conn_set_count_uid(const struct conn_set *set, uid_t uid)
+{
+    const struct command_client *cl;
+    unsigned n = 0;
+
+    TAILQ_FOREACH(cl, &set->env->client_list, link)
+        n += cl->uid == uid;
+    return n;
 }

@@ -504,6 +504,7 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
             goto fail_socket;
         }
     }
+    command_env_init(&d->env);
     d->env.store = d->store;
     d->env.segment = &d->seg;
     d->env.shm_dir = d->cfg.shm_dir;

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "../proto/protocol.h"
-#include "conn.h"
 #include "log.h"
 
 #define SERVER_BACKLOG 128
@@ -159,8 +158,6 @@ static void server_admit(struct server *srv, int fd)
     struct ucred cred = {0, (uid_t)-1, (gid_t)-1};
     socklen_t len = sizeof(cred);
     char msg[256];
-    unsigned same_uid = 0;
-    struct conn *c;
     int rc;
 
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
@@ -178,7 +175,7 @@ static void server_admit(struct server *srv, int fd)
         server_refuse(fd, -EPERM, msg);
         return;
     }
-    if (lim->max_clients != 0 && srv->nconns >= lim->max_clients) {
+    if (lim->max_clients != 0 && srv->conns.count >= lim->max_clients) {
         snprintf(
             msg, sizeof(msg),
             "max-clients (%u) reached; try again when a client disconnects, or raise "
@@ -189,9 +186,8 @@ static void server_admit(struct server *srv, int fd)
         server_refuse(fd, -EDQUOT, msg);
         return;
     }
-    for (c = srv->conns; c != NULL; c = c->next)
-        same_uid += !c->closing && c->client.uid == cred.uid;
-    if (lim->max_clients_per_uid != 0 && same_uid >= lim->max_clients_per_uid) {
+    if (lim->max_clients_per_uid != 0 &&
+        conn_set_count_uid(&srv->conns, cred.uid) >= lim->max_clients_per_uid) {
         snprintf(
             msg, sizeof(msg),
             "max-clients-per-uid (%u) reached for uid %d; close some connections, or "
@@ -202,10 +198,8 @@ static void server_admit(struct server *srv, int fd)
         server_refuse(fd, -EDQUOT, msg);
         return;
     }
-    if ((rc = conn_open(srv, fd, cred.pid, cred.uid, cred.gid)) < 0) {
+    if ((rc = conn_open(&srv->conns, fd, cred.pid, cred.uid, cred.gid)) < 0)
         log_warn("cannot serve client pid %d: %s", (int)cred.pid, uv_strerror(rc));
-        close(fd);
-    }
 }
 
 /* With the reserved descriptor, accept and refuse the clients waiting in the
@@ -247,7 +241,7 @@ static void server_out_of_fds(struct server *srv, int saved)
 {
     log_warn("out of file descriptors (%s) with %u clients; not accepting new clients "
              "until one disconnects (raise the limit with ulimit -n or LimitNOFILE=)",
-             strerror(saved), srv->nconns);
+             strerror(saved), srv->conns.count);
     server_refuse_queued(srv);
     uv_poll_stop(&srv->watcher);
     srv->paused = true;
@@ -283,114 +277,27 @@ static void server_on_readable(uv_poll_t *watcher, int status, int events)
     }
 }
 
-static void server_on_wait_timer(uv_timer_t *timer);
+static void server_on_readable(uv_poll_t *watcher, int status, int events);
 
-/* Arm the timer for the earliest deadline among the waiters, or for the
- * moment a read lease lets the blocker go, if that comes first. */
-static void server_arm_wait_timer(struct server *srv)
+/* A connection's descriptor was closed: when descriptors had run out, accept
+ * again. */
+static void server_on_conn_freed(void *arg)
 {
-    uint64_t earliest = UINT64_MAX, now = clock_now_ms(), wake;
-    struct conn *c;
+    struct server *srv = arg;
 
-    for (c = srv->wait_head; c != NULL; c = c->wait_next)
-        if (c->wait_until_ms < earliest)
-            earliest = c->wait_until_ms;
-    if (earliest != UINT64_MAX && (wake = command_room_wake_ms(srv->env)) < earliest)
-        earliest = wake;
-    if (earliest == UINT64_MAX)
-        uv_timer_stop(&srv->wait_timer);
-    else
-        uv_timer_start(&srv->wait_timer, server_on_wait_timer,
-                       earliest > now ? earliest - now : 0, 0);
-}
-
-void server_wait_add(struct server *srv, struct conn *conn)
-{
-    /* It just found no room: retry only once something changes. */
-    if (srv->wait_head == NULL)
-        srv->room_gen = command_room_generation(srv->env);
-    conn->wait_next = NULL;
-    conn->wait_prev = srv->wait_tail;
-    if (srv->wait_tail != NULL)
-        srv->wait_tail->wait_next = conn;
-    else
-        srv->wait_head = conn;
-    srv->wait_tail = conn;
-    server_arm_wait_timer(srv);
-}
-
-void server_wait_remove(struct server *srv, struct conn *conn)
-{
-    if (conn->wait_prev != NULL)
-        conn->wait_prev->wait_next = conn->wait_next;
-    else if (srv->wait_head == conn)
-        srv->wait_head = conn->wait_next;
-    else
-        return;
-    if (conn->wait_next != NULL)
-        conn->wait_next->wait_prev = conn->wait_prev;
-    else
-        srv->wait_tail = conn->wait_prev;
-    conn->wait_prev = conn->wait_next = NULL;
-    if (!uv_is_closing((uv_handle_t *)&srv->wait_timer))
-        server_arm_wait_timer(srv);
-}
-
-/* Retry one waiter; true when it got its answer (and left the queue). */
-static bool server_retry(struct server *srv, struct conn *conn, bool final)
-{
-    struct command_result res;
-
-    command_retry(srv->env, &conn->client, conn->wait_request, conn->wait_until_ms, final,
-                  &res);
-    if (res.flags & COMMAND_WAIT) {
-        json_decref(res.wait_request); /* the same request: keep the one we have */
-        return false;
+    if (srv->paused && srv->watching && srv->listen_fd >= 0) {
+        srv->paused = false;
+        uv_timer_stop(&srv->emfile_timer);
+        if (srv->reserve_fd < 0)
+            srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        uv_poll_start(&srv->watcher, UV_READABLE, server_on_readable);
+        log_info("a client left; accepting new clients again");
     }
-    server_wait_remove(srv, conn);
-    conn_wait_done(conn, &res);
-    return true;
 }
 
-/* Once per loop iteration: when room may have been made, serve waiters in
- * arrival order, stopping at the first that still does not fit. */
-static void server_on_room_check(uv_check_t *check)
-{
-    struct server *srv = check->data;
-    uint64_t gen;
-
-    if (srv->wait_head == NULL)
-        return;
-    gen = command_room_generation(srv->env);
-    if (gen == srv->room_gen)
-        return;
-    srv->room_gen = gen;
-    while (srv->wait_head != NULL && server_retry(srv, srv->wait_head, false))
-        ;
-}
-
-/* A deadline came, or a read lease ran out: serve waiters in arrival order
- * while they fit, then answer every waiter whose time is up, allocation or
- * ETIMEDOUT. */
-static void server_on_wait_timer(uv_timer_t *timer)
-{
-    struct server *srv = timer->data;
-    uint64_t now = clock_now_ms();
-    struct conn *c, *next;
-
-    while (srv->wait_head != NULL && srv->wait_head->wait_until_ms > now &&
-           server_retry(srv, srv->wait_head, false))
-        ;
-    for (c = srv->wait_head; c != NULL; c = next) {
-        next = c->wait_next;
-        if (c->wait_until_ms <= now)
-            server_retry(srv, c, true);
-    }
-    server_arm_wait_timer(srv);
-}
-
-/* Start watching a listening socket. */
-static int server_watch(struct server *srv, int fd, struct shmb_error *err)
+/* Start watching a listening socket, with an empty set of connections. */
+static int server_watch(struct server *srv, int fd, struct command_env *env,
+                        struct shmb_error *err)
 {
     int rc;
 
@@ -399,27 +306,22 @@ static int server_watch(struct server *srv, int fd, struct shmb_error *err)
     if ((rc = uv_poll_init(srv->loop, &srv->watcher, fd)) < 0)
         return shmb_error_set(err, -EIO, "Cannot watch %s: %s.", srv->path,
                               uv_strerror(rc));
+    if ((rc = uv_timer_init(srv->loop, &srv->emfile_timer)) < 0) {
+        uv_close((uv_handle_t *)&srv->watcher, NULL);
+        return shmb_error_set(err, -EIO, "Cannot watch %s: %s.", srv->path,
+                              uv_strerror(rc));
+    }
+    if ((rc = conn_set_init(&srv->conns, srv->loop, env, srv->limits, server_on_conn_freed,
+                            srv)) < 0) {
+        uv_close((uv_handle_t *)&srv->watcher, NULL);
+        uv_close((uv_handle_t *)&srv->emfile_timer, NULL);
+        return shmb_error_set(err, -EIO, "Cannot serve %s: %s.", srv->path,
+                              uv_strerror(rc));
+    }
     srv->watcher.data = srv;
-    srv->watching = true;
-    uv_check_init(srv->loop, &srv->room_check);
-    srv->room_check.data = srv;
-    uv_check_start(&srv->room_check, server_on_room_check);
-    uv_unref((uv_handle_t *)&srv->room_check);
-    uv_timer_init(srv->loop, &srv->wait_timer);
-    srv->wait_timer.data = srv;
-    uv_unref((uv_handle_t *)&srv->wait_timer);
-    uv_timer_init(srv->loop, &srv->emfile_timer);
     srv->emfile_timer.data = srv;
     uv_unref((uv_handle_t *)&srv->emfile_timer);
-    uv_timer_init(srv->loop, &srv->hello_timer);
-    srv->hello_timer.data = srv;
-    uv_unref((uv_handle_t *)&srv->hello_timer);
-    uv_timer_init(srv->loop, &srv->unread_timer);
-    srv->unread_timer.data = srv;
-    uv_unref((uv_handle_t *)&srv->unread_timer);
-    uv_idle_init(srv->loop, &srv->resume_idle);
-    srv->resume_idle.data = srv;
-    uv_unref((uv_handle_t *)&srv->resume_idle);
+    srv->watching = true;
     if ((rc = uv_poll_start(&srv->watcher, UV_READABLE, server_on_readable)) < 0)
         return shmb_error_set(err, -EIO, "Cannot watch %s: %s.", srv->path,
                               uv_strerror(rc));
@@ -477,7 +379,6 @@ int server_listen(struct server *srv, uv_loop_t *loop, int fd, const char *path,
 
     memset(srv, 0, sizeof(*srv));
     srv->loop = loop;
-    srv->env = env;
     srv->limits = limits;
     srv->listen_fd = srv->reserve_fd = -1;
     snprintf(srv->path, sizeof(srv->path), "%s", path);
@@ -491,7 +392,7 @@ int server_listen(struct server *srv, uv_loop_t *loop, int fd, const char *path,
         server_close(srv);
         return shmb_error_set(err, -rc, "Cannot listen on %s: %s.", path, strerror(rc));
     }
-    if ((rc = server_watch(srv, fd, err)) < 0)
+    if ((rc = server_watch(srv, fd, env, err)) < 0)
         server_close(srv);
     return rc;
 }
@@ -544,7 +445,6 @@ int server_adopt(struct server *srv, uv_loop_t *loop, int fd, struct command_env
 
     memset(srv, 0, sizeof(*srv));
     srv->loop = loop;
-    srv->env = env;
     srv->limits = limits;
     srv->listen_fd = srv->reserve_fd = -1;
     memset(&sun, 0, sizeof(sun));
@@ -556,157 +456,30 @@ int server_adopt(struct server *srv, uv_loop_t *loop, int fd, struct command_env
         return shmb_error_set(err, -errno, "Cannot set up the socket systemd passed: %s.",
                               strerror(errno));
     srv->owns_path = false; /* systemd's socket: it stays when we exit */
-    if ((rc = server_watch(srv, fd, err)) < 0)
+    if ((rc = server_watch(srv, fd, env, err)) < 0)
         server_close(srv);
     return rc;
 }
 
-/* Close the connections that have not said hello within --hello-timeout,
- * and wake again for the earliest one left. One timer for all of them:
- * pre-hello connections are few, and a walk of the list is cheap next to
- * a timer per connection. */
-static void server_on_hello_timer(uv_timer_t *timer)
-{
-    struct server *srv = timer->data;
-    uint64_t limit = srv->limits->hello_timeout_ms, now = clock_now_ms();
-    uint64_t earliest = UINT64_MAX;
-    struct conn *c, *next;
-
-    if (limit == 0)
-        return;
-    for (c = srv->conns; c != NULL; c = next) {
-        next = c->next;
-        if (c->closing || c->client.said_hello)
-            continue;
-        if (now - c->connected_ms >= limit)
-            conn_hello_timeout(c, limit);
-        else if (c->connected_ms + limit < earliest)
-            earliest = c->connected_ms + limit;
-    }
-    if (earliest != UINT64_MAX)
-        uv_timer_start(&srv->hello_timer, server_on_hello_timer, earliest - now, 0);
-}
-
-void server_hello_watch(struct server *srv)
-{
-    /* A new connection's deadline is the latest of all: a timer already
-     * running fires first and re-arms for it. */
-    if (srv->limits->hello_timeout_ms != 0 && srv->watching &&
-        !uv_is_active((uv_handle_t *)&srv->hello_timer))
-        uv_timer_start(&srv->hello_timer, server_on_hello_timer,
-                       srv->limits->hello_timeout_ms, 0);
-}
-
-/* Look at every connection with too much output unread; wake again while
- * any is left. */
-static void server_on_unread_timer(uv_timer_t *timer)
-{
-    struct server *srv = timer->data;
-    uint64_t now = clock_now_ms();
-    bool again = false;
-    struct conn *c, *next;
-
-    for (c = srv->conns; c != NULL; c = next) {
-        next = c->next;
-        if (!c->closing && conn_unread_check(c, now))
-            again = true;
-    }
-    if (again)
-        uv_timer_start(&srv->unread_timer, server_on_unread_timer, CONN_UNREAD_TICK_MS, 0);
-}
-
-void server_unread_watch(struct server *srv)
-{
-    if (srv->watching && !uv_is_active((uv_handle_t *)&srv->unread_timer))
-        uv_timer_start(&srv->unread_timer, server_on_unread_timer, CONN_UNREAD_TICK_MS, 0);
-}
-
 void server_hello_rearm(struct server *srv)
 {
-    if (!srv->watching)
-        return;
-    uv_timer_stop(&srv->hello_timer);
-    /* Closes the connections already past the new limit and arms the timer
-     * for the earliest of the others. */
-    server_on_hello_timer(&srv->hello_timer);
-}
-
-/* Continue every connection whose turn ended with requests left; an idle
- * handle runs once per loop iteration, after the events of the others. */
-static void server_on_resume_idle(uv_idle_t *idle)
-{
-    struct server *srv = idle->data;
-    struct conn *c, *next;
-
-    /* A connection closed meanwhile stays in the list until its close
-     * callback, so next stays valid; new connections go to the front. */
-    for (c = srv->conns; c != NULL; c = next) {
-        next = c->next;
-        if (c->deferred && !c->closing)
-            conn_continue(c);
-    }
-    if (srv->ndeferred == 0)
-        uv_idle_stop(idle);
-}
-
-void server_defer(struct server *srv, struct conn *conn)
-{
-    if (conn->deferred)
-        return;
-    conn->deferred = true;
-    srv->ndeferred++;
     if (srv->watching)
-        uv_idle_start(&srv->resume_idle, server_on_resume_idle);
-}
-
-void server_undefer(struct server *srv, struct conn *conn)
-{
-    if (!conn->deferred)
-        return;
-    conn->deferred = false;
-    srv->ndeferred--;
-}
-
-void server_forget(struct server *srv, struct conn *conn)
-{
-    if (conn->prev != NULL)
-        conn->prev->next = conn->next;
-    else
-        srv->conns = conn->next;
-    if (conn->next != NULL)
-        conn->next->prev = conn->prev;
-    srv->nconns--;
-    if (srv->paused && srv->watching && srv->listen_fd >= 0) {
-        srv->paused = false;
-        uv_timer_stop(&srv->emfile_timer);
-        if (srv->reserve_fd < 0)
-            srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        uv_poll_start(&srv->watcher, UV_READABLE, server_on_readable);
-        log_info("a client left; accepting new clients again");
-    }
+        conn_set_hello_rearm(&srv->conns);
 }
 
 void server_close(struct server *srv)
 {
-    struct conn *conn;
-
     if (srv->watching) {
         uv_close((uv_handle_t *)&srv->watcher, NULL);
-        uv_close((uv_handle_t *)&srv->room_check, NULL);
-        uv_close((uv_handle_t *)&srv->wait_timer, NULL);
         uv_close((uv_handle_t *)&srv->emfile_timer, NULL);
-        uv_close((uv_handle_t *)&srv->hello_timer, NULL);
-        uv_close((uv_handle_t *)&srv->unread_timer, NULL);
-        uv_close((uv_handle_t *)&srv->resume_idle, NULL);
         srv->watching = false;
+        conn_set_close(&srv->conns);
     }
     if (srv->listen_fd >= 0)
         close(srv->listen_fd);
     if (srv->reserve_fd >= 0)
         close(srv->reserve_fd);
     srv->listen_fd = srv->reserve_fd = -1;
-    for (conn = srv->conns; conn != NULL; conn = conn->next)
-        conn_close(conn);
     if (srv->owns_path) {
         unlink(srv->path);
         srv->owns_path = false;

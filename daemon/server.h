@@ -14,9 +14,8 @@
 
 #include "../proto/error.h"
 #include "command.h"
+#include "conn.h"
 #include "policy.h"
-
-struct conn;
 
 struct server {
     uv_loop_t *loop;
@@ -27,25 +26,9 @@ struct server {
     bool paused;       /* out of descriptors: not accepting */
     bool owns_path;    /* unlink the socket path at close */
     char path[108];
-    struct command_env *env;
     const struct policy *limits;
-    struct conn *conns; /* open connections, newest first */
-    unsigned nconns;
-    /* Allocs waiting for space, in arrival order; retried when the store
-     * says room may have been made (checked once per loop iteration), and
-     * answered at their deadlines by one timer for the earliest. */
-    struct conn *wait_head, *wait_tail;
-    uv_check_t room_check;
-    uv_timer_t wait_timer;
+    struct conn_set conns; /* the open connections, and what they share */
     uv_timer_t emfile_timer; /* refuses queued clients while out of descriptors */
-    uv_timer_t hello_timer;  /* closes connections that do not say hello in time */
-    uv_timer_t unread_timer; /* closes connections that leave replies unread */
-    /* Connections with requests left over from their turn (conn_process runs
-     * one connection for a bounded time, then lets the others go first):
-     * continued on the next loop iteration. */
-    uv_idle_t resume_idle;
-    unsigned ndeferred;
-    uint64_t room_gen;
 };
 
 /* Make sure no live daemon listens on path, changing nothing: -EADDRINUSE
@@ -90,29 +73,8 @@ int server_adopt(struct server *srv, uv_loop_t *loop, int fd, struct command_env
 /* Stop accepting, close every connection and the listener, unlink the path. */
 void server_close(struct server *srv);
 
-/* Park conn (its wait_request set) at the end of the waiters; take it out. */
-void server_wait_add(struct server *srv, struct conn *conn);
-void server_wait_remove(struct server *srv, struct conn *conn);
-
-/* Called by a connection when it has closed: forget it, and resume accepting
- * if descriptors had run out. */
-void server_forget(struct server *srv, struct conn *conn);
-
-/* A connection opened: make sure the hello timer will look at it. */
-void server_hello_watch(struct server *srv);
-
-/* conn has more output unread than --max-queued-output: look at it again
- * until it reads (conn_unread_check). */
-void server_unread_watch(struct server *srv);
-
 /* --hello-timeout changed (SIGHUP): apply it to the connections already
  * open, closing those past it now. */
 void server_hello_rearm(struct server *srv);
-
-/* conn used its turn with complete requests left: continue it on the next
- * loop iteration, after the other clients' events. server_undefer takes it
- * off (it continues, or closes). */
-void server_defer(struct server *srv, struct conn *conn);
-void server_undefer(struct server *srv, struct conn *conn);
 
 #endif

@@ -38,6 +38,7 @@ int fixture_init(struct fixture *f, uint64_t size, uint64_t max_object_size)
         free(f->seg.base);
         return -ENOMEM;
     }
+    command_env_init(&f->env);
     f->env.store = f->store;
     f->env.segment = &f->seg;
     f->env.shm_dir = "/tmp";
