@@ -58,7 +58,7 @@ ALLCFLAGS = -std=c11 -D_GNU_SOURCE -DSHMB_VERSION='"$(VERSION)"' -fPIC $(WARN) \
 ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ------------------------------------------------------------
-PROTO_SRC   := proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c
+PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c $(CORE_SRC)
@@ -69,7 +69,7 @@ OBJ = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 PROTO_OBJ := $(call OBJ,$(PROTO_SRC))
 # error, alloc and text only: what the core modules need, without jansson.
-BASE_OBJ  := $(call OBJ,proto/error.c proto/alloc.c proto/text.c)
+BASE_OBJ  := $(call OBJ,proto/utf8.c proto/error.c proto/alloc.c proto/text.c)
 CORE_OBJ  := $(call OBJ,$(CORE_SRC))
 
 DAEMON    := $(BUILD)/shmbrokerd
@@ -128,7 +128,8 @@ TSAN_SRC := tests/e2e/test_threads.c tests/e2e/harness.c tests/e2e/checks.c $(LI
 
 # What 'make test' runs: every unit and end-to-end program, the soak under
 # valgrind, and (in the plain build) the fuzzer for FUZZ_SECONDS.
-TEST_RUNS := $(UNIT_BINS) $(E2E_BINS) tests/e2e/soak_valgrind.sh tests/e2e/test_run_timeout.sh
+TEST_RUNS := $(UNIT_BINS) $(E2E_BINS) tests/e2e/soak_valgrind.sh tests/e2e/test_run_timeout.sh \
+             tests/structure/check_layers.sh
 ifeq ($(SANITIZER),)
 TEST_RUNS += tests/fuzz/run_fuzz.sh tests/fuzz/run_fuzz_adopt.sh
 endif
@@ -157,7 +158,8 @@ FUZZ_BIN     := $(FUZZ_BUILD)/fuzz_command
 # under ASan and UBSan. 'make test' runs it for FUZZ_ADOPT_SECONDS;
 # 'make fuzz-adopt FUZZ_ADOPT_SECONDS=3600' for as long as asked.
 FUZZ_ADOPT_SECONDS ?= 30
-FUZZ_ADOPT_SRC := tests/fuzz/fuzz_adopt.c $(CORE_SRC) proto/error.c proto/alloc.c proto/text.c
+FUZZ_ADOPT_SRC := tests/fuzz/fuzz_adopt.c $(CORE_SRC) proto/utf8.c proto/error.c proto/alloc.c \
+                  proto/text.c
 FUZZ_ADOPT_BIN := $(FUZZ_BUILD)/fuzz_adopt
 
 .PHONY: all run test fuzz fuzz-adopt soak bench check-deps check-test-deps unit clean install uninstall

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "text.h"
+#include "utf8.h"
 
 const struct shmb_error_code shmb_error_codes[] = {
 #define SHMB_ERR(name, where) {name, #name, where},

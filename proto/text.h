@@ -1,6 +1,6 @@
 /*
- * Text that crosses a trust boundary: UTF-8 checks, cutting on a character
- * boundary, escaping for terminals and logs, and the one check of a key that
+ * Text that crosses a trust boundary: escaping for terminals and logs (over
+ * the UTF-8 rules of utf8.h, which it includes), and the one check of a key that
  * the daemon, the library and the ctl share (so they refuse a bad key with
  * the same code and the same words). Knows nothing about JSON or sockets.
  */
@@ -10,18 +10,7 @@
 #include <stddef.h>
 
 #include "error.h"
-
-/* Length of the well-formed UTF-8 sequence at s (RFC 3629: no overlongs, no
- * surrogates, nothing past U+10FFFF), or 0 when the bytes there are not one. */
-size_t shmb_utf8_seq_len(const unsigned char *s, size_t avail);
-
-/* The offset of the first byte of s[0..n) that is not part of well-formed
- * UTF-8, or n when all of it is. */
-size_t shmb_utf8_invalid_at(const char *s, size_t n);
-
-/* The longest prefix of s[0..n) of at most max bytes that does not end in
- * the middle of a UTF-8 character (a malformed byte counts as one). */
-size_t shmb_utf8_cut(const char *s, size_t n, size_t max);
+#include "utf8.h"
 
 /* Copy s[0..n) into out (cap bytes, NUL-terminated, cap >= 1) for a human's
  * eyes: control bytes (C0, DEL and the C1 range, which terminals obey) and
