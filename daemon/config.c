@@ -274,14 +274,14 @@ static int config_args_add(struct config_args *a, const char *arg)
 
     if (a->argc + 1 >= a->cap) {
         int cap = a->cap ? a->cap * 2 : 64;
-        char **grown = realloc(a->argv, (size_t)cap * sizeof(*grown));
+        char **grown = shmb_realloc(a->argv, (size_t)cap * sizeof(*grown));
 
         if (grown == NULL)
             return -ENOMEM;
         a->argv = grown;
         a->cap = cap;
     }
-    if ((copy = strdup(arg)) == NULL)
+    if ((copy = shmb_strndup(arg, strlen(arg))) == NULL)
         return -ENOMEM;
     a->argv[a->argc++] = copy;
     a->argv[a->argc] = NULL;
@@ -293,8 +293,8 @@ static void config_args_free(struct config_args *a)
     int i;
 
     for (i = 0; i < a->argc; i++)
-        free(a->argv[i]);
-    free(a->argv);
+        shmb_free(a->argv[i]);
+    shmb_free(a->argv);
     memset(a, 0, sizeof(*a));
 }
 

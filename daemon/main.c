@@ -421,6 +421,53 @@ static void daemon_start_expiry(struct daemon *d)
     daemon_on_expiry_arm(&d->expiry_arm);
 }
 
+/* The daemon's own handles on the loop: expiry, signals, systemd's status
+ * and watchdog timers. On failure those made so far are closed. */
+static int daemon_handles_init(struct daemon *d, struct shmb_error *err)
+{
+    uv_handle_t *made[7];
+    size_t n = 0;
+    int rc;
+
+    if ((rc = uv_timer_init(&d->loop, &d->expiry)) < 0)
+        goto fail;
+    made[n++] = (uv_handle_t *)&d->expiry;
+    if ((rc = uv_prepare_init(&d->loop, &d->expiry_arm)) < 0)
+        goto fail;
+    made[n++] = (uv_handle_t *)&d->expiry_arm;
+    if ((rc = uv_signal_init(&d->loop, &d->sigterm)) < 0)
+        goto fail;
+    made[n++] = (uv_handle_t *)&d->sigterm;
+    if ((rc = uv_signal_init(&d->loop, &d->sigint)) < 0)
+        goto fail;
+    made[n++] = (uv_handle_t *)&d->sigint;
+    if ((rc = uv_signal_init(&d->loop, &d->sighup)) < 0)
+        goto fail;
+    made[n++] = (uv_handle_t *)&d->sighup;
+    if ((rc = uv_timer_init(&d->loop, &d->status)) < 0)
+        goto fail;
+    made[n++] = (uv_handle_t *)&d->status;
+    if ((rc = uv_timer_init(&d->loop, &d->watchdog)) < 0)
+        goto fail;
+    made[n++] = (uv_handle_t *)&d->watchdog;
+    d->expiry.data = d->expiry_arm.data = d;
+    d->sigterm.data = d->sigint.data = d->sighup.data = d;
+    d->status.data = d->watchdog.data = d;
+    if ((rc = uv_prepare_start(&d->expiry_arm, daemon_on_expiry_arm)) < 0 ||
+        (rc = uv_signal_start(&d->sigterm, daemon_on_signal, SIGTERM)) < 0 ||
+        (rc = uv_signal_start(&d->sigint, daemon_on_signal, SIGINT)) < 0 ||
+        (rc = uv_signal_start(&d->sighup, daemon_on_sighup, SIGHUP)) < 0)
+        goto fail;
+    uv_unref((uv_handle_t *)&d->expiry_arm);
+    return 0;
+
+fail:
+    while (n > 0)
+        uv_close(made[--n], NULL);
+    return shmb_error_set(err, -EIO, "Cannot set up the event loop's handles: %s.",
+                          uv_strerror(rc));
+}
+
 /* Everything before the loop: probe, segment, store, listener. */
 static int daemon_start(struct daemon *d, struct shmb_error *err)
 {
@@ -525,22 +572,10 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         goto fail_loop;
     if (d->activated)
         log_info("serving the listening socket systemd passed (fd 3): %s", d->server.path);
-    uv_timer_init(&d->loop, &d->expiry);
-    d->expiry.data = d;
-    uv_prepare_init(&d->loop, &d->expiry_arm);
-    d->expiry_arm.data = d;
-    uv_prepare_start(&d->expiry_arm, daemon_on_expiry_arm);
-    uv_unref((uv_handle_t *)&d->expiry_arm);
-    uv_signal_init(&d->loop, &d->sigterm);
-    uv_signal_init(&d->loop, &d->sigint);
-    uv_signal_init(&d->loop, &d->sighup);
-    d->sigterm.data = d->sigint.data = d->sighup.data = d;
-    uv_signal_start(&d->sigterm, daemon_on_signal, SIGTERM);
-    uv_signal_start(&d->sigint, daemon_on_signal, SIGINT);
-    uv_signal_start(&d->sighup, daemon_on_sighup, SIGHUP);
-    uv_timer_init(&d->loop, &d->status);
-    uv_timer_init(&d->loop, &d->watchdog);
-    d->status.data = d->watchdog.data = d;
+    if ((rc = daemon_handles_init(d, err)) < 0) {
+        server_close(&d->server);
+        goto fail_loop;
+    }
     if (d->notify) {
         uint64_t wd = notify_watchdog_usec() / 2000; /* half the interval, in ms */
 
