@@ -60,7 +60,13 @@ struct conn_write {
     char *data;
 };
 
-/* Close callback of a handle that never joined the server's list. */
+/* The client's hello name, for log lines. */
+static const char *conn_name(const struct conn *conn)
+{
+    return conn->client.name[0] ? conn->client.name : "unnamed";
+}
+
+/* Close callback of a handle that never joined the set. */
 static void conn_on_close_unlisted(uv_handle_t *handle)
 {
     shmb_free(handle);
@@ -164,7 +170,7 @@ static void conn_log_unread(const struct conn *conn)
 {
     log_warn("client pid %d (%s) does not read its replies (%zu bytes unread, limit %zu, "
              "--max-queued-output); disconnecting it",
-             (int)conn->client.pid, conn->client.name[0] ? conn->client.name : "unnamed",
+             (int)conn->client.pid, conn_name(conn),
              conn_unread(conn), conn->set->policy->max_queued_output);
 }
 
@@ -242,7 +248,7 @@ static bool conn_unread_check(struct conn *conn, uint64_t now_ms)
         return true;
     log_warn("client pid %d (%s) has not read its replies for %d ms (%zu bytes unread, "
              "limit %zu, --max-queued-output); disconnecting it",
-             (int)conn->client.pid, conn->client.name[0] ? conn->client.name : "unnamed",
+             (int)conn->client.pid, conn_name(conn),
              CONN_UNREAD_GRACE_MS, queued, conn->set->policy->max_queued_output);
     conn_close(conn);
     return false;
@@ -382,7 +388,7 @@ static int conn_pass_fd(struct conn *conn)
     /* Sent: the poll for room (and its dup) is not needed any more. */
     conn_writable_free(conn);
     log_info("client pid %d uid %d (%s, %s) connected", (int)conn->client.pid,
-             (int)conn->client.uid, conn->client.name[0] ? conn->client.name : "unnamed",
+             (int)conn->client.uid, conn_name(conn),
              conn->client.read_only ? "read-only" : "read-write");
     return 0;
 }
@@ -691,7 +697,7 @@ static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
             log_debug("client pid %d: read failed: %s", (int)conn->client.pid,
                       uv_strerror((int)nread));
         log_info("client pid %d (%s) disconnected", (int)conn->client.pid,
-                 conn->client.name[0] ? conn->client.name : "unnamed");
+                 conn_name(conn));
         if (nread == UV_ENOBUFS) {
             conn_close(conn); /* out of memory for its input */
             return;
