@@ -219,11 +219,7 @@ static int cmd_alloc(struct command_call *call)
 /* Keys are 1 to SHMB_KEY_MAX bytes, whatever the op. */
 static int command_check_key(struct command_call *call, size_t key_len)
 {
-    if (key_len == 0 || key_len > SHMB_KEY_MAX)
-        return shmb_error_set(&call->err, -EINVAL,
-                              "Key of %zu bytes: keys are 1 to %u bytes long.", key_len,
-                              SHMB_KEY_MAX);
-    return 0;
+    return shmb_key_len_check(key_len, &call->err);
 }
 
 /* The key of a request whose only field is "key". */

@@ -83,13 +83,21 @@ char *shmb_escape(const char *s, size_t n, char *out, size_t cap)
     return out;
 }
 
+int shmb_key_len_check(size_t len, struct shmb_error *err)
+{
+    if (len == 0 || len > SHMB_KEY_MAX)
+        return shmb_error_set(err, -EINVAL, "Key of %zu bytes: keys are 1 to %u bytes long.",
+                              len, SHMB_KEY_MAX);
+    return 0;
+}
+
 int shmb_key_check(const char *key, size_t len, struct shmb_error *err)
 {
     size_t bad;
+    int rc;
 
-    if (key == NULL || len == 0 || len > SHMB_KEY_MAX)
-        return shmb_error_set(err, -EINVAL, "Key of %zu bytes: keys are 1 to %u bytes long.",
-                              key == NULL ? (size_t)0 : len, SHMB_KEY_MAX);
+    if ((rc = shmb_key_len_check(key == NULL ? 0 : len, err)) < 0)
+        return rc;
     if (memchr(key, '\0', len) != NULL)
         return shmb_error_set(err, -EINVAL,
                               "Key contains a NUL byte at offset %zu; keys are UTF-8 text "

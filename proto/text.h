@@ -29,4 +29,8 @@ char *shmb_escape(const char *s, size_t n, char *out, size_t cap);
  * gives. */
 int shmb_key_check(const char *key, size_t len, struct shmb_error *err);
 
+/* The length rule alone, with the same words: for the daemon, whose keys
+ * arrive as JSON strings, UTF-8 by construction. 0 or -EINVAL. */
+int shmb_key_len_check(size_t len, struct shmb_error *err);
+
 #endif
