@@ -393,45 +393,87 @@ static int cmd_list(struct command_call *call)
     return 0;
 }
 
+/* What a stats reply is made of, gathered once. */
+struct command_stats {
+    const struct command_env *env;
+    struct store_stats st;
+    uint64_t shm_free;
+};
+
+/* The value of one field of the stats reply (a row of proto/stats.def): a
+ * new reference, NULL when memory ran out. */
+static json_t *command_stat(const struct command_stats *cs, enum shmb_stat_id id)
+{
+    const struct store_stats *st = &cs->st;
+    uint64_t n = 0;
+
+    switch (id) {
+    case SHMB_STAT_SEGMENT: return json_string(cs->env->segment->name);
+    case SHMB_STAT_VERSION: return json_string(SHMB_VERSION);
+    case SHMB_STAT_SHM_DIR: return json_string(cs->env->shm_dir);
+    case SHMB_STAT_BLOCKER:
+        if (!st->has_blocker)
+            return json_null();
+        return json_pack("{s:s, s:I, s:I, s:s}", "key", st->blocker_key, "pins",
+                         (json_int_t)st->blocker_pins, "readers",
+                         (json_int_t)st->blocker_readers, "state",
+                         store_state_name(st->blocker_state));
+    case SHMB_STAT_SIZE: n = cs->env->segment->size; break;
+    case SHMB_STAT_DATA_SIZE: n = st->data_size; break;
+    case SHMB_STAT_USED: n = st->used; break;
+    case SHMB_STAT_FREE: n = st->free; break;
+    case SHMB_STAT_OBJECTS: n = st->objects; break;
+    case SHMB_STAT_PENDING: n = st->pending; break;
+    case SHMB_STAT_PINNED: n = st->pinned; break;
+    case SHMB_STAT_CLIENTS: n = cs->env->clients; break;
+    case SHMB_STAT_MAX_OBJECT_SIZE: n = st->max_object_size; break;
+    case SHMB_STAT_UPTIME_S: n = (clock_now_ms() - cs->env->started_ms) / 1000; break;
+    case SHMB_STAT_PID: n = (uint64_t)getpid(); break;
+    case SHMB_STAT_SHM_DIR_FREE: n = cs->shm_free; break;
+    case SHMB_STAT_ALLOCS: n = st->allocs; break;
+    case SHMB_STAT_COMMITS: n = st->commits; break;
+    case SHMB_STAT_GETS: n = st->gets; break;
+    case SHMB_STAT_EVICTIONS: n = st->evictions; break;
+    case SHMB_STAT_ENOSPC: n = st->enospc; break;
+    case SHMB_STAT_EXPIRED_ALLOCS: n = st->expired_allocs; break;
+    case SHMB_STAT_LEASE_EXPIRIES: n = st->lease_expiries; break;
+    case SHMB_STAT_NOREPLY_ERRORS: n = cs->env->noreply_errors; break;
+    case SHMB_STAT_COUNT: break;
+    }
+    return json_integer((json_int_t)n);
+}
+
+/* stats: the fields of proto/stats.def in its order, the counters in an
+ * object of their own after the others. */
 static int cmd_stats(struct command_call *call)
 {
-    struct command_env *env = call->env;
-    struct store_stats st;
-    uint64_t shm_free = 0;
-    json_t *blocker = json_null(), *stats;
+    struct command_stats cs = {.env = call->env};
+    json_t *counters;
+    int i, rc;
 
     if (command_unpack(call, "{}") < 0)
         return call->err.code;
-    store_stats(env->store, &st);
-    segment_check_space(env->shm_dir, 0, &shm_free, NULL);
-    if (st.has_blocker)
-        blocker = json_pack("{s:s, s:I, s:I, s:s}", "key", st.blocker_key, "pins",
-                            (json_int_t)st.blocker_pins, "readers",
-                            (json_int_t)st.blocker_readers, "state",
-                            store_state_name(st.blocker_state));
-    stats = json_pack(
-        "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I,"
-        " s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
-        "segment", env->segment->name, "size", (json_int_t)env->segment->size,
-        "data_size", (json_int_t)st.data_size, "used", (json_int_t)st.used, "free",
-        (json_int_t)st.free, "objects", (json_int_t)st.objects, "pending",
-        (json_int_t)st.pending, "pinned", (json_int_t)st.pinned, "clients",
-        (json_int_t)env->clients, "max_object_size", (json_int_t)st.max_object_size,
-        "uptime_s", (json_int_t)((clock_now_ms() - env->started_ms) / 1000), "pid",
-        (json_int_t)getpid(), "version", SHMB_VERSION, "shm_dir", env->shm_dir,
-        "shm_dir_free", (json_int_t)shm_free, "blocker", blocker, "counters", "allocs",
-        (json_int_t)st.allocs, "commits", (json_int_t)st.commits, "gets",
-        (json_int_t)st.gets, "evictions", (json_int_t)st.evictions, "enospc",
-        (json_int_t)st.enospc, "expired_allocs", (json_int_t)st.expired_allocs,
-        "lease_expiries", (json_int_t)st.lease_expiries, "noreply_errors",
-        (json_int_t)env->noreply_errors);
-    if (stats == NULL || command_reply_object(call) == NULL ||
-        json_object_update(call->reply, stats) != 0) {
-        json_decref(stats);
+    store_stats(call->env->store, &cs.st);
+    segment_check_space(call->env->shm_dir, 0, &cs.shm_free, NULL);
+    if ((counters = json_object()) == NULL)
         return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
+    for (i = 0; i < SHMB_STAT_COUNT; i++) {
+        json_t *value = command_stat(&cs, (enum shmb_stat_id)i);
+
+        if (shmb_stat_fields[i].kind != SHMB_STATK_COUNTER) {
+            if ((rc = command_set(call, shmb_stat_fields[i].name, value)) < 0)
+                goto fail;
+        } else if (value == NULL || json_object_set_new(counters, shmb_stat_fields[i].name, value)) {
+            goto nomem;
+        }
     }
-    json_decref(stats);
-    return 0;
+    return command_set(call, "counters", counters);
+
+nomem:
+    rc = shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
+fail:
+    json_decref(counters);
+    return rc;
 }
 
 /* clients: every connection with its credentials and what it holds. */

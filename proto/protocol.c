@@ -16,6 +16,12 @@ const struct shmb_op_info shmb_ops[SHMB_OP_COUNT] = {
 #undef SHMB_OP
 };
 
+const struct shmb_stat_info shmb_stat_fields[SHMB_STAT_COUNT] = {
+#define SHMB_STAT(id, name, kind) [SHMB_STAT_##id] = {#name, kind},
+#include "stats.def"
+#undef SHMB_STAT
+};
+
 int shmb_op_find(const char *name)
 {
     int i;

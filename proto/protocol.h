@@ -58,6 +58,31 @@ int shmb_op_find(const char *name);
  * the last one: "commit, abort, release, touch and delete". Returns buf. */
 const char *shmb_op_names(char *buf, size_t len, unsigned flags, const char *last_sep);
 
+/* How a field of the stats reply is written (proto/stats.def). */
+enum shmb_stat_kind {
+    SHMB_STATK_STRING,
+    SHMB_STATK_NUMBER,
+    SHMB_STATK_BLOCKER,
+    SHMB_STATK_COUNTER,
+};
+
+/* The stats reply's fields, SHMB_STAT_SEGMENT ..., in proto/stats.def's order. */
+enum shmb_stat_id {
+#define SHMB_STAT(id, name, kind) SHMB_STAT_##id,
+#include "stats.def"
+#undef SHMB_STAT
+    SHMB_STAT_COUNT
+};
+
+/* One row of proto/stats.def. */
+struct shmb_stat_info {
+    const char *name;
+    enum shmb_stat_kind kind;
+};
+
+/* The stats reply's fields, indexed by enum shmb_stat_id. */
+extern const struct shmb_stat_info shmb_stat_fields[SHMB_STAT_COUNT];
+
 /* The socket path a client uses: explicit, else $SHMBROKER_SOCKET, else the
  * default. The returned string is borrowed. */
 const char *shmb_socket_path(const char *explicit_path);
