@@ -425,43 +425,29 @@ static void daemon_start_expiry(struct daemon *d)
  * and watchdog timers. On failure those made so far are closed. */
 static int daemon_handles_init(struct daemon *d, struct shmb_error *err)
 {
+    uv_timer_t *timers[] = {&d->expiry, &d->status, &d->watchdog};
+    uv_signal_t *signals[] = {&d->sigterm, &d->sigint, &d->sighup};
     uv_handle_t *made[7];
-    size_t n = 0;
-    int rc;
+    size_t n = 0, i;
+    int rc = uv_prepare_init(&d->loop, &d->expiry_arm);
 
-    if ((rc = uv_timer_init(&d->loop, &d->expiry)) < 0)
-        goto fail;
-    made[n++] = (uv_handle_t *)&d->expiry;
-    if ((rc = uv_prepare_init(&d->loop, &d->expiry_arm)) < 0)
-        goto fail;
-    made[n++] = (uv_handle_t *)&d->expiry_arm;
-    if ((rc = uv_signal_init(&d->loop, &d->sigterm)) < 0)
-        goto fail;
-    made[n++] = (uv_handle_t *)&d->sigterm;
-    if ((rc = uv_signal_init(&d->loop, &d->sigint)) < 0)
-        goto fail;
-    made[n++] = (uv_handle_t *)&d->sigint;
-    if ((rc = uv_signal_init(&d->loop, &d->sighup)) < 0)
-        goto fail;
-    made[n++] = (uv_handle_t *)&d->sighup;
-    if ((rc = uv_timer_init(&d->loop, &d->status)) < 0)
-        goto fail;
-    made[n++] = (uv_handle_t *)&d->status;
-    if ((rc = uv_timer_init(&d->loop, &d->watchdog)) < 0)
-        goto fail;
-    made[n++] = (uv_handle_t *)&d->watchdog;
-    d->expiry.data = d->expiry_arm.data = d;
-    d->sigterm.data = d->sigint.data = d->sighup.data = d;
-    d->status.data = d->watchdog.data = d;
-    if ((rc = uv_prepare_start(&d->expiry_arm, daemon_on_expiry_arm)) < 0 ||
-        (rc = uv_signal_start(&d->sigterm, daemon_on_signal, SIGTERM)) < 0 ||
-        (rc = uv_signal_start(&d->sigint, daemon_on_signal, SIGINT)) < 0 ||
-        (rc = uv_signal_start(&d->sighup, daemon_on_sighup, SIGHUP)) < 0)
-        goto fail;
-    uv_unref((uv_handle_t *)&d->expiry_arm);
-    return 0;
-
-fail:
+    if (rc == 0)
+        made[n++] = (uv_handle_t *)&d->expiry_arm;
+    for (i = 0; rc == 0 && i < 3; i++)
+        if ((rc = uv_timer_init(&d->loop, timers[i])) == 0)
+            made[n++] = (uv_handle_t *)timers[i];
+    for (i = 0; rc == 0 && i < 3; i++)
+        if ((rc = uv_signal_init(&d->loop, signals[i])) == 0)
+            made[n++] = (uv_handle_t *)signals[i];
+    for (i = 0; i < n; i++)
+        made[i]->data = d;
+    if (rc == 0 && (rc = uv_prepare_start(&d->expiry_arm, daemon_on_expiry_arm)) == 0 &&
+        (rc = uv_signal_start(&d->sigterm, daemon_on_signal, SIGTERM)) == 0 &&
+        (rc = uv_signal_start(&d->sigint, daemon_on_signal, SIGINT)) == 0 &&
+        (rc = uv_signal_start(&d->sighup, daemon_on_sighup, SIGHUP)) == 0) {
+        uv_unref((uv_handle_t *)&d->expiry_arm);
+        return 0;
+    }
     while (n > 0)
         uv_close(made[--n], NULL);
     return shmb_error_set(err, -EIO, "Cannot set up the event loop's handles: %s.",
