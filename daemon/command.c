@@ -650,6 +650,22 @@ static int command_reply_text(const struct command_call *call, int rc, const jso
     return 1;
 }
 
+/* Write the reply of a finished call into l: the common replies by hand
+ * (command_reply_text), any other through jansson. -ENOMEM. */
+static int command_write_reply(struct command_call *call, int rc, json_t *id,
+                               struct line *l)
+{
+    int written = command_reply_text(call, rc, id, l);
+    json_t *reply;
+
+    if (written != 0)
+        return written < 0 ? -ENOMEM : 0;
+    reply = command_reply(call, rc, id);
+    written = reply != NULL ? shmb_json_append(l, reply) : -ENOMEM;
+    json_decref(reply);
+    return written;
+}
+
 /* Cut a batch op's error message so that, written as JSON (a control byte
  * takes six bytes, a quote or backslash two), it takes at most
  * COMMAND_BATCH_MESSAGE_MAX bytes; a cut message ends in "...". */
@@ -691,7 +707,7 @@ static int cmd_batch(struct command_call *call)
     json_array_foreach(ops, i, sub)
     {
         struct command_call subcall;
-        json_t *reply, *id;
+        json_t *id;
         int written;
 
         memset(&subcall, 0, sizeof(subcall));
@@ -708,13 +724,9 @@ static int cmd_batch(struct command_call *call)
         }
         if (rc < 0)
             command_cut_message(subcall.err.message);
-        if (i > 0 && line_lit(&call->text, ",") < 0) {
-            written = -ENOMEM;
-        } else if ((written = command_reply_text(&subcall, rc, id, &call->text)) == 0) {
-            reply = command_reply(&subcall, rc, id);
-            written = reply != NULL && shmb_json_append(&call->text, reply) == 0 ? 1 : -ENOMEM;
-            json_decref(reply);
-        }
+        written = i > 0 && line_lit(&call->text, ",") < 0
+                      ? -ENOMEM
+                      : command_write_reply(&subcall, rc, id, &call->text);
         json_decref(subcall.reply);
         json_decref(id);
         if (written < 0)
@@ -789,10 +801,9 @@ static void command_finish(struct command_call *call, int rc, json_t *id,
             shmb_free(out->text.buf);
             memset(&out->text, 0, sizeof(out->text));
         }
-    } else if (command_reply_text(call, rc, id, &out->text) != 1) {
+    } else if (command_write_reply(call, rc, id, &out->text) < 0) {
         shmb_free(out->text.buf);
         memset(&out->text, 0, sizeof(out->text));
-        out->reply = command_reply(call, rc, id);
     }
     if (rc < 0)
         out->flags &= ~(unsigned)COMMAND_SEND_FD;
@@ -804,8 +815,6 @@ static void command_finish(struct command_call *call, int rc, json_t *id,
 
 json_t *command_result_json(const struct command_result *res)
 {
-    if (res->reply != NULL)
-        return json_incref(res->reply);
     if (res->text.len > 0)
         return json_loadb(res->text.buf, res->text.len, JSON_REJECT_DUPLICATES, NULL);
     return NULL;
@@ -880,14 +889,21 @@ uint64_t command_room_wake_ms(const struct command_env *env)
 void command_oversized(size_t limit, struct command_result *out)
 {
     char msg[160];
+    json_t *reply;
 
     snprintf(msg, sizeof(msg),
              "Request line longer than %zu bytes; requests are small JSON objects. "
              "Closing the connection.",
              limit);
+    reply = shmb_error_reply(NULL, -EMSGSIZE, msg);
+
     memset(out, 0, sizeof(*out));
-    out->reply = shmb_error_reply(NULL, -EMSGSIZE, msg);
     out->flags = COMMAND_CLOSE;
+    if (reply == NULL || shmb_json_append(&out->text, reply) < 0) {
+        shmb_free(out->text.buf);
+        memset(&out->text, 0, sizeof(out->text));
+    }
+    json_decref(reply);
 }
 
 void command_env_init(struct command_env *env)

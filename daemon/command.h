@@ -67,11 +67,11 @@ enum command_flag {
 };
 
 struct command_result {
-    json_t *reply;          /* the caller owns it; NULL when there is nothing to send
-                               or when text holds the reply */
-    struct line text;       /* the reply already written out (common success
-                               replies skip jansson), without its newline; the
-                               caller frees text.buf with shmb_free */
+    struct line text;       /* the reply, written out, without its newline (the
+                               common success replies skip jansson); empty when
+                               there is nothing to send (COMMAND_SILENT,
+                               COMMAND_WAIT) or memory ran out; the caller
+                               frees text.buf with shmb_free */
     unsigned flags;         /* enum command_flag */
     json_t *wait_request;   /* COMMAND_WAIT: the request to retry; the caller owns it */
     uint64_t wait_until_ms; /* COMMAND_WAIT: when the wait ends (clock_now_ms) */
@@ -95,7 +95,8 @@ struct command_result {
 #define COMMAND_LIST_MAX_REPLY (4 * 1024 * 1024)
 
 /* Execute one request line (without its '\n'). Never fails: a bad request
- * gets an error reply. out->reply is NULL only when memory ran out. */
+ * gets an error reply. out->text is empty without COMMAND_SILENT or
+ * COMMAND_WAIT only when memory ran out. */
 void command_execute(struct command_env *env, struct command_client *client,
                      const char *line, size_t len, struct command_result *out);
 
@@ -125,8 +126,8 @@ void command_env_init(struct command_env *env);
  * filled in) so that "clients" and "stats" see it. */
 void command_client_open(struct command_env *env, struct command_client *client);
 
-/* The reply of a result as JSON, whichever form it came in; a new
- * reference, NULL when there is none. For tests and the fuzzer. */
+/* The reply of a result parsed back into JSON; a new reference, NULL when
+ * there is none. For tests and the fuzzer. */
 json_t *command_result_json(const struct command_result *res);
 
 /* Drop everything client holds in the store (pins, pending allocs) and

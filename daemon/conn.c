@@ -393,18 +393,13 @@ static int conn_pass_fd(struct conn *conn)
     return 0;
 }
 
-/* Append one reply to this batch's output: the text the command layer
- * wrote, or its JSON serialised here. -ENOMEM. */
+/* Append one reply to this batch's output, with its newline. -ENOMEM. */
 static int conn_queue(struct conn *conn, struct command_result *res)
 {
-    if (res->text.len > 0)
-        return line_raw(&conn->out, res->text.buf, res->text.len) < 0 ||
-                       line_lit(&conn->out, "\n") < 0
-                   ? -ENOMEM
-                   : 0;
-    if (res->reply == NULL)
+    if (res->text.len == 0 || line_raw(&conn->out, res->text.buf, res->text.len) < 0 ||
+        line_lit(&conn->out, "\n") < 0)
         return -ENOMEM;
-    return shmb_json_append_line(&conn->out, res->reply);
+    return 0;
 }
 
 
@@ -431,7 +426,6 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
     }
     if (!(res->flags & COMMAND_SILENT)) {
         rc = conn_queue(conn, res);
-        json_decref(res->reply);
         shmb_free(res->text.buf);
         if (rc < 0) {
             log_warn("client pid %d: out of memory for a reply; disconnecting it",
@@ -564,7 +558,7 @@ static enum conn_step conn_process(struct conn *conn)
 
         command_oversized(SHMB_MAX_LINE, &res);
         conn_queue(conn, &res);
-        json_decref(res.reply);
+        shmb_free(res.text.buf);
         log_info("client pid %d sent a request line over %d bytes; closed",
                  (int)conn->client.pid, SHMB_MAX_LINE);
         return CONN_STEP_CLOSE;

@@ -97,6 +97,14 @@ void shmb_alloc_fail_at(unsigned long n)
                           memory_order_relaxed);
 }
 
+unsigned long shmb_alloc_fail_pause(void)
+{
+    unsigned long at = atomic_exchange_explicit(&alloc_fail_at, 0, memory_order_relaxed);
+    unsigned long now = atomic_load_explicit(&alloc_count, memory_order_relaxed);
+
+    return at > now ? at - now : 0;
+}
+
 unsigned long shmb_alloc_count(void)
 {
     return atomic_load_explicit(&alloc_count, memory_order_relaxed);

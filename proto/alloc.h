@@ -20,6 +20,13 @@ void shmb_free(void *ptr);
  * For tests only. */
 void shmb_alloc_fail_at(unsigned long n);
 
+/* Turn the injector off, returning how many allocations from now the
+ * failure was due (0: none was); shmb_alloc_fail_at(that) turns it back on
+ * where it was. For a test's own work between the code under test (jansson
+ * 2.14's parser crashes on a failed allocation, so a test parses replies
+ * with the injector paused). */
+unsigned long shmb_alloc_fail_pause(void);
+
 /* How many allocations have been requested since start; for tests. */
 unsigned long shmb_alloc_count(void);
 

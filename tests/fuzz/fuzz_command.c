@@ -85,10 +85,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             json_t *reply;
 
             command_execute(&f.env, &clients[current], p, len, &res);
-            /* Whichever form the reply took (written out or JSON), it is
-             * JSON that parses to a well-formed reply. */
+            /* The reply, written out by hand or by jansson, is JSON that
+             * parses to a well-formed reply. */
             reply = command_result_json(&res);
-            json_decref(res.reply);
             json_decref(res.wait_request); /* a waiting alloc is not retried here */
             shmb_free(res.text.buf);
             if (!(res.flags & (COMMAND_SILENT | COMMAND_WAIT))) {

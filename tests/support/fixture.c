@@ -60,11 +60,14 @@ int fixture_request(struct fixture *f, struct command_client *client, const char
 {
     struct command_result res;
     json_t *reply;
+    unsigned long fail_in;
     int ok;
 
     command_execute(&f->env, client, line, strlen(line), &res);
+    /* The test's own parse of the reply is not the code under test. */
+    fail_in = shmb_alloc_fail_pause();
     reply = command_result_json(&res);
-    json_decref(res.reply);
+    shmb_alloc_fail_at(fail_in);
     json_decref(res.wait_request);
     shmb_free(res.text.buf);
     if (reply == NULL)
