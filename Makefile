@@ -81,7 +81,7 @@ EXAMPLE   := $(BUILD)/example
 BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE)
 
 UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error \
-              test_text test_conn test_tables
+              test_text test_conn test_tables test_command
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
@@ -95,6 +95,8 @@ COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/log.c tests/support/fixture.c 
                $(CORE_SRC)) $(PROTO_OBJ)
 $(BUILD)/tests/test_chaos:   $(call OBJ,tests/unit/test_chaos.c) $(COMMAND_OBJ)
 $(BUILD)/tests/test_chaos: TEST_LDFLAGS = $(PKGS_LIBS)
+$(BUILD)/tests/test_command: $(call OBJ,tests/unit/test_command.c) $(COMMAND_OBJ)
+$(BUILD)/tests/test_command: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_line:    $(call OBJ,tests/unit/test_line.c proto/line.c) $(BASE_OBJ)
 $(BUILD)/tests/test_line: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_error:   $(call OBJ,tests/unit/test_error.c) $(BASE_OBJ)
