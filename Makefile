@@ -81,7 +81,7 @@ EXAMPLE   := $(BUILD)/example
 BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE)
 
 UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error \
-              test_text test_conn test_tables test_command
+              test_text test_conn test_tables test_command test_config_parse
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
@@ -109,6 +109,11 @@ $(BUILD)/tests/test_conn: TEST_LDFLAGS = $(PKGS_LIBS)
 # PROTOCOL.md against proto/ops.def and proto/errors.def.
 $(BUILD)/tests/test_tables:  $(call OBJ,tests/unit/test_tables.c) $(PROTO_OBJ)
 $(BUILD)/tests/test_tables: TEST_LDFLAGS = $(PKGS_LIBS)
+# The flag parser: config and what it asks (the log level, the segment's and
+# the store's sizes for the default max object size).
+$(BUILD)/tests/test_config_parse: $(call OBJ,tests/unit/test_config_parse.c daemon/config.c \
+                                  daemon/log.c) $(CORE_OBJ) $(PROTO_OBJ)
+$(BUILD)/tests/test_config_parse: TEST_LDFLAGS = $(PKGS_LIBS)
 
 # End-to-end tests drive the real binaries through the library and raw sockets.
 E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch test_systemd \
