@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <time.h>
 
 #include "../proto/alloc.h"
@@ -26,17 +27,22 @@
 struct pin {
     struct object *obj;
     struct store_holder *holder;
-    struct pin *obj_next;        /* the object's pin records */
-    struct pin *h_prev, *h_next; /* the holder's pin records */
+    SLIST_ENTRY(pin) obj_link; /* the object's pin records */
+    TAILQ_ENTRY(pin) h_link;   /* the holder's pin records */
     uint32_t count;
 };
 
+SLIST_HEAD(pin_slist, pin);
+TAILQ_HEAD(pin_list, pin);
+TAILQ_HEAD(object_list, object);
+TAILQ_HEAD(holder_list, store_holder);
+
 struct object {
-    struct index_node node;               /* key index; node.key points at key[] */
-    struct pin *pins;                     /* one record per holder that pins it */
-    struct store_holder *owner;           /* the writer, while pending */
-    struct object *pend_prev, *pend_next; /* owner's pending list */
-    struct object *age_prev, *age_next;   /* the store's pending list, oldest first */
+    struct index_node node;        /* key index; node.key points at key[] */
+    struct pin_slist pins;         /* one record per holder that pins it */
+    struct store_holder *owner;    /* the writer, while pending */
+    TAILQ_ENTRY(object) pend_link; /* owner's pending list */
+    TAILQ_ENTRY(object) age_link;  /* the store's pending list, oldest first */
     uint64_t ring_id;
     uint64_t offset, size;
     uint64_t created_ms; /* at alloc; at commit for committed objects */
@@ -55,9 +61,9 @@ struct object {
 #define STORE_EXPIRED_REMEMBERED 8
 
 struct store_holder {
-    struct store_holder *prev, *next; /* the store's holders */
-    struct pin *pins;
-    struct object *pending;
+    TAILQ_ENTRY(store_holder) link; /* the store's holders */
+    struct pin_list pins;
+    struct object_list pending; /* newest first */
     uint64_t pin_total, pending_count, bytes_pinned;
     char *expired[STORE_EXPIRED_REMEMBERED]; /* NUL-terminated copies */
     unsigned expired_next;
@@ -68,8 +74,8 @@ struct store {
     struct index index;
     uint64_t max_object_size;
     struct store_config cfg;
-    struct store_holder *holders;
-    struct object *age_head, *age_tail; /* pending objects, oldest first */
+    struct holder_list holders;
+    struct object_list age; /* pending objects, oldest first */
     uint64_t committed, pending, pinned, deleted_pinned;
     uint64_t allocs, commits, gets, evictions, enospc, expired_allocs, lease_expiries;
     uint64_t expire_after_ms; /* the last store_expire_pending's limit, for messages */
@@ -135,6 +141,8 @@ struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
         shmb_error_set(err, -ENOMEM, "Out of memory for the object store.");
         return NULL;
     }
+    TAILQ_INIT(&s->holders);
+    TAILQ_INIT(&s->age);
     if ((rc = ring_init(&s->ring, data, data_offset, data_size, cursor, err)) < 0) {
         shmb_free(s);
         return NULL;
@@ -269,18 +277,18 @@ void store_free(struct store *s)
 
     if (s == NULL)
         return;
-    while (s->holders != NULL) {
-        struct store_holder *h = s->holders;
+    while (!TAILQ_EMPTY(&s->holders)) {
+        struct store_holder *h = TAILQ_FIRST(&s->holders);
         struct pin *p, *next;
         unsigned j;
 
-        for (p = h->pins; p != NULL; p = next) {
-            next = p->h_next;
+        for (p = TAILQ_FIRST(&h->pins); p != NULL; p = next) {
+            next = TAILQ_NEXT(p, h_link);
             shmb_free(p);
         }
         for (j = 0; j < STORE_EXPIRED_REMEMBERED; j++)
             shmb_free(h->expired[j]);
-        s->holders = h->next;
+        TAILQ_REMOVE(&s->holders, h, link);
         shmb_free(h);
     }
     for (i = 0; i < ring_count(&s->ring); i++)
@@ -297,10 +305,9 @@ struct store_holder *store_holder_new(struct store *s)
 
     if (h == NULL)
         return NULL;
-    h->next = s->holders;
-    if (s->holders != NULL)
-        s->holders->prev = h;
-    s->holders = h;
+    TAILQ_INIT(&h->pins);
+    TAILQ_INIT(&h->pending);
+    TAILQ_INSERT_HEAD(&s->holders, h, link);
     return h;
 }
 
@@ -511,17 +518,9 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t
     obj->awaited_reads = readers;
     obj->state = STORE_PENDING;
     obj->owner = h;
-    obj->pend_next = h->pending;
-    if (h->pending != NULL)
-        h->pending->pend_prev = obj;
-    h->pending = obj;
+    TAILQ_INSERT_HEAD(&h->pending, obj, pend_link);
     h->pending_count++;
-    obj->age_prev = s->age_tail;
-    if (s->age_tail != NULL)
-        s->age_tail->age_next = obj;
-    else
-        s->age_head = obj;
-    s->age_tail = obj;
+    TAILQ_INSERT_TAIL(&s->age, obj, age_link);
     store_forget_expired(h, key, key_len);
     ring_set_tag(&s->ring, obj->ring_id, readers);
     index_insert(&s->index, &obj->node);
@@ -571,25 +570,11 @@ static void store_unlink_pending(struct store *s, struct object *obj)
 {
     struct store_holder *h = obj->owner;
 
-    if (obj->pend_prev != NULL)
-        obj->pend_prev->pend_next = obj->pend_next;
-    else
-        h->pending = obj->pend_next;
-    if (obj->pend_next != NULL)
-        obj->pend_next->pend_prev = obj->pend_prev;
-    obj->pend_prev = obj->pend_next = NULL;
+    TAILQ_REMOVE(&h->pending, obj, pend_link);
     obj->owner = NULL;
     h->pending_count--;
     s->pending--;
-    if (obj->age_prev != NULL)
-        obj->age_prev->age_next = obj->age_next;
-    else
-        s->age_head = obj->age_next;
-    if (obj->age_next != NULL)
-        obj->age_next->age_prev = obj->age_prev;
-    else
-        s->age_tail = obj->age_prev;
-    obj->age_prev = obj->age_next = NULL;
+    TAILQ_REMOVE(&s->age, obj, age_link);
 }
 
 int store_commit(struct store *s, struct store_holder *h, const char *key, size_t key_len,
@@ -623,8 +608,9 @@ size_t store_expire_pending(struct store *s, uint64_t max_age_ms)
     size_t n = 0;
 
     s->expire_after_ms = max_age_ms;
-    while (s->age_head != NULL && now - s->age_head->created_ms >= max_age_ms) {
-        struct object *obj = s->age_head;
+    while (!TAILQ_EMPTY(&s->age) &&
+           now - TAILQ_FIRST(&s->age)->created_ms >= max_age_ms) {
+        struct object *obj = TAILQ_FIRST(&s->age);
 
         store_remember_expired(obj->owner, obj->key, obj->key_len);
         store_drop_pending(s, obj);
@@ -645,6 +631,17 @@ int store_abort(struct store *s, struct store_holder *h, const char *key, size_t
     return 0;
 }
 
+/* h's pin record on obj, or NULL. */
+static struct pin *store_pin_of(const struct object *obj, const struct store_holder *h)
+{
+    struct pin *p;
+
+    for (p = SLIST_FIRST(&obj->pins); p != NULL && p->holder != h;
+         p = SLIST_NEXT(p, obj_link))
+        ;
+    return p;
+}
+
 int store_get(struct store *s, struct store_holder *h, const char *key, size_t key_len,
               struct store_extent *out, struct shmb_error *err)
 {
@@ -656,20 +653,15 @@ int store_get(struct store *s, struct store_holder *h, const char *key, size_t k
                               obj != NULL ? " yet: it is allocated but not committed"
                                           : "; check the key, or wait for its writer to "
                                             "commit it");
-    for (p = obj->pins; p != NULL && p->holder != h; p = p->obj_next)
-        ;
+    p = store_pin_of(obj, h);
     if (p == NULL) {
         p = shmb_calloc(1, sizeof(*p));
         if (p == NULL)
             return shmb_error_set(err, -ENOMEM, "Out of memory for a pin.");
         p->obj = obj;
         p->holder = h;
-        p->obj_next = obj->pins;
-        obj->pins = p;
-        p->h_next = h->pins;
-        if (h->pins != NULL)
-            h->pins->h_prev = p;
-        h->pins = p;
+        SLIST_INSERT_HEAD(&obj->pins, p, obj_link);
+        TAILQ_INSERT_HEAD(&h->pins, p, h_link);
         h->bytes_pinned += obj->size;
     }
     p->count++;
@@ -701,17 +693,8 @@ static void store_unpin(struct store *s, struct pin *p)
     p->count--;
     h->pin_total--;
     if (p->count == 0) {
-        struct pin **link = &obj->pins;
-
-        while (*link != p)
-            link = &(*link)->obj_next;
-        *link = p->obj_next;
-        if (p->h_prev != NULL)
-            p->h_prev->h_next = p->h_next;
-        else
-            h->pins = p->h_next;
-        if (p->h_next != NULL)
-            p->h_next->h_prev = p->h_prev;
+        SLIST_REMOVE(&obj->pins, p, pin, obj_link);
+        TAILQ_REMOVE(&h->pins, p, h_link);
         h->bytes_pinned -= obj->size;
         shmb_free(p);
     }
@@ -732,12 +715,11 @@ int store_release(struct store *s, struct store_holder *h, const char *key,
     struct pin *p = NULL;
 
     if (obj != NULL)
-        for (p = obj->pins; p != NULL && p->holder != h; p = p->obj_next)
-            ;
+        p = store_pin_of(obj, h);
     /* A pin on a deleted object is found through the holder: the key is no
      * longer in the index. */
     if (p == NULL)
-        for (p = h->pins; p != NULL; p = p->h_next)
+        for (p = TAILQ_FIRST(&h->pins); p != NULL; p = TAILQ_NEXT(p, h_link))
             if (p->obj->state == STORE_DELETED && p->obj->key_len == key_len &&
                 memcmp(p->obj->key, key, key_len) == 0)
                 break;
@@ -808,23 +790,18 @@ void store_holder_free(struct store *s, struct store_holder *h)
 {
     if (h == NULL)
         return;
-    while (h->pins != NULL) {
-        struct pin *p = h->pins;
+    while (!TAILQ_EMPTY(&h->pins)) {
+        struct pin *p = TAILQ_FIRST(&h->pins);
 
         while (p->count > 1)
             store_unpin(s, p);
         store_unpin(s, p);
     }
-    while (h->pending != NULL)
-        store_drop_pending(s, h->pending);
+    while (!TAILQ_EMPTY(&h->pending))
+        store_drop_pending(s, TAILQ_FIRST(&h->pending));
     for (unsigned i = 0; i < STORE_EXPIRED_REMEMBERED; i++)
         shmb_free(h->expired[i]);
-    if (h->prev != NULL)
-        h->prev->next = h->next;
-    else
-        s->holders = h->next;
-    if (h->next != NULL)
-        h->next->prev = h->prev;
+    TAILQ_REMOVE(&s->holders, h, link);
     shmb_free(h);
 }
 
@@ -1053,5 +1030,5 @@ struct store *store_adopt(void *data, uint64_t data_offset, uint64_t data_size,
 
 uint64_t store_oldest_pending_ms(const struct store *s)
 {
-    return s->age_head != NULL ? s->age_head->created_ms : UINT64_MAX;
+    return !TAILQ_EMPTY(&s->age) ? TAILQ_FIRST(&s->age)->created_ms : UINT64_MAX;
 }
