@@ -466,11 +466,86 @@ static void store_remember_expired(struct store_holder *h, const char *key,
     h->expired[slot] = shmb_strndup(key, key_len);
 }
 
+/* What a new object is made of. */
+struct object_spec {
+    const char *key;
+    size_t key_len;
+    uint64_t size; /* payload bytes */
+    uint32_t awaited_reads;
+    enum store_state state;         /* PENDING (alloc) or COMMITTED (adoption) */
+    struct store_holder *owner;     /* the writer of a pending object */
+    const struct ring_chunk *found; /* an adoption's chunk; NULL: allocate one */
+};
+
+/* A new chunk for obj in the ring, as vLLM's put: when there is no room, free
+ * what may go, oldest first, then retry once. -ENOSPC names the blocker. */
+static int store_place(struct store *s, struct object *obj, uint64_t size,
+                       struct ring_chunk *chunk, struct shmb_error *err)
+{
+    int rc = ring_alloc(&s->ring, size, obj->key, obj->key_len, obj, chunk, err);
+
+    if (rc == -ENOSPC) {
+        ring_reclaim(&s->ring, ring_chunk_size(obj->key_len, size), store_may_evict, s);
+        rc = ring_alloc(&s->ring, size, obj->key, obj->key_len, obj, chunk, err);
+        if (rc == -ENOSPC)
+            store_enospc(s, obj->key, obj->key_len, size, err);
+    }
+    return rc;
+}
+
+/* The one place objects are made: build one from spec, give it its chunk
+ * (spec->found, or a new one from store_place) and link it everywhere it
+ * belongs: the key index, the watched heap (a pending object blocks reclaim,
+ * an adopted one may be awaited), the counters, and for a pending object its
+ * writer's pending list and the store's by age. The caller has checked the
+ * key. 0, -ENOMEM or store_place's code; nothing is left behind on failure. */
+static int store_object_new(struct store *s, const struct object_spec *spec,
+                            struct object **out, struct shmb_error *err)
+{
+    struct ring_chunk chunk;
+    struct object *obj = NULL;
+    int rc;
+
+    if (store_watch_reserve(s) < 0 ||
+        (obj = shmb_calloc(1, sizeof(*obj) + spec->key_len + 1)) == NULL)
+        return shmb_error_set(err, -ENOMEM, "Out of memory for a new object.");
+    memcpy(obj->key, spec->key, spec->key_len);
+    obj->key_len = (uint8_t)spec->key_len;
+    if (spec->found != NULL) {
+        chunk = *spec->found;
+    } else if ((rc = store_place(s, obj, spec->size, &chunk, err)) < 0) {
+        object_free(obj);
+        return rc;
+    }
+    obj->node.key = obj->key;
+    obj->node.key_len = spec->key_len;
+    obj->ring_id = chunk.id;
+    obj->offset = chunk.payload_offset;
+    obj->size = spec->size;
+    obj->created_ms = clock_now_ms();
+    obj->awaited_reads = spec->awaited_reads;
+    obj->state = spec->state;
+    index_insert(&s->index, &obj->node);
+    s->live_objects++;
+    store_watch(s, obj);
+    if (spec->state == STORE_PENDING) {
+        obj->owner = spec->owner;
+        TAILQ_INSERT_HEAD(&spec->owner->pending, obj, pend_link);
+        spec->owner->pending_count++;
+        TAILQ_INSERT_TAIL(&s->age, obj, age_link);
+        s->pending++;
+    } else {
+        s->committed++;
+    }
+    *out = obj;
+    return 0;
+}
+
 int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t key_len,
                 uint64_t size, uint32_t readers, struct store_extent *out,
                 struct shmb_error *err)
 {
-    struct ring_chunk chunk;
+    struct object_spec spec;
     struct object *obj;
     int rc;
 
@@ -490,43 +565,18 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t
                               "Key '%.*s' already exists in the storage. Choose another "
                               "key, or delete it first.",
                               (int)key_len, key);
-    obj = store_watch_reserve(s) == 0 ? shmb_calloc(1, sizeof(*obj) + key_len + 1) : NULL;
-    if (obj == NULL)
-        return shmb_error_set(err, -ENOMEM, "Out of memory for a new object.");
-    memcpy(obj->key, key, key_len);
-    obj->key_len = (uint8_t)key_len;
-
-    rc = ring_alloc(&s->ring, size, key, key_len, obj, &chunk, err);
-    if (rc == -ENOSPC) {
-        /* As vLLM's put: free what may go, oldest first, then retry once. */
-        ring_reclaim(&s->ring, ring_chunk_size(key_len, size), store_may_evict, s);
-        rc = ring_alloc(&s->ring, size, key, key_len, obj, &chunk, err);
-        if (rc == -ENOSPC)
-            store_enospc(s, key, key_len, size, err);
-    }
-    if (rc < 0) {
-        object_free(obj);
+    spec.key = key;
+    spec.key_len = key_len;
+    spec.size = size;
+    spec.awaited_reads = readers;
+    spec.state = STORE_PENDING;
+    spec.owner = h;
+    spec.found = NULL;
+    if ((rc = store_object_new(s, &spec, &obj, err)) < 0)
         return rc;
-    }
     shmb_error_clear(err); /* a retry that succeeded leaves no stale message */
-    obj->node.key = obj->key;
-    obj->node.key_len = key_len;
-    obj->ring_id = chunk.id;
-    obj->offset = chunk.payload_offset;
-    obj->size = size;
-    obj->created_ms = clock_now_ms();
-    obj->awaited_reads = readers;
-    obj->state = STORE_PENDING;
-    obj->owner = h;
-    TAILQ_INSERT_HEAD(&h->pending, obj, pend_link);
-    h->pending_count++;
-    TAILQ_INSERT_TAIL(&s->age, obj, age_link);
     store_forget_expired(h, key, key_len);
     ring_set_tag(&s->ring, obj->ring_id, readers);
-    index_insert(&s->index, &obj->node);
-    s->live_objects++;
-    store_watch(s, obj); /* a pending object blocks reclaim */
-    s->pending++;
     s->allocs++;
     if (out != NULL) {
         out->offset = obj->offset;
@@ -952,6 +1002,15 @@ static void *store_adopt_chunk(const struct shmb_chunk_header *hdr, const char *
 {
     struct store_adoption *a = arg;
     struct store *s = a->s;
+    struct ring_chunk found = {.id = hdr->id,
+                               .payload_offset = payload_offset,
+                               .payload_size = hdr->payload_size};
+    struct object_spec spec = {.key = key,
+                               .key_len = hdr->key_len,
+                               .size = hdr->payload_size,
+                               .awaited_reads = hdr->tag,
+                               .state = STORE_COMMITTED,
+                               .found = &found};
     struct object *obj;
     size_t key_len = hdr->key_len;
 
@@ -965,25 +1024,10 @@ static void *store_adopt_chunk(const struct shmb_chunk_header *hdr, const char *
     }
     if (key_len > SHMB_KEY_MAX || shmb_key_check(key, key_len, NULL) < 0 ||
         store_lookup(s, key, key_len) != NULL || hdr->tag > STORE_MAX_READERS ||
-        store_watch_reserve(s) < 0 ||
-        (obj = shmb_calloc(1, sizeof(*obj) + key_len + 1)) == NULL) {
+        store_object_new(s, &spec, &obj, NULL) < 0) {
         a->report->dropped_invalid++;
         return NULL;
     }
-    memcpy(obj->key, key, key_len);
-    obj->key_len = (uint8_t)key_len;
-    obj->node.key = obj->key;
-    obj->node.key_len = key_len;
-    obj->ring_id = hdr->id;
-    obj->offset = payload_offset;
-    obj->size = hdr->payload_size;
-    obj->created_ms = clock_now_ms();
-    obj->awaited_reads = hdr->tag;
-    obj->state = STORE_COMMITTED;
-    index_insert(&s->index, &obj->node);
-    s->live_objects++;
-    store_watch(s, obj); /* its awaited reads may block reclaim */
-    s->committed++;
     a->report->restored++;
     a->report->restored_bytes += hdr->payload_size;
     return obj;
