@@ -114,6 +114,17 @@ uint64_t store_largest_object(uint64_t data_size)
     return data_size > chunk ? (data_size - chunk) & ~(uint64_t)(SHMB_ALIGN - 1) : 0;
 }
 
+uint64_t store_default_max_object(uint64_t size, uint64_t data_size)
+{
+    uint64_t max = size / 2, largest = store_largest_object(data_size);
+
+    if (max > STORE_DEFAULT_MAX_OBJECT)
+        max = STORE_DEFAULT_MAX_OBJECT;
+    if (largest > 0 && max > largest)
+        max = largest;
+    return max;
+}
+
 int store_check_max_object(uint64_t data_size, uint64_t max, struct shmb_error *err)
 {
     uint64_t limit = store_largest_object(data_size);
@@ -153,11 +164,8 @@ struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
         shmb_free(s);
         return NULL;
     }
-    if (max == 0) {
-        max = data_size / 2;
-        if (max > store_largest_object(data_size))
-            max = store_largest_object(data_size);
-    }
+    if (max == 0)
+        max = store_default_max_object(data_size, data_size);
     if (store_check_max_object(data_size, max, err) < 0) {
         store_free(s);
         return NULL;

@@ -19,6 +19,7 @@
 
 #include "alloc.h"
 #include "ring.h"
+#include "segment.h"
 #include "store.h"
 
 /* Where the data area would start in a segment: extents count from there. */
@@ -918,6 +919,43 @@ static void test_stats(void **state)
     assert_false(store_contains(f->s, "b", 1));
     store_holder_free(f->s, h);
     sfix_free(f);
+}
+
+/* The default max object size, for a --size as the daemon's flags take it:
+ * half of it, at most 128 MiB, at most what one object can use in the data
+ * area (a small segment's header page and longest key take a good part).
+ * The figures are those shmbrokerd reported in hello and stats before the
+ * rule lived in one place. */
+static void test_default_max_object(void **state)
+{
+    static const struct {
+        uint64_t size, max;
+    } cases[] = {
+        {8192, 3776},           {8193, 4096},
+        {10000, 5000},          {12288, 6144},
+        {12289, 6144},          {16384, 8192},
+        {20000, 10000},         {65536, 32768},
+        {100000, 50000},        {1000000, 500000},
+        {1048577, 524288},      {33554432, 16777216},
+        {268435456, 134217728}, {268439551, 134217728},
+        {300000000, 134217728}, {1073741824, 134217728},
+    };
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint64_t data = segment_data_size(segment_round_size(cases[i].size));
+        uint64_t max = store_default_max_object(cases[i].size, data);
+
+        if (max != cases[i].max)
+            fail_msg("--size %llu: default max object %llu, expected %llu",
+                     (unsigned long long)cases[i].size, (unsigned long long)max,
+                     (unsigned long long)cases[i].max);
+        assert_int_equal(store_check_max_object(data, max, NULL), 0);
+    }
+    /* Without a data area to measure, only half and the cap apply. */
+    assert_int_equal(store_default_max_object(4096, 0), 2048);
+    assert_int_equal(store_default_max_object(UINT64_MAX, 0), 128ULL << 20);
 }
 
 /* store_new refuses a data area the ring cannot use and a max object size
@@ -2167,6 +2205,7 @@ int main(void)
         cmocka_unit_test(test_chunk_states_in_segment),
         cmocka_unit_test(test_stats),
         cmocka_unit_test(test_store_new_invalid),
+        cmocka_unit_test(test_default_max_object),
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_random_model),
         cmocka_unit_test(test_adopt_restores),
