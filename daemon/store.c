@@ -2,11 +2,11 @@
  * The object store: the key index, pins per holder, awaited reads, pending
  * allocations and oldest-first eviction over the ring.
  *
- * Memory per object: struct object (128 bytes) + key + malloc overhead, one
- * ring slot (32 bytes, up to 64 while the slot array is half empty) and one
+ * Memory per object: struct object (136 bytes) + key + malloc overhead, one
+ * ring slot (40 bytes, up to 80 while the slot array is half empty) and one
  * index bucket (8 to 16 bytes), one slot of the watched heap (8 to 16
- * bytes): about 210 bytes plus the key. A pin costs a 40-byte record per
- * (holder, object) pair, not per pin.
+ * bytes): about 210 to 270 bytes plus the key. A pin costs a 48-byte record
+ * per (holder, object) pair, not per pin.
  */
 #include "store.h"
 
@@ -72,8 +72,7 @@ struct store_holder {
 struct store {
     struct ring ring;
     struct index index;
-    uint64_t max_object_size;
-    struct store_config cfg;
+    struct store_config cfg; /* cfg.max_object_size is the one in force */
     struct holder_list holders;
     struct object_list age; /* pending objects, oldest first */
     uint64_t committed, pending, pinned, deleted_pinned;
@@ -170,7 +169,6 @@ struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
         store_free(s);
         return NULL;
     }
-    s->max_object_size = max;
     if (cfg != NULL)
         s->cfg = *cfg;
     s->cfg.max_object_size = max;
@@ -561,10 +559,10 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t
         return rc;
     if (size == 0)
         return shmb_error_set(err, -EINVAL, "Size must be at least 1 byte.");
-    if (size > s->max_object_size)
+    if (size > s->cfg.max_object_size)
         return shmb_error_set(
             err, -E2BIG, "Object size (%llu bytes) exceeds max object size (%llu bytes)",
-            (unsigned long long)size, (unsigned long long)s->max_object_size);
+            (unsigned long long)size, (unsigned long long)s->cfg.max_object_size);
     if (readers > STORE_MAX_READERS)
         return shmb_error_set(err, -EINVAL, "readers=%u is more than the limit of %u.",
                               readers, STORE_MAX_READERS);
@@ -880,7 +878,7 @@ void store_counts(const struct store *s, struct store_stats *out)
     out->pending = s->pending;
     out->pinned = s->pinned;
     out->deleted_pinned = s->deleted_pinned;
-    out->max_object_size = s->max_object_size;
+    out->max_object_size = s->cfg.max_object_size;
     out->allocs = s->allocs;
     out->commits = s->commits;
     out->gets = s->gets;
@@ -943,7 +941,7 @@ size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
 
 uint64_t store_max_object_size(const struct store *s)
 {
-    return s->max_object_size;
+    return s->cfg.max_object_size;
 }
 
 void store_set_read_lease(struct store *s, uint64_t read_lease_ms)
