@@ -325,16 +325,6 @@ static struct object *store_lookup(const struct store *s, const char *key, size_
     return n != NULL ? (struct object *)n : NULL;
 }
 
-/* Check a key's length; the message names the limit. */
-static int store_check_key(size_t key_len, struct shmb_error *err)
-{
-    if (key_len == 0 || key_len > SHMB_KEY_MAX)
-        return shmb_error_set(err, -EINVAL,
-                              "Key of %zu bytes: keys are 1 to %u bytes long.", key_len,
-                              SHMB_KEY_MAX);
-    return 0;
-}
-
 /* Give an object's chunk back to the ring and free it. */
 static void store_drop(struct store *s, struct object *obj)
 {
@@ -555,7 +545,7 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t
     struct object *obj;
     int rc;
 
-    if ((rc = store_check_key(key_len, err)) < 0)
+    if ((rc = shmb_key_len_check(key_len, err)) < 0)
         return rc;
     if (size == 0)
         return shmb_error_set(err, -EINVAL, "Size must be at least 1 byte.");
