@@ -726,14 +726,9 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
         /* What one object can really use: a small --size leaves a data area
          * of which the chunk header and the longest key take a good part. */
         uint64_t total = segment_round_size(cfg->size);
-        uint64_t largest =
-            total > SHMB_HEADER_PAGE ? store_largest_object(segment_data_size(total)) : 0;
 
-        cfg->max_object_size = cfg->size / 2;
-        if (cfg->max_object_size > CONFIG_DEFAULT_MAX_OBJECT)
-            cfg->max_object_size = CONFIG_DEFAULT_MAX_OBJECT;
-        if (largest > 0 && cfg->max_object_size > largest)
-            cfg->max_object_size = largest;
+        cfg->max_object_size = store_default_max_object(
+            cfg->size, total > SHMB_HEADER_PAGE ? segment_data_size(total) : 0);
     }
     return CONFIG_RUN;
 }

@@ -15,7 +15,6 @@
 #include "policy.h"
 
 #define CONFIG_DEFAULT_SIZE (256ULL << 20)
-#define CONFIG_DEFAULT_MAX_OBJECT (128ULL << 20)
 #define CONFIG_DEFAULT_NAME "shmbroker"
 #define CONFIG_DEFAULT_SHM_DIR "/dev/shm"
 #define CONFIG_DEFAULT_SOCKET_MODE 0660
@@ -37,7 +36,7 @@
 
 struct config {
     uint64_t size;            /* segment bytes, header page included */
-    uint64_t max_object_size; /* 0 = min(128 MiB, size / 2) */
+    uint64_t max_object_size; /* not given: store_default_max_object's */
     char name[NAME_MAX + 1];
     char shm_dir[PATH_MAX];
     char socket_path[108]; /* sun_path */

@@ -13,6 +13,7 @@
 #include <uv.h>
 
 #include "../proto/alloc.h"
+#include "../proto/text.h"
 #include "command.h"
 #include "config.h"
 #include "log.h"

@@ -472,63 +472,123 @@ static int ring_read_header(const struct ring *r, uint64_t phys, uint64_t min_id
     return 0;
 }
 
-int ring_walk(const struct ring *r, ring_walk_fn fn, void *arg, struct shmb_error *err)
-{
-    uint64_t pos = r->start, min_id = 0;
-    int rc;
-
-    while (pos < r->end) {
-        uint64_t phys = pos % r->size;
-        struct shmb_chunk_header h;
-        char key[SHMB_KEY_MAX + 1];
-
-        if ((rc = ring_read_header(r, phys, min_id, &h, key, err)) < 0)
-            return rc;
-        if (h.chunk_size > r->end - pos)
-            return shmb_error_set(err, -EBADMSG,
-                                  "Corrupt ring: chunk at data offset %llu runs past the "
-                                  "end position.",
-                                  (unsigned long long)phys);
-        if (h.state != SHMB_CHUNK_GAP) {
-            min_id = h.id + 1;
-            if (fn != NULL &&
-                (rc = fn(&h, key, r->data_offset + phys + h.header_size, arg)) != 0)
-                return rc;
-        }
-        pos += h.chunk_size;
-    }
-    return 0;
-}
-
 /* The smallest chunk: a header without key and one aligned byte of payload.
  * A damaged span of n bytes cannot have held more than n / this chunks. */
 #define RING_MIN_CHUNK (2 * (uint64_t)SHMB_ALIGN)
+_Static_assert(sizeof(struct shmb_chunk_header) <= SHMB_ALIGN,
+               "a chunk header without key takes one SHMB_ALIGN step");
 
-/* Read and check the chunk header at position pos for ring_adopt: the
- * checks of ring_read_header, inside [pos, end), with an id in sequence
- * (expect_id, or anything below next_id for the first chunk). 0, -EBADMSG
- * (a damaged header) or -EIO (the file was shrunk under the walk). */
-static int ring_adopt_read(const struct ring *r, uint64_t pos, uint64_t end, bool first,
-                           uint64_t expect_id, uint64_t next_id, struct shmb_chunk_header *h,
-                           char key[SHMB_KEY_MAX + 1], struct shmb_error *err)
+/* Where a walk of the chunk headers is, and what it expects next. */
+struct ring_walk_state {
+    uint64_t pos, end;  /* the next header's position; the walk stops at end */
+    uint64_t expect_id; /* ids seen so far end below this */
+    uint64_t next_id;   /* adoption: ids are below the cursor's next id */
+    bool seen;          /* a chunk (not a gap) was seen */
+    bool consecutive;   /* adoption: each id is exactly expect_id (the first
+                           one anything below next_id); else they increase */
+};
+
+/* Called by ring_walk_chunks for each sound chunk that is not a gap, with
+ * the private copies of its header and key, before the walk steps over it;
+ * non-zero stops the walk and is returned (err may say why). */
+typedef int (*ring_visit_fn)(const struct shmb_chunk_header *h, const char *key,
+                             const struct ring_walk_state *w, void *arg,
+                             struct shmb_error *err);
+
+/* Called by ring_walk_chunks on a header at w->pos that is damaged (rc
+ * -EBADMSG) or that could not be read (-EIO), err saying which: 0 after
+ * moving w->pos (and what it expects) on, to go on from there, or the
+ * negative code that stops the walk. */
+typedef int (*ring_damage_fn)(struct ring_walk_state *w, int rc, void *arg,
+                              struct shmb_error *err);
+
+/* Read and check the chunk header at w->pos: the checks of
+ * ring_read_header, inside [pos, end), with an id in the sequence w expects.
+ * 0, -EBADMSG (a damaged header) or -EIO (the file was shrunk under the
+ * walk). */
+static int ring_walk_read(const struct ring *r, const struct ring_walk_state *w,
+                          struct shmb_chunk_header *h, char key[SHMB_KEY_MAX + 1],
+                          struct shmb_error *err)
 {
-    uint64_t phys = pos % r->size;
+    uint64_t phys = w->pos % r->size;
     int rc;
 
-    if ((rc = ring_read_header(r, phys, first ? 0 : expect_id, h, key, err)) < 0)
+    if ((rc = ring_read_header(r, phys, w->seen ? w->expect_id : 0, h, key, err)) < 0)
         return rc;
-    if (h->chunk_size > end - pos)
+    if (h->chunk_size > w->end - w->pos)
         return shmb_error_set(err, -EBADMSG,
                               "Corrupt ring: chunk at data offset %llu runs past the end "
                               "position.",
                               (unsigned long long)phys);
-    if (h->state != SHMB_CHUNK_GAP && ((!first && h->id != expect_id) || h->id >= next_id))
-        return shmb_error_set(err, -EBADMSG,
-                              "Corrupt ring: chunk at data offset %llu has id %llu, "
-                              "expected %llu.",
-                              (unsigned long long)phys, (unsigned long long)h->id,
-                              (unsigned long long)(first ? next_id - 1 : expect_id));
+    if (w->consecutive && h->state != SHMB_CHUNK_GAP &&
+        ((w->seen && h->id != w->expect_id) || h->id >= w->next_id))
+        return shmb_error_set(
+            err, -EBADMSG,
+            "Corrupt ring: chunk at data offset %llu has id %llu, "
+            "expected %llu.",
+            (unsigned long long)phys, (unsigned long long)h->id,
+            (unsigned long long)(w->seen ? w->expect_id : w->next_id - 1));
     return 0;
+}
+
+/* The one walk over the chunk headers, for ring_walk and ring_adopt: from
+ * w->pos to w->end, each header copied and checked once (ring_walk_read),
+ * visit called for every chunk, tail gaps stepped over, and damage (when
+ * damaged is not NULL) given the chance to resume further on. Returns 0, or
+ * what stopped it. */
+static int ring_walk_chunks(const struct ring *r, struct ring_walk_state *w,
+                            ring_visit_fn visit, ring_damage_fn damaged, void *arg,
+                            struct shmb_error *err)
+{
+    int rc;
+
+    while (w->pos < w->end) {
+        struct shmb_chunk_header h; /* private copies: see ring_read_header */
+        char key[SHMB_KEY_MAX + 1];
+
+        if ((rc = ring_walk_read(r, w, &h, key, err)) < 0) {
+            if (damaged == NULL || (rc = damaged(w, rc, arg, err)) < 0)
+                return rc;
+            continue;
+        }
+        if (h.state != SHMB_CHUNK_GAP) {
+            if ((rc = visit(&h, key, w, arg, err)) != 0)
+                return rc;
+            w->seen = true;
+            w->expect_id = h.id + 1;
+        }
+        w->pos += h.chunk_size;
+    }
+    return 0;
+}
+
+/* What ring_walk's visits need. */
+struct ring_walk_call {
+    const struct ring *r;
+    ring_walk_fn fn;
+    void *arg;
+};
+
+/* ring_walk's visit: tell the caller. */
+static int ring_walk_visit(const struct shmb_chunk_header *h, const char *key,
+                           const struct ring_walk_state *w, void *arg,
+                           struct shmb_error *err)
+{
+    struct ring_walk_call *c = arg;
+
+    (void)err;
+    if (c->fn == NULL)
+        return 0;
+    return c->fn(h, key, c->r->data_offset + w->pos % c->r->size + h->header_size,
+                 c->arg);
+}
+
+int ring_walk(const struct ring *r, ring_walk_fn fn, void *arg, struct shmb_error *err)
+{
+    struct ring_walk_state w = {.pos = r->start, .end = r->end};
+    struct ring_walk_call c = {.r = r, .fn = fn, .arg = arg};
+
+    return ring_walk_chunks(r, &w, ring_walk_visit, NULL, &c, err);
 }
 
 /* Append an adopted slot. */
@@ -608,22 +668,24 @@ static int ring_span_write(struct ring *r, uint64_t phys, uint64_t len, uint64_t
     return 0;
 }
 
-/* After a damaged header at position bad: the position of the next sound
- * chunk (not a gap) before end, found in SHMB_ALIGN steps, whose id follows
- * the last adopted one (expect_id; ids skipped only as many as the skipped
+/* After a damaged header at w->pos: the position of the next sound chunk
+ * (not a gap) before w->end, found in SHMB_ALIGN steps, whose id follows the
+ * last adopted one (w->expect_id; ids skipped only as many as the skipped
  * bytes could have held). A candidate with no lost id must start a lap (the
  * damaged header was the tail gap's). UINT64_MAX when there is none, or
  * when the file was shrunk under the scan (-EIO in *rc). */
-static uint64_t ring_adopt_resync(const struct ring *r, uint64_t bad, uint64_t end, bool first,
-                                  uint64_t expect_id, uint64_t next_id, uint64_t *id, int *rc)
+static uint64_t ring_adopt_resync(const struct ring *r, const struct ring_walk_state *w,
+                                  uint64_t *id, int *rc)
 {
-    uint64_t pos, n_a, n_b;
+    struct ring_walk_state probe = {
+        .end = w->end, .next_id = w->next_id, .consecutive = true};
+    uint64_t bad = w->pos, n_a, n_b;
 
     *rc = 0;
-    for (pos = bad + SHMB_ALIGN; pos < end; pos += SHMB_ALIGN) {
+    for (probe.pos = bad + SHMB_ALIGN; probe.pos < w->end; probe.pos += SHMB_ALIGN) {
         struct shmb_chunk_header h;
         char key[SHMB_KEY_MAX + 1];
-        int got = ring_adopt_read(r, pos, end, true, 0, next_id, &h, key, NULL);
+        int got = ring_walk_read(r, &probe, &h, key, NULL);
 
         if (got == -EIO) {
             *rc = -EIO;
@@ -631,23 +693,109 @@ static uint64_t ring_adopt_resync(const struct ring *r, uint64_t bad, uint64_t e
         }
         if (got < 0 || h.state == SHMB_CHUNK_GAP)
             continue;
-        if (!first && (h.id < expect_id || h.id - expect_id > (pos - bad) / RING_MIN_CHUNK ||
-                       !ring_span_layout(r, bad, pos, h.id - expect_id, &n_a, &n_b)))
+        if (w->seen &&
+            (h.id < w->expect_id ||
+             h.id - w->expect_id > (probe.pos - bad) / RING_MIN_CHUNK ||
+             !ring_span_layout(r, bad, probe.pos, h.id - w->expect_id, &n_a, &n_b)))
             continue;
         *id = h.id;
-        return pos;
+        return probe.pos;
     }
     return UINT64_MAX;
 }
 
+/* Where ring_adopt is, for its visits and its damage handler. */
+struct ring_adoption {
+    struct ring *r;
+    ring_adopt_fn fn;
+    void *arg;
+    uint64_t last_end;               /* the end of the last chunk adopted */
+    uint64_t skipped, spans;         /* damaged bytes stepped over, and where */
+    char damage[SHMB_ERROR_MSG_MAX]; /* the first damage found, or "" */
+};
+
+/* ring_adopt's visit: offer the chunk to the caller and give it a slot, freed
+ * when the caller does not keep it. -ENOMEM. */
+static int ring_adopt_visit(const struct shmb_chunk_header *h, const char *key,
+                            const struct ring_walk_state *w, void *arg,
+                            struct shmb_error *err)
+{
+    struct ring_adoption *a = arg;
+    struct ring *r = a->r;
+    uint64_t phys = w->pos % r->size;
+    void *owner;
+
+    if (r->count == r->cap && ring_grow(r) < 0)
+        return shmb_error_set(err, -ENOMEM, "Out of memory adopting the ring.");
+    if (!w->seen)
+        r->first_id = h->id;
+    owner = a->fn(h, key, r->data_offset + phys + h->header_size, a->arg);
+    (void)ring_adopt_slot(r, phys, h->chunk_size, owner, h->header_size,
+                          h->payload_size); /* room made above */
+    if (owner == NULL)
+        ring_store_field(r, phys, offsetof(struct shmb_chunk_header, state),
+                         &(uint16_t){SHMB_CHUNK_FREE}, sizeof(uint16_t));
+    a->last_end = w->pos + h->chunk_size;
+    return 0;
+}
+
+/* ring_adopt's damage handler. Resynchronise: a damaged header (a writer's
+ * overrun into the next chunk, say) loses that chunk only. The skipped bytes
+ * become freed chunks, reclaimed in their turn. A header that could not be
+ * read at all (-EIO) ends the walk. */
+static int ring_adopt_damaged(struct ring_walk_state *w, int rc, void *arg,
+                              struct shmb_error *err)
+{
+    struct ring_adoption *a = arg;
+    struct ring *r = a->r;
+    uint64_t phys = w->pos % r->size, found, found_id = 0;
+
+    if (rc != -EBADMSG)
+        return rc;
+    if (a->damage[0] == '\0')
+        snprintf(a->damage, sizeof(a->damage), "%s", err != NULL ? err->message : "");
+    found = ring_adopt_resync(r, w, &found_id, &rc);
+    if (found == UINT64_MAX) {
+        if (rc == 0)
+            return -EBADMSG;
+        return shmb_error_set(err, rc,
+                              "Segment truncated under the walk: a chunk header after "
+                              "data offset %llu could not be read (SIGBUS).",
+                              (unsigned long long)phys);
+    }
+    a->spans++;
+    a->skipped += found - w->pos;
+    if (!w->seen) {
+        r->start = found; /* nothing adopted yet: the span is free */
+    } else {
+        /* The skipped bytes become freed chunks, one per lost id, written
+         * into the segment so that the next walk is clean (their headers
+         * were damaged anyway). */
+        uint64_t n_a, n_b, len_a;
+
+        (void)ring_span_layout(r, w->pos, found, found_id - w->expect_id, &n_a, &n_b);
+        len_a = n_b == 0 && phys + (found - w->pos) <= r->size && found % r->size != 0
+                    ? found - w->pos
+                    : r->size - phys;
+        if (ring_span_write(r, phys, len_a, n_a, w->expect_id) < 0 ||
+            (found - w->pos > len_a &&
+             ring_span_write(r, 0, found - w->pos - len_a, n_b, w->expect_id + n_a) < 0))
+            return shmb_error_set(err, -ENOMEM, "Out of memory adopting the ring.");
+        w->expect_id = found_id;
+        if (n_a + n_b > 0)
+            a->last_end = found;
+    }
+    w->pos = found;
+    return 0;
+}
 
 int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
                ring_adopt_fn fn, void *arg, struct shmb_error *err)
 {
-    uint64_t pos, expect_id = 0, last_end = start, skipped = 0, spans = 0;
-    char damage[SHMB_ERROR_MSG_MAX] = "";
-    bool first = true;
-    int rc = 0;
+    struct ring_walk_state w = {
+        .pos = start, .end = end, .next_id = next_id, .consecutive = true};
+    struct ring_adoption a = {.r = r, .fn = fn, .arg = arg, .last_end = start};
+    int rc;
 
     if (start > end || end - start > r->size || start >= r->size ||
         (start == end && start != 0) || next_id > RING_ID_MAX)
@@ -657,84 +805,12 @@ int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
                               (unsigned long long)start, (unsigned long long)end,
                               (unsigned long long)next_id, (unsigned long long)r->size);
     r->start = r->end = start;
-    for (pos = start; pos < end;) {
-        uint64_t phys = pos % r->size, found, found_id = 0;
-        struct shmb_chunk_header h; /* private copies: see ring_read_header */
-        char key[SHMB_KEY_MAX + 1];
-        void *owner;
-
-        rc = ring_adopt_read(r, pos, end, first, expect_id, next_id, &h, key, err);
-        if (rc == -EBADMSG) {
-            /* Resynchronise: a damaged header (a writer's overrun into the
-             * next chunk, say) loses that chunk only. The skipped bytes
-             * become freed chunks, reclaimed in their turn. */
-            if (damage[0] == '\0')
-                snprintf(damage, sizeof(damage), "%s", err != NULL ? err->message : "");
-            found = ring_adopt_resync(r, pos, end, first, expect_id, next_id, &found_id, &rc);
-            if (found == UINT64_MAX) {
-                if (rc == 0)
-                    rc = -EBADMSG;
-                else
-                    shmb_error_set(err, rc,
-                                   "Segment truncated under the walk: a chunk header "
-                                   "after data offset %llu could not be read (SIGBUS).",
-                                   (unsigned long long)phys);
-                break;
-            }
-            spans++;
-            skipped += found - pos;
-            if (first) {
-                r->start = found; /* nothing adopted yet: the span is free */
-            } else {
-                /* The skipped bytes become freed chunks, one per lost id,
-                 * written into the segment so that the next walk is clean
-                 * (their headers were damaged anyway). */
-                uint64_t n_a, n_b, len_a;
-
-                (void)ring_span_layout(r, pos, found, found_id - expect_id, &n_a, &n_b);
-                len_a = n_b == 0 && phys + (found - pos) <= r->size && found % r->size != 0
-                            ? found - pos
-                            : r->size - phys;
-                if (ring_span_write(r, phys, len_a, n_a, expect_id) < 0 ||
-                    (found - pos > len_a &&
-                     ring_span_write(r, 0, found - pos - len_a, n_b, expect_id + n_a) < 0)) {
-                    rc = shmb_error_set(err, -ENOMEM, "Out of memory adopting the ring.");
-                    break;
-                }
-                expect_id = found_id;
-                if (n_a + n_b > 0)
-                    last_end = found;
-            }
-            pos = found;
-            rc = 0;
-            continue;
-        }
-        if (rc < 0)
-            break;
-        if (h.state != SHMB_CHUNK_GAP) {
-            if (r->count == r->cap && ring_grow(r) < 0) {
-                rc = shmb_error_set(err, -ENOMEM, "Out of memory adopting the ring.");
-                break;
-            }
-            if (first)
-                r->first_id = h.id;
-            first = false;
-            expect_id = h.id + 1;
-            owner = fn(&h, key, r->data_offset + phys + h.header_size, arg);
-            (void)ring_adopt_slot(r, phys, h.chunk_size, owner, h.header_size,
-                                  h.payload_size); /* room made above */
-            if (owner == NULL)
-                ring_store_field(r, phys, offsetof(struct shmb_chunk_header, state),
-                                 &(uint16_t){SHMB_CHUNK_FREE}, sizeof(uint16_t));
-            last_end = pos + h.chunk_size;
-        }
-        pos += h.chunk_size;
-    }
+    rc = ring_walk_chunks(r, &w, ring_adopt_visit, ring_adopt_damaged, &a, err);
     /* The end is the end of the last chunk adopted, never past a tail gap
      * after it: when the walk stops at the first chunk of a new lap, the gap
      * before that chunk is not part of the ring, and ring_pop_tail_freed
      * relies on the newest chunk ending exactly at the end. */
-    r->end = last_end;
+    r->end = a.last_end;
     if (r->start >= r->size) {
         r->start -= r->size;
         r->end -= r->size;
@@ -748,20 +824,22 @@ int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
     }
     ring_pop_freed(r);
     ring_pop_tail_freed(r);
-    if (rc < 0 || spans > 0) {
+    if (rc < 0 || a.spans > 0) {
         char first_msg[SHMB_ERROR_MSG_MAX], dropped[64] = "";
 
         snprintf(first_msg, sizeof(first_msg), "%s",
-                 damage[0] != '\0' ? damage : err != NULL ? err->message : "");
+                 a.damage[0] != '\0' ? a.damage
+                 : err != NULL       ? err->message
+                                     : "");
         if (rc < 0 && rc != -ENOMEM)
             snprintf(dropped, sizeof(dropped), " Dropped the %llu bytes after it.",
-                     (unsigned long long)(end - pos));
-        if (spans > 0)
+                     (unsigned long long)(end - w.pos));
+        if (a.spans > 0)
             shmb_error_set(err, rc == -ENOMEM ? rc : -EBADMSG,
                            "%s Skipped %llu damaged bytes in %llu place(s) and adopted "
                            "the chunks after them.%s",
-                           first_msg, (unsigned long long)skipped,
-                           (unsigned long long)spans, dropped);
+                           first_msg, (unsigned long long)a.skipped,
+                           (unsigned long long)a.spans, dropped);
         else
             shmb_error_set(err, rc == -ENOMEM ? rc : -EBADMSG, "%s%s", first_msg, dropped);
         return rc == -ENOMEM ? rc : -EBADMSG;

@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../proto/text.h"
+
 /* statfs's f_type of a hugetlbfs mount (linux/magic.h). */
 #define SEGMENT_HUGETLBFS_MAGIC 0x958458f6
 

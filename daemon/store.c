@@ -2,17 +2,18 @@
  * The object store: the key index, pins per holder, awaited reads, pending
  * allocations and oldest-first eviction over the ring.
  *
- * Memory per object: struct object (128 bytes) + key + malloc overhead, one
- * ring slot (32 bytes, up to 64 while the slot array is half empty) and one
+ * Memory per object: struct object (136 bytes) + key + malloc overhead, one
+ * ring slot (40 bytes, up to 80 while the slot array is half empty) and one
  * index bucket (8 to 16 bytes), one slot of the watched heap (8 to 16
- * bytes): about 210 bytes plus the key. A pin costs a 40-byte record per
- * (holder, object) pair, not per pin.
+ * bytes): about 210 to 270 bytes plus the key. A pin costs a 48-byte record
+ * per (holder, object) pair, not per pin.
  */
 #include "store.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <time.h>
 
 #include "../proto/alloc.h"
@@ -26,17 +27,22 @@
 struct pin {
     struct object *obj;
     struct store_holder *holder;
-    struct pin *obj_next;        /* the object's pin records */
-    struct pin *h_prev, *h_next; /* the holder's pin records */
+    SLIST_ENTRY(pin) obj_link; /* the object's pin records */
+    TAILQ_ENTRY(pin) h_link;   /* the holder's pin records */
     uint32_t count;
 };
 
+SLIST_HEAD(pin_slist, pin);
+TAILQ_HEAD(pin_list, pin);
+TAILQ_HEAD(object_list, object);
+TAILQ_HEAD(holder_list, store_holder);
+
 struct object {
-    struct index_node node;               /* key index; node.key points at key[] */
-    struct pin *pins;                     /* one record per holder that pins it */
-    struct store_holder *owner;           /* the writer, while pending */
-    struct object *pend_prev, *pend_next; /* owner's pending list */
-    struct object *age_prev, *age_next;   /* the store's pending list, oldest first */
+    struct index_node node;        /* key index; node.key points at key[] */
+    struct pin_slist pins;         /* one record per holder that pins it */
+    struct store_holder *owner;    /* the writer, while pending */
+    TAILQ_ENTRY(object) pend_link; /* owner's pending list */
+    TAILQ_ENTRY(object) age_link;  /* the store's pending list, oldest first */
     uint64_t ring_id;
     uint64_t offset, size;
     uint64_t created_ms; /* at alloc; at commit for committed objects */
@@ -55,9 +61,9 @@ struct object {
 #define STORE_EXPIRED_REMEMBERED 8
 
 struct store_holder {
-    struct store_holder *prev, *next; /* the store's holders */
-    struct pin *pins;
-    struct object *pending;
+    TAILQ_ENTRY(store_holder) link; /* the store's holders */
+    struct pin_list pins;
+    struct object_list pending; /* newest first */
     uint64_t pin_total, pending_count, bytes_pinned;
     char *expired[STORE_EXPIRED_REMEMBERED]; /* NUL-terminated copies */
     unsigned expired_next;
@@ -66,10 +72,9 @@ struct store_holder {
 struct store {
     struct ring ring;
     struct index index;
-    uint64_t max_object_size;
-    struct store_config cfg;
-    struct store_holder *holders;
-    struct object *age_head, *age_tail; /* pending objects, oldest first */
+    struct store_config cfg; /* cfg.max_object_size is the one in force */
+    struct holder_list holders;
+    struct object_list age; /* pending objects, oldest first */
     uint64_t committed, pending, pinned, deleted_pinned;
     uint64_t allocs, commits, gets, evictions, enospc, expired_allocs, lease_expiries;
     uint64_t expire_after_ms; /* the last store_expire_pending's limit, for messages */
@@ -108,6 +113,17 @@ uint64_t store_largest_object(uint64_t data_size)
     return data_size > chunk ? (data_size - chunk) & ~(uint64_t)(SHMB_ALIGN - 1) : 0;
 }
 
+uint64_t store_default_max_object(uint64_t size, uint64_t data_size)
+{
+    uint64_t max = size / 2, largest = store_largest_object(data_size);
+
+    if (max > STORE_DEFAULT_MAX_OBJECT)
+        max = STORE_DEFAULT_MAX_OBJECT;
+    if (largest > 0 && max > largest)
+        max = largest;
+    return max;
+}
+
 int store_check_max_object(uint64_t data_size, uint64_t max, struct shmb_error *err)
 {
     uint64_t limit = store_largest_object(data_size);
@@ -135,6 +151,8 @@ struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
         shmb_error_set(err, -ENOMEM, "Out of memory for the object store.");
         return NULL;
     }
+    TAILQ_INIT(&s->holders);
+    TAILQ_INIT(&s->age);
     if ((rc = ring_init(&s->ring, data, data_offset, data_size, cursor, err)) < 0) {
         shmb_free(s);
         return NULL;
@@ -145,16 +163,12 @@ struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
         shmb_free(s);
         return NULL;
     }
-    if (max == 0) {
-        max = data_size / 2;
-        if (max > store_largest_object(data_size))
-            max = store_largest_object(data_size);
-    }
+    if (max == 0)
+        max = store_default_max_object(data_size, data_size);
     if (store_check_max_object(data_size, max, err) < 0) {
         store_free(s);
         return NULL;
     }
-    s->max_object_size = max;
     if (cfg != NULL)
         s->cfg = *cfg;
     s->cfg.max_object_size = max;
@@ -269,18 +283,18 @@ void store_free(struct store *s)
 
     if (s == NULL)
         return;
-    while (s->holders != NULL) {
-        struct store_holder *h = s->holders;
+    while (!TAILQ_EMPTY(&s->holders)) {
+        struct store_holder *h = TAILQ_FIRST(&s->holders);
         struct pin *p, *next;
         unsigned j;
 
-        for (p = h->pins; p != NULL; p = next) {
-            next = p->h_next;
+        for (p = TAILQ_FIRST(&h->pins); p != NULL; p = next) {
+            next = TAILQ_NEXT(p, h_link);
             shmb_free(p);
         }
         for (j = 0; j < STORE_EXPIRED_REMEMBERED; j++)
             shmb_free(h->expired[j]);
-        s->holders = h->next;
+        TAILQ_REMOVE(&s->holders, h, link);
         shmb_free(h);
     }
     for (i = 0; i < ring_count(&s->ring); i++)
@@ -297,10 +311,9 @@ struct store_holder *store_holder_new(struct store *s)
 
     if (h == NULL)
         return NULL;
-    h->next = s->holders;
-    if (s->holders != NULL)
-        s->holders->prev = h;
-    s->holders = h;
+    TAILQ_INIT(&h->pins);
+    TAILQ_INIT(&h->pending);
+    TAILQ_INSERT_HEAD(&s->holders, h, link);
     return h;
 }
 
@@ -310,16 +323,6 @@ static struct object *store_lookup(const struct store *s, const char *key, size_
     struct index_node *n = index_find(&s->index, key, key_len);
 
     return n != NULL ? (struct object *)n : NULL;
-}
-
-/* Check a key's length; the message names the limit. */
-static int store_check_key(size_t key_len, struct shmb_error *err)
-{
-    if (key_len == 0 || key_len > SHMB_KEY_MAX)
-        return shmb_error_set(err, -EINVAL,
-                              "Key of %zu bytes: keys are 1 to %u bytes long.", key_len,
-                              SHMB_KEY_MAX);
-    return 0;
 }
 
 /* Give an object's chunk back to the ring and free it. */
@@ -459,22 +462,97 @@ static void store_remember_expired(struct store_holder *h, const char *key,
     h->expired[slot] = shmb_strndup(key, key_len);
 }
 
+/* What a new object is made of. */
+struct object_spec {
+    const char *key;
+    size_t key_len;
+    uint64_t size; /* payload bytes */
+    uint32_t awaited_reads;
+    enum store_state state;         /* PENDING (alloc) or COMMITTED (adoption) */
+    struct store_holder *owner;     /* the writer of a pending object */
+    const struct ring_chunk *found; /* an adoption's chunk; NULL: allocate one */
+};
+
+/* A new chunk for obj in the ring, as vLLM's put: when there is no room, free
+ * what may go, oldest first, then retry once. -ENOSPC names the blocker. */
+static int store_place(struct store *s, struct object *obj, uint64_t size,
+                       struct ring_chunk *chunk, struct shmb_error *err)
+{
+    int rc = ring_alloc(&s->ring, size, obj->key, obj->key_len, obj, chunk, err);
+
+    if (rc == -ENOSPC) {
+        ring_reclaim(&s->ring, ring_chunk_size(obj->key_len, size), store_may_evict, s);
+        rc = ring_alloc(&s->ring, size, obj->key, obj->key_len, obj, chunk, err);
+        if (rc == -ENOSPC)
+            store_enospc(s, obj->key, obj->key_len, size, err);
+    }
+    return rc;
+}
+
+/* The one place objects are made: build one from spec, give it its chunk
+ * (spec->found, or a new one from store_place) and link it everywhere it
+ * belongs: the key index, the watched heap (a pending object blocks reclaim,
+ * an adopted one may be awaited), the counters, and for a pending object its
+ * writer's pending list and the store's by age. The caller has checked the
+ * key. 0, -ENOMEM or store_place's code; nothing is left behind on failure. */
+static int store_object_new(struct store *s, const struct object_spec *spec,
+                            struct object **out, struct shmb_error *err)
+{
+    struct ring_chunk chunk;
+    struct object *obj = NULL;
+    int rc;
+
+    if (store_watch_reserve(s) < 0 ||
+        (obj = shmb_calloc(1, sizeof(*obj) + spec->key_len + 1)) == NULL)
+        return shmb_error_set(err, -ENOMEM, "Out of memory for a new object.");
+    memcpy(obj->key, spec->key, spec->key_len);
+    obj->key_len = (uint8_t)spec->key_len;
+    if (spec->found != NULL) {
+        chunk = *spec->found;
+    } else if ((rc = store_place(s, obj, spec->size, &chunk, err)) < 0) {
+        object_free(obj);
+        return rc;
+    }
+    obj->node.key = obj->key;
+    obj->node.key_len = spec->key_len;
+    obj->ring_id = chunk.id;
+    obj->offset = chunk.payload_offset;
+    obj->size = spec->size;
+    obj->created_ms = clock_now_ms();
+    obj->awaited_reads = spec->awaited_reads;
+    obj->state = spec->state;
+    index_insert(&s->index, &obj->node);
+    s->live_objects++;
+    store_watch(s, obj);
+    if (spec->state == STORE_PENDING) {
+        obj->owner = spec->owner;
+        TAILQ_INSERT_HEAD(&spec->owner->pending, obj, pend_link);
+        spec->owner->pending_count++;
+        TAILQ_INSERT_TAIL(&s->age, obj, age_link);
+        s->pending++;
+    } else {
+        s->committed++;
+    }
+    *out = obj;
+    return 0;
+}
+
 int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t key_len,
                 uint64_t size, uint32_t readers, struct store_extent *out,
                 struct shmb_error *err)
 {
-    struct ring_chunk chunk;
+    struct object_spec spec;
     struct object *obj;
     int rc;
 
-    if ((rc = store_check_key(key_len, err)) < 0)
+    if ((rc = shmb_key_len_check(key_len, err)) < 0)
         return rc;
     if (size == 0)
         return shmb_error_set(err, -EINVAL, "Size must be at least 1 byte.");
-    if (size > s->max_object_size)
+    if (size > s->cfg.max_object_size)
         return shmb_error_set(
             err, -E2BIG, "Object size (%llu bytes) exceeds max object size (%llu bytes)",
-            (unsigned long long)size, (unsigned long long)s->max_object_size);
+            (unsigned long long)size, (unsigned long long)s->cfg.max_object_size);
     if (readers > STORE_MAX_READERS)
         return shmb_error_set(err, -EINVAL, "readers=%u is more than the limit of %u.",
                               readers, STORE_MAX_READERS);
@@ -483,51 +561,18 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t
                               "Key '%.*s' already exists in the storage. Choose another "
                               "key, or delete it first.",
                               (int)key_len, key);
-    obj = store_watch_reserve(s) == 0 ? shmb_calloc(1, sizeof(*obj) + key_len + 1) : NULL;
-    if (obj == NULL)
-        return shmb_error_set(err, -ENOMEM, "Out of memory for a new object.");
-    memcpy(obj->key, key, key_len);
-    obj->key_len = (uint8_t)key_len;
-
-    rc = ring_alloc(&s->ring, size, key, key_len, obj, &chunk, err);
-    if (rc == -ENOSPC) {
-        /* As vLLM's put: free what may go, oldest first, then retry once. */
-        ring_reclaim(&s->ring, ring_chunk_size(key_len, size), store_may_evict, s);
-        rc = ring_alloc(&s->ring, size, key, key_len, obj, &chunk, err);
-        if (rc == -ENOSPC)
-            store_enospc(s, key, key_len, size, err);
-    }
-    if (rc < 0) {
-        object_free(obj);
+    spec.key = key;
+    spec.key_len = key_len;
+    spec.size = size;
+    spec.awaited_reads = readers;
+    spec.state = STORE_PENDING;
+    spec.owner = h;
+    spec.found = NULL;
+    if ((rc = store_object_new(s, &spec, &obj, err)) < 0)
         return rc;
-    }
     shmb_error_clear(err); /* a retry that succeeded leaves no stale message */
-    obj->node.key = obj->key;
-    obj->node.key_len = key_len;
-    obj->ring_id = chunk.id;
-    obj->offset = chunk.payload_offset;
-    obj->size = size;
-    obj->created_ms = clock_now_ms();
-    obj->awaited_reads = readers;
-    obj->state = STORE_PENDING;
-    obj->owner = h;
-    obj->pend_next = h->pending;
-    if (h->pending != NULL)
-        h->pending->pend_prev = obj;
-    h->pending = obj;
-    h->pending_count++;
-    obj->age_prev = s->age_tail;
-    if (s->age_tail != NULL)
-        s->age_tail->age_next = obj;
-    else
-        s->age_head = obj;
-    s->age_tail = obj;
     store_forget_expired(h, key, key_len);
     ring_set_tag(&s->ring, obj->ring_id, readers);
-    index_insert(&s->index, &obj->node);
-    s->live_objects++;
-    store_watch(s, obj); /* a pending object blocks reclaim */
-    s->pending++;
     s->allocs++;
     if (out != NULL) {
         out->offset = obj->offset;
@@ -571,25 +616,11 @@ static void store_unlink_pending(struct store *s, struct object *obj)
 {
     struct store_holder *h = obj->owner;
 
-    if (obj->pend_prev != NULL)
-        obj->pend_prev->pend_next = obj->pend_next;
-    else
-        h->pending = obj->pend_next;
-    if (obj->pend_next != NULL)
-        obj->pend_next->pend_prev = obj->pend_prev;
-    obj->pend_prev = obj->pend_next = NULL;
+    TAILQ_REMOVE(&h->pending, obj, pend_link);
     obj->owner = NULL;
     h->pending_count--;
     s->pending--;
-    if (obj->age_prev != NULL)
-        obj->age_prev->age_next = obj->age_next;
-    else
-        s->age_head = obj->age_next;
-    if (obj->age_next != NULL)
-        obj->age_next->age_prev = obj->age_prev;
-    else
-        s->age_tail = obj->age_prev;
-    obj->age_prev = obj->age_next = NULL;
+    TAILQ_REMOVE(&s->age, obj, age_link);
 }
 
 int store_commit(struct store *s, struct store_holder *h, const char *key, size_t key_len,
@@ -623,8 +654,9 @@ size_t store_expire_pending(struct store *s, uint64_t max_age_ms)
     size_t n = 0;
 
     s->expire_after_ms = max_age_ms;
-    while (s->age_head != NULL && now - s->age_head->created_ms >= max_age_ms) {
-        struct object *obj = s->age_head;
+    while (!TAILQ_EMPTY(&s->age) &&
+           now - TAILQ_FIRST(&s->age)->created_ms >= max_age_ms) {
+        struct object *obj = TAILQ_FIRST(&s->age);
 
         store_remember_expired(obj->owner, obj->key, obj->key_len);
         store_drop_pending(s, obj);
@@ -645,6 +677,17 @@ int store_abort(struct store *s, struct store_holder *h, const char *key, size_t
     return 0;
 }
 
+/* h's pin record on obj, or NULL. */
+static struct pin *store_pin_of(const struct object *obj, const struct store_holder *h)
+{
+    struct pin *p;
+
+    for (p = SLIST_FIRST(&obj->pins); p != NULL && p->holder != h;
+         p = SLIST_NEXT(p, obj_link))
+        ;
+    return p;
+}
+
 int store_get(struct store *s, struct store_holder *h, const char *key, size_t key_len,
               struct store_extent *out, struct shmb_error *err)
 {
@@ -656,20 +699,15 @@ int store_get(struct store *s, struct store_holder *h, const char *key, size_t k
                               obj != NULL ? " yet: it is allocated but not committed"
                                           : "; check the key, or wait for its writer to "
                                             "commit it");
-    for (p = obj->pins; p != NULL && p->holder != h; p = p->obj_next)
-        ;
+    p = store_pin_of(obj, h);
     if (p == NULL) {
         p = shmb_calloc(1, sizeof(*p));
         if (p == NULL)
             return shmb_error_set(err, -ENOMEM, "Out of memory for a pin.");
         p->obj = obj;
         p->holder = h;
-        p->obj_next = obj->pins;
-        obj->pins = p;
-        p->h_next = h->pins;
-        if (h->pins != NULL)
-            h->pins->h_prev = p;
-        h->pins = p;
+        SLIST_INSERT_HEAD(&obj->pins, p, obj_link);
+        TAILQ_INSERT_HEAD(&h->pins, p, h_link);
         h->bytes_pinned += obj->size;
     }
     p->count++;
@@ -701,17 +739,8 @@ static void store_unpin(struct store *s, struct pin *p)
     p->count--;
     h->pin_total--;
     if (p->count == 0) {
-        struct pin **link = &obj->pins;
-
-        while (*link != p)
-            link = &(*link)->obj_next;
-        *link = p->obj_next;
-        if (p->h_prev != NULL)
-            p->h_prev->h_next = p->h_next;
-        else
-            h->pins = p->h_next;
-        if (p->h_next != NULL)
-            p->h_next->h_prev = p->h_prev;
+        SLIST_REMOVE(&obj->pins, p, pin, obj_link);
+        TAILQ_REMOVE(&h->pins, p, h_link);
         h->bytes_pinned -= obj->size;
         shmb_free(p);
     }
@@ -732,12 +761,11 @@ int store_release(struct store *s, struct store_holder *h, const char *key,
     struct pin *p = NULL;
 
     if (obj != NULL)
-        for (p = obj->pins; p != NULL && p->holder != h; p = p->obj_next)
-            ;
+        p = store_pin_of(obj, h);
     /* A pin on a deleted object is found through the holder: the key is no
      * longer in the index. */
     if (p == NULL)
-        for (p = h->pins; p != NULL; p = p->h_next)
+        for (p = TAILQ_FIRST(&h->pins); p != NULL; p = TAILQ_NEXT(p, h_link))
             if (p->obj->state == STORE_DELETED && p->obj->key_len == key_len &&
                 memcmp(p->obj->key, key, key_len) == 0)
                 break;
@@ -808,23 +836,18 @@ void store_holder_free(struct store *s, struct store_holder *h)
 {
     if (h == NULL)
         return;
-    while (h->pins != NULL) {
-        struct pin *p = h->pins;
+    while (!TAILQ_EMPTY(&h->pins)) {
+        struct pin *p = TAILQ_FIRST(&h->pins);
 
         while (p->count > 1)
             store_unpin(s, p);
         store_unpin(s, p);
     }
-    while (h->pending != NULL)
-        store_drop_pending(s, h->pending);
+    while (!TAILQ_EMPTY(&h->pending))
+        store_drop_pending(s, TAILQ_FIRST(&h->pending));
     for (unsigned i = 0; i < STORE_EXPIRED_REMEMBERED; i++)
         shmb_free(h->expired[i]);
-    if (h->prev != NULL)
-        h->prev->next = h->next;
-    else
-        s->holders = h->next;
-    if (h->next != NULL)
-        h->next->prev = h->prev;
+    TAILQ_REMOVE(&s->holders, h, link);
     shmb_free(h);
 }
 
@@ -845,7 +868,7 @@ void store_counts(const struct store *s, struct store_stats *out)
     out->pending = s->pending;
     out->pinned = s->pinned;
     out->deleted_pinned = s->deleted_pinned;
-    out->max_object_size = s->max_object_size;
+    out->max_object_size = s->cfg.max_object_size;
     out->allocs = s->allocs;
     out->commits = s->commits;
     out->gets = s->gets;
@@ -908,7 +931,7 @@ size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
 
 uint64_t store_max_object_size(const struct store *s)
 {
-    return s->max_object_size;
+    return s->cfg.max_object_size;
 }
 
 void store_set_read_lease(struct store *s, uint64_t read_lease_ms)
@@ -975,6 +998,15 @@ static void *store_adopt_chunk(const struct shmb_chunk_header *hdr, const char *
 {
     struct store_adoption *a = arg;
     struct store *s = a->s;
+    struct ring_chunk found = {.id = hdr->id,
+                               .payload_offset = payload_offset,
+                               .payload_size = hdr->payload_size};
+    struct object_spec spec = {.key = key,
+                               .key_len = hdr->key_len,
+                               .size = hdr->payload_size,
+                               .awaited_reads = hdr->tag,
+                               .state = STORE_COMMITTED,
+                               .found = &found};
     struct object *obj;
     size_t key_len = hdr->key_len;
 
@@ -988,25 +1020,10 @@ static void *store_adopt_chunk(const struct shmb_chunk_header *hdr, const char *
     }
     if (key_len > SHMB_KEY_MAX || shmb_key_check(key, key_len, NULL) < 0 ||
         store_lookup(s, key, key_len) != NULL || hdr->tag > STORE_MAX_READERS ||
-        store_watch_reserve(s) < 0 ||
-        (obj = shmb_calloc(1, sizeof(*obj) + key_len + 1)) == NULL) {
+        store_object_new(s, &spec, &obj, NULL) < 0) {
         a->report->dropped_invalid++;
         return NULL;
     }
-    memcpy(obj->key, key, key_len);
-    obj->key_len = (uint8_t)key_len;
-    obj->node.key = obj->key;
-    obj->node.key_len = key_len;
-    obj->ring_id = hdr->id;
-    obj->offset = payload_offset;
-    obj->size = hdr->payload_size;
-    obj->created_ms = clock_now_ms();
-    obj->awaited_reads = hdr->tag;
-    obj->state = STORE_COMMITTED;
-    index_insert(&s->index, &obj->node);
-    s->live_objects++;
-    store_watch(s, obj); /* its awaited reads may block reclaim */
-    s->committed++;
     a->report->restored++;
     a->report->restored_bytes += hdr->payload_size;
     return obj;
@@ -1053,5 +1070,5 @@ struct store *store_adopt(void *data, uint64_t data_offset, uint64_t data_size,
 
 uint64_t store_oldest_pending_ms(const struct store *s)
 {
-    return s->age_head != NULL ? s->age_head->created_ms : UINT64_MAX;
+    return !TAILQ_EMPTY(&s->age) ? TAILQ_FIRST(&s->age)->created_ms : UINT64_MAX;
 }

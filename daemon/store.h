@@ -20,10 +20,13 @@ struct store_holder;
 
 /* Readers one object may wait for; larger values are a client bug. */
 #define STORE_MAX_READERS 1000000u
+/* The largest default max object size: beyond it, a bigger segment holds
+ * more objects rather than bigger ones. */
+#define STORE_DEFAULT_MAX_OBJECT (128ULL << 20)
 
 struct store_config {
-    uint64_t max_object_size; /* payload bytes; 0 = half the data area, or
-                                 store_largest_object when less */
+    uint64_t max_object_size; /* payload bytes; 0 = store_default_max_object
+                                 (data_size, data_size) */
     uint64_t read_lease_ms;   /* awaited reads stop blocking reclaim this long
                                  after commit; 0 = never */
     /* Told once per object when its read lease runs out with reads still
@@ -88,6 +91,12 @@ struct store_stats {
  * bytes: an empty ring, one chunk with the longest key (its header, the key
  * and the alignment of both). 0 when not even that fits. */
 uint64_t store_largest_object(uint64_t data_size);
+
+/* The max object size when none is given (--max-object-size): half of size
+ * (what was asked for the segment, header page included), at most
+ * STORE_DEFAULT_MAX_OBJECT, and at most store_largest_object(data_size) when
+ * anything fits in the data area at all (data_size 0: not known yet). */
+uint64_t store_default_max_object(uint64_t size, uint64_t data_size);
 
 /* -EINVAL with a message naming --max-object-size when objects of max bytes
  * cannot fit in a data area of data_size bytes (see store_largest_object). */

@@ -104,27 +104,3 @@ int shmb_error_from_name(const char *name)
             return -shmb_error_codes[i].code;
     return -EIO;
 }
-
-const char *shmb_format_bytes(unsigned long long bytes, char *buf, size_t len)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double value = (double)bytes;
-    int unit = 0;
-
-    while (value >= 1024.0 && unit < 4) {
-        value /= 1024.0;
-        unit++;
-    }
-    if (unit == 0)
-        snprintf(buf, len, "%llu B", bytes);
-    else if (value == (double)(unsigned long long)value)
-        snprintf(buf, len, "%llu %s", (unsigned long long)value, units[unit]);
-    else
-        snprintf(buf, len, "%.1f %s", value, units[unit]);
-    return buf;
-}
-
-unsigned long long shmb_mib_rounded(unsigned long long bytes)
-{
-    return (bytes + (1ULL << 19)) >> 20;
-}

@@ -55,10 +55,4 @@ const char *shmb_error_any_name(int code);
 /* The negative errno for a protocol name, or -EIO when the name is unknown. */
 int shmb_error_from_name(const char *name);
 
-/* Format a byte count for humans ("256 MiB", "1.5 GiB", "512 B") into buf. */
-const char *shmb_format_bytes(unsigned long long bytes, char *buf, size_t len);
-
-/* Byte count in MiB rounded to the nearest integer, as vLLM's messages do. */
-unsigned long long shmb_mib_rounded(unsigned long long bytes);
-
 #endif

@@ -11,6 +11,7 @@
 #ifndef SHMB_PROTO_LAYOUT_H
 #define SHMB_PROTO_LAYOUT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define SHMB_SEGMENT_MAGIC UINT64_C(0x31474553424d4853) /* "SHMBSEG1" */
@@ -21,6 +22,11 @@
 /* Payload alignment: a cache line, so two objects never share one. */
 #define SHMB_ALIGN 64u
 #define SHMB_KEY_MAX 255u
+
+/* Where a field of a shared struct must stay: every process that maps the
+ * segment reads it there, so one that moves is a new SHMB_LAYOUT_VERSION. */
+#define SHMB_LAYOUT_AT(type, field, offset)                                              \
+    _Static_assert(offsetof(type, field) == (offset), #type "." #field " moved")
 
 /* The first bytes of the segment. Written once at creation, except the ring
  * cursor, which the daemon updates as it allocates and frees. */
@@ -42,6 +48,22 @@ struct shmb_segment_header {
     uint64_t ring_next_id;
 };
 
+_Static_assert(sizeof(struct shmb_segment_header) == 88, "segment header size");
+SHMB_LAYOUT_AT(struct shmb_segment_header, magic, 0);
+SHMB_LAYOUT_AT(struct shmb_segment_header, version, 8);
+SHMB_LAYOUT_AT(struct shmb_segment_header, header_size, 12);
+SHMB_LAYOUT_AT(struct shmb_segment_header, total_size, 16);
+SHMB_LAYOUT_AT(struct shmb_segment_header, data_offset, 24);
+SHMB_LAYOUT_AT(struct shmb_segment_header, data_size, 32);
+SHMB_LAYOUT_AT(struct shmb_segment_header, owner_pid, 40);
+SHMB_LAYOUT_AT(struct shmb_segment_header, owner_start, 48);
+SHMB_LAYOUT_AT(struct shmb_segment_header, created_unix, 56);
+SHMB_LAYOUT_AT(struct shmb_segment_header, ring_start, 64);
+SHMB_LAYOUT_AT(struct shmb_segment_header, ring_end, 72);
+SHMB_LAYOUT_AT(struct shmb_segment_header, ring_next_id, 80);
+_Static_assert(sizeof(struct shmb_segment_header) <= SHMB_HEADER_PAGE,
+               "the header fits its page");
+
 #define SHMB_CHUNK_MAGIC UINT32_C(0x4b4e4843) /* "CHNK" */
 
 /* What a chunk holds; a reader trusts a payload only in state COMMITTED. */
@@ -62,8 +84,25 @@ struct shmb_chunk_header {
     uint64_t id;           /* monotonic chunk id */
     uint64_t chunk_size;   /* header + padded payload */
     uint64_t payload_size; /* bytes the owner asked for */
-    uint64_t reserved2;
+    uint64_t reserved;     /* written 0, never read: room for a later field */
     /* char key[key_len] follows */
 };
+
+_Static_assert(sizeof(struct shmb_chunk_header) == 48, "chunk header size");
+SHMB_LAYOUT_AT(struct shmb_chunk_header, magic, 0);
+SHMB_LAYOUT_AT(struct shmb_chunk_header, state, 4);
+SHMB_LAYOUT_AT(struct shmb_chunk_header, key_len, 6);
+SHMB_LAYOUT_AT(struct shmb_chunk_header, header_size, 8);
+SHMB_LAYOUT_AT(struct shmb_chunk_header, tag, 12);
+SHMB_LAYOUT_AT(struct shmb_chunk_header, id, 16);
+SHMB_LAYOUT_AT(struct shmb_chunk_header, chunk_size, 24);
+SHMB_LAYOUT_AT(struct shmb_chunk_header, payload_size, 32);
+SHMB_LAYOUT_AT(struct shmb_chunk_header, reserved, 40);
+/* A header with the longest key fits in the smallest data area, and the
+ * payload after a header is aligned. */
+_Static_assert(sizeof(struct shmb_chunk_header) + SHMB_KEY_MAX < SHMB_HEADER_PAGE,
+               "a chunk header fits a page");
+_Static_assert((SHMB_ALIGN & (SHMB_ALIGN - 1)) == 0 && SHMB_HEADER_PAGE % SHMB_ALIGN == 0,
+               "the alignment is a power of two that divides the header page");
 
 #endif

@@ -1,10 +1,11 @@
 /*
- * UTF-8 checks, boundary-safe cutting and escaping for human-facing output.
+ * Escaping for human-facing output, the key check and byte counts for people.
  */
 #include "text.h"
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "layout.h"
@@ -111,4 +112,28 @@ int shmb_key_check(const char *key, size_t len, struct shmb_error *err)
                               "UTF-8 text of 1 to %u bytes.",
                               (unsigned char)key[bad], bad, SHMB_KEY_MAX);
     return 0;
+}
+
+const char *shmb_format_bytes(unsigned long long bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double value = (double)bytes;
+    int unit = 0;
+
+    while (value >= 1024.0 && unit < 4) {
+        value /= 1024.0;
+        unit++;
+    }
+    if (unit == 0)
+        snprintf(buf, len, "%llu B", bytes);
+    else if (value == (double)(unsigned long long)value)
+        snprintf(buf, len, "%llu %s", (unsigned long long)value, units[unit]);
+    else
+        snprintf(buf, len, "%.1f %s", value, units[unit]);
+    return buf;
+}
+
+unsigned long long shmb_mib_rounded(unsigned long long bytes)
+{
+    return (bytes + (1ULL << 19)) >> 20;
 }

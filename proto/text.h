@@ -2,7 +2,8 @@
  * Text that crosses a trust boundary: escaping for terminals and logs (over
  * the UTF-8 rules of utf8.h, which it includes), and the one check of a key that
  * the daemon, the library and the ctl share (so they refuse a bad key with
- * the same code and the same words). Knows nothing about JSON or sockets.
+ * the same code and the same words); and byte counts written for people.
+ * Knows nothing about JSON or sockets.
  */
 #ifndef SHMB_PROTO_TEXT_H
 #define SHMB_PROTO_TEXT_H
@@ -32,5 +33,11 @@ int shmb_key_check(const char *key, size_t len, struct shmb_error *err);
 /* The length rule alone, with the same words: for the daemon, whose keys
  * arrive as JSON strings, UTF-8 by construction. 0 or -EINVAL. */
 int shmb_key_len_check(size_t len, struct shmb_error *err);
+
+/* Format a byte count for humans ("256 MiB", "1.5 GiB", "512 B") into buf. */
+const char *shmb_format_bytes(unsigned long long bytes, char *buf, size_t len);
+
+/* Byte count in MiB rounded to the nearest integer, as vLLM's messages do. */
+unsigned long long shmb_mib_rounded(unsigned long long bytes);
 
 #endif

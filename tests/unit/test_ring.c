@@ -1650,6 +1650,64 @@ static void test_adopt_stops_at_corrupt(void **state)
     fix_free(f);
 }
 
+/* ring_walk and ring_adopt walk the chunks the same way: over a wrapped
+ * ring with a tail gap and chunks in every state, the walk visits exactly
+ * the chunks adoption offers (ids, payload offsets, states, in order); and
+ * on a damaged header both stop at it with the same reason, adoption going
+ * on to say what it dropped. */
+static void test_walk_and_adopt_agree(void **state)
+{
+    struct fix *f = fix_new(1024, true);
+    struct shmb_error werr = {0}, aerr = {0};
+    struct ring_chunk a, b, c, d, e;
+    struct walked w;
+    struct offered o;
+    struct ring r2;
+    size_t i;
+
+    (void)state;
+    a = alloc_ok(f, 250, "a", tag(0));   /* 320 bytes at 0 */
+    b = alloc_ok(f, 250, "bb", tag(1));  /* 320 bytes at 320 */
+    c = alloc_ok(f, 200, "ccc", tag(2)); /* 256 bytes at 640 */
+    assert_int_equal(ring_free(&f->r, a.id), 0);
+    assert_int_equal(ring_set_state(&f->r, b.id, SHMB_CHUNK_COMMITTED), 0);
+    d = alloc_ok(f, 100, "d", tag(3)); /* skips 128 bytes: a gap, then 0 */
+    assert_int_equal(d.phys, 0);
+    e = alloc_ok(f, 10, "e", tag(4));
+    assert_int_equal(ring_set_state(&f->r, e.id, SHMB_CHUNK_COMMITTED), 0);
+    (void)c;
+
+    memset(&w, 0, sizeof(w));
+    w.data = f->data;
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(ring_walk(&f->r, walk_record, &w, &werr), 0);
+    assert_int_equal(readopt(f, &r2, &o, &aerr), 0);
+    assert_int_equal(w.n, 4);
+    assert_int_equal(o.n, w.n);
+    for (i = 0; i < w.n; i++) {
+        assert_int_equal(o.ids[i], w.ids[i]);
+        assert_int_equal(o.offsets[i], w.payload_offsets[i]);
+        assert_int_equal(o.states[i], w.states[i]);
+    }
+    ring_fini(&r2);
+
+    /* The same damage, seen by both: the header of the chunk after the gap. */
+    chunk_at(f, d.phys)->payload_size += SHMB_ALIGN;
+    memset(&w, 0, sizeof(w));
+    w.data = f->data;
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(ring_walk(&f->r, walk_record, &w, &werr), -EBADMSG);
+    assert_int_equal(readopt(f, &r2, &o, &aerr), -EBADMSG);
+    if (strncmp(aerr.message, werr.message, strlen(werr.message)) != 0 ||
+        strstr(werr.message, "inconsistent chunk header at data offset 0") == NULL)
+        fail_msg("walk: %s\nadopt: %s", werr.message, aerr.message);
+    assert_int_equal(w.n, 2);
+    for (i = 0; i < w.n; i++)
+        assert_int_equal(o.ids[i], w.ids[i]);
+    ring_fini(&r2);
+    fix_free(f);
+}
+
 /* Free every live chunk of r (owners tag(id)) in the order given by
  * from_tail, checking the ring after each; it ends empty. */
 static void free_all(struct ring *r, bool from_tail)
@@ -2035,6 +2093,7 @@ int main(void)
         cmocka_unit_test(test_invalid_inputs),
         cmocka_unit_test(test_reference_model),
         cmocka_unit_test(test_adopt_rebuilds_wrapped_ring),
+        cmocka_unit_test(test_walk_and_adopt_agree),
         cmocka_unit_test(test_adopt_refused_chunks),
         cmocka_unit_test(test_adopt_stops_at_corrupt),
         cmocka_unit_test(test_adopt_resyncs_after_overrun),

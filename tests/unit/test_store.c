@@ -19,6 +19,7 @@
 
 #include "alloc.h"
 #include "ring.h"
+#include "segment.h"
 #include "store.h"
 
 /* Where the data area would start in a segment: extents count from there. */
@@ -920,6 +921,43 @@ static void test_stats(void **state)
     sfix_free(f);
 }
 
+/* The default max object size, for a --size as the daemon's flags take it:
+ * half of it, at most 128 MiB, at most what one object can use in the data
+ * area (a small segment's header page and longest key take a good part).
+ * The figures are those shmbrokerd reported in hello and stats before the
+ * rule lived in one place. */
+static void test_default_max_object(void **state)
+{
+    static const struct {
+        uint64_t size, max;
+    } cases[] = {
+        {8192, 3776},           {8193, 4096},
+        {10000, 5000},          {12288, 6144},
+        {12289, 6144},          {16384, 8192},
+        {20000, 10000},         {65536, 32768},
+        {100000, 50000},        {1000000, 500000},
+        {1048577, 524288},      {33554432, 16777216},
+        {268435456, 134217728}, {268439551, 134217728},
+        {300000000, 134217728}, {1073741824, 134217728},
+    };
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint64_t data = segment_data_size(segment_round_size(cases[i].size));
+        uint64_t max = store_default_max_object(cases[i].size, data);
+
+        if (max != cases[i].max)
+            fail_msg("--size %llu: default max object %llu, expected %llu",
+                     (unsigned long long)cases[i].size, (unsigned long long)max,
+                     (unsigned long long)cases[i].max);
+        assert_int_equal(store_check_max_object(data, max, NULL), 0);
+    }
+    /* Without a data area to measure, only half and the cap apply. */
+    assert_int_equal(store_default_max_object(4096, 0), 2048);
+    assert_int_equal(store_default_max_object(UINT64_MAX, 0), 128ULL << 20);
+}
+
 /* store_new refuses a data area the ring cannot use and a max object size
  * that cannot fit, with -EINVAL and a message. */
 static void test_store_new_invalid(void **state)
@@ -1817,6 +1855,58 @@ static void test_adopt_restores(void **state)
     sfix_free(f);
 }
 
+/* An object adoption brings back is made and linked as one that was
+ * allocated and committed: the same list entry (extent, pins, awaited reads,
+ * state), the same counts, and it is the head-of-line blocker of stats at
+ * once (it is watched) while its reads are awaited; read, it goes. */
+static void test_adopted_like_allocated(void **state)
+{
+    struct sfix *f = sfix_new(16384, 0);
+    struct store_holder *h = store_holder_new(f->s);
+    struct store_adopt_report report;
+    struct store_stats before, after;
+    struct listed l1, l2;
+    size_t i;
+
+    (void)state;
+    put_ok(f, h, "first", 1000, 2, 1, NULL);
+    put_ok(f, h, "second", 700, 0, 2, NULL);
+    store_holder_free(f->s, h);
+    before = stats_of(f);
+    assert_true(before.has_blocker);
+    assert_string_equal(before.blocker_key, "first");
+    assert_int_equal(list_of(f, NULL, SIZE_MAX, &l1, 0), 2);
+
+    crash_and_adopt(f, NULL, &report);
+    assert_int_equal(report.restored, 2);
+    after = stats_of(f);
+    assert_int_equal(after.objects, before.objects);
+    assert_int_equal(after.pending, 0);
+    assert_int_equal(after.pinned, 0);
+    assert_int_equal(after.used, before.used);
+    assert_true(after.has_blocker);
+    assert_string_equal(after.blocker_key, "first");
+    assert_int_equal(after.blocker_readers, 2);
+    assert_int_equal(after.blocker_state, STORE_COMMITTED);
+    assert_int_equal(list_of(f, NULL, SIZE_MAX, &l2, 0), 2);
+    for (i = 0; i < 2; i++) {
+        assert_string_equal(l2.keys[i], l1.keys[i]);
+        assert_int_equal(l2.e[i].offset, l1.e[i].offset);
+        assert_int_equal(l2.e[i].size, l1.e[i].size);
+        assert_int_equal(l2.e[i].pins, l1.e[i].pins);
+        assert_int_equal(l2.e[i].awaited_reads, l1.e[i].awaited_reads);
+        assert_int_equal(l2.e[i].state, l1.e[i].state);
+    }
+
+    h = store_holder_new(f->s);
+    read_ok(f, h, "first", 1000, 1, false);
+    read_ok(f, h, "first", 1000, 1, false);
+    after = stats_of(f);
+    assert_false(after.has_blocker);
+    store_holder_free(f->s, h);
+    sfix_free(f);
+}
+
 /* A chunk header whose magic was overwritten loses that object only: the
  * walk resynchronises on the next sound header, so the objects before and
  * after it come back; the report says corrupt with a message naming the bad
@@ -2115,9 +2205,11 @@ int main(void)
         cmocka_unit_test(test_chunk_states_in_segment),
         cmocka_unit_test(test_stats),
         cmocka_unit_test(test_store_new_invalid),
+        cmocka_unit_test(test_default_max_object),
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_random_model),
         cmocka_unit_test(test_adopt_restores),
+        cmocka_unit_test(test_adopted_like_allocated),
         cmocka_unit_test(test_adopt_corrupt),
         cmocka_unit_test(test_adopt_drops_bad_keys),
         cmocka_unit_test(test_expire_pending),

@@ -93,6 +93,24 @@ static void test_key_check(void **state)
                                      "UTF-8 text of 1 to 255 bytes.");
 }
 
+/* Proves how byte counts read in messages: whole units without a fraction,
+ * one decimal otherwise, plain bytes under 1 KiB, TiB the largest unit; and
+ * MiB rounded to the nearest. */
+static void test_format_bytes(void **state)
+{
+    char buf[32];
+
+    (void)state;
+    assert_string_equal(shmb_format_bytes(0, buf, sizeof(buf)), "0 B");
+    assert_string_equal(shmb_format_bytes(1023, buf, sizeof(buf)), "1023 B");
+    assert_string_equal(shmb_format_bytes(1024, buf, sizeof(buf)), "1 KiB");
+    assert_string_equal(shmb_format_bytes(256ULL << 20, buf, sizeof(buf)), "256 MiB");
+    assert_string_equal(shmb_format_bytes(3ULL << 29, buf, sizeof(buf)), "1.5 GiB");
+    assert_string_equal(shmb_format_bytes(2048ULL << 40, buf, sizeof(buf)), "2048 TiB");
+    assert_int_equal(shmb_mib_rounded((1ULL << 20) + (1ULL << 19) - 1), 1);
+    assert_int_equal(shmb_mib_rounded((1ULL << 20) + (1ULL << 19)), 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -100,6 +118,7 @@ int main(void)
         cmocka_unit_test(test_cut),
         cmocka_unit_test(test_escape),
         cmocka_unit_test(test_key_check),
+        cmocka_unit_test(test_format_bytes),
     };
 
     return cmocka_run_group_tests_name("text", tests, NULL, NULL);
