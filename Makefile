@@ -58,7 +58,7 @@ ALLCFLAGS = -std=c11 -D_GNU_SOURCE -DSHMB_VERSION='"$(VERSION)"' -fPIC $(WARN) \
 ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ------------------------------------------------------------
-PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c
+PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c proto/sock.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c $(CORE_SRC)

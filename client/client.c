@@ -26,6 +26,7 @@
 #include "../proto/layout.h"
 #include "../proto/line.h"
 #include "../proto/protocol.h"
+#include "../proto/sock.h"
 #include "../proto/text.h"
 
 /* put_many allocates at most this many objects per line before committing
@@ -245,40 +246,11 @@ static int client_lost(shmb_t *c, const char *what, int saved)
                           what, saved ? strerror(saved) : "closed by the daemon");
 }
 
-/* Keep a descriptor that arrived as SCM_RIGHTS; close any extra. */
-static void client_take_fds(shmb_t *c, struct msghdr *msg)
-{
-    struct cmsghdr *cmsg;
-
-    for (cmsg = CMSG_FIRSTHDR(msg); cmsg != NULL; cmsg = CMSG_NXTHDR(msg, cmsg)) {
-        size_t i, n;
-
-        if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS)
-            continue;
-        n = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (i = 0; i < n; i++) {
-            int fd;
-
-            memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
-            if (c->seg_fd < 0)
-                c->seg_fd = fd;
-            else
-                close(fd);
-        }
-    }
-}
-
 /* Receive until the buffer holds one whole line; returns its length (without
  * the '\n'), which the caller consumes with client_consume. */
 static int client_read_line(shmb_t *c, size_t *line_len)
 {
     for (;;) {
-        union {
-            struct cmsghdr hdr;
-            char buf[CMSG_SPACE(4 * sizeof(int))];
-        } control;
-        struct msghdr msg;
-        struct iovec iov;
         char *nl = c->rlen ? memchr(c->rbuf, '\n', c->rlen) : NULL;
         ssize_t n;
 
@@ -299,19 +271,11 @@ static int client_read_line(shmb_t *c, size_t *line_len)
             c->rbuf = grown;
             c->rcap = cap;
         }
-        memset(&msg, 0, sizeof(msg));
-        iov.iov_base = c->rbuf + c->rlen;
-        iov.iov_len = c->rcap - c->rlen;
-        msg.msg_iov = &iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.buf;
-        msg.msg_controllen = sizeof(control.buf);
-        n = recvmsg(c->sock, &msg, MSG_CMSG_CLOEXEC);
-        if (n < 0 && errno == EINTR)
-            continue;
+        /* The segment's descriptor comes with the hello reply; any other
+         * descriptor is closed there. */
+        n = shmb_sock_recv_fd(c->sock, c->rbuf + c->rlen, c->rcap - c->rlen, &c->seg_fd);
         if (n <= 0)
-            return client_lost(c, "receive", n < 0 ? errno : 0);
-        client_take_fds(c, &msg);
+            return client_lost(c, "receive", n < 0 ? (int)-n : 0);
         c->rlen += (size_t)n;
     }
 }
@@ -630,12 +594,9 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
         return shmb_error_set(&c->err, -client_forks_rc,
                               "Cannot watch for fork() (pthread_atfork: %s).",
                               strerror(client_forks_rc));
-    memset(&sun, 0, sizeof(sun));
-    sun.sun_family = AF_UNIX;
-    if (strlen(path) >= sizeof(sun.sun_path))
+    if (shmb_sock_address(&sun, path) < 0)
         return shmb_error_set(&c->err, -ENAMETOOLONG, "Socket path %s is too long.",
                               path);
-    memcpy(sun.sun_path, path, strlen(path) + 1);
     c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (c->sock < 0)
         return shmb_error_set(&c->err, -errno, "Cannot create a socket: %s.",
