@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 #include "../proto/protocol.h"
 #include "../proto/sock.h"
 #include "../proto/text.h"
+#include "stats.h"
 
 /* put_many allocates at most this many objects per line before committing
  * them: the daemon's default --max-pending, so that a put_many alone never
@@ -450,6 +452,24 @@ static int client_call(shmb_t *c, json_t *request, json_t **reply)
     return client_call_ex(c, request, false, reply);
 }
 
+/* The public header states the key length for itself (it includes nothing
+ * of proto/); it must be the protocol's. */
+_Static_assert(SHMB_KEY_MAX_LEN == SHMB_KEY_MAX,
+               "shmbroker.h's SHMB_KEY_MAX_LEN differs from proto/layout.h's SHMB_KEY_MAX");
+
+/* Each op's flags as constants, so that what the library assumes of an op
+ * is checked against proto/ops.def when it compiles. */
+enum client_op_flags {
+#define SHMB_OP(id, name, flags, usage) CLIENT_OPF_##id = (flags),
+#include "../proto/ops.def"
+#undef SHMB_OP
+};
+_Static_assert(CLIENT_OPF_RELEASE & SHMB_OPF_NOREPLY,
+               "shmb_release_nowait and shmb_release_many send release with noreply");
+_Static_assert((CLIENT_OPF_ALLOC & CLIENT_OPF_COMMIT & CLIENT_OPF_ABORT & CLIENT_OPF_GET &
+                SHMB_OPF_BATCH) != 0,
+               "shmb_put_many and shmb_get_many batch alloc, commit, abort and get");
+
 /* Check a key before anything goes on the wire: the same check, code and
  * words as the daemon's (proto/text.c), for every call that takes a key. */
 static int client_check_key(shmb_t *c, const char *key)
@@ -457,12 +477,13 @@ static int client_check_key(shmb_t *c, const char *key)
     size_t len = 0;
 
     /* The common key is short ASCII, which is UTF-8 as it is: one pass
-     * finds that and its length. Anything else gets the shared check. */
+     * finds that and its length, and only the length rule is left. Anything
+     * else gets the whole check. */
     if (key != NULL) {
         while (key[len] != '\0' && (unsigned char)key[len] < 0x80)
             len++;
-        if (key[len] == '\0' && len >= 1 && len <= SHMB_KEY_MAX)
-            return 0;
+        if (key[len] == '\0')
+            return shmb_key_len_check(len, &c->err);
         len += strlen(key + len);
     }
     return shmb_key_check(key, len, &c->err);
@@ -612,7 +633,7 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
             path, strerror(saved), SHMB_SOCKET_ENV);
     }
     rc = client_call_ex(c,
-                        json_pack("{s:s, s:i, s:s?, s:s}", "op", "hello", "version",
+                        json_pack("{s:s, s:i, s:s?, s:s}", "op", shmb_ops[SHMB_OP_HELLO].name, "version",
                                   SHMB_PROTOCOL_VERSION, "name", name, "mode",
                                   c->read_only ? "ro" : "rw"),
                         true, &reply);
@@ -716,13 +737,13 @@ static int client_exchange(shmb_t *c, uint64_t id, struct line_reply *r)
 
 /* Start a request {"op":"OP"[,"id":ID],"key":KEY in c->w; id 0 for a
  * batch's element, which needs none. The caller checked the key. */
-static int client_begin_key(shmb_t *c, const char *op, uint64_t id, const char *key)
+static int client_begin_key(shmb_t *c, enum shmb_op_id op, uint64_t id, const char *key)
 {
     if (c->sock < 0)
         return shmb_error_set(&c->err, -ENOTCONN,
                               "Not connected to shmbrokerd; call shmb_connect (or "
                               "shmb_reconnect after a lost connection) first.");
-    if (line_lit(&c->w, "{\"op\":\"") < 0 || line_lit(&c->w, op) < 0 ||
+    if (line_lit(&c->w, "{\"op\":\"") < 0 || line_lit(&c->w, shmb_ops[op].name) < 0 ||
         (id != 0 && (line_lit(&c->w, "\",\"id\":") < 0 || line_u64(&c->w, id) < 0 ||
                      line_lit(&c->w, ",\"key\":") < 0)) ||
         (id == 0 && line_lit(&c->w, "\",\"key\":") < 0) ||
@@ -754,7 +775,8 @@ static int client_extent(shmb_t *c, const struct line_reply *r, size_t want, voi
 
 /* A request whose only field is the key; its reply's fields in r (may be
  * NULL). */
-static int client_key_op(shmb_t *c, const char *op, const char *key, struct line_reply *r)
+static int client_key_op(shmb_t *c, enum shmb_op_id op, const char *key,
+                         struct line_reply *r)
 {
     struct line_reply ignored;
     uint64_t id;
@@ -777,7 +799,7 @@ static int client_alloc_op(shmb_t *c, uint64_t id, const char *key, size_t size,
 {
     int rc;
 
-    if ((rc = client_begin_key(c, "alloc", id, key)) < 0)
+    if ((rc = client_begin_key(c, SHMB_OP_ALLOC, id, key)) < 0)
         return rc;
     if (line_lit(&c->w, ",\"size\":") < 0 || line_u64(&c->w, size) < 0 ||
         line_lit(&c->w, ",\"readers\":") < 0 || line_u64(&c->w, readers) < 0 ||
@@ -811,12 +833,12 @@ static int client_alloc(shmb_t *c, const char *key, size_t size, unsigned reader
 
 static int client_commit(shmb_t *c, const char *key)
 {
-    return client_key_op(c, "commit", key, NULL);
+    return client_key_op(c, SHMB_OP_COMMIT, key, NULL);
 }
 
 static int client_abort(shmb_t *c, const char *key)
 {
-    return client_key_op(c, "abort", key, NULL);
+    return client_key_op(c, SHMB_OP_ABORT, key, NULL);
 }
 
 static int client_put(shmb_t *c, const char *key, const void *data, size_t size,
@@ -839,7 +861,7 @@ static int client_get(shmb_t *c, const char *key, const void **ptr, size_t *size
 
     *ptr = NULL;
     *size = 0;
-    rc = client_key_op(c, "get", key, &r);
+    rc = client_key_op(c, SHMB_OP_GET, key, &r);
     if (rc == 0)
         rc = client_extent(c, &r, 0, &p, size);
     *ptr = p;
@@ -848,7 +870,7 @@ static int client_get(shmb_t *c, const char *key, const void **ptr, size_t *size
 
 static int client_release(shmb_t *c, const char *key)
 {
-    return client_key_op(c, "release", key, NULL);
+    return client_key_op(c, SHMB_OP_RELEASE, key, NULL);
 }
 
 static int client_release_many(shmb_t *c, size_t n, const char *const *keys);
@@ -871,7 +893,7 @@ static int client_release_many(shmb_t *c, size_t n, const char *const *keys)
         /* Each line has its id too: a reply to it, which should never come,
          * is then recognised as out of step rather than taken for the next
          * call's. Sent in writes of about SHMB_MAX_LINE bytes. */
-        if ((rc = client_begin_key(c, "release", client_next_id(c), keys[i])) < 0)
+        if ((rc = client_begin_key(c, SHMB_OP_RELEASE, client_next_id(c), keys[i])) < 0)
             return rc;
         if (line_lit(&c->w, ",\"noreply\":true}\n") < 0)
             return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
@@ -900,7 +922,8 @@ static int client_batch_fill(shmb_t *c, size_t first, size_t n, size_t max, clie
 
     c->w.len = 0;
     *id = client_next_id(c);
-    if (line_lit(&c->w, "{\"op\":\"batch\",\"id\":") < 0 || line_u64(&c->w, *id) < 0 ||
+    if (line_lit(&c->w, "{\"op\":\"") < 0 ||
+        line_lit(&c->w, shmb_ops[SHMB_OP_BATCH].name) < 0 || line_lit(&c->w, "\",\"id\":") < 0 || line_u64(&c->w, *id) < 0 ||
         line_lit(&c->w, ",\"ops\":[") < 0)
         return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
     for (i = first; i < n && i - first < max; i++) {
@@ -1021,7 +1044,8 @@ static int client_put_alloc_op(shmb_t *c, size_t i, const void *arg)
 static int client_put_commit_op(shmb_t *c, size_t k, const void *arg)
 {
     const struct client_put_args *a = arg;
-    int rc = client_begin_key(c, a->ok[k] ? "commit" : "abort", 0, a->keys[a->idx[k]]);
+    int rc = client_begin_key(c, a->ok[k] ? SHMB_OP_COMMIT : SHMB_OP_ABORT, 0,
+                              a->keys[a->idx[k]]);
 
     if (rc == 0 && line_lit(&c->w, "}") < 0)
         rc = shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
@@ -1179,7 +1203,7 @@ out:
 static int client_get_op(shmb_t *c, size_t i, const void *arg)
 {
     const char *const *keys = arg;
-    int rc = client_begin_key(c, "get", 0, keys[i]);
+    int rc = client_begin_key(c, SHMB_OP_GET, 0, keys[i]);
 
     if (rc == 0 && line_lit(&c->w, "}") < 0)
         rc = shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
@@ -1263,20 +1287,20 @@ static int client_touch(shmb_t *c, const char *key, unsigned readers)
     if ((rc = client_check_key(c, key)) < 0)
         return rc;
     return client_call(c,
-                       json_pack("{s:s, s:s, s:I}", "op", "touch", "key", key, "readers",
+                       json_pack("{s:s, s:s, s:I}", "op", shmb_ops[SHMB_OP_TOUCH].name, "key", key, "readers",
                                  (json_int_t)readers),
                        NULL);
 }
 
 static int client_delete(shmb_t *c, const char *key)
 {
-    return client_key_op(c, "delete", key, NULL);
+    return client_key_op(c, SHMB_OP_DELETE, key, NULL);
 }
 
 static int client_contains(shmb_t *c, const char *key)
 {
     struct line_reply r;
-    int rc = client_key_op(c, "contains", key, &r);
+    int rc = client_key_op(c, SHMB_OP_CONTAINS, key, &r);
 
     return rc < 0 ? rc : r.exists ? 1 : 0;
 }
@@ -1290,59 +1314,134 @@ static void client_copy_string(const json_t *obj, const char *field, char *dst,
     snprintf(dst, len, "%s", s != NULL ? s : "");
 }
 
-static int client_stats(shmb_t *c, shmb_stats_t *out)
+/* Every row of proto/stats.def names a member of shmb_stats_t of the same
+ * name (the blocker row: has_blocker), so a row added without its member
+ * does not compile. */
+#define CLIENT_STAT_MEMBER(name)                                                          \
+    {offsetof(shmb_stats_t, name), sizeof(((shmb_stats_t *)0)->name)}
+#define CLIENT_STAT_PLACE_SHMB_STATK_STRING(name) CLIENT_STAT_MEMBER(name)
+#define CLIENT_STAT_PLACE_SHMB_STATK_NUMBER(name) CLIENT_STAT_MEMBER(name)
+#define CLIENT_STAT_PLACE_SHMB_STATK_COUNTER(name) CLIENT_STAT_MEMBER(name)
+#define CLIENT_STAT_PLACE_SHMB_STATK_BLOCKER(name) CLIENT_STAT_MEMBER(has_blocker)
+
+const struct shmb_stats_place shmb_stats_places[SHMB_STAT_COUNT] = {
+#define SHMB_STAT(id, name, kind) [SHMB_STAT_##id] = CLIENT_STAT_PLACE_##kind(name),
+#include "../proto/stats.def"
+#undef SHMB_STAT
+};
+
+/* The size of the first release's shmb_stats_t, which ended before
+ * expired_allocs: what shmb_stats fills. */
+#define CLIENT_STATS_V1_SIZE offsetof(shmb_stats_t, expired_allocs)
+
+uint64_t shmb_stats_number(const shmb_stats_t *st, enum shmb_stat_id id)
 {
-    json_t *reply = NULL, *counters, *blocker;
-    int rc;
+    uint64_t v = 0;
+
+    if ((shmb_stat_fields[id].kind == SHMB_STATK_NUMBER ||
+         shmb_stat_fields[id].kind == SHMB_STATK_COUNTER) &&
+        shmb_stats_places[id].size == sizeof(v))
+        memcpy(&v, (const char *)st + shmb_stats_places[id].offset, sizeof(v));
+    return v;
+}
+
+/* The blocker of a stats reply (an object, or null when nothing blocks). */
+static void client_stats_blocker(const json_t *blocker, shmb_stats_t *out)
+{
+    if (!json_is_object(blocker))
+        return;
+    out->has_blocker = 1;
+    client_copy_string(blocker, "key", out->blocker_key, sizeof(out->blocker_key));
+    client_copy_string(blocker, "state", out->blocker_state, sizeof(out->blocker_state));
+    out->blocker_pins = (uint64_t)json_integer_value(json_object_get(blocker, "pins"));
+    out->blocker_readers = (uint64_t)json_integer_value(json_object_get(blocker, "readers"));
+}
+
+/* Fill out from a stats reply, row by row of proto/stats.def: the one place
+ * that knows the reply's shape. Numbers and counters must be there. */
+static int client_stats_fill(shmb_t *c, const json_t *reply, shmb_stats_t *out)
+{
+    const json_t *counters = json_object_get(reply, "counters");
+    int i, rc;
 
     memset(out, 0, sizeof(*out));
-    rc = client_call(c, json_pack("{s:s}", "op", "stats"), &reply);
-    if (rc < 0)
-        return rc;
-    counters = json_object_get(reply, "counters");
-    if ((rc = client_u64(c, reply, "size", &out->size)) < 0 ||
-        (rc = client_u64(c, reply, "data_size", &out->data_size)) < 0 ||
-        (rc = client_u64(c, reply, "used", &out->used)) < 0 ||
-        (rc = client_u64(c, reply, "free", &out->free)) < 0 ||
-        (rc = client_u64(c, reply, "objects", &out->objects)) < 0 ||
-        (rc = client_u64(c, reply, "pending", &out->pending)) < 0 ||
-        (rc = client_u64(c, reply, "pinned", &out->pinned)) < 0 ||
-        (rc = client_u64(c, reply, "clients", &out->clients)) < 0 ||
-        (rc = client_u64(c, reply, "max_object_size", &out->max_object_size)) < 0 ||
-        (rc = client_u64(c, reply, "uptime_s", &out->uptime_s)) < 0 ||
-        (rc = client_u64(c, reply, "shm_dir_free", &out->shm_dir_free)) < 0 ||
-        (rc = client_u64(c, counters, "allocs", &out->allocs)) < 0 ||
-        (rc = client_u64(c, counters, "commits", &out->commits)) < 0 ||
-        (rc = client_u64(c, counters, "gets", &out->gets)) < 0 ||
-        (rc = client_u64(c, counters, "evictions", &out->evictions)) < 0 ||
-        (rc = client_u64(c, counters, "enospc", &out->enospc)) < 0)
-        goto out;
-    out->pid = json_integer_value(json_object_get(reply, "pid"));
-    client_copy_string(reply, "segment", out->segment, sizeof(out->segment));
-    client_copy_string(reply, "version", out->version, sizeof(out->version));
-    client_copy_string(reply, "shm_dir", out->shm_dir, sizeof(out->shm_dir));
-    blocker = json_object_get(reply, "blocker");
-    if (json_is_object(blocker)) {
-        out->has_blocker = 1;
-        client_copy_string(blocker, "key", out->blocker_key, sizeof(out->blocker_key));
-        client_copy_string(blocker, "state", out->blocker_state,
-                           sizeof(out->blocker_state));
-        out->blocker_pins =
-            (uint64_t)json_integer_value(json_object_get(blocker, "pins"));
-        out->blocker_readers =
-            (uint64_t)json_integer_value(json_object_get(blocker, "readers"));
+    for (i = 0; i < SHMB_STAT_COUNT; i++) {
+        const char *name = shmb_stat_fields[i].name;
+        char *member = (char *)out + shmb_stats_places[i].offset;
+        uint64_t v;
+
+        switch (shmb_stat_fields[i].kind) {
+        case SHMB_STATK_STRING:
+            client_copy_string(reply, name, member, shmb_stats_places[i].size);
+            break;
+        case SHMB_STATK_BLOCKER:
+            client_stats_blocker(json_object_get(reply, name), out);
+            break;
+        case SHMB_STATK_NUMBER:
+        case SHMB_STATK_COUNTER:
+            rc = client_u64(c, shmb_stat_fields[i].kind == SHMB_STATK_COUNTER ? counters
+                                                                               : reply,
+                            name, &v);
+            if (rc < 0)
+                return rc;
+            memcpy(member, &v, sizeof(v));
+            break;
+        }
     }
-out:
+    return 0;
+}
+
+/* The request {"op":OP} of a report that takes no argument; NULL when out
+ * of memory (client_call says so). */
+static json_t *client_report_request(enum shmb_op_id op)
+{
+    return json_pack("{s:s}", "op", shmb_ops[op].name);
+}
+
+static int client_stats(shmb_t *c, shmb_stats_t *out, size_t size)
+{
+    shmb_stats_t all;
+    json_t *reply = NULL;
+    int rc;
+
+    memset(out, 0, size);
+    if (size < CLIENT_STATS_V1_SIZE)
+        return shmb_error_set(&c->err, -EINVAL,
+                              "shmb_stats_sized: size %zu is smaller than the first "
+                              "release's shmb_stats_t (%zu bytes); pass sizeof(*out).",
+                              size, (size_t)CLIENT_STATS_V1_SIZE);
+    rc = client_call(c, client_report_request(SHMB_OP_STATS), &reply);
+    if (rc == 0) {
+        rc = client_stats_fill(c, reply, &all);
+        memcpy(out, &all, size < sizeof(all) ? size : sizeof(all));
+    }
     json_decref(reply);
+    return rc;
+}
+
+/* Send req (the library keeps no reference) and give its reply as one line
+ * of compact JSON in *reply (malloc'ed, caller frees), without the "id" the
+ * library added when req had none (own_id false). */
+static int client_call_text(shmb_t *c, json_t *req, bool own_id, char **reply)
+{
+    json_t *rep = NULL;
+    int rc = client_call(c, req, &rep);
+
+    if (rep != NULL) {
+        if (!own_id)
+            json_object_del(rep, "id");
+        *reply = json_dumps(rep, JSON_COMPACT);
+        json_decref(rep);
+        if (*reply == NULL)
+            return shmb_error_set(&c->err, -ENOMEM, "Out of memory for the reply.");
+    }
     return rc;
 }
 
 static int client_request(shmb_t *c, const char *request, char **reply)
 {
     json_error_t jerr;
-    json_t *req, *rep = NULL;
-    bool own_id;
-    int rc;
+    json_t *req;
 
     *reply = NULL;
     shmb_error_clear(&c->err);
@@ -1358,17 +1457,197 @@ static int client_request(shmb_t *c, const char *request, char **reply)
     }
     /* The caller's "id" is matched as it is; without one, the library's is
      * used and taken out of the reply again. */
-    own_id = json_object_get(req, "id") != NULL;
-    rc = client_call(c, req, &rep);
-    if (rep != NULL) {
-        if (!own_id)
-            json_object_del(rep, "id");
-        *reply = json_dumps(rep, JSON_COMPACT);
-        json_decref(rep);
-        if (*reply == NULL)
-            return shmb_error_set(&c->err, -ENOMEM, "Out of memory for the reply.");
+    return client_call_text(c, req, json_object_get(req, "id") != NULL, reply);
+}
+
+static int client_stats_json(shmb_t *c, char **json)
+{
+    *json = NULL;
+    return client_call_text(c, client_report_request(SHMB_OP_STATS), false, json);
+}
+
+/* A string field of a report's item, or NULL (-EPROTO in c->err). */
+static const char *client_string(shmb_t *c, const json_t *obj, const char *field)
+{
+    const char *s = json_string_value(json_object_get(obj, field));
+
+    if (s == NULL)
+        shmb_error_set(&c->err, -EPROTO, "shmbrokerd's reply lacks a string \"%s\".", field);
+    return s;
+}
+
+/* A report as one block the caller frees with shmb_free: head_size bytes,
+ * then one element of elem_size per item of the reply's array field, then
+ * the text of each item's string field text (NUL-terminated). *items gets
+ * the array, *elems and *texts where those parts start. */
+static void *client_report_block(shmb_t *c, const json_t *reply, const char *array,
+                                 const char *text, size_t head_size, size_t elem_size,
+                                 json_t **items, char **elems, char **texts)
+{
+    size_t i, room = 0, n;
+    char *block;
+
+    *items = json_object_get(reply, array);
+    if (!json_is_array(*items)) {
+        shmb_error_set(&c->err, -EPROTO, "shmbrokerd's reply lacks an array \"%s\".", array);
+        return NULL;
     }
+    n = json_array_size(*items);
+    for (i = 0; i < n; i++) {
+        const char *s = client_string(c, json_array_get(*items, i), text);
+
+        if (s == NULL)
+            return NULL;
+        room += strlen(s) + 1;
+    }
+    block = shmb_malloc(head_size + n * elem_size + room);
+    if (block == NULL) {
+        shmb_error_set(&c->err, -ENOMEM, "Out of memory for a reply of %zu entries.", n);
+        return NULL;
+    }
+    *elems = block + head_size;
+    *texts = *elems + n * elem_size;
+    return block;
+}
+
+/* Copy an item's string field (checked by client_report_block) to *texts,
+ * moving it on; returns the copy. */
+static const char *client_report_text(const json_t *item, const char *field, char **texts)
+{
+    const char *s = json_string_value(json_object_get(item, field));
+    char *copy = *texts;
+    size_t len = strlen(s) + 1;
+
+    memcpy(copy, s, len);
+    *texts += len;
+    return copy;
+}
+
+/* Decode a list reply: one block, every field of every object checked. */
+static int client_list_decode(shmb_t *c, const json_t *reply, shmb_list_t **out)
+{
+    shmb_list_t *list;
+    json_t *items, *truncated = json_object_get(reply, "truncated");
+    char *elems, *texts;
+    size_t i;
+    int rc;
+
+    if (!json_is_boolean(truncated))
+        return shmb_error_set(&c->err, -EPROTO,
+                              "shmbrokerd's reply lacks a boolean \"truncated\".");
+    list = client_report_block(c, reply, "objects", "key", sizeof(*list),
+                               sizeof(*list->objects), &items, &elems, &texts);
+    if (list == NULL)
+        return c->err.code;
+    list->count = json_array_size(items);
+    list->truncated = json_is_true(truncated);
+    list->objects = (shmb_object_info_t *)elems;
+    for (i = 0; i < list->count; i++) {
+        const json_t *item = json_array_get(items, i);
+        shmb_object_info_t *o = &list->objects[i];
+        const char *state = client_string(c, item, "state");
+
+        if (state == NULL || (rc = client_u64(c, item, "offset", &o->offset)) < 0 ||
+            (rc = client_u64(c, item, "size", &o->size)) < 0 ||
+            (rc = client_u64(c, item, "pins", &o->pins)) < 0 ||
+            (rc = client_u64(c, item, "readers", &o->readers)) < 0 ||
+            (rc = client_u64(c, item, "age_ms", &o->age_ms)) < 0) {
+            shmb_free(list);
+            return c->err.code;
+        }
+        snprintf(o->state, sizeof(o->state), "%s", state);
+        o->key = client_report_text(item, "key", &texts);
+    }
+    *out = list;
+    return 0;
+}
+
+static int client_list(shmb_t *c, const char *prefix, size_t limit, shmb_list_t **out)
+{
+    json_t *req, *reply = NULL;
+    int rc;
+
+    *out = NULL;
+    req = json_pack("{s:s, s:s?}", "op", shmb_ops[SHMB_OP_LIST].name, "prefix",
+                    prefix != NULL && prefix[0] != '\0' ? prefix : NULL);
+    if (req != NULL && limit != 0 &&
+        json_object_set_new(req, "limit",
+                            json_integer(limit < INT64_MAX ? (json_int_t)limit
+                                                           : (json_int_t)INT64_MAX)) != 0) {
+        json_decref(req);
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
+    }
+    if ((rc = client_call(c, req, &reply)) == 0)
+        rc = client_list_decode(c, reply, out);
+    json_decref(reply);
     return rc;
+}
+
+void shmb_list_free(shmb_list_t *list)
+{
+    shmb_free(list);
+}
+
+/* Decode a clients reply: one block, every field of every client checked. */
+static int client_clients_decode(shmb_t *c, const json_t *reply, shmb_clients_t **out)
+{
+    shmb_clients_t *list;
+    json_t *items;
+    char *elems, *texts;
+    size_t i;
+    int rc;
+
+    list = client_report_block(c, reply, "clients", "name", sizeof(*list),
+                               sizeof(*list->clients), &items, &elems, &texts);
+    if (list == NULL)
+        return c->err.code;
+    list->count = json_array_size(items);
+    list->clients = (shmb_client_info_t *)elems;
+    for (i = 0; i < list->count; i++) {
+        const json_t *item = json_array_get(items, i), *self = json_object_get(item, "self");
+        shmb_client_info_t *o = &list->clients[i];
+        const char *mode = client_string(c, item, "mode");
+        uint64_t pid = 0, uid = 0, gid = 0;
+
+        if (mode == NULL || (rc = client_u64(c, item, "pid", &pid)) < 0 ||
+            (rc = client_u64(c, item, "uid", &uid)) < 0 ||
+            (rc = client_u64(c, item, "gid", &gid)) < 0 ||
+            (rc = client_u64(c, item, "pins", &o->pins)) < 0 ||
+            (rc = client_u64(c, item, "pending", &o->pending)) < 0 ||
+            (rc = client_u64(c, item, "bytes_pinned", &o->bytes_pinned)) < 0 ||
+            (rc = client_u64(c, item, "connected_unix", &o->connected_unix)) < 0 ||
+            (!json_is_boolean(self) &&
+             shmb_error_set(&c->err, -EPROTO,
+                            "shmbrokerd's reply lacks a boolean \"self\".") < 0)) {
+            shmb_free(list);
+            return c->err.code;
+        }
+        o->pid = (int64_t)pid;
+        o->uid = (int64_t)uid;
+        o->gid = (int64_t)gid;
+        o->self = json_is_true(self);
+        snprintf(o->mode, sizeof(o->mode), "%s", mode);
+        o->name = client_report_text(item, "name", &texts);
+    }
+    *out = list;
+    return 0;
+}
+
+static int client_clients(shmb_t *c, shmb_clients_t **out)
+{
+    json_t *reply = NULL;
+    int rc;
+
+    *out = NULL;
+    if ((rc = client_call(c, client_report_request(SHMB_OP_CLIENTS), &reply)) == 0)
+        rc = client_clients_decode(c, reply, out);
+    json_decref(reply);
+    return rc;
+}
+
+void shmb_clients_free(shmb_clients_t *clients)
+{
+    shmb_free(clients);
 }
 
 /* ---- the public calls: each one is its work between client_enter and
@@ -1558,17 +1837,52 @@ int shmb_contains(shmb_t *c, const char *key)
     return rc;
 }
 
-int shmb_stats(shmb_t *c, shmb_stats_t *out)
+/* The end of a call client_enter let in, passing its result on. */
+static int client_done(shmb_t *c, int rc)
+{
+    client_leave(c);
+    return rc;
+}
+
+int shmb_stats_sized(shmb_t *c, shmb_stats_t *out, size_t size)
 {
     int rc = client_enter(c);
 
     if (rc < 0) {
-        memset(out, 0, sizeof(*out));
+        memset(out, 0, size);
         return rc;
     }
-    rc = client_stats(c, out);
-    client_leave(c);
-    return rc;
+    return client_done(c, client_stats(c, out, size));
+}
+
+#undef shmb_stats
+int shmb_stats(shmb_t *c, shmb_stats_t *out)
+{
+    return shmb_stats_sized(c, out, CLIENT_STATS_V1_SIZE);
+}
+
+int shmb_stats_json(shmb_t *c, char **json)
+{
+    int rc = client_enter(c);
+
+    *json = NULL;
+    return rc < 0 ? rc : client_done(c, client_stats_json(c, json));
+}
+
+int shmb_list(shmb_t *c, const char *prefix, size_t limit, shmb_list_t **out)
+{
+    int rc = client_enter(c);
+
+    *out = NULL;
+    return rc < 0 ? rc : client_done(c, client_list(c, prefix, limit, out));
+}
+
+int shmb_clients(shmb_t *c, shmb_clients_t **out)
+{
+    int rc = client_enter(c);
+
+    *out = NULL;
+    return rc < 0 ? rc : client_done(c, client_clients(c, out));
 }
 
 int shmb_request(shmb_t *c, const char *request, char **reply)
