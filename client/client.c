@@ -1568,7 +1568,7 @@ static int client_list(shmb_t *c, const char *prefix, size_t limit, shmb_list_t 
     int rc;
 
     *out = NULL;
-    req = json_pack("{s:s, s:s?}", "op", shmb_ops[SHMB_OP_LIST].name, "prefix",
+    req = json_pack("{s:s, s:s*}", "op", shmb_ops[SHMB_OP_LIST].name, "prefix",
                     prefix != NULL && prefix[0] != '\0' ? prefix : NULL);
     if (req != NULL && limit != 0 &&
         json_object_set_new(req, "limit",
