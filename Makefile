@@ -133,7 +133,7 @@ TSAN_SRC := tests/e2e/test_threads.c tests/e2e/harness.c tests/e2e/checks.c $(LI
 # What 'make test' runs: every unit and end-to-end program, the soak under
 # valgrind, and (in the plain build) the fuzzer for FUZZ_SECONDS.
 TEST_RUNS := $(UNIT_BINS) $(E2E_BINS) tests/e2e/soak_valgrind.sh tests/e2e/test_run_timeout.sh \
-             tests/structure/check_layers.sh
+             tests/structure/check_layers.sh tests/structure/check_exports.sh
 ifeq ($(SANITIZER),)
 TEST_RUNS += tests/fuzz/run_fuzz.sh tests/fuzz/run_fuzz_adopt.sh
 endif
@@ -221,10 +221,16 @@ $(DAEMON): $(call OBJ,$(DAEMON_SRC)) $(PROTO_OBJ)
 	$(Q)$(CC) $(ALLLDFLAGS) -o $@ $^ $(PKGS_LIBS)
 
 # The library carries the proto objects it needs, so users link only it.
+# They are linked into one object whose only global symbols are shmb_*, so
+# that the static library, like the shared one's version script, lends no
+# other name (line_*, ...) to the programs that link it.
 $(LIB_A): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  AR      $@")
-	$(Q)rm -f $@ && ar rcs $@ $^
+	$(Q)rm -f $@ $(BUILD)/obj/libshmbroker.o
+	$(Q)ld -r -o $(BUILD)/obj/libshmbroker.o $^
+	$(Q)objcopy --wildcard --keep-global-symbol='shmb_*' $(BUILD)/obj/libshmbroker.o
+	$(Q)ar rcs $@ $(BUILD)/obj/libshmbroker.o
 
 $(LIB_SO): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
