@@ -81,7 +81,7 @@ EXAMPLE   := $(BUILD)/example
 BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE)
 
 UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error \
-              test_text test_conn
+              test_text test_conn test_client
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
@@ -104,6 +104,9 @@ $(BUILD)/tests/test_text:    $(call OBJ,tests/unit/test_text.c) $(BASE_OBJ)
 $(BUILD)/tests/test_conn:    $(call OBJ,tests/unit/test_conn.c daemon/conn.c daemon/waitq.c \
                               daemon/server.c) $(COMMAND_OBJ)
 $(BUILD)/tests/test_conn: TEST_LDFLAGS = $(PKGS_LIBS)
+# The library against a fake daemon: a thread on a temporary socket.
+$(BUILD)/tests/test_client:  $(call OBJ,tests/unit/test_client.c $(LIB_SRC)) $(PROTO_OBJ)
+$(BUILD)/tests/test_client: TEST_LDFLAGS = $(PKGS_LIBS) -lpthread
 
 # End-to-end tests drive the real binaries through the library and raw sockets.
 E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch test_systemd \
