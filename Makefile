@@ -62,7 +62,7 @@ PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/proto
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c $(CORE_SRC)
-LIB_SRC     := client/client.c
+LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c
 CTL_SRC     := client/shmbrokerctl.c
 
 OBJ = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))

@@ -17,7 +17,7 @@
 #include "../proto/protocol.h"
 #include "../proto/text.h"
 #include "shmbroker.h"
-#include "stats.h"
+#include "report.h"
 
 #define EXIT_ERROR_REPLY 1
 #define EXIT_USAGE 2

@@ -4,8 +4,8 @@
  * them through it, so that neither restates the reply's field names. Part
  * of the library, not installed.
  */
-#ifndef SHMB_CLIENT_STATS_H
-#define SHMB_CLIENT_STATS_H
+#ifndef SHMB_CLIENT_REPORT_H
+#define SHMB_CLIENT_REPORT_H
 
 #include <stddef.h>
 #include <stdint.h>
