@@ -42,6 +42,18 @@ const struct shmb_stats_place shmb_stats_places[SHMB_STAT_COUNT] = {
 #undef SHMB_STAT
 };
 
+/* A number or counter row's member holds a uint64_t (pid: an int64_t), as
+ * the reader and shmb_stats_number copy it. */
+#define CLIENT_STAT_CHECK_SHMB_STATK_STRING(name)
+#define CLIENT_STAT_CHECK_SHMB_STATK_BLOCKER(name)
+#define CLIENT_STAT_CHECK_SHMB_STATK_NUMBER(name)                                         \
+    _Static_assert(sizeof(((shmb_stats_t *)0)->name) == sizeof(uint64_t),                 \
+                   "shmb_stats_t." #name " must be 64 bits");
+#define CLIENT_STAT_CHECK_SHMB_STATK_COUNTER(name) CLIENT_STAT_CHECK_SHMB_STATK_NUMBER(name)
+#define SHMB_STAT(id, name, kind) CLIENT_STAT_CHECK_##kind(name)
+#include "../proto/stats.def"
+#undef SHMB_STAT
+
 /* The size of the first release's shmb_stats_t, which ended before
  * expired_allocs: what shmb_stats fills. */
 #define CLIENT_STATS_V1_SIZE offsetof(shmb_stats_t, expired_allocs)
