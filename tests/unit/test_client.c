@@ -526,6 +526,40 @@ static void test_extra_descriptor(void **state)
     fake_stop(f);
 }
 
+/* Proves that proto/sock refuses a socket path that does not fit sun_path
+ * (one byte short of it fits), and that sending with a descriptor on a full
+ * socket says -EAGAIN rather than blocking, as the daemon's loop needs. */
+static void test_sock_helpers(void **state)
+{
+    struct sockaddr_un sun;
+    char path[sizeof(sun.sun_path) + 1], chunk[4096];
+    int sv[2], fd = memfd_create("probe", MFD_CLOEXEC), received = -1;
+    ssize_t n;
+
+    (void)state;
+    memset(path, 'p', sizeof(path));
+    path[sizeof(sun.sun_path)] = '\0';
+    assert_int_equal(shmb_sock_address(&sun, path), -ENAMETOOLONG);
+    path[sizeof(sun.sun_path) - 1] = '\0';
+    assert_int_equal(shmb_sock_address(&sun, path), 0);
+    assert_string_equal(sun.sun_path, path);
+    assert_int_equal(sun.sun_family, AF_UNIX);
+
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    assert_int_equal(shmb_sock_send_fd(sv[0], "x", 1, fd), 1);
+    assert_int_equal(shmb_sock_recv_fd(sv[1], chunk, sizeof(chunk), &received), 1);
+    assert_true(received >= 0 && received != fd);
+    close(received);
+    memset(chunk, 'y', sizeof(chunk));
+    do
+        n = shmb_sock_send_fd(sv[0], chunk, sizeof(chunk), fd);
+    while (n > 0);
+    assert_int_equal(n, -EAGAIN);
+    close(sv[0]);
+    close(sv[1]);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -538,6 +572,7 @@ int main(void)
         cmocka_unit_test(test_wrong_id),
         cmocka_unit_test(test_split_reply),
         cmocka_unit_test(test_extra_descriptor),
+        cmocka_unit_test(test_sock_helpers),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
