@@ -81,7 +81,7 @@ EXAMPLE   := $(BUILD)/example
 BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE)
 
 UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error \
-              test_text test_conn test_client
+              test_text test_conn test_tables test_command test_config_parse test_client
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
@@ -95,6 +95,8 @@ COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/log.c tests/support/fixture.c 
                $(CORE_SRC)) $(PROTO_OBJ)
 $(BUILD)/tests/test_chaos:   $(call OBJ,tests/unit/test_chaos.c) $(COMMAND_OBJ)
 $(BUILD)/tests/test_chaos: TEST_LDFLAGS = $(PKGS_LIBS)
+$(BUILD)/tests/test_command: $(call OBJ,tests/unit/test_command.c) $(COMMAND_OBJ)
+$(BUILD)/tests/test_command: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_line:    $(call OBJ,tests/unit/test_line.c proto/line.c) $(BASE_OBJ)
 $(BUILD)/tests/test_line: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_error:   $(call OBJ,tests/unit/test_error.c) $(BASE_OBJ)
@@ -104,6 +106,14 @@ $(BUILD)/tests/test_text:    $(call OBJ,tests/unit/test_text.c) $(BASE_OBJ)
 $(BUILD)/tests/test_conn:    $(call OBJ,tests/unit/test_conn.c daemon/conn.c daemon/waitq.c \
                               daemon/server.c) $(COMMAND_OBJ)
 $(BUILD)/tests/test_conn: TEST_LDFLAGS = $(PKGS_LIBS)
+# PROTOCOL.md against proto/ops.def and proto/errors.def.
+$(BUILD)/tests/test_tables:  $(call OBJ,tests/unit/test_tables.c) $(PROTO_OBJ)
+$(BUILD)/tests/test_tables: TEST_LDFLAGS = $(PKGS_LIBS)
+# The flag parser: config and what it asks (the log level, the segment's and
+# the store's sizes for the default max object size).
+$(BUILD)/tests/test_config_parse: $(call OBJ,tests/unit/test_config_parse.c daemon/config.c \
+                                  daemon/log.c) $(CORE_OBJ) $(PROTO_OBJ)
+$(BUILD)/tests/test_config_parse: TEST_LDFLAGS = $(PKGS_LIBS)
 # The library against a fake daemon: a thread on a temporary socket.
 $(BUILD)/tests/test_client:  $(call OBJ,tests/unit/test_client.c $(LIB_SRC)) $(PROTO_OBJ)
 $(BUILD)/tests/test_client: TEST_LDFLAGS = $(PKGS_LIBS) -lpthread
@@ -113,7 +123,7 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              test_bounds test_startup test_adopt \
              test_ids test_many test_ctl_output test_hostile_rw test_idle test_config \
              test_fork test_threads test_library \
-             soak
+             soak test_cases
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)

@@ -908,17 +908,15 @@ static void conn_set_unread_watch(struct conn_set *set)
 static void conn_set_on_resume(uv_idle_t *idle)
 {
     struct conn_set *set = idle->data;
-    struct conn *c, *last = TAILQ_LAST(&set->deferred, conn_list);
+    struct conn *c;
+    size_t n = 0;
 
-    /* Those deferred again while this runs go after last: their turn is
-     * the next iteration's. */
-    while (last != NULL && (c = TAILQ_FIRST(&set->deferred)) != NULL) {
-        bool was_last = c == last;
-
+    /* Each of those deferred now runs once; one that defers again goes to
+     * the back, for the next iteration. */
+    TAILQ_FOREACH(c, &set->deferred, deferred_link)
+        n++;
+    while (n-- > 0 && (c = TAILQ_FIRST(&set->deferred)) != NULL)
         conn_continue(c);
-        if (was_last)
-            break;
-    }
     if (TAILQ_EMPTY(&set->deferred))
         uv_idle_stop(idle);
 }

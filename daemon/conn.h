@@ -67,7 +67,7 @@ struct conn_set {
                                     each holds a descriptor */
     void (*on_freed)(void *arg); /* a connection's descriptor was closed */
     void *on_freed_arg;
-    TAILQ_HEAD(conn_list, conn) deferred; /* turns left over, oldest first */
+    TAILQ_HEAD(, conn) deferred; /* turns left over, oldest first */
     uv_timer_t hello_timer;      /* closes connections that do not say hello */
     uv_timer_t unread_timer;     /* closes connections that leave replies unread */
     uv_idle_t resume_idle;       /* continues deferred turns */

@@ -1,0 +1,605 @@
+/*
+ * The command layer (daemon/command.h) without sockets: request lines in,
+ * replies and result flags out, over a real store in ordinary memory
+ * (tests/support/fixture.c). Only the public interface is used: what conn.c
+ * sees of a request is what is checked here.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../proto/alloc.h"
+#include "fixture.h"
+
+/* 64 KiB of data: three objects of 20000 bytes fill it. */
+#define FIX_SIZE (64 * 1024 + 4096)
+#define FIX_MAX_OBJECT (32 * 1024)
+
+/* What one request gave back. */
+struct outcome {
+    json_t *reply;        /* NULL when nothing is to be sent */
+    unsigned flags;       /* enum command_flag */
+    json_t *wait_request; /* COMMAND_WAIT only */
+    uint64_t wait_until_ms;
+};
+
+struct ctx {
+    struct fixture f;
+    struct command_client w, r, other; /* writer, read-only reader, another writer */
+};
+
+static void outcome_take(struct command_result *res, struct outcome *o)
+{
+    o->reply = command_result_json(res);
+    o->flags = res->flags;
+    o->wait_request = NULL;
+    o->wait_until_ms = 0;
+    if (res->flags & COMMAND_WAIT) {
+        o->wait_request = res->wait_request;
+        o->wait_until_ms = res->wait_until_ms;
+    } else {
+        json_decref(res->wait_request);
+    }
+    shmb_free(res->text.buf);
+}
+
+static void outcome_free(struct outcome *o)
+{
+    json_decref(o->reply);
+    json_decref(o->wait_request);
+    memset(o, 0, sizeof(*o));
+}
+
+static void run(struct ctx *c, struct command_client *cl, const char *line, struct outcome *o)
+{
+    struct command_result res;
+
+    memset(&res, 0, sizeof(res));
+    command_execute(&c->f.env, cl, line, strlen(line), &res);
+    outcome_take(&res, o);
+}
+
+static void retry(struct ctx *c, struct command_client *cl, struct outcome *waiting, bool final,
+                  struct outcome *o)
+{
+    struct command_result res;
+
+    memset(&res, 0, sizeof(res));
+    command_retry(&c->f.env, cl, waiting->wait_request, waiting->wait_until_ms, final, &res);
+    outcome_take(&res, o);
+}
+
+/* The reply equals the JSON text want, field for field. */
+static void assert_json_at(const json_t *got, const char *want, const char *file, int line)
+{
+    json_t *w = json_loads(want, JSON_REJECT_DUPLICATES, NULL);
+    char *text = got != NULL ? json_dumps(got, JSON_COMPACT) : NULL;
+    bool same;
+
+    if (w == NULL)
+        fail_msg("%s:%d: bad expected JSON %s", file, line, want);
+    same = got != NULL && json_equal(w, got);
+    if (!same)
+        print_error("%s:%d:\n  expected %s\n  got      %s\n", file, line, want,
+                    text != NULL ? text : "(no reply)");
+    free(text);
+    json_decref(w);
+    if (!same)
+        _fail(file, line);
+}
+#define assert_json(got, want) assert_json_at((got), (want), __FILE__, __LINE__)
+
+/* Run line; its reply must equal want and come without flags. */
+static void expect_at(struct ctx *c, struct command_client *cl, const char *line,
+                      const char *want, const char *file, int lineno)
+{
+    struct outcome o;
+
+    run(c, cl, line, &o);
+    assert_json_at(o.reply, want, file, lineno);
+    if (o.flags != 0)
+        print_error("%s:%d: flags %#x\n", file, lineno, o.flags);
+    assert_int_equal(o.flags, 0);
+    outcome_free(&o);
+}
+#define expect(c, cl, line, want) expect_at((c), (cl), (line), (want), __FILE__, __LINE__)
+
+/* Run line; it must fail with code and a message that contains substr. */
+static void expect_error_at(struct ctx *c, struct command_client *cl, const char *line,
+                            const char *code, const char *substr, const char *file,
+                            int lineno)
+{
+    struct outcome o;
+    const char *err, *msg;
+
+    run(c, cl, line, &o);
+    if (o.reply == NULL)
+        fail_msg("%s:%d: no reply to %s", file, lineno, line);
+    err = json_string_value(json_object_get(o.reply, "error"));
+    msg = json_string_value(json_object_get(o.reply, "message"));
+    if (err == NULL || strcmp(err, code) != 0 || msg == NULL ||
+        (substr != NULL && strstr(msg, substr) == NULL)) {
+        char *text = json_dumps(o.reply, JSON_COMPACT);
+
+        print_error("%s:%d: expected %s (%s), got %s\n", file, lineno, code,
+                    substr != NULL ? substr : "", text);
+        free(text);
+        _fail(file, lineno);
+    }
+    assert_false(json_is_true(json_object_get(o.reply, "ok")));
+    outcome_free(&o);
+}
+#define expect_error(c, cl, line, code, substr) \
+    expect_error_at((c), (cl), (line), (code), (substr), __FILE__, __LINE__)
+
+static int setup(void **state)
+{
+    struct ctx *c = calloc(1, sizeof(*c));
+
+    if (c == NULL || fixture_init(&c->f, FIX_SIZE, FIX_MAX_OBJECT) != 0)
+        return -1;
+    command_client_open(&c->f.env, &c->w);
+    command_client_open(&c->f.env, &c->r);
+    command_client_open(&c->f.env, &c->other);
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct ctx *c = *state;
+
+    command_client_close(&c->f.env, &c->w);
+    command_client_close(&c->f.env, &c->r);
+    command_client_close(&c->f.env, &c->other);
+    fixture_fini(&c->f);
+    free(c);
+    return 0;
+}
+
+/* Run line; it must succeed. */
+static void run_ok_at(struct ctx *c, struct command_client *cl, const char *line,
+                      const char *file, int lineno)
+{
+    struct outcome o;
+
+    run(c, cl, line, &o);
+    if (!json_is_true(json_object_get(o.reply, "ok")))
+        fail_msg("%s:%d: %s failed", file, lineno, line);
+    outcome_free(&o);
+}
+#define run_ok(c, cl, line) run_ok_at((c), (cl), (line), __FILE__, __LINE__)
+
+/* Say hello on all three clients: w and other read-write, r read-only. */
+static void hello_all(struct ctx *c)
+{
+    run_ok(c, &c->w, "{\"op\":\"hello\",\"version\":1,\"name\":\"writer\"}");
+    run_ok(c, &c->other, "{\"op\":\"hello\",\"version\":1,\"name\":\"other\"}");
+    run_ok(c, &c->r, "{\"op\":\"hello\",\"version\":1,\"mode\":\"ro\",\"name\":\"reader\"}");
+}
+
+/* Proves that a successful hello answers the segment's figures and asks for
+ * the descriptor (COMMAND_SEND_FD), once: a failed or second hello does not. */
+static void test_hello(void **state)
+{
+    struct ctx *c = *state;
+    struct outcome o;
+
+    run(c, &c->w, "{\"op\":\"hello\",\"version\":2,\"id\":1}", &o);
+    assert_int_equal(o.flags & COMMAND_SEND_FD, 0);
+    assert_json(o.reply, "{\"ok\":false,\"error\":\"EPROTO\",\"message\":\"Unsupported "
+                         "protocol version 2; this shmbrokerd speaks version 1.\",\"id\":1}");
+    outcome_free(&o);
+
+    run(c, &c->w, "{\"op\":\"hello\",\"version\":1,\"id\":\"h\"}", &o);
+    assert_int_equal(o.flags, COMMAND_SEND_FD);
+    assert_json(o.reply, "{\"ok\":true,\"version\":1,\"segment\":\"fixture\",\"size\":69632,"
+                         "\"data_offset\":4096,\"data_size\":65536,\"max_object_size\":32768,"
+                         "\"alignment\":64,\"mode\":\"rw\",\"id\":\"h\"}");
+    outcome_free(&o);
+
+    run(c, &c->w, "{\"op\":\"hello\",\"version\":1}", &o);
+    assert_int_equal(o.flags & COMMAND_SEND_FD, 0);
+    outcome_free(&o);
+
+    run(c, &c->r, "{\"op\":\"hello\",\"version\":1,\"mode\":\"ro\"}", &o);
+    assert_int_equal(o.flags, COMMAND_SEND_FD);
+    assert_string_equal(json_string_value(json_object_get(o.reply, "mode")), "ro");
+    outcome_free(&o);
+}
+
+/* Proves that every op but hello is refused before hello, with EPROTO. */
+static void test_before_hello(void **state)
+{
+    struct ctx *c = *state;
+
+    expect_error(c, &c->w, "{\"op\":\"stats\"}", "EPROTO", "Say hello first");
+    expect_error(c, &c->w, "{\"op\":\"nope\"}", "EPROTO", "Say hello first");
+    expect_error(c, &c->w, "not json", "EPROTO", "not valid JSON");
+    expect_error(c, &c->w, "{\"id\":1}", "EINVAL", "no \"op\" string");
+}
+
+/* Proves each op's reply fields on success, and its main errors. */
+static void test_op_replies(void **state)
+{
+    struct ctx *c = *state;
+
+    hello_all(c);
+    expect(c, &c->w, "{\"op\":\"alloc\",\"key\":\"a\",\"size\":100,\"id\":7}",
+           "{\"ok\":true,\"offset\":4160,\"size\":100,\"id\":7}");
+    expect_error(c, &c->w, "{\"op\":\"alloc\",\"key\":\"a\",\"size\":1}", "EEXIST",
+                 "Key 'a' already exists");
+    expect_error(c, &c->w, "{\"op\":\"alloc\",\"key\":\"b\",\"size\":40000}", "E2BIG",
+                 "Object size (40000 bytes) exceeds max object size (32768 bytes)");
+    expect(c, &c->w, "{\"op\":\"contains\",\"key\":\"a\"}", "{\"ok\":true,\"exists\":false}");
+    expect_error(c, &c->other, "{\"op\":\"commit\",\"key\":\"a\"}", "ENOENT",
+                 "holds no pending allocation");
+    expect(c, &c->w, "{\"op\":\"commit\",\"key\":\"a\"}", "{\"ok\":true}");
+    expect(c, &c->w, "{\"op\":\"contains\",\"key\":\"a\"}", "{\"ok\":true,\"exists\":true}");
+    expect(c, &c->r, "{\"op\":\"get\",\"key\":\"a\"}",
+           "{\"ok\":true,\"offset\":4160,\"size\":100}");
+    expect_error(c, &c->r, "{\"op\":\"get\",\"key\":\"zz\"}", "ENOENT", "No object 'zz'");
+    expect(c, &c->w, "{\"op\":\"touch\",\"key\":\"a\",\"readers\":2}", "{\"ok\":true}");
+    expect_error(c, &c->w, "{\"op\":\"touch\",\"key\":\"a\",\"readers\":999999}", "EINVAL",
+                 "would make 1000001 awaited reads");
+    expect(c, &c->r, "{\"op\":\"release\",\"key\":\"a\"}", "{\"ok\":true}");
+    expect_error(c, &c->r, "{\"op\":\"release\",\"key\":\"a\"}", "ENOENT",
+                 "holds no pin on it");
+    expect(c, &c->w, "{\"op\":\"delete\",\"key\":\"a\"}", "{\"ok\":true}");
+    expect_error(c, &c->w, "{\"op\":\"delete\",\"key\":\"a\"}", "ENOENT", "to delete");
+    /* Deleted and unpinned: its room is reclaimed for the next alloc. */
+    expect(c, &c->w, "{\"op\":\"alloc\",\"key\":\"b\",\"size\":10}",
+           "{\"ok\":true,\"offset\":4160,\"size\":10}");
+    expect(c, &c->w, "{\"op\":\"abort\",\"key\":\"b\"}", "{\"ok\":true}");
+    expect_error(c, &c->w, "{\"op\":\"abort\",\"key\":\"b\"}", "ENOENT",
+                 "holds no pending allocation");
+    expect_error(c, &c->w, "{\"op\":\"get\",\"key\":\"\"}", "EINVAL",
+                 "Key of 0 bytes: keys are 1 to 255 bytes long.");
+    expect_error(c, &c->w, "{\"op\":\"frob\",\"id\":[1]}", "ENOSYS",
+                 "Known ops: hello, alloc, commit, abort, get, release, touch, delete, "
+                 "contains, list, stats, clients, batch.");
+    expect(c, &c->w, "{\"op\":\"list\"}",
+           "{\"ok\":true,\"objects\":[],\"truncated\":false}");
+}
+
+/* Proves that a read-only client is refused exactly the writing ops, and
+ * gets the others. */
+static void test_read_only(void **state)
+{
+    struct ctx *c = *state;
+    static const char *const refused[] = {
+        "{\"op\":\"alloc\",\"key\":\"a\",\"size\":1}", "{\"op\":\"commit\",\"key\":\"a\"}",
+        "{\"op\":\"abort\",\"key\":\"a\"}", "{\"op\":\"touch\",\"key\":\"a\",\"readers\":1}",
+        "{\"op\":\"delete\",\"key\":\"a\"}"};
+    struct outcome o;
+    size_t i;
+
+    hello_all(c);
+    for (i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+        expect_error(c, &c->r, refused[i], "EPERM", "needs a read-write connection");
+    expect(c, &c->r, "{\"op\":\"contains\",\"key\":\"a\"}", "{\"ok\":true,\"exists\":false}");
+    expect_error(c, &c->r, "{\"op\":\"get\",\"key\":\"a\"}", "ENOENT", NULL);
+    expect_error(c, &c->r, "{\"op\":\"release\",\"key\":\"a\"}", "ENOENT", NULL);
+    expect(c, &c->r, "{\"op\":\"batch\",\"ops\":[{\"op\":\"delete\",\"key\":\"a\"}]}",
+           "{\"ok\":true,\"replies\":[{\"ok\":false,\"error\":\"EPERM\",\"message\":\"This "
+           "connection is read-only (hello said \\\"mode\\\":\\\"ro\\\"); 'delete' needs a "
+           "read-write connection.\"}]}");
+    run(c, &c->r, "{\"op\":\"stats\"}", &o);
+    assert_true(json_is_true(json_object_get(o.reply, "ok")));
+    outcome_free(&o);
+    /* The refusals changed nothing. */
+    assert_false(store_contains(c->f.store, "a", 1));
+}
+
+/* Proves that "noreply": true is COMMAND_SILENT with nothing to send, on
+ * success and on failure (before hello and on a read-only client too), that
+ * failures are counted, and that "noreply": false is answered. */
+static void test_noreply(void **state)
+{
+    struct ctx *c = *state;
+    struct outcome o;
+    uint64_t errors = c->f.env.noreply_errors;
+
+    run(c, &c->w, "{\"op\":\"release\",\"key\":\"a\",\"noreply\":true}", &o);
+    assert_int_equal(o.flags, COMMAND_SILENT);
+    assert_null(o.reply);
+    outcome_free(&o);
+    hello_all(c);
+    expect(c, &c->w, "{\"op\":\"alloc\",\"key\":\"a\",\"size\":10}",
+           "{\"ok\":true,\"offset\":4160,\"size\":10}");
+    run(c, &c->w, "{\"op\":\"commit\",\"key\":\"a\",\"noreply\":true}", &o);
+    assert_int_equal(o.flags, COMMAND_SILENT);
+    assert_null(o.reply);
+    outcome_free(&o);
+    assert_true(store_contains(c->f.store, "a", 1));
+    run(c, &c->r, "{\"op\":\"delete\",\"key\":\"a\",\"noreply\":true}", &o);
+    assert_int_equal(o.flags, COMMAND_SILENT);
+    assert_null(o.reply);
+    outcome_free(&o);
+    assert_true(store_contains(c->f.store, "a", 1));
+    assert_int_equal(c->f.env.noreply_errors, errors + 2);
+    expect_error(c, &c->w, "{\"op\":\"commit\",\"key\":\"a\",\"noreply\":false}", "ENOENT",
+                 NULL);
+    expect_error(c, &c->w, "{\"op\":\"get\",\"key\":\"a\",\"noreply\":true}", "EINVAL",
+                 "\"noreply\" is a boolean for commit, abort, release, touch and delete");
+    expect_error(c, &c->w, "{\"op\":\"commit\",\"key\":\"a\",\"noreply\":1}", "EINVAL",
+                 "not for 'commit'");
+}
+
+/* Fill the data area with three committed objects pinned by r. */
+static void fill_pinned(struct ctx *c)
+{
+    char line[128];
+    int i;
+
+    for (i = 0; i < 3; i++) {
+        snprintf(line, sizeof(line), "{\"op\":\"alloc\",\"key\":\"f%d\",\"size\":20000}", i);
+        run_ok(c, &c->w, line);
+        snprintf(line, sizeof(line), "{\"op\":\"commit\",\"key\":\"f%d\"}", i);
+        run_ok(c, &c->w, line);
+        snprintf(line, sizeof(line), "{\"op\":\"get\",\"key\":\"f%d\"}", i);
+        run_ok(c, &c->r, line);
+    }
+}
+
+/* Proves that an alloc with wait_ms and no room is COMMAND_WAIT with the
+ * request to retry and its deadline, and no reply; that a retry before room
+ * appears waits again; and that one after a release gets the room. */
+static void test_wait_then_room(void **state)
+{
+    struct ctx *c = *state;
+    struct outcome waiting, o;
+    uint64_t before;
+
+    hello_all(c);
+    fill_pinned(c);
+    expect_error(c, &c->w, "{\"op\":\"alloc\",\"key\":\"x\",\"size\":20000}", "ENOSPC",
+                 "the oldest object 'f0' blocks reclaim (pins=1, awaited reads=0)");
+    before = clock_now_ms();
+    run(c, &c->w, "{\"op\":\"alloc\",\"key\":\"x\",\"size\":20000,\"wait_ms\":5000,\"id\":9}",
+        &waiting);
+    assert_int_equal(waiting.flags, COMMAND_WAIT);
+    assert_null(waiting.reply);
+    assert_non_null(waiting.wait_request);
+    assert_true(waiting.wait_until_ms >= before + 5000);
+    assert_true(waiting.wait_until_ms <= clock_now_ms() + 5000);
+
+    retry(c, &c->w, &waiting, false, &o);
+    assert_int_equal(o.flags, COMMAND_WAIT);
+    assert_null(o.reply);
+    outcome_free(&o);
+
+    expect(c, &c->r, "{\"op\":\"release\",\"key\":\"f0\"}", "{\"ok\":true}");
+    retry(c, &c->w, &waiting, false, &o);
+    assert_int_equal(o.flags, 0);
+    assert_json(o.reply, "{\"ok\":true,\"offset\":4160,\"size\":20000,\"id\":9}");
+    outcome_free(&o);
+    outcome_free(&waiting);
+}
+
+/* Proves that the final retry of an alloc still without room is an
+ * ETIMEDOUT naming the time waited and the blocker, not another wait. */
+static void test_wait_times_out(void **state)
+{
+    struct ctx *c = *state;
+    struct outcome waiting, o;
+
+    hello_all(c);
+    fill_pinned(c);
+    run(c, &c->w, "{\"op\":\"alloc\",\"key\":\"x\",\"size\":20000,\"wait_ms\":300}", &waiting);
+    assert_int_equal(waiting.flags, COMMAND_WAIT);
+    retry(c, &c->w, &waiting, true, &o);
+    assert_int_equal(o.flags, 0);
+    assert_non_null(o.reply);
+    assert_string_equal(json_string_value(json_object_get(o.reply, "error")), "ETIMEDOUT");
+    assert_non_null(strstr(json_string_value(json_object_get(o.reply, "message")),
+                           "Waited 300 ms for space. No space for 'x' (20000 bytes)"));
+    assert_false(store_contains(c->f.store, "x", 1));
+    outcome_free(&o);
+    outcome_free(&waiting);
+}
+
+/* Proves that a batch answers one reply per element, in order, with the
+ * elements' ids, errors in their slots, and the batch's own id. */
+static void test_batch(void **state)
+{
+    struct ctx *c = *state;
+
+    hello_all(c);
+    expect(c, &c->w,
+           "{\"op\":\"batch\",\"ops\":[{\"op\":\"alloc\",\"key\":\"a\",\"size\":10,\"id\":1},"
+           "{\"op\":\"commit\",\"key\":\"a\"},{\"op\":\"get\",\"key\":\"a\",\"id\":\"g\"},"
+           "{\"op\":\"get\",\"key\":\"n\"},{\"op\":\"stats\"},7,"
+           "{\"op\":\"alloc\",\"key\":\"w\",\"size\":1,\"wait_ms\":1}],\"id\":{\"b\":1}}",
+           "{\"ok\":true,\"replies\":[{\"ok\":true,\"offset\":4160,\"size\":10,\"id\":1},"
+           "{\"ok\":true},{\"ok\":true,\"offset\":4160,\"size\":10,\"id\":\"g\"},"
+           "{\"ok\":false,\"error\":\"ENOENT\",\"message\":\"No object 'n'; check the key, or "
+           "wait for its writer to commit it.\"},"
+           "{\"ok\":false,\"error\":\"EINVAL\",\"message\":\"'stats' cannot be part of a "
+           "batch: send it on a line of its own (its reply is bounded per request, not per "
+           "batch).\"},"
+           "{\"ok\":false,\"error\":\"EINVAL\",\"message\":\"Each op of a batch is a JSON "
+           "object.\"},"
+           "{\"ok\":false,\"error\":\"EINVAL\",\"message\":\"\\\"wait_ms\\\" cannot be used "
+           "inside a batch: a batch never waits.\"}],\"id\":{\"b\":1}}");
+    expect_error(c, &c->w, "{\"op\":\"batch\",\"ops\":3}", "EINVAL",
+                 "\"ops\" must be an array of at most 4096 requests.");
+}
+
+/* Proves that a list reply stops at env->max_reply bytes when that is set,
+ * saying truncated, and holds everything without it. */
+static void test_list_cap(void **state)
+{
+    struct ctx *c = *state;
+    struct outcome o;
+    char line[128];
+    int i;
+
+    hello_all(c);
+    for (i = 0; i < 20; i++) {
+        snprintf(line, sizeof(line), "{\"op\":\"alloc\",\"key\":\"k%02d\",\"size\":1}", i);
+        run_ok(c, &c->w, line);
+        snprintf(line, sizeof(line), "{\"op\":\"commit\",\"key\":\"k%02d\"}", i);
+        run_ok(c, &c->w, line);
+    }
+    run(c, &c->w, "{\"op\":\"list\"}", &o);
+    assert_int_equal(json_array_size(json_object_get(o.reply, "objects")), 20);
+    assert_true(json_is_false(json_object_get(o.reply, "truncated")));
+    outcome_free(&o);
+
+    c->f.env.max_reply = 400;
+    run(c, &c->w, "{\"op\":\"list\"}", &o);
+    assert_true(json_is_true(json_object_get(o.reply, "truncated")));
+    assert_in_range(json_array_size(json_object_get(o.reply, "objects")), 1, 10);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(o.reply, "objects"), 0), "key")),
+                        "k00");
+    outcome_free(&o);
+    c->f.env.max_reply = 0;
+
+    run(c, &c->w, "{\"op\":\"list\",\"prefix\":\"k1\",\"limit\":3}", &o);
+    assert_int_equal(json_array_size(json_object_get(o.reply, "objects")), 3);
+    assert_true(json_is_true(json_object_get(o.reply, "truncated")));
+    outcome_free(&o);
+}
+
+/* Proves the fields of a stats reply and that its counts follow the store. */
+static void test_stats(void **state)
+{
+    static const char *const fields[] = {
+        "ok", "segment", "size", "data_size", "used", "free", "objects", "pending",
+        "pinned", "clients", "max_object_size", "uptime_s", "pid", "version", "shm_dir",
+        "shm_dir_free", "blocker", "counters"};
+    static const char *const counters[] = {"allocs",         "commits",        "gets",
+                                           "evictions",      "enospc",         "expired_allocs",
+                                           "lease_expiries", "noreply_errors"};
+    struct ctx *c = *state;
+    struct outcome o;
+    json_t *cnt;
+    size_t i;
+
+    hello_all(c);
+    expect(c, &c->w, "{\"op\":\"alloc\",\"key\":\"a\",\"size\":100}",
+           "{\"ok\":true,\"offset\":4160,\"size\":100}");
+    expect(c, &c->w, "{\"op\":\"commit\",\"key\":\"a\"}", "{\"ok\":true}");
+    expect(c, &c->r, "{\"op\":\"get\",\"key\":\"a\"}",
+           "{\"ok\":true,\"offset\":4160,\"size\":100}");
+    expect(c, &c->w, "{\"op\":\"alloc\",\"key\":\"b\",\"size\":10}",
+           "{\"ok\":true,\"offset\":4352,\"size\":10}");
+    run(c, &c->w, "{\"op\":\"stats\",\"id\":2}", &o);
+    assert_int_equal(json_object_size(o.reply), sizeof(fields) / sizeof(fields[0]) + 1);
+    for (i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+        assert_non_null(json_object_get(o.reply, fields[i]));
+    assert_int_equal(json_integer_value(json_object_get(o.reply, "id")), 2);
+    assert_string_equal(json_string_value(json_object_get(o.reply, "segment")), "fixture");
+    assert_int_equal(json_integer_value(json_object_get(o.reply, "data_size")), 65536);
+    assert_int_equal(json_integer_value(json_object_get(o.reply, "used")), 320);
+    assert_int_equal(json_integer_value(json_object_get(o.reply, "free")), 65536 - 320);
+    assert_int_equal(json_integer_value(json_object_get(o.reply, "objects")), 1);
+    assert_int_equal(json_integer_value(json_object_get(o.reply, "pending")), 1);
+    assert_int_equal(json_integer_value(json_object_get(o.reply, "pinned")), 1);
+    assert_int_equal(json_integer_value(json_object_get(o.reply, "clients")), 3);
+    assert_int_equal(json_integer_value(json_object_get(o.reply, "max_object_size")), 32768);
+    assert_string_equal(json_string_value(json_object_get(o.reply, "shm_dir")), "/tmp");
+    assert_json(json_object_get(o.reply, "blocker"),
+                "{\"key\":\"a\",\"pins\":1,\"readers\":0,\"state\":\"committed\"}");
+    cnt = json_object_get(o.reply, "counters");
+    assert_int_equal(json_object_size(cnt), sizeof(counters) / sizeof(counters[0]));
+    for (i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
+        assert_true(json_is_integer(json_object_get(cnt, counters[i])));
+    assert_int_equal(json_integer_value(json_object_get(cnt, "allocs")), 2);
+    assert_int_equal(json_integer_value(json_object_get(cnt, "commits")), 1);
+    assert_int_equal(json_integer_value(json_object_get(cnt, "gets")), 1);
+    outcome_free(&o);
+}
+
+/* Proves that clients lists every registered client, newest first, with
+ * what it holds and which one asked. */
+static void test_clients(void **state)
+{
+    struct ctx *c = *state;
+    struct outcome o;
+    json_t *list;
+
+    hello_all(c);
+    expect(c, &c->w, "{\"op\":\"alloc\",\"key\":\"a\",\"size\":100}",
+           "{\"ok\":true,\"offset\":4160,\"size\":100}");
+    run(c, &c->r, "{\"op\":\"clients\"}", &o);
+    list = json_object_get(o.reply, "clients");
+    assert_int_equal(json_array_size(list), 3);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(list, 0), "name")),
+                        "other");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(list, 1), "name")),
+                        "reader");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(list, 1), "mode")),
+                        "ro");
+    assert_true(json_is_true(json_object_get(json_array_get(list, 1), "self")));
+    assert_true(json_is_false(json_object_get(json_array_get(list, 2), "self")));
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(list, 2), "pending")),
+                     1);
+    assert_int_equal(json_object_size(json_array_get(list, 0)), 10);
+    outcome_free(&o);
+}
+
+/* Proves the per-connection caps: EDQUOT naming the flag. */
+static void test_caps(void **state)
+{
+    struct ctx *c = *state;
+
+    hello_all(c);
+    c->f.env.limits.max_pending = 1;
+    c->f.env.limits.max_pins = 1;
+    expect(c, &c->w, "{\"op\":\"alloc\",\"key\":\"a\",\"size\":10}",
+           "{\"ok\":true,\"offset\":4160,\"size\":10}");
+    expect_error(c, &c->w, "{\"op\":\"alloc\",\"key\":\"b\",\"size\":10}", "EDQUOT",
+                 "max-pending (1) reached: this connection holds 1 uncommitted allocations.");
+    expect(c, &c->w, "{\"op\":\"commit\",\"key\":\"a\"}", "{\"ok\":true}");
+    expect(c, &c->r, "{\"op\":\"get\",\"key\":\"a\"}",
+           "{\"ok\":true,\"offset\":4160,\"size\":10}");
+    expect_error(c, &c->r, "{\"op\":\"get\",\"key\":\"a\"}", "EDQUOT",
+                 "max-pins (1) reached: this connection holds 1 pins.");
+}
+
+/* Proves that the reply to an oversized line is EMSGSIZE and closes. */
+static void test_oversized(void **state)
+{
+    struct command_result res;
+    struct outcome o;
+
+    (void)state;
+    memset(&res, 0, sizeof(res));
+    command_oversized(SHMB_MAX_LINE, &res);
+    outcome_take(&res, &o);
+    assert_int_equal(o.flags, COMMAND_CLOSE);
+    assert_json(o.reply, "{\"ok\":false,\"error\":\"EMSGSIZE\",\"message\":\"Request line "
+                         "longer than 65536 bytes; requests are small JSON objects. Closing "
+                         "the connection.\"}");
+    outcome_free(&o);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_hello, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_before_hello, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_op_replies, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_noreply, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wait_then_room, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wait_times_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_list_cap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stats, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_clients, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_caps, setup, teardown),
+        cmocka_unit_test(test_oversized),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
