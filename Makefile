@@ -58,11 +58,11 @@ ALLCFLAGS = -std=c11 -D_GNU_SOURCE -DSHMB_VERSION='"$(VERSION)"' -fPIC $(WARN) \
 ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ------------------------------------------------------------
-PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c
+PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c proto/sock.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c $(CORE_SRC)
-LIB_SRC     := client/client.c
+LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c
 CTL_SRC     := client/shmbrokerctl.c
 
 OBJ = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -81,7 +81,7 @@ EXAMPLE   := $(BUILD)/example
 BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE)
 
 UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error \
-              test_text test_conn test_tables test_command test_config_parse
+              test_text test_conn test_tables test_command test_config_parse test_client
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
@@ -114,6 +114,9 @@ $(BUILD)/tests/test_tables: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_config_parse: $(call OBJ,tests/unit/test_config_parse.c daemon/config.c \
                                   daemon/log.c) $(CORE_OBJ) $(PROTO_OBJ)
 $(BUILD)/tests/test_config_parse: TEST_LDFLAGS = $(PKGS_LIBS)
+# The library against a fake daemon: a thread on a temporary socket.
+$(BUILD)/tests/test_client:  $(call OBJ,tests/unit/test_client.c $(LIB_SRC)) $(PROTO_OBJ)
+$(BUILD)/tests/test_client: TEST_LDFLAGS = $(PKGS_LIBS) -lpthread
 
 # End-to-end tests drive the real binaries through the library and raw sockets.
 E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch test_systemd \
@@ -143,7 +146,7 @@ TSAN_SRC := tests/e2e/test_threads.c tests/e2e/harness.c tests/e2e/checks.c $(LI
 # What 'make test' runs: every unit and end-to-end program, the soak under
 # valgrind, and (in the plain build) the fuzzer for FUZZ_SECONDS.
 TEST_RUNS := $(UNIT_BINS) $(E2E_BINS) tests/e2e/soak_valgrind.sh tests/e2e/test_run_timeout.sh \
-             tests/structure/check_layers.sh
+             tests/structure/check_layers.sh tests/structure/check_exports.sh
 ifeq ($(SANITIZER),)
 TEST_RUNS += tests/fuzz/run_fuzz.sh tests/fuzz/run_fuzz_adopt.sh
 endif
@@ -231,10 +234,16 @@ $(DAEMON): $(call OBJ,$(DAEMON_SRC)) $(PROTO_OBJ)
 	$(Q)$(CC) $(ALLLDFLAGS) -o $@ $^ $(PKGS_LIBS)
 
 # The library carries the proto objects it needs, so users link only it.
+# They are linked into one object whose only global symbols are shmb_*, so
+# that the static library, like the shared one's version script, lends no
+# other name (line_*, ...) to the programs that link it.
 $(LIB_A): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  AR      $@")
-	$(Q)rm -f $@ && ar rcs $@ $^
+	$(Q)rm -f $@ $(BUILD)/obj/libshmbroker.o
+	$(Q)ld -r -o $(BUILD)/obj/libshmbroker.o $^
+	$(Q)objcopy --wildcard --keep-global-symbol='shmb_*' $(BUILD)/obj/libshmbroker.o
+	$(Q)ar rcs $@ $(BUILD)/obj/libshmbroker.o
 
 $(LIB_SO): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)

@@ -1,9 +1,10 @@
 /*
- * The client library: a blocking connection to shmbrokerd, the mapping of its
- * segment, and one function per protocol op. Protocol details come from
- * proto/, so nothing about the wire is written twice.
+ * The client library's connection and call machinery: the handle and its
+ * guards (fork, threads), connecting and mapping the segment, sending a
+ * request and matching its reply. The calls themselves live by subject in
+ * objects.c, many.c and report.c; nothing here knows them.
  */
-#include "shmbroker.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,44 +25,11 @@
 
 #include "../proto/alloc.h"
 #include "../proto/layout.h"
-#include "../proto/line.h"
-#include "../proto/protocol.h"
+#include "../proto/sock.h"
 #include "../proto/text.h"
-
-/* put_many allocates at most this many objects per line before committing
- * them: the daemon's default --max-pending, so that a put_many alone never
- * holds more uncommitted allocations than a connection may by default. */
-#define CLIENT_PUT_CHUNK 1024
 
 /* A handle's forks field before it ever connected: no process owns it yet. */
 #define CLIENT_NEVER_CONNECTED ULONG_MAX
-
-struct shmb {
-    int sock;           /* -1 when not connected */
-    int seg_fd;         /* the descriptor hello passed, until it is mapped */
-    unsigned char *map; /* the segment mapping, NULL before */
-    size_t map_size;
-    dev_t map_dev; /* the mapped file, to recognise it after a restart */
-    ino_t map_ino;
-    int populate;
-    int read_only;
-    unsigned alloc_wait_ms;
-    char path[108]; /* where shmb_connect found the daemon */
-    char name[SHMB_NAME_MAX + 1];
-    shmb_info_t info;
-    struct shmb_error err;
-    char *rbuf; /* bytes received, not yet a whole reply */
-    size_t rlen, rcap;
-    struct line w; /* the request lines being sent, reused */
-    uint64_t last_id;  /* the "id" of the last request sent; never reused */
-    bool noreply_sent; /* requests without a reply went out since the last reply */
-    /* Misuse guards, checked on entry to every call (client_enter): the
-     * process's fork count when this handle connected (the connection is
-     * that process's), the pid that connected, and whether a call runs. */
-    atomic_ulong forks;
-    atomic_int pid;
-    atomic_bool busy;
-};
 
 /* How many fork()s made this process, counted in the child by a
  * pthread_atfork handler: a handle connected at another count was connected
@@ -94,7 +62,7 @@ static void client_watch_forks(void)
 
 /* Refuse a call on c without touching c; returns code. */
 static int client_refuse(const shmb_t *c, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+                         __attribute__((format(printf, 3, 4)));
 static int client_refuse(const shmb_t *c, int code, const char *fmt, ...)
 {
     va_list ap;
@@ -114,7 +82,7 @@ static int client_refuse(const shmb_t *c, int code, const char *fmt, ...)
  * handle serves one call at a time). Nothing is sent and the handle is not
  * touched then. An atomic exchange and two loads: nothing next to a round
  * trip. */
-static int client_enter(shmb_t *c)
+int client_enter(shmb_t *c)
 {
     unsigned long forks = atomic_load_explicit(&c->forks, memory_order_relaxed);
 
@@ -139,9 +107,16 @@ static int client_enter(shmb_t *c)
 }
 
 /* The end of a call client_enter let in. */
-static void client_leave(shmb_t *c)
+void client_leave(shmb_t *c)
 {
     atomic_store_explicit(&c->busy, false, memory_order_release);
+}
+
+/* The end of a call client_enter let in, passing its result on. */
+int client_done(shmb_t *c, int rc)
+{
+    client_leave(c);
+    return rc;
 }
 
 shmb_t *shmb_new(void)
@@ -245,40 +220,11 @@ static int client_lost(shmb_t *c, const char *what, int saved)
                           what, saved ? strerror(saved) : "closed by the daemon");
 }
 
-/* Keep a descriptor that arrived as SCM_RIGHTS; close any extra. */
-static void client_take_fds(shmb_t *c, struct msghdr *msg)
-{
-    struct cmsghdr *cmsg;
-
-    for (cmsg = CMSG_FIRSTHDR(msg); cmsg != NULL; cmsg = CMSG_NXTHDR(msg, cmsg)) {
-        size_t i, n;
-
-        if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS)
-            continue;
-        n = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (i = 0; i < n; i++) {
-            int fd;
-
-            memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
-            if (c->seg_fd < 0)
-                c->seg_fd = fd;
-            else
-                close(fd);
-        }
-    }
-}
-
 /* Receive until the buffer holds one whole line; returns its length (without
  * the '\n'), which the caller consumes with client_consume. */
-static int client_read_line(shmb_t *c, size_t *line_len)
+int client_read_line(shmb_t *c, size_t *line_len)
 {
     for (;;) {
-        union {
-            struct cmsghdr hdr;
-            char buf[CMSG_SPACE(4 * sizeof(int))];
-        } control;
-        struct msghdr msg;
-        struct iovec iov;
         char *nl = c->rlen ? memchr(c->rbuf, '\n', c->rlen) : NULL;
         ssize_t n;
 
@@ -299,32 +245,24 @@ static int client_read_line(shmb_t *c, size_t *line_len)
             c->rbuf = grown;
             c->rcap = cap;
         }
-        memset(&msg, 0, sizeof(msg));
-        iov.iov_base = c->rbuf + c->rlen;
-        iov.iov_len = c->rcap - c->rlen;
-        msg.msg_iov = &iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.buf;
-        msg.msg_controllen = sizeof(control.buf);
-        n = recvmsg(c->sock, &msg, MSG_CMSG_CLOEXEC);
-        if (n < 0 && errno == EINTR)
-            continue;
+        /* The segment's descriptor comes with the hello reply; any other
+         * descriptor is closed there. */
+        n = shmb_sock_recv_fd(c->sock, c->rbuf + c->rlen, c->rcap - c->rlen, &c->seg_fd);
         if (n <= 0)
-            return client_lost(c, "receive", n < 0 ? errno : 0);
-        client_take_fds(c, &msg);
+            return client_lost(c, "receive", n < 0 ? (int)-n : 0);
         c->rlen += (size_t)n;
     }
 }
 
 /* Drop the first line (and its '\n') from the receive buffer. */
-static void client_consume(shmb_t *c, size_t line_len)
+void client_consume(shmb_t *c, size_t line_len)
 {
     memmove(c->rbuf, c->rbuf + line_len + 1, c->rlen - line_len - 1);
     c->rlen -= line_len + 1;
 }
 
 /* Send the bytes of c->w. */
-static int client_send(shmb_t *c)
+int client_send(shmb_t *c)
 {
     size_t off = 0;
 
@@ -342,15 +280,15 @@ static int client_send(shmb_t *c)
 
 /* The "id" of the next request: a per-handle counter, never 0 and never
  * reused, even across reconnects, so that a late reply cannot match. */
-static uint64_t client_next_id(shmb_t *c)
+uint64_t client_next_id(shmb_t *c)
 {
     return ++c->last_id;
 }
 
 /* An id as text for a message: id_json when not NULL, else the integer id;
  * "none" when has is false. */
-static const char *client_id_text(const json_t *id_json, uint64_t id, bool has, char *buf,
-                                  size_t len)
+const char *client_id_text(const json_t *id_json, uint64_t id, bool has, char *buf,
+                           size_t len)
 {
     char *dumped;
 
@@ -372,7 +310,7 @@ static const char *client_id_text(const json_t *id_json, uint64_t id, bool has, 
  * answers a line it cannot parse without one, even one that said noreply).
  * Taking it would hand one call's reply to another, say another object's
  * offset to an alloc. So the connection is reset, as a disconnect does. */
-static int client_out_of_step(shmb_t *c, const char *want, const char *got, size_t len)
+int client_out_of_step(shmb_t *c, const char *want, const char *got, size_t len)
 {
     char seen[256];
     bool noreply = c->noreply_sent;
@@ -413,8 +351,8 @@ static bool client_id_matches(const json_t *got, const json_t *want, uint64_t id
  * without an id (nothing else was sent, so nothing can be confused). 0 with
  * *reply owned by the caller (when reply is not NULL), the reply's error, or
  * -ECONNRESET when the reply is out of step. */
-static int client_decode(shmb_t *c, size_t len, const json_t *want, uint64_t id, bool first,
-                         json_t **reply)
+int client_decode(shmb_t *c, size_t len, const json_t *want, uint64_t id, bool first,
+                  json_t **reply)
 {
     json_t *value = NULL, *got = NULL;
     int rc = shmb_parse_reply_id(c->rbuf, len, &value, &got, &c->err);
@@ -481,24 +419,43 @@ static int client_call_ex(shmb_t *c, json_t *request, bool first, json_t **reply
     return rc;
 }
 
-static int client_call(shmb_t *c, json_t *request, json_t **reply)
+int client_call(shmb_t *c, json_t *request, json_t **reply)
 {
     return client_call_ex(c, request, false, reply);
 }
 
+/* The public header states the key length for itself (it includes nothing
+ * of proto/); it must be the protocol's. */
+_Static_assert(SHMB_KEY_MAX_LEN == SHMB_KEY_MAX,
+               "shmbroker.h's SHMB_KEY_MAX_LEN differs from proto/layout.h's SHMB_KEY_MAX");
+
+/* Each op's flags as constants, so that what the library assumes of an op
+ * is checked against proto/ops.def when it compiles. */
+enum client_op_flags {
+#define SHMB_OP(id, name, flags, usage) CLIENT_OPF_##id = (flags),
+#include "../proto/ops.def"
+#undef SHMB_OP
+};
+_Static_assert(CLIENT_OPF_RELEASE & SHMB_OPF_NOREPLY,
+               "shmb_release_nowait and shmb_release_many send release with noreply");
+_Static_assert((CLIENT_OPF_ALLOC & CLIENT_OPF_COMMIT & CLIENT_OPF_ABORT & CLIENT_OPF_GET &
+                SHMB_OPF_BATCH) != 0,
+               "shmb_put_many and shmb_get_many batch alloc, commit, abort and get");
+
 /* Check a key before anything goes on the wire: the same check, code and
  * words as the daemon's (proto/text.c), for every call that takes a key. */
-static int client_check_key(shmb_t *c, const char *key)
+int client_check_key(shmb_t *c, const char *key)
 {
     size_t len = 0;
 
     /* The common key is short ASCII, which is UTF-8 as it is: one pass
-     * finds that and its length. Anything else gets the shared check. */
+     * finds that and its length, and only the length rule is left. Anything
+     * else gets the whole check. */
     if (key != NULL) {
         while (key[len] != '\0' && (unsigned char)key[len] < 0x80)
             len++;
-        if (key[len] == '\0' && len >= 1 && len <= SHMB_KEY_MAX)
-            return 0;
+        if (key[len] == '\0')
+            return shmb_key_len_check(len, &c->err);
         len += strlen(key + len);
     }
     return shmb_key_check(key, len, &c->err);
@@ -506,7 +463,7 @@ static int client_check_key(shmb_t *c, const char *key)
 
 /* Check the n keys of a _many call; the message names the first bad one's
  * index. */
-static int client_check_keys(shmb_t *c, size_t n, const char *const *keys)
+int client_check_keys(shmb_t *c, size_t n, const char *const *keys)
 {
     size_t i;
 
@@ -525,7 +482,7 @@ static int client_check_keys(shmb_t *c, size_t n, const char *const *keys)
 /* Refuse an object size the protocol cannot carry (its integers are signed
  * 64-bit: 2^63 bytes or more would reach the daemon as a JSON error), with
  * E2BIG and the daemon's words, before anything is sent. */
-static int client_check_size(shmb_t *c, size_t size)
+int client_check_size(shmb_t *c, size_t size)
 {
     if ((uint64_t)size <= (uint64_t)INT64_MAX)
         return 0;
@@ -538,7 +495,7 @@ static int client_check_size(shmb_t *c, size_t size)
 }
 
 /* Read an unsigned integer field of a reply. */
-static int client_u64(shmb_t *c, const json_t *obj, const char *field, uint64_t *out)
+int client_u64(shmb_t *c, const json_t *obj, const char *field, uint64_t *out)
 {
     json_t *v = json_object_get(obj, field);
 
@@ -630,12 +587,9 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
         return shmb_error_set(&c->err, -client_forks_rc,
                               "Cannot watch for fork() (pthread_atfork: %s).",
                               strerror(client_forks_rc));
-    memset(&sun, 0, sizeof(sun));
-    sun.sun_family = AF_UNIX;
-    if (strlen(path) >= sizeof(sun.sun_path))
+    if (shmb_sock_address(&sun, path) < 0)
         return shmb_error_set(&c->err, -ENAMETOOLONG, "Socket path %s is too long.",
                               path);
-    memcpy(sun.sun_path, path, strlen(path) + 1);
     c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (c->sock < 0)
         return shmb_error_set(&c->err, -errno, "Cannot create a socket: %s.",
@@ -651,7 +605,7 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
             path, strerror(saved), SHMB_SOCKET_ENV);
     }
     rc = client_call_ex(c,
-                        json_pack("{s:s, s:i, s:s?, s:s}", "op", "hello", "version",
+                        json_pack("{s:s, s:i, s:s?, s:s}", "op", shmb_ops[SHMB_OP_HELLO].name, "version",
                                   SHMB_PROTOCOL_VERSION, "name", name, "mode",
                                   c->read_only ? "ro" : "rw"),
                         true, &reply);
@@ -701,7 +655,7 @@ static int client_reconnect(shmb_t *c)
 }
 
 /* The fields of a success reply decoded by jansson (the slow path). */
-static void client_reply_fields(const json_t *reply, struct line_reply *r)
+void client_reply_fields(const json_t *reply, struct line_reply *r)
 {
     json_t *v;
 
@@ -724,7 +678,7 @@ static void client_reply_fields(const json_t *reply, struct line_reply *r)
  * its reply into r: the common success shapes are recognised by hand,
  * anything else (errors) goes through jansson. 0 or the reply's error, its
  * message in c->err; -ECONNRESET when the reply answers another request. */
-static int client_exchange(shmb_t *c, uint64_t id, struct line_reply *r)
+int client_exchange(shmb_t *c, uint64_t id, struct line_reply *r)
 {
     json_t *reply = NULL;
     const char *p;
@@ -755,13 +709,13 @@ static int client_exchange(shmb_t *c, uint64_t id, struct line_reply *r)
 
 /* Start a request {"op":"OP"[,"id":ID],"key":KEY in c->w; id 0 for a
  * batch's element, which needs none. The caller checked the key. */
-static int client_begin_key(shmb_t *c, const char *op, uint64_t id, const char *key)
+int client_begin_key(shmb_t *c, enum shmb_op_id op, uint64_t id, const char *key)
 {
     if (c->sock < 0)
         return shmb_error_set(&c->err, -ENOTCONN,
                               "Not connected to shmbrokerd; call shmb_connect (or "
                               "shmb_reconnect after a lost connection) first.");
-    if (line_lit(&c->w, "{\"op\":\"") < 0 || line_lit(&c->w, op) < 0 ||
+    if (line_lit(&c->w, "{\"op\":\"") < 0 || line_lit(&c->w, shmb_ops[op].name) < 0 ||
         (id != 0 && (line_lit(&c->w, "\",\"id\":") < 0 || line_u64(&c->w, id) < 0 ||
                      line_lit(&c->w, ",\"key\":") < 0)) ||
         (id == 0 && line_lit(&c->w, "\",\"key\":") < 0) ||
@@ -772,8 +726,8 @@ static int client_begin_key(shmb_t *c, const char *op, uint64_t id, const char *
 
 /* A pointer to [offset, offset + size) after checking it lies in the data
  * area of the mapping: a confused daemon must not make us scribble. */
-static int client_extent(shmb_t *c, const struct line_reply *r, size_t want, void **ptr,
-                         size_t *size)
+int client_extent(shmb_t *c, const struct line_reply *r, size_t want, void **ptr,
+                  size_t *size)
 {
     if (!r->has_offset || !r->has_size)
         return shmb_error_set(&c->err, -EPROTO,
@@ -793,7 +747,8 @@ static int client_extent(shmb_t *c, const struct line_reply *r, size_t want, voi
 
 /* A request whose only field is the key; its reply's fields in r (may be
  * NULL). */
-static int client_key_op(shmb_t *c, const char *op, const char *key, struct line_reply *r)
+int client_key_op(shmb_t *c, enum shmb_op_id op, const char *key,
+                  struct line_reply *r)
 {
     struct line_reply ignored;
     uint64_t id;
@@ -811,12 +766,12 @@ static int client_key_op(shmb_t *c, const char *op, const char *key, struct line
 
 /* The alloc request for key, appended to c->w (without a newline); id 0 in a
  * batch. */
-static int client_alloc_op(shmb_t *c, uint64_t id, const char *key, size_t size,
-                           unsigned readers, unsigned wait_ms)
+int client_alloc_op(shmb_t *c, uint64_t id, const char *key, size_t size,
+                    unsigned readers, unsigned wait_ms)
 {
     int rc;
 
-    if ((rc = client_begin_key(c, "alloc", id, key)) < 0)
+    if ((rc = client_begin_key(c, SHMB_OP_ALLOC, id, key)) < 0)
         return rc;
     if (line_lit(&c->w, ",\"size\":") < 0 || line_u64(&c->w, size) < 0 ||
         line_lit(&c->w, ",\"readers\":") < 0 || line_u64(&c->w, readers) < 0 ||
@@ -827,798 +782,16 @@ static int client_alloc_op(shmb_t *c, uint64_t id, const char *key, size_t size,
     return 0;
 }
 
-static int client_alloc(shmb_t *c, const char *key, size_t size, unsigned readers,
-                        void **ptr)
-{
-    struct line_reply r;
-    uint64_t id;
-    int rc;
-
-    *ptr = NULL;
-    shmb_error_clear(&c->err);
-    c->w.len = 0;
-    if ((rc = client_check_key(c, key)) < 0 || (rc = client_check_size(c, size)) < 0 ||
-        (rc = client_alloc_op(c, id = client_next_id(c), key, size, readers,
-                              c->alloc_wait_ms)) < 0)
-        return rc;
-    if (line_lit(&c->w, "\n") < 0)
-        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
-    if ((rc = client_exchange(c, id, &r)) < 0)
-        return rc;
-    return client_extent(c, &r, size, ptr, NULL);
-}
-
-static int client_commit(shmb_t *c, const char *key)
-{
-    return client_key_op(c, "commit", key, NULL);
-}
-
-static int client_abort(shmb_t *c, const char *key)
-{
-    return client_key_op(c, "abort", key, NULL);
-}
-
-static int client_put(shmb_t *c, const char *key, const void *data, size_t size,
-                      unsigned readers)
-{
-    void *dst;
-    int rc;
-
-    if ((rc = client_alloc(c, key, size, readers, &dst)) < 0)
-        return rc;
-    memcpy(dst, data, size);
-    return client_commit(c, key);
-}
-
-static int client_get(shmb_t *c, const char *key, const void **ptr, size_t *size)
-{
-    struct line_reply r;
-    void *p = NULL;
-    int rc;
-
-    *ptr = NULL;
-    *size = 0;
-    rc = client_key_op(c, "get", key, &r);
-    if (rc == 0)
-        rc = client_extent(c, &r, 0, &p, size);
-    *ptr = p;
-    return rc;
-}
-
-static int client_release(shmb_t *c, const char *key)
-{
-    return client_key_op(c, "release", key, NULL);
-}
-
-static int client_release_many(shmb_t *c, size_t n, const char *const *keys);
-
-static int client_release_nowait(shmb_t *c, const char *key)
-{
-    return client_release_many(c, 1, &key);
-}
-
-static int client_release_many(shmb_t *c, size_t n, const char *const *keys)
-{
-    size_t i;
-    int rc;
-
-    shmb_error_clear(&c->err);
-    if ((rc = client_check_keys(c, n, keys)) < 0)
-        return rc;
-    c->w.len = 0;
-    for (i = 0; i < n; i++) {
-        /* Each line has its id too: a reply to it, which should never come,
-         * is then recognised as out of step rather than taken for the next
-         * call's. Sent in writes of about SHMB_MAX_LINE bytes. */
-        if ((rc = client_begin_key(c, "release", client_next_id(c), keys[i])) < 0)
-            return rc;
-        if (line_lit(&c->w, ",\"noreply\":true}\n") < 0)
-            return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
-        c->noreply_sent = true;
-        if ((c->w.len >= SHMB_MAX_LINE || i + 1 == n) && (rc = client_send(c)) < 0)
-            return rc;
-        if (c->w.len >= SHMB_MAX_LINE)
-            c->w.len = 0;
-    }
-    return 0;
-}
-
-/* One op of a _many call: op i appended to c->w as a batch element. */
-typedef int (*client_op_fn)(shmb_t *c, size_t i, const void *arg);
-
-/* Build in c->w one batch line of the ops first, first + 1, ... < n, at most
- * max of them and at most SHMB_MAX_LINE bytes (the daemon closes the
- * connection on a longer line); *count gets how many went in (at least one)
- * and *id the batch's id. */
-static int client_batch_fill(shmb_t *c, size_t first, size_t n, size_t max, client_op_fn op,
-                             const void *arg, size_t *count, uint64_t *id)
-{
-    static const char tail[] = "]}\n";
-    size_t i;
-    int rc;
-
-    c->w.len = 0;
-    *id = client_next_id(c);
-    if (line_lit(&c->w, "{\"op\":\"batch\",\"id\":") < 0 || line_u64(&c->w, *id) < 0 ||
-        line_lit(&c->w, ",\"ops\":[") < 0)
-        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
-    for (i = first; i < n && i - first < max; i++) {
-        size_t mark = c->w.len;
-
-        if (i > first && line_lit(&c->w, ",") < 0)
-            return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
-        if ((rc = op(c, i, arg)) < 0)
-            return rc;
-        if (c->w.len + sizeof(tail) - 1 > SHMB_MAX_LINE) {
-            if (i == first) /* an op is at most a few KiB: cannot happen */
-                return shmb_error_set(&c->err, -EMSGSIZE,
-                                      "One batch op is longer than %d bytes.",
-                                      SHMB_MAX_LINE);
-            c->w.len = mark;
-            break;
-        }
-    }
-    *count = i - first;
-    if (line_lit(&c->w, tail) < 0)
-        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
-    return 0;
-}
-
-/* Send the batch line in c->w (whose id is id, with n ops) and decode its
- * replies: res[i] gets each op's reply fields, rcs[i] its 0 or error, and
- * *failed the index of the first op that failed (n when none), whose message
- * stays in c->err. Returns the exchange's own error, or 0. */
-static int client_batch_exchange(shmb_t *c, uint64_t id, size_t n, struct line_reply *res,
-                                 int *rcs, size_t *failed)
-{
-    struct line_reply whole;
-    json_t *reply = NULL, *replies;
-    size_t len = 0, i;
-    int rc;
-
-    *failed = n;
-    if ((rc = client_send(c)) < 0 || (rc = client_read_line(c, &len)) < 0)
-        return rc;
-    if (line_scan_batch(c->rbuf, c->rbuf + len, res, n, &whole) == 0) {
-        char wbuf[24], gbuf[24];
-
-        if (!whole.has_id || whole.id != id)
-            return client_out_of_step(c, client_id_text(NULL, id, true, wbuf, sizeof(wbuf)),
-                                      client_id_text(NULL, whole.id, whole.has_id, gbuf,
-                                                     sizeof(gbuf)),
-                                      len);
-        client_consume(c, len);
-        c->noreply_sent = false;
-        memset(rcs, 0, n * sizeof(*rcs));
-        return 0;
-    }
-    /* Some op failed (or the reply has an unusual shape): jansson. */
-    if ((rc = client_decode(c, len, NULL, id, false, &reply)) < 0)
-        return rc;
-    replies = json_object_get(reply, "replies");
-    if (!json_is_array(replies) || json_array_size(replies) != n) {
-        json_decref(reply);
-        return shmb_error_set(&c->err, -EPROTO,
-                              "shmbrokerd's batch reply does not have %zu replies.", n);
-    }
-    for (i = 0; i < n; i++) {
-        json_t *r = json_array_get(replies, i);
-        const char *code = NULL, *message = NULL;
-
-        memset(&res[i], 0, sizeof(res[i]));
-        if (json_is_true(json_object_get(r, "ok"))) {
-            client_reply_fields(r, &res[i]);
-            rcs[i] = 0;
-            continue;
-        }
-        rcs[i] = json_unpack(r, "{s:s, s:s}", "error", &code, "message", &message) == 0
-                     ? shmb_error_from_name(code)
-                     : -EPROTO;
-        if (*failed == n) {
-            *failed = i;
-            shmb_error_set(&c->err, rcs[i], "%s",
-                           message != NULL ? message : "malformed batch reply");
-        }
-    }
-    json_decref(reply);
-    return 0;
-}
-
-/* The first failure of a _many call so far: its index and error. */
-struct client_first {
-    size_t index;
-    struct shmb_error err;
-};
-
-/* Remember op index's failure (its message in c->err) if it comes first. */
-static void client_note_failure(shmb_t *c, struct client_first *first, size_t index)
-{
-    if (index < first->index) {
-        first->index = index;
-        first->err = c->err;
-    }
-}
-
-/* The arguments of put_many's ops. */
-struct client_put_args {
-    size_t n;     /* keys in the whole call */
-    size_t limit; /* allocations per line: CLIENT_PUT_CHUNK, less once a cap was met */
-    const char *const *keys;
-    const size_t *sizes;
-    unsigned readers;
-    const size_t *idx; /* commit/abort: the keys' indexes, in order */
-    const int *ok;     /* commit/abort: 1 to commit, 0 to abort */
-};
-
-static int client_put_alloc_op(shmb_t *c, size_t i, const void *arg)
-{
-    const struct client_put_args *a = arg;
-
-    return client_alloc_op(c, 0, a->keys[i], a->sizes[i], a->readers, 0);
-}
-
-static int client_put_commit_op(shmb_t *c, size_t k, const void *arg)
-{
-    const struct client_put_args *a = arg;
-    int rc = client_begin_key(c, a->ok[k] ? "commit" : "abort", 0, a->keys[a->idx[k]]);
-
-    if (rc == 0 && line_lit(&c->w, "}") < 0)
-        rc = shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
-    return rc;
-}
-
-/* put_many's work space for one chunk, CLIENT_PUT_CHUNK entries each. */
-struct client_put_space {
-    size_t *idx;              /* the allocated keys' indexes */
-    int *ok;                  /* 1 to commit, 0 to abort */
-    struct line_reply *cres; /* the commits' replies */
-    int *crcs;
-};
-
-/* One chunk of put_many: allocate the keys from start on that fit one line
- * (*end gets where the chunk ends), write what was allocated, commit it
- * (abort a bad extent). rcs gets each key's result. */
-static int client_put_chunk(shmb_t *c, struct client_put_args *a, const void *const *data,
-                            size_t start, size_t n, size_t *end, struct line_reply *res,
-                            int *rcs, struct client_put_space *sp,
-                            struct client_first *first)
-{
-    size_t i, m = 0, k, count, failed;
-    uint64_t id;
-    int rc;
-
-    if ((rc = client_batch_fill(c, start, n, a->limit, client_put_alloc_op, a,
-                                &count, &id)) < 0 ||
-        (rc = client_batch_exchange(c, id, count, res + start, rcs + start, &failed)) < 0)
-        return rc;
-    *end = start + count;
-    if (failed < count)
-        client_note_failure(c, first, start + failed);
-    for (i = start; i < *end; i++) {
-        void *dst = NULL;
-
-        if (rcs[i] < 0)
-            continue;
-        sp->idx[m] = i;
-        sp->ok[m] = client_extent(c, &res[i], a->sizes[i], &dst, NULL) == 0;
-        if (sp->ok[m]) {
-            memcpy(dst, data[i], a->sizes[i]);
-        } else {
-            rcs[i] = c->err.code;
-            client_note_failure(c, first, i);
-        }
-        m++;
-    }
-    a->idx = sp->idx;
-    a->ok = sp->ok;
-    for (k = 0; k < m; k += count) {
-        size_t j;
-
-        if ((rc = client_batch_fill(c, k, m, CLIENT_PUT_CHUNK, client_put_commit_op, a,
-                                    &count, &id)) < 0 ||
-            (rc = client_batch_exchange(c, id, count, sp->cres, sp->crcs, &failed)) < 0)
-            return rc;
-        /* A commit that failed makes that object's result its error. */
-        for (j = 0; j < count; j++) {
-            if (sp->crcs[j] < 0 && rcs[sp->idx[k + j]] == 0) {
-                rcs[sp->idx[k + j]] = sp->crcs[j];
-                if (j == failed)
-                    client_note_failure(c, first, sp->idx[k + j]);
-            }
-        }
-    }
-    /* The daemon's --max-pending (or allocations this handle already
-     * holds) stopped the chunk part way: the allocations after the cap all
-     * failed with EDQUOT. What was allocated is committed now, so the rest
-     * goes again in the next chunk; only a chunk that allocated nothing
-     * reports EDQUOT. */
-    if (m > 0) {
-        for (i = start; i < *end && rcs[i] != -EDQUOT; i++)
-            ;
-        if (i > start && i < *end) {
-            memset(rcs + i, 0, (*end - i) * sizeof(*rcs));
-            *end = i;
-            if (first->index >= i)
-                first->index = a->n;
-            /* The cap lets about m through at a time: ask for no more, so
-             * that each line makes progress without refusals to resend. */
-            a->limit = m;
-        }
-    }
-    return 0;
-}
-
-static int client_put_many(shmb_t *c, size_t n, const char *const *keys,
-                           const void *const *data, const size_t *sizes, unsigned readers,
-                           int *results)
-{
-    struct client_put_args a = {n, CLIENT_PUT_CHUNK, keys, sizes, readers, NULL, NULL};
-    struct client_put_space sp = {NULL, NULL, NULL, NULL};
-    struct client_first first;
-    struct line_reply *res = NULL;
-    int *rcs = NULL, rc = 0;
-    size_t i, start = 0, end = 0, chunk = n < CLIENT_PUT_CHUNK ? n : CLIENT_PUT_CHUNK;
-
-    shmb_error_clear(&c->err);
-    first.index = n;
-    if ((rc = client_check_keys(c, n, keys)) < 0)
-        goto fail;
-    for (i = 0; i < n; i++) {
-        if ((rc = client_check_size(c, sizes[i])) < 0) {
-            char why[SHMB_ERROR_MSG_MAX];
-
-            snprintf(why, sizeof(why), "%s", c->err.message);
-            rc = shmb_error_set(&c->err, -E2BIG, "sizes[%zu] of %zu: %s Nothing was sent.",
-                                i, n, why);
-            goto fail;
-        }
-    }
-    if (n == 0)
-        return 0;
-    res = shmb_calloc(n, sizeof(*res));
-    rcs = shmb_calloc(n, sizeof(*rcs));
-    sp.idx = shmb_calloc(chunk, sizeof(*sp.idx));
-    sp.ok = shmb_calloc(chunk, sizeof(*sp.ok));
-    sp.cres = shmb_calloc(chunk, sizeof(*sp.cres));
-    sp.crcs = shmb_calloc(chunk, sizeof(*sp.crcs));
-    if (res == NULL || rcs == NULL || sp.idx == NULL || sp.ok == NULL || sp.cres == NULL ||
-        sp.crcs == NULL) {
-        rc = shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
-        goto fail;
-    }
-    /* Chunk by chunk, in order: each chunk's objects are committed before
-     * the next chunk is allocated. */
-    for (start = 0; start < n; start = end)
-        if ((rc = client_put_chunk(c, &a, data, start, n, &end, res, rcs, &sp, &first)) < 0)
-            goto fail;
-    for (i = 0; results != NULL && i < n; i++)
-        results[i] = rcs[i];
-    if (first.index < n) {
-        c->err = first.err;
-        rc = first.err.code;
-    } else {
-        shmb_error_clear(&c->err); /* refusals that were retried are not the result */
-    }
-    goto out;
-fail:
-    /* The call failed as a whole: what earlier chunks committed stays;
-     * every other key gets the call's error. */
-    for (i = 0; results != NULL && i < n; i++)
-        results[i] = i < start && rcs != NULL ? rcs[i] : rc;
-out:
-    shmb_free(res);
-    shmb_free(rcs);
-    shmb_free(sp.idx);
-    shmb_free(sp.ok);
-    shmb_free(sp.cres);
-    shmb_free(sp.crcs);
-    return rc;
-}
-
-static int client_get_op(shmb_t *c, size_t i, const void *arg)
-{
-    const char *const *keys = arg;
-    int rc = client_begin_key(c, "get", 0, keys[i]);
-
-    if (rc == 0 && line_lit(&c->w, "}") < 0)
-        rc = shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
-    return rc;
-}
-
-static int client_get_many(shmb_t *c, size_t n, const char *const *keys, const void **ptrs,
-                           size_t *sizes, int *results)
-{
-    struct client_first first;
-    struct line_reply *res = NULL;
-    int *rcs = NULL, rc = 0;
-    size_t i, start = 0, count, failed;
-    uint64_t id;
-
-    shmb_error_clear(&c->err);
-    first.index = n;
-    for (i = 0; i < n; i++) {
-        ptrs[i] = NULL;
-        sizes[i] = 0;
-    }
-    if ((rc = client_check_keys(c, n, keys)) < 0)
-        goto fail;
-    if (n == 0)
-        return 0;
-    res = shmb_calloc(n, sizeof(*res));
-    rcs = shmb_calloc(n, sizeof(*rcs));
-    if (res == NULL || rcs == NULL) {
-        rc = shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
-        goto fail;
-    }
-    for (start = 0; start < n; start += count) {
-        if ((rc = client_batch_fill(c, start, n, SHMB_MAX_BATCH, client_get_op, keys, &count,
-                                    &id)) < 0 ||
-            (rc = client_batch_exchange(c, id, count, res + start, rcs + start, &failed)) < 0)
-            goto fail;
-        if (failed < count)
-            client_note_failure(c, &first, start + failed);
-        for (i = start; i < start + count; i++) {
-            void *p = NULL;
-
-            if (rcs[i] == 0 && (rcs[i] = client_extent(c, &res[i], 0, &p, &sizes[i])) < 0)
-                client_note_failure(c, &first, i);
-            ptrs[i] = p;
-        }
-    }
-    for (i = 0; results != NULL && i < n; i++)
-        results[i] = rcs[i];
-    rc = 0;
-    if (first.index < n) {
-        c->err = first.err;
-        rc = first.err.code;
-    }
-    goto out;
-fail:
-    /* The call failed as a whole; pins taken by earlier lines went with the
-     * connection, or are released here, so no pointer is handed out. */
-    for (i = 0; i < n; i++) {
-        if (ptrs[i] != NULL && c->sock >= 0) {
-            struct shmb_error saved = c->err;
-
-            client_release_nowait(c, keys[i]);
-            c->err = saved;
-        }
-        ptrs[i] = NULL;
-        sizes[i] = 0;
-        if (results != NULL)
-            results[i] = rc;
-    }
-out:
-    shmb_free(res);
-    shmb_free(rcs);
-    return rc;
-}
-
-static int client_touch(shmb_t *c, const char *key, unsigned readers)
-{
-    int rc;
-
-    shmb_error_clear(&c->err);
-    if ((rc = client_check_key(c, key)) < 0)
-        return rc;
-    return client_call(c,
-                       json_pack("{s:s, s:s, s:I}", "op", "touch", "key", key, "readers",
-                                 (json_int_t)readers),
-                       NULL);
-}
-
-static int client_delete(shmb_t *c, const char *key)
-{
-    return client_key_op(c, "delete", key, NULL);
-}
-
-static int client_contains(shmb_t *c, const char *key)
-{
-    struct line_reply r;
-    int rc = client_key_op(c, "contains", key, &r);
-
-    return rc < 0 ? rc : r.exists ? 1 : 0;
-}
-
-/* Copy a string field of a reply into a fixed buffer, "" when absent. */
-static void client_copy_string(const json_t *obj, const char *field, char *dst,
-                               size_t len)
-{
-    const char *s = json_string_value(json_object_get(obj, field));
-
-    snprintf(dst, len, "%s", s != NULL ? s : "");
-}
-
-static int client_stats(shmb_t *c, shmb_stats_t *out)
-{
-    json_t *reply = NULL, *counters, *blocker;
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    rc = client_call(c, json_pack("{s:s}", "op", "stats"), &reply);
-    if (rc < 0)
-        return rc;
-    counters = json_object_get(reply, "counters");
-    if ((rc = client_u64(c, reply, "size", &out->size)) < 0 ||
-        (rc = client_u64(c, reply, "data_size", &out->data_size)) < 0 ||
-        (rc = client_u64(c, reply, "used", &out->used)) < 0 ||
-        (rc = client_u64(c, reply, "free", &out->free)) < 0 ||
-        (rc = client_u64(c, reply, "objects", &out->objects)) < 0 ||
-        (rc = client_u64(c, reply, "pending", &out->pending)) < 0 ||
-        (rc = client_u64(c, reply, "pinned", &out->pinned)) < 0 ||
-        (rc = client_u64(c, reply, "clients", &out->clients)) < 0 ||
-        (rc = client_u64(c, reply, "max_object_size", &out->max_object_size)) < 0 ||
-        (rc = client_u64(c, reply, "uptime_s", &out->uptime_s)) < 0 ||
-        (rc = client_u64(c, reply, "shm_dir_free", &out->shm_dir_free)) < 0 ||
-        (rc = client_u64(c, counters, "allocs", &out->allocs)) < 0 ||
-        (rc = client_u64(c, counters, "commits", &out->commits)) < 0 ||
-        (rc = client_u64(c, counters, "gets", &out->gets)) < 0 ||
-        (rc = client_u64(c, counters, "evictions", &out->evictions)) < 0 ||
-        (rc = client_u64(c, counters, "enospc", &out->enospc)) < 0)
-        goto out;
-    out->pid = json_integer_value(json_object_get(reply, "pid"));
-    client_copy_string(reply, "segment", out->segment, sizeof(out->segment));
-    client_copy_string(reply, "version", out->version, sizeof(out->version));
-    client_copy_string(reply, "shm_dir", out->shm_dir, sizeof(out->shm_dir));
-    blocker = json_object_get(reply, "blocker");
-    if (json_is_object(blocker)) {
-        out->has_blocker = 1;
-        client_copy_string(blocker, "key", out->blocker_key, sizeof(out->blocker_key));
-        client_copy_string(blocker, "state", out->blocker_state,
-                           sizeof(out->blocker_state));
-        out->blocker_pins =
-            (uint64_t)json_integer_value(json_object_get(blocker, "pins"));
-        out->blocker_readers =
-            (uint64_t)json_integer_value(json_object_get(blocker, "readers"));
-    }
-out:
-    json_decref(reply);
-    return rc;
-}
-
-static int client_request(shmb_t *c, const char *request, char **reply)
-{
-    json_error_t jerr;
-    json_t *req, *rep = NULL;
-    bool own_id;
-    int rc;
-
-    *reply = NULL;
-    shmb_error_clear(&c->err);
-    req = json_loads(request, JSON_REJECT_DUPLICATES, &jerr);
-    if (req == NULL)
-        return shmb_error_set(&c->err, -EINVAL, "Request is not valid JSON: %s.",
-                              jerr.text);
-    if (!json_is_object(req) || json_is_true(json_object_get(req, "noreply"))) {
-        json_decref(req);
-        return shmb_error_set(&c->err, -EINVAL,
-                              "shmb_request sends one JSON object and waits for its reply: "
-                              "not an array or a scalar, and not \"noreply\": true.");
-    }
-    /* The caller's "id" is matched as it is; without one, the library's is
-     * used and taken out of the reply again. */
-    own_id = json_object_get(req, "id") != NULL;
-    rc = client_call(c, req, &rep);
-    if (rep != NULL) {
-        if (!own_id)
-            json_object_del(rep, "id");
-        *reply = json_dumps(rep, JSON_COMPACT);
-        json_decref(rep);
-        if (*reply == NULL)
-            return shmb_error_set(&c->err, -ENOMEM, "Out of memory for the reply.");
-    }
-    return rc;
-}
-
-/* ---- the public calls: each one is its work between client_enter and
- * client_leave, with its outputs set to "nothing" when it is refused ---- */
-
 int shmb_connect(shmb_t *c, const char *socket_path, const char *name)
 {
     int rc = client_enter(c);
 
-    if (rc < 0)
-        return rc;
-    rc = client_connect(c, socket_path, name);
-    client_leave(c);
-    return rc;
+    return rc < 0 ? rc : client_done(c, client_connect(c, socket_path, name));
 }
 
 int shmb_reconnect(shmb_t *c)
 {
     int rc = client_enter(c);
 
-    if (rc < 0)
-        return rc;
-    rc = client_reconnect(c);
-    client_leave(c);
-    return rc;
-}
-
-int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void **ptr)
-{
-    int rc = client_enter(c);
-
-    if (rc < 0) {
-        *ptr = NULL;
-        return rc;
-    }
-    rc = client_alloc(c, key, size, readers, ptr);
-    client_leave(c);
-    return rc;
-}
-
-int shmb_commit(shmb_t *c, const char *key)
-{
-    int rc = client_enter(c);
-
-    if (rc < 0)
-        return rc;
-    rc = client_commit(c, key);
-    client_leave(c);
-    return rc;
-}
-
-int shmb_abort(shmb_t *c, const char *key)
-{
-    int rc = client_enter(c);
-
-    if (rc < 0)
-        return rc;
-    rc = client_abort(c, key);
-    client_leave(c);
-    return rc;
-}
-
-int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned readers)
-{
-    int rc = client_enter(c);
-
-    if (rc < 0)
-        return rc;
-    rc = client_put(c, key, data, size, readers);
-    client_leave(c);
-    return rc;
-}
-
-int shmb_get(shmb_t *c, const char *key, const void **ptr, size_t *size)
-{
-    int rc = client_enter(c);
-
-    if (rc < 0) {
-        *ptr = NULL;
-        *size = 0;
-        return rc;
-    }
-    rc = client_get(c, key, ptr, size);
-    client_leave(c);
-    return rc;
-}
-
-int shmb_release(shmb_t *c, const char *key)
-{
-    int rc = client_enter(c);
-
-    if (rc < 0)
-        return rc;
-    rc = client_release(c, key);
-    client_leave(c);
-    return rc;
-}
-
-int shmb_release_nowait(shmb_t *c, const char *key)
-{
-    int rc = client_enter(c);
-
-    if (rc < 0)
-        return rc;
-    rc = client_release_nowait(c, key);
-    client_leave(c);
-    return rc;
-}
-
-int shmb_release_many(shmb_t *c, size_t n, const char *const *keys)
-{
-    int rc = client_enter(c);
-
-    if (rc < 0)
-        return rc;
-    rc = client_release_many(c, n, keys);
-    client_leave(c);
-    return rc;
-}
-
-int shmb_put_many(shmb_t *c, size_t n, const char *const *keys, const void *const *data,
-                  const size_t *sizes, unsigned readers, int *results)
-{
-    int rc = client_enter(c);
-    size_t i;
-
-    if (rc < 0) {
-        for (i = 0; results != NULL && i < n; i++)
-            results[i] = rc;
-        return rc;
-    }
-    rc = client_put_many(c, n, keys, data, sizes, readers, results);
-    client_leave(c);
-    return rc;
-}
-
-int shmb_get_many(shmb_t *c, size_t n, const char *const *keys, const void **ptrs,
-                  size_t *sizes, int *results)
-{
-    int rc = client_enter(c);
-    size_t i;
-
-    if (rc < 0) {
-        for (i = 0; i < n; i++) {
-            ptrs[i] = NULL;
-            sizes[i] = 0;
-            if (results != NULL)
-                results[i] = rc;
-        }
-        return rc;
-    }
-    rc = client_get_many(c, n, keys, ptrs, sizes, results);
-    client_leave(c);
-    return rc;
-}
-
-int shmb_touch(shmb_t *c, const char *key, unsigned readers)
-{
-    int rc = client_enter(c);
-
-    if (rc < 0)
-        return rc;
-    rc = client_touch(c, key, readers);
-    client_leave(c);
-    return rc;
-}
-
-int shmb_delete(shmb_t *c, const char *key)
-{
-    int rc = client_enter(c);
-
-    if (rc < 0)
-        return rc;
-    rc = client_delete(c, key);
-    client_leave(c);
-    return rc;
-}
-
-int shmb_contains(shmb_t *c, const char *key)
-{
-    int rc = client_enter(c);
-
-    if (rc < 0)
-        return rc;
-    rc = client_contains(c, key);
-    client_leave(c);
-    return rc;
-}
-
-int shmb_stats(shmb_t *c, shmb_stats_t *out)
-{
-    int rc = client_enter(c);
-
-    if (rc < 0) {
-        memset(out, 0, sizeof(*out));
-        return rc;
-    }
-    rc = client_stats(c, out);
-    client_leave(c);
-    return rc;
-}
-
-int shmb_request(shmb_t *c, const char *request, char **reply)
-{
-    int rc = client_enter(c);
-
-    if (rc < 0) {
-        *reply = NULL;
-        return rc;
-    }
-    rc = client_request(c, request, reply);
-    client_leave(c);
-    return rc;
+    return rc < 0 ? rc : client_done(c, client_reconnect(c));
 }

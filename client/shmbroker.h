@@ -78,7 +78,42 @@ typedef struct shmb_stats {
     char blocker_key[SHMB_KEY_MAX_LEN + 1];
     uint64_t blocker_pins, blocker_readers;
     char blocker_state[16];
+    /* Added after the first release (0.1.0): see shmb_stats_sized. */
+    uint64_t expired_allocs, lease_expiries, noreply_errors;
 } shmb_stats_t;
+
+/* One object of a shmb_list, as the daemon lists it. */
+typedef struct shmb_object_info {
+    const char *key; /* UTF-8, NUL-terminated; owned by the list */
+    uint64_t offset, size;
+    uint64_t pins;    /* readers holding it now */
+    uint64_t readers; /* reads it still awaits */
+    uint64_t age_ms;  /* since it was allocated */
+    char state[16];   /* "pending", "committed", ... */
+} shmb_object_info_t;
+
+/* What shmb_list returns: objects[0..count), oldest first. */
+typedef struct shmb_list {
+    size_t count;
+    int truncated; /* more objects matched than the list holds */
+    shmb_object_info_t *objects;
+} shmb_list_t;
+
+/* One connection of a shmb_clients. */
+typedef struct shmb_client_info {
+    int64_t pid, uid, gid;
+    const char *name; /* as the client said at hello, "" without; owned by the list */
+    char mode[4];     /* "rw" or "ro" */
+    uint64_t pins, pending, bytes_pinned;
+    uint64_t connected_unix; /* seconds since the epoch */
+    int self;                /* this handle's own connection */
+} shmb_client_info_t;
+
+/* What shmb_clients returns: clients[0..count). */
+typedef struct shmb_clients {
+    size_t count;
+    shmb_client_info_t *clients;
+} shmb_clients_t;
 
 /* A new, unconnected handle; NULL when out of memory. */
 shmb_t *shmb_new(void);
@@ -191,8 +226,33 @@ int shmb_delete(shmb_t *c, const char *key);
 /* 1 when key is committed, 0 when not, or a negative errno. */
 int shmb_contains(shmb_t *c, const char *key);
 
-/* Occupancy figures. */
+/* Occupancy figures and counters, in out (size: sizeof(*out)). A program
+ * built against an older shmbroker.h passes a smaller shmb_stats_t: the
+ * library fills only the fields that fit in size bytes, and refuses with
+ * -EINVAL a size smaller than the first release's struct. */
+int shmb_stats_sized(shmb_t *c, shmb_stats_t *out, size_t size);
+
+/* The first release's call, kept for programs built against it: fills the
+ * fields before expired_allocs. Programs built against this header call
+ * shmb_stats_sized through the macro, and get every field. */
 int shmb_stats(shmb_t *c, shmb_stats_t *out);
+#define shmb_stats(c, out) shmb_stats_sized((c), (out), sizeof(*(out)))
+
+/* The stats reply as the daemon sent it, without its "id": one line of JSON
+ * (PROTOCOL.md, "stats"), malloc'ed in *json, caller frees. For tools that
+ * pass it on untouched. */
+int shmb_stats_json(shmb_t *c, char **json);
+
+/* The objects whose key starts with prefix (NULL or "": all), oldest first,
+ * at most limit of them (1 to 100000; 0: the daemon's default, 1000). *out
+ * gets the list (free it with shmb_list_free), NULL on failure. */
+int shmb_list(shmb_t *c, const char *prefix, size_t limit, shmb_list_t **out);
+void shmb_list_free(shmb_list_t *list);
+
+/* Every connection to the daemon, this one included (self). *out gets the
+ * list (free it with shmb_clients_free), NULL on failure. */
+int shmb_clients(shmb_t *c, shmb_clients_t **out);
+void shmb_clients_free(shmb_clients_t *clients);
 
 /* Send one raw JSON request (an object, without the trailing newline and
  * without "noreply": true) and receive the raw reply line in *reply

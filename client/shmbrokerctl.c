@@ -1,12 +1,11 @@
 /*
  * shmbrokerctl: look inside a running shmbrokerd and move files in and out of
- * it. A client of libshmbroker like any other; it has no protocol code of
- * its own.
+ * it. A client of libshmbroker like any other: a table of commands, each of
+ * which only formats what the library returns; it reads no wire field.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include "../proto/protocol.h"
 #include "../proto/text.h"
 #include "shmbroker.h"
+#include "report.h"
 
 #define EXIT_ERROR_REPLY 1
 #define EXIT_USAGE 2
@@ -28,27 +28,30 @@
 #define EXIT_CANT_CREATE 73 /* EX_CANTCREAT: the output file cannot be created */
 #define EXIT_IO_ERROR 74   /* EX_IOERR: reading or writing a file failed */
 
-static void usage(FILE *out)
-{
-    fprintf(
-        out,
-        "Usage: shmbrokerctl [--socket PATH] COMMAND [ARG]...\n"
-        "\n"
-        "Commands:\n"
-        "  status [--json | --prometheus | --watch SECONDS]\n"
-        "                         occupancy, clients and counters of the daemon\n"
-        "  ls [PREFIX]            objects, oldest first\n"
-        "  clients                connections: pid, uid, name, pins, pending, since\n"
-        "  put KEY FILE|-         store a file (or standard input) under KEY\n"
-        "  get KEY [FILE|-]       write KEY's bytes to FILE (default: standard output)\n"
-        "  rm KEY                 delete KEY\n"
-        "\n"
-        "The socket defaults to $%s, else %s.\n"
-        "Exit status: 0 success, 1 the daemon refused, 2 usage, 66 input file cannot be\n"
-        "opened, 69 daemon unreachable, 73 output file cannot be created, 74 file I/O error.\n"
-        "Put '--' before a key that starts with '-'.\n",
-        SHMB_SOCKET_ENV, SHMB_DEFAULT_SOCKET);
-}
+/* What the command line asked for, as the handlers need it. */
+struct ctl {
+    const char *socket_path;
+    int json, prometheus;  /* status --json, --prometheus */
+    unsigned long watch;   /* status --watch SECONDS, 0 without */
+    char **args;           /* the command's arguments, after any "--" */
+    int nargs;
+    char *put_data;        /* put's input, read before connecting */
+    size_t put_len;
+};
+
+/* One command of the ctl, as tmux's cmd_entry: a row of ctl_cmds below. */
+struct ctl_cmd {
+    const char *name;
+    int min_args, max_args;
+    /* Before connecting: parse the command's own options (status), or check
+     * its arguments and read its input (0, or the exit status). */
+    int (*options)(struct ctl *ctl, int argc, char **argv);
+    int (*prepare)(struct ctl *ctl);
+    int (*run)(shmb_t *c, struct ctl *ctl); /* the exit status */
+    const char *usage, *help;
+};
+
+static void usage(FILE *out);
 
 /* The socket the ctl talks to, for messages. */
 static const char *ctl_socket;
@@ -107,56 +110,70 @@ static const char *format_uptime(unsigned long long s, char *buf, size_t len)
     return buf;
 }
 
-/* The stats in Prometheus's text exposition format, one metric per figure. */
+/* The stats in Prometheus's text exposition format, one metric per figure:
+ * the gauges below, then every counter of proto/stats.def. */
 static int print_prometheus(shmb_t *c)
 {
     static const struct {
-        const char *field, *metric, *type, *help;
+        enum shmb_stat_id field;
+        const char *metric, *type, *help;
     } gauges[] = {
-        {"size", "shmbroker_segment_bytes", "gauge",
+        {SHMB_STAT_SIZE, "shmbroker_segment_bytes", "gauge",
          "Size of the segment, header included."},
-        {"data_size", "shmbroker_data_bytes", "gauge", "Bytes of the data area."},
-        {"used", "shmbroker_used_bytes", "gauge",
+        {SHMB_STAT_DATA_SIZE, "shmbroker_data_bytes", "gauge", "Bytes of the data area."},
+        {SHMB_STAT_USED, "shmbroker_used_bytes", "gauge",
          "Bytes in use (objects, headers, gaps)."},
-        {"free", "shmbroker_free_bytes", "gauge", "Bytes free in the data area."},
-        {"objects", "shmbroker_objects", "gauge", "Committed objects."},
-        {"pending", "shmbroker_pending_objects", "gauge",
+        {SHMB_STAT_FREE, "shmbroker_free_bytes", "gauge", "Bytes free in the data area."},
+        {SHMB_STAT_OBJECTS, "shmbroker_objects", "gauge", "Committed objects."},
+        {SHMB_STAT_PENDING, "shmbroker_pending_objects", "gauge",
          "Allocations not yet committed."},
-        {"pinned", "shmbroker_pinned_objects", "gauge", "Objects pinned by a reader."},
-        {"clients", "shmbroker_clients", "gauge", "Connected clients."},
-        {"max_object_size", "shmbroker_max_object_bytes", "gauge",
+        {SHMB_STAT_PINNED, "shmbroker_pinned_objects", "gauge",
+         "Objects pinned by a reader."},
+        {SHMB_STAT_CLIENTS, "shmbroker_clients", "gauge", "Connected clients."},
+        {SHMB_STAT_MAX_OBJECT_SIZE, "shmbroker_max_object_bytes", "gauge",
          "Largest object allowed."},
-        {"shm_dir_free", "shmbroker_shm_dir_free_bytes", "gauge",
+        {SHMB_STAT_SHM_DIR_FREE, "shmbroker_shm_dir_free_bytes", "gauge",
          "Bytes free in the shared-memory directory."},
-        {"uptime_s", "shmbroker_uptime_seconds", "gauge",
+        {SHMB_STAT_UPTIME_S, "shmbroker_uptime_seconds", "gauge",
          "Seconds since the daemon started."},
     };
-    json_t *reply, *counters, *value;
-    const char *name;
-    char *raw = NULL;
+    shmb_stats_t st;
     size_t i;
 
-    if (shmb_request(c, "{\"op\":\"stats\"}", &raw) < 0)
+    if (shmb_stats(c, &st) < 0)
         return fail(c);
-    reply = json_loads(raw, 0, NULL);
-    free(raw);
     for (i = 0; i < sizeof(gauges) / sizeof(gauges[0]); i++) {
         printf("# HELP %s %s\n# TYPE %s %s\n%s %lld\n", gauges[i].metric, gauges[i].help,
                gauges[i].metric, gauges[i].type, gauges[i].metric,
-               json_integer_value(json_object_get(reply, gauges[i].field)));
+               (long long)shmb_stats_number(&st, gauges[i].field));
     }
-    counters = json_object_get(reply, "counters");
-    json_object_foreach(counters, name, value)
-    {
+    for (i = 0; i < SHMB_STAT_COUNT; i++) {
+        const char *name = shmb_stat_fields[i].name;
+
+        if (shmb_stat_fields[i].kind != SHMB_STATK_COUNTER)
+            continue;
         printf("# HELP shmbroker_%s_total Count of %s since the daemon started.\n"
                "# TYPE shmbroker_%s_total counter\nshmbroker_%s_total %lld\n",
-               name, name, name, name, json_integer_value(value));
+               name, name, name, name,
+               (long long)shmb_stats_number(&st, (enum shmb_stat_id)i));
     }
-    json_decref(reply);
     return 0;
 }
 
-static int cmd_status(shmb_t *c, const char *socket_path, int json, int prometheus)
+/* The daemon's stats reply as it sent it (without the request's id). */
+static int print_json(shmb_t *c)
+{
+    char *reply = NULL;
+
+    if (shmb_stats_json(c, &reply) < 0)
+        return fail(c);
+    printf("%s\n", reply);
+    free(reply);
+    return 0;
+}
+
+/* status, plain: one view of the figures. */
+static int print_status(shmb_t *c, const char *socket_path)
 {
     static char e[4][ESC_MAX];
     shmb_stats_t st;
@@ -164,17 +181,6 @@ static int cmd_status(shmb_t *c, const char *socket_path, int json, int promethe
     double pct;
     int i, filled;
 
-    if (json) {
-        char *reply = NULL;
-
-        if (shmb_request(c, "{\"op\":\"stats\"}", &reply) < 0)
-            return fail(c);
-        printf("%s\n", reply);
-        free(reply);
-        return 0;
-    }
-    if (prometheus)
-        return print_prometheus(c);
     if (shmb_stats(c, &st) < 0)
         return fail(c);
     pct = st.data_size ? 100.0 * (double)st.used / (double)st.data_size : 0.0;
@@ -215,83 +221,127 @@ static int cmd_status(shmb_t *c, const char *socket_path, int json, int promethe
     return 0;
 }
 
-static int cmd_clients(shmb_t *c)
+/* status --watch: redraw in place on a terminal; elsewhere (a pipe, a file)
+ * append one view after another, without terminal codes. Until interrupted
+ * or the daemon goes away (exit 69). */
+static int watch_status(shmb_t *c, const struct ctl *ctl)
 {
-    json_t *reply, *list, *item;
-    char *raw = NULL, since[32], pinned[32], name[ESC_MAX], mode[ESC_MAX];
+    int tty = isatty(STDOUT_FILENO), rc;
+
+    for (;;) {
+        if (tty)
+            printf("\033[H\033[2J");
+        rc = print_status(c, ctl->socket_path);
+        if (rc != 0)
+            break;
+        printf(tty ? "\n(every %lus; Ctrl-C to stop)\n" : "\n", ctl->watch);
+        fflush(stdout);
+        sleep((unsigned)ctl->watch);
+    }
+    fflush(stdout);
+    return rc;
+}
+
+static int cmd_status(shmb_t *c, struct ctl *ctl)
+{
+    if (ctl->watch != 0)
+        return watch_status(c, ctl);
+    if (ctl->json)
+        return print_json(c);
+    if (ctl->prometheus)
+        return print_prometheus(c);
+    return print_status(c, ctl->socket_path);
+}
+
+/* status's options, after the command: --json, --prometheus, --watch N. */
+static int status_options(struct ctl *ctl, int argc, char **argv)
+{
+    while (optind < argc && argv[optind][0] == '-') {
+        if (strcmp(argv[optind], "--json") == 0) {
+            ctl->json = 1;
+        } else if (strcmp(argv[optind], "--prometheus") == 0) {
+            ctl->prometheus = 1;
+        } else if (strcmp(argv[optind], "--watch") == 0 && optind + 1 < argc) {
+            char *end;
+
+            ctl->watch = strtoul(argv[++optind], &end, 10);
+            if (*end != '\0' || ctl->watch == 0 || ctl->watch > 86400) {
+                fprintf(stderr,
+                        "shmbrokerctl: --watch takes whole seconds from 1 to 86400\n");
+                return EXIT_USAGE;
+            }
+        } else {
+            fprintf(stderr, "shmbrokerctl: unknown status option %s\n", argv[optind]);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+        optind++;
+    }
+    if (ctl->json + ctl->prometheus + (ctl->watch != 0) > 1) {
+        fprintf(stderr, "shmbrokerctl: choose one of --json, --prometheus and --watch\n");
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+static int cmd_clients(shmb_t *c, struct ctl *ctl)
+{
+    shmb_clients_t *list = NULL;
+    char since[32], pinned[32], name[ESC_MAX], mode[ESC_MAX];
     size_t i;
 
-    if (shmb_request(c, "{\"op\":\"clients\"}", &raw) < 0)
+    (void)ctl;
+    if (shmb_clients(c, &list) < 0)
         return fail(c);
-    reply = json_loads(raw, 0, NULL);
-    free(raw);
-    list = json_object_get(reply, "clients");
     printf("%8s %6s %-20s %-4s %7s %7s %10s  %s\n", "PID", "UID", "NAME", "MODE", "PINS",
            "PENDING", "PINNED", "CONNECTED SINCE");
-    json_array_foreach(list, i, item)
-    {
-        time_t t = (time_t)json_integer_value(json_object_get(item, "connected_unix"));
+    for (i = 0; i < list->count; i++) {
+        const shmb_client_info_t *cl = &list->clients[i];
+        time_t t = (time_t)cl->connected_unix;
         struct tm tm;
 
         localtime_r(&t, &tm);
         strftime(since, sizeof(since), "%Y-%m-%d %H:%M:%S", &tm);
-        esc(json_string_value(json_object_get(item, "name")), name, sizeof(name));
+        esc(cl->name, name, sizeof(name));
         /* At most 20 bytes of the name, cut on a character boundary. */
-        printf("%8lld %6lld %-20.*s %-4s %7lld %7lld %10s  %s%s\n",
-               json_integer_value(json_object_get(item, "pid")),
-               json_integer_value(json_object_get(item, "uid")),
-               (int)shmb_utf8_cut(name, strlen(name), 20), name,
-               esc(json_string_value(json_object_get(item, "mode")), mode, sizeof(mode)),
-               json_integer_value(json_object_get(item, "pins")),
-               json_integer_value(json_object_get(item, "pending")),
-               shmb_format_bytes((unsigned long long)json_integer_value(
-                                     json_object_get(item, "bytes_pinned")),
-                                 pinned, sizeof(pinned)),
-               since,
-               json_is_true(json_object_get(item, "self")) ? " (this command)" : "");
+        printf("%8lld %6lld %-20.*s %-4s %7lld %7lld %10s  %s%s\n", (long long)cl->pid,
+               (long long)cl->uid, (int)shmb_utf8_cut(name, strlen(name), 20), name,
+               esc(cl->mode, mode, sizeof(mode)), (long long)cl->pins,
+               (long long)cl->pending,
+               shmb_format_bytes((unsigned long long)cl->bytes_pinned, pinned,
+                                 sizeof(pinned)),
+               since, cl->self ? " (this command)" : "");
     }
-    json_decref(reply);
+    shmb_clients_free(list);
     return 0;
 }
 
-static int cmd_ls(shmb_t *c, const char *prefix)
+static int cmd_ls(shmb_t *c, struct ctl *ctl)
 {
-    json_t *req, *reply, *objects, *item;
-    char *line, *raw = NULL, key[ESC_MAX], state[ESC_MAX];
+    const char *prefix = ctl->nargs ? ctl->args[0] : "";
+    shmb_list_t *list = NULL;
+    char key[ESC_MAX], state[ESC_MAX];
     size_t i;
-    int rc;
 
-    req = json_pack("{s:s, s:s, s:i}", "op", "list", "prefix", prefix ? prefix : "",
-                    "limit", SHMB_LIST_MAX_LIMIT);
-    line = req ? json_dumps(req, JSON_COMPACT) : NULL;
-    json_decref(req);
-    if (line == NULL) {
+    if (shmb_utf8_invalid_at(prefix, strlen(prefix)) < strlen(prefix)) {
         fprintf(stderr, "shmbrokerctl: EINVAL: the prefix must be valid UTF-8\n");
         return EXIT_USAGE;
     }
-    rc = shmb_request(c, line, &raw);
-    free(line);
-    if (rc < 0)
+    if (shmb_list(c, prefix, SHMB_LIST_MAX_LIMIT, &list) < 0)
         return fail(c);
-    reply = json_loads(raw, 0, NULL);
-    free(raw);
-    objects = json_object_get(reply, "objects");
     printf("%-32s %12s %5s %7s %-9s %10s %12s\n", "KEY", "SIZE", "PINS", "READERS",
            "STATE", "AGE_MS", "OFFSET");
-    json_array_foreach(objects, i, item)
-    {
+    for (i = 0; i < list->count; i++) {
+        const shmb_object_info_t *o = &list->objects[i];
+
         printf("%-32s %12lld %5lld %7lld %-9s %10lld %12lld\n",
-               esc(json_string_value(json_object_get(item, "key")), key, sizeof(key)),
-               json_integer_value(json_object_get(item, "size")),
-               json_integer_value(json_object_get(item, "pins")),
-               json_integer_value(json_object_get(item, "readers")),
-               esc(json_string_value(json_object_get(item, "state")), state, sizeof(state)),
-               json_integer_value(json_object_get(item, "age_ms")),
-               json_integer_value(json_object_get(item, "offset")));
+               esc(o->key, key, sizeof(key)), (long long)o->size, (long long)o->pins,
+               (long long)o->readers, esc(o->state, state, sizeof(state)),
+               (long long)o->age_ms, (long long)o->offset);
     }
-    if (json_is_true(json_object_get(reply, "truncated")))
+    if (list->truncated)
         printf("(more objects not shown; narrow the prefix)\n");
-    json_decref(reply);
+    shmb_list_free(list);
     return 0;
 }
 
@@ -334,30 +384,29 @@ static int read_all(int fd, char **out, size_t *len)
     return 0;
 }
 
-/* Read the input of put (a file, or standard input for "-") into *data
- * (malloc'ed, caller frees) before connecting: a file that cannot be read
- * needs no daemon. 0 or the exit status. */
-static int put_input(const char *file, char **data, size_t *len)
+/* Read the input of put (a file, or standard input for "-") into
+ * ctl->put_data (malloc'ed; main frees it) before connecting: a file that
+ * cannot be read needs no daemon. 0 or the exit status. */
+static int put_input(struct ctl *ctl)
 {
+    const char *file = ctl->args[1];
     int fd = strcmp(file, "-") == 0 ? STDIN_FILENO : open(file, O_RDONLY | O_CLOEXEC);
     int rc;
 
-    *data = NULL;
-    *len = 0;
     if (fd < 0) {
         fprintf(stderr, "shmbrokerctl: cannot open %s: %s\n", file, strerror(errno));
         return EXIT_NO_INPUT;
     }
-    rc = read_all(fd, data, len);
+    rc = read_all(fd, &ctl->put_data, &ctl->put_len);
     if (fd != STDIN_FILENO)
         close(fd);
     if (rc < 0) {
         fprintf(stderr, "shmbrokerctl: cannot read %s: %s\n", file, strerror(-rc));
         return EXIT_IO_ERROR;
     }
-    if (*len == 0) {
-        free(*data);
-        *data = NULL;
+    if (ctl->put_len == 0) {
+        free(ctl->put_data);
+        ctl->put_data = NULL;
         fprintf(stderr, "shmbrokerctl: %s is empty; objects hold at least 1 byte\n",
                 file);
         return EXIT_USAGE;
@@ -365,9 +414,28 @@ static int put_input(const char *file, char **data, size_t *len)
     return 0;
 }
 
-static int cmd_put(shmb_t *c, const char *key, const char *data, size_t len)
+/* Keys are checked before connecting: a key the ctl refuses is a usage
+ * error, not the daemon's refusal. put reads its input then too. */
+static int key_prepare(struct ctl *ctl)
 {
-    return shmb_put(c, key, data, len, 0) < 0 ? fail(c) : 0;
+    return check_key_arg(ctl->args[0]);
+}
+
+static int put_prepare(struct ctl *ctl)
+{
+    int rc = key_prepare(ctl);
+
+    return rc != 0 ? rc : put_input(ctl);
+}
+
+static int cmd_put(shmb_t *c, struct ctl *ctl)
+{
+    return shmb_put(c, ctl->args[0], ctl->put_data, ctl->put_len, 0) < 0 ? fail(c) : 0;
+}
+
+static int cmd_rm(shmb_t *c, struct ctl *ctl)
+{
+    return shmb_delete(c, ctl->args[0]) < 0 ? fail(c) : 0;
 }
 
 /* Write len bytes to fd. */
@@ -386,8 +454,9 @@ static int write_all(int fd, const char *p, size_t len)
     return 0;
 }
 
-static int cmd_get(shmb_t *c, const char *key, const char *file)
+static int cmd_get(shmb_t *c, struct ctl *ctl)
 {
+    const char *key = ctl->args[0], *file = ctl->nargs == 2 ? ctl->args[1] : NULL;
     const void *p;
     size_t len;
     int fd, rc;
@@ -414,6 +483,83 @@ static int cmd_get(shmb_t *c, const char *key, const char *file)
     return 0;
 }
 
+/* The commands, in the order usage lists them. */
+static const struct ctl_cmd ctl_cmds[] = {
+    {"status", 0, 0, status_options, NULL, cmd_status,
+     "status [--json | --prometheus | --watch SECONDS]",
+     "occupancy, clients and counters of the daemon"},
+    {"ls", 0, 1, NULL, NULL, cmd_ls, "ls [PREFIX]", "objects, oldest first"},
+    {"clients", 0, 0, NULL, NULL, cmd_clients, "clients",
+     "connections: pid, uid, name, pins, pending, since"},
+    {"put", 2, 2, NULL, put_prepare, cmd_put, "put KEY FILE|-",
+     "store a file (or standard input) under KEY"},
+    {"get", 1, 2, NULL, key_prepare, cmd_get, "get KEY [FILE|-]",
+     "write KEY's bytes to FILE (default: standard output)"},
+    {"rm", 1, 1, NULL, key_prepare, cmd_rm, "rm KEY", "delete KEY"},
+};
+
+/* The command table's usage and help lines, aligned as one table. */
+static void usage(FILE *out)
+{
+    size_t i;
+
+    fprintf(out, "Usage: shmbrokerctl [--socket PATH] COMMAND [ARG]...\n\nCommands:\n");
+    for (i = 0; i < sizeof(ctl_cmds) / sizeof(ctl_cmds[0]); i++) {
+        if (strlen(ctl_cmds[i].usage) < 23)
+            fprintf(out, "  %-23s%s\n", ctl_cmds[i].usage, ctl_cmds[i].help);
+        else
+            fprintf(out, "  %s\n%25s%s\n", ctl_cmds[i].usage, "", ctl_cmds[i].help);
+    }
+    fprintf(
+        out,
+        "\n"
+        "The socket defaults to $%s, else %s.\n"
+        "Exit status: 0 success, 1 the daemon refused, 2 usage, 66 input file cannot be\n"
+        "opened, 69 daemon unreachable, 73 output file cannot be created, 74 file I/O error.\n"
+        "Put '--' before a key that starts with '-'.\n",
+        SHMB_SOCKET_ENV, SHMB_DEFAULT_SOCKET);
+}
+
+/* The row of the command called name, or NULL. */
+static const struct ctl_cmd *find_cmd(const char *name)
+{
+    size_t i;
+
+    for (i = 0; i < sizeof(ctl_cmds) / sizeof(ctl_cmds[0]); i++)
+        if (strcmp(ctl_cmds[i].name, name) == 0)
+            return &ctl_cmds[i];
+    return NULL;
+}
+
+/* Connect as shmbrokerctl; on failure print why and return the exit status
+ * (69 when no daemon can be reached there), else 0 with *out. */
+static int ctl_connect(const char *socket_path, shmb_t **out)
+{
+    static char msg[SHMB_ESCAPED_MAX(1024)];
+    shmb_t *c = shmb_new();
+    int rc;
+
+    *out = NULL;
+    if (c == NULL) {
+        fprintf(stderr, "shmbrokerctl: out of memory\n");
+        return EXIT_ERROR_REPLY;
+    }
+    /* Tools map the segment lazily: prefaulting is for workers' hot paths. */
+    shmb_set_populate(c, 0);
+    if (shmb_connect(c, socket_path, "shmbrokerctl") < 0) {
+        fprintf(stderr, "shmbrokerctl: %s\n", esc(shmb_errmsg(c), msg, sizeof(msg)));
+        rc = shmb_errcode(c) == -ECONNREFUSED || shmb_errcode(c) == -ENOENT ||
+                     shmb_errcode(c) == -EACCES || shmb_errcode(c) == -ENOTDIR ||
+                     shmb_errcode(c) == -ECONNRESET || shmb_errcode(c) == -ENAMETOOLONG
+                 ? EXIT_UNAVAILABLE
+                 : EXIT_ERROR_REPLY;
+        shmb_close(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option options[] = {
@@ -422,17 +568,17 @@ int main(int argc, char **argv)
         {"json", no_argument, NULL, 'j'},
         {NULL, 0, NULL, 0},
     };
-    const char *socket_path = NULL, *cmd;
-    char *put_data = NULL;
-    size_t put_len = 0;
-    int opt, json = 0, prometheus = 0, rc, nargs;
-    unsigned long watch = 0;
+    struct ctl ctl;
+    const struct ctl_cmd *cmd;
+    const char *name;
+    int opt, rc;
     shmb_t *c;
 
+    memset(&ctl, 0, sizeof(ctl));
     while ((opt = getopt_long(argc, argv, "+s:h", options, NULL)) != -1) {
         switch (opt) {
         case 's':
-            socket_path = optarg;
+            ctl.socket_path = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -446,105 +592,27 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
-    cmd = argv[optind++];
-    while (strcmp(cmd, "status") == 0 && optind < argc && argv[optind][0] == '-') {
-        if (strcmp(argv[optind], "--json") == 0) {
-            json = 1;
-        } else if (strcmp(argv[optind], "--prometheus") == 0) {
-            prometheus = 1;
-        } else if (strcmp(argv[optind], "--watch") == 0 && optind + 1 < argc) {
-            char *end;
-
-            watch = strtoul(argv[++optind], &end, 10);
-            if (*end != '\0' || watch == 0 || watch > 86400) {
-                fprintf(stderr,
-                        "shmbrokerctl: --watch takes whole seconds from 1 to 86400\n");
-                return EXIT_USAGE;
-            }
-        } else {
-            fprintf(stderr, "shmbrokerctl: unknown status option %s\n", argv[optind]);
-            usage(stderr);
-            return EXIT_USAGE;
-        }
-        optind++;
-    }
-    if (json + prometheus + (watch != 0) > 1) {
-        fprintf(stderr, "shmbrokerctl: choose one of --json, --prometheus and --watch\n");
-        return EXIT_USAGE;
-    }
+    name = argv[optind++];
+    cmd = find_cmd(name);
+    if (cmd != NULL && cmd->options != NULL && (rc = cmd->options(&ctl, argc, argv)) != 0)
+        return rc;
     /* "--" ends the options, so that a key may start with '-'. */
     if (optind < argc && strcmp(argv[optind], "--") == 0)
         optind++;
-    nargs = argc - optind;
-    if (!((strcmp(cmd, "status") == 0 && nargs == 0) ||
-          (strcmp(cmd, "ls") == 0 && nargs <= 1) ||
-          (strcmp(cmd, "clients") == 0 && nargs == 0) ||
-          (strcmp(cmd, "put") == 0 && nargs == 2) ||
-          (strcmp(cmd, "get") == 0 && (nargs == 1 || nargs == 2)) ||
-          (strcmp(cmd, "rm") == 0 && nargs == 1))) {
-        fprintf(stderr, "shmbrokerctl: wrong command or arguments: %s\n", cmd);
+    ctl.args = argv + optind;
+    ctl.nargs = argc - optind;
+    if (cmd == NULL || ctl.nargs < cmd->min_args || ctl.nargs > cmd->max_args) {
+        fprintf(stderr, "shmbrokerctl: wrong command or arguments: %s\n", name);
         usage(stderr);
         return EXIT_USAGE;
     }
-    /* Keys are checked here, before connecting: a key the ctl refuses is a
-     * usage error, not the daemon's refusal. */
-    if ((strcmp(cmd, "put") == 0 || strcmp(cmd, "get") == 0 || strcmp(cmd, "rm") == 0) &&
-        (rc = check_key_arg(argv[optind])) != 0)
+    if (cmd->prepare != NULL && (rc = cmd->prepare(&ctl)) != 0)
         return rc;
-    if (strcmp(cmd, "put") == 0 && (rc = put_input(argv[optind + 1], &put_data, &put_len)) != 0)
-        return rc;
-    ctl_socket = socket_path;
-    c = shmb_new();
-    if (c == NULL) {
-        fprintf(stderr, "shmbrokerctl: out of memory\n");
-        free(put_data);
-        return EXIT_ERROR_REPLY;
-    }
-    /* Tools map the segment lazily: prefaulting is for workers' hot paths. */
-    shmb_set_populate(c, 0);
-    if (shmb_connect(c, socket_path, "shmbrokerctl") < 0) {
-        static char msg[SHMB_ESCAPED_MAX(1024)];
-
-        fprintf(stderr, "shmbrokerctl: %s\n", esc(shmb_errmsg(c), msg, sizeof(msg)));
-        rc = shmb_errcode(c) == -ECONNREFUSED || shmb_errcode(c) == -ENOENT ||
-                     shmb_errcode(c) == -EACCES || shmb_errcode(c) == -ENOTDIR ||
-                     shmb_errcode(c) == -ECONNRESET || shmb_errcode(c) == -ENAMETOOLONG
-                 ? EXIT_UNAVAILABLE
-                 : EXIT_ERROR_REPLY;
+    ctl_socket = ctl.socket_path;
+    if ((rc = ctl_connect(ctl.socket_path, &c)) == 0) {
+        rc = cmd->run(c, &ctl);
         shmb_close(c);
-        free(put_data);
-        return rc;
     }
-    if (strcmp(cmd, "status") == 0 && watch != 0) {
-        /* Redraw in place on a terminal; elsewhere (a pipe, a file) append
-         * one view after another, without terminal codes. Until interrupted
-         * or the daemon goes away (exit 69). */
-        int tty = isatty(STDOUT_FILENO);
-
-        for (;;) {
-            if (tty)
-                printf("\033[H\033[2J");
-            rc = cmd_status(c, socket_path, 0, 0);
-            if (rc != 0)
-                break;
-            printf(tty ? "\n(every %lus; Ctrl-C to stop)\n" : "\n", watch);
-            fflush(stdout);
-            sleep((unsigned)watch);
-        }
-        fflush(stdout);
-    } else if (strcmp(cmd, "status") == 0)
-        rc = cmd_status(c, socket_path, json, prometheus);
-    else if (strcmp(cmd, "ls") == 0)
-        rc = cmd_ls(c, nargs ? argv[optind] : NULL);
-    else if (strcmp(cmd, "clients") == 0)
-        rc = cmd_clients(c);
-    else if (strcmp(cmd, "put") == 0)
-        rc = cmd_put(c, argv[optind], put_data, put_len);
-    else if (strcmp(cmd, "get") == 0)
-        rc = cmd_get(c, argv[optind], nargs == 2 ? argv[optind + 1] : NULL);
-    else
-        rc = shmb_delete(c, argv[optind]) < 0 ? fail(c) : 0;
-    shmb_close(c);
-    free(put_data);
+    free(ctl.put_data);
     return rc;
 }

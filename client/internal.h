@@ -1,0 +1,150 @@
+/*
+ * What the library's files share and its users never see: the handle's
+ * insides and the call machinery of client.c, which objects.c, many.c and
+ * report.c build on. Not installed; every name here is local to the
+ * libraries (the .so's version script, the .a's symbol filter).
+ */
+#ifndef SHMB_CLIENT_INTERNAL_H
+#define SHMB_CLIENT_INTERNAL_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../proto/error.h"
+#include "../proto/line.h"
+#include "../proto/protocol.h"
+#include "shmbroker.h"
+
+/* A handle: one connection to shmbrokerd and its mapping of the segment. */
+struct shmb {
+    int sock;           /* -1 when not connected */
+    int seg_fd;         /* the descriptor hello passed, until it is mapped */
+    unsigned char *map; /* the segment mapping, NULL before */
+    size_t map_size;
+    dev_t map_dev; /* the mapped file, to recognise it after a restart */
+    ino_t map_ino;
+    int populate;
+    int read_only;
+    unsigned alloc_wait_ms;
+    char path[108]; /* where shmb_connect found the daemon */
+    char name[SHMB_NAME_MAX + 1];
+    shmb_info_t info;
+    struct shmb_error err;
+    char *rbuf; /* bytes received, not yet a whole reply */
+    size_t rlen, rcap;
+    struct line w; /* the request lines being sent, reused */
+    uint64_t last_id;  /* the "id" of the last request sent; never reused */
+    bool noreply_sent; /* requests without a reply went out since the last reply */
+    /* Misuse guards, checked on entry to every call (client_enter): the
+     * process's fork count when this handle connected (the connection is
+     * that process's), the pid that connected, and whether a call runs. */
+    atomic_ulong forks;
+    atomic_int pid;
+    atomic_bool busy;
+};
+
+/* The start of every call that uses the connection or the handle's buffers:
+ * refuse it in a process that did not connect the handle (a child of
+ * fork() shares the parent's socket, and the two would take each other's
+ * replies), and while another call runs on the handle (another thread's: a
+ * handle serves one call at a time). Nothing is sent and the handle is not
+ * touched then. An atomic exchange and two loads: nothing next to a round
+ * trip. */
+int client_enter(shmb_t *c);
+
+/* The end of a call client_enter let in. */
+void client_leave(shmb_t *c);
+
+/* Receive until the buffer holds one whole line; returns its length (without
+ * the '\n'), which the caller consumes with client_consume. */
+int client_read_line(shmb_t *c, size_t *line_len);
+
+/* Drop the first line (and its '\n') from the receive buffer. */
+void client_consume(shmb_t *c, size_t line_len);
+
+/* Send the bytes of c->w. */
+int client_send(shmb_t *c);
+
+/* The "id" of the next request: a per-handle counter, never 0 and never
+ * reused, even across reconnects, so that a late reply cannot match. */
+uint64_t client_next_id(shmb_t *c);
+
+/* An id as text for a message: id_json when not NULL, else the integer id;
+ * "none" when has is false. */
+const char *client_id_text(const json_t *id_json, uint64_t id, bool has, char *buf,
+                           size_t len);
+
+/* The reply at the head of the buffer (len bytes) does not answer the
+ * request just sent: its "id" is another's, or it has none (the daemon
+ * answers a line it cannot parse without one, even one that said noreply).
+ * Taking it would hand one call's reply to another, say another object's
+ * offset to an alloc. So the connection is reset, as a disconnect does. */
+int client_out_of_step(shmb_t *c, const char *want, const char *got, size_t len);
+
+/* Decode the reply line (len bytes) at the head of the buffer after checking
+ * that it answers the request (want or id, as client_id_matches). first: the
+ * connection's first request (hello), which a refusal at connect time answers
+ * without an id (nothing else was sent, so nothing can be confused). 0 with
+ * *reply owned by the caller (when reply is not NULL), the reply's error, or
+ * -ECONNRESET when the reply is out of step. */
+int client_decode(shmb_t *c, size_t len, const json_t *want, uint64_t id, bool first,
+                  json_t **reply);
+
+/* Send request (the library keeps no reference; NULL, a request that could
+ * not be built, is refused with -EINVAL) and wait for its reply: 0 with
+ * *reply owned by the caller (when reply is not NULL), or the error. The
+ * request gets the next id unless it has its own; the reply must carry it. */
+int client_call(shmb_t *c, json_t *request, json_t **reply);
+
+/* Check a key before anything goes on the wire: the same check, code and
+ * words as the daemon's (proto/text.c), for every call that takes a key. */
+int client_check_key(shmb_t *c, const char *key);
+
+/* Check the n keys of a _many call; the message names the first bad one's
+ * index. */
+int client_check_keys(shmb_t *c, size_t n, const char *const *keys);
+
+/* Refuse an object size the protocol cannot carry (its integers are signed
+ * 64-bit: 2^63 bytes or more would reach the daemon as a JSON error), with
+ * E2BIG and the daemon's words, before anything is sent. */
+int client_check_size(shmb_t *c, size_t size);
+
+/* Read an unsigned integer field of a reply. */
+int client_u64(shmb_t *c, const json_t *obj, const char *field, uint64_t *out);
+
+/* The fields of a success reply decoded by jansson (the slow path). */
+void client_reply_fields(const json_t *reply, struct line_reply *r);
+
+/* Send the lines in c->w (the last one a request whose id is id) and read
+ * its reply into r: the common success shapes are recognised by hand,
+ * anything else (errors) goes through jansson. 0 or the reply's error, its
+ * message in c->err; -ECONNRESET when the reply answers another request. */
+int client_exchange(shmb_t *c, uint64_t id, struct line_reply *r);
+
+/* Start a request {"op":"OP"[,"id":ID],"key":KEY in c->w; id 0 for a
+ * batch's element, which needs none. The caller checked the key. */
+int client_begin_key(shmb_t *c, enum shmb_op_id op, uint64_t id, const char *key);
+
+/* A pointer to [offset, offset + size) after checking it lies in the data
+ * area of the mapping: a confused daemon must not make us scribble. */
+int client_extent(shmb_t *c, const struct line_reply *r, size_t want, void **ptr,
+                  size_t *size);
+
+/* A request whose only field is the key; its reply's fields in r (may be
+ * NULL). */
+int client_key_op(shmb_t *c, enum shmb_op_id op, const char *key,
+                  struct line_reply *r);
+
+/* The alloc request for key, appended to c->w (without a newline); id 0 in a
+ * batch. */
+int client_alloc_op(shmb_t *c, uint64_t id, const char *key, size_t size,
+                    unsigned readers, unsigned wait_ms);
+
+/* The end of a call client_enter let in, passing its result on. */
+int client_done(shmb_t *c, int rc);
+
+#endif
