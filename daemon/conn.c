@@ -6,10 +6,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "../proto/alloc.h"
+#include "../proto/sock.h"
 #include "clock.h"
 #include "log.h"
 
@@ -259,35 +259,16 @@ static bool conn_unread_check(struct conn *conn, uint64_t now_ms)
  * arbitrary descriptor. Only safe while nothing else is queued. */
 static int conn_send_fd(struct conn *conn, int fd)
 {
-    union {
-        struct cmsghdr hdr;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } control;
-    struct iovec iov = {conn->out.buf, conn->out.len};
-    struct msghdr msg;
-    struct cmsghdr *cmsg;
     uv_os_fd_t sock;
     ssize_t n;
 
     if (uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe) != 0 ||
         uv_fileno((uv_handle_t *)&conn->pipe, &sock) != 0)
         return UV_EAGAIN;
-    memset(&msg, 0, sizeof(msg));
-    memset(&control, 0, sizeof(control));
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.buf;
-    msg.msg_controllen = sizeof(control.buf);
-    cmsg = CMSG_FIRSTHDR(&msg);
-    cmsg->cmsg_level = SOL_SOCKET;
-    cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-    do
-        n = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (n < 0 && errno == EINTR);
+    /* libuv's errors are negative errnos on Unix, as shmb_sock_send_fd's. */
+    n = shmb_sock_send_fd(sock, conn->out.buf, conn->out.len, fd);
     if (n < 0)
-        return uv_translate_sys_error(errno);
+        return (int)n;
     /* The descriptor travelled with the first byte; the rest, if the socket
      * took only part, goes the ordinary way. */
     if ((size_t)n < conn->out.len)

@@ -14,22 +14,20 @@
 #include <unistd.h>
 
 #include "../proto/protocol.h"
+#include "../proto/sock.h"
 #include "log.h"
 
 #define SERVER_BACKLOG 128
 
-/* Fill a sockaddr_un; -ENAMETOOLONG when path does not fit. */
+/* Fill a sockaddr_un; -ENAMETOOLONG, naming --socket, when path does not fit. */
 static int server_address(struct sockaddr_un *sun, const char *path,
                           struct shmb_error *err)
 {
-    memset(sun, 0, sizeof(*sun));
-    sun->sun_family = AF_UNIX;
-    if (strlen(path) >= sizeof(sun->sun_path))
+    if (shmb_sock_address(sun, path) < 0)
         return shmb_error_set(err, -ENAMETOOLONG,
                               "Socket path %s is longer than %zu bytes; choose a shorter "
                               "--socket.",
                               path, sizeof(sun->sun_path) - 1);
-    memcpy(sun->sun_path, path, strlen(path) + 1);
     return 0;
 }
 
