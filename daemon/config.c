@@ -44,6 +44,17 @@ enum config_opt {
     OPT_HELLO_TIMEOUT
 };
 
+/* The whole number text starts with (digits first: no sign, no space);
+ * *end points after it. -EINVAL or -ERANGE. */
+static int config_leading_number(const char *text, unsigned long long *value, char **end)
+{
+    if (text == NULL || text[0] < '0' || text[0] > '9')
+        return -EINVAL;
+    errno = 0;
+    *value = strtoull(text, end, 10);
+    return errno == ERANGE ? -ERANGE : 0;
+}
+
 /* Every long option; the --config file accepts the same names. */
 static const struct option config_option_table[] = {
     {"size", required_argument, NULL, OPT_SIZE},
@@ -89,13 +100,10 @@ int config_parse_size(const char *text, uint64_t *out)
     unsigned long long value;
     char *end;
     size_t i;
+    int rc;
 
-    if (text == NULL || text[0] < '0' || text[0] > '9')
-        return -EINVAL;
-    errno = 0;
-    value = strtoull(text, &end, 10);
-    if (errno == ERANGE)
-        return -ERANGE;
+    if ((rc = config_leading_number(text, &value, &end)) < 0)
+        return rc;
     for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
         if (strcmp(end, units[i].suffix) == 0) {
             if (units[i].shift && value > (UINT64_MAX >> units[i].shift))
@@ -112,13 +120,10 @@ int config_parse_duration(const char *text, uint64_t *out_ms)
     unsigned long long value;
     uint64_t scale;
     char *end;
+    int rc;
 
-    if (text == NULL || text[0] < '0' || text[0] > '9')
-        return -EINVAL;
-    errno = 0;
-    value = strtoull(text, &end, 10);
-    if (errno == ERANGE)
-        return -ERANGE;
+    if ((rc = config_leading_number(text, &value, &end)) < 0)
+        return rc;
     if (strcmp(end, "") == 0 || strcmp(end, "s") == 0)
         scale = 1000;
     else if (strcmp(end, "ms") == 0)
@@ -135,43 +140,52 @@ int config_parse_duration(const char *text, uint64_t *out_ms)
     return 0;
 }
 
-/* A user name or a numeric uid. */
-static int config_parse_uid(const char *text, uid_t *out)
+/* A user (user) or group name, or a numeric uid or gid below the (id_t)-1
+ * that means "none". -ENOENT when it is neither. */
+static int config_parse_id(const char *text, bool user, id_t *out)
 {
-    struct passwd *pw;
-    char *end;
     unsigned long v;
+    struct passwd *pw;
+    struct group *gr;
+    char *end;
 
     errno = 0;
     v = strtoul(text, &end, 10);
-    if (text[0] != '\0' && *end == '\0' && errno == 0 && v < (unsigned long)(uid_t)-1) {
-        *out = (uid_t)v;
+    if (text[0] != '\0' && *end == '\0' && errno == 0 && v < (unsigned long)(id_t)-1) {
+        *out = (id_t)v;
         return 0;
     }
-    pw = getpwnam(text);
-    if (pw == NULL)
+    if (user && (pw = getpwnam(text)) != NULL)
+        *out = pw->pw_uid;
+    else if (!user && (gr = getgrnam(text)) != NULL)
+        *out = gr->gr_gid;
+    else
         return -ENOENT;
-    *out = pw->pw_uid;
     return 0;
 }
 
-/* A group name or a numeric gid. */
-static int config_parse_gid(const char *text, gid_t *out)
+/* One --allow-uid (uid) or --allow-gid entry: a name or a number, at most
+ * POLICY_MAX_ALLOW of each. */
+static int config_add_allowed(struct policy *p, bool uid, const char *arg,
+                              struct shmb_error *err)
 {
-    struct group *gr;
-    char *end;
-    unsigned long v;
+    size_t *n = uid ? &p->n_allow_uid : &p->n_allow_gid;
+    int rc = -EINVAL;
+    id_t id;
 
-    errno = 0;
-    v = strtoul(text, &end, 10);
-    if (text[0] != '\0' && *end == '\0' && errno == 0 && v < (unsigned long)(gid_t)-1) {
-        *out = (gid_t)v;
-        return 0;
+    if (*n < POLICY_MAX_ALLOW && (rc = config_parse_id(arg, uid, &id)) == 0) {
+        if (uid)
+            p->allow_uid[*n] = (uid_t)id;
+        else
+            p->allow_gid[*n] = (gid_t)id;
     }
-    gr = getgrnam(text);
-    if (gr == NULL)
-        return -ENOENT;
-    *out = gr->gr_gid;
+    if (rc < 0)
+        return shmb_error_set(err, -EINVAL,
+                              "Invalid --allow-%s '%s': expected a %s name or %s (at most "
+                              "%d of them).",
+                              uid ? "uid" : "gid", arg, uid ? "user" : "group",
+                              uid ? "uid" : "gid", POLICY_MAX_ALLOW);
+    (*n)++;
     return 0;
 }
 
@@ -672,30 +686,9 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
             cfg->limits.hello_timeout_ms = value;
             break;
         case OPT_ALLOW_UID:
-            if (cfg->limits.n_allow_uid == POLICY_MAX_ALLOW ||
-                config_parse_uid(arg, &cfg->limits.allow_uid[cfg->limits.n_allow_uid]) <
-                    0) {
-                shmb_error_set(
-                    err, -EINVAL,
-                    "Invalid --allow-uid '%s': expected a user name or uid (at "
-                    "most %d of them).",
-                    arg, POLICY_MAX_ALLOW);
-                return CONFIG_EXIT_USAGE;
-            }
-            cfg->limits.n_allow_uid++;
-            break;
         case OPT_ALLOW_GID:
-            if (cfg->limits.n_allow_gid == POLICY_MAX_ALLOW ||
-                config_parse_gid(arg, &cfg->limits.allow_gid[cfg->limits.n_allow_gid]) <
-                    0) {
-                shmb_error_set(
-                    err, -EINVAL,
-                    "Invalid --allow-gid '%s': expected a group name or gid (at "
-                    "most %d of them).",
-                    arg, POLICY_MAX_ALLOW);
+            if (config_add_allowed(&cfg->limits, opt == OPT_ALLOW_UID, arg, err) < 0)
                 return CONFIG_EXIT_USAGE;
-            }
-            cfg->limits.n_allow_gid++;
             break;
         case OPT_CONFIG:
             break; /* read before the flags, by config_parse */

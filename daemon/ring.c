@@ -320,6 +320,16 @@ static void ring_pop_tail_freed(struct ring *r)
     ring_sync_cursor(r);
 }
 
+/* A chunk's bytes may be reused: so marked for the ring, and in its header
+ * for a daemon that adopts the segment. */
+static void ring_mark_freed(struct ring *r, struct ring_slot *slot)
+{
+    slot->freed = true;
+    slot->owner = NULL;
+    ring_store_field(r, slot->phys, offsetof(struct shmb_chunk_header, state),
+                     &(uint16_t){SHMB_CHUNK_FREE}, sizeof(uint16_t));
+}
+
 int ring_free(struct ring *r, uint64_t id)
 {
     struct ring_slot *slot = ring_find(r, id);
@@ -328,10 +338,7 @@ int ring_free(struct ring *r, uint64_t id)
         return -ENOENT;
     if (slot->freed)
         return -EALREADY;
-    slot->freed = true;
-    slot->owner = NULL;
-    ring_store_field(r, slot->phys, offsetof(struct shmb_chunk_header, state),
-                     &(uint16_t){SHMB_CHUNK_FREE}, sizeof(uint16_t));
+    ring_mark_freed(r, slot);
     ring_pop_freed(r);
     ring_pop_tail_freed(r);
     return 0;
@@ -349,10 +356,7 @@ uint64_t ring_reclaim(struct ring *r, uint64_t want, ring_may_free_fn may_free, 
         if (!slot->freed) {
             if (may_free == NULL || !may_free(slot->owner, r->first_id, arg))
                 break;
-            slot->freed = true;
-            slot->owner = NULL;
-            ring_store_field(r, slot->phys, offsetof(struct shmb_chunk_header, state),
-                             &(uint16_t){SHMB_CHUNK_FREE}, sizeof(uint16_t));
+            ring_mark_freed(r, slot);
         }
         ring_pop(r);
     }

@@ -526,6 +526,22 @@ int segment_restore_header(const struct segment *seg, struct shmb_error *err)
     return 0;
 }
 
+/* Record where seg's file lives: dir, name and their path. -ENAMETOOLONG. */
+static int segment_set_path(struct segment *seg, const char *dir, const char *name,
+                            struct shmb_error *err)
+{
+    int rc;
+
+    if (strlen(dir) >= sizeof(seg->dir))
+        return shmb_error_set(err, -ENAMETOOLONG,
+                              "Shared-memory directory path is too long.");
+    if ((rc = segment_join_path(seg->path, sizeof(seg->path), dir, name, err)) < 0)
+        return rc;
+    snprintf(seg->dir, sizeof(seg->dir), "%s", dir);
+    snprintf(seg->name, sizeof(seg->name), "%s", name);
+    return 0;
+}
+
 int segment_create(struct segment *seg, const char *dir, const char *name, uint64_t size,
                    struct shmb_error *err)
 {
@@ -543,13 +559,8 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
                               "Segment size %llu bytes is not a whole number of pages "
                               "of at least %u bytes; choose another --size.",
                               (unsigned long long)size, SEGMENT_MIN_SIZE);
-    if (strlen(dir) >= sizeof(seg->dir))
-        return shmb_error_set(err, -ENAMETOOLONG,
-                              "Shared-memory directory path is too long.");
-    if ((rc = segment_join_path(seg->path, sizeof(seg->path), dir, name, err)) < 0)
+    if ((rc = segment_set_path(seg, dir, name, err)) < 0)
         return rc;
-    snprintf(seg->dir, sizeof(seg->dir), "%s", dir);
-    snprintf(seg->name, sizeof(seg->name), "%s", name);
     page = segment_page_size(dir);
     if (size % page != 0)
         return shmb_error_set(err, -EINVAL,
@@ -710,6 +721,18 @@ static int segment_check_file(int fd, const char *path, uint64_t size,
         path, (unsigned long long)hint, (unsigned long long)size, (unsigned long long)hint);
 }
 
+/* Open the segment file dir/name, which must exist, read-only; path gets
+ * its path (PATH_MAX bytes). The descriptor, or -errno with err set. */
+static int segment_open_named(const char *dir, const char *name, char *path,
+                              struct stat *st, struct shmb_error *err)
+{
+    int rc;
+
+    if ((rc = segment_join_path(path, PATH_MAX, dir, name, err)) < 0)
+        return rc;
+    return segment_open_existing(path, O_RDONLY, st, err);
+}
+
 int segment_check_adoptable(const char *dir, const char *name, uint64_t size,
                             struct shmb_error *err)
 {
@@ -717,9 +740,7 @@ int segment_check_adoptable(const char *dir, const char *name, uint64_t size,
     struct stat st;
     int fd, rc;
 
-    if ((rc = segment_join_path(path, sizeof(path), dir, name, err)) < 0)
-        return rc;
-    if ((fd = segment_open_existing(path, O_RDONLY, &st, err)) < 0)
+    if ((fd = segment_open_named(dir, name, path, &st, err)) < 0)
         return fd;
     rc = segment_check_file(fd, path, size, err);
     close(fd);
@@ -730,11 +751,9 @@ int segment_check_existing(const char *dir, const char *name, struct shmb_error 
 {
     char path[PATH_MAX];
     struct stat st;
-    int fd, rc;
+    int fd;
 
-    if ((rc = segment_join_path(path, sizeof(path), dir, name, err)) < 0)
-        return rc;
-    if ((fd = segment_open_existing(path, O_RDONLY, &st, err)) < 0)
+    if ((fd = segment_open_named(dir, name, path, &st, err)) < 0)
         return fd;
     close(fd);
     return segment_check_owner(&st, path, err);
@@ -769,13 +788,8 @@ int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64
     seg->fd = seg->ro_fd = seg->lock_fd = -1;
     if ((rc = segment_check_name(name, err)) < 0)
         return rc;
-    if (strlen(dir) >= sizeof(seg->dir))
-        return shmb_error_set(err, -ENAMETOOLONG,
-                              "Shared-memory directory path is too long.");
-    if ((rc = segment_join_path(seg->path, sizeof(seg->path), dir, name, err)) < 0)
+    if ((rc = segment_set_path(seg, dir, name, err)) < 0)
         return rc;
-    snprintf(seg->dir, sizeof(seg->dir), "%s", dir);
-    snprintf(seg->name, sizeof(seg->name), "%s", name);
     if ((seg->fd = segment_open_existing(seg->path, O_RDWR, &st, err)) < 0)
         return seg->fd;
     if ((rc = segment_check_file(seg->fd, seg->path, size, err)) < 0 ||
