@@ -179,7 +179,7 @@ FUZZ_ADOPT_SRC := tests/fuzz/fuzz_adopt.c $(CORE_SRC) proto/utf8.c proto/error.c
                   proto/text.c
 FUZZ_ADOPT_BIN := $(FUZZ_BUILD)/fuzz_adopt
 
-.PHONY: all run test fuzz fuzz-adopt soak bench check-deps check-test-deps unit clean install uninstall
+.PHONY: all run test fuzz fuzz-adopt soak bench bench-instructions check-deps check-test-deps unit clean install uninstall
 all: check-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS)
 
@@ -222,6 +222,13 @@ bench: check-deps
 	$(Q)sh scripts/install-deps.sh bench
 	$(Q)$(MAKE) --no-print-directory $(BINS) $(BENCH_BIN)
 	$(Q)sh scripts/bench.sh $(BUILD)
+
+# The daemon's instructions per request over a fixed workload (valgrind's
+# callgrind): a measure that the machine's load does not move, for comparing
+# two builds of a change that should not cost anything.
+bench-instructions: check-test-deps
+	$(Q)$(MAKE) --no-print-directory $(DAEMON)
+	$(Q)sh scripts/bench_instructions.sh $(BUILD)
 
 $(BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)

@@ -651,15 +651,18 @@ static int command_reply_text(const struct command_call *call, int rc, const jso
 }
 
 /* Write the reply of a finished call into l: the common replies by hand
- * (command_reply_text), any other through jansson. -ENOMEM. */
+ * (command_reply_text), any other, or a common one the hand could not finish
+ * for want of memory, through jansson. -ENOMEM. */
 static int command_write_reply(struct command_call *call, int rc, json_t *id,
                                struct line *l)
 {
+    size_t start = l->len;
     int written = command_reply_text(call, rc, id, l);
     json_t *reply;
 
-    if (written != 0)
-        return written < 0 ? -ENOMEM : 0;
+    if (written > 0)
+        return 0;
+    l->len = start;
     reply = command_reply(call, rc, id);
     written = reply != NULL ? shmb_json_append(l, reply) : -ENOMEM;
     json_decref(reply);

@@ -2,9 +2,10 @@
 # Install the Debian packages shmbroker needs when pkg-config cannot find them.
 # Usage: scripts/install-deps.sh [build|test|bench]
 # build: libuv, jansson; test adds cmocka, clang with its sanitizer and
-# fuzzer runtimes (the fuzz target), valgrind (the soak under memcheck) and
-# systemd (systemd-analyze and systemd-socket-activate, for the systemd
-# tests); bench adds redis-server. Does nothing when everything is present.
+# fuzzer runtimes (the fuzz target), valgrind (the soak under memcheck, and
+# the instruction count with python3) and systemd (systemd-analyze and
+# systemd-socket-activate, for the systemd tests); bench adds redis-server.
+# Does nothing when everything is present.
 set -eu
 
 want="${1:-build}"
@@ -31,6 +32,8 @@ if [ "$want" = test ]; then
     command -v clang >/dev/null 2>&1 || need clang
     have_deb libclang-rt-14-dev || need libclang-rt-14-dev
     command -v valgrind >/dev/null 2>&1 || need valgrind
+    # scripts/bench_instructions.sh drives the daemon from a Python script.
+    command -v python3 >/dev/null 2>&1 || need python3
     # The systemd tests run both; a container image usually has neither.
     if ! command -v systemd-analyze >/dev/null 2>&1 ||
         ! command -v systemd-socket-activate >/dev/null 2>&1; then
