@@ -42,13 +42,14 @@ static void conn_defer(struct conn *conn);
 static void conn_set_hello_watch(struct conn_set *set);
 static void conn_set_unread_watch(struct conn_set *set);
 
-/* A poll for room in the socket, to send the hello reply with its
- * descriptor once sendmsg said EAGAIN. libuv's own handle already polls the
+/* A poll on the socket for what libuv's own handle does not watch: room to
+ * send the hello reply with its descriptor once sendmsg said EAGAIN, and the
+ * client's going while reading is paused. libuv's handle already polls the
  * socket, and one descriptor may have one poll handle only, so this one
  * polls a dup() of it (epoll registers descriptors, not sockets). Allocated
  * apart from the connection: its close callback may come after the
  * connection's. */
-struct conn_writable {
+struct conn_watch {
     uv_poll_t poll;
     int fd;            /* the dup */
     struct conn *conn; /* NULL once the connection is gone */
@@ -86,24 +87,24 @@ static void conn_on_close(uv_handle_t *handle)
         set->on_freed(set->on_freed_arg);
 }
 
-static void conn_on_writable_close(uv_handle_t *handle)
+static void conn_on_watch_close(uv_handle_t *handle)
 {
-    struct conn_writable *w = handle->data;
+    struct conn_watch *w = handle->data;
 
     close(w->fd);
     shmb_free(w);
 }
 
 /* Stop waiting for room in the socket and free the poll. */
-static void conn_writable_free(struct conn *conn)
+static void conn_watch_free(struct conn *conn)
 {
-    struct conn_writable *w = conn->writable;
+    struct conn_watch *w = conn->watch;
 
     if (w == NULL)
         return;
-    conn->writable = NULL;
+    conn->watch = NULL;
     w->conn = NULL;
-    uv_close((uv_handle_t *)&w->poll, conn_on_writable_close);
+    uv_close((uv_handle_t *)&w->poll, conn_on_watch_close);
 }
 
 /* Move conn to state, leaving the queue its old state had it in (a
@@ -129,7 +130,7 @@ void conn_close(struct conn *conn)
     if (conn->state == CONN_CLOSED)
         return;
     conn_set_state(conn, CONN_CLOSED);
-    conn_writable_free(conn);
+    conn_watch_free(conn);
     uv_read_stop((uv_stream_t *)&conn->pipe);
     /* Pins and pending allocations go now, not when libuv gets round to the
      * close callback: a waiting writer may need those bytes. */
@@ -278,6 +279,7 @@ static int conn_send_fd(struct conn *conn, int fd)
 }
 
 static void conn_on_writable(uv_poll_t *poll, int status, int events);
+static int conn_watch(struct conn *conn, int events, uv_poll_cb cb);
 
 /* Hold this batch's output, the hello reply last, until it can travel with
  * the segment's descriptor (conn_resume). */
@@ -295,7 +297,19 @@ static void conn_hold_output(struct conn *conn)
  * never goes without its descriptor. 0 or a libuv error. */
 static int conn_hold_hello(struct conn *conn)
 {
-    struct conn_writable *w = conn->writable;
+    int rc;
+
+    if ((rc = conn_watch(conn, UV_WRITABLE, conn_on_writable)) < 0)
+        return rc;
+    conn_hold_output(conn);
+    return 0;
+}
+
+/* Start (or switch) conn's watch of its socket for events. 0 or a libuv
+ * error. */
+static int conn_watch(struct conn *conn, int events, uv_poll_cb cb)
+{
+    struct conn_watch *w = conn->watch;
     uv_os_fd_t sock;
     int rc;
 
@@ -318,18 +332,15 @@ static int conn_hold_hello(struct conn *conn)
         }
         w->poll.data = w;
         w->conn = conn;
-        conn->writable = w;
+        conn->watch = w;
     }
-    if ((rc = uv_poll_start(&w->poll, UV_WRITABLE, conn_on_writable)) < 0)
-        return rc;
-    conn_hold_output(conn);
-    return 0;
+    return uv_poll_start(&w->poll, events, cb);
 }
 
 /* The socket has room again for a held hello reply. */
 static void conn_on_writable(uv_poll_t *poll, int status, int events)
 {
-    struct conn_writable *w = poll->data;
+    struct conn_watch *w = poll->data;
     struct conn *conn = w->conn;
 
     (void)events;
@@ -367,7 +378,7 @@ static int conn_pass_fd(struct conn *conn)
         return rc;
     }
     /* Sent: the poll for room (and its dup) is not needed any more. */
-    conn_writable_free(conn);
+    conn_watch_free(conn);
     log_info("client pid %d uid %d (%s, %s) connected", (int)conn->client.pid,
              (int)conn->client.uid, conn_name(conn),
              conn->client.read_only ? "read-only" : "read-write");
@@ -648,13 +659,34 @@ static void conn_after(struct conn *conn, enum conn_step step)
      * waits); reading pauses when the buffer is full (conn_on_read). */
     if (step == CONN_STEP_NEXT && conn->paused && !conn->eof) {
         conn->paused = false;
+        conn_watch_free(conn);
         uv_read_start((uv_stream_t *)&conn->pipe, conn_on_alloc, conn_on_read);
     }
+}
+
+/* The client went (closed, half-closed or reset) while reading was paused
+ * behind its waiting alloc: as when reading sees the end during a wait, the
+ * connection closes at once, what it queued behind the wait does not run
+ * (PROTOCOL.md, "End of input"), and what it held goes now, not when the
+ * wait ends. */
+static void conn_on_gone(uv_poll_t *poll, int status, int events)
+{
+    struct conn_watch *w = poll->data;
+    struct conn *conn = w->conn;
+
+    (void)status;
+    (void)events;
+    uv_poll_stop(poll);
+    if (conn == NULL || !conn->paused || conn->state != CONN_WAITING)
+        return;
+    log_info("client pid %d (%s) disconnected", (int)conn->client.pid, conn_name(conn));
+    conn_close(conn);
 }
 
 static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     struct conn *conn = (struct conn *)stream;
+    int rc;
 
     (void)buf;
     if (nread == 0 || conn->state == CONN_CLOSED)
@@ -662,9 +694,14 @@ static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
     if (nread == UV_ENOBUFS && conn->in_len == conn->in_cap &&
         conn->state != CONN_READING) {
         /* A waiting connection filled its input buffer with requests queued
-         * behind the wait: stop reading until the wait is over. */
+         * behind the wait: stop reading until the wait is over, but watch
+         * for the client's going, which reading would have shown. */
         uv_read_stop(stream);
         conn->paused = true;
+        if (conn->state == CONN_WAITING &&
+            (rc = conn_watch(conn, UV_DISCONNECT, conn_on_gone)) < 0)
+            log_debug("client pid %d: cannot watch its socket while it waits: %s",
+                      (int)conn->client.pid, uv_strerror(rc));
         return;
     }
     if (nread < 0) {

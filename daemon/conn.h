@@ -50,8 +50,9 @@ struct conn {
                         then close */
     bool reset;      /* the client is gone (a read or write error): what
                         it sent still runs, its replies are dropped */
-    struct conn_writable *writable; /* waits for room in the socket for the
-                                       hello reply, or NULL */
+    struct conn_watch *watch; /* a poll of the socket for room for the hello
+                                 reply, or for the client's going while
+                                 reading is paused; NULL when unused */
     size_t unread_mark;      /* unread output when last seen over the limit */
     uint64_t unread_mark_ms; /* when it was seen so, 0 when not over it */
     struct waitq_entry wait; /* CONN_WAITING: the alloc in set->waitq */

@@ -315,6 +315,70 @@ static void test_wait_times_out(void **state)
     close(a);
 }
 
+/* A client whose alloc waits, with more than its input buffer of requests
+ * queued behind it (so reading pauses), and which then closes: the daemon
+ * sees it go at once, its pins go, and what it queued never runs, not even
+ * when room is made later. */
+static void test_paused_wait_sees_close(void **state)
+{
+    struct env *e = *state;
+    int a = client_open(e, getuid()), b = client_open(e, getuid()), got;
+    struct store_stats st;
+    char buf[1024];
+    size_t sent = 0;
+
+    client_send(a, "{\"op\":\"hello\",\"version\":1}\n");
+    assert_true(read_line(e, a, buf, sizeof(buf), &got) > 0);
+    close(got);
+    client_send(b, "{\"op\":\"hello\",\"version\":1}\n");
+    assert_true(read_line(e, b, buf, sizeof(buf), &got) > 0);
+    close(got);
+    client_send(a, "{\"op\":\"alloc\",\"key\":\"big\",\"size\":262144}\n"
+                   "{\"op\":\"commit\",\"key\":\"big\"}\n"
+                   "{\"op\":\"get\",\"key\":\"big\"}\n");
+    for (int i = 0; i < 3; i++)
+        assert_true(read_line(e, a, buf, sizeof(buf), NULL) > 0);
+    client_send(b, "{\"op\":\"get\",\"key\":\"big\"}\n"
+                   "{\"op\":\"alloc\",\"key\":\"b1\",\"size\":262144}\n"
+                   "{\"op\":\"alloc\",\"key\":\"b2\",\"size\":262144}\n"
+                   "{\"op\":\"alloc\",\"key\":\"b3\",\"size\":262144,\"wait_ms\":60000}\n"
+                   "{\"op\":\"alloc\",\"key\":\"late\",\"size\":64}\n"
+                   "{\"op\":\"commit\",\"key\":\"late\",\"noreply\":true}\n");
+    for (int i = 0; i < 3; i++)
+        assert_true(read_line(e, b, buf, sizeof(buf), NULL) > 0);
+    /* Padding behind the wait until the daemon stops reading. */
+    while (sent < 4 * SHMB_MAX_LINE) {
+        const char pad[] = "{\"op\":\"contains\",\"key\":\"pad\"}\n";
+
+        if (send(b, pad, sizeof(pad) - 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+            break;
+        sent += sizeof(pad) - 1;
+        uv_run(&e->loop, UV_RUN_NOWAIT);
+    }
+    for (int i = 0; i < 50; i++)
+        uv_run(&e->loop, UV_RUN_NOWAIT);
+    assert_int_equal(e->f.env.clients, 2);
+    close(b);
+    for (int i = 0; i < 500 && e->f.env.clients == 2; i++) {
+        uv_run(&e->loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    assert_int_equal(e->f.env.clients, 1); /* seen going during the wait */
+    store_counts(e->f.store, &st);
+    assert_int_equal(st.pending, 0); /* b1, b2: released with it */
+    assert_int_equal(st.pinned, 1);  /* a's pin only */
+    /* Room made now runs nothing of b's. */
+    client_send(a, "{\"op\":\"release\",\"key\":\"big\",\"id\":1}\n"
+                   "{\"op\":\"delete\",\"key\":\"big\",\"id\":2}\n");
+    expect_line(e, a, "{\"ok\":true,\"id\":1}");
+    expect_line(e, a, "{\"ok\":true,\"id\":2}");
+    for (int i = 0; i < 50; i++)
+        uv_run(&e->loop, UV_RUN_NOWAIT);
+    client_send(a, "{\"op\":\"contains\",\"key\":\"late\",\"id\":3}\n");
+    expect_line(e, a, "{\"ok\":true,\"exists\":false,\"id\":3}");
+    close(a);
+}
+
 /* A client that goes releases everything at once; the set forgets it once
  * libuv has closed its handle, and tells its owner. */
 static void test_disconnect_releases(void **state)
@@ -495,6 +559,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_wait_then_answer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_times_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disconnect_releases, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_paused_wait_sees_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_count_uid, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hello_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized_line, setup, teardown),
