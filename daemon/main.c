@@ -172,6 +172,20 @@ static void daemon_on_segment_broken(const char *message)
 }
 
 /* SIGTERM or SIGINT: stop accepting, close every client, let the loop end. */
+/* Close the handles daemon_handles_init made. */
+static void daemon_handles_close(struct daemon *d)
+{
+    uv_handle_t *handles[] = {
+        (uv_handle_t *)&d->expiry, (uv_handle_t *)&d->expiry_arm, (uv_handle_t *)&d->sighup,
+        (uv_handle_t *)&d->status, (uv_handle_t *)&d->watchdog,    (uv_handle_t *)&d->sigterm,
+        (uv_handle_t *)&d->sigint,
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(handles) / sizeof(handles[0]); i++)
+        uv_close(handles[i], NULL);
+}
+
 static void daemon_on_signal(uv_signal_t *handle, int signum)
 {
     struct daemon *d = handle->data;
@@ -182,13 +196,7 @@ static void daemon_on_signal(uv_signal_t *handle, int signum)
     log_info("%s received; shutting down", strsignal(signum));
     notify_send("STOPPING=1");
     server_close(&d->server);
-    uv_close((uv_handle_t *)&d->expiry, NULL);
-    uv_close((uv_handle_t *)&d->expiry_arm, NULL);
-    uv_close((uv_handle_t *)&d->sighup, NULL);
-    uv_close((uv_handle_t *)&d->status, NULL);
-    uv_close((uv_handle_t *)&d->watchdog, NULL);
-    uv_close((uv_handle_t *)&d->sigterm, NULL);
-    uv_close((uv_handle_t *)&d->sigint, NULL);
+    daemon_handles_close(d);
 }
 
 /* Decide what to do with a segment file already there, changing nothing:
@@ -550,19 +558,21 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
                             uv_strerror(rc));
         goto fail;
     }
+    /* The signal handlers before the listener: a client that can connect
+     * may stop the daemon with SIGTERM, and that stop is a clean one. */
+    if ((rc = daemon_handles_init(d, err)) < 0)
+        goto fail_loop;
     rc = d->activated
              ? server_adopt(&d->server, &d->loop, listen_fd, &d->env, &d->cfg.limits, err)
              : server_listen(&d->server, &d->loop, listen_fd, d->cfg.socket_path, &d->env,
                              &d->cfg.limits, err);
     listen_fd = -1; /* the server's now, or closed by it */
-    if (rc < 0)
-        goto fail_loop;
-    if (d->activated)
-        log_info("serving the listening socket systemd passed (fd 3): %s", d->server.path);
-    if ((rc = daemon_handles_init(d, err)) < 0) {
-        server_close(&d->server);
+    if (rc < 0) {
+        daemon_handles_close(d);
         goto fail_loop;
     }
+    if (d->activated)
+        log_info("serving the listening socket systemd passed (fd 3): %s", d->server.path);
     if (d->notify) {
         uint64_t wd = notify_watchdog_usec() / 2000; /* half the interval, in ms */
 

@@ -492,6 +492,45 @@ static void test_hugetlbfs(void **state)
     h_pass(f);
 }
 
+/* ---- a stop as soon as it listens ------------------------------------------ */
+
+/* A client that can connect may stop the daemon at once (a test's teardown,
+ * systemd's stop right after start): SIGTERM the moment the socket accepts a
+ * connection, 40 times, and every stop is the clean one (exit 0, socket and
+ * segment removed). Before the fix the listener came up before the signal
+ * handlers, and a SIGTERM in between killed the daemon (exit 143). */
+static void test_stop_as_soon_as_it_listens(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "1M");
+    char seg[PATH_MAX * 2];
+    int round;
+
+    h_segment_path(d, seg, sizeof(seg));
+    for (round = 0; round < 40; round++) {
+        uint64_t deadline;
+        struct h_conn c;
+        int status;
+
+        assert_true(h_daemon_spawn(f, d, NULL) > 0);
+        deadline = h_now_ms() + H_READY_TIMEOUT_MS;
+        while (h_conn_open(&c, d->socket) != 0) /* no pause: catch the first moment */
+            if (h_now_ms() > deadline)
+                h_fail("round %d: no listener within %d ms", round, H_READY_TIMEOUT_MS);
+        kill(d->pid, SIGTERM);
+        h_conn_close(&c);
+        status = h_daemon_wait_exit(d, H_STOP_TIMEOUT_MS);
+        if (status < 0 || h_exit_code(status) != 0) {
+            h_daemon_print_log(d);
+            h_fail("round %d: SIGTERM right after listen gave exit %d, not a clean stop",
+                   round, status < 0 ? -1 : h_exit_code(status));
+        }
+        assert_false(is_socket(d->socket));
+        assert_int_equal(access(seg, F_OK), -1);
+    }
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -503,6 +542,7 @@ int main(void)
         TEST(test_fresh_counts_old_segment),
         TEST(test_fresh_checks_socket_first),
         TEST(test_small_sizes),
+        TEST(test_stop_as_soon_as_it_listens),
         cmocka_unit_test_setup_teardown(test_hugetlbfs, h_setup, huge_teardown),
     };
 
