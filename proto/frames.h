@@ -61,7 +61,8 @@ struct frames_walk {
  * the magic, flags 0, a count of at most FRAMES_MAX, a header that fits,
  * and a size that is exactly what the lengths give. 0 with w ready to walk
  * (w->count is the count), or -EPROTO with a message in err giving the
- * numbers. Reads the payload byte by byte, so it need not be aligned. */
+ * numbers (w then walks nothing). Reads the payload byte by byte, so it
+ * need not be aligned. */
 int frames_open(struct frames_walk *w, const void *payload, size_t size,
                 struct shmb_error *err);
 
