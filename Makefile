@@ -132,6 +132,12 @@ E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)
 $(E2E_BINS): TEST_LDFLAGS = $(PKGS_LIBS)
+# The frames tool that tests of other clients run against the library
+# (not installed); test_frames checks it too.
+FRAMES_TOOL := $(BUILD)/tests/shmb-frames-tool
+$(FRAMES_TOOL): $(call OBJ,tests/e2e/frames_tool.c) $(LIB_A)
+$(FRAMES_TOOL): TEST_LDFLAGS = $(PKGS_LIBS)
+$(BUILD)/tests/test_frames: | $(FRAMES_TOOL)
 
 # The soak: 32 clients for SOAK_SECONDS (a short run in 'make test'), and the
 # same under valgrind's memcheck for SOAK_VALGRIND_SECONDS.
@@ -198,7 +204,7 @@ run: check-deps
 	$(DAEMON)
 
 test: check-test-deps
-	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) \
+	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) $(FRAMES_TOOL) \
 	    $(if $(SANITIZER),,$(FUZZ_BIN) $(FUZZ_ADOPT_BIN) $(TSAN_BIN))
 	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl \
 	    SHMB_SOAK=$(BUILD)/tests/soak FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \

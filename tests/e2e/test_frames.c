@@ -362,6 +362,68 @@ static void test_refused_before_sending(void **state)
     h_pass(f);
 }
 
+/* The frames tool of this build. */
+static const char *tool_bin(void)
+{
+    static char buf[4096];
+    const char *build = getenv("SHMB_BUILD_DIR");
+
+    snprintf(buf, sizeof(buf), "%s/tests/shmb-frames-tool", build != NULL ? build : "build");
+    return buf;
+}
+
+/* Proves that shmb-frames-tool puts files as frames the library reads back,
+ * prints "LENGTH SHA256" per frame of what the library put (checked against
+ * SHA-256's published digests of "abc" and of nothing), and fails with the
+ * library's error and exit status 1 on a payload that is not frames. */
+static void test_tool(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *c = h_lib_connect(d, "tool", 0);
+    char abc[300], empty[300];
+    shmb_frame_t put[2] = {{"abc", 3}, {NULL, 0}}, got[2];
+    struct h_run r;
+    size_t n;
+
+    h_path(f, "abc", abc, sizeof(abc));
+    h_path(f, "empty", empty, sizeof(empty));
+    assert_int_equal(h_write_file(abc, "abc", 3), 0);
+    assert_int_equal(h_write_file(empty, "", 0), 0);
+    assert_int_equal(h_run(f, (const char *const[]){tool_bin(), d->socket, "put", "from-tool",
+                                                     empty, abc, NULL},
+                           NULL, 0, &r),
+                     0);
+    h_expect_run(&r, 0, NULL, NULL);
+    h_run_free(&r);
+    ok(c, shmb_get_frames(c, "from-tool", got, 2, &n));
+    assert_int_equal(n, 2);
+    assert_int_equal(got[0].size, 0);
+    assert_int_equal(got[1].size, 3);
+    assert_memory_equal(got[1].data, "abc", 3);
+    ok(c, shmb_release(c, "from-tool"));
+    ok(c, shmb_put_frames(c, "from-lib", 2, put, 0));
+    assert_int_equal(
+        h_run(f, (const char *const[]){tool_bin(), d->socket, "get", "from-lib", NULL}, NULL,
+              0, &r),
+        0);
+    h_expect_run(&r, 0, NULL, NULL);
+    assert_string_equal(
+        r.out, "3 ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\n"
+               "0 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n");
+    h_run_free(&r);
+    ok(c, shmb_put(c, "plain", "abc", 3, 0));
+    assert_int_equal(
+        h_run(f, (const char *const[]){tool_bin(), d->socket, "get", "plain", NULL}, NULL, 0,
+              &r),
+        0);
+    h_expect_run(&r, 1, NULL, "EPROTO: Not a frames payload");
+    h_run_free(&r);
+    assert_int_equal(pins_of(c, "plain"), 0);
+    shmb_close(c);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -373,6 +435,7 @@ int main(void)
         TEST(test_enobufs),
         TEST(test_not_frames),
         TEST(test_refused_before_sending),
+        TEST(test_tool),
     };
 
     return cmocka_run_group_tests_name("test_frames", tests, NULL, NULL);
