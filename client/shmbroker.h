@@ -195,11 +195,11 @@ typedef struct shmb_frame {
     size_t size;
 } shmb_frame_t;
 
-/* Objects of several frames (PROTOCOL.md, "Objects of several frames"): one
- * payload holding n buffers, each 64-aligned, behind a header with the count
- * and each length, as pickle protocol 5's out-of-band buffers or a msgpack
- * encoder's tensors need; the Python client reads and writes the same
- * layout.
+/* Objects of several frames (PROTOCOL.md, "Objects of several buffers
+ * (frames)"): one payload holding n buffers, each 64-aligned, behind a
+ * header with the count and each length, as pickle protocol 5's out-of-band
+ * buffers or a msgpack encoder's tensors need; the Python client reads and
+ * writes the same layout.
  *
  * shmb_put_frames allocates the whole payload once, writes the header and
  * copies frames[0..n) straight into the segment, and commits; n is 0 to
@@ -217,7 +217,8 @@ int shmb_put_frames(shmb_t *c, const char *key, size_t n, const shmb_frame_t *fr
  * with -ENOBUFS, *n set to the count (max 0, frames NULL: a way to ask).
  * When the payload is not in the frames layout (put with shmb_put, say), the
  * pin is released and the call fails with -EPROTO, *n 0, shmb_errmsg giving
- * the numbers. -ENOENT and the rest as shmb_get. */
+ * the numbers. -ENOENT and the rest as shmb_get. A frame of size 0 points
+ * at its place in the payload, which may be the next frame's or the end. */
 int shmb_get_frames(shmb_t *c, const char *key, shmb_frame_t *frames, size_t max, size_t *n);
 
 /* The payload size of n frames of these lengths (at least the 64-byte

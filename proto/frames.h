@@ -1,8 +1,8 @@
 /*
  * The frames layout: one payload that holds n buffers ("frames"), each
  * 64-aligned, behind a small header with the count and each length
- * (PROTOCOL.md, "Objects of several frames"). Arithmetic, writing and a
- * checking reader over plain bytes; knows nothing about sockets, the
+ * (PROTOCOL.md, "Objects of several buffers (frames)"). Arithmetic, writing
+ * and a checking reader over plain bytes; knows nothing about sockets, the
  * daemon or the library's handle, so that either side can use it.
  */
 #ifndef SHMB_PROTO_FRAMES_H
