@@ -214,7 +214,8 @@ int shmb_put_frames(shmb_t *c, const char *key, size_t n, const shmb_frame_t *fr
 /* Pin key like shmb_get and point frames[0..*n) at its frames, each 64-byte
  * aligned in memory, read-only, valid until shmb_release(c, key). When the
  * object holds more than max frames, the pin is released and the call fails
- * with -ENOBUFS, *n set to the count (max 0, frames NULL: a way to ask).
+ * with -ENOBUFS, *n set to the count (max 0, frames NULL: a way to ask the
+ * count; an object of no frames then succeeds, pinned, with *n 0).
  * When the payload is not in the frames layout (put with shmb_put, say), the
  * pin is released and the call fails with -EPROTO, *n 0, shmb_errmsg giving
  * the numbers. -ENOENT and the rest as shmb_get. A frame of size 0 points
