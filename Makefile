@@ -58,11 +58,12 @@ ALLCFLAGS = -std=c11 -D_GNU_SOURCE -DSHMB_VERSION='"$(VERSION)"' -fPIC $(WARN) \
 ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ------------------------------------------------------------
-PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c proto/sock.c
+PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c proto/sock.c \
+               proto/frames.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c $(CORE_SRC)
-LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c
+LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c
 CTL_SRC     := client/shmbrokerctl.c
 
 OBJ = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -81,7 +82,8 @@ EXAMPLE   := $(BUILD)/example
 BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE)
 
 UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error \
-              test_text test_conn test_tables test_command test_config_parse test_client
+              test_text test_conn test_tables test_command test_config_parse test_client \
+              test_frames_layout
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
@@ -102,6 +104,8 @@ $(BUILD)/tests/test_line: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_error:   $(call OBJ,tests/unit/test_error.c) $(BASE_OBJ)
 $(BUILD)/tests/test_error: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_text:    $(call OBJ,tests/unit/test_text.c) $(BASE_OBJ)
+# The frames layout: arithmetic, writer and reader, over plain buffers.
+$(BUILD)/tests/test_frames_layout: $(call OBJ,tests/unit/test_frames_layout.c proto/frames.c) $(BASE_OBJ)
 # Connections, the wait queue and the listener over a real loop and socketpairs.
 $(BUILD)/tests/test_conn:    $(call OBJ,tests/unit/test_conn.c daemon/conn.c daemon/waitq.c \
                               daemon/server.c) $(COMMAND_OBJ)
@@ -123,11 +127,17 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              test_bounds test_startup test_adopt \
              test_ids test_many test_ctl_output test_hostile_rw test_idle test_config \
              test_fork test_threads test_library \
-             soak test_cases
+             soak test_cases test_frames
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)
 $(E2E_BINS): TEST_LDFLAGS = $(PKGS_LIBS)
+# The frames tool that tests of other clients run against the library
+# (not installed); test_frames checks it too.
+FRAMES_TOOL := $(BUILD)/tests/shmb-frames-tool
+$(FRAMES_TOOL): $(call OBJ,tests/e2e/frames_tool.c) $(LIB_A)
+$(FRAMES_TOOL): TEST_LDFLAGS = $(PKGS_LIBS)
+$(BUILD)/tests/test_frames: | $(FRAMES_TOOL)
 
 # The soak: 32 clients for SOAK_SECONDS (a short run in 'make test'), and the
 # same under valgrind's memcheck for SOAK_VALGRIND_SECONDS.
@@ -194,7 +204,7 @@ run: check-deps
 	$(DAEMON)
 
 test: check-test-deps
-	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) \
+	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) $(FRAMES_TOOL) \
 	    $(if $(SANITIZER),,$(FUZZ_BIN) $(FUZZ_ADOPT_BIN) $(TSAN_BIN))
 	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl \
 	    SHMB_SOAK=$(BUILD)/tests/soak FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \

@@ -147,4 +147,9 @@ int client_alloc_op(shmb_t *c, uint64_t id, const char *key, size_t size,
 /* The end of a call client_enter let in, passing its result on. */
 int client_done(shmb_t *c, int rc);
 
+/* shmb_alloc and shmb_get inside a call client_enter let in (objects.c),
+ * for the calls built on them (frames.c). */
+int client_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void **ptr);
+int client_get(shmb_t *c, const char *key, const void **ptr, size_t *size);
+
 #endif

@@ -19,8 +19,7 @@ static int client_key_call(shmb_t *c, enum shmb_op_id op, const char *key)
     return rc < 0 ? rc : client_done(c, client_key_op(c, op, key, NULL));
 }
 
-static int client_alloc(shmb_t *c, const char *key, size_t size, unsigned readers,
-                        void **ptr)
+int client_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void **ptr)
 {
     struct line_reply r;
     uint64_t id;
@@ -82,7 +81,7 @@ int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned
     return rc < 0 ? rc : client_done(c, client_put(c, key, data, size, readers));
 }
 
-static int client_get(shmb_t *c, const char *key, const void **ptr, size_t *size)
+int client_get(shmb_t *c, const char *key, const void **ptr, size_t *size)
 {
     struct line_reply r;
     void *p = NULL;

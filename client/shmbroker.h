@@ -189,6 +189,44 @@ int shmb_release(shmb_t *c, const char *key);
  * counted in its stats, not reported here. */
 int shmb_release_nowait(shmb_t *c, const char *key);
 
+/* One buffer of an object of several frames. */
+typedef struct shmb_frame {
+    const void *data;
+    size_t size;
+} shmb_frame_t;
+
+/* Objects of several frames (PROTOCOL.md, "Objects of several buffers
+ * (frames)"): one payload holding n buffers, each 64-aligned, behind a
+ * header with the count and each length, as pickle protocol 5's out-of-band
+ * buffers or a msgpack encoder's tensors need; the Python client reads and
+ * writes the same layout.
+ *
+ * shmb_put_frames allocates the whole payload once, writes the header and
+ * copies frames[0..n) straight into the segment, and commits; n is 0 to
+ * 65535, and a frame of size 0 may have a NULL data. -EINVAL (n above 65535,
+ * a NULL pointer with a size, a bad key) and -E2BIG (lengths adding up past
+ * 2^63 bytes) are refused before anything is sent; otherwise the errors are
+ * shmb_alloc's and shmb_commit's (a failed commit is followed by an abort).
+ * readers as for shmb_alloc. */
+int shmb_put_frames(shmb_t *c, const char *key, size_t n, const shmb_frame_t *frames,
+                    unsigned readers);
+
+/* Pin key like shmb_get and point frames[0..*n) at its frames, each 64-byte
+ * aligned in memory, read-only, valid until shmb_release(c, key). When the
+ * object holds more than max frames, the pin is released and the call fails
+ * with -ENOBUFS, *n set to the count (max 0, frames NULL: a way to ask the
+ * count; an object of no frames then succeeds, pinned, with *n 0).
+ * When the payload is not in the frames layout (put with shmb_put, say), the
+ * pin is released and the call fails with -EPROTO, *n 0, shmb_errmsg giving
+ * the numbers. -ENOENT and the rest as shmb_get. A frame of size 0 points
+ * at its place in the payload, which may be the next frame's or the end. */
+int shmb_get_frames(shmb_t *c, const char *key, shmb_frame_t *frames, size_t max, size_t *n);
+
+/* The payload size of n frames of these lengths (at least the 64-byte
+ * header), to check it against shmb_info's max_object_size; 0 when n is
+ * above 65535 or the size would reach 2^63 bytes, which no object may. */
+size_t shmb_frames_size(size_t n, const size_t *lengths);
+
 /* Batches: n operations in one round trip (put: two, for the allocations
  * and the commits). results[i] (when results is not NULL) gets each one's 0
  * or negative errno; the call returns 0 when all succeeded, else the error
