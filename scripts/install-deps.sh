@@ -4,7 +4,8 @@
 # build: libuv, jansson; test adds cmocka, clang with its sanitizer and
 # fuzzer runtimes (the fuzz target), valgrind (the soak under memcheck, and
 # the instruction count with python3) and systemd (systemd-analyze and
-# systemd-socket-activate, for the systemd tests); bench adds redis-server.
+# systemd-socket-activate, for the systemd tests); bench adds redis-server,
+# redis-tools, python3-redis and python3-numpy.
 # Does nothing when everything is present.
 set -eu
 
@@ -43,6 +44,10 @@ fi
 if [ "$want" = bench ]; then
     command -v redis-server >/dev/null 2>&1 || need redis-server
     command -v redis-benchmark >/dev/null 2>&1 || need redis-tools
+    # tests/bench/bench_python.py: Python against redis-py, with numpy arrays.
+    command -v python3 >/dev/null 2>&1 || need python3
+    have_deb python3-redis || need python3-redis
+    have_deb python3-numpy || need python3-numpy
 fi
 
 [ -n "$pkgs" ] || exit 0
