@@ -584,6 +584,9 @@ def report(found, sizes, rounds, seconds, missing):
     def x(r):
         return "%6.2f" % r[0] if r else "%6s" % "-"
 
+    def xs(r):
+        return "%.2fx" % r[0] if r else "-"
+
     say = print
     how = "a numpy sum as 64-bit words" if np is not None else "zlib.adler32, numpy absent"
     say("")
@@ -622,15 +625,14 @@ def report(found, sizes, rounds, seconds, missing):
             v = med(64, name)
             return "%.0f/s, %.1f us" % (v, 1e6 / v) if v else "-"
         say("64 B, reader leaving `with client.get(key) as pin:` (its exit awaits the")
-        say("release's answer): %s per put+get, %sx redis-py."
-            % (per_obj("shmb with"), x(ratio(64, "shmb with", "redis-py")).strip()))
+        say("release's answer): %s per put+get, %s redis-py."
+            % (per_obj("shmb with"), xs(ratio(64, "shmb with", "redis-py"))))
         say("64 B in batches of %d, one pipe message each way per batch, per object:"
             % BATCH)
         say("shmb put_many + get_many + release_many %s; redis-py MSET + MGET %s;"
             % (per_obj("shmb batch"), per_obj("redis mset")))
-        say("shmb batch over redis-py MSET/MGET %sx, over plain SET/GET %sx."
-            % (x(ratio(64, "shmb batch", "redis mset")).strip(),
-               x(ratio(64, "shmb batch", "redis-py")).strip()))
+        say("shmb batch over redis-py MSET/MGET %s, over plain SET/GET %s."
+            % (xs(ratio(64, "shmb batch", "redis mset")), xs(ratio(64, "shmb batch", "redis-py"))))
     say("xRedis, xQueue: shmb get's op/s over redis-py's, over mp.Queue's; %floor: shmb")
     say("get's op/s over shm copy's; rd:xR, rd:xQ: the same for shmb read.")
     say("")
