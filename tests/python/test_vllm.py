@@ -498,7 +498,7 @@ class NumpyTest(VllmTestCase):
         store = self.make_store(buffer_size=4 * MiB, max_object_size=2 * MiB)
         reader = self.reader_of(store)
         value = {"f": np.arange(10000, dtype=np.float32).reshape(100, 100),
-                 "i": np.arange(7, dtype=np.int64), "fortran": np.asfortranarray(np.eye(5)),
+                 "i": np.arange(7, dtype=np.int64), "fortran": np.asfortranarray(np.arange(12.0).reshape(3, 4)),
                  "strided": np.arange(100)[::3]}
         got = reader.get(*store.put("arrays", value))
         for k, v in value.items():
