@@ -241,6 +241,19 @@ class StorageTest(VllmTestCase):
         reader.touch("k", address + 64, monotonic_id)  # nothing there: ignored
         self.assertEqual(self.awaited(store, "k"), 0)
 
+    # is_cached asks the daemon: an object deleted behind the writer's back is
+    # no longer cached, leaves key_index and id_index, and its key can be put again.
+    def test_is_cached_asks_the_daemon(self):
+        store = self.make_store()
+        address, monotonic_id = store.put("k", "v")
+        self.assertTrue(store.is_cached("k"))
+        with shmbroker.Client(store.ring_buffer.socket_path) as other:
+            other.delete("k")
+        self.assertFalse(store.is_cached("k"))
+        self.assertNotIn("k", store.key_index)
+        self.assertNotIn(monotonic_id, store.id_index)
+        self.assertEqual(store.get(*store.put("k", "w")), "w")
+
     # A serde of vLLM's shape (metadata, then a list of buffers) round-trips.
     def test_serde_of_vllm_shape(self):
         store = self.make_store(serde_class=vllm_helpers.PartsSerde)
