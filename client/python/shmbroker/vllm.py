@@ -473,8 +473,9 @@ class ShmBrokerObjectStorage:
     # ---- everyone ----------------------------------------------------------
 
     def get(self, address: int, monotonic_id: int) -> Any:
-        """The value stored at (address, monotonic_id), deserialized (a copy:
-        nothing of it points into shared memory).
+        """The value stored at (address, monotonic_id), deserialized while
+        pinned and released right after (the default serde copies, so nothing
+        of the value points into shared memory).
 
         A reader's get counts as one of the reads the object awaits. The
         writer's own get counts nothing (vLLM's writer reads without a lock).
