@@ -653,7 +653,7 @@ class Client:
         try:
             off, size = self._extent(reply, size)
         except ProtocolError:
-            self._call({"op": "abort", "key": key})
+            self._send_noreply({"op": "abort", "key": key})
             raise
         return Allocation(self, key, off, size, self._mv[off:off + size])
 
@@ -703,7 +703,7 @@ class Client:
         try:
             off, size = self._extent(reply)
         except ProtocolError:
-            self._call({"op": "release", "key": key})
+            self._send_noreply({"op": "release", "key": key})
             raise
         return Pin(self, key, off, size, self._mv[off:off + size].toreadonly())
 
