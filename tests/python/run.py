@@ -26,9 +26,9 @@ class LineResult(unittest.TestResult):
 
     def __init__(self):
         super().__init__()
-        self.passed = 0
-        self.failed = 0
-        self.skipped = 0
+        self.npassed = 0
+        self.nfailed = 0
+        self.nskipped = 0
 
     @staticmethod
     def _name(test):
@@ -41,11 +41,11 @@ class LineResult(unittest.TestResult):
 
     def addSuccess(self, test):
         super().addSuccess(test)
-        self.passed += 1
+        self.npassed += 1
         self._say("PASS: " + self._name(test))
 
     def _fail(self, test, err):
-        self.failed += 1
+        self.nfailed += 1
         self._say(self._exc_info_to_string(err, test).rstrip("\n"))
         self._say("FAIL: " + self._name(test))
 
@@ -59,17 +59,17 @@ class LineResult(unittest.TestResult):
 
     def addSkip(self, test, reason):
         super().addSkip(test, reason)
-        self.skipped += 1
+        self.nskipped += 1
         self._say("SKIP: %s (%s)" % (self._name(test), reason))
 
     def addExpectedFailure(self, test, err):
         super().addExpectedFailure(test, err)
-        self.passed += 1
+        self.npassed += 1
         self._say("PASS: " + self._name(test))
 
     def addUnexpectedSuccess(self, test):
         super().addUnexpectedSuccess(test)
-        self.failed += 1
+        self.nfailed += 1
         self._say("FAIL: %s (unexpected success)" % self._name(test))
 
 
@@ -90,12 +90,12 @@ def main(argv):
     result = LineResult()
     start = time.monotonic()
     unittest.TestSuite(tests).run(result)
-    summary = "%d passed, %d failed" % (result.passed, result.failed)
-    if result.skipped:
-        summary += ", %d skipped" % result.skipped
+    summary = "%d passed, %d failed" % (result.npassed, result.nfailed)
+    if result.nskipped:
+        summary += ", %d skipped" % result.nskipped
     sys.stdout.write("Ran %d tests in %.1f s.\n%s\n" % (len(tests), time.monotonic() - start,
                                                       summary))
-    return 0 if result.failed == 0 and result.passed + result.skipped > 0 else 1
+    return 0 if result.nfailed == 0 and result.npassed + result.nskipped > 0 else 1
 
 
 if __name__ == "__main__":

@@ -530,6 +530,8 @@ class TestIds(unittest.TestCase):
         with self.assertRaises(shmbroker.ProtocolError) as cm:
             c.get("k")
         self.assertIn("outside the data area", str(cm.exception))
+        c.close()
+        fake.thread.join(5)
         self.assertEqual(fake.seen[-1]["op"], "release")
 
     def test_extra_descriptors_closed_and_split_hello(self):
