@@ -49,13 +49,14 @@ class Daemon:
     waits; kill() sends SIGKILL (the segment stays, for an adoption by the
     next start() with the same name and size). log() returns its output."""
 
-    def __init__(self, size="1M", args=(), workdir=None):
+    def __init__(self, size="1M", args=(), workdir=None, shm_dir=None):
         _count[0] += 1
         self.size = size
         self.args = list(args)
         self.own_dir = workdir is None
         self.dir = workdir or tempfile.mkdtemp(prefix="shmb-py-")
-        self.shm_dir = shm_base()
+        self.own_shm_dir = shm_dir is None
+        self.shm_dir = shm_dir or shm_base()
         self.name = "shmb-py-%d-%d" % (os.getpid(), _count[0])
         self.socket_path = os.path.join(self.dir, "d%d.sock" % _count[0])
         self.log_path = os.path.join(self.dir, "d%d.log" % _count[0])
@@ -116,7 +117,14 @@ class Daemon:
 
     def cleanup(self):
         self.stop()
-        shutil.rmtree(self.shm_dir, ignore_errors=True)
+        if self.own_shm_dir:
+            shutil.rmtree(self.shm_dir, ignore_errors=True)
+        else:
+            for name in (self.name, "." + self.name + ".lock"):
+                try:
+                    os.unlink(os.path.join(self.shm_dir, name))
+                except OSError:
+                    pass
         if self.own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
