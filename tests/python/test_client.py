@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import socket
-import struct
 import tempfile
 import threading
 import unittest
@@ -252,6 +251,29 @@ class TestKeys(support.DaemonTest):
         self.assertEqual(shmbroker.check_key("ключ".encode()), "ключ")
         self.c.put("ключ", b"1")
         self.assertEqual(self.c.read(b"\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87"), b"1")
+
+
+class TestCareless(support.DaemonTest):
+    def test_careless_arguments(self):
+        """Wrong types and texts are refused before sending; the connection
+        stays usable."""
+        with self.assertRaises(TypeError):
+            self.c.alloc("k", 1.5)
+        with self.assertRaises(TypeError):
+            self.c.put("k", "a str is not bytes")
+        with self.assertRaises(TypeError):
+            self.c.put("k", [b"ok", 42])
+        with self.assertRaises(shmbroker.InvalidRequest):
+            self.c.list(prefix=b"\xff")
+        with self.assertRaises(shmbroker.InvalidRequest):
+            self.c.list(prefix="\udcff")
+        with self.assertRaises(shmbroker.InvalidRequest):
+            shmbroker.Client(self.d.socket_path, name="\udcff")
+        with self.assertRaises(shmbroker.InvalidRequest):
+            self.c.put("k", b"")  # the daemon's: size 0
+        self.assertFalse(self.c.contains("k"))
+        self.assertEqual(self.c.stats()["pending"], 0)
+        self.assertEqual(self.c.put("k", b"1"), self.c.list()[0]["offset"])
 
 
 class TestReadOnly(support.DaemonTest):

@@ -3,12 +3,9 @@ mapping, arrays are written in place through alloc(), a 64 MiB array goes
 from one process to another with one copy, and releasing a pin under a live
 array does not crash. Skipped when numpy is absent."""
 
-import os
-import sys
 import unittest
 
 import support
-import shmbroker
 
 try:
     import numpy as np

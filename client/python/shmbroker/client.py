@@ -11,6 +11,7 @@ import collections
 import errno as _errno
 import json
 import mmap
+import operator
 import os
 import socket
 import threading
@@ -642,8 +643,7 @@ class Client:
         connection is busy meanwhile) before raising Timeout.
         Raises NoSpace, ObjectTooLarge, KeyExists, PermissionDenied..."""
         key = check_key(key)
-        if type(size) is not int:
-            size = int(size)
+        size = operator.index(size)  # an integer: 1.5 bytes is a bug, not 1
         req = {"op": "alloc", "key": key, "size": size}
         if readers:
             req["readers"] = readers
@@ -804,8 +804,15 @@ class Client:
         an ObjectList of dicts (key, offset, size, pins, readers, state,
         age_ms) with ``.truncated``."""
         req = {"op": "list", "limit": limit}
+        if isinstance(prefix, (bytes, bytearray)):
+            try:
+                prefix = bytes(prefix).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InvalidRequest("EINVAL", "The prefix is not valid UTF-8 (byte 0x%02x at "
+                                     "offset %d); keys are UTF-8 text." % (prefix[e.start],
+                                                                          e.start)) from None
         if prefix:
-            req["prefix"] = prefix.decode("utf-8") if isinstance(prefix, bytes) else prefix
+            req["prefix"] = prefix
         reply = self._call(req)
         return ObjectList(reply.get("objects", []), reply.get("truncated") is True)
 
@@ -935,7 +942,8 @@ class Client:
         committed in batch lines, before the next allocations; allocations
         refused with QuotaExceeded after others of the same line succeeded
         go again in the next line. Every key is checked before anything is
-        sent."""
+        sent. A lost connection raises ConnectionLost; the objects of the
+        lines committed before it stay."""
         items = list(items)
         keys = _check_keys([k for k, _ in items])
         parts = []
