@@ -5,6 +5,7 @@ restarts, big batches, and use after release or close."""
 import array
 import json
 import os
+import pickle
 import signal
 import socket
 import tempfile
@@ -403,6 +404,19 @@ class TestLifecycle(support.DaemonTest):
         self.c.put("a", b"2")
         self.assertEqual(self.c.read("a"), b"2")
 
+    def test_release_while_view_exported(self):
+        """A pin released while something holds a buffer export of its view
+        (a PickleBuffer here; numpy takes its own view): no crash, the
+        daemon's pin goes, the bytes stay readable through the export."""
+        self.c.put("k", b"exported")
+        pin = self.c.get("k")
+        held = pickle.PickleBuffer(pin.view)
+        pin.release()
+        self.assertTrue(pin.released)
+        self.assertEqual(self.c.stats()["pinned"], 0)
+        self.assertEqual(bytes(held.raw()), b"exported")
+        held.release()
+
     def test_close_with_exported_views(self):
         """close() while views are exported: nothing crashes, the bytes stay
         readable, the pins are gone, later calls raise ConnectionLost."""
@@ -433,12 +447,14 @@ class FakeDaemon:
     """A server that answers hello with a descriptor of a real (fake)
     segment, then replies as the test says: for out-of-step replies."""
 
-    def __init__(self, test, replies, extra_fds=0, magic=P.SEGMENT_MAGIC, split=False):
+    def __init__(self, test, replies, extra_fds=0, magic=P.SEGMENT_MAGIC, split=False,
+                 data_size=4096):
         self.dir = tempfile.mkdtemp(prefix="shmb-fake-")
         self.path = os.path.join(self.dir, "fake.sock")
         self.seg = os.path.join(self.dir, "seg")
         with open(self.seg, "wb") as f:
-            head = P.SEGMENT_HEADER.pack(magic, 1, 4096, 8192, 4096, 4096, 0, 0, 0, 0, 0, 0)
+            head = P.SEGMENT_HEADER.pack(magic, 1, 4096, 8192, 4096, data_size, 0, 0, 0, 0, 0,
+                                         0)
             f.write(head + bytes(8192 - len(head)))
         self.replies = replies
         self.extra_fds = extra_fds
@@ -569,3 +585,9 @@ class TestIds(unittest.TestCase):
         with self.assertRaises(shmbroker.ProtocolError) as cm:
             shmbroker.Client(fake.path)
         self.assertIn("not a shmbroker segment", str(cm.exception))
+
+    def test_header_disagrees_with_hello(self):
+        fake = FakeDaemon(self, [], data_size=2048)
+        with self.assertRaises(shmbroker.ProtocolError) as cm:
+            shmbroker.Client(fake.path)
+        self.assertIn("hello said 4096, 4096 bytes", str(cm.exception))
