@@ -116,7 +116,22 @@ class ObjectList(list):
         self.truncated = truncated
 
 
-class Allocation:
+class _Extent:
+    """What Allocation and Pin share: a key's bytes in the segment, valid
+    for as long as the connection that got them (its generation)."""
+
+    __slots__ = ("key", "offset", "size", "view", "_client", "_gen")
+
+    def __init__(self, client, key, offset, size, view):
+        self._client = client
+        self._gen = client._gen
+        self.key = key
+        self.offset = offset
+        self.size = size
+        self.view = view
+
+
+class Allocation(_Extent):
     """A pending object: space reserved by alloc(), written through ``.view``.
 
     Attributes: ``key``, ``offset`` (in the segment), ``size``, and ``view``,
@@ -127,15 +142,10 @@ class Allocation:
     exports it; writing it then is writing bytes that are no longer yours.
     """
 
-    __slots__ = ("key", "offset", "size", "view", "_client", "_gen", "done")
+    __slots__ = ("done",)
 
     def __init__(self, client, key, offset, size, view):
-        self._client = client
-        self._gen = client._gen
-        self.key = key
-        self.offset = offset
-        self.size = size
-        self.view = view
+        super().__init__(client, key, offset, size, view)
         self.done = False
 
     def commit(self):
@@ -176,7 +186,7 @@ class Allocation:
             self.key, self.offset, self.size, " done" if self.done else "")
 
 
-class Pin:
+class Pin(_Extent):
     """A pinned object, from get(): its bytes stay valid and unchanged until
     release.
 
@@ -196,15 +206,10 @@ class Pin:
     it raises ValueError.
     """
 
-    __slots__ = ("key", "offset", "size", "view", "_frames", "_client", "_gen", "released")
+    __slots__ = ("_frames", "released")
 
     def __init__(self, client, key, offset, size, view):
-        self._client = client
-        self._gen = client._gen
-        self.key = key
-        self.offset = offset
-        self.size = size
-        self.view = view
+        super().__init__(client, key, offset, size, view)
         self._frames = None
         self.released = False
 
@@ -665,26 +670,10 @@ class Client:
         segment; or a list or tuple of them, stored as frames (see
         get_frames). Raises as alloc() does; the allocation is aborted if
         the copy fails."""
-        if isinstance(data, (list, tuple)):
-            parts = [_frames.as_bytes(d) for d in data]
-            header, offsets, total = _frames.layout([p.nbytes for p in parts])
-        else:
-            parts = None
-            src = _frames.as_bytes(data)
-            total = src.nbytes
+        part, total = _prepare(data)
         a = self.alloc(key, total, readers=readers, wait_ms=wait_ms)
         try:
-            view = a.view
-            if parts is None:
-                view[:] = src
-            else:
-                _frames.write_header(view, [p.nbytes for p in parts])
-                end = header
-                for p, o in zip(parts, offsets):
-                    if o > end:
-                        view[end:o] = bytes(o - end)
-                    view[o:o + p.nbytes] = p
-                    end = o + p.nbytes
+            _write(a.view, part)
         except BaseException:
             try:
                 a.abort()
@@ -949,14 +938,9 @@ class Client:
         parts = []
         sizes = []
         for _, data in items:
-            if isinstance(data, (list, tuple)):
-                p = [_frames.as_bytes(d) for d in data]
-                parts.append(p)
-                sizes.append(_frames.layout([x.nbytes for x in p])[2])
-            else:
-                p = _frames.as_bytes(data)
-                parts.append(p)
-                sizes.append(p.nbytes)
+            part, size = _prepare(data)
+            parts.append(part)
+            sizes.append(size)
         extra = b',"readers":%d' % readers if readers else b""
         elems = [b'{"op":"alloc","key":%s,"size":%d%s}'
                  % (json.dumps(k, ensure_ascii=False).encode(), s, extra)
@@ -978,7 +962,9 @@ class Client:
                     results[i] = e
                     done.append((i, False))
                     continue
-                self._write(off, sizes[i], parts[i])
+                view = self._mv[off:off + sizes[i]]
+                _write(view, parts[i])
+                _release_view(view)
                 results[i] = off
                 done.append((i, True))
             self._commit_many(keys, done, results)
@@ -997,19 +983,6 @@ class Client:
             start = end
         return results
 
-    def _write(self, off, size, part):
-        view = self._mv[off:off + size]
-        if isinstance(part, list):
-            header, offsets, _ = _frames.write_header(view, [p.nbytes for p in part])
-            end = header
-            for p, o in zip(part, offsets):
-                if o > end:
-                    view[end:o] = bytes(o - end)
-                view[o:o + p.nbytes] = p
-                end = o + p.nbytes
-        else:
-            view[:] = part
-
     def _commit_many(self, keys, done, results):
         elems = [b'{"op":"%s","key":%s}' % (b"commit" if ok else b"abort",
                                             json.dumps(keys[i], ensure_ascii=False).encode())
@@ -1025,6 +998,24 @@ class Client:
 
 
 _NO_ID = object()
+
+
+def _prepare(data):
+    """What put() writes for data, and its size: one flat byte view, or a
+    list of them for a list or tuple of buffers (frames)."""
+    if isinstance(data, (list, tuple)):
+        bufs = [_frames.as_bytes(d) for d in data]
+        return bufs, _frames.layout([b.nbytes for b in bufs])[2]
+    src = _frames.as_bytes(data)
+    return src, src.nbytes
+
+
+def _write(view, part):
+    """Write what _prepare gave into view, an allocation's bytes."""
+    if isinstance(part, list):
+        _frames.write(view, part)
+    else:
+        view[:] = part
 
 
 def _reply_error(reply):

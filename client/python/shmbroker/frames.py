@@ -22,7 +22,8 @@ import struct
 from ._protocol import align64
 from .errors import ProtocolError
 
-__all__ = ["MAGIC", "MAX_FRAMES", "layout", "write_header", "parse", "is_frames"]
+__all__ = ["MAGIC", "MAX_FRAMES", "layout", "write_header", "write", "parse", "is_frames",
+           "as_bytes"]
 
 MAGIC = 0x314D52464253484D
 MAX_FRAMES = 65535
@@ -66,6 +67,19 @@ def write_header(view, lengths):
         struct.pack_into("<%dQ" % len(lengths), head, 16, *lengths)
     mv[:header] = head
     return header, offsets, total
+
+
+def write(view, bufs):
+    """Write bufs (flat byte memoryviews, as as_bytes() gives) into view in
+    the frames layout: the header, each frame at its offset, zeros between.
+    view must hold exactly layout()'s total."""
+    header, offsets, _ = write_header(view, [b.nbytes for b in bufs])
+    end = header
+    for b, o in zip(bufs, offsets):
+        if o > end:
+            view[end:o] = bytes(o - end)
+        view[o:o + b.nbytes] = b
+        end = o + b.nbytes
 
 
 def _refuse(why):
