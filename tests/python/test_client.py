@@ -197,6 +197,25 @@ class TestClientOps(support.DaemonTest):
         pin.release()
         self.assertEqual(self.c.stats()["pinned"], 0)
 
+    def test_interrupted_call_drops_the_connection(self):
+        """An exception (KeyboardInterrupt) between a request and its reply
+        drops the connection, so that the reply cannot meet a later call."""
+        def interrupt(*args):
+            raise KeyboardInterrupt
+        real = self.c._read_line
+        self.c._read_line = interrupt
+        try:
+            with self.assertRaises(KeyboardInterrupt):
+                self.c.stats()
+        finally:
+            del self.c._read_line
+        self.assertIs(self.c._read_line.__func__, real.__func__)
+        with self.assertRaises(shmbroker.ConnectionLost) as cm:
+            self.c.stats()
+        self.assertEqual(cm.exception.code, "ENOTCONN")
+        self.c.reconnect()
+        self.assertFalse(self.c.contains("x"))
+
     def test_fork_child_refused(self):
         pid = os.fork()
         if pid == 0:

@@ -25,6 +25,8 @@ __all__ = ["Client", "Allocation", "Pin", "ObjectList", "default_socket_path", "
 
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
+# Descriptors received close on exec, so a child spawned meanwhile gets none.
+_RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 # Room for more than one descriptor, so that extra ones are received (and
 # closed) rather than leaked by a truncated control message.
 _MAX_FDS = 8
@@ -533,7 +535,8 @@ class Client:
                                     "the connection was closed." % P.MAX_REPLY)
             try:
                 if fds is not None:
-                    data, got, _flags, _addr = socket.recv_fds(self._sock, _RECV_SIZE, _MAX_FDS)
+                    data, got, _flags, _addr = socket.recv_fds(self._sock, _RECV_SIZE, _MAX_FDS,
+                                                               _RECV_FLAGS)
                     fds.extend(got)
                 else:
                     data = self._sock.recv(_RECV_SIZE)
@@ -562,8 +565,17 @@ class Client:
             want = req["id"] = self._next_id()
         out = self._pending_lines() if self._later else []
         out.append(self._encode(req))
-        self._send(b"".join(out) if len(out) > 1 else out[0])
-        line = self._read_line(fds)
+        try:
+            self._send(b"".join(out) if len(out) > 1 else out[0])
+            line = self._read_line(fds)
+        except ShmBrokerError:
+            raise
+        except BaseException:
+            # Interrupted (KeyboardInterrupt, say) between a request and its
+            # reply: the reply would meet the next call, so the connection
+            # goes now (reconnect() to go on).
+            self._disconnect(keep_map=True)
+            raise
         try:
             reply = json.loads(line)
         except ValueError:
