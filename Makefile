@@ -17,6 +17,11 @@ INCLUDEDIR  ?= $(PREFIX)/include
 MANDIR      ?= $(PREFIX)/share/man
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+# The Python package goes where the system's python3 finds it: Debian's
+# dist-packages under PREFIX (for /usr/local, /usr/local/lib/python3.X/dist-packages).
+PYTHON      ?= python3
+PY_VERSION  := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYTHONDIR   ?= $(PREFIX)/lib/python$(PY_VERSION)/dist-packages
 CC          ?= cc
 SANITIZER   ?=
 OPT         ?= -O2
@@ -156,7 +161,7 @@ TSAN_SRC := tests/e2e/test_threads.c tests/e2e/harness.c tests/e2e/checks.c $(LI
 # What 'make test' runs: every unit and end-to-end program, the soak under
 # valgrind, and (in the plain build) the fuzzer for FUZZ_SECONDS.
 TEST_RUNS := $(UNIT_BINS) $(E2E_BINS) tests/e2e/soak_valgrind.sh tests/e2e/test_run_timeout.sh \
-             tests/structure/check_layers.sh tests/structure/check_exports.sh
+             tests/structure/check_layers.sh tests/structure/check_exports.sh tests/python/run.py
 ifeq ($(SANITIZER),)
 TEST_RUNS += tests/fuzz/run_fuzz.sh tests/fuzz/run_fuzz_adopt.sh
 endif
@@ -348,6 +353,10 @@ install: all
 	install -m 0644 systemd/shmbroker.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf
 	install -m 0644 daemon/shmbrokerd.8 $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8
 	install -m 0644 client/shmbrokerctl.1 $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1
+	$(Q)if [ -n "$(PY_VERSION)" ]; then \
+	    install -d $(DESTDIR)$(PYTHONDIR)/shmbroker && \
+	    install -m 0644 client/python/shmbroker/*.py $(DESTDIR)$(PYTHONDIR)/shmbroker/; \
+	else echo "$(PYTHON) not found: the Python package (client/python) is not installed"; fi
 
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/shmbrokerd $(DESTDIR)$(BINDIR)/shmbrokerctl \
@@ -357,6 +366,8 @@ uninstall:
 	    $(DESTDIR)$(UNITDIR)/shmbrokerd.service $(DESTDIR)$(UNITDIR)/shmbrokerd.socket \
 	    $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8 \
 	    $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1
+	$(Q)if [ -n "$(PY_VERSION)" ]; then rm -rf $(DESTDIR)$(PYTHONDIR)/shmbroker; \
+	else echo "$(PYTHON) not found: the Python package (client/python) is left alone"; fi
 
 clean:
 	rm -rf build build-address build-undefined build-thread build-fuzz

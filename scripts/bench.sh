@@ -1,7 +1,9 @@
 #!/bin/sh
 # shmbroker's benchmark: shmbroker against Redis over a Unix socket, memcpy
 # of the same bytes and a bare Unix-socket round trip, in one run, so that
-# the ratios compare figures taken on the same machine at the same time.
+# the ratios compare figures taken on the same machine at the same time; then
+# the same from Python (tests/bench/bench_python.py) against redis-py,
+# multiprocessing.Queue and multiprocessing.shared_memory.
 # Usage: sh scripts/bench.sh BUILD_DIR   (BENCH_QUICK=1 for a smoke run)
 #
 # Starts its own shmbrokerd (1 GiB segment in /dev/shm) and redis-server
@@ -221,6 +223,25 @@ if command -v redis-benchmark >/dev/null 2>&1; then
         tr '\n' ' ')
     say "redis-benchmark cross-check (64 B, 1 client, requests/s): ${rb:-unavailable}"
 fi
+
+# ---- the same from Python, against the same servers (tests/bench/bench_python.py) ----
+# The interpreter that has Debian's python3-redis and python3-numpy: $PYTHON,
+# else python3, else /usr/bin/python3 when python3 is another installation.
+py=""
+for p in ${PYTHON:-} python3 /usr/bin/python3; do
+    if "$p" -c 'import redis, numpy' >/dev/null 2>&1; then
+        py=$p
+        break
+    fi
+done
+[ -n "$py" ] || py=${PYTHON:-python3}
+pyquick=""
+[ "${BENCH_QUICK:-0}" = 1 ] && pyquick=--quick
+src=$(dirname "$0")/..
+PYTHONPATH="$src/client/python${PYTHONPATH:+:$PYTHONPATH}" "$py" "$src/tests/bench/bench_python.py" \
+    --socket "$sock" --redis-socket "$rsock" --json "$json" $pyquick >"$tmp/py.out" ||
+    die "the Python benchmark failed"
+while IFS= read -r line; do say "$line"; done <"$tmp/py.out"
 stop_pid "$rpid"
 rpid=""
 stop_pid "$dpid"

@@ -4,7 +4,9 @@
 # build: libuv, jansson; test adds cmocka, clang with its sanitizer and
 # fuzzer runtimes (the fuzz target), valgrind (the soak under memcheck, and
 # the instruction count with python3) and systemd (systemd-analyze and
-# systemd-socket-activate, for the systemd tests); bench adds redis-server.
+# systemd-socket-activate, for the systemd tests), python3-numpy,
+# python3-setuptools and python3-pip (the Python tests); bench adds redis-server,
+# redis-tools, python3-redis and python3-numpy.
 # Does nothing when everything is present.
 set -eu
 
@@ -34,6 +36,11 @@ if [ "$want" = test ]; then
     command -v valgrind >/dev/null 2>&1 || need valgrind
     # scripts/bench_instructions.sh drives the daemon from a Python script.
     command -v python3 >/dev/null 2>&1 || need python3
+    # tests/python: numpy for the zero-copy tests, setuptools and pip for the
+    # package's install tests (Debian's, for Debian's python3).
+    have_deb python3-numpy || need python3-numpy
+    have_deb python3-setuptools || need python3-setuptools
+    have_deb python3-pip || need python3-pip
     # The systemd tests run both; a container image usually has neither.
     if ! command -v systemd-analyze >/dev/null 2>&1 ||
         ! command -v systemd-socket-activate >/dev/null 2>&1; then
@@ -43,6 +50,10 @@ fi
 if [ "$want" = bench ]; then
     command -v redis-server >/dev/null 2>&1 || need redis-server
     command -v redis-benchmark >/dev/null 2>&1 || need redis-tools
+    # tests/bench/bench_python.py: Python against redis-py, with numpy arrays.
+    command -v python3 >/dev/null 2>&1 || need python3
+    have_deb python3-redis || need python3-redis
+    have_deb python3-numpy || need python3-numpy
 fi
 
 [ -n "$pkgs" ] || exit 0

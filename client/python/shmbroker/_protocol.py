@@ -1,0 +1,106 @@
+"""The protocol's tables and the segment's layout, as the Python client sees them.
+
+These mirror proto/ops.def, proto/errors.def, proto/stats.def, proto/protocol.h
+and proto/layout.h, which stay the single source: tests/python/test_tables.py
+parses those files and fails on any difference from what is written here.
+Nothing in this module talks to a socket.
+"""
+
+import struct
+
+PROTOCOL_VERSION = 1
+DEFAULT_SOCKET = "/run/shmbroker/shmbroker.sock"
+SOCKET_ENV = "SHMBROKER_SOCKET"
+
+# A request line holds at most this many bytes before its newline; the daemon
+# closes the connection on a longer one (SHMB_MAX_LINE).
+MAX_LINE = 64 * 1024
+# The library gives up on a reply longer than this (SHMB_MAX_REPLY).
+MAX_REPLY = 64 * 1024 * 1024
+# Ops in one batch line (COMMAND_MAX_BATCH in the daemon, SHMB_MAX_BATCH in
+# the library).
+MAX_BATCH = 4096
+# put_many allocates at most this many objects per line before committing
+# them: the daemon's default --max-pending.
+PUT_CHUNK = 1024
+
+# Op flags, as enum shmb_op_flag in proto/protocol.h.
+OPF_WRITES = 1 << 0
+OPF_NOREPLY = 1 << 1
+OPF_BATCH = 1 << 2
+
+# proto/ops.def, in its order: name -> flags.
+OPS = {
+    "hello": 0,
+    "alloc": OPF_WRITES | OPF_BATCH,
+    "commit": OPF_WRITES | OPF_NOREPLY | OPF_BATCH,
+    "abort": OPF_WRITES | OPF_NOREPLY | OPF_BATCH,
+    "get": OPF_BATCH,
+    "release": OPF_NOREPLY | OPF_BATCH,
+    "touch": OPF_WRITES | OPF_NOREPLY | OPF_BATCH,
+    "delete": OPF_WRITES | OPF_NOREPLY | OPF_BATCH,
+    "contains": OPF_BATCH,
+    "list": 0,
+    "stats": 0,
+    "clients": 0,
+    "batch": 0,
+}
+
+# proto/errors.def: codes the daemon sends, then codes the library reports on
+# its own side.
+WIRE_ERRORS = (
+    "EPROTO", "EINVAL", "ENOSYS", "EPERM", "EEXIST", "ENOENT", "E2BIG", "ENOSPC",
+    "ETIMEDOUT", "EDQUOT", "EMSGSIZE", "EMFILE", "ENOMEM", "EIO",
+)
+LIBRARY_ERRORS = (
+    "EBUSY", "ECONNREFUSED", "ECONNRESET", "EPIPE", "EBADMSG", "EAGAIN", "ENOTCONN",
+)
+
+# proto/stats.def: the fields of a stats reply, in order, and the counters
+# (inside "counters").
+STATS_FIELDS = (
+    "segment", "size", "data_size", "used", "free", "objects", "pending", "pinned",
+    "clients", "max_object_size", "uptime_s", "pid", "version", "shm_dir",
+    "shm_dir_free", "blocker",
+)
+STATS_COUNTERS = (
+    "allocs", "commits", "gets", "evictions", "enospc", "expired_allocs",
+    "lease_expiries", "noreply_errors",
+)
+
+# proto/layout.h.
+SEGMENT_MAGIC = 0x31474553424D4853  # "SHMBSEG1"
+LAYOUT_VERSION = 1
+HEADER_PAGE = 4096
+ALIGN = 64
+KEY_MAX = 255
+
+# struct shmb_segment_header: magic, version, header_size, total_size,
+# data_offset, data_size, owner_pid, owner_start, created_unix, ring_start,
+# ring_end, ring_next_id. Host byte order, as the daemon writes it.
+SEGMENT_HEADER = struct.Struct("=QIIQQQqQQQQQ")
+SEGMENT_HEADER_FIELDS = (
+    ("magic", 0), ("version", 8), ("header_size", 12), ("total_size", 16),
+    ("data_offset", 24), ("data_size", 32), ("owner_pid", 40), ("owner_start", 48),
+    ("created_unix", 56), ("ring_start", 64), ("ring_end", 72), ("ring_next_id", 80),
+)
+SEGMENT_HEADER_SIZE = 88
+
+CHUNK_MAGIC = 0x4B4E4843  # "CHNK"
+CHUNK_GAP = 1
+CHUNK_PENDING = 2
+CHUNK_COMMITTED = 3
+CHUNK_FREE = 4
+# struct shmb_chunk_header: magic, state, key_len, header_size, tag, id,
+# chunk_size, payload_size, reserved; the key's bytes follow.
+CHUNK_HEADER = struct.Struct("=IHHIIQQQQ")
+CHUNK_HEADER_FIELDS = (
+    ("magic", 0), ("state", 4), ("key_len", 6), ("header_size", 8), ("tag", 12),
+    ("id", 16), ("chunk_size", 24), ("payload_size", 32), ("reserved", 40),
+)
+CHUNK_HEADER_SIZE = 48
+
+
+def align64(n):
+    """n rounded up to a multiple of ALIGN."""
+    return (n + ALIGN - 1) & ~(ALIGN - 1)

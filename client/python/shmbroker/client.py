@@ -1,0 +1,1039 @@
+"""The connection to shmbrokerd: hello, the mapped segment, and every op.
+
+One Client is one connection and one mapping of the daemon's segment. Object
+bytes never cross the socket: a request names a key, the reply gives an
+offset, and the bytes are read or written through the mapping. This module
+knows the wire (proto/PROTOCOL.md) through _protocol's tables; the frames
+layout lives in frames.py.
+"""
+
+import collections
+import errno as _errno
+import json
+import mmap
+import operator
+import os
+import socket
+import threading
+
+from . import _protocol as P
+from . import frames as _frames
+from .errors import ConnectionLost, InvalidRequest, PermissionDenied, ProtocolError
+from .errors import ShmBrokerError, error_for
+
+__all__ = ["Client", "Allocation", "Pin", "ObjectList", "default_socket_path", "check_key"]
+
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+_SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
+# Descriptors received close on exec, so a child spawned meanwhile gets none.
+_RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+# Room for more than one descriptor, so that extra ones are received (and
+# closed) rather than leaked by a truncated control message.
+_MAX_FDS = 8
+_RECV_SIZE = 256 * 1024
+
+# fork() makes children share the parent's socket; a client connected before
+# the fork refuses calls in the child (its replies would mix with the
+# parent's). A counter bumped in the child, read at every call.
+_forks = [0]
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _forks.__setitem__(0, _forks[0] + 1))
+
+
+def default_socket_path(socket_path=None):
+    """The socket path a client uses: socket_path when given, else
+    $SHMBROKER_SOCKET when set and not empty, else
+    /run/shmbroker/shmbroker.sock (as the C library and the daemon)."""
+    if socket_path:
+        return os.fspath(socket_path)
+    return os.environ.get(P.SOCKET_ENV) or P.DEFAULT_SOCKET
+
+
+def _key_error(message):
+    return InvalidRequest("EINVAL", message)
+
+
+def check_key(key):
+    """Check a key as the daemon does and return it as a str.
+
+    A key is 1 to 255 bytes of UTF-8 without NUL; str or bytes are accepted.
+    Raises InvalidRequest with the daemon's words otherwise (TypeError for
+    anything that is not str or bytes)."""
+    if type(key) is str and key.isascii():
+        if 0 < len(key) <= P.KEY_MAX and "\0" not in key:
+            return key
+        raw = key.encode("ascii")
+    elif isinstance(key, str):
+        try:
+            raw = key.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raw = key.encode("utf-8", "surrogatepass")
+    elif isinstance(key, (bytes, bytearray, memoryview)):
+        raw = bytes(key)
+    else:
+        raise TypeError("A key is a str (or UTF-8 bytes), not %s." % type(key).__name__)
+    if len(raw) == 0 or len(raw) > P.KEY_MAX:
+        raise _key_error("Key of %d bytes: keys are 1 to %d bytes long." % (len(raw), P.KEY_MAX))
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raise _key_error("Key contains a NUL byte at offset %d; keys are UTF-8 text of 1 to "
+                         "%d bytes without NUL." % (nul, P.KEY_MAX))
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _key_error("Key is not valid UTF-8 (byte 0x%02x at offset %d); keys are UTF-8 "
+                         "text of 1 to %d bytes." % (raw[e.start], e.start, P.KEY_MAX)) from None
+
+
+def _check_keys(keys):
+    """Check every key of a _many call before anything is sent."""
+    out = []
+    for i, key in enumerate(keys):
+        try:
+            out.append(check_key(key))
+        except InvalidRequest as e:
+            raise _key_error("keys[%d] of %d: %s Nothing was sent." % (i, len(keys), e)) from None
+    return out
+
+
+def _release_view(view):
+    """Release a memoryview unless something still exports it (a numpy array
+    made from it): then it stays valid, mapped, until that goes."""
+    try:
+        view.release()
+    except BufferError:
+        pass
+
+
+class ObjectList(list):
+    """The objects of a list() call: a list of dicts (key, offset, size, pins,
+    readers, state, age_ms), oldest first.
+
+    ``.truncated`` is True when more objects matched than the reply holds
+    (more than the limit, or more than about 4 MiB of reply): list again with
+    a longer prefix to see them."""
+
+    def __init__(self, objects=(), truncated=False):
+        super().__init__(objects)
+        self.truncated = truncated
+
+
+class _Extent:
+    """What Allocation and Pin share: a key's bytes in the segment, valid
+    for as long as the connection that got them (its generation)."""
+
+    __slots__ = ("key", "offset", "size", "view", "_client", "_gen")
+
+    def __init__(self, client, key, offset, size, view):
+        self._client = client
+        self._gen = client._gen
+        self.key = key
+        self.offset = offset
+        self.size = size
+        self.view = view
+
+
+class Allocation(_Extent):
+    """A pending object: space reserved by alloc(), written through ``.view``.
+
+    Attributes: ``key``, ``offset`` (in the segment), ``size``, and ``view``,
+    a writable memoryview of exactly ``size`` bytes of the segment. Nobody
+    sees the object until commit(). As a context manager it commits on a
+    normal exit and aborts when the block raises. After commit() or abort()
+    the view is released (using it raises ValueError), unless something still
+    exports it; writing it then is writing bytes that are no longer yours.
+    """
+
+    __slots__ = ("done",)
+
+    def __init__(self, client, key, offset, size, view):
+        super().__init__(client, key, offset, size, view)
+        self.done = False
+
+    def commit(self):
+        """Make the object visible to everyone (raises on the daemon's error,
+        e.g. Timeout when --alloc-timeout dropped the allocation)."""
+        if self.done:
+            raise InvalidRequest("EINVAL", "The allocation of '%s' was already committed or "
+                                 "aborted." % self.key)
+        self.done = True
+        _release_view(self.view)
+        self._client._call({"op": "commit", "key": self.key})
+
+    def abort(self):
+        """Drop the allocation: the key is free again, its bytes go back."""
+        if self.done:
+            return
+        self.done = True
+        _release_view(self.view)
+        if self._client._gen == self._gen and self._client._sock is not None:
+            self._client._call({"op": "abort", "key": self.key})
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            if not self.done:
+                self.commit()
+        else:
+            try:
+                self.abort()
+            except ShmBrokerError:
+                pass  # the block's exception is the one to see
+        return False
+
+    def __repr__(self):
+        return "<shmbroker.Allocation %r offset=%d size=%d%s>" % (
+            self.key, self.offset, self.size, " done" if self.done else "")
+
+
+class Pin(_Extent):
+    """A pinned object, from get(): its bytes stay valid and unchanged until
+    release.
+
+    Attributes: ``key``, ``offset``, ``size``, ``view`` (a read-only memoryview
+    of the payload, in the segment: no copy), ``frames`` (the payload parsed
+    as frames, a list of read-only memoryviews; ProtocolError when it is not
+    in that layout), ``released``.
+
+    Release it with release() or by leaving a ``with`` block; closing the
+    client, or losing its connection, releases every pin too. A Pin that is
+    dropped without release keeps its daemon pin until the client closes.
+
+    Releasing while a view is still exported (``np.frombuffer(pin.view)``)
+    does not crash: the daemon's pin goes, the memory stays mapped as long as
+    the array lives, but its bytes are no longer protected and may be
+    overwritten by a later object. Otherwise the view is released and using
+    it raises ValueError.
+    """
+
+    __slots__ = ("_frames", "released")
+
+    def __init__(self, client, key, offset, size, view):
+        super().__init__(client, key, offset, size, view)
+        self._frames = None
+        self.released = False
+
+    @property
+    def frames(self):
+        """The payload's frames: a list of read-only memoryviews into the
+        segment (parsed on first use; ProtocolError if not frames)."""
+        if self._frames is None:
+            if self.released:
+                raise ValueError("The pin of '%s' was released." % self.key)
+            self._frames = _frames.parse(self.view)
+        return self._frames
+
+    def release(self, *, noreply=False):
+        """Drop this pin. Does nothing when already released or when the
+        connection that took it is gone (its pins went with it)."""
+        if self.released:
+            return
+        self.released = True
+        for f in self._frames or ():
+            _release_view(f)
+        self._frames = None
+        _release_view(self.view)
+        c = self._client
+        if c._gen == self._gen and c._sock is not None:
+            c.release(self.key, noreply=noreply)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.release()
+        else:
+            try:
+                self.release()
+            except ShmBrokerError:
+                pass
+        return False
+
+    def __len__(self):
+        return self.size
+
+    def __repr__(self):
+        return "<shmbroker.Pin %r offset=%d size=%d%s>" % (
+            self.key, self.offset, self.size, " released" if self.released else "")
+
+
+class Client:
+    """A connection to shmbrokerd and a mapping of its shared-memory segment.
+
+    ``Client(socket_path=None, *, name=None, read_only=False, populate=True)``
+
+    socket_path defaults to $SHMBROKER_SOCKET, else
+    /run/shmbroker/shmbroker.sock. name labels the connection in the daemon's
+    log and ``clients()``. read_only connects with hello's "mode":"ro": the
+    segment is mapped PROT_READ and every writing op raises PermissionDenied.
+    populate maps with MAP_POPULATE, so that first touches do not fault.
+
+    Writes: put(), alloc(); reads: get() (a zero-copy Pin), read() (a copy),
+    get_frames(), read_frames(); and touch, delete, contains (``key in c``),
+    list, stats, clients, put_many, get_many, release_many.
+
+    Errors are exceptions of shmbroker.errors, each a subclass of the
+    built-in that fits (NoSpace is a MemoryError, NotFound a LookupError...).
+    A lost connection raises ConnectionLost; reconnect() connects again and
+    keeps the mapping when the daemon serves the same segment file.
+
+    Every request carries an integer id, and a reply with another id (or
+    none) resets the connection rather than being taken for this call's.
+
+    One client per thread (a call made while another thread's runs on the
+    same client raises ShmBrokerError EBUSY), and one process: a client
+    connected before fork() refuses calls in the child.
+
+    Attributes: socket_path, name, read_only, closed, info (the hello reply:
+    segment, size, data_offset, data_size, max_object_size, alignment, mode).
+    """
+
+    def __init__(self, socket_path=None, *, name=None, read_only=False, populate=True):
+        self.socket_path = default_socket_path(socket_path)
+        self.name = name
+        self.read_only = bool(read_only)
+        self.populate = bool(populate)
+        self.closed = False
+        self.info = {}
+        self._sock = None
+        self._mmap = None
+        self._mv = None
+        self._map_file = None  # (st_dev, st_ino, size) of the mapped file
+        self._rbuf = bytearray()
+        self._last_id = 0
+        self._gen = 0
+        self._later = collections.deque()
+        self._busy = threading.Lock()
+        self._forks = _forks[0]
+        self._data_end = 0
+        self._dial(keep_map=False)
+
+    # ---- connection ------------------------------------------------------
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+        return False
+
+    def __repr__(self):
+        state = "closed" if self.closed else ("connected" if self._sock else "disconnected")
+        return "<shmbroker.Client %s %s%s>" % (self.socket_path, state,
+                                               " read-only" if self.read_only else "")
+
+    def close(self):
+        """Close the connection (the daemon releases every pin and pending
+        allocation of it) and unmap the segment.
+
+        When views of the segment are still exported (a Pin's view, a numpy
+        array made from one), the mapping is left to the garbage collector:
+        it stays valid until the last of them goes, so nothing crashes, but
+        the bytes are no longer protected by any pin."""
+        if self.closed:
+            return
+        self.closed = True
+        self._disconnect(keep_map=False)
+
+    def _disconnect(self, keep_map):
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        self._sock = None
+        self._rbuf = bytearray()
+        self._later.clear()
+        self._gen += 1
+        if keep_map or self._mmap is None:
+            return
+        _release_view(self._mv)
+        try:
+            self._mmap.close()
+        except BufferError:
+            pass  # views still exported: the mapping goes with the last of them
+        self._mmap = None
+        self._mv = None
+        self._map_file = None
+
+    def reconnect(self):
+        """Connect again after a lost connection (or at any time), as
+        shmb_reconnect: say hello again and keep the mapping when the new
+        descriptor is of the same file (st_dev, st_ino) with the same size, so
+        that views of objects committed before a daemon restart stay valid
+        (get them again to pin them). Pins and allocations of the old
+        connection are gone."""
+        if self.closed:
+            raise ConnectionLost("ENOTCONN", "This client is closed; make a new Client.")
+        self._dial(keep_map=True)
+
+    def _dial(self, keep_map):
+        self._disconnect(keep_map)
+        path = self.socket_path
+        if len(os.fsencode(path)) >= 108:
+            raise InvalidRequest("ENAMETOOLONG", "Socket path %s is too long." % path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+        except OSError as e:
+            sock.close()
+            code = _errno.errorcode.get(e.errno, "ECONNREFUSED")
+            message = ("Cannot connect to shmbrokerd at %s: %s. Is shmbrokerd running? Start "
+                       "it (`make run` in its source tree, `systemctl start shmbrokerd`, or "
+                       "`shmbrokerd --socket %s`), or set %s or pass the socket path."
+                       % (path, e.strerror or e, path, P.SOCKET_ENV))
+            if e.errno in (_errno.EACCES, _errno.EPERM):
+                raise PermissionDenied(code, message) from None
+            raise ConnectionLost(code, message) from None
+        self._sock = sock
+        self._forks = _forks[0]
+        fds = []
+        try:
+            hello = {"op": "hello", "version": P.PROTOCOL_VERSION,
+                     "mode": "ro" if self.read_only else "rw"}
+            if self.name is not None:
+                hello["name"] = self.name
+            reply = self._exchange(hello, fds=fds, first=True)
+            if reply.get("ok") is not True:
+                raise _reply_error(reply)
+            self._map(reply, fds)
+        except BaseException:
+            self._disconnect(keep_map)
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _map(self, reply, fds):
+        """Map the descriptor hello passed, after checking it against hello
+        and the segment header."""
+        info = {k: v for k, v in reply.items() if k not in ("ok", "id")}
+        for field in ("size", "data_offset", "data_size", "max_object_size", "alignment"):
+            v = info.get(field)
+            if type(v) is not int or v < 0:
+                raise ProtocolError("EPROTO", "shmbrokerd's reply lacks a non-negative integer "
+                                    "\"%s\"." % field)
+        if not fds:
+            raise ProtocolError("EPROTO", "shmbrokerd's hello reply carried no segment "
+                                "descriptor.")
+        fd = fds[0]
+        size, doff, dsize = info["size"], info["data_offset"], info["data_size"]
+        st = os.fstat(fd)
+        if (st.st_size < size or size < P.HEADER_PAGE or doff < P.HEADER_PAGE or doff > size
+                or dsize > size - doff):
+            raise ProtocolError("EPROTO", "The segment descriptor (%d bytes) does not match "
+                                "hello (size %d, data at %d, %d bytes)."
+                                % (st.st_size, size, doff, dsize))
+        ident = (st.st_dev, st.st_ino, size)
+        if self._mmap is not None and self._map_file != ident:
+            old, self._mmap, self._mv = self._mmap, None, None
+            try:
+                old.close()
+            except BufferError:
+                pass
+        if self._mmap is None:
+            prot = mmap.PROT_READ | (0 if self.read_only else mmap.PROT_WRITE)
+            flags = mmap.MAP_SHARED | (_MAP_POPULATE if self.populate else 0)
+            try:
+                m = mmap.mmap(fd, size, flags=flags, prot=prot)
+            except OSError as e:
+                raise ShmBrokerError(_errno.errorcode.get(e.errno, "EIO"),
+                                     "Cannot map the segment (%d bytes): %s."
+                                     % (size, e.strerror)) from None
+            self._mmap = m
+            self._mv = memoryview(m)
+            self._map_file = ident
+        head = P.SEGMENT_HEADER.unpack_from(self._mmap, 0)
+        magic, version = head[0], head[1]
+        if magic != P.SEGMENT_MAGIC:
+            raise ProtocolError("EPROTO", "The descriptor shmbrokerd passed is not a shmbroker "
+                                "segment: its header starts with 0x%x, not the magic number "
+                                "0x%x. Restart shmbrokerd." % (magic, P.SEGMENT_MAGIC))
+        if version != P.LAYOUT_VERSION:
+            raise ProtocolError("EPROTO", "The segment has layout version %d; this package "
+                                "reads version %d. Use a shmbroker package of shmbrokerd's "
+                                "release." % (version, P.LAYOUT_VERSION))
+        if head[4] != doff or head[5] != dsize:
+            raise ProtocolError("EPROTO", "The segment header says data at %d, %d bytes; "
+                                "hello said %d, %d bytes." % (head[4], head[5], doff, dsize))
+        self.info = info
+        self._data_end = doff + dsize
+
+    # ---- the wire --------------------------------------------------------
+
+    def _enter(self):
+        if self._sock is None:
+            if self.closed:
+                raise ConnectionLost("ENOTCONN", "This client is closed; make a new Client.")
+            raise ConnectionLost("ENOTCONN", "Not connected to shmbrokerd; call reconnect() "
+                                 "after a lost connection.")
+        if self._forks != _forks[0]:
+            raise ShmBrokerError("ECHILD", "This client was connected by another process and "
+                                 "is used in a child made by fork() since: the connection "
+                                 "belongs to the parent. Nothing was sent; make a new Client "
+                                 "in the child.")
+        if not self._busy.acquire(False):
+            raise ShmBrokerError("EBUSY", "Another call is running on this client (in another "
+                                 "thread); nothing was sent. Use one Client per thread.")
+
+    def _lost(self, what, err=None):
+        self._disconnect(keep_map=True)
+        return ConnectionLost("ECONNRESET", "Connection to shmbrokerd lost (%s: %s); every pin "
+                              "and pending allocation of this client was released. Call "
+                              "reconnect() to go on: committed objects and the mapping stay."
+                              % (what, err.strerror if err else "closed by the daemon"))
+
+    def _next_id(self):
+        self._last_id += 1
+        return self._last_id
+
+    def _encode(self, obj):
+        try:
+            line = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidRequest("EINVAL", "A request's text is not valid UTF-8 (%s); the "
+                                 "protocol carries UTF-8 only. Nothing was sent." % e) from None
+        if len(line) > P.MAX_LINE:
+            raise ProtocolError("EMSGSIZE", "A request of %d bytes is longer than the %d a line "
+                                "may hold. Nothing was sent." % (len(line), P.MAX_LINE))
+        return line + b"\n"
+
+    def _pending_lines(self):
+        """The noreply releases queued by release_later(), as lines."""
+        out = []
+        later = self._later
+        gen = self._gen
+        while later:
+            g, key = later.popleft()
+            if g == gen:
+                out.append(b'{"op":"release","key":%s,"noreply":true,"id":%d}\n'
+                           % (json.dumps(key, ensure_ascii=False).encode(), self._next_id()))
+        return out
+
+    def _send(self, data):
+        try:
+            self._sock.sendall(data, _SEND_FLAGS)
+        except OSError as e:
+            raise self._lost("send", e) from None
+
+    def _read_line(self, fds=None):
+        buf = self._rbuf
+        scan = 0
+        while True:
+            i = buf.find(b"\n", scan)
+            if i >= 0:
+                line = bytes(buf[:i])
+                del buf[:i + 1]
+                return line
+            scan = len(buf)
+            if scan > P.MAX_REPLY:
+                self._disconnect(keep_map=True)
+                raise ProtocolError("EMSGSIZE", "Reply from shmbrokerd longer than %d bytes; "
+                                    "the connection was closed." % P.MAX_REPLY)
+            try:
+                if fds is not None:
+                    data, got, _flags, _addr = socket.recv_fds(self._sock, _RECV_SIZE, _MAX_FDS,
+                                                               _RECV_FLAGS)
+                    fds.extend(got)
+                else:
+                    data = self._sock.recv(_RECV_SIZE)
+            except InterruptedError:
+                continue
+            except OSError as e:
+                raise self._lost("receive", e) from None
+            if not data:
+                raise self._lost("receive")
+            buf += data
+
+    def _out_of_step(self, want, got, line):
+        seen = line[:160].decode("utf-8", "backslashreplace")
+        self._disconnect(keep_map=True)
+        return ConnectionLost("ECONNRESET", "Reply out of step with its request: expected id %s, "
+                              "got id %s (%s%s). The connection was reset so that no call "
+                              "takes another's reply: every pin and pending allocation of "
+                              "this client was released. Call reconnect() to go on."
+                              % (want, got, seen, "..." if len(line) > 160 else ""))
+
+    def _exchange(self, req, fds=None, first=False, want=None):
+        """Send req (a dict; an id is added unless want is given) after any
+        queued releases, and return its reply dict, ok or not. The reply
+        must carry the request's id."""
+        if want is None:
+            want = req["id"] = self._next_id()
+        out = self._pending_lines() if self._later else []
+        out.append(self._encode(req))
+        try:
+            self._send(b"".join(out) if len(out) > 1 else out[0])
+            line = self._read_line(fds)
+        except ShmBrokerError:
+            raise
+        except BaseException:
+            # Interrupted (KeyboardInterrupt, say) between a request and its
+            # reply: the reply would meet the next call, so the connection
+            # goes now (reconnect() to go on).
+            self._disconnect(keep_map=True)
+            raise
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            raise self._out_of_step(json.dumps(want), "none", line)
+        got = reply.get("id", _NO_ID)
+        if got is _NO_ID:
+            if first and reply.get("ok") is False and isinstance(reply.get("error"), str):
+                self._disconnect(keep_map=True)  # a refusal at connect time: EOF follows
+                return reply
+            raise self._out_of_step(json.dumps(want), "none", line)
+        if got != want or type(got) is not type(want):
+            raise self._out_of_step(json.dumps(want), json.dumps(got), line)
+        return reply
+
+    def _call(self, req):
+        """One request whose failure raises; the reply dict on success."""
+        self._enter()
+        try:
+            reply = self._exchange(req)
+        finally:
+            self._busy.release()
+        if reply.get("ok") is not True:
+            raise _reply_error(reply)
+        return reply
+
+    def _send_noreply(self, req):
+        self._enter()
+        try:
+            req["noreply"] = True
+            req["id"] = self._next_id()
+            out = self._pending_lines() if self._later else []
+            out.append(self._encode(req))
+            self._send(b"".join(out))
+        finally:
+            self._busy.release()
+
+    def _extent(self, reply, want=None):
+        off, size = reply.get("offset"), reply.get("size")
+        if (type(off) is not int or type(size) is not int or off < self.info["data_offset"]
+                or size < 0 or off + size > self._data_end or (want is not None and size != want)):
+            raise ProtocolError("EPROTO", "shmbrokerd returned extent [%r, +%r) outside the data "
+                                "area [%d, %d)." % (off, size, self.info["data_offset"],
+                                                    self._data_end))
+        return off, size
+
+    # ---- raw requests ----------------------------------------------------
+
+    def request(self, obj):
+        """Send one raw request (a dict, as in proto/PROTOCOL.md) and return
+        the daemon's reply as a dict, ``ok`` true or false: it never raises for
+        an error reply. The client adds an integer "id" unless obj has one
+        (the reply must then carry that). A request with "noreply": true is
+        sent and None is returned. Offsets in replies are not checked here."""
+        if not isinstance(obj, dict):
+            raise TypeError("A request is a dict, not %s." % type(obj).__name__)
+        req = dict(obj)
+        if req.get("noreply") is True:
+            self._enter()
+            try:
+                if "id" not in req:
+                    req["id"] = self._next_id()
+                self._send(self._encode(req))
+            finally:
+                self._busy.release()
+            return None
+        self._enter()
+        try:
+            return self._exchange(req, want=req["id"] if "id" in req else None)
+        finally:
+            self._busy.release()
+
+    # ---- objects -----------------------------------------------------------
+
+    def alloc(self, key, size, *, readers=0, wait_ms=None):
+        """Reserve size bytes for key and return an Allocation whose ``.view``
+        is a writable memoryview of them.
+
+        readers: gets the object awaits before it may be evicted.
+        wait_ms: when there is no room, wait up to this long for it (the
+        connection is busy meanwhile) before raising Timeout.
+        Raises NoSpace, ObjectTooLarge, KeyExists, PermissionDenied..."""
+        key = check_key(key)
+        size = operator.index(size)  # an integer: 1.5 bytes is a bug, not 1
+        req = {"op": "alloc", "key": key, "size": size}
+        if readers:
+            req["readers"] = readers
+        if wait_ms is not None:
+            req["wait_ms"] = wait_ms
+        reply = self._call(req)
+        try:
+            off, size = self._extent(reply, size)
+        except ProtocolError:
+            self._send_noreply({"op": "abort", "key": key})
+            raise
+        return Allocation(self, key, off, size, self._mv[off:off + size])
+
+    def put(self, key, data, *, readers=0, wait_ms=None):
+        """Store an object and return its payload offset.
+
+        data: any object with the buffer protocol (bytes, bytearray,
+        memoryview, a numpy array, array.array...), copied once into the
+        segment; or a list or tuple of them, stored as frames (see
+        get_frames). Raises as alloc() does; the allocation is aborted if
+        the copy fails."""
+        part, total = _prepare(data)
+        a = self.alloc(key, total, readers=readers, wait_ms=wait_ms)
+        try:
+            _write(a.view, part)
+        except BaseException:
+            try:
+                a.abort()
+            except ShmBrokerError:
+                pass
+            raise
+        a.commit()
+        return a.offset
+
+    def get(self, key):
+        """Pin the object and return a Pin whose ``.view`` is a read-only
+        memoryview of its bytes, valid until the pin is released. Raises
+        NotFound when there is no such committed object."""
+        key = check_key(key)
+        reply = self._call({"op": "get", "key": key})
+        try:
+            off, size = self._extent(reply)
+        except ProtocolError:
+            self._send_noreply({"op": "release", "key": key})
+            raise
+        return Pin(self, key, off, size, self._mv[off:off + size].toreadonly())
+
+    def get_frames(self, key):
+        """get() and parse the payload as frames: a Pin whose ``.frames`` is
+        the list of read-only memoryviews. ProtocolError (the pin released)
+        when the object is not in the frames layout."""
+        pin = self.get(key)
+        try:
+            pin.frames
+        except BaseException:
+            pin.release()
+            raise
+        return pin
+
+    def read(self, key):
+        """The object's bytes, copied out (the pin is released at once)."""
+        pin = self.get(key)
+        try:
+            return bytes(pin.view)
+        finally:
+            pin.release()
+
+    def read_frames(self, key):
+        """The object's frames, each copied out as bytes (the pin is
+        released at once)."""
+        pin = self.get_frames(key)
+        try:
+            return [bytes(f) for f in pin.frames]
+        finally:
+            pin.release()
+
+    def release(self, key, *, noreply=False):
+        """Drop one of this connection's pins on key (Pin.release calls it).
+        With noreply, nothing is awaited and a failure is only counted by
+        the daemon."""
+        key = check_key(key)
+        if noreply:
+            self._send_noreply({"op": "release", "key": key})
+        else:
+            self._call({"op": "release", "key": key})
+
+    def release_later(self, key):
+        """Queue a release of key, sent without a reply before this client's
+        next request (or dropped with the connection, which releases it all
+        the same). Safe from a weakref finalizer or __del__, even in another
+        thread: it never touches the socket."""
+        self._later.append((self._gen, check_key(key)))
+
+    def release_many(self, keys):
+        """Release one pin on each key, without awaiting replies (one
+        noreply line each). Every key is checked before anything is sent."""
+        keys = _check_keys(list(keys))
+        self._enter()
+        try:
+            out = self._pending_lines() if self._later else []
+            size = sum(len(b) for b in out)
+            for key in keys:
+                line = self._encode({"op": "release", "key": key, "noreply": True,
+                                     "id": self._next_id()})
+                out.append(line)
+                size += len(line)
+                if size >= P.MAX_LINE:
+                    self._send(b"".join(out))
+                    out, size = [], 0
+            if out:
+                self._send(b"".join(out))
+        finally:
+            self._busy.release()
+
+    def touch(self, key, readers, *, noreply=False):
+        """Add readers awaited reads to a committed object: it cannot be
+        evicted until that many more gets have happened."""
+        req = {"op": "touch", "key": check_key(key), "readers": readers}
+        if noreply:
+            self._send_noreply(req)
+        else:
+            self._call(req)
+
+    def delete(self, key, *, noreply=False):
+        """Remove a committed object's key at once; pinned bytes stay valid
+        for their pin holders until they release."""
+        req = {"op": "delete", "key": check_key(key)}
+        if noreply:
+            self._send_noreply(req)
+        else:
+            self._call(req)
+
+    def contains(self, key):
+        """Whether a committed object has this key (also ``key in client``)."""
+        return self._call({"op": "contains", "key": check_key(key)})["exists"] is True
+
+    def __contains__(self, key):
+        return self.contains(key)
+
+    def list(self, prefix="", limit=1000):
+        """Objects whose key starts with prefix, oldest first, at most limit:
+        an ObjectList of dicts (key, offset, size, pins, readers, state,
+        age_ms) with ``.truncated``."""
+        req = {"op": "list", "limit": limit}
+        if isinstance(prefix, (bytes, bytearray)):
+            try:
+                prefix = bytes(prefix).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InvalidRequest("EINVAL", "The prefix is not valid UTF-8 (byte 0x%02x at "
+                                     "offset %d); keys are UTF-8 text." % (prefix[e.start],
+                                                                          e.start)) from None
+        if prefix:
+            req["prefix"] = prefix
+        reply = self._call(req)
+        return ObjectList(reply.get("objects", []), reply.get("truncated") is True)
+
+    def stats(self):
+        """The daemon's stats: a dict with the fields of proto/stats.def
+        (used, free, objects, pinned, blocker, counters...)."""
+        reply = self._call({"op": "stats"})
+        reply.pop("ok", None)
+        reply.pop("id", None)
+        return reply
+
+    def clients(self):
+        """Every open connection, newest first: a list of dicts (pid, uid,
+        gid, name, mode, pins, pending, bytes_pinned, connected_unix, self)."""
+        return self._call({"op": "clients"})["clients"]
+
+    def object_header(self, offset):
+        """The chunk header before a payload offset (proto/layout.h, struct
+        shmb_chunk_header), checked: returns (chunk_id, key). ProtocolError
+        when no valid header ends at offset. Only meaningful while the object
+        is pinned."""
+        if (type(offset) is not int or offset % P.ALIGN or offset < self.info["data_offset"]
+                + P.ALIGN or offset > self._data_end):
+            raise ProtocolError("EPROTO", "Offset %r is not a payload offset in the data area "
+                                "[%d, %d)." % (offset, self.info["data_offset"],
+                                                self._data_end))
+        mv = self._mv
+        for hs in range(P.ALIGN, P.align64(P.CHUNK_HEADER_SIZE + P.KEY_MAX) + 1, P.ALIGN):
+            start = offset - hs
+            if start < self.info["data_offset"]:
+                break
+            h = P.CHUNK_HEADER.unpack_from(mv, start)
+            magic, _state, key_len, header_size, _tag, chunk_id = h[:6]
+            if magic != P.CHUNK_MAGIC or header_size != hs:
+                continue
+            if key_len > P.KEY_MAX or P.align64(P.CHUNK_HEADER_SIZE + key_len) != hs:
+                break
+            raw = bytes(mv[start + P.CHUNK_HEADER_SIZE:start + P.CHUNK_HEADER_SIZE + key_len])
+            try:
+                return chunk_id, raw.decode("utf-8")
+            except UnicodeDecodeError:
+                break
+        raise ProtocolError("EPROTO", "No valid chunk header (magic 0x%x, header_size, key_len) "
+                            "before offset %d." % (P.CHUNK_MAGIC, offset))
+
+    # ---- many objects ------------------------------------------------------
+
+    def _batch(self, elems):
+        """One batch line of the encoded elements; their replies, in order."""
+        self._enter()
+        try:
+            want = self._next_id()
+            line = b'{"op":"batch","id":%d,"ops":[%s]}' % (want, b",".join(elems))
+            reply = self._exchange_line(line, want)
+        finally:
+            self._busy.release()
+        if reply.get("ok") is not True:
+            raise _reply_error(reply)
+        replies = reply.get("replies")
+        if not isinstance(replies, list) or len(replies) != len(elems):
+            raise ProtocolError("EPROTO", "shmbrokerd's batch reply does not have %d replies."
+                                % len(elems))
+        return replies
+
+    def _exchange_line(self, line, want):
+        out = self._pending_lines() if self._later else []
+        out.append(line + b"\n")
+        self._send(b"".join(out))
+        raw = self._read_line()
+        try:
+            reply = json.loads(raw)
+        except ValueError:
+            reply = None
+        got = reply.get("id", _NO_ID) if isinstance(reply, dict) else _NO_ID
+        if got is _NO_ID or type(got) is not int or got != want:
+            raise self._out_of_step(want, "none" if got is _NO_ID else json.dumps(got), raw)
+        return reply
+
+    @staticmethod
+    def _fill(elems, start, limit):
+        """How many elements from start fit one batch line (at least one)."""
+        room = P.MAX_LINE - len(b'{"op":"batch","id":18446744073709551615,"ops":[]}')
+        n = 0
+        used = 0
+        while start + n < len(elems) and n < limit:
+            cost = len(elems[start + n]) + (1 if n else 0)
+            if n and used + cost > room:
+                break
+            used += cost
+            n += 1
+        return n
+
+    def get_many(self, keys):
+        """Pin many objects in as few round trips as the protocol allows
+        (batch lines of at most 4096 gets and 64 KiB). Returns a list with,
+        for each key, a Pin or the ShmBrokerError of that key (not raised).
+        Every key is checked before anything is sent."""
+        keys = _check_keys(list(keys))
+        elems = [b'{"op":"get","key":%s}' % json.dumps(k, ensure_ascii=False).encode()
+                 for k in keys]
+        out = []
+        start = 0
+        while start < len(elems):
+            n = self._fill(elems, start, P.MAX_BATCH)
+            replies = self._batch(elems[start:start + n])
+            for key, r in zip(keys[start:start + n], replies):
+                if isinstance(r, dict) and r.get("ok") is True:
+                    try:
+                        off, size = self._extent(r)
+                    except ProtocolError as e:
+                        self.release_later(key)
+                        out.append(e)
+                        continue
+                    out.append(Pin(self, key, off, size, self._mv[off:off + size].toreadonly()))
+                else:
+                    out.append(_reply_error(r))
+            start += n
+        return out
+
+    def put_many(self, items, *, readers=0):
+        """Store many objects: items is an iterable of (key, data) with data
+        as put() takes it. Returns a list with, for each item, the payload
+        offset or the ShmBrokerError of that key (not raised).
+
+        Sent as the C library does: batch lines of at most 1024 allocations
+        (the daemon's default --max-pending) and 64 KiB, written, then
+        committed in batch lines, before the next allocations; allocations
+        refused with QuotaExceeded after others of the same line succeeded
+        go again in the next line. Every key is checked before anything is
+        sent. A lost connection raises ConnectionLost; the objects of the
+        lines committed before it stay."""
+        items = list(items)
+        keys = _check_keys([k for k, _ in items])
+        parts = []
+        sizes = []
+        for _, data in items:
+            part, size = _prepare(data)
+            parts.append(part)
+            sizes.append(size)
+        extra = b',"readers":%d' % readers if readers else b""
+        elems = [b'{"op":"alloc","key":%s,"size":%d%s}'
+                 % (json.dumps(k, ensure_ascii=False).encode(), s, extra)
+                 for k, s in zip(keys, sizes)]
+        results = [None] * len(items)
+        limit = P.PUT_CHUNK
+        start = 0
+        while start < len(elems):
+            n = self._fill(elems, start, limit)
+            replies = self._batch(elems[start:start + n])
+            done = []  # (index, commit?) in order
+            for i, r in enumerate(replies, start):
+                if not (isinstance(r, dict) and r.get("ok") is True):
+                    results[i] = _reply_error(r)
+                    continue
+                try:
+                    off, _ = self._extent(r, sizes[i])
+                except ProtocolError as e:
+                    results[i] = e
+                    done.append((i, False))
+                    continue
+                view = self._mv[off:off + sizes[i]]
+                _write(view, parts[i])
+                _release_view(view)
+                results[i] = off
+                done.append((i, True))
+            self._commit_many(keys, done, results)
+            end = start + n
+            if done:
+                # A cap (--max-pending) stopped the line part way: what was
+                # allocated is committed now, so the rest goes again.
+                for i in range(start, end):
+                    if isinstance(results[i], ShmBrokerError) and results[i].code == "EDQUOT":
+                        if i > start:
+                            for j in range(i, end):
+                                results[j] = None
+                            end = i
+                            limit = len(done)
+                        break
+            start = end
+        return results
+
+    def _commit_many(self, keys, done, results):
+        elems = [b'{"op":"%s","key":%s}' % (b"commit" if ok else b"abort",
+                                            json.dumps(keys[i], ensure_ascii=False).encode())
+                 for i, ok in done]
+        start = 0
+        while start < len(elems):
+            n = self._fill(elems, start, P.PUT_CHUNK)
+            replies = self._batch(elems[start:start + n])
+            for (i, ok), r in zip(done[start:start + n], replies):
+                if ok and not (isinstance(r, dict) and r.get("ok") is True):
+                    results[i] = _reply_error(r)
+            start += n
+
+
+_NO_ID = object()
+
+
+def _prepare(data):
+    """What put() writes for data, and its size: one flat byte view, or a
+    list of them for a list or tuple of buffers (frames)."""
+    if isinstance(data, (list, tuple)):
+        bufs = [_frames.as_bytes(d) for d in data]
+        return bufs, _frames.layout([b.nbytes for b in bufs])[2]
+    src = _frames.as_bytes(data)
+    return src, src.nbytes
+
+
+def _write(view, part):
+    """Write what _prepare gave into view, an allocation's bytes."""
+    if isinstance(part, list):
+        _frames.write(view, part)
+    else:
+        view[:] = part
+
+
+def _reply_error(reply):
+    """The exception for an error reply (or for a malformed one)."""
+    if isinstance(reply, dict):
+        code, message = reply.get("error"), reply.get("message")
+        if isinstance(code, str) and isinstance(message, str):
+            return error_for(code, message)
+    return ProtocolError("EPROTO", "Malformed reply from shmbrokerd: %.160r." % (reply,))

@@ -1,0 +1,574 @@
+"""A drop-in for vLLM's shared-memory object store, over shmbrokerd.
+
+vLLM's ``SingleWriterShmObjectStorage`` (vllm/distributed/device_communicators/
+shm_object_storage.py) keeps objects in a ring of shared memory that one
+writer process manages, readers counting their reads in flags of the ring.
+``ShmBrokerObjectStorage`` has the same constructor, methods, attributes and
+error texts, with shmbrokerd managing the memory:
+
+- ``address`` is the object's payload offset in the daemon's segment and
+  ``monotonic_id`` its chunk id (the chunk header before the payload holds
+  it, with the key, so that a reader finds the object from the pair alone).
+- An object awaits ``n_readers`` reads each time it is handed out (put,
+  get_cached, the writer's touch); the daemon counts them (``readers`` of
+  alloc, ``touch``) and evicts, oldest first, only objects whose awaited
+  reads are all done.
+- A reader's get pins the object for as long as it deserializes it; a reader
+  that dies mid-read loses its pins with its connection, so nothing stays
+  blocked. Readers write nothing in shared memory, which is why no reader
+  lock is needed: ``reader_lock`` is accepted (vLLM passes one) and ignored.
+- Any number of writers may share one daemon (and one ring name); keys are
+  the daemon's, so two writers cannot store the same key at once.
+
+``SingleWriterShmRingBuffer`` stands in for vLLM's ring: the writer side uses
+the daemon at $SHMBROKER_SOCKET (or the default socket) when one answers, else
+starts a private shmbrokerd of ``data_buffer_size`` and stops it on close();
+readers attach by name or through ``handle()``. Switching is one import:
+
+    from shmbroker.vllm import (ShmBrokerObjectStorage as SingleWriterShmObjectStorage,
+                                SingleWriterShmRingBuffer)
+
+This module knows vLLM's interface and maps it onto shmbroker.Client; the
+wire and the frames layout are the Client's and frames.py's.
+"""
+
+import abc
+import collections
+import dataclasses
+import hashlib
+import os
+import re
+import tempfile
+import threading
+from typing import Any, Optional, Tuple
+
+from . import frames as _frames
+from .client import Client, default_socket_path
+from .daemon import socket_answers, spawn_daemon
+from .errors import (ConnectionLost, KeyExists, NoSpace, NotFound, ObjectTooLarge,
+                     ProtocolError, ShmBrokerError)
+from .pickling import pickle_frames, unpickle_frames
+
+__all__ = ["ObjectSerde", "PickleSerde", "ShmObjectStorageHandle", "ShmBrokerObjectStorage",
+           "SingleWriterShmObjectStorage", "SingleWriterShmRingBuffer", "named_socket_path"]
+
+# The segment's header page, before the data area (proto/layout.h).
+_HEADER_PAGE = 4096
+# The largest chunk header, align64(48 + 255): what the daemon keeps free of
+# the data area for one object's header (its --max-object-size bound).
+_MAX_CHUNK_HEADER = 320
+# Objects whose liveness one batch line asks about when the writer prunes
+# its index: the oldest first, stopping at the first alive.
+_PRUNE_BATCH = 32
+# (address, monotonic_id) pairs a reader remembers having read, for touch.
+_SEEN_MAX = 1 << 16
+# Ring names used as a socket file name as they are; others are hashed.
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+class ObjectSerde(abc.ABC):
+    """vLLM's serializer interface (shm_object_storage.ObjectSerde).
+
+    serialize(value) returns (data, nbytes, metadata, md_bytes): data is one
+    buffer or a list of buffers, nbytes their total size, metadata a buffer
+    of md_bytes bytes. The store writes metadata then the data buffers one
+    after the other, and deserialize() receives a read-only memoryview of
+    exactly those md_bytes + nbytes bytes. vLLM's own serdes (MsgpackSerde)
+    follow it and can be passed as serde_class."""
+
+    @abc.abstractmethod
+    def serialize(self, value: Any) -> Tuple[Any, int, bytes, int]:
+        """Serialize value: (data, nbytes, metadata, md_bytes)."""
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def deserialize(self, data: memoryview) -> Any:
+        """Rebuild the value from the bytes serialize() gave."""
+        raise NotImplementedError
+
+
+class PickleSerde(ObjectSerde):
+    """The default serde: pickle protocol 5 with out-of-band buffers, in the
+    frames layout (frame 0 the pickle stream, then each out-of-band buffer,
+    64-aligned), so that a numpy array's data is copied once, straight into
+    the segment. deserialize() copies the buffers out: the value owns its
+    memory (the store releases its pin right after)."""
+
+    def serialize(self, value):
+        """The frames payload of value, as a list of pieces to write in order
+        (header, frames, the zero padding between them): (pieces, nbytes, b"", 0)."""
+        parts = pickle_frames(value)
+        lengths = [p.nbytes for p in parts]
+        head = bytearray(_frames.layout(lengths)[0])
+        header, offsets, total = _frames.write_header(head, lengths)
+        pieces = [head]
+        end = header
+        for part, offset in zip(parts, offsets):
+            if offset > end:
+                pieces.append(bytes(offset - end))
+            pieces.append(part)
+            end = offset + part.nbytes
+        return pieces, total, b"", 0
+
+    def deserialize(self, data):
+        """The value of a frames payload (ProtocolError when data is not one)."""
+        return unpickle_frames(_frames.parse(data), copy=True)
+
+
+def named_socket_path(name):
+    """The socket of the private daemon that a ring named name starts, so
+    that readers opening the ring by name (as vLLM's workers do) find it: in
+    a directory of this user's in the temporary directory. None when that
+    directory belongs to someone else."""
+    base = os.path.join(tempfile.gettempdir(), "shmbroker-%d" % os.getuid())
+    try:
+        os.mkdir(base, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    st = os.lstat(base)
+    if not (os.path.isdir(base) and not os.path.islink(base) and st.st_uid == os.getuid()
+            and (st.st_mode & 0o077) == 0):
+        return None
+    if not _SAFE_NAME.match(name):
+        name = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return os.path.join(base, name + ".sock")
+
+
+def _page_up(n):
+    return (n + _HEADER_PAGE - 1) // _HEADER_PAGE * _HEADER_PAGE
+
+
+class SingleWriterShmRingBuffer:
+    """Stands in for vLLM's ring buffer: the connection to the shmbrokerd
+    that holds the store's objects.
+
+    ``SingleWriterShmRingBuffer(data_buffer_size, name=None, create=False,
+    socket_path=None)``. The daemon is, in order: the one at socket_path
+    (handle() passes it); the private daemon a writer of this name started;
+    the one at $SHMBROKER_SOCKET (else /run/shmbroker/shmbroker.sock). When
+    none answers, a writer (create=True) starts a private shmbrokerd with
+    data_buffer_size bytes of data area (rounded up to whole pages) on a
+    temporary socket (named_socket_path(name) when named) and stops it on
+    close(); a reader raises ConnectionLost. On a shared daemon the size is
+    not reserved for this ring (the daemon's segment is shared by all).
+
+    Writers connect read-write, readers read-only. Attributes:
+    ``data_buffer_size``, ``name``, ``is_writer``, ``socket_path``,
+    ``client`` (the shmbroker.Client), ``daemon`` (the private Daemon or
+    None), ``lock`` (serialises the store's calls on the one connection).
+    """
+
+    def __init__(self, data_buffer_size: int, name: Optional[str] = None,
+                 create: bool = False, socket_path: Optional[str] = None):
+        self.data_buffer_size = int(data_buffer_size)
+        self.is_writer = bool(create)
+        self.daemon = None
+        self.client = None
+        self.lock = threading.RLock()
+        self._owner = os.getpid()
+        if self.data_buffer_size <= 0:
+            raise ValueError("data_buffer_size must be positive, not %d." % self.data_buffer_size)
+        path = socket_path or self._find_daemon(name)
+        if path is None and self.is_writer:
+            path = self._start_daemon(name)
+        if path is None:
+            raise ConnectionLost("ECONNREFUSED", "No shmbrokerd for ring %r: none answers on %s%s, "
+                                 "and a reader does not start one. Open the ring with the "
+                                 "writer's handle(), or start the writer first."
+                                 % (name, default_socket_path(),
+                                    " nor on " + named_socket_path(name)
+                                    if name and named_socket_path(name) else ""))
+        self.socket_path = path
+        try:
+            self.client = Client(path, name="vllm-%s" % ("writer" if create else "reader"),
+                                 read_only=not self.is_writer)
+        except BaseException:
+            self.close()
+            raise
+        self.name = name if name is not None else self.client.info.get("segment")
+
+    @staticmethod
+    def _find_daemon(name):
+        if name:
+            named = named_socket_path(name)
+            if named and socket_answers(named):
+                return named
+        path = default_socket_path()
+        return path if socket_answers(path) else None
+
+    def _start_daemon(self, name):
+        data = _page_up(self.data_buffer_size)
+        named = named_socket_path(name) if name else None
+        try:
+            self.daemon = spawn_daemon(data + _HEADER_PAGE, socket_path=named,
+                                       args=["--max-object-size", str(data - _MAX_CHUNK_HEADER)])
+        except RuntimeError:
+            # Another writer of this name may have started it meanwhile.
+            if named and socket_answers(named):
+                return named
+            raise
+        return self.daemon.socket_path
+
+    def handle(self):
+        """What a reader in another process passes to this class to attach:
+        (data_buffer_size, name, False, socket_path), picklable."""
+        return (self.data_buffer_size, self.name, False, self.socket_path)
+
+    def clear(self) -> None:
+        """Nothing to do: the objects belong to the stores that wrote them
+        (ShmBrokerObjectStorage.clear deletes its own)."""
+        assert self.is_writer, "Only the writer can clear the buffer."
+
+    def close(self) -> None:
+        """Close the connection (the daemon releases its pins) and stop the
+        private daemon if this ring started one. Does nothing in a child made
+        by fork(): the connection and the daemon are the parent's."""
+        if os.getpid() != getattr(self, "_owner", None):
+            return
+        client, self.client = getattr(self, "client", None), None
+        if client is not None:
+            client.close()
+        daemon, self.daemon = getattr(self, "daemon", None), None
+        if daemon is not None:
+            daemon.stop()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<shmbroker.vllm.SingleWriterShmRingBuffer %s %s%s>" % (
+            "writer" if self.is_writer else "reader", self.socket_path,
+            " (private daemon)" if self.daemon is not None else "")
+
+
+@dataclasses.dataclass
+class ShmObjectStorageHandle:
+    """What create_from_handle() needs to open the store in another process
+    (vLLM's ShmObjectStorageHandle): picklable when serde_class is a
+    module-level class and reader_lock is None (a multiprocessing lock
+    travels only as a Process argument)."""
+
+    max_object_size: int
+    n_readers: int
+    ring_buffer_handle: tuple
+    serde_class: type
+    reader_lock: Any
+
+
+class ShmBrokerObjectStorage:
+    """vLLM's SingleWriterShmObjectStorage over shmbrokerd: same constructor,
+    methods, attributes and error texts (see the module's help for what
+    differs underneath).
+
+    ``ShmBrokerObjectStorage(max_object_size, n_readers, ring_buffer,
+    serde_class=PickleSerde, reader_lock=None)``. The writer is the store
+    whose ring was made with create=True; the others are readers.
+
+    Writer: put(key, value) -> (address, monotonic_id); is_cached(key);
+    get_cached(key); touch(key); clear(); free_unused(). Everyone: get(address,
+    monotonic_id); handle(); close(). Readers: touch(key, address,
+    monotonic_id).
+
+    Attributes: ``max_object_size``, ``n_readers``, ``ring_buffer``,
+    ``serde_class``, ``ser_de``, ``is_writer``, and on the writer
+    ``key_index`` (key -> (address, monotonic_id)) and ``id_index``
+    (monotonic_id -> key), kept as vLLM's: put adds to them, and objects the
+    daemon evicted are dropped from them after each put and whenever
+    is_cached finds one gone.
+    """
+
+    def __init__(self, max_object_size: int, n_readers: int,
+                 ring_buffer: SingleWriterShmRingBuffer, serde_class: type = PickleSerde,
+                 reader_lock: Any = None):
+        self.max_object_size = max_object_size
+        self.n_readers = n_readers
+        self.serde_class = serde_class
+        self.ser_de = serde_class()
+        self.ring_buffer = ring_buffer
+        self.is_writer = ring_buffer.is_writer
+        # Ignored: readers write nothing in shared memory; the daemon counts reads.
+        self._reader_lock = reader_lock
+        self.key_index = {}
+        self.id_index = {}
+        self._seen = collections.OrderedDict()
+
+    # ---- helpers -----------------------------------------------------------
+
+    @property
+    def _client(self):
+        client = self.ring_buffer.client
+        if client is None:
+            raise ConnectionLost("ENOTCONN", "This store is closed.")
+        return client
+
+    @staticmethod
+    def _invalid(address, monotonic_id):
+        return ValueError("Data for address:id '%s:%s' has been modified or is invalid."
+                          % (address, monotonic_id))
+
+    def _header(self, address):
+        """(chunk_id, key) of the chunk at address, or None when there is no
+        chunk header there."""
+        try:
+            return self._client.object_header(address)
+        except (ProtocolError, TypeError, ValueError):
+            return None
+
+    def _forget(self, key):
+        entry = self.key_index.pop(key, None)
+        if entry is not None and self.id_index.get(entry[1]) == key:
+            del self.id_index[entry[1]]
+
+    def _still_there(self, key, address, monotonic_id):
+        """Whether the writer's object (key, address, id) still lives: the
+        chunk header at address is its own, and the daemon has the key."""
+        if self._header(address) != (monotonic_id, key):
+            return False
+        return self._client.contains(key)
+
+    def _prune(self):
+        """Drop the objects the daemon evicted from key_index and id_index.
+        Eviction goes oldest first, so this walks the writer's objects from
+        the oldest and stops at the first that lives."""
+        want = 1  # usually the oldest lives: one question; more while they do not
+        while self.key_index:
+            asked = []
+            live_headers = 0
+            for key, (address, monotonic_id) in self.key_index.items():
+                if self._header(address) != (monotonic_id, key):
+                    asked.append((key, False))  # its chunk was reused: gone
+                    continue
+                asked.append((key, True))
+                live_headers += 1
+                if live_headers >= want:
+                    break
+            want = min(want * 2, _PRUNE_BATCH)
+            ops = [{"op": "contains", "key": key} for key, ask in asked if ask]
+            replies = []
+            if ops:
+                reply = self._client.request({"op": "batch", "ops": ops})
+                if reply.get("ok") is not True:
+                    return
+                replies = reply.get("replies") or []
+            answers = iter(replies)
+            for key, ask in asked:
+                if ask:
+                    r = next(answers, None)
+                    if isinstance(r, dict) and r.get("exists") is True:
+                        return
+                self._forget(key)
+
+    # ---- the writer --------------------------------------------------------
+
+    def put(self, key: str, value: Any) -> Tuple[int, int]:
+        """Store value under key and return (address, monotonic_id), which a
+        reader passes to get(). The object awaits n_readers reads before it
+        may be evicted.
+
+        Raises ValueError "Key '{key}' already exists in the storage." (a
+        KeyExists), ValueError "Serialized object size (N bytes) exceeds max
+        object size (M bytes)" (an ObjectTooLarge), MemoryError "Not enough
+        space in the data buffer, try calling free_buf() to free up space"
+        followed by the daemon's account of what blocks reclaim (a NoSpace)."""
+        assert self.is_writer, "Only the writer can put objects."
+        if key in self.key_index and self.is_cached(key):
+            raise KeyExists("EEXIST", "Key '%s' already exists in the storage." % key)
+        data, _nbytes, metadata, _md_bytes = self.ser_de.serialize(value)
+        pieces = [metadata] if metadata else []
+        pieces += data if isinstance(data, list) else [data]
+        pieces = [_frames.as_bytes(p) for p in pieces]
+        size = sum(p.nbytes for p in pieces)
+        with self.ring_buffer.lock:
+            client = self._client
+            limit = min(self.max_object_size, client.info.get("max_object_size", size))
+            if size > limit:
+                raise ObjectTooLarge("E2BIG", "Serialized object size (%d bytes) exceeds max "
+                                     "object size (%d bytes)" % (size, limit))
+            try:
+                alloc = client.alloc(key, max(size, 1), readers=self.n_readers)
+            except KeyExists:
+                raise KeyExists("EEXIST", "Key '%s' already exists in the storage." % key) \
+                    from None
+            except ObjectTooLarge:
+                raise ObjectTooLarge("E2BIG", "Serialized object size (%d bytes) exceeds max "
+                                     "object size (%d bytes)"
+                                     % (size, client.info.get("max_object_size", limit))) \
+                    from None
+            except NoSpace as e:
+                self._prune()
+                raise NoSpace("ENOSPC", "Not enough space in the data buffer, try calling "
+                              "free_buf() to free up space: %s" % e.message) from None
+            with alloc:
+                view = alloc.view
+                pos = 0
+                for p in pieces:
+                    view[pos:pos + p.nbytes] = p
+                    pos += p.nbytes
+                # Read while pending: nobody else can free or reuse the chunk.
+                header = self._header(alloc.offset)
+                if header is None:
+                    raise ProtocolError("EPROTO", "No chunk header before offset %d, where "
+                                        "shmbrokerd allocated '%s'." % (alloc.offset, key))
+            address, monotonic_id = alloc.offset, header[0]
+            old = self.id_index.get(monotonic_id)
+            if old is not None and old != key:
+                self.key_index.pop(old, None)  # an id the daemon gave back and reused
+            self.key_index[key] = (address, monotonic_id)
+            self.id_index[monotonic_id] = key
+            self._prune()
+        return address, monotonic_id
+
+    def is_cached(self, key: str) -> bool:
+        """Whether the object of key is still stored: asks the daemon (an
+        object it evicted is dropped from key_index here)."""
+        if key not in self.key_index:
+            return False
+        with self.ring_buffer.lock:
+            address, monotonic_id = self.key_index[key]
+            if self._still_there(key, address, monotonic_id):
+                return True
+            self._forget(key)
+            return False
+
+    def get_cached(self, key: str) -> Tuple[int, int]:
+        """(address, monotonic_id) of a stored object, handed out once more:
+        it awaits n_readers more reads. KeyError when key is not stored
+        (any more)."""
+        address, monotonic_id = self.key_index[key]
+        with self.ring_buffer.lock:
+            try:
+                self._client.touch(key, self.n_readers)
+            except NotFound:
+                self._forget(key)
+                raise KeyError(key) from None
+        return address, monotonic_id
+
+    def free_unused(self) -> None:
+        """Drop what the daemon evicted from key_index and id_index. The
+        daemon reclaims space itself, oldest first, when an allocation needs
+        it; objects that may go stay readable until then."""
+        if self.is_writer:
+            with self.ring_buffer.lock:
+                self._prune()
+
+    def clear(self) -> None:
+        """Delete every object of this writer and empty its indexes (readers'
+        pins keep what they read valid until they release it)."""
+        if not self.is_writer:
+            return
+        with self.ring_buffer.lock:
+            client = self.ring_buffer.client
+            if client is not None:
+                for key, (address, monotonic_id) in list(self.key_index.items()):
+                    if self._header(address) == (monotonic_id, key):
+                        client.delete(key, noreply=True)
+            self.key_index.clear()
+            self.id_index.clear()
+
+    # ---- everyone ----------------------------------------------------------
+
+    def get(self, address: int, monotonic_id: int) -> Any:
+        """The value stored at (address, monotonic_id), deserialized while
+        pinned and released right after (the default serde copies, so nothing
+        of the value points into shared memory).
+
+        A reader's get counts as one of the reads the object awaits. The
+        writer's own get counts nothing (vLLM's writer reads without a lock).
+        ValueError "Data for address:id 'A:I' has been modified or is
+        invalid." when no such object is there any more."""
+        with self.ring_buffer.lock:
+            client = self._client
+            header = self._header(address)
+            if header is None or header[0] != monotonic_id:
+                raise self._invalid(address, monotonic_id)
+            key = header[1]
+            try:
+                if self.is_writer:
+                    # One more awaited read first, so that the get takes that
+                    # one and the object's count is left as it was.
+                    client.touch(key, 1)
+                pin = client.get(key)
+            except NotFound:
+                raise self._invalid(address, monotonic_id) from None
+            try:
+                if pin.offset != address or self._header(address) != header:
+                    raise self._invalid(address, monotonic_id)
+                value = self.ser_de.deserialize(pin.view)
+            finally:
+                pin.release(noreply=True)
+            if not self.is_writer:
+                self._remember(address, monotonic_id)
+        return value
+
+    def _remember(self, address, monotonic_id):
+        seen = self._seen
+        seen[(address, monotonic_id)] = True
+        seen.move_to_end((address, monotonic_id))
+        while len(seen) > _SEEN_MAX:
+            seen.popitem(last=False)
+
+    def touch(self, key: str, address: int = 0, monotonic_id: int = 0) -> None:
+        """Mark an object as handed out again (vLLM's touch).
+
+        Writer: key's object awaits n_readers more reads (nothing when key is
+        not stored). Reader: counts one read of (address, monotonic_id)
+        without reading it, when this reader has read it before (a new
+        object's first read is its get); vLLM checks a count shared by all
+        readers instead, which readers running at different paces can miss."""
+        with self.ring_buffer.lock:
+            if self.is_writer:
+                if key not in self.key_index:
+                    return None
+                try:
+                    self._client.touch(key, self.n_readers)
+                except NotFound:
+                    self._forget(key)
+                return None
+            if (address, monotonic_id) not in self._seen:
+                return None
+            header = self._header(address)
+            if header is None or header[0] != monotonic_id:
+                self._seen.pop((address, monotonic_id), None)
+                return None
+            try:
+                pin = self._client.get(header[1])
+            except NotFound:
+                self._seen.pop((address, monotonic_id), None)
+                return None
+            pin.release(noreply=True)
+        return None
+
+    def close(self) -> None:
+        """Close the ring (its connection, and the private daemon it started)."""
+        self.ring_buffer.close()
+
+    def handle(self) -> ShmObjectStorageHandle:
+        """A handle for create_from_handle() in another process."""
+        return ShmObjectStorageHandle(
+            max_object_size=self.max_object_size,
+            n_readers=self.n_readers,
+            ring_buffer_handle=self.ring_buffer.handle(),
+            serde_class=self.serde_class,
+            reader_lock=self._reader_lock,
+        )
+
+    @staticmethod
+    def create_from_handle(handle: ShmObjectStorageHandle) -> "ShmBrokerObjectStorage":
+        """A reader of the store handle() described, in this process."""
+        ring_buffer = SingleWriterShmRingBuffer(*handle.ring_buffer_handle)
+        return ShmBrokerObjectStorage(
+            max_object_size=handle.max_object_size,
+            n_readers=handle.n_readers,
+            ring_buffer=ring_buffer,
+            serde_class=handle.serde_class,
+            reader_lock=handle.reader_lock,
+        )
+
+
+# vLLM's name, for code that imports it from here.
+SingleWriterShmObjectStorage = ShmBrokerObjectStorage

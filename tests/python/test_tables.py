@@ -1,0 +1,147 @@
+"""The package's hand-written tables (shmbroker/_protocol.py) against proto/'s
+single sources: ops.def, errors.def, stats.def, protocol.h and layout.h. Any
+difference fails, so the Python client never drifts from the daemon."""
+
+import os
+import re
+import struct
+import unittest
+
+import support
+from shmbroker import _protocol as P
+from shmbroker import errors
+
+PROTO = os.path.join(support.ROOT, "proto")
+
+
+def read(name):
+    with open(os.path.join(PROTO, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def strip_comments(text):
+    return re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+
+
+def define(text, name):
+    m = re.search(r"^#define\s+%s\s+(.+?)\s*(?:/\*.*)?$" % name, text, re.M)
+    if m is None:
+        raise AssertionError("no #define %s" % name)
+    return m.group(1)
+
+
+def c_int(expr):
+    """The value of a simple C constant expression (UINT64_C(...), 4096u,
+    (64 * 1024))."""
+    expr = re.sub(r"U?INT\d+_C\(([^)]*)\)", r"\1", expr)
+    expr = re.sub(r"\b(0x[0-9a-fA-F]+|\d+)[uUlL]*\b", r"\1", expr)
+    if not re.fullmatch(r"[0-9a-fA-Fx()*+ \t-]+", expr):
+        raise AssertionError("not a constant: %r" % expr)
+    return eval(expr)  # digits, parentheses and arithmetic only, checked above
+
+
+class TestTables(unittest.TestCase):
+    def test_ops_and_flags(self):
+        """ops.def's rows, in order, with their flags, are _protocol.OPS."""
+        proto_h = read("protocol.h")
+        flagval = {m.group(1): int(m.group(2)) for m in
+                   re.finditer(r"(SHMB_OPF_\w+)\s*=\s*(\d+)", proto_h)}
+        self.assertEqual(flagval, {"SHMB_OPF_WRITES": P.OPF_WRITES,
+                                   "SHMB_OPF_NOREPLY": P.OPF_NOREPLY,
+                                   "SHMB_OPF_BATCH": P.OPF_BATCH})
+        rows = re.findall(r"^SHMB_OP\(\s*(\w+)\s*,\s*(\w+)\s*,\s*([^,]+),",
+                          strip_comments(read("ops.def")), re.M)
+        self.assertTrue(rows)
+        got = []
+        for op_id, name, flags in rows:
+            self.assertEqual(op_id, name.upper())
+            value = 0
+            for f in flags.split("|"):
+                f = f.strip()
+                value |= int(f) if f.isdigit() else flagval[f]
+            got.append((name, value))
+        self.assertEqual(got, list(P.OPS.items()))
+
+    def test_error_codes(self):
+        """errors.def's wire and library codes are _protocol's, and every wire
+        code has the class the contract names."""
+        rows = re.findall(r"^SHMB_ERR\(\s*(\w+)\s*,\s*(\w+)\s*\)",
+                          strip_comments(read("errors.def")), re.M)
+        wire = tuple(n for n, w in rows if w == "SHMB_ERR_WIRE")
+        lib = tuple(n for n, w in rows if w == "SHMB_ERR_LIBRARY")
+        self.assertEqual(len(wire) + len(lib), len(rows))
+        self.assertEqual(wire, P.WIRE_ERRORS)
+        self.assertEqual(lib, P.LIBRARY_ERRORS)
+        for code in wire + lib:
+            self.assertIsInstance(errors.error_for(code, "m"), errors.ShmBrokerError)
+
+    def test_stats_fields(self):
+        """stats.def's fields, in order, split into the top level and the
+        counters, are _protocol's."""
+        rows = re.findall(r"^SHMB_STAT\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*\)",
+                          strip_comments(read("stats.def")), re.M)
+        top = tuple(n for _, n, k in rows if k != "SHMB_STATK_COUNTER")
+        counters = tuple(n for _, n, k in rows if k == "SHMB_STATK_COUNTER")
+        self.assertEqual(top, P.STATS_FIELDS)
+        self.assertEqual(counters, P.STATS_COUNTERS)
+
+    def test_protocol_constants(self):
+        """protocol.h's limits and defaults."""
+        h = read("protocol.h")
+        self.assertEqual(c_int(define(h, "SHMB_PROTOCOL_VERSION")), P.PROTOCOL_VERSION)
+        self.assertEqual(c_int(define(h, "SHMB_MAX_LINE")), P.MAX_LINE)
+        self.assertEqual(c_int(define(h, "SHMB_MAX_REPLY")), P.MAX_REPLY)
+        self.assertEqual(c_int(define(h, "SHMB_MAX_BATCH")), P.MAX_BATCH)
+        self.assertEqual(define(h, "SHMB_DEFAULT_SOCKET"), '"%s"' % P.DEFAULT_SOCKET)
+        self.assertEqual(define(h, "SHMB_SOCKET_ENV"), '"%s"' % P.SOCKET_ENV)
+        with open(os.path.join(support.ROOT, "client", "many.c"), encoding="utf-8") as f:
+            self.assertEqual(c_int(define(f.read(), "CLIENT_PUT_CHUNK")), P.PUT_CHUNK)
+
+    def test_layout_constants(self):
+        """layout.h's magic numbers, sizes and chunk states."""
+        h = read("layout.h")
+        self.assertEqual(c_int(define(h, "SHMB_SEGMENT_MAGIC")), P.SEGMENT_MAGIC)
+        self.assertEqual(c_int(define(h, "SHMB_LAYOUT_VERSION")), P.LAYOUT_VERSION)
+        self.assertEqual(c_int(define(h, "SHMB_HEADER_PAGE")), P.HEADER_PAGE)
+        self.assertEqual(c_int(define(h, "SHMB_ALIGN")), P.ALIGN)
+        self.assertEqual(c_int(define(h, "SHMB_KEY_MAX")), P.KEY_MAX)
+        self.assertEqual(c_int(define(h, "SHMB_CHUNK_MAGIC")), P.CHUNK_MAGIC)
+        states = dict(re.findall(r"SHMB_CHUNK_(\w+)\s*=\s*(\d+)", h))
+        self.assertEqual({k: int(v) for k, v in states.items()},
+                         {"GAP": P.CHUNK_GAP, "PENDING": P.CHUNK_PENDING,
+                          "COMMITTED": P.CHUNK_COMMITTED, "FREE": P.CHUNK_FREE})
+
+    def check_struct(self, cname, fmt, fields, size):
+        """A struct of layout.h: its members' types, the _Static_assert'ed
+        offsets and size, against the struct format and field table."""
+        h = strip_comments(read("layout.h"))
+        body = re.search(r"struct %s \{(.*?)\};" % cname, h, re.S).group(1)
+        members = re.findall(r"(u?int\d+)_t\s+(\w+);", body)
+        codes = {"uint64": "Q", "int64": "q", "uint32": "I", "uint16": "H"}
+        self.assertEqual([n for _, n in members], [n for n, _ in fields])
+        self.assertEqual("=" + "".join(codes[t] for t, _ in members), fmt.format)
+        asserted = dict((f, int(o)) for f, o in re.findall(
+            r"SHMB_LAYOUT_AT\(struct %s,\s*(\w+),\s*(\d+)\)" % cname, h))
+        self.assertEqual(asserted, dict(fields))
+        declared = int(re.search(r"sizeof\(struct %s\) == (\d+)" % cname, h).group(1))
+        self.assertEqual(declared, size)
+        self.assertEqual(fmt.size, size)
+        for i, (name, off) in enumerate(fields):
+            self.assertEqual(struct.calcsize(fmt.format[:i + 1]), off, name)
+
+    def test_segment_header(self):
+        self.check_struct("shmb_segment_header", P.SEGMENT_HEADER, P.SEGMENT_HEADER_FIELDS,
+                          P.SEGMENT_HEADER_SIZE)
+
+    def test_chunk_header(self):
+        self.check_struct("shmb_chunk_header", P.CHUNK_HEADER, P.CHUNK_HEADER_FIELDS,
+                          P.CHUNK_HEADER_SIZE)
+
+    def test_version(self):
+        """The package's version is the C project's (Makefile VERSION)."""
+        import shmbroker
+        with open(os.path.join(support.ROOT, "Makefile"), encoding="utf-8") as f:
+            version = re.search(r"^VERSION\s*:?=\s*(\S+)", f.read(), re.M).group(1)
+        self.assertEqual(shmbroker.__version__, version)
+        with open(os.path.join(support.PACKAGE_DIR, "pyproject.toml"), encoding="utf-8") as f:
+            self.assertIn('version = "%s"' % version, f.read())
