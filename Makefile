@@ -19,7 +19,9 @@ UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 # The Python package goes where the system's python3 finds it: Debian's
 # dist-packages under PREFIX (for /usr/local, /usr/local/lib/python3.X/dist-packages).
-PYTHON      ?= python3
+# The system's python3 is Debian's /usr/bin/python3, the one apt installs
+# numpy and redis-py for, even when another python3 comes first in PATH.
+PYTHON      ?= $(firstword $(wildcard /usr/bin/python3) python3)
 PY_VERSION  := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 PYTHONDIR   ?= $(PREFIX)/lib/python$(PY_VERSION)/dist-packages
 CC          ?= cc
@@ -211,7 +213,7 @@ run: check-deps
 test: check-test-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) $(FRAMES_TOOL) \
 	    $(if $(SANITIZER),,$(FUZZ_BIN) $(FUZZ_ADOPT_BIN) $(TSAN_BIN))
-	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl \
+	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl PYTHON=$(PYTHON) \
 	    SHMB_SOAK=$(BUILD)/tests/soak FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
 	    FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_ADOPT_BIN=$(FUZZ_ADOPT_BIN) \
 	    FUZZ_ADOPT_SECONDS=$(FUZZ_ADOPT_SECONDS) sh tests/run.sh $(BUILD) $(TEST_RUNS)
@@ -240,7 +242,7 @@ $(BENCH_BIN): $(call OBJ,tests/bench/bench.c) $(LIB_A)
 bench: check-deps
 	$(Q)sh scripts/install-deps.sh bench
 	$(Q)$(MAKE) --no-print-directory $(BINS) $(BENCH_BIN)
-	$(Q)sh scripts/bench.sh $(BUILD)
+	$(Q)PYTHON=$(PYTHON) sh scripts/bench.sh $(BUILD)
 
 # The daemon's instructions per request over a fixed workload (valgrind's
 # callgrind): a measure that the machine's load does not move, for comparing

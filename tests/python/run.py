@@ -11,6 +11,7 @@ build/shmbrokerd.
 """
 
 import os
+import shutil
 import sys
 import time
 import unittest
@@ -81,7 +82,24 @@ def flatten(suite):
             yield t
 
 
+def use_asked_python(argv):
+    """Run under $PYTHON when it names another interpreter than this one.
+
+    make test sets it to Debian's python3, the one apt installs numpy for;
+    the python3 first in PATH may be another installation without it.
+    """
+    want = os.environ.get("PYTHON")
+    if not want or os.environ.get("SHMB_PYTHON_EXEC") == want:
+        return
+    path = want if os.sep in want else shutil.which(want)
+    if path and os.path.realpath(path) != os.path.realpath(sys.executable):
+        os.environ["SHMB_PYTHON_EXEC"] = want
+        sys.stdout.flush()
+        os.execv(path, [path, os.path.abspath(__file__)] + argv)
+
+
 def main(argv):
+    use_asked_python(argv)
     loader = unittest.TestLoader()
     suite = loader.discover(HERE, pattern="test_*.py", top_level_dir=HERE)
     tests = list(flatten(suite))
@@ -93,8 +111,9 @@ def main(argv):
     summary = "%d passed, %d failed" % (result.npassed, result.nfailed)
     if result.nskipped:
         summary += ", %d skipped" % result.nskipped
-    sys.stdout.write("Ran %d tests in %.1f s.\n%s\n" % (len(tests), time.monotonic() - start,
-                                                      summary))
+    sys.stdout.write("Ran %d tests in %.1f s with Python %s (%s).\n%s\n"
+                     % (len(tests), time.monotonic() - start, sys.version.split()[0],
+                        sys.executable, summary))
     return 0 if result.nfailed == 0 and result.npassed + result.nskipped > 0 else 1
 
 

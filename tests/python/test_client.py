@@ -291,6 +291,9 @@ class TestCareless(support.DaemonTest):
             shmbroker.Client(self.d.socket_path, name="\udcff")
         with self.assertRaises(shmbroker.InvalidRequest):
             self.c.put("k", b"")  # the daemon's: size 0
+        for bad in (float("nan"), float("inf")):
+            with self.assertRaises(shmbroker.InvalidRequest):
+                self.c.request({"op": "touch", "key": "k", "readers": bad})
         self.assertFalse(self.c.contains("k"))
         self.assertEqual(self.c.stats()["pending"], 0)
         self.assertEqual(self.c.put("k", b"1"), self.c.list()[0]["offset"])
@@ -551,6 +554,23 @@ class TestIds(unittest.TestCase):
         ids = [r["id"] for r in fake.seen]
         self.assertEqual(ids, [1, 2, 3])
         self.assertTrue(fake.seen[1]["noreply"])
+
+    def test_pin_release_awaits_no_reply(self):
+        """read() and leaving a Pin's with send a noreply release: one round
+        trip per read, the get's."""
+        def get(r):
+            return '{"ok":true,"offset":4096,"size":8,"id":%d}' % r["id"]
+
+        fake, c = self.connect([get, lambda r: None, get, lambda r: None,
+                                lambda r: '{"ok":true,"exists":false,"id":%d}' % r["id"]])
+        c._sock.settimeout(5)  # a release awaiting a reply fails, rather than hangs
+        self.assertEqual(len(c.read("k")), 8)
+        with c.get("k") as pin:
+            self.assertEqual(pin.size, 8)
+        self.assertFalse(c.contains("k"))  # answered: no release waited for a reply
+        ops = [(r["op"], r.get("noreply")) for r in fake.seen[1:]]
+        self.assertEqual(ops, [("get", None), ("release", True), ("get", None),
+                               ("release", True), ("contains", None)])
 
     def test_wrong_id_resets(self):
         fake, c = self.connect([lambda r: '{"ok":true,"exists":true,"id":%d}' % (r["id"] + 1)])

@@ -25,6 +25,10 @@ __all__ = ["Client", "Allocation", "Pin", "ObjectList", "default_socket_path", "
 
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
+# One encoder for every request (json.dumps with arguments builds a new one
+# per call); NaN and infinities are refused, the daemon's JSON has none.
+_encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
+                                allow_nan=False).encode
 # Descriptors received close on exec, so a child spawned meanwhile gets none.
 _RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 # Room for more than one descriptor, so that extra ones are received (and
@@ -225,9 +229,13 @@ class Pin(_Extent):
             self._frames = _frames.parse(self.view)
         return self._frames
 
-    def release(self, *, noreply=False):
+    def release(self, *, noreply=True):
         """Drop this pin. Does nothing when already released or when the
-        connection that took it is gone (its pins went with it)."""
+        connection that took it is gone (its pins went with it).
+
+        The release is sent without awaiting a reply (noreply=False awaits
+        it): the pin is this client's own, so it cannot fail unless the
+        connection is gone, and a reader then pays no round trip for it."""
         if self.released:
             return
         self.released = True
@@ -492,10 +500,13 @@ class Client:
 
     def _encode(self, obj):
         try:
-            line = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+            line = _encode_json(obj).encode("utf-8")
         except UnicodeEncodeError as e:
             raise InvalidRequest("EINVAL", "A request's text is not valid UTF-8 (%s); the "
                                  "protocol carries UTF-8 only. Nothing was sent." % e) from None
+        except ValueError as e:
+            raise InvalidRequest("EINVAL", "A request cannot be sent as JSON (%s). Nothing "
+                                 "was sent." % e) from None
         if len(line) > P.MAX_LINE:
             raise ProtocolError("EMSGSIZE", "A request of %d bytes is longer than the %d a line "
                                 "may hold. Nothing was sent." % (len(line), P.MAX_LINE))
@@ -721,7 +732,8 @@ class Client:
         return pin
 
     def read(self, key):
-        """The object's bytes, copied out (the pin is released at once)."""
+        """The object's bytes, copied out (the pin is released at once,
+        without awaiting a reply: one round trip in all)."""
         pin = self.get(key)
         try:
             return bytes(pin.view)
