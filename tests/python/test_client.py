@@ -3,6 +3,7 @@ one, read-only clients, keys refused before sending, killed readers, daemon
 restarts, big batches, and use after release or close."""
 
 import array
+import gc
 import json
 import os
 import pickle
@@ -11,6 +12,7 @@ import socket
 import tempfile
 import threading
 import unittest
+import warnings
 
 import support
 import shmbroker
@@ -132,6 +134,26 @@ class TestClientOps(support.DaemonTest):
         with self.d.client(name="second", read_only=True):
             names = {(x["name"], x["mode"]) for x in self.c.clients()}
             self.assertIn(("second", "ro"), names)
+
+    def test_dropped_pin_warns_and_stays(self):
+        """A Pin garbage-collected unreleased gives a ResourceWarning and
+        keeps its pin (released by key, as the C library's)."""
+        self.c.put("d", b"1")
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            self.c.get("d")
+            gc.collect()
+        self.assertTrue(any(issubclass(w.category, ResourceWarning) and "release('d')"
+                            in str(w.message) for w in seen))
+        self.assertEqual(self.c.list()[0]["pins"], 1)
+        self.c.release("d")
+        self.assertEqual(self.c.list()[0]["pins"], 0)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            with self.c.get("d"):
+                pass
+            gc.collect()
+        self.assertEqual([w for w in seen if issubclass(w.category, ResourceWarning)], [])
 
     def test_release_noreply_and_later(self):
         self.c.put("r", b"1")

@@ -142,6 +142,20 @@ class PicklingTest(unittest.TestCase):
         gc.collect()
         self.assertEqual(self.pins("zc"), 0)
 
+    # An object kept across a reconnect: its pin went with the old
+    # connection, and its release must not take the new connection's pin.
+    def test_zero_copy_across_reconnect(self):
+        shmbroker.dumps_into(self.c, "zr", [pickle.PickleBuffer(bytearray(b"r" * 4096))])
+        got = shmbroker.loads_from(self.c, "zr", copy=False)
+        self.c.reconnect()
+        self.assertEqual(self.pins("zr"), 0)
+        pin = self.c.get("zr")
+        del got
+        gc.collect()
+        self.assertEqual(self.pins("zr"), 1)  # the new pin stays
+        pin.release()
+        self.assertEqual(self.pins("zr"), 0)
+
     # The pin of an object of several buffers goes with the last of them.
     def test_zero_copy_several_buffers(self):
         shmbroker.dumps_into(self.c, "zc2", [pickle.PickleBuffer(bytearray(b"a" * 100)),

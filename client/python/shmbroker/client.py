@@ -15,6 +15,7 @@ import operator
 import os
 import socket
 import threading
+import warnings
 
 from . import _protocol as P
 from . import frames as _frames
@@ -202,8 +203,12 @@ class Pin(_Extent):
     in that layout), ``released``.
 
     Release it with release() or by leaving a ``with`` block; closing the
-    client, or losing its connection, releases every pin too. A Pin that is
-    dropped without release keeps its daemon pin until the client closes.
+    client, or losing its connection, releases every pin too.
+
+    A Pin garbage-collected unreleased keeps its daemon pin (release(key)
+    and close() still drop it: the pins are the connection's, as in C), and
+    gives a ResourceWarning, as an unclosed file does, so that a forgotten
+    pin shows up under ``python -X dev`` or ``-W error::ResourceWarning``.
 
     Releasing while a view is still exported (``np.frombuffer(pin.view)``)
     does not crash: the daemon's pin goes, the memory stays mapped as long as
@@ -246,6 +251,23 @@ class Pin(_Extent):
         c = self._client
         if c._gen == self._gen and c._sock is not None:
             c.release(self.key, noreply=noreply)
+
+    def _hand_over(self):
+        """Mark the pin released without releasing it: its daemon pin now
+        belongs to whoever called this (loads_from's keeper)."""
+        self.released = True
+
+    def __del__(self):
+        if self.released:
+            return
+        c = self._client
+        try:
+            if c._gen == self._gen and c._sock is not None:
+                warnings.warn("Pin of %r garbage-collected without release(): the daemon "
+                              "pin stays until release(%r) or close()" % (self.key, self.key),
+                              ResourceWarning, source=self)
+        except Exception:  # interpreter shutdown: modules may be gone already
+            pass
 
     def __enter__(self):
         return self
@@ -765,6 +787,12 @@ class Client:
         the same). Safe from a weakref finalizer or __del__, even in another
         thread: it never touches the socket."""
         self._later.append((self._gen, check_key(key)))
+
+    def _release_later_gen(self, gen, key):
+        """release_later() of a pin taken on connection generation gen: after
+        a reconnect it is dropped (the old connection's pins went with it),
+        so that it never releases a new pin of the same key."""
+        self._later.append((gen, key))
 
     def release_many(self, keys):
         """Release one pin on each key, without awaiting replies (one

@@ -75,17 +75,18 @@ class _PinKeeper:
     has been garbage-collected. Called from weakref finalizers: it only
     queues the release (Client.release_later), never touching the socket."""
 
-    __slots__ = ("client", "key", "views", "_gone")
+    __slots__ = ("client", "gen", "key", "views", "_gone")
 
-    def __init__(self, client, key, views):
+    def __init__(self, client, pin, views):
         self.client = client
-        self.key = key
+        self.gen = pin._gen  # the connection the pin is on: none other is released
+        self.key = pin.key
         self.views = views
         self._gone = itertools.count(1)  # next() is atomic: one caller sees the last
 
     def view_gone(self):
         if next(self._gone) == self.views:
-            self.client.release_later(self.key)
+            self.client._release_later_gen(self.gen, self.key)
 
 
 def loads_from(client, key, *, copy=True):
@@ -121,7 +122,7 @@ def loads_from(client, key, *, copy=True):
     # consumer makes of it (numpy's frombuffer does) holds the view itself,
     # where one made of a bare memoryview would share only the mapping's
     # buffer and let the view, and so the pin, go too early.
-    keeper = _PinKeeper(client, key, len(views) - 1)
+    keeper = _PinKeeper(client, pin, len(views) - 1)
     buffers = []
     for view in views[1:]:
         fin = weakref.finalize(view, keeper.view_gone)
@@ -129,6 +130,7 @@ def loads_from(client, key, *, copy=True):
         buffers.append(pickle.PickleBuffer(view))
     stream = views[0]
     del views, view
-    # The Pin object is dropped unreleased: its daemon pin is the keeper's now.
+    # The daemon pin is the keeper's now: the Pin object goes without it.
+    pin._hand_over()
     del pin
     return pickle.loads(stream, buffers=buffers)
