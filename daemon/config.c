@@ -41,7 +41,8 @@ enum config_opt {
     OPT_ALLOW_GID,
     OPT_CONFIG,
     OPT_LOG_FILE,
-    OPT_HELLO_TIMEOUT
+    OPT_HELLO_TIMEOUT,
+    OPT_STOP_WITH_PID
 };
 
 /* The whole number text starts with (digits first: no sign, no space);
@@ -74,6 +75,7 @@ static const struct option config_option_table[] = {
     {"max-pending", required_argument, NULL, OPT_MAX_PENDING},
     {"max-queued-output", required_argument, NULL, OPT_MAX_QUEUED_OUTPUT},
     {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
+    {"stop-with-pid", required_argument, NULL, OPT_STOP_WITH_PID},
     {"allow-uid", required_argument, NULL, OPT_ALLOW_UID},
     {"allow-gid", required_argument, NULL, OPT_ALLOW_GID},
     {"config", required_argument, NULL, OPT_CONFIG},
@@ -231,6 +233,8 @@ static void config_usage(FILE *out)
         "                           these options; flags override them\n"
         "  --fresh                  discard a segment left by a daemon that died\n"
         "                           (default: adopt it and keep its objects)\n"
+        "  --stop-with-pid PID      stop, as on SIGTERM, when process PID exits (a\n"
+        "                           private daemon a program starts for itself)\n"
         "  --alloc-timeout TIME     drop allocations not committed within TIME\n"
         "                           (default 60s; 0 = never)\n"
         "  --read-lease TIME        awaited reads stop holding an object TIME after\n"
@@ -684,6 +688,17 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
                 return CONFIG_EXIT_USAGE;
             }
             cfg->limits.hello_timeout_ms = value;
+            break;
+        case OPT_STOP_WITH_PID:
+            if (config_parse_count("--stop-with-pid", arg, INT32_MAX, &value, err) < 0 ||
+                value == 0) {
+                shmb_error_set(err, -EINVAL,
+                               "Invalid --stop-with-pid '%s': expected the pid of a running "
+                               "process, from 1 to %d.",
+                               arg, INT32_MAX);
+                return CONFIG_EXIT_USAGE;
+            }
+            cfg->stop_with_pid = (pid_t)value;
             break;
         case OPT_ALLOW_UID:
         case OPT_ALLOW_GID:

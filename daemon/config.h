@@ -49,6 +49,7 @@ struct config {
     uint64_t max_pins, max_pending; /* per connection */
     char config_file[PATH_MAX];     /* --config, "" when none */
     char log_file[PATH_MAX];        /* --log-file, "" for stderr */
+    pid_t stop_with_pid;            /* --stop-with-pid, 0 when none */
 };
 
 enum config_action { CONFIG_RUN, CONFIG_EXIT_OK, CONFIG_EXIT_USAGE };

@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -36,6 +37,8 @@ struct daemon {
     uv_signal_t sighup;
     uv_timer_t status;   /* STATUS= for systemd, once a second */
     uv_timer_t watchdog; /* WATCHDOG=1 at half of $WATCHDOG_USEC */
+    uv_poll_t stop_with; /* --stop-with-pid: that process's pidfd, readable once it exits */
+    int stop_with_fd;    /* the pidfd; -1 when not watching */
     bool notify;         /* $NOTIFY_SOCKET is set */
     bool activated;      /* systemd passed the listening socket */
     bool adopt;          /* a segment left by a dead daemon is to be adopted */
@@ -172,6 +175,15 @@ static void daemon_on_segment_broken(const char *message)
 }
 
 /* SIGTERM or SIGINT: stop accepting, close every client, let the loop end. */
+/* The pidfd of --stop-with-pid goes once its handle has closed. */
+static void daemon_on_stop_with_closed(uv_handle_t *handle)
+{
+    struct daemon *d = handle->data;
+
+    close(d->stop_with_fd);
+    d->stop_with_fd = -1;
+}
+
 /* Close the handles daemon_handles_init made. */
 static void daemon_handles_close(struct daemon *d)
 {
@@ -186,17 +198,76 @@ static void daemon_handles_close(struct daemon *d)
         uv_close(handles[i], NULL);
 }
 
+/* Stop serving: the loop ends once every handle has closed. */
+static void daemon_shutdown(struct daemon *d)
+{
+    if (d->stopping)
+        return;
+    d->stopping = true;
+    notify_send("STOPPING=1");
+    server_close(&d->server);
+    daemon_handles_close(d);
+    if (d->stop_with_fd >= 0)
+        uv_close((uv_handle_t *)&d->stop_with, daemon_on_stop_with_closed);
+}
+
 static void daemon_on_signal(uv_signal_t *handle, int signum)
 {
     struct daemon *d = handle->data;
 
-    if (d->stopping)
-        return;
-    d->stopping = true;
-    log_info("%s received; shutting down", strsignal(signum));
-    notify_send("STOPPING=1");
-    server_close(&d->server);
-    daemon_handles_close(d);
+    if (!d->stopping)
+        log_info("%s received; shutting down", strsignal(signum));
+    daemon_shutdown(d);
+}
+
+/* --stop-with-pid: the process watched has exited. */
+static void daemon_on_stop_with(uv_poll_t *handle, int status, int events)
+{
+    struct daemon *d = handle->data;
+
+    (void)status;
+    (void)events;
+    if (!d->stopping)
+        log_info("process %d exited (--stop-with-pid); shutting down",
+                 (int)d->cfg.stop_with_pid);
+    daemon_shutdown(d);
+}
+
+/* --stop-with-pid PID, among the checks before any change: a pidfd of PID,
+ * which becomes readable when the process exits (the process, not one of its
+ * threads). A PID that is not running refuses the start. */
+static int daemon_open_stop_with(struct daemon *d, struct shmb_error *err)
+{
+    pid_t pid = d->cfg.stop_with_pid;
+    int fd;
+
+    if (pid == 0)
+        return 0;
+    fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (fd < 0)
+        return shmb_error_set(err, -errno,
+                              "--stop-with-pid %d: cannot watch that process: %s%s.", (int)pid,
+                              strerror(errno), errno == ESRCH ? " (it is not running)" : "");
+    d->stop_with_fd = fd;
+    return 0;
+}
+
+/* Watch the pidfd on the loop; on failure it is closed. */
+static int daemon_watch_stop_with(struct daemon *d, struct shmb_error *err)
+{
+    int rc;
+
+    if (d->stop_with_fd < 0)
+        return 0;
+    if ((rc = uv_poll_init(&d->loop, &d->stop_with, d->stop_with_fd)) < 0) {
+        close(d->stop_with_fd);
+        d->stop_with_fd = -1;
+        return shmb_error_set(err, -EIO, "--stop-with-pid %d: cannot watch that process: %s.",
+                              (int)d->cfg.stop_with_pid, uv_strerror(rc));
+    }
+    d->stop_with.data = d;
+    uv_poll_start(&d->stop_with, UV_READABLE, daemon_on_stop_with);
+    return 0;
 }
 
 /* Decide what to do with a segment file already there, changing nothing:
@@ -503,7 +574,8 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
     d->activated = rc == 1;
     /* Every check before any change: a refused start leaves the socket and
      * the segment as they were. */
-    if ((rc = segment_check_name(d->cfg.name, err)) < 0)
+    if ((rc = segment_check_name(d->cfg.name, err)) < 0 ||
+        (rc = daemon_open_stop_with(d, err)) < 0)
         return rc;
     if (!d->activated && (stale = server_probe(d->cfg.socket_path, err)) < 0)
         return stale;
@@ -562,6 +634,10 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
      * may stop the daemon with SIGTERM, and that stop is a clean one. */
     if ((rc = daemon_handles_init(d, err)) < 0)
         goto fail_loop;
+    if ((rc = daemon_watch_stop_with(d, err)) < 0) {
+        daemon_handles_close(d);
+        goto fail_loop;
+    }
     rc = d->activated
              ? server_adopt(&d->server, &d->loop, listen_fd, &d->env, &d->cfg.limits, err)
              : server_listen(&d->server, &d->loop, listen_fd, d->cfg.socket_path, &d->env,
@@ -569,6 +645,8 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
     listen_fd = -1; /* the server's now, or closed by it */
     if (rc < 0) {
         daemon_handles_close(d);
+        if (d->stop_with_fd >= 0)
+            uv_close((uv_handle_t *)&d->stop_with, daemon_on_stop_with_closed);
         goto fail_loop;
     }
     if (d->activated)
@@ -604,6 +682,8 @@ fail:
 fail_socket:
     if (!d->activated)
         server_unbind(listen_fd, d->cfg.socket_path);
+    if (d->stop_with_fd >= 0)
+        close(d->stop_with_fd); /* opened, never watched (a watched one closed above) */
     return rc;
 }
 
@@ -624,7 +704,7 @@ static void daemon_stop(struct daemon *d)
 
 int main(int argc, char **argv)
 {
-    static struct daemon d;
+    static struct daemon d = {.stop_with_fd = -1};
     struct shmb_error err = {0};
 
     switch (config_parse(&d.cfg, argc, argv, &err)) {

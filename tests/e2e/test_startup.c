@@ -531,6 +531,52 @@ static void test_stop_as_soon_as_it_listens(void **state)
     h_pass(f);
 }
 
+/* ---- --stop-with-pid ---------------------------------------------------------- */
+
+/* A private daemon a program starts for itself goes with that program, even
+ * when it is killed with SIGKILL: the daemon stops cleanly (exit 0, socket and
+ * segment removed) once the process named by --stop-with-pid exits. A pid
+ * that is not running refuses the start, changing nothing. */
+static void test_stop_with_pid(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "1M");
+    char seg[PATH_MAX * 2], pid_text[32];
+    const char *extra[] = {"--stop-with-pid", pid_text, NULL};
+    pid_t owner = fork();
+    int status;
+
+    assert_true(owner >= 0);
+    if (owner == 0) {
+        pause();
+        _exit(0);
+    }
+    h_segment_path(d, seg, sizeof(seg));
+    snprintf(pid_text, sizeof(pid_text), "%d", (int)owner);
+    assert_true(h_daemon_spawn(f, d, extra) > 0);
+    if (h_daemon_wait_ready(d, H_READY_TIMEOUT_MS) < 0) {
+        h_daemon_print_log(d);
+        h_fail("no start with --stop-with-pid %d", (int)owner);
+    }
+    assert_int_equal(kill(owner, SIGKILL), 0);
+    assert_int_equal(waitpid(owner, &status, 0), owner);
+    status = h_daemon_wait_exit(d, H_STOP_TIMEOUT_MS);
+    if (status < 0 || h_exit_code(status) != 0) {
+        h_daemon_print_log(d);
+        h_fail("the daemon did not stop cleanly when pid %d exited (exit %d)", (int)owner,
+               status < 0 ? -1 : h_exit_code(status));
+    }
+    assert_log(d, "exited (--stop-with-pid); shutting down");
+    assert_false(is_socket(d->socket));
+    assert_int_equal(access(seg, F_OK), -1);
+    /* The same pid, now gone: refused, and nothing is left behind. */
+    expect_refused_start(f, d, extra);
+    assert_log(d, "(it is not running)");
+    assert_false(is_socket(d->socket));
+    assert_int_equal(access(seg, F_OK), -1);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -543,6 +589,7 @@ int main(void)
         TEST(test_fresh_checks_socket_first),
         TEST(test_small_sizes),
         TEST(test_stop_as_soon_as_it_listens),
+        TEST(test_stop_with_pid),
         cmocka_unit_test_setup_teardown(test_hugetlbfs, h_setup, huge_teardown),
     };
 

@@ -3,9 +3,12 @@
 import gc
 import os
 import shutil
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
+import time
 import unittest
 from unittest import mock
 
@@ -16,6 +19,16 @@ if PACKAGE_DIR not in sys.path:
 
 import shmbroker  # noqa: E402
 from shmbroker import daemon as daemon_mod  # noqa: E402
+
+
+def process_alive(pid):
+    """pid runs (a zombie, exited but not yet reaped by its new parent, does
+    not)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 class SpawnTest(unittest.TestCase):
@@ -91,6 +104,38 @@ class SpawnTest(unittest.TestCase):
         os.waitpid(pid, 0)
         self.assertTrue(d.running())
         self.assertTrue(daemon_mod.socket_answers(d.socket_path))
+
+    # The process that spawned a daemon is killed with SIGKILL: the daemon
+    # stops by itself (--stop-with-pid), removing its socket and segment.
+    # With stop_with_process=False it stays.
+    def test_owner_killed_takes_the_daemon(self):
+        for keep in (False, True):
+            code = ("import sys, time, shmbroker\n"
+                    "d = shmbroker.spawn_daemon('1M', stop_with_process=%r)\n"
+                    "print(d.pid, d.socket_path, d.name, flush=True)\n"
+                    "time.sleep(60)\n" % (not keep))
+            env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
+            owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                     env=env, text=True)
+            try:
+                pid, sock, name = owner.stdout.readline().split()
+                pid = int(pid)
+                self.assertTrue(daemon_mod.socket_answers(sock))
+            finally:
+                owner.kill()
+                owner.wait()
+                owner.stdout.close()
+            if keep:
+                time.sleep(0.3)
+                self.assertTrue(daemon_mod.socket_answers(sock))
+                os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while process_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.assertFalse(process_alive(pid), "daemon %d still runs" % pid)
+            self.assertFalse(os.path.exists(sock))
+            self.assertFalse(os.path.exists(os.path.join("/dev/shm", name)))
+            shutil.rmtree(os.path.dirname(sock), ignore_errors=True)
 
     # A daemon that fails to start is reported with its own words.
     def test_start_failure_quotes_the_log(self):

@@ -89,7 +89,9 @@ class Daemon:
     waits; leaving a ``with`` block stops it too, and so does garbage
     collection of a Daemon still running, as a safety net. A child made by
     fork() never stops its parent's daemon. A process killed with SIGKILL
-    leaves its daemon running: stop it by its pid.
+    takes its daemon with it (spawn_daemon's stop_with_process): the daemon
+    stops cleanly once the process that started it has exited (only its
+    temporary directory, with the log, stays behind then).
     """
 
     def __init__(self, proc, socket_path, name, log_path, size, workdir):
@@ -161,7 +163,7 @@ class Daemon:
 
 
 def spawn_daemon(size, *, binary=None, shm_dir=None, name=None, args=(), timeout=10.0,
-                 socket_path=None):
+                 socket_path=None, stop_with_process=True):
     """Start a private shmbrokerd and return a Daemon once it accepts
     connections.
 
@@ -171,7 +173,10 @@ def spawn_daemon(size, *, binary=None, shm_dir=None, name=None, args=(), timeout
     (default a unique "shmbroker-py-PID-..."). args: more flags for the
     daemon (e.g. ["--max-object-size", "1M"]). timeout: seconds to wait for
     it to listen. socket_path: where it listens (default a socket in a new
-    temporary directory, removed again by stop()).
+    temporary directory, removed again by stop()). stop_with_process: the
+    daemon stops (removing its socket and segment) when this process exits,
+    however it ends, SIGKILL included (the daemon's --stop-with-pid); False
+    leaves it running until stop() or a signal.
 
     The daemon's output goes to Daemon.log_path. Raises FileNotFoundError
     when there is no binary, RuntimeError (quoting the end of its log) when
@@ -197,6 +202,8 @@ def spawn_daemon(size, *, binary=None, shm_dir=None, name=None, args=(), timeout
             name = "shmbroker-py-%d-%s" % (os.getpid(), uuid.uuid4().hex[:12])
         log_path = os.path.join(workdir, "shmbrokerd.log")
         argv = [exe, "--size", str(size), "--socket", socket_path, "--name", name]
+        if stop_with_process:
+            argv += ["--stop-with-pid", str(os.getpid())]
         if shm_dir is not None:
             argv += ["--shm-dir", os.fspath(shm_dir)]
         argv += [os.fspath(a) if not isinstance(a, int) else str(a) for a in args]
