@@ -501,6 +501,87 @@ class RingModesTest(VllmTestCase):
         self.assertIn(os.environ["SHMBROKER_SOCKET"], str(cm.exception))
 
 
+class SurvivalTest(VllmTestCase):
+    """What a store lives through: a stale pair after clear(), a daemon
+    restart, fork(), vLLM's size arithmetic."""
+
+    # A reader's get of a pair whose object was deleted (clear) and whose key
+    # was stored again must not take a read the new object awaits.
+    def test_stale_pair_takes_no_read_of_a_newer_object(self):
+        store = self.make_store(n_readers=1)
+        reader = self.reader_of(store)
+        old = store.put("K", "old")
+        with shmbroker.Client(store.ring_buffer.socket_path) as c:
+            c.put("other", b"after K, so that K's freed chunk stays as it is")
+        store.clear()
+        new = store.put("K", "new")
+        self.assertNotEqual(old[0], new[0])
+        with self.assertRaises(ValueError):
+            reader.get(*old)
+        reader.touch("K", *old)
+        with shmbroker.Client(store.ring_buffer.socket_path) as c:
+            self.assertEqual([(o["key"], o["readers"]) for o in c.list()
+                              if o["key"] == "K"], [("K", 1)])
+        self.assertEqual(reader.get(*new), "new")
+
+    # The daemon is killed and started again (it adopts the segment): the
+    # writer's and the reader's next calls reconnect and go on, and objects
+    # stored before read back.
+    def test_daemon_restart_under_a_store(self):
+        sock = os.path.join(self.tmp, "restart.sock")
+        name = "shmb-vllm-restart-%s" % uuid.uuid4().hex[:8]
+        d = shmbroker.spawn_daemon(MiB, socket_path=sock, name=name)
+        try:
+            store = ShmBrokerObjectStorage(10 * 1024, 1, SingleWriterShmRingBuffer(
+                MiB, create=True, socket_path=sock))
+            self.addCleanup(store.close)
+            reader = self.reader_of(store)
+            before = store.put("before", "kept")
+            d._proc.kill()  # as a crash: the segment stays, for the next start to adopt
+            d._proc.wait()
+            d = shmbroker.spawn_daemon(MiB, socket_path=sock, name=name)
+            self.assertEqual(reader.get(*before), "kept")
+            self.assertEqual(reader.get(*store.put("after", "new")), "new")
+            self.assertTrue(store.is_cached("before"))
+        finally:
+            d.stop()
+
+    # A store inherited across fork() works in the child (a connection of
+    # its own there) and the parent's goes on.
+    def test_store_across_fork(self):
+        store = self.make_store(n_readers=2)
+        reader = self.reader_of(store)
+        pair = store.put("f", "forked")
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(r)
+                ok = reader.get(*pair) == "forked" and store.put("child", 1) is not None
+                os.write(w, b"1" if ok else b"0")
+            except BaseException:
+                os.write(w, b"0")
+            finally:
+                os._exit(0)
+        os.close(w)
+        got = os.read(r, 1)
+        os.close(r)
+        os.waitpid(pid, 0)
+        self.assertEqual(got, b"1")
+        self.assertEqual(reader.get(*pair), "forked")
+        with shmbroker.Client(store.ring_buffer.socket_path) as c:
+            self.assertTrue(c.contains("child"))  # the child's key_index is its own
+
+    # vLLM counts its 4-byte in-use flag in the size it checks and reports.
+    def test_size_counts_the_flag_bytes(self):
+        store = self.make_store(max_object_size=1000, serde_class=vllm_helpers.RawSerde)
+        store.put("fits", b"x" * 996)
+        with self.assertRaises(ValueError) as cm:
+            store.put("over", b"x" * 997)
+        self.assertEqual(str(cm.exception), "Serialized object size (1001 bytes) exceeds max "
+                         "object size (1000 bytes)")
+
+
 @unittest.skipIf(np is None, "numpy is not installed (Debian: python3-numpy)")
 class NumpyTest(VllmTestCase):
     """Arrays through the default serde: out of band, copied on get."""

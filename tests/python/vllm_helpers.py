@@ -75,3 +75,13 @@ class PartsSerde:
             pos += n
         return out
 
+
+
+class RawSerde:
+    """Bytes as they are, no metadata: a serialized size the test chooses."""
+
+    def serialize(self, value):
+        return bytes(value), len(value), b"", 0
+
+    def deserialize(self, data):
+        return bytes(data)

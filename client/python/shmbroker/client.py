@@ -870,11 +870,13 @@ class Client:
         gid, name, mode, pins, pending, bytes_pinned, connected_unix, self)."""
         return self._call({"op": "clients"})["clients"]
 
-    def object_header(self, offset):
+    def object_header(self, offset, *, committed=False):
         """The chunk header before a payload offset (proto/layout.h, struct
         shmb_chunk_header), checked: returns (chunk_id, key). ProtocolError
-        when no valid header ends at offset. Only meaningful while the object
-        is pinned."""
+        when no valid header ends at offset, or, with committed=True, when
+        the chunk is not a committed object's (a deleted or freed one's
+        header stays in the segment until the space is reused). Only
+        meaningful while the object is pinned."""
         if (type(offset) is not int or offset % P.ALIGN or offset < self.info["data_offset"]
                 + P.ALIGN or offset > self._data_end):
             raise ProtocolError("EPROTO", "Offset %r is not a payload offset in the data area "
@@ -886,11 +888,14 @@ class Client:
             if start < self.info["data_offset"]:
                 break
             h = P.CHUNK_HEADER.unpack_from(mv, start)
-            magic, _state, key_len, header_size, _tag, chunk_id = h[:6]
+            magic, state, key_len, header_size, _tag, chunk_id = h[:6]
             if magic != P.CHUNK_MAGIC or header_size != hs:
                 continue
             if key_len > P.KEY_MAX or P.align64(P.CHUNK_HEADER_SIZE + key_len) != hs:
                 break
+            if committed and state != P.CHUNK_COMMITTED:
+                raise ProtocolError("EPROTO", "The chunk before offset %d is not a committed "
+                                    "object's (state %d)." % (offset, state))
             raw = bytes(mv[start + P.CHUNK_HEADER_SIZE:start + P.CHUNK_HEADER_SIZE + key_len])
             try:
                 return chunk_id, raw.decode("utf-8")

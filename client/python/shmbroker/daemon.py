@@ -16,6 +16,8 @@ import tempfile
 import time
 import uuid
 
+from .client import Client
+
 __all__ = ["spawn_daemon", "Daemon", "find_binary", "socket_answers"]
 
 # Where `make` leaves the binary, from this package's directory
@@ -162,6 +164,19 @@ class Daemon:
             self.pid, self.socket_path, "" if self.running() else " stopped")
 
 
+def _serves(socket_path, name):
+    """The daemon listening on socket_path is the one of segment name (not
+    another spawned on the same path at the same time)."""
+    if not socket_answers(socket_path):
+        return False
+    try:
+        with Client(socket_path, read_only=True, populate=False,
+                    name="spawn_daemon") as c:
+            return c.info.get("segment") == name
+    except Exception:
+        return False
+
+
 def spawn_daemon(size, *, binary=None, shm_dir=None, name=None, args=(), timeout=10.0,
                  socket_path=None, stop_with_process=True):
     """Start a private shmbrokerd and return a Daemon once it accepts
@@ -216,7 +231,7 @@ def spawn_daemon(size, *, binary=None, shm_dir=None, name=None, args=(), timeout
     daemon = Daemon(proc, socket_path, name, log_path, size, workdir)
     deadline = time.monotonic() + timeout
     pause = 0.002
-    while not socket_answers(socket_path):
+    while not _serves(socket_path, name):
         if proc.poll() is not None:
             text = _tail(log_path)
             daemon.stop()

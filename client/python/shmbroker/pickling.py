@@ -8,6 +8,11 @@ such a payload either copying (the pin released at once) or zero-copy over
 the pinned segment, the pin then kept until the last object using those
 bytes is garbage-collected. This module knows pickle and the frames layout;
 the wire is the Client's.
+
+Unpickling runs code that the pickled bytes name, and every read-write
+client of a daemon can write any byte of its segment: load only objects of
+processes you trust (keep the daemon's socket to one user, or use
+--allow-uid), as with pickle anywhere.
 """
 
 import itertools

@@ -16,9 +16,20 @@ error texts, with shmbrokerd managing the memory:
 - A reader's get pins the object for as long as it deserializes it; a reader
   that dies mid-read loses its pins with its connection, so nothing stays
   blocked. Readers write nothing in shared memory, which is why no reader
-  lock is needed: ``reader_lock`` is accepted (vLLM passes one) and ignored.
+  lock is needed: ``reader_lock`` is accepted (vLLM passes one) and ignored,
+  and a reader made without one works (vLLM raises "Lock must be provided
+  for readers."). Who counts reads is the role, not the lock: the writer's
+  own get and touch never count as reads, even when it was given a lock
+  (vLLM's writer with a lock counts its gets, as its unit tests do).
 - Any number of writers may share one daemon (and one ring name); keys are
   the daemon's, so two writers cannot store the same key at once.
+- A store survives what a connection can lose: after a daemon restart or an
+  interrupted call its next call reconnects once and goes on, and a store
+  inherited across fork() makes a connection of its own in the child.
+- The default serde is pickle: reading an object runs code its bytes name.
+  Any read-write client of the daemon can write any byte of the segment, so
+  use it only among processes that trust each other (the same user, a
+  socket of mode 0600 or --allow-uid), as with vLLM's own store.
 
 ``SingleWriterShmRingBuffer`` stands in for vLLM's ring: the writer side uses
 the daemon at $SHMBROKER_SOCKET (or the default socket) when one answers, else
@@ -60,6 +71,8 @@ _MAX_CHUNK_HEADER = 320
 # Objects whose liveness one batch line asks about when the writer prunes
 # its index: the oldest first, stopping at the first alive.
 _PRUNE_BATCH = 32
+# vLLM's in-use flag before each object, counted in its size checks.
+_FLAG_BYTES = 4
 # (address, monotonic_id) pairs a reader remembers having read, for touch.
 _SEEN_MAX = 1 << 16
 # Ring names used as a socket file name as they are; others are hashed.
@@ -182,12 +195,33 @@ class SingleWriterShmRingBuffer:
                                     if name and named_socket_path(name) else ""))
         self.socket_path = path
         try:
-            self.client = Client(path, name="vllm-%s" % ("writer" if create else "reader"),
-                                 read_only=not self.is_writer)
+            self.client = self._connect()
         except BaseException:
             self.close()
             raise
         self.name = name if name is not None else self.client.info.get("segment")
+
+    def _connect(self):
+        self._client_pid = os.getpid()
+        return Client(self.socket_path, name="vllm-%s" % ("writer" if self.is_writer else
+                                                            "reader"),
+                      read_only=not self.is_writer)
+
+    def connection(self):
+        """The ring's Client, usable in this process: in a child made by
+        fork() a connection of its own is made (the inherited one is the
+        parent's). ConnectionLost when the ring is closed."""
+        if self.client is None:
+            raise ConnectionLost("ENOTCONN", "This store is closed.")
+        if self._client_pid != os.getpid():
+            self.client = self._connect()
+        return self.client
+
+    def reconnect(self):
+        """Connect again after the connection was lost (the daemon restarted,
+        or a call was interrupted): the objects committed before stay, and so
+        does the mapping when the daemon serves the same segment file."""
+        self.connection().reconnect()
 
     @staticmethod
     def _find_daemon(name):
@@ -301,21 +335,32 @@ class ShmBrokerObjectStorage:
 
     @property
     def _client(self):
-        client = self.ring_buffer.client
-        if client is None:
-            raise ConnectionLost("ENOTCONN", "This store is closed.")
-        return client
+        return self.ring_buffer.connection()
+
+    def _again(self, call, *args):
+        """call(*args); when the connection was lost (the daemon restarted,
+        an earlier call was interrupted), reconnect once and call again, as
+        vLLM's store, which has no connection to lose, never fails so."""
+        try:
+            return call(*args)
+        except ConnectionLost as e:
+            if e.code == "ENOTCONN" and self.ring_buffer.client is None:
+                raise  # closed
+            self.ring_buffer.reconnect()
+            return call(*args)
 
     @staticmethod
     def _invalid(address, monotonic_id):
         return ValueError("Data for address:id '%s:%s' has been modified or is invalid."
                           % (address, monotonic_id))
 
-    def _header(self, address):
+    def _header(self, address, committed=False):
         """(chunk_id, key) of the chunk at address, or None when there is no
-        chunk header there."""
+        chunk header there (with committed, none of a committed object: a
+        deleted object's header stays until its space is reused, and a read
+        must not count against a newer object of the same key)."""
         try:
-            return self._client.object_header(address)
+            return self._client.object_header(address, committed=committed)
         except (ProtocolError, TypeError, ValueError):
             return None
 
@@ -327,7 +372,7 @@ class ShmBrokerObjectStorage:
     def _still_there(self, key, address, monotonic_id):
         """Whether the writer's object (key, address, id) still lives: the
         chunk header at address is its own, and the daemon has the key."""
-        if self._header(address) != (monotonic_id, key):
+        if self._header(address, committed=True) != (monotonic_id, key):
             return False
         return self._client.contains(key)
 
@@ -375,6 +420,9 @@ class ShmBrokerObjectStorage:
         object size (M bytes)" (an ObjectTooLarge), MemoryError "Not enough
         space in the data buffer, try calling free_buf() to free up space"
         followed by the daemon's account of what blocks reclaim (a NoSpace)."""
+        return self._again(self._put, key, value)
+
+    def _put(self, key: str, value: Any) -> Tuple[int, int]:
         assert self.is_writer, "Only the writer can put objects."
         if key in self.key_index and self.is_cached(key):
             raise KeyExists("EEXIST", "Key '%s' already exists in the storage." % key)
@@ -383,12 +431,15 @@ class ShmBrokerObjectStorage:
         pieces += data if isinstance(data, list) else [data]
         pieces = [_frames.as_bytes(p) for p in pieces]
         size = sum(p.nbytes for p in pieces)
+        # vLLM counts its 4-byte in-use flag in the object's size; so does the
+        # check here (the payload has no flag: the daemon counts the reads).
+        counted = _FLAG_BYTES + size
         with self.ring_buffer.lock:
             client = self._client
-            limit = min(self.max_object_size, client.info.get("max_object_size", size))
-            if size > limit:
+            limit = min(self.max_object_size, client.info.get("max_object_size", counted))
+            if counted > limit:
                 raise ObjectTooLarge("E2BIG", "Serialized object size (%d bytes) exceeds max "
-                                     "object size (%d bytes)" % (size, limit))
+                                     "object size (%d bytes)" % (counted, limit))
             try:
                 alloc = client.alloc(key, max(size, 1), readers=self.n_readers)
             except KeyExists:
@@ -397,7 +448,7 @@ class ShmBrokerObjectStorage:
             except ObjectTooLarge:
                 raise ObjectTooLarge("E2BIG", "Serialized object size (%d bytes) exceeds max "
                                      "object size (%d bytes)"
-                                     % (size, client.info.get("max_object_size", limit))) \
+                                     % (counted, client.info.get("max_object_size", limit))) \
                     from None
             except NoSpace as e:
                 self._prune()
@@ -426,6 +477,9 @@ class ShmBrokerObjectStorage:
     def is_cached(self, key: str) -> bool:
         """Whether the object of key is still stored: asks the daemon (an
         object it evicted is dropped from key_index here)."""
+        return self._again(self._is_cached, key)
+
+    def _is_cached(self, key: str) -> bool:
         if key not in self.key_index:
             return False
         with self.ring_buffer.lock:
@@ -439,6 +493,9 @@ class ShmBrokerObjectStorage:
         """(address, monotonic_id) of a stored object, handed out once more:
         it awaits n_readers more reads. KeyError when key is not stored
         (any more)."""
+        return self._again(self._get_cached, key)
+
+    def _get_cached(self, key: str) -> Tuple[int, int]:
         address, monotonic_id = self.key_index[key]
         with self.ring_buffer.lock:
             try:
@@ -454,7 +511,7 @@ class ShmBrokerObjectStorage:
         it; objects that may go stay readable until then."""
         if self.is_writer:
             with self.ring_buffer.lock:
-                self._prune()
+                self._again(self._prune)
 
     def clear(self) -> None:
         """Delete every object of this writer and empty its indexes (readers'
@@ -462,13 +519,16 @@ class ShmBrokerObjectStorage:
         if not self.is_writer:
             return
         with self.ring_buffer.lock:
-            client = self.ring_buffer.client
-            if client is not None:
-                for key, (address, monotonic_id) in list(self.key_index.items()):
-                    if self._header(address) == (monotonic_id, key):
-                        client.delete(key, noreply=True)
+            if self.ring_buffer.client is not None:
+                self._again(self._delete_own)
             self.key_index.clear()
             self.id_index.clear()
+
+    def _delete_own(self):
+        client = self._client
+        for key, (address, monotonic_id) in list(self.key_index.items()):
+            if self._header(address, committed=True) == (monotonic_id, key):
+                client.delete(key, noreply=True)
 
     # ---- everyone ----------------------------------------------------------
 
@@ -481,9 +541,12 @@ class ShmBrokerObjectStorage:
         writer's own get counts nothing (vLLM's writer reads without a lock).
         ValueError "Data for address:id 'A:I' has been modified or is
         invalid." when no such object is there any more."""
+        return self._again(self._get, address, monotonic_id)
+
+    def _get(self, address: int, monotonic_id: int) -> Any:
         with self.ring_buffer.lock:
             client = self._client
-            header = self._header(address)
+            header = self._header(address, committed=True)
             if header is None or header[0] != monotonic_id:
                 raise self._invalid(address, monotonic_id)
             key = header[1]
@@ -520,6 +583,9 @@ class ShmBrokerObjectStorage:
         without reading it, when this reader has read it before (a new
         object's first read is its get); vLLM checks a count shared by all
         readers instead, which readers running at different paces can miss."""
+        return self._again(self._touch, key, address, monotonic_id)
+
+    def _touch(self, key: str, address: int = 0, monotonic_id: int = 0) -> None:
         with self.ring_buffer.lock:
             if self.is_writer:
                 if key not in self.key_index:
@@ -531,7 +597,7 @@ class ShmBrokerObjectStorage:
                 return None
             if (address, monotonic_id) not in self._seen:
                 return None
-            header = self._header(address)
+            header = self._header(address, committed=True)
             if header is None or header[0] != monotonic_id:
                 self._seen.pop((address, monotonic_id), None)
                 return None
