@@ -321,6 +321,81 @@ class TestCareless(support.DaemonTest):
         self.assertEqual(self.c.put("k", b"1"), self.c.list()[0]["offset"])
 
 
+class TestStaleAndOdd(support.DaemonTest):
+    """What a careless caller does after a reconnect, and values the daemon
+    cannot parse: refused here, the connection kept."""
+
+    def test_stale_allocation_after_reconnect(self):
+        """An Allocation of a connection since reset cannot commit another's
+        allocation of the same key, nor write through its view."""
+        a1 = self.c.alloc("k", 8)
+        self.c.reconnect()
+        a2 = self.c.alloc("k", 8)
+        with self.assertRaises(ValueError):
+            a1.view[:] = b"CLOBBER!"
+        with self.assertRaises(shmbroker.ConnectionLost):
+            a1.commit()
+        self.assertEqual(self.stats()["pending"], 1)  # nothing was sent
+        a2.view[:] = b"mine...."
+        a2.commit()
+        self.assertEqual(self.c.read("k"), b"mine....")
+
+    def test_values_beyond_the_protocol_refused_before_sending(self):
+        """Integers beyond 64 bits and NUL in text would get a reply without
+        an id, resetting the connection and its pins: refused here."""
+        self.c.put("k", b"v")
+        pin = self.c.get("k")
+        calls = [lambda: self.c.alloc("big", 1 << 64),
+                 lambda: self.c.list(prefix="a\0b"),
+                 lambda: self.c.touch("k", 1 << 64, noreply=True),
+                 lambda: self.c.request({"op": "stats", "id": 1 << 64}),
+                 lambda: self.c.put("w", b"x", wait_ms=1 << 64)]
+        for call in calls:
+            with self.assertRaises(shmbroker.InvalidRequest):
+                call()
+        self.assertEqual(self.c.list()[0]["pins"], 1)  # the connection and its pin stayed
+        pin.release()
+
+    def test_request_noreply_on_an_op_that_answers(self):
+        """noreply on an op that does not take it is answered by the daemon;
+        request() reads that answer, so the next call is in step."""
+        r = self.c.request({"op": "stats", "noreply": True})
+        self.assertEqual((r["ok"], r["error"]), (False, "EINVAL"))
+        r = self.c.request({"op": "contains", "key": "k", "id": None})
+        self.assertIsNone(r["id"])  # the caller's own id, null included
+        self.assertFalse(self.c.contains("k"))
+
+    def test_refused_before_sending_can_be_retried(self):
+        """A commit refused by this client before anything was sent (another
+        thread's call running) may be made again."""
+        a = self.c.alloc("k", 1)
+        a.view[0] = 7
+        self.c._busy.acquire()  # as another thread's call would hold it
+        try:
+            with self.assertRaises(shmbroker.ShmBrokerError) as cm:
+                a.commit()
+            self.assertEqual(cm.exception.code, "EBUSY")
+        finally:
+            self.c._busy.release()
+        a.commit()
+        self.assertEqual(self.c.read("k"), b"\x07")
+
+    def test_odd_arguments(self):
+        with self.assertRaises(TypeError):
+            self.c.put_many([("k", b"v")], readers=1.5)
+        with self.assertRaises(TypeError):
+            self.c.get_many("key")
+        with self.assertRaises(TypeError):
+            self.c.release_many("key")
+        with self.assertRaises(shmbroker.InvalidRequest):
+            self.c.put("\udcc3\udca9", b"v")  # lone surrogates spelling "\u00e9"
+        self.assertEqual(self.c.list(), [])
+        err = shmbroker.ConnectionLost("ENOENT", "no socket")
+        back = pickle.loads(pickle.dumps(err))
+        self.assertIs(type(back), shmbroker.ConnectionLost)
+        self.assertEqual((back.code, back.message), ("ENOENT", "no socket"))
+
+
 class TestReadOnly(support.DaemonTest):
     def test_read_only_client(self):
         self.c.put("k", b"data")
@@ -475,7 +550,8 @@ class TestLifecycle(support.DaemonTest):
         self.assertTrue(self.c.closed)
         self.assertEqual(bytes(view), b"still here")
         pin.release()
-        alloc.view[:] = b"late"  # mapped still; the allocation is gone
+        with self.assertRaises(ValueError):
+            alloc.view[:] = b"late"  # the allocation went with the connection, its view too
         alloc.abort()
         wait_until(lambda: other.stats()["pinned"] == 0 and other.stats()["pending"] == 0,
                    "the closed client's pins and allocations go")

@@ -4,6 +4,7 @@ its code, the daemon's message as str(e), and the built-in it also is."""
 import os
 import pickle
 import threading
+import time
 import unittest
 
 import support
@@ -142,6 +143,24 @@ class TestQuota(support.DaemonTest):
         self.assertEqual(e.code, "EDQUOT")
         self.assertTrue(str(e).startswith("max-pins (1) reached"), str(e))
         pin.release()
+
+
+class TestAdmission(support.DaemonTest):
+    DAEMON_ARGS = ("--max-clients", "2")
+
+    def test_refusal_at_connect_is_its_own_error(self):
+        """The daemon writes its refusal and closes, often before the hello
+        arrives: the refusal still answers the hello (QuotaExceeded with the
+        daemon's words), not a lost connection. 50 tries."""
+        while self.c.stats()["clients"] > 1:  # the start-up probe's close, not yet seen
+            time.sleep(0.01)
+        other = self.d.client()
+        self.addCleanup(other.close)
+        for _ in range(50):
+            with self.assertRaises(shmbroker.QuotaExceeded) as cm:
+                shmbroker.Client(self.d.socket_path)
+            self.assertTrue(str(cm.exception).startswith("max-clients (2) reached"),
+                            str(cm.exception))
 
 
 class TestNoDaemon(unittest.TestCase):

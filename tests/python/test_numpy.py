@@ -54,6 +54,15 @@ class TestNumpy(support.DaemonTest):
             self.assertEqual(y.ctypes.data % 64, 0)
             del x, y
 
+    def test_empty_arrays(self):
+        """Arrays of no bytes (a zero in the shape) are frames of 0 bytes,
+        alone or among others."""
+        empty = np.zeros((0, 3), np.uint8)
+        self.c.put("e", [b"x", empty, np.arange(3, dtype=np.uint8)])
+        self.assertEqual(self.c.read_frames("e"), [b"x", b"", b"\x00\x01\x02"])
+        with self.assertRaises(ValueError):
+            self.c.put("only-empty", empty)  # an object holds at least one byte
+
     def test_release_with_live_array(self):
         """Releasing a pin while an array still uses its view: no crash; the
         pin goes in the daemon, the array stays readable (its memory stays

@@ -16,6 +16,7 @@ import os
 import socket
 import threading
 import warnings
+import weakref
 
 from . import _protocol as P
 from . import frames as _frames
@@ -26,6 +27,11 @@ __all__ = ["Client", "Allocation", "Pin", "ObjectList", "default_socket_path", "
 
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
+# Refusals of this client before anything is sent: the call may be made again.
+_NOT_SENT = ("EBUSY", "ECHILD")
+# A reply without an id; also "no id given" where None is an id a caller gave.
+_NO_ID = object()
+_INT64 = (-(1 << 63), (1 << 63) - 1)
 # One encoder for every request (json.dumps with arguments builds a new one
 # per call); NaN and infinities are refused, the daemon's JSON has none.
 _encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
@@ -84,10 +90,50 @@ def check_key(key):
         raise _key_error("Key contains a NUL byte at offset %d; keys are UTF-8 text of 1 to "
                          "%d bytes without NUL." % (nul, P.KEY_MAX))
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise _key_error("Key is not valid UTF-8 (byte 0x%02x at offset %d); keys are UTF-8 "
                          "text of 1 to %d bytes." % (raw[e.start], e.start, P.KEY_MAX)) from None
+    if isinstance(key, str) and text != key:
+        # Lone surrogates that spell valid UTF-8 bytes: storing them as the
+        # text they spell would store another key than the one given.
+        raise _key_error("Key holds lone surrogates (\\u%04x...), not text; keys are UTF-8 "
+                         "text of 1 to %d bytes." % (ord(next(c for c in key
+                                                             if 0xD800 <= ord(c) < 0xE000)),
+                                                      P.KEY_MAX))
+    return text
+
+
+def _check_values(obj):
+    """Refuse, before sending, what the daemon cannot parse and would answer
+    without an id (a reply out of step, which resets the connection):
+    integers beyond 64 bits and strings holding NUL."""
+    for v in obj.values() if isinstance(obj, dict) else obj:
+        t = type(v)
+        if t is int:
+            if not _INT64[0] <= v <= _INT64[1]:
+                raise InvalidRequest("EINVAL", "The integer %d is beyond the protocol's 64 bits; "
+                                     "nothing was sent." % v)
+        elif t is str:
+            if "\0" in v:
+                raise InvalidRequest("EINVAL", "A text holds a NUL character, which the "
+                                     "protocol does not carry; nothing was sent.")
+        elif isinstance(v, (dict, list, tuple)):
+            _check_values(v)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            _check_values([int(v)])
+    if isinstance(obj, dict):
+        for k in obj:
+            if type(k) is str and "\0" in k:
+                raise InvalidRequest("EINVAL", "A field name holds a NUL character; nothing "
+                                     "was sent.")
+
+
+def _key_list(keys):
+    """keys as a list; a single str or bytes is a key, not keys."""
+    if isinstance(keys, (str, bytes, bytearray, memoryview)):
+        raise TypeError("Expected an iterable of keys, not one %s." % type(keys).__name__)
+    return list(keys)
 
 
 def _check_keys(keys):
@@ -127,7 +173,7 @@ class _Extent:
     """What Allocation and Pin share: a key's bytes in the segment, valid
     for as long as the connection that got them (its generation)."""
 
-    __slots__ = ("key", "offset", "size", "view", "_client", "_gen")
+    __slots__ = ("key", "offset", "size", "view", "_client", "_gen", "__weakref__")
 
     def __init__(self, client, key, offset, size, view):
         self._client = client
@@ -136,6 +182,13 @@ class _Extent:
         self.offset = offset
         self.size = size
         self.view = view
+        client._extents.add(self)
+
+    def _connection_lost(self):
+        """The connection went, and the pin or allocation with it. A Pin's
+        view stays readable, unprotected, as the C library's pointers do
+        (reconnect() keeps the mapping so that they do); Allocation takes
+        its writable view away."""
 
 
 class Allocation(_Extent):
@@ -155,15 +208,30 @@ class Allocation(_Extent):
         super().__init__(client, key, offset, size, view)
         self.done = False
 
+    def _connection_lost(self):
+        # Writing through it now could change another client's object, one
+        # allocated at the same offset since.
+        _release_view(self.view)
+
     def commit(self):
         """Make the object visible to everyone (raises on the daemon's error,
         e.g. Timeout when --alloc-timeout dropped the allocation)."""
         if self.done:
             raise InvalidRequest("EINVAL", "The allocation of '%s' was already committed or "
                                  "aborted." % self.key)
+        if self._client._gen != self._gen:
+            self.done = True
+            raise ConnectionLost("ECONNRESET", "The allocation of '%s' went with the connection "
+                                 "that made it (it was lost or reconnected); nothing was sent. "
+                                 "Allocate it again." % self.key)
         self.done = True
         _release_view(self.view)
-        self._client._call({"op": "commit", "key": self.key})
+        try:
+            self._client._call({"op": "commit", "key": self.key})
+        except ShmBrokerError as e:
+            if e.code in _NOT_SENT:
+                self.done = False  # refused before sending: commit() may be called again
+            raise
 
     def abort(self):
         """Drop the allocation: the key is free again, its bytes go back."""
@@ -172,7 +240,12 @@ class Allocation(_Extent):
         self.done = True
         _release_view(self.view)
         if self._client._gen == self._gen and self._client._sock is not None:
-            self._client._call({"op": "abort", "key": self.key})
+            try:
+                self._client._call({"op": "abort", "key": self.key})
+            except ShmBrokerError as e:
+                if e.code in _NOT_SENT:
+                    self.done = False
+                raise
 
     def __enter__(self):
         return self
@@ -250,7 +323,12 @@ class Pin(_Extent):
         _release_view(self.view)
         c = self._client
         if c._gen == self._gen and c._sock is not None:
-            c.release(self.key, noreply=noreply)
+            try:
+                c.release(self.key, noreply=noreply)
+            except ShmBrokerError as e:
+                if e.code in _NOT_SENT:
+                    self.released = False
+                raise
 
     def _hand_over(self):
         """Mark the pin released without releasing it: its daemon pin now
@@ -298,8 +376,10 @@ class Client:
     socket_path defaults to $SHMBROKER_SOCKET, else
     /run/shmbroker/shmbroker.sock. name labels the connection in the daemon's
     log and ``clients()``. read_only connects with hello's "mode":"ro": the
-    segment is mapped PROT_READ and every writing op raises PermissionDenied.
-    populate maps with MAP_POPULATE, so that first touches do not fault.
+    segment is mapped PROT_READ and every writing op raises PermissionDenied
+    (a noreply one, touch or delete with noreply=True, is dropped by the
+    daemon without a word, as the protocol has it). populate maps with
+    MAP_POPULATE, so that first touches do not fault.
 
     Writes: put(), alloc(); reads: get() (a zero-copy Pin), read() (a copy),
     get_frames(), read_frames(); and touch, delete, contains (``key in c``),
@@ -314,8 +394,10 @@ class Client:
     none) resets the connection rather than being taken for this call's.
 
     One client per thread (a call made while another thread's runs on the
-    same client raises ShmBrokerError EBUSY), and one process: a client
-    connected before fork() refuses calls in the child.
+    same client raises ShmBrokerError EBUSY; close() it from the thread
+    that uses it), and one process: a client connected before fork()
+    refuses calls in the child. Calls have no timeout, as in C: a daemon
+    stopped with SIGSTOP makes them wait.
 
     Attributes: socket_path, name, read_only, closed, info (the hello reply:
     segment, size, data_offset, data_size, max_object_size, alignment, mode).
@@ -336,6 +418,7 @@ class Client:
         self._last_id = 0
         self._gen = 0
         self._later = collections.deque()
+        self._extents = weakref.WeakSet()  # live Pins and Allocations
         self._busy = threading.Lock()
         self._forks = _forks[0]
         self._data_end = 0
@@ -378,6 +461,9 @@ class Client:
         self._rbuf = bytearray()
         self._later.clear()
         self._gen += 1
+        extents, self._extents = self._extents, weakref.WeakSet()
+        for extent in list(extents):
+            extent._connection_lost()
         if keep_map or self._mmap is None:
             return
         _release_view(self._mv)
@@ -521,6 +607,7 @@ class Client:
         return self._last_id
 
     def _encode(self, obj):
+        _check_values(obj)
         try:
             line = _encode_json(obj).encode("utf-8")
         except UnicodeEncodeError as e:
@@ -551,6 +638,11 @@ class Client:
             self._sock.sendall(data, _SEND_FLAGS)
         except OSError as e:
             raise self._lost("send", e) from None
+        except BaseException:
+            # Interrupted (KeyboardInterrupt, say) part way: half a line may
+            # be out, and the next request would be glued to it.
+            self._disconnect(keep_map=True)
+            raise
 
     def _read_line(self, fds=None):
         buf = self._rbuf
@@ -590,17 +682,37 @@ class Client:
                               "this client was released. Call reconnect() to go on."
                               % (want, got, seen, "..." if len(line) > 160 else ""))
 
-    def _exchange(self, req, fds=None, first=False, want=None):
+    def _hello_line(self, data, fds):
+        """Send hello and read the line that answers it. A daemon that refuses
+        the connection (section 1: --max-clients, --allow-uid...) writes its
+        line and closes, often before hello arrives, so that sending fails:
+        the refusal is read all the same and answers the hello."""
+        try:
+            self._sock.sendall(data, _SEND_FLAGS)
+        except OSError as e:
+            try:
+                line = self._read_line(fds)
+            except ShmBrokerError:
+                line = b""
+            if line:
+                return line
+            raise self._lost("send", e) from None
+        return self._read_line(fds)
+
+    def _exchange(self, req, fds=None, first=False, want=_NO_ID):
         """Send req (a dict; an id is added unless want is given) after any
         queued releases, and return its reply dict, ok or not. The reply
         must carry the request's id."""
-        if want is None:
+        if want is _NO_ID:
             want = req["id"] = self._next_id()
         out = self._pending_lines() if self._later else []
         out.append(self._encode(req))
         try:
-            self._send(b"".join(out) if len(out) > 1 else out[0])
-            line = self._read_line(fds)
+            if first:
+                line = self._hello_line(out[0], fds)
+            else:
+                self._send(b"".join(out) if len(out) > 1 else out[0])
+                line = self._read_line(fds)
         except ShmBrokerError:
             raise
         except BaseException:
@@ -662,12 +774,16 @@ class Client:
         """Send one raw request (a dict, as in proto/PROTOCOL.md) and return
         the daemon's reply as a dict, ``ok`` true or false: it never raises for
         an error reply. The client adds an integer "id" unless obj has one
-        (the reply must then carry that). A request with "noreply": true is
-        sent and None is returned. Offsets in replies are not checked here."""
+        (the reply must then carry that). A request with "noreply": true on
+        an op that takes it is sent and None is returned (on any other op
+        the daemon answers it, and so does this). Offsets in replies are not
+        checked here."""
         if not isinstance(obj, dict):
             raise TypeError("A request is a dict, not %s." % type(obj).__name__)
         req = dict(obj)
-        if req.get("noreply") is True:
+        op = req.get("op")
+        if (req.get("noreply") is True and isinstance(op, str)
+                and P.OPS.get(op, 0) & P.OPF_NOREPLY):
             self._enter()
             try:
                 if "id" not in req:
@@ -678,7 +794,7 @@ class Client:
             return None
         self._enter()
         try:
-            return self._exchange(req, want=req["id"] if "id" in req else None)
+            return self._exchange(req, want=req["id"] if "id" in req else _NO_ID)
         finally:
             self._busy.release()
 
@@ -797,7 +913,7 @@ class Client:
     def release_many(self, keys):
         """Release one pin on each key, without awaiting replies (one
         noreply line each). Every key is checked before anything is sent."""
-        keys = _check_keys(list(keys))
+        keys = _check_keys(_key_list(keys))
         self._enter()
         try:
             out = self._pending_lines() if self._later else []
@@ -926,8 +1042,16 @@ class Client:
     def _exchange_line(self, line, want):
         out = self._pending_lines() if self._later else []
         out.append(line + b"\n")
-        self._send(b"".join(out))
-        raw = self._read_line()
+        try:
+            self._send(b"".join(out))
+            raw = self._read_line()
+        except ShmBrokerError:
+            raise
+        except BaseException:
+            # Interrupted between the line and its reply: the reply would
+            # meet the next call, so the connection goes now.
+            self._disconnect(keep_map=True)
+            raise
         try:
             reply = json.loads(raw)
         except ValueError:
@@ -956,7 +1080,7 @@ class Client:
         (batch lines of at most 4096 gets and 64 KiB). Returns a list with,
         for each key, a Pin or the ShmBrokerError of that key (not raised).
         Every key is checked before anything is sent."""
-        keys = _check_keys(list(keys))
+        keys = _check_keys(_key_list(keys))
         elems = [b'{"op":"get","key":%s}' % json.dumps(k, ensure_ascii=False).encode()
                  for k in keys]
         out = []
@@ -998,6 +1122,9 @@ class Client:
             part, size = _prepare(data)
             parts.append(part)
             sizes.append(size)
+        if type(readers) is not int:
+            raise TypeError("readers is an int, not %s." % type(readers).__name__)
+        _check_values([readers])
         extra = b',"readers":%d' % readers if readers else b""
         elems = [b'{"op":"alloc","key":%s,"size":%d%s}'
                  % (json.dumps(k, ensure_ascii=False).encode(), s, extra)
@@ -1054,7 +1181,6 @@ class Client:
             start += n
 
 
-_NO_ID = object()
 
 
 def _prepare(data):

@@ -31,7 +31,8 @@ class ShmBrokerError(Exception):
         return self.message
 
     def __reduce__(self):
-        return (error_for, (self.code, self.message))
+        # The same class back (a ConnectionLost of code ENOENT stays one).
+        return (_rebuild, (type(self), self.code, self.message))
 
 
 class NoSpace(ShmBrokerError, MemoryError):
@@ -114,3 +115,8 @@ def error_for(code, message):
     Codes without a class of their own (EIO, ENOMEM, EMFILE, one added to the
     protocol later) give a plain ShmBrokerError."""
     return _CLASSES.get(code, ShmBrokerError)(code, message)
+
+
+def _rebuild(cls, code, message):
+    """An unpickled error: the class it was, with its code and message."""
+    return cls(code, message)

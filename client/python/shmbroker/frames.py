@@ -136,6 +136,8 @@ def as_bytes(data):
     buffer protocol). A buffer that is not C-contiguous is copied once into
     C order, as numpy's tobytes() does."""
     mv = data if isinstance(data, memoryview) else memoryview(data)
+    if mv.nbytes == 0:
+        return memoryview(b"")  # cast() refuses shapes with a zero
     if mv.c_contiguous:
         if mv.format == "B" and mv.ndim == 1:
             return mv
