@@ -320,8 +320,8 @@ class Shmb(Sync):
 
 
 class ShmbWith(Shmb):
-    """The same, with the pin released by leaving a ``with`` block (which
-    awaits the release's answer)."""
+    """The same, with the pin released by leaving a ``with`` block (a noreply
+    release, as release(noreply=True))."""
     name = "shmb with"
     small_only = True
 
@@ -624,8 +624,8 @@ def report(found, sizes, rounds, seconds, missing):
         def per_obj(name):
             v = med(64, name)
             return "%.0f/s, %.1f us" % (v, 1e6 / v) if v else "-"
-        say("64 B, reader leaving `with client.get(key) as pin:` (its exit awaits the")
-        say("release's answer): %s per put+get, %s redis-py."
+        say("64 B, reader leaving `with client.get(key) as pin:` (a release that awaits no")
+        say("answer): %s per put+get, %s redis-py."
             % (per_obj("shmb with"), xs(ratio(64, "shmb with", "redis-py"))))
         say("64 B in batches of %d, one pipe message each way per batch, per object:"
             % BATCH)
