@@ -705,8 +705,13 @@ class Client:
         must carry the request's id."""
         if want is _NO_ID:
             want = req["id"] = self._next_id()
+        return self._exchange_line(self._encode(req), want, fds, first)
+
+    def _exchange_line(self, line, want, fds=None, first=False):
+        """Send line (encoded, newline included) after any queued releases
+        and return its reply dict, which must carry the id want."""
         out = self._pending_lines() if self._later else []
-        out.append(self._encode(req))
+        out.append(line)
         try:
             if first:
                 line = self._hello_line(out[0], fds)
@@ -1028,7 +1033,7 @@ class Client:
         try:
             want = self._next_id()
             line = b'{"op":"batch","id":%d,"ops":[%s]}' % (want, b",".join(elems))
-            reply = self._exchange_line(line, want)
+            reply = self._exchange_line(line + b"\n", want)
         finally:
             self._busy.release()
         if reply.get("ok") is not True:
@@ -1038,28 +1043,6 @@ class Client:
             raise ProtocolError("EPROTO", "shmbrokerd's batch reply does not have %d replies."
                                 % len(elems))
         return replies
-
-    def _exchange_line(self, line, want):
-        out = self._pending_lines() if self._later else []
-        out.append(line + b"\n")
-        try:
-            self._send(b"".join(out))
-            raw = self._read_line()
-        except ShmBrokerError:
-            raise
-        except BaseException:
-            # Interrupted between the line and its reply: the reply would
-            # meet the next call, so the connection goes now.
-            self._disconnect(keep_map=True)
-            raise
-        try:
-            reply = json.loads(raw)
-        except ValueError:
-            reply = None
-        got = reply.get("id", _NO_ID) if isinstance(reply, dict) else _NO_ID
-        if got is _NO_ID or type(got) is not int or got != want:
-            raise self._out_of_step(want, "none" if got is _NO_ID else json.dumps(got), raw)
-        return reply
 
     @staticmethod
     def _fill(elems, start, limit):
