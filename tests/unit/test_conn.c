@@ -163,6 +163,19 @@ static void expect_line(struct env *e, int fd, const char *want)
     assert_string_equal(buf, want);
 }
 
+/* Say hello on fd and read the reply, closing the segment descriptor it
+ * carries. */
+static void client_hello(struct env *e, int fd)
+{
+    char buf[1024];
+    int got = -1;
+
+    client_send(fd, "{\"op\":\"hello\",\"version\":1}\n");
+    assert_true(read_line(e, fd, buf, sizeof(buf), &got) > 0);
+    assert_true(got >= 0);
+    close(got);
+}
+
 /* True when fd's peer has closed: EOF after whatever was left unread, or
  * ECONNRESET, which a Unix socket reports when its peer closed with bytes
  * of ours still unread. */
@@ -247,15 +260,11 @@ static void test_pipelined_in_order(void **state)
 static void test_wait_then_answer(void **state)
 {
     struct env *e = *state;
-    int a = client_open(e, getuid()), b = client_open(e, getuid()), got;
+    int a = client_open(e, getuid()), b = client_open(e, getuid());
     char buf[1024];
 
-    client_send(a, "{\"op\":\"hello\",\"version\":1}\n");
-    assert_true(read_line(e, a, buf, sizeof(buf), &got) > 0);
-    close(got);
-    client_send(b, "{\"op\":\"hello\",\"version\":1}\n");
-    assert_true(read_line(e, b, buf, sizeof(buf), &got) > 0);
-    close(got);
+    client_hello(e, a);
+    client_hello(e, b);
     /* a fills most of the store and pins it. */
     client_send(a, "{\"op\":\"alloc\",\"key\":\"big\",\"size\":262144,\"id\":1}\n"
                    "{\"op\":\"commit\",\"key\":\"big\",\"id\":2}\n");
@@ -293,12 +302,10 @@ static void test_wait_then_answer(void **state)
 static void test_wait_times_out(void **state)
 {
     struct env *e = *state;
-    int a = client_open(e, getuid()), got;
+    int a = client_open(e, getuid());
     char buf[2048];
 
-    client_send(a, "{\"op\":\"hello\",\"version\":1}\n");
-    assert_true(read_line(e, a, buf, sizeof(buf), &got) > 0);
-    close(got);
+    client_hello(e, a);
     client_send(a, "{\"op\":\"alloc\",\"key\":\"x\",\"size\":262144,\"id\":1}\n"
                    "{\"op\":\"commit\",\"key\":\"x\",\"id\":2}\n"
                    "{\"op\":\"get\",\"key\":\"x\",\"id\":3}\n"
@@ -322,17 +329,13 @@ static void test_wait_times_out(void **state)
 static void test_paused_wait_sees_close(void **state)
 {
     struct env *e = *state;
-    int a = client_open(e, getuid()), b = client_open(e, getuid()), got;
+    int a = client_open(e, getuid()), b = client_open(e, getuid());
     struct store_stats st;
     char buf[1024];
     size_t sent = 0;
 
-    client_send(a, "{\"op\":\"hello\",\"version\":1}\n");
-    assert_true(read_line(e, a, buf, sizeof(buf), &got) > 0);
-    close(got);
-    client_send(b, "{\"op\":\"hello\",\"version\":1}\n");
-    assert_true(read_line(e, b, buf, sizeof(buf), &got) > 0);
-    close(got);
+    client_hello(e, a);
+    client_hello(e, b);
     client_send(a, "{\"op\":\"alloc\",\"key\":\"big\",\"size\":262144}\n"
                    "{\"op\":\"commit\",\"key\":\"big\"}\n"
                    "{\"op\":\"get\",\"key\":\"big\"}\n");
