@@ -48,9 +48,9 @@ static int frames_check_put(shmb_t *c, const char *key, size_t n, const shmb_fra
                                   i, frames[i].size);
         if (frames_step(&end, frames[i].size, &offset) < 0 || end > SIZE_MAX)
             return shmb_error_set(&c->err, -E2BIG,
-                                  "Object size (more than 2^63 bytes: frames[%zu] of %zu bytes "
-                                  "takes %zu frames past it) exceeds max object size (%llu "
-                                  "bytes).",
+                                  "Object size (more than 2^63 bytes once frames[%zu] of %zu "
+                                  "bytes is added, %zu frames in all) exceeds max object size "
+                                  "(%llu bytes).",
                                   i, frames[i].size, n,
                                   (unsigned long long)(c->info.max_object_size != 0
                                                            ? c->info.max_object_size
