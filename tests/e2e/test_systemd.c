@@ -948,19 +948,47 @@ static const char *const installed_files[] = {
     "share/man/man1/shmbrokerctl.1",
 };
 
+/* The settings files, under DESTDIR (SYSCONFDIR is /etc whatever PREFIX):
+ * installed when absent, kept by make uninstall (they are the operator's). */
+static const char *const settings_files[] = {"etc/shmbrokerd.conf", "etc/default/shmbrokerd"};
+
 /* Files and symlinks nftw found (nftw has no user argument). */
 static int leftover_count;
 
-/* nftw callback: count what is not a directory, and say what it is. */
+/* nftw callback: count what is not a directory nor a settings file, and say
+ * what it is. */
 static int count_leftover(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
+    size_t i, n = strlen(path);
+
     (void)st;
     (void)ftw;
+    for (i = 0; i < sizeof(settings_files) / sizeof(settings_files[0]); i++)
+        if (n >= strlen(settings_files[i]) &&
+            strcmp(path + n - strlen(settings_files[i]), settings_files[i]) == 0)
+            return 0;
     if (flag != FTW_D && flag != FTW_DP) {
         print_error("left after make uninstall: %s\n", path);
         leftover_count++;
     }
     return 0;
+}
+
+/* A "@NAME@" make install fills in, left unfilled. */
+static bool has_placeholder(const char *text)
+{
+    const char *at = text;
+
+    while ((at = strchr(at, '@')) != NULL) {
+        const char *end = at + 1;
+
+        while (*end >= 'A' && *end <= 'Z')
+            end++;
+        if (*end == '@' && end > at + 1)
+            return true;
+        at++;
+    }
+    return false;
 }
 
 /* The same bytes in both files. */
@@ -1028,10 +1056,48 @@ static void test_install_tree(void **state)
     snprintf(p, sizeof(p), "%s/usr/local/lib/systemd/system/shmbrokerd.service", dest);
     text = h_read_file(p, NULL);
     assert_non_null(text);
-    if (!h_contains(text, "\nExecStart=/usr/local/sbin/shmbrokerd ") ||
-        h_contains(text, "@SBINDIR@")) {
+    if (!h_contains(text, "\nExecStart=/usr/local/sbin/shmbrokerd --config "
+                          "/etc/shmbrokerd.conf --keep-segment $SHMBROKERD_OPTS\n") ||
+        !h_contains(text, "\nExecReload=/usr/local/sbin/shmbrokerd --config "
+                          "/etc/shmbrokerd.conf --keep-segment $SHMBROKERD_OPTS --reload "
+                          "$MAINPID\n") ||
+        !h_contains(text, "\nEnvironmentFile=-/etc/default/shmbrokerd\n") ||
+        h_contains(text, "/bin/kill") || has_placeholder(text)) {
+        print_error("%s:\n%s", p, text);
         free(text);
-        h_fail("the installed service does not run /usr/local/sbin/shmbrokerd");
+        h_fail("the installed service does not run /usr/local/sbin/shmbrokerd with "
+               "/etc/shmbrokerd.conf, or reloads with kill(1)");
+    }
+    free(text);
+    snprintf(p, sizeof(p), "%s/usr/local/lib/systemd/system/shmbrokerd.socket", dest);
+    text = h_read_file(p, NULL);
+    assert_non_null(text);
+    if (!h_contains(text, "\nExecStopPost=-/usr/local/sbin/shmbrokerd --config "
+                          "/etc/shmbrokerd.conf $SHMBROKERD_OPTS --remove-segment\n") ||
+        has_placeholder(text)) {
+        print_error("%s:\n%s", p, text);
+        free(text);
+        h_fail("the installed socket does not remove the segment with "
+               "/usr/local/sbin/shmbrokerd when it stops");
+    }
+    free(text);
+    /* The settings files, as shipped; an operator's edit survives a second
+     * make install, and make uninstall keeps it. */
+    for (i = 0; i < sizeof(settings_files) / sizeof(settings_files[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", dest, settings_files[i]);
+        snprintf(q, sizeof(q), "%s/systemd/%s", root,
+                 i == 0 ? "shmbrokerd.conf" : "shmbrokerd.default");
+        if (!same_file(p, q))
+            h_fail("%s differs from %s", p, q);
+    }
+    snprintf(p, sizeof(p), "%s/etc/shmbrokerd.conf", dest);
+    assert_int_equal(h_write_file(p, "max-clients = 7\n", 16), 0);
+    run_make(f, "install", dest, &sanflag);
+    text = h_read_file(p, NULL);
+    assert_non_null(text);
+    if (strcmp(text, "max-clients = 7\n") != 0) {
+        free(text);
+        h_fail("a second make install replaced the edited %s", p);
     }
     free(text);
     snprintf(p, sizeof(p), "%s/usr/local/lib/pkgconfig/shmbroker.pc", dest);
@@ -1049,7 +1115,6 @@ static void test_install_tree(void **state)
     /* The files installed as they are. */
     {
         static const char *const copies[][2] = {
-            {"systemd/shmbrokerd.socket", "lib/systemd/system/shmbrokerd.socket"},
             {"systemd/shmbroker.sysusers", "lib/sysusers.d/shmbroker.conf"},
             {"daemon/shmbrokerd.8", "share/man/man8/shmbrokerd.8"},
             {"client/shmbrokerctl.1", "share/man/man1/shmbrokerctl.1"},
@@ -1073,6 +1138,9 @@ static void test_install_tree(void **state)
     leftover_count = 0;
     nftw(dest, count_leftover, 16, FTW_PHYS);
     assert_int_equal(leftover_count, 0);
+    snprintf(p, sizeof(p), "%s/etc/shmbrokerd.conf", dest);
+    if (!h_exists(p))
+        h_fail("make uninstall removed the operator's %s", p);
     h_pass(f);
 }
 
@@ -1235,16 +1303,57 @@ static void test_install_pkgconfig(void **state)
 
 /* ---- units ------------------------------------------------------------------ */
 
-/* systemd-analyze verify --man=no accepts the service (with @SBINDIR@ set
- * to the built daemon's directory, so that ExecStart= is executable) and
- * the socket: exit 0 and nothing on standard error. */
+/* src with every "@SBINDIR@/shmbrokerd" made bin and "@SYSCONFDIR@" /etc,
+ * written to f's file name; fails when src names the daemon nowhere. */
+static void write_unit(struct h_fix *f, const char *src, const char *bin, const char *name,
+                       char *out_path, size_t out_len)
+{
+    static const char *const from[] = {"@SBINDIR@/shmbrokerd", "@SYSCONFDIR@"};
+    size_t len, cap, i, at, k, n = 0;
+    char *text = h_read_file(src, &len), *out;
+
+    assert_non_null(text);
+    cap = len * 2 + strlen(bin) * 8 + 1;
+    out = malloc(cap);
+    assert_non_null(out);
+    for (at = 0, k = 0; at < len;) {
+        for (i = 0; i < 2; i++)
+            if (strncmp(text + at, from[i], strlen(from[i])) == 0)
+                break;
+        if (i < 2) {
+            const char *to = i == 0 ? bin : "/etc";
+
+            assert_true(k + strlen(to) < cap);
+            memcpy(out + k, to, strlen(to));
+            k += strlen(to);
+            at += strlen(from[i]);
+            n += i == 0;
+        } else {
+            assert_true(k + 1 < cap);
+            out[k++] = text[at++];
+        }
+    }
+    out[k] = '\0';
+    free(text);
+    if (n == 0 || has_placeholder(out)) {
+        free(out);
+        h_fail("%s: no @SBINDIR@/shmbrokerd, or a placeholder make install does not fill",
+               src);
+    }
+    h_path(f, name, out_path, out_len);
+    assert_int_equal(h_write_file(out_path, out, k), 0);
+    free(out);
+}
+
+/* systemd-analyze verify --man=no accepts the service and the socket (with
+ * @SBINDIR@ set to the built daemon's directory, so that their Exec lines
+ * are executable): exit 0 and nothing on standard error. */
 static void test_units_verify(void **state)
 {
     struct h_fix *f = *state;
     char analyze[PATH_MAX], root[PATH_MAX], src[PATH_MAX * 2], service[PATH_MAX];
-    char socket_unit[PATH_MAX], bin[PATH_MAX], *text, *at, *out;
+    char socket_unit[PATH_MAX], bin[PATH_MAX];
     const char *env[] = {"SYSTEMD_LOG_COLOR=0", NULL};
-    size_t len, cap;
     struct h_run r;
 
     need_systemd_tool("systemd-analyze", analyze, sizeof(analyze));
@@ -1252,29 +1361,9 @@ static void test_units_verify(void **state)
     if (realpath(h_daemon_bin(), bin) == NULL)
         h_fail("%s: %s", h_daemon_bin(), strerror(errno));
     snprintf(src, sizeof(src), "%s/systemd/shmbrokerd.service.in", root);
-    text = h_read_file(src, &len);
-    assert_non_null(text);
-    at = strstr(text, "@SBINDIR@/shmbrokerd");
-    if (at == NULL) {
-        free(text);
-        h_fail("%s has no ExecStart=@SBINDIR@/shmbrokerd", src);
-    }
-    cap = len + strlen(bin) + 1;
-    out = malloc(cap);
-    assert_non_null(out);
-    snprintf(out, cap, "%.*s%s%s", (int)(at - text), text, bin,
-             at + strlen("@SBINDIR@/shmbrokerd"));
-    assert_false(h_contains(out, "@SBINDIR@"));
-    h_path(f, "shmbrokerd.service", service, sizeof(service));
-    assert_int_equal(h_write_file(service, out, strlen(out)), 0);
-    free(out);
-    free(text);
-    snprintf(src, sizeof(src), "%s/systemd/shmbrokerd.socket", root);
-    text = h_read_file(src, &len);
-    assert_non_null(text);
-    h_path(f, "shmbrokerd.socket", socket_unit, sizeof(socket_unit));
-    assert_int_equal(h_write_file(socket_unit, text, len), 0);
-    free(text);
+    write_unit(f, src, bin, "shmbrokerd.service", service, sizeof(service));
+    snprintf(src, sizeof(src), "%s/systemd/shmbrokerd.socket.in", root);
+    write_unit(f, src, bin, "shmbrokerd.socket", socket_unit, sizeof(socket_unit));
 
     run_env(f, (const char *const[]){analyze, "verify", "--man=no", service, socket_unit, NULL},
             env, H_RUN_TIMEOUT_MS * 3, &r);
