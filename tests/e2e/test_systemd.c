@@ -790,6 +790,282 @@ static void test_activation_not_ours(void **state)
     h_pass(f);
 }
 
+/* ---- the service's lifecycle: keep, remove, check, reload, refused start ----- */
+
+static void expect_max_clients(const struct h_daemon *d, unsigned n);
+
+/* Run shmbrokerd with d's --name and --shm-dir (and --socket) and extra,
+ * an action that exits; r holds its status and output. */
+static void run_daemon_action(struct h_fix *f, const struct h_daemon *d,
+                              const char *const *extra, struct h_run *r)
+{
+    const char *argv[32];
+
+    daemon_argv(d, extra, argv, sizeof(argv) / sizeof(argv[0]));
+    run_env(f, argv, NULL, H_RUN_TIMEOUT_MS, r);
+}
+
+/* The run exited with status and its output (stdout or stderr) holds
+ * needle; otherwise the test fails showing it. */
+static void expect_action(const struct h_run *r, const char *what, int status,
+                          const char *needle)
+{
+    if (r->status != status ||
+        (!h_contains(r->out, needle) && !h_contains(r->err, needle))) {
+        h_run_dump(what, r);
+        h_fail("%s: exit %d, wanted %d and \"%s\"", what, r->status, status, needle);
+    }
+}
+
+/* --keep-segment: a clean stop leaves the segment with its committed
+ * objects (and says how many), the next start adopts it and serves them;
+ * a stop without the flag removes it. */
+static void test_keep_segment(void **state)
+{
+    const char *keep[] = {"--size", "4M", "--keep-segment", NULL};
+    const char *plain[] = {"--size", "4M", NULL};
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "4M"), *e;
+    char seg[PATH_MAX * 2];
+    const void *ptr;
+    size_t size;
+    shmb_t *lib;
+
+    h_segment_path(d, seg, sizeof(seg));
+    daemon_spawn_env(d, keep, NULL, -1);
+    assert_int_equal(h_daemon_wait_ready(d, H_READY_TIMEOUT_MS), 0);
+    lib = connect_lib(d->socket);
+    assert_int_equal(shmb_put(lib, "kept", "across the stop", 15, 0), 0);
+    shmb_close(lib);
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGTERM, H_STOP_TIMEOUT_MS)), 0);
+    if (!h_exists(seg) || !log_has(d, "kept with 1 objects")) {
+        h_daemon_print_log(d);
+        h_fail("--keep-segment: a clean stop did not keep %s and say so", seg);
+    }
+
+    e = h_daemon_again(f, d);
+    daemon_spawn_env(e, plain, NULL, -1);
+    assert_int_equal(h_daemon_wait_ready(e, H_READY_TIMEOUT_MS), 0);
+    assert_true(log_has(e, "restored 1 objects"));
+    lib = connect_lib(e->socket);
+    assert_int_equal(shmb_get(lib, "kept", &ptr, &size), 0);
+    assert_int_equal(size, 15);
+    assert_memory_equal(ptr, "across the stop", 15);
+    shmb_close(lib);
+    assert_int_equal(h_exit_code(h_daemon_signal(e, SIGTERM, H_STOP_TIMEOUT_MS)), 0);
+    if (h_exists(seg))
+        h_fail("a stop without --keep-segment left %s", seg);
+    h_pass(f);
+}
+
+/* --remove-segment removes a segment no daemon holds (and its lock file),
+ * refuses one a running daemon holds or a file that is not a segment
+ * (leaving both), and is content when there is none. */
+static void test_remove_segment(void **state)
+{
+    const char *keep[] = {"--size", "4M", "--keep-segment", NULL};
+    const char *remove[] = {"--remove-segment", NULL};
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "4M");
+    char seg[PATH_MAX * 2], lock[PATH_MAX * 2];
+    struct h_run r;
+
+    h_segment_path(d, seg, sizeof(seg));
+    snprintf(lock, sizeof(lock), "%s/.%s.lock", d->shm_dir, d->name);
+    daemon_spawn_env(d, keep, NULL, -1);
+    assert_int_equal(h_daemon_wait_ready(d, H_READY_TIMEOUT_MS), 0);
+    run_daemon_action(f, d, remove, &r);
+    expect_action(&r, "--remove-segment while the daemon runs", 1,
+                  "belongs to a running shmbrokerd");
+    h_run_free(&r);
+    assert_true(h_exists(seg));
+    h_assert_alive(d);
+
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGTERM, H_STOP_TIMEOUT_MS)), 0);
+    assert_true(h_exists(seg));
+    run_daemon_action(f, d, remove, &r);
+    expect_action(&r, "--remove-segment after a kept stop", 0, "removed segment");
+    h_run_free(&r);
+    if (h_exists(seg) || h_exists(lock))
+        h_fail("--remove-segment left %s or its lock file", seg);
+    run_daemon_action(f, d, remove, &r);
+    expect_action(&r, "--remove-segment with none", 0, "nothing to remove");
+    h_run_free(&r);
+
+    assert_int_equal(h_write_file(seg, "not a segment\n", 14), 0);
+    run_daemon_action(f, d, remove, &r);
+    expect_action(&r, "--remove-segment of another file", 1, "not a shmbroker segment");
+    h_run_free(&r);
+    assert_true(h_exists(seg));
+    unlink(seg);
+    h_pass(f);
+}
+
+/* --check-config parses the flags and the --config file as a start would:
+ * exit 0 and "settings OK" for good ones; exit 2 naming the file's line for
+ * a bad value, an action written in the file, or two actions at once. */
+static void test_check_config(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "4M");
+    char path[PATH_MAX], line[PATH_MAX + 32];
+    const char *check[] = {"--config", path, "--check-config", NULL};
+    const char *both[] = {"--check-config", "--reload", "1", NULL};
+    struct h_run r;
+
+    h_path(f, "settings.conf", path, sizeof(path));
+    assert_int_equal(h_write_file(path, "size = 8M\nmax-clients = 7\n", 26), 0);
+    run_daemon_action(f, d, check, &r);
+    expect_action(&r, "--check-config", 0, "settings OK");
+    h_run_free(&r);
+
+    assert_int_equal(h_write_file(path, "size = 8M\nmax-clients = lots\n", 29), 0);
+    run_daemon_action(f, d, check, &r);
+    expect_action(&r, "--check-config of a bad value", 2, "Invalid --max-clients 'lots'");
+    h_run_free(&r);
+    assert_int_equal(h_write_file(path, "reload = 1\n", 11), 0);
+    run_daemon_action(f, d, check, &r);
+    snprintf(line, sizeof(line), "%s:1: 'reload' is something to do", path);
+    expect_action(&r, "--check-config of an action in the file", 2, line);
+    h_run_free(&r);
+    run_daemon_action(f, d, both, &r);
+    expect_action(&r, "--check-config --reload", 2, "give one of them");
+    h_run_free(&r);
+    /* Nothing was made. */
+    assert_false(h_exists(d->socket));
+    h_pass(f);
+}
+
+/* --reload PID applies an edited --config file to the daemon PID (its
+ * max-clients changes), refuses a broken file without signalling (the
+ * daemon keeps its settings), and signals nothing but a shmbrokerd. */
+static void test_reload_pid(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "4M");
+    char path[PATH_MAX], pid[32], *text;
+    const char *extra[] = {"--config", path, NULL};
+    const char *reload[] = {"--config", path, "--reload", pid, NULL};
+    const char *sleeper[] = {"/bin/sleep", "30", NULL};
+    char out[PATH_MAX];
+    struct h_conn c;
+    struct h_run r;
+    pid_t other;
+
+    h_path(f, "settings.conf", path, sizeof(path));
+    assert_int_equal(h_write_file(path, "size = 4M\nmax-clients = 5\n", 26), 0);
+    daemon_spawn_env(d, extra, NULL, -1);
+    assert_int_equal(h_daemon_wait_ready(d, H_READY_TIMEOUT_MS), 0);
+    snprintf(pid, sizeof(pid), "%d", (int)d->pid);
+
+    assert_int_equal(h_write_file(path, "size = 4M\nmax-clients = 1\n", 26), 0);
+    run_daemon_action(f, d, reload, &r);
+    expect_action(&r, "--reload", 0, "asked to reload");
+    h_run_free(&r);
+    h_wait_log(d, "SIGHUP: settings reloaded (log level info, max-clients 1,");
+    json_decref(h_open_hello(&c, d));
+    expect_max_clients(d, 1);
+    h_conn_close(&c);
+
+    assert_int_equal(h_write_file(path, "size = 4M\nmax-clients = -1\n", 27), 0);
+    run_daemon_action(f, d, reload, &r);
+    expect_action(&r, "--reload with a broken file", 2, "Invalid --max-clients '-1'");
+    h_run_free(&r);
+    h_sleep_ms(200);
+    text = h_log_text(d);
+    assert_int_equal(h_count(text, "SIGHUP"), 1);
+    free(text);
+
+    assert_int_equal(h_write_file(path, "size = 4M\n", 10), 0);
+    h_path(f, "sleeper.out", out, sizeof(out));
+    other = spawn(sleeper, NULL, out, out, -1);
+    snprintf(pid, sizeof(pid), "%d", (int)other);
+    run_daemon_action(f, d, reload, &r);
+    expect_action(&r, "--reload of another program", 1, "not shmbrokerd; nothing sent");
+    h_run_free(&r);
+    h_sleep_ms(100);
+    assert_int_equal(waitpid(other, NULL, WNOHANG), 0); /* still running */
+    kill(other, SIGKILL);
+    waitpid(other, NULL, 0);
+    run_daemon_action(f, d, reload, &r);
+    expect_action(&r, "--reload of a pid that is gone", 1, "no such process");
+    h_run_free(&r);
+    h_assert_alive(d);
+    h_pass(f);
+}
+
+/* A start refused under socket activation answers the client already
+ * waiting in the backlog with the cause (so that systemd does not start the
+ * daemon again for it, in a loop), leaves the backlog empty, and tells
+ * systemd through STATUS= and ERRNO=: exit 1 for a refused start, 2 for bad
+ * settings. */
+static void test_activation_refused_start(void **state)
+{
+    static const struct {
+        const char *flag, *value, *cause, *status;
+        int exit_code, errno_value;
+    } cases[] = {
+        {"--size", "1K", "--size 1024 is too small", "STATUS=failed to start: --size 1024",
+         1, EINVAL},
+        {"--max-clients", "lots", "Invalid --max-clients 'lots'",
+         "STATUS=failed to start: Invalid --max-clients", 2, EINVAL},
+    };
+    struct h_fix *f = *state;
+    size_t i;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct h_daemon *d = h_daemon_new(f, "4M");
+        const char *extra[] = {"--size", "4M", cases[i].flag, cases[i].value, NULL};
+        char path[PATH_MAX], name[32], msg[2048], want[64], seg[PATH_MAX * 2];
+        const char *env[] = {"LISTEN_PID=$PID", "LISTEN_FDS=1", NULL, NULL};
+        struct notify_rx rx;
+        struct h_conn c;
+        json_t *reply;
+        int fd, peer;
+
+        snprintf(name, sizeof(name), "notify%zu", i);
+        notify_open(f, &rx, name, false);
+        env[2] = rx.env;
+        snprintf(name, sizeof(name), "activated%zu.sock", i);
+        h_path(f, name, path, sizeof(path));
+        fd = listen_unix(path, SOCK_STREAM, true);
+        /* A client in the backlog before the daemon runs, as systemd's
+         * socket holds it. */
+        assert_int_equal(h_conn_open(&c, path), 0);
+        daemon_spawn_env(d, extra, env, fd);
+        if (h_exit_code(h_daemon_wait_exit(d, H_RUN_TIMEOUT_MS)) != cases[i].exit_code) {
+            h_daemon_print_log(d);
+            h_fail("%s %s under activation: not exit %d", cases[i].flag, cases[i].value,
+                   cases[i].exit_code);
+        }
+        reply = h_recv_json(&c);
+        h_assert_error(reply, "EINVAL", "shmbrokerd cannot start: ");
+        h_assert_error(reply, "EINVAL", cases[i].cause);
+        json_decref(reply);
+        h_conn_close(&c);
+        /* Nobody left waiting: systemd would not start it again. */
+        assert_int_equal(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
+        peer = accept(fd, NULL, NULL);
+        assert_int_equal(peer, -1);
+        assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+        close(fd);
+        /* The whole datagram: STATUS= and ERRNO= travel together. */
+        do {
+            if (notify_recv(&rx, msg, sizeof(msg), H_RUN_TIMEOUT_MS) < 0)
+                h_fail("no STATUS=failed to start from a refused start");
+        } while (!h_contains(msg, "STATUS=failed to start: "));
+        if (!h_contains(msg, cases[i].status))
+            h_fail("the STATUS= of a refused start is not \"%s\": %s", cases[i].status, msg);
+        snprintf(want, sizeof(want), "\nERRNO=%d", cases[i].errno_value);
+        if (!h_contains(msg, want))
+            h_fail("the refused start sent no %s: %s", want + 1, msg);
+        notify_close(&rx);
+        h_segment_path(d, seg, sizeof(seg));
+        assert_false(h_exists(seg));
+    }
+    h_pass(f);
+}
+
 /* ---- install ---------------------------------------------------------------- */
 
 /* The arguments that make the sub-make use the build of the binaries under
@@ -1801,6 +2077,11 @@ int main(void)
         TEST(test_socket_activation),
         TEST(test_activation_bad_fd),
         TEST(test_activation_not_ours),
+        TEST(test_keep_segment),
+        TEST(test_remove_segment),
+        TEST(test_check_config),
+        TEST(test_reload_pid),
+        TEST(test_activation_refused_start),
         TEST(test_install_tree),
         TEST(test_install_prefix),
         TEST(test_install_pkgconfig),
