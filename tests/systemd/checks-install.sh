@@ -31,6 +31,14 @@ restarted_from() {
     [ -n "$pid" ] && [ "$pid" != 0 ] && [ "$pid" != "$1" ] && unit_is shmbrokerd ActiveState active
 }
 
+# signal_daemon SIGNAL: send SIGNAL to shmbrokerd's main process; fail
+# (sending nothing) when there is none: `kill -STOP 0` would stop this script.
+signal_daemon() {
+    pid=$(daemon_pid)
+    [ -n "$pid" ] && [ "$pid" -gt 1 ] || return 1
+    kill -"$1" "$pid"
+}
+
 # ---- README's steps ------------------------------------------------------------
 
 # The steps the README lists after `make install` (which the host ran,
@@ -55,7 +63,9 @@ readme_steps() {
     else
         fail readme-first-client-starts-service "shmbrokerctl status failed or the service is $(unit_prop shmbrokerd ActiveState)"
     fi
-    if systemctl status shmbrokerd --no-pager 2>&1 | grep -q 'Status: "'; then
+    status=$(systemctl status shmbrokerd --no-pager 2>&1)
+    if echo "$status" | grep -q 'Active: active (running)' &&
+        echo "$status" | grep -q 'Status: "'; then
         pass readme-status-line
     else
         fail readme-status-line "no Status: line in systemctl status shmbrokerd"
@@ -146,9 +156,10 @@ check_watchdog() {
     put_object watchdog-key watchdog-value >/dev/null
     pid=$(daemon_pid)
     journal_mark
-    kill -STOP "$pid"
-    if ! wait_for -t 60 restarted_from "$pid"; then
-        fail watchdog-restarts "pid $pid still main after a stop: state $(unit_prop shmbrokerd ActiveState)"
+    if ! signal_daemon STOP; then
+        fail watchdog-restarts "shmbrokerd is not running (state $(unit_prop shmbrokerd ActiveState))"
+    elif ! wait_for -t 60 restarted_from "$pid"; then
+        fail watchdog-restarts "not restarted after SIGSTOP of pid $pid: state $(unit_prop shmbrokerd ActiveState)"
     elif ! journal_has 'atchdog timeout'; then
         fail watchdog-restarts "restarted, but the journal shows no watchdog timeout"
     elif ! object_is watchdog-key watchdog-value; then
@@ -166,7 +177,10 @@ check_watchdog() {
 check_kill9() {
     put_object kill-key kill-value >/dev/null
     pid=$(daemon_pid)
-    kill -KILL "$pid"
+    if ! signal_daemon KILL; then
+        fail kill9-client-served-after-restart "shmbrokerd is not running (state $(unit_prop shmbrokerd ActiveState))"
+        return
+    fi
     got=$(get_object kill-key 2>&1)
     if [ "$got" = kill-value ] && wait_for restarted_from "$pid"; then
         pass kill9-client-served-after-restart
@@ -289,10 +303,10 @@ check_failed_start() {
     set_conf size "$HUGE_SIZE"
     systemctl reset-failed shmbrokerd 2>/dev/null
     systemctl start shmbrokerd.socket
+    restarts=$(unit_prop shmbrokerd NRestarts)
     told=$(ctl status 2>&1)
     told_rc=$?
     wait_for unit_is shmbrokerd ActiveState failed
-    restarts=$(unit_prop shmbrokerd NRestarts)
     sleep 3 # a restart loop (RestartSec=1s) would have moved on by now
     status=$(systemctl status shmbrokerd --no-pager -n 20 2>&1)
     if ! unit_is shmbrokerd ActiveState failed || ! unit_is shmbrokerd Result exit-code; then

@@ -29,7 +29,8 @@ pass() {
 fail() {
     lib_name="$1"
     shift
-    echo "FAIL: $lib_name: $*"
+    # One line, whatever the message holds: the host counts lines.
+    echo "FAIL: $lib_name: $(printf "%s" "$*" | tr '\n' ' ')"
     lib_failed=$((lib_failed + 1))
 }
 

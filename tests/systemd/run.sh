@@ -228,9 +228,13 @@ in_box() {
 }
 
 # run_checks SCRIPT: run a check script inside, its output on ours. In the
-# background so that a signal to this program runs the teardown at once.
+# background so that a signal to this program runs the teardown at once; the
+# nsenter itself (not a subshell around it) so that $check_pid is the process
+# the teardown must end.
 run_checks() {
-    in_box timeout "$CHECK_SECONDS" sh -c "cd / && exec sh $IN_DIR/$1" </dev/null &
+    nsenter -t "$leader" -a -r -w -- env -i PATH="$PATH_IN" HOME=/root LANG=C.UTF-8 \
+        SYSTEMD_PAGER= SYSTEMD_COLORS=0 \
+        timeout "$CHECK_SECONDS" sh -c "cd / && exec sh $IN_DIR/$1" </dev/null &
     check_pid=$!
     wait "$check_pid"
     rc=$?
@@ -251,8 +255,9 @@ teardown() {
     if [ -n "$check_pid" ] && kill -0 "$check_pid" 2>/dev/null; then
         # An unfinished check: left alone, its nsenter would be stopped by
         # the container's shutdown (outside the container, never continued)
-        # and hold the poweroff up.
+        # and, not reaping its child, hold the poweroff up.
         kill -KILL "$check_pid" 2>/dev/null
+        wait "$check_pid" 2>/dev/null
     fi
     check_pid=""
     if [ -n "$nspawn_pid" ] && kill -0 "$nspawn_pid" 2>/dev/null; then
