@@ -994,6 +994,22 @@ static void test_reload_pid(void **state)
     h_pass(f);
 }
 
+/* A library client waiting on the socket given as arg: connects (its hello
+ * sent into the backlog), then expects the refusal of a start. */
+static int refused_library_client(void *arg)
+{
+    shmb_t *c = shmb_new();
+    int rc = c != NULL ? shmb_connect(c, arg, "waiting") : -ENOMEM;
+
+    if (rc == 0 || c == NULL || !h_contains(shmb_errmsg(c), "shmbrokerd cannot start: ")) {
+        fprintf(stderr, "shmb_connect to a daemon that cannot start: %d %s\n", rc,
+                c != NULL ? shmb_errmsg(c) : "");
+        return 1;
+    }
+    shmb_close(c);
+    return 0;
+}
+
 /* A start refused under socket activation answers the client already
  * waiting in the backlog with the cause (so that systemd does not start the
  * daemon again for it, in a loop), leaves the backlog empty, and tells
@@ -1022,6 +1038,7 @@ static void test_activation_refused_start(void **state)
         struct h_conn c;
         json_t *reply;
         int fd, peer;
+        pid_t lib_client;
 
         snprintf(name, sizeof(name), "notify%zu", i);
         notify_open(f, &rx, name, false);
@@ -1029,9 +1046,11 @@ static void test_activation_refused_start(void **state)
         snprintf(name, sizeof(name), "activated%zu.sock", i);
         h_path(f, name, path, sizeof(path));
         fd = listen_unix(path, SOCK_STREAM, true);
-        /* A client in the backlog before the daemon runs, as systemd's
-         * socket holds it. */
+        /* Clients in the backlog before the daemon runs, as systemd's
+         * socket holds them: one silent, one the library's, its hello sent. */
         assert_int_equal(h_conn_open(&c, path), 0);
+        lib_client = h_fork(f, refused_library_client, path);
+        h_sleep_ms(200);
         daemon_spawn_env(d, extra, env, fd);
         if (h_exit_code(h_daemon_wait_exit(d, H_RUN_TIMEOUT_MS)) != cases[i].exit_code) {
             h_daemon_print_log(d);
@@ -1043,6 +1062,8 @@ static void test_activation_refused_start(void **state)
         h_assert_error(reply, "EINVAL", cases[i].cause);
         json_decref(reply);
         h_conn_close(&c);
+        if (h_child_wait(f, lib_client, H_RUN_TIMEOUT_MS) != 0)
+            h_fail("the library's client was not told why the start was refused");
         /* Nobody left waiting: systemd would not start it again. */
         assert_int_equal(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
         peer = accept(fd, NULL, NULL);
