@@ -8,12 +8,42 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 enum log_level log_active_level = LOG_INFO;
+
+/* stderr is journald's stream (systemd sets $JOURNAL_STREAM to its device and
+ * inode): the journal stamps each line itself, so a line is only "<N>" (the
+ * syslog priority sd-daemon(3) defines, which journald reads) and the
+ * message. */
+static bool log_to_journal;
+
+/* The syslog priorities of error, warn, info and debug. */
+static const int level_priorities[] = {3, 4, 6, 7};
+
+void log_detect_journal(void)
+{
+    const char *stream = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    struct stat st;
+
+    log_to_journal = stream != NULL && sscanf(stream, "%llu:%llu", &dev, &ino) == 2 &&
+                     fstat(STDERR_FILENO, &st) == 0 && (unsigned long long)st.st_dev == dev &&
+                     (unsigned long long)st.st_ino == ino;
+}
+
+void log_startup_error(const char *message)
+{
+    if (log_to_journal)
+        fprintf(stderr, "<%d>shmbrokerd: %s\n", level_priorities[LOG_ERROR], message);
+    else
+        fprintf(stderr, "shmbrokerd: %s\n", message);
+}
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
@@ -56,8 +86,11 @@ void log_write(enum log_level level, const char *fmt, ...)
     va_end(ap);
     if (n < 0)
         msg[0] = '\0';
-    n = snprintf(line, sizeof(line), "%s.%03dZ shmbrokerd[%d] %s: ", stamp,
-                 (int)(tv.tv_usec / 1000), (int)getpid(), level_names[level]);
+    if (log_to_journal)
+        n = snprintf(line, sizeof(line), "<%d>", level_priorities[level]);
+    else
+        n = snprintf(line, sizeof(line), "%s.%03dZ shmbrokerd[%d] %s: ", stamp,
+                     (int)(tv.tv_usec / 1000), (int)getpid(), level_names[level]);
     if (n < 0 || (size_t)n >= sizeof(line))
         return;
     shmb_escape(msg, strlen(msg), line + n, sizeof(line) - (size_t)n - 1);

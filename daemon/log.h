@@ -12,6 +12,15 @@ enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
 extern enum log_level log_active_level;
 
 /* Parse "error", "warn", "info" or "debug"; -EINVAL otherwise. */
+/* Look whether stderr is journald's stream ($JOURNAL_STREAM); again after
+ * stderr moved (--log-file). Lines to the journal carry a syslog priority
+ * and no stamp of their own. */
+void log_detect_journal(void);
+
+/* A start-up error, the daemon's last word: "shmbrokerd: message" on
+ * stderr, at error priority for the journal. */
+void log_startup_error(const char *message);
+
 int log_parse_level(const char *name, enum log_level *out);
 const char *log_level_name(enum log_level level);
 

@@ -107,6 +107,7 @@ static void daemon_on_sighup(uv_signal_t *handle, int signum)
     (void)signum;
     if (daemon_open_log(d->cfg.log_file, &err) < 0)
         log_error("%s", err.message);
+    log_detect_journal();
     if (config_parse(&next, d->argc, d->argv, &err) != CONFIG_RUN) {
         log_error("SIGHUP: settings not reloaded, nothing changed: %s", err.message);
         return;
@@ -815,11 +816,12 @@ int main(int argc, char **argv)
     int rc;
 
     d.notify = notify_init();
+    log_detect_journal();
     switch (config_parse(&d.cfg, argc, argv, &err)) {
     case CONFIG_EXIT_OK:
         return 0;
     case CONFIG_EXIT_USAGE:
-        fprintf(stderr, "shmbrokerd: %s\n", err.message);
+        log_startup_error(err.message);
         if (server_activated_fd(&d.activated_fd, NULL) != 1)
             d.activated_fd = -1;
         daemon_refuse_start(&d, &err);
@@ -852,7 +854,7 @@ int main(int argc, char **argv)
     /* systemd's socket first: a start refused from here on answers the
      * clients already waiting on it. */
     if ((rc = server_activated_fd(&d.activated_fd, &err)) < 0) {
-        fprintf(stderr, "shmbrokerd: %s\n", err.message);
+        log_startup_error(err.message);
         daemon_refuse_start(&d, &err);
         return 1;
     }
@@ -860,12 +862,13 @@ int main(int argc, char **argv)
     if (!d.activated)
         d.activated_fd = -1;
     if (daemon_open_log(d.cfg.log_file, &err) < 0) {
-        fprintf(stderr, "shmbrokerd: %s\n", err.message);
+        log_startup_error(err.message);
         daemon_refuse_start(&d, &err);
         return 1;
     }
+    log_detect_journal(); /* --log-file moved stderr */
     if (daemon_start(&d, &err) < 0) {
-        fprintf(stderr, "shmbrokerd: %s\n", err.message);
+        log_startup_error(err.message);
         daemon_refuse_start(&d, &err);
         return 1;
     }

@@ -994,6 +994,22 @@ static void test_reload_pid(void **state)
     h_pass(f);
 }
 
+/* A library client waiting on the socket given as arg: connects (its hello
+ * sent into the backlog), then expects the refusal of a start. */
+static int refused_library_client(void *arg)
+{
+    shmb_t *c = shmb_new();
+    int rc = c != NULL ? shmb_connect(c, arg, "waiting") : -ENOMEM;
+
+    if (rc == 0 || c == NULL || !h_contains(shmb_errmsg(c), "shmbrokerd cannot start: ")) {
+        fprintf(stderr, "shmb_connect to a daemon that cannot start: %d %s\n", rc,
+                c != NULL ? shmb_errmsg(c) : "");
+        return 1;
+    }
+    shmb_close(c);
+    return 0;
+}
+
 /* A start refused under socket activation answers the client already
  * waiting in the backlog with the cause (so that systemd does not start the
  * daemon again for it, in a loop), leaves the backlog empty, and tells
@@ -1022,6 +1038,7 @@ static void test_activation_refused_start(void **state)
         struct h_conn c;
         json_t *reply;
         int fd, peer;
+        pid_t lib_client;
 
         snprintf(name, sizeof(name), "notify%zu", i);
         notify_open(f, &rx, name, false);
@@ -1029,9 +1046,11 @@ static void test_activation_refused_start(void **state)
         snprintf(name, sizeof(name), "activated%zu.sock", i);
         h_path(f, name, path, sizeof(path));
         fd = listen_unix(path, SOCK_STREAM, true);
-        /* A client in the backlog before the daemon runs, as systemd's
-         * socket holds it. */
+        /* Clients in the backlog before the daemon runs, as systemd's
+         * socket holds them: one silent, one the library's, its hello sent. */
         assert_int_equal(h_conn_open(&c, path), 0);
+        lib_client = h_fork(f, refused_library_client, path);
+        h_sleep_ms(200);
         daemon_spawn_env(d, extra, env, fd);
         if (h_exit_code(h_daemon_wait_exit(d, H_RUN_TIMEOUT_MS)) != cases[i].exit_code) {
             h_daemon_print_log(d);
@@ -1043,6 +1062,8 @@ static void test_activation_refused_start(void **state)
         h_assert_error(reply, "EINVAL", cases[i].cause);
         json_decref(reply);
         h_conn_close(&c);
+        if (h_child_wait(f, lib_client, H_RUN_TIMEOUT_MS) != 0)
+            h_fail("the library's client was not told why the start was refused");
         /* Nobody left waiting: systemd would not start it again. */
         assert_int_equal(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
         peer = accept(fd, NULL, NULL);
@@ -1063,6 +1084,59 @@ static void test_activation_refused_start(void **state)
         h_segment_path(d, seg, sizeof(seg));
         assert_false(h_exists(seg));
     }
+    h_pass(f);
+}
+
+/* With stderr on journald's stream ($JOURNAL_STREAM naming its device and
+ * inode), lines carry the syslog priority journald reads ("<6>" info, "<3>"
+ * error) and no time stamp or pid of their own, which the journal adds;
+ * with $JOURNAL_STREAM naming another file, lines keep their stamp. */
+static void test_journal_stream(void **state)
+{
+    const char *extra[] = {"--size", "4M", NULL};
+    const char *bad[] = {"--size", "1K", NULL};
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "4M"), *e = h_daemon_new(f, "4M");
+    struct h_daemon *g = h_daemon_new(f, "4M");
+    char stream[64], other[64], *text;
+    const char *env[] = {stream, NULL};
+    const char *env_other[] = {other, NULL};
+    struct stat st;
+
+    assert_int_equal(h_write_file(d->log, "", 0), 0);
+    assert_int_equal(stat(d->log, &st), 0);
+    snprintf(stream, sizeof(stream), "JOURNAL_STREAM=%llu:%llu",
+             (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+    snprintf(other, sizeof(other), "JOURNAL_STREAM=%llu:%llu",
+             (unsigned long long)st.st_dev, (unsigned long long)st.st_ino + 1);
+    daemon_spawn_env(d, extra, env, -1);
+    assert_int_equal(h_daemon_wait_ready(d, H_READY_TIMEOUT_MS), 0);
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGTERM, H_STOP_TIMEOUT_MS)), 0);
+    text = h_read_file(d->log, NULL);
+    if (text == NULL || strncmp(text, "<6>shmbrokerd ", 14) != 0 ||
+        !h_contains(text, "\n<6>Terminated received") || h_contains(text, "Z shmbrokerd[")) {
+        h_daemon_print_log(d);
+        free(text);
+        h_fail("lines to the journal do not start with <6> alone");
+    }
+    free(text);
+
+    /* A refused start's last word, at error priority. */
+    assert_int_equal(h_write_file(e->log, "", 0), 0);
+    assert_int_equal(stat(e->log, &st), 0);
+    snprintf(stream, sizeof(stream), "JOURNAL_STREAM=%llu:%llu",
+             (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+    daemon_spawn_env(e, bad, env, -1);
+    assert_int_equal(h_exit_code(h_daemon_wait_exit(e, H_RUN_TIMEOUT_MS)), 1);
+    if (!log_has(e, "<3>shmbrokerd: --size 1024 is too small")) {
+        h_daemon_print_log(e);
+        h_fail("a refused start does not say so at error priority to the journal");
+    }
+
+    daemon_spawn_env(g, extra, env_other, -1);
+    assert_int_equal(h_daemon_wait_ready(g, H_READY_TIMEOUT_MS), 0);
+    assert_true(log_has(g, "Z shmbrokerd["));
+    assert_false(log_has(g, "<6>"));
     h_pass(f);
 }
 
@@ -2082,6 +2156,7 @@ int main(void)
         TEST(test_check_config),
         TEST(test_reload_pid),
         TEST(test_activation_refused_start),
+        TEST(test_journal_stream),
         TEST(test_install_tree),
         TEST(test_install_prefix),
         TEST(test_install_pkgconfig),
