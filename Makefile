@@ -169,6 +169,9 @@ TEST_RUNS := $(UNIT_BINS) $(E2E_BINS) tests/e2e/soak_valgrind.sh tests/e2e/test_
              tests/structure/check_layers.sh tests/structure/check_exports.sh tests/python/run.py
 ifeq ($(SANITIZER),)
 TEST_RUNS += tests/fuzz/run_fuzz.sh tests/fuzz/run_fuzz_adopt.sh
+# The units under a real systemd in a container (skipped when not root); it
+# installs the plain build, so sanitizer builds leave it out.
+TEST_RUNS += tests/systemd/run.sh
 endif
 ifeq ($(SANITIZER),)
 TEST_RUNS += $(TSAN_BIN)

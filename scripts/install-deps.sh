@@ -46,6 +46,9 @@ if [ "$want" = test ]; then
         ! command -v systemd-socket-activate >/dev/null 2>&1; then
         need systemd
     fi
+    # tests/systemd boots the installed units in a container it debootstraps.
+    command -v systemd-nspawn >/dev/null 2>&1 || need systemd-container
+    command -v debootstrap >/dev/null 2>&1 || need debootstrap
 fi
 if [ "$want" = bench ]; then
     command -v redis-server >/dev/null 2>&1 || need redis-server

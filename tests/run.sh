@@ -23,6 +23,8 @@ asked_seconds() {
     soak_valgrind.sh) n="${SOAK_VALGRIND_SECONDS:-0}" ;;
     run_fuzz.sh) n="${FUZZ_SECONDS:-0}" ;;
     run_fuzz_adopt.sh) n="${FUZZ_ADOPT_SECONDS:-0}" ;;
+    # tests/systemd/run.sh: a cold run debootstraps its root and builds the .deb.
+    run.sh) n=300 ;;
     *) n=0 ;;
     esac
     case "$n" in
