@@ -2,7 +2,7 @@
 #   make            build the daemon, the library and the ctl tool
 #   make run        install missing packages, build, start the daemon in the foreground
 #   make test       install missing packages, build, run every test
-#   make install    PREFIX=/usr/local DESTDIR=
+#   make install    PREFIX=/usr/local DESTDIR= (settings files go in SYSCONFDIR=/etc)
 #   make deb        Debian packages in DEB_OUT (default build/deb)
 #   make clean
 # Switches: SANITIZER=address|undefined|thread (own build directory), V=1 (show commands).
@@ -18,6 +18,9 @@ INCLUDEDIR  ?= $(PREFIX)/include
 MANDIR      ?= $(PREFIX)/share/man
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+# The daemon's settings files (shmbrokerd.conf, default/shmbrokerd) are where
+# systemd units and operators look for them, whatever the PREFIX.
+SYSCONFDIR  ?= /etc
 # The Python package goes where the system's python3 finds it: Debian's
 # dist-packages under PREFIX (for /usr/local, /usr/local/lib/python3.X/dist-packages).
 # The system's python3 is Debian's /usr/bin/python3, the one apt installs
@@ -285,7 +288,7 @@ $(LIB_SO): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 # written at install time, with this install's PREFIX and directories.
 SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
             -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
-            -e 's|@SBINDIR@|$(SBINDIR)|g'
+            -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
 
 # README's example, built so that it cannot rot.
 $(BUILD)/obj/client/example.o: ALLCFLAGS += -Iclient
@@ -351,8 +354,15 @@ install: all
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(MANDIR)/man8 \
 	    $(DESTDIR)$(MANDIR)/man1
 	$(SUBST) systemd/shmbrokerd.service.in > $(DESTDIR)$(UNITDIR)/shmbrokerd.service
-	chmod 0644 $(DESTDIR)$(UNITDIR)/shmbrokerd.service $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc
-	install -m 0644 systemd/shmbrokerd.socket $(DESTDIR)$(UNITDIR)/shmbrokerd.socket
+	$(SUBST) systemd/shmbrokerd.socket.in > $(DESTDIR)$(UNITDIR)/shmbrokerd.socket
+	chmod 0644 $(DESTDIR)$(UNITDIR)/shmbrokerd.service $(DESTDIR)$(UNITDIR)/shmbrokerd.socket \
+	    $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc
+	@# The settings files are the operator's: installed when absent, never replaced.
+	install -d $(DESTDIR)$(SYSCONFDIR)/default
+	[ -e $(DESTDIR)$(SYSCONFDIR)/shmbrokerd.conf ] || \
+	    install -m 0644 systemd/shmbrokerd.conf $(DESTDIR)$(SYSCONFDIR)/shmbrokerd.conf
+	[ -e $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd ] || \
+	    install -m 0644 systemd/shmbrokerd.default $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd
 	install -m 0644 systemd/shmbroker.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf
 	install -m 0644 daemon/shmbrokerd.8 $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8
 	install -m 0644 client/shmbrokerctl.1 $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1
@@ -371,6 +381,7 @@ uninstall:
 	    $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1
 	$(Q)if [ -n "$(PY_VERSION)" ]; then rm -rf $(DESTDIR)$(PYTHONDIR)/shmbroker; \
 	else echo "$(PYTHON) not found: the Python package (client/python) is left alone"; fi
+	@echo "kept the settings $(DESTDIR)$(SYSCONFDIR)/shmbrokerd.conf and $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd (remove them by hand)"
 
 # The Debian packages (debian/), built by Debian's own tools in a copy of the
 # files git tracks: dpkg-buildpackage writes its results beside the source

@@ -42,7 +42,11 @@ enum config_opt {
     OPT_CONFIG,
     OPT_LOG_FILE,
     OPT_HELLO_TIMEOUT,
-    OPT_STOP_WITH_PID
+    OPT_STOP_WITH_PID,
+    OPT_KEEP_SEGMENT,
+    OPT_REMOVE_SEGMENT,
+    OPT_CHECK_CONFIG,
+    OPT_RELOAD
 };
 
 /* The whole number text starts with (digits first: no sign, no space);
@@ -76,6 +80,10 @@ static const struct option config_option_table[] = {
     {"max-queued-output", required_argument, NULL, OPT_MAX_QUEUED_OUTPUT},
     {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
     {"stop-with-pid", required_argument, NULL, OPT_STOP_WITH_PID},
+    {"keep-segment", no_argument, NULL, OPT_KEEP_SEGMENT},
+    {"remove-segment", no_argument, NULL, OPT_REMOVE_SEGMENT},
+    {"check-config", no_argument, NULL, OPT_CHECK_CONFIG},
+    {"reload", required_argument, NULL, OPT_RELOAD},
     {"allow-uid", required_argument, NULL, OPT_ALLOW_UID},
     {"allow-gid", required_argument, NULL, OPT_ALLOW_GID},
     {"config", required_argument, NULL, OPT_CONFIG},
@@ -235,6 +243,8 @@ static void config_usage(FILE *out)
         "                           (default: adopt it and keep its objects)\n"
         "  --stop-with-pid PID      stop, as on SIGTERM, when process PID exits (a\n"
         "                           private daemon a program starts for itself)\n"
+        "  --keep-segment           a clean stop leaves the segment and its objects\n"
+        "                           for the next start to adopt (default: remove it)\n"
         "  --alloc-timeout TIME     drop allocations not committed within TIME\n"
         "                           (default 60s; 0 = never)\n"
         "  --read-lease TIME        awaited reads stop holding an object TIME after\n"
@@ -253,6 +263,12 @@ static void config_usage(FILE *out)
         "  --allow-gid GROUP        only members of this group may connect (repeatable)\n"
         "  --version                print the version and exit\n"
         "  --help                   print this help and exit\n"
+        "\n"
+        "Instead of running (with the same settings, to name the same segment):\n"
+        "  --check-config           check the settings and the --config file, exit\n"
+        "  --reload PID             check them, then make the shmbrokerd running as\n"
+        "                           PID re-read them (SIGHUP)\n"
+        "  --remove-segment         remove the segment a stopped daemon left\n"
         "\n"
         "Sizes take K, M, G (or KiB, MiB, GiB) suffixes; all are powers of 1024.\n"
         "Times take ms, s, m or h suffixes; a bare number is seconds.\n",
@@ -484,6 +500,15 @@ static int config_read_file(const char *path, struct config_args *a,
         for (opt = config_options(); opt->name != NULL; opt++)
             if (strcmp(opt->name, key) == 0)
                 break;
+        if (opt->name != NULL &&
+            (strcmp(key, "check-config") == 0 || strcmp(key, "reload") == 0 ||
+             strcmp(key, "remove-segment") == 0)) {
+            rc = shmb_error_set(err, -EINVAL,
+                                "%s:%d: '%s' is something to do instead of running, not a "
+                                "setting; give it on the command line.",
+                                path, lineno, key);
+            break;
+        }
         if (opt->name == NULL || strcmp(key, "config") == 0 || strcmp(key, "help") == 0 ||
             strcmp(key, "version") == 0) {
             rc =
@@ -700,6 +725,36 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
             }
             cfg->stop_with_pid = (pid_t)value;
             break;
+        case OPT_KEEP_SEGMENT:
+            cfg->keep_segment = true;
+            break;
+        case OPT_CHECK_CONFIG:
+        case OPT_REMOVE_SEGMENT:
+        case OPT_RELOAD: {
+            enum config_mode todo = opt == OPT_CHECK_CONFIG     ? CONFIG_CHECK
+                                    : opt == OPT_REMOVE_SEGMENT ? CONFIG_REMOVE_SEGMENT
+                                                                : CONFIG_RELOAD;
+
+            if (cfg->mode != CONFIG_SERVE && cfg->mode != todo) {
+                shmb_error_set(err, -EINVAL,
+                               "--check-config, --reload and --remove-segment each say "
+                               "what to do instead of running; give one of them.");
+                return CONFIG_EXIT_USAGE;
+            }
+            cfg->mode = todo;
+            if (opt == OPT_RELOAD &&
+                (config_parse_count("--reload", arg, INT32_MAX, &value, err) < 0 ||
+                 value == 0)) {
+                shmb_error_set(err, -EINVAL,
+                               "Invalid --reload '%s': expected the pid of the running "
+                               "shmbrokerd, from 1 to %d ($MAINPID under systemd).",
+                               arg, INT32_MAX);
+                return CONFIG_EXIT_USAGE;
+            }
+            if (opt == OPT_RELOAD)
+                cfg->reload_pid = (pid_t)value;
+            break;
+        }
         case OPT_ALLOW_UID:
         case OPT_ALLOW_GID:
             if (config_add_allowed(&cfg->limits, opt == OPT_ALLOW_UID, arg, err) < 0)

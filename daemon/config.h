@@ -50,6 +50,14 @@ struct config {
     char config_file[PATH_MAX];     /* --config, "" when none */
     char log_file[PATH_MAX];        /* --log-file, "" for stderr */
     pid_t stop_with_pid;            /* --stop-with-pid, 0 when none */
+    bool keep_segment;              /* --keep-segment: a clean stop leaves the segment */
+    enum config_mode {
+        CONFIG_SERVE,          /* run the daemon */
+        CONFIG_CHECK,          /* --check-config: parse the settings, say so, exit */
+        CONFIG_REMOVE_SEGMENT, /* --remove-segment: remove a segment no daemon holds */
+        CONFIG_RELOAD,         /* --reload PID: check, then SIGHUP that shmbrokerd */
+    } mode;
+    pid_t reload_pid; /* --reload */
 };
 
 enum config_action { CONFIG_RUN, CONFIG_EXIT_OK, CONFIG_EXIT_USAGE };

@@ -41,6 +41,7 @@ struct daemon {
     int stop_with_fd;    /* the pidfd; -1 when not watching */
     bool notify;         /* $NOTIFY_SOCKET is set */
     bool activated;      /* systemd passed the listening socket */
+    int activated_fd;    /* ... which is ours until the server takes it, else -1 */
     bool adopt;          /* a segment left by a dead daemon is to be adopted */
     bool replace;        /* ... or removed first (--fresh) */
     int64_t adopt_pid;
@@ -131,14 +132,16 @@ static void daemon_on_sighup(uv_signal_t *handle, int signum)
     d->cfg.max_pending = d->env.limits.max_pending = next.max_pending;
     d->cfg.read_lease_ms = next.read_lease_ms;
     store_set_read_lease(d->store, next.read_lease_ms);
+    d->cfg.keep_segment = next.keep_segment;
     if (next.alloc_timeout_ms != d->cfg.alloc_timeout_ms) {
         d->cfg.alloc_timeout_ms = next.alloc_timeout_ms;
         daemon_start_expiry(d);
     }
-    log_info(
-        "SIGHUP: settings reloaded (log level %s, max-clients %u, alloc-timeout %llu ms)",
-        log_level_name(d->cfg.log_level), d->cfg.limits.max_clients,
-        (unsigned long long)d->cfg.alloc_timeout_ms);
+    log_info("SIGHUP: settings reloaded (log level %s, max-clients %u, alloc-timeout %llu "
+             "ms, keep-segment %s)",
+             log_level_name(d->cfg.log_level), d->cfg.limits.max_clients,
+             (unsigned long long)d->cfg.alloc_timeout_ms,
+             d->cfg.keep_segment ? "yes" : "no");
 }
 
 /* The store tells us, once per object, that a read lease ran out. */
@@ -534,6 +537,23 @@ static int daemon_handles_init(struct daemon *d, struct shmb_error *err)
                           uv_strerror(rc));
 }
 
+/* The checks of the settings alone, before anything is looked at: the
+ * segment's size, its name, the largest object. Also --check-config's. */
+static int daemon_check_settings(const struct config *cfg, uint64_t size,
+                                 struct shmb_error *err)
+{
+    int rc;
+
+    if (size < SEGMENT_MIN_SIZE)
+        return shmb_error_set(err, -EINVAL,
+                              "--size %llu is too small: the segment needs at least %u "
+                              "bytes (a header page and a data page).",
+                              (unsigned long long)cfg->size, SEGMENT_MIN_SIZE);
+    if ((rc = segment_check_name(cfg->name, err)) < 0)
+        return rc;
+    return store_check_max_object(segment_data_size(size), cfg->max_object_size, err);
+}
+
 /* Everything before the loop: probe, segment, store, listener. */
 static int daemon_start(struct daemon *d, struct shmb_error *err)
 {
@@ -548,11 +568,9 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
     int listen_fd = -1, stale = 0;
     int rc;
 
-    if (size < SEGMENT_MIN_SIZE)
-        return shmb_error_set(err, -EINVAL,
-                              "--size %llu is too small: the segment needs at least %u "
-                              "bytes (a header page and a data page).",
-                              (unsigned long long)d->cfg.size, SEGMENT_MIN_SIZE);
+    listen_fd = d->activated_fd; /* main took it from systemd, or -1 */
+    if ((rc = daemon_check_settings(&d->cfg, size, err)) < 0)
+        return rc;
     /* A hugetlbfs file is a whole number of huge pages. */
     page = segment_page_size(d->cfg.shm_dir);
     if (page != SHMB_HEADER_PAGE && size % page != 0) {
@@ -568,14 +586,11 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         size = rounded;
     }
     if ((rc = store_check_max_object(segment_data_size(size), d->cfg.max_object_size,
-                                     err)) < 0 ||
-        (rc = server_activated_fd(&listen_fd, err)) < 0)
+                                     err)) < 0)
         return rc;
-    d->activated = rc == 1;
     /* Every check before any change: a refused start leaves the socket and
      * the segment as they were. */
-    if ((rc = segment_check_name(d->cfg.name, err)) < 0 ||
-        (rc = daemon_open_stop_with(d, err)) < 0)
+    if ((rc = daemon_open_stop_with(d, err)) < 0)
         return rc;
     if (!d->activated && (stale = server_probe(d->cfg.socket_path, err)) < 0)
         return stale;
@@ -642,7 +657,7 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
              ? server_adopt(&d->server, &d->loop, listen_fd, &d->env, &d->cfg.limits, err)
              : server_listen(&d->server, &d->loop, listen_fd, d->cfg.socket_path, &d->env,
                              &d->cfg.limits, err);
-    listen_fd = -1; /* the server's now, or closed by it */
+    listen_fd = d->activated_fd = -1; /* the server's now, or closed by it */
     if (rc < 0) {
         daemon_handles_close(d);
         if (d->stop_with_fd >= 0)
@@ -687,13 +702,27 @@ fail_socket:
     return rc;
 }
 
-/* After the loop: close what is left, remove the segment. */
+/* After the loop: close what is left, remove the segment (or, with
+ * --keep-segment, leave it and its committed objects to the next start). */
 static void daemon_stop(struct daemon *d)
 {
+    struct store_stats st;
+    char used[32];
+
     uv_run(&d->loop, UV_RUN_DEFAULT);
     if (uv_loop_close(&d->loop) != 0)
         log_warn("event loop closed with handles still open");
+    store_counts(d->store, &st);
     store_free(d->store);
+    if (d->cfg.keep_segment) {
+        segment_close(&d->seg);
+        log_info("stopped; segment %s kept with %llu objects (%s) for the next start to "
+                 "adopt (--keep-segment)%s",
+                 d->seg.path, (unsigned long long)st.objects,
+                 shmb_format_bytes(st.used, used, sizeof(used)),
+                 d->activated ? "; the socket stays with systemd" : "");
+        return;
+    }
     segment_destroy(&d->seg);
     if (d->activated)
         log_info("stopped; segment removed (the socket %s stays with systemd)",
@@ -702,32 +731,142 @@ static void daemon_stop(struct daemon *d)
         log_info("stopped; socket %s and segment removed", d->server.path);
 }
 
+/* A start refused: tell systemd why (systemctl status shows it), and the
+ * clients waiting on systemd's socket, so that it is not started again for
+ * them in a loop. */
+static void daemon_refuse_start(struct daemon *d, const struct shmb_error *err)
+{
+    char message[SHMB_ERROR_MSG_MAX + 32];
+
+    notify_send("STATUS=failed to start: %s\nERRNO=%d", err->message,
+                err->code < 0 ? -err->code : EINVAL);
+    if (d->activated_fd < 0)
+        return;
+    snprintf(message, sizeof(message), "shmbrokerd cannot start: %s", err->message);
+    server_refuse_waiting(d->activated_fd, err->code < 0 ? err->code : -EINVAL, message);
+}
+
+/* --reload PID: the settings are good (main checked them): ask the running
+ * shmbrokerd PID to apply them. Only a process named shmbrokerd is sent the
+ * signal, so that a stale pid does not hang up something else. */
+static int daemon_send_reload(pid_t pid)
+{
+    char path[64], comm[32] = "";
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+    if ((f = fopen(path, "re")) != NULL) {
+        if (fgets(comm, sizeof(comm), f) == NULL)
+            comm[0] = '\0';
+        fclose(f);
+    }
+    comm[strcspn(comm, "\n")] = '\0';
+    if (f == NULL) {
+        fprintf(stderr, "shmbrokerd: --reload %d: no such process; is shmbrokerd running?\n",
+                (int)pid);
+        return 1;
+    }
+    if (strcmp(comm, "shmbrokerd") != 0) {
+        fprintf(stderr,
+                "shmbrokerd: --reload %d: that process is '%s', not shmbrokerd; nothing "
+                "sent.\n",
+                (int)pid, comm);
+        return 1;
+    }
+    if (kill(pid, SIGHUP) != 0) {
+        fprintf(stderr, "shmbrokerd: --reload %d: cannot signal it: %s.\n", (int)pid,
+                strerror(errno));
+        return 1;
+    }
+    printf("shmbrokerd: settings OK; shmbrokerd pid %d asked to reload them (its log "
+           "says what changed)\n",
+           (int)pid);
+    return 0;
+}
+
+/* --remove-segment: remove the segment these settings name, when no daemon
+ * holds it (what systemctl stop shmbrokerd.socket runs). */
+static int daemon_remove_segment_only(const struct config *cfg)
+{
+    struct shmb_error err = {0};
+    uint64_t bytes;
+    int64_t pid = 0;
+    char size[32];
+    int rc = segment_remove_orphaned(cfg->shm_dir, cfg->name, &bytes, &pid, &err);
+
+    if (rc < 0) {
+        fprintf(stderr, "shmbrokerd: %s\n", err.message);
+        return 1;
+    }
+    if (rc == 0)
+        printf("shmbrokerd: no segment %s/%s; nothing to remove\n", cfg->shm_dir,
+               cfg->name);
+    else
+        printf("shmbrokerd: removed segment %s/%s (%s) left by shmbrokerd pid %lld\n",
+               cfg->shm_dir, cfg->name, shmb_format_bytes(bytes, size, sizeof(size)),
+               (long long)pid);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    static struct daemon d = {.stop_with_fd = -1};
+    static struct daemon d = {.stop_with_fd = -1, .activated_fd = -1};
     struct shmb_error err = {0};
+    int rc;
 
+    d.notify = notify_init();
     switch (config_parse(&d.cfg, argc, argv, &err)) {
     case CONFIG_EXIT_OK:
         return 0;
     case CONFIG_EXIT_USAGE:
         fprintf(stderr, "shmbrokerd: %s\n", err.message);
+        if (server_activated_fd(&d.activated_fd, NULL) != 1)
+            d.activated_fd = -1;
+        daemon_refuse_start(&d, &err);
         return 2;
     case CONFIG_RUN:
         break;
+    }
+    switch (d.cfg.mode) {
+    case CONFIG_SERVE:
+        break;
+    case CONFIG_CHECK:
+    case CONFIG_RELOAD:
+        if (daemon_check_settings(&d.cfg, segment_round_size(d.cfg.size), &err) < 0) {
+            fprintf(stderr, "shmbrokerd: %s\n", err.message);
+            return 2;
+        }
+        if (d.cfg.mode == CONFIG_RELOAD)
+            return daemon_send_reload(d.cfg.reload_pid);
+        printf("shmbrokerd: settings OK%s%s\n", d.cfg.config_file[0] ? ", with " : "",
+               d.cfg.config_file);
+        return 0;
+    case CONFIG_REMOVE_SEGMENT:
+        return daemon_remove_segment_only(&d.cfg);
     }
     log_active_level = d.cfg.log_level;
     d.argc = argc;
     d.argv = argv;
     signal(SIGPIPE, SIG_IGN);
     json_set_alloc_funcs(shmb_malloc, shmb_free);
-    d.notify = notify_init();
+    /* systemd's socket first: a start refused from here on answers the
+     * clients already waiting on it. */
+    if ((rc = server_activated_fd(&d.activated_fd, &err)) < 0) {
+        fprintf(stderr, "shmbrokerd: %s\n", err.message);
+        daemon_refuse_start(&d, &err);
+        return 1;
+    }
+    d.activated = rc == 1;
+    if (!d.activated)
+        d.activated_fd = -1;
     if (daemon_open_log(d.cfg.log_file, &err) < 0) {
         fprintf(stderr, "shmbrokerd: %s\n", err.message);
+        daemon_refuse_start(&d, &err);
         return 1;
     }
     if (daemon_start(&d, &err) < 0) {
         fprintf(stderr, "shmbrokerd: %s\n", err.message);
+        daemon_refuse_start(&d, &err);
         return 1;
     }
     uv_run(&d.loop, UV_RUN_DEFAULT);

@@ -3,6 +3,8 @@
  */
 #include "notify.h"
 
+#include "../proto/error.h"
+
 #include <errno.h>
 #include <stddef.h>
 #include <stdarg.h>
@@ -45,7 +47,7 @@ bool notify_init(void)
 
 int notify_send(const char *fmt, ...)
 {
-    char msg[512];
+    char msg[SHMB_ERROR_MSG_MAX + 128]; /* a start-up error's STATUS= whole */
     va_list ap;
     ssize_t n;
     int fd, saved;

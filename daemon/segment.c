@@ -644,6 +644,52 @@ enum segment_owner segment_probe_existing(const char *dir, const char *name,
     return rc == 0 || rc == -ENOENT ? owner : SEGMENT_FOREIGN;
 }
 
+int segment_remove_orphaned(const char *dir, const char *name, uint64_t *bytes,
+                            int64_t *owner_pid, struct shmb_error *err)
+{
+    char path[PATH_MAX], lock_path[PATH_MAX];
+    struct stat st;
+    int fd, lock_fd, rc;
+
+    *bytes = 0;
+    switch (segment_probe_existing(dir, name, owner_pid)) {
+    case SEGMENT_ABSENT:
+        return 0;
+    case SEGMENT_LIVE:
+        return shmb_error_set(err, -EBUSY,
+                              "Segment %s/%s belongs to a running shmbrokerd (pid %lld); "
+                              "stop it first.",
+                              dir, name, (long long)*owner_pid);
+    case SEGMENT_FOREIGN:
+        return shmb_error_set(err, -EEXIST,
+                              "%s/%s is not a shmbroker segment this user may remove (or "
+                              "its lock file .%s.lock is not this user's); left alone.",
+                              dir, name, name);
+    case SEGMENT_ORPHANED:
+        break;
+    }
+    if (segment_join_path(path, sizeof(path), dir, name, err) < 0 ||
+        segment_lock_path(lock_path, sizeof(lock_path), dir, name) < 0)
+        return shmb_error_set(err, -ENAMETOOLONG, "Segment path %s/%s is too long.", dir,
+                              name);
+    if ((rc = segment_lock(dir, name, true, &lock_fd, err)) < 0)
+        return rc == -EBUSY ? shmb_error_set(err, -EBUSY,
+                                             "Segment %s is locked by a shmbrokerd that "
+                                             "just started; left alone.",
+                                             path)
+                            : rc;
+    if ((fd = segment_open_existing(path, O_RDONLY, &st, err)) >= 0) {
+        *bytes = (uint64_t)st.st_size;
+        close(fd);
+    }
+    rc = unlink(path) == 0 ? 1
+                           : shmb_error_set(err, -errno, "Cannot remove segment %s: %s.",
+                                            path, strerror(errno));
+    unlink(lock_path); /* ours: segment_lock made or checked it */
+    close(lock_fd);
+    return rc;
+}
+
 void segment_close(struct segment *seg)
 {
     char path[PATH_MAX];

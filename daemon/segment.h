@@ -128,6 +128,14 @@ enum segment_owner {
 enum segment_owner segment_probe_existing(const char *dir, const char *name,
                                           int64_t *owner_pid);
 
+/* Remove dir/name when it is a shmbroker segment that no running daemon
+ * holds (one a daemon left with --keep-segment, or a crash): 1 and its size
+ * in *bytes when removed, 0 when there is none; -EBUSY while a daemon holds
+ * it, -EEXIST for a file that is not a segment (left alone), with a message.
+ * The lock is held while the file goes, so that no daemon adopts it then. */
+int segment_remove_orphaned(const char *dir, const char *name, uint64_t *bytes,
+                            int64_t *owner_pid, struct shmb_error *err);
+
 /* Make the segment fit to hand to a new client: -EIO saying so when a
  * client truncated the file (nothing could map it); else write the header
  * page again from private values (magic, layout version, sizes, data offset,

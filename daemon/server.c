@@ -108,7 +108,7 @@ static int server_make_parent(const char *path, struct shmb_error *err)
  * that cannot take one short line right away does not get it. */
 static void server_refuse(int fd, int code, const char *message)
 {
-    char line[512];
+    char line[SHMB_ERROR_MSG_MAX + 512]; /* a whole message, escaped */
     json_t *reply = shmb_error_reply(NULL, code, message);
     size_t n = reply ? json_dumpb(reply, line, sizeof(line) - 1, JSON_COMPACT) : 0;
 
@@ -393,6 +393,21 @@ int server_listen(struct server *srv, uv_loop_t *loop, int fd, const char *path,
     if ((rc = server_watch(srv, fd, env, err)) < 0)
         server_close(srv);
     return rc;
+}
+
+void server_refuse_waiting(int fd, int code, const char *message)
+{
+    int flags = fcntl(fd, F_GETFL), peer, n;
+
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
+        return;
+    for (n = 0; n < SERVER_REFUSE_WAITING_MAX; n++) {
+        if ((peer = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)) < 0)
+            break;
+        server_refuse(peer, code, message);
+    }
+    if (n > 0)
+        log_info("told %d waiting client(s) why shmbrokerd cannot start", n);
 }
 
 /* The first descriptor systemd passes (SD_LISTEN_FDS_START). */

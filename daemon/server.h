@@ -65,6 +65,14 @@ int server_listen(struct server *srv, uv_loop_t *loop, int fd, const char *path,
  * a listening Unix stream socket. */
 int server_activated_fd(int *fd, struct shmb_error *err);
 
+/* A start that failed under socket activation: answer each client already
+ * waiting on fd (up to SERVER_REFUSE_WAITING_MAX) with one error line
+ * carrying code and message, and close it. Without this, systemd would see
+ * the socket still readable once the daemon exits and start it again for
+ * the same clients, failing in a loop until its start limit stops the socket. */
+#define SERVER_REFUSE_WAITING_MAX 4096
+void server_refuse_waiting(int fd, int code, const char *message);
+
 /* Serve a listening socket systemd passed. The path is never unlinked: it
  * belongs to systemd. */
 int server_adopt(struct server *srv, uv_loop_t *loop, int fd, struct command_env *env,

@@ -790,6 +790,303 @@ static void test_activation_not_ours(void **state)
     h_pass(f);
 }
 
+/* ---- the service's lifecycle: keep, remove, check, reload, refused start ----- */
+
+static void expect_max_clients(const struct h_daemon *d, unsigned n);
+
+/* Run shmbrokerd with d's --name and --shm-dir (and --socket) and extra,
+ * an action that exits; r holds its status and output. */
+static void run_daemon_action(struct h_fix *f, const struct h_daemon *d,
+                              const char *const *extra, struct h_run *r)
+{
+    const char *argv[32];
+
+    daemon_argv(d, extra, argv, sizeof(argv) / sizeof(argv[0]));
+    run_env(f, argv, NULL, H_RUN_TIMEOUT_MS, r);
+}
+
+/* The run exited with status and its output (stdout or stderr) holds
+ * needle; otherwise the test fails showing it. */
+static void expect_action(const struct h_run *r, const char *what, int status,
+                          const char *needle)
+{
+    if (r->status != status ||
+        (!h_contains(r->out, needle) && !h_contains(r->err, needle))) {
+        h_run_dump(what, r);
+        h_fail("%s: exit %d, wanted %d and \"%s\"", what, r->status, status, needle);
+    }
+}
+
+/* --keep-segment: a clean stop leaves the segment with its committed
+ * objects (and says how many), the next start adopts it and serves them;
+ * a stop without the flag removes it. */
+static void test_keep_segment(void **state)
+{
+    const char *keep[] = {"--size", "4M", "--keep-segment", NULL};
+    const char *plain[] = {"--size", "4M", NULL};
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "4M"), *e;
+    char seg[PATH_MAX * 2];
+    const void *ptr;
+    size_t size;
+    shmb_t *lib;
+
+    h_segment_path(d, seg, sizeof(seg));
+    daemon_spawn_env(d, keep, NULL, -1);
+    assert_int_equal(h_daemon_wait_ready(d, H_READY_TIMEOUT_MS), 0);
+    lib = connect_lib(d->socket);
+    assert_int_equal(shmb_put(lib, "kept", "across the stop", 15, 0), 0);
+    shmb_close(lib);
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGTERM, H_STOP_TIMEOUT_MS)), 0);
+    if (!h_exists(seg) || !log_has(d, "kept with 1 objects")) {
+        h_daemon_print_log(d);
+        h_fail("--keep-segment: a clean stop did not keep %s and say so", seg);
+    }
+
+    e = h_daemon_again(f, d);
+    daemon_spawn_env(e, plain, NULL, -1);
+    assert_int_equal(h_daemon_wait_ready(e, H_READY_TIMEOUT_MS), 0);
+    assert_true(log_has(e, "restored 1 objects"));
+    lib = connect_lib(e->socket);
+    assert_int_equal(shmb_get(lib, "kept", &ptr, &size), 0);
+    assert_int_equal(size, 15);
+    assert_memory_equal(ptr, "across the stop", 15);
+    shmb_close(lib);
+    assert_int_equal(h_exit_code(h_daemon_signal(e, SIGTERM, H_STOP_TIMEOUT_MS)), 0);
+    if (h_exists(seg))
+        h_fail("a stop without --keep-segment left %s", seg);
+    h_pass(f);
+}
+
+/* --remove-segment removes a segment no daemon holds (and its lock file),
+ * refuses one a running daemon holds or a file that is not a segment
+ * (leaving both), and is content when there is none. */
+static void test_remove_segment(void **state)
+{
+    const char *keep[] = {"--size", "4M", "--keep-segment", NULL};
+    const char *remove[] = {"--remove-segment", NULL};
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "4M");
+    char seg[PATH_MAX * 2], lock[PATH_MAX * 2];
+    struct h_run r;
+
+    h_segment_path(d, seg, sizeof(seg));
+    snprintf(lock, sizeof(lock), "%s/.%s.lock", d->shm_dir, d->name);
+    daemon_spawn_env(d, keep, NULL, -1);
+    assert_int_equal(h_daemon_wait_ready(d, H_READY_TIMEOUT_MS), 0);
+    run_daemon_action(f, d, remove, &r);
+    expect_action(&r, "--remove-segment while the daemon runs", 1,
+                  "belongs to a running shmbrokerd");
+    h_run_free(&r);
+    assert_true(h_exists(seg));
+    h_assert_alive(d);
+
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGTERM, H_STOP_TIMEOUT_MS)), 0);
+    assert_true(h_exists(seg));
+    run_daemon_action(f, d, remove, &r);
+    expect_action(&r, "--remove-segment after a kept stop", 0, "removed segment");
+    h_run_free(&r);
+    if (h_exists(seg) || h_exists(lock))
+        h_fail("--remove-segment left %s or its lock file", seg);
+    run_daemon_action(f, d, remove, &r);
+    expect_action(&r, "--remove-segment with none", 0, "nothing to remove");
+    h_run_free(&r);
+
+    assert_int_equal(h_write_file(seg, "not a segment\n", 14), 0);
+    run_daemon_action(f, d, remove, &r);
+    expect_action(&r, "--remove-segment of another file", 1, "not a shmbroker segment");
+    h_run_free(&r);
+    assert_true(h_exists(seg));
+    unlink(seg);
+    h_pass(f);
+}
+
+/* --check-config parses the flags and the --config file as a start would:
+ * exit 0 and "settings OK" for good ones; exit 2 naming the file's line for
+ * a bad value, an action written in the file, or two actions at once. */
+static void test_check_config(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "4M");
+    char path[PATH_MAX], line[PATH_MAX + 32];
+    const char *check[] = {"--config", path, "--check-config", NULL};
+    const char *both[] = {"--check-config", "--reload", "1", NULL};
+    struct h_run r;
+
+    h_path(f, "settings.conf", path, sizeof(path));
+    assert_int_equal(h_write_file(path, "size = 8M\nmax-clients = 7\n", 26), 0);
+    run_daemon_action(f, d, check, &r);
+    expect_action(&r, "--check-config", 0, "settings OK");
+    h_run_free(&r);
+
+    assert_int_equal(h_write_file(path, "size = 8M\nmax-clients = lots\n", 29), 0);
+    run_daemon_action(f, d, check, &r);
+    expect_action(&r, "--check-config of a bad value", 2, "Invalid --max-clients 'lots'");
+    h_run_free(&r);
+    assert_int_equal(h_write_file(path, "reload = 1\n", 11), 0);
+    run_daemon_action(f, d, check, &r);
+    snprintf(line, sizeof(line), "%s:1: 'reload' is something to do", path);
+    expect_action(&r, "--check-config of an action in the file", 2, line);
+    h_run_free(&r);
+    run_daemon_action(f, d, both, &r);
+    expect_action(&r, "--check-config --reload", 2, "give one of them");
+    h_run_free(&r);
+    /* Nothing was made. */
+    assert_false(h_exists(d->socket));
+    h_pass(f);
+}
+
+/* --reload PID applies an edited --config file to the daemon PID (its
+ * max-clients changes), refuses a broken file without signalling (the
+ * daemon keeps its settings), and signals nothing but a shmbrokerd. */
+static void test_reload_pid(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "4M");
+    char path[PATH_MAX], pid[32], *text;
+    const char *extra[] = {"--config", path, NULL};
+    const char *reload[] = {"--config", path, "--reload", pid, NULL};
+    const char *sleeper[] = {"/bin/sleep", "30", NULL};
+    char out[PATH_MAX];
+    struct h_conn c;
+    struct h_run r;
+    pid_t other;
+
+    h_path(f, "settings.conf", path, sizeof(path));
+    assert_int_equal(h_write_file(path, "size = 4M\nmax-clients = 5\n", 26), 0);
+    daemon_spawn_env(d, extra, NULL, -1);
+    assert_int_equal(h_daemon_wait_ready(d, H_READY_TIMEOUT_MS), 0);
+    snprintf(pid, sizeof(pid), "%d", (int)d->pid);
+
+    assert_int_equal(h_write_file(path, "size = 4M\nmax-clients = 1\n", 26), 0);
+    run_daemon_action(f, d, reload, &r);
+    expect_action(&r, "--reload", 0, "asked to reload");
+    h_run_free(&r);
+    h_wait_log(d, "SIGHUP: settings reloaded (log level info, max-clients 1,");
+    json_decref(h_open_hello(&c, d));
+    expect_max_clients(d, 1);
+    h_conn_close(&c);
+
+    assert_int_equal(h_write_file(path, "size = 4M\nmax-clients = -1\n", 27), 0);
+    run_daemon_action(f, d, reload, &r);
+    expect_action(&r, "--reload with a broken file", 2, "Invalid --max-clients '-1'");
+    h_run_free(&r);
+    h_sleep_ms(200);
+    text = h_log_text(d);
+    assert_int_equal(h_count(text, "SIGHUP"), 1);
+    free(text);
+
+    assert_int_equal(h_write_file(path, "size = 4M\n", 10), 0);
+    h_path(f, "sleeper.out", out, sizeof(out));
+    other = spawn(sleeper, NULL, out, out, -1);
+    snprintf(pid, sizeof(pid), "%d", (int)other);
+    run_daemon_action(f, d, reload, &r);
+    expect_action(&r, "--reload of another program", 1, "not shmbrokerd; nothing sent");
+    h_run_free(&r);
+    h_sleep_ms(100);
+    assert_int_equal(waitpid(other, NULL, WNOHANG), 0); /* still running */
+    kill(other, SIGKILL);
+    waitpid(other, NULL, 0);
+    run_daemon_action(f, d, reload, &r);
+    expect_action(&r, "--reload of a pid that is gone", 1, "no such process");
+    h_run_free(&r);
+    h_assert_alive(d);
+    h_pass(f);
+}
+
+/* A library client waiting on the socket given as arg: connects (its hello
+ * sent into the backlog), then expects the refusal of a start. */
+static int refused_library_client(void *arg)
+{
+    shmb_t *c = shmb_new();
+    int rc = c != NULL ? shmb_connect(c, arg, "waiting") : -ENOMEM;
+
+    if (rc == 0 || c == NULL || !h_contains(shmb_errmsg(c), "shmbrokerd cannot start: ")) {
+        fprintf(stderr, "shmb_connect to a daemon that cannot start: %d %s\n", rc,
+                c != NULL ? shmb_errmsg(c) : "");
+        return 1;
+    }
+    shmb_close(c);
+    return 0;
+}
+
+/* A start refused under socket activation answers the client already
+ * waiting in the backlog with the cause (so that systemd does not start the
+ * daemon again for it, in a loop), leaves the backlog empty, and tells
+ * systemd through STATUS= and ERRNO=: exit 1 for a refused start, 2 for bad
+ * settings. */
+static void test_activation_refused_start(void **state)
+{
+    static const struct {
+        const char *flag, *value, *cause, *status;
+        int exit_code, errno_value;
+    } cases[] = {
+        {"--size", "1K", "--size 1024 is too small", "STATUS=failed to start: --size 1024",
+         1, EINVAL},
+        {"--max-clients", "lots", "Invalid --max-clients 'lots'",
+         "STATUS=failed to start: Invalid --max-clients", 2, EINVAL},
+    };
+    struct h_fix *f = *state;
+    size_t i;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct h_daemon *d = h_daemon_new(f, "4M");
+        const char *extra[] = {"--size", "4M", cases[i].flag, cases[i].value, NULL};
+        char path[PATH_MAX], name[32], msg[2048], want[64], seg[PATH_MAX * 2];
+        const char *env[] = {"LISTEN_PID=$PID", "LISTEN_FDS=1", NULL, NULL};
+        struct notify_rx rx;
+        struct h_conn c;
+        json_t *reply;
+        int fd, peer;
+        pid_t lib_client;
+
+        snprintf(name, sizeof(name), "notify%zu", i);
+        notify_open(f, &rx, name, false);
+        env[2] = rx.env;
+        snprintf(name, sizeof(name), "activated%zu.sock", i);
+        h_path(f, name, path, sizeof(path));
+        fd = listen_unix(path, SOCK_STREAM, true);
+        /* Clients in the backlog before the daemon runs, as systemd's
+         * socket holds them: one silent, one the library's, its hello sent. */
+        assert_int_equal(h_conn_open(&c, path), 0);
+        lib_client = h_fork(f, refused_library_client, path);
+        h_sleep_ms(200);
+        daemon_spawn_env(d, extra, env, fd);
+        if (h_exit_code(h_daemon_wait_exit(d, H_RUN_TIMEOUT_MS)) != cases[i].exit_code) {
+            h_daemon_print_log(d);
+            h_fail("%s %s under activation: not exit %d", cases[i].flag, cases[i].value,
+                   cases[i].exit_code);
+        }
+        reply = h_recv_json(&c);
+        h_assert_error(reply, "EINVAL", "shmbrokerd cannot start: ");
+        h_assert_error(reply, "EINVAL", cases[i].cause);
+        json_decref(reply);
+        h_conn_close(&c);
+        if (h_child_wait(f, lib_client, H_RUN_TIMEOUT_MS) != 0)
+            h_fail("the library's client was not told why the start was refused");
+        /* Nobody left waiting: systemd would not start it again. */
+        assert_int_equal(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
+        peer = accept(fd, NULL, NULL);
+        assert_int_equal(peer, -1);
+        assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+        close(fd);
+        /* The whole datagram: STATUS= and ERRNO= travel together. */
+        do {
+            if (notify_recv(&rx, msg, sizeof(msg), H_RUN_TIMEOUT_MS) < 0)
+                h_fail("no STATUS=failed to start from a refused start");
+        } while (!h_contains(msg, "STATUS=failed to start: "));
+        if (!h_contains(msg, cases[i].status))
+            h_fail("the STATUS= of a refused start is not \"%s\": %s", cases[i].status, msg);
+        snprintf(want, sizeof(want), "\nERRNO=%d", cases[i].errno_value);
+        if (!h_contains(msg, want))
+            h_fail("the refused start sent no %s: %s", want + 1, msg);
+        notify_close(&rx);
+        h_segment_path(d, seg, sizeof(seg));
+        assert_false(h_exists(seg));
+    }
+    h_pass(f);
+}
+
 /* ---- install ---------------------------------------------------------------- */
 
 /* The arguments that make the sub-make use the build of the binaries under
@@ -948,19 +1245,47 @@ static const char *const installed_files[] = {
     "share/man/man1/shmbrokerctl.1",
 };
 
+/* The settings files, under DESTDIR (SYSCONFDIR is /etc whatever PREFIX):
+ * installed when absent, kept by make uninstall (they are the operator's). */
+static const char *const settings_files[] = {"etc/shmbrokerd.conf", "etc/default/shmbrokerd"};
+
 /* Files and symlinks nftw found (nftw has no user argument). */
 static int leftover_count;
 
-/* nftw callback: count what is not a directory, and say what it is. */
+/* nftw callback: count what is not a directory nor a settings file, and say
+ * what it is. */
 static int count_leftover(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
+    size_t i, n = strlen(path);
+
     (void)st;
     (void)ftw;
+    for (i = 0; i < sizeof(settings_files) / sizeof(settings_files[0]); i++)
+        if (n >= strlen(settings_files[i]) &&
+            strcmp(path + n - strlen(settings_files[i]), settings_files[i]) == 0)
+            return 0;
     if (flag != FTW_D && flag != FTW_DP) {
         print_error("left after make uninstall: %s\n", path);
         leftover_count++;
     }
     return 0;
+}
+
+/* A "@NAME@" make install fills in, left unfilled. */
+static bool has_placeholder(const char *text)
+{
+    const char *at = text;
+
+    while ((at = strchr(at, '@')) != NULL) {
+        const char *end = at + 1;
+
+        while (*end >= 'A' && *end <= 'Z')
+            end++;
+        if (*end == '@' && end > at + 1)
+            return true;
+        at++;
+    }
+    return false;
 }
 
 /* The same bytes in both files. */
@@ -1028,10 +1353,48 @@ static void test_install_tree(void **state)
     snprintf(p, sizeof(p), "%s/usr/local/lib/systemd/system/shmbrokerd.service", dest);
     text = h_read_file(p, NULL);
     assert_non_null(text);
-    if (!h_contains(text, "\nExecStart=/usr/local/sbin/shmbrokerd ") ||
-        h_contains(text, "@SBINDIR@")) {
+    if (!h_contains(text, "\nExecStart=/usr/local/sbin/shmbrokerd --config "
+                          "/etc/shmbrokerd.conf --keep-segment $SHMBROKERD_OPTS\n") ||
+        !h_contains(text, "\nExecReload=/usr/local/sbin/shmbrokerd --config "
+                          "/etc/shmbrokerd.conf --keep-segment $SHMBROKERD_OPTS --reload "
+                          "$MAINPID\n") ||
+        !h_contains(text, "\nEnvironmentFile=-/etc/default/shmbrokerd\n") ||
+        h_contains(text, "/bin/kill") || has_placeholder(text)) {
+        print_error("%s:\n%s", p, text);
         free(text);
-        h_fail("the installed service does not run /usr/local/sbin/shmbrokerd");
+        h_fail("the installed service does not run /usr/local/sbin/shmbrokerd with "
+               "/etc/shmbrokerd.conf, or reloads with kill(1)");
+    }
+    free(text);
+    snprintf(p, sizeof(p), "%s/usr/local/lib/systemd/system/shmbrokerd.socket", dest);
+    text = h_read_file(p, NULL);
+    assert_non_null(text);
+    if (!h_contains(text, "\nExecStopPost=-/usr/local/sbin/shmbrokerd --config "
+                          "/etc/shmbrokerd.conf $SHMBROKERD_OPTS --remove-segment\n") ||
+        has_placeholder(text)) {
+        print_error("%s:\n%s", p, text);
+        free(text);
+        h_fail("the installed socket does not remove the segment with "
+               "/usr/local/sbin/shmbrokerd when it stops");
+    }
+    free(text);
+    /* The settings files, as shipped; an operator's edit survives a second
+     * make install, and make uninstall keeps it. */
+    for (i = 0; i < sizeof(settings_files) / sizeof(settings_files[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", dest, settings_files[i]);
+        snprintf(q, sizeof(q), "%s/systemd/%s", root,
+                 i == 0 ? "shmbrokerd.conf" : "shmbrokerd.default");
+        if (!same_file(p, q))
+            h_fail("%s differs from %s", p, q);
+    }
+    snprintf(p, sizeof(p), "%s/etc/shmbrokerd.conf", dest);
+    assert_int_equal(h_write_file(p, "max-clients = 7\n", 16), 0);
+    run_make(f, "install", dest, &sanflag);
+    text = h_read_file(p, NULL);
+    assert_non_null(text);
+    if (strcmp(text, "max-clients = 7\n") != 0) {
+        free(text);
+        h_fail("a second make install replaced the edited %s", p);
     }
     free(text);
     snprintf(p, sizeof(p), "%s/usr/local/lib/pkgconfig/shmbroker.pc", dest);
@@ -1049,7 +1412,6 @@ static void test_install_tree(void **state)
     /* The files installed as they are. */
     {
         static const char *const copies[][2] = {
-            {"systemd/shmbrokerd.socket", "lib/systemd/system/shmbrokerd.socket"},
             {"systemd/shmbroker.sysusers", "lib/sysusers.d/shmbroker.conf"},
             {"daemon/shmbrokerd.8", "share/man/man8/shmbrokerd.8"},
             {"client/shmbrokerctl.1", "share/man/man1/shmbrokerctl.1"},
@@ -1073,6 +1435,9 @@ static void test_install_tree(void **state)
     leftover_count = 0;
     nftw(dest, count_leftover, 16, FTW_PHYS);
     assert_int_equal(leftover_count, 0);
+    snprintf(p, sizeof(p), "%s/etc/shmbrokerd.conf", dest);
+    if (!h_exists(p))
+        h_fail("make uninstall removed the operator's %s", p);
     h_pass(f);
 }
 
@@ -1235,16 +1600,57 @@ static void test_install_pkgconfig(void **state)
 
 /* ---- units ------------------------------------------------------------------ */
 
-/* systemd-analyze verify --man=no accepts the service (with @SBINDIR@ set
- * to the built daemon's directory, so that ExecStart= is executable) and
- * the socket: exit 0 and nothing on standard error. */
+/* src with every "@SBINDIR@/shmbrokerd" made bin and "@SYSCONFDIR@" /etc,
+ * written to f's file name; fails when src names the daemon nowhere. */
+static void write_unit(struct h_fix *f, const char *src, const char *bin, const char *name,
+                       char *out_path, size_t out_len)
+{
+    static const char *const from[] = {"@SBINDIR@/shmbrokerd", "@SYSCONFDIR@"};
+    size_t len, cap, i, at, k, n = 0;
+    char *text = h_read_file(src, &len), *out;
+
+    assert_non_null(text);
+    cap = len * 2 + strlen(bin) * 8 + 1;
+    out = malloc(cap);
+    assert_non_null(out);
+    for (at = 0, k = 0; at < len;) {
+        for (i = 0; i < 2; i++)
+            if (strncmp(text + at, from[i], strlen(from[i])) == 0)
+                break;
+        if (i < 2) {
+            const char *to = i == 0 ? bin : "/etc";
+
+            assert_true(k + strlen(to) < cap);
+            memcpy(out + k, to, strlen(to));
+            k += strlen(to);
+            at += strlen(from[i]);
+            n += i == 0;
+        } else {
+            assert_true(k + 1 < cap);
+            out[k++] = text[at++];
+        }
+    }
+    out[k] = '\0';
+    free(text);
+    if (n == 0 || has_placeholder(out)) {
+        free(out);
+        h_fail("%s: no @SBINDIR@/shmbrokerd, or a placeholder make install does not fill",
+               src);
+    }
+    h_path(f, name, out_path, out_len);
+    assert_int_equal(h_write_file(out_path, out, k), 0);
+    free(out);
+}
+
+/* systemd-analyze verify --man=no accepts the service and the socket (with
+ * @SBINDIR@ set to the built daemon's directory, so that their Exec lines
+ * are executable): exit 0 and nothing on standard error. */
 static void test_units_verify(void **state)
 {
     struct h_fix *f = *state;
     char analyze[PATH_MAX], root[PATH_MAX], src[PATH_MAX * 2], service[PATH_MAX];
-    char socket_unit[PATH_MAX], bin[PATH_MAX], *text, *at, *out;
+    char socket_unit[PATH_MAX], bin[PATH_MAX];
     const char *env[] = {"SYSTEMD_LOG_COLOR=0", NULL};
-    size_t len, cap;
     struct h_run r;
 
     need_systemd_tool("systemd-analyze", analyze, sizeof(analyze));
@@ -1252,29 +1658,9 @@ static void test_units_verify(void **state)
     if (realpath(h_daemon_bin(), bin) == NULL)
         h_fail("%s: %s", h_daemon_bin(), strerror(errno));
     snprintf(src, sizeof(src), "%s/systemd/shmbrokerd.service.in", root);
-    text = h_read_file(src, &len);
-    assert_non_null(text);
-    at = strstr(text, "@SBINDIR@/shmbrokerd");
-    if (at == NULL) {
-        free(text);
-        h_fail("%s has no ExecStart=@SBINDIR@/shmbrokerd", src);
-    }
-    cap = len + strlen(bin) + 1;
-    out = malloc(cap);
-    assert_non_null(out);
-    snprintf(out, cap, "%.*s%s%s", (int)(at - text), text, bin,
-             at + strlen("@SBINDIR@/shmbrokerd"));
-    assert_false(h_contains(out, "@SBINDIR@"));
-    h_path(f, "shmbrokerd.service", service, sizeof(service));
-    assert_int_equal(h_write_file(service, out, strlen(out)), 0);
-    free(out);
-    free(text);
-    snprintf(src, sizeof(src), "%s/systemd/shmbrokerd.socket", root);
-    text = h_read_file(src, &len);
-    assert_non_null(text);
-    h_path(f, "shmbrokerd.socket", socket_unit, sizeof(socket_unit));
-    assert_int_equal(h_write_file(socket_unit, text, len), 0);
-    free(text);
+    write_unit(f, src, bin, "shmbrokerd.service", service, sizeof(service));
+    snprintf(src, sizeof(src), "%s/systemd/shmbrokerd.socket.in", root);
+    write_unit(f, src, bin, "shmbrokerd.socket", socket_unit, sizeof(socket_unit));
 
     run_env(f, (const char *const[]){analyze, "verify", "--man=no", service, socket_unit, NULL},
             env, H_RUN_TIMEOUT_MS * 3, &r);
@@ -1712,6 +2098,11 @@ int main(void)
         TEST(test_socket_activation),
         TEST(test_activation_bad_fd),
         TEST(test_activation_not_ours),
+        TEST(test_keep_segment),
+        TEST(test_remove_segment),
+        TEST(test_check_config),
+        TEST(test_reload_pid),
+        TEST(test_activation_refused_start),
         TEST(test_install_tree),
         TEST(test_install_prefix),
         TEST(test_install_pkgconfig),
