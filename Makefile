@@ -3,6 +3,7 @@
 #   make run        install missing packages, build, start the daemon in the foreground
 #   make test       install missing packages, build, run every test
 #   make install    PREFIX=/usr/local DESTDIR= (settings files go in SYSCONFDIR=/etc)
+#   make deb        Debian packages in DEB_OUT (default build/deb)
 #   make clean
 # Switches: SANITIZER=address|undefined|thread (own build directory), V=1 (show commands).
 
@@ -202,7 +203,7 @@ FUZZ_ADOPT_SRC := tests/fuzz/fuzz_adopt.c $(CORE_SRC) proto/utf8.c proto/error.c
                   proto/text.c
 FUZZ_ADOPT_BIN := $(FUZZ_BUILD)/fuzz_adopt
 
-.PHONY: all run test fuzz fuzz-adopt soak bench bench-instructions check-deps check-test-deps unit clean install uninstall
+.PHONY: all run test fuzz fuzz-adopt soak bench bench-instructions check-deps check-test-deps unit clean install uninstall deb
 all: check-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS)
 
@@ -385,7 +386,34 @@ uninstall:
 	else echo "$(PYTHON) not found: the Python package (client/python) is left alone"; fi
 	@echo "kept the settings $(DESTDIR)$(SYSCONFDIR)/shmbrokerd.conf and $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd (remove them by hand)"
 
+# The Debian packages (debian/), built by Debian's own tools in a copy of the
+# files git tracks: dpkg-buildpackage writes its results beside the source
+# directory, so the copy is $(DEB_STAGE)/shmbroker and nothing is written
+# outside build/ but the four packages copied to DEB_OUT (the -dbgsym ones stay
+# in $(DEB_STAGE)). The build's log is
+# $(DEB_STAGE)/build.log; lintian then checks the packages and fails the target
+# on an error. The outer make's flags and variables stay out of the build.
+DEB_OUT   ?= build/deb
+DEB_STAGE := build/debpkg
+
+deb:
+	$(Q)sh scripts/install-deps.sh deb
+	$(Q)rm -rf $(DEB_STAGE) && mkdir -p $(DEB_STAGE)/shmbroker $(DEB_OUT)
+	$(Q)git ls-files -z | xargs -0 sh -c 'for f; do [ ! -e "$$f" ] || \
+	    cp -P --parents "$$f" $(DEB_STAGE)/shmbroker/; done' sh
+	@echo "  DEB     $(DEB_STAGE) (log: $(DEB_STAGE)/build.log)"
+	$(Q)cd $(DEB_STAGE)/shmbroker && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
+	    dpkg-buildpackage -us -uc -b >../build.log 2>&1 || \
+	    { tail -n 40 ../build.log; echo "make deb: dpkg-buildpackage failed, see $(DEB_STAGE)/build.log" >&2; exit 1; }
+	$(Q)rm -f $(DEB_OUT)/shmbroker_*.deb $(DEB_OUT)/libshmbroker1_*.deb \
+	    $(DEB_OUT)/libshmbroker-dev_*.deb $(DEB_OUT)/python3-shmbroker_*.deb
+	$(Q)cp $(DEB_STAGE)/shmbroker_*.deb $(DEB_STAGE)/libshmbroker1_*.deb \
+	    $(DEB_STAGE)/libshmbroker-dev_*.deb $(DEB_STAGE)/python3-shmbroker_*.deb $(DEB_OUT)/
+	@echo "  LINTIAN $(DEB_STAGE)/*.changes"
+	$(Q)lintian --fail-on error $(DEB_STAGE)/*.changes
+	@ls -1 $(DEB_OUT)/*.deb
+
 clean:
 	rm -rf build build-address build-undefined build-thread build-fuzz
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

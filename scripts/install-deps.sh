@@ -1,12 +1,13 @@
 #!/bin/sh
 # Install the Debian packages shmbroker needs when pkg-config cannot find them.
-# Usage: scripts/install-deps.sh [build|test|bench]
+# Usage: scripts/install-deps.sh [build|test|bench|deb]
 # build: libuv, jansson; test adds cmocka, clang with its sanitizer and
 # fuzzer runtimes (the fuzz target), valgrind (the soak under memcheck, and
 # the instruction count with python3) and systemd (systemd-analyze and
 # systemd-socket-activate, for the systemd tests), python3-numpy,
 # python3-setuptools and python3-pip (the Python tests); bench adds redis-server,
-# redis-tools, python3-redis and python3-numpy.
+# redis-tools, python3-redis and python3-numpy; deb adds Debian's packaging
+# tools (debhelper, dh-python, dpkg-dev, lintian) and python3.
 # Does nothing when everything is present.
 set -eu
 
@@ -22,13 +23,13 @@ command -v make >/dev/null 2>&1 || need make
 if command -v pkg-config >/dev/null 2>&1; then
     pkg-config --exists libuv || need libuv1-dev
     pkg-config --exists jansson || need libjansson-dev
-    if [ "$want" != build ]; then
+    if [ "$want" != build ] && [ "$want" != deb ]; then
         pkg-config --exists cmocka || need libcmocka-dev
     fi
 else
     need libuv1-dev
     need libjansson-dev
-    [ "$want" = build ] || need libcmocka-dev
+    [ "$want" = build ] || [ "$want" = deb ] || need libcmocka-dev
 fi
 if [ "$want" = test ]; then
     command -v clang >/dev/null 2>&1 || need clang
@@ -57,6 +58,16 @@ if [ "$want" = bench ]; then
     command -v python3 >/dev/null 2>&1 || need python3
     have_deb python3-redis || need python3-redis
     have_deb python3-numpy || need python3-numpy
+fi
+
+if [ "$want" = deb ]; then
+    have_deb debhelper || need debhelper
+    have_deb dh-python || need dh-python
+    have_deb dpkg-dev || need dpkg-dev
+    have_deb lintian || need lintian
+    have_deb python3 || need python3
+    # The packages are built from a copy of the files git tracks.
+    command -v git >/dev/null 2>&1 || need git
 fi
 
 [ -n "$pkgs" ] || exit 0
