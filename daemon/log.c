@@ -39,10 +39,15 @@ void log_detect_journal(void)
 
 void log_startup_error(const char *message)
 {
+    /* Escaped like every log line: a flag or a settings file may hold a
+     * newline, which would start a line (and a priority) of its own. */
+    char line[SHMB_ESCAPED_MAX(1024)];
+
+    shmb_escape(message, strnlen(message, 1024), line, sizeof(line));
     if (log_to_journal)
-        fprintf(stderr, "<%d>shmbrokerd: %s\n", level_priorities[LOG_ERROR], message);
+        fprintf(stderr, "<%d>shmbrokerd: %s\n", level_priorities[LOG_ERROR], line);
     else
-        fprintf(stderr, "shmbrokerd: %s\n", message);
+        fprintf(stderr, "shmbrokerd: %s\n", line);
 }
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};

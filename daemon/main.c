@@ -750,7 +750,7 @@ static void daemon_refuse_start(struct daemon *d, const struct shmb_error *err)
 /* --reload PID: the settings are good (main checked them): ask the running
  * shmbrokerd PID to apply them. Only a process named shmbrokerd is sent the
  * signal, so that a stale pid does not hang up something else. */
-static int daemon_send_reload(pid_t pid)
+static int daemon_send_reload(const struct config *cfg, pid_t pid)
 {
     char path[64], comm[32] = "";
     FILE *f;
@@ -772,6 +772,15 @@ static int daemon_send_reload(pid_t pid)
                 "shmbrokerd: --reload %d: that process is '%s', not shmbrokerd; nothing "
                 "sent.\n",
                 (int)pid, comm);
+        return 1;
+    }
+    /* The name is anyone's to choose: the proof is the segment's lock. */
+    if (!segment_locked_by(cfg->shm_dir, cfg->name, pid)) {
+        fprintf(stderr,
+                "shmbrokerd: --reload %d: that process does not hold the lock of segment "
+                "%s/%s: it is not the shmbrokerd these settings name (--name, "
+                "--shm-dir); nothing sent.\n",
+                (int)pid, cfg->shm_dir, cfg->name);
         return 1;
     }
     if (kill(pid, SIGHUP) != 0) {
@@ -839,7 +848,7 @@ int main(int argc, char **argv)
             return 2;
         }
         if (d.cfg.mode == CONFIG_RELOAD)
-            return daemon_send_reload(d.cfg.reload_pid);
+            return daemon_send_reload(&d.cfg, d.cfg.reload_pid);
         printf("shmbrokerd: settings OK%s%s\n", d.cfg.config_file[0] ? ", with " : "",
                d.cfg.config_file);
         return 0;

@@ -16,6 +16,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -644,12 +645,60 @@ enum segment_owner segment_probe_existing(const char *dir, const char *name,
     return rc == 0 || rc == -ENOENT ? owner : SEGMENT_FOREIGN;
 }
 
+/* The checks segment_remove_orphaned makes under the lock: path is a regular
+ * file with the segment's magic, owned by this user with mode 0600 and one
+ * link; *bytes its size. */
+static int segment_check_removable(const char *path, uint64_t *bytes, struct shmb_error *err)
+{
+    struct shmb_segment_header hdr;
+    struct stat st, now;
+    ssize_t n;
+    int fd = segment_open_existing(path, O_RDONLY, &st, err), rc;
+
+    if (fd < 0)
+        return fd;
+    n = pread(fd, &hdr, sizeof(hdr), 0);
+    close(fd);
+    if (n != (ssize_t)sizeof(hdr) || hdr.magic != SHMB_SEGMENT_MAGIC)
+        return shmb_error_set(err, -EEXIST, "%s is not a shmbroker segment; left alone.",
+                              path);
+    if ((rc = segment_check_owner(&st, path, err)) < 0)
+        return shmb_error_set(err, rc, "%s Left alone.", err->message);
+    if (stat(path, &now) != 0 || now.st_dev != st.st_dev || now.st_ino != st.st_ino)
+        return shmb_error_set(err, -EBUSY, "%s was replaced while it was checked; left alone.",
+                              path);
+    *bytes = (uint64_t)st.st_size;
+    return 0;
+}
+
+bool segment_locked_by(const char *dir, const char *name, pid_t pid)
+{
+    char path[PATH_MAX], line[256];
+    unsigned long long ino;
+    unsigned maj, min;
+    struct stat st;
+    bool found = false;
+    FILE *f;
+    long holder;
+
+    if (segment_lock_path(path, sizeof(path), dir, name) < 0 || stat(path, &st) != 0 ||
+        (f = fopen("/proc/locks", "re")) == NULL)
+        return false;
+    /* "1: FLOCK  ADVISORY  WRITE 1234 00:1a:5678 0 EOF" */
+    while (!found && fgets(line, sizeof(line), f) != NULL)
+        found = sscanf(line, "%*d: FLOCK %*s %*s %ld %x:%x:%llu", &holder, &maj, &min,
+                       &ino) == 4 &&
+                holder == (long)pid && makedev(maj, min) == st.st_dev &&
+                ino == (unsigned long long)st.st_ino;
+    fclose(f);
+    return found;
+}
+
 int segment_remove_orphaned(const char *dir, const char *name, uint64_t *bytes,
                             int64_t *owner_pid, struct shmb_error *err)
 {
     char path[PATH_MAX], lock_path[PATH_MAX];
-    struct stat st;
-    int fd, lock_fd, rc;
+    int lock_fd, rc;
 
     *bytes = 0;
     switch (segment_probe_existing(dir, name, owner_pid)) {
@@ -678,13 +727,15 @@ int segment_remove_orphaned(const char *dir, const char *name, uint64_t *bytes,
                                              "just started; left alone.",
                                              path)
                             : rc;
-    if ((fd = segment_open_existing(path, O_RDONLY, &st, err)) >= 0) {
-        *bytes = (uint64_t)st.st_size;
-        close(fd);
-    }
-    rc = unlink(path) == 0 ? 1
-                           : shmb_error_set(err, -errno, "Cannot remove segment %s: %s.",
-                                            path, strerror(errno));
+    /* Under the lock, the file at path again: still a segment, and one this
+     * user owns alone (as a start requires), or it is left alone: root, or
+     * a directory without the sticky bit, could otherwise remove another
+     * user's file that merely looks like a segment. */
+    rc = segment_check_removable(path, bytes, err);
+    if (rc == 0)
+        rc = unlink(path) == 0 ? 1
+                               : shmb_error_set(err, -errno, "Cannot remove segment %s: %s.",
+                                                path, strerror(errno));
     unlink(lock_path); /* ours: segment_lock made or checked it */
     close(lock_fd);
     return rc;

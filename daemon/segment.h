@@ -7,6 +7,7 @@
 #define SHMB_SEGMENT_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -135,6 +136,10 @@ enum segment_owner segment_probe_existing(const char *dir, const char *name,
  * The lock is held while the file goes, so that no daemon adopts it then. */
 int segment_remove_orphaned(const char *dir, const char *name, uint64_t *bytes,
                             int64_t *owner_pid, struct shmb_error *err);
+
+/* True when process pid holds the liveness lock of dir/name (/proc/locks):
+ * it is the shmbrokerd serving that segment. */
+bool segment_locked_by(const char *dir, const char *name, pid_t pid);
 
 /* Make the segment fit to hand to a new client: -EIO saying so when a
  * client truncated the file (nothing could map it); else write the header

@@ -892,6 +892,18 @@ static void test_remove_segment(void **state)
     expect_action(&r, "--remove-segment with none", 0, "nothing to remove");
     h_run_free(&r);
 
+    /* A segment another user could read (mode 0644), as a start refuses
+     * it: left alone, even by root. */
+    daemon_spawn_env(d, keep, NULL, -1);
+    assert_int_equal(h_daemon_wait_ready(d, H_READY_TIMEOUT_MS), 0);
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGTERM, H_STOP_TIMEOUT_MS)), 0);
+    assert_int_equal(chmod(seg, 0644), 0);
+    run_daemon_action(f, d, remove, &r);
+    expect_action(&r, "--remove-segment of a segment others may read", 1, "Left alone.");
+    h_run_free(&r);
+    assert_true(h_exists(seg));
+    unlink(seg);
+
     assert_int_equal(h_write_file(seg, "not a segment\n", 14), 0);
     run_daemon_action(f, d, remove, &r);
     expect_action(&r, "--remove-segment of another file", 1, "not a shmbroker segment");
@@ -977,6 +989,28 @@ static void test_reload_pid(void **state)
     free(text);
 
     assert_int_equal(h_write_file(path, "size = 4M\n", 10), 0);
+    /* A program that only calls itself shmbrokerd is not sent anything:
+     * it does not hold the segment's lock. */
+    {
+        char fake[PATH_MAX], cmd[PATH_MAX * 2 + 16];
+        const char *impostor[] = {fake, "30", NULL};
+
+        h_path(f, "shmbrokerd", fake, sizeof(fake));
+        snprintf(cmd, sizeof(cmd), "cp /bin/sleep %s", fake);
+        assert_int_equal(system(cmd), 0);
+        h_path(f, "impostor.out", out, sizeof(out));
+        other = spawn(impostor, NULL, out, out, -1);
+        h_sleep_ms(100);
+        snprintf(pid, sizeof(pid), "%d", (int)other);
+        run_daemon_action(f, d, reload, &r);
+        expect_action(&r, "--reload of a program named shmbrokerd", 1,
+                      "does not hold the lock of segment");
+        h_run_free(&r);
+        h_sleep_ms(100);
+        assert_int_equal(waitpid(other, NULL, WNOHANG), 0); /* still running */
+        kill(other, SIGKILL);
+        waitpid(other, NULL, 0);
+    }
     h_path(f, "sleeper.out", out, sizeof(out));
     other = spawn(sleeper, NULL, out, out, -1);
     snprintf(pid, sizeof(pid), "%d", (int)other);
@@ -1131,6 +1165,29 @@ static void test_journal_stream(void **state)
     if (!log_has(e, "<3>shmbrokerd: --size 1024 is too small")) {
         h_daemon_print_log(e);
         h_fail("a refused start does not say so at error priority to the journal");
+    }
+
+    /* A newline in a flag stays in its line: no second line, no forged
+     * priority. */
+    {
+        struct h_daemon *n = h_daemon_new(f, "4M");
+        const char *forged[] = {"--size", "4M", "--shm-dir", "/nonexistent\n<0>FORGED", NULL};
+
+        assert_int_equal(h_write_file(n->log, "", 0), 0);
+        assert_int_equal(stat(n->log, &st), 0);
+        snprintf(stream, sizeof(stream), "JOURNAL_STREAM=%llu:%llu",
+                 (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+        daemon_spawn_env(n, forged, env, -1);
+        assert_int_not_equal(h_exit_code(h_daemon_wait_exit(n, H_RUN_TIMEOUT_MS)), 0);
+        text = h_read_file(n->log, NULL);
+        assert_non_null(text);
+        if (!h_contains(text, "<3>shmbrokerd: ") || h_contains(text, "\n<0>") ||
+            h_count(text, "\n") != 1) {
+            h_daemon_print_log(n);
+            free(text);
+            h_fail("a newline in --shm-dir made a line of its own in the journal");
+        }
+        free(text);
     }
 
     daemon_spawn_env(g, extra, env_other, -1);
