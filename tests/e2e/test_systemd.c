@@ -1121,6 +1121,18 @@ static void test_activation_refused_start(void **state)
     h_pass(f);
 }
 
+/* "JOURNAL_STREAM=dev:ino" of d's log (made empty), into out; the inode
+ * plus skew, to name another file. */
+static void journal_stream_of(const struct h_daemon *d, unsigned skew, char *out, size_t len)
+{
+    struct stat st;
+
+    assert_int_equal(h_write_file(d->log, "", 0), 0);
+    assert_int_equal(stat(d->log, &st), 0);
+    snprintf(out, len, "JOURNAL_STREAM=%llu:%llu", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino + skew);
+}
+
 /* With stderr on journald's stream ($JOURNAL_STREAM naming its device and
  * inode), lines carry the syslog priority journald reads ("<6>" info, "<3>"
  * error) and no time stamp or pid of their own, which the journal adds;
@@ -1135,14 +1147,9 @@ static void test_journal_stream(void **state)
     char stream[64], other[64], *text;
     const char *env[] = {stream, NULL};
     const char *env_other[] = {other, NULL};
-    struct stat st;
 
-    assert_int_equal(h_write_file(d->log, "", 0), 0);
-    assert_int_equal(stat(d->log, &st), 0);
-    snprintf(stream, sizeof(stream), "JOURNAL_STREAM=%llu:%llu",
-             (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
-    snprintf(other, sizeof(other), "JOURNAL_STREAM=%llu:%llu",
-             (unsigned long long)st.st_dev, (unsigned long long)st.st_ino + 1);
+    journal_stream_of(d, 0, stream, sizeof(stream));
+    journal_stream_of(d, 1, other, sizeof(other));
     daemon_spawn_env(d, extra, env, -1);
     assert_int_equal(h_daemon_wait_ready(d, H_READY_TIMEOUT_MS), 0);
     assert_int_equal(h_exit_code(h_daemon_signal(d, SIGTERM, H_STOP_TIMEOUT_MS)), 0);
@@ -1156,10 +1163,7 @@ static void test_journal_stream(void **state)
     free(text);
 
     /* A refused start's last word, at error priority. */
-    assert_int_equal(h_write_file(e->log, "", 0), 0);
-    assert_int_equal(stat(e->log, &st), 0);
-    snprintf(stream, sizeof(stream), "JOURNAL_STREAM=%llu:%llu",
-             (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+    journal_stream_of(e, 0, stream, sizeof(stream));
     daemon_spawn_env(e, bad, env, -1);
     assert_int_equal(h_exit_code(h_daemon_wait_exit(e, H_RUN_TIMEOUT_MS)), 1);
     if (!log_has(e, "<3>shmbrokerd: --size 1024 is too small")) {
@@ -1173,10 +1177,7 @@ static void test_journal_stream(void **state)
         struct h_daemon *n = h_daemon_new(f, "4M");
         const char *forged[] = {"--size", "4M", "--shm-dir", "/nonexistent\n<0>FORGED", NULL};
 
-        assert_int_equal(h_write_file(n->log, "", 0), 0);
-        assert_int_equal(stat(n->log, &st), 0);
-        snprintf(stream, sizeof(stream), "JOURNAL_STREAM=%llu:%llu",
-                 (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+        journal_stream_of(n, 0, stream, sizeof(stream));
         daemon_spawn_env(n, forged, env, -1);
         assert_int_not_equal(h_exit_code(h_daemon_wait_exit(n, H_RUN_TIMEOUT_MS)), 0);
         text = h_read_file(n->log, NULL);
