@@ -539,20 +539,38 @@ static int daemon_handles_init(struct daemon *d, struct shmb_error *err)
 }
 
 /* The checks of the settings alone, before anything is looked at: the
- * segment's size, its name, the largest object. Also --check-config's. */
-static int daemon_check_settings(const struct config *cfg, uint64_t size,
+ * segment's size (in *size: whole pages, whole huge pages on a hugetlbfs
+ * --shm-dir), its name, the largest object. Also --check-config's. */
+static int daemon_check_settings(const struct config *cfg, uint64_t *size,
                                  struct shmb_error *err)
 {
+    uint64_t page;
+    char h1[32];
     int rc;
 
-    if (size < SEGMENT_MIN_SIZE)
+    *size = segment_round_size(cfg->size);
+    if (*size < SEGMENT_MIN_SIZE)
         return shmb_error_set(err, -EINVAL,
                               "--size %llu is too small: the segment needs at least %u "
                               "bytes (a header page and a data page).",
                               (unsigned long long)cfg->size, SEGMENT_MIN_SIZE);
+    /* A hugetlbfs file is a whole number of huge pages. */
+    page = segment_page_size(cfg->shm_dir);
+    if (page != SHMB_HEADER_PAGE && *size % page != 0) {
+        uint64_t rounded = segment_round_to(*size, page);
+
+        if (rounded == 0)
+            return shmb_error_set(err, -EINVAL, "--size %llu is too large.",
+                                  (unsigned long long)cfg->size);
+        log_info("--size %llu rounded up to %llu bytes: %s is a hugetlbfs mount with "
+                 "%s pages",
+                 (unsigned long long)cfg->size, (unsigned long long)rounded, cfg->shm_dir,
+                 shmb_format_bytes(page, h1, sizeof(h1)));
+        *size = rounded;
+    }
     if ((rc = segment_check_name(cfg->name, err)) < 0)
         return rc;
-    return store_check_max_object(segment_data_size(size), cfg->max_object_size, err);
+    return store_check_max_object(segment_data_size(*size), cfg->max_object_size, err);
 }
 
 /* Everything before the loop: probe, segment, store, listener. */
@@ -564,30 +582,12 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         .lease_expired = daemon_on_lease_expired,
         .lease_arg = d,
     };
-    uint64_t size = segment_round_size(d->cfg.size), page, truncated_at = UINT64_MAX;
+    uint64_t size, truncated_at = UINT64_MAX;
     char h1[32], h2[32], h3[32];
-    int listen_fd = -1, stale = 0;
-    int rc;
+    int listen_fd = d->activated_fd; /* main took it from systemd, or -1 */
+    int stale = 0, rc;
 
-    listen_fd = d->activated_fd; /* main took it from systemd, or -1 */
-    if ((rc = daemon_check_settings(&d->cfg, size, err)) < 0)
-        return rc;
-    /* A hugetlbfs file is a whole number of huge pages. */
-    page = segment_page_size(d->cfg.shm_dir);
-    if (page != SHMB_HEADER_PAGE && size % page != 0) {
-        uint64_t rounded = segment_round_to(size, page);
-
-        if (rounded == 0)
-            return shmb_error_set(err, -EINVAL, "--size %llu is too large.",
-                                  (unsigned long long)d->cfg.size);
-        log_info("--size %llu rounded up to %llu bytes: %s is a hugetlbfs mount with "
-                 "%s pages",
-                 (unsigned long long)d->cfg.size, (unsigned long long)rounded,
-                 d->cfg.shm_dir, shmb_format_bytes(page, h1, sizeof(h1)));
-        size = rounded;
-    }
-    if ((rc = store_check_max_object(segment_data_size(size), d->cfg.max_object_size,
-                                     err)) < 0)
+    if ((rc = daemon_check_settings(&d->cfg, &size, err)) < 0)
         return rc;
     /* Every check before any change: a refused start leaves the socket and
      * the segment as they were. */
@@ -842,9 +842,11 @@ int main(int argc, char **argv)
     case CONFIG_SERVE:
         break;
     case CONFIG_CHECK:
-    case CONFIG_RELOAD:
-        if (daemon_check_settings(&d.cfg, segment_round_size(d.cfg.size), &err) < 0) {
-            fprintf(stderr, "shmbrokerd: %s\n", err.message);
+    case CONFIG_RELOAD: {
+        uint64_t size;
+
+        if (daemon_check_settings(&d.cfg, &size, &err) < 0) {
+            log_startup_error(err.message);
             return 2;
         }
         if (d.cfg.mode == CONFIG_RELOAD)
@@ -852,6 +854,7 @@ int main(int argc, char **argv)
         printf("shmbrokerd: settings OK%s%s\n", d.cfg.config_file[0] ? ", with " : "",
                d.cfg.config_file);
         return 0;
+    }
     case CONFIG_REMOVE_SEGMENT:
         return daemon_remove_segment_only(&d.cfg);
     }

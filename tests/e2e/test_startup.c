@@ -430,7 +430,7 @@ static long free_huge_pages(void)
 
 /* On a hugetlbfs mount made without size= (statvfs says 0 blocks), the
  * daemon counts free huge pages: --size 3M rounds up to 4M (two 2M pages)
- * with a log line, the segment file is 4M and serves objects; a --size
+ * with a log line, and a --max-object-size that only 4M can hold is taken, the segment file is 4M and serves objects; a --size
  * larger than the free huge pages is refused with the space message. Needs
  * root and 4 free huge pages of 2 MiB (reserved here, then given back). */
 static void test_hugetlbfs(void **state)
@@ -471,9 +471,12 @@ static void test_hugetlbfs(void **state)
     assert_log(d, "64 MiB required");
     assert_log(d, "hugetlbfs");
 
+    /* --max-object-size 3M fits the rounded 4M segment, not a 3M one: the
+     * check is made against the size the segment will have. */
     d = h_daemon_new(f, "3M");
     snprintf(d->shm_dir, sizeof(d->shm_dir), "%s", huge_dir);
-    assert_true(h_daemon_spawn(f, d, NULL) > 0);
+    assert_true(h_daemon_spawn(f, d, (const char *const[]){"--max-object-size", "3M", NULL}) >
+                0);
     if (h_daemon_wait_ready(d, H_READY_TIMEOUT_MS) < 0) {
         h_daemon_print_log(d);
         h_fail("the daemon did not start on hugetlbfs");
