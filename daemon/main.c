@@ -752,6 +752,7 @@ static void daemon_refuse_start(struct daemon *d, const struct shmb_error *err)
  * signal, so that a stale pid does not hang up something else. */
 static int daemon_send_reload(const struct config *cfg, pid_t pid)
 {
+    struct shmb_error err = {0};
     char path[64], comm[32] = "";
     FILE *f;
 
@@ -762,30 +763,26 @@ static int daemon_send_reload(const struct config *cfg, pid_t pid)
         fclose(f);
     }
     comm[strcspn(comm, "\n")] = '\0';
-    if (f == NULL) {
-        fprintf(stderr, "shmbrokerd: --reload %d: no such process; is shmbrokerd running?\n",
-                (int)pid);
-        return 1;
-    }
-    if (strcmp(comm, "shmbrokerd") != 0) {
-        fprintf(stderr,
-                "shmbrokerd: --reload %d: that process is '%s', not shmbrokerd; nothing "
-                "sent.\n",
-                (int)pid, comm);
-        return 1;
-    }
+    if (f == NULL)
+        shmb_error_set(&err, -ESRCH, "--reload %d: no such process; is shmbrokerd running?",
+                       (int)pid);
+    else if (strcmp(comm, "shmbrokerd") != 0)
+        /* Its name is the process's own choice: log_startup_error escapes it. */
+        shmb_error_set(&err, -EPERM,
+                       "--reload %d: that process is '%s', not shmbrokerd; nothing sent.",
+                       (int)pid, comm);
     /* The name is anyone's to choose: the proof is the segment's lock. */
-    if (!segment_locked_by(cfg->shm_dir, cfg->name, pid)) {
-        fprintf(stderr,
-                "shmbrokerd: --reload %d: that process does not hold the lock of segment "
-                "%s/%s: it is not the shmbrokerd these settings name (--name, "
-                "--shm-dir); nothing sent.\n",
-                (int)pid, cfg->shm_dir, cfg->name);
-        return 1;
-    }
-    if (kill(pid, SIGHUP) != 0) {
-        fprintf(stderr, "shmbrokerd: --reload %d: cannot signal it: %s.\n", (int)pid,
-                strerror(errno));
+    else if (!segment_locked_by(cfg->shm_dir, cfg->name, pid))
+        shmb_error_set(&err, -EPERM,
+                       "--reload %d: that process does not hold the lock of segment %s/%s: "
+                       "it is not the shmbrokerd these settings name (--name, --shm-dir); "
+                       "nothing sent.",
+                       (int)pid, cfg->shm_dir, cfg->name);
+    else if (kill(pid, SIGHUP) != 0)
+        shmb_error_set(&err, -errno, "--reload %d: cannot signal it: %s.", (int)pid,
+                       strerror(errno));
+    if (err.code != 0) {
+        log_startup_error(err.message);
         return 1;
     }
     printf("shmbrokerd: settings OK; shmbrokerd pid %d asked to reload them (its log "
@@ -805,7 +802,7 @@ static int daemon_remove_segment_only(const struct config *cfg)
     int rc = segment_remove_orphaned(cfg->shm_dir, cfg->name, &bytes, &pid, &err);
 
     if (rc < 0) {
-        fprintf(stderr, "shmbrokerd: %s\n", err.message);
+        log_startup_error(err.message);
         return 1;
     }
     if (rc == 0)

@@ -948,6 +948,16 @@ static void test_check_config(void **state)
     h_pass(f);
 }
 
+/* A child that names itself with a terminal escape and a carriage return,
+ * and waits to be killed. */
+static int renamed_sleeper(void *arg)
+{
+    (void)arg;
+    prctl(PR_SET_NAME, "x\x1b[2J\r<0>F", 0, 0, 0);
+    pause();
+    return 0;
+}
+
 /* --reload PID applies an edited --config file to the daemon PID (its
  * max-clients changes), refuses a broken file without signalling (the
  * daemon keeps its settings), and signals nothing but a shmbrokerd. */
@@ -1024,6 +1034,22 @@ static void test_reload_pid(void **state)
     run_daemon_action(f, d, reload, &r);
     expect_action(&r, "--reload of a pid that is gone", 1, "no such process");
     h_run_free(&r);
+
+    /* A process picks its own name: a terminal escape or a carriage return
+     * in it reaches neither the terminal nor the journal raw. */
+    other = h_fork(f, renamed_sleeper, NULL);
+    h_sleep_ms(100);
+    snprintf(pid, sizeof(pid), "%d", (int)other);
+    run_daemon_action(f, d, reload, &r);
+    expect_action(&r, "--reload of a process named with control bytes", 1,
+                  "not shmbrokerd");
+    if (h_contains(r.err, "\x1b") || h_contains(r.err, "\r") ||
+        !h_contains(r.err, "\\x1b")) {
+        h_run_dump("--reload", &r);
+        h_fail("a process's name reached --reload's message with its control bytes raw");
+    }
+    h_run_free(&r);
+    h_child_kill(f, other, SIGKILL);
     h_assert_alive(d);
     h_pass(f);
 }
