@@ -796,11 +796,13 @@ static int daemon_send_reload(const struct config *cfg, pid_t pid)
 static int daemon_remove_segment_only(const struct config *cfg)
 {
     struct shmb_error err = {0};
-    uint64_t bytes;
+    uint64_t bytes, size;
     int64_t pid = 0;
-    char size[32];
-    int rc = segment_remove_orphaned(cfg->shm_dir, cfg->name, &bytes, &pid, &err);
+    char human[32];
+    int rc = daemon_check_settings(cfg, &size, &err);
 
+    if (rc == 0)
+        rc = segment_remove_orphaned(cfg->shm_dir, cfg->name, size, &bytes, &pid, &err);
     if (rc < 0) {
         log_startup_error(err.message);
         return 1;
@@ -810,7 +812,7 @@ static int daemon_remove_segment_only(const struct config *cfg)
                cfg->name);
     else
         printf("shmbrokerd: removed segment %s/%s (%s) left by shmbrokerd pid %lld\n",
-               cfg->shm_dir, cfg->name, shmb_format_bytes(bytes, size, sizeof(size)),
+               cfg->shm_dir, cfg->name, shmb_format_bytes(bytes, human, sizeof(human)),
                (long long)pid);
     return 0;
 }

@@ -646,9 +646,10 @@ enum segment_owner segment_probe_existing(const char *dir, const char *name,
 }
 
 /* The checks segment_remove_orphaned makes under the lock: path is a regular
- * file with the segment's magic, owned by this user with mode 0600 and one
- * link; *bytes its size. */
-static int segment_check_removable(const char *path, uint64_t *bytes, struct shmb_error *err)
+ * file with the segment's magic (unless damaged: a client zeroed it),
+ * owned by this user with mode 0600 and one link; *bytes its size. */
+static int segment_check_removable(const char *path, bool damaged, uint64_t *bytes,
+                                   struct shmb_error *err)
 {
     struct shmb_segment_header hdr;
     struct stat st, now;
@@ -659,7 +660,7 @@ static int segment_check_removable(const char *path, uint64_t *bytes, struct shm
         return fd;
     n = pread(fd, &hdr, sizeof(hdr), 0);
     close(fd);
-    if (n != (ssize_t)sizeof(hdr) || hdr.magic != SHMB_SEGMENT_MAGIC)
+    if (!damaged && (n != (ssize_t)sizeof(hdr) || hdr.magic != SHMB_SEGMENT_MAGIC))
         return shmb_error_set(err, -EEXIST, "%s is not a shmbroker segment; left alone.",
                               path);
     if ((rc = segment_check_owner(&st, path, err)) < 0)
@@ -694,10 +695,11 @@ bool segment_locked_by(const char *dir, const char *name, pid_t pid)
     return found;
 }
 
-int segment_remove_orphaned(const char *dir, const char *name, uint64_t *bytes,
-                            int64_t *owner_pid, struct shmb_error *err)
+int segment_remove_orphaned(const char *dir, const char *name, uint64_t size,
+                            uint64_t *bytes, int64_t *owner_pid, struct shmb_error *err)
 {
     char path[PATH_MAX], lock_path[PATH_MAX];
+    bool damaged = false;
     int lock_fd, rc;
 
     *bytes = 0;
@@ -710,6 +712,13 @@ int segment_remove_orphaned(const char *dir, const char *name, uint64_t *bytes,
                               "stop it first.",
                               dir, name, (long long)*owner_pid);
     case SEGMENT_FOREIGN:
+        /* As a start judges it: a file of exactly the segment's size, this
+         * user's alone and locked by nobody, is a segment whose header a
+         * read-write client damaged; its memory goes like any other's. */
+        if (segment_check_adoptable(dir, name, size, NULL) == 0) {
+            damaged = true;
+            break;
+        }
         return shmb_error_set(err, -EEXIST,
                               "%s/%s is not a shmbroker segment this user may remove (or "
                               "its lock file .%s.lock is not this user's); left alone.",
@@ -731,7 +740,7 @@ int segment_remove_orphaned(const char *dir, const char *name, uint64_t *bytes,
      * user owns alone (as a start requires), or it is left alone: root, or
      * a directory without the sticky bit, could otherwise remove another
      * user's file that merely looks like a segment. */
-    rc = segment_check_removable(path, bytes, err);
+    rc = segment_check_removable(path, damaged, bytes, err);
     if (rc == 0)
         rc = unlink(path) == 0 ? 1
                                : shmb_error_set(err, -errno, "Cannot remove segment %s: %s.",

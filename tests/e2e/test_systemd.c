@@ -892,6 +892,26 @@ static void test_remove_segment(void **state)
     expect_action(&r, "--remove-segment with none", 0, "nothing to remove");
     h_run_free(&r);
 
+    /* A kept segment whose magic a read-write client zeroed is still the
+     * segment (a start would adopt it): removed, its memory freed. */
+    daemon_spawn_env(d, keep, NULL, -1);
+    assert_int_equal(h_daemon_wait_ready(d, H_READY_TIMEOUT_MS), 0);
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGTERM, H_STOP_TIMEOUT_MS)), 0);
+    {
+        int fd = open(seg, O_WRONLY | O_CLOEXEC);
+        static const char zeros[8];
+
+        assert_true(fd >= 0);
+        assert_int_equal(pwrite(fd, zeros, sizeof(zeros), 0), (ssize_t)sizeof(zeros));
+        close(fd);
+    }
+    run_daemon_action(f, d, (const char *const[]){"--size", "4M", "--remove-segment", NULL},
+                      &r);
+    expect_action(&r, "--remove-segment of a kept segment with its magic zeroed", 0,
+                  "removed segment");
+    h_run_free(&r);
+    assert_false(h_exists(seg));
+
     /* A segment another user could read (mode 0644), as a start refuses
      * it: left alone, even by root. */
     daemon_spawn_env(d, keep, NULL, -1);
