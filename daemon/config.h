@@ -34,6 +34,34 @@
 /* The longest useful line: a path value and its name. */
 #define CONFIG_LINE_MAX (PATH_MAX + 128)
 
+/* Pools (--pool): each its own segment, store, limits and access group. */
+#define CONFIG_MAX_POOLS 16
+#define CONFIG_POOL_NAME_MAX 32 /* [A-Za-z0-9_-], in file names and metric labels */
+#define CONFIG_GROUP_NAME_MAX 64
+
+/* Where a pool's bytes live. */
+enum pool_backing {
+    POOL_BACKING_SHM,       /* a file in --shm-dir or the pool's dir= (tmpfs) */
+    POOL_BACKING_MEMFD,     /* memfd_create: no name, nothing left behind */
+    POOL_BACKING_HUGETLBFS, /* a file on the hugetlbfs mount dir= */
+};
+
+/* One pool as configured: --pool NAME:SIZE[,max-object-size=B][,group=G]
+ * [,backing=shm|memfd|hugetlbfs][,dir=DIR], or the one implicit pool when no
+ * --pool is given (named --name, of --size, in --shm-dir: today's segment). */
+struct pool_config {
+    char name[CONFIG_POOL_NAME_MAX + 1];
+    uint64_t size;            /* as given; rounded by the daemon */
+    uint64_t max_object_size; /* resolved: the pool's, else --max-object-size, else
+                                 store_default_max_object's for its size */
+    enum pool_backing backing;
+    char dir[PATH_MAX];       /* shm, hugetlbfs: the directory; "" for memfd */
+    char segment[NAME_MAX + 1]; /* the file's name in dir (memfd: its memfd name) */
+    bool has_group;           /* group= given */
+    gid_t gid;                /* ... resolved when parsed */
+    char group[CONFIG_GROUP_NAME_MAX + 1]; /* ... as written, for messages */
+};
+
 struct config {
     uint64_t size;            /* segment bytes, header page included */
     uint64_t max_object_size; /* not given: store_default_max_object's */
@@ -56,8 +84,17 @@ struct config {
         CONFIG_CHECK,          /* --check-config: parse the settings, say so, exit */
         CONFIG_REMOVE_SEGMENT, /* --remove-segment: remove a segment no daemon holds */
         CONFIG_RELOAD,         /* --reload PID: check, then SIGHUP that shmbrokerd */
+        CONFIG_SIZING,         /* --check: will the pools fit here? report, exit */
     } mode;
     pid_t reload_pid; /* --reload */
+    /* The pools, in the order given (a later --pool of the same name replaces
+     * an earlier one, so flags override the file); pools[0] is the default
+     * pool, which a hello without "pool" gets. Always at least one: without
+     * --pool, the implicit pool (pools_declared false). */
+    struct pool_config pools[CONFIG_MAX_POOLS];
+    unsigned n_pools;
+    bool pools_declared; /* at least one --pool */
+    bool size_set;       /* --size given (unused when pools are declared) */
 };
 
 enum config_action { CONFIG_RUN, CONFIG_EXIT_OK, CONFIG_EXIT_USAGE };
