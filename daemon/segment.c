@@ -5,6 +5,7 @@
  */
 #include "segment.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -543,6 +544,19 @@ static int segment_set_path(struct segment *seg, const char *dir, const char *na
     return 0;
 }
 
+/* Check that size can be a segment's: whole pages, at least the minimum,
+ * and a size mmap takes. */
+static int segment_check_size(uint64_t size, struct shmb_error *err)
+{
+    if (size < SEGMENT_MIN_SIZE || size % SHMB_HEADER_PAGE != 0 ||
+        size > (uint64_t)SSIZE_MAX)
+        return shmb_error_set(err, -EINVAL,
+                              "Segment size %llu bytes is not a whole number of pages "
+                              "of at least %u bytes; choose another --size.",
+                              (unsigned long long)size, SEGMENT_MIN_SIZE);
+    return 0;
+}
+
 int segment_create(struct segment *seg, const char *dir, const char *name, uint64_t size,
                    struct shmb_error *err)
 {
@@ -552,14 +566,8 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
 
     memset(seg, 0, sizeof(*seg));
     seg->fd = seg->ro_fd = seg->lock_fd = -1;
-    if ((rc = segment_check_name(name, err)) < 0)
+    if ((rc = segment_check_name(name, err)) < 0 || (rc = segment_check_size(size, err)) < 0)
         return rc;
-    if (size < SEGMENT_MIN_SIZE || size % SHMB_HEADER_PAGE != 0 ||
-        size > (uint64_t)SSIZE_MAX)
-        return shmb_error_set(err, -EINVAL,
-                              "Segment size %llu bytes is not a whole number of pages "
-                              "of at least %u bytes; choose another --size.",
-                              (unsigned long long)size, SEGMENT_MIN_SIZE);
     if ((rc = segment_set_path(seg, dir, name, err)) < 0)
         return rc;
     page = segment_page_size(dir);
@@ -610,6 +618,128 @@ fail:
     if (created)
         unlink(seg->path);
     return saved;
+}
+
+/* MFD_NOEXEC_SEAL (Linux 6.3): the memfd can never be made executable. Older
+ * C libraries lack the name; older kernels refuse the flag (EINVAL). */
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U
+#endif
+
+/* memfd_create for a segment: sealable, closed on exec, and never
+ * executable where the kernel can say so (a kernel set to require that,
+ * vm.memfd_noexec=2, refuses a memfd without it). */
+static int segment_memfd_open(const char *name)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL);
+
+    if (fd < 0 && errno == EINVAL)
+        fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    return fd;
+}
+
+int segment_create_memfd(struct segment *seg, const char *name, uint64_t size,
+                         struct shmb_error *err)
+{
+    char proc[64];
+    int rc, saved;
+
+    memset(seg, 0, sizeof(*seg));
+    seg->fd = seg->ro_fd = seg->lock_fd = -1;
+    seg->memfd = true;
+    if ((rc = segment_check_name(name, err)) < 0 || (rc = segment_check_size(size, err)) < 0)
+        return rc;
+    if (strlen(name) > SEGMENT_MEMFD_NAME_MAX)
+        return shmb_error_set(err, -ENAMETOOLONG,
+                              "Invalid memfd segment name '%s': %zu characters, "
+                              "memfd_create takes at most %d.",
+                              name, strlen(name), SEGMENT_MEMFD_NAME_MAX);
+    snprintf(seg->name, sizeof(seg->name), "%s", name);
+    snprintf(seg->path, sizeof(seg->path), "memfd:%s", name);
+    if ((seg->fd = segment_memfd_open(name)) < 0) {
+        saved = errno;
+        return shmb_error_set(err, -saved, "Cannot create memfd segment %s: %s.", name,
+                              strerror(saved));
+    }
+    /* A memfd is made mode 0777 (0666 without exec): anyone who holds a
+     * read-only descriptor could open /proc/self/fd/N read-write again. */
+    if (fchmod(seg->fd, 0600) != 0) {
+        saved = errno;
+        rc = shmb_error_set(err, -saved, "Cannot set mode 0600 on memfd segment %s: %s.",
+                            name, strerror(saved));
+        goto fail;
+    }
+    if (ftruncate(seg->fd, (off_t)size) != 0) {
+        saved = errno;
+        rc = shmb_error_set(err, -saved, "Cannot size memfd segment %s to %llu bytes: %s.",
+                            name, (unsigned long long)size, strerror(saved));
+        goto fail;
+    }
+    /* Every page now, charged to this process's memory cgroup: a limit too
+     * small fails here rather than as a client's SIGBUS later. */
+    if ((rc = posix_fallocate(seg->fd, 0, (off_t)size)) != 0) {
+        rc = shmb_error_set(
+            err, -rc,
+            "Cannot reserve %llu MiB for memfd segment %s: %s. A memfd's pages are "
+            "memory: they count against the memory cgroup's limit (memory.max, or "
+            "memory.limit_in_bytes) and the host's available memory. Raise the "
+            "container's memory limit or free memory, or choose a smaller size.",
+            shmb_mib_rounded(size), name, strerror(rc));
+        goto fail;
+    }
+    /* No client can shrink or grow it (ftruncate fails with EPERM), nor lift
+     * the seals. A hole can still be punched: the guard watches for that. */
+    if (fcntl(seg->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        saved = errno;
+        rc = shmb_error_set(err, -saved, "Cannot seal memfd segment %s: %s.", name,
+                            strerror(saved));
+        goto fail;
+    }
+    if ((rc = segment_map(seg, size, err)) < 0)
+        goto fail;
+    /* A memfd has no path to open read-only; its /proc link is one. */
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", seg->fd);
+    if ((seg->ro_fd = open(proc, O_RDONLY | O_CLOEXEC)) < 0) {
+        saved = errno;
+        rc = shmb_error_set(err, -saved,
+                            "Cannot open memfd segment %s read-only through %s: %s "
+                            "(is /proc mounted?).",
+                            name, proc, strerror(saved));
+        goto fail;
+    }
+    seg->hdr = seg->base;
+    seg->data_offset = SHMB_HEADER_PAGE;
+    seg->data_size = segment_data_size(size);
+    seg->hdr->ring_start = seg->hdr->ring_end = seg->hdr->ring_next_id = 0;
+    segment_write_header(seg, (uint64_t)time(NULL));
+    return 0;
+
+fail:
+    segment_close(seg);
+    return rc;
+}
+
+bool segment_memfd_held_by(const char *name, pid_t pid)
+{
+    char dir[64], want[NAME_MAX + 32], link[NAME_MAX + 32];
+    struct dirent *e;
+    bool found = false;
+    ssize_t n;
+    DIR *d;
+
+    snprintf(want, sizeof(want), "/memfd:%s (deleted)", name);
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+    if ((d = opendir(dir)) == NULL)
+        return false;
+    while (!found && (e = readdir(d)) != NULL) {
+        n = readlinkat(dirfd(d), e->d_name, link, sizeof(link) - 1);
+        if (n < 0)
+            continue;
+        link[n] = '\0';
+        found = strcmp(link, want) == 0;
+    }
+    closedir(d);
+    return found;
 }
 
 enum segment_owner segment_probe_existing(const char *dir, const char *name,
@@ -955,8 +1085,9 @@ void segment_destroy(struct segment *seg)
     struct stat a, b;
 
     /* Only the file this daemon made: another may have been renamed over
-     * the path since (and be another daemon's live segment). */
-    if (seg->path[0] != '\0' && seg->fd >= 0 && stat(seg->path, &a) == 0 &&
+     * the path since (and be another daemon's live segment). A memfd has no
+     * path: it goes with its last descriptor and mapping. */
+    if (!seg->memfd && seg->path[0] != '\0' && seg->fd >= 0 && stat(seg->path, &a) == 0 &&
         fstat(seg->fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
         unlink(seg->path);
     segment_close(seg);

@@ -1,7 +1,8 @@
 /*
  * The segment: one file in a shared-memory directory (/dev/shm or a hugetlbfs
- * mount), its free-space check, its reservation with posix_fallocate and its
- * header page. Knows nothing about objects, keys or sockets.
+ * mount) or an anonymous memfd, its free-space check, its reservation with
+ * posix_fallocate and its header page. Knows nothing about objects, keys or
+ * sockets.
  */
 #ifndef SHMB_SEGMENT_H
 #define SHMB_SEGMENT_H
@@ -40,6 +41,9 @@ struct segment {
     uint64_t owner_start;  /* what the header page says, kept privately */
     uint64_t created_unix;
     char adopt_note[SHMB_ERROR_MSG_MAX]; /* what segment_adopt rebuilt, or "" */
+    /* A memfd (segment_create_memfd): no file in any directory, so no lock
+     * file and nothing to unlink; dir is "" and path "memfd:NAME". */
+    bool memfd;
     char dir[PATH_MAX];
     char name[NAME_MAX + 1];
     char path[PATH_MAX];
@@ -83,6 +87,26 @@ static inline uint64_t segment_data_size(uint64_t size)
  * nothing is left behind. -EEXIST when the file exists (see segment_probe_existing). */
 int segment_create(struct segment *seg, const char *dir, const char *name, uint64_t size,
                    struct shmb_error *err);
+
+/* The longest name memfd_create takes: the kernel prefixes it with "memfd:"
+ * and the whole must fit in NAME_MAX. */
+#define SEGMENT_MEMFD_NAME_MAX (NAME_MAX - 6)
+
+/* Create an anonymous segment with memfd_create(name), size it, reserve every
+ * page with posix_fallocate (charged to this process's memory cgroup: -ENOSPC
+ * or -ENOMEM with the numbers when it does not fit), seal it against
+ * shrinking and growing (no client can ftruncate it: EPERM), map it and write
+ * the header as segment_create does. Its mode is 0600, so that a read-only
+ * client cannot reopen its descriptor read-write through /proc; ro_fd is a
+ * read-only reopening. Nothing is left behind on failure, nor once every
+ * descriptor and mapping of it is gone. size as for segment_create. */
+int segment_create_memfd(struct segment *seg, const char *name, uint64_t size,
+                         struct shmb_error *err);
+
+/* True when process pid has a descriptor of a memfd made with name (a link
+ * "/memfd:NAME (deleted)" in /proc/PID/fd): a daemon whose segment is that
+ * memfd still holds it. */
+bool segment_memfd_held_by(const char *name, pid_t pid);
 
 /* Open dir/name left by a daemon that is gone, check the file against size
  * (from segment_round_size), take its lock (-EBUSY when a live daemon holds
@@ -153,7 +177,7 @@ int segment_restore_header(const struct segment *seg, struct shmb_error *err);
 /* Unmap and close without removing the file. */
 void segment_close(struct segment *seg);
 
-/* Unlink the file, unmap and close. */
+/* Unlink the file (a memfd has none), unmap and close (segment_close). */
 void segment_destroy(struct segment *seg);
 
 /* The first byte of the data area. */
@@ -161,8 +185,6 @@ static inline void *segment_data(const struct segment *seg)
 {
     return (char *)seg->base + seg->data_offset;
 }
-
-#endif
 
 /*
  * The guard against a client that breaks the file under the daemon. Every
@@ -195,3 +217,4 @@ int segment_store(void *dst, const void *src, size_t len);
  * read faulted: the page is gone. */
 int segment_load(void *dst, const void *src, size_t len);
 
+#endif
