@@ -174,7 +174,8 @@ bool segment_locked_by(const char *dir, const char *name, pid_t pid);
  * read-write client wrote there. -EIO with a message when the page is gone. */
 int segment_restore_header(const struct segment *seg, struct shmb_error *err);
 
-/* Unmap and close without removing the file. */
+/* Stop guarding it (segment_guard_unwatch), unmap and close without removing
+ * the file. */
 void segment_close(struct segment *seg);
 
 /* Unlink the file (a memfd has none), unmap and close (segment_close). */
@@ -187,34 +188,48 @@ static inline void *segment_data(const struct segment *seg)
 }
 
 /*
- * The guard against a client that breaks the file under the daemon. Every
+ * The guard against a client that breaks a segment under the daemon. Every
  * client gets a read-write descriptor of the segment; with it, one can
- * ftruncate() the file or punch a hole in it (fallocate PUNCH_HOLE), after
- * which a write by the daemon into the lost pages is a SIGBUS. The guard
- * watches the file (segment_guard_check, before each allocation: one fstat)
- * and catches the SIGBUS of the daemon's own writes (segment_store), so that
- * the daemon refuses allocations with EIO instead of dying.
+ * ftruncate() the file (not a sealed memfd) or punch a hole in it (fallocate
+ * PUNCH_HOLE), after which a write by the daemon into the lost pages is a
+ * SIGBUS. The guard watches each registered segment (segment_guard_check,
+ * before each allocation: one fstat) and catches the SIGBUS of the daemon's
+ * own copies (segment_store, segment_load), so that the daemon refuses
+ * allocations in that segment with EIO instead of dying. Segments are told
+ * apart by the address range of their mapping: a fault, or a check, names an
+ * address and concerns only the segment whose mapping holds it.
  */
 
-/* Install the SIGBUS handler (once, at start-up) and watch seg: its size and
- * the blocks reserved for it now. on_broken, when not NULL, is called once
- * with the message when the file is found broken (for the log). */
+/* Segments watched at once: a daemon's pools (CONFIG_MAX_POOLS) and room for
+ * as many again while a reload replaces them. */
+#define SEGMENT_GUARD_MAX 32
+
+/* Install the SIGBUS handler (the first time) and watch seg: its size and the
+ * blocks reserved for it now. Watching a segment again (or one mapped where a
+ * forgotten one was) starts afresh. on_broken, when not NULL, is called once
+ * with the message when the segment is found broken (for the log). -ENOSPC
+ * with a message when SEGMENT_GUARD_MAX segments are watched already. */
 int segment_guard_watch(const struct segment *seg, void (*on_broken)(const char *message),
                         struct shmb_error *err);
 
-/* 0 while the watched file still holds every byte and page it had; -EIO with
- * a message naming the cause and the fix once it does not (for good: the
- * daemon never writes into it again). 0 when nothing is watched. */
-int segment_guard_check(struct shmb_error *err);
+/* Stop watching seg (segment_close does it); nothing when it is not watched. */
+void segment_guard_unwatch(const struct segment *seg);
+
+/* 0 while the watched segment whose mapping holds addr still has every byte
+ * and page it had; -EIO with a message naming the cause and the fix once it
+ * has not (for good: the daemon never writes into it again). 0 when no
+ * watched segment holds addr. */
+int segment_guard_check(const void *addr, struct shmb_error *err);
 
 /* Copy len bytes into the segment at dst. -EIO (and the guard reports the
- * segment broken) when the write faulted: the page is gone. */
+ * segment holding the faulting address broken) when the write faulted: the
+ * page is gone. */
 int segment_store(void *dst, const void *src, size_t len);
 
 /* Copy len bytes out of the segment at src into private memory at dst: the
  * daemon's reads of the mapping while a client may shrink the file (the
- * adoption walk). -EIO (and the guard reports the segment broken) when the
- * read faulted: the page is gone. */
+ * adoption walk). -EIO (and the guard reports the segment holding the
+ * faulting address broken) when the read faulted: the page is gone. */
 int segment_load(void *dst, const void *src, size_t len);
 
 #endif

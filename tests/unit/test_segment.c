@@ -824,8 +824,8 @@ static void test_guard(void **state)
     (void)state;
     assert_int_equal(segment_create(&seg, test_dir, "guarded", size, &err), 0);
     assert_int_equal(segment_guard_watch(&seg, NULL, &err), 0);
-    assert_int_equal(segment_guard_check(&err), 0);
     data = segment_data(&seg);
+    assert_int_equal(segment_guard_check(data, &err), 0);
     assert_int_equal(segment_store(data + 8192, "abcd", 4), 0);
     fd = open(seg.path, O_RDWR | O_CLOEXEC);
     assert_true(fd >= 0);
@@ -833,22 +833,23 @@ static void test_guard(void **state)
     assert_int_equal(segment_store(data + 8192, "abcd", 4), -EIO);
     assert_int_equal(segment_store(data + 16, "abcd", 4), 0);
     assert_memory_equal(data + 16, "abcd", 4);
-    assert_int_equal(segment_guard_check(&err), -EIO);
+    assert_int_equal(segment_guard_check(data, &err), -EIO);
     assert_non_null(strstr(err.message, "a write into it hit a page the file no longer "
                                         "has (SIGBUS)"));
     assert_non_null(strstr(err.message, "then restart shmbrokerd"));
     assert_int_equal(ftruncate(fd, (off_t)size), 0);
-    assert_int_equal(segment_guard_check(&err), -EIO);
+    assert_int_equal(segment_guard_check(data, &err), -EIO);
     close(fd);
     segment_destroy(&seg);
 
     assert_int_equal(segment_create(&seg, test_dir, "holed", size, &err), 0);
     assert_int_equal(segment_guard_watch(&seg, NULL, &err), 0);
-    assert_int_equal(segment_guard_check(&err), 0);
+    data = segment_data(&seg);
+    assert_int_equal(segment_guard_check(data, &err), 0);
     assert_int_equal(fallocate(seg.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 16384,
                                16384),
                      0);
-    assert_int_equal(segment_guard_check(&err), -EIO);
+    assert_int_equal(segment_guard_check(data, &err), -EIO);
     assert_non_null(strstr(err.message, "16 KiB of its reserved pages were given back"));
     segment_destroy(&seg);
     assert_int_equal(dir_entries(), 0);
@@ -938,7 +939,7 @@ static void test_guard_load(void **state)
     assert_int_equal(segment_load(buf, data + 12288, 4), -EIO);
     assert_int_equal(segment_load(buf, data + 16, 4), 0);
     assert_memory_equal(buf, "abcd", 4);
-    assert_int_equal(segment_guard_check(&err), -EIO);
+    assert_int_equal(segment_guard_check(data, &err), -EIO);
     if (strstr(err.message, "a read of it hit a page the file no longer has (SIGBUS)") ==
         NULL)
         fail_msg("unexpected message: '%s'", err.message);
@@ -1144,6 +1145,127 @@ static void test_memfd_reserve_fails(void **state)
     segment_destroy(&seg);
 }
 
+/* Called by the guard with the message of a broken segment. */
+static unsigned broken_calls;
+static char broken_message[SHMB_ERROR_MSG_MAX];
+
+static void on_broken(const char *message)
+{
+    broken_calls++;
+    snprintf(broken_message, sizeof(broken_message), "%s", message);
+}
+
+/* Issue 14 (the guard for several segments). With two watched segments, a
+ * write into a page one of them lost breaks that one only: its check fails,
+ * naming it, once; the other's check passes and its stores still work. A
+ * hole punched in a third (a memfd: it cannot be truncated, but it can be
+ * holed) breaks that one only. An address no watched segment holds checks
+ * fine, and so does a segment once closed. */
+static void test_guard_several(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment a, b, m;
+    uint64_t size = 64 * 1024;
+    char *da, *db, *dm, name[64];
+    int fd;
+
+    (void)state;
+    broken_calls = 0;
+    memfd_name(name, sizeof(name), "holed");
+    assert_int_equal(segment_create(&a, test_dir, "a", size, &err), 0);
+    assert_int_equal(segment_create(&b, test_dir, "b", size, &err), 0);
+    assert_int_equal(segment_create_memfd(&m, name, size, &err), 0);
+    assert_int_equal(segment_guard_watch(&a, on_broken, &err), 0);
+    assert_int_equal(segment_guard_watch(&b, on_broken, &err), 0);
+    assert_int_equal(segment_guard_watch(&m, on_broken, &err), 0);
+    da = segment_data(&a);
+    db = segment_data(&b);
+    dm = segment_data(&m);
+
+    fd = open(a.path, O_RDWR | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 8192), 0);
+    assert_int_equal(segment_store(da + 8192, "abcd", 4), -EIO);
+    assert_int_equal(broken_calls, 1);
+    assert_non_null(strstr(broken_message, a.path));
+    assert_int_equal(segment_guard_check(da, &err), -EIO);
+    assert_non_null(strstr(err.message, a.path));
+    assert_int_equal(segment_guard_check(da + a.data_size - 1, &err), -EIO);
+    assert_int_equal(segment_guard_check(db, &err), 0);
+    assert_int_equal(segment_guard_check(dm, &err), 0);
+    assert_int_equal(segment_store(db + 8192, "efgh", 4), 0);
+    assert_memory_equal(db + 8192, "efgh", 4);
+    assert_int_equal(segment_guard_check(db + 8192, &err), 0);
+    assert_int_equal(broken_calls, 1);
+    close(fd);
+
+    assert_int_equal(fallocate(m.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 16384,
+                               16384),
+                     0);
+    assert_int_equal(segment_guard_check(dm, &err), -EIO);
+    assert_non_null(strstr(err.message, m.path));
+    assert_non_null(strstr(err.message, "16 KiB of its reserved pages were given back"));
+    assert_int_equal(broken_calls, 2);
+    assert_int_equal(segment_guard_check(db, &err), 0);
+    assert_int_equal(segment_guard_check(&err, &err), 0); /* not in any segment */
+
+    segment_destroy(&a);
+    assert_int_equal(segment_guard_check(da, &err), 0);
+    segment_destroy(&m);
+    segment_destroy(&b);
+    assert_int_equal(dir_entries(), 0);
+}
+
+/* Issue 14 (the guard for several segments). An unwatched segment is not
+ * checked (its hole goes unnoticed); watched again, it is, from its state
+ * then; watching a segment again takes no second place. The guard watches
+ * SEGMENT_GUARD_MAX segments at once and refuses one more with a message
+ * saying so; a segment closed frees its place. */
+static void test_guard_watch_unwatch(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment segs[SEGMENT_GUARD_MAX + 1];
+    char name[64], what[16];
+    char *data;
+    size_t i;
+
+    (void)state;
+    for (i = 0; i <= SEGMENT_GUARD_MAX; i++) {
+        snprintf(what, sizeof(what), "w%zu", i);
+        memfd_name(name, sizeof(name), what);
+        assert_int_equal(segment_create_memfd(&segs[i], name, 2 * SHMB_HEADER_PAGE, &err),
+                         0);
+    }
+    data = segment_data(&segs[0]);
+    assert_int_equal(segment_guard_watch(&segs[0], NULL, &err), 0);
+    segment_guard_unwatch(&segs[0]);
+    assert_int_equal(fallocate(segs[0].fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                               SHMB_HEADER_PAGE),
+                     0);
+    assert_int_equal(segment_guard_check(data, &err), 0);
+    assert_int_equal(segment_guard_watch(&segs[0], NULL, &err), 0);
+    assert_int_equal(segment_guard_check(data, &err), 0);
+    assert_int_equal(fallocate(segs[0].fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                               SHMB_HEADER_PAGE, SHMB_HEADER_PAGE),
+                     0);
+    assert_int_equal(segment_guard_check(data, &err), -EIO);
+    for (i = 0; i < 2 * SEGMENT_GUARD_MAX; i++)
+        assert_int_equal(segment_guard_watch(&segs[0], NULL, &err), 0);
+    assert_int_equal(segment_guard_check(data, &err), 0); /* afresh */
+
+    for (i = 1; i < SEGMENT_GUARD_MAX; i++)
+        assert_int_equal(segment_guard_watch(&segs[i], NULL, &err), 0);
+    assert_int_equal(segment_guard_watch(&segs[SEGMENT_GUARD_MAX], NULL, &err), -ENOSPC);
+    snprintf(name, sizeof(name), "already watches %d segments", SEGMENT_GUARD_MAX);
+    if (strstr(err.message, segs[SEGMENT_GUARD_MAX].path) == NULL ||
+        strstr(err.message, name) == NULL)
+        fail_msg("unexpected message: '%s'", err.message);
+    segment_close(&segs[1]);
+    assert_int_equal(segment_guard_watch(&segs[SEGMENT_GUARD_MAX], NULL, &err), 0);
+    for (i = 0; i <= SEGMENT_GUARD_MAX; i++)
+        segment_destroy(&segs[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1171,6 +1293,8 @@ int main(void)
         cmocka_unit_test_setup(test_memfd_create, test_setup),
         cmocka_unit_test_setup(test_memfd_readonly_reopen, test_setup),
         cmocka_unit_test_setup(test_memfd_reserve_fails, test_setup),
+        cmocka_unit_test_setup(test_guard_several, test_setup),
+        cmocka_unit_test_setup(test_guard_watch_unwatch, test_setup),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);
