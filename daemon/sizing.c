@@ -488,7 +488,7 @@ int sizing_report(const struct config *cfg, FILE *out)
      * container, when memory has the room. */
     if (failing_shm > 0 && s.mem_known && !cgroup_over && memfd_need + failing_shm <= room) {
         fprintf(out, "- or, with no change to %s: back the pools that do not fit with "
-                     "memory (it has %s room), which needs no room in /dev/shm:\n",
+                     "memory (it has %s room), which takes no room in any file system:\n",
                 s.where == HOST_BARE ? "the mounts" : "the container",
                 shmb_format_bytes(room, b[0], sizeof(b[0])));
         for (j = 0; j < s.n_pools; j++)
