@@ -237,6 +237,15 @@ static void test_v1_namespace_root(void **state)
     assert_int_equal(host_memory_at(root, &m, &err), 0);
     assert_true(m.has_cgroup_limit);
     assert_int_equal(host_memory_room(&m), 384 * MIB);
+
+    /* A path outside the mount's root names no directory of this mount,
+     * even when one of that name is there. */
+    put_v1("/docker/abc", "/other");
+    put("/sys/fs/cgroup/memory/other/memory.limit_in_bytes", "1048576\n");
+    put("/sys/fs/cgroup/memory/other/memory.usage_in_bytes", "0\n");
+    assert_int_equal(host_memory_at(root, &m, &err), 0);
+    assert_int_equal(m.cgroup_limit, 512 * MIB);
+    assert_string_equal(m.cgroup_path, "/sys/fs/cgroup/memory");
 }
 
 /* No /proc/self/cgroup, or no mount for the hierarchy it names: no cgroup,
