@@ -441,11 +441,15 @@ int sizing_report(const struct config *cfg, FILE *out)
         return rc;
     }
     if (n_bad > 0) {
-        fprintf(out, "Summary: %u of %u pool%s does NOT fit:", n_bad, s.n_pools,
-                s.n_pools == 1 ? "" : "s");
+        bool listed = false;
+
+        fprintf(out, "Summary: %u of %u pool%s %s NOT fit:", n_bad, s.n_pools,
+                s.n_pools == 1 ? "" : "s", n_bad == 1 ? "does" : "do");
         for (j = 0; j < s.n_pools; j++)
-            if (!s.pools[j].fits)
-                fprintf(out, " '%s'", s.pools[j].pc->name);
+            if (!s.pools[j].fits) {
+                fprintf(out, "%s '%s'", listed ? "," : "", s.pools[j].pc->name);
+                listed = true;
+            }
         fprintf(out, ".\n");
     } else {
         fprintf(out, "Summary: the pools do NOT fit in the memory cgroup's limit.\n");
