@@ -163,6 +163,31 @@ static void test_pools_together(void **state)
     h_pass(f);
 }
 
+/* A segment of the pool's name and size already there (a daemon that
+ * kept it, or is running) would be adopted: its pages count as the pool's
+ * own, not as space it still needs, and the report says so. */
+static void test_existing_segment(void **state)
+{
+    struct h_fix *f = *state;
+    char dir[PATH_MAX], path[PATH_MAX + 64];
+    static char data[600 * 1024];
+    struct h_run r;
+
+    small_tmpfs(f, dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/shmbt-%d-size.first", dir, (int)getpid());
+    memset(data, 1, sizeof(data));
+    assert_int_equal(h_write_file(path, data, sizeof(data)), 0);
+    check(f, &r, "--shm-dir", dir, "--pool", "first:600K", NULL);
+    h_expect_run(&r, 0, "fits (needs 0 B;", NULL);
+    h_expect_run(&r, 0, "the segment is there already, of this size", NULL);
+    h_run_free(&r);
+    check(f, &r, "--shm-dir", dir, "--pool", "first:604K", NULL);
+    h_expect_run(&r, 1, "Summary: 1 of 1 pool does NOT fit: 'first'.", NULL);
+    h_run_free(&r);
+    assert_int_equal(unlink(path), 0);
+    h_pass(f);
+}
+
 /* A memfd pool takes no room in the shm directory, however small: it is
  * weighed against memory (MemAvailable, the cgroup). One larger than the
  * memory there is does not fit. */
@@ -250,6 +275,7 @@ int main(void)
         TEST(test_kubernetes_fix),
         TEST(test_fits),
         TEST(test_pools_together),
+        TEST(test_existing_segment),
         TEST(test_memfd_against_memory),
         TEST(test_missing_dir),
         TEST(test_no_daemon_found),
