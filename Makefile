@@ -73,7 +73,8 @@ PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/proto
                proto/frames.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
-               daemon/conn.c daemon/waitq.c daemon/command.c $(CORE_SRC)
+               daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
+               $(CORE_SRC)
 LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c
 CTL_SRC     := client/shmbrokerctl.c
 
@@ -94,7 +95,7 @@ BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE)
 
 UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error \
               test_text test_conn test_tables test_command test_config_parse test_client \
-              test_frames_layout
+              test_frames_layout test_host
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
@@ -129,6 +130,9 @@ $(BUILD)/tests/test_tables: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_config_parse: $(call OBJ,tests/unit/test_config_parse.c daemon/config.c \
                                   daemon/log.c) $(CORE_OBJ) $(PROTO_OBJ)
 $(BUILD)/tests/test_config_parse: TEST_LDFLAGS = $(PKGS_LIBS)
+# Host facts over fake /proc and /sys trees; the fixes sizing prints.
+$(BUILD)/tests/test_host:    $(call OBJ,tests/unit/test_host.c daemon/host.c daemon/sizing.c \
+                              daemon/segment.c) $(BASE_OBJ)
 # The library against a fake daemon: a thread on a temporary socket.
 $(BUILD)/tests/test_client:  $(call OBJ,tests/unit/test_client.c $(LIB_SRC)) $(PROTO_OBJ)
 $(BUILD)/tests/test_client: TEST_LDFLAGS = $(PKGS_LIBS) -lpthread
@@ -138,7 +142,7 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              test_bounds test_startup test_adopt \
              test_ids test_many test_ctl_output test_hostile_rw test_idle test_config \
              test_fork test_threads test_library \
-             soak test_cases test_frames
+             soak test_cases test_frames test_sizing
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)

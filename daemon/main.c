@@ -21,6 +21,7 @@
 #include "notify.h"
 #include "segment.h"
 #include "server.h"
+#include "sizing.h"
 #include "store.h"
 
 struct daemon {
@@ -856,6 +857,8 @@ int main(int argc, char **argv)
     }
     case CONFIG_REMOVE_SEGMENT:
         return daemon_remove_segment_only(&d.cfg);
+    case CONFIG_SIZING:
+        return sizing_report(&d.cfg, stdout);
     }
     log_active_level = d.cfg.log_level;
     d.argc = argc;
