@@ -263,20 +263,34 @@ static int segment_join_path(char *out, size_t len, const char *dir, const char 
     return 0;
 }
 
+int segment_check_space_reclaim(const char *dir, uint64_t required, uint64_t reclaim,
+                                uint64_t *free_bytes, struct shmb_error *err)
+{
+    return segment_space(dir, required, reclaim, free_bytes, err);
+}
+
+uint64_t segment_reclaimable(const char *dir, const char *name)
+{
+    char path[PATH_MAX];
+    struct stat st;
+
+    if (segment_join_path(path, sizeof(path), dir, name, NULL) < 0)
+        return 0;
+    /* Its pages return only if nothing else links it. */
+    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1)
+        return (uint64_t)st.st_blocks * 512;
+    return 0;
+}
+
 int segment_check_replace(const char *dir, const char *name, uint64_t required,
                           struct shmb_error *err)
 {
     char path[PATH_MAX];
-    struct stat st;
-    uint64_t reclaim = 0;
     int rc;
 
     if ((rc = segment_join_path(path, sizeof(path), dir, name, err)) < 0)
         return rc;
-    /* Its pages return only if nothing else links it. */
-    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1)
-        reclaim = (uint64_t)st.st_blocks * 512;
-    return segment_space(dir, required, reclaim, NULL, err);
+    return segment_space(dir, required, segment_reclaimable(dir, name), NULL, err);
 }
 
 /* Open the read-only descriptor that read-only clients receive: a PROT_WRITE
@@ -793,8 +807,12 @@ static int segment_check_removable(const char *path, bool damaged, uint64_t *byt
     if (!damaged && (n != (ssize_t)sizeof(hdr) || hdr.magic != SHMB_SEGMENT_MAGIC))
         return shmb_error_set(err, -EEXIST, "%s is not a shmbroker segment; left alone.",
                               path);
-    if ((rc = segment_check_owner(&st, path, err)) < 0)
-        return shmb_error_set(err, rc, "%s Left alone.", err->message);
+    if ((rc = segment_check_owner(&st, path, err)) < 0) {
+        char was[SHMB_ERROR_MSG_MAX];
+
+        snprintf(was, sizeof(was), "%s", err->message);
+        return shmb_error_set(err, rc, "%s Left alone.", was);
+    }
     if (stat(path, &now) != 0 || now.st_dev != st.st_dev || now.st_ino != st.st_ino)
         return shmb_error_set(err, -EBUSY, "%s was replaced while it was checked; left alone.",
                               path);

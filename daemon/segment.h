@@ -56,6 +56,15 @@ struct segment {
 int segment_check_space(const char *dir, uint64_t required, uint64_t *free_bytes,
                         struct shmb_error *err);
 
+/* segment_check_space counting reclaim bytes as free (the files of
+ * segments about to be replaced), with the same message. */
+int segment_check_space_reclaim(const char *dir, uint64_t required, uint64_t reclaim,
+                                uint64_t *free_bytes, struct shmb_error *err);
+
+/* The bytes removing dir/name would give back: its blocks, when it is a
+ * regular file nothing else links; else 0. */
+uint64_t segment_reclaimable(const char *dir, const char *name);
+
 /* segment_check_space for a segment that replaces dir/name (--fresh): the
  * space that file holds counts as free, so the check can run before the old
  * segment is removed. */
