@@ -594,7 +594,7 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
      * the segments as they were. */
     if ((rc = daemon_open_stop_with(d, err)) < 0)
         return rc;
-    if (!d->activated && (stale = server_probe(d->cfg.socket_path, err)) < 0)
+    if (!d->activated && (rc = stale = server_probe(d->cfg.socket_path, err)) < 0)
         goto fail_stop_with;
     if ((rc = daemon_plan_pools(d, err)) < 0)
         goto fail_stop_with;
