@@ -273,9 +273,9 @@ static void print_pool(const shmb_stats_t *st, int with_pool, int with_clients)
 }
 
 /* status, plain: one view of the figures. A daemon of one pool gets the view
- * it always had; with --pool, that pool, named; otherwise every pool, each
- * with its own bar, objects, clients and blocker, after the daemon's line
- * and its clients in all. */
+ * it always had; with --pool, that pool, named (its clients: the pool's);
+ * otherwise every pool, each with its own bar, objects, clients and
+ * blocker, after the daemon's line and its clients in all. */
 static int print_status(shmb_t *c, const struct ctl *ctl)
 {
     static char e[ESC_MAX];
@@ -283,14 +283,17 @@ static int print_status(shmb_t *c, const struct ctl *ctl)
     char b[32];
     size_t i, n = 0;
 
-    if (shmb_stats(c, &st) < 0 ||
-        (ctl->pool == NULL && shmb_stats_pools(c, &pools, &n) < 0))
+    if (shmb_stats(c, &st) < 0 || shmb_stats_pools(c, &pools, &n) < 0)
         return fail(c);
     printf("shmbrokerd %s, pid %lld, up %s\n", esc(st.version, e, ESC_MAX),
            (long long)st.pid, format_uptime(st.uptime_s, b, sizeof(b)));
     printf("socket    %s\n", esc(shmb_socket_path(ctl->socket_path), e, ESC_MAX));
-    if (n <= 1) {
-        print_pool(&st, ctl->pool != NULL, 1);
+    if (ctl->pool != NULL) {
+        for (i = 0; i < n && strcmp(pools[i].pool, st.pool) != 0; i++)
+            ;
+        print_pool(i < n ? &pools[i] : &st, 1, 1);
+    } else if (n <= 1) {
+        print_pool(&st, 0, 1);
     } else {
         printf("clients   %llu in all, %zu pools\n", (unsigned long long)st.clients, n);
         for (i = 0; i < n; i++) {
