@@ -274,15 +274,23 @@ static void fake_stop(struct fake *f)
     free(f);
 }
 
-static shmb_t *connect_to(struct fake *f)
+/* A handle connected to f, to pool when not NULL (shmb_set_pool). */
+static shmb_t *connect_pool(struct fake *f, const char *pool)
 {
     shmb_t *c = shmb_new();
 
     assert_non_null(c);
     shmb_set_populate(c, 0);
+    if (pool != NULL)
+        shmb_set_pool(c, pool);
     if (shmb_connect(c, f->path, "unit") != 0)
         fail_msg("shmb_connect: %s: %s", shmb_errname(c), shmb_errmsg(c));
     return c;
+}
+
+static shmb_t *connect_to(struct fake *f)
+{
+    return connect_pool(f, NULL);
 }
 
 /* How many descriptors this process has open. */
@@ -428,13 +436,10 @@ static const char *hello_pool(const char *line, char *buf, size_t len)
 static void test_pool_hello(void **state)
 {
     struct fake *f = fake_start_ex(HELLO_POOL_REPLY, 1, NULL, 0, false);
-    shmb_t *c = shmb_new();
+    shmb_t *c = connect_pool(f, "frames");
     char buf[64];
 
     (void)state;
-    shmb_set_populate(c, 0);
-    shmb_set_pool(c, "frames");
-    assert_int_equal(shmb_connect(c, f->path, "unit"), 0);
     assert_string_equal(hello_pool(f->hellos[0], buf, sizeof(buf)), "frames");
     assert_string_equal(shmb_info(c)->pool, "frames");
     assert_string_equal(shmb_info(c)->backing, "memfd");
@@ -449,12 +454,10 @@ static void test_pool_hello(void **state)
 static void test_pool_default(void **state)
 {
     struct fake *f = fake_start_ex(NULL, 2, NULL, 0, false);
-    shmb_t *c = shmb_new();
+    shmb_t *c = connect_pool(f, NULL);
     char buf[64];
 
     (void)state;
-    shmb_set_populate(c, 0);
-    assert_int_equal(shmb_connect(c, f->path, "unit"), 0);
     assert_string_equal(hello_pool(f->hellos[0], buf, sizeof(buf)), "(none)");
     assert_string_equal(shmb_info(c)->pool, "");
     assert_string_equal(shmb_info(c)->backing, "");
@@ -471,13 +474,10 @@ static void test_pool_default(void **state)
 static void test_pool_reconnect(void **state)
 {
     struct fake *f = fake_start_ex(HELLO_POOL_REPLY, 2, NULL, 0, false);
-    shmb_t *c = shmb_new();
+    shmb_t *c = connect_pool(f, "frames");
     char buf[64];
 
     (void)state;
-    shmb_set_populate(c, 0);
-    shmb_set_pool(c, "frames");
-    assert_int_equal(shmb_connect(c, f->path, "unit"), 0);
     assert_int_equal(shmb_reconnect(c), 0);
     assert_string_equal(hello_pool(f->hellos[0], buf, sizeof(buf)), "frames");
     assert_string_equal(hello_pool(f->hellos[1], buf, sizeof(buf)), "frames");
@@ -506,10 +506,7 @@ static void test_pool_name_length(void **state)
     shmb_close(c);
 
     f = fake_start_ex(NULL, 1, NULL, 0, false);
-    c = shmb_new();
-    shmb_set_populate(c, 0);
-    shmb_set_pool(c, name32);
-    assert_int_equal(shmb_connect(c, f->path, "unit"), 0);
+    c = connect_pool(f, name32);
     assert_string_equal(hello_pool(f->hellos[0], buf, sizeof(buf)), name32);
     shmb_close(c);
     fake_stop(f);
