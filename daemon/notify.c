@@ -4,6 +4,7 @@
 #include "notify.h"
 
 #include "../proto/error.h"
+#include "../proto/sock.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -48,39 +49,21 @@ bool notify_init(void)
 /* One datagram of msg, with fd attached when it is not -1. */
 static int notify_datagram(const char *msg, int fd)
 {
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } control;
-    struct iovec iov = {.iov_base = (void *)msg, .iov_len = strlen(msg)};
-    struct msghdr mh = {
-        .msg_name = &notify_addr,
-        .msg_namelen = notify_len,
-        .msg_iov = &iov,
-        .msg_iovlen = 1,
-    };
     ssize_t n;
     int sock, saved;
 
-    if (fd >= 0) {
-        struct cmsghdr *cm;
-
-        memset(&control, 0, sizeof(control));
-        mh.msg_control = control.buf;
-        mh.msg_controllen = sizeof(control.buf);
-        cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-    }
     sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (sock < 0)
         return -errno;
-    n = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    saved = errno;
+    if (connect(sock, (struct sockaddr *)&notify_addr, notify_len) != 0)
+        n = -errno;
+    else if (fd >= 0)
+        n = shmb_sock_send_fd(sock, msg, strlen(msg), fd);
+    else
+        n = send(sock, msg, strlen(msg), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 ? -errno : 0;
+    saved = n < 0 ? (int)-n : 0;
     close(sock);
-    return n < 0 ? -saved : 0;
+    return -saved;
 }
 
 int notify_send(const char *fmt, ...)
