@@ -842,7 +842,8 @@ static void test_pool_memfd(void **state)
     pc_check(&p, "bigger", 3000000, 2, false);
     st = pc_stats(&p);
     assert_string_equal(h_str(st, "shm_dir"), "");
-    assert_string_equal(h_str(st, "backing"), "memfd");
+    assert_string_equal(h_str(pools_entry(st, "mem"), "backing"), "memfd");
+    assert_string_equal(h_str(pools_entry(st, "mem"), "shm_dir"), "");
     json_decref(st);
     assert_int_equal(dir_entries(dir), 0);
     pc_close(&p);
