@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -496,6 +497,8 @@ static const struct ctl_cmd ctl_cmds[] = {
     {"get", 1, 2, NULL, key_prepare, cmd_get, "get KEY [FILE|-]",
      "write KEY's bytes to FILE (default: standard output)"},
     {"rm", 1, 1, NULL, key_prepare, cmd_rm, "rm KEY", "delete KEY"},
+    {"check", 0, 0, NULL, NULL, NULL, "check [DAEMON FLAG]...",
+     "would the daemon's pools fit here? (shmbrokerd --check; 0 yes, 1 no)"},
 };
 
 /* The command table's usage and help lines, aligned as one table. */
@@ -518,6 +521,61 @@ static void usage(FILE *out)
         "opened, 69 daemon unreachable, 73 output file cannot be created, 74 file I/O error.\n"
         "Put '--' before a key that starts with '-'.\n",
         SHMB_SOCKET_ENV, SHMB_DEFAULT_SOCKET);
+}
+
+/* check: run shmbrokerd --check with the daemon flags given, the
+ * shmbrokerd installed beside this shmbrokerctl first (the pair from one
+ * build or package), else $SHMBROKERD, else PATH's. Returns only when none
+ * could be run: 127 when none was found, 126 when one could not be run. */
+static int cmd_check(int argc, char **argv)
+{
+    char self[PATH_MAX], beside[PATH_MAX + 16];
+    const char *env = getenv("SHMBROKERD");
+    char **args = calloc((size_t)argc + 3, sizeof(*args));
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    int saved = 0;
+
+    if (args == NULL) {
+        fprintf(stderr, "shmbrokerctl: out of memory\n");
+        return EXIT_ERROR_REPLY;
+    }
+    args[0] = "shmbrokerd";
+    args[1] = "--check";
+    memcpy(args + 2, argv, (size_t)argc * sizeof(*args));
+    fflush(stdout);
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+
+        if (slash != NULL) {
+            *slash = '\0';
+            snprintf(beside, sizeof(beside), "%s/shmbrokerd", self);
+            if (access(beside, X_OK) == 0) {
+                execv(beside, args);
+                saved = errno;
+            }
+        }
+    }
+    if (saved == 0 && env != NULL && env[0] != '\0') {
+        execv(env, args);
+        saved = errno;
+    }
+    if (saved == 0) {
+        execvp("shmbrokerd", args);
+        if (errno != ENOENT)
+            saved = errno;
+    }
+    free(args);
+    if (saved != 0) {
+        fprintf(stderr, "shmbrokerctl: cannot run shmbrokerd: %s\n", strerror(saved));
+        return 126;
+    }
+    fprintf(stderr,
+            "shmbrokerctl: check runs shmbrokerd --check, but no shmbrokerd was found beside "
+            "shmbrokerctl (%s), in $SHMBROKERD or in PATH. Install shmbrokerd, or set "
+            "SHMBROKERD=/path/to/shmbrokerd.\n",
+            n > 0 ? self : "?");
+    return 127;
 }
 
 /* The row of the command called name, or NULL. */
@@ -593,6 +651,9 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     name = argv[optind++];
+    /* check starts the daemon's own check: its flags are shmbrokerd's. */
+    if (strcmp(name, "check") == 0)
+        return cmd_check(argc - optind, argv + optind);
     cmd = find_cmd(name);
     if (cmd != NULL && cmd->options != NULL && (rc = cmd->options(&ctl, argc, argv)) != 0)
         return rc;

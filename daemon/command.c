@@ -5,6 +5,7 @@
 
 #include "../proto/alloc.h"
 #include "../proto/text.h"
+#include "host.h"
 #include "log.h"
 
 #include <errno.h>
@@ -86,13 +87,14 @@ static int command_set(struct command_call *call, const char *field, json_t *val
  * and pass its descriptor. */
 static int cmd_hello(struct command_call *call)
 {
-    const struct segment *seg = call->env->segment;
-    const char *name = NULL, *mode = "rw";
+    const char *name = NULL, *mode = "rw", *pool_name = NULL;
+    const struct segment *seg;
+    struct pool *pool;
     json_int_t version = 0;
     int rc;
 
-    if ((rc = command_unpack(call, "{s:I, s?s, s?s}", "version",
-                             &version, "name", &name, "mode", &mode)) < 0)
+    if ((rc = command_unpack(call, "{s:I, s?s, s?s, s?s}", "version", &version, "name",
+                             &name, "mode", &mode, "pool", &pool_name)) < 0)
         return rc;
     if (version != SHMB_PROTOCOL_VERSION)
         return shmb_error_set(&call->err, -EPROTO,
@@ -108,6 +110,20 @@ static int cmd_hello(struct command_call *call)
             "\"mode\" must be \"rw\" (read-write) or \"ro\" (read-only), "
             "not \"%.32s\".",
             mode);
+    pool = call->env->pools->pools[0];
+    if (pool_name != NULL && (pool = pool_find(call->env->pools, pool_name)) == NULL) {
+        char names[CONFIG_MAX_POOLS * (CONFIG_POOL_NAME_MAX + 2)];
+
+        pool_names(call->env->pools, names, sizeof(names));
+        return shmb_error_set(&call->err, -ENOENT,
+                              "No pool '%.*s' in this shmbrokerd; its pools are: %s.",
+                              CONFIG_POOL_NAME_MAX + 8, pool_name, names);
+    }
+    if ((rc = pool_check_access(pool, call->client->uid, call->client->gid,
+                                call->client->groups, call->client->n_groups,
+                                &call->err)) < 0)
+        return rc;
+    seg = &pool->seg;
     /* The library maps the whole file and checks its header page: refuse a
      * file a client truncated, and undo whatever a read-write client wrote in
      * the header page, before passing the descriptor. */
@@ -124,14 +140,19 @@ static int cmd_hello(struct command_call *call)
             0 ||
         (rc = command_set(
              call, "max_object_size",
-             json_integer((json_int_t)store_max_object_size(call->env->store)))) < 0 ||
+             json_integer((json_int_t)store_max_object_size(pool->store)))) < 0 ||
         (rc = command_set(call, "alignment", json_integer(SHMB_ALIGN))) < 0 ||
-        (rc = command_set(call, "mode", json_string(mode))) < 0)
+        (rc = command_set(call, "mode", json_string(mode))) < 0 ||
+        (rc = command_set(call, "pool", json_string(pool->cfg.name))) < 0 ||
+        (rc = command_set(call, "backing",
+                          json_string(pool_backing_name(pool->cfg.backing)))) < 0)
         return rc;
     /* Last, so that a failure above leaves the client as it was. */
-    call->client->holder = store_holder_new(call->env->store);
+    call->client->holder = store_holder_new(pool->store);
     if (call->client->holder == NULL)
         return shmb_error_set(&call->err, -ENOMEM, "Out of memory for a new client.");
+    call->client->pool = pool;
+    pool->clients++;
     call->client->said_hello = true;
     call->client->read_only = strcmp(mode, "ro") == 0;
     if (name != NULL) {
@@ -194,7 +215,7 @@ static int cmd_alloc(struct command_call *call)
                                     "max-pending", "uncommitted allocations")) < 0)
             return rc;
     }
-    rc = store_alloc(call->env->store, call->client->holder, key, key_len, (uint64_t)size,
+    rc = store_alloc(call->client->pool->store, call->client->holder, key, key_len, (uint64_t)size,
                      (uint32_t)readers, &ext, &call->err);
     if (rc == -ENOSPC && wait_ms > 0) {
         char why[SHMB_ERROR_MSG_MAX];
@@ -204,7 +225,7 @@ static int cmd_alloc(struct command_call *call)
              * been made, in arrival order, until the deadline. */
             if (call->wait_until_ms == 0)
                 call->wait_until_ms = clock_now_ms() + (uint64_t)wait_ms;
-            store_retract_enospc(call->env->store);
+            store_retract_enospc(call->client->pool->store);
             return -EINPROGRESS;
         }
         snprintf(why, sizeof(why), "%s", call->err.message);
@@ -245,7 +266,7 @@ static int command_key_op(struct command_call *call, command_key_fn fn)
 
     if ((rc = command_key(call, &key, &len)) < 0)
         return rc;
-    return fn(call->env->store, call->client->holder, key, len, &call->err);
+    return fn(call->client->pool->store, call->client->holder, key, len, &call->err);
 }
 
 /* store_delete in command_key_fn's shape: any client may delete. */
@@ -278,7 +299,7 @@ static int cmd_get(struct command_call *call)
     if ((rc = command_key(call, &key, &len)) < 0 ||
         (rc = command_check_cap(call, hs.pins, call->env->limits.max_pins, "max-pins",
                                 "pins")) < 0 ||
-        (rc = store_get(call->env->store, call->client->holder, key, len, &ext,
+        (rc = store_get(call->client->pool->store, call->client->holder, key, len, &ext,
                         &call->err)) < 0)
         return rc;
     return command_set_extent(call, &ext);
@@ -301,7 +322,7 @@ static int cmd_touch(struct command_call *call)
         (rc = command_check_key(call, len)) < 0 ||
         (rc = command_check_range(call, "readers", readers, 0, STORE_MAX_READERS)) < 0)
         return rc;
-    return store_touch(call->env->store, key, len, (uint32_t)readers, &call->err);
+    return store_touch(call->client->pool->store, key, len, (uint32_t)readers, &call->err);
 }
 
 static int cmd_delete(struct command_call *call)
@@ -318,7 +339,7 @@ static int cmd_contains(struct command_call *call)
     if ((rc = command_key(call, &key, &len)) < 0)
         return rc;
     return command_set(call, "exists",
-                       json_boolean(store_contains(call->env->store, key, len)));
+                       json_boolean(store_contains(call->client->pool->store, key, len)));
 }
 
 /* What list's callback writes into. */
@@ -382,7 +403,7 @@ static int cmd_list(struct command_call *call)
     if (line_lit(&call->text, "{\"ok\":true,\"objects\":[") < 0)
         cl.rc = -ENOMEM;
     else
-        store_list(call->env->store, prefix, prefix_len, (size_t)limit + 1,
+        store_list(call->client->pool->store, prefix, prefix_len, (size_t)limit + 1,
                    command_list_entry, &cl);
     if (cl.rc < 0 || line_lit(&call->text, "],\"truncated\":") < 0 ||
         line_lit(&call->text, cl.more ? "true" : "false") < 0) {
@@ -393,11 +414,13 @@ static int cmd_list(struct command_call *call)
     return 0;
 }
 
-/* What a stats reply is made of, gathered once. */
+/* What a pool's part of a stats reply is made of, gathered once. */
 struct command_stats {
     const struct command_env *env;
+    const struct pool *pool;
     struct store_stats st;
     uint64_t shm_free;
+    uint64_t clients; /* connections counted in this object */
 };
 
 /* The value of one field of the stats reply (a row of proto/stats.def): a
@@ -408,9 +431,9 @@ static json_t *command_stat(const struct command_stats *cs, enum shmb_stat_id id
     uint64_t n = 0;
 
     switch (id) {
-    case SHMB_STAT_SEGMENT: return json_string(cs->env->segment->name);
+    case SHMB_STAT_SEGMENT: return json_string(cs->pool->seg.name);
     case SHMB_STAT_VERSION: return json_string(SHMB_VERSION);
-    case SHMB_STAT_SHM_DIR: return json_string(cs->env->shm_dir);
+    case SHMB_STAT_SHM_DIR: return json_string(cs->pool->cfg.dir);
     case SHMB_STAT_BLOCKER:
         if (!st->has_blocker)
             return json_null();
@@ -418,14 +441,14 @@ static json_t *command_stat(const struct command_stats *cs, enum shmb_stat_id id
                          (json_int_t)st->blocker_pins, "readers",
                          (json_int_t)st->blocker_readers, "state",
                          store_state_name(st->blocker_state));
-    case SHMB_STAT_SIZE: n = cs->env->segment->size; break;
+    case SHMB_STAT_SIZE: n = cs->pool->seg.size; break;
     case SHMB_STAT_DATA_SIZE: n = st->data_size; break;
     case SHMB_STAT_USED: n = st->used; break;
     case SHMB_STAT_FREE: n = st->free; break;
     case SHMB_STAT_OBJECTS: n = st->objects; break;
     case SHMB_STAT_PENDING: n = st->pending; break;
     case SHMB_STAT_PINNED: n = st->pinned; break;
-    case SHMB_STAT_CLIENTS: n = cs->env->clients; break;
+    case SHMB_STAT_CLIENTS: n = cs->clients; break;
     case SHMB_STAT_MAX_OBJECT_SIZE: n = st->max_object_size; break;
     case SHMB_STAT_UPTIME_S: n = (clock_now_ms() - cs->env->started_ms) / 1000; break;
     case SHMB_STAT_PID: n = (uint64_t)getpid(); break;
@@ -443,37 +466,73 @@ static json_t *command_stat(const struct command_stats *cs, enum shmb_stat_id id
     return json_integer((json_int_t)n);
 }
 
-/* stats: the fields of proto/stats.def in its order, the counters in an
- * object of their own after the others. */
-static int cmd_stats(struct command_call *call)
+/* Fill obj with every field of proto/stats.def for pool, in its order, the
+ * counters in an object of their own after the others; then the pool's
+ * name, backing and group. clients: the connections to count. -ENOMEM. */
+static int command_pool_stats(const struct command_env *env, const struct pool *pool,
+                              uint64_t clients, json_t *obj)
 {
-    struct command_stats cs = {.env = call->env};
-    json_t *counters;
-    int i, rc;
+    struct command_stats cs = {.env = env, .pool = pool, .clients = clients};
+    json_t *counters = json_object();
+    int i;
 
-    if (command_unpack(call, "{}") < 0)
-        return call->err.code;
-    store_stats(call->env->store, &cs.st);
-    segment_check_space(call->env->shm_dir, 0, &cs.shm_free, NULL);
-    if ((counters = json_object()) == NULL)
-        return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
+    if (counters == NULL)
+        return -ENOMEM;
+    store_stats(pool->store, &cs.st);
+    if (pool->cfg.backing == POOL_BACKING_MEMFD) {
+        struct host_memory mem;
+
+        if (host_memory(&mem, NULL) == 0)
+            cs.shm_free = host_memory_room(&mem);
+    } else {
+        segment_check_space(pool->cfg.dir, 0, &cs.shm_free, NULL);
+    }
     for (i = 0; i < SHMB_STAT_COUNT; i++) {
         json_t *value = command_stat(&cs, (enum shmb_stat_id)i);
 
-        if (shmb_stat_fields[i].kind != SHMB_STATK_COUNTER) {
-            if ((rc = command_set(call, shmb_stat_fields[i].name, value)) < 0)
-                goto fail;
-        } else if (value == NULL || json_object_set_new(counters, shmb_stat_fields[i].name, value)) {
-            goto nomem;
+        if (value == NULL ||
+            json_object_set_new(shmb_stat_fields[i].kind == SHMB_STATK_COUNTER ? counters : obj,
+                                shmb_stat_fields[i].name, value) != 0) {
+            json_decref(counters);
+            return -ENOMEM;
         }
     }
-    return command_set(call, "counters", counters);
+    if (json_object_set_new(obj, "counters", counters) != 0 ||
+        json_object_set_new(obj, "pool", json_string(pool->cfg.name)) != 0 ||
+        json_object_set_new(obj, "backing",
+                            json_string(pool_backing_name(pool->cfg.backing))) != 0 ||
+        json_object_set_new(obj, "group",
+                            pool->cfg.has_group ? json_string(pool->cfg.group) : json_null()) != 0)
+        return -ENOMEM;
+    return 0;
+}
 
-nomem:
-    rc = shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
-fail:
-    json_decref(counters);
-    return rc;
+/* stats: the connection's pool at the top level (with every connection in
+ * "clients"), then every pool in "pools". */
+static int cmd_stats(struct command_call *call)
+{
+    const struct pool_set *set = call->env->pools;
+    json_t *reply, *pools;
+    unsigned i;
+
+    if (command_unpack(call, "{}") < 0)
+        return call->err.code;
+    if ((reply = command_reply_object(call)) == NULL ||
+        command_pool_stats(call->env, call->client->pool, call->env->clients, reply) < 0 ||
+        (pools = json_array()) == NULL)
+        return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
+    json_object_del(reply, "backing");
+    json_object_del(reply, "group");
+    for (i = 0; i < set->n; i++) {
+        json_t *obj = json_object();
+
+        if (obj == NULL || json_array_append_new(pools, obj) != 0 ||
+            command_pool_stats(call->env, set->pools[i], set->pools[i]->clients, obj) < 0) {
+            json_decref(pools);
+            return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
+        }
+    }
+    return command_set(call, "pools", pools);
 }
 
 /* clients: every connection with its credentials and what it holds. */
@@ -493,13 +552,14 @@ static int cmd_clients(struct command_call *call)
 
         if (cl->holder != NULL)
             store_holder_stats(cl->holder, &hs);
-        item = json_pack("{s:I, s:I, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:b}", "pid",
+        item = json_pack("{s:I, s:I, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:b, s:s}", "pid",
                          (json_int_t)cl->pid, "uid", (json_int_t)cl->uid, "gid",
                          (json_int_t)cl->gid, "name", cl->name, "mode",
                          cl->read_only ? "ro" : "rw", "pins", (json_int_t)hs.pins,
                          "pending", (json_int_t)hs.pending, "bytes_pinned",
                          (json_int_t)hs.bytes_pinned, "connected_unix",
-                         (json_int_t)cl->connected_unix, "self", cl == call->client);
+                         (json_int_t)cl->connected_unix, "self", cl == call->client, "pool",
+                         cl->pool != NULL ? cl->pool->cfg.name : "");
         if (item == NULL || json_array_append_new(list, item) != 0) {
             json_decref(list);
             return shmb_error_set(&call->err, -ENOMEM,
@@ -881,12 +941,26 @@ void command_retry(struct command_env *env, struct command_client *client,
 
 uint64_t command_room_generation(const struct command_env *env)
 {
-    return store_room_generation(env->store);
+    uint64_t sum = 0;
+    unsigned i;
+
+    for (i = 0; i < env->pools->n; i++)
+        sum += store_room_generation(env->pools->pools[i]->store);
+    return sum;
 }
 
 uint64_t command_room_wake_ms(const struct command_env *env)
 {
-    return store_lease_wake_ms(env->store);
+    uint64_t soonest = UINT64_MAX;
+    unsigned i;
+
+    for (i = 0; i < env->pools->n; i++) {
+        uint64_t t = store_lease_wake_ms(env->pools->pools[i]->store);
+
+        if (t < soonest)
+            soonest = t;
+    }
+    return soonest;
 }
 
 void command_oversized(size_t limit, struct command_result *out)
@@ -925,7 +999,11 @@ void command_client_open(struct command_env *env, struct command_client *client)
 
 void command_client_close(struct command_env *env, struct command_client *client)
 {
-    store_holder_free(env->store, client->holder);
+    if (client->pool != NULL) {
+        store_holder_free(client->pool->store, client->holder);
+        client->pool->clients--;
+        client->pool = NULL;
+    }
     client->holder = NULL;
     client->said_hello = false;
     if (!client->listed)

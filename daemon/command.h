@@ -16,7 +16,7 @@
 #include "../proto/line.h"
 #include "../proto/protocol.h"
 #include "clock.h"
-#include "segment.h"
+#include "pool.h"
 #include "store.h"
 
 /* Per-connection caps; hitting one is an EDQUOT reply naming it. */
@@ -25,15 +25,16 @@ struct command_limits {
     uint64_t max_pending; /* allocations one connection may leave uncommitted */
 };
 
+/* Supplementary groups of a peer looked at for a pool's group=. */
+#define COMMAND_MAX_GROUPS 256
+
 struct command_client;
 TAILQ_HEAD(command_clients, command_client);
 
 /* What the op table reads besides the store: the daemon's shared state.
  * Set up with command_env_init. */
 struct command_env {
-    struct store *store;
-    const struct segment *segment;
-    const char *shm_dir;
+    struct pool_set *pools;             /* pools[0] is the default pool */
     uint64_t started_ms;                /* monotonic, for uptime */
     unsigned clients;                   /* connections open now */
     struct command_clients client_list; /* every open client, newest first: the
@@ -49,13 +50,16 @@ struct command_env {
 struct command_client {
     TAILQ_ENTRY(command_client) link;   /* env->client_list, while listed */
     bool listed;
-    struct store_holder *holder;        /* created by hello, NULL before */
+    struct pool *pool;                  /* chosen by hello, NULL before */
+    struct store_holder *holder;        /* created by hello in pool's store */
     bool said_hello;
     bool read_only; /* hello said "mode":"ro" */
     char name[SHMB_NAME_MAX + 1];
     pid_t pid;
     uid_t uid;
     gid_t gid;
+    gid_t groups[COMMAND_MAX_GROUPS]; /* the peer's groups, for pools' group= */
+    size_t n_groups;
     uint64_t connected_unix; /* wall-clock seconds, for listing */
 };
 

@@ -8,6 +8,7 @@
 #include <getopt.h>
 #include <grp.h>
 #include <pwd.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,9 @@ enum config_opt {
     OPT_KEEP_SEGMENT,
     OPT_REMOVE_SEGMENT,
     OPT_CHECK_CONFIG,
-    OPT_RELOAD
+    OPT_RELOAD,
+    OPT_POOL,
+    OPT_CHECK
 };
 
 /* The whole number text starts with (digits first: no sign, no space);
@@ -84,6 +87,8 @@ static const struct option config_option_table[] = {
     {"remove-segment", no_argument, NULL, OPT_REMOVE_SEGMENT},
     {"check-config", no_argument, NULL, OPT_CHECK_CONFIG},
     {"reload", required_argument, NULL, OPT_RELOAD},
+    {"check", no_argument, NULL, OPT_CHECK},
+    {"pool", required_argument, NULL, OPT_POOL},
     {"allow-uid", required_argument, NULL, OPT_ALLOW_UID},
     {"allow-gid", required_argument, NULL, OPT_ALLOW_GID},
     {"config", required_argument, NULL, OPT_CONFIG},
@@ -231,6 +236,15 @@ static void config_usage(FILE *out)
         "  --name NAME              segment file name in --shm-dir (default %s)\n"
         "  --shm-dir DIR            shared-memory directory: a tmpfs or hugetlbfs\n"
         "                           mount (default %s)\n"
+        "  --pool NAME:SIZE[,max-object-size=BYTES][,group=GROUP]\n"
+        "         [,backing=shm|memfd|hugetlbfs][,dir=DIR]\n"
+        "                           pool NAME of SIZE, its own segment: the file\n"
+        "                           --name.NAME in --shm-dir or dir=, a memfd, or a\n"
+        "                           file on the hugetlbfs mount dir=; group= admits\n"
+        "                           only that group. Repeatable, up to %d; the first\n"
+        "                           is the default pool; a later --pool NAME replaces\n"
+        "                           the earlier one in its place. Without --pool, one\n"
+        "                           pool: the segment --name of --size in --shm-dir\n"
         "  --socket PATH            control socket (default: $%s, else\n"
         "                           %s)\n"
         "  --socket-mode MODE       octal file mode of the socket (default 0660)\n"
@@ -266,15 +280,20 @@ static void config_usage(FILE *out)
         "\n"
         "Instead of running (with the same settings, to name the same segment):\n"
         "  --check-config           check the settings and the --config file, exit\n"
+        "  --check                  report whether the pools fit here: free space,\n"
+        "                           memory and its cgroup limit, huge pages, and the\n"
+        "                           fix when they do not (exit 0 fit, 1 not, 2 bad\n"
+        "                           settings)\n"
         "  --reload PID             check them, then make the shmbrokerd running as\n"
         "                           PID re-read them (SIGHUP)\n"
         "  --remove-segment         remove the segment a stopped daemon left\n"
         "\n"
         "Sizes take K, M, G (or KiB, MiB, GiB) suffixes; all are powers of 1024.\n"
         "Times take ms, s, m or h suffixes; a bare number is seconds.\n",
-        CONFIG_DEFAULT_NAME, CONFIG_DEFAULT_SHM_DIR, SHMB_SOCKET_ENV, SHMB_DEFAULT_SOCKET,
-        CONFIG_DEFAULT_MAX_CLIENTS, CONFIG_DEFAULT_MAX_CLIENTS_PER_UID,
-        CONFIG_DEFAULT_MAX_PINS, CONFIG_DEFAULT_MAX_PENDING);
+        CONFIG_DEFAULT_NAME, CONFIG_DEFAULT_SHM_DIR, CONFIG_MAX_POOLS, SHMB_SOCKET_ENV,
+        SHMB_DEFAULT_SOCKET, CONFIG_DEFAULT_MAX_CLIENTS,
+        CONFIG_DEFAULT_MAX_CLIENTS_PER_UID, CONFIG_DEFAULT_MAX_PINS,
+        CONFIG_DEFAULT_MAX_PENDING);
 }
 
 /* Copy a string flag into a fixed buffer; -ENAMETOOLONG names the limit. */
@@ -295,28 +314,45 @@ static const struct option *config_options(void);
 
 /* Arguments built from a config file, followed by the command line's. Every
  * string in argv is a copy this struct owns (getopt may permute argv, never
- * the strings). The file's size bounds how many there are. */
+ * the strings); own keeps them in their first order, line the file line each
+ * came from (0: the command line), so that an error in a value from the file
+ * can name its line. The file's size bounds how many there are. */
 struct config_args {
-    char **argv;
+    char **argv, **own;
+    int *line;
     int argc, cap;
+    const char *file;    /* the --config file, or NULL */
+    const char *culprit; /* set by the parser: the argument an error is about */
 };
 
-/* Append one argument (copied); -ENOMEM. */
-static int config_args_add(struct config_args *a, const char *arg)
+/* Append one argument (copied), from line of the file (0: the command
+ * line); -ENOMEM. */
+static int config_args_add(struct config_args *a, const char *arg, int line)
 {
     char *copy;
 
     if (a->argc + 1 >= a->cap) {
         int cap = a->cap ? a->cap * 2 : 64;
         char **grown = shmb_realloc(a->argv, (size_t)cap * sizeof(*grown));
+        char **grown_own;
+        int *grown_line;
 
         if (grown == NULL)
             return -ENOMEM;
         a->argv = grown;
+        if ((grown_own = shmb_realloc(a->own, (size_t)cap * sizeof(*grown_own))) == NULL)
+            return -ENOMEM;
+        a->own = grown_own;
+        if ((grown_line = shmb_realloc(a->line, (size_t)cap * sizeof(*grown_line))) ==
+            NULL)
+            return -ENOMEM;
+        a->line = grown_line;
         a->cap = cap;
     }
     if ((copy = shmb_strndup(arg, strlen(arg))) == NULL)
         return -ENOMEM;
+    a->own[a->argc] = copy;
+    a->line[a->argc] = line;
     a->argv[a->argc++] = copy;
     a->argv[a->argc] = NULL;
     return 0;
@@ -327,9 +363,33 @@ static void config_args_free(struct config_args *a)
     int i;
 
     for (i = 0; i < a->argc; i++)
-        shmb_free(a->argv[i]);
+        shmb_free(a->own[i]);
     shmb_free(a->argv);
+    shmb_free(a->own);
+    shmb_free(a->line);
     memset(a, 0, sizeof(*a));
+}
+
+/* When the argument err is about (a->culprit, a pointer into one of the
+ * strings, as optarg of --flag=value is) came from a line of the file,
+ * put "FILE:LINE: " before the message, as the file's own errors have. */
+static void config_args_blame(const struct config_args *a, struct shmb_error *err)
+{
+    char message[SHMB_ERROR_MSG_MAX];
+    int i;
+
+    if (a->culprit == NULL || a->file == NULL || err == NULL || err->code == 0)
+        return;
+    for (i = 0; i < a->argc; i++) {
+        const char *s = a->own[i];
+
+        if (a->culprit >= s && a->culprit <= s + strlen(s))
+            break;
+    }
+    if (i == a->argc || a->line[i] == 0)
+        return;
+    snprintf(message, sizeof(message), "%s", err->message);
+    shmb_error_set(err, err->code, "%s:%d: %s", a->file, a->line[i], message);
 }
 
 /* Strip blanks at both ends of s in place. */
@@ -502,7 +562,7 @@ static int config_read_file(const char *path, struct config_args *a,
                 break;
         if (opt->name != NULL &&
             (strcmp(key, "check-config") == 0 || strcmp(key, "reload") == 0 ||
-             strcmp(key, "remove-segment") == 0)) {
+             strcmp(key, "remove-segment") == 0 || strcmp(key, "check") == 0)) {
             rc = shmb_error_set(err, -EINVAL,
                                 "%s:%d: '%s' is something to do instead of running, not a "
                                 "setting; give it on the command line.",
@@ -529,9 +589,9 @@ static int config_read_file(const char *path, struct config_args *a,
                 break;
             }
             if (value[0] == 'y' || value[0] == 't' || value[0] == '1')
-                rc = config_args_add(a, flag);
-        } else if ((rc = config_args_add(a, flag)) == 0) {
-            rc = config_args_add(a, value);
+                rc = config_args_add(a, flag, lineno);
+        } else if ((rc = config_args_add(a, flag, lineno)) == 0) {
+            rc = config_args_add(a, value, lineno);
         }
         if (rc == -ENOMEM)
             shmb_error_set(err, rc, "%s:%d: out of memory.", path, lineno);
@@ -539,6 +599,276 @@ static int config_read_file(const char *path, struct config_args *a,
 out:
     shmb_free(text);
     return rc;
+}
+
+/* The default largest object for a segment of size bytes: what one object
+ * can really use, since a small size leaves a data area of which the chunk
+ * header and the longest key take a good part. */
+static uint64_t config_default_max_object(uint64_t size)
+{
+    uint64_t total = segment_round_size(size);
+
+    return store_default_max_object(
+        size, total > SHMB_HEADER_PAGE ? segment_data_size(total) : 0);
+}
+
+/* The shape of a --pool value, for the messages that refuse one. */
+#define CONFIG_POOL_SHAPE                                                                \
+    "NAME:SIZE[,max-object-size=BYTES][,group=GROUP][,backing=shm|memfd|hugetlbfs]"      \
+    "[,dir=DIR]"
+/* How much of a refused --pool value a message quotes: room for the rest. */
+#define CONFIG_POOL_QUOTE_MAX 200
+
+/* Refuse the --pool value arg: "--pool ARG: " and what is wrong. */
+static int config_pool_error(struct shmb_error *err, const char *arg, const char *fmt,
+                             ...) __attribute__((format(printf, 3, 4)));
+static int config_pool_error(struct shmb_error *err, const char *arg, const char *fmt,
+                             ...)
+{
+    char what[SHMB_ERROR_MSG_MAX];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    return shmb_error_set(err, -EINVAL, "--pool %.*s%s: %s", CONFIG_POOL_QUOTE_MAX, arg,
+                          strlen(arg) > CONFIG_POOL_QUOTE_MAX ? "..." : "", what);
+}
+
+/* A pool name: 1 to CONFIG_POOL_NAME_MAX of [A-Za-z0-9_-], since it is
+ * part of a file name and a metric label. */
+static bool config_pool_name_ok(const char *name)
+{
+    size_t len = strlen(name);
+
+    return len >= 1 && len <= CONFIG_POOL_NAME_MAX &&
+           strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                        "0123456789_-") == len;
+}
+
+/* Parse one --pool value into *p. What depends on other flags (the segment's
+ * name, shm's default dir, the default max object size) is left for
+ * config_resolve_pools, since --name may come after --pool. */
+static int config_parse_pool(const char *arg, struct pool_config *p,
+                             struct shmb_error *err)
+{
+    enum { KEY_MAX_OBJECT, KEY_GROUP, KEY_BACKING, KEY_DIR, KEY_COUNT };
+    static const char *const keys[KEY_COUNT] = {"max-object-size", "group", "backing",
+                                                "dir"};
+    static const char *const placeholders[KEY_COUNT] = {"BYTES", "GROUP",
+                                                        "shm|memfd|hugetlbfs", "DIR"};
+    bool seen[KEY_COUNT] = {false};
+    char buf[CONFIG_LINE_MAX + 1], *name, *size, *opts;
+    size_t len = strlen(arg);
+    id_t gid;
+
+    memset(p, 0, sizeof(*p));
+    p->backing = POOL_BACKING_SHM;
+    if (len == 0)
+        return shmb_error_set(err, -EINVAL,
+                              "--pool must not be empty: expected " CONFIG_POOL_SHAPE
+                              ", for example --pool cache:4G,max-object-size=256M.");
+    if (len > CONFIG_LINE_MAX)
+        return config_pool_error(err, arg,
+                                 "the value is %zu bytes long; it may have at "
+                                 "most %d.",
+                                 len, CONFIG_LINE_MAX);
+    memcpy(buf, arg, len + 1);
+    if ((size = strchr(buf, ':')) == NULL)
+        return config_pool_error(err, arg,
+                                 "expected " CONFIG_POOL_SHAPE
+                                 ", for example --pool cache:4G,max-object-size=256M.");
+    *size++ = '\0';
+    if ((opts = strchr(size, ',')) != NULL)
+        *opts++ = '\0';
+    name = config_trim(buf);
+    size = config_trim(size);
+    if (!config_pool_name_ok(name))
+        return config_pool_error(
+            err, arg,
+            "the pool name '%.64s' must be 1 to %d letters, digits, "
+            "'_' or '-' (it becomes part of the segment's file name), "
+            "for example --pool cache:4G.",
+            name, CONFIG_POOL_NAME_MAX);
+    memcpy(p->name, name, strlen(name) + 1);
+    if (config_parse_size(size, &p->size) < 0)
+        return config_pool_error(
+            err, arg,
+            "invalid size '%.32s': expected bytes with an optional K, "
+            "M or G (KiB, MiB, GiB) suffix after the name, for example "
+            "--pool %s:256M.",
+            size, p->name);
+    while (opts != NULL) {
+        char *key = opts, *value = NULL, *eq;
+        int k;
+
+        if ((opts = strchr(key, ',')) != NULL)
+            *opts++ = '\0';
+        if ((eq = strchr(key, '=')) != NULL) {
+            *eq = '\0';
+            value = config_trim(eq + 1);
+        }
+        key = config_trim(key);
+        if (key[0] == '\0' && value == NULL)
+            return config_pool_error(
+                err, arg,
+                "an empty option (two commas in a row, or one at the "
+                "end); expected " CONFIG_POOL_SHAPE ".");
+        for (k = 0; k < KEY_COUNT; k++)
+            if (strcmp(key, keys[k]) == 0)
+                break;
+        if (k == KEY_COUNT)
+            return config_pool_error(err, arg,
+                                     "unknown option '%.32s'; a pool takes "
+                                     "max-object-size=, group=, backing= and dir=: "
+                                     "expected " CONFIG_POOL_SHAPE ".",
+                                     key);
+        if (value == NULL || value[0] == '\0')
+            return config_pool_error(err, arg, "%s has no value; write %s=%s.", key, key,
+                                     placeholders[k]);
+        if (seen[k])
+            return config_pool_error(err, arg, "%s= is given twice; give it once.", key);
+        seen[k] = true;
+        switch (k) {
+        case KEY_MAX_OBJECT:
+            if (config_parse_size(value, &p->max_object_size) < 0)
+                return config_pool_error(
+                    err, arg,
+                    "invalid max-object-size '%.32s': expected bytes "
+                    "with an optional K, M or G (KiB, MiB, GiB) "
+                    "suffix, for example max-object-size=64M.",
+                    value);
+            break;
+        case KEY_GROUP:
+            if (strlen(value) > CONFIG_GROUP_NAME_MAX ||
+                config_parse_id(value, false, &gid) < 0)
+                return config_pool_error(
+                    err, arg,
+                    "no group '%.64s' on this host; give the name of "
+                    "an existing group (getent group lists them) or "
+                    "a gid.",
+                    value);
+            p->has_group = true;
+            p->gid = (gid_t)gid;
+            memcpy(p->group, value, strlen(value) + 1);
+            break;
+        case KEY_BACKING:
+            if (strcmp(value, "shm") == 0)
+                p->backing = POOL_BACKING_SHM;
+            else if (strcmp(value, "memfd") == 0)
+                p->backing = POOL_BACKING_MEMFD;
+            else if (strcmp(value, "hugetlbfs") == 0)
+                p->backing = POOL_BACKING_HUGETLBFS;
+            else
+                return config_pool_error(err, arg,
+                                         "unknown backing '%.32s': expected shm (a file "
+                                         "in --shm-dir or dir=), memfd (memory with no "
+                                         "file, not limited by /dev/shm) or hugetlbfs (a "
+                                         "file on the hugetlbfs mount dir=).",
+                                         value);
+            break;
+        case KEY_DIR:
+            if (strlen(value) >= sizeof(p->dir))
+                return config_pool_error(err, arg, "dir= is longer than %zu bytes.",
+                                         sizeof(p->dir) - 1);
+            memcpy(p->dir, value, strlen(value) + 1);
+            break;
+        }
+    }
+    if (p->backing == POOL_BACKING_HUGETLBFS && p->dir[0] == '\0')
+        return config_pool_error(err, arg,
+                                 "a hugetlbfs pool needs dir=, the hugetlbfs mount (e.g. "
+                                 "dir=/dev/hugepages).");
+    if (p->backing == POOL_BACKING_MEMFD && p->dir[0] != '\0')
+        return config_pool_error(err, arg,
+                                 "a memfd pool has no directory (its memory has no file "
+                                 "name anywhere); drop dir=, or use backing=shm to put "
+                                 "the pool in that directory.");
+    return 0;
+}
+
+/* Add the pool of one --pool value to cfg: a pool of a name already given
+ * replaces that one in its place (so the command line overrides the file and
+ * the order stays the file's); origin[i] remembers the value of pools[i] for
+ * the errors config_resolve_pools finds later. */
+static int config_add_pool(struct config *cfg, const char *arg, const char **origin,
+                           struct shmb_error *err)
+{
+    struct pool_config p;
+    unsigned i;
+
+    if (config_parse_pool(arg, &p, err) < 0)
+        return -EINVAL;
+    for (i = 0; i < cfg->n_pools; i++)
+        if (strcmp(cfg->pools[i].name, p.name) == 0)
+            break;
+    if (i == CONFIG_MAX_POOLS)
+        return config_pool_error(err, arg,
+                                 "more than %d pools; shmbrokerd serves at most %d (a "
+                                 "--pool of a name given before replaces that pool and "
+                                 "does not count).",
+                                 CONFIG_MAX_POOLS, CONFIG_MAX_POOLS);
+    cfg->pools[i] = p;
+    origin[i] = arg;
+    if (i == cfg->n_pools)
+        cfg->n_pools++;
+    cfg->pools_declared = true;
+    return 0;
+}
+
+/* Once every flag is read: without --pool, the one implicit pool that is
+ * today's segment (its max object size is set with cfg's); with pools, each
+ * one's segment name, default directory and max object size. On an error,
+ * *culprit is the --pool value it is about. */
+static int config_resolve_pools(struct config *cfg, const char *const *origin,
+                                const char **culprit, struct shmb_error *err)
+{
+    struct pool_config *p = &cfg->pools[0];
+    size_t len;
+    unsigned i;
+
+    if (!cfg->pools_declared) {
+        memset(p, 0, sizeof(*p));
+        /* A --name longer than a pool name is cut, on a UTF-8 character's
+         * boundary: the pool's name is only a label; the segment keeps it
+         * whole. */
+        len = strlen(cfg->name);
+        if (len > CONFIG_POOL_NAME_MAX) {
+            len = CONFIG_POOL_NAME_MAX;
+            while (len > 0 && ((unsigned char)cfg->name[len] & 0xC0) == 0x80)
+                len--;
+        }
+        memcpy(p->name, cfg->name, len);
+        p->name[len] = '\0';
+        p->size = cfg->size;
+        p->backing = POOL_BACKING_SHM;
+        memcpy(p->dir, cfg->shm_dir, sizeof(p->dir));
+        memcpy(p->segment, cfg->name, sizeof(p->segment));
+        cfg->n_pools = 1;
+        return 0;
+    }
+    for (i = 0; i < cfg->n_pools; i++) {
+        p = &cfg->pools[i];
+        if (strlen(cfg->name) + 1 + strlen(p->name) > NAME_MAX) {
+            *culprit = origin[i];
+            return config_pool_error(
+                err, origin[i],
+                "its segment file, --name '%.64s%s' and '.%s', would "
+                "be longer than %d bytes; choose a shorter --name.",
+                cfg->name, strlen(cfg->name) > 64 ? "..." : "", p->name, NAME_MAX);
+        }
+        len = strlen(cfg->name);
+        memcpy(p->segment, cfg->name, len);
+        p->segment[len] = '.';
+        memcpy(p->segment + len + 1, p->name, strlen(p->name) + 1);
+        if (p->backing == POOL_BACKING_SHM && p->dir[0] == '\0')
+            memcpy(p->dir, cfg->shm_dir, sizeof(p->dir));
+        if (p->max_object_size == 0)
+            p->max_object_size = cfg->max_object_size != 0
+                                     ? cfg->max_object_size
+                                     : config_default_max_object(p->size);
+    }
+    return 0;
 }
 
 /* The --config file named on the command line, or NULL. */
@@ -557,7 +887,7 @@ static const char *config_find_file(int argc, char **argv)
     return NULL;
 }
 
-static enum config_action config_parse_args(struct config *cfg, int argc, char **argv,
+static enum config_action config_parse_args(struct config *cfg, struct config_args *a,
                                             struct shmb_error *err);
 
 enum config_action config_parse(struct config *cfg, int argc, char **argv,
@@ -569,13 +899,16 @@ enum config_action config_parse(struct config *cfg, int argc, char **argv,
     int i;
 
     memset(&a, 0, sizeof(a));
-    if (config_args_add(&a, argc > 0 ? argv[0] : "shmbrokerd") < 0 ||
+    a.file = file;
+    if (config_args_add(&a, argc > 0 ? argv[0] : "shmbrokerd", 0) < 0 ||
         (file != NULL && config_read_file(file, &a, err) < 0))
         goto out;
     for (i = 1; i < argc; i++)
-        if (config_args_add(&a, argv[i]) < 0)
+        if (config_args_add(&a, argv[i], 0) < 0)
             goto out;
-    action = config_parse_args(cfg, a.argc, a.argv, err);
+    action = config_parse_args(cfg, &a, err);
+    if (action == CONFIG_EXIT_USAGE)
+        config_args_blame(&a, err);
     if (action == CONFIG_RUN && file != NULL)
         snprintf(cfg->config_file, sizeof(cfg->config_file), "%s", file);
 out:
@@ -585,10 +918,12 @@ out:
     return action;
 }
 
-static enum config_action config_parse_args(struct config *cfg, int argc, char **argv,
+static enum config_action config_parse_args(struct config *cfg, struct config_args *a,
                                             struct shmb_error *err)
 {
-    int opt;
+    const char *pool_origin[CONFIG_MAX_POOLS];
+    char **argv = a->argv;
+    int argc = a->argc, opt;
 
     memset(cfg, 0, sizeof(*cfg));
     cfg->size = CONFIG_DEFAULT_SIZE;
@@ -616,9 +951,13 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
         uint64_t value = 0;
         int rc = 0;
 
+        /* What an error below is about, for config_args_blame. */
+        a->culprit = arg != NULL ? arg : argv[optind - 1];
         switch (opt) {
         case OPT_SIZE:
         case OPT_MAX_OBJECT:
+            if (opt == OPT_SIZE)
+                cfg->size_set = true;
             rc = config_parse_size(arg,
                                    opt == OPT_SIZE ? &cfg->size : &cfg->max_object_size);
             if (rc < 0) {
@@ -729,16 +1068,19 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
             cfg->keep_segment = true;
             break;
         case OPT_CHECK_CONFIG:
+        case OPT_CHECK:
         case OPT_REMOVE_SEGMENT:
         case OPT_RELOAD: {
             enum config_mode todo = opt == OPT_CHECK_CONFIG     ? CONFIG_CHECK
+                                    : opt == OPT_CHECK          ? CONFIG_SIZING
                                     : opt == OPT_REMOVE_SEGMENT ? CONFIG_REMOVE_SEGMENT
                                                                 : CONFIG_RELOAD;
 
             if (cfg->mode != CONFIG_SERVE && cfg->mode != todo) {
                 shmb_error_set(err, -EINVAL,
-                               "--check-config, --reload and --remove-segment each say "
-                               "what to do instead of running; give one of them.");
+                               "--check-config, --check, --reload and --remove-segment "
+                               "each say what to do instead of running; give one of "
+                               "them.");
                 return CONFIG_EXIT_USAGE;
             }
             cfg->mode = todo;
@@ -755,6 +1097,9 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
                 cfg->reload_pid = (pid_t)value;
             break;
         }
+        case OPT_POOL:
+            rc = config_add_pool(cfg, arg, pool_origin, err);
+            break;
         case OPT_ALLOW_UID:
         case OPT_ALLOW_GID:
             if (config_add_allowed(&cfg->limits, opt == OPT_ALLOW_UID, arg, err) < 0)
@@ -781,17 +1126,16 @@ static enum config_action config_parse_args(struct config *cfg, int argc, char *
             return CONFIG_EXIT_USAGE;
     }
     if (optind < argc) {
+        a->culprit = argv[optind];
         shmb_error_set(err, -EINVAL, "Unexpected argument '%s'. Try --help.",
                        argv[optind]);
         return CONFIG_EXIT_USAGE;
     }
-    if (cfg->max_object_size == 0) {
-        /* What one object can really use: a small --size leaves a data area
-         * of which the chunk header and the longest key take a good part. */
-        uint64_t total = segment_round_size(cfg->size);
-
-        cfg->max_object_size = store_default_max_object(
-            cfg->size, total > SHMB_HEADER_PAGE ? segment_data_size(total) : 0);
-    }
+    if (config_resolve_pools(cfg, pool_origin, &a->culprit, err) < 0)
+        return CONFIG_EXIT_USAGE;
+    if (cfg->max_object_size == 0)
+        cfg->max_object_size = config_default_max_object(cfg->size);
+    if (!cfg->pools_declared)
+        cfg->pools[0].max_object_size = cfg->max_object_size;
     return CONFIG_RUN;
 }

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "../proto/alloc.h"
@@ -364,7 +365,7 @@ static void conn_on_writable(uv_poll_t *poll, int status, int events)
 static int conn_pass_fd(struct conn *conn)
 {
     /* Read-only clients get a descriptor that cannot be mapped for writing. */
-    const struct segment *seg = conn->set->env->segment;
+    const struct segment *seg = &conn->client.pool->seg;
     int rc = conn_send_fd(conn, conn->client.read_only ? seg->ro_fd : seg->fd);
 
     if (rc == UV_EAGAIN && (rc = conn_hold_hello(conn)) == 0)
@@ -796,6 +797,17 @@ static void conn_wait_done(struct waitq_entry *entry, struct command_result *res
     conn_after(conn, step);
 }
 
+/* The peer's supplementary groups when it connected, for a pool's group=
+ * (SO_PEERGROUPS); none when the kernel cannot say. */
+static void conn_peer_groups(int fd, struct command_client *client)
+{
+    socklen_t len = sizeof(client->groups);
+
+    client->n_groups = 0;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, client->groups, &len) == 0)
+        client->n_groups = len / sizeof(gid_t);
+}
+
 int conn_open(struct conn_set *set, int fd, pid_t pid, uid_t uid, gid_t gid)
 {
     struct conn *conn = shmb_calloc(1, sizeof(*conn));
@@ -824,6 +836,7 @@ int conn_open(struct conn_set *set, int fd, pid_t pid, uid_t uid, gid_t gid)
     conn->client.pid = pid;
     conn->client.uid = uid;
     conn->client.gid = gid;
+    conn_peer_groups(fd, &conn->client);
     conn->wait.client = &conn->client;
     conn->wait.done = conn_wait_done;
     set->count++;

@@ -19,14 +19,15 @@
 #include "config.h"
 #include "log.h"
 #include "notify.h"
+#include "pool.h"
 #include "segment.h"
 #include "server.h"
+#include "sizing.h"
 #include "store.h"
 
 struct daemon {
     struct config cfg;
-    struct segment seg;
-    struct store *store;
+    struct pool_set pools;
     struct command_env env;
     struct server server;
     uv_loop_t loop;
@@ -42,9 +43,6 @@ struct daemon {
     bool notify;         /* $NOTIFY_SOCKET is set */
     bool activated;      /* systemd passed the listening socket */
     int activated_fd;    /* ... which is ours until the server takes it, else -1 */
-    bool adopt;          /* a segment left by a dead daemon is to be adopted */
-    bool replace;        /* ... or removed first (--fresh) */
-    int64_t adopt_pid;
     bool stopping;
     int argc; /* kept for SIGHUP, which parses them again */
     char **argv;
@@ -74,18 +72,37 @@ static int daemon_open_log(const char *path, struct shmb_error *err)
     return 0;
 }
 
-/* STATUS= line for systemctl status: occupancy, objects, clients. */
+/* The occupancy of every pool together. */
+static void daemon_counts(const struct daemon *d, struct store_stats *sum)
+{
+    struct store_stats st;
+    unsigned i;
+
+    memset(sum, 0, sizeof(*sum));
+    for (i = 0; i < d->pools.n; i++) {
+        store_counts(d->pools.pools[i]->store, &st);
+        sum->used += st.used;
+        sum->data_size += st.data_size;
+        sum->objects += st.objects;
+    }
+}
+
+/* STATUS= line for systemctl status: occupancy, objects, clients, of every
+ * pool together. */
 static void daemon_on_status(uv_timer_t *timer)
 {
     struct daemon *d = timer->data;
     struct store_stats st;
-    char used[32], total[32];
+    char used[32], total[32], pools[32] = "";
 
-    store_counts(d->store, &st);
-    notify_send("STATUS=%llu%% used (%s of %s), %llu objects, %u clients",
+    daemon_counts(d, &st);
+
+    if (d->pools.n > 1)
+        snprintf(pools, sizeof(pools), " in %u pools", d->pools.n);
+    notify_send("STATUS=%llu%% used (%s of %s%s), %llu objects, %u clients",
                 st.data_size ? (unsigned long long)(st.used * 100 / st.data_size) : 0ULL,
                 shmb_format_bytes(st.used, used, sizeof(used)),
-                shmb_format_bytes(st.data_size, total, sizeof(total)),
+                shmb_format_bytes(st.data_size, total, sizeof(total)), pools,
                 (unsigned long long)st.objects, d->env.clients);
 }
 
@@ -93,6 +110,119 @@ static void daemon_on_watchdog(uv_timer_t *timer)
 {
     (void)timer;
     notify_send("WATCHDOG=1");
+}
+
+static void daemon_on_lease_expired(const char *key, size_t key_len, uint32_t reads_left,
+                                    void *arg);
+static void daemon_on_segment_broken(const char *message);
+
+/* Whether the settings name a pool of that name. */
+static bool daemon_names_pool(const struct config *cfg, const char *name)
+{
+    unsigned i;
+
+    for (i = 0; i < cfg->n_pools; i++)
+        if (strcmp(cfg->pools[i].name, name) == 0)
+            return true;
+    return false;
+}
+
+/* A pool of the settings SIGHUP read that the daemon does not have yet:
+ * checked, its space checked, opened; logged either way. */
+static struct pool *daemon_add_pool(struct daemon *d, const struct pool_config *pc)
+{
+    struct store_config scfg = {
+        .read_lease_ms = d->cfg.read_lease_ms,
+        .lease_expired = daemon_on_lease_expired,
+    };
+    struct shmb_error err = {0};
+    struct pool *p = NULL;
+    uint64_t size;
+    char h1[32];
+
+    if (pool_check_settings(pc, &size, &err) < 0 || (p = pool_new(pc, size, &err)) == NULL ||
+        pool_plan(p, false, &err) < 0 || pool_check_space(&p, 1, &err) < 0)
+        goto fail;
+    scfg.max_object_size = pc->max_object_size;
+    scfg.lease_arg = p;
+    if (pool_open(p, &scfg, daemon_on_segment_broken, &err) < 0)
+        goto fail;
+    log_info("SIGHUP: pool '%s' added: segment %s (%s, %s backing)", pc->name, p->seg.path,
+             shmb_format_bytes(p->seg.size, h1, sizeof(h1)), pool_backing_name(pc->backing));
+    return p;
+fail:
+    log_error("SIGHUP: pool '%s' not added: %s", pc->name, err.message);
+    pool_free(p);
+    return NULL;
+}
+
+/* SIGHUP: the pools of the new settings. A new one is added (with the space
+ * check); one no longer named goes if it is empty, and stays (logged) if
+ * anything is in it or connected to it; one whose size, backing, directory
+ * or largest object changed stays as it is (a restart applies that); its
+ * group applies to the next hello. The order becomes the settings'. */
+static void daemon_reload_pools(struct daemon *d, const struct config *next)
+{
+    struct pool_set old = d->pools, now = {.n = 0};
+    struct shmb_error err = {0};
+    unsigned i, unnamed = 0;
+
+    /* Pools no longer named may have to stay: room is kept for them. */
+    for (i = 0; i < old.n; i++)
+        if (!daemon_names_pool(next, old.pools[i]->cfg.name))
+            unnamed++;
+
+    for (i = 0; i < next->n_pools; i++) {
+        const struct pool_config *pc = &next->pools[i];
+        struct pool *p = pool_find(&old, pc->name);
+        uint64_t size = 0;
+
+        if (p == NULL) {
+            if (now.n + unnamed >= CONFIG_MAX_POOLS) {
+                log_error("SIGHUP: pool '%s' not added: the daemon would have more than "
+                          "%d pools (remove empty ones first)",
+                          pc->name, CONFIG_MAX_POOLS);
+                continue;
+            }
+            if ((p = daemon_add_pool(d, pc)) != NULL)
+                now.pools[now.n++] = p;
+            continue;
+        }
+        (void)pool_check_settings(pc, &size, &err);
+        if (size != p->size || pc->backing != p->cfg.backing ||
+            strcmp(pc->dir, p->cfg.dir) != 0 || strcmp(pc->segment, p->cfg.segment) != 0 ||
+            pc->max_object_size != p->cfg.max_object_size)
+            log_warn("SIGHUP: pool '%s': its size, backing, dir and max-object-size are not "
+                     "reloadable (it keeps its objects as it is); restart shmbrokerd to "
+                     "change them",
+                     pc->name);
+        p->cfg.has_group = pc->has_group;
+        p->cfg.gid = pc->gid;
+        memcpy(p->cfg.group, pc->group, sizeof(p->cfg.group));
+        p->read_lease_ms = next->read_lease_ms;
+        store_set_read_lease(p->store, next->read_lease_ms);
+        now.pools[now.n++] = p;
+    }
+    /* The pools no longer named. */
+    for (i = 0; i < old.n; i++) {
+        struct pool *p = old.pools[i];
+
+        if (pool_find(&now, p->cfg.name) == p)
+            continue;
+        if (pool_check_removable(p, &err) < 0 || now.n == 0) {
+            log_warn("SIGHUP: %s%s", now.n == 0 ? "the last pool stays: " : "",
+                     now.n == 0 ? p->cfg.name : err.message);
+            p->read_lease_ms = next->read_lease_ms;
+            store_set_read_lease(p->store, next->read_lease_ms);
+            now.pools[now.n++] = p;
+            continue;
+        }
+        log_info("SIGHUP: pool '%s' removed (it was empty); segment %s removed",
+                 p->cfg.name, p->seg.path);
+        pool_close(p, false);
+        pool_free(p);
+    }
+    d->pools = now;
 }
 
 /* SIGHUP: reopen the log and apply the settings that can change while
@@ -112,7 +242,8 @@ static void daemon_on_sighup(uv_signal_t *handle, int signum)
         log_error("SIGHUP: settings not reloaded, nothing changed: %s", err.message);
         return;
     }
-    if (next.size != d->cfg.size || next.max_object_size != d->cfg.max_object_size)
+    if (!next.pools_declared && !d->cfg.pools_declared &&
+        (next.size != d->cfg.size || next.max_object_size != d->cfg.max_object_size))
         fixed = "--size and --max-object-size";
     else if (strcmp(next.name, d->cfg.name) != 0 ||
              strcmp(next.shm_dir, d->cfg.shm_dir) != 0)
@@ -132,7 +263,7 @@ static void daemon_on_sighup(uv_signal_t *handle, int signum)
     d->cfg.max_pins = d->env.limits.max_pins = next.max_pins;
     d->cfg.max_pending = d->env.limits.max_pending = next.max_pending;
     d->cfg.read_lease_ms = next.read_lease_ms;
-    store_set_read_lease(d->store, next.read_lease_ms);
+    daemon_reload_pools(d, &next);
     d->cfg.keep_segment = next.keep_segment;
     if (next.alloc_timeout_ms != d->cfg.alloc_timeout_ms) {
         d->cfg.alloc_timeout_ms = next.alloc_timeout_ms;
@@ -149,18 +280,28 @@ static void daemon_on_sighup(uv_signal_t *handle, int signum)
 static void daemon_on_lease_expired(const char *key, size_t key_len, uint32_t reads_left,
                                     void *arg)
 {
-    const struct daemon *d = arg;
+    const struct pool *p = arg;
 
-    log_warn("object '%.*s': read lease of %llu ms ran out with %u reads still awaited; "
-             "it no longer blocks reclaim",
-             (int)key_len, key, (unsigned long long)d->cfg.read_lease_ms, reads_left);
+    if (strcmp(p->cfg.segment, p->cfg.name) != 0)
+        log_warn("pool '%s', object '%.*s': read lease of %llu ms ran out with %u reads "
+                 "still awaited; it no longer blocks reclaim",
+                 p->cfg.name, (int)key_len, key, (unsigned long long)p->read_lease_ms,
+                 reads_left);
+    else
+        log_warn("object '%.*s': read lease of %llu ms ran out with %u reads still awaited; "
+                 "it no longer blocks reclaim",
+                 (int)key_len, key, (unsigned long long)p->read_lease_ms, reads_left);
 }
 
 /* Timer: drop allocations their writers did not commit in time. */
 static void daemon_on_expiry(uv_timer_t *timer)
 {
     struct daemon *d = timer->data;
-    size_t n = store_expire_pending(d->store, d->cfg.alloc_timeout_ms);
+    size_t n = 0;
+    unsigned i;
+
+    for (i = 0; i < d->pools.n; i++)
+        n += store_expire_pending(d->pools.pools[i]->store, d->cfg.alloc_timeout_ms);
 
     d->expiry_due = 0; /* daemon_on_expiry_arm arms it for the next one */
     log_debug("expiry timer: %zu allocation(s) dropped", n);
@@ -274,214 +415,21 @@ static int daemon_watch_stop_with(struct daemon *d, struct shmb_error *err)
     return 0;
 }
 
-/* Decide what to do with a segment file already there, changing nothing:
- * adopt one left by a daemon that is gone (or replace it with --fresh),
- * refuse anything else. Every check that can refuse the start runs here,
- * before the socket is touched, so that a refused start leaves the socket
- * and the segment as they were: the owner, the header and --size of a
- * segment to adopt, the free space for a new one (for --fresh, counting the
- * space of the one it replaces). */
-static int daemon_check_segment(struct daemon *d, uint64_t size, struct shmb_error *err)
-{
-    const struct config *cfg = &d->cfg;
-    int64_t pid = 0;
-    enum segment_owner owner = segment_probe_existing(cfg->shm_dir, cfg->name, &pid);
-    int rc;
-
-    /* Never adopted, never removed (--fresh included): anything but a
-     * regular file, and a file another user could read or change (not ours,
-     * group or other bits, more than one link), whatever it holds. */
-    if (owner != SEGMENT_ABSENT && owner != SEGMENT_LIVE &&
-        (rc = segment_check_existing(cfg->shm_dir, cfg->name, err)) < 0 && rc != -ENOENT) {
-        if (rc == -EPERM || owner == SEGMENT_ORPHANED)
-            return rc;
-        /* Not a regular file; or ours but not a segment (messages below). */
-        {
-            char path[PATH_MAX + 2 * NAME_MAX];
-            struct stat st;
-
-            snprintf(path, sizeof(path), "%s/%s", cfg->shm_dir, cfg->name);
-            if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
-                return rc;
-        }
-    }
-    switch (owner) {
-    case SEGMENT_ABSENT:
-        return segment_check_space(cfg->shm_dir, size, NULL, err);
-    case SEGMENT_LIVE:
-        /* A running process holds the file's lock; the pid in the header is
-         * only a hint for the human. */
-        return shmb_error_set(err, -EBUSY,
-                              "Segment %s/%s belongs to a running shmbrokerd (pid %lld), "
-                              "which holds the segment's lock; stop it first, or choose "
-                              "another --name.",
-                              cfg->shm_dir, cfg->name, (long long)pid);
-    case SEGMENT_FOREIGN:
-        /* The header page is a hint too: a regular file of exactly the
-         * segment's size under its name, locked by nobody, is a segment whose
-         * header a read-write client damaged. It is adopted (its header
-         * rebuilt) rather than stranding its objects. */
-        if (segment_check_adoptable(cfg->shm_dir, cfg->name, size, NULL) == 0)
-            break;
-        {
-            char path[PATH_MAX + 2 * NAME_MAX];
-            struct stat st;
-
-            /* Shorter than a header page: what a client's ftruncate leaves;
-             * say so, since the user may take it for a segment of ours. */
-            snprintf(path, sizeof(path), "%s/%s", cfg->shm_dir, cfg->name);
-            if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < SHMB_HEADER_PAGE)
-                return shmb_error_set(
-                    err, -EEXIST,
-                    "%s exists with %lld bytes, less than a segment's %u-byte header: "
-                    "not a shmbroker segment, or one a client truncated. Remove it "
-                    "(nothing in it can be adopted), or choose another --name.",
-                    path, (long long)st.st_size, SHMB_HEADER_PAGE);
-        }
-        return shmb_error_set(
-            err, -EEXIST,
-            "%s/%s exists and is not a shmbroker segment; remove it, or "
-            "choose another --name.",
-            cfg->shm_dir, cfg->name);
-    case SEGMENT_ORPHANED:
-        break;
-    }
-    d->adopt_pid = pid;
-    if (cfg->fresh) {
-        d->replace = true;
-        return segment_check_replace(cfg->shm_dir, cfg->name, size, err);
-    }
-    d->adopt = true;
-    rc = segment_check_adoptable(cfg->shm_dir, cfg->name, size, err);
-    return rc < 0 ? rc : 0;
-}
-
-/* --fresh, once every check has passed: remove the segment left by a daemon
- * that is gone. */
-static int daemon_remove_segment(struct daemon *d, struct shmb_error *err)
-{
-    const struct config *cfg = &d->cfg;
-    char path[PATH_MAX + NAME_MAX + 2];
-
-    snprintf(path, sizeof(path), "%s/%s", cfg->shm_dir, cfg->name);
-    if (unlink(path) != 0 && errno != ENOENT)
-        return shmb_error_set(err, -errno, "Cannot remove stale segment %s: %s.", path,
-                              strerror(errno));
-    log_info("removed segment %s left by shmbrokerd pid %lld, which is gone (--fresh)",
-             path, (long long)d->adopt_pid);
-    return 0;
-}
-
-/* Bring back the objects of a segment left by a daemon that died. */
-static int daemon_adopt(struct daemon *d, const struct store_config *scfg, uint64_t size,
-                        struct shmb_error *err)
-{
-    struct store_adopt_report report;
-    char h1[32];
-    int rc;
-
-    if ((rc = segment_adopt(&d->seg, d->cfg.shm_dir, d->cfg.name, size, err)) < 0)
-        return rc;
-    if (d->seg.adopt_note[0] != '\0')
-        log_warn("segment %s: %s", d->seg.path, d->seg.adopt_note);
-    /* The guard before the walk: a client may shrink the file while the
-     * daemon reads the chunk headers (they are read through segment_load). */
-    if ((rc = segment_guard_watch(&d->seg, daemon_on_segment_broken, err)) < 0) {
-        segment_close(&d->seg);
-        return rc;
-    }
-    /* Only private values: the data area's place and size come from the
-     * file's size (segment_adopt), never from the header page, which a client
-     * may change during the restart; store_adopt reads the ring cursor once
-     * and ring_adopt copies every chunk header before checking it. */
-    d->store = store_adopt(segment_data(&d->seg), d->seg.data_offset, d->seg.data_size,
-                           d->seg.hdr, scfg, &report, err);
-    if (d->store == NULL) {
-        segment_close(&d->seg);
-        return err->code;
-    }
-    if (report.corrupt)
-        log_warn("segment %s: %s", d->seg.path, report.message);
-    log_info(
-        "adopted segment %s left by shmbrokerd pid %lld: restored %llu objects (%s); "
-        "dropped %llu uncommitted, %llu freed and %llu invalid chunks",
-        d->seg.path, (long long)d->adopt_pid, (unsigned long long)report.restored,
-        shmb_format_bytes(report.restored_bytes, h1, sizeof(h1)),
-        (unsigned long long)report.dropped_pending,
-        (unsigned long long)report.dropped_free,
-        (unsigned long long)report.dropped_invalid);
-    return 0;
-}
-
-/* Keys of the adopted objects whose bytes run past a truncation point. */
-struct daemon_lost {
-    uint64_t end; /* the file's size when it was found truncated */
-    struct {
-        char *key;
-        size_t len;
-    } *keys;
-    size_t n, cap;
-    bool oom;
-};
-
-/* store_list callback: collect an object that ends past lost->end. */
-static int daemon_collect_lost(const struct store_entry *e, void *arg)
-{
-    struct daemon_lost *lost = arg;
-    void *grown;
-
-    if (e->offset + e->size <= lost->end)
-        return 0;
-    if (lost->n == lost->cap) {
-        size_t cap = lost->cap ? lost->cap * 2 : 16;
-
-        if ((grown = shmb_realloc(lost->keys, cap * sizeof(*lost->keys))) == NULL) {
-            lost->oom = true;
-            return 1;
-        }
-        lost->keys = grown;
-        lost->cap = cap;
-    }
-    lost->keys[lost->n].len = e->key_len;
-    if ((lost->keys[lost->n].key = shmb_strndup(e->key, e->key_len)) == NULL) {
-        lost->oom = true;
-        return 1;
-    }
-    lost->n++;
-    return 0;
-}
-
-/* After adopting a segment a client had truncated (and segment_regrow grew
- * back): an object whose header survived but whose bytes ran past the cut
- * now reads as zeros; drop it rather than serve it. */
-static void daemon_drop_truncated(struct daemon *d, uint64_t truncated_at)
-{
-    struct daemon_lost lost = {.end = truncated_at};
-    size_t i;
-
-    if (truncated_at == UINT64_MAX)
-        return;
-    store_list(d->store, "", 0, SIZE_MAX, daemon_collect_lost, &lost);
-    for (i = 0; i < lost.n; i++) {
-        log_warn("object '%.*s' dropped: its bytes ran past the %llu bytes left of the "
-                 "truncated segment",
-                 (int)lost.keys[i].len, lost.keys[i].key, (unsigned long long)truncated_at);
-        store_delete(d->store, lost.keys[i].key, lost.keys[i].len, NULL);
-        shmb_free(lost.keys[i].key);
-    }
-    shmb_free(lost.keys);
-    if (lost.oom)
-        log_error("out of memory listing the objects past the truncation point; some "
-                  "may read as zeros");
-}
-
 /* Before the loop sleeps: arm the expiry timer for the deadline of the
  * oldest pending allocation, or stop it when nothing can expire, so that an
  * idle daemon is not woken at all. Re-armed only when that deadline moved. */
 static void daemon_on_expiry_arm(uv_prepare_t *handle)
 {
     struct daemon *d = handle->data;
-    uint64_t oldest = store_oldest_pending_ms(d->store), due, now;
+    uint64_t oldest = UINT64_MAX, due, now;
+    unsigned i;
+
+    for (i = 0; i < d->pools.n; i++) {
+        uint64_t t = store_oldest_pending_ms(d->pools.pools[i]->store);
+
+        if (t < oldest)
+            oldest = t;
+    }
 
     if (d->cfg.alloc_timeout_ms == 0 || oldest == UINT64_MAX) {
         if (d->expiry_due != 0)
@@ -538,106 +486,129 @@ static int daemon_handles_init(struct daemon *d, struct shmb_error *err)
                           uv_strerror(rc));
 }
 
-/* The checks of the settings alone, before anything is looked at: the
- * segment's size (in *size: whole pages, whole huge pages on a hugetlbfs
- * --shm-dir), its name, the largest object. Also --check-config's. */
-static int daemon_check_settings(const struct config *cfg, uint64_t *size,
+/* The checks of the settings alone, before anything is looked at: each
+ * pool's size (in sizes[]: whole pages, whole huge pages on hugetlbfs), its
+ * directory, its segment's name, its largest object. Also the actions'. */
+static int daemon_check_settings(const struct config *cfg, uint64_t *sizes,
                                  struct shmb_error *err)
 {
-    uint64_t page;
-    char h1[32];
+    unsigned i;
     int rc;
 
-    *size = segment_round_size(cfg->size);
-    if (*size < SEGMENT_MIN_SIZE)
-        return shmb_error_set(err, -EINVAL,
-                              "--size %llu is too small: the segment needs at least %u "
-                              "bytes (a header page and a data page).",
-                              (unsigned long long)cfg->size, SEGMENT_MIN_SIZE);
-    /* A hugetlbfs file is a whole number of huge pages. */
-    page = segment_page_size(cfg->shm_dir);
-    if (page != SHMB_HEADER_PAGE && *size % page != 0) {
-        uint64_t rounded = segment_round_to(*size, page);
-
-        if (rounded == 0)
-            return shmb_error_set(err, -EINVAL, "--size %llu is too large.",
-                                  (unsigned long long)cfg->size);
-        log_info("--size %llu rounded up to %llu bytes: %s is a hugetlbfs mount with "
-                 "%s pages",
-                 (unsigned long long)cfg->size, (unsigned long long)rounded, cfg->shm_dir,
-                 shmb_format_bytes(page, h1, sizeof(h1)));
-        *size = rounded;
-    }
-    if ((rc = segment_check_name(cfg->name, err)) < 0)
-        return rc;
-    return store_check_max_object(segment_data_size(*size), cfg->max_object_size, err);
+    for (i = 0; i < cfg->n_pools; i++)
+        if ((rc = pool_check_settings(&cfg->pools[i], &sizes[i], err)) < 0)
+            return rc;
+    return 0;
 }
 
-/* Everything before the loop: probe, segment, store, listener. */
+/* Free the pools of a start that did not get as far as pool_open. */
+static void daemon_free_pools(struct daemon *d)
+{
+    while (d->pools.n > 0)
+        pool_free(d->pools.pools[--d->pools.n]);
+}
+
+/* Make the pools, decide for each what to do with a segment already there,
+ * and check that the new ones fit: every check before any change. */
+static int daemon_plan_pools(struct daemon *d, struct shmb_error *err)
+{
+    uint64_t sizes[CONFIG_MAX_POOLS];
+    unsigned i;
+    int rc;
+
+    if ((rc = daemon_check_settings(&d->cfg, sizes, err)) < 0)
+        return rc;
+    if (d->cfg.pools_declared && d->cfg.size_set)
+        log_warn("--size is not used: every --pool has its own size");
+    for (i = 0; i < d->cfg.n_pools; i++) {
+        struct pool *p = pool_new(&d->cfg.pools[i], sizes[i], err);
+
+        if (p == NULL) {
+            daemon_free_pools(d);
+            return err->code;
+        }
+        d->pools.pools[d->pools.n++] = p;
+        if (p->cfg.backing == POOL_BACKING_MEMFD)
+            log_info("pool '%s' is a memfd: it has no name, so it cannot be adopted after "
+                     "a restart; its objects go with this daemon",
+                     p->cfg.name);
+        if ((rc = pool_plan(p, d->cfg.fresh, err)) < 0) {
+            daemon_free_pools(d);
+            return rc;
+        }
+    }
+    if ((rc = pool_check_space(d->pools.pools, d->pools.n, err)) < 0)
+        daemon_free_pools(d);
+    return rc;
+}
+
+/* Open the pools planned; on failure close those opened (an adopted
+ * segment keeps its objects for the next attempt; a new one goes). */
+static int daemon_open_pools(struct daemon *d, struct shmb_error *err)
+{
+    unsigned i;
+    int rc = 0;
+
+    for (i = 0; i < d->pools.n; i++) {
+        struct pool *p = d->pools.pools[i];
+        struct store_config scfg = {
+            .max_object_size = p->cfg.max_object_size,
+            .read_lease_ms = d->cfg.read_lease_ms,
+            .lease_expired = daemon_on_lease_expired,
+            .lease_arg = p,
+        };
+
+        if ((rc = pool_open(p, &scfg, daemon_on_segment_broken, err)) < 0)
+            break;
+    }
+    if (rc == 0)
+        return 0;
+    while (i > 0) {
+        struct pool *p = d->pools.pools[--i];
+
+        pool_close(p, p->adopt);
+    }
+    daemon_free_pools(d);
+    return rc;
+}
+
+/* Close every pool (keeping file segments with --keep-segment). */
+static void daemon_close_pools(struct daemon *d, bool keep)
+{
+    unsigned i;
+
+    for (i = 0; i < d->pools.n; i++)
+        pool_close(d->pools.pools[i], keep);
+    daemon_free_pools(d);
+}
+
+/* Everything before the loop: probe, segments, stores, listener. */
 static int daemon_start(struct daemon *d, struct shmb_error *err)
 {
-    struct store_config scfg = {
-        .max_object_size = d->cfg.max_object_size,
-        .read_lease_ms = d->cfg.read_lease_ms,
-        .lease_expired = daemon_on_lease_expired,
-        .lease_arg = d,
-    };
-    uint64_t size, truncated_at = UINT64_MAX;
     char h1[32], h2[32], h3[32];
     int listen_fd = d->activated_fd; /* main took it from systemd, or -1 */
     int stale = 0, rc;
+    unsigned i;
 
-    if ((rc = daemon_check_settings(&d->cfg, &size, err)) < 0)
-        return rc;
     /* Every check before any change: a refused start leaves the socket and
-     * the segment as they were. */
+     * the segments as they were. */
     if ((rc = daemon_open_stop_with(d, err)) < 0)
         return rc;
-    if (!d->activated && (stale = server_probe(d->cfg.socket_path, err)) < 0)
-        return stale;
-    if ((rc = daemon_check_segment(d, size, err)) < 0)
-        return rc;
+    if (!d->activated && (rc = stale = server_probe(d->cfg.socket_path, err)) < 0)
+        goto fail_stop_with;
+    if ((rc = daemon_plan_pools(d, err)) < 0)
+        goto fail_stop_with;
     if (stale == 1 && (rc = server_remove_stale(d->cfg.socket_path, err)) < 0)
-        return rc;
-    /* The socket before the segment: a path that cannot be bound refuses the
-     * start before --fresh removes anything. */
+        goto fail_plan;
+    /* The socket before the segments: a path that cannot be bound refuses
+     * the start before --fresh removes anything. */
     if (!d->activated &&
         (rc = server_bind(d->cfg.socket_path, d->cfg.socket_mode, &listen_fd, err)) < 0)
-        return rc;
-    if (d->replace && (rc = daemon_remove_segment(d, err)) < 0)
+        goto fail_plan;
+    if ((rc = daemon_open_pools(d, err)) < 0)
         goto fail_socket;
-    if (d->adopt) {
-        if ((rc = daemon_adopt(d, &scfg, size, err)) < 0)
-            goto fail_socket;
-        if (d->seg.resized_from != 0)
-            log_warn("segment %s had been %s by a client to %llu bytes; %s back to its "
-                     "%llu bytes (objects in a lost part are gone)",
-                     d->seg.path, d->seg.resized_from < size ? "truncated" : "grown",
-                     (unsigned long long)d->seg.resized_from,
-                     d->seg.resized_from < size ? "grown" : "truncated",
-                     (unsigned long long)size);
-        if (d->seg.resized_from != 0 && d->seg.resized_from < size)
-            truncated_at = d->seg.resized_from;
-        daemon_drop_truncated(d, truncated_at);
-    } else {
-        if ((rc = segment_create(&d->seg, d->cfg.shm_dir, d->cfg.name, size, err)) < 0)
-            goto fail_socket;
-        if ((rc = segment_guard_watch(&d->seg, daemon_on_segment_broken, err)) < 0) {
-            segment_destroy(&d->seg);
-            goto fail_socket;
-        }
-        d->store = store_new(segment_data(&d->seg), d->seg.data_offset,
-                             d->seg.data_size, d->seg.hdr, &scfg, err);
-        if (d->store == NULL) {
-            segment_destroy(&d->seg);
-            rc = err->code;
-            goto fail_socket;
-        }
-    }
     command_env_init(&d->env);
-    d->env.store = d->store;
-    d->env.segment = &d->seg;
-    d->env.shm_dir = d->cfg.shm_dir;
+    d->env.pools = &d->pools;
     d->env.started_ms = clock_now_ms();
     d->env.limits.max_pins = d->cfg.max_pins;
     d->env.limits.max_pending = d->cfg.max_pending;
@@ -674,62 +645,97 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         if (wd > 0)
             uv_timer_start(&d->watchdog, daemon_on_watchdog, wd, wd);
     }
-    log_info(
-        "shmbrokerd %s ready: segment %s (%s, %s for data, max object %s), socket %s",
-        SHMB_VERSION, d->seg.path, shmb_format_bytes(d->seg.size, h1, sizeof(h1)),
-        shmb_format_bytes(d->seg.data_size, h2, sizeof(h2)),
-        shmb_format_bytes(d->cfg.max_object_size, h3, sizeof(h3)), d->server.path);
-    /* Ready only now: the segment is reserved and the listener is up. */
-    notify_send("READY=1\nSTATUS=serving %s on %s", d->seg.path, d->server.path);
+    if (!d->cfg.pools_declared) {
+        const struct pool *p = d->pools.pools[0];
+
+        log_info("shmbrokerd %s ready: segment %s (%s, %s for data, max object %s), "
+                 "socket %s",
+                 SHMB_VERSION, p->seg.path, shmb_format_bytes(p->seg.size, h1, sizeof(h1)),
+                 shmb_format_bytes(p->seg.data_size, h2, sizeof(h2)),
+                 shmb_format_bytes(p->cfg.max_object_size, h3, sizeof(h3)), d->server.path);
+        /* Ready only now: the segment is reserved and the listener is up. */
+        notify_send("READY=1\nSTATUS=serving %s on %s", p->seg.path, d->server.path);
+        return 0;
+    }
+    for (i = 0; i < d->pools.n; i++) {
+        const struct pool *p = d->pools.pools[i];
+
+        log_info("pool '%s'%s: segment %s (%s backing, %s, %s for data, max object %s%s%s)",
+                 p->cfg.name, i == 0 ? " (default)" : "", p->seg.path,
+                 pool_backing_name(p->cfg.backing),
+                 shmb_format_bytes(p->seg.size, h1, sizeof(h1)),
+                 shmb_format_bytes(p->seg.data_size, h2, sizeof(h2)),
+                 shmb_format_bytes(p->cfg.max_object_size, h3, sizeof(h3)),
+                 p->cfg.has_group ? ", group " : "", p->cfg.has_group ? p->cfg.group : "");
+    }
+    log_info("shmbrokerd %s ready: %u pools, socket %s", SHMB_VERSION, d->pools.n,
+             d->server.path);
+    notify_send("READY=1\nSTATUS=serving %u pools on %s", d->pools.n, d->server.path);
     return 0;
 
 fail_loop:
     uv_run(&d->loop, UV_RUN_NOWAIT);
     uv_loop_close(&d->loop);
 fail:
-    store_free(d->store);
-    d->store = NULL;
-    /* An adopted segment holds objects committed before the crash: keep it
-     * for the next attempt. A new one goes. */
-    if (d->adopt)
-        segment_close(&d->seg);
-    else
-        segment_destroy(&d->seg);
+    /* An adopted segment holds objects committed before the crash: keep
+     * them for the next attempt. A new one goes. */
+    for (i = 0; i < d->pools.n; i++)
+        pool_close(d->pools.pools[i], d->pools.pools[i]->adopt);
 fail_socket:
     if (!d->activated)
         server_unbind(listen_fd, d->cfg.socket_path);
+fail_plan:
+    daemon_free_pools(d);
+fail_stop_with:
     if (d->stop_with_fd >= 0)
         close(d->stop_with_fd); /* opened, never watched (a watched one closed above) */
+    d->stop_with_fd = -1;
     return rc;
 }
 
-/* After the loop: close what is left, remove the segment (or, with
- * --keep-segment, leave it and its committed objects to the next start). */
+/* After the loop: close what is left, remove the segments (or, with
+ * --keep-segment, leave them and their committed objects to the next
+ * start; a memfd cannot be kept). */
 static void daemon_stop(struct daemon *d)
 {
     struct store_stats st;
-    char used[32];
+    char used[32], path[PATH_MAX + 16];
+    const char *what;
+    bool memfd = false;
+    unsigned i;
 
     uv_run(&d->loop, UV_RUN_DEFAULT);
     if (uv_loop_close(&d->loop) != 0)
         log_warn("event loop closed with handles still open");
-    store_counts(d->store, &st);
-    store_free(d->store);
+    daemon_counts(d, &st);
+    snprintf(path, sizeof(path), "%s", d->pools.n == 1 ? d->pools.pools[0]->seg.path : "");
+    for (i = 0; i < d->pools.n; i++)
+        memfd |= d->pools.pools[i]->seg.memfd;
     if (d->cfg.keep_segment) {
-        segment_close(&d->seg);
-        log_info("stopped; segment %s kept with %llu objects (%s) for the next start to "
-                 "adopt (--keep-segment)%s",
-                 d->seg.path, (unsigned long long)st.objects,
-                 shmb_format_bytes(st.used, used, sizeof(used)),
-                 d->activated ? "; the socket stays with systemd" : "");
+        if (d->pools.n == 1)
+            log_info("stopped; segment %s %s with %llu objects (%s)%s%s", path,
+                     memfd ? "removed (a memfd cannot be kept)" : "kept",
+                     (unsigned long long)st.objects,
+                     shmb_format_bytes(st.used, used, sizeof(used)),
+                     memfd ? "" : " for the next start to adopt (--keep-segment)",
+                     d->activated ? "; the socket stays with systemd" : "");
+        else
+            log_info("stopped; the segments of %u pools kept with %llu objects (%s) for the "
+                     "next start to adopt (--keep-segment)%s%s",
+                     d->pools.n, (unsigned long long)st.objects,
+                     shmb_format_bytes(st.used, used, sizeof(used)),
+                     memfd ? "; memfd pools removed (a memfd cannot be kept)" : "",
+                     d->activated ? "; the socket stays with systemd" : "");
+        daemon_close_pools(d, true);
         return;
     }
-    segment_destroy(&d->seg);
+    what = d->pools.n == 1 ? "segment" : "segments";
+    daemon_close_pools(d, false);
     if (d->activated)
-        log_info("stopped; segment removed (the socket %s stays with systemd)",
+        log_info("stopped; %s removed (the socket %s stays with systemd)", what,
                  d->server.path);
     else
-        log_info("stopped; socket %s and segment removed", d->server.path);
+        log_info("stopped; socket %s and %s removed", d->server.path, what);
 }
 
 /* A start refused: tell systemd why (systemctl status shows it), and the
@@ -752,6 +758,7 @@ static void daemon_refuse_start(struct daemon *d, const struct shmb_error *err)
  * signal, so that a stale pid does not hang up something else. */
 static int daemon_send_reload(const struct config *cfg, pid_t pid)
 {
+    const struct pool_config *first = &cfg->pools[0];
     struct shmb_error err = {0};
     char path[64], comm[32] = "";
     FILE *f;
@@ -771,13 +778,18 @@ static int daemon_send_reload(const struct config *cfg, pid_t pid)
         shmb_error_set(&err, -EPERM,
                        "--reload %d: that process is '%s', not shmbrokerd; nothing sent.",
                        (int)pid, comm);
-    /* The name is anyone's to choose: the proof is the segment's lock. */
-    else if (!segment_locked_by(cfg->shm_dir, cfg->name, pid))
+    /* The name is anyone's to choose: the proof is the first pool's segment,
+     * its lock or (a memfd) its descriptor. */
+    else if (!(first->backing == POOL_BACKING_MEMFD
+                   ? segment_memfd_held_by(first->segment, pid)
+                   : segment_locked_by(first->dir, first->segment, pid)))
         shmb_error_set(&err, -EPERM,
-                       "--reload %d: that process does not hold the lock of segment %s/%s: "
-                       "it is not the shmbrokerd these settings name (--name, --shm-dir); "
-                       "nothing sent.",
-                       (int)pid, cfg->shm_dir, cfg->name);
+                       "--reload %d: that process does not hold %s segment %s%s%s: "
+                       "it is not the shmbrokerd these settings name (--name, --shm-dir, "
+                       "--pool); nothing sent.",
+                       (int)pid, first->backing == POOL_BACKING_MEMFD ? "the memfd" : "the lock of",
+                       first->dir, first->backing == POOL_BACKING_MEMFD ? "" : "/",
+                       first->segment);
     else if (kill(pid, SIGHUP) != 0)
         shmb_error_set(&err, -errno, "--reload %d: cannot signal it: %s.", (int)pid,
                        strerror(errno));
@@ -791,30 +803,43 @@ static int daemon_send_reload(const struct config *cfg, pid_t pid)
     return 0;
 }
 
-/* --remove-segment: remove the segment these settings name, when no daemon
- * holds it (what systemctl stop shmbrokerd.socket runs). */
+/* --remove-segment: remove the segments these settings name, when no
+ * daemon holds them (what systemctl stop shmbrokerd.socket runs). A memfd
+ * pool has none. Every pool is tried; 1 when one could not be removed. */
 static int daemon_remove_segment_only(const struct config *cfg)
 {
+    uint64_t sizes[CONFIG_MAX_POOLS];
     struct shmb_error err = {0};
-    uint64_t bytes, size;
-    int64_t pid = 0;
-    char human[32];
-    int rc = daemon_check_settings(cfg, &size, &err);
+    int status = 0;
+    unsigned i;
 
-    if (rc == 0)
-        rc = segment_remove_orphaned(cfg->shm_dir, cfg->name, size, &bytes, &pid, &err);
-    if (rc < 0) {
+    if (daemon_check_settings(cfg, sizes, &err) < 0) {
         log_startup_error(err.message);
         return 1;
     }
-    if (rc == 0)
-        printf("shmbrokerd: no segment %s/%s; nothing to remove\n", cfg->shm_dir,
-               cfg->name);
-    else
-        printf("shmbrokerd: removed segment %s/%s (%s) left by shmbrokerd pid %lld\n",
-               cfg->shm_dir, cfg->name, shmb_format_bytes(bytes, human, sizeof(human)),
-               (long long)pid);
-    return 0;
+    for (i = 0; i < cfg->n_pools; i++) {
+        const struct pool_config *pc = &cfg->pools[i];
+        uint64_t bytes;
+        int64_t pid = 0;
+        char human[32];
+        int rc;
+
+        if (pc->backing == POOL_BACKING_MEMFD)
+            continue;
+        rc = segment_remove_orphaned(pc->dir, pc->segment, sizes[i], &bytes, &pid, &err);
+        if (rc < 0) {
+            log_startup_error(err.message);
+            status = 1;
+        } else if (rc == 0) {
+            printf("shmbrokerd: no segment %s/%s; nothing to remove\n", pc->dir,
+                   pc->segment);
+        } else {
+            printf("shmbrokerd: removed segment %s/%s (%s) left by shmbrokerd pid %lld\n",
+                   pc->dir, pc->segment, shmb_format_bytes(bytes, human, sizeof(human)),
+                   (long long)pid);
+        }
+    }
+    return status;
 }
 
 int main(int argc, char **argv)
@@ -840,11 +865,13 @@ int main(int argc, char **argv)
     switch (d.cfg.mode) {
     case CONFIG_SERVE:
         break;
+    case CONFIG_SIZING:
+        return sizing_report(&d.cfg, stdout);
     case CONFIG_CHECK:
     case CONFIG_RELOAD: {
-        uint64_t size;
+        uint64_t sizes[CONFIG_MAX_POOLS];
 
-        if (daemon_check_settings(&d.cfg, &size, &err) < 0) {
+        if (daemon_check_settings(&d.cfg, sizes, &err) < 0) {
             log_startup_error(err.message);
             return 2;
         }

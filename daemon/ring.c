@@ -162,7 +162,7 @@ int ring_alloc(struct ring *r, uint64_t payload_size, const char *label, size_t 
     /* Headers are built in private memory and copied in through the guard:
      * a client with the read-write descriptor may have truncated the file or
      * punched a hole in it, and then the copy fails instead of killing us. */
-    if ((rc = segment_guard_check(err)) < 0)
+    if ((rc = segment_guard_check(r->data, err)) < 0)
         return rc;
     need = ring_chunk_size(label_len, payload_size);
     if (need == 0 || need > r->size)
@@ -190,7 +190,7 @@ int ring_alloc(struct ring *r, uint64_t payload_size, const char *label, size_t 
         hdr.header_size = RING_FIXED_HEADER;
         hdr.chunk_size = r->size - gap_at;
         if (segment_store(ring_header_at(r, gap_at), &hdr, RING_FIXED_HEADER) < 0)
-            return segment_guard_check(err);
+            return segment_guard_check(r->data, err);
     }
 
     phys = pos % r->size;
@@ -205,7 +205,7 @@ int ring_alloc(struct ring *r, uint64_t payload_size, const char *label, size_t 
     if (segment_store(ring_header_at(r, phys), &hdr, RING_FIXED_HEADER) < 0 ||
         (label_len > 0 && segment_store((char *)ring_header_at(r, phys) + RING_FIXED_HEADER,
                                         label, label_len) < 0))
-        return segment_guard_check(err);
+        return segment_guard_check(r->data, err);
 
     if (r->count == 0)
         r->first_id = r->next_id;

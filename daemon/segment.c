@@ -5,6 +5,7 @@
  */
 #include "segment.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -262,20 +263,34 @@ static int segment_join_path(char *out, size_t len, const char *dir, const char 
     return 0;
 }
 
+int segment_check_space_reclaim(const char *dir, uint64_t required, uint64_t reclaim,
+                                uint64_t *free_bytes, struct shmb_error *err)
+{
+    return segment_space(dir, required, reclaim, free_bytes, err);
+}
+
+uint64_t segment_reclaimable(const char *dir, const char *name)
+{
+    char path[PATH_MAX];
+    struct stat st;
+
+    if (segment_join_path(path, sizeof(path), dir, name, NULL) < 0)
+        return 0;
+    /* Its pages return only if nothing else links it. */
+    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1)
+        return (uint64_t)st.st_blocks * 512;
+    return 0;
+}
+
 int segment_check_replace(const char *dir, const char *name, uint64_t required,
                           struct shmb_error *err)
 {
     char path[PATH_MAX];
-    struct stat st;
-    uint64_t reclaim = 0;
     int rc;
 
     if ((rc = segment_join_path(path, sizeof(path), dir, name, err)) < 0)
         return rc;
-    /* Its pages return only if nothing else links it. */
-    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1)
-        reclaim = (uint64_t)st.st_blocks * 512;
-    return segment_space(dir, required, reclaim, NULL, err);
+    return segment_space(dir, required, segment_reclaimable(dir, name), NULL, err);
 }
 
 /* Open the read-only descriptor that read-only clients receive: a PROT_WRITE
@@ -543,6 +558,19 @@ static int segment_set_path(struct segment *seg, const char *dir, const char *na
     return 0;
 }
 
+/* Check that size can be a segment's: whole pages, at least the minimum,
+ * and a size mmap takes. */
+static int segment_check_size(uint64_t size, struct shmb_error *err)
+{
+    if (size < SEGMENT_MIN_SIZE || size % SHMB_HEADER_PAGE != 0 ||
+        size > (uint64_t)SSIZE_MAX)
+        return shmb_error_set(err, -EINVAL,
+                              "Segment size %llu bytes is not a whole number of pages "
+                              "of at least %u bytes; choose another --size.",
+                              (unsigned long long)size, SEGMENT_MIN_SIZE);
+    return 0;
+}
+
 int segment_create(struct segment *seg, const char *dir, const char *name, uint64_t size,
                    struct shmb_error *err)
 {
@@ -552,14 +580,8 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
 
     memset(seg, 0, sizeof(*seg));
     seg->fd = seg->ro_fd = seg->lock_fd = -1;
-    if ((rc = segment_check_name(name, err)) < 0)
+    if ((rc = segment_check_name(name, err)) < 0 || (rc = segment_check_size(size, err)) < 0)
         return rc;
-    if (size < SEGMENT_MIN_SIZE || size % SHMB_HEADER_PAGE != 0 ||
-        size > (uint64_t)SSIZE_MAX)
-        return shmb_error_set(err, -EINVAL,
-                              "Segment size %llu bytes is not a whole number of pages "
-                              "of at least %u bytes; choose another --size.",
-                              (unsigned long long)size, SEGMENT_MIN_SIZE);
     if ((rc = segment_set_path(seg, dir, name, err)) < 0)
         return rc;
     page = segment_page_size(dir);
@@ -610,6 +632,128 @@ fail:
     if (created)
         unlink(seg->path);
     return saved;
+}
+
+/* MFD_NOEXEC_SEAL (Linux 6.3): the memfd can never be made executable. Older
+ * C libraries lack the name; older kernels refuse the flag (EINVAL). */
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U
+#endif
+
+/* memfd_create for a segment: sealable, closed on exec, and never
+ * executable where the kernel can say so (a kernel set to require that,
+ * vm.memfd_noexec=2, refuses a memfd without it). */
+static int segment_memfd_open(const char *name)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL);
+
+    if (fd < 0 && errno == EINVAL)
+        fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    return fd;
+}
+
+int segment_create_memfd(struct segment *seg, const char *name, uint64_t size,
+                         struct shmb_error *err)
+{
+    char proc[64];
+    int rc, saved;
+
+    memset(seg, 0, sizeof(*seg));
+    seg->fd = seg->ro_fd = seg->lock_fd = -1;
+    seg->memfd = true;
+    if ((rc = segment_check_name(name, err)) < 0 || (rc = segment_check_size(size, err)) < 0)
+        return rc;
+    if (strlen(name) > SEGMENT_MEMFD_NAME_MAX)
+        return shmb_error_set(err, -ENAMETOOLONG,
+                              "Invalid memfd segment name '%s': %zu characters, "
+                              "memfd_create takes at most %d.",
+                              name, strlen(name), SEGMENT_MEMFD_NAME_MAX);
+    snprintf(seg->name, sizeof(seg->name), "%s", name);
+    snprintf(seg->path, sizeof(seg->path), "memfd:%s", name);
+    if ((seg->fd = segment_memfd_open(name)) < 0) {
+        saved = errno;
+        return shmb_error_set(err, -saved, "Cannot create memfd segment %s: %s.", name,
+                              strerror(saved));
+    }
+    /* A memfd is made mode 0777 (0666 without exec): anyone who holds a
+     * read-only descriptor could open /proc/self/fd/N read-write again. */
+    if (fchmod(seg->fd, 0600) != 0) {
+        saved = errno;
+        rc = shmb_error_set(err, -saved, "Cannot set mode 0600 on memfd segment %s: %s.",
+                            name, strerror(saved));
+        goto fail;
+    }
+    if (ftruncate(seg->fd, (off_t)size) != 0) {
+        saved = errno;
+        rc = shmb_error_set(err, -saved, "Cannot size memfd segment %s to %llu bytes: %s.",
+                            name, (unsigned long long)size, strerror(saved));
+        goto fail;
+    }
+    /* Every page now, charged to this process's memory cgroup: a limit too
+     * small fails here rather than as a client's SIGBUS later. */
+    if ((rc = posix_fallocate(seg->fd, 0, (off_t)size)) != 0) {
+        rc = shmb_error_set(
+            err, -rc,
+            "Cannot reserve %llu MiB for memfd segment %s: %s. A memfd's pages are "
+            "memory: they count against the memory cgroup's limit (memory.max, or "
+            "memory.limit_in_bytes) and the host's available memory. Raise the "
+            "container's memory limit or free memory, or choose a smaller size.",
+            shmb_mib_rounded(size), name, strerror(rc));
+        goto fail;
+    }
+    /* No client can shrink or grow it (ftruncate fails with EPERM), nor lift
+     * the seals. A hole can still be punched: the guard watches for that. */
+    if (fcntl(seg->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        saved = errno;
+        rc = shmb_error_set(err, -saved, "Cannot seal memfd segment %s: %s.", name,
+                            strerror(saved));
+        goto fail;
+    }
+    if ((rc = segment_map(seg, size, err)) < 0)
+        goto fail;
+    /* A memfd has no path to open read-only; its /proc link is one. */
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", seg->fd);
+    if ((seg->ro_fd = open(proc, O_RDONLY | O_CLOEXEC)) < 0) {
+        saved = errno;
+        rc = shmb_error_set(err, -saved,
+                            "Cannot open memfd segment %s read-only through %s: %s "
+                            "(is /proc mounted?).",
+                            name, proc, strerror(saved));
+        goto fail;
+    }
+    seg->hdr = seg->base;
+    seg->data_offset = SHMB_HEADER_PAGE;
+    seg->data_size = segment_data_size(size);
+    seg->hdr->ring_start = seg->hdr->ring_end = seg->hdr->ring_next_id = 0;
+    segment_write_header(seg, (uint64_t)time(NULL));
+    return 0;
+
+fail:
+    segment_close(seg);
+    return rc;
+}
+
+bool segment_memfd_held_by(const char *name, pid_t pid)
+{
+    char dir[64], want[NAME_MAX + 32], link[NAME_MAX + 32];
+    struct dirent *e;
+    bool found = false;
+    ssize_t n;
+    DIR *d;
+
+    snprintf(want, sizeof(want), "/memfd:%s (deleted)", name);
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+    if ((d = opendir(dir)) == NULL)
+        return false;
+    while (!found && (e = readdir(d)) != NULL) {
+        n = readlinkat(dirfd(d), e->d_name, link, sizeof(link) - 1);
+        if (n < 0)
+            continue;
+        link[n] = '\0';
+        found = strcmp(link, want) == 0;
+    }
+    closedir(d);
+    return found;
 }
 
 enum segment_owner segment_probe_existing(const char *dir, const char *name,
@@ -663,8 +807,12 @@ static int segment_check_removable(const char *path, bool damaged, uint64_t *byt
     if (!damaged && (n != (ssize_t)sizeof(hdr) || hdr.magic != SHMB_SEGMENT_MAGIC))
         return shmb_error_set(err, -EEXIST, "%s is not a shmbroker segment; left alone.",
                               path);
-    if ((rc = segment_check_owner(&st, path, err)) < 0)
-        return shmb_error_set(err, rc, "%s Left alone.", err->message);
+    if ((rc = segment_check_owner(&st, path, err)) < 0) {
+        char was[SHMB_ERROR_MSG_MAX];
+
+        snprintf(was, sizeof(was), "%s", err->message);
+        return shmb_error_set(err, rc, "%s Left alone.", was);
+    }
     if (stat(path, &now) != 0 || now.st_dev != st.st_dev || now.st_ino != st.st_ino)
         return shmb_error_set(err, -EBUSY, "%s was replaced while it was checked; left alone.",
                               path);
@@ -755,6 +903,7 @@ void segment_close(struct segment *seg)
     char path[PATH_MAX];
     struct stat a, b;
 
+    segment_guard_unwatch(seg);
     if (seg->base != NULL)
         munmap(seg->base, (size_t)seg->size);
     seg->base = NULL;
@@ -955,58 +1104,86 @@ void segment_destroy(struct segment *seg)
     struct stat a, b;
 
     /* Only the file this daemon made: another may have been renamed over
-     * the path since (and be another daemon's live segment). */
-    if (seg->path[0] != '\0' && seg->fd >= 0 && stat(seg->path, &a) == 0 &&
+     * the path since (and be another daemon's live segment). A memfd has no
+     * path: it goes with its last descriptor and mapping. */
+    if (!seg->memfd && seg->path[0] != '\0' && seg->fd >= 0 && stat(seg->path, &a) == 0 &&
         fstat(seg->fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
         unlink(seg->path);
     segment_close(seg);
 }
 
-/* The guard (segment.h). One segment per daemon, so its state is static:
- * the SIGBUS handler can only reach it that way. */
-static struct {
-    int fd;                             /* the watched file, -1 when none */
-    uint64_t size;                      /* its size at start-up */
+/* The guard (segment.h). Its state is static: the SIGBUS handler can only
+ * reach it that way. One entry per watched segment, found by the address
+ * range of its mapping. */
+struct segment_guard_entry {
+    uintptr_t begin, end;               /* the mapping; end == 0 when unused */
+    int fd;                             /* the watched file */
+    uint64_t size;                      /* its size when watched */
     uint64_t blocks;                    /* its reserved 512-byte blocks then */
     bool broken;                        /* found shrunk, holed, or faulted */
     char message[SHMB_ERROR_MSG_MAX];   /* why, for every refused allocation */
     void (*on_broken)(const char *message);
     char path[PATH_MAX];
-} segment_guard = {.fd = -1};
+};
+
+static struct segment_guard_entry segment_guards[SEGMENT_GUARD_MAX];
 
 /* Where segment_store's write or segment_load's read jumps back to on
  * SIGBUS; NULL outside one. */
 static sigjmp_buf *volatile segment_guard_jump;
 
-/* SIGBUS: a write of segment_store hit a page the file no longer has.
- * Anything else is a real fault: die of it as without the handler. */
-static void segment_on_sigbus(int signo)
+/* The address whose access raised the last caught SIGBUS. */
+static void *volatile segment_guard_fault;
+
+/* SIGBUS: a copy of segment_store or segment_load hit a page the file no
+ * longer has. Anything else is a real fault: die of it as without the
+ * handler. */
+static void segment_on_sigbus(int signo, siginfo_t *info, void *context)
 {
     sigjmp_buf *jump = segment_guard_jump;
 
+    (void)context;
     if (jump != NULL) {
         segment_guard_jump = NULL;
+        segment_guard_fault = info != NULL ? info->si_addr : NULL;
         siglongjmp(*jump, 1);
     }
     signal(signo, SIG_DFL);
     raise(signo);
 }
 
-/* Mark the segment broken, once, with what happened and what to do. */
-static void segment_guard_break(const char *what)
+/* The watched segment whose mapping holds addr, or NULL. */
+static struct segment_guard_entry *segment_guard_find(const void *addr)
 {
-    if (segment_guard.broken)
+    uintptr_t a = (uintptr_t)addr;
+    size_t i;
+
+    for (i = 0; i < SEGMENT_GUARD_MAX; i++)
+        if (segment_guards[i].end != 0 && a >= segment_guards[i].begin &&
+            a < segment_guards[i].end)
+            return &segment_guards[i];
+    return NULL;
+}
+
+/* Mark g broken, once, with what happened and what to do. */
+static void segment_guard_break(struct segment_guard_entry *g, const char *what)
+{
+    /* Built apart: gcc cannot tell that g->path is not g->message. */
+    char message[sizeof(g->message)];
+
+    if (g->broken)
         return;
-    segment_guard.broken = true;
-    snprintf(segment_guard.message, sizeof(segment_guard.message),
+    g->broken = true;
+    snprintf(message, sizeof(message),
              "Segment %.300s is broken: %.160s, through the read-write descriptor every "
              "client receives. The daemon refuses new allocations; objects still in "
              "the file can be read. Find and fix the client that changes the file, "
              "then restart shmbrokerd: it re-reserves the segment and keeps the "
              "objects the file still holds.",
-             segment_guard.path, what);
-    if (segment_guard.on_broken != NULL)
-        segment_guard.on_broken(segment_guard.message);
+             g->path, what);
+    memcpy(g->message, message, sizeof(message));
+    if (g->on_broken != NULL)
+        g->on_broken(g->message);
 }
 
 /* Install the SIGBUS handler: once from segment_load and segment_store,
@@ -1020,10 +1197,10 @@ static int segment_guard_install(bool force)
     if (installed && !force)
         return 0;
     memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = segment_on_sigbus;
+    sa.sa_sigaction = segment_on_sigbus;
     /* SIGBUS stays unblocked in the handler, so that siglongjmp needs no
      * saved mask and segment_store no system call. */
-    sa.sa_flags = SA_NODEFER;
+    sa.sa_flags = SA_NODEFER | SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     if (sigaction(SIGBUS, &sa, NULL) != 0)
         return -errno;
@@ -1034,67 +1211,106 @@ static int segment_guard_install(bool force)
 int segment_guard_watch(const struct segment *seg, void (*on_broken)(const char *message),
                         struct shmb_error *err)
 {
+    struct segment_guard_entry *g = NULL;
+    uintptr_t begin = (uintptr_t)seg->base, end = begin + (uintptr_t)seg->size;
     struct stat st;
+    size_t i;
     int rc;
 
+    if (seg->base == NULL || seg->size == 0)
+        return shmb_error_set(err, -EINVAL, "Cannot watch segment %s: it is not mapped.",
+                              seg->path);
     if ((rc = segment_guard_install(true)) < 0)
         return shmb_error_set(err, rc, "Cannot watch segment %s: %s.", seg->path,
                               strerror(-rc));
     if (fstat(seg->fd, &st) != 0)
         return shmb_error_set(err, -errno, "Cannot watch segment %s: %s.", seg->path,
                               strerror(errno));
-    segment_guard.fd = seg->fd;
-    segment_guard.size = seg->size;
-    segment_guard.blocks = (uint64_t)st.st_blocks;
-    segment_guard.broken = false;
-    segment_guard.on_broken = on_broken;
-    snprintf(segment_guard.path, sizeof(segment_guard.path), "%s", seg->path);
+    /* Mappings never overlap: an entry that overlaps this one is this
+     * segment watched before, or one unmapped without segment_close. */
+    for (i = 0; i < SEGMENT_GUARD_MAX; i++) {
+        if (segment_guards[i].end != 0 && segment_guards[i].begin < end &&
+            begin < segment_guards[i].end)
+            segment_guards[i].end = 0;
+        if (segment_guards[i].end == 0 && g == NULL)
+            g = &segment_guards[i];
+    }
+    if (g == NULL)
+        return shmb_error_set(err, -ENOSPC,
+                              "Cannot watch segment %s: the guard already watches %d "
+                              "segments, as many as it can (SEGMENT_GUARD_MAX).",
+                              seg->path, SEGMENT_GUARD_MAX);
+    memset(g, 0, sizeof(*g));
+    g->begin = begin;
+    g->end = end;
+    g->fd = seg->fd;
+    g->size = seg->size;
+    g->blocks = (uint64_t)st.st_blocks;
+    g->on_broken = on_broken;
+    snprintf(g->path, sizeof(g->path), "%s", seg->path);
     return 0;
 }
 
-int segment_guard_check(struct shmb_error *err)
+void segment_guard_unwatch(const struct segment *seg)
 {
+    struct segment_guard_entry *g;
+
+    if (seg->base != NULL && (g = segment_guard_find(seg->base)) != NULL &&
+        g->begin == (uintptr_t)seg->base)
+        g->end = 0;
+}
+
+int segment_guard_check(const void *addr, struct shmb_error *err)
+{
+    struct segment_guard_entry *g = segment_guard_find(addr);
     struct stat st;
     char what[160];
 
-    if (segment_guard.fd >= 0 && !segment_guard.broken && fstat(segment_guard.fd, &st) == 0) {
+    if (g == NULL)
+        return 0;
+    if (!g->broken && fstat(g->fd, &st) == 0) {
         /* A shrunk file loses its tail; a punched hole gives back pages the
          * daemon reserved, which show as fewer blocks. */
-        if ((uint64_t)st.st_size < segment_guard.size) {
+        if ((uint64_t)st.st_size < g->size) {
             snprintf(what, sizeof(what), "it was truncated to %llu of its %llu bytes",
-                     (unsigned long long)st.st_size,
-                     (unsigned long long)segment_guard.size);
-            segment_guard_break(what);
-        } else if ((uint64_t)st.st_blocks < segment_guard.blocks) {
+                     (unsigned long long)st.st_size, (unsigned long long)g->size);
+            segment_guard_break(g, what);
+        } else if ((uint64_t)st.st_blocks < g->blocks) {
             snprintf(what, sizeof(what),
                      "%llu KiB of its reserved pages were given back (a hole was "
                      "punched in it)",
-                     (unsigned long long)(segment_guard.blocks - (uint64_t)st.st_blocks) /
-                         2);
-            segment_guard_break(what);
+                     (unsigned long long)(g->blocks - (uint64_t)st.st_blocks) / 2);
+            segment_guard_break(g, what);
         }
     }
-    if (segment_guard.broken)
-        return shmb_error_set(err, -EIO, "%s", segment_guard.message);
+    if (g->broken)
+        return shmb_error_set(err, -EIO, "%s", g->message);
     return 0;
 }
 
-/* Copy len bytes between the segment and private memory under the guard:
- * a SIGBUS on a page the file no longer has ends the copy with -EIO and
- * marks the segment broken, naming what (a read or a write) hit it. */
-static int segment_guarded_copy(void *dst, const void *src, size_t len, const char *what)
+/* Copy len bytes between the segment (at mapped) and private memory under
+ * the guard: a SIGBUS on a page the file no longer has ends the copy with
+ * -EIO and marks the segment holding the faulting address broken (mapped's
+ * when the kernel gave none), naming what (a read or a write) hit it. */
+static int segment_guarded_copy(void *dst, const void *src, size_t len,
+                                const void *mapped, const char *what)
 {
+    struct segment_guard_entry *g;
     sigjmp_buf jump;
     char why[160];
 
     if (segment_guard_install(false) < 0)
         return -EIO;
     if (sigsetjmp(jump, 0) != 0) {
+        g = segment_guard_find(segment_guard_fault);
+        if (g == NULL)
+            g = segment_guard_find(mapped);
         snprintf(why, sizeof(why),
                  "a %s it hit a page the file no longer has (SIGBUS): it was truncated "
                  "or a hole was punched in it",
                  what);
-        segment_guard_break(why);
+        if (g != NULL)
+            segment_guard_break(g, why);
         return -EIO;
     }
     segment_guard_jump = &jump;
@@ -1107,10 +1323,10 @@ int segment_store(void *dst, const void *src, size_t len)
 {
     /* Tried even once the segment is broken: a state written where the file
      * still has its page (an object deleted) must be there for a restart. */
-    return segment_guarded_copy(dst, src, len, "write into");
+    return segment_guarded_copy(dst, src, len, dst, "write into");
 }
 
 int segment_load(void *dst, const void *src, size_t len)
 {
-    return segment_guarded_copy(dst, src, len, "read of");
+    return segment_guarded_copy(dst, src, len, src, "read of");
 }

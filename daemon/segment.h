@@ -1,7 +1,8 @@
 /*
  * The segment: one file in a shared-memory directory (/dev/shm or a hugetlbfs
- * mount), its free-space check, its reservation with posix_fallocate and its
- * header page. Knows nothing about objects, keys or sockets.
+ * mount) or an anonymous memfd, its free-space check, its reservation with
+ * posix_fallocate and its header page. Knows nothing about objects, keys or
+ * sockets.
  */
 #ifndef SHMB_SEGMENT_H
 #define SHMB_SEGMENT_H
@@ -40,6 +41,9 @@ struct segment {
     uint64_t owner_start;  /* what the header page says, kept privately */
     uint64_t created_unix;
     char adopt_note[SHMB_ERROR_MSG_MAX]; /* what segment_adopt rebuilt, or "" */
+    /* A memfd (segment_create_memfd): no file in any directory, so no lock
+     * file and nothing to unlink; dir is "" and path "memfd:NAME". */
+    bool memfd;
     char dir[PATH_MAX];
     char name[NAME_MAX + 1];
     char path[PATH_MAX];
@@ -51,6 +55,15 @@ struct segment {
  * pages of the mount's page size (bounded by its size= when it has one). */
 int segment_check_space(const char *dir, uint64_t required, uint64_t *free_bytes,
                         struct shmb_error *err);
+
+/* segment_check_space counting reclaim bytes as free (the files of
+ * segments about to be replaced), with the same message. */
+int segment_check_space_reclaim(const char *dir, uint64_t required, uint64_t reclaim,
+                                uint64_t *free_bytes, struct shmb_error *err);
+
+/* The bytes removing dir/name would give back: its blocks, when it is a
+ * regular file nothing else links; else 0. */
+uint64_t segment_reclaimable(const char *dir, const char *name);
 
 /* segment_check_space for a segment that replaces dir/name (--fresh): the
  * space that file holds counts as free, so the check can run before the old
@@ -83,6 +96,26 @@ static inline uint64_t segment_data_size(uint64_t size)
  * nothing is left behind. -EEXIST when the file exists (see segment_probe_existing). */
 int segment_create(struct segment *seg, const char *dir, const char *name, uint64_t size,
                    struct shmb_error *err);
+
+/* The longest name memfd_create takes: the kernel prefixes it with "memfd:"
+ * and the whole must fit in NAME_MAX. */
+#define SEGMENT_MEMFD_NAME_MAX (NAME_MAX - 6)
+
+/* Create an anonymous segment with memfd_create(name), size it, reserve every
+ * page with posix_fallocate (charged to this process's memory cgroup: -ENOSPC
+ * or -ENOMEM with the numbers when it does not fit), seal it against
+ * shrinking and growing (no client can ftruncate it: EPERM), map it and write
+ * the header as segment_create does. Its mode is 0600, so that a read-only
+ * client cannot reopen its descriptor read-write through /proc; ro_fd is a
+ * read-only reopening. Nothing is left behind on failure, nor once every
+ * descriptor and mapping of it is gone. size as for segment_create. */
+int segment_create_memfd(struct segment *seg, const char *name, uint64_t size,
+                         struct shmb_error *err);
+
+/* True when process pid has a descriptor of a memfd made with name (a link
+ * "/memfd:NAME (deleted)" in /proc/PID/fd): a daemon whose segment is that
+ * memfd still holds it. */
+bool segment_memfd_held_by(const char *name, pid_t pid);
 
 /* Open dir/name left by a daemon that is gone, check the file against size
  * (from segment_round_size), take its lock (-EBUSY when a live daemon holds
@@ -150,10 +183,11 @@ bool segment_locked_by(const char *dir, const char *name, pid_t pid);
  * read-write client wrote there. -EIO with a message when the page is gone. */
 int segment_restore_header(const struct segment *seg, struct shmb_error *err);
 
-/* Unmap and close without removing the file. */
+/* Stop guarding it (segment_guard_unwatch), unmap and close without removing
+ * the file. */
 void segment_close(struct segment *seg);
 
-/* Unlink the file, unmap and close. */
+/* Unlink the file (a memfd has none), unmap and close (segment_close). */
 void segment_destroy(struct segment *seg);
 
 /* The first byte of the data area. */
@@ -162,36 +196,49 @@ static inline void *segment_data(const struct segment *seg)
     return (char *)seg->base + seg->data_offset;
 }
 
-#endif
-
 /*
- * The guard against a client that breaks the file under the daemon. Every
+ * The guard against a client that breaks a segment under the daemon. Every
  * client gets a read-write descriptor of the segment; with it, one can
- * ftruncate() the file or punch a hole in it (fallocate PUNCH_HOLE), after
- * which a write by the daemon into the lost pages is a SIGBUS. The guard
- * watches the file (segment_guard_check, before each allocation: one fstat)
- * and catches the SIGBUS of the daemon's own writes (segment_store), so that
- * the daemon refuses allocations with EIO instead of dying.
+ * ftruncate() the file (not a sealed memfd) or punch a hole in it (fallocate
+ * PUNCH_HOLE), after which a write by the daemon into the lost pages is a
+ * SIGBUS. The guard watches each registered segment (segment_guard_check,
+ * before each allocation: one fstat) and catches the SIGBUS of the daemon's
+ * own copies (segment_store, segment_load), so that the daemon refuses
+ * allocations in that segment with EIO instead of dying. Segments are told
+ * apart by the address range of their mapping: a fault, or a check, names an
+ * address and concerns only the segment whose mapping holds it.
  */
 
-/* Install the SIGBUS handler (once, at start-up) and watch seg: its size and
- * the blocks reserved for it now. on_broken, when not NULL, is called once
- * with the message when the file is found broken (for the log). */
+/* Segments watched at once: a daemon's pools (CONFIG_MAX_POOLS) and room for
+ * as many again while a reload replaces them. */
+#define SEGMENT_GUARD_MAX 32
+
+/* Install the SIGBUS handler (the first time) and watch seg: its size and the
+ * blocks reserved for it now. Watching a segment again (or one mapped where a
+ * forgotten one was) starts afresh. on_broken, when not NULL, is called once
+ * with the message when the segment is found broken (for the log). -ENOSPC
+ * with a message when SEGMENT_GUARD_MAX segments are watched already. */
 int segment_guard_watch(const struct segment *seg, void (*on_broken)(const char *message),
                         struct shmb_error *err);
 
-/* 0 while the watched file still holds every byte and page it had; -EIO with
- * a message naming the cause and the fix once it does not (for good: the
- * daemon never writes into it again). 0 when nothing is watched. */
-int segment_guard_check(struct shmb_error *err);
+/* Stop watching seg (segment_close does it); nothing when it is not watched. */
+void segment_guard_unwatch(const struct segment *seg);
+
+/* 0 while the watched segment whose mapping holds addr still has every byte
+ * and page it had; -EIO with a message naming the cause and the fix once it
+ * has not (for good: the daemon never writes into it again). 0 when no
+ * watched segment holds addr. */
+int segment_guard_check(const void *addr, struct shmb_error *err);
 
 /* Copy len bytes into the segment at dst. -EIO (and the guard reports the
- * segment broken) when the write faulted: the page is gone. */
+ * segment holding the faulting address broken) when the write faulted: the
+ * page is gone. */
 int segment_store(void *dst, const void *src, size_t len);
 
 /* Copy len bytes out of the segment at src into private memory at dst: the
  * daemon's reads of the mapping while a client may shrink the file (the
- * adoption walk). -EIO (and the guard reports the segment broken) when the
- * read faulted: the page is gone. */
+ * adoption walk). -EIO (and the guard reports the segment holding the
+ * faulting address broken) when the read faulted: the page is gone. */
 int segment_load(void *dst, const void *src, size_t len);
 
+#endif

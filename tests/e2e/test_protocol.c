@@ -477,7 +477,10 @@ static void test_hello_reply(void **state)
     assert_int_equal(h_int(reply, "alignment"), SHMB_ALIGN);
     assert_int_equal(h_int(reply, "id"), 1);
     assert_string_equal(h_str(reply, "mode"), "rw");
-    assert_int_equal(json_object_size(reply), 10); /* ok, id and the eight fields */
+    /* Without --pool, the one pool is named after the segment. */
+    assert_string_equal(h_str(reply, "pool"), d->name);
+    assert_string_equal(h_str(reply, "backing"), "shm");
+    assert_int_equal(json_object_size(reply), 12); /* ok, id and the ten fields */
     json_decref(reply);
 
     assert_int_equal(c.nfds, 1);
@@ -1150,7 +1153,10 @@ static void test_stats(void **state)
     for (i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
         if (json_object_get(reply, fields[i]) == NULL)
             h_fail("stats has no \"%s\"", fields[i]);
-    assert_int_equal(json_object_size(reply), 1 + sizeof(fields) / sizeof(fields[0]));
+    /* ok, the fields, the pool's name and the pools (one). */
+    assert_int_equal(json_object_size(reply), 3 + sizeof(fields) / sizeof(fields[0]));
+    assert_string_equal(h_str(reply, "pool"), d->name);
+    assert_int_equal(json_array_size(json_object_get(reply, "pools")), 1);
     assert_string_equal(h_str(reply, "segment"), d->name);
     assert_int_equal(h_int(reply, "size"), SEG_SIZE);
     assert_int_equal(h_int(reply, "data_size"), DATA_SIZE);

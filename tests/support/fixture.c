@@ -13,35 +13,42 @@ int fixture_init(struct fixture *f, uint64_t size, uint64_t max_object_size)
 {
     struct store_config cfg = {.max_object_size = max_object_size};
     struct shmb_segment_header *hdr;
+    struct segment *seg = &f->pool.seg;
 
     memset(f, 0, sizeof(*f));
-    f->seg.fd = f->seg.ro_fd = f->seg.lock_fd = -1;
-    f->seg.base = aligned_alloc(SHMB_HEADER_PAGE, size);
-    if (f->seg.base == NULL)
+    seg->fd = seg->ro_fd = seg->lock_fd = -1;
+    seg->base = aligned_alloc(SHMB_HEADER_PAGE, size);
+    if (seg->base == NULL)
         return -ENOMEM;
-    memset(f->seg.base, 0, SHMB_HEADER_PAGE);
-    f->seg.size = size;
-    f->seg.hdr = hdr = f->seg.base;
-    strcpy(f->seg.name, "fixture");
-    strcpy(f->seg.dir, "/tmp");
+    memset(seg->base, 0, SHMB_HEADER_PAGE);
+    seg->size = size;
+    seg->hdr = hdr = seg->base;
+    strcpy(seg->name, "fixture");
+    strcpy(seg->dir, "/tmp");
     hdr->magic = SHMB_SEGMENT_MAGIC;
     hdr->version = SHMB_LAYOUT_VERSION;
     hdr->header_size = SHMB_HEADER_PAGE;
     hdr->total_size = size;
     hdr->data_offset = SHMB_HEADER_PAGE;
     hdr->data_size = size - SHMB_HEADER_PAGE;
-    f->seg.data_offset = hdr->data_offset;
-    f->seg.data_size = hdr->data_size;
-    f->store = store_new((char *)f->seg.base + SHMB_HEADER_PAGE, SHMB_HEADER_PAGE,
+    seg->data_offset = hdr->data_offset;
+    seg->data_size = hdr->data_size;
+    f->store = store_new((char *)seg->base + SHMB_HEADER_PAGE, SHMB_HEADER_PAGE,
                          hdr->data_size, hdr, &cfg, NULL);
     if (f->store == NULL) {
-        free(f->seg.base);
+        free(seg->base);
         return -ENOMEM;
     }
     command_env_init(&f->env);
-    f->env.store = f->store;
-    f->env.segment = &f->seg;
-    f->env.shm_dir = "/tmp";
+    f->pool.store = f->store;
+    strcpy(f->pool.cfg.name, "fixture");
+    strcpy(f->pool.cfg.segment, "fixture");
+    strcpy(f->pool.cfg.dir, "/tmp");
+    f->pool.cfg.backing = POOL_BACKING_SHM;
+    f->pool.size = size;
+    f->pools.pools[0] = &f->pool;
+    f->pools.n = 1;
+    f->env.pools = &f->pools;
     f->env.started_ms = clock_now_ms();
     f->env.limits.max_pins = 64;
     f->env.limits.max_pending = 16;
@@ -51,7 +58,7 @@ int fixture_init(struct fixture *f, uint64_t size, uint64_t max_object_size)
 void fixture_fini(struct fixture *f)
 {
     store_free(f->store);
-    free(f->seg.base);
+    free(f->pool.seg.base);
     memset(f, 0, sizeof(*f));
 }
 

@@ -10,12 +10,15 @@
 #include <stdint.h>
 
 #include "command.h"
+#include "pool.h"
 #include "segment.h"
 #include "store.h"
 
+/* One pool, named "fixture", whose segment is ordinary memory. */
 struct fixture {
-    struct segment seg;
-    struct store *store;
+    struct pool pool;     /* pool.seg, pool.store */
+    struct pool_set pools;
+    struct store *store;  /* == pool.store */
     struct command_env env;
 };
 

@@ -201,11 +201,22 @@ static void test_hello(void **state)
     assert_int_equal(o.flags, COMMAND_SEND_FD);
     assert_json(o.reply, "{\"ok\":true,\"version\":1,\"segment\":\"fixture\",\"size\":69632,"
                          "\"data_offset\":4096,\"data_size\":65536,\"max_object_size\":32768,"
-                         "\"alignment\":64,\"mode\":\"rw\",\"id\":\"h\"}");
+                         "\"alignment\":64,\"mode\":\"rw\",\"pool\":\"fixture\","
+                         "\"backing\":\"shm\",\"id\":\"h\"}");
     outcome_free(&o);
 
     run(c, &c->w, "{\"op\":\"hello\",\"version\":1}", &o);
     assert_int_equal(o.flags & COMMAND_SEND_FD, 0);
+    outcome_free(&o);
+
+    /* A pool the daemon does not have: refused, listing the pools. */
+    run(c, &c->other, "{\"op\":\"hello\",\"version\":1,\"pool\":\"nope\",\"id\":3}", &o);
+    assert_int_equal(o.flags & COMMAND_SEND_FD, 0);
+    assert_json(o.reply, "{\"ok\":false,\"error\":\"ENOENT\",\"message\":\"No pool 'nope' in "
+                         "this shmbrokerd; its pools are: fixture.\",\"id\":3}");
+    outcome_free(&o);
+    run(c, &c->other, "{\"op\":\"hello\",\"version\":1,\"pool\":\"fixture\",\"id\":4}", &o);
+    assert_int_equal(o.flags, COMMAND_SEND_FD);
     outcome_free(&o);
 
     run(c, &c->r, "{\"op\":\"hello\",\"version\":1,\"mode\":\"ro\"}", &o);
@@ -493,7 +504,23 @@ static void test_stats(void **state)
     expect(c, &c->w, "{\"op\":\"alloc\",\"key\":\"b\",\"size\":10}",
            "{\"ok\":true,\"offset\":4352,\"size\":10}");
     run(c, &c->w, "{\"op\":\"stats\",\"id\":2}", &o);
-    assert_int_equal(json_object_size(o.reply), sizeof(fields) / sizeof(fields[0]) + 1);
+    /* The fields, "pool", "pools" and "id". */
+    assert_int_equal(json_object_size(o.reply), sizeof(fields) / sizeof(fields[0]) + 3);
+    assert_string_equal(json_string_value(json_object_get(o.reply, "pool")), "fixture");
+    {
+        json_t *pools = json_object_get(o.reply, "pools"), *p0 = json_array_get(pools, 0);
+
+        assert_int_equal(json_array_size(pools), 1);
+        /* Every field but "ok", then pool, backing and group; clients: its hellos. */
+        assert_int_equal(json_object_size(p0), sizeof(fields) / sizeof(fields[0]) + 2);
+        assert_string_equal(json_string_value(json_object_get(p0, "pool")), "fixture");
+        assert_string_equal(json_string_value(json_object_get(p0, "backing")), "shm");
+        assert_true(json_is_null(json_object_get(p0, "group")));
+        assert_int_equal(json_integer_value(json_object_get(p0, "clients")), 3);
+        assert_int_equal(json_integer_value(json_object_get(p0, "used")), 320);
+        assert_true(json_equal(json_object_get(p0, "counters"),
+                               json_object_get(o.reply, "counters")));
+    }
     for (i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
         assert_non_null(json_object_get(o.reply, fields[i]));
     assert_int_equal(json_integer_value(json_object_get(o.reply, "id")), 2);
@@ -543,7 +570,9 @@ static void test_clients(void **state)
     assert_true(json_is_false(json_object_get(json_array_get(list, 2), "self")));
     assert_int_equal(json_integer_value(json_object_get(json_array_get(list, 2), "pending")),
                      1);
-    assert_int_equal(json_object_size(json_array_get(list, 0)), 10);
+    assert_int_equal(json_object_size(json_array_get(list, 0)), 11);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(list, 0), "pool")),
+                        "fixture");
     outcome_free(&o);
 }
 

@@ -57,8 +57,8 @@ static int setup(void **state)
 
     assert_non_null(e);
     assert_int_equal(fixture_init(&e->f, TEST_SIZE, 256 * 1024), 0);
-    e->rw_fd = e->f.seg.fd = memfd("rw");
-    e->ro_fd = e->f.seg.ro_fd = memfd("ro");
+    e->rw_fd = e->f.pool.seg.fd = memfd("rw");
+    e->ro_fd = e->f.pool.seg.ro_fd = memfd("ro");
     assert_int_equal(uv_loop_init(&e->loop), 0);
     e->policy.max_queued_output = 1024 * 1024;
     assert_int_equal(conn_set_init(&e->set, &e->loop, &e->f.env, &e->policy, on_freed, e), 0);

@@ -5,8 +5,10 @@
  * (-Wl,--wrap=statvfs) so that one test can lie about free space; statfs
  * and fopen too (-Wl,--wrap=statfs,--wrap=fopen), so that the test
  * directory can pass for a hugetlbfs mount with the huge page counts of
- * /sys/kernel/mm/hugepages and /proc/meminfo a test chooses. Needs root
- * for the tmpfs; without it those tests are reported as skipped.
+ * /sys/kernel/mm/hugepages and /proc/meminfo a test chooses; and
+ * posix_fallocate (-Wl,--wrap=posix_fallocate), so that a memfd's
+ * reservation can fail as under a memory cgroup's limit. Needs root for the
+ * tmpfs; without it those tests are reported as skipped.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -130,6 +133,19 @@ FILE *__wrap_fopen(const char *path, const char *mode)
     return fake_file(NULL);
 }
 
+int __real_posix_fallocate(int fd, off_t offset, off_t len);
+int __wrap_posix_fallocate(int fd, off_t offset, off_t len);
+
+static int fallocate_error; /* what posix_fallocate returns instead, or 0 */
+
+/* Forward to the real posix_fallocate, or fail with fallocate_error. */
+int __wrap_posix_fallocate(int fd, off_t offset, off_t len)
+{
+    if (fallocate_error != 0)
+        return fallocate_error;
+    return __real_posix_fallocate(fd, offset, len);
+}
+
 /* The directory every test works in: a tmpfs when we could mount one. */
 static char test_dir[64];
 static bool mounted;
@@ -186,6 +202,7 @@ static int test_setup(void **state)
     (void)state;
     empty_test_dir();
     statvfs_lie = false;
+    fallocate_error = 0;
     memset(&huge, 0, sizeof(huge));
     return 0;
 }
@@ -807,8 +824,8 @@ static void test_guard(void **state)
     (void)state;
     assert_int_equal(segment_create(&seg, test_dir, "guarded", size, &err), 0);
     assert_int_equal(segment_guard_watch(&seg, NULL, &err), 0);
-    assert_int_equal(segment_guard_check(&err), 0);
     data = segment_data(&seg);
+    assert_int_equal(segment_guard_check(data, &err), 0);
     assert_int_equal(segment_store(data + 8192, "abcd", 4), 0);
     fd = open(seg.path, O_RDWR | O_CLOEXEC);
     assert_true(fd >= 0);
@@ -816,22 +833,23 @@ static void test_guard(void **state)
     assert_int_equal(segment_store(data + 8192, "abcd", 4), -EIO);
     assert_int_equal(segment_store(data + 16, "abcd", 4), 0);
     assert_memory_equal(data + 16, "abcd", 4);
-    assert_int_equal(segment_guard_check(&err), -EIO);
+    assert_int_equal(segment_guard_check(data, &err), -EIO);
     assert_non_null(strstr(err.message, "a write into it hit a page the file no longer "
                                         "has (SIGBUS)"));
     assert_non_null(strstr(err.message, "then restart shmbrokerd"));
     assert_int_equal(ftruncate(fd, (off_t)size), 0);
-    assert_int_equal(segment_guard_check(&err), -EIO);
+    assert_int_equal(segment_guard_check(data, &err), -EIO);
     close(fd);
     segment_destroy(&seg);
 
     assert_int_equal(segment_create(&seg, test_dir, "holed", size, &err), 0);
     assert_int_equal(segment_guard_watch(&seg, NULL, &err), 0);
-    assert_int_equal(segment_guard_check(&err), 0);
+    data = segment_data(&seg);
+    assert_int_equal(segment_guard_check(data, &err), 0);
     assert_int_equal(fallocate(seg.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 16384,
                                16384),
                      0);
-    assert_int_equal(segment_guard_check(&err), -EIO);
+    assert_int_equal(segment_guard_check(data, &err), -EIO);
     assert_non_null(strstr(err.message, "16 KiB of its reserved pages were given back"));
     segment_destroy(&seg);
     assert_int_equal(dir_entries(), 0);
@@ -921,7 +939,7 @@ static void test_guard_load(void **state)
     assert_int_equal(segment_load(buf, data + 12288, 4), -EIO);
     assert_int_equal(segment_load(buf, data + 16, 4), 0);
     assert_memory_equal(buf, "abcd", 4);
-    assert_int_equal(segment_guard_check(&err), -EIO);
+    assert_int_equal(segment_guard_check(data, &err), -EIO);
     if (strstr(err.message, "a read of it hit a page the file no longer has (SIGBUS)") ==
         NULL)
         fail_msg("unexpected message: '%s'", err.message);
@@ -968,6 +986,286 @@ static void test_adoptable_checks_file(void **state)
     assert_int_equal(unlink(path), 0);
 }
 
+/* The memfd every memfd test makes; unique to this process. */
+static void memfd_name(char *out, size_t len, const char *what)
+{
+    snprintf(out, len, "shmb-test-%d-%s", (int)getpid(), what);
+}
+
+/* Issue 14 (memfd backing). A memfd segment has every page reserved, the
+ * header written, mode 0600, no lock file and the path "memfd:NAME"; it is
+ * sealed, so a client's ftruncate on either descriptor it may receive fails
+ * (EPERM on the read-write one) and the seals cannot be lifted; the
+ * read-only descriptor is the same memory and can neither be written nor
+ * mapped writable; segment_restore_header rewrites a header a client
+ * scribbled on; segment_memfd_held_by finds it in /proc/self/fd by name. */
+static void test_memfd_create(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+    const struct shmb_segment_header *hdr;
+    uint64_t size = 256 * 1024;
+    char name[64], other[64];
+    struct stat a, b;
+    void *map;
+    int seals;
+
+    (void)state;
+    memfd_name(name, sizeof(name), "create");
+    memfd_name(other, sizeof(other), "other");
+    if (segment_create_memfd(&seg, name, size, &err) != 0)
+        fail_msg("segment_create_memfd: %d %s", err.code, err.message);
+    assert_true(seg.memfd);
+    assert_string_equal(seg.dir, "");
+    assert_string_equal(seg.name, name);
+    assert_true(strncmp(seg.path, "memfd:", 6) == 0);
+    assert_string_equal(seg.path + 6, name);
+    assert_int_equal(seg.lock_fd, -1);
+    assert_int_equal(seg.size, size);
+    assert_int_equal(seg.data_offset, SHMB_HEADER_PAGE);
+    assert_int_equal(seg.data_size, segment_data_size(size));
+    hdr = seg.hdr;
+    assert_true(hdr->magic == SHMB_SEGMENT_MAGIC);
+    assert_int_equal(hdr->total_size, size);
+    assert_int_equal(hdr->owner_pid, getpid());
+
+    assert_int_equal(fstat(seg.fd, &a), 0);
+    assert_int_equal(a.st_size, size);
+    assert_true((uint64_t)a.st_blocks * 512 >= size); /* every page reserved */
+    assert_int_equal(a.st_mode & 07777, 0600);
+    seals = fcntl(seg.fd, F_GET_SEALS);
+    assert_int_equal(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+                     F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    assert_int_equal(ftruncate(seg.fd, 8192), -1);
+    assert_int_equal(errno, EPERM);
+    assert_int_equal(ftruncate(seg.fd, (off_t)(2 * size)), -1);
+    assert_int_equal(errno, EPERM);
+    assert_int_equal(ftruncate(seg.ro_fd, 8192), -1);
+    assert_int_equal(fcntl(seg.fd, F_ADD_SEALS, F_SEAL_WRITE), -1);
+    assert_int_equal(errno, EPERM);
+
+    assert_int_equal(fstat(seg.ro_fd, &b), 0);
+    assert_true(a.st_dev == b.st_dev && a.st_ino == b.st_ino);
+    assert_int_equal(write(seg.ro_fd, "x", 1), -1);
+    assert_int_equal(errno, EBADF);
+    assert_true(mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, seg.ro_fd,
+                     0) == MAP_FAILED);
+    assert_int_equal(errno, EACCES);
+    map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, seg.ro_fd, 0);
+    assert_true(map != MAP_FAILED);
+    assert_true(((const struct shmb_segment_header *)map)->magic == SHMB_SEGMENT_MAGIC);
+
+    memset(seg.base, 0xee, 64);
+    assert_int_equal(segment_restore_header(&seg, &err), 0);
+    assert_true(((const struct shmb_segment_header *)map)->magic == SHMB_SEGMENT_MAGIC);
+    assert_int_equal(hdr->total_size, size);
+    assert_int_equal(munmap(map, (size_t)size), 0);
+
+    assert_true(segment_memfd_held_by(name, getpid()));
+    assert_false(segment_memfd_held_by(other, getpid()));
+    segment_destroy(&seg);
+    assert_int_equal(seg.fd, -1);
+    assert_int_equal(seg.ro_fd, -1);
+    assert_null(seg.base);
+    assert_false(segment_memfd_held_by(name, getpid()));
+}
+
+/* Issue 14 (memfd backing). A client running as another user cannot turn
+ * the read-only descriptor it received into a read-write one by opening
+ * /proc/self/fd/N again: the memfd is mode 0600, not the 0777 memfd_create
+ * gives it. Needs root to become another user. */
+static void test_memfd_readonly_reopen(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+    char name[64], proc[64];
+    pid_t child;
+    int status, fd;
+
+    (void)state;
+    if (geteuid() != 0) {
+        printf("SKIPPED: needs root to run a client as another user\n");
+        skip();
+    }
+    memfd_name(name, sizeof(name), "reopen");
+    assert_int_equal(segment_create_memfd(&seg, name, 64 * 1024, &err), 0);
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", seg.ro_fd);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        if (setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(2);
+        fd = open(proc, O_RDWR);
+        _exit(fd < 0 && errno == EACCES ? 0 : 1);
+    }
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    segment_destroy(&seg);
+}
+
+/* Issue 14 (memfd backing). A reservation the memory cgroup refuses
+ * (posix_fallocate failing with ENOMEM or ENOSPC) fails the creation with
+ * that code, the size in MiB, and where to look; nothing is left: no
+ * descriptor, no mapping, no memfd. A bad size or a name longer than
+ * memfd_create takes is refused before anything is made. */
+static void test_memfd_reserve_fails(void **state)
+{
+    static const int codes[] = {ENOMEM, ENOSPC};
+    struct shmb_error err = {0};
+    struct segment seg;
+    char name[64], want[256], longname[NAME_MAX + 1];
+    size_t i;
+
+    (void)state;
+    memfd_name(name, sizeof(name), "full");
+    for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+        fallocate_error = codes[i];
+        assert_int_equal(segment_create_memfd(&seg, name, 3 * MIB, &err), -codes[i]);
+        assert_int_equal(err.code, -codes[i]);
+        snprintf(want, sizeof(want), "Cannot reserve 3 MiB for memfd segment %s: %s. ",
+                 name, strerror(codes[i]));
+        if (strncmp(err.message, want, strlen(want)) != 0 ||
+            strstr(err.message, "memory cgroup's limit (memory.max") == NULL ||
+            strstr(err.message, "available memory") == NULL)
+            fail_msg("unexpected message: '%s'", err.message);
+        assert_int_equal(seg.fd, -1);
+        assert_int_equal(seg.ro_fd, -1);
+        assert_null(seg.base);
+        assert_false(segment_memfd_held_by(name, getpid()));
+    }
+    fallocate_error = 0;
+    assert_int_equal(segment_create_memfd(&seg, name, 4096, &err), -EINVAL);
+    memset(longname, 'm', sizeof(longname) - 1);
+    longname[SEGMENT_MEMFD_NAME_MAX + 1] = '\0';
+    assert_int_equal(segment_create_memfd(&seg, longname, 64 * 1024, &err), -ENAMETOOLONG);
+    longname[SEGMENT_MEMFD_NAME_MAX] = '\0';
+    assert_int_equal(segment_create_memfd(&seg, longname, 64 * 1024, &err), 0);
+    assert_true(segment_memfd_held_by(longname, getpid()));
+    segment_destroy(&seg);
+}
+
+/* Called by the guard with the message of a broken segment. */
+static unsigned broken_calls;
+static char broken_message[SHMB_ERROR_MSG_MAX];
+
+static void on_broken(const char *message)
+{
+    broken_calls++;
+    snprintf(broken_message, sizeof(broken_message), "%s", message);
+}
+
+/* Issue 14 (the guard for several segments). With two watched segments, a
+ * write into a page one of them lost breaks that one only: its check fails,
+ * naming it, once; the other's check passes and its stores still work. A
+ * hole punched in a third (a memfd: it cannot be truncated, but it can be
+ * holed) breaks that one only. An address no watched segment holds checks
+ * fine, and so does a segment once closed. */
+static void test_guard_several(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment a, b, m;
+    uint64_t size = 64 * 1024;
+    char *da, *db, *dm, name[64];
+    int fd;
+
+    (void)state;
+    broken_calls = 0;
+    memfd_name(name, sizeof(name), "holed");
+    assert_int_equal(segment_create(&a, test_dir, "a", size, &err), 0);
+    assert_int_equal(segment_create(&b, test_dir, "b", size, &err), 0);
+    assert_int_equal(segment_create_memfd(&m, name, size, &err), 0);
+    assert_int_equal(segment_guard_watch(&a, on_broken, &err), 0);
+    assert_int_equal(segment_guard_watch(&b, on_broken, &err), 0);
+    assert_int_equal(segment_guard_watch(&m, on_broken, &err), 0);
+    da = segment_data(&a);
+    db = segment_data(&b);
+    dm = segment_data(&m);
+
+    fd = open(a.path, O_RDWR | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 8192), 0);
+    assert_int_equal(segment_store(da + 8192, "abcd", 4), -EIO);
+    assert_int_equal(broken_calls, 1);
+    assert_non_null(strstr(broken_message, a.path));
+    assert_int_equal(segment_guard_check(da, &err), -EIO);
+    assert_non_null(strstr(err.message, a.path));
+    assert_int_equal(segment_guard_check(da + a.data_size - 1, &err), -EIO);
+    assert_int_equal(segment_guard_check(db, &err), 0);
+    assert_int_equal(segment_guard_check(dm, &err), 0);
+    assert_int_equal(segment_store(db + 8192, "efgh", 4), 0);
+    assert_memory_equal(db + 8192, "efgh", 4);
+    assert_int_equal(segment_guard_check(db + 8192, &err), 0);
+    assert_int_equal(broken_calls, 1);
+    close(fd);
+
+    assert_int_equal(fallocate(m.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 16384,
+                               16384),
+                     0);
+    assert_int_equal(segment_guard_check(dm, &err), -EIO);
+    assert_non_null(strstr(err.message, m.path));
+    assert_non_null(strstr(err.message, "16 KiB of its reserved pages were given back"));
+    assert_int_equal(broken_calls, 2);
+    assert_int_equal(segment_guard_check(db, &err), 0);
+    assert_int_equal(segment_guard_check(&err, &err), 0); /* not in any segment */
+
+    segment_destroy(&a);
+    assert_int_equal(segment_guard_check(da, &err), 0);
+    segment_destroy(&m);
+    segment_destroy(&b);
+    assert_int_equal(dir_entries(), 0);
+}
+
+/* Issue 14 (the guard for several segments). An unwatched segment is not
+ * checked (its hole goes unnoticed); watched again, it is, from its state
+ * then; watching a segment again takes no second place. The guard watches
+ * SEGMENT_GUARD_MAX segments at once and refuses one more with a message
+ * saying so; a segment closed frees its place. */
+static void test_guard_watch_unwatch(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment segs[SEGMENT_GUARD_MAX + 1];
+    char name[64], what[16];
+    char *data;
+    size_t i;
+
+    (void)state;
+    for (i = 0; i <= SEGMENT_GUARD_MAX; i++) {
+        snprintf(what, sizeof(what), "w%zu", i);
+        memfd_name(name, sizeof(name), what);
+        assert_int_equal(segment_create_memfd(&segs[i], name, 2 * SHMB_HEADER_PAGE, &err),
+                         0);
+    }
+    data = segment_data(&segs[0]);
+    assert_int_equal(segment_guard_watch(&segs[0], NULL, &err), 0);
+    segment_guard_unwatch(&segs[0]);
+    assert_int_equal(fallocate(segs[0].fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                               SHMB_HEADER_PAGE),
+                     0);
+    assert_int_equal(segment_guard_check(data, &err), 0);
+    assert_int_equal(segment_guard_watch(&segs[0], NULL, &err), 0);
+    assert_int_equal(segment_guard_check(data, &err), 0);
+    assert_int_equal(fallocate(segs[0].fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                               SHMB_HEADER_PAGE, SHMB_HEADER_PAGE),
+                     0);
+    assert_int_equal(segment_guard_check(data, &err), -EIO);
+    for (i = 0; i < 2 * SEGMENT_GUARD_MAX; i++)
+        assert_int_equal(segment_guard_watch(&segs[0], NULL, &err), 0);
+    assert_int_equal(segment_guard_check(data, &err), 0); /* afresh */
+
+    for (i = 1; i < SEGMENT_GUARD_MAX; i++)
+        assert_int_equal(segment_guard_watch(&segs[i], NULL, &err), 0);
+    assert_int_equal(segment_guard_watch(&segs[SEGMENT_GUARD_MAX], NULL, &err), -ENOSPC);
+    snprintf(name, sizeof(name), "already watches %d segments", SEGMENT_GUARD_MAX);
+    if (strstr(err.message, segs[SEGMENT_GUARD_MAX].path) == NULL ||
+        strstr(err.message, name) == NULL)
+        fail_msg("unexpected message: '%s'", err.message);
+    segment_close(&segs[1]);
+    assert_int_equal(segment_guard_watch(&segs[SEGMENT_GUARD_MAX], NULL, &err), 0);
+    for (i = 0; i <= SEGMENT_GUARD_MAX; i++)
+        segment_destroy(&segs[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -992,6 +1290,11 @@ int main(void)
         cmocka_unit_test_setup(test_client_flock_not_liveness, test_setup),
         cmocka_unit_test_setup(test_adoptable_checks_file, test_setup),
         cmocka_unit_test_setup(test_guard_load, test_setup),
+        cmocka_unit_test_setup(test_memfd_create, test_setup),
+        cmocka_unit_test_setup(test_memfd_readonly_reopen, test_setup),
+        cmocka_unit_test_setup(test_memfd_reserve_fails, test_setup),
+        cmocka_unit_test_setup(test_guard_several, test_setup),
+        cmocka_unit_test_setup(test_guard_watch_unwatch, test_setup),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);

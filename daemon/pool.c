@@ -1,0 +1,538 @@
+/*
+ * Pools: the segments of a daemon, each with its store.
+ */
+#include "pool.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../proto/alloc.h"
+#include "../proto/text.h"
+#include "host.h"
+#include "log.h"
+
+const char *pool_backing_name(enum pool_backing backing)
+{
+    switch (backing) {
+    case POOL_BACKING_SHM: return "shm";
+    case POOL_BACKING_MEMFD: return "memfd";
+    case POOL_BACKING_HUGETLBFS: return "hugetlbfs";
+    }
+    return "?";
+}
+
+/* Put a pool's words before the message err holds (which shmb_error_set
+ * cannot read while it writes). */
+static int pool_error_before(struct shmb_error *err, int code, const char *what)
+{
+    char was[SHMB_ERROR_MSG_MAX];
+
+    snprintf(was, sizeof(was), "%s", err->message);
+    return shmb_error_set(err, code, "%s%s", what, was);
+}
+
+/* The implicit pool (no --pool) speaks of the flags; a declared one of
+ * itself. */
+static bool pool_declared(const struct pool_config *pc)
+{
+    return strcmp(pc->segment, pc->name) != 0;
+}
+
+/* What a size belongs to, for messages: "--size" (the implicit pool), or
+ * "the size of pool 'frames'". */
+static const char *pool_what(const struct pool_config *pc, char *buf, size_t len)
+{
+    if (pool_declared(pc))
+        snprintf(buf, len, "the size of pool '%s'", pc->name);
+    else
+        snprintf(buf, len, "--size");
+    return buf;
+}
+
+int pool_check_settings(const struct pool_config *pc, uint64_t *size, struct shmb_error *err)
+{
+    uint64_t page = SHMB_HEADER_PAGE;
+    char h1[32], what[64];
+    int rc;
+
+    pool_what(pc, what, sizeof(what));
+    *size = segment_round_size(pc->size);
+    if (*size < SEGMENT_MIN_SIZE)
+        return pool_declared(pc)
+                   ? shmb_error_set(err, -EINVAL,
+                                    "--pool %s: size %llu is too small: a pool needs at "
+                                    "least %u bytes (a header page and a data page).",
+                                    pc->name, (unsigned long long)pc->size, SEGMENT_MIN_SIZE)
+                   : shmb_error_set(err, -EINVAL,
+                                    "--size %llu is too small: the segment needs at least %u "
+                                    "bytes (a header page and a data page).",
+                                    (unsigned long long)pc->size, SEGMENT_MIN_SIZE);
+    if (pc->backing != POOL_BACKING_MEMFD)
+        page = segment_page_size(pc->dir);
+    if (pc->backing == POOL_BACKING_HUGETLBFS && page == SHMB_HEADER_PAGE)
+        return shmb_error_set(err, -EINVAL,
+                              "--pool %s: backing=hugetlbfs needs dir= on a hugetlbfs mount, "
+                              "and %s is not one (mount -t hugetlbfs none DIR, and reserve "
+                              "huge pages with sysctl vm.nr_hugepages=N).",
+                              pc->name, pc->dir);
+    /* A hugetlbfs file is a whole number of huge pages. */
+    if (page != SHMB_HEADER_PAGE && *size % page != 0) {
+        uint64_t rounded = segment_round_to(*size, page);
+
+        if (rounded == 0)
+            return shmb_error_set(err, -EINVAL, "%s %llu is too large.", what,
+                                  (unsigned long long)pc->size);
+        log_info("%s %llu rounded up to %llu bytes: %s is a hugetlbfs mount with %s pages",
+                 what, (unsigned long long)pc->size, (unsigned long long)rounded, pc->dir,
+                 shmb_format_bytes(page, h1, sizeof(h1)));
+        *size = rounded;
+    }
+    if ((rc = segment_check_name(pc->segment, err)) < 0)
+        return rc;
+    snprintf(what, sizeof(what), "--pool %s: ", pc->name);
+    if ((rc = store_check_max_object(segment_data_size(*size), pc->max_object_size, err)) < 0 &&
+        pool_declared(pc))
+        return pool_error_before(err, rc, what);
+    return rc;
+}
+
+struct pool *pool_new(const struct pool_config *pc, uint64_t size, struct shmb_error *err)
+{
+    struct pool *p = shmb_calloc(1, sizeof(*p));
+
+    if (p == NULL) {
+        shmb_error_set(err, -ENOMEM, "Out of memory for pool '%s'.", pc->name);
+        return NULL;
+    }
+    p->cfg = *pc;
+    p->size = size;
+    p->seg.fd = p->seg.ro_fd = p->seg.lock_fd = -1;
+    return p;
+}
+
+void pool_free(struct pool *p)
+{
+    shmb_free(p);
+}
+
+/* "Choose another --name." or, for a pool, what to change about it. */
+static const char *pool_rename_hint(const struct pool_config *pc)
+{
+    return pool_declared(pc) ? "choose another --name (the pool's segment is "
+                               "<--name>.<pool>)"
+                             : "choose another --name";
+}
+
+int pool_plan(struct pool *p, bool fresh, struct shmb_error *err)
+{
+    const struct pool_config *pc = &p->cfg;
+    char path[PATH_MAX + NAME_MAX + 2];
+    struct stat st;
+    int64_t pid = 0;
+    enum segment_owner owner;
+    int rc;
+
+    if (pc->backing == POOL_BACKING_MEMFD)
+        return 0; /* no name: nothing can be there */
+    owner = segment_probe_existing(pc->dir, pc->segment, &pid);
+    snprintf(path, sizeof(path), "%s/%s", pc->dir, pc->segment);
+    /* Never adopted, never removed (--fresh included): anything but a
+     * regular file, and a file another user could read or change (not ours,
+     * group or other bits, more than one link), whatever it holds. */
+    if (owner != SEGMENT_ABSENT && owner != SEGMENT_LIVE &&
+        (rc = segment_check_existing(pc->dir, pc->segment, err)) < 0 && rc != -ENOENT) {
+        if (rc == -EPERM || owner == SEGMENT_ORPHANED)
+            return rc;
+        /* Not a regular file; or ours but not a segment (messages below). */
+        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
+            return rc;
+    }
+    switch (owner) {
+    case SEGMENT_ABSENT:
+        return 0;
+    case SEGMENT_LIVE:
+        /* A running process holds the file's lock; the pid in the header is
+         * only a hint for the human. */
+        return shmb_error_set(err, -EBUSY,
+                              "Segment %s belongs to a running shmbrokerd (pid %lld), "
+                              "which holds the segment's lock; stop it first, or %s.",
+                              path, (long long)pid, pool_rename_hint(pc));
+    case SEGMENT_FOREIGN:
+        /* The header page is a hint too: a regular file of exactly the
+         * segment's size under its name, locked by nobody, is a segment whose
+         * header a read-write client damaged. It is adopted (its header
+         * rebuilt) rather than stranding its objects. */
+        if (segment_check_adoptable(pc->dir, pc->segment, p->size, NULL) == 0)
+            break;
+        /* Shorter than a header page: what a client's ftruncate leaves; say
+         * so, since the user may take it for a segment of ours. */
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < SHMB_HEADER_PAGE)
+            return shmb_error_set(
+                err, -EEXIST,
+                "%s exists with %lld bytes, less than a segment's %u-byte header: "
+                "not a shmbroker segment, or one a client truncated. Remove it "
+                "(nothing in it can be adopted), or %s.",
+                path, (long long)st.st_size, SHMB_HEADER_PAGE, pool_rename_hint(pc));
+        return shmb_error_set(err, -EEXIST,
+                              "%s exists and is not a shmbroker segment; remove it, or %s.",
+                              path, pool_rename_hint(pc));
+    case SEGMENT_ORPHANED:
+        break;
+    }
+    p->adopt_pid = pid;
+    if (fresh) {
+        p->replace = true;
+        return 0;
+    }
+    p->adopt = true;
+    rc = segment_check_adoptable(pc->dir, pc->segment, p->size, err);
+    if (rc < 0 && pool_declared(pc)) {
+        char what[CONFIG_POOL_NAME_MAX + 16];
+
+        snprintf(what, sizeof(what), "Pool '%s': ", pc->name);
+        return pool_error_before(err, rc, what);
+    }
+    return rc < 0 ? rc : 0;
+}
+
+/* The names of the pools in pools[0..n) that share what pools[i] is checked
+ * against (the same file system, or memfd), up to i: "a, b". */
+static void pool_group_names(struct pool *const *pools, unsigned n, unsigned i,
+                             const bool *same, char *out, size_t len)
+{
+    size_t used = 0;
+    unsigned j;
+
+    out[0] = '\0';
+    for (j = 0; j <= i && j < n; j++) {
+        int w;
+
+        if (!same[j])
+            continue;
+        w = snprintf(out + used, len - used, "%s%s", used ? ", " : "", pools[j]->cfg.name);
+        if (w < 0 || (size_t)w >= len - used)
+            break;
+        used += (size_t)w;
+    }
+}
+
+/* The memfd pools together against the memory this process may still use. */
+static int pool_check_memory(struct pool *const *pools, unsigned n, struct shmb_error *err)
+{
+    struct host_memory mem;
+    bool same[CONFIG_MAX_POOLS] = {false};
+    uint64_t need = 0, room;
+    char names[CONFIG_MAX_POOLS * (CONFIG_POOL_NAME_MAX + 2)], limit[160] = "";
+    unsigned i;
+    int rc;
+
+    for (i = 0; i < n; i++)
+        same[i] = pools[i]->cfg.backing == POOL_BACKING_MEMFD;
+    for (i = 0; i < n; i++)
+        if (same[i])
+            break;
+    if (i == n)
+        return 0;
+    if ((rc = host_memory(&mem, err)) < 0)
+        return rc;
+    room = host_memory_room(&mem);
+    if (mem.has_cgroup_limit)
+        snprintf(limit, sizeof(limit), "; memory cgroup limit %llu MiB with %llu MiB used",
+                 shmb_mib_rounded(mem.cgroup_limit), shmb_mib_rounded(mem.cgroup_usage));
+    for (i = 0; i < n; i++) {
+        if (!same[i])
+            continue;
+        need += pools[i]->size;
+        if (need <= room)
+            continue;
+        pool_group_names(pools, n, i, same, names, sizeof(names));
+        return shmb_error_set(
+            err, -ENOSPC,
+            "Insufficient memory for memfd pool '%s': %llu MiB required (memfd pools %s "
+            "together), %llu MiB available (MemAvailable %llu MiB%s). Make the pools "
+            "smaller, raise the memory limit, or use backing=shm.",
+            pools[i]->cfg.name, shmb_mib_rounded(need), names, shmb_mib_rounded(room),
+            shmb_mib_rounded(mem.mem_available), limit);
+    }
+    return 0;
+}
+
+int pool_check_space(struct pool *const *pools, unsigned n, struct shmb_error *err)
+{
+    bool done[CONFIG_MAX_POOLS] = {false};
+    char names[CONFIG_MAX_POOLS * (CONFIG_POOL_NAME_MAX + 2)], what[SHMB_ERROR_MSG_MAX];
+    unsigned i, j;
+    int rc;
+
+    /* The implicit pool alone: today's check and today's message. */
+    if (n == 1 && !pool_declared(&pools[0]->cfg) && !pools[0]->adopt &&
+        pools[0]->cfg.backing != POOL_BACKING_MEMFD)
+        return pools[0]->replace ? segment_check_replace(pools[0]->cfg.dir,
+                                                         pools[0]->cfg.segment,
+                                                         pools[0]->size, err)
+                                 : segment_check_space(pools[0]->cfg.dir, pools[0]->size,
+                                                       NULL, err);
+    for (i = 0; i < n; i++) {
+        bool same[CONFIG_MAX_POOLS] = {false};
+        uint64_t need = 0, reclaim = 0;
+        struct stat a, b;
+
+        if (done[i] || pools[i]->cfg.backing == POOL_BACKING_MEMFD)
+            continue;
+        if (stat(pools[i]->cfg.dir, &a) != 0)
+            return segment_check_space(pools[i]->cfg.dir, pools[i]->size, NULL, err);
+        /* Every pool on this file system, in order; an adopted one holds its
+         * pages already. */
+        for (j = i; j < n; j++) {
+            if (done[j] || pools[j]->cfg.backing == POOL_BACKING_MEMFD ||
+                stat(pools[j]->cfg.dir, &b) != 0 || b.st_dev != a.st_dev)
+                continue;
+            done[j] = true;
+            if (pools[j]->adopt)
+                continue;
+            same[j] = true;
+            need += pools[j]->size;
+            if (pools[j]->replace)
+                reclaim += segment_reclaimable(pools[j]->cfg.dir, pools[j]->cfg.segment);
+            rc = segment_check_space_reclaim(pools[j]->cfg.dir, need, reclaim, NULL, err);
+            if (rc == 0)
+                continue;
+            pool_group_names(pools, n, j, same, names, sizeof(names));
+            if (strchr(names, ',') == NULL)
+                snprintf(what, sizeof(what), "Pool '%s' does not fit: ", pools[j]->cfg.name);
+            else
+                snprintf(what, sizeof(what),
+                         "Pool '%s' does not fit: pools %s need %llu MiB together in %.256s. ",
+                         pools[j]->cfg.name, names, shmb_mib_rounded(need),
+                         pools[j]->cfg.dir);
+            return pool_error_before(err, rc, what);
+        }
+    }
+    return pool_check_memory(pools, n, err);
+}
+
+/* Keys of the adopted objects whose bytes run past a truncation point. */
+struct pool_lost {
+    uint64_t end; /* the file's size when it was found truncated */
+    struct {
+        char *key;
+        size_t len;
+    } *keys;
+    size_t n, cap;
+    bool oom;
+};
+
+/* store_list callback: collect an object that ends past lost->end. */
+static int pool_collect_lost(const struct store_entry *e, void *arg)
+{
+    struct pool_lost *lost = arg;
+    void *grown;
+
+    if (e->offset + e->size <= lost->end)
+        return 0;
+    if (lost->n == lost->cap) {
+        size_t cap = lost->cap ? lost->cap * 2 : 16;
+
+        if ((grown = shmb_realloc(lost->keys, cap * sizeof(*lost->keys))) == NULL) {
+            lost->oom = true;
+            return 1;
+        }
+        lost->keys = grown;
+        lost->cap = cap;
+    }
+    lost->keys[lost->n].len = e->key_len;
+    if ((lost->keys[lost->n].key = shmb_strndup(e->key, e->key_len)) == NULL) {
+        lost->oom = true;
+        return 1;
+    }
+    lost->n++;
+    return 0;
+}
+
+/* After adopting a segment a client had truncated (and segment_adopt grew
+ * back): an object whose header survived but whose bytes ran past the cut
+ * now reads as zeros; drop it rather than serve it. */
+static void pool_drop_truncated(struct pool *p, uint64_t truncated_at)
+{
+    struct pool_lost lost = {.end = truncated_at};
+    size_t i;
+
+    store_list(p->store, "", 0, SIZE_MAX, pool_collect_lost, &lost);
+    for (i = 0; i < lost.n; i++) {
+        log_warn("object '%.*s' dropped: its bytes ran past the %llu bytes left of the "
+                 "truncated segment %s",
+                 (int)lost.keys[i].len, lost.keys[i].key, (unsigned long long)truncated_at,
+                 p->seg.path);
+        store_delete(p->store, lost.keys[i].key, lost.keys[i].len, NULL);
+        shmb_free(lost.keys[i].key);
+    }
+    shmb_free(lost.keys);
+    if (lost.oom)
+        log_error("out of memory listing the objects past the truncation point; some "
+                  "may read as zeros");
+}
+
+/* Bring back the objects of a segment left by a daemon that died. */
+static int pool_adopt(struct pool *p, const struct store_config *scfg,
+                      void (*on_broken)(const char *message), struct shmb_error *err)
+{
+    struct store_adopt_report report;
+    char h1[32];
+    int rc;
+
+    if ((rc = segment_adopt(&p->seg, p->cfg.dir, p->cfg.segment, p->size, err)) < 0)
+        return rc;
+    if (p->seg.adopt_note[0] != '\0')
+        log_warn("segment %s: %s", p->seg.path, p->seg.adopt_note);
+    /* The guard before the walk: a client may shrink the file while the
+     * daemon reads the chunk headers (they are read through segment_load). */
+    if ((rc = segment_guard_watch(&p->seg, on_broken, err)) < 0) {
+        segment_close(&p->seg);
+        return rc;
+    }
+    /* Only private values: the data area's place and size come from the
+     * file's size (segment_adopt), never from the header page, which a client
+     * may change during the restart; store_adopt reads the ring cursor once
+     * and ring_adopt copies every chunk header before checking it. */
+    p->store = store_adopt(segment_data(&p->seg), p->seg.data_offset, p->seg.data_size,
+                           p->seg.hdr, scfg, &report, err);
+    if (p->store == NULL) {
+        segment_close(&p->seg);
+        return err->code;
+    }
+    if (report.corrupt)
+        log_warn("segment %s: %s", p->seg.path, report.message);
+    log_info(
+        "adopted segment %s left by shmbrokerd pid %lld: restored %llu objects (%s); "
+        "dropped %llu uncommitted, %llu freed and %llu invalid chunks",
+        p->seg.path, (long long)p->adopt_pid, (unsigned long long)report.restored,
+        shmb_format_bytes(report.restored_bytes, h1, sizeof(h1)),
+        (unsigned long long)report.dropped_pending, (unsigned long long)report.dropped_free,
+        (unsigned long long)report.dropped_invalid);
+    if (p->seg.resized_from != 0)
+        log_warn("segment %s had been %s by a client to %llu bytes; %s back to its "
+                 "%llu bytes (objects in a lost part are gone)",
+                 p->seg.path, p->seg.resized_from < p->size ? "truncated" : "grown",
+                 (unsigned long long)p->seg.resized_from,
+                 p->seg.resized_from < p->size ? "grown" : "truncated",
+                 (unsigned long long)p->size);
+    if (p->seg.resized_from != 0 && p->seg.resized_from < p->size)
+        pool_drop_truncated(p, p->seg.resized_from);
+    return 0;
+}
+
+/* --fresh, once every check has passed: remove the segment left by a daemon
+ * that is gone. */
+static int pool_remove_stale(struct pool *p, struct shmb_error *err)
+{
+    char path[PATH_MAX + NAME_MAX + 2];
+
+    snprintf(path, sizeof(path), "%s/%s", p->cfg.dir, p->cfg.segment);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return shmb_error_set(err, -errno, "Cannot remove stale segment %s: %s.", path,
+                              strerror(errno));
+    log_info("removed segment %s left by shmbrokerd pid %lld, which is gone (--fresh)",
+             path, (long long)p->adopt_pid);
+    return 0;
+}
+
+int pool_open(struct pool *p, const struct store_config *scfg,
+              void (*on_broken)(const char *message), struct shmb_error *err)
+{
+    int rc;
+
+    p->read_lease_ms = scfg->read_lease_ms;
+    if (p->replace && (rc = pool_remove_stale(p, err)) < 0)
+        return rc;
+    if (p->adopt)
+        return pool_adopt(p, scfg, on_broken, err);
+    rc = p->cfg.backing == POOL_BACKING_MEMFD
+             ? segment_create_memfd(&p->seg, p->cfg.segment, p->size, err)
+             : segment_create(&p->seg, p->cfg.dir, p->cfg.segment, p->size, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = segment_guard_watch(&p->seg, on_broken, err)) < 0) {
+        segment_destroy(&p->seg);
+        return rc;
+    }
+    p->store = store_new(segment_data(&p->seg), p->seg.data_offset, p->seg.data_size,
+                         p->seg.hdr, scfg, err);
+    if (p->store == NULL) {
+        segment_destroy(&p->seg);
+        return err->code;
+    }
+    return 0;
+}
+
+void pool_close(struct pool *p, bool keep)
+{
+    store_free(p->store);
+    p->store = NULL;
+    if (keep && !p->seg.memfd)
+        segment_close(&p->seg);
+    else
+        segment_destroy(&p->seg);
+}
+
+struct pool *pool_find(const struct pool_set *set, const char *name)
+{
+    unsigned i;
+
+    for (i = 0; i < set->n; i++)
+        if (strcmp(set->pools[i]->cfg.name, name) == 0)
+            return set->pools[i];
+    return NULL;
+}
+
+void pool_names(const struct pool_set *set, char *out, size_t len)
+{
+    size_t used = 0;
+    unsigned i;
+
+    if (len == 0)
+        return;
+    out[0] = '\0';
+    for (i = 0; i < set->n; i++) {
+        int w = snprintf(out + used, len - used, "%s%s", i ? ", " : "",
+                         set->pools[i]->cfg.name);
+
+        if (w < 0 || (size_t)w >= len - used)
+            break;
+        used += (size_t)w;
+    }
+}
+
+int pool_check_access(const struct pool *p, uid_t uid, gid_t gid, const gid_t *groups,
+                      size_t n_groups, struct shmb_error *err)
+{
+    size_t i;
+
+    if (!p->cfg.has_group || uid == 0 || uid == geteuid() || gid == p->cfg.gid)
+        return 0;
+    for (i = 0; i < n_groups; i++)
+        if (groups[i] == p->cfg.gid)
+            return 0;
+    return shmb_error_set(err, -EPERM,
+                          "Pool '%s' is restricted to group %s (gid %d); uid %d (gid %d) "
+                          "is not a member. Add the user to that group (and start the "
+                          "client again), or use another pool.",
+                          p->cfg.name, p->cfg.group, (int)p->cfg.gid, (int)uid, (int)gid);
+}
+
+int pool_check_removable(const struct pool *p, struct shmb_error *err)
+{
+    struct store_stats st;
+
+    store_counts(p->store, &st);
+    if (st.objects != 0 || st.pending != 0 || p->clients != 0)
+        return shmb_error_set(err, -EBUSY,
+                              "pool '%s' is not empty (%llu objects, %llu pending "
+                              "allocations, %u clients); it stays",
+                              p->cfg.name, (unsigned long long)st.objects,
+                              (unsigned long long)st.pending, p->clients);
+    return 0;
+}
