@@ -514,9 +514,8 @@ static void test_pool_group(void **state)
     t.socket = d->socket;
     t.pool = "locked";
     t.want_error = "EPERM";
-    t.want_text[0] = "Pool 'locked'";
-    t.want_text[1] = "12345";
-    t.want_text[2] = "65534";
+    t.want_text[0] = "Pool 'locked' is restricted to group ";
+    t.want_text[1] = "(gid 12345); uid 65534 (gid 65534) is not a member.";
     group_try(f, &t);
     memset(&t, 0, sizeof(t));
     t.socket = d->socket;
@@ -602,8 +601,8 @@ static void test_pool_restart(void **state)
     d = h_daemon_again(f, d1);
     assert_int_equal(start_refused(f, d, resized), 1);
     snprintf(want, sizeof(want),
-             "Segment %s left by the previous shmbrokerd is 3145728 bytes, not the 5242880 "
-             "asked for",
+             "Pool 'b': Segment %s left by the previous shmbrokerd is 3145728 bytes, not "
+             "the 5242880 asked for",
              path);
     log_has(d, want);
 
@@ -619,7 +618,7 @@ static void test_pool_space_check(void **state)
 {
     struct h_fix *f = *state;
     struct h_daemon *d;
-    char dir[PATH_MAX], want[PATH_MAX + 128];
+    char dir[PATH_MAX], want[PATH_MAX * 2 + 160];
     int rc;
 
     if (geteuid() != 0)
@@ -632,9 +631,11 @@ static void test_pool_space_check(void **state)
         start_refused(f, d,
                       (const char *const[]){"--pool", "first:6M", "--pool", "second:6M", NULL}),
         1);
-    snprintf(want, sizeof(want), "Insufficient space in %s: 12 MiB required, 8 MiB free", dir);
+    snprintf(want, sizeof(want),
+             "Pool 'second' does not fit: pools first, second need 12 MiB together in %s. "
+             "Insufficient space in %s: 12 MiB required, 8 MiB free",
+             dir, dir);
     log_has(d, want);
-    log_has(d, "second");
     assert_int_equal(dir_entries(dir), 0);
     h_pass(f);
 }
@@ -647,21 +648,25 @@ static void test_pool_status(void **state)
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(
         f, "1M", (const char *const[]){"--pool", "alpha:2M", "--pool", "beta:3M", NULL});
+    char alpha[96], beta[96];
     json_error_t jerr;
     struct h_run r;
     struct pc p;
     json_t *st, *pools;
 
+    snprintf(alpha, sizeof(alpha), "%s.alpha", d->name);
+    snprintf(beta, sizeof(beta), "%s.beta", d->name);
     pc_connect(&p, d, "beta");
     pc_put(&p, "only-in-beta", 4000, 5);
 
     h_ctl(f, d, NULL, 0, &r, "status", NULL);
-    h_expect_run(&r, 0, "alpha", NULL);
-    h_expect_run(&r, 0, "beta", NULL);
+    h_expect_run(&r, 0, alpha, NULL);
+    h_expect_run(&r, 0, beta, NULL);
     h_run_free(&r);
 
     h_ctl(f, d, NULL, 0, &r, "status", "--pool", "beta", NULL);
-    h_expect_run(&r, 0, "beta", NULL);
+    h_expect_run(&r, 0, beta, NULL);
+    h_expect_run(&r, 0, "1 committed", NULL);
     if (h_contains(r.out, "alpha")) {
         h_run_dump("status --pool beta", &r);
         h_fail("status --pool beta shows pool alpha");
@@ -669,8 +674,9 @@ static void test_pool_status(void **state)
     h_run_free(&r);
 
     h_ctl(f, d, NULL, 0, &r, "status", "--prometheus", NULL);
-    h_expect_run(&r, 0, "pool=\"alpha\"", NULL);
-    h_expect_run(&r, 0, "pool=\"beta\"", NULL);
+    h_expect_run(&r, 0, "shmbroker_objects{pool=\"alpha\"} 0\n", NULL);
+    h_expect_run(&r, 0, "shmbroker_objects{pool=\"beta\"} 1\n", NULL);
+    h_expect_run(&r, 0, "shmbroker_segment_bytes{pool=\"beta\"} 3145728\n", NULL);
     h_run_free(&r);
 
     h_ctl(f, d, NULL, 0, &r, "status", "--json", NULL);
@@ -735,6 +741,39 @@ static void reload_with(struct h_fix *f, const struct h_daemon *d, const char *p
     }
 }
 
+/* What no_clients polls: the pool named, through a connection to another. */
+struct pool_wait {
+    struct h_conn *conn;
+    const char *pool;
+};
+
+/* h_eventually callback: the pool has no connection left (the daemon has
+ * seen ours close; a pool someone is connected to is not removed). */
+static bool no_clients(void *arg)
+{
+    const struct pool_wait *w = arg;
+    json_t *st = h_call(w->conn, "{\"op\":\"stats\"}");
+    bool none;
+
+    h_assert_ok(st);
+    none = h_int(pools_entry(st, w->pool), "clients") == 0;
+    json_decref(st);
+    return none;
+}
+
+/* Close p, connected to pool, and wait until d has seen it go. */
+static void pc_close_wait(struct pc *p, const struct h_daemon *d, const char *pool)
+{
+    struct h_conn c;
+    struct pool_wait w = {&c, pool};
+
+    pc_close(p);
+    json_decref(h_open_hello(&c, d));
+    if (!h_eventually(no_clients, &w, 5000))
+        h_fail("pool '%s' still counts a client 5 s after it closed", pool);
+    h_conn_close(&c);
+}
+
 /* Issue 14: SIGHUP adds a pool from the config file and removes an empty
  * one (its segment goes), and refuses to remove a pool holding an object:
  * the pool stays, with its object, and the log says why. */
@@ -755,11 +794,13 @@ static void test_pool_reload(void **state)
     assert_false(h_exists(path));
 
     reload_with(f, d, conf, two);
+    log_has(d, "SIGHUP: pool 'extra' added: segment ");
     pc_connect(&p, d, "extra");
-    pc_close(&p);
+    pc_close_wait(&p, d, "extra");
     assert_true(h_exists(path));
 
     reload_with(f, d, conf, one);
+    log_has(d, "SIGHUP: pool 'extra' removed (it was empty)");
     assert_int_equal(h_conn_open(&c, d->socket), 0);
     h_expect_error(&c, "{\"op\":\"hello\",\"version\":1,\"pool\":\"extra\"}", "ENOENT",
                    "No pool 'extra' in this shmbrokerd; its pools are: main.");
@@ -769,9 +810,10 @@ static void test_pool_reload(void **state)
     reload_with(f, d, conf, two);
     pc_connect(&p, d, "extra");
     pc_put(&p, "kept", 12345, 8);
-    pc_close(&p);
+    pc_close_wait(&p, d, "extra");
     reload_with(f, d, conf, one);
-    log_has(d, "extra");
+    log_has(d, "SIGHUP: pool 'extra' is not empty (1 objects, 0 pending allocations, 0 "
+               "clients); it stays");
     pc_connect(&p, d, "extra");
     pc_check(&p, "kept", 12345, 8, false);
     pc_close(&p);
