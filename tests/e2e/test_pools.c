@@ -821,6 +821,57 @@ static void test_pool_reload(void **state)
     h_pass(f);
 }
 
+/* Issue 14: a pool SIGHUP adds passes the space check first. In a 4 MiB
+ * tmpfs holding a 2 MiB pool, a 4 MiB pool is not added (logged with the
+ * numbers, no file made, hello to it ENOENT); a 1 MiB one then is. */
+static void test_pool_reload_space(void **state)
+{
+    struct h_fix *f = *state;
+    static const char one[] = "pool = a:2M\n";
+    static const char big[] = "pool = a:2M\npool = b:4M\n";
+    static const char small[] = "pool = a:2M\npool = b:1M\n";
+    char conf[PATH_MAX], dir[PATH_MAX], path[PATH_MAX * 2], want[PATH_MAX + 160];
+    struct h_daemon *d;
+    struct h_conn c;
+    struct pc p;
+
+    if (geteuid() != 0)
+        h_skip(f, "needs root to mount a tmpfs");
+    if (h_mount_tmpfs(f, "4m", dir, sizeof(dir)) < 0)
+        h_skip(f, "cannot mount a tmpfs here");
+    h_path(f, "pools.conf", conf, sizeof(conf));
+    assert_int_equal(h_write_file(conf, one, strlen(one)), 0);
+    d = h_daemon_new(f, "1M");
+    snprintf(d->shm_dir, sizeof(d->shm_dir), "%s", dir);
+    assert_true(h_daemon_spawn(f, d, (const char *const[]){"--config", conf, NULL}) > 0);
+    if (h_daemon_wait_ready(d, H_READY_TIMEOUT_MS) < 0) {
+        h_daemon_print_log(d);
+        h_fail("a 2 MiB pool did not start in a 4 MiB tmpfs");
+    }
+    pool_path(d, "b", path, sizeof(path));
+
+    reload_with(f, d, conf, big);
+    snprintf(want, sizeof(want),
+             "SIGHUP: pool 'b' not added: Pool 'b' does not fit: Insufficient space in %s: "
+             "4 MiB required, 2 MiB free",
+             dir);
+    log_has(d, want);
+    assert_false(h_exists(path));
+    assert_int_equal(h_conn_open(&c, d->socket), 0);
+    h_expect_error(&c, "{\"op\":\"hello\",\"version\":1,\"pool\":\"b\"}", "ENOENT",
+                   "its pools are: a.");
+    h_conn_close(&c);
+
+    reload_with(f, d, conf, small);
+    log_has(d, "SIGHUP: pool 'b' added: segment ");
+    pc_connect(&p, d, "b");
+    pc_put(&p, "fits", 500000, 6);
+    pc_check(&p, "fits", 500000, 6, false);
+    pc_close(&p);
+    assert_true(h_exists(path));
+    h_pass(f);
+}
+
 /* Whether the daemon pid holds a memfd named name. */
 static bool holds_memfd(pid_t pid, const char *name)
 {
@@ -873,6 +924,8 @@ static void test_pool_memfd(void **state)
     }
     snprintf(name, sizeof(name), "%s.mem", d->name);
     assert_true(holds_memfd(d->pid, name));
+    log_has(d, "pool 'mem' is a memfd: it has no name, so it cannot be adopted after a "
+               "restart");
     hello = pc_open(&p, d, NULL);
     assert_string_equal(h_str(hello, "pool"), "mem");
     assert_string_equal(h_str(hello, "backing"), "memfd");
@@ -973,7 +1026,7 @@ int main(void)
         TEST(test_pool_full_isolated), TEST(test_pool_keys),    TEST(test_pool_max_object),
         TEST(test_pool_unknown),       TEST(test_pool_group),   TEST(test_pool_restart),
         TEST(test_pool_space_check),   TEST(test_pool_status),  TEST(test_pool_reload),
-        TEST(test_pool_memfd),         TEST(test_pool_implicit),
+        TEST(test_pool_reload_space),  TEST(test_pool_memfd),   TEST(test_pool_implicit),
     };
 
     signal(SIGPIPE, SIG_IGN);
