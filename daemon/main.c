@@ -43,6 +43,7 @@ struct daemon {
     bool notify;         /* $NOTIFY_SOCKET is set */
     bool activated;      /* systemd passed the listening socket */
     int activated_fd;    /* ... which is ours until the server takes it, else -1 */
+    struct server_kept kept; /* memfd pools systemd kept across a restart */
     bool stopping;
     int argc; /* kept for SIGHUP, which parses them again */
     char **argv;
@@ -115,6 +116,8 @@ static void daemon_on_watchdog(uv_timer_t *timer)
 static void daemon_on_lease_expired(const char *key, size_t key_len, uint32_t reads_left,
                                     void *arg);
 static void daemon_on_segment_broken(const char *message);
+static void daemon_keep_memfd(const struct daemon *d, const struct pool *p);
+static void daemon_unkeep_memfd(const struct daemon *d, const struct pool *p);
 
 /* Whether the settings name a pool of that name. */
 static bool daemon_names_pool(const struct config *cfg, const char *name)
@@ -147,6 +150,7 @@ static struct pool *daemon_add_pool(struct daemon *d, const struct pool_config *
     scfg.lease_arg = p;
     if (pool_open(p, &scfg, daemon_on_segment_broken, &err) < 0)
         goto fail;
+    daemon_keep_memfd(d, p);
     log_info("SIGHUP: pool '%s' added: segment %s (%s, %s backing)", pc->name, p->seg.path,
              shmb_format_bytes(p->seg.size, h1, sizeof(h1)), pool_backing_name(pc->backing));
     return p;
@@ -219,6 +223,7 @@ static void daemon_reload_pools(struct daemon *d, const struct config *next)
         }
         log_info("SIGHUP: pool '%s' removed (it was empty); segment %s removed",
                  p->cfg.name, p->seg.path);
+        daemon_unkeep_memfd(d, p);
         pool_close(p, false);
         pool_free(p);
     }
@@ -508,6 +513,87 @@ static void daemon_free_pools(struct daemon *d)
         pool_free(d->pools.pools[--d->pools.n]);
 }
 
+/* The store's name of a memfd pool's descriptor. */
+static void daemon_kept_name(const struct pool *p, char *out, size_t len)
+{
+    snprintf(out, len, "%s%s", SERVER_KEPT_PREFIX, p->cfg.name);
+}
+
+/* A memfd pool: the descriptor systemd kept for it, if it kept one of the
+ * pool's size (one of another size is dropped: the pool starts empty). */
+static void daemon_take_kept(struct daemon *d, struct pool *p)
+{
+    char name[64];
+    struct stat st;
+    unsigned i;
+
+    daemon_kept_name(p, name, sizeof(name));
+    for (i = 0; i < d->kept.n; i++) {
+        int fd = d->kept.fd[i];
+
+        if (fd < 0 || strcmp(d->kept.name[i], name) != 0)
+            continue;
+        d->kept.fd[i] = -1;
+        if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == p->size && p->kept_fd < 0) {
+            p->kept_fd = fd;
+            continue;
+        }
+        log_warn("pool '%s': the memfd systemd kept has %lld bytes, not the pool's %llu: "
+                 "its objects are dropped and the pool starts empty",
+                 p->cfg.name, (long long)st.st_size, (unsigned long long)p->size);
+        close(fd);
+        notify_unstore_fd(name);
+    }
+    if (p->kept_fd < 0)
+        log_info("pool '%s' is a memfd: it has no name, so %s", p->cfg.name,
+                 d->notify ? "systemd keeps it across restarts (its file-descriptor store), "
+                             "not across a stop"
+                           : "it cannot be adopted after a restart; its objects go with "
+                             "this daemon");
+}
+
+/* A start refused: close what systemd passed, which it still keeps for the
+ * next attempt. */
+static void daemon_close_kept(struct daemon *d)
+{
+    unsigned i;
+
+    for (i = 0; i < d->kept.n; i++)
+        if (d->kept.fd[i] >= 0)
+            close(d->kept.fd[i]);
+    d->kept.n = 0;
+}
+
+/* A memfd pool that goes for good (a stop without --keep-segment, or a
+ * reload that removed it): systemd must not keep it any longer. */
+static void daemon_unkeep_memfd(const struct daemon *d, const struct pool *p)
+{
+    char name[64];
+
+    if (!d->notify || !p->seg.memfd)
+        return;
+    daemon_kept_name(p, name, sizeof(name));
+    notify_unstore_fd(name);
+}
+
+/* Descriptors systemd kept for pools no longer configured: let them go. */
+static void daemon_drop_kept(struct daemon *d)
+{
+    unsigned i;
+
+    for (i = 0; i < d->kept.n; i++) {
+        if (d->kept.fd[i] < 0)
+            continue;
+        log_info("systemd kept %s for a memfd pool that is no longer configured; "
+                 "released",
+                 d->kept.name[i]);
+        close(d->kept.fd[i]);
+        d->kept.fd[i] = -1;
+        notify_unstore_fd(d->kept.name[i]);
+    }
+    d->kept.n = 0;
+}
+
 /* Make the pools, decide for each what to do with a segment already there,
  * and check that the new ones fit: every check before any change. */
 static int daemon_plan_pools(struct daemon *d, struct shmb_error *err)
@@ -529,9 +615,7 @@ static int daemon_plan_pools(struct daemon *d, struct shmb_error *err)
         }
         d->pools.pools[d->pools.n++] = p;
         if (p->cfg.backing == POOL_BACKING_MEMFD)
-            log_info("pool '%s' is a memfd: it has no name, so it cannot be adopted after "
-                     "a restart; its objects go with this daemon",
-                     p->cfg.name);
+            daemon_take_kept(d, p);
         if ((rc = pool_plan(p, d->cfg.fresh, err)) < 0) {
             daemon_free_pools(d);
             return rc;
@@ -540,6 +624,20 @@ static int daemon_plan_pools(struct daemon *d, struct shmb_error *err)
     if ((rc = pool_check_space(d->pools.pools, d->pools.n, err)) < 0)
         daemon_free_pools(d);
     return rc;
+}
+
+/* A memfd pool made now: ask systemd to keep it across restarts. */
+static void daemon_keep_memfd(const struct daemon *d, const struct pool *p)
+{
+    char name[64];
+    int rc;
+
+    if (!d->notify || !p->seg.memfd || p->adopt)
+        return;
+    daemon_kept_name(p, name, sizeof(name));
+    if ((rc = notify_store_fd(p->seg.fd, name)) < 0)
+        log_warn("pool '%s': cannot hand its memfd to systemd to keep: %s", p->cfg.name,
+                 strerror(-rc));
 }
 
 /* Open the pools planned; on failure close those opened (an adopted
@@ -561,8 +659,12 @@ static int daemon_open_pools(struct daemon *d, struct shmb_error *err)
         if ((rc = pool_open(p, &scfg, daemon_on_segment_broken, err)) < 0)
             break;
     }
-    if (rc == 0)
+    if (rc == 0) {
+        for (i = 0; i < d->pools.n; i++)
+            daemon_keep_memfd(d, d->pools.pools[i]);
+        daemon_drop_kept(d);
         return 0;
+    }
     while (i > 0) {
         struct pool *p = d->pools.pools[--i];
 
@@ -587,7 +689,7 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
 {
     char h1[32], h2[32], h3[32];
     int listen_fd = d->activated_fd; /* main took it from systemd, or -1 */
-    int stale = 0, rc;
+    int passed_fd = d->activated_fd, stale = 0, rc;
     unsigned i;
 
     /* Every check before any change: a refused start leaves the socket and
@@ -596,8 +698,10 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         return rc;
     if (!d->activated && (rc = stale = server_probe(d->cfg.socket_path, err)) < 0)
         goto fail_stop_with;
-    if ((rc = daemon_plan_pools(d, err)) < 0)
+    if ((rc = daemon_plan_pools(d, err)) < 0) {
+        daemon_close_kept(d);
         goto fail_stop_with;
+    }
     if (stale == 1 && (rc = server_remove_stale(d->cfg.socket_path, err)) < 0)
         goto fail_plan;
     /* The socket before the segments: a path that cannot be bound refuses
@@ -637,7 +741,8 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         goto fail_loop;
     }
     if (d->activated)
-        log_info("serving the listening socket systemd passed (fd 3): %s", d->server.path);
+        log_info("serving the listening socket systemd passed (fd %d): %s", passed_fd,
+                 d->server.path);
     if (d->notify) {
         uint64_t wd = notify_watchdog_usec() / 2000; /* half the interval, in ms */
 
@@ -695,41 +800,40 @@ fail_stop_with:
 
 /* After the loop: close what is left, remove the segments (or, with
  * --keep-segment, leave them and their committed objects to the next
- * start; a memfd cannot be kept). */
+ * start: a file by its name, a memfd in systemd's descriptor store, which
+ * is all a memfd can be kept by). */
 static void daemon_stop(struct daemon *d)
 {
     struct store_stats st;
-    char used[32], path[PATH_MAX + 16];
-    const char *what;
-    bool memfd = false;
-    unsigned i;
+    char used[32], what[PATH_MAX + 32], memfd[96] = "";
+    unsigned i, n_memfd = 0;
 
     uv_run(&d->loop, UV_RUN_DEFAULT);
     if (uv_loop_close(&d->loop) != 0)
         log_warn("event loop closed with handles still open");
     daemon_counts(d, &st);
-    snprintf(path, sizeof(path), "%s", d->pools.n == 1 ? d->pools.pools[0]->seg.path : "");
+    if (d->pools.n == 1)
+        snprintf(what, sizeof(what), "segment %s", d->pools.pools[0]->seg.path);
+    else
+        snprintf(what, sizeof(what), "the segments of %u pools", d->pools.n);
     for (i = 0; i < d->pools.n; i++)
-        memfd |= d->pools.pools[i]->seg.memfd;
+        n_memfd += d->pools.pools[i]->seg.memfd;
     if (d->cfg.keep_segment) {
-        if (d->pools.n == 1)
-            log_info("stopped; segment %s %s with %llu objects (%s)%s%s", path,
-                     memfd ? "removed (a memfd cannot be kept)" : "kept",
-                     (unsigned long long)st.objects,
-                     shmb_format_bytes(st.used, used, sizeof(used)),
-                     memfd ? "" : " for the next start to adopt (--keep-segment)",
-                     d->activated ? "; the socket stays with systemd" : "");
-        else
-            log_info("stopped; the segments of %u pools kept with %llu objects (%s) for the "
-                     "next start to adopt (--keep-segment)%s%s",
-                     d->pools.n, (unsigned long long)st.objects,
-                     shmb_format_bytes(st.used, used, sizeof(used)),
-                     memfd ? "; memfd pools removed (a memfd cannot be kept)" : "",
-                     d->activated ? "; the socket stays with systemd" : "");
+        if (n_memfd > 0)
+            snprintf(memfd, sizeof(memfd), "; %s",
+                     d->notify ? "memfd pools kept by systemd's descriptor store"
+                               : "memfd pools removed (without systemd, nothing keeps a memfd)");
+        log_info("stopped; %s kept with %llu objects (%s) for the next start to adopt "
+                 "(--keep-segment)%s%s",
+                 what, (unsigned long long)st.objects,
+                 shmb_format_bytes(st.used, used, sizeof(used)), memfd,
+                 d->activated ? "; the socket stays with systemd" : "");
         daemon_close_pools(d, true);
         return;
     }
-    what = d->pools.n == 1 ? "segment" : "segments";
+    for (i = 0; i < d->pools.n; i++)
+        daemon_unkeep_memfd(d, d->pools.pools[i]);
+    snprintf(what, sizeof(what), "%s", d->pools.n == 1 ? "segment" : "segments");
     daemon_close_pools(d, false);
     if (d->activated)
         log_info("stopped; %s removed (the socket %s stays with systemd)", what,
@@ -855,7 +959,7 @@ int main(int argc, char **argv)
         return 0;
     case CONFIG_EXIT_USAGE:
         log_startup_error(err.message);
-        if (server_activated_fd(&d.activated_fd, NULL) != 1)
+        if (server_activated_fd(&d.activated_fd, NULL, NULL) != 1)
             d.activated_fd = -1;
         daemon_refuse_start(&d, &err);
         return 2;
@@ -891,7 +995,7 @@ int main(int argc, char **argv)
     json_set_alloc_funcs(shmb_malloc, shmb_free);
     /* systemd's socket first: a start refused from here on answers the
      * clients already waiting on it. */
-    if ((rc = server_activated_fd(&d.activated_fd, &err)) < 0) {
+    if ((rc = server_activated_fd(&d.activated_fd, &d.kept, &err)) < 0) {
         log_startup_error(err.message);
         daemon_refuse_start(&d, &err);
         return 1;

@@ -111,11 +111,14 @@ struct pool *pool_new(const struct pool_config *pc, uint64_t size, struct shmb_e
     p->cfg = *pc;
     p->size = size;
     p->seg.fd = p->seg.ro_fd = p->seg.lock_fd = -1;
+    p->kept_fd = -1;
     return p;
 }
 
 void pool_free(struct pool *p)
 {
+    if (p != NULL && p->kept_fd >= 0)
+        close(p->kept_fd);
     shmb_free(p);
 }
 
@@ -136,8 +139,15 @@ int pool_plan(struct pool *p, bool fresh, struct shmb_error *err)
     enum segment_owner owner;
     int rc;
 
-    if (pc->backing == POOL_BACKING_MEMFD)
-        return 0; /* no name: nothing can be there */
+    if (pc->backing == POOL_BACKING_MEMFD) {
+        /* No name: only what systemd kept can be there. */
+        if (p->kept_fd >= 0 && fresh) {
+            close(p->kept_fd);
+            p->kept_fd = -1;
+        }
+        p->adopt = p->kept_fd >= 0;
+        return 0;
+    }
     owner = segment_probe_existing(pc->dir, pc->segment, &pid);
     snprintf(path, sizeof(path), "%s/%s", pc->dir, pc->segment);
     /* Never adopted, never removed (--fresh included): anything but a
@@ -381,10 +391,18 @@ static int pool_adopt(struct pool *p, const struct store_config *scfg,
                       void (*on_broken)(const char *message), struct shmb_error *err)
 {
     struct store_adopt_report report;
-    char h1[32];
+    char h1[32], from[64];
     int rc;
 
-    if ((rc = segment_adopt(&p->seg, p->cfg.dir, p->cfg.segment, p->size, err)) < 0)
+    if (p->cfg.backing == POOL_BACKING_MEMFD) {
+        int fd = p->kept_fd;
+
+        p->kept_fd = -1; /* segment_adopt_memfd's now */
+        rc = segment_adopt_memfd(&p->seg, fd, p->cfg.segment, p->size, err);
+    } else {
+        rc = segment_adopt(&p->seg, p->cfg.dir, p->cfg.segment, p->size, err);
+    }
+    if (rc < 0)
         return rc;
     if (p->seg.adopt_note[0] != '\0')
         log_warn("segment %s: %s", p->seg.path, p->seg.adopt_note);
@@ -406,10 +424,14 @@ static int pool_adopt(struct pool *p, const struct store_config *scfg,
     }
     if (report.corrupt)
         log_warn("segment %s: %s", p->seg.path, report.message);
+    if (p->seg.memfd)
+        snprintf(from, sizeof(from), "that systemd kept across the restart");
+    else
+        snprintf(from, sizeof(from), "left by shmbrokerd pid %lld", (long long)p->adopt_pid);
     log_info(
-        "adopted segment %s left by shmbrokerd pid %lld: restored %llu objects (%s); "
+        "adopted segment %s %s: restored %llu objects (%s); "
         "dropped %llu uncommitted, %llu freed and %llu invalid chunks",
-        p->seg.path, (long long)p->adopt_pid, (unsigned long long)report.restored,
+        p->seg.path, from, (unsigned long long)report.restored,
         shmb_format_bytes(report.restored_bytes, h1, sizeof(h1)),
         (unsigned long long)report.dropped_pending, (unsigned long long)report.dropped_free,
         (unsigned long long)report.dropped_invalid);

@@ -28,6 +28,9 @@ struct pool {
     bool replace;        /* ... or remove it first (--fresh) */
     int64_t adopt_pid;   /* the owner its header names, for the log */
     uint64_t read_lease_ms; /* for the lease-expiry log line */
+    /* A memfd pool's segment that systemd kept in its file-descriptor store
+     * across a restart, to adopt; -1 when none. Owned by the pool. */
+    int kept_fd;
 };
 
 /* The pools of a daemon, in configuration order; pools[0] is the default. */
@@ -54,7 +57,8 @@ void pool_free(struct pool *p);
 /* Decide what to do with a segment file already there, changing nothing:
  * adopt one left by a daemon that is gone (or replace it with fresh),
  * refuse anything else (a live daemon's, a foreign file, a size that is
- * not the pool's). A memfd pool has nothing to find. */
+ * not the pool's). A memfd pool adopts its kept_fd when it has one (not
+ * with fresh, which closes it). */
 int pool_plan(struct pool *p, bool fresh, struct shmb_error *err);
 
 /* Whether the pools pool_plan left to create fit, before any is made: per

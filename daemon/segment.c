@@ -733,6 +733,71 @@ fail:
     return rc;
 }
 
+static void segment_note_header(struct segment *seg, const struct shmb_segment_header *hdr);
+
+int segment_adopt_memfd(struct segment *seg, int fd, const char *name, uint64_t size,
+                        struct shmb_error *err)
+{
+    struct shmb_segment_header copy;
+    char proc[64];
+    struct stat st;
+    int rc, seals, saved;
+
+    memset(seg, 0, sizeof(*seg));
+    seg->fd = fd;
+    seg->ro_fd = seg->lock_fd = -1;
+    seg->memfd = true;
+    snprintf(seg->name, sizeof(seg->name), "%s", name);
+    snprintf(seg->path, sizeof(seg->path), "memfd:%s", name);
+    seals = fcntl(fd, F_GET_SEALS);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || seals < 0 ||
+        (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+        rc = shmb_error_set(err, -EINVAL,
+                            "The descriptor kept for memfd segment %s is not a memfd "
+                            "sealed against resizing; not adopted.",
+                            name);
+        goto fail;
+    }
+    if ((uint64_t)st.st_size != size) {
+        rc = shmb_error_set(err, -EINVAL,
+                            "The memfd segment %s kept across the restart has %llu bytes, "
+                            "not the pool's %llu; not adopted.",
+                            name, (unsigned long long)st.st_size, (unsigned long long)size);
+        goto fail;
+    }
+    /* Pages a client punched out come back (as zeros) before anything is
+     * read: the walk checks every chunk header it reads. */
+    if ((rc = segment_reserve(seg, size, 0, err)) < 0 || (rc = segment_map(seg, size, err)) < 0)
+        goto fail;
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", seg->fd);
+    if ((seg->ro_fd = open(proc, O_RDONLY | O_CLOEXEC)) < 0) {
+        saved = errno;
+        rc = shmb_error_set(err, -saved, "Cannot open memfd segment %s read-only: %s.", name,
+                            strerror(saved));
+        goto fail;
+    }
+    seg->hdr = seg->base;
+    seg->data_offset = SHMB_HEADER_PAGE;
+    seg->data_size = segment_data_size(size);
+    if (segment_load(&copy, seg->hdr, sizeof(copy)) < 0) {
+        rc = shmb_error_set(err, -EIO, "Memfd segment %s lost its header page; not adopted.",
+                            name);
+        goto fail;
+    }
+    segment_note_header(seg, &copy);
+    if (segment_write_header(seg, copy.magic == SHMB_SEGMENT_MAGIC ? copy.created_unix
+                                                                   : (uint64_t)time(NULL)) < 0) {
+        rc = shmb_error_set(err, -EIO, "Memfd segment %s lost its header page; not adopted.",
+                            name);
+        goto fail;
+    }
+    return 0;
+
+fail:
+    segment_close(seg);
+    return rc;
+}
+
 bool segment_memfd_held_by(const char *name, pid_t pid)
 {
     char dir[64], want[NAME_MAX + 32], link[NAME_MAX + 32];

@@ -112,6 +112,15 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
 int segment_create_memfd(struct segment *seg, const char *name, uint64_t size,
                          struct shmb_error *err);
 
+/* Adopt the memfd fd (this call owns it from now on, closed on failure)
+ * that an earlier daemon made with segment_create_memfd(name, size) and
+ * systemd kept in its file-descriptor store across the restart: checked
+ * (a memfd sealed against shrinking and growing, of size bytes: -EINVAL
+ * otherwise), its pages reserved again, mapped, its header page rewritten
+ * as segment_adopt does; the ring cursor is left for the store. */
+int segment_adopt_memfd(struct segment *seg, int fd, const char *name, uint64_t size,
+                        struct shmb_error *err);
+
 /* True when process pid has a descriptor of a memfd made with name (a link
  * "/memfd:NAME (deleted)" in /proc/PID/fd): a daemon whose segment is that
  * memfd still holds it. */

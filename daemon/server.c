@@ -413,27 +413,55 @@ void server_refuse_waiting(int fd, int code, const char *message)
 /* The first descriptor systemd passes (SD_LISTEN_FDS_START). */
 #define SERVER_LISTEN_FDS_START 3
 
-int server_activated_fd(int *fd, struct shmb_error *err)
+int server_activated_fd(int *fd, struct server_kept *kept, struct shmb_error *err)
 {
     const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+    const char *names = getenv("LISTEN_FDNAMES");
     struct sockaddr_un sun;
     socklen_t len = sizeof(int);
-    int type = 0, listening = 0, n;
+    int type = 0, listening = 0, n, i, sockets = 0;
     bool ours = pid != NULL && strtol(pid, NULL, 10) == (long)getpid();
 
     n = fds != NULL ? atoi(fds) : 0;
+    if (kept != NULL)
+        kept->n = 0;
+    *fd = -1;
+    /* The names, "a:b:c", one per descriptor (absent: none is kept). */
+    for (i = 0; ours && i < n && i < 1024; i++) {
+        char name[64] = "";
+        size_t l = 0;
+
+        if (names != NULL) {
+            l = strcspn(names, ":");
+            snprintf(name, sizeof(name), "%.*s", (int)(l < sizeof(name) ? l : sizeof(name) - 1),
+                     names);
+            names = names[l] == ':' ? names + l + 1 : names + l;
+        }
+        if (strncmp(name, SERVER_KEPT_PREFIX, strlen(SERVER_KEPT_PREFIX)) != 0) {
+            sockets++;
+            *fd = SERVER_LISTEN_FDS_START + i;
+            continue;
+        }
+        if (kept != NULL && kept->n < SERVER_KEPT_MAX) {
+            kept->fd[kept->n] = SERVER_LISTEN_FDS_START + i;
+            snprintf(kept->name[kept->n], sizeof(kept->name[0]), "%s", name);
+            fcntl(kept->fd[kept->n], F_SETFD, FD_CLOEXEC);
+            kept->n++;
+        } else {
+            close(SERVER_LISTEN_FDS_START + i);
+        }
+    }
     unsetenv("LISTEN_PID");
     unsetenv("LISTEN_FDS");
     unsetenv("LISTEN_FDNAMES");
-    if (!ours || n <= 0)
+    if (!ours || n <= 0 || sockets == 0)
         return 0;
-    if (n != 1)
+    if (sockets != 1)
         return shmb_error_set(
             err, -EINVAL,
             "systemd passed %d sockets; shmbrokerd listens on exactly one. "
             "Give shmbrokerd.socket a single ListenStream=.",
-            n);
-    *fd = SERVER_LISTEN_FDS_START;
+            sockets);
     if (getsockopt(*fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM ||
         (len = sizeof(int),
          getsockopt(*fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len)) != 0 ||

@@ -59,11 +59,25 @@ int server_listen(struct server *srv, uv_loop_t *loop, int fd, const char *path,
                   struct command_env *env, const struct policy *limits,
                   struct shmb_error *err);
 
+/* What systemd keeps for the daemon in its file-descriptor store and
+ * passes back at the next start, beside the socket: descriptors whose
+ * $LISTEN_FDNAMES name starts with SERVER_KEPT_PREFIX. */
+#define SERVER_KEPT_MAX 16
+#define SERVER_KEPT_PREFIX "pool-"
+struct server_kept {
+    int fd[SERVER_KEPT_MAX];
+    char name[SERVER_KEPT_MAX][64]; /* as stored: "pool-NAME" */
+    unsigned n;
+};
+
 /* The listening socket systemd passed (socket activation: $LISTEN_PID is
- * us and $LISTEN_FDS is 1). Returns 1 with *fd set, 0 when none was passed
- * (the variables are unset either way), or -EINVAL when the descriptor is not
- * a listening Unix stream socket. */
-int server_activated_fd(int *fd, struct shmb_error *err);
+ * us and $LISTEN_FDS counts it, and kept descriptors named in
+ * $LISTEN_FDNAMES). Returns 1 with *fd set, 0 when no socket was passed
+ * (the variables are unset either way), or -EINVAL when more than one
+ * descriptor is not a kept one, or that one is not a listening Unix stream
+ * socket. Kept descriptors go to kept (close-on-exec), or are closed when
+ * kept is NULL or full. */
+int server_activated_fd(int *fd, struct server_kept *kept, struct shmb_error *err);
 
 /* A start that failed under socket activation: answer each client already
  * waiting on fd (up to SERVER_REFUSE_WAITING_MAX) with one error line

@@ -2245,6 +2245,151 @@ static void test_status_watch(void **state)
     h_pass(f);
 }
 
+
+/* The next datagram that says want, and the descriptor it carries: -1 when
+ * none comes within timeout_ms (or it carries none). */
+static int notify_recv_fd(struct notify_rx *rx, const char *want, int timeout_ms)
+{
+    uint64_t deadline = h_now_ms() + (uint64_t)timeout_ms;
+
+    for (;;) {
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(int))];
+        } control;
+        char msg[1024];
+        struct iovec iov = {msg, sizeof(msg) - 1};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        struct pollfd pfd = {rx->fd, POLLIN, 0};
+        int64_t left = (int64_t)deadline - (int64_t)h_now_ms();
+        struct cmsghdr *cm;
+        int fd = -1;
+        ssize_t n;
+
+        mh.msg_control = control.buf;
+        mh.msg_controllen = sizeof(control.buf);
+        if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
+            return -1;
+        if ((n = recvmsg(rx->fd, &mh, MSG_CMSG_CLOEXEC)) < 0)
+            return -1;
+        msg[n] = '\0';
+        if (strlen(rx->seen) + (size_t)n + 2 < sizeof(rx->seen)) {
+            strcat(rx->seen, msg);
+            strcat(rx->seen, "|");
+        }
+        for (cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm))
+            if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+                memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+        if (h_contains(msg, want))
+            return fd;
+        if (fd >= 0)
+            close(fd);
+    }
+}
+
+/* A memfd pool under systemd is kept across a restart by the
+ * file-descriptor store: the daemon hands its memfd over (FDSTORE=1,
+ * FDNAME=pool-NAME), the next daemon started with it in $LISTEN_FDS (named
+ * in $LISTEN_FDNAMES) adopts it with its objects; a stop without
+ * --keep-segment takes it back (FDSTOREREMOVE=1), and a kept memfd of
+ * another size is dropped, the pool starting empty. */
+static void test_memfd_fd_store(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "2M"), *d2, *d3;
+    const char *keep[] = {"--pool", "meta:2M,backing=memfd", "--keep-segment", NULL};
+    const char *nokeep[] = {"--pool", "meta:2M,backing=memfd", NULL};
+    const char *bigger[] = {"--pool", "meta:4M,backing=memfd", NULL};
+    char line[512], want[256], buf[32];
+    struct notify_rx rx;
+    struct h_conn c;
+    json_t *reply;
+    long long off;
+    int fd, fd2;
+
+    notify_open(f, &rx, "notify-fdstore", false);
+    {
+        const char *env[] = {rx.env, NULL};
+
+        daemon_spawn_env(d, keep, env, -1);
+    }
+    fd = notify_recv_fd(&rx, "FDSTORE=1\nFDNAME=pool-meta", 10000);
+    if (fd < 0) {
+        h_daemon_print_log(d);
+        h_fail("no FDSTORE=1 with a descriptor for pool-meta; got: %s", rx.seen);
+    }
+    notify_expect(&rx, "READY=1", NULL, line, 10000);
+    assert_int_equal(h_conn_open(&c, d->socket), 0);
+    reply = h_call(&c, "{\"op\":\"hello\",\"version\":1,\"pool\":\"meta\"}");
+    h_assert_ok(reply);
+    json_decref(reply);
+    reply = h_call(&c, "{\"op\":\"alloc\",\"key\":\"k\",\"size\":11}");
+    off = h_int(reply, "offset");
+    json_decref(reply);
+    /* The descriptor systemd got is the pool's memfd: write through it. */
+    assert_int_equal(pwrite(fd, "kept bytes", 11, off), 11);
+    json_decref(h_call(&c, "{\"op\":\"commit\",\"key\":\"k\"}"));
+    h_conn_close(&c);
+    assert_int_equal(h_daemon_signal(d, SIGTERM, H_RUN_TIMEOUT_MS), 0);
+    assert_true(log_has(d, "memfd pools kept by systemd's descriptor store"));
+
+    /* Restarted with the kept descriptor: the object is there. */
+    d2 = h_daemon_again(f, d);
+    {
+        const char *env[] = {rx.env, "LISTEN_PID=$PID", "LISTEN_FDS=1",
+                             "LISTEN_FDNAMES=pool-meta", NULL};
+
+        daemon_spawn_env(d2, nokeep, env, fd);
+    }
+    notify_expect(&rx, "READY=1", NULL, line, 10000);
+    snprintf(want, sizeof(want), "adopted segment memfd:%s.meta that systemd kept", d->name);
+    if (!log_has(d2, want) || !log_has(d2, "restored 1 objects")) {
+        h_daemon_print_log(d2);
+        h_fail("the kept memfd was not adopted with its object");
+    }
+    /* Adopted, not handed over again. */
+    assert_int_equal(h_count(rx.seen, "FDSTORE=1\n"), 1);
+    assert_int_equal(h_conn_open(&c, d2->socket), 0);
+    json_decref(h_call(&c, "{\"op\":\"hello\",\"version\":1,\"pool\":\"meta\"}"));
+    reply = h_call(&c, "{\"op\":\"get\",\"key\":\"k\"}");
+    h_assert_ok(reply);
+    assert_int_equal(pread(fd, buf, 11, h_int(reply, "offset")), 11);
+    assert_string_equal(buf, "kept bytes");
+    json_decref(reply);
+    h_conn_close(&c);
+    /* Stopped without --keep-segment: systemd is told to let it go. */
+    assert_int_equal(h_daemon_signal(d2, SIGTERM, H_RUN_TIMEOUT_MS), 0);
+    if (notify_recv_fd(&rx, "FDSTOREREMOVE=1\nFDNAME=pool-meta", 10000) != -1 ||
+        !h_contains(rx.seen, "FDSTOREREMOVE=1\nFDNAME=pool-meta"))
+        h_fail("no FDSTOREREMOVE=1 for pool-meta at a stop without --keep-segment; got: %s",
+               rx.seen);
+
+    /* A kept memfd of another size: dropped, the pool starts empty. */
+    d3 = h_daemon_again(f, d);
+    {
+        const char *env[] = {rx.env, "LISTEN_PID=$PID", "LISTEN_FDS=1",
+                             "LISTEN_FDNAMES=pool-meta", NULL};
+
+        daemon_spawn_env(d3, bigger, env, fd);
+    }
+    fd2 = notify_recv_fd(&rx, "FDSTORE=1\nFDNAME=pool-meta", 10000);
+    if (fd2 < 0 || !h_contains(rx.seen, "FDSTOREREMOVE=1\nFDNAME=pool-meta|FDSTORE=1")) {
+        h_daemon_print_log(d3);
+        h_fail("the 2 MiB memfd kept for a 4 MiB pool was not replaced; got: %s", rx.seen);
+    }
+    assert_true(log_has(d3, "the memfd systemd kept has 2097152 bytes, not the pool's 4194304"));
+    {
+        struct stat st;
+
+        assert_int_equal(fstat(fd2, &st), 0);
+        assert_int_equal(st.st_size, 4 << 20);
+    }
+    close(fd2);
+    close(fd);
+    notify_close(&rx);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -2261,6 +2406,7 @@ int main(void)
         TEST(test_check_config),
         TEST(test_reload_pid),
         TEST(test_activation_refused_start),
+        TEST(test_memfd_fd_store),
         TEST(test_journal_stream),
         TEST(test_install_tree),
         TEST(test_install_prefix),
