@@ -899,7 +899,8 @@ static bool holds_memfd(pid_t pid, const char *name)
 
 /* Issue 14: a memfd pool serves clients while the shm directory is a 1 MiB
  * tmpfs: objects larger than that directory go in and come back, nothing
- * appears in the directory, and nothing is left after the daemon stops. */
+ * appears in the directory, and nothing is left after the daemon stops.
+ * Without root (no mount), the shm directory is an empty directory. */
 static void test_pool_memfd(void **state)
 {
     struct h_fix *f = *state;
@@ -908,12 +909,11 @@ static void test_pool_memfd(void **state)
     json_t *hello, *st;
     glob_t g;
     struct pc p;
-    int rc;
 
-    if (geteuid() != 0)
-        h_skip(f, "needs root to mount a tmpfs");
-    if ((rc = h_mount_tmpfs(f, "1m", dir, sizeof(dir))) < 0)
-        h_skip(f, "cannot mount a tmpfs here");
+    if (geteuid() != 0 || h_mount_tmpfs(f, "1m", dir, sizeof(dir)) < 0) {
+        h_path(f, "shm", dir, sizeof(dir));
+        assert_int_equal(mkdir(dir, 0700), 0);
+    }
     d = h_daemon_new(f, "1M");
     snprintf(d->shm_dir, sizeof(d->shm_dir), "%s", dir);
     assert_true(h_daemon_spawn(f, d, (const char *const[]){"--pool", "mem:8M,backing=memfd",
