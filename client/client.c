@@ -146,6 +146,14 @@ void shmb_set_read_only(shmb_t *c, int read_only)
     c->read_only = read_only;
 }
 
+void shmb_set_pool(shmb_t *c, const char *pool)
+{
+    size_t len = pool != NULL ? strlen(pool) : 0;
+
+    c->pool_too_long = len >= sizeof(c->pool);
+    snprintf(c->pool, sizeof(c->pool), "%s", c->pool_too_long || pool == NULL ? "" : pool);
+}
+
 void shmb_set_alloc_wait(shmb_t *c, unsigned wait_ms)
 {
     c->alloc_wait_ms = wait_ms;
@@ -494,6 +502,15 @@ int client_check_size(shmb_t *c, size_t size)
                                                    : (uint64_t)INT64_MAX));
 }
 
+/* Copy a string field of a reply into a fixed buffer, "" when absent or
+ * not a string. */
+void client_copy_string(const json_t *obj, const char *field, char *dst, size_t len)
+{
+    const char *s = json_string_value(json_object_get(obj, field));
+
+    snprintf(dst, len, "%s", s != NULL ? s : "");
+}
+
 /* Read an unsigned integer field of a reply. */
 int client_u64(shmb_t *c, const json_t *obj, const char *field, uint64_t *out)
 {
@@ -581,6 +598,12 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
     int rc;
 
     shmb_error_clear(&c->err);
+    if (c->pool_too_long)
+        return shmb_error_set(&c->err, -EINVAL,
+                              "The pool name given to shmb_set_pool is longer than %zu bytes; "
+                              "pool names are 1 to %zu of A-Z, a-z, 0-9, '_' and '-'. Nothing "
+                              "was sent.",
+                              sizeof(c->pool) - 1, sizeof(c->pool) - 1);
     client_disconnect(c, keep_map);
     pthread_once(&client_forks_once, client_watch_forks);
     if (client_forks_rc != 0)
@@ -605,12 +628,16 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
             path, strerror(saved), SHMB_SOCKET_ENV);
     }
     rc = client_call_ex(c,
-                        json_pack("{s:s, s:i, s:s?, s:s}", "op", shmb_ops[SHMB_OP_HELLO].name, "version",
+                        json_pack("{s:s, s:i, s:s?, s:s, s:s*}", "op", shmb_ops[SHMB_OP_HELLO].name, "version",
                                   SHMB_PROTOCOL_VERSION, "name", name, "mode",
-                                  c->read_only ? "ro" : "rw"),
+                                  c->read_only ? "ro" : "rw", "pool",
+                                  c->pool[0] != '\0' ? c->pool : NULL),
                         true, &reply);
     if (rc < 0)
         goto fail;
+    /* A daemon without pools says neither: both stay "". */
+    client_copy_string(reply, "pool", c->info.pool, sizeof(c->info.pool));
+    client_copy_string(reply, "backing", c->info.backing, sizeof(c->info.backing));
     if ((rc = client_u64(c, reply, "size", &c->info.size)) < 0 ||
         (rc = client_u64(c, reply, "data_offset", &c->info.data_offset)) < 0 ||
         (rc = client_u64(c, reply, "data_size", &c->info.data_size)) < 0 ||

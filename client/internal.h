@@ -32,6 +32,8 @@ struct shmb {
     unsigned alloc_wait_ms;
     char path[108]; /* where shmb_connect found the daemon */
     char name[SHMB_NAME_MAX + 1];
+    char pool[sizeof(((shmb_info_t *)0)->pool)]; /* shmb_set_pool's, "" for the default */
+    bool pool_too_long; /* shmb_set_pool was given more than fits: connect refuses */
     shmb_info_t info;
     struct shmb_error err;
     char *rbuf; /* bytes received, not yet a whole reply */
@@ -112,6 +114,10 @@ int client_check_keys(shmb_t *c, size_t n, const char *const *keys);
  * 64-bit: 2^63 bytes or more would reach the daemon as a JSON error), with
  * E2BIG and the daemon's words, before anything is sent. */
 int client_check_size(shmb_t *c, size_t size);
+
+/* Copy a string field of a reply into a fixed buffer, "" when absent or
+ * not a string. */
+void client_copy_string(const json_t *obj, const char *field, char *dst, size_t len);
 
 /* Read an unsigned integer field of a reply. */
 int client_u64(shmb_t *c, const json_t *obj, const char *field, uint64_t *out);

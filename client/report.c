@@ -17,15 +17,6 @@
 #include "../proto/alloc.h"
 #include "internal.h"
 
-/* Copy a string field of a reply into a fixed buffer, "" when absent. */
-static void client_copy_string(const json_t *obj, const char *field, char *dst,
-                               size_t len)
-{
-    const char *s = json_string_value(json_object_get(obj, field));
-
-    snprintf(dst, len, "%s", s != NULL ? s : "");
-}
-
 /* Every row of proto/stats.def names a member of shmb_stats_t of the same
  * name (the blocker row: has_blocker), so a row added without its member
  * does not compile. */
@@ -81,8 +72,11 @@ static void client_stats_blocker(const json_t *blocker, shmb_stats_t *out)
     out->blocker_readers = (uint64_t)json_integer_value(json_object_get(blocker, "readers"));
 }
 
-/* Fill out from a stats reply, row by row of proto/stats.def: the one place
- * that knows the reply's shape. Numbers and counters must be there. */
+/* Fill out from a stats reply, or from one pool's object of its "pools",
+ * row by row of proto/stats.def (the two have the same shape): the one place
+ * that knows the reply's shape. Numbers and counters must be there; the
+ * pool's name, backing and group (null: none) may not, from a daemon without
+ * pools. */
 static int client_stats_fill(shmb_t *c, const json_t *reply, shmb_stats_t *out)
 {
     const json_t *counters = json_object_get(reply, "counters");
@@ -112,7 +106,43 @@ static int client_stats_fill(shmb_t *c, const json_t *reply, shmb_stats_t *out)
             break;
         }
     }
+    client_copy_string(reply, "pool", out->pool, sizeof(out->pool));
+    client_copy_string(reply, "backing", out->backing, sizeof(out->backing));
+    client_copy_string(reply, "group", out->group, sizeof(out->group));
     return 0;
+}
+
+/* The "pools" of a stats reply: NULL from a daemon without pools, else an
+ * array (anything else is -EPROTO in c->err, and *bad set). */
+static const json_t *client_stats_pool_array(shmb_t *c, const json_t *reply, bool *bad)
+{
+    const json_t *pools = json_object_get(reply, "pools");
+
+    *bad = pools != NULL && !json_is_array(pools);
+    if (*bad)
+        shmb_error_set(&c->err, -EPROTO, "shmbrokerd's reply has a \"pools\" that is not "
+                                         "an array.");
+    return json_is_array(pools) ? pools : NULL;
+}
+
+/* The top level of a stats reply says only which pool it is of: its backing
+ * and group are in that pool's object of "pools". */
+static void client_stats_pool_of(const json_t *pools, shmb_stats_t *out)
+{
+    size_t i;
+
+    for (i = 0; pools != NULL && out->pool[0] != '\0' && i < json_array_size(pools); i++) {
+        const json_t *p = json_array_get(pools, i);
+        const char *name = json_string_value(json_object_get(p, "pool"));
+
+        if (name != NULL && strcmp(name, out->pool) == 0) {
+            if (out->backing[0] == '\0')
+                client_copy_string(p, "backing", out->backing, sizeof(out->backing));
+            if (out->group[0] == '\0')
+                client_copy_string(p, "group", out->group, sizeof(out->group));
+            return;
+        }
+    }
 }
 
 /* The request {"op":OP} of a report that takes no argument; NULL when out
@@ -135,10 +165,67 @@ static int client_stats(shmb_t *c, shmb_stats_t *out, size_t size)
                               "release's shmb_stats_t (%zu bytes); pass sizeof(*out).",
                               size, (size_t)CLIENT_STATS_V1_SIZE);
     rc = client_call(c, client_report_request(SHMB_OP_STATS), &reply);
-    if (rc == 0) {
-        rc = client_stats_fill(c, reply, &all);
+    if (rc == 0 && (rc = client_stats_fill(c, reply, &all)) == 0) {
+        bool bad;
+
+        client_stats_pool_of(client_stats_pool_array(c, reply, &bad), &all);
         memcpy(out, &all, size < sizeof(all) ? size : sizeof(all));
     }
+    json_decref(reply);
+    return rc;
+}
+
+/* Every pool's figures (shmb_stats_pools): one shmb_stats_t per object of
+ * the reply's "pools", read by the same rows as the top level; from a
+ * daemon without pools, the top level alone. */
+static int client_stats_pools(shmb_t *c, shmb_stats_t **out, size_t *count)
+{
+    const json_t *pools;
+    json_t *reply = NULL;
+    shmb_stats_t *all = NULL;
+    size_t i, n;
+    bool bad;
+    int rc;
+
+    *out = NULL;
+    *count = 0;
+    rc = client_call(c, client_report_request(SHMB_OP_STATS), &reply);
+    if (rc < 0)
+        goto fail;
+    pools = client_stats_pool_array(c, reply, &bad);
+    if (bad) {
+        rc = c->err.code;
+        goto fail;
+    }
+    n = pools != NULL ? json_array_size(pools) : 1;
+    if (n == 0) {
+        rc = shmb_error_set(&c->err, -EPROTO, "shmbrokerd's reply has no pool in \"pools\".");
+        goto fail;
+    }
+    all = shmb_calloc(n, sizeof(*all));
+    if (all == NULL) {
+        rc = shmb_error_set(&c->err, -ENOMEM, "Out of memory for the stats of %zu pools.", n);
+        goto fail;
+    }
+    for (i = 0; i < n; i++) {
+        const json_t *pool = pools != NULL ? json_array_get(pools, i) : reply;
+
+        if (!json_is_object(pool)) {
+            rc = shmb_error_set(&c->err, -EPROTO,
+                                "shmbrokerd's reply has a \"pools\" entry (%zu) that is not "
+                                "an object.", i);
+            goto fail;
+        }
+        if ((rc = client_stats_fill(c, pool, &all[i])) < 0)
+            goto fail;
+    }
+    json_decref(reply);
+    *out = all;
+    *count = n;
+    return 0;
+
+fail:
+    shmb_free(all);
     json_decref(reply);
     return rc;
 }
@@ -352,6 +439,7 @@ static int client_clients_decode(shmb_t *c, const json_t *reply, shmb_clients_t 
         o->self = json_is_true(self);
         snprintf(o->mode, sizeof(o->mode), "%s", mode);
         o->name = client_report_text(item, "name", &texts);
+        client_copy_string(item, "pool", o->pool, sizeof(o->pool));
     }
     *out = list;
     return 0;
@@ -389,6 +477,23 @@ int shmb_stats_sized(shmb_t *c, shmb_stats_t *out, size_t size)
 int shmb_stats(shmb_t *c, shmb_stats_t *out)
 {
     return shmb_stats_sized(c, out, CLIENT_STATS_V1_SIZE);
+}
+
+int shmb_stats_pools(shmb_t *c, shmb_stats_t **pools, size_t *count)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0) {
+        *pools = NULL;
+        *count = 0;
+        return rc;
+    }
+    return client_done(c, client_stats_pools(c, pools, count));
+}
+
+void shmb_stats_pools_free(shmb_stats_t *pools)
+{
+    shmb_free(pools);
 }
 
 int shmb_stats_json(shmb_t *c, char **json)

@@ -62,6 +62,10 @@ typedef struct shmb_info {
     uint64_t data_size;
     uint64_t max_object_size;
     uint64_t alignment;
+    /* Added with pools: the pool this connection uses and its backing
+     * ("shm", "memfd" or "hugetlbfs"); "" from a daemon without pools. */
+    char pool[33];
+    char backing[16];
 } shmb_info_t;
 
 /* Occupancy, as shmbrokerctl status shows it. */
@@ -80,6 +84,12 @@ typedef struct shmb_stats {
     char blocker_state[16];
     /* Added after the first release (0.1.0): see shmb_stats_sized. */
     uint64_t expired_allocs, lease_expiries, noreply_errors;
+    /* Added with pools: the pool these figures are of, its backing ("shm",
+     * "memfd", "hugetlbfs") and the group it is restricted to ("" when none;
+     * all "" from a daemon without pools). */
+    char pool[33];
+    char backing[16];
+    char group[65];
 } shmb_stats_t;
 
 /* One object of a shmb_list, as the daemon lists it. */
@@ -107,6 +117,7 @@ typedef struct shmb_client_info {
     uint64_t pins, pending, bytes_pinned;
     uint64_t connected_unix; /* seconds since the epoch */
     int self;                /* this handle's own connection */
+    char pool[33];           /* the pool it uses; "" before its hello */
 } shmb_client_info_t;
 
 /* What shmb_clients returns: clients[0..count). */
@@ -134,6 +145,15 @@ void shmb_set_read_only(shmb_t *c, int read_only);
  * fail with -ETIMEDOUT when the time runs out. 0 (the default) never waits. */
 void shmb_set_alloc_wait(shmb_t *c, unsigned wait_ms);
 
+/* Use the pool called pool (a daemon may serve several, each its own
+ * segment, keys and limits; PROTOCOL.md, "Pools"): hello names it, and
+ * every call of the handle acts on it. NULL or "" (the default) is the
+ * daemon's default pool, its first. The name is copied; one longer than 32
+ * bytes makes shmb_connect fail with -EINVAL, and a pool the daemon does not
+ * have with -ENOENT (the message lists its pools). shmb_reconnect uses the
+ * same pool. Call before shmb_connect. */
+void shmb_set_pool(shmb_t *c, const char *pool);
+
 /* Connect to the daemon at socket_path (NULL: $SHMBROKER_SOCKET, else
  * /run/shmbroker/shmbroker.sock), say hello with name (may be NULL), receive
  * the segment's descriptor and map it. -ECONNREFUSED or -ENOENT when no
@@ -142,7 +162,7 @@ int shmb_connect(shmb_t *c, const char *socket_path, const char *name);
 
 /* After a call failed with -ECONNRESET (the daemon exited or restarted, or a
  * reply came out of step with its request):
- * connect again to the same socket with the same name and mode. Pins and
+ * connect again to the same socket with the same name, mode and pool. Pins and
  * pending allocations of the old connection are gone; objects committed
  * before a daemon restart are still there. When the daemon serves the same
  * segment file, the mapping is kept, so pointers to committed objects that
@@ -264,7 +284,8 @@ int shmb_delete(shmb_t *c, const char *key);
 /* 1 when key is committed, 0 when not, or a negative errno. */
 int shmb_contains(shmb_t *c, const char *key);
 
-/* Occupancy figures and counters, in out (size: sizeof(*out)). A program
+/* Occupancy figures and counters of the handle's pool (clients counts every
+ * connection to the daemon), in out (size: sizeof(*out)). A program
  * built against an older shmbroker.h passes a smaller shmb_stats_t: the
  * library fills only the fields that fit in size bytes, and refuses with
  * -EINVAL a size smaller than the first release's struct. */
@@ -275,6 +296,14 @@ int shmb_stats_sized(shmb_t *c, shmb_stats_t *out, size_t size);
  * shmb_stats_sized through the macro, and get every field. */
 int shmb_stats(shmb_t *c, shmb_stats_t *out);
 #define shmb_stats(c, out) shmb_stats_sized((c), (out), sizeof(*(out)))
+
+/* The figures of every pool of the daemon, in its configuration order: *pools
+ * gets count (*count) entries, each filled as shmb_stats fills its struct
+ * (clients: the connections of that pool), with pool, backing and group set;
+ * free it with shmb_stats_pools_free. From a daemon without pools, one entry:
+ * its segment, pool "". *pools NULL and *count 0 on failure. */
+int shmb_stats_pools(shmb_t *c, shmb_stats_t **pools, size_t *count);
+void shmb_stats_pools_free(shmb_stats_t *pools);
 
 /* The stats reply as the daemon sent it, without its "id": one line of JSON
  * (PROTOCOL.md, "stats"), malloc'ed in *json, caller frees. For tools that

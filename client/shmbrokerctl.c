@@ -32,6 +32,7 @@
 /* What the command line asked for, as the handlers need it. */
 struct ctl {
     const char *socket_path;
+    const char *pool;      /* --pool NAME (global, or status's own), NULL without */
     int json, prometheus;  /* status --json, --prometheus */
     unsigned long watch;   /* status --watch SECONDS, 0 without */
     char **args;           /* the command's arguments, after any "--" */
@@ -111,42 +112,76 @@ static const char *format_uptime(unsigned long long s, char *buf, size_t len)
     return buf;
 }
 
+/* A Prometheus label value: backslash, quote and newline escaped. */
+static const char *prom_label(const char *s, char *buf, size_t len)
+{
+    size_t o = 0;
+
+    for (; *s != '\0' && o + 3 < len; s++) {
+        if (*s == '\\' || *s == '"' || *s == '\n') {
+            buf[o++] = '\\';
+            buf[o++] = *s == '\n' ? 'n' : *s;
+        } else {
+            buf[o++] = *s;
+        }
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 /* The stats in Prometheus's text exposition format, one metric per figure:
- * the gauges below, then every counter of proto/stats.def. */
-static int print_prometheus(shmb_t *c)
+ * the gauges below, then every counter of proto/stats.def. A figure of a
+ * pool (its bytes, objects, counters) has one sample per pool, labelled
+ * pool="NAME" (one pool too, so that a dashboard does not change when a
+ * second is added; with --pool, that pool only); the daemon's own (clients
+ * in all, uptime, noreply errors) have no label. */
+static int print_prometheus(shmb_t *c, const struct ctl *ctl)
 {
     static const struct {
         enum shmb_stat_id field;
         const char *metric, *type, *help;
+        int per_pool;
     } gauges[] = {
         {SHMB_STAT_SIZE, "shmbroker_segment_bytes", "gauge",
-         "Size of the segment, header included."},
-        {SHMB_STAT_DATA_SIZE, "shmbroker_data_bytes", "gauge", "Bytes of the data area."},
+         "Size of the segment, header included.", 1},
+        {SHMB_STAT_DATA_SIZE, "shmbroker_data_bytes", "gauge", "Bytes of the data area.", 1},
         {SHMB_STAT_USED, "shmbroker_used_bytes", "gauge",
-         "Bytes in use (objects, headers, gaps)."},
-        {SHMB_STAT_FREE, "shmbroker_free_bytes", "gauge", "Bytes free in the data area."},
-        {SHMB_STAT_OBJECTS, "shmbroker_objects", "gauge", "Committed objects."},
+         "Bytes in use (objects, headers, gaps).", 1},
+        {SHMB_STAT_FREE, "shmbroker_free_bytes", "gauge", "Bytes free in the data area.", 1},
+        {SHMB_STAT_OBJECTS, "shmbroker_objects", "gauge", "Committed objects.", 1},
         {SHMB_STAT_PENDING, "shmbroker_pending_objects", "gauge",
-         "Allocations not yet committed."},
+         "Allocations not yet committed.", 1},
         {SHMB_STAT_PINNED, "shmbroker_pinned_objects", "gauge",
-         "Objects pinned by a reader."},
-        {SHMB_STAT_CLIENTS, "shmbroker_clients", "gauge", "Connected clients."},
+         "Objects pinned by a reader.", 1},
+        {SHMB_STAT_CLIENTS, "shmbroker_clients", "gauge", "Connected clients.", 0},
+        {SHMB_STAT_CLIENTS, "shmbroker_pool_clients", "gauge",
+         "Clients connected to the pool.", 1},
         {SHMB_STAT_MAX_OBJECT_SIZE, "shmbroker_max_object_bytes", "gauge",
-         "Largest object allowed."},
+         "Largest object allowed.", 1},
         {SHMB_STAT_SHM_DIR_FREE, "shmbroker_shm_dir_free_bytes", "gauge",
-         "Bytes free in the shared-memory directory."},
+         "Bytes free where the pool's segment lives (memory for a memfd pool).", 1},
         {SHMB_STAT_UPTIME_S, "shmbroker_uptime_seconds", "gauge",
-         "Seconds since the daemon started."},
+         "Seconds since the daemon started.", 0},
     };
-    shmb_stats_t st;
-    size_t i;
+    shmb_stats_t st, *pools = NULL;
+    size_t i, j, n = 0;
+    char label[3 * 32 + 8];
 
-    if (shmb_stats(c, &st) < 0)
+    if (shmb_stats(c, &st) < 0 || shmb_stats_pools(c, &pools, &n) < 0)
         return fail(c);
     for (i = 0; i < sizeof(gauges) / sizeof(gauges[0]); i++) {
-        printf("# HELP %s %s\n# TYPE %s %s\n%s %lld\n", gauges[i].metric, gauges[i].help,
-               gauges[i].metric, gauges[i].type, gauges[i].metric,
-               (long long)shmb_stats_number(&st, gauges[i].field));
+        printf("# HELP %s %s\n# TYPE %s %s\n", gauges[i].metric, gauges[i].help,
+               gauges[i].metric, gauges[i].type);
+        if (!gauges[i].per_pool) {
+            printf("%s %lld\n", gauges[i].metric,
+                   (long long)shmb_stats_number(&st, gauges[i].field));
+            continue;
+        }
+        for (j = 0; j < n; j++)
+            if (ctl->pool == NULL || strcmp(pools[j].pool, st.pool) == 0)
+                printf("%s{pool=\"%s\"} %lld\n", gauges[i].metric,
+                       prom_label(pools[j].pool, label, sizeof(label)),
+                       (long long)shmb_stats_number(&pools[j], gauges[i].field));
     }
     for (i = 0; i < SHMB_STAT_COUNT; i++) {
         const char *name = shmb_stat_fields[i].name;
@@ -154,10 +189,22 @@ static int print_prometheus(shmb_t *c)
         if (shmb_stat_fields[i].kind != SHMB_STATK_COUNTER)
             continue;
         printf("# HELP shmbroker_%s_total Count of %s since the daemon started.\n"
-               "# TYPE shmbroker_%s_total counter\nshmbroker_%s_total %lld\n",
-               name, name, name, name,
-               (long long)shmb_stats_number(&st, (enum shmb_stat_id)i));
+               "# TYPE shmbroker_%s_total counter\n",
+               name, name, name);
+        /* Requests sent without awaiting their reply fail on a connection,
+         * not in a pool. */
+        if (i == SHMB_STAT_NOREPLY_ERRORS) {
+            printf("shmbroker_%s_total %lld\n", name,
+                   (long long)shmb_stats_number(&st, (enum shmb_stat_id)i));
+            continue;
+        }
+        for (j = 0; j < n; j++)
+            if (ctl->pool == NULL || strcmp(pools[j].pool, st.pool) == 0)
+                printf("shmbroker_%s_total{pool=\"%s\"} %lld\n", name,
+                       prom_label(pools[j].pool, label, sizeof(label)),
+                       (long long)shmb_stats_number(&pools[j], (enum shmb_stat_id)i));
     }
+    shmb_stats_pools_free(pools);
     return 0;
 }
 
@@ -173,52 +220,89 @@ static int print_json(shmb_t *c)
     return 0;
 }
 
-/* status, plain: one view of the figures. */
-static int print_status(shmb_t *c, const char *socket_path)
+/* One pool's figures in the status view: its name line (with_pool), its
+ * segment, free space, bar, objects, clients (with_clients), counters and
+ * blocker. */
+static void print_pool(const shmb_stats_t *st, int with_pool, int with_clients)
 {
     static char e[4][ESC_MAX];
-    shmb_stats_t st;
     char b[4][32], bar[41];
-    double pct;
-    int i, filled;
+    int memfd = strcmp(st->backing, "memfd") == 0, i, filled;
+    double pct = st->data_size ? 100.0 * (double)st->used / (double)st->data_size : 0.0;
 
-    if (shmb_stats(c, &st) < 0)
-        return fail(c);
-    pct = st.data_size ? 100.0 * (double)st.used / (double)st.data_size : 0.0;
     filled = (int)(pct * 40.0 / 100.0 + 0.5);
     for (i = 0; i < 40; i++)
         bar[i] = i < filled ? '#' : '.';
     bar[40] = '\0';
-    printf("shmbrokerd %s, pid %lld, up %s\n", esc(st.version, e[0], ESC_MAX),
-           (long long)st.pid, format_uptime(st.uptime_s, b[0], sizeof(b[0])));
-    printf("socket    %s\n", esc(shmb_socket_path(socket_path), e[0], ESC_MAX));
+    if (with_pool)
+        printf("pool      %s (%s%s%s)\n", esc(st->pool, e[0], ESC_MAX),
+               st->backing[0] != '\0' ? esc(st->backing, e[1], ESC_MAX) : "shm",
+               st->group[0] != '\0' ? ", group " : "", esc(st->group, e[2], ESC_MAX));
     printf("segment   %s in %s: %s (%s for data), max object %s\n",
-           esc(st.segment, e[0], ESC_MAX), esc(st.shm_dir, e[1], ESC_MAX),
-           shmb_format_bytes(st.size, b[0], sizeof(b[0])),
-           shmb_format_bytes(st.data_size, b[1], sizeof(b[1])),
-           shmb_format_bytes(st.max_object_size, b[2], sizeof(b[2])));
-    printf("shm free  %s left in %s\n",
-           shmb_format_bytes(st.shm_dir_free, b[0], sizeof(b[0])), e[1]);
+           esc(st->segment, e[0], ESC_MAX), memfd ? "memory" : esc(st->shm_dir, e[1], ESC_MAX),
+           shmb_format_bytes(st->size, b[0], sizeof(b[0])),
+           shmb_format_bytes(st->data_size, b[1], sizeof(b[1])),
+           shmb_format_bytes(st->max_object_size, b[2], sizeof(b[2])));
+    if (memfd)
+        printf("mem free  %s available (memory and cgroup limit)\n",
+               shmb_format_bytes(st->shm_dir_free, b[0], sizeof(b[0])));
+    else
+        printf("shm free  %s left in %s\n",
+               shmb_format_bytes(st->shm_dir_free, b[0], sizeof(b[0])),
+               esc(st->shm_dir, e[1], ESC_MAX));
     printf("used      [%s] %5.1f%%  %s of %s (%s free)\n", bar, pct,
-           shmb_format_bytes(st.used, b[0], sizeof(b[0])),
-           shmb_format_bytes(st.data_size, b[1], sizeof(b[1])),
-           shmb_format_bytes(st.free, b[2], sizeof(b[2])));
+           shmb_format_bytes(st->used, b[0], sizeof(b[0])),
+           shmb_format_bytes(st->data_size, b[1], sizeof(b[1])),
+           shmb_format_bytes(st->free, b[2], sizeof(b[2])));
     printf("objects   %llu committed, %llu pending, %llu pinned\n",
-           (unsigned long long)st.objects, (unsigned long long)st.pending,
-           (unsigned long long)st.pinned);
-    printf("clients   %llu\n", (unsigned long long)st.clients);
+           (unsigned long long)st->objects, (unsigned long long)st->pending,
+           (unsigned long long)st->pinned);
+    if (with_clients)
+        printf("clients   %llu\n", (unsigned long long)st->clients);
     printf(
         "counters  %llu allocs, %llu commits, %llu gets, %llu evictions, %llu ENOSPC\n",
-        (unsigned long long)st.allocs, (unsigned long long)st.commits,
-        (unsigned long long)st.gets, (unsigned long long)st.evictions,
-        (unsigned long long)st.enospc);
-    if (st.has_blocker)
+        (unsigned long long)st->allocs, (unsigned long long)st->commits,
+        (unsigned long long)st->gets, (unsigned long long)st->evictions,
+        (unsigned long long)st->enospc);
+    if (st->has_blocker)
         printf("blocker   '%s' (%s, %llu pins, %llu awaited reads) stops reclaim\n",
-               esc(st.blocker_key, e[2], ESC_MAX), esc(st.blocker_state, e[3], ESC_MAX),
-               (unsigned long long)st.blocker_pins,
-               (unsigned long long)st.blocker_readers);
+               esc(st->blocker_key, e[2], ESC_MAX), esc(st->blocker_state, e[3], ESC_MAX),
+               (unsigned long long)st->blocker_pins,
+               (unsigned long long)st->blocker_readers);
     else
         printf("blocker   none\n");
+}
+
+/* status, plain: one view of the figures. A daemon of one pool gets the view
+ * it always had; with --pool, that pool, named (its clients: the pool's);
+ * otherwise every pool, each with its own bar, objects, clients and
+ * blocker, after the daemon's line and its clients in all. */
+static int print_status(shmb_t *c, const struct ctl *ctl)
+{
+    static char e[ESC_MAX];
+    shmb_stats_t st, *pools = NULL;
+    char b[32];
+    size_t i, n = 0;
+
+    if (shmb_stats(c, &st) < 0 || shmb_stats_pools(c, &pools, &n) < 0)
+        return fail(c);
+    printf("shmbrokerd %s, pid %lld, up %s\n", esc(st.version, e, ESC_MAX),
+           (long long)st.pid, format_uptime(st.uptime_s, b, sizeof(b)));
+    printf("socket    %s\n", esc(shmb_socket_path(ctl->socket_path), e, ESC_MAX));
+    if (ctl->pool != NULL) {
+        for (i = 0; i < n && strcmp(pools[i].pool, st.pool) != 0; i++)
+            ;
+        print_pool(i < n ? &pools[i] : &st, 1, 1);
+    } else if (n <= 1) {
+        print_pool(&st, 0, 1);
+    } else {
+        printf("clients   %llu in all, %zu pools\n", (unsigned long long)st.clients, n);
+        for (i = 0; i < n; i++) {
+            printf("\n");
+            print_pool(&pools[i], 1, 1);
+        }
+    }
+    shmb_stats_pools_free(pools);
     return 0;
 }
 
@@ -232,7 +316,7 @@ static int watch_status(shmb_t *c, const struct ctl *ctl)
     for (;;) {
         if (tty)
             printf("\033[H\033[2J");
-        rc = print_status(c, ctl->socket_path);
+        rc = print_status(c, ctl);
         if (rc != 0)
             break;
         printf(tty ? "\n(every %lus; Ctrl-C to stop)\n" : "\n", ctl->watch);
@@ -250,8 +334,8 @@ static int cmd_status(shmb_t *c, struct ctl *ctl)
     if (ctl->json)
         return print_json(c);
     if (ctl->prometheus)
-        return print_prometheus(c);
-    return print_status(c, ctl->socket_path);
+        return print_prometheus(c, ctl);
+    return print_status(c, ctl);
 }
 
 /* status's options, after the command: --json, --prometheus, --watch N. */
@@ -262,6 +346,9 @@ static int status_options(struct ctl *ctl, int argc, char **argv)
             ctl->json = 1;
         } else if (strcmp(argv[optind], "--prometheus") == 0) {
             ctl->prometheus = 1;
+        } else if (strcmp(argv[optind], "--pool") == 0 && optind + 1 < argc) {
+            optind++;
+            ctl->pool = argv[optind][0] != '\0' ? argv[optind] : NULL;
         } else if (strcmp(argv[optind], "--watch") == 0 && optind + 1 < argc) {
             char *end;
 
@@ -285,17 +372,24 @@ static int status_options(struct ctl *ctl, int argc, char **argv)
     return 0;
 }
 
+/* clients: every connection; with a POOL column when the daemon has more
+ * than one pool (a daemon of one pool gets the table it always had). */
 static int cmd_clients(shmb_t *c, struct ctl *ctl)
 {
     shmb_clients_t *list = NULL;
-    char since[32], pinned[32], name[ESC_MAX], mode[ESC_MAX];
-    size_t i;
+    shmb_stats_t *pools = NULL;
+    char since[32], pinned[32], name[ESC_MAX], mode[ESC_MAX], pool[ESC_MAX + 1];
+    size_t i, npools = 0;
 
     (void)ctl;
+    if (shmb_stats_pools(c, &pools, &npools) < 0)
+        return fail(c);
+    shmb_stats_pools_free(pools);
     if (shmb_clients(c, &list) < 0)
         return fail(c);
-    printf("%8s %6s %-20s %-4s %7s %7s %10s  %s\n", "PID", "UID", "NAME", "MODE", "PINS",
-           "PENDING", "PINNED", "CONNECTED SINCE");
+    printf("%8s %6s %-20s %s%-4s %7s %7s %10s  %s\n", "PID", "UID", "NAME",
+           npools > 1 ? "POOL             " : "", "MODE", "PINS", "PENDING", "PINNED",
+           "CONNECTED SINCE");
     for (i = 0; i < list->count; i++) {
         const shmb_client_info_t *cl = &list->clients[i];
         time_t t = (time_t)cl->connected_unix;
@@ -304,9 +398,16 @@ static int cmd_clients(shmb_t *c, struct ctl *ctl)
         localtime_r(&t, &tm);
         strftime(since, sizeof(since), "%Y-%m-%d %H:%M:%S", &tm);
         esc(cl->name, name, sizeof(name));
+        pool[0] = '\0';
+        if (npools > 1) {
+            esc(cl->pool[0] != '\0' ? cl->pool : "-", pool, sizeof(pool) - 1);
+            /* Pool names are at most 32 bytes: wider ones push the row. */
+            snprintf(pool + strlen(pool), sizeof(pool) - strlen(pool), "%*s",
+                     strlen(pool) < 16 ? (int)(17 - strlen(pool)) : 1, "");
+        }
         /* At most 20 bytes of the name, cut on a character boundary. */
-        printf("%8lld %6lld %-20.*s %-4s %7lld %7lld %10s  %s%s\n", (long long)cl->pid,
-               (long long)cl->uid, (int)shmb_utf8_cut(name, strlen(name), 20), name,
+        printf("%8lld %6lld %-20.*s %s%-4s %7lld %7lld %10s  %s%s\n", (long long)cl->pid,
+               (long long)cl->uid, (int)shmb_utf8_cut(name, strlen(name), 20), name, pool,
                esc(cl->mode, mode, sizeof(mode)), (long long)cl->pins,
                (long long)cl->pending,
                shmb_format_bytes((unsigned long long)cl->bytes_pinned, pinned,
@@ -487,11 +588,11 @@ static int cmd_get(shmb_t *c, struct ctl *ctl)
 /* The commands, in the order usage lists them. */
 static const struct ctl_cmd ctl_cmds[] = {
     {"status", 0, 0, status_options, NULL, cmd_status,
-     "status [--json | --prometheus | --watch SECONDS]",
-     "occupancy, clients and counters of the daemon"},
+     "status [--pool NAME] [--json | --prometheus | --watch SECONDS]",
+     "occupancy, clients and counters of every pool (or NAME's)"},
     {"ls", 0, 1, NULL, NULL, cmd_ls, "ls [PREFIX]", "objects, oldest first"},
     {"clients", 0, 0, NULL, NULL, cmd_clients, "clients",
-     "connections: pid, uid, name, pins, pending, since"},
+     "connections: pid, uid, name, pool, pins, pending, since"},
     {"put", 2, 2, NULL, put_prepare, cmd_put, "put KEY FILE|-",
      "store a file (or standard input) under KEY"},
     {"get", 1, 2, NULL, key_prepare, cmd_get, "get KEY [FILE|-]",
@@ -506,7 +607,8 @@ static void usage(FILE *out)
 {
     size_t i;
 
-    fprintf(out, "Usage: shmbrokerctl [--socket PATH] COMMAND [ARG]...\n\nCommands:\n");
+    fprintf(out, "Usage: shmbrokerctl [--socket PATH] [--pool NAME] COMMAND [ARG]...\n\n"
+                 "Commands:\n");
     for (i = 0; i < sizeof(ctl_cmds) / sizeof(ctl_cmds[0]); i++) {
         if (strlen(ctl_cmds[i].usage) < 23)
             fprintf(out, "  %-23s%s\n", ctl_cmds[i].usage, ctl_cmds[i].help);
@@ -517,6 +619,7 @@ static void usage(FILE *out)
         out,
         "\n"
         "The socket defaults to $%s, else %s.\n"
+        "--pool NAME uses the daemon's pool NAME (default: its first).\n"
         "Exit status: 0 success, 1 the daemon refused, 2 usage, 66 input file cannot be\n"
         "opened, 69 daemon unreachable, 73 output file cannot be created, 74 file I/O error.\n"
         "Put '--' before a key that starts with '-'.\n",
@@ -589,9 +692,21 @@ static const struct ctl_cmd *find_cmd(const char *name)
     return NULL;
 }
 
-/* Connect as shmbrokerctl; on failure print why and return the exit status
- * (69 when no daemon can be reached there), else 0 with *out. */
-static int ctl_connect(const char *socket_path, shmb_t **out)
+/* Whether the connect failure of c is the daemon's refusal of the pool
+ * (ENOENT: no such pool, the message listing them) rather than a missing
+ * socket, which is ENOENT too: the socket is there. */
+static int pool_refused(shmb_t *c, const char *socket_path, const char *pool)
+{
+    struct stat st;
+
+    return pool != NULL && shmb_errcode(c) == -ENOENT &&
+           stat(shmb_socket_path(socket_path), &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+/* Connect as shmbrokerctl (to pool, NULL: the default one); on failure
+ * print why and return the exit status (69 when no daemon can be reached
+ * there), else 0 with *out. */
+static int ctl_connect(const char *socket_path, const char *pool, shmb_t **out)
 {
     static char msg[SHMB_ESCAPED_MAX(1024)];
     shmb_t *c = shmb_new();
@@ -604,9 +719,11 @@ static int ctl_connect(const char *socket_path, shmb_t **out)
     }
     /* Tools map the segment lazily: prefaulting is for workers' hot paths. */
     shmb_set_populate(c, 0);
+    shmb_set_pool(c, pool);
     if (shmb_connect(c, socket_path, "shmbrokerctl") < 0) {
         fprintf(stderr, "shmbrokerctl: %s\n", esc(shmb_errmsg(c), msg, sizeof(msg)));
-        rc = shmb_errcode(c) == -ECONNREFUSED || shmb_errcode(c) == -ENOENT ||
+        rc = pool_refused(c, socket_path, pool) ? EXIT_ERROR_REPLY
+             : shmb_errcode(c) == -ECONNREFUSED || shmb_errcode(c) == -ENOENT ||
                      shmb_errcode(c) == -EACCES || shmb_errcode(c) == -ENOTDIR ||
                      shmb_errcode(c) == -ECONNRESET || shmb_errcode(c) == -ENAMETOOLONG
                  ? EXIT_UNAVAILABLE
@@ -622,6 +739,7 @@ int main(int argc, char **argv)
 {
     static const struct option options[] = {
         {"socket", required_argument, NULL, 's'},
+        {"pool", required_argument, NULL, 'p'},
         {"help", no_argument, NULL, 'h'},
         {"json", no_argument, NULL, 'j'},
         {NULL, 0, NULL, 0},
@@ -637,6 +755,9 @@ int main(int argc, char **argv)
         switch (opt) {
         case 's':
             ctl.socket_path = optarg;
+            break;
+        case 'p':
+            ctl.pool = optarg[0] != '\0' ? optarg : NULL; /* "": the default pool */
             break;
         case 'h':
             usage(stdout);
@@ -670,7 +791,7 @@ int main(int argc, char **argv)
     if (cmd->prepare != NULL && (rc = cmd->prepare(&ctl)) != 0)
         return rc;
     ctl_socket = ctl.socket_path;
-    if ((rc = ctl_connect(ctl.socket_path, &c)) == 0) {
+    if ((rc = ctl_connect(ctl.socket_path, ctl.pool, &c)) == 0) {
         rc = cmd->run(c, &ctl);
         shmb_close(c);
     }

@@ -3,7 +3,9 @@
  * client names from other clients are escaped in every human-facing table
  * (no terminal codes, no forged rows) while --json stays exact JSON; keys the
  * ctl refuses itself are usage errors (exit 2); status --watch writes no
- * terminal codes into a pipe and exits 69 when the daemon goes away.
+ * terminal codes into a pipe and exits 69 when the daemon goes away; with
+ * pools, status, ls, clients and --prometheus show each pool, or the one
+ * --pool names.
  */
 #include <errno.h>
 #include <signal.h>
@@ -188,6 +190,144 @@ static void test_watch_pipe_and_exit(void **state)
     h_pass(f);
 }
 
+/* The line of text that starts with prefix at or after from, as a pointer,
+ * or NULL. */
+static const char *line_at(const char *from, const char *prefix)
+{
+    const char *p = from;
+
+    for (;;) {
+        if (strncmp(p, prefix, strlen(prefix)) == 0)
+            return p;
+        p = strchr(p, '\n');
+        if (p == NULL)
+            return NULL;
+        p++;
+    }
+}
+
+/* Whether line was found, before end (in the section that ends there). */
+static bool before(const char *line, const char *end)
+{
+    return line != NULL && line < end;
+}
+
+/* Pools: status shows every pool in order, each with its bar, objects and
+ * blocker; status --pool NAME (or --pool NAME status) one; an unknown pool
+ * is the daemon's refusal (exit 1) listing its pools; --prometheus labels a
+ * pool's figures pool="NAME" and the daemon's not; ls and clients follow
+ * --pool and show the pool. A daemon of one pool keeps its old views. */
+static void test_pool_views(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(
+        f, "1M", (const char *const[]){"--pool", "alpha:2M", "--pool", "beta:3M", NULL});
+    struct h_daemon *one;
+    shmb_t *b = shmb_new();
+    const char *alpha, *beta;
+    const void *p;
+    size_t len;
+    struct h_run r;
+
+    shmb_set_pool(b, "beta");
+    if (shmb_connect(b, d->socket, "in-beta") != 0)
+        h_fail("connect to pool beta: %s", shmb_errmsg(b));
+    ok(b, h_put_pattern(b, "held", 64, 1, 0));
+    ok(b, shmb_get(b, "held", &p, &len)); /* pinned: beta's blocker */
+
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", NULL), 0);
+    h_expect_run(&r, 0, "clients   2 in all, 2 pools", NULL);
+    alpha = line_at(r.out, "pool      alpha (shm)");
+    beta = line_at(r.out, "pool      beta (shm)");
+    if (alpha == NULL || beta == NULL || beta < alpha || h_count(r.out, "\nused      [") != 2 ||
+        h_count(r.out, "\nobjects   ") != 2 || h_count(r.out, "\nblocker   ") != 2 ||
+        !before(line_at(alpha, "blocker   none"), beta) ||
+        line_at(beta, "blocker   'held'") == NULL ||
+        line_at(beta, "objects   1 committed") == NULL ||
+        !before(line_at(alpha, "objects   0 committed"), beta)) {
+        h_run_dump("status", &r);
+        h_fail("status does not show pools alpha then beta, each with its figures");
+    }
+    h_run_free(&r);
+
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", "--pool", "beta", NULL), 0);
+    h_expect_run(&r, 0, "pool      beta (shm)", NULL);
+    if (h_contains(r.out, "alpha") || h_count(r.out, "\nused      [") != 1 ||
+        !h_contains(r.out, "\nblocker   'held'")) {
+        h_run_dump("status --pool beta", &r);
+        h_fail("status --pool beta shows other than pool beta");
+    }
+    h_run_free(&r);
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "--pool", "beta", "status", NULL), 0);
+    h_expect_run(&r, 0, "blocker   'held'", NULL);
+    h_run_free(&r);
+
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", "--pool", "gamma", NULL), 0);
+    h_expect_run(&r, 1, NULL, "gamma");
+    if (!h_contains(r.err, "alpha") || !h_contains(r.err, "beta")) {
+        h_run_dump("status --pool gamma", &r);
+        h_fail("the refusal of pool gamma does not list the pools");
+    }
+    h_run_free(&r);
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "--pool", "gamma", "ls", NULL), 0);
+    h_expect_run(&r, 1, NULL, "alpha");
+    h_run_free(&r);
+
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "--pool", "beta", "ls", NULL), 0);
+    h_expect_run(&r, 0, "\nheld ", NULL);
+    h_run_free(&r);
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "ls", NULL), 0);
+    h_expect_run(&r, 0, NULL, NULL);
+    assert_int_equal(h_count(r.out, "\n"), 1); /* alpha's: the header alone */
+    h_run_free(&r);
+
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", "--prometheus", NULL), 0);
+    h_expect_run(&r, 0, "\nshmbroker_objects{pool=\"alpha\"} 0\n", NULL);
+    h_expect_run(&r, 0, "\nshmbroker_objects{pool=\"beta\"} 1\n", NULL);
+    h_expect_run(&r, 0, "\nshmbroker_pinned_objects{pool=\"beta\"} 1\n", NULL);
+    h_expect_run(&r, 0, "\nshmbroker_commits_total{pool=\"beta\"} 1\n", NULL);
+    h_expect_run(&r, 0, "\nshmbroker_commits_total{pool=\"alpha\"} 0\n", NULL);
+    h_expect_run(&r, 0, "\nshmbroker_pool_clients{pool=\"beta\"} 1\n", NULL);
+    h_expect_run(&r, 0, "\nshmbroker_clients 2\n", NULL);
+    h_expect_run(&r, 0, "\nshmbroker_uptime_seconds ", NULL);
+    assert_int_equal(h_count(r.out, "\nshmbroker_objects{"), 2);
+    h_run_free(&r);
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", "--pool", "beta", "--prometheus",
+                           NULL), 0);
+    h_expect_run(&r, 0, "\nshmbroker_objects{pool=\"beta\"} 1\n", NULL);
+    if (h_contains(r.out, "alpha")) {
+        h_run_dump("status --pool beta --prometheus", &r);
+        h_fail("status --pool beta --prometheus shows pool alpha");
+    }
+    h_run_free(&r);
+
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "clients", NULL), 0);
+    h_expect_run(&r, 0, " POOL ", NULL);
+    if (!h_contains(r.out, "in-beta              beta ") ||
+        !h_contains(r.out, "shmbrokerctl         alpha ")) {
+        h_run_dump("clients", &r);
+        h_fail("clients does not show each connection's pool");
+    }
+    h_run_free(&r);
+    ok(b, shmb_release(b, "held"));
+    shmb_close(b);
+
+    /* One pool: no pool line, no POOL column, as before pools. */
+    one = h_daemon_start(f, "1M", NULL);
+    assert_int_equal(h_ctl(f, one, NULL, 0, &r, "status", NULL), 0);
+    h_expect_run(&r, 0, "\nclients   1\n", NULL);
+    if (h_contains(r.out, "pool") || h_count(r.out, "\nused      [") != 1) {
+        h_run_dump("status of one pool", &r);
+        h_fail("status of a daemon of one pool is not the view it always was");
+    }
+    h_run_free(&r);
+    assert_int_equal(h_ctl(f, one, NULL, 0, &r, "clients", NULL), 0);
+    h_expect_run(&r, 0, "CONNECTED SINCE", NULL);
+    assert_false(h_contains(r.out, "POOL"));
+    h_run_free(&r);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -196,6 +336,7 @@ int main(void)
         TEST(test_escaped_tables),
         TEST(test_refused_arguments),
         TEST(test_watch_pipe_and_exit),
+        TEST(test_pool_views),
     };
 
     return cmocka_run_group_tests_name("test_ctl_output", tests, NULL, NULL);

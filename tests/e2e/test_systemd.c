@@ -2065,12 +2065,14 @@ struct metric {
     bool help;
     bool sampled;
     double value;
+    char pool[64]; /* its pool="..." label, "" without */
+    bool labelled;
 };
 
-/* Parse Prometheus text exposition (no labels, as shmbrokerctl prints it):
- * "# HELP name text", "# TYPE name type" before each family's single
- * sample "name value"; fails the test at the first bad line. Returns the
- * number of metrics in m. */
+/* Parse Prometheus text exposition (as shmbrokerctl prints it for a daemon
+ * of one pool): "# HELP name text", "# TYPE name type" before each family's
+ * single sample "name value" or "name{pool=\"NAME\"} value"; fails the test
+ * at the first bad line. Returns the number of metrics in m. */
 static int parse_exposition(const char *text, struct metric *m, int max)
 {
     char line[512];
@@ -2080,7 +2082,7 @@ static int parse_exposition(const char *text, struct metric *m, int max)
         h_fail("the exposition does not end with a newline");
     while (*text != '\0') {
         const char *nl = strchr(text, '\n');
-        char *sp, *end;
+        char *sp, *end, *label = NULL;
         int i;
 
         snprintf(line, sizeof(line), "%.*s", (int)(nl - text), text);
@@ -2119,9 +2121,21 @@ static int parse_exposition(const char *text, struct metric *m, int max)
         if (line[0] == '#' || line[0] == '\0')
             h_fail("line %d is neither a sample nor # HELP/# TYPE: '%s'", lineno, line);
         sp = strchr(line, ' ');
-        if (sp == NULL || !metric_name_ok(line, (size_t)(sp - line)))
+        if (sp == NULL)
             h_fail("line %d is not a valid sample: %s", lineno, line);
         *sp = '\0';
+        label = strchr(line, '{');
+        if (label != NULL) {
+            char *close = strstr(label, "\"}");
+
+            if (strncmp(label, "{pool=\"", 7) != 0 || close == NULL || close[2] != '\0' ||
+                memchr(label + 7, '"', (size_t)(close - label - 7)) != NULL)
+                h_fail("line %d: labels other than one pool=\"NAME\": %s", lineno, line);
+            *label = '\0';
+            *close = '\0';
+        }
+        if (!metric_name_ok(line, strlen(line)))
+            h_fail("line %d is not a valid sample: %s", lineno, line);
         for (i = 0; i < n && strcmp(m[i].name, line) != 0; i++)
             ;
         if (i == n || m[i].type[0] == '\0' || !m[i].help || m[i].sampled)
@@ -2131,25 +2145,47 @@ static int parse_exposition(const char *text, struct metric *m, int max)
         if (errno != 0 || end == sp + 1 || *end != '\0')
             h_fail("line %d: %s has no number: %s", lineno, line, sp + 1);
         m[i].sampled = true;
+        m[i].labelled = label != NULL;
+        snprintf(m[i].pool, sizeof(m[i].pool), "%s", label != NULL ? label + 7 : "");
     }
     return n;
 }
 
-/* The value of the metric named name, or fail. */
-static long long metric_value(const struct metric *m, int n, const char *name)
+/* The metric named name, sampled, or fail. */
+static const struct metric *metric_find(const struct metric *m, int n, const char *name)
 {
     int i;
 
     for (i = 0; i < n; i++)
         if (strcmp(m[i].name, name) == 0 && m[i].sampled)
-            return (long long)m[i].value;
+            return &m[i];
     h_fail("no sample of %s", name);
+}
+
+/* The value of the metric named name, or fail. */
+static long long metric_value(const struct metric *m, int n, const char *name)
+{
+    return (long long)metric_find(m, n, name)->value;
+}
+
+/* The metric named name carries pool="pool" (pool NULL: no label). */
+static void expect_pool_label(const struct metric *m, int n, const char *name,
+                              const char *pool)
+{
+    const struct metric *x = metric_find(m, n, name);
+
+    if (x->labelled != (pool != NULL) || (pool != NULL && strcmp(x->pool, pool) != 0))
+        h_fail("%s: label pool=\"%s\"%s, expected %s%s%s", name, x->pool,
+               x->labelled ? "" : " (none)", pool != NULL ? "pool=\"" : "no label",
+               pool != NULL ? pool : "", pool != NULL ? "\"" : "");
 }
 
 /* status --prometheus prints valid text exposition: # HELP and # TYPE
  * before each sample, shmbroker_used_bytes and shmbroker_objects equal to
  * the daemon's stats, and every counter (TYPE counter) named *_total and
- * vice versa, with the right counts. */
+ * vice versa, with the right counts. The pool's figures carry pool="NAME"
+ * (the one pool of a daemon without --pool is named after --name), the
+ * daemon's own none. */
 static void test_status_prometheus(void **state)
 {
     static const char big[3000];
@@ -2181,6 +2217,12 @@ static void test_status_prometheus(void **state)
     assert_int_equal(metric_value(m, n, "shmbroker_segment_bytes"), 4 << 20);
     assert_int_equal(metric_value(m, n, "shmbroker_commits_total"), 2);
     assert_int_equal(metric_value(m, n, "shmbroker_gets_total"), 1);
+    expect_pool_label(m, n, "shmbroker_used_bytes", d->name);
+    expect_pool_label(m, n, "shmbroker_commits_total", d->name);
+    expect_pool_label(m, n, "shmbroker_pool_clients", d->name);
+    expect_pool_label(m, n, "shmbroker_clients", NULL);
+    expect_pool_label(m, n, "shmbroker_uptime_seconds", NULL);
+    expect_pool_label(m, n, "shmbroker_noreply_errors_total", NULL);
     for (i = 0; i < n; i++) {
         size_t l = strlen(m[i].name);
         bool total = l > 6 && strcmp(m[i].name + l - 6, "_total") == 0;

@@ -290,6 +290,54 @@ check_stop_both_frees() {
     fi
 }
 
+# Two pools, one a memfd: a memfd has no name in /dev/shm, so systemd's
+# file-descriptor store keeps it. systemctl restart and a crash (kill -9,
+# restarted by Restart=on-failure) both find its objects; the shm pool is
+# adopted by name as ever. Stopping the socket frees both.
+check_memfd_pool() {
+    systemctl stop shmbrokerd.socket shmbrokerd
+    cp "$CONF" "$CONF.good"
+    printf 'pool = main:32M\npool = meta:8M,backing=memfd\n' >>"$CONF"
+    systemctl start shmbrokerd.socket
+    printf 'memfd-value' | ctl --pool meta put memfd-key - >/dev/null
+    printf 'main-value' | ctl --pool main put main-key - >/dev/null
+    if ! ctl --pool meta get memfd-key - >/dev/null 2>&1; then
+        fail memfd-pool-served "a put to the memfd pool did not read back: $(ctl --pool meta get memfd-key - 2>&1)"
+        mv "$CONF.good" "$CONF"
+        return
+    fi
+    pass memfd-pool-served
+    if [ -e /dev/shm/shmbroker.meta ] || [ ! -e /dev/shm/shmbroker.main ]; then
+        fail memfd-pool-no-file "/dev/shm: $(ls /dev/shm | tr '\n' ' ')"
+    else
+        pass memfd-pool-no-file
+    fi
+    pid=$(daemon_pid)
+    systemctl restart shmbrokerd
+    if [ "$(daemon_pid)" != "$pid" ] && [ "$(ctl --pool meta get memfd-key - 2>&1)" = memfd-value ] &&
+        [ "$(ctl --pool main get main-key - 2>&1)" = main-value ]; then
+        pass memfd-pool-kept-across-restart
+    else
+        fail memfd-pool-kept-across-restart "after systemctl restart: meta '$(ctl --pool meta get memfd-key - 2>&1)', main '$(ctl --pool main get main-key - 2>&1)'"
+    fi
+    pid=$(daemon_pid)
+    kill -9 "$pid"
+    if wait_for -t 60 restarted_from "$pid" &&
+        [ "$(ctl --pool meta get memfd-key - 2>&1)" = memfd-value ]; then
+        pass memfd-pool-kept-across-crash
+    else
+        fail memfd-pool-kept-across-crash "after kill -9: state $(unit_prop shmbrokerd ActiveState), meta '$(ctl --pool meta get memfd-key - 2>&1)'"
+    fi
+    systemctl stop shmbrokerd.socket shmbrokerd
+    if [ -e /dev/shm/shmbroker.main ]; then
+        fail memfd-pool-stop-frees "/dev/shm/shmbroker.main is still there"
+    else
+        pass memfd-pool-stop-frees
+    fi
+    mv "$CONF.good" "$CONF"
+    systemctl start shmbrokerd.socket
+}
+
 # size = 1T: the start fails for good. The service ends failed, not in a
 # restart loop; the socket keeps listening; the client that was waiting is
 # told why; systemctl status names the cause. Fixed, it starts again.
@@ -350,5 +398,6 @@ check_groups
 check_dev_shm
 check_security
 check_stop_both_frees
+check_memfd_pool
 check_failed_start
 finish

@@ -49,11 +49,14 @@ struct fake {
     char dir[64], path[108];
     int listen_fd, seg_fd;
     int extra_fd;      /* >= 0: a second descriptor, sent with the hello reply's tail */
-    const struct step *steps;
+    const char *hello; /* the hello reply, HELLO_REPLY unless set before the thread runs */
+    int dials;         /* connections to serve, one after the other (reconnects) */
+    const struct step *steps; /* played on the last connection */
     size_t nsteps;
     pthread_t thread;
     char error[256];   /* what went wrong in the thread, "" when nothing */
     char last[1024];   /* the last request line received */
+    char hellos[2][1024]; /* the hello request line of each connection */
 };
 
 /* A memfd of SEG_SIZE bytes starting with a valid segment header. */
@@ -151,23 +154,19 @@ static long long fake_request(struct fake *f, int fd, const char *op)
     return id;
 }
 
-/* The fake daemon: accept one client, answer hello with the segment's
- * descriptor (and the extra one), then each step, then wait for EOF. */
-static void *fake_run(void *arg)
+/* One connection of the fake daemon: answer hello with the segment's
+ * descriptor (and the extra one), then each step when last, then wait for
+ * EOF. */
+static void fake_serve(struct fake *f, int fd, int dial, bool last)
 {
-    struct fake *f = arg;
     char line[8192];
     long long id;
     size_t i, len, half;
-    int fd = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC);
 
-    if (fd < 0) {
-        fake_fail(f, "accept: %s", strerror(errno));
-        return NULL;
-    }
     if ((id = fake_request(f, fd, "hello")) < 0)
         goto out;
-    fake_fill(HELLO_REPLY, id, line, sizeof(line));
+    snprintf(f->hellos[dial], sizeof(f->hellos[dial]), "%s", f->last);
+    fake_fill(f->hello != NULL ? f->hello : HELLO_REPLY, id, line, sizeof(line));
     len = strlen(line);
     half = f->extra_fd >= 0 ? len / 2 : len;
     if (shmb_sock_send_fd(fd, line, half, f->seg_fd) != (ssize_t)half) {
@@ -182,7 +181,7 @@ static void *fake_run(void *arg)
             goto out;
         }
     }
-    for (i = 0; i < f->nsteps; i++) {
+    for (i = 0; last && i < f->nsteps; i++) {
         const struct step *s = &f->steps[i];
 
         if ((id = fake_request(f, fd, s->op)) < 0)
@@ -204,12 +203,31 @@ static void *fake_run(void *arg)
         ;
 out:
     close(fd);
+}
+
+/* The fake daemon: serve f->dials connections, one after the other. */
+static void *fake_run(void *arg)
+{
+    struct fake *f = arg;
+    int dial;
+
+    for (dial = 0; dial < f->dials; dial++) {
+        int fd = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            fake_fail(f, "accept: %s", strerror(errno));
+            return NULL;
+        }
+        fake_serve(f, fd, dial, dial == f->dials - 1);
+    }
     return NULL;
 }
 
-/* Start a fake daemon that will play steps[0..n); extra: also pass a second
- * descriptor with the hello reply. */
-static struct fake *fake_start(const struct step *steps, size_t n, bool extra)
+/* Start a fake daemon that answers hello with hello (NULL: HELLO_REPLY),
+ * dials times, and plays steps[0..n) on the last connection; extra: also
+ * pass a second descriptor with the hello reply. */
+static struct fake *fake_start_ex(const char *hello, int dials, const struct step *steps,
+                                  size_t n, bool extra)
 {
     struct fake *f = calloc(1, sizeof(*f));
     struct sockaddr_un sun;
@@ -225,10 +243,20 @@ static struct fake *fake_start(const struct step *steps, size_t n, bool extra)
     assert_int_equal(listen(f->listen_fd, 4), 0);
     f->seg_fd = segment_memfd();
     f->extra_fd = extra ? memfd_create("extra", MFD_CLOEXEC) : -1;
+    f->hello = hello;
+    f->dials = dials;
+    assert_true(dials >= 1 && dials <= (int)(sizeof(f->hellos) / sizeof(f->hellos[0])));
     f->steps = steps;
     f->nsteps = n;
     assert_int_equal(pthread_create(&f->thread, NULL, fake_run, f), 0);
     return f;
+}
+
+/* Start a fake daemon that will play steps[0..n); extra: also pass a second
+ * descriptor with the hello reply. */
+static struct fake *fake_start(const struct step *steps, size_t n, bool extra)
+{
+    return fake_start_ex(NULL, 1, steps, n, extra);
 }
 
 /* Join the fake (the client must have closed) and fail on its error. */
@@ -246,15 +274,23 @@ static void fake_stop(struct fake *f)
     free(f);
 }
 
-static shmb_t *connect_to(struct fake *f)
+/* A handle connected to f, to pool when not NULL (shmb_set_pool). */
+static shmb_t *connect_pool(struct fake *f, const char *pool)
 {
     shmb_t *c = shmb_new();
 
     assert_non_null(c);
     shmb_set_populate(c, 0);
+    if (pool != NULL)
+        shmb_set_pool(c, pool);
     if (shmb_connect(c, f->path, "unit") != 0)
         fail_msg("shmb_connect: %s: %s", shmb_errname(c), shmb_errmsg(c));
     return c;
+}
+
+static shmb_t *connect_to(struct fake *f)
+{
+    return connect_pool(f, NULL);
 }
 
 /* How many descriptors this process has open. */
@@ -329,8 +365,9 @@ static void test_stats_every_field(void **state)
  * past that struct, and that a size smaller than it is refused unsent. */
 static void test_stats_old_struct(void **state)
 {
-    static const struct step steps[] = {{"stats", STATS_REPLY, 0, false}};
-    struct fake *f = fake_start(steps, 1, false);
+    static const struct step steps[] = {{"stats", STATS_REPLY, 0, false},
+                                        {"stats", STATS_REPLY, 0, false}};
+    struct fake *f = fake_start(steps, 2, false);
     shmb_t *c = connect_to(f);
     size_t old = offsetof(shmb_stats_t, expired_allocs);
     unsigned char buf[sizeof(shmb_stats_t)];
@@ -342,6 +379,12 @@ static void test_stats_old_struct(void **state)
     assert_int_equal((shmb_stats)(c, (shmb_stats_t *)buf), 0);
     assert_int_equal(((shmb_stats_t *)buf)->enospc, 119);
     for (i = old; i < sizeof(buf); i++)
+        assert_int_equal(buf[i], 0xa5);
+    /* A program built before pools: its struct ends before pool. */
+    memset(buf, 0xa5, sizeof(buf));
+    assert_int_equal(shmb_stats_sized(c, (shmb_stats_t *)buf, offsetof(shmb_stats_t, pool)), 0);
+    assert_int_equal(((shmb_stats_t *)buf)->noreply_errors, 122);
+    for (i = offsetof(shmb_stats_t, pool); i < sizeof(buf); i++)
         assert_int_equal(buf[i], 0xa5);
     shmb_close(c);
     fake_stop(f);
@@ -362,6 +405,237 @@ static void test_stats_json(void **state)
     assert_int_equal(shmb_stats_json(c, &json), 0);
     assert_string_equal(json, "{\"ok\":true,\"zeta\":1,\"alpha\":{\"b\":2,\"a\":\"x\"}}");
     free(json);
+    shmb_close(c);
+    fake_stop(f);
+}
+
+/* The hello reply of a daemon with pools: the pool's name and backing. */
+#define HELLO_POOL_REPLY                                                                 \
+    "{\"ok\":true,\"segment\":\"fake.frames\",\"size\":8192,\"data_offset\":4096,"        \
+    "\"data_size\":4096,\"max_object_size\":4096,\"alignment\":64,\"version\":1,"         \
+    "\"pool\":\"frames\",\"backing\":\"memfd\",\"id\":@ID}"
+
+/* The "pool" a hello request line names, as a string in buf ("(none)" when
+ * it names none). */
+static const char *hello_pool(const char *line, char *buf, size_t len)
+{
+    json_t *req = json_loads(line, 0, NULL), *pool;
+
+    assert_non_null(req);
+    pool = json_object_get(req, "pool");
+    if (pool == NULL)
+        snprintf(buf, len, "(none)");
+    else
+        snprintf(buf, len, "%s", json_is_string(pool) ? json_string_value(pool) : "(not a string)");
+    json_decref(req);
+    return buf;
+}
+
+/* Proves that shmb_set_pool makes hello name the pool, and that
+ * shmb_info gives the pool and backing the daemon answered. */
+static void test_pool_hello(void **state)
+{
+    struct fake *f = fake_start_ex(HELLO_POOL_REPLY, 1, NULL, 0, false);
+    shmb_t *c = connect_pool(f, "frames");
+    char buf[64];
+
+    (void)state;
+    assert_string_equal(hello_pool(f->hellos[0], buf, sizeof(buf)), "frames");
+    assert_string_equal(shmb_info(c)->pool, "frames");
+    assert_string_equal(shmb_info(c)->backing, "memfd");
+    assert_string_equal(shmb_info(c)->segment, "fake.frames");
+    shmb_close(c);
+    fake_stop(f);
+}
+
+/* Proves that without shmb_set_pool (or with "" or NULL after a name) hello
+ * names no pool, so that a daemon without pools takes it as before, and
+ * that info's pool and backing are "" when the daemon says neither. */
+static void test_pool_default(void **state)
+{
+    struct fake *f = fake_start_ex(NULL, 2, NULL, 0, false);
+    shmb_t *c = connect_pool(f, NULL);
+    char buf[64];
+
+    (void)state;
+    assert_string_equal(hello_pool(f->hellos[0], buf, sizeof(buf)), "(none)");
+    assert_string_equal(shmb_info(c)->pool, "");
+    assert_string_equal(shmb_info(c)->backing, "");
+    shmb_set_pool(c, "x");
+    shmb_set_pool(c, NULL);
+    assert_int_equal(shmb_reconnect(c), 0);
+    assert_string_equal(hello_pool(f->hellos[1], buf, sizeof(buf)), "(none)");
+    shmb_close(c);
+    fake_stop(f);
+}
+
+/* Proves that shmb_reconnect names the same pool again: a reconnected
+ * handle must not land in the default pool. */
+static void test_pool_reconnect(void **state)
+{
+    struct fake *f = fake_start_ex(HELLO_POOL_REPLY, 2, NULL, 0, false);
+    shmb_t *c = connect_pool(f, "frames");
+    char buf[64];
+
+    (void)state;
+    assert_int_equal(shmb_reconnect(c), 0);
+    assert_string_equal(hello_pool(f->hellos[0], buf, sizeof(buf)), "frames");
+    assert_string_equal(hello_pool(f->hellos[1], buf, sizeof(buf)), "frames");
+    assert_string_equal(shmb_info(c)->pool, "frames");
+    shmb_close(c);
+    fake_stop(f);
+}
+
+/* Proves that a pool name of 33 bytes is refused by shmb_connect with
+ * -EINVAL before anything is dialled (the socket does not even exist, which
+ * would be -ENOENT), and that 32 bytes go out whole. */
+static void test_pool_name_length(void **state)
+{
+    static const char name32[] = "abcdefghijklmnopqrstuvwxyz012345";
+    char name33[sizeof(name32) + 1], buf[64];
+    struct fake *f;
+    shmb_t *c = shmb_new();
+
+    (void)state;
+    assert_int_equal(strlen(name32), 32);
+    snprintf(name33, sizeof(name33), "%s6", name32);
+    shmb_set_pool(c, name33);
+    assert_int_equal(shmb_connect(c, "/nonexistent/shmb-unit.sock", "unit"), -EINVAL);
+    assert_int_equal(shmb_errcode(c), -EINVAL);
+    assert_non_null(strstr(shmb_errmsg(c), "32 bytes"));
+    shmb_close(c);
+
+    f = fake_start_ex(NULL, 1, NULL, 0, false);
+    c = connect_pool(f, name32);
+    assert_string_equal(hello_pool(f->hellos[0], buf, sizeof(buf)), name32);
+    shmb_close(c);
+    fake_stop(f);
+}
+
+/* A stats reply of a daemon with two pools: the top level is pool "frames"
+ * (the connection's), "clients" all connections; each pool's object has
+ * every field, different figures, its own blocker (or none) and counters. */
+#define STATS_POOLS_REPLY                                                                 \
+    "{\"ok\":true,\"segment\":\"d.frames\",\"size\":201,\"data_size\":202,\"used\":203,"  \
+    "\"free\":204,\"objects\":205,\"pending\":206,\"pinned\":207,\"clients\":9,"          \
+    "\"max_object_size\":209,\"uptime_s\":210,\"pid\":211,\"version\":\"9.8.7\","         \
+    "\"shm_dir\":\"/dev/shm\",\"shm_dir_free\":212,\"blocker\":null,"                     \
+    "\"counters\":{\"allocs\":215,\"commits\":216,\"gets\":217,\"evictions\":218,"        \
+    "\"enospc\":219,\"expired_allocs\":220,\"lease_expiries\":221,\"noreply_errors\":222}," \
+    "\"pool\":\"frames\",\"pools\":["                                                     \
+    "{\"segment\":\"d.meta\",\"size\":301,\"data_size\":302,\"used\":303,"                \
+    "\"free\":304,\"objects\":305,\"pending\":306,\"pinned\":307,\"clients\":3,"          \
+    "\"max_object_size\":309,\"uptime_s\":210,\"pid\":211,\"version\":\"9.8.7\","         \
+    "\"shm_dir\":\"/dev/shm\",\"shm_dir_free\":312,\"blocker\":{\"key\":\"held\","        \
+    "\"pins\":313,\"readers\":314,\"state\":\"committed\"},"                              \
+    "\"counters\":{\"allocs\":315,\"commits\":316,\"gets\":317,\"evictions\":318,"        \
+    "\"enospc\":319,\"expired_allocs\":320,\"lease_expiries\":321,\"noreply_errors\":322}," \
+    "\"pool\":\"meta\",\"backing\":\"shm\",\"group\":null},"                              \
+    "{\"segment\":\"d.frames\",\"size\":201,\"data_size\":202,\"used\":203,"              \
+    "\"free\":204,\"objects\":205,\"pending\":206,\"pinned\":207,\"clients\":6,"          \
+    "\"max_object_size\":209,\"uptime_s\":210,\"pid\":211,\"version\":\"9.8.7\","         \
+    "\"shm_dir\":\"\",\"shm_dir_free\":412,\"blocker\":null,"                             \
+    "\"counters\":{\"allocs\":215,\"commits\":216,\"gets\":217,\"evictions\":218,"        \
+    "\"enospc\":219,\"expired_allocs\":220,\"lease_expiries\":221,\"noreply_errors\":222}," \
+    "\"pool\":\"frames\",\"backing\":\"memfd\",\"group\":\"video\"}],\"id\":@ID}"
+
+/* Proves that shmb_stats_pools reads every pool of "pools" in order with
+ * every field (blocker, counters, pool, backing, group; null group: ""),
+ * and that shmb_stats reads the connection's pool with its backing and
+ * group found in "pools". */
+static void test_stats_pools(void **state)
+{
+    static const struct step steps[] = {{"stats", STATS_POOLS_REPLY, 0, false},
+                                        {"stats", STATS_POOLS_REPLY, 0, false}};
+    struct fake *f = fake_start(steps, 2, false);
+    shmb_t *c = connect_to(f);
+    shmb_stats_t *p = NULL, st;
+    size_t n = 0;
+
+    (void)state;
+    assert_int_equal(shmb_stats_pools(c, &p, &n), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(p[0].pool, "meta");
+    assert_string_equal(p[0].backing, "shm");
+    assert_string_equal(p[0].group, "");
+    assert_string_equal(p[0].segment, "d.meta");
+    assert_int_equal(p[0].size, 301);
+    assert_int_equal(p[0].data_size, 302);
+    assert_int_equal(p[0].used, 303);
+    assert_int_equal(p[0].free, 304);
+    assert_int_equal(p[0].objects, 305);
+    assert_int_equal(p[0].pending, 306);
+    assert_int_equal(p[0].pinned, 307);
+    assert_int_equal(p[0].clients, 3);
+    assert_int_equal(p[0].max_object_size, 309);
+    assert_int_equal(p[0].uptime_s, 210);
+    assert_int_equal(p[0].pid, 211);
+    assert_string_equal(p[0].version, "9.8.7");
+    assert_string_equal(p[0].shm_dir, "/dev/shm");
+    assert_int_equal(p[0].shm_dir_free, 312);
+    assert_int_equal(p[0].has_blocker, 1);
+    assert_string_equal(p[0].blocker_key, "held");
+    assert_int_equal(p[0].blocker_pins, 313);
+    assert_int_equal(p[0].blocker_readers, 314);
+    assert_string_equal(p[0].blocker_state, "committed");
+    assert_int_equal(p[0].allocs, 315);
+    assert_int_equal(p[0].commits, 316);
+    assert_int_equal(p[0].gets, 317);
+    assert_int_equal(p[0].evictions, 318);
+    assert_int_equal(p[0].enospc, 319);
+    assert_int_equal(p[0].expired_allocs, 320);
+    assert_int_equal(p[0].lease_expiries, 321);
+    assert_int_equal(p[0].noreply_errors, 322);
+    assert_string_equal(p[1].pool, "frames");
+    assert_string_equal(p[1].backing, "memfd");
+    assert_string_equal(p[1].group, "video");
+    assert_string_equal(p[1].shm_dir, "");
+    assert_int_equal(p[1].shm_dir_free, 412);
+    assert_int_equal(p[1].clients, 6);
+    assert_int_equal(p[1].has_blocker, 0);
+    assert_int_equal(p[1].used, 203);
+    assert_int_equal(p[1].enospc, 219);
+    shmb_stats_pools_free(p);
+
+    assert_int_equal(shmb_stats(c, &st), 0);
+    assert_string_equal(st.pool, "frames");
+    assert_string_equal(st.backing, "memfd");
+    assert_string_equal(st.group, "video");
+    assert_int_equal(st.clients, 9);
+    assert_int_equal(st.used, 203);
+    shmb_close(c);
+    fake_stop(f);
+}
+
+/* Proves that shmb_stats_pools of a daemon without pools gives its one
+ * segment as one entry, pool "", and that a "pools" that is not an array
+ * of objects is -EPROTO with nothing handed out. */
+static void test_stats_pools_fallback(void **state)
+{
+    static const struct step steps[] = {
+        {"stats", STATS_REPLY, 0, false},
+        {"stats", "{\"ok\":true,\"pools\":{},\"id\":@ID}", 0, false},
+        {"stats", "{\"ok\":true,\"pools\":[1],\"id\":@ID}", 0, false}};
+    struct fake *f = fake_start(steps, 3, false);
+    shmb_t *c = connect_to(f);
+    shmb_stats_t *p = NULL;
+    size_t n = 0;
+
+    (void)state;
+    assert_int_equal(shmb_stats_pools(c, &p, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(p[0].pool, "");
+    assert_string_equal(p[0].segment, "seg-name");
+    assert_int_equal(p[0].used, 103);
+    assert_int_equal(p[0].noreply_errors, 122);
+    shmb_stats_pools_free(p);
+    p = (shmb_stats_t *)1;
+    assert_int_equal(shmb_stats_pools(c, &p, &n), -EPROTO);
+    assert_null(p);
+    assert_int_equal(n, 0);
+    p = (shmb_stats_t *)1;
+    assert_int_equal(shmb_stats_pools(c, &p, &n), -EPROTO);
+    assert_null(p);
     shmb_close(c);
     fake_stop(f);
 }
@@ -436,7 +710,7 @@ static void test_clients_every_field(void **state)
         {"clients",
          "{\"ok\":true,\"clients\":[{\"pid\":10,\"uid\":20,\"gid\":30,\"name\":\"unit\","
          "\"mode\":\"rw\",\"pins\":1,\"pending\":2,\"bytes_pinned\":3,"
-         "\"connected_unix\":1700000000,\"self\":true},{\"pid\":11,\"uid\":21,\"gid\":31,"
+         "\"connected_unix\":1700000000,\"self\":true,\"pool\":\"frames\"},{\"pid\":11,\"uid\":21,\"gid\":31,"
          "\"name\":\"\",\"mode\":\"ro\",\"pins\":4,\"pending\":5,\"bytes_pinned\":6,"
          "\"connected_unix\":1700000001,\"self\":false}],\"id\":@ID}",
          0, false}};
@@ -457,6 +731,7 @@ static void test_clients_every_field(void **state)
     assert_int_equal(l->clients[0].bytes_pinned, 3);
     assert_int_equal(l->clients[0].connected_unix, 1700000000);
     assert_int_equal(l->clients[0].self, 1);
+    assert_string_equal(l->clients[0].pool, "frames");
     assert_int_equal(l->clients[1].pid, 11);
     assert_int_equal(l->clients[1].uid, 21);
     assert_int_equal(l->clients[1].gid, 31);
@@ -467,6 +742,7 @@ static void test_clients_every_field(void **state)
     assert_int_equal(l->clients[1].bytes_pinned, 6);
     assert_int_equal(l->clients[1].connected_unix, 1700000001);
     assert_int_equal(l->clients[1].self, 0);
+    assert_string_equal(l->clients[1].pool, ""); /* a daemon without pools */
     shmb_clients_free(l);
     shmb_close(c);
     fake_stop(f);
@@ -566,6 +842,12 @@ int main(void)
         cmocka_unit_test(test_stats_every_field),
         cmocka_unit_test(test_stats_old_struct),
         cmocka_unit_test(test_stats_json),
+        cmocka_unit_test(test_pool_hello),
+        cmocka_unit_test(test_pool_default),
+        cmocka_unit_test(test_pool_reconnect),
+        cmocka_unit_test(test_pool_name_length),
+        cmocka_unit_test(test_stats_pools),
+        cmocka_unit_test(test_stats_pools_fallback),
         cmocka_unit_test(test_list_every_field),
         cmocka_unit_test(test_list_missing_field),
         cmocka_unit_test(test_clients_every_field),

@@ -17,6 +17,9 @@ SOCKET_ENV = "SHMBROKER_SOCKET"
 MAX_LINE = 64 * 1024
 # The library gives up on a reply longer than this (SHMB_MAX_REPLY).
 MAX_REPLY = 64 * 1024 * 1024
+# A pool's name is 1 to this many bytes of [A-Za-z0-9_-] (the daemon's
+# --pool; shmb_set_pool refuses a longer one too).
+POOL_NAME_MAX = 32
 # Ops in one batch line (COMMAND_MAX_BATCH in the daemon, SHMB_MAX_BATCH in
 # the library).
 MAX_BATCH = 4096

@@ -371,7 +371,8 @@ class Pin(_Extent):
 class Client:
     """A connection to shmbrokerd and a mapping of its shared-memory segment.
 
-    ``Client(socket_path=None, *, name=None, read_only=False, populate=True)``
+    ``Client(socket_path=None, *, name=None, read_only=False, populate=True,
+    pool=None)``
 
     socket_path defaults to $SHMBROKER_SOCKET, else
     /run/shmbroker/shmbroker.sock. name labels the connection in the daemon's
@@ -379,7 +380,12 @@ class Client:
     segment is mapped PROT_READ and every writing op raises PermissionDenied
     (a noreply one, touch or delete with noreply=True, is dropped by the
     daemon without a word, as the protocol has it). populate maps with
-    MAP_POPULATE, so that first touches do not fault.
+    MAP_POPULATE, so that first touches do not fault. pool names the daemon's
+    pool to use (a daemon may serve several, each its own segment, keys and
+    limits); None or "" is its default pool. hello names it, reconnect()
+    names it again; a pool the daemon does not have raises NotFound listing
+    its pools, one restricted to a group the caller is not in
+    PermissionDenied.
 
     Writes: put(), alloc(); reads: get() (a zero-copy Pin), read() (a copy),
     get_frames(), read_frames(); and touch, delete, contains (``key in c``),
@@ -399,13 +405,23 @@ class Client:
     refuses calls in the child. Calls have no timeout, as in C: a daemon
     stopped with SIGSTOP makes them wait.
 
-    Attributes: socket_path, name, read_only, closed, info (the hello reply:
-    segment, size, data_offset, data_size, max_object_size, alignment, mode).
+    Attributes: socket_path, name, read_only, pool, closed, info (the hello
+    reply: segment, size, data_offset, data_size, max_object_size, alignment,
+    mode, and from a daemon with pools, pool and backing).
     """
 
-    def __init__(self, socket_path=None, *, name=None, read_only=False, populate=True):
+    def __init__(self, socket_path=None, *, name=None, read_only=False, populate=True,
+                 pool=None):
+        if pool is not None and not isinstance(pool, str):
+            raise TypeError("pool is a str (a pool's name), not %s." % type(pool).__name__)
+        if pool and len(pool.encode("utf-8", "surrogatepass")) > P.POOL_NAME_MAX:
+            raise InvalidRequest("EINVAL", "Pool name of %d bytes: pool names are 1 to %d of "
+                                 "A-Z, a-z, 0-9, '_' and '-'. Nothing was sent."
+                                 % (len(pool.encode("utf-8", "surrogatepass")),
+                                    P.POOL_NAME_MAX))
         self.socket_path = default_socket_path(socket_path)
         self.name = name
+        self.pool = pool or None
         self.read_only = bool(read_only)
         self.populate = bool(populate)
         self.closed = False
@@ -435,8 +451,9 @@ class Client:
 
     def __repr__(self):
         state = "closed" if self.closed else ("connected" if self._sock else "disconnected")
-        return "<shmbroker.Client %s %s%s>" % (self.socket_path, state,
-                                               " read-only" if self.read_only else "")
+        return "<shmbroker.Client %s %s%s%s>" % (self.socket_path, state,
+                                                 " pool=%s" % self.pool if self.pool else "",
+                                                 " read-only" if self.read_only else "")
 
     def close(self):
         """Close the connection (the daemon releases every pin and pending
@@ -512,6 +529,8 @@ class Client:
                      "mode": "ro" if self.read_only else "rw"}
             if self.name is not None:
                 hello["name"] = self.name
+            if self.pool is not None:
+                hello["pool"] = self.pool
             reply = self._exchange(hello, fds=fds, first=True)
             if reply.get("ok") is not True:
                 raise _reply_error(reply)
@@ -980,7 +999,10 @@ class Client:
 
     def stats(self):
         """The daemon's stats: a dict with the fields of proto/stats.def
-        (used, free, objects, pinned, blocker, counters...)."""
+        (used, free, objects, pinned, blocker, counters...) of this client's
+        pool, and from a daemon with pools, "pool" (its name) and "pools"
+        (every pool's dict of the same fields, with "pool", "backing" and
+        "group")."""
         reply = self._call({"op": "stats"})
         reply.pop("ok", None)
         reply.pop("id", None)
@@ -988,7 +1010,8 @@ class Client:
 
     def clients(self):
         """Every open connection, newest first: a list of dicts (pid, uid,
-        gid, name, mode, pins, pending, bytes_pinned, connected_unix, self)."""
+        gid, name, mode, pins, pending, bytes_pinned, connected_unix, self,
+        and from a daemon with pools, pool)."""
         return self._call({"op": "clients"})["clients"]
 
     def object_header(self, offset, *, committed=False):

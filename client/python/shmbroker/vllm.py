@@ -158,7 +158,7 @@ class SingleWriterShmRingBuffer:
     that holds the store's objects.
 
     ``SingleWriterShmRingBuffer(data_buffer_size, name=None, create=False,
-    socket_path=None)``. The daemon is, in order: the one at socket_path
+    socket_path=None, pool=None)``. The daemon is, in order: the one at socket_path
     (handle() passes it); the private daemon a writer of this name started;
     the one at $SHMBROKER_SOCKET (else /run/shmbroker/shmbroker.sock). When
     none answers, a writer (create=True) starts a private shmbrokerd with
@@ -166,16 +166,21 @@ class SingleWriterShmRingBuffer:
     temporary socket (named_socket_path(name) when named) and stops it on
     close(); a reader raises ConnectionLost. On a shared daemon the size is
     not reserved for this ring (the daemon's segment is shared by all).
+    pool: the daemon's pool to use (None: its default pool), passed to the
+    Client and kept in handle(), so that readers use the same pool; a private
+    daemon is started with that one pool, of the ring's size.
 
     Writers connect read-write, readers read-only. Attributes:
-    ``data_buffer_size``, ``name``, ``is_writer``, ``socket_path``,
+    ``data_buffer_size``, ``name``, ``is_writer``, ``socket_path``, ``pool``,
     ``client`` (the shmbroker.Client), ``daemon`` (the private Daemon or
     None), ``lock`` (serialises the store's calls on the one connection).
     """
 
     def __init__(self, data_buffer_size: int, name: Optional[str] = None,
-                 create: bool = False, socket_path: Optional[str] = None):
+                 create: bool = False, socket_path: Optional[str] = None,
+                 pool: Optional[str] = None):
         self.data_buffer_size = int(data_buffer_size)
+        self.pool = pool or None
         self.is_writer = bool(create)
         self.daemon = None
         self.client = None
@@ -205,7 +210,7 @@ class SingleWriterShmRingBuffer:
         self._client_pid = os.getpid()
         return Client(self.socket_path, name="vllm-%s" % ("writer" if self.is_writer else
                                                             "reader"),
-                      read_only=not self.is_writer)
+                      read_only=not self.is_writer, pool=self.pool)
 
     def connection(self):
         """The ring's Client, usable in this process: in a child made by
@@ -235,9 +240,13 @@ class SingleWriterShmRingBuffer:
     def _start_daemon(self, name):
         data = _page_up(self.data_buffer_size)
         named = named_socket_path(name) if name else None
+        args = ["--max-object-size", str(data - _MAX_CHUNK_HEADER)]
+        if self.pool is not None:
+            # The daemon serves the pool the ring's clients name, and only it.
+            args = ["--pool", "%s:%d,max-object-size=%d" % (self.pool, data + _HEADER_PAGE,
+                                                          data - _MAX_CHUNK_HEADER)]
         try:
-            self.daemon = spawn_daemon(data + _HEADER_PAGE, socket_path=named,
-                                       args=["--max-object-size", str(data - _MAX_CHUNK_HEADER)])
+            self.daemon = spawn_daemon(data + _HEADER_PAGE, socket_path=named, args=args)
         except RuntimeError:
             # Another writer of this name may have started it meanwhile.
             if named and socket_answers(named):
@@ -247,8 +256,8 @@ class SingleWriterShmRingBuffer:
 
     def handle(self):
         """What a reader in another process passes to this class to attach:
-        (data_buffer_size, name, False, socket_path), picklable."""
-        return (self.data_buffer_size, self.name, False, self.socket_path)
+        (data_buffer_size, name, False, socket_path, pool), picklable."""
+        return (self.data_buffer_size, self.name, False, self.socket_path, self.pool)
 
     def clear(self) -> None:
         """Nothing to do: the objects belong to the stores that wrote them
