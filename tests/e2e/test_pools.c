@@ -339,7 +339,9 @@ static void test_pool_full_isolated(void **state)
 }
 
 /* Issue 14: keys are per pool. The same key holds different bytes in two
- * pools, and deleting it in one leaves the other. */
+ * pools, and deleting it in one leaves the other. The library's
+ * shmb_set_pool reaches the pool it names, and an unknown one fails
+ * shmb_connect with ENOENT. */
 static void test_pool_keys(void **state)
 {
     struct h_fix *f = *state;
@@ -347,6 +349,7 @@ static void test_pool_keys(void **state)
         f, "1M", (const char *const[]){"--pool", "x:2M", "--pool", "y:2M", NULL});
     struct pc x, y;
     json_t *reply;
+    shmb_t *c;
 
     pc_connect(&x, d, "x");
     pc_connect(&y, d, "y");
@@ -361,6 +364,21 @@ static void test_pool_keys(void **state)
     json_decref(reply);
     pc_check(&y, "k", 3000, 2, false);
     h_expect_error(&x.conn, "{\"op\":\"get\",\"key\":\"k\"}", "ENOENT", "No object 'k'");
+
+    c = shmb_new();
+    assert_non_null(c);
+    shmb_set_pool(c, "y");
+    ok(c, shmb_connect(c, d->socket, "lib"));
+    get_check(c, "k", 3000, 2);
+    ok(c, h_put_pattern(c, "lib", 2000, 7, 0));
+    shmb_close(c);
+    pc_check(&y, "lib", 2000, 7, false);
+    h_expect_error(&x.conn, "{\"op\":\"get\",\"key\":\"lib\"}", "ENOENT", NULL);
+    c = shmb_new();
+    assert_non_null(c);
+    shmb_set_pool(c, "z");
+    fails(c, shmb_connect(c, d->socket, "lib"), -ENOENT, "its pools are: x, y.");
+    shmb_close(c);
     pc_close(&x);
     pc_close(&y);
     h_pass(f);
