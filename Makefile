@@ -146,7 +146,7 @@ $(BUILD)/tests/test_client: TEST_LDFLAGS = $(PKGS_LIBS) -lpthread
 E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch test_systemd \
              test_bounds test_startup test_adopt \
              test_ids test_many test_ctl_output test_hostile_rw test_idle test_config \
-             test_fork test_threads test_library \
+             test_fork test_threads test_library test_pools \
              soak test_cases test_frames test_sizing test_backings
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
