@@ -201,6 +201,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_RUNS    ?= 1000000
 FUZZ_BUILD   := build-fuzz
 FUZZ_SRC     := tests/fuzz/fuzz_command.c tests/support/fixture.c daemon/command.c daemon/log.c \
+                daemon/pool.c daemon/host.c \
                 $(CORE_SRC) $(PROTO_SRC)
 FUZZ_BIN     := $(FUZZ_BUILD)/fuzz_command
 
