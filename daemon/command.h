@@ -25,9 +25,6 @@ struct command_limits {
     uint64_t max_pending; /* allocations one connection may leave uncommitted */
 };
 
-/* Supplementary groups of a peer looked at for a pool's group=. */
-#define COMMAND_MAX_GROUPS 256
-
 struct command_client;
 TAILQ_HEAD(command_clients, command_client);
 
@@ -58,7 +55,8 @@ struct command_client {
     pid_t pid;
     uid_t uid;
     gid_t gid;
-    gid_t groups[COMMAND_MAX_GROUPS]; /* the peer's groups, for pools' group= */
+    gid_t *groups; /* the peer's supplementary groups, for pools' group=;
+                      owned by whoever fills them in (the connection) */
     size_t n_groups;
     uint64_t connected_unix; /* wall-clock seconds, for listing */
 };

@@ -80,6 +80,7 @@ static void conn_on_close(uv_handle_t *handle)
     struct conn_set *set = conn->set;
 
     set->count--;
+    shmb_free(conn->client.groups);
     shmb_free(conn->in);
     shmb_free(conn->out.buf);
     shmb_free(conn->hello.buf);
@@ -798,14 +799,25 @@ static void conn_wait_done(struct waitq_entry *entry, struct command_result *res
 }
 
 /* The peer's supplementary groups when it connected, for a pool's group=
- * (SO_PEERGROUPS); none when the kernel cannot say. */
+ * (SO_PEERGROUPS), as many as it has; none when the kernel cannot say or
+ * memory runs out (then only its gid counts). */
 static void conn_peer_groups(int fd, struct command_client *client)
 {
-    socklen_t len = sizeof(client->groups);
+    socklen_t len = 0;
+    gid_t *groups;
 
+    client->groups = NULL;
     client->n_groups = 0;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, client->groups, &len) == 0)
-        client->n_groups = len / sizeof(gid_t);
+    /* The first call says how many bytes they take (ERANGE). */
+    if ((getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, NULL, &len) != 0 && errno != ERANGE) ||
+        len == 0 || (groups = shmb_malloc(len)) == NULL)
+        return;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) {
+        shmb_free(groups);
+        return;
+    }
+    client->groups = groups;
+    client->n_groups = len / sizeof(gid_t);
 }
 
 int conn_open(struct conn_set *set, int fd, pid_t pid, uid_t uid, gid_t gid)

@@ -2,6 +2,7 @@
  * shmbrokerd: flags, start-up (socket probe, segment, store, listener),
  * signals and the event loop. Everything slow happens before the loop runs.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -148,6 +149,7 @@ static struct pool *daemon_add_pool(struct daemon *d, const struct pool_config *
         goto fail;
     scfg.max_object_size = pc->max_object_size;
     scfg.lease_arg = p;
+    scfg.size_setting = p->size_setting;
     if (pool_open(p, &scfg, daemon_on_segment_broken, &err) < 0)
         goto fail;
     daemon_keep_memfd(d, p);
@@ -167,31 +169,44 @@ fail:
  * group applies to the next hello. The order becomes the settings'. */
 static void daemon_reload_pools(struct daemon *d, const struct config *next)
 {
-    struct pool_set old = d->pools, now = {.n = 0};
+    struct pool_set old = d->pools, stay = {.n = 0}, gone = {.n = 0};
     struct shmb_error err = {0};
-    unsigned i, unnamed = 0;
+    unsigned i, placed = 0;
 
-    /* Pools no longer named may have to stay: room is kept for them. */
-    for (i = 0; i < old.n; i++)
-        if (!daemon_names_pool(next, old.pools[i]->cfg.name))
-            unnamed++;
+    /* First the pools no longer named: the empty ones are to go (they make
+     * room for new ones), the others stay, at the end. */
+    d->pools.n = 0;
+    for (i = 0; i < old.n; i++) {
+        struct pool *p = old.pools[i];
 
+        if (daemon_names_pool(next, p->cfg.name))
+            d->pools.pools[d->pools.n++] = p;
+        else if (pool_check_removable(p, &err) == 0)
+            gone.pools[gone.n++] = p;
+        else {
+            log_warn("SIGHUP: %s", err.message);
+            stay.pools[stay.n++] = p;
+        }
+    }
+    old = d->pools; /* the pools still named */
+    d->pools.n = 0;
     for (i = 0; i < next->n_pools; i++) {
         const struct pool_config *pc = &next->pools[i];
         struct pool *p = pool_find(&old, pc->name);
         uint64_t size = 0;
 
         if (p == NULL) {
-            if (now.n + unnamed >= CONFIG_MAX_POOLS) {
+            if (d->pools.n + (old.n - placed) + stay.n >= CONFIG_MAX_POOLS) {
                 log_error("SIGHUP: pool '%s' not added: the daemon would have more than "
-                          "%d pools (remove empty ones first)",
+                          "%d pools",
                           pc->name, CONFIG_MAX_POOLS);
                 continue;
             }
             if ((p = daemon_add_pool(d, pc)) != NULL)
-                now.pools[now.n++] = p;
+                d->pools.pools[d->pools.n++] = p;
             continue;
         }
+        placed++;
         (void)pool_check_settings(pc, &size, &err);
         if (size != p->size || pc->backing != p->cfg.backing ||
             strcmp(pc->dir, p->cfg.dir) != 0 || strcmp(pc->segment, p->cfg.segment) != 0 ||
@@ -203,31 +218,32 @@ static void daemon_reload_pools(struct daemon *d, const struct config *next)
         p->cfg.has_group = pc->has_group;
         p->cfg.gid = pc->gid;
         memcpy(p->cfg.group, pc->group, sizeof(p->cfg.group));
-        p->read_lease_ms = next->read_lease_ms;
-        store_set_read_lease(p->store, next->read_lease_ms);
-        now.pools[now.n++] = p;
+        d->pools.pools[d->pools.n++] = p;
     }
-    /* The pools no longer named. */
-    for (i = 0; i < old.n; i++) {
-        struct pool *p = old.pools[i];
+    for (i = 0; i < stay.n; i++)
+        d->pools.pools[d->pools.n++] = stay.pools[i];
+    /* A daemon always serves at least one pool: when no other is left, the
+     * first that was to go stays. */
+    for (i = 0; i < gone.n; i++) {
+        struct pool *p = gone.pools[i];
 
-        if (pool_find(&now, p->cfg.name) == p)
-            continue;
-        if (pool_check_removable(p, &err) < 0 || now.n == 0) {
-            log_warn("SIGHUP: %s%s", now.n == 0 ? "the last pool stays: " : "",
-                     now.n == 0 ? p->cfg.name : err.message);
-            p->read_lease_ms = next->read_lease_ms;
-            store_set_read_lease(p->store, next->read_lease_ms);
-            now.pools[now.n++] = p;
+        if (d->pools.n == 0) {
+            log_warn("SIGHUP: pool '%s' stays: no pool of the new settings could be added, "
+                     "and a daemon serves at least one",
+                     p->cfg.name);
+            d->pools.pools[d->pools.n++] = p;
             continue;
         }
-        log_info("SIGHUP: pool '%s' removed (it was empty); segment %s removed",
-                 p->cfg.name, p->seg.path);
+        log_info("SIGHUP: pool '%s' removed (it was empty); segment %s removed", p->cfg.name,
+                 p->seg.path);
         daemon_unkeep_memfd(d, p);
         pool_close(p, false);
         pool_free(p);
     }
-    d->pools = now;
+    for (i = 0; i < d->pools.n; i++) {
+        d->pools.pools[i]->read_lease_ms = next->read_lease_ms;
+        store_set_read_lease(d->pools.pools[i]->store, next->read_lease_ms);
+    }
 }
 
 /* SIGHUP: reopen the log and apply the settings that can change while
@@ -519,12 +535,16 @@ static void daemon_kept_name(const struct pool *p, char *out, size_t len)
     snprintf(out, len, "%s%s", SERVER_KEPT_PREFIX, p->cfg.name);
 }
 
-/* A memfd pool: the descriptor systemd kept for it, if it kept one of the
- * pool's size (one of another size is dropped: the pool starts empty). */
+/* A memfd pool: the descriptor systemd kept for it, if it kept one that
+ * can be adopted (a memfd of the pool's size, sealed against resizing,
+ * writable). Anything else under its name (another size, a file, a pipe, a
+ * second descriptor), and everything with --fresh, is dropped and the store
+ * entry made again once the pool is open: the pool starts empty rather than
+ * refusing every start. */
 static void daemon_take_kept(struct daemon *d, struct pool *p)
 {
+    struct shmb_error err = {0};
     char name[64];
-    struct stat st;
     unsigned i;
 
     daemon_kept_name(p, name, sizeof(name));
@@ -534,15 +554,21 @@ static void daemon_take_kept(struct daemon *d, struct pool *p)
         if (fd < 0 || strcmp(d->kept.name[i], name) != 0)
             continue;
         d->kept.fd[i] = -1;
-        if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == p->size && p->kept_fd < 0) {
+        if (d->cfg.fresh)
+            log_info("pool '%s': the memfd systemd kept is dropped (--fresh)", p->cfg.name);
+        else if (p->kept_fd >= 0)
+            log_warn("pool '%s': systemd kept more than one memfd for it; the later one is "
+                     "dropped",
+                     p->cfg.name);
+        else if (segment_check_memfd(fd, p->cfg.segment, p->size, &err) < 0)
+            log_warn("pool '%s': %s It is dropped: the pool starts empty.", p->cfg.name,
+                     err.message);
+        else {
             p->kept_fd = fd;
             continue;
         }
-        log_warn("pool '%s': the memfd systemd kept has %lld bytes, not the pool's %llu: "
-                 "its objects are dropped and the pool starts empty",
-                 p->cfg.name, (long long)st.st_size, (unsigned long long)p->size);
         close(fd);
-        notify_unstore_fd(name);
+        p->kept_again = true;
     }
     if (p->kept_fd < 0)
         log_info("pool '%s' is a memfd: it has no name, so %s", p->cfg.name,
@@ -599,7 +625,7 @@ static void daemon_drop_kept(struct daemon *d)
 static int daemon_plan_pools(struct daemon *d, struct shmb_error *err)
 {
     uint64_t sizes[CONFIG_MAX_POOLS];
-    unsigned i;
+    unsigned i, refused = 0;
     int rc;
 
     if ((rc = daemon_check_settings(&d->cfg, sizes, err)) < 0)
@@ -616,13 +642,38 @@ static int daemon_plan_pools(struct daemon *d, struct shmb_error *err)
         d->pools.pools[d->pools.n++] = p;
         if (p->cfg.backing == POOL_BACKING_MEMFD)
             daemon_take_kept(d, p);
-        if ((rc = pool_plan(p, d->cfg.fresh, err)) < 0) {
+        if ((rc = pool_plan(p, d->cfg.fresh, err)) < 0 && p->refused && i == 0) {
+            /* Clients that name no pool would land in another one. */
+            char was[SHMB_ERROR_MSG_MAX];
+
+            snprintf(was, sizeof(was), "%s", err->message);
+            shmb_error_set(err, rc,
+                           "%s It is the default pool (the first), which clients that "
+                           "name no pool use: shmbrokerd does not start without it.",
+                           was);
+            daemon_free_pools(d);
+            return rc;
+        }
+        if (rc < 0 && p->refused) {
+            /* A pool resized since its segment was made waits for its size
+             * (or its segment's removal); the others come back. */
+            log_error("%s", err->message);
+            pool_free(d->pools.pools[--d->pools.n]);
+            refused++;
+            continue;
+        }
+        if (rc < 0) {
             daemon_free_pools(d);
             return rc;
         }
     }
+    if (d->pools.n == 0) /* every pool refused: err says why the last was */
+        return err->code;
     if ((rc = pool_check_space(d->pools.pools, d->pools.n, err)) < 0)
         daemon_free_pools(d);
+    else if (refused > 0)
+        log_warn("%u of %u pools not served (see above); the others are", refused,
+                 d->cfg.n_pools);
     return rc;
 }
 
@@ -632,12 +683,64 @@ static void daemon_keep_memfd(const struct daemon *d, const struct pool *p)
     char name[64];
     int rc;
 
-    if (!d->notify || !p->seg.memfd || p->adopt)
+    if (!d->notify || !p->seg.memfd || (p->adopt && !p->kept_again))
         return;
     daemon_kept_name(p, name, sizeof(name));
+    /* Exactly one descriptor under the name: whatever else is there goes. */
+    notify_unstore_fd(name);
     if ((rc = notify_store_fd(p->seg.fd, name)) < 0)
         log_warn("pool '%s': cannot hand its memfd to systemd to keep: %s", p->cfg.name,
                  strerror(-rc));
+}
+
+/* Segments in the pools' directories that these settings no longer name:
+ * a pool removed from the settings while the daemon was down (its segment
+ * kept, or left by a crash), or the segment of --name from before pools
+ * were declared. They are left as they are, objects and all, and said so:
+ * each holds memory until it is served again or removed. */
+static void daemon_note_unconfigured(const struct daemon *d)
+{
+    const struct config *cfg = &d->cfg;
+    size_t len = strlen(cfg->name);
+    unsigned i, j;
+
+    for (i = 0; i < cfg->n_pools; i++) {
+        const char *dir = cfg->pools[i].dir;
+        struct dirent *e;
+        DIR *dp;
+
+        if (cfg->pools[i].backing == POOL_BACKING_MEMFD)
+            continue;
+        for (j = 0; j < i && strcmp(cfg->pools[j].dir, dir) != 0; j++)
+            ;
+        if (j < i || (dp = opendir(dir)) == NULL)
+            continue; /* seen already, or unreadable */
+        while ((e = readdir(dp)) != NULL) {
+            const char *rest = e->d_name + len;
+            int64_t pid;
+
+            if (strncmp(e->d_name, cfg->name, len) != 0 ||
+                (*rest != '\0' && (*rest != '.' || strlen(rest + 1) == 0 ||
+                                   strlen(rest + 1) > CONFIG_POOL_NAME_MAX ||
+                                   strspn(rest + 1, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                    "abcdefghijklmnopqrstuvwxyz"
+                                                    "0123456789_-") != strlen(rest + 1))))
+                continue;
+            for (j = 0; j < cfg->n_pools; j++)
+                if (strcmp(cfg->pools[j].segment, e->d_name) == 0 &&
+                    strcmp(cfg->pools[j].dir, dir) == 0)
+                    break;
+            if (j < cfg->n_pools ||
+                segment_probe_existing(dir, e->d_name, &pid) != SEGMENT_ORPHANED)
+                continue;
+            log_warn("segment %s/%s is not one of the configured pools' (left by shmbrokerd "
+                     "pid %lld): it is left as it is, with its objects and its memory. "
+                     "Configure its pool again to serve them, or remove it and its lock "
+                     "file %s/.%s.lock.",
+                     dir, e->d_name, (long long)pid, dir, e->d_name);
+        }
+        closedir(dp);
+    }
 }
 
 /* Open the pools planned; on failure close those opened (an adopted
@@ -654,6 +757,7 @@ static int daemon_open_pools(struct daemon *d, struct shmb_error *err)
             .read_lease_ms = d->cfg.read_lease_ms,
             .lease_expired = daemon_on_lease_expired,
             .lease_arg = p,
+            .size_setting = p->size_setting,
         };
 
         if ((rc = pool_open(p, &scfg, daemon_on_segment_broken, err)) < 0)
@@ -663,6 +767,7 @@ static int daemon_open_pools(struct daemon *d, struct shmb_error *err)
         for (i = 0; i < d->pools.n; i++)
             daemon_keep_memfd(d, d->pools.pools[i]);
         daemon_drop_kept(d);
+        daemon_note_unconfigured(d);
         return 0;
     }
     while (i > 0) {
@@ -819,6 +924,17 @@ static void daemon_stop(struct daemon *d)
     for (i = 0; i < d->pools.n; i++)
         n_memfd += d->pools.pools[i]->seg.memfd;
     if (d->cfg.keep_segment) {
+        /* What is kept: file segments, and memfds only in systemd's store. */
+        memset(&st, 0, sizeof(st));
+        for (i = 0; i < d->pools.n; i++) {
+            struct store_stats one;
+
+            if (d->pools.pools[i]->seg.memfd && !d->notify)
+                continue;
+            store_counts(d->pools.pools[i]->store, &one);
+            st.objects += one.objects;
+            st.used += one.used;
+        }
         if (n_memfd > 0)
             snprintf(memfd, sizeof(memfd), "; %s",
                      d->notify ? "memfd pools kept by systemd's descriptor store"
@@ -969,8 +1085,16 @@ int main(int argc, char **argv)
     switch (d.cfg.mode) {
     case CONFIG_SERVE:
         break;
-    case CONFIG_SIZING:
+    case CONFIG_SIZING: {
+        uint64_t sizes[CONFIG_MAX_POOLS];
+
+        /* What a start would refuse as bad settings, --check refuses too. */
+        if (daemon_check_settings(&d.cfg, sizes, &err) < 0) {
+            log_startup_error(err.message);
+            return 2;
+        }
         return sizing_report(&d.cfg, stdout);
+    }
     case CONFIG_CHECK:
     case CONFIG_RELOAD: {
         uint64_t sizes[CONFIG_MAX_POOLS];

@@ -35,6 +35,21 @@ static int pool_error_before(struct shmb_error *err, int code, const char *what)
     return shmb_error_set(err, code, "%s%s", what, was);
 }
 
+/* A message from below that names "--size" as the fix: for a declared
+ * pool, whose size is not --size, say which setting instead. */
+static void pool_error_setting(struct shmb_error *err, const struct pool_config *pc)
+{
+    char was[SHMB_ERROR_MSG_MAX];
+    const char *at;
+
+    if (err == NULL || (at = strstr(err->message, "--size")) == NULL)
+        return;
+    snprintf(was, sizeof(was), "%s", err->message);
+    at = was + (at - err->message);
+    snprintf(err->message, sizeof(err->message), "%.*s%s (--pool %s:SIZE)%s", (int)(at - was),
+             was, "the pool's size", pc->name, at + strlen("--size"));
+}
+
 /* The implicit pool (no --pool) speaks of the flags; a declared one of
  * itself. */
 static bool pool_declared(const struct pool_config *pc)
@@ -95,8 +110,10 @@ int pool_check_settings(const struct pool_config *pc, uint64_t *size, struct shm
         return rc;
     snprintf(what, sizeof(what), "--pool %s: ", pc->name);
     if ((rc = store_check_max_object(segment_data_size(*size), pc->max_object_size, err)) < 0 &&
-        pool_declared(pc))
+        pool_declared(pc)) {
+        pool_error_setting(err, pc);
         return pool_error_before(err, rc, what);
+    }
     return rc;
 }
 
@@ -112,6 +129,11 @@ struct pool *pool_new(const struct pool_config *pc, uint64_t size, struct shmb_e
     p->size = size;
     p->seg.fd = p->seg.ro_fd = p->seg.lock_fd = -1;
     p->kept_fd = -1;
+    if (pool_declared(pc))
+        snprintf(p->size_setting, sizeof(p->size_setting), "size of pool '%s' (--pool %s:SIZE)",
+                 pc->name, pc->name);
+    else
+        snprintf(p->size_setting, sizeof(p->size_setting), "--size");
     return p;
 }
 
@@ -200,6 +222,18 @@ int pool_plan(struct pool *p, bool fresh, struct shmb_error *err)
     }
     p->adopt = true;
     rc = segment_check_adoptable(pc->dir, pc->segment, p->size, err);
+    if (rc == -EINVAL && pool_declared(pc) && stat(path, &st) == 0) {
+        /* Resized: this pool waits, untouched, for its size; the others
+         * come back. */
+        p->refused = true;
+        return shmb_error_set(
+            err, rc,
+            "Pool '%s' is not served: its segment %s, left by the previous shmbrokerd, "
+            "holds %lld bytes, not the %llu the pool asks for now. To serve its objects, "
+            "give it its size again (--pool %s:%lld); to start it empty, remove %s.",
+            pc->name, path, (long long)st.st_size, (unsigned long long)p->size, pc->name,
+            (long long)st.st_size, path);
+    }
     if (rc < 0 && pool_declared(pc)) {
         char what[CONFIG_POOL_NAME_MAX + 16];
 
@@ -230,43 +264,62 @@ static void pool_group_names(struct pool *const *pools, unsigned n, unsigned i,
     }
 }
 
-/* The memfd pools together against the memory this process may still use. */
+/* The memory the pools to be made will take: the memfd pools against the
+ * memory available, and those and the tmpfs pools (whose pages are charged
+ * to the memory cgroup of the process that reserves them: this daemon)
+ * against the room its memory cgroup leaves. Adopted pools hold their pages
+ * already; hugetlbfs pages are not charged to the memory cgroup. */
 static int pool_check_memory(struct pool *const *pools, unsigned n, struct shmb_error *err)
 {
-    struct host_memory mem;
-    bool same[CONFIG_MAX_POOLS] = {false};
-    uint64_t need = 0, room;
+    bool memfd[CONFIG_MAX_POOLS] = {false}, charged[CONFIG_MAX_POOLS] = {false};
+    uint64_t memfd_need = 0, charged_need = 0, cgroup_room;
     char names[CONFIG_MAX_POOLS * (CONFIG_POOL_NAME_MAX + 2)], limit[160] = "";
+    struct host_memory mem;
+    bool any = false, any_memfd = false;
     unsigned i;
     int rc;
 
-    for (i = 0; i < n; i++)
-        same[i] = pools[i]->cfg.backing == POOL_BACKING_MEMFD;
-    for (i = 0; i < n; i++)
-        if (same[i])
-            break;
-    if (i == n)
+    for (i = 0; i < n; i++) {
+        if (pools[i]->adopt)
+            continue;
+        memfd[i] = pools[i]->cfg.backing == POOL_BACKING_MEMFD;
+        charged[i] = memfd[i] || pools[i]->cfg.backing == POOL_BACKING_SHM;
+        any |= charged[i];
+        any_memfd |= memfd[i];
+    }
+    if (!any)
         return 0;
     if ((rc = host_memory(&mem, err)) < 0)
-        return rc;
-    room = host_memory_room(&mem);
+        return any_memfd ? rc : 0; /* tmpfs pools were checked against their file system */
+    cgroup_room = mem.cgroup_usage < mem.cgroup_limit ? mem.cgroup_limit - mem.cgroup_usage : 0;
     if (mem.has_cgroup_limit)
         snprintf(limit, sizeof(limit), "; memory cgroup limit %llu MiB with %llu MiB used",
                  shmb_mib_rounded(mem.cgroup_limit), shmb_mib_rounded(mem.cgroup_usage));
     for (i = 0; i < n; i++) {
-        if (!same[i])
-            continue;
-        need += pools[i]->size;
-        if (need <= room)
-            continue;
-        pool_group_names(pools, n, i, same, names, sizeof(names));
-        return shmb_error_set(
-            err, -ENOSPC,
-            "Insufficient memory for memfd pool '%s': %llu MiB required (memfd pools %s "
-            "together), %llu MiB available (MemAvailable %llu MiB%s). Make the pools "
-            "smaller, raise the memory limit, or use backing=shm.",
-            pools[i]->cfg.name, shmb_mib_rounded(need), names, shmb_mib_rounded(room),
-            shmb_mib_rounded(mem.mem_available), limit);
+        if (memfd[i] && (memfd_need += pools[i]->size) > host_memory_room(&mem)) {
+            pool_group_names(pools, n, i, memfd, names, sizeof(names));
+            return shmb_error_set(
+                err, -ENOSPC,
+                "Insufficient memory for memfd pool '%s': %llu MiB required (memfd pools %s "
+                "together), %llu MiB available (MemAvailable %llu MiB%s). Make the pools "
+                "smaller, raise the memory limit, or use backing=shm.",
+                pools[i]->cfg.name, shmb_mib_rounded(memfd_need), names,
+                shmb_mib_rounded(host_memory_room(&mem)),
+                shmb_mib_rounded(mem.mem_available), limit);
+        }
+        if (charged[i] && (charged_need += pools[i]->size) > cgroup_room &&
+            mem.has_cgroup_limit) {
+            pool_group_names(pools, n, i, charged, names, sizeof(names));
+            return shmb_error_set(
+                err, -ENOSPC,
+                "Insufficient memory for pool '%s': pools %s need %llu MiB together, and "
+                "their pages count against this daemon's memory cgroup (%s: limit %llu "
+                "MiB, %llu MiB used, %llu MiB left). Raise the memory limit, or make the "
+                "pools smaller.",
+                pools[i]->cfg.name, names, shmb_mib_rounded(charged_need), mem.cgroup_path,
+                shmb_mib_rounded(mem.cgroup_limit), shmb_mib_rounded(mem.cgroup_usage),
+                shmb_mib_rounded(cgroup_room));
+        }
     }
     return 0;
 }
@@ -278,14 +331,17 @@ int pool_check_space(struct pool *const *pools, unsigned n, struct shmb_error *e
     unsigned i, j;
     int rc;
 
-    /* The implicit pool alone: today's check and today's message. */
+    /* The implicit pool alone: today's check and today's message (and then
+     * the memory cgroup's room). */
     if (n == 1 && !pool_declared(&pools[0]->cfg) && !pools[0]->adopt &&
-        pools[0]->cfg.backing != POOL_BACKING_MEMFD)
-        return pools[0]->replace ? segment_check_replace(pools[0]->cfg.dir,
-                                                         pools[0]->cfg.segment,
-                                                         pools[0]->size, err)
-                                 : segment_check_space(pools[0]->cfg.dir, pools[0]->size,
-                                                       NULL, err);
+        pools[0]->cfg.backing != POOL_BACKING_MEMFD) {
+        rc = pools[0]->replace ? segment_check_replace(pools[0]->cfg.dir,
+                                                       pools[0]->cfg.segment, pools[0]->size,
+                                                       err)
+                               : segment_check_space(pools[0]->cfg.dir, pools[0]->size, NULL,
+                                                     err);
+        return rc < 0 ? rc : pool_check_memory(pools, n, err);
+    }
     for (i = 0; i < n; i++) {
         bool same[CONFIG_MAX_POOLS] = {false};
         uint64_t need = 0, reclaim = 0;
@@ -319,6 +375,7 @@ int pool_check_space(struct pool *const *pools, unsigned n, struct shmb_error *e
                          "Pool '%s' does not fit: pools %s need %llu MiB together in %.256s. ",
                          pools[j]->cfg.name, names, shmb_mib_rounded(need),
                          pools[j]->cfg.dir);
+            pool_error_setting(err, &pools[j]->cfg);
             return pool_error_before(err, rc, what);
         }
     }
@@ -470,8 +527,17 @@ int pool_open(struct pool *p, const struct store_config *scfg,
     p->read_lease_ms = scfg->read_lease_ms;
     if (p->replace && (rc = pool_remove_stale(p, err)) < 0)
         return rc;
-    if (p->adopt)
-        return pool_adopt(p, scfg, on_broken, err);
+    if (p->adopt) {
+        if ((rc = pool_adopt(p, scfg, on_broken, err)) == 0 ||
+            p->cfg.backing != POOL_BACKING_MEMFD)
+            return rc;
+        /* What systemd kept could not be adopted after all: a memfd pool
+         * starts empty rather than failing every start. */
+        log_warn("pool '%s': the memfd systemd kept is not adopted: %s The pool starts "
+                 "empty.",
+                 p->cfg.name, err->message);
+        p->adopt = false;
+    }
     rc = p->cfg.backing == POOL_BACKING_MEMFD
              ? segment_create_memfd(&p->seg, p->cfg.segment, p->size, err)
              : segment_create(&p->seg, p->cfg.dir, p->cfg.segment, p->size, err);

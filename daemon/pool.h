@@ -31,6 +31,15 @@ struct pool {
     /* A memfd pool's segment that systemd kept in its file-descriptor store
      * across a restart, to adopt; -1 when none. Owned by the pool. */
     int kept_fd;
+    /* Other descriptors systemd kept under this pool's name were dropped:
+     * its store entry must be made again, with this pool's memfd alone. */
+    bool kept_again;
+    /* pool_plan: a declared pool whose segment has another size is refused
+     * alone (not served; its segment left as it is), the others come back. */
+    bool refused;
+    /* How messages name the setting that sizes it: "--size", or
+     * "size of pool 'NAME' (--pool NAME:SIZE)". */
+    char size_setting[CONFIG_POOL_NAME_MAX * 2 + 40];
 };
 
 /* The pools of a daemon, in configuration order; pools[0] is the default. */
@@ -57,7 +66,8 @@ void pool_free(struct pool *p);
 /* Decide what to do with a segment file already there, changing nothing:
  * adopt one left by a daemon that is gone (or replace it with fresh),
  * refuse anything else (a live daemon's, a foreign file, a size that is
- * not the pool's). A memfd pool adopts its kept_fd when it has one (not
+ * not the pool's: for a declared pool, -EINVAL with refused set, and a
+ * message saying how to serve it again). A memfd pool adopts its kept_fd when it has one (not
  * with fresh, which closes it). */
 int pool_plan(struct pool *p, bool fresh, struct shmb_error *err);
 

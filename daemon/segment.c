@@ -735,13 +735,37 @@ fail:
 
 static void segment_note_header(struct segment *seg, const struct shmb_segment_header *hdr);
 
+int segment_check_memfd(int fd, const char *name, uint64_t size, struct shmb_error *err)
+{
+    struct stat st;
+    int seals = fcntl(fd, F_GET_SEALS), mode = fcntl(fd, F_GETFL);
+
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || seals < 0 ||
+        (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
+        return shmb_error_set(err, -EINVAL,
+                              "The descriptor kept for memfd segment %s is not a memfd "
+                              "sealed against resizing.",
+                              name);
+    if ((seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0 || mode < 0 ||
+        (mode & O_ACCMODE) != O_RDWR)
+        return shmb_error_set(err, -EINVAL,
+                              "The descriptor kept for memfd segment %s cannot be written "
+                              "(read-only, or sealed against writes).",
+                              name);
+    if ((uint64_t)st.st_size != size)
+        return shmb_error_set(err, -EINVAL,
+                              "The memfd segment %s kept across the restart has %llu bytes, "
+                              "not the pool's %llu.",
+                              name, (unsigned long long)st.st_size, (unsigned long long)size);
+    return 0;
+}
+
 int segment_adopt_memfd(struct segment *seg, int fd, const char *name, uint64_t size,
                         struct shmb_error *err)
 {
     struct shmb_segment_header copy;
     char proc[64];
-    struct stat st;
-    int rc, seals, saved;
+    int rc, saved;
 
     memset(seg, 0, sizeof(*seg));
     seg->fd = fd;
@@ -749,22 +773,8 @@ int segment_adopt_memfd(struct segment *seg, int fd, const char *name, uint64_t 
     seg->memfd = true;
     snprintf(seg->name, sizeof(seg->name), "%s", name);
     snprintf(seg->path, sizeof(seg->path), "memfd:%s", name);
-    seals = fcntl(fd, F_GET_SEALS);
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || seals < 0 ||
-        (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
-        rc = shmb_error_set(err, -EINVAL,
-                            "The descriptor kept for memfd segment %s is not a memfd "
-                            "sealed against resizing; not adopted.",
-                            name);
+    if ((rc = segment_check_memfd(fd, name, size, err)) < 0)
         goto fail;
-    }
-    if ((uint64_t)st.st_size != size) {
-        rc = shmb_error_set(err, -EINVAL,
-                            "The memfd segment %s kept across the restart has %llu bytes, "
-                            "not the pool's %llu; not adopted.",
-                            name, (unsigned long long)st.st_size, (unsigned long long)size);
-        goto fail;
-    }
     /* Pages a client punched out come back (as zeros) before anything is
      * read: the walk checks every chunk header it reads. */
     if ((rc = segment_reserve(seg, size, 0, err)) < 0 || (rc = segment_map(seg, size, err)) < 0)
@@ -1243,9 +1253,13 @@ static void segment_guard_break(struct segment_guard_entry *g, const char *what)
              "Segment %.300s is broken: %.160s, through the read-write descriptor every "
              "client receives. The daemon refuses new allocations; objects still in "
              "the file can be read. Find and fix the client that changes the file, "
-             "then restart shmbrokerd: it re-reserves the segment and keeps the "
-             "objects the file still holds.",
-             g->path, what);
+             "then restart shmbrokerd: %s",
+             g->path, what,
+             strncmp(g->path, "memfd:", 6) == 0
+                 ? "under systemd it adopts the memfd again with the objects it still "
+                   "holds; run by hand, the pool starts empty."
+                 : "it re-reserves the segment and keeps the objects the file still "
+                   "holds.");
     memcpy(g->message, message, sizeof(message));
     if (g->on_broken != NULL)
         g->on_broken(g->message);

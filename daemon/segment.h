@@ -112,6 +112,11 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
 int segment_create_memfd(struct segment *seg, const char *name, uint64_t size,
                          struct shmb_error *err);
 
+/* 0 when fd can be adopted as memfd segment name of size bytes: a memfd
+ * open read-write, sealed against shrinking and growing and not against
+ * writes, of that size; -EINVAL with a message saying what it is not. */
+int segment_check_memfd(int fd, const char *name, uint64_t size, struct shmb_error *err);
+
 /* Adopt the memfd fd (this call owns it from now on, closed on failure)
  * that an earlier daemon made with segment_create_memfd(name, size) and
  * systemd kept in its file-descriptor store across the restart: checked

@@ -402,6 +402,7 @@ static int store_enospc(struct store *s, const char *key, size_t key_len, uint64
     enum { QUOTE_MAX = 64 };
     struct object *blocker = ring_oldest(&s->ring, NULL);
     unsigned long long free_bytes = ring_free_bytes(&s->ring);
+    const char *size_setting = s->cfg.size_setting != NULL ? s->cfg.size_setting : "--size";
     int kq = (int)shmb_utf8_cut(key, key_len, QUOTE_MAX), bq;
     const char *kmore = (size_t)kq < key_len ? "..." : "", *bmore;
 
@@ -410,9 +411,9 @@ static int store_enospc(struct store *s, const char *key, size_t key_len, uint64
         return shmb_error_set(
             err, -ENOSPC,
             "No space for '%.*s%s' (%llu bytes): %llu of %llu bytes free. "
-            "Start shmbrokerd with a larger --size.",
+            "Start shmbrokerd with a larger %s.",
             kq, key, kmore, (unsigned long long)size, free_bytes,
-            (unsigned long long)s->ring.size);
+            (unsigned long long)s->ring.size, size_setting);
     bq = (int)shmb_utf8_cut(blocker->key, blocker->key_len, QUOTE_MAX);
     bmore = (size_t)bq < blocker->key_len ? "..." : "";
     if (blocker->state == STORE_PENDING)
@@ -421,19 +422,19 @@ static int store_enospc(struct store *s, const char *key, size_t key_len, uint64
             "No space for '%.*s%s' (%llu bytes): %llu of %llu bytes free; "
             "the oldest object '%.*s%s' (pins=%u) is still being written "
             "and blocks reclaim. Commit or abort it, or start shmbrokerd "
-            "with a larger --size.",
+            "with a larger %s.",
             kq, key, kmore, (unsigned long long)size, free_bytes,
             (unsigned long long)s->ring.size, bq, blocker->key, bmore,
-            blocker->pin_count);
+            blocker->pin_count, size_setting);
     return shmb_error_set(
         err, -ENOSPC,
         "No space for '%.*s%s' (%llu bytes): %llu of %llu bytes free; the "
         "oldest object '%.*s%s' blocks reclaim (pins=%u, awaited reads=%u)%s. "
-        "Release it or read it, or start shmbrokerd with a larger --size.",
+        "Release it or read it, or start shmbrokerd with a larger %s.",
         kq, key, kmore, (unsigned long long)size, free_bytes,
         (unsigned long long)s->ring.size, bq, blocker->key, bmore,
         blocker->pin_count, blocker->awaited_reads,
-        blocker->state == STORE_DELETED ? " (deleted, still pinned)" : "");
+        blocker->state == STORE_DELETED ? " (deleted, still pinned)" : "", size_setting);
 }
 
 /* Forget that h's allocation of key expired; true when it had. */

@@ -34,6 +34,9 @@ struct store_config {
     void (*lease_expired)(const char *key, size_t key_len, uint32_t reads_left,
                           void *arg);
     void *lease_arg;
+    /* How messages name the setting that sizes this store: "--size" when
+     * NULL; a pool's own words otherwise. Must outlive the store. */
+    const char *size_setting;
 };
 
 /* What store_adopt found in an existing segment. */

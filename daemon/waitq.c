@@ -71,8 +71,36 @@ static bool waitq_retry(struct waitq *q, struct waitq_entry *entry, bool final)
     return true;
 }
 
-/* Once per loop iteration: when room may have been made, serve waiters in
- * arrival order, stopping at the first that still does not fit. */
+/* Serve waiters in arrival order while they fit (those whose deadline is
+ * not past now). One that still does not fit holds back the later waiters
+ * of its own pool only: a pool keeps its order, and the room one pool makes
+ * is no other pool's. After each answer the scan starts again from the
+ * oldest (an answer may close connections, and with them their entries). */
+static void waitq_serve(struct waitq *q, uint64_t now)
+{
+    const struct pool *held[CONFIG_MAX_POOLS];
+    size_t n_held = 0, i;
+    struct waitq_entry *e;
+
+again:
+    TAILQ_FOREACH(e, &q->entries, link) {
+        const struct pool *pool = e->client->pool;
+
+        if (e->until_ms <= now)
+            continue;
+        for (i = 0; i < n_held && held[i] != pool; i++)
+            ;
+        if (i < n_held)
+            continue;
+        if (waitq_retry(q, e, false))
+            goto again;
+        if (n_held == CONFIG_MAX_POOLS)
+            return;
+        held[n_held++] = pool;
+    }
+}
+
+/* Once per loop iteration: when room may have been made, serve waiters. */
 static void waitq_on_room_check(uv_check_t *check)
 {
     struct waitq *q = check->data;
@@ -84,8 +112,7 @@ static void waitq_on_room_check(uv_check_t *check)
     if (gen == q->room_gen)
         return;
     q->room_gen = gen;
-    while (!TAILQ_EMPTY(&q->entries) && waitq_retry(q, TAILQ_FIRST(&q->entries), false))
-        ;
+    waitq_serve(q, 0);
 }
 
 /* A deadline came, or a read lease ran out: serve waiters in arrival order
@@ -97,9 +124,7 @@ static void waitq_on_timer(uv_timer_t *timer)
     uint64_t now = clock_now_ms();
     struct waitq_entry *e, *next;
 
-    while (!TAILQ_EMPTY(&q->entries) && TAILQ_FIRST(&q->entries)->until_ms > now &&
-           waitq_retry(q, TAILQ_FIRST(&q->entries), false))
-        ;
+    waitq_serve(q, now);
     for (e = TAILQ_FIRST(&q->entries); e != NULL; e = next) {
         next = TAILQ_NEXT(e, link);
         if (e->until_ms <= now)

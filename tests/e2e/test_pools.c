@@ -594,9 +594,10 @@ static struct h_daemon *restart(struct h_fix *f, const struct h_daemon *old,
 
 /* Issue 14: each pool is adopted on its own. Three pools' objects come back
  * byte for byte after a clean stop with --keep-segment and after SIGKILL; a
- * start with one pool resized is refused with the hint naming that pool's
- * segment and size, and leaves every segment as it was: the next start with
- * the old sizes adopts all three again. */
+ * start with one pool resized serves the other two with their objects and
+ * not that one (the log says how to serve it again; a hello to it is
+ * ENOENT), leaving its segment as it was: the next start with the old sizes
+ * adopts all three again. */
 static void test_pool_restart(void **state)
 {
     struct h_fix *f = *state;
@@ -605,7 +606,7 @@ static void test_pool_restart(void **state)
     static const char *const resized[] = {"--pool", "a:2M", "--pool", "b:5M",
                                           "--pool", "c:4M", NULL};
     struct h_daemon *d1 = h_daemon_start(f, "1M", pools), *d;
-    char path[PATH_MAX * 2], want[PATH_MAX * 3];
+    char path[PATH_MAX * 2], want[PATH_MAX * 5];
 
     restart_objects_at(d1, true);
     assert_int_equal(h_exit_code(h_daemon_signal(d1, SIGTERM, H_STOP_TIMEOUT_MS)), 0);
@@ -616,13 +617,33 @@ static void test_pool_restart(void **state)
     assert_int_equal(h_exit_code(h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS)),
                      128 + SIGKILL);
 
-    d = h_daemon_again(f, d1);
-    assert_int_equal(start_refused(f, d, resized), 1);
+    d = restart(f, d1, resized);
     snprintf(want, sizeof(want),
-             "Pool 'b': Segment %s left by the previous shmbrokerd is 3145728 bytes, not "
-             "the 5242880 asked for",
-             path);
+             "Pool 'b' is not served: its segment %s, left by the previous shmbrokerd, holds "
+             "3145728 bytes, not the 5242880 the pool asks for now. To serve its objects, "
+             "give it its size again (--pool b:3145728); to start it empty, remove %s.",
+             path, path);
     log_has(d, want);
+    log_has(d, "1 of 3 pools not served");
+    {
+        struct pc a, c;
+        struct h_conn b;
+        char hello[256];
+
+        pc_connect(&a, d, "a");
+        pc_check(&a, "two", 300000, 12, false);
+        pc_close(&a);
+        pc_connect(&c, d, "c");
+        pc_check(&c, "two", 1500000, 32, false);
+        pc_close(&c);
+        assert_int_equal(h_conn_open(&b, d->socket), 0);
+        hello_line(hello, sizeof(hello), "b");
+        h_expect_error(&b, hello, "ENOENT", "its pools are: a, c.");
+        h_conn_close(&b);
+    }
+    assert_true(h_exists(path));
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS)),
+                     128 + SIGKILL);
 
     d = restart(f, d1, pools);
     restart_objects_at(d, false);

@@ -178,8 +178,10 @@ static void test_resized_refused(void **state)
     assert_int_equal(pool_check_settings(&pc, &size, &err), 0);
     p = pool_new(&pc, size, &err);
     assert_int_equal(pool_plan(p, false, &err), -EINVAL);
-    assert_non_null(strstr(err.message, "Pool 'r'"));
-    assert_non_null(strstr(err.message, "--size"));
+    assert_true(p->refused);
+    assert_non_null(strstr(err.message, "Pool 'r' is not served"));
+    assert_non_null(strstr(err.message, "holds 4194304 bytes, not the 2097152"));
+    assert_non_null(strstr(err.message, "(--pool r:4194304)"));
     pool_free(p);
     assert_true(in_dir("test.r"));
     /* --fresh replaces it, counting its pages as free. */
