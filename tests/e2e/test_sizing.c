@@ -229,6 +229,29 @@ static void test_missing_dir(void **state)
     h_pass(f);
 }
 
+/* Settings a start would refuse are refused by check too, exit 2 with the
+ * start's message, not judged on their space: a pool smaller than two
+ * pages, a largest object that cannot fit, hugetlbfs on a directory that is
+ * not a hugetlbfs mount. */
+static void test_bad_settings(void **state)
+{
+    struct h_fix *f = *state;
+    char pool[PATH_MAX + 64];
+    struct h_run r;
+
+    check(f, &r, "--pool", "a:100", NULL);
+    h_expect_run(&r, 2, NULL, "--pool a: size 100 is too small");
+    h_run_free(&r);
+    check(f, &r, "--pool", "a:64K,max-object-size=1G", NULL);
+    h_expect_run(&r, 2, NULL, "--pool a: Max object size (1073741824 bytes) does not fit");
+    h_run_free(&r);
+    snprintf(pool, sizeof(pool), "a:4M,backing=hugetlbfs,dir=%s", f->dir);
+    check(f, &r, "--pool", pool, NULL);
+    h_expect_run(&r, 2, NULL, "is not one (mount -t hugetlbfs none DIR");
+    h_run_free(&r);
+    h_pass(f);
+}
+
 /* shmbrokerctl with no shmbrokerd beside it, in $SHMBROKERD or in PATH:
  * exit 127 and say how to point it at one. */
 static void test_no_daemon_found(void **state)
@@ -278,6 +301,7 @@ int main(void)
         TEST(test_existing_segment),
         TEST(test_memfd_against_memory),
         TEST(test_missing_dir),
+        TEST(test_bad_settings),
         TEST(test_no_daemon_found),
     };
 

@@ -222,7 +222,8 @@ static void test_memfd_pool(void **state)
 }
 
 /* Proves that memfd pools are checked against the memory the process may
- * use: one larger than all memory is refused, naming it. */
+ * use: one larger than all memory is refused, naming it; an adopted one is
+ * not counted again. */
 static void test_memfd_too_big(void **state)
 {
     struct shmb_error err = {0};
@@ -232,6 +233,9 @@ static void test_memfd_too_big(void **state)
     assert_int_equal(pool_check_space(&p, 1, &err), -ENOSPC);
     assert_non_null(strstr(err.message, "memfd pool 'huge'"));
     assert_non_null(strstr(err.message, "MiB available"));
+    /* Adopted (what systemd kept), its pages are held already. */
+    p->adopt = true;
+    assert_int_equal(pool_check_space(&p, 1, &err), 0);
     pool_free(p);
 }
 
