@@ -2419,7 +2419,9 @@ static void test_memfd_fd_store(void **state)
         h_daemon_print_log(d3);
         h_fail("the 2 MiB memfd kept for a 4 MiB pool was not replaced; got: %s", rx.seen);
     }
+    notify_expect(&rx, "READY=1", NULL, line, 10000);
     assert_true(log_has(d3, "the memfd systemd kept has 2097152 bytes, not the pool's 4194304"));
+    assert_int_equal(h_daemon_signal(d3, SIGTERM, H_RUN_TIMEOUT_MS), 0);
     {
         struct stat st;
 
