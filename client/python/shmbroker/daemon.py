@@ -166,13 +166,16 @@ class Daemon:
 
 def _serves(socket_path, name):
     """The daemon listening on socket_path is the one of segment name (not
-    another spawned on the same path at the same time)."""
+    another spawned on the same path at the same time). A daemon of pools
+    names its default pool's segment NAME.POOL."""
     if not socket_answers(socket_path):
         return False
     try:
         with Client(socket_path, read_only=True, populate=False,
                     name="spawn_daemon") as c:
-            return c.info.get("segment") == name
+            segment = c.info.get("segment")
+            return segment == name or (c.info.get("pool") is not None and
+                                       segment == "%s.%s" % (name, c.info["pool"]))
     except Exception:
         return False
 
