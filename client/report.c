@@ -399,6 +399,27 @@ void shmb_list_free(shmb_list_t *list)
     shmb_free(list);
 }
 
+/* The pools of a clients reply's entries, in a block of their own (the
+ * list's block is laid out for shmb_client_info_t, whose size is fixed). */
+static int client_clients_pools(shmb_t *c, const json_t *items, shmb_clients_t *list)
+{
+    enum { POOL_LEN = 33 };
+    size_t i, n = list->count;
+    const char **ptrs;
+    char *names;
+
+    ptrs = shmb_calloc(1, (n ? n : 1) * (sizeof(*ptrs) + POOL_LEN));
+    if (ptrs == NULL)
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory reading the clients.");
+    names = (char *)(ptrs + (n ? n : 1));
+    for (i = 0; i < n; i++) {
+        ptrs[i] = names + i * POOL_LEN;
+        client_copy_string(json_array_get(items, i), "pool", names + i * POOL_LEN, POOL_LEN);
+    }
+    list->pools = ptrs;
+    return 0;
+}
+
 /* Decode a clients reply: one block, every field of every client checked. */
 static int client_clients_decode(shmb_t *c, const json_t *reply, shmb_clients_t **out)
 {
@@ -439,7 +460,10 @@ static int client_clients_decode(shmb_t *c, const json_t *reply, shmb_clients_t 
         o->self = json_is_true(self);
         snprintf(o->mode, sizeof(o->mode), "%s", mode);
         o->name = client_report_text(item, "name", &texts);
-        client_copy_string(item, "pool", o->pool, sizeof(o->pool));
+    }
+    if (client_clients_pools(c, items, list) < 0) {
+        shmb_free(list);
+        return c->err.code;
     }
     *out = list;
     return 0;
@@ -459,6 +483,8 @@ static int client_clients(shmb_t *c, shmb_clients_t **out)
 
 void shmb_clients_free(shmb_clients_t *clients)
 {
+    if (clients != NULL)
+        shmb_free((void *)clients->pools);
     shmb_free(clients);
 }
 

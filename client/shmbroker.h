@@ -117,13 +117,17 @@ typedef struct shmb_client_info {
     uint64_t pins, pending, bytes_pinned;
     uint64_t connected_unix; /* seconds since the epoch */
     int self;                /* this handle's own connection */
-    char pool[33];           /* the pool it uses; "" before its hello */
 } shmb_client_info_t;
 
 /* What shmb_clients returns: clients[0..count). */
 typedef struct shmb_clients {
     size_t count;
     shmb_client_info_t *clients;
+    /* Added after the first release (0.1.0), here rather than in
+     * shmb_client_info_t, whose size programs built then index clients[]
+     * by: pools[i] is the pool clients[i] said hello to ("" before its
+     * hello, and from a daemon without pools). Owned by the list. */
+    const char *const *pools;
 } shmb_clients_t;
 
 /* A new, unconnected handle; NULL when out of memory. */

@@ -400,7 +400,7 @@ static int cmd_clients(shmb_t *c, struct ctl *ctl)
         esc(cl->name, name, sizeof(name));
         pool[0] = '\0';
         if (npools > 1) {
-            esc(cl->pool[0] != '\0' ? cl->pool : "-", pool, sizeof(pool) - 1);
+            esc(list->pools[i][0] != '\0' ? list->pools[i] : "-", pool, sizeof(pool) - 1);
             /* Pool names are at most 32 bytes: wider ones push the row. */
             snprintf(pool + strlen(pool), sizeof(pool) - strlen(pool), "%*s",
                      strlen(pool) < 16 ? (int)(17 - strlen(pool)) : 1, "");

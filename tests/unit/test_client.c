@@ -731,7 +731,7 @@ static void test_clients_every_field(void **state)
     assert_int_equal(l->clients[0].bytes_pinned, 3);
     assert_int_equal(l->clients[0].connected_unix, 1700000000);
     assert_int_equal(l->clients[0].self, 1);
-    assert_string_equal(l->clients[0].pool, "frames");
+    assert_string_equal(l->pools[0], "frames");
     assert_int_equal(l->clients[1].pid, 11);
     assert_int_equal(l->clients[1].uid, 21);
     assert_int_equal(l->clients[1].gid, 31);
@@ -742,7 +742,7 @@ static void test_clients_every_field(void **state)
     assert_int_equal(l->clients[1].bytes_pinned, 6);
     assert_int_equal(l->clients[1].connected_unix, 1700000001);
     assert_int_equal(l->clients[1].self, 0);
-    assert_string_equal(l->clients[1].pool, ""); /* a daemon without pools */
+    assert_string_equal(l->pools[1], ""); /* a daemon without pools */
     shmb_clients_free(l);
     shmb_close(c);
     fake_stop(f);
