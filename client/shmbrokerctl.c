@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,7 +291,8 @@ static int print_status(shmb_t *c, const struct ctl *ctl)
            (long long)st.pid, format_uptime(st.uptime_s, b, sizeof(b)));
     printf("socket    %s\n", esc(shmb_socket_path(ctl->socket_path), e, ESC_MAX));
     if (ctl->pool != NULL) {
-        for (i = 0; i < n && strcmp(pools[i].pool, st.pool) != 0; i++)
+        /* Connected to that pool, or (outside its group) to another. */
+        for (i = 0; i < n && strcmp(pools[i].pool, ctl->pool) != 0; i++)
             ;
         print_pool(i < n ? &pools[i] : &st, 1, 1);
     } else if (n <= 1) {
@@ -703,10 +705,12 @@ static int pool_refused(shmb_t *c, const char *socket_path, const char *pool)
            stat(shmb_socket_path(socket_path), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
-/* Connect as shmbrokerctl (to pool, NULL: the default one); on failure
+/* Connect as shmbrokerctl (to pool, NULL: the default one; for a report,
+ * to the default one when pool's group leaves this user out); on failure
  * print why and return the exit status (69 when no daemon can be reached
  * there), else 0 with *out. */
-static int ctl_connect(const char *socket_path, const char *pool, shmb_t **out)
+static int ctl_connect(const char *socket_path, const char *pool, bool report,
+                       shmb_t **out)
 {
     static char msg[SHMB_ESCAPED_MAX(1024)];
     shmb_t *c = shmb_new();
@@ -721,6 +725,12 @@ static int ctl_connect(const char *socket_path, const char *pool, shmb_t **out)
     shmb_set_populate(c, 0);
     shmb_set_pool(c, pool);
     if (shmb_connect(c, socket_path, "shmbrokerctl") < 0) {
+        /* A report of a pool whose group leaves this user out: its figures
+         * are every client's to see, through a pool this user may use. */
+        if (report && pool != NULL && shmb_errcode(c) == -EPERM) {
+            shmb_close(c);
+            return ctl_connect(socket_path, NULL, false, out);
+        }
         fprintf(stderr, "shmbrokerctl: %s\n", esc(shmb_errmsg(c), msg, sizeof(msg)));
         rc = pool_refused(c, socket_path, pool) ? EXIT_ERROR_REPLY
              : shmb_errcode(c) == -ECONNREFUSED || shmb_errcode(c) == -ENOENT ||
@@ -791,7 +801,9 @@ int main(int argc, char **argv)
     if (cmd->prepare != NULL && (rc = cmd->prepare(&ctl)) != 0)
         return rc;
     ctl_socket = ctl.socket_path;
-    if ((rc = ctl_connect(ctl.socket_path, ctl.pool, &c)) == 0) {
+    if ((rc = ctl_connect(ctl.socket_path, ctl.pool,
+                          strcmp(cmd->name, "status") == 0 || strcmp(cmd->name, "clients") == 0,
+                          &c)) == 0) {
         rc = cmd->run(c, &ctl);
         shmb_close(c);
     }

@@ -83,6 +83,23 @@ static int command_set(struct command_call *call, const char *field, json_t *val
     return 0;
 }
 
+/* The pool of a hello that names none: the first this client may use
+ * (pools[0], unless its group= leaves the client out), so that a client
+ * outside that group still reaches the daemon's reports; pools[0] when it
+ * may use none (the hello then fails with pools[0]'s EPERM). */
+static struct pool *command_default_pool(const struct command_call *call)
+{
+    const struct pool_set *set = call->env->pools;
+    const struct command_client *cl = call->client;
+    unsigned i;
+
+    for (i = 0; i < set->n; i++)
+        if (pool_check_access(set->pools[i], cl->uid, cl->gid, cl->groups, cl->n_groups,
+                              NULL) == 0)
+            return set->pools[i];
+    return set->pools[0];
+}
+
 /* hello: check the version, create the client's holder, describe the segment
  * and pass its descriptor. */
 static int cmd_hello(struct command_call *call)
@@ -110,7 +127,7 @@ static int cmd_hello(struct command_call *call)
             "\"mode\" must be \"rw\" (read-write) or \"ro\" (read-only), "
             "not \"%.32s\".",
             mode);
-    pool = call->env->pools->pools[0];
+    pool = command_default_pool(call);
     if (pool_name != NULL && (pool = pool_find(call->env->pools, pool_name)) == NULL) {
         char names[CONFIG_MAX_POOLS * (CONFIG_POOL_NAME_MAX + 2)];
 

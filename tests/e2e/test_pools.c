@@ -561,6 +561,85 @@ static void test_pool_group(void **state)
     h_pass(f);
 }
 
+/* What the outsider helper runs: shmbrokerctl ARGS as uid 65534 in no
+ * group, its output into a file. */
+struct outsider_run {
+    const char *socket, *out;
+    const char *args[4];
+};
+
+/* Helper body: exec shmbrokerctl as nobody; its exit status is ours. */
+static int outsider_run(void *arg)
+{
+    const struct outsider_run *r = arg;
+    const char *argv[8];
+    int fd, n = 0, i;
+
+    /* The file first: nobody may not create one in the fixture's directory. */
+    fd = open(r->out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
+        return 121;
+    if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+        return 120;
+    argv[n++] = h_ctl_bin();
+    argv[n++] = "--socket";
+    argv[n++] = r->socket;
+    for (i = 0; i < 4 && r->args[i] != NULL; i++)
+        argv[n++] = r->args[i];
+    argv[n] = NULL;
+    execv(argv[0], (char *const *)argv);
+    return 122;
+}
+
+/* Review: a client outside the group of the first pool still reaches the
+ * daemon. A hello that names no pool gets the first pool it may use, and
+ * shmbrokerctl status, status --pool of the restricted pool, and clients
+ * work for it (the figures of every pool are every client's to see); a
+ * hello naming the restricted pool is still EPERM. */
+static void test_pool_group_default(void **state)
+{
+    struct h_fix *f = *state;
+    const char *cmds[][3] = {{"status", NULL, NULL},
+                             {"status", "--pool", "locked"},
+                             {"clients", NULL, NULL}};
+    const char *wants[] = {"pool      locked (shm, group 12345)", "pool      locked",
+                           "PID"};
+    struct h_daemon *d;
+    struct group_try t;
+    char out[PATH_MAX];
+    size_t i;
+
+    if (geteuid() != 0)
+        h_skip(f, "needs root to act as another user");
+    assert_int_equal(chmod(f->dir, 0711), 0);
+    d = h_daemon_start(f, "1M",
+                       (const char *const[]){"--socket-mode", "0666", "--pool",
+                                             "locked:1M,group=12345", "--pool", "open:1M",
+                                             NULL});
+    memset(&t, 0, sizeof(t));
+    t.socket = d->socket;
+    t.pool = NULL; /* lands in "open" */
+    group_try(f, &t);
+    t.pool = "locked";
+    t.want_error = "EPERM";
+    t.want_text[0] = "Pool 'locked' is restricted to group ";
+    group_try(f, &t);
+    for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        struct outsider_run r = {d->socket, out, {cmds[i][0], cmds[i][1], cmds[i][2], NULL}};
+        pid_t pid;
+        char *text;
+
+        h_path(f, "outsider.out", out, sizeof(out));
+        pid = h_fork(f, outsider_run, &r);
+        if (h_child_wait(f, pid, H_REPLY_TIMEOUT_MS * 2) != 0 ||
+            !h_contains(text = h_read_file(out, NULL), wants[i]))
+            h_fail("shmbrokerctl %s %s as nobody: %s", cmds[i][0], cmds[i][1] ? cmds[i][1] : "",
+                   (text = h_read_file(out, NULL)) ? text : "(no output)");
+        free(text);
+    }
+    h_pass(f);
+}
+
 /* The objects of the restart test: two in each of three pools. */
 static const struct {
     const char *pool, *key;
@@ -1197,7 +1276,7 @@ int main(void)
         TEST(test_pool_space_check),   TEST(test_pool_status),  TEST(test_pool_reload),
         TEST(test_pool_reload_space),  TEST(test_pool_memfd),   TEST(test_pool_implicit),
         TEST(test_pool_wait_per_pool), TEST(test_pool_reload_sixteen),
-        TEST(test_pool_restart_default_and_gone),
+        TEST(test_pool_restart_default_and_gone), TEST(test_pool_group_default),
     };
 
     signal(SIGPIPE, SIG_IGN);
