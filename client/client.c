@@ -598,12 +598,6 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
     int rc;
 
     shmb_error_clear(&c->err);
-    if (c->pool_too_long)
-        return shmb_error_set(&c->err, -EINVAL,
-                              "The pool name given to shmb_set_pool is longer than %zu bytes; "
-                              "pool names are 1 to %zu of A-Z, a-z, 0-9, '_' and '-'. Nothing "
-                              "was sent.",
-                              sizeof(c->pool) - 1, sizeof(c->pool) - 1);
     client_disconnect(c, keep_map);
     pthread_once(&client_forks_once, client_watch_forks);
     if (client_forks_rc != 0)
@@ -631,7 +625,7 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
                         json_pack("{s:s, s:i, s:s?, s:s, s:s*}", "op", shmb_ops[SHMB_OP_HELLO].name, "version",
                                   SHMB_PROTOCOL_VERSION, "name", name, "mode",
                                   c->read_only ? "ro" : "rw", "pool",
-                                  c->pool[0] != '\0' ? c->pool : NULL),
+                                  c->dial_pool[0] != '\0' ? c->dial_pool : NULL),
                         true, &reply);
     if (rc < 0)
         goto fail;
@@ -668,8 +662,15 @@ static int client_connect(shmb_t *c, const char *socket_path, const char *name)
     if (strlen(path) >= sizeof(c->path))
         return shmb_error_set(&c->err, -ENAMETOOLONG, "Socket path %s is too long.",
                               path);
+    if (c->pool_too_long)
+        return shmb_error_set(&c->err, -EINVAL,
+                              "The pool name given to shmb_set_pool is longer than %zu bytes; "
+                              "pool names are 1 to %zu of A-Z, a-z, 0-9, '_' and '-'. Nothing "
+                              "was sent.",
+                              sizeof(c->pool) - 1, sizeof(c->pool) - 1);
     snprintf(c->path, sizeof(c->path), "%s", path);
     snprintf(c->name, sizeof(c->name), "%s", name != NULL ? name : "");
+    memcpy(c->dial_pool, c->pool, sizeof(c->dial_pool));
     return client_dial(c, c->path, name, false);
 }
 

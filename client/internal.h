@@ -34,6 +34,9 @@ struct shmb {
     char name[SHMB_NAME_MAX + 1];
     char pool[sizeof(((shmb_info_t *)0)->pool)]; /* shmb_set_pool's, "" for the default */
     bool pool_too_long; /* shmb_set_pool was given more than fits: connect refuses */
+    /* The pool shmb_connect said hello to, which shmb_reconnect says hello
+     * to again whatever shmb_set_pool is told since. */
+    char dial_pool[sizeof(((shmb_info_t *)0)->pool)];
     shmb_info_t info;
     struct shmb_error err;
     char *rbuf; /* bytes received, not yet a whole reply */

@@ -152,10 +152,12 @@ void shmb_set_alloc_wait(shmb_t *c, unsigned wait_ms);
 /* Use the pool called pool (a daemon may serve several, each its own
  * segment, keys and limits; PROTOCOL.md, "Pools"): hello names it, and
  * every call of the handle acts on it. NULL or "" (the default) is the
- * daemon's default pool, its first. The name is copied; one longer than 32
+ * daemon's default pool: its first, or the first this process may use when
+ * the first's group= leaves it out. The name is copied; one longer than 32
  * bytes makes shmb_connect fail with -EINVAL, and a pool the daemon does not
- * have with -ENOENT (the message lists its pools). shmb_reconnect uses the
- * same pool. Call before shmb_connect. */
+ * have with -ENOENT (the message lists its pools). Call before shmb_connect:
+ * shmb_reconnect says hello to the pool shmb_connect did, whatever this is
+ * told after it. */
 void shmb_set_pool(shmb_t *c, const char *pool);
 
 /* Connect to the daemon at socket_path (NULL: $SHMBROKER_SOCKET, else

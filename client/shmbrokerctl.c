@@ -18,6 +18,7 @@
 #include "../proto/error.h"
 #include "../proto/protocol.h"
 #include "../proto/text.h"
+#include "../proto/utf8.h"
 #include "shmbroker.h"
 #include "report.h"
 
@@ -340,6 +341,28 @@ static int cmd_status(shmb_t *c, struct ctl *ctl)
     return print_status(c, ctl);
 }
 
+/* A name a pool can have (or "": the default pool): at most 32 bytes of
+ * UTF-8. (A declared pool's is of A-Z, a-z, 0-9, '_' and '-'; the one pool
+ * of a daemon without --pool is named after its --name.) */
+static bool pool_name_ok(const char *name)
+{
+    size_t len = strlen(name);
+
+    return len <= 32 && shmb_utf8_invalid_at(name, len) == len;
+}
+
+/* --pool given a name no pool can have: a usage error. */
+static int bad_pool_name(const char *name)
+{
+    static char e[ESC_MAX];
+
+    fprintf(stderr,
+            "shmbrokerctl: --pool %s: a pool's name is at most 32 bytes of UTF-8 (declared "
+            "pools: A-Z, a-z, 0-9, '_' and '-'; \"\" for the default pool)\n",
+            esc(name, e, ESC_MAX));
+    return EXIT_USAGE;
+}
+
 /* status's options, after the command: --json, --prometheus, --watch N. */
 static int status_options(struct ctl *ctl, int argc, char **argv)
 {
@@ -351,6 +374,8 @@ static int status_options(struct ctl *ctl, int argc, char **argv)
         } else if (strcmp(argv[optind], "--pool") == 0 && optind + 1 < argc) {
             optind++;
             ctl->pool = argv[optind][0] != '\0' ? argv[optind] : NULL;
+            if (!pool_name_ok(argv[optind]))
+                return bad_pool_name(argv[optind]);
         } else if (strcmp(argv[optind], "--watch") == 0 && optind + 1 < argc) {
             char *end;
 
@@ -382,16 +407,20 @@ static int cmd_clients(shmb_t *c, struct ctl *ctl)
     shmb_stats_t *pools = NULL;
     char since[32], pinned[32], name[ESC_MAX], mode[ESC_MAX], pool[ESC_MAX + 1];
     size_t i, npools = 0;
+    int width = 16; /* of the POOL column: its longest name, at least 16 */
 
     (void)ctl;
     if (shmb_stats_pools(c, &pools, &npools) < 0)
         return fail(c);
+    for (i = 0; i < npools; i++)
+        if ((int)strlen(esc(pools[i].pool, pool, sizeof(pool) - 1)) > width)
+            width = (int)strlen(pool);
     shmb_stats_pools_free(pools);
     if (shmb_clients(c, &list) < 0)
         return fail(c);
-    printf("%8s %6s %-20s %s%-4s %7s %7s %10s  %s\n", "PID", "UID", "NAME",
-           npools > 1 ? "POOL             " : "", "MODE", "PINS", "PENDING", "PINNED",
-           "CONNECTED SINCE");
+    printf("%8s %6s %-20s %-*s%-4s %7s %7s %10s  %s\n", "PID", "UID", "NAME",
+           npools > 1 ? width + 1 : 0, npools > 1 ? "POOL" : "", "MODE", "PINS", "PENDING",
+           "PINNED", "CONNECTED SINCE");
     for (i = 0; i < list->count; i++) {
         const shmb_client_info_t *cl = &list->clients[i];
         time_t t = (time_t)cl->connected_unix;
@@ -403,9 +432,8 @@ static int cmd_clients(shmb_t *c, struct ctl *ctl)
         pool[0] = '\0';
         if (npools > 1) {
             esc(list->pools[i][0] != '\0' ? list->pools[i] : "-", pool, sizeof(pool) - 1);
-            /* Pool names are at most 32 bytes: wider ones push the row. */
             snprintf(pool + strlen(pool), sizeof(pool) - strlen(pool), "%*s",
-                     strlen(pool) < 16 ? (int)(17 - strlen(pool)) : 1, "");
+                     (int)strlen(pool) <= width ? width + 1 - (int)strlen(pool) : 1, "");
         }
         /* At most 20 bytes of the name, cut on a character boundary. */
         printf("%8lld %6lld %-20.*s %s%-4s %7lld %7lld %10s  %s%s\n", (long long)cl->pid,
@@ -638,6 +666,7 @@ static int cmd_check(int argc, char **argv)
     const char *env = getenv("SHMBROKERD");
     char **args = calloc((size_t)argc + 3, sizeof(*args));
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    const char *tried = NULL, *missing = NULL;
     int saved = 0;
 
     if (args == NULL) {
@@ -655,25 +684,40 @@ static int cmd_check(int argc, char **argv)
         if (slash != NULL) {
             *slash = '\0';
             snprintf(beside, sizeof(beside), "%s/shmbrokerd", self);
-            if (access(beside, X_OK) == 0) {
+            /* One there that cannot be run is an error, not a reason to
+             * run another build's. */
+            if (access(beside, F_OK) == 0) {
                 execv(beside, args);
                 saved = errno;
+                tried = beside;
             }
         }
     }
     if (saved == 0 && env != NULL && env[0] != '\0') {
-        execv(env, args);
-        saved = errno;
-    }
-    if (saved == 0) {
-        execvp("shmbrokerd", args);
-        if (errno != ENOENT)
+        if (access(env, F_OK) != 0) {
+            missing = env;
+        } else {
+            execv(env, args);
             saved = errno;
+            tried = env;
+        }
+    }
+    if (saved == 0 && missing == NULL) {
+        execvp("shmbrokerd", args);
+        if (errno != ENOENT) {
+            saved = errno;
+            tried = "shmbrokerd (from PATH)";
+        }
     }
     free(args);
     if (saved != 0) {
-        fprintf(stderr, "shmbrokerctl: cannot run shmbrokerd: %s\n", strerror(saved));
+        fprintf(stderr, "shmbrokerctl: cannot run %s: %s\n", tried, strerror(saved));
         return 126;
+    }
+    if (missing != NULL) {
+        fprintf(stderr, "shmbrokerctl: SHMBROKERD=%s: no such file; point it at shmbrokerd.\n",
+                missing);
+        return 127;
     }
     fprintf(stderr,
             "shmbrokerctl: check runs shmbrokerd --check, but no shmbrokerd was found beside "
@@ -768,6 +812,8 @@ int main(int argc, char **argv)
             break;
         case 'p':
             ctl.pool = optarg[0] != '\0' ? optarg : NULL; /* "": the default pool */
+            if (!pool_name_ok(optarg))
+                return bad_pool_name(optarg);
             break;
         case 'h':
             usage(stdout);

@@ -824,6 +824,11 @@ static void test_pool_status(void **state)
     assert_int_equal(h_int(json_array_get(pools, 1), "size"), 3 << 20);
     json_decref(st);
     h_run_free(&r);
+
+    /* A name no pool can have is a usage error (2), not a refusal (1). */
+    h_ctl(f, d, NULL, 0, &r, "status", "--pool", "123456789012345678901234567890123", NULL);
+    h_expect_run(&r, 2, NULL, "a pool's name is at most 32 bytes of UTF-8");
+    h_run_free(&r);
     pc_close(&p);
     h_pass(f);
 }

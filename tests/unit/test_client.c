@@ -470,7 +470,8 @@ static void test_pool_default(void **state)
 }
 
 /* Proves that shmb_reconnect names the same pool again: a reconnected
- * handle must not land in the default pool. */
+ * handle must not land in the default pool, nor in one shmb_set_pool named
+ * after the connect (a 33-byte name then does not make reconnect fail). */
 static void test_pool_reconnect(void **state)
 {
     struct fake *f = fake_start_ex(HELLO_POOL_REPLY, 2, NULL, 0, false);
@@ -478,6 +479,8 @@ static void test_pool_reconnect(void **state)
     char buf[64];
 
     (void)state;
+    shmb_set_pool(c, "other");
+    shmb_set_pool(c, "123456789012345678901234567890123");
     assert_int_equal(shmb_reconnect(c), 0);
     assert_string_equal(hello_pool(f->hellos[0], buf, sizeof(buf)), "frames");
     assert_string_equal(hello_pool(f->hellos[1], buf, sizeof(buf)), "frames");
