@@ -70,7 +70,7 @@ ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ------------------------------------------------------------
 PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c proto/sock.c \
-               proto/frames.c
+               proto/frames.c proto/queue.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
@@ -95,7 +95,7 @@ BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE)
 
 UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error \
               test_text test_conn test_tables test_command test_config_parse test_client \
-              test_frames_layout test_host test_pool
+              test_frames_layout test_host test_pool test_queue
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
@@ -119,6 +119,8 @@ $(BUILD)/tests/test_error: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_text:    $(call OBJ,tests/unit/test_text.c) $(BASE_OBJ)
 # The frames layout: arithmetic, writer and reader, over plain buffers.
 $(BUILD)/tests/test_frames_layout: $(call OBJ,tests/unit/test_frames_layout.c proto/frames.c) $(BASE_OBJ)
+# The queue's data path over a memfd, with forked writers and readers.
+$(BUILD)/tests/test_queue: $(call OBJ,tests/unit/test_queue.c proto/queue.c) $(BASE_OBJ)
 # Connections, the wait queue and the listener over a real loop and socketpairs.
 $(BUILD)/tests/test_conn:    $(call OBJ,tests/unit/test_conn.c daemon/conn.c daemon/waitq.c \
                               daemon/server.c) $(COMMAND_OBJ)
