@@ -6,6 +6,7 @@
  * the parent calling shmb_q_seat_take and the like.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -35,13 +36,17 @@ static void area_new(struct area *a, uint32_t seats, uint64_t slots, uint64_t sl
 {
     struct shmb_error err;
     int fd = memfd_create("queue", MFD_CLOEXEC);
+    void *guard;
 
     assert_true(fd >= 0);
     a->size = shmb_q_size(seats, slots, slot_size);
     assert_true(a->size > 0);
     assert_int_equal(ftruncate(fd, (off_t)a->size), 0);
-    a->base = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    assert_true(a->base != MAP_FAILED);
+    /* An inaccessible page after the area: a write past it faults. */
+    guard = mmap(NULL, a->size + 8192, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(guard != MAP_FAILED);
+    a->base = mmap(guard, a->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    assert_true(a->base == guard);
     close(fd);
     assert_int_equal(shmb_q_format(a->base, a->size, "test", seats, slots, slot_size, &err), 0);
     assert_int_equal(shmb_q_attach(&a->q, a->base, a->size, &err), 0);
@@ -49,7 +54,7 @@ static void area_new(struct area *a, uint32_t seats, uint64_t slots, uint64_t sl
 
 static void area_free(struct area *a)
 {
-    munmap(a->base, a->size);
+    munmap(a->base, a->size + 8192);
 }
 
 static int64_t now_ms(void)
@@ -408,6 +413,69 @@ static void test_broadcast(void **state)
     area_free(&a);
 }
 
+struct reader_thread {
+    struct shmb_q q; /* a view of its own, as another process would have */
+    uint32_t seat;
+    uint64_t count;
+    int bad;
+};
+
+static void *reader_thread(void *arg)
+{
+    struct reader_thread *r = arg;
+    struct shmb_error err;
+    const void *data;
+    size_t len;
+    uint64_t i;
+
+    for (i = 0; i < r->count; i++) {
+        if (shmb_q_dequeue(&r->q, r->seat, &data, &len, 10000, &err) != 0 ||
+            !msg_check(data, i, len, 256)) {
+            r->bad = 1;
+            break;
+        }
+        shmb_q_done(&r->q, r->seat);
+    }
+    return NULL;
+}
+
+/* The same broadcast between threads of one process, so that a thread
+ * sanitizer build sees every access: a slot published without release
+ * ordering, or reused before a reader's release, is a data race there. */
+static void test_threads(void **state)
+{
+    enum { READERS = 2, COUNT = 3000 };
+    struct reader_thread r[READERS];
+    pthread_t tid[READERS];
+    struct shmb_error err;
+    struct area a;
+    unsigned char tmp[256];
+    uint64_t i;
+    uint32_t s;
+
+    (void)state;
+    area_new(&a, READERS, 4, 256);
+    for (s = 0; s < READERS; s++) {
+        shmb_q_seat_take(&a.q, s);
+        assert_int_equal(shmb_q_attach(&r[s].q, a.base, a.size, &err), 0);
+        r[s].seat = s;
+        r[s].count = COUNT;
+        r[s].bad = 0;
+        assert_int_equal(pthread_create(&tid[s], NULL, reader_thread, &r[s]), 0);
+    }
+    for (i = 0; i < COUNT; i++) {
+        size_t len = msg_len(i, 256);
+
+        msg_fill(tmp, i, len);
+        assert_int_equal(shmb_q_enqueue(&a.q, tmp, len, 10000, &err), 0);
+    }
+    for (s = 0; s < READERS; s++) {
+        assert_int_equal(pthread_join(tid[s], NULL), 0);
+        assert_int_equal(r[s].bad, 0);
+    }
+    area_free(&a);
+}
+
 /* A dequeue on an empty queue returns -ETIMEDOUT once its timeout is over. */
 static void test_dequeue_timeout(void **state)
 {
@@ -636,7 +704,9 @@ static void test_hostile(void **state)
     size_t len;
 
     (void)state;
-    area_new(&a, 2, 2, 64);
+    /* Slots of a page each: a slot index past the ring is past the mapping. */
+    area_new(&a, 2, 2, 4096 - SHMB_QUEUE_SLOT_HEADER);
+    assert_int_equal(a.size % 4096, 0);
     shmb_q_seat_take(&a.q, 0);
     slot = (struct shmb_queue_slot *)((unsigned char *)a.base + a.q.slots_offset);
     assert_int_equal(shmb_q_enqueue(&a.q, "m0", 2, 0, &err), 0);
@@ -685,6 +755,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_format_attach),  cmocka_unit_test(test_single),
         cmocka_unit_test(test_seats),          cmocka_unit_test(test_broadcast),
+        cmocka_unit_test(test_threads),
         cmocka_unit_test(test_dequeue_timeout), cmocka_unit_test(test_shutdown),
         cmocka_unit_test(test_dead_seat),      cmocka_unit_test(test_writer_gone),
         cmocka_unit_test(test_writer_gone_wakes), cmocka_unit_test(test_idle_cpu),
