@@ -25,6 +25,7 @@
 
 #define SEAT_BIT(s) (UINT64_C(1) << (s))
 
+/* Tell the core this is a spin, so a sibling thread gets the pipeline. */
 static void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -34,6 +35,7 @@ static void cpu_relax(void)
 #endif
 }
 
+/* The monotonic clock in nanoseconds (the vDSO: no system call). */
 static int64_t now_ns(void)
 {
     struct timespec ts;
@@ -61,11 +63,13 @@ static void futex_wait(_Atomic uint32_t *word, uint32_t val, int64_t deadline)
             FUTEX_BITSET_MATCH_ANY);
 }
 
+/* Wake up to n sleepers on word. */
 static void futex_wake(_Atomic uint32_t *word, int n)
 {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, n, NULL, NULL, 0);
 }
 
+/* v rounded up to a multiple of to. */
 static uint64_t round_up(uint64_t v, uint64_t to)
 {
     return (v + to - 1) / to * to;
@@ -78,6 +82,7 @@ static uint64_t slots_offset_for(uint32_t seats)
                     SHMB_HEADER_PAGE);
 }
 
+/* Whether a geometry is one this version lays out. */
 static int check_geometry(uint32_t seats, uint64_t slots, uint64_t slot_size,
                           struct shmb_error *err)
 {
@@ -151,13 +156,18 @@ int shmb_q_format(void *base, size_t size, const char *name, uint32_t seats, uin
 
 int shmb_q_attach(struct shmb_q *q, void *base, size_t size, struct shmb_error *err)
 {
-    const struct shmb_queue_header *h = base;
+    /* Volatile: each field is read once, below, into a private copy that is
+     * checked and used, whatever the area says afterwards. */
+    const volatile struct shmb_queue_header *h = base;
     struct shmb_error why;
     uint64_t slots, slot_size, stride, offset, total;
     uint32_t seats;
     size_t need;
 
     memset(q, 0, sizeof(*q));
+    if ((uintptr_t)base % SHMB_ALIGN != 0)
+        return shmb_error_set(err, -EINVAL, "A queue's area starts on a multiple of %u "
+                              "bytes (a mapping does).", SHMB_ALIGN);
     if (size < SHMB_HEADER_PAGE)
         return shmb_error_set(err, -EINVAL,
                               "A queue's area has %u bytes at least, not %zu.",
@@ -168,8 +178,6 @@ int shmb_q_attach(struct shmb_q *q, void *base, size_t size, struct shmb_error *
                               "(magic %#llx, version %u).",
                               SHMB_QUEUE_VERSION, (unsigned long long)h->magic,
                               h->version);
-    /* One read of each field: the private copies are what gets checked
-     * and used, whatever the area says afterwards. */
     seats = h->seats;
     slots = h->slots;
     slot_size = h->slot_size;
@@ -189,7 +197,7 @@ int shmb_q_attach(struct shmb_q *q, void *base, size_t size, struct shmb_error *
     if (size < need)
         return shmb_error_set(err, -EIO,
                               "The queue needs %zu bytes; its area has %zu.", need, size);
-    if (memchr(h->name, '\0', sizeof(h->name)) == NULL)
+    if (memchr((const char *)h->name, '\0', sizeof(h->name)) == NULL)
         return shmb_error_set(err, -EIO, "The queue's header is corrupt: unterminated name.");
     q->base = base;
     q->size = size;
@@ -211,11 +219,13 @@ static struct shmb_queue_slot *slot_at(const struct shmb_q *q, uint64_t n)
     return (struct shmb_queue_slot *)(q->base + q->slots_offset + (n % q->slots) * q->slot_stride);
 }
 
+/* The error of every wait after shutdown, worded as vLLM's. */
 static int cancelled(struct shmb_error *err)
 {
     return shmb_error_set(err, -ECANCELED, "cancelled: the queue was shut down.");
 }
 
+/* A state no version writes: the area was scribbled. */
 static int bad_state(uint32_t state, struct shmb_error *err)
 {
     return shmb_error_set(err, -EIO, "The queue's state is %u, which no version writes: "
@@ -246,8 +256,10 @@ static int writer_ready(struct shmb_q *q, uint32_t unused, struct shmb_error *er
          * the slot, so the writer's overwrite comes after that read. */
         if (atomic_load_explicit(&q->seat[s].state, memory_order_acquire) != SHMB_SEAT_LIVE)
             continue;
-        if (atomic_load_explicit(&q->seat[s].next, memory_order_acquire) <= n - q->slots)
+        if (atomic_load_explicit(&q->seat[s].next, memory_order_acquire) <= n - q->slots) {
+            q->blocker = s;
             return 0;
+        }
     }
     return 1;
 }
@@ -286,11 +298,13 @@ static void announce(struct shmb_q *q, bool writer, uint32_t s, bool on)
     if (writer) {
         atomic_store(&q->hdr->writer_waiting, on ? 1u : 0u);
     } else if (on) {
-        atomic_store_explicit(&q->seat[s].waiting, 1, memory_order_relaxed);
+        /* In this order, a reader killed between the two stores leaves
+         * the count one too high (a needless wake), never wrapped. */
         atomic_fetch_add(&q->hdr->readers_waiting, 1);
+        atomic_store_explicit(&q->seat[s].waiting, 1, memory_order_relaxed);
     } else {
-        atomic_fetch_sub(&q->hdr->readers_waiting, 1);
         atomic_store_explicit(&q->seat[s].waiting, 0, memory_order_relaxed);
+        atomic_fetch_sub(&q->hdr->readers_waiting, 1);
     }
 }
 
@@ -343,9 +357,9 @@ static int wait_for(struct shmb_q *q, bool writer, uint32_t s, int timeout_ms,
 timed_out:
     if (writer)
         return shmb_error_set(err, -ETIMEDOUT,
-                              "No free slot in %d ms: a reader has not read message "
+                              "No free slot in %d ms: reader seat %u has not read message "
                               "%llu of this queue.",
-                              timeout_ms, (unsigned long long)(q->head - q->slots));
+                              timeout_ms, q->blocker, (unsigned long long)(q->head - q->slots));
     return shmb_error_set(err, -ETIMEDOUT, "No message in %d ms.", timeout_ms);
 }
 
@@ -369,6 +383,7 @@ int shmb_q_reserve(struct shmb_q *q, size_t len, void **buf, int timeout_ms,
     return 0;
 }
 
+/* Fill the reserved slot's header and publish it as message q->head. */
 static int publish(struct shmb_q *q, uint32_t flags, size_t len, uint64_t aux,
                    struct shmb_error *err)
 {
@@ -523,6 +538,8 @@ void shmb_q_writer_gone(struct shmb_q *q)
     /* A queue shut down stays so. */
     atomic_compare_exchange_strong(&q->hdr->state, &open, SHMB_QUEUE_WRITER_GONE);
     atomic_store(&q->hdr->writer_live, 0);
+    /* A writer killed asleep would have readers wake nobody for ever. */
+    atomic_store(&q->hdr->writer_waiting, 0);
     atomic_fetch_add(&q->hdr->head_word, 1);
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&q->hdr->readers_waiting, memory_order_relaxed) != 0)

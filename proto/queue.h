@@ -37,6 +37,7 @@ struct shmb_q {
     bool reserved;       /* a slot is reserved, not yet published */
     uint64_t head;       /* the next message this writer publishes */
     uint32_t write_spin; /* adaptive spin budget, in nanoseconds */
+    uint32_t blocker;    /* the seat the last wait for a slot found unread */
     /* The readers' side, per seat this process reads. */
     uint64_t known;                           /* seats whose epoch was taken */
     uint64_t held;                            /* seats holding a dequeued message */

@@ -241,6 +241,7 @@ static void test_single(void **state)
     /* Two slots, both unread: the writer must wait. */
     assert_int_equal(shmb_q_enqueue(&a.q, "x", 1, 0, &err), -ETIMEDOUT);
     assert_int_equal(shmb_q_enqueue(&a.q, "x", 1, 30, &err), -ETIMEDOUT);
+    assert_non_null(strstr(err.message, "seat 0 has not read message 0"));
     shmb_q_stats(&a.q, &st);
     assert_int_equal(st.head, 2);
     assert_int_equal(st.depth, 2);
@@ -619,7 +620,9 @@ static void test_writer_gone(void **state)
     assert_int_equal(shmb_q_enqueue(&a.q, "one", 3, 0, &err), 0);
     assert_int_equal(shmb_q_enqueue(&a.q, "two", 3, 0, &err), 0);
     assert_int_equal(shmb_q_enqueue(&a.q, "six", 3, 0, &err), 0);
+    atomic_store(&a.q.hdr->writer_waiting, 1); /* as a writer killed asleep leaves it */
     shmb_q_writer_gone(&a.q);
+    assert_int_equal(atomic_load(&a.q.hdr->writer_waiting), 0);
     for (i = 0; i < 3; i++)
         assert_int_equal(shmb_q_dequeue(&a.q, 0, &data, &len, 1000, &err), 0);
     assert_memory_equal(data, "six", 3);
