@@ -301,9 +301,10 @@ static void announce(struct shmb_q *q, bool writer, uint32_t s, bool on)
         /* In this order, a reader killed between the two stores leaves
          * the count one too high (a needless wake), never wrapped. */
         atomic_fetch_add(&q->hdr->readers_waiting, 1);
-        atomic_store_explicit(&q->seat[s].waiting, 1, memory_order_relaxed);
-    } else {
-        atomic_store_explicit(&q->seat[s].waiting, 0, memory_order_relaxed);
+        atomic_store(&q->seat[s].waiting, 1);
+    } else if (atomic_exchange(&q->seat[s].waiting, 0) != 0) {
+        /* Whoever clears the flag takes the reader off the count: this
+         * reader, or the daemon dropping or taking its seat meanwhile. */
         atomic_fetch_sub(&q->hdr->readers_waiting, 1);
     }
 }
@@ -351,8 +352,12 @@ static int wait_for(struct shmb_q *q, bool writer, uint32_t s, int timeout_ms,
         announce(q, writer, s, false);
         if (rc != 0)
             return rc < 0 ? rc : 0;
-        if (now_ns() >= deadline)
+        if (now_ns() >= deadline) {
+            /* What the last sleep may have missed at its very end. */
+            if ((rc = ready(q, s, err)) != 0)
+                return rc < 0 ? rc : 0;
             break;
+        }
     }
 timed_out:
     if (writer)
@@ -485,11 +490,19 @@ int shmb_q_dequeue(struct shmb_q *q, uint32_t seat, const void **data, size_t *l
 
 void shmb_q_done(struct shmb_q *q, uint32_t seat)
 {
+    uint64_t held;
+
     if (seat >= q->seats || !(q->held & SEAT_BIT(seat)))
         return;
     q->held &= ~SEAT_BIT(seat);
-    /* Release: every read of the slot comes before the writer may reuse it. */
-    atomic_store_explicit(&q->seat[seat].next, q->held_seq[seat] + 1, memory_order_release);
+    held = q->held_seq[seat];
+    /* Release: every read of the slot comes before the writer may reuse it.
+     * Only from the message held: a seat the daemon dropped and gave to
+     * another reader meanwhile starts at head, past it, and is left alone
+     * (an unconditional store would rewind the new reader). */
+    if (!atomic_compare_exchange_strong_explicit(&q->seat[seat].next, &held, held + 1,
+                                                 memory_order_release, memory_order_relaxed))
+        return;
     atomic_fetch_add(&q->hdr->free_word, 1);
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&q->hdr->writer_waiting, memory_order_relaxed) != 0)
@@ -504,7 +517,8 @@ void shmb_q_seat_take(struct shmb_q *q, uint32_t seat)
         return;
     st = &q->seat[seat];
     atomic_store_explicit(&st->next, atomic_load(&q->hdr->head), memory_order_relaxed);
-    atomic_store_explicit(&st->waiting, 0, memory_order_relaxed);
+    if (atomic_exchange(&st->waiting, 0) != 0)
+        atomic_fetch_sub(&q->hdr->readers_waiting, 1);
     atomic_fetch_add_explicit(&st->epoch, 1, memory_order_relaxed);
     atomic_store(&st->state, SHMB_SEAT_LIVE);
     /* A writer that checked the seats before it was LIVE may be filling the
@@ -522,9 +536,14 @@ void shmb_q_seat_drop(struct shmb_q *q, uint32_t seat, bool dead)
         return;
     st = &q->seat[seat];
     atomic_store(&st->state, dead ? SHMB_SEAT_DEAD : SHMB_SEAT_FREE);
-    /* A reader that died asleep is counted still. */
-    if (atomic_exchange(&st->waiting, 0) != 0)
+    /* Its reader, if asleep, wakes to -ENOTCONN (and, if it died asleep,
+     * is taken off the count): the word first, then the flag. */
+    atomic_fetch_add(&q->hdr->head_word, 1);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_exchange(&st->waiting, 0) != 0) {
         atomic_fetch_sub(&q->hdr->readers_waiting, 1);
+        futex_wake(&q->hdr->head_word, INT_MAX);
+    }
     atomic_fetch_add(&q->hdr->free_word, 1);
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&q->hdr->writer_waiting, memory_order_relaxed) != 0)
@@ -538,12 +557,15 @@ void shmb_q_writer_gone(struct shmb_q *q)
     /* A queue shut down stays so. */
     atomic_compare_exchange_strong(&q->hdr->state, &open, SHMB_QUEUE_WRITER_GONE);
     atomic_store(&q->hdr->writer_live, 0);
-    /* A writer killed asleep would have readers wake nobody for ever. */
-    atomic_store(&q->hdr->writer_waiting, 0);
     atomic_fetch_add(&q->hdr->head_word, 1);
+    atomic_fetch_add(&q->hdr->free_word, 1);
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&q->hdr->readers_waiting, memory_order_relaxed) != 0)
         futex_wake(&q->hdr->head_word, INT_MAX);
+    /* A writer still asleep (its connection closed under it) wakes to
+     * -EPIPE; one killed asleep no longer has readers wake it for nothing. */
+    if (atomic_exchange(&q->hdr->writer_waiting, 0) != 0)
+        futex_wake(&q->hdr->free_word, INT_MAX);
 }
 
 void shmb_q_shutdown(struct shmb_q *q)

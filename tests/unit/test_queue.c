@@ -594,6 +594,98 @@ static void test_dead_seat(void **state)
     area_free(&a);
 }
 
+/* Review: a reader that lost its seat (dropped and given to another) and
+ * then finishes with the message it held must not rewind the new reader:
+ * the new one reads on from where it is, no message twice. */
+static void test_stale_done(void **state)
+{
+    struct area a;
+    struct shmb_q b; /* the new reader's own handle of the same area */
+    struct shmb_error err;
+    const void *data;
+    size_t len;
+    int i;
+
+    (void)state;
+    area_new(&a, 1, 8, 64);
+    assert_int_equal(shmb_q_attach(&b, a.base, a.size, &err), 0);
+    shmb_q_seat_take(&a.q, 0);
+    assert_int_equal(shmb_q_enqueue(&a.q, "m0", 3, 0, &err), 0);
+    assert_int_equal(shmb_q_dequeue(&a.q, 0, &data, &len, 0, &err), 0); /* held */
+    shmb_q_seat_drop(&a.q, 0, true);
+    shmb_q_seat_take(&a.q, 0); /* the new reader's, from message 1 */
+    for (i = 1; i <= 4; i++) {
+        char m[3] = {'m', (char)('0' + i), 0};
+
+        assert_int_equal(shmb_q_enqueue(&a.q, m, 3, 0, &err), 0);
+    }
+    assert_int_equal(shmb_q_dequeue(&b, 0, &data, &len, 0, &err), 0);
+    assert_string_equal(data, "m1");
+    assert_int_equal(shmb_q_dequeue(&b, 0, &data, &len, 0, &err), 0);
+    assert_string_equal(data, "m2");
+    shmb_q_done(&b, 0);
+    /* The old reader's next call: its seat is gone, and its late "done"
+     * changes nothing. */
+    assert_int_equal(shmb_q_dequeue(&a.q, 0, &data, &len, 0, &err), -ENOTCONN);
+    assert_int_equal(atomic_load(&a.q.seat[0].next), 3);
+    assert_int_equal(shmb_q_dequeue(&b, 0, &data, &len, 0, &err), 0);
+    assert_string_equal(data, "m3");
+    area_free(&a);
+}
+
+/* Review: dropping the seat of a sleeping reader wakes it (-ENOTCONN) and
+ * takes it off the count exactly once, so that another sleeping reader is
+ * still woken by the next message; a writer blocked when the writer is
+ * declared gone is woken with -EPIPE. */
+static void test_drop_and_gone_wake(void **state)
+{
+    struct area a;
+    struct shmb_error err;
+    const void *data;
+    size_t len;
+    pid_t r0, r1, w;
+    int rc;
+
+    (void)state;
+    area_new(&a, 2, 2, 64);
+    shmb_q_seat_take(&a.q, 0);
+    shmb_q_seat_take(&a.q, 1);
+    r0 = fork();
+    assert_true(r0 >= 0);
+    if (r0 == 0) {
+        rc = shmb_q_dequeue(&a.q, 0, &data, &len, -1, &err);
+        child_exit(rc, -ENOTCONN, &err, "dequeue on a dropped seat");
+    }
+    wait_word(&a.q.hdr->readers_waiting, 1);
+    r1 = fork();
+    assert_true(r1 >= 0);
+    if (r1 == 0) {
+        rc = shmb_q_dequeue(&a.q, 1, &data, &len, -1, &err);
+        child_exit(rc, 0, &err, "dequeue after another seat's drop");
+    }
+    wait_word(&a.q.hdr->readers_waiting, 2);
+    shmb_q_seat_drop(&a.q, 0, false);
+    assert_int_equal(wait_child(r0, 5), 0);
+    assert_int_equal(atomic_load(&a.q.hdr->readers_waiting), 1);
+    assert_int_equal(shmb_q_enqueue(&a.q, "go", 3, 0, &err), 0);
+    assert_int_equal(wait_child(r1, 5), 0);
+    assert_int_equal(atomic_load(&a.q.hdr->readers_waiting), 0);
+
+    /* Seat 1 has read "go" but not said done: fill the other slot, then a
+     * writer blocks on the full ring until the writer is declared gone. */
+    assert_int_equal(shmb_q_enqueue(&a.q, "x", 1, 0, &err), 0);
+    w = fork();
+    assert_true(w >= 0);
+    if (w == 0) {
+        rc = shmb_q_enqueue(&a.q, "y", 1, -1, &err);
+        child_exit(rc, -EPIPE, &err, "blocked enqueue");
+    }
+    wait_word(&a.q.hdr->writer_waiting, 1);
+    shmb_q_writer_gone(&a.q);
+    assert_int_equal(wait_child(w, 5), 0);
+    area_free(&a);
+}
+
 /* The writer gone: a reader first gets every message published, then
  * -EPIPE; a reader asleep on an empty queue is woken with -EPIPE. */
 static void test_writer_gone(void **state)
@@ -763,6 +855,7 @@ int main(void)
         cmocka_unit_test(test_dead_seat),      cmocka_unit_test(test_writer_gone),
         cmocka_unit_test(test_writer_gone_wakes), cmocka_unit_test(test_idle_cpu),
         cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_stale_done),     cmocka_unit_test(test_drop_and_gone_wake),
     };
 
     return cmocka_run_group_tests_name("queue", tests, NULL, NULL);
