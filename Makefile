@@ -70,7 +70,7 @@ ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ------------------------------------------------------------
 PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c proto/sock.c \
-               proto/frames.c
+               proto/frames.c proto/queue.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
@@ -95,7 +95,7 @@ BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE)
 
 UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error \
               test_text test_conn test_tables test_command test_config_parse test_client \
-              test_frames_layout test_host test_pool
+              test_frames_layout test_host test_pool test_queue
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
@@ -119,6 +119,9 @@ $(BUILD)/tests/test_error: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_text:    $(call OBJ,tests/unit/test_text.c) $(BASE_OBJ)
 # The frames layout: arithmetic, writer and reader, over plain buffers.
 $(BUILD)/tests/test_frames_layout: $(call OBJ,tests/unit/test_frames_layout.c proto/frames.c) $(BASE_OBJ)
+# The queue's data path over a memfd, with forked writers and readers.
+$(BUILD)/tests/test_queue: $(call OBJ,tests/unit/test_queue.c proto/queue.c) $(BASE_OBJ)
+$(BUILD)/tests/test_queue: TEST_LDFLAGS := -lpthread
 # Connections, the wait queue and the listener over a real loop and socketpairs.
 $(BUILD)/tests/test_conn:    $(call OBJ,tests/unit/test_conn.c daemon/conn.c daemon/waitq.c \
                               daemon/server.c) $(COMMAND_OBJ)
@@ -172,6 +175,12 @@ export SOAK_SECONDS SOAK_VALGRIND_SECONDS
 TSAN_BIN := $(BUILD)/tests/test_threads_tsan
 TSAN_SRC := tests/e2e/test_threads.c tests/e2e/harness.c tests/e2e/checks.c $(LIB_SRC) \
             $(PROTO_SRC)
+# The queue's memory ordering is checked the same way: on x86-64 a slot
+# published without release ordering still works, and only ThreadSanitizer,
+# watching test_queue's threads, sees the race.
+QUEUE_TSAN_BIN := $(BUILD)/tests/test_queue_tsan
+QUEUE_TSAN_SRC := tests/unit/test_queue.c proto/queue.c proto/utf8.c proto/error.c \
+                  proto/alloc.c proto/text.c
 
 # What 'make test' runs: every unit and end-to-end program, the soak under
 # valgrind, and (in the plain build) the fuzzer for FUZZ_SECONDS.
@@ -184,7 +193,7 @@ TEST_RUNS += tests/fuzz/run_fuzz.sh tests/fuzz/run_fuzz_adopt.sh
 TEST_RUNS += tests/systemd/run.sh
 endif
 ifeq ($(SANITIZER),)
-TEST_RUNS += $(TSAN_BIN)
+TEST_RUNS += $(TSAN_BIN) $(QUEUE_TSAN_BIN)
 endif
 # SANITIZER=thread is for the library (the daemon has one thread); three
 # programs do not apply to such a build: valgrind cannot run it, test_bounds'
@@ -229,7 +238,7 @@ run: check-deps
 
 test: check-test-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) $(FRAMES_TOOL) \
-	    $(if $(SANITIZER),,$(FUZZ_BIN) $(FUZZ_ADOPT_BIN) $(TSAN_BIN))
+	    $(if $(SANITIZER),,$(FUZZ_BIN) $(FUZZ_ADOPT_BIN) $(TSAN_BIN) $(QUEUE_TSAN_BIN))
 	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl PYTHON=$(PYTHON) \
 	    SHMB_SOAK=$(BUILD)/tests/soak FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
 	    FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_ADOPT_BIN=$(FUZZ_ADOPT_BIN) \
@@ -341,6 +350,12 @@ $(TSAN_BIN): $(TSAN_SRC) $(wildcard proto/*.h client/*.h tests/e2e/*.h) Makefile
 	$(Q)$(CC) -std=c11 -D_GNU_SOURCE -DSHMB_VERSION='"$(VERSION)"' -g -O1 $(WARN) \
 	    -fsanitize=thread -fno-omit-frame-pointer -Iproto -Iclient -Itests/support \
 	    $(PKGS_CFLAGS) -o $@ $(TSAN_SRC) $(PKGS_LIBS) $(CMOCKA_LIBS)
+
+$(QUEUE_TSAN_BIN): $(QUEUE_TSAN_SRC) $(wildcard proto/*.h) Makefile
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  TSAN    $@")
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -fsanitize=thread -fno-omit-frame-pointer \
+	    -Iproto -o $@ $(QUEUE_TSAN_SRC) -lpthread $(CMOCKA_LIBS)
 
 fuzz-adopt: check-test-deps
 	$(Q)$(MAKE) --no-print-directory $(FUZZ_ADOPT_BIN)
