@@ -1090,6 +1090,42 @@ void h_wait_log_at(const struct h_daemon *d, const char *needle, const char *fil
     }
 }
 
+/* What h_reloaded polls for: the log has at least n SIGHUP outcomes. */
+struct h_reload_wait {
+    const struct h_daemon *d;
+    int n;
+};
+
+/* The SIGHUP outcomes logged so far, applied or refused. */
+static int h_reloads(const struct h_daemon *d)
+{
+    char *log = h_log_text(d);
+    int n = h_count(log, "SIGHUP: settings");
+
+    free(log);
+    return n;
+}
+
+static bool h_reloaded(void *arg)
+{
+    const struct h_reload_wait *w = arg;
+
+    return h_reloads(w->d) >= w->n;
+}
+
+void h_reload_at(const struct h_daemon *d, const char *file, int line)
+{
+    struct h_reload_wait w = {d, h_reloads(d) + 1};
+
+    if (kill(d->pid, SIGHUP) != 0)
+        h_fail_at(file, line, "cannot send SIGHUP to pid %d: %s", (int)d->pid,
+                  strerror(errno));
+    if (!h_eventually(h_reloaded, &w, 5000)) {
+        h_daemon_print_log(d);
+        h_fail_at(file, line, "no reload outcome logged within 5 s of SIGHUP");
+    }
+}
+
 /* ---- runs of programs --------------------------------------------------------- */
 
 void h_run_dump(const char *what, const struct h_run *r)

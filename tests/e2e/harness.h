@@ -164,6 +164,11 @@ bool h_log_contains(const struct h_daemon *d, const char *needle);
 void h_wait_log_at(const struct h_daemon *d, const char *needle, const char *file, int line);
 #define h_wait_log(d, needle) h_wait_log_at((d), (needle), __FILE__, __LINE__)
 
+/* Send d SIGHUP and wait (5 s) for its outcome in the log, applied or
+ * refused ("SIGHUP: settings ..."); fail the test when none comes. */
+void h_reload_at(const struct h_daemon *d, const char *file, int line);
+#define h_reload(d) h_reload_at((d), __FILE__, __LINE__)
+
 /* ---- processes ---------------------------------------------------------- */
 
 /* Reap pid within timeout_ms: 0 and *status, or -ETIMEDOUT. */
