@@ -635,9 +635,7 @@ static int config_pool_error(struct shmb_error *err, const char *arg, const char
                           strlen(arg) > CONFIG_POOL_QUOTE_MAX ? "..." : "", what);
 }
 
-/* A pool name: 1 to CONFIG_POOL_NAME_MAX of [A-Za-z0-9_-], since it is
- * part of a file name and a metric label. */
-static bool config_pool_name_ok(const char *name)
+bool config_pool_name_ok(const char *name)
 {
     size_t len = strlen(name);
 

@@ -105,6 +105,10 @@ enum config_action { CONFIG_RUN, CONFIG_EXIT_OK, CONFIG_EXIT_USAGE };
 enum config_action config_parse(struct config *cfg, int argc, char **argv,
                                 struct shmb_error *err);
 
+/* A name a declared pool may have: 1 to CONFIG_POOL_NAME_MAX of
+ * [A-Za-z0-9_-], since it is part of a file name and a metric label. */
+bool config_pool_name_ok(const char *name);
+
 /* Parse "256M", "1GiB", "4096" into bytes. -EINVAL or -ERANGE. */
 int config_parse_size(const char *text, uint64_t *out);
 

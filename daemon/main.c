@@ -720,11 +720,7 @@ static void daemon_note_unconfigured(const struct daemon *d)
             int64_t pid;
 
             if (strncmp(e->d_name, cfg->name, len) != 0 ||
-                (*rest != '\0' && (*rest != '.' || strlen(rest + 1) == 0 ||
-                                   strlen(rest + 1) > CONFIG_POOL_NAME_MAX ||
-                                   strspn(rest + 1, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                    "abcdefghijklmnopqrstuvwxyz"
-                                                    "0123456789_-") != strlen(rest + 1))))
+                (*rest != '\0' && (*rest != '.' || !config_pool_name_ok(rest + 1))))
                 continue;
             for (j = 0; j < cfg->n_pools; j++)
                 if (strcmp(cfg->pools[j].segment, e->d_name) == 0 &&
@@ -916,7 +912,6 @@ static void daemon_stop(struct daemon *d)
     uv_run(&d->loop, UV_RUN_DEFAULT);
     if (uv_loop_close(&d->loop) != 0)
         log_warn("event loop closed with handles still open");
-    daemon_counts(d, &st);
     if (d->pools.n == 1)
         snprintf(what, sizeof(what), "segment %s", d->pools.pools[0]->seg.path);
     else
