@@ -485,25 +485,23 @@ static json_t *command_stat(const struct command_stats *cs, enum shmb_stat_id id
 
 /* Fill obj with every field of proto/stats.def for pool, in its order, the
  * counters in an object of their own after the others; then the pool's
- * name, backing and group. clients: the connections to count. -ENOMEM. */
+ * name, backing and group. clients: the connections that said hello to it;
+ * mem_room: the memory the daemon may still use (a memfd pool's free
+ * space). -ENOMEM. */
 static int command_pool_stats(const struct command_env *env, const struct pool *pool,
-                              uint64_t clients, json_t *obj)
+                              uint64_t mem_room, json_t *obj)
 {
-    struct command_stats cs = {.env = env, .pool = pool, .clients = clients};
+    struct command_stats cs = {.env = env, .pool = pool, .clients = pool->clients};
     json_t *counters = json_object();
     int i;
 
     if (counters == NULL)
         return -ENOMEM;
     store_stats(pool->store, &cs.st);
-    if (pool->cfg.backing == POOL_BACKING_MEMFD) {
-        struct host_memory mem;
-
-        if (host_memory(&mem, NULL) == 0)
-            cs.shm_free = host_memory_room(&mem);
-    } else {
+    if (pool->cfg.backing == POOL_BACKING_MEMFD)
+        cs.shm_free = mem_room;
+    else
         segment_check_space(pool->cfg.dir, 0, &cs.shm_free, NULL);
-    }
     for (i = 0; i < SHMB_STAT_COUNT; i++) {
         json_t *value = command_stat(&cs, (enum shmb_stat_id)i);
 
@@ -524,32 +522,52 @@ static int command_pool_stats(const struct command_env *env, const struct pool *
     return 0;
 }
 
-/* stats: the connection's pool at the top level (with every connection in
- * "clients"), then every pool in "pools". */
+/* stats: every pool in "pools", each looked at once (the host's memory
+ * read once for all memfd pools); the connection's pool's fields again at
+ * the top level, with every connection in "clients". */
 static int cmd_stats(struct command_call *call)
 {
     const struct pool_set *set = call->env->pools;
-    json_t *reply, *pools;
+    json_t *reply, *pools, *mine = NULL;
+    struct host_memory mem;
+    uint64_t mem_room = 0;
     unsigned i;
 
     if (command_unpack(call, "{}") < 0)
         return call->err.code;
-    if ((reply = command_reply_object(call)) == NULL ||
-        command_pool_stats(call->env, call->client->pool, call->env->clients, reply) < 0 ||
-        (pools = json_array()) == NULL)
+    for (i = 0; i < set->n; i++)
+        if (set->pools[i]->cfg.backing == POOL_BACKING_MEMFD) {
+            if (host_memory(&mem, NULL) == 0)
+                mem_room = host_memory_room(&mem);
+            break;
+        }
+    if ((reply = command_reply_object(call)) == NULL || (pools = json_array()) == NULL)
         return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
-    json_object_del(reply, "backing");
-    json_object_del(reply, "group");
     for (i = 0; i < set->n; i++) {
         json_t *obj = json_object();
 
         if (obj == NULL || json_array_append_new(pools, obj) != 0 ||
-            command_pool_stats(call->env, set->pools[i], set->pools[i]->clients, obj) < 0) {
-            json_decref(pools);
-            return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
-        }
+            command_pool_stats(call->env, set->pools[i], mem_room, obj) < 0)
+            goto nomem;
+        if (set->pools[i] == call->client->pool)
+            mine = obj;
     }
+    /* In stats.def's order after "ok", then "pool" (jansson keeps the order
+     * keys were added in). */
+    if (mine == NULL) { /* a pool with a client is never removed */
+        json_decref(pools);
+        return shmb_error_set(&call->err, -EIO, "This connection's pool is gone.");
+    }
+    if (json_object_update(reply, mine) != 0 ||
+        json_object_set_new(reply, "clients", json_integer((json_int_t)call->env->clients)) != 0)
+        goto nomem;
+    json_object_del(reply, "backing");
+    json_object_del(reply, "group");
     return command_set(call, "pools", pools);
+
+nomem:
+    json_decref(pools);
+    return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
 }
 
 /* clients: every connection with its credentials and what it holds. */
