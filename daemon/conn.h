@@ -1,8 +1,8 @@
 /*
  * Client connections: read, frame lines (bounded), hand each line to the
  * command layer, write replies (one write per readable batch), pass the
- * segment's descriptor with the hello reply, and release everything the
- * client held when it goes. The set of connections keeps what they share:
+ * segment's descriptor with the hello reply (a queue's with the queue_open
+ * reply), and release everything the client held when it goes. The set of connections keeps what they share:
  * the turns left over, the hello and unread-output deadlines. Knows nothing
  * about the listening socket (server.c opens connections and hears back
  * through a callback) or the store's internals.
@@ -44,6 +44,8 @@ struct conn {
     struct line out;   /* replies of this batch, not yet written */
     struct line hello; /* CONN_HELLO_HELD: output held until the hello reply can
                           carry the descriptor */
+    int pass_fd;       /* the queue descriptor the held reply carries (a
+                          duplicate this connection owns); -1: the segment's */
     uint64_t connected_ms; /* for --hello-timeout */
     bool paused;     /* reading stopped: the input buffer is full while it waits */
     bool eof;        /* the client sent all it will send: run what is buffered,
