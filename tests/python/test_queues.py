@@ -126,13 +126,16 @@ def area_reader(fd, size, seat, epoch, count, slot_size, results):
 
 
 def area_blocked_reader(fd, size, seat, epoch, results):
-    """Wait for a message that never comes; report how the wait ended."""
+    """Read messages with no timeout until a wait ends otherwise; report
+    how many came and how the last wait ended."""
     area = attach(fd, size, seat, epoch)
+    count = 0
     try:
-        area.dequeue(None)
-        results.put("returned")
+        while True:
+            area.dequeue(None)
+            count += 1
     except BaseException as e:
-        results.put(type(e).__name__)
+        results.put((count, type(e).__name__))
 
 
 @unittest.skipUnless(_futex.supported, _futex.why_unsupported or "")
@@ -231,31 +234,65 @@ class AreaTest(unittest.TestCase):
             writer.reserve(0.02)
 
     # Shutdown (the daemon's stores and wakes) ends a reader's futex sleep
-    # with Cancelled; the end of the writer drains, then EndOfQueue.
-    def test_shutdown_and_writer_gone(self):
-        fd, size, writer = self.area(2, 4, 64)
-        epochs = [seat_take(writer, s) for s in range(2)]
+    # with Cancelled, and every later wait of either side.
+    def test_shutdown_wakes_sleeping_reader(self):
+        fd, size, writer = self.area(1, 4, 64)
+        epoch = seat_take(writer, 0)
         results = CTX.Queue()
-        p = CTX.Process(target=area_blocked_reader, args=(fd, size, 0, epochs[0], results))
+        p = CTX.Process(target=area_blocked_reader, args=(fd, size, 0, epoch, results))
         p.start()
-        deadline = time.monotonic() + WAIT
-        while u32(writer, Q.HEADER_OFFSETS["readers_waiting"]) == 0:
-            self.assertLess(time.monotonic(), deadline, "the reader never slept")
-            time.sleep(0.001)
-        writer.reserve(0)[0].release()
-        writer.publish(Q.SLOT_INLINE, 0)  # wakes it: it reads and sleeps again
-        reader = attach(fd, size, 1, epochs[1])
-        self.addCleanup(reader.close)
-        reader.dequeue(0)
-        reader.done()
-        set_state(writer, Q.QUEUE_WRITER_GONE)
-        with self.assertRaises(shmbroker.EndOfQueue):
-            reader.dequeue(WAIT)
+        for published in (1, 2):
+            deadline = time.monotonic() + WAIT
+            while u32(writer, Q.HEADER_OFFSETS["readers_waiting"]) == 0:
+                self.assertLess(time.monotonic(), deadline, "the reader never slept")
+                time.sleep(0.001)
+            if published == 1:
+                writer.reserve(0)[0].release()
+                writer.publish(Q.SLOT_INLINE, 0)  # wakes it: it reads, and sleeps again
+                time.sleep(0.01)
         set_state(writer, Q.QUEUE_SHUTDOWN)
-        self.assertEqual(results.get(timeout=WAIT), "Cancelled")
+        self.assertEqual(results.get(timeout=WAIT), (1, "Cancelled"))
         self.join([p])
         with self.assertRaises(shmbroker.Cancelled):
             writer.reserve(WAIT)
+
+    # The writer gone: a reader drains what was published, then EndOfQueue.
+    def test_writer_gone_drains(self):
+        fd, size, writer = self.area(1, 4, 64)
+        reader = attach(fd, size, 0, seat_take(writer, 0))
+        self.addCleanup(reader.close)
+        for i in range(3):
+            payload = writer.reserve(0)[0]
+            payload[0] = i
+            payload.release()
+            writer.publish(Q.SLOT_INLINE, 1)
+        set_state(writer, Q.QUEUE_WRITER_GONE)
+        for i in range(3):
+            self.assertEqual(bytes(reader.dequeue(0)[1]), bytes([i]))
+        with self.assertRaises(shmbroker.EndOfQueue):
+            reader.dequeue(WAIT)
+        with self.assertRaises(shmbroker.ConnectionLost):
+            writer.reserve(WAIT)
+
+    # The one-frame fast path of a message writes and reads exactly what the
+    # frames layout does (frames.write, frames.parse), and leaves every other
+    # message to it.
+    def test_message_fast_path_is_frames_layout(self):
+        from shmbroker import frames
+        cases = [[b""], [b"x"], [bytes(range(63))], [b"y" * 64], [b"z" * 1000],
+                 [b"a", b"bc"], [b"", b"", b"d" * 100]]
+        for bufs in cases:
+            bufs = [memoryview(b) for b in bufs]
+            size = frames.layout([b.nbytes for b in bufs])[2]
+            self.assertEqual(Q._message_size(bufs), size)
+            fast, slow = bytearray(b"\xee" * size), bytearray(b"\xee" * size)
+            Q._write_message(memoryview(fast), bufs)
+            frames.write(memoryview(slow), bufs)
+            self.assertEqual(fast, slow)
+            self.assertEqual([bytes(v) for v in Q._read_message(memoryview(fast))],
+                             [bytes(v) for v in frames.parse(memoryview(slow))])
+        with self.assertRaises(shmbroker.ProtocolError):
+            Q._read_message(memoryview(bytes(80)))
 
     # An area whose header does not hold a queue is refused.
     def test_attach_checks_header(self):
@@ -266,3 +303,378 @@ class AreaTest(unittest.TestCase):
         writer._q64[0] = 0
         with self.assertRaisesRegex(shmbroker.ShmBrokerError, "not a queue"):
             attach(fd, size)
+
+
+# ---- through the daemon --------------------------------------------------------
+
+def test_objects(count, slot_size):
+    """The messages of the broadcast test: small and large Python objects,
+    bytearrays (pickled out-of-band), some larger than a slot."""
+    out = []
+    for i in range(count):
+        rng = random.Random(i)
+        kind = i % 4
+        if kind == 0:
+            out.append(i)
+        elif kind == 1:
+            out.append({"i": i, "text": "x" * rng.randrange(0, 2 * slot_size)})
+        elif kind == 2:
+            out.append(bytearray(rng.randbytes(rng.randrange(0, 3 * slot_size))))
+        else:
+            out.append(("tuple", i, [None, True, 1.5], rng.randbytes(rng.randrange(0, 64))))
+    return out
+
+
+def run_child(results, tag, fn, *args):
+    """fn(*args) in a child; its result or its exception on results."""
+    try:
+        results.put((tag, fn(*args)))
+    except BaseException as e:
+        results.put((tag, "%s: %s" % (type(e).__name__, e)))
+
+
+def broadcast_reader(handle, rank, count, slot_size):
+    with MessageQueue.create_from_handle(handle, rank) as mq:
+        mq.wait_until_ready(WAIT)
+        want = test_objects(count, slot_size)
+        for i in range(count):
+            got = mq.broadcast_object()
+            if got != want[i]:
+                return "message %d: got %.60r, want %.60r" % (i, got, want[i])
+    return "ok"
+
+
+def numpy_arrays(n, seed):
+    """vLLM's get_arrays: n int64 arrays of 1..10000 elements (40 KB on
+    average), from a seed both sides know."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 10000, n)
+    return [rng.integers(1, 100, int(k)) for k in sizes]
+
+
+def numpy_reader(handle, rank, n, seed):
+    import numpy as np
+
+    rng = random.Random(rank)
+    with MessageQueue.create_from_handle(handle, rank) as mq:
+        mq.wait_until_ready(WAIT)
+        for i, want in enumerate(numpy_arrays(n, seed)):
+            got = mq.dequeue(WAIT)
+            if not (isinstance(got, np.ndarray) and got.dtype == want.dtype
+                    and np.array_equal(got, want)):
+                return "array %d differs: %.80r" % (i, got)
+            if rng.random() < 0.05:
+                time.sleep(rng.random() / 1000)
+    return "ok"
+
+
+def blocked_reader(handle, rank, ready):
+    """Block in dequeue() with no timeout; how the wait ended, and how long
+    after the shutdown was sent it ended (ready: an Event set just before)."""
+    with MessageQueue.create_from_handle(handle, rank) as mq:
+        mq.wait_until_ready(WAIT)
+        ready.set()
+        try:
+            mq.dequeue()
+            return ("returned", 0.0)
+        except shmbroker.Cancelled as e:
+            return ("Cancelled", isinstance(e, RuntimeError) and "cancelled" in str(e))
+
+
+def idle_reader(handle, rank, seconds):
+    """The CPU time (user + system, s) of a reader waiting seconds for a
+    message that does not come."""
+    with MessageQueue.create_from_handle(handle, rank) as mq:
+        mq.wait_until_ready(WAIT)
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        try:
+            mq.dequeue(timeout=seconds)
+            return "a message came"
+        except shmbroker.Timeout:
+            pass
+        after = resource.getrusage(resource.RUSAGE_SELF)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def stalled_reader(handle, rank, reads, ready):
+    """Read `reads` messages, say so, then hold the seat without reading
+    until killed."""
+    with MessageQueue.create_from_handle(handle, rank) as mq:
+        mq.wait_until_ready(WAIT)
+        for _ in range(reads):
+            mq.dequeue(WAIT)
+        ready.set()
+        time.sleep(3600)
+
+
+def counting_reader(handle, rank, count):
+    """Read count messages; they must be 0..count-1 in order."""
+    with MessageQueue.create_from_handle(handle, rank) as mq:
+        mq.wait_until_ready(WAIT)
+        for i in range(count):
+            got = mq.dequeue(WAIT)
+            if got != i:
+                return "message %d is %r" % (i, got)
+    return "ok"
+
+
+def doomed_writer(socket_path, pipe, count):
+    """A writer that sends its handle, publishes count messages once the
+    reader is in, says so, and waits to be killed."""
+    mq = MessageQueue(1, socket_path=socket_path, max_chunk_bytes=1024, max_chunks=4)
+    pipe.send(mq.export_handle())
+    mq.wait_until_ready(WAIT)
+    for i in range(count):
+        mq.enqueue(("last words", i, bytes(2000 * (i % 2))), timeout=WAIT)
+    pipe.send("published")
+    time.sleep(3600)
+
+
+class QueueTest(DaemonTest):
+    """MessageQueue between processes through a real daemon."""
+
+    DAEMON_SIZE = "64M"
+
+    def setUp(self):
+        if not _futex.supported:
+            self.skipTest(_futex.why_unsupported)
+        super().setUp()
+        reply = self.c.request({"op": "queue_list"})
+        if reply.get("error") == "ENOSYS":
+            self.skipTest("this shmbrokerd has no queue ops")
+        self.procs = []
+        self.addCleanup(self.reap)
+
+    def reap(self):
+        for p in self.procs:
+            if p.is_alive():
+                p.kill()
+            p.join()
+
+    def writer(self, n_reader, **kw):
+        mq = MessageQueue(n_reader, socket_path=self.d.socket_path, **kw)
+        self.addCleanup(mq.close)
+        return mq
+
+    def start(self, results, tag, fn, *args):
+        p = CTX.Process(target=run_child, args=(results, tag, fn) + args)
+        p.start()
+        self.procs.append(p)
+        return p
+
+    def outcomes(self, results, n):
+        return dict(results.get(timeout=WAIT * 4) for _ in range(n))
+
+    def queue(self, name):
+        for q in self.c.request({"op": "queue_list"})["queues"]:
+            if q["name"] == name:
+                return q
+        return None
+
+    # vLLM's test_shm_broadcast: one writer, several readers, each reader
+    # gets every object broadcast, in order; here with objects smaller and
+    # larger than a slot, out-of-band buffers, and a ring that wraps.
+    def test_broadcast_in_order(self):
+        count, slot = 400, 1024
+        mq = self.writer(3, max_chunk_bytes=slot, max_chunks=4)
+        handle = pickle.loads(pickle.dumps(mq.export_handle()))
+        results = CTX.Queue()
+        for rank in range(3):
+            self.start(results, rank, broadcast_reader, handle, rank, count, slot)
+        mq.wait_until_ready(WAIT)
+        for obj in test_objects(count, slot):
+            self.assertIs(mq.broadcast_object(obj), obj)
+        self.assertEqual(self.outcomes(results, 3), {0: "ok", 1: "ok", 2: "ok"})
+        q = self.queue(mq.name)
+        self.assertEqual(q["messages"], count)
+        self.assertEqual(q["seats"], 3)
+
+    # The issue's test: 10,000 pickled numpy arrays (vLLM's sizes, about
+    # half of them larger than the 40 KiB slots) from one writer to four
+    # reader processes, with random short sleeps on both sides: every reader
+    # gets every array, in order, equal.
+    def test_numpy_arrays_to_four_readers(self):
+        numpy_or_skip(self)
+        n, seed = 10000, 1234
+        mq = self.writer(4, max_chunk_bytes=40 * KiB, max_chunks=2)
+        handle = mq.export_handle()
+        results = CTX.Queue()
+        for rank in range(4):
+            self.start(results, rank, numpy_reader, handle, rank, n, seed)
+        mq.wait_until_ready(WAIT)
+        rng = random.Random(0)
+        arrays = numpy_arrays(n, seed)
+        self.assertTrue(any(a.nbytes > 40 * KiB for a in arrays))
+        start = time.monotonic()
+        for a in arrays:
+            mq.enqueue(a, timeout=WAIT)
+            if rng.random() < 0.05:
+                time.sleep(rng.random() / 1000)
+        self.assertEqual(self.outcomes(results, 4), {r: "ok" for r in range(4)})
+        sys.stdout.write("  10,000 numpy arrays to 4 readers in %.1f s\n"
+                         % (time.monotonic() - start))
+
+    # dequeue(timeout) with nothing sent raises Timeout, a TimeoutError (as
+    # vLLM's TimeoutError); timeout 0 does not wait.
+    def test_dequeue_timeout(self):
+        mq = self.writer(1)
+        with MessageQueue.create_from_handle(mq.export_handle(), 0) as reader:
+            reader.wait_until_ready(WAIT)
+            for timeout in (0.05, 0):
+                with self.assertRaises(TimeoutError) as cm:
+                    reader.dequeue(timeout=timeout)
+                self.assertIsInstance(cm.exception, shmbroker.Timeout)
+            mq.enqueue("after")
+            self.assertEqual(reader.dequeue(timeout=WAIT), "after")
+
+    # shutdown() wakes a reader blocked in dequeue() with no timeout: it
+    # raises Cancelled, a RuntimeError saying "cancelled"; the writer's next
+    # enqueue raises it too.
+    def test_shutdown_wakes_blocked_reader(self):
+        mq = self.writer(1)
+        results = CTX.Queue()
+        ready = CTX.Event()
+        self.start(results, "reader", blocked_reader, mq.export_handle(), 0, ready)
+        mq.wait_until_ready(WAIT)
+        self.assertTrue(ready.wait(WAIT))
+        deadline = time.monotonic() + WAIT
+        while self.queue(mq.name)["readers_waiting"] == 0:
+            self.assertLess(time.monotonic(), deadline, "the reader never went to sleep")
+            time.sleep(0.005)
+        sent = time.monotonic()
+        mq.shutdown()
+        self.assertEqual(self.outcomes(results, 1), {"reader": ("Cancelled", True)})
+        sys.stdout.write("  blocked reader woke by shutdown within %.1f ms\n"
+                         % ((time.monotonic() - sent) * 1000))
+        with self.assertRaises(shmbroker.Cancelled):
+            mq.enqueue("too late", timeout=WAIT)
+        self.assertEqual(self.queue(mq.name)["state"], "shutdown")
+
+    # vLLM's test_message_queue_shutdown: a reader times out, then another
+    # thread of its process calls shutdown() while it waits: the wait ends
+    # with Cancelled.
+    def test_shutdown_from_another_thread(self):
+        mq = self.writer(1)
+        with MessageQueue.create_from_handle(mq.export_handle(), 0) as reader:
+            reader.wait_until_ready(WAIT)
+            with self.assertRaises(TimeoutError):
+                reader.dequeue(timeout=0.001)
+            t = threading.Timer(0.05, reader.shutdown)
+            t.start()
+            try:
+                with self.assertRaisesRegex(RuntimeError, "cancelled"):
+                    reader.dequeue(timeout=WAIT)
+            finally:
+                t.join()
+            self.assertTrue(reader.shutting_down)
+
+    # A reader SIGKILLed while the writer waits for it: the writer goes on
+    # (its waits no longer count the dead seat) and queue_list shows the
+    # seat dead; before the kill, the stalled reader is the queue's blocker.
+    def test_killed_reader_releases_writer(self):
+        mq = self.writer(2, max_chunk_bytes=256, max_chunks=4)
+        handle = mq.export_handle()
+        results = CTX.Queue()
+        ready = CTX.Event()
+        stalled = CTX.Process(target=stalled_reader, args=(handle, 0, 2, ready))
+        stalled.start()
+        self.procs.append(stalled)
+        self.start(results, "reader1", counting_reader, handle, 1, 50)
+        mq.wait_until_ready(WAIT)
+        self.assertTrue(ready.wait(WAIT))
+        sent, held = 0, 0
+        while held < 3:  # seat 1 may lag a moment; seat 0 never reads again
+            try:
+                mq.enqueue(sent, timeout=0.1)
+                sent += 1
+            except shmbroker.Timeout as e:
+                held = held + 1 if "seat 0" in str(e) else 0
+            self.assertLess(sent, 50, "the writer was never held back")
+        q = self.queue(mq.name)
+        self.assertEqual(q["blocker"]["seat"], 0)
+        self.assertEqual(q["blocker"]["pid"], stalled.pid)
+        os.kill(stalled.pid, signal.SIGKILL)
+        stalled.join(WAIT)
+        killed = time.monotonic()
+        mq.enqueue(sent, timeout=WAIT)
+        sys.stdout.write("  writer went on %.1f ms after the SIGKILL was reaped\n"
+                         % ((time.monotonic() - killed) * 1000))
+        for i in range(sent + 1, 50):
+            mq.enqueue(i, timeout=WAIT)
+        self.assertEqual(self.outcomes(results, 1), {"reader1": "ok"})
+        q = self.queue(mq.name)
+        states = {s["seat"]: s["state"] for s in q["seat_list"]}
+        self.assertEqual(states[0], "dead")
+        self.assertEqual(q["seats_dead"], 1)
+
+    # The writer SIGKILLed: its reader reads everything it published (inline
+    # and overflow), then gets EndOfQueue, an EOFError.
+    def test_killed_writer_is_end_of_queue(self):
+        parent, child = CTX.Pipe()
+        p = CTX.Process(target=doomed_writer, args=(self.d.socket_path, child, 6))
+        p.start()
+        self.procs.append(p)
+        self.assertTrue(parent.poll(WAIT))
+        with MessageQueue.create_from_handle(parent.recv(), 0) as reader:
+            reader.wait_until_ready(WAIT)
+            self.assertTrue(parent.poll(WAIT))
+            self.assertEqual(parent.recv(), "published")
+            os.kill(p.pid, signal.SIGKILL)
+            p.join(WAIT)
+            for i in range(6):
+                self.assertEqual(reader.dequeue(timeout=WAIT),
+                                 ("last words", i, bytes(2000 * (i % 2))))
+            with self.assertRaises(EOFError) as cm:
+                reader.dequeue(timeout=WAIT)
+            self.assertIsInstance(cm.exception, shmbroker.EndOfQueue)
+            self.assertEqual(self.queue(reader.name)["state"], "writer_gone")
+
+    # A reader waiting for a message uses no CPU: under 10 ms of CPU time
+    # over 1 s of waiting (a spinning reader uses about 1 s).
+    def test_idle_reader_uses_no_cpu(self):
+        mq = self.writer(1)
+        results = CTX.Queue()
+        self.start(results, "cpu", idle_reader, mq.export_handle(), 0, 1.0)
+        mq.wait_until_ready(WAIT)
+        cpu = self.outcomes(results, 1)["cpu"]
+        self.assertIsInstance(cpu, float, cpu)
+        sys.stdout.write("  idle reader: %.2f ms of CPU over 1 s\n" % (cpu * 1000))
+        self.assertLess(cpu, 0.010)
+
+    # Leaving: a reader's close frees its seat; the writer's close ends the
+    # queue for its readers; a temporary queue goes once both have left.
+    def test_close(self):
+        mq = MessageQueue(2, socket_path=self.d.socket_path)
+        handle = mq.export_handle()
+        r0 = MessageQueue.create_from_handle(handle, 0)
+        r1 = MessageQueue.create_from_handle(handle, 1)
+        r1.close()
+        q = self.queue(mq.name)
+        self.assertEqual([s["state"] for s in q["seat_list"]], ["live", "free"])
+        mq.enqueue("bye")
+        mq.close()
+        self.assertEqual(r0.dequeue(timeout=WAIT), "bye")
+        with self.assertRaises(shmbroker.EndOfQueue):
+            r0.dequeue(timeout=WAIT)
+        r0.close()
+        with self.assertRaises(shmbroker.ConnectionLost):
+            r0.dequeue()
+        deadline = time.monotonic() + WAIT
+        while self.queue(mq.name) is not None:
+            self.assertLess(time.monotonic(), deadline, "the temporary queue stayed")
+            time.sleep(0.01)
+
+    # A rank that is not a local reader is refused (readers on other hosts
+    # are not supported), and so is a wrong role's call.
+    def test_roles(self):
+        mq = self.writer(2, local_reader_ranks=[3, 5])
+        with self.assertRaises(shmbroker.Unsupported):
+            MessageQueue.create_from_handle(mq.export_handle(), 4)
+        with MessageQueue.create_from_handle(mq.export_handle(), 5) as reader:
+            self.assertEqual(reader.local_reader_rank, 1)
+            with self.assertRaises(ValueError):
+                reader.enqueue(1)
+            with self.assertRaises(ValueError):
+                mq.dequeue()

@@ -333,6 +333,11 @@ class _Area:
         seq, flags = SLOT.unpack_from(self._mv, off)[:2]
         return self._mv[off + SLOT_HEADER:off + SLOT_HEADER + self.slot_size], flags, seq
 
+    def forget_slot(self):
+        """Mark the reserved slot as holding nothing (flags 0): what it held
+        was handled."""
+        SLOT.pack_into(self._mv, self._slot_at(self.head), self.head - self.slots, 0, 0, 0, 0)
+
     def publish(self, flags, length, aux=0):
         """Publish the reserved slot's first length bytes as the next message."""
         if not self._reserved:
@@ -394,6 +399,41 @@ class _Area:
         except BufferError:
             pass  # a view still exported: the mapping goes with it
         self._mm = None
+
+
+# The frames header of a message of one frame (no out-of-band buffer: most
+# messages): magic, count 1, flags 0, the length; the frame at byte 64.
+_ONE_FRAME = struct.Struct("<QIIQ")
+_ONE_FRAME_AT = 64
+
+
+def _message_size(bufs):
+    """Bytes of the frames payload of bufs."""
+    if len(bufs) == 1:
+        return _ONE_FRAME_AT + bufs[0].nbytes
+    return _frames.layout([b.nbytes for b in bufs])[2]
+
+
+def _write_message(view, bufs):
+    """Write bufs into view (exactly _message_size bytes) in the frames
+    layout; frames.write's result, without its generality for one frame."""
+    if len(bufs) != 1:
+        _frames.write(view, bufs)
+        return
+    n = bufs[0].nbytes
+    _ONE_FRAME.pack_into(view, 0, _frames.MAGIC, 1, 0, n)
+    view[24:_ONE_FRAME_AT] = bytes(_ONE_FRAME_AT - 24)
+    view[_ONE_FRAME_AT:_ONE_FRAME_AT + n] = bufs[0]
+
+
+def _read_message(view):
+    """The frames of a message (views into view), as frames.parse."""
+    if view.nbytes >= _ONE_FRAME_AT:
+        magic, count, flags, n = _ONE_FRAME.unpack_from(view, 0)
+        if magic == _frames.MAGIC and count == 1 and flags == 0 and \
+                n == view.nbytes - _ONE_FRAME_AT:
+            return [view[_ONE_FRAME_AT:].toreadonly()]
+    return _frames.parse(view)
 
 
 def _check_name(name):
@@ -640,22 +680,23 @@ class MessageQueue:
                                  "%d." % self.local_reader_rank)
         area = self._live_area()
         bufs = pickle_frames(obj)
-        lengths = [b.nbytes for b in bufs]
-        total = _frames.layout(lengths)[2]
+        total = _message_size(bufs)
         payload, old_flags, old_seq = area.reserve(timeout)
         try:
             n = area.head
             if old_flags == SLOT_OBJECT and n >= area.slots and old_seq == n - area.slots:
-                # Every live reader is done with it: the slot is free.
+                # Every live reader is done with that message (the slot is
+                # free): its object goes, once, even if this one fails.
+                area.forget_slot()
                 self.client.delete(self._object_key(old_seq), noreply=True)
             if total <= area.slot_size:
-                _frames.write(payload[:total], bufs)
+                _write_message(payload[:total], bufs)
                 area.publish(SLOT_INLINE, total)
                 return
             key = self._object_key(n)
             a = self.client.alloc(key, total, readers=area.live_seats())
             try:
-                _frames.write(a.view, bufs)
+                _write_message(a.view, bufs)
             except BaseException:
                 a.abort()
                 raise
@@ -682,7 +723,7 @@ class MessageQueue:
         flags, payload, aux = area.dequeue(timeout)
         try:
             if flags == SLOT_INLINE:
-                views = _frames.parse(payload)
+                views = _read_message(payload)
                 try:
                     return unpickle_frames(views, copy=True)
                 finally:
