@@ -74,7 +74,7 @@ PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/proto
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
-               daemon/pool.c $(CORE_SRC)
+               daemon/pool.c daemon/queue.c $(CORE_SRC)
 LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c
 CTL_SRC     := client/shmbrokerctl.c
 
@@ -95,7 +95,7 @@ BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE)
 
 UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error \
               test_text test_conn test_tables test_command test_config_parse test_client \
-              test_frames_layout test_host test_pool test_queue
+              test_frames_layout test_host test_pool test_queue test_daemon_queue
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
@@ -105,7 +105,8 @@ $(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c daemon/store.c d
 $(BUILD)/tests/test_segment: $(call OBJ,tests/unit/test_segment.c daemon/segment.c) $(BASE_OBJ)
 $(BUILD)/tests/test_segment: TEST_LDFLAGS := -Wl,--wrap=statvfs,--wrap=statfs,--wrap=fopen,--wrap=posix_fallocate
 # The command layer without sockets: the chaos test and the fuzzer drive it.
-COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/pool.c daemon/host.c daemon/log.c \
+COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/pool.c daemon/queue.c daemon/config.c \
+               daemon/host.c daemon/log.c \
                tests/support/fixture.c \
                $(CORE_SRC)) $(PROTO_OBJ)
 $(BUILD)/tests/test_chaos:   $(call OBJ,tests/unit/test_chaos.c) $(COMMAND_OBJ)
@@ -141,6 +142,11 @@ $(BUILD)/tests/test_host:    $(call OBJ,tests/unit/test_host.c daemon/host.c dae
 $(BUILD)/tests/test_pool:    $(call OBJ,tests/unit/test_pool.c daemon/pool.c daemon/host.c \
                               daemon/log.c) $(CORE_OBJ) $(PROTO_OBJ)
 $(BUILD)/tests/test_pool: TEST_LDFLAGS = $(PKGS_LIBS)
+# The daemon's queues over real memfds and a memfd pool.
+$(BUILD)/tests/test_daemon_queue: $(call OBJ,tests/unit/test_daemon_queue.c daemon/queue.c \
+                                  daemon/pool.c daemon/config.c daemon/host.c daemon/log.c) \
+                                  $(CORE_OBJ) $(PROTO_OBJ)
+$(BUILD)/tests/test_daemon_queue: TEST_LDFLAGS = $(PKGS_LIBS)
 # The library against a fake daemon: a thread on a temporary socket.
 $(BUILD)/tests/test_client:  $(call OBJ,tests/unit/test_client.c $(LIB_SRC)) $(PROTO_OBJ)
 $(BUILD)/tests/test_client: TEST_LDFLAGS = $(PKGS_LIBS) -lpthread
@@ -150,7 +156,7 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              test_bounds test_startup test_adopt \
              test_ids test_many test_ctl_output test_hostile_rw test_idle test_config \
              test_fork test_threads test_library test_pools \
-             soak test_cases test_frames test_sizing test_backings
+             soak test_cases test_frames test_sizing test_backings test_queue_ops
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)
@@ -210,7 +216,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_RUNS    ?= 1000000
 FUZZ_BUILD   := build-fuzz
 FUZZ_SRC     := tests/fuzz/fuzz_command.c tests/support/fixture.c daemon/command.c daemon/log.c \
-                daemon/pool.c daemon/host.c \
+                daemon/pool.c daemon/queue.c daemon/config.c daemon/host.c \
                 $(CORE_SRC) $(PROTO_SRC)
 FUZZ_BIN     := $(FUZZ_BUILD)/fuzz_command
 
