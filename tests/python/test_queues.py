@@ -421,8 +421,9 @@ def counting_reader(handle, rank, count):
 
 
 def doomed_writer(socket_path, pipe, count):
-    """A writer that sends its handle, publishes count messages once the
-    reader is in, says so, and waits to be killed."""
+    """A writer that sends its handle, publishes count messages (no more
+    than its 4 slots) once the reader is in, says so, and waits to be
+    killed."""
     mq = MessageQueue(1, socket_path=socket_path, max_chunk_bytes=1024, max_chunks=4)
     pipe.send(mq.export_handle())
     mq.wait_until_ready(WAIT)
@@ -583,8 +584,10 @@ class QueueTest(DaemonTest):
         self.procs.append(stalled)
         self.start(results, "reader1", counting_reader, handle, 1, 50)
         mq.wait_until_ready(WAIT)
+        for sent in range(2):
+            mq.enqueue(sent, timeout=WAIT)
         self.assertTrue(ready.wait(WAIT))
-        sent, held = 0, 0
+        sent, held = 2, 0
         while held < 3:  # seat 1 may lag a moment; seat 0 never reads again
             try:
                 mq.enqueue(sent, timeout=0.1)
@@ -613,7 +616,7 @@ class QueueTest(DaemonTest):
     # and overflow), then gets EndOfQueue, an EOFError.
     def test_killed_writer_is_end_of_queue(self):
         parent, child = CTX.Pipe()
-        p = CTX.Process(target=doomed_writer, args=(self.d.socket_path, child, 6))
+        p = CTX.Process(target=doomed_writer, args=(self.d.socket_path, child, 4))
         p.start()
         self.procs.append(p)
         self.assertTrue(parent.poll(WAIT))
@@ -623,7 +626,7 @@ class QueueTest(DaemonTest):
             self.assertEqual(parent.recv(), "published")
             os.kill(p.pid, signal.SIGKILL)
             p.join(WAIT)
-            for i in range(6):
+            for i in range(4):
                 self.assertEqual(reader.dequeue(timeout=WAIT),
                                  ("last words", i, bytes(2000 * (i % 2))))
             with self.assertRaises(EOFError) as cm:
