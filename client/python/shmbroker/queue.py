@@ -674,7 +674,8 @@ class MessageQueue:
         does not fit one. Waits (timeout in seconds, None: for ever) while
         the slowest live reader has not read the message that last used the
         slot. Raises Timeout, Cancelled, ConnectionLost (EPIPE: this writer
-        was removed)."""
+        was removed), and for a message larger than a slot what alloc()
+        raises (NoSpace when the pool has no room for it now)."""
         if not self._is_writer:
             raise InvalidRequest("EINVAL", "Only the writer can enqueue; this is reader seat "
                                  "%d." % self.local_reader_rank)
