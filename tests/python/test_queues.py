@@ -571,6 +571,22 @@ class QueueTest(DaemonTest):
                 t.join()
             self.assertTrue(reader.shutting_down)
 
+    # The daemon stopping (SIGTERM) shuts its queues down: a reader waiting
+    # in dequeue() gets Cancelled.
+    def test_daemon_stop_cancels_waits(self):
+        mq = self.writer(1)
+        with MessageQueue.create_from_handle(mq.export_handle(), 0) as reader:
+            reader.wait_until_ready(WAIT)
+            t = threading.Timer(0.05, self.d.stop)
+            t.start()
+            try:
+                with self.assertRaises(shmbroker.Cancelled):
+                    reader.dequeue(timeout=WAIT)
+            finally:
+                t.join()
+            with self.assertRaises(shmbroker.Cancelled):
+                mq.enqueue("after the stop", timeout=WAIT)
+
     # A reader SIGKILLed while the writer waits for it: the writer goes on
     # (its waits no longer count the dead seat) and queue_list shows the
     # seat dead; before the kill, the stalled reader is the queue's blocker.
