@@ -18,14 +18,15 @@ library only.
         except shmbroker.NotFound as e:    # also a LookupError
             print(e.code, e)
 
-One Client per thread. See help(shmbroker.Client) and the errors module.
+One Client per thread. See help(shmbroker.Client) and the errors module;
+help(shmbroker.MessageQueue) for broadcast queues (vLLM's MessageQueue).
 """
 
 from . import frames
 from .client import Allocation, Client, ObjectList, Pin, check_key, default_socket_path
-from .errors import (ConnectionLost, InvalidRequest, KeyExists, NoSpace, NotFound,
-                     ObjectTooLarge, PermissionDenied, ProtocolError, QuotaExceeded,
-                     ShmBrokerError, Timeout, Unsupported, error_for)
+from .errors import (Cancelled, ConnectionLost, EndOfQueue, InvalidRequest, KeyExists,
+                     NoSpace, NotFound, ObjectTooLarge, PermissionDenied, ProtocolError,
+                     QuotaExceeded, ShmBrokerError, Timeout, Unsupported, error_for)
 
 __version__ = "0.1.0"
 
@@ -33,7 +34,7 @@ __all__ = [
     "Client", "Allocation", "Pin", "ObjectList", "check_key", "default_socket_path",
     "frames", "error_for", "ShmBrokerError", "NoSpace", "ObjectTooLarge", "KeyExists",
     "InvalidRequest", "NotFound", "Timeout", "PermissionDenied", "QuotaExceeded",
-    "Unsupported", "ProtocolError", "ConnectionLost",
+    "Unsupported", "ProtocolError", "ConnectionLost", "Cancelled", "EndOfQueue",
 ]
 
 
@@ -55,4 +56,5 @@ def _optional(module, names):
 
 _optional("pickling", ("dumps_into", "loads_from"))
 _optional("daemon", ("spawn_daemon", "Daemon"))
+_optional("queue", ("MessageQueue", "Handle"))
 del _optional

@@ -47,16 +47,22 @@ OPS = {
     "stats": 0,
     "clients": 0,
     "batch": 0,
+    "queue_create": OPF_WRITES,
+    "queue_open": OPF_WRITES,
+    "queue_close": 0,
+    "queue_shutdown": OPF_WRITES,
+    "queue_delete": OPF_WRITES,
+    "queue_list": 0,
 }
 
 # proto/errors.def: codes the daemon sends, then codes the library reports on
 # its own side.
 WIRE_ERRORS = (
     "EPROTO", "EINVAL", "ENOSYS", "EPERM", "EEXIST", "ENOENT", "E2BIG", "ENOSPC",
-    "ETIMEDOUT", "EDQUOT", "EMSGSIZE", "EMFILE", "ENOMEM", "EIO",
+    "ETIMEDOUT", "EDQUOT", "EMSGSIZE", "EMFILE", "ENOMEM", "EIO", "EBUSY", "ECANCELED",
 )
 LIBRARY_ERRORS = (
-    "EBUSY", "ECONNREFUSED", "ECONNRESET", "EPIPE", "EBADMSG", "EAGAIN", "ENOTCONN",
+    "ECONNREFUSED", "ECONNRESET", "EPIPE", "EBADMSG", "EAGAIN", "ENOTCONN",
 )
 
 # proto/stats.def: the fields of a stats reply, in order, and the counters

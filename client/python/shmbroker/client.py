@@ -772,6 +772,24 @@ class Client:
             raise _reply_error(reply)
         return reply
 
+    def _call_fds(self, req):
+        """_call() for a reply that passes descriptors (SCM_RIGHTS, as
+        queue_open's): (reply, fds). The caller owns the descriptors; on an
+        error they are closed here."""
+        fds = []
+        self._enter()
+        try:
+            reply = self._exchange(req, fds=fds)
+        except BaseException:
+            _close_fds(fds)
+            raise
+        finally:
+            self._busy.release()
+        if reply.get("ok") is not True:
+            _close_fds(fds)
+            raise _reply_error(reply)
+        return reply, fds
+
     def _send_noreply(self, req):
         self._enter()
         try:
@@ -1205,6 +1223,14 @@ def _write(view, part):
         _frames.write(view, part)
     else:
         view[:] = part
+
+
+def _close_fds(fds):
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def _reply_error(reply):

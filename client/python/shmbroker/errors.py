@@ -9,7 +9,7 @@ the class or on ``.code``; show ``.message`` (also ``str(e)``) to people.
 __all__ = [
     "ShmBrokerError", "NoSpace", "ObjectTooLarge", "KeyExists", "InvalidRequest",
     "NotFound", "Timeout", "PermissionDenied", "QuotaExceeded", "Unsupported",
-    "ProtocolError", "ConnectionLost", "error_for",
+    "ProtocolError", "ConnectionLost", "Cancelled", "EndOfQueue", "error_for",
 ]
 
 
@@ -90,6 +90,17 @@ class ConnectionLost(ShmBrokerError, ConnectionError):
     ``Client.reconnect()`` to go on."""
 
 
+class Cancelled(ShmBrokerError, RuntimeError):
+    """ECANCELED: the queue was shut down (queue_shutdown, or the daemon
+    stopping); every wait of its members ends with it. A RuntimeError whose
+    message says "cancelled", as vLLM's MessageQueue raises."""
+
+
+class EndOfQueue(ShmBrokerError, EOFError):
+    """EPIPE from a queue reader: the queue's writer is gone (closed, exited
+    or killed) and every message it published has been read."""
+
+
 _CLASSES = {
     "ENOSPC": NoSpace,
     "E2BIG": ObjectTooLarge,
@@ -106,6 +117,7 @@ _CLASSES = {
     "ECONNRESET": ConnectionLost,
     "ENOTCONN": ConnectionLost,
     "EPIPE": ConnectionLost,
+    "ECANCELED": Cancelled,
 }
 
 

@@ -1,0 +1,803 @@
+"""Broadcast queues: vLLM's MessageQueue over shmbrokerd.
+
+One writer, n reader seats, every reader reads every message in order. The
+daemon makes the queue's area (a memfd of its own, proto/layout_queue.h) and
+hands it to each member at queue_open; messages then go through the area
+alone: the writer fills a slot in place and publishes it, readers read it
+in place and mark it read, and either side that has to wait spins briefly
+and then sleeps on a futex word of the area. No socket round trip per
+message, except for messages larger than a slot, which go as store objects
+of the pool ("q/<queue>/<seq>") referenced from the slot, as the C library
+sends them, so C and Python members share a queue.
+
+The data path is pure Python (memoryview casts over the mapping; futexes
+and three atomic instructions through ctypes, see _futex.py), proto/queue.c's
+protocol step for step. It runs on x86-64 only: its plain loads and stores
+rely on x86-64's ordering (TSO), where an aligned load is an acquire and an
+aligned store a release.
+
+Messages are pickled with protocol 5; out-of-band buffers (numpy arrays'
+data, pickle.PickleBuffer) are written straight into the slot (or the
+overflow object) in the frames layout (frames.py): frame 0 the pickle
+stream, then each buffer, with the count and the lengths in its header.
+Unpickling runs code the bytes name: share a queue only among processes that
+trust each other, as with vLLM's.
+"""
+
+import dataclasses
+import mmap
+import os
+import pickle
+import secrets
+import struct
+import time
+from typing import List, Optional
+
+from . import _futex
+from . import frames as _frames
+from .client import Client
+from .errors import (Cancelled, ConnectionLost, EndOfQueue, InvalidRequest, ProtocolError,
+                     ShmBrokerError, Timeout, Unsupported)
+from .pickling import pickle_frames, unpickle_frames
+
+__all__ = ["MessageQueue", "Handle"]
+
+# proto/layout_queue.h (tests/python/test_queues.py checks these against it).
+QUEUE_MAGIC = 0x31455551424D4853  # "SHMBQUE1"
+QUEUE_VERSION = 1
+SEATS_MAX = 64
+SLOTS_MIN, SLOTS_MAX = 2, 65536
+SLOT_SIZE_MIN, SLOT_SIZE_MAX = 64, 1 << 30
+NAME_MAX = 64
+SLOT_HEADER = 64
+SEAT_SIZE = 64
+HEADER_PAGE = 4096
+ALIGN = 64
+# Byte offsets of struct shmb_queue_header's fields.
+HEADER_OFFSETS = {
+    "magic": 0, "version": 8, "seats": 12, "slots": 16, "slot_size": 24,
+    "slot_stride": 32, "slots_offset": 40, "total_size": 48, "name": 56, "head": 128,
+    "head_word": 192, "readers_waiting": 196, "free_word": 256, "writer_waiting": 260,
+    "state": 320, "writer_live": 324,
+}
+SEAT_OFFSETS = {"next": 0, "state": 8, "waiting": 12, "epoch": 16}
+SLOT_OFFSETS = {"seq": 0, "flags": 8, "len": 12, "aux": 16, "aux2": 24}
+# struct shmb_queue_slot's fields in order (host order, as the C members write).
+SLOT = struct.Struct("=QIIQQ")
+_GEOMETRY = struct.Struct("=QIIQQQQQ")  # magic .. total_size
+
+QUEUE_OPEN, QUEUE_SHUTDOWN, QUEUE_WRITER_GONE = 0, 1, 2
+SEAT_FREE, SEAT_LIVE, SEAT_DEAD = 0, 1, 2
+SLOT_INLINE, SLOT_OBJECT = 1, 2
+
+# The adaptive spin before a futex wait, as proto/queue.c's (nanoseconds):
+# doubled when a wait ends while spinning, halved when it had to sleep.
+SPIN_MIN_NS = 1000
+SPIN_START_NS = 20000
+SPIN_MAX_NS = 50000
+
+# wait_until_ready() looks at the seats this often (no futex is bumped when a
+# seat is taken: it is set-up, not the data path).
+_READY_POLL_S = (0.001, 0.02)
+_MINUS_ONE = 0xFFFFFFFF  # fetch_add32 of -1
+
+_H = HEADER_OFFSETS
+_now = time.monotonic_ns
+
+
+def _round_up(v, to):
+    return (v + to - 1) // to * to
+
+
+def _slots_offset_for(seats):
+    return _round_up(HEADER_PAGE + seats * SEAT_SIZE, HEADER_PAGE)
+
+
+def queue_size(seats, slots, slot_size):
+    """Bytes of a queue's area for this geometry (shmb_q_size), or 0 when
+    the geometry is out of range."""
+    if not (1 <= seats <= SEATS_MAX and SLOTS_MIN <= slots <= SLOTS_MAX
+            and SLOT_SIZE_MIN <= slot_size <= SLOT_SIZE_MAX):
+        return 0
+    return _slots_offset_for(seats) + slots * _round_up(SLOT_HEADER + slot_size, ALIGN)
+
+
+def _corrupt(why):
+    return ShmBrokerError("EIO", "The queue's area is corrupt: %s." % why)
+
+
+def _cancelled():
+    return Cancelled("ECANCELED", "cancelled: the queue was shut down.")
+
+
+class _Area:
+    """One member's view of a queue's area: the writer's side, or one reader
+    seat's. The geometry is a private copy checked at attach; every index
+    taken from the area afterwards is reduced by it, so a scribbled area
+    gives errors, never an access outside the mapping.
+
+    Takes the mapping (an mmap of at least size bytes) and closes it at
+    close()."""
+
+    def __init__(self, mm, size, seat=None, epoch=0):
+        if not _futex.supported:
+            raise Unsupported("ENOSYS", _futex.why_unsupported)
+        if size < HEADER_PAGE or len(mm) < size:
+            raise _corrupt("%d bytes mapped, fewer than its header page or than the %d "
+                           "announced" % (len(mm), size))
+        magic, version, seats, slots, slot_size, stride, offset, total = \
+            _GEOMETRY.unpack_from(mm, 0)
+        if magic != QUEUE_MAGIC or version != QUEUE_VERSION:
+            raise ShmBrokerError("EIO", "This area is not a queue of layout version %d (magic "
+                                 "%#x, version %d)." % (QUEUE_VERSION, magic, version))
+        need = queue_size(seats, slots, slot_size)
+        if (need == 0 or stride != _round_up(SLOT_HEADER + slot_size, ALIGN)
+                or offset != _slots_offset_for(seats) or total != need):
+            raise _corrupt("seats %d, slots %d of %d bytes, stride %d, slots at %d and %d "
+                           "bytes do not go together" % (seats, slots, slot_size, stride,
+                                                         offset, total))
+        if size < need:
+            raise _corrupt("it needs %d bytes; %d are mapped" % (need, size))
+        if seat is not None and not 0 <= seat < seats:
+            raise InvalidRequest("EINVAL", "This queue has %d reader seats; there is no seat "
+                                 "%d." % (seats, seat))
+        raw = bytes(mm[_H["name"]:_H["name"] + NAME_MAX])
+        self.name = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+        self.seats = seats
+        self.slots = slots
+        self.slot_size = slot_size
+        self.stride = stride
+        self.slots_offset = offset
+        self.size = size
+        self._mm = mm
+        self._mv = memoryview(mm)
+        self._q64 = self._mv[:offset].cast("Q")
+        self._q32 = self._mv[:offset].cast("I")
+        self._anchor = _futex.anchor(mm)
+        base = _futex.address(self._anchor)
+        self._base = base
+        self._head_word_addr = base + _H["head_word"]
+        self._rw_addr = base + _H["readers_waiting"]
+        self._free_word_addr = base + _H["free_word"]
+        self._ww_addr = base + _H["writer_waiting"]
+        # The writer's side.
+        self.head = None      # the next message this writer publishes, once known
+        self._reserved = False
+        self.blocker = 0
+        self._spin_w = SPIN_START_NS
+        # The reader's side.
+        self.seat = seat
+        self.epoch = epoch
+        self._held = None     # the message held since dequeue, until done
+        self._spin_r = SPIN_START_NS
+        if seat is not None:
+            at = HEADER_PAGE + seat * SEAT_SIZE
+            self._i_next = at // 8
+            self._i_epoch = (at + SEAT_OFFSETS["epoch"]) // 8
+            self._i_sstate = (at + SEAT_OFFSETS["state"]) // 4
+            self._next_addr = base + at
+            self._waiting_addr = base + at + SEAT_OFFSETS["waiting"]
+
+    # ---- words ---------------------------------------------------------------
+
+    def state(self):
+        return self._q32[_H["state"] // 4]
+
+    def writer_live(self):
+        return self._q32[_H["writer_live"] // 4]
+
+    def published(self):
+        """Messages published so far (header.head)."""
+        return self._q64[_H["head"] // 8]
+
+    def seat_state(self, s):
+        return self._q32[(HEADER_PAGE + s * SEAT_SIZE + SEAT_OFFSETS["state"]) // 4]
+
+    def seat_next(self, s):
+        return self._q64[(HEADER_PAGE + s * SEAT_SIZE) // 8]
+
+    def live_seats(self):
+        return sum(1 for s in range(self.seats) if self.seat_state(s) == SEAT_LIVE)
+
+    def _slot_at(self, n):
+        return self.slots_offset + (n % self.slots) * self.stride
+
+    # ---- waiting --------------------------------------------------------------
+
+    def _writer_ready(self):
+        """True when the slot of message self.head is free (every live seat
+        has read the message that last used it); raises when the queue is no
+        longer open."""
+        q32, q64 = self._q32, self._q64
+        state = q32[80]  # header.state
+        if state != QUEUE_OPEN:
+            if state == QUEUE_SHUTDOWN:
+                raise _cancelled()
+            if state == QUEUE_WRITER_GONE:
+                raise ConnectionLost("EPIPE", "This queue's writer was removed (its "
+                                     "connection closed).")
+            raise _corrupt("its state is %d, which no version writes" % state)
+        n = self.head
+        if n < self.slots:
+            return True
+        oldest = n - self.slots
+        for s in range(self.seats):
+            at = 1024 + 16 * s  # the seat, in 32-bit words
+            if q32[at + 2] == SEAT_LIVE and q64[at >> 1] <= oldest:
+                self.blocker = s
+                return False
+        return True
+
+    def _reader_ready(self):
+        """True when message seat.next is published. The state is read before
+        head, so that what a writer published before it went is drained
+        first."""
+        q32, q64 = self._q32, self._q64
+        state = q32[80]
+        if state != QUEUE_OPEN:
+            if state == QUEUE_SHUTDOWN:
+                raise _cancelled()
+            if state != QUEUE_WRITER_GONE:
+                raise _corrupt("its state is %d, which no version writes" % state)
+        if q32[self._i_sstate] != SEAT_LIVE or q64[self._i_epoch] != self.epoch:
+            raise ConnectionLost("ENOTCONN", "Reader seat %d of this queue is no longer this "
+                                 "process's: it was dropped or taken again." % self.seat)
+        if q64[16] > q64[self._i_next]:  # header.head
+            return True
+        if state == QUEUE_WRITER_GONE:
+            raise EndOfQueue("EPIPE", "End of queue: its writer is gone and every message it "
+                             "published has been read.")
+        return False
+
+    def _announce(self, writer, on):
+        """Say that this side is about to sleep, or no longer is (the locked
+        instructions are full fences, as queue.c's seq_cst fence)."""
+        if writer:
+            _futex.exchange32(self._ww_addr, 1 if on else 0)
+        elif on:
+            _futex.fetch_add32(self._rw_addr, 1)
+            _futex.exchange32(self._waiting_addr, 1)
+        elif _futex.exchange32(self._waiting_addr, 0) != 0:
+            # Whoever clears the flag takes the reader off the count: this
+            # reader, or the daemon dropping or taking its seat meanwhile.
+            _futex.fetch_add32(self._rw_addr, _MINUS_ONE)
+
+    def _wait(self, writer, timeout):
+        """Until ready (returns) or an error (raises), as queue.c's wait_for:
+        a spin of this side's adaptive budget, then futex waits. No lost
+        wake-up: this side announces, reads the word, re-checks and sleeps
+        only while the word still holds what it read; a waker changes the
+        condition, bumps the word, then reads the announcement."""
+        ready = self._writer_ready if writer else self._reader_ready
+        if ready():
+            return
+        if timeout is not None and timeout <= 0:
+            self._timed_out(writer, timeout)
+        start = _now()
+        deadline = None if timeout is None else start + int(timeout * 1e9)
+        budget = self._spin_w if writer else self._spin_r
+        i = 0
+        while True:
+            if ready():
+                budget = min(budget * 2, SPIN_MAX_NS)
+                if writer:
+                    self._spin_w = budget
+                else:
+                    self._spin_r = budget
+                return
+            i += 1
+            if i & 7 == 0 and _now() - start >= budget:
+                break
+        budget = max(budget // 2, SPIN_MIN_NS)
+        if writer:
+            self._spin_w = budget
+            word, addr = _H["free_word"] // 4, self._free_word_addr
+        else:
+            self._spin_r = budget
+            word, addr = _H["head_word"] // 4, self._head_word_addr
+        q32 = self._q32
+        while True:
+            self._announce(writer, True)
+            try:
+                val = q32[word]
+                ok = ready()
+                if not ok and (deadline is None or _now() < deadline):
+                    _futex.futex_wait(addr, val, deadline)
+            finally:
+                self._announce(writer, False)
+            if ok:
+                return
+            if deadline is not None and _now() >= deadline:
+                # What the last sleep may have missed at its very end.
+                if ready():
+                    return
+                self._timed_out(writer, timeout)
+
+    def _timed_out(self, writer, timeout):
+        if writer:
+            raise Timeout("ETIMEDOUT", "No free slot in %g s: reader seat %d has not read "
+                          "message %d of this queue." % (timeout, self.blocker,
+                                                         self.head - self.slots))
+        raise Timeout("ETIMEDOUT", "No message in %g s." % timeout)
+
+    # ---- the writer ---------------------------------------------------------
+
+    def reserve(self, timeout):
+        """Wait until the next slot is free; returns (its payload, a writable
+        memoryview of slot_size bytes, and the (flags, seq) it held)."""
+        if self.head is None:
+            self.head = self.published()
+        self._wait(True, timeout)
+        self._reserved = True
+        off = self._slot_at(self.head)
+        seq, flags = SLOT.unpack_from(self._mv, off)[:2]
+        return self._mv[off + SLOT_HEADER:off + SLOT_HEADER + self.slot_size], flags, seq
+
+    def forget_slot(self):
+        """Mark the reserved slot as holding nothing (flags 0): what it held
+        was handled."""
+        SLOT.pack_into(self._mv, self._slot_at(self.head), self.head - self.slots, 0, 0, 0, 0)
+
+    def publish(self, flags, length, aux=0):
+        """Publish the reserved slot's first length bytes as the next message."""
+        if not self._reserved:
+            raise InvalidRequest("EINVAL", "No slot is reserved.")
+        if length > self.slot_size:
+            raise ProtocolError("EMSGSIZE", "A message of %d bytes does not fit this queue's "
+                                "slots of %d bytes." % (length, self.slot_size))
+        n = self.head
+        SLOT.pack_into(self._mv, self._slot_at(n), n, flags, length, aux, 0)
+        self._reserved = False
+        self.head = n + 1
+        # head is the store that publishes the slot (a release on x86-64);
+        # head_word, the futex word, is bumped after it by a locked add,
+        # which also fences before readers_waiting is read.
+        self._q64[16] = n + 1
+        _futex.fetch_add32(self._head_word_addr, 1)
+        if self._q32[49]:  # readers_waiting
+            _futex.futex_wake(self._head_word_addr, _futex.INT_MAX)
+
+    # ---- a reader -------------------------------------------------------------
+
+    def dequeue(self, timeout):
+        """The next message at this seat, in place: (flags, payload view,
+        aux), valid until done() or the next dequeue."""
+        self.done()
+        self._wait(False, timeout)
+        n = self._q64[self._i_next]
+        off = self._slot_at(n)
+        seq, flags, length, aux, _ = SLOT.unpack_from(self._mv, off)
+        if seq != n or length > self.slot_size or flags not in (SLOT_INLINE, SLOT_OBJECT):
+            raise _corrupt("slot %d holds message %d (flags %d, %d bytes) where message %d "
+                           "was published" % (n % self.slots, seq, flags, length, n))
+        self._held = n
+        return flags, self._mv[off + SLOT_HEADER:off + SLOT_HEADER + length], aux
+
+    def done(self):
+        """Finished with the message held: the writer may reuse its slot.
+        Only from the message held (a compare-and-swap): a seat the daemon
+        gave to another reader meanwhile starts past it and is left alone."""
+        held = self._held
+        if held is None:
+            return
+        self._held = None
+        if _futex.cas64(self._next_addr, held, held + 1) != held:
+            return
+        _futex.fetch_add32(self._free_word_addr, 1)
+        if self._q32[65]:  # writer_waiting
+            _futex.futex_wake(self._free_word_addr, 1)
+
+    def close(self):
+        """Unmap the area (nothing of it may be used afterwards)."""
+        if self._mm is None:
+            return
+        for v in (self._q64, self._q32, self._mv):
+            v.release()
+        self._anchor = None
+        try:
+            self._mm.close()
+        except BufferError:
+            pass  # a view still exported: the mapping goes with it
+        self._mm = None
+
+
+# The frames header of a message of one frame (no out-of-band buffer: most
+# messages): magic, count 1, flags 0, the length; the frame at byte 64.
+_ONE_FRAME = struct.Struct("<QIIQ")
+_ONE_FRAME_AT = 64
+
+
+def _message_size(bufs):
+    """Bytes of the frames payload of bufs."""
+    if len(bufs) == 1:
+        return _ONE_FRAME_AT + bufs[0].nbytes
+    return _frames.layout([b.nbytes for b in bufs])[2]
+
+
+def _write_message(view, bufs):
+    """Write bufs into view (exactly _message_size bytes) in the frames
+    layout; frames.write's result, without its generality for one frame."""
+    if len(bufs) != 1:
+        _frames.write(view, bufs)
+        return
+    n = bufs[0].nbytes
+    _ONE_FRAME.pack_into(view, 0, _frames.MAGIC, 1, 0, n)
+    view[24:_ONE_FRAME_AT] = bytes(_ONE_FRAME_AT - 24)
+    view[_ONE_FRAME_AT:_ONE_FRAME_AT + n] = bufs[0]
+
+
+def _read_message(view):
+    """The frames of a message (views into view), as frames.parse."""
+    if view.nbytes >= _ONE_FRAME_AT:
+        magic, count, flags, n = _ONE_FRAME.unpack_from(view, 0)
+        if magic == _frames.MAGIC and count == 1 and flags == 0 and \
+                n == view.nbytes - _ONE_FRAME_AT:
+            return [view[_ONE_FRAME_AT:].toreadonly()]
+    return _frames.parse(view)
+
+
+def _check_name(name):
+    if (not isinstance(name, str) or not 1 <= len(name) <= 32
+            or not all(c.isascii() and (c.isalnum() or c in "_-") for c in name)):
+        raise InvalidRequest("EINVAL", "Queue name %r: names are 1 to 32 of A-Z, a-z, 0-9, "
+                             "'_' and '-'." % (name,))
+    return name
+
+
+def _map_queue(reply, fds):
+    """Map the queue descriptor queue_open passed; returns (mmap, size). The
+    descriptors are closed here."""
+    try:
+        size = reply.get("size")
+        if type(size) is not int or size < HEADER_PAGE:
+            raise ProtocolError("EPROTO", "shmbrokerd's queue_open reply lacks a valid "
+                                "\"size\".")
+        if not fds:
+            raise ProtocolError("EPROTO", "shmbrokerd's queue_open reply carried no queue "
+                                "descriptor.")
+        st = os.fstat(fds[0])
+        if st.st_size < size:
+            raise ProtocolError("EPROTO", "The queue descriptor has %d bytes; queue_open "
+                                "said %d." % (st.st_size, size))
+        return mmap.mmap(fds[0], size, flags=mmap.MAP_SHARED,
+                         prot=mmap.PROT_READ | mmap.PROT_WRITE), size
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+@dataclasses.dataclass
+class Handle:
+    """What a reader needs to join a queue: picklable, from
+    MessageQueue.export_handle(). ``local_reader_ranks`` as vLLM's Handle;
+    ``buffer_handle`` is (n_reader, max_chunk_bytes, max_chunks, queue name)
+    as vLLM's ring's; the daemon and pool are named by socket_path and pool."""
+
+    local_reader_ranks: List[int] = dataclasses.field(default_factory=list)
+    buffer_handle: Optional[tuple] = None
+    name: str = ""
+    socket_path: str = ""
+    pool: Optional[str] = None
+
+
+class MessageQueue:
+    """vLLM's broadcast MessageQueue (shm_broadcast.py) over shmbrokerd.
+
+    The writer makes it:
+
+        mq = MessageQueue(n_reader=4, n_local_reader=4)
+        handle = mq.export_handle()        # send it to the readers
+        mq.wait_until_ready()
+        mq.enqueue(obj)                    # or mq.broadcast_object(obj)
+
+    and each reader joins with ``MessageQueue.create_from_handle(handle,
+    rank)``, calls wait_until_ready() and then dequeue() (or
+    broadcast_object()) once per message.
+
+    Arguments as vLLM's: n_reader, n_local_reader (default n_reader),
+    local_reader_ranks (default 0..n_local_reader-1; a rank's seat is its
+    index there), max_chunk_bytes (the slot size; larger messages go as
+    store objects instead of vLLM's ZeroMQ socket) and max_chunks (slots).
+    connect_ip is accepted and ignored, and so are remote readers: every
+    reader must be on this host (create_from_handle refuses a rank outside
+    local_reader_ranks). Keywords: name (the queue's, default a fresh
+    "mq-<pid>-<hex>"), socket_path and pool (of the daemon to use), or
+    client (a shmbroker.Client of this process to use and leave open; the
+    queue's membership is its connection, so it must outlive the queue).
+
+    The queue is created "temporary": the daemon deletes it once its writer
+    and every reader have left. Differences from vLLM that code may see:
+    shutdown() shuts the queue down for every member (vLLM's stops only the
+    caller's waits); a reader whose writer is gone gets EndOfQueue (an
+    EOFError) once it has read everything; a dead reader no longer holds
+    the writer back. Timeouts are in seconds (None: for ever) and raise
+    shmbroker.Timeout, a TimeoutError; a queue shut down raises Cancelled,
+    a RuntimeError("cancelled: ..."). One thread per MessageQueue, except
+    shutdown(), which any thread may call.
+    """
+
+    def __init__(self, n_reader, n_local_reader=None, local_reader_ranks=None,
+                 max_chunk_bytes=10 * 1024 * 1024, max_chunks=10, connect_ip=None, *,
+                 name=None, socket_path=None, pool=None, client=None):
+        if n_local_reader is None:
+            n_local_reader = n_reader
+        if local_reader_ranks is None:
+            local_reader_ranks = list(range(n_local_reader))
+        elif len(local_reader_ranks) != n_local_reader:
+            raise ValueError("local_reader_ranks has %d ranks for %d local readers."
+                             % (len(local_reader_ranks), n_local_reader))
+        if not 1 <= n_local_reader <= SEATS_MAX:
+            raise ValueError("A queue has 1 to %d local readers, not %d (readers on other "
+                             "hosts are not supported)." % (SEATS_MAX, n_local_reader))
+        self._init_common()
+        self.n_reader = n_reader
+        self.n_local_reader = n_local_reader
+        self.local_reader_ranks = list(local_reader_ranks)
+        self.max_chunk_bytes = max_chunk_bytes
+        self.max_chunks = max_chunks
+        self.name = _check_name(name) if name is not None else \
+            "mq-%d-%s" % (os.getpid(), secrets.token_hex(4))
+        self._is_writer = True
+        self._connect(client, socket_path, pool, "mq %s writer" % self.name)
+        try:
+            self.client._call({"op": "queue_create", "name": self.name,
+                               "seats": n_local_reader, "slots": max_chunks,
+                               "slot_size": max_chunk_bytes, "temporary": True})
+            self._open({"op": "queue_open", "name": self.name, "role": "writer"}, None)
+        except BaseException:
+            self.close()
+            raise
+        self.handle = Handle(local_reader_ranks=list(self.local_reader_ranks),
+                             buffer_handle=(n_reader, max_chunk_bytes, max_chunks, self.name),
+                             name=self.name, socket_path=self.client.socket_path,
+                             pool=self.client.pool)
+
+    def _init_common(self):
+        self.client = None
+        self._own_client = False
+        self._area = None
+        self._role = None
+        self.closed = False
+        self.local_reader_rank = -1
+        self.shutting_down = False
+
+    def _connect(self, client, socket_path, pool, who):
+        if client is not None:
+            self.client = client
+        else:
+            self.client = Client(socket_path, name=who, pool=pool, populate=False)
+            self._own_client = True
+
+    def _open(self, req, seat):
+        reply, fds = self.client._call_fds(req)
+        self._role = req.get("role"), seat
+        mm, size = _map_queue(reply, fds)
+        epoch = reply.get("epoch")
+        if seat is not None and type(epoch) is not int:
+            mm.close()
+            raise ProtocolError("EPROTO", "shmbrokerd's queue_open reply lacks the seat's "
+                                "\"epoch\".")
+        try:
+            self._area = _Area(mm, size, seat=seat, epoch=epoch or 0)
+        except BaseException:
+            mm.close()
+            raise
+        return reply
+
+    @property
+    def is_writer(self):
+        return self._is_writer
+
+    def export_handle(self):
+        """The Handle readers pass to create_from_handle (picklable)."""
+        return self.handle
+
+    @staticmethod
+    def create_from_handle(handle, rank, *, client=None):
+        """Join the queue of handle as the reader of rank: its seat is rank's
+        index in handle.local_reader_ranks; it reads from the next message
+        published. client: a Client of this process to use (default a new
+        one, closed by close())."""
+        if rank not in handle.local_reader_ranks:
+            raise Unsupported("ENOSYS", "Rank %r is not among the local readers %r: readers "
+                              "on other hosts are not supported by shmbroker's MessageQueue."
+                              % (rank, handle.local_reader_ranks))
+        self = MessageQueue.__new__(MessageQueue)
+        self._init_common()
+        n_reader, max_chunk_bytes, max_chunks, name = handle.buffer_handle
+        self.n_reader = n_reader
+        self.n_local_reader = len(handle.local_reader_ranks)
+        self.local_reader_ranks = list(handle.local_reader_ranks)
+        self.max_chunk_bytes = max_chunk_bytes
+        self.max_chunks = max_chunks
+        self.name = handle.name
+        self.handle = handle
+        self._is_writer = False
+        self.local_reader_rank = handle.local_reader_ranks.index(rank)
+        self._connect(client, handle.socket_path, handle.pool,
+                      "mq %s reader %s" % (self.name, rank))
+        try:
+            self._open({"op": "queue_open", "name": self.name, "role": "reader",
+                        "seat": self.local_reader_rank}, self.local_reader_rank)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __repr__(self):
+        return "<shmbroker.MessageQueue %s %s%s>" % (
+            self.name, "writer" if self._is_writer else "reader seat %d" % self.local_reader_rank,
+            " closed" if self.closed else "")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+        return False
+
+    def _live_area(self):
+        if self._area is None:
+            raise ConnectionLost("ENOTCONN", "This MessageQueue is closed.")
+        return self._area
+
+    def wait_until_ready(self, timeout=None):
+        """The writer: wait until every reader seat is taken; a reader: until
+        the queue has a writer (or has messages). Messages published before
+        a seat is taken never reach it, which is why vLLM calls this on
+        every member before the first message. Raises Timeout, Cancelled."""
+        area = self._live_area()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = _READY_POLL_S[0]
+        while True:
+            state = area.state()
+            if state == QUEUE_SHUTDOWN:
+                raise _cancelled()
+            if self._is_writer:
+                live = area.live_seats()
+                if live == area.seats:
+                    return
+                what = "%d of %d reader seats are taken" % (live, area.seats)
+            else:
+                if area.writer_live() or area.published() or state != QUEUE_OPEN:
+                    return
+                what = "the queue has no writer"
+            if deadline is not None and time.monotonic() >= deadline:
+                raise Timeout("ETIMEDOUT", "Not ready in %g s: %s." % (timeout, what))
+            time.sleep(pause if deadline is None else
+                       max(0.0, min(pause, deadline - time.monotonic())))
+            pause = min(pause * 2, _READY_POLL_S[1])
+
+    def enqueue(self, obj, timeout=None):
+        """Send obj to every reader: pickled (protocol 5, out-of-band buffers
+        written in place) into the next slot, or into a store object when it
+        does not fit one. Waits (timeout in seconds, None: for ever) while
+        the slowest live reader has not read the message that last used the
+        slot. Raises Timeout, Cancelled, ConnectionLost (EPIPE: this writer
+        was removed), and for a message larger than a slot what alloc()
+        raises (NoSpace when the pool has no room for it now)."""
+        if not self._is_writer:
+            raise InvalidRequest("EINVAL", "Only the writer can enqueue; this is reader seat "
+                                 "%d." % self.local_reader_rank)
+        area = self._live_area()
+        bufs = pickle_frames(obj)
+        total = _message_size(bufs)
+        payload, old_flags, old_seq = area.reserve(timeout)
+        try:
+            n = area.head
+            if old_flags == SLOT_OBJECT and n >= area.slots and old_seq == n - area.slots:
+                # Every live reader is done with that message (the slot is
+                # free): its object goes, once, even if this one fails.
+                area.forget_slot()
+                self.client.delete(self._object_key(old_seq), noreply=True)
+            if total <= area.slot_size:
+                _write_message(payload[:total], bufs)
+                area.publish(SLOT_INLINE, total)
+                return
+            key = self._object_key(n)
+            a = self.client.alloc(key, total, readers=area.live_seats())
+            try:
+                _write_message(a.view, bufs)
+            except BaseException:
+                a.abort()
+                raise
+            a.commit()
+            raw = key.encode()
+            payload[:len(raw)] = raw
+            area.publish(SLOT_OBJECT, len(raw), total)
+        finally:
+            payload.release()
+            area._reserved = False
+
+    def _object_key(self, seq):
+        return "q/%s/%d" % (self.name, seq)
+
+    def dequeue(self, timeout=None):
+        """The next message, unpickled (it owns its memory: nothing points
+        into the queue afterwards). Waits (timeout in seconds, None: for
+        ever) until the writer publishes it. Raises Timeout, Cancelled,
+        EndOfQueue (the writer is gone and everything it sent was read),
+        ConnectionLost (ENOTCONN: this seat was dropped)."""
+        if self._is_writer:
+            raise InvalidRequest("EINVAL", "Only readers can dequeue; this is the writer.")
+        area = self._live_area()
+        flags, payload, aux = area.dequeue(timeout)
+        try:
+            if flags == SLOT_INLINE:
+                views = _read_message(payload)
+                try:
+                    return unpickle_frames(views, copy=True)
+                finally:
+                    for v in views:
+                        v.release()
+            return self._read_object(bytes(payload), aux)
+        finally:
+            payload.release()
+            area.done()
+
+    def _read_object(self, raw, size):
+        """A message sent as a store object: pinned, read in place, released."""
+        try:
+            key = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _corrupt("an overflow slot's key is not UTF-8") from None
+        if not key.startswith("q/%s/" % self.name):
+            raise _corrupt("an overflow slot names key %r, not one of this queue's" % key)
+        pin = self.client.get(key)
+        try:
+            if pin.size != size:
+                raise _corrupt("overflow object %s has %d bytes; its slot says %d"
+                               % (key, pin.size, size))
+            return unpickle_frames(pin.frames, copy=True)
+        finally:
+            pin.release(noreply=True)
+
+    def broadcast_object(self, obj=None):
+        """The writer enqueues obj and returns it; a reader returns the next
+        message (vLLM's)."""
+        if self._is_writer:
+            self.enqueue(obj)
+            return obj
+        return self.dequeue()
+
+    def shutdown(self):
+        """Shut the queue down for every member: each wait (enqueue, dequeue,
+        wait_until_ready), now or later, raises Cancelled. Idempotent; any
+        thread may call it, even while this queue's thread waits."""
+        self.shutting_down = True
+        req = {"op": "queue_shutdown", "name": self.name}
+        try:
+            self.client._call(req)
+        except ShmBrokerError as e:
+            if e.code not in ("EBUSY", "ECHILD", "ENOTCONN", "ECONNRESET"):
+                raise
+            # This queue's thread is in a call on the client (or it is
+            # gone): say it on a connection of our own.
+            with Client(self.client.socket_path, pool=self.client.pool,
+                        name="mq %s shutdown" % self.name) as c:
+                c._call(req)
+
+    def close(self):
+        """Leave the queue (queue_close of this member's role), unmap it and
+        close the client it made. A reader's seat becomes free; the writer's
+        leaving is the end of the queue for its readers."""
+        if self.closed:
+            return
+        self.closed = True
+        client, self.client = self.client, None
+        try:
+            if self._role is not None and client is not None and not client.closed:
+                role, seat = self._role
+                req = {"op": "queue_close", "name": self.name, "role": role}
+                if seat is not None:
+                    req["seat"] = seat
+                try:
+                    client._call(req)
+                except ShmBrokerError:
+                    pass  # the connection is gone, and the role with it
+        finally:
+            if self._area is not None:
+                self._area.close()
+                self._area = None
+            if self._own_client and client is not None:
+                client.close()
