@@ -75,7 +75,8 @@ CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c daemon/queue.c $(CORE_SRC)
-LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c
+LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
+               client/queue.c
 CTL_SRC     := client/shmbrokerctl.c
 
 OBJ = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
