@@ -153,6 +153,8 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              test_ids test_many test_ctl_output test_hostile_rw test_idle test_config \
              test_fork test_threads test_library test_pools \
              soak test_cases test_frames test_sizing test_backings
+# Broadcast queues through the library: forked writers and readers.
+E2E_TESTS += test_queues
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)
