@@ -759,7 +759,8 @@ static void test_reader_killed(void **state)
 
 /* The writer SIGKILLed after publishing 40 messages (some overflow
  * objects), none read yet: both readers still get all 40, in order, then
- * end of queue (EPIPE); queue_list says writer_gone. */
+ * end of queue (EPIPE); queue_list says writer_gone. A new writer deletes
+ * the overflow objects the dead one left. */
 static void test_writer_killed(void **state)
 {
     struct h_fix *f = *state;
@@ -778,6 +779,7 @@ static void test_writer_killed(void **state)
                           .hold = 1,
                           .messages = KILL_MESSAGES};
     struct shared *out[2] = {shared_new(), shared_new()};
+    shmb_queue_t *w;
     pid_t pr[2], pw;
     int i, overflow = 0;
 
@@ -814,6 +816,12 @@ static void test_writer_killed(void **state)
     printf("after the writer's SIGKILL both readers drained %d messages (%d overflow) "
            "and got EPIPE\n",
            KILL_MESSAGES, overflow);
+    /* The objects the dead writer left are the next writer's to delete,
+     * now that every reader has read them. */
+    assert_int_equal(overflow_objects(c, "kw"), overflow);
+    w = open_q(c, "kw", SHMB_QUEUE_WRITER);
+    ok(c, shmb_queue_close(w));
+    assert_int_equal(overflow_objects(c, "kw"), 0);
     h_signal_close(&wr.ready);
     shared_free(wr.out);
     shmb_close(c);
