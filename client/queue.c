@@ -39,9 +39,10 @@ struct shmb_queue {
     void *map;
     size_t map_size;
     struct shmb_q q;
-    /* The writer: the object reserved and not yet published. */
+    /* The writer: the length reserved, and the object reserved and not
+     * yet published. */
+    size_t res_len;
     bool obj_reserved;
-    size_t obj_len;
     char obj_key[QUEUE_KEY_MAX];
     /* The writer: the messages published as objects and not yet deleted,
      * oldest first (a ring of objs_cap). */
@@ -469,12 +470,15 @@ static int queue_reserve_object(shmb_queue_t *q, size_t len, void **buf, int tim
         rc = client_alloc(c, key, len, readers, &ptr);
     }
     client_leave(c);
-    if (rc < 0)
+    if (rc < 0) {
+        /* No object: the slot holds nothing to publish. */
+        q->q.reserved = false;
         return rc;
+    }
     memcpy(slot, key, strlen(key));
     memcpy(q->obj_key, key, sizeof(key));
     q->obj_reserved = true;
-    q->obj_len = len;
+    q->res_len = len;
     *buf = ptr;
     return 0;
 }
@@ -504,9 +508,11 @@ int shmb_queue_reserve(shmb_queue_t *q, size_t len, void **buf, int timeout_ms)
             shmb_error_clear(&c->err);
         }
     }
-    if (len <= q->q.slot_size)
-        return shmb_q_reserve(&q->q, len, buf, timeout_ms, &c->err);
-    return queue_reserve_object(q, len, buf, timeout_ms);
+    if (len > q->q.slot_size)
+        return queue_reserve_object(q, len, buf, timeout_ms);
+    if ((rc = shmb_q_reserve(&q->q, len, buf, timeout_ms, &c->err)) == 0)
+        q->res_len = len;
+    return rc;
 }
 
 int shmb_queue_publish(shmb_queue_t *q, size_t len)
@@ -518,20 +524,23 @@ int shmb_queue_publish(shmb_queue_t *q, size_t len)
     shmb_error_clear(&c->err);
     if (q->seat != SHMB_QUEUE_WRITER)
         return queue_wrong_role(q, "shmb_queue_publish");
+    if (q->q.reserved && len > q->res_len)
+        return shmb_error_set(&c->err, -EMSGSIZE,
+                              "shmb_queue_publish: %zu bytes, but %zu were reserved.", len,
+                              q->res_len);
     if (!q->obj_reserved)
         return shmb_q_publish(&q->q, len, &c->err);
-    if (len > q->obj_len)
-        return shmb_error_set(&c->err, -EMSGSIZE,
-                              "shmb_queue_publish: %zu bytes, but %zu were reserved.",
-                              len, q->obj_len);
     if ((rc = client_enter(c)) < 0)
         return rc;
     /* Committed before the slot is published: a reader's get must find it. */
     rc = client_key_op(c, SHMB_OP_COMMIT, q->obj_key, NULL);
     client_leave(c);
     q->obj_reserved = false;
-    if (rc < 0)
+    if (rc < 0) {
+        /* The slot holds a key, not a message: it must not go out. */
+        q->q.reserved = false;
         return rc;
+    }
     /* Untracked when out of memory: the daemon deletes it with the queue. */
     (void)queue_objs_push(q, seq);
     return shmb_q_publish_object(&q->q, strlen(q->obj_key), len, &c->err);

@@ -1155,9 +1155,9 @@ static int pin_holder(void *arg)
         pause();
 }
 
-/* Calls on the wrong role, a publish without reserve, two reserves before
- * a publish (inline and overflow: the first is dropped, its object
- * aborted), bad seats and names, a second writer, a read-only connection,
+/* Calls on the wrong role, a publish without reserve or longer than it, two
+ * reserves before a publish (inline and overflow: the first is dropped, its
+ * object aborted), bad seats and names, a second writer, a read-only connection,
  * a close after the role was left another way, and a reader SIGKILLed while
  * it holds an overflow object pinned: errors, never a hang; nothing is left
  * pinned, pending or behind. */
@@ -1210,6 +1210,14 @@ static void test_careless_use(void **state)
     assert_int_equal(len, 8);
     assert_memory_equal(data, "bbbbbbbb", 8);
     fails(c, shmb_queue_dequeue(r, &data, &len, 0), -ETIMEDOUT, NULL);
+    /* No more than was reserved goes out. */
+    ok(c, shmb_queue_reserve(w, 4, &buf, 0));
+    memcpy(buf, "dddd", 4);
+    fails(c, shmb_queue_publish(w, 5), -EMSGSIZE, NULL);
+    ok(c, shmb_queue_publish(w, 4));
+    ok(c, shmb_queue_dequeue(r, &data, &len, 0));
+    assert_int_equal(len, 4);
+    assert_memory_equal(data, "dddd", 4);
     /* The same with overflow objects: the first is aborted. */
     ok(c, shmb_queue_reserve(w, 1000, &buf, 0));
     memset(buf, 'c', 1000);
