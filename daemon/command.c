@@ -775,16 +775,23 @@ static int cmd_queue_close(struct command_call *call)
     return command_set(call, "closed", json_integer(closed));
 }
 
-/* queue_shutdown: end every member's wait with ECANCELED; idempotent. */
-static int cmd_queue_shutdown(struct command_call *call)
+/* The queue a request whose only field is "name" names. */
+static int command_queue_arg(struct command_call *call, struct queue **q)
 {
     const char *name;
     size_t len;
+    int rc = command_unpack(call, "{s:s%}", "name", &name, &len);
+
+    return rc < 0 ? rc : command_queue(call, name, len, q);
+}
+
+/* queue_shutdown: end every member's wait with ECANCELED; idempotent. */
+static int cmd_queue_shutdown(struct command_call *call)
+{
     struct queue *q;
     int rc;
 
-    if ((rc = command_unpack(call, "{s:s%}", "name", &name, &len)) < 0 ||
-        (rc = command_queue(call, name, len, &q)) < 0)
+    if ((rc = command_queue_arg(call, &q)) < 0)
         return rc;
     queue_shutdown(&call->env->queues, q);
     return 0;
@@ -793,13 +800,10 @@ static int cmd_queue_shutdown(struct command_call *call)
 /* queue_delete: a queue nobody holds goes now. */
 static int cmd_queue_delete(struct command_call *call)
 {
-    const char *name;
-    size_t len;
     struct queue *q;
     int rc;
 
-    if ((rc = command_unpack(call, "{s:s%}", "name", &name, &len)) < 0 ||
-        (rc = command_queue(call, name, len, &q)) < 0)
+    if ((rc = command_queue_arg(call, &q)) < 0)
         return rc;
     return queue_delete(&call->env->queues, q, &call->err);
 }

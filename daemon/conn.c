@@ -259,9 +259,9 @@ static bool conn_unread_check(struct conn *conn, uint64_t now_ms)
     return false;
 }
 
-/* Send the pending replies (the hello reply last) with the segment's
- * descriptor attached, in one sendmsg: libuv's uv_write2 cannot pass an
- * arbitrary descriptor. Only safe while nothing else is queued. */
+/* Send the pending replies (the hello or queue_open reply last) with fd
+ * attached, in one sendmsg: libuv's uv_write2 cannot pass an arbitrary
+ * descriptor. Only safe while nothing else is queued. */
 static int conn_send_fd(struct conn *conn, int fd)
 {
     uv_os_fd_t sock;
@@ -363,7 +363,8 @@ static void conn_on_writable(uv_poll_t *poll, int status, int events)
 }
 
 /* Send this batch's output, the hello reply last, with the segment's
- * descriptor; or hold it until the socket has room. 0 when sent, 1 when
+ * descriptor (a queue_open reply: the queue's, conn->pass_fd); or hold it
+ * until the socket has room. 0 when sent, 1 when
  * held, a libuv error when the connection must be dropped. */
 static int conn_pass_fd(struct conn *conn)
 {

@@ -1,8 +1,8 @@
 /*
  * Client connections: read, frame lines (bounded), hand each line to the
  * command layer, write replies (one write per readable batch), pass the
- * segment's descriptor with the hello reply, and release everything the
- * client held when it goes. The set of connections keeps what they share:
+ * segment's descriptor with the hello reply (a queue's with the queue_open
+ * reply), and release everything the client held when it goes. The set of connections keeps what they share:
  * the turns left over, the hello and unread-output deadlines. Knows nothing
  * about the listening socket (server.c opens connections and hears back
  * through a callback) or the store's internals.

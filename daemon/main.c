@@ -243,6 +243,7 @@ static void daemon_reload_pools(struct daemon *d, const struct config *next)
         log_info("SIGHUP: pool '%s' removed (it was empty); segment %s removed", p->cfg.name,
                  p->seg.path);
         daemon_unkeep_memfd(d, p);
+        queue_drop_pool(&d->env.queues, p); /* none: a pool with queues stays */
         pool_close(p, false);
         pool_free(p);
     }

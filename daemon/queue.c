@@ -603,6 +603,7 @@ void queue_restore_header(struct queue *q)
 
 void queue_status(const struct queue *q, struct queue_status *out)
 {
+    uint32_t count[SHMB_SEAT_DEAD + 1] = {0};
     struct shmb_q_stats st;
     uint64_t next;
     uint32_t s;
@@ -618,24 +619,21 @@ void queue_status(const struct queue *q, struct queue_status *out)
     out->blocker = -1;
     /* The seats as the daemon knows them; how far behind, as the area says. */
     for (s = 0; s < q->seats; s++) {
-        switch (q->seat[s].state) {
-        case SHMB_SEAT_LIVE:
-            out->live++;
-            next = atomic_load_explicit(&q->q.seat[s].next, memory_order_relaxed);
-            out->behind[s] = next < st.head ? st.head - next : 0;
-            if (out->behind[s] > out->depth || (out->blocker < 0 && out->behind[s] > 0)) {
-                out->depth = out->behind[s];
-                out->blocker = (int32_t)s;
-            }
-            break;
-        case SHMB_SEAT_DEAD:
-            out->dead++;
-            break;
-        default:
-            out->free++;
-            break;
+        uint32_t state = q->seat[s].state;
+
+        count[state <= SHMB_SEAT_DEAD ? state : SHMB_SEAT_FREE]++;
+        if (state != SHMB_SEAT_LIVE)
+            continue;
+        next = atomic_load_explicit(&q->q.seat[s].next, memory_order_relaxed);
+        out->behind[s] = next < st.head ? st.head - next : 0;
+        if (out->behind[s] > out->depth || (out->blocker < 0 && out->behind[s] > 0)) {
+            out->depth = out->behind[s];
+            out->blocker = (int32_t)s;
         }
     }
+    out->live = count[SHMB_SEAT_LIVE];
+    out->dead = count[SHMB_SEAT_DEAD];
+    out->free = count[SHMB_SEAT_FREE];
     /* Only a seat that holds the writer back is its blocker. */
     if (out->blocker >= 0 && !(out->depth >= q->slots || out->writer_waiting))
         out->blocker = -1;
