@@ -526,8 +526,8 @@ int shmb_queue_publish(shmb_queue_t *q, size_t len)
         return queue_wrong_role(q, "shmb_queue_publish");
     if (q->q.reserved && len > q->res_len)
         return shmb_error_set(&c->err, -EMSGSIZE,
-                              "shmb_queue_publish: %zu bytes, but %zu were reserved.", len,
-                              q->res_len);
+                              "shmb_queue_publish: %zu bytes, but %zu were reserved.",
+                              len, q->res_len);
     if (!q->obj_reserved)
         return shmb_q_publish(&q->q, len, &c->err);
     if ((rc = client_enter(c)) < 0)
