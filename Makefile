@@ -75,7 +75,8 @@ CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c daemon/queue.c $(CORE_SRC)
-LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c
+LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
+               client/queue.c
 CTL_SRC     := client/shmbrokerctl.c
 
 OBJ = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -157,6 +158,8 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              test_ids test_many test_ctl_output test_hostile_rw test_idle test_config \
              test_fork test_threads test_library test_pools \
              soak test_cases test_frames test_sizing test_backings test_queue_ops
+# Broadcast queues through the library: forked writers and readers.
+E2E_TESTS += test_queues
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)

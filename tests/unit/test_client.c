@@ -4,7 +4,8 @@
  * with a scripted reply, and passes a memfd holding a segment header as the
  * segment's descriptor. What the library makes of what a daemon says (the
  * reports field by field, a reply out of step, a reply in pieces, a
- * descriptor too many) is checked without a real daemon.
+ * descriptor too many, a queue's descriptor missing or unlike what its
+ * reply says) is checked without a real daemon.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -27,6 +28,7 @@
 
 #include "../../client/shmbroker.h"
 #include "../../proto/layout.h"
+#include "../../proto/queue.h"
 #include "../../proto/sock.h"
 
 #define SEG_SIZE 8192
@@ -53,6 +55,8 @@ struct fake {
     int dials;         /* connections to serve, one after the other (reconnects) */
     const struct step *steps; /* played on the last connection */
     size_t nsteps;
+    int step_fd;       /* >= 0: passed with the reply of step step_fd_at */
+    size_t step_fd_at;
     pthread_t thread;
     char error[256];   /* what went wrong in the thread, "" when nothing */
     char last[1024];   /* the last request line received */
@@ -188,6 +192,11 @@ static void fake_serve(struct fake *f, int fd, int dial, bool last)
             goto out;
         fake_fill(s->reply, id + s->id_delta, line, sizeof(line));
         len = strlen(line);
+        if (f->step_fd >= 0 && i == f->step_fd_at) {
+            if (shmb_sock_send_fd(fd, line, len, f->step_fd) != (ssize_t)len)
+                fake_fail(f, "cannot send step %zu's reply with its descriptor", i);
+            continue;
+        }
         if (!s->split) {
             fake_write(fd, line, len);
             continue;
@@ -223,11 +232,11 @@ static void *fake_run(void *arg)
     return NULL;
 }
 
-/* Start a fake daemon that answers hello with hello (NULL: HELLO_REPLY),
- * dials times, and plays steps[0..n) on the last connection; extra: also
- * pass a second descriptor with the hello reply. */
-static struct fake *fake_start_ex(const char *hello, int dials, const struct step *steps,
-                                  size_t n, bool extra)
+/* A fake daemon, not started yet (fake_go), that answers hello with hello
+ * (NULL: HELLO_REPLY), dials times, and plays steps[0..n) on the last
+ * connection; extra: also pass a second descriptor with the hello reply. */
+static struct fake *fake_new(const char *hello, int dials, const struct step *steps,
+                             size_t n, bool extra)
 {
     struct fake *f = calloc(1, sizeof(*f));
     struct sockaddr_un sun;
@@ -248,8 +257,22 @@ static struct fake *fake_start_ex(const char *hello, int dials, const struct ste
     assert_true(dials >= 1 && dials <= (int)(sizeof(f->hellos) / sizeof(f->hellos[0])));
     f->steps = steps;
     f->nsteps = n;
+    f->step_fd = -1;
+    return f;
+}
+
+/* Start the fake daemon's thread. */
+static struct fake *fake_go(struct fake *f)
+{
     assert_int_equal(pthread_create(&f->thread, NULL, fake_run, f), 0);
     return f;
+}
+
+/* Start a fake daemon: fake_new's, at once. */
+static struct fake *fake_start_ex(const char *hello, int dials, const struct step *steps,
+                                  size_t n, bool extra)
+{
+    return fake_go(fake_new(hello, dials, steps, n, extra));
 }
 
 /* Start a fake daemon that will play steps[0..n); extra: also pass a second
@@ -267,6 +290,8 @@ static void fake_stop(struct fake *f)
     close(f->seg_fd);
     if (f->extra_fd >= 0)
         close(f->extra_fd);
+    if (f->step_fd >= 0)
+        close(f->step_fd);
     unlink(f->path);
     rmdir(f->dir);
     if (f->error[0] != '\0')
@@ -805,6 +830,219 @@ static void test_extra_descriptor(void **state)
     fake_stop(f);
 }
 
+/* ---- queues ------------------------------------------------------------- */
+
+/* The geometry of the fake's queue: 2 seats, 4 slots of 64 bytes. */
+#define Q_SIZE 8704
+#define Q_OPEN_REPLY(seats, epoch, size)                                                 \
+    "{\"ok\":true,\"name\":\"q\",\"pool\":\"p\",\"role\":\"reader\",\"seat\":1,"         \
+    "\"epoch\":" #epoch ",\"seats\":" #seats ",\"slots\":4,\"slot_size\":64,"            \
+    "\"size\":" #size ",\"id\":@ID}"
+#define Q_CLOSE_REPLY "{\"ok\":true,\"closed\":1,\"id\":@ID}"
+
+/* A memfd holding a queue area of the fake's geometry, formatted, with
+ * seat 1 taken once (epoch 1), as the daemon leaves it for a reader. */
+static int queue_memfd(void)
+{
+    size_t size = shmb_q_size(2, 4, 64);
+    int fd = memfd_create("fake-queue", MFD_CLOEXEC);
+    struct shmb_q q;
+    void *p;
+
+    assert_int_equal(size, Q_SIZE);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)size), 0);
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    assert_true(p != MAP_FAILED);
+    assert_int_equal(shmb_q_format(p, size, "q", 2, 4, 64, NULL), 0);
+    assert_int_equal(shmb_q_attach(&q, p, size, NULL), 0);
+    shmb_q_seat_take(&q, 1);
+    munmap(p, size);
+    return fd;
+}
+
+/* Open reader seat 1 of the fake's queue, answered with reply and (pass)
+ * the queue's descriptor; then a queue_close is expected. The handle, or
+ * NULL with the call's code in *rc. */
+static shmb_queue_t *open_fake_queue(struct fake **f, shmb_t **c,
+                                     const struct step *steps, bool pass, int *rc)
+{
+    shmb_queue_t *q = (shmb_queue_t *)1;
+
+    *f = fake_new(NULL, 1, steps, 2, false);
+    if (pass) {
+        (*f)->step_fd = queue_memfd();
+        (*f)->step_fd_at = 0;
+    }
+    fake_go(*f);
+    *c = connect_to(*f);
+    *rc = shmb_queue_open(*c, "q", 1, &q);
+    return q;
+}
+
+/* Proves that a reader's queue_open maps the descriptor that comes with the
+ * reply and takes the seat at the epoch it says: the seat, the slot size,
+ * a wait that times out, the seat's request in queue_close; and that the
+ * epoch is checked: one the area does not hold is a seat taken since. */
+static void test_queue_open(void **state)
+{
+    static const struct step steps[] = {
+        {"queue_open", Q_OPEN_REPLY(2, 1, 8704), 0, false},
+        {"queue_close", Q_CLOSE_REPLY, 0, false}};
+    static const struct step stale[] = {
+        {"queue_open", Q_OPEN_REPLY(2, 7, 8704), 0, false},
+        {"queue_close", Q_CLOSE_REPLY, 0, false}};
+    struct fake *f;
+    shmb_t *c;
+    shmb_queue_t *q;
+    const void *data;
+    size_t len;
+    int rc, before = open_fds();
+
+    (void)state;
+    q = open_fake_queue(&f, &c, steps, true, &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(f->last, "\"role\":\"reader\""));
+    assert_non_null(strstr(f->last, "\"seat\":1"));
+    assert_int_equal(shmb_queue_seat(q), 1);
+    assert_int_equal(shmb_queue_slot_size(q), 64);
+    assert_int_equal(shmb_queue_dequeue(q, &data, &len, 0), -ETIMEDOUT);
+    assert_int_equal(shmb_queue_close(q), 0);
+    assert_non_null(strstr(f->last, "\"op\":\"queue_close\""));
+    assert_non_null(strstr(f->last, "\"seat\":1"));
+    shmb_close(c);
+    fake_stop(f);
+    /* The queue's descriptor was closed once mapped. */
+    assert_int_equal(open_fds(), before);
+
+    q = open_fake_queue(&f, &c, stale, true, &rc);
+    assert_int_equal(rc, 0);
+    assert_int_equal(shmb_queue_dequeue(q, &data, &len, 0), -ENOTCONN);
+    assert_int_equal(shmb_queue_close(q), 0);
+    shmb_close(c);
+    fake_stop(f);
+}
+
+/* Proves that a queue_open reply the library cannot trust (no descriptor,
+ * a descriptor smaller than the size it says, an area of another geometry)
+ * fails with -EPROTO saying why, hands out no handle, and gives the seat
+ * back with queue_close. */
+static void test_queue_open_refused(void **state)
+{
+    static const struct step none[] = {{"queue_open", Q_OPEN_REPLY(2, 1, 8704), 0, false},
+                                       {"queue_close", Q_CLOSE_REPLY, 0, false}};
+    static const struct step big[] = {
+        {"queue_open", Q_OPEN_REPLY(2, 1, 1048576), 0, false},
+        {"queue_close", Q_CLOSE_REPLY, 0, false}};
+    static const struct step other[] = {
+        {"queue_open", Q_OPEN_REPLY(3, 1, 8704), 0, false},
+        {"queue_close", Q_CLOSE_REPLY, 0, false}};
+    static const struct {
+        const struct step *steps;
+        bool pass;
+        const char *why;
+    } cases[] = {{none, false, "no descriptor"},
+                 {big, true, "smaller than the 1048576 bytes"},
+                 {other, true, "not what queue_open said"}};
+    struct fake *f;
+    shmb_t *c;
+    shmb_queue_t *q;
+    size_t i;
+    int rc;
+
+    (void)state;
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        q = open_fake_queue(&f, &c, cases[i].steps, cases[i].pass, &rc);
+        assert_int_equal(rc, -EPROTO);
+        assert_null(q);
+        if (strstr(shmb_errmsg(c), cases[i].why) == NULL)
+            fail_msg("case %zu: %s", i, shmb_errmsg(c));
+        assert_non_null(strstr(f->last, "\"op\":\"queue_close\""));
+        assert_non_null(strstr(f->last, "\"seat\":1"));
+        shmb_close(c);
+        fake_stop(f);
+    }
+}
+
+/* Proves that shmb_queue_list returns every field of every queue and seat,
+ * a writer and a blocker of null included. */
+static void test_queue_list_every_field(void **state)
+{
+    static const struct step steps[] = {
+        {"queue_list",
+         "{\"ok\":true,\"queues\":[{\"name\":\"a\",\"pool\":\"p\",\"seats\":2,"
+         "\"slots\":4,\"slot_size\":64,\"size\":8704,\"temporary\":true,"
+         "\"state\":\"open\",\"messages\":9,\"depth\":4,\"seats_live\":1,"
+         "\"seats_dead\":1,\"seats_free\":0,\"writer\":{\"client\":3,\"pid\":33,"
+         "\"name\":\"w\"},\"writer_waiting\":true,\"readers_waiting\":1,"
+         "\"blocker\":{\"seat\":0,\"client\":4,\"pid\":44,\"name\":\"slow\","
+         "\"behind\":4},\"seat_list\":[{\"seat\":0,\"state\":\"live\",\"client\":4,"
+         "\"pid\":44,\"name\":\"slow\",\"behind\":4},{\"seat\":1,\"state\":\"dead\","
+         "\"client\":5,\"pid\":55,\"name\":\"gone\",\"behind\":2}]},"
+         "{\"name\":\"b\",\"pool\":\"p2\",\"seats\":1,\"slots\":2,\"slot_size\":128,"
+         "\"size\":8448,\"temporary\":false,\"state\":\"shutdown\",\"messages\":0,"
+         "\"depth\":0,\"seats_live\":0,\"seats_dead\":0,\"seats_free\":1,"
+         "\"writer\":null,\"writer_waiting\":false,\"readers_waiting\":0,"
+         "\"blocker\":null,\"seat_list\":[{\"seat\":0,\"state\":\"free\","
+         "\"client\":null,\"pid\":null,\"name\":null,\"behind\":0}]}],\"id\":@ID}",
+         0, false}};
+    struct fake *f = fake_start(steps, 1, false);
+    shmb_t *c = connect_to(f);
+    shmb_queue_list_t *l = NULL;
+    const shmb_queue_info_t *a, *b;
+
+    (void)state;
+    assert_int_equal(shmb_queue_list(c, &l), 0);
+    assert_int_equal(l->count, 2);
+    a = &l->queues[0];
+    b = &l->queues[1];
+    assert_string_equal(a->name, "a");
+    assert_string_equal(a->pool, "p");
+    assert_int_equal(a->seats, 2);
+    assert_int_equal(a->slots, 4);
+    assert_int_equal(a->slot_size, 64);
+    assert_int_equal(a->size, 8704);
+    assert_int_equal(a->temporary, 1);
+    assert_string_equal(a->state, "open");
+    assert_int_equal(a->messages, 9);
+    assert_int_equal(a->depth, 4);
+    assert_int_equal(a->seats_live, 1);
+    assert_int_equal(a->seats_dead, 1);
+    assert_int_equal(a->seats_free, 0);
+    assert_int_equal(a->has_writer, 1);
+    assert_int_equal(a->writer_client, 3);
+    assert_int_equal(a->writer_pid, 33);
+    assert_string_equal(a->writer_name, "w");
+    assert_int_equal(a->writer_waiting, 1);
+    assert_int_equal(a->readers_waiting, 1);
+    assert_int_equal(a->blocker_seat, 0);
+    assert_int_equal(a->blocker_client, 4);
+    assert_int_equal(a->blocker_pid, 44);
+    assert_string_equal(a->blocker_name, "slow");
+    assert_int_equal(a->blocker_behind, 4);
+    assert_int_equal(a->nseats, 2);
+    assert_int_equal(a->seat_list[1].seat, 1);
+    assert_string_equal(a->seat_list[1].state, "dead");
+    assert_int_equal(a->seat_list[1].client, 5);
+    assert_int_equal(a->seat_list[1].pid, 55);
+    assert_string_equal(a->seat_list[1].name, "gone");
+    assert_int_equal(a->seat_list[1].behind, 2);
+    assert_string_equal(b->name, "b");
+    assert_string_equal(b->pool, "p2");
+    assert_int_equal(b->temporary, 0);
+    assert_string_equal(b->state, "shutdown");
+    assert_int_equal(b->has_writer, 0);
+    assert_int_equal(b->writer_pid, -1);
+    assert_int_equal(b->blocker_seat, -1);
+    assert_int_equal(b->nseats, 1);
+    assert_string_equal(b->seat_list[0].state, "free");
+    assert_int_equal(b->seat_list[0].pid, -1);
+    assert_string_equal(b->seat_list[0].name, "");
+    shmb_queue_list_free(l);
+    shmb_close(c);
+    fake_stop(f);
+}
+
 /* Proves that proto/sock refuses a socket path that does not fit sun_path
  * (one byte short of it fits), and that sending with a descriptor on a full
  * socket says -EAGAIN rather than blocking, as the daemon's loop needs. */
@@ -857,6 +1095,9 @@ int main(void)
         cmocka_unit_test(test_wrong_id),
         cmocka_unit_test(test_split_reply),
         cmocka_unit_test(test_extra_descriptor),
+        cmocka_unit_test(test_queue_open),
+        cmocka_unit_test(test_queue_open_refused),
+        cmocka_unit_test(test_queue_list_every_field),
         cmocka_unit_test(test_sock_helpers),
     };
 
