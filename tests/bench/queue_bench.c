@@ -934,6 +934,18 @@ static void usage(FILE *out)
             RING_SLOT_SIZE);
 }
 
+/* The index of arg among names[0..n), or -1 (said on stderr). */
+static int lookup(const char *flag, const char *const *names, int n, const char *arg)
+{
+    int i;
+
+    for (i = 0; i < n; i++)
+        if (strcmp(arg, names[i]) == 0)
+            return i;
+    fprintf(stderr, "shmb-queue-bench: unknown %s '%s'\n", flag, arg);
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -949,28 +961,19 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int ch;
-    size_t i;
+    int ch, k;
 
     while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (ch) {
         case 'i':
-            for (i = 0; i < 4 && strcmp(optarg, impl_names[i]) != 0; i++)
-                ;
-            if (i == 4) {
-                fprintf(stderr, "shmb-queue-bench: unknown --impl '%s'\n", optarg);
+            if ((k = lookup("--impl", impl_names, 4, optarg)) < 0)
                 return 2;
-            }
-            opt.impl = (enum impl)i;
+            opt.impl = (enum impl)k;
             break;
         case 'r':
-            for (i = 0; i < 3 && strcmp(optarg, run_names[i]) != 0; i++)
-                ;
-            if (i == 3) {
-                fprintf(stderr, "shmb-queue-bench: unknown --run '%s'\n", optarg);
+            if ((k = lookup("--run", run_names, 3, optarg)) < 0)
                 return 2;
-            }
-            opt.run = (enum run)i;
+            opt.run = (enum run)k;
             break;
         case 's': opt.socket = optarg; break;
         case 'z':
