@@ -341,6 +341,168 @@ int shmb_request(shmb_t *c, const char *request, char **reply);
  * sends only its own names. */
 const char *shmb_strerror(int code);
 
+/* ---- Broadcast queues (PROTOCOL.md, "Queues") -----------------------------
+ *
+ * One writer, up to 64 reader seats, a ring of slots: every reader reads
+ * every message, in order. A queue lives in the daemon (shmb_queue_create)
+ * and belongs to the pool of the connection that created it; its slots and
+ * flags are a memory area of their own that every member maps read-write,
+ * so a message costs no round trip: the writer fills a slot in place and
+ * publishes it, readers read it in place, and both sides wait on a futex of
+ * the area (a short spin first; no CPU while idle). Membership is the
+ * connection: a reader whose connection closes (exit, crash, SIGKILL) stops
+ * being waited for at once, and the writer's closing is the end of the
+ * queue for its readers once they have read what it published.
+ *
+ * A message longer than the slot size goes as an object of the pool (key
+ * "q/<queue>/<seq>", awaiting one read per live seat) referenced from the
+ * slot: shmb_queue_reserve and shmb_queue_dequeue then cost a round trip or
+ * two, and the bytes still never cross the socket.
+ *
+ * Every call returns 0 or a negative errno with its message in
+ * shmb_errmsg(c) of the connection the queue was opened on. The data path's
+ * errors: -ETIMEDOUT (the wait timed out), -ECANCELED (the queue was shut
+ * down), -EPIPE (end of queue: the writer is gone and every message it
+ * published has been read), -ENOTCONN (this reader's seat was dropped or
+ * given to another), -EIO (the area is corrupt). Timeouts are in
+ * milliseconds: -1 waits for ever, 0 not at all.
+ *
+ * A queue handle belongs to the process and the connection that opened it:
+ * use it in one thread at a time, do not use it in a child of fork(), and
+ * close it before its connection (shmb_close). Its calls write the
+ * connection's error; those that go to the daemon (create, open, close,
+ * shutdown, delete, and the overflow messages) are refused with -EBUSY
+ * while another thread's call runs on the connection. The others (a
+ * message within the slot size) never touch the connection, so several
+ * queue handles of one connection may move such messages in several
+ * threads (each then relies on the returned code: the message in
+ * shmb_errmsg is the connection's, shared). */
+typedef struct shmb_queue shmb_queue_t;
+
+#define SHMB_QUEUE_TEMPORARY 1u /* deleted once its writer and last live reader are gone */
+#define SHMB_QUEUE_WRITER (-1)   /* shmb_queue_open's seat: the writer role */
+#define SHMB_QUEUE_ANY_SEAT (-2) /* a reader at the lowest free or dead seat */
+
+/* Create the queue name (1 to 32 of A-Z, a-z, 0-9, '_', '-') in the
+ * connection's pool: seats reader seats (1..64), slots slots (2..65536; 0:
+ * 10) of slot_size bytes (64..1 GiB; 0: 10 MiB). The daemon reserves the
+ * area now (-ENOMEM when the host's memory cannot hold it). The same
+ * geometry existing already is not an error; another is -EEXIST. flags:
+ * 0 or SHMB_QUEUE_TEMPORARY. */
+int shmb_queue_create(shmb_t *c, const char *name, uint32_t seats, uint64_t slots,
+                      uint64_t slot_size, unsigned flags);
+
+/* Open name as its writer (seat SHMB_QUEUE_WRITER), as reader seat k
+ * (0..seats-1, which must be free or dead), or as a reader at the lowest
+ * free or dead seat (SHMB_QUEUE_ANY_SEAT); maps the queue. A reader starts
+ * at the next message published. *q gets the handle (close it with
+ * shmb_queue_close), NULL on failure: -ENOENT (no such queue in this pool),
+ * -EBUSY (the writer role or the seat is held; the message names the
+ * holder), -ECANCELED (shut down), -EPERM (a read-only connection). A
+ * connection may hold several roles, of several queues. */
+int shmb_queue_open(shmb_t *c, const char *name, int seat, shmb_queue_t **q);
+
+/* The seat q reads (SHMB_QUEUE_WRITER for the writer), and its slots'
+ * payload size (a message up to it goes in the slot). */
+int shmb_queue_seat(const shmb_queue_t *q);
+size_t shmb_queue_slot_size(const shmb_queue_t *q);
+
+/* Writer, zero-copy: wait (timeout_ms) until the next slot is free and point
+ * *buf at len bytes to fill, then shmb_queue_publish. len up to the slot
+ * size: *buf is in the slot. Longer: an object of len bytes is allocated in
+ * the pool (shmb_set_alloc_wait applies; -ENOSPC, -E2BIG as shmb_alloc) and
+ * *buf is in the segment. *buf is valid until the publish; a second reserve
+ * before it replaces the first (whose bytes are dropped). */
+int shmb_queue_reserve(shmb_queue_t *q, size_t len, void **buf, int timeout_ms);
+
+/* Writer: publish the first len bytes of the reserved buffer (len up to the
+ * reserve's) as the next message; readers blocked on the queue wake.
+ * -EINVAL without a reservation. */
+int shmb_queue_publish(shmb_queue_t *q, size_t len);
+
+/* Writer, copying: reserve len bytes, copy data, publish. */
+int shmb_queue_enqueue(shmb_queue_t *q, const void *data, size_t len, int timeout_ms);
+
+/* Reader: wait (timeout_ms) for the next message and point *data at its len
+ * bytes, in place (read-only): in the slot, or for a message longer than a
+ * slot in the pool's segment (pinned). The pointer is valid until
+ * shmb_queue_done or the next dequeue, which calls it first: until then the
+ * writer may not reuse the slot, so finish promptly. -EINVAL on the writer's
+ * handle. */
+int shmb_queue_dequeue(shmb_queue_t *q, const void **data, size_t *len, int timeout_ms);
+
+/* Reader: finished with the message dequeued last (nothing if none): its
+ * slot may be reused and its object's pin is released (without waiting for
+ * the daemon). */
+void shmb_queue_done(shmb_queue_t *q);
+
+/* Wait (timeout_ms) until the queue is ready to use: for the writer, until
+ * every seat has a live reader; for a reader, until a writer has it open.
+ * -ETIMEDOUT, -ECANCELED. It looks every millisecond or so: a start-up
+ * call, not a data path. */
+int shmb_queue_wait_ready(shmb_queue_t *q, int timeout_ms);
+
+/* Leave the queue (the writer's leaving is the end of the queue for its
+ * readers, once drained; a reader's seat becomes free), unmap it and free
+ * q, whatever the daemon answers: its error is returned (-ECONNRESET when
+ * the connection was lost: the role went with it). NULL does nothing. */
+int shmb_queue_close(shmb_queue_t *q);
+
+/* Shut name down: every member's wait ends with -ECANCELED, and so does
+ * every later open. Idempotent. */
+int shmb_queue_shutdown(shmb_t *c, const char *name);
+
+/* Delete name: -EBUSY while a writer or a live reader holds it. Members
+ * keep their mappings until they close. */
+int shmb_queue_delete(shmb_t *c, const char *name);
+
+/* One seat of a shmb_queue_info_t. Strings are owned by the list. */
+typedef struct shmb_queue_seat_info {
+    uint32_t seat;
+    const char *state; /* "live", "dead" or "free" */
+    int64_t client;    /* the holder's client id, pid and name (a dead seat: */
+    int64_t pid;       /* of the connection that died); -1, -1, "" when none */
+    const char *name;
+    uint64_t behind; /* messages published that it has not read */
+} shmb_queue_seat_info_t;
+
+/* One queue as queue_list shows it (PROTOCOL.md). Strings are owned by the
+ * list. */
+typedef struct shmb_queue_info {
+    const char *name, *pool;
+    uint32_t seats;
+    uint64_t slots, slot_size, size;
+    int temporary;
+    const char *state; /* "open", "writer_gone" or "shutdown" */
+    uint64_t messages; /* published since creation */
+    uint64_t depth;    /* published, not yet read by the slowest live seat */
+    uint32_t seats_live, seats_dead, seats_free;
+    int has_writer;
+    int64_t writer_client, writer_pid;
+    const char *writer_name;
+    int writer_waiting;
+    uint32_t readers_waiting;
+    /* The slowest live seat while it holds the writer back, else -1. */
+    int blocker_seat;
+    int64_t blocker_client, blocker_pid;
+    const char *blocker_name;
+    uint64_t blocker_behind;
+    size_t nseats;
+    const shmb_queue_seat_info_t *seat_list; /* nseats of them */
+} shmb_queue_info_t;
+
+/* What shmb_queue_list returns: queues[0..count), in creation order. */
+typedef struct shmb_queue_list {
+    size_t count;
+    const shmb_queue_info_t *queues;
+    void *reply; /* the library's */
+} shmb_queue_list_t;
+
+/* Every queue of every pool of the daemon. *out gets the list (free it with
+ * shmb_queue_list_free), NULL on failure. */
+int shmb_queue_list(shmb_t *c, shmb_queue_list_t **out);
+void shmb_queue_list_free(shmb_queue_list_t *list);
+
 #ifdef __cplusplus
 }
 #endif

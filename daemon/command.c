@@ -26,6 +26,7 @@ struct command_call {
     bool has_extent;        /* the success reply carries offset and size */
     struct store_extent extent;
     struct line text;       /* a batch's reply, written out, left open for "id" */
+    int fd;                 /* COMMAND_SEND_FD: a queue's descriptor, -1: the segment's */
     bool final_try;         /* a waiting alloc's last chance */
     uint64_t wait_until_ms; /* a waiting alloc's deadline, 0 before it waits */
     struct shmb_error err;
@@ -522,6 +523,8 @@ static int command_pool_stats(const struct command_env *env, const struct pool *
     return 0;
 }
 
+static json_t *command_queues_json(const struct command_env *env);
+
 /* stats: every pool in "pools", each looked at once (the host's memory
  * read once for all memfd pools); the connection's pool's fields again at
  * the top level, with every connection in "clients". */
@@ -563,7 +566,9 @@ static int cmd_stats(struct command_call *call)
         goto nomem;
     json_object_del(reply, "backing");
     json_object_del(reply, "group");
-    return command_set(call, "pools", pools);
+    if (command_set(call, "pools", pools) < 0)
+        return call->err.code;
+    return command_set(call, "queues", command_queues_json(call->env));
 
 nomem:
     json_decref(pools);
@@ -602,6 +607,301 @@ static int cmd_clients(struct command_call *call)
         }
     }
     return command_set(call, "clients", list);
+}
+
+/* The queue called name in this client's pool: -ENOENT listing the pool's
+ * queues when there is none. */
+static int command_queue(struct command_call *call, const char *name, size_t len,
+                         struct queue **out)
+{
+    char names[QUEUE_MAX * (QUEUE_NAME_MAX + 2) + 8];
+    int rc;
+
+    if ((rc = queue_check_name(name, len, &call->err)) < 0)
+        return rc;
+    *out = queue_find(&call->env->queues, call->client->pool, name);
+    if (*out != NULL)
+        return 0;
+    queue_names(&call->env->queues, call->client->pool, names, sizeof(names));
+    return shmb_error_set(&call->err, -ENOENT,
+                          "No queue '%s' in pool '%s'; its queues are: %s. Create it "
+                          "first (queue_create).",
+                          name, call->client->pool->cfg.name, names);
+}
+
+/* A member as queue.c keeps it: this client. */
+static void command_member(const struct command_client *cl, struct queue_member *who)
+{
+    memset(who, 0, sizeof(*who));
+    who->client = cl->id;
+    who->pid = cl->pid;
+    snprintf(who->name, sizeof(who->name), "%s", cl->name);
+}
+
+/* queue_create: make the queue in this client's pool, or find the same. */
+static int cmd_queue_create(struct command_call *call)
+{
+    const char *name;
+    size_t len;
+    json_int_t seats = 0, slots = QUEUE_DEFAULT_SLOTS, slot_size = QUEUE_DEFAULT_SLOT_SIZE;
+    int temporary = 0, rc;
+    bool created;
+    struct queue *q;
+
+    if ((rc = command_unpack(call, "{s:s%, s:I, s?I, s?I, s?b}", "name", &name, &len,
+                             "seats", &seats, "slots", &slots, "slot_size", &slot_size,
+                             "temporary", &temporary)) < 0 ||
+        (rc = queue_check_name(name, len, &call->err)) < 0 ||
+        (rc = command_check_range(call, "seats", seats, 1, SHMB_QUEUE_SEATS_MAX)) < 0 ||
+        (rc = command_check_range(call, "slots", slots, SHMB_QUEUE_SLOTS_MIN,
+                                  SHMB_QUEUE_SLOTS_MAX)) < 0 ||
+        (rc = command_check_range(call, "slot_size", slot_size, SHMB_QUEUE_SLOT_SIZE_MIN,
+                                  (json_int_t)SHMB_QUEUE_SLOT_SIZE_MAX)) < 0)
+        return rc;
+    if ((rc = queue_create(&call->env->queues, call->client->pool, name, (uint32_t)seats,
+                           (uint64_t)slots, (uint64_t)slot_size, temporary != 0, &q, &created,
+                           &call->err)) < 0)
+        return rc;
+    if ((rc = command_set(call, "name", json_string(q->name))) < 0 ||
+        (rc = command_set(call, "pool", json_string(q->pool->cfg.name))) < 0 ||
+        (rc = command_set(call, "seats", json_integer(q->seats))) < 0 ||
+        (rc = command_set(call, "slots", json_integer((json_int_t)q->slots))) < 0 ||
+        (rc = command_set(call, "slot_size", json_integer((json_int_t)q->slot_size))) < 0 ||
+        (rc = command_set(call, "size", json_integer((json_int_t)q->size))) < 0 ||
+        (rc = command_set(call, "temporary", json_boolean(q->temporary))) < 0)
+        return rc;
+    return command_set(call, "created", json_boolean(created));
+}
+
+/* queue_open: take the writer role or a reader seat, and pass the queue's
+ * descriptor with the reply. */
+static int cmd_queue_open(struct command_call *call)
+{
+    const char *name, *role;
+    size_t len;
+    json_int_t seat = -1;
+    struct queue_member who;
+    struct queue *q;
+    uint32_t taken = 0;
+    uint64_t epoch = 0;
+    unsigned roles;
+    bool writer;
+    int rc;
+
+    if ((rc = command_unpack(call, "{s:s%, s:s, s?I}", "name", &name, &len, "role", &role,
+                             "seat", &seat)) < 0)
+        return rc;
+    if (strcmp(role, "writer") != 0 && strcmp(role, "reader") != 0)
+        return shmb_error_set(&call->err, -EINVAL,
+                              "\"role\" must be \"writer\" or \"reader\", not \"%.32s\".", role);
+    writer = role[0] == 'w';
+    if (writer && json_object_get(call->req, "seat") != NULL)
+        return shmb_error_set(&call->err, -EINVAL,
+                              "\"seat\" is for readers; the writer has none. Leave it out.");
+    if (json_object_get(call->req, "seat") != NULL &&
+        (rc = command_check_range(call, "seat", seat, 0, SHMB_QUEUE_SEATS_MAX - 1)) < 0)
+        return rc;
+    if ((rc = command_queue(call, name, len, &q)) < 0)
+        return rc;
+    if ((roles = queue_roles_of(&call->env->queues, call->client)) >= QUEUE_MAX_ROLES)
+        return shmb_error_set(&call->err, -EMFILE,
+                              "This connection holds %u queue roles, the most one may "
+                              "(%d). Close some (queue_close), or open more connections.",
+                              roles, QUEUE_MAX_ROLES);
+    command_member(call->client, &who);
+    /* A member may have scribbled the header: the new one attaches to a
+     * sound one. */
+    queue_restore_header(q);
+    rc = writer ? queue_open_writer(q, call->client, &who, &call->err)
+                : queue_open_reader(q, (int)seat, call->client, &who, &taken, &epoch,
+                                    &call->err);
+    if (rc < 0)
+        return rc;
+    if ((rc = command_set(call, "name", json_string(q->name))) < 0 ||
+        (rc = command_set(call, "pool", json_string(q->pool->cfg.name))) < 0 ||
+        (rc = command_set(call, "role", json_string(role))) < 0 ||
+        (rc = command_set(call, "seat", json_integer(writer ? -1 : (json_int_t)taken))) < 0 ||
+        (rc = command_set(call, "epoch", json_integer((json_int_t)epoch))) < 0 ||
+        (rc = command_set(call, "seats", json_integer(q->seats))) < 0 ||
+        (rc = command_set(call, "slots", json_integer((json_int_t)q->slots))) < 0 ||
+        (rc = command_set(call, "slot_size", json_integer((json_int_t)q->slot_size))) < 0 ||
+        (rc = command_set(call, "size", json_integer((json_int_t)q->size))) < 0) {
+        /* No reply, no role: the client would not know it holds one. */
+        unsigned closed;
+
+        queue_close_roles(&call->env->queues, q, call->client,
+                          writer ? QUEUE_ROLE_WRITER : QUEUE_ROLE_READER,
+                          writer ? -1 : (int)taken, &closed, NULL);
+        return rc;
+    }
+    call->flags |= COMMAND_SEND_FD;
+    call->fd = q->fd;
+    return 0;
+}
+
+/* queue_close: leave roles this connection holds on a queue. */
+static int cmd_queue_close(struct command_call *call)
+{
+    const char *name, *role = NULL;
+    size_t len;
+    json_int_t seat = -1;
+    enum queue_role which = QUEUE_ROLE_ANY;
+    bool has_seat;
+    struct queue *q;
+    unsigned closed = 0;
+    int rc;
+
+    if ((rc = command_unpack(call, "{s:s%, s?s, s?I}", "name", &name, &len, "role", &role,
+                             "seat", &seat)) < 0)
+        return rc;
+    has_seat = json_object_get(call->req, "seat") != NULL;
+    if (role != NULL && strcmp(role, "writer") != 0 && strcmp(role, "reader") != 0)
+        return shmb_error_set(&call->err, -EINVAL,
+                              "\"role\" must be \"writer\" or \"reader\", not \"%.32s\".", role);
+    if (role != NULL)
+        which = role[0] == 'w' ? QUEUE_ROLE_WRITER : QUEUE_ROLE_READER;
+    if (has_seat && which == QUEUE_ROLE_WRITER)
+        return shmb_error_set(&call->err, -EINVAL,
+                              "\"seat\" is for readers; the writer has none. Leave it out.");
+    if (has_seat) {
+        which = QUEUE_ROLE_READER;
+        if ((rc = command_check_range(call, "seat", seat, 0, SHMB_QUEUE_SEATS_MAX - 1)) < 0)
+            return rc;
+    }
+    if ((rc = command_queue(call, name, len, &q)) < 0 ||
+        (rc = queue_close_roles(&call->env->queues, q, call->client, which, (int)seat,
+                                &closed, &call->err)) < 0)
+        return rc;
+    return command_set(call, "closed", json_integer(closed));
+}
+
+/* queue_shutdown: end every member's wait with ECANCELED; idempotent. */
+static int cmd_queue_shutdown(struct command_call *call)
+{
+    const char *name;
+    size_t len;
+    struct queue *q;
+    int rc;
+
+    if ((rc = command_unpack(call, "{s:s%}", "name", &name, &len)) < 0 ||
+        (rc = command_queue(call, name, len, &q)) < 0)
+        return rc;
+    queue_shutdown(&call->env->queues, q);
+    return 0;
+}
+
+/* queue_delete: a queue nobody holds goes now. */
+static int cmd_queue_delete(struct command_call *call)
+{
+    const char *name;
+    size_t len;
+    struct queue *q;
+    int rc;
+
+    if ((rc = command_unpack(call, "{s:s%}", "name", &name, &len)) < 0 ||
+        (rc = command_queue(call, name, len, &q)) < 0)
+        return rc;
+    return queue_delete(&call->env->queues, q, &call->err);
+}
+
+/* {"client","pid","name"} of a member. */
+static json_t *command_member_json(const struct queue_member *who)
+{
+    return json_pack("{s:I, s:I, s:s}", "client", (json_int_t)who->client, "pid",
+                     (json_int_t)who->pid, "name", who->name);
+}
+
+/* One queue as queue_list and stats show it; a new reference, NULL when
+ * memory ran out. */
+static json_t *command_queue_json(const struct queue *q)
+{
+    static const char *const seat_state[] = {"free", "live", "dead"};
+    struct queue_status st;
+    json_t *obj, *seats;
+    uint32_t s;
+
+    queue_status(q, &st);
+    if ((seats = json_array()) == NULL)
+        return NULL;
+    for (s = 0; s < q->seats; s++) {
+        const struct queue_seat *seat = &q->seat[s];
+        bool who = seat->state != SHMB_SEAT_FREE;
+
+        if (json_array_append_new(
+                seats, json_pack("{s:I, s:s, s:o, s:o, s:o, s:I}", "seat", (json_int_t)s,
+                                 "state", seat_state[seat->state <= 2 ? seat->state : 0],
+                                 "client",
+                                 who ? json_integer((json_int_t)seat->who.client) : json_null(),
+                                 "pid", who ? json_integer((json_int_t)seat->who.pid) : json_null(),
+                                 "name", who ? json_string(seat->who.name) : json_null(),
+                                 "behind", (json_int_t)st.behind[s])) != 0) {
+            json_decref(seats);
+            return NULL;
+        }
+    }
+    obj = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:b, s:s, s:I, s:I, s:I, s:I, s:I, "
+                    "s:o, s:b, s:I}",
+                    "name", q->name, "pool", q->pool->cfg.name, "seats", (json_int_t)q->seats,
+                    "slots", (json_int_t)q->slots, "slot_size", (json_int_t)q->slot_size,
+                    "size", (json_int_t)q->size, "temporary", q->temporary, "state", st.state,
+                    "messages", (json_int_t)st.messages, "depth", (json_int_t)st.depth,
+                    "seats_live", (json_int_t)st.live, "seats_dead", (json_int_t)st.dead,
+                    "seats_free", (json_int_t)st.free, "writer",
+                    q->writer != NULL ? command_member_json(&q->writer_who) : json_null(),
+                    "writer_waiting", st.writer_waiting, "readers_waiting",
+                    (json_int_t)st.readers_waiting);
+    if (obj == NULL) {
+        json_decref(seats);
+        return NULL;
+    }
+    if (st.blocker >= 0) {
+        const struct queue_seat *b = &q->seat[st.blocker];
+
+        if (json_object_set_new(obj, "blocker",
+                                json_pack("{s:I, s:I, s:I, s:s, s:I}", "seat",
+                                          (json_int_t)st.blocker, "client",
+                                          (json_int_t)b->who.client, "pid",
+                                          (json_int_t)b->who.pid, "name", b->who.name,
+                                          "behind", (json_int_t)st.behind[st.blocker])) != 0) {
+            json_decref(seats);
+            json_decref(obj);
+            return NULL;
+        }
+    } else if (json_object_set_new(obj, "blocker", json_null()) != 0) {
+        json_decref(seats);
+        json_decref(obj);
+        return NULL;
+    }
+    if (json_object_set_new(obj, "seat_list", seats) != 0) {
+        json_decref(obj);
+        return NULL;
+    }
+    return obj;
+}
+
+/* Every queue of every pool, in creation order; a new reference, NULL when
+ * memory ran out. */
+static json_t *command_queues_json(const struct command_env *env)
+{
+    const struct queue *q;
+    json_t *list = json_array();
+
+    if (list == NULL)
+        return NULL;
+    TAILQ_FOREACH(q, &env->queues.list, link)
+        if (json_array_append_new(list, command_queue_json(q)) != 0) {
+            json_decref(list);
+            return NULL;
+        }
+    return list;
+}
+
+/* queue_list: every queue of every pool. */
+static int cmd_queue_list(struct command_call *call)
+{
+    if (command_unpack(call, "{}") < 0)
+        return call->err.code;
+    return command_set(call, "queues", command_queues_json(call->env));
 }
 
 static int cmd_batch(struct command_call *call);
@@ -643,7 +943,7 @@ static int command_dispatch(struct command_call *call, json_t *req, bool in_batc
     const struct shmb_op_info *op =
         json_is_string(name) ? command_find(json_string_value(name)) : NULL;
     int id = op != NULL ? (int)(op - shmb_ops) : -1;
-    char names[160];
+    char names[320];
 
     call->req = req;
     call->op = op;
@@ -809,6 +1109,7 @@ static int cmd_batch(struct command_call *call)
         int written;
 
         memset(&subcall, 0, sizeof(subcall));
+        subcall.fd = -1;
         subcall.env = call->env;
         subcall.client = call->client;
         if (!json_is_object(sub)) {
@@ -888,6 +1189,7 @@ static void command_finish(struct command_call *call, int rc, json_t *id,
 {
     memset(out, 0, sizeof(*out));
     out->flags = call->flags;
+    out->fd = call->fd;
     if (rc == -EINPROGRESS)
         command_park(call, id, out);
     else if (call->noreply)
@@ -927,6 +1229,7 @@ void command_execute(struct command_env *env, struct command_client *client,
     int rc;
 
     memset(&call, 0, sizeof(call));
+    call.fd = -1;
     call.env = env;
     call.client = client;
     req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -958,6 +1261,7 @@ void command_retry(struct command_env *env, struct command_client *client,
     int rc;
 
     memset(&call, 0, sizeof(call));
+    call.fd = -1;
     call.env = env;
     call.client = client;
     call.final_try = final;
@@ -1022,11 +1326,14 @@ void command_env_init(struct command_env *env)
 {
     memset(env, 0, sizeof(*env));
     TAILQ_INIT(&env->client_list);
+    queue_set_init(&env->queues, "shmbroker");
+    env->next_client_id = 1;
 }
 
 void command_client_open(struct command_env *env, struct command_client *client)
 {
     client->connected_unix = (uint64_t)time(NULL);
+    client->id = env->next_client_id++;
     TAILQ_INSERT_HEAD(&env->client_list, client, link);
     client->listed = true;
     env->clients++;
@@ -1034,6 +1341,9 @@ void command_client_open(struct command_env *env, struct command_client *client)
 
 void command_client_close(struct command_env *env, struct command_client *client)
 {
+    /* Its seats die and its writer roles go at once: the writer stops
+     * waiting for a reader that is gone, readers see the end. */
+    queue_owner_gone(&env->queues, client);
     if (client->pool != NULL) {
         store_holder_free(client->pool->store, client->holder);
         client->pool->clients--;

@@ -17,6 +17,7 @@
 #include "../proto/protocol.h"
 #include "clock.h"
 #include "pool.h"
+#include "queue.h"
 #include "store.h"
 
 /* Per-connection caps; hitting one is an EDQUOT reply naming it. */
@@ -41,6 +42,8 @@ struct command_env {
     uint64_t noreply_errors; /* errors of "noreply" requests: logged, not sent */
     size_t max_reply; /* a list reply's byte cap when below COMMAND_LIST_MAX_REPLY
                          (--max-queued-output, set by the connection); 0: none */
+    struct queue_set queues; /* the broadcast queues of every pool */
+    uint64_t next_client_id; /* the number the next connection gets, from 1 */
 };
 
 /* One client's protocol state, kept by its connection. */
@@ -59,10 +62,12 @@ struct command_client {
                       owned by whoever fills them in (the connection) */
     size_t n_groups;
     uint64_t connected_unix; /* wall-clock seconds, for listing */
+    uint64_t id;             /* its number in this daemon's life, from 1 */
 };
 
 enum command_flag {
-    COMMAND_SEND_FD = 1, /* attach the segment's descriptor to this reply */
+    COMMAND_SEND_FD = 1, /* attach a descriptor to this reply: fd, or the
+                            segment's when fd is -1 */
     COMMAND_CLOSE = 2,   /* close the connection after this reply */
     COMMAND_SILENT = 4,  /* "noreply": nothing to send */
     COMMAND_WAIT = 8,    /* an alloc waits for space: retry wait_request later */
@@ -75,6 +80,9 @@ struct command_result {
                                COMMAND_WAIT) or memory ran out; the caller
                                frees text.buf with shmb_free */
     unsigned flags;         /* enum command_flag */
+    int fd;                 /* COMMAND_SEND_FD: a queue's descriptor, borrowed
+                               (valid until the next request of this client
+                               runs); -1: the segment's */
     json_t *wait_request;   /* COMMAND_WAIT: the request to retry; the caller owns it */
     uint64_t wait_until_ms; /* COMMAND_WAIT: when the wait ends (clock_now_ms) */
 };
@@ -132,8 +140,8 @@ void command_client_open(struct command_env *env, struct command_client *client)
  * there is none. For tests and the fuzzer. */
 json_t *command_result_json(const struct command_result *res);
 
-/* Drop everything client holds in the store (pins, pending allocs) and
- * unregister it. */
+/* Drop everything client holds in the store (pins, pending allocs) and in
+ * queues (its seats die, its writer roles go) and unregister it. */
 void command_client_close(struct command_env *env, struct command_client *client);
 
 

@@ -80,6 +80,8 @@ static void conn_on_close(uv_handle_t *handle)
     struct conn_set *set = conn->set;
 
     set->count--;
+    if (conn->pass_fd >= 0)
+        close(conn->pass_fd);
     shmb_free(conn->client.groups);
     shmb_free(conn->in);
     shmb_free(conn->out.buf);
@@ -367,20 +369,30 @@ static int conn_pass_fd(struct conn *conn)
 {
     /* Read-only clients get a descriptor that cannot be mapped for writing. */
     const struct segment *seg = &conn->client.pool->seg;
-    int rc = conn_send_fd(conn, conn->client.read_only ? seg->ro_fd : seg->fd);
+    bool queue = conn->pass_fd >= 0;
+    int rc = conn_send_fd(conn, queue                     ? conn->pass_fd
+                                : conn->client.read_only ? seg->ro_fd
+                                                         : seg->fd);
 
     if (rc == UV_EAGAIN && (rc = conn_hold_hello(conn)) == 0)
         return 1;
+    if (queue) {
+        /* Sent, or never to be: the duplicate is not needed any more. */
+        close(conn->pass_fd);
+        conn->pass_fd = -1;
+    }
     if (rc < 0) {
         /* Dropped, not closed gracefully: a graceful close would flush the
          * hello reply without its descriptor. */
-        log_warn("client pid %d: cannot pass the segment descriptor: %s; "
+        log_warn("client pid %d: cannot pass the %s descriptor: %s; "
                  "disconnecting it",
-                 (int)conn->client.pid, uv_strerror(rc));
+                 (int)conn->client.pid, queue ? "queue's" : "segment", uv_strerror(rc));
         return rc;
     }
     /* Sent: the poll for room (and its dup) is not needed any more. */
     conn_watch_free(conn);
+    if (queue)
+        return 0;
     log_info("client pid %d uid %d (%s, %s) connected", (int)conn->client.pid,
              (int)conn->client.uid, conn_name(conn),
              conn->client.read_only ? "read-only" : "read-write");
@@ -430,6 +442,18 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
     if ((res->flags & COMMAND_SEND_FD) && conn->reset) {
         conn->out.len = 0; /* the client is gone: no descriptor to pass */
         return res->flags & COMMAND_CLOSE ? CONN_STEP_CLOSE : CONN_STEP_NEXT;
+    }
+    if ((res->flags & COMMAND_SEND_FD) && res->fd >= 0) {
+        /* A queue's descriptor, borrowed: a duplicate of it waits with the
+         * reply, since the queue may go before the reply can be sent. */
+        if (conn->pass_fd >= 0)
+            close(conn->pass_fd);
+        if ((conn->pass_fd = fcntl(res->fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+            log_warn("client pid %d: cannot duplicate a queue's descriptor: %s; "
+                     "disconnecting it",
+                     (int)conn->client.pid, strerror(errno));
+            return CONN_STEP_DROP;
+        }
     }
     if ((res->flags & COMMAND_SEND_FD) &&
         uv_stream_get_write_queue_size((uv_stream_t *)&conn->pipe) != 0) {
@@ -829,6 +853,7 @@ int conn_open(struct conn_set *set, int fd, pid_t pid, uid_t uid, gid_t gid)
         close(fd);
         return UV_ENOMEM;
     }
+    conn->pass_fd = -1;
     if ((rc = uv_pipe_init(set->loop, &conn->pipe, 0)) < 0) {
         close(fd);
         shmb_free(conn);

@@ -44,6 +44,8 @@ struct conn {
     struct line out;   /* replies of this batch, not yet written */
     struct line hello; /* CONN_HELLO_HELD: output held until the hello reply can
                           carry the descriptor */
+    int pass_fd;       /* the queue descriptor the held reply carries (a
+                          duplicate this connection owns); -1: the segment's */
     uint64_t connected_ms; /* for --hello-timeout */
     bool paused;     /* reading stopped: the input buffer is full while it waits */
     bool eof;        /* the client sent all it will send: run what is buffered,

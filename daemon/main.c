@@ -90,7 +90,7 @@ static void daemon_counts(const struct daemon *d, struct store_stats *sum)
 }
 
 /* STATUS= line for systemctl status: occupancy, objects, clients, of every
- * pool together. */
+ * pool together, and the queues. */
 static void daemon_on_status(uv_timer_t *timer)
 {
     struct daemon *d = timer->data;
@@ -101,11 +101,11 @@ static void daemon_on_status(uv_timer_t *timer)
 
     if (d->pools.n > 1)
         snprintf(pools, sizeof(pools), " in %u pools", d->pools.n);
-    notify_send("STATUS=%llu%% used (%s of %s%s), %llu objects, %u clients",
+    notify_send("STATUS=%llu%% used (%s of %s%s), %llu objects, %u clients, %u queues",
                 st.data_size ? (unsigned long long)(st.used * 100 / st.data_size) : 0ULL,
                 shmb_format_bytes(st.used, used, sizeof(used)),
                 shmb_format_bytes(st.data_size, total, sizeof(total)), pools,
-                (unsigned long long)st.objects, d->env.clients);
+                (unsigned long long)st.objects, d->env.clients, d->env.queues.n);
 }
 
 static void daemon_on_watchdog(uv_timer_t *timer)
@@ -181,7 +181,13 @@ static void daemon_reload_pools(struct daemon *d, const struct config *next)
 
         if (daemon_names_pool(next, p->cfg.name))
             d->pools.pools[d->pools.n++] = p;
-        else if (pool_check_removable(p, &err) == 0)
+        else if (queue_count(&d->env.queues, p) > 0) {
+            /* A queue is a channel its processes will open again. */
+            log_warn("SIGHUP: pool '%s' stays: it has %u queues. Delete them "
+                     "(queue_delete) and send SIGHUP again to remove it",
+                     p->cfg.name, queue_count(&d->env.queues, p));
+            stay.pools[stay.n++] = p;
+        } else if (pool_check_removable(p, &err) == 0)
             gone.pools[gone.n++] = p;
         else {
             log_warn("SIGHUP: %s", err.message);
@@ -371,6 +377,11 @@ static void daemon_shutdown(struct daemon *d)
         return;
     d->stopping = true;
     notify_send("STOPPING=1");
+    /* Before the connections close: their members wake to ECANCELED (shut
+     * down), not to a writer gone or a seat dead. */
+    if (d->env.queues.n > 0)
+        log_info("shutting down %u queues", d->env.queues.n);
+    queue_shutdown_all(&d->env.queues);
     server_close(&d->server);
     daemon_handles_close(d);
     if (d->stop_with_fd >= 0)
@@ -813,6 +824,7 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
     if ((rc = daemon_open_pools(d, err)) < 0)
         goto fail_socket;
     command_env_init(&d->env);
+    queue_set_init(&d->env.queues, d->cfg.name);
     d->env.pools = &d->pools;
     d->env.started_ms = clock_now_ms();
     d->env.limits.max_pins = d->cfg.max_pins;
@@ -912,6 +924,8 @@ static void daemon_stop(struct daemon *d)
     uv_run(&d->loop, UV_RUN_DEFAULT);
     if (uv_loop_close(&d->loop) != 0)
         log_warn("event loop closed with handles still open");
+    /* Queues are not kept across a restart: their processes make them again. */
+    queue_set_free(&d->env.queues);
     if (d->pools.n == 1)
         snprintf(what, sizeof(what), "segment %s", d->pools.pools[0]->seg.path);
     else

@@ -652,10 +652,59 @@ static int segment_memfd_open(const char *name)
     return fd;
 }
 
+int segment_memfd_make(const char *name, uint64_t size, const char *what,
+                       const char *smaller, struct shmb_error *err)
+{
+    int fd, rc, saved;
+
+    if ((fd = segment_memfd_open(name)) < 0) {
+        saved = errno;
+        return shmb_error_set(err, -saved, "Cannot create %s: %s.", what, strerror(saved));
+    }
+    /* A memfd is made mode 0777 (0666 without exec): anyone who holds a
+     * read-only descriptor could open /proc/self/fd/N read-write again. */
+    if (fchmod(fd, 0600) != 0) {
+        saved = errno;
+        rc = shmb_error_set(err, -saved, "Cannot set mode 0600 on %s: %s.", what,
+                            strerror(saved));
+        goto fail;
+    }
+    if (ftruncate(fd, (off_t)size) != 0) {
+        saved = errno;
+        rc = shmb_error_set(err, -saved, "Cannot size %s to %llu bytes: %s.", what,
+                            (unsigned long long)size, strerror(saved));
+        goto fail;
+    }
+    /* Every page now, charged to this process's memory cgroup: a limit too
+     * small fails here rather than as a client's SIGBUS later. */
+    if ((rc = posix_fallocate(fd, 0, (off_t)size)) != 0) {
+        rc = shmb_error_set(
+            err, -rc,
+            "Cannot reserve %llu MiB for %s: %s. A memfd's pages are "
+            "memory: they count against the memory cgroup's limit (memory.max, or "
+            "memory.limit_in_bytes) and the host's available memory. Raise the "
+            "container's memory limit or free memory, or %s.",
+            shmb_mib_rounded(size), what, strerror(rc), smaller);
+        goto fail;
+    }
+    /* No client can shrink or grow it (ftruncate fails with EPERM), nor lift
+     * the seals. A hole can still be punched: the guard watches for that. */
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        saved = errno;
+        rc = shmb_error_set(err, -saved, "Cannot seal %s: %s.", what, strerror(saved));
+        goto fail;
+    }
+    return fd;
+
+fail:
+    close(fd);
+    return rc;
+}
+
 int segment_create_memfd(struct segment *seg, const char *name, uint64_t size,
                          struct shmb_error *err)
 {
-    char proc[64];
+    char proc[64], what[SEGMENT_MEMFD_NAME_MAX + 32];
     int rc, saved;
 
     memset(seg, 0, sizeof(*seg));
@@ -670,45 +719,10 @@ int segment_create_memfd(struct segment *seg, const char *name, uint64_t size,
                               name, strlen(name), SEGMENT_MEMFD_NAME_MAX);
     snprintf(seg->name, sizeof(seg->name), "%s", name);
     snprintf(seg->path, sizeof(seg->path), "memfd:%s", name);
-    if ((seg->fd = segment_memfd_open(name)) < 0) {
-        saved = errno;
-        return shmb_error_set(err, -saved, "Cannot create memfd segment %s: %s.", name,
-                              strerror(saved));
-    }
-    /* A memfd is made mode 0777 (0666 without exec): anyone who holds a
-     * read-only descriptor could open /proc/self/fd/N read-write again. */
-    if (fchmod(seg->fd, 0600) != 0) {
-        saved = errno;
-        rc = shmb_error_set(err, -saved, "Cannot set mode 0600 on memfd segment %s: %s.",
-                            name, strerror(saved));
-        goto fail;
-    }
-    if (ftruncate(seg->fd, (off_t)size) != 0) {
-        saved = errno;
-        rc = shmb_error_set(err, -saved, "Cannot size memfd segment %s to %llu bytes: %s.",
-                            name, (unsigned long long)size, strerror(saved));
-        goto fail;
-    }
-    /* Every page now, charged to this process's memory cgroup: a limit too
-     * small fails here rather than as a client's SIGBUS later. */
-    if ((rc = posix_fallocate(seg->fd, 0, (off_t)size)) != 0) {
-        rc = shmb_error_set(
-            err, -rc,
-            "Cannot reserve %llu MiB for memfd segment %s: %s. A memfd's pages are "
-            "memory: they count against the memory cgroup's limit (memory.max, or "
-            "memory.limit_in_bytes) and the host's available memory. Raise the "
-            "container's memory limit or free memory, or choose a smaller size.",
-            shmb_mib_rounded(size), name, strerror(rc));
-        goto fail;
-    }
-    /* No client can shrink or grow it (ftruncate fails with EPERM), nor lift
-     * the seals. A hole can still be punched: the guard watches for that. */
-    if (fcntl(seg->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-        saved = errno;
-        rc = shmb_error_set(err, -saved, "Cannot seal memfd segment %s: %s.", name,
-                            strerror(saved));
-        goto fail;
-    }
+    snprintf(what, sizeof(what), "memfd segment %s", name);
+    if ((rc = segment_memfd_make(name, size, what, "choose a smaller size", err)) < 0)
+        return rc;
+    seg->fd = rc;
     if ((rc = segment_map(seg, size, err)) < 0)
         goto fail;
     /* A memfd has no path to open read-only; its /proc link is one. */

@@ -101,6 +101,15 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
  * and the whole must fit in NAME_MAX. */
 #define SEGMENT_MEMFD_NAME_MAX (NAME_MAX - 6)
 
+/* A new memfd called name of size bytes: mode 0600, closed on exec, never
+ * executable where the kernel can say so, every page reserved with
+ * posix_fallocate, sealed against shrinking, growing and further seals. what
+ * names it in messages ("memfd segment NAME"); smaller ends the message of
+ * a reservation that failed ("choose a smaller size"). The descriptor (the
+ * caller owns it), or a negative errno with err. */
+int segment_memfd_make(const char *name, uint64_t size, const char *what,
+                       const char *smaller, struct shmb_error *err);
+
 /* Create an anonymous segment with memfd_create(name), size it, reserve every
  * page with posix_fallocate (charged to this process's memory cgroup: -ENOSPC
  * or -ENOMEM with the numbers when it does not fit), seal it against

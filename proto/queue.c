@@ -568,6 +568,21 @@ void shmb_q_writer_gone(struct shmb_q *q)
         futex_wake(&q->hdr->free_word, INT_MAX);
 }
 
+void shmb_q_writer_take(struct shmb_q *q)
+{
+    uint32_t gone = SHMB_QUEUE_WRITER_GONE;
+
+    /* A queue shut down stays so; one whose writer went is open again, and
+     * the new writer goes on from the header's head. */
+    atomic_compare_exchange_strong(&q->hdr->state, &gone, SHMB_QUEUE_OPEN);
+    atomic_store(&q->hdr->writer_live, 1);
+    /* Readers waiting for a writer (wait_ready) look again. */
+    atomic_fetch_add(&q->hdr->head_word, 1);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&q->hdr->readers_waiting, memory_order_relaxed) != 0)
+        futex_wake(&q->hdr->head_word, INT_MAX);
+}
+
 void shmb_q_shutdown(struct shmb_q *q)
 {
     atomic_store(&q->hdr->state, SHMB_QUEUE_SHUTDOWN);

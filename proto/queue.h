@@ -114,6 +114,9 @@ void shmb_q_done(struct shmb_q *q, uint32_t seat);
 void shmb_q_seat_take(struct shmb_q *q, uint32_t seat);
 void shmb_q_seat_drop(struct shmb_q *q, uint32_t seat, bool dead);
 void shmb_q_writer_gone(struct shmb_q *q);
+/* A writer opens the queue: WRITER_GONE becomes OPEN again (SHUTDOWN stays),
+ * writer_live 1. */
+void shmb_q_writer_take(struct shmb_q *q);
 void shmb_q_shutdown(struct shmb_q *q);
 
 /* Depth, seats and the slowest live seat, as the area says now. */

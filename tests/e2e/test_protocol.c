@@ -167,7 +167,8 @@ static const struct proto_case cases[] = {
     /* ENOSYS: the op is not in the table. */
     {"ENOSYS unknown op", false, {0}, "{\"op\":\"nope\"}", "ENOSYS",
      "Unknown op 'nope'. Known ops: hello, alloc, commit, abort, get, release, touch, "
-     "delete, contains, list, stats, clients, batch.", true},
+     "delete, contains, list, stats, clients, batch, queue_create, queue_open, queue_close, "
+     "queue_shutdown, queue_delete, queue_list.", true},
     {"ENOSYS op names are case-sensitive", false, {0}, "{\"op\":\"STATS\"}", "ENOSYS",
      "Unknown op 'STATS'", false},
     {"ENOSYS empty op", false, {0}, "{\"op\":\"\"}", "ENOSYS", "Unknown op ''", false},
@@ -1153,8 +1154,9 @@ static void test_stats(void **state)
     for (i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
         if (json_object_get(reply, fields[i]) == NULL)
             h_fail("stats has no \"%s\"", fields[i]);
-    /* ok, the fields, the pool's name and the pools (one). */
-    assert_int_equal(json_object_size(reply), 3 + sizeof(fields) / sizeof(fields[0]));
+    /* ok, the fields, the pool's name, the pools (one) and the queues (none). */
+    assert_int_equal(json_object_size(reply), 4 + sizeof(fields) / sizeof(fields[0]));
+    assert_int_equal(json_array_size(json_object_get(reply, "queues")), 0);
     assert_string_equal(h_str(reply, "pool"), d->name);
     assert_int_equal(json_array_size(json_object_get(reply, "pools")), 1);
     assert_string_equal(h_str(reply, "segment"), d->name);

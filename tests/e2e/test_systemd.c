@@ -491,7 +491,7 @@ static void test_notify_ready_status_stopping(void **state)
     /* The data area of a 4 MiB segment is 4 MiB less the header page. */
     assert_int_equal(regcomp(&re,
                              "^STATUS=[0-9]+% used \\([0-9.]+ (B|KiB|MiB) of 4\\.0 MiB\\), "
-                             "1 objects, 1 clients$",
+                             "1 objects, 1 clients, 0 queues$",
                              REG_EXTENDED | REG_NOSUB),
                      0);
     notify_expect(&rx, "STATUS=", &re, line, STATUS_TIMEOUT_MS);

@@ -57,6 +57,7 @@ int fixture_init(struct fixture *f, uint64_t size, uint64_t max_object_size)
 
 void fixture_fini(struct fixture *f)
 {
+    queue_set_free(&f->env.queues);
     store_free(f->store);
     free(f->pool.seg.base);
     memset(f, 0, sizeof(*f));

@@ -274,7 +274,8 @@ static void test_op_replies(void **state)
                  "Key of 0 bytes: keys are 1 to 255 bytes long.");
     expect_error(c, &c->w, "{\"op\":\"frob\",\"id\":[1]}", "ENOSYS",
                  "Known ops: hello, alloc, commit, abort, get, release, touch, delete, "
-                 "contains, list, stats, clients, batch.");
+                 "contains, list, stats, clients, batch, queue_create, queue_open, "
+                 "queue_close, queue_shutdown, queue_delete, queue_list.");
     expect(c, &c->w, "{\"op\":\"list\"}",
            "{\"ok\":true,\"objects\":[],\"truncated\":false}");
 }
@@ -504,8 +505,9 @@ static void test_stats(void **state)
     expect(c, &c->w, "{\"op\":\"alloc\",\"key\":\"b\",\"size\":10}",
            "{\"ok\":true,\"offset\":4352,\"size\":10}");
     run(c, &c->w, "{\"op\":\"stats\",\"id\":2}", &o);
-    /* The fields, "pool", "pools" and "id". */
-    assert_int_equal(json_object_size(o.reply), sizeof(fields) / sizeof(fields[0]) + 3);
+    /* The fields, "pool", "pools", "queues" and "id". */
+    assert_int_equal(json_object_size(o.reply), sizeof(fields) / sizeof(fields[0]) + 4);
+    assert_true(json_is_array(json_object_get(o.reply, "queues")));
     assert_string_equal(json_string_value(json_object_get(o.reply, "pool")), "fixture");
     {
         json_t *pools = json_object_get(o.reply, "pools"), *p0 = json_array_get(pools, 0);

@@ -1,0 +1,682 @@
+/*
+ * The library's broadcast queues: the ops that create, open, close, shut
+ * down, delete and list them (one round trip each, through client.c), and
+ * the public data path over proto/queue.c's shmb_q_*, with messages longer
+ * than a slot carried as objects of the connection's pool. Knows nothing of
+ * the daemon's insides; the area's layout is proto/layout_queue.h's.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../proto/alloc.h"
+#include "../proto/queue.h"
+
+/* A queue's name: 1 to 32 bytes (the daemon checks the characters). */
+#define QUEUE_NAME_MAX 32
+/* "q/<name>/<seq>": 2 + 32 + 1 + 20 digits, with the NUL. A slot holds at
+ * least SHMB_QUEUE_SLOT_SIZE_MIN bytes, so the key always fits one. */
+#define QUEUE_KEY_MAX 64
+_Static_assert(QUEUE_KEY_MAX <= SHMB_QUEUE_SLOT_SIZE_MIN, "an overflow key fits a slot");
+/* wait_ready looks this often: a start-up call, not a data path. */
+#define QUEUE_READY_POLL_NS 1000000L
+
+/* One role on one queue: the writer or a reader seat, its mapping, and the
+ * overflow objects in flight. */
+struct shmb_queue {
+    shmb_t *c;
+    int seat; /* SHMB_QUEUE_WRITER or the reader's seat */
+    char name[QUEUE_NAME_MAX + 1];
+    void *map;
+    size_t map_size;
+    struct shmb_q q;
+    /* The writer: the object reserved and not yet published. */
+    bool obj_reserved;
+    size_t obj_len;
+    char obj_key[QUEUE_KEY_MAX];
+    /* The writer: the messages published as objects and not yet deleted,
+     * oldest first (a ring of objs_cap). */
+    uint64_t *objs;
+    size_t objs_cap, objs_first, objs_count;
+    /* A reader: the object of the message it holds, pinned. */
+    bool pinned;
+    char pin_key[QUEUE_KEY_MAX];
+};
+
+/* The key of message seq's object. */
+static void queue_key(const shmb_queue_t *q, uint64_t seq, char *key)
+{
+    snprintf(key, QUEUE_KEY_MAX, "q/%s/%llu", q->name, (unsigned long long)seq);
+}
+
+/* Refuse a name before anything is sent when it cannot be one (the daemon
+ * judges the characters). */
+static int queue_check_name(shmb_t *c, const char *name)
+{
+    size_t len = name != NULL ? strlen(name) : 0;
+
+    if (len == 0 || len > QUEUE_NAME_MAX)
+        return shmb_error_set(
+            &c->err, -EINVAL,
+            "A queue's name is 1 to %d of A-Z, a-z, 0-9, '_' and '-', not "
+            "%zu bytes. Nothing was sent.",
+            QUEUE_NAME_MAX, len);
+    return 0;
+}
+
+/* Send key's op (delete or release) without waiting for its reply, as
+ * shmb_release_nowait does: an error is logged by the daemon. */
+static int queue_send_noreply(shmb_t *c, enum shmb_op_id op, const char *key)
+{
+    int rc;
+
+    c->w.len = 0;
+    if ((rc = client_begin_key(c, op, client_next_id(c), key)) < 0)
+        return rc;
+    if (line_lit(&c->w, ",\"noreply\":true}\n") < 0)
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
+    c->noreply_sent = true;
+    return client_send(c);
+}
+
+/* ---- the ops -------------------------------------------------------------- */
+
+static int queue_create(shmb_t *c, const char *name, uint32_t seats, uint64_t slots,
+                        uint64_t slot_size, unsigned flags)
+{
+    json_t *req;
+    int rc;
+
+    shmb_error_clear(&c->err);
+    if ((rc = queue_check_name(c, name)) < 0)
+        return rc;
+    if (slots > INT64_MAX || slot_size > INT64_MAX ||
+        (flags & ~SHMB_QUEUE_TEMPORARY) != 0)
+        return shmb_error_set(&c->err, -EINVAL,
+                              "shmb_queue_create: slots and slot_size are below 2^63 and "
+                              "flags is 0 or SHMB_QUEUE_TEMPORARY. Nothing was sent.");
+    req = json_pack("{s:s, s:s, s:I}", "op", shmb_ops[SHMB_OP_QUEUE_CREATE].name, "name",
+                    name, "seats", (json_int_t)seats);
+    if (req != NULL &&
+        ((slots != 0 &&
+          json_object_set_new(req, "slots", json_integer((json_int_t)slots))) ||
+         (slot_size != 0 &&
+          json_object_set_new(req, "slot_size", json_integer((json_int_t)slot_size))) ||
+         ((flags & SHMB_QUEUE_TEMPORARY) &&
+          json_object_set_new(req, "temporary", json_true())))) {
+        json_decref(req);
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
+    }
+    return client_call(c, req, NULL);
+}
+
+int shmb_queue_create(shmb_t *c, const char *name, uint32_t seats, uint64_t slots,
+                      uint64_t slot_size, unsigned flags)
+{
+    int rc = client_enter(c);
+
+    return rc < 0 ? rc
+                  : client_done(c, queue_create(c, name, seats, slots, slot_size, flags));
+}
+
+/* An op whose request is only the queue's name. */
+static int queue_name_op(shmb_t *c, enum shmb_op_id op, const char *name)
+{
+    int rc;
+
+    shmb_error_clear(&c->err);
+    if ((rc = queue_check_name(c, name)) < 0)
+        return rc;
+    return client_call(c, json_pack("{s:s, s:s}", "op", shmb_ops[op].name, "name", name),
+                       NULL);
+}
+
+int shmb_queue_shutdown(shmb_t *c, const char *name)
+{
+    int rc = client_enter(c);
+
+    return rc < 0 ? rc : client_done(c, queue_name_op(c, SHMB_OP_QUEUE_SHUTDOWN, name));
+}
+
+int shmb_queue_delete(shmb_t *c, const char *name)
+{
+    int rc = client_enter(c);
+
+    return rc < 0 ? rc : client_done(c, queue_name_op(c, SHMB_OP_QUEUE_DELETE, name));
+}
+
+/* queue_close for q's role (its seat, for a reader). */
+static int queue_leave(shmb_queue_t *q)
+{
+    shmb_t *c = q->c;
+    json_t *req;
+
+    shmb_error_clear(&c->err);
+    if (q->seat == SHMB_QUEUE_WRITER)
+        req = json_pack("{s:s, s:s, s:s}", "op", shmb_ops[SHMB_OP_QUEUE_CLOSE].name,
+                        "name", q->name, "role", "writer");
+    else
+        req = json_pack("{s:s, s:s, s:s, s:i}", "op", shmb_ops[SHMB_OP_QUEUE_CLOSE].name,
+                        "name", q->name, "role", "reader", "seat", q->seat);
+    return client_call(c, req, NULL);
+}
+
+/* Map the queue's descriptor (fd, closed here) and check it against the
+ * open's reply. */
+static int queue_map(shmb_queue_t *q, int fd, const json_t *reply)
+{
+    shmb_t *c = q->c;
+    uint64_t size, seats, slots, slot_size;
+    struct stat st;
+    int rc;
+
+    if ((rc = client_u64(c, reply, "size", &size)) < 0 ||
+        (rc = client_u64(c, reply, "seats", &seats)) < 0 ||
+        (rc = client_u64(c, reply, "slots", &slots)) < 0 ||
+        (rc = client_u64(c, reply, "slot_size", &slot_size)) < 0)
+        goto done;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < size || size > SIZE_MAX) {
+        rc =
+            shmb_error_set(&c->err, -EPROTO,
+                           "The queue's descriptor (%lld bytes) is smaller than the %llu "
+                           "bytes queue_open said.",
+                           (long long)st.st_size, (unsigned long long)size);
+        goto done;
+    }
+    q->map = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE,
+                  MAP_SHARED | (c->populate ? MAP_POPULATE : 0), fd, 0);
+    if (q->map == MAP_FAILED) {
+        int saved = errno;
+
+        q->map = NULL;
+        rc = shmb_error_set(&c->err, -saved, "Cannot map the queue (%llu bytes): %s.",
+                            (unsigned long long)size, strerror(saved));
+        goto done;
+    }
+    q->map_size = (size_t)size;
+    if ((rc = shmb_q_attach(&q->q, q->map, q->map_size, &c->err)) < 0)
+        goto done;
+    if (q->q.seats != seats || q->q.slots != slots || q->q.slot_size != slot_size ||
+        (q->seat != SHMB_QUEUE_WRITER && (uint32_t)q->seat >= q->q.seats))
+        rc = shmb_error_set(
+            &c->err, -EPROTO,
+            "The queue's area (%u seats, %llu slots of %llu bytes) is not "
+            "what queue_open said (%llu seats, %llu slots of %llu bytes, "
+            "seat %d).",
+            q->q.seats, (unsigned long long)q->q.slots,
+            (unsigned long long)q->q.slot_size, (unsigned long long)seats,
+            (unsigned long long)slots, (unsigned long long)slot_size, q->seat);
+done:
+    close(fd);
+    return rc;
+}
+
+/* Free q's memory (not its role). */
+static void queue_free(shmb_queue_t *q)
+{
+    if (q->map != NULL)
+        munmap(q->map, q->map_size);
+    shmb_free(q->objs);
+    shmb_free(q);
+}
+
+static int queue_open(shmb_t *c, const char *name, int seat, shmb_queue_t **out)
+{
+    shmb_queue_t *q = NULL;
+    json_t *req, *reply = NULL;
+    uint64_t got_seat = 0, epoch = 0;
+    bool granted = false;
+    int rc, fd;
+
+    shmb_error_clear(&c->err);
+    if ((rc = queue_check_name(c, name)) < 0)
+        return rc;
+    if (seat < SHMB_QUEUE_ANY_SEAT || seat >= (int)SHMB_QUEUE_SEATS_MAX)
+        return shmb_error_set(&c->err, -EINVAL,
+                              "shmb_queue_open: seat %d is none of SHMB_QUEUE_WRITER, "
+                              "SHMB_QUEUE_ANY_SEAT and 0..%u. Nothing was sent.",
+                              seat, SHMB_QUEUE_SEATS_MAX - 1);
+    q = shmb_calloc(1, sizeof(*q));
+    if (q == NULL)
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a queue handle.");
+    q->c = c;
+    snprintf(q->name, sizeof(q->name), "%s", name);
+    if (seat == SHMB_QUEUE_WRITER)
+        req = json_pack("{s:s, s:s, s:s}", "op", shmb_ops[SHMB_OP_QUEUE_OPEN].name,
+                        "name", name, "role", "writer");
+    else if (seat == SHMB_QUEUE_ANY_SEAT)
+        req = json_pack("{s:s, s:s, s:s}", "op", shmb_ops[SHMB_OP_QUEUE_OPEN].name,
+                        "name", name, "role", "reader");
+    else
+        req = json_pack("{s:s, s:s, s:s, s:i}", "op", shmb_ops[SHMB_OP_QUEUE_OPEN].name,
+                        "name", name, "role", "reader", "seat", seat);
+    /* The queue's descriptor arrives with the reply, where hello's did. */
+    if (c->seg_fd >= 0)
+        close(c->seg_fd);
+    c->seg_fd = -1;
+    rc = client_call(c, req, &reply);
+    fd = c->seg_fd;
+    c->seg_fd = -1;
+    if (rc < 0)
+        goto fail;
+    if (seat == SHMB_QUEUE_WRITER) {
+        q->seat = SHMB_QUEUE_WRITER;
+    } else {
+        if ((rc = client_u64(c, reply, "seat", &got_seat)) < 0 ||
+            (rc = client_u64(c, reply, "epoch", &epoch)) < 0)
+            goto fail;
+        if (got_seat >= SHMB_QUEUE_SEATS_MAX) {
+            rc = shmb_error_set(&c->err, -EPROTO, "queue_open gave seat %llu, past %u.",
+                                (unsigned long long)got_seat, SHMB_QUEUE_SEATS_MAX - 1);
+            goto fail;
+        }
+        q->seat = (int)got_seat;
+    }
+    granted = true;
+    if (fd < 0) {
+        rc = shmb_error_set(&c->err, -EPROTO,
+                            "shmbrokerd's queue_open reply carried no descriptor.");
+        goto fail;
+    }
+    rc = queue_map(q, fd, reply);
+    fd = -1; /* queue_map closed it */
+    if (rc < 0)
+        goto fail;
+    if (q->seat != SHMB_QUEUE_WRITER) {
+        /* The seat is this handle's at this epoch: a later one means the
+         * daemon gave it to another (shmb_q_dequeue then says -ENOTCONN). */
+        q->q.epoch[q->seat] = epoch;
+        q->q.known |= UINT64_C(1) << q->seat;
+    }
+    json_decref(reply);
+    *out = q;
+    return 0;
+
+fail:
+    if (fd >= 0)
+        close(fd);
+    json_decref(reply);
+    if (granted) {
+        /* Give the role back, keeping the first error. */
+        struct shmb_error first = c->err;
+
+        queue_leave(q);
+        c->err = first;
+    }
+    queue_free(q);
+    return rc;
+}
+
+int shmb_queue_open(shmb_t *c, const char *name, int seat, shmb_queue_t **q)
+{
+    int rc = client_enter(c);
+
+    *q = NULL;
+    return rc < 0 ? rc : client_done(c, queue_open(c, name, seat, q));
+}
+
+int shmb_queue_seat(const shmb_queue_t *q)
+{
+    return q->seat;
+}
+
+size_t shmb_queue_slot_size(const shmb_queue_t *q)
+{
+    return (size_t)q->q.slot_size;
+}
+
+/* ---- the writer's overflow objects ---------------------------------------- */
+
+/* Refuse a writer's call on a reader's handle, or the reverse. */
+static int queue_wrong_role(shmb_queue_t *q, const char *call)
+{
+    return shmb_error_set(
+        &q->c->err, -EINVAL, "%s on a handle of %s of queue '%s': %s.", call,
+        q->seat == SHMB_QUEUE_WRITER ? "the writer" : "a reader seat", q->name,
+        q->seat == SHMB_QUEUE_WRITER
+            ? "dequeue and done need a reader seat (open one with "
+              "shmb_queue_open)"
+            : "reserve, publish and enqueue need the writer role");
+}
+
+/* Remember that message seq went as an object. 0 or -ENOMEM. */
+static int queue_objs_push(shmb_queue_t *q, uint64_t seq)
+{
+    if (q->objs_count == q->objs_cap) {
+        size_t cap = q->objs_cap ? q->objs_cap * 2 : 16, i;
+        uint64_t *grown = shmb_malloc(cap * sizeof(*grown));
+
+        if (grown == NULL)
+            return -ENOMEM;
+        for (i = 0; i < q->objs_count; i++)
+            grown[i] = q->objs[(q->objs_first + i) % q->objs_cap];
+        shmb_free(q->objs);
+        q->objs = grown;
+        q->objs_cap = cap;
+        q->objs_first = 0;
+    }
+    q->objs[(q->objs_first + q->objs_count) % q->objs_cap] = seq;
+    q->objs_count++;
+    return 0;
+}
+
+/* Delete (without waiting) the objects of the messages every live seat has
+ * read: nobody reads them any more (a seat taken later starts at the next
+ * message), and those of dead readers would otherwise await their reads for
+ * ever. Inside a call client_enter let in. */
+static void queue_collect(shmb_queue_t *q)
+{
+    uint64_t min = atomic_load_explicit(&q->q.hdr->head, memory_order_acquire), next;
+    char key[QUEUE_KEY_MAX];
+    uint32_t s;
+
+    if (q->objs_count == 0)
+        return;
+    for (s = 0; s < q->q.seats; s++) {
+        if (atomic_load_explicit(&q->q.seat[s].state, memory_order_acquire) !=
+            SHMB_SEAT_LIVE)
+            continue;
+        next = atomic_load_explicit(&q->q.seat[s].next, memory_order_acquire);
+        if (next < min)
+            min = next;
+    }
+    while (q->objs_count > 0 && q->objs[q->objs_first] < min) {
+        queue_key(q, q->objs[q->objs_first], key);
+        if (queue_send_noreply(q->c, SHMB_OP_DELETE, key) < 0)
+            return;
+        q->objs_first = (q->objs_first + 1) % q->objs_cap;
+        q->objs_count--;
+    }
+}
+
+/* Drop the object reserved and not published (a second reserve, a close).
+ * Inside a call client_enter let in. */
+static int queue_drop_reserved(shmb_queue_t *q)
+{
+    if (!q->obj_reserved)
+        return 0;
+    q->obj_reserved = false;
+    return client_key_op(q->c, SHMB_OP_ABORT, q->obj_key, NULL);
+}
+
+/* The live seats now: the reads an object awaits. */
+static unsigned queue_live_seats(const shmb_queue_t *q)
+{
+    unsigned n = 0;
+    uint32_t s;
+
+    for (s = 0; s < q->q.seats; s++)
+        n += atomic_load_explicit(&q->q.seat[s].state, memory_order_acquire) ==
+             SHMB_SEAT_LIVE;
+    return n;
+}
+
+/* Reserve message q->q.head's slot for an object of len bytes: the key in
+ * the slot, the object allocated in the pool. */
+static int queue_reserve_object(shmb_queue_t *q, size_t len, void **buf, int timeout_ms)
+{
+    shmb_t *c = q->c;
+    void *slot, *ptr = NULL;
+    char key[QUEUE_KEY_MAX];
+    unsigned readers;
+    int rc;
+
+    if ((rc = client_check_size(c, len)) < 0)
+        return rc;
+    /* Waiting for the slot does not hold the connection. */
+    if ((rc = shmb_q_reserve(&q->q, QUEUE_KEY_MAX, &slot, timeout_ms, &c->err)) < 0)
+        return rc;
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    queue_collect(q);
+    queue_key(q, q->q.head, key);
+    readers = queue_live_seats(q);
+    rc = client_alloc(c, key, len, readers, &ptr);
+    if (rc == -EEXIST) {
+        /* Left by a writer that died between its commit and its publish:
+         * nobody can have read it. */
+        client_key_op(c, SHMB_OP_DELETE, key, NULL);
+        rc = client_alloc(c, key, len, readers, &ptr);
+    }
+    client_leave(c);
+    if (rc < 0)
+        return rc;
+    memcpy(slot, key, strlen(key));
+    memcpy(q->obj_key, key, sizeof(key));
+    q->obj_reserved = true;
+    q->obj_len = len;
+    *buf = ptr;
+    return 0;
+}
+
+/* ---- the data path ---------------------------------------------------------- */
+
+int shmb_queue_reserve(shmb_queue_t *q, size_t len, void **buf, int timeout_ms)
+{
+    shmb_t *c = q->c;
+    int rc;
+
+    *buf = NULL;
+    shmb_error_clear(&c->err);
+    if (q->seat != SHMB_QUEUE_WRITER)
+        return queue_wrong_role(q, "shmb_queue_reserve");
+    if (q->obj_reserved || q->objs_count > 0) {
+        if ((rc = client_enter(c)) < 0) {
+            /* An object to abort needs the connection; collecting can wait. */
+            if (q->obj_reserved)
+                return rc;
+        } else {
+            rc = queue_drop_reserved(q);
+            queue_collect(q);
+            client_leave(c);
+            if (rc < 0 && rc != -ENOENT && rc != -ETIMEDOUT)
+                return rc;
+            shmb_error_clear(&c->err);
+        }
+    }
+    if (len <= q->q.slot_size)
+        return shmb_q_reserve(&q->q, len, buf, timeout_ms, &c->err);
+    return queue_reserve_object(q, len, buf, timeout_ms);
+}
+
+int shmb_queue_publish(shmb_queue_t *q, size_t len)
+{
+    shmb_t *c = q->c;
+    uint64_t seq = q->q.head;
+    int rc;
+
+    shmb_error_clear(&c->err);
+    if (q->seat != SHMB_QUEUE_WRITER)
+        return queue_wrong_role(q, "shmb_queue_publish");
+    if (!q->obj_reserved)
+        return shmb_q_publish(&q->q, len, &c->err);
+    if (len > q->obj_len)
+        return shmb_error_set(&c->err, -EMSGSIZE,
+                              "shmb_queue_publish: %zu bytes, but %zu were reserved.",
+                              len, q->obj_len);
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    /* Committed before the slot is published: a reader's get must find it. */
+    rc = client_key_op(c, SHMB_OP_COMMIT, q->obj_key, NULL);
+    client_leave(c);
+    q->obj_reserved = false;
+    if (rc < 0)
+        return rc;
+    /* Untracked when out of memory: the daemon deletes it with the queue. */
+    (void)queue_objs_push(q, seq);
+    return shmb_q_publish_object(&q->q, strlen(q->obj_key), len, &c->err);
+}
+
+int shmb_queue_enqueue(shmb_queue_t *q, const void *data, size_t len, int timeout_ms)
+{
+    void *buf;
+    int rc;
+
+    if ((rc = shmb_queue_reserve(q, len, &buf, timeout_ms)) < 0)
+        return rc;
+    if (len != 0)
+        memcpy(buf, data, len);
+    return shmb_queue_publish(q, len);
+}
+
+/* Reader: let go of the message held (its pin, then its slot). */
+static void queue_done(shmb_queue_t *q)
+{
+    if (q->pinned && client_enter(q->c) == 0) {
+        queue_send_noreply(q->c, SHMB_OP_RELEASE, q->pin_key);
+        client_leave(q->c);
+    }
+    q->pinned = false;
+    shmb_q_done(&q->q, (uint32_t)q->seat);
+}
+
+void shmb_queue_done(shmb_queue_t *q)
+{
+    if (q != NULL && q->seat >= 0)
+        queue_done(q);
+}
+
+/* The message just dequeued is an object whose key the slot holds (len
+ * bytes at slot): pin it and point *data and *len at its bytes. */
+static int queue_get_object(shmb_queue_t *q, const void *slot, size_t len,
+                            const void **data, size_t *size)
+{
+    shmb_t *c = q->c;
+    uint64_t seq = q->q.held_seq[q->seat], want_len = q->q.msg_aux;
+    char want[QUEUE_KEY_MAX], got[QUEUE_KEY_MAX];
+    const void *ptr = NULL;
+    size_t have = 0;
+    int rc;
+
+    queue_key(q, seq, want);
+    if (len >= sizeof(got))
+        len = sizeof(got) - 1;
+    memcpy(got, slot, len);
+    got[len] = '\0';
+    if (strcmp(got, want) != 0)
+        return shmb_error_set(&c->err, -EIO,
+                              "Message %llu of queue '%s' names object '%.*s', not '%s': "
+                              "the queue's area is corrupt.",
+                              (unsigned long long)seq, q->name, (int)len, got, want);
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    rc = client_get(c, want, &ptr, &have);
+    if (rc == 0 && want_len > have) {
+        queue_send_noreply(c, SHMB_OP_RELEASE, want);
+        rc = shmb_error_set(&c->err, -EIO,
+                            "Message %llu of queue '%s' says %llu bytes; its object '%s' "
+                            "has %zu: the queue's area is corrupt.",
+                            (unsigned long long)seq, q->name,
+                            (unsigned long long)want_len, want, have);
+    }
+    client_leave(c);
+    if (rc < 0)
+        return rc;
+    memcpy(q->pin_key, want, sizeof(want));
+    q->pinned = true;
+    *data = ptr;
+    *size = (size_t)want_len;
+    return 0;
+}
+
+int shmb_queue_dequeue(shmb_queue_t *q, const void **data, size_t *len, int timeout_ms)
+{
+    shmb_t *c = q->c;
+    const void *slot;
+    size_t slot_len;
+    int rc;
+
+    *data = NULL;
+    *len = 0;
+    shmb_error_clear(&c->err);
+    if (q->seat < 0)
+        return queue_wrong_role(q, "shmb_queue_dequeue");
+    queue_done(q);
+    rc = shmb_q_dequeue(&q->q, (uint32_t)q->seat, &slot, &slot_len, timeout_ms, &c->err);
+    if (rc < 0)
+        return rc;
+    if (q->q.msg_flags != SHMB_QUEUE_OBJECT) {
+        *data = slot;
+        *len = slot_len;
+        return 0;
+    }
+    /* A failure leaves the message held: the next dequeue goes past it. */
+    return queue_get_object(q, slot, slot_len, data, len);
+}
+
+/* The monotonic clock in nanoseconds. */
+static int64_t queue_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* 1 when q is ready (wait_ready's condition), 0 not yet, or an error. */
+static int queue_ready(shmb_queue_t *q)
+{
+    uint32_t state = atomic_load_explicit(&q->q.hdr->state, memory_order_acquire), s;
+
+    if (state == SHMB_QUEUE_SHUTDOWN)
+        return shmb_error_set(&q->c->err, -ECANCELED,
+                              "cancelled: the queue was shut down.");
+    if (q->seat != SHMB_QUEUE_WRITER)
+        return atomic_load_explicit(&q->q.hdr->writer_live, memory_order_acquire) != 0;
+    for (s = 0; s < q->q.seats; s++)
+        if (atomic_load_explicit(&q->q.seat[s].state, memory_order_acquire) !=
+            SHMB_SEAT_LIVE)
+            return 0;
+    return 1;
+}
+
+int shmb_queue_wait_ready(shmb_queue_t *q, int timeout_ms)
+{
+    int64_t deadline = queue_now_ns() + (int64_t)timeout_ms * 1000000;
+    struct timespec pause = {0, QUEUE_READY_POLL_NS};
+    int rc;
+
+    shmb_error_clear(&q->c->err);
+    while ((rc = queue_ready(q)) == 0) {
+        if (timeout_ms >= 0 && queue_now_ns() >= deadline)
+            return shmb_error_set(&q->c->err, -ETIMEDOUT,
+                                  q->seat == SHMB_QUEUE_WRITER
+                                      ? "Not every seat of queue '%s' had a live reader "
+                                        "within %d ms."
+                                      : "Queue '%s' had no writer within %d ms.",
+                                  q->name, timeout_ms);
+        nanosleep(&pause, NULL);
+    }
+    return rc < 0 ? rc : 0;
+}
+
+int shmb_queue_close(shmb_queue_t *q)
+{
+    shmb_t *c;
+    int rc;
+
+    if (q == NULL)
+        return 0;
+    c = q->c;
+    if ((rc = client_enter(c)) == 0) {
+        if (q->seat == SHMB_QUEUE_WRITER) {
+            queue_drop_reserved(q);
+            queue_collect(q);
+        } else if (q->pinned) {
+            queue_send_noreply(c, SHMB_OP_RELEASE, q->pin_key);
+        }
+        rc = queue_leave(q);
+        client_leave(c);
+    }
+    queue_free(q);
+    return rc;
+}

@@ -1,0 +1,642 @@
+/*
+ * Broadcast queues: creation (a sealed memfd, checked against the host's
+ * memory), membership by connection, the failure handling vLLM lacks (a
+ * member's connection closing), shutdown and deletion.
+ */
+#include "queue.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../proto/alloc.h"
+#include "../proto/text.h"
+#include "../proto/utf8.h"
+#include "host.h"
+#include "log.h"
+#include "segment.h"
+
+void queue_set_init(struct queue_set *set, const char *prefix)
+{
+    memset(set, 0, sizeof(*set));
+    TAILQ_INIT(&set->list);
+    snprintf(set->prefix, sizeof(set->prefix), "%s", prefix);
+}
+
+int queue_check_name(const char *name, size_t len, struct shmb_error *err)
+{
+    if (len >= 1 && len <= QUEUE_NAME_MAX && strlen(name) == len &&
+        config_pool_name_ok(name))
+        return 0;
+    /* The name is UTF-8 (the request was valid JSON): quoted back, cut on a
+     * character boundary. */
+    return shmb_error_set(err, -EINVAL,
+                          "Invalid queue name '%.*s' (%zu bytes): a queue's name is 1 to %d "
+                          "characters of A-Z a-z 0-9 _ -, like a pool's.",
+                          (int)shmb_utf8_cut(name, strlen(name), 2 * QUEUE_NAME_MAX), name, len,
+                          QUEUE_NAME_MAX);
+}
+
+struct queue *queue_find(const struct queue_set *set, const struct pool *pool,
+                         const char *name)
+{
+    struct queue *q;
+
+    TAILQ_FOREACH(q, &set->list, link)
+        if (q->pool == pool && strcmp(q->name, name) == 0)
+            return q;
+    return NULL;
+}
+
+void queue_names(const struct queue_set *set, const struct pool *pool, char *out, size_t len)
+{
+    const struct queue *q;
+    size_t used = 0;
+
+    snprintf(out, len, "none");
+    TAILQ_FOREACH(q, &set->list, link) {
+        int n;
+
+        if (q->pool != pool)
+            continue;
+        n = snprintf(out + used, len - used, "%s%s", used > 0 ? ", " : "", q->name);
+        if (n < 0 || (size_t)n >= len - used)
+            break;
+        used += (size_t)n;
+    }
+}
+
+unsigned queue_count(const struct queue_set *set, const struct pool *pool)
+{
+    const struct queue *q;
+    unsigned n = 0;
+
+    TAILQ_FOREACH(q, &set->list, link)
+        n += pool == NULL || q->pool == pool;
+    return n;
+}
+
+/* Free q's descriptor, mapping and memory; it is out of the list already. */
+static void queue_free(struct queue *q)
+{
+    if (q->base != NULL && q->base != MAP_FAILED)
+        munmap(q->base, q->size);
+    if (q->fd >= 0)
+        close(q->fd);
+    shmb_free(q);
+}
+
+/* A queue's geometry in words, for messages. */
+static void queue_geometry(char *out, size_t len, uint32_t seats, uint64_t slots,
+                           uint64_t slot_size)
+{
+    snprintf(out, len, "%u seats, %llu slots of %llu bytes", seats,
+             (unsigned long long)slots, (unsigned long long)slot_size);
+}
+
+/* -ENOMEM when size bytes more would not fit the host's memory (the check
+ * memfd pools pass at start). */
+static int queue_check_memory(const char *name, size_t size, const char *geometry,
+                              struct shmb_error *err)
+{
+    struct host_memory mem;
+    uint64_t room;
+
+    if (host_memory(&mem, NULL) < 0)
+        return 0; /* nothing to judge by: posix_fallocate still judges */
+    room = host_memory_room(&mem);
+    if (size > room)
+        return shmb_error_set(err, -ENOMEM,
+                              "Queue '%s' needs %zu bytes (%s); the host has %llu bytes of "
+                              "memory left (MemAvailable / memory cgroup). Use fewer or "
+                              "smaller slots.",
+                              name, size, geometry, (unsigned long long)room);
+    return 0;
+}
+
+int queue_create(struct queue_set *set, struct pool *pool, const char *name, uint32_t seats,
+                 uint64_t slots, uint64_t slot_size, bool temporary, struct queue **out,
+                 bool *created, struct shmb_error *err)
+{
+    char geometry[96], had[96], memfd[SEGMENT_MEMFD_NAME_MAX + 1], what[160];
+    struct queue *q;
+    size_t size;
+    int rc;
+
+    *out = NULL;
+    *created = false;
+    queue_geometry(geometry, sizeof(geometry), seats, slots, slot_size);
+    if ((q = queue_find(set, pool, name)) != NULL) {
+        queue_geometry(had, sizeof(had), q->seats, q->slots, q->slot_size);
+        if (q->shut_down)
+            return shmb_error_set(err, -EEXIST,
+                                  "Queue '%s' of pool '%s' was shut down and is still held "
+                                  "by members; it goes when they close it. Use another "
+                                  "name, or wait for them to close.",
+                                  name, pool->cfg.name);
+        if (q->seats != seats || q->slots != slots || q->slot_size != slot_size)
+            return shmb_error_set(err, -EEXIST,
+                                  "Queue '%s' of pool '%s' exists with %s; this request "
+                                  "asks for %s. Open it as it is, or delete it first.",
+                                  name, pool->cfg.name, had, geometry);
+        *out = q;
+        return 0;
+    }
+    if (set->n >= QUEUE_MAX)
+        return shmb_error_set(err, -EMFILE,
+                              "This shmbrokerd holds %u queues, its limit (%d). Delete "
+                              "queues that are no longer used (queue_delete), or shut them "
+                              "down.",
+                              set->n, QUEUE_MAX);
+    if ((size = shmb_q_size(seats, slots, slot_size)) == 0)
+        return shmb_error_set(err, -EINVAL, "Queue '%s': %s is not a valid geometry.", name,
+                              geometry);
+    if ((rc = queue_check_memory(name, size, geometry, err)) < 0)
+        return rc;
+    if ((q = shmb_calloc(1, sizeof(*q))) == NULL)
+        return shmb_error_set(err, -ENOMEM, "Out of memory for queue '%s'.", name);
+    q->fd = -1;
+    snprintf(q->name, sizeof(q->name), "%s", name);
+    q->pool = pool;
+    q->seats = seats;
+    q->slots = slots;
+    q->slot_size = slot_size;
+    q->size = size;
+    q->temporary = temporary;
+    /* The memfd's name only shows in /proc: cut rather than refuse. */
+    snprintf(memfd, sizeof(memfd), "%.*s.q.%s",
+             (int)(SEGMENT_MEMFD_NAME_MAX - 3 - strlen(name)), set->prefix, name);
+    snprintf(what, sizeof(what), "queue '%s' (%s)", name, geometry);
+    if ((rc = segment_memfd_make(memfd, size, what, "use fewer or smaller slots", err)) < 0) {
+        /* Pages that could not be had are memory the host lacks. */
+        if (rc == -ENOSPC)
+            err->code = rc = -ENOMEM;
+        goto fail;
+    }
+    q->fd = rc;
+    q->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, q->fd, 0);
+    if (q->base == MAP_FAILED) {
+        int saved = errno;
+
+        q->base = NULL;
+        rc = shmb_error_set(err, -ENOMEM, "Cannot map queue '%s' (%zu bytes): %s.", name, size,
+                            strerror(saved));
+        goto fail;
+    }
+    if ((rc = shmb_q_format(q->base, size, name, seats, slots, slot_size, err)) < 0 ||
+        (rc = shmb_q_attach(&q->q, q->base, size, err)) < 0)
+        goto fail;
+    TAILQ_INSERT_TAIL(&set->list, q, link);
+    set->n++;
+    *out = q;
+    *created = true;
+    log_info("queue '%s' of pool '%s' created: %s, %zu bytes%s", name, pool->cfg.name,
+             geometry, size, temporary ? ", temporary" : "");
+    return 0;
+
+fail:
+    queue_free(q);
+    return rc;
+}
+
+unsigned queue_roles_of(const struct queue_set *set, const void *owner)
+{
+    const struct queue *q;
+    unsigned n = 0, s;
+
+    TAILQ_FOREACH(q, &set->list, link) {
+        n += q->writer == owner;
+        for (s = 0; s < q->seats; s++)
+            n += q->seat[s].owner == owner;
+    }
+    return n;
+}
+
+/* -ECANCELED once q is shut down. */
+static int queue_check_open(const struct queue *q, struct shmb_error *err)
+{
+    if (q->shut_down)
+        return shmb_error_set(err, -ECANCELED,
+                              "Queue '%s' was shut down; it goes once its members close "
+                              "it. Create a new one to go on.",
+                              q->name);
+    return 0;
+}
+
+int queue_open_writer(struct queue *q, const void *owner, const struct queue_member *who,
+                      struct shmb_error *err)
+{
+    int rc;
+
+    if ((rc = queue_check_open(q, err)) < 0)
+        return rc;
+    if (q->writer != NULL)
+        return shmb_error_set(err, -EBUSY,
+                              "Queue '%s' already has a writer: client %llu (pid %d, '%s'). "
+                              "A queue has one writer; close it there first.",
+                              q->name, (unsigned long long)q->writer_who.client,
+                              (int)q->writer_who.pid, q->writer_who.name);
+    q->writer = owner;
+    q->writer_who = *who;
+    q->had_writer = true;
+    shmb_q_writer_take(&q->q);
+    return 0;
+}
+
+/* "0, 3, 5": the free or dead seats of q. */
+static void queue_open_seats(const struct queue *q, char *out, size_t len)
+{
+    size_t used = 0;
+    uint32_t s;
+
+    out[0] = '\0';
+    for (s = 0; s < q->seats; s++) {
+        int n;
+
+        if (q->seat[s].state == SHMB_SEAT_LIVE)
+            continue;
+        n = snprintf(out + used, len - used, "%s%u", used > 0 ? ", " : "", s);
+        if (n < 0 || (size_t)n >= len - used)
+            break;
+        used += (size_t)n;
+    }
+}
+
+int queue_open_reader(struct queue *q, int seat, const void *owner,
+                      const struct queue_member *who, uint32_t *seat_out, uint64_t *epoch,
+                      struct shmb_error *err)
+{
+    char open_seats[SHMB_QUEUE_SEATS_MAX * 4];
+    struct queue_seat *st;
+    int rc;
+
+    if ((rc = queue_check_open(q, err)) < 0)
+        return rc;
+    if (seat >= (int)q->seats || seat < -1)
+        return shmb_error_set(err, -EINVAL,
+                              "\"seat\" must be between 0 and %u: queue '%s' has %u seats, "
+                              "not %d.",
+                              q->seats - 1, q->name, q->seats, seat);
+    if (seat < 0) {
+        for (seat = 0; seat < (int)q->seats; seat++)
+            if (q->seat[seat].state != SHMB_SEAT_LIVE)
+                break;
+        if (seat == (int)q->seats)
+            return shmb_error_set(err, -EBUSY,
+                                  "Queue '%s' has no seat free: all %u are held by live "
+                                  "readers. Close one, or create the queue with more seats.",
+                                  q->name, q->seats);
+    }
+    st = &q->seat[seat];
+    if (st->state == SHMB_SEAT_LIVE) {
+        queue_open_seats(q, open_seats, sizeof(open_seats));
+        return shmb_error_set(err, -EBUSY,
+                              "Seat %d of queue '%s' is taken: client %llu (pid %d, '%s'). "
+                              "Free seats: %s.",
+                              seat, q->name, (unsigned long long)st->who.client,
+                              (int)st->who.pid, st->who.name,
+                              open_seats[0] != '\0' ? open_seats : "none");
+    }
+    st->owner = owner;
+    st->state = SHMB_SEAT_LIVE;
+    st->who = *who;
+    shmb_q_seat_take(&q->q, (uint32_t)seat);
+    *seat_out = (uint32_t)seat;
+    *epoch = atomic_load(&q->q.seat[seat].epoch);
+    return 0;
+}
+
+/* Whether q is left to be deleted: nobody holds it, and it was temporary
+ * and had a writer, or was shut down. */
+static bool queue_done(const struct queue *q)
+{
+    uint32_t s;
+
+    if (q->writer != NULL)
+        return false;
+    for (s = 0; s < q->seats; s++)
+        if (q->seat[s].state == SHMB_SEAT_LIVE)
+            return false;
+    return (q->temporary && q->had_writer) || q->shut_down;
+}
+
+/* The callback of queue_drop_objects: collect the keys. */
+struct queue_keys {
+    char **keys;
+    size_t n, cap;
+    bool nomem;
+};
+
+static int queue_key_found(const struct store_entry *e, void *arg)
+{
+    struct queue_keys *k = arg;
+    char *copy;
+
+    if (e->state != STORE_COMMITTED)
+        return 0;
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? k->cap * 2 : 16;
+        char **keys = shmb_realloc(k->keys, cap * sizeof(*keys));
+
+        if (keys == NULL) {
+            k->nomem = true;
+            return 1;
+        }
+        k->keys = keys;
+        k->cap = cap;
+    }
+    if ((copy = shmb_malloc(e->key_len + 1)) == NULL) {
+        k->nomem = true;
+        return 1;
+    }
+    memcpy(copy, e->key, e->key_len);
+    copy[e->key_len] = '\0';
+    k->keys[k->n++] = copy;
+    return 0;
+}
+
+/* Delete the overflow objects left in q's pool under "q/<name>/"; pinned
+ * ones go when their last pin does. */
+static void queue_drop_objects(struct queue *q)
+{
+    struct queue_keys k = {0};
+    char prefix[QUEUE_NAME_MAX + 4];
+    size_t i;
+
+    if (q->pool == NULL || q->pool->store == NULL)
+        return;
+    snprintf(prefix, sizeof(prefix), "q/%s/", q->name);
+    /* Listed first, deleted after: deleting while the store walks its index
+     * would change what it walks. */
+    store_list(q->pool->store, prefix, strlen(prefix), SIZE_MAX, queue_key_found, &k);
+    for (i = 0; i < k.n; i++) {
+        store_delete(q->pool->store, k.keys[i], strlen(k.keys[i]), NULL);
+        shmb_free(k.keys[i]);
+    }
+    if (k.nomem)
+        log_warn("queue '%s': out of memory listing its objects; %zu deleted, others left "
+                 "under %s",
+                 q->name, k.n, prefix);
+    shmb_free(k.keys);
+}
+
+/* Take q out of the set and free it, with its objects. */
+static void queue_remove(struct queue_set *set, struct queue *q, bool objects)
+{
+    TAILQ_REMOVE(&set->list, q, link);
+    set->n--;
+    if (objects)
+        queue_drop_objects(q);
+    log_info("queue '%s' of pool '%s' deleted", q->name, q->pool->cfg.name);
+    queue_free(q);
+}
+
+/* Delete q if it is left to be (queue_done). */
+static void queue_settle(struct queue_set *set, struct queue *q)
+{
+    if (queue_done(q))
+        queue_remove(set, q, true);
+}
+
+/* "the writer and seats 1, 2": the roles owner holds on q. */
+static void queue_roles_text(const struct queue *q, const void *owner, char *out, size_t len)
+{
+    size_t used = 0;
+    uint32_t s, n = 0;
+    int w;
+
+    out[0] = '\0';
+    if (q->writer == owner)
+        used = (size_t)snprintf(out, len, "the writer role");
+    for (s = 0; s < q->seats; s++) {
+        if (q->seat[s].owner != owner)
+            continue;
+        w = snprintf(out + used, len - used, "%s%u",
+                     n == 0 ? (used > 0 ? " and seat " : "seat ") : ", ", s);
+        if (w < 0 || (size_t)w >= len - used)
+            break;
+        used += (size_t)w;
+        n++;
+    }
+    if (used == 0)
+        snprintf(out, len, "no role");
+}
+
+int queue_close_roles(struct queue_set *set, struct queue *q, const void *owner,
+                      enum queue_role role, int seat, unsigned *closed,
+                      struct shmb_error *err)
+{
+    char holds[SHMB_QUEUE_SEATS_MAX * 4 + 32];
+    unsigned n = 0;
+    uint32_t s;
+
+    if (role != QUEUE_ROLE_READER && q->writer == owner) {
+        q->writer = NULL;
+        shmb_q_writer_gone(&q->q);
+        n++;
+    }
+    if (role != QUEUE_ROLE_WRITER)
+        for (s = 0; s < q->seats; s++) {
+            if (q->seat[s].owner != owner || (seat >= 0 && (uint32_t)seat != s))
+                continue;
+            q->seat[s].owner = NULL;
+            q->seat[s].state = SHMB_SEAT_FREE;
+            memset(&q->seat[s].who, 0, sizeof(q->seat[s].who));
+            shmb_q_seat_drop(&q->q, s, false);
+            n++;
+        }
+    *closed = n;
+    if (n == 0) {
+        queue_roles_text(q, owner, holds, sizeof(holds));
+        return shmb_error_set(err, -ENOENT,
+                              "This connection holds no %s of queue '%s' to close; it holds "
+                              "%s there.",
+                              role == QUEUE_ROLE_WRITER ? "writer role"
+                              : seat >= 0              ? "such seat"
+                                                       : "role",
+                              q->name, holds);
+    }
+    queue_settle(set, q);
+    return 0;
+}
+
+unsigned queue_owner_gone(struct queue_set *set, const void *owner)
+{
+    struct queue *q, *next;
+    unsigned n = 0;
+    uint32_t s;
+
+    for (q = TAILQ_FIRST(&set->list); q != NULL; q = next) {
+        bool held = false;
+
+        next = TAILQ_NEXT(q, link);
+        if (q->writer == owner) {
+            q->writer = NULL;
+            shmb_q_writer_gone(&q->q);
+            log_info("queue '%s': its writer (pid %d) is gone; readers drain it, then see "
+                     "its end",
+                     q->name, (int)q->writer_who.pid);
+            held = true;
+            n++;
+        }
+        for (s = 0; s < q->seats; s++) {
+            if (q->seat[s].owner != owner)
+                continue;
+            /* who stays: status names the reader that died. */
+            q->seat[s].owner = NULL;
+            q->seat[s].state = SHMB_SEAT_DEAD;
+            shmb_q_seat_drop(&q->q, s, true);
+            log_info("queue '%s': the reader at seat %u (pid %d) is gone; the writer no "
+                     "longer waits for it",
+                     q->name, s, (int)q->seat[s].who.pid);
+            held = true;
+            n++;
+        }
+        if (held)
+            queue_settle(set, q);
+    }
+    return n;
+}
+
+void queue_shutdown(struct queue_set *set, struct queue *q)
+{
+    if (!q->shut_down)
+        log_info("queue '%s' of pool '%s' shut down", q->name, q->pool->cfg.name);
+    q->shut_down = true;
+    shmb_q_shutdown(&q->q);
+    queue_settle(set, q);
+}
+
+void queue_shutdown_all(struct queue_set *set)
+{
+    struct queue *q;
+
+    TAILQ_FOREACH(q, &set->list, link) {
+        q->shut_down = true;
+        shmb_q_shutdown(&q->q);
+    }
+}
+
+/* "writer client 3 (pid 10, 'w'), seat 0 client 4 (pid 11, 'r')": who
+ * holds q. */
+static void queue_members_text(const struct queue *q, char *out, size_t len)
+{
+    size_t used = 0;
+    uint32_t s;
+    int n;
+
+    out[0] = '\0';
+    if (q->writer != NULL) {
+        n = snprintf(out, len, "the writer, client %llu (pid %d, '%s')",
+                     (unsigned long long)q->writer_who.client, (int)q->writer_who.pid,
+                     q->writer_who.name);
+        used = n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+    }
+    for (s = 0; s < q->seats && used + 1 < len; s++) {
+        const struct queue_seat *st = &q->seat[s];
+
+        if (st->state != SHMB_SEAT_LIVE)
+            continue;
+        n = snprintf(out + used, len - used, "%sseat %u, client %llu (pid %d, '%s')",
+                     used > 0 ? "; " : "", s, (unsigned long long)st->who.client,
+                     (int)st->who.pid, st->who.name);
+        if (n < 0 || (size_t)n >= len - used)
+            break;
+        used += (size_t)n;
+    }
+}
+
+int queue_delete(struct queue_set *set, struct queue *q, struct shmb_error *err)
+{
+    char members[SHMB_ERROR_MSG_MAX / 2];
+
+    queue_members_text(q, members, sizeof(members));
+    if (members[0] != '\0')
+        return shmb_error_set(err, -EBUSY,
+                              "Queue '%s' is in use by %s. Its members must close it first "
+                              "(or shut it down: it goes once they have).",
+                              q->name, members);
+    queue_remove(set, q, true);
+    return 0;
+}
+
+void queue_drop_pool(struct queue_set *set, const struct pool *pool)
+{
+    struct queue *q, *next;
+
+    for (q = TAILQ_FIRST(&set->list); q != NULL; q = next) {
+        next = TAILQ_NEXT(q, link);
+        if (q->pool == pool)
+            queue_remove(set, q, false);
+    }
+}
+
+void queue_set_free(struct queue_set *set)
+{
+    struct queue *q;
+
+    while ((q = TAILQ_FIRST(&set->list)) != NULL) {
+        TAILQ_REMOVE(&set->list, q, link);
+        queue_free(q);
+    }
+    set->n = 0;
+}
+
+void queue_restore_header(struct queue *q)
+{
+    struct shmb_queue_header *h = q->q.hdr;
+    size_t len = strlen(q->name);
+
+    h->version = SHMB_QUEUE_VERSION;
+    h->seats = q->seats;
+    h->slots = q->slots;
+    h->slot_size = q->slot_size;
+    h->slot_stride = q->q.slot_stride;
+    h->slots_offset = q->q.slots_offset;
+    h->total_size = q->size;
+    memset(h->name, 0, sizeof(h->name));
+    memcpy(h->name, q->name, len);
+    h->magic = SHMB_QUEUE_MAGIC;
+}
+
+void queue_status(const struct queue *q, struct queue_status *out)
+{
+    struct shmb_q_stats st;
+    uint64_t next;
+    uint32_t s;
+
+    memset(out, 0, sizeof(*out));
+    shmb_q_stats(&q->q, &st);
+    out->state = q->shut_down                      ? "shutdown"
+                 : q->writer == NULL && q->had_writer ? "writer_gone"
+                                                      : "open";
+    out->messages = st.head;
+    out->writer_waiting = st.writer_waiting != 0;
+    out->readers_waiting = st.readers_waiting;
+    out->blocker = -1;
+    /* The seats as the daemon knows them; how far behind, as the area says. */
+    for (s = 0; s < q->seats; s++) {
+        switch (q->seat[s].state) {
+        case SHMB_SEAT_LIVE:
+            out->live++;
+            next = atomic_load_explicit(&q->q.seat[s].next, memory_order_relaxed);
+            out->behind[s] = next < st.head ? st.head - next : 0;
+            if (out->behind[s] > out->depth || (out->blocker < 0 && out->behind[s] > 0)) {
+                out->depth = out->behind[s];
+                out->blocker = (int32_t)s;
+            }
+            break;
+        case SHMB_SEAT_DEAD:
+            out->dead++;
+            break;
+        default:
+            out->free++;
+            break;
+        }
+    }
+    /* Only a seat that holds the writer back is its blocker. */
+    if (out->blocker >= 0 && !(out->depth >= q->slots || out->writer_waiting))
+        out->blocker = -1;
+}

@@ -1,0 +1,178 @@
+/*
+ * Broadcast queues: each a memfd of its own (proto/layout_queue.h) that the
+ * daemon makes, maps once and passes to its members, and the membership of
+ * its writer role and reader seats, each held by one connection. The data
+ * path is the members' (proto/queue.c); the daemon only stores and wakes.
+ * Knows nothing about sockets or the protocol: a member is an opaque owner
+ * pointer (a connection's client) with what status shows of it.
+ */
+#ifndef SHMB_QUEUE_H
+#define SHMB_QUEUE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/types.h>
+
+#include "../proto/error.h"
+#include "../proto/protocol.h"
+#include "../proto/queue.h"
+#include "config.h"
+#include "pool.h"
+
+/* Queues a daemon holds at once: each is a descriptor, a mapping and a
+ * memory reservation, and the reports list them all. */
+#define QUEUE_MAX 64
+/* Roles (writer or reader seats, of any queues) one connection may hold. */
+#define QUEUE_MAX_ROLES 256
+/* A queue's name: a pool name's rule (config_pool_name_ok). */
+#define QUEUE_NAME_MAX CONFIG_POOL_NAME_MAX
+/* The defaults of vLLM's MessageQueue: max_chunks and max_chunk_bytes. */
+#define QUEUE_DEFAULT_SLOTS 10
+#define QUEUE_DEFAULT_SLOT_SIZE (10 * 1024 * 1024)
+
+/* Who holds (or held) a role, as status shows it. */
+struct queue_member {
+    uint64_t client; /* the connection's number in this daemon's life */
+    pid_t pid;
+    char name[SHMB_NAME_MAX + 1];
+};
+
+/* The daemon's own record of a seat: the area's seat state is written by the
+ * daemon too, but any member can scribble it, so this one is believed. */
+struct queue_seat {
+    const void *owner;       /* the connection holding it; NULL when free or dead */
+    uint32_t state;          /* enum shmb_seat_state */
+    struct queue_member who; /* LIVE: the holder; DEAD: the one that died */
+};
+
+struct queue {
+    TAILQ_ENTRY(queue) link;
+    char name[QUEUE_NAME_MAX + 1];
+    struct pool *pool; /* the pool of the connection that created it */
+    uint32_t seats;
+    uint64_t slots, slot_size;
+    size_t size;       /* bytes of the area */
+    bool temporary;    /* deleted once its writer has come and everyone left */
+    bool had_writer;
+    bool shut_down;
+    int fd;            /* the memfd, passed to members */
+    void *base;        /* the daemon's mapping of it */
+    struct shmb_q q;   /* attached to base */
+    const void *writer; /* the connection holding the writer role, or NULL */
+    struct queue_member writer_who;
+    struct queue_seat seat[SHMB_QUEUE_SEATS_MAX];
+};
+
+TAILQ_HEAD(queue_list, queue);
+
+/* Every queue of a daemon, in creation order. */
+struct queue_set {
+    struct queue_list list;
+    unsigned n;
+    char prefix[NAME_MAX + 1]; /* memfd names: "<prefix>.q.<queue>" */
+};
+
+/* What status shows of a queue now. */
+struct queue_status {
+    const char *state;   /* "open", "writer_gone", "shutdown" */
+    uint64_t messages;   /* the area's head */
+    uint64_t depth;      /* published, not yet read by the slowest live seat */
+    uint32_t live, dead, free;
+    bool writer_waiting;
+    uint32_t readers_waiting;
+    int32_t blocker;     /* the slowest live seat while it holds the writer back
+                            (depth >= slots, or the writer waits), else -1 */
+    uint64_t behind[SHMB_QUEUE_SEATS_MAX]; /* per live seat: messages unread */
+};
+
+/* Which roles queue_close leaves. */
+enum queue_role {
+    QUEUE_ROLE_ANY,
+    QUEUE_ROLE_WRITER,
+    QUEUE_ROLE_READER,
+};
+
+/* An empty set whose memfds are named after prefix (the daemon's --name). */
+void queue_set_init(struct queue_set *set, const char *prefix);
+
+/* Delete every queue (the daemon's end): descriptors and mappings go;
+ * store objects are left to the pools' own end. */
+void queue_set_free(struct queue_set *set);
+
+/* 0 when name (len bytes) is 1..QUEUE_NAME_MAX of [A-Za-z0-9_-]; -EINVAL
+ * with a message naming the rule otherwise. */
+int queue_check_name(const char *name, size_t len, struct shmb_error *err);
+
+/* The queue called name in pool, or NULL. */
+struct queue *queue_find(const struct queue_set *set, const struct pool *pool,
+                         const char *name);
+
+/* "a, b" (or "none"): the names of pool's queues, for messages. */
+void queue_names(const struct queue_set *set, const struct pool *pool, char *out,
+                 size_t len);
+
+/* Create queue name in pool (geometry checked by the caller against the
+ * protocol's ranges; shmb_q_size checks it again), or find it: the same
+ * geometry already there is *created = false; another, or one shut down,
+ * -EEXIST naming both. -EMFILE past QUEUE_MAX, -ENOMEM when the host's
+ * memory has no room for it. *out borrows the queue. */
+int queue_create(struct queue_set *set, struct pool *pool, const char *name, uint32_t seats,
+                 uint64_t slots, uint64_t slot_size, bool temporary, struct queue **out,
+                 bool *created, struct shmb_error *err);
+
+/* Roles owner holds in every queue of set. */
+unsigned queue_roles_of(const struct queue_set *set, const void *owner);
+
+/* owner takes the writer role: -EBUSY naming the writer there is,
+ * -ECANCELED once shut down. A queue whose writer went is open again. */
+int queue_open_writer(struct queue *q, const void *owner, const struct queue_member *who,
+                      struct shmb_error *err);
+
+/* owner takes reader seat (0..seats-1, or -1: the lowest free or dead one)
+ * and starts at the next message published; *seat_out and *epoch say which
+ * and its epoch after the take. -EINVAL (out of range), -EBUSY (taken, or
+ * none free), -ECANCELED. */
+int queue_open_reader(struct queue *q, int seat, const void *owner,
+                      const struct queue_member *who, uint32_t *seat_out, uint64_t *epoch,
+                      struct shmb_error *err);
+
+/* owner leaves the roles role (and seat, for QUEUE_ROLE_READER; -1: all its
+ * seats) it holds on q: seats become free, the writer's going ends the queue
+ * for readers once drained. *closed counts them; -ENOENT saying what it
+ * holds when none matched. q may be deleted (queue_settle) before this
+ * returns: do not use it afterwards. */
+int queue_close_roles(struct queue_set *set, struct queue *q, const void *owner,
+                      enum queue_role role, int seat, unsigned *closed,
+                      struct shmb_error *err);
+
+/* owner's connection closed: its seats become dead (the writer stops waiting
+ * for them), its writer roles gone; queues left to be deleted are. Returns
+ * the roles dropped. */
+unsigned queue_owner_gone(struct queue_set *set, const void *owner);
+
+/* Shut q down: every member's wait ends with ECANCELED, opens fail. Then
+ * deleted if nobody holds it. Do not use q afterwards. */
+void queue_shutdown(struct queue_set *set, struct queue *q);
+
+/* Shut every queue down (the daemon stops). */
+void queue_shutdown_all(struct queue_set *set);
+
+/* Delete q: -EBUSY naming its members while a writer or a live seat holds
+ * it. The pool's objects under "q/<name>/" go with it. */
+int queue_delete(struct queue_set *set, struct queue *q, struct shmb_error *err);
+
+/* Delete every queue of pool (a pool that goes, with no clients left). */
+void queue_drop_pool(struct queue_set *set, const struct pool *pool);
+
+/* Queues of pool (NULL: all). */
+unsigned queue_count(const struct queue_set *set, const struct pool *pool);
+
+/* Put the immutable words of the area's header back (a member may have
+ * scribbled them) before its descriptor is passed to a new member. */
+void queue_restore_header(struct queue *q);
+
+/* What status shows of q now. */
+void queue_status(const struct queue *q, struct queue_status *out);
+
+#endif
