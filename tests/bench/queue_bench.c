@@ -39,26 +39,6 @@
 #include "queue.h"
 #include "shmbroker.h"
 
-/* TEMPORARY until the queue API lands: stubs so the references build. */
-#ifndef SHMB_QUEUE_WRITER
-typedef struct shmb_queue shmb_queue_t;
-#define SHMB_QUEUE_TEMPORARY 1u
-#define SHMB_QUEUE_WRITER (-1)
-static int shmb_queue_create(shmb_t *c, const char *n, uint32_t s, uint64_t k, uint64_t z,
-                             unsigned f)
-{ (void)c; (void)n; (void)s; (void)k; (void)z; (void)f; return -ENOSYS; }
-static int shmb_queue_open(shmb_t *c, const char *n, int s, shmb_queue_t **q)
-{ (void)c; (void)n; (void)s; (void)q; return -ENOSYS; }
-static int shmb_queue_reserve(shmb_queue_t *q, size_t l, void **b, int t)
-{ (void)q; (void)l; (void)b; (void)t; return -ENOSYS; }
-static int shmb_queue_publish(shmb_queue_t *q, size_t l) { (void)q; (void)l; return -ENOSYS; }
-static int shmb_queue_dequeue(shmb_queue_t *q, const void **d, size_t *l, int t)
-{ (void)q; (void)d; (void)l; (void)t; return -ENOSYS; }
-static void shmb_queue_done(shmb_queue_t *q) { (void)q; }
-static int shmb_queue_wait_ready(shmb_queue_t *q, int t) { (void)q; (void)t; return -ENOSYS; }
-static int shmb_queue_close(shmb_queue_t *q) { (void)q; return -ENOSYS; }
-#endif
-
 #define MAX_READERS SHMB_QUEUE_SEATS_MAX
 /* Latency samples kept per reader: a paced run sends one message every
  * 200 us at most, so a few seconds of it fit. */
