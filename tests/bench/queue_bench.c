@@ -85,7 +85,8 @@ static struct options opt = {
 
 /* What one reader leaves for the parent (in shared memory). */
 struct reader_result {
-    _Atomic uint64_t acked; /* 1 + the last sequence number it finished with */
+    _Alignas(64) _Atomic uint64_t acked; /* 1 + the last message it finished with */
+    uint8_t pad[56];        /* the writer polls acked: a line of its own */
     uint64_t got;           /* messages received (the end message aside) */
     uint64_t lost;          /* sequence numbers skipped */
     uint64_t last_ns;       /* when it received its last message */
