@@ -349,6 +349,8 @@ say "XPUB_NODROP with SNDHWM = RCVHWM = min(1000, 64 MiB / size) messages, so a 
 say "blocks the writer instead of dropping, and the writer waits for every subscription"
 say "before it sends (the slow joiner); unix = the writer sends each message to each reader's"
 say "SOCK_STREAM socket in turn. Every reader checks the order and reads every byte."
+say "Load average before the queues: $(cut -d' ' -f1-3 /proc/loadavg) (other processes on these"
+say "CPUs move every figure here, the spinning floor's most)."
 say ""
 say "One-way latency, us: from the send time in the payload (CLOCK_MONOTONIC, stamped once the"
 say "message is filled) to the reader having it (in place, or received into its buffer); one"
