@@ -196,12 +196,15 @@ static double cpu_seconds(void)
 
 /* ---- the busy-poll ring: the queue's layout, no daemon, no futex ----------- */
 
-/* The area, mapped before the fork: every process sees the same pages. */
+/* The simplest honest ring over the same header, seats and slots: head
+ * published with release, each seat's next likewise, nothing else shared.
+ * Both sides wait as vLLM's shm_broadcast does: poll, and sched_yield between
+ * polls (which returns at once when nothing else wants the core: the core
+ * stays busy either way). The area is mapped before the fork. */
 static struct shmb_q spin_q;
 static uint64_t spin_next; /* the reader's next message, or the writer's */
 
-/* vLLM's wait: poll, and between polls sched_yield (which returns at once
- * when nothing else wants the core; the core stays busy either way). */
+/* Map and lay out the ring, every seat live. */
 static int spin_setup(void)
 {
     size_t size = shmb_q_size((uint32_t)opt.readers, opt.slots, RING_SLOT_SIZE);
@@ -296,7 +299,6 @@ static struct {
     int fd;
     unsigned char *buf;
 } tr;
-
 
 /* ZeroMQ's HWM for this size (see ZMQ_QUEUED_BYTES). */
 static int zmq_hwm(void)
