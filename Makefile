@@ -96,7 +96,7 @@ BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE)
 
 UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error \
               test_text test_conn test_tables test_command test_config_parse test_client \
-              test_frames_layout test_host test_pool test_queue
+              test_frames_layout test_host test_pool test_queue test_daemon_queue
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
@@ -143,6 +143,11 @@ $(BUILD)/tests/test_host:    $(call OBJ,tests/unit/test_host.c daemon/host.c dae
 $(BUILD)/tests/test_pool:    $(call OBJ,tests/unit/test_pool.c daemon/pool.c daemon/host.c \
                               daemon/log.c) $(CORE_OBJ) $(PROTO_OBJ)
 $(BUILD)/tests/test_pool: TEST_LDFLAGS = $(PKGS_LIBS)
+# The daemon's queues over real memfds and a memfd pool.
+$(BUILD)/tests/test_daemon_queue: $(call OBJ,tests/unit/test_daemon_queue.c daemon/queue.c \
+                                  daemon/pool.c daemon/config.c daemon/host.c daemon/log.c) \
+                                  $(CORE_OBJ) $(PROTO_OBJ)
+$(BUILD)/tests/test_daemon_queue: TEST_LDFLAGS = $(PKGS_LIBS)
 # The library against a fake daemon: a thread on a temporary socket.
 $(BUILD)/tests/test_client:  $(call OBJ,tests/unit/test_client.c $(LIB_SRC)) $(PROTO_OBJ)
 $(BUILD)/tests/test_client: TEST_LDFLAGS = $(PKGS_LIBS) -lpthread
@@ -152,7 +157,9 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              test_bounds test_startup test_adopt \
              test_ids test_many test_ctl_output test_hostile_rw test_idle test_config \
              test_fork test_threads test_library test_pools \
-             soak test_cases test_frames test_sizing test_backings
+             soak test_cases test_frames test_sizing test_backings test_queue_ops
+# Broadcast queues through the library: forked writers and readers.
+E2E_TESTS += test_queues
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)

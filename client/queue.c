@@ -88,6 +88,27 @@ static int queue_send_noreply(shmb_t *c, enum shmb_op_id op, const char *key)
     return client_send(c);
 }
 
+/* Remember that message seq went as an object. 0 or -ENOMEM. */
+static int queue_objs_push(shmb_queue_t *q, uint64_t seq)
+{
+    if (q->objs_count == q->objs_cap) {
+        size_t cap = q->objs_cap ? q->objs_cap * 2 : 16, i;
+        uint64_t *grown = shmb_malloc(cap * sizeof(*grown));
+
+        if (grown == NULL)
+            return -ENOMEM;
+        for (i = 0; i < q->objs_count; i++)
+            grown[i] = q->objs[(q->objs_first + i) % q->objs_cap];
+        shmb_free(q->objs);
+        q->objs = grown;
+        q->objs_cap = cap;
+        q->objs_first = 0;
+    }
+    q->objs[(q->objs_first + q->objs_count) % q->objs_cap] = seq;
+    q->objs_count++;
+    return 0;
+}
+
 /* ---- the ops -------------------------------------------------------------- */
 
 static int queue_create(shmb_t *c, const char *name, uint32_t seats, uint64_t slots,
@@ -229,6 +250,25 @@ static void queue_free(shmb_queue_t *q)
     shmb_free(q);
 }
 
+/* A writer that follows another (gone, or killed) takes over the objects
+ * of the messages still in the ring, so that it deletes them once they are
+ * read: what the slots say is only a key of this queue to delete. */
+static void queue_adopt_objects(shmb_queue_t *q)
+{
+    uint64_t head = atomic_load_explicit(&q->q.hdr->head, memory_order_acquire);
+    uint64_t n = head > q->q.slots ? head - q->q.slots : 0;
+
+    for (; n < head; n++) {
+        const volatile struct shmb_queue_slot *slot =
+            (const void *)(q->q.base + q->q.slots_offset +
+                           (n % q->q.slots) * q->q.slot_stride);
+
+        if (slot->seq == n && slot->flags == SHMB_QUEUE_OBJECT &&
+            queue_objs_push(q, n) < 0)
+            return;
+    }
+}
+
 static int queue_open(shmb_t *c, const char *name, int seat, shmb_queue_t **out)
 {
     shmb_queue_t *q = NULL;
@@ -296,6 +336,8 @@ static int queue_open(shmb_t *c, const char *name, int seat, shmb_queue_t **out)
          * daemon gave it to another (shmb_q_dequeue then says -ENOTCONN). */
         q->q.epoch[q->seat] = epoch;
         q->q.known |= UINT64_C(1) << q->seat;
+    } else {
+        queue_adopt_objects(q);
     }
     json_decref(reply);
     *out = q;
@@ -346,27 +388,6 @@ static int queue_wrong_role(shmb_queue_t *q, const char *call)
             ? "dequeue and done need a reader seat (open one with "
               "shmb_queue_open)"
             : "reserve, publish and enqueue need the writer role");
-}
-
-/* Remember that message seq went as an object. 0 or -ENOMEM. */
-static int queue_objs_push(shmb_queue_t *q, uint64_t seq)
-{
-    if (q->objs_count == q->objs_cap) {
-        size_t cap = q->objs_cap ? q->objs_cap * 2 : 16, i;
-        uint64_t *grown = shmb_malloc(cap * sizeof(*grown));
-
-        if (grown == NULL)
-            return -ENOMEM;
-        for (i = 0; i < q->objs_count; i++)
-            grown[i] = q->objs[(q->objs_first + i) % q->objs_cap];
-        shmb_free(q->objs);
-        q->objs = grown;
-        q->objs_cap = cap;
-        q->objs_first = 0;
-    }
-    q->objs[(q->objs_first + q->objs_count) % q->objs_cap] = seq;
-    q->objs_count++;
-    return 0;
 }
 
 /* Delete (without waiting) the objects of the messages every live seat has

@@ -368,15 +368,12 @@ const char *shmb_strerror(int code);
  * milliseconds: -1 waits for ever, 0 not at all.
  *
  * A queue handle belongs to the process and the connection that opened it:
- * use it in one thread at a time, do not use it in a child of fork(), and
- * close it before its connection (shmb_close). Its calls write the
- * connection's error; those that go to the daemon (create, open, close,
- * shutdown, delete, and the overflow messages) are refused with -EBUSY
- * while another thread's call runs on the connection. The others (a
- * message within the slot size) never touch the connection, so several
- * queue handles of one connection may move such messages in several
- * threads (each then relies on the returned code: the message in
- * shmb_errmsg is the connection's, shared). */
+ * close it before its connection (shmb_close), do not use it in a child of
+ * fork(), and use it, like its connection, in one thread at a time: its
+ * calls write the connection's error. The calls that go to the daemon
+ * (create, open, close, shutdown, delete, list, and messages longer than a
+ * slot) are refused with -EBUSY while another thread's call runs on the
+ * connection; a message within the slot size never touches it. */
 typedef struct shmb_queue shmb_queue_t;
 
 #define SHMB_QUEUE_TEMPORARY 1u /* deleted once its writer and last live reader are gone */
@@ -444,8 +441,10 @@ int shmb_queue_wait_ready(shmb_queue_t *q, int timeout_ms);
 
 /* Leave the queue (the writer's leaving is the end of the queue for its
  * readers, once drained; a reader's seat becomes free), unmap it and free
- * q, whatever the daemon answers: its error is returned (-ECONNRESET when
- * the connection was lost: the role went with it). NULL does nothing. */
+ * q, whatever the daemon answers: its error is returned (-ENOENT when the
+ * role was left already, say by a raw queue_close; -ENOTCONN or
+ * -ECONNRESET when the connection is lost, which took the role with it).
+ * NULL does nothing. */
 int shmb_queue_close(shmb_queue_t *q);
 
 /* Shut name down: every member's wait ends with -ECANCELED, and so does

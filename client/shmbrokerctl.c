@@ -131,6 +131,152 @@ static const char *prom_label(const char *s, char *buf, size_t len)
     return buf;
 }
 
+/* The broadcast queues (of pool only, when not NULL), or NULL with the
+ * error reported: none from a daemon that has no queues (ENOSYS). The
+ * caller frees the list. */
+static shmb_queue_list_t *queues_of(shmb_t *c, int *rc)
+{
+    shmb_queue_list_t *list = NULL;
+
+    *rc = 0;
+    if (shmb_queue_list(c, &list) < 0 && shmb_errcode(c) != -ENOSYS)
+        *rc = fail(c);
+    return list;
+}
+
+/* Whether queue q is shown: every pool's, or pool's only. */
+static bool queue_shown(const shmb_queue_info_t *q, const char *pool)
+{
+    return pool == NULL || strcmp(q->pool, pool) == 0;
+}
+
+/* The queues' metrics, labelled pool="P",queue="Q" (seats: and state=...):
+ * nothing when there is no queue, so that every metric named has samples. */
+static int prometheus_queues(shmb_t *c, const char *pool)
+{
+    static const char *const states[] = {"live", "dead", "free"};
+    static const struct {
+        const char *metric, *type, *help;
+    } metrics[] = {
+        {"shmbroker_queue_messages_total", "counter",
+         "Messages published to the queue since it was created."},
+        {"shmbroker_queue_depth", "gauge",
+         "Messages published that the slowest live reader has not read."},
+        {"shmbroker_queue_seats", "gauge", "Reader seats of the queue, by state."},
+        {"shmbroker_queue_writer_waiting", "gauge",
+         "1 while the queue's writer waits for a free slot."},
+    };
+    shmb_queue_list_t *list;
+    char lp[3 * 32 + 8], lq[3 * 32 + 8];
+    size_t i, j, shown = 0;
+    int rc, k;
+
+    if ((list = queues_of(c, &rc)) == NULL)
+        return rc;
+    for (j = 0; j < list->count; j++)
+        shown += queue_shown(&list->queues[j], pool);
+    for (i = 0; shown > 0 && i < sizeof(metrics) / sizeof(metrics[0]); i++) {
+        printf("# HELP %s %s\n# TYPE %s %s\n", metrics[i].metric, metrics[i].help,
+               metrics[i].metric, metrics[i].type);
+        for (j = 0; j < list->count; j++) {
+            const shmb_queue_info_t *q = &list->queues[j];
+            const uint32_t seats[] = {q->seats_live, q->seats_dead, q->seats_free};
+
+            if (!queue_shown(q, pool))
+                continue;
+            prom_label(q->pool, lp, sizeof(lp));
+            prom_label(q->name, lq, sizeof(lq));
+            if (i == 2) {
+                for (k = 0; k < 3; k++)
+                    printf("%s{pool=\"%s\",queue=\"%s\",state=\"%s\"} %u\n",
+                           metrics[i].metric, lp, lq, states[k], seats[k]);
+                continue;
+            }
+            printf("%s{pool=\"%s\",queue=\"%s\"} %llu\n", metrics[i].metric, lp, lq,
+                   (unsigned long long)(i == 0   ? q->messages
+                                        : i == 1 ? q->depth
+                                                 : (uint64_t)(q->writer_waiting != 0)));
+        }
+    }
+    shmb_queue_list_free(list);
+    return 0;
+}
+
+/* Who holds a role: "pid P 'NAME', client C" (escaped into buf). */
+static const char *holder(int64_t pid, const char *name, int64_t client, char *buf,
+                          size_t len)
+{
+    static char e[ESC_MAX];
+
+    snprintf(buf, len, "pid %lld '%s', client %lld", (long long)pid, esc(name, e, ESC_MAX),
+             (long long)client);
+    return buf;
+}
+
+/* status, plain: the queues block (of pool only, when not NULL): a line
+ * per queue, its writer, each seat (a dead one with the pid that died) and
+ * the seat that holds the writer back. Nothing when there is no queue. */
+static int print_queues(shmb_t *c, const char *pool)
+{
+    static char e[2][ESC_MAX], who[ESC_MAX + 64];
+    shmb_queue_list_t *list;
+    char b[2][32];
+    size_t i, j, shown = 0;
+    int rc;
+
+    if ((list = queues_of(c, &rc)) == NULL)
+        return rc;
+    for (i = 0; i < list->count; i++)
+        shown += queue_shown(&list->queues[i], pool);
+    if (shown > 0)
+        printf("\nqueues    %zu\n", shown);
+    for (i = 0; i < list->count; i++) {
+        const shmb_queue_info_t *q = &list->queues[i];
+
+        if (!queue_shown(q, pool))
+            continue;
+        printf("queue     %s (pool %s%s): %s, %llu slots of %s (%s), %llu messages, "
+               "depth %llu\n",
+               esc(q->name, e[0], ESC_MAX), esc(q->pool, e[1], ESC_MAX),
+               q->temporary ? ", temporary" : "", q->state, (unsigned long long)q->slots,
+               shmb_format_bytes(q->slot_size, b[0], sizeof(b[0])),
+               shmb_format_bytes(q->size, b[1], sizeof(b[1])), (unsigned long long)q->messages,
+               (unsigned long long)q->depth);
+        if (q->has_writer)
+            printf("  writer  %s%s\n",
+                   holder(q->writer_pid, q->writer_name, q->writer_client, who, sizeof(who)),
+                   q->writer_waiting ? ", waiting for a free slot" : "");
+        else
+            printf("  writer  none\n");
+        printf("  seats   %u live, %u dead, %u free; %u reader%s waiting\n", q->seats_live,
+               q->seats_dead, q->seats_free, q->readers_waiting,
+               q->readers_waiting == 1 ? "" : "s");
+        for (j = 0; j < q->nseats; j++) {
+            const shmb_queue_seat_info_t *s = &q->seat_list[j];
+
+            if (strcmp(s->state, "live") == 0)
+                printf("  seat %-2u live, %s, %llu behind\n", s->seat,
+                       holder(s->pid, s->name, s->client, who, sizeof(who)),
+                       (unsigned long long)s->behind);
+            else if (strcmp(s->state, "dead") == 0)
+                printf("  seat %-2u dead, %s: its connection closed without leaving the "
+                       "seat; not waited for\n",
+                       s->seat, holder(s->pid, s->name, s->client, who, sizeof(who)));
+            else
+                printf("  seat %-2u %s\n", s->seat, esc(s->state, e[0], ESC_MAX));
+        }
+        if (q->blocker_seat >= 0)
+            printf("  blocker seat %d (%s) is %llu messages behind and holds the writer "
+                   "back\n",
+                   q->blocker_seat,
+                   holder(q->blocker_pid, q->blocker_name, q->blocker_client, who,
+                          sizeof(who)),
+                   (unsigned long long)q->blocker_behind);
+    }
+    shmb_queue_list_free(list);
+    return 0;
+}
+
 /* The stats in Prometheus's text exposition format, one metric per figure:
  * the gauges below, then every counter of proto/stats.def. A figure of a
  * pool (its bytes, objects, counters) has one sample per pool, labelled
@@ -207,7 +353,7 @@ static int print_prometheus(shmb_t *c, const struct ctl *ctl)
                        (long long)shmb_stats_number(&pools[j], (enum shmb_stat_id)i));
     }
     shmb_stats_pools_free(pools);
-    return 0;
+    return prometheus_queues(c, ctl->pool != NULL ? st.pool : NULL);
 }
 
 /* The daemon's stats reply as it sent it (without the request's id). */
@@ -306,7 +452,7 @@ static int print_status(shmb_t *c, const struct ctl *ctl)
         }
     }
     shmb_stats_pools_free(pools);
-    return 0;
+    return print_queues(c, ctl->pool != NULL ? st.pool : NULL);
 }
 
 /* status --watch: redraw in place on a terminal; elsewhere (a pipe, a file)

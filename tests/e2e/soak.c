@@ -7,7 +7,12 @@
  * daemon's own memory must not have grown after warm-up, and it must exit 0
  * on SIGTERM: under AddressSanitizer a leak makes that status non-zero, and
  * with SOAK_VALGRIND=1 the daemon runs under memcheck, whose errors give 99.
- * Workers never use cmocka: they report in a shared page and by exit status.
+ * Meanwhile a broadcast queue runs beside them: one writer, three readers
+ * that must get every message in order, and a fourth that is SIGKILLed now
+ * and then (holding an overflow object's pin, maybe) and takes its dead
+ * seat again; messages longer than a slot go as objects of the same busy
+ * segment. Workers never use cmocka: they report in a shared page and by
+ * exit status.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +30,18 @@
 #include "shmbroker.h"
 
 #define SOAK_WORKERS 32
+/* The queue's processes come after the workers in every array: its writer,
+ * SOAK_QUEUE_READERS readers that read everything, and one reader that is
+ * killed and started again (the last). */
+#define SOAK_QUEUE_READERS 3
+#define SOAK_QUEUE_WRITER SOAK_WORKERS
+#define SOAK_QUEUE_CHURN (SOAK_WORKERS + 1 + SOAK_QUEUE_READERS)
+#define SOAK_PROCS (SOAK_QUEUE_CHURN + 1)
+#define SOAK_QUEUE "soakq"
+#define SOAK_QUEUE_SLOTS 8
+#define SOAK_QUEUE_SLOT 4096
+/* A message carries its sequence number in its first 8 bytes. */
+#define SOAK_QUEUE_MSG_MIN 8
 #define SOAK_SIZE "64M"
 #define SOAK_MAX_OBJECT (2u << 20) /* --max-object-size 2M */
 /* 192 keys every worker writes, reads and deletes, plus 8 of each worker's
@@ -73,9 +90,9 @@ struct soak_slot {
 
 /* The test's side of the run. */
 struct soak_run {
-    struct soak_slot *slots; /* SOAK_WORKERS, MAP_SHARED */
-    pid_t pids[SOAK_WORKERS];
-    unsigned generation[SOAK_WORKERS];
+    struct soak_slot *slots; /* SOAK_PROCS, MAP_SHARED */
+    pid_t pids[SOAK_PROCS];
+    unsigned generation[SOAK_PROCS];
     const char *socket;
     uint64_t seed;
     uint64_t deadline_ms; /* CLOCK_MONOTONIC, the same clock in every process */
@@ -418,6 +435,135 @@ static int soak_worker_main(struct soak_run *run, int index)
     return 0;
 }
 
+/* ---- the queue's processes ------------------------------------------------- */
+
+/* The queue's writer: messages of random sizes (one in eight longer than a
+ * slot: an object of the segment the workers churn, so an allocation may
+ * find it full and is tried again) until the deadline, then it closes: the
+ * end of the queue. slot->puts counts the messages. */
+static int soak_queue_writer(struct soak_worker *w, shmb_queue_t *q, uint64_t deadline)
+{
+    uint64_t seq = 0;
+    void *buf;
+    size_t len;
+    int rc;
+
+    if ((rc = shmb_queue_wait_ready(q, 60000)) < 0)
+        return soak_failed(w, "queue wait_ready: %s: %s", shmb_errname(w->c),
+                           shmb_errmsg(w->c));
+    while (h_now_ms() < deadline) {
+        uint64_t r = soak_rand(&w->rng);
+
+        len = r % 8 == 0 ? SOAK_QUEUE_SLOT + 1 + (size_t)(r >> 8) % (4 * SOAK_QUEUE_SLOT)
+                         : SOAK_QUEUE_MSG_MIN + (size_t)(r >> 8) % (SOAK_QUEUE_SLOT - 7);
+        rc = shmb_queue_reserve(q, len, &buf, 60000);
+        /* The segment full (at once, or after the 100 ms of alloc wait):
+         * the same message again. */
+        if (len > SOAK_QUEUE_SLOT && (rc == -ENOSPC || rc == -ETIMEDOUT)) {
+            w->slot->enospc++;
+            usleep(1000);
+            continue;
+        }
+        if (rc < 0)
+            return soak_failed(w, "queue reserve of %zu bytes: %s: %s", len,
+                               shmb_errname(w->c), shmb_errmsg(w->c));
+        memcpy(buf, &seq, sizeof(seq));
+        h_fill((unsigned char *)buf + 8, len - 8, (uint32_t)(seq * 2654435761u));
+        if ((rc = shmb_queue_publish(q, len)) < 0)
+            return soak_failed(w, "queue publish: %s: %s", shmb_errname(w->c),
+                               shmb_errmsg(w->c));
+        w->slot->puts++;
+        w->slot->ops++;
+        seq++;
+        if (r % 4 == 0)
+            usleep((useconds_t)(r >> 40) % 400);
+    }
+    return 0;
+}
+
+/* A queue reader: every message after the first has the next sequence
+ * number and its pattern, until the end of the queue (EPIPE).
+ * slot->gets_verified counts the messages. */
+static int soak_queue_reader(struct soak_worker *w, shmb_queue_t *q, uint64_t deadline)
+{
+    uint64_t seq, last = 0;
+    bool first = true;
+    const void *data;
+    size_t len, bad;
+    int rc;
+
+    for (;;) {
+        rc = shmb_queue_dequeue(q, &data, &len, (int)(deadline - h_now_ms()) + 60000);
+        if (rc == -EPIPE)
+            return 0;
+        if (rc < 0)
+            return soak_failed(w, "queue dequeue after message %llu: %s: %s",
+                               (unsigned long long)last, shmb_errname(w->c),
+                               shmb_errmsg(w->c));
+        if (len < SOAK_QUEUE_MSG_MIN)
+            return soak_failed(w, "queue message after %llu has %zu bytes",
+                               (unsigned long long)last, len);
+        memcpy(&seq, data, sizeof(seq));
+        if (!first && seq != last + 1)
+            return soak_failed(w, "queue message %llu came after %llu",
+                               (unsigned long long)seq, (unsigned long long)last);
+        bad = h_check((const unsigned char *)data + 8, len - 8, (uint32_t)(seq * 2654435761u));
+        if (bad != len - 8)
+            return soak_failed(w, "queue message %llu (%zu bytes): byte %zu is wrong",
+                               (unsigned long long)seq, len, bad + 8);
+        first = false;
+        last = seq;
+        w->slot->gets_verified++;
+        w->slot->bytes_verified += len;
+        w->slot->ops++;
+        if (soak_rand(&w->rng) % 32 == 0)
+            usleep((useconds_t)(soak_rand(&w->rng) % 300));
+    }
+}
+
+/* A process of the queue (index past the workers'): connect, open its role,
+ * run, close. */
+static int soak_queue_main(struct soak_run *run, int index)
+{
+    struct soak_worker w;
+    shmb_queue_t *q = NULL;
+    char name[32];
+    /* The churning reader takes the last seat, and when started again any
+     * free or dead one: its own, the others being live. */
+    int seat = index == SOAK_QUEUE_WRITER ? SHMB_QUEUE_WRITER
+               : index == SOAK_QUEUE_CHURN && run->generation[index] > 0
+                   ? SHMB_QUEUE_ANY_SEAT
+                   : index - SOAK_QUEUE_WRITER - 1;
+    int rc;
+
+    memset(&w, 0, sizeof(w));
+    w.slot = &run->slots[index];
+    w.index = index;
+    w.rng = run->seed ^ ((uint64_t)index << 32) ^ ((uint64_t)run->generation[index] << 48);
+    snprintf(name, sizeof(name), "soakq-%d.%u", index, run->generation[index]);
+    if ((w.c = shmb_new()) == NULL) {
+        soak_failed(&w, "out of memory");
+        return 1;
+    }
+    shmb_set_alloc_wait(w.c, 100);
+    if (shmb_connect(w.c, run->socket, name) < 0 ||
+        shmb_queue_open(w.c, SOAK_QUEUE, seat, &q) < 0) {
+        soak_failed(&w, "connect and open %s: %s: %s", SOAK_QUEUE, shmb_errname(w.c),
+                    shmb_errmsg(w.c));
+        return 1;
+    }
+    rc = seat == SHMB_QUEUE_WRITER ? soak_queue_writer(&w, q, run->deadline_ms)
+                                   : soak_queue_reader(&w, q, run->deadline_ms);
+    if (rc < 0)
+        return 1;
+    if (shmb_queue_close(q) < 0) {
+        soak_failed(&w, "queue close: %s: %s", shmb_errname(w.c), shmb_errmsg(w.c));
+        return 1;
+    }
+    shmb_close(w.c);
+    return 0;
+}
+
 /* Fork the worker of slot index. -1 when fork fails. */
 static pid_t soak_spawn_worker(struct soak_run *run, int index)
 {
@@ -433,7 +579,8 @@ static pid_t soak_spawn_worker(struct soak_run *run, int index)
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
             _exit(1);
-        _exit(soak_worker_main(run, index));
+        _exit(index < SOAK_WORKERS ? soak_worker_main(run, index)
+                                   : soak_queue_main(run, index));
     }
     run->pids[index] = pid;
     return pid;
@@ -638,7 +785,7 @@ static void test_soak(void **state)
     struct h_daemon *d;
     shmb_stats_t st;
     shmb_t *c;
-    uint64_t start, warm_at, rng, slack, kills = 0, kills_holding = 0;
+    uint64_t start, warm_at, rng, slack, kills = 0, kills_holding = 0, queue_kills = 0;
     unsigned deleted = 0, rounds = 0, failures = 0;
     long seconds = soak_env_long("SOAK_SECONDS", 8);
     bool warm_sampled = false;
@@ -660,14 +807,21 @@ static void test_soak(void **state)
     soak_set_asan_options();
     d = run->valgrind ? soak_start_valgrind(f, extra) : h_daemon_start(f, SOAK_SIZE, extra);
     run->socket = d->socket;
-    run->slots = mmap(NULL, sizeof(struct soak_slot) * SOAK_WORKERS, PROT_READ | PROT_WRITE,
+    run->slots = mmap(NULL, sizeof(struct soak_slot) * SOAK_PROCS, PROT_READ | PROT_WRITE,
                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(run->slots != MAP_FAILED);
 
     start = h_now_ms();
     run->deadline_ms = start + (uint64_t)seconds * 1000;
     warm_at = start + (uint64_t)seconds * 1000 / SOAK_WARMUP_DIVISOR;
-    for (i = 0; i < SOAK_WORKERS; i++)
+    c = shmb_new();
+    assert_non_null(c);
+    if (shmb_connect(c, d->socket, "soak-queue") < 0 ||
+        shmb_queue_create(c, SOAK_QUEUE, SOAK_QUEUE_READERS + 1, SOAK_QUEUE_SLOTS,
+                          SOAK_QUEUE_SLOT, 0) < 0)
+        h_fail("queue %s: %s: %s", SOAK_QUEUE, shmb_errname(c), shmb_errmsg(c));
+    shmb_close(c);
+    for (i = 0; i < SOAK_PROCS; i++)
         if (soak_spawn_worker(run, i) < 0)
             h_fail("fork: %s", strerror(errno));
 
@@ -688,7 +842,7 @@ static void test_soak(void **state)
         }
         /* Workers that ended by themselves (a failure) are counted.
          * Each by its pid: waitpid(-1) could reap the daemon. */
-        for (i = 0; i < SOAK_WORKERS; i++) {
+        for (i = 0; i < SOAK_PROCS; i++) {
             if (run->pids[i] <= 0 || waitpid(run->pids[i], &status, WNOHANG) != run->pids[i])
                 continue;
             run->pids[i] = 0;
@@ -699,6 +853,18 @@ static void test_soak(void **state)
         }
         if (now >= run->deadline_ms)
             break;
+        /* One time in three, the churning queue reader too, once the
+         * writer has found every seat live and published. */
+        if (soak_rand(&rng) % 3 == 0 && run->pids[SOAK_QUEUE_CHURN] > 0 &&
+            __atomic_load_n(&run->slots[SOAK_QUEUE_WRITER].puts, __ATOMIC_RELAXED) > 0) {
+            status = soak_reap(run, SOAK_QUEUE_CHURN, true);
+            if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
+                soak_unexpected_exit(run, SOAK_QUEUE_CHURN, status);
+            queue_kills++;
+            run->generation[SOAK_QUEUE_CHURN]++;
+            if (soak_spawn_worker(run, SOAK_QUEUE_CHURN) < 0)
+                h_fail("fork: %s", strerror(errno));
+        }
         i = (int)(soak_rand(&rng) % SOAK_WORKERS);
         if (run->pids[i] <= 0)
             continue;
@@ -716,8 +882,9 @@ static void test_soak(void **state)
     if (!run->valgrind)
         end = soak_sample_rss(d->pid);
 
-    /* Every worker stops by itself at the deadline, after its current step. */
-    for (i = 0; i < SOAK_WORKERS; i++) {
+    /* Every worker stops by itself at the deadline, after its current step;
+     * the queue's readers once they have read what its writer published. */
+    for (i = 0; i < SOAK_PROCS; i++) {
         if (run->pids[i] <= 0)
             continue;
         if (h_wait_pid(run->pids[i], run->valgrind ? 60000 : 20000, &status) < 0) {
@@ -742,6 +909,10 @@ static void test_soak(void **state)
         total.enospc += s->enospc;
         total.enoent += s->enoent;
         total.eexist += s->eexist;
+    }
+    for (i = 0; i < SOAK_PROCS; i++) {
+        struct soak_slot *s = &run->slots[i];
+
         if (s->failures > 0)
             print_error("worker %d: %llu failure(s), the first: %s\n", i,
                         (unsigned long long)s->failures, s->failure);
@@ -758,8 +929,27 @@ static void test_soak(void **state)
            (unsigned long long)total.eexist, (unsigned long long)kills,
            (unsigned long long)kills_holding, failures);
     fflush(stdout);
+    printf("soak: queue: %llu messages published (%llu times the segment was full for an "
+           "overflow object), read by %d readers: %llu, %llu, %llu; the churning reader "
+           "read %llu and was killed %llu times\n",
+           (unsigned long long)run->slots[SOAK_QUEUE_WRITER].puts,
+           (unsigned long long)run->slots[SOAK_QUEUE_WRITER].enospc, SOAK_QUEUE_READERS,
+           (unsigned long long)run->slots[SOAK_QUEUE_WRITER + 1].gets_verified,
+           (unsigned long long)run->slots[SOAK_QUEUE_WRITER + 2].gets_verified,
+           (unsigned long long)run->slots[SOAK_QUEUE_WRITER + 3].gets_verified,
+           (unsigned long long)run->slots[SOAK_QUEUE_CHURN].gets_verified,
+           (unsigned long long)queue_kills);
+    fflush(stdout);
     if (failures > 0)
         h_fail("%u failure(s) in the workers (see above)", failures);
+    /* Every message reached every reader that was there from the start. */
+    if (run->slots[SOAK_QUEUE_WRITER].puts == 0)
+        h_fail("the queue's writer published nothing");
+    for (i = SOAK_QUEUE_WRITER + 1; i < SOAK_QUEUE_CHURN; i++)
+        if (run->slots[i].gets_verified != run->slots[SOAK_QUEUE_WRITER].puts)
+            h_fail("queue reader %d read %llu of %llu messages", i - SOAK_QUEUE_WRITER - 1,
+                   (unsigned long long)run->slots[i].gets_verified,
+                   (unsigned long long)run->slots[SOAK_QUEUE_WRITER].puts);
     /* A soak that did nothing proves nothing. */
     if (total.gets_verified == 0 || total.puts == 0 || total.deletes == 0 ||
         (seconds >= 2 && kills == 0))
@@ -772,6 +962,9 @@ static void test_soak(void **state)
         h_fail("connect: %s: %s", shmb_errname(c), shmb_errmsg(c));
     if (!h_eventually(soak_only_one_client, c, run->valgrind ? 30000 : 10000))
         h_fail("the workers' connections are still open after they exited");
+    /* Its members gone, the queue goes, and its overflow objects with it. */
+    if (shmb_queue_delete(c, SOAK_QUEUE) < 0)
+        h_fail("queue_delete %s: %s: %s", SOAK_QUEUE, shmb_errname(c), shmb_errmsg(c));
     soak_delete_all(c, run->valgrind ? 30000 : 10000, &deleted, &rounds);
     if (shmb_stats(c, &st) < 0)
         h_fail("stats: %s: %s", shmb_errname(c), shmb_errmsg(c));
@@ -865,7 +1058,7 @@ static int soak_teardown(void **state)
     struct h_fix *f = *state;
     int i;
 
-    for (i = 0; i < SOAK_WORKERS; i++)
+    for (i = 0; i < SOAK_PROCS; i++)
         if (run->pids[i] > 0)
             soak_reap(run, i, true);
     if (f != NULL && !f->passed && f->ndaemons > 0) {
@@ -882,7 +1075,7 @@ static int soak_teardown(void **state)
         soak_print_daemon_log(d);
     }
     if (run->slots != NULL && run->slots != MAP_FAILED)
-        munmap(run->slots, sizeof(struct soak_slot) * SOAK_WORKERS);
+        munmap(run->slots, sizeof(struct soak_slot) * SOAK_PROCS);
     run->slots = NULL;
     return h_teardown(state);
 }

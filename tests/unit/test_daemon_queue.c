@@ -1,0 +1,511 @@
+/*
+ * Unit tests for the daemon's queues (daemon/queue.c) over real memfds and a
+ * real memfd pool: creation and its limits, roles taken and left, what a
+ * member's connection closing does to the area, automatic deletion, the
+ * blocker, the header restored, and the pool's overflow objects deleted with
+ * the queue. Owners are plain addresses standing for connections.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "log.h"
+#include "../../daemon/queue.h"
+
+#define MIB (1024u * 1024u)
+
+/* Three connections. */
+static int conn_a, conn_b, conn_c;
+
+struct fixture {
+    struct pool *pool;
+    struct queue_set set;
+    struct shmb_error err;
+};
+
+/* Open descriptors of this process. */
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+
+    assert_non_null(d);
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    struct pool_config pc;
+    struct store_config scfg = {0};
+    uint64_t rounded;
+
+    log_active_level = LOG_ERROR;
+    memset(&pc, 0, sizeof(pc));
+    snprintf(pc.name, sizeof(pc.name), "p");
+    snprintf(pc.segment, sizeof(pc.segment), "test-dq.%d", (int)getpid());
+    pc.size = MIB;
+    pc.backing = POOL_BACKING_MEMFD;
+    pc.max_object_size = MIB / 4;
+    if (f == NULL || pool_check_settings(&pc, &rounded, &f->err) < 0 ||
+        (f->pool = pool_new(&pc, rounded, &f->err)) == NULL ||
+        pool_plan(f->pool, false, &f->err) < 0 ||
+        pool_open(f->pool, &scfg, NULL, &f->err) < 0) {
+        print_error("pool: %s\n", f != NULL ? f->err.message : "no memory");
+        return -1;
+    }
+    queue_set_init(&f->set, "test-dq");
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+
+    queue_set_free(&f->set);
+    pool_close(f->pool, false);
+    pool_free(f->pool);
+    free(f);
+    return 0;
+}
+
+static struct queue_member member(uint64_t id, const char *name)
+{
+    struct queue_member m;
+
+    memset(&m, 0, sizeof(m));
+    m.client = id;
+    m.pid = (pid_t)(1000 + id);
+    snprintf(m.name, sizeof(m.name), "%s", name);
+    return m;
+}
+
+/* A small queue: seats seats, 4 slots of 64 bytes. */
+static struct queue *make(struct fixture *f, const char *name, uint32_t seats, bool temporary)
+{
+    struct queue *q = NULL;
+    bool created = false;
+
+    assert_int_equal(queue_create(&f->set, f->pool, name, seats, 4, 64, temporary, &q,
+                                  &created, &f->err),
+                     0);
+    assert_true(created);
+    return q;
+}
+
+/* Proves that a queue is a sealed memfd of its geometry's size, formatted,
+ * named after the set's prefix; the same geometry is found again, another is
+ * EEXIST naming both. */
+static void test_create(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q = make(f, "steps", 2, false), *again = NULL;
+    char link[64], target[256];
+    struct shmb_q view;
+    bool created = true;
+    ssize_t n;
+
+    assert_int_equal(q->size, shmb_q_size(2, 4, 64));
+    assert_int_equal(lseek(q->fd, 0, SEEK_END), (off_t)q->size);
+    /* (and F_SEAL_EXEC where the kernel has MFD_NOEXEC_SEAL) */
+    assert_int_equal(fcntl(q->fd, F_GET_SEALS) & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL |
+                                                   F_SEAL_WRITE),
+                     F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    assert_int_equal(shmb_q_attach(&view, q->base, q->size, &f->err), 0);
+    assert_int_equal(view.seats, 2);
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", q->fd);
+    n = readlink(link, target, sizeof(target) - 1);
+    assert_true(n > 0);
+    target[n] = '\0';
+    assert_non_null(strstr(target, "test-dq.q.steps"));
+    assert_int_equal(queue_create(&f->set, f->pool, "steps", 2, 4, 64, false, &again, &created,
+                                  &f->err),
+                     0);
+    assert_ptr_equal(again, q);
+    assert_false(created);
+    assert_int_equal(queue_create(&f->set, f->pool, "steps", 3, 4, 64, false, &again, &created,
+                                  &f->err),
+                     -EEXIST);
+    assert_non_null(strstr(f->err.message, "exists with 2 seats, 4 slots of 64 bytes"));
+    assert_non_null(strstr(f->err.message, "asks for 3 seats, 4 slots of 64 bytes"));
+    assert_ptr_equal(queue_find(&f->set, f->pool, "steps"), q);
+    assert_null(queue_find(&f->set, f->pool, "other"));
+}
+
+/* Proves the rule of names: a pool name's. */
+static void test_names(void **state)
+{
+    struct fixture *f = *state;
+
+    assert_int_equal(queue_check_name("a-b_C9", 6, &f->err), 0);
+    assert_int_equal(queue_check_name("", 0, &f->err), -EINVAL);
+    assert_int_equal(queue_check_name("a b", 3, &f->err), -EINVAL);
+    assert_int_equal(queue_check_name("a/b", 3, &f->err), -EINVAL);
+    assert_int_equal(queue_check_name("abcdefghijklmnopqrstuvwxyz0123456", 33, &f->err),
+                     -EINVAL);
+    assert_non_null(strstr(f->err.message, "1 to 32 characters"));
+    assert_int_equal(queue_check_name("abcdefghijklmnopqrstuvwxyz012345", 32, &f->err), 0);
+}
+
+/* Proves the limits: 64 queues (EMFILE naming it; room again after a
+ * delete), and a queue larger than the host's memory (ENOMEM with the
+ * numbers, nothing made). */
+static void test_limits(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q = NULL;
+    bool created;
+    char name[16];
+    int i, fds;
+
+    for (i = 0; i < QUEUE_MAX; i++) {
+        snprintf(name, sizeof(name), "q%d", i);
+        make(f, name, 1, false);
+    }
+    fds = count_fds();
+    assert_int_equal(queue_create(&f->set, f->pool, "one-more", 1, 4, 64, false, &q, &created,
+                                  &f->err),
+                     -EMFILE);
+    assert_non_null(strstr(f->err.message, "its limit (64)"));
+    assert_int_equal(count_fds(), fds);
+    assert_int_equal(queue_delete(&f->set, queue_find(&f->set, f->pool, "q7"), &f->err), 0);
+    assert_int_equal(count_fds(), fds - 1);
+    make(f, "one-more", 1, false);
+    assert_int_equal(queue_delete(&f->set, queue_find(&f->set, f->pool, "q8"), &f->err), 0);
+    assert_int_equal(queue_create(&f->set, f->pool, "huge", 64, SHMB_QUEUE_SLOTS_MAX,
+                                  SHMB_QUEUE_SLOT_SIZE_MAX, false, &q, &created, &f->err),
+                     -ENOMEM);
+    assert_non_null(strstr(f->err.message, "Queue 'huge' needs "));
+    assert_non_null(strstr(f->err.message, "(64 seats, 65536 slots of 1073741824 bytes)"));
+    assert_non_null(strstr(f->err.message, "Use fewer or smaller slots."));
+    assert_null(queue_find(&f->set, f->pool, "huge"));
+    assert_int_equal(queue_count(&f->set, NULL), QUEUE_MAX - 1);
+}
+
+/* Proves roles: one writer (EBUSY naming it), seats by number or the lowest
+ * free one (EBUSY naming the holder and the free seats; none free), range,
+ * the area's seat live with a new epoch, and roles counted per owner. */
+static void test_open(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q = make(f, "q", 3, false);
+    struct queue_member a = member(1, "a"), b = member(2, "b");
+    uint32_t seat;
+    uint64_t epoch;
+
+    assert_int_equal(queue_open_writer(q, &conn_a, &a, &f->err), 0);
+    assert_int_equal(atomic_load(&q->q.hdr->writer_live), 1);
+    assert_int_equal(queue_open_writer(q, &conn_b, &b, &f->err), -EBUSY);
+    assert_non_null(strstr(f->err.message, "client 1 (pid 1001, 'a')"));
+    assert_int_equal(queue_open_reader(q, 1, &conn_b, &b, &seat, &epoch, &f->err), 0);
+    assert_int_equal(seat, 1);
+    assert_int_equal(epoch, 1);
+    assert_int_equal(atomic_load(&q->q.seat[1].state), SHMB_SEAT_LIVE);
+    assert_int_equal(queue_open_reader(q, -1, &conn_b, &b, &seat, &epoch, &f->err), 0);
+    assert_int_equal(seat, 0);
+    assert_int_equal(queue_open_reader(q, 0, &conn_a, &a, &seat, &epoch, &f->err), -EBUSY);
+    assert_non_null(strstr(f->err.message, "client 2 (pid 1002, 'b'). Free seats: 2."));
+    assert_int_equal(queue_open_reader(q, 3, &conn_a, &a, &seat, &epoch, &f->err), -EINVAL);
+    assert_int_equal(queue_open_reader(q, -1, &conn_a, &a, &seat, &epoch, &f->err), 0);
+    assert_int_equal(seat, 2);
+    assert_int_equal(queue_open_reader(q, -1, &conn_c, &a, &seat, &epoch, &f->err), -EBUSY);
+    assert_non_null(strstr(f->err.message, "no seat free: all 3"));
+    assert_int_equal(queue_roles_of(&f->set, &conn_a), 2);
+    assert_int_equal(queue_roles_of(&f->set, &conn_b), 2);
+    assert_int_equal(queue_roles_of(&f->set, &conn_c), 0);
+}
+
+/* Proves what closing a connection does: its seats dead in the daemon's
+ * record and in the area (keeping who held them), its writer role gone
+ * (WRITER_GONE), across several queues at once, and taken again: a dead
+ * seat is given out with a new epoch, a new writer opens the queue again. */
+static void test_owner_gone(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q1 = make(f, "q1", 2, false), *q2 = make(f, "q2", 2, false);
+    struct queue_member a = member(1, "a"), b = member(2, "b");
+    struct queue_status st;
+    uint32_t seat;
+    uint64_t epoch;
+
+    assert_int_equal(queue_open_writer(q1, &conn_a, &a, &f->err), 0);
+    assert_int_equal(queue_open_reader(q1, 0, &conn_a, &a, &seat, &epoch, &f->err), 0);
+    assert_int_equal(queue_open_reader(q2, 1, &conn_a, &a, &seat, &epoch, &f->err), 0);
+    assert_int_equal(queue_open_writer(q2, &conn_b, &b, &f->err), 0);
+    assert_int_equal(queue_owner_gone(&f->set, &conn_a), 3);
+    assert_int_equal(queue_roles_of(&f->set, &conn_a), 0);
+    assert_null(q1->writer);
+    assert_int_equal(atomic_load(&q1->q.hdr->state), SHMB_QUEUE_WRITER_GONE);
+    assert_int_equal(atomic_load(&q1->q.hdr->writer_live), 0);
+    assert_int_equal(q1->seat[0].state, SHMB_SEAT_DEAD);
+    assert_int_equal(atomic_load(&q1->q.seat[0].state), SHMB_SEAT_DEAD);
+    assert_int_equal(q1->seat[0].who.pid, 1001);
+    assert_int_equal(q2->seat[1].state, SHMB_SEAT_DEAD);
+    assert_int_equal(atomic_load(&q2->q.hdr->state), SHMB_QUEUE_OPEN);
+    queue_status(q1, &st);
+    assert_string_equal(st.state, "writer_gone");
+    assert_int_equal(st.dead, 1);
+    assert_int_equal(st.free, 1);
+    assert_int_equal(st.live, 0);
+    /* Taken again. */
+    assert_int_equal(queue_open_reader(q1, -1, &conn_c, &b, &seat, &epoch, &f->err), 0);
+    assert_int_equal(seat, 0);
+    assert_int_equal(epoch, 2);
+    assert_int_equal(queue_open_writer(q1, &conn_c, &b, &f->err), 0);
+    assert_int_equal(atomic_load(&q1->q.hdr->state), SHMB_QUEUE_OPEN);
+    queue_status(q1, &st);
+    assert_string_equal(st.state, "open");
+}
+
+/* Proves queue_close_roles: by seat, by role, all; ENOENT saying what is
+ * held; a reader's seat free (not dead), the writer's going WRITER_GONE. */
+static void test_close_roles(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q = make(f, "q", 3, false);
+    struct queue_member a = member(1, "a");
+    unsigned closed = 0;
+    uint32_t seat;
+    uint64_t epoch;
+
+    assert_int_equal(queue_close_roles(&f->set, q, &conn_a, QUEUE_ROLE_ANY, -1, &closed,
+                                       &f->err),
+                     -ENOENT);
+    assert_non_null(strstr(f->err.message, "it holds no role there"));
+    assert_int_equal(queue_open_writer(q, &conn_a, &a, &f->err), 0);
+    assert_int_equal(queue_open_reader(q, 0, &conn_a, &a, &seat, &epoch, &f->err), 0);
+    assert_int_equal(queue_open_reader(q, 2, &conn_a, &a, &seat, &epoch, &f->err), 0);
+    assert_int_equal(queue_close_roles(&f->set, q, &conn_a, QUEUE_ROLE_READER, 1, &closed,
+                                       &f->err),
+                     -ENOENT);
+    assert_non_null(strstr(f->err.message, "the writer role and seat 0, 2"));
+    assert_int_equal(queue_close_roles(&f->set, q, &conn_a, QUEUE_ROLE_READER, 2, &closed,
+                                       &f->err),
+                     0);
+    assert_int_equal(closed, 1);
+    assert_int_equal(q->seat[2].state, SHMB_SEAT_FREE);
+    assert_int_equal(atomic_load(&q->q.seat[2].state), SHMB_SEAT_FREE);
+    assert_int_equal(queue_close_roles(&f->set, q, &conn_a, QUEUE_ROLE_WRITER, -1, &closed,
+                                       &f->err),
+                     0);
+    assert_int_equal(atomic_load(&q->q.hdr->state), SHMB_QUEUE_WRITER_GONE);
+    assert_int_equal(queue_close_roles(&f->set, q, &conn_a, QUEUE_ROLE_ANY, -1, &closed,
+                                       &f->err),
+                     0);
+    assert_int_equal(closed, 1);
+    assert_int_equal(queue_roles_of(&f->set, &conn_a), 0);
+    /* Not temporary, not shut down: it stays. */
+    assert_ptr_equal(queue_find(&f->set, f->pool, "q"), q);
+}
+
+/* Proves automatic deletion: a temporary queue goes once it has had a writer
+ * and nobody holds it (not before its writer came); a queue shut down goes
+ * when its last member leaves, and at once when it has none; the descriptor
+ * goes with it. */
+static void test_auto_delete(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *t = make(f, "t", 1, true), *s;
+    struct queue_member a = member(1, "a");
+    unsigned closed;
+    uint32_t seat;
+    uint64_t epoch;
+    int fds = count_fds();
+
+    assert_int_equal(queue_open_reader(t, 0, &conn_a, &a, &seat, &epoch, &f->err), 0);
+    assert_int_equal(queue_close_roles(&f->set, t, &conn_a, QUEUE_ROLE_ANY, -1, &closed,
+                                       &f->err),
+                     0);
+    assert_non_null(queue_find(&f->set, f->pool, "t")); /* no writer yet */
+    assert_int_equal(queue_open_writer(t, &conn_a, &a, &f->err), 0);
+    assert_int_equal(queue_open_reader(t, 0, &conn_b, &a, &seat, &epoch, &f->err), 0);
+    queue_owner_gone(&f->set, &conn_a);
+    assert_non_null(queue_find(&f->set, f->pool, "t")); /* a live reader */
+    queue_owner_gone(&f->set, &conn_b);
+    assert_null(queue_find(&f->set, f->pool, "t"));
+    assert_int_equal(count_fds(), fds - 1);
+
+    s = make(f, "s", 1, false);
+    assert_int_equal(queue_open_reader(s, 0, &conn_a, &a, &seat, &epoch, &f->err), 0);
+    queue_shutdown(&f->set, s);
+    assert_int_equal(atomic_load(&s->q.hdr->state), SHMB_QUEUE_SHUTDOWN);
+    assert_int_equal(queue_open_writer(s, &conn_b, &a, &f->err), -ECANCELED);
+    assert_int_equal(queue_open_reader(s, -1, &conn_b, &a, &seat, &epoch, &f->err),
+                     -ECANCELED);
+    assert_int_equal(queue_create(&f->set, f->pool, "s", 1, 4, 64, false, &t, &(bool){0},
+                                  &f->err),
+                     -EEXIST);
+    assert_non_null(queue_find(&f->set, f->pool, "s"));
+    assert_int_equal(queue_close_roles(&f->set, s, &conn_a, QUEUE_ROLE_ANY, -1, &closed,
+                                       &f->err),
+                     0);
+    assert_null(queue_find(&f->set, f->pool, "s"));
+    s = make(f, "s", 1, false);
+    queue_shutdown(&f->set, s);
+    assert_null(queue_find(&f->set, f->pool, "s"));
+    assert_int_equal(count_fds(), fds - 1);
+}
+
+/* Proves queue_delete: EBUSY naming the writer and the live seats; a dead
+ * seat does not hold it. */
+static void test_delete(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q = make(f, "q", 2, false);
+    struct queue_member a = member(1, "a"), b = member(2, "b");
+    uint32_t seat;
+    uint64_t epoch;
+
+    assert_int_equal(queue_open_writer(q, &conn_a, &a, &f->err), 0);
+    assert_int_equal(queue_open_reader(q, 1, &conn_b, &b, &seat, &epoch, &f->err), 0);
+    assert_int_equal(queue_delete(&f->set, q, &f->err), -EBUSY);
+    assert_non_null(strstr(f->err.message, "the writer, client 1 (pid 1001, 'a')"));
+    assert_non_null(strstr(f->err.message, "seat 1, client 2 (pid 1002, 'b')"));
+    queue_owner_gone(&f->set, &conn_a);
+    assert_int_equal(queue_delete(&f->set, q, &f->err), -EBUSY);
+    queue_owner_gone(&f->set, &conn_b); /* seat 1 dead */
+    assert_int_equal(queue_delete(&f->set, q, &f->err), 0);
+    assert_int_equal(queue_count(&f->set, NULL), 0);
+}
+
+/* Proves that deleting a queue deletes the pool's objects under
+ * "q/<name>/" and no other. */
+static void test_delete_objects(void **state)
+{
+    struct fixture *f = *state;
+    struct store *s = f->pool->store;
+    struct store_holder *h = store_holder_new(s);
+    const char *keys[] = {"q/q/1", "q/q/2", "q/qq/1", "q/other/1", "q/q"};
+    struct store_extent ext;
+    struct queue *q = make(f, "q", 1, false);
+    size_t i;
+
+    for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        assert_int_equal(store_alloc(s, h, keys[i], strlen(keys[i]), 100, 0, &ext, &f->err), 0);
+        assert_int_equal(store_commit(s, h, keys[i], strlen(keys[i]), &f->err), 0);
+    }
+    assert_int_equal(queue_delete(&f->set, q, &f->err), 0);
+    assert_false(store_contains(s, "q/q/1", 5));
+    assert_false(store_contains(s, "q/q/2", 5));
+    assert_true(store_contains(s, "q/qq/1", 6));
+    assert_true(store_contains(s, "q/other/1", 9));
+    assert_true(store_contains(s, "q/q", 3));
+    store_holder_free(s, h);
+}
+
+/* Proves the status: messages, depth, behind per seat, and the blocker only
+ * while the slowest live seat holds the writer back. */
+static void test_status_blocker(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q = make(f, "q", 2, false);
+    struct queue_member a = member(1, "a"), b = member(2, "b");
+    struct queue_status st;
+    struct shmb_q w, r;
+    const void *data;
+    size_t len;
+    uint32_t seat;
+    uint64_t epoch;
+    int i;
+
+    assert_int_equal(queue_open_writer(q, &conn_a, &a, &f->err), 0);
+    assert_int_equal(queue_open_reader(q, 0, &conn_b, &b, &seat, &epoch, &f->err), 0);
+    assert_int_equal(queue_open_reader(q, 1, &conn_b, &b, &seat, &epoch, &f->err), 0);
+    assert_int_equal(shmb_q_attach(&w, q->base, q->size, &f->err), 0);
+    assert_int_equal(shmb_q_attach(&r, q->base, q->size, &f->err), 0);
+    for (i = 0; i < 3; i++)
+        assert_int_equal(shmb_q_enqueue(&w, "hi", 2, 0, &f->err), 0);
+    assert_int_equal(shmb_q_dequeue(&r, 1, &data, &len, 0, &f->err), 0);
+    shmb_q_done(&r, 1);
+    queue_status(q, &st);
+    assert_int_equal(st.messages, 3);
+    assert_int_equal(st.depth, 3);
+    assert_int_equal(st.behind[0], 3);
+    assert_int_equal(st.behind[1], 2);
+    assert_int_equal(st.blocker, -1); /* 3 < 4 slots: nobody held back */
+    assert_int_equal(shmb_q_enqueue(&w, "hi", 2, 0, &f->err), 0);
+    queue_status(q, &st);
+    assert_int_equal(st.depth, 4);
+    assert_int_equal(st.blocker, 0);
+    assert_int_equal(shmb_q_enqueue(&w, "hi", 2, 0, &f->err), -ETIMEDOUT);
+    /* Seat 0's connection goes: the writer goes on, the blocker is seat 1. */
+    q->seat[0].owner = &conn_c;
+    queue_owner_gone(&f->set, &conn_c);
+    assert_int_equal(shmb_q_enqueue(&w, "hi", 2, 0, &f->err), 0);
+    queue_status(q, &st);
+    assert_int_equal(st.depth, 4);
+    assert_int_equal(st.blocker, 1);
+    assert_int_equal(st.dead, 1);
+    assert_int_equal(st.behind[0], 0);
+}
+
+/* Proves that a scribbled header is put back before the next member
+ * attaches, and the dynamic words are left alone. */
+static void test_restore_header(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q = make(f, "q", 2, false);
+    struct shmb_q view;
+
+    assert_int_equal(shmb_q_attach(&view, q->base, q->size, &f->err), 0);
+    assert_int_equal(shmb_q_enqueue(&view, "x", 1, 0, &f->err), 0);
+    q->q.hdr->magic = 0;
+    q->q.hdr->seats = 60;
+    q->q.hdr->slot_stride = 1;
+    memset(q->q.hdr->name, 'x', sizeof(q->q.hdr->name));
+    assert_int_not_equal(shmb_q_attach(&view, q->base, q->size, &f->err), 0);
+    queue_restore_header(q);
+    assert_int_equal(shmb_q_attach(&view, q->base, q->size, &f->err), 0);
+    assert_int_equal(view.seats, 2);
+    assert_string_equal(q->q.hdr->name, "q");
+    assert_int_equal(atomic_load(&q->q.hdr->head), 1);
+}
+
+/* Proves that the daemon's stop shuts every queue down and a pool's queues
+ * go with it. */
+static void test_shutdown_all_and_drop_pool(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *a = make(f, "a", 1, false), *b = make(f, "b", 1, false);
+    struct queue_status st;
+
+    queue_shutdown_all(&f->set);
+    assert_int_equal(atomic_load(&a->q.hdr->state), SHMB_QUEUE_SHUTDOWN);
+    assert_int_equal(atomic_load(&b->q.hdr->state), SHMB_QUEUE_SHUTDOWN);
+    queue_status(b, &st);
+    assert_string_equal(st.state, "shutdown");
+    assert_int_equal(queue_count(&f->set, f->pool), 2);
+    queue_drop_pool(&f->set, f->pool);
+    assert_int_equal(queue_count(&f->set, NULL), 0);
+}
+
+#define TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
+int main(void)
+{
+    static const struct CMUnitTest tests[] = {
+        TEST(test_create),       TEST(test_names),          TEST(test_limits),
+        TEST(test_open),         TEST(test_owner_gone),     TEST(test_close_roles),
+        TEST(test_auto_delete),  TEST(test_delete),         TEST(test_delete_objects),
+        TEST(test_status_blocker), TEST(test_restore_header),
+        TEST(test_shutdown_all_and_drop_pool),
+    };
+
+    return cmocka_run_group_tests_name("test_daemon_queue", tests, NULL, NULL);
+}
