@@ -262,8 +262,8 @@ soak: check-test-deps
 	    tests/e2e/soak_valgrind.sh
 
 # The benchmark: shmbroker against Redis, memcpy and a bare socket round
-# trip, in one run (installs redis-server when missing). BENCH_QUICK=1 for a
-# smoke run.
+# trip, then the queues, in one run (installs redis-server and ZeroMQ when
+# missing). BENCH_QUICK=1 for a smoke run.
 BENCH_BIN := $(BUILD)/shmb-bench
 # The benchmark's own loops that write and read every byte are aligned, so
 # that its figures do not move when an unrelated change shifts its code: a
@@ -273,10 +273,21 @@ $(BENCH_BIN): $(call OBJ,tests/bench/bench.c) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALLLDFLAGS) -o $@ $^ $(PKGS_LIBS) -lm
+# The queues' benchmark: a queue against a busy-polling ring, ZeroMQ PUB/SUB
+# and a Unix-socket fan-out. Only 'make bench' builds it: ZeroMQ is a bench
+# package, not one the build or the tests need.
+QUEUE_BENCH_BIN := $(BUILD)/shmb-queue-bench
+ZMQ_CFLAGS = $(shell pkg-config --cflags libzmq 2>/dev/null)
+ZMQ_LIBS   = $(shell pkg-config --libs libzmq 2>/dev/null)
+$(BUILD)/obj/tests/bench/queue_bench.o: ALLCFLAGS += $(ZMQ_CFLAGS)
+$(QUEUE_BENCH_BIN): $(call OBJ,tests/bench/queue_bench.c) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALLLDFLAGS) -o $@ $^ $(PKGS_LIBS) $(ZMQ_LIBS) -lm
 
 bench: check-deps
 	$(Q)sh scripts/install-deps.sh bench
-	$(Q)$(MAKE) --no-print-directory $(BINS) $(BENCH_BIN)
+	$(Q)$(MAKE) --no-print-directory $(BINS) $(BENCH_BIN) $(QUEUE_BENCH_BIN)
 	$(Q)PYTHON=$(PYTHON) sh scripts/bench.sh $(BUILD)
 
 # The daemon's instructions per request over a fixed workload (valgrind's

@@ -3,11 +3,14 @@
 # of the same bytes and a bare Unix-socket round trip, in one run, so that
 # the ratios compare figures taken on the same machine at the same time; then
 # the same from Python (tests/bench/bench_python.py) against redis-py,
-# multiprocessing.Queue and multiprocessing.shared_memory.
+# multiprocessing.Queue and multiprocessing.shared_memory; then the broadcast
+# queues (tests/bench/queue_bench.c) against a busy-polling ring, ZeroMQ
+# PUB/SUB and a Unix-socket fan-out.
 # Usage: sh scripts/bench.sh BUILD_DIR   (BENCH_QUICK=1 for a smoke run)
 #
-# Starts its own shmbrokerd (1 GiB segment in /dev/shm) and redis-server
-# (persistence off, a temporary Unix socket), stops both at the end, and
+# Starts its own shmbrokerd (1 GiB segment in /dev/shm; the queues get one of
+# their own) and redis-server (persistence off, a temporary Unix socket),
+# stops them at the end, and
 # writes the table to BUILD_DIR/bench-results.txt and every measurement as a
 # JSON line to BUILD_DIR/bench-results.json. Nothing here asserts a timing.
 set -u
@@ -19,9 +22,10 @@ fi
 build="$1"
 bench="$build/shmb-bench"
 daemon="$build/shmbrokerd"
+qbench="$build/shmb-queue-bench"
 txt="$build/bench-results.txt"
 json="$build/bench-results.json"
-for f in "$bench" "$daemon"; do
+for f in "$bench" "$qbench" "$daemon"; do
     [ -x "$f" ] || { echo "bench.sh: $f is missing; run make bench" >&2; exit 2; }
 done
 command -v redis-server >/dev/null 2>&1 ||
@@ -57,7 +61,7 @@ cleanup() {
     for p in $dpid $rpid $extra_pids; do
         wait "$p" 2>/dev/null
     done
-    rm -f "/dev/shm/$name" "/dev/shm/$name-scale" "/dev/shm/$name-4g"
+    rm -f "/dev/shm/$name" "/dev/shm/$name-scale" "/dev/shm/$name-4g" "/dev/shm/$name-q"
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -272,6 +276,218 @@ extra_pids=""
 [ -e "/dev/shm/$name-4g" ] && say "warning: /dev/shm/$name-4g was left behind"
 printf '{"mode":"ready","segment_bytes":4294967296,"ready_ms":%s}\n' "$ready_ms" >>"$json"
 say "4 GiB segment: exec to first hello answered in $ready_ms ms"
+
+# ---- broadcast queues (tests/bench/queue_bench.c) -------------------------------------
+# One writer and 1 or 4 reader processes: a shmbroker queue through the
+# library against a busy-polling ring of the queue's layout (no daemon, no
+# futex), ZeroMQ PUB/SUB over ipc:// and a Unix-socket fan-out. A failed
+# measurement shows as "fail" and its error is printed under the tables; the
+# script then ends with status 1.
+if [ "${BENCH_QUICK:-0}" = 1 ]; then
+    qlat=0.3
+    qhot=0.2
+    qtput=0.2
+    qidle=0.3
+else
+    qlat=1.5
+    qhot=0.7
+    qtput=1
+    qidle=1
+fi
+qsizes="64 4096 65536 1048576"
+qimpls="shmb spin zmq unix"
+qfailed=0
+: >"$tmp/qerr"
+: >"$tmp/qhot"
+: >"$tmp/qtput"
+start_daemon "$name-q" 128M "$tmp/q.sock"
+qpid=$started
+extra_pids="$qpid"
+
+# Run shmb-queue-bench with the given options; the JSON line goes to $json
+# and into $last; on failure $last is empty and the error is kept.
+qrun() {
+    out=$("$qbench" --socket "$tmp/q.sock" "$@" 2>"$tmp/run.err")
+    last=$(printf '%s\n' "$out" | grep '^{' | tail -1)
+    if [ -z "$last" ]; then
+        qfailed=1
+        printf '%s: %s\n' "$*" "$(tail -3 "$tmp/run.err" | tr '\n' ' ')" >>"$tmp/qerr"
+        return 1
+    fi
+    printf '%s\n' "$last" >>"$json"
+}
+
+# A figure in a printf format, or "fail" when it was not measured.
+fig() {
+    if [ -n "$2" ]; then calc "$1" "$2"; else printf 'fail'; fi
+}
+
+# $2 / $3 in a printf format, or "-" when either is missing or zero.
+qratio() {
+    if [ -n "$2" ] && [ -n "$3" ] && awk "BEGIN { exit !($2 > 0 && $3 > 0) }"; then
+        calc "$1" "$2 / $3"
+    else
+        printf '-'
+    fi
+}
+
+# Whether a ratio ($1, as qratio printed it) meets "$2 $3" (e.g. "<= 2").
+meets() {
+    [ "$1" != "-" ] && awk "BEGIN { exit !($1 $2 $3) }"
+}
+
+say ""
+zver=$(pkg-config --modversion libzmq 2>/dev/null)
+say "Broadcast queues: 1 writer process, 1 or 4 reader processes, on $(nproc) CPUs (4 readers"
+say "and the writer are 5 processes: the machine is oversubscribed, the busy-poll floor most)."
+say "shmb = a shmbroker queue through the library (shmb_queue_reserve + publish, dequeue +"
+say "done) of a running shmbrokerd, 10 slots of 1 MiB (vLLM's max_chunks; 1 MiB fits a slot,"
+say "so every size here is inline); spin = a ring of the same layout with no daemon and no"
+say "futex, each reader polling with sched_yield between polls as vLLM's shm_broadcast does"
+say "(the floor, at a core per reader); zmq = ZeroMQ ${zver:-?} PUB/SUB (XPUB) over ipc://,"
+say "XPUB_NODROP with SNDHWM = RCVHWM = min(1000, 64 MiB / size) messages, so a full pipe"
+say "blocks the writer instead of dropping, and the writer waits for every subscription"
+say "before it sends (the slow joiner); unix = the writer sends each message to each reader's"
+say "SOCK_STREAM socket in turn. Every reader checks the order and reads every byte."
+say "Load average before the queues: $(cut -d' ' -f1-3 /proc/loadavg) (other processes on these"
+say "CPUs move every figure here, the spinning floor's most)."
+say ""
+say "One-way latency, us: from the send time in the payload (CLOCK_MONOTONIC, stamped once the"
+say "message is filled) to the reader having it (in place, or received into its buffer); one"
+say "message in flight, at most one every 200 us (1 MiB: every 1024 us), all readers' messages"
+say "together. p50/spin and p50/zmq: shmb's p50 over theirs (targets <= 2 and <= 0.10)."
+say ""
+hdr=$(printf '%-7s %2s | %8s %8s %8s | %8s %8s %8s | %8s %8s %8s | %8s %8s %8s | %8s %7s' \
+    size rd "shmb p50" p99 p99.9 "spin p50" p99 p99.9 "zmq p50" p99 p99.9 \
+    "unix p50" p99 p99.9 p50/spin p50/zmq)
+say "$hdr"
+say "$(printf '%s' "$hdr" | tr -c '|\n' '-')"
+for size in $qsizes; do
+    for n in 1 4; do
+        for impl in $qimpls; do
+            for v in p50 p99 p999 h50 h99 h999 tput gbs; do eval "q_${impl}_$v="; done
+            lbl="$impl-$size-$n"
+            if qrun --impl "$impl" --run latency --size "$size" --readers "$n" \
+                --seconds "$qlat" --label "$lbl"; then
+                eval "q_${impl}_p50=$(field "$last" p50_us)"
+                eval "q_${impl}_p99=$(field "$last" p99_us)"
+                eval "q_${impl}_p999=$(field "$last" p999_us)"
+            fi
+            if qrun --impl "$impl" --run latency --period-us 0 --size "$size" --readers "$n" \
+                --seconds "$qhot" --label "$lbl-b2b"; then
+                eval "q_${impl}_h50=$(field "$last" p50_us)"
+                eval "q_${impl}_h99=$(field "$last" p99_us)"
+                eval "q_${impl}_h999=$(field "$last" p999_us)"
+            fi
+            if qrun --impl "$impl" --run throughput --size "$size" --readers "$n" \
+                --seconds "$qtput" --label "$lbl"; then
+                eval "q_${impl}_tput=$(field "$last" msgs_per_s)"
+                eval "q_${impl}_gbs=$(field "$last" gb_per_s)"
+                lost=$(field "$last" lost)
+                [ "$lost" = 0 ] || printf '%s\n' "$impl $(human "$size") x$n: $lost messages lost" \
+                    >>"$tmp/qerr"
+            fi
+        done
+        r_floor=$(qratio '%.2f' "$q_shmb_p50" "$q_spin_p50")
+        r_zmq=$(qratio '%.3f' "$q_shmb_p50" "$q_zmq_p50")
+        h_floor=$(qratio '%.2f' "$q_shmb_h50" "$q_spin_h50")
+        h_zmq=$(qratio '%.3f' "$q_shmb_h50" "$q_zmq_h50")
+        x_zmq=$(qratio '%.2f' "$q_shmb_tput" "$q_zmq_tput")
+        say "$(printf '%-7s %2s | %8s %8s %8s | %8s %8s %8s | %8s %8s %8s | %8s %8s %8s | %8s %7s' \
+            "$(human "$size")" "$n" \
+            "$(fig '%.1f' "$q_shmb_p50")" "$(fig '%.1f' "$q_shmb_p99")" "$(fig '%.1f' "$q_shmb_p999")" \
+            "$(fig '%.1f' "$q_spin_p50")" "$(fig '%.1f' "$q_spin_p99")" "$(fig '%.1f' "$q_spin_p999")" \
+            "$(fig '%.1f' "$q_zmq_p50")" "$(fig '%.1f' "$q_zmq_p99")" "$(fig '%.1f' "$q_zmq_p999")" \
+            "$(fig '%.1f' "$q_unix_p50")" "$(fig '%.1f' "$q_unix_p99")" "$(fig '%.1f' "$q_unix_p999")" \
+            "$r_floor" "$r_zmq")"
+        # The back-to-back and throughput tables are printed after this one.
+        printf '%-7s %2s | %8s %8s %8s | %8s %8s %8s | %8s %8s %8s | %8s %8s %8s | %8s %7s\n' \
+            "$(human "$size")" "$n" \
+            "$(fig '%.1f' "$q_shmb_h50")" "$(fig '%.1f' "$q_shmb_h99")" "$(fig '%.1f' "$q_shmb_h999")" \
+            "$(fig '%.1f' "$q_spin_h50")" "$(fig '%.1f' "$q_spin_h99")" "$(fig '%.1f' "$q_spin_h999")" \
+            "$(fig '%.1f' "$q_zmq_h50")" "$(fig '%.1f' "$q_zmq_h99")" "$(fig '%.1f' "$q_zmq_h999")" \
+            "$(fig '%.1f' "$q_unix_h50")" "$(fig '%.1f' "$q_unix_h99")" "$(fig '%.1f' "$q_unix_h999")" \
+            "$h_floor" "$h_zmq" >>"$tmp/qhot"
+        printf '%-7s %2s | %10s %7s | %10s | %10s | %10s | %6s %6s %6s\n' \
+            "$(human "$size")" "$n" "$(fig '%.0f' "$q_shmb_tput")" "$(fig '%.3f' "$q_shmb_gbs")" \
+            "$(fig '%.0f' "$q_spin_tput")" "$(fig '%.0f' "$q_zmq_tput")" \
+            "$(fig '%.0f' "$q_unix_tput")" "$x_zmq" \
+            "$(qratio '%.2f' "$q_shmb_tput" "$q_spin_tput")" \
+            "$(qratio '%.2f' "$q_shmb_tput" "$q_unix_tput")" >>"$tmp/qtput"
+        cell="$(human "$size") x$n"
+        for t in floor zmq hfloor hzmq tput; do
+            case $t in
+            floor) r=$r_floor; cmp="<= 2" ;;
+            zmq) r=$r_zmq; cmp="<= 0.10" ;;
+            hfloor) r=$h_floor; cmp="<= 2" ;;
+            hzmq) r=$h_zmq; cmp="<= 0.10" ;;
+            tput) r=$x_zmq; cmp=">= 1" ;;
+            esac
+            eval "n_$t=\$((\${n_$t:-0} + 1))"
+            if meets "$r" $cmp; then
+                eval "met_$t=\$((\${met_$t:-0} + 1))"
+            else
+                eval "miss_$t=\"\${miss_$t:+\$miss_$t, }$cell ($r)\""
+            fi
+        done
+    done
+done
+say ""
+say "The same, one message in flight back to back: the next as soon as every reader has the"
+say "last (the writer polls for it), so readers are never idle for long."
+say ""
+say "$hdr"
+say "$(printf '%s' "$hdr" | tr -c '|\n' '-')"
+while IFS= read -r line; do say "$line"; done <"$tmp/qhot"
+say ""
+say "Messages/s back to back: messages sent / the time until the last reader had the last one"
+say "(a writer held back by a full queue or a full socket is part of it); GB/s: shmb's bytes"
+say "per second to each reader. xzmq, xspin, xunix: shmb's messages/s over theirs (target:"
+say "xzmq >= 1)."
+say ""
+hdr=$(printf '%-7s %2s | %10s %7s | %10s | %10s | %10s | %6s %6s %6s' \
+    size rd "shmb msg/s" GB/s "spin msg/s" "zmq msg/s" "unix msg/s" xzmq xspin xunix)
+say "$hdr"
+say "$(printf '%s' "$hdr" | tr -c '|\n' '-')"
+while IFS= read -r line; do say "$line"; done <"$tmp/qtput"
+
+say ""
+say "Idle readers: CPU seconds per reader (getrusage of the reader processes, all threads) over"
+say "$qidle s of waiting for a message that comes at the end; 64-byte messages."
+say ""
+hdr=$(printf '%-9s | %10s %10s %10s %10s' readers shmb spin zmq unix)
+say "$hdr"
+say "$(printf '%s' "$hdr" | tr -c '|\n' '-')"
+for n in 1 4; do
+    for impl in $qimpls; do
+        eval "q_${impl}_cpu="
+        if qrun --impl "$impl" --run idle --size 64 --readers "$n" --seconds "$qidle" \
+            --label "$impl-idle-$n"; then
+            eval "q_${impl}_cpu=$(field "$last" cpu_s_per_reader)"
+        fi
+    done
+    say "$(printf '%-9s | %10s %10s %10s %10s' "$n" "$(fig '%.4f' "$q_shmb_cpu")" \
+        "$(fig '%.4f' "$q_spin_cpu")" "$(fig '%.4f' "$q_zmq_cpu")" "$(fig '%.4f' "$q_unix_cpu")")"
+    eval "q_idle_$n=\$q_shmb_cpu"
+done
+stop_pid "$qpid"
+extra_pids=""
+
+say ""
+say "Targets (shmb against the others, at each size and reader count; the ratio where missed):"
+say "  p50 <= 2x the busy-poll floor, paced: met in ${met_floor:-0} of ${n_floor:-0}${miss_floor:+; missed at $miss_floor}"
+say "  p50 <= 2x the busy-poll floor, back to back: met in ${met_hfloor:-0} of ${n_hfloor:-0}${miss_hfloor:+; missed at $miss_hfloor}"
+say "  p50 <= 1/10 of ZeroMQ's, paced: met in ${met_zmq:-0} of ${n_zmq:-0}${miss_zmq:+; missed at $miss_zmq}"
+say "  p50 <= 1/10 of ZeroMQ's, back to back: met in ${met_hzmq:-0} of ${n_hzmq:-0}${miss_hzmq:+; missed at $miss_hzmq}"
+say "  messages/s >= ZeroMQ's: met in ${met_tput:-0} of ${n_tput:-0}${miss_tput:+; missed at $miss_tput}"
+say "  idle CPU per reader: $(fig '%.4f' "$q_idle_1") s (1 reader), $(fig '%.4f' "$q_idle_4") s (4 readers)" \
+    "over $qidle s, where the floor's readers use what the CPUs have"
+if [ -s "$tmp/qerr" ]; then
+    say ""
+    say "Queue benchmark failures:"
+    while IFS= read -r line; do say "  $line"; done <"$tmp/qerr"
+fi
 say "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 say ""
 say "table: $txt; JSON lines: $json"
+[ "$qfailed" = 0 ] || exit 1

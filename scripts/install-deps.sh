@@ -6,7 +6,8 @@
 # the instruction count with python3) and systemd (systemd-analyze and
 # systemd-socket-activate, for the systemd tests), python3-numpy,
 # python3-setuptools and python3-pip (the Python tests); bench adds redis-server,
-# redis-tools, python3-redis and python3-numpy; deb adds Debian's packaging
+# redis-tools, python3-redis, python3-numpy and libzmq3-dev (the queue
+# benchmark's ZeroMQ reference); deb adds Debian's packaging
 # tools (debhelper, dh-python, dpkg-dev, lintian) and python3.
 # Does nothing when everything is present.
 set -eu
@@ -58,6 +59,8 @@ if [ "$want" = bench ]; then
     command -v python3 >/dev/null 2>&1 || need python3
     have_deb python3-redis || need python3-redis
     have_deb python3-numpy || need python3-numpy
+    # tests/bench/queue_bench.c: ZeroMQ PUB/SUB, the queues' reference.
+    pkg-config --exists libzmq 2>/dev/null || need libzmq3-dev
 fi
 
 if [ "$want" = deb ]; then
