@@ -309,11 +309,12 @@ static int queue_open(shmb_t *c, const char *name, int seat, shmb_queue_t **out)
     c->seg_fd = -1;
     if (rc < 0)
         goto fail;
+    if ((rc = client_u64(c, reply, "epoch", &epoch)) < 0)
+        goto fail;
     if (seat == SHMB_QUEUE_WRITER) {
         q->seat = SHMB_QUEUE_WRITER;
     } else {
-        if ((rc = client_u64(c, reply, "seat", &got_seat)) < 0 ||
-            (rc = client_u64(c, reply, "epoch", &epoch)) < 0)
+        if ((rc = client_u64(c, reply, "seat", &got_seat)) < 0)
             goto fail;
         if (got_seat >= SHMB_QUEUE_SEATS_MAX) {
             rc = shmb_error_set(&c->err, -EPROTO, "queue_open gave seat %llu, past %u.",
@@ -338,6 +339,9 @@ static int queue_open(shmb_t *c, const char *name, int seat, shmb_queue_t **out)
         q->q.epoch[q->seat] = epoch;
         q->q.known |= UINT64_C(1) << q->seat;
     } else {
+        /* The role is this handle's at this epoch: a later one means its
+         * connection closed and another writer took the queue. */
+        q->q.writer_epoch = epoch;
         queue_adopt_objects(q);
     }
     json_decref(reply);

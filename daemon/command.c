@@ -717,6 +717,8 @@ static int cmd_queue_open(struct command_call *call)
                                     &call->err);
     if (rc < 0)
         return rc;
+    if (writer)
+        epoch = q->writer_epoch;
     if ((rc = command_set(call, "name", json_string(q->name))) < 0 ||
         (rc = command_set(call, "pool", json_string(q->pool->cfg.name))) < 0 ||
         (rc = command_set(call, "role", json_string(role))) < 0 ||

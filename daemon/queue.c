@@ -241,7 +241,7 @@ int queue_open_writer(struct queue *q, const void *owner, const struct queue_mem
     q->writer = owner;
     q->writer_who = *who;
     q->had_writer = true;
-    shmb_q_writer_take(&q->q);
+    shmb_q_writer_take(&q->q, ++q->writer_epoch);
     return 0;
 }
 

@@ -60,6 +60,7 @@ struct queue {
     void *base;        /* the daemon's mapping of it */
     struct shmb_q q;   /* attached to base */
     const void *writer; /* the connection holding the writer role, or NULL */
+    uint64_t writer_epoch; /* writers that took it so far (the area's copy may be scribbled) */
     struct queue_member writer_who;
     struct queue_seat seat[SHMB_QUEUE_SEATS_MAX];
 };
@@ -124,7 +125,8 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
 /* Roles owner holds in every queue of set. */
 unsigned queue_roles_of(const struct queue_set *set, const void *owner);
 
-/* owner takes the writer role: -EBUSY naming the writer there is,
+/* owner takes the writer role, at epoch q->writer_epoch (a writer of an
+ * earlier epoch may no longer publish): -EBUSY naming the writer there is,
  * -ECANCELED once shut down. A queue whose writer went is open again. */
 int queue_open_writer(struct queue *q, const void *owner, const struct queue_member *who,
                       struct shmb_error *err);

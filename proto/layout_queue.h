@@ -80,10 +80,19 @@ struct shmb_queue_header {
      * finishes a message; writer_waiting (0/1) tells readers to wake it. */
     _Atomic uint32_t free_word;
     _Atomic uint32_t writer_waiting;
-    uint8_t pad3[56];
+    /* Set by the writer before it sleeps: the next a reader's finishing
+     * must reach for the reader to wake it (0: every finish wakes it), so
+     * that a writer held back sleeps until half the ring is free, not one
+     * slot. */
+    _Atomic uint64_t wake_at;
+    uint8_t pad3[48];
     /* The daemon's line. */
     _Atomic uint32_t state;       /* enum shmb_queue_state */
     _Atomic uint32_t writer_live; /* 1 while a writer has the queue open */
+    /* Bumped by the daemon each time a writer takes the queue: a writer
+     * whose epoch is not this one lost the role (its connection closed)
+     * and may not publish beside the new one. */
+    _Atomic uint64_t writer_epoch;
 };
 
 /* One reader seat, a cache line each. */
@@ -113,7 +122,7 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
 _Static_assert(sizeof(_Atomic uint64_t) == 8 && sizeof(_Atomic uint32_t) == 4,
                "atomics have their plain size");
 
-_Static_assert(sizeof(struct shmb_queue_header) == 328, "queue header size");
+_Static_assert(sizeof(struct shmb_queue_header) == 336, "queue header size");
 SHMB_LAYOUT_AT(struct shmb_queue_header, magic, 0);
 SHMB_LAYOUT_AT(struct shmb_queue_header, version, 8);
 SHMB_LAYOUT_AT(struct shmb_queue_header, seats, 12);
@@ -128,8 +137,10 @@ SHMB_LAYOUT_AT(struct shmb_queue_header, head_word, 192);
 SHMB_LAYOUT_AT(struct shmb_queue_header, readers_waiting, 196);
 SHMB_LAYOUT_AT(struct shmb_queue_header, free_word, 256);
 SHMB_LAYOUT_AT(struct shmb_queue_header, writer_waiting, 260);
+SHMB_LAYOUT_AT(struct shmb_queue_header, wake_at, 264);
 SHMB_LAYOUT_AT(struct shmb_queue_header, state, 320);
 SHMB_LAYOUT_AT(struct shmb_queue_header, writer_live, 324);
+SHMB_LAYOUT_AT(struct shmb_queue_header, writer_epoch, 328);
 _Static_assert(sizeof(struct shmb_queue_header) <= SHMB_HEADER_PAGE,
                "the queue header fits its page");
 

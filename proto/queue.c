@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -232,6 +233,21 @@ static int bad_state(uint32_t state, struct shmb_error *err)
                           "its area is corrupt.", state);
 }
 
+/* 0 while this handle holds the writer role (its epoch is the area's), else
+ * -ENOTCONN: its connection closed and another writer took the queue. */
+static int writer_still(const struct shmb_q *q, struct shmb_error *err)
+{
+    uint64_t now = atomic_load_explicit(&q->hdr->writer_epoch, memory_order_acquire);
+
+    if (now == q->writer_epoch)
+        return 0;
+    return shmb_error_set(err, -ENOTCONN,
+                          "This handle is no longer the queue's writer (writer %llu; this "
+                          "one was %llu): its connection closed and another writer took "
+                          "the queue. Open it again to write.",
+                          (unsigned long long)now, (unsigned long long)q->writer_epoch);
+}
+
 /* The writer's condition: 1 when the slot of message q->head is free (every
  * live seat has read the message that last used it), 0 not yet, or an
  * error when the queue is no longer open. */
@@ -240,6 +256,7 @@ static int writer_ready(struct shmb_q *q, uint32_t unused, struct shmb_error *er
     uint32_t state = atomic_load_explicit(&q->hdr->state, memory_order_acquire);
     uint64_t n = q->head;
     uint32_t s;
+    int rc;
 
     (void)unused;
     if (state == SHMB_QUEUE_SHUTDOWN)
@@ -249,6 +266,8 @@ static int writer_ready(struct shmb_q *q, uint32_t unused, struct shmb_error *er
                               "This queue's writer was removed (its connection closed).");
     if (state != SHMB_QUEUE_OPEN)
         return bad_state(state, err);
+    if ((rc = writer_still(q, err)) < 0)
+        return rc;
     if (n < q->slots)
         return 1;
     for (s = 0; s < q->seats; s++) {
@@ -296,6 +315,14 @@ static int reader_ready(struct shmb_q *q, uint32_t s, struct shmb_error *err)
 static void announce(struct shmb_q *q, bool writer, uint32_t s, bool on)
 {
     if (writer) {
+        /* Before the flag: a reader that sees the flag sees this mark.
+         * Sleeping until the slowest reader frees half the ring, not one
+         * slot, makes one wake-up per half ring of messages instead of one
+         * per message when readers are the slower side. */
+        if (on)
+            atomic_store(&q->hdr->wake_at, q->head >= q->slots
+                                               ? q->head - q->slots + 1 + (q->slots - 1) / 2
+                                               : 0);
         atomic_store(&q->hdr->writer_waiting, on ? 1u : 0u);
     } else if (on) {
         /* In this order, a reader killed between the two stores leaves
@@ -333,7 +360,14 @@ static int wait_for(struct shmb_q *q, bool writer, uint32_t s, int timeout_ms,
     start = now_ns();
     deadline = timeout_ms < 0 ? INT64_MAX : start + (int64_t)timeout_ms * 1000000;
     for (i = 1;; i++) {
-        cpu_relax();
+        /* A few microseconds of pause, then yield the CPU between looks:
+         * on a host with more runnable processes than CPUs (five members
+         * on two cores) a pause-spin would take the slice the other side
+         * needs to make progress. */
+        if (i <= 256)
+            cpu_relax();
+        else
+            sched_yield();
         if ((rc = ready(q, s, err)) != 0) {
             *budget = *budget * 2 > SPIN_MAX_NS ? SPIN_MAX_NS : *budget * 2;
             return rc < 0 ? rc : 0;
@@ -396,6 +430,11 @@ static int publish(struct shmb_q *q, uint32_t flags, size_t len, uint64_t aux,
 
     if (!q->reserved)
         return shmb_error_set(err, -EINVAL, "No slot is reserved: call shmb_q_reserve first.");
+    /* Checked again: the role may have gone while the slot was filled. */
+    if (writer_still(q, err) < 0) {
+        q->reserved = false;
+        return -ENOTCONN;
+    }
     if (len > q->slot_size)
         return shmb_error_set(err, -EMSGSIZE,
                               "A message of %zu bytes does not fit this queue's slots of "
@@ -505,8 +544,14 @@ void shmb_q_done(struct shmb_q *q, uint32_t seat)
         return;
     atomic_fetch_add(&q->hdr->free_word, 1);
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&q->hdr->writer_waiting, memory_order_relaxed) != 0)
-        futex_wake(&q->hdr->free_word, 1);
+    /* Only the reader whose finish reaches the writer's mark wakes it (each
+     * reader's next passes it once); the writer re-checks every seat. */
+    if (atomic_load_explicit(&q->hdr->writer_waiting, memory_order_relaxed) != 0) {
+        uint64_t at = atomic_load_explicit(&q->hdr->wake_at, memory_order_relaxed);
+
+        if (at == 0 || at == held + 1)
+            futex_wake(&q->hdr->free_word, 1);
+    }
 }
 
 void shmb_q_seat_take(struct shmb_q *q, uint32_t seat)
@@ -568,9 +613,12 @@ void shmb_q_writer_gone(struct shmb_q *q)
         futex_wake(&q->hdr->free_word, INT_MAX);
 }
 
-void shmb_q_writer_take(struct shmb_q *q)
+void shmb_q_writer_take(struct shmb_q *q, uint64_t epoch)
 {
     uint32_t gone = SHMB_QUEUE_WRITER_GONE;
+
+    /* Before the state opens: the old writer, if still running, fails. */
+    atomic_store(&q->hdr->writer_epoch, epoch);
 
     /* A queue shut down stays so; one whose writer went is open again, and
      * the new writer goes on from the header's head. */

@@ -38,6 +38,7 @@ struct shmb_q {
     uint64_t head;       /* the next message this writer publishes */
     uint32_t write_spin; /* adaptive spin budget, in nanoseconds */
     uint32_t blocker;    /* the seat the last wait for a slot found unread */
+    uint64_t writer_epoch; /* the writer role's epoch, as queue_open answered */
     /* The readers' side, per seat this process reads. */
     uint64_t known;                           /* seats whose epoch was taken */
     uint64_t held;                            /* seats holding a dequeued message */
@@ -114,9 +115,10 @@ void shmb_q_done(struct shmb_q *q, uint32_t seat);
 void shmb_q_seat_take(struct shmb_q *q, uint32_t seat);
 void shmb_q_seat_drop(struct shmb_q *q, uint32_t seat, bool dead);
 void shmb_q_writer_gone(struct shmb_q *q);
-/* A writer opens the queue: WRITER_GONE becomes OPEN again (SHUTDOWN stays),
- * writer_live 1. */
-void shmb_q_writer_take(struct shmb_q *q);
+/* A writer opens the queue with a new epoch (the daemon's count of writers,
+ * from 1): WRITER_GONE becomes OPEN again (SHUTDOWN stays), writer_live 1.
+ * A writer whose q->writer_epoch is another gets -ENOTCONN. */
+void shmb_q_writer_take(struct shmb_q *q, uint64_t epoch);
 void shmb_q_shutdown(struct shmb_q *q);
 
 /* Depth, seats and the slowest live seat, as the area says now. */

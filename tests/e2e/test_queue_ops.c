@@ -99,6 +99,9 @@ static int view_open(struct h_conn *c, const char *name, int seat, struct qview 
         goto out;
     }
     rc = shmb_q_attach(&v->q, v->base, v->size, &err);
+    /* A writer publishes at the epoch its queue_open answered. */
+    if (v->seat < 0)
+        v->q.writer_epoch = (uint64_t)json_integer_value(json_object_get(reply, "epoch"));
 out:
     if (reply_out != NULL)
         *reply_out = reply;

@@ -1134,6 +1134,42 @@ static void test_overflow_cleanup(void **state)
     h_pass(f);
 }
 
+/* A writer whose role went (here a raw queue_close on its connection, as a
+ * reset connection would) cannot publish beside the writer that took the
+ * queue after it: ENOTCONN, and readers get only the new writer's messages. */
+static void test_writer_replaced(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *c = h_lib_connect(d, "old", 0), *c2 = h_lib_connect(d, "new", 0);
+    shmb_queue_t *old, *new, *r;
+    const void *data;
+    size_t len;
+    char *reply = NULL;
+
+    ok(c, shmb_queue_create(c, "rep", 1, 4, 64, 0));
+    r = open_q(c2, "rep", 0);
+    old = open_q(c, "rep", SHMB_QUEUE_WRITER);
+    ok(c, shmb_queue_enqueue(old, "one", 3, 1000));
+    ok(c, shmb_request(c, "{\"op\":\"queue_close\",\"name\":\"rep\",\"role\":\"writer\"}",
+                       &reply));
+    free(reply);
+    new = open_q(c2, "rep", SHMB_QUEUE_WRITER);
+    fails(c, shmb_queue_enqueue(old, "two", 3, 1000), -ENOTCONN, "no longer the queue's writer");
+    ok(c2, shmb_queue_enqueue(new, "new", 3, 1000));
+    ok(c2, shmb_queue_dequeue(r, &data, &len, 1000));
+    assert_memory_equal(data, "one", 3);
+    ok(c2, shmb_queue_dequeue(r, &data, &len, 1000));
+    assert_memory_equal(data, "new", 3);
+    fails(c2, shmb_queue_dequeue(r, &data, &len, 0), -ETIMEDOUT, NULL);
+    shmb_queue_close(old);
+    ok(c2, shmb_queue_close(new));
+    ok(c2, shmb_queue_close(r));
+    shmb_close(c);
+    shmb_close(c2);
+    h_pass(f);
+}
+
 /* ---- careless and hostile use ---------------------------------------------------- */
 
 /* Helper: read one overflow message and hold it (pinned) until killed. */
@@ -1283,6 +1319,7 @@ int main(void)
         TEST(test_writer_killed),    TEST(test_slow_reader_blocks),
         TEST(test_idle_reader_cpu),  TEST(test_dead_seat_taken),
         TEST(test_overflow_cleanup), TEST(test_careless_use),
+        TEST(test_writer_replaced),
     };
 
     signal(SIGPIPE, SIG_IGN);

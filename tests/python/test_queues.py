@@ -274,6 +274,26 @@ class AreaTest(unittest.TestCase):
         with self.assertRaises(shmbroker.ConnectionLost):
             writer.reserve(WAIT)
 
+    # A writer whose role went to another (the daemon bumped the writer
+    # epoch) can neither publish what it reserved nor reserve again.
+    def test_replaced_writer_cannot_publish(self):
+        fd, size, writer = self.area(1, 4, 64)
+        reader = attach(fd, size, 0, seat_take(writer, 0))
+        self.addCleanup(reader.close)
+        payload = writer.reserve(0)[0]
+        payload[0] = 7
+        payload.release()
+        writer.publish(Q.SLOT_INLINE, 1)
+        writer.reserve(0)[0].release()
+        writer._q64[Q.HEADER_OFFSETS["writer_epoch"] // 8] = 1  # the daemon's next writer
+        with self.assertRaisesRegex(shmbroker.ConnectionLost, "no longer the queue's writer"):
+            writer.publish(Q.SLOT_INLINE, 1)
+        with self.assertRaises(shmbroker.ConnectionLost):
+            writer.reserve(0)
+        self.assertEqual(bytes(reader.dequeue(0)[1]), b"\x07")
+        with self.assertRaises(shmbroker.Timeout):
+            reader.dequeue(0)
+
     # The one-frame fast path of a message writes and reads exactly what the
     # frames layout does (frames.write, frames.parse), and leaves every other
     # message to it.

@@ -428,6 +428,7 @@ static void test_status_blocker(void **state)
     assert_int_equal(queue_open_reader(q, 0, &conn_b, &b, &seat, &epoch, &f->err), 0);
     assert_int_equal(queue_open_reader(q, 1, &conn_b, &b, &seat, &epoch, &f->err), 0);
     assert_int_equal(shmb_q_attach(&w, q->base, q->size, &f->err), 0);
+    w.writer_epoch = q->writer_epoch;
     assert_int_equal(shmb_q_attach(&r, q->base, q->size, &f->err), 0);
     for (i = 0; i < 3; i++)
         assert_int_equal(shmb_q_enqueue(&w, "hi", 2, 0, &f->err), 0);

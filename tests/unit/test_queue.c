@@ -727,6 +727,43 @@ static void test_writer_gone(void **state)
     area_free(&a);
 }
 
+/* A writer whose role was taken by another (its connection closed, the
+ * daemon gave the queue a new writer epoch) can neither reserve nor publish
+ * a slot it reserved before; the new writer goes on from head. */
+static void test_writer_replaced(void **state)
+{
+    struct area a;
+    struct shmb_q old, new;
+    struct shmb_error err;
+    const void *data;
+    size_t len;
+    void *buf;
+
+    (void)state;
+    area_new(&a, 1, 4, 64);
+    shmb_q_seat_take(&a.q, 0);
+    shmb_q_writer_take(&a.q, 1);
+    assert_int_equal(shmb_q_attach(&old, a.base, a.size, &err), 0);
+    old.writer_epoch = 1;
+    assert_int_equal(shmb_q_enqueue(&old, "one", 3, 0, &err), 0);
+    assert_int_equal(shmb_q_reserve(&old, 3, &buf, 0, &err), 0);
+    memcpy(buf, "two", 3);
+    shmb_q_writer_gone(&a.q);
+    shmb_q_writer_take(&a.q, 2);
+    assert_int_equal(shmb_q_publish(&old, 3, &err), -ENOTCONN);
+    assert_non_null(strstr(err.message, "no longer the queue's writer"));
+    assert_int_equal(shmb_q_enqueue(&old, "two", 3, 0, &err), -ENOTCONN);
+    assert_int_equal(shmb_q_attach(&new, a.base, a.size, &err), 0);
+    new.writer_epoch = 2;
+    assert_int_equal(shmb_q_enqueue(&new, "new", 3, 0, &err), 0);
+    assert_int_equal(shmb_q_dequeue(&a.q, 0, &data, &len, 0, &err), 0);
+    assert_memory_equal(data, "one", 3);
+    assert_int_equal(shmb_q_dequeue(&a.q, 0, &data, &len, 0, &err), 0);
+    assert_memory_equal(data, "new", 3);
+    assert_int_equal(shmb_q_dequeue(&a.q, 0, &data, &len, 0, &err), -ETIMEDOUT);
+    area_free(&a);
+}
+
 /* A blocked reader woken by the writer's end, with nothing to drain. */
 static void test_writer_gone_wakes(void **state)
 {
@@ -853,6 +890,7 @@ int main(void)
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_dequeue_timeout), cmocka_unit_test(test_shutdown),
         cmocka_unit_test(test_dead_seat),      cmocka_unit_test(test_writer_gone),
+        cmocka_unit_test(test_writer_replaced),
         cmocka_unit_test(test_writer_gone_wakes), cmocka_unit_test(test_idle_cpu),
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_stale_done),     cmocka_unit_test(test_drop_and_gone_wake),

@@ -58,7 +58,7 @@ HEADER_OFFSETS = {
     "magic": 0, "version": 8, "seats": 12, "slots": 16, "slot_size": 24,
     "slot_stride": 32, "slots_offset": 40, "total_size": 48, "name": 56, "head": 128,
     "head_word": 192, "readers_waiting": 196, "free_word": 256, "writer_waiting": 260,
-    "state": 320, "writer_live": 324,
+    "wake_at": 264, "state": 320, "writer_live": 324, "writer_epoch": 328,
 }
 SEAT_OFFSETS = {"next": 0, "state": 8, "waiting": 12, "epoch": 16}
 SLOT_OFFSETS = {"seq": 0, "flags": 8, "len": 12, "aux": 16, "aux2": 24}
@@ -217,6 +217,7 @@ class _Area:
                 raise ConnectionLost("EPIPE", "This queue's writer was removed (its "
                                      "connection closed).")
             raise _corrupt("its state is %d, which no version writes" % state)
+        self._writer_still()
         n = self.head
         if n < self.slots:
             return True
@@ -227,6 +228,16 @@ class _Area:
                 self.blocker = s
                 return False
         return True
+
+    def _writer_still(self):
+        """Raises unless this handle still holds the writer role (its epoch
+        is the area's): its connection closed and another writer took it."""
+        now = self._q64[_H["writer_epoch"] // 8]
+        if now != self.epoch:
+            raise ConnectionLost("ENOTCONN", "This handle is no longer the queue's writer "
+                                 "(writer %d; this one was %d): its connection closed and "
+                                 "another writer took the queue. Open it again to write."
+                                 % (now, self.epoch))
 
     def _reader_ready(self):
         """True when message seat.next is published. The state is read before
@@ -253,6 +264,12 @@ class _Area:
         """Say that this side is about to sleep, or no longer is (the locked
         instructions are full fences, as queue.c's seq_cst fence)."""
         if writer:
+            if on:
+                # Before the flag, as queue.c: sleep until the slowest reader
+                # frees half the ring (the reader reaching wake_at wakes).
+                n, slots = self.head, self.slots
+                self._q64[_H["wake_at"] // 8] = (n - slots + 1 + (slots - 1) // 2
+                                                 if n >= slots else 0)
             _futex.exchange32(self._ww_addr, 1 if on else 0)
         elif on:
             _futex.fetch_add32(self._rw_addr, 1)
@@ -342,6 +359,11 @@ class _Area:
         """Publish the reserved slot's first length bytes as the next message."""
         if not self._reserved:
             raise InvalidRequest("EINVAL", "No slot is reserved.")
+        try:
+            self._writer_still()  # again: the role may have gone meanwhile
+        except ConnectionLost:
+            self._reserved = False
+            raise
         if length > self.slot_size:
             raise ProtocolError("EMSGSIZE", "A message of %d bytes does not fit this queue's "
                                 "slots of %d bytes." % (length, self.slot_size))
@@ -384,8 +406,10 @@ class _Area:
         if _futex.cas64(self._next_addr, held, held + 1) != held:
             return
         _futex.fetch_add32(self._free_word_addr, 1)
-        if self._q32[65]:  # writer_waiting
-            _futex.futex_wake(self._free_word_addr, 1)
+        if self._q32[65]:  # writer_waiting: wake it when this reaches its mark
+            at = self._q64[33]  # wake_at
+            if at == 0 or at == held + 1:
+                _futex.futex_wake(self._free_word_addr, 1)
 
     def close(self):
         """Unmap the area (nothing of it may be used afterwards)."""
@@ -573,12 +597,12 @@ class MessageQueue:
         self._role = req.get("role"), seat
         mm, size = _map_queue(reply, fds)
         epoch = reply.get("epoch")
-        if seat is not None and type(epoch) is not int:
+        if type(epoch) is not int or epoch < 0:
             mm.close()
-            raise ProtocolError("EPROTO", "shmbrokerd's queue_open reply lacks the seat's "
+            raise ProtocolError("EPROTO", "shmbrokerd's queue_open reply lacks the role's "
                                 "\"epoch\".")
         try:
-            self._area = _Area(mm, size, seat=seat, epoch=epoch or 0)
+            self._area = _Area(mm, size, seat=seat, epoch=epoch)
         except BaseException:
             mm.close()
             raise
