@@ -92,7 +92,8 @@ LIB_SONAME := libshmbroker.so.1
 LIB_A     := $(BUILD)/libshmbroker.a
 LIB_SO    := $(BUILD)/$(LIB_SONAME)
 EXAMPLE   := $(BUILD)/example
-BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE)
+QUEUE_EXAMPLE := $(BUILD)/example-queue
+BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE) $(QUEUE_EXAMPLE)
 
 UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error \
               test_text test_conn test_tables test_command test_config_parse test_client \
@@ -332,9 +333,14 @@ SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
             -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
             -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
 
-# README's example, built so that it cannot rot.
-$(BUILD)/obj/client/example.o: ALLCFLAGS += -Iclient
+# README's examples, built so that they cannot rot (tests/e2e/test_queues
+# runs the queue's).
+$(BUILD)/obj/client/example.o $(BUILD)/obj/client/example_queue.o: ALLCFLAGS += -Iclient
 $(EXAMPLE): $(call OBJ,client/example.c) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALLLDFLAGS) -o $@ $^ $(PKGS_LIBS)
+$(QUEUE_EXAMPLE): $(call OBJ,client/example_queue.c) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALLLDFLAGS) -o $@ $^ $(PKGS_LIBS)

@@ -9,6 +9,7 @@
  * on stderr and exit non-zero.
  */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1170,6 +1171,45 @@ static void test_writer_replaced(void **state)
     h_pass(f);
 }
 
+/* README's queue example (client/example_queue.c, built beside the ctl) does
+ * what README shows: both seats get the four messages, in order, and the
+ * temporary queue is gone afterwards. */
+static void test_readme_example(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *c = h_lib_connect(d, "check", 0);
+    const char *want[] = {"step 0", "step 1", "step 2", "done."};
+    char bin[PATH_MAX], line[32];
+    const char *argv[] = {bin, NULL};
+    const char *ctl = h_ctl_bin(), *slash = strrchr(ctl, '/'), *at;
+    shmb_queue_list_t *list;
+    struct h_run r;
+    int seat, i;
+
+    snprintf(bin, sizeof(bin), "%.*sexample-queue", slash ? (int)(slash - ctl + 1) : 0, ctl);
+    setenv("SHMBROKER_SOCKET", d->socket, 1);
+    assert_int_equal(h_run(f, argv, NULL, 0, &r), 0);
+    unsetenv("SHMBROKER_SOCKET");
+    h_expect_run(&r, 0, "seat 0: step 0", NULL);
+    for (seat = 0; seat < 2; seat++) {
+        at = r.out;
+        for (i = 0; i < 4; i++) {
+            snprintf(line, sizeof(line), "seat %d: %s\n", seat, want[i]);
+            if ((at = strstr(at, line)) == NULL) {
+                h_run_dump("example-queue", &r);
+                h_fail("no '%s' in order", line);
+            }
+        }
+    }
+    h_run_free(&r);
+    ok(c, shmb_queue_list(c, &list));
+    assert_int_equal(list->count, 0);
+    shmb_queue_list_free(list);
+    shmb_close(c);
+    h_pass(f);
+}
+
 /* ---- careless and hostile use ---------------------------------------------------- */
 
 /* Helper: read one overflow message and hold it (pinned) until killed. */
@@ -1319,7 +1359,7 @@ int main(void)
         TEST(test_writer_killed),    TEST(test_slow_reader_blocks),
         TEST(test_idle_reader_cpu),  TEST(test_dead_seat_taken),
         TEST(test_overflow_cleanup), TEST(test_careless_use),
-        TEST(test_writer_replaced),
+        TEST(test_writer_replaced),  TEST(test_readme_example),
     };
 
     signal(SIGPIPE, SIG_IGN);
