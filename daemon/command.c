@@ -680,6 +680,7 @@ static int cmd_queue_open(struct command_call *call)
     const char *name, *role;
     size_t len;
     json_int_t seat = -1;
+    char what[QUEUE_NAME_MAX + 16];
     struct queue_member who;
     struct queue *q;
     uint32_t taken = 0;
@@ -708,6 +709,12 @@ static int cmd_queue_open(struct command_call *call)
                               "This connection holds %u queue roles, the most one may "
                               "(%d). Close some (queue_close), or open more connections.",
                               roles, QUEUE_MAX_ROLES);
+    /* The reply passes a duplicate of the queue's descriptor, and a new
+     * client still needs one: refuse here, holding no role, rather than
+     * fail to pass it. */
+    snprintf(what, sizeof(what), "open queue '%s'", q->name);
+    if ((rc = queue_check_fds(2, what, &call->err)) < 0)
+        return rc;
     command_member(call->client, &who);
     /* A member may have scribbled the header: the new one attaches to a
      * sound one. */
