@@ -628,6 +628,7 @@ void queue_restore_header(struct queue *q)
                             : q->writer == NULL && q->had_writer ? SHMB_QUEUE_WRITER_GONE
                                                                  : SHMB_QUEUE_OPEN);
     atomic_store(&h->writer_live, q->writer != NULL);
+    atomic_store(&h->writer_epoch, q->writer_epoch);
     for (s = 0; s < q->seats; s++)
         atomic_store(&q->q.seat[s].state, q->seat[s].state);
 }

@@ -488,7 +488,8 @@ static void test_status_scribbled(void **state)
     assert_int_equal(epoch, atomic_load(&q->q.seat[1].epoch));
 }
 
-/* Proves that scribbled state words (the queue's, writer_live, a seat's)
+/* Proves that scribbled state words (the queue's, writer_live, the writer
+ * epoch, a seat's)
  * are written back from the daemon's records before the next open. */
 static void test_restore_state(void **state)
 {
@@ -509,11 +510,13 @@ static void test_restore_state(void **state)
                      0);
     atomic_store(&q->q.hdr->state, 0xffffffffu);
     atomic_store(&q->q.hdr->writer_live, 1);
+    atomic_store(&q->q.hdr->writer_epoch, 99);
     atomic_store(&q->q.seat[0].state, SHMB_SEAT_FREE);
     atomic_store(&q->q.seat[1].state, SHMB_SEAT_LIVE);
     queue_restore_header(q);
     assert_int_equal(atomic_load(&q->q.hdr->state), SHMB_QUEUE_WRITER_GONE);
     assert_int_equal(atomic_load(&q->q.hdr->writer_live), 0);
+    assert_int_equal(atomic_load(&q->q.hdr->writer_epoch), 1);
     assert_int_equal(atomic_load(&q->q.seat[0].state), SHMB_SEAT_LIVE);
     assert_int_equal(atomic_load(&q->q.seat[1].state), SHMB_SEAT_FREE);
     queue_shutdown(&f->set, q);
@@ -540,6 +543,7 @@ static void test_blocker_needs_writer(void **state)
     assert_int_equal(queue_open_writer(q, &conn_a, &a, &f->err), 0);
     assert_int_equal(queue_open_reader(q, 0, &conn_b, &b, &seat, &epoch, &f->err), 0);
     assert_int_equal(shmb_q_attach(&w, q->base, q->size, &f->err), 0);
+    w.writer_epoch = q->writer_epoch;
     for (i = 0; i < 4; i++)
         assert_int_equal(shmb_q_enqueue(&w, "hi", 2, 0, &f->err), 0);
     queue_status(q, &st);
