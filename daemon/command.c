@@ -635,6 +635,7 @@ static void command_member(const struct command_client *cl, struct queue_member 
     memset(who, 0, sizeof(*who));
     who->client = cl->id;
     who->pid = cl->pid;
+    who->holder = cl->holder;
     snprintf(who->name, sizeof(who->name), "%s", cl->name);
 }
 

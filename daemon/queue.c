@@ -393,6 +393,35 @@ static bool queue_done(const struct queue *q)
     return (q->temporary && q->had_writer) || q->shut_down;
 }
 
+/* Reader seat s leaves for good (dead, or closed): the overflow objects of
+ * the messages it will now never read await one read fewer, so that a dead
+ * reader does not hold them against reclaim until the writer passes them.
+ * The message it stood at counts only when its holder does not pin that
+ * object (the library advances the seat before it releases the pin, so a
+ * reader that took the object and died still pins it). next and head are
+ * the area's, so clamped: the lookups stay within the ring's messages. */
+static void queue_forgo_reads(struct queue *q, uint32_t s)
+{
+    uint64_t head = atomic_load(&q->q.hdr->head), next = atomic_load(&q->q.seat[s].next), seq;
+    const struct store_holder *holder = q->seat[s].who.holder;
+    struct store *store = q->pool != NULL ? q->pool->store : NULL;
+    char key[QUEUE_NAME_MAX + 24];
+    int len;
+
+    if (store == NULL || next >= head)
+        return;
+    if (head - next > q->slots)
+        next = head - q->slots;
+    for (seq = next; seq < head; seq++) {
+        len = snprintf(key, sizeof(key), "q/%s/%llu", q->name, (unsigned long long)seq);
+        if (len <= 0 || (size_t)len >= sizeof(key))
+            continue;
+        if (seq == next && (holder == NULL || store_holder_pins(store, holder, key, (size_t)len)))
+            continue;
+        store_forgo_read(store, key, (size_t)len);
+    }
+}
+
 /* Delete the overflow objects left in q's pool: those of the messages
  * still in its ring, "q/<name>/<seq>" for seq in [head - slots, head]. The
  * head is the area's, which a member may have scribbled, but it only picks
@@ -463,6 +492,7 @@ int queue_close_roles(struct queue_set *set, struct queue *q, const void *owner,
         for (s = 0; s < q->seats; s++) {
             if (q->seat[s].owner != owner || (seat >= 0 && (uint32_t)seat != s))
                 continue;
+            queue_forgo_reads(q, s);
             q->seat[s].owner = NULL;
             q->seat[s].state = SHMB_SEAT_FREE;
             memset(&q->seat[s].who, 0, sizeof(q->seat[s].who));
@@ -507,6 +537,8 @@ unsigned queue_owner_gone(struct queue_set *set, const void *owner)
             if (q->seat[s].owner != owner)
                 continue;
             /* who stays: status names the reader that died. */
+            queue_forgo_reads(q, s);
+            q->seat[s].who.holder = NULL; /* freed with its connection */
             q->seat[s].owner = NULL;
             q->seat[s].state = SHMB_SEAT_DEAD;
             shmb_q_seat_drop(&q->q, s, true);

@@ -45,6 +45,9 @@ struct queue_member {
     uint64_t client; /* the connection's number in this daemon's life */
     pid_t pid;
     char name[SHMB_NAME_MAX + 1];
+    /* Its pins in the queue's pool (NULL: not known), to tell whether a
+     * reader that leaves had taken the message it stood at. */
+    const struct store_holder *holder;
 };
 
 /* The daemon's own record of a seat: the area's seat state is written by the
