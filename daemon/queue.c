@@ -25,6 +25,7 @@ void queue_set_init(struct queue_set *set, const char *prefix)
     memset(set, 0, sizeof(*set));
     TAILQ_INIT(&set->list);
     snprintf(set->prefix, sizeof(set->prefix), "%s", prefix);
+    set->max_size = QUEUE_SIZE_MAX;
 }
 
 int queue_check_name(const char *name, size_t len, struct shmb_error *err)
@@ -207,13 +208,17 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
                               geometry);
     if ((rc = queue_check_memory(name, size, geometry, err)) < 0)
         return rc;
-    if (size > QUEUE_SIZE_MAX)
+    if (size > set->max_size) {
+        char most[32];
+
         return shmb_error_set(err, -EINVAL,
                               "Queue '%s' would need %zu bytes (%s); a queue may have at most "
-                              "%llu bytes (1 GiB), since its memory is made in one go. Use "
+                              "%llu bytes (%s), since its memory is made in one go. Use "
                               "fewer or smaller slots: messages larger than a slot go as "
                               "store objects anyway.",
-                              name, size, geometry, (unsigned long long)QUEUE_SIZE_MAX);
+                              name, size, geometry, (unsigned long long)set->max_size,
+                              shmb_format_bytes(set->max_size, most, sizeof(most)));
+    }
     snprintf(what, sizeof(what), "create queue '%s'", name);
     if ((rc = queue_check_fds(QUEUE_FD_SPARE + 1, what, err)) < 0)
         return rc;

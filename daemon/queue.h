@@ -84,6 +84,8 @@ struct queue_set {
     struct queue_list list;
     unsigned n;
     char prefix[NAME_MAX + 1]; /* memfd names: "<prefix>.q.<queue>" */
+    uint64_t max_size;         /* bytes of one queue's area: QUEUE_SIZE_MAX
+                                  (the fuzzer lowers it) */
 };
 
 /* What status shows of a queue now. */
