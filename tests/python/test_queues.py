@@ -717,3 +717,56 @@ class QueueTest(DaemonTest):
                 reader.enqueue(1)
             with self.assertRaises(ValueError):
                 mq.dequeue()
+
+    def reader(self, mq, rank=0, **kw):
+        r = MessageQueue.create_from_handle(mq.export_handle(), rank, **kw)
+        self.addCleanup(r.close)
+        return r
+
+    # An overflow slot's aux is the message's length, which may be less
+    # than its object's size (a writer that reserved more than it sent, as
+    # the C library's may): the reader takes the first aux bytes. An aux
+    # larger than the object is refused as corrupt.
+    def test_overflow_object_larger_than_message(self):
+        from shmbroker.pickling import pickle_frames
+        mq = self.writer(1, max_chunk_bytes=256, max_chunks=4)
+        reader = self.reader(mq)
+        area = mq._area
+
+        def publish_object(obj, extra, aux_extra=0):
+            bufs = pickle_frames(obj)
+            total = Q._message_size(bufs)
+            buf = bytearray(total + extra)
+            Q._write_message(memoryview(buf)[:total], bufs)
+            payload = area.reserve(WAIT)[0]
+            try:
+                key = mq._object_key(area.head)
+                self.c.put(key, buf, readers=1)
+                payload[:len(key)] = key.encode()
+                area.publish(Q.SLOT_OBJECT, len(key), total + aux_extra)
+            finally:
+                payload.release()
+                area._reserved = False
+        publish_object(("longer object", b"q" * 300), 411)
+        self.assertEqual(reader.dequeue(timeout=WAIT), ("longer object", b"q" * 300))
+        publish_object(("short object", b"s" * 300), 0, aux_extra=1)
+        with self.assertRaisesRegex(shmbroker.ShmBrokerError, "corrupt") as cm:
+            reader.dequeue(timeout=WAIT)
+        self.assertEqual(cm.exception.code, "EIO")
+
+    # An object left at the next message's key by a writer that died
+    # between committing it and publishing its slot is deleted, and the
+    # message goes (it used to fail with KeyExists for ever).
+    def test_leftover_overflow_object_is_replaced(self):
+        mq = self.writer(1, max_chunk_bytes=256, max_chunks=4)
+        reader = self.reader(mq)
+        self.c.put("q/%s/0" % mq.name, b"stale" * 100)
+        mq.enqueue(b"B" * 1000, timeout=WAIT)
+        self.assertEqual(reader.dequeue(timeout=WAIT), b"B" * 1000)
+
+    # shutdown() after close() raises ConnectionLost (not AttributeError).
+    def test_shutdown_after_close(self):
+        mq = self.writer(1)
+        mq.close()
+        with self.assertRaises(shmbroker.ConnectionLost):
+            mq.shutdown()

@@ -36,8 +36,8 @@ from typing import List, Optional
 from . import _futex
 from . import frames as _frames
 from .client import Client
-from .errors import (Cancelled, ConnectionLost, EndOfQueue, InvalidRequest, ProtocolError,
-                     ShmBrokerError, Timeout, Unsupported)
+from .errors import (Cancelled, ConnectionLost, EndOfQueue, InvalidRequest, KeyExists,
+                     NotFound, ProtocolError, ShmBrokerError, Timeout, Unsupported)
 from .pickling import pickle_frames, unpickle_frames
 
 __all__ = ["MessageQueue", "Handle"]
@@ -719,7 +719,17 @@ class MessageQueue:
                 area.publish(SLOT_INLINE, total)
                 return
             key = self._object_key(n)
-            a = self.client.alloc(key, total, readers=area.live_seats())
+            try:
+                a = self.client.alloc(key, total, readers=area.live_seats())
+            except KeyExists:
+                # Left by a writer that died between committing this
+                # message's object and publishing its slot: nobody can
+                # have read it. Deleted, and the allocation tried once more.
+                try:
+                    self.client.delete(key)
+                except NotFound:
+                    pass
+                a = self.client.alloc(key, total, readers=area.live_seats())
             try:
                 _write_message(a.view, bufs)
             except BaseException:
@@ -768,12 +778,18 @@ class MessageQueue:
         if not key.startswith("q/%s/" % self.name):
             raise _corrupt("an overflow slot names key %r, not one of this queue's" % key)
         pin = self.client.get(key)
+        views = ()
         try:
-            if pin.size != size:
+            # The message is the object's first size bytes: a writer may
+            # have reserved more than it published (PROTOCOL.md section 9).
+            if size > pin.size:
                 raise _corrupt("overflow object %s has %d bytes; its slot says %d"
                                % (key, pin.size, size))
-            return unpickle_frames(pin.frames, copy=True)
+            views = _read_message(pin.view[:size])
+            return unpickle_frames(views, copy=True)
         finally:
+            for v in views:
+                v.release()
             pin.release(noreply=True)
 
     def broadcast_object(self, obj=None):
@@ -787,17 +803,22 @@ class MessageQueue:
     def shutdown(self):
         """Shut the queue down for every member: each wait (enqueue, dequeue,
         wait_until_ready), now or later, raises Cancelled. Idempotent; any
-        thread may call it, even while this queue's thread waits."""
+        thread may call it, even while this queue's thread waits. Raises
+        ConnectionLost after close()."""
+        client = self.client
+        if client is None:
+            raise ConnectionLost("ENOTCONN", "This MessageQueue is closed; shut the queue "
+                                 "down from a member still open, or with shmbrokerctl.")
         self.shutting_down = True
         req = {"op": "queue_shutdown", "name": self.name}
         try:
-            self.client._call(req)
+            client._call(req)
         except ShmBrokerError as e:
             if e.code not in ("EBUSY", "ECHILD", "ENOTCONN", "ECONNRESET"):
                 raise
             # This queue's thread is in a call on the client (or it is
             # gone): say it on a connection of our own.
-            with Client(self.client.socket_path, pool=self.client.pool,
+            with Client(client.socket_path, pool=client.pool,
                         name="mq %s shutdown" % self.name) as c:
                 c._call(req)
 
