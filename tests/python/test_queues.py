@@ -723,6 +723,53 @@ class QueueTest(DaemonTest):
         self.addCleanup(r.close)
         return r
 
+    def pins(self, prefix):
+        return {o["key"]: o["pins"] for o in
+                self.c.request({"op": "list", "prefix": prefix})["objects"]}
+
+    # A message larger than a slot that cannot be asked for because the
+    # reader's client is busy in another thread (EBUSY, nothing sent) stays
+    # at the seat: the next dequeue returns it, not the message after it.
+    def test_busy_client_keeps_overflow_message(self):
+        mq = self.writer(1, max_chunk_bytes=256, max_chunks=4)
+        shared = self.d.client(name="shared")
+        self.addCleanup(shared.close)
+        reader = self.reader(mq, client=shared)
+        mq.enqueue(("big", 0, b"x" * 1000))
+        mq.enqueue(("big", 1, b"y" * 1000))
+        self.assertTrue(shared._busy.acquire(False))  # another thread's call
+        try:
+            with self.assertRaises(shmbroker.ShmBrokerError) as cm:
+                reader.dequeue(timeout=WAIT)
+            self.assertEqual(cm.exception.code, "EBUSY")
+        finally:
+            shared._busy.release()
+        self.assertEqual(reader.dequeue(timeout=WAIT), ("big", 0, b"x" * 1000))
+        self.assertEqual(reader.dequeue(timeout=WAIT), ("big", 1, b"y" * 1000))
+
+    # The release of an overflow message's pin that finds the client busy
+    # is kept and sent with the client's next request: the message is
+    # returned, and no pin stays behind.
+    def test_busy_client_release_is_sent_later(self):
+        mq = self.writer(1, max_chunk_bytes=256, max_chunks=4)
+        shared = self.d.client(name="shared")
+        self.addCleanup(shared.close)
+        reader = self.reader(mq, client=shared)
+        real = shared.release
+        refused = []
+
+        def busy_once(key, **kw):
+            if not refused:
+                refused.append(key)
+                raise shmbroker.ShmBrokerError("EBUSY", "busy (test)")
+            return real(key, **kw)
+        shared.release = busy_once
+        mq.enqueue(b"z" * 1000)
+        self.assertEqual(reader.dequeue(timeout=WAIT), b"z" * 1000)
+        self.assertEqual(len(refused), 1)
+        shared.stats()  # the next request carries the kept release
+        self.assertEqual(self.pins("q/%s/" % mq.name), {refused[0]: 0})
+
     # An overflow slot's aux is the message's length, which may be less
     # than its object's size (a writer that reserved more than it sent, as
     # the C library's may): the reader takes the first aux bytes. An aux

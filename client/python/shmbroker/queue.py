@@ -34,6 +34,7 @@ import time
 from typing import List, Optional
 
 from . import _futex
+from . import client as _client
 from . import frames as _frames
 from .client import Client
 from .errors import (Cancelled, ConnectionLost, EndOfQueue, InvalidRequest, KeyExists,
@@ -395,6 +396,11 @@ class _Area:
         self._held = n
         return flags, self._mv[off + SLOT_HEADER:off + SLOT_HEADER + length], aux
 
+    def keep(self):
+        """Give the message held back without reading it: the seat stays
+        on it, and the next dequeue returns it again."""
+        self._held = None
+
     def done(self):
         """Finished with the message held: the writer may reuse its slot.
         Only from the message held (a compare-and-swap): a seat the daemon
@@ -755,7 +761,15 @@ class MessageQueue:
         if self._is_writer:
             raise InvalidRequest("EINVAL", "Only readers can dequeue; this is the writer.")
         area = self._live_area()
+        try:
+            return self._dequeue(area, timeout)
+        finally:
+            if self.client is not None and self.client._later:
+                self._send_releases()
+
+    def _dequeue(self, area, timeout):
         flags, payload, aux = area.dequeue(timeout)
+        keep = False
         try:
             if flags == SLOT_INLINE:
                 views = _read_message(payload)
@@ -765,9 +779,28 @@ class MessageQueue:
                     for v in views:
                         v.release()
             return self._read_object(bytes(payload), aux)
+        except ShmBrokerError as e:
+            # The object could not be asked for (the client is busy in
+            # another thread, say): nothing was taken, so the message stays
+            # at this seat and the next dequeue returns it.
+            keep = flags == SLOT_OBJECT and e.code in _client._NOT_SENT
+            raise
         finally:
             payload.release()
-            area.done()
+            if keep:
+                area.keep()
+            else:
+                area.done()
+
+    def _send_releases(self):
+        """Send the releases kept while the client was busy (release_many
+        of nothing sends what release_later queued). Still busy: they wait
+        for the next call; any other failure is the connection's and shows
+        at its next call (its pins went with it)."""
+        try:
+            self.client.release_many(())
+        except ShmBrokerError:
+            pass
 
     def _read_object(self, raw, size):
         """A message sent as a store object: pinned, read in place, released."""
@@ -790,7 +823,20 @@ class MessageQueue:
         finally:
             for v in views:
                 v.release()
+            self._release(pin)
+
+    def _release(self, pin):
+        """Release an overflow message's pin; when the client is busy in
+        another thread, the release is kept and sent before its next
+        request (never dropped: the pin would hold the object until the
+        connection closes)."""
+        try:
             pin.release(noreply=True)
+        except ShmBrokerError as e:
+            if e.code != "EBUSY":
+                raise
+            pin._hand_over()
+            self.client._release_later_gen(pin._gen, pin.key)
 
     def broadcast_object(self, obj=None):
         """The writer enqueues obj and returns it; a reader returns the next
