@@ -36,7 +36,7 @@ import shmbroker  # noqa: E402
 from shmbroker import _futex, queue as Q  # noqa: E402
 from shmbroker import MessageQueue  # noqa: E402
 
-from support import DaemonTest  # noqa: E402
+from support import DaemonTest, child_python  # noqa: E402
 
 CTX = multiprocessing.get_context("fork")
 # Generous bounds for things that should take milliseconds: a failure shows
@@ -800,6 +800,103 @@ class QueueTest(DaemonTest):
         with self.assertRaisesRegex(shmbroker.ShmBrokerError, "corrupt") as cm:
             reader.dequeue(timeout=WAIT)
         self.assertEqual(cm.exception.code, "EIO")
+
+    # close() from another thread while a reader waits in dequeue(): the
+    # wait ends with ConnectionLost and the area is unmapped only after it
+    # left; a later wake-up of the futex word touches nothing unmapped (the
+    # process does not crash). queue_close is left out (_role None): the
+    # daemon's wake-up of the dropped seat would race with the unmap.
+    def test_close_from_another_thread_while_waiting(self):
+        code = r"""
+import sys, threading, time
+from shmbroker import MessageQueue
+w = MessageQueue(1, max_chunk_bytes=256, max_chunks=4, socket_path=sys.argv[1])
+r = MessageQueue.create_from_handle(w.export_handle(), 0)
+out = []
+def wait():
+    try:
+        out.append(repr(r.dequeue(timeout=30)))
+    except BaseException as e:
+        out.append(type(e).__name__)
+t = threading.Thread(target=wait)
+t.start()
+time.sleep(0.2)
+r._role = None
+r.close()
+t.join(30)
+w.enqueue("wake")
+time.sleep(0.1)
+print(out, t.is_alive())
+"""
+        p = child_python(code, self.d.socket_path)
+        out, err = p.communicate(timeout=WAIT * 2)
+        self.assertEqual(p.returncode, 0, err.decode(errors="replace"))
+        self.assertEqual(out.decode().strip(), "['ConnectionLost'] False")
+
+    # The daemon killed (SIGKILL: no shutdown, nobody wakes anyone): a
+    # reader and a writer waiting with no timeout raise ConnectionLost
+    # saying the daemon went away, instead of sleeping for ever.
+    def test_daemon_killed_ends_waits(self):
+        mq = self.writer(1, max_chunk_bytes=256, max_chunks=2)
+        other = self.writer(1, max_chunk_bytes=256, max_chunks=2)
+        reader = self.reader(mq)
+        self.reader(other)
+        other.enqueue(0)
+        other.enqueue(1)  # the ring is full: the next enqueue waits
+        got = {}
+
+        def call(tag, fn):
+            try:
+                got[tag] = fn()
+            except BaseException as e:
+                got[tag] = e
+        threads = [threading.Thread(target=call, args=("r", reader.dequeue), daemon=True),
+                   threading.Thread(target=call, args=("w", lambda: other.enqueue(2)),
+                                    daemon=True)]
+        for t in threads:
+            t.start()
+        time.sleep(0.1)
+        self.d.kill()
+        for t in threads:
+            t.join(WAIT)
+            self.assertFalse(t.is_alive(), "a wait outlived its daemon")
+        for tag in "rw":
+            self.assertIsInstance(got[tag], shmbroker.ConnectionLost, tag)
+            self.assertIn("shmbrokerd went away", str(got[tag]))
+
+    # A MessageQueue used in a child made by fork() raises ECHILD and
+    # touches nothing: the parent's writer and reader go on in step, and
+    # the queue is not shut down.
+    def test_fork_child_cannot_use_queue(self):
+        mq = self.writer(1, max_chunk_bytes=256, max_chunks=8)
+        reader = self.reader(mq)
+        mq.enqueue("a")
+        self.assertEqual(reader.dequeue(timeout=WAIT), "a")
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            codes = []
+            for fn in (lambda: mq.enqueue("from the child"), lambda: reader.dequeue(0),
+                       lambda: mq.wait_until_ready(0), mq.shutdown, reader.close):
+                try:
+                    fn()
+                    codes.append("ok")
+                except shmbroker.ShmBrokerError as e:
+                    codes.append(e.code)
+                except BaseException as e:
+                    codes.append(type(e).__name__)
+            os.write(wfd, " ".join(codes).encode())
+            os._exit(0)
+        os.close(wfd)
+        try:
+            os.waitpid(pid, 0)
+            codes = os.read(rfd, 1000).decode()
+        finally:
+            os.close(rfd)
+        self.assertEqual(codes, " ".join(["ECHILD"] * 5))
+        mq.enqueue("b")
+        self.assertEqual(reader.dequeue(timeout=WAIT), "b")
+        self.assertEqual(self.queue(mq.name)["state"], "open")
 
     # An object left at the next message's key by a writer that died
     # between committing it and publishing its slot is deleted, and the
