@@ -909,6 +909,7 @@ class MessageQueue:
     def _dequeue(self, area, timeout):
         flags, payload, aux = area.dequeue(timeout)
         keep = False
+        pin = None
         try:
             if flags == SLOT_INLINE:
                 views = _read_message(payload)
@@ -917,7 +918,8 @@ class MessageQueue:
                 finally:
                     for v in views:
                         v.release()
-            return self._read_object(bytes(payload), aux)
+            pin = self._pin_object(bytes(payload))
+            return self._read_object(pin, aux)
         except ShmBrokerError as e:
             # The object could not be asked for (the client is busy in
             # another thread, say): nothing was taken, so the message stays
@@ -930,6 +932,10 @@ class MessageQueue:
                 area.keep()
             else:
                 area.done()
+            # After the seat moved on: a reader that dies between the two
+            # still pins the object, so the daemon knows it took its read.
+            if pin is not None:
+                self._release(pin)
 
     def _send_releases(self):
         """Send the releases kept while the client was busy (release_many
@@ -941,28 +947,30 @@ class MessageQueue:
         except ShmBrokerError:
             pass
 
-    def _read_object(self, raw, size):
-        """A message sent as a store object: pinned, read in place, released."""
+    def _pin_object(self, raw):
+        """The store object an overflow slot names (raw: its key), pinned."""
         try:
             key = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise _corrupt("an overflow slot's key is not UTF-8") from None
         if not key.startswith("q/%s/" % self.name):
             raise _corrupt("an overflow slot names key %r, not one of this queue's" % key)
-        pin = self.client.get(key)
+        return self.client.get(key)
+
+    def _read_object(self, pin, size):
+        """A message sent as a store object, read in place from its pin."""
         views = ()
         try:
             # The message is the object's first size bytes: a writer may
             # have reserved more than it published (PROTOCOL.md section 9).
             if size > pin.size:
                 raise _corrupt("overflow object %s has %d bytes; its slot says %d"
-                               % (key, pin.size, size))
+                               % (pin.key, pin.size, size))
             views = _read_message(pin.view[:size])
             return unpickle_frames(views, copy=True)
         finally:
             for v in views:
                 v.release()
-            self._release(pin)
 
     def _release(self, pin):
         """Release an overflow message's pin; when the client is busy in
