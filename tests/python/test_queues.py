@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import unittest
+import unittest.mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -156,6 +157,38 @@ class AreaTest(unittest.TestCase):
                 p.kill()
                 p.join()
                 self.fail("a reader process did not end within %.0f s" % WAIT)
+
+    # Where executable memory is refused, the atomics come from libatomic:
+    # the same results as the machine code, and a queue works over them.
+    def test_libatomic_atomics(self):
+        lib = _futex._load_libatomic()
+        if lib is None:
+            self.skipTest("no libatomic.so.1 here (Debian: libatomic1)")
+        import ctypes
+        words = (ctypes.c_uint64 * 2)()
+        at = ctypes.addressof(words)
+        results = []
+        for ops in ({n: getattr(_futex, n) for n in lib}, lib):
+            words[0], words[1] = 5, 7
+            results.append((ops["fetch_add32"](at, 3), words[0], ops["exchange32"](at, 9),
+                            ops["cas64"](at + 8, 7, 11), words[1], ops["cas64"](at + 8, 7, 12),
+                            words[1], ops["fetch_add32"](at, 0xFFFFFFFF), words[0]))
+        self.assertEqual(results[0], results[1])
+        self.assertEqual(results[1], (5, 8, 8, 7, 11, 11, 11, 9, 8))
+        for name, fn in lib.items():
+            patch = unittest.mock.patch.object(_futex, name, fn)
+            patch.start()
+            self.addCleanup(patch.stop)
+        fd, size, writer = self.area(1, 4, 64)
+        reader = attach(fd, size, 0, seat_take(writer, 0))
+        self.addCleanup(reader.close)
+        for i in range(10):
+            payload = writer.reserve(WAIT)[0]
+            payload[0] = i
+            payload.release()
+            writer.publish(Q.SLOT_INLINE, 1)
+            self.assertEqual(bytes(reader.dequeue(0)[1]), bytes([i]))
+        reader.done()
 
     # The Python constants are proto/layout_queue.h's: every field offset of
     # its SHMB_LAYOUT_AT asserts, and the sizes.

@@ -13,6 +13,11 @@ ctypes has no atomics and libc exports none, so this module writes three
 tiny x86-64 functions (lock xadd, xchg, lock cmpxchg: 6 to 9 bytes each) into
 a page of its own, makes the page read-and-execute, and calls them through
 ctypes. No compiler, no extension module, nothing to build at install.
+Where a policy forbids executable memory (systemd's MemoryDenyWriteExecute=,
+SELinux's execmem), the same operations come from GCC's libatomic
+(libatomic.so.1, Debian's libatomic1) when it is installed: lock-free for
+these sizes on x86-64, so they are the same instructions, called through a
+function of the library instead.
 
 Futexes are libc's syscall(SYS_futex, ...) through ctypes, which releases
 the GIL while the call sleeps. FUTEX_WAIT_BITSET takes an absolute
@@ -94,10 +99,17 @@ def _load():
     # Written, then read-and-execute only: never writable and executable at once.
     if mprotect(base, mmap.PAGESIZE, mmap.PROT_READ | mmap.PROT_EXEC) != 0:
         err = ctypes.get_errno()
-        return None, ("The Python queue data path needs a page of executable memory for "
-                      "its atomic operations, and mprotect refused it (%s): a policy "
-                      "forbids executable memory here. Use the C library's shmb_queue_*."
-                      % os.strerror(err))
+        del anchor
+        page.close()
+        funcs = _load_libatomic()
+        if funcs is None:
+            return None, ("The Python queue data path needs a page of executable memory "
+                          "for its atomic operations, and mprotect refused it (%s): a "
+                          "policy forbids executable memory here, and there is no "
+                          "libatomic.so.1 to use instead (Debian: apt install libatomic1). "
+                          "Or use the C library's shmb_queue_*." % os.strerror(err))
+        funcs["syscall"] = syscall
+        return funcs, None
     for name, off in layout:
         restype, *argtypes = _TYPES[name]
         # PYFUNCTYPE: a few instructions, no reason to let go of the GIL.
@@ -107,6 +119,35 @@ def _load():
     funcs["_keep"] = (page, anchor)
     funcs["syscall"] = syscall
     return funcs, None
+
+
+_SEQ_CST = 5  # __ATOMIC_SEQ_CST
+
+
+def _load_libatomic():
+    """fetch_add32, exchange32 and cas64 from GCC's libatomic, or None when
+    it is not installed."""
+    try:
+        lib = ctypes.CDLL("libatomic.so.1")
+        add, xchg = lib.__atomic_fetch_add_4, lib.__atomic_exchange_4
+        cmpxchg = lib.__atomic_compare_exchange_8
+    except (OSError, AttributeError):
+        return None
+    add.restype = xchg.restype = ctypes.c_uint32
+    add.argtypes = xchg.argtypes = (ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int)
+    cmpxchg.restype = ctypes.c_bool
+    cmpxchg.argtypes = (ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint64,
+                        ctypes.c_int, ctypes.c_int)
+
+    def cas64(p, expected, desired):
+        # Returns the old value, as the machine-code version does.
+        old = ctypes.c_uint64(expected)
+        cmpxchg(p, ctypes.byref(old), desired, _SEQ_CST, _SEQ_CST)
+        return old.value
+
+    return {"fetch_add32": lambda p, v: add(p, v, _SEQ_CST),
+            "exchange32": lambda p, v: xchg(p, v, _SEQ_CST),
+            "cas64": cas64}
 
 
 _funcs, why_unsupported = _load()
