@@ -635,6 +635,7 @@ static void command_member(const struct command_client *cl, struct queue_member 
     memset(who, 0, sizeof(*who));
     who->client = cl->id;
     who->pid = cl->pid;
+    who->holder = cl->holder;
     snprintf(who->name, sizeof(who->name), "%s", cl->name);
 }
 
@@ -680,6 +681,7 @@ static int cmd_queue_open(struct command_call *call)
     const char *name, *role;
     size_t len;
     json_int_t seat = -1;
+    char what[QUEUE_NAME_MAX + 16];
     struct queue_member who;
     struct queue *q;
     uint32_t taken = 0;
@@ -708,6 +710,12 @@ static int cmd_queue_open(struct command_call *call)
                               "This connection holds %u queue roles, the most one may "
                               "(%d). Close some (queue_close), or open more connections.",
                               roles, QUEUE_MAX_ROLES);
+    /* The reply passes a duplicate of the queue's descriptor, and a new
+     * client still needs one: refuse here, holding no role, rather than
+     * fail to pass it. */
+    snprintf(what, sizeof(what), "open queue '%s'", q->name);
+    if ((rc = queue_check_fds(2, what, &call->err)) < 0)
+        return rc;
     command_member(call->client, &who);
     /* A member may have scribbled the header: the new one attaches to a
      * sound one. */

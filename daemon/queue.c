@@ -8,7 +8,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "../proto/alloc.h"
@@ -23,6 +25,7 @@ void queue_set_init(struct queue_set *set, const char *prefix)
     memset(set, 0, sizeof(*set));
     TAILQ_INIT(&set->list);
     snprintf(set->prefix, sizeof(set->prefix), "%s", prefix);
+    set->max_size = QUEUE_SIZE_MAX;
 }
 
 int queue_check_name(const char *name, size_t len, struct shmb_error *err)
@@ -116,6 +119,56 @@ static int queue_check_memory(const char *name, size_t size, const char *geometr
     return 0;
 }
 
+int queue_check_fds(unsigned need, const char *what, struct shmb_error *err)
+{
+    int fds[QUEUE_FD_SPARE + 2];
+    unsigned n = 0, i;
+    int saved = 0;
+    struct rlimit lim;
+
+    if (need > sizeof(fds) / sizeof(fds[0]))
+        need = sizeof(fds) / sizeof(fds[0]);
+    /* Probing by taking them is exact where counting /proc would not be:
+     * the daemon is one thread, nothing opens in between. */
+    for (n = 0; n < need; n++)
+        if ((fds[n] = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 0)) < 0 &&
+            (fds[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) {
+            saved = errno;
+            break;
+        }
+    for (i = 0; i < n; i++)
+        close(fds[i]);
+    if (n == need)
+        return 0;
+    if (getrlimit(RLIMIT_NOFILE, &lim) < 0)
+        lim.rlim_cur = 0;
+    return shmb_error_set(err, -EMFILE,
+                          "Cannot %s: shmbrokerd has %u file descriptors left of its limit "
+                          "of %llu (%s) and keeps %u for new clients. Delete unused queues, "
+                          "close connections, or raise the limit (ulimit -n, LimitNOFILE=).",
+                          what, n, (unsigned long long)lim.rlim_cur,
+                          strerror(saved != 0 ? saved : EMFILE), need - 1);
+}
+
+/* Delete the objects "q/<name>/<seq>" of q's pool for seq in [lo, hi], by
+ * key: never a walk of the pool. Pinned ones go when their last pin does. */
+static void queue_drop_keys(const struct queue *q, uint64_t lo, uint64_t hi)
+{
+    char key[QUEUE_NAME_MAX + 24];
+    uint64_t seq;
+    int len;
+
+    if (q->pool == NULL || q->pool->store == NULL)
+        return;
+    for (seq = lo;; seq++) {
+        len = snprintf(key, sizeof(key), "q/%s/%llu", q->name, (unsigned long long)seq);
+        if (len > 0 && (size_t)len < sizeof(key) && store_contains(q->pool->store, key, (size_t)len))
+            store_delete(q->pool->store, key, (size_t)len, NULL);
+        if (seq == hi)
+            break;
+    }
+}
+
 int queue_create(struct queue_set *set, struct pool *pool, const char *name, uint32_t seats,
                  uint64_t slots, uint64_t slot_size, bool temporary, struct queue **out,
                  bool *created, struct shmb_error *err)
@@ -155,6 +208,20 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
                               geometry);
     if ((rc = queue_check_memory(name, size, geometry, err)) < 0)
         return rc;
+    if (size > set->max_size) {
+        char most[32];
+
+        return shmb_error_set(err, -EINVAL,
+                              "Queue '%s' would need %zu bytes (%s); a queue may have at most "
+                              "%llu bytes (%s), since its memory is made in one go. Use "
+                              "fewer or smaller slots: messages larger than a slot go as "
+                              "store objects anyway.",
+                              name, size, geometry, (unsigned long long)set->max_size,
+                              shmb_format_bytes(set->max_size, most, sizeof(most)));
+    }
+    snprintf(what, sizeof(what), "create queue '%s'", name);
+    if ((rc = queue_check_fds(QUEUE_FD_SPARE + 1, what, err)) < 0)
+        return rc;
     if ((q = shmb_calloc(1, sizeof(*q))) == NULL)
         return shmb_error_set(err, -ENOMEM, "Out of memory for queue '%s'.", name);
     q->fd = -1;
@@ -188,6 +255,11 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
     if ((rc = shmb_q_format(q->base, size, name, seats, slots, slot_size, err)) < 0 ||
         (rc = shmb_q_attach(&q->q, q->base, size, err)) < 0)
         goto fail;
+    /* Objects of an earlier queue of this name (before a restart, or
+     * committed after it went) would collide with this one's first keys:
+     * its messages number from 0 again. Later ones the libraries delete on
+     * EEXIST and retry. */
+    queue_drop_keys(q, 0, slots);
     TAILQ_INSERT_TAIL(&set->list, q, link);
     set->n++;
     *out = q;
@@ -302,6 +374,10 @@ int queue_open_reader(struct queue *q, int seat, const void *owner,
     st->owner = owner;
     st->state = SHMB_SEAT_LIVE;
     st->who = *who;
+    /* The epoch is reported as a JSON integer: one scribbled past that
+     * range starts again (the seat's holder compares it for equality). */
+    if (atomic_load(&q->q.seat[seat].epoch) >= QUEUE_COUNT_MAX)
+        atomic_store(&q->q.seat[seat].epoch, 0);
     shmb_q_seat_take(&q->q, (uint32_t)seat);
     *seat_out = (uint32_t)seat;
     *epoch = atomic_load(&q->q.seat[seat].epoch);
@@ -322,64 +398,44 @@ static bool queue_done(const struct queue *q)
     return (q->temporary && q->had_writer) || q->shut_down;
 }
 
-/* The callback of queue_drop_objects: collect the keys. */
-struct queue_keys {
-    char **keys;
-    size_t n, cap;
-    bool nomem;
-};
-
-static int queue_key_found(const struct store_entry *e, void *arg)
+/* Reader seat s leaves for good (dead, or closed): the overflow objects of
+ * the messages it will now never read await one read fewer, so that a dead
+ * reader does not hold them against reclaim until the writer passes them.
+ * The message it stood at counts only when its holder does not pin that
+ * object (the library advances the seat before it releases the pin, so a
+ * reader that took the object and died still pins it). next and head are
+ * the area's, so clamped: the lookups stay within the ring's messages. */
+static void queue_forgo_reads(struct queue *q, uint32_t s)
 {
-    struct queue_keys *k = arg;
-    char *copy;
+    uint64_t head = atomic_load(&q->q.hdr->head), next = atomic_load(&q->q.seat[s].next), seq;
+    const struct store_holder *holder = q->seat[s].who.holder;
+    struct store *store = q->pool != NULL ? q->pool->store : NULL;
+    char key[QUEUE_NAME_MAX + 24];
+    int len;
 
-    if (e->state != STORE_COMMITTED)
-        return 0;
-    if (k->n == k->cap) {
-        size_t cap = k->cap ? k->cap * 2 : 16;
-        char **keys = shmb_realloc(k->keys, cap * sizeof(*keys));
-
-        if (keys == NULL) {
-            k->nomem = true;
-            return 1;
-        }
-        k->keys = keys;
-        k->cap = cap;
+    if (store == NULL || next >= head)
+        return;
+    if (head - next > q->slots)
+        next = head - q->slots;
+    for (seq = next; seq < head; seq++) {
+        len = snprintf(key, sizeof(key), "q/%s/%llu", q->name, (unsigned long long)seq);
+        if (len <= 0 || (size_t)len >= sizeof(key))
+            continue;
+        if (seq == next && (holder == NULL || store_holder_pins(store, holder, key, (size_t)len)))
+            continue;
+        store_forgo_read(store, key, (size_t)len);
     }
-    if ((copy = shmb_malloc(e->key_len + 1)) == NULL) {
-        k->nomem = true;
-        return 1;
-    }
-    memcpy(copy, e->key, e->key_len);
-    copy[e->key_len] = '\0';
-    k->keys[k->n++] = copy;
-    return 0;
 }
 
-/* Delete the overflow objects left in q's pool under "q/<name>/"; pinned
- * ones go when their last pin does. */
+/* Delete the overflow objects left in q's pool: those of the messages
+ * still in its ring, "q/<name>/<seq>" for seq in [head - slots, head]. The
+ * head is the area's, which a member may have scribbled, but it only picks
+ * keys under the queue's own prefix, and the lookups are slots + 1 at most. */
 static void queue_drop_objects(struct queue *q)
 {
-    struct queue_keys k = {0};
-    char prefix[QUEUE_NAME_MAX + 4];
-    size_t i;
+    uint64_t head = atomic_load(&q->q.hdr->head);
 
-    if (q->pool == NULL || q->pool->store == NULL)
-        return;
-    snprintf(prefix, sizeof(prefix), "q/%s/", q->name);
-    /* Listed first, deleted after: deleting while the store walks its index
-     * would change what it walks. */
-    store_list(q->pool->store, prefix, strlen(prefix), SIZE_MAX, queue_key_found, &k);
-    for (i = 0; i < k.n; i++) {
-        store_delete(q->pool->store, k.keys[i], strlen(k.keys[i]), NULL);
-        shmb_free(k.keys[i]);
-    }
-    if (k.nomem)
-        log_warn("queue '%s': out of memory listing its objects; %zu deleted, others left "
-                 "under %s",
-                 q->name, k.n, prefix);
-    shmb_free(k.keys);
+    queue_drop_keys(q, head > q->slots ? head - q->slots : 0, head);
 }
 
 /* Take q out of the set and free it, with its objects. */
@@ -441,6 +497,7 @@ int queue_close_roles(struct queue_set *set, struct queue *q, const void *owner,
         for (s = 0; s < q->seats; s++) {
             if (q->seat[s].owner != owner || (seat >= 0 && (uint32_t)seat != s))
                 continue;
+            queue_forgo_reads(q, s);
             q->seat[s].owner = NULL;
             q->seat[s].state = SHMB_SEAT_FREE;
             memset(&q->seat[s].who, 0, sizeof(q->seat[s].who));
@@ -485,6 +542,8 @@ unsigned queue_owner_gone(struct queue_set *set, const void *owner)
             if (q->seat[s].owner != owner)
                 continue;
             /* who stays: status names the reader that died. */
+            queue_forgo_reads(q, s);
+            q->seat[s].who.holder = NULL; /* freed with its connection */
             q->seat[s].owner = NULL;
             q->seat[s].state = SHMB_SEAT_DEAD;
             shmb_q_seat_drop(&q->q, s, true);
@@ -588,6 +647,7 @@ void queue_restore_header(struct queue *q)
 {
     struct shmb_queue_header *h = q->q.hdr;
     size_t len = strlen(q->name);
+    uint32_t s;
 
     h->version = SHMB_QUEUE_VERSION;
     h->seats = q->seats;
@@ -599,6 +659,15 @@ void queue_restore_header(struct queue *q)
     memset(h->name, 0, sizeof(h->name));
     memcpy(h->name, q->name, len);
     h->magic = SHMB_QUEUE_MAGIC;
+    /* The states are the daemon's records; the area's words only mirror
+     * them, and a member may have scribbled those too. */
+    atomic_store(&h->state, q->shut_down              ? SHMB_QUEUE_SHUTDOWN
+                            : q->writer == NULL && q->had_writer ? SHMB_QUEUE_WRITER_GONE
+                                                                 : SHMB_QUEUE_OPEN);
+    atomic_store(&h->writer_live, q->writer != NULL);
+    atomic_store(&h->writer_epoch, q->writer_epoch);
+    for (s = 0; s < q->seats; s++)
+        atomic_store(&q->q.seat[s].state, q->seat[s].state);
 }
 
 void queue_status(const struct queue *q, struct queue_status *out)
@@ -613,9 +682,12 @@ void queue_status(const struct queue *q, struct queue_status *out)
     out->state = q->shut_down                      ? "shutdown"
                  : q->writer == NULL && q->had_writer ? "writer_gone"
                                                       : "open";
-    out->messages = st.head;
+    /* The area's words are the members' to scribble: what is shown stays
+     * within what the daemon knows to be possible (a JSON integer, no
+     * more behind than slots), never a negative count. */
+    out->messages = st.head > QUEUE_COUNT_MAX ? QUEUE_COUNT_MAX : st.head;
     out->writer_waiting = st.writer_waiting != 0;
-    out->readers_waiting = st.readers_waiting;
+    out->readers_waiting = st.readers_waiting > q->seats ? q->seats : st.readers_waiting;
     out->blocker = -1;
     /* The seats as the daemon knows them; how far behind, as the area says. */
     for (s = 0; s < q->seats; s++) {
@@ -626,6 +698,8 @@ void queue_status(const struct queue *q, struct queue_status *out)
             continue;
         next = atomic_load_explicit(&q->q.seat[s].next, memory_order_relaxed);
         out->behind[s] = next < st.head ? st.head - next : 0;
+        if (out->behind[s] > q->slots)
+            out->behind[s] = q->slots;
         if (out->behind[s] > out->depth || (out->blocker < 0 && out->behind[s] > 0)) {
             out->depth = out->behind[s];
             out->blocker = (int32_t)s;
@@ -634,7 +708,11 @@ void queue_status(const struct queue *q, struct queue_status *out)
     out->live = count[SHMB_SEAT_LIVE];
     out->dead = count[SHMB_SEAT_DEAD];
     out->free = count[SHMB_SEAT_FREE];
-    /* Only a seat that holds the writer back is its blocker. */
-    if (out->blocker >= 0 && !(out->depth >= q->slots || out->writer_waiting))
+    /* Only a seat that holds a writer back is its blocker: with no writer,
+     * nobody is held. */
+    if (q->writer == NULL)
+        out->writer_waiting = false;
+    if (out->blocker >= 0 &&
+        (q->writer == NULL || !(out->depth >= q->slots || out->writer_waiting)))
         out->blocker = -1;
 }

@@ -25,6 +25,15 @@
 #define QUEUE_MAX 64
 /* Roles (writer or reader seats, of any queues) one connection may hold. */
 #define QUEUE_MAX_ROLES 256
+/* The most bytes a queue's area may have: its memfd is made, reserved and
+ * mapped in one go, and 1 GiB of that stalls the daemon for a fraction of a
+ * second already. Larger messages go as store objects. */
+#define QUEUE_SIZE_MAX (UINT64_C(1) << 30)
+/* Descriptors left free for new clients (a socket and its poll's dup each)
+ * and queue_open's passing: a queue is not created into the last of them. */
+#define QUEUE_FD_SPARE 8
+/* Counts read from an area are shown as JSON integers: at most this. */
+#define QUEUE_COUNT_MAX ((uint64_t)INT64_MAX)
 /* A queue's name: a pool name's rule (config_pool_name_ok). */
 #define QUEUE_NAME_MAX CONFIG_POOL_NAME_MAX
 /* The defaults of vLLM's MessageQueue: max_chunks and max_chunk_bytes. */
@@ -36,6 +45,9 @@ struct queue_member {
     uint64_t client; /* the connection's number in this daemon's life */
     pid_t pid;
     char name[SHMB_NAME_MAX + 1];
+    /* Its pins in the queue's pool (NULL: not known), to tell whether a
+     * reader that leaves had taken the message it stood at. */
+    const struct store_holder *holder;
 };
 
 /* The daemon's own record of a seat: the area's seat state is written by the
@@ -72,6 +84,8 @@ struct queue_set {
     struct queue_list list;
     unsigned n;
     char prefix[NAME_MAX + 1]; /* memfd names: "<prefix>.q.<queue>" */
+    uint64_t max_size;         /* bytes of one queue's area: QUEUE_SIZE_MAX
+                                  (the fuzzer lowers it) */
 };
 
 /* What status shows of a queue now. */
@@ -116,11 +130,18 @@ void queue_names(const struct queue_set *set, const struct pool *pool, char *out
 /* Create queue name in pool (geometry checked by the caller against the
  * protocol's ranges; shmb_q_size checks it again), or find it: the same
  * geometry already there is *created = false; another, or one shut down,
- * -EEXIST naming both. -EMFILE past QUEUE_MAX, -ENOMEM when the host's
- * memory has no room for it. *out borrows the queue. */
+ * -EEXIST naming both. -EMFILE past QUEUE_MAX or with too few descriptors
+ * left, -EINVAL past QUEUE_SIZE_MAX, -ENOMEM when the host's memory has no
+ * room for it. A queue created deletes its pool's objects "q/<name>/0" to
+ * "q/<name>/<slots>" left by an earlier one. *out borrows the queue. */
 int queue_create(struct queue_set *set, struct pool *pool, const char *name, uint32_t seats,
                  uint64_t slots, uint64_t slot_size, bool temporary, struct queue **out,
                  bool *created, struct shmb_error *err);
+
+/* 0 when need descriptors can still be opened; -EMFILE with the numbers
+ * and a hint otherwise ("Cannot <what>: ..."). need is at most
+ * QUEUE_FD_SPARE + 2. */
+int queue_check_fds(unsigned need, const char *what, struct shmb_error *err);
 
 /* Roles owner holds in every queue of set. */
 unsigned queue_roles_of(const struct queue_set *set, const void *owner);
@@ -161,7 +182,8 @@ void queue_shutdown(struct queue_set *set, struct queue *q);
 void queue_shutdown_all(struct queue_set *set);
 
 /* Delete q: -EBUSY naming its members while a writer or a live seat holds
- * it. The pool's objects under "q/<name>/" go with it. */
+ * it. The pool's objects of the messages still in its ring ("q/<name>/<seq>",
+ * seq in [head - slots, head]) go with it, looked up by key. */
 int queue_delete(struct queue_set *set, struct queue *q, struct shmb_error *err);
 
 /* Delete every queue of pool (a pool that goes, with no clients left). */

@@ -800,6 +800,26 @@ int store_touch(struct store *s, const char *key, size_t key_len, uint32_t reade
     return 0;
 }
 
+int store_forgo_read(struct store *s, const char *key, size_t key_len)
+{
+    struct object *obj = store_lookup(s, key, key_len);
+
+    if (obj == NULL || obj->state != STORE_COMMITTED || obj->awaited_reads == 0)
+        return -ENOENT;
+    if (--obj->awaited_reads == 0)
+        s->room_gen++;
+    ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
+    return 0;
+}
+
+bool store_holder_pins(const struct store *s, const struct store_holder *h, const char *key,
+                       size_t key_len)
+{
+    struct object *obj = store_lookup(s, key, key_len);
+
+    return obj != NULL && h != NULL && store_pin_of(obj, h) != NULL;
+}
+
 int store_delete(struct store *s, const char *key, size_t key_len, struct shmb_error *err)
 {
     struct object *obj = store_lookup(s, key, key_len);

@@ -160,6 +160,15 @@ int store_get(struct store *s, struct store_holder *h, const char *key, size_t k
 int store_release(struct store *s, struct store_holder *h, const char *key,
                   size_t key_len, struct shmb_error *err);
 
+/* One awaited read of a committed object will never come (its reader left
+ * for good): one fewer awaited. -ENOENT when there is no such object or it
+ * awaits none. */
+int store_forgo_read(struct store *s, const char *key, size_t key_len);
+
+/* Whether h pins the object key. */
+bool store_holder_pins(const struct store *s, const struct store_holder *h, const char *key,
+                       size_t key_len);
+
 /* Add readers awaited reads to a committed object. -ENOENT, -EINVAL. */
 int store_touch(struct store *s, const char *key, size_t key_len, uint32_t readers,
                 struct shmb_error *err);

@@ -6,7 +6,8 @@
 # multiprocessing.Queue and multiprocessing.shared_memory; then the broadcast
 # queues (tests/bench/queue_bench.c) against a busy-polling ring, ZeroMQ
 # PUB/SUB and a Unix-socket fan-out.
-# Usage: sh scripts/bench.sh BUILD_DIR   (BENCH_QUICK=1 for a smoke run)
+# Usage: sh scripts/bench.sh BUILD_DIR   (BENCH_QUICK=1 for a smoke run,
+# BENCH_ONLY=queues for the queue tables alone)
 #
 # Starts its own shmbrokerd (1 GiB segment in /dev/shm; the queues get one of
 # their own) and redis-server (persistence off, a temporary Unix socket),
@@ -136,6 +137,8 @@ say "shmbroker benchmark, $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -n): $cpu,
 say "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" \
     "(timings on a shared machine drift; compare the ratios, taken in the same run)"
 
+# BENCH_ONLY=queues measures the broadcast queues alone (no Redis, no objects).
+if [ "${BENCH_ONLY:-}" != queues ]; then
 # ---- the servers -------------------------------------------------------------
 sock="$tmp/shmb.sock"
 start_daemon "$name" 1G "$sock"
@@ -276,6 +279,7 @@ extra_pids=""
 [ -e "/dev/shm/$name-4g" ] && say "warning: /dev/shm/$name-4g was left behind"
 printf '{"mode":"ready","segment_bytes":4294967296,"ready_ms":%s}\n' "$ready_ms" >>"$json"
 say "4 GiB segment: exec to first hello answered in $ready_ms ms"
+fi
 
 # ---- broadcast queues (tests/bench/queue_bench.c) -------------------------------------
 # One writer and 1 or 4 reader processes: a shmbroker queue through the

@@ -8,7 +8,8 @@
  * members, a connection holding roles of several queues cleaned up at once,
  * the daemon's descriptors and mappings (one each per queue, none left after
  * deletion), a member scribbling its area, overflow objects deleted with
- * their queue, and the per-connection cap on roles.
+ * their queue, the per-connection cap on roles, and descriptors running
+ * out (EMFILE replies, the spare kept for new clients).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,6 +28,8 @@
 #include "harness.h"
 
 #define DAEMON_SIZE "1M"
+/* More queue_creates than a daemon limited to 48 descriptors can take. */
+#define QUEUE_FDS_TRY 60
 
 /* One member's view of a queue: the descriptor its queue_open passed,
  * mapped, and attached. */
@@ -629,14 +633,17 @@ static void test_hostile_member(void **state)
 }
 
 /* Proves that a queue's deletion (here automatic: a temporary queue its
- * writer leaves) deletes the pool's objects under "q/<name>/" only. */
+ * writer leaves) deletes the pool's objects of the messages still in its
+ * ring ("q/<name>/<seq>", seq in [head - slots, head], looked up by key)
+ * and no other: not another queue's, not one out of that range. */
 static void test_overflow_objects_deleted(void **state)
 {
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, DAEMON_SIZE, NULL);
     struct h_conn c;
     struct qview v;
-    const char *keys[] = {"q/t/0", "q/t/1", "q/t2/0", "keep"};
+    const char *keys[] = {"q/t/1", "q/t/3", "q/t/9", "q/t2/0", "keep"};
+    struct shmb_error err;
     char line[128];
     json_t *reply;
     size_t i;
@@ -651,16 +658,20 @@ static void test_overflow_objects_deleted(void **state)
         ok(&c, line);
     }
     assert_int_equal(view_open(&c, "t", -1, &v, NULL), 0);
+    for (i = 0; i < 3; i++) /* head 3, 2 slots: messages 1..3 */
+        assert_int_equal(shmb_q_enqueue(&v.q, "m", 1, 1000, &err), 0);
     view_close(&v);
     ok(&c, "{\"op\":\"queue_close\",\"name\":\"t\"}");
     reply = h_call(&c, "{\"op\":\"queue_list\"}");
     assert_null(listed(reply, "t"));
     json_decref(reply);
     reply = h_call(&c, "{\"op\":\"list\"}");
-    assert_int_equal(json_array_size(json_object_get(reply, "objects")), 2);
+    assert_int_equal(json_array_size(json_object_get(reply, "objects")), 3);
     assert_string_equal(h_str(json_array_get(json_object_get(reply, "objects"), 0), "key"),
-                        "q/t2/0");
+                        "q/t/9");
     assert_string_equal(h_str(json_array_get(json_object_get(reply, "objects"), 1), "key"),
+                        "q/t2/0");
+    assert_string_equal(h_str(json_array_get(json_object_get(reply, "objects"), 2), "key"),
                         "keep");
     json_decref(reply);
     h_conn_close(&c);
@@ -754,6 +765,67 @@ static void test_pool_with_queues_stays(void **state)
 
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
+/* Proves what a daemon short of descriptors does: queue_create stops with
+ * EMFILE (numbers and a hint) while some are left for clients; once
+ * clients have taken those, queue_open replies EMFILE holding no role
+ * rather than dropping the connection; and the daemon still answers new
+ * clients once one leaves. */
+static void test_out_of_fds(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d;
+    struct h_conn c, others[16], late;
+    struct rlimit old, lim;
+    char line[160];
+    json_t *reply, *q;
+    int i, n = 0, made = 0;
+
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 48; /* inherited by the daemon */
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    d = h_daemon_start(f, DAEMON_SIZE, NULL);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_int_equal(conn_hello(&c, d, "c"), 0);
+    for (i = 0; i < QUEUE_FDS_TRY; i++) {
+        snprintf(line, sizeof(line),
+                 "{\"op\":\"queue_create\",\"name\":\"q%d\",\"seats\":2,\"slots\":2,"
+                 "\"slot_size\":64}",
+                 i);
+        reply = h_call(&c, line);
+        if (!json_is_true(json_object_get(reply, "ok"))) {
+            h_assert_error(reply, "EMFILE", "Cannot create queue");
+            assert_non_null(strstr(h_str(reply, "message"), "ulimit -n"));
+            json_decref(reply);
+            break;
+        }
+        json_decref(reply);
+        made++;
+    }
+    assert_true(made > 0 && made < QUEUE_FDS_TRY);
+    /* Clients take what was left. */
+    while (n < 16 && conn_hello(&others[n], d, "o") == 0)
+        n++;
+    assert_true(n > 0 && n < 16);
+    h_conn_close(&others[n]);
+    reply = h_call(&c, "{\"op\":\"queue_open\",\"name\":\"q0\",\"role\":\"reader\"}");
+    h_assert_error(reply, "EMFILE", "Cannot open queue 'q0'");
+    json_decref(reply);
+    reply = h_call(&c, "{\"op\":\"queue_list\"}");
+    q = listed(reply, "q0");
+    assert_non_null(q);
+    assert_int_equal(json_integer_value(json_object_get(q, "seats_free")), 2);
+    json_decref(reply);
+    h_conn_close(&others[--n]);
+    assert_int_equal(conn_hello(&late, d, "late"), 0);
+    h_conn_close(&late);
+    while (n > 0)
+        h_conn_close(&others[--n]);
+    h_assert_alive(d);
+    h_conn_close(&c);
+    h_pass(f);
+}
+
 int main(void)
 {
     static const struct CMUnitTest tests[] = {
@@ -762,7 +834,7 @@ int main(void)
         TEST(test_stop_cancels),        TEST(test_close_cleans_every_role),
         TEST(test_daemon_resources),    TEST(test_hostile_member),
         TEST(test_overflow_objects_deleted), TEST(test_roles_cap),
-        TEST(test_pool_with_queues_stays),
+        TEST(test_pool_with_queues_stays), TEST(test_out_of_fds),
     };
 
     signal(SIGPIPE, SIG_IGN);

@@ -1174,6 +1174,58 @@ static void test_writer_replaced(void **state)
     h_pass(f);
 }
 
+/* A reader killed before it read the overflow messages published for it
+ * does not hold them against reclaim while the writer is idle: the daemon
+ * takes its awaited read off each, so they wait for the live reader only
+ * (here: read already, so none is awaited). */
+static void test_dead_reader_frees_objects(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *c = h_lib_connect(d, "writer", 0), *c0 = h_lib_connect(d, "r0", 0);
+    struct kill_run k = {.socket = d->socket, .queue = "fr", .seat = 1};
+    shmb_queue_t *w, *r0;
+    shmb_list_t *list = NULL;
+    const void *data;
+    char big[200];
+    size_t len, i;
+    pid_t pid;
+
+    k.out = shared_new();
+    h_signal_open(&k.ready);
+    h_signal_open(&k.go);
+    ok(c, shmb_queue_create(c, "fr", 2, 8, 64, 0));
+    r0 = open_q(c0, "fr", 0);
+    pid = h_fork(f, kill_reader, &k);
+    assert_true(pid > 0);
+    if (!h_signal_wait(&k.ready, H_REPLY_TIMEOUT_MS))
+        h_fail("the reader did not open seat 1");
+    w = open_q(c, "fr", SHMB_QUEUE_WRITER);
+    memset(big, 'x', sizeof(big));
+    for (i = 0; i < 3; i++)
+        ok(c, shmb_queue_enqueue(w, big, sizeof(big), 1000));
+    for (i = 0; i < 3; i++) {
+        ok(c0, shmb_queue_dequeue(r0, &data, &len, 1000));
+        assert_int_equal(len, sizeof(big));
+    }
+    shmb_queue_done(r0);
+    assert_int_equal(h_child_kill(f, pid, SIGKILL), 128 + SIGKILL);
+    await_list(c, "fr", seat_is_dead, 1, "seat 1 dead");
+    ok(c, shmb_list(c, "q/fr/", 0, &list));
+    assert_int_equal(list->count, 3);
+    for (i = 0; i < list->count; i++)
+        if (list->objects[i].readers != 0)
+            h_fail("'%s' still awaits %llu reads after its other reader died", list->objects[i].key,
+                   (unsigned long long)list->objects[i].readers);
+    shmb_list_free(list);
+    ok(c, shmb_queue_close(w));
+    ok(c0, shmb_queue_close(r0));
+    shmb_close(c0);
+    shmb_close(c);
+    shared_free(k.out);
+    h_pass(f);
+}
+
 /* README's queue example (client/example_queue.c, built beside the ctl) does
  * what README shows: both seats get the four messages, in order, and the
  * temporary queue is gone afterwards. */
@@ -1578,6 +1630,7 @@ int main(void)
         TEST(test_writer_replaced),  TEST(test_readme_example),
         TEST(test_busy_connection),  TEST(test_daemon_killed),
         TEST(test_forked_handles),   TEST(test_ready_after_writer),
+        TEST(test_dead_reader_frees_objects),
     };
 
     signal(SIGPIPE, SIG_IGN);

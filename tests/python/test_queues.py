@@ -36,7 +36,7 @@ import shmbroker  # noqa: E402
 from shmbroker import _futex, queue as Q  # noqa: E402
 from shmbroker import MessageQueue  # noqa: E402
 
-from support import DaemonTest  # noqa: E402
+from support import DaemonTest, child_python  # noqa: E402
 
 CTX = multiprocessing.get_context("fork")
 # Generous bounds for things that should take milliseconds: a failure shows
@@ -717,3 +717,200 @@ class QueueTest(DaemonTest):
                 reader.enqueue(1)
             with self.assertRaises(ValueError):
                 mq.dequeue()
+
+    def reader(self, mq, rank=0, **kw):
+        r = MessageQueue.create_from_handle(mq.export_handle(), rank, **kw)
+        self.addCleanup(r.close)
+        return r
+
+    def pins(self, prefix):
+        return {o["key"]: o["pins"] for o in
+                self.c.request({"op": "list", "prefix": prefix})["objects"]}
+
+    # A message larger than a slot that cannot be asked for because the
+    # reader's client is busy in another thread (EBUSY, nothing sent) stays
+    # at the seat: the next dequeue returns it, not the message after it.
+    def test_busy_client_keeps_overflow_message(self):
+        mq = self.writer(1, max_chunk_bytes=256, max_chunks=4)
+        shared = self.d.client(name="shared")
+        self.addCleanup(shared.close)
+        reader = self.reader(mq, client=shared)
+        mq.enqueue(("big", 0, b"x" * 1000))
+        mq.enqueue(("big", 1, b"y" * 1000))
+        self.assertTrue(shared._busy.acquire(False))  # another thread's call
+        try:
+            with self.assertRaises(shmbroker.ShmBrokerError) as cm:
+                reader.dequeue(timeout=WAIT)
+            self.assertEqual(cm.exception.code, "EBUSY")
+        finally:
+            shared._busy.release()
+        self.assertEqual(reader.dequeue(timeout=WAIT), ("big", 0, b"x" * 1000))
+        self.assertEqual(reader.dequeue(timeout=WAIT), ("big", 1, b"y" * 1000))
+
+    # The release of an overflow message's pin that finds the client busy
+    # is kept and sent with the client's next request: the message is
+    # returned, and no pin stays behind.
+    def test_busy_client_release_is_sent_later(self):
+        mq = self.writer(1, max_chunk_bytes=256, max_chunks=4)
+        shared = self.d.client(name="shared")
+        self.addCleanup(shared.close)
+        reader = self.reader(mq, client=shared)
+        real = shared.release
+        refused = []
+
+        def busy_once(key, **kw):
+            if not refused:
+                refused.append(key)
+                raise shmbroker.ShmBrokerError("EBUSY", "busy (test)")
+            return real(key, **kw)
+        shared.release = busy_once
+        mq.enqueue(b"z" * 1000)
+        self.assertEqual(reader.dequeue(timeout=WAIT), b"z" * 1000)
+        self.assertEqual(len(refused), 1)
+        shared.stats()  # the next request carries the kept release
+        self.assertEqual(self.pins("q/%s/" % mq.name), {refused[0]: 0})
+
+    # An overflow slot's aux is the message's length, which may be less
+    # than its object's size (a writer that reserved more than it sent, as
+    # the C library's may): the reader takes the first aux bytes. An aux
+    # larger than the object is refused as corrupt.
+    def test_overflow_object_larger_than_message(self):
+        from shmbroker.pickling import pickle_frames
+        mq = self.writer(1, max_chunk_bytes=256, max_chunks=4)
+        reader = self.reader(mq)
+        area = mq._area
+
+        def publish_object(obj, extra, aux_extra=0):
+            bufs = pickle_frames(obj)
+            total = Q._message_size(bufs)
+            buf = bytearray(total + extra)
+            Q._write_message(memoryview(buf)[:total], bufs)
+            payload = area.reserve(WAIT)[0]
+            try:
+                key = mq._object_key(area.head)
+                self.c.put(key, buf, readers=1)
+                payload[:len(key)] = key.encode()
+                area.publish(Q.SLOT_OBJECT, len(key), total + aux_extra)
+            finally:
+                payload.release()
+                area._reserved = False
+        publish_object(("longer object", b"q" * 300), 411)
+        self.assertEqual(reader.dequeue(timeout=WAIT), ("longer object", b"q" * 300))
+        publish_object(("short object", b"s" * 300), 0, aux_extra=1)
+        with self.assertRaisesRegex(shmbroker.ShmBrokerError, "corrupt") as cm:
+            reader.dequeue(timeout=WAIT)
+        self.assertEqual(cm.exception.code, "EIO")
+
+    # close() from another thread while a reader waits in dequeue(): the
+    # wait ends with ConnectionLost and the area is unmapped only after it
+    # left; a later wake-up of the futex word touches nothing unmapped (the
+    # process does not crash). queue_close is left out (_role None): the
+    # daemon's wake-up of the dropped seat would race with the unmap.
+    def test_close_from_another_thread_while_waiting(self):
+        code = r"""
+import sys, threading, time
+from shmbroker import MessageQueue
+w = MessageQueue(1, max_chunk_bytes=256, max_chunks=4, socket_path=sys.argv[1])
+r = MessageQueue.create_from_handle(w.export_handle(), 0)
+out = []
+def wait():
+    try:
+        out.append(repr(r.dequeue(timeout=30)))
+    except BaseException as e:
+        out.append(type(e).__name__)
+t = threading.Thread(target=wait)
+t.start()
+time.sleep(0.2)
+r._role = None
+r.close()
+t.join(30)
+w.enqueue("wake")
+time.sleep(0.1)
+print(out, t.is_alive())
+"""
+        p = child_python(code, self.d.socket_path)
+        out, err = p.communicate(timeout=WAIT * 2)
+        self.assertEqual(p.returncode, 0, err.decode(errors="replace"))
+        self.assertEqual(out.decode().strip(), "['ConnectionLost'] False")
+
+    # The daemon killed (SIGKILL: no shutdown, nobody wakes anyone): a
+    # reader and a writer waiting with no timeout raise ConnectionLost
+    # saying the daemon went away, instead of sleeping for ever.
+    def test_daemon_killed_ends_waits(self):
+        mq = self.writer(1, max_chunk_bytes=256, max_chunks=2)
+        other = self.writer(1, max_chunk_bytes=256, max_chunks=2)
+        reader = self.reader(mq)
+        self.reader(other)
+        other.enqueue(0)
+        other.enqueue(1)  # the ring is full: the next enqueue waits
+        got = {}
+
+        def call(tag, fn):
+            try:
+                got[tag] = fn()
+            except BaseException as e:
+                got[tag] = e
+        threads = [threading.Thread(target=call, args=("r", reader.dequeue), daemon=True),
+                   threading.Thread(target=call, args=("w", lambda: other.enqueue(2)),
+                                    daemon=True)]
+        for t in threads:
+            t.start()
+        time.sleep(0.1)
+        self.d.kill()
+        for t in threads:
+            t.join(WAIT)
+            self.assertFalse(t.is_alive(), "a wait outlived its daemon")
+        for tag in "rw":
+            self.assertIsInstance(got[tag], shmbroker.ConnectionLost, tag)
+            self.assertIn("shmbrokerd went away", str(got[tag]))
+
+    # A MessageQueue used in a child made by fork() raises ECHILD and
+    # touches nothing: the parent's writer and reader go on in step, and
+    # the queue is not shut down.
+    def test_fork_child_cannot_use_queue(self):
+        mq = self.writer(1, max_chunk_bytes=256, max_chunks=8)
+        reader = self.reader(mq)
+        mq.enqueue("a")
+        self.assertEqual(reader.dequeue(timeout=WAIT), "a")
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            codes = []
+            for fn in (lambda: mq.enqueue("from the child"), lambda: reader.dequeue(0),
+                       lambda: mq.wait_until_ready(0), mq.shutdown, reader.close):
+                try:
+                    fn()
+                    codes.append("ok")
+                except shmbroker.ShmBrokerError as e:
+                    codes.append(e.code)
+                except BaseException as e:
+                    codes.append(type(e).__name__)
+            os.write(wfd, " ".join(codes).encode())
+            os._exit(0)
+        os.close(wfd)
+        try:
+            os.waitpid(pid, 0)
+            codes = os.read(rfd, 1000).decode()
+        finally:
+            os.close(rfd)
+        self.assertEqual(codes, " ".join(["ECHILD"] * 5))
+        mq.enqueue("b")
+        self.assertEqual(reader.dequeue(timeout=WAIT), "b")
+        self.assertEqual(self.queue(mq.name)["state"], "open")
+
+    # An object left at the next message's key by a writer that died
+    # between committing it and publishing its slot is deleted, and the
+    # message goes (it used to fail with KeyExists for ever).
+    def test_leftover_overflow_object_is_replaced(self):
+        mq = self.writer(1, max_chunk_bytes=256, max_chunks=4)
+        reader = self.reader(mq)
+        self.c.put("q/%s/0" % mq.name, b"stale" * 100)
+        mq.enqueue(b"B" * 1000, timeout=WAIT)
+        self.assertEqual(reader.dequeue(timeout=WAIT), b"B" * 1000)
+
+    # shutdown() after close() raises ConnectionLost (not AttributeError).
+    def test_shutdown_after_close(self):
+        mq = self.writer(1)
+        mq.close()
+        with self.assertRaises(shmbroker.ConnectionLost):
+            mq.shutdown()

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -384,29 +385,245 @@ static void test_delete(void **state)
     assert_int_equal(queue_count(&f->set, NULL), 0);
 }
 
-/* Proves that deleting a queue deletes the pool's objects under
- * "q/<name>/" and no other. */
+/* Make committed objects keys[0..n-1] in store s. */
+static void put_keys(struct fixture *f, const char *const *keys, size_t n)
+{
+    struct store *s = f->pool->store;
+    struct store_holder *h = store_holder_new(s);
+    struct store_extent ext;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        assert_int_equal(store_alloc(s, h, keys[i], strlen(keys[i]), 100, 0, &ext, &f->err), 0);
+        assert_int_equal(store_commit(s, h, keys[i], strlen(keys[i]), &f->err), 0);
+    }
+    store_holder_free(s, h);
+}
+
+/* Proves that deleting a queue deletes, by key, the pool's objects of the
+ * messages still in its ring ("q/<name>/<seq>", seq in [head - slots,
+ * head]) and no other: not those of other queues, and not a walk of the
+ * prefix (an object out of that range stays). A scribbled head cannot make
+ * it loop or reach out of the prefix. */
 static void test_delete_objects(void **state)
 {
     struct fixture *f = *state;
     struct store *s = f->pool->store;
-    struct store_holder *h = store_holder_new(s);
-    const char *keys[] = {"q/q/1", "q/q/2", "q/qq/1", "q/other/1", "q/q"};
-    struct store_extent ext;
+    const char *keys[] = {"q/q/1", "q/q/2", "q/q/6", "q/q/7", "q/qq/3", "q/other/3", "q/q"};
     struct queue *q = make(f, "q", 1, false);
-    size_t i;
+    struct shmb_q w;
+    int i;
 
-    for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-        assert_int_equal(store_alloc(s, h, keys[i], strlen(keys[i]), 100, 0, &ext, &f->err), 0);
-        assert_int_equal(store_commit(s, h, keys[i], strlen(keys[i]), &f->err), 0);
-    }
+    assert_int_equal(shmb_q_attach(&w, q->base, q->size, &f->err), 0);
+    for (i = 0; i < 6; i++) /* no live seat: nothing holds the writer */
+        assert_int_equal(shmb_q_enqueue(&w, "hi", 2, 0, &f->err), 0);
+    put_keys(f, keys, sizeof(keys) / sizeof(keys[0]));
     assert_int_equal(queue_delete(&f->set, q, &f->err), 0);
-    assert_false(store_contains(s, "q/q/1", 5));
-    assert_false(store_contains(s, "q/q/2", 5));
-    assert_true(store_contains(s, "q/qq/1", 6));
-    assert_true(store_contains(s, "q/other/1", 9));
+    assert_false(store_contains(s, "q/q/2", 5)); /* head 6, 4 slots: 2..6 */
+    assert_false(store_contains(s, "q/q/6", 5));
+    assert_true(store_contains(s, "q/q/1", 5));
+    assert_true(store_contains(s, "q/q/7", 5));
+    assert_true(store_contains(s, "q/qq/3", 6));
+    assert_true(store_contains(s, "q/other/3", 9));
     assert_true(store_contains(s, "q/q", 3));
-    store_holder_free(s, h);
+    q = make(f, "z", 1, false);
+    atomic_store(&q->q.hdr->head, UINT64_MAX);
+    assert_int_equal(queue_delete(&f->set, q, &f->err), 0);
+    assert_true(store_contains(s, "q/q/7", 5));
+}
+
+/* Proves that a queue created where an earlier one of its name left
+ * objects (a restart, or an overflow committed after it went) deletes
+ * those its first messages would collide with, "q/<name>/0" to
+ * "q/<name>/<slots>", and no other; finding it again deletes nothing. */
+static void test_create_drops_leftovers(void **state)
+{
+    struct fixture *f = *state;
+    struct store *s = f->pool->store;
+    const char *keys[] = {"q/q/0", "q/q/4", "q/q/5", "q/qq/0"};
+    const char *again[] = {"q/q/1"};
+    struct queue *q = NULL;
+    bool created;
+
+    put_keys(f, keys, sizeof(keys) / sizeof(keys[0]));
+    make(f, "q", 1, false);
+    assert_false(store_contains(s, "q/q/0", 5));
+    assert_false(store_contains(s, "q/q/4", 5));
+    assert_true(store_contains(s, "q/q/5", 5));
+    assert_true(store_contains(s, "q/qq/0", 6));
+    put_keys(f, again, 1);
+    assert_int_equal(queue_create(&f->set, f->pool, "q", 1, 4, 64, false, &q, &created,
+                                  &f->err),
+                     0);
+    assert_false(created);
+    assert_true(store_contains(s, "q/q/1", 5));
+}
+
+/* Proves that what status shows of a scribbled area stays within what can
+ * be: messages a JSON integer, behind and depth at most slots, readers
+ * waiting at most seats; a scribbled epoch starts again rather than be
+ * reported negative. */
+static void test_status_scribbled(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q = make(f, "q", 2, false);
+    struct queue_member a = member(1, "a"), b = member(2, "b");
+    struct queue_status st;
+    uint32_t seat;
+    uint64_t epoch;
+
+    assert_int_equal(queue_open_writer(q, &conn_a, &a, &f->err), 0);
+    assert_int_equal(queue_open_reader(q, 0, &conn_b, &b, &seat, &epoch, &f->err), 0);
+    atomic_store(&q->q.hdr->head, UINT64_MAX);
+    atomic_store(&q->q.seat[0].next, 0);
+    atomic_store(&q->q.hdr->readers_waiting, UINT32_MAX);
+    atomic_store(&q->q.seat[1].epoch, UINT64_MAX - 5);
+    queue_status(q, &st);
+    assert_true(st.messages <= (uint64_t)INT64_MAX);
+    assert_int_equal(st.behind[0], 4);
+    assert_int_equal(st.depth, 4);
+    assert_int_equal(st.readers_waiting, 2);
+    assert_int_equal(queue_open_reader(q, 1, &conn_c, &b, &seat, &epoch, &f->err), 0);
+    assert_true(epoch <= (uint64_t)INT64_MAX);
+    assert_int_equal(epoch, atomic_load(&q->q.seat[1].epoch));
+}
+
+/* Proves that scribbled state words (the queue's, writer_live, the writer
+ * epoch, a seat's)
+ * are written back from the daemon's records before the next open. */
+static void test_restore_state(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q = make(f, "q", 2, false);
+    struct queue_member a = member(1, "a"), b = member(2, "b");
+    unsigned closed;
+    uint32_t seat;
+    uint64_t epoch;
+
+    atomic_store(&q->q.hdr->state, 7);
+    queue_restore_header(q);
+    assert_int_equal(atomic_load(&q->q.hdr->state), SHMB_QUEUE_OPEN);
+    assert_int_equal(queue_open_writer(q, &conn_a, &a, &f->err), 0);
+    assert_int_equal(queue_open_reader(q, 0, &conn_b, &b, &seat, &epoch, &f->err), 0);
+    assert_int_equal(queue_close_roles(&f->set, q, &conn_a, QUEUE_ROLE_WRITER, -1, &closed,
+                                       &f->err),
+                     0);
+    atomic_store(&q->q.hdr->state, 0xffffffffu);
+    atomic_store(&q->q.hdr->writer_live, 1);
+    atomic_store(&q->q.hdr->writer_epoch, 99);
+    atomic_store(&q->q.seat[0].state, SHMB_SEAT_FREE);
+    atomic_store(&q->q.seat[1].state, SHMB_SEAT_LIVE);
+    queue_restore_header(q);
+    assert_int_equal(atomic_load(&q->q.hdr->state), SHMB_QUEUE_WRITER_GONE);
+    assert_int_equal(atomic_load(&q->q.hdr->writer_live), 0);
+    assert_int_equal(atomic_load(&q->q.hdr->writer_epoch), 1);
+    assert_int_equal(atomic_load(&q->q.seat[0].state), SHMB_SEAT_LIVE);
+    assert_int_equal(atomic_load(&q->q.seat[1].state), SHMB_SEAT_FREE);
+    queue_shutdown(&f->set, q);
+    atomic_store(&q->q.hdr->state, SHMB_QUEUE_OPEN);
+    queue_restore_header(q);
+    assert_int_equal(atomic_load(&q->q.hdr->state), SHMB_QUEUE_SHUTDOWN);
+}
+
+/* Proves that a seat is a blocker only while a writer holds the queue: a
+ * full ring whose writer has gone (and whose writer_waiting word says
+ * otherwise) has none, and no writer waiting. */
+static void test_blocker_needs_writer(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q = make(f, "q", 1, false);
+    struct queue_member a = member(1, "a"), b = member(2, "b");
+    struct queue_status st;
+    struct shmb_q w;
+    unsigned closed;
+    uint32_t seat;
+    uint64_t epoch;
+    int i;
+
+    assert_int_equal(queue_open_writer(q, &conn_a, &a, &f->err), 0);
+    assert_int_equal(queue_open_reader(q, 0, &conn_b, &b, &seat, &epoch, &f->err), 0);
+    assert_int_equal(shmb_q_attach(&w, q->base, q->size, &f->err), 0);
+    w.writer_epoch = q->writer_epoch;
+    for (i = 0; i < 4; i++)
+        assert_int_equal(shmb_q_enqueue(&w, "hi", 2, 0, &f->err), 0);
+    queue_status(q, &st);
+    assert_int_equal(st.blocker, 0);
+    assert_int_equal(queue_close_roles(&f->set, q, &conn_a, QUEUE_ROLE_WRITER, -1, &closed,
+                                       &f->err),
+                     0);
+    atomic_store(&q->q.hdr->writer_waiting, 1);
+    queue_status(q, &st);
+    assert_int_equal(st.depth, 4);
+    assert_int_equal(st.blocker, -1);
+    assert_false(st.writer_waiting);
+}
+
+/* Proves the size cap: a geometry within the host's memory but over 1 GiB
+ * is EINVAL with the numbers, nothing made. */
+static void test_size_cap(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q = NULL;
+    bool created = true;
+    int fds = count_fds();
+    int rc = queue_create(&f->set, f->pool, "big", 1, 2, SHMB_QUEUE_SLOT_SIZE_MAX, false, &q,
+                          &created, &f->err);
+
+    if (rc == -ENOMEM) {
+        print_message("SKIP: test_size_cap: this host has less than 2 GiB of memory left\n");
+        skip();
+    }
+    assert_int_equal(rc, -EINVAL);
+    assert_non_null(strstr(f->err.message, "at most 1073741824 bytes (1 GiB)"));
+    assert_false(created);
+    assert_null(queue_find(&f->set, f->pool, "big"));
+    assert_int_equal(count_fds(), fds);
+}
+
+/* The limit of descriptors that leaves exactly n free (n <= 16). */
+static rlim_t limit_leaving(int n)
+{
+    int fds[16], i, top = 0;
+
+    for (i = 0; i < n; i++) {
+        fds[i] = dup(0);
+        assert_true(fds[i] >= 0);
+        top = fds[i] > top ? fds[i] : top;
+    }
+    for (i = 0; i < n; i++)
+        close(fds[i]);
+    return (rlim_t)top + 1;
+}
+
+/* Proves that a queue is not created into the daemon's last descriptors:
+ * EMFILE with the numbers and a hint, nothing made, descriptors kept. */
+static void test_fd_spare(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q = NULL;
+    struct rlimit old, lim;
+    bool created = true;
+    int fds = count_fds(), rc;
+
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    lim = old;
+    lim.rlim_cur = limit_leaving(QUEUE_FD_SPARE); /* one short of a queue and the spare */
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    rc = queue_create(&f->set, f->pool, "q", 1, 4, 64, false, &q, &created, &f->err);
+    assert_int_equal(queue_check_fds(2, "open queue 'q'", &f->err), 0);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_int_equal(rc, -EMFILE);
+    assert_false(created);
+    assert_non_null(strstr(f->err.message, "Cannot create queue 'q'"));
+    assert_non_null(strstr(f->err.message, "ulimit -n"));
+    assert_int_equal(count_fds(), fds);
+    lim.rlim_cur = limit_leaving(1);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    rc = queue_check_fds(2, "open queue 'q'", &f->err);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_int_equal(rc, -EMFILE);
+    assert_non_null(strstr(f->err.message, "Cannot open queue 'q': shmbrokerd has 1 file"));
+    make(f, "q", 1, false);
 }
 
 /* Proves the status: messages, depth, behind per seat, and the blocker only
@@ -505,7 +722,9 @@ int main(void)
         TEST(test_open),         TEST(test_owner_gone),     TEST(test_close_roles),
         TEST(test_auto_delete),  TEST(test_delete),         TEST(test_delete_objects),
         TEST(test_status_blocker), TEST(test_restore_header),
-        TEST(test_shutdown_all_and_drop_pool),
+        TEST(test_shutdown_all_and_drop_pool), TEST(test_create_drops_leftovers),
+        TEST(test_status_scribbled), TEST(test_restore_state), TEST(test_blocker_needs_writer),
+        TEST(test_size_cap),     TEST(test_fd_spare),
     };
 
     return cmocka_run_group_tests_name("test_daemon_queue", tests, NULL, NULL);

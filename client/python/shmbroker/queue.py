@@ -29,15 +29,19 @@ import mmap
 import os
 import pickle
 import secrets
+import select
+import socket
 import struct
+import threading
 import time
 from typing import List, Optional
 
 from . import _futex
+from . import client as _client
 from . import frames as _frames
 from .client import Client
-from .errors import (Cancelled, ConnectionLost, EndOfQueue, InvalidRequest, ProtocolError,
-                     ShmBrokerError, Timeout, Unsupported)
+from .errors import (Cancelled, ConnectionLost, EndOfQueue, InvalidRequest, KeyExists,
+                     NotFound, ProtocolError, ShmBrokerError, Timeout, Unsupported)
 from .pickling import pickle_frames, unpickle_frames
 
 __all__ = ["MessageQueue", "Handle"]
@@ -80,6 +84,11 @@ SPIN_MAX_NS = 50000
 # seat is taken: it is set-up, not the data path).
 _READY_POLL_S = (0.001, 0.02)
 _MINUS_ONE = 0xFFFFFFFF  # fetch_add32 of -1
+# A wait longer than this is cut into slices of it; between slices a member
+# looks at its daemon connection, so that a daemon that died (SIGKILL, no
+# shutdown) ends the wait instead of leaving it asleep for ever.
+_SLICE_NS = 1000000000
+_HANGUP = select.POLLHUP | select.POLLERR | select.POLLNVAL | getattr(select, "POLLRDHUP", 0)
 
 _H = HEADER_OFFSETS
 _now = time.monotonic_ns
@@ -108,6 +117,11 @@ def _corrupt(why):
 
 def _cancelled():
     return Cancelled("ECANCELED", "cancelled: the queue was shut down.")
+
+
+def _closed_meanwhile():
+    return ConnectionLost("ENOTCONN", "This MessageQueue was closed (by another thread) while "
+                          "this call was in it; nothing more was read or written.")
 
 
 class _Area:
@@ -170,6 +184,14 @@ class _Area:
         self.epoch = epoch
         self._held = None     # the message held since dequeue, until done
         self._spin_r = SPIN_START_NS
+        # Calls in flight (enter/leave) and close(): the mapping goes when
+        # the last call inside it has left, never under a thread using it.
+        self._lock = threading.Lock()
+        self._calls = 0
+        self._closing = False
+        # Raises when the member's daemon connection is gone (set by the
+        # MessageQueue; None: nothing to look at, as in tests without one).
+        self.check_daemon = None
         if seat is not None:
             at = HEADER_PAGE + seat * SEAT_SIZE
             self._i_next = at // 8
@@ -208,6 +230,8 @@ class _Area:
         """True when the slot of message self.head is free (every live seat
         has read the message that last used it); raises when the queue is no
         longer open."""
+        if self._closing:
+            raise _closed_meanwhile()
         q32, q64 = self._q32, self._q64
         state = q32[80]  # header.state
         if state != QUEUE_OPEN:
@@ -243,6 +267,8 @@ class _Area:
         """True when message seat.next is published. The state is read before
         head, so that what a writer published before it went is drained
         first."""
+        if self._closing:
+            raise _closed_meanwhile()
         q32, q64 = self._q32, self._q64
         state = q32[80]
         if state != QUEUE_OPEN:
@@ -313,22 +339,31 @@ class _Area:
             self._spin_r = budget
             word, addr = _H["head_word"] // 4, self._head_word_addr
         q32 = self._q32
+        looked = _now()
         while True:
             self._announce(writer, True)
             try:
                 val = q32[word]
                 ok = ready()
-                if not ok and (deadline is None or _now() < deadline):
-                    _futex.futex_wait(addr, val, deadline)
+                now = _now()
+                if not ok and (deadline is None or now < deadline):
+                    until = now + _SLICE_NS
+                    _futex.futex_wait(addr, val, until if deadline is None
+                                      else min(deadline, until))
             finally:
                 self._announce(writer, False)
             if ok:
                 return
-            if deadline is not None and _now() >= deadline:
+            now = _now()
+            if deadline is not None and now >= deadline:
                 # What the last sleep may have missed at its very end.
                 if ready():
                     return
                 self._timed_out(writer, timeout)
+            if self.check_daemon is not None and now - looked >= _SLICE_NS:
+                looked = now
+                if not ready():
+                    self.check_daemon()
 
     def _timed_out(self, writer, timeout):
         if writer:
@@ -395,6 +430,11 @@ class _Area:
         self._held = n
         return flags, self._mv[off + SLOT_HEADER:off + SLOT_HEADER + length], aux
 
+    def keep(self):
+        """Give the message held back without reading it: the seat stays
+        on it, and the next dequeue returns it again."""
+        self._held = None
+
     def done(self):
         """Finished with the message held: the writer may reuse its slot.
         Only from the message held (a compare-and-swap): a seat the daemon
@@ -411,7 +451,43 @@ class _Area:
             if at == 0 or at == held + 1:
                 _futex.futex_wake(self._free_word_addr, 1)
 
+    def enter(self):
+        """Start a call that uses the mapping; leave() ends it. Raises
+        ConnectionLost once close() was called."""
+        with self._lock:
+            if self._closing:
+                raise ConnectionLost("ENOTCONN", "This MessageQueue is closed.")
+            self._calls += 1
+
+    def leave(self):
+        """End a call that enter() started; the last one out after close()
+        unmaps."""
+        with self._lock:
+            self._calls -= 1
+            last = self._closing and self._calls == 0
+        if last:
+            self._unmap()
+
     def close(self):
+        """No call may use the area any more: unmapped now, or, while calls
+        are in it (other threads), woken and unmapped by the last to leave.
+        Waking bumps both futex words: a waiter that looked before the flag
+        was set then finds its word changed and does not sleep (members of
+        other processes wake, look and sleep again)."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            if self._calls:
+                # Under the lock: the mapping stays until the calls leave.
+                _futex.fetch_add32(self._head_word_addr, 1)
+                _futex.fetch_add32(self._free_word_addr, 1)
+                _futex.futex_wake(self._head_word_addr, _futex.INT_MAX)
+                _futex.futex_wake(self._free_word_addr, _futex.INT_MAX)
+                return
+        self._unmap()
+
+    def _unmap(self):
         """Unmap the area (nothing of it may be used afterwards)."""
         if self._mm is None:
             return
@@ -537,7 +613,12 @@ class MessageQueue:
     the writer back. Timeouts are in seconds (None: for ever) and raise
     shmbroker.Timeout, a TimeoutError; a queue shut down raises Cancelled,
     a RuntimeError("cancelled: ..."). One thread per MessageQueue, except
-    shutdown(), which any thread may call.
+    shutdown() and close(), which any thread may call (a call waiting in
+    another thread then raises). A member whose daemon died (killed, no
+    shutdown) raises ConnectionLost within about a second of waiting. A
+    MessageQueue belongs to the process that made it: in a child made by
+    fork() since, every call raises ECHILD and touches nothing (the child
+    may make its own with create_from_handle).
     """
 
     def __init__(self, n_reader, n_local_reader=None, local_reader_ranks=None,
@@ -577,6 +658,7 @@ class MessageQueue:
                              pool=self.client.pool)
 
     def _init_common(self):
+        self._forks = _client._forks[0]
         self.client = None
         self._own_client = False
         self._area = None
@@ -606,7 +688,55 @@ class MessageQueue:
         except BaseException:
             mm.close()
             raise
+        self._area.check_daemon = self._check_daemon
         return reply
+
+    def _check_daemon(self):
+        """Raise ConnectionLost when this member's daemon connection is gone
+        (the daemon died or stopped): its membership went with it, and no
+        one is left to wake its waits. Looks at the socket without reading
+        from it (a reply another thread waits for stays where it is)."""
+        if self.closed:
+            raise _closed_meanwhile()
+        client = self.client
+        sock = client._sock if client is not None else None
+        gone = sock is None
+        if not gone:
+            try:
+                poller = select.poll()
+                poller.register(sock.fileno(), select.POLLIN | _HANGUP)
+                events = poller.poll(0)
+                if events and events[0][1] & _HANGUP:
+                    gone = True
+                elif events:
+                    gone = not sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                pass
+            except (OSError, ValueError):
+                gone = True
+        if gone:
+            raise ConnectionLost("ECONNRESET", "shmbrokerd went away (the connection of queue "
+                                 "'%s' closed), and this member's role went with it. Start "
+                                 "the daemon if it is not running, reconnect and open the "
+                                 "queue again." % self.name)
+
+    def _here(self):
+        """Raise ECHILD in a child made by fork() since this queue was
+        made: its area, position and connection are the parent's."""
+        if self._forks != _client._forks[0]:
+            raise ShmBrokerError("ECHILD", "This MessageQueue was made by another process and "
+                                 "is used in a child made by fork() since: its role belongs "
+                                 "to the parent. Nothing was done; join the queue anew in the "
+                                 "child (MessageQueue.create_from_handle).")
+
+    def _enter(self):
+        """The area, for one call (_Area.enter; the caller leaves it)."""
+        self._here()
+        area = self._area
+        if area is None:
+            raise ConnectionLost("ENOTCONN", "This MessageQueue is closed.")
+        area.enter()
+        return area
 
     @property
     def is_writer(self):
@@ -660,20 +790,24 @@ class MessageQueue:
         self.close()
         return False
 
-    def _live_area(self):
-        if self._area is None:
-            raise ConnectionLost("ENOTCONN", "This MessageQueue is closed.")
-        return self._area
-
     def wait_until_ready(self, timeout=None):
         """The writer: wait until every reader seat is taken; a reader: until
         the queue has a writer (or has messages). Messages published before
         a seat is taken never reach it, which is why vLLM calls this on
         every member before the first message. Raises Timeout, Cancelled."""
-        area = self._live_area()
+        area = self._enter()
+        try:
+            self._wait_ready(area, timeout)
+        finally:
+            area.leave()
+
+    def _wait_ready(self, area, timeout):
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = _READY_POLL_S[0]
+        looked = time.monotonic()
         while True:
+            if area._closing:
+                raise _closed_meanwhile()
             state = area.state()
             if state == QUEUE_SHUTDOWN:
                 raise _cancelled()
@@ -686,8 +820,12 @@ class MessageQueue:
                 if area.writer_live() or area.published() or state != QUEUE_OPEN:
                     return
                 what = "the queue has no writer"
-            if deadline is not None and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 raise Timeout("ETIMEDOUT", "Not ready in %g s: %s." % (timeout, what))
+            if now - looked >= _SLICE_NS / 1e9:
+                looked = now
+                self._check_daemon()
             time.sleep(pause if deadline is None else
                        max(0.0, min(pause, deadline - time.monotonic())))
             pause = min(pause * 2, _READY_POLL_S[1])
@@ -703,7 +841,13 @@ class MessageQueue:
         if not self._is_writer:
             raise InvalidRequest("EINVAL", "Only the writer can enqueue; this is reader seat "
                                  "%d." % self.local_reader_rank)
-        area = self._live_area()
+        area = self._enter()
+        try:
+            self._enqueue(area, obj, timeout)
+        finally:
+            area.leave()
+
+    def _enqueue(self, area, obj, timeout):
         bufs = pickle_frames(obj)
         total = _message_size(bufs)
         payload, old_flags, old_seq = area.reserve(timeout)
@@ -719,7 +863,17 @@ class MessageQueue:
                 area.publish(SLOT_INLINE, total)
                 return
             key = self._object_key(n)
-            a = self.client.alloc(key, total, readers=area.live_seats())
+            try:
+                a = self.client.alloc(key, total, readers=area.live_seats())
+            except KeyExists:
+                # Left by a writer that died between committing this
+                # message's object and publishing its slot: nobody can
+                # have read it. Deleted, and the allocation tried once more.
+                try:
+                    self.client.delete(key)
+                except NotFound:
+                    pass
+                a = self.client.alloc(key, total, readers=area.live_seats())
             try:
                 _write_message(a.view, bufs)
             except BaseException:
@@ -744,8 +898,17 @@ class MessageQueue:
         ConnectionLost (ENOTCONN: this seat was dropped)."""
         if self._is_writer:
             raise InvalidRequest("EINVAL", "Only readers can dequeue; this is the writer.")
-        area = self._live_area()
+        area = self._enter()
+        try:
+            return self._dequeue(area, timeout)
+        finally:
+            area.leave()
+            if self.client is not None and self.client._later:
+                self._send_releases()
+
+    def _dequeue(self, area, timeout):
         flags, payload, aux = area.dequeue(timeout)
+        keep = False
         try:
             if flags == SLOT_INLINE:
                 views = _read_message(payload)
@@ -755,9 +918,28 @@ class MessageQueue:
                     for v in views:
                         v.release()
             return self._read_object(bytes(payload), aux)
+        except ShmBrokerError as e:
+            # The object could not be asked for (the client is busy in
+            # another thread, say): nothing was taken, so the message stays
+            # at this seat and the next dequeue returns it.
+            keep = flags == SLOT_OBJECT and e.code in _client._NOT_SENT
+            raise
         finally:
             payload.release()
-            area.done()
+            if keep:
+                area.keep()
+            else:
+                area.done()
+
+    def _send_releases(self):
+        """Send the releases kept while the client was busy (release_many
+        of nothing sends what release_later queued). Still busy: they wait
+        for the next call; any other failure is the connection's and shows
+        at its next call (its pins went with it)."""
+        try:
+            self.client.release_many(())
+        except ShmBrokerError:
+            pass
 
     def _read_object(self, raw, size):
         """A message sent as a store object: pinned, read in place, released."""
@@ -768,13 +950,32 @@ class MessageQueue:
         if not key.startswith("q/%s/" % self.name):
             raise _corrupt("an overflow slot names key %r, not one of this queue's" % key)
         pin = self.client.get(key)
+        views = ()
         try:
-            if pin.size != size:
+            # The message is the object's first size bytes: a writer may
+            # have reserved more than it published (PROTOCOL.md section 9).
+            if size > pin.size:
                 raise _corrupt("overflow object %s has %d bytes; its slot says %d"
                                % (key, pin.size, size))
-            return unpickle_frames(pin.frames, copy=True)
+            views = _read_message(pin.view[:size])
+            return unpickle_frames(views, copy=True)
         finally:
+            for v in views:
+                v.release()
+            self._release(pin)
+
+    def _release(self, pin):
+        """Release an overflow message's pin; when the client is busy in
+        another thread, the release is kept and sent before its next
+        request (never dropped: the pin would hold the object until the
+        connection closes)."""
+        try:
             pin.release(noreply=True)
+        except ShmBrokerError as e:
+            if e.code != "EBUSY":
+                raise
+            pin._hand_over()
+            self.client._release_later_gen(pin._gen, pin.key)
 
     def broadcast_object(self, obj=None):
         """The writer enqueues obj and returns it; a reader returns the next
@@ -787,28 +988,40 @@ class MessageQueue:
     def shutdown(self):
         """Shut the queue down for every member: each wait (enqueue, dequeue,
         wait_until_ready), now or later, raises Cancelled. Idempotent; any
-        thread may call it, even while this queue's thread waits."""
+        thread may call it, even while this queue's thread waits. Raises
+        ConnectionLost after close()."""
+        self._here()
+        client = self.client
+        if client is None:
+            raise ConnectionLost("ENOTCONN", "This MessageQueue is closed; shut the queue "
+                                 "down from a member still open, or with shmbrokerctl.")
         self.shutting_down = True
         req = {"op": "queue_shutdown", "name": self.name}
         try:
-            self.client._call(req)
+            client._call(req)
         except ShmBrokerError as e:
             if e.code not in ("EBUSY", "ECHILD", "ENOTCONN", "ECONNRESET"):
                 raise
             # This queue's thread is in a call on the client (or it is
             # gone): say it on a connection of our own.
-            with Client(self.client.socket_path, pool=self.client.pool,
+            with Client(client.socket_path, pool=client.pool,
                         name="mq %s shutdown" % self.name) as c:
                 c._call(req)
 
     def close(self):
         """Leave the queue (queue_close of this member's role), unmap it and
         close the client it made. A reader's seat becomes free; the writer's
-        leaving is the end of the queue for its readers."""
+        leaving is the end of the queue for its readers. A call waiting in
+        another thread wakes and raises ConnectionLost; the area is unmapped
+        once no call is in it."""
         if self.closed:
             return
+        self._here()
         self.closed = True
         client, self.client = self.client, None
+        area, self._area = self._area, None
+        if area is not None:
+            area.close()
         try:
             if self._role is not None and client is not None and not client.closed:
                 role, seat = self._role
@@ -820,8 +1033,5 @@ class MessageQueue:
                 except ShmBrokerError:
                     pass  # the connection is gone, and the role with it
         finally:
-            if self._area is not None:
-                self._area.close()
-                self._area = None
             if self._own_client and client is not None:
                 client.close()
