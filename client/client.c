@@ -34,8 +34,8 @@
 /* How many fork()s made this process, counted in the child by a
  * pthread_atfork handler: a handle connected at another count was connected
  * by an ancestor, whose socket the child shares. A load per call, where
- * getpid() would be a system call. */
-static atomic_ulong client_forks;
+ * getpid() would be a system call. Queue handles compare it too. */
+atomic_ulong client_forks;
 static pthread_once_t client_forks_once = PTHREAD_ONCE_INIT;
 static int client_forks_rc; /* pthread_atfork's result */
 

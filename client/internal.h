@@ -61,6 +61,11 @@ struct shmb {
  * trip. */
 int client_enter(shmb_t *c);
 
+/* How many fork()s made this process (counted in the child by a
+ * pthread_atfork handler that shmb_connect installs): a handle made at
+ * another count belongs to an ancestor. */
+extern atomic_ulong client_forks;
+
 /* The end of a call client_enter let in. */
 void client_leave(shmb_t *c);
 

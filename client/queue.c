@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -29,11 +30,20 @@
 _Static_assert(QUEUE_KEY_MAX <= SHMB_QUEUE_SLOT_SIZE_MIN, "an overflow key fits a slot");
 /* wait_ready looks this often: a start-up call, not a data path. */
 #define QUEUE_READY_POLL_NS 1000000L
+/* A wait longer than this is cut into slices of it, and the connection is
+ * looked at between them: a daemon killed without a clean stop wakes
+ * nobody, so this is how long a member takes to notice. One poll() a
+ * second: nothing of an idle member's CPU. */
+#define QUEUE_SLICE_MS 1000
+/* shmb_queue_close waits this long between looks while another thread's
+ * call holds the connection. */
+#define QUEUE_CLOSE_NAP_NS 1000000L
 
 /* One role on one queue: the writer or a reader seat, its mapping, and the
  * overflow objects in flight. */
 struct shmb_queue {
     shmb_t *c;
+    unsigned long forks; /* client_forks when opened: the process it belongs to */
     int seat; /* SHMB_QUEUE_WRITER or the reader's seat */
     char name[QUEUE_NAME_MAX + 1];
     void *map;
@@ -48,7 +58,9 @@ struct shmb_queue {
      * oldest first (a ring of objs_cap). */
     uint64_t *objs;
     size_t objs_cap, objs_first, objs_count;
-    /* A reader: the object of the message it holds, pinned. */
+    /* A reader: the object it pinned and has not released yet: the
+     * message it holds, or one whose release found the connection busy
+     * (another thread's call) and is sent by the next call that gets in. */
     bool pinned;
     char pin_key[QUEUE_KEY_MAX];
 };
@@ -57,6 +69,30 @@ struct shmb_queue {
 static void queue_key(const shmb_queue_t *q, uint64_t seq, char *key)
 {
     snprintf(key, QUEUE_KEY_MAX, "q/%s/%llu", q->name, (unsigned long long)seq);
+}
+
+/* Refuse a call on q in a process made by fork() since q was opened: the
+ * area and the seat are the parent's, and a child reading or writing them
+ * would take the parent's messages or corrupt its stream. Nothing is
+ * touched. */
+static int queue_forked(shmb_queue_t *q, const char *call)
+{
+    return shmb_error_set(&q->c->err, -ECHILD,
+                          "%s: queue '%s' was opened by another process, and this one "
+                          "was made by fork() since: its %s belongs to the parent. "
+                          "Nothing was touched. In the child, connect a new handle and "
+                          "open the queue again.",
+                          call, q->name,
+                          q->seat == SHMB_QUEUE_WRITER ? "writer role" : "reader seat");
+}
+
+/* 0 when q is this process's (a load and a compare), else -ECHILD. */
+static inline int queue_check_fork(shmb_queue_t *q, const char *call)
+{
+    if (__builtin_expect(
+            q->forks == atomic_load_explicit(&client_forks, memory_order_relaxed), 1))
+        return 0;
+    return queue_forked(q, call);
 }
 
 /* Refuse a name before anything is sent when it cannot be one (the daemon
@@ -290,6 +326,7 @@ static int queue_open(shmb_t *c, const char *name, int seat, shmb_queue_t **out)
     if (q == NULL)
         return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a queue handle.");
     q->c = c;
+    q->forks = atomic_load_explicit(&c->forks, memory_order_relaxed);
     snprintf(q->name, sizeof(q->name), "%s", name);
     if (seat == SHMB_QUEUE_WRITER)
         req = json_pack("{s:s, s:s, s:s}", "op", shmb_ops[SHMB_OP_QUEUE_OPEN].name,
@@ -381,6 +418,81 @@ size_t shmb_queue_slot_size(const shmb_queue_t *q)
     return (size_t)q->q.slot_size;
 }
 
+/* ---- waits that watch the daemon ------------------------------------------ */
+
+/* The monotonic clock in nanoseconds. */
+static int64_t queue_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* 0 while q's connection is open, else -ECONNRESET: the daemon went away
+ * (killed: a clean stop shuts the queues down first). The socket is only
+ * polled, never read: replies stay where the calls look for them. */
+static int queue_watch(shmb_queue_t *q)
+{
+    struct pollfd p = {.fd = q->c->sock, .events = POLLRDHUP};
+
+    if (p.fd < 0 || poll(&p, 1, 0) <= 0 ||
+        (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0)
+        return 0;
+    return shmb_error_set(&q->c->err, -ECONNRESET,
+                          "shmbrokerd went away: the connection under queue '%s' was "
+                          "closed without a clean stop (the daemon was killed?), so the "
+                          "queue has no daemon to watch its members; reconnect and open "
+                          "it again.",
+                          q->name);
+}
+
+/* One wait of the data path: a reserve (msg == NULL) or a dequeue. */
+struct queue_wait {
+    size_t len;       /* reserve: the slot bytes wanted */
+    void **buf;       /* reserve: the slot's payload */
+    const void **msg; /* dequeue: the message in place */
+    size_t *msg_len;
+};
+
+/* Reserve or dequeue as w says, waiting up to timeout_ms (-1: for ever) in
+ * slices of QUEUE_SLICE_MS with a look at the connection between them. */
+static int queue_wait(shmb_queue_t *q, const struct queue_wait *w, int timeout_ms)
+{
+    int64_t deadline, left;
+    int rc, slice;
+
+    if (timeout_ms >= 0 && timeout_ms <= QUEUE_SLICE_MS)
+        slice = timeout_ms;
+    else
+        slice = QUEUE_SLICE_MS;
+    deadline = timeout_ms < 0 ? INT64_MAX : queue_now_ns() + (int64_t)timeout_ms * 1000000;
+    for (;;) {
+        if (w->msg == NULL)
+            rc = shmb_q_reserve(&q->q, w->len, w->buf, slice, &q->c->err);
+        else
+            rc = shmb_q_dequeue(&q->q, (uint32_t)q->seat, w->msg, w->msg_len, slice,
+                                &q->c->err);
+        if (rc != -ETIMEDOUT || slice == timeout_ms)
+            return rc;
+        left = deadline - queue_now_ns();
+        if (left <= 0)
+            break;
+        if ((rc = queue_watch(q)) < 0)
+            return rc;
+        slice = left >= (int64_t)QUEUE_SLICE_MS * 1000000 ? QUEUE_SLICE_MS
+                                                          : (int)((left + 999999) / 1000000);
+    }
+    /* The last slice's message names the slice; the caller waited longer. */
+    if (w->msg == NULL)
+        return shmb_error_set(&q->c->err, -ETIMEDOUT,
+                              "No free slot in %d ms: reader seat %u has not read message "
+                              "%llu of this queue.",
+                              timeout_ms, q->q.blocker,
+                              (unsigned long long)(q->q.head - q->q.slots));
+    return shmb_error_set(&q->c->err, -ETIMEDOUT, "No message in %d ms.", timeout_ms);
+}
+
 /* ---- the writer's overflow objects ---------------------------------------- */
 
 /* Refuse a writer's call on a reader's handle, or the reverse. */
@@ -459,10 +571,16 @@ static int queue_reserve_object(shmb_queue_t *q, size_t len, void **buf, int tim
     if ((rc = client_check_size(c, len)) < 0)
         return rc;
     /* Waiting for the slot does not hold the connection. */
-    if ((rc = shmb_q_reserve(&q->q, QUEUE_KEY_MAX, &slot, timeout_ms, &c->err)) < 0)
+    {
+        struct queue_wait w = {.len = QUEUE_KEY_MAX, .buf = &slot};
+
+        if ((rc = queue_wait(q, &w, timeout_ms)) < 0)
+            return rc;
+    }
+    if ((rc = client_enter(c)) < 0) {
+        q->q.reserved = false;
         return rc;
-    if ((rc = client_enter(c)) < 0)
-        return rc;
+    }
     queue_collect(q);
     queue_key(q, q->q.head, key);
     readers = queue_live_seats(q);
@@ -495,6 +613,8 @@ int shmb_queue_reserve(shmb_queue_t *q, size_t len, void **buf, int timeout_ms)
     int rc;
 
     *buf = NULL;
+    if ((rc = queue_check_fork(q, "shmb_queue_reserve")) < 0)
+        return rc;
     shmb_error_clear(&c->err);
     if (q->seat != SHMB_QUEUE_WRITER)
         return queue_wrong_role(q, "shmb_queue_reserve");
@@ -514,8 +634,12 @@ int shmb_queue_reserve(shmb_queue_t *q, size_t len, void **buf, int timeout_ms)
     }
     if (len > q->q.slot_size)
         return queue_reserve_object(q, len, buf, timeout_ms);
-    if ((rc = shmb_q_reserve(&q->q, len, buf, timeout_ms, &c->err)) == 0)
-        q->res_len = len;
+    {
+        struct queue_wait w = {.len = len, .buf = buf};
+
+        if ((rc = queue_wait(q, &w, timeout_ms)) == 0)
+            q->res_len = len;
+    }
     return rc;
 }
 
@@ -525,6 +649,8 @@ int shmb_queue_publish(shmb_queue_t *q, size_t len)
     uint64_t seq = q->q.head;
     int rc;
 
+    if ((rc = queue_check_fork(q, "shmb_queue_publish")) < 0)
+        return rc;
     shmb_error_clear(&c->err);
     if (q->seat != SHMB_QUEUE_WRITER)
         return queue_wrong_role(q, "shmb_queue_publish");
@@ -547,6 +673,8 @@ int shmb_queue_publish(shmb_queue_t *q, size_t len)
     }
     /* Untracked when out of memory: the daemon deletes it with the queue. */
     (void)queue_objs_push(q, seq);
+    /* aux is the message's length, which may be less than the object's
+     * size (what was reserved): readers take the first aux bytes. */
     return shmb_q_publish_object(&q->q, strlen(q->obj_key), len, &c->err);
 }
 
@@ -562,21 +690,41 @@ int shmb_queue_enqueue(shmb_queue_t *q, const void *data, size_t len, int timeou
     return shmb_queue_publish(q, len);
 }
 
-/* Reader: let go of the message held (its pin, then its slot). */
+/* Reader, inside a call client_enter let in: send the release of the pin
+ * the handle still owes. A release that cannot be sent is lost with the
+ * connection, and so is the pin (the daemon releases a closed
+ * connection's pins). */
+static void queue_release_pin(shmb_queue_t *q)
+{
+    if (!q->pinned)
+        return;
+    q->pinned = false;
+    queue_send_noreply(q->c, SHMB_OP_RELEASE, q->pin_key);
+}
+
+/* Reader: let go of the message held (its slot, then its pin). The pin's
+ * release waits in the handle while another thread's call holds the
+ * connection: the next call that gets in sends it. */
 static void queue_done(shmb_queue_t *q)
 {
+    shmb_q_done(&q->q, (uint32_t)q->seat);
     if (q->pinned && client_enter(q->c) == 0) {
-        queue_send_noreply(q->c, SHMB_OP_RELEASE, q->pin_key);
+        queue_release_pin(q);
         client_leave(q->c);
     }
-    q->pinned = false;
-    shmb_q_done(&q->q, (uint32_t)q->seat);
 }
 
 void shmb_queue_done(shmb_queue_t *q)
 {
-    if (q != NULL && q->seat >= 0)
+    if (q != NULL && q->seat >= 0 && queue_check_fork(q, "shmb_queue_done") == 0)
         queue_done(q);
+}
+
+/* The message held at q's seat was not taken after all: the seat does not
+ * go past it, and the next dequeue returns it again. */
+static void queue_unhold(shmb_queue_t *q)
+{
+    q->q.held &= ~(UINT64_C(1) << q->seat);
 }
 
 /* The message just dequeued is an object whose key the slot holds (len
@@ -601,9 +749,15 @@ static int queue_get_object(shmb_queue_t *q, const void *slot, size_t len,
                               "Message %llu of queue '%s' names object '%.*s', not '%s': "
                               "the queue's area is corrupt.",
                               (unsigned long long)seq, q->name, (int)len, got, want);
-    if ((rc = client_enter(c)) < 0)
+    if ((rc = client_enter(c)) < 0) {
+        /* Nothing was asked: the message stays for the next dequeue. */
+        queue_unhold(q);
         return rc;
+    }
+    queue_release_pin(q);
     rc = client_get(c, want, &ptr, &have);
+    if (rc == -ECONNRESET)
+        queue_unhold(q); /* unanswered: the seat is dropped anyway */
     if (rc == 0 && want_len > have) {
         queue_send_noreply(c, SHMB_OP_RELEASE, want);
         rc = shmb_error_set(&c->err, -EIO,
@@ -631,32 +785,33 @@ int shmb_queue_dequeue(shmb_queue_t *q, const void **data, size_t *len, int time
 
     *data = NULL;
     *len = 0;
+    if ((rc = queue_check_fork(q, "shmb_queue_dequeue")) < 0)
+        return rc;
     shmb_error_clear(&c->err);
     if (q->seat < 0)
         return queue_wrong_role(q, "shmb_queue_dequeue");
     queue_done(q);
-    rc = shmb_q_dequeue(&q->q, (uint32_t)q->seat, &slot, &slot_len, timeout_ms, &c->err);
-    if (rc < 0)
-        return rc;
+    {
+        struct queue_wait w = {.msg = &slot, .msg_len = &slot_len};
+
+        if ((rc = queue_wait(q, &w, timeout_ms)) < 0)
+            return rc;
+    }
     if (q->q.msg_flags != SHMB_QUEUE_OBJECT) {
         *data = slot;
         *len = slot_len;
         return 0;
     }
-    /* A failure leaves the message held: the next dequeue goes past it. */
+    /* A get refused by the daemon (corrupt) leaves the message held: the
+     * next dequeue goes past it. One never asked (the connection busy in
+     * another thread) leaves it in place: the next dequeue gets it. */
     return queue_get_object(q, slot, slot_len, data, len);
 }
 
-/* The monotonic clock in nanoseconds. */
-static int64_t queue_now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* 1 when q is ready (wait_ready's condition), 0 not yet, or an error. */
+/* 1 when q is ready (wait_ready's condition), 0 not yet, or an error. A
+ * reader is ready once there is something to dequeue or to learn: a writer
+ * live, messages published, or the writer gone (dequeue says end of
+ * queue). */
 static int queue_ready(shmb_queue_t *q)
 {
     uint32_t state = atomic_load_explicit(&q->q.hdr->state, memory_order_acquire), s;
@@ -665,7 +820,9 @@ static int queue_ready(shmb_queue_t *q)
         return shmb_error_set(&q->c->err, -ECANCELED,
                               "cancelled: the queue was shut down.");
     if (q->seat != SHMB_QUEUE_WRITER)
-        return atomic_load_explicit(&q->q.hdr->writer_live, memory_order_acquire) != 0;
+        return atomic_load_explicit(&q->q.hdr->writer_live, memory_order_acquire) != 0 ||
+               atomic_load_explicit(&q->q.hdr->head, memory_order_acquire) != 0 ||
+               state == SHMB_QUEUE_WRITER_GONE;
     for (s = 0; s < q->q.seats; s++)
         if (atomic_load_explicit(&q->q.seat[s].state, memory_order_acquire) !=
             SHMB_SEAT_LIVE)
@@ -675,13 +832,22 @@ static int queue_ready(shmb_queue_t *q)
 
 int shmb_queue_wait_ready(shmb_queue_t *q, int timeout_ms)
 {
-    int64_t deadline = queue_now_ns() + (int64_t)timeout_ms * 1000000;
+    int64_t now = queue_now_ns(), deadline = now + (int64_t)timeout_ms * 1000000;
+    int64_t watch_at = now + (int64_t)QUEUE_SLICE_MS * 1000000;
     struct timespec pause = {0, QUEUE_READY_POLL_NS};
     int rc;
 
+    if ((rc = queue_check_fork(q, "shmb_queue_wait_ready")) < 0)
+        return rc;
     shmb_error_clear(&q->c->err);
     while ((rc = queue_ready(q)) == 0) {
-        if (timeout_ms >= 0 && queue_now_ns() >= deadline)
+        now = queue_now_ns();
+        if (now >= watch_at) {
+            if ((rc = queue_watch(q)) < 0)
+                return rc;
+            watch_at = now + (int64_t)QUEUE_SLICE_MS * 1000000;
+        }
+        if (timeout_ms >= 0 && now >= deadline)
             return shmb_error_set(&q->c->err, -ETIMEDOUT,
                                   q->seat == SHMB_QUEUE_WRITER
                                       ? "Not every seat of queue '%s' had a live reader "
@@ -701,12 +867,22 @@ int shmb_queue_close(shmb_queue_t *q)
     if (q == NULL)
         return 0;
     c = q->c;
-    if ((rc = client_enter(c)) == 0) {
+    /* A child of fork() frees its copy and leaves the parent's role alone. */
+    if ((rc = queue_check_fork(q, "shmb_queue_close")) == 0) {
+        /* Another thread's call on the connection ends soon: wait for it,
+         * so that the role is left and no pin stays behind. */
+        while ((rc = client_enter(c)) == -EBUSY) {
+            struct timespec nap = {0, QUEUE_CLOSE_NAP_NS};
+
+            nanosleep(&nap, NULL);
+        }
+    }
+    if (rc == 0) {
         if (q->seat == SHMB_QUEUE_WRITER) {
             queue_drop_reserved(q);
             queue_collect(q);
-        } else if (q->pinned) {
-            queue_send_noreply(c, SHMB_OP_RELEASE, q->pin_key);
+        } else {
+            queue_release_pin(q);
         }
         rc = queue_leave(q);
         client_leave(c);

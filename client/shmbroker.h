@@ -364,16 +364,29 @@ const char *shmb_strerror(int code);
  * errors: -ETIMEDOUT (the wait timed out), -ECANCELED (the queue was shut
  * down), -EPIPE (end of queue: the writer is gone and every message it
  * published has been read), -ENOTCONN (this reader's seat was dropped or
- * given to another), -EIO (the area is corrupt). Timeouts are in
- * milliseconds: -1 waits for ever, 0 not at all.
+ * given to another), -EIO (the area is corrupt), -ECONNRESET (shmbrokerd
+ * went away). Timeouts are in milliseconds: -1 waits for ever, 0 not at all.
+ *
+ * A daemon killed without a clean stop (SIGKILL, a crash) wakes nobody, so
+ * a wait longer than about a second is cut into slices of about a second,
+ * and between them the connection's socket is polled (never read): once it
+ * is closed the wait ends with -ECONNRESET ("shmbrokerd went away"; the
+ * queue has no daemon to watch its members: reconnect and open it again).
+ * One poll() a second costs an idle member nothing to speak of.
  *
  * A queue handle belongs to the process and the connection that opened it:
- * close it before its connection (shmb_close), do not use it in a child of
- * fork(), and use it, like its connection, in one thread at a time: its
- * calls write the connection's error. The calls that go to the daemon
- * (create, open, close, shutdown, delete, list, and messages longer than a
- * slot) are refused with -EBUSY while another thread's call runs on the
- * connection; a message within the slot size never touches it. */
+ * close it before its connection (shmb_close), and use it, like its
+ * connection, in one thread at a time: its calls write the connection's
+ * error. In a child of fork() every call on an inherited queue handle fails
+ * with -ECHILD and touches nothing (shmb_queue_done does nothing;
+ * shmb_queue_close only frees the child's copy): the role is the parent's.
+ * The calls that go to the daemon (create, open, shutdown, delete, list,
+ * and messages longer than a slot) are refused with -EBUSY while another
+ * thread's call runs on the connection; a message within the slot size
+ * never touches it. A dequeue refused so leaves the message in place (the
+ * next dequeue returns it), a release that cannot be sent then waits in the
+ * handle for its next call that gets the connection, and shmb_queue_close
+ * waits for the other call to end. */
 typedef struct shmb_queue shmb_queue_t;
 
 #define SHMB_QUEUE_TEMPORARY 1u /* deleted once its writer and last live reader are gone */
@@ -434,8 +447,10 @@ int shmb_queue_dequeue(shmb_queue_t *q, const void **data, size_t *len, int time
 void shmb_queue_done(shmb_queue_t *q);
 
 /* Wait (timeout_ms) until the queue is ready to use: for the writer, until
- * every seat has a live reader; for a reader, until a writer has it open.
- * -ETIMEDOUT, -ECANCELED. It looks every millisecond or so: a start-up
+ * every seat has a live reader; for a reader, until there is something to
+ * dequeue or to learn: a writer has it open, messages were published, or
+ * the writer is gone (dequeue then drains and says -EPIPE). -ETIMEDOUT,
+ * -ECANCELED, -ECONNRESET. It looks every millisecond or so: a start-up
  * call, not a data path. */
 int shmb_queue_wait_ready(shmb_queue_t *q, int timeout_ms);
 
@@ -444,7 +459,8 @@ int shmb_queue_wait_ready(shmb_queue_t *q, int timeout_ms);
  * q, whatever the daemon answers: its error is returned (-ENOENT when the
  * role was left already, say by a raw queue_close; -ENOTCONN or
  * -ECONNRESET when the connection is lost, which took the role with it).
- * NULL does nothing. */
+ * While another thread's call runs on the connection it waits for that call
+ * to end. NULL does nothing. */
 int shmb_queue_close(shmb_queue_t *q);
 
 /* Shut name down: every member's wait ends with -ECANCELED, and so does

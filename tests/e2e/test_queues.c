@@ -10,17 +10,20 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "checks.h"
 #include "harness.h"
+#include "internal.h" /* to hold a connection busy, as another thread's call does */
 #include "shmbroker.h"
 
 /* A wait in a helper that should end long before this. */
@@ -1401,6 +1404,219 @@ static void test_careless_use(void **state)
     h_pass(f);
 }
 
+/* Hold c's connection as another thread's call does while it runs (the
+ * handle's busy flag): calls made meanwhile find it busy. By hand, so that
+ * the test does not depend on a race. */
+static void hold_connection(shmb_t *c, bool held)
+{
+    atomic_store(&c->busy, held);
+}
+
+/* A thread that lets go of a held connection after a moment. */
+static void *let_go_later(void *arg)
+{
+    struct timespec pause = {0, 200 * 1000000L};
+
+    nanosleep(&pause, NULL);
+    hold_connection(arg, false);
+    return NULL;
+}
+
+/* A reader whose connection is busy in another thread: the overflow message
+ * it cannot get stays in place (the next dequeue returns it, none is lost),
+ * a release it cannot send is kept and sent by its next call (nothing stays
+ * pinned), and close waits for the connection instead of leaving the seat
+ * and the pin behind. */
+static void test_busy_connection(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *c = h_lib_connect(d, "writer", 0), *rc = h_lib_connect(d, "reader", 0);
+    shmb_queue_t *w, *r;
+    shmb_queue_list_t *list = NULL;
+    const shmb_queue_info_t *info;
+    shmb_stats_t st;
+    const void *data;
+    size_t len;
+    pthread_t t;
+
+    ok(c, shmb_queue_create(c, "busy", 1, 4, 64, 0));
+    r = open_q(rc, "busy", 0);
+    w = open_q(c, "busy", SHMB_QUEUE_WRITER);
+    ok(c, send_msg(w, c, 0, 1000, 0));
+    ok(c, send_msg(w, c, 1, 10, 0));
+    ok(c, send_msg(w, c, 2, 1000, 0));
+    hold_connection(rc, true);
+    fails(rc, shmb_queue_dequeue(r, &data, &len, 0), -EBUSY, NULL);
+    fails(rc, shmb_queue_dequeue(r, &data, &len, 0), -EBUSY, NULL);
+    hold_connection(rc, false);
+    ok(rc, recv_msg(r, rc, 0, 1000, "reader"));
+    /* Done while busy: the release waits in the handle... */
+    hold_connection(rc, true);
+    shmb_queue_done(r);
+    hold_connection(rc, false);
+    ok(rc, shmb_stats(rc, &st));
+    assert_int_equal(st.pinned, 1);
+    /* ...and the next dequeue sends it (a round trip on the same
+     * connection then sees it done). */
+    ok(rc, recv_msg(r, rc, 1, 10, "reader"));
+    ok(rc, shmb_stats(rc, &st));
+    assert_int_equal(st.pinned, 0);
+    /* Close while another thread's call holds the connection. */
+    ok(rc, recv_msg(r, rc, 2, 1000, "reader"));
+    hold_connection(rc, true);
+    assert_int_equal(pthread_create(&t, NULL, let_go_later, rc), 0);
+    ok(rc, shmb_queue_close(r));
+    assert_int_equal(pthread_join(t, NULL), 0);
+    ok(rc, shmb_stats(rc, &st));
+    assert_int_equal(st.pinned, 0);
+    ok(c, shmb_queue_list(c, &list));
+    info = find_queue(list, "busy");
+    assert_non_null(info);
+    assert_int_equal(info->seats_free, 1);
+    shmb_queue_list_free(list);
+    ok(c, shmb_queue_close(w));
+    shmb_close(rc);
+    shmb_close(c);
+    h_pass(f);
+}
+
+/* The daemon SIGKILLed (no clean stop, so nobody is woken): every wait of
+ * the members, even one for ever, ends with ECONNRESET instead of hanging. */
+static void test_daemon_killed(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *c = h_lib_connect(d, "test", 0);
+    shmb_queue_t *w, *r;
+    const void *data;
+    size_t len;
+    int st;
+
+    ok(c, shmb_queue_create(c, "gone", 2, 2, 64, 0));
+    r = open_q(c, "gone", 0);
+    w = open_q(c, "gone", SHMB_QUEUE_WRITER);
+    st = h_daemon_signal(d, SIGKILL, H_REPLY_TIMEOUT_MS);
+    assert_true(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    fails(c, shmb_queue_dequeue(r, &data, &len, LONG_WAIT_MS), -ECONNRESET,
+          "shmbrokerd went away");
+    fails(c, shmb_queue_dequeue(r, &data, &len, -1), -ECONNRESET, "reconnect");
+    fails(c, shmb_queue_wait_ready(w, LONG_WAIT_MS), -ECONNRESET, "went away");
+    ok(c, shmb_queue_enqueue(w, "a", 1, 0));
+    ok(c, shmb_queue_enqueue(w, "b", 1, 0));
+    fails(c, shmb_queue_enqueue(w, "c", 1, -1), -ECONNRESET, "went away");
+    assert_true(shmb_queue_close(w) < 0);
+    assert_true(shmb_queue_close(r) < 0);
+    shmb_close(c);
+    h_pass(f);
+}
+
+/* The parent's handles, for a child of fork(). */
+struct forked {
+    shmb_queue_t *w, *r;
+};
+
+/* Helper: every call on the parent's queue handles is refused with ECHILD
+ * and touches nothing (the parent then reads its own message). */
+static int forked_user(void *arg)
+{
+    struct forked *k = arg;
+    const void *data;
+    void *buf;
+    size_t len;
+
+    if (shmb_queue_dequeue(k->r, &data, &len, 100) != -ECHILD)
+        return 80;
+    if (shmb_queue_wait_ready(k->r, 0) != -ECHILD)
+        return 81;
+    if (shmb_queue_enqueue(k->w, "child", 5, 0) != -ECHILD)
+        return 82;
+    if (shmb_queue_reserve(k->w, 1000, &buf, 0) != -ECHILD)
+        return 83;
+    if (shmb_queue_publish(k->w, 5) != -ECHILD)
+        return 84;
+    shmb_queue_done(k->r);
+    if (shmb_queue_close(k->r) != -ECHILD)
+        return 85;
+    if (shmb_queue_close(k->w) != -ECHILD)
+        return 86;
+    return 0;
+}
+
+/* Queue handles used in a child of fork(): ECHILD, and the parent's stream
+ * is untouched. */
+static void test_forked_handles(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *c = h_lib_connect(d, "test", 0);
+    struct forked k;
+    shmb_stats_t st;
+    const void *data;
+    size_t len;
+    pid_t pid;
+
+    ok(c, shmb_queue_create(c, "fork", 1, 4, 64, 0));
+    k.r = open_q(c, "fork", 0);
+    k.w = open_q(c, "fork", SHMB_QUEUE_WRITER);
+    ok(c, shmb_queue_enqueue(k.w, "m0", 2, 0));
+    pid = h_fork(f, forked_user, &k);
+    assert_true(pid > 0);
+    assert_int_equal(h_child_wait(f, pid, LONG_WAIT_MS), 0);
+    ok(c, shmb_queue_dequeue(k.r, &data, &len, 0));
+    assert_int_equal(len, 2);
+    assert_memory_equal(data, "m0", 2);
+    ok(c, shmb_queue_enqueue(k.w, "m1", 2, 0));
+    ok(c, shmb_queue_dequeue(k.r, &data, &len, 0));
+    assert_int_equal(len, 2);
+    assert_memory_equal(data, "m1", 2);
+    fails(c, shmb_queue_dequeue(k.r, &data, &len, 0), -ETIMEDOUT, NULL);
+    ok(c, shmb_stats(c, &st));
+    assert_int_equal(st.pending, 0);
+    ok(c, shmb_queue_close(k.w));
+    ok(c, shmb_queue_close(k.r));
+    shmb_close(c);
+    h_pass(f);
+}
+
+/* A reader's wait_ready returns once there is something to dequeue or to
+ * learn: messages published, or the writer gone (dequeue then says end of
+ * queue), not only while a writer is live. */
+static void test_ready_after_writer(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *c = h_lib_connect(d, "test", 0);
+    shmb_queue_t *w, *r;
+    const void *data;
+    size_t len;
+    int i;
+
+    ok(c, shmb_queue_create(c, "rdy", 1, 4, 64, 0));
+    r = open_q(c, "rdy", 0);
+    fails(c, shmb_queue_wait_ready(r, 0), -ETIMEDOUT, "no writer");
+    w = open_q(c, "rdy", SHMB_QUEUE_WRITER);
+    ok(c, shmb_queue_wait_ready(r, 0));
+    for (i = 0; i < 3; i++)
+        ok(c, shmb_queue_enqueue(w, "m", 1, 0));
+    ok(c, shmb_queue_close(w));
+    ok(c, shmb_queue_wait_ready(r, LONG_WAIT_MS));
+    for (i = 0; i < 3; i++)
+        ok(c, shmb_queue_dequeue(r, &data, &len, 0));
+    fails(c, shmb_queue_dequeue(r, &data, &len, 0), -EPIPE, NULL);
+    ok(c, shmb_queue_close(r));
+    /* A writer that left without a message. */
+    ok(c, shmb_queue_create(c, "rdy2", 1, 4, 64, 0));
+    r = open_q(c, "rdy2", 0);
+    w = open_q(c, "rdy2", SHMB_QUEUE_WRITER);
+    ok(c, shmb_queue_close(w));
+    ok(c, shmb_queue_wait_ready(r, LONG_WAIT_MS));
+    fails(c, shmb_queue_dequeue(r, &data, &len, 0), -EPIPE, NULL);
+    ok(c, shmb_queue_close(r));
+    shmb_close(c);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -1412,6 +1628,8 @@ int main(void)
         TEST(test_idle_reader_cpu),  TEST(test_dead_seat_taken),
         TEST(test_overflow_cleanup), TEST(test_careless_use),
         TEST(test_writer_replaced),  TEST(test_readme_example),
+        TEST(test_busy_connection),  TEST(test_daemon_killed),
+        TEST(test_forked_handles),   TEST(test_ready_after_writer),
         TEST(test_dead_reader_frees_objects),
     };
 
