@@ -418,6 +418,17 @@ size_t shmb_queue_slot_size(const shmb_queue_t *q)
     return (size_t)q->q.slot_size;
 }
 
+int shmb_queue_set_spin(shmb_queue_t *q, unsigned spin_us)
+{
+    if ((uint64_t)spin_us * 1000 > SHMB_Q_SPIN_MAX_NS)
+        return shmb_error_set(&q->c->err, -EINVAL,
+                              "spin_us=%u is more than the limit of %u us: past it, "
+                              "sleep on the futex.",
+                              spin_us, SHMB_Q_SPIN_MAX_NS / 1000);
+    q->q.spin_ns = spin_us * 1000u;
+    return 0;
+}
+
 /* ---- waits that watch the daemon ------------------------------------------ */
 
 /* The monotonic clock in nanoseconds. */

@@ -417,6 +417,14 @@ int shmb_queue_open(shmb_t *c, const char *name, int seat, shmb_queue_t **q);
 int shmb_queue_seat(const shmb_queue_t *q);
 size_t shmb_queue_slot_size(const shmb_queue_t *q);
 
+/* How long q's waits spin before they sleep on the futex. 0 (the default):
+ * an adaptive 1 to 50 us, which costs nothing while idle but pays a wake-up
+ * (~10-50 us) for a message that comes after it. spin_us (up to 100000):
+ * spin that long, so messages that come within it are seen at once, as by
+ * a busy-polling reader, while a queue idle for longer still sleeps and
+ * uses no CPU. -EINVAL past the bound. */
+int shmb_queue_set_spin(shmb_queue_t *q, unsigned spin_us);
+
 /* Writer, zero-copy: wait (timeout_ms) until the next slot is free and point
  * *buf at len bytes to fill, then shmb_queue_publish. len up to the slot
  * size: *buf is in the slot. Longer: an object of len bytes is allocated in

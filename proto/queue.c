@@ -348,6 +348,7 @@ static int wait_for(struct shmb_q *q, bool writer, uint32_t s, int timeout_ms,
         writer ? writer_ready : reader_ready;
     _Atomic uint32_t *word = writer ? &q->hdr->free_word : &q->hdr->head_word;
     uint32_t *budget = writer ? &q->write_spin : &q->read_spin;
+    uint32_t spin = q->spin_ns != 0 ? q->spin_ns : *budget;
     int64_t start, deadline;
     uint32_t val;
     unsigned i;
@@ -372,7 +373,7 @@ static int wait_for(struct shmb_q *q, bool writer, uint32_t s, int timeout_ms,
             *budget = *budget * 2 > SPIN_MAX_NS ? SPIN_MAX_NS : *budget * 2;
             return rc < 0 ? rc : 0;
         }
-        if (i % 64 == 0 && now_ns() - start >= *budget)
+        if (i % 64 == 0 && now_ns() - start >= spin)
             break;
     }
     *budget = *budget / 2 < SPIN_MIN_NS ? SPIN_MIN_NS : *budget / 2;

@@ -39,6 +39,10 @@ struct shmb_q {
     uint32_t write_spin; /* adaptive spin budget, in nanoseconds */
     uint32_t blocker;    /* the seat the last wait for a slot found unread */
     uint64_t writer_epoch; /* the writer role's epoch, as queue_open answered */
+    /* 0: each wait spins an adaptive 1 to 50 us before it sleeps; else it
+     * spins this long (a member that wants a spinning reader's latency
+     * while messages flow, and no CPU once they stop). */
+    uint32_t spin_ns;
     /* The readers' side, per seat this process reads. */
     uint64_t known;                           /* seats whose epoch was taken */
     uint64_t held;                            /* seats holding a dequeued message */
@@ -75,6 +79,9 @@ int shmb_q_format(void *base, size_t size, const char *name, uint32_t seats, uin
 /* Check the header of base[0..size) and fill q with private copies of its
  * geometry. q borrows base. */
 int shmb_q_attach(struct shmb_q *q, void *base, size_t size, struct shmb_error *err);
+
+/* The longest a wait may spin before it sleeps on the futex: 100 ms. */
+#define SHMB_Q_SPIN_MAX_NS 100000000u
 
 /* Timeouts in milliseconds: -1 (any negative) waits for ever, 0 not at all.
  * Every wait ends with -ETIMEDOUT, or -ECANCELED after shutdown; a writer's

@@ -392,6 +392,7 @@ for size in $qsizes; do
                     >>"$tmp/qerr"
             fi
         done
+        eval "floor_${size}_$n=\$q_spin_p50"
         r_floor=$(qratio '%.2f' "$q_shmb_p50" "$q_spin_p50")
         r_zmq=$(qratio '%.3f' "$q_shmb_p50" "$q_zmq_p50")
         h_floor=$(qratio '%.2f' "$q_shmb_h50" "$q_spin_h50")
@@ -474,12 +475,56 @@ for n in 1 4; do
         "$(fig '%.4f' "$q_spin_cpu")" "$(fig '%.4f' "$q_zmq_cpu")" "$(fig '%.4f' "$q_unix_cpu")")"
     eval "q_idle_$n=\$q_shmb_cpu"
 done
+
+# Readers that spin before they sleep: the latency of a busy-polling reader
+# while messages come at least every spin, and no CPU once they stop.
+qspin=1000
+say ""
+say "shmb with readers spinning up to $qspin us before they sleep (shmb_queue_set_spin; Python"
+say "MessageQueue.set_spin): one-way latency at the first table's pace, the CPU seconds per"
+say "reader over that run ($qlat s), and p50 over the busy-poll floor's p50 from the first table."
+say ""
+hdr=$(printf '%-7s %2s | %8s %8s %8s | %8s | %8s' size rd "shmb p50" p99 p99.9 "cpu s" p50/spin)
+say "$hdr"
+say "$(printf '%s' "$hdr" | tr -c '|\n' '-')"
+for size in $qsizes; do
+    for n in 1 4; do
+        s50= s99= s999= scpu=
+        if qrun --impl shmb --run latency --spin-us "$qspin" --size "$size" --readers "$n" \
+            --seconds "$qlat" --label "shmb-spin$qspin-$size-$n"; then
+            s50=$(field "$last" p50_us)
+            s99=$(field "$last" p99_us)
+            s999=$(field "$last" p999_us)
+            scpu=$(field "$last" cpu_s_per_reader)
+        fi
+        eval "fl=\$floor_${size}_$n"
+        r=$(qratio '%.2f' "$s50" "$fl")
+        n_sfloor=$((${n_sfloor:-0} + 1))
+        if meets "$r" "<=" 2; then
+            met_sfloor=$((${met_sfloor:-0} + 1))
+        else
+            miss_sfloor="${miss_sfloor:+$miss_sfloor, }$(human "$size") x$n ($r)"
+        fi
+        say "$(printf '%-7s %2s | %8s %8s %8s | %8s | %8s' "$(human "$size")" "$n" \
+            "$(fig '%.1f' "$s50")" "$(fig '%.1f' "$s99")" "$(fig '%.1f' "$s999")" \
+            "$(fig '%.3f' "$scpu")" "$r")"
+    done
+done
+for n in 1 4; do
+    q_sidle=
+    if qrun --impl shmb --run idle --spin-us "$qspin" --size 64 --readers "$n" \
+        --seconds "$qidle" --label "shmb-spin$qspin-idle-$n"; then
+        q_sidle=$(field "$last" cpu_s_per_reader)
+    fi
+    say "idle, $n reader(s), spinning up to $qspin us: $(fig '%.4f' "$q_sidle") CPU s per reader over $qidle s"
+done
 stop_pid "$qpid"
 extra_pids=""
 
 say ""
 say "Targets (shmb against the others, at each size and reader count; the ratio where missed):"
 say "  p50 <= 2x the busy-poll floor, paced: met in ${met_floor:-0} of ${n_floor:-0}${miss_floor:+; missed at $miss_floor}"
+say "  p50 <= 2x the busy-poll floor, paced, readers spinning up to $qspin us: met in ${met_sfloor:-0} of ${n_sfloor:-0}${miss_sfloor:+; missed at $miss_sfloor}"
 say "  p50 <= 2x the busy-poll floor, back to back: met in ${met_hfloor:-0} of ${n_hfloor:-0}${miss_hfloor:+; missed at $miss_hfloor}"
 say "  p50 <= 1/10 of ZeroMQ's, paced: met in ${met_zmq:-0} of ${n_zmq:-0}${miss_zmq:+; missed at $miss_zmq}"
 say "  p50 <= 1/10 of ZeroMQ's, back to back: met in ${met_hzmq:-0} of ${n_hzmq:-0}${miss_hzmq:+; missed at $miss_hzmq}"

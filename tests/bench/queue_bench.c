@@ -76,6 +76,7 @@ struct options {
     uint64_t slots;
     double seconds;
     long period_us; /* latency: the pace; -1 automatic, 0 back-to-back */
+    long spin_us;   /* shmb readers: shmb_queue_set_spin; 0 adaptive */
 };
 
 static struct options opt = {
@@ -531,6 +532,8 @@ static int reader_attach(struct reader_result *r, int id)
         if (shmb_queue_open(tr.c, tr.qname, id, &tr.q) != 0)
             return reader_fail(r, "open seat %d: %s: %s", id, shmb_errname(tr.c),
                                shmb_errmsg(tr.c));
+        if (opt.spin_us > 0 && shmb_queue_set_spin(tr.q, (unsigned)opt.spin_us) != 0)
+            return reader_fail(r, "--spin-us %ld: %s", opt.spin_us, shmb_errmsg(tr.c));
         break;
     case I_ZMQ:
         if (zmq_setsockopt(tr.zsock, ZMQ_SUBSCRIBE, "", 0) != 0 ||
@@ -802,12 +805,13 @@ static void report(uint64_t sent, uint64_t start)
            "\"readers\":%d,\"msgs\":%llu,\"lost\":%llu,\"seconds\":%.3f,\"msgs_per_s\":%.1f,"
            "\"gb_per_s\":%.4f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f,"
            "\"samples\":%zu,\"period_us\":%ld,\"cpu_s_per_reader\":%.4f,\"cpu_s_max\":%.4f,"
-           "\"slots\":%llu,\"zmq_hwm\":%d}\n",
+           "\"slots\":%llu,\"zmq_hwm\":%d,\"spin_us\":%ld}\n",
            impl_names[opt.impl], run_names[opt.run], opt.label, opt.size, opt.readers,
            (unsigned long long)sent, (unsigned long long)lost, secs, msgs_s,
            msgs_s * (double)opt.size / 1e9, quantile(all, k, 0.5), quantile(all, k, 0.99),
            quantile(all, k, 0.999), k, opt.run == R_LATENCY ? opt.period_us : 0L, cpu,
-           cpu_max, (unsigned long long)opt.slots, opt.impl == I_ZMQ ? zmq_hwm() : 0);
+           cpu_max, (unsigned long long)opt.slots, opt.impl == I_ZMQ ? zmq_hwm() : 0,
+           opt.impl == I_SHMB ? opt.spin_us : 0L);
     fflush(stdout);
     free(all);
 }
@@ -911,6 +915,8 @@ static void usage(FILE *out)
             "                    (default: 200, or size/1 KiB for bigger messages; 0:\n"
             "                    the next as soon as every reader has the last)\n"
             "  --slots N         the queue's and the ring's slots, %u to %u (default %u)\n"
+            "  --spin-us US      shmb: readers spin US microseconds before they sleep\n"
+            "                    (shmb_queue_set_spin; default 0: adaptive, 1 to 50 us)\n"
             "  --label TEXT      carried into the output\n\n"
             "Queues and the ring have slots of %u bytes: every size fits a slot.\n",
             RING_SLOT_SIZE, MAX_READERS, SHMB_QUEUE_SLOTS_MIN, SHMB_QUEUE_SLOTS_MAX, RING_SLOTS,
@@ -940,6 +946,7 @@ int main(int argc, char **argv)
         {"seconds", required_argument, NULL, 't'},
         {"period-us", required_argument, NULL, 'p'},
         {"slots", required_argument, NULL, 'k'},
+        {"spin-us", required_argument, NULL, 'u'},
         {"label", required_argument, NULL, 'l'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -969,6 +976,7 @@ int main(int argc, char **argv)
         case 't': opt.seconds = atof(optarg); break;
         case 'p': opt.period_us = atol(optarg); break;
         case 'k': opt.slots = strtoull(optarg, NULL, 10); break;
+        case 'u': opt.spin_us = atol(optarg); break;
         case 'l': opt.label = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -976,10 +984,12 @@ int main(int argc, char **argv)
     }
     if (opt.readers < 1 || opt.readers > (int)MAX_READERS || opt.seconds <= 0 ||
         opt.seconds > 3600 || opt.size <= MSG_HEADER || opt.size > RING_SLOT_SIZE ||
-        opt.period_us < -1 || opt.slots < SHMB_QUEUE_SLOTS_MIN ||
+        opt.period_us < -1 || opt.spin_us < 0 || opt.spin_us > 100000 ||
+        opt.slots < SHMB_QUEUE_SLOTS_MIN ||
         opt.slots > SHMB_QUEUE_SLOTS_MAX) {
         fprintf(stderr, "shmb-queue-bench: --readers 1..%u, --seconds 0..3600, --size "
-                "%u..%u, --period-us >= 0, --slots %u..%u\n", MAX_READERS, MSG_HEADER + 1,
+                "%u..%u, --period-us >= 0, --spin-us 0..100000, --slots %u..%u\n", MAX_READERS,
+                MSG_HEADER + 1,
                 RING_SLOT_SIZE, SHMB_QUEUE_SLOTS_MIN, SHMB_QUEUE_SLOTS_MAX);
         return 2;
     }

@@ -1002,6 +1002,75 @@ static void test_idle_reader_cpu(void **state)
     h_pass(f);
 }
 
+/* Helper: a reader whose waits spin 100 ms (shmb_queue_set_spin) says
+ * ready, then waits for one message. */
+static int spinning_reader(void *arg)
+{
+    struct blocked *b = arg;
+    shmb_t *c;
+    shmb_queue_t *q;
+    const void *data;
+    size_t len;
+
+    if ((c = child_connect(b->socket, "spinner")) == NULL)
+        return 75;
+    if ((q = child_open(c, b->queue, 0, "spinner")) == NULL)
+        return 76;
+    if (shmb_queue_set_spin(q, 100001) != -EINVAL || shmb_queue_set_spin(q, 100000) != 0)
+        return 77;
+    h_signal_notify(&b->ready);
+    b->out->t_woke = now_ns(); /* the wait starts */
+    b->out->rc = shmb_queue_dequeue(q, &data, &len, 5000);
+    shmb_queue_close(q);
+    shmb_close(c);
+    return 0;
+}
+
+/* With shmb_queue_set_spin, a reader waiting for a message that comes
+ * within its spin never goes to sleep (no wake-up to pay): the queue shows
+ * no reader waiting on the futex while it waits. The adaptive default
+ * (at most 50 us) would be asleep by then. */
+static void test_spin_setting(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *c = h_lib_connect(d, "test", 0);
+    struct blocked b = {.socket = d->socket, .queue = "spin", .seat = 0};
+    shmb_queue_list_t *list;
+    shmb_queue_t *w;
+    int64_t t0, start, seen;
+    pid_t pid;
+
+    b.out = shared_new();
+    h_signal_open(&b.ready);
+    ok(c, shmb_queue_create(c, "spin", 1, 4, 64, 0));
+    w = open_q(c, "spin", SHMB_QUEUE_WRITER);
+    pid = h_fork(f, spinning_reader, &b);
+    assert_true(pid > 0);
+    if (!h_signal_wait(&b.ready, H_REPLY_TIMEOUT_MS))
+        h_fail("the spinning reader did not start");
+    t0 = now_ns();
+    while (now_ns() - t0 < 30 * 1000000LL) {
+        ok(c, shmb_queue_list(c, &list));
+        seen = now_ns(); /* the daemon looked before this */
+        start = __atomic_load_n(&b.out->t_woke, __ATOMIC_ACQUIRE);
+        /* Asleep while its 100 ms spin was not over (a load that delays
+         * this loop past the spin proves nothing). */
+        if (list->queues[0].readers_waiting != 0 && start != 0 &&
+            seen - start < 90 * 1000000LL)
+            h_fail("the reader slept %lld us into a wait that should spin 100 ms",
+                   (long long)(seen - start) / 1000);
+        shmb_queue_list_free(list);
+    }
+    ok(c, shmb_queue_enqueue(w, "now", 3, 1000));
+    assert_int_equal(h_child_wait(f, pid, HELPER_TIMEOUT_MS), 0);
+    assert_int_equal(b.out->rc, 0);
+    ok(c, shmb_queue_close(w));
+    shared_free(b.out);
+    shmb_close(c);
+    h_pass(f);
+}
+
 /* Helper: open seat 0 (explicitly or as any seat), say ready, read one
  * message and report its first byte, hold, and wait for go. */
 static int seat_taker(void *arg)
@@ -1630,7 +1699,7 @@ int main(void)
         TEST(test_writer_replaced),  TEST(test_readme_example),
         TEST(test_busy_connection),  TEST(test_daemon_killed),
         TEST(test_forked_handles),   TEST(test_ready_after_writer),
-        TEST(test_dead_reader_frees_objects),
+        TEST(test_dead_reader_frees_objects), TEST(test_spin_setting),
     };
 
     signal(SIGPIPE, SIG_IGN);

@@ -570,6 +570,30 @@ class QueueTest(DaemonTest):
         sys.stdout.write("  10,000 numpy arrays to 4 readers in %.1f s\n"
                          % (time.monotonic() - start))
 
+    # set_spin(us): a reader waiting for a message that comes within its spin
+    # never sleeps on the futex (no wake-up to pay); out-of-range values are
+    # refused. The adaptive default (at most 50 us) would be asleep.
+    def test_set_spin(self):
+        mq = self.writer(1)
+        with MessageQueue.create_from_handle(mq.export_handle(), 0) as reader:
+            reader.wait_until_ready(WAIT)
+            for bad in (-1, 100001, 1.5, "10"):
+                with self.assertRaises(shmbroker.InvalidRequest):
+                    reader.set_spin(bad)
+            reader.set_spin(100000)
+            got = []
+            t = threading.Thread(target=lambda: got.append(reader.dequeue(timeout=WAIT)))
+            start = time.monotonic()
+            t.start()
+            while time.monotonic() - start < 0.03:
+                waiting = u32(reader._area, Q.HEADER_OFFSETS["readers_waiting"])
+                if waiting and time.monotonic() - start < 0.09:
+                    self.fail("the reader slept in a wait that should spin 100 ms")
+                time.sleep(0.001)
+            mq.enqueue("spun")
+            t.join(WAIT)
+            self.assertEqual(got, ["spun"])
+
     # dequeue(timeout) with nothing sent raises Timeout, a TimeoutError (as
     # vLLM's TimeoutError); timeout 0 does not wait.
     def test_dequeue_timeout(self):

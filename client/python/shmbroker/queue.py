@@ -78,6 +78,7 @@ SLOT_INLINE, SLOT_OBJECT = 1, 2
 # doubled when a wait ends while spinning, halved when it had to sleep.
 SPIN_MIN_NS = 1000
 SPIN_START_NS = 20000
+SPIN_LIMIT_US = 100000  # shmb_queue_set_spin's bound (SHMB_Q_SPIN_MAX_NS)
 SPIN_MAX_NS = 50000
 
 # wait_until_ready() looks at the seats this often (no futex is bumped when a
@@ -179,6 +180,7 @@ class _Area:
         self._reserved = False
         self.blocker = 0
         self._spin_w = SPIN_START_NS
+        self.spin_ns = 0      # 0: adaptive; else how long every wait spins
         # The reader's side.
         self.seat = seat
         self.epoch = epoch
@@ -319,6 +321,7 @@ class _Area:
         start = _now()
         deadline = None if timeout is None else start + int(timeout * 1e9)
         budget = self._spin_w if writer else self._spin_r
+        limit = self.spin_ns or budget
         i = 0
         while True:
             if ready():
@@ -329,7 +332,7 @@ class _Area:
                     self._spin_r = budget
                 return
             i += 1
-            if i & 7 == 0 and _now() - start >= budget:
+            if i & 7 == 0 and _now() - start >= limit:
                 break
         budget = max(budget // 2, SPIN_MIN_NS)
         if writer:
@@ -745,6 +748,22 @@ class MessageQueue:
     def export_handle(self):
         """The Handle readers pass to create_from_handle (picklable)."""
         return self.handle
+
+    def set_spin(self, spin_us):
+        """How long this member's waits spin before they sleep on the futex:
+        0 (the default) an adaptive 1 to 50 us, which costs nothing while
+        idle but pays a wake-up for a message that comes later; spin_us (up
+        to 100000) spins that long, so messages that come within it are seen
+        at once, as by vLLM's busy-polling readers, while a queue idle for
+        longer still sleeps. Not vLLM's: an addition."""
+        if type(spin_us) is not int or not 0 <= spin_us <= SPIN_LIMIT_US:
+            raise InvalidRequest("EINVAL", "spin_us must be an integer from 0 to %d, not %r."
+                                 % (SPIN_LIMIT_US, spin_us))
+        area = self._enter()
+        try:
+            area.spin_ns = spin_us * 1000
+        finally:
+            area.leave()
 
     @staticmethod
     def create_from_handle(handle, rank, *, client=None):
