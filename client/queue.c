@@ -484,13 +484,17 @@ static int queue_wait(shmb_queue_t *q, const struct queue_wait *w, int timeout_m
         else
             rc = shmb_q_dequeue(&q->q, (uint32_t)q->seat, w->msg, w->msg_len, slice,
                                 &q->c->err);
-        if (rc != -ETIMEDOUT || slice == timeout_ms)
+        if (rc != -ETIMEDOUT)
             return rc;
+        /* Every wait that ends empty looks at the connection, the short
+         * ones too: a loop of short timeouts sees a killed daemon. */
+        if (timeout_ms != 0 && (rc = queue_watch(q)) < 0)
+            return rc;
+        if (slice == timeout_ms)
+            return -ETIMEDOUT;
         left = deadline - queue_now_ns();
         if (left <= 0)
             break;
-        if ((rc = queue_watch(q)) < 0)
-            return rc;
         slice = left >= (int64_t)QUEUE_SLICE_MS * 1000000 ? QUEUE_SLICE_MS
                                                           : (int)((left + 999999) / 1000000);
     }
@@ -893,6 +897,10 @@ int shmb_queue_close(shmb_queue_t *q)
             queue_drop_reserved(q);
             queue_collect(q);
         } else {
+            /* The message held is done first: the seat moves past it before
+             * its pin goes, so the daemon knows this reader took its read
+             * (otherwise it would forgo the read a second time). */
+            shmb_q_done(&q->q, (uint32_t)q->seat);
             queue_release_pin(q);
         }
         rc = queue_leave(q);

@@ -216,6 +216,7 @@ static int cmd_alloc(struct command_call *call)
     const char *key;
     size_t key_len;
     json_int_t size = 0, readers = 0, wait_ms = 0;
+    uint32_t count;
     int rc;
 
     if ((rc = command_unpack(call, "{s:s%, s:I, s?I, s?I}", "key",
@@ -233,8 +234,13 @@ static int cmd_alloc(struct command_call *call)
                                     "max-pending", "uncommitted allocations")) < 0)
             return rc;
     }
+    /* A queue writer's overflow object awaits the seats live now, by the
+     * daemon's count: its own may miss a seat taken since it looked. */
+    count = (uint32_t)readers;
+    queue_overflow_readers(&call->env->queues, call->client->pool, call->client, key, key_len,
+                           &count);
     rc = store_alloc(call->client->pool->store, call->client->holder, key, key_len, (uint64_t)size,
-                     (uint32_t)readers, &ext, &call->err);
+                     count, &ext, &call->err);
     if (rc == -ENOSPC && wait_ms > 0) {
         char why[SHMB_ERROR_MSG_MAX];
 

@@ -772,8 +772,16 @@ static int daemon_open_pools(struct daemon *d, struct shmb_error *err)
             break;
     }
     if (rc == 0) {
-        for (i = 0; i < d->pools.n; i++)
-            daemon_keep_memfd(d, d->pools.pools[i]);
+        for (i = 0; i < d->pools.n; i++) {
+            struct pool *p = d->pools.pools[i];
+            unsigned gone = p->adopt ? queue_drop_orphans(p) : 0;
+
+            if (gone > 0)
+                log_info("pool '%s': deleted %u objects of queues of an earlier run (queues "
+                         "do not outlive the daemon; their messages are not read again)",
+                         p->cfg.name, gone);
+            daemon_keep_memfd(d, p);
+        }
         daemon_drop_kept(d);
         daemon_note_unconfigured(d);
         return 0;

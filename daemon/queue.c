@@ -150,20 +150,28 @@ int queue_check_fds(unsigned need, const char *what, struct shmb_error *err)
                           strerror(saved != 0 ? saved : EMFILE), need - 1);
 }
 
+/* "q/<name>/<seq>" into key; its length, or 0 when it does not fit. */
+static size_t queue_key(const struct queue *q, uint64_t seq, char *key, size_t cap)
+{
+    int len = snprintf(key, cap, "q/%s/%llu", q->name, (unsigned long long)seq);
+
+    return len > 0 && (size_t)len < cap ? (size_t)len : 0;
+}
+
 /* Delete the objects "q/<name>/<seq>" of q's pool for seq in [lo, hi], by
  * key: never a walk of the pool. Pinned ones go when their last pin does. */
 static void queue_drop_keys(const struct queue *q, uint64_t lo, uint64_t hi)
 {
     char key[QUEUE_NAME_MAX + 24];
     uint64_t seq;
-    int len;
+    size_t len;
 
     if (q->pool == NULL || q->pool->store == NULL)
         return;
     for (seq = lo;; seq++) {
-        len = snprintf(key, sizeof(key), "q/%s/%llu", q->name, (unsigned long long)seq);
-        if (len > 0 && (size_t)len < sizeof(key) && store_contains(q->pool->store, key, (size_t)len))
-            store_delete(q->pool->store, key, (size_t)len, NULL);
+        if ((len = queue_key(q, seq, key, sizeof(key))) > 0 &&
+            store_contains(q->pool->store, key, len))
+            store_delete(q->pool->store, key, len, NULL);
         if (seq == hi)
             break;
     }
@@ -336,6 +344,20 @@ static void queue_open_seats(const struct queue *q, char *out, size_t len)
     }
 }
 
+/* A reader seat was just taken, starting at message next: the overflow
+ * object of that message, if its writer has allocated it already, was
+ * counted without this reader, who will read it: one more awaited read.
+ * (Earlier messages it will not read; later ones are allocated with the
+ * daemon's count, queue_overflow_readers.) */
+static void queue_expect_read(struct queue *q, uint64_t next)
+{
+    char key[QUEUE_NAME_MAX + 24];
+    size_t len = queue_key(q, next, key, sizeof(key));
+
+    if (len > 0 && q->pool != NULL && q->pool->store != NULL)
+        store_expect_read(q->pool->store, key, len);
+}
+
 int queue_open_reader(struct queue *q, int seat, const void *owner,
                       const struct queue_member *who, uint32_t *seat_out, uint64_t *epoch,
                       struct shmb_error *err)
@@ -379,9 +401,77 @@ int queue_open_reader(struct queue *q, int seat, const void *owner,
     if (atomic_load(&q->q.seat[seat].epoch) >= QUEUE_COUNT_MAX)
         atomic_store(&q->q.seat[seat].epoch, 0);
     shmb_q_seat_take(&q->q, (uint32_t)seat);
+    queue_expect_read(q, atomic_load(&q->q.seat[seat].next));
     *seat_out = (uint32_t)seat;
     *epoch = atomic_load(&q->q.seat[seat].epoch);
     return 0;
+}
+
+/* store_list callback: collect the keys (deleting while listing is not
+ * allowed). */
+struct orphans {
+    char **keys;
+    size_t n, cap;
+};
+
+static int queue_collect_orphan(const struct store_entry *e, void *arg)
+{
+    struct orphans *o = arg;
+    char **grown;
+
+    if (e->state != STORE_COMMITTED)
+        return 0;
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 64;
+
+        if ((grown = shmb_realloc(o->keys, cap * sizeof(*grown))) == NULL)
+            return 1;
+        o->keys = grown;
+        o->cap = cap;
+    }
+    if ((o->keys[o->n] = shmb_strndup(e->key, e->key_len)) == NULL)
+        return 1;
+    o->n++;
+    return 0;
+}
+
+unsigned queue_drop_orphans(struct pool *pool)
+{
+    struct orphans o = {0};
+    unsigned gone = 0;
+    size_t i;
+
+    if (pool->store == NULL)
+        return 0;
+    store_list(pool->store, "q/", 2, SIZE_MAX, queue_collect_orphan, &o);
+    for (i = 0; i < o.n; i++) {
+        gone += store_delete(pool->store, o.keys[i], strlen(o.keys[i]), NULL) == 0;
+        shmb_free(o.keys[i]);
+    }
+    shmb_free(o.keys);
+    return gone;
+}
+
+void queue_overflow_readers(const struct queue_set *set, const struct pool *pool,
+                            const void *owner, const char *key, size_t key_len,
+                            uint32_t *readers)
+{
+    const struct queue *q;
+    const char *slash;
+    uint32_t s, live = 0;
+
+    if (key_len < 4 || memcmp(key, "q/", 2) != 0 ||
+        (slash = memchr(key + 2, '/', key_len - 2)) == NULL)
+        return;
+    TAILQ_FOREACH(q, &set->list, link) {
+        if (q->pool != pool || q->writer != owner || strlen(q->name) != (size_t)(slash - key - 2) ||
+            memcmp(q->name, key + 2, (size_t)(slash - key - 2)) != 0)
+            continue;
+        for (s = 0; s < q->seats; s++)
+            live += q->seat[s].state == SHMB_SEAT_LIVE;
+        *readers = live;
+        return;
+    }
 }
 
 /* Whether q is left to be deleted: nobody holds it, and it was temporary
@@ -411,19 +501,21 @@ static void queue_forgo_reads(struct queue *q, uint32_t s)
     const struct store_holder *holder = q->seat[s].who.holder;
     struct store *store = q->pool != NULL ? q->pool->store : NULL;
     char key[QUEUE_NAME_MAX + 24];
-    int len;
+    size_t len;
 
-    if (store == NULL || next >= head)
+    if (store == NULL || next > head)
         return;
     if (head - next > q->slots)
         next = head - q->slots;
-    for (seq = next; seq < head; seq++) {
-        len = snprintf(key, sizeof(key), "q/%s/%llu", q->name, (unsigned long long)seq);
-        if (len <= 0 || (size_t)len >= sizeof(key))
+    /* Up to head itself: the message the writer is filling, whose object
+     * (pending) counted this reader. */
+    for (seq = next; seq <= head; seq++) {
+        if ((len = queue_key(q, seq, key, sizeof(key))) == 0)
             continue;
-        if (seq == next && (holder == NULL || store_holder_pins(store, holder, key, (size_t)len)))
+        if (seq == next && seq < head &&
+            (holder == NULL || store_holder_pins(store, holder, key, len)))
             continue;
-        store_forgo_read(store, key, (size_t)len);
+        store_forgo_read(store, key, len);
     }
 }
 

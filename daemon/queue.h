@@ -192,6 +192,20 @@ void queue_drop_pool(struct queue_set *set, const struct pool *pool);
 /* Queues of pool (NULL: all). */
 unsigned queue_count(const struct queue_set *set, const struct pool *pool);
 
+/* An alloc of key by owner in pool: when key is "q/<queue>/<seq>" of a
+ * queue of pool whose writer owner is, *readers becomes the daemon's count
+ * of its live seats (the writer's own count may be stale: a seat taken
+ * since). Other keys are left alone. */
+void queue_overflow_readers(const struct queue_set *set, const struct pool *pool,
+                            const void *owner, const char *key, size_t key_len,
+                            uint32_t *readers);
+
+/* Delete every committed object of pool under "q/": overflow messages of
+ * queues of an earlier run of the daemon (queues do not outlive it), which
+ * would otherwise await reads that never come. Start-up only: it walks the
+ * pool. Returns how many went. */
+unsigned queue_drop_orphans(struct pool *pool);
+
 /* Put the immutable words of the area's header back (a member may have
  * scribbled them) before its descriptor is passed to a new member. */
 void queue_restore_header(struct queue *q);

@@ -804,11 +804,23 @@ int store_forgo_read(struct store *s, const char *key, size_t key_len)
 {
     struct object *obj = store_lookup(s, key, key_len);
 
-    if (obj == NULL || obj->state != STORE_COMMITTED || obj->awaited_reads == 0)
+    if (obj == NULL || obj->awaited_reads == 0)
         return -ENOENT;
     if (--obj->awaited_reads == 0)
         s->room_gen++;
     ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
+    return 0;
+}
+
+int store_expect_read(struct store *s, const char *key, size_t key_len)
+{
+    struct object *obj = store_lookup(s, key, key_len);
+
+    if (obj == NULL || obj->awaited_reads >= STORE_MAX_READERS)
+        return -ENOENT;
+    obj->awaited_reads++;
+    ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
+    store_watch(s, obj); /* awaited reads may block reclaim */
     return 0;
 }
 

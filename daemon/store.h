@@ -160,10 +160,15 @@ int store_get(struct store *s, struct store_holder *h, const char *key, size_t k
 int store_release(struct store *s, struct store_holder *h, const char *key,
                   size_t key_len, struct shmb_error *err);
 
-/* One awaited read of a committed object will never come (its reader left
- * for good): one fewer awaited. -ENOENT when there is no such object or it
- * awaits none. */
+/* One awaited read of an object, pending or committed, will never come
+ * (its reader left for good): one fewer awaited. -ENOENT when there is no
+ * such object or it awaits none. */
 int store_forgo_read(struct store *s, const char *key, size_t key_len);
+
+/* One more awaited read of key, pending or committed (a reader that joined
+ * after its writer counted them). -ENOENT when there is no such object or
+ * it is at STORE_MAX_READERS. */
+int store_expect_read(struct store *s, const char *key, size_t key_len);
 
 /* Whether h pins the object key. */
 bool store_holder_pins(const struct store *s, const struct store_holder *h, const char *key,

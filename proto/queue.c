@@ -23,6 +23,9 @@
 #define SPIN_MIN_NS 1000u
 #define SPIN_START_NS 20000u
 #define SPIN_MAX_NS 50000u
+/* How long a held-back writer sleeps for its wake mark before any reader's
+ * finish may wake it. */
+#define MARK_SLEEP_NS 1000000
 
 #define SEAT_BIT(s) (UINT64_C(1) << (s))
 
@@ -311,8 +314,9 @@ static int reader_ready(struct shmb_q *q, uint32_t s, struct shmb_error *err)
     return 0;
 }
 
-/* Say that this side is about to sleep, or no longer is. */
-static void announce(struct shmb_q *q, bool writer, uint32_t s, bool on)
+/* Say that this side is about to sleep, or no longer is. A writer's mark
+ * asks to be woken only once the slowest reader has freed half the ring. */
+static void announce(struct shmb_q *q, bool writer, uint32_t s, bool on, bool mark)
 {
     if (writer) {
         /* Before the flag: a reader that sees the flag sees this mark.
@@ -320,9 +324,10 @@ static void announce(struct shmb_q *q, bool writer, uint32_t s, bool on)
          * slot, makes one wake-up per half ring of messages instead of one
          * per message when readers are the slower side. */
         if (on)
-            atomic_store(&q->hdr->wake_at, q->head >= q->slots
-                                               ? q->head - q->slots + 1 + (q->slots - 1) / 2
-                                               : 0);
+            atomic_store(&q->hdr->wake_at,
+                         mark && q->head >= q->slots
+                             ? q->head - q->slots + 1 + (q->slots - 1) / 2
+                             : 0);
         atomic_store(&q->hdr->writer_waiting, on ? 1u : 0u);
     } else if (on) {
         /* In this order, a reader killed between the two stores leaves
@@ -352,6 +357,7 @@ static int wait_for(struct shmb_q *q, bool writer, uint32_t s, int timeout_ms,
     int64_t start, deadline;
     uint32_t val;
     unsigned i;
+    bool mark;
     int rc;
 
     if ((rc = ready(q, s, err)) != 0)
@@ -361,6 +367,8 @@ static int wait_for(struct shmb_q *q, bool writer, uint32_t s, int timeout_ms,
     start = now_ns();
     deadline = timeout_ms < 0 ? INT64_MAX : start + (int64_t)timeout_ms * 1000000;
     for (i = 1;; i++) {
+        int64_t t;
+
         /* A few microseconds of pause, then yield the CPU between looks:
          * on a host with more runnable processes than CPUs (five members
          * on two cores) a pause-spin would take the slice the other side
@@ -373,18 +381,26 @@ static int wait_for(struct shmb_q *q, bool writer, uint32_t s, int timeout_ms,
             *budget = *budget * 2 > SPIN_MAX_NS ? SPIN_MAX_NS : *budget * 2;
             return rc < 0 ? rc : 0;
         }
-        if (i % 64 == 0 && now_ns() - start >= spin)
+        if (i % 64 == 0 && ((t = now_ns()) - start >= spin || t >= deadline))
             break;
     }
     *budget = *budget / 2 < SPIN_MIN_NS ? SPIN_MIN_NS : *budget / 2;
-    for (;;) {
-        announce(q, writer, s, true);
+    for (mark = writer;; mark = false) {
+        /* The writer's first sleep waits for the mark, but at most
+         * MARK_SLEEP_NS: a slowest reader that frees a slot and then stops
+         * reading (it waits for something from the writer) would otherwise
+         * hold the writer while a slot is free. After it, any reader's
+         * finish wakes the writer. */
+        int64_t until = mark && deadline - now_ns() > MARK_SLEEP_NS ? now_ns() + MARK_SLEEP_NS
+                                                                    : deadline;
+
+        announce(q, writer, s, true, mark);
         atomic_thread_fence(memory_order_seq_cst);
         val = atomic_load_explicit(word, memory_order_acquire);
         rc = ready(q, s, err);
-        if (rc == 0 && now_ns() < deadline)
-            futex_wait(word, val, deadline);
-        announce(q, writer, s, false);
+        if (rc == 0 && now_ns() < until)
+            futex_wait(word, val, until);
+        announce(q, writer, s, false, false);
         if (rc != 0)
             return rc < 0 ? rc : 0;
         if (now_ns() >= deadline) {

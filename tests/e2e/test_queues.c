@@ -1567,6 +1567,8 @@ static void test_daemon_killed(void **state)
     w = open_q(c, "gone", SHMB_QUEUE_WRITER);
     st = h_daemon_signal(d, SIGKILL, H_REPLY_TIMEOUT_MS);
     assert_true(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    /* A short wait too (a loop of them would never see it otherwise). */
+    fails(c, shmb_queue_dequeue(r, &data, &len, 300), -ECONNRESET, "shmbrokerd went away");
     fails(c, shmb_queue_dequeue(r, &data, &len, LONG_WAIT_MS), -ECONNRESET,
           "shmbrokerd went away");
     fails(c, shmb_queue_dequeue(r, &data, &len, -1), -ECONNRESET, "reconnect");
@@ -1576,6 +1578,155 @@ static void test_daemon_killed(void **state)
     fails(c, shmb_queue_enqueue(w, "c", 1, -1), -ECONNRESET, "went away");
     assert_true(shmb_queue_close(w) < 0);
     assert_true(shmb_queue_close(r) < 0);
+    shmb_close(c);
+    h_pass(f);
+}
+
+/* The awaited reads of an overflow object count every reader that will
+ * read it: a seat taken between the writer's reserve (its alloc) and its
+ * publish is added by the daemon; a raw alloc by the writer gets the
+ * daemon's count of live seats whatever it asks; a reader that closes
+ * while holding the message does not take its read off a second time. */
+static void test_overflow_counts(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *c = h_lib_connect(d, "writer", 0), *c0 = h_lib_connect(d, "r0", 0);
+    shmb_t *c1 = h_lib_connect(d, "r1", 0);
+    shmb_queue_t *w, *r0, *r1;
+    shmb_list_t *list = NULL;
+    const void *data;
+    char *reply = NULL;
+    void *buf;
+    size_t len;
+
+    ok(c, shmb_queue_create(c, "oc", 2, 4, 64, 0));
+    r0 = open_q(c0, "oc", 0);
+    w = open_q(c, "oc", SHMB_QUEUE_WRITER);
+    ok(c, shmb_queue_reserve(w, 300, &buf, 1000)); /* allocated for 1 live seat */
+    memset(buf, 'o', 300);
+    r1 = open_q(c1, "oc", 1); /* starts at this very message */
+    ok(c, shmb_queue_publish(w, 300));
+    ok(c, shmb_list(c, "q/oc/0", 0, &list));
+    assert_int_equal(list->count, 1);
+    assert_int_equal(list->objects[0].readers, 2);
+    shmb_list_free(list);
+    /* r0 takes it and closes while holding it: r1's read is still awaited. */
+    ok(c0, shmb_queue_dequeue(r0, &data, &len, 1000));
+    assert_int_equal(len, 300);
+    ok(c0, shmb_queue_close(r0));
+    ok(c, shmb_list(c, "q/oc/0", 0, &list));
+    assert_int_equal(list->objects[0].readers, 1);
+    shmb_list_free(list);
+    ok(c1, shmb_queue_dequeue(r1, &data, &len, 1000));
+    assert_int_equal(len, 300);
+    shmb_queue_done(r1);
+    /* A raw alloc by the writer: the daemon counts the live seat (r1). */
+    ok(c, shmb_request(c, "{\"op\":\"alloc\",\"key\":\"q/oc/7\",\"size\":100,\"readers\":0}",
+                       &reply));
+    free(reply);
+    ok(c, shmb_request(c, "{\"op\":\"commit\",\"key\":\"q/oc/7\"}", &reply));
+    free(reply);
+    ok(c, shmb_list(c, "q/oc/7", 0, &list));
+    assert_int_equal(list->objects[0].readers, 1);
+    shmb_list_free(list);
+    ok(c1, shmb_queue_close(r1));
+    ok(c, shmb_queue_close(w));
+    shmb_close(c1);
+    shmb_close(c0);
+    shmb_close(c);
+    h_pass(f);
+}
+
+/* Helper: the writer of an 8-slot queue fills it, says ready, and waits
+ * (30 s) to publish a ninth message; records when and how that ended. */
+static int full_writer(void *arg)
+{
+    struct blocked *b = arg;
+    shmb_t *c;
+    shmb_queue_t *q;
+    int i;
+
+    if ((c = child_connect(b->socket, "full")) == NULL)
+        return 35;
+    if ((q = child_open(c, b->queue, SHMB_QUEUE_WRITER, "full")) == NULL)
+        return 36;
+    for (i = 0; i < 8; i++)
+        if (shmb_queue_enqueue(q, "m", 1, 0) < 0)
+            return 37;
+    h_signal_notify(&b->ready);
+    b->out->rc = shmb_queue_enqueue(q, "n", 1, LONG_WAIT_MS);
+    b->out->t_woke = now_ns();
+    shmb_queue_close(q);
+    shmb_close(c);
+    return 0;
+}
+
+/* A writer held back sleeps for its wake mark (half the ring) only a
+ * moment: when the slowest reader frees one slot and then stops reading,
+ * the writer gets that slot at once, not at its timeout. */
+static void test_writer_not_held_by_mark(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *c = h_lib_connect(d, "test", 0);
+    struct blocked b = {.socket = d->socket, .queue = "mk", .seat = SHMB_QUEUE_WRITER};
+    shmb_queue_t *r;
+    const void *data;
+    size_t len;
+    int64_t t0, ms;
+    pid_t pid;
+    int i;
+
+    b.out = shared_new();
+    h_signal_open(&b.ready);
+    ok(c, shmb_queue_create(c, "mk", 1, 8, 64, 0));
+    r = open_q(c, "mk", 0);
+    pid = h_fork(f, full_writer, &b); /* fills the ring, then blocks for a slot */
+    assert_true(pid > 0);
+    if (!h_signal_wait(&b.ready, H_REPLY_TIMEOUT_MS))
+        h_fail("the writer did not start");
+    await_list(c, "mk", writer_is_waiting, 0, "the writer waiting for a slot");
+    usleep(20000); /* past its first look: asleep for the mark */
+    t0 = now_ns();
+    ok(c, shmb_queue_dequeue(r, &data, &len, 1000));
+    shmb_queue_done(r); /* one slot free; this reader then stops */
+    assert_int_equal(h_child_wait(f, pid, HELPER_TIMEOUT_MS), 0);
+    ms = (b.out->t_woke - t0) / 1000000;
+    printf("the writer had the freed slot %lld ms after it was freed\n", (long long)ms);
+    assert_int_equal(b.out->rc, 0);
+    if (ms >= 500)
+        h_fail("the writer waited %lld ms for a free slot", (long long)ms);
+    for (i = 0; i < 8; i++)
+        ok(c, shmb_queue_dequeue(r, &data, &len, 1000));
+    ok(c, shmb_queue_close(r));
+    shared_free(b.out);
+    shmb_close(c);
+    h_pass(f);
+}
+
+/* A spin longer than the timeout does not stretch it. */
+static void test_spin_keeps_timeout(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *c = h_lib_connect(d, "test", 0);
+    shmb_queue_t *w, *r;
+    const void *data;
+    size_t len;
+    int64_t t0, ms;
+
+    ok(c, shmb_queue_create(c, "sk", 1, 2, 64, 0));
+    r = open_q(c, "sk", 0);
+    w = open_q(c, "sk", SHMB_QUEUE_WRITER);
+    ok(c, shmb_queue_set_spin(r, 100000));
+    t0 = now_ns();
+    fails(c, shmb_queue_dequeue(r, &data, &len, 5), -ETIMEDOUT, NULL);
+    ms = (now_ns() - t0) / 1000000;
+    if (ms >= 80)
+        h_fail("a 5 ms dequeue with a 100 ms spin took %lld ms", (long long)ms);
+    ok(c, shmb_queue_close(w));
+    ok(c, shmb_queue_close(r));
     shmb_close(c);
     h_pass(f);
 }
@@ -1700,6 +1851,8 @@ int main(void)
         TEST(test_busy_connection),  TEST(test_daemon_killed),
         TEST(test_forked_handles),   TEST(test_ready_after_writer),
         TEST(test_dead_reader_frees_objects), TEST(test_spin_setting),
+        TEST(test_overflow_counts), TEST(test_writer_not_held_by_mark),
+        TEST(test_spin_keeps_timeout),
     };
 
     signal(SIGPIPE, SIG_IGN);

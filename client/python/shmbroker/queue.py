@@ -89,6 +89,7 @@ _MINUS_ONE = 0xFFFFFFFF  # fetch_add32 of -1
 # looks at its daemon connection, so that a daemon that died (SIGKILL, no
 # shutdown) ends the wait instead of leaving it asleep for ever.
 _SLICE_NS = 1000000000
+_MARK_SLEEP_NS = 1000000
 _HANGUP = select.POLLHUP | select.POLLERR | select.POLLNVAL | getattr(select, "POLLRDHUP", 0)
 
 _H = HEADER_OFFSETS
@@ -288,16 +289,17 @@ class _Area:
                              "published has been read.")
         return False
 
-    def _announce(self, writer, on):
+    def _announce(self, writer, on, mark=False):
         """Say that this side is about to sleep, or no longer is (the locked
         instructions are full fences, as queue.c's seq_cst fence)."""
         if writer:
             if on:
-                # Before the flag, as queue.c: sleep until the slowest reader
-                # frees half the ring (the reader reaching wake_at wakes).
+                # Before the flag, as queue.c: with the mark, sleep until the
+                # slowest reader frees half the ring (the reader reaching
+                # wake_at wakes); without it (0), any reader's finish wakes.
                 n, slots = self.head, self.slots
                 self._q64[_H["wake_at"] // 8] = (n - slots + 1 + (slots - 1) // 2
-                                                 if n >= slots else 0)
+                                                 if mark and n >= slots else 0)
             _futex.exchange32(self._ww_addr, 1 if on else 0)
         elif on:
             _futex.fetch_add32(self._rw_addr, 1)
@@ -332,8 +334,10 @@ class _Area:
                     self._spin_r = budget
                 return
             i += 1
-            if i & 7 == 0 and _now() - start >= limit:
-                break
+            if i & 7 == 0:
+                now = _now()
+                if now - start >= limit or (deadline is not None and now >= deadline):
+                    break
         budget = max(budget // 2, SPIN_MIN_NS)
         if writer:
             self._spin_w = budget
@@ -343,18 +347,23 @@ class _Area:
             word, addr = _H["head_word"] // 4, self._head_word_addr
         q32 = self._q32
         looked = _now()
+        mark = writer
         while True:
-            self._announce(writer, True)
+            # The writer's first sleep waits for its mark, at most
+            # _MARK_SLEEP_NS (queue.c's MARK_SLEEP_NS): a slowest reader that
+            # frees a slot and then stops reading must not hold it.
+            self._announce(writer, True, mark)
             try:
                 val = q32[word]
                 ok = ready()
                 now = _now()
                 if not ok and (deadline is None or now < deadline):
-                    until = now + _SLICE_NS
+                    until = now + (_MARK_SLEEP_NS if mark else _SLICE_NS)
                     _futex.futex_wait(addr, val, until if deadline is None
                                       else min(deadline, until))
             finally:
                 self._announce(writer, False)
+                mark = False
             if ok:
                 return
             now = _now()
@@ -362,6 +371,10 @@ class _Area:
                 # What the last sleep may have missed at its very end.
                 if ready():
                     return
+                # A wait that ends empty also says whether the daemon went
+                # (short timeouts in a loop would never see it otherwise).
+                if self.check_daemon is not None:
+                    self.check_daemon()
                 self._timed_out(writer, timeout)
             if self.check_daemon is not None and now - looked >= _SLICE_NS:
                 looked = now
