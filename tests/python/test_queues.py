@@ -190,6 +190,41 @@ class AreaTest(unittest.TestCase):
             self.assertEqual(bytes(reader.dequeue(0)[1]), bytes([i]))
         reader.done()
 
+    # A spin longer than the timeout does not stretch it.
+    def test_spin_keeps_timeout(self):
+        fd, size, writer = self.area(1, 2, 64)
+        reader = attach(fd, size, 0, seat_take(writer, 0))
+        self.addCleanup(reader.close)
+        reader.spin_ns = 100 * 1000 * 1000
+        start = time.monotonic()
+        with self.assertRaises(shmbroker.Timeout):
+            reader.dequeue(0.005)
+        self.assertLess(time.monotonic() - start, 0.08)
+
+    # A writer held back sleeps for its half-ring mark only a moment: when
+    # the slowest reader frees one slot and then stops reading, the writer
+    # has that slot at once, not at its timeout.
+    def test_writer_not_held_by_mark(self):
+        fd, size, writer = self.area(1, 8, 64)
+        reader = attach(fd, size, 0, seat_take(writer, 0))
+        self.addCleanup(reader.close)
+        for i in range(8):
+            writer.reserve(0)[0].release()
+            writer.publish(Q.SLOT_INLINE, 1)
+        done = []
+        t = threading.Thread(target=lambda: done.append((writer.reserve(5)[0].release(),
+                                                         time.monotonic())))
+        t.start()
+        while u32(writer, Q.HEADER_OFFSETS["writer_waiting"]) == 0:
+            time.sleep(0.001)
+        time.sleep(0.02)  # asleep for the mark by now
+        freed = time.monotonic()
+        reader.dequeue(0)[1].release()
+        reader.done()  # one slot free; this reader then stops
+        t.join(WAIT)
+        self.assertEqual(len(done), 1)
+        self.assertLess(done[0][1] - freed, 0.5)
+
     # The Python constants are proto/layout_queue.h's: every field offset of
     # its SHMB_LAYOUT_AT asserts, and the sizes.
     def test_layout_matches_header(self):
@@ -920,6 +955,9 @@ print(out, t.is_alive())
         for tag in "rw":
             self.assertIsInstance(got[tag], shmbroker.ConnectionLost, tag)
             self.assertIn("shmbrokerd went away", str(got[tag]))
+        # A short wait sees it too (a loop of them would never otherwise).
+        with self.assertRaisesRegex(shmbroker.ConnectionLost, "shmbrokerd went away"):
+            reader.dequeue(timeout=0.3)
 
     # A MessageQueue used in a child made by fork() raises ECHILD and
     # touches nothing: the parent's writer and reader go on in step, and
