@@ -713,6 +713,23 @@ static void test_shutdown_all_and_drop_pool(void **state)
     assert_int_equal(queue_count(&f->set, NULL), 0);
 }
 
+/* Proves that the objects of queues of an earlier run (every key under
+ * "q/") go at an adopting start, and nothing else. */
+static void test_drop_orphans(void **state)
+{
+    struct fixture *f = *state;
+    const char *keys[] = {"q/a/0", "keep", "q/b/17", "qq/x", "q"};
+
+    put_keys(f, keys, 5);
+    assert_int_equal(queue_drop_orphans(f->pool), 2);
+    assert_false(store_contains(f->pool->store, "q/a/0", 5));
+    assert_false(store_contains(f->pool->store, "q/b/17", 6));
+    assert_true(store_contains(f->pool->store, "keep", 4));
+    assert_true(store_contains(f->pool->store, "qq/x", 4));
+    assert_true(store_contains(f->pool->store, "q", 1));
+    assert_int_equal(queue_drop_orphans(f->pool), 0);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -724,7 +741,7 @@ int main(void)
         TEST(test_status_blocker), TEST(test_restore_header),
         TEST(test_shutdown_all_and_drop_pool), TEST(test_create_drops_leftovers),
         TEST(test_status_scribbled), TEST(test_restore_state), TEST(test_blocker_needs_writer),
-        TEST(test_size_cap),     TEST(test_fd_spare),
+        TEST(test_size_cap),     TEST(test_fd_spare),       TEST(test_drop_orphans),
     };
 
     return cmocka_run_group_tests_name("test_daemon_queue", tests, NULL, NULL);
