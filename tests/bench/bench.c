@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "shmbroker.h"
 
 /* Latency samples kept per client: enough for a p99.9 of a few seconds of
@@ -83,38 +84,6 @@ static struct options opt = {
 
 /* ---- small utilities ------------------------------------------------------ */
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* "64", "4K", "16M", "2G" (powers of 1024). */
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-
-    if (end == s)
-        return -1;
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    case 'g': case 'G': v <<= 30; end++; break;
-    default: break;
-    }
-    if (*end == 'i' && end[1] == 'B')
-        end += 2;
-    else if (*end == 'B')
-        end++;
-    if (*end != '\0')
-        return -1;
-    *out = (size_t)v;
-    return 0;
-}
-
 /* Report a failure of a client into its result slot. */
 static int client_fail(struct client_result *r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -143,24 +112,6 @@ static bool keep_going(const struct client_result *r)
     if (opt.ops != 0)
         return r->ops < opt.ops;
     return now_ns() - r->start_ns < (uint64_t)(opt.seconds * 1e9);
-}
-
-/* Sum every byte of p, 8 at a time: a reader that looks at all the data at
- * memory speed (a byte loop would make the reader, not the transport, the
- * bottleneck). */
-static uint64_t sum_bytes(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t s = 0, w;
-    size_t i = 0;
-
-    for (; i + 8 <= n; i += 8) {
-        memcpy(&w, b + i, 8);
-        s += w;
-    }
-    for (; i < n; i++)
-        s += b[i];
-    return s;
 }
 
 static volatile uint64_t sink; /* keeps the sums alive */
@@ -577,24 +528,6 @@ static int run_rtt(struct client_result *r, int barrier, const char *path)
 }
 
 /* ---- the parent: fork, barrier, aggregate --------------------------------- */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
-}
-
-/* The q-quantile of sorted v (nearest rank). */
-static double quantile(const double *v, size_t n, double q)
-{
-    size_t i;
-
-    if (n == 0)
-        return 0;
-    i = (size_t)ceil(q * (double)n);
-    return v[i == 0 ? 0 : i - 1];
-}
 
 /* Print one table line and one JSON line for a finished run. */
 static void report(const struct client_result *res, int n)

@@ -35,6 +35,7 @@
 
 #include <zmq.h>
 
+#include "bench_util.h"
 #include "layout_queue.h"
 #include "queue.h"
 #include "shmbroker.h"
@@ -106,37 +107,6 @@ static int forked;
 
 /* ---- small utilities ------------------------------------------------------ */
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* "64", "4K", "1M" (powers of 1024). */
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-
-    if (end == s)
-        return -1;
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    default: break;
-    }
-    if (*end == 'i' && end[1] == 'B')
-        end += 2;
-    else if (*end == 'B')
-        end++;
-    if (*end != '\0')
-        return -1;
-    *out = (size_t)v;
-    return 0;
-}
-
 /* Report a reader's failure into its result slot. */
 static int reader_fail(struct reader_result *r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -165,23 +135,6 @@ static void die(const char *fmt, ...)
     while (forked > 0)
         kill(pids[--forked], SIGKILL);
     exit(1);
-}
-
-/* Sum every byte of p, 8 at a time: a reader that looks at all the data at
- * memory speed (as tests/bench/bench.c's readers do). */
-static uint64_t sum_bytes(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t s = 0, w;
-    size_t i = 0;
-
-    for (; i + 8 <= n; i += 8) {
-        memcpy(&w, b + i, 8);
-        s += w;
-    }
-    for (; i < n; i++)
-        s += b[i];
-    return s;
 }
 
 static volatile uint64_t sink; /* keeps the sums alive */
@@ -749,24 +702,6 @@ static uint64_t writer_run(uint64_t *start)
 }
 
 /* ---- the parent: fork, gate, aggregate --------------------------------------- */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
-}
-
-/* The q-quantile of sorted v (nearest rank). */
-static double quantile(const double *v, size_t n, double q)
-{
-    size_t i;
-
-    if (n == 0)
-        return 0;
-    i = (size_t)ceil(q * (double)n);
-    return v[i == 0 ? 0 : i - 1];
-}
 
 /* Print one table line and one JSON line for a finished run. */
 static void report(uint64_t sent, uint64_t start)
