@@ -201,14 +201,63 @@ int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void *
 int shmb_commit(shmb_t *c, const char *key);
 int shmb_abort(shmb_t *c, const char *key);
 
-/* Copying write: alloc, memcpy, commit. */
+/* Copying write, in one round trip: the payload is copied into this
+ * handle's arena (a run of the segment the daemon granted it; asked for,
+ * and refilled, as puts need it) and committed there with one request
+ * (commit_at). Falls back to alloc, memcpy, commit (two round trips) on a
+ * read-only handle, with arenas off (shmb_set_arena(c, 0)), or for an
+ * object larger than an arena may be. Visible to every client once it
+ * returns 0. */
 int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned readers);
+
+/* Fire-and-forget put: as shmb_put through the arena, but the commit is sent
+ * without waiting for the answer (no round trip while the arena lasts).
+ * Ordering: the daemon handles one connection's requests in order, so the
+ * object is visible to everyone once any later request on this handle has
+ * been answered (any call that waits for a reply: shmb_contains, shmb_get,
+ * shmb_put ...); a shmb_read on this same handle before that may miss it and
+ * then asks the daemon, which answers after the commit. An error (key
+ * exists, ...) is logged and counted by the daemon (noreply_errors), not
+ * reported here. Needs an arena: -ENOTSUP without one (read-only handle,
+ * arenas off); then use shmb_put. */
+int shmb_put_nowait(shmb_t *c, const char *key, const void *data, size_t size,
+                    unsigned readers);
+
+/* The arena size this handle asks for: 0 turns arenas off, any other value
+ * is a floor (an arena is at least 4 times the largest recent chunk, at
+ * most what the daemon grants). Default SHMB_ARENA_DEFAULT. */
+#define SHMB_ARENA_DEFAULT (256u * 1024u)
+void shmb_set_arena(shmb_t *c, size_t bytes);
 
 /* Zero-copy read: pin key and get a const pointer to its bytes and their
  * length, valid until shmb_release (or shmb_close). Each get counts one read
  * and must be released once. -ENOENT when absent or not committed. */
 int shmb_get(shmb_t *c, const char *key, const void **ptr, size_t *size);
 int shmb_release(shmb_t *c, const char *key);
+
+/* Copy-out read, with no system call: look key up in the catalog the daemon
+ * publishes in the segment, copy its payload into buf (cap bytes), check
+ * that nothing changed under the copy; when the catalog cannot say (the
+ * table was moving, the object changed under the copy twice, the catalog is
+ * full), ask the daemon (get, copy, release: one round trip). *size gets
+ * the payload's length. Counts one read, as shmb_get does.
+ * -ENOENT when no committed object has key; -ENOBUFS when cap is too small
+ * (*size says how much is needed, nothing copied).
+ * Which call when: shmb_read for small and medium objects a reader copies
+ * anyway (no round trip); shmb_get/shmb_release to read large objects in
+ * place (zero copy: a pin needs the daemon, two round trips, one of them
+ * with shmb_release_nowait). */
+int shmb_read(shmb_t *c, const char *key, void *buf, size_t cap, size_t *size);
+
+/* How this handle's shmb_read calls went: served from the catalog, or by
+ * the daemon (a miss the catalog could not prove, a change under the copy,
+ * no catalog), and copies retried after a change under them. */
+typedef struct {
+    uint64_t fast;     /* answered from the mapping, hits and proven misses */
+    uint64_t fallback; /* answered by the daemon */
+    uint64_t retries;  /* copies redone */
+} shmb_read_stats_t;
+void shmb_read_stats(const shmb_t *c, shmb_read_stats_t *out);
 
 /* Release without waiting for the daemon's answer: the request is sent and
  * the call returns. An error (no such pin) is logged by the daemon and

@@ -924,6 +924,23 @@ static int cmd_queue_list(struct command_call *call)
     return command_set(call, "queues", command_queues_json(call->env));
 }
 
+/* read: an awaited read done in place (daemon/catalog.c's side). */
+static int cmd_read(struct command_call *call)
+{
+    return shmb_error_set(&call->err, -ENOSYS, "read is not served yet.");
+}
+
+/* arena and commit_at: puts in one round trip (daemon/arena.c). */
+static int cmd_arena(struct command_call *call)
+{
+    return shmb_error_set(&call->err, -ENOSYS, "arena is not served yet.");
+}
+
+static int cmd_commit_at(struct command_call *call)
+{
+    return shmb_error_set(&call->err, -ENOSYS, "commit_at is not served yet.");
+}
+
 static int cmd_batch(struct command_call *call);
 
 /* The handlers, one per row of proto/ops.def: cmd_NAME for op NAME. */
