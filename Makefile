@@ -76,7 +76,7 @@ DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c daemon/queue.c $(CORE_SRC)
 LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
-               client/queue.c
+               client/queue.c client/read.c client/arena.c
 CTL_SRC     := client/shmbrokerctl.c
 
 OBJ = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
