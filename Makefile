@@ -164,10 +164,14 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              soak test_cases test_frames test_sizing test_backings test_queue_ops
 # Broadcast queues through the library: forked writers and readers.
 E2E_TESTS += test_queues
+# Reads from the catalog and puts through arenas; it counts the library's
+# send()s to tell round trips.
+E2E_TESTS += test_read
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)
 $(E2E_BINS): TEST_LDFLAGS = $(PKGS_LIBS)
+$(BUILD)/tests/test_read: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=send
 # The frames tool that tests of other clients run against the library
 # (not installed); test_frames checks it too.
 FRAMES_TOOL := $(BUILD)/tests/shmb-frames-tool
