@@ -207,10 +207,11 @@ static int arena_commit(shmb_t *c, const char *key, uint64_t hsize, size_t size,
     } else if (c->sock < 0) {
         return rc; /* the connection went, and the arena with it */
     }
-    /* A commit refused because the arena went (ESTALE), or at an offset the
-     * daemon no longer expects after a commit sent without waiting failed:
-     * the arena is of no more use, the next one may be on its way. */
-    if (rc == -ESTALE || (rc == -EINVAL && unsure)) {
+    /* A commit refused because the arena went (ESTALE), or after a commit
+     * sent without waiting failed (the daemon's cursor is then behind ours,
+     * and it refuses the offset): the arena is of no more use, the next one
+     * may be on its way. A key that exists is the key's fault. */
+    if (rc == -ESTALE || (unsure && rc < 0 && rc != -EEXIST)) {
         c->arena.size = 0;
         rc = -ESTALE;
     }

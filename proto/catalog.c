@@ -37,6 +37,18 @@
 #endif
 #endif
 
+/* Loads of fields between a sequence word's two reads, and the fence
+ * after them. ThreadSanitizer does not model fences (gcc warns that it
+ * does not support them), so under it those loads are acquire loads
+ * instead, which order the same way. */
+#ifdef CATALOG_TSAN
+#define CATALOG_RELAXED memory_order_acquire
+#define CATALOG_FENCE() ((void)0)
+#else
+#define CATALOG_RELAXED memory_order_relaxed
+#define CATALOG_FENCE() atomic_thread_fence(memory_order_acquire)
+#endif
+
 static inline uint64_t catalog_load64(const unsigned char *p, memory_order mo)
 {
     return atomic_load_explicit((const _Atomic uint64_t *)(const void *)p, mo);
@@ -49,8 +61,7 @@ static inline uint32_t catalog_load32(const unsigned char *p, memory_order mo)
 
 static inline uint16_t catalog_load16(const unsigned char *p)
 {
-    return atomic_load_explicit((const _Atomic uint16_t *)(const void *)p,
-                                memory_order_relaxed);
+    return atomic_load_explicit((const _Atomic uint16_t *)(const void *)p, CATALOG_RELAXED);
 }
 
 /* Copy n bytes of the mapping (src 8-byte aligned) into dst. */
@@ -61,13 +72,12 @@ static void catalog_copy(void *dst, const unsigned char *src, size_t n)
     size_t i = 0;
 
     for (; i + 8 <= n; i += 8) {
-        uint64_t w = catalog_load64(src + i, memory_order_relaxed);
+        uint64_t w = catalog_load64(src + i, CATALOG_RELAXED);
 
         memcpy(d + i, &w, 8);
     }
     for (; i < n; i++)
-        d[i] = atomic_load_explicit((const _Atomic unsigned char *)(src + i),
-                                    memory_order_relaxed);
+        d[i] = atomic_load_explicit((const _Atomic unsigned char *)(src + i), CATALOG_RELAXED);
 #else
     memcpy(dst, src, n);
 #endif
@@ -124,18 +134,18 @@ static int catalog_entry_read(const unsigned char *e, struct catalog_entry_copy 
         if (s1 & 1u)
             continue;
         out->hash = catalog_load32(e + offsetof(struct shmb_catalog_entry, hash),
-                                   memory_order_relaxed);
+                                   CATALOG_RELAXED);
         out->chunk = catalog_load64(e + offsetof(struct shmb_catalog_entry, chunk),
-                                    memory_order_relaxed);
+                                    CATALOG_RELAXED);
         out->gen = catalog_load32(e + offsetof(struct shmb_catalog_entry, gen),
-                                  memory_order_relaxed);
+                                  CATALOG_RELAXED);
         out->flags = catalog_load32(e + offsetof(struct shmb_catalog_entry, flags),
-                                    memory_order_relaxed);
+                                    CATALOG_RELAXED);
         out->size = catalog_load64(e + offsetof(struct shmb_catalog_entry, size),
-                                   memory_order_relaxed);
-        atomic_thread_fence(memory_order_acquire);
+                                   CATALOG_RELAXED);
+        CATALOG_FENCE();
         if (catalog_load32(e + offsetof(struct shmb_catalog_entry, seq),
-                           memory_order_relaxed) == s1)
+                           CATALOG_RELAXED) == s1)
             return 0;
     }
     return -EAGAIN;
@@ -151,12 +161,12 @@ static bool catalog_chunk_holds(const unsigned char *ch, const char *key, size_t
                                    memory_order_acquire);
 
     if (SHMB_SEAL_GEN(seal) != gen ||
-        catalog_load32(ch + offsetof(struct shmb_chunk_header, magic), memory_order_relaxed) !=
+        catalog_load32(ch + offsetof(struct shmb_chunk_header, magic), CATALOG_RELAXED) !=
             SHMB_CHUNK_MAGIC ||
         catalog_load16(ch + offsetof(struct shmb_chunk_header, state)) != SHMB_CHUNK_COMMITTED ||
         catalog_load16(ch + offsetof(struct shmb_chunk_header, key_len)) != key_len ||
         catalog_load64(ch + offsetof(struct shmb_chunk_header, payload_size),
-                       memory_order_relaxed) != size)
+                       CATALOG_RELAXED) != size)
         return false;
     catalog_copy(kbuf, ch + sizeof(struct shmb_chunk_header), key_len);
     return memcmp(kbuf, key, key_len) == 0;
@@ -169,7 +179,7 @@ static bool catalog_chunk_unchanged(const unsigned char *ch, const char *key, si
 {
     unsigned char kbuf[SHMB_KEY_MAX];
 
-    atomic_thread_fence(memory_order_acquire);
+    CATALOG_FENCE();
     if (SHMB_SEAL_GEN(catalog_load64(ch + offsetof(struct shmb_chunk_header, seal),
                                      memory_order_acquire)) != gen ||
         catalog_load16(ch + offsetof(struct shmb_chunk_header, state)) != SHMB_CHUNK_COMMITTED)
@@ -285,9 +295,9 @@ static int catalog_read(const struct shmb_catalog_view *v, const char *key, size
         /* A miss proves something only if no entry moved during the probe
          * (a deletion shifts entries back, past a reader) and the catalog
          * lists every committed object. */
-        atomic_thread_fence(memory_order_acquire);
+        CATALOG_FENCE();
         if (catalog_load32(hdr + offsetof(struct shmb_segment_header, catalog_moves),
-                           memory_order_relaxed) != m1) {
+                           CATALOG_RELAXED) != m1) {
             moves++;
             continue;
         }
