@@ -70,7 +70,7 @@ ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ------------------------------------------------------------
 PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c proto/sock.c \
-               proto/frames.c proto/queue.c proto/catalog.c
+               proto/frames.c proto/queue.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
@@ -78,6 +78,8 @@ DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon
 LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
                client/queue.c client/read.c client/arena.c
 CTL_SRC     := client/shmbrokerctl.c
+# The catalog's reader, for the library and the daemon's tests.
+PROTO_SRC   += proto/catalog.c
 
 OBJ = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -98,9 +100,6 @@ BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE) $(QUEUE_EXAMPLE)
 UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error \
               test_text test_conn test_tables test_command test_config_parse test_client \
               test_frames_layout test_host test_pool test_queue test_daemon_queue
-# The catalog's reader (proto/catalog.c) over a segment built by hand.
-UNIT_TESTS += test_catalog_read
-$(BUILD)/tests/test_catalog_read: $(call OBJ,tests/unit/test_catalog_read.c proto/catalog.c)
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
@@ -125,6 +124,9 @@ $(BUILD)/tests/test_error: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_text:    $(call OBJ,tests/unit/test_text.c) $(BASE_OBJ)
 # The frames layout: arithmetic, writer and reader, over plain buffers.
 $(BUILD)/tests/test_frames_layout: $(call OBJ,tests/unit/test_frames_layout.c proto/frames.c) $(BASE_OBJ)
+# The catalog's reader (proto/catalog.c) over a segment built by hand.
+UNIT_BINS += $(BUILD)/tests/test_catalog_read
+$(BUILD)/tests/test_catalog_read: $(call OBJ,tests/unit/test_catalog_read.c proto/catalog.c)
 # The queue's data path over a memfd, with forked writers and readers.
 $(BUILD)/tests/test_queue: $(call OBJ,tests/unit/test_queue.c proto/queue.c) $(BASE_OBJ)
 $(BUILD)/tests/test_queue: TEST_LDFLAGS := -lpthread
@@ -162,22 +164,22 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              test_ids test_many test_ctl_output test_hostile_rw test_idle test_config \
              test_fork test_threads test_library test_pools \
              soak test_cases test_frames test_sizing test_backings test_queue_ops
+# Reads from the catalog and puts through arenas (TEST_LDFLAGS below).
+E2E_TESTS += test_read
 # Broadcast queues through the library: forked writers and readers.
 E2E_TESTS += test_queues
-# Reads from the catalog and puts through arenas; it counts the library's
-# send()s to tell round trips.
-E2E_TESTS += test_read
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)
 $(E2E_BINS): TEST_LDFLAGS = $(PKGS_LIBS)
-$(BUILD)/tests/test_read: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=send
 # The frames tool that tests of other clients run against the library
 # (not installed); test_frames checks it too.
 FRAMES_TOOL := $(BUILD)/tests/shmb-frames-tool
 $(FRAMES_TOOL): $(call OBJ,tests/e2e/frames_tool.c) $(LIB_A)
 $(FRAMES_TOOL): TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_frames: | $(FRAMES_TOOL)
+# test_read counts the library's send()s to tell its round trips.
+$(BUILD)/tests/test_read: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=send
 
 # The soak: 32 clients for SOAK_SECONDS (a short run in 'make test'), and the
 # same under valgrind's memcheck for SOAK_VALGRIND_SECONDS.
