@@ -12,8 +12,12 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "../proto/layout.h"
 
@@ -23,13 +27,16 @@
 #define CLIENT_ARENA_SKIP 16
 
 /* The largest arena this connection's daemon grants, in which a chunk must
- * fit: min(max_object_size, data_size / 8), in whole SHMB_ALIGN units. */
+ * fit: min(max_object_size, data_size / 8), no more than the arena's tag
+ * counts (2^32 SHMB_ALIGN units), in whole SHMB_ALIGN units. */
 static uint64_t arena_limit(const shmb_t *c)
 {
     uint64_t lim = c->info.data_size / 8;
 
     if (c->info.max_object_size < lim)
         lim = c->info.max_object_size;
+    if (lim > (uint64_t)UINT32_MAX * SHMB_ALIGN)
+        lim = (uint64_t)UINT32_MAX * SHMB_ALIGN;
     return lim & ~(uint64_t)(SHMB_ALIGN - 1);
 }
 
@@ -132,6 +139,37 @@ static _Atomic uint64_t *arena_lock_word(shmb_t *c)
                                         offsetof(struct shmb_chunk_header, seal));
 }
 
+/* Whether every page of [p, p + n) of the mapping is in memory: a client
+ * may have truncated the file or punched a hole in it (the daemon then
+ * refuses allocations with EIO), and a write there would be a SIGBUS in
+ * this process, not an error. The mapping is populated at connect, so the
+ * arena's pages are resident unless the file lost them (or the kernel
+ * swapped them out: then the put only takes the slower way). A handle that
+ * maps without populating (shmb_set_populate(c, 0)) is not checked: its
+ * pages come in as they are written. */
+static bool arena_pages_present(const shmb_t *c, const unsigned char *p, size_t n)
+{
+    unsigned char vec[256];
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), at = (uintptr_t)p & ~(page - 1);
+    uintptr_t end = (uintptr_t)p + n;
+
+    if (!c->populate)
+        return true;
+    while (at < end) {
+        size_t pages = (end - at + page - 1) / page, i;
+
+        if (pages > sizeof(vec))
+            pages = sizeof(vec);
+        if (mincore((void *)at, pages * page, vec) != 0)
+            return false;
+        for (i = 0; i < pages; i++)
+            if (!(vec[i] & 1))
+                return false;
+        at += pages * page;
+    }
+    return true;
+}
+
 /* Copy the payload to the cursor, after the chunk header the daemon will
  * write, holding the lock (IDLE -> BUSY -> IDLE): the daemon takes an arena
  * back only while no one writes into it. -ESTALE when it was taken back
@@ -140,6 +178,16 @@ static int arena_write(shmb_t *c, uint64_t hsize, const void *data, size_t size)
 {
     _Atomic uint64_t *lock = arena_lock_word(c);
     uint64_t want = SHMB_SEAL(0, SHMB_ARENA_IDLE);
+
+    if (!arena_pages_present(c, (const unsigned char *)lock, sizeof(*lock)) ||
+        !arena_pages_present(c, c->map + c->arena.cursor + hsize, size)) {
+        c->arena.size = 0;
+        return shmb_error_set(&c->err, -EFAULT,
+                              "The pages of the arena at %llu are not in memory (a client "
+                              "truncated the segment or punched a hole in it?); the put "
+                              "goes through alloc and commit.",
+                              (unsigned long long)c->arena.offset);
+    }
 
     if (!atomic_compare_exchange_strong_explicit(lock, &want, SHMB_SEAL(0, SHMB_ARENA_BUSY),
                                                  memory_order_acquire, memory_order_relaxed)) {
@@ -295,10 +343,13 @@ static int client_arena_put(shmb_t *c, const char *key, const void *data, size_t
         }
         if ((rc = arena_write(c, hsize, data, size)) == -ESTALE)
             continue;
+        if (rc < 0)
+            break;
         if ((rc = arena_commit(c, key, hsize, size, readers, chunk, nowait)) != -ESTALE)
             return rc;
     }
-    /* Taken back twice in a row: the daemon is short of room; no arena. */
+    /* Taken back twice in a row (the daemon is short of room), or pages
+     * gone from the file (the daemon says what happened): no arena. */
     return client_put_copy(c, key, data, size, readers);
 }
 

@@ -219,7 +219,10 @@ int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned
  * then asks the daemon, which answers after the commit. An error (key
  * exists, ...) is logged and counted by the daemon (noreply_errors), not
  * reported here. Needs an arena: -ENOTSUP without one (read-only handle,
- * arenas off); then use shmb_put. */
+ * arenas off, a daemon that grants none), nothing sent; then use shmb_put.
+ * When this put cannot go through an arena (the daemon has no room for one
+ * now, the object is larger than an arena may be), it is put as shmb_put
+ * puts it, waiting for the answer. */
 int shmb_put_nowait(shmb_t *c, const char *key, const void *data, size_t size,
                     unsigned readers);
 
