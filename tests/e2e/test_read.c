@@ -66,6 +66,44 @@ static void assert_all_fast(shmb_t *c, uint64_t fast)
                (unsigned long long)fast);
 }
 
+/* Put n objects PREFIX0..PREFIX(n-1) with w (sizes size + i * step, h_fill
+ * seeds seed + i), check that each put was one send(), then read each back
+ * with r. */
+static void put_series(shmb_t *w, shmb_t *r, const char *prefix, int n, size_t size,
+                       size_t step, uint32_t seed)
+{
+    unsigned long at = sends;
+    char key[32];
+    int i;
+
+    for (i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s%d", prefix, i);
+        ok(w, h_put_pattern(w, key, size + (size_t)i * step, seed + (uint32_t)i, 0));
+    }
+    if (sends - at != (unsigned long)n)
+        h_fail("%d puts made %lu sends, not %d", n, sends - at, n);
+    for (i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s%d", prefix, i);
+        read_check(r, key, size + (size_t)i * step, seed + (uint32_t)i);
+    }
+}
+
+/* Put objects of size bytes with filler (arenas off) until key is evicted
+ * (seen from c); returns how many were put, the test fails if key stays. */
+static int fill_until_gone(shmb_t *c, shmb_t *filler, const char *key, size_t size)
+{
+    char name[32];
+    int i;
+
+    shmb_set_arena(filler, 0);
+    for (i = 0; i < 256 && shmb_contains(c, key) == 1; i++) {
+        snprintf(name, sizeof(name), "fill-%d", i);
+        ok(filler, h_put_pattern(filler, name, size, (uint32_t)i, 0));
+    }
+    assert_int_equal(shmb_contains(c, key), 0);
+    return i;
+}
+
 /* A read of a committed key is the exact bytes, answered from the mapping
  * (no fallback), for small, odd and larger sizes, on the writer's handle,
  * another read-write one and a read-only one. */
@@ -122,14 +160,9 @@ static void test_read_miss(void **state)
     assert_int_equal(got, 200);
     fails(c, shmb_read(c, "small", NULL, 0, &got), -ENOBUFS, "object is 200 bytes");
     assert_int_equal(got, 200);
-    /* Eviction: objects of another handle until "small" goes. */
+    /* Eviction: objects of another handle until "old" goes. */
     ok(c, h_put_pattern(c, "old", 100, 7, 0));
-    shmb_set_arena(filler, 0);
-    for (i = 0; i < 64 && shmb_contains(c, "old") == 1; i++) {
-        snprintf(key, sizeof(key), "fill-%d", i);
-        ok(filler, h_put_pattern(filler, key, 64 * 1024, (uint32_t)i, 0));
-    }
-    assert_int_equal(shmb_contains(c, "old"), 0);
+    i = fill_until_gone(c, filler, "old", 64 * 1024);
     fails(c, shmb_read(c, "old", buf, sizeof(buf), &got), -ENOENT, "'old'");
     fails(c, shmb_read(c, "small", buf, sizeof(buf), &got), -ENOENT, "'small'");
     /* The newest filler is still there, and read from the mapping. */
@@ -151,9 +184,7 @@ static void awaited_case(struct h_fix *f, int read_only)
     shmb_t *w = h_lib_connect(d, "writer", 0), *r = h_lib_connect(d, "reader", read_only);
     unsigned char buf[1024];
     shmb_stats_t st;
-    char key[32];
     size_t got;
-    int i;
 
     shmb_set_arena(w, 0);
     ok(w, h_put_pattern(w, "awaited", 1000, 3, 1));
@@ -170,11 +201,7 @@ static void awaited_case(struct h_fix *f, int read_only)
     assert_int_equal(shmb_contains(r, "awaited"), 1);
     stats(w, &st);
     assert_false(st.has_blocker);
-    for (i = 0; i < 64 && shmb_contains(w, "awaited") == 1; i++) {
-        snprintf(key, sizeof(key), "fill-%d", i);
-        ok(w, h_put_pattern(w, key, 64 * 1024, (uint32_t)i, 0));
-    }
-    assert_int_equal(shmb_contains(w, "awaited"), 0);
+    fill_until_gone(w, w, "awaited", 64 * 1024);
     shmb_close(w);
     shmb_close(r);
     h_pass(f);
@@ -200,24 +227,11 @@ static void test_put_one_round_trip(void **state)
     struct h_daemon *d = h_daemon_start(f, "4M", NULL);
     shmb_t *w = h_lib_connect(d, "writer", 0), *r = h_lib_connect(d, "reader", 0);
     shmb_stats_t before, after;
-    unsigned long at;
-    char key[32];
-    int i;
 
     ok(w, h_put_pattern(w, "first", 64, 1, 0)); /* takes the arena */
     read_check(r, "first", 64, 1);
     stats(w, &before);
-    at = sends;
-    for (i = 0; i < 100; i++) {
-        snprintf(key, sizeof(key), "k%d", i);
-        ok(w, h_put_pattern(w, key, 64 + (size_t)i, (uint32_t)i, 0));
-    }
-    if (sends - at != 100)
-        h_fail("100 puts made %lu sends, not 100", sends - at);
-    for (i = 0; i < 100; i++) {
-        snprintf(key, sizeof(key), "k%d", i);
-        read_check(r, key, 64 + (size_t)i, (uint32_t)i);
-    }
+    put_series(w, r, "k", 100, 64, 1, 0);
     assert_all_fast(r, 101);
     stats(w, &after);
     assert_int_equal(after.allocs, before.allocs);
@@ -235,23 +249,10 @@ static void test_put_refills(void **state)
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, "16M", NULL);
     shmb_t *w = h_lib_connect(d, "writer", 0), *r = h_lib_connect(d, "reader", 0);
-    unsigned long at;
-    char key[32];
-    int i;
 
     shmb_set_arena(w, 16 * 1024);
     ok(w, h_put_pattern(w, "first", 4096, 1, 0));
-    at = sends;
-    for (i = 0; i < 200; i++) {
-        snprintf(key, sizeof(key), "r%d", i);
-        ok(w, h_put_pattern(w, key, 4096, (uint32_t)i + 10, 0));
-    }
-    if (sends - at != 200)
-        h_fail("200 puts made %lu sends, not 200", sends - at);
-    for (i = 0; i < 200; i++) {
-        snprintf(key, sizeof(key), "r%d", i);
-        read_check(r, key, 4096, (uint32_t)i + 10);
-    }
+    put_series(w, r, "r", 200, 4096, 0, 10);
     shmb_close(w);
     shmb_close(r);
     h_pass(f);
@@ -300,16 +301,9 @@ static void test_arena_taken_back(void **state)
     struct h_fix *f = *state;
     struct h_daemon *d = h_daemon_start(f, "1M", NULL);
     shmb_t *w = h_lib_connect(d, "writer", 0), *filler = h_lib_connect(d, "filler", 0);
-    char key[32];
-    int i;
 
     ok(w, h_put_pattern(w, "in-arena", 1000, 1, 0));
-    shmb_set_arena(filler, 0);
-    for (i = 0; i < 64 && shmb_contains(w, "in-arena") == 1; i++) {
-        snprintf(key, sizeof(key), "fill-%d", i);
-        ok(filler, h_put_pattern(filler, key, 32 * 1024, (uint32_t)i, 0));
-    }
-    assert_int_equal(shmb_contains(w, "in-arena"), 0);
+    fill_until_gone(w, filler, "in-arena", 32 * 1024);
     ok(w, h_put_pattern(w, "next", 1000, 2, 0));
     read_check(filler, "next", 1000, 2);
     ok(w, h_put_pattern(w, "next2", 1000, 3, 0));
@@ -320,8 +314,8 @@ static void test_arena_taken_back(void **state)
 }
 
 /* With arenas off (shmb_set_arena(c, 0)) a put is alloc and commit, and
- * the object is the same; objects larger than an arena may be, and empty
- * ones, go that way too. */
+ * the object is the same; objects larger than an arena may be go that way
+ * too. */
 static void test_put_fallbacks(void **state)
 {
     struct h_fix *f = *state;
