@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "../proto/layout.h"
+#include "../proto/text.h"
 
 /* Puts that go without an arena after the daemon had no room for one: each
  * refused arena costs a round trip before the put's own two, so the next
@@ -246,12 +247,16 @@ static int arena_commit(shmb_t *c, const char *key, uint64_t hsize, size_t size,
     } else if ((rc = client_receive(c, cid, &r)) == 0) {
         c->arena.cursor += chunk;
         c->arena.unsure = false;
-        if (!r.has_offset || r.offset != at + hsize)
+        if (!r.has_offset || r.offset != at + hsize) {
+            char ebuf[SHMB_ESCAPED_MAX(SHMB_KEY_MAX)];
+
             rc = shmb_error_set(&c->err, -EPROTO,
                                 "shmbrokerd committed '%s' at %llu; the library laid its "
                                 "payload out at %llu.",
-                                key, (unsigned long long)r.offset,
+                                shmb_escape(key, strlen(key), ebuf, sizeof(ebuf)),
+                                (unsigned long long)r.offset,
                                 (unsigned long long)(at + hsize));
+        }
     } else if (c->sock < 0) {
         return rc; /* the connection went, and the arena with it */
     }
