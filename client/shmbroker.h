@@ -245,7 +245,8 @@ int shmb_release(shmb_t *c, const char *key);
  * full), ask the daemon (get, copy, release: one round trip). *size gets
  * the payload's length. Counts one read, as shmb_get does.
  * -ENOENT when no committed object has key; -ENOBUFS when cap is too small
- * (*size says how much is needed, nothing copied).
+ * (*size says how much is needed, nothing copied; an awaited read is
+ * counted then only when the daemon answered: its get counts one).
  * Which call when: shmb_read for small and medium objects a reader copies
  * anyway (no round trip); shmb_get/shmb_release to read large objects in
  * place (zero copy: a pin needs the daemon, two round trips, one of them
