@@ -337,8 +337,9 @@ int client_out_of_step(shmb_t *c, const char *want, const char *got, size_t len)
                           "handle was released. Call shmb_reconnect to go on.",
                           want, got, seen, len > 160 ? "..." : "",
                           noreply ? "; requests sent without waiting for their reply "
-                                    "(shmb_release_nowait, shmb_release_many) were "
-                                    "outstanding"
+                                    "(shmb_release_nowait, shmb_release_many, "
+                                    "shmb_put_nowait, shmb_read's count on a read-only "
+                                    "handle) were outstanding"
                                   : "");
 }
 
