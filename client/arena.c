@@ -145,7 +145,8 @@ static _Atomic uint64_t *arena_lock_word(shmb_t *c)
  * refuses allocations with EIO), and a write there would be a SIGBUS in
  * this process, not an error. The mapping is populated at connect, so the
  * arena's pages are resident unless the file lost them (or the kernel
- * swapped them out: then the put only takes the slower way). A handle that
+ * swapped them out: then the put only takes the slower way, and the arena
+ * is kept for the next). A handle that
  * maps without populating (shmb_set_populate(c, 0)) is not checked: its
  * pages come in as they are written. */
 static bool arena_pages_present(const shmb_t *c, const unsigned char *p, size_t n)
@@ -181,15 +182,12 @@ static int arena_write(shmb_t *c, uint64_t hsize, const void *data, size_t size)
     uint64_t want = SHMB_SEAL(0, SHMB_ARENA_IDLE);
 
     if (!arena_pages_present(c, (const unsigned char *)lock, sizeof(*lock)) ||
-        !arena_pages_present(c, c->map + c->arena.cursor + hsize, size)) {
-        c->arena.size = 0;
+        !arena_pages_present(c, c->map + c->arena.cursor + hsize, size))
         return shmb_error_set(&c->err, -EFAULT,
                               "The pages of the arena at %llu are not in memory (a client "
                               "truncated the segment or punched a hole in it?); the put "
                               "goes through alloc and commit.",
                               (unsigned long long)c->arena.offset);
-    }
-
     if (!atomic_compare_exchange_strong_explicit(lock, &want, SHMB_SEAL(0, SHMB_ARENA_BUSY),
                                                  memory_order_acquire, memory_order_relaxed)) {
         c->arena.size = 0;
