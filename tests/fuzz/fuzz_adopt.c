@@ -209,7 +209,7 @@ static struct store *fuzz_restart(struct segment *seg, struct store_adopt_report
     }
     if (segment_check_adoptable(fuzz_dir, fuzz_name, FUZZ_SIZE, &err) < 0)
         fuzz_fail("the restart refuses: %s", err.message);
-    if (segment_adopt(seg, fuzz_dir, fuzz_name, FUZZ_SIZE, &err) < 0)
+    if (segment_adopt(seg, fuzz_dir, fuzz_name, FUZZ_SIZE, 0, &err) < 0)
         fuzz_fail("segment_adopt refuses: %s", err.message);
     if (seg->data_offset != SHMB_HEADER_PAGE || seg->data_size != FUZZ_DATA)
         fuzz_fail("the data area is %llu bytes at %llu",
@@ -257,7 +257,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned i, ops, pokes;
 
     unlink(fuzz_path);
-    if (segment_create(&seg, fuzz_dir, fuzz_name, FUZZ_SIZE, &err) < 0)
+    if (segment_create(&seg, fuzz_dir, fuzz_name, FUZZ_SIZE, 0, &err) < 0)
         fuzz_fail("segment_create: %s", err.message);
     s = store_new(segment_data(&seg), seg.data_offset, seg.data_size, seg.hdr, &cfg, &err);
     if (s == NULL)

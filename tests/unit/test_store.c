@@ -944,7 +944,7 @@ static void test_default_max_object(void **state)
 
     (void)state;
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        uint64_t data = segment_data_size(segment_round_size(cases[i].size));
+        uint64_t data = segment_data_size(segment_round_size(cases[i].size), SHMB_HEADER_PAGE, 0);
         uint64_t max = store_default_max_object(cases[i].size, data);
 
         if (max != cases[i].max)
