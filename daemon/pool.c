@@ -582,6 +582,14 @@ int pool_open(struct pool *p, const struct store_config *scfg,
         segment_destroy(&p->seg);
         return rc;
     }
+    if (p->cfg.max_objects != 0 &&
+        p->seg.catalog_slots < p->cfg.max_objects + p->cfg.max_objects / 3)
+        log_warn("--max-objects %llu asks for a catalog of %llu slots or more; %llu fit in "
+                 "1/8 of the segment's %llu bytes, so readers ask the daemon for the "
+                 "objects it cannot list. A larger --size makes room.",
+                 (unsigned long long)p->cfg.max_objects,
+                 (unsigned long long)(p->cfg.max_objects + p->cfg.max_objects / 3),
+                 (unsigned long long)p->seg.catalog_slots, (unsigned long long)p->size);
     p->store = store_new(segment_data(&p->seg), p->seg.data_offset, p->seg.data_size,
                          p->seg.hdr, &own, err);
     if (p->store == NULL) {

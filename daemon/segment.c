@@ -901,6 +901,14 @@ int segment_adopt_memfd(struct segment *seg, int fd, const char *name, uint64_t 
                             name);
         goto fail;
     }
+    if (copy.magic == SHMB_SEGMENT_MAGIC && copy.version == 1) {
+        rc = shmb_error_set(err, -EPROTO,
+                            "Memfd segment %s holds layout version 1, written by an older "
+                            "shmbrokerd; this shmbrokerd writes layout version 2 and does "
+                            "not adopt it.",
+                            name);
+        goto fail;
+    }
     segment_keep_layout(seg, &copy, SHMB_HEADER_PAGE);
     segment_note_header(seg, &copy);
     seg->found_gen_next = copy.magic == SHMB_SEGMENT_MAGIC ? copy.gen_next : 0;
