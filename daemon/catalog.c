@@ -36,9 +36,7 @@ struct catalog {
     uint64_t beats, shifts;
 };
 
-/* The catalog's key hash (proto/catalog.h, shmb_catalog_hash): FNV-1a 64
- * from a seeded offset basis, then a final mix. */
-static uint64_t catalog_hash(uint32_t seed, const char *key, size_t key_len)
+uint64_t catalog_hash(uint32_t seed, const char *key, size_t key_len)
 {
     uint64_t h = UINT64_C(0xcbf29ce484222325) ^ seed;
     size_t i;

@@ -58,20 +58,14 @@ static void cfix_free(struct cfix *f)
     free(f);
 }
 
-/* The contract's hash (PROTOCOL.md section 10), computed independently. */
-static uint64_t test_hash(uint32_t seed, const char *key, size_t len)
+/* The catalog's hash gives the values computed apart from it (the algorithm
+ * of PROTOCOL.md section 10), so that readers find the homes the daemon used. */
+static void test_hash_values(void **state)
 {
-    uint64_t h = UINT64_C(0xcbf29ce484222325) ^ seed;
-    size_t i;
-
-    for (i = 0; i < len; i++) {
-        h ^= (unsigned char)key[i];
-        h *= UINT64_C(0x100000001b3);
-    }
-    h ^= h >> 32;
-    h *= UINT64_C(0xd6e8feb86659fd93);
-    h ^= h >> 32;
-    return h;
+    (void)state;
+    assert_int_equal(catalog_hash(0, "a", 1), UINT64_C(0x2ef7d1316eb86f71));
+    assert_int_equal(catalog_hash(0x1234567, "key-1", 5), UINT64_C(0xc025d07e44c9b521));
+    assert_int_equal(catalog_hash(0, "", 0), UINT64_C(0xfdbdf6ac4fc52e7f));
 }
 
 /* Lay a committed chunk for key with a payload of size bytes of fill, seal
@@ -114,7 +108,7 @@ static int test_read(const struct cfix *f, const char *key, void *buf, size_t ca
     m1 = __atomic_load_n(&hdr->catalog_moves, __ATOMIC_ACQUIRE);
     if (m1 & 1)
         return -EAGAIN;
-    h = test_hash(0x1234567, key, len);
+    h = catalog_hash(0x1234567, key, len);
     for (p = 0; p < SHMB_CATALOG_PROBES; p++) {
         const struct shmb_catalog_entry *e = &table[(h + p) & (slots - 1)];
         uint32_t s1 = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE), s2, tag, gen;
@@ -169,7 +163,7 @@ static void same_home_keys(const struct cfix *f, const char *prefix, char keys[]
         uint64_t h;
 
         snprintf(key, sizeof(key), "%s%u", prefix, i);
-        h = test_hash(0x1234567, key, strlen(key));
+        h = catalog_hash(0x1234567, key, strlen(key));
         if (n == 0)
             home = h & mask;
         if ((h & mask) == home)
@@ -237,7 +231,7 @@ static void test_remove_shifts(void **state)
                                      (uint32_t)i + 1, 10, 0),
                          0);
     }
-    home = test_hash(0x1234567, keys[0], strlen(keys[0])) & (f->plan.catalog_slots - 1);
+    home = catalog_hash(0x1234567, keys[0], strlen(keys[0])) & (f->plan.catalog_slots - 1);
     assert_int_equal(table[home].chunk, chunks[0]);
     assert_int_equal(table[(home + 2) % f->plan.catalog_slots].chunk, chunks[2]);
     assert_int_equal(f->hdr->catalog_moves, 0);
@@ -448,7 +442,8 @@ static void test_plan(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_add_and_read),   cmocka_unit_test(test_remove_shifts),
+        cmocka_unit_test(test_hash_values),    cmocka_unit_test(test_add_and_read),
+        cmocka_unit_test(test_remove_shifts),
         cmocka_unit_test(test_probe_bound_unlisted), cmocka_unit_test(test_zero_slots),
         cmocka_unit_test(test_generations),    cmocka_unit_test(test_heartbeat),
         cmocka_unit_test(test_random_model),   cmocka_unit_test(test_plan),

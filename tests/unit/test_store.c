@@ -2211,11 +2211,13 @@ static struct cat_fix *cat_fix_new(uint64_t data_size)
 {
     struct shmb_error err = {0};
     struct cat_fix *c = calloc(1, sizeof(*c));
+    size_t bytes = (SHMB_HEADER_PAGE + data_size + CAT_SLOTS * 32 + SHMB_HEADER_PAGE - 1) /
+                   SHMB_HEADER_PAGE * SHMB_HEADER_PAGE;
 
     assert_non_null(c);
-    c->seg = aligned_alloc(SHMB_HEADER_PAGE, SHMB_HEADER_PAGE + data_size + CAT_SLOTS * 32);
+    c->seg = aligned_alloc(SHMB_HEADER_PAGE, bytes);
     assert_non_null(c->seg);
-    memset(c->seg, 0, SHMB_HEADER_PAGE + data_size + CAT_SLOTS * 32);
+    memset(c->seg, 0, bytes);
     c->f.data = c->seg + SHMB_HEADER_PAGE;
     c->f.size = data_size;
     c->cat = cat_fix_catalog(c);
