@@ -19,6 +19,7 @@
 
 #include "../../daemon/catalog.h"
 #include "alloc.h"
+#include "clock.h"
 #include "ring.h"
 #include "segment.h"
 #include "store.h"
@@ -2369,6 +2370,34 @@ static void test_fold_counts(void **state)
     cat_fix_free(c);
 }
 
+/* Proves that a head-of-line blocker listed as awaiting reads done in
+ * place (which tell the daemon nothing) makes waiting allocations look
+ * again within STORE_FAST_READ_RECHECK_MS, and that nothing is armed once
+ * it awaits none, or when the blocker is pinned (a release will say). */
+static void test_recheck_awaited_blocker(void **state)
+{
+    struct cat_fix *c = cat_fix_new(8192);
+    struct store_holder *h = store_holder_new(c->f.s);
+    struct shmb_error err = {0};
+    struct store_extent a;
+    uint64_t before = clock_now_ms(), wake;
+
+    (void)state;
+    assert_int_equal(store_lease_wake_ms(c->f.s), UINT64_MAX); /* nothing blocks */
+    put_ok(&c->f, h, "a", 100, 2, 1, &a);
+    wake = store_lease_wake_ms(c->f.s);
+    assert_true(wake >= before + STORE_FAST_READ_RECHECK_MS);
+    assert_true(wake <= clock_now_ms() + STORE_FAST_READ_RECHECK_MS);
+    assert_int_equal(store_get(c->f.s, h, "a", 1, NULL, &err), 0); /* pinned, 1 awaited */
+    assert_int_equal(store_lease_wake_ms(c->f.s), UINT64_MAX);
+    assert_int_equal(store_release(c->f.s, h, "a", 1, &err), 0);
+    assert_true(store_lease_wake_ms(c->f.s) != UINT64_MAX);
+    *seal_of(c, a.offset, 1) = SHMB_SEAL(entry_listed(c, "a").gen, 1); /* read in place */
+    assert_int_equal(store_lease_wake_ms(c->f.s), UINT64_MAX);
+    store_holder_free(c->f.s, h);
+    cat_fix_free(c);
+}
+
 /* Proves that an adopted store gives every restored object a new
  * generation after both the old header's gen_next and every generation
  * found in a seal, seals it with that generation and lists it again in a
@@ -2415,6 +2444,7 @@ int main(void)
         cmocka_unit_test(test_seal_and_listing),
         cmocka_unit_test(test_fold_counts),
         cmocka_unit_test(test_adopt_generations),
+        cmocka_unit_test(test_recheck_awaited_blocker),
         cmocka_unit_test(test_minimal_put_get_cycle),
         cmocka_unit_test(test_put_same_key_twice),
         cmocka_unit_test(test_large_object_rejection),
