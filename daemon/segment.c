@@ -842,6 +842,7 @@ fail:
 }
 
 static void segment_note_header(struct segment *seg, const struct shmb_segment_header *hdr);
+static bool segment_is_layout1(const struct shmb_segment_header *hdr, uint64_t size);
 
 int segment_check_memfd(int fd, const char *name, uint64_t size, struct shmb_error *err)
 {
@@ -901,7 +902,7 @@ int segment_adopt_memfd(struct segment *seg, int fd, const char *name, uint64_t 
                             name);
         goto fail;
     }
-    if (copy.magic == SHMB_SEGMENT_MAGIC && copy.version == 1) {
+    if (copy.magic == SHMB_SEGMENT_MAGIC && segment_is_layout1(&copy, size)) {
         rc = shmb_error_set(err, -EPROTO,
                             "Memfd segment %s holds layout version 1, written by an older "
                             "shmbrokerd; this shmbrokerd writes layout version 2 and does "
@@ -1117,6 +1118,14 @@ void segment_close(struct segment *seg)
     seg->fd = seg->ro_fd = seg->lock_fd = -1;
 }
 
+/* True when hdr (a private copy) is the header a daemon of layout version 1
+ * wrote for a file of size bytes. */
+static bool segment_is_layout1(const struct shmb_segment_header *hdr, uint64_t size)
+{
+    return hdr->version == 1 && hdr->catalog_offset == 0 && hdr->catalog_slots == 0 &&
+           hdr->data_size == ((size - SHMB_HEADER_PAGE) & ~(uint64_t)(SHMB_ALIGN - 1));
+}
+
 /* Check that the file open on fd (at path) can be the segment: a regular
  * file of this user's, mode 0600, one link (segment_check_owner), of size
  * bytes. 0 when it is; 1 when only its size differs but its header page (a
@@ -1146,8 +1155,11 @@ static int segment_check_file(int fd, const char *path, uint64_t size,
            hdr.magic == SHMB_SEGMENT_MAGIC;
     /* An older daemon's layout: its data area runs to the end of the file,
      * where this one keeps the catalog. Never adopted, never removed here:
-     * its objects may still be read by the clients that map it. */
-    if (have && hdr.version == 1)
+     * its objects may still be read by the clients that map it. Only a
+     * header that is layout 1 throughout (its data area to the end, nothing
+     * where layout 2 records its catalog) is taken for one: a client that
+     * wrote 1 into a layout-2 header damaged it, and the adoption rebuilds it. */
+    if (have && segment_is_layout1(&hdr, (uint64_t)st.st_size))
         return shmb_error_set(
             err, -EPROTO,
             "Segment %s holds layout version 1 (%llu bytes), written by an older "

@@ -663,7 +663,8 @@ static void test_overrun_loses_one_object(void **state)
 
 /* A segment of layout version 1, an older daemon's, is not adopted: the
  * start is refused with what was found, what this daemon writes and the
- * fix, and the file is left as it was. Set back to layout 2 it is adopted:
+ * fix, and the file is left as it was. Its version set back to 2 it is
+ * adopted (the header rebuilt from the file's size):
  * its objects come back under generations after every one used before,
  * sealed and listed again, and a clean stop leaves the heartbeat with pid 0
  * in the published counters. */
@@ -686,7 +687,9 @@ static void test_layout1_refused(void **state)
     h = map_header(d1);
     gen_before = h->gen_next;
     assert_int_equal(gen_before, 3); /* two commits: generations 1 and 2 */
-    h->version = 1;
+    h->version = 1; /* layout 1 throughout: the data area to the end, no catalog */
+    h->data_size = (1 << 20) - SHMB_HEADER_PAGE;
+    h->catalog_offset = h->catalog_slots = 0;
     unmap_header(h);
     expect_refused(f, d1, NULL, "holds layout version 1 (1048576 bytes), written by an older "
                                 "shmbrokerd; this shmbrokerd writes layout version 2");
@@ -695,7 +698,7 @@ static void test_layout1_refused(void **state)
     assert_int_equal(stat(seg, &st), 0);
     h = map_header(d1);
     assert_int_equal(h->version, 1);
-    h->version = 2;
+    h->version = 2; /* the rest is rebuilt from the file's size */
     unmap_header(h);
     d = restart(f, d1, "layout 2 again");
     h_wait_log(d, "restored 2 objects");

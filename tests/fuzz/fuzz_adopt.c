@@ -28,7 +28,8 @@
 
 /* Small, so that a few operations fill the ring and wrap it. */
 #define FUZZ_SIZE (64u * 1024u)
-#define FUZZ_DATA (FUZZ_SIZE - SHMB_HEADER_PAGE)
+/* The data area: the header page and a page of catalog (64 slots) less. */
+#define FUZZ_DATA (FUZZ_SIZE - 2 * SHMB_HEADER_PAGE)
 #define FUZZ_KEYS 16
 #define FUZZ_MAX_OPS 64
 #define FUZZ_MAX_POKES 32

@@ -627,7 +627,7 @@ static void test_adopt_layouts(void **state)
     struct shmb_error err = {0};
     struct segment seg;
     uint32_t one = 1, two = 2;
-    uint64_t word = 0, data_size;
+    uint64_t word = 0, data_size, data_size1 = 64 * 1024 - 4096, zeros[2] = {0, 0};
     char path[PATH_MAX];
     int fd;
 
@@ -657,7 +657,13 @@ static void test_adopt_layouts(void **state)
     path_in_dir(path, sizeof(path), "seg");
     fd = open(path, O_RDWR);
     assert_true(fd >= 0);
+    /* A version of 1 alone is a damaged layout-2 header, rebuilt. */
     assert_int_equal(pwrite(fd, &one, sizeof(one), 8), (ssize_t)sizeof(one));
+    assert_int_equal(segment_check_adoptable(test_dir, "seg", 64 * 1024, &err), 0);
+    /* Layout 1 throughout: the data area to the end, no catalog. */
+    assert_int_equal(pwrite(fd, &data_size1, sizeof(data_size1), 32),
+                     (ssize_t)sizeof(data_size1));
+    assert_int_equal(pwrite(fd, zeros, sizeof(zeros), 88), (ssize_t)sizeof(zeros));
     assert_int_equal(segment_check_adoptable(test_dir, "seg", 64 * 1024, &err), -EPROTO);
     if (strstr(err.message, "layout version 1 (65536 bytes)") == NULL ||
         strstr(err.message, "writes layout version 2") == NULL ||
