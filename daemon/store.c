@@ -372,6 +372,7 @@ static void store_fold(struct store *s, struct object *obj)
 {
     uint64_t seal, *at;
     uint32_t take;
+    int rc;
 
     if (!obj->published || obj->awaited_reads == 0)
         return;
@@ -379,8 +380,10 @@ static void store_fold(struct store *s, struct object *obj)
     if (segment_atomic_load64(at, &seal) < 0)
         return;
     while (SHMB_SEAL_GEN(seal) == obj->gen && SHMB_SEAL_COUNT(seal) != 0) {
-        if (segment_atomic_cas64(at, &seal, SHMB_SEAL(obj->gen, 0)) != 0)
-            continue; /* seal holds what was found instead */
+        if ((rc = segment_atomic_cas64(at, &seal, SHMB_SEAL(obj->gen, 0))) == -EAGAIN)
+            continue; /* a reader counted meanwhile: seal holds what was found */
+        if (rc < 0)
+            return; /* the page is gone */
         take = SHMB_SEAL_COUNT(seal) < obj->awaited_reads ? SHMB_SEAL_COUNT(seal)
                                                            : obj->awaited_reads;
         obj->awaited_reads -= take;
