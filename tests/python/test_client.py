@@ -573,8 +573,8 @@ class FakeDaemon:
         self.path = os.path.join(self.dir, "fake.sock")
         self.seg = os.path.join(self.dir, "seg")
         with open(self.seg, "wb") as f:
-            head = P.SEGMENT_HEADER.pack(magic, 1, 4096, 8192, 4096, data_size, 0, 0, 0, 0, 0,
-                                         0)
+            head = P.SEGMENT_HEADER.pack(magic, P.LAYOUT_VERSION, 4096, 8192, 4096, data_size,
+                                         *[0] * (len(P.SEGMENT_HEADER_FIELDS) - 6))
             f.write(head + bytes(8192 - len(head)))
         self.replies = replies
         self.extra_fds = extra_fds
