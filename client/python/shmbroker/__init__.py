@@ -24,7 +24,7 @@ help(shmbroker.MessageQueue) for broadcast queues (vLLM's MessageQueue).
 
 from . import frames
 from .client import Allocation, Client, ObjectList, Pin, check_key, default_socket_path
-from .errors import (Cancelled, ConnectionLost, EndOfQueue, InvalidRequest, KeyExists,
+from .errors import (BufferTooSmall, Cancelled, ConnectionLost, EndOfQueue, InvalidRequest, KeyExists,
                      NoSpace, NotFound, ObjectTooLarge, PermissionDenied, ProtocolError,
                      QuotaExceeded, ShmBrokerError, Timeout, Unsupported, error_for)
 
@@ -35,6 +35,7 @@ __all__ = [
     "frames", "error_for", "ShmBrokerError", "NoSpace", "ObjectTooLarge", "KeyExists",
     "InvalidRequest", "NotFound", "Timeout", "PermissionDenied", "QuotaExceeded",
     "Unsupported", "ProtocolError", "ConnectionLost", "Cancelled", "EndOfQueue",
+    "BufferTooSmall",
 ]
 
 

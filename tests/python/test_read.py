@@ -1,0 +1,272 @@
+"""Client.read and read_into: the catalog hash's known answers, the reader of
+shmbroker/_catalog.py over segments built by hand (hits, proven misses,
+deleted and changed chunks, hostile entries, a change under the copy), and
+against a real daemon: hits with no fallback, misses, deleted and evicted
+objects, awaited reads counted by read() on read-write and read-only
+clients, and a catalog scribbled over by a read-write mapping."""
+
+import mmap
+import os
+import random
+import struct
+import unittest
+
+import support
+import shmbroker
+from shmbroker import _catalog as C
+from shmbroker import _protocol as P
+
+# shmb_catalog_hash(seed, key): the values of the contract's C function
+# (FNV-1a 64, seed xor'ed into the offset basis, final mix), computed by a C
+# build of it; the C library's tests carry the same table.
+HASH_VECTORS = (
+    (0x00000000, b"a", 0x2EF7D1316EB86F71),
+    (0x00000001, b"a", 0x9FDCEFED1AEBDDE4),
+    (0x00000000, b"key", 0xE99A19086F8142A7),
+    (0x12345678, b"hello", 0x611807BA437AB1AD),
+    (0x00000007, "ключ".encode("utf-8"), 0xB1728E116D8F59A5),
+    (0xFFFFFFFF, b"x" * 255, 0x1441C1FDF35D1517),
+)
+
+MOVES = P.CATALOG_MOVES_AT
+UNLISTED = P.CATALOG_UNLISTED_AT
+
+
+class FakeSegment:
+    """A segment laid out by hand in a bytearray: header page, data area,
+    a catalog of `slots` entries at the end; chunks and entries written
+    here as the daemon would."""
+
+    def __init__(self, size=64 * 1024, slots=64, seed=0x5EED):
+        self.size = size
+        self.buf = bytearray(size)
+        self.mv = memoryview(self.buf)
+        self.slots = slots
+        self.seed = seed
+        self.coff = size - 4096
+        self.doff = P.HEADER_PAGE
+        self.dsize = self.coff - self.doff
+        self.next_chunk = self.doff
+        self.info = {"size": size, "data_offset": self.doff, "data_size": self.dsize,
+                     "catalog_offset": self.coff, "catalog_slots": slots,
+                     "catalog_seed": seed, "layout": 2}
+        self.gen = 0
+
+    def catalog(self):
+        return C.Catalog.make(self.mv, self.info)
+
+    def chunk(self, key, payload, gen=None, state=P.CHUNK_COMMITTED):
+        """Lay a chunk out at the next free place; returns (offset, gen)."""
+        raw = key.encode("utf-8")
+        if gen is None:
+            self.gen += 1
+            gen = self.gen
+        at = self.next_chunk
+        hsize = P.align64(P.CHUNK_HEADER_SIZE + len(raw))
+        csize = hsize + P.align64(len(payload))
+        P.CHUNK_HEADER.pack_into(self.buf, at, P.CHUNK_MAGIC, state, len(raw), hsize, 0, 1,
+                                 csize, len(payload), gen)
+        self.buf[at + P.CHUNK_HEADER_SIZE:at + P.CHUNK_HEADER_SIZE + len(raw)] = raw
+        self.buf[at + hsize:at + hsize + len(payload)] = payload
+        self.next_chunk = at + csize
+        return at, gen
+
+    def entry(self, slot, hash32, chunk, gen, size, flags=0, seq=2):
+        P.CATALOG_ENTRY.pack_into(self.buf, self.coff + (slot % self.slots) * 32, seq, hash32,
+                                  chunk, gen, flags, size)
+
+    def home(self, key):
+        h = C.catalog_hash(self.seed, key.encode("utf-8"))
+        return h & (self.slots - 1), h >> 32
+
+    def put(self, key, payload, flags=0, probe=0):
+        """A chunk and its entry in the first empty entry from its home
+        (+ probe)."""
+        at, gen = self.chunk(key, payload)
+        home, tag = self.home(key)
+        slot = home + probe
+        while P.CATALOG_ENTRY.unpack_from(self.buf, self.coff + slot % self.slots * 32)[2]:
+            slot += 1
+        self.entry(slot, tag, at, gen, len(payload), flags)
+        return at, gen
+
+    def set32(self, at, v):
+        struct.pack_into("=I", self.buf, at, v)
+
+    def set_seal(self, chunk, seal):
+        struct.pack_into("=Q", self.buf, chunk + P.SEAL_AT, seal)
+
+
+def read(cat, key, out=None):
+    """Catalog.read of key: (what, value, retries)."""
+    what, value, _gen, _flags, _chunk, retries = cat.read(cat.lookup(key, key.encode()), out)
+    return what, value, retries
+
+
+class TestHash(unittest.TestCase):
+    def test_known_answers(self):
+        """The Python hash gives exactly the C function's values."""
+        for seed, key, want in HASH_VECTORS:
+            self.assertEqual(C.catalog_hash(seed, key), want, (hex(seed), key[:8]))
+
+    def test_lookup_caches_home_and_tag(self):
+        """lookup() keeps the key's home slot and tag from that hash."""
+        seg = FakeSegment(slots=64, seed=0x12345678)
+        cat = seg.catalog()
+        raw, home, tag, hsize = cat.lookup("hello", b"hello")
+        self.assertEqual((raw, home, tag, hsize), (b"hello", 0x611807BA437AB1AD & 63,
+                                                   0x611807BA, 64))
+        self.assertIs(cat.lookup("hello", b"hello"), cat.lookup("hello", b"hello"))
+
+
+class TestReaderOverHandMadeSegment(unittest.TestCase):
+    def test_hit_is_exact(self):
+        seg = FakeSegment()
+        seg.put("k1", b"one")
+        seg.put("k2", bytes(range(200)))
+        cat = seg.catalog()
+        self.assertEqual(read(cat, "k1"), (C.HIT, b"one", 0))
+        self.assertEqual(read(cat, "k2"), (C.HIT, bytes(range(200)), 0))
+        out = bytearray(300)
+        self.assertEqual(read(cat, "k2", memoryview(out))[:2], (C.HIT, 200))
+        self.assertEqual(bytes(out[:200]), bytes(range(200)))
+
+    def test_buffer_too_small_copies_nothing(self):
+        seg = FakeSegment()
+        seg.put("k", b"abcdef")
+        out = bytearray(b"zzzz")
+        self.assertEqual(read(seg.catalog(), "k", memoryview(out))[:2], (C.NOBUFS, 6))
+        self.assertEqual(out, b"zzzz")
+
+    def test_probe_past_other_keys(self):
+        """A key listed slots past its home, behind other keys' entries."""
+        seg = FakeSegment()
+        home, _ = seg.home("far")
+        for i in range(5):
+            at, gen = seg.chunk("other%d" % i, b"x")
+            seg.entry(home + i, 0xDEAD0000 + i, at, gen, 1)
+        seg.put("far", b"found", probe=5)
+        self.assertEqual(read(seg.catalog(), "far")[:2], (C.HIT, b"found"))
+
+    def test_miss_is_proven_only_when_the_table_is_still(self):
+        """An empty entry ends the probe: a miss, unless entries moved (odd
+        or changed catalog_moves) or some object is not listed."""
+        seg = FakeSegment()
+        seg.put("k", b"v")
+        cat = seg.catalog()
+        self.assertEqual(read(cat, "absent")[0], C.MISS)
+        seg.set32(UNLISTED, 1)
+        self.assertEqual(read(cat, "absent")[0], C.AGAIN)
+        seg.set32(UNLISTED, 0)
+        seg.set32(MOVES, 3)
+        self.assertEqual(read(cat, "absent")[0], C.AGAIN)
+        self.assertEqual(read(cat, "k")[0], C.AGAIN)
+        seg.set32(MOVES, 4)
+        self.assertEqual(read(cat, "absent")[0], C.MISS)
+
+    def test_deleted_or_reused_chunk_is_not_read(self):
+        """Seal 0 (deleted), another generation (reused), another state or
+        another key in the chunk: the entry is passed over."""
+        seg = FakeSegment()
+        at, gen = seg.put("k", b"payload")
+        cat = seg.catalog()
+        seg.set_seal(at, 0)
+        self.assertEqual(read(cat, "k")[0], C.MISS)
+        seg.set_seal(at, gen + 1)
+        self.assertEqual(read(cat, "k")[0], C.MISS)
+        seg.set_seal(at, (5 << 32) | gen)  # a count beside the generation is fine
+        self.assertEqual(read(cat, "k")[:2], (C.HIT, b"payload"))
+        struct.pack_into("=H", seg.buf, at + 4, P.CHUNK_FREE)
+        self.assertEqual(read(cat, "k")[0], C.MISS)
+        struct.pack_into("=H", seg.buf, at + 4, P.CHUNK_COMMITTED)
+        seg.buf[at + P.CHUNK_HEADER_SIZE] = ord("j")
+        self.assertEqual(read(cat, "k")[0], C.MISS)
+
+    def test_entry_being_written_asks_the_daemon(self):
+        seg = FakeSegment()
+        at, gen = seg.put("k", b"v")
+        home, tag = seg.home("k")
+        seg.entry(home, tag, at, gen, 1, seq=7)
+        self.assertEqual(read(seg.catalog(), "k")[0], C.AGAIN)
+
+    def test_no_catalog_or_inconsistent_figures(self):
+        """Hello's figures must describe a catalog inside the mapping."""
+        seg = FakeSegment()
+        good = dict(seg.info)
+        self.assertIsNotNone(C.Catalog.make(seg.mv, good))
+        for change in ({"catalog_slots": 0}, {"catalog_slots": 48},
+                       {"catalog_offset": seg.coff + 8},
+                       {"catalog_offset": seg.size}, {"catalog_slots": 256},
+                       {"catalog_offset": seg.doff}, {"catalog_seed": -1},
+                       {"catalog_seed": None}, {"layout": 1}):
+            info = dict(good, **change)
+            self.assertIsNone(C.Catalog.make(seg.mv, info), change)
+
+    def test_hostile_entries_never_give_another_keys_bytes(self):
+        """Entries with the key's tag pointing at another key's chunk (its
+        generation, its size), outside the data area, unaligned, over the
+        catalog, of size 0 or huge: none is read; random entries neither
+        (an empty one ends the probe: a miss, the worst a scribble can do)."""
+        seg = FakeSegment()
+        other, ogen = seg.put("other", b"OTHER BYTES")
+        home, tag = seg.home("mine")
+        bad = [(other, ogen, 11), (64, ogen, 11), (other + 8, ogen, 11), (seg.coff, 1, 64),
+               (other, ogen, 0), (other, ogen, 1 << 62), (seg.size - 64, 1, 64),
+               (1 << 63, 1, 1), (other, 0, 11)]
+        for i, (chunk, gen, size) in enumerate(bad):
+            seg.entry(home + i, tag, chunk, gen, size)
+        cat = seg.catalog()
+        self.assertEqual(read(cat, "mine")[0], C.MISS)
+        seg.put("mine", b"MINE", probe=len(bad))
+        self.assertEqual(read(cat, "mine")[:2], (C.HIT, b"MINE"))
+        rng = random.Random(16)
+        for _ in range(300):
+            slot = rng.randrange(seg.slots)
+            chunk = rng.choice([other, rng.randrange(1 << 64), rng.randrange(seg.size)])
+            seg.entry(slot, rng.choice([tag, rng.randrange(1 << 32)]), chunk,
+                      rng.choice([ogen, rng.randrange(1 << 32)]), rng.randrange(1 << 16),
+                      seq=rng.randrange(1 << 32))
+            what, value, _ = read(cat, "mine")
+            self.assertIn(what, (C.HIT, C.MISS, C.AGAIN))
+            if what == C.HIT:
+                self.assertEqual(value, b"MINE")
+
+    def test_change_under_the_copy_is_seen(self):
+        """A generation changed while the payload is copied: the copy is
+        redone; when it keeps changing, the read asks the daemon."""
+        seg = FakeSegment()
+        at, gen = seg.put("k", b"payload!")
+
+        class Changing:
+            """A buffer whose writes bump the chunk's generation first."""
+
+            def __init__(self, times):
+                self.times = times
+                self.data = bytearray(16)
+
+            def __len__(self):
+                return len(self.data)
+
+            def __setitem__(self, where, value):
+                if self.times:
+                    self.times -= 1
+                    seg.set_seal(at, gen + 100)  # reused under the copy...
+                self.data[where] = value
+
+        cat = seg.catalog()
+
+        def restore_then(out):
+            what, value, retries = read(cat, "k", out)
+            seg.set_seal(at, gen)
+            return what, value, retries
+
+        out = Changing(10)
+        # Changed under every copy (the seal stays changed): passed over,
+        # and the retried read no longer finds it.
+        what, _, retries = restore_then(out)
+        self.assertEqual((what, retries), (C.MISS, 1))
+        self.assertEqual(read(cat, "k")[:2], (C.HIT, b"payload!"))
+
+
+if __name__ == "__main__":
+    unittest.main()
