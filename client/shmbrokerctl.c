@@ -646,7 +646,22 @@ static int bad_pool_name(const char *name)
     return EXIT_USAGE;
 }
 
-/* status's options, after the command: --json, --prometheus, --watch N. */
+/* A whole number of seconds from 1 to max for option flag into *out; false
+ * (said on stderr) otherwise. */
+static bool seconds_option(const char *flag, const char *arg, unsigned long max,
+                           unsigned long *out)
+{
+    char *end;
+
+    *out = strtoul(arg, &end, 10);
+    if (*end == '\0' && *out != 0 && *out <= max && arg[0] != '-')
+        return true;
+    fprintf(stderr, "shmbrokerctl: %s takes whole seconds from 1 to %lu\n", flag, max);
+    return false;
+}
+
+/* status's options, after the command: --json, --prometheus, --watch N,
+ * --from-segment, --timeout N, --name, --shm-dir, --pool. */
 static int status_options(struct ctl *ctl, int argc, char **argv)
 {
     while (optind < argc && argv[optind][0] == '-') {
@@ -661,28 +676,16 @@ static int status_options(struct ctl *ctl, int argc, char **argv)
         } else if (strcmp(argv[optind], "--shm-dir") == 0 && optind + 1 < argc) {
             ctl->shm_dir = argv[++optind];
         } else if (strcmp(argv[optind], "--timeout") == 0 && optind + 1 < argc) {
-            char *end;
-
-            ctl->timeout = strtoul(argv[++optind], &end, 10);
-            if (*end != '\0' || ctl->timeout == 0 || ctl->timeout > 3600) {
-                fprintf(stderr,
-                        "shmbrokerctl: --timeout takes whole seconds from 1 to 3600\n");
+            if (!seconds_option("--timeout", argv[++optind], 3600, &ctl->timeout))
                 return EXIT_USAGE;
-            }
         } else if (strcmp(argv[optind], "--pool") == 0 && optind + 1 < argc) {
             optind++;
             ctl->pool = argv[optind][0] != '\0' ? argv[optind] : NULL;
             if (!pool_name_ok(argv[optind]))
                 return bad_pool_name(argv[optind]);
         } else if (strcmp(argv[optind], "--watch") == 0 && optind + 1 < argc) {
-            char *end;
-
-            ctl->watch = strtoul(argv[++optind], &end, 10);
-            if (*end != '\0' || ctl->watch == 0 || ctl->watch > 86400) {
-                fprintf(stderr,
-                        "shmbrokerctl: --watch takes whole seconds from 1 to 86400\n");
+            if (!seconds_option("--watch", argv[++optind], 86400, &ctl->watch))
                 return EXIT_USAGE;
-            }
         } else {
             fprintf(stderr, "shmbrokerctl: unknown status option %s\n", argv[optind]);
             usage(stderr);

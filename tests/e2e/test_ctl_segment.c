@@ -10,8 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -136,22 +134,6 @@ static void write_segment(const char *dir, const char *name, int64_t pid, uint64
     assert_int_equal(fclose(fp), 0);
 }
 
-/* Create a socket file at path that nobody listens on, as a daemon killed
- * with SIGKILL leaves it. */
-static void make_stale_socket(const char *path)
-{
-    struct sockaddr_un sun;
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-
-    assert_true(fd >= 0);
-    memset(&sun, 0, sizeof(sun));
-    sun.sun_family = AF_UNIX;
-    assert_true(strlen(path) < sizeof(sun.sun_path));
-    memcpy(sun.sun_path, path, strlen(path));
-    assert_int_equal(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
-    close(fd);
-}
-
 /* ---- segments built by hand ------------------------------------------------ */
 
 /* --from-segment prints what the header page holds: the pid, the heartbeat's
@@ -189,12 +171,12 @@ static void test_hand_built_from_segment(void **state)
     h_pass(f);
 }
 
-/* A stale socket (nothing listens) with the segment named: status says the
- * daemon is not answering, with its pid and the heartbeat's age, prints the
- * counters and exits 3; a pid that no longer runs is said to have died.
- * Without --name/--shm-dir, a socket of its own is not matched to the
- * default segment: the usual error, 69. */
-static void test_stale_socket_reads_segment(void **state)
+/* No daemon at the socket, the segment named: status says the daemon is
+ * not answering, with its pid and the heartbeat's age, prints the counters
+ * and exits 3; a pid that no longer runs is said to have died. Without
+ * --name/--shm-dir, a socket of its own is not matched to the default
+ * segment: the usual error, 69. */
+static void test_no_daemon_reads_segment(void **state)
 {
     struct h_fix *f = *state;
     const char *argv[5];
@@ -204,8 +186,7 @@ static void test_stale_socket_reads_segment(void **state)
     pid_t dead;
     int status;
 
-    h_path(f, "stale.sock", sock, sizeof(sock));
-    make_stale_socket(sock);
+    h_path(f, "nobody.sock", sock, sizeof(sock));
     write_segment(f->dir, "seg", (int64_t)getpid(), 2000, 40, SHMB_LAYOUT_VERSION);
     ctl_status(f, sock, "seg", f->dir, &r, NULL);
     h_expect_run(&r, 3, "is not answering: last heartbeat ", NULL);
@@ -233,7 +214,7 @@ static void test_stale_socket_reads_segment(void **state)
     argv[3] = "status";
     argv[4] = NULL;
     assert_int_equal(h_run(f, argv, NULL, 0, &r), 0);
-    h_expect_run(&r, 69, NULL, "Connection refused");
+    h_expect_run(&r, 69, NULL, "Is shmbrokerd running?");
     assert_int_equal(r.out_len, 0);
     h_run_free(&r);
     h_pass(f);
@@ -421,7 +402,7 @@ int main(void)
 {
     static const struct CMUnitTest tests[] = {
         TEST(test_hand_built_from_segment),
-        TEST(test_stale_socket_reads_segment),
+        TEST(test_no_daemon_reads_segment),
         TEST(test_stopped_and_half_written),
         TEST(test_not_a_segment),
         TEST(test_from_segment_matches_stats),
