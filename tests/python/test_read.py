@@ -5,10 +5,14 @@ against a real daemon: hits with no fallback, misses, deleted and evicted
 objects, awaited reads counted by read() on read-write and read-only
 clients, and a catalog scribbled over by a read-write mapping."""
 
+import json
 import mmap
 import os
 import random
+import socket
 import struct
+import tempfile
+import threading
 import unittest
 
 import support
@@ -266,6 +270,151 @@ class TestReaderOverHandMadeSegment(unittest.TestCase):
         what, _, retries = restore_then(out)
         self.assertEqual((what, retries), (C.MISS, 1))
         self.assertEqual(read(cat, "k")[:2], (C.HIT, b"payload!"))
+
+
+class FakeDaemon:
+    """A server that passes a FakeSegment (written to a file) with hello,
+    its catalog's figures in the reply, then records every request and
+    answers get (from gets, key -> (offset, size)) and contains."""
+
+    def __init__(self, test, seg, mode="rw", gets=None):
+        self.dir = tempfile.mkdtemp(prefix="shmb-fake-read-")
+        self.path = os.path.join(self.dir, "fake.sock")
+        self.seg_path = os.path.join(self.dir, "seg")
+        # magic, version, header_size, total_size, data_offset, data_size
+        struct.pack_into("=QIIQQQ", seg.buf, 0, P.SEGMENT_MAGIC, P.LAYOUT_VERSION, 4096,
+                         seg.size, seg.doff, seg.dsize)
+        with open(self.seg_path, "wb") as f:
+            f.write(seg.buf)
+        self.info = dict(seg.info, ok=True, version=1, segment="fake", max_object_size=4096,
+                         alignment=64, mode=mode)
+        self.gets = gets or {}
+        self.seen = []
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(1)
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+        test.addCleanup(self.cleanup)
+
+    def serve(self):
+        conn, _ = self.listener.accept()
+        with conn:
+            f = conn.makefile("rb")
+            for line in f:
+                req = json.loads(line)
+                self.seen.append(req)
+                if req["op"] == "hello":
+                    fd = os.open(self.seg_path, os.O_RDWR)
+                    socket.send_fds(conn, [(json.dumps(dict(self.info, id=req["id"]))
+                                            + "\n").encode()], [fd])
+                    os.close(fd)
+                elif req["op"] == "get" and req["key"] in self.gets:
+                    off, size = self.gets[req["key"]]
+                    conn.sendall(b'{"ok":true,"offset":%d,"size":%d,"id":%d}\n'
+                                 % (off, size, req["id"]))
+                elif req["op"] == "get":
+                    conn.sendall(b'{"ok":false,"error":"ENOENT","message":"No object.",'
+                                 b'"id":%d}\n' % req["id"])
+                elif req["op"] == "contains":
+                    conn.sendall(b'{"ok":true,"exists":false,"id":%d}\n' % req["id"])
+
+    def ops(self):
+        """The requests after hello, as (op, key, gen, noreply)."""
+        return [(r["op"], r.get("key"), r.get("gen"), r.get("noreply")) for r in self.seen[1:]]
+
+    def seal(self, chunk):
+        with open(self.seg_path, "rb") as f:
+            f.seek(chunk + P.SEAL_AT)
+            return struct.unpack("=Q", f.read(8))[0]
+
+    def cleanup(self):
+        self.listener.close()
+        self.thread.join(5)
+        for name in os.listdir(self.dir):
+            os.unlink(os.path.join(self.dir, name))
+        os.rmdir(self.dir)
+
+
+class TestClientOverFakeDaemon(unittest.TestCase):
+    """Client.read's use of the catalog, against a fake daemon whose
+    segment is built by hand: what is asked of the daemon, and when."""
+
+    def connect(self, seg, **kw):
+        mode = "ro" if kw.get("read_only") else "rw"
+        fake = FakeDaemon(self, seg, mode, kw.pop("gets", None))
+        c = shmbroker.Client(fake.path, **kw)
+        self.addCleanup(c.close)
+        c._sock.settimeout(5)
+        return fake, c
+
+    def sync(self, fake, c):
+        """A round trip, so that every request sent before is recorded."""
+        self.assertFalse(c.contains("sync"))
+
+    def test_hits_and_misses_ask_nothing(self):
+        seg = FakeSegment()
+        seg.put("k", b"value")
+        fake, c = self.connect(seg)
+        self.assertEqual(c.read("k"), b"value")
+        buf = bytearray(8)
+        self.assertEqual(c.read_into("k", buf), 5)
+        self.assertEqual(bytes(buf[:5]), b"value")
+        with self.assertRaises(shmbroker.NotFound):
+            c.read("absent")
+        with self.assertRaises(shmbroker.BufferTooSmall) as e:
+            c.read_into("k", bytearray(4))
+        self.assertEqual(e.exception.size, 5)
+        self.sync(fake, c)
+        self.assertEqual(fake.ops(), [("contains", "sync", None, None)])
+        self.assertEqual(c.read_stats(), {"fast": 4, "fallback": 0, "retries": 0})
+
+    def test_fallback_when_the_catalog_cannot_say(self):
+        """Unlisted objects: a miss proves nothing, the daemon is asked (get,
+        then a noreply release)."""
+        seg = FakeSegment()
+        at, _ = seg.chunk("unlisted", b"from the daemon")
+        seg.set32(UNLISTED, 1)
+        hsize = P.align64(P.CHUNK_HEADER_SIZE + len("unlisted"))
+        fake, c = self.connect(seg, gets={"unlisted": (at + hsize, 15)})
+        self.assertEqual(c.read("unlisted"), b"from the daemon")
+        with self.assertRaises(shmbroker.NotFound):
+            c.read("absent")
+        self.sync(fake, c)
+        self.assertEqual(fake.ops(), [("get", "unlisted", None, None),
+                                      ("release", "unlisted", None, True),
+                                      ("get", "absent", None, None),
+                                      ("contains", "sync", None, None)])
+        self.assertEqual(c.read_stats(), {"fast": 0, "fallback": 2, "retries": 0})
+
+    def test_awaited_read_counted_in_the_seal(self):
+        """A read-write client adds 1 to the seal's count per read of an
+        awaited object, keeping its generation; nothing is sent. Objects
+        not awaited are not counted."""
+        seg = FakeSegment()
+        at, gen = seg.put("aw", b"awaited", flags=P.CATALOG_AWAITED)
+        plain, pgen = seg.put("plain", b"not awaited")
+        fake, c = self.connect(seg)
+        for _ in range(3):
+            self.assertEqual(c.read("aw"), b"awaited")
+        self.assertEqual(c.read("plain"), b"not awaited")
+        self.sync(fake, c)
+        self.assertEqual(fake.ops(), [("contains", "sync", None, None)])
+        self.assertEqual(fake.seal(at), (3 << 32) | gen)
+        self.assertEqual(fake.seal(plain), pgen)
+
+    def test_awaited_read_reported_by_read_only(self):
+        """A read-only client reports each awaited read as a noreply read of
+        that key and generation, and leaves the seal alone."""
+        seg = FakeSegment()
+        at, gen = seg.put("aw", b"awaited", flags=P.CATALOG_AWAITED)
+        fake, c = self.connect(seg, read_only=True)
+        self.assertEqual(c.read("aw"), b"awaited")
+        self.assertEqual(c.read("aw"), b"awaited")
+        self.sync(fake, c)
+        self.assertEqual(fake.ops(), [("read", "aw", gen, True), ("read", "aw", gen, True),
+                                      ("contains", "sync", None, None)])
+        self.assertEqual(fake.seal(at), gen)
 
 
 if __name__ == "__main__":
