@@ -752,6 +752,7 @@ int shmb_segment_report_read(const char *path, struct shmb_segment_report *out,
 {
     const unsigned char *page = MAP_FAILED;
     const struct shmb_segment_header *h;
+    size_t map_len = SHMB_HEADER_PAGE;
     struct stat st;
     uint64_t magic;
     uint32_t version, header_size;
@@ -778,7 +779,10 @@ int shmb_segment_report_read(const char *path, struct shmb_segment_report *out,
         goto out;
     }
     out->file_size = (uint64_t)st.st_size;
-    page = mmap(NULL, SHMB_HEADER_PAGE, PROT_READ, MAP_SHARED, fd, 0);
+    /* A file on hugetlbfs maps in whole huge pages (its block size). */
+    if ((uint64_t)st.st_blksize > SHMB_HEADER_PAGE && (uint64_t)st.st_blksize <= out->file_size)
+        map_len = (size_t)st.st_blksize;
+    page = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, 0);
     if (page == MAP_FAILED) {
         rc = -errno;
         shmb_error_set(err, rc, "Cannot map the header page of %s: %s.", path, strerror(-rc));
@@ -820,7 +824,7 @@ int shmb_segment_report_read(const char *path, struct shmb_segment_report *out,
     report_copy_counters(page, out);
 out:
     if (page != MAP_FAILED)
-        munmap((void *)page, SHMB_HEADER_PAGE);
+        munmap((void *)page, map_len);
     if (fd >= 0)
         close(fd);
     return rc;
