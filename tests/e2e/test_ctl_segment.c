@@ -345,6 +345,66 @@ static void test_from_segment_matches_stats(void **state)
     h_pass(f);
 }
 
+/* Wait until d's segment shows a heartbeat (one is written at start), or
+ * fail the test. */
+static void wait_heartbeat(struct h_fix *f, const struct h_daemon *d)
+{
+    struct h_run r;
+    int i;
+
+    for (i = 0; i < 100; i++) {
+        ctl_status(f, NULL, d->name, d->shm_dir, &r, "--from-segment", NULL);
+        if (strstr(r.out, "last heartbeat ") != NULL) {
+            h_run_free(&r);
+            return;
+        }
+        h_run_free(&r);
+        usleep(100 * 1000);
+    }
+    fail_msg("the daemon's segment never showed a heartbeat");
+}
+
+/* A daemon killed with SIGKILL leaves its socket (connections refused) and
+ * its segment: status says it is not answering and that its process is
+ * gone, prints what it last published, and exits 3. */
+static void test_killed_daemon(void **state)
+{
+    static const char data[100];
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *c = shmb_new();
+    char want[128];
+    struct h_run r;
+    int pid = (int)d->pid, i;
+
+    assert_non_null(c);
+    assert_int_equal(shmb_connect(c, d->socket, "test"), 0);
+    assert_int_equal(shmb_put(c, "k", data, sizeof(data), 0), 0);
+    shmb_close(c);
+    /* Until a heartbeat has published the commit. */
+    for (i = 0; i < 100; i++) {
+        ctl_status(f, NULL, d->name, d->shm_dir, &r, "--from-segment", NULL);
+        if (strstr(r.out, "objects   1 committed") != NULL)
+            break;
+        h_run_free(&r);
+        usleep(100 * 1000);
+    }
+    if (i == 100)
+        fail_msg("the commit was never published");
+    h_run_free(&r);
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS)), 128 + SIGKILL);
+    assert_true(h_exists(d->socket));
+    ctl_status(f, d->socket, d->name, d->shm_dir, &r, NULL);
+    snprintf(want, sizeof(want), "shmbrokerd (pid %d) is not answering: last heartbeat ", pid);
+    h_expect_run(&r, 3, want, NULL);
+    snprintf(want, sizeof(want), "no process %d any more: it died without a clean stop", pid);
+    h_expect_run(&r, 3, want, NULL);
+    h_expect_run(&r, 3, "objects   1 committed, 0 pending, 0 pinned\n", NULL);
+    h_expect_run(&r, 3, "counters  1 allocs, 1 commits, 0 gets", NULL);
+    h_run_free(&r);
+    h_pass(f);
+}
+
 /* A daemon stopped with SIGSTOP accepts connections but never answers:
  * status waits --timeout, then says it is not answering, with its pid and a
  * heartbeat age that grows from one status to the next, and exits 3. Once
@@ -356,19 +416,8 @@ static void test_stopped_daemon(void **state)
     char want[128];
     struct h_run r;
     double first, second;
-    int i;
 
-    /* Its first heartbeat is written at start. */
-    for (i = 0; i < 100; i++) {
-        ctl_status(f, NULL, d->name, d->shm_dir, &r, "--from-segment", NULL);
-        if (strstr(r.out, "last heartbeat ") != NULL)
-            break;
-        h_run_free(&r);
-        usleep(100 * 1000);
-    }
-    if (i == 100)
-        fail_msg("the daemon's segment never showed a heartbeat");
-    h_run_free(&r);
+    wait_heartbeat(f, d);
 
     assert_int_equal(kill(d->pid, SIGSTOP), 0);
     ctl_status(f, d->socket, d->name, d->shm_dir, &r, "--timeout", "1", NULL);
@@ -407,6 +456,7 @@ int main(void)
         TEST(test_not_a_segment),
         TEST(test_from_segment_matches_stats),
         TEST(test_stopped_daemon),
+        TEST(test_killed_daemon),
     };
 
     return cmocka_run_group_tests_name("test_ctl_segment", tests, NULL, NULL);
