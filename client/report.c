@@ -724,7 +724,8 @@ void shmb_queue_list_free(shmb_queue_list_t *list)
 
 /* The counters and heartbeat words of the header page at page, copied under
  * the counters' seq. */
-static void report_copy_counters(const unsigned char *page, struct shmb_segment_report *out)
+static void report_copy_counters(const unsigned char *page,
+                                 struct shmb_segment_report *out)
 {
     const struct shmb_segment_header *h = (const void *)page;
     const struct shmb_published_counters *pc = (const void *)(page + SHMB_COUNTERS_AT);
@@ -771,21 +772,24 @@ int shmb_segment_report_read(const char *path, struct shmb_segment_report *out,
         goto out;
     }
     if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < SHMB_HEADER_PAGE) {
-        rc = shmb_error_set(err, -EINVAL,
-                            "%s is not a shmbroker segment: %s of %lld bytes, where a segment "
-                            "is a file of at least its %u-byte header page.",
-                            path, S_ISREG(st.st_mode) ? "a file" : "not a regular file",
-                            (long long)st.st_size, SHMB_HEADER_PAGE);
+        rc = shmb_error_set(
+            err, -EINVAL,
+            "%s is not a shmbroker segment: %s of %lld bytes, where a segment "
+            "is a file of at least its %u-byte header page.",
+            path, S_ISREG(st.st_mode) ? "a file" : "not a regular file",
+            (long long)st.st_size, SHMB_HEADER_PAGE);
         goto out;
     }
     out->file_size = (uint64_t)st.st_size;
     /* A file on hugetlbfs maps in whole huge pages (its block size). */
-    if ((uint64_t)st.st_blksize > SHMB_HEADER_PAGE && (uint64_t)st.st_blksize <= out->file_size)
+    if ((uint64_t)st.st_blksize > SHMB_HEADER_PAGE &&
+        (uint64_t)st.st_blksize <= out->file_size)
         map_len = (size_t)st.st_blksize;
     page = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, 0);
     if (page == MAP_FAILED) {
         rc = -errno;
-        shmb_error_set(err, rc, "Cannot map the header page of %s: %s.", path, strerror(-rc));
+        shmb_error_set(err, rc, "Cannot map the header page of %s: %s.", path,
+                       strerror(-rc));
         goto out;
     }
     h = (const void *)page;
@@ -793,26 +797,28 @@ int shmb_segment_report_read(const char *path, struct shmb_segment_report *out,
     version = __atomic_load_n(&h->version, __ATOMIC_RELAXED);
     header_size = __atomic_load_n(&h->header_size, __ATOMIC_RELAXED);
     if (magic != SHMB_SEGMENT_MAGIC) {
-        rc = shmb_error_set(err, -EINVAL,
-                            "%s is not a shmbroker segment: it starts with 0x%016llx, not the "
-                            "magic number 0x%016llx (\"SHMBSEG1\"). Check --name and --shm-dir.",
-                            path, (unsigned long long)magic,
-                            (unsigned long long)SHMB_SEGMENT_MAGIC);
+        rc = shmb_error_set(
+            err, -EINVAL,
+            "%s is not a shmbroker segment: it starts with 0x%016llx, not the "
+            "magic number 0x%016llx (\"SHMBSEG1\"). Check --name and --shm-dir.",
+            path, (unsigned long long)magic, (unsigned long long)SHMB_SEGMENT_MAGIC);
         goto out;
     }
     if (version != SHMB_LAYOUT_VERSION) {
-        rc = shmb_error_set(err, -EPROTO,
-                            "%s is a shmbroker segment of layout version %u; this "
-                            "shmbrokerctl reads layout %d only (a shmbrokerd of another release "
-                            "wrote it: use that release's shmbrokerctl).",
-                            path, version, SHMB_LAYOUT_VERSION);
+        rc = shmb_error_set(
+            err, -EPROTO,
+            "%s is a shmbroker segment of layout version %u; this "
+            "shmbrokerctl reads layout %d only (a shmbrokerd of another release "
+            "wrote it: use that release's shmbrokerctl).",
+            path, version, SHMB_LAYOUT_VERSION);
         goto out;
     }
     if (header_size != SHMB_HEADER_PAGE) {
-        rc = shmb_error_set(err, -EINVAL,
-                            "%s is not a valid shmbroker segment: its header says %u bytes of "
-                            "header, not %u.",
-                            path, header_size, SHMB_HEADER_PAGE);
+        rc = shmb_error_set(
+            err, -EINVAL,
+            "%s is not a valid shmbroker segment: its header says %u bytes of "
+            "header, not %u.",
+            path, header_size, SHMB_HEADER_PAGE);
         goto out;
     }
     out->total_size = __atomic_load_n(&h->total_size, __ATOMIC_RELAXED);

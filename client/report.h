@@ -34,10 +34,10 @@ uint64_t shmb_stats_number(const shmb_stats_t *st, enum shmb_stat_id id);
  * asking the daemon (shmbrokerctl status when the daemon does not answer):
  * its heartbeat and the counters it published with it. */
 struct shmb_segment_report {
-    uint64_t file_size;            /* bytes in the file */
+    uint64_t file_size; /* bytes in the file */
     uint64_t total_size, data_size;
-    int64_t owner_pid;             /* the header's owner (the daemon that adopted it) */
-    uint64_t heartbeat_unix_ms;    /* 0: never beat */
+    int64_t owner_pid;          /* the header's owner (the daemon that adopted it) */
+    uint64_t heartbeat_unix_ms; /* 0: never beat */
     uint64_t heartbeat_count;
     uint32_t heartbeat_period_ms;
     uint64_t catalog_slots;

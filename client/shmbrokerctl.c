@@ -529,8 +529,10 @@ static int segment_path(const struct ctl *ctl, char *out, size_t len)
                               : snprintf(out, len, "%s/%s", dir, name);
 
     if (n < 0 || (size_t)n >= len) {
-        fprintf(stderr, "shmbrokerctl: the segment path --shm-dir/--name is longer than %zu "
-                        "bytes\n", len - 1);
+        fprintf(stderr,
+                "shmbrokerctl: the segment path --shm-dir/--name is longer than %zu "
+                "bytes\n",
+                len - 1);
         return EXIT_USAGE;
     }
     return 0;
@@ -542,7 +544,8 @@ static const char *format_unix_ms(uint64_t ms, char *buf, size_t len)
     time_t t = (time_t)(ms / 1000);
     struct tm tm;
 
-    if (gmtime_r(&t, &tm) == NULL || strftime(buf, len, "%Y-%m-%d %H:%M:%S UTC", &tm) == 0)
+    if (gmtime_r(&t, &tm) == NULL ||
+        strftime(buf, len, "%Y-%m-%d %H:%M:%S UTC", &tm) == 0)
         snprintf(buf, len, "%llu ms after the epoch", (unsigned long long)ms);
     return buf;
 }
@@ -573,13 +576,15 @@ static int print_segment_status(const struct ctl *ctl, enum ctl_segment_why why)
     }
     clock_gettime(CLOCK_REALTIME, &now);
     age = ((double)now.tv_sec * 1000.0 + (double)now.tv_nsec / 1e6 -
-           (double)rep.heartbeat_unix_ms) / 1000.0;
+           (double)rep.heartbeat_unix_ms) /
+          1000.0;
     pid = pc->pid;
     if (rep.heartbeat_unix_ms == 0)
-        printf("shmbrokerd (pid %lld)%s: no heartbeat in its segment yet (it beats once at "
-               "start, then every second)\n",
-               (long long)rep.owner_pid,
-               why == CTL_SEG_NO_ANSWER ? " is not answering" : "");
+        printf(
+            "shmbrokerd (pid %lld)%s: no heartbeat in its segment yet (it beats once at "
+            "start, then every second)\n",
+            (long long)rep.owner_pid,
+            why == CTL_SEG_NO_ANSWER ? " is not answering" : "");
     else if (pid == 0)
         printf("shmbrokerd stopped at %s (%.1f s ago): figures as of its stop\n",
                format_unix_ms(rep.heartbeat_unix_ms, when, sizeof(when)), age);
@@ -611,12 +616,14 @@ static int print_segment_status(const struct ctl *ctl, enum ctl_segment_why why)
            (unsigned long long)pc->gets, (unsigned long long)pc->evictions,
            (unsigned long long)pc->enospc, (unsigned long long)pc->fast_reads);
     printf("expired   %llu allocations, %llu leases\n",
-           (unsigned long long)pc->expired_allocs, (unsigned long long)pc->lease_expiries);
+           (unsigned long long)pc->expired_allocs,
+           (unsigned long long)pc->lease_expiries);
     printf("catalog   %llu slots, %u objects not listed\n",
            (unsigned long long)rep.catalog_slots, rep.catalog_unlisted);
     printf("as of     heartbeat %llu at %s (every %u ms)\n",
            (unsigned long long)rep.heartbeat_count,
-           format_unix_ms(rep.heartbeat_unix_ms, when, sizeof(when)), rep.heartbeat_period_ms);
+           format_unix_ms(rep.heartbeat_unix_ms, when, sizeof(when)),
+           rep.heartbeat_period_ms);
     if (!rep.counters_settled)
         printf("          the daemon stopped while writing these counters (seq %u): they "
                "may not add up\n",
@@ -958,7 +965,8 @@ static void usage(FILE *out)
         "--name and --shm-dir are the daemon's (default %s in %s): where status finds\n"
         "the segment to read when the daemon does not answer within --timeout (%d s).\n"
         "Exit status: 0 success, 1 the daemon refused, 2 usage, 66 input file cannot be\n"
-        "opened, 69 daemon unreachable, 73 output file cannot be created, 74 file I/O error.\n"
+        "opened, 69 daemon unreachable, 73 output file cannot be created, 74 file I/O "
+        "error.\n"
         "status: 3 when the daemon did not answer and the figures are the segment's,\n"
         "2 when that file is not a segment of this release.\n"
         "Put '--' before a key that starts with '-'.\n",
@@ -1201,8 +1209,9 @@ static int status_connect(const struct ctl *ctl, shmb_t **out)
                     "shmbrokerctl: shmbrokerd at %s accepted the connection but did not "
                     "answer within %lu s (stopped or stuck?); %s\n",
                     esc(shmb_socket_path(ctl->socket_path), e, ESC_MAX), timeout,
-                    plain ? "no segment to read instead (name it with --name and --shm-dir)"
-                          : "plain status reads its segment instead");
+                    plain
+                        ? "no segment to read instead (name it with --name and --shm-dir)"
+                        : "plain status reads its segment instead");
             return EXIT_UNAVAILABLE;
         }
         pthread_join(thread, NULL);
@@ -1295,9 +1304,9 @@ int main(int argc, char **argv)
     if (cmd->run == cmd_status && ctl.watch == 0)
         rc = status_connect(&ctl, &c);
     else
-        rc = ctl_connect(ctl.socket_path, ctl.pool, strcmp(cmd->name, "clients") == 0 ||
-                                                        cmd->run == cmd_status,
-                         &c, NULL);
+        rc = ctl_connect(ctl.socket_path, ctl.pool,
+                         strcmp(cmd->name, "clients") == 0 || cmd->run == cmd_status, &c,
+                         NULL);
     if (rc == 0 && c != NULL) {
         rc = cmd->run(c, &ctl);
         shmb_close(c);

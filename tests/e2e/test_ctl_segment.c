@@ -21,8 +21,8 @@
 
 /* shmbrokerctl [--socket SOCK] --name NAME --shm-dir DIR status ARGS... (a
  * NULL-terminated list) into r. */
-static void ctl_status(struct h_fix *f, const char *sock, const char *name, const char *dir,
-                       struct h_run *r, ...)
+static void ctl_status(struct h_fix *f, const char *sock, const char *name,
+                       const char *dir, struct h_run *r, ...)
 {
     const char *argv[20];
     const char *arg;
@@ -392,12 +392,15 @@ static void test_killed_daemon(void **state)
     if (i == 100)
         fail_msg("the commit was never published");
     h_run_free(&r);
-    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS)), 128 + SIGKILL);
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS)),
+                     128 + SIGKILL);
     assert_true(h_exists(d->socket));
     ctl_status(f, d->socket, d->name, d->shm_dir, &r, NULL);
-    snprintf(want, sizeof(want), "shmbrokerd (pid %d) is not answering: last heartbeat ", pid);
+    snprintf(want, sizeof(want), "shmbrokerd (pid %d) is not answering: last heartbeat ",
+             pid);
     h_expect_run(&r, 3, want, NULL);
-    snprintf(want, sizeof(want), "no process %d any more: it died without a clean stop", pid);
+    snprintf(want, sizeof(want), "no process %d any more: it died without a clean stop",
+             pid);
     h_expect_run(&r, 3, want, NULL);
     h_expect_run(&r, 3, "objects   1 committed, 0 pending, 0 pinned\n", NULL);
     h_expect_run(&r, 3, "counters  1 allocs, 1 commits, 0 gets", NULL);

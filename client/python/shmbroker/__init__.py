@@ -24,9 +24,10 @@ help(shmbroker.MessageQueue) for broadcast queues (vLLM's MessageQueue).
 
 from . import frames
 from .client import Allocation, Client, ObjectList, Pin, check_key, default_socket_path
-from .errors import (BufferTooSmall, Cancelled, ConnectionLost, EndOfQueue, InvalidRequest, KeyExists,
-                     NoSpace, NotFound, ObjectTooLarge, PermissionDenied, ProtocolError,
-                     QuotaExceeded, ShmBrokerError, Timeout, Unsupported, error_for)
+from .errors import (BufferTooSmall, Cancelled, ConnectionLost, EndOfQueue, InvalidRequest,
+                     KeyExists, NoSpace, NotFound, ObjectTooLarge, PermissionDenied,
+                     ProtocolError, QuotaExceeded, ShmBrokerError, Timeout, Unsupported,
+                     error_for)
 
 __version__ = "0.1.0"
 

@@ -70,7 +70,8 @@ class Catalog:
         coff, slots, seed = (info.get(k) for k in ("catalog_offset", "catalog_slots",
                                                    "catalog_seed"))
         size, doff, dsize = len(mv), info["data_offset"], info["data_size"]
-        if not all(type(v) is int for v in (coff, slots, seed)) or info.get("layout") != P.LAYOUT_VERSION:
+        if (not all(type(v) is int for v in (coff, slots, seed))
+                or info.get("layout") != P.LAYOUT_VERSION):
             return None
         if (slots <= 0 or slots & (slots - 1) or slots > 1 << 40 or not 0 <= seed < 1 << 32
                 or coff % 64 or size % 8 or doff % 64 or coff < doff + dsize
