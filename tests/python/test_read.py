@@ -30,6 +30,11 @@ HASH_VECTORS = (
     (0x12345678, b"hello", 0x611807BA437AB1AD),
     (0x00000007, "ключ".encode("utf-8"), 0xB1728E116D8F59A5),
     (0xFFFFFFFF, b"x" * 255, 0x1441C1FDF35D1517),
+    # The C library's table (tests/unit/test_catalog_read.c), the same values.
+    (0x00000000, b"", 0xFDBDF6AC4FC52E7F),
+    (0x00000000, b"hello", 0x5C04F5D5DC8EB1E2),
+    (0xDEADBEEF, b"key-0001", 0xEF24B8E6BC1C7045),
+    (0x00000001, bytes(range(1, 256)), 0xD861666D7A5E9D24),
 )
 
 MOVES = P.CATALOG_MOVES_AT
