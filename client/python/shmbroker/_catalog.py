@@ -172,8 +172,7 @@ class Catalog:
             if changed:
                 continue
             if w32[moves] != m1:
-                retries += 1
-                continue
+                continue  # entries moved under the probe: look again
             if w32[P.CATALOG_UNLISTED_AT >> 2] != 0:
                 return AGAIN, None, 0, 0, 0, retries
             return MISS, None, 0, 0, 0, retries

@@ -1007,7 +1007,10 @@ class Client:
                 addr = self._seal_base[1] + chunk + P.SEAL_AT
                 w64 = self._catalog.w64
                 i = (chunk + P.SEAL_AT) >> 3
-                while True:
+                # Bounded: other processes may keep changing the seal (the
+                # daemon folding counts in, or a hostile writer); then the
+                # daemon counts it.
+                for _ in range(1000):
                     seal = w64[i]
                     if seal & 0xFFFFFFFF != gen or seal >> 32 == 0xFFFFFFFF:
                         return
