@@ -77,7 +77,7 @@ STATS_FIELDS = (
 )
 STATS_COUNTERS = (
     "allocs", "commits", "gets", "evictions", "enospc", "expired_allocs",
-    "lease_expiries", "noreply_errors",
+    "lease_expiries", "noreply_errors", "fast_reads",
 )
 
 # proto/layout.h.
