@@ -422,5 +422,136 @@ class TestClientOverFakeDaemon(unittest.TestCase):
         self.assertEqual(fake.seal(at), gen)
 
 
+class TestReadFromDaemon(support.DaemonTest):
+    """read() against a daemon that publishes its catalog."""
+
+    def setUp(self):
+        super().setUp()
+        self.assertGreater(self.c.info.get("catalog_slots", 0), 0,
+                           "shmbrokerd's hello publishes no catalog: %r" % (self.c.info,))
+
+    def readers_of(self, key):
+        """The awaited reads the daemon counts for key (list folds in what
+        reads in place added)."""
+        (entry,) = [o for o in self.c.list(key) if o["key"] == key]
+        return entry["readers"]
+
+    def test_hits_are_exact_with_no_fallback(self):
+        sizes = (1, 63, 64, 65, 4096, 4097, 100000)
+        for n in sizes:
+            self.c.put("obj%d" % n, os.urandom(n))
+        for n in sizes:
+            pin = self.c.get("obj%d" % n)
+            want = bytes(pin.view)
+            pin.release()
+            self.assertEqual(self.c.read("obj%d" % n), want)
+            buf = bytearray(n + 3)
+            self.assertEqual(self.c.read_into("obj%d" % n, buf), n)
+            self.assertEqual(bytes(buf[:n]), want)
+        self.assertEqual(self.c.read_stats(), {"fast": 2 * len(sizes), "fallback": 0,
+                                               "retries": 0})
+        with self.assertRaises(shmbroker.BufferTooSmall) as e:
+            self.c.read_into("obj4097", bytearray(4096))
+        self.assertEqual(e.exception.size, 4097)
+
+    def test_miss_deleted_and_evicted(self):
+        """A key never put, one deleted, one evicted: NotFound from the
+        mapping (no fallback); the objects still there read exactly."""
+        with self.assertRaises(shmbroker.NotFound):
+            self.c.read("never")
+        self.c.put("gone", b"soon deleted")
+        self.assertEqual(self.c.read("gone"), b"soon deleted")
+        self.c.delete("gone")
+        with self.assertRaises(shmbroker.NotFound):
+            self.c.read("gone")
+        big = self.c.info["data_size"] // 5
+        for i in range(12):
+            self.c.put("big%d" % i, bytes([i]) * big)
+        self.assertGreater(self.stats()["counters"]["evictions"], 0)
+        for i in range(12):
+            try:
+                self.assertEqual(self.c.read("big%d" % i), bytes([i]) * big)
+                present = True
+            except shmbroker.NotFound:
+                present = False
+            self.assertEqual(present, self.c.contains("big%d" % i), i)
+        self.assertEqual(self.c.read_stats()["fallback"], 0)
+
+    def awaited(self, reader):
+        """An object awaiting 2 reads: reader's read()s count them, and then
+        it may go (a put that needs its space succeeds)."""
+        big = self.c.info["data_size"] * 2 // 5
+        self.c.put("awaited", b"a" * big, readers=2)
+        self.c.put("filler", b"f" * big)
+        self.assertEqual(self.readers_of("awaited"), 2)
+        with self.assertRaises(shmbroker.NoSpace):
+            self.c.put("next", b"n" * big)
+        self.assertEqual(reader.read("awaited"), b"a" * big)
+        reader.contains("awaited")  # a round trip: a noreply read was handled before it
+        self.assertEqual(self.readers_of("awaited"), 1)
+        self.assertEqual(reader.read("awaited"), b"a" * big)
+        reader.contains("awaited")
+        self.assertEqual(self.readers_of("awaited"), 0)
+        self.assertEqual(reader.read_stats()["fallback"], 0)
+        self.c.put("next", b"n" * big)
+        with self.assertRaises(shmbroker.NotFound):
+            reader.read("awaited")
+        self.assertGreaterEqual(self.stats()["counters"]["fast_reads"], 2)
+
+    def test_awaited_reads_counted_read_write(self):
+        reader = self.d.client(name="rw-reader")
+        self.addCleanup(reader.close)
+        self.awaited(reader)
+
+    def test_awaited_reads_counted_read_only(self):
+        reader = self.d.client(name="ro-reader", read_only=True)
+        self.addCleanup(reader.close)
+        self.awaited(reader)
+
+    def test_scribbled_catalog(self):
+        """A read-write mapping of the segment scribbles over the catalog and
+        the header's catalog words: reads give the key's own bytes or
+        NotFound, never another key's, never crash; the daemon goes on."""
+        keys = ["key%d" % i for i in range(40)]
+        chunks = {}
+        for k in keys:
+            off = self.c.put(k, k.encode() * 7)
+            chunks[k] = off - P.align64(P.CHUNK_HEADER_SIZE + len(k))
+        info = self.c.info
+        path = os.path.join(self.d.shm_dir, self.d.name)
+        with open(path, "r+b") as f:
+            m = mmap.mmap(f.fileno(), info["size"])
+        self.addCleanup(m.close)
+        coff, slots, seed = info["catalog_offset"], info["catalog_slots"], info["catalog_seed"]
+        rng = random.Random(1616)
+
+        def check_all():
+            for k in keys:
+                try:
+                    got = self.c.read(k)
+                except shmbroker.NotFound:
+                    continue
+                self.assertEqual(got, k.encode() * 7, k)
+
+        for round_ in range(30):
+            victim, other = rng.sample(keys, 2)
+            h = C.catalog_hash(seed, victim.encode())
+            home, tag = h & (slots - 1), h >> 32
+            ochunk = chunks[other]
+            ogen = struct.unpack_from("=Q", m, ochunk + P.SEAL_AT)[0] & 0xFFFFFFFF
+            for p in range(4):
+                # The victim's tag, pointing at the other key's chunk.
+                P.CATALOG_ENTRY.pack_into(m, coff + ((home + p) % slots) * 32, 2 * round_, tag,
+                                          ochunk, ogen, 0, len(other) * 7)
+            at = coff + rng.randrange(slots) * 32
+            m[at:at + 32] = os.urandom(32)
+            if round_ % 7 == 3:
+                struct.pack_into("=I", m, MOVES, rng.randrange(1 << 32))
+            check_all()
+        m[coff:coff + slots * 32] = os.urandom(slots * 32)
+        check_all()
+        self.assertEqual(self.c.stats()["objects"], len(keys))
+
+
 if __name__ == "__main__":
     unittest.main()
