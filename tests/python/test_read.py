@@ -11,8 +11,6 @@ import os
 import random
 import socket
 import struct
-import tempfile
-import threading
 import unittest
 
 import support
@@ -277,14 +275,13 @@ class TestReaderOverHandMadeSegment(unittest.TestCase):
         self.assertEqual(read(cat, "k")[:2], (C.HIT, b"payload!"))
 
 
-class FakeDaemon:
+class FakeDaemon(support.FakeServer):
     """A server that passes a FakeSegment (written to a file) with hello,
     its catalog's figures in the reply, then records every request and
     answers get (from gets, key -> (offset, size)) and contains."""
 
     def __init__(self, test, seg, mode="rw", gets=None):
-        self.dir = tempfile.mkdtemp(prefix="shmb-fake-read-")
-        self.path = os.path.join(self.dir, "fake.sock")
+        super().__init__(test, "shmb-fake-read-")
         self.seg_path = os.path.join(self.dir, "seg")
         # magic, version, header_size, total_size, data_offset, data_size
         struct.pack_into("=QIIQQQ", seg.buf, 0, P.SEGMENT_MAGIC, P.LAYOUT_VERSION, 4096,
@@ -294,13 +291,7 @@ class FakeDaemon:
         self.info = dict(seg.info, ok=True, version=1, segment="fake", max_object_size=4096,
                          alignment=64, mode=mode)
         self.gets = gets or {}
-        self.seen = []
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(self.path)
-        self.listener.listen(1)
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
-        test.addCleanup(self.cleanup)
+        self.start()
 
     def serve(self):
         conn, _ = self.listener.accept()
@@ -332,13 +323,6 @@ class FakeDaemon:
         with open(self.seg_path, "rb") as f:
             f.seek(chunk + P.SEAL_AT)
             return struct.unpack("=Q", f.read(8))[0]
-
-    def cleanup(self):
-        self.listener.close()
-        self.thread.join(5)
-        for name in os.listdir(self.dir):
-            os.unlink(os.path.join(self.dir, name))
-        os.rmdir(self.dir)
 
 
 class TestClientOverFakeDaemon(unittest.TestCase):
