@@ -164,6 +164,8 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              soak test_cases test_frames test_sizing test_backings test_queue_ops
 # Broadcast queues through the library: forked writers and readers.
 E2E_TESTS += test_queues
+# shmbrokerctl status read from the segment's header page.
+E2E_TESTS += test_ctl_segment
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)
