@@ -72,6 +72,8 @@ ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c proto/sock.c \
                proto/frames.c proto/queue.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c
+# Arenas: puts in one round trip (the store's arena objects).
+CORE_SRC    += daemon/arena.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c daemon/queue.c $(CORE_SRC)
@@ -105,6 +107,11 @@ $(BUILD)/tests/test_ring:    $(call OBJ,tests/unit/test_ring.c daemon/ring.c dae
 $(BUILD)/tests/test_index:   $(call OBJ,tests/unit/test_index.c daemon/index.c) $(BASE_OBJ)
 $(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c daemon/store.c daemon/ring.c daemon/index.c daemon/segment.c) $(BASE_OBJ)
 $(BUILD)/tests/test_segment: $(call OBJ,tests/unit/test_segment.c daemon/segment.c) $(BASE_OBJ)
+# Arenas: the store's arena objects, and a unit program of their own.
+$(BUILD)/tests/test_store:   $(call OBJ,daemon/arena.c)
+UNIT_BINS  += $(BUILD)/tests/test_arena
+$(BUILD)/tests/test_arena:   $(call OBJ,tests/unit/test_arena.c daemon/arena.c daemon/store.c \
+                              daemon/ring.c daemon/index.c daemon/segment.c) $(BASE_OBJ)
 $(BUILD)/tests/test_segment: TEST_LDFLAGS := -Wl,--wrap=statvfs,--wrap=statfs,--wrap=fopen,--wrap=posix_fallocate
 # The command layer without sockets: the chaos test and the fuzzer drive it.
 COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/pool.c daemon/queue.c daemon/config.c \
