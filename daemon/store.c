@@ -1252,6 +1252,8 @@ static void store_arena_left(struct store *s, struct object *obj)
     struct arena *a = box->rec;
 
     TAILQ_REMOVE(&a->objects, obj, arena_link);
+    /* A restarted daemon must not bring it back. */
+    store_save_state(s, obj, SHMB_CHUNK_FREE);
     store_forget(s, obj);
     if (a->holder == NULL && !a->revoked && TAILQ_EMPTY(&a->objects)) {
         ring_free(&s->ring, box->ring_id);
