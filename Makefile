@@ -107,11 +107,6 @@ $(BUILD)/tests/test_ring:    $(call OBJ,tests/unit/test_ring.c daemon/ring.c dae
 $(BUILD)/tests/test_index:   $(call OBJ,tests/unit/test_index.c daemon/index.c) $(BASE_OBJ)
 $(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c daemon/store.c daemon/ring.c daemon/index.c daemon/segment.c) $(BASE_OBJ)
 $(BUILD)/tests/test_segment: $(call OBJ,tests/unit/test_segment.c daemon/segment.c) $(BASE_OBJ)
-# Arenas: the store's arena objects, and a unit program of their own.
-$(BUILD)/tests/test_store:   $(call OBJ,daemon/arena.c)
-UNIT_BINS  += $(BUILD)/tests/test_arena
-$(BUILD)/tests/test_arena:   $(call OBJ,tests/unit/test_arena.c daemon/arena.c daemon/store.c \
-                              daemon/ring.c daemon/index.c daemon/segment.c) $(BASE_OBJ)
 $(BUILD)/tests/test_segment: TEST_LDFLAGS := -Wl,--wrap=statvfs,--wrap=statfs,--wrap=fopen,--wrap=posix_fallocate
 # The command layer without sockets: the chaos test and the fuzzer drive it.
 COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/pool.c daemon/queue.c daemon/config.c \
@@ -168,6 +163,13 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              soak test_cases test_frames test_sizing test_backings test_queue_ops
 # Broadcast queues through the library: forked writers and readers.
 E2E_TESTS += test_queues
+# Arenas (puts in one round trip): the store's arena objects, a unit program,
+# and raw-socket clients against the real daemon.
+$(BUILD)/tests/test_store:   $(call OBJ,daemon/arena.c)
+UNIT_BINS  += $(BUILD)/tests/test_arena
+$(BUILD)/tests/test_arena:   $(call OBJ,tests/unit/test_arena.c daemon/arena.c daemon/store.c \
+                              daemon/ring.c daemon/index.c daemon/segment.c) $(BASE_OBJ)
+E2E_TESTS += test_arena_ops
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)
