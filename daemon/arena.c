@@ -53,6 +53,9 @@ int arena_grant_size(uint64_t asked, uint64_t max_object, uint64_t data_size,
         size = max_object;
     if (size > data_size / 8)
         size = data_size / 8;
+    /* The arena header's tag counts committed bytes in SHMB_ALIGN units. */
+    if (size > (uint64_t)UINT32_MAX * SHMB_ALIGN)
+        size = (uint64_t)UINT32_MAX * SHMB_ALIGN;
     size &= ~(uint64_t)(SHMB_ALIGN - 1);
     if (size < ARENA_MIN_SIZE)
         return shmb_error_set(

@@ -376,7 +376,7 @@ static void store_chunk_field(struct store *s, const struct object *obj, size_t 
 static void store_save_reads(struct store *s, const struct object *obj)
 {
     if (obj->arena == NULL) {
-        store_save_reads(s, obj);
+        ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
         return;
     }
     store_chunk_field(s, obj, offsetof(struct shmb_chunk_header, tag), &obj->awaited_reads,
