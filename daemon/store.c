@@ -349,6 +349,10 @@ static struct object *store_lookup(const struct store *s, const char *key, size_
 static void store_arena_left(struct store *s, struct object *obj);
 static void store_arena_give_back(struct store *s, struct object *box, bool told);
 static void store_expire_arenas(struct store *s, uint64_t now, uint64_t max_age_ms);
+static uint64_t store_arena_wake_ms(const struct store *s);
+/* How often waiting allocations look again while a held arena is in their
+ * way: a client's write into its arena takes microseconds. */
+#define STORE_ARENA_RECHECK_MS 10
 static bool store_may_evict_arena(struct store *s, struct object *box, uint64_t now);
 
 /* Give an object's chunk back to the ring and free it. */
@@ -1126,6 +1130,8 @@ uint64_t store_lease_wake_ms(struct store *s)
 {
     struct object *obj;
 
+    if (s->arenas_held > 0 && store_arena_wake_ms(s) != UINT64_MAX)
+        return store_arena_wake_ms(s);
     if (s->cfg.read_lease_ms == 0)
         return UINT64_MAX;
     /* Only a committed, unpinned blocker waits for its awaited reads, and
@@ -1288,6 +1294,18 @@ static bool store_may_evict_arena(struct store *s, struct object *box, uint64_t 
     }
     store_forget(s, box);
     return true;
+}
+
+/* When waiting allocations should look again because a held arena is the
+ * oldest chunk: it goes once its client is not writing into it, and nothing
+ * tells the daemon when. UINT64_MAX when no arena is in the way. */
+static uint64_t store_arena_wake_ms(const struct store *s)
+{
+    const struct object *oldest = ring_oldest(&s->ring, NULL);
+
+    if (oldest != NULL && oldest->rec != NULL && oldest->rec->holder != NULL)
+        return clock_now_ms() + STORE_ARENA_RECHECK_MS;
+    return UINT64_MAX;
 }
 
 /* Give back the held arenas unused for max_age_ms (--alloc-timeout), or

@@ -311,6 +311,58 @@ static void test_restart_keeps(void **state)
     h_pass(f);
 }
 
+/* A held arena at the head of the ring blocks reclaim while its client
+ * writes into it (lock BUSY): an alloc that waits for room gets it soon
+ * after the lock goes IDLE (the daemon looks again, since nothing tells it),
+ * the arena being revoked then; its client's next commit_at is ESTALE. */
+static void test_wait_behind_busy_arena(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    struct aclient w, o;
+    char req[128];
+    json_t *reply;
+    int i;
+
+    open_ok(&w, d);
+    open_ok(&o, d);
+    assert_int_equal(aclient_arena(&w, 64 * 1024), 0);
+    assert_int_equal(aclient_put(&w, "in-arena", 100, 31, false), 0);
+    *arena_seal(&w) = SHMB_SEAL(0, SHMB_ARENA_BUSY);
+    for (i = 0;; i++) {
+        snprintf(req, sizeof(req), "{\"op\":\"alloc\",\"key\":\"f%d\",\"size\":100000}", i);
+        reply = h_call(&o.c, req);
+        if (!json_is_true(json_object_get(reply, "ok"))) {
+            h_assert_error(reply, "ENOSPC", "arena of client");
+            json_decref(reply);
+            break;
+        }
+        json_decref(reply);
+        snprintf(req, sizeof(req), "{\"op\":\"commit\",\"key\":\"f%d\"}", i);
+        h_expect_ok(&o.c, req);
+        assert_true(i < 20);
+    }
+    assert_int_equal(h_conn_sendline(&o.c, "{\"op\":\"alloc\",\"key\":\"waiter\","
+                                           "\"size\":100000,\"wait_ms\":60000}"),
+                     0);
+    h_sleep_ms(50);
+    __atomic_store_n(arena_seal(&w), SHMB_SEAL(0, SHMB_ARENA_IDLE), __ATOMIC_RELEASE);
+    /* The wait is far longer than a reply may take (H_REPLY_TIMEOUT_MS):
+     * the allocation must come from the daemon looking again, not from
+     * its deadline. */
+    reply = h_recv_json(&o.c);
+    h_assert_ok(reply);
+    json_decref(reply);
+    /* Its space is reused by now: the writer must not touch it again. */
+    snprintf(req, sizeof(req),
+             "{\"op\":\"commit_at\",\"key\":\"late\",\"offset\":%llu,\"size\":10}",
+             (unsigned long long)w.cursor);
+    h_expect_error(&w.c, req, "ESTALE", NULL);
+    aclient_close(&w);
+    aclient_close(&o);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -319,6 +371,7 @@ int main(void)
         TEST(test_put_and_get),
         TEST(test_kill_writer),
         TEST(test_restart_keeps),
+        TEST(test_wait_behind_busy_arena),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);

@@ -443,6 +443,9 @@ static void test_revoke_idle_busy(void **state)
     assert_string_equal(st.blocker_key, "(arena of client 7)");
     assert_int_equal(st.arenas, 1);
     assert_int_equal(lock_of(f, a.offset), SHMB_ARENA_BUSY);
+    /* Nothing tells the daemon when the lock goes IDLE: waiting
+     * allocations are told to look again soon. */
+    assert_true(store_lease_wake_ms(f->s) != UINT64_MAX);
     /* The client still holds it and commits into it. */
     pos += put_at(f, w, pos, "in-busy2", 100, 0, 2);
 
@@ -454,6 +457,7 @@ static void test_revoke_idle_busy(void **state)
     expect_message_has(&err, "'in-busy2'");
     assert_int_equal(lock_of(f, a.offset), SHMB_ARENA_REVOKED);
     assert_int_equal(stats_of(f).arenas, 0);
+    assert_int_equal(store_lease_wake_ms(f->s), UINT64_MAX);
     lay(f, pos, "late", 10, 3);
     assert_int_equal(store_commit_at(f->s, w, "late", 4, pos, 10, 0, &e, &err), -ESTALE);
 
