@@ -638,12 +638,11 @@ static int store_object_new(struct store *s, const struct object_spec *spec,
     return 0;
 }
 
-int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t key_len,
-                uint64_t size, uint32_t readers, struct store_extent *out,
-                struct shmb_error *err)
+/* The checks of a new object, alloc's and commit_at's: key length, size,
+ * readers, and no object with that key. 0, -EINVAL, -E2BIG or -EEXIST. */
+static int store_check_new(const struct store *s, const char *key, size_t key_len,
+                           uint64_t size, uint32_t readers, struct shmb_error *err)
 {
-    struct object_spec spec;
-    struct object *obj;
     int rc;
 
     if ((rc = shmb_key_len_check(key_len, err)) < 0)
@@ -662,6 +661,19 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t
                               "Key '%.*s' already exists in the storage. Choose another "
                               "key, or delete it first.",
                               (int)key_len, key);
+    return 0;
+}
+
+int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t key_len,
+                uint64_t size, uint32_t readers, struct store_extent *out,
+                struct shmb_error *err)
+{
+    struct object_spec spec;
+    struct object *obj;
+    int rc;
+
+    if ((rc = store_check_new(s, key, key_len, size, readers, err)) < 0)
+        return rc;
     spec.key = key;
     spec.key_len = key_len;
     spec.size = size;
@@ -1373,25 +1385,10 @@ int store_commit_at(struct store *s, struct store_holder *h, const char *key, si
     unsigned char *at;
     int rc;
 
-    if ((rc = shmb_key_len_check(key_len, err)) < 0)
-        return rc;
-    if (size == 0)
-        return shmb_error_set(err, -EINVAL, "Size must be at least 1 byte.");
-    if (size > s->cfg.max_object_size)
-        return shmb_error_set(
-            err, -E2BIG, "Object size (%llu bytes) exceeds max object size (%llu bytes)",
-            (unsigned long long)size, (unsigned long long)s->cfg.max_object_size);
-    if (readers > STORE_MAX_READERS)
-        return shmb_error_set(err, -EINVAL, "readers=%u is more than the limit of %u.",
-                              readers, STORE_MAX_READERS);
     chunk = SHMB_CHUNK_SIZE(key_len, size);
-    if ((rc = arena_check_commit(a, offset, chunk, err)) < 0)
+    if ((rc = store_check_new(s, key, key_len, size, readers, err)) < 0 ||
+        (rc = arena_check_commit(a, offset, chunk, err)) < 0)
         return rc;
-    if (store_lookup(s, key, key_len) != NULL)
-        return shmb_error_set(err, -EEXIST,
-                              "Key '%.*s' already exists in the storage. Choose another "
-                              "key, or delete it first.",
-                              (int)key_len, key);
     /* The header from private values only: whatever the client wrote there
      * is overwritten. */
     memset(&hdr, 0, sizeof(hdr));
