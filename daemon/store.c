@@ -19,6 +19,7 @@
 #include "../proto/alloc.h"
 #include "../proto/text.h"
 #include "arena.h"
+#include "catalog.h"
 #include "clock.h"
 #include "index.h"
 #include "ring.h"
@@ -46,6 +47,11 @@ struct object {
     TAILQ_ENTRY(object) age_link;  /* the store's pending list, oldest first */
     uint64_t ring_id;
     uint64_t offset, size;
+    uint64_t chunk_offset; /* its chunk header, from the segment's start */
+    uint32_t gen;          /* its generation while published, else 0 */
+    bool published;        /* sealed (and listed, when listed) */
+    bool listed;           /* catalog_add took it */
+    bool listed_awaited;   /* ... with SHMB_CATALOG_AWAITED */
     uint64_t created_ms; /* at alloc; at commit for committed objects */
     size_t watch_pos;    /* 1 + index in the store's watched heap, 0 when not in it */
     uint32_t pin_count;  /* all pins, of all holders */
@@ -57,7 +63,6 @@ struct object {
      * the index) and with its record in rec; an object committed into an
      * arena has no ring chunk of its own (ring_id is the arena's) and arena
      * points to the arena's object. */
-    uint64_t chunk_offset;          /* its chunk header, from the start of the segment */
     struct object *arena;           /* the arena holding it, or NULL */
     struct arena *rec;              /* an arena's own chunk: its record; else NULL */
     TAILQ_ENTRY(object) arena_link; /* rec->objects of its arena */
@@ -87,6 +92,8 @@ struct store {
     struct object_list age; /* pending objects, oldest first */
     uint64_t committed, pending, pinned, deleted_pinned;
     uint64_t allocs, commits, gets, evictions, enospc, expired_allocs, lease_expiries;
+    uint64_t fast_reads;      /* awaited reads folded in from seals and read ops */
+    uint32_t gen_next;        /* generations, when there is no catalog */
     uint64_t expire_after_ms; /* the last store_expire_pending's limit, for messages */
     uint64_t room_gen;        /* see store_room_generation */
     /* The head-of-line blocker is the blocking object with the lowest ring
@@ -184,6 +191,7 @@ struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
     if (cfg != NULL)
         s->cfg = *cfg;
     s->cfg.max_object_size = max;
+    s->gen_next = 1;
     return s;
 }
 
@@ -346,6 +354,119 @@ static struct object *store_lookup(const struct store *s, const char *key, size_
     return n != NULL ? (struct object *)n : NULL;
 }
 
+/* The seal of obj's chunk header, in the segment. */
+static uint64_t *store_seal(const struct store *s, const struct object *obj)
+{
+    return (uint64_t *)(s->ring.data + (obj->chunk_offset - s->ring.data_offset) +
+                        offsetof(struct shmb_chunk_header, seal));
+}
+
+/* A new generation: the catalog's, or the store's own without one. */
+static uint32_t store_next_gen(struct store *s)
+{
+    uint32_t gen;
+
+    if (s->cfg.catalog != NULL)
+        return catalog_next_gen(s->cfg.catalog);
+    gen = s->gen_next;
+    if (++s->gen_next == 0)
+        s->gen_next = 1;
+    return gen;
+}
+
+/* Hand out generations after floor from now on. */
+static void store_gen_after(struct store *s, uint32_t floor)
+{
+    if (s->cfg.catalog != NULL)
+        catalog_gen_after(s->cfg.catalog, floor);
+    else if (floor >= s->gen_next)
+        s->gen_next = floor + 1 != 0 ? floor + 1 : 1;
+}
+
+/* Take the reads counted in place in obj's seal: compare-and-swap
+ * {gen, c} -> {gen, 0}, and c fewer awaited reads (never below 0: a count
+ * can only lower them, as gets by others could). Does not touch the ring
+ * (it runs inside the ring's reclaim); the chunk's tag follows at the next
+ * change of the awaited reads. */
+static void store_fold(struct store *s, struct object *obj)
+{
+    uint64_t seal, *at;
+    uint32_t take;
+    int rc;
+
+    if (!obj->published || obj->awaited_reads == 0)
+        return;
+    at = store_seal(s, obj);
+    if (segment_atomic_load64(at, &seal) < 0)
+        return;
+    while (SHMB_SEAL_GEN(seal) == obj->gen && SHMB_SEAL_COUNT(seal) != 0) {
+        if ((rc = segment_atomic_cas64(at, &seal, SHMB_SEAL(obj->gen, 0))) == -EAGAIN)
+            continue; /* a reader counted meanwhile: seal holds what was found */
+        if (rc < 0)
+            return; /* the page is gone */
+        take = SHMB_SEAL_COUNT(seal) < obj->awaited_reads ? SHMB_SEAL_COUNT(seal)
+                                                           : obj->awaited_reads;
+        obj->awaited_reads -= take;
+        s->fast_reads += take;
+        if (take > 0 && obj->awaited_reads == 0)
+            s->room_gen++;
+        return;
+    }
+}
+
+/* obj becomes committed for readers of the mapping: a new generation in its
+ * seal (count 0), THEN its catalog entry, so that a reader that finds the
+ * entry finds the seal that goes with it. Commit, adoption (and commit_at)
+ * all come here. */
+static void store_publish(struct store *s, struct object *obj)
+{
+    uint32_t flags = obj->awaited_reads > 0 ? SHMB_CATALOG_AWAITED : 0;
+
+    obj->gen = store_next_gen(s);
+    segment_atomic_store64(store_seal(s, obj), SHMB_SEAL(obj->gen, 0));
+    obj->published = true;
+    obj->listed = s->cfg.catalog != NULL &&
+                  catalog_add(s->cfg.catalog, obj->key, obj->key_len, obj->chunk_offset,
+                              obj->gen, obj->size, flags) == 0;
+    obj->listed_awaited = flags != 0;
+}
+
+/* obj stops being readable in place, before its bytes may be reused
+ * (delete, eviction, lease eviction): its catalog entry goes FIRST, THEN its
+ * seal swaps to 0, so that a reader holding the entry sees a changed
+ * generation; the reads counted in the seal meanwhile are folded in. */
+static void store_unpublish(struct store *s, struct object *obj)
+{
+    uint64_t old = 0;
+    uint32_t take;
+
+    if (!obj->published)
+        return;
+    if (s->cfg.catalog != NULL)
+        catalog_remove(s->cfg.catalog, obj->key, obj->key_len, obj->chunk_offset, obj->listed);
+    if (segment_atomic_exchange64(store_seal(s, obj), 0, &old) == 0 &&
+        SHMB_SEAL_GEN(old) == obj->gen) {
+        take = SHMB_SEAL_COUNT(old) < obj->awaited_reads ? SHMB_SEAL_COUNT(old)
+                                                          : obj->awaited_reads;
+        obj->awaited_reads -= take;
+        s->fast_reads += take;
+    }
+    obj->published = obj->listed = false;
+    obj->gen = 0;
+}
+
+/* obj awaits reads again (touch, expect) though it was listed as awaiting
+ * none: list it again with SHMB_CATALOG_AWAITED, so that readers in place
+ * count themselves. A new generation: a reader that copied under the old
+ * entry did not count, and its count would be refused. */
+static void store_mark_awaited(struct store *s, struct object *obj)
+{
+    if (!obj->published || obj->listed_awaited || obj->awaited_reads == 0)
+        return;
+    store_unpublish(s, obj);
+    store_publish(s, obj);
+}
+
 static void store_arena_left(struct store *s, struct object *obj);
 static void store_arena_give_back(struct store *s, struct object *box, bool told);
 static void store_expire_arenas(struct store *s, uint64_t now, uint64_t max_age_ms);
@@ -403,6 +524,7 @@ static void store_save_state(struct store *s, const struct object *obj,
  * lease (if any) has not run out. Tells the lease callback once. */
 static bool store_awaited(const struct store *s, struct object *obj, uint64_t now)
 {
+    store_fold((struct store *)s, obj);
     if (obj->awaited_reads == 0)
         return false;
     if (s->cfg.read_lease_ms == 0 || obj->state != STORE_COMMITTED ||
@@ -431,6 +553,7 @@ static bool store_may_evict(void *owner, uint64_t id, void *arg)
     if (obj == NULL || obj->state != STORE_COMMITTED || obj->pin_count != 0 ||
         store_awaited(s, obj, clock_now_ms()))
         return false;
+    store_unpublish(s, obj);
     index_remove(&s->index, &obj->node);
     s->committed--;
     s->evictions++;
@@ -552,7 +675,7 @@ static void store_remember_expired(struct store_holder *h, const char *key,
     h->expired[slot] = shmb_strndup(key, key_len);
 }
 
-/* The state of an object made by commit_at until store_publish commits it. */
+/* The state of an object made by commit_at until store_commit_object commits it. */
 #define STORE_UNPUBLISHED ((enum store_state)0)
 
 /* What a new object is made of. */
@@ -697,8 +820,9 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t
 
 /* The one way an object becomes committed, from an alloc (store_commit) or
  * inside an arena (store_commit_at): visible to every holder from here on,
- * counted, its chunk marked committed for a later adoption. */
-static void store_publish(struct store *s, struct object *obj)
+ * counted, its chunk marked committed for a later adoption, then sealed and
+ * listed for readers of the mapping (store_publish). */
+static void store_commit_object(struct store *s, struct object *obj)
 {
     s->room_gen++; /* a pending blocker may now be reclaimable */
     obj->state = STORE_COMMITTED;
@@ -706,6 +830,7 @@ static void store_publish(struct store *s, struct object *obj)
     store_save_state(s, obj, SHMB_CHUNK_COMMITTED);
     s->committed++;
     s->commits++;
+    store_publish(s, obj);
 }
 
 /* h's pending allocation of key, or NULL with -ENOENT's (or -ETIMEDOUT's)
@@ -758,7 +883,7 @@ int store_commit(struct store *s, struct store_holder *h, const char *key, size_
     if (obj == NULL)
         return err != NULL ? err->code : -ENOENT;
     store_unlink_pending(s, obj);
-    store_publish(s, obj);
+    store_commit_object(s, obj);
     return 0;
 }
 
@@ -822,6 +947,7 @@ int store_get(struct store *s, struct store_holder *h, const char *key, size_t k
                               obj != NULL ? " yet: it is allocated but not committed"
                                           : "; check the key, or wait for its writer to "
                                             "commit it");
+    store_fold(s, obj);
     p = store_pin_of(obj, h);
     if (p == NULL) {
         p = shmb_calloc(1, sizeof(*p));
@@ -909,6 +1035,7 @@ int store_touch(struct store *s, const char *key, size_t key_len, uint32_t reade
     if (obj == NULL || obj->state != STORE_COMMITTED)
         return shmb_error_set(err, -ENOENT, "No object '%.*s' to touch.", (int)key_len,
                               key);
+    store_fold(s, obj);
     if (readers > STORE_MAX_READERS - obj->awaited_reads)
         return shmb_error_set(err, -EINVAL,
                               "readers=%u would make %llu awaited reads, more than the "
@@ -919,6 +1046,7 @@ int store_touch(struct store *s, const char *key, size_t key_len, uint32_t reade
     store_save_reads(s, obj);
     if (readers > 0)
         store_watch(s, obj); /* awaited reads may block reclaim */
+    store_mark_awaited(s, obj);
     return 0;
 }
 
@@ -926,6 +1054,8 @@ int store_forgo_read(struct store *s, const char *key, size_t key_len)
 {
     struct object *obj = store_lookup(s, key, key_len);
 
+    if (obj != NULL)
+        store_fold(s, obj);
     if (obj == NULL || obj->awaited_reads == 0)
         return -ENOENT;
     if (--obj->awaited_reads == 0)
@@ -938,11 +1068,30 @@ int store_expect_read(struct store *s, const char *key, size_t key_len)
 {
     struct object *obj = store_lookup(s, key, key_len);
 
+    if (obj != NULL)
+        store_fold(s, obj);
     if (obj == NULL || obj->awaited_reads >= STORE_MAX_READERS)
         return -ENOENT;
     obj->awaited_reads++;
     store_save_reads(s, obj);
     store_watch(s, obj); /* awaited reads may block reclaim */
+    store_mark_awaited(s, obj);
+    return 0;
+}
+
+int store_read_done(struct store *s, const char *key, size_t key_len, uint32_t gen)
+{
+    struct object *obj = store_lookup(s, key, key_len);
+
+    if (obj == NULL || obj->state != STORE_COMMITTED || gen == 0 || obj->gen != gen)
+        return -ENOENT;
+    store_fold(s, obj);
+    if (obj->awaited_reads == 0)
+        return 0;
+    if (--obj->awaited_reads == 0)
+        s->room_gen++;
+    s->fast_reads++;
+    store_save_reads(s, obj);
     return 0;
 }
 
@@ -966,6 +1115,7 @@ int store_delete(struct store *s, const char *key, size_t key_len, struct shmb_e
                               "Cannot delete '%.*s': it is allocated but not committed; "
                               "its writer can abort it.",
                               (int)key_len, key);
+    store_unpublish(s, obj);
     index_remove(&s->index, &obj->node);
     s->committed--;
     if (obj->pin_count == 0) {
@@ -1033,6 +1183,7 @@ void store_counts(const struct store *s, struct store_stats *out)
     out->enospc = s->enospc;
     out->expired_allocs = s->expired_allocs;
     out->lease_expiries = s->lease_expiries;
+    out->fast_reads = s->fast_reads;
     out->arenas = s->arenas_held;
     out->arena_bytes = s->arena_bytes;
 }
@@ -1057,8 +1208,10 @@ void store_stats(struct store *s, struct store_stats *out)
         out->blocker_readers = obj->awaited_reads;
         out->blocker_state = (enum store_state)obj->state;
     }
-    /* Read after the search, which may notice a lease running out. */
+    /* Read after the search, which may notice a lease running out or fold
+     * reads counted in place. */
     out->lease_expiries = s->lease_expiries;
+    out->fast_reads = s->fast_reads;
 }
 
 uint64_t store_blocker_checks(const struct store *s)
@@ -1068,14 +1221,17 @@ uint64_t store_blocker_checks(const struct store *s)
 
 /* store_list's step: report obj when its key has the prefix. 1 when fn
  * said stop, 0 otherwise; *reported counts. */
-static int store_list_one(const struct object *obj, const char *prefix, size_t prefix_len,
-                          uint64_t now, store_list_fn fn, void *arg, size_t *reported)
+static int store_list_one(struct store *s, struct object *obj, const char *prefix,
+                          size_t prefix_len, uint64_t now, store_list_fn fn, void *arg,
+                          size_t *reported)
 {
     struct store_entry e;
 
     if (obj->key_len < prefix_len ||
         (prefix_len > 0 && memcmp(obj->key, prefix, prefix_len) != 0))
         return 0;
+    /* The awaited reads as they are: with those counted in place. */
+    store_fold(s, obj);
     e.key = obj->key;
     e.key_len = obj->key_len;
     e.offset = obj->offset;
@@ -1084,6 +1240,8 @@ static int store_list_one(const struct object *obj, const char *prefix, size_t p
     e.awaited_reads = obj->awaited_reads;
     e.state = (enum store_state)obj->state;
     e.age_ms = now - obj->created_ms;
+    e.chunk_offset = obj->chunk_offset;
+    e.gen = obj->gen;
     (*reported)++;
     return fn(&e, arg) != 0;
 }
@@ -1095,19 +1253,21 @@ size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
     size_t i, reported = 0;
 
     for (i = 0; i < ring_count(&s->ring) && reported < limit; i++) {
-        const struct object *obj = ring_at(&s->ring, i, NULL), *in;
+        struct object *obj = ring_at(&s->ring, i, NULL), *in;
 
         if (obj == NULL)
             continue;
         if (obj->rec == NULL) {
-            if (store_list_one(obj, prefix, prefix_len, now, fn, arg, &reported))
+            if (store_list_one((struct store *)s, obj, prefix, prefix_len, now, fn, arg,
+                               &reported))
                 break;
             continue;
         }
         /* An arena: its objects, in the order they were committed. */
         for (in = TAILQ_FIRST(&obj->rec->objects); in != NULL && reported < limit;
              in = TAILQ_NEXT(in, arena_link))
-            if (store_list_one(in, prefix, prefix_len, now, fn, arg, &reported))
+            if (store_list_one((struct store *)s, in, prefix, prefix_len, now, fn, arg,
+                               &reported))
                 return reported;
     }
     return reported;
@@ -1140,19 +1300,27 @@ void store_set_read_lease(struct store *s, uint64_t read_lease_ms)
 
 uint64_t store_lease_wake_ms(struct store *s)
 {
+    uint64_t now = clock_now_ms(), wake = UINT64_MAX;
     struct object *obj;
 
     if (s->arenas_held > 0 && store_arena_wake_ms(s) != UINT64_MAX)
         return store_arena_wake_ms(s);
-    if (s->cfg.read_lease_ms == 0)
+    /* Only a committed, unpinned blocker waits for its awaited reads: its
+     * lease lets it go, and reads done in place tell the daemon nothing
+     * (they count in its seal), so while it is listed as awaited it is
+     * looked at again every STORE_FAST_READ_RECHECK_MS. */
+    if (s->cfg.read_lease_ms == 0 && s->cfg.catalog == NULL)
         return UINT64_MAX;
-    /* Only a committed, unpinned blocker waits for its awaited reads, and
-     * its lease lets it go. */
-    obj = store_blocker(s, clock_now_ms());
-    if (obj != NULL && obj->rec == NULL && obj->state == STORE_COMMITTED &&
-        obj->pin_count == 0)
-        return obj->created_ms + s->cfg.read_lease_ms;
-    return UINT64_MAX;
+    obj = store_blocker(s, now);
+    if (obj == NULL || obj->rec != NULL || obj->state != STORE_COMMITTED ||
+        obj->pin_count != 0)
+        return UINT64_MAX;
+    if (s->cfg.read_lease_ms != 0)
+        wake = obj->created_ms + s->cfg.read_lease_ms;
+    if (obj->listed && obj->listed_awaited && obj->awaited_reads > 0 &&
+        now + STORE_FAST_READ_RECHECK_MS < wake)
+        wake = now + STORE_FAST_READ_RECHECK_MS;
+    return wake;
 }
 
 void store_retract_enospc(struct store *s)
@@ -1299,6 +1467,7 @@ static bool store_may_evict_arena(struct store *s, struct object *box, uint64_t 
             return false;
     while ((in = TAILQ_FIRST(&a->objects)) != NULL) {
         TAILQ_REMOVE(&a->objects, in, arena_link);
+        store_unpublish(s, in);
         index_remove(&s->index, &in->node);
         s->committed--;
         s->evictions++;
@@ -1428,7 +1597,7 @@ int store_commit_at(struct store *s, struct store_holder *h, const char *key, si
     a->busy_since_ms = 0;
     /* The bytes committed, for an adoption to walk and no further. */
     ring_set_tag(&s->ring, a->ring_id, (uint32_t)((a->cursor - a->start) / SHMB_ALIGN));
-    store_publish(s, obj);
+    store_commit_object(s, obj);
     out->offset = obj->offset;
     out->size = size;
     return 0;
@@ -1438,6 +1607,7 @@ int store_commit_at(struct store *s, struct store_holder *h, const char *key, si
 struct store_adoption {
     struct store *s;
     struct store_adopt_report *report;
+    uint32_t max_gen; /* the largest generation found in a chunk's seal */
 };
 
 /* store_adopt_chunk for an arena: walk its payload for the bytes its tag
@@ -1490,6 +1660,8 @@ static void *store_adopt_arena(struct store_adoption *ad, const struct shmb_chun
                                 (unsigned long long)pos, h.state);
         if (rc < 0)
             break;
+        if (SHMB_SEAL_GEN(h.seal) > ad->max_gen)
+            ad->max_gen = SHMB_SEAL_GEN(h.seal);
         found.payload_offset = pos + h.header_size;
         found.payload_size = h.payload_size;
         spec.key_len = h.key_len;
@@ -1564,6 +1736,8 @@ static void *store_adopt_chunk(const struct shmb_chunk_header *hdr, const char *
     struct object *obj;
     size_t key_len = hdr->key_len;
 
+    if (SHMB_SEAL_GEN(hdr->seal) > a->max_gen)
+        a->max_gen = SHMB_SEAL_GEN(hdr->seal);
     if (hdr->state == SHMB_CHUNK_ARENA)
         return store_adopt_arena(a, hdr, payload_offset);
     if (hdr->state == SHMB_CHUNK_PENDING) {
@@ -1612,6 +1786,7 @@ struct store *store_adopt(void *data, uint64_t data_offset, uint64_t data_size,
         return NULL;
     a.s = s;
     a.report = report;
+    a.max_gen = 0;
     if (ring_adopt(&s->ring, start, end, next, store_adopt_chunk, &a, &walk) < 0) {
         report->corrupt = true;
         if (report->message[0] != '\0') { /* an arena's, kept after the ring's */
@@ -1628,6 +1803,19 @@ struct store *store_adopt(void *data, uint64_t data_offset, uint64_t data_size,
             store_free(s);
             return NULL;
         }
+    }
+    /* Generations never used before (readers may still hold old ones), then
+     * every restored object sealed and listed anew, oldest first. */
+    store_gen_after(s, cfg != NULL ? cfg->gen_floor : 0);
+    store_gen_after(s, a.max_gen);
+    for (size_t i = 0; i < ring_count(&s->ring); i++) {
+        struct object *obj = ring_at(&s->ring, i, NULL), *in;
+
+        if (obj != NULL && obj->rec == NULL && obj->state == STORE_COMMITTED)
+            store_publish(s, obj);
+        if (obj != NULL && obj->rec != NULL)
+            TAILQ_FOREACH(in, &obj->rec->objects, arena_link)
+                store_publish(s, in);
     }
     store_adopt_trim(s);
     return s;
