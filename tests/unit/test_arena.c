@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "arena.h"
+#include "../../daemon/catalog.h"
 #include "ring.h"
 #include "store.h"
 
@@ -626,6 +627,114 @@ static void test_adopt(void **state)
     afix_free(f);
 }
 
+/* The catalog's slots in test_catalog_listing, after a data area of
+ * DATA_SIZE bytes in a buffer laid out as a segment. */
+#define CAT_SLOTS 64u
+
+/* The catalog entry listing the chunk at offset, or NULL. */
+static const struct shmb_catalog_entry *listed_at(const unsigned char *seg, uint64_t offset)
+{
+    const struct shmb_catalog_entry *t =
+        (const struct shmb_catalog_entry *)(seg + SHMB_HEADER_PAGE + DATA_SIZE);
+    unsigned i;
+
+    for (i = 0; i < CAT_SLOTS; i++)
+        if (t[i].chunk == offset)
+            return &t[i];
+    return NULL;
+}
+
+/* commit_at publishes as commit does: the chunk sealed with a generation,
+ * THEN listed in the catalog (AWAITED when it awaits reads); an eviction of
+ * the arena unlists each object and swaps its seal to 0; an adoption lists
+ * the arena's objects again under new generations. */
+static void test_catalog_listing(void **state)
+{
+    struct store_config cfg = {0};
+    struct shmb_error err = {0};
+    struct store_adopt_report report;
+    size_t bytes = SHMB_HEADER_PAGE + DATA_SIZE + SHMB_HEADER_PAGE;
+    struct afix f = {.size = DATA_SIZE};
+    unsigned char *seg = aligned_alloc(SHMB_HEADER_PAGE, bytes);
+    struct catalog *cat;
+    struct store_holder *w, *o;
+    const struct shmb_catalog_entry *e1, *e2;
+    struct store_extent a;
+    uint64_t pos, second;
+    uint32_t gen1;
+
+    (void)state;
+    assert_non_null(seg);
+    memset(seg, 0, bytes);
+    f.data = seg + SHMB_HEADER_PAGE; /* segment offsets are buffer offsets */
+    cat = catalog_new(seg, SHMB_HEADER_PAGE + DATA_SIZE, CAT_SLOTS, 7,
+                      (struct shmb_segment_header *)seg, &err);
+    assert_non_null(cat);
+    cfg.catalog = cat;
+    f.s = store_new(f.data, DATA_OFFSET, DATA_SIZE, &f.cursor, &cfg, &err);
+    assert_non_null(f.s);
+    w = store_holder_new(f.s);
+    o = store_holder_new(f.s);
+
+    a = arena_ok(&f, w, 4096);
+    pos = a.offset + put_at(&f, w, a.offset, "c1", 100, 0, 1);
+    second = pos;
+    pos += put_at(&f, w, pos, "c2", 100, 3, 2);
+    e1 = listed_at(seg, a.offset);
+    e2 = listed_at(seg, second);
+    assert_non_null(e1);
+    assert_non_null(e2);
+    gen1 = e1->gen;
+    assert_true(gen1 != 0);
+    assert_int_equal(SHMB_SEAL_GEN(header_at(&f, a.offset).seal), gen1);
+    assert_int_equal(SHMB_SEAL_COUNT(header_at(&f, a.offset).seal), 0);
+    assert_int_equal(e1->size, 100);
+    assert_int_equal(e1->flags & SHMB_CATALOG_AWAITED, 0);
+    assert_int_equal(e2->flags & SHMB_CATALOG_AWAITED, SHMB_CATALOG_AWAITED);
+    assert_int_equal(catalog_listed(cat), 2);
+    /* The arena's own header stays unsealed: its seal is the lock. */
+    assert_int_equal(header_at(&f, a.offset - 64).seal, SHMB_SEAL(0, SHMB_ARENA_IDLE));
+
+    /* Adopted: listed again, under generations after those seen. */
+    store_free(f.s);
+    catalog_free(cat);
+    cat = catalog_new(seg, SHMB_HEADER_PAGE + DATA_SIZE, CAT_SLOTS, 7,
+                      (struct shmb_segment_header *)seg, &err);
+    assert_non_null(cat);
+    cfg.catalog = cat;
+    f.s = store_adopt(f.data, DATA_OFFSET, DATA_SIZE, &f.cursor, &cfg, &report, &err);
+    assert_non_null(f.s);
+    assert_int_equal(report.restored, 2);
+    assert_int_equal(catalog_listed(cat), 2);
+    assert_non_null(e1 = listed_at(seg, a.offset));
+    assert_true(e1->gen > gen1);
+    assert_int_equal(SHMB_SEAL_GEN(header_at(&f, a.offset).seal), e1->gen);
+
+    /* Evicted (the reads c2 awaits forgone first): unlisted, seals 0. */
+    w = store_holder_new(f.s);
+    o = store_holder_new(f.s);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(store_forgo_read(f.s, "c2", 2), 0);
+    for (int i = 0; i < 5; i++) {
+        char key[16];
+
+        snprintf(key, sizeof(key), "big%d", i);
+        assert_int_equal(store_alloc(f.s, o, key, strlen(key), 16000, 0, NULL, &err), 0);
+        assert_int_equal(store_commit(f.s, o, key, strlen(key), &err), 0);
+    }
+    assert_false(store_contains(f.s, "c1", 2));
+    assert_false(store_contains(f.s, "c2", 2));
+    assert_int_equal(listed_at(seg, a.offset) == NULL ||
+                         listed_at(seg, a.offset)->gen != e1->gen,
+                     true);
+    assert_int_equal(catalog_listed(cat), (size_t)stats_of(&f).objects);
+    store_holder_free(f.s, w);
+    store_holder_free(f.s, o);
+    store_free(f.s);
+    catalog_free(cat);
+    free(seg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -638,6 +747,7 @@ int main(void)
         cmocka_unit_test(test_expiry),
         cmocka_unit_test(test_disconnect_keeps_committed),
         cmocka_unit_test(test_adopt),
+        cmocka_unit_test(test_catalog_listing),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
