@@ -14,35 +14,8 @@
 
 /* The seal is shared with the client, which takes the lock with a
  * compare-and-swap of its own: the daemon's accesses are atomic too, and
- * guarded, since a client may have truncated the file under it. These three
- * are the seam to segment.c's guarded atomics. */
-static int arena_seal_load(const uint64_t *seal, uint64_t *out)
-{
-    if (segment_guard_check(seal, NULL) < 0)
-        return -EIO;
-    *out = __atomic_load_n(seal, __ATOMIC_ACQUIRE);
-    return 0;
-}
-
-/* 0 when *seal was *expected and is now desired; -EAGAIN with the value
- * found in *expected otherwise; -EIO. */
-static int arena_seal_cas(uint64_t *seal, uint64_t *expected, uint64_t desired)
-{
-    if (segment_guard_check(seal, NULL) < 0)
-        return -EIO;
-    return __atomic_compare_exchange_n(seal, expected, desired, false, __ATOMIC_ACQ_REL,
-                                       __ATOMIC_ACQUIRE)
-               ? 0
-               : -EAGAIN;
-}
-
-static int arena_seal_store(uint64_t *seal, uint64_t value)
-{
-    if (segment_guard_check(seal, NULL) < 0)
-        return -EIO;
-    __atomic_store_n(seal, value, __ATOMIC_RELEASE);
-    return 0;
-}
+ * guarded (segment_atomic_*), since a client may have truncated the file
+ * under it. */
 
 int arena_grant_size(uint64_t asked, uint64_t max_object, uint64_t data_size,
                      uint64_t *out, struct shmb_error *err)
@@ -124,7 +97,7 @@ int arena_check_commit(const struct arena *a, uint64_t offset, uint64_t chunk_si
 int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms)
 {
     uint64_t expected = ARENA_SEAL(SHMB_ARENA_IDLE);
-    int rc = arena_seal_cas(a->seal, &expected, ARENA_SEAL(SHMB_ARENA_REVOKED));
+    int rc = segment_atomic_cas64(a->seal, &expected, ARENA_SEAL(SHMB_ARENA_REVOKED));
 
     if (rc == -EIO)
         return rc;
@@ -138,24 +111,13 @@ int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms)
     if (busy_limit_ms == 0 || now_ms - a->busy_since_ms < busy_limit_ms)
         return -EBUSY;
     a->busy_since_ms = 0;
-    return arena_seal_store(a->seal, ARENA_SEAL(SHMB_ARENA_REVOKED));
+    return segment_atomic_store64(a->seal, ARENA_SEAL(SHMB_ARENA_REVOKED));
 }
 
 void arena_close(struct arena *a)
 {
-    (void)arena_seal_store(a->seal, ARENA_SEAL(SHMB_ARENA_REVOKED));
+    (void)segment_atomic_store64(a->seal, ARENA_SEAL(SHMB_ARENA_REVOKED));
     a->busy_since_ms = 0;
-}
-
-int arena_lock_state(const struct arena *a, uint32_t *state)
-{
-    uint64_t seal = 0;
-    int rc = arena_seal_load(a->seal, &seal);
-
-    if (rc < 0)
-        return rc;
-    *state = SHMB_SEAL_COUNT(seal);
-    return 0;
 }
 
 uint64_t arena_due_ms(const struct arena *a, uint64_t timeout_ms)

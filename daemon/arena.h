@@ -68,10 +68,6 @@ int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms);
  * gone. */
 void arena_close(struct arena *a);
 
-/* The arena's lock as it is now (enum shmb_arena_lock, or anything a client
- * wrote); -EIO when the page is gone. */
-int arena_lock_state(const struct arena *a, uint32_t *state);
-
 /* When a held arena expires (--alloc-timeout after its last use, or after
  * it was first seen BUSY), in clock_now_ms time. */
 uint64_t arena_due_ms(const struct arena *a, uint64_t timeout_ms);
