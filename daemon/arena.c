@@ -9,13 +9,11 @@
 
 #include "segment.h"
 
-/* The seal of an arena's header: generation 0, the lock in the count. */
+/* The seal of an arena's header: generation 0, the lock in the count. It is
+ * shared with the client, which takes the lock with a compare-and-swap of
+ * its own: the daemon's accesses are atomic too, and guarded
+ * (segment_atomic_*), since a client may have truncated the file under it. */
 #define ARENA_SEAL(lock) SHMB_SEAL(0, (lock))
-
-/* The seal is shared with the client, which takes the lock with a
- * compare-and-swap of its own: the daemon's accesses are atomic too, and
- * guarded (segment_atomic_*), since a client may have truncated the file
- * under it. */
 
 int arena_grant_size(uint64_t asked, uint64_t max_object, uint64_t data_size,
                      uint64_t *out, struct shmb_error *err)
