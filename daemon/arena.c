@@ -9,11 +9,15 @@
 
 #include "segment.h"
 
-/* The seal of an arena's header: generation 0, the lock in the count. It is
- * shared with the client, which takes the lock with a compare-and-swap of
- * its own: the daemon's accesses are atomic too, and guarded
- * (segment_atomic_*), since a client may have truncated the file under it. */
-#define ARENA_SEAL(lock) SHMB_SEAL(0, (lock))
+/* The seal of an arena's header: the arena's own generation (given with the
+ * grant), the lock in the count. It is shared with the client, which takes
+ * the lock with a compare-and-swap of its own that expects that generation:
+ * once the arena's bytes are reused, whatever lies there (a new chunk's
+ * header, a payload of zeros) is not that seal, and the client's
+ * compare-and-swap fails instead of writing into another's bytes. The
+ * daemon's accesses are atomic too, and guarded (segment_atomic_*), since a
+ * client may have truncated the file under it. */
+#define ARENA_SEAL(a, lock) SHMB_SEAL((a)->gen, (lock))
 
 int arena_grant_size(uint64_t asked, uint64_t max_object, uint64_t data_size,
                      uint64_t *out, struct shmb_error *err)
@@ -46,9 +50,10 @@ int arena_grant_size(uint64_t asked, uint64_t max_object, uint64_t data_size,
 
 void arena_init(struct arena *a, void *holder, uint64_t client, uint64_t ring_id,
                 uint64_t chunk, uint64_t start, uint64_t end, uint64_t *seal,
-                uint64_t now_ms)
+                uint32_t gen, uint64_t now_ms)
 {
     memset(a, 0, sizeof(*a));
+    a->gen = gen;
     a->holder = holder;
     a->client = client;
     a->ring_id = ring_id;
@@ -92,14 +97,19 @@ int arena_check_commit(const struct arena *a, uint64_t offset, uint64_t chunk_si
     return 0;
 }
 
+int arena_open(struct arena *a)
+{
+    return segment_atomic_store64(a->seal, ARENA_SEAL(a, SHMB_ARENA_IDLE));
+}
+
 int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms)
 {
-    uint64_t expected = ARENA_SEAL(SHMB_ARENA_IDLE);
-    int rc = segment_atomic_cas64(a->seal, &expected, ARENA_SEAL(SHMB_ARENA_REVOKED));
+    uint64_t expected = ARENA_SEAL(a, SHMB_ARENA_IDLE);
+    int rc = segment_atomic_cas64(a->seal, &expected, ARENA_SEAL(a, SHMB_ARENA_REVOKED));
 
     if (rc == -EIO)
         return rc;
-    if (rc == 0 || expected == ARENA_SEAL(SHMB_ARENA_REVOKED)) {
+    if (rc == 0 || expected == ARENA_SEAL(a, SHMB_ARENA_REVOKED)) {
         a->busy_since_ms = 0;
         return 0;
     }
@@ -109,12 +119,12 @@ int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms)
     if (busy_limit_ms == 0 || now_ms - a->busy_since_ms < busy_limit_ms)
         return -EBUSY;
     a->busy_since_ms = 0;
-    return segment_atomic_store64(a->seal, ARENA_SEAL(SHMB_ARENA_REVOKED));
+    return segment_atomic_store64(a->seal, ARENA_SEAL(a, SHMB_ARENA_REVOKED));
 }
 
 void arena_close(struct arena *a)
 {
-    (void)segment_atomic_store64(a->seal, ARENA_SEAL(SHMB_ARENA_REVOKED));
+    (void)segment_atomic_store64(a->seal, ARENA_SEAL(a, SHMB_ARENA_REVOKED));
     a->busy_since_ms = 0;
 }
 

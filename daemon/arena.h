@@ -29,6 +29,7 @@ struct arena {
     uint64_t start, end;   /* its payload [start, end), from the start of the segment */
     uint64_t cursor;       /* where the next chunk must start */
     uint64_t *seal;        /* the mapped seal of its header: the lock */
+    uint32_t gen;          /* the generation in that seal (not 0 once granted) */
     uint64_t last_use_ms;  /* grant or last commit_at (clock_now_ms) */
     uint64_t busy_since_ms; /* first seen BUSY by a would-be revoke; 0 when not */
     bool revoked;          /* taken back while held (the holder learns ESTALE) */
@@ -45,10 +46,15 @@ int arena_grant_size(uint64_t asked, uint64_t max_object, uint64_t data_size,
                      uint64_t *out, struct shmb_error *err);
 
 /* Set up a record for an arena granted to holder: its chunk (header at
- * chunk, payload [start, end)) and the mapped seal of its header. */
+ * chunk, payload [start, end)), the mapped seal of its header and the
+ * generation the seal carries (the client expects it). */
 void arena_init(struct arena *a, void *holder, uint64_t client, uint64_t ring_id,
                 uint64_t chunk, uint64_t start, uint64_t end, uint64_t *seal,
-                uint64_t now_ms);
+                uint32_t gen, uint64_t now_ms);
+
+/* Hand the lock to the client: the seal becomes {gen, IDLE}. 0, or -EIO
+ * when the page is gone. */
+int arena_open(struct arena *a);
 
 /* -ESTALE when a commit_at of chunk_size bytes at offset cannot go into a:
  * there is none (a NULL), or offset lies outside it; -EINVAL when offset is

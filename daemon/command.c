@@ -960,14 +960,19 @@ static int cmd_arena(struct command_call *call)
 {
     struct store_extent ext;
     json_int_t size = 0;
+    uint32_t gen = 0;
     int rc;
 
     if ((rc = command_unpack(call, "{s:I}", "size", &size)) < 0 ||
         (rc = command_check_range(call, "size", size, 0, INT64_MAX)) < 0 ||
         (rc = store_arena(call->client->pool->store, call->client->holder, call->client->id,
-                          (uint64_t)size, &ext, &call->err)) < 0)
+                          (uint64_t)size, &ext, &gen, &call->err)) < 0)
         return rc;
-    return size == 0 ? 0 : command_set_extent(call, &ext);
+    if (size == 0)
+        return 0;
+    if ((rc = command_set(call, "gen", json_integer(gen))) < 0)
+        return rc;
+    return command_set_extent(call, &ext);
 }
 
 /* commit_at: commit the chunk laid out at offset in this connection's

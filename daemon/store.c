@@ -1367,7 +1367,7 @@ static struct object *store_box_new(struct store *s)
  * payload_offset), held by h (NULL: nobody). */
 static void store_box_place(struct store *s, struct object *box, struct store_holder *h,
                             uint64_t client, uint64_t id, uint64_t payload_offset,
-                            uint64_t size)
+                            uint64_t size, uint32_t gen)
 {
     uint64_t chunk = payload_offset - SHMB_CHUNK_HEADER_SIZE(0);
     uint64_t *seal = (uint64_t *)(s->ring.data + (chunk - s->ring.data_offset) +
@@ -1378,7 +1378,7 @@ static void store_box_place(struct store *s, struct object *box, struct store_ho
     box->chunk_offset = chunk;
     box->size = size;
     arena_init(box->rec, h, client, id, chunk, payload_offset, payload_offset + size, seal,
-               clock_now_ms());
+               gen, clock_now_ms());
 }
 
 /* The holder of box lets go of it (given back, revoked, expired, gone). */
@@ -1508,7 +1508,7 @@ static void store_expire_arenas(struct store *s, uint64_t now, uint64_t max_age_
 }
 
 int store_arena(struct store *s, struct store_holder *h, uint64_t client, uint64_t size,
-                struct store_extent *out, struct shmb_error *err)
+                struct store_extent *out, uint32_t *gen, struct shmb_error *err)
 {
     struct ring_chunk chunk;
     struct object *box;
@@ -1518,6 +1518,7 @@ int store_arena(struct store *s, struct store_holder *h, uint64_t client, uint64
     if (h->arena != NULL)
         store_arena_give_back(s, h->arena, true);
     out->offset = out->size = 0;
+    *gen = 0;
     if (size == 0)
         return 0;
     if ((rc = arena_grant_size(size, s->cfg.max_object_size, s->ring.size, &granted, err)) <
@@ -1531,13 +1532,25 @@ int store_arena(struct store *s, struct store_holder *h, uint64_t client, uint64
     }
     shmb_error_clear(err); /* a retry that succeeded leaves no stale message */
     ring_set_state(&s->ring, chunk.id, SHMB_CHUNK_ARENA);
-    store_box_place(s, box, h, client, chunk.id, chunk.payload_offset, granted);
+    store_box_place(s, box, h, client, chunk.id, chunk.payload_offset, granted,
+                    store_next_gen(s));
+    if ((rc = arena_open(box->rec)) < 0) {
+        ring_free(&s->ring, chunk.id);
+        store_forget(s, box);
+        if (segment_guard_check(s->ring.data, err) < 0)
+            return err->code;
+        return shmb_error_set(err, -EIO,
+                              "The page of the arena's header is gone from the segment "
+                              "file (a client shrank it or punched a hole in it); restart "
+                              "the daemon once that client is fixed.");
+    }
     store_watch(s, box); /* a held arena blocks reclaim */
     h->arena = box;
     s->arenas_held++;
     s->arena_bytes += granted;
     out->offset = chunk.payload_offset;
     out->size = granted;
+    *gen = box->rec->gen;
     return 0;
 }
 
@@ -1629,7 +1642,7 @@ static void *store_adopt_arena(struct store_adoption *ad, const struct shmb_chun
         report->dropped_invalid++;
         return NULL;
     }
-    store_box_place(s, box, NULL, 0, hdr->id, payload_offset, hdr->payload_size);
+    store_box_place(s, box, NULL, 0, hdr->id, payload_offset, hdr->payload_size, 0);
     if (walk > hdr->payload_size) {
         rc = shmb_error_set(&e, -EBADMSG,
                             "Corrupt arena at offset %llu: its tag says %llu bytes were "

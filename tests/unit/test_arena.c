@@ -81,9 +81,10 @@ static uint32_t lock_of(const struct afix *f, uint64_t arena_offset)
     return SHMB_SEAL_COUNT(header_at(f, arena_offset - 64).seal);
 }
 
+/* Set the lock as a client would, keeping the arena's generation. */
 static void set_lock(struct afix *f, uint64_t arena_offset, uint32_t lock)
 {
-    uint64_t seal = SHMB_SEAL(0, lock);
+    uint64_t seal = SHMB_SEAL(SHMB_SEAL_GEN(header_at(f, arena_offset - 64).seal), lock);
 
     memcpy(at(f, arena_offset - 64) + offsetof(struct shmb_chunk_header, seal), &seal,
            sizeof(seal));
@@ -136,10 +137,19 @@ static struct store_extent arena_ok(struct afix *f, struct store_holder *h, uint
 {
     struct shmb_error err = {0};
     struct store_extent e;
-    int rc = store_arena(f->s, h, CLIENT, size, &e, &err);
+    uint32_t gen = 0;
+    int rc = store_arena(f->s, h, CLIENT, size, &e, &gen, &err);
 
     if (rc != 0)
         fail_msg("store_arena(%llu) = %d: %s", (unsigned long long)size, rc, err.message);
+    /* The lock's seal carries the grant's generation, never 0: a zeroed
+     * word (a new chunk's header where the arena was) is not an IDLE lock. */
+    if (size == 0) {
+        assert_int_equal(gen, 0);
+        return e;
+    }
+    assert_true(gen != 0);
+    assert_int_equal(header_at(f, e.offset - 64).seal, SHMB_SEAL(gen, SHMB_ARENA_IDLE));
     return e;
 }
 
@@ -174,6 +184,7 @@ static void sleep_ms(long ms)
  * ARENA chunk with key "" and an IDLE lock; stats count it. */
 static void test_grant_clamps(void **state)
 {
+    uint32_t gen = 0;
     struct afix *f = afix_new(DATA_SIZE, 0), *g = afix_new(DATA_SIZE, 1000);
     struct store_holder *h = store_holder_new(f->s), *hg = store_holder_new(g->s);
     struct shmb_error err = {0};
@@ -201,7 +212,7 @@ static void test_grant_clamps(void **state)
     assert_int_equal(stats_of(f).arenas, 1); /* the first one was given back */
     assert_int_equal(stats_of(f).used, 64 + 960);
 
-    assert_int_equal(store_arena(f->s, h, CLIENT, 100, &e, &err), -EINVAL);
+    assert_int_equal(store_arena(f->s, h, CLIENT, 100, &e, &gen, &err), -EINVAL);
     expect_message_has(&err, "at least 384 bytes");
     /* The max object size clamps too (1000 -> 960). */
     e = arena_ok(g, hg, 4096);
@@ -430,11 +441,12 @@ static void test_revoke_idle_busy(void **state)
     struct shmb_error err = {0};
     struct store_extent a, e;
     struct store_stats st;
-    uint64_t pos;
+    uint64_t pos, lock_word, old_seal;
     int n = 0;
 
     (void)state;
     a = arena_ok(f, w, 4096);
+    old_seal = header_at(f, a.offset - 64).seal;
     pos = a.offset + put_at(f, w, a.offset, "in-busy", 100, 0, 1);
     set_lock(f, a.offset, SHMB_ARENA_BUSY);
     assert_int_equal(fill(f, o, &n), -ENOSPC);
@@ -464,6 +476,12 @@ static void test_revoke_idle_busy(void **state)
 
     assert_int_equal(store_release(f->s, o, "in-busy2", 8, &err), 0);
     assert_int_equal(store_alloc(f->s, o, "y", 1, 4000, 0, NULL, &err), 0);
+    /* The arena's bytes are reused: a client coming back to its old lock
+     * finds a word that is not its IDLE seal, so its compare-and-swap
+     * fails and it writes nothing there. */
+    lock_word = header_at(f, a.offset - 64).seal;
+    assert_true(lock_word != old_seal);
+    assert_true(lock_word != SHMB_SEAL(SHMB_SEAL_GEN(old_seal), SHMB_ARENA_IDLE));
     assert_false(store_contains(f->s, "in-busy", 7));
     assert_false(store_contains(f->s, "in-busy2", 8));
     /* A new arena works. */
@@ -692,8 +710,11 @@ static void test_catalog_listing(void **state)
     assert_int_equal(e1->flags & SHMB_CATALOG_AWAITED, 0);
     assert_int_equal(e2->flags & SHMB_CATALOG_AWAITED, SHMB_CATALOG_AWAITED);
     assert_int_equal(catalog_listed(cat), 2);
-    /* The arena's own header stays unsealed: its seal is the lock. */
-    assert_int_equal(header_at(&f, a.offset - 64).seal, SHMB_SEAL(0, SHMB_ARENA_IDLE));
+    /* The arena's own header is never listed: its seal is the lock, under
+     * a generation of its own (taken before the object's). */
+    assert_true(SHMB_SEAL_GEN(header_at(&f, a.offset - 64).seal) != 0);
+    assert_true(SHMB_SEAL_GEN(header_at(&f, a.offset - 64).seal) != gen1);
+    assert_int_equal(SHMB_SEAL_COUNT(header_at(&f, a.offset - 64).seal), SHMB_ARENA_IDLE);
 
     /* Adopted: listed again, under generations after those seen. */
     store_free(f.s);
