@@ -72,6 +72,8 @@ ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c proto/sock.c \
                proto/frames.c proto/queue.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c daemon/catalog.c
+# Arenas: puts in one round trip (the store's arena objects).
+CORE_SRC    += daemon/arena.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c daemon/queue.c $(CORE_SRC)
@@ -171,6 +173,16 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
 E2E_TESTS += test_read
 # Broadcast queues through the library: forked writers and readers.
 E2E_TESTS += test_queues
+# shmbrokerctl status read from the segment's header page.
+E2E_TESTS += test_ctl_segment
+# Arenas (puts in one round trip): the store's arena objects, a unit program,
+# and raw-socket clients against the real daemon.
+$(BUILD)/tests/test_store:   $(call OBJ,daemon/arena.c)
+UNIT_BINS  += $(BUILD)/tests/test_arena
+$(BUILD)/tests/test_arena:   $(call OBJ,tests/unit/test_arena.c daemon/arena.c daemon/store.c \
+                              daemon/ring.c daemon/index.c daemon/segment.c daemon/catalog.c) \
+                              $(BASE_OBJ)
+E2E_TESTS += test_arena_ops
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)
