@@ -783,9 +783,16 @@ static int ring_adopt_visit(const struct shmb_chunk_header *h, const char *key,
     owner = a->fn(h, key, r->data_offset + phys + h->header_size, a->arg);
     (void)ring_adopt_slot(r, phys, h->chunk_size, owner, h->header_size,
                           h->payload_size); /* room made above */
-    if (owner == NULL)
+    if (owner == NULL) {
         ring_store_field(r, phys, offsetof(struct shmb_chunk_header, state),
                          &(uint16_t){SHMB_CHUNK_FREE}, sizeof(uint16_t));
+        /* Its bytes will be reused: a reader that copied it under a
+         * generation from before the restart must not find that generation
+         * again (the store seals only what it keeps). */
+        (void)segment_atomic_store64((uint64_t *)(r->data + phys +
+                                                  offsetof(struct shmb_chunk_header, seal)),
+                                     0);
+    }
     a->last_end = w->pos + h->chunk_size;
     return 0;
 }

@@ -383,11 +383,14 @@ static void store_gen_after(struct store *s, uint32_t floor)
         s->gen_next = floor + 1 != 0 ? floor + 1 : 1;
 }
 
+static void store_chunk_field(struct store *s, const struct object *obj, size_t field,
+                              const void *value, size_t len);
+
 /* Take the reads counted in place in obj's seal: compare-and-swap
  * {gen, c} -> {gen, 0}, and c fewer awaited reads (never below 0: a count
- * can only lower them, as gets by others could). Does not touch the ring
- * (it runs inside the ring's reclaim); the chunk's tag follows at the next
- * change of the awaited reads. */
+ * can only lower them, as gets by others could); the chunk's tag then says
+ * the awaited reads left, for a restart. Does not call the ring (it runs
+ * inside the ring's reclaim): the tag is written straight into the header. */
 static void store_fold(struct store *s, struct object *obj)
 {
     uint64_t seal, *at;
@@ -408,6 +411,8 @@ static void store_fold(struct store *s, struct object *obj)
                                                            : obj->awaited_reads;
         obj->awaited_reads -= take;
         s->fast_reads += take;
+        store_chunk_field(s, obj, offsetof(struct shmb_chunk_header, tag), &obj->awaited_reads,
+                          sizeof(obj->awaited_reads));
         if (take > 0 && obj->awaited_reads == 0)
             s->room_gen++;
         return;
@@ -450,6 +455,8 @@ static void store_unpublish(struct store *s, struct object *obj)
                                                           : obj->awaited_reads;
         obj->awaited_reads -= take;
         s->fast_reads += take;
+        store_chunk_field(s, obj, offsetof(struct shmb_chunk_header, tag), &obj->awaited_reads,
+                          sizeof(obj->awaited_reads));
     }
     obj->published = obj->listed = false;
     obj->gen = 0;
@@ -1623,6 +1630,17 @@ struct store_adoption {
     uint32_t max_gen; /* the largest generation found in a chunk's seal */
 };
 
+/* The awaited reads of a chunk found by an adoption: its tag (what the
+ * daemon last recorded) less the reads counted in place in its seal since
+ * (a sealed chunk's count is only ever reads the daemon has not taken yet).
+ * A count above the tag leaves none awaited, as gets by others would. */
+static uint32_t store_adopt_awaited(const struct shmb_chunk_header *hdr)
+{
+    uint32_t count = SHMB_SEAL_GEN(hdr->seal) != 0 ? SHMB_SEAL_COUNT(hdr->seal) : 0;
+
+    return hdr->tag > count ? hdr->tag - count : 0;
+}
+
 /* store_adopt_chunk for an arena: walk its payload for the bytes its tag
  * says were committed, each chunk copied and checked (ring_read_inner, its
  * id the arena's), and bring back the committed ones as objects of an arena
@@ -1679,7 +1697,7 @@ static void *store_adopt_arena(struct store_adoption *ad, const struct shmb_chun
         found.payload_size = h.payload_size;
         spec.key_len = h.key_len;
         spec.size = h.payload_size;
-        spec.awaited_reads = h.tag;
+        spec.awaited_reads = store_adopt_awaited(&h);
         spec.found = &found;
         if (h.state == SHMB_CHUNK_FREE) {
             report->dropped_free++;
@@ -1743,7 +1761,7 @@ static void *store_adopt_chunk(const struct shmb_chunk_header *hdr, const char *
     struct object_spec spec = {.key = key,
                                .key_len = hdr->key_len,
                                .size = hdr->payload_size,
-                               .awaited_reads = hdr->tag,
+                               .awaited_reads = store_adopt_awaited(hdr),
                                .state = STORE_COMMITTED,
                                .found = &found};
     struct object *obj;
@@ -1818,17 +1836,23 @@ struct store *store_adopt(void *data, uint64_t data_offset, uint64_t data_size,
         }
     }
     /* Generations never used before (readers may still hold old ones), then
-     * every restored object sealed and listed anew, oldest first. */
+     * every restored object sealed and listed anew, oldest first: the new
+     * seal's count is 0, so its tag takes in the reads its old seal counted
+     * (store_adopt_awaited), or a second restart would count them again. */
     store_gen_after(s, cfg != NULL ? cfg->gen_floor : 0);
     store_gen_after(s, a.max_gen);
     for (size_t i = 0; i < ring_count(&s->ring); i++) {
         struct object *obj = ring_at(&s->ring, i, NULL), *in;
 
-        if (obj != NULL && obj->rec == NULL && obj->state == STORE_COMMITTED)
+        if (obj != NULL && obj->rec == NULL && obj->state == STORE_COMMITTED) {
+            store_save_reads(s, obj);
             store_publish(s, obj);
+        }
         if (obj != NULL && obj->rec != NULL)
-            TAILQ_FOREACH(in, &obj->rec->objects, arena_link)
+            TAILQ_FOREACH(in, &obj->rec->objects, arena_link) {
+                store_save_reads(s, in);
                 store_publish(s, in);
+            }
     }
     store_adopt_trim(s);
     return s;
