@@ -78,8 +78,10 @@ DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c daemon/queue.c $(CORE_SRC)
 LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
-               client/queue.c
+               client/queue.c client/read.c client/arena.c
 CTL_SRC     := client/shmbrokerctl.c
+# The catalog's reader, for the library and the daemon's tests.
+PROTO_SRC   += proto/catalog.c
 
 OBJ = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -127,6 +129,9 @@ $(BUILD)/tests/test_error: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_text:    $(call OBJ,tests/unit/test_text.c) $(BASE_OBJ)
 # The frames layout: arithmetic, writer and reader, over plain buffers.
 $(BUILD)/tests/test_frames_layout: $(call OBJ,tests/unit/test_frames_layout.c proto/frames.c) $(BASE_OBJ)
+# The catalog's reader (proto/catalog.c) over a segment built by hand.
+UNIT_BINS += $(BUILD)/tests/test_catalog_read
+$(BUILD)/tests/test_catalog_read: $(call OBJ,tests/unit/test_catalog_read.c proto/catalog.c)
 # The queue's data path over a memfd, with forked writers and readers.
 $(BUILD)/tests/test_queue: $(call OBJ,tests/unit/test_queue.c proto/queue.c) $(BASE_OBJ)
 $(BUILD)/tests/test_queue: TEST_LDFLAGS := -lpthread
@@ -164,6 +169,8 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              test_ids test_many test_ctl_output test_hostile_rw test_idle test_config \
              test_fork test_threads test_library test_pools \
              soak test_cases test_frames test_sizing test_backings test_queue_ops
+# Reads from the catalog and puts through arenas (TEST_LDFLAGS below).
+E2E_TESTS += test_read
 # Broadcast queues through the library: forked writers and readers.
 E2E_TESTS += test_queues
 # shmbrokerctl status read from the segment's header page.
@@ -186,6 +193,8 @@ FRAMES_TOOL := $(BUILD)/tests/shmb-frames-tool
 $(FRAMES_TOOL): $(call OBJ,tests/e2e/frames_tool.c) $(LIB_A)
 $(FRAMES_TOOL): TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_frames: | $(FRAMES_TOOL)
+# test_read counts the library's send()s to tell its round trips.
+$(BUILD)/tests/test_read: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=send
 
 # The soak: 32 clients for SOAK_SECONDS (a short run in 'make test'), and the
 # same under valgrind's memcheck for SOAK_VALGRIND_SECONDS.
