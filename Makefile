@@ -86,8 +86,9 @@ PROTO_SRC   += proto/catalog.c
 OBJ = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 PROTO_OBJ := $(call OBJ,$(PROTO_SRC))
-# error, alloc and text only: what the core modules need, without jansson.
-BASE_OBJ  := $(call OBJ,proto/utf8.c proto/error.c proto/alloc.c proto/text.c)
+# error, alloc, text and the catalog's hash: what the core modules need,
+# without jansson.
+BASE_OBJ  := $(call OBJ,proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/catalog.c)
 CORE_OBJ  := $(call OBJ,$(CORE_SRC))
 
 DAEMON    := $(BUILD)/shmbrokerd

@@ -7,6 +7,8 @@
  */
 #include "catalog.h"
 
+#include "../proto/catalog.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -35,21 +37,6 @@ struct catalog {
     size_t listed;
     uint64_t beats, shifts;
 };
-
-uint64_t catalog_hash(uint32_t seed, const char *key, size_t key_len)
-{
-    uint64_t h = UINT64_C(0xcbf29ce484222325) ^ seed;
-    size_t i;
-
-    for (i = 0; i < key_len; i++) {
-        h ^= (unsigned char)key[i];
-        h *= UINT64_C(0x100000001b3);
-    }
-    h ^= h >> 32;
-    h *= UINT64_C(0xd6e8feb86659fd93);
-    h ^= h >> 32;
-    return h;
-}
 
 struct catalog *catalog_new(void *base, uint64_t offset, uint64_t slots, uint32_t seed,
                             struct shmb_segment_header *hdr, struct shmb_error *err)
@@ -130,7 +117,7 @@ int catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chu
     if (chunk == 0)
         return -EINVAL;
     if (c->slots != 0) {
-        h = catalog_hash(c->seed, key, key_len);
+        h = shmb_catalog_hash(c->seed, key, key_len);
         probes = c->slots < SHMB_CATALOG_PROBES ? c->slots : SHMB_CATALOG_PROBES;
         for (p = 0; p < probes; p++) {
             i = (h + p) & c->mask;
@@ -172,7 +159,7 @@ void catalog_remove(struct catalog *c, const char *key, size_t key_len, uint64_t
     }
     if (c->slots == 0)
         return;
-    h = catalog_hash(c->seed, key, key_len);
+    h = shmb_catalog_hash(c->seed, key, key_len);
     probes = c->slots < SHMB_CATALOG_PROBES ? c->slots : SHMB_CATALOG_PROBES;
     for (p = 0; p < probes && !found; p++) {
         i = (h + p) & c->mask;

@@ -53,11 +53,6 @@ void catalog_beat(struct catalog *c, const struct shmb_published_counters *count
 size_t catalog_listed(const struct catalog *c);
 uint32_t catalog_unlisted(const struct catalog *c);
 
-/* The catalog's key hash, as readers compute it (proto/catalog.h,
- * shmb_catalog_hash): FNV-1a 64 from an offset basis xor'ed with seed, then
- * h ^= h >> 32; h *= 0xd6e8feb86659fd93; h ^= h >> 32. */
-uint64_t catalog_hash(uint32_t seed, const char *key, size_t key_len);
-
 /* Times catalog_remove moved an entry back, for tests. */
 uint64_t catalog_shifts(const struct catalog *c);
 

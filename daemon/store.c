@@ -1575,7 +1575,10 @@ int store_commit_at(struct store *s, struct store_holder *h, const char *key, si
     int rc;
 
     chunk = SHMB_CHUNK_SIZE(key_len, size);
-    if ((rc = store_check_new(s, key, key_len, size, readers, err)) < 0 ||
+    /* As alloc: a segment a client shrank or holed takes no new object (the
+     * guard's message names the cause and the fix). */
+    if ((rc = segment_guard_check(s->ring.data, err)) < 0 ||
+        (rc = store_check_new(s, key, key_len, size, readers, err)) < 0 ||
         (rc = arena_check_commit(a, offset, chunk, err)) < 0)
         return rc;
     /* The header from private values only: whatever the client wrote there

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "../../daemon/catalog.h"
+#include "../../proto/catalog.h"
 #include "layout.h"
 #include "segment.h"
 
@@ -63,9 +64,9 @@ static void cfix_free(struct cfix *f)
 static void test_hash_values(void **state)
 {
     (void)state;
-    assert_int_equal(catalog_hash(0, "a", 1), UINT64_C(0x2ef7d1316eb86f71));
-    assert_int_equal(catalog_hash(0x1234567, "key-1", 5), UINT64_C(0xc025d07e44c9b521));
-    assert_int_equal(catalog_hash(0, "", 0), UINT64_C(0xfdbdf6ac4fc52e7f));
+    assert_int_equal(shmb_catalog_hash(0, "a", 1), UINT64_C(0x2ef7d1316eb86f71));
+    assert_int_equal(shmb_catalog_hash(0x1234567, "key-1", 5), UINT64_C(0xc025d07e44c9b521));
+    assert_int_equal(shmb_catalog_hash(0, "", 0), UINT64_C(0xfdbdf6ac4fc52e7f));
 }
 
 /* Lay a committed chunk for key with a payload of size bytes of fill, seal
@@ -108,7 +109,7 @@ static int test_read(const struct cfix *f, const char *key, void *buf, size_t ca
     m1 = __atomic_load_n(&hdr->catalog_moves, __ATOMIC_ACQUIRE);
     if (m1 & 1)
         return -EAGAIN;
-    h = catalog_hash(0x1234567, key, len);
+    h = shmb_catalog_hash(0x1234567, key, len);
     for (p = 0; p < SHMB_CATALOG_PROBES; p++) {
         const struct shmb_catalog_entry *e = &table[(h + p) & (slots - 1)];
         uint32_t s1 = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE), s2, tag, gen;
@@ -163,7 +164,7 @@ static void same_home_keys(const struct cfix *f, const char *prefix, char keys[]
         uint64_t h;
 
         snprintf(key, sizeof(key), "%s%u", prefix, i);
-        h = catalog_hash(0x1234567, key, strlen(key));
+        h = shmb_catalog_hash(0x1234567, key, strlen(key));
         if (n == 0)
             home = h & mask;
         if ((h & mask) == home)
@@ -231,7 +232,7 @@ static void test_remove_shifts(void **state)
                                      (uint32_t)i + 1, 10, 0),
                          0);
     }
-    home = catalog_hash(0x1234567, keys[0], strlen(keys[0])) & (f->plan.catalog_slots - 1);
+    home = shmb_catalog_hash(0x1234567, keys[0], strlen(keys[0])) & (f->plan.catalog_slots - 1);
     assert_int_equal(table[home].chunk, chunks[0]);
     assert_int_equal(table[(home + 2) % f->plan.catalog_slots].chunk, chunks[2]);
     assert_int_equal(f->hdr->catalog_moves, 0);
