@@ -167,6 +167,10 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              soak test_cases test_frames test_sizing test_backings test_queue_ops
 # Broadcast queues through the library: forked writers and readers.
 E2E_TESTS += test_queues
+# Reads without a round trip under fire: random operations from forked
+# clients with SIGKILLs and daemon restarts, and a client scribbling over the
+# catalog, the header page and the chunks (SHMB_MODEL_SECONDS, SHMB_MODEL_SEED).
+E2E_TESTS += test_model test_scribble
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)
