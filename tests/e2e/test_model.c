@@ -26,6 +26,7 @@
 #include "checks.h"
 #include "harness.h"
 #include "layout.h"
+#include "payload.h"
 #include "shmbroker.h"
 
 #define NWRITERS 3
@@ -34,8 +35,7 @@
 /* Durable run: each writer owns its keys; pressure run: all share these. */
 #define KEYS_PER_WRITER 24
 #define NKEYS (NWRITERS * KEYS_PER_WRITER)
-#define HEAD_BYTES 32u
-#define PAYLOAD_MAGIC 0x4c444f4du /* "MODL" */
+#define HEAD_BYTES PAYLOAD_HEAD
 #define MAX_PAYLOAD (512u * 1024u)
 
 /* A key's ledger state, kept by its owner (durable run): what it knows. */
@@ -116,78 +116,16 @@ static void key_name(int k, char *buf, size_t len)
 
 /* ---- payloads ---------------------------------------------------------------- */
 
-static uint64_t body_word(uint32_t k, uint64_t version, size_t i)
-{
-    uint64_t z = version * 0x9e3779b97f4a7c15ull ^ ((uint64_t)k << 40) ^ (uint64_t)i;
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t body_sum(const unsigned char *p, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    size_t i;
-
-    for (i = 0; i < n; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
-
-/* Fill buf with the payload of key k, version, size bytes (size >= HEAD_BYTES). */
-static void payload_fill(unsigned char *buf, uint32_t k, uint64_t version, size_t size)
-{
-    uint32_t magic = PAYLOAD_MAGIC;
-    uint64_t sz = size, sum;
-    size_t i;
-
-    for (i = HEAD_BYTES; i < size; i += 8) {
-        uint64_t w = body_word(k, version, i);
-
-        memcpy(buf + i, &w, size - i < 8 ? size - i : 8);
-    }
-    sum = body_sum(buf + HEAD_BYTES, size - HEAD_BYTES);
-    memcpy(buf, &magic, 4);
-    memcpy(buf + 4, &k, 4);
-    memcpy(buf + 8, &version, 8);
-    memcpy(buf + 16, &sz, 8);
-    memcpy(buf + 24, &sum, 8);
-}
-
 /* Check that buf (size bytes, as read under key k) is exactly a payload put
  * under k; its version in *version. Fails the worker otherwise. */
 static void payload_check(const unsigned char *buf, size_t size, uint32_t k, uint64_t *version,
                           const char *how)
 {
-    uint32_t magic, pk;
-    uint64_t sz, sum;
-    size_t i;
-    char key[64];
+    char key[64], what[256];
 
-    key_name((int)k, key, sizeof(key));
-    if (size < HEAD_BYTES)
-        mfail("%s '%s': %zu bytes, shorter than any payload put", how, key, size);
-    memcpy(&magic, buf, 4);
-    memcpy(&pk, buf + 4, 4);
-    memcpy(version, buf + 8, 8);
-    memcpy(&sz, buf + 16, 8);
-    memcpy(&sum, buf + 24, 8);
-    if (magic != PAYLOAD_MAGIC || sz != size)
-        mfail("%s '%s': %zu bytes whose head says magic %#x size %llu: not a payload put "
-              "under any key", how, key, size, magic, (unsigned long long)sz);
-    if (pk != k)
-        mfail("%s '%s': returned the payload of key %u (version %#llx): another key's bytes",
-              how, key, pk, (unsigned long long)*version);
-    if (body_sum(buf + HEAD_BYTES, size - HEAD_BYTES) != sum)
-        mfail("%s '%s' version %#llx: checksum differs (torn or overwritten bytes)", how, key,
-              (unsigned long long)*version);
-    for (i = HEAD_BYTES; i < size; i += 8) {
-        uint64_t w = body_word(k, *version, i);
-
-        if (memcmp(buf + i, &w, size - i < 8 ? size - i : 8) != 0)
-            mfail("%s '%s' version %#llx: byte %zu of %zu differs", how, key,
-                  (unsigned long long)*version, i, size);
+    if (!payload_verify(buf, size, k, version, what, sizeof(what))) {
+        key_name((int)k, key, sizeof(key));
+        mfail("%s '%s': returned %s", how, key, what);
     }
 }
 
@@ -711,7 +649,7 @@ static void check_list(struct h_daemon *d, const char *when)
         const void *p;
         size_t size;
         uint64_t version;
-        char name[64];
+        char name[64], what[256];
 
         if (strcmp(list->objects[i].state, "committed") != 0)
             continue;
@@ -728,20 +666,8 @@ static void check_list(struct h_daemon *d, const char *when)
                 continue; /* deleted since the list (pressure run) */
             h_fail("%s: get '%s': %s", when, key, shmb_errmsg(c));
         }
-        {
-            /* payload_check fails a worker; here the test reports. */
-            uint32_t magic, pk;
-            uint64_t sz, sum;
-
-            memcpy(&magic, p, 4);
-            memcpy(&pk, (const char *)p + 4, 4);
-            memcpy(&version, (const char *)p + 8, 8);
-            memcpy(&sz, (const char *)p + 16, 8);
-            memcpy(&sum, (const char *)p + 24, 8);
-            if (size < HEAD_BYTES || magic != PAYLOAD_MAGIC || pk != (uint32_t)k || sz != size ||
-                body_sum((const unsigned char *)p + HEAD_BYTES, size - HEAD_BYTES) != sum)
-                h_fail("%s: '%s' (%zu bytes) is not the payload put under it", when, key, size);
-        }
+        if (!payload_verify(p, size, (uint32_t)k, &version, what, sizeof(what)))
+            h_fail("%s: get '%s' returned %s", when, key, what);
         if (M->durable && !ledger_open(k) && M->keys[k].state == L_COMMITTED &&
             M->keys[k].version != version)
             h_fail("%s: '%s' holds version %#llx, the ledger says %#llx was committed", when,
