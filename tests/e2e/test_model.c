@@ -498,7 +498,9 @@ static bool op_put(struct writer *w, int k)
         ledger_end(k, L_COMMITTED, version);
     } else if (conn_error(rc)) {
         writer_reconnect(w);
-    } else if (put_error_ok(rc) || (rc == -ENOTSUP && how >= 3 && how < 5)) {
+    } else if (rc == -ENOTSUP && how >= 3 && how < 5) {
+        ledger_end(k, L_ABSENT, 0); /* no arena (a daemon without them): nothing sent */
+    } else if (put_error_ok(rc)) {
         ledger_end(k, L_UNCERTAIN, 0); /* pressure run: not tracked */
     } else {
         mfail("put '%s' (%s) of %zu bytes: %d (%s: %s)", key,

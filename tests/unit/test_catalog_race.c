@@ -616,7 +616,7 @@ static void race_run(uint64_t slots, bool crowded)
      * and was taken back by the daemon; none landed anywhere else. */
     assert_int_equal(r.harvested, r.counted);
     /* The run did race: reuses happened and reads both hit and missed. */
-    assert_true(r.reuses > 1000);
+    assert_true(r.reuses > 500);
     assert_true(r.hits > 100);
     assert_true(r.stable_hits > 0);
     assert_true(r.misses + r.again > 0);
