@@ -210,9 +210,28 @@ static bool ledger_open(int k)
 
 /* A read of key k that started at ledger ops0 (state0, version0) and found
  * version (0: no object): held to the ledger when nothing changed under it. */
-static void ledger_check_read(int k, uint64_t ops0, uint64_t state0, uint64_t version0,
-                              uint64_t version, const char *how)
+/* What the daemon says of key now, for a failure's message. */
+static void diagnose(shmb_t *c, const char *key, char *out, size_t len)
 {
+    shmb_read_stats_t rs;
+    const void *p;
+    size_t size = 0;
+    int rc = shmb_get(c, key, &p, &size);
+
+    if (rc == 0)
+        shmb_release(c, key);
+    shmb_read_stats(c, &rs);
+    snprintf(out, len, " [now: get says %d, %zu bytes; this handle's reads: %llu fast, %llu "
+             "asked the daemon, %llu retried]", rc, size,
+             (unsigned long long)rs.fast, (unsigned long long)rs.fallback,
+             (unsigned long long)rs.retries);
+}
+
+static void ledger_check_read(shmb_t *c, int k, uint64_t ops0, uint64_t state0,
+                              uint64_t version0, uint64_t version, const char *how)
+{
+    char diag[256];
+
     struct lkey *l = &M->keys[k];
     uint64_t ops1 = __atomic_load_n(&l->ops, __ATOMIC_ACQUIRE);
     char key[64];
@@ -226,13 +245,15 @@ static void ledger_check_read(int k, uint64_t ops0, uint64_t state0, uint64_t ve
     if (ops0 % 2 == 1 || ops1 != ops0)
         return; /* an operation was in flight: either outcome */
     count(&M->strict_checks);
+    if ((state0 == L_COMMITTED && version != version0) || (state0 == L_ABSENT && version != 0))
+        diagnose(c, key, diag, sizeof(diag));
     if (state0 == L_COMMITTED && version != version0)
         mfail("%s '%s': %s, but version %#llx was committed (its put returned 0) and not "
-              "deleted", how, key, version ? "another version" : "no object",
-              (unsigned long long)version0);
+              "deleted%s", how, key, version ? "another version" : "no object",
+              (unsigned long long)version0, diag);
     if (state0 == L_ABSENT && version != 0)
         mfail("%s '%s': version %#llx, but the key was deleted (or never put) and nothing "
-              "was put since", how, key, (unsigned long long)version);
+              "was put since%s", how, key, (unsigned long long)version, diag);
 }
 
 /* ---- readers ----------------------------------------------------------------------- */
@@ -269,7 +290,7 @@ static void op_read(shmb_t *c, int k, unsigned char *buf, uint64_t *rng)
     } else {
         mfail("shmb_read '%s': %d (%s: %s)", key, rc, shmb_errname(c), shmb_errmsg(c));
     }
-    ledger_check_read(k, ops0, state0, version0, version, "shmb_read");
+    ledger_check_read(c, k, ops0, state0, version0, version, "shmb_read");
 }
 
 /* shmb_get of key k: checked in place, held a little, released. */
@@ -308,7 +329,7 @@ static void op_get(shmb_t *c, int k, uint64_t *rng)
     } else {
         mfail("shmb_get '%s': %d (%s: %s)", key, rc, shmb_errname(c), shmb_errmsg(c));
     }
-    ledger_check_read(k, ops0, state0, version0, version, "shmb_get");
+    ledger_check_read(c, k, ops0, state0, version0, version, "shmb_get");
 }
 
 static int reader_main(int slot)
