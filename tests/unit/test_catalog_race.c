@@ -379,6 +379,11 @@ static void *daemon_main(void *arg)
         d.key_chunk[k] = -1;
     d.listed = 0;
     d.unlisted = 0;
+    /* Dynamic keys first, so that the stable ones are listed past their
+     * home slots and move back as those go: a stable key's miss is then a
+     * probe that ran while entries moved. */
+    for (k = 0; k < (int)(r->slots / 2); k++)
+        d_publish(r, a->cat, &d, NSTABLE + k, k, &rng);
     for (k = NDYN; k < NDYN + NSTABLE; k++)
         d_publish(r, a->cat, &d, k - NDYN, k, &rng);
     __atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
