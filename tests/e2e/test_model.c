@@ -72,7 +72,7 @@ struct model {
 static struct model *M;
 
 /* A worker's failure: counted, the first kept, the worker exits 1. */
-static void mfail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void mfail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void mfail(const char *fmt, ...)
 {
     va_list ap;
@@ -258,6 +258,22 @@ static void ledger_check_read(shmb_t *c, int k, uint64_t ops0, uint64_t state0,
 
 /* ---- readers ----------------------------------------------------------------------- */
 
+/* The end of a read that found nothing or failed: a miss is counted, a lost
+ * daemon reconnected (false: nothing to hold to the ledger), anything else
+ * fails the worker. */
+static bool read_ended(shmb_t *c, int rc, const char *how, const char *key)
+{
+    if (rc == -ENOENT) {
+        count(&M->read_misses);
+        return true;
+    }
+    if (conn_error(rc)) {
+        model_reconnect(c);
+        return false;
+    }
+    mfail("%s '%s': %d (%s: %s)", how, key, rc, shmb_errname(c), shmb_errmsg(c));
+}
+
 /* shmb_read of key k into a buffer of random capacity, every answer checked. */
 static void op_read(shmb_t *c, int k, unsigned char *buf, uint64_t *rng)
 {
@@ -282,13 +298,8 @@ static void op_read(shmb_t *c, int k, unsigned char *buf, uint64_t *rng)
                   size);
         count(&M->small_bufs);
         return; /* nothing read: nothing to hold to the ledger */
-    } else if (rc == -ENOENT) {
-        count(&M->read_misses);
-    } else if (conn_error(rc)) {
-        model_reconnect(c);
+    } else if (!read_ended(c, rc, "shmb_read", key)) {
         return;
-    } else {
-        mfail("shmb_read '%s': %d (%s: %s)", key, rc, shmb_errname(c), shmb_errmsg(c));
     }
     ledger_check_read(c, k, ops0, state0, version0, version, "shmb_read");
 }
@@ -321,13 +332,8 @@ static void op_get(shmb_t *c, int k, uint64_t *rng)
         }
         if (rc != 0)
             mfail("shmb_release '%s': %d (%s: %s)", key, rc, shmb_errname(c), shmb_errmsg(c));
-    } else if (rc == -ENOENT) {
-        count(&M->read_misses);
-    } else if (conn_error(rc)) {
-        model_reconnect(c);
+    } else if (!read_ended(c, rc, "shmb_get", key)) {
         return;
-    } else {
-        mfail("shmb_get '%s': %d (%s: %s)", key, rc, shmb_errname(c), shmb_errmsg(c));
     }
     ledger_check_read(c, k, ops0, state0, version0, version, "shmb_get");
 }
