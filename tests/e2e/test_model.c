@@ -726,11 +726,12 @@ static void check_list(struct h_daemon *d, const char *when)
     shmb_close(c);
 }
 
-static void signal_workers(const pid_t *pids, int sig)
+/* Stop or continue the writers (the readers read on through a restart). */
+static void signal_writers(const pid_t *pids, int sig)
 {
     int i;
 
-    for (i = 0; i < NWORKERS; i++)
+    for (i = 0; i < NWRITERS; i++)
         if (pids[i] > 0)
             kill(pids[i], sig);
 }
@@ -782,11 +783,13 @@ static void model_run(struct h_fix *f, bool durable)
         check_daemon(d);
         check_failures();
         if (h_now_ms() >= next_restart) {
-            /* Kill the daemon in the middle of everything; the durable
-             * run holds the workers still meanwhile, so that the restored
-             * objects can be compared with the ledger. */
+            /* Kill the daemon in the middle of everything. The durable
+             * run holds the writers still meanwhile, so that the restored
+             * objects can be compared with the ledger; its readers go on
+             * reading (from the mapping while no daemon answers, through
+             * the new daemon's adoption), held to the ledger all along. */
             if (durable)
-                signal_workers(pids, SIGSTOP);
+                signal_writers(pids, SIGSTOP);
             assert_int_equal(h_exit_code(h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS)),
                              128 + SIGKILL);
             if (h_daemon_spawn(f, d, extra) <= 0 ||
@@ -797,7 +800,7 @@ static void model_run(struct h_fix *f, bool durable)
             }
             check_list(d, "after a restart");
             if (durable)
-                signal_workers(pids, SIGCONT);
+                signal_writers(pids, SIGCONT);
             restarts++;
             next_restart += (end - t0) / 4;
             continue;
