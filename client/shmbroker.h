@@ -90,6 +90,9 @@ typedef struct shmb_stats {
     char pool[33];
     char backing[16];
     char group[65];
+    /* Added with reads in place: awaited reads that readers counted in
+     * place (shmb_read) rather than with a get. */
+    uint64_t fast_reads;
 } shmb_stats_t;
 
 /* One object of a shmb_list, as the daemon lists it. */

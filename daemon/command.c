@@ -156,6 +156,14 @@ static int cmd_hello(struct command_call *call)
                           json_integer((json_int_t)seg->data_offset))) < 0 ||
         (rc = command_set(call, "data_size", json_integer((json_int_t)seg->data_size))) <
             0 ||
+        /* The catalog of reads in place (PROTOCOL.md section 10). */
+        (rc = command_set(call, "catalog_offset",
+                          json_integer((json_int_t)seg->catalog_offset))) < 0 ||
+        (rc = command_set(call, "catalog_slots",
+                          json_integer((json_int_t)seg->catalog_slots))) < 0 ||
+        (rc = command_set(call, "catalog_seed", json_integer((json_int_t)seg->catalog_seed))) <
+            0 ||
+        (rc = command_set(call, "layout", json_integer(SHMB_LAYOUT_VERSION))) < 0 ||
         (rc = command_set(
              call, "max_object_size",
              json_integer((json_int_t)store_max_object_size(pool->store)))) < 0 ||
@@ -485,6 +493,7 @@ static json_t *command_stat(const struct command_stats *cs, enum shmb_stat_id id
     case SHMB_STAT_EXPIRED_ALLOCS: n = st->expired_allocs; break;
     case SHMB_STAT_LEASE_EXPIRIES: n = st->lease_expiries; break;
     case SHMB_STAT_NOREPLY_ERRORS: n = cs->env->noreply_errors; break;
+    case SHMB_STAT_FAST_READS: n = st->fast_reads; break;
     case SHMB_STAT_COUNT: break;
     }
     return json_integer((json_int_t)n);
@@ -924,10 +933,25 @@ static int cmd_queue_list(struct command_call *call)
     return command_set(call, "queues", command_queues_json(call->env));
 }
 
-/* read: an awaited read done in place (daemon/catalog.c's side). */
+/* read: an awaited read a read-only client did in place (it cannot count
+ * it in the chunk's seal): one fewer awaited read of that generation. */
 static int cmd_read(struct command_call *call)
 {
-    return shmb_error_set(&call->err, -ENOSYS, "read is not served yet.");
+    const char *key = NULL;
+    json_int_t gen = 0;
+    size_t key_len = 0;
+    int rc;
+
+    if ((rc = command_unpack(call, "{s:s%, s:I}", "key", &key, &key_len, "gen", &gen)) < 0 ||
+        (rc = command_check_key(call, key_len)) < 0 ||
+        (rc = command_check_range(call, "gen", gen, 1, UINT32_MAX)) < 0)
+        return rc;
+    if (store_read_done(call->client->pool->store, key, key_len, (uint32_t)gen) < 0)
+        return shmb_error_set(&call->err, -ENOENT,
+                              "No object '%.*s' of generation %lld: it was deleted, evicted "
+                              "or replaced since the read.",
+                              (int)key_len, key, (long long)gen);
+    return 0;
 }
 
 /* arena and commit_at: puts in one round trip (daemon/arena.c). */

@@ -23,6 +23,7 @@
 enum config_opt {
     OPT_SIZE = 256,
     OPT_MAX_OBJECT,
+    OPT_MAX_OBJECTS,
     OPT_NAME,
     OPT_SHM_DIR,
     OPT_SOCKET,
@@ -67,6 +68,7 @@ static int config_leading_number(const char *text, unsigned long long *value, ch
 static const struct option config_option_table[] = {
     {"size", required_argument, NULL, OPT_SIZE},
     {"max-object-size", required_argument, NULL, OPT_MAX_OBJECT},
+    {"max-objects", required_argument, NULL, OPT_MAX_OBJECTS},
     {"name", required_argument, NULL, OPT_NAME},
     {"shm-dir", required_argument, NULL, OPT_SHM_DIR},
     {"socket", required_argument, NULL, OPT_SOCKET},
@@ -233,6 +235,8 @@ static void config_usage(FILE *out)
         "  --size BYTES             segment size, header page included (default 256M)\n"
         "  --max-object-size BYTES  largest object (default: the smaller of 128M,\n"
         "                           half of --size and what one object can hold)\n"
+        "  --max-objects N          objects the catalog of reads in place is sized\n"
+        "                           for (default: one per 2 KiB of --size)\n"
         "  --name NAME              segment file name in --shm-dir (default %s)\n"
         "  --shm-dir DIR            shared-memory directory: a tmpfs or hugetlbfs\n"
         "                           mount (default %s)\n"
@@ -604,12 +608,13 @@ out:
 /* The default largest object for a segment of size bytes: what one object
  * can really use, since a small size leaves a data area of which the chunk
  * header and the longest key take a good part. */
-static uint64_t config_default_max_object(uint64_t size)
+static uint64_t config_default_max_object(uint64_t size, uint64_t max_objects)
 {
     uint64_t total = segment_round_size(size);
 
     return store_default_max_object(
-        size, total > SHMB_HEADER_PAGE ? segment_data_size(total) : 0);
+        size, total > SHMB_HEADER_PAGE ? segment_data_size(total, SHMB_HEADER_PAGE, max_objects)
+                                       : 0);
 }
 
 /* The shape of a --pool value, for the messages that refuse one. */
@@ -864,7 +869,7 @@ static int config_resolve_pools(struct config *cfg, const char *const *origin,
         if (p->max_object_size == 0)
             p->max_object_size = cfg->max_object_size != 0
                                      ? cfg->max_object_size
-                                     : config_default_max_object(p->size);
+                                     : config_default_max_object(p->size, 0);
     }
     return 0;
 }
@@ -946,6 +951,7 @@ static enum config_action config_parse_args(struct config *cfg, struct config_ar
         const char *arg = optarg;
         char *end;
         unsigned long mode;
+        unsigned long long count;
         uint64_t value = 0;
         int rc = 0;
 
@@ -967,6 +973,19 @@ static enum config_action config_parse_args(struct config *cfg, struct config_ar
                     opt == OPT_SIZE ? "--size" : "--max-object-size");
                 return CONFIG_EXIT_USAGE;
             }
+            break;
+        case OPT_MAX_OBJECTS:
+            if (config_leading_number(arg, &count, &end) < 0 || *end != '\0' || count == 0 ||
+                count > SEGMENT_MAX_OBJECTS) {
+                shmb_error_set(err, -EINVAL,
+                               "Invalid --max-objects '%s': expected a whole number from 1 "
+                               "to %llu, the objects the catalog (one 32-byte entry per "
+                               "object, and a quarter more) is sized for, for example "
+                               "--max-objects 100000.",
+                               arg, (unsigned long long)SEGMENT_MAX_OBJECTS);
+                return CONFIG_EXIT_USAGE;
+            }
+            cfg->max_objects = count;
             break;
         case OPT_NAME:
             rc = config_copy(cfg->name, sizeof(cfg->name), "--name", arg, err);
@@ -1132,8 +1151,10 @@ static enum config_action config_parse_args(struct config *cfg, struct config_ar
     if (config_resolve_pools(cfg, pool_origin, &a->culprit, err) < 0)
         return CONFIG_EXIT_USAGE;
     if (cfg->max_object_size == 0)
-        cfg->max_object_size = config_default_max_object(cfg->size);
-    if (!cfg->pools_declared)
+        cfg->max_object_size = config_default_max_object(cfg->size, cfg->max_objects);
+    if (!cfg->pools_declared) {
         cfg->pools[0].max_object_size = cfg->max_object_size;
+        cfg->pools[0].max_objects = cfg->max_objects;
+    }
     return CONFIG_RUN;
 }

@@ -54,6 +54,8 @@ struct pool_config {
     uint64_t size;            /* as given; rounded by the daemon */
     uint64_t max_object_size; /* resolved: the pool's, else --max-object-size, else
                                  store_default_max_object's for its size */
+    uint64_t max_objects;     /* the implicit pool: --max-objects (sizes its
+                                 catalog); 0: from its size, as declared pools */
     enum pool_backing backing;
     char dir[PATH_MAX];       /* shm, hugetlbfs: the directory; "" for memfd */
     char segment[NAME_MAX + 1]; /* the file's name in dir (memfd: its memfd name) */
@@ -65,6 +67,7 @@ struct pool_config {
 struct config {
     uint64_t size;            /* segment bytes, header page included */
     uint64_t max_object_size; /* not given: store_default_max_object's */
+    uint64_t max_objects;     /* --max-objects: sizes the catalog; 0 = from --size */
     char name[NAME_MAX + 1];
     char shm_dir[PATH_MAX];
     char socket_path[108]; /* sun_path */

@@ -39,6 +39,7 @@ struct daemon {
     uv_signal_t sighup;
     uv_timer_t status;   /* STATUS= for systemd, once a second */
     uv_timer_t watchdog; /* WATCHDOG=1 at half of $WATCHDOG_USEC */
+    uv_timer_t heartbeat; /* each pool's heartbeat in its segment, every second */
     uv_poll_t stop_with; /* --stop-with-pid: that process's pidfd, readable once it exits */
     int stop_with_fd;    /* the pidfd; -1 when not watching */
     bool notify;         /* $NOTIFY_SOCKET is set */
@@ -112,6 +113,17 @@ static void daemon_on_watchdog(uv_timer_t *timer)
 {
     (void)timer;
     notify_send("WATCHDOG=1");
+}
+
+/* Every pool's heartbeat and published counters, in its segment's header
+ * page: what shmbrokerctl status reads when the daemon does not answer. */
+static void daemon_on_heartbeat(uv_timer_t *timer)
+{
+    struct daemon *d = timer->data;
+    unsigned i;
+
+    for (i = 0; i < d->pools.n; i++)
+        pool_beat(d->pools.pools[i], false);
 }
 
 static void daemon_on_lease_expired(const char *key, size_t key_len, uint32_t reads_left,
@@ -271,8 +283,9 @@ static void daemon_on_sighup(uv_signal_t *handle, int signum)
         return;
     }
     if (!next.pools_declared && !d->cfg.pools_declared &&
-        (next.size != d->cfg.size || next.max_object_size != d->cfg.max_object_size))
-        fixed = "--size and --max-object-size";
+        (next.size != d->cfg.size || next.max_object_size != d->cfg.max_object_size ||
+         next.max_objects != d->cfg.max_objects))
+        fixed = "--size, --max-object-size and --max-objects";
     else if (strcmp(next.name, d->cfg.name) != 0 ||
              strcmp(next.shm_dir, d->cfg.shm_dir) != 0)
         fixed = "--name and --shm-dir";
@@ -363,7 +376,7 @@ static void daemon_handles_close(struct daemon *d)
     uv_handle_t *handles[] = {
         (uv_handle_t *)&d->expiry, (uv_handle_t *)&d->expiry_arm, (uv_handle_t *)&d->sighup,
         (uv_handle_t *)&d->status, (uv_handle_t *)&d->watchdog,    (uv_handle_t *)&d->sigterm,
-        (uv_handle_t *)&d->sigint,
+        (uv_handle_t *)&d->sigint, (uv_handle_t *)&d->heartbeat,
     };
     size_t i;
 
@@ -490,15 +503,15 @@ static void daemon_start_expiry(struct daemon *d)
  * and watchdog timers. On failure those made so far are closed. */
 static int daemon_handles_init(struct daemon *d, struct shmb_error *err)
 {
-    uv_timer_t *timers[] = {&d->expiry, &d->status, &d->watchdog};
+    uv_timer_t *timers[] = {&d->expiry, &d->status, &d->watchdog, &d->heartbeat};
     uv_signal_t *signals[] = {&d->sigterm, &d->sigint, &d->sighup};
-    uv_handle_t *made[7];
+    uv_handle_t *made[8];
     size_t n = 0, i;
     int rc = uv_prepare_init(&d->loop, &d->expiry_arm);
 
     if (rc == 0)
         made[n++] = (uv_handle_t *)&d->expiry_arm;
-    for (i = 0; rc == 0 && i < 3; i++)
+    for (i = 0; rc == 0 && i < 4; i++)
         if ((rc = uv_timer_init(&d->loop, timers[i])) == 0)
             made[n++] = (uv_handle_t *)timers[i];
     for (i = 0; rc == 0 && i < 3; i++)
@@ -509,8 +522,11 @@ static int daemon_handles_init(struct daemon *d, struct shmb_error *err)
     if (rc == 0 && (rc = uv_prepare_start(&d->expiry_arm, daemon_on_expiry_arm)) == 0 &&
         (rc = uv_signal_start(&d->sigterm, daemon_on_signal, SIGTERM)) == 0 &&
         (rc = uv_signal_start(&d->sigint, daemon_on_signal, SIGINT)) == 0 &&
-        (rc = uv_signal_start(&d->sighup, daemon_on_sighup, SIGHUP)) == 0) {
+        (rc = uv_signal_start(&d->sighup, daemon_on_sighup, SIGHUP)) == 0 &&
+        (rc = uv_timer_start(&d->heartbeat, daemon_on_heartbeat, SEGMENT_HEARTBEAT_MS,
+                             SEGMENT_HEARTBEAT_MS)) == 0) {
         uv_unref((uv_handle_t *)&d->expiry_arm);
+        uv_unref((uv_handle_t *)&d->heartbeat);
         return 0;
     }
     while (n > 0)

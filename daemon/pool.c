@@ -8,10 +8,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../proto/alloc.h"
 #include "../proto/text.h"
+#include "catalog.h"
 #include "host.h"
 #include "log.h"
 
@@ -109,7 +111,8 @@ int pool_check_settings(const struct pool_config *pc, uint64_t *size, struct shm
     if ((rc = segment_check_name(pc->segment, err)) < 0)
         return rc;
     snprintf(what, sizeof(what), "--pool %s: ", pc->name);
-    if ((rc = store_check_max_object(segment_data_size(*size), pc->max_object_size, err)) < 0 &&
+    if ((rc = store_check_max_object(segment_data_size(*size, page, pc->max_objects),
+                                     pc->max_object_size, err)) < 0 &&
         pool_declared(pc)) {
         pool_error_setting(err, pc);
         return pool_error_before(err, rc, what);
@@ -443,10 +446,27 @@ static void pool_drop_truncated(struct pool *p, uint64_t truncated_at)
                   "may read as zeros");
 }
 
+/* The catalog of the pool's segment, just created or adopted, and the store
+ * settings that use it (own: scfg with the catalog and, from an adopted
+ * header page, the generations already used). */
+static int pool_open_catalog(struct pool *p, const struct store_config *scfg,
+                             struct store_config *own, struct shmb_error *err)
+{
+    p->catalog = catalog_new(p->seg.base, p->seg.catalog_offset, p->seg.catalog_slots,
+                             p->seg.catalog_seed, p->seg.hdr, err);
+    if (p->catalog == NULL)
+        return err->code;
+    *own = *scfg;
+    own->catalog = p->catalog;
+    own->gen_floor = p->seg.found_gen_next;
+    return 0;
+}
+
 /* Bring back the objects of a segment left by a daemon that died. */
 static int pool_adopt(struct pool *p, const struct store_config *scfg,
                       void (*on_broken)(const char *message), struct shmb_error *err)
 {
+    struct store_config own;
     struct store_adopt_report report;
     char h1[32], from[64];
     int rc;
@@ -455,17 +475,26 @@ static int pool_adopt(struct pool *p, const struct store_config *scfg,
         int fd = p->kept_fd;
 
         p->kept_fd = -1; /* segment_adopt_memfd's now */
-        rc = segment_adopt_memfd(&p->seg, fd, p->cfg.segment, p->size, err);
+        rc = segment_adopt_memfd(&p->seg, fd, p->cfg.segment, p->size, p->cfg.max_objects,
+                                 err);
     } else {
-        rc = segment_adopt(&p->seg, p->cfg.dir, p->cfg.segment, p->size, err);
+        rc = segment_adopt(&p->seg, p->cfg.dir, p->cfg.segment, p->size, p->cfg.max_objects,
+                           err);
     }
     if (rc < 0)
         return rc;
+    if ((rc = pool_open_catalog(p, scfg, &own, err)) < 0) {
+        segment_close(&p->seg);
+        return rc;
+    }
+    scfg = &own;
     if (p->seg.adopt_note[0] != '\0')
         log_warn("segment %s: %s", p->seg.path, p->seg.adopt_note);
     /* The guard before the walk: a client may shrink the file while the
      * daemon reads the chunk headers (they are read through segment_load). */
     if ((rc = segment_guard_watch(&p->seg, on_broken, err)) < 0) {
+        catalog_free(p->catalog);
+        p->catalog = NULL;
         segment_close(&p->seg);
         return rc;
     }
@@ -476,6 +505,8 @@ static int pool_adopt(struct pool *p, const struct store_config *scfg,
     p->store = store_adopt(segment_data(&p->seg), p->seg.data_offset, p->seg.data_size,
                            p->seg.hdr, scfg, &report, err);
     if (p->store == NULL) {
+        catalog_free(p->catalog);
+        p->catalog = NULL;
         segment_close(&p->seg);
         return err->code;
     }
@@ -522,14 +553,16 @@ static int pool_remove_stale(struct pool *p, struct shmb_error *err)
 int pool_open(struct pool *p, const struct store_config *scfg,
               void (*on_broken)(const char *message), struct shmb_error *err)
 {
+    struct store_config own;
     int rc;
 
     p->read_lease_ms = scfg->read_lease_ms;
     if (p->replace && (rc = pool_remove_stale(p, err)) < 0)
         return rc;
     if (p->adopt) {
-        if ((rc = pool_adopt(p, scfg, on_broken, err)) == 0 ||
-            p->cfg.backing != POOL_BACKING_MEMFD)
+        if ((rc = pool_adopt(p, scfg, on_broken, err)) == 0)
+            pool_beat(p, false);
+        if (rc == 0 || p->cfg.backing != POOL_BACKING_MEMFD)
             return rc;
         /* What systemd kept could not be adopted after all: a memfd pool
          * starts empty rather than failing every start. */
@@ -539,27 +572,72 @@ int pool_open(struct pool *p, const struct store_config *scfg,
         p->adopt = false;
     }
     rc = p->cfg.backing == POOL_BACKING_MEMFD
-             ? segment_create_memfd(&p->seg, p->cfg.segment, p->size, err)
-             : segment_create(&p->seg, p->cfg.dir, p->cfg.segment, p->size, err);
+             ? segment_create_memfd(&p->seg, p->cfg.segment, p->size, p->cfg.max_objects, err)
+             : segment_create(&p->seg, p->cfg.dir, p->cfg.segment, p->size,
+                              p->cfg.max_objects, err);
     if (rc < 0)
         return rc;
-    if ((rc = segment_guard_watch(&p->seg, on_broken, err)) < 0) {
+    if ((rc = segment_guard_watch(&p->seg, on_broken, err)) < 0 ||
+        (rc = pool_open_catalog(p, scfg, &own, err)) < 0) {
         segment_destroy(&p->seg);
         return rc;
     }
+    if (p->cfg.max_objects != 0 &&
+        p->seg.catalog_slots < p->cfg.max_objects + p->cfg.max_objects / 3)
+        log_warn("--max-objects %llu asks for a catalog of %llu slots or more; %llu fit in "
+                 "1/8 of the segment's %llu bytes, so readers ask the daemon for the "
+                 "objects it cannot list. A larger --size makes room.",
+                 (unsigned long long)p->cfg.max_objects,
+                 (unsigned long long)(p->cfg.max_objects + p->cfg.max_objects / 3),
+                 (unsigned long long)p->seg.catalog_slots, (unsigned long long)p->size);
     p->store = store_new(segment_data(&p->seg), p->seg.data_offset, p->seg.data_size,
-                         p->seg.hdr, scfg, err);
+                         p->seg.hdr, &own, err);
     if (p->store == NULL) {
+        catalog_free(p->catalog);
+        p->catalog = NULL;
         segment_destroy(&p->seg);
         return err->code;
     }
+    pool_beat(p, false);
     return 0;
+}
+
+void pool_beat(struct pool *p, bool stopped)
+{
+    struct shmb_published_counters c = {0};
+    struct store_stats st;
+    struct timespec ts;
+
+    if (p->catalog == NULL || p->store == NULL)
+        return;
+    store_counts(p->store, &st);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    c.clients = p->clients;
+    c.data_size = st.data_size;
+    c.used = st.used;
+    c.free = st.free;
+    c.objects = st.objects;
+    c.pending = st.pending;
+    c.pinned = st.pinned;
+    c.allocs = st.allocs;
+    c.commits = st.commits;
+    c.gets = st.gets;
+    c.evictions = st.evictions;
+    c.enospc = st.enospc;
+    c.expired_allocs = st.expired_allocs;
+    c.lease_expiries = st.lease_expiries;
+    c.fast_reads = st.fast_reads;
+    c.pid = stopped ? 0 : (int64_t)getpid();
+    catalog_beat(p->catalog, &c, (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000);
 }
 
 void pool_close(struct pool *p, bool keep)
 {
+    pool_beat(p, true);
     store_free(p->store);
     p->store = NULL;
+    catalog_free(p->catalog);
+    p->catalog = NULL;
     if (keep && !p->seg.memfd)
         segment_close(&p->seg);
     else

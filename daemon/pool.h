@@ -22,6 +22,7 @@ struct pool {
     uint64_t size;          /* the segment's bytes: cfg.size in whole (huge) pages */
     struct segment seg;
     struct store *store; /* NULL until pool_open */
+    struct catalog *catalog; /* the segment's catalog, NULL until pool_open */
     unsigned clients;    /* connections that said hello to this pool */
     /* What pool_plan decided about a file already there. */
     bool adopt;          /* one left by a daemon that is gone: adopt it */
@@ -83,6 +84,11 @@ int pool_check_space(struct pool *const *pools, unsigned n, struct shmb_error *e
  * adopted segment, which keeps its objects for the next start. */
 int pool_open(struct pool *p, const struct store_config *scfg,
               void (*on_broken)(const char *message), struct shmb_error *err);
+
+/* Write the heartbeat and the published counters of the pool into its
+ * segment's header page (daemon/catalog.h): every SEGMENT_HEARTBEAT_MS, and
+ * once more at a clean stop (stopped: the counters' pid is 0). */
+void pool_beat(struct pool *p, bool stopped);
 
 /* Drop the store and close the segment: remove it, or keep it (a file;
  * --keep-segment) for the next start to adopt. A memfd is never kept. */

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/statfs.h>
@@ -91,6 +92,91 @@ uint64_t segment_round_to(uint64_t size, uint64_t page)
     if (page == 0 || size > UINT64_MAX - (page - 1))
         return 0;
     return (size + page - 1) / page * page;
+}
+
+/* The smallest power of two >= n (n <= 2^63). */
+static uint64_t segment_pow2ceil(uint64_t n)
+{
+    uint64_t p = 1;
+
+    while (p < n)
+        p <<= 1;
+    return p;
+}
+
+void segment_plan(uint64_t size, uint64_t page, uint64_t max_objects,
+                  struct segment_plan *out)
+{
+    uint64_t slots, bytes = 0, want;
+
+    if (page == 0)
+        page = SHMB_HEADER_PAGE;
+    want = max_objects != 0 ? max_objects + (max_objects + 2) / 3 : size / SEGMENT_BYTES_PER_SLOT;
+    if (max_objects > SEGMENT_MAX_OBJECTS)
+        want = SEGMENT_MAX_OBJECTS + SEGMENT_MAX_OBJECTS / 3;
+    slots = segment_pow2ceil(want < SEGMENT_CATALOG_MIN_SLOTS ? SEGMENT_CATALOG_MIN_SLOTS : want);
+    for (; slots >= SEGMENT_CATALOG_MIN_SLOTS; slots /= 2) {
+        bytes = segment_round_to(slots * sizeof(struct shmb_catalog_entry), page);
+        if (bytes != 0 && bytes <= size / SEGMENT_CATALOG_SHARE)
+            break;
+    }
+    if (slots < SEGMENT_CATALOG_MIN_SLOTS || size < SEGMENT_MIN_SIZE + bytes)
+        slots = bytes = 0;
+    out->catalog_slots = slots;
+    out->catalog_bytes = bytes;
+    out->catalog_offset = size - bytes;
+    out->data_size = size > SHMB_HEADER_PAGE + bytes
+                         ? (size - bytes - SHMB_HEADER_PAGE) & ~(uint64_t)(SHMB_ALIGN - 1)
+                         : 0;
+}
+
+uint64_t segment_data_size(uint64_t size, uint64_t page, uint64_t max_objects)
+{
+    struct segment_plan plan;
+
+    segment_plan(size, page, max_objects, &plan);
+    return plan.data_size;
+}
+
+/* Lay seg out for its size: the data area and the catalog (segment_plan),
+ * with a new random seed for the catalog's hash. */
+static void segment_lay_out(struct segment *seg, uint64_t page, uint64_t max_objects)
+{
+    struct segment_plan plan;
+    uint32_t seed = 0;
+
+    segment_plan(seg->size, page, max_objects, &plan);
+    seg->data_offset = SHMB_HEADER_PAGE;
+    seg->data_size = plan.data_size;
+    seg->catalog_offset = plan.catalog_offset;
+    seg->catalog_slots = plan.catalog_slots;
+    if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed))
+        seed = (uint32_t)time(NULL) ^ ((uint32_t)getpid() << 16);
+    seg->catalog_seed = seed;
+}
+
+/* An adopted segment keeps the catalog its header page describes when that
+ * is a layout segment_plan could have made for its size (another
+ * --max-objects then): the ring's positions depend on the data area's size,
+ * so the objects stay only with the data area they were written in. */
+static void segment_keep_layout(struct segment *seg, const struct shmb_segment_header *hdr,
+                                uint64_t page)
+{
+    uint64_t slots = hdr->catalog_slots, bytes;
+
+    if (hdr->magic != SHMB_SEGMENT_MAGIC || hdr->version != SHMB_LAYOUT_VERSION ||
+        hdr->total_size != seg->size || slots == seg->catalog_slots ||
+        (slots != 0 && (slots < SEGMENT_CATALOG_MIN_SLOTS || (slots & (slots - 1)) != 0 ||
+                        slots > (UINT64_C(1) << 40))))
+        return;
+    bytes = slots != 0 ? segment_round_to(slots * sizeof(struct shmb_catalog_entry), page) : 0;
+    if (bytes > seg->size / SEGMENT_CATALOG_SHARE || seg->size < SEGMENT_MIN_SIZE + bytes ||
+        hdr->catalog_offset != seg->size - bytes ||
+        hdr->data_size != ((seg->size - bytes - SHMB_HEADER_PAGE) & ~(uint64_t)(SHMB_ALIGN - 1)))
+        return;
+    seg->catalog_slots = slots;
+    seg->catalog_offset = hdr->catalog_offset;
+    seg->data_size = hdr->data_size;
 }
 
 uint64_t segment_page_size(const char *dir)
@@ -500,6 +586,10 @@ static int segment_write_header(struct segment *seg, uint64_t created_unix)
     h.owner_pid = getpid();
     h.owner_start = seg->owner_start = segment_process_start(getpid());
     h.created_unix = seg->created_unix = created_unix;
+    h.catalog_offset = seg->catalog_offset;
+    h.catalog_slots = seg->catalog_slots;
+    h.catalog_seed = seg->catalog_seed;
+    h.heartbeat_period_ms = SEGMENT_HEARTBEAT_MS;
     if (segment_store((char *)hdr + sizeof(h.magic), (char *)&h + sizeof(h.magic),
                       sizeof(h) - sizeof(h.magic)) < 0)
         return -EIO;
@@ -519,7 +609,12 @@ int segment_restore_header(const struct segment *seg, struct shmb_error *err)
         .owner_pid = getpid(),
         .owner_start = seg->owner_start,
         .created_unix = seg->created_unix,
+        .catalog_offset = seg->catalog_offset,
+        .catalog_slots = seg->catalog_slots,
+        .catalog_seed = seg->catalog_seed,
     };
+    const size_t cat = offsetof(struct shmb_segment_header, catalog_offset),
+                 cat_end = offsetof(struct shmb_segment_header, catalog_moves);
     struct stat st;
 
     /* A client that truncated the file leaves nothing a new client could
@@ -533,7 +628,8 @@ int segment_restore_header(const struct segment *seg, struct shmb_error *err)
                               (unsigned long long)seg->size);
     /* Everything before the ring cursor, which the store keeps. */
     if (seg->hdr == NULL ||
-        segment_store(seg->hdr, &hdr, offsetof(struct shmb_segment_header, ring_start)) < 0)
+        segment_store(seg->hdr, &hdr, offsetof(struct shmb_segment_header, ring_start)) < 0 ||
+        segment_store((char *)seg->hdr + cat, (const char *)&hdr + cat, cat_end - cat) < 0)
         return shmb_error_set(err, -EIO,
                               "Cannot rewrite the header page of segment %s: the page is "
                               "gone (a client truncated the file or punched a hole in "
@@ -572,7 +668,7 @@ static int segment_check_size(uint64_t size, struct shmb_error *err)
 }
 
 int segment_create(struct segment *seg, const char *dir, const char *name, uint64_t size,
-                   struct shmb_error *err)
+                   uint64_t max_objects, struct shmb_error *err)
 {
     struct shmb_segment_header *hdr;
     uint64_t free_bytes = 0, page;
@@ -620,8 +716,7 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
     if ((rc = segment_open_readonly(seg, err)) < 0)
         goto fail;
     seg->hdr = hdr = seg->base;
-    seg->data_offset = SHMB_HEADER_PAGE;
-    seg->data_size = segment_data_size(size);
+    segment_lay_out(seg, page, max_objects);
     hdr->ring_start = hdr->ring_end = hdr->ring_next_id = 0;
     segment_write_header(seg, (uint64_t)time(NULL));
     return 0;
@@ -702,7 +797,7 @@ fail:
 }
 
 int segment_create_memfd(struct segment *seg, const char *name, uint64_t size,
-                         struct shmb_error *err)
+                         uint64_t max_objects, struct shmb_error *err)
 {
     char proc[64], what[SEGMENT_MEMFD_NAME_MAX + 32];
     int rc, saved;
@@ -736,8 +831,7 @@ int segment_create_memfd(struct segment *seg, const char *name, uint64_t size,
         goto fail;
     }
     seg->hdr = seg->base;
-    seg->data_offset = SHMB_HEADER_PAGE;
-    seg->data_size = segment_data_size(size);
+    segment_lay_out(seg, SHMB_HEADER_PAGE, max_objects);
     seg->hdr->ring_start = seg->hdr->ring_end = seg->hdr->ring_next_id = 0;
     segment_write_header(seg, (uint64_t)time(NULL));
     return 0;
@@ -748,6 +842,7 @@ fail:
 }
 
 static void segment_note_header(struct segment *seg, const struct shmb_segment_header *hdr);
+static bool segment_is_layout1(const struct shmb_segment_header *hdr, uint64_t size);
 
 int segment_check_memfd(int fd, const char *name, uint64_t size, struct shmb_error *err)
 {
@@ -775,7 +870,7 @@ int segment_check_memfd(int fd, const char *name, uint64_t size, struct shmb_err
 }
 
 int segment_adopt_memfd(struct segment *seg, int fd, const char *name, uint64_t size,
-                        struct shmb_error *err)
+                        uint64_t max_objects, struct shmb_error *err)
 {
     struct shmb_segment_header copy;
     char proc[64];
@@ -801,14 +896,23 @@ int segment_adopt_memfd(struct segment *seg, int fd, const char *name, uint64_t 
         goto fail;
     }
     seg->hdr = seg->base;
-    seg->data_offset = SHMB_HEADER_PAGE;
-    seg->data_size = segment_data_size(size);
+    segment_lay_out(seg, SHMB_HEADER_PAGE, max_objects);
     if (segment_load(&copy, seg->hdr, sizeof(copy)) < 0) {
         rc = shmb_error_set(err, -EIO, "Memfd segment %s lost its header page; not adopted.",
                             name);
         goto fail;
     }
+    if (copy.magic == SHMB_SEGMENT_MAGIC && segment_is_layout1(&copy, size)) {
+        rc = shmb_error_set(err, -EPROTO,
+                            "Memfd segment %s holds layout version 1, written by an older "
+                            "shmbrokerd; this shmbrokerd writes layout version 2 and does "
+                            "not adopt it.",
+                            name);
+        goto fail;
+    }
+    segment_keep_layout(seg, &copy, SHMB_HEADER_PAGE);
     segment_note_header(seg, &copy);
+    seg->found_gen_next = copy.magic == SHMB_SEGMENT_MAGIC ? copy.gen_next : 0;
     if (segment_write_header(seg, copy.magic == SHMB_SEGMENT_MAGIC ? copy.created_unix
                                                                    : (uint64_t)time(NULL)) < 0) {
         rc = shmb_error_set(err, -EIO, "Memfd segment %s lost its header page; not adopted.",
@@ -1014,6 +1118,14 @@ void segment_close(struct segment *seg)
     seg->fd = seg->ro_fd = seg->lock_fd = -1;
 }
 
+/* True when hdr (a private copy) is the header a daemon of layout version 1
+ * wrote for a file of size bytes. */
+static bool segment_is_layout1(const struct shmb_segment_header *hdr, uint64_t size)
+{
+    return hdr->version == 1 && hdr->catalog_offset == 0 && hdr->catalog_slots == 0 &&
+           hdr->data_size == ((size - SHMB_HEADER_PAGE) & ~(uint64_t)(SHMB_ALIGN - 1));
+}
+
 /* Check that the file open on fd (at path) can be the segment: a regular
  * file of this user's, mode 0600, one link (segment_check_owner), of size
  * bytes. 0 when it is; 1 when only its size differs but its header page (a
@@ -1027,6 +1139,7 @@ static int segment_check_file(int fd, const char *path, uint64_t size,
     struct shmb_segment_header hdr;
     struct stat st;
     uint64_t hint;
+    bool have;
     int rc;
 
     if (fstat(fd, &st) != 0)
@@ -1038,11 +1151,26 @@ static int segment_check_file(int fd, const char *path, uint64_t size,
                               path);
     if ((rc = segment_check_owner(&st, path, err)) < 0)
         return rc;
+    have = pread(fd, &hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr) &&
+           hdr.magic == SHMB_SEGMENT_MAGIC;
+    /* An older daemon's layout: its data area runs to the end of the file,
+     * where this one keeps the catalog. Never adopted, never removed here:
+     * its objects may still be read by the clients that map it. Only a
+     * header that is layout 1 throughout (its data area to the end, nothing
+     * where layout 2 records its catalog) is taken for one: a client that
+     * wrote 1 into a layout-2 header damaged it, and the adoption rebuilds it. */
+    if (have && segment_is_layout1(&hdr, (uint64_t)st.st_size))
+        return shmb_error_set(
+            err, -EPROTO,
+            "Segment %s holds layout version 1 (%llu bytes), written by an older "
+            "shmbrokerd; this shmbrokerd writes layout version 2 and does not adopt it. "
+            "Drain it (let its clients finish), then remove it with shmbrokerd "
+            "--remove-segment, or choose another --name.",
+            path, (unsigned long long)st.st_size);
     if ((uint64_t)st.st_size == size)
         return 0;
     hint = (uint64_t)st.st_size;
-    if (pread(fd, &hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr) &&
-        hdr.magic == SHMB_SEGMENT_MAGIC && hdr.version == SHMB_LAYOUT_VERSION) {
+    if (have && hdr.version == SHMB_LAYOUT_VERSION) {
         if (hdr.total_size == size)
             return 1;
         /* Neither the file nor its header agrees with --size, nor with each
@@ -1121,7 +1249,7 @@ static void segment_note_header(struct segment *seg, const struct shmb_segment_h
 }
 
 int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64_t size,
-                  struct shmb_error *err)
+                  uint64_t max_objects, struct shmb_error *err)
 {
     struct shmb_segment_header copy;
     struct stat st;
@@ -1165,11 +1293,12 @@ int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64
      * constants, never from the header page, which read-write clients keep
      * mapped across a restart and may change at any time. One private copy
      * of the header says only what to log. */
-    seg->data_offset = SHMB_HEADER_PAGE;
-    seg->data_size = segment_data_size(size);
+    segment_lay_out(seg, segment_page_size(dir), max_objects);
     if (segment_load(&copy, seg->hdr, sizeof(copy)) < 0)
         goto truncated;
+    segment_keep_layout(seg, &copy, segment_page_size(dir));
     segment_note_header(seg, &copy);
+    seg->found_gen_next = copy.magic == SHMB_SEGMENT_MAGIC ? copy.gen_next : 0;
     created = copy.magic == SHMB_SEGMENT_MAGIC ? copy.created_unix : (uint64_t)time(NULL);
     if (segment_write_header(seg, created) < 0)
         goto truncated;
@@ -1422,4 +1551,83 @@ int segment_store(void *dst, const void *src, size_t len)
 int segment_load(void *dst, const void *src, size_t len)
 {
     return segment_guarded_copy(dst, src, len, src, "read of");
+}
+
+/* One atomic access to a word of the segment, for segment_guarded_atomic. */
+enum segment_atomic_op {
+    SEGMENT_LOAD64,
+    SEGMENT_STORE64,
+    SEGMENT_EXCHANGE64,
+    SEGMENT_CAS64,
+    SEGMENT_STORE32,
+};
+
+/* Do op on addr under the guard, as segment_guarded_copy: -EIO when the
+ * page is gone. value: what to store (the desired word of a CAS); *io: the
+ * word loaded (the old word of an exchange; the expected word of a CAS in,
+ * the word found out). A CAS that fails returns -EAGAIN. */
+static int segment_guarded_atomic(void *addr, enum segment_atomic_op op, uint64_t value,
+                                  uint64_t *io)
+{
+    struct segment_guard_entry *g;
+    sigjmp_buf jump;
+    bool done = true;
+
+    if (segment_guard_install(false) < 0)
+        return -EIO;
+    if (sigsetjmp(jump, 0) != 0) {
+        g = segment_guard_find(segment_guard_fault);
+        if (g == NULL)
+            g = segment_guard_find(addr);
+        if (g != NULL)
+            segment_guard_break(g, "an atomic access hit a page the file no longer has "
+                                   "(SIGBUS): it was truncated or a hole was punched in it");
+        return -EIO;
+    }
+    segment_guard_jump = &jump;
+    switch (op) {
+    case SEGMENT_LOAD64:
+        *io = __atomic_load_n((uint64_t *)addr, __ATOMIC_ACQUIRE);
+        break;
+    case SEGMENT_STORE64:
+        __atomic_store_n((uint64_t *)addr, value, __ATOMIC_RELEASE);
+        break;
+    case SEGMENT_EXCHANGE64:
+        *io = __atomic_exchange_n((uint64_t *)addr, value, __ATOMIC_ACQ_REL);
+        break;
+    case SEGMENT_CAS64:
+        done = __atomic_compare_exchange_n((uint64_t *)addr, io, value, false,
+                                           __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+        break;
+    case SEGMENT_STORE32:
+        __atomic_store_n((uint32_t *)addr, (uint32_t)value, __ATOMIC_RELEASE);
+        break;
+    }
+    segment_guard_jump = NULL;
+    return done ? 0 : -EAGAIN;
+}
+
+int segment_atomic_load64(const uint64_t *addr, uint64_t *out)
+{
+    return segment_guarded_atomic((void *)(uintptr_t)addr, SEGMENT_LOAD64, 0, out);
+}
+
+int segment_atomic_store64(uint64_t *addr, uint64_t value)
+{
+    return segment_guarded_atomic(addr, SEGMENT_STORE64, value, NULL);
+}
+
+int segment_atomic_exchange64(uint64_t *addr, uint64_t value, uint64_t *old)
+{
+    return segment_guarded_atomic(addr, SEGMENT_EXCHANGE64, value, old);
+}
+
+int segment_atomic_cas64(uint64_t *addr, uint64_t *expected, uint64_t desired)
+{
+    return segment_guarded_atomic(addr, SEGMENT_CAS64, desired, expected);
+}
+
+int segment_atomic_store32(uint32_t *addr, uint32_t value)
+{
+    return segment_guarded_atomic(addr, SEGMENT_STORE32, value, NULL);
 }

@@ -30,6 +30,15 @@ struct segment {
      * the daemon never reads these back from it. */
     uint64_t data_offset;
     uint64_t data_size;
+    /* The catalog (layout version 2) at the end of the file: catalog_slots
+     * entries at catalog_offset (0 slots: none; catalog_offset is then the
+     * file's size), hashed with catalog_seed. Private, like the above. */
+    uint64_t catalog_offset;
+    uint64_t catalog_slots;
+    uint32_t catalog_seed;
+    /* segment_adopt: the gen_next the header page had (0 when it had no
+     * valid header), a floor for the generations the adoption hands out. */
+    uint32_t found_gen_next;
     /* A descriptor of the lock file "<dir>/.<name>.lock" (mode 0600, never
      * passed to a client), holding an exclusive flock on it for as long as
      * this daemon owns the segment: the proof, for a daemon starting later,
@@ -84,18 +93,47 @@ uint64_t segment_round_size(uint64_t size);
 /* Round size up to a multiple of page; 0 when the result would overflow. */
 uint64_t segment_round_to(uint64_t size, uint64_t page);
 
-/* The data area of a segment of size bytes (size from segment_round_size). */
-static inline uint64_t segment_data_size(uint64_t size)
-{
-    return (size - SHMB_HEADER_PAGE) & ~(uint64_t)(SHMB_ALIGN - 1);
-}
+/* The catalog never takes more than this part of the file: it is an index,
+ * the data area is what the segment is for. */
+#define SEGMENT_CATALOG_SHARE 8
+/* Fewer slots than this are not worth a catalog: readers then always ask. */
+#define SEGMENT_CATALOG_MIN_SLOTS 64u
+/* One catalog slot per this many bytes of segment when --max-objects is not
+ * given: room for objects of 1.5 KiB at 3/4 load. */
+#define SEGMENT_BYTES_PER_SLOT 2048u
+/* How often the daemon writes the heartbeat into the header page. */
+#define SEGMENT_HEARTBEAT_MS 1000u
+/* The largest --max-objects: 2^32 slots of 32 bytes is 128 GiB of catalog. */
+#define SEGMENT_MAX_OBJECTS (UINT64_C(3) << 30)
+
+/* Where the parts of a segment go (layout version 2): the header page, the
+ * data area, the catalog at the end of the file. */
+struct segment_plan {
+    uint64_t data_size;      /* bytes of the data area, from SHMB_HEADER_PAGE */
+    uint64_t catalog_offset; /* page-aligned; size when there is no catalog */
+    uint64_t catalog_slots;  /* a power of two, or 0 */
+    uint64_t catalog_bytes;  /* slots * 32 rounded up to page, or 0 */
+};
+
+/* Plan a segment of size bytes (from segment_round_size, or whole pages of
+ * page bytes on hugetlbfs): catalog_slots from max_objects (4/3 of it,
+ * rounded up to a power of two) or, when 0, one per SEGMENT_BYTES_PER_SLOT,
+ * at least SEGMENT_CATALOG_MIN_SLOTS; halved while the catalog would take
+ * more than 1/SEGMENT_CATALOG_SHARE of the file, and 0 when not even the
+ * minimum fits. page: the segment's page size (segment_page_size). */
+void segment_plan(uint64_t size, uint64_t page, uint64_t max_objects,
+                  struct segment_plan *out);
+
+/* The data area of a segment of size bytes (segment_plan's data_size). */
+uint64_t segment_data_size(uint64_t size, uint64_t page, uint64_t max_objects);
 
 /* Create dir/name exclusively (mode 0600), size it, reserve every page with
- * posix_fallocate, map it and write the header. size must come from
+ * posix_fallocate, map it and write the header (the catalog planned by
+ * segment_plan with max_objects, its seed drawn at random). size must come from
  * segment_round_size (segment_round_to segment_page_size on hugetlbfs). On failure
  * nothing is left behind. -EEXIST when the file exists (see segment_probe_existing). */
 int segment_create(struct segment *seg, const char *dir, const char *name, uint64_t size,
-                   struct shmb_error *err);
+                   uint64_t max_objects, struct shmb_error *err);
 
 /* The longest name memfd_create takes: the kernel prefixes it with "memfd:"
  * and the whole must fit in NAME_MAX. */
@@ -119,7 +157,7 @@ int segment_memfd_make(const char *name, uint64_t size, const char *what,
  * read-only reopening. Nothing is left behind on failure, nor once every
  * descriptor and mapping of it is gone. size as for segment_create. */
 int segment_create_memfd(struct segment *seg, const char *name, uint64_t size,
-                         struct shmb_error *err);
+                         uint64_t max_objects, struct shmb_error *err);
 
 /* 0 when fd can be adopted as memfd segment name of size bytes: a memfd
  * open read-write, sealed against shrinking and growing and not against
@@ -133,7 +171,7 @@ int segment_check_memfd(int fd, const char *name, uint64_t size, struct shmb_err
  * otherwise), its pages reserved again, mapped, its header page rewritten
  * as segment_adopt does; the ring cursor is left for the store. */
 int segment_adopt_memfd(struct segment *seg, int fd, const char *name, uint64_t size,
-                        struct shmb_error *err);
+                        uint64_t max_objects, struct shmb_error *err);
 
 /* True when process pid has a descriptor of a memfd made with name (a link
  * "/memfd:NAME (deleted)" in /proc/PID/fd): a daemon whose segment is that
@@ -149,12 +187,13 @@ bool segment_memfd_held_by(const char *name, pid_t pid);
  * the store to read and check. Refuses what segment_check_adoptable refuses;
  * a file a client shrank or grew is set back to size (resized_from). */
 int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64_t size,
-                  struct shmb_error *err);
+                  uint64_t max_objects, struct shmb_error *err);
 
 /* The checks segment_adopt makes before it changes anything, without
  * opening the file for writing: a regular file (a FIFO or a symbolic link is
  * refused, never waited on) owned by this user, mode 0600, one link
- * (-EPERM otherwise), of size bytes (0), or whose header page records size
+ * (-EPERM otherwise), not of layout version 1 (-EPROTO with the fix: this
+ * daemon writes layout 2 and never adopts an older one), of size bytes (0), or whose header page records size
  * though the file is not that size (1: a client shrank or grew it;
  * segment_adopt sets it back to size). -EINVAL with a --size hint otherwise. */
 int segment_check_adoptable(const char *dir, const char *name, uint64_t size,
@@ -202,7 +241,8 @@ bool segment_locked_by(const char *dir, const char *name, pid_t pid);
 /* Make the segment fit to hand to a new client: -EIO saying so when a
  * client truncated the file (nothing could map it); else write the header
  * page again from private values (magic, layout version, sizes, data offset,
- * owner; not the ring cursor) through segment_store, undoing whatever a
+ * owner, the catalog's offset, slots and seed; not the ring cursor nor the
+ * words the catalog keeps) through segment_store, undoing whatever a
  * read-write client wrote there. -EIO with a message when the page is gone. */
 int segment_restore_header(const struct segment *seg, struct shmb_error *err);
 
@@ -263,5 +303,21 @@ int segment_store(void *dst, const void *src, size_t len);
  * adoption walk). -EIO (and the guard reports the segment holding the
  * faulting address broken) when the read faulted: the page is gone. */
 int segment_load(void *dst, const void *src, size_t len);
+
+/* Atomic accesses to one word of the segment (a chunk's seal, the catalog's
+ * words), under the guard as segment_store: -EIO when the page is gone (a
+ * client truncated the file or punched a hole in it). Loads acquire, stores
+ * release, exchange and compare-and-swap both.
+ *   segment_atomic_load64:     *out = *addr
+ *   segment_atomic_store64:    *addr = value
+ *   segment_atomic_exchange64: *old = *addr, *addr = value
+ *   segment_atomic_cas64:      when *addr == *expected, *addr = desired and 0;
+ *                              else *expected = *addr and -EAGAIN */
+int segment_atomic_load64(const uint64_t *addr, uint64_t *out);
+int segment_atomic_store64(uint64_t *addr, uint64_t value);
+int segment_atomic_exchange64(uint64_t *addr, uint64_t value, uint64_t *old);
+int segment_atomic_cas64(uint64_t *addr, uint64_t *expected, uint64_t desired);
+/* A 32-bit release store, for the catalog's 32-bit words. */
+int segment_atomic_store32(uint32_t *addr, uint32_t value);
 
 #endif

@@ -18,6 +18,7 @@
 
 #include "../proto/alloc.h"
 #include "../proto/text.h"
+#include "catalog.h"
 #include "clock.h"
 #include "index.h"
 #include "ring.h"
@@ -45,6 +46,11 @@ struct object {
     TAILQ_ENTRY(object) age_link;  /* the store's pending list, oldest first */
     uint64_t ring_id;
     uint64_t offset, size;
+    uint64_t chunk_offset; /* its chunk header, from the segment's start */
+    uint32_t gen;          /* its generation while published, else 0 */
+    bool published;        /* sealed (and listed, when listed) */
+    bool listed;           /* catalog_add took it */
+    bool listed_awaited;   /* ... with SHMB_CATALOG_AWAITED */
     uint64_t created_ms; /* at alloc; at commit for committed objects */
     size_t watch_pos;    /* 1 + index in the store's watched heap, 0 when not in it */
     uint32_t pin_count;  /* all pins, of all holders */
@@ -77,6 +83,8 @@ struct store {
     struct object_list age; /* pending objects, oldest first */
     uint64_t committed, pending, pinned, deleted_pinned;
     uint64_t allocs, commits, gets, evictions, enospc, expired_allocs, lease_expiries;
+    uint64_t fast_reads;      /* awaited reads folded in from seals and read ops */
+    uint32_t gen_next;        /* generations, when there is no catalog */
     uint64_t expire_after_ms; /* the last store_expire_pending's limit, for messages */
     uint64_t room_gen;        /* see store_room_generation */
     /* The head-of-line blocker is the blocking object with the lowest ring
@@ -172,6 +180,7 @@ struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
     if (cfg != NULL)
         s->cfg = *cfg;
     s->cfg.max_object_size = max;
+    s->gen_next = 1;
     return s;
 }
 
@@ -325,6 +334,119 @@ static struct object *store_lookup(const struct store *s, const char *key, size_
     return n != NULL ? (struct object *)n : NULL;
 }
 
+/* The seal of obj's chunk header, in the segment. */
+static uint64_t *store_seal(const struct store *s, const struct object *obj)
+{
+    return (uint64_t *)(s->ring.data + (obj->chunk_offset - s->ring.data_offset) +
+                        offsetof(struct shmb_chunk_header, seal));
+}
+
+/* A new generation: the catalog's, or the store's own without one. */
+static uint32_t store_next_gen(struct store *s)
+{
+    uint32_t gen;
+
+    if (s->cfg.catalog != NULL)
+        return catalog_next_gen(s->cfg.catalog);
+    gen = s->gen_next;
+    if (++s->gen_next == 0)
+        s->gen_next = 1;
+    return gen;
+}
+
+/* Hand out generations after floor from now on. */
+static void store_gen_after(struct store *s, uint32_t floor)
+{
+    if (s->cfg.catalog != NULL)
+        catalog_gen_after(s->cfg.catalog, floor);
+    else if (floor >= s->gen_next)
+        s->gen_next = floor + 1 != 0 ? floor + 1 : 1;
+}
+
+/* Take the reads counted in place in obj's seal: compare-and-swap
+ * {gen, c} -> {gen, 0}, and c fewer awaited reads (never below 0: a count
+ * can only lower them, as gets by others could). Does not touch the ring
+ * (it runs inside the ring's reclaim); the chunk's tag follows at the next
+ * change of the awaited reads. */
+static void store_fold(struct store *s, struct object *obj)
+{
+    uint64_t seal, *at;
+    uint32_t take;
+    int rc;
+
+    if (!obj->published || obj->awaited_reads == 0)
+        return;
+    at = store_seal(s, obj);
+    if (segment_atomic_load64(at, &seal) < 0)
+        return;
+    while (SHMB_SEAL_GEN(seal) == obj->gen && SHMB_SEAL_COUNT(seal) != 0) {
+        if ((rc = segment_atomic_cas64(at, &seal, SHMB_SEAL(obj->gen, 0))) == -EAGAIN)
+            continue; /* a reader counted meanwhile: seal holds what was found */
+        if (rc < 0)
+            return; /* the page is gone */
+        take = SHMB_SEAL_COUNT(seal) < obj->awaited_reads ? SHMB_SEAL_COUNT(seal)
+                                                           : obj->awaited_reads;
+        obj->awaited_reads -= take;
+        s->fast_reads += take;
+        if (take > 0 && obj->awaited_reads == 0)
+            s->room_gen++;
+        return;
+    }
+}
+
+/* obj becomes committed for readers of the mapping: a new generation in its
+ * seal (count 0), THEN its catalog entry, so that a reader that finds the
+ * entry finds the seal that goes with it. Commit, adoption (and commit_at)
+ * all come here. */
+static void store_publish(struct store *s, struct object *obj)
+{
+    uint32_t flags = obj->awaited_reads > 0 ? SHMB_CATALOG_AWAITED : 0;
+
+    obj->gen = store_next_gen(s);
+    segment_atomic_store64(store_seal(s, obj), SHMB_SEAL(obj->gen, 0));
+    obj->published = true;
+    obj->listed = s->cfg.catalog != NULL &&
+                  catalog_add(s->cfg.catalog, obj->key, obj->key_len, obj->chunk_offset,
+                              obj->gen, obj->size, flags) == 0;
+    obj->listed_awaited = flags != 0;
+}
+
+/* obj stops being readable in place, before its bytes may be reused
+ * (delete, eviction, lease eviction): its catalog entry goes FIRST, THEN its
+ * seal swaps to 0, so that a reader holding the entry sees a changed
+ * generation; the reads counted in the seal meanwhile are folded in. */
+static void store_unpublish(struct store *s, struct object *obj)
+{
+    uint64_t old = 0;
+    uint32_t take;
+
+    if (!obj->published)
+        return;
+    if (s->cfg.catalog != NULL)
+        catalog_remove(s->cfg.catalog, obj->key, obj->key_len, obj->chunk_offset, obj->listed);
+    if (segment_atomic_exchange64(store_seal(s, obj), 0, &old) == 0 &&
+        SHMB_SEAL_GEN(old) == obj->gen) {
+        take = SHMB_SEAL_COUNT(old) < obj->awaited_reads ? SHMB_SEAL_COUNT(old)
+                                                          : obj->awaited_reads;
+        obj->awaited_reads -= take;
+        s->fast_reads += take;
+    }
+    obj->published = obj->listed = false;
+    obj->gen = 0;
+}
+
+/* obj awaits reads again (touch, expect) though it was listed as awaiting
+ * none: list it again with SHMB_CATALOG_AWAITED, so that readers in place
+ * count themselves. A new generation: a reader that copied under the old
+ * entry did not count, and its count would be refused. */
+static void store_mark_awaited(struct store *s, struct object *obj)
+{
+    if (!obj->published || obj->listed_awaited || obj->awaited_reads == 0)
+        return;
+    store_unpublish(s, obj);
+    store_publish(s, obj);
+}
+
 /* Give an object's chunk back to the ring and free it. */
 static void store_drop(struct store *s, struct object *obj)
 {
@@ -337,6 +459,7 @@ static void store_drop(struct store *s, struct object *obj)
  * lease (if any) has not run out. Tells the lease callback once. */
 static bool store_awaited(const struct store *s, struct object *obj, uint64_t now)
 {
+    store_fold((struct store *)s, obj);
     if (obj->awaited_reads == 0)
         return false;
     if (s->cfg.read_lease_ms == 0 || obj->state != STORE_COMMITTED ||
@@ -363,6 +486,7 @@ static bool store_may_evict(void *owner, uint64_t id, void *arg)
     if (obj == NULL || obj->state != STORE_COMMITTED || obj->pin_count != 0 ||
         store_awaited(s, obj, clock_now_ms()))
         return false;
+    store_unpublish(s, obj);
     index_remove(&s->index, &obj->node);
     s->committed--;
     s->evictions++;
@@ -518,6 +642,7 @@ static int store_object_new(struct store *s, const struct object_spec *spec,
     obj->node.key_len = spec->key_len;
     obj->ring_id = chunk.id;
     obj->offset = chunk.payload_offset;
+    obj->chunk_offset = chunk.payload_offset - SHMB_CHUNK_HEADER_SIZE(spec->key_len);
     obj->size = spec->size;
     obj->created_ms = clock_now_ms();
     obj->awaited_reads = spec->awaited_reads;
@@ -638,6 +763,7 @@ int store_commit(struct store *s, struct store_holder *h, const char *key, size_
     ring_set_state(&s->ring, obj->ring_id, SHMB_CHUNK_COMMITTED);
     s->committed++;
     s->commits++;
+    store_publish(s, obj);
     return 0;
 }
 
@@ -700,6 +826,7 @@ int store_get(struct store *s, struct store_holder *h, const char *key, size_t k
                               obj != NULL ? " yet: it is allocated but not committed"
                                           : "; check the key, or wait for its writer to "
                                             "commit it");
+    store_fold(s, obj);
     p = store_pin_of(obj, h);
     if (p == NULL) {
         p = shmb_calloc(1, sizeof(*p));
@@ -787,6 +914,7 @@ int store_touch(struct store *s, const char *key, size_t key_len, uint32_t reade
     if (obj == NULL || obj->state != STORE_COMMITTED)
         return shmb_error_set(err, -ENOENT, "No object '%.*s' to touch.", (int)key_len,
                               key);
+    store_fold(s, obj);
     if (readers > STORE_MAX_READERS - obj->awaited_reads)
         return shmb_error_set(err, -EINVAL,
                               "readers=%u would make %llu awaited reads, more than the "
@@ -797,6 +925,7 @@ int store_touch(struct store *s, const char *key, size_t key_len, uint32_t reade
     ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
     if (readers > 0)
         store_watch(s, obj); /* awaited reads may block reclaim */
+    store_mark_awaited(s, obj);
     return 0;
 }
 
@@ -804,6 +933,8 @@ int store_forgo_read(struct store *s, const char *key, size_t key_len)
 {
     struct object *obj = store_lookup(s, key, key_len);
 
+    if (obj != NULL)
+        store_fold(s, obj);
     if (obj == NULL || obj->awaited_reads == 0)
         return -ENOENT;
     if (--obj->awaited_reads == 0)
@@ -816,11 +947,30 @@ int store_expect_read(struct store *s, const char *key, size_t key_len)
 {
     struct object *obj = store_lookup(s, key, key_len);
 
+    if (obj != NULL)
+        store_fold(s, obj);
     if (obj == NULL || obj->awaited_reads >= STORE_MAX_READERS)
         return -ENOENT;
     obj->awaited_reads++;
     ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
     store_watch(s, obj); /* awaited reads may block reclaim */
+    store_mark_awaited(s, obj);
+    return 0;
+}
+
+int store_read_done(struct store *s, const char *key, size_t key_len, uint32_t gen)
+{
+    struct object *obj = store_lookup(s, key, key_len);
+
+    if (obj == NULL || obj->state != STORE_COMMITTED || gen == 0 || obj->gen != gen)
+        return -ENOENT;
+    store_fold(s, obj);
+    if (obj->awaited_reads == 0)
+        return 0;
+    if (--obj->awaited_reads == 0)
+        s->room_gen++;
+    s->fast_reads++;
+    ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
     return 0;
 }
 
@@ -844,6 +994,7 @@ int store_delete(struct store *s, const char *key, size_t key_len, struct shmb_e
                               "Cannot delete '%.*s': it is allocated but not committed; "
                               "its writer can abort it.",
                               (int)key_len, key);
+    store_unpublish(s, obj);
     index_remove(&s->index, &obj->node);
     s->committed--;
     if (obj->pin_count == 0) {
@@ -909,6 +1060,7 @@ void store_counts(const struct store *s, struct store_stats *out)
     out->enospc = s->enospc;
     out->expired_allocs = s->expired_allocs;
     out->lease_expiries = s->lease_expiries;
+    out->fast_reads = s->fast_reads;
 }
 
 void store_stats(struct store *s, struct store_stats *out)
@@ -925,8 +1077,10 @@ void store_stats(struct store *s, struct store_stats *out)
         out->blocker_readers = obj->awaited_reads;
         out->blocker_state = (enum store_state)obj->state;
     }
-    /* Read after the search, which may notice a lease running out. */
+    /* Read after the search, which may notice a lease running out or fold
+     * reads counted in place. */
     out->lease_expiries = s->lease_expiries;
+    out->fast_reads = s->fast_reads;
 }
 
 uint64_t store_blocker_checks(const struct store *s)
@@ -941,12 +1095,14 @@ size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
     size_t i, reported = 0;
 
     for (i = 0; i < ring_count(&s->ring) && reported < limit; i++) {
-        const struct object *obj = ring_at(&s->ring, i, NULL);
+        struct object *obj = ring_at(&s->ring, i, NULL);
         struct store_entry e;
 
         if (obj == NULL || obj->key_len < prefix_len ||
             (prefix_len > 0 && memcmp(obj->key, prefix, prefix_len) != 0))
             continue;
+        /* The awaited reads as they are: with those counted in place. */
+        store_fold((struct store *)s, obj);
         e.key = obj->key;
         e.key_len = obj->key_len;
         e.offset = obj->offset;
@@ -955,6 +1111,8 @@ size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
         e.awaited_reads = obj->awaited_reads;
         e.state = (enum store_state)obj->state;
         e.age_ms = now - obj->created_ms;
+        e.chunk_offset = obj->chunk_offset;
+        e.gen = obj->gen;
         reported++;
         if (fn(&e, arg) != 0)
             break;
@@ -986,16 +1144,24 @@ void store_set_read_lease(struct store *s, uint64_t read_lease_ms)
 
 uint64_t store_lease_wake_ms(struct store *s)
 {
+    uint64_t now = clock_now_ms(), wake = UINT64_MAX;
     struct object *obj;
 
-    if (s->cfg.read_lease_ms == 0)
+    /* Only a committed, unpinned blocker waits for its awaited reads: its
+     * lease lets it go, and reads done in place tell the daemon nothing
+     * (they count in its seal), so while it is listed as awaited it is
+     * looked at again every STORE_FAST_READ_RECHECK_MS. */
+    if (s->cfg.read_lease_ms == 0 && s->cfg.catalog == NULL)
         return UINT64_MAX;
-    /* Only a committed, unpinned blocker waits for its awaited reads, and
-     * its lease lets it go. */
-    obj = store_blocker(s, clock_now_ms());
-    if (obj != NULL && obj->state == STORE_COMMITTED && obj->pin_count == 0)
-        return obj->created_ms + s->cfg.read_lease_ms;
-    return UINT64_MAX;
+    obj = store_blocker(s, now);
+    if (obj == NULL || obj->state != STORE_COMMITTED || obj->pin_count != 0)
+        return UINT64_MAX;
+    if (s->cfg.read_lease_ms != 0)
+        wake = obj->created_ms + s->cfg.read_lease_ms;
+    if (obj->listed && obj->listed_awaited && obj->awaited_reads > 0 &&
+        now + STORE_FAST_READ_RECHECK_MS < wake)
+        wake = now + STORE_FAST_READ_RECHECK_MS;
+    return wake;
 }
 
 void store_retract_enospc(struct store *s)
@@ -1018,6 +1184,7 @@ const struct ring *store_ring(const struct store *s)
 struct store_adoption {
     struct store *s;
     struct store_adopt_report *report;
+    uint32_t max_gen; /* the largest generation found in a chunk's seal */
 };
 
 /* Ring callback of store_adopt: bring back a committed chunk as an object.
@@ -1043,6 +1210,8 @@ static void *store_adopt_chunk(const struct shmb_chunk_header *hdr, const char *
     struct object *obj;
     size_t key_len = hdr->key_len;
 
+    if (SHMB_SEAL_GEN(hdr->seal) > a->max_gen)
+        a->max_gen = SHMB_SEAL_GEN(hdr->seal);
     if (hdr->state == SHMB_CHUNK_PENDING) {
         a->report->dropped_pending++;
         return NULL;
@@ -1089,6 +1258,7 @@ struct store *store_adopt(void *data, uint64_t data_offset, uint64_t data_size,
         return NULL;
     a.s = s;
     a.report = report;
+    a.max_gen = 0;
     if (ring_adopt(&s->ring, start, end, next, store_adopt_chunk, &a, &walk) < 0) {
         report->corrupt = true;
         snprintf(report->message, sizeof(report->message), "%s", walk.message);
@@ -1097,6 +1267,16 @@ struct store *store_adopt(void *data, uint64_t data_offset, uint64_t data_size,
             store_free(s);
             return NULL;
         }
+    }
+    /* Generations never used before (readers may still hold old ones), then
+     * every restored object sealed and listed anew, oldest first. */
+    store_gen_after(s, cfg != NULL ? cfg->gen_floor : 0);
+    store_gen_after(s, a.max_gen);
+    for (size_t i = 0; i < ring_count(&s->ring); i++) {
+        struct object *obj = ring_at(&s->ring, i, NULL);
+
+        if (obj != NULL && obj->state == STORE_COMMITTED)
+            store_publish(s, obj);
     }
     return s;
 }

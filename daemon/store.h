@@ -37,6 +37,14 @@ struct store_config {
     /* How messages name the setting that sizes this store: "--size" when
      * NULL; a pool's own words otherwise. Must outlive the store. */
     const char *size_setting;
+    /* The segment's catalog (daemon/catalog.h), borrowed: committed objects
+     * are listed there and get their generations from it. NULL: nothing is
+     * listed and the store counts generations itself. Must outlive the
+     * store. */
+    struct catalog *catalog;
+    /* store_adopt: generations handed out before, which the adopted objects
+     * must not reuse (the old header page's gen_next); 0 when unknown. */
+    uint32_t gen_floor;
 };
 
 /* What store_adopt found in an existing segment. */
@@ -71,6 +79,8 @@ struct store_entry {
     uint32_t awaited_reads;
     enum store_state state;
     uint64_t age_ms;
+    uint64_t chunk_offset; /* its chunk header, in bytes from the segment's start */
+    uint32_t gen;          /* its generation while committed, else 0 */
 };
 
 struct store_stats {
@@ -83,6 +93,7 @@ struct store_stats {
     /* Counters since the store was created. */
     uint64_t allocs, commits, gets, evictions, enospc;
     uint64_t expired_allocs, lease_expiries;
+    uint64_t fast_reads; /* awaited reads that came through the catalog path */
     /* The oldest object, when it stops reclaim (pinned, awaited or pending). */
     bool has_blocker;
     char blocker_key[SHMB_KEY_MAX + 1];
@@ -170,6 +181,12 @@ int store_forgo_read(struct store *s, const char *key, size_t key_len);
  * it is at STORE_MAX_READERS. */
 int store_expect_read(struct store *s, const char *key, size_t key_len);
 
+/* An awaited read done in place by a read-only client ("read" op): one
+ * fewer awaited read of the committed object key whose generation is gen
+ * (counted in fast_reads). 0, also when it awaits none; -ENOENT when no
+ * committed object has that key and generation (it went, or was replaced). */
+int store_read_done(struct store *s, const char *key, size_t key_len, uint32_t gen);
+
 /* Whether h pins the object key. */
 bool store_holder_pins(const struct store *s, const struct store_holder *h, const char *key,
                        size_t key_len);
@@ -186,9 +203,15 @@ int store_delete(struct store *s, const char *key, size_t key_len,
 /* True when a committed object has that key. */
 bool store_contains(const struct store *s, const char *key, size_t key_len);
 
+/* How often a head-of-line blocker that awaits reads done in place is
+ * looked at again while allocations wait: those reads count in its seal and
+ * send nothing. */
+#define STORE_FAST_READ_RECHECK_MS 10
+
 /* When a read lease will let the head-of-line blocker go (the monotonic
- * millisecond of store_now), or UINT64_MAX when no lease will: waiting
- * allocations are retried then. */
+ * millisecond of store_now), or, when it is listed as awaiting reads done in
+ * place, STORE_FAST_READ_RECHECK_MS from now if sooner; UINT64_MAX when
+ * neither: waiting allocations are retried then. */
 uint64_t store_lease_wake_ms(struct store *s);
 
 /* An allocation that found no room is going to wait for it rather than

@@ -81,7 +81,7 @@ static void test_hello_ignores_header(void **state)
     h->data_size = UINT64_C(1) << 40;
     hello = h_open_hello(&raw, d);
     assert_int_equal(h_int(hello, "data_offset"), SHMB_HEADER_PAGE);
-    assert_int_equal(h_int(hello, "data_size"), 1024 * 1024 - SHMB_HEADER_PAGE);
+    assert_int_equal(h_int(hello, "data_size"), 1024 * 1024 - SHMB_HEADER_PAGE - 16384);
     json_decref(hello);
     h_conn_close(&raw);
     c = h_lib_connect(d, "after", 0);
@@ -661,6 +661,66 @@ static void test_overrun_loses_one_object(void **state)
     h_pass(f);
 }
 
+/* A segment of layout version 1, an older daemon's, is not adopted: the
+ * start is refused with what was found, what this daemon writes and the
+ * fix, and the file is left as it was. Its version set back to 2 it is
+ * adopted (the header rebuilt from the file's size):
+ * its objects come back under generations after every one used before,
+ * sealed and listed again, and a clean stop leaves the heartbeat with pid 0
+ * in the published counters. */
+static void test_layout1_refused(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d1 = h_daemon_start(f, "1M", NULL), *d;
+    const struct shmb_published_counters *pc;
+    struct shmb_segment_header *h;
+    char seg[PATH_MAX * 2];
+    uint32_t gen_before;
+    struct stat st;
+    shmb_t *c;
+
+    c = h_lib_connect(d1, "w", 0);
+    ok(c, h_put_pattern(c, "a", 3000, 1, 0));
+    ok(c, h_put_pattern(c, "b", 5000, 2, 0));
+    shmb_close(c);
+    kill_daemon(d1);
+    h = map_header(d1);
+    gen_before = h->gen_next;
+    assert_int_equal(gen_before, 3); /* two commits: generations 1 and 2 */
+    h->version = 1; /* layout 1 throughout: the data area to the end, no catalog */
+    h->data_size = (1 << 20) - SHMB_HEADER_PAGE;
+    h->catalog_offset = h->catalog_slots = 0;
+    unmap_header(h);
+    expect_refused(f, d1, NULL, "holds layout version 1 (1048576 bytes), written by an older "
+                                "shmbrokerd; this shmbrokerd writes layout version 2");
+    expect_refused(f, d1, NULL, "then remove it with shmbrokerd --remove-segment");
+    h_segment_path(d1, seg, sizeof(seg));
+    assert_int_equal(stat(seg, &st), 0);
+    h = map_header(d1);
+    assert_int_equal(h->version, 1);
+    h->version = 2; /* the rest is rebuilt from the file's size */
+    unmap_header(h);
+    d = restart(f, d1, "layout 2 again");
+    h_wait_log(d, "restored 2 objects");
+    c = h_lib_connect(d, "r", 0);
+    get_check(c, "b", 5000, 2);
+    shmb_close(c);
+    h = map_header(d);
+    /* From max(old gen_next 3, largest seal 2) + 1: 4 and 5. */
+    assert_int_equal(h->gen_next, gen_before + 3);
+    assert_int_equal(h->catalog_unlisted, 0);
+    pc = (const struct shmb_published_counters *)((const char *)h + SHMB_COUNTERS_AT);
+    assert_int_equal(pc->pid, d->pid);
+    assert_int_equal(pc->objects, 2);
+    assert_true(h->heartbeat_count >= 1);
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGTERM, H_STOP_TIMEOUT_MS)), 0);
+    assert_int_equal(pc->pid, 0); /* stopped: the last beat says so */
+    assert_int_equal(pc->seq % 2, 0);
+    assert_true(h->heartbeat_unix_ms > 0);
+    unmap_header(h);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -679,6 +739,7 @@ int main(void)
         TEST(test_fifo_refused),
         TEST(test_truncated_during_adoption),
         TEST(test_overrun_loses_one_object),
+        TEST(test_layout1_refused),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);

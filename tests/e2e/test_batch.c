@@ -6,22 +6,26 @@
  * requests pipelined behind them answered after them.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "checks.h"
 #include "harness.h"
+#include "layout.h"
 #include "shmbroker.h"
 
-/* 1 MiB daemons: data area 1044480 bytes, max object 512 KiB. Two objects of
- * BIG bytes leave FREE_LEFT bytes free, too few for one of WANT bytes. */
+/* 1 MiB daemons: data area 1028096 bytes (a 16 KiB catalog follows it), max
+ * object 512 KiB. Two objects of BIG bytes leave FREE_LEFT bytes free, too
+ * few for one of WANT bytes. */
 #define SEG_SIZE_ARG "1M"
 #define BIG 500000
 #define WANT 300000
-#define FREE_LEFT 44288
+#define FREE_LEFT 27904
 
 /* ---- helpers --------------------------------------------------------------- */
 
@@ -418,6 +422,60 @@ static void test_wait_served_on_release(void **state)
     h_pass(f);
 }
 
+/* A waiter held back by an object that awaits a read (not pinned) is
+ * served once that read is done in place, counted in the chunk's seal as a
+ * reader of the mapping does: nothing reaches the daemon, which looks at
+ * the blocker again every 10 ms while allocations wait. Without that the
+ * waiter would time out. */
+static void test_wait_served_on_read_in_place(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, SEG_SIZE_ARG, NULL);
+    char path[PATH_MAX * 2];
+    struct h_conn w, r;
+    uint64_t *seal, old;
+    json_t *reply;
+    unsigned char *map;
+    long long offset;
+    shmb_t *writer;
+    int fd;
+
+    writer = h_lib_connect(d, "writer", 0);
+    ok(writer, h_put_pattern(writer, "big", BIG, 1, 1)); /* awaits one read */
+    ok(writer, h_put_pattern(writer, "filler", BIG, 2, 0));
+    json_decref(h_open_hello(&r, d));
+    reply = h_call(&r, "{\"op\":\"list\",\"prefix\":\"big\"}");
+    offset = h_int(json_array_get(json_object_get(reply, "objects"), 0), "offset");
+    json_decref(reply);
+    send_waiter(&w, d, "w", 10000);
+    expect_silence(&w, 300);
+    h_segment_path(d, path, sizeof(path));
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    assert_true(fd >= 0);
+    map = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    assert_true(map != MAP_FAILED);
+    seal = (uint64_t *)(map + offset - SHMB_CHUNK_HEADER_SIZE(3) +
+                        offsetof(struct shmb_chunk_header, seal));
+    old = __atomic_load_n(seal, __ATOMIC_ACQUIRE);
+    assert_true(SHMB_SEAL_GEN(old) != 0);
+    assert_true(__atomic_compare_exchange_n(seal, &old, SHMB_SEAL(SHMB_SEAL_GEN(old), 1), false,
+                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+    reply = h_recv_json(&w);
+    h_assert_ok(reply);
+    assert_int_equal(h_int(reply, "size"), WANT);
+    json_decref(reply);
+    reply = h_call(&r, "{\"op\":\"stats\"}");
+    assert_int_equal(h_int(json_object_get(reply, "counters"), "fast_reads"), 1);
+    assert_int_equal(h_int(json_object_get(reply, "counters"), "evictions"), 1);
+    json_decref(reply);
+    munmap(map, 1 << 20);
+    h_conn_close(&w);
+    h_conn_close(&r);
+    shmb_close(writer);
+    h_pass(f);
+}
+
 /* A waiter whose time runs out gets ETIMEDOUT naming the blocker, after (not
  * before) its wait_ms. */
 static void test_wait_timeout(void **state)
@@ -650,6 +708,7 @@ int main(void)
         TEST(test_noreply_refused),
         TEST(test_library_many),
         TEST(test_wait_served_on_release),
+        TEST(test_wait_served_on_read_in_place),
         TEST(test_wait_timeout),
         TEST(test_waiters_in_order),
         TEST(test_waiter_disconnects),

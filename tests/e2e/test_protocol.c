@@ -16,12 +16,15 @@
 #include "harness.h"
 #include "layout.h"
 
-/* Every daemon here: 1 MiB, so the data area is 1 MiB - 4 KiB and the
- * default max object size half of --size. */
+/* Every daemon here: 1 MiB, so the data area is 1 MiB - 4 KiB less the
+ * catalog at the end (512 slots of 32 bytes: one per 2 KiB) and the default
+ * max object size half of --size. */
 #define SEG_SIZE (1024 * 1024)
 #define SEG_SIZE_ARG "1M"
 #define DATA_OFFSET 4096
-#define DATA_SIZE ((SEG_SIZE - DATA_OFFSET) & ~(SHMB_ALIGN - 1))
+#define CATALOG_SLOTS 512
+#define CATALOG_OFFSET (SEG_SIZE - CATALOG_SLOTS * 32)
+#define DATA_SIZE ((CATALOG_OFFSET - DATA_OFFSET) & ~(SHMB_ALIGN - 1))
 #define MAX_OBJECT (SEG_SIZE / 2)
 
 /* A chunk header's fixed part: the key follows, padded to SHMB_ALIGN. */
@@ -168,7 +171,7 @@ static const struct proto_case cases[] = {
     {"ENOSYS unknown op", false, {0}, "{\"op\":\"nope\"}", "ENOSYS",
      "Unknown op 'nope'. Known ops: hello, alloc, commit, abort, get, release, touch, "
      "delete, contains, list, stats, clients, batch, queue_create, queue_open, queue_close, "
-     "queue_shutdown, queue_delete, queue_list.", true},
+     "queue_shutdown, queue_delete, queue_list, read, arena, commit_at.", true},
     {"ENOSYS op names are case-sensitive", false, {0}, "{\"op\":\"STATS\"}", "ENOSYS",
      "Unknown op 'STATS'", false},
     {"ENOSYS empty op", false, {0}, "{\"op\":\"\"}", "ENOSYS", "Unknown op ''", false},
@@ -465,6 +468,7 @@ static void test_hello_reply(void **state)
     struct h_conn c;
     struct stat st;
     json_t *reply;
+    uint32_t seed;
 
     assert_int_equal(h_conn_open(&c, d->socket), 0);
     reply = h_call(&c, "{\"op\":\"hello\",\"version\":1,\"name\":\"test-hello\",\"id\":1}");
@@ -474,6 +478,11 @@ static void test_hello_reply(void **state)
     assert_int_equal(h_int(reply, "size"), SEG_SIZE);
     assert_int_equal(h_int(reply, "data_offset"), DATA_OFFSET);
     assert_int_equal(h_int(reply, "data_size"), DATA_SIZE);
+    assert_int_equal(h_int(reply, "catalog_offset"), CATALOG_OFFSET);
+    assert_int_equal(h_int(reply, "catalog_slots"), CATALOG_SLOTS);
+    assert_true(json_is_integer(json_object_get(reply, "catalog_seed")));
+    seed = (uint32_t)h_int(reply, "catalog_seed");
+    assert_int_equal(h_int(reply, "layout"), 2);
     assert_int_equal(h_int(reply, "max_object_size"), MAX_OBJECT);
     assert_int_equal(h_int(reply, "alignment"), SHMB_ALIGN);
     assert_int_equal(h_int(reply, "id"), 1);
@@ -481,7 +490,7 @@ static void test_hello_reply(void **state)
     /* Without --pool, the one pool is named after the segment. */
     assert_string_equal(h_str(reply, "pool"), d->name);
     assert_string_equal(h_str(reply, "backing"), "shm");
-    assert_int_equal(json_object_size(reply), 12); /* ok, id and the ten fields */
+    assert_int_equal(json_object_size(reply), 16); /* ok, id and the fourteen fields */
     json_decref(reply);
 
     assert_int_equal(c.nfds, 1);
@@ -495,6 +504,13 @@ static void test_hello_reply(void **state)
     assert_int_equal(hdr->total_size, SEG_SIZE);
     assert_int_equal(hdr->data_offset, DATA_OFFSET);
     assert_int_equal(hdr->data_size, DATA_SIZE);
+    assert_int_equal(hdr->catalog_offset, CATALOG_OFFSET);
+    assert_int_equal(hdr->catalog_slots, CATALOG_SLOTS);
+    assert_int_equal(hdr->catalog_seed, seed);
+    assert_int_equal(hdr->heartbeat_period_ms, 1000);
+    assert_true(hdr->heartbeat_count >= 1); /* the beat at start */
+    assert_int_equal(((const struct shmb_published_counters *)(map + SHMB_COUNTERS_AT))->pid,
+                     d->pid);
     assert_int_equal(hdr->owner_pid, d->pid);
 
     /* Later replies carry no descriptor. */
@@ -1173,7 +1189,8 @@ static void test_stats(void **state)
     assert_true(h_int(reply, "uptime_s") >= 0);
     assert_true(json_is_null(json_object_get(reply, "blocker")));
     counters = json_object_get(reply, "counters");
-    assert_int_equal(json_object_size(counters), 8);
+    assert_int_equal(json_object_size(counters), 9);
+    assert_int_equal(h_int(counters, "fast_reads"), 0);
     assert_int_equal(h_int(counters, "expired_allocs"), 0);
     assert_int_equal(h_int(counters, "lease_expiries"), 0);
     assert_int_equal(h_int(counters, "noreply_errors"), 0);

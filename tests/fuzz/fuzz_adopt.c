@@ -28,7 +28,8 @@
 
 /* Small, so that a few operations fill the ring and wrap it. */
 #define FUZZ_SIZE (64u * 1024u)
-#define FUZZ_DATA (FUZZ_SIZE - SHMB_HEADER_PAGE)
+/* The data area: the header page and a page of catalog (64 slots) less. */
+#define FUZZ_DATA (FUZZ_SIZE - 2 * SHMB_HEADER_PAGE)
 #define FUZZ_KEYS 16
 #define FUZZ_MAX_OPS 64
 #define FUZZ_MAX_POKES 32
@@ -209,7 +210,7 @@ static struct store *fuzz_restart(struct segment *seg, struct store_adopt_report
     }
     if (segment_check_adoptable(fuzz_dir, fuzz_name, FUZZ_SIZE, &err) < 0)
         fuzz_fail("the restart refuses: %s", err.message);
-    if (segment_adopt(seg, fuzz_dir, fuzz_name, FUZZ_SIZE, &err) < 0)
+    if (segment_adopt(seg, fuzz_dir, fuzz_name, FUZZ_SIZE, 0, &err) < 0)
         fuzz_fail("segment_adopt refuses: %s", err.message);
     if (seg->data_offset != SHMB_HEADER_PAGE || seg->data_size != FUZZ_DATA)
         fuzz_fail("the data area is %llu bytes at %llu",
@@ -257,7 +258,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned i, ops, pokes;
 
     unlink(fuzz_path);
-    if (segment_create(&seg, fuzz_dir, fuzz_name, FUZZ_SIZE, &err) < 0)
+    if (segment_create(&seg, fuzz_dir, fuzz_name, FUZZ_SIZE, 0, &err) < 0)
         fuzz_fail("segment_create: %s", err.message);
     s = store_new(segment_data(&seg), seg.data_offset, seg.data_size, seg.hdr, &cfg, &err);
     if (s == NULL)

@@ -33,6 +33,8 @@ int fixture_init(struct fixture *f, uint64_t size, uint64_t max_object_size)
     hdr->data_size = size - SHMB_HEADER_PAGE;
     seg->data_offset = hdr->data_offset;
     seg->data_size = hdr->data_size;
+    /* No catalog (0 slots): it would start at the end of the file. */
+    seg->catalog_offset = hdr->catalog_offset = size;
     f->store = store_new((char *)seg->base + SHMB_HEADER_PAGE, SHMB_HEADER_PAGE,
                          hdr->data_size, hdr, &cfg, NULL);
     if (f->store == NULL) {

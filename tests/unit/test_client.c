@@ -340,7 +340,8 @@ static int open_fds(void)
     "\"shm_dir\":\"/dev/shm\",\"shm_dir_free\":112,\"blocker\":{\"key\":\"blk\","         \
     "\"pins\":113,\"readers\":114,\"state\":\"committed\"},\"counters\":{\"allocs\":115,"  \
     "\"commits\":116,\"gets\":117,\"evictions\":118,\"enospc\":119,"                      \
-    "\"expired_allocs\":120,\"lease_expiries\":121,\"noreply_errors\":122},\"id\":@ID}"
+    "\"expired_allocs\":120,\"lease_expiries\":121,\"noreply_errors\":122,"              \
+    "\"fast_reads\":123},\"id\":@ID}"
 
 /* Proves that shmb_stats fills every field of shmb_stats_t from the reply,
  * the three counters the first release lacked included. */
@@ -381,6 +382,7 @@ static void test_stats_every_field(void **state)
     assert_int_equal(st.expired_allocs, 120);
     assert_int_equal(st.lease_expiries, 121);
     assert_int_equal(st.noreply_errors, 122);
+    assert_int_equal(st.fast_reads, 123);
     shmb_close(c);
     fake_stop(f);
 }
@@ -549,7 +551,8 @@ static void test_pool_name_length(void **state)
     "\"max_object_size\":209,\"uptime_s\":210,\"pid\":211,\"version\":\"9.8.7\","         \
     "\"shm_dir\":\"/dev/shm\",\"shm_dir_free\":212,\"blocker\":null,"                     \
     "\"counters\":{\"allocs\":215,\"commits\":216,\"gets\":217,\"evictions\":218,"        \
-    "\"enospc\":219,\"expired_allocs\":220,\"lease_expiries\":221,\"noreply_errors\":222}," \
+    "\"enospc\":219,\"expired_allocs\":220,\"lease_expiries\":221,\"noreply_errors\":222," \
+    "\"fast_reads\":223},"                                                            \
     "\"pool\":\"frames\",\"pools\":["                                                     \
     "{\"segment\":\"d.meta\",\"size\":301,\"data_size\":302,\"used\":303,"                \
     "\"free\":304,\"objects\":305,\"pending\":306,\"pinned\":307,\"clients\":3,"          \
@@ -557,14 +560,16 @@ static void test_pool_name_length(void **state)
     "\"shm_dir\":\"/dev/shm\",\"shm_dir_free\":312,\"blocker\":{\"key\":\"held\","        \
     "\"pins\":313,\"readers\":314,\"state\":\"committed\"},"                              \
     "\"counters\":{\"allocs\":315,\"commits\":316,\"gets\":317,\"evictions\":318,"        \
-    "\"enospc\":319,\"expired_allocs\":320,\"lease_expiries\":321,\"noreply_errors\":322}," \
+    "\"enospc\":319,\"expired_allocs\":320,\"lease_expiries\":321,\"noreply_errors\":322," \
+    "\"fast_reads\":323},"                                                            \
     "\"pool\":\"meta\",\"backing\":\"shm\",\"group\":null},"                              \
     "{\"segment\":\"d.frames\",\"size\":201,\"data_size\":202,\"used\":203,"              \
     "\"free\":204,\"objects\":205,\"pending\":206,\"pinned\":207,\"clients\":6,"          \
     "\"max_object_size\":209,\"uptime_s\":210,\"pid\":211,\"version\":\"9.8.7\","         \
     "\"shm_dir\":\"\",\"shm_dir_free\":412,\"blocker\":null,"                             \
     "\"counters\":{\"allocs\":215,\"commits\":216,\"gets\":217,\"evictions\":218,"        \
-    "\"enospc\":219,\"expired_allocs\":220,\"lease_expiries\":221,\"noreply_errors\":222}," \
+    "\"enospc\":219,\"expired_allocs\":220,\"lease_expiries\":221,\"noreply_errors\":222," \
+    "\"fast_reads\":223},"                                                            \
     "\"pool\":\"frames\",\"backing\":\"memfd\",\"group\":\"video\"}],\"id\":@ID}"
 
 /* Proves that shmb_stats_pools reads every pool of "pools" in order with

@@ -200,7 +200,9 @@ static void test_hello(void **state)
     run(c, &c->w, "{\"op\":\"hello\",\"version\":1,\"id\":\"h\"}", &o);
     assert_int_equal(o.flags, COMMAND_SEND_FD);
     assert_json(o.reply, "{\"ok\":true,\"version\":1,\"segment\":\"fixture\",\"size\":69632,"
-                         "\"data_offset\":4096,\"data_size\":65536,\"max_object_size\":32768,"
+                         "\"data_offset\":4096,\"data_size\":65536,\"catalog_offset\":69632,"
+                         "\"catalog_slots\":0,\"catalog_seed\":0,\"layout\":2,"
+                         "\"max_object_size\":32768,"
                          "\"alignment\":64,\"mode\":\"rw\",\"pool\":\"fixture\","
                          "\"backing\":\"shm\",\"id\":\"h\"}");
     outcome_free(&o);
@@ -275,7 +277,8 @@ static void test_op_replies(void **state)
     expect_error(c, &c->w, "{\"op\":\"frob\",\"id\":[1]}", "ENOSYS",
                  "Known ops: hello, alloc, commit, abort, get, release, touch, delete, "
                  "contains, list, stats, clients, batch, queue_create, queue_open, "
-                 "queue_close, queue_shutdown, queue_delete, queue_list.");
+                 "queue_close, queue_shutdown, queue_delete, queue_list, read, arena, "
+                 "commit_at.");
     expect(c, &c->w, "{\"op\":\"list\"}",
            "{\"ok\":true,\"objects\":[],\"truncated\":false}");
 }
@@ -339,7 +342,8 @@ static void test_noreply(void **state)
     expect_error(c, &c->w, "{\"op\":\"commit\",\"key\":\"a\",\"noreply\":false}", "ENOENT",
                  NULL);
     expect_error(c, &c->w, "{\"op\":\"get\",\"key\":\"a\",\"noreply\":true}", "EINVAL",
-                 "\"noreply\" is a boolean for commit, abort, release, touch and delete");
+                 "\"noreply\" is a boolean for commit, abort, release, touch, delete, read "
+                 "and commit_at outside a batch, not for 'get'.");
     expect_error(c, &c->w, "{\"op\":\"commit\",\"key\":\"a\",\"noreply\":1}", "EINVAL",
                  "not for 'commit'");
 }
@@ -490,7 +494,7 @@ static void test_stats(void **state)
         "shm_dir_free", "blocker", "counters"};
     static const char *const counters[] = {"allocs",         "commits",        "gets",
                                            "evictions",      "enospc",         "expired_allocs",
-                                           "lease_expiries", "noreply_errors"};
+                                           "lease_expiries", "noreply_errors", "fast_reads"};
     struct ctx *c = *state;
     struct outcome o;
     json_t *cnt;

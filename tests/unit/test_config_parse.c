@@ -124,6 +124,14 @@ static void test_default_max_object(void **state)
     assert_int_equal(parse(&cfg, &err, "--size", "1G", "--max-object-size", "1000"),
                      CONFIG_RUN);
     assert_int_equal(cfg.max_object_size, 1000);
+    /* --max-objects sizes the catalog; the default pool takes it. */
+    assert_int_equal(parse(&cfg, &err, "--size", "1M", "--max-objects", "1000"), CONFIG_RUN);
+    assert_int_equal(cfg.max_objects, 1000);
+    assert_int_equal(cfg.pools[0].max_objects, 1000);
+    assert_int_equal(cfg.max_object_size, 512 * 1024);
+    assert_int_equal(parse(&cfg, &err, "--size", "64K", "--max-objects", "100000"),
+                     CONFIG_RUN);
+    assert_int_equal(cfg.max_object_size, 32 * 1024); /* the catalog takes 1/8 at most */
 }
 
 /* Proves each accepted size form and the refused ones. */
@@ -204,6 +212,14 @@ static void test_bad_values(void **state)
     refused("Invalid --max-object-size 'x': expected bytes with an optional K, M or G "
             "(KiB, MiB, GiB) suffix, for example --max-object-size 256M.",
             "--max-object-size", "x");
+    refused("Invalid --max-objects '0': expected a whole number from 1 to 3221225472, the "
+            "objects the catalog (one 32-byte entry per object, and a quarter more) is "
+            "sized for, for example --max-objects 100000.",
+            "--max-objects", "0");
+    refused("Invalid --max-objects '3221225473': expected a whole number from 1 to "
+            "3221225472, the objects the catalog (one 32-byte entry per object, and a "
+            "quarter more) is sized for, for example --max-objects 100000.",
+            "--max-objects", "3221225473");
     refused("Invalid --max-clients 'abc': expected a whole number from 0 (no limit) to "
             "1000000.",
             "--max-clients", "abc");

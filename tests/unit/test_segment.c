@@ -258,7 +258,7 @@ static void test_too_big_refused(void **state)
     (void)state;
     need_tmpfs();
     assert_int_equal(real_free(), TMPFS_SIZE);
-    assert_int_equal(segment_create(&seg, test_dir, "big", 8 * MIB, &err), -ENOSPC);
+    assert_int_equal(segment_create(&seg, test_dir, "big", 8 * MIB, 0, &err), -ENOSPC);
     assert_int_equal(err.code, -ENOSPC);
     snprintf(want, sizeof(want),
              "Insufficient space in %s: 8 MiB required, 4 MiB free. Increase %s "
@@ -292,7 +292,7 @@ static void test_create_fits(void **state)
     (void)state;
     /* With no umask, an over-permissive mode would show. */
     old_umask = umask(0);
-    assert_int_equal(segment_create(&seg, test_dir, "seg", size, &err), 0);
+    assert_int_equal(segment_create(&seg, test_dir, "seg", size, 0, &err), 0);
     umask(old_umask);
     assert_true(seg.fd >= 0);
     assert_non_null(seg.base);
@@ -312,7 +312,12 @@ static void test_create_fits(void **state)
     assert_int_equal(h->header_size, SHMB_HEADER_PAGE);
     assert_int_equal(h->total_size, size);
     assert_int_equal(h->data_offset, 4096);
-    assert_int_equal(h->data_size, size - 4096);
+    /* Layout 2: the catalog at the end, one slot per 2 KiB, 32 bytes each. */
+    assert_int_equal(h->catalog_slots, 1024);
+    assert_int_equal(h->catalog_offset, size - 1024 * 32);
+    assert_int_equal(h->catalog_seed, seg.catalog_seed);
+    assert_int_equal(h->heartbeat_period_ms, 1000);
+    assert_int_equal(h->data_size, size - 4096 - 1024 * 32);
     assert_int_equal(h->data_size % SHMB_ALIGN, 0);
     assert_int_equal(h->owner_pid, getpid());
     assert_true(h->created_unix + 60 >= (uint64_t)now && h->created_unix <= (uint64_t)now + 60);
@@ -336,9 +341,9 @@ static void test_exists_and_destroy(void **state)
     struct stat st;
 
     (void)state;
-    assert_int_equal(segment_create(&seg, test_dir, "seg", 1 * MIB, &err), 0);
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 1 * MIB, 0, &err), 0);
     seg.hdr->ring_next_id = 42;
-    assert_int_equal(segment_create(&seg2, test_dir, "seg", 1 * MIB, &err), -EEXIST);
+    assert_int_equal(segment_create(&seg2, test_dir, "seg", 1 * MIB, 0, &err), -EEXIST);
     assert_int_equal(err.code, -EEXIST);
     assert_true(err.message[0] != '\0');
     assert_int_equal(dir_entries(), 2); /* the segment and its lock file */
@@ -356,7 +361,7 @@ static void test_exists_and_destroy(void **state)
     if (mounted)
         assert_int_equal(real_free(), TMPFS_SIZE);
     /* The name can be used again. */
-    assert_int_equal(segment_create(&seg, test_dir, "seg", 1 * MIB, &err), 0);
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 1 * MIB, 0, &err), 0);
     segment_close(&seg);
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(unlink(path), 0);
@@ -378,7 +383,7 @@ static void test_reservation_catches_full_tmpfs(void **state)
     statvfs_lie = true;
     calls = statvfs_calls;
     assert_int_equal(segment_check_space(test_dir, 8 * MIB, NULL, &err), 0);
-    assert_int_equal(segment_create(&seg, test_dir, "big", 8 * MIB, &err), -ENOSPC);
+    assert_int_equal(segment_create(&seg, test_dir, "big", 8 * MIB, 0, &err), -ENOSPC);
     statvfs_lie = false;
     assert_true(statvfs_calls >= calls + 2);
     assert_int_equal(err.code, -ENOSPC);
@@ -404,7 +409,7 @@ static void test_missing_directory(void **state)
 
     (void)state;
     snprintf(missing, sizeof(missing), "%s/no-such-dir", test_dir);
-    assert_int_equal(segment_create(&seg, missing, "seg", 8192, &err), -ENOENT);
+    assert_int_equal(segment_create(&seg, missing, "seg", 8192, 0, &err), -ENOENT);
     assert_int_equal(err.code, -ENOENT);
     if (strstr(err.message, missing) == NULL)
         fail_msg("message does not name %s: '%s'", missing, err.message);
@@ -416,7 +421,7 @@ static void test_missing_directory(void **state)
     assert_true(fd >= 0);
     close(fd);
     shmb_error_clear(&err);
-    assert_int_equal(segment_create(&seg, file, "seg", 8192, &err), -ENOTDIR);
+    assert_int_equal(segment_create(&seg, file, "seg", 8192, 0, &err), -ENOTDIR);
     if (strstr(err.message, file) == NULL)
         fail_msg("message does not name %s: '%s'", file, err.message);
     assert_int_equal(unlink(file), 0);
@@ -438,7 +443,7 @@ static void test_invalid_names(void **state)
         assert_int_equal(segment_check_name(bad[i], &err), -EINVAL);
         assert_int_equal(err.code, -EINVAL);
         assert_true(err.message[0] != '\0');
-        assert_int_equal(segment_create(&seg, test_dir, bad[i], 8192, &err), -EINVAL);
+        assert_int_equal(segment_create(&seg, test_dir, bad[i], 8192, 0, &err), -EINVAL);
     }
     memset(too_long, 'n', NAME_MAX + 1);
     too_long[NAME_MAX + 1] = '\0';
@@ -462,9 +467,9 @@ static void test_sizes(void **state)
     assert_int_equal(segment_round_size(4096), 4096);
     assert_int_equal(segment_round_size(4097), 8192);
     assert_int_equal(segment_round_size(UINT64_MAX), 0);
-    assert_int_equal(segment_create(&seg, test_dir, "s", 4096, &err), -EINVAL);
-    assert_int_equal(segment_create(&seg, test_dir, "s", 8192 + 100, &err), -EINVAL);
-    assert_int_equal(segment_create(&seg, test_dir, "s", 0, &err), -EINVAL);
+    assert_int_equal(segment_create(&seg, test_dir, "s", 4096, 0, &err), -EINVAL);
+    assert_int_equal(segment_create(&seg, test_dir, "s", 8192 + 100, 0, &err), -EINVAL);
+    assert_int_equal(segment_create(&seg, test_dir, "s", 0, 0, &err), -EINVAL);
     assert_int_equal(dir_entries(), 0);
 }
 
@@ -488,7 +493,7 @@ static void test_probe_existing(void **state)
     assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_ABSENT);
     assert_int_equal(pid, 0);
 
-    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, &err), 0);
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, 0, &err), 0);
     assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_LIVE);
     assert_int_equal(pid, getpid());
 
@@ -542,7 +547,7 @@ static void test_adopt_rebuilds_header(void **state)
     int64_t pid = -1;
 
     (void)state;
-    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, &err), 0);
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, 0, &err), 0);
     h = seg.hdr;
     h->ring_start = 128;
     h->ring_end = 640;
@@ -562,7 +567,7 @@ static void test_adopt_rebuilds_header(void **state)
     if (strstr(err.message, "start with --size 65536") == NULL)
         fail_msg("unexpected message: '%s'", err.message);
 
-    if (segment_adopt(&seg, test_dir, "seg", 64 * 1024, &err) != 0)
+    if (segment_adopt(&seg, test_dir, "seg", 64 * 1024, 0, &err) != 0)
         fail_msg("segment_adopt: %d %s", err.code, err.message);
     h = seg.hdr;
     assert_int_equal(h->magic, SHMB_SEGMENT_MAGIC);
@@ -570,13 +575,15 @@ static void test_adopt_rebuilds_header(void **state)
     assert_int_equal(h->header_size, SHMB_HEADER_PAGE);
     assert_int_equal(h->total_size, 64 * 1024);
     assert_int_equal(h->data_offset, 4096);
-    assert_int_equal(h->data_size, 64 * 1024 - 4096);
+    assert_int_equal(h->data_size, 64 * 1024 - 4096 - 4096); /* a page of catalog */
+    assert_int_equal(h->catalog_offset, 64 * 1024 - 4096);
+    assert_int_equal(h->catalog_slots, 64);
     assert_int_equal(h->owner_pid, getpid());
     assert_int_equal(h->ring_start, 128);
     assert_int_equal(h->ring_end, 640);
     assert_int_equal(h->ring_next_id, 42);
     assert_int_equal(seg.data_offset, 4096);
-    assert_int_equal(seg.data_size, 64 * 1024 - 4096);
+    assert_int_equal(seg.data_size, 64 * 1024 - 4096 - 4096);
     if (strstr(seg.adopt_note, "header page damaged (magic 0x0") == NULL)
         fail_msg("unexpected note: '%s'", seg.adopt_note);
     assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_LIVE);
@@ -597,16 +604,79 @@ static void test_adopt_values_are_private(void **state)
     struct segment seg;
 
     (void)state;
-    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, &err), 0);
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, 0, &err), 0);
     segment_close(&seg);
-    if (segment_adopt(&seg, test_dir, "seg", 64 * 1024, &err) != 0)
+    if (segment_adopt(&seg, test_dir, "seg", 64 * 1024, 0, &err) != 0)
         fail_msg("segment_adopt: %d %s", err.code, err.message);
     assert_string_equal(seg.adopt_note, "");
     seg.hdr->data_offset = 0;
     seg.hdr->data_size = UINT64_C(1) << 30;
     assert_ptr_equal(segment_data(&seg), (char *)seg.base + 4096);
-    assert_int_equal(seg.data_size, 64 * 1024 - 4096);
+    assert_int_equal(seg.data_size, 64 * 1024 - 4096 - 4096);
     segment_destroy(&seg);
+}
+
+/* A segment of layout version 1 (an older daemon's, whose data area runs
+ * to the end of the file where layout 2 keeps its catalog) is not adopted:
+ * -EPROTO with what was found, what this daemon writes and the fix; the
+ * file stays. An adoption keeps the catalog a layout-2 header describes
+ * when --max-objects changed, since the ring's positions depend on the
+ * data area's size; guarded atomics work on the mapping. */
+static void test_adopt_layouts(void **state)
+{
+    struct shmb_error err = {0};
+    struct segment seg;
+    uint32_t one = 1, two = 2;
+    uint64_t word = 0, data_size, data_size1 = 64 * 1024 - 4096, zeros[2] = {0, 0};
+    char path[PATH_MAX];
+    int fd;
+
+    (void)state;
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, 1000, &err), 0);
+    assert_int_equal(seg.catalog_slots, 256); /* 2048 asked, capped at 1/8 of 64 KiB */
+    segment_close(&seg);
+    assert_int_equal(segment_create(&seg, test_dir, "big", 1 * MIB, 1000, &err), 0);
+    assert_int_equal(seg.catalog_slots, 2048);
+    data_size = seg.data_size;
+    assert_int_equal(segment_atomic_store64(&seg.hdr->ring_next_id, 7), 0);
+    assert_int_equal(segment_atomic_exchange64(&seg.hdr->ring_next_id, 9, &word), 0);
+    assert_int_equal(word, 7);
+    word = 8;
+    assert_int_equal(segment_atomic_cas64(&seg.hdr->ring_next_id, &word, 10), -EAGAIN);
+    assert_int_equal(word, 9);
+    assert_int_equal(segment_atomic_cas64(&seg.hdr->ring_next_id, &word, 10), 0);
+    assert_int_equal(segment_atomic_load64(&seg.hdr->ring_next_id, &word), 0);
+    assert_int_equal(word, 10);
+    seg.hdr->ring_next_id = 0;
+    segment_close(&seg);
+    assert_int_equal(segment_adopt(&seg, test_dir, "big", 1 * MIB, 0, &err), 0);
+    assert_int_equal(seg.catalog_slots, 2048); /* not the default 512 */
+    assert_int_equal(seg.data_size, data_size);
+    segment_close(&seg);
+
+    path_in_dir(path, sizeof(path), "seg");
+    fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    /* A version of 1 alone is a damaged layout-2 header, rebuilt. */
+    assert_int_equal(pwrite(fd, &one, sizeof(one), 8), (ssize_t)sizeof(one));
+    assert_int_equal(segment_check_adoptable(test_dir, "seg", 64 * 1024, &err), 0);
+    /* Layout 1 throughout: the data area to the end, no catalog. */
+    assert_int_equal(pwrite(fd, &data_size1, sizeof(data_size1), 32),
+                     (ssize_t)sizeof(data_size1));
+    assert_int_equal(pwrite(fd, zeros, sizeof(zeros), 88), (ssize_t)sizeof(zeros));
+    assert_int_equal(segment_check_adoptable(test_dir, "seg", 64 * 1024, &err), -EPROTO);
+    if (strstr(err.message, "layout version 1 (65536 bytes)") == NULL ||
+        strstr(err.message, "writes layout version 2") == NULL ||
+        strstr(err.message, "--remove-segment") == NULL)
+        fail_msg("unexpected message: '%s'", err.message);
+    assert_int_equal(segment_adopt(&seg, test_dir, "seg", 64 * 1024, 0, &err), -EPROTO);
+    assert_int_equal(access(path, F_OK), 0);
+    assert_int_equal(pwrite(fd, &two, sizeof(two), 8), (ssize_t)sizeof(two));
+    close(fd);
+    assert_int_equal(segment_check_adoptable(test_dir, "seg", 64 * 1024, &err), 0);
+    assert_int_equal(unlink(path), 0);
+    path_in_dir(path, sizeof(path), "big");
+    assert_int_equal(unlink(path), 0);
 }
 
 /* Issue 10, item 5. A segment a live daemon holds (its lock) is never
@@ -621,11 +691,11 @@ static void test_adopt_refuses_locked(void **state)
     int64_t pid = -1;
 
     (void)state;
-    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, &err), 0);
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, 0, &err), 0);
     seg.hdr->owner_pid = 0;
     seg.hdr->owner_start = 0;
     assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_LIVE);
-    assert_int_equal(segment_adopt(&seg2, test_dir, "seg", 64 * 1024, &err), -EBUSY);
+    assert_int_equal(segment_adopt(&seg2, test_dir, "seg", 64 * 1024, 0, &err), -EBUSY);
     if (strstr(err.message, "locked by another running process") == NULL)
         fail_msg("unexpected message: '%s'", err.message);
     assert_int_equal(seg.hdr->owner_pid, 0);
@@ -723,7 +793,7 @@ static void test_hugetlbfs_sizes(void **state)
     assert_int_equal(segment_round_to(4 * MIB, 2 * MIB), 4 * MIB);
     assert_int_equal(segment_round_to(UINT64_MAX - 5, 2 * MIB), 0);
     fake_hugetlbfs("100\n", "0\n");
-    assert_int_equal(segment_create(&seg, test_dir, "h", 1 * MIB, &err), -EINVAL);
+    assert_int_equal(segment_create(&seg, test_dir, "h", 1 * MIB, 0, &err), -EINVAL);
     if (strstr(err.message, "2048 KiB huge pages") == NULL)
         fail_msg("unexpected message: '%s'", err.message);
     assert_int_equal(dir_entries(), 0);
@@ -738,7 +808,7 @@ static void test_check_replace(void **state)
 
     (void)state;
     need_tmpfs();
-    assert_int_equal(segment_create(&seg, test_dir, "old", 3 * MIB, &err), 0);
+    assert_int_equal(segment_create(&seg, test_dir, "old", 3 * MIB, 0, &err), 0);
     segment_close(&seg);
     assert_int_equal(segment_check_space(test_dir, 3 * MIB, NULL, &err), -ENOSPC);
     assert_int_equal(segment_check_replace(test_dir, "old", 4 * MIB, &err), 0);
@@ -783,7 +853,7 @@ static void test_probe_zombie_owner(void **state)
     assert_true(child >= 0);
     if (child == 0) {
         close(ready[0]);
-        if (segment_create(&seg, test_dir, "seg", 64 * 1024, &err) != 0)
+        if (segment_create(&seg, test_dir, "seg", 64 * 1024, 0, &err) != 0)
             _exit(1);
         c = 1;
         if (write(ready[1], &c, 1) != 1)
@@ -803,7 +873,7 @@ static void test_probe_zombie_owner(void **state)
     assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_ORPHANED);
     assert_int_equal(pid, child);
     assert_int_equal(waitpid(child, &status, 0), child);
-    if (segment_adopt(&seg, test_dir, "seg", 64 * 1024, &err) != 0)
+    if (segment_adopt(&seg, test_dir, "seg", 64 * 1024, 0, &err) != 0)
         fail_msg("segment_adopt: %d %s", err.code, err.message);
     segment_destroy(&seg);
 }
@@ -822,7 +892,7 @@ static void test_guard(void **state)
     int fd;
 
     (void)state;
-    assert_int_equal(segment_create(&seg, test_dir, "guarded", size, &err), 0);
+    assert_int_equal(segment_create(&seg, test_dir, "guarded", size, 0, &err), 0);
     assert_int_equal(segment_guard_watch(&seg, NULL, &err), 0);
     data = segment_data(&seg);
     assert_int_equal(segment_guard_check(data, &err), 0);
@@ -842,7 +912,7 @@ static void test_guard(void **state)
     close(fd);
     segment_destroy(&seg);
 
-    assert_int_equal(segment_create(&seg, test_dir, "holed", size, &err), 0);
+    assert_int_equal(segment_create(&seg, test_dir, "holed", size, 0, &err), 0);
     assert_int_equal(segment_guard_watch(&seg, NULL, &err), 0);
     data = segment_data(&seg);
     assert_int_equal(segment_guard_check(data, &err), 0);
@@ -867,7 +937,7 @@ static void test_destroy_only_own_file(void **state)
     int fd;
 
     (void)state;
-    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, &err), 0);
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, 0, &err), 0);
     path_in_dir(path, sizeof(path), "seg");
     path_in_dir(other, sizeof(other), "other");
     fd = open(other, O_CREAT | O_WRONLY | O_EXCL, 0600);
@@ -894,17 +964,17 @@ static void test_client_flock_not_liveness(void **state)
     int fd;
 
     (void)state;
-    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, &err), 0);
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, 0, &err), 0);
     path_in_dir(path, sizeof(path), "seg");
     fd = open(path, O_RDONLY | O_CLOEXEC);
     assert_true(fd >= 0);
     segment_close(&seg);
     assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
     assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_ORPHANED);
-    if (segment_adopt(&seg, test_dir, "seg", 64 * 1024, &err) != 0)
+    if (segment_adopt(&seg, test_dir, "seg", 64 * 1024, 0, &err) != 0)
         fail_msg("segment_adopt: %d %s", err.code, err.message);
     assert_int_equal(segment_probe_existing(test_dir, "seg", &pid), SEGMENT_LIVE);
-    assert_int_equal(segment_adopt(&seg2, test_dir, "seg", 64 * 1024, &err), -EBUSY);
+    assert_int_equal(segment_adopt(&seg2, test_dir, "seg", 64 * 1024, 0, &err), -EBUSY);
     close(fd);
     segment_destroy(&seg);
     assert_int_equal(dir_entries(), 0);
@@ -925,7 +995,7 @@ static void test_guard_load(void **state)
     int fd;
 
     (void)state;
-    assert_int_equal(segment_create(&seg, test_dir, "loaded", size, &err), 0);
+    assert_int_equal(segment_create(&seg, test_dir, "loaded", size, 0, &err), 0);
     assert_int_equal(segment_guard_watch(&seg, NULL, &err), 0);
     data = segment_data(&seg);
     assert_int_equal(segment_store(data + 16, "abcd", 4), 0);
@@ -967,14 +1037,14 @@ static void test_adoptable_checks_file(void **state)
         fail_msg("unexpected message: '%s'", err.message);
     assert_int_equal(unlink(path), 0);
 
-    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, &err), 0);
+    assert_int_equal(segment_create(&seg, test_dir, "seg", 64 * 1024, 0, &err), 0);
     segment_close(&seg);
     path_in_dir(path, sizeof(path), "seg");
     assert_int_equal(chmod(path, 0640), 0);
     assert_int_equal(segment_check_adoptable(test_dir, "seg", 64 * 1024, &err), -EPERM);
     if (strstr(err.message, "mode 0640 and 1 link(s)") == NULL)
         fail_msg("unexpected message: '%s'", err.message);
-    assert_int_equal(segment_adopt(&seg, test_dir, "seg", 64 * 1024, &err), -EPERM);
+    assert_int_equal(segment_adopt(&seg, test_dir, "seg", 64 * 1024, 0, &err), -EPERM);
     assert_int_equal(chmod(path, 0600), 0);
     path_in_dir(link2, sizeof(link2), "seg2");
     assert_int_equal(link(path, link2), 0);
@@ -1013,7 +1083,7 @@ static void test_memfd_create(void **state)
     (void)state;
     memfd_name(name, sizeof(name), "create");
     memfd_name(other, sizeof(other), "other");
-    if (segment_create_memfd(&seg, name, size, &err) != 0)
+    if (segment_create_memfd(&seg, name, size, 0, &err) != 0)
         fail_msg("segment_create_memfd: %d %s", err.code, err.message);
     assert_true(seg.memfd);
     assert_string_equal(seg.dir, "");
@@ -1023,7 +1093,7 @@ static void test_memfd_create(void **state)
     assert_int_equal(seg.lock_fd, -1);
     assert_int_equal(seg.size, size);
     assert_int_equal(seg.data_offset, SHMB_HEADER_PAGE);
-    assert_int_equal(seg.data_size, segment_data_size(size));
+    assert_int_equal(seg.data_size, segment_data_size(size, SHMB_HEADER_PAGE, 0));
     hdr = seg.hdr;
     assert_true(hdr->magic == SHMB_SEGMENT_MAGIC);
     assert_int_equal(hdr->total_size, size);
@@ -1088,7 +1158,7 @@ static void test_memfd_readonly_reopen(void **state)
         skip();
     }
     memfd_name(name, sizeof(name), "reopen");
-    assert_int_equal(segment_create_memfd(&seg, name, 64 * 1024, &err), 0);
+    assert_int_equal(segment_create_memfd(&seg, name, 64 * 1024, 0, &err), 0);
     snprintf(proc, sizeof(proc), "/proc/self/fd/%d", seg.ro_fd);
     child = fork();
     assert_true(child >= 0);
@@ -1121,7 +1191,7 @@ static void test_memfd_reserve_fails(void **state)
     memfd_name(name, sizeof(name), "full");
     for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
         fallocate_error = codes[i];
-        assert_int_equal(segment_create_memfd(&seg, name, 3 * MIB, &err), -codes[i]);
+        assert_int_equal(segment_create_memfd(&seg, name, 3 * MIB, 0, &err), -codes[i]);
         assert_int_equal(err.code, -codes[i]);
         snprintf(want, sizeof(want), "Cannot reserve 3 MiB for memfd segment %s: %s. ",
                  name, strerror(codes[i]));
@@ -1135,12 +1205,12 @@ static void test_memfd_reserve_fails(void **state)
         assert_false(segment_memfd_held_by(name, getpid()));
     }
     fallocate_error = 0;
-    assert_int_equal(segment_create_memfd(&seg, name, 4096, &err), -EINVAL);
+    assert_int_equal(segment_create_memfd(&seg, name, 4096, 0, &err), -EINVAL);
     memset(longname, 'm', sizeof(longname) - 1);
     longname[SEGMENT_MEMFD_NAME_MAX + 1] = '\0';
-    assert_int_equal(segment_create_memfd(&seg, longname, 64 * 1024, &err), -ENAMETOOLONG);
+    assert_int_equal(segment_create_memfd(&seg, longname, 64 * 1024, 0, &err), -ENAMETOOLONG);
     longname[SEGMENT_MEMFD_NAME_MAX] = '\0';
-    assert_int_equal(segment_create_memfd(&seg, longname, 64 * 1024, &err), 0);
+    assert_int_equal(segment_create_memfd(&seg, longname, 64 * 1024, 0, &err), 0);
     assert_true(segment_memfd_held_by(longname, getpid()));
     segment_destroy(&seg);
 }
@@ -1172,9 +1242,9 @@ static void test_guard_several(void **state)
     (void)state;
     broken_calls = 0;
     memfd_name(name, sizeof(name), "holed");
-    assert_int_equal(segment_create(&a, test_dir, "a", size, &err), 0);
-    assert_int_equal(segment_create(&b, test_dir, "b", size, &err), 0);
-    assert_int_equal(segment_create_memfd(&m, name, size, &err), 0);
+    assert_int_equal(segment_create(&a, test_dir, "a", size, 0, &err), 0);
+    assert_int_equal(segment_create(&b, test_dir, "b", size, 0, &err), 0);
+    assert_int_equal(segment_create_memfd(&m, name, size, 0, &err), 0);
     assert_int_equal(segment_guard_watch(&a, on_broken, &err), 0);
     assert_int_equal(segment_guard_watch(&b, on_broken, &err), 0);
     assert_int_equal(segment_guard_watch(&m, on_broken, &err), 0);
@@ -1233,7 +1303,7 @@ static void test_guard_watch_unwatch(void **state)
     for (i = 0; i <= SEGMENT_GUARD_MAX; i++) {
         snprintf(what, sizeof(what), "w%zu", i);
         memfd_name(name, sizeof(name), what);
-        assert_int_equal(segment_create_memfd(&segs[i], name, 2 * SHMB_HEADER_PAGE, &err),
+        assert_int_equal(segment_create_memfd(&segs[i], name, 2 * SHMB_HEADER_PAGE, 0, &err),
                          0);
     }
     data = segment_data(&segs[0]);
@@ -1279,6 +1349,7 @@ int main(void)
         cmocka_unit_test_setup(test_probe_existing, test_setup),
         cmocka_unit_test_setup(test_adopt_rebuilds_header, test_setup),
         cmocka_unit_test_setup(test_adopt_values_are_private, test_setup),
+        cmocka_unit_test_setup(test_adopt_layouts, test_setup),
         cmocka_unit_test_setup(test_adopt_refuses_locked, test_setup),
         cmocka_unit_test_setup(test_hugetlbfs_free_space, test_setup),
         cmocka_unit_test_setup(test_hugetlbfs_meminfo, test_setup),

@@ -17,7 +17,9 @@
 
 #include <cmocka.h>
 
+#include "../../daemon/catalog.h"
 #include "alloc.h"
+#include "clock.h"
 #include "ring.h"
 #include "segment.h"
 #include "store.h"
@@ -944,7 +946,7 @@ static void test_default_max_object(void **state)
 
     (void)state;
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        uint64_t data = segment_data_size(segment_round_size(cases[i].size));
+        uint64_t data = segment_data_size(segment_round_size(cases[i].size), SHMB_HEADER_PAGE, 0);
         uint64_t max = store_default_max_object(cases[i].size, data);
 
         if (max != cases[i].max)
@@ -2184,10 +2186,265 @@ static void test_counts_match_stats(void **state)
     sfix_free(f);
 }
 
+/* A store with a catalog over one buffer laid out as a segment: header
+ * page, data area of data_size bytes, a catalog of 64 slots after it. */
+struct cat_fix {
+    struct sfix f;
+    unsigned char *seg;
+    struct catalog *cat;
+    struct store_config cfg;
+};
+
+#define CAT_SLOTS 64u
+
+static struct catalog *cat_fix_catalog(struct cat_fix *c)
+{
+    struct shmb_error err = {0};
+    struct catalog *cat = catalog_new(c->seg, SHMB_HEADER_PAGE + c->f.size, CAT_SLOTS, 99,
+                                      (struct shmb_segment_header *)c->seg, &err);
+
+    if (cat == NULL)
+        fail_msg("catalog_new: %s", err.message);
+    return cat;
+}
+
+static struct cat_fix *cat_fix_new(uint64_t data_size)
+{
+    struct shmb_error err = {0};
+    struct cat_fix *c = calloc(1, sizeof(*c));
+    size_t bytes = (SHMB_HEADER_PAGE + data_size + CAT_SLOTS * 32 + SHMB_HEADER_PAGE - 1) /
+                   SHMB_HEADER_PAGE * SHMB_HEADER_PAGE;
+
+    assert_non_null(c);
+    c->seg = aligned_alloc(SHMB_HEADER_PAGE, bytes);
+    assert_non_null(c->seg);
+    memset(c->seg, 0, bytes);
+    c->f.data = c->seg + SHMB_HEADER_PAGE;
+    c->f.size = data_size;
+    c->cat = cat_fix_catalog(c);
+    c->cfg.catalog = c->cat;
+    c->f.s = store_new(c->f.data, DATA_OFFSET, data_size, &c->f.cursor, &c->cfg, &err);
+    if (c->f.s == NULL)
+        fail_msg("store_new: %s", err.message);
+    return c;
+}
+
+static void cat_fix_free(struct cat_fix *c)
+{
+    store_free(c->f.s);
+    catalog_free(c->cat);
+    free(c->seg);
+    free(c);
+}
+
+/* The seal of the chunk whose payload is at offset (key of key_len bytes). */
+static uint64_t *seal_of(struct cat_fix *c, uint64_t offset, size_t key_len)
+{
+    return (uint64_t *)(c->seg + offset - SHMB_CHUNK_HEADER_SIZE(key_len) +
+                        offsetof(struct shmb_chunk_header, seal));
+}
+
+/* The catalog entry listing chunk, or NULL. */
+static const struct shmb_catalog_entry *entry_of(struct cat_fix *c, uint64_t chunk)
+{
+    const struct shmb_catalog_entry *t =
+        (const struct shmb_catalog_entry *)(c->seg + SHMB_HEADER_PAGE + c->f.size);
+    unsigned i;
+
+    for (i = 0; i < CAT_SLOTS; i++)
+        if (t[i].chunk == chunk)
+            return &t[i];
+    return NULL;
+}
+
+/* store_list callback: the entry of the key in arg->key. */
+struct found_entry {
+    const char *key;
+    struct store_entry e;
+    bool found;
+};
+
+static int find_entry(const struct store_entry *e, void *arg)
+{
+    struct found_entry *fe = arg;
+
+    if (e->key_len == strlen(fe->key) && memcmp(e->key, fe->key, e->key_len) == 0) {
+        fe->e = *e;
+        fe->found = true;
+    }
+    return 0;
+}
+
+static struct store_entry entry_listed(struct cat_fix *c, const char *key)
+{
+    struct found_entry fe = {.key = key};
+
+    store_list(c->f.s, "", 0, SIZE_MAX, find_entry, &fe);
+    assert_true(fe.found);
+    return fe.e;
+}
+
+/* Proves that a commit seals the chunk with a new generation (count 0) and
+ * lists it in the catalog (AWAITED when it awaits reads), that list shows
+ * the chunk offset and generation, and that a delete unlists it and swaps
+ * the seal to 0 at once, even while the object is still pinned. */
+static void test_seal_and_listing(void **state)
+{
+    struct cat_fix *c = cat_fix_new(16384);
+    struct store_holder *h = store_holder_new(c->f.s);
+    struct shmb_error err = {0};
+    struct store_extent a, b;
+    const struct shmb_catalog_entry *ea, *eb;
+
+    (void)state;
+    put_ok(&c->f, h, "a", 100, 0, 1, &a);
+    put_ok(&c->f, h, "bb", 200, 2, 2, &b);
+    assert_int_equal(*seal_of(c, a.offset, 1), SHMB_SEAL(1, 0));
+    assert_int_equal(*seal_of(c, b.offset, 2), SHMB_SEAL(2, 0));
+    ea = entry_of(c, a.offset - 64);
+    eb = entry_of(c, b.offset - 64);
+    assert_non_null(ea);
+    assert_non_null(eb);
+    assert_int_equal(ea->gen, 1);
+    assert_int_equal(ea->size, 100);
+    assert_int_equal(ea->flags, 0);
+    assert_int_equal(eb->flags, SHMB_CATALOG_AWAITED);
+    assert_int_equal(entry_listed(c, "bb").chunk_offset, b.offset - 64);
+    assert_int_equal(entry_listed(c, "bb").gen, 2);
+    assert_int_equal(catalog_listed(c->cat), 2);
+    /* Pending objects are neither sealed nor listed. */
+    assert_int_equal(store_alloc(c->f.s, h, "p", 1, 10, 0, NULL, &err), 0);
+    assert_int_equal(catalog_listed(c->cat), 2);
+    read_ok(&c->f, h, "a", 100, 1, true); /* pinned */
+    assert_int_equal(store_delete(c->f.s, "a", 1, &err), 0);
+    assert_int_equal(*seal_of(c, a.offset, 1), 0);
+    assert_null(entry_of(c, a.offset - 64));
+    assert_int_equal(catalog_listed(c->cat), 1);
+    store_holder_free(c->f.s, h);
+    cat_fix_free(c);
+}
+
+/* Proves that reads counted in place in the seal are folded into the
+ * awaited reads (never below 0) by list, stats and reclaim, and counted in
+ * fast_reads; that the read op's store_read_done takes one awaited read of
+ * the right generation only; and that an evicted object is unlisted and
+ * unsealed. */
+static void test_fold_counts(void **state)
+{
+    struct cat_fix *c = cat_fix_new(8192);
+    struct store_holder *h = store_holder_new(c->f.s);
+    struct store_extent a, b;
+    struct store_stats st;
+    uint32_t gen_b;
+
+    (void)state;
+    put_ok(&c->f, h, "a", 3000, 3, 1, &a);
+    *seal_of(c, a.offset, 1) = SHMB_SEAL(1, 1); /* a reader counted one read */
+    assert_int_equal(entry_listed(c, "a").awaited_reads, 2);
+    assert_int_equal(*seal_of(c, a.offset, 1), SHMB_SEAL(1, 0));
+    *seal_of(c, a.offset, 1) = SHMB_SEAL(1, 7); /* more than it awaits */
+    st = stats_of(&c->f);
+    assert_false(st.has_blocker);
+    assert_int_equal(st.fast_reads, 3);
+    assert_int_equal(entry_listed(c, "a").awaited_reads, 0);
+    /* A count under another generation is not this object's. */
+    put_ok(&c->f, h, "b", 3000, 2, 2, &b);
+    gen_b = entry_listed(c, "b").gen;
+    *seal_of(c, b.offset, 1) = SHMB_SEAL(gen_b + 1, 5);
+    assert_int_equal(entry_listed(c, "b").awaited_reads, 2);
+    *seal_of(c, b.offset, 1) = SHMB_SEAL(gen_b, 0);
+    assert_int_equal(store_read_done(c->f.s, "b", 1, gen_b + 1), -ENOENT);
+    assert_int_equal(store_read_done(c->f.s, "zz", 2, gen_b), -ENOENT);
+    assert_int_equal(store_read_done(c->f.s, "b", 1, gen_b), 0);
+    assert_int_equal(entry_listed(c, "b").awaited_reads, 1);
+    assert_int_equal(stats_of(&c->f).fast_reads, 4);
+    /* Reclaim folds too: b's last read counted in place lets "a" and "b"
+     * go for a large object. */
+    *seal_of(c, b.offset, 1) = SHMB_SEAL(gen_b, 1);
+    put_ok(&c->f, h, "big", 4000, 0, 3, NULL);
+    assert_int_equal(stats_of(&c->f).evictions, 2);
+    assert_int_equal(stats_of(&c->f).fast_reads, 5);
+    assert_int_equal(catalog_listed(c->cat), 1);
+    assert_null(entry_of(c, b.offset - 64)); /* only "big" is listed */
+    store_holder_free(c->f.s, h);
+    cat_fix_free(c);
+}
+
+/* Proves that a head-of-line blocker listed as awaiting reads done in
+ * place (which tell the daemon nothing) makes waiting allocations look
+ * again within STORE_FAST_READ_RECHECK_MS, and that nothing is armed once
+ * it awaits none, or when the blocker is pinned (a release will say). */
+static void test_recheck_awaited_blocker(void **state)
+{
+    struct cat_fix *c = cat_fix_new(8192);
+    struct store_holder *h = store_holder_new(c->f.s);
+    struct shmb_error err = {0};
+    struct store_extent a;
+    uint64_t before = clock_now_ms(), wake;
+
+    (void)state;
+    assert_int_equal(store_lease_wake_ms(c->f.s), UINT64_MAX); /* nothing blocks */
+    put_ok(&c->f, h, "a", 100, 2, 1, &a);
+    wake = store_lease_wake_ms(c->f.s);
+    assert_true(wake >= before + STORE_FAST_READ_RECHECK_MS);
+    assert_true(wake <= clock_now_ms() + STORE_FAST_READ_RECHECK_MS);
+    assert_int_equal(store_get(c->f.s, h, "a", 1, NULL, &err), 0); /* pinned, 1 awaited */
+    assert_int_equal(store_lease_wake_ms(c->f.s), UINT64_MAX);
+    assert_int_equal(store_release(c->f.s, h, "a", 1, &err), 0);
+    assert_true(store_lease_wake_ms(c->f.s) != UINT64_MAX);
+    *seal_of(c, a.offset, 1) = SHMB_SEAL(entry_listed(c, "a").gen, 1); /* read in place */
+    assert_int_equal(store_lease_wake_ms(c->f.s), UINT64_MAX);
+    store_holder_free(c->f.s, h);
+    cat_fix_free(c);
+}
+
+/* Proves that an adopted store gives every restored object a new
+ * generation after both the old header's gen_next and every generation
+ * found in a seal, seals it with that generation and lists it again in a
+ * fresh catalog. */
+static void test_adopt_generations(void **state)
+{
+    struct cat_fix *c = cat_fix_new(16384);
+    struct store_holder *h = store_holder_new(c->f.s);
+    struct store_adopt_report report;
+    struct store_extent a, b;
+    struct shmb_error err = {0};
+    struct store_entry ea, eb;
+
+    (void)state;
+    put_ok(&c->f, h, "a", 100, 0, 1, &a);
+    put_ok(&c->f, h, "b", 100, 1, 2, &b);
+    *seal_of(c, b.offset, 1) = SHMB_SEAL(40, 0); /* as if a later generation */
+    store_free(c->f.s);
+    catalog_free(c->cat);
+    c->cat = cat_fix_catalog(c);
+    c->cfg.catalog = c->cat;
+    c->cfg.gen_floor = 30;
+    c->f.s = store_adopt(c->f.data, DATA_OFFSET, c->f.size, &c->f.cursor, &c->cfg, &report,
+                         &err);
+    assert_non_null(c->f.s);
+    assert_int_equal(report.restored, 2);
+    ea = entry_listed(c, "a");
+    eb = entry_listed(c, "b");
+    assert_int_equal(ea.gen, 41);
+    assert_int_equal(eb.gen, 42);
+    assert_int_equal(*seal_of(c, a.offset, 1), SHMB_SEAL(41, 0));
+    assert_int_equal(*seal_of(c, b.offset, 1), SHMB_SEAL(42, 0));
+    assert_int_equal(entry_of(c, b.offset - 64)->gen, 42);
+    assert_int_equal(entry_of(c, b.offset - 64)->flags, SHMB_CATALOG_AWAITED);
+    assert_int_equal(catalog_listed(c->cat), 2);
+    assert_int_equal(((struct shmb_segment_header *)c->seg)->gen_next, 43);
+    cat_fix_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counts_match_stats),
+        cmocka_unit_test(test_seal_and_listing),
+        cmocka_unit_test(test_fold_counts),
+        cmocka_unit_test(test_adopt_generations),
+        cmocka_unit_test(test_recheck_awaited_blocker),
         cmocka_unit_test(test_minimal_put_get_cycle),
         cmocka_unit_test(test_put_same_key_twice),
         cmocka_unit_test(test_large_object_rejection),

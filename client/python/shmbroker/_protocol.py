@@ -74,12 +74,12 @@ STATS_FIELDS = (
 )
 STATS_COUNTERS = (
     "allocs", "commits", "gets", "evictions", "enospc", "expired_allocs",
-    "lease_expiries", "noreply_errors",
+    "lease_expiries", "noreply_errors", "fast_reads",
 )
 
 # proto/layout.h.
 SEGMENT_MAGIC = 0x31474553424D4853  # "SHMBSEG1"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 HEADER_PAGE = 4096
 ALIGN = 64
 KEY_MAX = 255

@@ -153,6 +153,28 @@ def _page_up(n):
     return (n + _HEADER_PAGE - 1) // _HEADER_PAGE * _HEADER_PAGE
 
 
+def _catalog_bytes(size):
+    """The catalog the daemon puts at the end of a segment of size bytes
+    (segment_plan in daemon/segment.c): one 32-byte slot per 2 KiB, a power
+    of two from 64, halved while it would take more than 1/8 of the file,
+    none when 64 do not fit."""
+    slots = 64
+    while slots < size // 2048:
+        slots *= 2
+    while slots >= 64 and _page_up(slots * 32) > size // 8:
+        slots //= 2
+    return _page_up(slots * 32) if slots >= 64 else 0
+
+
+def _segment_size(data):
+    """The segment whose data area holds data bytes (a whole number of
+    pages): the header page, the data area, the catalog after it."""
+    size = data + _HEADER_PAGE + _catalog_bytes(data + _HEADER_PAGE)
+    while size - _HEADER_PAGE - _catalog_bytes(size) < data:
+        size += _HEADER_PAGE
+    return size
+
+
 class SingleWriterShmRingBuffer:
     """Stands in for vLLM's ring buffer: the connection to the shmbrokerd
     that holds the store's objects.
@@ -243,10 +265,10 @@ class SingleWriterShmRingBuffer:
         args = ["--max-object-size", str(data - _MAX_CHUNK_HEADER)]
         if self.pool is not None:
             # The daemon serves the pool the ring's clients name, and only it.
-            args = ["--pool", "%s:%d,max-object-size=%d" % (self.pool, data + _HEADER_PAGE,
+            args = ["--pool", "%s:%d,max-object-size=%d" % (self.pool, _segment_size(data),
                                                           data - _MAX_CHUNK_HEADER)]
         try:
-            self.daemon = spawn_daemon(data + _HEADER_PAGE, socket_path=named, args=args)
+            self.daemon = spawn_daemon(_segment_size(data), socket_path=named, args=args)
         except RuntimeError:
             # Another writer of this name may have started it meanwhile.
             if named and socket_answers(named):

@@ -1,0 +1,64 @@
+/*
+ * The catalog, the daemon's side: it writes the table of key hash -> chunk at
+ * the end of a segment (layout in proto/layout.h, PROTOCOL.md section 10) so
+ * that readers find committed objects without asking, and the heartbeat and
+ * published counters in the header page. It writes only: what it probes is
+ * a private mirror, never the shared table, which a read-write client may
+ * have scribbled over. Knows nothing about objects, pins or sockets.
+ */
+#ifndef SHMB_CATALOG_H
+#define SHMB_CATALOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../proto/error.h"
+#include "../proto/layout.h"
+
+struct catalog;
+
+/* Over the catalog area of a mapped segment: base = the mapping, entries at
+ * base + offset, slots a power of two (0: an empty catalog that lists nothing
+ * and counts everything unlisted), hdr = the header page (its catalog_*
+ * words are written here: moves, unlisted, gen_next mirror). Writes the
+ * empty table. The caller owns the result (catalog_free); NULL with err. */
+struct catalog *catalog_new(void *base, uint64_t offset, uint64_t slots, uint32_t seed,
+                            struct shmb_segment_header *hdr, struct shmb_error *err);
+void catalog_free(struct catalog *c);
+
+/* List key -> chunk. 0, or -ENOSPC when no entry is free within
+ * SHMB_CATALOG_PROBES (then counted in catalog_unlisted until
+ * catalog_remove(..., false)). The key must not be listed already. */
+int catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
+                uint32_t gen, uint64_t size, uint32_t flags);
+
+/* Unlist it (listed: what catalog_add returned was 0), with backward shift
+ * under catalog_moves. */
+void catalog_remove(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
+                    bool listed);
+
+/* The next generation (never 0), mirrored to hdr->gen_next. */
+uint32_t catalog_next_gen(struct catalog *c);
+
+/* From now on hand out generations after floor (an adoption: what the old
+ * header and the chunks it found used), skipping 0 when it wraps. */
+void catalog_gen_after(struct catalog *c, uint32_t floor);
+
+/* Heartbeat: heartbeat words and the counters (seq handled here;
+ * counters->seq ignored). */
+void catalog_beat(struct catalog *c, const struct shmb_published_counters *counters,
+                  uint64_t unix_ms);
+
+size_t catalog_listed(const struct catalog *c);
+uint32_t catalog_unlisted(const struct catalog *c);
+
+/* The catalog's key hash, as readers compute it (proto/catalog.h,
+ * shmb_catalog_hash): FNV-1a 64 from an offset basis xor'ed with seed, then
+ * h ^= h >> 32; h *= 0xd6e8feb86659fd93; h ^= h >> 32. */
+uint64_t catalog_hash(uint32_t seed, const char *key, size_t key_len);
+
+/* Times catalog_remove moved an entry back, for tests. */
+uint64_t catalog_shifts(const struct catalog *c);
+
+#endif
