@@ -72,12 +72,16 @@ ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c proto/sock.c \
                proto/frames.c proto/queue.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c daemon/catalog.c
+# Arenas: puts in one round trip (the store's arena objects).
+CORE_SRC    += daemon/arena.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c daemon/queue.c $(CORE_SRC)
 LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
-               client/queue.c
+               client/queue.c client/read.c client/arena.c
 CTL_SRC     := client/shmbrokerctl.c
+# The catalog's reader, for the library and the daemon's tests.
+PROTO_SRC   += proto/catalog.c
 
 OBJ = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -125,6 +129,9 @@ $(BUILD)/tests/test_error: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_text:    $(call OBJ,tests/unit/test_text.c) $(BASE_OBJ)
 # The frames layout: arithmetic, writer and reader, over plain buffers.
 $(BUILD)/tests/test_frames_layout: $(call OBJ,tests/unit/test_frames_layout.c proto/frames.c) $(BASE_OBJ)
+# The catalog's reader (proto/catalog.c) over a segment built by hand.
+UNIT_BINS += $(BUILD)/tests/test_catalog_read
+$(BUILD)/tests/test_catalog_read: $(call OBJ,tests/unit/test_catalog_read.c proto/catalog.c)
 # The queue's data path over a memfd, with forked writers and readers.
 $(BUILD)/tests/test_queue: $(call OBJ,tests/unit/test_queue.c proto/queue.c) $(BASE_OBJ)
 $(BUILD)/tests/test_queue: TEST_LDFLAGS := -lpthread
@@ -162,8 +169,20 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              test_ids test_many test_ctl_output test_hostile_rw test_idle test_config \
              test_fork test_threads test_library test_pools \
              soak test_cases test_frames test_sizing test_backings test_queue_ops
+# Reads from the catalog and puts through arenas (TEST_LDFLAGS below).
+E2E_TESTS += test_read
 # Broadcast queues through the library: forked writers and readers.
 E2E_TESTS += test_queues
+# shmbrokerctl status read from the segment's header page.
+E2E_TESTS += test_ctl_segment
+# Arenas (puts in one round trip): the store's arena objects, a unit program,
+# and raw-socket clients against the real daemon.
+$(BUILD)/tests/test_store:   $(call OBJ,daemon/arena.c)
+UNIT_BINS  += $(BUILD)/tests/test_arena
+$(BUILD)/tests/test_arena:   $(call OBJ,tests/unit/test_arena.c daemon/arena.c daemon/store.c \
+                              daemon/ring.c daemon/index.c daemon/segment.c daemon/catalog.c) \
+                              $(BASE_OBJ)
+E2E_TESTS += test_arena_ops
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)
@@ -174,6 +193,8 @@ FRAMES_TOOL := $(BUILD)/tests/shmb-frames-tool
 $(FRAMES_TOOL): $(call OBJ,tests/e2e/frames_tool.c) $(LIB_A)
 $(FRAMES_TOOL): TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_frames: | $(FRAMES_TOOL)
+# test_read counts the library's send()s to tell its round trips.
+$(BUILD)/tests/test_read: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=send
 
 # The soak: 32 clients for SOAK_SECONDS (a short run in 'make test'), and the
 # same under valgrind's memcheck for SOAK_VALGRIND_SECONDS.

@@ -128,6 +128,7 @@ shmb_t *shmb_new(void)
     c->sock = -1;
     c->seg_fd = -1;
     c->populate = 1;
+    c->arena_want = SHMB_ARENA_DEFAULT;
     atomic_init(&c->forks, CLIENT_NEVER_CONNECTED);
     atomic_init(&c->pid, 0);
     atomic_init(&c->busy, false);
@@ -336,8 +337,9 @@ int client_out_of_step(shmb_t *c, const char *want, const char *got, size_t len)
                           "handle was released. Call shmb_reconnect to go on.",
                           want, got, seen, len > 160 ? "..." : "",
                           noreply ? "; requests sent without waiting for their reply "
-                                    "(shmb_release_nowait, shmb_release_many) were "
-                                    "outstanding"
+                                    "(shmb_release_nowait, shmb_release_many, "
+                                    "shmb_put_nowait, shmb_read's count on a read-only "
+                                    "handle) were outstanding"
                                   : "");
 }
 
@@ -588,6 +590,35 @@ mapped:
     return 0;
 }
 
+/* An integer field of the hello reply, or 0 when absent (an older daemon). */
+static uint64_t client_hello_u64(const json_t *reply, const char *field)
+{
+    json_t *v = json_object_get(reply, field);
+
+    return json_is_integer(v) && json_integer_value(v) >= 0 ? (uint64_t)json_integer_value(v)
+                                                            : 0;
+}
+
+/* The catalog view and the arena of a new connection, from its hello reply
+ * (NULL: none yet): both start afresh on every connect and reconnect. A
+ * daemon that does not say "layout":2 publishes no catalog this library
+ * reads, and every shmb_read asks it. */
+static void client_read_hello(shmb_t *c, const json_t *reply)
+{
+    memset(&c->catalog, 0, sizeof(c->catalog));
+    memset(&c->arena, 0, sizeof(c->arena));
+    if (reply == NULL || c->map == NULL ||
+        client_hello_u64(reply, "layout") != SHMB_LAYOUT_VERSION)
+        return;
+    c->catalog.base = c->map;
+    c->catalog.map_size = c->map_size;
+    c->catalog.data_offset = c->info.data_offset;
+    c->catalog.data_size = c->info.data_size;
+    c->catalog.catalog_offset = client_hello_u64(reply, "catalog_offset");
+    c->catalog.catalog_slots = client_hello_u64(reply, "catalog_slots");
+    c->catalog.seed = (uint32_t)client_hello_u64(reply, "catalog_seed");
+}
+
 /* Dial path, say hello, map the segment (keeping a mapping of the same file
  * when keep_map). */
 static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_map)
@@ -599,6 +630,7 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
 
     shmb_error_clear(&c->err);
     client_disconnect(c, keep_map);
+    client_read_hello(c, NULL);
     pthread_once(&client_forks_once, client_watch_forks);
     if (client_forks_rc != 0)
         return shmb_error_set(&c->err, -client_forks_rc,
@@ -642,6 +674,7 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
         snprintf(c->info.segment, sizeof(c->info.segment), "%s", segment);
     if ((rc = client_map(c)) < 0)
         goto fail;
+    client_read_hello(c, reply);
     json_decref(reply);
     /* The connection is this process's (client_enter). */
     atomic_store_explicit(&c->pid, (int)getpid(), memory_order_relaxed);
@@ -702,18 +735,19 @@ void client_reply_fields(const json_t *reply, struct line_reply *r)
     }
 }
 
-/* Send the lines in c->w (the last one a request whose id is id) and read
- * its reply into r: the common success shapes are recognised by hand,
- * anything else (errors) goes through jansson. 0 or the reply's error, its
- * message in c->err; -ECONNRESET when the reply answers another request. */
-int client_exchange(shmb_t *c, uint64_t id, struct line_reply *r)
+/* Read the reply to the request whose id is id (sent already, maybe with
+ * others after it: their replies stay in the buffer) into r: the common
+ * success shapes are recognised by hand, anything else (errors) goes through
+ * jansson. 0 or the reply's error, its message in c->err; -ECONNRESET when
+ * the reply answers another request. */
+int client_receive(shmb_t *c, uint64_t id, struct line_reply *r)
 {
     json_t *reply = NULL;
     const char *p;
     size_t len = 0;
     int rc;
 
-    if ((rc = client_send(c)) < 0 || (rc = client_read_line(c, &len)) < 0)
+    if ((rc = client_read_line(c, &len)) < 0)
         return rc;
     p = c->rbuf;
     if (line_scan_reply(&p, c->rbuf + len, r) == 0 && p == c->rbuf + len) {
@@ -733,6 +767,15 @@ int client_exchange(shmb_t *c, uint64_t id, struct line_reply *r)
         client_reply_fields(reply, r);
     json_decref(reply);
     return rc;
+}
+
+/* Send the lines in c->w (the last one a request whose id is id) and read
+ * its reply into r, as client_receive. */
+int client_exchange(shmb_t *c, uint64_t id, struct line_reply *r)
+{
+    int rc = client_send(c);
+
+    return rc < 0 ? rc : client_receive(c, id, r);
 }
 
 /* Start a request {"op":"OP"[,"id":ID],"key":KEY in c->w; id 0 for a

@@ -14,10 +14,25 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "../proto/catalog.h"
 #include "../proto/error.h"
 #include "../proto/line.h"
 #include "../proto/protocol.h"
 #include "shmbroker.h"
+
+/* The arena a handle holds (arena.c): [offset, offset + size) of the
+ * segment, granted on this connection; puts lay their chunks out from
+ * cursor on. Forgotten with the connection: an arena does not survive a
+ * reconnect (the daemon takes it back when the connection goes). */
+struct client_arena {
+    uint64_t offset, size; /* size 0: none held */
+    uint64_t cursor;       /* the next chunk's offset, as the daemon expects it */
+    uint32_t gen;          /* the generation of the arena's lock (its seal) */
+    bool unsure;  /* commits went without waiting since the last reply: one that
+                     failed left the daemon's cursor behind ours */
+    bool off;     /* this connection's daemon gives none (ENOSYS, EPERM, EINVAL) */
+    unsigned skip; /* puts left that go without an arena after ENOSPC */
+};
 
 /* A handle: one connection to shmbrokerd and its mapping of the segment. */
 struct shmb {
@@ -43,6 +58,13 @@ struct shmb {
     size_t rlen, rcap;
     struct line w; /* the request lines being sent, reused */
     uint64_t last_id;  /* the "id" of the last request sent; never reused */
+    /* The catalog of the mapped segment, from the hello reply (read.c):
+     * 0 slots when the daemon publishes none (an older daemon, a segment
+     * too small); then every shmb_read asks the daemon. */
+    struct shmb_catalog_view catalog;
+    shmb_read_stats_t read_stats;
+    struct client_arena arena;
+    size_t arena_want; /* shmb_set_arena's; 0: arenas off */
     bool noreply_sent; /* requests without a reply went out since the last reply */
     /* Misuse guards, checked on entry to every call (client_enter): the
      * process's fork count when this handle connected (the connection is
@@ -133,6 +155,11 @@ int client_u64(shmb_t *c, const json_t *obj, const char *field, uint64_t *out);
 /* The fields of a success reply decoded by jansson (the slow path). */
 void client_reply_fields(const json_t *reply, struct line_reply *r);
 
+/* Read the reply to the request whose id is id (sent already, maybe with
+ * others after it: their replies stay in the buffer) into r, as
+ * client_exchange does. */
+int client_receive(shmb_t *c, uint64_t id, struct line_reply *r);
+
 /* Send the lines in c->w (the last one a request whose id is id) and read
  * its reply into r: the common success shapes are recognised by hand,
  * anything else (errors) goes through jansson. 0 or the reply's error, its
@@ -165,5 +192,14 @@ int client_done(shmb_t *c, int rc);
  * for the calls built on them (frames.c). */
 int client_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void **ptr);
 int client_get(shmb_t *c, const char *key, const void **ptr, size_t *size);
+
+/* A put in two round trips: alloc, memcpy, commit (objects.c); what
+ * shmb_put falls back to without an arena. */
+int client_put_copy(shmb_t *c, const char *key, const void *data, size_t size,
+                    unsigned readers);
+
+/* shmb_release_nowait inside a call client_enter let in (many.c). */
+int client_release_nowait(shmb_t *c, const char *key);
+
 
 #endif

@@ -45,7 +45,7 @@ static int client_release_many(shmb_t *c, size_t n, const char *const *keys)
     return 0;
 }
 
-static int client_release_nowait(shmb_t *c, const char *key)
+int client_release_nowait(shmb_t *c, const char *key)
 {
     return client_release_many(c, 1, &key);
 }

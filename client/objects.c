@@ -62,8 +62,10 @@ int shmb_abort(shmb_t *c, const char *key)
     return client_key_call(c, SHMB_OP_ABORT, key);
 }
 
-static int client_put(shmb_t *c, const char *key, const void *data, size_t size,
-                      unsigned readers)
+/* A put in two round trips: alloc, memcpy, commit; what shmb_put (arena.c)
+ * falls back to without an arena. */
+int client_put_copy(shmb_t *c, const char *key, const void *data, size_t size,
+                    unsigned readers)
 {
     void *dst;
     int rc;
@@ -72,13 +74,6 @@ static int client_put(shmb_t *c, const char *key, const void *data, size_t size,
         return rc;
     memcpy(dst, data, size);
     return client_key_op(c, SHMB_OP_COMMIT, key, NULL);
-}
-
-int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned readers)
-{
-    int rc = client_enter(c);
-
-    return rc < 0 ? rc : client_done(c, client_put(c, key, data, size, readers));
 }
 
 int client_get(shmb_t *c, const char *key, const void **ptr, size_t *size)

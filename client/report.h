@@ -10,6 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdbool.h>
+
+#include "../proto/error.h"
+#include "../proto/layout.h"
 #include "../proto/protocol.h"
 #include "shmbroker.h"
 
@@ -25,5 +29,28 @@ extern const struct shmb_stats_place shmb_stats_places[SHMB_STAT_COUNT];
 /* The value of a number or counter row (SHMB_STATK_NUMBER or
  * SHMB_STATK_COUNTER) in st; 0 for the other kinds. */
 uint64_t shmb_stats_number(const shmb_stats_t *st, enum shmb_stat_id id);
+
+/* What the header page of a segment file says, read from the file without
+ * asking the daemon (shmbrokerctl status when the daemon does not answer):
+ * its heartbeat and the counters it published with it. */
+struct shmb_segment_report {
+    uint64_t file_size; /* bytes in the file */
+    uint64_t total_size, data_size;
+    int64_t owner_pid;          /* the header's owner (the daemon that adopted it) */
+    uint64_t heartbeat_unix_ms; /* 0: never beat */
+    uint64_t heartbeat_count;
+    uint32_t heartbeat_period_ms;
+    uint64_t catalog_slots;
+    uint32_t catalog_unlisted;
+    struct shmb_published_counters counters; /* seq: the count they were read under */
+    bool counters_settled; /* false: the writer stopped half way (seq stayed odd) */
+};
+
+/* Read the header page of the segment file at path into out. 0; -ENOENT (or
+ * another errno) when it cannot be opened; -EINVAL when it is not a
+ * shmbroker segment; -EPROTO when it is one of another layout version. err
+ * says which, with the numbers. */
+int shmb_segment_report_read(const char *path, struct shmb_segment_report *out,
+                             struct shmb_error *err);
 
 #endif

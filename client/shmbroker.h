@@ -222,7 +222,10 @@ int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned
  * then asks the daemon, which answers after the commit. An error (key
  * exists, ...) is logged and counted by the daemon (noreply_errors), not
  * reported here. Needs an arena: -ENOTSUP without one (read-only handle,
- * arenas off); then use shmb_put. */
+ * arenas off, a daemon that grants none), nothing sent; then use shmb_put.
+ * When this put cannot go through an arena (the daemon has no room for one
+ * now, the object is larger than an arena may be), it is put as shmb_put
+ * puts it, waiting for the answer. */
 int shmb_put_nowait(shmb_t *c, const char *key, const void *data, size_t size,
                     unsigned readers);
 
@@ -245,7 +248,8 @@ int shmb_release(shmb_t *c, const char *key);
  * full), ask the daemon (get, copy, release: one round trip). *size gets
  * the payload's length. Counts one read, as shmb_get does.
  * -ENOENT when no committed object has key; -ENOBUFS when cap is too small
- * (*size says how much is needed, nothing copied).
+ * (*size says how much is needed, nothing copied; an awaited read is
+ * counted then only when the daemon answered: its get counts one).
  * Which call when: shmb_read for small and medium objects a reader copies
  * anyway (no round trip); shmb_get/shmb_release to read large objects in
  * place (zero copy: a pin needs the daemon, two round trips, one of them

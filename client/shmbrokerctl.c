@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,12 +32,28 @@
 #define EXIT_NO_INPUT 66   /* EX_NOINPUT: the input file cannot be opened */
 #define EXIT_CANT_CREATE 73 /* EX_CANTCREAT: the output file cannot be created */
 #define EXIT_IO_ERROR 74   /* EX_IOERR: reading or writing a file failed */
+/* status read the figures from the segment because the daemon did not
+ * answer: not a success, and not "unreachable" (69) either, since the
+ * figures were printed. */
+#define EXIT_NOT_ANSWERING 3
+
+/* shmbrokerd's defaults for --name and --shm-dir (daemon/config.h): where
+ * its segment is, for status to read when the daemon does not answer. */
+#define CTL_DEFAULT_NAME "shmbroker"
+#define CTL_DEFAULT_SHM_DIR "/dev/shm"
+/* How long status waits for the daemon's first answer before it reads the
+ * segment instead: a daemon answers stats in microseconds, even loaded. */
+#define CTL_DEFAULT_TIMEOUT_S 5
 
 /* What the command line asked for, as the handlers need it. */
 struct ctl {
     const char *socket_path;
     const char *pool;      /* --pool NAME (global, or status's own), NULL without */
+    const char *name;      /* --name: the daemon's segment name */
+    const char *shm_dir;   /* --shm-dir: where its segment is */
     int json, prometheus;  /* status --json, --prometheus */
+    int from_segment;      /* status --from-segment */
+    unsigned long timeout; /* status --timeout SECONDS */
     unsigned long watch;   /* status --watch SECONDS, 0 without */
     char **args;           /* the command's arguments, after any "--" */
     int nargs;
@@ -368,20 +386,32 @@ static int print_json(shmb_t *c)
     return 0;
 }
 
+/* The "used" line of status: a bar of 40, the share, used of data_size and
+ * what is free. */
+static void print_used(uint64_t used, uint64_t data_size, uint64_t free_bytes)
+{
+    char b[3][32], bar[41];
+    double pct = data_size ? 100.0 * (double)used / (double)data_size : 0.0;
+    int i, filled = (int)(pct * 40.0 / 100.0 + 0.5);
+
+    for (i = 0; i < 40; i++)
+        bar[i] = i < filled ? '#' : '.';
+    bar[40] = '\0';
+    printf("used      [%s] %5.1f%%  %s of %s (%s free)\n", bar, pct,
+           shmb_format_bytes(used, b[0], sizeof(b[0])),
+           shmb_format_bytes(data_size, b[1], sizeof(b[1])),
+           shmb_format_bytes(free_bytes, b[2], sizeof(b[2])));
+}
+
 /* One pool's figures in the status view: its name line (with_pool), its
  * segment, free space, bar, objects, clients (with_clients), counters and
  * blocker. */
 static void print_pool(const shmb_stats_t *st, int with_pool, int with_clients)
 {
     static char e[4][ESC_MAX];
-    char b[4][32], bar[41];
-    int memfd = strcmp(st->backing, "memfd") == 0, i, filled;
-    double pct = st->data_size ? 100.0 * (double)st->used / (double)st->data_size : 0.0;
+    char b[4][32];
+    int memfd = strcmp(st->backing, "memfd") == 0;
 
-    filled = (int)(pct * 40.0 / 100.0 + 0.5);
-    for (i = 0; i < 40; i++)
-        bar[i] = i < filled ? '#' : '.';
-    bar[40] = '\0';
     if (with_pool)
         printf("pool      %s (%s%s%s)\n", esc(st->pool, e[0], ESC_MAX),
                st->backing[0] != '\0' ? esc(st->backing, e[1], ESC_MAX) : "shm",
@@ -398,10 +428,7 @@ static void print_pool(const shmb_stats_t *st, int with_pool, int with_clients)
         printf("shm free  %s left in %s\n",
                shmb_format_bytes(st->shm_dir_free, b[0], sizeof(b[0])),
                esc(st->shm_dir, e[1], ESC_MAX));
-    printf("used      [%s] %5.1f%%  %s of %s (%s free)\n", bar, pct,
-           shmb_format_bytes(st->used, b[0], sizeof(b[0])),
-           shmb_format_bytes(st->data_size, b[1], sizeof(b[1])),
-           shmb_format_bytes(st->free, b[2], sizeof(b[2])));
+    print_used(st->used, st->data_size, st->free);
     printf("objects   %llu committed, %llu pending, %llu pinned\n",
            (unsigned long long)st->objects, (unsigned long long)st->pending,
            (unsigned long long)st->pinned);
@@ -487,6 +514,123 @@ static int cmd_status(shmb_t *c, struct ctl *ctl)
     return print_status(c, ctl);
 }
 
+/* Why status reads the segment: asked to (--from-segment), or the daemon
+ * did not answer. */
+enum ctl_segment_why { CTL_SEG_ASKED, CTL_SEG_NO_ANSWER };
+
+/* The segment file status reads: --shm-dir/--name, and ".POOL" with --pool
+ * (a daemon with --pool keeps one segment per pool, --name.POOL). 0, or
+ * the exit status with the reason printed. */
+static int segment_path(const struct ctl *ctl, char *out, size_t len)
+{
+    const char *dir = ctl->shm_dir != NULL ? ctl->shm_dir : CTL_DEFAULT_SHM_DIR;
+    const char *name = ctl->name != NULL ? ctl->name : CTL_DEFAULT_NAME;
+    int n = ctl->pool != NULL ? snprintf(out, len, "%s/%s.%s", dir, name, ctl->pool)
+                              : snprintf(out, len, "%s/%s", dir, name);
+
+    if (n < 0 || (size_t)n >= len) {
+        fprintf(stderr,
+                "shmbrokerctl: the segment path --shm-dir/--name is longer than %zu "
+                "bytes\n",
+                len - 1);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* A wall-clock time in milliseconds as "2026-12-01 09:00:00 UTC". */
+static const char *format_unix_ms(uint64_t ms, char *buf, size_t len)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+
+    if (gmtime_r(&t, &tm) == NULL ||
+        strftime(buf, len, "%Y-%m-%d %H:%M:%S UTC", &tm) == 0)
+        snprintf(buf, len, "%llu ms after the epoch", (unsigned long long)ms);
+    return buf;
+}
+
+/* status from the segment's header page: who wrote it and how long ago it
+ * last beat, then the counters it published with that beat. The exit
+ * status: 0 when asked to (--from-segment), 3 when the daemon did not
+ * answer, 2 for a file that is not a segment of this layout, 66 when there
+ * is none to read. */
+static int print_segment_status(const struct ctl *ctl, enum ctl_segment_why why)
+{
+    static char e[ESC_MAX];
+    struct shmb_segment_report rep;
+    const struct shmb_published_counters *pc = &rep.counters;
+    struct shmb_error err;
+    struct timespec now;
+    char path[PATH_MAX], when[64], b[2][32];
+    double age;
+    int64_t pid;
+    int rc;
+
+    if ((rc = segment_path(ctl, path, sizeof(path))) != 0)
+        return rc;
+    shmb_error_clear(&err);
+    if ((rc = shmb_segment_report_read(path, &rep, &err)) < 0) {
+        fprintf(stderr, "shmbrokerctl: %s\n", esc(err.message, e, ESC_MAX));
+        return rc == -EINVAL || rc == -EPROTO ? EXIT_USAGE : EXIT_NO_INPUT;
+    }
+    clock_gettime(CLOCK_REALTIME, &now);
+    age = ((double)now.tv_sec * 1000.0 + (double)now.tv_nsec / 1e6 -
+           (double)rep.heartbeat_unix_ms) /
+          1000.0;
+    pid = pc->pid;
+    if (rep.heartbeat_unix_ms == 0)
+        printf(
+            "shmbrokerd (pid %lld)%s: no heartbeat in its segment yet (it beats once at "
+            "start, then every second)\n",
+            (long long)rep.owner_pid,
+            why == CTL_SEG_NO_ANSWER ? " is not answering" : "");
+    else if (pid == 0)
+        printf("shmbrokerd stopped at %s (%.1f s ago): figures as of its stop\n",
+               format_unix_ms(rep.heartbeat_unix_ms, when, sizeof(when)), age);
+    else
+        printf("shmbrokerd (pid %lld)%s: last heartbeat %.1f s ago%s\n", (long long)pid,
+               why == CTL_SEG_NO_ANSWER ? " is not answering" : "", age,
+               why == CTL_SEG_ASKED ? " (read from the segment; the daemon was not asked)"
+                                    : "");
+    if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+        printf("          no process %lld any more: it died without a clean stop\n",
+               (long long)pid);
+    printf("segment   %s: %s (%s for data), layout %d\n", esc(path, e, ESC_MAX),
+           shmb_format_bytes(rep.total_size, b[0], sizeof(b[0])),
+           shmb_format_bytes(rep.data_size, b[1], sizeof(b[1])), SHMB_LAYOUT_VERSION);
+    if (rep.heartbeat_unix_ms == 0) {
+        printf("counters  none published\n");
+        return why == CTL_SEG_ASKED ? 0 : EXIT_NOT_ANSWERING;
+    }
+    print_used(pc->used, pc->data_size, pc->free);
+    printf("objects   %llu committed, %llu pending, %llu pinned\n",
+           (unsigned long long)pc->objects, (unsigned long long)pc->pending,
+           (unsigned long long)pc->pinned);
+    printf("clients   %u\n", pc->clients);
+    printf("arenas    %llu held, %s unused\n", (unsigned long long)pc->arenas,
+           shmb_format_bytes(pc->arena_bytes, b[0], sizeof(b[0])));
+    printf("counters  %llu allocs, %llu commits, %llu gets, %llu evictions, %llu ENOSPC, "
+           "%llu fast reads\n",
+           (unsigned long long)pc->allocs, (unsigned long long)pc->commits,
+           (unsigned long long)pc->gets, (unsigned long long)pc->evictions,
+           (unsigned long long)pc->enospc, (unsigned long long)pc->fast_reads);
+    printf("expired   %llu allocations, %llu leases\n",
+           (unsigned long long)pc->expired_allocs,
+           (unsigned long long)pc->lease_expiries);
+    printf("catalog   %llu slots, %u objects not listed\n",
+           (unsigned long long)rep.catalog_slots, rep.catalog_unlisted);
+    printf("as of     heartbeat %llu at %s (every %u ms)\n",
+           (unsigned long long)rep.heartbeat_count,
+           format_unix_ms(rep.heartbeat_unix_ms, when, sizeof(when)),
+           rep.heartbeat_period_ms);
+    if (!rep.counters_settled)
+        printf("          the daemon stopped while writing these counters (seq %u): they "
+               "may not add up\n",
+               pc->seq);
+    return why == CTL_SEG_ASKED ? 0 : EXIT_NOT_ANSWERING;
+}
+
 /* A name a pool can have (or "": the default pool): at most 32 bytes of
  * UTF-8. (A declared pool's is of A-Z, a-z, 0-9, '_' and '-'; the one pool
  * of a daemon without --pool is named after its --name.) */
@@ -509,7 +653,22 @@ static int bad_pool_name(const char *name)
     return EXIT_USAGE;
 }
 
-/* status's options, after the command: --json, --prometheus, --watch N. */
+/* A whole number of seconds from 1 to max for option flag into *out; false
+ * (said on stderr) otherwise. */
+static bool seconds_option(const char *flag, const char *arg, unsigned long max,
+                           unsigned long *out)
+{
+    char *end;
+
+    *out = strtoul(arg, &end, 10);
+    if (*end == '\0' && *out != 0 && *out <= max && arg[0] != '-')
+        return true;
+    fprintf(stderr, "shmbrokerctl: %s takes whole seconds from 1 to %lu\n", flag, max);
+    return false;
+}
+
+/* status's options, after the command: --json, --prometheus, --watch N,
+ * --from-segment, --timeout N, --name, --shm-dir, --pool. */
 static int status_options(struct ctl *ctl, int argc, char **argv)
 {
     while (optind < argc && argv[optind][0] == '-') {
@@ -517,20 +676,23 @@ static int status_options(struct ctl *ctl, int argc, char **argv)
             ctl->json = 1;
         } else if (strcmp(argv[optind], "--prometheus") == 0) {
             ctl->prometheus = 1;
+        } else if (strcmp(argv[optind], "--from-segment") == 0) {
+            ctl->from_segment = 1;
+        } else if (strcmp(argv[optind], "--name") == 0 && optind + 1 < argc) {
+            ctl->name = argv[++optind];
+        } else if (strcmp(argv[optind], "--shm-dir") == 0 && optind + 1 < argc) {
+            ctl->shm_dir = argv[++optind];
+        } else if (strcmp(argv[optind], "--timeout") == 0 && optind + 1 < argc) {
+            if (!seconds_option("--timeout", argv[++optind], 3600, &ctl->timeout))
+                return EXIT_USAGE;
         } else if (strcmp(argv[optind], "--pool") == 0 && optind + 1 < argc) {
             optind++;
             ctl->pool = argv[optind][0] != '\0' ? argv[optind] : NULL;
             if (!pool_name_ok(argv[optind]))
                 return bad_pool_name(argv[optind]);
         } else if (strcmp(argv[optind], "--watch") == 0 && optind + 1 < argc) {
-            char *end;
-
-            ctl->watch = strtoul(argv[++optind], &end, 10);
-            if (*end != '\0' || ctl->watch == 0 || ctl->watch > 86400) {
-                fprintf(stderr,
-                        "shmbrokerctl: --watch takes whole seconds from 1 to 86400\n");
+            if (!seconds_option("--watch", argv[++optind], 86400, &ctl->watch))
                 return EXIT_USAGE;
-            }
         } else {
             fprintf(stderr, "shmbrokerctl: unknown status option %s\n", argv[optind]);
             usage(stderr);
@@ -538,8 +700,9 @@ static int status_options(struct ctl *ctl, int argc, char **argv)
         }
         optind++;
     }
-    if (ctl->json + ctl->prometheus + (ctl->watch != 0) > 1) {
-        fprintf(stderr, "shmbrokerctl: choose one of --json, --prometheus and --watch\n");
+    if (ctl->json + ctl->prometheus + (ctl->watch != 0) + ctl->from_segment > 1) {
+        fprintf(stderr, "shmbrokerctl: choose one of --json, --prometheus, --watch and "
+                        "--from-segment\n");
         return EXIT_USAGE;
     }
     return 0;
@@ -764,8 +927,10 @@ static int cmd_get(shmb_t *c, struct ctl *ctl)
 /* The commands, in the order usage lists them. */
 static const struct ctl_cmd ctl_cmds[] = {
     {"status", 0, 0, status_options, NULL, cmd_status,
-     "status [--pool NAME] [--json | --prometheus | --watch SECONDS]",
-     "occupancy, clients and counters of every pool (or NAME's)"},
+     "status [--pool NAME] [--json | --prometheus | --watch SECONDS]\n"
+     "         [--from-segment] [--timeout SECONDS] [--name NAME] [--shm-dir DIR]",
+     "occupancy, clients and counters of every pool (or NAME's);\n"
+     "                         from the segment when the daemon does not answer"},
     {"ls", 0, 1, NULL, NULL, cmd_ls, "ls [PREFIX]", "objects, oldest first"},
     {"clients", 0, 0, NULL, NULL, cmd_clients, "clients",
      "connections: pid, uid, name, pool, pins, pending, since"},
@@ -783,7 +948,8 @@ static void usage(FILE *out)
 {
     size_t i;
 
-    fprintf(out, "Usage: shmbrokerctl [--socket PATH] [--pool NAME] COMMAND [ARG]...\n\n"
+    fprintf(out, "Usage: shmbrokerctl [--socket PATH] [--pool NAME] [--name NAME] "
+                 "[--shm-dir DIR]\n                    COMMAND [ARG]...\n\n"
                  "Commands:\n");
     for (i = 0; i < sizeof(ctl_cmds) / sizeof(ctl_cmds[0]); i++) {
         if (strlen(ctl_cmds[i].usage) < 23)
@@ -796,10 +962,16 @@ static void usage(FILE *out)
         "\n"
         "The socket defaults to $%s, else %s.\n"
         "--pool NAME uses the daemon's pool NAME (default: its first).\n"
+        "--name and --shm-dir are the daemon's (default %s in %s): where status finds\n"
+        "the segment to read when the daemon does not answer within --timeout (%d s).\n"
         "Exit status: 0 success, 1 the daemon refused, 2 usage, 66 input file cannot be\n"
-        "opened, 69 daemon unreachable, 73 output file cannot be created, 74 file I/O error.\n"
+        "opened, 69 daemon unreachable, 73 output file cannot be created, 74 file I/O "
+        "error.\n"
+        "status: 3 when the daemon did not answer and the figures are the segment's,\n"
+        "2 when that file is not a segment of this release.\n"
         "Put '--' before a key that starts with '-'.\n",
-        SHMB_SOCKET_ENV, SHMB_DEFAULT_SOCKET);
+        SHMB_SOCKET_ENV, SHMB_DEFAULT_SOCKET, CTL_DEFAULT_NAME, CTL_DEFAULT_SHM_DIR,
+        CTL_DEFAULT_TIMEOUT_S);
 }
 
 /* check: run shmbrokerd --check with the daemon flags given, the
@@ -895,12 +1067,18 @@ static int pool_refused(shmb_t *c, const char *socket_path, const char *pool)
            stat(shmb_socket_path(socket_path), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
+/* Why a connection failed, kept for the caller instead of printed. */
+struct ctl_failure {
+    int code; /* the library's -errno */
+    char message[SHMB_ESCAPED_MAX(1024)];
+};
+
 /* Connect as shmbrokerctl (to pool, NULL: the default one; for a report,
  * to the default one when pool's group leaves this user out); on failure
- * print why and return the exit status (69 when no daemon can be reached
- * there), else 0 with *out. */
+ * print why (or, with why, keep it there) and return the exit status (69
+ * when no daemon can be reached there), else 0 with *out. */
 static int ctl_connect(const char *socket_path, const char *pool, bool report,
-                       shmb_t **out)
+                       shmb_t **out, struct ctl_failure *why)
 {
     static char msg[SHMB_ESCAPED_MAX(1024)];
     shmb_t *c = shmb_new();
@@ -919,9 +1097,14 @@ static int ctl_connect(const char *socket_path, const char *pool, bool report,
          * are every client's to see, through a pool this user may use. */
         if (report && pool != NULL && shmb_errcode(c) == -EPERM) {
             shmb_close(c);
-            return ctl_connect(socket_path, NULL, false, out);
+            return ctl_connect(socket_path, NULL, false, out, why);
         }
-        fprintf(stderr, "shmbrokerctl: %s\n", esc(shmb_errmsg(c), msg, sizeof(msg)));
+        if (why != NULL) {
+            why->code = shmb_errcode(c);
+            esc(shmb_errmsg(c), why->message, sizeof(why->message));
+        } else {
+            fprintf(stderr, "shmbrokerctl: %s\n", esc(shmb_errmsg(c), msg, sizeof(msg)));
+        }
         rc = pool_refused(c, socket_path, pool) ? EXIT_ERROR_REPLY
              : shmb_errcode(c) == -ECONNREFUSED || shmb_errcode(c) == -ENOENT ||
                      shmb_errcode(c) == -EACCES || shmb_errcode(c) == -ENOTDIR ||
@@ -935,11 +1118,128 @@ static int ctl_connect(const char *socket_path, const char *pool, bool report,
     return 0;
 }
 
+/* status's first exchange with the daemon, in a thread of its own so that
+ * a daemon that accepts connections but never answers (stopped, stuck)
+ * cannot hang status: main waits for it at most ctl->timeout seconds. */
+struct ctl_probe {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+    const struct ctl *ctl;
+    shmb_t *c;                  /* connected and answering, when rc == 0 */
+    int rc;                     /* ctl_connect's exit status */
+    struct ctl_failure failure; /* why, when rc != 0 */
+};
+
+static void *probe_run(void *arg)
+{
+    struct ctl_probe *p = arg;
+    shmb_stats_t st;
+    shmb_t *c = NULL;
+    int rc = ctl_connect(p->ctl->socket_path, p->ctl->pool, true, &c, &p->failure);
+
+    /* One request after hello: the daemon answers requests, not only
+     * connections. Its error, if any, is the command's to report. */
+    if (rc == 0)
+        (void)shmb_stats(c, &st);
+    pthread_mutex_lock(&p->lock);
+    p->c = c;
+    p->rc = rc;
+    p->done = true;
+    pthread_cond_signal(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+/* Whether the daemon's segment is there for status to read. Only a segment
+ * named (--name, --shm-dir), or the default one when the socket is the
+ * default one too: a daemon on a socket of its own has a segment of its
+ * own, and another daemon's figures would mislead. */
+static bool segment_exists(const struct ctl *ctl)
+{
+    const char *env = getenv(SHMB_SOCKET_ENV);
+    char path[PATH_MAX];
+    struct stat st;
+
+    if (ctl->name == NULL && ctl->shm_dir == NULL &&
+        (ctl->socket_path != NULL || (env != NULL && env[0] != '\0')))
+        return false;
+    return segment_path(ctl, path, sizeof(path)) == 0 && stat(path, &st) == 0;
+}
+
+/* Connect for status, waiting at most the timeout for an answer; when the
+ * daemon does not answer (or refuses connections: it is gone) and its
+ * segment is there, the plain view prints the figures of the segment
+ * instead (--json and --prometheus are for programs: they get the error).
+ * 0 with *out connected, or the exit status. */
+static int status_connect(const struct ctl *ctl, shmb_t **out)
+{
+    static char e[ESC_MAX];
+    struct ctl_probe p;
+    pthread_condattr_t attr;
+    pthread_t thread;
+    struct timespec deadline;
+    unsigned long timeout = ctl->timeout != 0 ? ctl->timeout : CTL_DEFAULT_TIMEOUT_S;
+    bool plain = !ctl->json && !ctl->prometheus, done;
+    int rc = 0;
+
+    *out = NULL;
+    memset(&p, 0, sizeof(p));
+    p.ctl = ctl;
+    pthread_mutex_init(&p.lock, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&p.cond, &attr);
+    pthread_condattr_destroy(&attr);
+    if (pthread_create(&thread, NULL, probe_run, &p) != 0) {
+        probe_run(&p); /* no thread to spare: ask without a timeout */
+    } else {
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        deadline.tv_sec += (time_t)timeout;
+        pthread_mutex_lock(&p.lock);
+        while (!p.done && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&p.cond, &p.lock, &deadline);
+        done = p.done;
+        pthread_mutex_unlock(&p.lock);
+        if (!done) {
+            /* The thread stays blocked in the library; exit ends it. */
+            if (plain && segment_exists(ctl))
+                return print_segment_status(ctl, CTL_SEG_NO_ANSWER);
+            fprintf(stderr,
+                    "shmbrokerctl: shmbrokerd at %s accepted the connection but did not "
+                    "answer within %lu s (stopped or stuck?); %s\n",
+                    esc(shmb_socket_path(ctl->socket_path), e, ESC_MAX), timeout,
+                    plain
+                        ? "no segment to read instead (name it with --name and --shm-dir)"
+                        : "plain status reads its segment instead");
+            return EXIT_UNAVAILABLE;
+        }
+        pthread_join(thread, NULL);
+    }
+    pthread_cond_destroy(&p.cond);
+    pthread_mutex_destroy(&p.lock);
+    if (p.rc == 0) {
+        *out = p.c;
+        return 0;
+    }
+    /* Nothing listens there (the daemon died or stopped), but its segment
+     * stayed. */
+    if (p.rc == EXIT_UNAVAILABLE &&
+        (p.failure.code == -ECONNREFUSED || p.failure.code == -ENOENT ||
+         p.failure.code == -ECONNRESET) &&
+        plain && segment_exists(ctl))
+        return print_segment_status(ctl, CTL_SEG_NO_ANSWER);
+    fprintf(stderr, "shmbrokerctl: %s\n", p.failure.message);
+    return p.rc;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option options[] = {
         {"socket", required_argument, NULL, 's'},
         {"pool", required_argument, NULL, 'p'},
+        {"name", required_argument, NULL, 'n'},
+        {"shm-dir", required_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
         {"json", no_argument, NULL, 'j'},
         {NULL, 0, NULL, 0},
@@ -960,6 +1260,12 @@ int main(int argc, char **argv)
             ctl.pool = optarg[0] != '\0' ? optarg : NULL; /* "": the default pool */
             if (!pool_name_ok(optarg))
                 return bad_pool_name(optarg);
+            break;
+        case 'n':
+            ctl.name = optarg;
+            break;
+        case 'd':
+            ctl.shm_dir = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -993,9 +1299,15 @@ int main(int argc, char **argv)
     if (cmd->prepare != NULL && (rc = cmd->prepare(&ctl)) != 0)
         return rc;
     ctl_socket = ctl.socket_path;
-    if ((rc = ctl_connect(ctl.socket_path, ctl.pool,
-                          strcmp(cmd->name, "status") == 0 || strcmp(cmd->name, "clients") == 0,
-                          &c)) == 0) {
+    if (cmd->run == cmd_status && ctl.from_segment)
+        return print_segment_status(&ctl, CTL_SEG_ASKED);
+    if (cmd->run == cmd_status && ctl.watch == 0)
+        rc = status_connect(&ctl, &c);
+    else
+        rc = ctl_connect(ctl.socket_path, ctl.pool,
+                         strcmp(cmd->name, "clients") == 0 || cmd->run == cmd_status, &c,
+                         NULL);
+    if (rc == 0 && c != NULL) {
         rc = cmd->run(c, &ctl);
         shmb_close(c);
     }

@@ -954,15 +954,48 @@ static int cmd_read(struct command_call *call)
     return 0;
 }
 
-/* arena and commit_at: puts in one round trip (daemon/arena.c). */
+/* arena: give this connection an arena in its pool (daemon/arena.c), giving
+ * back the one it holds; "size":0 only gives it back. */
 static int cmd_arena(struct command_call *call)
 {
-    return shmb_error_set(&call->err, -ENOSYS, "arena is not served yet.");
+    struct store_extent ext;
+    json_int_t size = 0;
+    uint32_t gen = 0;
+    int rc;
+
+    if ((rc = command_unpack(call, "{s:I}", "size", &size)) < 0 ||
+        (rc = command_check_range(call, "size", size, 0, INT64_MAX)) < 0 ||
+        (rc = store_arena(call->client->pool->store, call->client->holder, call->client->id,
+                          (uint64_t)size, &ext, &gen, &call->err)) < 0)
+        return rc;
+    if (size == 0)
+        return 0;
+    if ((rc = command_set(call, "gen", json_integer(gen))) < 0)
+        return rc;
+    return command_set_extent(call, &ext);
 }
 
+/* commit_at: commit the chunk laid out at offset in this connection's
+ * arena; the reply names its payload as alloc's does. */
 static int cmd_commit_at(struct command_call *call)
 {
-    return shmb_error_set(&call->err, -ENOSYS, "commit_at is not served yet.");
+    struct store_extent ext;
+    const char *key;
+    size_t len;
+    json_int_t offset = 0, size = 0, readers = 0;
+    int rc;
+
+    if ((rc = command_unpack(call, "{s:s%, s:I, s:I, s?I}", "key", &key, &len, "offset",
+                             &offset, "size", &size, "readers", &readers)) < 0 ||
+        (rc = command_check_key(call, len)) < 0 ||
+        (rc = command_check_range(call, "offset", offset, 0, INT64_MAX)) < 0 ||
+        (rc = command_check_range(call, "size", size, 1, INT64_MAX)) < 0 ||
+        (rc = command_check_range(call, "readers", readers, 0, STORE_MAX_READERS)) < 0 ||
+        (rc = store_commit_at(call->client->pool->store, call->client->holder, key, len,
+                              (uint64_t)offset, (uint64_t)size, (uint32_t)readers, &ext,
+                              &call->err)) < 0)
+        return rc;
+    return command_set_extent(call, &ext);
 }
 
 static int cmd_batch(struct command_call *call);

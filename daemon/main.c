@@ -660,6 +660,9 @@ static int daemon_plan_pools(struct daemon *d, struct shmb_error *err)
         return rc;
     if (d->cfg.pools_declared && d->cfg.size_set)
         log_warn("--size is not used: every --pool has its own size");
+    if (d->cfg.pools_declared && d->cfg.max_objects != 0)
+        log_warn("--max-objects is not used: every --pool sizes its catalog from its own "
+                 "size (one entry per 2 KiB)");
     for (i = 0; i < d->cfg.n_pools; i++) {
         struct pool *p = pool_new(&d->cfg.pools[i], sizes[i], err);
 

@@ -619,6 +619,8 @@ void pool_beat(struct pool *p, bool stopped)
     c.objects = st.objects;
     c.pending = st.pending;
     c.pinned = st.pinned;
+    c.arenas = st.arenas;
+    c.arena_bytes = st.arena_bytes;
     c.allocs = st.allocs;
     c.commits = st.commits;
     c.gets = st.gets;

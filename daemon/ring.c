@@ -320,6 +320,31 @@ static void ring_pop_tail_freed(struct ring *r)
     ring_sync_cursor(r);
 }
 
+int ring_shrink(struct ring *r, uint64_t id, uint64_t chunk_size)
+{
+    struct ring_slot *slot = ring_find(r, id);
+    uint64_t payload;
+
+    if (slot == NULL || slot->freed)
+        return -ENOENT;
+    if (chunk_size % SHMB_ALIGN != 0 || chunk_size <= slot->header_size ||
+        chunk_size > slot->size)
+        return -EINVAL;
+    if (id != r->first_id + r->count - 1)
+        return -EBUSY;
+    r->end -= slot->size - chunk_size;
+    slot->size = chunk_size;
+    slot->payload_size = payload = chunk_size - slot->header_size;
+    /* The header says the same, so that a walk of the segment steps to the
+     * end of the chunk as it is now. */
+    ring_store_field(r, slot->phys, offsetof(struct shmb_chunk_header, chunk_size),
+                     &chunk_size, sizeof(chunk_size));
+    ring_store_field(r, slot->phys, offsetof(struct shmb_chunk_header, payload_size),
+                     &payload, sizeof(payload));
+    ring_sync_cursor(r);
+    return 0;
+}
+
 /* A chunk's bytes may be reused: so marked for the ring, and in its header
  * for a daemon that adopts the segment. */
 static void ring_mark_freed(struct ring *r, struct ring_slot *slot)
@@ -455,8 +480,8 @@ static int ring_read_header(const struct ring *r, uint64_t phys, uint64_t min_id
                          "Corrupt ring: gap at data offset %llu does not run to "
                          "the end of the ring.",
                          (unsigned long long)phys);
-    if (h->state < SHMB_CHUNK_PENDING || h->state > SHMB_CHUNK_FREE ||
-        h->key_len > SHMB_KEY_MAX || h->header_size != ring_header_size(h->key_len) ||
+    if (h->state < SHMB_CHUNK_PENDING || h->state > SHMB_CHUNK_ARENA ||
+        (h->state == SHMB_CHUNK_ARENA && h->key_len != 0) || h->key_len > SHMB_KEY_MAX || h->header_size != ring_header_size(h->key_len) ||
         h->chunk_size != ring_chunk_size(h->key_len, h->payload_size) ||
         h->payload_size == 0 || h->id < min_id)
         return shmb_error_set(
@@ -473,6 +498,28 @@ static int ring_read_header(const struct ring *r, uint64_t phys, uint64_t min_id
                               "data offset %llu could not be read (SIGBUS).",
                               (unsigned long long)phys);
     key[h->key_len] = '\0';
+    return 0;
+}
+
+int ring_read_inner(const struct ring *r, uint64_t phys, uint64_t limit,
+                    struct shmb_chunk_header *h, char key[SHMB_KEY_MAX + 1],
+                    struct shmb_error *err)
+{
+    int rc;
+
+    if (limit > r->size || phys >= limit)
+        return shmb_error_set(err, -EBADMSG,
+                              "Corrupt arena: chunk at data offset %llu lies outside the "
+                              "arena (which ends at %llu).",
+                              (unsigned long long)phys, (unsigned long long)limit);
+    if ((rc = ring_read_header(r, phys, 0, h, key, err)) < 0)
+        return rc;
+    if (h->chunk_size > limit - phys)
+        return shmb_error_set(err, -EBADMSG,
+                              "Corrupt arena: chunk at data offset %llu claims %llu bytes, "
+                              "%llu are left in its arena.",
+                              (unsigned long long)phys, (unsigned long long)h->chunk_size,
+                              (unsigned long long)(limit - phys));
     return 0;
 }
 
@@ -736,9 +783,16 @@ static int ring_adopt_visit(const struct shmb_chunk_header *h, const char *key,
     owner = a->fn(h, key, r->data_offset + phys + h->header_size, a->arg);
     (void)ring_adopt_slot(r, phys, h->chunk_size, owner, h->header_size,
                           h->payload_size); /* room made above */
-    if (owner == NULL)
+    if (owner == NULL) {
         ring_store_field(r, phys, offsetof(struct shmb_chunk_header, state),
                          &(uint16_t){SHMB_CHUNK_FREE}, sizeof(uint16_t));
+        /* Its bytes will be reused: a reader that copied it under a
+         * generation from before the restart must not find that generation
+         * again (the store seals only what it keeps). */
+        (void)segment_atomic_store64((uint64_t *)(r->data + phys +
+                                                  offsetof(struct shmb_chunk_header, seal)),
+                                     0);
+    }
     a->last_end = w->pos + h->chunk_size;
     return 0;
 }

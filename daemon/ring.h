@@ -91,6 +91,14 @@ int ring_set_state(struct ring *r, uint64_t id, enum shmb_chunk_state state);
 /* Record the owner's 32-bit tag in a chunk's header, for a later adoption. */
 int ring_set_tag(struct ring *r, uint64_t id, uint32_t tag);
 
+/* Give back the unused tail of chunk id (an arena given back): it keeps its
+ * first chunk_size bytes (a multiple of SHMB_ALIGN, more than its header),
+ * and the ring's end retreats by the rest, so the space is free at once, as
+ * for an abort. Only the newest chunk can shrink: -EBUSY for any other (its
+ * tail then stays inside it until it is reclaimed), -ENOENT when id is not
+ * live, -EINVAL for a size it cannot take. */
+int ring_shrink(struct ring *r, uint64_t id, uint64_t chunk_size);
+
 /* The owner frees chunk id (any order). Its bytes come back once every older
  * chunk is free too: start advances over the freed chunks at the head.
  * -ENOENT when id is not live, -EALREADY when it was already freed. */
@@ -140,6 +148,16 @@ typedef void *(*ring_adopt_fn)(const struct shmb_chunk_header *hdr, const char *
  * the ring is consistent and usable either way. */
 int ring_adopt(struct ring *r, uint64_t start, uint64_t end, uint64_t next_id,
                ring_adopt_fn fn, void *arg, struct shmb_error *err);
+
+/* Read and check one chunk header laid out inside another chunk (an arena's
+ * payload holds them): at data-area offset phys, ending at or before limit.
+ * The checks of a ring chunk (magic, state, sizes, key), into private
+ * copies h and key (NUL-terminated); 0, -EBADMSG saying what is wrong, or
+ * -EIO when the file was shrunk under the read. The caller checks the state
+ * and the id. */
+int ring_read_inner(const struct ring *r, uint64_t phys, uint64_t limit,
+                    struct shmb_chunk_header *h, char key[SHMB_KEY_MAX + 1],
+                    struct shmb_error *err);
 
 /* Walk the chunk headers in the data area from start to end, validating each
  * one (magic, state, sizes, bounds, increasing ids). -EBADMSG with a message

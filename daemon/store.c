@@ -18,6 +18,7 @@
 
 #include "../proto/alloc.h"
 #include "../proto/text.h"
+#include "arena.h"
 #include "catalog.h"
 #include "clock.h"
 #include "index.h"
@@ -58,6 +59,13 @@ struct object {
     uint8_t state; /* enum store_state */
     uint8_t key_len;
     bool lease_told; /* lease_expired was called for it */
+    /* Arenas: an arena's own chunk is an object too, without key (not in
+     * the index) and with its record in rec; an object committed into an
+     * arena has no ring chunk of its own (ring_id is the arena's) and arena
+     * points to the arena's object. */
+    struct object *arena;           /* the arena holding it, or NULL */
+    struct arena *rec;              /* an arena's own chunk: its record; else NULL */
+    TAILQ_ENTRY(object) arena_link; /* rec->objects of its arena */
     char key[];      /* key_len bytes, then a NUL */
 };
 
@@ -73,6 +81,7 @@ struct store_holder {
     uint64_t pin_total, pending_count, bytes_pinned;
     char *expired[STORE_EXPIRED_REMEMBERED]; /* NUL-terminated copies */
     unsigned expired_next;
+    struct object *arena; /* the arena it holds (its object), or NULL */
 };
 
 struct store {
@@ -96,7 +105,9 @@ struct store {
      * fails. */
     struct object **watched;
     size_t watched_len, watched_cap;
-    uint64_t live_objects;   /* struct objects alive (each has a ring chunk) */
+    uint64_t live_objects;   /* struct objects alive (arenas' included) */
+    uint64_t arenas_held;    /* arenas a holder holds */
+    uint64_t arena_bytes;    /* the bytes not yet committed into them */
     uint64_t blocker_checks; /* objects store_blocker looked at, for tests */
 };
 
@@ -187,6 +198,15 @@ struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
 /* Free an object's memory; its ring chunk and index entry are gone already. */
 static void object_free(struct object *obj)
 {
+    if (obj != NULL && obj->rec != NULL) {
+        struct object *in, *next;
+
+        for (in = TAILQ_FIRST(&obj->rec->objects); in != NULL; in = next) {
+            next = TAILQ_NEXT(in, arena_link);
+            shmb_free(in);
+        }
+        shmb_free(obj->rec);
+    }
     shmb_free(obj);
 }
 
@@ -363,11 +383,14 @@ static void store_gen_after(struct store *s, uint32_t floor)
         s->gen_next = floor + 1 != 0 ? floor + 1 : 1;
 }
 
+static void store_chunk_field(struct store *s, const struct object *obj, size_t field,
+                              const void *value, size_t len);
+
 /* Take the reads counted in place in obj's seal: compare-and-swap
  * {gen, c} -> {gen, 0}, and c fewer awaited reads (never below 0: a count
- * can only lower them, as gets by others could). Does not touch the ring
- * (it runs inside the ring's reclaim); the chunk's tag follows at the next
- * change of the awaited reads. */
+ * can only lower them, as gets by others could); the chunk's tag then says
+ * the awaited reads left, for a restart. Does not call the ring (it runs
+ * inside the ring's reclaim): the tag is written straight into the header. */
 static void store_fold(struct store *s, struct object *obj)
 {
     uint64_t seal, *at;
@@ -388,6 +411,8 @@ static void store_fold(struct store *s, struct object *obj)
                                                            : obj->awaited_reads;
         obj->awaited_reads -= take;
         s->fast_reads += take;
+        store_chunk_field(s, obj, offsetof(struct shmb_chunk_header, tag), &obj->awaited_reads,
+                          sizeof(obj->awaited_reads));
         if (take > 0 && obj->awaited_reads == 0)
             s->room_gen++;
         return;
@@ -430,6 +455,8 @@ static void store_unpublish(struct store *s, struct object *obj)
                                                           : obj->awaited_reads;
         obj->awaited_reads -= take;
         s->fast_reads += take;
+        store_chunk_field(s, obj, offsetof(struct shmb_chunk_header, tag), &obj->awaited_reads,
+                          sizeof(obj->awaited_reads));
     }
     obj->published = obj->listed = false;
     obj->gen = 0;
@@ -447,12 +474,57 @@ static void store_mark_awaited(struct store *s, struct object *obj)
     store_publish(s, obj);
 }
 
+static void store_arena_left(struct store *s, struct object *obj);
+static void store_arena_give_back(struct store *s, struct object *box, bool told);
+static void store_expire_arenas(struct store *s, uint64_t now, uint64_t max_age_ms);
+static uint64_t store_arena_wake_ms(const struct store *s);
+/* How often waiting allocations look again while a held arena is in their
+ * way: a client's write into its arena takes microseconds. */
+#define STORE_ARENA_RECHECK_MS 10
+static bool store_may_evict_arena(struct store *s, struct object *box, uint64_t now);
+
 /* Give an object's chunk back to the ring and free it. */
 static void store_drop(struct store *s, struct object *obj)
 {
     s->room_gen++;
+    if (obj->arena != NULL) {
+        store_arena_left(s, obj);
+        return;
+    }
     ring_free(&s->ring, obj->ring_id);
     store_forget(s, obj);
+}
+
+/* Write one field of obj's chunk header: its own chunk's in the ring, or
+ * its chunk inside an arena (the ring knows only the arena's). */
+static void store_chunk_field(struct store *s, const struct object *obj, size_t field,
+                              const void *value, size_t len)
+{
+    segment_store(s->ring.data + (obj->chunk_offset - s->ring.data_offset) + field, value,
+                  len);
+}
+
+/* Record obj's awaited reads in its chunk header, for a later adoption. */
+static void store_save_reads(struct store *s, const struct object *obj)
+{
+    if (obj->arena == NULL) {
+        ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
+        return;
+    }
+    store_chunk_field(s, obj, offsetof(struct shmb_chunk_header, tag), &obj->awaited_reads,
+                      sizeof(obj->awaited_reads));
+}
+
+/* Record obj's state in its chunk header. */
+static void store_save_state(struct store *s, const struct object *obj,
+                             enum shmb_chunk_state state)
+{
+    if (obj->arena == NULL) {
+        ring_set_state(&s->ring, obj->ring_id, state);
+        return;
+    }
+    store_chunk_field(s, obj, offsetof(struct shmb_chunk_header, state),
+                      &(uint16_t){(uint16_t)state}, sizeof(uint16_t));
 }
 
 /* True when obj's awaited reads still hold it: there are some, and its read
@@ -483,6 +555,8 @@ static bool store_may_evict(void *owner, uint64_t id, void *arg)
     struct object *obj = owner;
 
     (void)id;
+    if (obj != NULL && obj->rec != NULL)
+        return store_may_evict_arena(s, obj, clock_now_ms());
     if (obj == NULL || obj->state != STORE_COMMITTED || obj->pin_count != 0 ||
         store_awaited(s, obj, clock_now_ms()))
         return false;
@@ -497,6 +571,8 @@ static bool store_may_evict(void *owner, uint64_t id, void *arg)
 /* True when obj stops reclaim: the ring cannot pass it. */
 static bool object_blocks(const struct store *s, struct object *obj, uint64_t now)
 {
+    if (obj->rec != NULL) /* an arena blocks while a client holds it */
+        return obj->rec->holder != NULL;
     return obj->state != STORE_COMMITTED || obj->pin_count != 0 ||
            store_awaited(s, obj, now);
 }
@@ -531,6 +607,25 @@ static int store_enospc(struct store *s, const char *key, size_t key_len, uint64
     const char *kmore = (size_t)kq < key_len ? "..." : "", *bmore;
 
     s->enospc++;
+    if (blocker != NULL && blocker->rec != NULL) {
+        struct object *in;
+
+        if (blocker->rec->holder != NULL)
+            return shmb_error_set(
+                err, -ENOSPC,
+                "No space for '%.*s%s' (%llu bytes): %llu of %llu bytes free; the "
+                "oldest chunk is the arena of client %llu, which is writing into it "
+                "and blocks reclaim (it is taken back once idle, or after "
+                "--alloc-timeout). Start shmbrokerd with a larger %s.",
+                kq, key, kmore, (unsigned long long)size, free_bytes,
+                (unsigned long long)s->ring.size, (unsigned long long)blocker->rec->client,
+                size_setting);
+        /* Name the arena's first object that may not go. */
+        TAILQ_FOREACH(in, &blocker->rec->objects, arena_link)
+            if (object_blocks(s, in, clock_now_ms()))
+                break;
+        blocker = in;
+    }
     if (blocker == NULL)
         return shmb_error_set(
             err, -ENOSPC,
@@ -587,6 +682,9 @@ static void store_remember_expired(struct store_holder *h, const char *key,
     h->expired[slot] = shmb_strndup(key, key_len);
 }
 
+/* The state of an object made by commit_at until store_commit_object commits it. */
+#define STORE_UNPUBLISHED ((enum store_state)0)
+
 /* What a new object is made of. */
 struct object_spec {
     const char *key;
@@ -596,6 +694,7 @@ struct object_spec {
     enum store_state state;         /* PENDING (alloc) or COMMITTED (adoption) */
     struct store_holder *owner;     /* the writer of a pending object */
     const struct ring_chunk *found; /* an adoption's chunk; NULL: allocate one */
+    struct object *arena;           /* the arena holding found, or NULL */
 };
 
 /* A new chunk for obj in the ring, as vLLM's put: when there is no room, free
@@ -608,7 +707,9 @@ static int store_place(struct store *s, struct object *obj, uint64_t size,
     if (rc == -ENOSPC) {
         ring_reclaim(&s->ring, ring_chunk_size(obj->key_len, size), store_may_evict, s);
         rc = ring_alloc(&s->ring, size, obj->key, obj->key_len, obj, chunk, err);
-        if (rc == -ENOSPC)
+        if (rc == -ENOSPC && obj->rec != NULL)
+            store_enospc(s, "(an arena)", 10, size, err);
+        else if (rc == -ENOSPC)
             store_enospc(s, obj->key, obj->key_len, size, err);
     }
     return rc;
@@ -656,19 +757,22 @@ static int store_object_new(struct store *s, const struct object_spec *spec,
         spec->owner->pending_count++;
         TAILQ_INSERT_TAIL(&s->age, obj, age_link);
         s->pending++;
-    } else {
+    } else if (spec->state == STORE_COMMITTED) {
         s->committed++;
+    }
+    if (spec->arena != NULL) {
+        obj->arena = spec->arena;
+        TAILQ_INSERT_TAIL(&spec->arena->rec->objects, obj, arena_link);
     }
     *out = obj;
     return 0;
 }
 
-int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t key_len,
-                uint64_t size, uint32_t readers, struct store_extent *out,
-                struct shmb_error *err)
+/* The checks of a new object, alloc's and commit_at's: key length, size,
+ * readers, and no object with that key. 0, -EINVAL, -E2BIG or -EEXIST. */
+static int store_check_new(const struct store *s, const char *key, size_t key_len,
+                           uint64_t size, uint32_t readers, struct shmb_error *err)
 {
-    struct object_spec spec;
-    struct object *obj;
     int rc;
 
     if ((rc = shmb_key_len_check(key_len, err)) < 0)
@@ -687,6 +791,19 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t
                               "Key '%.*s' already exists in the storage. Choose another "
                               "key, or delete it first.",
                               (int)key_len, key);
+    return 0;
+}
+
+int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t key_len,
+                uint64_t size, uint32_t readers, struct store_extent *out,
+                struct shmb_error *err)
+{
+    struct object_spec spec;
+    struct object *obj;
+    int rc;
+
+    if ((rc = store_check_new(s, key, key_len, size, readers, err)) < 0)
+        return rc;
     spec.key = key;
     spec.key_len = key_len;
     spec.size = size;
@@ -694,6 +811,7 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t
     spec.state = STORE_PENDING;
     spec.owner = h;
     spec.found = NULL;
+    spec.arena = NULL;
     if ((rc = store_object_new(s, &spec, &obj, err)) < 0)
         return rc;
     shmb_error_clear(err); /* a retry that succeeded leaves no stale message */
@@ -705,6 +823,21 @@ int store_alloc(struct store *s, struct store_holder *h, const char *key, size_t
         out->size = size;
     }
     return 0;
+}
+
+/* The one way an object becomes committed, from an alloc (store_commit) or
+ * inside an arena (store_commit_at): visible to every holder from here on,
+ * counted, its chunk marked committed for a later adoption, then sealed and
+ * listed for readers of the mapping (store_publish). */
+static void store_commit_object(struct store *s, struct object *obj)
+{
+    s->room_gen++; /* a pending blocker may now be reclaimable */
+    obj->state = STORE_COMMITTED;
+    obj->created_ms = clock_now_ms();
+    store_save_state(s, obj, SHMB_CHUNK_COMMITTED);
+    s->committed++;
+    s->commits++;
+    store_publish(s, obj);
 }
 
 /* h's pending allocation of key, or NULL with -ENOENT's (or -ETIMEDOUT's)
@@ -757,13 +890,7 @@ int store_commit(struct store *s, struct store_holder *h, const char *key, size_
     if (obj == NULL)
         return err != NULL ? err->code : -ENOENT;
     store_unlink_pending(s, obj);
-    s->room_gen++; /* a pending blocker may now be reclaimable */
-    obj->state = STORE_COMMITTED;
-    obj->created_ms = clock_now_ms();
-    ring_set_state(&s->ring, obj->ring_id, SHMB_CHUNK_COMMITTED);
-    s->committed++;
-    s->commits++;
-    store_publish(s, obj);
+    store_commit_object(s, obj);
     return 0;
 }
 
@@ -790,6 +917,7 @@ size_t store_expire_pending(struct store *s, uint64_t max_age_ms)
         s->expired_allocs++;
         n++;
     }
+    store_expire_arenas(s, now, max_age_ms);
     return n;
 }
 
@@ -848,7 +976,7 @@ int store_get(struct store *s, struct store_holder *h, const char *key, size_t k
         if (obj->awaited_reads == 1)
             s->room_gen++;
         obj->awaited_reads--;
-        ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
+        store_save_reads(s, obj);
     }
     s->gets++;
     if (out != NULL) {
@@ -922,7 +1050,7 @@ int store_touch(struct store *s, const char *key, size_t key_len, uint32_t reade
                               readers, (unsigned long long)obj->awaited_reads + readers,
                               STORE_MAX_READERS);
     obj->awaited_reads += readers;
-    ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
+    store_save_reads(s, obj);
     if (readers > 0)
         store_watch(s, obj); /* awaited reads may block reclaim */
     store_mark_awaited(s, obj);
@@ -939,7 +1067,7 @@ int store_forgo_read(struct store *s, const char *key, size_t key_len)
         return -ENOENT;
     if (--obj->awaited_reads == 0)
         s->room_gen++;
-    ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
+    store_save_reads(s, obj);
     return 0;
 }
 
@@ -952,7 +1080,7 @@ int store_expect_read(struct store *s, const char *key, size_t key_len)
     if (obj == NULL || obj->awaited_reads >= STORE_MAX_READERS)
         return -ENOENT;
     obj->awaited_reads++;
-    ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
+    store_save_reads(s, obj);
     store_watch(s, obj); /* awaited reads may block reclaim */
     store_mark_awaited(s, obj);
     return 0;
@@ -970,7 +1098,7 @@ int store_read_done(struct store *s, const char *key, size_t key_len, uint32_t g
     if (--obj->awaited_reads == 0)
         s->room_gen++;
     s->fast_reads++;
-    ring_set_tag(&s->ring, obj->ring_id, obj->awaited_reads);
+    store_save_reads(s, obj);
     return 0;
 }
 
@@ -1005,7 +1133,7 @@ int store_delete(struct store *s, const char *key, size_t key_len, struct shmb_e
     s->deleted_pinned++;
     /* Mark the chunk free in the segment: a restarted daemon must not bring a
      * deleted object back, even though readers still hold its bytes. */
-    ring_set_state(&s->ring, obj->ring_id, SHMB_CHUNK_FREE);
+    store_save_state(s, obj, SHMB_CHUNK_FREE);
     return 0;
 }
 
@@ -1029,6 +1157,8 @@ void store_holder_free(struct store *s, struct store_holder *h)
     }
     while (!TAILQ_EMPTY(&h->pending))
         store_drop_pending(s, TAILQ_FIRST(&h->pending));
+    if (h->arena != NULL)
+        store_arena_give_back(s, h->arena, true);
     for (unsigned i = 0; i < STORE_EXPIRED_REMEMBERED; i++)
         shmb_free(h->expired[i]);
     TAILQ_REMOVE(&s->holders, h, link);
@@ -1061,6 +1191,8 @@ void store_counts(const struct store *s, struct store_stats *out)
     out->expired_allocs = s->expired_allocs;
     out->lease_expiries = s->lease_expiries;
     out->fast_reads = s->fast_reads;
+    out->arenas = s->arenas_held;
+    out->arena_bytes = s->arena_bytes;
 }
 
 void store_stats(struct store *s, struct store_stats *out)
@@ -1069,7 +1201,13 @@ void store_stats(struct store *s, struct store_stats *out)
 
     store_counts(s, out);
     obj = store_blocker(s, clock_now_ms());
-    if (obj != NULL) {
+    if (obj != NULL && obj->rec != NULL) {
+        /* A held arena: no key to name, its holder instead. */
+        out->has_blocker = true;
+        snprintf(out->blocker_key, sizeof(out->blocker_key), "(arena of client %llu)",
+                 (unsigned long long)obj->rec->client);
+        out->blocker_state = STORE_PENDING;
+    } else if (obj != NULL) {
         out->has_blocker = true;
         memcpy(out->blocker_key, obj->key, obj->key_len);
         out->blocker_key[obj->key_len] = '\0';
@@ -1088,6 +1226,33 @@ uint64_t store_blocker_checks(const struct store *s)
     return s->blocker_checks;
 }
 
+/* store_list's step: report obj when its key has the prefix. 1 when fn
+ * said stop, 0 otherwise; *reported counts. */
+static int store_list_one(struct store *s, struct object *obj, const char *prefix,
+                          size_t prefix_len, uint64_t now, store_list_fn fn, void *arg,
+                          size_t *reported)
+{
+    struct store_entry e;
+
+    if (obj->key_len < prefix_len ||
+        (prefix_len > 0 && memcmp(obj->key, prefix, prefix_len) != 0))
+        return 0;
+    /* The awaited reads as they are: with those counted in place. */
+    store_fold(s, obj);
+    e.key = obj->key;
+    e.key_len = obj->key_len;
+    e.offset = obj->offset;
+    e.size = obj->size;
+    e.pins = obj->pin_count;
+    e.awaited_reads = obj->awaited_reads;
+    e.state = (enum store_state)obj->state;
+    e.age_ms = now - obj->created_ms;
+    e.chunk_offset = obj->chunk_offset;
+    e.gen = obj->gen;
+    (*reported)++;
+    return fn(&e, arg) != 0;
+}
+
 size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
                   size_t limit, store_list_fn fn, void *arg)
 {
@@ -1095,27 +1260,22 @@ size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
     size_t i, reported = 0;
 
     for (i = 0; i < ring_count(&s->ring) && reported < limit; i++) {
-        struct object *obj = ring_at(&s->ring, i, NULL);
-        struct store_entry e;
+        struct object *obj = ring_at(&s->ring, i, NULL), *in;
 
-        if (obj == NULL || obj->key_len < prefix_len ||
-            (prefix_len > 0 && memcmp(obj->key, prefix, prefix_len) != 0))
+        if (obj == NULL)
             continue;
-        /* The awaited reads as they are: with those counted in place. */
-        store_fold((struct store *)s, obj);
-        e.key = obj->key;
-        e.key_len = obj->key_len;
-        e.offset = obj->offset;
-        e.size = obj->size;
-        e.pins = obj->pin_count;
-        e.awaited_reads = obj->awaited_reads;
-        e.state = (enum store_state)obj->state;
-        e.age_ms = now - obj->created_ms;
-        e.chunk_offset = obj->chunk_offset;
-        e.gen = obj->gen;
-        reported++;
-        if (fn(&e, arg) != 0)
-            break;
+        if (obj->rec == NULL) {
+            if (store_list_one((struct store *)s, obj, prefix, prefix_len, now, fn, arg,
+                               &reported))
+                break;
+            continue;
+        }
+        /* An arena: its objects, in the order they were committed. */
+        for (in = TAILQ_FIRST(&obj->rec->objects); in != NULL && reported < limit;
+             in = TAILQ_NEXT(in, arena_link))
+            if (store_list_one((struct store *)s, in, prefix, prefix_len, now, fn, arg,
+                               &reported))
+                return reported;
     }
     return reported;
 }
@@ -1135,10 +1295,13 @@ void store_set_read_lease(struct store *s, uint64_t read_lease_ms)
     /* A longer lease (or none) can make an awaited object block again:
      * watch every live object once more. */
     for (i = 0; i < ring_count(&s->ring); i++) {
-        struct object *obj = ring_at(&s->ring, i, NULL);
+        struct object *obj = ring_at(&s->ring, i, NULL), *in;
 
         if (obj != NULL)
             store_watch(s, obj);
+        if (obj != NULL && obj->rec != NULL)
+            TAILQ_FOREACH(in, &obj->rec->objects, arena_link)
+                store_watch(s, in);
     }
 }
 
@@ -1147,6 +1310,8 @@ uint64_t store_lease_wake_ms(struct store *s)
     uint64_t now = clock_now_ms(), wake = UINT64_MAX;
     struct object *obj;
 
+    if (s->arenas_held > 0 && store_arena_wake_ms(s) != UINT64_MAX)
+        return store_arena_wake_ms(s);
     /* Only a committed, unpinned blocker waits for its awaited reads: its
      * lease lets it go, and reads done in place tell the daemon nothing
      * (they count in its seal), so while it is listed as awaited it is
@@ -1154,7 +1319,8 @@ uint64_t store_lease_wake_ms(struct store *s)
     if (s->cfg.read_lease_ms == 0 && s->cfg.catalog == NULL)
         return UINT64_MAX;
     obj = store_blocker(s, now);
-    if (obj == NULL || obj->state != STORE_COMMITTED || obj->pin_count != 0)
+    if (obj == NULL || obj->rec != NULL || obj->state != STORE_COMMITTED ||
+        obj->pin_count != 0)
         return UINT64_MAX;
     if (s->cfg.read_lease_ms != 0)
         wake = obj->created_ms + s->cfg.read_lease_ms;
@@ -1180,12 +1346,403 @@ const struct ring *store_ring(const struct store *s)
     return &s->ring;
 }
 
+/* Arenas (daemon/arena.c has the record and the lock). An arena is one ring
+ * chunk, owned by an object without key (box) whose rec is the record; the
+ * objects committed into it hang off rec->objects, oldest first. */
+
+/* A new arena object, counted among the live ones (room in the watched
+ * heap reserved); NULL when memory ran out. Not linked anywhere yet: on
+ * failure it goes with store_forget. */
+static struct object *store_box_new(struct store *s)
+{
+    struct object *box = NULL;
+
+    if (store_watch_reserve(s) < 0 || (box = shmb_calloc(1, sizeof(*box) + 1)) == NULL)
+        return NULL;
+    if ((box->rec = shmb_calloc(1, sizeof(*box->rec))) == NULL) {
+        shmb_free(box);
+        return NULL;
+    }
+    TAILQ_INIT(&box->rec->objects);
+    box->state = STORE_COMMITTED;
+    box->created_ms = clock_now_ms();
+    s->live_objects++;
+    return box;
+}
+
+/* Set up box's record over its chunk (id, payload of size bytes at
+ * payload_offset), held by h (NULL: nobody). */
+static void store_box_place(struct store *s, struct object *box, struct store_holder *h,
+                            uint64_t client, uint64_t id, uint64_t payload_offset,
+                            uint64_t size, uint32_t gen)
+{
+    uint64_t chunk = payload_offset - SHMB_CHUNK_HEADER_SIZE(0);
+    uint64_t *seal = (uint64_t *)(s->ring.data + (chunk - s->ring.data_offset) +
+                                  offsetof(struct shmb_chunk_header, seal));
+
+    box->ring_id = id;
+    box->offset = payload_offset;
+    box->chunk_offset = chunk;
+    box->size = size;
+    arena_init(box->rec, h, client, id, chunk, payload_offset, payload_offset + size, seal,
+               gen, clock_now_ms());
+}
+
+/* The holder of box lets go of it (given back, revoked, expired, gone). */
+static void store_arena_detach(struct store *s, struct object *box)
+{
+    struct arena *a = box->rec;
+    struct store_holder *h = a->holder;
+
+    if (h == NULL)
+        return;
+    h->arena = NULL;
+    a->holder = NULL;
+    s->arenas_held--;
+    s->arena_bytes -= a->end - a->cursor;
+    s->room_gen++; /* an arena that blocked reclaim may go now */
+}
+
+/* The unused tail of an arena nobody holds goes back to the ring at once
+ * when the arena is the newest chunk (else it waits inside the arena for
+ * its reclaim). An arena without objects is freed as an abort when its
+ * client knows it is gone (told); one taken back behind its client's back
+ * keeps its header, the lock that tells the client, until it is reclaimed. */
+static void store_arena_trim(struct store *s, struct object *box, bool told)
+{
+    struct arena *a = box->rec;
+    uint64_t keep = a->cursor - a->chunk;
+
+    if (TAILQ_EMPTY(&a->objects)) {
+        if (told) {
+            ring_free(&s->ring, box->ring_id);
+            store_forget(s, box);
+            return;
+        }
+        if (keep < SHMB_CHUNK_HEADER_SIZE(0) + SHMB_ALIGN)
+            keep = SHMB_CHUNK_HEADER_SIZE(0) + SHMB_ALIGN;
+    }
+    if (a->chunk + keep < a->end && ring_shrink(&s->ring, box->ring_id, keep) == 0) {
+        a->end = a->chunk + keep;
+        box->size = keep - SHMB_CHUNK_HEADER_SIZE(0);
+    }
+}
+
+/* Give box back: its lock REVOKED, its holder let go, its tail trimmed. */
+static void store_arena_give_back(struct store *s, struct object *box, bool told)
+{
+    arena_close(box->rec);
+    box->rec->revoked = !told;
+    store_arena_detach(s, box);
+    store_arena_trim(s, box, told);
+}
+
+/* obj, inside an arena, goes (deleted, or its last pin on a deleted one):
+ * an arena left without objects that nobody holds goes too. */
+static void store_arena_left(struct store *s, struct object *obj)
+{
+    struct object *box = obj->arena;
+    struct arena *a = box->rec;
+
+    TAILQ_REMOVE(&a->objects, obj, arena_link);
+    /* A restarted daemon must not bring it back. */
+    store_save_state(s, obj, SHMB_CHUNK_FREE);
+    store_forget(s, obj);
+    if (a->holder == NULL && !a->revoked && TAILQ_EMPTY(&a->objects)) {
+        ring_free(&s->ring, box->ring_id);
+        store_forget(s, box);
+    }
+}
+
+/* store_may_evict for an arena, the oldest chunk: a held one is taken back
+ * when its client is not writing into it (or has been for longer than
+ * --alloc-timeout); then it goes when every object in it may go, and they
+ * are all evicted, oldest first. No ring call here (ring_reclaim's rule). */
+static bool store_may_evict_arena(struct store *s, struct object *box, uint64_t now)
+{
+    struct arena *a = box->rec;
+    struct object *in;
+
+    if (a->holder != NULL) {
+        if (arena_revoke(a, now, s->expire_after_ms) < 0)
+            return false;
+        a->revoked = true;
+        store_arena_detach(s, box);
+    }
+    TAILQ_FOREACH(in, &a->objects, arena_link)
+        if (object_blocks(s, in, now))
+            return false;
+    while ((in = TAILQ_FIRST(&a->objects)) != NULL) {
+        TAILQ_REMOVE(&a->objects, in, arena_link);
+        store_unpublish(s, in);
+        index_remove(&s->index, &in->node);
+        s->committed--;
+        s->evictions++;
+        store_forget(s, in);
+    }
+    store_forget(s, box);
+    return true;
+}
+
+/* When waiting allocations should look again because a held arena is the
+ * oldest chunk: it goes once its client is not writing into it, and nothing
+ * tells the daemon when. UINT64_MAX when no arena is in the way. */
+static uint64_t store_arena_wake_ms(const struct store *s)
+{
+    const struct object *oldest = ring_oldest(&s->ring, NULL);
+
+    if (oldest != NULL && oldest->rec != NULL && oldest->rec->holder != NULL)
+        return clock_now_ms() + STORE_ARENA_RECHECK_MS;
+    return UINT64_MAX;
+}
+
+/* Give back the held arenas unused for max_age_ms (--alloc-timeout), or
+ * busy for that long since first seen busy. */
+static void store_expire_arenas(struct store *s, uint64_t now, uint64_t max_age_ms)
+{
+    struct store_holder *h;
+
+    if (s->arenas_held == 0 || max_age_ms == 0)
+        return;
+    TAILQ_FOREACH(h, &s->holders, link) {
+        struct object *box = h->arena;
+
+        if (box == NULL || now < arena_due_ms(box->rec, max_age_ms))
+            continue;
+        if (arena_revoke(box->rec, now, max_age_ms) == 0)
+            store_arena_give_back(s, box, false);
+    }
+}
+
+int store_arena(struct store *s, struct store_holder *h, uint64_t client, uint64_t size,
+                struct store_extent *out, uint32_t *gen, struct shmb_error *err)
+{
+    struct ring_chunk chunk;
+    struct object *box;
+    uint64_t granted;
+    int rc;
+
+    if (h->arena != NULL)
+        store_arena_give_back(s, h->arena, true);
+    out->offset = out->size = 0;
+    *gen = 0;
+    if (size == 0)
+        return 0;
+    if ((rc = arena_grant_size(size, s->cfg.max_object_size, s->ring.size, &granted, err)) <
+        0)
+        return rc;
+    if ((box = store_box_new(s)) == NULL)
+        return shmb_error_set(err, -ENOMEM, "Out of memory for an arena.");
+    if ((rc = store_place(s, box, granted, &chunk, err)) < 0) {
+        store_forget(s, box);
+        return rc;
+    }
+    shmb_error_clear(err); /* a retry that succeeded leaves no stale message */
+    ring_set_state(&s->ring, chunk.id, SHMB_CHUNK_ARENA);
+    store_box_place(s, box, h, client, chunk.id, chunk.payload_offset, granted,
+                    store_next_gen(s));
+    if ((rc = arena_open(box->rec)) < 0) {
+        ring_free(&s->ring, chunk.id);
+        store_forget(s, box);
+        if (segment_guard_check(s->ring.data, err) < 0)
+            return err->code;
+        return shmb_error_set(err, -EIO,
+                              "The page of the arena's header is gone from the segment "
+                              "file (a client shrank it or punched a hole in it); restart "
+                              "the daemon once that client is fixed.");
+    }
+    store_watch(s, box); /* a held arena blocks reclaim */
+    h->arena = box;
+    s->arenas_held++;
+    s->arena_bytes += granted;
+    out->offset = chunk.payload_offset;
+    out->size = granted;
+    *gen = box->rec->gen;
+    return 0;
+}
+
+int store_commit_at(struct store *s, struct store_holder *h, const char *key, size_t key_len,
+                    uint64_t offset, uint64_t size, uint32_t readers,
+                    struct store_extent *out, struct shmb_error *err)
+{
+    struct object *box = h->arena, *obj;
+    struct arena *a = box != NULL ? box->rec : NULL;
+    struct shmb_chunk_header hdr;
+    struct ring_chunk found;
+    struct object_spec spec;
+    uint64_t chunk;
+    unsigned char *at;
+    int rc;
+
+    chunk = SHMB_CHUNK_SIZE(key_len, size);
+    if ((rc = store_check_new(s, key, key_len, size, readers, err)) < 0 ||
+        (rc = arena_check_commit(a, offset, chunk, err)) < 0)
+        return rc;
+    /* The header from private values only: whatever the client wrote there
+     * is overwritten. */
+    memset(&hdr, 0, sizeof(hdr));
+    hdr.magic = SHMB_CHUNK_MAGIC;
+    hdr.state = SHMB_CHUNK_COMMITTED;
+    hdr.key_len = (uint16_t)key_len;
+    hdr.header_size = (uint32_t)SHMB_CHUNK_HEADER_SIZE(key_len);
+    hdr.tag = readers;
+    hdr.id = a->ring_id;
+    hdr.chunk_size = chunk;
+    hdr.payload_size = size;
+    at = s->ring.data + (offset - s->ring.data_offset);
+    if (segment_store(at, &hdr, sizeof(hdr)) < 0 ||
+        segment_store(at + sizeof(hdr), key, key_len) < 0) {
+        if ((rc = segment_guard_check(s->ring.data, err)) < 0)
+            return rc;
+        return shmb_error_set(err, -EIO, "The segment could not be written at %llu.",
+                              (unsigned long long)offset);
+    }
+    memset(&found, 0, sizeof(found));
+    found.id = a->ring_id;
+    found.payload_offset = offset + hdr.header_size;
+    found.payload_size = size;
+    memset(&spec, 0, sizeof(spec));
+    spec.key = key;
+    spec.key_len = key_len;
+    spec.size = size;
+    spec.awaited_reads = readers;
+    spec.state = STORE_UNPUBLISHED;
+    spec.found = &found;
+    spec.arena = box;
+    if ((rc = store_object_new(s, &spec, &obj, err)) < 0)
+        return rc;
+    a->cursor += chunk;
+    s->arena_bytes -= chunk;
+    a->last_use_ms = clock_now_ms();
+    a->busy_since_ms = 0;
+    /* The bytes committed, for an adoption to walk and no further. */
+    ring_set_tag(&s->ring, a->ring_id, (uint32_t)((a->cursor - a->start) / SHMB_ALIGN));
+    store_commit_object(s, obj);
+    out->offset = obj->offset;
+    out->size = size;
+    return 0;
+}
+
 /* What store_adopt's ring walk needs. */
 struct store_adoption {
     struct store *s;
     struct store_adopt_report *report;
     uint32_t max_gen; /* the largest generation found in a chunk's seal */
 };
+
+/* The awaited reads of a chunk found by an adoption: its tag (what the
+ * daemon last recorded) less the reads counted in place in its seal since
+ * (a sealed chunk's count is only ever reads the daemon has not taken yet).
+ * A count above the tag leaves none awaited, as gets by others would. */
+static uint32_t store_adopt_awaited(const struct shmb_chunk_header *hdr)
+{
+    uint32_t count = SHMB_SEAL_GEN(hdr->seal) != 0 ? SHMB_SEAL_COUNT(hdr->seal) : 0;
+
+    return hdr->tag > count ? hdr->tag - count : 0;
+}
+
+/* store_adopt_chunk for an arena: walk its payload for the bytes its tag
+ * says were committed, each chunk copied and checked (ring_read_inner, its
+ * id the arena's), and bring back the committed ones as objects of an arena
+ * nobody holds; stop at the first bad one and drop the rest. An arena left
+ * without objects is freed. */
+static void *store_adopt_arena(struct store_adoption *ad, const struct shmb_chunk_header *hdr,
+                               uint64_t payload_offset)
+{
+    struct store *s = ad->s;
+    struct store_adopt_report *report = ad->report;
+    struct object *box = store_box_new(s);
+    uint64_t walk = (uint64_t)hdr->tag * SHMB_ALIGN, pos = payload_offset, end;
+    struct shmb_error e = {0};
+    int rc = 0;
+
+    if (box == NULL) {
+        report->dropped_invalid++;
+        return NULL;
+    }
+    store_box_place(s, box, NULL, 0, hdr->id, payload_offset, hdr->payload_size, 0);
+    if (walk > hdr->payload_size) {
+        rc = shmb_error_set(&e, -EBADMSG,
+                            "Corrupt arena at offset %llu: its tag says %llu bytes were "
+                            "committed, it holds %llu.",
+                            (unsigned long long)box->chunk_offset, (unsigned long long)walk,
+                            (unsigned long long)hdr->payload_size);
+        walk = 0;
+    }
+    end = payload_offset + walk;
+    while (rc == 0 && pos < end) {
+        struct shmb_chunk_header h; /* private copies, checked */
+        char key[SHMB_KEY_MAX + 1];
+        struct ring_chunk found = {.id = hdr->id, .payload_size = 0};
+        struct object_spec spec = {.key = key, .state = STORE_COMMITTED, .arena = box};
+        struct object *obj;
+
+        rc = ring_read_inner(&s->ring, pos - s->ring.data_offset, end - s->ring.data_offset,
+                             &h, key, &e);
+        if (rc == 0 && h.id != hdr->id)
+            rc = shmb_error_set(&e, -EBADMSG,
+                                "Corrupt arena: the chunk at offset %llu has id %llu, its "
+                                "arena's is %llu.",
+                                (unsigned long long)pos, (unsigned long long)h.id,
+                                (unsigned long long)hdr->id);
+        if (rc == 0 && h.state != SHMB_CHUNK_COMMITTED && h.state != SHMB_CHUNK_FREE)
+            rc = shmb_error_set(&e, -EBADMSG,
+                                "Corrupt arena: the chunk at offset %llu is in state %u.",
+                                (unsigned long long)pos, h.state);
+        if (rc < 0)
+            break;
+        if (SHMB_SEAL_GEN(h.seal) > ad->max_gen)
+            ad->max_gen = SHMB_SEAL_GEN(h.seal);
+        found.payload_offset = pos + h.header_size;
+        found.payload_size = h.payload_size;
+        spec.key_len = h.key_len;
+        spec.size = h.payload_size;
+        spec.awaited_reads = store_adopt_awaited(&h);
+        spec.found = &found;
+        if (h.state == SHMB_CHUNK_FREE) {
+            report->dropped_free++;
+        } else if (shmb_key_check(key, h.key_len, NULL) < 0 ||
+                   store_lookup(s, key, h.key_len) != NULL || h.tag > STORE_MAX_READERS ||
+                   store_object_new(s, &spec, &obj, NULL) < 0) {
+            report->dropped_invalid++;
+        } else {
+            report->restored++;
+            report->restored_bytes += h.payload_size;
+        }
+        pos += h.chunk_size;
+    }
+    box->rec->cursor = pos;
+    if (rc < 0) {
+        uint32_t tag = (uint32_t)((pos - payload_offset) / SHMB_ALIGN);
+
+        report->corrupt = true;
+        report->arena_dropped_bytes += payload_offset + (uint64_t)hdr->tag * SHMB_ALIGN - pos;
+        if (report->message[0] == '\0')
+            snprintf(report->message, sizeof(report->message),
+                     "%.900s Dropped the rest of that arena (%llu bytes).", e.message,
+                     (unsigned long long)(payload_offset + (uint64_t)hdr->tag * SHMB_ALIGN -
+                                          pos));
+        /* What is left is what the next adoption walks. */
+        store_chunk_field(s, box, offsetof(struct shmb_chunk_header, tag), &tag,
+                          sizeof(tag));
+    }
+    if (TAILQ_EMPTY(&box->rec->objects)) {
+        store_forget(s, box);
+        return NULL;
+    }
+    return box;
+}
+
+/* After an adoption: the newest chunk, when it is an arena, keeps only the
+ * bytes committed into it. */
+static void store_adopt_trim(struct store *s)
+{
+    size_t n = ring_count(&s->ring);
+    struct object *box = n > 0 ? ring_at(&s->ring, n - 1, NULL) : NULL;
+
+    if (box != NULL && box->rec != NULL)
+        store_arena_trim(s, box, true);
+}
 
 /* Ring callback of store_adopt: bring back a committed chunk as an object.
  * hdr and key are private copies that ring_adopt made and checked; nothing
@@ -1204,7 +1761,7 @@ static void *store_adopt_chunk(const struct shmb_chunk_header *hdr, const char *
     struct object_spec spec = {.key = key,
                                .key_len = hdr->key_len,
                                .size = hdr->payload_size,
-                               .awaited_reads = hdr->tag,
+                               .awaited_reads = store_adopt_awaited(hdr),
                                .state = STORE_COMMITTED,
                                .found = &found};
     struct object *obj;
@@ -1212,6 +1769,8 @@ static void *store_adopt_chunk(const struct shmb_chunk_header *hdr, const char *
 
     if (SHMB_SEAL_GEN(hdr->seal) > a->max_gen)
         a->max_gen = SHMB_SEAL_GEN(hdr->seal);
+    if (hdr->state == SHMB_CHUNK_ARENA)
+        return store_adopt_arena(a, hdr, payload_offset);
     if (hdr->state == SHMB_CHUNK_PENDING) {
         a->report->dropped_pending++;
         return NULL;
@@ -1261,7 +1820,15 @@ struct store *store_adopt(void *data, uint64_t data_offset, uint64_t data_size,
     a.max_gen = 0;
     if (ring_adopt(&s->ring, start, end, next, store_adopt_chunk, &a, &walk) < 0) {
         report->corrupt = true;
-        snprintf(report->message, sizeof(report->message), "%s", walk.message);
+        if (report->message[0] != '\0') { /* an arena's, kept after the ring's */
+            char arena_msg[sizeof(report->message)];
+
+            memcpy(arena_msg, report->message, sizeof(arena_msg));
+            snprintf(report->message, sizeof(report->message), "%.600s %.400s",
+                     walk.message, arena_msg);
+        } else {
+            snprintf(report->message, sizeof(report->message), "%s", walk.message);
+        }
         if (walk.code == -ENOMEM) {
             shmb_error_set(err, -ENOMEM, "%s", walk.message);
             store_free(s);
@@ -1269,19 +1836,37 @@ struct store *store_adopt(void *data, uint64_t data_offset, uint64_t data_size,
         }
     }
     /* Generations never used before (readers may still hold old ones), then
-     * every restored object sealed and listed anew, oldest first. */
+     * every restored object sealed and listed anew, oldest first: the new
+     * seal's count is 0, so its tag takes in the reads its old seal counted
+     * (store_adopt_awaited), or a second restart would count them again. */
     store_gen_after(s, cfg != NULL ? cfg->gen_floor : 0);
     store_gen_after(s, a.max_gen);
     for (size_t i = 0; i < ring_count(&s->ring); i++) {
-        struct object *obj = ring_at(&s->ring, i, NULL);
+        struct object *obj = ring_at(&s->ring, i, NULL), *in;
 
-        if (obj != NULL && obj->state == STORE_COMMITTED)
+        if (obj != NULL && obj->rec == NULL && obj->state == STORE_COMMITTED) {
+            store_save_reads(s, obj);
             store_publish(s, obj);
+        }
+        if (obj != NULL && obj->rec != NULL)
+            TAILQ_FOREACH(in, &obj->rec->objects, arena_link) {
+                store_save_reads(s, in);
+                store_publish(s, in);
+            }
     }
+    store_adopt_trim(s);
     return s;
 }
 
 uint64_t store_oldest_pending_ms(const struct store *s)
 {
-    return !TAILQ_EMPTY(&s->age) ? TAILQ_FIRST(&s->age)->created_ms : UINT64_MAX;
+    uint64_t oldest = !TAILQ_EMPTY(&s->age) ? TAILQ_FIRST(&s->age)->created_ms : UINT64_MAX;
+    const struct store_holder *h;
+
+    /* Held arenas expire on the same timer (store_expire_pending). */
+    if (s->arenas_held > 0)
+        TAILQ_FOREACH(h, &s->holders, link)
+            if (h->arena != NULL && arena_due_ms(h->arena->rec, 0) < oldest)
+                oldest = arena_due_ms(h->arena->rec, 0);
+    return oldest;
 }

@@ -54,6 +54,7 @@ struct store_adopt_report {
     uint64_t dropped_free;             /* deleted or freed chunks */
     uint64_t dropped_invalid;          /* committed chunks with a bad key (NUL inside,
                                           not UTF-8) or a duplicate one */
+    uint64_t arena_dropped_bytes;      /* arena bytes after a bad chunk in them */
     bool corrupt;                      /* the walk stopped early; message says where */
     char message[SHMB_ERROR_MSG_MAX];
 };
@@ -94,6 +95,8 @@ struct store_stats {
     uint64_t allocs, commits, gets, evictions, enospc;
     uint64_t expired_allocs, lease_expiries;
     uint64_t fast_reads; /* awaited reads that came through the catalog path */
+    uint64_t arenas;      /* arenas held by clients */
+    uint64_t arena_bytes; /* their bytes not yet committed into */
     /* The oldest object, when it stops reclaim (pinned, awaited or pending). */
     bool has_blocker;
     char blocker_key[SHMB_KEY_MAX + 1];
@@ -156,6 +159,25 @@ size_t store_expire_pending(struct store *s, uint64_t max_age_ms);
  * when store_expire_pending dropped it. */
 int store_commit(struct store *s, struct store_holder *h, const char *key, size_t key_len,
                  struct shmb_error *err);
+
+/* Give h an arena of about size payload bytes (arena.h: arena_grant_size),
+ * giving back the one it holds first; size 0 only gives it back. client
+ * names h in messages. out: the arena's payload (offset 0, size 0 when
+ * none); gen: the generation its lock's seal carries, which the client's
+ * compare-and-swap expects (0 when none). -EINVAL, -ENOSPC (the message
+ * names the blocker), -ENOMEM, -EIO. */
+int store_arena(struct store *s, struct store_holder *h, uint64_t client, uint64_t size,
+                struct store_extent *out, uint32_t *gen, struct shmb_error *err);
+
+/* Commit the chunk h laid out at offset (its header's place) in its arena:
+ * key, a payload of size bytes, readers awaited reads. The daemon writes
+ * the header; the object is then committed as by store_commit. out: the
+ * payload. -ESTALE (no arena, or offset outside it), -EINVAL (not at the
+ * arena's next free byte, past its end, bad key or readers), -E2BIG,
+ * -EEXIST, -ENOMEM, -EIO. */
+int store_commit_at(struct store *s, struct store_holder *h, const char *key, size_t key_len,
+                    uint64_t offset, uint64_t size, uint32_t readers,
+                    struct store_extent *out, struct shmb_error *err);
 
 /* Drop h's pending allocation of key. -ENOENT otherwise. */
 int store_abort(struct store *s, struct store_holder *h, const char *key, size_t key_len,

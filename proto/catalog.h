@@ -57,10 +57,18 @@ struct shmb_catalog_hit {
 int shmb_catalog_read(const struct shmb_catalog_view *v, const char *key, size_t key_len,
                       void *buf, size_t cap, struct shmb_catalog_hit *hit);
 
+/* shmb_catalog_read, adding to *retries (may be NULL) the copies it redid
+ * because the chunk changed under them: what shmb_read_stats reports. */
+int shmb_catalog_read_counted(const struct shmb_catalog_view *v, const char *key,
+                              size_t key_len, void *buf, size_t cap,
+                              struct shmb_catalog_hit *hit, unsigned *retries);
+
 /* Count one awaited read of the chunk a hit found, in its seal (a read-write
  * mapping only): a compare-and-swap that adds 1 to the count while the
  * generation is still hit->gen. 0, or -ESTALE when the generation changed
- * (the object went; nothing counted). */
+ * (the object went; nothing counted), -EAGAIN when other processes kept
+ * changing the seal through a thousand tries, -EINVAL for a hit outside
+ * the view. A count at UINT32_MAX stays there (the daemon folds it in). */
 int shmb_catalog_count_read(const struct shmb_catalog_view *v,
                             const struct shmb_catalog_hit *hit);
 

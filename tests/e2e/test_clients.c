@@ -96,6 +96,10 @@ static int mp_writer(void *arg)
     size_t i;
     int errors = 0;
 
+    /* The objects are listed in the order they were put: one after the
+     * other in the ring, not some of them in an arena. */
+    if (c != NULL)
+        shmb_set_arena(c, 0);
     if (c == NULL || shmb_connect(c, plan->socket, "writer") < 0) {
         fprintf(stderr, "writer: connect: %s\n", c ? shmb_errmsg(c) : "no memory");
         return 2;
@@ -741,6 +745,9 @@ static void test_vllm_buffer_overflow_and_cleanup(void **state)
     shmb_stats_t st;
     void *p;
 
+    /* The ring filled as vLLM's is, object after object: the room left when
+     * it is full is what decides the refusals below. */
+    shmb_set_arena(c, 0);
     stored = vllm_fill(c, 0);
     assert_true(stored > 10 && stored < VLLM_ITEMS);
     print_message("buffer filled after %d items\n", stored);
@@ -825,6 +832,9 @@ static void test_vllm_invalid_get_and_clear(void **state)
     char key[32];
     int i;
 
+    /* As vLLM's ring: used is 0 once all is deleted, and the next put starts
+     * at the beginning (no arena held). */
+    shmb_set_arena(c, 0);
     fails(c, shmb_get(c, "99999", &p, &len), -ENOENT, NULL);
     ok(c, shmb_put(c, "test", "value", 5, VLLM_READERS));
     fails(c, shmb_get(c, "test-100", &p, &len), -ENOENT, NULL);

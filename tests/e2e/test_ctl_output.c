@@ -62,6 +62,7 @@ static void test_escaped_tables(void **state)
     struct h_run r;
     json_t *stats;
 
+    shmb_set_arena(w, 0); /* the pinned object, not an arena, is the blocker */
     ok(w, h_put_pattern(w, EVIL_KEY, 64, 1, 0));
     ok(w, h_put_pattern(w, "plain", 64, 2, 0));
     ok(w, shmb_get(w, EVIL_KEY, &p, &len)); /* pinned: the blocker */
@@ -232,6 +233,7 @@ static void test_pool_views(void **state)
     shmb_set_pool(b, "beta");
     if (shmb_connect(b, d->socket, "in-beta") != 0)
         h_fail("connect to pool beta: %s", shmb_errmsg(b));
+    shmb_set_arena(b, 0); /* the pinned object, not an arena, is the blocker */
     ok(b, h_put_pattern(b, "held", 64, 1, 0));
     ok(b, shmb_get(b, "held", &p, &len)); /* pinned: beta's blocker */
 

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -158,6 +159,37 @@ class DaemonTest(unittest.TestCase):
 
     def stats(self, client=None):
         return (client or self.c).stats()
+
+
+class FakeServer:
+    """One connection on a socket in a temporary directory (``.path``),
+    served by the subclass's serve() in a thread once start() is called;
+    closed and removed when the test ends. ``.dir`` holds its other files."""
+
+    def __init__(self, test, prefix="shmb-fake-"):
+        self.dir = tempfile.mkdtemp(prefix=prefix)
+        self.path = os.path.join(self.dir, "fake.sock")
+        self.seen = []
+        self.thread = None
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(1)
+        test.addCleanup(self.cleanup)
+
+    def start(self):
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        raise NotImplementedError
+
+    def cleanup(self):
+        self.listener.close()
+        if self.thread is not None:
+            self.thread.join(5)
+        for name in os.listdir(self.dir):
+            os.unlink(os.path.join(self.dir, name))
+        os.rmdir(self.dir)
 
 
 def child_python(code, *args, env=None):

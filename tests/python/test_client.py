@@ -9,7 +9,6 @@ import os
 import pickle
 import signal
 import socket
-import tempfile
 import threading
 import unittest
 import warnings
@@ -563,29 +562,22 @@ class TestLifecycle(support.DaemonTest):
             pin.frames
 
 
-class FakeDaemon:
+class FakeDaemon(support.FakeServer):
     """A server that answers hello with a descriptor of a real (fake)
     segment, then replies as the test says: for out-of-step replies."""
 
     def __init__(self, test, replies, extra_fds=0, magic=P.SEGMENT_MAGIC, split=False,
                  data_size=4096):
-        self.dir = tempfile.mkdtemp(prefix="shmb-fake-")
-        self.path = os.path.join(self.dir, "fake.sock")
+        super().__init__(test)
         self.seg = os.path.join(self.dir, "seg")
         with open(self.seg, "wb") as f:
-            head = P.SEGMENT_HEADER.pack(magic, 1, 4096, 8192, 4096, data_size, 0, 0, 0, 0, 0,
-                                         0)
+            head = P.SEGMENT_HEADER.pack(magic, P.LAYOUT_VERSION, 4096, 8192, 4096, data_size,
+                                         *[0] * (len(P.SEGMENT_HEADER_FIELDS) - 6))
             f.write(head + bytes(8192 - len(head)))
         self.replies = replies
         self.extra_fds = extra_fds
         self.split = split
-        self.seen = []
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(self.path)
-        self.listener.listen(1)
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
-        test.addCleanup(self.cleanup)
+        self.start()
 
     def serve(self):
         conn, _ = self.listener.accept()
@@ -616,13 +608,6 @@ class FakeDaemon:
                 if out is not None:
                     conn.sendall(out.encode() + b"\n")
             f.read()
-
-    def cleanup(self):
-        self.listener.close()
-        self.thread.join(5)
-        for name in os.listdir(self.dir):
-            os.unlink(os.path.join(self.dir, name))
-        os.rmdir(self.dir)
 
 
 def devnull_fds():

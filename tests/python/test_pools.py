@@ -31,7 +31,7 @@ class PoolFake:
         self.seg = os.path.join(self.dir, "seg")
         with open(self.seg, "wb") as f:
             head = P.SEGMENT_HEADER.pack(P.SEGMENT_MAGIC, P.LAYOUT_VERSION, 4096, 8192, 4096,
-                                         4096, 0, 0, 0, 0, 0, 0)
+                                         4096, *[0] * (len(P.SEGMENT_HEADER_FIELDS) - 6))
             f.write(head + bytes(8192 - len(head)))
         self.extra = {}
         if pool is not None:

@@ -2437,6 +2437,72 @@ static void test_adopt_generations(void **state)
     cat_fix_free(c);
 }
 
+/* Re-open c's store over the same bytes, as a restarted daemon does. */
+static void readopt(struct cat_fix *c)
+{
+    struct store_adopt_report report;
+    struct shmb_error err = {0};
+
+    store_free(c->f.s);
+    catalog_free(c->cat);
+    c->cat = cat_fix_catalog(c);
+    c->cfg.catalog = c->cat;
+    c->f.s = store_adopt(c->f.data, DATA_OFFSET, c->f.size, &c->f.cursor, &c->cfg, &report,
+                         &err);
+    assert_non_null(c->f.s);
+}
+
+/* Proves that reads counted in place survive a restart: whether the count
+ * is still in the seal (the daemon never looked) or was folded already,
+ * the adopted object awaits only the reads left, and a second restart
+ * does not bring the counted ones back. */
+static void test_adopt_keeps_counted_reads(void **state)
+{
+    struct cat_fix *c = cat_fix_new(16384);
+    struct store_holder *h = store_holder_new(c->f.s);
+    struct store_extent a, b;
+    uint32_t gen_a;
+
+    (void)state;
+    put_ok(&c->f, h, "a", 100, 3, 1, &a);
+    put_ok(&c->f, h, "b", 100, 2, 2, &b);
+    gen_a = entry_listed(c, "a").gen;
+    /* b: one read counted and folded (list looks at awaited reads). */
+    *seal_of(c, b.offset, 1) = SHMB_SEAL(entry_listed(c, "b").gen, 1);
+    assert_int_equal(entry_listed(c, "b").awaited_reads, 1);
+    /* a: two reads counted, never seen by the daemon before it died. */
+    *seal_of(c, a.offset, 1) = SHMB_SEAL(gen_a, 2);
+    store_holder_free(c->f.s, h);
+    readopt(c);
+    assert_int_equal(entry_listed(c, "a").awaited_reads, 1);
+    assert_int_equal(entry_listed(c, "b").awaited_reads, 1);
+    readopt(c);
+    assert_int_equal(entry_listed(c, "a").awaited_reads, 1);
+    assert_int_equal(entry_listed(c, "b").awaited_reads, 1);
+    cat_fix_free(c);
+}
+
+/* Proves that a chunk an adoption drops (here: a tag no client could have
+ * set) loses its generation: its bytes are reused, and a reader that copied
+ * it under the old generation must not find that generation again. */
+static void test_adopt_unseals_dropped(void **state)
+{
+    struct cat_fix *c = cat_fix_new(16384);
+    struct store_holder *h = store_holder_new(c->f.s);
+    struct store_extent a;
+    uint32_t bad = STORE_MAX_READERS + 1;
+
+    (void)state;
+    put_ok(&c->f, h, "a", 100, 0, 1, &a);
+    assert_true(SHMB_SEAL_GEN(*seal_of(c, a.offset, 1)) != 0);
+    memcpy(c->seg + a.offset - 64 + offsetof(struct shmb_chunk_header, tag), &bad, sizeof(bad));
+    store_holder_free(c->f.s, h);
+    readopt(c);
+    assert_false(store_contains(c->f.s, "a", 1));
+    assert_int_equal(*seal_of(c, a.offset, 1), 0);
+    cat_fix_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2444,6 +2510,8 @@ int main(void)
         cmocka_unit_test(test_seal_and_listing),
         cmocka_unit_test(test_fold_counts),
         cmocka_unit_test(test_adopt_generations),
+        cmocka_unit_test(test_adopt_keeps_counted_reads),
+        cmocka_unit_test(test_adopt_unseals_dropped),
         cmocka_unit_test(test_recheck_awaited_blocker),
         cmocka_unit_test(test_minimal_put_get_cycle),
         cmocka_unit_test(test_put_same_key_twice),

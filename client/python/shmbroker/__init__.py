@@ -24,9 +24,10 @@ help(shmbroker.MessageQueue) for broadcast queues (vLLM's MessageQueue).
 
 from . import frames
 from .client import Allocation, Client, ObjectList, Pin, check_key, default_socket_path
-from .errors import (Cancelled, ConnectionLost, EndOfQueue, InvalidRequest, KeyExists,
-                     NoSpace, NotFound, ObjectTooLarge, PermissionDenied, ProtocolError,
-                     QuotaExceeded, ShmBrokerError, Timeout, Unsupported, error_for)
+from .errors import (BufferTooSmall, Cancelled, ConnectionLost, EndOfQueue, InvalidRequest,
+                     KeyExists, NoSpace, NotFound, ObjectTooLarge, PermissionDenied,
+                     ProtocolError, QuotaExceeded, ShmBrokerError, Timeout, Unsupported,
+                     error_for)
 
 __version__ = "0.1.0"
 
@@ -35,6 +36,7 @@ __all__ = [
     "frames", "error_for", "ShmBrokerError", "NoSpace", "ObjectTooLarge", "KeyExists",
     "InvalidRequest", "NotFound", "Timeout", "PermissionDenied", "QuotaExceeded",
     "Unsupported", "ProtocolError", "ConnectionLost", "Cancelled", "EndOfQueue",
+    "BufferTooSmall",
 ]
 
 

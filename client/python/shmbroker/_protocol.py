@@ -53,6 +53,9 @@ OPS = {
     "queue_shutdown": OPF_WRITES,
     "queue_delete": OPF_WRITES,
     "queue_list": 0,
+    "read": OPF_NOREPLY | OPF_BATCH,
+    "arena": OPF_WRITES,
+    "commit_at": OPF_WRITES | OPF_NOREPLY | OPF_BATCH,
 }
 
 # proto/errors.def: codes the daemon sends, then codes the library reports on
@@ -60,6 +63,7 @@ OPS = {
 WIRE_ERRORS = (
     "EPROTO", "EINVAL", "ENOSYS", "EPERM", "EEXIST", "ENOENT", "E2BIG", "ENOSPC",
     "ETIMEDOUT", "EDQUOT", "EMSGSIZE", "EMFILE", "ENOMEM", "EIO", "EBUSY", "ECANCELED",
+    "ESTALE",
 )
 LIBRARY_ERRORS = (
     "ECONNREFUSED", "ECONNRESET", "EPIPE", "EBADMSG", "EAGAIN", "ENOTCONN",
@@ -86,28 +90,59 @@ KEY_MAX = 255
 
 # struct shmb_segment_header: magic, version, header_size, total_size,
 # data_offset, data_size, owner_pid, owner_start, created_unix, ring_start,
-# ring_end, ring_next_id. Host byte order, as the daemon writes it.
-SEGMENT_HEADER = struct.Struct("=QIIQQQqQQQQQ")
+# ring_end, ring_next_id, then layout 2's catalog and heartbeat words. Host
+# byte order, as the daemon writes it.
+SEGMENT_HEADER = struct.Struct("=QIIQQQqQQQQQQQIIIIQQII")
 SEGMENT_HEADER_FIELDS = (
     ("magic", 0), ("version", 8), ("header_size", 12), ("total_size", 16),
     ("data_offset", 24), ("data_size", 32), ("owner_pid", 40), ("owner_start", 48),
     ("created_unix", 56), ("ring_start", 64), ("ring_end", 72), ("ring_next_id", 80),
+    ("catalog_offset", 88), ("catalog_slots", 96), ("catalog_seed", 104),
+    ("catalog_moves", 108), ("catalog_unlisted", 112), ("gen_next", 116),
+    ("heartbeat_unix_ms", 120), ("heartbeat_count", 128), ("heartbeat_period_ms", 136),
+    ("reserved2", 140),
 )
-SEGMENT_HEADER_SIZE = 88
+SEGMENT_HEADER_SIZE = 144
+# Where the catalog's words of the header are, for the reader's loads.
+CATALOG_MOVES_AT = 108
+CATALOG_UNLISTED_AT = 112
+
+# struct shmb_published_counters, at COUNTERS_AT in the header page.
+COUNTERS_AT = 256
+PUBLISHED_COUNTERS = struct.Struct("=IIQQQQQQQQQQQQQQQQq")
+PUBLISHED_COUNTERS_FIELDS = (
+    ("seq", 0), ("clients", 4), ("data_size", 8), ("used", 16), ("free", 24),
+    ("objects", 32), ("pending", 40), ("pinned", 48), ("arenas", 56), ("arena_bytes", 64),
+    ("allocs", 72), ("commits", 80), ("gets", 88), ("evictions", 96), ("enospc", 104),
+    ("expired_allocs", 112), ("lease_expiries", 120), ("fast_reads", 128), ("pid", 136),
+)
+PUBLISHED_COUNTERS_SIZE = 144
 
 CHUNK_MAGIC = 0x4B4E4843  # "CHNK"
 CHUNK_GAP = 1
 CHUNK_PENDING = 2
 CHUNK_COMMITTED = 3
 CHUNK_FREE = 4
+CHUNK_ARENA = 5
 # struct shmb_chunk_header: magic, state, key_len, header_size, tag, id,
-# chunk_size, payload_size, reserved; the key's bytes follow.
+# chunk_size, payload_size, seal; the key's bytes follow.
 CHUNK_HEADER = struct.Struct("=IHHIIQQQQ")
 CHUNK_HEADER_FIELDS = (
     ("magic", 0), ("state", 4), ("key_len", 6), ("header_size", 8), ("tag", 12),
-    ("id", 16), ("chunk_size", 24), ("payload_size", 32), ("reserved", 40),
+    ("id", 16), ("chunk_size", 24), ("payload_size", 32), ("seal", 40),
 )
 CHUNK_HEADER_SIZE = 48
+SEAL_AT = 40  # the seal: low 32 bits the generation, high 32 a count
+
+# struct shmb_catalog_entry: seq, hash (the key hash's high 32 bits), chunk
+# (0: empty), gen, flags, size.
+CATALOG_ENTRY = struct.Struct("=IIQIIQ")
+CATALOG_ENTRY_FIELDS = (
+    ("seq", 0), ("hash", 4), ("chunk", 8), ("gen", 16), ("flags", 20), ("size", 24),
+)
+CATALOG_ENTRY_SIZE = 32
+CATALOG_AWAITED = 1
+CATALOG_PROBES = 32
 
 
 def align64(n):

@@ -18,10 +18,11 @@ import threading
 import warnings
 import weakref
 
+from . import _catalog
 from . import _protocol as P
 from . import frames as _frames
-from .errors import ConnectionLost, InvalidRequest, PermissionDenied, ProtocolError
-from .errors import ShmBrokerError, error_for
+from .errors import BufferTooSmall, ConnectionLost, InvalidRequest, NotFound, PermissionDenied
+from .errors import ProtocolError, ShmBrokerError, error_for
 
 __all__ = ["Client", "Allocation", "Pin", "ObjectList", "default_socket_path", "check_key"]
 
@@ -387,7 +388,8 @@ class Client:
     its pools, one restricted to a group the caller is not in
     PermissionDenied.
 
-    Writes: put(), alloc(); reads: get() (a zero-copy Pin), read() (a copy),
+    Writes: put(), alloc(); reads: get() (a zero-copy Pin), read() and
+    read_into() (a copy, from the segment's catalog with no round trip),
     get_frames(), read_frames(); and touch, delete, contains (``key in c``),
     list, stats, clients, put_many, get_many, release_many.
 
@@ -438,6 +440,9 @@ class Client:
         self._busy = threading.Lock()
         self._forks = _forks[0]
         self._data_end = 0
+        self._catalog = None  # _catalog.Catalog of the mapping, or None
+        self._seal_base = None  # (anchor, address) of a read-write mapping, for the seal's CAS
+        self._reads = [0, 0, 0]  # read(): fast, fallback, retries
         self._dial(keep_map=False)
 
     # ---- connection ------------------------------------------------------
@@ -483,6 +488,7 @@ class Client:
             extent._connection_lost()
         if keep_map or self._mmap is None:
             return
+        self._drop_catalog()
         _release_view(self._mv)
         try:
             self._mmap.close()
@@ -563,6 +569,7 @@ class Client:
                                 "hello (size %d, data at %d, %d bytes)."
                                 % (st.st_size, size, doff, dsize))
         ident = (st.st_dev, st.st_ino, size)
+        self._drop_catalog()
         if self._mmap is not None and self._map_file != ident:
             old, self._mmap, self._mv = self._mmap, None, None
             try:
@@ -596,6 +603,16 @@ class Client:
                                 "hello said %d, %d bytes." % (head[4], head[5], doff, dsize))
         self.info = info
         self._data_end = doff + dsize
+        # The catalog from hello's figures only (none: every read asks).
+        self._catalog = _catalog.Catalog.make(self._mv, info)
+
+    def _drop_catalog(self):
+        """Let go of the catalog's views of the mapping and of the seal's
+        anchor, so that the mapping can be closed or replaced."""
+        if self._catalog is not None:
+            self._catalog.release()
+            self._catalog = None
+        self._seal_base = None
 
     # ---- the wire --------------------------------------------------------
 
@@ -912,13 +929,95 @@ class Client:
         return pin
 
     def read(self, key):
-        """The object's bytes, copied out (the pin is released at once,
-        without awaiting a reply: one round trip in all)."""
+        """The object's bytes, copied out, counted as one read (as get()).
+
+        Read from the catalog the daemon publishes in the segment, with no
+        system call: the copy is checked against the chunk's generation and
+        key after it is made, so it is exactly the bytes committed under
+        key. When the catalog cannot say (none, the table moving, the object
+        changing under the copy, a catalog that does not list everything),
+        asks the daemon: get, copy, release (one round trip). NotFound when
+        no committed object has key. read_stats() counts which way reads
+        went. Use get() to read a large object in place, without a copy."""
+        return self._read(check_key(key), None)
+
+    def read_into(self, key, buffer):
+        """read() into buffer (any writable buffer: bytearray, memoryview, a
+        numpy array...) instead of new bytes; returns how many bytes were
+        written at its start. BufferTooSmall (its ``.size``: the object's)
+        when the object is larger than buffer; nothing is written then."""
+        out = memoryview(buffer)
+        if out.readonly:
+            out.release()
+            raise TypeError("read_into() needs a writable buffer.")
+        try:
+            return self._read(check_key(key), out.cast("B") if out.format != "B" or
+                              out.ndim != 1 else out)
+        finally:
+            out.release()
+
+    def read_stats(self):
+        """How this client's read() and read_into() calls went: a dict of
+        "fast" (answered from the mapping: hits and proven misses),
+        "fallback" (answered by the daemon) and "retries" (copies redone
+        after a change under them)."""
+        return {"fast": self._reads[0], "fallback": self._reads[1],
+                "retries": self._reads[2]}
+
+    def _read(self, key, out):
+        cat = self._catalog
+        if cat is not None and self._sock is not None and self._forks == _forks[0]:
+            found = cat.lookup(key, key.encode("utf-8", "surrogatepass"))
+            what, value, gen, flags, chunk, retries = cat.read(found, out)
+            self._reads[2] += retries
+            if what == _catalog.HIT:
+                self._reads[0] += 1
+                if flags & P.CATALOG_AWAITED:
+                    self._count_read(key, chunk, gen)
+                return value
+            if what == _catalog.MISS:
+                self._reads[0] += 1
+                raise NotFound("ENOENT", "No committed object has key '%s'." % key)
+            if what == _catalog.NOBUFS:
+                self._reads[0] += 1
+                raise _too_small(key, len(out), value)
+        self._reads[1] += 1
         pin = self.get(key)
         try:
-            return bytes(pin.view)
+            if out is None:
+                return bytes(pin.view)
+            if pin.size > len(out):
+                raise _too_small(key, len(out), pin.size)
+            out[:pin.size] = pin.view
+            return pin.size
         finally:
             pin.release()
+
+    def _count_read(self, key, chunk, gen):
+        """Count one awaited read of the object read in place: in its seal
+        (a compare-and-swap that keeps the generation) on a read-write
+        mapping, else by a noreply "read" request. An object that went
+        meanwhile (another generation) counts nothing: its reads no longer
+        matter."""
+        if not self.read_only:
+            from . import _futex  # its executable page only for clients that count
+            if _futex.supported:
+                if self._seal_base is None:
+                    anchor = _futex.anchor(self._mmap)
+                    self._seal_base = (anchor, _futex.address(anchor))
+                addr = self._seal_base[1] + chunk + P.SEAL_AT
+                w64 = self._catalog.w64
+                i = (chunk + P.SEAL_AT) >> 3
+                # Bounded: other processes may keep changing the seal (the
+                # daemon folding counts in, or a hostile writer); then the
+                # daemon counts it.
+                for _ in range(1000):
+                    seal = w64[i]
+                    if seal & 0xFFFFFFFF != gen or seal >> 32 == 0xFFFFFFFF:
+                        return
+                    if _futex.cas64(addr, seal, seal + (1 << 32)) == seal:
+                        return
+        self._send_noreply({"op": "read", "key": key, "gen": gen})
 
     def read_frames(self, key):
         """The object's frames, each copied out as bytes (the pin is
@@ -1223,6 +1322,11 @@ def _write(view, part):
         _frames.write(view, part)
     else:
         view[:] = part
+
+
+def _too_small(key, cap, size):
+    return BufferTooSmall("ENOBUFS", "A buffer of %d bytes cannot hold '%s', which is %d "
+                          "bytes; nothing was copied." % (cap, key, size), size)
 
 
 def _close_fds(fds):

@@ -9,7 +9,8 @@ the class or on ``.code``; show ``.message`` (also ``str(e)``) to people.
 __all__ = [
     "ShmBrokerError", "NoSpace", "ObjectTooLarge", "KeyExists", "InvalidRequest",
     "NotFound", "Timeout", "PermissionDenied", "QuotaExceeded", "Unsupported",
-    "ProtocolError", "ConnectionLost", "Cancelled", "EndOfQueue", "error_for",
+    "ProtocolError", "ConnectionLost", "Cancelled", "EndOfQueue", "BufferTooSmall",
+    "error_for",
 ]
 
 
@@ -101,6 +102,15 @@ class EndOfQueue(ShmBrokerError, EOFError):
     or killed) and every message it published has been read."""
 
 
+class BufferTooSmall(ShmBrokerError, ValueError):
+    """ENOBUFS from Client.read_into(): the buffer is smaller than the
+    object; ``.size`` is the object's size (nothing was copied)."""
+
+    def __init__(self, code, message, size=None):
+        super().__init__(code, message)
+        self.size = size
+
+
 _CLASSES = {
     "ENOSPC": NoSpace,
     "E2BIG": ObjectTooLarge,
@@ -118,6 +128,7 @@ _CLASSES = {
     "ENOTCONN": ConnectionLost,
     "EPIPE": ConnectionLost,
     "ECANCELED": Cancelled,
+    "ENOBUFS": BufferTooSmall,
 }
 
 

@@ -586,6 +586,9 @@ class ShmBrokerObjectStorage:
                     # One more awaited read first, so that the get takes that
                     # one and the object's count is left as it was.
                     client.touch(key, 1)
+                # get, not read(): the pin's offset proves the object is the
+                # one at address (read() says nothing of where it read), and
+                # deserialize reads the pinned bytes in place, no extra copy.
                 pin = client.get(key)
             except NotFound:
                 raise self._invalid(address, monotonic_id) from None

@@ -1,0 +1,396 @@
+/*
+ * The library's puts in one round trip: a handle holds an arena (a run of
+ * the segment the daemon granted this connection), copies each payload into
+ * it under the arena's lock and commits it with one commit_at; the next
+ * arena is asked for in the same write as a commit when the current one
+ * runs low. Without an arena (read-only handle, arenas off, an object larger
+ * than an arena may be, a daemon that gives none) a put is alloc, memcpy,
+ * commit. Built on the request machinery of client.c; the daemon's side is
+ * daemon/arena.c.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../proto/layout.h"
+#include "../proto/text.h"
+
+/* Puts that go without an arena after the daemon had no room for one: each
+ * refused arena costs a round trip before the put's own two, so the next
+ * few do not ask again. */
+#define CLIENT_ARENA_SKIP 16
+
+/* The largest arena this connection's daemon grants, in which a chunk must
+ * fit: min(max_object_size, data_size / 8), no more than the arena's tag
+ * counts (2^32 SHMB_ALIGN units), in whole SHMB_ALIGN units. */
+static uint64_t arena_limit(const shmb_t *c)
+{
+    uint64_t lim = c->info.data_size / 8;
+
+    if (c->info.max_object_size < lim)
+        lim = c->info.max_object_size;
+    if (lim > (uint64_t)UINT32_MAX * SHMB_ALIGN)
+        lim = (uint64_t)UINT32_MAX * SHMB_ALIGN;
+    return lim & ~(uint64_t)(SHMB_ALIGN - 1);
+}
+
+/* The size to ask for with a chunk of chunk bytes to lay out: the floor set
+ * by shmb_set_arena, room for four such chunks, and no less than the smallest
+ * arena the daemon grants; no more than it grants. */
+static uint64_t arena_ask(const shmb_t *c, uint64_t chunk)
+{
+    uint64_t ask = c->arena_want, lim = arena_limit(c);
+
+    if (ask < 4 * chunk)
+        ask = 4 * chunk;
+    if (ask < SHMB_CHUNK_SIZE(SHMB_KEY_MAX, 64))
+        ask = SHMB_CHUNK_SIZE(SHMB_KEY_MAX, 64);
+    return ask < lim ? ask : lim;
+}
+
+/* Append {"op":"arena","id":ID,"size":SIZE} to c->w; *id gets its id. */
+static int arena_request(shmb_t *c, uint64_t size, uint64_t *id)
+{
+    if (c->sock < 0)
+        return shmb_error_set(&c->err, -ENOTCONN,
+                              "Not connected to shmbrokerd; call shmb_connect (or "
+                              "shmb_reconnect after a lost connection) first.");
+    if (line_lit(&c->w, "{\"op\":\"") < 0 || line_lit(&c->w, shmb_ops[SHMB_OP_ARENA].name) < 0 ||
+        line_lit(&c->w, "\",\"id\":") < 0 || line_u64(&c->w, *id = client_next_id(c)) < 0 ||
+        line_lit(&c->w, ",\"size\":") < 0 || line_u64(&c->w, size) < 0 ||
+        line_lit(&c->w, "}\n") < 0)
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
+    return 0;
+}
+
+/* Read the reply to the arena request id and hold what it granted. The
+ * arena held before is the daemon's again either way (a new arena gives the
+ * old one back). A daemon that gives this connection none (ENOSYS from an
+ * older daemon, EPERM, EINVAL: a segment too small) is not asked again;
+ * ENOSPC: not for the next few puts. */
+static int arena_take(shmb_t *c, uint64_t id)
+{
+    uint64_t end = c->info.data_offset + c->info.data_size, offset = 0, size = 0, gen = 0;
+    json_t *reply = NULL;
+    size_t len = 0;
+    int rc;
+
+    c->arena.size = 0;
+    c->arena.unsure = false;
+    /* Through jansson: an arena is asked for once in many puts, and its
+     * reply carries the lock's generation besides offset and size. */
+    if ((rc = client_read_line(c, &len)) == 0)
+        rc = client_decode(c, len, NULL, id, false, &reply);
+    if (rc == -ENOSYS || rc == -EPERM || rc == -EINVAL)
+        c->arena.off = true;
+    else if (rc == -ENOSPC)
+        c->arena.skip = CLIENT_ARENA_SKIP;
+    if (rc == 0 && ((rc = client_u64(c, reply, "offset", &offset)) < 0 ||
+                    (rc = client_u64(c, reply, "size", &size)) < 0 ||
+                    (rc = client_u64(c, reply, "gen", &gen)) < 0 || gen > UINT32_MAX))
+        c->arena.off = true;
+    json_decref(reply);
+    if (rc < 0)
+        return rc;
+    if (offset % SHMB_ALIGN != 0 || offset < c->info.data_offset + SHMB_ALIGN ||
+        offset > end || size > end - offset || size == 0 || gen > UINT32_MAX) {
+        c->arena.off = true;
+        return shmb_error_set(&c->err, -EPROTO,
+                              "shmbrokerd granted an arena [%llu, +%llu) outside the data "
+                              "area [%llu, +%llu), or a lock generation %llu; puts on this "
+                              "connection go without one.",
+                              (unsigned long long)offset, (unsigned long long)size,
+                              (unsigned long long)c->info.data_offset,
+                              (unsigned long long)c->info.data_size,
+                              (unsigned long long)gen);
+    }
+    c->arena.offset = c->arena.cursor = offset;
+    c->arena.size = size;
+    c->arena.gen = (uint32_t)gen;
+    return 0;
+}
+
+/* Ask for an arena with room for chunk bytes and wait for it. */
+static int arena_renew(shmb_t *c, uint64_t chunk)
+{
+    uint64_t id;
+    int rc;
+
+    c->w.len = 0;
+    if ((rc = arena_request(c, arena_ask(c, chunk), &id)) < 0 || (rc = client_send(c)) < 0)
+        return rc;
+    return arena_take(c, id);
+}
+
+/* Give the held arena back ({"op":"arena","size":0}): arenas were turned
+ * off. */
+static int arena_give_back(shmb_t *c)
+{
+    uint64_t id;
+    int rc;
+
+    c->w.len = 0;
+    if ((rc = arena_request(c, 0, &id)) < 0 || (rc = client_send(c)) < 0)
+        return rc;
+    rc = arena_take(c, id);
+    c->arena.off = false; /* a refusal to give back is no refusal to give */
+    return rc;
+}
+
+/* The arena's lock: the count of its own chunk header's seal, just before
+ * the arena's first byte; the seal's generation is the grant's (gen in the
+ * arena reply), so that a word there that is not the grant's is seen as the
+ * arena gone, whatever reused the bytes. */
+static _Atomic uint64_t *arena_lock_word(shmb_t *c)
+{
+    return (_Atomic uint64_t *)(void *)(c->map + c->arena.offset - SHMB_ALIGN +
+                                        offsetof(struct shmb_chunk_header, seal));
+}
+
+/* Whether every page of [p, p + n) of the mapping is in memory: a client
+ * may have truncated the file or punched a hole in it (the daemon then
+ * refuses allocations with EIO), and a write there would be a SIGBUS in
+ * this process, not an error. The mapping is populated at connect, so the
+ * arena's pages are resident unless the file lost them (or the kernel
+ * swapped them out: then the put only takes the slower way, and the arena
+ * is kept for the next). A handle that
+ * maps without populating (shmb_set_populate(c, 0)) is not checked: its
+ * pages come in as they are written. */
+static bool arena_pages_present(const shmb_t *c, const unsigned char *p, size_t n)
+{
+    unsigned char vec[256];
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), at = (uintptr_t)p & ~(page - 1);
+    uintptr_t end = (uintptr_t)p + n;
+
+    if (!c->populate)
+        return true;
+    while (at < end) {
+        size_t pages = (end - at + page - 1) / page, i;
+
+        if (pages > sizeof(vec))
+            pages = sizeof(vec);
+        if (mincore((void *)at, pages * page, vec) != 0)
+            return false;
+        for (i = 0; i < pages; i++)
+            if (!(vec[i] & 1))
+                return false;
+        at += pages * page;
+    }
+    return true;
+}
+
+/* Copy the payload to the cursor, after the chunk header the daemon will
+ * write, holding the lock (IDLE -> BUSY -> IDLE): the daemon takes an arena
+ * back only while no one writes into it. -ESTALE when it was taken back
+ * (before, or during a write so long that the daemon stopped waiting). */
+static int arena_write(shmb_t *c, uint64_t hsize, const void *data, size_t size)
+{
+    _Atomic uint64_t *lock = arena_lock_word(c);
+    uint64_t want = SHMB_SEAL(c->arena.gen, SHMB_ARENA_IDLE);
+
+    if (!arena_pages_present(c, (const unsigned char *)lock, sizeof(*lock)) ||
+        !arena_pages_present(c, c->map + c->arena.cursor + hsize, size))
+        return shmb_error_set(&c->err, -EFAULT,
+                              "The pages of the arena at %llu are not in memory (a client "
+                              "truncated the segment or punched a hole in it?); the put "
+                              "goes through alloc and commit.",
+                              (unsigned long long)c->arena.offset);
+    if (!atomic_compare_exchange_strong_explicit(lock, &want,
+                                                 SHMB_SEAL(c->arena.gen, SHMB_ARENA_BUSY),
+                                                 memory_order_acquire, memory_order_relaxed)) {
+        c->arena.size = 0;
+        return shmb_error_set(&c->err, -ESTALE,
+                              "The arena at %llu was taken back by shmbrokerd (its lock "
+                              "reads %llu of generation %u, not IDLE of %u); ask for a new "
+                              "one.",
+                              (unsigned long long)c->arena.offset,
+                              (unsigned long long)SHMB_SEAL_COUNT(want), SHMB_SEAL_GEN(want),
+                              c->arena.gen);
+    }
+    memcpy(c->map + c->arena.cursor + hsize, data, size);
+    want = SHMB_SEAL(c->arena.gen, SHMB_ARENA_BUSY);
+    if (!atomic_compare_exchange_strong_explicit(lock, &want,
+                                                 SHMB_SEAL(c->arena.gen, SHMB_ARENA_IDLE),
+                                                 memory_order_release, memory_order_relaxed)) {
+        c->arena.size = 0;
+        return shmb_error_set(&c->err, -ESTALE,
+                              "The arena at %llu was taken back by shmbrokerd while %zu "
+                              "bytes were copied into it; ask for a new one.",
+                              (unsigned long long)c->arena.offset, size);
+    }
+    return 0;
+}
+
+/* Send commit_at for the chunk laid out at the cursor (and, when the arena
+ * runs low, the next arena's request in the same write) and read the
+ * replies: nowait reads only the arena's. The daemon's error, or -ESTALE
+ * when the arena went under the commit (the caller lays the chunk out
+ * again in the next). */
+static int arena_commit(shmb_t *c, const char *key, uint64_t hsize, size_t size,
+                        unsigned readers, uint64_t chunk, bool nowait)
+{
+    struct line_reply r;
+    struct shmb_error saved;
+    uint64_t at = c->arena.cursor, cid, aid = 0;
+    uint64_t left = c->arena.offset + c->arena.size - (at + chunk);
+    bool refill = left < chunk || left < c->arena.size / 4, unsure = c->arena.unsure;
+    int rc, arc;
+
+    c->w.len = 0;
+    if ((rc = client_begin_key(c, SHMB_OP_COMMIT_AT, cid = client_next_id(c), key)) < 0)
+        return rc;
+    if (line_lit(&c->w, ",\"offset\":") < 0 || line_u64(&c->w, at) < 0 ||
+        line_lit(&c->w, ",\"size\":") < 0 || line_u64(&c->w, size) < 0 ||
+        line_lit(&c->w, ",\"readers\":") < 0 || line_u64(&c->w, readers) < 0 ||
+        line_lit(&c->w, nowait ? ",\"noreply\":true}\n" : "}\n") < 0)
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
+    if (refill && (rc = arena_request(c, arena_ask(c, chunk), &aid)) < 0)
+        return rc;
+    if ((rc = client_send(c)) < 0)
+        return rc;
+    if (nowait) {
+        c->noreply_sent = true;
+        c->arena.cursor += chunk;
+        c->arena.unsure = true;
+        rc = 0;
+    } else if ((rc = client_receive(c, cid, &r)) == 0) {
+        c->arena.cursor += chunk;
+        c->arena.unsure = false;
+        if (!r.has_offset || r.offset != at + hsize) {
+            char ebuf[SHMB_ESCAPED_MAX(SHMB_KEY_MAX)];
+
+            rc = shmb_error_set(&c->err, -EPROTO,
+                                "shmbrokerd committed '%s' at %llu; the library laid its "
+                                "payload out at %llu.",
+                                shmb_escape(key, strlen(key), ebuf, sizeof(ebuf)),
+                                (unsigned long long)r.offset,
+                                (unsigned long long)(at + hsize));
+        }
+    } else if (c->sock < 0) {
+        return rc; /* the connection went, and the arena with it */
+    }
+    /* A commit refused because the arena went (ESTALE), or after a commit
+     * sent without waiting failed (the daemon's cursor is then behind ours,
+     * and it refuses the offset): the arena is of no more use, the next one
+     * may be on its way. A key that exists is the key's fault. */
+    if (rc == -ESTALE || (unsure && rc < 0 && rc != -EEXIST)) {
+        c->arena.size = 0;
+        rc = -ESTALE;
+    }
+    if (!refill)
+        return rc;
+    saved = c->err;
+    arc = arena_take(c, aid);
+    if (c->sock < 0 && rc == 0)
+        return arc;
+    c->err = saved;
+    return rc;
+}
+
+/* Why this handle puts without an arena, or NULL when it may have one. */
+static const char *arena_unusable(const shmb_t *c)
+{
+    if (c->read_only)
+        return "this handle is read-only";
+    if (c->arena_want == 0)
+        return "arenas are off (shmb_set_arena(c, 0))";
+    if (c->arena.off)
+        return "shmbrokerd gives this connection no arena (an older daemon, or a segment "
+               "too small for one)";
+    return NULL;
+}
+
+static int client_arena_put(shmb_t *c, const char *key, const void *data, size_t size,
+                            unsigned readers, bool nowait)
+{
+    const char *why;
+    uint64_t hsize, chunk;
+    int attempt, rc;
+
+    shmb_error_clear(&c->err);
+    if ((rc = client_check_key(c, key)) < 0 || (rc = client_check_size(c, size)) < 0)
+        return rc;
+    if (c->sock < 0)
+        return shmb_error_set(&c->err, -ENOTCONN,
+                              "Not connected to shmbrokerd; call shmb_connect (or "
+                              "shmb_reconnect after a lost connection) first.");
+    if ((why = arena_unusable(c)) != NULL) {
+        if (nowait)
+            return shmb_error_set(&c->err, -ENOTSUP,
+                                  "shmb_put_nowait needs an arena, and %s. Nothing was "
+                                  "sent; use shmb_put.",
+                                  why);
+        if (c->arena.size != 0 && c->arena_want == 0 && (rc = arena_give_back(c)) < 0 &&
+            c->sock < 0)
+            return rc;
+        return client_put_copy(c, key, data, size, readers);
+    }
+    hsize = SHMB_CHUNK_HEADER_SIZE(strlen(key));
+    chunk = hsize + SHMB_ALIGN_UP(size);
+    /* An empty object, one larger than any arena, or a daemon short of room:
+     * the two round trips of alloc and commit. */
+    if (size == 0 || chunk > arena_limit(c))
+        return client_put_copy(c, key, data, size, readers);
+    if (c->arena.skip > 0 && c->arena.size == 0) {
+        c->arena.skip--;
+        return client_put_copy(c, key, data, size, readers);
+    }
+    /* A second try when the arena went under the first. */
+    for (attempt = 0; attempt < 2; attempt++) {
+        if (c->arena.size == 0 || chunk > c->arena.offset + c->arena.size - c->arena.cursor) {
+            if ((rc = arena_renew(c, chunk)) < 0) {
+                if (c->sock < 0)
+                    return rc;
+                if (nowait && c->arena.off) {
+                    char said[SHMB_ERROR_MSG_MAX];
+
+                    memcpy(said, c->err.message, sizeof(said));
+                    return shmb_error_set(&c->err, -ENOTSUP,
+                                          "shmb_put_nowait needs an arena, and %s (%s). "
+                                          "Nothing was sent; use shmb_put.",
+                                          arena_unusable(c), said);
+                }
+                return client_put_copy(c, key, data, size, readers);
+            }
+            if (chunk > c->arena.size)
+                return client_put_copy(c, key, data, size, readers);
+        }
+        if ((rc = arena_write(c, hsize, data, size)) == -ESTALE)
+            continue;
+        if (rc < 0)
+            break;
+        if ((rc = arena_commit(c, key, hsize, size, readers, chunk, nowait)) != -ESTALE)
+            return rc;
+    }
+    /* Taken back twice in a row (the daemon is short of room), or pages
+     * gone from the file (the daemon says what happened): no arena. */
+    return client_put_copy(c, key, data, size, readers);
+}
+
+int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned readers)
+{
+    int rc = client_enter(c);
+
+    return rc < 0 ? rc : client_done(c, client_arena_put(c, key, data, size, readers, false));
+}
+
+int shmb_put_nowait(shmb_t *c, const char *key, const void *data, size_t size,
+                    unsigned readers)
+{
+    int rc = client_enter(c);
+
+    return rc < 0 ? rc : client_done(c, client_arena_put(c, key, data, size, readers, true));
+}
+
+void shmb_set_arena(shmb_t *c, size_t bytes)
+{
+    c->arena_want = bytes;
+}

@@ -1,0 +1,138 @@
+/*
+ * The library's copy-out read: shmb_read looks the key up in the catalog the
+ * daemon publishes in the mapping (proto/catalog.c) and copies the payload
+ * with no system call; when the catalog cannot say, it asks the daemon (get,
+ * copy, release). The catalog view comes from the hello reply (client.c).
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../proto/layout.h"
+#include "../proto/text.h"
+
+/* Count an awaited read done in place: in the seal on a read-write
+ * mapping; a read-only one cannot write it, so a "read" request goes
+ * without waiting for its answer. A generation that changed means the
+ * object went: nothing left to count. */
+static void client_count_read(shmb_t *c, const char *key, const struct shmb_catalog_hit *hit)
+{
+    struct shmb_error saved;
+
+    if (!c->read_only) {
+        (void)shmb_catalog_count_read(&c->catalog, hit);
+        return;
+    }
+    /* The read itself succeeded; a connection lost while reporting it is
+     * the next call's news, not this one's. */
+    saved = c->err;
+    c->w.len = 0;
+    if (client_begin_key(c, SHMB_OP_READ, client_next_id(c), key) == 0 &&
+        line_lit(&c->w, ",\"gen\":") == 0 && line_u64(&c->w, hit->gen) == 0 &&
+        line_lit(&c->w, ",\"noreply\":true}\n") == 0) {
+        c->noreply_sent = true;
+        (void)client_send(c);
+    }
+    c->err = saved;
+}
+
+/* A too small buffer: *size says how much is needed. */
+static int client_read_nobufs(shmb_t *c, const char *key, size_t cap, uint64_t need,
+                              size_t *size)
+{
+    char ebuf[SHMB_ESCAPED_MAX(SHMB_KEY_MAX)];
+
+    *size = (size_t)need;
+    return shmb_error_set(&c->err, -ENOBUFS,
+                          "shmb_read of '%s': buffer of %zu bytes, object is %llu bytes; "
+                          "nothing was copied. Pass a buffer of at least *size bytes.",
+                          shmb_escape(key, strlen(key), ebuf, sizeof(ebuf)), cap,
+                          (unsigned long long)need);
+}
+
+/* The daemon's answer: get (a pin, one read counted), copy, release
+ * without waiting. */
+static int client_read_slow(shmb_t *c, const char *key, void *buf, size_t cap, size_t *size)
+{
+    struct shmb_error saved;
+    const void *p = NULL;
+    size_t len = 0;
+    int rc;
+
+    c->read_stats.fallback++;
+    if ((rc = client_get(c, key, &p, &len)) < 0)
+        return rc;
+    if (len > cap) {
+        rc = client_read_nobufs(c, key, cap, len, size);
+    } else {
+        memcpy(buf, p, len);
+        *size = len;
+    }
+    /* A connection lost on the way releases the pin with it: the copy is
+     * exact either way, and the loss is the next call's news. */
+    saved = c->err;
+    (void)client_release_nowait(c, key);
+    c->err = saved;
+    return rc;
+}
+
+static int client_read(shmb_t *c, const char *key, void *buf, size_t cap, size_t *size)
+{
+    struct shmb_catalog_hit hit;
+    char ebuf[SHMB_ESCAPED_MAX(SHMB_KEY_MAX)];
+    unsigned retries = 0;
+    int rc;
+
+    shmb_error_clear(&c->err);
+    *size = 0;
+    if ((rc = client_check_key(c, key)) < 0)
+        return rc;
+    if (buf == NULL && cap != 0)
+        return shmb_error_set(&c->err, -EINVAL,
+                              "shmb_read: buf is NULL but cap is %zu bytes.", cap);
+    /* A handle whose connection is gone asks the daemon, which says so: the
+     * mapping may be of a file no daemon serves any more. */
+    if (c->catalog.catalog_slots == 0 || c->sock < 0)
+        return client_read_slow(c, key, buf, cap, size);
+    rc = shmb_catalog_read_counted(&c->catalog, key, strlen(key), buf, cap, &hit, &retries);
+    c->read_stats.retries += retries;
+    switch (rc) {
+    case 0:
+        c->read_stats.fast++;
+        *size = (size_t)hit.size;
+        if (hit.flags & SHMB_CATALOG_AWAITED)
+            client_count_read(c, key, &hit);
+        return 0;
+    case -ENOENT:
+        c->read_stats.fast++;
+        return shmb_error_set(&c->err, -ENOENT,
+                              "No object '%s'; check the key, or wait for its writer to "
+                              "commit it.",
+                              shmb_escape(key, strlen(key), ebuf, sizeof(ebuf)));
+    case -ENOBUFS:
+        c->read_stats.fast++;
+        return client_read_nobufs(c, key, cap, hit.size, size);
+    default:
+        return client_read_slow(c, key, buf, cap, size);
+    }
+}
+
+int shmb_read(shmb_t *c, const char *key, void *buf, size_t cap, size_t *size)
+{
+    size_t ignored;
+    int rc;
+
+    if (size == NULL)
+        size = &ignored;
+    *size = 0;
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    return client_done(c, client_read(c, key, buf, cap, size));
+}
+
+void shmb_read_stats(const shmb_t *c, shmb_read_stats_t *out)
+{
+    *out = c->read_stats;
+}

@@ -1,0 +1,134 @@
+/*
+ * Arenas: an arena's record, its size, the placement checks of commit_at,
+ * and the lock in the seal of its header (see arena.h).
+ */
+#include "arena.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "segment.h"
+
+/* The seal of an arena's header: the arena's own generation (given with the
+ * grant), the lock in the count. It is shared with the client, which takes
+ * the lock with a compare-and-swap of its own that expects that generation:
+ * once the arena's bytes are reused, whatever lies there (a new chunk's
+ * header, a payload of zeros) is not that seal, and the client's
+ * compare-and-swap fails instead of writing into another's bytes. The
+ * daemon's accesses are atomic too, and guarded (segment_atomic_*), since a
+ * client may have truncated the file under it. */
+#define ARENA_SEAL(a, lock) SHMB_SEAL((a)->gen, (lock))
+
+int arena_grant_size(uint64_t asked, uint64_t max_object, uint64_t data_size,
+                     uint64_t *out, struct shmb_error *err)
+{
+    uint64_t size = asked;
+
+    if (size > max_object)
+        size = max_object;
+    if (size > data_size / 8)
+        size = data_size / 8;
+    /* The arena header's tag counts committed bytes in SHMB_ALIGN units. */
+    if (size > (uint64_t)UINT32_MAX * SHMB_ALIGN)
+        size = (uint64_t)UINT32_MAX * SHMB_ALIGN;
+    size &= ~(uint64_t)(SHMB_ALIGN - 1);
+    if (size < ARENA_MIN_SIZE)
+        return shmb_error_set(
+            err, -EINVAL,
+            "An arena of %llu bytes is too small: an arena holds at least %llu bytes "
+            "(one chunk with the longest key), and this pool grants at most %llu "
+            "(the max object size, %llu bytes, and 1/8 of the data area, %llu "
+            "bytes).%s",
+            (unsigned long long)size, (unsigned long long)ARENA_MIN_SIZE,
+            (unsigned long long)((max_object < data_size / 8 ? max_object : data_size / 8) &
+                                 ~(uint64_t)(SHMB_ALIGN - 1)),
+            (unsigned long long)max_object, (unsigned long long)(data_size / 8),
+            asked < ARENA_MIN_SIZE ? " Ask for more." : " Use alloc and commit here.");
+    *out = size;
+    return 0;
+}
+
+void arena_init(struct arena *a, void *holder, uint64_t client, uint64_t ring_id,
+                uint64_t chunk, uint64_t start, uint64_t end, uint64_t *seal,
+                uint32_t gen, uint64_t now_ms)
+{
+    memset(a, 0, sizeof(*a));
+    a->gen = gen;
+    a->holder = holder;
+    a->client = client;
+    a->ring_id = ring_id;
+    a->chunk = chunk;
+    a->start = a->cursor = start;
+    a->end = end;
+    a->seal = seal;
+    a->last_use_ms = now_ms;
+    TAILQ_INIT(&a->objects);
+}
+
+int arena_check_commit(const struct arena *a, uint64_t offset, uint64_t chunk_size,
+                       struct shmb_error *err)
+{
+    if (a == NULL)
+        return shmb_error_set(err, -ESTALE,
+                              "commit_at: this connection holds no arena (it was given "
+                              "back or taken back); ask for a new one with "
+                              "{\"op\":\"arena\",\"size\":N} and lay the chunk out again.");
+    if (offset < a->start || offset >= a->end)
+        return shmb_error_set(err, -ESTALE,
+                              "commit_at offset %llu lies outside this connection's arena "
+                              "(%llu..%llu): the arena it was written into is gone; ask "
+                              "for a new one.",
+                              (unsigned long long)offset, (unsigned long long)a->start,
+                              (unsigned long long)a->end);
+    if (offset != a->cursor)
+        return shmb_error_set(err, -EINVAL,
+                              "commit_at offset %llu is not the arena's next free byte "
+                              "%llu (arena %llu..%llu): lay chunks out in order.",
+                              (unsigned long long)offset, (unsigned long long)a->cursor,
+                              (unsigned long long)a->start, (unsigned long long)a->end);
+    if (chunk_size == 0 || chunk_size > a->end - offset)
+        return shmb_error_set(err, -EINVAL,
+                              "commit_at chunk of %llu bytes at %llu runs past the end of "
+                              "the arena (%llu..%llu, %llu bytes left): ask for a new "
+                              "arena.",
+                              (unsigned long long)chunk_size, (unsigned long long)offset,
+                              (unsigned long long)a->start, (unsigned long long)a->end,
+                              (unsigned long long)(a->end - offset));
+    return 0;
+}
+
+int arena_open(struct arena *a)
+{
+    return segment_atomic_store64(a->seal, ARENA_SEAL(a, SHMB_ARENA_IDLE));
+}
+
+int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms)
+{
+    uint64_t expected = ARENA_SEAL(a, SHMB_ARENA_IDLE);
+    int rc = segment_atomic_cas64(a->seal, &expected, ARENA_SEAL(a, SHMB_ARENA_REVOKED));
+
+    if (rc == -EIO)
+        return rc;
+    if (rc == 0 || expected == ARENA_SEAL(a, SHMB_ARENA_REVOKED)) {
+        a->busy_since_ms = 0;
+        return 0;
+    }
+    /* The client is writing into it (or scribbled over its lock). */
+    if (a->busy_since_ms == 0)
+        a->busy_since_ms = now_ms;
+    if (busy_limit_ms == 0 || now_ms - a->busy_since_ms < busy_limit_ms)
+        return -EBUSY;
+    a->busy_since_ms = 0;
+    return segment_atomic_store64(a->seal, ARENA_SEAL(a, SHMB_ARENA_REVOKED));
+}
+
+void arena_close(struct arena *a)
+{
+    (void)segment_atomic_store64(a->seal, ARENA_SEAL(a, SHMB_ARENA_REVOKED));
+    a->busy_since_ms = 0;
+}
+
+uint64_t arena_due_ms(const struct arena *a, uint64_t timeout_ms)
+{
+    return (a->busy_since_ms != 0 ? a->busy_since_ms : a->last_use_ms) + timeout_ms;
+}

@@ -1,0 +1,81 @@
+/*
+ * Arenas: ranges of the ring that one client lays its chunks out in itself
+ * and commits with commit_at, a put in one round trip. This file owns an
+ * arena's record (who holds it, where it is, how far it is filled), the size
+ * a grant may have, the checks of a commit_at's placement, and the lock in
+ * the arena's own chunk header (the count of its seal) that the daemon takes
+ * before it takes an arena back. It knows nothing about keys, objects or
+ * sockets: the store makes the objects and gives the space back to the ring.
+ */
+#ifndef SHMB_ARENA_H
+#define SHMB_ARENA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "../proto/error.h"
+#include "../proto/layout.h"
+
+struct object;
+TAILQ_HEAD(arena_objects, object);
+
+struct arena {
+    void *holder;          /* the store holder that may commit into it; NULL once
+                              given back (by it, a revoke, an expiry, its exit) */
+    uint64_t client;       /* the holder's client number, for messages */
+    uint64_t ring_id;      /* the arena's chunk in the ring */
+    uint64_t chunk;        /* its header, from the start of the segment */
+    uint64_t start, end;   /* its payload [start, end), from the start of the segment */
+    uint64_t cursor;       /* where the next chunk must start */
+    uint64_t *seal;        /* the mapped seal of its header: the lock */
+    uint32_t gen;          /* the generation in that seal (not 0 once granted) */
+    uint64_t last_use_ms;  /* grant or last commit_at (clock_now_ms) */
+    uint64_t busy_since_ms; /* first seen BUSY by a would-be revoke; 0 when not */
+    bool revoked;          /* taken back while held (the holder learns ESTALE) */
+    struct arena_objects objects; /* committed into it, oldest first (the store's) */
+};
+
+/* The smallest arena: one chunk with the longest key and SHMB_ALIGN bytes. */
+#define ARENA_MIN_SIZE SHMB_CHUNK_SIZE(SHMB_KEY_MAX, SHMB_ALIGN)
+
+/* The payload bytes an "arena" request of asked bytes gets: min(asked,
+ * max_object, data_size / 8) rounded down to SHMB_ALIGN. -EINVAL with the
+ * numbers when that is below ARENA_MIN_SIZE. */
+int arena_grant_size(uint64_t asked, uint64_t max_object, uint64_t data_size,
+                     uint64_t *out, struct shmb_error *err);
+
+/* Set up a record for an arena granted to holder: its chunk (header at
+ * chunk, payload [start, end)), the mapped seal of its header and the
+ * generation the seal carries (the client expects it). */
+void arena_init(struct arena *a, void *holder, uint64_t client, uint64_t ring_id,
+                uint64_t chunk, uint64_t start, uint64_t end, uint64_t *seal,
+                uint32_t gen, uint64_t now_ms);
+
+/* Hand the lock to the client: the seal becomes {gen, IDLE}. 0, or -EIO
+ * when the page is gone. */
+int arena_open(struct arena *a);
+
+/* -ESTALE when a commit_at of chunk_size bytes at offset cannot go into a:
+ * there is none (a NULL), or offset lies outside it; -EINVAL when offset is
+ * not the cursor or the chunk runs past the end. The message names the
+ * numbers. */
+int arena_check_commit(const struct arena *a, uint64_t offset, uint64_t chunk_size,
+                       struct shmb_error *err);
+
+/* Take the arena back from its client: the lock goes IDLE -> REVOKED; one
+ * BUSY (the client is writing) is left alone unless it has been BUSY for
+ * busy_limit_ms (0: never), and then set REVOKED anyway. 0 when the lock is
+ * now REVOKED, -EBUSY when the client is still writing, -EIO when the page
+ * is gone. A lock that is neither (a client scribbled) counts as BUSY. */
+int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms);
+
+/* Set the lock REVOKED whatever it is: the holder gave the arena back or is
+ * gone. */
+void arena_close(struct arena *a);
+
+/* When a held arena expires (--alloc-timeout after its last use, or after
+ * it was first seen BUSY), in clock_now_ms time. */
+uint64_t arena_due_ms(const struct arena *a, uint64_t timeout_ms);
+
+#endif

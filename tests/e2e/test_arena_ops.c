@@ -1,0 +1,382 @@
+/*
+ * End-to-end tests of arenas over raw sockets against the real daemon: a
+ * client maps the segment it receives at hello, takes an arena, lays its
+ * payloads out there itself (taking the arena's lock around the copy, as
+ * the library does) and commits them with commit_at; another client gets
+ * them byte for byte. A writer killed with SIGKILL mid-way loses only what
+ * it had not committed, and a daemon restart keeps what was committed.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "layout.h"
+
+/* A raw client with the segment mapped read-write, and its arena. */
+struct aclient {
+    struct h_conn c;
+    unsigned char *base;
+    size_t size;
+    uint64_t arena, arena_size, cursor; /* the arena's first byte and next free one */
+    uint32_t gen; /* the generation the arena's lock carries (the grant's "gen") */
+};
+
+/* Connect, say hello and map the segment passed with the reply: 0, or -1
+ * (no cmocka asserts: helper processes use it too). */
+static int aclient_open(struct aclient *a, const struct h_daemon *d)
+{
+    char *line = NULL;
+    json_t *reply;
+    json_int_t size = 0;
+    void *p;
+
+    memset(a, 0, sizeof(*a));
+    if (h_conn_open(&a->c, d->socket) < 0 ||
+        h_conn_sendline(&a->c, "{\"op\":\"hello\",\"version\":1}") < 0 ||
+        h_conn_recv_line(&a->c, &line, H_REPLY_TIMEOUT_MS) < 0)
+        return -1;
+    reply = json_loads(line, 0, NULL);
+    free(line);
+    if (reply == NULL || json_unpack(reply, "{s:I}", "size", &size) != 0 || a->c.nfds < 1) {
+        json_decref(reply);
+        return -1;
+    }
+    json_decref(reply);
+    p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, a->c.fds[a->c.nfds - 1],
+             0);
+    if (p == MAP_FAILED)
+        return -1;
+    a->base = p;
+    a->size = (size_t)size;
+    return 0;
+}
+
+static void aclient_close(struct aclient *a)
+{
+    if (a->base != NULL)
+        munmap(a->base, a->size);
+    a->base = NULL;
+    h_conn_close(&a->c);
+}
+
+/* One request and its reply, parsed; NULL on failure. The caller frees. */
+static json_t *acall(struct aclient *a, const char *request)
+{
+    char *line = NULL;
+    json_t *reply;
+
+    if (h_conn_sendline(&a->c, request) < 0 ||
+        h_conn_recv_line(&a->c, &line, H_REPLY_TIMEOUT_MS) < 0)
+        return NULL;
+    reply = json_loads(line, 0, NULL);
+    free(line);
+    return reply;
+}
+
+/* Take an arena of size bytes: 0 or -1. */
+static int aclient_arena(struct aclient *a, uint64_t size)
+{
+    char req[96];
+    json_t *reply;
+    json_int_t off = 0, got = 0, gen = 0;
+    int rc = -1;
+
+    snprintf(req, sizeof(req), "{\"op\":\"arena\",\"size\":%llu}", (unsigned long long)size);
+    reply = acall(a, req);
+    if (reply != NULL && json_is_true(json_object_get(reply, "ok")) &&
+        json_unpack(reply, "{s:I, s:I, s:I}", "offset", &off, "size", &got, "gen", &gen) == 0 &&
+        gen > 0 && gen <= UINT32_MAX) {
+        a->arena = a->cursor = (uint64_t)off;
+        a->gen = (uint32_t)gen;
+        a->arena_size = (uint64_t)got;
+        rc = 0;
+    }
+    json_decref(reply);
+    return rc;
+}
+
+/* The arena's lock: the seal of its header, 64 bytes before its first byte. */
+static uint64_t *arena_seal(struct aclient *a)
+{
+    return (uint64_t *)(a->base + a->arena - 64 + offsetof(struct shmb_chunk_header, seal));
+}
+
+/* Lay the payload of key (size bytes of pattern seed) at the cursor under
+ * the arena's lock, as the library does; the chunk's offset in *at. 0, or
+ * -1 when the arena is revoked or too full. */
+static int aclient_lay(struct aclient *a, const char *key, uint64_t size, uint32_t seed,
+                       uint64_t *at)
+{
+    uint64_t chunk = SHMB_CHUNK_SIZE(strlen(key), size);
+    uint64_t idle = SHMB_SEAL(a->gen, SHMB_ARENA_IDLE);
+
+    if (a->cursor + chunk > a->arena + a->arena_size)
+        return -1;
+    if (!__atomic_compare_exchange_n(arena_seal(a), &idle, SHMB_SEAL(a->gen, SHMB_ARENA_BUSY),
+                                     false, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE))
+        return -1;
+    h_fill(a->base + a->cursor + SHMB_CHUNK_HEADER_SIZE(strlen(key)), size, seed);
+    __atomic_store_n(arena_seal(a), SHMB_SEAL(a->gen, SHMB_ARENA_IDLE), __ATOMIC_RELEASE);
+    *at = a->cursor;
+    return 0;
+}
+
+/* A put through the arena: lay it out, commit_at (noreply, or waiting for
+ * its reply, which must name the payload). 0 or -1. */
+static int aclient_put(struct aclient *a, const char *key, uint64_t size, uint32_t seed,
+                       bool noreply)
+{
+    char req[512];
+    json_t *reply;
+    json_int_t off = 0, got = 0;
+    uint64_t at;
+    int rc = -1;
+
+    if (aclient_lay(a, key, size, seed, &at) < 0)
+        return -1;
+    snprintf(req, sizeof(req),
+             "{\"op\":\"commit_at\",\"key\":\"%s\",\"offset\":%llu,\"size\":%llu%s}", key,
+             (unsigned long long)at, (unsigned long long)size,
+             noreply ? ",\"noreply\":true" : "");
+    a->cursor += SHMB_CHUNK_SIZE(strlen(key), size);
+    if (noreply)
+        return h_conn_sendline(&a->c, req) < 0 ? -1 : 0;
+    reply = acall(a, req);
+    if (reply != NULL && json_is_true(json_object_get(reply, "ok")) &&
+        json_unpack(reply, "{s:I, s:I}", "offset", &off, "size", &got) == 0 &&
+        (uint64_t)off == at + SHMB_CHUNK_HEADER_SIZE(strlen(key)) && (uint64_t)got == size)
+        rc = 0;
+    else if (reply != NULL) {
+        char *text = json_dumps(reply, JSON_COMPACT);
+
+        fprintf(stderr, "commit_at '%s': %s\n", key, text != NULL ? text : "?");
+        free(text);
+    }
+    json_decref(reply);
+    return rc;
+}
+
+/* get key through r, compare its bytes with the pattern, release it. */
+static void get_check(struct aclient *r, const char *key, uint64_t size, uint32_t seed)
+{
+    char req[320];
+    json_t *reply;
+    long long off;
+
+    snprintf(req, sizeof(req), "{\"op\":\"get\",\"key\":\"%s\"}", key);
+    reply = acall(r, req);
+    if (reply == NULL)
+        h_fail("no reply to get '%s'", key);
+    h_assert_ok(reply);
+    off = h_int(reply, "offset");
+    assert_int_equal(h_int(reply, "size"), (long long)size);
+    json_decref(reply);
+    if (h_check(r->base + off, size, seed) != size)
+        h_fail("'%s': byte %zu differs from what was put", key,
+               h_check(r->base + off, size, seed));
+    snprintf(req, sizeof(req), "{\"op\":\"release\",\"key\":\"%s\"}", key);
+    h_expect_ok(&r->c, req);
+}
+
+static void open_ok(struct aclient *a, const struct h_daemon *d)
+{
+    if (aclient_open(a, d) < 0)
+        h_fail("cannot connect to and map the daemon's segment");
+}
+
+/* A writer takes an arena and puts through it (with and without noreply,
+ * payloads of 1 byte to 100 KB); a reader on another connection gets each
+ * byte-exact; list shows them as ordinary objects. */
+static void test_put_and_get(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    struct aclient w, r;
+    json_t *reply;
+
+    open_ok(&w, d);
+    open_ok(&r, d);
+    assert_int_equal(aclient_arena(&w, 256 * 1024), 0);
+    assert_int_equal(w.arena % 64, 0);
+    assert_int_equal(aclient_put(&w, "one", 1, 1, false), 0);
+    assert_int_equal(aclient_put(&w, "two", 4096, 2, true), 0);
+    assert_int_equal(aclient_put(&w, "three", 100000, 3, false), 0);
+    /* The noreply one is visible: a later request of its connection was
+     * answered. */
+    get_check(&r, "one", 1, 1);
+    get_check(&r, "two", 4096, 2);
+    get_check(&r, "three", 100000, 3);
+    reply = h_call(&r.c, "{\"op\":\"list\"}");
+    assert_int_equal(json_array_size(json_object_get(reply, "objects")), 3);
+    json_decref(reply);
+    aclient_close(&w);
+    aclient_close(&r);
+    h_pass(f);
+}
+
+/* What the killed writer does, in a helper process. */
+struct writer_arg {
+    const struct h_daemon *d;
+    struct h_signal ready;
+    uint64_t arena; /* written to the pipe for the test */
+};
+
+/* Put k1 and k2, lay k3 out without committing it, say ready, wait. */
+static int writer_main(void *p)
+{
+    struct writer_arg *arg = p;
+    struct aclient w;
+    uint64_t at;
+
+    if (aclient_open(&w, arg->d) < 0 || aclient_arena(&w, 64 * 1024) < 0 ||
+        aclient_put(&w, "k1", 1000, 11, false) < 0 ||
+        aclient_put(&w, "k2", 2000, 12, false) < 0 ||
+        aclient_lay(&w, "k3", 3000, 13, &at) < 0)
+        return 1;
+    if (write(arg->ready.fds[1], &w.arena, sizeof(w.arena)) != sizeof(w.arena))
+        return 2;
+    for (;;)
+        pause();
+}
+
+/* kill -9 of the arena's holder after two commits and a third chunk laid
+ * out: the two committed objects stay byte-exact, the third never shows,
+ * and the arena's unused rest is free at once (the next allocation comes
+ * right after k2's chunk). */
+static void test_kill_writer(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    struct writer_arg arg = {.d = d};
+    struct aclient r;
+    json_t *reply;
+    uint64_t arena = 0;
+    pid_t pid;
+
+    h_signal_open(&arg.ready);
+    pid = h_fork(f, writer_main, &arg);
+    assert_true(pid > 0);
+    assert_true(read(arg.ready.fds[0], &arena, sizeof(arena)) == sizeof(arena));
+    assert_int_equal(h_child_kill(f, pid, SIGKILL), 128 + SIGKILL);
+    h_signal_close(&arg.ready);
+    h_wait_log(d, "disconnected");
+
+    open_ok(&r, d);
+    get_check(&r, "k1", 1000, 11);
+    get_check(&r, "k2", 2000, 12);
+    h_expect_error(&r.c, "{\"op\":\"get\",\"key\":\"k3\"}", "ENOENT", NULL);
+    reply = h_call(&r.c, "{\"op\":\"alloc\",\"key\":\"next\",\"size\":10}");
+    h_assert_ok(reply);
+    assert_int_equal(h_int(reply, "offset"),
+                     (long long)(arena + SHMB_CHUNK_SIZE(2, 1000) + SHMB_CHUNK_SIZE(2, 2000) +
+                                 64));
+    json_decref(reply);
+    aclient_close(&r);
+    h_pass(f);
+}
+
+/* A daemon killed and started again on the same segment brings back the
+ * objects committed into an arena, byte-exact, and a new arena works. */
+static void test_restart_keeps(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d1 = h_daemon_start(f, "4M", NULL), *d2;
+    struct aclient w, r;
+    uint64_t at;
+
+    open_ok(&w, d1);
+    assert_int_equal(aclient_arena(&w, 128 * 1024), 0);
+    assert_int_equal(aclient_put(&w, "r1", 5000, 21, false), 0);
+    assert_int_equal(aclient_put(&w, "r2", 60000, 22, false), 0);
+    assert_int_equal(aclient_lay(&w, "lost", 100, 23, &at), 0);
+    assert_int_equal(h_exit_code(h_daemon_signal(d1, SIGKILL, H_STOP_TIMEOUT_MS)),
+                     128 + SIGKILL);
+    aclient_close(&w);
+
+    d2 = h_daemon_again(f, d1);
+    assert_true(h_daemon_spawn(f, d2, NULL) > 0);
+    if (h_daemon_wait_ready(d2, H_READY_TIMEOUT_MS) < 0)
+        h_fail("the daemon did not start again on its segment");
+    h_wait_log(d2, "restored 2 objects");
+    open_ok(&r, d2);
+    get_check(&r, "r1", 5000, 21);
+    get_check(&r, "r2", 60000, 22);
+    h_expect_error(&r.c, "{\"op\":\"get\",\"key\":\"lost\"}", "ENOENT", NULL);
+    assert_int_equal(aclient_arena(&r, 4096), 0);
+    assert_int_equal(aclient_put(&r, "r3", 10, 24, false), 0);
+    get_check(&r, "r3", 10, 24);
+    aclient_close(&r);
+    h_pass(f);
+}
+
+/* A held arena at the head of the ring blocks reclaim while its client
+ * writes into it (lock BUSY): an alloc that waits for room gets it soon
+ * after the lock goes IDLE (the daemon looks again, since nothing tells it),
+ * the arena being revoked then; its client's next commit_at is ESTALE. */
+static void test_wait_behind_busy_arena(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    struct aclient w, o;
+    char req[128];
+    json_t *reply;
+    int i;
+
+    open_ok(&w, d);
+    open_ok(&o, d);
+    assert_int_equal(aclient_arena(&w, 64 * 1024), 0);
+    assert_int_equal(aclient_put(&w, "in-arena", 100, 31, false), 0);
+    *arena_seal(&w) = SHMB_SEAL(w.gen, SHMB_ARENA_BUSY);
+    for (i = 0;; i++) {
+        snprintf(req, sizeof(req), "{\"op\":\"alloc\",\"key\":\"f%d\",\"size\":100000}", i);
+        reply = h_call(&o.c, req);
+        if (!json_is_true(json_object_get(reply, "ok"))) {
+            h_assert_error(reply, "ENOSPC", "arena of client");
+            json_decref(reply);
+            break;
+        }
+        json_decref(reply);
+        snprintf(req, sizeof(req), "{\"op\":\"commit\",\"key\":\"f%d\"}", i);
+        h_expect_ok(&o.c, req);
+        assert_true(i < 20);
+    }
+    assert_int_equal(h_conn_sendline(&o.c, "{\"op\":\"alloc\",\"key\":\"waiter\","
+                                           "\"size\":100000,\"wait_ms\":60000}"),
+                     0);
+    h_sleep_ms(50);
+    __atomic_store_n(arena_seal(&w), SHMB_SEAL(w.gen, SHMB_ARENA_IDLE), __ATOMIC_RELEASE);
+    /* The wait is far longer than a reply may take (H_REPLY_TIMEOUT_MS):
+     * the allocation must come from the daemon looking again, not from
+     * its deadline. */
+    reply = h_recv_json(&o.c);
+    h_assert_ok(reply);
+    json_decref(reply);
+    /* Its space is reused by now: the writer must not touch it again. */
+    snprintf(req, sizeof(req),
+             "{\"op\":\"commit_at\",\"key\":\"late\",\"offset\":%llu,\"size\":10}",
+             (unsigned long long)w.cursor);
+    h_expect_error(&w.c, req, "ESTALE", NULL);
+    aclient_close(&w);
+    aclient_close(&o);
+    h_pass(f);
+}
+
+#define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
+
+int main(void)
+{
+    static const struct CMUnitTest tests[] = {
+        TEST(test_put_and_get),
+        TEST(test_kill_writer),
+        TEST(test_restart_keeps),
+        TEST(test_wait_behind_busy_arena),
+    };
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

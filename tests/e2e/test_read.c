@@ -1,0 +1,389 @@
+/*
+ * End-to-end tests of reads without a round trip and puts in one, through
+ * the library against the real daemon: shmb_read from the catalog (exact
+ * bytes, proven misses, awaited reads counted on read-write and read-only
+ * handles) and shmb_put through an arena (visible at once, one request per
+ * put, the nowait ordering, an arena taken back, arenas off). The requests
+ * a handle sends are counted by wrapping send() (the link's --wrap=send).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "checks.h"
+#include "harness.h"
+#include "shmbroker.h"
+
+/* Every send() of this process: the library writes each batch of requests
+ * with one (a put through the arena is one write, refill included). */
+static unsigned long sends;
+ssize_t __real_send(int fd, const void *buf, size_t len, int flags);
+ssize_t __wrap_send(int fd, const void *buf, size_t len, int flags);
+ssize_t __wrap_send(int fd, const void *buf, size_t len, int flags)
+{
+    sends++;
+    return __real_send(fd, buf, len, flags);
+}
+
+static void stats(shmb_t *c, shmb_stats_t *st)
+{
+    ok(c, shmb_stats(c, st));
+}
+
+/* shmb_read of key into a fresh buffer: size and h_fill's pattern checked. */
+static void read_check_at(shmb_t *c, const char *key, size_t size, uint32_t seed,
+                          const char *file, int line)
+{
+    unsigned char *buf = malloc(size + 64);
+    size_t got = 0, bad;
+
+    assert_non_null(buf);
+    memset(buf, 0xee, size + 64);
+    h_check_ok(c, shmb_read(c, key, buf, size + 64, &got), "shmb_read", file, line);
+    if (got != size)
+        h_fail_at(file, line, "shmb_read of %s: %zu bytes, expected %zu", key, got, size);
+    if ((bad = h_check(buf, size, seed)) != size)
+        h_fail_at(file, line, "shmb_read of %s: byte %zu differs", key, bad);
+    if (buf[size] != 0xee)
+        h_fail_at(file, line, "shmb_read of %s wrote past the payload", key);
+    free(buf);
+}
+#define read_check(c, key, size, seed) read_check_at((c), (key), (size), (seed), __FILE__, __LINE__)
+
+/* No read of c went to the daemon, and fast ones did. */
+static void assert_all_fast(shmb_t *c, uint64_t fast)
+{
+    shmb_read_stats_t rs;
+
+    shmb_read_stats(c, &rs);
+    if (rs.fallback != 0 || rs.fast != fast)
+        h_fail("shmb_read_stats: %llu fast, %llu fallback; expected %llu fast, 0 fallback",
+               (unsigned long long)rs.fast, (unsigned long long)rs.fallback,
+               (unsigned long long)fast);
+}
+
+/* Put n objects PREFIX0..PREFIX(n-1) with w (sizes size + i * step, h_fill
+ * seeds seed + i), check that each put was one send(), then read each back
+ * with r. */
+static void put_series(shmb_t *w, shmb_t *r, const char *prefix, int n, size_t size,
+                       size_t step, uint32_t seed)
+{
+    unsigned long at = sends;
+    char key[32];
+    int i;
+
+    for (i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s%d", prefix, i);
+        ok(w, h_put_pattern(w, key, size + (size_t)i * step, seed + (uint32_t)i, 0));
+    }
+    if (sends - at != (unsigned long)n)
+        h_fail("%d puts made %lu sends, not %d", n, sends - at, n);
+    for (i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s%d", prefix, i);
+        read_check(r, key, size + (size_t)i * step, seed + (uint32_t)i);
+    }
+}
+
+/* Put objects of size bytes with filler (arenas off) until key is evicted
+ * (seen from c); returns how many were put, the test fails if key stays. */
+static int fill_until_gone(shmb_t *c, shmb_t *filler, const char *key, size_t size)
+{
+    char name[32];
+    int i;
+
+    shmb_set_arena(filler, 0);
+    for (i = 0; i < 256 && shmb_contains(c, key) == 1; i++) {
+        snprintf(name, sizeof(name), "fill-%d", i);
+        ok(filler, h_put_pattern(filler, name, size, (uint32_t)i, 0));
+    }
+    assert_int_equal(shmb_contains(c, key), 0);
+    return i;
+}
+
+/* A read of a committed key is the exact bytes, answered from the mapping
+ * (no fallback), for small, odd and larger sizes, on the writer's handle,
+ * another read-write one and a read-only one. */
+static void test_read_hit(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *w = h_lib_connect(d, "writer", 0), *r = h_lib_connect(d, "reader", 0),
+           *ro = h_lib_connect(d, "ro", 1);
+    static const size_t sizes[] = {1, 63, 64, 65, 4096, 100000};
+    char key[32];
+    size_t i;
+
+    for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        snprintf(key, sizeof(key), "hit-%zu", sizes[i]);
+        ok(w, h_put_pattern(w, key, sizes[i], (uint32_t)i + 1, 0));
+    }
+    for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        snprintf(key, sizeof(key), "hit-%zu", sizes[i]);
+        read_check(w, key, sizes[i], (uint32_t)i + 1);
+        read_check(r, key, sizes[i], (uint32_t)i + 1);
+        read_check(ro, key, sizes[i], (uint32_t)i + 1);
+    }
+    assert_all_fast(w, 6);
+    assert_all_fast(r, 6);
+    assert_all_fast(ro, 6);
+    shmb_close(w);
+    shmb_close(r);
+    shmb_close(ro);
+    h_pass(f);
+}
+
+/* Misses: a key never put, a deleted key and an evicted key are -ENOENT
+ * with a message naming the key, proven from the mapping. A buffer too
+ * small is -ENOBUFS with the size needed. */
+static void test_read_miss(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    shmb_t *c = h_lib_connect(d, "c", 0), *filler = h_lib_connect(d, "filler", 0);
+    unsigned char buf[256];
+    size_t got = 99;
+    char key[32];
+    int i;
+
+    fails(c, shmb_read(c, "never", buf, sizeof(buf), &got), -ENOENT, "'never'");
+    assert_int_equal(got, 0);
+    ok(c, h_put_pattern(c, "gone", 100, 5, 0));
+    read_check(c, "gone", 100, 5);
+    ok(c, shmb_delete(c, "gone"));
+    fails(c, shmb_read(c, "gone", buf, sizeof(buf), &got), -ENOENT, "'gone'");
+    ok(c, h_put_pattern(c, "small", 200, 6, 0));
+    fails(c, shmb_read(c, "small", buf, 199, &got), -ENOBUFS, "buffer of 199 bytes");
+    assert_int_equal(got, 200);
+    fails(c, shmb_read(c, "small", NULL, 0, &got), -ENOBUFS, "object is 200 bytes");
+    assert_int_equal(got, 200);
+    /* Eviction: objects of another handle until "old" goes. */
+    ok(c, h_put_pattern(c, "old", 100, 7, 0));
+    i = fill_until_gone(c, filler, "old", 64 * 1024);
+    fails(c, shmb_read(c, "old", buf, sizeof(buf), &got), -ENOENT, "'old'");
+    fails(c, shmb_read(c, "small", buf, sizeof(buf), &got), -ENOENT, "'small'");
+    /* The newest filler is still there, and read from the mapping. */
+    snprintf(key, sizeof(key), "fill-%d", i - 1);
+    read_check(c, key, 64 * 1024, (uint32_t)(i - 1));
+    assert_all_fast(c, 8);
+    shmb_close(c);
+    shmb_close(filler);
+    h_pass(f);
+}
+
+/* An object that awaits a read is the blocker of reclaim (stats) and is
+ * not evicted; shmb_read on a handle counts that read (in the seal on a
+ * read-write handle, by a read request on a read-only one), after which it
+ * is no blocker and other puts evict it as any other. */
+static void awaited_case(struct h_fix *f, int read_only)
+{
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    shmb_t *w = h_lib_connect(d, "writer", 0), *r = h_lib_connect(d, "reader", read_only);
+    unsigned char buf[1024];
+    shmb_stats_t st;
+    size_t got;
+
+    shmb_set_arena(w, 0);
+    ok(w, h_put_pattern(w, "awaited", 1000, 3, 1));
+    stats(w, &st);
+    assert_true(st.has_blocker);
+    assert_string_equal(st.blocker_key, "awaited");
+    assert_int_equal(st.blocker_readers, 1);
+    ok(r, shmb_read(r, "awaited", buf, sizeof(buf), &got));
+    assert_int_equal(got, 1000);
+    assert_int_equal(h_check(buf, 1000, 3), 1000);
+    assert_all_fast(r, 1);
+    /* A round trip on the reader's connection: its read request, if any,
+     * was handled before. */
+    assert_int_equal(shmb_contains(r, "awaited"), 1);
+    stats(w, &st);
+    assert_false(st.has_blocker);
+    fill_until_gone(w, w, "awaited", 64 * 1024);
+    shmb_close(w);
+    shmb_close(r);
+    h_pass(f);
+}
+
+static void test_awaited_rw(void **state)
+{
+    awaited_case(*state, 0);
+}
+
+static void test_awaited_ro(void **state)
+{
+    awaited_case(*state, 1);
+}
+
+/* A put through the arena is visible to another handle as soon as it
+ * returns (its read answered from the mapping), is one request (one
+ * send()) once the arena is held, allocates nothing, and commits one
+ * object each. */
+static void test_put_one_round_trip(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *w = h_lib_connect(d, "writer", 0), *r = h_lib_connect(d, "reader", 0);
+    shmb_stats_t before, after;
+
+    ok(w, h_put_pattern(w, "first", 64, 1, 0)); /* takes the arena */
+    read_check(r, "first", 64, 1);
+    stats(w, &before);
+    put_series(w, r, "k", 100, 64, 1, 0);
+    assert_all_fast(r, 101);
+    stats(w, &after);
+    assert_int_equal(after.allocs, before.allocs);
+    assert_int_equal(after.commits, before.commits + 100);
+    assert_int_equal(after.objects, before.objects + 100);
+    shmb_close(w);
+    shmb_close(r);
+    h_pass(f);
+}
+
+/* Puts of 4 KiB run through several arenas (each refilled in the write of
+ * a commit): every object intact, still one send each. */
+static void test_put_refills(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "16M", NULL);
+    shmb_t *w = h_lib_connect(d, "writer", 0), *r = h_lib_connect(d, "reader", 0);
+
+    shmb_set_arena(w, 16 * 1024);
+    ok(w, h_put_pattern(w, "first", 4096, 1, 0));
+    put_series(w, r, "r", 200, 4096, 0, 10);
+    shmb_close(w);
+    shmb_close(r);
+    h_pass(f);
+}
+
+/* shmb_put_nowait sends one request and waits for nothing; the object is
+ * visible to everyone once a later call on the same handle was answered.
+ * A key that exists makes no error here (the daemon counts it). */
+static void test_put_nowait(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *w = h_lib_connect(d, "writer", 0), *r = h_lib_connect(d, "reader", 0);
+    shmb_stats_t st;
+    unsigned long at;
+    char data[100];
+
+    memset(data, 'x', sizeof(data));
+    ok(w, h_put_pattern(w, "first", 64, 1, 0));
+    at = sends;
+    h_fill(data, sizeof(data), 9);
+    ok(w, shmb_put_nowait(w, "later", data, sizeof(data), 0));
+    assert_int_equal(sends - at, 1);
+    assert_int_equal(shmb_contains(w, "later"), 1);
+    read_check(r, "later", sizeof(data), 9);
+    ok(w, shmb_put_nowait(w, "later", data, sizeof(data), 0));
+    stats(w, &st);
+    assert_int_equal(st.noreply_errors, 1);
+    /* The arena is still in step after the refused commit. */
+    ok(w, h_put_pattern(w, "after", 300, 11, 0));
+    read_check(r, "after", 300, 11);
+    /* Arenas off: nothing is sent. */
+    shmb_set_arena(w, 0);
+    fails(w, shmb_put_nowait(w, "off", data, sizeof(data), 0), -ENOTSUP, "shmb_put");
+    assert_int_equal(shmb_contains(w, "off"), 0);
+    shmb_close(w);
+    shmb_close(r);
+    h_pass(f);
+}
+
+/* An arena the daemon took back (the ring needed its space while the
+ * writer held it): the next put finds it gone, asks for a new one and
+ * lays its chunk out there; nothing is lost but the evicted objects. */
+static void test_arena_taken_back(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    shmb_t *w = h_lib_connect(d, "writer", 0), *filler = h_lib_connect(d, "filler", 0);
+
+    ok(w, h_put_pattern(w, "in-arena", 1000, 1, 0));
+    fill_until_gone(w, filler, "in-arena", 32 * 1024);
+    ok(w, h_put_pattern(w, "next", 1000, 2, 0));
+    read_check(filler, "next", 1000, 2);
+    ok(w, h_put_pattern(w, "next2", 1000, 3, 0));
+    read_check(filler, "next2", 1000, 3);
+    shmb_close(w);
+    shmb_close(filler);
+    h_pass(f);
+}
+
+/* With arenas off (shmb_set_arena(c, 0)) a put is alloc and commit, and
+ * the object is the same; objects larger than an arena may be go that way
+ * too. */
+static void test_put_fallbacks(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *w = h_lib_connect(d, "writer", 0), *r = h_lib_connect(d, "reader", 0);
+    shmb_stats_t before, after;
+    size_t large;
+
+    shmb_set_arena(w, 0);
+    stats(w, &before);
+    ok(w, h_put_pattern(w, "off", 500, 1, 0));
+    stats(w, &after);
+    assert_int_equal(after.allocs, before.allocs + 1);
+    read_check(r, "off", 500, 1);
+    shmb_set_arena(w, SHMB_ARENA_DEFAULT);
+    large = (size_t)(shmb_info(w)->data_size / 8 + 4096);
+    stats(w, &before);
+    ok(w, h_put_pattern(w, "large", large, 2, 0));
+    ok(w, h_put_pattern(w, "small", 100, 3, 0));
+    stats(w, &after);
+    assert_int_equal(after.allocs, before.allocs + 1); /* only the large one */
+    read_check(r, "large", large, 2);
+    read_check(r, "small", 100, 3);
+    shmb_close(w);
+    shmb_close(r);
+    h_pass(f);
+}
+
+/* An arena does not survive a reconnect, the catalog view is read again:
+ * after the daemon is killed and restarts (adopting the segment), puts and
+ * reads work. */
+static void test_reconnect(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL), *d2;
+    shmb_t *w = h_lib_connect(d, "writer", 0);
+    unsigned char buf[64];
+    size_t got;
+
+    ok(w, h_put_pattern(w, "before", 100, 1, 0));
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS)), 128 + SIGKILL);
+    d2 = h_daemon_again(f, d);
+    assert_true(h_daemon_spawn(f, d2, NULL) > 0);
+    assert_int_equal(h_daemon_wait_ready(d2, H_READY_TIMEOUT_MS), 0);
+    ok(w, shmb_reconnect(w));
+    read_check(w, "before", 100, 1);
+    ok(w, h_put_pattern(w, "after", 100, 2, 0));
+    read_check(w, "after", 100, 2);
+    fails(w, shmb_read(w, "never", buf, sizeof(buf), &got), -ENOENT, "'never'");
+    assert_all_fast(w, 3);
+    shmb_close(w);
+    h_pass(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_read_hit, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_read_miss, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_awaited_rw, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_awaited_ro, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_put_one_round_trip, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_put_refills, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_put_nowait, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_arena_taken_back, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_put_fallbacks, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_reconnect, h_setup, h_teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

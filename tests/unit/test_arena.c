@@ -1,0 +1,775 @@
+/*
+ * Unit tests for arenas (daemon/arena.c and the store's arena objects): the
+ * grant and its clamps, commit_at's checks, give-back, reclaim, revocation,
+ * expiry, disconnect and adoption. Links arena.o, store.o, ring.o, index.o,
+ * segment.o and proto; the data area is plain memory, written here as a
+ * client would write its arena.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "arena.h"
+#include "../../daemon/catalog.h"
+#include "ring.h"
+#include "store.h"
+
+/* Where the data area would start in a segment: offsets count from there. */
+#define DATA_OFFSET 4096u
+#define DATA_SIZE 65536u /* an arena is at most 1/8 of it: 8192 bytes */
+#define CLIENT 7
+
+struct afix {
+    struct store *s;
+    unsigned char *data;
+    uint64_t size;
+    struct shmb_segment_header cursor;
+};
+
+static struct afix *afix_new(uint64_t size, uint64_t max)
+{
+    struct store_config cfg = {.max_object_size = max};
+    struct shmb_error err = {0};
+    struct afix *f = calloc(1, sizeof(*f));
+
+    assert_non_null(f);
+    f->size = size;
+    f->data = aligned_alloc(SHMB_ALIGN, size);
+    assert_non_null(f->data);
+    memset(f->data, 0xa5, size);
+    f->s = store_new(f->data, DATA_OFFSET, size, &f->cursor, &cfg, &err);
+    if (f->s == NULL)
+        fail_msg("store_new: %d %s", err.code, err.message);
+    return f;
+}
+
+static void afix_free(struct afix *f)
+{
+    store_free(f->s);
+    free(f->data);
+    free(f);
+}
+
+/* The segment byte at offset (from the start of the segment). */
+static unsigned char *at(const struct afix *f, uint64_t offset)
+{
+    assert_true(offset >= DATA_OFFSET && offset - DATA_OFFSET < f->size);
+    return f->data + (offset - DATA_OFFSET);
+}
+
+/* A copy of the chunk header at offset. */
+static struct shmb_chunk_header header_at(const struct afix *f, uint64_t offset)
+{
+    struct shmb_chunk_header h;
+
+    memcpy(&h, at(f, offset), sizeof(h));
+    return h;
+}
+
+/* The arena's lock, as a client sees it in the seal of the arena header. */
+static uint32_t lock_of(const struct afix *f, uint64_t arena_offset)
+{
+    return SHMB_SEAL_COUNT(header_at(f, arena_offset - 64).seal);
+}
+
+/* Set the lock as a client would, keeping the arena's generation. */
+static void set_lock(struct afix *f, uint64_t arena_offset, uint32_t lock)
+{
+    uint64_t seal = SHMB_SEAL(SHMB_SEAL_GEN(header_at(f, arena_offset - 64).seal), lock);
+
+    memcpy(at(f, arena_offset - 64) + offsetof(struct shmb_chunk_header, seal), &seal,
+           sizeof(seal));
+}
+
+static unsigned char pattern_byte(uint64_t seed, uint64_t i)
+{
+    return (unsigned char)((seed * 131 + i * 7 + (i >> 8)) ^ (seed >> 3));
+}
+
+/* What a client does for a put: lay the payload of key at chunk offset
+ * pos (it leaves the header to the daemon, scribbling it here to show
+ * that the daemon does not trust it). Returns the chunk's bytes. */
+static uint64_t lay(struct afix *f, uint64_t pos, const char *key, uint64_t size,
+                    uint64_t seed)
+{
+    uint64_t hs = SHMB_CHUNK_HEADER_SIZE(strlen(key)), i;
+
+    memset(at(f, pos), 0x5a, hs);
+    for (i = 0; i < size; i++)
+        at(f, pos + hs)[i] = pattern_byte(seed, i);
+    return SHMB_CHUNK_SIZE(strlen(key), size);
+}
+
+static void check_bytes(struct afix *f, const struct store_extent *e, uint64_t seed)
+{
+    uint64_t i;
+
+    for (i = 0; i < e->size; i++)
+        if (at(f, e->offset)[i] != pattern_byte(seed, i))
+            fail_msg("payload byte %llu of seed %llu differs", (unsigned long long)i,
+                     (unsigned long long)seed);
+}
+
+static void expect_message_has(const struct shmb_error *err, const char *needle)
+{
+    if (strstr(err->message, needle) == NULL)
+        fail_msg("message lacks \"%s\": %s", needle, err->message);
+}
+
+static struct store_stats stats_of(struct afix *f)
+{
+    struct store_stats st;
+
+    store_stats(f->s, &st);
+    return st;
+}
+
+static struct store_extent arena_ok(struct afix *f, struct store_holder *h, uint64_t size)
+{
+    struct shmb_error err = {0};
+    struct store_extent e;
+    uint32_t gen = 0;
+    int rc = store_arena(f->s, h, CLIENT, size, &e, &gen, &err);
+
+    if (rc != 0)
+        fail_msg("store_arena(%llu) = %d: %s", (unsigned long long)size, rc, err.message);
+    /* The lock's seal carries the grant's generation, never 0: a zeroed
+     * word (a new chunk's header where the arena was) is not an IDLE lock. */
+    if (size == 0) {
+        assert_int_equal(gen, 0);
+        return e;
+    }
+    assert_true(gen != 0);
+    assert_int_equal(header_at(f, e.offset - 64).seal, SHMB_SEAL(gen, SHMB_ARENA_IDLE));
+    return e;
+}
+
+/* Lay and commit key at pos; returns the chunk's bytes. */
+static uint64_t put_at(struct afix *f, struct store_holder *h, uint64_t pos, const char *key,
+                       uint64_t size, uint32_t readers, uint64_t seed)
+{
+    struct shmb_error err = {0};
+    struct store_extent e;
+    uint64_t chunk = lay(f, pos, key, size, seed);
+    int rc = store_commit_at(f->s, h, key, strlen(key), pos, size, readers, &e, &err);
+
+    if (rc != 0)
+        fail_msg("commit_at '%s' at %llu = %d: %s", key, (unsigned long long)pos, rc,
+                 err.message);
+    assert_int_equal(e.offset, pos + SHMB_CHUNK_HEADER_SIZE(strlen(key)));
+    assert_int_equal(e.size, size);
+    return chunk;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* The grant: min(asked, max object, 1/8 of the data area) rounded down to
+ * 64; below one chunk with the longest key (384 bytes) it is EINVAL with
+ * the numbers. The arena's own header (64 bytes before the offset) is an
+ * ARENA chunk with key "" and an IDLE lock; stats count it. */
+static void test_grant_clamps(void **state)
+{
+    uint32_t gen = 0;
+    struct afix *f = afix_new(DATA_SIZE, 0), *g = afix_new(DATA_SIZE, 1000);
+    struct store_holder *h = store_holder_new(f->s), *hg = store_holder_new(g->s);
+    struct shmb_error err = {0};
+    struct store_extent e;
+    struct shmb_chunk_header hdr;
+    struct store_stats st;
+
+    (void)state;
+    e = arena_ok(f, h, 1 << 20);
+    assert_int_equal(e.size, DATA_SIZE / 8);
+    assert_int_equal(e.offset % SHMB_ALIGN, 0);
+    hdr = header_at(f, e.offset - 64);
+    assert_int_equal(hdr.magic, SHMB_CHUNK_MAGIC);
+    assert_int_equal(hdr.state, SHMB_CHUNK_ARENA);
+    assert_int_equal(hdr.key_len, 0);
+    assert_int_equal(hdr.chunk_size, 64 + DATA_SIZE / 8);
+    assert_int_equal(lock_of(f, e.offset), SHMB_ARENA_IDLE);
+    st = stats_of(f);
+    assert_int_equal(st.arenas, 1);
+    assert_int_equal(st.arena_bytes, DATA_SIZE / 8);
+    assert_int_equal(st.used, 64 + DATA_SIZE / 8);
+
+    e = arena_ok(f, h, 1000);
+    assert_int_equal(e.size, 960);
+    assert_int_equal(stats_of(f).arenas, 1); /* the first one was given back */
+    assert_int_equal(stats_of(f).used, 64 + 960);
+
+    assert_int_equal(store_arena(f->s, h, CLIENT, 100, &e, &gen, &err), -EINVAL);
+    expect_message_has(&err, "at least 384 bytes");
+    /* The max object size clamps too (1000 -> 960). */
+    e = arena_ok(g, hg, 4096);
+    assert_int_equal(e.size, 960);
+    /* size 0 gives back. */
+    e = arena_ok(g, hg, 0);
+    assert_int_equal(e.size, 0);
+    assert_int_equal(stats_of(g).arenas, 0);
+    assert_int_equal(stats_of(g).used, 0);
+    store_holder_free(f->s, h);
+    store_holder_free(g->s, hg);
+    afix_free(f);
+    afix_free(g);
+}
+
+/* Chunks committed in order become ordinary objects: the daemon writes each
+ * header from its own values (whatever the client left there), the arena's
+ * tag counts the committed bytes, another holder gets the bytes exactly,
+ * list shows them, and the bytes left shrink. */
+static void test_commit_in_order(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s), *r = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent a = arena_ok(f, w, 4096), got;
+    struct shmb_chunk_header hdr, ah;
+    uint64_t pos = a.offset;
+    struct store_stats st;
+
+    (void)state;
+    pos += put_at(f, w, pos, "one", 100, 0, 1);
+    pos += put_at(f, w, pos, "two", 1, 2, 2);
+    pos += put_at(f, w, pos, "three", 500, 0, 3);
+    hdr = header_at(f, a.offset + SHMB_CHUNK_SIZE(3, 100));
+    ah = header_at(f, a.offset - 64);
+    assert_int_equal(hdr.magic, SHMB_CHUNK_MAGIC);
+    assert_int_equal(hdr.state, SHMB_CHUNK_COMMITTED);
+    assert_int_equal(hdr.key_len, 3);
+    assert_int_equal(hdr.header_size, 64);
+    assert_int_equal(hdr.tag, 2);
+    assert_int_equal(hdr.id, ah.id);
+    assert_int_equal(hdr.chunk_size, 128);
+    assert_int_equal(hdr.payload_size, 1);
+    assert_memory_equal(at(f, a.offset + SHMB_CHUNK_SIZE(3, 100)) + 48, "two", 3);
+    assert_int_equal((uint64_t)ah.tag * 64, pos - a.offset);
+
+    assert_int_equal(store_get(f->s, r, "three", 5, &got, &err), 0);
+    assert_int_equal(got.size, 500);
+    check_bytes(f, &got, 3);
+    assert_int_equal(store_get(f->s, r, "one", 3, &got, &err), 0);
+    check_bytes(f, &got, 1);
+    st = stats_of(f);
+    assert_int_equal(st.objects, 3);
+    assert_int_equal(st.commits, 3);
+    assert_int_equal(st.arena_bytes, 4096 - (pos - a.offset));
+    assert_int_equal(store_release(f->s, r, "one", 3, &err), 0);
+    assert_int_equal(store_release(f->s, r, "three", 5, &err), 0);
+    /* An arena object is deleted as any other. */
+    assert_int_equal(store_delete(f->s, "one", 3, &err), 0);
+    assert_false(store_contains(f->s, "one", 3));
+    assert_true(store_contains(f->s, "two", 3));
+    store_holder_free(f->s, w);
+    store_holder_free(f->s, r);
+    afix_free(f);
+}
+
+/* commit_at refuses, naming the numbers and changing nothing: an offset
+ * that is not the cursor (a hole, or an overlap with a committed chunk), a
+ * chunk that runs past the arena's end, a key that exists, an offset
+ * outside the arena or no arena at all (ESTALE). */
+static void test_commit_refusals(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s), *other = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent a, e;
+    uint64_t pos;
+    char msg[200];
+
+    (void)state;
+    assert_int_equal(store_commit_at(f->s, w, "k", 1, DATA_OFFSET, 10, 0, &e, &err), -ESTALE);
+    expect_message_has(&err, "holds no arena");
+    a = arena_ok(f, w, 1024);
+    pos = a.offset + put_at(f, w, a.offset, "first", 10, 0, 1);
+
+    lay(f, pos + 64, "hole", 10, 2);
+    assert_int_equal(store_commit_at(f->s, w, "hole", 4, pos + 64, 10, 0, &e, &err), -EINVAL);
+    snprintf(msg, sizeof(msg),
+             "commit_at offset %llu is not the arena's next free byte %llu (arena %llu..%llu)",
+             (unsigned long long)(pos + 64), (unsigned long long)pos,
+             (unsigned long long)a.offset, (unsigned long long)(a.offset + 1024));
+    expect_message_has(&err, msg);
+    assert_int_equal(store_commit_at(f->s, w, "over", 4, a.offset, 10, 0, &e, &err), -EINVAL);
+    expect_message_has(&err, "lay chunks out in order");
+    assert_false(store_contains(f->s, "hole", 4));
+    assert_false(store_contains(f->s, "over", 4));
+
+    /* 1024 - 128 bytes are left: a chunk of 64 + 896 + 64 is too long. */
+    assert_int_equal(store_commit_at(f->s, w, "big", 3, pos, 897, 0, &e, &err), -EINVAL);
+    expect_message_has(&err, "runs past the end of the arena");
+    expect_message_has(&err, "896 bytes left");
+
+    assert_int_equal(store_alloc(f->s, other, "taken", 5, 10, 0, NULL, &err), 0);
+    lay(f, pos, "taken", 10, 3);
+    assert_int_equal(store_commit_at(f->s, w, "taken", 5, pos, 10, 0, &e, &err), -EEXIST);
+    assert_int_equal(store_commit_at(f->s, w, "far", 3, a.offset + 4096, 10, 0, &e, &err),
+                     -ESTALE);
+    expect_message_has(&err, "outside this connection's arena");
+    /* The cursor did not move: the next chunk goes where the refused ones
+     * were to go. */
+    pos += put_at(f, w, pos, "second", 100, 0, 4);
+    assert_int_equal(stats_of(f).objects, 2);
+    store_holder_free(f->s, w);
+    store_holder_free(f->s, other);
+    afix_free(f);
+}
+
+/* Giving back an arena that is the ring's newest chunk returns its unused
+ * tail at once (and all of it when nothing was committed); one that is not
+ * the newest keeps it until it is reclaimed. Its objects stay either way. */
+static void test_give_back(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s), *o = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent a, got;
+    uint64_t chunk, used;
+
+    (void)state;
+    a = arena_ok(f, w, 4096);
+    arena_ok(f, w, 0);
+    assert_int_equal(stats_of(f).used, 0);
+
+    a = arena_ok(f, w, 4096);
+    chunk = put_at(f, w, a.offset, "kept", 200, 0, 1);
+    arena_ok(f, w, 0);
+    assert_int_equal(stats_of(f).used, 64 + chunk);
+    assert_int_equal(header_at(f, a.offset - 64).chunk_size, 64 + chunk);
+    assert_int_equal(lock_of(f, a.offset), SHMB_ARENA_REVOKED);
+    assert_int_equal(store_get(f->s, o, "kept", 4, &got, &err), 0);
+    check_bytes(f, &got, 1);
+    /* The space given back is allocated again right after the object. */
+    assert_int_equal(store_alloc(f->s, o, "next", 4, 10, 0, &got, &err), 0);
+    assert_int_equal(got.offset, a.offset + chunk + 64);
+
+    /* Not the newest: an allocation after it keeps the arena whole. */
+    a = arena_ok(f, w, 4096);
+    put_at(f, w, a.offset, "in", 10, 0, 2);
+    assert_int_equal(store_alloc(f->s, o, "after", 5, 10, 0, NULL, &err), 0);
+    used = stats_of(f).used;
+    arena_ok(f, w, 0);
+    assert_int_equal(stats_of(f).used, used);
+    assert_int_equal(stats_of(f).arenas, 0);
+    assert_true(store_contains(f->s, "in", 2));
+    store_holder_free(f->s, w);
+    store_holder_free(f->s, o);
+    afix_free(f);
+}
+
+/* Fill the ring with objects of 4 KiB until an alloc fails; returns the
+ * failing code (err says why). */
+static int fill(struct afix *f, struct store_holder *h, int *n)
+{
+    struct shmb_error err = {0};
+    char key[32];
+    int rc;
+
+    for (;;) {
+        snprintf(key, sizeof(key), "fill%d", (*n)++);
+        rc = store_alloc(f->s, h, key, strlen(key), 4000, 0, NULL, &err);
+        if (rc != 0)
+            return rc;
+        assert_int_equal(store_commit(f->s, h, key, strlen(key), &err), 0);
+        if (*n > 1000)
+            fail_msg("the ring never filled");
+    }
+}
+
+/* An arena nobody holds is reclaimed as one chunk, only when each of its
+ * objects may go: a pinned one blocks it, and ENOSPC and stats name that
+ * object. Once it is released, all go (evicted, oldest first) at once. */
+static void test_reclaim_blocked_by_pin(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s), *r = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent a = arena_ok(f, w, 4096), got;
+    struct store_stats st;
+    uint64_t pos = a.offset;
+    int n = 0;
+
+    (void)state;
+    pos += put_at(f, w, pos, "a1", 100, 0, 1);
+    pos += put_at(f, w, pos, "a2-pinned", 100, 0, 2);
+    pos += put_at(f, w, pos, "a3", 100, 0, 3);
+    arena_ok(f, w, 0);
+    assert_int_equal(store_get(f->s, r, "a2-pinned", 9, &got, &err), 0);
+    assert_int_equal(fill(f, w, &n), -ENOSPC);
+    store_alloc(f->s, w, "x", 1, 4000, 0, NULL, &err);
+    expect_message_has(&err, "'a2-pinned'");
+    st = stats_of(f);
+    assert_true(st.has_blocker);
+    assert_string_equal(st.blocker_key, "a2-pinned");
+    assert_true(store_contains(f->s, "a1", 2));
+    assert_true(store_contains(f->s, "a3", 2));
+
+    assert_int_equal(store_release(f->s, r, "a2-pinned", 9, &err), 0);
+    assert_int_equal(store_alloc(f->s, w, "x", 1, 4000, 0, NULL, &err), 0);
+    assert_false(store_contains(f->s, "a1", 2));
+    assert_false(store_contains(f->s, "a2-pinned", 9));
+    assert_false(store_contains(f->s, "a3", 2));
+    assert_true(stats_of(f).evictions >= 3);
+    store_holder_free(f->s, w);
+    store_holder_free(f->s, r);
+    afix_free(f);
+}
+
+/* A held arena that blocks reclaim is revoked when its lock is IDLE (the
+ * lock becomes REVOKED, its holder's next commit_at gets ESTALE, its
+ * objects go when they may); while the lock is BUSY it is left alone, and
+ * ENOSPC and stats name "the arena of client 7". */
+static void test_revoke_idle_busy(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s), *o = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent a, e;
+    struct store_stats st;
+    uint64_t pos, lock_word, old_seal;
+    int n = 0;
+
+    (void)state;
+    a = arena_ok(f, w, 4096);
+    old_seal = header_at(f, a.offset - 64).seal;
+    pos = a.offset + put_at(f, w, a.offset, "in-busy", 100, 0, 1);
+    set_lock(f, a.offset, SHMB_ARENA_BUSY);
+    assert_int_equal(fill(f, o, &n), -ENOSPC);
+    assert_int_equal(store_alloc(f->s, o, "y", 1, 4000, 0, NULL, &err), -ENOSPC);
+    expect_message_has(&err, "arena of client 7");
+    st = stats_of(f);
+    assert_string_equal(st.blocker_key, "(arena of client 7)");
+    assert_int_equal(st.arenas, 1);
+    assert_int_equal(lock_of(f, a.offset), SHMB_ARENA_BUSY);
+    /* Nothing tells the daemon when the lock goes IDLE: waiting
+     * allocations are told to look again soon. */
+    assert_true(store_lease_wake_ms(f->s) != UINT64_MAX);
+    /* The client still holds it and commits into it. */
+    pos += put_at(f, w, pos, "in-busy2", 100, 0, 2);
+
+    /* IDLE: revoked, but a pin on one of its objects keeps it (and names
+     * the object). */
+    set_lock(f, a.offset, SHMB_ARENA_IDLE);
+    assert_int_equal(store_get(f->s, o, "in-busy2", 8, &e, &err), 0);
+    assert_int_equal(store_alloc(f->s, o, "y", 1, 4000, 0, NULL, &err), -ENOSPC);
+    expect_message_has(&err, "'in-busy2'");
+    assert_int_equal(lock_of(f, a.offset), SHMB_ARENA_REVOKED);
+    assert_int_equal(stats_of(f).arenas, 0);
+    assert_int_equal(store_lease_wake_ms(f->s), UINT64_MAX);
+    lay(f, pos, "late", 10, 3);
+    assert_int_equal(store_commit_at(f->s, w, "late", 4, pos, 10, 0, &e, &err), -ESTALE);
+
+    assert_int_equal(store_release(f->s, o, "in-busy2", 8, &err), 0);
+    assert_int_equal(store_alloc(f->s, o, "y", 1, 4000, 0, NULL, &err), 0);
+    /* The arena's bytes are reused: a client coming back to its old lock
+     * finds a word that is not its IDLE seal, so its compare-and-swap
+     * fails and it writes nothing there. */
+    lock_word = header_at(f, a.offset - 64).seal;
+    assert_true(lock_word != old_seal);
+    assert_true(lock_word != SHMB_SEAL(SHMB_SEAL_GEN(old_seal), SHMB_ARENA_IDLE));
+    assert_false(store_contains(f->s, "in-busy", 7));
+    assert_false(store_contains(f->s, "in-busy2", 8));
+    /* A new arena works. */
+    a = arena_ok(f, w, 1024);
+    put_at(f, w, a.offset, "late", 10, 0, 3);
+    store_holder_free(f->s, w);
+    store_holder_free(f->s, o);
+    afix_free(f);
+}
+
+/* --alloc-timeout (store_expire_pending's limit): an arena unused that long
+ * is given back (lock REVOKED, ESTALE for its holder, objects kept); one
+ * whose lock is BUSY is first left alone, then revoked anyway once it has
+ * been seen BUSY for that long. */
+static void test_expiry(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s), *v = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent a, b, e;
+    uint64_t pos;
+
+    (void)state;
+    a = arena_ok(f, w, 2048);
+    pos = a.offset + put_at(f, w, a.offset, "old", 10, 0, 1);
+    b = arena_ok(f, v, 2048);
+    set_lock(f, b.offset, SHMB_ARENA_BUSY);
+    assert_true(store_oldest_pending_ms(f->s) != UINT64_MAX);
+    store_expire_pending(f->s, 10000);
+    assert_int_equal(stats_of(f).arenas, 2);
+    sleep_ms(20);
+    store_expire_pending(f->s, 10);
+    assert_int_equal(stats_of(f).arenas, 1);
+    assert_int_equal(lock_of(f, a.offset), SHMB_ARENA_REVOKED);
+    assert_true(store_contains(f->s, "old", 3));
+    lay(f, pos, "new", 10, 2);
+    assert_int_equal(store_commit_at(f->s, w, "new", 3, pos, 10, 0, &e, &err), -ESTALE);
+    assert_int_equal(lock_of(f, b.offset), SHMB_ARENA_BUSY);
+    sleep_ms(20);
+    store_expire_pending(f->s, 10);
+    assert_int_equal(stats_of(f).arenas, 0);
+    assert_int_equal(lock_of(f, b.offset), SHMB_ARENA_REVOKED);
+    assert_int_equal(store_oldest_pending_ms(f->s), UINT64_MAX);
+    store_holder_free(f->s, w);
+    store_holder_free(f->s, v);
+    afix_free(f);
+}
+
+/* A holder that goes (disconnect) gives its arena back: its committed
+ * objects stay for others, the uncommitted rest is free at once. */
+static void test_disconnect_keeps_committed(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s), *r = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent a = arena_ok(f, w, 4096), got;
+    uint64_t pos = a.offset, chunk;
+
+    (void)state;
+    chunk = put_at(f, w, pos, "mine", 300, 1, 9);
+    lay(f, pos + chunk, "uncommitted", 300, 10);
+    store_holder_free(f->s, w);
+    assert_int_equal(stats_of(f).arenas, 0);
+    assert_int_equal(stats_of(f).used, 64 + chunk);
+    assert_int_equal(store_get(f->s, r, "mine", 4, &got, &err), 0);
+    check_bytes(f, &got, 9);
+    assert_false(store_contains(f->s, "uncommitted", 11));
+    store_holder_free(f->s, r);
+    afix_free(f);
+}
+
+/* store_list's callback for awaited_of. */
+static int awaited_entry(const struct store_entry *e, void *arg)
+{
+    *(int64_t *)arg = e->awaited_reads;
+    return 1;
+}
+
+/* The awaited reads of the object key, as list reports them; -1 when none. */
+static int64_t awaited_of(struct afix *f, const char *key)
+{
+    int64_t n = -1;
+
+    store_list(f->s, key, strlen(key), 1, awaited_entry, &n);
+    return n;
+}
+
+/* What a crash leaves: the store's memory goes, the data area and the
+ * cursor stay; a new store adopts them. */
+static void crash_and_adopt(struct afix *f, struct store_adopt_report *report)
+{
+    struct shmb_error err = {0};
+
+    store_free(f->s);
+    f->s = store_adopt(f->data, DATA_OFFSET, f->size, &f->cursor, NULL, report, &err);
+    if (f->s == NULL)
+        fail_msg("store_adopt: %d %s", err.code, err.message);
+}
+
+/* Adoption walks an arena's committed bytes and brings its objects back
+ * (bytes, awaited reads) in an arena nobody holds; a deleted one stays
+ * gone. A corrupt chunk inside stops the walk there: the objects before it
+ * come back, the rest is dropped and reported. */
+static void test_adopt(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s), *r;
+    struct store_adopt_report report;
+    struct shmb_error err = {0};
+    struct store_extent a = arena_ok(f, w, 4096), got;
+    uint64_t pos = a.offset, second;
+    struct store_stats st;
+
+    (void)state;
+    pos += put_at(f, w, pos, "k1", 100, 0, 1);
+    second = pos;
+    pos += put_at(f, w, pos, "k2", 200, 2, 2);
+    pos += put_at(f, w, pos, "gone", 10, 0, 3);
+    pos += put_at(f, w, pos, "k3", 300, 0, 4);
+    assert_int_equal(store_delete(f->s, "gone", 4, &err), 0);
+    lay(f, pos, "never", 50, 5); /* laid out, not committed */
+    /* One of k2's two awaited reads done: one is left after the restart. */
+    r = store_holder_new(f->s);
+    assert_int_equal(store_get(f->s, r, "k2", 2, &got, &err), 0);
+    store_holder_free(f->s, r);
+
+    crash_and_adopt(f, &report);
+    assert_false(report.corrupt);
+    assert_int_equal(report.restored, 3);
+    assert_int_equal(report.restored_bytes, 600);
+    assert_int_equal(report.dropped_free, 1);
+    assert_int_equal(awaited_of(f, "k2"), 1);
+    r = store_holder_new(f->s);
+    assert_int_equal(store_get(f->s, r, "k2", 2, &got, &err), 0);
+    check_bytes(f, &got, 2);
+    assert_int_equal(store_get(f->s, r, "k3", 2, &got, &err), 0);
+    check_bytes(f, &got, 4);
+    assert_false(store_contains(f->s, "never", 5));
+    assert_false(store_contains(f->s, "gone", 4));
+    st = stats_of(f);
+    assert_int_equal(st.arenas, 0);
+    /* The newest chunk, the arena, kept only its committed bytes. */
+    assert_int_equal(st.used, pos - a.offset + 64);
+    store_holder_free(f->s, r);
+
+    /* The second chunk's magic spoiled: only k1 comes back. */
+    memset(at(f, second), 0, 4);
+    crash_and_adopt(f, &report);
+    assert_true(report.corrupt);
+    assert_int_equal(report.restored, 1);
+    assert_int_equal(report.arena_dropped_bytes, pos - second);
+    if (strstr(report.message, "Dropped the rest of that arena") == NULL)
+        fail_msg("report: %s", report.message);
+    assert_true(store_contains(f->s, "k1", 2));
+    assert_false(store_contains(f->s, "k2", 2));
+    assert_false(store_contains(f->s, "k3", 2));
+    /* The walk's end is recorded: a second adoption is clean. */
+    crash_and_adopt(f, &report);
+    assert_false(report.corrupt);
+    assert_int_equal(report.restored, 1);
+    afix_free(f);
+}
+
+/* The catalog's slots in test_catalog_listing, after a data area of
+ * DATA_SIZE bytes in a buffer laid out as a segment. */
+#define CAT_SLOTS 64u
+
+/* The catalog entry listing the chunk at offset, or NULL. */
+static const struct shmb_catalog_entry *listed_at(const unsigned char *seg, uint64_t offset)
+{
+    const struct shmb_catalog_entry *t =
+        (const struct shmb_catalog_entry *)(seg + SHMB_HEADER_PAGE + DATA_SIZE);
+    unsigned i;
+
+    for (i = 0; i < CAT_SLOTS; i++)
+        if (t[i].chunk == offset)
+            return &t[i];
+    return NULL;
+}
+
+/* commit_at publishes as commit does: the chunk sealed with a generation,
+ * THEN listed in the catalog (AWAITED when it awaits reads); an eviction of
+ * the arena unlists each object and swaps its seal to 0; an adoption lists
+ * the arena's objects again under new generations. */
+static void test_catalog_listing(void **state)
+{
+    struct store_config cfg = {0};
+    struct shmb_error err = {0};
+    struct store_adopt_report report;
+    size_t bytes = SHMB_HEADER_PAGE + DATA_SIZE + SHMB_HEADER_PAGE;
+    struct afix f = {.size = DATA_SIZE};
+    unsigned char *seg = aligned_alloc(SHMB_HEADER_PAGE, bytes);
+    struct catalog *cat;
+    struct store_holder *w, *o;
+    const struct shmb_catalog_entry *e1, *e2;
+    struct store_extent a;
+    uint64_t pos, second;
+    uint32_t gen1;
+
+    (void)state;
+    assert_non_null(seg);
+    memset(seg, 0, bytes);
+    f.data = seg + SHMB_HEADER_PAGE; /* segment offsets are buffer offsets */
+    cat = catalog_new(seg, SHMB_HEADER_PAGE + DATA_SIZE, CAT_SLOTS, 7,
+                      (struct shmb_segment_header *)seg, &err);
+    assert_non_null(cat);
+    cfg.catalog = cat;
+    f.s = store_new(f.data, DATA_OFFSET, DATA_SIZE, &f.cursor, &cfg, &err);
+    assert_non_null(f.s);
+    w = store_holder_new(f.s);
+    o = store_holder_new(f.s);
+
+    a = arena_ok(&f, w, 4096);
+    pos = a.offset + put_at(&f, w, a.offset, "c1", 100, 0, 1);
+    second = pos;
+    pos += put_at(&f, w, pos, "c2", 100, 3, 2);
+    e1 = listed_at(seg, a.offset);
+    e2 = listed_at(seg, second);
+    assert_non_null(e1);
+    assert_non_null(e2);
+    gen1 = e1->gen;
+    assert_true(gen1 != 0);
+    assert_int_equal(SHMB_SEAL_GEN(header_at(&f, a.offset).seal), gen1);
+    assert_int_equal(SHMB_SEAL_COUNT(header_at(&f, a.offset).seal), 0);
+    assert_int_equal(e1->size, 100);
+    assert_int_equal(e1->flags & SHMB_CATALOG_AWAITED, 0);
+    assert_int_equal(e2->flags & SHMB_CATALOG_AWAITED, SHMB_CATALOG_AWAITED);
+    assert_int_equal(catalog_listed(cat), 2);
+    /* The arena's own header is never listed: its seal is the lock, under
+     * a generation of its own (taken before the object's). */
+    assert_true(SHMB_SEAL_GEN(header_at(&f, a.offset - 64).seal) != 0);
+    assert_true(SHMB_SEAL_GEN(header_at(&f, a.offset - 64).seal) != gen1);
+    assert_int_equal(SHMB_SEAL_COUNT(header_at(&f, a.offset - 64).seal), SHMB_ARENA_IDLE);
+
+    /* Adopted: listed again, under generations after those seen. */
+    store_free(f.s);
+    catalog_free(cat);
+    cat = catalog_new(seg, SHMB_HEADER_PAGE + DATA_SIZE, CAT_SLOTS, 7,
+                      (struct shmb_segment_header *)seg, &err);
+    assert_non_null(cat);
+    cfg.catalog = cat;
+    f.s = store_adopt(f.data, DATA_OFFSET, DATA_SIZE, &f.cursor, &cfg, &report, &err);
+    assert_non_null(f.s);
+    assert_int_equal(report.restored, 2);
+    assert_int_equal(catalog_listed(cat), 2);
+    assert_non_null(e1 = listed_at(seg, a.offset));
+    assert_true(e1->gen > gen1);
+    assert_int_equal(SHMB_SEAL_GEN(header_at(&f, a.offset).seal), e1->gen);
+
+    /* Evicted (the reads c2 awaits forgone first): unlisted, seals 0. */
+    w = store_holder_new(f.s);
+    o = store_holder_new(f.s);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(store_forgo_read(f.s, "c2", 2), 0);
+    for (int i = 0; i < 5; i++) {
+        char key[16];
+
+        snprintf(key, sizeof(key), "big%d", i);
+        assert_int_equal(store_alloc(f.s, o, key, strlen(key), 16000, 0, NULL, &err), 0);
+        assert_int_equal(store_commit(f.s, o, key, strlen(key), &err), 0);
+    }
+    assert_false(store_contains(f.s, "c1", 2));
+    assert_false(store_contains(f.s, "c2", 2));
+    assert_int_equal(listed_at(seg, a.offset) == NULL ||
+                         listed_at(seg, a.offset)->gen != e1->gen,
+                     true);
+    assert_int_equal(catalog_listed(cat), (size_t)stats_of(&f).objects);
+    store_holder_free(f.s, w);
+    store_holder_free(f.s, o);
+    store_free(f.s);
+    catalog_free(cat);
+    free(seg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grant_clamps),
+        cmocka_unit_test(test_commit_in_order),
+        cmocka_unit_test(test_commit_refusals),
+        cmocka_unit_test(test_give_back),
+        cmocka_unit_test(test_reclaim_blocked_by_pin),
+        cmocka_unit_test(test_revoke_idle_busy),
+        cmocka_unit_test(test_expiry),
+        cmocka_unit_test(test_disconnect_keeps_committed),
+        cmocka_unit_test(test_adopt),
+        cmocka_unit_test(test_catalog_listing),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
