@@ -7,7 +7,17 @@
 # queues (tests/bench/queue_bench.c) against a busy-polling ring, ZeroMQ
 # PUB/SUB and a Unix-socket fan-out.
 # Usage: sh scripts/bench.sh BUILD_DIR   (BENCH_QUICK=1 for a smoke run,
-# BENCH_ONLY=queues for the queue tables alone)
+# BENCH_ONLY=queues for the queue tables alone, BENCH_ONLY=reads for the new
+# calls' tables alone: shmb_put through the arena + shmb_read against Redis,
+# hot reads from 1 to 16 processes)
+#
+# shmb_read makes no system call on its hot path. To see it, count the
+# system calls of a read run of a thousand reads and of a million against a
+# running daemon: the totals are the same (connect, hello, mapping, the put
+# before the clock, the fork and barrier; then only reads). This script does
+# it when strace is installed; by hand:
+#   strace -f -c -o /tmp/reads.strace build/shmb-bench --mode read --size 64 \
+#       --ops 1000000 --socket /run/shmbroker/shmbroker.sock
 #
 # Starts its own shmbrokerd (1 GiB segment in /dev/shm; the queues get one of
 # their own) and redis-server (persistence off, a temporary Unix socket),
@@ -165,6 +175,7 @@ for n in $clients_list; do
 done
 
 # ---- the matrix ------------------------------------------------------------------
+if [ "${BENCH_ONLY:-}" != reads ]; then
 say ""
 say "Per object: shmbroker put+get = alloc, write every byte in place, commit, get, read"
 say "every byte in place, release (4 requests, the release not waited for); batch ="
@@ -230,6 +241,89 @@ if command -v redis-benchmark >/dev/null 2>&1; then
         tr '\n' ' ')
     say "redis-benchmark cross-check (64 B, 1 client, requests/s): ${rb:-unavailable}"
 fi
+fi
+
+# ---- the new calls: puts in one round trip, reads in none ---------------------------
+# put+read = shmb_put (the payload copied into the client's arena, one
+# commit_at request) + shmb_read (the catalog in the mapping, validated
+# copy-out, no request), a new key each time, every byte written and read;
+# old plain = the matrix's put+get (alloc, commit, get, release_nowait) again,
+# and Redis SET+GET again, in this same run.
+say ""
+say "The new calls, per object: put+read = shmb_put through the arena (1 round trip) +"
+say "shmb_read (0 round trips: the catalog in the mapping), every byte written and read;"
+say "old = plain put+get as above (3 round trips); Redis = SET+GET. Measured again here, in"
+say "this run. fast: reads served from the mapping (the rest asked the daemon)."
+say ""
+hdr=$(printf '%-7s %3s | %10s %8s %8s %8s | %10s %6s | %10s %6s | %6s' \
+    size cl "new ops/s" "GB/s" "p50" "p99" "Redis op/s" "xRedis" "old op/s" "xold" "fast")
+say "$hdr"
+say "$(printf '%s' "$hdr" | tr -c '|\n' '-')"
+for cell in 64:1 64:16 4096:1 4096:16 1048576:1; do
+    size=${cell%%:*}
+    n=${cell##*:}
+    lbl="new-$size-$n"
+    run --mode putread --socket "$sock" --size "$size" --clients "$n" --seconds "$secs" \
+        --label "$lbl" || die "shmbroker putread $lbl failed"
+    p_ops=$(field "$last" ops_per_s)
+    p_gb=$(field "$last" gb_per_s)
+    p_p50=$(field "$last" p50_us)
+    p_p99=$(field "$last" p99_us)
+    p_fast=$(field "$last" reads_fast)
+    p_fb=$(field "$last" reads_fallback)
+    run --mode redis --redis-socket "$rsock" --size "$size" --clients "$n" \
+        --seconds "$secs" --label "$lbl" || die "redis $lbl failed"
+    r_ops=$(field "$last" ops_per_s)
+    run --mode putget --release-nowait --socket "$sock" --size "$size" --clients "$n" \
+        --seconds "$secs" --label "old-$size-$n" || die "shmbroker putget $lbl failed"
+    o_ops=$(field "$last" ops_per_s)
+    say "$(printf '%-7s %3s | %10.0f %8.3f %8.1f %8.1f | %10.0f %6.2f | %10.0f %6.2f | %5.1f%%' \
+        "$(human "$size")" "$n" "$p_ops" "$p_gb" "$p_p50" "$p_p99" "$r_ops" \
+        "$(calc '%f' "$p_ops / $r_ops")" "$o_ops" "$(calc '%f' "$p_ops / $o_ops")" \
+        "$(calc '%f' "100 * $p_fast / ($p_fast + $p_fb + 0.000001)")")"
+done
+say ""
+say "xRedis: put+read objects/s over Redis SET+GET objects/s (targets: >= 2 at 64 B and 4 KiB,"
+say ">= 4 at 1 MiB, one client); xold: over the old plain calls."
+
+# Hot reads: each reader process reads its own 64-byte key, put before the
+# clock, as fast as it can; 1, one per CPU, and 16 processes.
+say ""
+say "shmb_read of a hot 64 B key (one key per reader process), reads/s of all readers:"
+say ""
+hdr=$(printf '%7s | %12s %8s %8s | %7s | %6s' readers "reads/s" "p50 us" "p99 us" "x1" "fast")
+say "$hdr"
+say "$(printf '%s' "$hdr" | tr -c '|\n' '-')"
+read1=""
+for n in $(printf '%s\n' 1 "$(nproc)" 16 | awk '!seen[$1]++'); do
+    run --mode read --socket "$sock" --size 64 --clients "$n" --seconds "$secs" \
+        --label "read-$n" || die "shmbroker read x$n failed"
+    h_ops=$(field "$last" ops_per_s)
+    [ -n "$read1" ] || read1=$h_ops
+    h_fast=$(field "$last" reads_fast)
+    h_fb=$(field "$last" reads_fallback)
+    say "$(printf '%7s | %12.0f %8.3f %8.3f | %7.2f | %5.1f%%' "$n" "$h_ops" \
+        "$(field "$last" p50_us)" "$(field "$last" p99_us)" "$(calc '%f' "$h_ops / $read1")" \
+        "$(calc '%f' "100 * $h_fast / ($h_fast + $h_fb + 0.000001)")")"
+done
+say "x1: over 1 reader (the CPUs bound it: $(nproc) here); target >= 1,000,000 reads/s for 1 reader."
+
+# The system calls of a read run: the same for a thousand reads as for a
+# million when the hot path makes none.
+if command -v strace >/dev/null 2>&1; then
+    for ops in 1000 1000000; do
+        strace -f -c -o "$tmp/strace-$ops" "$bench" --mode read --socket "$sock" --size 64 \
+            --ops "$ops" --label "strace-$ops" >/dev/null 2>&1 ||
+            die "strace of a read run failed"
+        eval "sys_$ops=$(awk '$NF == "total" { print $4 }' "$tmp/strace-$ops" | tail -1)"
+    done
+    say "system calls of a whole read run (strace -c -f: fork, connect, hello, put, then the"
+    say "reads): $sys_1000 for 1,000 reads, $sys_1000000 for 1,000,000 reads"
+    printf '{"mode":"strace-read","syscalls_1k":%s,"syscalls_1m":%s}\n' "${sys_1000:-0}" \
+        "${sys_1000000:-0}" >>"$json"
+fi
+
+if [ "${BENCH_ONLY:-}" != reads ]; then
 
 # ---- the same from Python, against the same servers (tests/bench/bench_python.py) ----
 # The interpreter that has Debian's python3-redis and python3-numpy: $PYTHON,
@@ -279,6 +373,14 @@ extra_pids=""
 [ -e "/dev/shm/$name-4g" ] && say "warning: /dev/shm/$name-4g was left behind"
 printf '{"mode":"ready","segment_bytes":4294967296,"ready_ms":%s}\n' "$ready_ms" >>"$json"
 say "4 GiB segment: exec to first hello answered in $ready_ms ms"
+fi
+fi
+
+if [ "${BENCH_ONLY:-}" = reads ]; then
+    say "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+    say ""
+    say "table: $txt; JSON lines: $json"
+    exit 0
 fi
 
 # ---- broadcast queues (tests/bench/queue_bench.c) -------------------------------------

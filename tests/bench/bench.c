@@ -43,12 +43,12 @@
 
 enum mode {
     M_PUT, M_GET, M_PUTGET, M_BPUT, M_BGET, M_BPUTGET, M_REDIS, M_RTT, M_MEMCPY,
-    M_SCALE, M_READY,
+    M_SCALE, M_READY, M_PUTREAD, M_READ,
 };
 
 static const char *const mode_names[] = {
     "put", "get", "putget", "batch-put", "batch-get", "batch-putget", "redis", "rtt",
-    "memcpy", "scale", "ready",
+    "memcpy", "scale", "ready", "putread", "read",
 };
 
 struct options {
@@ -74,6 +74,7 @@ struct client_result {
     uint64_t sample_every;
     int failed;
     char error[256];
+    uint64_t fast, fallback; /* putread, read: shmb_read_stats at the end */
     double samples[MAX_SAMPLES]; /* latency per unit, in microseconds */
 };
 
@@ -267,6 +268,60 @@ static int run_shmb(int id, struct client_result *r, int barrier)
     r->end_ns = now_ns();
     shmb_close(c);
     free(bb.src);
+    return 0;
+}
+
+/* The new calls: putread = shmb_put (one round trip through the arena) and
+ * shmb_read (no round trip: the catalog in the mapping) of a new key each
+ * time, every byte written and read; read = shmb_read of one hot key put
+ * before the clock starts. Each client reports how its reads were served.
+ * Once the clients run, a read run makes no system call (the clock is the
+ * vDSO's): strace -c -f counts as many calls for a thousand reads as for a
+ * million (scripts/bench.sh). */
+static int run_reads(int id, struct client_result *r, int barrier)
+{
+    shmb_t *c = shmb_new();
+    unsigned char *src = malloc(opt.size), *dst = malloc(opt.size);
+    shmb_read_stats_t rs;
+    char key[64];
+    uint64_t i = 0, t;
+    size_t n;
+
+    if (c == NULL || src == NULL || dst == NULL)
+        return client_fail(r, "out of memory");
+    if (shmb_connect(c, opt.socket, "shmb-bench") != 0)
+        return client_fail(r, "connect %s: %s", opt.socket, shmb_errmsg(c));
+    shmb_set_alloc_wait(c, 30000);
+    memset(src, 0x5a, opt.size);
+    if (opt.mode == M_READ) {
+        make_key(key, sizeof(key), id, 0);
+        if (shmb_put(c, key, src, opt.size, 0) != 0)
+            return client_fail(r, "put %s: %s: %s", key, shmb_errname(c), shmb_errmsg(c));
+    }
+    if (wait_gate(r, barrier) != 0)
+        return -1;
+    r->start_ns = now_ns();
+    while (keep_going(r)) {
+        t = now_ns();
+        if (opt.mode == M_PUTREAD) {
+            make_key(key, sizeof(key), id, i);
+            src[0] = (unsigned char)i;
+            if (shmb_put(c, key, src, opt.size, 0) != 0)
+                return client_fail(r, "put %s: %s: %s", key, shmb_errname(c), shmb_errmsg(c));
+        }
+        if (shmb_read(c, key, dst, opt.size, &n) != 0)
+            return client_fail(r, "read %s: %s: %s", key, shmb_errname(c), shmb_errmsg(c));
+        sink += sum_bytes(dst, n);
+        record(r, now_ns() - t, 1);
+        i++;
+    }
+    r->end_ns = now_ns();
+    shmb_read_stats(c, &rs);
+    r->fast = rs.fast;
+    r->fallback = rs.fallback;
+    shmb_close(c);
+    free(src);
+    free(dst);
     return 0;
 }
 
@@ -532,7 +587,7 @@ static int run_rtt(struct client_result *r, int barrier, const char *path)
 /* Print one table line and one JSON line for a finished run. */
 static void report(const struct client_result *res, int n)
 {
-    uint64_t ops = 0, start = UINT64_MAX, end = 0, total = 0;
+    uint64_t ops = 0, start = UINT64_MAX, end = 0, total = 0, fast = 0, fallback = 0;
     double *all, secs, ops_s, gbs;
     size_t k = 0;
     int i;
@@ -540,6 +595,8 @@ static void report(const struct client_result *res, int n)
     for (i = 0; i < n; i++) {
         total += res[i].nsamples;
         ops += res[i].ops;
+        fast += res[i].fast;
+        fallback += res[i].fallback;
         if (res[i].start_ns < start)
             start = res[i].start_ns;
         if (res[i].end_ns > end)
@@ -563,11 +620,13 @@ static void report(const struct client_result *res, int n)
            quantile(all, k, 0.999), opt.label);
     printf("{\"mode\":\"%s\",\"label\":\"%s\",\"size\":%zu,\"clients\":%d,\"batch\":%d,"
            "\"ops\":%llu,\"seconds\":%.3f,\"ops_per_s\":%.1f,\"gb_per_s\":%.4f,"
-           "\"p50_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f}\n",
+           "\"p50_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f,\"reads_fast\":%llu,"
+           "\"reads_fallback\":%llu}\n",
            mode_names[opt.mode], opt.label, opt.size, n,
            opt.mode == M_BPUT || opt.mode == M_BGET || opt.mode == M_BPUTGET ? opt.batch : 1,
            (unsigned long long)ops, secs, ops_s, gbs, quantile(all, k, 0.5),
-           quantile(all, k, 0.99), quantile(all, k, 0.999));
+           quantile(all, k, 0.99), quantile(all, k, 0.999), (unsigned long long)fast,
+           (unsigned long long)fallback);
     fflush(stdout);
     free(all);
 }
@@ -630,6 +689,8 @@ static int run_clients(void)
             case M_REDIS: rc = run_redis(i, r, gate[0]); break;
             case M_MEMCPY: rc = run_memcpy(r, gate[0]); break;
             case M_RTT: rc = run_rtt(r, gate[0], echo_path); break;
+            case M_PUTREAD:
+            case M_READ: rc = run_reads(i, r, gate[0]); break;
             default: rc = run_shmb(i, r, gate[0]); break;
             }
             _exit(rc == 0 ? 0 : 1);
@@ -839,7 +900,9 @@ static void usage(FILE *out)
             "Measure a running shmbrokerd, or a reference, and print one table line and\n"
             "one JSON line (ops/s, GB/s, p50/p99/p99.9 latency in microseconds).\n\n"
             "  --mode MODE       put, get, putget (plain calls); batch-put, batch-get,\n"
-            "                    batch-putget (put_many/get_many/release_many); redis\n"
+            "                    batch-putget (put_many/get_many/release_many); putread\n"
+            "                    (shmb_put through the arena + shmb_read); read (shmb_read\n"
+            "                    of one hot key per client, no system call); redis\n"
             "                    (SET+GET over --redis-socket); rtt (bare Unix-socket\n"
             "                    round trip to an echo server it forks); memcpy; scale\n"
             "                    (1,000 vs --objects live objects); ready (wait for a\n"
