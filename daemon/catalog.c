@@ -34,6 +34,7 @@ struct catalog {
     uint64_t slots, mask;
     uint32_t seed;
     uint32_t moves, unlisted, gen_next, counters_seq;
+    unsigned held; /* catalog_hold calls not yet released */
     size_t listed;
     uint64_t beats, shifts;
 };
@@ -65,12 +66,22 @@ struct catalog *catalog_new(void *base, uint64_t offset, uint64_t slots, uint32_
     c->seed = seed;
     c->gen_next = 1;
     /* An adopted segment's table holds the last daemon's entries: empty it
-     * (readers that raced the old entries fail their checks and ask). */
+     * (readers that raced the old entries fail their checks and ask), with
+     * catalog_moves odd meanwhile and then past any value a reader may have
+     * seen before (a reader that started its probe under the last daemon
+     * must not take a miss in the emptied table for a proof). The header's
+     * word is a client's to scribble: any value will do, as long as ours
+     * differs from it. */
+    if (segment_load(&c->moves, &hdr->catalog_moves, sizeof(c->moves)) < 0)
+        c->moves = 0;
+    c->moves += (c->moves & 1) != 0 ? 2 : 1;
+    segment_atomic_store32(&hdr->catalog_moves, c->moves);
     bytes = slots * sizeof(struct shmb_catalog_entry);
     for (done = 0; done < bytes; done += sizeof(zeros))
         segment_store((unsigned char *)c->table + done, zeros,
                       bytes - done < sizeof(zeros) ? (size_t)(bytes - done) : sizeof(zeros));
-    segment_atomic_store32(&hdr->catalog_moves, 0);
+    c->held = 1;
+    catalog_release(c);
     segment_atomic_store32(&hdr->catalog_unlisted, 0);
     segment_atomic_store32(&hdr->gen_next, c->gen_next);
     return c;
@@ -138,9 +149,27 @@ int catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chu
     return -ENOSPC;
 }
 
-/* Move catalog_moves on by one: odd while entries move, even after. */
+void catalog_hold(struct catalog *c)
+{
+    if (c->held++ == 0 && (c->moves & 1) == 0)
+        segment_atomic_store32(&c->hdr->catalog_moves, ++c->moves);
+}
+
+void catalog_release(struct catalog *c)
+{
+    if (c->held > 0 && --c->held == 0 && (c->moves & 1) != 0)
+        segment_atomic_store32(&c->hdr->catalog_moves, ++c->moves);
+}
+
+/* Move catalog_moves on by one: odd while entries move, even after (two
+ * while held: it stays odd). */
 static void catalog_step_moves(struct catalog *c)
 {
+    if (c->held > 0) {
+        c->moves += 2;
+        segment_atomic_store32(&c->hdr->catalog_moves, c->moves);
+        return;
+    }
     segment_atomic_store32(&c->hdr->catalog_moves, ++c->moves);
     __atomic_thread_fence(__ATOMIC_RELEASE);
 }

@@ -50,6 +50,12 @@ void catalog_gen_after(struct catalog *c, uint32_t floor);
 void catalog_beat(struct catalog *c, const struct shmb_published_counters *counters,
                   uint64_t unix_ms);
 
+/* While held (calls nest), catalog_moves stays odd: readers take no miss
+ * for a proof, as while entries move. The pool holds the catalog of an
+ * adopted segment while the store lists its objects again. */
+void catalog_hold(struct catalog *c);
+void catalog_release(struct catalog *c);
+
 size_t catalog_listed(const struct catalog *c);
 uint32_t catalog_unlisted(const struct catalog *c);
 

@@ -502,8 +502,12 @@ static int pool_adopt(struct pool *p, const struct store_config *scfg,
      * file's size (segment_adopt), never from the header page, which a client
      * may change during the restart; store_adopt reads the ring cursor once
      * and ring_adopt copies every chunk header before checking it. */
+    /* Readers that kept their mapping across the restart look keys up
+     * meanwhile: no miss is a proof until every object is listed again. */
+    catalog_hold(p->catalog);
     p->store = store_adopt(segment_data(&p->seg), p->seg.data_offset, p->seg.data_size,
                            p->seg.hdr, scfg, &report, err);
+    catalog_release(p->catalog);
     if (p->store == NULL) {
         catalog_free(p->catalog);
         p->catalog = NULL;

@@ -165,7 +165,13 @@ static void segment_keep_layout(struct segment *seg, const struct shmb_segment_h
     uint64_t slots = hdr->catalog_slots, bytes;
 
     if (hdr->magic != SHMB_SEGMENT_MAGIC || hdr->version != SHMB_LAYOUT_VERSION ||
-        hdr->total_size != seg->size || slots == seg->catalog_slots ||
+        hdr->total_size != seg->size)
+        return;
+    /* The seed too: a reader that kept its mapping across the restart
+     * hashes with the one it was given, and finds keys where they were. */
+    if (hdr->catalog_seed != 0)
+        seg->catalog_seed = hdr->catalog_seed;
+    if (slots == seg->catalog_slots ||
         (slots != 0 && (slots < SEGMENT_CATALOG_MIN_SLOTS || (slots & (slots - 1)) != 0 ||
                         slots > (UINT64_C(1) << 40))))
         return;

@@ -253,6 +253,20 @@ static enum catalog_pass catalog_pass(const struct shmb_catalog_view *v, const c
     return CATALOG_UNSURE;
 }
 
+/* Whether the header page still describes the table this view was given
+ * (the hello's seed, place and size): a daemon that restarted on the
+ * segment may have laid out another, and then a miss in ours proves
+ * nothing. A client's scribble here only sends reads to the daemon. */
+static bool catalog_same_table(const struct shmb_catalog_view *v, const unsigned char *hdr)
+{
+    return catalog_load32(hdr + offsetof(struct shmb_segment_header, catalog_seed),
+                          CATALOG_RELAXED) == v->seed &&
+           catalog_load64(hdr + offsetof(struct shmb_segment_header, catalog_slots),
+                          CATALOG_RELAXED) == v->catalog_slots &&
+           catalog_load64(hdr + offsetof(struct shmb_segment_header, catalog_offset),
+                          CATALOG_RELAXED) == v->catalog_offset;
+}
+
 /* The read, counting in *retries the copies redone after the chunk changed
  * under them. */
 static int catalog_read(const struct shmb_catalog_view *v, const char *key, size_t key_len,
@@ -302,7 +316,8 @@ static int catalog_read(const struct shmb_catalog_view *v, const char *key, size
             continue;
         }
         if (catalog_load32(hdr + offsetof(struct shmb_segment_header, catalog_unlisted),
-                           memory_order_acquire) != 0)
+                           memory_order_acquire) != 0 ||
+            !catalog_same_table(v, hdr))
             return -EAGAIN;
         return -ENOENT;
     }

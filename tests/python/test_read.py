@@ -57,6 +57,8 @@ class FakeSegment:
         self.info = {"size": size, "data_offset": self.doff, "data_size": self.dsize,
                      "catalog_offset": self.coff, "catalog_slots": slots,
                      "catalog_seed": seed, "layout": 2}
+        # The header page describes that table, as the daemon's does.
+        struct.pack_into("=QQI", self.buf, P.CATALOG_OFFSET_AT, self.coff, slots, seed)
         self.gen = 0
 
     def catalog(self):
@@ -169,6 +171,13 @@ class TestReaderOverHandMadeSegment(unittest.TestCase):
         self.assertEqual(read(cat, "absent")[0], C.AGAIN)
         self.assertEqual(read(cat, "k")[0], C.AGAIN)
         seg.set32(MOVES, 4)
+        self.assertEqual(read(cat, "absent")[0], C.MISS)
+        # A daemon restarted on the segment laid out another table (another
+        # seed): a miss in the one hello gave proves nothing.
+        seg.set32(P.CATALOG_SEED_AT, seg.seed + 1)
+        self.assertEqual(read(cat, "absent")[0], C.AGAIN)
+        self.assertEqual(read(cat, "k")[:2], (C.HIT, b"v"))
+        seg.set32(P.CATALOG_SEED_AT, seg.seed)
         self.assertEqual(read(cat, "absent")[0], C.MISS)
 
     def test_deleted_or_reused_chunk_is_not_read(self):

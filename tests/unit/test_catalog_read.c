@@ -271,6 +271,18 @@ static void test_unlisted(void **state)
     assert_int_equal(rd(s, "nothing", buf, sizeof(buf), &hit), -EAGAIN);
     assert_int_equal(rd(s, "alpha", buf, sizeof(buf), &hit), 0);
     assert_pattern("alpha", buf, 100);
+    seg_hdr(s)->catalog_unlisted = 0;
+    assert_int_equal(rd(s, "nothing", buf, sizeof(buf), &hit), -ENOENT);
+    /* A daemon restarted on the segment with another table (seed, place or
+     * size): a miss in the view's table proves nothing, hits still check. */
+    seg_hdr(s)->catalog_seed ^= 1;
+    assert_int_equal(rd(s, "nothing", buf, sizeof(buf), &hit), -EAGAIN);
+    assert_int_equal(rd(s, "alpha", buf, sizeof(buf), &hit), 0);
+    seg_hdr(s)->catalog_seed ^= 1;
+    seg_hdr(s)->catalog_slots *= 2;
+    assert_int_equal(rd(s, "nothing", buf, sizeof(buf), &hit), -EAGAIN);
+    seg_hdr(s)->catalog_slots /= 2;
+    assert_int_equal(rd(s, "nothing", buf, sizeof(buf), &hit), -ENOENT);
 }
 
 /* An entry being written (odd seq) is waited for a few looks, then the

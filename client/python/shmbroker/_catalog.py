@@ -96,6 +96,15 @@ class Catalog:
             except BufferError:
                 pass
 
+    def same_table(self):
+        """Whether the header page still describes the table hello gave (a
+        daemon restarted on the segment may have laid out another: then a
+        miss in ours proves nothing)."""
+        w32, w64 = self.w32, self.w64
+        return (w32[P.CATALOG_SEED_AT >> 2] == self.seed
+                and w64[P.CATALOG_SLOTS_AT >> 3] == self.slots
+                and w64[P.CATALOG_OFFSET_AT >> 3] == self.coff)
+
     def lookup(self, key, raw):
         """(raw, home, tag, header bytes) of key (a str; raw its UTF-8),
         cached."""
@@ -173,7 +182,7 @@ class Catalog:
                 continue
             if w32[moves] != m1:
                 continue  # entries moved under the probe: look again
-            if w32[P.CATALOG_UNLISTED_AT >> 2] != 0:
+            if w32[P.CATALOG_UNLISTED_AT >> 2] != 0 or not self.same_table():
                 return AGAIN, None, 0, 0, 0, retries
             return MISS, None, 0, 0, 0, retries
         return AGAIN, None, 0, 0, 0, retries

@@ -106,6 +106,9 @@ SEGMENT_HEADER_SIZE = 144
 # Where the catalog's words of the header are, for the reader's loads.
 CATALOG_MOVES_AT = 108
 CATALOG_UNLISTED_AT = 112
+CATALOG_OFFSET_AT = 88
+CATALOG_SLOTS_AT = 96
+CATALOG_SEED_AT = 104
 
 # struct shmb_published_counters, at COUNTERS_AT in the header page.
 COUNTERS_AT = 256
