@@ -1714,17 +1714,25 @@ static void test_spin_keeps_timeout(void **state)
     shmb_queue_t *w, *r;
     const void *data;
     size_t len;
-    int64_t t0, ms;
+    int64_t t0, ms, best;
+    int i;
 
     ok(c, shmb_queue_create(c, "sk", 1, 2, 64, 0));
     r = open_q(c, "sk", 0);
     w = open_q(c, "sk", SHMB_QUEUE_WRITER);
     ok(c, shmb_queue_set_spin(r, 100000));
-    t0 = now_ns();
-    fails(c, shmb_queue_dequeue(r, &data, &len, 5), -ETIMEDOUT, NULL);
-    ms = (now_ns() - t0) / 1000000;
-    if (ms >= 80)
-        h_fail("a 5 ms dequeue with a 100 ms spin took %lld ms", (long long)ms);
+    /* A stretched timeout makes every try take the whole 100 ms spin; a
+     * loaded machine (a sanitizer build beside other tests) may make one
+     * try slow, not five. */
+    for (i = 0, best = INT64_MAX; i < 5; i++) {
+        t0 = now_ns();
+        fails(c, shmb_queue_dequeue(r, &data, &len, 5), -ETIMEDOUT, NULL);
+        ms = (now_ns() - t0) / 1000000;
+        if (ms < best)
+            best = ms;
+    }
+    if (best >= 80)
+        h_fail("a 5 ms dequeue with a 100 ms spin took %lld ms at best of 5", (long long)best);
     ok(c, shmb_queue_close(w));
     ok(c, shmb_queue_close(r));
     shmb_close(c);
