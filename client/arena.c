@@ -78,7 +78,7 @@ static int arena_request(shmb_t *c, uint64_t size, uint64_t *id)
  * ENOSPC: not for the next few puts. */
 static int arena_take(shmb_t *c, uint64_t id)
 {
-    uint64_t end = c->info.data_offset + c->info.data_size, offset = 0, size = 0, gen = 0;
+    uint64_t end = c->info.data_offset + c->info.data_size, offset = 0, size = 0, token = 0;
     json_t *reply = NULL;
     size_t len = 0;
     int rc;
@@ -86,7 +86,7 @@ static int arena_take(shmb_t *c, uint64_t id)
     c->arena.size = 0;
     c->arena.unsure = false;
     /* Through jansson: an arena is asked for once in many puts, and its
-     * reply carries the lock's generation besides offset and size. */
+     * reply carries the lock's token besides offset and size. */
     if ((rc = client_read_line(c, &len)) == 0)
         rc = client_decode(c, len, NULL, id, false, &reply);
     if (rc == -ENOSYS || rc == -EPERM || rc == -EINVAL)
@@ -95,26 +95,27 @@ static int arena_take(shmb_t *c, uint64_t id)
         c->arena.skip = CLIENT_ARENA_SKIP;
     if (rc == 0 && ((rc = client_u64(c, reply, "offset", &offset)) < 0 ||
                     (rc = client_u64(c, reply, "size", &size)) < 0 ||
-                    (rc = client_u64(c, reply, "gen", &gen)) < 0 || gen > UINT32_MAX))
+                    (rc = client_u64(c, reply, "token", &token)) < 0))
         c->arena.off = true;
     json_decref(reply);
     if (rc < 0)
         return rc;
     if (offset % SHMB_ALIGN != 0 || offset < c->info.data_offset + SHMB_ALIGN ||
-        offset > end || size > end - offset || size == 0 || gen > UINT32_MAX) {
+        offset > end || size > end - offset || size == 0 || token == 0 ||
+        (token & 3) != 0) {
         c->arena.off = true;
         return shmb_error_set(&c->err, -EPROTO,
                               "shmbrokerd granted an arena [%llu, +%llu) outside the data "
-                              "area [%llu, +%llu), or a lock generation %llu; puts on this "
+                              "area [%llu, +%llu), or a lock token %llu; puts on this "
                               "connection go without one.",
                               (unsigned long long)offset, (unsigned long long)size,
                               (unsigned long long)c->info.data_offset,
                               (unsigned long long)c->info.data_size,
-                              (unsigned long long)gen);
+                              (unsigned long long)token);
     }
     c->arena.offset = c->arena.cursor = offset;
     c->arena.size = size;
-    c->arena.gen = (uint32_t)gen;
+    c->arena.token = token;
     return 0;
 }
 
@@ -145,10 +146,10 @@ static int arena_give_back(shmb_t *c)
     return rc;
 }
 
-/* The arena's lock: the count of its own chunk header's seal, just before
- * the arena's first byte; the seal's generation is the grant's (gen in the
- * arena reply), so that a word there that is not the grant's is seen as the
- * arena gone, whatever reused the bytes. */
+/* The arena's lock: its own chunk header's seal, just before the arena's
+ * first byte, holding the grant's random token (the arena reply's "token")
+ * and the lock (SHMB_ARENA_WORD), so that a word there that is not the
+ * grant's is seen as the arena gone, whatever reused the bytes. */
 static _Atomic uint64_t *arena_lock_word(shmb_t *c)
 {
     return (_Atomic uint64_t *)(void *)(c->map + c->arena.offset - SHMB_ALIGN +
@@ -194,7 +195,7 @@ static bool arena_pages_present(const shmb_t *c, const unsigned char *p, size_t 
 static int arena_write(shmb_t *c, uint64_t hsize, const void *data, size_t size)
 {
     _Atomic uint64_t *lock = arena_lock_word(c);
-    uint64_t want = SHMB_SEAL(c->arena.gen, SHMB_ARENA_IDLE);
+    uint64_t want = SHMB_ARENA_WORD(c->arena.token, SHMB_ARENA_IDLE);
 
     if (!arena_pages_present(c, (const unsigned char *)lock, sizeof(*lock)) ||
         !arena_pages_present(c, c->map + c->arena.cursor + hsize, size))
@@ -204,21 +205,21 @@ static int arena_write(shmb_t *c, uint64_t hsize, const void *data, size_t size)
                               "goes through alloc and commit.",
                               (unsigned long long)c->arena.offset);
     if (!atomic_compare_exchange_strong_explicit(lock, &want,
-                                                 SHMB_SEAL(c->arena.gen, SHMB_ARENA_BUSY),
+                                                 SHMB_ARENA_WORD(c->arena.token,
+                                                                 SHMB_ARENA_BUSY),
                                                  memory_order_acquire, memory_order_relaxed)) {
         c->arena.size = 0;
         return shmb_error_set(&c->err, -ESTALE,
                               "The arena at %llu was taken back by shmbrokerd (its lock "
-                              "reads %llu of generation %u, not IDLE of %u); ask for a new "
-                              "one.",
-                              (unsigned long long)c->arena.offset,
-                              (unsigned long long)SHMB_SEAL_COUNT(want), SHMB_SEAL_GEN(want),
-                              c->arena.gen);
+                              "word reads %#llx, not IDLE under the grant's token); ask for "
+                              "a new one.",
+                              (unsigned long long)c->arena.offset, (unsigned long long)want);
     }
     memcpy(c->map + c->arena.cursor + hsize, data, size);
-    want = SHMB_SEAL(c->arena.gen, SHMB_ARENA_BUSY);
+    want = SHMB_ARENA_WORD(c->arena.token, SHMB_ARENA_BUSY);
     if (!atomic_compare_exchange_strong_explicit(lock, &want,
-                                                 SHMB_SEAL(c->arena.gen, SHMB_ARENA_IDLE),
+                                                 SHMB_ARENA_WORD(c->arena.token,
+                                                                 SHMB_ARENA_IDLE),
                                                  memory_order_release, memory_order_relaxed)) {
         c->arena.size = 0;
         return shmb_error_set(&c->err, -ESTALE,

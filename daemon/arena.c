@@ -6,6 +6,9 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "segment.h"
 
@@ -17,7 +20,7 @@
  * compare-and-swap fails instead of writing into another's bytes. The
  * daemon's accesses are atomic too, and guarded (segment_atomic_*), since a
  * client may have truncated the file under it. */
-#define ARENA_SEAL(a, lock) SHMB_SEAL((a)->gen, (lock))
+#define ARENA_SEAL(a, lock) SHMB_ARENA_WORD((a)->token, (lock))
 
 int arena_grant_size(uint64_t asked, uint64_t max_object, uint64_t data_size,
                      uint64_t *out, struct shmb_error *err)
@@ -50,10 +53,10 @@ int arena_grant_size(uint64_t asked, uint64_t max_object, uint64_t data_size,
 
 void arena_init(struct arena *a, void *holder, uint64_t client, uint64_t ring_id,
                 uint64_t chunk, uint64_t start, uint64_t end, uint64_t *seal,
-                uint32_t gen, uint64_t now_ms)
+                uint64_t token, uint64_t now_ms)
 {
     memset(a, 0, sizeof(*a));
-    a->gen = gen;
+    a->token = token;
     a->holder = holder;
     a->client = client;
     a->ring_id = ring_id;
@@ -122,10 +125,32 @@ int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms)
     return segment_atomic_store64(a->seal, ARENA_SEAL(a, SHMB_ARENA_REVOKED));
 }
 
-void arena_close(struct arena *a)
+bool arena_close(struct arena *a)
 {
-    (void)segment_atomic_store64(a->seal, ARENA_SEAL(a, SHMB_ARENA_REVOKED));
+    uint64_t old = 0;
+
     a->busy_since_ms = 0;
+    if (segment_atomic_exchange64(a->seal, ARENA_SEAL(a, SHMB_ARENA_REVOKED), &old) < 0)
+        return true; /* the page is gone: nothing is handed out there anyway */
+    return old == ARENA_SEAL(a, SHMB_ARENA_BUSY);
+}
+
+uint64_t arena_token(void)
+{
+    static uint64_t state;
+    uint64_t z;
+
+    if (state == 0 && getrandom(&state, sizeof(state), GRND_NONBLOCK) != sizeof(state))
+        state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    /* splitmix64 */
+    do {
+        z = (state += UINT64_C(0x9e3779b97f4a7c15));
+        z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+        z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+        z ^= z >> 31;
+        z &= ~UINT64_C(3) & ~(UINT64_C(1) << 63); /* lock bits clear; a JSON integer */
+    } while (z == 0);
+    return z;
 }
 
 uint64_t arena_due_ms(const struct arena *a, uint64_t timeout_ms)

@@ -29,10 +29,13 @@ struct arena {
     uint64_t start, end;   /* its payload [start, end), from the start of the segment */
     uint64_t cursor;       /* where the next chunk must start */
     uint64_t *seal;        /* the mapped seal of its header: the lock */
-    uint32_t gen;          /* the generation in that seal (not 0 once granted) */
+    uint64_t token;        /* the grant's token in that seal (SHMB_ARENA_WORD) */
     uint64_t last_use_ms;  /* grant or last commit_at (clock_now_ms) */
     uint64_t busy_since_ms; /* first seen BUSY by a would-be revoke; 0 when not */
     bool revoked;          /* taken back while held (the holder learns ESTALE) */
+    bool busy_at_close;    /* its lock was BUSY when it was closed: a client may be
+                              copying into it still, so it keeps every byte
+                              until the ring comes round to it */
     struct arena_objects objects; /* committed into it, oldest first (the store's) */
 };
 
@@ -47,13 +50,16 @@ int arena_grant_size(uint64_t asked, uint64_t max_object, uint64_t data_size,
 
 /* Set up a record for an arena granted to holder: its chunk (header at
  * chunk, payload [start, end)), the mapped seal of its header and the
- * generation the seal carries (the client expects it). */
+ * token the seal carries (the client expects it; arena_token). */
 void arena_init(struct arena *a, void *holder, uint64_t client, uint64_t ring_id,
                 uint64_t chunk, uint64_t start, uint64_t end, uint64_t *seal,
-                uint32_t gen, uint64_t now_ms);
+                uint64_t token, uint64_t now_ms);
 
-/* Hand the lock to the client: the seal becomes {gen, IDLE}. 0, or -EIO
- * when the page is gone. */
+/* A new token: 62 random bits (the two low ones clear), never 0. */
+uint64_t arena_token(void);
+
+/* Hand the lock to the client: the seal becomes SHMB_ARENA_WORD(token,
+ * IDLE). 0, or -EIO when the page is gone. */
 int arena_open(struct arena *a);
 
 /* -ESTALE when a commit_at of chunk_size bytes at offset cannot go into a:
@@ -71,8 +77,10 @@ int arena_check_commit(const struct arena *a, uint64_t offset, uint64_t chunk_si
 int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms);
 
 /* Set the lock REVOKED whatever it is: the holder gave the arena back or is
- * gone. */
-void arena_close(struct arena *a);
+ * gone. True when it was BUSY: a client may be copying into it still (one
+ * the daemon disconnected, or that died mid-copy), so its unused bytes must
+ * not be handed out again before the ring comes round to it. */
+bool arena_close(struct arena *a);
 
 /* When a held arena expires (--alloc-timeout after its last use, or after
  * it was first seen BUSY), in clock_now_ms time. */

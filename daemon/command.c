@@ -960,17 +960,17 @@ static int cmd_arena(struct command_call *call)
 {
     struct store_extent ext;
     json_int_t size = 0;
-    uint32_t gen = 0;
+    uint64_t token = 0;
     int rc;
 
     if ((rc = command_unpack(call, "{s:I}", "size", &size)) < 0 ||
         (rc = command_check_range(call, "size", size, 0, INT64_MAX)) < 0 ||
         (rc = store_arena(call->client->pool->store, call->client->holder, call->client->id,
-                          (uint64_t)size, &ext, &gen, &call->err)) < 0)
+                          (uint64_t)size, &ext, &token, &call->err)) < 0)
         return rc;
     if (size == 0)
         return 0;
-    if ((rc = command_set(call, "gen", json_integer(gen))) < 0)
+    if ((rc = command_set(call, "token", json_integer((json_int_t)token))) < 0)
         return rc;
     return command_set_extent(call, &ext);
 }

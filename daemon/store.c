@@ -1374,7 +1374,7 @@ static struct object *store_box_new(struct store *s)
  * payload_offset), held by h (NULL: nobody). */
 static void store_box_place(struct store *s, struct object *box, struct store_holder *h,
                             uint64_t client, uint64_t id, uint64_t payload_offset,
-                            uint64_t size, uint32_t gen)
+                            uint64_t size, uint64_t token)
 {
     uint64_t chunk = payload_offset - SHMB_CHUNK_HEADER_SIZE(0);
     uint64_t *seal = (uint64_t *)(s->ring.data + (chunk - s->ring.data_offset) +
@@ -1385,7 +1385,7 @@ static void store_box_place(struct store *s, struct object *box, struct store_ho
     box->chunk_offset = chunk;
     box->size = size;
     arena_init(box->rec, h, client, id, chunk, payload_offset, payload_offset + size, seal,
-               gen, clock_now_ms());
+               token, clock_now_ms());
 }
 
 /* The holder of box lets go of it (given back, revoked, expired, gone). */
@@ -1413,6 +1413,8 @@ static void store_arena_trim(struct store *s, struct object *box, bool told)
     struct arena *a = box->rec;
     uint64_t keep = a->cursor - a->chunk;
 
+    if (a->busy_at_close)
+        return; /* a client may be copying into its tail still */
     if (TAILQ_EMPTY(&a->objects)) {
         if (told) {
             ring_free(&s->ring, box->ring_id);
@@ -1431,7 +1433,7 @@ static void store_arena_trim(struct store *s, struct object *box, bool told)
 /* Give box back: its lock REVOKED, its holder let go, its tail trimmed. */
 static void store_arena_give_back(struct store *s, struct object *box, bool told)
 {
-    arena_close(box->rec);
+    box->rec->busy_at_close = arena_close(box->rec);
     box->rec->revoked = !told;
     store_arena_detach(s, box);
     store_arena_trim(s, box, told);
@@ -1448,7 +1450,7 @@ static void store_arena_left(struct store *s, struct object *obj)
     /* A restarted daemon must not bring it back. */
     store_save_state(s, obj, SHMB_CHUNK_FREE);
     store_forget(s, obj);
-    if (a->holder == NULL && !a->revoked && TAILQ_EMPTY(&a->objects)) {
+    if (a->holder == NULL && !a->revoked && !a->busy_at_close && TAILQ_EMPTY(&a->objects)) {
         ring_free(&s->ring, box->ring_id);
         store_forget(s, box);
     }
@@ -1464,7 +1466,9 @@ static bool store_may_evict_arena(struct store *s, struct object *box, uint64_t 
     struct object *in;
 
     if (a->holder != NULL) {
-        if (arena_revoke(a, now, s->expire_after_ms) < 0)
+        /* Never while its client writes into it, however long: a client
+         * that stalls mid-copy holds its arena as a pin holds an object. */
+        if (arena_revoke(a, now, 0) < 0)
             return false;
         a->revoked = true;
         store_arena_detach(s, box);
@@ -1509,13 +1513,13 @@ static void store_expire_arenas(struct store *s, uint64_t now, uint64_t max_age_
 
         if (box == NULL || now < arena_due_ms(box->rec, max_age_ms))
             continue;
-        if (arena_revoke(box->rec, now, max_age_ms) == 0)
+        if (arena_revoke(box->rec, now, 0) == 0)
             store_arena_give_back(s, box, false);
     }
 }
 
 int store_arena(struct store *s, struct store_holder *h, uint64_t client, uint64_t size,
-                struct store_extent *out, uint32_t *gen, struct shmb_error *err)
+                struct store_extent *out, uint64_t *token, struct shmb_error *err)
 {
     struct ring_chunk chunk;
     struct object *box;
@@ -1525,7 +1529,7 @@ int store_arena(struct store *s, struct store_holder *h, uint64_t client, uint64
     if (h->arena != NULL)
         store_arena_give_back(s, h->arena, true);
     out->offset = out->size = 0;
-    *gen = 0;
+    *token = 0;
     if (size == 0)
         return 0;
     if ((rc = arena_grant_size(size, s->cfg.max_object_size, s->ring.size, &granted, err)) <
@@ -1540,7 +1544,7 @@ int store_arena(struct store *s, struct store_holder *h, uint64_t client, uint64
     shmb_error_clear(err); /* a retry that succeeded leaves no stale message */
     ring_set_state(&s->ring, chunk.id, SHMB_CHUNK_ARENA);
     store_box_place(s, box, h, client, chunk.id, chunk.payload_offset, granted,
-                    store_next_gen(s));
+                    arena_token());
     if ((rc = arena_open(box->rec)) < 0) {
         ring_free(&s->ring, chunk.id);
         store_forget(s, box);
@@ -1557,8 +1561,28 @@ int store_arena(struct store *s, struct store_holder *h, uint64_t client, uint64
     s->arena_bytes += granted;
     out->offset = chunk.payload_offset;
     out->size = granted;
-    *gen = box->rec->gen;
+    *token = box->rec->token;
     return 0;
+}
+
+/* The chunk of chunk bytes at offset, at a's cursor, becomes a free chunk
+ * (an adoption steps over it) and the cursor moves past it. */
+static void store_arena_skip(struct store *s, struct arena *a, uint64_t offset, uint64_t chunk)
+{
+    struct shmb_chunk_header hdr;
+
+    memset(&hdr, 0, sizeof(hdr));
+    hdr.magic = SHMB_CHUNK_MAGIC;
+    hdr.state = SHMB_CHUNK_FREE;
+    hdr.header_size = (uint32_t)SHMB_CHUNK_HEADER_SIZE(0);
+    hdr.id = a->ring_id;
+    hdr.chunk_size = chunk;
+    hdr.payload_size = chunk - SHMB_CHUNK_HEADER_SIZE(0);
+    if (segment_store(s->ring.data + (offset - s->ring.data_offset), &hdr, sizeof(hdr)) < 0)
+        return;
+    a->cursor += chunk;
+    s->arena_bytes -= chunk;
+    ring_set_tag(&s->ring, a->ring_id, (uint32_t)((a->cursor - a->start) / SHMB_ALIGN));
 }
 
 int store_commit_at(struct store *s, struct store_holder *h, const char *key, size_t key_len,
@@ -1577,9 +1601,20 @@ int store_commit_at(struct store *s, struct store_holder *h, const char *key, si
     chunk = SHMB_CHUNK_SIZE(key_len, size);
     /* As alloc: a segment a client shrank or holed takes no new object (the
      * guard's message names the cause and the fix). */
-    if ((rc = segment_guard_check(s->ring.data, err)) < 0 ||
-        (rc = store_check_new(s, key, key_len, size, readers, err)) < 0 ||
-        (rc = arena_check_commit(a, offset, chunk, err)) < 0)
+    if ((rc = segment_guard_check(s->ring.data, err)) < 0)
+        return rc;
+    if ((rc = store_check_new(s, key, key_len, size, readers, err)) < 0) {
+        struct shmb_error ignored = {0};
+
+        /* Refused (a key that exists, say) but laid out where the next chunk
+         * goes: the arena moves past it, a free chunk, so that the client's
+         * next chunks (sent on without waiting: commit_at noreply) still
+         * start at the arena's next free byte. */
+        if (arena_check_commit(a, offset, chunk, &ignored) == 0)
+            store_arena_skip(s, a, offset, chunk);
+        return rc;
+    }
+    if ((rc = arena_check_commit(a, offset, chunk, err)) < 0)
         return rc;
     /* The header from private values only: whatever the client wrote there
      * is overwritten. */
@@ -1663,7 +1698,13 @@ static void *store_adopt_arena(struct store_adoption *ad, const struct shmb_chun
         report->dropped_invalid++;
         return NULL;
     }
-    store_box_place(s, box, NULL, 0, hdr->id, payload_offset, hdr->payload_size, 0);
+    /* Its client, connected to the daemon that died, may take the lock
+     * again before it learns: the lock REVOKED under the grant's token
+     * before anything is handed out; one found BUSY (a copy under way when
+     * the daemon died) keeps its bytes until the ring comes round to it. */
+    store_box_place(s, box, NULL, 0, hdr->id, payload_offset, hdr->payload_size,
+                    hdr->seal & ~UINT64_C(3));
+    box->rec->busy_at_close = arena_close(box->rec);
     if (walk > hdr->payload_size) {
         rc = shmb_error_set(&e, -EBADMSG,
                             "Corrupt arena at offset %llu: its tag says %llu bytes were "

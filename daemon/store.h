@@ -163,11 +163,11 @@ int store_commit(struct store *s, struct store_holder *h, const char *key, size_
 /* Give h an arena of about size payload bytes (arena.h: arena_grant_size),
  * giving back the one it holds first; size 0 only gives it back. client
  * names h in messages. out: the arena's payload (offset 0, size 0 when
- * none); gen: the generation its lock's seal carries, which the client's
- * compare-and-swap expects (0 when none). -EINVAL, -ENOSPC (the message
+ * none); token: the token its lock word carries (SHMB_ARENA_WORD), which the
+ * client's compare-and-swap expects (0 when none). -EINVAL, -ENOSPC (the message
  * names the blocker), -ENOMEM, -EIO. */
 int store_arena(struct store *s, struct store_holder *h, uint64_t client, uint64_t size,
-                struct store_extent *out, uint32_t *gen, struct shmb_error *err);
+                struct store_extent *out, uint64_t *token, struct shmb_error *err);
 
 /* Commit the chunk h laid out at offset (its header's place) in its arena:
  * key, a payload of size bytes, readers awaited reads. The daemon writes

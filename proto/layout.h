@@ -176,8 +176,8 @@ struct shmb_chunk_header {
      * and finds the same generation after the copy has an exact copy.
      * The count: reads done in place that the object awaited (readers add 1
      * with a compare-and-swap that keeps the generation; the daemon takes
-     * them back the same way). In an arena's own header the generation is 0
-     * and the count is the arena's lock (enum shmb_arena_lock). */
+     * them back the same way). In an arena's own header the seal is the
+     * arena's lock word instead (SHMB_ARENA_WORD). */
     uint64_t seal;
     /* char key[key_len] follows */
 };
@@ -186,7 +186,14 @@ struct shmb_chunk_header {
 #define SHMB_SEAL_GEN(seal) ((uint32_t)(seal))
 #define SHMB_SEAL_COUNT(seal) ((uint32_t)((seal) >> 32))
 
-/* An arena's lock, the count of its header's seal. A client takes it
+/* An arena's lock word, its header's seal: a token the daemon drew at
+ * random for the grant (62 bits, the two low bits clear) with the lock in
+ * the two low bits. A word where the arena was, once its bytes are reused,
+ * is that token only by a 1 in 2^62 chance. */
+#define SHMB_ARENA_WORD(token, lock) (((uint64_t)(token) & ~UINT64_C(3)) | (uint64_t)(lock))
+#define SHMB_ARENA_WORD_LOCK(word) ((uint32_t)((word) & 3u))
+
+/* An arena's lock, the low bits of its header's seal. A client takes it
  * (IDLE -> BUSY) before it writes into its arena and gives it back (BUSY ->
  * IDLE) before it sends commit_at; the daemon takes an arena back (IDLE ->
  * REVOKED) only while no one writes into it, so bytes are never written

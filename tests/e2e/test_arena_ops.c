@@ -23,7 +23,7 @@ struct aclient {
     unsigned char *base;
     size_t size;
     uint64_t arena, arena_size, cursor; /* the arena's first byte and next free one */
-    uint32_t gen; /* the generation the arena's lock carries (the grant's "gen") */
+    uint64_t token; /* the token the arena's lock word carries (the grant's "token") */
 };
 
 /* Connect, say hello and map the segment passed with the reply: 0, or -1
@@ -83,16 +83,17 @@ static int aclient_arena(struct aclient *a, uint64_t size)
 {
     char req[96];
     json_t *reply;
-    json_int_t off = 0, got = 0, gen = 0;
+    json_int_t off = 0, got = 0, token = 0;
     int rc = -1;
 
     snprintf(req, sizeof(req), "{\"op\":\"arena\",\"size\":%llu}", (unsigned long long)size);
     reply = acall(a, req);
     if (reply != NULL && json_is_true(json_object_get(reply, "ok")) &&
-        json_unpack(reply, "{s:I, s:I, s:I}", "offset", &off, "size", &got, "gen", &gen) == 0 &&
-        gen > 0 && gen <= UINT32_MAX) {
+        json_unpack(reply, "{s:I, s:I, s:I}", "offset", &off, "size", &got, "token", &token) ==
+            0 &&
+        token > 0 && (token & 3) == 0) {
         a->arena = a->cursor = (uint64_t)off;
-        a->gen = (uint32_t)gen;
+        a->token = (uint64_t)token;
         a->arena_size = (uint64_t)got;
         rc = 0;
     }
@@ -113,15 +114,15 @@ static int aclient_lay(struct aclient *a, const char *key, uint64_t size, uint32
                        uint64_t *at)
 {
     uint64_t chunk = SHMB_CHUNK_SIZE(strlen(key), size);
-    uint64_t idle = SHMB_SEAL(a->gen, SHMB_ARENA_IDLE);
+    uint64_t idle = SHMB_ARENA_WORD(a->token, SHMB_ARENA_IDLE);
 
     if (a->cursor + chunk > a->arena + a->arena_size)
         return -1;
-    if (!__atomic_compare_exchange_n(arena_seal(a), &idle, SHMB_SEAL(a->gen, SHMB_ARENA_BUSY),
+    if (!__atomic_compare_exchange_n(arena_seal(a), &idle, SHMB_ARENA_WORD(a->token, SHMB_ARENA_BUSY),
                                      false, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE))
         return -1;
     h_fill(a->base + a->cursor + SHMB_CHUNK_HEADER_SIZE(strlen(key)), size, seed);
-    __atomic_store_n(arena_seal(a), SHMB_SEAL(a->gen, SHMB_ARENA_IDLE), __ATOMIC_RELEASE);
+    __atomic_store_n(arena_seal(a), SHMB_ARENA_WORD(a->token, SHMB_ARENA_IDLE), __ATOMIC_RELEASE);
     *at = a->cursor;
     return 0;
 }
@@ -331,7 +332,7 @@ static void test_wait_behind_busy_arena(void **state)
     open_ok(&o, d);
     assert_int_equal(aclient_arena(&w, 64 * 1024), 0);
     assert_int_equal(aclient_put(&w, "in-arena", 100, 31, false), 0);
-    *arena_seal(&w) = SHMB_SEAL(w.gen, SHMB_ARENA_BUSY);
+    *arena_seal(&w) = SHMB_ARENA_WORD(w.token, SHMB_ARENA_BUSY);
     for (i = 0;; i++) {
         snprintf(req, sizeof(req), "{\"op\":\"alloc\",\"key\":\"f%d\",\"size\":100000}", i);
         reply = h_call(&o.c, req);
@@ -349,7 +350,7 @@ static void test_wait_behind_busy_arena(void **state)
                                            "\"size\":100000,\"wait_ms\":60000}"),
                      0);
     h_sleep_ms(50);
-    __atomic_store_n(arena_seal(&w), SHMB_SEAL(w.gen, SHMB_ARENA_IDLE), __ATOMIC_RELEASE);
+    __atomic_store_n(arena_seal(&w), SHMB_ARENA_WORD(w.token, SHMB_ARENA_IDLE), __ATOMIC_RELEASE);
     /* The wait is far longer than a reply may take (H_REPLY_TIMEOUT_MS):
      * the allocation must come from the daemon looking again, not from
      * its deadline. */
