@@ -285,7 +285,7 @@ FUZZ_BIN     := $(FUZZ_BUILD)/fuzz_command
 # 'make fuzz-adopt FUZZ_ADOPT_SECONDS=3600' for as long as asked.
 FUZZ_ADOPT_SECONDS ?= 30
 FUZZ_ADOPT_SRC := tests/fuzz/fuzz_adopt.c $(CORE_SRC) proto/utf8.c proto/error.c proto/alloc.c \
-                  proto/text.c
+                  proto/text.c proto/catalog.c
 FUZZ_ADOPT_BIN := $(FUZZ_BUILD)/fuzz_adopt
 
 .PHONY: all run test fuzz fuzz-adopt soak bench bench-instructions check-deps check-test-deps unit clean install uninstall deb
