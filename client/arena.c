@@ -277,6 +277,10 @@ static int arena_commit(shmb_t *c, const char *key, uint64_t hsize, size_t size,
         }
     } else if (c->sock < 0) {
         return rc; /* the connection went, and the arena with it */
+    } else if (rc == -EEXIST) {
+        /* Refused for its key at the arena's next free byte: the daemon
+         * stepped over the chunk (PROTOCOL.md section 11), and so do we. */
+        c->arena.cursor += chunk;
     }
     /* A commit refused because the arena went (ESTALE), or after a commit
      * sent without waiting failed (the daemon's cursor is then behind ours,
