@@ -241,9 +241,11 @@ static void test_put_one_round_trip(void **state)
      * library alike: the next puts go on in the same arena, in one round
      * trip each, waited for or not. */
     assert_int_equal(h_put_pattern(w, "first", 64, 9, 0), -EEXIST);
-    assert_int_equal(shmb_put_nowait(w, "first", "x", 1, 0), 0);
     ok(w, h_put_pattern(w, "after-dup", 64, 2, 0));
+    assert_int_equal(shmb_put_nowait(w, "first", "x", 1, 0), 0);
+    ok(w, h_put_pattern(w, "after-dup2", 64, 3, 0));
     read_check(r, "after-dup", 64, 2);
+    read_check(r, "after-dup2", 64, 3);
     read_check(r, "first", 64, 1);
     stats(w, &after);
     assert_int_equal(after.allocs, before.allocs);
