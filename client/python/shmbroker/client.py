@@ -953,7 +953,9 @@ class Client:
         key. When the catalog cannot say (none, the table moving, the object
         changing under the copy, a catalog that does not list everything),
         asks the daemon: get, copy, release (one round trip). NotFound when
-        no committed object has key. read_stats() counts which way reads
+        no committed object has key. ConnectionLost (ECONNRESET) once the
+        daemon stopped or died, within 20 ms of it: never an answer from a
+        segment no daemon serves. read_stats() counts which way reads
         went. Use get() to read a large object in place, without a copy."""
         return self._read(check_key(key), None)
 
