@@ -59,7 +59,7 @@ static int client_mapping_served(shmb_t *c, const char *key)
     n = poll(&pfd, 1, 0);
     if (n <= 0 || (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) == 0) {
         /* A failed poll (EINTR, say) proves nothing: the next read looks. */
-        if (n >= 0)
+        if (n >= 0 && now != UINT64_MAX)
             c->looked_ms = now;
         return 1;
     }
