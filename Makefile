@@ -172,6 +172,9 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              soak test_cases test_frames test_sizing test_backings test_queue_ops
 # Reads from the catalog and puts through arenas (TEST_LDFLAGS below).
 E2E_TESTS += test_read
+# Readers of a daemon that stopped serving their segment (the link's
+# --wrap=poll counts their looks at the connection, below).
+E2E_TESTS += test_liveness
 # Broadcast queues through the library: forked writers and readers.
 E2E_TESTS += test_queues
 # shmbrokerctl status read from the segment's header page.
@@ -196,6 +199,7 @@ $(FRAMES_TOOL): TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_frames: | $(FRAMES_TOOL)
 # test_read counts the library's send()s to tell its round trips.
 $(BUILD)/tests/test_read: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=send
+$(BUILD)/tests/test_liveness: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=poll
 
 # The soak: 32 clients for SOAK_SECONDS (a short run in 'make test'), and the
 # same under valgrind's memcheck for SOAK_VALGRIND_SECONDS.

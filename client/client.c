@@ -216,7 +216,7 @@ void shmb_close(shmb_t *c)
 
 /* The connection broke: say so, and close the socket (the mapping stays
  * until shmb_close, so pointers already handed out remain readable). */
-static int client_lost(shmb_t *c, const char *what, int saved)
+int client_lost(shmb_t *c, const char *what, int saved)
 {
     if (c->sock >= 0)
         close(c->sock);

@@ -63,6 +63,10 @@ struct shmb {
      * too small); then every shmb_read asks the daemon. */
     struct shmb_catalog_view catalog;
     shmb_read_stats_t read_stats;
+    /* When shmb_read last looked at the connection (CLOCK_MONOTONIC_COARSE
+     * milliseconds; read.c): a daemon that died without marking its
+     * segment retired shows as the connection's end closed. */
+    uint64_t looked_ms;
     struct client_arena arena;
     size_t arena_want; /* shmb_set_arena's; 0: arenas off */
     bool noreply_sent; /* requests without a reply went out since the last reply */
@@ -154,6 +158,11 @@ int client_u64(shmb_t *c, const json_t *obj, const char *field, uint64_t *out);
 
 /* The fields of a success reply decoded by jansson (the slow path). */
 void client_reply_fields(const json_t *reply, struct line_reply *r);
+
+/* The connection broke (what: where, saved: the errno or 0 for a close by
+ * the daemon): close the socket, keep the mapping, and say so with
+ * -ECONNRESET. */
+int client_lost(shmb_t *c, const char *what, int saved);
 
 /* Read the reply to the request whose id is id (sent already, maybe with
  * others after it: their replies stay in the buffer) into r, as

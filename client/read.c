@@ -3,15 +3,75 @@
  * daemon publishes in the mapping (proto/catalog.c) and copies the payload
  * with no system call; when the catalog cannot say, it asks the daemon (get,
  * copy, release). The catalog view comes from the hello reply (client.c).
+ * A mapping is trusted only while its daemon serves it: the header's retired
+ * word, and a look at the connection every CLIENT_LOOK_MS.
  */
 #include "internal.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "../proto/layout.h"
 #include "../proto/text.h"
+
+/* How often a reader looks at its connection (one poll() with no wait): a
+ * daemon that died without a word (SIGKILL; a memfd pool has no file for the
+ * next daemon to mark) is noticed within this, plus the coarse clock's tick.
+ * Reads in a loop make one system call per CLIENT_LOOK_MS, not one each. */
+#define CLIENT_LOOK_MS 10
+
+/* Milliseconds of CLOCK_MONOTONIC_COARSE: read from the vDSO, no system
+ * call, to a tick (1 to 10 ms). */
+static uint64_t client_coarse_ms(void)
+{
+    struct timespec ts;
+
+    if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0)
+        return UINT64_MAX; /* never: then every read looks */
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Whether the mapping may answer: the daemon has not marked the segment
+ * retired (one acquire load), and, at most every CLIENT_LOOK_MS, the
+ * daemon's end of the connection is still open. 1: it may; 0: ask the
+ * daemon (retired, or a word a client scribbled: the daemon knows);
+ * -ECONNRESET when the daemon closed the connection (it stopped or died):
+ * the socket is closed, as any lost connection's, so that the calls that
+ * follow fail too. */
+static int client_mapping_served(shmb_t *c, const char *key)
+{
+    const uint32_t *retired =
+        (const uint32_t *)(c->map + offsetof(struct shmb_segment_header, retired));
+    char ebuf[SHMB_ESCAPED_MAX(SHMB_KEY_MAX)];
+    struct pollfd pfd = {.fd = c->sock, .events = POLLRDHUP};
+    uint64_t now;
+    int n;
+
+    if (__atomic_load_n(retired, __ATOMIC_ACQUIRE) != 0)
+        return 0;
+    now = client_coarse_ms();
+    if (now - c->looked_ms < CLIENT_LOOK_MS)
+        return 1;
+    n = poll(&pfd, 1, 0);
+    if (n <= 0 || (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) == 0) {
+        /* A failed poll (EINTR, say) proves nothing: the next read looks. */
+        if (n >= 0 && now != UINT64_MAX)
+            c->looked_ms = now;
+        return 1;
+    }
+    (void)client_lost(c, "shmb_read", 0);
+    return shmb_error_set(&c->err, -ECONNRESET,
+                          "shmb_read of '%s': shmbrokerd closed this handle's connection "
+                          "(it stopped, or died), so the segment this handle maps may be "
+                          "one no daemon serves; nothing was read from it. Every pin and "
+                          "pending allocation of this handle was released. Call "
+                          "shmb_reconnect and read again.",
+                          shmb_escape(key, strlen(key), ebuf, sizeof(ebuf)));
+}
 
 /* Count an awaited read done in place: in the seal on a read-write
  * mapping; a read-only one cannot write it, so a "read" request goes
@@ -96,6 +156,10 @@ static int client_read(shmb_t *c, const char *key, void *buf, size_t cap, size_t
      * mapping may be of a file no daemon serves any more. */
     if (c->catalog.catalog_slots == 0 || c->sock < 0)
         return client_read_slow(c, key, buf, cap, size);
+    /* Nor may a mapping its daemon gave up: the daemon says what it serves
+     * now, or the lost connection says it is gone. */
+    if ((rc = client_mapping_served(c, key)) <= 0)
+        return rc < 0 ? rc : client_read_slow(c, key, buf, cap, size);
     rc = shmb_catalog_read_counted(&c->catalog, key, strlen(key), buf, cap, &hit, &retries);
     c->read_stats.retries += retries;
     switch (rc) {

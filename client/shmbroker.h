@@ -250,6 +250,9 @@ int shmb_release(shmb_t *c, const char *key);
  * -ENOENT when no committed object has key; -ENOBUFS when cap is too small
  * (*size says how much is needed, nothing copied; an awaited read is
  * counted then only when the daemon answered: its get counts one).
+ * Never from a segment its daemon gave up: -ECONNRESET (and the connection
+ * closed, as any lost one) once the daemon stopped or died, within 20 ms of
+ * it (a look at the connection every 10 ms of reading, one poll()).
  * Which call when: shmb_read for small and medium objects a reader copies
  * anyway (no round trip); shmb_get/shmb_release to read large objects in
  * place (zero copy: a pin needs the daemon, two round trips, one of them

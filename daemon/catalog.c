@@ -84,7 +84,17 @@ struct catalog *catalog_new(void *base, uint64_t offset, uint64_t slots, uint32_
     catalog_release(c);
     segment_atomic_store32(&hdr->catalog_unlisted, 0);
     segment_atomic_store32(&hdr->gen_next, c->gen_next);
+    /* Served again (an adopted file the last daemon gave up, or one whose
+     * word a client scribbled): readers of this daemon's hello trust the
+     * mapping. */
+    segment_atomic_store32(&hdr->retired, 0);
     return c;
+}
+
+void catalog_retire(struct catalog *c)
+{
+    /* Release: everything this daemon wrote before is visible with it. */
+    segment_atomic_store32(&c->hdr->retired, SHMB_SEGMENT_RETIRED);
 }
 
 void catalog_free(struct catalog *c)

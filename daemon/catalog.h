@@ -50,6 +50,11 @@ void catalog_gen_after(struct catalog *c, uint32_t floor);
 void catalog_beat(struct catalog *c, const struct shmb_published_counters *counters,
                   uint64_t unix_ms);
 
+/* The segment is given up (proto/layout.h, retired): readers stop
+ * answering from the mapping and ask the daemon. Before the daemon stops
+ * serving it; catalog_new clears the word again. */
+void catalog_retire(struct catalog *c);
+
 /* While held (calls nest), catalog_moves stays odd: readers take no miss
  * for a proof, as while entries move. The pool holds the catalog of an
  * adopted segment while the store lists its objects again. */

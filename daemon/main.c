@@ -387,6 +387,8 @@ static void daemon_handles_close(struct daemon *d)
 /* Stop serving: the loop ends once every handle has closed. */
 static void daemon_shutdown(struct daemon *d)
 {
+    unsigned i;
+
     if (d->stopping)
         return;
     d->stopping = true;
@@ -396,6 +398,10 @@ static void daemon_shutdown(struct daemon *d)
     if (d->env.queues.n > 0)
         log_info("shutting down %u queues", d->env.queues.n);
     queue_shutdown_all(&d->env.queues);
+    /* Readers answer nothing more from the mappings, before the
+     * connections that would tell them so close. */
+    for (i = 0; i < d->pools.n; i++)
+        pool_retire(d->pools.pools[i]);
     server_close(&d->server);
     daemon_handles_close(d);
     if (d->stop_with_fd >= 0)

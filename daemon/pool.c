@@ -167,6 +167,8 @@ int pool_plan(struct pool *p, bool fresh, struct shmb_error *err)
     if (pc->backing == POOL_BACKING_MEMFD) {
         /* No name: only what systemd kept can be there. */
         if (p->kept_fd >= 0 && fresh) {
+            /* Clients of the last daemon may still map it. */
+            (void)segment_retire_fd(p->kept_fd);
             close(p->kept_fd);
             p->kept_fd = -1;
         }
@@ -546,6 +548,8 @@ static int pool_remove_stale(struct pool *p, struct shmb_error *err)
     char path[PATH_MAX + NAME_MAX + 2];
 
     snprintf(path, sizeof(path), "%s/%s", p->cfg.dir, p->cfg.segment);
+    /* Clients of the dead daemon may still map it: tell them first. */
+    (void)segment_retire_path(path);
     if (unlink(path) != 0 && errno != ENOENT)
         return shmb_error_set(err, -errno, "Cannot remove stale segment %s: %s.", path,
                               strerror(errno));
@@ -637,8 +641,15 @@ void pool_beat(struct pool *p, bool stopped)
     catalog_beat(p->catalog, &c, (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000);
 }
 
+void pool_retire(struct pool *p)
+{
+    if (p->catalog != NULL)
+        catalog_retire(p->catalog);
+}
+
 void pool_close(struct pool *p, bool keep)
 {
+    pool_retire(p);
     pool_beat(p, true);
     store_free(p->store);
     p->store = NULL;

@@ -90,7 +90,12 @@ int pool_open(struct pool *p, const struct store_config *scfg,
  * once more at a clean stop (stopped: the counters' pid is 0). */
 void pool_beat(struct pool *p, bool stopped);
 
-/* Drop the store and close the segment: remove it, or keep it (a file;
+/* Stop readers answering from the pool's segment (proto/layout.h,
+ * retired): they ask the daemon instead. At a stop, before the connections
+ * close; pool_close does it too. */
+void pool_retire(struct pool *p);
+
+/* Mark the segment retired, drop the store and close the segment: remove it, or keep it (a file;
  * --keep-segment) for the next start to adopt. A memfd is never kept. */
 void pool_close(struct pool *p, bool keep);
 

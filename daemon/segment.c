@@ -596,6 +596,7 @@ static int segment_write_header(struct segment *seg, uint64_t created_unix)
     h.catalog_slots = seg->catalog_slots;
     h.catalog_seed = seg->catalog_seed;
     h.heartbeat_period_ms = SEGMENT_HEARTBEAT_MS;
+    h.retired = 0;
     if (segment_store((char *)hdr + sizeof(h.magic), (char *)&h + sizeof(h.magic),
                       sizeof(h) - sizeof(h.magic)) < 0)
         return -EIO;
@@ -1042,6 +1043,33 @@ bool segment_locked_by(const char *dir, const char *name, pid_t pid)
     return found;
 }
 
+int segment_retire_fd(int fd)
+{
+    const uint32_t word = SHMB_SEGMENT_RETIRED;
+    struct stat st;
+
+    if (fstat(fd, &st) != 0)
+        return -errno;
+    if (!S_ISREG(st.st_mode) || st.st_size < (off_t)SHMB_HEADER_PAGE)
+        return -EINVAL;
+    /* Any value but 0 means retired, so a torn copy still says so. */
+    if (pwrite(fd, &word, sizeof(word), offsetof(struct shmb_segment_header, retired)) !=
+        (ssize_t)sizeof(word))
+        return errno != 0 ? -errno : -EIO;
+    return 0;
+}
+
+int segment_retire_path(const char *path)
+{
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), rc;
+
+    if (fd < 0)
+        return -errno;
+    rc = segment_retire_fd(fd);
+    close(fd);
+    return rc;
+}
+
 int segment_remove_orphaned(const char *dir, const char *name, uint64_t size,
                             uint64_t *bytes, int64_t *owner_pid, struct shmb_error *err)
 {
@@ -1088,6 +1116,9 @@ int segment_remove_orphaned(const char *dir, const char *name, uint64_t size,
      * a directory without the sticky bit, could otherwise remove another
      * user's file that merely looks like a segment. */
     rc = segment_check_removable(path, damaged, bytes, err);
+    /* Clients of the dead daemon may still map it: tell them first. */
+    if (rc == 0)
+        (void)segment_retire_path(path);
     if (rc == 0)
         rc = unlink(path) == 0 ? 1
                                : shmb_error_set(err, -errno, "Cannot remove segment %s: %s.",

@@ -231,6 +231,17 @@ enum segment_owner segment_probe_existing(const char *dir, const char *name,
  * when there is none; -EBUSY while a daemon holds it, -EEXIST for a file
  * that is not a segment (left alone), with a message. The lock is held while
  * the file goes, so that no daemon adopts it then. */
+/* Mark the segment file open on fd given up (proto/layout.h, retired)
+ * before it is removed or dropped, for the clients that still map it: a
+ * pwrite, so that a file a client shrank cannot fault. Anything but a
+ * regular file (a memfd is one) of at least a header page is left alone.
+ * 0 or -errno; failing only costs those clients a later notice (their
+ * connection's end), so callers go on. */
+int segment_retire_fd(int fd);
+
+/* segment_retire_fd of the file at path (not followed if a link). */
+int segment_retire_path(const char *path);
+
 int segment_remove_orphaned(const char *dir, const char *name, uint64_t size,
                             uint64_t *bytes, int64_t *owner_pid, struct shmb_error *err);
 

@@ -74,8 +74,19 @@ struct shmb_segment_header {
     uint64_t heartbeat_unix_ms; /* CLOCK_REALTIME, milliseconds */
     uint64_t heartbeat_count;   /* beats since the daemon started */
     uint32_t heartbeat_period_ms;
-    uint32_t reserved2;
+    /* Not 0 once the daemon has given the segment up: it stopped serving
+     * it (a stop, a pool removed by SIGHUP), or a new daemon is about to
+     * remove the file a dead one left (--fresh, --remove-segment). Set
+     * with a release store before the daemon lets go of the segment; 0
+     * again only when a daemon adopts the file and serves it. A reader
+     * that finds it set answers nothing from the mapping and asks the
+     * daemon over its connection, which says whether it still serves (a
+     * word a client scribbled only costs round trips). */
+    uint32_t retired;
 };
+
+/* What a daemon writes into retired; any value but 0 means retired. */
+#define SHMB_SEGMENT_RETIRED UINT32_C(0x44524954) /* "TIRD" */
 
 _Static_assert(sizeof(struct shmb_segment_header) == 144, "segment header size");
 SHMB_LAYOUT_AT(struct shmb_segment_header, magic, 0);
@@ -99,6 +110,7 @@ SHMB_LAYOUT_AT(struct shmb_segment_header, gen_next, 116);
 SHMB_LAYOUT_AT(struct shmb_segment_header, heartbeat_unix_ms, 120);
 SHMB_LAYOUT_AT(struct shmb_segment_header, heartbeat_count, 128);
 SHMB_LAYOUT_AT(struct shmb_segment_header, heartbeat_period_ms, 136);
+SHMB_LAYOUT_AT(struct shmb_segment_header, retired, 140);
 
 /* The occupancy counters the daemon publishes with each heartbeat, at
  * SHMB_COUNTERS_AT in the header page, under a sequence count (odd while

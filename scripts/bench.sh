@@ -13,8 +13,9 @@
 #
 # shmb_read makes no system call on its hot path. To see it, count the
 # system calls of a read run of a thousand reads and of a million against a
-# running daemon: the totals are the same (connect, hello, mapping, the put
-# before the clock, the fork and barrier; then only reads). This script does
+# running daemon: the totals differ only by the reader's look at its
+# connection, one poll() per 10 ms of reading (connect, hello, mapping, the
+# put before the clock, the fork and barrier; then only reads). This script does
 # it when strace is installed; by hand:
 #   strace -f -c -o /tmp/reads.strace build/shmb-bench --mode read --size 64 \
 #       --ops 1000000 --socket /run/shmbroker/shmbroker.sock
@@ -309,7 +310,7 @@ done
 say "x1: over 1 reader (the CPUs bound it: $(nproc) here); target >= 1,000,000 reads/s for 1 reader."
 
 # The system calls of a read run: the same for a thousand reads as for a
-# million when the hot path makes none.
+# million when the hot path makes none, but a poll() per 10 ms of reading.
 if command -v strace >/dev/null 2>&1; then
     for ops in 1000 1000000; do
         strace -f -c -o "$tmp/strace-$ops" "$bench" --mode read --socket "$sock" --size 64 \

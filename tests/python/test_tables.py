@@ -112,6 +112,8 @@ class TestTables(unittest.TestCase):
                           "COMMITTED": P.CHUNK_COMMITTED, "FREE": P.CHUNK_FREE,
                           "ARENA": P.CHUNK_ARENA})
         self.assertEqual(c_int(define(h, "SHMB_COUNTERS_AT")), P.COUNTERS_AT)
+        self.assertEqual(c_int(define(h, "SHMB_SEGMENT_RETIRED")), P.SEGMENT_RETIRED)
+        self.assertEqual(dict(P.SEGMENT_HEADER_FIELDS)["retired"], P.SEGMENT_RETIRED_AT)
         self.assertEqual(c_int(define(h, "SHMB_CATALOG_AWAITED")), P.CATALOG_AWAITED)
         self.assertEqual(c_int(define(h, "SHMB_CATALOG_PROBES")), P.CATALOG_PROBES)
 

@@ -100,7 +100,7 @@ SEGMENT_HEADER_FIELDS = (
     ("catalog_offset", 88), ("catalog_slots", 96), ("catalog_seed", 104),
     ("catalog_moves", 108), ("catalog_unlisted", 112), ("gen_next", 116),
     ("heartbeat_unix_ms", 120), ("heartbeat_count", 128), ("heartbeat_period_ms", 136),
-    ("reserved2", 140),
+    ("retired", 140),
 )
 SEGMENT_HEADER_SIZE = 144
 # Where the catalog's words of the header are, for the reader's loads.
@@ -109,6 +109,10 @@ CATALOG_UNLISTED_AT = 112
 CATALOG_OFFSET_AT = 88
 CATALOG_SLOTS_AT = 96
 CATALOG_SEED_AT = 104
+# Not 0 once the daemon has given the segment up (SEGMENT_RETIRED): reads
+# then ask the daemon instead of answering from the mapping.
+SEGMENT_RETIRED_AT = 140
+SEGMENT_RETIRED = 0x44524954
 
 # struct shmb_published_counters, at COUNTERS_AT in the header page.
 COUNTERS_AT = 256

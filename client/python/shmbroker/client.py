@@ -13,8 +13,10 @@ import json
 import mmap
 import operator
 import os
+import select
 import socket
 import threading
+import time
 import warnings
 import weakref
 
@@ -42,6 +44,15 @@ _RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 # Room for more than one descriptor, so that extra ones are received (and
 # closed) rather than leaked by a truncated control message.
 _MAX_FDS = 8
+# How often read() looks at its connection (one poll() with no wait): a
+# daemon that died without marking its segment retired (SIGKILL; a memfd
+# pool has no file for the next daemon to mark) is noticed within this, as
+# the C library's reads do (client/read.c, CLIENT_LOOK_MS).
+_LOOK_S = 0.010
+_monotonic = time.monotonic  # from the vDSO: no system call
+# What poll() reports of a connection whose daemon's end is closed.
+_HANGUP = (getattr(select, "POLLRDHUP", 0x2000) | select.POLLHUP | select.POLLERR
+           | select.POLLNVAL)
 _RECV_SIZE = 256 * 1024
 
 # fork() makes children share the parent's socket; a client connected before
@@ -429,6 +440,8 @@ class Client:
         self.closed = False
         self.info = {}
         self._sock = None
+        self._poller = None  # select.poll() of _sock, for read()'s look
+        self._looked = 0.0   # when read() last looked (time.monotonic())
         self._mmap = None
         self._mv = None
         self._map_file = None  # (st_dev, st_ino, size) of the mapped file
@@ -480,6 +493,7 @@ class Client:
             except OSError:
                 pass
         self._sock = None
+        self._poller = None
         self._rbuf = bytearray()
         self._later.clear()
         self._gen += 1
@@ -528,6 +542,8 @@ class Client:
                 raise PermissionDenied(code, message) from None
             raise ConnectionLost(code, message) from None
         self._sock = sock
+        self._poller = select.poll()
+        self._poller.register(sock, _HANGUP)
         self._forks = _forks[0]
         fds = []
         try:
@@ -937,7 +953,9 @@ class Client:
         key. When the catalog cannot say (none, the table moving, the object
         changing under the copy, a catalog that does not list everything),
         asks the daemon: get, copy, release (one round trip). NotFound when
-        no committed object has key. read_stats() counts which way reads
+        no committed object has key. ConnectionLost (ECONNRESET) once the
+        daemon stopped or died, within 20 ms of it: never an answer from a
+        segment no daemon serves. read_stats() counts which way reads
         went. Use get() to read a large object in place, without a copy."""
         return self._read(check_key(key), None)
 
@@ -964,9 +982,36 @@ class Client:
         return {"fast": self._reads[0], "fallback": self._reads[1],
                 "retries": self._reads[2]}
 
+    def _served(self, cat, key):
+        """Whether the mapping may answer: the daemon has not marked the
+        segment retired, and (looked at every _LOOK_S) the daemon's end of
+        the connection is open. False (ask the daemon, which knows) when
+        retired, or a word a client scribbled; ConnectionLost when the
+        daemon closed the connection (stopped or died), after closing ours,
+        so that the calls after it fail too."""
+        if cat.w32[P.SEGMENT_RETIRED_AT >> 2] != 0:
+            return False
+        now = _monotonic()
+        if now - self._looked < _LOOK_S:
+            return True
+        try:
+            events = self._poller.poll(0)
+        except (OSError, AttributeError):
+            return True  # proves nothing (a close by another thread): the next read looks
+        self._looked = now
+        if not any(ev & _HANGUP for _fd, ev in events):
+            return True
+        self._disconnect(keep_map=True)
+        raise ConnectionLost("ECONNRESET", "read() of '%s': shmbrokerd closed this client's "
+                             "connection (it stopped, or died), so the segment this client "
+                             "maps may be one no daemon serves; nothing was read from it. "
+                             "Every pin and pending allocation of this client was released. "
+                             "Call reconnect() and read again." % key)
+
     def _read(self, key, out):
         cat = self._catalog
-        if cat is not None and self._sock is not None and self._forks == _forks[0]:
+        if (cat is not None and self._sock is not None and self._forks == _forks[0]
+                and self._served(cat, key)):
             found = cat.lookup(key, key.encode("utf-8", "surrogatepass"))
             what, value, gen, flags, chunk, retries = cat.read(found, out)
             self._reads[2] += retries
