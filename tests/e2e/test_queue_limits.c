@@ -322,6 +322,43 @@ static void test_create_off_loop(void **state)
     h_pass(f);
 }
 
+/* Proves that a large queue's memory is freed off the event loop: once the
+ * queue has left the set (another client's queue_list no longer shows
+ * it), that client is answered while the deleter still waits for its
+ * reply, which comes once the memory is freed. The best of three tries, as
+ * above. */
+static void test_delete_off_loop(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(
+        f, "1M", (const char *const[]){"--max-queue-bytes", "2G", NULL});
+    struct h_conn a, b;
+    struct lease_wait w = {NULL, "big"};
+    json_t *reply;
+    int try, before = 0;
+
+    hello(&a, d, NULL);
+    hello(&b, d, NULL);
+    w.c = &b;
+    for (try = 0; try < 3 && before == 0; try++) {
+        assert_int_equal(h_conn_send(&a, BIG_CREATE, strlen(BIG_CREATE)), 0);
+        json_decref(h_recv_json(&a));
+        json_decref(h_recv_json(&a));
+        assert_int_equal(h_conn_sendline(&a, "{\"op\":\"queue_delete\",\"name\":\"big\"}"),
+                         0);
+        assert_true(h_eventually(gone, &w, 10000));
+        before += !has_input(&a);
+        reply = h_recv_json(&a);
+        h_assert_ok(reply);
+        json_decref(reply);
+        assert_false(daemon_holds_queue(d, "big"));
+    }
+    assert_int_equal(before, 1);
+    h_conn_close(&a);
+    h_conn_close(&b);
+    h_pass(f);
+}
+
 /* Proves that a creator that goes while its queue is being made, and a
  * daemon stopped while one is, harm nothing: the queue is made and listed
  * (it is not temporary), and the daemon stops cleanly. */
@@ -361,6 +398,7 @@ int main(void)
         TEST(test_pool_options),
         TEST(test_lease),
         TEST(test_create_off_loop),
+        TEST(test_delete_off_loop),
         TEST(test_create_interrupted),
     };
 
