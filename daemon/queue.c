@@ -148,16 +148,21 @@ static void queue_geometry(char *out, size_t len, uint32_t seats, uint64_t slots
 }
 
 /* -ENOMEM when size bytes more would not fit the host's memory (the check
- * memfd pools pass at start). */
-static int queue_check_memory(const char *name, size_t size, const char *geometry,
-                              struct shmb_error *err)
+ * memfd pools pass at start), beside the queues being made (their pages
+ * are not all taken yet, and each was checked alone). */
+static int queue_check_memory(const struct queue_set *set, const char *name, size_t size,
+                              const char *geometry, struct shmb_error *err)
 {
     struct host_memory mem;
-    uint64_t room;
+    const struct queue *q;
+    uint64_t room, making = 0;
 
     if (host_memory(&mem, NULL) < 0)
         return 0; /* nothing to judge by: posix_fallocate still judges */
     room = host_memory_room(&mem);
+    TAILQ_FOREACH(q, &set->making, link)
+        making += q->size;
+    room = room > making ? room - making : 0;
     if (size > room)
         return shmb_error_set(err, -ENOMEM,
                               "Queue '%s' needs %zu bytes (%s); the host has %llu bytes of "
@@ -435,7 +440,7 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
                               geometry);
     if ((rc = queue_check_quota(set, pool, name, size, geometry, err)) < 0)
         return rc;
-    if ((rc = queue_check_memory(name, size, geometry, err)) < 0)
+    if ((rc = queue_check_memory(set, name, size, geometry, err)) < 0)
         return rc;
     if (size > set->max_size) {
         char most[32];
