@@ -187,6 +187,8 @@ $(BUILD)/tests/test_arena:   $(call OBJ,tests/unit/test_arena.c daemon/arena.c d
                               daemon/ring.c daemon/index.c daemon/segment.c daemon/catalog.c) \
                               $(BASE_OBJ)
 E2E_TESTS += test_arena_ops
+# Queues bounded per pool, their lease, their pages made off the loop.
+E2E_TESTS += test_queue_limits
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)

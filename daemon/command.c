@@ -27,6 +27,7 @@ struct command_call {
     struct store_extent extent;
     struct line text;       /* a batch's reply, written out, left open for "id" */
     int fd;                 /* COMMAND_SEND_FD: a queue's descriptor, -1: the segment's */
+    json_t *id;             /* the request's "id" (borrowed), NULL when none */
     bool final_try;         /* a waiting alloc's last chance */
     uint64_t wait_until_ms; /* a waiting alloc's deadline, 0 before it waits */
     struct shmb_error err;
@@ -654,7 +655,95 @@ static void command_member(const struct command_client *cl, struct queue_member 
     snprintf(who->name, sizeof(who->name), "%s", cl->name);
 }
 
-/* queue_create: make the queue in this client's pool, or find the same. */
+/* A request waiting for a queue's pages (COMMAND_WORK). */
+struct command_work {
+    struct queue_waiter waiter; /* first: the waiter's answer finds the work */
+    struct command_env *env;
+    struct command_client *client;
+    json_t *id;   /* the request's "id", owned; NULL when none */
+    int op;       /* SHMB_OP_QUEUE_CREATE or SHMB_OP_QUEUE_DELETE */
+    bool created; /* queue_create: this request made the queue */
+};
+
+static int command_queue_reply(struct command_call *call, const struct queue *q,
+                               bool created);
+static void command_finish(struct command_call *call, int rc, json_t *id,
+                           struct command_result *out);
+
+/* The answer to a waiting queue request: its reply, handed to the
+ * connection through env->work_done. */
+static void command_work_answer(struct queue_waiter *waiter, int rc,
+                                const struct shmb_error *err, const struct queue *q)
+{
+    struct command_work *w = (struct command_work *)waiter;
+    struct command_result res;
+    struct command_call call;
+
+    memset(&call, 0, sizeof(call));
+    call.fd = -1;
+    call.env = w->env;
+    call.client = w->client;
+    call.op = &shmb_ops[w->op];
+    if (rc < 0)
+        call.err = *err;
+    else if (w->op == SHMB_OP_QUEUE_CREATE)
+        rc = command_queue_reply(&call, q, w->created);
+    command_finish(&call, rc, w->id, &res);
+    w->client->work = NULL;
+    json_decref(w->id);
+    shmb_free(w);
+    call.env->work_done(call.env, call.client, &res);
+}
+
+/* A waiter for call's queue request when the connection can wait (the
+ * env has work_done), else NULL (also when memory runs out: the request is
+ * then served within the call). */
+static struct command_work *command_work_new(struct command_call *call, int op)
+{
+    struct command_work *w;
+
+    if (call->env->work_done == NULL || (w = shmb_calloc(1, sizeof(*w))) == NULL)
+        return NULL;
+    w->waiter.done = command_work_answer;
+    w->env = call->env;
+    w->client = call->client;
+    w->op = op;
+    return w;
+}
+
+/* rc from a queue call given w: -EINPROGRESS parks the request (w waits,
+ * the client's connection with it); otherwise w is not needed. */
+static int command_work_park(struct command_call *call, struct command_work *w, int rc)
+{
+    if (rc != -EINPROGRESS) {
+        shmb_free(w);
+        return rc;
+    }
+    w->id = json_incref(call->id);
+    call->client->work = w;
+    call->flags |= COMMAND_WORK;
+    return 0;
+}
+
+/* The reply to a queue_create: the queue as it is. */
+static int command_queue_reply(struct command_call *call, const struct queue *q,
+                               bool created)
+{
+    int rc;
+
+    if ((rc = command_set(call, "name", json_string(q->name))) < 0 ||
+        (rc = command_set(call, "pool", json_string(q->pool->cfg.name))) < 0 ||
+        (rc = command_set(call, "seats", json_integer(q->seats))) < 0 ||
+        (rc = command_set(call, "slots", json_integer((json_int_t)q->slots))) < 0 ||
+        (rc = command_set(call, "slot_size", json_integer((json_int_t)q->slot_size))) < 0 ||
+        (rc = command_set(call, "size", json_integer((json_int_t)q->size))) < 0 ||
+        (rc = command_set(call, "temporary", json_boolean(q->temporary))) < 0)
+        return rc;
+    return command_set(call, "created", json_boolean(created));
+}
+
+/* queue_create: make the queue in this client's pool, or find the same; a
+ * new queue's pages are made off the loop while the request waits. */
 static int cmd_queue_create(struct command_call *call)
 {
     const char *name;
@@ -662,6 +751,7 @@ static int cmd_queue_create(struct command_call *call)
     json_int_t seats = 0, slots = QUEUE_DEFAULT_SLOTS, slot_size = QUEUE_DEFAULT_SLOT_SIZE;
     int temporary = 0, rc;
     bool created;
+    struct command_work *w;
     struct queue *q;
 
     if ((rc = command_unpack(call, "{s:s%, s:I, s?I, s?I, s?b}", "name", &name, &len,
@@ -674,19 +764,16 @@ static int cmd_queue_create(struct command_call *call)
         (rc = command_check_range(call, "slot_size", slot_size, SHMB_QUEUE_SLOT_SIZE_MIN,
                                   (json_int_t)SHMB_QUEUE_SLOT_SIZE_MAX)) < 0)
         return rc;
-    if ((rc = queue_create(&call->env->queues, call->client->pool, name, (uint32_t)seats,
-                           (uint64_t)slots, (uint64_t)slot_size, temporary != 0, &q, &created,
-                           &call->err)) < 0)
-        return rc;
-    if ((rc = command_set(call, "name", json_string(q->name))) < 0 ||
-        (rc = command_set(call, "pool", json_string(q->pool->cfg.name))) < 0 ||
-        (rc = command_set(call, "seats", json_integer(q->seats))) < 0 ||
-        (rc = command_set(call, "slots", json_integer((json_int_t)q->slots))) < 0 ||
-        (rc = command_set(call, "slot_size", json_integer((json_int_t)q->slot_size))) < 0 ||
-        (rc = command_set(call, "size", json_integer((json_int_t)q->size))) < 0 ||
-        (rc = command_set(call, "temporary", json_boolean(q->temporary))) < 0)
-        return rc;
-    return command_set(call, "created", json_boolean(created));
+    w = command_work_new(call, SHMB_OP_QUEUE_CREATE);
+    rc = queue_create(&call->env->queues, call->client->pool, name, (uint32_t)seats,
+                      (uint64_t)slots, (uint64_t)slot_size, temporary != 0,
+                      w != NULL ? &w->waiter : NULL, &q, &created, &call->err);
+    if (w != NULL)
+        w->created = created;
+    if (rc == -EINPROGRESS || rc < 0)
+        return command_work_park(call, w, rc);
+    shmb_free(w);
+    return command_queue_reply(call, q, created);
 }
 
 /* queue_open: take the writer role or a reader seat, and pass the queue's
@@ -822,15 +909,19 @@ static int cmd_queue_shutdown(struct command_call *call)
     return 0;
 }
 
-/* queue_delete: a queue nobody holds goes now. */
+/* queue_delete: a queue nobody holds goes now; the reply waits until its
+ * memory is freed (off the loop). */
 static int cmd_queue_delete(struct command_call *call)
 {
+    struct command_work *w;
     struct queue *q;
     int rc;
 
     if ((rc = command_queue_arg(call, &q)) < 0)
         return rc;
-    return queue_delete(&call->env->queues, q, &call->err);
+    w = command_work_new(call, SHMB_OP_QUEUE_DELETE);
+    rc = queue_delete(&call->env->queues, q, w != NULL ? &w->waiter : NULL, &call->err);
+    return command_work_park(call, w, rc);
 }
 
 /* {"client","pid","name"} of a member. */
@@ -1284,7 +1375,9 @@ static void command_finish(struct command_call *call, int rc, json_t *id,
     memset(out, 0, sizeof(*out));
     out->flags = call->flags;
     out->fd = call->fd;
-    if (rc == -EINPROGRESS)
+    if (call->flags & COMMAND_WORK)
+        out->flags = COMMAND_WORK; /* answered later: command_work_answer */
+    else if (rc == -EINPROGRESS)
         command_park(call, id, out);
     else if (call->noreply)
         command_silence(call, rc, out);
@@ -1339,6 +1432,7 @@ void command_execute(struct command_env *env, struct command_client *client,
     else {
         id = json_incref(json_object_get(req, "id"));
         json_object_del(req, "id");
+        call.id = id;
         rc = command_dispatch(&call, req, false);
     }
     command_finish(&call, rc, id, out);
@@ -1438,6 +1532,13 @@ void command_client_close(struct command_env *env, struct command_client *client
     /* Its seats die and its writer roles go at once: the writer stops
      * waiting for a reader that is gone, readers see the end. */
     queue_owner_gone(&env->queues, client);
+    if (client->work != NULL) {
+        /* Nobody to answer: the queue is made or freed all the same. */
+        queue_waiter_cancel(&client->work->waiter);
+        json_decref(client->work->id);
+        shmb_free(client->work);
+        client->work = NULL;
+    }
     if (client->pool != NULL) {
         store_holder_free(client->pool->store, client->holder);
         client->pool->clients--;

@@ -27,7 +27,21 @@ struct command_limits {
 };
 
 struct command_client;
+struct command_result;
+struct command_env;
 TAILQ_HEAD(command_clients, command_client);
+
+/* A request whose reply waits for a queue's pages to be made or freed off
+ * the loop (COMMAND_WORK); its client's connection runs nothing more
+ * meanwhile. */
+struct command_work;
+
+/* The reply to client's waiting request (COMMAND_WORK) has come: the
+ * callee owns res's reply. Called on the loop, from the queue's work
+ * finishing; it must not run the client's next requests from inside the
+ * call (the queues are being updated), only queue them to run. */
+typedef void (*command_work_done_fn)(struct command_env *env, struct command_client *client,
+                                     struct command_result *res);
 
 /* What the op table reads besides the store: the daemon's shared state.
  * Set up with command_env_init. */
@@ -43,6 +57,8 @@ struct command_env {
     size_t max_reply; /* a list reply's byte cap when below COMMAND_LIST_MAX_REPLY
                          (--max-queued-output, set by the connection); 0: none */
     struct queue_set queues; /* the broadcast queues of every pool */
+    command_work_done_fn work_done; /* NULL: a queue's pages are made and freed
+                                       within the request (tests, the fuzzer) */
     uint64_t next_client_id; /* the number the next connection gets, from 1 */
 };
 
@@ -63,6 +79,7 @@ struct command_client {
     size_t n_groups;
     uint64_t connected_unix; /* wall-clock seconds, for listing */
     uint64_t id;             /* its number in this daemon's life, from 1 */
+    struct command_work *work; /* its request waiting for a queue's pages, or NULL */
 };
 
 enum command_flag {
@@ -71,6 +88,8 @@ enum command_flag {
     COMMAND_CLOSE = 2,   /* close the connection after this reply */
     COMMAND_SILENT = 4,  /* "noreply": nothing to send */
     COMMAND_WAIT = 8,    /* an alloc waits for space: retry wait_request later */
+    COMMAND_WORK = 16,   /* the reply comes later, through env->work_done: run
+                            nothing more of this client until then */
 };
 
 struct command_result {
@@ -141,7 +160,8 @@ void command_client_open(struct command_env *env, struct command_client *client)
 json_t *command_result_json(const struct command_result *res);
 
 /* Drop everything client holds in the store (pins, pending allocs) and in
- * queues (its seats die, its writer roles go) and unregister it. */
+ * queues (its seats die, its writer roles go) and unregister it. A request
+ * of its waiting for a queue's pages is not answered (the work goes on). */
 void command_client_close(struct command_env *env, struct command_client *client);
 
 

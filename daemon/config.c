@@ -50,7 +50,10 @@ enum config_opt {
     OPT_CHECK_CONFIG,
     OPT_RELOAD,
     OPT_POOL,
-    OPT_CHECK
+    OPT_CHECK,
+    OPT_MAX_QUEUES,
+    OPT_MAX_QUEUE_BYTES,
+    OPT_QUEUE_LEASE,
 };
 
 /* The whole number text starts with (digits first: no sign, no space);
@@ -83,6 +86,9 @@ static const struct option config_option_table[] = {
     {"max-pins", required_argument, NULL, OPT_MAX_PINS},
     {"max-pending", required_argument, NULL, OPT_MAX_PENDING},
     {"max-queued-output", required_argument, NULL, OPT_MAX_QUEUED_OUTPUT},
+    {"max-queues", required_argument, NULL, OPT_MAX_QUEUES},
+    {"max-queue-bytes", required_argument, NULL, OPT_MAX_QUEUE_BYTES},
+    {"queue-lease", required_argument, NULL, OPT_QUEUE_LEASE},
     {"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
     {"stop-with-pid", required_argument, NULL, OPT_STOP_WITH_PID},
     {"keep-segment", no_argument, NULL, OPT_KEEP_SEGMENT},
@@ -241,7 +247,8 @@ static void config_usage(FILE *out)
         "  --shm-dir DIR            shared-memory directory: a tmpfs or hugetlbfs\n"
         "                           mount (default %s)\n"
         "  --pool NAME:SIZE[,max-object-size=BYTES][,group=GROUP]\n"
-        "         [,backing=shm|memfd|hugetlbfs][,dir=DIR]\n"
+        "         [,backing=shm|memfd|hugetlbfs][,dir=DIR][,max-queues=N]\n"
+        "         [,max-queue-bytes=BYTES]\n"
         "                           pool NAME of SIZE, its own segment: the file\n"
         "                           --name.NAME in --shm-dir or dir=, a memfd, or a\n"
         "                           file on the hugetlbfs mount dir=; group= admits\n"
@@ -273,6 +280,12 @@ static void config_usage(FILE *out)
         "  --max-pending N          uncommitted allocations per connection (default %d)\n"
         "  --max-queued-output BYTES  replies a client may leave unread before it is\n"
         "                           disconnected (default 1M)\n"
+        "  --max-queues N           queues of one pool at once (default: %d shared\n"
+        "                           out among the pools; a pool's max-queues= wins)\n"
+        "  --max-queue-bytes BYTES  bytes of one pool's queues (default: the larger\n"
+        "                           of the pool's size and 256M; max-queue-bytes=)\n"
+        "  --queue-lease TIME       delete a queue nobody has held for TIME\n"
+        "                           (default 10m; 0 = never)\n"
         "  --hello-timeout TIME     close a connection that has not said hello\n"
         "                           within TIME (default 10s; 0 = never)\n"
         "  --allow-uid USER         only this user may connect (repeatable; with\n"
@@ -297,7 +310,7 @@ static void config_usage(FILE *out)
         CONFIG_DEFAULT_NAME, CONFIG_DEFAULT_SHM_DIR, CONFIG_MAX_POOLS, SHMB_SOCKET_ENV,
         SHMB_DEFAULT_SOCKET, CONFIG_DEFAULT_MAX_CLIENTS,
         CONFIG_DEFAULT_MAX_CLIENTS_PER_UID, CONFIG_DEFAULT_MAX_PINS,
-        CONFIG_DEFAULT_MAX_PENDING);
+        CONFIG_DEFAULT_MAX_PENDING, CONFIG_QUEUES_MAX);
 }
 
 /* Copy a string flag into a fixed buffer; -ENAMETOOLONG names the limit. */
@@ -620,7 +633,7 @@ static uint64_t config_default_max_object(uint64_t size, uint64_t max_objects)
 /* The shape of a --pool value, for the messages that refuse one. */
 #define CONFIG_POOL_SHAPE                                                                \
     "NAME:SIZE[,max-object-size=BYTES][,group=GROUP][,backing=shm|memfd|hugetlbfs]"      \
-    "[,dir=DIR]"
+    "[,dir=DIR][,max-queues=N][,max-queue-bytes=BYTES]"
 /* How much of a refused --pool value a message quotes: room for the rest. */
 #define CONFIG_POOL_QUOTE_MAX 200
 
@@ -655,11 +668,22 @@ bool config_pool_name_ok(const char *name)
 static int config_parse_pool(const char *arg, struct pool_config *p,
                              struct shmb_error *err)
 {
-    enum { KEY_MAX_OBJECT, KEY_GROUP, KEY_BACKING, KEY_DIR, KEY_COUNT };
-    static const char *const keys[KEY_COUNT] = {"max-object-size", "group", "backing",
-                                                "dir"};
-    static const char *const placeholders[KEY_COUNT] = {"BYTES", "GROUP",
-                                                        "shm|memfd|hugetlbfs", "DIR"};
+    enum {
+        KEY_MAX_OBJECT,
+        KEY_GROUP,
+        KEY_BACKING,
+        KEY_DIR,
+        KEY_MAX_QUEUES,
+        KEY_MAX_QUEUE_BYTES,
+        KEY_COUNT
+    };
+    static const char *const keys[KEY_COUNT] = {"max-object-size", "group",
+                                                "backing",         "dir",
+                                                "max-queues",      "max-queue-bytes"};
+    static const char *const placeholders[KEY_COUNT] = {
+        "BYTES", "GROUP", "shm|memfd|hugetlbfs", "DIR", "N", "BYTES"};
+    unsigned long long count;
+    char *end;
     bool seen[KEY_COUNT] = {false};
     char buf[CONFIG_LINE_MAX + 1], *name, *size, *opts;
     size_t len = strlen(arg);
@@ -723,7 +747,8 @@ static int config_parse_pool(const char *arg, struct pool_config *p,
         if (k == KEY_COUNT)
             return config_pool_error(err, arg,
                                      "unknown option '%.32s'; a pool takes "
-                                     "max-object-size=, group=, backing= and dir=: "
+                                     "max-object-size=, group=, backing=, dir=, "
+                                     "max-queues= and max-queue-bytes=: "
                                      "expected " CONFIG_POOL_SHAPE ".",
                                      key);
         if (value == NULL || value[0] == '\0')
@@ -776,6 +801,27 @@ static int config_parse_pool(const char *arg, struct pool_config *p,
                                          sizeof(p->dir) - 1);
             memcpy(p->dir, value, strlen(value) + 1);
             break;
+        case KEY_MAX_QUEUES:
+            if (config_leading_number(value, &count, &end) < 0 || *end != '\0' ||
+                count == 0 || count > CONFIG_QUEUES_MAX)
+                return config_pool_error(err, arg,
+                                         "invalid max-queues '%.32s': expected a whole "
+                                         "number from 1 to %d (the daemon holds at most "
+                                         "%d queues of all pools), for example "
+                                         "max-queues=8.",
+                                         value, CONFIG_QUEUES_MAX, CONFIG_QUEUES_MAX);
+            p->max_queues = count;
+            break;
+        case KEY_MAX_QUEUE_BYTES:
+            if (config_parse_size(value, &p->max_queue_bytes) < 0 ||
+                p->max_queue_bytes == 0)
+                return config_pool_error(
+                    err, arg,
+                    "invalid max-queue-bytes '%.32s': expected bytes above 0 "
+                    "with an optional K, M or G (KiB, MiB, GiB) suffix, for "
+                    "example max-queue-bytes=512M.",
+                    value);
+            break;
         }
     }
     if (p->backing == POOL_BACKING_HUGETLBFS && p->dir[0] == '\0')
@@ -819,6 +865,23 @@ static int config_add_pool(struct config *cfg, const char *arg, const char **ori
     return 0;
 }
 
+/* A pool's bounds on queues: its own, else the flags', else the defaults:
+ * the daemon's CONFIG_QUEUES_MAX shared out evenly (so that pools left at
+ * the default can never starve one another of queues), and as many bytes
+ * as the pool's own size (what the administrator gave it), at least
+ * CONFIG_DEFAULT_QUEUE_BYTES_MIN. */
+static void config_resolve_queue_limits(const struct config *cfg, struct pool_config *p)
+{
+    if (p->max_queues == 0)
+        p->max_queues = cfg->max_queues != 0 ? cfg->max_queues
+                                             : CONFIG_QUEUES_MAX / cfg->n_pools;
+    if (p->max_queue_bytes == 0)
+        p->max_queue_bytes = cfg->max_queue_bytes != 0 ? cfg->max_queue_bytes
+                             : p->size > CONFIG_DEFAULT_QUEUE_BYTES_MIN
+                                 ? p->size
+                                 : CONFIG_DEFAULT_QUEUE_BYTES_MIN;
+}
+
 /* Once every flag is read: without --pool, the one implicit pool that is
  * today's segment (its max object size is set with cfg's); with pools, each
  * one's segment name, default directory and max object size. On an error,
@@ -848,6 +911,7 @@ static int config_resolve_pools(struct config *cfg, const char *const *origin,
         memcpy(p->dir, cfg->shm_dir, sizeof(p->dir));
         memcpy(p->segment, cfg->name, sizeof(p->segment));
         cfg->n_pools = 1;
+        config_resolve_queue_limits(cfg, p);
         return 0;
     }
     for (i = 0; i < cfg->n_pools; i++) {
@@ -870,6 +934,7 @@ static int config_resolve_pools(struct config *cfg, const char *const *origin,
             p->max_object_size = cfg->max_object_size != 0
                                      ? cfg->max_object_size
                                      : config_default_max_object(p->size, 0);
+        config_resolve_queue_limits(cfg, p);
     }
     return 0;
 }
@@ -944,6 +1009,7 @@ static enum config_action config_parse_args(struct config *cfg, struct config_ar
     cfg->limits.hello_timeout_ms = CONFIG_DEFAULT_HELLO_TIMEOUT_MS;
     cfg->max_pins = CONFIG_DEFAULT_MAX_PINS;
     cfg->max_pending = CONFIG_DEFAULT_MAX_PENDING;
+    cfg->queue_lease_ms = CONFIG_DEFAULT_QUEUE_LEASE_MS;
 
     opterr = 0;
     optind = 1;
@@ -1059,6 +1125,38 @@ static enum config_action config_parse_args(struct config *cfg, struct config_ar
                 return CONFIG_EXIT_USAGE;
             }
             cfg->limits.max_queued_output = (size_t)value;
+            break;
+        case OPT_MAX_QUEUES:
+            if (config_leading_number(arg, &count, &end) < 0 || *end != '\0' || count == 0 ||
+                count > CONFIG_QUEUES_MAX) {
+                shmb_error_set(err, -EINVAL,
+                               "Invalid --max-queues '%s': expected a whole number from 1 "
+                               "to %d (the daemon holds at most %d queues of all pools), "
+                               "for example --max-queues 16.",
+                               arg, CONFIG_QUEUES_MAX, CONFIG_QUEUES_MAX);
+                return CONFIG_EXIT_USAGE;
+            }
+            cfg->max_queues = count;
+            break;
+        case OPT_MAX_QUEUE_BYTES:
+            if (config_parse_size(arg, &cfg->max_queue_bytes) < 0 ||
+                cfg->max_queue_bytes == 0) {
+                shmb_error_set(err, -EINVAL,
+                               "Invalid --max-queue-bytes '%s': expected bytes above 0 with "
+                               "an optional K, M or G (KiB, MiB, GiB) suffix, for example "
+                               "--max-queue-bytes 1G.",
+                               arg);
+                return CONFIG_EXIT_USAGE;
+            }
+            break;
+        case OPT_QUEUE_LEASE:
+            if (config_parse_duration(arg, &cfg->queue_lease_ms) < 0) {
+                shmb_error_set(err, -EINVAL,
+                               "Invalid --queue-lease '%s': expected a time such as 10m, "
+                               "60s or 500ms (0 keeps queues nobody holds).",
+                               arg);
+                return CONFIG_EXIT_USAGE;
+            }
             break;
         case OPT_HELLO_TIMEOUT:
             if (config_parse_duration(arg, &value) < 0 || value > 24 * 3600 * 1000ULL) {

@@ -39,6 +39,19 @@
 #define CONFIG_POOL_NAME_MAX 32 /* [A-Za-z0-9_-], in file names and metric labels */
 #define CONFIG_GROUP_NAME_MAX 64
 
+/* Queues a daemon holds at once, of all pools: each is a descriptor, a
+ * mapping and a memory reservation, and the reports list them all. */
+#define CONFIG_QUEUES_MAX 64
+/* A pool's queues may take this many bytes at least by default (else as
+ * many as the pool's own size): room for vLLM's default MessageQueue (10
+ * slots of 10 MiB) twice, and a pool of 4 MiB cannot commit gigabytes. */
+#define CONFIG_DEFAULT_QUEUE_BYTES_MIN (256ULL << 20)
+/* A queue nobody holds (no writer, no live reader seat) for this long is
+ * deleted: long enough for processes that create a queue and then start
+ * their members, short enough that an abandoned one does not hold its
+ * memory for the daemon's life. */
+#define CONFIG_DEFAULT_QUEUE_LEASE_MS (10 * 60 * 1000ULL)
+
 /* Where a pool's bytes live. */
 enum pool_backing {
     POOL_BACKING_SHM,       /* a file in --shm-dir or the pool's dir= (tmpfs) */
@@ -47,7 +60,7 @@ enum pool_backing {
 };
 
 /* One pool as configured: --pool NAME:SIZE[,max-object-size=B][,group=G]
- * [,backing=shm|memfd|hugetlbfs][,dir=DIR], or the one implicit pool when no
+ * [,backing=shm|memfd|hugetlbfs][,dir=DIR][,max-queues=N][,max-queue-bytes=B], or the one implicit pool when no
  * --pool is given (named --name, of --size, in --shm-dir: today's segment). */
 struct pool_config {
     char name[CONFIG_POOL_NAME_MAX + 1];
@@ -62,6 +75,12 @@ struct pool_config {
     bool has_group;           /* group= given */
     gid_t gid;                /* ... resolved when parsed */
     char group[CONFIG_GROUP_NAME_MAX + 1]; /* ... as written, for messages */
+    /* Queues of the pool at once, and their bytes: resolved (the pool's,
+     * else --max-queues / --max-queue-bytes, else CONFIG_QUEUES_MAX shared
+     * out among the pools, and the larger of the pool's size and
+     * CONFIG_DEFAULT_QUEUE_BYTES_MIN). 0: no bound of the pool's own. */
+    uint64_t max_queues;
+    uint64_t max_queue_bytes;
 };
 
 struct config {
@@ -78,6 +97,9 @@ struct config {
     uint64_t read_lease_ms;         /* 0 = awaited reads hold objects forever */
     struct policy limits;       /* clients, allow lists, queued output */
     uint64_t max_pins, max_pending; /* per connection */
+    uint64_t max_queues, max_queue_bytes; /* --max-queues, --max-queue-bytes: 0
+                                             when not given */
+    uint64_t queue_lease_ms;        /* --queue-lease; 0 = queues nobody holds stay */
     char config_file[PATH_MAX];     /* --config, "" when none */
     char log_file[PATH_MAX];        /* --log-file, "" for stderr */
     pid_t stop_with_pid;            /* --stop-with-pid, 0 when none */

@@ -426,6 +426,12 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
                  (int)conn->client.pid);
         return conn->reset ? CONN_STEP_DROP : CONN_STEP_CLOSE;
     }
+    if (res->flags & COMMAND_WORK) {
+        /* The reply comes through conn_on_work_done; the requests behind
+         * it wait, in order. */
+        conn_set_state(conn, CONN_WORKING);
+        return CONN_STEP_WAIT;
+    }
     if (res->flags & COMMAND_WAIT) {
         conn_set_state(conn, CONN_WAITING);
         waitq_add(&conn->set->waitq, &conn->wait, res->wait_request, res->wait_until_ms);
@@ -646,7 +652,10 @@ static void conn_input_end(struct conn *conn, bool reset)
     conn->eof = true;
     if (reset)
         conn_lose_peer(conn);
-    if (conn->state == CONN_WAITING || conn->state == CONN_HELLO_HELD) {
+    if (conn->state == CONN_WORKING && !reset)
+        return; /* its reply, and what it sent after, still come (conn_on_work_done) */
+    if (conn->state == CONN_WAITING || conn->state == CONN_HELLO_HELD ||
+        conn->state == CONN_WORKING) {
         conn_close(conn);
         return;
     }
@@ -704,7 +713,8 @@ static void conn_on_gone(uv_poll_t *poll, int status, int events)
     (void)status;
     (void)events;
     uv_poll_stop(poll);
-    if (conn == NULL || !conn->paused || conn->state != CONN_WAITING)
+    if (conn == NULL || !conn->paused ||
+        (conn->state != CONN_WAITING && conn->state != CONN_WORKING))
         return;
     log_info("client pid %d (%s) disconnected", (int)conn->client.pid, conn_name(conn));
     conn_close(conn);
@@ -725,7 +735,7 @@ static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
          * for the client's going, which reading would have shown. */
         uv_read_stop(stream);
         conn->paused = true;
-        if (conn->state == CONN_WAITING &&
+        if ((conn->state == CONN_WAITING || conn->state == CONN_WORKING) &&
             (rc = conn_watch(conn, UV_DISCONNECT, conn_on_gone)) < 0)
             log_debug("client pid %d: cannot watch its socket while it waits: %s",
                       (int)conn->client.pid, uv_strerror(rc));
@@ -821,6 +831,65 @@ static void conn_wait_done(struct waitq_entry *entry, struct command_result *res
     if (step == CONN_STEP_NEXT)
         step = conn_process(conn);
     conn_after(conn, step);
+}
+
+/* The reply to a queue request that waited for its pages (COMMAND_WORK):
+ * queue it, and run the requests behind it on the next loop iteration, not
+ * from inside the queues' update that answered it. */
+static void conn_on_work_done(struct command_env *env, struct command_client *client,
+                              struct command_result *res)
+{
+    struct conn *conn = (struct conn *)((char *)client - offsetof(struct conn, client));
+    enum conn_step step;
+
+    (void)env;
+    if (conn->state != CONN_WORKING) {
+        shmb_free(res->text.buf); /* cannot be: a closed one is not answered */
+        return;
+    }
+    conn->state = CONN_READING;
+    step = conn_deliver(conn, res);
+    if (step == CONN_STEP_NEXT) {
+        conn_defer(conn);
+        step = CONN_STEP_WAIT;
+    }
+    conn_after(conn, step);
+}
+
+/* A queue's pages made or freed in libuv's thread pool. */
+struct conn_job {
+    uv_work_t req;
+    struct queue_job *job;
+};
+
+static void conn_job_run(uv_work_t *req)
+{
+    queue_job_run(((struct conn_job *)req)->job);
+}
+
+static void conn_job_after(uv_work_t *req, int status)
+{
+    struct conn_job *j = (struct conn_job *)req;
+
+    (void)status; /* never cancelled: the job's queue needs its end */
+    queue_job_finish(j->job);
+    shmb_free(j);
+}
+
+/* The queues' offload: job to libuv's thread pool. 0, or a libuv error
+ * (the queue does the work at once then). */
+static int conn_offload(void *arg, struct queue_job *job)
+{
+    struct conn_set *set = arg;
+    struct conn_job *j = shmb_malloc(sizeof(*j));
+    int rc;
+
+    if (j == NULL)
+        return UV_ENOMEM;
+    j->job = job;
+    if ((rc = uv_queue_work(set->loop, &j->req, conn_job_run, conn_job_after)) < 0)
+        shmb_free(j);
+    return rc;
 }
 
 /* The peer's supplementary groups when it connected, for a pool's group=
@@ -1023,6 +1092,10 @@ int conn_set_init(struct conn_set *set, uv_loop_t *loop, struct command_env *env
     if ((rc = uv_idle_init(loop, &set->resume_idle)) < 0)
         goto fail_unread;
     set->hello_timer.data = set->unread_timer.data = set->resume_idle.data = set;
+    /* A queue's pages are made and freed off the loop; its requester waits. */
+    env->work_done = conn_on_work_done;
+    env->queues.offload = conn_offload;
+    env->queues.offload_arg = set;
     uv_unref((uv_handle_t *)&set->hello_timer);
     uv_unref((uv_handle_t *)&set->unread_timer);
     uv_unref((uv_handle_t *)&set->resume_idle);

@@ -25,6 +25,8 @@
 enum conn_state {
     CONN_READING,    /* runs each request as its line comes */
     CONN_WAITING,    /* an alloc waits for space (wait): buffers input, runs nothing */
+    CONN_WORKING,    /* a queue request waits for its pages, made or freed off the
+                        loop (COMMAND_WORK): buffers input, runs nothing */
     CONN_HELLO_HELD, /* the hello reply (hello) waits to travel with its descriptor */
     CONN_DEFERRED,   /* its turn ran out with requests left: continues next iteration */
     CONN_FINISHING,  /* flushing its last replies before closing: runs nothing */

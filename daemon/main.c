@@ -124,6 +124,8 @@ static void daemon_on_heartbeat(uv_timer_t *timer)
 
     for (i = 0; i < d->pools.n; i++)
         pool_beat(d->pools.pools[i], false);
+    /* Queues nobody has held for --queue-lease go: a second late at most. */
+    queue_expire(&d->env.queues, clock_now_ms());
 }
 
 static void daemon_on_lease_expired(const char *key, size_t key_len, uint32_t reads_left,
@@ -235,6 +237,9 @@ static void daemon_reload_pools(struct daemon *d, const struct config *next)
                      pc->name);
         p->cfg.has_group = pc->has_group;
         p->cfg.gid = pc->gid;
+        /* The bounds on its queues apply to the next queue_create. */
+        p->cfg.max_queues = pc->max_queues;
+        p->cfg.max_queue_bytes = pc->max_queue_bytes;
         memcpy(p->cfg.group, pc->group, sizeof(p->cfg.group));
         d->pools.pools[d->pools.n++] = p;
     }
@@ -304,6 +309,7 @@ static void daemon_on_sighup(uv_signal_t *handle, int signum)
     d->cfg.max_pins = d->env.limits.max_pins = next.max_pins;
     d->cfg.max_pending = d->env.limits.max_pending = next.max_pending;
     d->cfg.read_lease_ms = next.read_lease_ms;
+    d->cfg.queue_lease_ms = d->env.queues.lease_ms = next.queue_lease_ms;
     daemon_reload_pools(d, &next);
     d->cfg.keep_segment = next.keep_segment;
     if (next.alloc_timeout_ms != d->cfg.alloc_timeout_ms) {
@@ -859,6 +865,7 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         goto fail_socket;
     command_env_init(&d->env);
     queue_set_init(&d->env.queues, d->cfg.name);
+    d->env.queues.lease_ms = d->cfg.queue_lease_ms;
     d->env.pools = &d->pools;
     d->env.started_ms = clock_now_ms();
     d->env.limits.max_pins = d->cfg.max_pins;

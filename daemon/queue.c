@@ -1,7 +1,8 @@
 /*
- * Broadcast queues: creation (a sealed memfd, checked against the host's
- * memory), membership by connection, the failure handling vLLM lacks (a
- * member's connection closing), shutdown and deletion.
+ * Broadcast queues: creation (a sealed memfd, checked against the pool's
+ * bounds and the host's memory, its pages made off the loop), membership by
+ * connection, the failure handling vLLM lacks (a member's connection
+ * closing), shutdown, the lease of queues nobody holds, and deletion.
  */
 #include "queue.h"
 
@@ -16,6 +17,7 @@
 #include "../proto/alloc.h"
 #include "../proto/text.h"
 #include "../proto/utf8.h"
+#include "clock.h"
 #include "host.h"
 #include "log.h"
 #include "segment.h"
@@ -24,6 +26,7 @@ void queue_set_init(struct queue_set *set, const char *prefix)
 {
     memset(set, 0, sizeof(*set));
     TAILQ_INIT(&set->list);
+    TAILQ_INIT(&set->making);
     snprintf(set->prefix, sizeof(set->prefix), "%s", prefix);
     set->max_size = QUEUE_SIZE_MAX;
 }
@@ -48,6 +51,18 @@ struct queue *queue_find(const struct queue_set *set, const struct pool *pool,
     struct queue *q;
 
     TAILQ_FOREACH(q, &set->list, link)
+        if (q->pool == pool && strcmp(q->name, name) == 0)
+            return q;
+    return NULL;
+}
+
+/* The queue called name in pool that is being made, or NULL. */
+static struct queue *queue_find_making(const struct queue_set *set, const struct pool *pool,
+                                       const char *name)
+{
+    struct queue *q;
+
+    TAILQ_FOREACH(q, &set->making, link)
         if (q->pool == pool && strcmp(q->name, name) == 0)
             return q;
     return NULL;
@@ -78,8 +93,41 @@ unsigned queue_count(const struct queue_set *set, const struct pool *pool)
 
     TAILQ_FOREACH(q, &set->list, link)
         n += pool == NULL || q->pool == pool;
+    TAILQ_FOREACH(q, &set->making, link)
+        n += pool == NULL || q->pool == pool;
     return n;
 }
+
+uint64_t queue_bytes(const struct queue_set *set, const struct pool *pool)
+{
+    const struct queue *q;
+    uint64_t n = 0;
+
+    TAILQ_FOREACH(q, &set->list, link)
+        n += q->pool == pool ? q->size : 0;
+    TAILQ_FOREACH(q, &set->making, link)
+        n += q->pool == pool ? q->size : 0;
+    return n;
+}
+
+/* What a job does off the loop. */
+enum queue_job_kind {
+    QUEUE_JOB_MAKE, /* reserve a new queue's pages, map and format them */
+    QUEUE_JOB_FREE, /* unmap a deleted queue and close its memfd */
+};
+
+/* Work on one queue's memory off the loop (a gigabyte's pages take a tenth
+ * of a second to reserve or free), and who waits for it. */
+struct queue_job {
+    enum queue_job_kind kind;
+    struct queue_set *set;
+    struct queue *q;              /* MAKE: in set->making; FREE: out of every list */
+    struct queue_waiters waiters; /* answered by queue_job_finish */
+    char memfd[SEGMENT_MEMFD_NAME_MAX + 1]; /* MAKE: the memfd's name */
+    char what[160];               /* MAKE: the queue for messages */
+    int rc;                       /* queue_job_run's outcome */
+    struct shmb_error err;
+};
 
 /* Free q's descriptor, mapping and memory; it is out of the list already. */
 static void queue_free(struct queue *q)
@@ -100,16 +148,21 @@ static void queue_geometry(char *out, size_t len, uint32_t seats, uint64_t slots
 }
 
 /* -ENOMEM when size bytes more would not fit the host's memory (the check
- * memfd pools pass at start). */
-static int queue_check_memory(const char *name, size_t size, const char *geometry,
-                              struct shmb_error *err)
+ * memfd pools pass at start), beside the queues being made (their pages
+ * are not all taken yet, and each was checked alone). */
+static int queue_check_memory(const struct queue_set *set, const char *name, size_t size,
+                              const char *geometry, struct shmb_error *err)
 {
     struct host_memory mem;
-    uint64_t room;
+    const struct queue *q;
+    uint64_t room, making = 0;
 
     if (host_memory(&mem, NULL) < 0)
         return 0; /* nothing to judge by: posix_fallocate still judges */
     room = host_memory_room(&mem);
+    TAILQ_FOREACH(q, &set->making, link)
+        making += q->size;
+    room = room > making ? room - making : 0;
     if (size > room)
         return shmb_error_set(err, -ENOMEM,
                               "Queue '%s' needs %zu bytes (%s); the host has %llu bytes of "
@@ -177,11 +230,170 @@ static void queue_drop_keys(const struct queue *q, uint64_t lo, uint64_t hi)
     }
 }
 
-int queue_create(struct queue_set *set, struct pool *pool, const char *name, uint32_t seats,
-                 uint64_t slots, uint64_t slot_size, bool temporary, struct queue **out,
-                 bool *created, struct shmb_error *err)
+/* Refuse a queue of size bytes that would take pool past its bounds:
+ * -EDQUOT naming the bound and the option that raises it. */
+static int queue_check_quota(const struct queue_set *set, const struct pool *pool,
+                             const char *name, size_t size, const char *geometry,
+                             struct shmb_error *err)
 {
-    char geometry[96], had[96], memfd[SEGMENT_MEMFD_NAME_MAX + 1], what[160];
+    unsigned n = queue_count(set, pool);
+    uint64_t used = queue_bytes(set, pool), cap = pool->cfg.max_queue_bytes;
+    char most[32];
+
+    if (pool->cfg.max_queues != 0 && n >= pool->cfg.max_queues)
+        return shmb_error_set(err, -EDQUOT,
+                              "Pool '%s' has %u queues, its limit (max-queues= of pool '%s', "
+                              "or --max-queues): queue '%s' is not created. Delete queues "
+                              "the pool no longer uses (queue_delete), or raise the limit.",
+                              pool->cfg.name, n, pool->cfg.name, name);
+    if (cap != 0 && (used > cap || size > cap - used))
+        return shmb_error_set(err, -EDQUOT,
+                              "Queue '%s' needs %zu bytes (%s); pool '%s' has %llu bytes of "
+                              "queues and may have %llu (%s: max-queue-bytes= of pool '%s', "
+                              "or --max-queue-bytes). Use fewer or smaller slots, delete "
+                              "queues the pool no longer uses, or raise the limit.",
+                              name, size, geometry, pool->cfg.name, (unsigned long long)used,
+                              (unsigned long long)cap, shmb_format_bytes(cap, most, sizeof(most)),
+                              pool->cfg.name);
+    return 0;
+}
+
+/* A new job of kind on q; NULL when memory ran out. */
+static struct queue_job *queue_job_new(struct queue_set *set, struct queue *q,
+                                       enum queue_job_kind kind)
+{
+    struct queue_job *job = shmb_calloc(1, sizeof(*job));
+
+    if (job == NULL)
+        return NULL;
+    job->kind = kind;
+    job->set = set;
+    job->q = q;
+    TAILQ_INIT(&job->waiters);
+    return job;
+}
+
+void queue_job_run(struct queue_job *job)
+{
+    struct queue *q = job->q;
+    int rc;
+
+    if (job->kind == QUEUE_JOB_FREE) {
+        if (q->base != NULL && q->base != MAP_FAILED)
+            munmap(q->base, q->size);
+        if (q->fd >= 0)
+            close(q->fd);
+        q->base = NULL;
+        q->fd = -1;
+        job->rc = 0;
+        return;
+    }
+    if ((rc = segment_memfd_make(job->memfd, q->size, job->what, "use fewer or smaller slots",
+                                 &job->err)) < 0) {
+        /* Pages that could not be had are memory the host lacks. */
+        if (rc == -ENOSPC)
+            job->err.code = rc = -ENOMEM;
+        job->rc = rc;
+        return;
+    }
+    q->fd = rc;
+    q->base = mmap(NULL, q->size, PROT_READ | PROT_WRITE, MAP_SHARED, q->fd, 0);
+    if (q->base == MAP_FAILED) {
+        int saved = errno;
+
+        q->base = NULL;
+        job->rc = shmb_error_set(&job->err, -ENOMEM, "Cannot map queue '%s' (%zu bytes): %s.",
+                                 q->name, q->size, strerror(saved));
+        return;
+    }
+    job->rc = shmb_q_format(q->base, q->size, q->name, q->seats, q->slots, q->slot_size,
+                            &job->err);
+}
+
+/* The loop's part of making a queue: attach it and join the set, or free
+ * it. 0 or the job's error. */
+static int queue_make_finish(struct queue_job *job)
+{
+    struct queue_set *set = job->set;
+    struct queue *q = job->q;
+    char geometry[96];
+    int rc = job->rc;
+
+    TAILQ_REMOVE(&set->making, q, link);
+    q->making = NULL;
+    if (rc == 0)
+        rc = shmb_q_attach(&q->q, q->base, q->size, &job->err);
+    if (rc < 0) {
+        set->n--;
+        queue_free(q);
+        job->q = NULL;
+        return rc;
+    }
+    /* Objects of an earlier queue of this name (before a restart, or
+     * committed after it went) would collide with this one's first keys:
+     * its messages number from 0 again. Later ones the libraries delete on
+     * EEXIST and retry. */
+    queue_drop_keys(q, 0, q->slots);
+    TAILQ_INSERT_TAIL(&set->list, q, link);
+    q->idle_since_ms = clock_now_ms();
+    queue_geometry(geometry, sizeof(geometry), q->seats, q->slots, q->slot_size);
+    log_info("queue '%s' of pool '%s' created: %s, %zu bytes%s", q->name, q->pool->cfg.name,
+             geometry, q->size, q->temporary ? ", temporary" : "");
+    if (set->stopping) {
+        /* Made after the daemon began to stop: its members would never be
+         * told. */
+        q->shut_down = true;
+        shmb_q_shutdown(&q->q);
+    }
+    return 0;
+}
+
+void queue_job_finish(struct queue_job *job)
+{
+    struct queue_waiter *w;
+    int rc = 0;
+
+    if (job->kind == QUEUE_JOB_MAKE)
+        rc = queue_make_finish(job);
+    else
+        shmb_free(job->q); /* its memory went in queue_job_run */
+    /* Each waiter leaves before it is answered: the answer may free it. */
+    while ((w = TAILQ_FIRST(&job->waiters)) != NULL) {
+        TAILQ_REMOVE(&job->waiters, w, link);
+        w->job = NULL;
+        w->done(w, rc, &job->err, rc == 0 && job->kind == QUEUE_JOB_MAKE ? job->q : NULL);
+    }
+    shmb_free(job);
+}
+
+void queue_waiter_cancel(struct queue_waiter *w)
+{
+    if (w->job == NULL)
+        return;
+    TAILQ_REMOVE(&w->job->waiters, w, link);
+    w->job = NULL;
+}
+
+/* w waits for job. */
+static void queue_job_wait(struct queue_job *job, struct queue_waiter *w)
+{
+    w->job = job;
+    TAILQ_INSERT_TAIL(&job->waiters, w, link);
+}
+
+/* Hand job to the offload; false when there is none or it refused. */
+static bool queue_job_offload(struct queue_set *set, struct queue_job *job)
+{
+    return set->offload != NULL && set->offload(set->offload_arg, job) == 0;
+}
+
+int queue_create(struct queue_set *set, struct pool *pool, const char *name, uint32_t seats,
+                 uint64_t slots, uint64_t slot_size, bool temporary,
+                 struct queue_waiter *waiter, struct queue **out, bool *created,
+                 struct shmb_error *err)
+{
+    char geometry[96], had[96], what[160];
+    struct queue_job *job = NULL;
     struct queue *q;
     size_t size;
     int rc;
@@ -189,7 +401,8 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
     *out = NULL;
     *created = false;
     queue_geometry(geometry, sizeof(geometry), seats, slots, slot_size);
-    if ((q = queue_find(set, pool, name)) != NULL) {
+    if ((q = queue_find(set, pool, name)) != NULL ||
+        (q = queue_find_making(set, pool, name)) != NULL) {
         queue_geometry(had, sizeof(had), q->seats, q->slots, q->slot_size);
         if (q->shut_down)
             return shmb_error_set(err, -EEXIST,
@@ -202,6 +415,17 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
                                   "Queue '%s' of pool '%s' exists with %s; this request "
                                   "asks for %s. Open it as it is, or delete it first.",
                                   name, pool->cfg.name, had, geometry);
+        if (q->making != NULL) {
+            /* Its maker's request is answered first: this one is the
+             * next to wait for it. */
+            if (waiter == NULL)
+                return shmb_error_set(err, -EBUSY,
+                                      "Queue '%s' of pool '%s' is being created by another "
+                                      "request; try again once it is.",
+                                      name, pool->cfg.name);
+            queue_job_wait(q->making, waiter);
+            return -EINPROGRESS;
+        }
         *out = q;
         return 0;
     }
@@ -214,7 +438,9 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
     if ((size = shmb_q_size(seats, slots, slot_size)) == 0)
         return shmb_error_set(err, -EINVAL, "Queue '%s': %s is not a valid geometry.", name,
                               geometry);
-    if ((rc = queue_check_memory(name, size, geometry, err)) < 0)
+    if ((rc = queue_check_quota(set, pool, name, size, geometry, err)) < 0)
+        return rc;
+    if ((rc = queue_check_memory(set, name, size, geometry, err)) < 0)
         return rc;
     if (size > set->max_size) {
         char most[32];
@@ -230,8 +456,11 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
     snprintf(what, sizeof(what), "create queue '%s'", name);
     if ((rc = queue_check_fds(QUEUE_FD_SPARE + 1, what, err)) < 0)
         return rc;
-    if ((q = shmb_calloc(1, sizeof(*q))) == NULL)
+    if ((q = shmb_calloc(1, sizeof(*q))) == NULL ||
+        (job = queue_job_new(set, q, QUEUE_JOB_MAKE)) == NULL) {
+        shmb_free(q);
         return shmb_error_set(err, -ENOMEM, "Out of memory for queue '%s'.", name);
+    }
     q->fd = -1;
     snprintf(q->name, sizeof(q->name), "%s", name);
     q->pool = pool;
@@ -240,44 +469,29 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
     q->slot_size = slot_size;
     q->size = size;
     q->temporary = temporary;
+    q->making = job;
     /* The memfd's name only shows in /proc: cut rather than refuse. */
-    snprintf(memfd, sizeof(memfd), "%.*s.q.%s",
+    snprintf(job->memfd, sizeof(job->memfd), "%.*s.q.%s",
              (int)(SEGMENT_MEMFD_NAME_MAX - 3 - strlen(name)), set->prefix, name);
-    snprintf(what, sizeof(what), "queue '%s' (%s)", name, geometry);
-    if ((rc = segment_memfd_make(memfd, size, what, "use fewer or smaller slots", err)) < 0) {
-        /* Pages that could not be had are memory the host lacks. */
-        if (rc == -ENOSPC)
-            err->code = rc = -ENOMEM;
-        goto fail;
-    }
-    q->fd = rc;
-    q->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, q->fd, 0);
-    if (q->base == MAP_FAILED) {
-        int saved = errno;
-
-        q->base = NULL;
-        rc = shmb_error_set(err, -ENOMEM, "Cannot map queue '%s' (%zu bytes): %s.", name, size,
-                            strerror(saved));
-        goto fail;
-    }
-    if ((rc = shmb_q_format(q->base, size, name, seats, slots, slot_size, err)) < 0 ||
-        (rc = shmb_q_attach(&q->q, q->base, size, err)) < 0)
-        goto fail;
-    /* Objects of an earlier queue of this name (before a restart, or
-     * committed after it went) would collide with this one's first keys:
-     * its messages number from 0 again. Later ones the libraries delete on
-     * EEXIST and retry. */
-    queue_drop_keys(q, 0, slots);
-    TAILQ_INSERT_TAIL(&set->list, q, link);
+    snprintf(job->what, sizeof(job->what), "queue '%s' (%s)", name, geometry);
+    /* Counted and found by name from now on: its bounds hold while it is
+     * being made, and a second request for it waits for this one. */
+    TAILQ_INSERT_TAIL(&set->making, q, link);
     set->n++;
-    *out = q;
     *created = true;
-    log_info("queue '%s' of pool '%s' created: %s, %zu bytes%s", name, pool->cfg.name,
-             geometry, size, temporary ? ", temporary" : "");
-    return 0;
-
-fail:
-    queue_free(q);
+    if (waiter != NULL) {
+        queue_job_wait(job, waiter);
+        if (queue_job_offload(set, job))
+            return -EINPROGRESS;
+        queue_waiter_cancel(waiter);
+    }
+    queue_job_run(job);
+    if ((rc = queue_make_finish(job)) < 0) {
+        *created = false;
+        *err = job->err;
+    } else
+        *out = q;
+    shmb_free(job);
     return rc;
 }
 
@@ -321,6 +535,7 @@ int queue_open_writer(struct queue *q, const void *owner, const struct queue_mem
     q->writer = owner;
     q->writer_who = *who;
     q->had_writer = true;
+    q->idle_since_ms = 0;
     shmb_q_writer_take(&q->q, ++q->writer_epoch);
     return 0;
 }
@@ -396,6 +611,7 @@ int queue_open_reader(struct queue *q, int seat, const void *owner,
     st->owner = owner;
     st->state = SHMB_SEAT_LIVE;
     st->who = *who;
+    q->idle_since_ms = 0;
     /* The epoch is reported as a JSON integer: one scribbled past that
      * range starts again (the seat's holder compares it for equality). */
     if (atomic_load(&q->q.seat[seat].epoch) >= QUEUE_COUNT_MAX)
@@ -530,22 +746,75 @@ static void queue_drop_objects(struct queue *q)
     queue_drop_keys(q, head > q->slots ? head - q->slots : 0, head);
 }
 
-/* Take q out of the set and free it, with its objects. */
-static void queue_remove(struct queue_set *set, struct queue *q, bool objects)
+/* Take q out of the set, with its objects, and free it: its memory off the
+ * loop when there is an offload (then, with a waiter, -EINPROGRESS: the
+ * waiter is told once the memory is freed), else at once. */
+static int queue_remove(struct queue_set *set, struct queue *q, bool objects,
+                        struct queue_waiter *waiter)
 {
+    struct queue_job *job;
+
     TAILQ_REMOVE(&set->list, q, link);
     set->n--;
     if (objects)
         queue_drop_objects(q);
     log_info("queue '%s' of pool '%s' deleted", q->name, q->pool->cfg.name);
+    if (set->offload != NULL && (job = queue_job_new(set, q, QUEUE_JOB_FREE)) != NULL) {
+        if (waiter != NULL)
+            queue_job_wait(job, waiter);
+        if (queue_job_offload(set, job))
+            return waiter != NULL ? -EINPROGRESS : 0;
+        if (waiter != NULL)
+            queue_waiter_cancel(waiter);
+        shmb_free(job);
+    }
     queue_free(q);
+    return 0;
 }
 
-/* Delete q if it is left to be (queue_done). */
+/* Whether a member holds q: its writer, or a live reader seat. */
+static bool queue_held(const struct queue *q)
+{
+    uint32_t s;
+
+    if (q->writer != NULL)
+        return true;
+    for (s = 0; s < q->seats; s++)
+        if (q->seat[s].state == SHMB_SEAT_LIVE)
+            return true;
+    return false;
+}
+
+/* Delete q if it is left to be (queue_done); else, once nobody holds it,
+ * its lease starts. */
 static void queue_settle(struct queue_set *set, struct queue *q)
 {
     if (queue_done(q))
-        queue_remove(set, q, true);
+        queue_remove(set, q, true, NULL);
+    else if (!queue_held(q) && q->idle_since_ms == 0)
+        q->idle_since_ms = clock_now_ms();
+}
+
+unsigned queue_expire(struct queue_set *set, uint64_t now_ms)
+{
+    struct queue *q, *next;
+    unsigned n = 0;
+
+    if (set->lease_ms == 0)
+        return 0;
+    for (q = TAILQ_FIRST(&set->list); q != NULL; q = next) {
+        next = TAILQ_NEXT(q, link);
+        if (q->idle_since_ms == 0 || queue_held(q) || now_ms < q->idle_since_ms ||
+            now_ms - q->idle_since_ms < set->lease_ms)
+            continue;
+        log_info("queue '%s' of pool '%s': nobody has held it for %llu ms (--queue-lease "
+                 "%llu ms); deleting it",
+                 q->name, q->pool->cfg.name, (unsigned long long)(now_ms - q->idle_since_ms),
+                 (unsigned long long)set->lease_ms);
+        queue_remove(set, q, true, NULL);
+        n++;
+    }
+    return n;
 }
 
 /* "the writer and seats 1, 2": the roles owner holds on q. */
@@ -664,6 +933,7 @@ void queue_shutdown_all(struct queue_set *set)
 {
     struct queue *q;
 
+    set->stopping = true;
     TAILQ_FOREACH(q, &set->list, link) {
         q->shut_down = true;
         shmb_q_shutdown(&q->q);
@@ -699,7 +969,8 @@ static void queue_members_text(const struct queue *q, char *out, size_t len)
     }
 }
 
-int queue_delete(struct queue_set *set, struct queue *q, struct shmb_error *err)
+int queue_delete(struct queue_set *set, struct queue *q, struct queue_waiter *waiter,
+                 struct shmb_error *err)
 {
     char members[SHMB_ERROR_MSG_MAX / 2];
 
@@ -709,8 +980,7 @@ int queue_delete(struct queue_set *set, struct queue *q, struct shmb_error *err)
                               "Queue '%s' is in use by %s. Its members must close it first "
                               "(or shut it down: it goes once they have).",
                               q->name, members);
-    queue_remove(set, q, true);
-    return 0;
+    return queue_remove(set, q, true, waiter);
 }
 
 void queue_drop_pool(struct queue_set *set, const struct pool *pool)
@@ -720,7 +990,7 @@ void queue_drop_pool(struct queue_set *set, const struct pool *pool)
     for (q = TAILQ_FIRST(&set->list); q != NULL; q = next) {
         next = TAILQ_NEXT(q, link);
         if (q->pool == pool)
-            queue_remove(set, q, false);
+            queue_remove(set, q, false, NULL);
     }
 }
 
@@ -730,6 +1000,13 @@ void queue_set_free(struct queue_set *set)
 
     while ((q = TAILQ_FIRST(&set->list)) != NULL) {
         TAILQ_REMOVE(&set->list, q, link);
+        queue_free(q);
+    }
+    /* None is left being made once the loop has ended; without a loop
+     * (tests), none was ever. */
+    while ((q = TAILQ_FIRST(&set->making)) != NULL) {
+        TAILQ_REMOVE(&set->making, q, link);
+        shmb_free(q->making);
         queue_free(q);
     }
     set->n = 0;

@@ -20,14 +20,14 @@
 #include "config.h"
 #include "pool.h"
 
-/* Queues a daemon holds at once: each is a descriptor, a mapping and a
- * memory reservation, and the reports list them all. */
-#define QUEUE_MAX 64
+/* Queues a daemon holds at once, of all pools (config.h says why). */
+#define QUEUE_MAX CONFIG_QUEUES_MAX
 /* Roles (writer or reader seats, of any queues) one connection may hold. */
 #define QUEUE_MAX_ROLES 256
 /* The most bytes a queue's area may have: its memfd is made, reserved and
- * mapped in one go, and 1 GiB of that stalls the daemon for a fraction of a
- * second already. Larger messages go as store objects. */
+ * mapped in one go (off the loop, but a thread of libuv's pool is busy
+ * for a fraction of a second already). Larger messages go as store
+ * objects. */
 #define QUEUE_SIZE_MAX (UINT64_C(1) << 30)
 /* Descriptors left free for new clients (a socket and its poll's dup each)
  * and queue_open's passing: a queue is not created into the last of them. */
@@ -58,6 +58,28 @@ struct queue_seat {
     struct queue_member who; /* LIVE: the holder; DEAD: the one that died */
 };
 
+struct queue;
+struct queue_job;
+
+/* A request waiting for a queue's pages to be made or freed off the loop
+ * (queue_create, queue_delete with a waiter): embedded in what waits. */
+struct queue_waiter {
+    TAILQ_ENTRY(queue_waiter) link;
+    struct queue_job *job; /* what it waits for; NULL once answered or cancelled */
+    /* The answer, on the loop: rc 0 or -errno (err says what), q the queue
+     * made (creation; borrowed, valid during the call) or NULL. The waiter
+     * has left the job; the callee may free it. */
+    void (*done)(struct queue_waiter *w, int rc, const struct shmb_error *err,
+                 const struct queue *q);
+};
+
+TAILQ_HEAD(queue_waiters, queue_waiter);
+
+/* Hands job to another thread: queue_job_run(job) there, then
+ * queue_job_finish(job) on the loop. Nonzero when it cannot (then the work
+ * is done at once, on the loop). */
+typedef int (*queue_offload_fn)(void *arg, struct queue_job *job);
+
 struct queue {
     TAILQ_ENTRY(queue) link;
     char name[QUEUE_NAME_MAX + 1];
@@ -75,6 +97,11 @@ struct queue {
     uint64_t writer_epoch; /* writers that took it so far (the area's copy may be scribbled) */
     struct queue_member writer_who;
     struct queue_seat seat[SHMB_QUEUE_SEATS_MAX];
+    struct queue_job *making; /* its pages are being made: in set->making, not
+                                 set->list, and nothing but its name and
+                                 geometry may be read */
+    uint64_t idle_since_ms;   /* when nobody held it any more (clock_now_ms);
+                                 0 while a member holds it */
 };
 
 TAILQ_HEAD(queue_list, queue);
@@ -82,10 +109,18 @@ TAILQ_HEAD(queue_list, queue);
 /* Every queue of a daemon, in creation order. */
 struct queue_set {
     struct queue_list list;
-    unsigned n;
+    struct queue_list making; /* being made off the loop: counted, not served */
+    unsigned n;               /* both lists */
     char prefix[NAME_MAX + 1]; /* memfd names: "<prefix>.q.<queue>" */
     uint64_t max_size;         /* bytes of one queue's area: QUEUE_SIZE_MAX
                                   (the fuzzer lowers it) */
+    uint64_t lease_ms;         /* --queue-lease: a queue nobody holds for this
+                                  long is deleted (queue_expire); 0 = never */
+    bool stopping;             /* queue_shutdown_all ran: queues made after
+                                  it are shut down at once */
+    queue_offload_fn offload;  /* NULL: a queue's pages are made and freed on
+                                  the caller's thread (tests, the fuzzer) */
+    void *offload_arg;
 };
 
 /* What status shows of a queue now. */
@@ -130,13 +165,39 @@ void queue_names(const struct queue_set *set, const struct pool *pool, char *out
 /* Create queue name in pool (geometry checked by the caller against the
  * protocol's ranges; shmb_q_size checks it again), or find it: the same
  * geometry already there is *created = false; another, or one shut down,
- * -EEXIST naming both. -EMFILE past QUEUE_MAX or with too few descriptors
+ * -EEXIST naming both. -EDQUOT past the pool's max_queues or
+ * max_queue_bytes, -EMFILE past QUEUE_MAX or with too few descriptors
  * left, -EINVAL past QUEUE_SIZE_MAX, -ENOMEM when the host's memory has no
  * room for it. A queue created deletes its pool's objects "q/<name>/0" to
- * "q/<name>/<slots>" left by an earlier one. *out borrows the queue. */
+ * "q/<name>/<slots>" left by an earlier one. *out borrows the queue.
+ * With a waiter and an offload, the pages are made off the loop: the
+ * return is -EINPROGRESS (*created true for the request that makes it,
+ * false for one that found it being made) and the answer comes through
+ * waiter->done. Without a waiter, a queue being made is -EBUSY. */
 int queue_create(struct queue_set *set, struct pool *pool, const char *name, uint32_t seats,
-                 uint64_t slots, uint64_t slot_size, bool temporary, struct queue **out,
-                 bool *created, struct shmb_error *err);
+                 uint64_t slots, uint64_t slot_size, bool temporary,
+                 struct queue_waiter *waiter, struct queue **out, bool *created,
+                 struct shmb_error *err);
+
+/* Stop waiting (its request's connection closed): w is not answered. The
+ * work goes on; a queue being made is made. */
+void queue_waiter_cancel(struct queue_waiter *w);
+
+/* The part of job that runs off the loop, in another thread: it touches
+ * only the job's own queue, which the loop does not read meanwhile. */
+void queue_job_run(struct queue_job *job);
+
+/* The part of job that runs on the loop once queue_job_run returned: the
+ * queue made joins the set (or, failed, goes), waiters are answered, and
+ * the job is freed. */
+void queue_job_finish(struct queue_job *job);
+
+/* Delete every queue nobody has held for set->lease_ms at now_ms (logged),
+ * and return how many went. */
+unsigned queue_expire(struct queue_set *set, uint64_t now_ms);
+
+/* Bytes of pool's queues (those being made too). */
+uint64_t queue_bytes(const struct queue_set *set, const struct pool *pool);
 
 /* 0 when need descriptors can still be opened; -EMFILE with the numbers
  * and a hint otherwise ("Cannot <what>: ..."). need is at most
@@ -183,13 +244,17 @@ void queue_shutdown_all(struct queue_set *set);
 
 /* Delete q: -EBUSY naming its members while a writer or a live seat holds
  * it. The pool's objects of the messages still in its ring ("q/<name>/<seq>",
- * seq in [head - slots, head]) go with it, looked up by key. */
-int queue_delete(struct queue_set *set, struct queue *q, struct shmb_error *err);
+ * seq in [head - slots, head]) go with it, looked up by key. It leaves the
+ * set at once; its memory is freed off the loop when there is an offload:
+ * with a waiter, the return is then -EINPROGRESS and waiter->done says
+ * when the memory is freed. */
+int queue_delete(struct queue_set *set, struct queue *q, struct queue_waiter *waiter,
+                 struct shmb_error *err);
 
 /* Delete every queue of pool (a pool that goes, with no clients left). */
 void queue_drop_pool(struct queue_set *set, const struct pool *pool);
 
-/* Queues of pool (NULL: all). */
+/* Queues of pool (NULL: all), those being made too. */
 unsigned queue_count(const struct queue_set *set, const struct pool *pool);
 
 /* An alloc of key by owner in pool: when key is "q/<queue>/<seq>" of a

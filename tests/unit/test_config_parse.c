@@ -637,6 +637,60 @@ static void test_pools_from_file(void **state)
     assert_string_equal(cfg.pools[1].name, "b");
 }
 
+/* Proves how a pool's bounds on queues resolve: its own max-queues= and
+ * max-queue-bytes=, else --max-queues and --max-queue-bytes, else the
+ * daemon's 64 queues shared out among the pools and the larger of the
+ * pool's size and 256 MiB; --queue-lease defaults to 10 minutes. Bad
+ * values are refused with what is expected. */
+static void test_queue_bounds(void **state)
+{
+    struct config cfg;
+    struct shmb_error err;
+
+    (void)state;
+    assert_int_equal(parse(&cfg, &err, "--size", "4M"), CONFIG_RUN);
+    assert_int_equal(cfg.pools[0].max_queues, 64);
+    assert_int_equal(cfg.pools[0].max_queue_bytes, 256ULL << 20);
+    assert_int_equal(cfg.queue_lease_ms, 600000);
+    assert_int_equal(parse(&cfg, &err, "--size", "4M", "--max-queues", "5",
+                           "--max-queue-bytes", "1G", "--queue-lease", "30s"),
+                     CONFIG_RUN);
+    assert_int_equal(cfg.pools[0].max_queues, 5);
+    assert_int_equal(cfg.pools[0].max_queue_bytes, 1ULL << 30);
+    assert_int_equal(cfg.queue_lease_ms, 30000);
+    assert_int_equal(parse(&cfg, &err, "--pool", "a:1G", "--pool", "b:1M", "--pool",
+                           "c:1M,max-queues=40,max-queue-bytes=2M"),
+                     CONFIG_RUN);
+    assert_int_equal(cfg.pools[0].max_queues, 21);
+    assert_int_equal(cfg.pools[0].max_queue_bytes, 1ULL << 30);
+    assert_int_equal(cfg.pools[1].max_queues, 21);
+    assert_int_equal(cfg.pools[1].max_queue_bytes, 256ULL << 20);
+    assert_int_equal(cfg.pools[2].max_queues, 40);
+    assert_int_equal(cfg.pools[2].max_queue_bytes, 2ULL << 20);
+    assert_int_equal(parse(&cfg, &err, "--max-queues", "3", "--pool", "a:1M"), CONFIG_RUN);
+    assert_int_equal(cfg.pools[0].max_queues, 3);
+    refused("Invalid --max-queues '0': expected a whole number from 1 to 64 (the daemon "
+            "holds at most 64 queues of all pools), for example --max-queues 16.",
+            "--max-queues", "0");
+    refused("Invalid --max-queues '65': expected a whole number from 1 to 64 (the daemon "
+            "holds at most 64 queues of all pools), for example --max-queues 16.",
+            "--max-queues", "65");
+    refused("Invalid --max-queue-bytes '-1': expected bytes above 0 with an optional K, M "
+            "or G (KiB, MiB, GiB) suffix, for example --max-queue-bytes 1G.",
+            "--max-queue-bytes", "-1");
+    refused("Invalid --queue-lease 'soon': expected a time such as 10m, 60s or 500ms (0 "
+            "keeps queues nobody holds).",
+            "--queue-lease", "soon");
+    refused("--pool a:1M,max-queues=x: invalid max-queues 'x': expected a whole number "
+            "from 1 to 64 (the daemon holds at most 64 queues of all pools), for example "
+            "max-queues=8.",
+            "--pool", "a:1M,max-queues=x");
+    refused("--pool a:1M,max-queue-bytes=0: invalid max-queue-bytes '0': expected bytes "
+            "above 0 with an optional K, M or G (KiB, MiB, GiB) suffix, for example "
+            "max-queue-bytes=512M.",
+            "--pool", "a:1M,max-queue-bytes=0");
+}
+
 /* Proves that each wrong --pool is refused, quoting the value, saying what
  * is wrong and what is expected. */
 static void test_pool_errors(void **state)
@@ -645,12 +699,12 @@ static void test_pool_errors(void **state)
 
     (void)state;
     refused("--pool cache: expected NAME:SIZE[,max-object-size=BYTES][,group=GROUP]"
-            "[,backing=shm|memfd|hugetlbfs][,dir=DIR], for example --pool "
-            "cache:4G,max-object-size=256M.",
+            "[,backing=shm|memfd|hugetlbfs][,dir=DIR][,max-queues=N][,max-queue-bytes=BYTES], "
+            "for example --pool cache:4G,max-object-size=256M.",
             "--pool", "cache");
     refused("--pool must not be empty: expected NAME:SIZE[,max-object-size=BYTES]"
-            "[,group=GROUP][,backing=shm|memfd|hugetlbfs][,dir=DIR], for example --pool "
-            "cache:4G,max-object-size=256M.",
+            "[,group=GROUP][,backing=shm|memfd|hugetlbfs][,dir=DIR][,max-queues=N]"
+            "[,max-queue-bytes=BYTES], for example --pool cache:4G,max-object-size=256M.",
             "--pool", "");
     refused(
         "--pool cache:4Q: invalid size '4Q': expected bytes with an optional K, M or G "
@@ -662,13 +716,15 @@ static void test_pool_errors(void **state)
         "cache:256M.",
         "--pool", "cache:,backing=memfd");
     refused("--pool cache:4G,colour=red: unknown option 'colour'; a pool takes "
-            "max-object-size=, group=, backing= and dir=: expected NAME:SIZE"
-            "[,max-object-size=BYTES][,group=GROUP][,backing=shm|memfd|hugetlbfs]"
-            "[,dir=DIR].",
+            "max-object-size=, group=, backing=, dir=, max-queues= and max-queue-bytes=: "
+            "expected NAME:SIZE[,max-object-size=BYTES][,group=GROUP]"
+            "[,backing=shm|memfd|hugetlbfs][,dir=DIR][,max-queues=N]"
+            "[,max-queue-bytes=BYTES].",
             "--pool", "cache:4G,colour=red");
     refused("--pool cache:4G,: an empty option (two commas in a row, or one at the end); "
             "expected NAME:SIZE[,max-object-size=BYTES][,group=GROUP]"
-            "[,backing=shm|memfd|hugetlbfs][,dir=DIR].",
+            "[,backing=shm|memfd|hugetlbfs][,dir=DIR][,max-queues=N]"
+            "[,max-queue-bytes=BYTES].",
             "--pool", "cache:4G,");
     refused("--pool cache:4G,group=: group has no value; write group=GROUP.", "--pool",
             "cache:4G,group=");
@@ -943,6 +999,7 @@ int main(void)
         cmocka_unit_test(test_pool_max_object),
         cmocka_unit_test(test_pools_from_file),
         cmocka_unit_test(test_pool_errors),
+        cmocka_unit_test(test_queue_bounds),
         cmocka_unit_test(test_pool_names),
         cmocka_unit_test(test_pool_limit),
         cmocka_unit_test(test_pool_segment_name),

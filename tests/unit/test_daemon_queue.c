@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "log.h"
+#include "../../daemon/clock.h"
 #include "../../daemon/queue.h"
 
 #define MIB (1024u * 1024u)
@@ -103,7 +104,7 @@ static struct queue *make(struct fixture *f, const char *name, uint32_t seats, b
     struct queue *q = NULL;
     bool created = false;
 
-    assert_int_equal(queue_create(&f->set, f->pool, name, seats, 4, 64, temporary, &q,
+    assert_int_equal(queue_create(&f->set, f->pool, name, seats, 4, 64, temporary, NULL, &q,
                                   &created, &f->err),
                      0);
     assert_true(created);
@@ -135,12 +136,12 @@ static void test_create(void **state)
     assert_true(n > 0);
     target[n] = '\0';
     assert_non_null(strstr(target, "test-dq.q.steps"));
-    assert_int_equal(queue_create(&f->set, f->pool, "steps", 2, 4, 64, false, &again, &created,
+    assert_int_equal(queue_create(&f->set, f->pool, "steps", 2, 4, 64, false, NULL, &again, &created,
                                   &f->err),
                      0);
     assert_ptr_equal(again, q);
     assert_false(created);
-    assert_int_equal(queue_create(&f->set, f->pool, "steps", 3, 4, 64, false, &again, &created,
+    assert_int_equal(queue_create(&f->set, f->pool, "steps", 3, 4, 64, false, NULL, &again, &created,
                                   &f->err),
                      -EEXIST);
     assert_non_null(strstr(f->err.message, "exists with 2 seats, 4 slots of 64 bytes"));
@@ -180,17 +181,17 @@ static void test_limits(void **state)
         make(f, name, 1, false);
     }
     fds = count_fds();
-    assert_int_equal(queue_create(&f->set, f->pool, "one-more", 1, 4, 64, false, &q, &created,
+    assert_int_equal(queue_create(&f->set, f->pool, "one-more", 1, 4, 64, false, NULL, &q, &created,
                                   &f->err),
                      -EMFILE);
     assert_non_null(strstr(f->err.message, "its limit (64)"));
     assert_int_equal(count_fds(), fds);
-    assert_int_equal(queue_delete(&f->set, queue_find(&f->set, f->pool, "q7"), &f->err), 0);
+    assert_int_equal(queue_delete(&f->set, queue_find(&f->set, f->pool, "q7"), NULL, &f->err), 0);
     assert_int_equal(count_fds(), fds - 1);
     make(f, "one-more", 1, false);
-    assert_int_equal(queue_delete(&f->set, queue_find(&f->set, f->pool, "q8"), &f->err), 0);
+    assert_int_equal(queue_delete(&f->set, queue_find(&f->set, f->pool, "q8"), NULL, &f->err), 0);
     assert_int_equal(queue_create(&f->set, f->pool, "huge", 64, SHMB_QUEUE_SLOTS_MAX,
-                                  SHMB_QUEUE_SLOT_SIZE_MAX, false, &q, &created, &f->err),
+                                  SHMB_QUEUE_SLOT_SIZE_MAX, false, NULL, &q, &created, &f->err),
                      -ENOMEM);
     assert_non_null(strstr(f->err.message, "Queue 'huge' needs "));
     assert_non_null(strstr(f->err.message, "(64 seats, 65536 slots of 1073741824 bytes)"));
@@ -349,7 +350,7 @@ static void test_auto_delete(void **state)
     assert_int_equal(queue_open_writer(s, &conn_b, &a, &f->err), -ECANCELED);
     assert_int_equal(queue_open_reader(s, -1, &conn_b, &a, &seat, &epoch, &f->err),
                      -ECANCELED);
-    assert_int_equal(queue_create(&f->set, f->pool, "s", 1, 4, 64, false, &t, &(bool){0},
+    assert_int_equal(queue_create(&f->set, f->pool, "s", 1, 4, 64, false, NULL, &t, &(bool){0},
                                   &f->err),
                      -EEXIST);
     assert_non_null(queue_find(&f->set, f->pool, "s"));
@@ -375,13 +376,13 @@ static void test_delete(void **state)
 
     assert_int_equal(queue_open_writer(q, &conn_a, &a, &f->err), 0);
     assert_int_equal(queue_open_reader(q, 1, &conn_b, &b, &seat, &epoch, &f->err), 0);
-    assert_int_equal(queue_delete(&f->set, q, &f->err), -EBUSY);
+    assert_int_equal(queue_delete(&f->set, q, NULL, &f->err), -EBUSY);
     assert_non_null(strstr(f->err.message, "the writer, client 1 (pid 1001, 'a')"));
     assert_non_null(strstr(f->err.message, "seat 1, client 2 (pid 1002, 'b')"));
     queue_owner_gone(&f->set, &conn_a);
-    assert_int_equal(queue_delete(&f->set, q, &f->err), -EBUSY);
+    assert_int_equal(queue_delete(&f->set, q, NULL, &f->err), -EBUSY);
     queue_owner_gone(&f->set, &conn_b); /* seat 1 dead */
-    assert_int_equal(queue_delete(&f->set, q, &f->err), 0);
+    assert_int_equal(queue_delete(&f->set, q, NULL, &f->err), 0);
     assert_int_equal(queue_count(&f->set, NULL), 0);
 }
 
@@ -418,7 +419,7 @@ static void test_delete_objects(void **state)
     for (i = 0; i < 6; i++) /* no live seat: nothing holds the writer */
         assert_int_equal(shmb_q_enqueue(&w, "hi", 2, 0, &f->err), 0);
     put_keys(f, keys, sizeof(keys) / sizeof(keys[0]));
-    assert_int_equal(queue_delete(&f->set, q, &f->err), 0);
+    assert_int_equal(queue_delete(&f->set, q, NULL, &f->err), 0);
     assert_false(store_contains(s, "q/q/2", 5)); /* head 6, 4 slots: 2..6 */
     assert_false(store_contains(s, "q/q/6", 5));
     assert_true(store_contains(s, "q/q/1", 5));
@@ -428,7 +429,7 @@ static void test_delete_objects(void **state)
     assert_true(store_contains(s, "q/q", 3));
     q = make(f, "z", 1, false);
     atomic_store(&q->q.hdr->head, UINT64_MAX);
-    assert_int_equal(queue_delete(&f->set, q, &f->err), 0);
+    assert_int_equal(queue_delete(&f->set, q, NULL, &f->err), 0);
     assert_true(store_contains(s, "q/q/7", 5));
 }
 
@@ -452,7 +453,7 @@ static void test_create_drops_leftovers(void **state)
     assert_true(store_contains(s, "q/q/5", 5));
     assert_true(store_contains(s, "q/qq/0", 6));
     put_keys(f, again, 1);
-    assert_int_equal(queue_create(&f->set, f->pool, "q", 1, 4, 64, false, &q, &created,
+    assert_int_equal(queue_create(&f->set, f->pool, "q", 1, 4, 64, false, NULL, &q, &created,
                                   &f->err),
                      0);
     assert_false(created);
@@ -566,7 +567,7 @@ static void test_size_cap(void **state)
     struct queue *q = NULL;
     bool created = true;
     int fds = count_fds();
-    int rc = queue_create(&f->set, f->pool, "big", 1, 2, SHMB_QUEUE_SLOT_SIZE_MAX, false, &q,
+    int rc = queue_create(&f->set, f->pool, "big", 1, 2, SHMB_QUEUE_SLOT_SIZE_MAX, false, NULL, &q,
                           &created, &f->err);
 
     if (rc == -ENOMEM) {
@@ -609,7 +610,7 @@ static void test_fd_spare(void **state)
     lim = old;
     lim.rlim_cur = limit_leaving(QUEUE_FD_SPARE); /* one short of a queue and the spare */
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
-    rc = queue_create(&f->set, f->pool, "q", 1, 4, 64, false, &q, &created, &f->err);
+    rc = queue_create(&f->set, f->pool, "q", 1, 4, 64, false, NULL, &q, &created, &f->err);
     assert_int_equal(queue_check_fds(2, "open queue 'q'", &f->err), 0);
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
     assert_int_equal(rc, -EMFILE);
@@ -730,6 +731,170 @@ static void test_drop_orphans(void **state)
     assert_int_equal(queue_drop_orphans(f->pool), 0);
 }
 
+/* Proves a pool's bounds: past max_queues, and past max_queue_bytes (the
+ * queues it has plus the new one), queue_create is EDQUOT naming the
+ * option, with the numbers, and makes nothing; the same geometry is still
+ * found; another pool is not held to them; 0 is no bound of the pool's. */
+static void test_pool_bounds(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q = NULL;
+    bool created;
+    size_t one = shmb_q_size(1, 4, 64);
+    int fds;
+
+    f->pool->cfg.max_queues = 2;
+    make(f, "a", 1, false);
+    make(f, "b", 1, false);
+    fds = count_fds();
+    assert_int_equal(queue_create(&f->set, f->pool, "c", 1, 4, 64, false, NULL, &q, &created,
+                                  &f->err),
+                     -EDQUOT);
+    assert_non_null(strstr(f->err.message, "Pool 'p' has 2 queues, its limit (max-queues= "
+                                           "of pool 'p', or --max-queues)"));
+    assert_int_equal(count_fds(), fds);
+    assert_int_equal(queue_create(&f->set, f->pool, "a", 1, 4, 64, false, NULL, &q, &created,
+                                  &f->err),
+                     0);
+    assert_false(created);
+    f->pool->cfg.max_queues = 0;
+    f->pool->cfg.max_queue_bytes = 3 * one - 1;
+    assert_int_equal(queue_create(&f->set, f->pool, "c", 1, 4, 64, false, NULL, &q, &created,
+                                  &f->err),
+                     -EDQUOT);
+    assert_non_null(strstr(f->err.message, "max-queue-bytes= of pool 'p'"));
+    assert_non_null(strstr(f->err.message, "--max-queue-bytes"));
+    assert_null(queue_find(&f->set, f->pool, "c"));
+    f->pool->cfg.max_queue_bytes = 3 * one;
+    make(f, "c", 1, false);
+    assert_int_equal(queue_bytes(&f->set, f->pool), 3 * one);
+    assert_int_equal(queue_count(&f->set, f->pool), 3);
+}
+
+/* Proves the lease: a queue nobody holds goes once lease_ms has passed
+ * since it was made or since its last member left, not before; one a
+ * writer or a live seat holds stays; 0 turns it off. */
+static void test_lease(void **state)
+{
+    struct fixture *f = *state;
+    struct queue_member w = member(1, "w");
+    struct queue *idle = make(f, "idle", 1, false), *held = make(f, "held", 1, false);
+    uint64_t now = clock_now_ms(), epoch;
+    uint32_t seat;
+    unsigned closed;
+
+    assert_int_equal(queue_expire(&f->set, now + 3600000), 0); /* off */
+    f->set.lease_ms = 1000;
+    assert_int_equal(queue_open_writer(held, &conn_a, &w, &f->err), 0);
+    assert_int_equal(queue_expire(&f->set, now + 950), 0);
+    assert_int_equal(queue_expire(&f->set, now + 60000), 1);
+    assert_null(queue_find(&f->set, f->pool, "idle"));
+    assert_non_null(queue_find(&f->set, f->pool, "held"));
+    (void)idle;
+    /* The writer leaves, a reader comes and dies: nobody holds it from then. */
+    assert_int_equal(queue_close_roles(&f->set, held, &conn_a, QUEUE_ROLE_ANY, -1, &closed,
+                                       &f->err),
+                     0);
+    assert_int_equal(queue_open_reader(held, -1, &conn_b, &w, &seat, &epoch, &f->err), 0);
+    assert_int_equal(queue_expire(&f->set, now + 120000), 0);
+    queue_owner_gone(&f->set, &conn_b);
+    now = clock_now_ms();
+    assert_int_equal(queue_expire(&f->set, now + 500), 0);
+    assert_int_equal(queue_expire(&f->set, now + 1001), 1);
+    assert_int_equal(queue_count(&f->set, NULL), 0);
+}
+
+/* An offload that keeps the jobs for the test to run. */
+static struct queue_job *jobs[4];
+static int n_jobs;
+
+static int keep_job(void *arg, struct queue_job *job)
+{
+    (void)arg;
+    jobs[n_jobs++] = job;
+    return 0;
+}
+
+/* A waiter that records its answer. */
+struct answer {
+    struct queue_waiter w;
+    int calls, rc;
+    const struct queue *q;
+};
+
+static void answered(struct queue_waiter *w, int rc, const struct shmb_error *err,
+                     const struct queue *q)
+{
+    struct answer *a = (struct answer *)w;
+
+    (void)err;
+    a->calls++;
+    a->rc = rc;
+    a->q = q;
+}
+
+/* Proves creation and deletion off the loop: a queue being made counts
+ * against the bounds and is found by a second create (which waits with
+ * the first, or is EEXIST for another geometry, or EBUSY without a
+ * waiter), but is served to nobody until its job has run and finished;
+ * then its waiters are answered in order, a cancelled one not at all. A
+ * delete takes the queue out at once and answers when its memory is
+ * freed. */
+static void test_offload(void **state)
+{
+    struct fixture *f = *state;
+    struct answer first = {.w.done = answered}, second = {.w.done = answered},
+                  gone = {.w.done = answered}, del = {.w.done = answered};
+    struct queue *q = NULL;
+    bool created;
+
+    n_jobs = 0;
+    f->set.offload = keep_job;
+    assert_int_equal(queue_create(&f->set, f->pool, "q", 1, 4, 64, false, &first.w, &q,
+                                  &created, &f->err),
+                     -EINPROGRESS);
+    assert_true(created);
+    assert_int_equal(n_jobs, 1);
+    assert_null(queue_find(&f->set, f->pool, "q"));
+    assert_int_equal(queue_count(&f->set, f->pool), 1);
+    assert_int_equal(queue_create(&f->set, f->pool, "q", 1, 4, 64, false, &second.w, &q,
+                                  &created, &f->err),
+                     -EINPROGRESS);
+    assert_false(created);
+    assert_int_equal(queue_create(&f->set, f->pool, "q", 1, 4, 64, false, &gone.w, &q,
+                                  &created, &f->err),
+                     -EINPROGRESS);
+    queue_waiter_cancel(&gone.w);
+    assert_int_equal(queue_create(&f->set, f->pool, "q", 2, 4, 64, false, &gone.w, &q,
+                                  &created, &f->err),
+                     -EEXIST);
+    assert_int_equal(queue_create(&f->set, f->pool, "q", 1, 4, 64, false, NULL, &q,
+                                  &created, &f->err),
+                     -EBUSY);
+    assert_int_equal(n_jobs, 1);
+    queue_job_run(jobs[0]);
+    assert_int_equal(first.calls, 0);
+    queue_job_finish(jobs[0]);
+    assert_int_equal(first.calls, 1);
+    assert_int_equal(first.rc, 0);
+    assert_int_equal(second.calls, 1);
+    assert_int_equal(gone.calls, 0);
+    q = queue_find(&f->set, f->pool, "q");
+    assert_non_null(q);
+    assert_ptr_equal(first.q, q);
+    assert_ptr_equal(second.q, q);
+    assert_int_equal(queue_delete(&f->set, q, &del.w, &f->err), -EINPROGRESS);
+    assert_null(queue_find(&f->set, f->pool, "q"));
+    assert_int_equal(queue_count(&f->set, NULL), 0);
+    assert_int_equal(n_jobs, 2);
+    queue_job_run(jobs[1]);
+    assert_int_equal(del.calls, 0);
+    queue_job_finish(jobs[1]);
+    assert_int_equal(del.calls, 1);
+    assert_int_equal(del.rc, 0);
+    f->set.offload = NULL;
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -742,6 +907,7 @@ int main(void)
         TEST(test_shutdown_all_and_drop_pool), TEST(test_create_drops_leftovers),
         TEST(test_status_scribbled), TEST(test_restore_state), TEST(test_blocker_needs_writer),
         TEST(test_size_cap),     TEST(test_fd_spare),       TEST(test_drop_orphans),
+        TEST(test_pool_bounds),  TEST(test_lease),          TEST(test_offload),
     };
 
     return cmocka_run_group_tests_name("test_daemon_queue", tests, NULL, NULL);
