@@ -143,26 +143,46 @@ static bool daemon_names_pool(const struct config *cfg, const char *name)
     return false;
 }
 
+/* Open pool p as planned: create its segment, or adopt or replace the one
+ * there. An adopted segment loses the objects of the queues of the daemon
+ * that left it ("q/<queue>/<seq>"): queues do not outlive a daemon, and
+ * those objects would await reads that never come, holding their bytes
+ * against reclaim. The start and SIGHUP both open pools here, so that an
+ * adoption is the same whichever adds the pool. */
+static int daemon_open_pool(struct daemon *d, struct pool *p, struct shmb_error *err)
+{
+    struct store_config scfg = {
+        .max_object_size = p->cfg.max_object_size,
+        .read_lease_ms = d->cfg.read_lease_ms,
+        .lease_expired = daemon_on_lease_expired,
+        .lease_arg = p,
+        .size_setting = p->size_setting,
+    };
+    unsigned gone;
+    int rc;
+
+    if ((rc = pool_open(p, &scfg, daemon_on_segment_broken, err)) < 0)
+        return rc;
+    gone = p->adopt ? queue_drop_orphans(p) : 0;
+    if (gone > 0)
+        log_info("pool '%s': deleted %u objects of queues of an earlier run (queues "
+                 "do not outlive the daemon; their messages are not read again)",
+                 p->cfg.name, gone);
+    return 0;
+}
+
 /* A pool of the settings SIGHUP read that the daemon does not have yet:
  * checked, its space checked, opened; logged either way. */
 static struct pool *daemon_add_pool(struct daemon *d, const struct pool_config *pc)
 {
-    struct store_config scfg = {
-        .read_lease_ms = d->cfg.read_lease_ms,
-        .lease_expired = daemon_on_lease_expired,
-    };
     struct shmb_error err = {0};
     struct pool *p = NULL;
     uint64_t size;
     char h1[32];
 
     if (pool_check_settings(pc, &size, &err) < 0 || (p = pool_new(pc, size, &err)) == NULL ||
-        pool_plan(p, false, &err) < 0 || pool_check_space(&p, 1, &err) < 0)
-        goto fail;
-    scfg.max_object_size = pc->max_object_size;
-    scfg.lease_arg = p;
-    scfg.size_setting = p->size_setting;
-    if (pool_open(p, &scfg, daemon_on_segment_broken, &err) < 0)
+        pool_plan(p, false, &err) < 0 || pool_check_space(&p, 1, &err) < 0 ||
+        daemon_open_pool(d, p, &err) < 0)
         goto fail;
     daemon_keep_memfd(d, p);
     log_info("SIGHUP: pool '%s' added: segment %s (%s, %s backing)", pc->name, p->seg.path,
@@ -777,30 +797,12 @@ static int daemon_open_pools(struct daemon *d, struct shmb_error *err)
     unsigned i;
     int rc = 0;
 
-    for (i = 0; i < d->pools.n; i++) {
-        struct pool *p = d->pools.pools[i];
-        struct store_config scfg = {
-            .max_object_size = p->cfg.max_object_size,
-            .read_lease_ms = d->cfg.read_lease_ms,
-            .lease_expired = daemon_on_lease_expired,
-            .lease_arg = p,
-            .size_setting = p->size_setting,
-        };
-
-        if ((rc = pool_open(p, &scfg, daemon_on_segment_broken, err)) < 0)
+    for (i = 0; i < d->pools.n; i++)
+        if ((rc = daemon_open_pool(d, d->pools.pools[i], err)) < 0)
             break;
-    }
     if (rc == 0) {
-        for (i = 0; i < d->pools.n; i++) {
-            struct pool *p = d->pools.pools[i];
-            unsigned gone = p->adopt ? queue_drop_orphans(p) : 0;
-
-            if (gone > 0)
-                log_info("pool '%s': deleted %u objects of queues of an earlier run (queues "
-                         "do not outlive the daemon; their messages are not read again)",
-                         p->cfg.name, gone);
-            daemon_keep_memfd(d, p);
-        }
+        for (i = 0; i < d->pools.n; i++)
+            daemon_keep_memfd(d, d->pools.pools[i]);
         daemon_drop_kept(d);
         daemon_note_unconfigured(d);
         return 0;
