@@ -1014,12 +1014,15 @@ static void daemon_refuse_start(struct daemon *d, const struct shmb_error *err)
 
 /* --reload PID: the settings are good (main checked them): ask the running
  * shmbrokerd PID to apply them. Only a process named shmbrokerd is sent the
- * signal, so that a stale pid does not hang up something else. */
+ * signal, so that a stale pid does not hang up something else, and only
+ * one that proves to be the daemon these settings name. */
 static int daemon_send_reload(const struct config *cfg, pid_t pid)
 {
     const struct pool_config *first = &cfg->pools[0];
-    struct shmb_error err = {0};
+    struct shmb_error err = {0}, why = {0};
     char path[64], comm[32] = "";
+    bool memfd = first->backing == POOL_BACKING_MEMFD;
+    int held = 1;
     FILE *f;
 
     snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
@@ -1037,17 +1040,29 @@ static int daemon_send_reload(const struct config *cfg, pid_t pid)
         shmb_error_set(&err, -EPERM,
                        "--reload %d: that process is '%s', not shmbrokerd; nothing sent.",
                        (int)pid, comm);
-    /* The name is anyone's to choose: the proof is the first pool's segment,
-     * its lock or (a memfd) its descriptor. */
-    else if (!(first->backing == POOL_BACKING_MEMFD
-                   ? segment_memfd_held_by(first->segment, pid)
-                   : segment_locked_by(first->dir, first->segment, pid)))
+    /* The name is anyone's to choose: the proof is what the daemon alone
+     * holds. A file segment's lock; for a memfd, whose name anyone can give
+     * to one of theirs (and whose descriptor every client of the pool
+     * holds), the socket listening at --socket, which the daemon holds
+     * (systemd passes it to the daemon alone), and then the memfd. */
+    else if (memfd && (held = server_listener_held_by(cfg->socket_path, pid, &why)) < 0)
+        shmb_error_set(&err, held,
+                       "--reload %d: cannot tell whether that process is the shmbrokerd "
+                       "these settings name: %s Nothing sent.",
+                       (int)pid, why.message);
+    else if (held == 0)
+        shmb_error_set(&err, -EPERM,
+                       "--reload %d: that process is not the shmbrokerd these settings "
+                       "name: %s (--socket); nothing sent.",
+                       (int)pid, why.message);
+    else if (!(memfd ? segment_memfd_held_by(first->segment, pid)
+                     : segment_locked_by(first->dir, first->segment, pid)))
         shmb_error_set(&err, -EPERM,
                        "--reload %d: that process does not hold %s segment %s%s%s: "
                        "it is not the shmbrokerd these settings name (--name, --shm-dir, "
                        "--pool); nothing sent.",
-                       (int)pid, first->backing == POOL_BACKING_MEMFD ? "the memfd" : "the lock of",
-                       first->dir, first->backing == POOL_BACKING_MEMFD ? "" : "/",
+                       (int)pid, memfd ? "the memfd" : "the lock of",
+                       first->dir, memfd ? "" : "/",
                        first->segment);
     else if (kill(pid, SIGHUP) != 0)
         shmb_error_set(&err, -errno, "--reload %d: cannot signal it: %s.", (int)pid,
