@@ -180,9 +180,9 @@ static struct pool *daemon_add_pool(struct daemon *d, const struct pool_config *
     uint64_t size;
     char h1[32];
 
-    if (pool_check_settings(pc, &size, &err) < 0 || (p = pool_new(pc, size, &err)) == NULL ||
-        pool_plan(p, false, &err) < 0 || pool_check_space(&p, 1, &err) < 0 ||
-        daemon_open_pool(d, p, &err) < 0)
+    if (pool_check_settings(pc, &size, &err) < 0 ||
+        (p = pool_new(pc, size, &err)) == NULL || pool_plan(p, false, &err) < 0 ||
+        pool_check_space(&p, 1, &err) < 0 || daemon_open_pool(d, p, &err) < 0)
         goto fail;
     daemon_keep_memfd(d, p);
     log_info("SIGHUP: pool '%s' added: segment %s (%s, %s backing)", pc->name, p->seg.path,
@@ -1061,9 +1061,8 @@ static int daemon_send_reload(const struct config *cfg, pid_t pid)
                        "--reload %d: that process does not hold %s segment %s%s%s: "
                        "it is not the shmbrokerd these settings name (--name, --shm-dir, "
                        "--pool); nothing sent.",
-                       (int)pid, memfd ? "the memfd" : "the lock of",
-                       first->dir, memfd ? "" : "/",
-                       first->segment);
+                       (int)pid, memfd ? "the memfd" : "the lock of", first->dir,
+                       memfd ? "" : "/", first->segment);
     else if (kill(pid, SIGHUP) != 0)
         shmb_error_set(&err, -errno, "--reload %d: cannot signal it: %s.", (int)pid,
                        strerror(errno));

@@ -545,11 +545,12 @@ static int server_listeners(const char *path, unsigned long *ino, struct shmb_er
 
     if (f == NULL) {
         saved = errno;
-        return shmb_error_set(err, -saved,
-                              "Cannot read /proc/net/unix to find the socket that listens "
-                              "on %s: %s. Mount /proc, or send SIGHUP to shmbrokerd "
-                              "yourself.",
-                              path, strerror(saved));
+        return shmb_error_set(
+            err, -saved,
+            "Cannot read /proc/net/unix to find the socket that listens "
+            "on %s: %s. Mount /proc, or send SIGHUP to shmbrokerd "
+            "yourself.",
+            path, strerror(saved));
     }
     /* "Num: RefCount Protocol Flags Type St Inode Path" */
     while (fgets(line, sizeof(line), f) != NULL) {
@@ -558,8 +559,8 @@ static int server_listeners(const char *path, unsigned long *ino, struct shmb_er
         int at = 0;
         char *name;
 
-        if (sscanf(line, "%*s %*s %*s %lx %x %x %lu %n", &flags, &type, &st, &inode, &at) !=
-                4 ||
+        if (sscanf(line, "%*s %*s %*s %lx %x %x %lu %n", &flags, &type, &st, &inode,
+                   &at) != 4 ||
             at == 0)
             continue;
         name = line + at;
@@ -591,10 +592,11 @@ static int server_holds_socket(pid_t pid, const unsigned long *ino, int n,
         saved = errno;
         if (saved == ENOENT)
             return shmb_error_set(err, -ESRCH, "Process %d is gone.", (int)pid);
-        return shmb_error_set(err, -saved,
-                              "Cannot look at the descriptors of process %d (%s): %s. Run "
-                              "--reload as the daemon's user or as root.",
-                              (int)pid, dir, strerror(saved));
+        return shmb_error_set(
+            err, -saved,
+            "Cannot look at the descriptors of process %d (%s): %s. Run "
+            "--reload as the daemon's user or as root.",
+            (int)pid, dir, strerror(saved));
     }
     while (!found && (e = readdir(d)) != NULL) {
         if ((len = readlinkat(dirfd(d), e->d_name, link, sizeof(link) - 1)) < 0)
@@ -645,8 +647,8 @@ int server_listener_held_by(const char *path, pid_t pid, struct shmb_error *err)
         shmb_error_set(err, 0, "no socket listens on %s", path);
         return 0;
     }
-    if ((rc = server_holds_socket(pid, ino, n < SERVER_LISTENERS_MAX ? n : SERVER_LISTENERS_MAX,
-                                  err)) <= 0) {
+    if ((rc = server_holds_socket(
+             pid, ino, n < SERVER_LISTENERS_MAX ? n : SERVER_LISTENERS_MAX, err)) <= 0) {
         if (rc == 0)
             shmb_error_set(err, 0, "it does not listen on %s", path);
         return rc;
@@ -660,12 +662,13 @@ int server_listener_held_by(const char *path, pid_t pid, struct shmb_error *err)
     if ((maker = server_listener_pid(path)) == pid)
         return 1;
     if (maker > 0)
-        return shmb_error_set(err, -ENOTUNIQ,
-                              "%d listening sockets are named %s (processes in other mount "
-                              "namespaces); process %d holds one, and the one that path "
-                              "leads to here was made by process %d. Send SIGHUP to "
-                              "shmbrokerd yourself.",
-                              n, path, (int)pid, (int)maker);
+        return shmb_error_set(
+            err, -ENOTUNIQ,
+            "%d listening sockets are named %s (processes in other mount "
+            "namespaces); process %d holds one, and the one that path "
+            "leads to here was made by process %d. Send SIGHUP to "
+            "shmbrokerd yourself.",
+            n, path, (int)pid, (int)maker);
     return shmb_error_set(err, -ENOTUNIQ,
                           "%d listening sockets are named %s (processes in other mount "
                           "namespaces); process %d holds one, and a connection to that "

@@ -194,7 +194,8 @@ static void test_config_reload(void **state)
  * make one), waiting. SIGHUP's default action would end it. */
 static int memfd_impostor(void *arg)
 {
-    if (memfd_create(arg, MFD_CLOEXEC) < 0 || prctl(PR_SET_NAME, "shmbrokerd", 0, 0, 0) != 0)
+    if (memfd_create(arg, MFD_CLOEXEC) < 0 ||
+        prctl(PR_SET_NAME, "shmbrokerd", 0, 0, 0) != 0)
         return 1;
     for (;;)
         pause();
@@ -203,18 +204,19 @@ static int memfd_impostor(void *arg)
 
 /* Run shmbrokerd --config conf --reload pid with d's socket, name and
  * directory, as systemd's ExecReload does. */
-static void run_reload(struct h_fix *f, const struct h_daemon *d, const char *conf, pid_t pid,
-                       struct h_run *r)
+static void run_reload(struct h_fix *f, const struct h_daemon *d, const char *conf,
+                       pid_t pid, struct h_run *r)
 {
     char pid_text[32];
 
     snprintf(pid_text, sizeof(pid_text), "%d", (int)pid);
-    assert_int_equal(h_run(f,
-                           (const char *const[]){h_daemon_bin(), "--socket", d->socket,
-                                                 "--name", d->name, "--shm-dir", d->shm_dir,
-                                                 "--config", conf, "--reload", pid_text, NULL},
-                           NULL, 0, r),
-                     0);
+    assert_int_equal(
+        h_run(f,
+              (const char *const[]){h_daemon_bin(), "--socket", d->socket, "--name",
+                                    d->name, "--shm-dir", d->shm_dir, "--config", conf,
+                                    "--reload", pid_text, NULL},
+              NULL, 0, r),
+        0);
 }
 
 /* Issue 24: when the first pool is a memfd, --reload PID is not fooled by a

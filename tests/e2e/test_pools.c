@@ -957,7 +957,8 @@ static void test_pool_reload_adopts_as_start(void **state)
     assert_int_equal(h_write_file(conf, two, strlen(two)), 0);
     d1 = h_daemon_start(f, "1M", args);
     pc_connect(&p, d1, "extra");
-    reply = pc_call(&p, "{\"op\":\"alloc\",\"key\":\"q/feed/7\",\"size\":1000,\"readers\":1}");
+    reply = pc_call(
+        &p, "{\"op\":\"alloc\",\"key\":\"q/feed/7\",\"size\":1000,\"readers\":1}");
     h_assert_ok(reply);
     json_decref(reply);
     reply = pc_call(&p, "{\"op\":\"commit\",\"key\":\"q/feed/7\"}");

@@ -285,7 +285,7 @@ static void test_ro_reads_done(void **state)
     ok(w, h_put_pattern(w, "k", 1000, 3, 1));
     at = sends;
     read_check(ro, "k", 1000, 3);
-    assert_int_equal(sends - at, 1); /* its read request */
+    assert_int_equal(sends - at, 1);             /* its read request */
     assert_int_equal(shmb_contains(ro, "k"), 1); /* answered after the read request */
     assert_int_equal(awaited_of(w, "k"), 0);
     at = sends;
