@@ -647,31 +647,30 @@ int server_listener_held_by(const char *path, pid_t pid, struct shmb_error *err)
         shmb_error_set(err, 0, "no socket listens on %s", path);
         return 0;
     }
-    if ((rc = server_holds_socket(
-             pid, ino, n < SERVER_LISTENERS_MAX ? n : SERVER_LISTENERS_MAX, err)) <= 0) {
+    /* More listeners than are listed: only the connection can tell. */
+    if (n <= SERVER_LISTENERS_MAX && (rc = server_holds_socket(pid, ino, n, err)) <= 0) {
         if (rc == 0)
             shmb_error_set(err, 0, "it does not listen on %s", path);
         return rc;
     }
     if (n == 1)
         return 1;
-    /* Several listeners carry the name: pid holds one, but is it the one
-     * path leads to here? A daemon that made its socket itself is named by
-     * the connection; under socket activation systemd made it, and which
-     * one pid holds cannot be told. */
+    /* Several listeners carry the name: is pid's the one path leads to
+     * here? A daemon that made its socket itself is named by the
+     * connection; under socket activation systemd made it, and which one
+     * pid holds cannot be told. */
     if ((maker = server_listener_pid(path)) == pid)
         return 1;
     if (maker > 0)
         return shmb_error_set(
             err, -ENOTUNIQ,
             "%d listening sockets are named %s (processes in other mount "
-            "namespaces); process %d holds one, and the one that path "
-            "leads to here was made by process %d. Send SIGHUP to "
-            "shmbrokerd yourself.",
-            n, path, (int)pid, (int)maker);
+            "namespaces), and the one that path leads to here was made "
+            "by process %d, not %d. Send SIGHUP to shmbrokerd yourself.",
+            n, path, (int)maker, (int)pid);
     return shmb_error_set(err, -ENOTUNIQ,
                           "%d listening sockets are named %s (processes in other mount "
-                          "namespaces); process %d holds one, and a connection to that "
-                          "path failed: %s. Send SIGHUP to shmbrokerd yourself.",
-                          n, path, (int)pid, strerror((int)-maker));
+                          "namespaces), and a connection to that path failed: %s. Send "
+                          "SIGHUP to shmbrokerd yourself.",
+                          n, path, strerror((int)-maker));
 }
