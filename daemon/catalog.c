@@ -231,6 +231,29 @@ void catalog_remove(struct catalog *c, const char *key, size_t key_len, uint64_t
     c->listed--;
 }
 
+void catalog_set_flags(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
+                       uint32_t flags)
+{
+    uint64_t h, p, probes, i;
+
+    if (c->slots == 0)
+        return;
+    h = shmb_catalog_hash(c->seed, key, key_len);
+    probes = c->slots < SHMB_CATALOG_PROBES ? c->slots : SHMB_CATALOG_PROBES;
+    for (p = 0; p < probes; p++) {
+        i = (h + p) & c->mask;
+        if (c->mirror[i].chunk == 0)
+            return;
+        if (c->mirror[i].chunk == chunk && c->mirror[i].hash == h) {
+            if (c->mirror[i].flags != flags) {
+                c->mirror[i].flags = flags;
+                catalog_write(c, i);
+            }
+            return;
+        }
+    }
+}
+
 uint32_t catalog_next_gen(struct catalog *c)
 {
     uint32_t gen = c->gen_next;

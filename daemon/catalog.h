@@ -38,6 +38,11 @@ int catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chu
 void catalog_remove(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
                     bool listed);
 
+/* Change the flags of key's entry listing chunk in place (same generation,
+ * so that a copy under way stays exact). Nothing when it is not listed. */
+void catalog_set_flags(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
+                       uint32_t flags);
+
 /* The next generation (never 0), mirrored to hdr->gen_next. */
 uint32_t catalog_next_gen(struct catalog *c);
 

@@ -145,26 +145,46 @@ static bool daemon_names_pool(const struct config *cfg, const char *name)
     return false;
 }
 
+/* Open pool p as planned: create its segment, or adopt or replace the one
+ * there. An adopted segment loses the objects of the queues of the daemon
+ * that left it ("q/<queue>/<seq>"): queues do not outlive a daemon, and
+ * those objects would await reads that never come, holding their bytes
+ * against reclaim. The start and SIGHUP both open pools here, so that an
+ * adoption is the same whichever adds the pool. */
+static int daemon_open_pool(struct daemon *d, struct pool *p, struct shmb_error *err)
+{
+    struct store_config scfg = {
+        .max_object_size = p->cfg.max_object_size,
+        .read_lease_ms = d->cfg.read_lease_ms,
+        .lease_expired = daemon_on_lease_expired,
+        .lease_arg = p,
+        .size_setting = p->size_setting,
+    };
+    unsigned gone;
+    int rc;
+
+    if ((rc = pool_open(p, &scfg, daemon_on_segment_broken, err)) < 0)
+        return rc;
+    gone = p->adopt ? queue_drop_orphans(p) : 0;
+    if (gone > 0)
+        log_info("pool '%s': deleted %u objects of queues of an earlier run (queues "
+                 "do not outlive the daemon; their messages are not read again)",
+                 p->cfg.name, gone);
+    return 0;
+}
+
 /* A pool of the settings SIGHUP read that the daemon does not have yet:
  * checked, its space checked, opened; logged either way. */
 static struct pool *daemon_add_pool(struct daemon *d, const struct pool_config *pc)
 {
-    struct store_config scfg = {
-        .read_lease_ms = d->cfg.read_lease_ms,
-        .lease_expired = daemon_on_lease_expired,
-    };
     struct shmb_error err = {0};
     struct pool *p = NULL;
     uint64_t size;
     char h1[32];
 
-    if (pool_check_settings(pc, &size, &err) < 0 || (p = pool_new(pc, size, &err)) == NULL ||
-        pool_plan(p, false, &err) < 0 || pool_check_space(&p, 1, &err) < 0)
-        goto fail;
-    scfg.max_object_size = pc->max_object_size;
-    scfg.lease_arg = p;
-    scfg.size_setting = p->size_setting;
-    if (pool_open(p, &scfg, daemon_on_segment_broken, &err) < 0)
+    if (pool_check_settings(pc, &size, &err) < 0 ||
+        (p = pool_new(pc, size, &err)) == NULL || pool_plan(p, false, &err) < 0 ||
+        pool_check_space(&p, 1, &err) < 0 || daemon_open_pool(d, p, &err) < 0)
         goto fail;
     daemon_keep_memfd(d, p);
     log_info("SIGHUP: pool '%s' added: segment %s (%s, %s backing)", pc->name, p->seg.path,
@@ -789,30 +809,12 @@ static int daemon_open_pools(struct daemon *d, struct shmb_error *err)
     unsigned i;
     int rc = 0;
 
-    for (i = 0; i < d->pools.n; i++) {
-        struct pool *p = d->pools.pools[i];
-        struct store_config scfg = {
-            .max_object_size = p->cfg.max_object_size,
-            .read_lease_ms = d->cfg.read_lease_ms,
-            .lease_expired = daemon_on_lease_expired,
-            .lease_arg = p,
-            .size_setting = p->size_setting,
-        };
-
-        if ((rc = pool_open(p, &scfg, daemon_on_segment_broken, err)) < 0)
+    for (i = 0; i < d->pools.n; i++)
+        if ((rc = daemon_open_pool(d, d->pools.pools[i], err)) < 0)
             break;
-    }
     if (rc == 0) {
-        for (i = 0; i < d->pools.n; i++) {
-            struct pool *p = d->pools.pools[i];
-            unsigned gone = p->adopt ? queue_drop_orphans(p) : 0;
-
-            if (gone > 0)
-                log_info("pool '%s': deleted %u objects of queues of an earlier run (queues "
-                         "do not outlive the daemon; their messages are not read again)",
-                         p->cfg.name, gone);
-            daemon_keep_memfd(d, p);
-        }
+        for (i = 0; i < d->pools.n; i++)
+            daemon_keep_memfd(d, d->pools.pools[i]);
         daemon_drop_kept(d);
         daemon_note_unconfigured(d);
         return 0;
@@ -1025,12 +1027,15 @@ static void daemon_refuse_start(struct daemon *d, const struct shmb_error *err)
 
 /* --reload PID: the settings are good (main checked them): ask the running
  * shmbrokerd PID to apply them. Only a process named shmbrokerd is sent the
- * signal, so that a stale pid does not hang up something else. */
+ * signal, so that a stale pid does not hang up something else, and only
+ * one that proves to be the daemon these settings name. */
 static int daemon_send_reload(const struct config *cfg, pid_t pid)
 {
     const struct pool_config *first = &cfg->pools[0];
-    struct shmb_error err = {0};
+    struct shmb_error err = {0}, why = {0};
     char path[64], comm[32] = "";
+    bool memfd = first->backing == POOL_BACKING_MEMFD;
+    int held = 1;
     FILE *f;
 
     snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
@@ -1048,18 +1053,29 @@ static int daemon_send_reload(const struct config *cfg, pid_t pid)
         shmb_error_set(&err, -EPERM,
                        "--reload %d: that process is '%s', not shmbrokerd; nothing sent.",
                        (int)pid, comm);
-    /* The name is anyone's to choose: the proof is the first pool's segment,
-     * its lock or (a memfd) its descriptor. */
-    else if (!(first->backing == POOL_BACKING_MEMFD
-                   ? segment_memfd_held_by(first->segment, pid)
-                   : segment_locked_by(first->dir, first->segment, pid)))
+    /* The name is anyone's to choose: the proof is what the daemon alone
+     * holds. A file segment's lock; for a memfd, whose name anyone can give
+     * to one of theirs (and whose descriptor every client of the pool
+     * holds), the socket listening at --socket, which the daemon holds
+     * (systemd passes it to the daemon alone), and then the memfd. */
+    else if (memfd && (held = server_listener_held_by(cfg->socket_path, pid, &why)) < 0)
+        shmb_error_set(&err, held,
+                       "--reload %d: cannot tell whether that process is the shmbrokerd "
+                       "these settings name: %s Nothing sent.",
+                       (int)pid, why.message);
+    else if (held == 0)
+        shmb_error_set(&err, -EPERM,
+                       "--reload %d: that process is not the shmbrokerd these settings "
+                       "name: %s (--socket); nothing sent.",
+                       (int)pid, why.message);
+    else if (!(memfd ? segment_memfd_held_by(first->segment, pid)
+                     : segment_locked_by(first->dir, first->segment, pid)))
         shmb_error_set(&err, -EPERM,
                        "--reload %d: that process does not hold %s segment %s%s%s: "
                        "it is not the shmbrokerd these settings name (--name, --shm-dir, "
                        "--pool); nothing sent.",
-                       (int)pid, first->backing == POOL_BACKING_MEMFD ? "the memfd" : "the lock of",
-                       first->dir, first->backing == POOL_BACKING_MEMFD ? "" : "/",
-                       first->segment);
+                       (int)pid, memfd ? "the memfd" : "the lock of", first->dir,
+                       memfd ? "" : "/", first->segment);
     else if (kill(pid, SIGHUP) != 0)
         shmb_error_set(&err, -errno, "--reload %d: cannot signal it: %s.", (int)pid,
                        strerror(errno));

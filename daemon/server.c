@@ -3,6 +3,7 @@
  */
 #include "server.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -525,4 +526,151 @@ void server_close(struct server *srv)
         unlink(srv->path);
         srv->owns_path = false;
     }
+}
+
+/* Listeners one socket name may have before server_listener_held_by stops
+ * listing them: more than one is already settled by a connection. */
+#define SERVER_LISTENERS_MAX 16
+/* /proc/net/unix's flag of a listening socket (__SO_ACCEPTCON). */
+#define SERVER_PROC_ACCEPTCON 0x10000ul
+
+/* The inodes of the stream sockets listening under path, from
+ * /proc/net/unix, into ino (up to SERVER_LISTENERS_MAX): how many there
+ * are, or -errno with err set. */
+static int server_listeners(const char *path, unsigned long *ino, struct shmb_error *err)
+{
+    char line[512];
+    int n = 0, saved;
+    FILE *f = fopen("/proc/net/unix", "re");
+
+    if (f == NULL) {
+        saved = errno;
+        return shmb_error_set(
+            err, -saved,
+            "Cannot read /proc/net/unix to find the socket that listens "
+            "on %s: %s. Mount /proc, or send SIGHUP to shmbrokerd "
+            "yourself.",
+            path, strerror(saved));
+    }
+    /* "Num: RefCount Protocol Flags Type St Inode Path" */
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long flags, inode;
+        unsigned type, st;
+        int at = 0;
+        char *name;
+
+        if (sscanf(line, "%*s %*s %*s %lx %x %x %lu %n", &flags, &type, &st, &inode,
+                   &at) != 4 ||
+            at == 0)
+            continue;
+        name = line + at;
+        name[strcspn(name, "\n")] = '\0';
+        if ((flags & SERVER_PROC_ACCEPTCON) == 0 || type != SOCK_STREAM ||
+            strcmp(name, path) != 0)
+            continue;
+        if (n < SERVER_LISTENERS_MAX)
+            ino[n] = inode;
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* Whether pid has a descriptor of one of the n sockets ino: 1, 0, or
+ * -errno with err set. */
+static int server_holds_socket(pid_t pid, const unsigned long *ino, int n,
+                               struct shmb_error *err)
+{
+    char dir[64], link[64], want[64];
+    struct dirent *e;
+    int found = 0, i, saved;
+    ssize_t len;
+    DIR *d;
+
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+    if ((d = opendir(dir)) == NULL) {
+        saved = errno;
+        if (saved == ENOENT)
+            return shmb_error_set(err, -ESRCH, "Process %d is gone.", (int)pid);
+        return shmb_error_set(
+            err, -saved,
+            "Cannot look at the descriptors of process %d (%s): %s. Run "
+            "--reload as the daemon's user or as root.",
+            (int)pid, dir, strerror(saved));
+    }
+    while (!found && (e = readdir(d)) != NULL) {
+        if ((len = readlinkat(dirfd(d), e->d_name, link, sizeof(link) - 1)) < 0)
+            continue;
+        link[len] = '\0';
+        for (i = 0; i < n && !found; i++) {
+            snprintf(want, sizeof(want), "socket:[%lu]", ino[i]);
+            found = strcmp(link, want) == 0;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+/* The pid of the process that made the socket listening at path, as a
+ * connection's SO_PEERCRED names it; -errno when it cannot be had. The
+ * connection is closed at once (the daemon logs a client that left). */
+static pid_t server_listener_pid(const char *path)
+{
+    struct sockaddr_un sun;
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    pid_t pid;
+    int fd;
+
+    if (shmb_sock_address(&sun, path) < 0)
+        return -ENAMETOOLONG;
+    if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
+        return -errno;
+    if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) != 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+        pid = -errno;
+    else
+        pid = cred.pid;
+    close(fd);
+    return pid;
+}
+
+int server_listener_held_by(const char *path, pid_t pid, struct shmb_error *err)
+{
+    unsigned long ino[SERVER_LISTENERS_MAX];
+    int n, rc;
+    pid_t maker;
+
+    if ((n = server_listeners(path, ino, err)) < 0)
+        return n;
+    if (n == 0) {
+        shmb_error_set(err, 0, "no socket listens on %s", path);
+        return 0;
+    }
+    /* More listeners than are listed: only the connection can tell. */
+    if (n <= SERVER_LISTENERS_MAX && (rc = server_holds_socket(pid, ino, n, err)) <= 0) {
+        if (rc == 0)
+            shmb_error_set(err, 0, "it does not listen on %s", path);
+        return rc;
+    }
+    if (n == 1)
+        return 1;
+    /* Several listeners carry the name: is pid's the one path leads to
+     * here? A daemon that made its socket itself is named by the
+     * connection; under socket activation systemd made it, and which one
+     * pid holds cannot be told. */
+    if ((maker = server_listener_pid(path)) == pid)
+        return 1;
+    if (maker > 0)
+        return shmb_error_set(
+            err, -ENOTUNIQ,
+            "%d listening sockets are named %s (processes in other mount "
+            "namespaces), and the one that path leads to here was made "
+            "by process %d, not %d. Send SIGHUP to shmbrokerd yourself.",
+            n, path, (int)maker, (int)pid);
+    return shmb_error_set(err, -ENOTUNIQ,
+                          "%d listening sockets are named %s (processes in other mount "
+                          "namespaces), and a connection to that path failed: %s. Send "
+                          "SIGHUP to shmbrokerd yourself.",
+                          n, path, strerror((int)-maker));
 }

@@ -92,6 +92,16 @@ void server_refuse_waiting(int fd, int code, const char *message);
 int server_adopt(struct server *srv, uv_loop_t *loop, int fd, struct command_env *env,
                  const struct policy *limits, struct shmb_error *err);
 
+/* Whether process pid holds the socket listening at path (--reload's proof
+ * that pid is the daemon these settings name: no other process holds a
+ * listening socket, which systemd passes to the daemon alone). The
+ * listeners named path are found in /proc/net/unix, pid's descriptors in
+ * /proc/pid/fd. When several listeners carry the name (other mount
+ * namespaces), the one path leads to here must be pid's own: a connection's
+ * SO_PEERCRED. 1 held, 0 not (err says why), negative errno when it cannot
+ * be told (err says why and what to do). */
+int server_listener_held_by(const char *path, pid_t pid, struct shmb_error *err);
+
 /* Stop accepting, close every connection and the listener, unlink the path. */
 void server_close(struct server *srv);
 

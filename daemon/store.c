@@ -385,6 +385,7 @@ static void store_gen_after(struct store *s, uint32_t floor)
 
 static void store_chunk_field(struct store *s, const struct object *obj, size_t field,
                               const void *value, size_t len);
+static void store_unmark_awaited(struct store *s, struct object *obj);
 
 /* Take the reads counted in place in obj's seal: compare-and-swap
  * {gen, c} -> {gen, 0}, and c fewer awaited reads (never below 0: a count
@@ -413,8 +414,10 @@ static void store_fold(struct store *s, struct object *obj)
         s->fast_reads += take;
         store_chunk_field(s, obj, offsetof(struct shmb_chunk_header, tag), &obj->awaited_reads,
                           sizeof(obj->awaited_reads));
-        if (take > 0 && obj->awaited_reads == 0)
+        if (take > 0 && obj->awaited_reads == 0) {
             s->room_gen++;
+            store_unmark_awaited(s, obj);
+        }
         return;
     }
 }
@@ -436,11 +439,11 @@ static void store_publish(struct store *s, struct object *obj)
     obj->listed_awaited = flags != 0;
 }
 
-/* obj stops being readable in place, before its bytes may be reused
- * (delete, eviction, lease eviction): its catalog entry goes FIRST, THEN its
+/* obj stops being readable in place: its catalog entry goes FIRST, THEN its
  * seal swaps to 0, so that a reader holding the entry sees a changed
- * generation; the reads counted in the seal meanwhile are folded in. */
-static void store_unpublish(struct store *s, struct object *obj)
+ * generation; the reads counted in the seal meanwhile are folded in when
+ * fold is set, and left behind otherwise. */
+static void store_unlist(struct store *s, struct object *obj, bool fold)
 {
     uint64_t old = 0;
     uint32_t take;
@@ -449,7 +452,7 @@ static void store_unpublish(struct store *s, struct object *obj)
         return;
     if (s->cfg.catalog != NULL)
         catalog_remove(s->cfg.catalog, obj->key, obj->key_len, obj->chunk_offset, obj->listed);
-    if (segment_atomic_exchange64(store_seal(s, obj), 0, &old) == 0 &&
+    if (segment_atomic_exchange64(store_seal(s, obj), 0, &old) == 0 && fold &&
         SHMB_SEAL_GEN(old) == obj->gen) {
         take = SHMB_SEAL_COUNT(old) < obj->awaited_reads ? SHMB_SEAL_COUNT(old)
                                                           : obj->awaited_reads;
@@ -462,16 +465,41 @@ static void store_unpublish(struct store *s, struct object *obj)
     obj->gen = 0;
 }
 
+/* obj stops being readable in place, before its bytes may be reused
+ * (delete, eviction, lease eviction); the reads counted in place are its. */
+static void store_unpublish(struct store *s, struct object *obj)
+{
+    store_unlist(s, obj, true);
+}
+
 /* obj awaits reads again (touch, expect) though it was listed as awaiting
  * none: list it again with SHMB_CATALOG_AWAITED, so that readers in place
  * count themselves. A new generation: a reader that copied under the old
- * entry did not count, and its count would be refused. */
+ * entry did not count, and its count would be refused. A count left in the
+ * old seal was made by a reader that was not asked to count (it loaded the
+ * entry before its flag went): it is dropped, not taken off the reads the
+ * object awaits now. */
 static void store_mark_awaited(struct store *s, struct object *obj)
 {
     if (!obj->published || obj->listed_awaited || obj->awaited_reads == 0)
         return;
-    store_unpublish(s, obj);
+    store_unlist(s, obj, false);
     store_publish(s, obj);
+}
+
+/* obj awaits no more reads: list it without SHMB_CATALOG_AWAITED, so that
+ * readers in place stop counting (as a get leaves nothing behind) and
+ * read-only ones stop sending read requests. The generation stays, so that
+ * a copy under way is still exact; a reader that loaded the entry just
+ * before may still count in the seal, and store_mark_awaited's new
+ * generation leaves that count behind when reads are awaited again. */
+static void store_unmark_awaited(struct store *s, struct object *obj)
+{
+    if (!obj->published || !obj->listed_awaited || obj->awaited_reads != 0)
+        return;
+    if (obj->listed)
+        catalog_set_flags(s->cfg.catalog, obj->key, obj->key_len, obj->chunk_offset, 0);
+    obj->listed_awaited = false;
 }
 
 static void store_arena_left(struct store *s, struct object *obj);
@@ -977,6 +1005,7 @@ int store_get(struct store *s, struct store_holder *h, const char *key, size_t k
             s->room_gen++;
         obj->awaited_reads--;
         store_save_reads(s, obj);
+        store_unmark_awaited(s, obj);
     }
     s->gets++;
     if (out != NULL) {
@@ -1068,6 +1097,7 @@ int store_forgo_read(struct store *s, const char *key, size_t key_len)
     if (--obj->awaited_reads == 0)
         s->room_gen++;
     store_save_reads(s, obj);
+    store_unmark_awaited(s, obj);
     return 0;
 }
 
@@ -1099,6 +1129,7 @@ int store_read_done(struct store *s, const char *key, size_t key_len, uint32_t g
         s->room_gen++;
     s->fast_reads++;
     store_save_reads(s, obj);
+    store_unmark_awaited(s, obj);
     return 0;
 }
 

@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -186,6 +189,84 @@ static void test_config_reload(void **state)
     h_pass(f);
 }
 
+/* The impostor of test_reload_memfd_impostor: a process that calls itself
+ * shmbrokerd and holds a memfd named as the daemon's segment (anyone can
+ * make one), waiting. SIGHUP's default action would end it. */
+static int memfd_impostor(void *arg)
+{
+    if (memfd_create(arg, MFD_CLOEXEC) < 0 ||
+        prctl(PR_SET_NAME, "shmbrokerd", 0, 0, 0) != 0)
+        return 1;
+    for (;;)
+        pause();
+    return 0;
+}
+
+/* Run shmbrokerd --config conf --reload pid with d's socket, name and
+ * directory, as systemd's ExecReload does. */
+static void run_reload(struct h_fix *f, const struct h_daemon *d, const char *conf,
+                       pid_t pid, struct h_run *r)
+{
+    char pid_text[32];
+
+    snprintf(pid_text, sizeof(pid_text), "%d", (int)pid);
+    assert_int_equal(
+        h_run(f,
+              (const char *const[]){h_daemon_bin(), "--socket", d->socket, "--name",
+                                    d->name, "--shm-dir", d->shm_dir, "--config", conf,
+                                    "--reload", pid_text, NULL},
+              NULL, 0, r),
+        0);
+}
+
+/* Issue 24: when the first pool is a memfd, --reload PID is not fooled by a
+ * process that names itself shmbrokerd and holds a memfd named like the
+ * segment: it is refused with a message saying why, nothing is sent (the
+ * impostor lives), the daemon's settings stay. The daemon itself still
+ * reloads. */
+static void test_reload_memfd_impostor(void **state)
+{
+    struct h_fix *f = *state;
+    static const char before[] = "pool = mem:4M,backing=memfd\nmax-clients = 5\n";
+    static const char after[] = "pool = mem:4M,backing=memfd\nmax-clients = 3\n";
+    char conf[PATH_MAX], segment[128];
+    struct h_daemon *d;
+    struct h_run r;
+    pid_t impostor;
+    char *log;
+
+    h_path(f, "memfd.conf", conf, sizeof(conf));
+    assert_int_equal(h_write_file(conf, before, strlen(before)), 0);
+    d = h_daemon_start(f, "4M", (const char *const[]){"--config", conf, NULL});
+    snprintf(segment, sizeof(segment), "%s.mem", d->name);
+    impostor = h_fork(f, memfd_impostor, segment);
+    assert_true(impostor > 0);
+    h_sleep_ms(200); /* it has its memfd and its name */
+    assert_int_equal(h_write_file(conf, after, strlen(after)), 0);
+
+    run_reload(f, d, conf, impostor, &r);
+    h_expect_run(&r, 1, NULL, "does not listen on");
+    h_expect_run(&r, 1, NULL, d->socket);
+    h_run_free(&r);
+    h_sleep_ms(200);
+    assert_int_equal(waitpid(impostor, NULL, WNOHANG), 0); /* no SIGHUP reached it */
+    log = h_log_text(d);
+    if (h_contains(log, "SIGHUP")) {
+        free(log);
+        h_daemon_print_log(d);
+        h_fail("the daemon reloaded for a refused --reload");
+    }
+    free(log);
+
+    run_reload(f, d, conf, d->pid, &r);
+    h_expect_run(&r, 0, "asked to reload", NULL);
+    h_run_free(&r);
+    h_wait_log(d, "SIGHUP: settings reloaded (log level info, max-clients 3,");
+    h_child_kill(f, impostor, SIGKILL);
+    h_assert_alive(d);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -195,6 +276,7 @@ int main(void)
         TEST(test_config_long_line),
         TEST(test_config_sizes),
         TEST(test_config_reload),
+        TEST(test_reload_memfd_impostor),
     };
 
     signal(SIGPIPE, SIG_IGN);

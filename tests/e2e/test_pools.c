@@ -926,6 +926,62 @@ static void test_pool_reload(void **state)
     h_pass(f);
 }
 
+/* Whether key is in p's pool (contains), or the test fails. */
+static bool pc_contains(struct pc *p, const char *key)
+{
+    json_t *reply = pc_call(p, "{\"op\":\"contains\",\"key\":\"%s\"}", key);
+    bool found;
+
+    h_assert_ok(reply);
+    found = json_is_true(json_object_get(reply, "exists"));
+    json_decref(reply);
+    return found;
+}
+
+/* Issue 24: a pool SIGHUP adds over a segment a killed daemon left adopts
+ * it as a start does: the objects of that daemon's queues ("q/<queue>/<seq>",
+ * awaiting reads that will never come, so holding their bytes for ever) go,
+ * the log says how many, and the pool's other objects stay. */
+static void test_pool_reload_adopts_as_start(void **state)
+{
+    struct h_fix *f = *state;
+    static const char one[] = "pool = main:2M\n";
+    static const char two[] = "pool = main:2M\npool = extra:2M\n";
+    char conf[PATH_MAX];
+    const char *const args[] = {"--config", conf, NULL};
+    struct h_daemon *d1, *d;
+    json_t *reply;
+    struct pc p;
+
+    h_path(f, "pools.conf", conf, sizeof(conf));
+    assert_int_equal(h_write_file(conf, two, strlen(two)), 0);
+    d1 = h_daemon_start(f, "1M", args);
+    pc_connect(&p, d1, "extra");
+    reply = pc_call(
+        &p, "{\"op\":\"alloc\",\"key\":\"q/feed/7\",\"size\":1000,\"readers\":1}");
+    h_assert_ok(reply);
+    json_decref(reply);
+    reply = pc_call(&p, "{\"op\":\"commit\",\"key\":\"q/feed/7\"}");
+    h_assert_ok(reply);
+    json_decref(reply);
+    pc_put(&p, "plain", 5000, 4);
+    pc_close(&p);
+    assert_int_equal(h_exit_code(h_daemon_signal(d1, SIGKILL, H_STOP_TIMEOUT_MS)),
+                     128 + SIGKILL);
+
+    /* Started without the pool, which SIGHUP then adds over the old segment. */
+    assert_int_equal(h_write_file(conf, one, strlen(one)), 0);
+    d = restart(f, d1, args);
+    reload_with(f, d, conf, two);
+    log_has(d, "SIGHUP: pool 'extra' added: segment ");
+    pc_connect(&p, d, "extra");
+    assert_false(pc_contains(&p, "q/feed/7"));
+    pc_check(&p, "plain", 5000, 4, false);
+    pc_close(&p);
+    log_has(d, "pool 'extra': deleted 1 objects of queues of an earlier run");
+    h_pass(f);
+}
+
 /* Issue 14: a pool SIGHUP adds passes the space check first. In a 4 MiB
  * tmpfs holding a 2 MiB pool, a 4 MiB pool is not added (logged with the
  * numbers, no file made, hello to it ENOENT); a 1 MiB one then is. */
@@ -1253,6 +1309,7 @@ int main(void)
         TEST(test_pool_reload_space),  TEST(test_pool_memfd),   TEST(test_pool_implicit),
         TEST(test_pool_wait_per_pool), TEST(test_pool_reload_sixteen),
         TEST(test_pool_restart_default_and_gone), TEST(test_pool_group_default),
+        TEST(test_pool_reload_adopts_as_start),
     };
 
     signal(SIGPIPE, SIG_IGN);

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +218,89 @@ static void test_awaited_ro(void **state)
     awaited_case(*state, 1);
 }
 
+/* The reads key still awaits, as list shows them. */
+static uint64_t awaited_of(shmb_t *c, const char *key)
+{
+    shmb_list_t *list = NULL;
+    uint64_t readers = UINT64_MAX;
+    size_t i;
+
+    ok(c, shmb_list(c, key, 16, &list));
+    for (i = 0; i < list->count; i++)
+        if (strcmp(list->objects[i].key, key) == 0)
+            readers = list->objects[i].readers;
+    shmb_list_free(list);
+    if (readers == UINT64_MAX)
+        h_fail("list does not show '%s'", key);
+    return readers;
+}
+
+/* A read in place of an object that awaits no more reads leaves nothing
+ * behind, as a get would: a later touch(readers=1) (vLLM's get_cached)
+ * awaits one new read. list shows it, puts that need its bytes are refused
+ * rather than evict it, and once it is read in place it goes as any other. */
+static void test_touch_after_read(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    shmb_t *w = h_lib_connect(d, "writer", 0), *r = h_lib_connect(d, "reader", 0),
+           *filler = h_lib_connect(d, "filler", 0);
+    char name[32];
+    int i, rc = 0;
+
+    shmb_set_arena(w, 0);
+    shmb_set_arena(filler, 0);
+    ok(w, h_put_pattern(w, "k", 1000, 3, 1));
+    read_check(r, "k", 1000, 3); /* the read it awaited */
+    assert_int_equal(awaited_of(w, "k"), 0);
+    read_check(r, "k", 1000, 3); /* awaited by no one */
+    ok(w, shmb_touch(w, "k", 1));
+    assert_int_equal(awaited_of(w, "k"), 1);
+    for (i = 0; i < 64 && rc == 0; i++) {
+        snprintf(name, sizeof(name), "full-%d", i);
+        rc = h_put_pattern(filler, name, 64 * 1024, (uint32_t)i, 0);
+    }
+    if (rc != -ENOSPC)
+        h_fail("%d puts of 64 KiB into 1 MiB ended with %d, not -ENOSPC", i, rc);
+    assert_int_equal(shmb_contains(w, "k"), 1);
+    assert_int_equal(awaited_of(w, "k"), 1);
+    read_check(r, "k", 1000, 3);
+    assert_all_fast(r, 3);
+    fill_until_gone(w, filler, "k", 64 * 1024);
+    shmb_close(w);
+    shmb_close(r);
+    shmb_close(filler);
+    h_pass(f);
+}
+
+/* A read-only reader sends one read request for the read an object
+ * awaited; once it awaits none, its reads in place send nothing. */
+static void test_ro_reads_done(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    shmb_t *w = h_lib_connect(d, "writer", 0), *ro = h_lib_connect(d, "ro", 1);
+    unsigned long at;
+
+    ok(w, h_put_pattern(w, "k", 1000, 3, 1));
+    at = sends;
+    read_check(ro, "k", 1000, 3);
+    assert_int_equal(sends - at, 1);             /* its read request */
+    assert_int_equal(shmb_contains(ro, "k"), 1); /* answered after the read request */
+    assert_int_equal(awaited_of(w, "k"), 0);
+    at = sends;
+    read_check(ro, "k", 1000, 3);
+    read_check(ro, "k", 1000, 3);
+    read_check(ro, "k", 1000, 3);
+    if (sends - at != 0)
+        h_fail("3 reads of an object that awaits no reads made %lu sends, not 0",
+               sends - at);
+    assert_all_fast(ro, 4);
+    shmb_close(w);
+    shmb_close(ro);
+    h_pass(f);
+}
+
 /* A put through the arena is visible to another handle as soon as it
  * returns (its read answered from the mapping), is one request (one
  * send()) once the arena is held, allocates nothing, and commits one
@@ -390,6 +474,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_read_miss, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_awaited_rw, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_awaited_ro, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_touch_after_read, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_ro_reads_done, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_one_round_trip, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_refills, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_nowait, h_setup, h_teardown),

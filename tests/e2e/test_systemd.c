@@ -1077,6 +1077,40 @@ static void test_reload_pid(void **state)
     h_pass(f);
 }
 
+/* Issue 24: under socket activation the listening socket was made by
+ * another process, which keeps it (systemd; the test here). --reload of a
+ * daemon whose first pool is a memfd still finds the daemon holding that
+ * socket, as systemd's ExecReload runs it, and the daemon reloads. */
+static void test_reload_activated_memfd(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "4M");
+    static const char before[] = "pool = mem:4M,backing=memfd\nmax-clients = 5\n";
+    static const char after[] = "pool = mem:4M,backing=memfd\nmax-clients = 3\n";
+    char conf[PATH_MAX], pid[32];
+    const char *extra[] = {"--config", conf, NULL};
+    const char *reload[] = {"--config", conf, "--reload", pid, NULL};
+    const char *env[] = {"LISTEN_PID=$PID", "LISTEN_FDS=1", NULL};
+    struct h_run r;
+    int fd;
+
+    h_path(f, "memfd.conf", conf, sizeof(conf));
+    assert_int_equal(h_write_file(conf, before, strlen(before)), 0);
+    fd = listen_unix(d->socket, SOCK_STREAM, true);
+    daemon_spawn_env(d, extra, env, fd);
+    wait_file(d->log, " ready: ", H_READY_TIMEOUT_MS);
+    assert_true(log_has(d, "serving the listening socket systemd passed (fd 3)"));
+    snprintf(pid, sizeof(pid), "%d", (int)d->pid);
+    assert_int_equal(h_write_file(conf, after, strlen(after)), 0);
+    run_daemon_action(f, d, reload, &r);
+    expect_action(&r, "--reload of an activated daemon with a memfd pool", 0,
+                  "asked to reload");
+    h_run_free(&r);
+    wait_file(d->log, "SIGHUP: settings reloaded (log level info, max-clients 3,", 5000);
+    close(fd);
+    h_pass(f);
+}
+
 /* A library client waiting on the socket given as arg: connects (its hello
  * sent into the backlog), then expects the refusal of a start. */
 static int refused_library_client(void *arg)
@@ -2503,6 +2537,7 @@ int main(void)
         TEST(test_remove_segment),
         TEST(test_check_config),
         TEST(test_reload_pid),
+        TEST(test_reload_activated_memfd),
         TEST(test_activation_refused_start),
         TEST(test_memfd_fd_store),
         TEST(test_memfd_fd_store_dropped),

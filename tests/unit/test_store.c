@@ -2398,6 +2398,90 @@ static void test_recheck_awaited_blocker(void **state)
     cat_fix_free(c);
 }
 
+/* The catalog entry of key: its generation and flags as readers see them. */
+static const struct shmb_catalog_entry *entry_of_key(struct cat_fix *c, const char *key)
+{
+    const struct shmb_catalog_entry *e = entry_of(c, entry_listed(c, key).chunk_offset);
+
+    assert_non_null(e);
+    return e;
+}
+
+/* Proves that an object stops being listed as AWAITED once its awaited
+ * reads reach 0 (readers in place stop counting, as a get leaves nothing
+ * behind), and that a read counted in place while none were awaited (a
+ * reader that loaded the entry just before) is not folded off a later
+ * touch(readers=1): list shows 1 awaited read, a fill does not evict the
+ * object, and only its read in place lets it go. */
+static void test_touch_after_reads_done(void **state)
+{
+    struct cat_fix *c = cat_fix_new(8192);
+    struct store_holder *h = store_holder_new(c->f.s);
+    struct shmb_error err = {0};
+    struct store_extent a;
+    uint32_t gen;
+
+    (void)state;
+    put_ok(&c->f, h, "a", 3000, 1, 1, &a);
+    put_ok(&c->f, h, "b", 3000, 0, 2, NULL); /* a big put needs "a"'s bytes */
+    gen = entry_listed(c, "a").gen;
+    assert_int_equal(entry_of_key(c, "a")->flags, SHMB_CATALOG_AWAITED);
+    *seal_of(c, a.offset, 1) = SHMB_SEAL(gen, 1); /* its read, in place */
+    assert_int_equal(entry_listed(c, "a").awaited_reads, 0);
+    assert_int_equal(entry_of_key(c, "a")->flags, 0);
+    /* A reader that saw the entry before the flag went counts anyway. */
+    gen = entry_of_key(c, "a")->gen;
+    *seal_of(c, a.offset, 1) = SHMB_SEAL(gen, 1);
+    assert_int_equal(store_touch(c->f.s, "a", 1, 1, &err), 0);
+    assert_int_equal(entry_listed(c, "a").awaited_reads, 1);
+    assert_int_equal(entry_of_key(c, "a")->flags, SHMB_CATALOG_AWAITED);
+    assert_int_equal(put(&c->f, h, "big", 4000, 0, 3, NULL, &err), -ENOSPC);
+    assert_true(store_contains(c->f.s, "a", 1));
+    assert_int_equal(entry_listed(c, "a").awaited_reads, 1);
+    /* Its read in place, under the generation listed now. */
+    gen = entry_of_key(c, "a")->gen;
+    *seal_of(c, a.offset, 1) = SHMB_SEAL(gen, 1);
+    put_ok(&c->f, h, "big", 4000, 0, 3, NULL);
+    assert_false(store_contains(c->f.s, "a", 1));
+    store_holder_free(c->f.s, h);
+    cat_fix_free(c);
+}
+
+/* Proves that every way awaited reads reach 0 (a get, a read request, a
+ * queue reader leaving) clears the entry's AWAITED flag, and that a queue
+ * reader joining (expect) after a stale count in place awaits its read. */
+static void test_awaited_flag_follows_reads(void **state)
+{
+    struct cat_fix *c = cat_fix_new(16384);
+    struct store_holder *h = store_holder_new(c->f.s);
+    struct store_extent a;
+    uint32_t gen;
+
+    (void)state;
+    put_ok(&c->f, h, "a", 100, 1, 1, &a);
+    read_ok(&c->f, h, "a", 100, 1, false); /* a get: 0 awaited */
+    assert_int_equal(entry_of_key(c, "a")->flags, 0);
+    gen = entry_of_key(c, "a")->gen;
+    *seal_of(c, a.offset, 1) = SHMB_SEAL(gen, 1); /* a late count in place */
+    assert_int_equal(store_expect_read(c->f.s, "a", 1), 0);
+    assert_int_equal(entry_listed(c, "a").awaited_reads, 1);
+    assert_int_equal(entry_of_key(c, "a")->flags, SHMB_CATALOG_AWAITED);
+    assert_int_equal(store_forgo_read(c->f.s, "a", 1), 0);
+    assert_int_equal(entry_listed(c, "a").awaited_reads, 0);
+    assert_int_equal(entry_of_key(c, "a")->flags, 0);
+    assert_int_equal(store_expect_read(c->f.s, "a", 1), 0);
+    gen = entry_of_key(c, "a")->gen;
+    assert_int_equal(entry_of_key(c, "a")->flags, SHMB_CATALOG_AWAITED);
+    assert_int_equal(store_read_done(c->f.s, "a", 1, gen), 0);
+    assert_int_equal(entry_listed(c, "a").awaited_reads, 0);
+    assert_int_equal(entry_of_key(c, "a")->flags, 0);
+    /* The flag's change keeps the generation: a copy under way stays exact. */
+    assert_int_equal(entry_of_key(c, "a")->gen, gen);
+    assert_int_equal(SHMB_SEAL_GEN(*seal_of(c, a.offset, 1)), gen);
+    store_holder_free(c->f.s, h);
+    cat_fix_free(c);
+}
+
 /* Proves that an adopted store gives every restored object a new
  * generation after both the old header's gen_next and every generation
  * found in a seal, seals it with that generation and lists it again in a
@@ -2513,6 +2597,8 @@ int main(void)
         cmocka_unit_test(test_adopt_keeps_counted_reads),
         cmocka_unit_test(test_adopt_unseals_dropped),
         cmocka_unit_test(test_recheck_awaited_blocker),
+        cmocka_unit_test(test_touch_after_reads_done),
+        cmocka_unit_test(test_awaited_flag_follows_reads),
         cmocka_unit_test(test_minimal_put_get_cycle),
         cmocka_unit_test(test_put_same_key_twice),
         cmocka_unit_test(test_large_object_rejection),
