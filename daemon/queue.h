@@ -267,8 +267,8 @@ void queue_overflow_readers(const struct queue_set *set, const struct pool *pool
 
 /* Delete every committed object of pool under "q/": overflow messages of
  * queues of an earlier run of the daemon (queues do not outlive it), which
- * would otherwise await reads that never come. Start-up only: it walks the
- * pool. Returns how many went. */
+ * would otherwise await reads that never come. Run when a pool adopts a
+ * segment, at start and when SIGHUP adds the pool: it walks the pool. Returns how many went. */
 unsigned queue_drop_orphans(struct pool *pool);
 
 /* Put the immutable words of the area's header back (a member may have
