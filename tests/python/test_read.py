@@ -157,6 +157,29 @@ class TestReaderOverHandMadeSegment(unittest.TestCase):
         seg.put("far", b"found", probe=5)
         self.assertEqual(read(seg.catalog(), "far")[:2], (C.HIT, b"found"))
 
+    def test_full_probe_proves_nothing(self):
+        """A probe that runs SHMB_CATALOG_PROBES entries (or, in a smaller
+        table, every slot once) without an empty one proves no miss, as
+        proto/catalog.c: the daemon is asked. A key at the probe's last
+        entry is found."""
+        seg = FakeSegment(slots=64)
+        at, gen = seg.put("k", b"v")
+        home, tag = seg.home("k")
+        for p in range(P.CATALOG_PROBES):
+            seg.entry(home + p, tag ^ 1, at, gen, 1)
+        cat = seg.catalog()
+        self.assertEqual(read(cat, "k")[0], C.AGAIN)
+        seg.entry(home + P.CATALOG_PROBES - 1, tag, at, gen, 1)
+        self.assertEqual(read(cat, "k")[:2], (C.HIT, b"v"))
+        small = FakeSegment(slots=16)
+        at, gen = small.chunk("k", b"v")
+        for slot in range(16):
+            small.entry(slot, 0, at, gen, 1)
+        self.assertEqual(read(small.catalog(), "k")[0], C.AGAIN)
+        home, tag = small.home("k")
+        small.entry(home + 15, tag, at, gen, 1)
+        self.assertEqual(read(small.catalog(), "k")[:2], (C.HIT, b"v"))
+
     def test_miss_is_proven_only_when_the_table_is_still(self):
         """An empty entry ends the probe: a miss, unless entries moved (odd
         or changed catalog_moves) or some object is not listed."""
@@ -181,22 +204,33 @@ class TestReaderOverHandMadeSegment(unittest.TestCase):
         self.assertEqual(read(cat, "absent")[0], C.MISS)
 
     def test_deleted_or_reused_chunk_is_not_read(self):
-        """Seal 0 (deleted), another generation (reused), another state or
-        another key in the chunk: the entry is passed over."""
+        """Seal 0 (deleted), another generation (reused), another state,
+        another key in the chunk, another magic or payload size: the entry
+        is passed over, and as it has the key's tag the miss after it is not
+        proven (the daemon is asked), as proto/catalog.c does."""
         seg = FakeSegment()
         at, gen = seg.put("k", b"payload")
         cat = seg.catalog()
         seg.set_seal(at, 0)
-        self.assertEqual(read(cat, "k")[0], C.MISS)
+        self.assertEqual(read(cat, "k")[0], C.AGAIN)
         seg.set_seal(at, gen + 1)
-        self.assertEqual(read(cat, "k")[0], C.MISS)
+        self.assertEqual(read(cat, "k")[0], C.AGAIN)
         seg.set_seal(at, (5 << 32) | gen)  # a count beside the generation is fine
         self.assertEqual(read(cat, "k")[:2], (C.HIT, b"payload"))
         struct.pack_into("=H", seg.buf, at + 4, P.CHUNK_FREE)
-        self.assertEqual(read(cat, "k")[0], C.MISS)
+        self.assertEqual(read(cat, "k")[0], C.AGAIN)
         struct.pack_into("=H", seg.buf, at + 4, P.CHUNK_COMMITTED)
         seg.buf[at + P.CHUNK_HEADER_SIZE] = ord("j")
-        self.assertEqual(read(cat, "k")[0], C.MISS)
+        self.assertEqual(read(cat, "k")[0], C.AGAIN)
+        seg.buf[at + P.CHUNK_HEADER_SIZE] = ord("k")
+        self.assertEqual(read(cat, "k")[:2], (C.HIT, b"payload"))
+        seg.set32(at, P.CHUNK_MAGIC ^ 1)
+        self.assertEqual(read(cat, "k")[0], C.AGAIN)
+        seg.set32(at, P.CHUNK_MAGIC)
+        struct.pack_into("=Q", seg.buf, at + 32, 8)  # payload_size: not the entry's 7
+        self.assertEqual(read(cat, "k")[0], C.AGAIN)
+        struct.pack_into("=Q", seg.buf, at + 32, 7)
+        self.assertEqual(read(cat, "k")[:2], (C.HIT, b"payload"))
 
     def test_entry_being_written_asks_the_daemon(self):
         seg = FakeSegment()
@@ -222,7 +256,9 @@ class TestReaderOverHandMadeSegment(unittest.TestCase):
         """Entries with the key's tag pointing at another key's chunk (its
         generation, its size), outside the data area, unaligned, over the
         catalog, of size 0 or huge: none is read; random entries neither
-        (an empty one ends the probe: a miss, the worst a scribble can do)."""
+        (an empty one ends the probe: a miss, the worst a scribble can do).
+        A miss past entries of the key's tag that failed their checks is not
+        proven: the daemon is asked."""
         seg = FakeSegment()
         other, ogen = seg.put("other", b"OTHER BYTES")
         home, tag = seg.home("mine")
@@ -232,7 +268,7 @@ class TestReaderOverHandMadeSegment(unittest.TestCase):
         for i, (chunk, gen, size) in enumerate(bad):
             seg.entry(home + i, tag, chunk, gen, size)
         cat = seg.catalog()
-        self.assertEqual(read(cat, "mine")[0], C.MISS)
+        self.assertEqual(read(cat, "mine")[0], C.AGAIN)
         seg.put("mine", b"MINE", probe=len(bad))
         self.assertEqual(read(cat, "mine")[:2], (C.HIT, b"MINE"))
         rng = random.Random(16)
@@ -278,9 +314,10 @@ class TestReaderOverHandMadeSegment(unittest.TestCase):
 
         out = Changing(10)
         # Changed under every copy (the seal stays changed): passed over,
-        # and the retried read no longer finds it.
+        # and the retried read, past an entry of the key that fails its
+        # checks now, asks the daemon.
         what, _, retries = restore_then(out)
-        self.assertEqual((what, retries), (C.MISS, 1))
+        self.assertEqual((what, retries), (C.AGAIN, 1))
         self.assertEqual(read(cat, "k")[:2], (C.HIT, b"payload!"))
 
 
