@@ -321,6 +321,122 @@ class TestReaderOverHandMadeSegment(unittest.TestCase):
         self.assertEqual(read(cat, "k")[:2], (C.HIT, b"payload!"))
 
 
+class CountingFence:
+    """An acquire fence that counts its calls, and may act as a writer
+    whose stores become visible at the nth call (act(n))."""
+
+    def __init__(self, inner=None, act=None):
+        self.inner, self.act, self.calls = inner, act, 0
+
+    def __call__(self):
+        self.calls += 1
+        if self.inner is not None:
+            self.inner()
+        if self.act is not None:
+            self.act(self.calls)
+
+
+def libatomic_fence():
+    """The fence a machine without TSO gets (GCC's libatomic), loaded on
+    this one; None when libatomic is not installed."""
+    fence, why = C.load_fence("aarch64")
+    return fence
+
+
+class TestOrderedReads(unittest.TestCase):
+    """The reader on a machine without x86-64's ordering: acquire fences
+    from libatomic after each first load of a sequence word or seal and
+    before each second look, the same results as without them."""
+
+    def setUp(self):
+        self.fence = libatomic_fence()
+        if self.fence is None:
+            self.skipTest("no libatomic.so.1 here (Debian: libatomic1)")
+
+    def test_which_machines_need_what(self):
+        """x86-64 needs no fence; another 64-bit machine gets libatomic's,
+        and without it no catalog, with a message that says what to
+        install; the fence really is callable."""
+        self.assertEqual(C.load_fence("x86_64"), (None, None))
+        self.assertEqual(C.load_fence("AMD64"), (None, None))
+        fence, why = C.load_fence("aarch64")
+        self.assertIsNone(why)
+        fence()
+        fence, why = C.load_fence("aarch64", library="libatomic-not-here.so.9")
+        self.assertIsNone(fence)
+        self.assertIn("libatomic1", why)
+        self.assertIn("aarch64", why)
+
+    def test_no_fence_no_catalog(self):
+        """Catalog.make gives no catalog where no correct read is possible,
+        so that every read asks the daemon."""
+        seg = FakeSegment()
+        saved = (C._fence, C.why_no_catalog, C._loaded)
+        self.addCleanup(lambda: setattr(C, "_fence", saved[0]) or setattr(
+            C, "why_no_catalog", saved[1]) or setattr(C, "_loaded", saved[2]))
+        C._fence, C.why_no_catalog, C._loaded = None, "no fence here", True
+        self.assertIsNone(C.Catalog.make(seg.mv, seg.info))
+        C._fence, C.why_no_catalog = self.fence, None
+        self.assertIs(C.Catalog.make(seg.mv, seg.info).fence, self.fence)
+
+    def ordered(self, seg, act=None):
+        fence = CountingFence(self.fence, act)
+        return C.Catalog.make(seg.mv, seg.info, fence=fence), fence
+
+    def test_same_results_with_fences(self):
+        """Hits, misses, hostile entries and a table in motion: the reader
+        with fences gives what the one without gives, and fences every
+        sequence word and seal: a hit costs five fences (moves, the entry's
+        seq before and after its fields, the seal, after the copy)."""
+        seg = FakeSegment()
+        seg.put("k1", b"one")
+        at, gen = seg.put("k2", bytes(range(200)))
+        cat, fence = self.ordered(seg)
+        plain = seg.catalog()
+        self.assertIsNone(plain.fence)
+        self.assertEqual(read(cat, "k1"), (C.HIT, b"one", 0))
+        self.assertEqual(fence.calls, 5)
+        for key in ("k1", "k2", "absent"):
+            self.assertEqual(read(cat, key), read(plain, key))
+        seg.set_seal(at, gen + 1)
+        self.assertEqual(read(cat, "k2")[0], C.AGAIN)
+        seg.set32(MOVES, 3)
+        self.assertEqual(read(cat, "absent")[0], C.AGAIN)
+        seg.set32(MOVES, 4)
+        self.assertEqual(read(cat, "absent")[0], C.MISS)
+
+    def test_entry_written_between_the_fences(self):
+        """The daemon rewrites the entry after the reader's first look at
+        its seq (visible at the fence that follows it): the reader sees the
+        seq changed at its second look and looks again."""
+        seg = FakeSegment()
+        seg.put("k", b"value")
+        home, _ = seg.home("k")
+        seq_at = seg.coff + home * 32
+
+        def writer(n):
+            if n == 2:  # moves' fence, then the entry's first one
+                seg.set32(seq_at, struct.unpack_from("=I", seg.buf, seq_at)[0] + 2)
+
+        cat, fence = self.ordered(seg, writer)
+        self.assertEqual(read(cat, "k"), (C.HIT, b"value", 0))
+        self.assertEqual(fence.calls, 7)  # the entry read twice
+
+    def test_chunk_reused_during_the_copy(self):
+        """The chunk's generation changes while the payload is copied
+        (visible at the fence after the copy): the copy is not returned."""
+        seg = FakeSegment()
+        at, gen = seg.put("k", b"value")
+
+        def writer(n):
+            if n == 5:
+                seg.set_seal(at, gen + 1)
+
+        cat, fence = self.ordered(seg, writer)
+        what, value, retries = read(cat, "k")
+        self.assertEqual((what, retries), (C.AGAIN, 1))
+
+
 class FakeDaemon(support.FakeServer):
     """A server that passes a FakeSegment (written to a file) with hello,
     its catalog's figures in the reply, then records every request and

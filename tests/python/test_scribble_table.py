@@ -218,5 +218,35 @@ class TestScribbleTable(support.DaemonTest):
         self.assertEqual(self.c.stats()["objects"], 0)
 
 
+class TestScribbleTableOrdered(TestScribbleTable):
+    """The same table with the Python reader of a machine without x86-64's
+    ordering (acquire fences from libatomic, forced here): the same
+    outcomes, and the fences are called."""
+
+    def setUp(self):
+        fence, _why = C.load_fence("aarch64")
+        if fence is None:
+            self.skipTest("no libatomic.so.1 here (Debian: libatomic1)")
+        self.calls = [0]
+
+        def counted():
+            self.calls[0] += 1
+            fence()
+
+        saved = (C._fence, C.why_no_catalog, C._loaded)
+
+        def restore():
+            C._fence, C.why_no_catalog, C._loaded = saved
+
+        self.addCleanup(restore)
+        C._fence, C.why_no_catalog, C._loaded = counted, None, True
+        super().setUp()
+        self.assertIs(self.c._catalog.fence, counted)
+
+    def test_table(self):
+        super().test_table()
+        self.assertGreater(self.calls[0], 4 * 40)
+
+
 if __name__ == "__main__":
     unittest.main()

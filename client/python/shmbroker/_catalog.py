@@ -12,17 +12,27 @@ of proto/catalog.c is made here too, in the same order, with the same
 outcome (tests/scribble/cases holds both readers to one table).
 
 Loads of the shared words go through memoryview casts ('I', 'Q'): one
-aligned load each on x86-64, whose ordering (TSO) makes every load an
-acquire, and CPython does not reorder them. Catalog takes a fence to call
-where proto/catalog.c orders its loads (None: none needed). This module
-knows no socket.
+aligned load each, as a relaxed atomic load compiles to. Where proto/
+catalog.c loads with acquire order (the sequence words, the seal) or puts
+an acquire fence (before a sequence word is read again), this reader calls
+fence() right after the load, or before the second one: a relaxed load
+followed by an acquire fence is an acquire load. On x86-64 (TSO) every load
+is already an acquire and CPython does not reorder them, so fence is None
+there and costs nothing; elsewhere it is GCC's libatomic
+atomic_thread_fence(memory_order_acquire) through ctypes (libatomic.so.1,
+where the queues' atomics come from when executable memory is refused).
+A 64-bit machine other than x86-64 without libatomic gets no catalog: its
+reads ask the daemon (why_no_catalog says so). This module knows no socket.
 """
 
+import ctypes
+import functools
+import platform
 import struct
 
 from . import _protocol as P
 
-__all__ = ["catalog_hash", "Catalog", "HIT", "MISS", "AGAIN", "NOBUFS"]
+__all__ = ["catalog_hash", "Catalog", "HIT", "MISS", "AGAIN", "NOBUFS", "why_no_catalog"]
 
 _M64 = (1 << 64) - 1
 _FNV_BASIS = 0xCBF29CE484222325
@@ -48,6 +58,52 @@ _READ_TRIES = 3
 # endless distinct keys does not grow without bound).
 _CACHE_MAX = 65536
 _HEAD = struct.Struct("=IHH")  # magic, state, key_len
+_ACQUIRE = 2  # memory_order_acquire, __ATOMIC_ACQUIRE
+
+
+def load_fence(machine=None, library="libatomic.so.1"):
+    """(fence, why): the acquire fence this machine's reads of the catalog
+    need. fence None and why None: none is needed (x86-64); fence None and
+    why a message: no correct read from the mapping here (reads then ask
+    the daemon)."""
+    machine = (machine or platform.machine()).lower()
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None, ("Reads from the mapping need a 64-bit machine (the catalog's 64-bit "
+                      "words must load in one piece); this Python is 32-bit, so every read "
+                      "asks shmbrokerd.")
+    if machine in ("x86_64", "amd64"):
+        return None, None
+    try:
+        lib = ctypes.CDLL(library)
+        fence = lib.atomic_thread_fence
+    except (OSError, AttributeError):
+        return None, ("Reads from the mapping on %s need acquire fences from GCC's "
+                      "libatomic (%s with atomic_thread_fence), which is not installed, so "
+                      "every read asks shmbrokerd (one round trip). Install it (Debian: "
+                      "apt install libatomic1) for reads without a round trip."
+                      % (machine or "this machine", library))
+    fence.restype = None
+    fence.argtypes = (ctypes.c_int,)
+    # A few instructions: call it without letting go of the GIL.
+    call = ctypes.PYFUNCTYPE(None, ctypes.c_int)(ctypes.cast(fence, ctypes.c_void_p).value)
+    acquire_fence = functools.partial(call, _ACQUIRE)
+    acquire_fence.library = lib  # loaded while the fence lives
+    return acquire_fence, None
+
+
+# The fence of this machine, loaded on first use (x86-64 loads nothing).
+_fence = None
+why_no_catalog = None
+_loaded = False
+
+
+def machine_fence():
+    """load_fence() of this machine, once per process."""
+    global _fence, why_no_catalog, _loaded
+    if not _loaded:
+        _fence, why_no_catalog = load_fence()
+        _loaded = True
+    return _fence, why_no_catalog
 
 
 def catalog_hash(seed, key):
@@ -62,20 +118,29 @@ def catalog_hash(seed, key):
     return h ^ (h >> 32)
 
 
+_MACHINE = object()  # Catalog.make's default: this machine's fence
+
+
 class Catalog:
     """The catalog of one mapped segment: where it is (from hello), the
     mapping's words, and the hashes of the keys read so far.
 
     Catalog.make() returns None when hello's figures do not describe a
-    catalog inside the mapping (none published, or inconsistent): reads
-    then go to the daemon."""
+    catalog inside the mapping (none published, or inconsistent), or when
+    this machine cannot read it correctly (why_no_catalog): reads then go
+    to the daemon."""
 
     __slots__ = ("mv", "w32", "w64", "size", "doff", "dend", "coff", "slots", "mask",
                  "seed", "cache", "fence")
 
     @classmethod
-    def make(cls, mv, info, fence=None):
-        """fence: the acquire fence to call (None: none needed)."""
+    def make(cls, mv, info, fence=_MACHINE):
+        """fence: the acquire fence to call (None: none needed), by default
+        this machine's (machine_fence())."""
+        if fence is _MACHINE:
+            fence, why = machine_fence()
+            if why is not None:
+                return None
         coff, slots, seed = (info.get(k) for k in ("catalog_offset", "catalog_slots",
                                                    "catalog_seed"))
         size, doff, dsize = len(mv), info["data_offset"], info["data_size"]
