@@ -199,6 +199,11 @@ FRAMES_TOOL := $(BUILD)/tests/shmb-frames-tool
 $(FRAMES_TOOL): $(call OBJ,tests/e2e/frames_tool.c) $(LIB_A)
 $(FRAMES_TOOL): TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_frames: | $(FRAMES_TOOL)
+# The reader the Python tests hold Client.read against, row by row of the
+# scribble table (tests/scribble/cases): shmb_read on both kinds of handle.
+READ_TOOL := $(BUILD)/tests/shmb-read-tool
+$(READ_TOOL): $(call OBJ,tests/e2e/read_tool.c) $(LIB_A)
+$(READ_TOOL): TEST_LDFLAGS = $(PKGS_LIBS)
 # test_read counts the library's send()s to tell its round trips.
 $(BUILD)/tests/test_read: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=send
 $(BUILD)/tests/test_liveness: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=poll
@@ -309,7 +314,7 @@ run: check-deps
 	$(DAEMON)
 
 test: check-test-deps
-	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) $(FRAMES_TOOL) \
+	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) $(FRAMES_TOOL) $(READ_TOOL) \
 	    $(if $(SANITIZER),,$(FUZZ_BIN) $(FUZZ_ADOPT_BIN) $(TSAN_BIN) $(QUEUE_TSAN_BIN))
 	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl PYTHON=$(PYTHON) \
 	    SHMB_SOAK=$(BUILD)/tests/soak FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \

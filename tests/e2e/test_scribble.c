@@ -8,6 +8,8 @@
  * bytes of another key (a read may fail or ask the daemon instead).
  */
 #include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -238,6 +240,255 @@ static void test_forged_entries(void **state)
     assert_int_equal(read_checked(r, "fd", 4), 0);
     h_assert_alive(d);
     seg_unmap(&s);
+    shmb_close(r);
+    shmb_close(w);
+    h_pass(f);
+}
+
+/* ---- the scribble table -------------------------------------------------------- */
+
+/* One row of tests/scribble/cases (the table's header says what each
+ * column means). */
+struct table_row {
+    int line;
+    char name[64], read[16], where[32], change[64], expect[32];
+};
+
+/* A place the table names: its offset in the entry, the chunk header or
+ * the header page, and its width in bytes. */
+struct table_field {
+    const char *name;
+    size_t at, width;
+};
+
+static const struct table_field entry_fields[] = {
+    {"seq", 0, 4}, {"hash", 4, 4}, {"chunk", 8, 8}, {"gen", 16, 4}, {"flags", 20, 4},
+    {"size", 24, 8}, {NULL, 0, 0},
+};
+static const struct table_field chunk_fields[] = {
+    {"magic", 0, 4},   {"state", 4, 2},       {"key_len", 6, 2},     {"header_size", 8, 4},
+    {"tag", 12, 4},    {"id", 16, 8},         {"chunk_size", 24, 8}, {"payload_size", 32, 8},
+    {"seal", 40, 8},   {NULL, 0, 0},
+};
+static const struct table_field header_fields[] = {
+    {"moves", offsetof(struct shmb_segment_header, catalog_moves), 4},
+    {"unlisted", offsetof(struct shmb_segment_header, catalog_unlisted), 4},
+    {"seed", offsetof(struct shmb_segment_header, catalog_seed), 4},
+    {NULL, 0, 0},
+};
+
+static const struct table_field *table_field(const struct table_field *t, const char *name)
+{
+    for (; t->name != NULL; t++)
+        if (strcmp(t->name, name) == 0)
+            return t;
+    return NULL;
+}
+
+/* The rows of the table at path; returns how many (at most max). */
+static int table_load(const char *path, struct table_row *rows, int max)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    int n = 0, lineno = 0;
+
+    if (f == NULL)
+        h_fail("cannot open the scribble table %s: %s (run from the source tree, or set "
+               "SHMB_SCRIBBLE_TABLE)", path, strerror(errno));
+    while (fgets(line, sizeof(line), f) != NULL) {
+        struct table_row *r = &rows[n];
+        char extra[2];
+        int got;
+
+        lineno++;
+        line[strcspn(line, "#\n")] = '\0';
+        got = sscanf(line, "%63s %15s %31s %63s %31s %1s", r->name, r->read, r->where, r->change,
+                     r->expect, extra);
+        if (got <= 0)
+            continue;
+        if (got != 5)
+            h_fail("%s:%d: a row is NAME READ WHERE CHANGE EXPECT", path, lineno);
+        if (n == max)
+            h_fail("%s: more than %d rows", path, max);
+        r->line = lineno;
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* value after change ("add:64", "set:next"...), wrapped to width bytes. */
+static uint64_t table_change(uint64_t value, const char *change, size_t width, uint64_t next,
+                             const struct table_row *r)
+{
+    const char *arg = strchr(change, ':');
+    uint64_t v, mask = width == 8 ? UINT64_MAX : (UINT64_C(1) << (8 * width)) - 1;
+
+    if (arg == NULL)
+        h_fail("row %s (line %d): change '%s' is not OP:VALUE", r->name, r->line, change);
+    v = strcmp(arg + 1, "next") == 0 ? next : strtoull(arg + 1, NULL, 0);
+    if (strncmp(change, "set:", 4) == 0)
+        return v & mask;
+    if (strncmp(change, "add:", 4) == 0)
+        return (value + v) & mask;
+    if (strncmp(change, "sub:", 4) == 0)
+        return (value - v) & mask;
+    if (strncmp(change, "xor:", 4) == 0)
+        return (value ^ v) & mask;
+    h_fail("row %s (line %d): unknown change '%s'", r->name, r->line, change);
+}
+
+/* Apply row r's scribble; *at and saved[] get what to put back (*n bytes). */
+static void table_scribble(struct seg *s, const struct table_row *r, const char *victim,
+                           const char *absent, unsigned char **at, unsigned char *saved,
+                           size_t *n)
+{
+    struct shmb_catalog_entry *ve = entry_of(s, victim);
+    const struct table_field *fd = NULL;
+    const char *dot = strchr(r->where, '.');
+    char key_next[96];
+    uint64_t vchunk, nchunk, value = 0;
+    unsigned char *base;
+
+    *n = 0;
+    if (strcmp(r->where, "-") == 0)
+        return;
+    snprintf(key_next, sizeof(key_next), "%s/next", r->name);
+    if (ve == NULL || entry_of(s, key_next) == NULL)
+        h_fail("row %s: the catalog does not list its objects", r->name);
+    vchunk = ve->chunk;
+    nchunk = entry_of(s, key_next)->chunk;
+    if (strcmp(r->where, "forge") == 0) {
+        uint64_t h = key_hash(s->seed, absent);
+        struct shmb_catalog_entry *e = entry_at(s, h);
+
+        *at = (unsigned char *)e;
+        *n = sizeof(*e);
+        memcpy(saved, e, *n);
+        entry_forge(e, (uint32_t)(h >> 32), vchunk, ve->gen, ve->size);
+        e->flags = 0;
+        return;
+    }
+    if (strncmp(r->where, "chunk@", 6) == 0) {
+        static struct table_field one = {"byte", 0, 1};
+
+        one.at = strtoul(r->where + 6, NULL, 0);
+        fd = &one;
+        base = s->base + vchunk;
+    } else if (dot != NULL && strncmp(r->where, "entry.", 6) == 0) {
+        fd = table_field(entry_fields, dot + 1);
+        base = (unsigned char *)ve;
+    } else if (dot != NULL && strncmp(r->where, "header.", 7) == 0) {
+        fd = table_field(header_fields, dot + 1);
+        base = s->base;
+    } else if (strcmp(r->where, "chunk.key") == 0 || strcmp(r->where, "chunk.key_last") == 0) {
+        static struct table_field key = {"key", 0, 1};
+
+        key.at = sizeof(struct shmb_chunk_header) +
+                 (strcmp(r->where, "chunk.key") == 0 ? 0 : strlen(victim) - 1);
+        fd = &key;
+        base = s->base + vchunk;
+    } else if (dot != NULL && strncmp(r->where, "chunk.", 6) == 0) {
+        fd = table_field(chunk_fields, dot + 1);
+        base = s->base + vchunk;
+    } else {
+        base = NULL;
+    }
+    if (fd == NULL)
+        h_fail("row %s (line %d): unknown place '%s'", r->name, r->line, r->where);
+    *at = base + fd->at;
+    *n = fd->width;
+    memcpy(saved, *at, *n);
+    memcpy(&value, *at, *n); /* little-endian, as the table's widths */
+    value = table_change(value, r->change, fd->width, nchunk, r);
+    memcpy(*at, &value, *n);
+}
+
+/* What shmb_read of key on c made of the row: "hit", "daemon",
+ * "notfound", "daemon-notfound", or a failure's name; the bytes in buf. */
+static const char *table_read(shmb_t *c, const char *key, unsigned char *buf, size_t *size)
+{
+    shmb_read_stats_t before, after;
+    int rc;
+
+    shmb_read_stats(c, &before);
+    rc = shmb_read(c, key, buf, MAX_SIZE, size);
+    shmb_read_stats(c, &after);
+    if (rc == 0)
+        return after.fallback > before.fallback ? "daemon" : "hit";
+    if (rc == -ENOENT)
+        return after.fallback > before.fallback ? "daemon-notfound" : "notfound";
+    return shmb_errname(c);
+}
+
+/* The table of scribbles both readers are held to (tests/scribble/cases;
+ * tests/python/test_scribble_table.py runs it through Client.read and this
+ * library): each row's scribble over a real segment, then shmb_read on a
+ * read-write and a read-only handle that connected before it must give the
+ * row's outcome, exactly the victim's bytes or nothing, never another
+ * key's. The daemon serves throughout and every object goes at the end. */
+static void test_scribble_table(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "8M", NULL);
+    shmb_t *w = h_lib_connect(d, "table-writer", 0), *r = h_lib_connect(d, "table-ro", 1);
+    shmb_t *handles[2] = {w, r};
+    const char *path = getenv("SHMB_SCRIBBLE_TABLE");
+    static struct table_row rows[256];
+    unsigned char *buf = malloc(MAX_SIZE), vdata[100], ndata[100], saved[64], *at = NULL;
+    int nrows, i, m, wrong = 0;
+    shmb_stats_t st;
+    struct seg s;
+
+    assert_non_null(buf);
+    nrows = table_load(path != NULL ? path : "tests/scribble/cases", rows, 256);
+    assert_true(nrows > 30);
+    memset(&s, 0, sizeof(s));
+    seg_map(&s, d);
+    for (i = 0; i < nrows; i++) {
+        const struct table_row *row = &rows[i];
+        char victim[96], next[96], absent[96];
+        size_t n = 0, j;
+
+        /* The table's payloads, as the Python test makes them. */
+        for (j = 0; j < sizeof(vdata); j++) {
+            vdata[j] = (unsigned char)(i * 7 + j * 13);
+            ndata[j] = (unsigned char)(i * 7 + 101 + j * 13);
+        }
+        snprintf(victim, sizeof(victim), "%s/victim", row->name);
+        snprintf(next, sizeof(next), "%s/next", row->name);
+        snprintf(absent, sizeof(absent), "%s/absent", row->name);
+        ok(w, shmb_put(w, victim, vdata, sizeof(vdata), 0));
+        ok(w, shmb_put(w, next, ndata, sizeof(ndata), 0));
+        table_scribble(&s, row, victim, absent, &at, saved, &n);
+        for (m = 0; m < 2; m++) {
+            const char *key = strcmp(row->read, "victim") == 0 ? victim : absent;
+            size_t size = 0;
+            const char *got = table_read(handles[m], key, buf, &size);
+            int exact = strcmp(got, "hit") == 0 || strcmp(got, "daemon") == 0;
+
+            if (exact && (size != sizeof(vdata) || memcmp(buf, vdata, size) != 0)) {
+                printf("row %s (line %d): %s shmb_read returned %zu bytes that are not %s's\n",
+                       row->name, row->line, m ? "ro" : "rw", size, victim);
+                wrong++;
+            } else if (strcmp(got, row->expect) != 0) {
+                printf("row %s (line %d): %s shmb_read gave %s, the table says %s\n",
+                       row->name, row->line, m ? "ro" : "rw", got, row->expect);
+                wrong++;
+            }
+        }
+        if (n > 0)
+            memcpy(at, saved, n);
+        ok(w, shmb_delete(w, victim));
+        ok(w, shmb_delete(w, next));
+    }
+    if (wrong > 0)
+        h_fail("%d reads of the scribble table went otherwise than it says", wrong);
+    ok(w, shmb_stats(w, &st));
+    assert_int_equal(st.objects, 0);
+    h_assert_alive(d);
+    seg_unmap(&s);
+    free(buf);
     shmb_close(r);
     shmb_close(w);
     h_pass(f);
@@ -605,6 +856,7 @@ int main(void)
 {
     static const struct CMUnitTest tests[] = {
         TEST(test_forged_entries),
+        TEST(test_scribble_table),
         TEST(test_scribble_storm),
     };
 

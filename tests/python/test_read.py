@@ -157,6 +157,29 @@ class TestReaderOverHandMadeSegment(unittest.TestCase):
         seg.put("far", b"found", probe=5)
         self.assertEqual(read(seg.catalog(), "far")[:2], (C.HIT, b"found"))
 
+    def test_full_probe_proves_nothing(self):
+        """A probe that runs SHMB_CATALOG_PROBES entries (or, in a smaller
+        table, every slot once) without an empty one proves no miss, as
+        proto/catalog.c: the daemon is asked. A key at the probe's last
+        entry is found."""
+        seg = FakeSegment(slots=64)
+        at, gen = seg.put("k", b"v")
+        home, tag = seg.home("k")
+        for p in range(P.CATALOG_PROBES):
+            seg.entry(home + p, tag ^ 1, at, gen, 1)
+        cat = seg.catalog()
+        self.assertEqual(read(cat, "k")[0], C.AGAIN)
+        seg.entry(home + P.CATALOG_PROBES - 1, tag, at, gen, 1)
+        self.assertEqual(read(cat, "k")[:2], (C.HIT, b"v"))
+        small = FakeSegment(slots=16)
+        at, gen = small.chunk("k", b"v")
+        for slot in range(16):
+            small.entry(slot, 0, at, gen, 1)
+        self.assertEqual(read(small.catalog(), "k")[0], C.AGAIN)
+        home, tag = small.home("k")
+        small.entry(home + 15, tag, at, gen, 1)
+        self.assertEqual(read(small.catalog(), "k")[:2], (C.HIT, b"v"))
+
     def test_miss_is_proven_only_when_the_table_is_still(self):
         """An empty entry ends the probe: a miss, unless entries moved (odd
         or changed catalog_moves) or some object is not listed."""
@@ -181,22 +204,33 @@ class TestReaderOverHandMadeSegment(unittest.TestCase):
         self.assertEqual(read(cat, "absent")[0], C.MISS)
 
     def test_deleted_or_reused_chunk_is_not_read(self):
-        """Seal 0 (deleted), another generation (reused), another state or
-        another key in the chunk: the entry is passed over."""
+        """Seal 0 (deleted), another generation (reused), another state,
+        another key in the chunk, another magic or payload size: the entry
+        is passed over, and as it has the key's tag the miss after it is not
+        proven (the daemon is asked), as proto/catalog.c does."""
         seg = FakeSegment()
         at, gen = seg.put("k", b"payload")
         cat = seg.catalog()
         seg.set_seal(at, 0)
-        self.assertEqual(read(cat, "k")[0], C.MISS)
+        self.assertEqual(read(cat, "k")[0], C.AGAIN)
         seg.set_seal(at, gen + 1)
-        self.assertEqual(read(cat, "k")[0], C.MISS)
+        self.assertEqual(read(cat, "k")[0], C.AGAIN)
         seg.set_seal(at, (5 << 32) | gen)  # a count beside the generation is fine
         self.assertEqual(read(cat, "k")[:2], (C.HIT, b"payload"))
         struct.pack_into("=H", seg.buf, at + 4, P.CHUNK_FREE)
-        self.assertEqual(read(cat, "k")[0], C.MISS)
+        self.assertEqual(read(cat, "k")[0], C.AGAIN)
         struct.pack_into("=H", seg.buf, at + 4, P.CHUNK_COMMITTED)
         seg.buf[at + P.CHUNK_HEADER_SIZE] = ord("j")
-        self.assertEqual(read(cat, "k")[0], C.MISS)
+        self.assertEqual(read(cat, "k")[0], C.AGAIN)
+        seg.buf[at + P.CHUNK_HEADER_SIZE] = ord("k")
+        self.assertEqual(read(cat, "k")[:2], (C.HIT, b"payload"))
+        seg.set32(at, P.CHUNK_MAGIC ^ 1)
+        self.assertEqual(read(cat, "k")[0], C.AGAIN)
+        seg.set32(at, P.CHUNK_MAGIC)
+        struct.pack_into("=Q", seg.buf, at + 32, 8)  # payload_size: not the entry's 7
+        self.assertEqual(read(cat, "k")[0], C.AGAIN)
+        struct.pack_into("=Q", seg.buf, at + 32, 7)
+        self.assertEqual(read(cat, "k")[:2], (C.HIT, b"payload"))
 
     def test_entry_being_written_asks_the_daemon(self):
         seg = FakeSegment()
@@ -222,7 +256,9 @@ class TestReaderOverHandMadeSegment(unittest.TestCase):
         """Entries with the key's tag pointing at another key's chunk (its
         generation, its size), outside the data area, unaligned, over the
         catalog, of size 0 or huge: none is read; random entries neither
-        (an empty one ends the probe: a miss, the worst a scribble can do)."""
+        (an empty one ends the probe: a miss, the worst a scribble can do).
+        A miss past entries of the key's tag that failed their checks is not
+        proven: the daemon is asked."""
         seg = FakeSegment()
         other, ogen = seg.put("other", b"OTHER BYTES")
         home, tag = seg.home("mine")
@@ -232,7 +268,7 @@ class TestReaderOverHandMadeSegment(unittest.TestCase):
         for i, (chunk, gen, size) in enumerate(bad):
             seg.entry(home + i, tag, chunk, gen, size)
         cat = seg.catalog()
-        self.assertEqual(read(cat, "mine")[0], C.MISS)
+        self.assertEqual(read(cat, "mine")[0], C.AGAIN)
         seg.put("mine", b"MINE", probe=len(bad))
         self.assertEqual(read(cat, "mine")[:2], (C.HIT, b"MINE"))
         rng = random.Random(16)
@@ -278,10 +314,127 @@ class TestReaderOverHandMadeSegment(unittest.TestCase):
 
         out = Changing(10)
         # Changed under every copy (the seal stays changed): passed over,
-        # and the retried read no longer finds it.
+        # and the retried read, past an entry of the key that fails its
+        # checks now, asks the daemon.
         what, _, retries = restore_then(out)
-        self.assertEqual((what, retries), (C.MISS, 1))
+        self.assertEqual((what, retries), (C.AGAIN, 1))
         self.assertEqual(read(cat, "k")[:2], (C.HIT, b"payload!"))
+
+
+class CountingFence:
+    """An acquire fence that counts its calls, and may act as a writer
+    whose stores become visible at the nth call (act(n))."""
+
+    def __init__(self, inner=None, act=None):
+        self.inner, self.act, self.calls = inner, act, 0
+
+    def __call__(self):
+        self.calls += 1
+        if self.inner is not None:
+            self.inner()
+        if self.act is not None:
+            self.act(self.calls)
+
+
+def libatomic_fence():
+    """The fence a machine without TSO gets (GCC's libatomic), loaded on
+    this one; None when libatomic is not installed."""
+    fence, why = C.load_fence("aarch64")
+    return fence
+
+
+class TestOrderedReads(unittest.TestCase):
+    """The reader on a machine without x86-64's ordering: acquire fences
+    from libatomic after each first load of a sequence word or seal and
+    before each second look, the same results as without them."""
+
+    def setUp(self):
+        self.fence = libatomic_fence()
+        if self.fence is None:
+            self.skipTest("no libatomic.so.1 here (Debian: libatomic1)")
+
+    def test_which_machines_need_what(self):
+        """x86-64 needs no fence; another 64-bit machine gets libatomic's,
+        and without it no catalog, with a message that says what to
+        install; the fence really is callable."""
+        self.assertEqual(C.load_fence("x86_64"), (None, None))
+        self.assertEqual(C.load_fence("AMD64"), (None, None))
+        fence, why = C.load_fence("aarch64")
+        self.assertIsNone(why)
+        fence()
+        fence, why = C.load_fence("aarch64", library="libatomic-not-here.so.9")
+        self.assertIsNone(fence)
+        self.assertIn("libatomic1", why)
+        self.assertIn("aarch64", why)
+
+    def test_no_fence_no_catalog(self):
+        """Catalog.make gives no catalog where no correct read is possible,
+        so that every read asks the daemon."""
+        seg = FakeSegment()
+        saved = (C._fence, C.why_no_catalog, C._loaded)
+        self.addCleanup(lambda: setattr(C, "_fence", saved[0]) or setattr(
+            C, "why_no_catalog", saved[1]) or setattr(C, "_loaded", saved[2]))
+        C._fence, C.why_no_catalog, C._loaded = None, "no fence here", True
+        self.assertIsNone(C.Catalog.make(seg.mv, seg.info))
+        C._fence, C.why_no_catalog = self.fence, None
+        self.assertIs(C.Catalog.make(seg.mv, seg.info).fence, self.fence)
+
+    def ordered(self, seg, act=None):
+        fence = CountingFence(self.fence, act)
+        return C.Catalog.make(seg.mv, seg.info, fence=fence), fence
+
+    def test_same_results_with_fences(self):
+        """Hits, misses, hostile entries and a table in motion: the reader
+        with fences gives what the one without gives, and fences every
+        sequence word and seal: a hit costs five fences (moves, the entry's
+        seq before and after its fields, the seal, after the copy)."""
+        seg = FakeSegment()
+        seg.put("k1", b"one")
+        at, gen = seg.put("k2", bytes(range(200)))
+        cat, fence = self.ordered(seg)
+        plain = seg.catalog()
+        self.assertIsNone(plain.fence)
+        self.assertEqual(read(cat, "k1"), (C.HIT, b"one", 0))
+        self.assertEqual(fence.calls, 5)
+        for key in ("k1", "k2", "absent"):
+            self.assertEqual(read(cat, key), read(plain, key))
+        seg.set_seal(at, gen + 1)
+        self.assertEqual(read(cat, "k2")[0], C.AGAIN)
+        seg.set32(MOVES, 3)
+        self.assertEqual(read(cat, "absent")[0], C.AGAIN)
+        seg.set32(MOVES, 4)
+        self.assertEqual(read(cat, "absent")[0], C.MISS)
+
+    def test_entry_written_between_the_fences(self):
+        """The daemon rewrites the entry after the reader's first look at
+        its seq (visible at the fence that follows it): the reader sees the
+        seq changed at its second look and looks again."""
+        seg = FakeSegment()
+        seg.put("k", b"value")
+        home, _ = seg.home("k")
+        seq_at = seg.coff + home * 32
+
+        def writer(n):
+            if n == 2:  # moves' fence, then the entry's first one
+                seg.set32(seq_at, struct.unpack_from("=I", seg.buf, seq_at)[0] + 2)
+
+        cat, fence = self.ordered(seg, writer)
+        self.assertEqual(read(cat, "k"), (C.HIT, b"value", 0))
+        self.assertEqual(fence.calls, 7)  # the entry read twice
+
+    def test_chunk_reused_during_the_copy(self):
+        """The chunk's generation changes while the payload is copied
+        (visible at the fence after the copy): the copy is not returned."""
+        seg = FakeSegment()
+        at, gen = seg.put("k", b"value")
+
+        def writer(n):
+            if n == 5:
+                seg.set_seal(at, gen + 1)
+
+        cat, fence = self.ordered(seg, writer)
+        what, value, retries = read(cat, "k")
+        self.assertEqual((what, retries), (C.AGAIN, 1))
 
 
 class FakeDaemon(support.FakeServer):

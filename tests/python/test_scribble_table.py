@@ -1,0 +1,252 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The scribble table (tests/scribble/cases), row by row, against a real
+daemon: each row scribbles over the segment through a read-write mapping,
+then Client.read (on a read-write and a read-only client) and the C
+library's shmb_read (build/tests/shmb-read-tool, both kinds of handle) read
+the same scribbled segment. Every one of the four reads must give the row's
+outcome: from the mapping or from the daemon, exactly the victim's bytes or
+not found, never another key's bytes; so the two readers cannot drift apart
+again."""
+
+import mmap
+import os
+import struct
+import subprocess
+import unittest
+
+import support
+from shmbroker import _catalog as C
+from shmbroker import _protocol as P
+import shmbroker
+
+TABLE = os.path.join(support.ROOT, "tests", "scribble", "cases")
+SIZE = 100
+
+# Where each name of the table is: (offset, width) in the victim's entry,
+# its chunk header, or the segment header.
+ENTRY_FIELDS = {"seq": (0, 4), "hash": (4, 4), "chunk": (8, 8), "gen": (16, 4),
+                "flags": (20, 4), "size": (24, 8)}
+CHUNK_FIELDS = {"magic": (0, 4), "state": (4, 2), "key_len": (6, 2), "header_size": (8, 4),
+                "tag": (12, 4), "id": (16, 8), "chunk_size": (24, 8),
+                "payload_size": (32, 8), "seal": (40, 8)}
+HEADER_FIELDS = {"moves": (P.CATALOG_MOVES_AT, 4), "unlisted": (P.CATALOG_UNLISTED_AT, 4),
+                 "seed": (P.CATALOG_SEED_AT, 4)}
+OUTCOMES = ("hit", "daemon", "notfound", "daemon-notfound")
+
+
+def read_tool():
+    """$SHMB_BUILD_DIR/tests/shmb-read-tool, else the source tree's build/."""
+    build = os.environ.get("SHMB_BUILD_DIR") or os.path.join(support.ROOT, "build")
+    return os.path.join(os.path.abspath(build), "tests", "shmb-read-tool")
+
+
+def load_table(path=TABLE):
+    """The rows: (line number, name, read, where, change, expect)."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.split("#", 1)[0].split()
+            if not line:
+                continue
+            if len(line) != 5 or line[4] not in OUTCOMES:
+                raise ValueError("%s:%d: a row is NAME READ WHERE CHANGE EXPECT, EXPECT one "
+                                 "of %s" % (path, n, ", ".join(OUTCOMES)))
+            rows.append((n,) + tuple(line))
+    return rows
+
+
+def payload(row, which):
+    """The 100 bytes of a row's object: differ per row and per object."""
+    return bytes((row * 7 + which * 101 + i * 13) & 0xFF for i in range(SIZE))
+
+
+def changed(value, change, width, nxt):
+    """value after change ("add:64", "set:next"...), wrapped to width bytes."""
+    op, _, arg = change.partition(":")
+    v = nxt if arg == "next" else int(arg, 0)
+    mask = (1 << (8 * width)) - 1
+    if op == "set":
+        return v & mask
+    if op == "add":
+        return (value + v) & mask
+    if op == "sub":
+        return (value - v) & mask
+    if op == "xor":
+        return (value ^ v) & mask
+    raise ValueError("unknown change %r" % change)
+
+
+class TestScribbleTable(support.DaemonTest):
+    DAEMON_SIZE = "4M"
+
+    def setUp(self):
+        super().setUp()
+        self.assertTrue(os.access(read_tool(), os.X_OK),
+                        "%s is missing: make test builds it" % read_tool())
+        info = self.c.info
+        self.assertGreater(info.get("catalog_slots", 0), 0, "no catalog: %r" % (info,))
+        path = os.path.join(self.d.shm_dir, self.d.name)
+        with open(path, "r+b") as f:
+            self.m = mmap.mmap(f.fileno(), info["size"])
+        self.addCleanup(self.m.close)
+        self.coff, self.slots = info["catalog_offset"], info["catalog_slots"]
+        self.seed = info["catalog_seed"]
+        self.ro = self.d.client(name="table-ro", read_only=True)
+        self.addCleanup(self.ro.close)
+        # The C reader connects now, before any scribble, as the Python
+        # clients did (hello repairs the header page a client scribbled).
+        self.tool = subprocess.Popen([read_tool(), self.d.socket_path], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.addCleanup(self.stop_tool)
+
+    def stop_tool(self):
+        self.tool.stdin.close()
+        self.assertEqual(self.tool.wait(timeout=60), 0)
+        self.tool.stdout.close()
+
+    def entry_at(self, key, chunk=None):
+        """The offset of key's entry (the one naming chunk, when given), or
+        of its home entry when chunk is None."""
+        h = C.catalog_hash(self.seed, key.encode())
+        if chunk is None:
+            return self.coff + (h & (self.slots - 1)) * P.CATALOG_ENTRY_SIZE, h >> 32
+        for p in range(P.CATALOG_PROBES):
+            at = self.coff + ((h + p) & (self.slots - 1)) * P.CATALOG_ENTRY_SIZE
+            if struct.unpack_from("=Q", self.m, at + 8)[0] == chunk:
+                return at, h >> 32
+        self.fail("the catalog does not list %r at chunk %d" % (key, chunk))
+
+    def put(self, key, data):
+        """Put data under key; its chunk's offset."""
+        return self.c.put(key, data) - P.align64(P.CHUNK_HEADER_SIZE + len(key))
+
+    def scribble(self, where, change, victim, vchunk, nchunk, absent):
+        """Apply one row's change; [(offset, old bytes)] to put back."""
+        if where == "-":
+            return []
+        if where == "forge":
+            at, tag = self.entry_at(absent)
+            ventry, _ = self.entry_at(victim, vchunk)
+            old = bytes(self.m[at:at + 32])
+            _seq, _h, chunk, gen, _f, size = P.CATALOG_ENTRY.unpack_from(self.m, ventry)
+            P.CATALOG_ENTRY.pack_into(self.m, at, 2, tag, chunk, gen, 0, size)
+            return [(at, old)]
+        area, _, field = where.partition(".")
+        if area == "entry":
+            base, _ = self.entry_at(victim, vchunk)
+            off, width = ENTRY_FIELDS[field]
+        elif area == "header":
+            base = 0
+            off, width = HEADER_FIELDS[field]
+        elif area == "chunk" and field in ("key", "key_last"):
+            base = vchunk + P.CHUNK_HEADER_SIZE
+            off, width = (0 if field == "key" else len(victim) - 1), 1
+        elif area == "chunk":
+            base = vchunk
+            off, width = CHUNK_FIELDS[field]
+        elif where.startswith("chunk@"):
+            base, off, width = vchunk, int(where[6:], 0), 1
+        else:
+            raise ValueError("unknown place %r" % where)
+        at = base + off
+        old = bytes(self.m[at:at + width])
+        value = changed(int.from_bytes(old, "little"), change, width, nchunk)
+        self.m[at:at + width] = value.to_bytes(width, "little")
+        return [(at, old)]
+
+    def py_read(self, client, key):
+        """(outcome, bytes or None) of Client.read."""
+        before = client.read_stats()["fallback"]
+        try:
+            got = client.read(key)
+        except shmbroker.NotFound:
+            got = None
+        by_daemon = client.read_stats()["fallback"] > before
+        if got is None:
+            return ("daemon-notfound" if by_daemon else "notfound"), None
+        return ("daemon" if by_daemon else "hit"), got
+
+    def c_reads(self, key):
+        """{mode: (outcome, bytes or None)} of shmb-read-tool's handles."""
+        self.tool.stdin.write(key + "\n")
+        self.tool.stdin.flush()
+        found = {}
+        for _ in range(2):
+            line = self.tool.stdout.readline()
+            self.assertTrue(line, "shmb-read-tool ended (status %r)" % self.tool.poll())
+            k, mode, outcome, _size, hexed = line.split()
+            self.assertEqual(k, key)
+            found[mode] = (outcome, None if hexed == "-" else bytes.fromhex(hexed))
+        self.assertEqual(sorted(found), ["ro", "rw"])
+        return found
+
+    def test_table(self):
+        """Every row: Python and C, read-write and read-only, the row's
+        outcome with the victim's exact bytes, never another key's."""
+        rows = load_table()
+        self.assertGreater(len(rows), 30)
+        wrong = []
+        for i, (line, name, what, where, change, expect) in enumerate(rows):
+            victim, nxt, absent = ("%s/victim" % name, "%s/next" % name,
+                                   "%s/absent" % name)
+            vdata, ndata = payload(i, 0), payload(i, 1)
+            vchunk = self.put(victim, vdata)
+            nchunk = self.put(nxt, ndata)
+            saved = self.scribble(where, change, victim, vchunk, nchunk, absent)
+            try:
+                key = victim if what == "victim" else absent
+                want = (expect, vdata if expect in ("hit", "daemon") else None)
+                got = {"python rw": self.py_read(self.c, key),
+                       "python ro": self.py_read(self.ro, key)}
+                for mode, res in self.c_reads(key).items():
+                    got["C " + mode] = res
+            finally:
+                for at, old in saved:
+                    self.m[at:at + len(old)] = old
+            for reader, res in sorted(got.items()):
+                if res[1] is not None and res[1] != vdata:
+                    wrong.append("row %s (line %d): %s returned %d bytes that are not %s's%s"
+                                 % (name, line, reader, len(res[1]), victim,
+                                    " (another key's among them)" if ndata[:8] in res[1]
+                                    or b"CHNK" in res[1] else ""))
+                elif res != want:
+                    wrong.append("row %s (line %d): %s gave %s, the table says %s"
+                                 % (name, line, reader, res[0], expect))
+            self.c.delete(victim)
+            self.c.delete(nxt)
+        self.assertEqual(wrong, [], "\n" + "\n".join(wrong))
+        self.assertEqual(self.c.stats()["objects"], 0)
+
+
+class TestScribbleTableOrdered(TestScribbleTable):
+    """The same table with the Python reader of a machine without x86-64's
+    ordering (acquire fences from libatomic, forced here): the same
+    outcomes, and the fences are called."""
+
+    def setUp(self):
+        fence, _why = C.load_fence("aarch64")
+        if fence is None:
+            self.skipTest("no libatomic.so.1 here (Debian: libatomic1)")
+        self.calls = [0]
+
+        def counted():
+            self.calls[0] += 1
+            fence()
+
+        saved = (C._fence, C.why_no_catalog, C._loaded)
+
+        def restore():
+            C._fence, C.why_no_catalog, C._loaded = saved
+
+        self.addCleanup(restore)
+        C._fence, C.why_no_catalog, C._loaded = counted, None, True
+        super().setUp()
+        self.assertIs(self.c._catalog.fence, counted)
+
+    def test_table(self):
+        super().test_table()
+        self.assertGreater(self.calls[0], 4 * 40)
+
+
+if __name__ == "__main__":
+    unittest.main()
