@@ -75,6 +75,14 @@ struct queue {
     uint64_t writer_epoch; /* writers that took it so far (the area's copy may be scribbled) */
     struct queue_member writer_who;
     struct queue_seat seat[SHMB_QUEUE_SEATS_MAX];
+    /* The daemon's record of its writers' overflow objects: the seqs of the
+     * "q/<name>/<seq>" they allocated, ascending, in a ring of overflow_cap
+     * (grown as needed, at most slots + 1: older ones have left the ring).
+     * A seat that leaves forgoes its reads of these, so that it costs the
+     * objects there are, not a scan of slots keys at the area's (writable)
+     * head. */
+    uint64_t *overflow;
+    uint32_t overflow_first, overflow_n, overflow_cap;
 };
 
 TAILQ_HEAD(queue_list, queue);
@@ -195,8 +203,10 @@ unsigned queue_count(const struct queue_set *set, const struct pool *pool);
 /* An alloc of key by owner in pool: when key is "q/<queue>/<seq>" of a
  * queue of pool whose writer owner is, *readers becomes the daemon's count
  * of its live seats (the writer's own count may be stale: a seat taken
- * since). Other keys are left alone. */
-void queue_overflow_readers(const struct queue_set *set, const struct pool *pool,
+ * since), and seq joins the queue's record of overflow objects (a seq below
+ * the last one recorded starts the record again). Other keys are left
+ * alone. */
+void queue_overflow_readers(struct queue_set *set, const struct pool *pool,
                             const void *owner, const char *key, size_t key_len,
                             uint32_t *readers);
 
