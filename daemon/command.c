@@ -266,6 +266,8 @@ static int cmd_alloc(struct command_call *call)
     }
     if (rc < 0)
         return rc;
+    /* Made: the seats that leave forgo their reads of it. */
+    queue_overflow_made(&call->env->queues, call->client->pool, call->client, key, key_len);
     return command_set_extent(call, &ext);
 }
 

@@ -524,29 +524,54 @@ static bool queue_key_seq(const char *key, size_t len, size_t prefix, uint64_t *
     return true;
 }
 
-void queue_overflow_readers(struct queue_set *set, const struct pool *pool,
-                            const void *owner, const char *key, size_t key_len,
-                            uint32_t *readers)
+/* The queue of pool whose writer owner is and whose overflow key is
+ * key[0..key_len) ("q/<queue>/<seq>"), or NULL; *prefix: the bytes before
+ * seq. */
+static struct queue *queue_of_overflow(const struct queue_set *set, const struct pool *pool,
+                                       const void *owner, const char *key, size_t key_len,
+                                       size_t *prefix)
 {
     struct queue *q;
     const char *slash;
-    uint32_t s, live = 0;
-    uint64_t seq;
 
     if (key_len < 4 || memcmp(key, "q/", 2) != 0 ||
         (slash = memchr(key + 2, '/', key_len - 2)) == NULL)
+        return NULL;
+    TAILQ_FOREACH(q, &set->list, link)
+        if (q->pool == pool && q->writer == owner &&
+            strlen(q->name) == (size_t)(slash - key - 2) &&
+            memcmp(q->name, key + 2, (size_t)(slash - key - 2)) == 0) {
+            *prefix = (size_t)(slash - key) + 1;
+            return q;
+        }
+    return NULL;
+}
+
+void queue_overflow_readers(const struct queue_set *set, const struct pool *pool,
+                            const void *owner, const char *key, size_t key_len,
+                            uint32_t *readers)
+{
+    const struct queue *q;
+    uint32_t s, live = 0;
+    size_t prefix;
+
+    if ((q = queue_of_overflow(set, pool, owner, key, key_len, &prefix)) == NULL)
         return;
-    TAILQ_FOREACH(q, &set->list, link) {
-        if (q->pool != pool || q->writer != owner || strlen(q->name) != (size_t)(slash - key - 2) ||
-            memcmp(q->name, key + 2, (size_t)(slash - key - 2)) != 0)
-            continue;
-        for (s = 0; s < q->seats; s++)
-            live += q->seat[s].state == SHMB_SEAT_LIVE;
-        *readers = live;
-        if (queue_key_seq(key, key_len, (size_t)(slash - key) + 1, &seq))
-            queue_overflow_record(q, seq);
-        return;
-    }
+    for (s = 0; s < q->seats; s++)
+        live += q->seat[s].state == SHMB_SEAT_LIVE;
+    *readers = live;
+}
+
+void queue_overflow_made(struct queue_set *set, const struct pool *pool, const void *owner,
+                         const char *key, size_t key_len)
+{
+    struct queue *q;
+    uint64_t seq;
+    size_t prefix;
+
+    if ((q = queue_of_overflow(set, pool, owner, key, key_len, &prefix)) != NULL &&
+        queue_key_seq(key, key_len, prefix, &seq))
+        queue_overflow_record(q, seq);
 }
 
 /* Whether q is left to be deleted: nobody holds it, and it was temporary

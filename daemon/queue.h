@@ -203,12 +203,17 @@ unsigned queue_count(const struct queue_set *set, const struct pool *pool);
 /* An alloc of key by owner in pool: when key is "q/<queue>/<seq>" of a
  * queue of pool whose writer owner is, *readers becomes the daemon's count
  * of its live seats (the writer's own count may be stale: a seat taken
- * since), and seq joins the queue's record of overflow objects (a seq below
- * the last one recorded starts the record again). Other keys are left
- * alone. */
-void queue_overflow_readers(struct queue_set *set, const struct pool *pool,
+ * since). Other keys are left alone. */
+void queue_overflow_readers(const struct queue_set *set, const struct pool *pool,
                             const void *owner, const char *key, size_t key_len,
                             uint32_t *readers);
+
+/* key, allocated by owner in pool, is the overflow object of message seq
+ * of a queue whose writer owner is ("q/<queue>/<seq>"): seq joins that
+ * queue's record (a seq below the last one recorded starts it again), which
+ * the seats that leave go through. Other keys are left alone. */
+void queue_overflow_made(struct queue_set *set, const struct pool *pool, const void *owner,
+                         const char *key, size_t key_len);
 
 /* Delete every committed object of pool under "q/": overflow messages of
  * queues of an earlier run of the daemon (queues do not outlive it), which

@@ -761,6 +761,7 @@ static void overflow_message(struct fixture *f, struct queue *q, struct shmb_q *
     queue_overflow_readers(&f->set, f->pool, &conn_a, key, strlen(key), &readers);
     assert_int_equal(store_alloc(f->pool->store, h, key, strlen(key), 100, readers, &ext, &f->err),
                      0);
+    queue_overflow_made(&f->set, f->pool, &conn_a, key, strlen(key));
     assert_int_equal(store_commit(f->pool->store, h, key, strlen(key), &f->err), 0);
     assert_int_equal(shmb_q_enqueue(w, "k", 1, 0, &f->err), 0);
 }
