@@ -479,7 +479,8 @@ static void queue_overflow_record(struct queue *q, uint64_t seq)
         if (seq < last)
             q->overflow_n = 0;
     }
-    while (q->overflow_n > 0 && queue_overflow_at(q, 0) + q->slots < seq) {
+    /* Ascending, so the oldest is below seq: no sum to overflow. */
+    while (q->overflow_n > 0 && seq - queue_overflow_at(q, 0) > q->slots) {
         q->overflow_first = (q->overflow_first + 1) % q->overflow_cap;
         q->overflow_n--;
     }
