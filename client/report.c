@@ -311,7 +311,15 @@ static void *client_report_block(shmb_t *c, const json_t *reply, const char *arr
     }
     n = json_array_size(*items);
     for (i = 0; i < n; i++) {
-        const char *s = client_string(c, json_array_get(*items, i), text);
+        const json_t *item = json_array_get(*items, i);
+        const char *s;
+
+        /* A name that a pool's group= hides from this peer is null: "". */
+        if (json_is_null(json_object_get(item, text)) && strcmp(text, "name") == 0) {
+            room++;
+            continue;
+        }
+        if ((s = client_string(c, item, text)) == NULL)
 
         if (s == NULL)
             return NULL;
@@ -327,12 +335,15 @@ static void *client_report_block(shmb_t *c, const json_t *reply, const char *arr
     return block;
 }
 
-/* Copy an item's string field (checked by client_report_block) to *texts,
- * moving it on; returns the copy. */
+/* Copy an item's string field (checked by client_report_block; null is "")
+ * to *texts, moving it on; returns the copy. */
 static const char *client_report_text(const json_t *item, const char *field, char **texts)
 {
     const char *s = json_string_value(json_object_get(item, field));
     char *copy = *texts;
+
+    if (s == NULL)
+        s = "";
     size_t len = strlen(s) + 1;
 
     memcpy(copy, s, len);
@@ -567,7 +578,8 @@ int shmb_request(shmb_t *c, const char *request, char **reply)
 
 /* ---- queue_list: the broadcast queues ------------------------------------- */
 
-/* A string field of a report, "" when absent or null. */
+/* A string field of a report, "" when absent or null (a name that a
+ * pool's group= hides from this peer). */
 static const char *client_queue_str(const json_t *obj, const char *field)
 {
     const char *s = json_string_value(json_object_get(obj, field));
@@ -583,7 +595,8 @@ static int64_t client_queue_int(const json_t *obj, const char *field, int64_t df
     return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
 }
 
-/* Fill one queue's entry (its seats at seat_list) from its object. */
+/* Fill one queue's entry (its seats at seat_list, when the reply has them)
+ * from its object. */
 static int client_queue_fill(shmb_t *c, const json_t *item, shmb_queue_info_t *o,
                              shmb_queue_seat_info_t *seat_list)
 {
@@ -594,11 +607,11 @@ static int client_queue_fill(shmb_t *c, const json_t *item, shmb_queue_info_t *o
     size_t i;
     int rc;
 
-    if (!json_is_object(item) || !json_is_string(json_object_get(item, "name")) ||
-        !json_is_array(seats))
+    if (!json_is_object(item) || (!json_is_string(json_object_get(item, "name")) &&
+                                  !json_is_null(json_object_get(item, "name"))))
         return shmb_error_set(&c->err, -EPROTO,
                               "shmbrokerd's queue_list reply has a queue without a "
-                              "\"name\" or a \"seat_list\".");
+                              "\"name\".");
     if ((rc = client_u64(c, item, "seats", &v[0])) < 0 ||
         (rc = client_u64(c, item, "slots", &v[1])) < 0 ||
         (rc = client_u64(c, item, "slot_size", &v[2])) < 0 ||
@@ -687,13 +700,17 @@ static int client_queue_list_decode(shmb_t *c, json_t *reply, shmb_queue_list_t 
     return 0;
 }
 
-static int client_queue_list(shmb_t *c, shmb_queue_list_t **out)
+/* queue_list, with each queue's seats when seats. */
+static int client_queue_list(shmb_t *c, bool seats, shmb_queue_list_t **out)
 {
     json_t *reply = NULL;
     int rc;
 
     shmb_error_clear(&c->err);
-    rc = client_call(c, json_pack("{s:s}", "op", shmb_ops[SHMB_OP_QUEUE_LIST].name),
+    rc = client_call(c,
+                     seats ? json_pack("{s:s, s:b}", "op", shmb_ops[SHMB_OP_QUEUE_LIST].name,
+                                       "seats", 1)
+                           : json_pack("{s:s}", "op", shmb_ops[SHMB_OP_QUEUE_LIST].name),
                      &reply);
     if (rc == 0)
         rc = client_queue_list_decode(c, reply, out);
@@ -706,7 +723,15 @@ int shmb_queue_list(shmb_t *c, shmb_queue_list_t **out)
     int rc = client_enter(c);
 
     *out = NULL;
-    return rc < 0 ? rc : client_done(c, client_queue_list(c, out));
+    return rc < 0 ? rc : client_done(c, client_queue_list(c, true, out));
+}
+
+int shmb_queue_summary(shmb_t *c, shmb_queue_list_t **out)
+{
+    int rc = client_enter(c);
+
+    *out = NULL;
+    return rc < 0 ? rc : client_done(c, client_queue_list(c, false, out));
 }
 
 void shmb_queue_list_free(shmb_queue_list_t *list)

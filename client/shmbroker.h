@@ -115,7 +115,8 @@ typedef struct shmb_list {
 /* One connection of a shmb_clients. */
 typedef struct shmb_client_info {
     int64_t pid, uid, gid;
-    const char *name; /* as the client said at hello, "" without; owned by the list */
+    const char *name; /* as the client said at hello, "" without (or when its pool
+                       * has a group= that leaves this client out); owned by the list */
     char mode[4];     /* "rw" or "ro" */
     uint64_t pins, pending, bytes_pinned;
     uint64_t connected_unix; /* seconds since the epoch */
@@ -549,7 +550,8 @@ typedef struct shmb_queue_seat_info {
 } shmb_queue_seat_info_t;
 
 /* One queue as queue_list shows it (PROTOCOL.md). Strings are owned by the
- * list. */
+ * list. The names (the queue's, its members') are "" when the queue's pool
+ * has a group= that leaves this client out. */
 typedef struct shmb_queue_info {
     const char *name, *pool;
     uint32_t seats;
@@ -580,9 +582,12 @@ typedef struct shmb_queue_list {
     void *reply; /* the library's */
 } shmb_queue_list_t;
 
-/* Every queue of every pool of the daemon. *out gets the list (free it with
- * shmb_queue_list_free), NULL on failure. */
+/* Every queue of every pool of the daemon, each with its seats. *out gets
+ * the list (free it with shmb_queue_list_free), NULL on failure. */
 int shmb_queue_list(shmb_t *c, shmb_queue_list_t **out);
+/* The same without the seats (nseats 0, seat_list NULL): a reply whose size
+ * does not grow with the seats, for callers that show only the figures. */
+int shmb_queue_summary(shmb_t *c, shmb_queue_list_t **out);
 void shmb_queue_list_free(shmb_queue_list_t *list);
 
 #ifdef __cplusplus

@@ -149,15 +149,16 @@ static const char *prom_label(const char *s, char *buf, size_t len)
     return buf;
 }
 
-/* The broadcast queues (of pool only, when not NULL), or NULL with the
+/* The broadcast queues, with their seats when seats, or NULL with the
  * error reported: none from a daemon that has no queues (ENOSYS). The
  * caller frees the list. */
-static shmb_queue_list_t *queues_of(shmb_t *c, int *rc)
+static shmb_queue_list_t *queues_of(shmb_t *c, bool seats, int *rc)
 {
     shmb_queue_list_t *list = NULL;
 
     *rc = 0;
-    if (shmb_queue_list(c, &list) < 0 && shmb_errcode(c) != -ENOSYS)
+    if ((seats ? shmb_queue_list(c, &list) : shmb_queue_summary(c, &list)) < 0 &&
+        shmb_errcode(c) != -ENOSYS)
         *rc = fail(c);
     return list;
 }
@@ -169,7 +170,9 @@ static bool queue_shown(const shmb_queue_info_t *q, const char *pool)
 }
 
 /* The queues' metrics, labelled pool="P",queue="Q" (seats: and state=...):
- * nothing when there is no queue, so that every metric named has samples. */
+ * nothing when there is no queue, so that every metric named has samples.
+ * A queue whose name its pool's group= hides from this user has no label
+ * to tell it from another: it is left out. */
 static int prometheus_queues(shmb_t *c, const char *pool)
 {
     static const char *const states[] = {"live", "dead", "free"};
@@ -189,10 +192,10 @@ static int prometheus_queues(shmb_t *c, const char *pool)
     size_t i, j, shown = 0;
     int rc, k;
 
-    if ((list = queues_of(c, &rc)) == NULL)
+    if ((list = queues_of(c, false, &rc)) == NULL)
         return rc;
     for (j = 0; j < list->count; j++)
-        shown += queue_shown(&list->queues[j], pool);
+        shown += queue_shown(&list->queues[j], pool) && list->queues[j].name[0] != '\0';
     for (i = 0; shown > 0 && i < sizeof(metrics) / sizeof(metrics[0]); i++) {
         printf("# HELP %s %s\n# TYPE %s %s\n", metrics[i].metric, metrics[i].help,
                metrics[i].metric, metrics[i].type);
@@ -200,7 +203,7 @@ static int prometheus_queues(shmb_t *c, const char *pool)
             const shmb_queue_info_t *q = &list->queues[j];
             const uint32_t seats[] = {q->seats_live, q->seats_dead, q->seats_free};
 
-            if (!queue_shown(q, pool))
+            if (!queue_shown(q, pool) || q->name[0] == '\0')
                 continue;
             prom_label(q->pool, lp, sizeof(lp));
             prom_label(q->name, lq, sizeof(lq));
@@ -242,7 +245,7 @@ static int print_queues(shmb_t *c, const char *pool)
     size_t i, j, shown = 0;
     int rc;
 
-    if ((list = queues_of(c, &rc)) == NULL)
+    if ((list = queues_of(c, true, &rc)) == NULL)
         return rc;
     for (i = 0; i < list->count; i++)
         shown += queue_shown(&list->queues[i], pool);
@@ -255,7 +258,8 @@ static int print_queues(shmb_t *c, const char *pool)
             continue;
         printf("queue     %s (pool %s%s): %s, %llu slots of %s (%s), %llu messages, "
                "depth %llu\n",
-               esc(q->name, e[0], ESC_MAX), esc(q->pool, e[1], ESC_MAX),
+               q->name[0] != '\0' ? esc(q->name, e[0], ESC_MAX) : "(name hidden)",
+               esc(q->pool, e[1], ESC_MAX),
                q->temporary ? ", temporary" : "", q->state, (unsigned long long)q->slots,
                shmb_format_bytes(q->slot_size, b[0], sizeof(b[0])),
                shmb_format_bytes(q->size, b[1], sizeof(b[1])), (unsigned long long)q->messages,
@@ -439,7 +443,11 @@ static void print_pool(const shmb_stats_t *st, int with_pool, int with_clients)
         (unsigned long long)st->allocs, (unsigned long long)st->commits,
         (unsigned long long)st->gets, (unsigned long long)st->evictions,
         (unsigned long long)st->enospc);
-    if (st->has_blocker)
+    if (st->has_blocker && st->blocker_key[0] == '\0') /* hidden by the pool's group= */
+        printf("blocker   a key (%s, %llu pins, %llu awaited reads) stops reclaim\n",
+               esc(st->blocker_state, e[3], ESC_MAX), (unsigned long long)st->blocker_pins,
+               (unsigned long long)st->blocker_readers);
+    else if (st->has_blocker)
         printf("blocker   '%s' (%s, %llu pins, %llu awaited reads) stops reclaim\n",
                esc(st->blocker_key, e[2], ESC_MAX), esc(st->blocker_state, e[3], ESC_MAX),
                (unsigned long long)st->blocker_pins,

@@ -267,6 +267,8 @@ static int cmd_alloc(struct command_call *call)
     }
     if (rc < 0)
         return rc;
+    /* Made: the seats that leave forgo their reads of it. */
+    queue_overflow_made(&call->env->queues, call->client->pool, call->client, key, key_len);
     return command_set_extent(call, &ext);
 }
 
@@ -447,6 +449,24 @@ static int cmd_list(struct command_call *call)
     return 0;
 }
 
+/* Whether the asking connection may use pool: the reports show the names
+ * of what a pool holds (its keys, queues, clients' names) only to the peers
+ * its group= admits, and their figures to everyone. */
+static bool command_may_see(const struct command_call *call, const struct pool *pool)
+{
+    const struct command_client *cl = call->client;
+
+    return pool == NULL || pool_check_access(pool, cl->uid, cl->gid, cl->groups,
+                                             cl->n_groups, NULL) == 0;
+}
+
+/* A name for a report: null when hidden (command_may_see). A new
+ * reference, NULL when memory ran out. */
+static json_t *command_name(const char *name, bool hide)
+{
+    return hide ? json_null() : json_string(name);
+}
+
 /* What a pool's part of a stats reply is made of, gathered once. */
 struct command_stats {
     const struct command_env *env;
@@ -454,6 +474,7 @@ struct command_stats {
     struct store_stats st;
     uint64_t shm_free;
     uint64_t clients; /* connections counted in this object */
+    bool hide;        /* the blocker's key is not the asker's to see */
 };
 
 /* The value of one field of the stats reply (a row of proto/stats.def): a
@@ -470,7 +491,8 @@ static json_t *command_stat(const struct command_stats *cs, enum shmb_stat_id id
     case SHMB_STAT_BLOCKER:
         if (!st->has_blocker)
             return json_null();
-        return json_pack("{s:s, s:I, s:I, s:s}", "key", st->blocker_key, "pins",
+        return json_pack("{s:o, s:I, s:I, s:s}", "key", command_name(st->blocker_key, cs->hide),
+                         "pins",
                          (json_int_t)st->blocker_pins, "readers",
                          (json_int_t)st->blocker_readers, "state",
                          store_state_name(st->blocker_state));
@@ -504,11 +526,12 @@ static json_t *command_stat(const struct command_stats *cs, enum shmb_stat_id id
  * counters in an object of their own after the others; then the pool's
  * name, backing and group. clients: the connections that said hello to it;
  * mem_room: the memory the daemon may still use (a memfd pool's free
- * space). -ENOMEM. */
+ * space); hide: the blocker's key is shown as null. -ENOMEM. */
 static int command_pool_stats(const struct command_env *env, const struct pool *pool,
-                              uint64_t mem_room, json_t *obj)
+                              uint64_t mem_room, bool hide, json_t *obj)
 {
-    struct command_stats cs = {.env = env, .pool = pool, .clients = pool->clients};
+    struct command_stats cs = {
+        .env = env, .pool = pool, .clients = pool->clients, .hide = hide};
     json_t *counters = json_object();
     int i;
 
@@ -539,20 +562,22 @@ static int command_pool_stats(const struct command_env *env, const struct pool *
     return 0;
 }
 
-static json_t *command_queues_json(const struct command_env *env);
+static json_t *command_queues_json(const struct command_call *call, bool seats);
 
 /* stats: every pool in "pools", each looked at once (the host's memory
  * read once for all memfd pools); the connection's pool's fields again at
- * the top level, with every connection in "clients". */
+ * the top level, with every connection in "clients"; the queues as
+ * queue_list shows them. */
 static int cmd_stats(struct command_call *call)
 {
     const struct pool_set *set = call->env->pools;
     json_t *reply, *pools, *mine = NULL;
     struct host_memory mem;
     uint64_t mem_room = 0;
+    int seats = 0;
     unsigned i;
 
-    if (command_unpack(call, "{}") < 0)
+    if (command_unpack(call, "{s?b}", "seats", &seats) < 0)
         return call->err.code;
     for (i = 0; i < set->n; i++)
         if (set->pools[i]->cfg.backing == POOL_BACKING_MEMFD) {
@@ -566,7 +591,8 @@ static int cmd_stats(struct command_call *call)
         json_t *obj = json_object();
 
         if (obj == NULL || json_array_append_new(pools, obj) != 0 ||
-            command_pool_stats(call->env, set->pools[i], mem_room, obj) < 0)
+            command_pool_stats(call->env, set->pools[i], mem_room,
+                               !command_may_see(call, set->pools[i]), obj) < 0)
             goto nomem;
         if (set->pools[i] == call->client->pool)
             mine = obj;
@@ -584,14 +610,15 @@ static int cmd_stats(struct command_call *call)
     json_object_del(reply, "group");
     if (command_set(call, "pools", pools) < 0)
         return call->err.code;
-    return command_set(call, "queues", command_queues_json(call->env));
+    return command_set(call, "queues", command_queues_json(call, seats != 0));
 
 nomem:
     json_decref(pools);
     return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");
 }
 
-/* clients: every connection with its credentials and what it holds. */
+/* clients: every connection with its credentials and what it holds; the
+ * name of one in a pool the asker may not use is null. */
 static int cmd_clients(struct command_call *call)
 {
     struct command_client *cl;
@@ -608,9 +635,10 @@ static int cmd_clients(struct command_call *call)
 
         if (cl->holder != NULL)
             store_holder_stats(cl->holder, &hs);
-        item = json_pack("{s:I, s:I, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:b, s:s}", "pid",
+        item = json_pack("{s:I, s:I, s:I, s:o, s:s, s:I, s:I, s:I, s:I, s:b, s:s}", "pid",
                          (json_int_t)cl->pid, "uid", (json_int_t)cl->uid, "gid",
-                         (json_int_t)cl->gid, "name", cl->name, "mode",
+                         (json_int_t)cl->gid, "name",
+                         command_name(cl->name, !command_may_see(call, cl->pool)), "mode",
                          cl->read_only ? "ro" : "rw", "pins", (json_int_t)hs.pins,
                          "pending", (json_int_t)hs.pending, "bytes_pinned",
                          (json_int_t)hs.bytes_pinned, "connected_unix",
@@ -924,104 +952,116 @@ static int cmd_queue_delete(struct command_call *call)
     return command_work_park(call, w, rc);
 }
 
-/* {"client","pid","name"} of a member. */
-static json_t *command_member_json(const struct queue_member *who)
+/* {"client","pid","name"} of a member; the name null when hidden. */
+static json_t *command_member_json(const struct queue_member *who, bool hide)
 {
-    return json_pack("{s:I, s:I, s:s}", "client", (json_int_t)who->client, "pid",
-                     (json_int_t)who->pid, "name", who->name);
+    return json_pack("{s:I, s:I, s:o}", "client", (json_int_t)who->client, "pid",
+                     (json_int_t)who->pid, "name", command_name(who->name, hide));
 }
 
-/* One queue as queue_list and stats show it; a new reference, NULL when
- * memory ran out. */
-static json_t *command_queue_json(const struct queue *q)
+/* q's seat_list: one entry per seat, with its holder (named unless hide)
+ * and how far behind it is; a new reference, NULL when memory ran out. */
+static json_t *command_seats_json(const struct queue *q, const struct queue_status *st,
+                                  bool hide)
 {
     static const char *const seat_state[] = {"free", "live", "dead"};
-    struct queue_status st;
-    json_t *obj, *seats;
+    json_t *seats = json_array();
     uint32_t s;
 
-    queue_status(q, &st);
-    if ((seats = json_array()) == NULL)
+    if (seats == NULL)
         return NULL;
     for (s = 0; s < q->seats; s++) {
         const struct queue_seat *seat = &q->seat[s];
         bool who = seat->state != SHMB_SEAT_FREE;
 
         if (json_array_append_new(
-                seats, json_pack("{s:I, s:s, s:o, s:o, s:o, s:I}", "seat", (json_int_t)s,
-                                 "state", seat_state[seat->state <= 2 ? seat->state : 0],
-                                 "client",
-                                 who ? json_integer((json_int_t)seat->who.client) : json_null(),
-                                 "pid", who ? json_integer((json_int_t)seat->who.pid) : json_null(),
-                                 "name", who ? json_string(seat->who.name) : json_null(),
-                                 "behind", (json_int_t)st.behind[s])) != 0) {
+                seats,
+                json_pack("{s:I, s:s, s:o, s:o, s:o, s:I}", "seat", (json_int_t)s, "state",
+                          seat_state[seat->state <= 2 ? seat->state : 0], "client",
+                          who ? json_integer((json_int_t)seat->who.client) : json_null(),
+                          "pid", who ? json_integer((json_int_t)seat->who.pid) : json_null(),
+                          "name", who ? command_name(seat->who.name, hide) : json_null(),
+                          "behind", (json_int_t)st->behind[s])) != 0) {
             json_decref(seats);
             return NULL;
         }
     }
-    obj = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:b, s:s, s:I, s:I, s:I, s:I, s:I, "
+    return seats;
+}
+
+/* One queue as queue_list and stats show it: its summary, whose size does
+ * not grow with its seats, and with seats its seat_list. hide: the names
+ * (the queue's, its members') are null, the figures stay. A new reference,
+ * NULL when memory ran out. */
+static json_t *command_queue_json(const struct queue *q, bool seats, bool hide)
+{
+    struct queue_status st;
+    json_t *obj, *blocker = NULL;
+
+    queue_status(q, &st);
+    obj = json_pack("{s:o, s:s, s:I, s:I, s:I, s:I, s:b, s:s, s:I, s:I, s:I, s:I, s:I, "
                     "s:o, s:b, s:I}",
-                    "name", q->name, "pool", q->pool->cfg.name, "seats", (json_int_t)q->seats,
-                    "slots", (json_int_t)q->slots, "slot_size", (json_int_t)q->slot_size,
-                    "size", (json_int_t)q->size, "temporary", q->temporary, "state", st.state,
-                    "messages", (json_int_t)st.messages, "depth", (json_int_t)st.depth,
-                    "seats_live", (json_int_t)st.live, "seats_dead", (json_int_t)st.dead,
-                    "seats_free", (json_int_t)st.free, "writer",
-                    q->writer != NULL ? command_member_json(&q->writer_who) : json_null(),
+                    "name", command_name(q->name, hide), "pool", q->pool->cfg.name, "seats",
+                    (json_int_t)q->seats, "slots", (json_int_t)q->slots, "slot_size",
+                    (json_int_t)q->slot_size, "size", (json_int_t)q->size, "temporary",
+                    q->temporary, "state", st.state, "messages", (json_int_t)st.messages,
+                    "depth", (json_int_t)st.depth, "seats_live", (json_int_t)st.live,
+                    "seats_dead", (json_int_t)st.dead, "seats_free", (json_int_t)st.free,
+                    "writer",
+                    q->writer != NULL ? command_member_json(&q->writer_who, hide)
+                                      : json_null(),
                     "writer_waiting", st.writer_waiting, "readers_waiting",
                     (json_int_t)st.readers_waiting);
-    if (obj == NULL) {
-        json_decref(seats);
+    if (obj == NULL)
         return NULL;
-    }
     if (st.blocker >= 0) {
         const struct queue_seat *b = &q->seat[st.blocker];
 
-        if (json_object_set_new(obj, "blocker",
-                                json_pack("{s:I, s:I, s:I, s:s, s:I}", "seat",
-                                          (json_int_t)st.blocker, "client",
-                                          (json_int_t)b->who.client, "pid",
-                                          (json_int_t)b->who.pid, "name", b->who.name,
-                                          "behind", (json_int_t)st.behind[st.blocker])) != 0) {
-            json_decref(seats);
-            json_decref(obj);
-            return NULL;
-        }
-    } else if (json_object_set_new(obj, "blocker", json_null()) != 0) {
-        json_decref(seats);
-        json_decref(obj);
-        return NULL;
+        blocker = json_pack("{s:I, s:I, s:I, s:o, s:I}", "seat", (json_int_t)st.blocker,
+                            "client", (json_int_t)b->who.client, "pid", (json_int_t)b->who.pid,
+                            "name", command_name(b->who.name, hide), "behind",
+                            (json_int_t)st.behind[st.blocker]);
+        if (blocker == NULL)
+            goto fail;
     }
-    if (json_object_set_new(obj, "seat_list", seats) != 0) {
-        json_decref(obj);
-        return NULL;
-    }
+    if (json_object_set_new(obj, "blocker", blocker != NULL ? blocker : json_null()) != 0 ||
+        (seats && json_object_set_new(obj, "seat_list", command_seats_json(q, &st, hide)) != 0))
+        goto fail;
     return obj;
+
+fail:
+    json_decref(obj);
+    return NULL;
 }
 
-/* Every queue of every pool, in creation order; a new reference, NULL when
- * memory ran out. */
-static json_t *command_queues_json(const struct command_env *env)
+/* Every queue of every pool, in creation order, as call's peer may see
+ * them (with their seats when seats); a new reference, NULL when memory
+ * ran out. */
+static json_t *command_queues_json(const struct command_call *call, bool seats)
 {
     const struct queue *q;
     json_t *list = json_array();
 
     if (list == NULL)
         return NULL;
-    TAILQ_FOREACH(q, &env->queues.list, link)
-        if (json_array_append_new(list, command_queue_json(q)) != 0) {
+    TAILQ_FOREACH(q, &call->env->queues.list, link)
+        if (json_array_append_new(list, command_queue_json(q, seats,
+                                                           !command_may_see(call, q->pool))) !=
+            0) {
             json_decref(list);
             return NULL;
         }
     return list;
 }
 
-/* queue_list: every queue of every pool. */
+/* queue_list: every queue of every pool; with "seats":true, each seat. */
 static int cmd_queue_list(struct command_call *call)
 {
-    if (command_unpack(call, "{}") < 0)
+    int seats = 0;
+
+    if (command_unpack(call, "{s?b}", "seats", &seats) < 0)
         return call->err.code;
-    return command_set(call, "queues", command_queues_json(call->env));
+    return command_set(call, "queues", command_queues_json(call, seats != 0));
 }
 
 /* read: an awaited read a read-only client did in place (it cannot count

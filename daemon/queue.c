@@ -136,6 +136,7 @@ static void queue_free(struct queue *q)
         munmap(q->base, q->size);
     if (q->fd >= 0)
         close(q->fd);
+    shmb_free(q->overflow);
     shmb_free(q);
 }
 
@@ -668,26 +669,126 @@ unsigned queue_drop_orphans(struct pool *pool)
     return gone;
 }
 
+/* The i-th oldest seq of q's overflow record. */
+static uint64_t queue_overflow_at(const struct queue *q, uint32_t i)
+{
+    return q->overflow[(q->overflow_first + i) % q->overflow_cap];
+}
+
+/* Record that q's writer allocated the overflow object of message seq.
+ * Ascending: a repeat (a waiting alloc's retry) is one entry, a seq below
+ * the last starts again (only a writer that is not the library goes back,
+ * and a record it confused costs only its own pool's reclaim). Those more
+ * than slots before seq have left the ring, so the record holds slots + 1
+ * at most; it grows as overflows come (none: no memory). Out of memory, the
+ * oldest gives way. */
+static void queue_overflow_record(struct queue *q, uint64_t seq)
+{
+    uint64_t limit = q->slots + 1, *grown;
+    uint32_t cap, i;
+
+    if (q->overflow_n > 0) {
+        uint64_t last = queue_overflow_at(q, q->overflow_n - 1);
+
+        if (seq == last)
+            return;
+        if (seq < last)
+            q->overflow_n = 0;
+    }
+    /* Ascending, so the oldest is below seq: no sum to overflow. */
+    while (q->overflow_n > 0 && seq - queue_overflow_at(q, 0) > q->slots) {
+        q->overflow_first = (q->overflow_first + 1) % q->overflow_cap;
+        q->overflow_n--;
+    }
+    if (q->overflow_n == q->overflow_cap && q->overflow_cap < limit) {
+        cap = q->overflow_cap < 8 ? 8 : q->overflow_cap * 2;
+        if (cap > limit)
+            cap = (uint32_t)limit;
+        if ((grown = shmb_malloc(cap * sizeof(*grown))) != NULL) {
+            for (i = 0; i < q->overflow_n; i++)
+                grown[i] = queue_overflow_at(q, i);
+            shmb_free(q->overflow);
+            q->overflow = grown;
+            q->overflow_cap = cap;
+            q->overflow_first = 0;
+        }
+    }
+    if (q->overflow_cap == 0)
+        return;
+    if (q->overflow_n == q->overflow_cap) {
+        q->overflow_first = (q->overflow_first + 1) % q->overflow_cap;
+        q->overflow_n--;
+    }
+    q->overflow[(q->overflow_first + q->overflow_n) % q->overflow_cap] = seq;
+    q->overflow_n++;
+}
+
+/* The seq of "q/<name>/<seq>" in key[0..len) after its queue's prefix of
+ * prefix bytes: decimal digits only, no leading zero, within 64 bits. */
+static bool queue_key_seq(const char *key, size_t len, size_t prefix, uint64_t *seq)
+{
+    uint64_t v = 0;
+    size_t i;
+
+    if (len <= prefix || len - prefix > 20 || (key[prefix] == '0' && len - prefix > 1))
+        return false;
+    for (i = prefix; i < len; i++) {
+        if (key[i] < '0' || key[i] > '9' || v > (UINT64_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(key[i] - '0');
+    }
+    *seq = v;
+    return true;
+}
+
+/* The queue of pool whose writer owner is and whose overflow key is
+ * key[0..key_len) ("q/<queue>/<seq>"), or NULL; *prefix: the bytes before
+ * seq. */
+static struct queue *queue_of_overflow(const struct queue_set *set, const struct pool *pool,
+                                       const void *owner, const char *key, size_t key_len,
+                                       size_t *prefix)
+{
+    struct queue *q;
+    const char *slash;
+
+    if (key_len < 4 || memcmp(key, "q/", 2) != 0 ||
+        (slash = memchr(key + 2, '/', key_len - 2)) == NULL)
+        return NULL;
+    TAILQ_FOREACH(q, &set->list, link)
+        if (q->pool == pool && q->writer == owner &&
+            strlen(q->name) == (size_t)(slash - key - 2) &&
+            memcmp(q->name, key + 2, (size_t)(slash - key - 2)) == 0) {
+            *prefix = (size_t)(slash - key) + 1;
+            return q;
+        }
+    return NULL;
+}
+
 void queue_overflow_readers(const struct queue_set *set, const struct pool *pool,
                             const void *owner, const char *key, size_t key_len,
                             uint32_t *readers)
 {
     const struct queue *q;
-    const char *slash;
     uint32_t s, live = 0;
+    size_t prefix;
 
-    if (key_len < 4 || memcmp(key, "q/", 2) != 0 ||
-        (slash = memchr(key + 2, '/', key_len - 2)) == NULL)
+    if ((q = queue_of_overflow(set, pool, owner, key, key_len, &prefix)) == NULL)
         return;
-    TAILQ_FOREACH(q, &set->list, link) {
-        if (q->pool != pool || q->writer != owner || strlen(q->name) != (size_t)(slash - key - 2) ||
-            memcmp(q->name, key + 2, (size_t)(slash - key - 2)) != 0)
-            continue;
-        for (s = 0; s < q->seats; s++)
-            live += q->seat[s].state == SHMB_SEAT_LIVE;
-        *readers = live;
-        return;
-    }
+    for (s = 0; s < q->seats; s++)
+        live += q->seat[s].state == SHMB_SEAT_LIVE;
+    *readers = live;
+}
+
+void queue_overflow_made(struct queue_set *set, const struct pool *pool, const void *owner,
+                         const char *key, size_t key_len)
+{
+    struct queue *q;
+    uint64_t seq;
+    size_t prefix;
+
+    if ((q = queue_of_overflow(set, pool, owner, key, key_len, &prefix)) != NULL &&
+        queue_key_seq(key, key_len, prefix, &seq))
+        queue_overflow_record(q, seq);
 }
 
 /* Whether q is left to be deleted: nobody holds it, and it was temporary
@@ -709,23 +810,31 @@ static bool queue_done(const struct queue *q)
  * reader does not hold them against reclaim until the writer passes them.
  * The message it stood at counts only when its holder does not pin that
  * object (the library advances the seat before it releases the pin, so a
- * reader that took the object and died still pins it). next and head are
- * the area's, so clamped: the lookups stay within the ring's messages. */
+ * reader that took the object and died still pins it). The objects are
+ * those of the daemon's record (queue_overflow_record) from the seat's next
+ * on: one lookup per overflow object the seat has not read, whatever the
+ * area's head says (a member may have scribbled it, or the seat's next). */
 static void queue_forgo_reads(struct queue *q, uint32_t s)
 {
     uint64_t head = atomic_load(&q->q.hdr->head), next = atomic_load(&q->q.seat[s].next), seq;
     const struct store_holder *holder = q->seat[s].who.holder;
     struct store *store = q->pool != NULL ? q->pool->store : NULL;
     char key[QUEUE_NAME_MAX + 24];
+    uint32_t lo = 0, hi = q->overflow_n, mid;
     size_t len;
 
-    if (store == NULL || next > head)
+    if (store == NULL)
         return;
-    if (head - next > q->slots)
-        next = head - q->slots;
-    /* Up to head itself: the message the writer is filling, whose object
-     * (pending) counted this reader. */
-    for (seq = next; seq <= head; seq++) {
+    /* The first recorded seq at or after next. */
+    while (lo < hi) {
+        mid = lo + (hi - lo) / 2;
+        if (queue_overflow_at(q, mid) < next)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (; lo < q->overflow_n; lo++) {
+        seq = queue_overflow_at(q, lo);
         if ((len = queue_key(q, seq, key, sizeof(key))) == 0)
             continue;
         if (seq == next && seq < head &&

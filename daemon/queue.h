@@ -102,6 +102,14 @@ struct queue {
                                  geometry may be read */
     uint64_t idle_since_ms;   /* when nobody held it any more (clock_now_ms);
                                  0 while a member holds it */
+    /* The daemon's record of its writers' overflow objects: the seqs of the
+     * "q/<name>/<seq>" they allocated, ascending, in a ring of overflow_cap
+     * (grown as needed, at most slots + 1: older ones have left the ring).
+     * A seat that leaves forgoes its reads of these, so that it costs the
+     * objects there are, not a scan of slots keys at the area's (writable)
+     * head. */
+    uint64_t *overflow;
+    uint32_t overflow_first, overflow_n, overflow_cap;
 };
 
 TAILQ_HEAD(queue_list, queue);
@@ -264,6 +272,13 @@ unsigned queue_count(const struct queue_set *set, const struct pool *pool);
 void queue_overflow_readers(const struct queue_set *set, const struct pool *pool,
                             const void *owner, const char *key, size_t key_len,
                             uint32_t *readers);
+
+/* key, allocated by owner in pool, is the overflow object of message seq
+ * of a queue whose writer owner is ("q/<queue>/<seq>"): seq joins that
+ * queue's record (a seq below the last one recorded starts it again), which
+ * the seats that leave go through. Other keys are left alone. */
+void queue_overflow_made(struct queue_set *set, const struct pool *pool, const void *owner,
+                         const char *key, size_t key_len);
 
 /* Delete every committed object of pool under "q/": overflow messages of
  * queues of an earlier run of the daemon (queues do not outlive it), which

@@ -640,6 +640,152 @@ static void test_pool_group_default(void **state)
     h_pass(f);
 }
 
+/* What the peeking helper does: become nobody, in group 12345 or in none,
+ * say hello to the default pool and ask for the reports. */
+struct peek {
+    const char *socket;
+    bool in_group;
+};
+
+/* The reply to request on c, parsed into *reply and its text kept in
+ * *text (the caller frees both); 0, or a helper's exit status. */
+static int peek_call(struct h_conn *c, const char *request, json_t **reply, char **text)
+{
+    *text = NULL;
+    *reply = NULL;
+    if (h_conn_sendline(c, request) < 0 || h_conn_recv_line(c, text, 5000) < 0 ||
+        (*reply = json_loads(*text, 0, NULL)) == NULL ||
+        !json_is_true(json_object_get(*reply, "ok"))) {
+        fprintf(stderr, "helper: %s got %s\n", request, *text ? *text : "(nothing)");
+        return 10;
+    }
+    return 0;
+}
+
+/* Helper body: 0 when the reports hide the names of pool "locked" from an
+ * outsider (and show its figures), or show them to a member. */
+static int peek_run(void *arg)
+{
+    const struct peek *t = arg;
+    const char *requests[] = {"{\"op\":\"stats\"}", "{\"op\":\"queue_list\"}",
+                              "{\"op\":\"clients\"}", "{\"op\":\"stats\",\"seats\":true}",
+                              "{\"op\":\"queue_list\",\"seats\":true}"};
+    gid_t group = 12345;
+    struct h_conn c;
+    json_t *reply, *locked = NULL, *q;
+    char *text;
+    size_t i, j;
+    int rc = 0;
+
+    if (setgroups(t->in_group ? 1 : 0, &group) != 0 || setgid(65534) != 0 ||
+        setuid(65534) != 0)
+        return 2;
+    if (h_conn_open(&c, t->socket) < 0 ||
+        peek_call(&c, "{\"op\":\"hello\",\"version\":1,\"name\":\"peeker\"}", &reply, &text) != 0)
+        return 3;
+    json_decref(reply);
+    free(text);
+    for (i = 0; i < sizeof(requests) / sizeof(requests[0]) && rc == 0; i++) {
+        if ((rc = peek_call(&c, requests[i], &reply, &text)) != 0)
+            break;
+        if ((strstr(text, "secret") != NULL) != t->in_group) {
+            fprintf(stderr, "helper (%s): %s answered %s\n",
+                    t->in_group ? "in group 12345" : "outsider", requests[i], text);
+            rc = 11;
+        }
+        /* The figures stay: the locked pool's pending alloc, its blocker's
+         * pins and state, the queue's seats and the client of the pool. */
+        if (i == 0)
+            json_array_foreach(json_object_get(reply, "pools"), j, q)
+                if (strcmp(json_string_value(json_object_get(q, "pool")), "locked") == 0)
+                    locked = q;
+        if (i == 0 && (locked == NULL ||
+                       json_integer_value(json_object_get(locked, "pending")) != 1 ||
+                       strcmp(json_string_value(json_object_get(
+                                  json_object_get(locked, "blocker"), "state")),
+                              "pending") != 0 ||
+                       json_array_size(json_object_get(reply, "queues")) != 1))
+            rc = 12;
+        if (i == 1 && (q = json_array_get(json_object_get(reply, "queues"), 0)) != NULL &&
+            (json_integer_value(json_object_get(q, "seats_live")) != 1 ||
+             strcmp(json_string_value(json_object_get(q, "pool")), "locked") != 0 ||
+             !json_is_object(json_object_get(q, "writer"))))
+            rc = 13;
+        if (i == 2 && json_array_size(json_object_get(reply, "clients")) != 2)
+            rc = 14;
+        if (rc > 11)
+            fprintf(stderr, "helper: %s lost a figure: %s\n", requests[i], text);
+        json_decref(reply);
+        free(text);
+    }
+    h_conn_close(&c);
+    return rc;
+}
+
+/* Issue 24: group= hides the names of what it guards. Proves that a peer
+ * outside pool "locked"'s group reads, through stats, queue_list (with and
+ * without its seats) and clients, none of that pool's names: not its
+ * blocker's key, its queue's name, nor the names of the clients in it or of
+ * its queue's members; the figures stay (the pending alloc, the blocker's
+ * state, the queue's seats, the client counted). A member of the group reads
+ * them all. */
+static void test_pool_group_hides_names(void **state)
+{
+    struct h_fix *f = *state;
+    const char *cmds[][2] = {{"status", NULL}, {"status", "--prometheus"}, {"clients", NULL}};
+    const char *wants[] = {"queue     (name hidden) (pool locked)",
+                           "shmbroker_pending_objects{pool=\"locked\"} 1", "locked"};
+    struct h_daemon *d;
+    struct h_conn c;
+    struct peek t;
+    char out[PATH_MAX];
+    size_t i;
+    pid_t pid;
+
+    if (geteuid() != 0)
+        h_skip(f, "needs root to act as another user");
+    assert_int_equal(chmod(f->dir, 0711), 0);
+    d = h_daemon_start(f, "1M",
+                       (const char *const[]){"--socket-mode", "0666", "--pool", "open:1M",
+                                             "--pool", "locked:1M,group=12345", NULL});
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(h_conn_open(&c, d->socket), 0);
+    h_expect_ok(&c, "{\"op\":\"hello\",\"version\":1,\"name\":\"secret-holder\","
+                    "\"pool\":\"locked\"}");
+    h_expect_ok(&c, "{\"op\":\"alloc\",\"key\":\"secret-key\",\"size\":100}");
+    h_expect_ok(&c, "{\"op\":\"queue_create\",\"name\":\"secretq\",\"seats\":2,\"slots\":2,"
+                    "\"slot_size\":64}");
+    h_expect_ok(&c, "{\"op\":\"queue_open\",\"name\":\"secretq\",\"role\":\"writer\"}");
+    h_expect_ok(&c, "{\"op\":\"queue_open\",\"name\":\"secretq\",\"role\":\"reader\"}");
+    t.socket = d->socket;
+    t.in_group = false;
+    pid = h_fork(f, peek_run, &t);
+    assert_true(pid > 0);
+    if (h_child_wait(f, pid, H_REPLY_TIMEOUT_MS * 2) != 0)
+        h_fail("an outsider's reports named what pool 'locked' holds, or lost its figures");
+    t.in_group = true;
+    pid = h_fork(f, peek_run, &t);
+    assert_true(pid > 0);
+    if (h_child_wait(f, pid, H_REPLY_TIMEOUT_MS * 2) != 0)
+        h_fail("a member of group 12345 did not read pool 'locked''s names");
+    /* shmbrokerctl as the outsider: the figures, no name. */
+    for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        struct outsider_run r = {d->socket, out, {cmds[i][0], cmds[i][1], NULL, NULL}};
+        char *text = NULL;
+
+        h_path(f, "outsider.out", out, sizeof(out));
+        pid = h_fork(f, outsider_run, &r);
+        if (h_child_wait(f, pid, H_REPLY_TIMEOUT_MS * 2) != 0 ||
+            (text = h_read_file(out, NULL)) == NULL || h_contains(text, "secret") ||
+            !h_contains(text, wants[i]))
+            h_fail("shmbrokerctl %s %s as nobody: %s", cmds[i][0], cmds[i][1] ? cmds[i][1] : "",
+                   text != NULL ? text : "(no output)");
+        free(text);
+    }
+    h_conn_close(&c);
+    h_pass(f);
+}
+
 /* The objects of the restart test: two in each of three pools. */
 static const struct {
     const char *pool, *key;
@@ -1310,6 +1456,7 @@ int main(void)
         TEST(test_pool_wait_per_pool), TEST(test_pool_reload_sixteen),
         TEST(test_pool_restart_default_and_gone), TEST(test_pool_group_default),
         TEST(test_pool_reload_adopts_as_start),
+        TEST(test_pool_group_hides_names),
     };
 
     signal(SIGPIPE, SIG_IGN);

@@ -165,7 +165,7 @@ static const struct proto_case cases[] = {
      "Expected string, got integer", false},
     {"EINVAL stats unknown field", false, {0}, "{\"op\":\"stats\",\"verbose\":true}", "EINVAL",
      "Invalid 'stats' request: 1 object item(s) left unpacked: verbose. Expected "
-     "{\"op\":\"stats\"}.", true},
+     "{\"op\":\"stats\",\"seats\":BOOLEAN?}.", true},
 
     /* ENOSYS: the op is not in the table. */
     {"ENOSYS unknown op", false, {0}, "{\"op\":\"nope\"}", "ENOSYS",

@@ -329,7 +329,7 @@ static void test_reader_killed(void **state)
     assert_int_equal(shmb_q_publish(&wv.q, 1, &err), 0);
     assert_int_equal(h_child_wait(f, k, H_REPLY_TIMEOUT_MS), 0);
     h_child_wait(f, reader, H_REPLY_TIMEOUT_MS);
-    reply = h_call(&w, "{\"op\":\"queue_list\"}");
+    reply = h_call(&w, "{\"op\":\"queue_list\",\"seats\":true}");
     q = listed(reply, "q");
     assert_string_equal(h_str(seat_of(q, 0), "state"), "dead");
     assert_int_equal(h_int(seat_of(q, 0), "pid"), reader);
@@ -509,7 +509,7 @@ static void test_close_cleans_every_role(void **state)
     assert_int_equal(view_open(&m, "t", -1, &v[5], NULL), 0);
     h_conn_close(&m);
     h_sleep_ms(100);
-    reply = h_call(&other, "{\"op\":\"queue_list\"}");
+    reply = h_call(&other, "{\"op\":\"queue_list\",\"seats\":true}");
     q = listed(reply, "q1");
     assert_string_equal(h_str(q, "state"), "writer_gone");
     q = listed(reply, "q2");
@@ -763,6 +763,76 @@ static void test_pool_with_queues_stays(void **state)
     h_pass(f);
 }
 
+/* The length of queue name's entry in reply's "queues", as JSON text. */
+static size_t entry_len(json_t *reply, const char *name)
+{
+    json_t *q = listed(reply, name);
+    char *text;
+    size_t len;
+
+    assert_non_null(q);
+    text = json_dumps(q, JSON_COMPACT);
+    assert_non_null(text);
+    len = strlen(text);
+    free(text);
+    return len;
+}
+
+/* Issue 24: the reports cost what the peer asked for. Proves that a queue's
+ * entry in queue_list and in stats is a summary whose size does not grow
+ * with its seats (64 live readers, each named, weigh no more than one), and
+ * that "seats":true brings every seat, with its holder, in both. */
+static void test_reports_sized_by_request(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, DAEMON_SIZE, NULL);
+    const char *ops[] = {"{\"op\":\"queue_list\"}", "{\"op\":\"stats\"}"};
+    const char *with_seats[] = {"{\"op\":\"queue_list\",\"seats\":true}",
+                                "{\"op\":\"stats\",\"seats\":true}"};
+    struct h_conn c;
+    json_t *reply, *q, *seats;
+    size_t i;
+    int s;
+
+    assert_int_equal(conn_hello(&c, d, "a-reader-with-a-long-name"), 0);
+    ok(&c, "{\"op\":\"queue_create\",\"name\":\"one\",\"seats\":1,\"slots\":2,"
+           "\"slot_size\":64}");
+    ok(&c, "{\"op\":\"queue_create\",\"name\":\"big\",\"seats\":64,\"slots\":2,"
+           "\"slot_size\":64}");
+    ok(&c, "{\"op\":\"queue_open\",\"name\":\"one\",\"role\":\"reader\"}");
+    for (s = 0; s < 64; s++)
+        ok(&c, "{\"op\":\"queue_open\",\"name\":\"big\",\"role\":\"reader\"}");
+    for (i = 0; i < 2; i++) {
+        reply = h_call(&c, ops[i]);
+        h_assert_ok(reply);
+        /* The same fields, a few digits more (64 seats, 64 live). */
+        if (entry_len(reply, "big") > entry_len(reply, "one") + 16)
+            h_fail("%s: the entry of a queue of 64 live seats is %zu bytes, of 1 seat %zu: "
+                   "the summary grows with seats",
+                   ops[i], entry_len(reply, "big"), entry_len(reply, "one"));
+        q = listed(reply, "big");
+        assert_int_equal(h_int(q, "seats_live"), 64);
+        assert_null(json_object_get(q, "seat_list"));
+        json_decref(reply);
+        reply = h_call(&c, with_seats[i]);
+        h_assert_ok(reply);
+        q = listed(reply, "big");
+        seats = json_object_get(q, "seat_list");
+        assert_int_equal(json_array_size(seats), 64);
+        assert_string_equal(h_str(json_array_get(seats, 63), "state"), "live");
+        assert_string_equal(h_str(json_array_get(seats, 63), "name"),
+                            "a-reader-with-a-long-name");
+        assert_int_equal(json_array_size(json_object_get(listed(reply, "one"), "seat_list")),
+                         1);
+        json_decref(reply);
+    }
+    reply = h_call(&c, "{\"op\":\"queue_list\",\"seats\":1}");
+    h_assert_error(reply, "EINVAL", "queue_list");
+    json_decref(reply);
+    h_conn_close(&c);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 /* Proves what a daemon short of descriptors does: queue_create stops with
@@ -835,6 +905,7 @@ int main(void)
         TEST(test_daemon_resources),    TEST(test_hostile_member),
         TEST(test_overflow_objects_deleted), TEST(test_roles_cap),
         TEST(test_pool_with_queues_stays), TEST(test_out_of_fds),
+        TEST(test_reports_sized_by_request),
     };
 
     signal(SIGPIPE, SIG_IGN);

@@ -557,7 +557,7 @@ class QueueTest(DaemonTest):
         return dict(results.get(timeout=WAIT * 4) for _ in range(n))
 
     def queue(self, name):
-        for q in self.c.request({"op": "queue_list"})["queues"]:
+        for q in self.c.queue_list(seats=True):
             if q["name"] == name:
                 return q
         return None
@@ -796,6 +796,22 @@ class QueueTest(DaemonTest):
         while self.queue(mq.name) is not None:
             self.assertLess(time.monotonic(), deadline, "the temporary queue stayed")
             time.sleep(0.01)
+
+    # Issue 24: Client.queue_list() and stats() give each queue's summary,
+    # which does not grow with its seats; seats=True brings them, named.
+    def test_queue_list_summary_and_seats(self):
+        mq = MessageQueue(2, socket_path=self.d.socket_path)
+        self.addCleanup(mq.close)
+        handle = mq.export_handle()
+        r0 = MessageQueue.create_from_handle(handle, 0)
+        self.addCleanup(r0.close)
+        for q in ([q for q in self.c.queue_list() if q["name"] == mq.name] +
+                  [q for q in self.c.stats()["queues"] if q["name"] == mq.name]):
+            self.assertNotIn("seat_list", q)
+            self.assertEqual((q["seats_live"], q["seats_free"]), (1, 1))
+        for q in ([q for q in self.c.queue_list(seats=True) if q["name"] == mq.name] +
+                  [q for q in self.c.stats(seats=True)["queues"] if q["name"] == mq.name]):
+            self.assertEqual([s["state"] for s in q["seat_list"]], ["live", "free"])
 
     # A rank that is not a local reader is refused (readers on other hosts
     # are not supported), and so is a wrong role's call.

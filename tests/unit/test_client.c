@@ -969,6 +969,41 @@ static void test_queue_open_refused(void **state)
     }
 }
 
+/* Issue 24: shmb_queue_list asks for the seats ("seats":true) and
+ * shmb_queue_summary does not, and takes a reply without seat_list (nseats
+ * 0); a name a pool's group= hides (null) reads as "". */
+static void test_queue_summary(void **state)
+{
+    static const char summary[] =
+        "{\"ok\":true,\"queues\":[{\"name\":null,\"pool\":\"p\",\"seats\":64,"
+        "\"slots\":4,\"slot_size\":64,\"size\":8704,\"temporary\":false,"
+        "\"state\":\"open\",\"messages\":9,\"depth\":4,\"seats_live\":64,"
+        "\"seats_dead\":0,\"seats_free\":0,\"writer\":{\"client\":3,\"pid\":33,"
+        "\"name\":null},\"writer_waiting\":true,\"readers_waiting\":1,"
+        "\"blocker\":null}],\"id\":@ID}";
+    static const struct step steps[] = {{"queue_list", summary, 0, false},
+                                        {"queue_list", summary, 0, false}};
+    struct fake *f = fake_start(steps, 2, false);
+    shmb_t *c = connect_to(f);
+    shmb_queue_list_t *l = NULL;
+
+    (void)state;
+    assert_int_equal(shmb_queue_summary(c, &l), 0);
+    assert_null(strstr(f->last, "seats"));
+    assert_int_equal(l->count, 1);
+    assert_string_equal(l->queues[0].name, "");
+    assert_string_equal(l->queues[0].writer_name, "");
+    assert_int_equal(l->queues[0].writer_pid, 33);
+    assert_int_equal(l->queues[0].seats_live, 64);
+    assert_int_equal(l->queues[0].nseats, 0);
+    shmb_queue_list_free(l);
+    assert_int_equal(shmb_queue_list(c, &l), 0);
+    assert_non_null(strstr(f->last, "\"seats\":true"));
+    shmb_queue_list_free(l);
+    shmb_close(c);
+    fake_stop(f);
+}
+
 /* Proves that shmb_queue_list returns every field of every queue and seat,
  * a writer and a blocker of null included. */
 static void test_queue_list_every_field(void **state)
@@ -1103,6 +1138,7 @@ int main(void)
         cmocka_unit_test(test_queue_open),
         cmocka_unit_test(test_queue_open_refused),
         cmocka_unit_test(test_queue_list_every_field),
+        cmocka_unit_test(test_queue_summary),
         cmocka_unit_test(test_sock_helpers),
     };
 

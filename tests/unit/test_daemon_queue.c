@@ -897,6 +897,99 @@ static void test_offload(void **state)
 
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
+/* The awaited reads of key in f's pool (-1: no such object). */
+static int awaited_cb(const struct store_entry *e, void *arg)
+{
+    *(long *)arg = (long)e->awaited_reads;
+    return 1;
+}
+
+static long awaited(struct fixture *f, const char *key)
+{
+    long n = -1;
+
+    store_list(f->pool->store, key, strlen(key), 1, awaited_cb, &n);
+    return n;
+}
+
+/* The writer (conn_a) of q allocates and commits the overflow object of its
+ * next message, as the daemon's alloc does, then publishes the message. */
+static void overflow_message(struct fixture *f, struct queue *q, struct shmb_q *w,
+                             struct store_holder *h)
+{
+    char key[64];
+    uint32_t readers = 0;
+    uint64_t seq = atomic_load(&q->q.hdr->head);
+    struct store_extent ext;
+
+    snprintf(key, sizeof(key), "q/%s/%llu", q->name, (unsigned long long)seq);
+    queue_overflow_readers(&f->set, f->pool, &conn_a, key, strlen(key), &readers);
+    assert_int_equal(store_alloc(f->pool->store, h, key, strlen(key), 100, readers, &ext, &f->err),
+                     0);
+    queue_overflow_made(&f->set, f->pool, &conn_a, key, strlen(key));
+    assert_int_equal(store_commit(f->pool->store, h, key, strlen(key), &f->err), 0);
+    assert_int_equal(shmb_q_enqueue(w, "k", 1, 0, &f->err), 0);
+}
+
+/* Issue 24: a reader seat that leaves forgoes its reads of the overflow
+ * objects the writer made, whatever a member wrote in the area's head, and
+ * does not scan a ring of slots to find them. Proves that with the head
+ * scribbled far past the messages (the old scan looked only there) the
+ * leaving seat's awaited reads are given back; with the head scribbled
+ * below the seat, too; and that an object of the queue's prefix which the
+ * writer did not allocate is left alone (the daemon follows its own record
+ * of the writer's overflows, not the area's numbers). */
+static void test_forgo_reads_scribbled_head(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q = make(f, "q", 2, false);
+    struct queue_member a = member(1, "a"), b = member(2, "b"), c = member(3, "c");
+    struct store_holder *h = store_holder_new(f->pool->store);
+    struct store_holder *hb = store_holder_new(f->pool->store);
+    struct store_holder *hc = store_holder_new(f->pool->store);
+    const char *foreign[] = {"q/q/9"};
+    struct shmb_q w;
+    uint32_t seat;
+    uint64_t epoch;
+    unsigned closed;
+
+    b.holder = hb;
+    c.holder = hc;
+    assert_int_equal(queue_open_writer(q, &conn_a, &a, &f->err), 0);
+    assert_int_equal(queue_open_reader(q, 0, &conn_b, &b, &seat, &epoch, &f->err), 0);
+    assert_int_equal(queue_open_reader(q, 1, &conn_c, &c, &seat, &epoch, &f->err), 0);
+    assert_int_equal(shmb_q_attach(&w, q->base, q->size, &f->err), 0);
+    w.writer_epoch = q->writer_epoch;
+    overflow_message(f, q, &w, h);
+    overflow_message(f, q, &w, h);
+    overflow_message(f, q, &w, h);
+    assert_int_equal(awaited(f, "q/q/0"), 2);
+    assert_int_equal(awaited(f, "q/q/2"), 2);
+    /* Seat 0 has read nothing; the head is scribbled far ahead. */
+    atomic_store(&q->q.hdr->head, UINT64_C(1) << 62);
+    assert_int_equal(queue_close_roles(&f->set, q, &conn_b, QUEUE_ROLE_READER, 0, &closed,
+                                       &f->err),
+                     0);
+    assert_int_equal(awaited(f, "q/q/0"), 1);
+    assert_int_equal(awaited(f, "q/q/1"), 1);
+    assert_int_equal(awaited(f, "q/q/2"), 1);
+    /* Seat 1 read message 0; the head is scribbled below it. */
+    atomic_store(&q->q.hdr->head, 0);
+    atomic_store(&q->q.seat[1].next, 1);
+    put_keys(f, foreign, 1);
+    assert_int_equal(store_touch(f->pool->store, "q/q/9", 5, 1, &f->err), 0);
+    assert_int_equal(queue_close_roles(&f->set, q, &conn_c, QUEUE_ROLE_READER, 1, &closed,
+                                       &f->err),
+                     0);
+    assert_int_equal(awaited(f, "q/q/0"), 1);
+    assert_int_equal(awaited(f, "q/q/1"), 0);
+    assert_int_equal(awaited(f, "q/q/2"), 0);
+    assert_int_equal(awaited(f, "q/q/9"), 1);
+    store_holder_free(f->pool->store, hb);
+    store_holder_free(f->pool->store, hc);
+    store_holder_free(f->pool->store, h);
+}
+
 int main(void)
 {
     static const struct CMUnitTest tests[] = {
@@ -908,6 +1001,7 @@ int main(void)
         TEST(test_status_scribbled), TEST(test_restore_state), TEST(test_blocker_needs_writer),
         TEST(test_size_cap),     TEST(test_fd_spare),       TEST(test_drop_orphans),
         TEST(test_pool_bounds),  TEST(test_lease),          TEST(test_offload),
+        TEST(test_forgo_reads_scribbled_head),
     };
 
     return cmocka_run_group_tests_name("test_daemon_queue", tests, NULL, NULL);

@@ -1159,21 +1159,33 @@ class Client:
         reply = self._call(req)
         return ObjectList(reply.get("objects", []), reply.get("truncated") is True)
 
-    def stats(self):
+    def stats(self, *, seats=False):
         """The daemon's stats: a dict with the fields of proto/stats.def
         (used, free, objects, pinned, blocker, counters...) of this client's
         pool, and from a daemon with pools, "pool" (its name) and "pools"
         (every pool's dict of the same fields, with "pool", "backing" and
-        "group")."""
-        reply = self._call({"op": "stats"})
+        "group"), and "queues" as queue_list(seats=seats) returns them. The
+        blocker's key of a pool whose group= leaves this client out is
+        None."""
+        reply = self._call({"op": "stats", "seats": True} if seats else {"op": "stats"})
         reply.pop("ok", None)
         reply.pop("id", None)
         return reply
 
+    def queue_list(self, *, seats=False):
+        """Every broadcast queue of every pool, in creation order: a list of
+        dicts (PROTOCOL.md, queue_list), each a summary whose size does not
+        grow with the queue's seats; with seats=True each has "seat_list",
+        one dict per seat. The names (the queue's, its members') of a pool
+        whose group= leaves this client out are None."""
+        req = {"op": "queue_list", "seats": True} if seats else {"op": "queue_list"}
+        return self._call(req)["queues"]
+
     def clients(self):
         """Every open connection, newest first: a list of dicts (pid, uid,
         gid, name, mode, pins, pending, bytes_pinned, connected_unix, self,
-        and from a daemon with pools, pool)."""
+        and from a daemon with pools, pool). The name of a connection whose
+        pool has a group= that leaves this client out is None."""
         return self._call({"op": "clients"})["clients"]
 
     def object_header(self, offset, *, committed=False):
