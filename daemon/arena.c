@@ -119,6 +119,7 @@ int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms)
     /* The client is writing into it (or scribbled over its lock). */
     if (a->busy_since_ms == 0)
         a->busy_since_ms = now_ms;
+    a->busy_seen_ms = now_ms;
     if (busy_limit_ms == 0 || now_ms - a->busy_since_ms < busy_limit_ms)
         return -EBUSY;
     a->busy_since_ms = 0;
@@ -155,5 +156,9 @@ uint64_t arena_token(void)
 
 uint64_t arena_due_ms(const struct arena *a, uint64_t timeout_ms)
 {
-    return (a->busy_since_ms != 0 ? a->busy_since_ms : a->last_use_ms) + timeout_ms;
+    /* Not from busy_since_ms: once that plus the timeout has passed, the
+     * deadline would stay in the past while the lock stays BUSY, and the
+     * daemon's timer would fire again at once, for ever. */
+    return (a->busy_seen_ms > a->last_use_ms ? a->busy_seen_ms : a->last_use_ms) +
+           timeout_ms;
 }

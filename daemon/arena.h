@@ -32,6 +32,7 @@ struct arena {
     uint64_t token;        /* the grant's token in that seal (SHMB_ARENA_WORD) */
     uint64_t last_use_ms;  /* grant or last commit_at (clock_now_ms) */
     uint64_t busy_since_ms; /* first seen BUSY by a would-be revoke; 0 when not */
+    uint64_t busy_seen_ms; /* last seen BUSY by a would-be revoke (counts as a use) */
     bool revoked;          /* taken back while held (the holder learns ESTALE) */
     bool busy_at_close;    /* its lock was BUSY when it was closed: a client may be
                               copying into it still, so it keeps every byte
@@ -82,8 +83,11 @@ int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms);
  * not be handed out again before the ring comes round to it. */
 bool arena_close(struct arena *a);
 
-/* When a held arena expires (--alloc-timeout after its last use, or after
- * it was first seen BUSY), in clock_now_ms time. */
+/* When a held arena is due to be looked at by the expiry (--alloc-timeout
+ * after its last use: a grant, a commit_at, or a would-be revoke that found
+ * it BUSY), in clock_now_ms time. Always after the last look, so that an
+ * arena held BUSY for ever is looked at once per --alloc-timeout, not on
+ * every turn of the loop. */
 uint64_t arena_due_ms(const struct arena *a, uint64_t timeout_ms);
 
 #endif

@@ -367,6 +367,51 @@ static void test_wait_behind_busy_arena(void **state)
     h_pass(f);
 }
 
+/* The arena's lock word reads REVOKED (its arena given back). */
+static bool seal_revoked(void *p)
+{
+    struct aclient *a = p;
+
+    return __atomic_load_n(arena_seal(a), __ATOMIC_ACQUIRE) ==
+           SHMB_ARENA_WORD(a->token, SHMB_ARENA_REVOKED);
+}
+
+/* A held arena whose lock stays BUSY (a client stopped mid-copy, or one
+ * that scribbled the word) past twice --alloc-timeout is looked at again
+ * later, not on every turn of the loop: the idle daemon uses far less than
+ * a core over two seconds (a spinning one uses about all of it). Once the
+ * lock is IDLE again the arena still expires. */
+static void test_busy_arena_no_spin(void **state)
+{
+    struct h_fix *f = *state;
+    const char *const extra[] = {"--alloc-timeout", "100ms", NULL};
+    struct h_daemon *d = h_daemon_start(f, "1M", extra);
+    long long cpu0, cpu1, ticks = sysconf(_SC_CLK_TCK);
+    struct aclient w;
+
+    open_ok(&w, d);
+    assert_int_equal(aclient_arena(&w, 64 * 1024), 0);
+    __atomic_store_n(arena_seal(&w), SHMB_ARENA_WORD(w.token, SHMB_ARENA_BUSY),
+                     __ATOMIC_RELEASE);
+    h_sleep_ms(500); /* past 2 x --alloc-timeout */
+    cpu0 = h_proc_cpu_ticks(d->pid);
+    h_sleep_ms(2000);
+    cpu1 = h_proc_cpu_ticks(d->pid);
+    assert_true(cpu0 >= 0 && cpu1 >= 0 && ticks > 0);
+    if ((cpu1 - cpu0) * 10 >= 3 * ticks)
+        h_fail("the idle daemon used %lld ticks (%lld a second) of CPU in 2 s behind a "
+               "BUSY arena",
+               cpu1 - cpu0, ticks);
+    assert_false(seal_revoked(&w)); /* a BUSY arena is never taken back */
+    __atomic_store_n(arena_seal(&w), SHMB_ARENA_WORD(w.token, SHMB_ARENA_IDLE),
+                     __ATOMIC_RELEASE);
+    if (!h_eventually(seal_revoked, &w, 3000))
+        h_fail("the arena was not given back after its lock went IDLE");
+    h_assert_alive(d);
+    aclient_close(&w);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -376,6 +421,7 @@ int main(void)
         TEST(test_kill_writer),
         TEST(test_restart_keeps),
         TEST(test_wait_behind_busy_arena),
+        TEST(test_busy_arena_no_spin),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);

@@ -20,6 +20,7 @@
 
 #include "arena.h"
 #include "../../daemon/catalog.h"
+#include "clock.h"
 #include "ring.h"
 #include "store.h"
 
@@ -501,7 +502,9 @@ static void test_revoke_idle_busy(void **state)
 
 /* --alloc-timeout (store_expire_pending's limit): an arena unused that long
  * is given back (lock REVOKED, ESTALE for its holder, objects kept); one
- * whose lock is BUSY is left alone for as long as it is BUSY. */
+ * whose lock is BUSY is left alone for as long as it is BUSY, looked at
+ * again once per --alloc-timeout, and given back once it was not seen
+ * BUSY for that long. */
 static void test_expiry(void **state)
 {
     struct afix *f = afix_new(DATA_SIZE, 0);
@@ -535,7 +538,12 @@ static void test_expiry(void **state)
     store_expire_pending(f->s, 10);
     assert_int_equal(stats_of(f).arenas, 1);
     assert_int_equal(lock_of(f, b.offset), SHMB_ARENA_BUSY);
+    /* Each look that finds it BUSY counts as a use: the next look is due
+     * --alloc-timeout later, not at once (the daemon's timer would fire on
+     * every turn of its loop, for ever). */
+    assert_true(store_oldest_pending_ms(f->s) + 10 > clock_now_ms());
     set_lock(f, b.offset, SHMB_ARENA_IDLE);
+    sleep_ms(20);
     store_expire_pending(f->s, 10);
     assert_int_equal(stats_of(f).arenas, 0);
     assert_int_equal(lock_of(f, b.offset), SHMB_ARENA_REVOKED);
