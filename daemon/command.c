@@ -27,6 +27,7 @@ struct command_call {
     struct store_extent extent;
     struct line text;       /* a batch's reply, written out, left open for "id" */
     int fd;                 /* COMMAND_SEND_FD: a queue's descriptor, -1: the segment's */
+    bool in_batch;          /* an op of a batch, which never waits */
     bool final_try;         /* a waiting alloc's last chance */
     uint64_t wait_until_ms; /* a waiting alloc's deadline, 0 before it waits */
     struct shmb_error err;
@@ -218,6 +219,28 @@ static int command_set_extent(struct command_call *call, const struct store_exte
     return 0;
 }
 
+/* How long an alloc or arena request that did not ask to wait waits
+ * anyway when its room is held only by an arena whose client's commits are
+ * on their way (store_commits_due): they are handled within microseconds,
+ * unless that client stopped between its copy and its send. */
+#define COMMAND_COMMIT_WAIT_MS 100
+
+/* An alloc or arena request refused with rc: -EINPROGRESS (wait, and be
+ * retried, until COMMAND_COMMIT_WAIT_MS) when rc is -ENOSPC and the room is
+ * held by commits on their way, else rc. So that such a request does not
+ * fail in the moment between a client's copy into its arena and the
+ * daemon's handling of its commit_at. */
+static int command_wait_commits(struct command_call *call, int rc)
+{
+    if (rc != -ENOSPC || call->in_batch || call->final_try ||
+        !store_commits_due(call->client->pool->store))
+        return rc;
+    if (call->wait_until_ms == 0)
+        call->wait_until_ms = clock_now_ms() + COMMAND_COMMIT_WAIT_MS;
+    store_retract_enospc(call->client->pool->store);
+    return -EINPROGRESS;
+}
+
 static int cmd_alloc(struct command_call *call)
 {
     struct store_extent ext;
@@ -249,6 +272,8 @@ static int cmd_alloc(struct command_call *call)
                            &count);
     rc = store_alloc(call->client->pool->store, call->client->holder, key, key_len, (uint64_t)size,
                      count, &ext, &call->err);
+    if (wait_ms == 0)
+        rc = command_wait_commits(call, rc);
     if (rc == -ENOSPC && wait_ms > 0) {
         char why[SHMB_ERROR_MSG_MAX];
 
@@ -965,8 +990,10 @@ static int cmd_arena(struct command_call *call)
 
     if ((rc = command_unpack(call, "{s:I}", "size", &size)) < 0 ||
         (rc = command_check_range(call, "size", size, 0, INT64_MAX)) < 0 ||
-        (rc = store_arena(call->client->pool->store, call->client->holder, call->client->id,
-                          (uint64_t)size, &ext, &token, &call->err)) < 0)
+        (rc = command_wait_commits(
+             call, store_arena(call->client->pool->store, call->client->holder,
+                               call->client->id, (uint64_t)size, &ext, &token, &call->err))) <
+            0)
         return rc;
     if (size == 0)
         return 0;
@@ -1041,6 +1068,7 @@ static int command_dispatch(struct command_call *call, json_t *req, bool in_batc
 
     call->req = req;
     call->op = op;
+    call->in_batch = in_batch;
     /* "noreply" is honoured before anything can fail, so that a client that
      * pipelines noreply requests never gets a line it does not expect. */
     if (!in_batch && json_is_true(noreply) && op != NULL && (op->flags & SHMB_OPF_NOREPLY))
