@@ -219,9 +219,12 @@ int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned
  * object is visible to everyone once any later request on this handle has
  * been answered (any call that waits for a reply: shmb_contains, shmb_get,
  * shmb_put ...); a shmb_read on this same handle before that may miss it and
- * then asks the daemon, which answers after the commit. An error (key
- * exists, ...) is logged and counted by the daemon (noreply_errors), not
- * reported here. Needs an arena: -ENOTSUP without one (read-only handle,
+ * then asks the daemon, which answers after the commit. The daemon never
+ * takes the arena back while such a commit is on its way (PROTOCOL.md
+ * section 11), so a 0 here is lost only if the key holds another object by
+ * then (EEXIST), the daemon runs out of memory, the segment was broken by a
+ * client, or the connection ends first; such an error is logged and counted
+ * by the daemon (shmb_stats' noreply_errors), not reported here. Needs an arena: -ENOTSUP without one (read-only handle,
  * arenas off, a daemon that grants none), nothing sent; then use shmb_put.
  * When this put cannot go through an arena (the daemon has no room for one
  * now, the object is larger than an arena may be), it is put as shmb_put
