@@ -345,6 +345,31 @@ static const char *arena_unusable(const shmb_t *c)
     return NULL;
 }
 
+/* Puts sent without waiting that the daemon refused, told by a reply since
+ * (c->lost): -ECANCELED naming the first one's key and error, and the
+ * record is cleared. This put is not made: the caller puts again what was
+ * lost, then this one. */
+static int arena_report_lost(shmb_t *c, const char *key)
+{
+    char lost[SHMB_ESCAPED_MAX(SHMB_KEY_MAX)], this[SHMB_ESCAPED_MAX(SHMB_KEY_MAX)];
+    char said[SHMB_ERROR_MSG_MAX], more[96] = "";
+
+    memcpy(said, c->lost.message, sizeof(said));
+    said[sizeof(said) - 1] = '\0';
+    if (c->lost.count > 1)
+        snprintf(more, sizeof(more), ", and %llu more after it",
+                 (unsigned long long)(c->lost.count - 1));
+    c->lost.count = 0;
+    return shmb_error_set(
+        &c->err, -ECANCELED,
+        "A put sent without waiting (shmb_put_nowait) of '%s' was refused by shmbrokerd "
+        "(%s: %.400s)%s. This put of '%s' was not made: put again what was lost, then "
+        "this.",
+        shmb_escape(c->lost.key, strlen(c->lost.key), lost, sizeof(lost)),
+        shmb_error_name(c->lost.code), said, more,
+        shmb_escape(key, strlen(key), this, sizeof(this)));
+}
+
 static int client_arena_put(shmb_t *c, const char *key, const void *data, size_t size,
                             unsigned readers, bool nowait)
 {
@@ -353,6 +378,8 @@ static int client_arena_put(shmb_t *c, const char *key, const void *data, size_t
     int attempt, rc;
 
     shmb_error_clear(&c->err);
+    if (c->lost.count > 0)
+        return arena_report_lost(c, key);
     if ((rc = client_check_key(c, key)) < 0 || (rc = client_check_size(c, size)) < 0)
         return rc;
     if (c->sock < 0)

@@ -1280,12 +1280,59 @@ static void command_park(struct command_call *call, json_t *id, struct command_r
     out->wait_until_ms = call->wait_until_ms;
 }
 
-/* A noreply request: nothing is sent; a failure is counted and logged. */
+/* A noreply commit_at was refused: remember it (the first one's key and
+ * error, and how many) for the connection's next reply, so that a writer
+ * that put without waiting learns which put was lost. */
+static void command_note_lost(struct command_call *call, int rc)
+{
+    struct command_lost *lost = &call->client->lost;
+    json_t *key = json_object_get(call->req, "key");
+
+    if (lost->count++ > 0)
+        return;
+    lost->code = rc;
+    lost->key_len = 0;
+    if (json_is_string(key) && json_string_length(key) <= sizeof(lost->key)) {
+        lost->key_len = json_string_length(key);
+        memcpy(lost->key, json_string_value(key), lost->key_len);
+    }
+    snprintf(lost->message, sizeof(lost->message), "%s", call->err.message);
+}
+
+/* Add the refused noreply commit_at of the connection (command_note_lost)
+ * to the reply in text, as its last field "lost", and forget them. Without
+ * memory for it, the reply goes without, and they are told with the next. */
+static void command_tell_lost(struct command_client *client, struct line *text)
+{
+    struct command_lost *lost = &client->lost;
+    json_t *obj;
+    size_t len = text->len;
+
+    if (lost->count == 0 || len == 0 || text->buf[len - 1] != '}')
+        return;
+    obj = json_pack("{s:I, s:s%, s:s, s:s}", "count", (json_int_t)lost->count, "key",
+                    lost->key, lost->key_len, "error", shmb_error_name(lost->code), "message",
+                    lost->message);
+    text->len--; /* the reply's closing brace */
+    if (obj == NULL || line_lit(text, ",\"lost\":") < 0 || shmb_json_append(text, obj) < 0 ||
+        line_lit(text, "}") < 0) {
+        text->len = len;
+        text->buf[len - 1] = '}';
+    } else {
+        lost->count = 0;
+    }
+    json_decref(obj);
+}
+
+/* A noreply request: nothing is sent; a failure is counted and logged, and
+ * a refused commit_at is told with the next reply. */
 static void command_silence(struct command_call *call, int rc, struct command_result *out)
 {
     if (rc < 0) {
         call->env->noreply_errors++;
         log_noreply(call, rc);
+        if (call->op != NULL && call->op == &shmb_ops[SHMB_OP_COMMIT_AT])
+            command_note_lost(call, rc);
     }
     out->flags |= COMMAND_SILENT;
 }
@@ -1327,6 +1374,8 @@ static void command_finish(struct command_call *call, int rc, json_t *id,
         shmb_free(out->text.buf);
         memset(&out->text, 0, sizeof(out->text));
     }
+    if (out->text.len > 0)
+        command_tell_lost(call->client, &out->text);
     if (rc < 0)
         out->flags &= ~(unsigned)COMMAND_SEND_FD;
     json_decref(call->reply);
@@ -1454,6 +1503,7 @@ void command_env_init(struct command_env *env)
 
 void command_client_open(struct command_env *env, struct command_client *client)
 {
+    memset(&client->lost, 0, sizeof(client->lost));
     client->connected_unix = (uint64_t)time(NULL);
     client->id = env->next_client_id++;
     TAILQ_INSERT_HEAD(&env->client_list, client, link);

@@ -274,7 +274,9 @@ static void test_put_refills(void **state)
 
 /* shmb_put_nowait sends one request and waits for nothing; the object is
  * visible to everyone once a later call on the same handle was answered.
- * A key that exists makes no error here (the daemon counts it). */
+ * A key that exists makes no error here (the daemon counts it); the reply
+ * to the next request tells it, and the next put reports it with the key
+ * (-ECANCELED, that put not made); the puts after go on. */
 static void test_put_nowait(void **state)
 {
     struct h_fix *f = *state;
@@ -295,6 +297,10 @@ static void test_put_nowait(void **state)
     ok(w, shmb_put_nowait(w, "later", data, sizeof(data), 0));
     stats(w, &st);
     assert_int_equal(st.noreply_errors, 1);
+    fails(w, h_put_pattern(w, "after", 300, 11, 0), -ECANCELED,
+          "of 'later' was refused by shmbrokerd (EEXIST: Key 'later' already exists");
+    assert_non_null(strstr(shmb_errmsg(w), "This put of 'after' was not made"));
+    assert_int_equal(shmb_contains(w, "after"), 0);
     /* The arena is still in step after the refused commit. */
     ok(w, h_put_pattern(w, "after", 300, 11, 0));
     read_check(r, "after", 300, 11);
@@ -359,6 +365,35 @@ static void test_nowait_not_lost_to_room(void **state)
     h_conn_close(&o);
     shmb_close(w);
     shmb_close(filler);
+    h_pass(f);
+}
+
+/* Puts sent without waiting that the daemon refuses are reported with the
+ * first one's key by the handle's next put, however the reply that told of
+ * them ended (here an error: ENOENT for a get), with how many more; that put
+ * is not made, and the next one is. */
+static void test_nowait_loss_reported(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *w = h_lib_connect(d, "writer", 0);
+    const void *p;
+    size_t len;
+    char data[64];
+
+    h_fill(data, sizeof(data), 5);
+    ok(w, h_put_pattern(w, "dup", 64, 1, 0));
+    ok(w, shmb_put_nowait(w, "dup", data, sizeof(data), 0));
+    ok(w, shmb_put_nowait(w, "dup", data, sizeof(data), 0));
+    fails(w, shmb_get(w, "missing", &p, &len), -ENOENT, "'missing'");
+    fails(w, shmb_put_nowait(w, "x", data, sizeof(data), 0), -ECANCELED,
+          "(shmb_put_nowait) of 'dup' was refused by shmbrokerd (EEXIST: ");
+    assert_non_null(strstr(shmb_errmsg(w), "and 1 more after it"));
+    assert_int_equal(shmb_contains(w, "x"), 0);
+    ok(w, shmb_put_nowait(w, "x", data, sizeof(data), 0));
+    assert_int_equal(shmb_contains(w, "x"), 1);
+    ok(w, h_put_pattern(w, "y", 64, 2, 0)); /* nothing more to report */
+    shmb_close(w);
     h_pass(f);
 }
 
@@ -532,6 +567,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_nowait, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_nowait_not_lost_to_room, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_nowait_under_pressure, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_nowait_loss_reported, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_arena_taken_back, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_fallbacks, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_reconnect, h_setup, h_teardown),
