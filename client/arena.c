@@ -360,6 +360,10 @@ static int arena_report_lost(shmb_t *c, const char *key)
         snprintf(more, sizeof(more), ", and %llu more after it",
                  (unsigned long long)(c->lost.count - 1));
     c->lost.count = 0;
+    /* A commit refused other than for its key leaves the daemon's cursor
+     * behind this handle's, and every later one in that arena would be
+     * refused too: the next put asks for a new arena. */
+    c->arena.size = 0;
     return shmb_error_set(
         &c->err, -ECANCELED,
         "A put sent without waiting (shmb_put_nowait) of '%s' was refused by shmbrokerd "
