@@ -1313,6 +1313,10 @@ static void command_tell_lost(struct command_client *client, struct line *text)
     obj = json_pack("{s:I, s:s%, s:s, s:s}", "count", (json_int_t)lost->count, "key",
                     lost->key, lost->key_len, "error", shmb_error_name(lost->code), "message",
                     lost->message);
+    if (obj == NULL) /* a message cut inside a character is not UTF-8 */
+        obj = json_pack("{s:I, s:s%, s:s, s:s}", "count", (json_int_t)lost->count, "key",
+                        lost->key, lost->key_len, "error", shmb_error_name(lost->code),
+                        "message", "");
     text->len--; /* the reply's closing brace */
     if (obj == NULL || line_lit(text, ",\"lost\":") < 0 || shmb_json_append(text, obj) < 0 ||
         line_lit(text, "}") < 0) {
