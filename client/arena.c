@@ -156,6 +156,17 @@ static _Atomic uint64_t *arena_lock_word(shmb_t *c)
                                         offsetof(struct shmb_chunk_header, seal));
 }
 
+/* The count of this handle's commits on their way into its arena
+ * (SHMB_ARENA_INFLIGHT_AT in the arena's header): one is added for each
+ * chunk laid out, before the lock goes IDLE again, and the daemon takes it
+ * off as it handles the commit_at; it does not take the arena back while
+ * the count is not 0. */
+static _Atomic uint64_t *arena_inflight_word(shmb_t *c)
+{
+    return (_Atomic uint64_t *)(void *)(c->map + c->arena.offset - SHMB_ALIGN +
+                                        SHMB_ARENA_INFLIGHT_AT);
+}
+
 /* Whether every page of [p, p + n) of the mapping is in memory: a client
  * may have truncated the file or punched a hole in it (the daemon then
  * refuses allocations with EIO), and a write there would be a SIGBUS in
@@ -189,12 +200,15 @@ static bool arena_pages_present(const shmb_t *c, const unsigned char *p, size_t 
 }
 
 /* Copy the payload to the cursor, after the chunk header the daemon will
- * write, holding the lock (IDLE -> BUSY -> IDLE): the daemon takes an arena
- * back only while no one writes into it. -ESTALE when it was taken back
- * (before, or during a write so long that the daemon stopped waiting). */
+ * write, holding the lock (IDLE -> BUSY -> IDLE), and count the commit that
+ * follows before the lock goes IDLE: the daemon takes an arena back only
+ * while no one writes into it and no commit is on its way. -ESTALE when it
+ * was taken back (before, or during a write so long that the daemon stopped
+ * waiting). The caller sends the commit_at, or takes the count back
+ * (arena_uncount) when it cannot. */
 static int arena_write(shmb_t *c, uint64_t hsize, const void *data, size_t size)
 {
-    _Atomic uint64_t *lock = arena_lock_word(c);
+    _Atomic uint64_t *lock = arena_lock_word(c), *inflight = arena_inflight_word(c);
     uint64_t want = SHMB_ARENA_WORD(c->arena.token, SHMB_ARENA_IDLE);
 
     if (!arena_pages_present(c, (const unsigned char *)lock, sizeof(*lock)) ||
@@ -216,6 +230,10 @@ static int arena_write(shmb_t *c, uint64_t hsize, const void *data, size_t size)
                               (unsigned long long)c->arena.offset, (unsigned long long)want);
     }
     memcpy(c->map + c->arena.cursor + hsize, data, size);
+    /* Counted before the lock is IDLE (the release below publishes both):
+     * a daemon that swaps the lock to REVOKED after this reads the count
+     * and gives the arena back to us. */
+    atomic_fetch_add_explicit(inflight, 1, memory_order_relaxed);
     want = SHMB_ARENA_WORD(c->arena.token, SHMB_ARENA_BUSY);
     if (!atomic_compare_exchange_strong_explicit(lock, &want,
                                                  SHMB_ARENA_WORD(c->arena.token,
@@ -228,6 +246,14 @@ static int arena_write(shmb_t *c, uint64_t hsize, const void *data, size_t size)
                               (unsigned long long)c->arena.offset, size);
     }
     return 0;
+}
+
+/* A commit counted by arena_write will not be sent after all (no memory for
+ * the request): the count goes back, so that the arena does not stay the
+ * handle's for ever. */
+static void arena_uncount(shmb_t *c)
+{
+    atomic_fetch_sub_explicit(arena_inflight_word(c), 1, memory_order_relaxed);
 }
 
 /* Send commit_at for the chunk laid out at the cursor (and, when the arena
@@ -246,15 +272,21 @@ static int arena_commit(shmb_t *c, const char *key, uint64_t hsize, size_t size,
     int rc, arc;
 
     c->w.len = 0;
-    if ((rc = client_begin_key(c, SHMB_OP_COMMIT_AT, cid = client_next_id(c), key)) < 0)
+    if ((rc = client_begin_key(c, SHMB_OP_COMMIT_AT, cid = client_next_id(c), key)) < 0) {
+        arena_uncount(c);
         return rc;
+    }
     if (line_lit(&c->w, ",\"offset\":") < 0 || line_u64(&c->w, at) < 0 ||
         line_lit(&c->w, ",\"size\":") < 0 || line_u64(&c->w, size) < 0 ||
         line_lit(&c->w, ",\"readers\":") < 0 || line_u64(&c->w, readers) < 0 ||
-        line_lit(&c->w, nowait ? ",\"noreply\":true}\n" : "}\n") < 0)
+        line_lit(&c->w, nowait ? ",\"noreply\":true}\n" : "}\n") < 0) {
+        arena_uncount(c);
         return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
-    if (refill && (rc = arena_request(c, arena_ask(c, chunk), &aid)) < 0)
+    }
+    if (refill && (rc = arena_request(c, arena_ask(c, chunk), &aid)) < 0) {
+        arena_uncount(c);
         return rc;
+    }
     if ((rc = client_send(c)) < 0)
         return rc;
     if (nowait) {
@@ -313,6 +345,35 @@ static const char *arena_unusable(const shmb_t *c)
     return NULL;
 }
 
+/* Puts sent without waiting that the daemon refused, told by a reply since
+ * (c->lost): -ECANCELED naming the first one's key and error, and the
+ * record is cleared. This put is not made: the caller puts again what was
+ * lost, then this one. */
+static int arena_report_lost(shmb_t *c, const char *key)
+{
+    char lost[SHMB_ESCAPED_MAX(SHMB_KEY_MAX)], this[SHMB_ESCAPED_MAX(SHMB_KEY_MAX)];
+    char said[SHMB_ERROR_MSG_MAX], more[96] = "";
+
+    memcpy(said, c->lost.message, sizeof(said));
+    said[sizeof(said) - 1] = '\0';
+    if (c->lost.count > 1)
+        snprintf(more, sizeof(more), ", and %llu more after it",
+                 (unsigned long long)(c->lost.count - 1));
+    c->lost.count = 0;
+    /* A commit refused other than for its key leaves the daemon's cursor
+     * behind this handle's, and every later one in that arena would be
+     * refused too: the next put asks for a new arena. */
+    c->arena.size = 0;
+    return shmb_error_set(
+        &c->err, -ECANCELED,
+        "A put sent without waiting (shmb_put_nowait) of '%s' was refused by shmbrokerd "
+        "(%s: %.400s)%s. This put of '%s' was not made: put again what was lost, then "
+        "this.",
+        shmb_escape(c->lost.key, strlen(c->lost.key), lost, sizeof(lost)),
+        shmb_error_name(c->lost.code), said, more,
+        shmb_escape(key, strlen(key), this, sizeof(this)));
+}
+
 static int client_arena_put(shmb_t *c, const char *key, const void *data, size_t size,
                             unsigned readers, bool nowait)
 {
@@ -321,6 +382,8 @@ static int client_arena_put(shmb_t *c, const char *key, const void *data, size_t
     int attempt, rc;
 
     shmb_error_clear(&c->err);
+    if (c->lost.count > 0)
+        return arena_report_lost(c, key);
     if ((rc = client_check_key(c, key)) < 0 || (rc = client_check_size(c, size)) < 0)
         return rc;
     if (c->sock < 0)

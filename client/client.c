@@ -343,6 +343,33 @@ int client_out_of_step(shmb_t *c, const char *want, const char *got, size_t len)
                                   : "");
 }
 
+void client_note_lost(shmb_t *c, size_t len, json_t *reply)
+{
+    json_t *line = NULL, *lost;
+    const char *key = NULL, *code = NULL, *message = NULL;
+    json_int_t count = 0;
+
+    /* Rare, so looked for in the text first; an error reply's object is
+     * gone by now, so the line is read again. */
+    if (memmem(c->rbuf, len, "\"lost\":{", 8) == NULL)
+        return;
+    if (reply == NULL)
+        reply = line = json_loadb(c->rbuf, len, 0, NULL);
+    lost = json_object_get(reply, "lost");
+    if (json_unpack(lost, "{s:I, s:s, s:s, s:s}", "count", &count, "key", &key, "error",
+                    &code, "message", &message) == 0 &&
+        count > 0) {
+        if (c->lost.count == 0) {
+            c->lost.code = shmb_error_from_name(code);
+            snprintf(c->lost.key, sizeof(c->lost.key), "%s", key);
+            snprintf(c->lost.message, sizeof(c->lost.message), "%s", message);
+        }
+        c->lost.count += (uint64_t)count;
+    }
+    json_object_del(reply, "lost");
+    json_decref(line);
+}
+
 /* Whether got (a reply's "id", may be NULL) answers the request whose id is
  * want (a caller's own id, in shmb_request) or, when want is NULL, id. */
 static bool client_id_matches(const json_t *got, const json_t *want, uint64_t id)
@@ -378,6 +405,7 @@ int client_decode(shmb_t *c, size_t len, const json_t *want, uint64_t id, bool f
         return rc;
     }
     json_decref(got);
+    client_note_lost(c, len, value);
     client_consume(c, len);
     c->noreply_sent = false;
     if (reply != NULL)

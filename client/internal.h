@@ -70,6 +70,15 @@ struct shmb {
     struct client_arena arena;
     size_t arena_want; /* shmb_set_arena's; 0: arenas off */
     bool noreply_sent; /* requests without a reply went out since the last reply */
+    /* Puts sent without waiting that the daemon refused, as a reply told
+     * ("lost"): how many, the first one's key, error and message. The next
+     * put reports them (client_arena_put). */
+    struct {
+        uint64_t count;
+        int code;
+        char key[SHMB_KEY_MAX + 1];
+        char message[SHMB_ERROR_MSG_MAX];
+    } lost;
     /* Misuse guards, checked on entry to every call (client_enter): the
      * process's fork count when this handle connected (the connection is
      * that process's), the pid that connected, and whether a call runs. */
@@ -98,6 +107,11 @@ void client_leave(shmb_t *c);
 /* Receive until the buffer holds one whole line; returns its length (without
  * the '\n'), which the caller consumes with client_consume. */
 int client_read_line(shmb_t *c, size_t *line_len);
+
+/* The reply line of len bytes at the head of the buffer told of puts sent
+ * without waiting that the daemon refused ("lost"): add them to c->lost.
+ * reply, the line decoded (NULL when it was an error), loses the field. */
+void client_note_lost(shmb_t *c, size_t len, json_t *reply);
 
 /* Drop the first line (and its '\n') from the receive buffer. */
 void client_consume(shmb_t *c, size_t line_len);

@@ -211,7 +211,8 @@ int shmb_abort(shmb_t *c, const char *key);
  * (commit_at). Falls back to alloc, memcpy, commit (two round trips) on a
  * read-only handle, with arenas off (shmb_set_arena(c, 0)), or for an
  * object larger than an arena may be. Visible to every client once it
- * returns 0. */
+ * returns 0. -ECANCELED, nothing put, when an earlier shmb_put_nowait of
+ * this handle was refused (see there). */
 int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned readers);
 
 /* Fire-and-forget put: as shmb_put through the arena, but the commit is sent
@@ -220,9 +221,16 @@ int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned
  * object is visible to everyone once any later request on this handle has
  * been answered (any call that waits for a reply: shmb_contains, shmb_get,
  * shmb_put ...); a shmb_read on this same handle before that may miss it and
- * then asks the daemon, which answers after the commit. An error (key
- * exists, ...) is logged and counted by the daemon (noreply_errors), not
- * reported here. Needs an arena: -ENOTSUP without one (read-only handle,
+ * then asks the daemon, which answers after the commit. The daemon never
+ * takes the arena back while such a commit is on its way (PROTOCOL.md
+ * section 11), so a 0 here is refused only if the key holds another object
+ * by then (EEXIST), the daemon runs out of memory or the segment was broken
+ * by a client (or lost if the connection ends first). A refusal is not
+ * reported by this call: the reply to the handle's next request tells the
+ * library, and the handle's next shmb_put or shmb_put_nowait returns
+ * -ECANCELED, naming the first refused key, its error and how many more
+ * were refused, without putting its own object (put again what was lost,
+ * then that one). The daemon counts them too (noreply_errors). Needs an arena: -ENOTSUP without one (read-only handle,
  * arenas off, a daemon that grants none), nothing sent; then use shmb_put.
  * When this put cannot go through an arena (the daemon has no room for one
  * now, the object is larger than an arena may be), it is put as shmb_put

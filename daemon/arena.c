@@ -5,6 +5,7 @@
 #include "arena.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -64,6 +65,9 @@ void arena_init(struct arena *a, void *holder, uint64_t client, uint64_t ring_id
     a->start = a->cursor = start;
     a->end = end;
     a->seal = seal;
+    a->inflight = (uint64_t *)(void *)((unsigned char *)seal -
+                                       offsetof(struct shmb_chunk_header, seal) +
+                                       SHMB_ARENA_INFLIGHT_AT);
     a->last_use_ms = now_ms;
     TAILQ_INIT(&a->objects);
 }
@@ -102,23 +106,79 @@ int arena_check_commit(const struct arena *a, uint64_t offset, uint64_t chunk_si
 
 int arena_open(struct arena *a)
 {
-    return segment_atomic_store64(a->seal, ARENA_SEAL(a, SHMB_ARENA_IDLE));
+    int rc = segment_atomic_store64(a->inflight, 0);
+
+    return rc < 0 ? rc : segment_atomic_store64(a->seal, ARENA_SEAL(a, SHMB_ARENA_IDLE));
+}
+
+/* How many times arena_commit_seen tries its compare-and-swap against a
+ * client adding to the count at the same moment: an honest client adds once
+ * per chunk it copies, so a second try is already rare. */
+#define ARENA_COUNT_TRIES 64
+
+bool arena_commit_seen(struct arena *a)
+{
+    uint64_t n = 0;
+    int i, rc;
+
+    if (segment_atomic_load64(a->inflight, &n) < 0)
+        return false;
+    /* Never below 0: a client that did not count (an older library) keeps
+     * it at 0, and one that wrote nonsense there only keeps its own arena. */
+    for (i = 0; i < ARENA_COUNT_TRIES && n > 0; i++)
+        if ((rc = segment_atomic_cas64(a->inflight, &n, n - 1)) != -EAGAIN)
+            return rc == 0 && n == 1;
+    return n == 0;
+}
+
+/* The count of the arena's commits on their way: 0 or -EIO. */
+static int arena_inflight(const struct arena *a, uint64_t *n)
+{
+    return segment_atomic_load64(a->inflight, n);
+}
+
+bool arena_committing(const struct arena *a)
+{
+    uint64_t n = 0;
+
+    return arena_inflight(a, &n) < 0 || n != 0;
 }
 
 int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms)
 {
-    uint64_t expected = ARENA_SEAL(a, SHMB_ARENA_IDLE);
-    int rc = segment_atomic_cas64(a->seal, &expected, ARENA_SEAL(a, SHMB_ARENA_REVOKED));
+    uint64_t expected = ARENA_SEAL(a, SHMB_ARENA_IDLE), n = 0;
+    int rc;
 
+    /* The client sets the lock IDLE only after it counted its commit, and
+     * takes it again only from IDLE: a swap to REVOKED that read its IDLE
+     * is followed by a read of the count that sees that commit, and any
+     * later write of the client fails on REVOKED. (The count is read first
+     * too, so that a client that is committing does not see its lock
+     * REVOKED for a moment for nothing.) */
+    if ((rc = arena_inflight(a, &n)) == 0 && n == 0 &&
+        (rc = segment_atomic_cas64(a->seal, &expected, ARENA_SEAL(a, SHMB_ARENA_REVOKED))) ==
+            0 &&
+        (rc = arena_inflight(a, &n)) == 0 && n != 0) {
+        uint64_t revoked = ARENA_SEAL(a, SHMB_ARENA_REVOKED);
+
+        /* Commits on their way: the arena stays its client's. Its own
+         * write, had it looked in between, failed and asks for a new arena;
+         * the commits already sent still land in this one. */
+        rc = segment_atomic_cas64(a->seal, &revoked, ARENA_SEAL(a, SHMB_ARENA_IDLE));
+    }
+    if (rc == 0 && n != 0)
+        rc = -EAGAIN; /* committing: as BUSY */
     if (rc == -EIO)
         return rc;
     if (rc == 0 || expected == ARENA_SEAL(a, SHMB_ARENA_REVOKED)) {
         a->busy_since_ms = 0;
         return 0;
     }
-    /* The client is writing into it (or scribbled over its lock). */
+    /* The client is writing into it or committing (or scribbled over its
+     * lock or count). */
     if (a->busy_since_ms == 0)
         a->busy_since_ms = now_ms;
+    a->busy_seen_ms = now_ms;
     if (busy_limit_ms == 0 || now_ms - a->busy_since_ms < busy_limit_ms)
         return -EBUSY;
     a->busy_since_ms = 0;
@@ -155,5 +215,9 @@ uint64_t arena_token(void)
 
 uint64_t arena_due_ms(const struct arena *a, uint64_t timeout_ms)
 {
-    return (a->busy_since_ms != 0 ? a->busy_since_ms : a->last_use_ms) + timeout_ms;
+    /* Not from busy_since_ms: once that plus the timeout has passed, the
+     * deadline would stay in the past while the lock stays BUSY, and the
+     * daemon's timer would fire again at once, for ever. */
+    return (a->busy_seen_ms > a->last_use_ms ? a->busy_seen_ms : a->last_use_ms) +
+           timeout_ms;
 }

@@ -29,9 +29,12 @@ struct arena {
     uint64_t start, end;   /* its payload [start, end), from the start of the segment */
     uint64_t cursor;       /* where the next chunk must start */
     uint64_t *seal;        /* the mapped seal of its header: the lock */
+    uint64_t *inflight;    /* the mapped count of its client's commit_at on their
+                              way (SHMB_ARENA_INFLIGHT_AT) */
     uint64_t token;        /* the grant's token in that seal (SHMB_ARENA_WORD) */
     uint64_t last_use_ms;  /* grant or last commit_at (clock_now_ms) */
     uint64_t busy_since_ms; /* first seen BUSY by a would-be revoke; 0 when not */
+    uint64_t busy_seen_ms; /* last seen BUSY by a would-be revoke (counts as a use) */
     bool revoked;          /* taken back while held (the holder learns ESTALE) */
     bool busy_at_close;    /* its lock was BUSY when it was closed: a client may be
                               copying into it still, so it keeps every byte
@@ -58,9 +61,18 @@ void arena_init(struct arena *a, void *holder, uint64_t client, uint64_t ring_id
 /* A new token: 62 random bits (the two low ones clear), never 0. */
 uint64_t arena_token(void);
 
-/* Hand the lock to the client: the seal becomes SHMB_ARENA_WORD(token,
- * IDLE). 0, or -EIO when the page is gone. */
+/* Hand the lock to the client: the count of commits on their way becomes
+ * 0 and the seal SHMB_ARENA_WORD(token, IDLE). 0, or -EIO when the page is
+ * gone. */
 int arena_open(struct arena *a);
+
+/* A commit_at into a is being handled (whatever its outcome): one fewer on
+ * its way. True when none is left on its way now. */
+bool arena_commit_seen(struct arena *a);
+
+/* True when a's client has commits on their way (or the count cannot be
+ * read): a is not taken back before they are handled. */
+bool arena_committing(const struct arena *a);
 
 /* -ESTALE when a commit_at of chunk_size bytes at offset cannot go into a:
  * there is none (a NULL), or offset lies outside it; -EINVAL when offset is
@@ -70,10 +82,12 @@ int arena_check_commit(const struct arena *a, uint64_t offset, uint64_t chunk_si
                        struct shmb_error *err);
 
 /* Take the arena back from its client: the lock goes IDLE -> REVOKED; one
- * BUSY (the client is writing) is left alone unless it has been BUSY for
- * busy_limit_ms (0: never), and then set REVOKED anyway. 0 when the lock is
- * now REVOKED, -EBUSY when the client is still writing, -EIO when the page
- * is gone. A lock that is neither (a client scribbled) counts as BUSY. */
+ * BUSY (the client is writing), or IDLE with commits on their way (the
+ * client has written, its commit_at is not handled yet), is left alone
+ * unless it has been so for busy_limit_ms (0: never), and then set REVOKED
+ * anyway. 0 when the lock is now REVOKED, -EBUSY when the client is still
+ * writing or committing, -EIO when the page is gone. A lock that is
+ * neither (a client scribbled) counts as BUSY. */
 int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms);
 
 /* Set the lock REVOKED whatever it is: the holder gave the arena back or is
@@ -82,8 +96,11 @@ int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms);
  * not be handed out again before the ring comes round to it. */
 bool arena_close(struct arena *a);
 
-/* When a held arena expires (--alloc-timeout after its last use, or after
- * it was first seen BUSY), in clock_now_ms time. */
+/* When a held arena is due to be looked at by the expiry (--alloc-timeout
+ * after its last use: a grant, a commit_at, or a would-be revoke that found
+ * it BUSY), in clock_now_ms time. Always after the last look, so that an
+ * arena held BUSY for ever is looked at once per --alloc-timeout, not on
+ * every turn of the loop. */
 uint64_t arena_due_ms(const struct arena *a, uint64_t timeout_ms);
 
 #endif

@@ -28,6 +28,7 @@ struct command_call {
     struct line text;       /* a batch's reply, written out, left open for "id" */
     int fd;                 /* COMMAND_SEND_FD: a queue's descriptor, -1: the segment's */
     json_t *id;             /* the request's "id" (borrowed), NULL when none */
+    bool in_batch;          /* an op of a batch, which never waits */
     bool final_try;         /* a waiting alloc's last chance */
     uint64_t wait_until_ms; /* a waiting alloc's deadline, 0 before it waits */
     struct shmb_error err;
@@ -219,6 +220,28 @@ static int command_set_extent(struct command_call *call, const struct store_exte
     return 0;
 }
 
+/* How long an alloc or arena request that did not ask to wait waits
+ * anyway when its room is held only by an arena whose client's commits are
+ * on their way (store_commits_due): they are handled within microseconds,
+ * unless that client stopped between its copy and its send. */
+#define COMMAND_COMMIT_WAIT_MS 100
+
+/* An alloc or arena request refused with rc: -EINPROGRESS (wait, and be
+ * retried, until COMMAND_COMMIT_WAIT_MS) when rc is -ENOSPC and the room is
+ * held by commits on their way, else rc. So that such a request does not
+ * fail in the moment between a client's copy into its arena and the
+ * daemon's handling of its commit_at. */
+static int command_wait_commits(struct command_call *call, int rc)
+{
+    if (rc != -ENOSPC || call->in_batch || call->final_try ||
+        !store_commits_due(call->client->pool->store))
+        return rc;
+    if (call->wait_until_ms == 0)
+        call->wait_until_ms = clock_now_ms() + COMMAND_COMMIT_WAIT_MS;
+    store_retract_enospc(call->client->pool->store);
+    return -EINPROGRESS;
+}
+
 static int cmd_alloc(struct command_call *call)
 {
     struct store_extent ext;
@@ -250,6 +273,8 @@ static int cmd_alloc(struct command_call *call)
                            &count);
     rc = store_alloc(call->client->pool->store, call->client->holder, key, key_len, (uint64_t)size,
                      count, &ext, &call->err);
+    if (wait_ms == 0)
+        rc = command_wait_commits(call, rc);
     if (rc == -ENOSPC && wait_ms > 0) {
         char why[SHMB_ERROR_MSG_MAX];
 
@@ -1096,8 +1121,10 @@ static int cmd_arena(struct command_call *call)
 
     if ((rc = command_unpack(call, "{s:I}", "size", &size)) < 0 ||
         (rc = command_check_range(call, "size", size, 0, INT64_MAX)) < 0 ||
-        (rc = store_arena(call->client->pool->store, call->client->holder, call->client->id,
-                          (uint64_t)size, &ext, &token, &call->err)) < 0)
+        (rc = command_wait_commits(
+             call, store_arena(call->client->pool->store, call->client->holder,
+                               call->client->id, (uint64_t)size, &ext, &token, &call->err))) <
+            0)
         return rc;
     if (size == 0)
         return 0;
@@ -1172,6 +1199,7 @@ static int command_dispatch(struct command_call *call, json_t *req, bool in_batc
 
     call->req = req;
     call->op = op;
+    call->in_batch = in_batch;
     /* "noreply" is honoured before anything can fail, so that a client that
      * pipelines noreply requests never gets a line it does not expect. */
     if (!in_batch && json_is_true(noreply) && op != NULL && (op->flags & SHMB_OPF_NOREPLY))
@@ -1383,12 +1411,63 @@ static void command_park(struct command_call *call, json_t *id, struct command_r
     out->wait_until_ms = call->wait_until_ms;
 }
 
-/* A noreply request: nothing is sent; a failure is counted and logged. */
+/* A noreply commit_at was refused: remember it (the first one's key and
+ * error, and how many) for the connection's next reply, so that a writer
+ * that put without waiting learns which put was lost. */
+static void command_note_lost(struct command_call *call, int rc)
+{
+    struct command_lost *lost = &call->client->lost;
+    json_t *key = json_object_get(call->req, "key");
+
+    if (lost->count++ > 0)
+        return;
+    lost->code = rc;
+    lost->key_len = 0;
+    if (json_is_string(key) && json_string_length(key) <= sizeof(lost->key)) {
+        lost->key_len = json_string_length(key);
+        memcpy(lost->key, json_string_value(key), lost->key_len);
+    }
+    snprintf(lost->message, sizeof(lost->message), "%s", call->err.message);
+}
+
+/* Add the refused noreply commit_at of the connection (command_note_lost)
+ * to the reply in text, as its last field "lost", and forget them. Without
+ * memory for it, the reply goes without, and they are told with the next. */
+static void command_tell_lost(struct command_client *client, struct line *text)
+{
+    struct command_lost *lost = &client->lost;
+    json_t *obj;
+    size_t len = text->len;
+
+    if (lost->count == 0 || len == 0 || text->buf[len - 1] != '}')
+        return;
+    obj = json_pack("{s:I, s:s%, s:s, s:s}", "count", (json_int_t)lost->count, "key",
+                    lost->key, lost->key_len, "error", shmb_error_name(lost->code), "message",
+                    lost->message);
+    if (obj == NULL) /* a message cut inside a character is not UTF-8 */
+        obj = json_pack("{s:I, s:s%, s:s, s:s}", "count", (json_int_t)lost->count, "key",
+                        lost->key, lost->key_len, "error", shmb_error_name(lost->code),
+                        "message", "");
+    text->len--; /* the reply's closing brace */
+    if (obj == NULL || line_lit(text, ",\"lost\":") < 0 || shmb_json_append(text, obj) < 0 ||
+        line_lit(text, "}") < 0) {
+        text->len = len;
+        text->buf[len - 1] = '}';
+    } else {
+        lost->count = 0;
+    }
+    json_decref(obj);
+}
+
+/* A noreply request: nothing is sent; a failure is counted and logged, and
+ * a refused commit_at is told with the next reply. */
 static void command_silence(struct command_call *call, int rc, struct command_result *out)
 {
     if (rc < 0) {
         call->env->noreply_errors++;
         log_noreply(call, rc);
+        if (call->op != NULL && call->op == &shmb_ops[SHMB_OP_COMMIT_AT])
+            command_note_lost(call, rc);
     }
     out->flags |= COMMAND_SILENT;
 }
@@ -1432,6 +1511,8 @@ static void command_finish(struct command_call *call, int rc, json_t *id,
         shmb_free(out->text.buf);
         memset(&out->text, 0, sizeof(out->text));
     }
+    if (out->text.len > 0)
+        command_tell_lost(call->client, &out->text);
     if (rc < 0)
         out->flags &= ~(unsigned)COMMAND_SEND_FD;
     json_decref(call->reply);
@@ -1560,6 +1641,7 @@ void command_env_init(struct command_env *env)
 
 void command_client_open(struct command_env *env, struct command_client *client)
 {
+    memset(&client->lost, 0, sizeof(client->lost));
     client->connected_unix = (uint64_t)time(NULL);
     client->id = env->next_client_id++;
     TAILQ_INSERT_HEAD(&env->client_list, client, link);

@@ -80,6 +80,16 @@ struct command_client {
     uint64_t connected_unix; /* wall-clock seconds, for listing */
     uint64_t id;             /* its number in this daemon's life, from 1 */
     struct command_work *work; /* its request waiting for a queue's pages, or NULL */
+    /* The noreply commit_at refused since the last reply this connection
+     * was sent: how many, and the first one's key and error, told with the
+     * next reply ("lost", PROTOCOL.md section 11). */
+    struct command_lost {
+        uint64_t count;
+        int code;
+        size_t key_len;
+        char key[SHMB_KEY_MAX];
+        char message[SHMB_ERROR_MSG_MAX];
+    } lost;
 };
 
 enum command_flag {

@@ -1519,6 +1519,14 @@ static bool store_may_evict_arena(struct store *s, struct object *box, uint64_t 
     return true;
 }
 
+bool store_commits_due(const struct store *s)
+{
+    const struct object *oldest = ring_oldest(&s->ring, NULL);
+
+    return oldest != NULL && oldest->rec != NULL && oldest->rec->holder != NULL &&
+           arena_committing(oldest->rec);
+}
+
 /* When waiting allocations should look again because a held arena is the
  * oldest chunk: it goes once its client is not writing into it, and nothing
  * tells the daemon when. UINT64_MAX when no arena is in the way. */
@@ -1630,6 +1638,10 @@ int store_commit_at(struct store *s, struct store_holder *h, const char *key, si
     int rc;
 
     chunk = SHMB_CHUNK_SIZE(key_len, size);
+    /* One fewer on its way, whatever comes of it; the last one lets the
+     * arena go, so waiting allocations look again if it is in their way. */
+    if (a != NULL && arena_commit_seen(a) && ring_oldest(&s->ring, NULL) == box)
+        s->room_gen++;
     /* As alloc: a segment a client shrank or holed takes no new object (the
      * guard's message names the cause and the fix). */
     if ((rc = segment_guard_check(s->ring.data, err)) < 0)

@@ -240,6 +240,13 @@ uint64_t store_lease_wake_ms(struct store *s);
  * fail: do not count it among the ENOSPC refusals (yet). */
 void store_retract_enospc(struct store *s);
 
+/* True when the ring's oldest chunk is a held arena whose client has
+ * commit_at requests on their way (arena_committing): it is not taken back
+ * before they are handled, which takes microseconds unless that client
+ * stopped between its copy and its send, so an allocation refused for room
+ * may wait a little for it (the last of them bumps the room generation). */
+bool store_commits_due(const struct store *s);
+
 /* The largest payload alloc accepts. */
 uint64_t store_max_object_size(const struct store *s);
 

@@ -216,6 +216,20 @@ enum shmb_arena_lock {
     SHMB_ARENA_REVOKED = 2,
 };
 
+/* In an arena's own header, where a key would start (an arena's key is
+ * empty), a 64-bit count: the commit_at requests its client has laid out
+ * and sent, or is about to send, that the daemon has not handled yet. The
+ * client adds 1 (before it sets the lock IDLE again) for each chunk it
+ * commits; the daemon takes 1 off as it handles each commit_at into the
+ * arena, and takes the arena back only while the count is 0 (after its
+ * compare-and-swap to REVOKED it reads the count again, and undoes the
+ * swap when it is not 0): a commit on its way, sent without waiting or
+ * not, never finds its arena gone. */
+#define SHMB_ARENA_INFLIGHT_AT 48
+_Static_assert(SHMB_ARENA_INFLIGHT_AT >= sizeof(struct shmb_chunk_header) &&
+                   SHMB_ARENA_INFLIGHT_AT + 8 <= SHMB_ALIGN,
+               "the count lies in the arena's header, after its fields");
+
 _Static_assert(sizeof(struct shmb_chunk_header) == 48, "chunk header size");
 SHMB_LAYOUT_AT(struct shmb_chunk_header, magic, 0);
 SHMB_LAYOUT_AT(struct shmb_chunk_header, state, 4);

@@ -367,6 +367,113 @@ static void test_wait_behind_busy_arena(void **state)
     h_pass(f);
 }
 
+/* The arena's lock word reads REVOKED (its arena given back). */
+static bool seal_revoked(void *p)
+{
+    struct aclient *a = p;
+
+    return __atomic_load_n(arena_seal(a), __ATOMIC_ACQUIRE) ==
+           SHMB_ARENA_WORD(a->token, SHMB_ARENA_REVOKED);
+}
+
+/* A held arena whose lock stays BUSY (a client stopped mid-copy, or one
+ * that scribbled the word) past twice --alloc-timeout is looked at again
+ * later, not on every turn of the loop: the idle daemon uses far less than
+ * a core over two seconds (a spinning one uses about all of it). Once the
+ * lock is IDLE again the arena still expires. */
+static void test_busy_arena_no_spin(void **state)
+{
+    struct h_fix *f = *state;
+    const char *const extra[] = {"--alloc-timeout", "100ms", NULL};
+    struct h_daemon *d = h_daemon_start(f, "1M", extra);
+    long long cpu0, cpu1, ticks = sysconf(_SC_CLK_TCK);
+    struct aclient w;
+
+    open_ok(&w, d);
+    assert_int_equal(aclient_arena(&w, 64 * 1024), 0);
+    __atomic_store_n(arena_seal(&w), SHMB_ARENA_WORD(w.token, SHMB_ARENA_BUSY),
+                     __ATOMIC_RELEASE);
+    h_sleep_ms(500); /* past 2 x --alloc-timeout */
+    cpu0 = h_proc_cpu_ticks(d->pid);
+    h_sleep_ms(2000);
+    cpu1 = h_proc_cpu_ticks(d->pid);
+    assert_true(cpu0 >= 0 && cpu1 >= 0 && ticks > 0);
+    if ((cpu1 - cpu0) * 10 >= 3 * ticks)
+        h_fail("the idle daemon used %lld ticks (%lld a second) of CPU in 2 s behind a "
+               "BUSY arena",
+               cpu1 - cpu0, ticks);
+    assert_false(seal_revoked(&w)); /* a BUSY arena is never taken back */
+    __atomic_store_n(arena_seal(&w), SHMB_ARENA_WORD(w.token, SHMB_ARENA_IDLE),
+                     __ATOMIC_RELEASE);
+    if (!h_eventually(seal_revoked, &w, 3000))
+        h_fail("the arena was not given back after its lock went IDLE");
+    h_assert_alive(d);
+    aclient_close(&w);
+    h_pass(f);
+}
+
+/* The arena's count of commits on their way (SHMB_ARENA_INFLIGHT_AT). */
+static uint64_t *arena_inflight(struct aclient *a)
+{
+    return (uint64_t *)(a->base + a->arena - 64 + SHMB_ARENA_INFLIGHT_AT);
+}
+
+/* A client whose count of commits on their way stays above 0 (it stopped
+ * between its copy and its send, or scribbled the count) holds its arena as
+ * a BUSY lock does: another client's alloc that needs the arena's room
+ * waits a little for those commits, then gets ENOSPC naming the arena,
+ * every time, without the daemon spinning; once the count is back to 0 the
+ * arena goes and the alloc fits. */
+static void test_commits_on_their_way_hold_arena(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    long long cpu0, cpu1, ticks = sysconf(_SC_CLK_TCK);
+    struct aclient w, o;
+    char req[128];
+    json_t *reply;
+    int i;
+
+    open_ok(&w, d);
+    open_ok(&o, d);
+    assert_int_equal(aclient_arena(&w, 64 * 1024), 0);
+    assert_int_equal(aclient_put(&w, "in-arena", 100, 31, false), 0);
+    __atomic_store_n(arena_inflight(&w), UINT64_MAX, __ATOMIC_RELEASE);
+    for (i = 0;; i++) {
+        snprintf(req, sizeof(req), "{\"op\":\"alloc\",\"key\":\"f%d\",\"size\":100000}", i);
+        reply = h_call(&o.c, req);
+        if (!json_is_true(json_object_get(reply, "ok"))) {
+            h_assert_error(reply, "ENOSPC", "arena of client");
+            json_decref(reply);
+            break;
+        }
+        json_decref(reply);
+        snprintf(req, sizeof(req), "{\"op\":\"commit\",\"key\":\"f%d\"}", i);
+        h_expect_ok(&o.c, req);
+        assert_true(i < 20);
+    }
+    cpu0 = h_proc_cpu_ticks(d->pid);
+    for (i = 0; i < 5; i++)
+        h_expect_error(&o.c, "{\"op\":\"alloc\",\"key\":\"again\",\"size\":100000}",
+                       "ENOSPC", "arena of client");
+    cpu1 = h_proc_cpu_ticks(d->pid);
+    assert_true(cpu0 >= 0 && cpu1 >= 0 && ticks > 0);
+    if ((cpu1 - cpu0) * 10 >= 3 * ticks)
+        h_fail("the daemon used %lld ticks of CPU (%lld a second) for 5 allocs held up by an "
+               "arena's commits",
+               cpu1 - cpu0, ticks);
+    assert_int_equal(__atomic_load_n(arena_seal(&w), __ATOMIC_ACQUIRE),
+                     SHMB_ARENA_WORD(w.token, SHMB_ARENA_IDLE));
+    __atomic_store_n(arena_inflight(&w), 0, __ATOMIC_RELEASE);
+    h_expect_ok(&o.c, "{\"op\":\"alloc\",\"key\":\"again\",\"size\":100000}");
+    /* Taken back (its bytes may be reused already): not the writer's any more. */
+    assert_true(__atomic_load_n(arena_seal(&w), __ATOMIC_ACQUIRE) !=
+                SHMB_ARENA_WORD(w.token, SHMB_ARENA_IDLE));
+    aclient_close(&w);
+    aclient_close(&o);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -376,6 +483,8 @@ int main(void)
         TEST(test_kill_writer),
         TEST(test_restart_keeps),
         TEST(test_wait_behind_busy_arena),
+        TEST(test_busy_arena_no_spin),
+        TEST(test_commits_on_their_way_hold_arena),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);

@@ -450,7 +450,9 @@ static bool put_error_ok(int rc)
 {
     if (M->durable)
         return false;
-    return rc == -EEXIST || rc == -ENOSPC || rc == -ETIMEDOUT;
+    /* ECANCELED: an earlier put_nowait of this writer was refused (its key
+     * existed), reported by this put, which was not made. */
+    return rc == -EEXIST || rc == -ENOSPC || rc == -ETIMEDOUT || rc == -ECANCELED;
 }
 
 /* Put key k by one of the ways a client can; false when the durable run's

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "checks.h"
 #include "harness.h"
@@ -357,7 +358,9 @@ static void test_put_refills(void **state)
 
 /* shmb_put_nowait sends one request and waits for nothing; the object is
  * visible to everyone once a later call on the same handle was answered.
- * A key that exists makes no error here (the daemon counts it). */
+ * A key that exists makes no error here (the daemon counts it); the reply
+ * to the next request tells it, and the next put reports it with the key
+ * (-ECANCELED, that put not made); the puts after go on. */
 static void test_put_nowait(void **state)
 {
     struct h_fix *f = *state;
@@ -378,6 +381,10 @@ static void test_put_nowait(void **state)
     ok(w, shmb_put_nowait(w, "later", data, sizeof(data), 0));
     stats(w, &st);
     assert_int_equal(st.noreply_errors, 1);
+    fails(w, h_put_pattern(w, "after", 300, 11, 0), -ECANCELED,
+          "of 'later' was refused by shmbrokerd (EEXIST: Key 'later' already exists");
+    assert_non_null(strstr(shmb_errmsg(w), "This put of 'after' was not made"));
+    assert_int_equal(shmb_contains(w, "after"), 0);
     /* The arena is still in step after the refused commit. */
     ok(w, h_put_pattern(w, "after", 300, 11, 0));
     read_check(r, "after", 300, 11);
@@ -387,6 +394,171 @@ static void test_put_nowait(void **state)
     assert_int_equal(shmb_contains(w, "off"), 0);
     shmb_close(w);
     shmb_close(r);
+    h_pass(f);
+}
+
+/* A put sent without waiting is not lost to another client's need of room:
+ * with the daemon stopped, another client asks for more room than is free
+ * (the writer's arena is the ring's oldest chunk, its lock IDLE), the
+ * writer puts without waiting, and the daemon resumes. The daemon must not
+ * take the arena back under the commit still on its way (it did: the commit
+ * failed with ESTALE that only the daemon's log saw); the object (which
+ * awaits a read, so that it may not be evicted) is there once the writer's
+ * next call was answered. */
+static void test_nowait_not_lost_to_room(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    shmb_t *w = h_lib_connect(d, "writer", 0), *filler = h_lib_connect(d, "filler", 0);
+    struct h_conn o;
+    shmb_stats_t st;
+    char key[32], data[100];
+    json_t *reply;
+    int i;
+
+    json_decref(h_open_hello(&o, d));
+    ok(w, h_put_pattern(w, "first", 100, 1, 0)); /* takes the arena: the oldest chunk */
+    shmb_set_arena(filler, 0);
+    for (i = 0;; i++) {
+        stats(filler, &st);
+        if (st.free < 64 * 1024)
+            break;
+        assert_true(i < 200);
+        snprintf(key, sizeof(key), "fill-%d", i);
+        ok(filler, h_put_pattern(filler, key, 16 * 1024, (uint32_t)i, 0));
+    }
+    h_fill(data, sizeof(data), 7);
+    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    assert_int_equal(h_conn_sendline(&o, "{\"op\":\"alloc\",\"key\":\"room\","
+                                         "\"size\":100000,\"id\":1}"),
+                     0);
+    /* An awaited read keeps it from being evicted once committed. */
+    ok(w, shmb_put_nowait(w, "victim", data, sizeof(data), 1));
+    assert_int_equal(kill(d->pid, SIGCONT), 0);
+    reply = h_recv_json(&o); /* room or ENOSPC: either is fine */
+    json_decref(reply);
+    if (shmb_contains(w, "victim") != 1) {
+        stats(filler, &st);
+        h_fail("the put sent without waiting is not there after the writer's next call was "
+               "answered (noreply errors: %llu)",
+               (unsigned long long)st.noreply_errors);
+    }
+    read_check(filler, "victim", sizeof(data), 7);
+    stats(filler, &st);
+    assert_int_equal(st.noreply_errors, 0);
+    h_conn_close(&o);
+    shmb_close(w);
+    shmb_close(filler);
+    h_pass(f);
+}
+
+/* Puts sent without waiting that the daemon refuses are reported with the
+ * first one's key by the handle's next put, however the reply that told of
+ * them ended (here an error: ENOENT for a get), with how many more; that put
+ * is not made, and the next one is. */
+static void test_nowait_loss_reported(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *w = h_lib_connect(d, "writer", 0);
+    const void *p;
+    size_t len;
+    char data[64];
+
+    h_fill(data, sizeof(data), 5);
+    ok(w, h_put_pattern(w, "dup", 64, 1, 0));
+    ok(w, shmb_put_nowait(w, "dup", data, sizeof(data), 0));
+    ok(w, shmb_put_nowait(w, "dup", data, sizeof(data), 0));
+    fails(w, shmb_get(w, "missing", &p, &len), -ENOENT, "'missing'");
+    fails(w, shmb_put_nowait(w, "x", data, sizeof(data), 0), -ECANCELED,
+          "(shmb_put_nowait) of 'dup' was refused by shmbrokerd (EEXIST: ");
+    assert_non_null(strstr(shmb_errmsg(w), "and 1 more after it"));
+    assert_int_equal(shmb_contains(w, "x"), 0);
+    ok(w, shmb_put_nowait(w, "x", data, sizeof(data), 0));
+    assert_int_equal(shmb_contains(w, "x"), 1);
+    ok(w, h_put_pattern(w, "y", 64, 2, 0)); /* nothing more to report */
+    shmb_close(w);
+    h_pass(f);
+}
+
+/* test_nowait_under_pressure: the nowait writer's puts (100 bytes each) and
+ * the filler's (16 KiB each, arenas off: an alloc that needs room nearly
+ * every time). */
+#define PRESSURE_NOWAIT_PUTS 20000
+#define PRESSURE_FILL_PUTS 1500
+
+/* A writer of test_nowait_under_pressure, nowait (arg's first byte 'n') or
+ * filler: its puts under keys of its own, then one answered call. 0, or 1
+ * with the failure on stderr. */
+static int pressure_writer(void *arg)
+{
+    const struct h_daemon *d = *(const struct h_daemon **)((char *)arg + 8);
+    bool nowait = *(const char *)arg == 'n';
+    int n = nowait ? PRESSURE_NOWAIT_PUTS : PRESSURE_FILL_PUTS, i, rc;
+    size_t size = nowait ? 100 : 16 * 1024;
+    shmb_t *c = shmb_new();
+    shmb_stats_t st;
+    char key[32], *data = malloc(size);
+
+    if (c == NULL || data == NULL || shmb_connect(c, d->socket, "pressure") != 0) {
+        fprintf(stderr, "pressure writer: cannot connect\n");
+        return 1;
+    }
+    if (!nowait)
+        shmb_set_arena(c, 0);
+    h_fill(data, size, (uint32_t)getpid());
+    for (i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%c%d", nowait ? 'n' : 'f', i);
+        rc = nowait ? shmb_put_nowait(c, key, data, size, 0) : shmb_put(c, key, data, size, 0);
+        if (nowait && i % 4 == 3)
+            usleep(50);
+        if (rc != 0) {
+            fprintf(stderr, "put '%s': %s: %s\n", key, shmb_errname(c), shmb_errmsg(c));
+            return 1;
+        }
+    }
+    if (shmb_stats(c, &st) != 0) {
+        fprintf(stderr, "shmb_stats: %s: %s\n", shmb_errname(c), shmb_errmsg(c));
+        return 1;
+    }
+    shmb_close(c);
+    free(data);
+    return 0;
+}
+
+/* Under eviction pressure every put sent without waiting is committed: one
+ * writer puts small objects without waiting while another fills a 1 MiB
+ * ring with large ones, so that the first one's arena is the ring's oldest
+ * chunk, wanted for room, again and again while its commits are on their
+ * way. The daemon's commits grow by exactly the puts made, and no noreply
+ * request failed. */
+static void test_nowait_under_pressure(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    shmb_t *c = h_lib_connect(d, "watcher", 0);
+    struct {
+        char role[8];
+        const struct h_daemon *d;
+    } args[2] = {{"n", d}, {"f", d}};
+    shmb_stats_t before, after;
+    pid_t pids[2];
+    int i;
+
+    stats(c, &before);
+    for (i = 0; i < 2; i++)
+        assert_true((pids[i] = h_fork(f, pressure_writer, &args[i])) > 0);
+    for (i = 0; i < 2; i++)
+        assert_int_equal(h_child_wait(f, pids[i], 120000), 0);
+    stats(c, &after);
+    if (after.commits - before.commits != PRESSURE_NOWAIT_PUTS + PRESSURE_FILL_PUTS ||
+        after.noreply_errors != 0)
+        h_fail("%d puts made %llu commits; %llu noreply requests failed",
+               PRESSURE_NOWAIT_PUTS + PRESSURE_FILL_PUTS,
+               (unsigned long long)(after.commits - before.commits),
+               (unsigned long long)after.noreply_errors);
+    assert_true(after.evictions > before.evictions); /* there was pressure */
+    shmb_close(c);
     h_pass(f);
 }
 
@@ -479,6 +651,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_one_round_trip, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_refills, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_nowait, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_nowait_not_lost_to_room, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_nowait_under_pressure, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_nowait_loss_reported, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_arena_taken_back, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_fallbacks, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_reconnect, h_setup, h_teardown),

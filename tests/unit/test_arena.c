@@ -20,6 +20,7 @@
 
 #include "arena.h"
 #include "../../daemon/catalog.h"
+#include "clock.h"
 #include "ring.h"
 #include "store.h"
 
@@ -88,6 +89,21 @@ static void set_lock(struct afix *f, uint64_t arena_offset, uint32_t lock)
 
     memcpy(at(f, arena_offset - 64) + offsetof(struct shmb_chunk_header, seal), &seal,
            sizeof(seal));
+}
+
+/* The arena's count of commits on their way, as a client sees it. */
+static uint64_t inflight_of(const struct afix *f, uint64_t arena_offset)
+{
+    uint64_t n;
+
+    memcpy(&n, at(f, arena_offset - 64) + SHMB_ARENA_INFLIGHT_AT, sizeof(n));
+    return n;
+}
+
+/* Set that count as a client would (it adds one per chunk it copied). */
+static void set_inflight(struct afix *f, uint64_t arena_offset, uint64_t n)
+{
+    memcpy(at(f, arena_offset - 64) + SHMB_ARENA_INFLIGHT_AT, &n, sizeof(n));
 }
 
 static unsigned char pattern_byte(uint64_t seed, uint64_t i)
@@ -499,9 +515,62 @@ static void test_revoke_idle_busy(void **state)
     afix_free(f);
 }
 
+/* A held arena whose lock is IDLE while its client has commits on their
+ * way (the count in its header, which a grant sets to 0) is not taken back,
+ * for room or by the expiry: the commits would find it gone. Each commit_at
+ * handled takes one off (never below 0); the last one moves the room
+ * generation (waiting allocations look again), and then the arena goes as
+ * any IDLE one. */
+static void test_revoke_waits_for_commits(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s), *o = store_holder_new(f->s);
+    struct shmb_error err = {0};
+    struct store_extent a, e;
+    uint64_t pos, gen;
+    int n = 0;
+
+    (void)state;
+    set_inflight(f, DATA_OFFSET + 64, 5); /* scribbled before the grant */
+    a = arena_ok(f, w, 4096);
+    assert_int_equal(a.offset, DATA_OFFSET + 64);
+    assert_int_equal(inflight_of(f, a.offset), 0);
+    pos = a.offset + put_at(f, w, a.offset, "c1", 100, 0, 1);
+    assert_int_equal(inflight_of(f, a.offset), 0); /* not below 0 */
+    assert_false(store_commits_due(f->s));
+    set_inflight(f, a.offset, 2); /* two chunks laid out, their commits sent */
+    assert_int_equal(fill(f, o, &n), -ENOSPC);
+    assert_true(store_commits_due(f->s));
+    assert_int_equal(lock_of(f, a.offset), SHMB_ARENA_IDLE);
+    assert_int_equal(stats_of(f).arenas, 1);
+    sleep_ms(20);
+    store_expire_pending(f->s, 10);
+    assert_int_equal(stats_of(f).arenas, 1);
+    assert_int_equal(lock_of(f, a.offset), SHMB_ARENA_IDLE);
+    pos += put_at(f, w, pos, "c2", 10, 0, 2);
+    assert_int_equal(inflight_of(f, a.offset), 1);
+    assert_true(store_commits_due(f->s));
+    /* The last one is refused (its key exists): it counts all the same. */
+    gen = store_room_generation(f->s);
+    lay(f, pos, "c1", 10, 3);
+    assert_int_equal(store_commit_at(f->s, w, "c1", 2, pos, 10, 0, &e, &err), -EEXIST);
+    assert_int_equal(inflight_of(f, a.offset), 0);
+    assert_false(store_commits_due(f->s));
+    assert_true(store_room_generation(f->s) != gen);
+    assert_true(store_contains(f->s, "c2", 2));
+    assert_int_equal(store_alloc(f->s, o, "y", 1, 4000, 0, NULL, &err), 0);
+    assert_int_equal(stats_of(f).arenas, 0);
+    assert_false(store_contains(f->s, "c2", 2)); /* evicted with its arena */
+    store_holder_free(f->s, w);
+    store_holder_free(f->s, o);
+    afix_free(f);
+}
+
 /* --alloc-timeout (store_expire_pending's limit): an arena unused that long
  * is given back (lock REVOKED, ESTALE for its holder, objects kept); one
- * whose lock is BUSY is left alone for as long as it is BUSY. */
+ * whose lock is BUSY is left alone for as long as it is BUSY, looked at
+ * again once per --alloc-timeout, and given back once it was not seen
+ * BUSY for that long. */
 static void test_expiry(void **state)
 {
     struct afix *f = afix_new(DATA_SIZE, 0);
@@ -535,7 +604,12 @@ static void test_expiry(void **state)
     store_expire_pending(f->s, 10);
     assert_int_equal(stats_of(f).arenas, 1);
     assert_int_equal(lock_of(f, b.offset), SHMB_ARENA_BUSY);
+    /* Each look that finds it BUSY counts as a use: the next look is due
+     * --alloc-timeout later, not at once (the daemon's timer would fire on
+     * every turn of its loop, for ever). */
+    assert_true(store_oldest_pending_ms(f->s) + 10 > clock_now_ms());
     set_lock(f, b.offset, SHMB_ARENA_IDLE);
+    sleep_ms(20);
     store_expire_pending(f->s, 10);
     assert_int_equal(stats_of(f).arenas, 0);
     assert_int_equal(lock_of(f, b.offset), SHMB_ARENA_REVOKED);
@@ -783,6 +857,7 @@ int main(void)
         cmocka_unit_test(test_give_back),
         cmocka_unit_test(test_reclaim_blocked_by_pin),
         cmocka_unit_test(test_revoke_idle_busy),
+        cmocka_unit_test(test_revoke_waits_for_commits),
         cmocka_unit_test(test_expiry),
         cmocka_unit_test(test_disconnect_keeps_committed),
         cmocka_unit_test(test_adopt),
