@@ -27,6 +27,12 @@ GIVE_UP_S = 5.0
 RETIRED_AT = 140
 
 
+def process_state(pid):
+    """The state letter of process pid (/proc/PID/stat): "T" once stopped."""
+    with open("/proc/%d/stat" % pid, encoding="ascii", errors="replace") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 class TestLiveness(unittest.TestCase):
     def daemon(self, size="4M", args=()):
         d = support.Daemon(size, args)
@@ -184,6 +190,10 @@ class TestLiveness(unittest.TestCase):
         self.assert_lost_soon(c, "k")
         d2.proc.send_signal(signal.SIGSTOP)
         stopped = True
+        end = time.monotonic() + GIVE_UP_S
+        while process_state(d2.proc.pid) != "T":  # the signal is delivered
+            self.assertLess(time.monotonic(), end, "shmbrokerd did not stop")
+            time.sleep(0.001)
         errs = []
 
         def reconnect():
