@@ -1007,7 +1007,7 @@ class Client:
         try:
             events = self._poller.poll(0)
         except (OSError, AttributeError):
-            return True  # proves nothing (a close by another thread): the next read looks
+            return True  # a failed poll proves nothing: the next read looks
         self._looked = now
         if not any(ev & _HANGUP for _fd, ev in events):
             return True
