@@ -1043,6 +1043,31 @@ bool segment_locked_by(const char *dir, const char *name, pid_t pid)
     return found;
 }
 
+/* segment_retire_fd through a mapping of the file's first page (a huge
+ * page on hugetlbfs, which has no write()), the store under the guard: a
+ * file a client shrank since the fstat ends it with -EIO, not a SIGBUS. */
+static int segment_retire_mapped(int fd, off_t size)
+{
+    size_t page = SHMB_HEADER_PAGE;
+    struct statfs fs;
+    void *map;
+    int rc;
+
+    if (fstatfs(fd, &fs) == 0 && (uint32_t)fs.f_type == SEGMENT_HUGETLBFS_MAGIC &&
+        fs.f_bsize > 0)
+        page = (size_t)fs.f_bsize;
+    if ((uint64_t)size < page)
+        return -EINVAL;
+    map = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED)
+        return -errno;
+    rc = segment_atomic_store32(
+        (uint32_t *)((char *)map + offsetof(struct shmb_segment_header, retired)),
+        SHMB_SEGMENT_RETIRED);
+    munmap(map, page);
+    return rc;
+}
+
 int segment_retire_fd(int fd)
 {
     const uint32_t word = SHMB_SEGMENT_RETIRED;
@@ -1053,10 +1078,11 @@ int segment_retire_fd(int fd)
     if (!S_ISREG(st.st_mode) || st.st_size < (off_t)SHMB_HEADER_PAGE)
         return -EINVAL;
     /* Any value but 0 means retired, so a torn copy still says so. */
-    if (pwrite(fd, &word, sizeof(word), offsetof(struct shmb_segment_header, retired)) !=
+    if (pwrite(fd, &word, sizeof(word), offsetof(struct shmb_segment_header, retired)) ==
         (ssize_t)sizeof(word))
-        return errno != 0 ? -errno : -EIO;
-    return 0;
+        return 0;
+    /* hugetlbfs refuses write() (EINVAL): through a mapping then. */
+    return segment_retire_mapped(fd, st.st_size);
 }
 
 int segment_retire_path(const char *path)

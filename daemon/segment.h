@@ -224,17 +224,12 @@ enum segment_owner {
 enum segment_owner segment_probe_existing(const char *dir, const char *name,
                                           int64_t *owner_pid);
 
-/* Remove dir/name when it is a shmbroker segment that no running daemon
- * holds (one a daemon left with --keep-segment, or a crash), or a file a
- * start would adopt as one whose header a client damaged (exactly size
- * bytes, from segment_round_size): 1 and its size in *bytes when removed, 0
- * when there is none; -EBUSY while a daemon holds it, -EEXIST for a file
- * that is not a segment (left alone), with a message. The lock is held while
- * the file goes, so that no daemon adopts it then. */
 /* Mark the segment file open on fd given up (proto/layout.h, retired)
  * before it is removed or dropped, for the clients that still map it: a
- * pwrite, so that a file a client shrank cannot fault. Anything but a
- * regular file (a memfd is one) of at least a header page is left alone.
+ * pwrite, so that a file a client shrank cannot fault (on hugetlbfs, which
+ * has no write(), a store under the guard through a mapping of its first
+ * page). Anything but a regular file (a memfd is one) of at least a header
+ * page is left alone.
  * 0 or -errno; failing only costs those clients a later notice (their
  * connection's end), so callers go on. */
 int segment_retire_fd(int fd);
@@ -242,6 +237,13 @@ int segment_retire_fd(int fd);
 /* segment_retire_fd of the file at path (not followed if a link). */
 int segment_retire_path(const char *path);
 
+/* Remove dir/name when it is a shmbroker segment that no running daemon
+ * holds (one a daemon left with --keep-segment, or a crash), or a file a
+ * start would adopt as one whose header a client damaged (exactly size
+ * bytes, from segment_round_size): 1 and its size in *bytes when removed, 0
+ * when there is none; -EBUSY while a daemon holds it, -EEXIST for a file
+ * that is not a segment (left alone), with a message. The lock is held while
+ * the file goes, so that no daemon adopts it then. */
 int segment_remove_orphaned(const char *dir, const char *name, uint64_t size,
                             uint64_t *bytes, int64_t *owner_pid, struct shmb_error *err);
 

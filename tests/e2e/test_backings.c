@@ -1,7 +1,8 @@
 /*
  * End-to-end tests of a pool on hugetlbfs (--pool ...,backing=hugetlbfs,
  * dir=MOUNT): the size rounded up to whole huge pages, the start-up check
- * counted in free huge pages, objects served from the huge-page file.
+ * counted in free huge pages, objects served from the huge-page file, and
+ * the file a killed daemon left marked retired before --fresh removes it.
  * Needs root, a hugetlbfs mount and huge pages the kernel can reserve; the
  * test reserves a few (vm.nr_hugepages), and gives them back at exit.
  * Skipped, with the reason, where that cannot be done.
@@ -208,6 +209,69 @@ static void test_hugetlbfs_too_big(void **state)
     h_pass(f);
 }
 
+/* Proves that a daemon started with --fresh marks the hugetlbfs segment a
+ * killed daemon left retired (proto/layout.h) before it removes it, as it
+ * does a file in /dev/shm: the readers that still map it stop answering
+ * from it at once. hugetlbfs has no write(), so a pwrite() of the word
+ * cannot do it. */
+static void test_hugetlbfs_fresh_retires(void **state)
+{
+    struct h_fix *f = *state;
+    char mnt[PATH_MAX], pool[PATH_MAX + 64], file[PATH_MAX + 320];
+    const char *skip;
+    struct h_daemon *d = h_daemon_new(f, "2M"), *d2;
+    const uint32_t *retired;
+    long page = 0;
+    unsigned char *map;
+    int fd;
+
+    if ((skip = hugetlbfs_setup(f, mnt, sizeof(mnt), &page)) != NULL) {
+        restore_hugepages();
+        h_skip(f, skip);
+        return;
+    }
+    snprintf(pool, sizeof(pool), "big:%ld,backing=hugetlbfs,dir=%s", page, mnt);
+    {
+        const char *extra[] = {"--pool", pool, NULL};
+
+        assert_true(h_daemon_spawn(f, d, extra) > 0);
+        if (h_daemon_wait_ready(d, H_READY_TIMEOUT_MS) < 0) {
+            h_daemon_print_log(d);
+            h_fail("shmbrokerd did not start with a hugetlbfs pool");
+        }
+        /* The mapping a reader of the daemon keeps. */
+        snprintf(file, sizeof(file), "%s/%s.big", mnt, d->name);
+        fd = open(file, O_RDONLY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        map = mmap(NULL, (size_t)page, PROT_READ, MAP_SHARED, fd, 0);
+        assert_true(map != MAP_FAILED);
+        close(fd);
+        retired = (const uint32_t *)(map + 140);
+        assert_int_equal(__atomic_load_n(retired, __ATOMIC_ACQUIRE), 0);
+        assert_int_equal(h_exit_code(h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS)),
+                         128 + SIGKILL);
+        d2 = h_daemon_again(f, d);
+        {
+            const char *again[] = {"--pool", pool, "--fresh", NULL};
+
+            assert_true(h_daemon_spawn(f, d2, again) > 0);
+        }
+        if (h_daemon_wait_ready(d2, H_READY_TIMEOUT_MS) < 0) {
+            h_daemon_print_log(d2);
+            h_fail("shmbrokerd --fresh did not start with a hugetlbfs pool");
+        }
+    }
+    assert_true(h_log_contains(d2, "removed segment"));
+    if (__atomic_load_n(retired, __ATOMIC_ACQUIRE) == 0)
+        h_fail("the hugetlbfs segment %s left by a killed daemon was removed by --fresh "
+               "without being marked retired",
+               file);
+    munmap(map, (size_t)page);
+    assert_int_equal(h_daemon_signal(d2, SIGTERM, H_RUN_TIMEOUT_MS), 0);
+    restore_hugepages();
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -215,6 +279,7 @@ int main(void)
     static const struct CMUnitTest tests[] = {
         TEST(test_hugetlbfs_pool),
         TEST(test_hugetlbfs_too_big),
+        TEST(test_hugetlbfs_fresh_retires),
     };
 
     return cmocka_run_group_tests_name("test_backings", tests, NULL, NULL);

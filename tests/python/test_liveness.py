@@ -9,8 +9,10 @@ it reads the new daemon's objects. A retired word scribbled by a read-write
 client only sends reads to the daemon."""
 
 import os
+import signal
 import struct
 import subprocess
+import threading
 import time
 import unittest
 
@@ -23,6 +25,12 @@ GIVE_UP_S = 5.0
 # Where the header keeps the word a daemon sets when it gives a segment up
 # (proto/layout.h: struct shmb_segment_header.retired).
 RETIRED_AT = 140
+
+
+def process_state(pid):
+    """The state letter of process pid (/proc/PID/stat): "T" once stopped."""
+    with open("/proc/%d/stat" % pid, encoding="ascii", errors="replace") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
 
 
 class TestLiveness(unittest.TestCase):
@@ -162,6 +170,63 @@ class TestLiveness(unittest.TestCase):
         self.assert_lost(ro, "new")
         self.assert_reads_new(ro)
         self.assert_reads_new(rw)
+
+    def test_reconnect_in_another_thread(self):
+        """A client shared by two threads, one reading and one calling
+        reconnect() after the daemon was replaced (a memfd pool: nothing
+        marks the old segment): while the reconnect waits for hello, the
+        read is refused (EBUSY, as any call while another thread's runs)
+        instead of answering from the old mapping with the new connection's
+        look at the socket. The new daemon is stopped (SIGSTOP) so that the
+        reconnect stays in its hello."""
+        args = ["--pool", "mem:4M,backing=memfd"]
+        d = self.daemon("1M", args).start()
+        c = self.client(d, read_only=True, pool="mem")
+        self.client(d, name="writer", pool="mem").put("k", b"old value")
+        self.assertEqual(c.read("k"), b"old value")
+        d.kill()
+        d2 = self.again(d).start()
+        self.put_new(d2, pool="mem")
+        self.assert_lost_soon(c, "k")
+        d2.proc.send_signal(signal.SIGSTOP)
+        stopped = True
+        end = time.monotonic() + GIVE_UP_S
+        while process_state(d2.proc.pid) != "T":  # the signal is delivered
+            self.assertLess(time.monotonic(), end, "shmbrokerd did not stop")
+            time.sleep(0.001)
+        errs = []
+
+        def reconnect():
+            try:
+                c.reconnect()
+            except Exception as e:  # reported by the main thread
+                errs.append(e)
+        t = threading.Thread(target=reconnect)
+        try:
+            t.start()
+            end = time.monotonic() + GIVE_UP_S
+            while True:  # ENOTCONN until the other thread's reconnect begins
+                try:
+                    got = c.read("k")
+                except shmbroker.ShmBrokerError as e:
+                    got = e.code
+                if got != "ENOTCONN":
+                    break
+                self.assertLess(time.monotonic(), end, "reconnect() did not begin")
+                time.sleep(0.001)
+            self.assertNotEqual(got, b"old value", "read() answered from the segment of "
+                                "the daemon that was killed")
+            self.assertEqual(got, "EBUSY")
+            d2.proc.send_signal(signal.SIGCONT)
+            stopped = False
+            t.join(GIVE_UP_S)
+        finally:
+            if stopped:
+                d2.proc.send_signal(signal.SIGCONT)
+            t.join(GIVE_UP_S)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(errs, [])
+        self.assertEqual(c.read("k"), b"new value")
 
     def test_scribbled_word(self):
         """A read-write client writes the retired word of a segment that is

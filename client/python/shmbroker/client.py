@@ -521,7 +521,14 @@ class Client:
         connection are gone."""
         if self.closed:
             raise ConnectionLost("ENOTCONN", "This client is closed; make a new Client.")
-        self._dial(keep_map=True)
+        # As any call: a read in another thread would otherwise answer from
+        # the old mapping while this one's new connection is being made.
+        if not self._busy.acquire(False):
+            raise _busy_error()
+        try:
+            self._dial(keep_map=True)
+        finally:
+            self._busy.release()
 
     def _dial(self, keep_map):
         self._disconnect(keep_map)
@@ -644,8 +651,7 @@ class Client:
                                  "belongs to the parent. Nothing was sent; make a new Client "
                                  "in the child.")
         if not self._busy.acquire(False):
-            raise ShmBrokerError("EBUSY", "Another call is running on this client (in another "
-                                 "thread); nothing was sent. Use one Client per thread.")
+            raise _busy_error()
 
     def _lost(self, what, err=None):
         self._disconnect(keep_map=True)
@@ -826,13 +832,17 @@ class Client:
     def _send_noreply(self, req):
         self._enter()
         try:
-            req["noreply"] = True
-            req["id"] = self._next_id()
-            out = self._pending_lines() if self._later else []
-            out.append(self._encode(req))
-            self._send(b"".join(out))
+            self._send_noreply_held(req)
         finally:
             self._busy.release()
+
+    def _send_noreply_held(self, req):
+        """_send_noreply() by a call that holds this client's lock."""
+        req["noreply"] = True
+        req["id"] = self._next_id()
+        out = self._pending_lines() if self._later else []
+        out.append(self._encode(req))
+        self._send(b"".join(out))
 
     def _extent(self, reply, want=None):
         off, size = reply.get("offset"), reply.get("size")
@@ -997,7 +1007,7 @@ class Client:
         try:
             events = self._poller.poll(0)
         except (OSError, AttributeError):
-            return True  # proves nothing (a close by another thread): the next read looks
+            return True  # a failed poll proves nothing: the next read looks
         self._looked = now
         if not any(ev & _HANGUP for _fd, ev in events):
             return True
@@ -1009,23 +1019,19 @@ class Client:
                              "Call reconnect() and read again." % key)
 
     def _read(self, key, out):
-        cat = self._catalog
-        if (cat is not None and self._sock is not None and self._forks == _forks[0]
-                and self._served(cat, key)):
-            found = cat.lookup(key, key.encode("utf-8", "surrogatepass"))
-            what, value, gen, flags, chunk, retries = cat.read(found, out)
-            self._reads[2] += retries
-            if what == _catalog.HIT:
-                self._reads[0] += 1
-                if flags & P.CATALOG_AWAITED:
-                    self._count_read(key, chunk, gen)
-                return value
-            if what == _catalog.MISS:
-                self._reads[0] += 1
-                raise NotFound("ENOENT", "No committed object has key '%s'." % key)
-            if what == _catalog.NOBUFS:
-                self._reads[0] += 1
-                raise _too_small(key, len(out), value)
+        if (self._catalog is not None and self._sock is not None
+                and self._forks == _forks[0]):
+            # A call like any other, one at a time: another thread's (a
+            # reconnect, say) must not change the connection or the mapping
+            # while this read trusts them.
+            if not self._busy.acquire(False):
+                raise _busy_error()
+            try:
+                answer = self._read_mapped(key, out)
+            finally:
+                self._busy.release()
+            if answer is not _ASK:
+                return answer
         self._reads[1] += 1
         pin = self.get(key)
         try:
@@ -1038,12 +1044,35 @@ class Client:
         finally:
             pin.release()
 
+    def _read_mapped(self, key, out):
+        """read() from the mapping, this client's lock held: the value (or
+        its size, into out), NotFound, BufferTooSmall, or _ASK when the
+        daemon must answer."""
+        cat = self._catalog
+        if cat is None or self._sock is None or not self._served(cat, key):
+            return _ASK
+        found = cat.lookup(key, key.encode("utf-8", "surrogatepass"))
+        what, value, gen, flags, chunk, retries = cat.read(found, out)
+        self._reads[2] += retries
+        if what == _catalog.HIT:
+            self._reads[0] += 1
+            if flags & P.CATALOG_AWAITED:
+                self._count_read(key, chunk, gen)
+            return value
+        if what == _catalog.MISS:
+            self._reads[0] += 1
+            raise NotFound("ENOENT", "No committed object has key '%s'." % key)
+        if what == _catalog.NOBUFS:
+            self._reads[0] += 1
+            raise _too_small(key, len(out), value)
+        return _ASK
+
     def _count_read(self, key, chunk, gen):
         """Count one awaited read of the object read in place: in its seal
         (a compare-and-swap that keeps the generation) on a read-write
         mapping, else by a noreply "read" request. An object that went
         meanwhile (another generation) counts nothing: its reads no longer
-        matter."""
+        matter. This client's lock is held (_read_mapped)."""
         if not self.read_only:
             from . import _futex  # its executable page only for clients that count
             if _futex.supported:
@@ -1062,7 +1091,7 @@ class Client:
                         return
                     if _futex.cas64(addr, seal, seal + (1 << 32)) == seal:
                         return
-        self._send_noreply({"op": "read", "key": key, "gen": gen})
+        self._send_noreply_held({"op": "read", "key": key, "gen": gen})
 
     def read_frames(self, key):
         """The object's frames, each copied out as bytes (the pin is
@@ -1379,6 +1408,17 @@ def _write(view, part):
         _frames.write(view, part)
     else:
         view[:] = part
+
+
+# What Client._read_mapped returns when the daemon must answer the read.
+_ASK = object()
+
+
+def _busy_error():
+    """What a call made while another thread's runs on the same client
+    raises (nothing was sent)."""
+    return ShmBrokerError("EBUSY", "Another call is running on this client (in another "
+                          "thread); nothing was sent. Use one Client per thread.")
 
 
 def _too_small(key, cap, size):
