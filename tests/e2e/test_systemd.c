@@ -1655,6 +1655,14 @@ static void test_install_tree(void **state)
         h_fail("the installed service does not run /usr/local/sbin/shmbrokerd with "
                "/etc/shmbrokerd.conf, or reloads with kill(1)");
     }
+    /* ExecReload's --reload proves $MAINPID by the kernel's sock_diag: without
+     * netlink it falls back to names in /proc/net/unix, which any local user
+     * can forge (test_reload_forged_listener). */
+    if (!h_contains(text, "\nRestrictAddressFamilies=AF_UNIX AF_NETLINK\n")) {
+        print_error("%s:\n%s", p, text);
+        free(text);
+        h_fail("the installed service does not let --reload use AF_NETLINK");
+    }
     free(text);
     snprintf(p, sizeof(p), "%s/usr/local/lib/systemd/system/shmbrokerd.socket", dest);
     text = h_read_file(p, NULL);
