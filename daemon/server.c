@@ -732,17 +732,14 @@ static int server_listeners_at(const char *path, unsigned long *ino, struct shmb
         return 0;
     if ((buf = shmb_malloc(SERVER_DIAG_BUF)) == NULL)
         return shmb_error_set(err, -ENOMEM, "Out of memory for the list of sockets.");
+    /* No netlink here (a kernel without it, a sandbox that forbids it:
+     * RestrictAddressFamilies=, seccomp, an LSM): -ENOSYS, whatever the
+     * reason, so that the caller falls back to names. */
     fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-    if (fd < 0) {
+    if (fd < 0 ||
+        sendto(fd, &ask, sizeof(ask), 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0) {
         saved = errno;
-        rc = saved == EPROTONOSUPPORT || saved == EAFNOSUPPORT ? -ENOSYS : -saved;
-        shmb_error_set(err, rc, "Cannot ask the kernel for its Unix sockets: %s.",
-                       strerror(saved));
-        goto out;
-    }
-    if (sendto(fd, &ask, sizeof(ask), 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0) {
-        saved = errno;
-        rc = shmb_error_set(err, -saved, "Cannot ask the kernel for its Unix sockets: %s.",
+        rc = shmb_error_set(err, -ENOSYS, "Cannot ask the kernel for its Unix sockets: %s.",
                             strerror(saved));
         goto out;
     }
@@ -776,10 +773,11 @@ static int server_listeners_at(const char *path, unsigned long *ino, struct shmb
 
                 saved = h->nlmsg_len >= NLMSG_LENGTH(sizeof(*e)) && e->error < 0 ? -e->error
                                                                                   : EPROTO;
-                /* No unix_diag in this kernel (nor a module to load). */
-                rc = saved == ENOENT || saved == EOPNOTSUPP ? -ENOSYS : -saved;
-                shmb_error_set(err, rc, "The kernel did not list its Unix sockets: %s.",
-                               strerror(saved));
+                /* No unix_diag in this kernel (ENOENT: nor a module to load),
+                 * or a policy that refuses it: fall back as well. */
+                rc = shmb_error_set(err, -ENOSYS,
+                                    "The kernel did not list its Unix sockets: %s.",
+                                    strerror(saved));
                 goto out;
             }
             if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY ||
