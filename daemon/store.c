@@ -478,13 +478,20 @@ static void store_unpublish(struct store *s, struct object *obj)
  * entry did not count, and its count would be refused. A count left in the
  * old seal was made by a reader that was not asked to count (it loaded the
  * entry before its flag went): it is dropped, not taken off the reads the
- * object awaits now. */
+ * object awaits now. The catalog is held meanwhile: a reader that probes
+ * between the old entry and the new one finds no entry (or, for an object
+ * the catalog has no room for, catalog_unlisted one lower), and must not
+ * take that for a proof that the key has no object. */
 static void store_mark_awaited(struct store *s, struct object *obj)
 {
     if (!obj->published || obj->listed_awaited || obj->awaited_reads == 0)
         return;
+    if (s->cfg.catalog != NULL)
+        catalog_hold(s->cfg.catalog);
     store_unlist(s, obj, false);
     store_publish(s, obj);
+    if (s->cfg.catalog != NULL)
+        catalog_release(s->cfg.catalog);
 }
 
 /* obj awaits no more reads: list it without SHMB_CATALOG_AWAITED, so that

@@ -1111,6 +1111,101 @@ static void test_reload_activated_memfd(void **state)
     h_pass(f);
 }
 
+/* What listen_named_line makes: a line of /proc/net/unix naming path. */
+struct named_line {
+    const char *path;    /* the listener the line names */
+    const char *segment; /* not NULL: also a memfd of that name, and the name shmbrokerd */
+};
+
+/* Any local user can do this: a socket whose abstract name holds a newline
+ * and then a whole line of /proc/net/unix (which prints names as they are)
+ * saying that a stream socket listens on arg's path, its inode one that
+ * this process holds. Waits, holding both (SIGHUP's default ends it). */
+static int listen_named_line(void *arg)
+{
+    const struct named_line *nl = arg;
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    struct stat st;
+    int held = socket(AF_UNIX, SOCK_STREAM, 0), fd = socket(AF_UNIX, SOCK_STREAM, 0), len;
+
+    if (held < 0 || fd < 0 || fstat(held, &st) != 0)
+        return 1;
+    len = snprintf(sun.sun_path + 1, sizeof(sun.sun_path) - 1,
+                   "x\n0000000000000000: 00000002 00000000 00010000 0001 01 %lu %s",
+                   (unsigned long)st.st_ino, nl->path);
+    if (len < 0 || (size_t)len >= sizeof(sun.sun_path) - 1 ||
+        bind(fd, (struct sockaddr *)&sun,
+             (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) != 0 ||
+        listen(fd, 1) != 0)
+        return 1;
+    if (nl->segment != NULL && (syscall(SYS_memfd_create, nl->segment, 0) < 0 ||
+                                prctl(PR_SET_NAME, "shmbrokerd", 0, 0, 0) != 0))
+        return 1;
+    for (;;)
+        pause();
+    return 0;
+}
+
+/* Issue 24: a line another user's socket writes into /proc/net/unix does
+ * not decide --reload. The socket-activated daemon of a memfd pool still
+ * reloads when a second listener seems to carry its --socket (it was
+ * refused: "2 listening sockets are named ..."), and a process that calls
+ * itself shmbrokerd, holds a memfd named like the segment and a socket the
+ * forged line names is refused when no daemon listens at --socket (it was
+ * sent SIGHUP, and --reload said the daemon had reloaded). */
+static void test_reload_forged_listener(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "4M");
+    static const char before[] = "pool = mem:4M,backing=memfd\nmax-clients = 5\n";
+    static const char after[] = "pool = mem:4M,backing=memfd\nmax-clients = 3\n";
+    char conf[PATH_MAX], pid[32], nobody[PATH_MAX], segment[128];
+    const char *extra[] = {"--config", conf, NULL};
+    const char *reload[] = {"--config", conf, "--reload", pid, NULL};
+    const char *elsewhere[] = {"--config", conf, "--socket", nobody, "--reload", pid, NULL};
+    const char *env[] = {"LISTEN_PID=$PID", "LISTEN_FDS=1", NULL};
+    struct named_line forged = {.path = d->socket}, impostor;
+    struct h_run r;
+    pid_t forger, other;
+    int fd;
+
+    h_path(f, "memfd.conf", conf, sizeof(conf));
+    h_path(f, "nobody.sock", nobody, sizeof(nobody));
+    assert_int_equal(h_write_file(conf, before, strlen(before)), 0);
+    fd = listen_unix(d->socket, SOCK_STREAM, true);
+    daemon_spawn_env(d, extra, env, fd);
+    wait_file(d->log, " ready: ", H_READY_TIMEOUT_MS);
+    forger = h_fork(f, listen_named_line, &forged);
+    assert_true(forger > 0);
+    h_sleep_ms(200); /* its socket listens */
+    assert_int_equal(waitpid(forger, NULL, WNOHANG), 0);
+    snprintf(pid, sizeof(pid), "%d", (int)d->pid);
+    assert_int_equal(h_write_file(conf, after, strlen(after)), 0);
+    run_daemon_action(f, d, reload, &r);
+    expect_action(&r, "--reload of an activated daemon beside a forged listener", 0,
+                  "asked to reload");
+    h_run_free(&r);
+    wait_file(d->log, "SIGHUP: settings reloaded (log level info, max-clients 3,", 5000);
+
+    snprintf(segment, sizeof(segment), "%s.mem", d->name);
+    impostor.path = nobody;
+    impostor.segment = segment;
+    other = h_fork(f, listen_named_line, &impostor);
+    assert_true(other > 0);
+    h_sleep_ms(200); /* it has its memfd, its name and its socket */
+    assert_int_equal(waitpid(other, NULL, WNOHANG), 0);
+    snprintf(pid, sizeof(pid), "%d", (int)other);
+    run_daemon_action(f, d, elsewhere, &r);
+    expect_action(&r, "--reload of an impostor named by a forged line", 1, "nothing sent");
+    h_run_free(&r);
+    h_sleep_ms(200);
+    assert_int_equal(waitpid(other, NULL, WNOHANG), 0); /* no SIGHUP reached it */
+    h_child_kill(f, other, SIGKILL);
+    h_child_kill(f, forger, SIGKILL);
+    close(fd);
+    h_pass(f);
+}
+
 /* A library client waiting on the socket given as arg: connects (its hello
  * sent into the backlog), then expects the refusal of a start. */
 static int refused_library_client(void *arg)
@@ -1559,6 +1654,14 @@ static void test_install_tree(void **state)
         free(text);
         h_fail("the installed service does not run /usr/local/sbin/shmbrokerd with "
                "/etc/shmbrokerd.conf, or reloads with kill(1)");
+    }
+    /* ExecReload's --reload proves $MAINPID by the kernel's sock_diag: without
+     * netlink it falls back to names in /proc/net/unix, which any local user
+     * can forge (test_reload_forged_listener). */
+    if (!h_contains(text, "\nRestrictAddressFamilies=AF_UNIX AF_NETLINK\n")) {
+        print_error("%s:\n%s", p, text);
+        free(text);
+        h_fail("the installed service does not let --reload use AF_NETLINK");
     }
     free(text);
     snprintf(p, sizeof(p), "%s/usr/local/lib/systemd/system/shmbrokerd.socket", dest);
@@ -2538,6 +2641,7 @@ int main(void)
         TEST(test_check_config),
         TEST(test_reload_pid),
         TEST(test_reload_activated_memfd),
+        TEST(test_reload_forged_listener),
         TEST(test_activation_refused_start),
         TEST(test_memfd_fd_store),
         TEST(test_memfd_fd_store_dropped),

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "../../daemon/catalog.h"
+#include "../../proto/catalog.h"
 #include "alloc.h"
 #include "clock.h"
 #include "ring.h"
@@ -2482,6 +2483,95 @@ static void test_awaited_flag_follows_reads(void **state)
     cat_fix_free(c);
 }
 
+/* A reader in place that probes for key while the daemon lists an entry
+ * (catalog_add, wrapped by the link): what shmb_catalog_read answers at
+ * that moment, before the entry is written. */
+static struct {
+    struct cat_fix *c;
+    const char *key;
+    int rc;
+    bool seen;
+} reader_at_add;
+
+int __real_catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
+                       uint32_t gen, uint64_t size, uint32_t flags);
+int __wrap_catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
+                       uint32_t gen, uint64_t size, uint32_t flags);
+
+int __wrap_catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
+                       uint32_t gen, uint64_t size, uint32_t flags)
+{
+    if (reader_at_add.c != NULL && key_len == strlen(reader_at_add.key) &&
+        memcmp(key, reader_at_add.key, key_len) == 0) {
+        struct cat_fix *f = reader_at_add.c;
+        struct shmb_catalog_view v = {
+            .base = f->seg,
+            .map_size = SHMB_HEADER_PAGE + f->f.size + CAT_SLOTS * 32,
+            .data_offset = SHMB_HEADER_PAGE,
+            .data_size = f->f.size,
+            .catalog_offset = SHMB_HEADER_PAGE + f->f.size,
+            .catalog_slots = CAT_SLOTS,
+            .seed = 99,
+        };
+        struct shmb_catalog_hit hit;
+        char buf[4096];
+
+        reader_at_add.rc = shmb_catalog_read(&v, key, key_len, buf, sizeof(buf), &hit);
+        reader_at_add.seen = true;
+    }
+    return __real_catalog_add(c, key, key_len, chunk, gen, size, flags);
+}
+
+/* Proves that an object listed anew because it awaits reads again (a touch
+ * with readers, a queue reader joining, after its awaited reads reached 0)
+ * is never missing for a reader in place meanwhile: between taking the old
+ * entry out and writing the new one, a probe that finds no entry does not
+ * take that for a proof that the key has no object (it asks the daemon).
+ * A touch(readers=1) after each get (vLLM's get_cached) relists every time,
+ * and readers racing it got "No object" for a key that was there. */
+static void test_relist_is_no_miss(void **state)
+{
+    struct cat_fix *c = cat_fix_new(16384);
+    struct store_holder *h = store_holder_new(c->f.s);
+    struct shmb_segment_header *hdr = (struct shmb_segment_header *)c->seg;
+    struct shmb_error err = {0};
+    uint32_t gen;
+
+    (void)state;
+    /* The header page describes the table, as a segment's does. */
+    hdr->catalog_seed = 99;
+    hdr->catalog_slots = CAT_SLOTS;
+    hdr->catalog_offset = SHMB_HEADER_PAGE + c->f.size;
+    put_ok(&c->f, h, "a", 100, 1, 1, NULL);
+    read_ok(&c->f, h, "a", 100, 1, false); /* its awaited read: the flag goes */
+    assert_int_equal(entry_of_key(c, "a")->flags, 0);
+    gen = entry_of_key(c, "a")->gen;
+    reader_at_add.c = c;
+    reader_at_add.key = "a";
+    reader_at_add.seen = false;
+    assert_int_equal(store_touch(c->f.s, "a", 1, 1, &err), 0);
+    reader_at_add.c = NULL;
+    assert_true(reader_at_add.seen); /* it was listed anew */
+    assert_int_not_equal(entry_of_key(c, "a")->gen, gen);
+    if (reader_at_add.rc == -ENOENT)
+        fail_msg("a reader in place took the relisting of 'a' for a miss");
+    assert_int_equal(reader_at_add.rc, -EAGAIN); /* it asks the daemon */
+    /* Once listed again, the catalog proves misses again. */
+    assert_int_equal(hdr->catalog_moves % 2, 0);
+    /* The same when a queue reader joins (expect). */
+    read_ok(&c->f, h, "a", 100, 1, false);
+    assert_int_equal(entry_of_key(c, "a")->flags, 0);
+    reader_at_add.c = c;
+    reader_at_add.seen = false;
+    assert_int_equal(store_expect_read(c->f.s, "a", 1), 0);
+    reader_at_add.c = NULL;
+    assert_true(reader_at_add.seen);
+    assert_int_equal(reader_at_add.rc, -EAGAIN);
+    assert_int_equal(hdr->catalog_moves % 2, 0);
+    store_holder_free(c->f.s, h);
+    cat_fix_free(c);
+}
+
 /* Proves that an adopted store gives every restored object a new
  * generation after both the old header's gen_next and every generation
  * found in a seal, seals it with that generation and lists it again in a
@@ -2599,6 +2689,7 @@ int main(void)
         cmocka_unit_test(test_recheck_awaited_blocker),
         cmocka_unit_test(test_touch_after_reads_done),
         cmocka_unit_test(test_awaited_flag_follows_reads),
+        cmocka_unit_test(test_relist_is_no_miss),
         cmocka_unit_test(test_minimal_put_get_cycle),
         cmocka_unit_test(test_put_same_key_twice),
         cmocka_unit_test(test_large_object_rejection),
