@@ -30,7 +30,8 @@ CHUNK_FIELDS = {"magic": (0, 4), "state": (4, 2), "key_len": (6, 2), "header_siz
                 "tag": (12, 4), "id": (16, 8), "chunk_size": (24, 8),
                 "payload_size": (32, 8), "seal": (40, 8)}
 HEADER_FIELDS = {"moves": (P.CATALOG_MOVES_AT, 4), "unlisted": (P.CATALOG_UNLISTED_AT, 4),
-                 "seed": (P.CATALOG_SEED_AT, 4)}
+                 "seed": (P.CATALOG_SEED_AT, 4), "slots": (P.CATALOG_SLOTS_AT, 8),
+                 "offset": (P.CATALOG_OFFSET_AT, 8), "retired": (P.SEGMENT_RETIRED_AT, 4)}
 OUTCOMES = ("hit", "daemon", "notfound", "daemon-notfound")
 
 
