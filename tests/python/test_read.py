@@ -623,6 +623,45 @@ class TestReadFromDaemon(support.DaemonTest):
             self.assertEqual(present, self.c.contains("big%d" % i), i)
         self.assertEqual(self.c.read_stats()["fallback"], 0)
 
+    def test_one_call_at_a_time(self):
+        """read(), read_into() and reconnect() while another thread's call
+        runs on the client are refused with EBUSY, as every other call (and
+        as shmb_read and shmb_reconnect): they neither read the mapping
+        under that call nor replace its connection and mapping."""
+        self.c.put("k", b"value")
+        pin = self.c.get("k")
+        self.addCleanup(pin.release)
+        refused = []
+        self.c._busy.acquire()  # as another thread's call holds it
+        try:
+            for call in (lambda: self.c.read("k"), lambda: self.c.read_into("k", bytearray(8)),
+                         self.c.reconnect):
+                try:
+                    call()
+                    refused.append("went through")
+                except shmbroker.ShmBrokerError as e:
+                    refused.append(e.code)
+        finally:
+            self.c._busy.release()
+        self.assertEqual(refused, ["EBUSY", "EBUSY", "EBUSY"])
+        self.assertEqual(self.c.read("k"), b"value")
+        self.assertEqual(self.c.list("k")[0]["pins"], 1)  # the same connection, its pin kept
+
+    def test_awaited_read_with_a_broken_connection(self):
+        """A read-only client reads an awaited object from the mapping while
+        its connection breaks under the "read" that reports it: the read
+        returns the bytes (it was exact), as shmb_read, and the next call
+        says the connection is lost."""
+        self.c.put("aw", b"awaited bytes", readers=1)
+        ro = self.d.client(read_only=True)
+        self.addCleanup(ro.close)
+        ro._sock.shutdown(socket.SHUT_WR)  # its next send fails (EPIPE)
+        ro._looked = float("inf")  # and read() does not look at it first
+        self.assertEqual(ro.read("aw"), b"awaited bytes")
+        self.assertEqual(ro.read_stats()["fast"], 1)
+        with self.assertRaises(shmbroker.ConnectionLost):
+            ro.contains("aw")
+
     def awaited(self, reader):
         """An object awaiting 2 reads: reader's read()s count them, and then
         it may go (a put that needs its space succeeds)."""

@@ -521,7 +521,15 @@ class Client:
         connection are gone."""
         if self.closed:
             raise ConnectionLost("ENOTCONN", "This client is closed; make a new Client.")
-        self._dial(keep_map=True)
+        # As any call (and shmb_reconnect): not under another thread's call,
+        # whose connection and mapping it would replace.
+        if not self._busy.acquire(False):
+            raise ShmBrokerError("EBUSY", "Another call is running on this client (in another "
+                                 "thread); it was not reconnected. Use one Client per thread.")
+        try:
+            self._dial(keep_map=True)
+        finally:
+            self._busy.release()
 
     def _dial(self, keep_map):
         self._disconnect(keep_map)
@@ -1009,23 +1017,29 @@ class Client:
                              "Call reconnect() and read again." % key)
 
     def _read(self, key, out):
-        cat = self._catalog
-        if (cat is not None and self._sock is not None and self._forks == _forks[0]
-                and self._served(cat, key)):
-            found = cat.lookup(key, key.encode("utf-8", "surrogatepass"))
-            what, value, gen, flags, chunk, retries = cat.read(found, out)
-            self._reads[2] += retries
-            if what == _catalog.HIT:
-                self._reads[0] += 1
-                if flags & P.CATALOG_AWAITED:
-                    self._count_read(key, chunk, gen)
-                return value
-            if what == _catalog.MISS:
-                self._reads[0] += 1
-                raise NotFound("ENOENT", "No committed object has key '%s'." % key)
-            if what == _catalog.NOBUFS:
-                self._reads[0] += 1
-                raise _too_small(key, len(out), value)
+        # One call at a time, as every other (and shmb_read): a read from
+        # the mapping under another thread's call could meet its reconnect()
+        # replacing the mapping, or its close() releasing the views.
+        self._enter()
+        try:
+            cat = self._catalog
+            if cat is not None and self._served(cat, key):
+                found = cat.lookup(key, key.encode("utf-8", "surrogatepass"))
+                what, value, gen, flags, chunk, retries = cat.read(found, out)
+                self._reads[2] += retries
+                if what == _catalog.HIT:
+                    self._reads[0] += 1
+                    if flags & P.CATALOG_AWAITED:
+                        self._count_read(key, chunk, gen)
+                    return value
+                if what == _catalog.MISS:
+                    self._reads[0] += 1
+                    raise NotFound("ENOENT", "No committed object has key '%s'." % key)
+                if what == _catalog.NOBUFS:
+                    self._reads[0] += 1
+                    raise _too_small(key, len(out), value)
+        finally:
+            self._busy.release()
         self._reads[1] += 1
         pin = self.get(key)
         try:
@@ -1039,11 +1053,13 @@ class Client:
             pin.release()
 
     def _count_read(self, key, chunk, gen):
-        """Count one awaited read of the object read in place: in its seal
-        (a compare-and-swap that keeps the generation) on a read-write
-        mapping, else by a noreply "read" request. An object that went
-        meanwhile (another generation) counts nothing: its reads no longer
-        matter."""
+        """Count one awaited read of the object read in place (inside the
+        read's call): in its seal (a compare-and-swap that keeps the
+        generation) on a read-write mapping, else by a noreply "read"
+        request. An object that went meanwhile (another generation) counts
+        nothing: its reads no longer matter. The read itself was exact: a
+        connection lost while reporting it is the next call's news, as in
+        shmb_read."""
         if not self.read_only:
             from . import _futex  # its executable page only for clients that count
             if _futex.supported:
@@ -1062,7 +1078,14 @@ class Client:
                         return
                     if _futex.cas64(addr, seal, seal + (1 << 32)) == seal:
                         return
-        self._send_noreply({"op": "read", "key": key, "gen": gen})
+        line = self._encode({"op": "read", "key": key, "gen": gen, "noreply": True,
+                             "id": self._next_id()})
+        out = self._pending_lines() if self._later else []
+        out.append(line)
+        try:
+            self._send(b"".join(out))
+        except ConnectionLost:
+            pass  # _send closed the socket: the next call says so
 
     def read_frames(self, key):
         """The object's frames, each copied out as bytes (the pin is
