@@ -274,6 +274,9 @@ static const struct table_field header_fields[] = {
     {"moves", offsetof(struct shmb_segment_header, catalog_moves), 4},
     {"unlisted", offsetof(struct shmb_segment_header, catalog_unlisted), 4},
     {"seed", offsetof(struct shmb_segment_header, catalog_seed), 4},
+    {"slots", offsetof(struct shmb_segment_header, catalog_slots), 8},
+    {"offset", offsetof(struct shmb_segment_header, catalog_offset), 8},
+    {"retired", offsetof(struct shmb_segment_header, retired), 4},
     {NULL, 0, 0},
 };
 

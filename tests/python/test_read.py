@@ -386,8 +386,9 @@ class TestOrderedReads(unittest.TestCase):
     def test_same_results_with_fences(self):
         """Hits, misses, hostile entries and a table in motion: the reader
         with fences gives what the one without gives, and fences every
-        sequence word and seal: a hit costs five fences (moves, the entry's
-        seq before and after its fields, the seal, after the copy)."""
+        sequence word and seal: a hit costs six fences (moves, the entry's
+        seq before and after its fields, the seal, after the copy and the
+        seal after it)."""
         seg = FakeSegment()
         seg.put("k1", b"one")
         at, gen = seg.put("k2", bytes(range(200)))
@@ -395,7 +396,7 @@ class TestOrderedReads(unittest.TestCase):
         plain = seg.catalog()
         self.assertIsNone(plain.fence)
         self.assertEqual(read(cat, "k1"), (C.HIT, b"one", 0))
-        self.assertEqual(fence.calls, 5)
+        self.assertEqual(fence.calls, 6)
         for key in ("k1", "k2", "absent"):
             self.assertEqual(read(cat, key), read(plain, key))
         seg.set_seal(at, gen + 1)
@@ -404,6 +405,43 @@ class TestOrderedReads(unittest.TestCase):
         self.assertEqual(read(cat, "absent")[0], C.AGAIN)
         seg.set32(MOVES, 4)
         self.assertEqual(read(cat, "absent")[0], C.MISS)
+
+    def test_acquire_loads_are_fenced(self):
+        """Each load that proto/catalog.c makes with acquire order (the
+        moves word, the entry's seq, the seal before and after the copy,
+        the unlisted word) is followed by a fence before any other load of
+        the mapping, so that the loads after it (the key and state after
+        the copy's seal, say) cannot be served before it."""
+        seg = FakeSegment()
+        at, _gen = seg.put("k", b"value")
+        home, _ = seg.home("k")
+        log = []
+
+        class Logged:
+            def __init__(self, words, names):
+                self.words, self.names = words, names
+
+            def __getitem__(self, i):
+                log.append(self.names.get(i, "other"))
+                return self.words[i]
+
+        cat, fence = self.ordered(seg, lambda n: log.append("fence"))
+        seq_at = (seg.coff + home * 32) >> 2
+        cat.w32 = Logged(cat.w32, {MOVES >> 2: "moves", P.CATALOG_UNLISTED_AT >> 2: "unlisted",
+                                   seq_at: "seq"})
+        cat.w64 = Logged(cat.w64, {(at + P.SEAL_AT) >> 3: "seal"})
+        for key, want in (("k", C.HIT), ("absent", C.MISS)):
+            del log[:]
+            self.assertEqual(read(cat, key)[0], want)
+            acquired = [n for n, what in enumerate(log) if what in ("seal", "unlisted")]
+            acquired += [log.index(first) for first in ("moves", "seq") if first in log]
+            self.assertTrue(acquired)
+            for n in acquired:
+                self.assertEqual(log[n + 1:n + 2], ["fence"], "%s: %s at %d of %s"
+                                 % (key, log[n], n, log))
+        del log[:]
+        self.assertEqual(read(cat, "k")[0], C.HIT)
+        self.assertEqual(log.count("seal"), 2)  # before the copy and after it
 
     def test_entry_written_between_the_fences(self):
         """The daemon rewrites the entry after the reader's first look at
@@ -420,7 +458,7 @@ class TestOrderedReads(unittest.TestCase):
 
         cat, fence = self.ordered(seg, writer)
         self.assertEqual(read(cat, "k"), (C.HIT, b"value", 0))
-        self.assertEqual(fence.calls, 7)  # the entry read twice
+        self.assertEqual(fence.calls, 8)  # the entry read twice
 
     def test_chunk_reused_during_the_copy(self):
         """The chunk's generation changes while the payload is copied
@@ -622,6 +660,45 @@ class TestReadFromDaemon(support.DaemonTest):
                 present = False
             self.assertEqual(present, self.c.contains("big%d" % i), i)
         self.assertEqual(self.c.read_stats()["fallback"], 0)
+
+    def test_one_call_at_a_time(self):
+        """read(), read_into() and reconnect() while another thread's call
+        runs on the client are refused with EBUSY, as every other call (and
+        as shmb_read and shmb_reconnect): they neither read the mapping
+        under that call nor replace its connection and mapping."""
+        self.c.put("k", b"value")
+        pin = self.c.get("k")
+        self.addCleanup(pin.release)
+        refused = []
+        self.c._busy.acquire()  # as another thread's call holds it
+        try:
+            for call in (lambda: self.c.read("k"), lambda: self.c.read_into("k", bytearray(8)),
+                         self.c.reconnect):
+                try:
+                    call()
+                    refused.append("went through")
+                except shmbroker.ShmBrokerError as e:
+                    refused.append(e.code)
+        finally:
+            self.c._busy.release()
+        self.assertEqual(refused, ["EBUSY", "EBUSY", "EBUSY"])
+        self.assertEqual(self.c.read("k"), b"value")
+        self.assertEqual(self.c.list("k")[0]["pins"], 1)  # the same connection, its pin kept
+
+    def test_awaited_read_with_a_broken_connection(self):
+        """A read-only client reads an awaited object from the mapping while
+        its connection breaks under the "read" that reports it: the read
+        returns the bytes (it was exact), as shmb_read, and the next call
+        says the connection is lost."""
+        self.c.put("aw", b"awaited bytes", readers=1)
+        ro = self.d.client(read_only=True)
+        self.addCleanup(ro.close)
+        ro._sock.shutdown(socket.SHUT_WR)  # its next send fails (EPIPE)
+        ro._looked = float("inf")  # and read() does not look at it first
+        self.assertEqual(ro.read("aw"), b"awaited bytes")
+        self.assertEqual(ro.read_stats()["fast"], 1)
+        with self.assertRaises(shmbroker.ConnectionLost):
+            ro.contains("aw")
 
     def awaited(self, reader):
         """An object awaiting 2 reads: reader's read()s count them, and then

@@ -6,12 +6,17 @@ library's shmb_read (build/tests/shmb-read-tool, both kinds of handle) read
 the same scribbled segment. Every one of the four reads must give the row's
 outcome: from the mapping or from the daemon, exactly the victim's bytes or
 not found, never another key's bytes; so the two readers cannot drift apart
-again."""
+again. TestScribbleStorm makes such damage while a writer and the Python
+readers work, concurrently (tests/e2e/test_scribble.c's storm does it for
+shmb_read)."""
 
 import mmap
+import multiprocessing
 import os
+import random
 import struct
 import subprocess
+import threading
 import unittest
 
 import support
@@ -30,7 +35,8 @@ CHUNK_FIELDS = {"magic": (0, 4), "state": (4, 2), "key_len": (6, 2), "header_siz
                 "tag": (12, 4), "id": (16, 8), "chunk_size": (24, 8),
                 "payload_size": (32, 8), "seal": (40, 8)}
 HEADER_FIELDS = {"moves": (P.CATALOG_MOVES_AT, 4), "unlisted": (P.CATALOG_UNLISTED_AT, 4),
-                 "seed": (P.CATALOG_SEED_AT, 4)}
+                 "seed": (P.CATALOG_SEED_AT, 4), "slots": (P.CATALOG_SLOTS_AT, 8),
+                 "offset": (P.CATALOG_OFFSET_AT, 8), "retired": (P.SEGMENT_RETIRED_AT, 4)}
 OUTCOMES = ("hit", "daemon", "notfound", "daemon-notfound")
 
 
@@ -247,6 +253,220 @@ class TestScribbleTableOrdered(TestScribbleTable):
         super().test_table()
         self.assertGreater(self.calls[0], 4 * 40)
 
+
+# ---- the storm: Python readers while a writer and a scribbler work ----------
+
+# Half of one length (one key's entry sent to another's chunk is then seen
+# only by the key bytes), half longer, of several lengths.
+STORM_KEYS = ["s/%02d" % k if k < 12 else "s/%02d/" % k + "x" * (5 * k) for k in range(24)]
+
+
+def storm_payload(k, version, size):
+    """The bytes of key number k's version-th put: they name the key, the
+    version and their own length, so that any other key's bytes, or a
+    wrong length, are seen."""
+    head = b"K%05dV%012dL%08d|" % (k, version, size)
+    fill = bytes((k * 31 + version * 7 + i) & 0xFF for i in range(256))
+    return (head + fill * (size // 256 + 1))[:size]
+
+
+def storm_wrong(k, data):
+    """Why data is not a payload of key number k (None: it is)."""
+    try:
+        kk, version, size = int(data[1:6]), int(data[7:19]), int(data[20:28])
+    except ValueError:
+        return "not a payload of the storm: %r" % data[:40]
+    if kk != k:
+        return "key %d's bytes (version %d)" % (kk, version)
+    if data != storm_payload(k, version, size):
+        return "%d bytes, not version %d of %d bytes" % (len(data), version, size)
+    return None
+
+
+def storm_writer(sock, stop):
+    c = shmbroker.Client(sock)
+    rnd, version = random.Random(7), 0
+    while not stop.value:
+        k = rnd.randrange(len(STORM_KEYS))
+        try:
+            c.delete(STORM_KEYS[k])
+        except shmbroker.NotFound:
+            pass
+        version += 1
+        size = 28 + (rnd.randrange(3000) if rnd.randrange(8) else rnd.randrange(60000))
+        c.put(STORM_KEYS[k], storm_payload(k, version, size),
+              readers=1 if rnd.randrange(6) == 0 else 0)
+
+
+def storm_entry(m, coff, slots, seed, key):
+    """(offset of key's entry or None, key's hash)."""
+    raw = key.encode()
+    h = C.catalog_hash(seed, raw)
+    for p in range(P.CATALOG_PROBES):
+        at = coff + ((h + p) & (slots - 1)) * 32
+        _seq, tag, chunk = struct.unpack_from("=IIQ", m, at)
+        if chunk == 0:
+            break
+        if (tag == h >> 32 and 0 < chunk < len(m) - P.CHUNK_HEADER_SIZE - len(raw)
+                and m[chunk + P.CHUNK_HEADER_SIZE:chunk + P.CHUNK_HEADER_SIZE + len(raw)] == raw):
+            return at, h
+    return None, h
+
+
+def storm_scribbler(sock, path, stop, seed):
+    """Damage as a read-write client may do it, one change at a time (two
+    changes that agree, an entry's size and its chunk's payload_size, say,
+    are a forgery no reader can see through): the catalog's entries
+    (any bytes; plausible sizes, chunks and generations; another key's
+    entry; a write of its own under seq), the header page's catalog words,
+    and listed chunks' headers, seals and key bytes, those for a moment."""
+    c = shmbroker.Client(sock)
+    info = c.info
+    coff, slots, cseed = info["catalog_offset"], info["catalog_slots"], info["catalog_seed"]
+    with open(path, "r+b") as f:
+        m = mmap.mmap(f.fileno(), info["size"])
+    rnd = random.Random(seed)
+    end = info["data_offset"] + info["data_size"]
+    while not stop.value:
+        key = STORM_KEYS[rnd.randrange(len(STORM_KEYS))]
+        at, h = storm_entry(m, coff, slots, cseed, key)
+        what, undo, keep = rnd.randrange(10), [], rnd.randrange(8) == 0
+        if what == 0:  # any bytes of an entry on key's probe
+            e = coff + ((h + rnd.randrange(4)) & (slots - 1)) * 32 + rnd.randrange(32)
+            n = rnd.choice((1, 4, 8))
+            undo.append((e, bytes(m[e:e + n])))
+            m[e:e + n] = os.urandom(n)
+        elif what == 1:  # a catalog word of the header page
+            o = rnd.choice((P.CATALOG_OFFSET_AT, P.CATALOG_SLOTS_AT, P.CATALOG_SEED_AT,
+                            P.CATALOG_MOVES_AT, P.CATALOG_UNLISTED_AT, P.SEGMENT_RETIRED_AT))
+            undo.append((o, bytes(m[o:o + 4])))
+            m[o:o + 4] = os.urandom(4)
+            keep = False
+        elif what in (2, 3) and at is not None:  # a plausible entry
+            seq, tag, chunk, gen, flags, size = P.CATALOG_ENTRY.unpack_from(m, at)
+            chunk, gen, size, flags = rnd.choice((
+                (chunk, gen + 1, size, flags), (chunk, gen, size + 64, flags),
+                (chunk, gen, max(1, size - 1), flags), (chunk + 64, gen, size, flags),
+                ((1 << 64) - 64, gen, size, flags), (chunk, gen, (1 << 64) - 1, flags),
+                (chunk, gen, 1 << 63, flags), (end - 64, gen, size, flags),
+                (chunk, gen, size, flags ^ P.CATALOG_AWAITED)))
+            undo.append((at, bytes(m[at:at + 32])))
+            P.CATALOG_ENTRY.pack_into(m, at, seq, tag, chunk & ((1 << 64) - 1),
+                                      gen & 0xFFFFFFFF, flags, size & ((1 << 64) - 1))
+        elif what in (4, 5) and at is not None:  # a chunk's header, seal or key, a moment
+            chunk = struct.unpack_from("=Q", m, at + 8)[0]
+            kat = chunk + P.CHUNK_HEADER_SIZE + rnd.randrange(len(key))
+            o = rnd.choice((chunk + rnd.randrange(32), chunk + P.SEAL_AT, kat))
+            undo.append((o, bytes(m[o:o + 8])))
+            if o == chunk + P.SEAL_AT:
+                struct.pack_into("=Q", m, o, rnd.choice((0, struct.unpack_from(
+                    "=Q", m, o)[0] ^ rnd.choice((1, 1 << 31)), rnd.getrandbits(64))))
+            else:
+                m[o] ^= 0x80 if o == kat else 1 << rnd.randrange(8)
+            keep = False
+        elif what in (6, 7) and at is not None:  # key's entry names another key's chunk
+            other, _ = storm_entry(m, coff, slots, cseed,
+                                   STORM_KEYS[rnd.randrange(len(STORM_KEYS))])
+            if other is not None and other != at:
+                undo.append((at, bytes(m[at:at + 32])))
+                m[at + 8:at + 32] = m[other + 8:other + 32]
+        elif what == 8:  # an entry of an absent key's tag naming a listed chunk
+            other, _ = storm_entry(m, coff, slots, cseed,
+                                   STORM_KEYS[rnd.randrange(len(STORM_KEYS))])
+            ah = C.catalog_hash(cseed, b"s/absent/%d" % rnd.randrange(4))
+            e = coff + (ah & (slots - 1)) * 32
+            if other is not None:
+                undo.append((e, bytes(m[e:e + 32])))
+                struct.pack_into("=I", m, e + 4, ah >> 32)
+                m[e + 8:e + 32] = m[other + 8:other + 32]
+        elif at is not None:  # a write of its own under the entry's seq
+            seq = struct.unpack_from("=I", m, at)[0]
+            undo.append((at, bytes(m[at:at + 32])))
+            struct.pack_into("=I", m, at, (seq + 1) & 0xFFFFFFFF)
+            m[at + 8:at + 16] = os.urandom(8)
+            struct.pack_into("=I", m, at, (seq + 2) & 0xFFFFFFFF)
+        if not keep:
+            for o, old in reversed(undo):
+                m[o:o + len(old)] = old
+    m.close()
+    c.close()
+
+
+def storm_reader(sock, stop, read_only, fenced, idx, reads, failures):
+    """Reads of random keys (read() and read_into(), some into buffers too
+    small): each one the key's bytes, BufferTooSmall or NotFound."""
+    if fenced:
+        fence, _why = C.load_fence("aarch64")
+        if fence is not None:
+            C._fence, C.why_no_catalog, C._loaded = fence, None, True
+    c = shmbroker.Client(sock, read_only=read_only)
+    rnd = random.Random(idx)
+    buf = bytearray(64 * 1024)
+    while not stop.value:
+        absent = rnd.randrange(8) == 0
+        k = rnd.randrange(len(STORM_KEYS))
+        key = "s/absent/%d" % rnd.randrange(4) if absent else STORM_KEYS[k]
+        try:
+            if rnd.randrange(3) == 0:
+                into = bytearray(rnd.randrange(100)) if rnd.randrange(3) == 0 else buf
+                data = bytes(into[:c.read_into(key, into)])
+            else:
+                data = c.read(key)
+        except (shmbroker.NotFound, shmbroker.BufferTooSmall):
+            reads[idx] += 1
+            continue
+        except Exception as e:  # anything else is the failure
+            failures.put("%s read of %r raised %r" % (idx, key, e))
+            return
+        wrong = "an absent key read" if absent else storm_wrong(k, data)
+        if wrong:
+            failures.put("%s read of %r returned %s" % (idx, key, wrong))
+        reads[idx] += 1
+    c.close()
+
+
+class TestScribbleStorm(support.DaemonTest):
+    """Python readers (read-write, read-only with the fences of a machine
+    without TSO) while a writer deletes and puts again and a read-write
+    client scribbles over the catalog, the header page and chunk headers,
+    concurrently: SHMB_SCRIBBLE_SECONDS long (3 s)."""
+    DAEMON_SIZE = "16M"
+
+    def test_storm(self):
+        seconds = float(os.environ.get("SHMB_SCRIBBLE_SECONDS") or 3)
+        ctx = multiprocessing.get_context("fork")
+        stop = ctx.Value("i", 0)
+        reads = ctx.Array("q", 2, lock=False)
+        failures = ctx.Queue()
+        sock = self.d.socket_path
+        path = os.path.join(self.d.shm_dir, self.d.name)
+        for k, key in enumerate(STORM_KEYS):
+            self.c.put(key, storm_payload(k, 0, 100))
+        procs = [ctx.Process(target=storm_writer, args=(sock, stop)),
+                 ctx.Process(target=storm_scribbler, args=(sock, path, stop, 1616)),
+                 ctx.Process(target=storm_reader,
+                             args=(sock, stop, False, False, 0, reads, failures)),
+                 ctx.Process(target=storm_reader,
+                             args=(sock, stop, True, True, 1, reads, failures))]
+        for p in procs:
+            p.start()
+        try:
+            threading.Event().wait(seconds)
+        finally:
+            stop.value = 1
+            for p in procs:
+                p.join(120)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+        wrong = []
+        while not failures.empty():
+            wrong.append(failures.get())
+        self.assertEqual(wrong, [])
+        self.assertEqual([p.exitcode for p in procs], [0, 0, 0, 0])
+        self.assertTrue(all(reads[i] > 0 for i in range(2)), list(reads))
+        self.assertIsNone(self.d.proc.poll(), "shmbrokerd died")
+        self.assertGreaterEqual(self.c.stats()["objects"], len(STORM_KEYS) - 1)
 
 if __name__ == "__main__":
     unittest.main()

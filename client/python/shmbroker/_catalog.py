@@ -276,7 +276,10 @@ class Catalog:
                 # so what was copied is what was committed under key.
                 if fence is not None:
                     fence()
-                if (w64[seal] & 0xFFFFFFFF == gen
+                sealed = w64[seal]
+                if fence is not None:
+                    fence()  # C loads this seal with acquire order too
+                if (sealed & 0xFFFFFFFF == gen
                         and _HEAD.unpack_from(mv, chunk)[1] == P.CHUNK_COMMITTED
                         and mv[kat:kat + n] == raw):
                     return HIT, value, gen, flags, chunk, retries

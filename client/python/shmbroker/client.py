@@ -1019,19 +1019,29 @@ class Client:
                              "Call reconnect() and read again." % key)
 
     def _read(self, key, out):
-        if (self._catalog is not None and self._sock is not None
-                and self._forks == _forks[0]):
-            # A call like any other, one at a time: another thread's (a
-            # reconnect, say) must not change the connection or the mapping
-            # while this read trusts them.
-            if not self._busy.acquire(False):
-                raise _busy_error()
-            try:
-                answer = self._read_mapped(key, out)
-            finally:
-                self._busy.release()
-            if answer is not _ASK:
-                return answer
+        # One call at a time, as every other (and shmb_read): a read from
+        # the mapping under another thread's call could meet its reconnect()
+        # replacing the mapping, or its close() releasing the views.
+        self._enter()
+        try:
+            cat = self._catalog
+            if cat is not None and self._served(cat, key):
+                found = cat.lookup(key, key.encode("utf-8", "surrogatepass"))
+                what, value, gen, flags, chunk, retries = cat.read(found, out)
+                self._reads[2] += retries
+                if what == _catalog.HIT:
+                    self._reads[0] += 1
+                    if flags & P.CATALOG_AWAITED:
+                        self._count_read(key, chunk, gen)
+                    return value
+                if what == _catalog.MISS:
+                    self._reads[0] += 1
+                    raise NotFound("ENOENT", "No committed object has key '%s'." % key)
+                if what == _catalog.NOBUFS:
+                    self._reads[0] += 1
+                    raise _too_small(key, len(out), value)
+        finally:
+            self._busy.release()
         self._reads[1] += 1
         pin = self.get(key)
         try:
@@ -1044,35 +1054,14 @@ class Client:
         finally:
             pin.release()
 
-    def _read_mapped(self, key, out):
-        """read() from the mapping, this client's lock held: the value (or
-        its size, into out), NotFound, BufferTooSmall, or _ASK when the
-        daemon must answer."""
-        cat = self._catalog
-        if cat is None or self._sock is None or not self._served(cat, key):
-            return _ASK
-        found = cat.lookup(key, key.encode("utf-8", "surrogatepass"))
-        what, value, gen, flags, chunk, retries = cat.read(found, out)
-        self._reads[2] += retries
-        if what == _catalog.HIT:
-            self._reads[0] += 1
-            if flags & P.CATALOG_AWAITED:
-                self._count_read(key, chunk, gen)
-            return value
-        if what == _catalog.MISS:
-            self._reads[0] += 1
-            raise NotFound("ENOENT", "No committed object has key '%s'." % key)
-        if what == _catalog.NOBUFS:
-            self._reads[0] += 1
-            raise _too_small(key, len(out), value)
-        return _ASK
-
     def _count_read(self, key, chunk, gen):
-        """Count one awaited read of the object read in place: in its seal
-        (a compare-and-swap that keeps the generation) on a read-write
-        mapping, else by a noreply "read" request. An object that went
-        meanwhile (another generation) counts nothing: its reads no longer
-        matter. This client's lock is held (_read_mapped)."""
+        """Count one awaited read of the object read in place (inside the
+        read's call): in its seal (a compare-and-swap that keeps the
+        generation) on a read-write mapping, else by a noreply "read"
+        request. An object that went meanwhile (another generation) counts
+        nothing: its reads no longer matter. The read itself was exact: a
+        connection lost while reporting it is the next call's news, as in
+        shmb_read."""
         if not self.read_only:
             from . import _futex  # its executable page only for clients that count
             if _futex.supported:
@@ -1091,7 +1080,10 @@ class Client:
                         return
                     if _futex.cas64(addr, seal, seal + (1 << 32)) == seal:
                         return
-        self._send_noreply_held({"op": "read", "key": key, "gen": gen})
+        try:
+            self._send_noreply_held({"op": "read", "key": key, "gen": gen})
+        except ConnectionLost:
+            pass  # _send closed the socket: the next call says so
 
     def read_frames(self, key):
         """The object's frames, each copied out as bytes (the pin is
@@ -1408,10 +1400,6 @@ def _write(view, part):
         _frames.write(view, part)
     else:
         view[:] = part
-
-
-# What Client._read_mapped returns when the daemon must answer the read.
-_ASK = object()
 
 
 def _busy_error():
