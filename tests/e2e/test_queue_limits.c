@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,6 +272,11 @@ static bool holds(void *arg)
     return daemon_holds_queue(h->d, h->name);
 }
 
+static bool freed(void *arg)
+{
+    return !holds(arg);
+}
+
 /* Whether c has bytes to read now. */
 static bool has_input(const struct h_conn *c)
 {
@@ -390,6 +396,86 @@ static void test_create_interrupted(void **state)
     h_pass(f);
 }
 
+/* Proves that requests pipelined behind a queue_create still run when the
+ * client goes while the queue is being made, as behind any request
+ * (PROTOCOL.md, "End of input"): its connection is reset (it closed with a
+ * reply unread), and the queue_delete it sent after the create still
+ * deletes the queue once it is made. */
+static void test_reset_while_creating(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(
+        f, "1M", (const char *const[]){"--max-queue-bytes", "2G", NULL});
+    static const char create_delete[] =
+        "{\"op\":\"queue_create\",\"name\":\"big\",\"seats\":1,\"slots\":100,"
+        "\"slot_size\":10485760}\n{\"op\":\"queue_delete\",\"name\":\"big\"}\n";
+    struct holds big = {d, "big"};
+    struct h_conn a, b;
+    struct pollfd pfd;
+
+    hello(&a, d, NULL);
+    hello(&b, d, NULL);
+    pfd.fd = a.fd;
+    pfd.events = POLLIN;
+    /* A reply left unread (in the socket) makes the close a reset. */
+    assert_int_equal(h_conn_sendline(&a, "{\"op\":\"stats\"}"), 0);
+    assert_int_equal(poll(&pfd, 1, H_REPLY_TIMEOUT_MS), 1);
+    assert_int_equal(h_conn_send(&a, create_delete, strlen(create_delete)), 0);
+    assert_true(h_eventually(holds, &big, 10000));
+    h_conn_close(&a);
+    /* The delete ran: the queue's memory is freed (it is held from its
+     * making until then), and it is gone. */
+    assert_true(h_eventually(freed, &big, 10000));
+    assert_false(listed(&b, "big"));
+    h_assert_alive(d);
+    h_conn_close(&b);
+    h_pass(f);
+}
+
+/* Proves that a client that half-closes after more than the daemon's input
+ * buffer of requests behind a queue_create gets every reply, in order, the
+ * create's first, and then the end of the connection: the daemon stops
+ * reading while the queue is being made (its input is bounded), and the
+ * end of input seen meanwhile does not drop what was sent before it. */
+static void test_half_close_behind_create(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(
+        f, "1M", (const char *const[]){"--max-queue-bytes", "2G", NULL});
+    char key[256], *out;
+    size_t len = 0, cap = 128 * 1024;
+    struct h_conn a;
+    json_t *reply;
+    int i, n = 400; /* 400 lines of ~250 bytes: past the 64 KiB input buffer */
+
+    memset(key, 'x', 200);
+    key[200] = '\0';
+    assert_non_null(out = malloc(cap));
+    hello(&a, d, NULL);
+    len += (size_t)snprintf(out + len, cap - len,
+                            "{\"op\":\"queue_create\",\"name\":\"big\",\"seats\":1,"
+                            "\"slots\":100,\"slot_size\":10485760,\"id\":0}\n");
+    for (i = 1; i <= n; i++)
+        len += (size_t)snprintf(out + len, cap - len,
+                                "{\"op\":\"contains\",\"key\":\"%s\",\"id\":%d}\n", key, i);
+    len += (size_t)snprintf(out + len, cap - len,
+                            "{\"op\":\"queue_delete\",\"name\":\"big\",\"id\":%d}\n", n + 1);
+    assert_true(len < cap);
+    assert_int_equal(h_conn_send(&a, out, len), 0);
+    free(out);
+    assert_int_equal(shutdown(a.fd, SHUT_WR), 0);
+    for (i = 0; i <= n + 1; i++) {
+        reply = h_recv_json(&a);
+        h_assert_ok(reply);
+        assert_int_equal(h_int(reply, "id"), i);
+        json_decref(reply);
+    }
+    assert_int_equal(h_conn_wait_eof(&a, H_REPLY_TIMEOUT_MS), 0);
+    assert_false(daemon_holds_queue(d, "big"));
+    h_conn_close(&a);
+    h_pass(f);
+}
+
 int main(void)
 {
     static const struct CMUnitTest tests[] = {
@@ -400,6 +486,8 @@ int main(void)
         TEST(test_create_off_loop),
         TEST(test_delete_off_loop),
         TEST(test_create_interrupted),
+        TEST(test_reset_while_creating),
+        TEST(test_half_close_behind_create),
     };
 
     signal(SIGPIPE, SIG_IGN);
