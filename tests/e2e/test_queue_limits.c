@@ -218,48 +218,6 @@ static bool present(void *arg)
     return listed(w->c, w->name);
 }
 
-/* Proves the lease: a queue nobody holds (no writer, no live reader seat)
- * for --queue-lease is deleted, logged, and its memory freed (the daemon
- * holds no descriptor of it); one a reader holds stays however long, and
- * goes a lease after the reader leaves. */
-static void test_lease(void **state)
-{
-    struct h_fix *f = *state;
-    struct h_daemon *d =
-        h_daemon_start(f, "1M", (const char *const[]){"--queue-lease", "1s", NULL});
-    struct h_conn c, member;
-    struct lease_wait w = {&c, "idle"};
-
-    hello(&c, d, NULL);
-    hello(&member, d, NULL);
-    ok(&c, "{\"op\":\"queue_create\",\"name\":\"idle\",\"seats\":1,\"slots\":4,"
-           "\"slot_size\":65536}");
-    ok(&c, "{\"op\":\"queue_create\",\"name\":\"held\",\"seats\":1,\"slots\":4,"
-           "\"slot_size\":65536}");
-    ok(&member, "{\"op\":\"queue_open\",\"name\":\"held\",\"role\":\"reader\"}");
-    assert_true(daemon_holds_queue(d, "idle"));
-    assert_true(h_eventually(gone, &w, 10000));
-    h_wait_log(d, "queue 'idle' of pool");
-    assert_true(h_log_contains(d, "--queue-lease"));
-    assert_false(daemon_holds_queue(d, "idle"));
-    /* Three leases more: the held one stays. */
-    h_sleep_ms(3000);
-    assert_true(listed(&c, "held"));
-    assert_true(daemon_holds_queue(d, "held"));
-    ok(&member, "{\"op\":\"queue_close\",\"name\":\"held\"}");
-    w.name = "held";
-    assert_true(h_eventually(gone, &w, 10000));
-    assert_false(daemon_holds_queue(d, "held"));
-    h_conn_close(&member);
-    h_conn_close(&c);
-    h_pass(f);
-}
-
-/* The big queue's request: ~1000 MiB (100 slots of 10 MiB). */
-#define BIG_CREATE                                                                        \
-    "{\"op\":\"queue_create\",\"name\":\"big\",\"seats\":1,\"slots\":100,"              \
-    "\"slot_size\":10485760,\"id\":1}\n{\"op\":\"contains\",\"key\":\"k\",\"id\":2}\n"
-
 struct holds {
     const struct h_daemon *d;
     const char *name;
@@ -276,6 +234,50 @@ static bool freed(void *arg)
 {
     return !holds(arg);
 }
+
+/* Proves the lease: a queue nobody holds (no writer, no live reader seat)
+ * for --queue-lease is deleted, logged, and its memory freed (the daemon
+ * holds no descriptor of it); one a reader holds stays however long, and
+ * goes a lease after the reader leaves. */
+static void test_lease(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d =
+        h_daemon_start(f, "1M", (const char *const[]){"--queue-lease", "1s", NULL});
+    struct h_conn c, member;
+    struct lease_wait w = {&c, "idle"};
+    struct holds idle = {d, "idle"}, held = {d, "held"};
+
+    hello(&c, d, NULL);
+    hello(&member, d, NULL);
+    ok(&c, "{\"op\":\"queue_create\",\"name\":\"idle\",\"seats\":1,\"slots\":4,"
+           "\"slot_size\":65536}");
+    ok(&c, "{\"op\":\"queue_create\",\"name\":\"held\",\"seats\":1,\"slots\":4,"
+           "\"slot_size\":65536}");
+    ok(&member, "{\"op\":\"queue_open\",\"name\":\"held\",\"role\":\"reader\"}");
+    assert_true(daemon_holds_queue(d, "idle"));
+    assert_true(h_eventually(gone, &w, 10000));
+    h_wait_log(d, "queue 'idle' of pool");
+    assert_true(h_log_contains(d, "--queue-lease"));
+    /* Its memory is freed off the loop, after it left the list. */
+    assert_true(h_eventually(freed, &idle, 10000));
+    /* Three leases more: the held one stays. */
+    h_sleep_ms(3000);
+    assert_true(listed(&c, "held"));
+    assert_true(daemon_holds_queue(d, "held"));
+    ok(&member, "{\"op\":\"queue_close\",\"name\":\"held\"}");
+    w.name = "held";
+    assert_true(h_eventually(gone, &w, 10000));
+    assert_true(h_eventually(freed, &held, 10000));
+    h_conn_close(&member);
+    h_conn_close(&c);
+    h_pass(f);
+}
+
+/* The big queue's request: ~1000 MiB (100 slots of 10 MiB). */
+#define BIG_CREATE                                                                        \
+    "{\"op\":\"queue_create\",\"name\":\"big\",\"seats\":1,\"slots\":100,"              \
+    "\"slot_size\":10485760,\"id\":1}\n{\"op\":\"contains\",\"key\":\"k\",\"id\":2}\n"
 
 /* Whether c has bytes to read now. */
 static bool has_input(const struct h_conn *c)
