@@ -426,6 +426,10 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
             queue_job_wait(q->making, waiter);
             return -EINPROGRESS;
         }
+        /* Its requester opens it next: a lease about to run out must not
+         * delete it in between. Nobody holds it: its lease starts again. */
+        if (q->idle_since_ms != 0)
+            q->idle_since_ms = clock_now_ms();
         *out = q;
         return 0;
     }

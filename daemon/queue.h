@@ -100,7 +100,8 @@ struct queue {
     struct queue_job *making; /* its pages are being made: in set->making, not
                                  set->list, and nothing but its name and
                                  geometry may be read */
-    uint64_t idle_since_ms;   /* when nobody held it any more (clock_now_ms);
+    uint64_t idle_since_ms;   /* when nobody held it any more, or a
+                                 queue_create last found it (clock_now_ms);
                                  0 while a member holds it */
 };
 

@@ -274,6 +274,37 @@ static void test_lease(void **state)
     h_pass(f);
 }
 
+/* Proves that a queue_create that finds the queue starts its lease again:
+ * the process that asked for it opens it next, and must not find it
+ * deleted in between. The queue goes a whole lease after that request
+ * was sent at the earliest (the daemon's clock is the test's), not a lease
+ * after it was made. */
+static void test_create_restarts_lease(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d =
+        h_daemon_start(f, "1M", (const char *const[]){"--queue-lease", "2s", NULL});
+    static const char create[] = "{\"op\":\"queue_create\",\"name\":\"again\",\"seats\":1,"
+                                 "\"slots\":4,\"slot_size\":65536}";
+    struct h_conn c;
+    struct lease_wait w = {&c, "again"};
+    uint64_t sent;
+    json_t *reply;
+
+    hello(&c, d, NULL);
+    ok(&c, create);
+    h_sleep_ms(1500);
+    sent = h_now_ms();
+    reply = h_call(&c, create);
+    h_assert_ok(reply);
+    assert_false(json_is_true(json_object_get(reply, "created")));
+    json_decref(reply);
+    assert_true(h_eventually(gone, &w, 10000));
+    assert_true(h_now_ms() - sent >= 2000);
+    h_conn_close(&c);
+    h_pass(f);
+}
+
 /* The big queue's request: ~1000 MiB (100 slots of 10 MiB). */
 #define BIG_CREATE                                                                        \
     "{\"op\":\"queue_create\",\"name\":\"big\",\"seats\":1,\"slots\":100,"              \
@@ -485,6 +516,7 @@ int main(void)
         TEST(test_bytes_limit),
         TEST(test_pool_options),
         TEST(test_lease),
+        TEST(test_create_restarts_lease),
         TEST(test_create_off_loop),
         TEST(test_delete_off_loop),
         TEST(test_create_interrupted),
