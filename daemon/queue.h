@@ -202,7 +202,7 @@ uint64_t queue_bytes(const struct queue_set *set, const struct pool *pool);
 
 /* 0 when need descriptors can still be opened; -EMFILE with the numbers
  * and a hint otherwise ("Cannot <what>: ..."). need is at most
- * QUEUE_FD_SPARE + 2. */
+ * QUEUE_FD_SPARE + 2 + QUEUE_MAX (the queues being made). */
 int queue_check_fds(unsigned need, const char *what, struct shmb_error *err);
 
 /* Roles owner holds in every queue of set. */
