@@ -445,8 +445,6 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
     if ((size = shmb_q_size(seats, slots, slot_size)) == 0)
         return shmb_error_set(err, -EINVAL, "Queue '%s': %s is not a valid geometry.", name,
                               geometry);
-    if ((rc = queue_check_quota(set, pool, name, size, geometry, err)) < 0)
-        return rc;
     if ((rc = queue_check_memory(set, name, size, geometry, err)) < 0)
         return rc;
     if (size > set->max_size) {
@@ -460,6 +458,10 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
                               name, size, geometry, (unsigned long long)set->max_size,
                               shmb_format_bytes(set->max_size, most, sizeof(most)));
     }
+    /* Past the size no queue may have, raising the pool's bound would not
+     * help: that refusal comes first. */
+    if ((rc = queue_check_quota(set, pool, name, size, geometry, err)) < 0)
+        return rc;
     snprintf(what, sizeof(what), "create queue '%s'", name);
     /* The queues being made open their memfds off the loop, later: each
      * needs its descriptor as much as this one does. */

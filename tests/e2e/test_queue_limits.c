@@ -132,7 +132,8 @@ static void test_pool_cannot_take_all_queues(void **state)
 /* Proves that a pool's queues may not commit more bytes than its limit:
  * by default the larger of the pool's size and 256 MiB, so a client of a
  * 4 MiB pool cannot make a 320 MiB queue, nor a third of 100 MiB; the
- * refusal is EDQUOT with the numbers and the flag to raise it. */
+ * refusal is EDQUOT with the numbers and the flag to raise it; a queue past
+ * the 1 GiB any queue may have is EINVAL, whatever the pool's bound. */
 static void test_bytes_limit(void **state)
 {
     struct h_fix *f = *state;
@@ -148,6 +149,12 @@ static void test_bytes_limit(void **state)
     assert_non_null(strstr(h_str(reply, "message"), "--max-queue-bytes"));
     json_decref(reply);
     assert_false(daemon_holds_queue(d, "huge"));
+    /* Past the size no queue may have, that is the answer: raising the
+     * pool's bound would not help. */
+    reply = h_call(&c, "{\"op\":\"queue_create\",\"name\":\"huge\",\"seats\":1,\"slots\":100,"
+                       "\"slot_size\":16777216}");
+    h_assert_error(reply, "EINVAL", "a queue may have at most 1073741824 bytes");
+    json_decref(reply);
     ok(&c, "{\"op\":\"queue_create\",\"name\":\"one\",\"seats\":1,\"slots\":10,"
            "\"slot_size\":10485760}");
     ok(&c, "{\"op\":\"queue_create\",\"name\":\"two\",\"seats\":1,\"slots\":10,"
