@@ -652,10 +652,12 @@ static void conn_input_end(struct conn *conn, bool reset)
     conn->eof = true;
     if (reset)
         conn_lose_peer(conn);
-    if (conn->state == CONN_WORKING && !reset)
-        return; /* its reply, and what it sent after, still come (conn_on_work_done) */
-    if (conn->state == CONN_WAITING || conn->state == CONN_HELLO_HELD ||
-        conn->state == CONN_WORKING) {
+    /* A queue's pages take a moment, not an alloc's wait: what the client
+     * sent after the request still runs once it is answered
+     * (conn_on_work_done), its replies dropped after a reset. */
+    if (conn->state == CONN_WORKING)
+        return;
+    if (conn->state == CONN_WAITING || conn->state == CONN_HELLO_HELD) {
         conn_close(conn);
         return;
     }
@@ -713,8 +715,7 @@ static void conn_on_gone(uv_poll_t *poll, int status, int events)
     (void)status;
     (void)events;
     uv_poll_stop(poll);
-    if (conn == NULL || !conn->paused ||
-        (conn->state != CONN_WAITING && conn->state != CONN_WORKING))
+    if (conn == NULL || !conn->paused || conn->state != CONN_WAITING)
         return;
     log_info("client pid %d (%s) disconnected", (int)conn->client.pid, conn_name(conn));
     conn_close(conn);
@@ -732,10 +733,12 @@ static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
         conn->state != CONN_READING) {
         /* A waiting connection filled its input buffer with requests queued
          * behind the wait: stop reading until the wait is over, but watch
-         * for the client's going, which reading would have shown. */
+         * for the client's going, which reading would have shown, behind
+         * an alloc (a queue's pages are a moment: what the client sent
+         * after them runs, gone or not). */
         uv_read_stop(stream);
         conn->paused = true;
-        if ((conn->state == CONN_WAITING || conn->state == CONN_WORKING) &&
+        if (conn->state == CONN_WAITING &&
             (rc = conn_watch(conn, UV_DISCONNECT, conn_on_gone)) < 0)
             log_debug("client pid %d: cannot watch its socket while it waits: %s",
                       (int)conn->client.pid, uv_strerror(rc));

@@ -175,7 +175,7 @@ static int queue_check_memory(const struct queue_set *set, const char *name, siz
 
 int queue_check_fds(unsigned need, const char *what, struct shmb_error *err)
 {
-    int fds[QUEUE_FD_SPARE + 2];
+    int fds[QUEUE_FD_SPARE + 2 + QUEUE_MAX];
     unsigned n = 0, i;
     int saved = 0;
     struct rlimit lim;
@@ -183,7 +183,8 @@ int queue_check_fds(unsigned need, const char *what, struct shmb_error *err)
     if (need > sizeof(fds) / sizeof(fds[0]))
         need = sizeof(fds) / sizeof(fds[0]);
     /* Probing by taking them is exact where counting /proc would not be:
-     * the daemon is one thread, nothing opens in between. */
+     * only the loop opens descriptors but for the jobs of queues being
+     * made, which the caller counts in need. */
     for (n = 0; n < need; n++)
         if ((fds[n] = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 0)) < 0 &&
             (fds[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) {
@@ -198,8 +199,9 @@ int queue_check_fds(unsigned need, const char *what, struct shmb_error *err)
         lim.rlim_cur = 0;
     return shmb_error_set(err, -EMFILE,
                           "Cannot %s: shmbrokerd has %u file descriptors left of its limit "
-                          "of %llu (%s) and keeps %u for new clients. Delete unused queues, "
-                          "close connections, or raise the limit (ulimit -n, LimitNOFILE=).",
+                          "of %llu (%s) and keeps %u for new clients and queues being made. "
+                          "Delete unused queues, close connections, or raise the limit "
+                          "(ulimit -n, LimitNOFILE=).",
                           what, n, (unsigned long long)lim.rlim_cur,
                           strerror(saved != 0 ? saved : EMFILE), need - 1);
 }
@@ -396,6 +398,7 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
     char geometry[96], had[96], what[160];
     struct queue_job *job = NULL;
     struct queue *q;
+    unsigned making;
     size_t size;
     int rc;
 
@@ -427,6 +430,10 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
             queue_job_wait(q->making, waiter);
             return -EINPROGRESS;
         }
+        /* Its requester opens it next: a lease about to run out must not
+         * delete it in between. Nobody holds it: its lease starts again. */
+        if (q->idle_since_ms != 0)
+            q->idle_since_ms = clock_now_ms();
         *out = q;
         return 0;
     }
@@ -439,8 +446,6 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
     if ((size = shmb_q_size(seats, slots, slot_size)) == 0)
         return shmb_error_set(err, -EINVAL, "Queue '%s': %s is not a valid geometry.", name,
                               geometry);
-    if ((rc = queue_check_quota(set, pool, name, size, geometry, err)) < 0)
-        return rc;
     if ((rc = queue_check_memory(set, name, size, geometry, err)) < 0)
         return rc;
     if (size > set->max_size) {
@@ -454,8 +459,17 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
                               name, size, geometry, (unsigned long long)set->max_size,
                               shmb_format_bytes(set->max_size, most, sizeof(most)));
     }
+    /* Past the size no queue may have, raising the pool's bound would not
+     * help: that refusal comes first. */
+    if ((rc = queue_check_quota(set, pool, name, size, geometry, err)) < 0)
+        return rc;
     snprintf(what, sizeof(what), "create queue '%s'", name);
-    if ((rc = queue_check_fds(QUEUE_FD_SPARE + 1, what, err)) < 0)
+    /* The queues being made open their memfds off the loop, later: each
+     * needs its descriptor as much as this one does. */
+    making = 0;
+    TAILQ_FOREACH(q, &set->making, link)
+        making++;
+    if ((rc = queue_check_fds(QUEUE_FD_SPARE + 1 + making, what, err)) < 0)
         return rc;
     if ((q = shmb_calloc(1, sizeof(*q))) == NULL ||
         (job = queue_job_new(set, q, QUEUE_JOB_MAKE)) == NULL) {

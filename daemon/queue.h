@@ -100,7 +100,8 @@ struct queue {
     struct queue_job *making; /* its pages are being made: in set->making, not
                                  set->list, and nothing but its name and
                                  geometry may be read */
-    uint64_t idle_since_ms;   /* when nobody held it any more (clock_now_ms);
+    uint64_t idle_since_ms;   /* when nobody held it any more, or a
+                                 queue_create last found it (clock_now_ms);
                                  0 while a member holds it */
     /* The daemon's record of its writers' overflow objects: the seqs of the
      * "q/<name>/<seq>" they allocated, ascending, in a ring of overflow_cap
@@ -209,7 +210,7 @@ uint64_t queue_bytes(const struct queue_set *set, const struct pool *pool);
 
 /* 0 when need descriptors can still be opened; -EMFILE with the numbers
  * and a hint otherwise ("Cannot <what>: ..."). need is at most
- * QUEUE_FD_SPARE + 2. */
+ * QUEUE_FD_SPARE + 2 + QUEUE_MAX (the queues being made). */
 int queue_check_fds(unsigned need, const char *what, struct shmb_error *err);
 
 /* Roles owner holds in every queue of set. */

@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,7 +132,8 @@ static void test_pool_cannot_take_all_queues(void **state)
 /* Proves that a pool's queues may not commit more bytes than its limit:
  * by default the larger of the pool's size and 256 MiB, so a client of a
  * 4 MiB pool cannot make a 320 MiB queue, nor a third of 100 MiB; the
- * refusal is EDQUOT with the numbers and the flag to raise it. */
+ * refusal is EDQUOT with the numbers and the flag to raise it; a queue past
+ * the 1 GiB any queue may have is EINVAL, whatever the pool's bound. */
 static void test_bytes_limit(void **state)
 {
     struct h_fix *f = *state;
@@ -147,6 +149,12 @@ static void test_bytes_limit(void **state)
     assert_non_null(strstr(h_str(reply, "message"), "--max-queue-bytes"));
     json_decref(reply);
     assert_false(daemon_holds_queue(d, "huge"));
+    /* Past the size no queue may have, that is the answer: raising the
+     * pool's bound would not help. */
+    reply = h_call(&c, "{\"op\":\"queue_create\",\"name\":\"huge\",\"seats\":1,\"slots\":100,"
+                       "\"slot_size\":16777216}");
+    h_assert_error(reply, "EINVAL", "a queue may have at most 1073741824 bytes");
+    json_decref(reply);
     ok(&c, "{\"op\":\"queue_create\",\"name\":\"one\",\"seats\":1,\"slots\":10,"
            "\"slot_size\":10485760}");
     ok(&c, "{\"op\":\"queue_create\",\"name\":\"two\",\"seats\":1,\"slots\":10,"
@@ -217,6 +225,23 @@ static bool present(void *arg)
     return listed(w->c, w->name);
 }
 
+struct holds {
+    const struct h_daemon *d;
+    const char *name;
+};
+
+static bool holds(void *arg)
+{
+    struct holds *h = arg;
+
+    return daemon_holds_queue(h->d, h->name);
+}
+
+static bool freed(void *arg)
+{
+    return !holds(arg);
+}
+
 /* Proves the lease: a queue nobody holds (no writer, no live reader seat)
  * for --queue-lease is deleted, logged, and its memory freed (the daemon
  * holds no descriptor of it); one a reader holds stays however long, and
@@ -228,6 +253,7 @@ static void test_lease(void **state)
         h_daemon_start(f, "1M", (const char *const[]){"--queue-lease", "1s", NULL});
     struct h_conn c, member;
     struct lease_wait w = {&c, "idle"};
+    struct holds idle = {d, "idle"}, held = {d, "held"};
 
     hello(&c, d, NULL);
     hello(&member, d, NULL);
@@ -240,7 +266,8 @@ static void test_lease(void **state)
     assert_true(h_eventually(gone, &w, 10000));
     h_wait_log(d, "queue 'idle' of pool");
     assert_true(h_log_contains(d, "--queue-lease"));
-    assert_false(daemon_holds_queue(d, "idle"));
+    /* Its memory is freed off the loop, after it left the list. */
+    assert_true(h_eventually(freed, &idle, 10000));
     /* Three leases more: the held one stays. */
     h_sleep_ms(3000);
     assert_true(listed(&c, "held"));
@@ -248,8 +275,39 @@ static void test_lease(void **state)
     ok(&member, "{\"op\":\"queue_close\",\"name\":\"held\"}");
     w.name = "held";
     assert_true(h_eventually(gone, &w, 10000));
-    assert_false(daemon_holds_queue(d, "held"));
+    assert_true(h_eventually(freed, &held, 10000));
     h_conn_close(&member);
+    h_conn_close(&c);
+    h_pass(f);
+}
+
+/* Proves that a queue_create that finds the queue starts its lease again:
+ * the process that asked for it opens it next, and must not find it
+ * deleted in between. The queue goes a whole lease after that request
+ * was sent at the earliest (the daemon's clock is the test's), not a lease
+ * after it was made. */
+static void test_create_restarts_lease(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d =
+        h_daemon_start(f, "1M", (const char *const[]){"--queue-lease", "2s", NULL});
+    static const char create[] = "{\"op\":\"queue_create\",\"name\":\"again\",\"seats\":1,"
+                                 "\"slots\":4,\"slot_size\":65536}";
+    struct h_conn c;
+    struct lease_wait w = {&c, "again"};
+    uint64_t sent;
+    json_t *reply;
+
+    hello(&c, d, NULL);
+    ok(&c, create);
+    h_sleep_ms(1500);
+    sent = h_now_ms();
+    reply = h_call(&c, create);
+    h_assert_ok(reply);
+    assert_false(json_is_true(json_object_get(reply, "created")));
+    json_decref(reply);
+    assert_true(h_eventually(gone, &w, 10000));
+    assert_true(h_now_ms() - sent >= 2000);
     h_conn_close(&c);
     h_pass(f);
 }
@@ -258,18 +316,6 @@ static void test_lease(void **state)
 #define BIG_CREATE                                                                        \
     "{\"op\":\"queue_create\",\"name\":\"big\",\"seats\":1,\"slots\":100,"              \
     "\"slot_size\":10485760,\"id\":1}\n{\"op\":\"contains\",\"key\":\"k\",\"id\":2}\n"
-
-struct holds {
-    const struct h_daemon *d;
-    const char *name;
-};
-
-static bool holds(void *arg)
-{
-    struct holds *h = arg;
-
-    return daemon_holds_queue(h->d, h->name);
-}
 
 /* Whether c has bytes to read now. */
 static bool has_input(const struct h_conn *c)
@@ -390,6 +436,86 @@ static void test_create_interrupted(void **state)
     h_pass(f);
 }
 
+/* Proves that requests pipelined behind a queue_create still run when the
+ * client goes while the queue is being made, as behind any request
+ * (PROTOCOL.md, "End of input"): its connection is reset (it closed with a
+ * reply unread), and the queue_delete it sent after the create still
+ * deletes the queue once it is made. */
+static void test_reset_while_creating(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(
+        f, "1M", (const char *const[]){"--max-queue-bytes", "2G", NULL});
+    static const char create_delete[] =
+        "{\"op\":\"queue_create\",\"name\":\"big\",\"seats\":1,\"slots\":100,"
+        "\"slot_size\":10485760}\n{\"op\":\"queue_delete\",\"name\":\"big\"}\n";
+    struct holds big = {d, "big"};
+    struct h_conn a, b;
+    struct pollfd pfd;
+
+    hello(&a, d, NULL);
+    hello(&b, d, NULL);
+    pfd.fd = a.fd;
+    pfd.events = POLLIN;
+    /* A reply left unread (in the socket) makes the close a reset. */
+    assert_int_equal(h_conn_sendline(&a, "{\"op\":\"stats\"}"), 0);
+    assert_int_equal(poll(&pfd, 1, H_REPLY_TIMEOUT_MS), 1);
+    assert_int_equal(h_conn_send(&a, create_delete, strlen(create_delete)), 0);
+    assert_true(h_eventually(holds, &big, 10000));
+    h_conn_close(&a);
+    /* The delete ran: the queue's memory is freed (it is held from its
+     * making until then), and it is gone. */
+    assert_true(h_eventually(freed, &big, 10000));
+    assert_false(listed(&b, "big"));
+    h_assert_alive(d);
+    h_conn_close(&b);
+    h_pass(f);
+}
+
+/* Proves that a client that half-closes after more than the daemon's input
+ * buffer of requests behind a queue_create gets every reply, in order, the
+ * create's first, and then the end of the connection: the daemon stops
+ * reading while the queue is being made (its input is bounded), and the
+ * end of input seen meanwhile does not drop what was sent before it. */
+static void test_half_close_behind_create(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(
+        f, "1M", (const char *const[]){"--max-queue-bytes", "2G", NULL});
+    char key[256], *out;
+    size_t len = 0, cap = 128 * 1024;
+    struct h_conn a;
+    json_t *reply;
+    int i, n = 400; /* 400 lines of ~250 bytes: past the 64 KiB input buffer */
+
+    memset(key, 'x', 200);
+    key[200] = '\0';
+    assert_non_null(out = malloc(cap));
+    hello(&a, d, NULL);
+    len += (size_t)snprintf(out + len, cap - len,
+                            "{\"op\":\"queue_create\",\"name\":\"big\",\"seats\":1,"
+                            "\"slots\":100,\"slot_size\":10485760,\"id\":0}\n");
+    for (i = 1; i <= n; i++)
+        len += (size_t)snprintf(out + len, cap - len,
+                                "{\"op\":\"contains\",\"key\":\"%s\",\"id\":%d}\n", key, i);
+    len += (size_t)snprintf(out + len, cap - len,
+                            "{\"op\":\"queue_delete\",\"name\":\"big\",\"id\":%d}\n", n + 1);
+    assert_true(len < cap);
+    assert_int_equal(h_conn_send(&a, out, len), 0);
+    free(out);
+    assert_int_equal(shutdown(a.fd, SHUT_WR), 0);
+    for (i = 0; i <= n + 1; i++) {
+        reply = h_recv_json(&a);
+        h_assert_ok(reply);
+        assert_int_equal(h_int(reply, "id"), i);
+        json_decref(reply);
+    }
+    assert_int_equal(h_conn_wait_eof(&a, H_REPLY_TIMEOUT_MS), 0);
+    assert_false(daemon_holds_queue(d, "big"));
+    h_conn_close(&a);
+    h_pass(f);
+}
+
 int main(void)
 {
     static const struct CMUnitTest tests[] = {
@@ -397,9 +523,12 @@ int main(void)
         TEST(test_bytes_limit),
         TEST(test_pool_options),
         TEST(test_lease),
+        TEST(test_create_restarts_lease),
         TEST(test_create_off_loop),
         TEST(test_delete_off_loop),
         TEST(test_create_interrupted),
+        TEST(test_reset_while_creating),
+        TEST(test_half_close_behind_create),
     };
 
     signal(SIGPIPE, SIG_IGN);

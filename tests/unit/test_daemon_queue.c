@@ -895,6 +895,41 @@ static void test_offload(void **state)
     f->set.offload = NULL;
 }
 
+/* Proves that the queues being made count against the descriptors a
+ * creation must leave: each takes one once its job runs, so a second
+ * creation while the first's memfd is not open yet, with room for one
+ * queue and the spare only, is EMFILE, not a queue that would take a
+ * descriptor kept for new clients. */
+static void test_fd_spare_making(void **state)
+{
+    struct fixture *f = *state;
+    struct answer a = {.w.done = answered}, b = {.w.done = answered};
+    struct queue *q = NULL;
+    struct rlimit old, lim;
+    bool created;
+    int rc;
+
+    n_jobs = 0;
+    f->set.offload = keep_job;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    lim = old;
+    lim.rlim_cur = limit_leaving(QUEUE_FD_SPARE + 1); /* one queue and the spare */
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    rc = queue_create(&f->set, f->pool, "a", 1, 4, 64, false, &a.w, &q, &created, &f->err);
+    assert_int_equal(rc, -EINPROGRESS);
+    rc = queue_create(&f->set, f->pool, "b", 1, 4, 64, false, &b.w, &q, &created, &f->err);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_int_equal(rc, -EMFILE);
+    assert_non_null(strstr(f->err.message, "Cannot create queue 'b'"));
+    while (n_jobs > 0) {
+        queue_job_run(jobs[n_jobs - 1]);
+        queue_job_finish(jobs[--n_jobs]);
+    }
+    assert_int_equal(a.rc, 0);
+    assert_non_null(queue_find(&f->set, f->pool, "a"));
+    f->set.offload = NULL;
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 /* The awaited reads of key in f's pool (-1: no such object). */
@@ -1002,6 +1037,7 @@ int main(void)
         TEST(test_size_cap),     TEST(test_fd_spare),       TEST(test_drop_orphans),
         TEST(test_pool_bounds),  TEST(test_lease),          TEST(test_offload),
         TEST(test_forgo_reads_scribbled_head),
+        TEST(test_fd_spare_making),
     };
 
     return cmocka_run_group_tests_name("test_daemon_queue", tests, NULL, NULL);
