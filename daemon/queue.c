@@ -357,7 +357,7 @@ void queue_job_finish(struct queue_job *job)
     if (job->kind == QUEUE_JOB_MAKE)
         rc = queue_make_finish(job);
     else
-        shmb_free(job->q); /* its memory went in queue_job_run */
+        queue_free(job->q); /* its pages went in queue_job_run; the rest goes here */
     /* Each waiter leaves before it is answered: the answer may free it. */
     while ((w = TAILQ_FIRST(&job->waiters)) != NULL) {
         TAILQ_REMOVE(&job->waiters, w, link);

@@ -24,6 +24,7 @@
 #include "log.h"
 #include "../../daemon/clock.h"
 #include "../../daemon/queue.h"
+#include "../../proto/alloc.h"
 
 #define MIB (1024u * 1024u)
 
@@ -895,6 +896,50 @@ static void test_offload(void **state)
     f->set.offload = NULL;
 }
 
+/* Proves that a queue deleted off the loop frees all it had, its record of
+ * the writer's overflow objects included: the job that frees its pages
+ * used to free the queue without that record, so a client creating,
+ * overflowing and deleting queues (or temporary queues going with their
+ * members) grew the daemon by up to 512 KiB a queue, for ever. */
+static void test_offload_frees_overflow_record(void **state)
+{
+    struct fixture *f = *state;
+    struct answer made = {.w.done = answered}, del = {.w.done = answered};
+    struct queue_member a = member(1, "a");
+    struct queue *q = NULL;
+    long before = shmb_alloc_live();
+    char key[64];
+    bool created;
+    int i;
+
+    n_jobs = 0;
+    f->set.offload = keep_job;
+    assert_int_equal(queue_create(&f->set, f->pool, "q", 1, 64, 64, false, &made.w, &q,
+                                  &created, &f->err),
+                     -EINPROGRESS);
+    assert_int_equal(n_jobs, 1);
+    queue_job_run(jobs[0]);
+    queue_job_finish(jobs[0]);
+    q = queue_find(&f->set, f->pool, "q");
+    assert_non_null(q);
+    assert_int_equal(queue_open_writer(q, &conn_a, &a, &f->err), 0);
+    for (i = 0; i < 40; i++) {
+        snprintf(key, sizeof(key), "q/q/%d", i);
+        queue_overflow_made(&f->set, f->pool, &conn_a, key, strlen(key));
+    }
+    assert_int_equal(q->overflow_n, 40);
+    assert_int_equal(queue_close_roles(&f->set, q, &conn_a, QUEUE_ROLE_WRITER, -1,
+                                       &(unsigned){0}, &f->err),
+                     0);
+    assert_int_equal(queue_delete(&f->set, q, &del.w, &f->err), -EINPROGRESS);
+    assert_int_equal(n_jobs, 2);
+    queue_job_run(jobs[1]);
+    queue_job_finish(jobs[1]);
+    assert_int_equal(del.calls, 1);
+    assert_int_equal(shmb_alloc_live(), before);
+    f->set.offload = NULL;
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 /* The awaited reads of key in f's pool (-1: no such object). */
@@ -1002,6 +1047,7 @@ int main(void)
         TEST(test_size_cap),     TEST(test_fd_spare),       TEST(test_drop_orphans),
         TEST(test_pool_bounds),  TEST(test_lease),          TEST(test_offload),
         TEST(test_forgo_reads_scribbled_head),
+        TEST(test_offload_frees_overflow_record),
     };
 
     return cmocka_run_group_tests_name("test_daemon_queue", tests, NULL, NULL);
