@@ -733,9 +733,12 @@ static bool queue_key_seq(const char *key, size_t len, size_t prefix, uint64_t *
     if (len <= prefix || len - prefix > 20 || (key[prefix] == '0' && len - prefix > 1))
         return false;
     for (i = prefix; i < len; i++) {
-        if (key[i] < '0' || key[i] > '9' || v > (UINT64_MAX - 9) / 10)
+        uint64_t d = (uint64_t)(key[i] - '0');
+
+        /* Exact: 18446744073709551615 is a seq like any other. */
+        if (key[i] < '0' || key[i] > '9' || v > (UINT64_MAX - d) / 10)
             return false;
-        v = v * 10 + (uint64_t)(key[i] - '0');
+        v = v * 10 + d;
     }
     *seq = v;
     return true;

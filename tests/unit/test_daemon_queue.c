@@ -1035,6 +1035,61 @@ static void test_forgo_reads_scribbled_head(void **state)
     store_holder_free(f->pool->store, h);
 }
 
+/* The writer (conn_a) allocates and commits the overflow object key, as
+ * the daemon's alloc does, without publishing it. */
+static void overflow_object(struct fixture *f, struct store_holder *h, const char *key)
+{
+    uint32_t readers = 0;
+    struct store_extent ext;
+
+    queue_overflow_readers(&f->set, f->pool, &conn_a, key, strlen(key), &readers);
+    assert_int_equal(store_alloc(f->pool->store, h, key, strlen(key), 100, readers, &ext, &f->err),
+                     0);
+    queue_overflow_made(&f->set, f->pool, &conn_a, key, strlen(key));
+    assert_int_equal(store_commit(f->pool->store, h, key, strlen(key), &f->err), 0);
+}
+
+/* Proves that the record takes every seq a key can carry, up to 2^64 - 1
+ * (the seqs a writer numbers from a head scribbled near 2^64): the parse
+ * refused the six highest as overflowing, so a seat leaving kept its reads
+ * of those objects, and they held reclaim for ever. A number past 2^64 - 1,
+ * or with a leading zero, is no seq: its object is left alone. */
+static void test_record_seqs_near_2_64(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q = make(f, "q", 1, false);
+    struct queue_member a = member(1, "a"), b = member(2, "b");
+    struct store_holder *h = store_holder_new(f->pool->store);
+    struct store_holder *hb = store_holder_new(f->pool->store);
+    const char *keys[] = {"q/q/18446744073709551611", "q/q/18446744073709551614",
+                          "q/q/18446744073709551615"};
+    const char *foreign[] = {"q/q/18446744073709551616", "q/q/018446744073709551615"};
+    uint32_t seat;
+    uint64_t epoch;
+    unsigned closed;
+    size_t i;
+
+    b.holder = hb;
+    assert_int_equal(queue_open_writer(q, &conn_a, &a, &f->err), 0);
+    assert_int_equal(queue_open_reader(q, 0, &conn_b, &b, &seat, &epoch, &f->err), 0);
+    for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        overflow_object(f, h, keys[i]);
+    for (i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++)
+        overflow_object(f, h, foreign[i]);
+    assert_int_equal(q->overflow_n, 3);
+    for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        assert_int_equal(awaited(f, keys[i]), 1);
+    assert_int_equal(queue_close_roles(&f->set, q, &conn_b, QUEUE_ROLE_READER, 0, &closed,
+                                       &f->err),
+                     0);
+    for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        assert_int_equal(awaited(f, keys[i]), 0);
+    for (i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++)
+        assert_int_equal(awaited(f, foreign[i]), 1);
+    store_holder_free(f->pool->store, hb);
+    store_holder_free(f->pool->store, h);
+}
+
 int main(void)
 {
     static const struct CMUnitTest tests[] = {
@@ -1047,7 +1102,7 @@ int main(void)
         TEST(test_size_cap),     TEST(test_fd_spare),       TEST(test_drop_orphans),
         TEST(test_pool_bounds),  TEST(test_lease),          TEST(test_offload),
         TEST(test_forgo_reads_scribbled_head),
-        TEST(test_offload_frees_overflow_record),
+        TEST(test_offload_frees_overflow_record), TEST(test_record_seqs_near_2_64),
     };
 
     return cmocka_run_group_tests_name("test_daemon_queue", tests, NULL, NULL);
