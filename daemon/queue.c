@@ -819,7 +819,7 @@ static bool queue_done(const struct queue *q)
  * area's head says (a member may have scribbled it, or the seat's next). */
 static void queue_forgo_reads(struct queue *q, uint32_t s)
 {
-    uint64_t head = atomic_load(&q->q.hdr->head), next = atomic_load(&q->q.seat[s].next), seq;
+    uint64_t next = atomic_load(&q->q.seat[s].next), seq;
     const struct store_holder *holder = q->seat[s].who.holder;
     struct store *store = q->pool != NULL ? q->pool->store : NULL;
     char key[QUEUE_NAME_MAX + 24];
@@ -840,8 +840,9 @@ static void queue_forgo_reads(struct queue *q, uint32_t s)
         seq = queue_overflow_at(q, lo);
         if ((len = queue_key(q, seq, key, sizeof(key))) == 0)
             continue;
-        if (seq == next && seq < head &&
-            (holder == NULL || store_holder_pins(store, holder, key, len)))
+        /* A pin is a read taken (a get counts it), whatever the area's
+         * head says: a member may have scribbled it below next. */
+        if (seq == next && (holder == NULL || store_holder_pins(store, holder, key, len)))
             continue;
         store_forgo_read(store, key, len);
     }

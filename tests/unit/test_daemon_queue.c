@@ -1090,6 +1090,45 @@ static void test_record_seqs_near_2_64(void **state)
     store_holder_free(f->pool->store, h);
 }
 
+/* Proves that a reader that died holding the message it stood at (it took
+ * the object's pin, and with it its read) does not forgo that read again,
+ * whatever a member wrote in the area's head: the check asked for the
+ * message to be below the head too, so a head scribbled down to it gave
+ * the read back twice and the object awaited none while another live seat
+ * had still to read it (reclaim could take it from under that reader). */
+static void test_forgo_pinned_scribbled_head(void **state)
+{
+    struct fixture *f = *state;
+    struct queue *q = make(f, "q", 2, false);
+    struct queue_member a = member(1, "a"), b = member(2, "b"), c = member(3, "c");
+    struct store_holder *h = store_holder_new(f->pool->store);
+    struct store_holder *hb = store_holder_new(f->pool->store);
+    struct store_holder *hc = store_holder_new(f->pool->store);
+    struct store_extent ext;
+    struct shmb_q w;
+    uint32_t seat;
+    uint64_t epoch;
+
+    b.holder = hb;
+    c.holder = hc;
+    assert_int_equal(queue_open_writer(q, &conn_a, &a, &f->err), 0);
+    assert_int_equal(queue_open_reader(q, 0, &conn_b, &b, &seat, &epoch, &f->err), 0);
+    assert_int_equal(queue_open_reader(q, 1, &conn_c, &c, &seat, &epoch, &f->err), 0);
+    assert_int_equal(shmb_q_attach(&w, q->base, q->size, &f->err), 0);
+    w.writer_epoch = q->writer_epoch;
+    overflow_message(f, q, &w, h);
+    assert_int_equal(awaited(f, "q/q/0"), 2);
+    /* Seat 0 takes message 0's object and dies before it moves on. */
+    assert_int_equal(store_get(f->pool->store, hb, "q/q/0", 5, &ext, &f->err), 0);
+    assert_int_equal(awaited(f, "q/q/0"), 1);
+    atomic_store(&q->q.hdr->head, 0);
+    assert_int_equal(queue_owner_gone(&f->set, &conn_b), 1);
+    assert_int_equal(awaited(f, "q/q/0"), 1);
+    store_holder_free(f->pool->store, hb);
+    store_holder_free(f->pool->store, hc);
+    store_holder_free(f->pool->store, h);
+}
+
 int main(void)
 {
     static const struct CMUnitTest tests[] = {
@@ -1103,6 +1142,7 @@ int main(void)
         TEST(test_pool_bounds),  TEST(test_lease),          TEST(test_offload),
         TEST(test_forgo_reads_scribbled_head),
         TEST(test_offload_frees_overflow_record), TEST(test_record_seqs_near_2_64),
+        TEST(test_forgo_pinned_scribbled_head),
     };
 
     return cmocka_run_group_tests_name("test_daemon_queue", tests, NULL, NULL);
