@@ -161,7 +161,10 @@ $(BUILD)/tests/test_pool: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_daemon_queue: $(call OBJ,tests/unit/test_daemon_queue.c daemon/queue.c \
                                   daemon/pool.c daemon/config.c daemon/host.c daemon/log.c) \
                                   $(CORE_OBJ) $(PROTO_OBJ)
-$(BUILD)/tests/test_daemon_queue: TEST_LDFLAGS = $(PKGS_LIBS)
+# The store's lookups by key that queue.c makes are counted (the cost of a
+# seat's departure); store_forgo_reads is weak on the test's side.
+$(BUILD)/tests/test_daemon_queue: TEST_LDFLAGS = $(PKGS_LIBS) \
+    -Wl,--wrap=store_forgo_read,--wrap=store_forgo_reads,--wrap=store_holder_pins
 # The library against a fake daemon: a thread on a temporary socket.
 $(BUILD)/tests/test_client:  $(call OBJ,tests/unit/test_client.c $(LIB_SRC)) $(PROTO_OBJ)
 $(BUILD)/tests/test_client: TEST_LDFLAGS = $(PKGS_LIBS) -lpthread

@@ -223,14 +223,19 @@ static int prometheus_queues(shmb_t *c, const char *pool)
     return 0;
 }
 
-/* Who holds a role: "pid P 'NAME', client C" (escaped into buf). */
-static const char *holder(int64_t pid, const char *name, int64_t client, char *buf,
-                          size_t len)
+/* Who holds a role: "pid P 'NAME', client C" (escaped into buf), or "pid P (name
+ * hidden), client C" when the pool's group= hides it (hidden). */
+static const char *holder(int64_t pid, const char *name, int64_t client, bool hidden,
+                          char *buf, size_t len)
 {
     static char e[ESC_MAX];
 
-    snprintf(buf, len, "pid %lld '%s', client %lld", (long long)pid, esc(name, e, ESC_MAX),
-             (long long)client);
+    if (hidden) /* by the pool's group=, as the queue's own name */
+        snprintf(buf, len, "pid %lld (name hidden), client %lld", (long long)pid,
+                 (long long)client);
+    else
+        snprintf(buf, len, "pid %lld '%s', client %lld", (long long)pid,
+                 esc(name, e, ESC_MAX), (long long)client);
     return buf;
 }
 
@@ -253,12 +258,15 @@ static int print_queues(shmb_t *c, const char *pool)
         printf("\nqueues    %zu\n", shown);
     for (i = 0; i < list->count; i++) {
         const shmb_queue_info_t *q = &list->queues[i];
+        /* A queue's name is never empty: "" is one its pool's group= hides,
+         * and so are its members'. */
+        bool hidden = q->name[0] == '\0';
 
         if (!queue_shown(q, pool))
             continue;
         printf("queue     %s (pool %s%s): %s, %llu slots of %s (%s), %llu messages, "
                "depth %llu\n",
-               q->name[0] != '\0' ? esc(q->name, e[0], ESC_MAX) : "(name hidden)",
+               hidden ? "(name hidden)" : esc(q->name, e[0], ESC_MAX),
                esc(q->pool, e[1], ESC_MAX),
                q->temporary ? ", temporary" : "", q->state, (unsigned long long)q->slots,
                shmb_format_bytes(q->slot_size, b[0], sizeof(b[0])),
@@ -266,7 +274,8 @@ static int print_queues(shmb_t *c, const char *pool)
                (unsigned long long)q->depth);
         if (q->has_writer)
             printf("  writer  %s%s\n",
-                   holder(q->writer_pid, q->writer_name, q->writer_client, who, sizeof(who)),
+                   holder(q->writer_pid, q->writer_name, q->writer_client, hidden, who,
+                          sizeof(who)),
                    q->writer_waiting ? ", waiting for a free slot" : "");
         else
             printf("  writer  none\n");
@@ -278,12 +287,12 @@ static int print_queues(shmb_t *c, const char *pool)
 
             if (strcmp(s->state, "live") == 0)
                 printf("  seat %-2u live, %s, %llu behind\n", s->seat,
-                       holder(s->pid, s->name, s->client, who, sizeof(who)),
+                       holder(s->pid, s->name, s->client, hidden, who, sizeof(who)),
                        (unsigned long long)s->behind);
             else if (strcmp(s->state, "dead") == 0)
                 printf("  seat %-2u dead, %s: its connection closed without leaving the "
                        "seat; not waited for\n",
-                       s->seat, holder(s->pid, s->name, s->client, who, sizeof(who)));
+                       s->seat, holder(s->pid, s->name, s->client, hidden, who, sizeof(who)));
             else
                 printf("  seat %-2u %s\n", s->seat, esc(s->state, e[0], ESC_MAX));
         }
@@ -291,8 +300,8 @@ static int print_queues(shmb_t *c, const char *pool)
             printf("  blocker seat %d (%s) is %llu messages behind and holds the writer "
                    "back\n",
                    q->blocker_seat,
-                   holder(q->blocker_pid, q->blocker_name, q->blocker_client, who,
-                          sizeof(who)),
+                   holder(q->blocker_pid, q->blocker_name, q->blocker_client, hidden,
+                          who, sizeof(who)),
                    (unsigned long long)q->blocker_behind);
     }
     shmb_queue_list_free(list);

@@ -359,7 +359,7 @@ void queue_job_finish(struct queue_job *job)
     if (job->kind == QUEUE_JOB_MAKE)
         rc = queue_make_finish(job);
     else
-        shmb_free(job->q); /* its memory went in queue_job_run */
+        queue_free(job->q); /* its pages went in queue_job_run; the rest goes here */
     /* Each waiter leaves before it is answered: the answer may free it. */
     while ((w = TAILQ_FIRST(&job->waiters)) != NULL) {
         TAILQ_REMOVE(&job->waiters, w, link);
@@ -747,9 +747,12 @@ static bool queue_key_seq(const char *key, size_t len, size_t prefix, uint64_t *
     if (len <= prefix || len - prefix > 20 || (key[prefix] == '0' && len - prefix > 1))
         return false;
     for (i = prefix; i < len; i++) {
-        if (key[i] < '0' || key[i] > '9' || v > (UINT64_MAX - 9) / 10)
+        uint64_t d = (uint64_t)(key[i] - '0');
+
+        /* Exact: 18446744073709551615 is a seq like any other. */
+        if (key[i] < '0' || key[i] > '9' || v > (UINT64_MAX - d) / 10)
             return false;
-        v = v * 10 + (uint64_t)(key[i] - '0');
+        v = v * 10 + d;
     }
     *seq = v;
     return true;
@@ -819,42 +822,68 @@ static bool queue_done(const struct queue *q)
     return (q->temporary && q->had_writer) || q->shut_down;
 }
 
-/* Reader seat s leaves for good (dead, or closed): the overflow objects of
- * the messages it will now never read await one read fewer, so that a dead
+/* The reader seats of q in mask (bit s: seat s), all one connection's,
+ * leave for good (dead, or closed): the overflow objects of the messages
+ * they will now never read await their reads no more, so that a dead
  * reader does not hold them against reclaim until the writer passes them.
- * The message it stood at counts only when its holder does not pin that
+ * The message a seat stood at counts as read when the connection pins that
  * object (the library advances the seat before it releases the pin, so a
- * reader that took the object and died still pins it). The objects are
- * those of the daemon's record (queue_overflow_record) from the seat's next
- * on: one lookup per overflow object the seat has not read, whatever the
- * area's head says (a member may have scribbled it, or the seat's next). */
-static void queue_forgo_reads(struct queue *q, uint32_t s)
+ * reader that took the object and died still pins it): of the seats there,
+ * as many as it holds pins. The objects are those of the daemon's record
+ * (queue_overflow_record) from the lowest next on, whatever the area's head
+ * says (a member may have scribbled it, or a seat's next), all the seats in
+ * one pass: a lookup or two per object, not per seat and object (64 seats
+ * of a 65,536-slot queue would hold the loop for seconds). */
+static void queue_forgo_reads(struct queue *q, uint64_t mask)
 {
-    uint64_t head = atomic_load(&q->q.hdr->head), next = atomic_load(&q->q.seat[s].next), seq;
-    const struct store_holder *holder = q->seat[s].who.holder;
+    uint64_t next[SHMB_QUEUE_SEATS_MAX], seq, v;
+    const struct store_holder *holder = NULL;
     struct store *store = q->pool != NULL ? q->pool->store : NULL;
     char key[QUEUE_NAME_MAX + 24];
-    uint32_t lo = 0, hi = q->overflow_n, mid;
+    uint32_t lo = 0, hi = q->overflow_n, mid, n = 0, below = 0, at, taken, s, k;
     size_t len;
 
     if (store == NULL)
         return;
-    /* The first recorded seq at or after next. */
+    /* Their nexts, ascending (64 at most: insertion). */
+    for (s = 0; s < q->seats && s < SHMB_QUEUE_SEATS_MAX; s++) {
+        if (!(mask & (UINT64_C(1) << s)))
+            continue;
+        holder = q->seat[s].who.holder;
+        v = atomic_load(&q->q.seat[s].next);
+        for (k = n++; k > 0 && next[k - 1] > v; k--)
+            next[k] = next[k - 1];
+        next[k] = v;
+    }
+    if (n == 0)
+        return;
+    /* The first recorded seq at or after the lowest next. */
     while (lo < hi) {
         mid = lo + (hi - lo) / 2;
-        if (queue_overflow_at(q, mid) < next)
+        if (queue_overflow_at(q, mid) < next[0])
             lo = mid + 1;
         else
             hi = mid;
     }
     for (; lo < q->overflow_n; lo++) {
         seq = queue_overflow_at(q, lo);
+        /* below: the seats that had not come to seq; at: those there. */
+        while (below < n && next[below] < seq)
+            below++;
+        for (at = 0; below + at < n && next[below + at] == seq; at++)
+            ;
         if ((len = queue_key(q, seq, key, sizeof(key))) == 0)
             continue;
-        if (seq == next && seq < head &&
-            (holder == NULL || store_holder_pins(store, holder, key, len)))
-            continue;
-        store_forgo_read(store, key, len);
+        /* A pin is a read taken (a get counts it), whatever the area's
+         * head says: a member may have scribbled it below next. */
+        taken = 0;
+        if (at > 0) {
+            taken = holder == NULL ? at : store_holder_pin_count(store, holder, key, len);
+            if (taken > at)
+                taken = at;
+        }
+        if (below + at - taken > 0)
+            store_forgo_reads(store, key, len, below + at - taken);
     }
 }
 
@@ -977,17 +1006,24 @@ int queue_close_roles(struct queue_set *set, struct queue *q, const void *owner,
         shmb_q_writer_gone(&q->q);
         n++;
     }
-    if (role != QUEUE_ROLE_WRITER)
+    if (role != QUEUE_ROLE_WRITER) {
+        uint64_t leaving = 0;
+
+        for (s = 0; s < q->seats; s++)
+            if (q->seat[s].owner == owner && (seat < 0 || (uint32_t)seat == s))
+                leaving |= UINT64_C(1) << s;
+        /* All at once, while their holder is still named. */
+        queue_forgo_reads(q, leaving);
         for (s = 0; s < q->seats; s++) {
-            if (q->seat[s].owner != owner || (seat >= 0 && (uint32_t)seat != s))
+            if (!(leaving & (UINT64_C(1) << s)))
                 continue;
-            queue_forgo_reads(q, s);
             q->seat[s].owner = NULL;
             q->seat[s].state = SHMB_SEAT_FREE;
             memset(&q->seat[s].who, 0, sizeof(q->seat[s].who));
             shmb_q_seat_drop(&q->q, s, false);
             n++;
         }
+    }
     *closed = n;
     if (n == 0) {
         queue_roles_text(q, owner, holds, sizeof(holds));
@@ -1010,9 +1046,15 @@ unsigned queue_owner_gone(struct queue_set *set, const void *owner)
     uint32_t s;
 
     for (q = TAILQ_FIRST(&set->list); q != NULL; q = next) {
+        uint64_t leaving = 0;
         bool held = false;
 
         next = TAILQ_NEXT(q, link);
+        for (s = 0; s < q->seats; s++)
+            if (q->seat[s].owner == owner)
+                leaving |= UINT64_C(1) << s;
+        /* All at once, while their holder's pins are still there. */
+        queue_forgo_reads(q, leaving);
         if (q->writer == owner) {
             q->writer = NULL;
             shmb_q_writer_gone(&q->q);
@@ -1026,7 +1068,6 @@ unsigned queue_owner_gone(struct queue_set *set, const void *owner)
             if (q->seat[s].owner != owner)
                 continue;
             /* who stays: status names the reader that died. */
-            queue_forgo_reads(q, s);
             q->seat[s].who.holder = NULL; /* freed with its connection */
             q->seat[s].owner = NULL;
             q->seat[s].state = SHMB_SEAT_DEAD;

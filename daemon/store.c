@@ -1095,13 +1095,19 @@ int store_touch(struct store *s, const char *key, size_t key_len, uint32_t reade
 
 int store_forgo_read(struct store *s, const char *key, size_t key_len)
 {
+    return store_forgo_reads(s, key, key_len, 1);
+}
+
+int store_forgo_reads(struct store *s, const char *key, size_t key_len, uint32_t n)
+{
     struct object *obj = store_lookup(s, key, key_len);
 
     if (obj != NULL)
         store_fold(s, obj);
     if (obj == NULL || obj->awaited_reads == 0)
         return -ENOENT;
-    if (--obj->awaited_reads == 0)
+    obj->awaited_reads -= n < obj->awaited_reads ? n : obj->awaited_reads;
+    if (obj->awaited_reads == 0)
         s->room_gen++;
     store_save_reads(s, obj);
     store_unmark_awaited(s, obj);
@@ -1146,6 +1152,15 @@ bool store_holder_pins(const struct store *s, const struct store_holder *h, cons
     struct object *obj = store_lookup(s, key, key_len);
 
     return obj != NULL && h != NULL && store_pin_of(obj, h) != NULL;
+}
+
+uint32_t store_holder_pin_count(const struct store *s, const struct store_holder *h,
+                                const char *key, size_t key_len)
+{
+    struct object *obj = store_lookup(s, key, key_len);
+    const struct pin *p;
+
+    return obj != NULL && h != NULL && (p = store_pin_of(obj, h)) != NULL ? p->count : 0;
 }
 
 int store_delete(struct store *s, const char *key, size_t key_len, struct shmb_error *err)

@@ -197,6 +197,8 @@ int store_release(struct store *s, struct store_holder *h, const char *key,
  * (its reader left for good): one fewer awaited. -ENOENT when there is no
  * such object or it awaits none. */
 int store_forgo_read(struct store *s, const char *key, size_t key_len);
+/* n of them at once (as many as it awaits, at most): one lookup. */
+int store_forgo_reads(struct store *s, const char *key, size_t key_len, uint32_t n);
 
 /* One more awaited read of key, pending or committed (a reader that joined
  * after its writer counted them). -ENOENT when there is no such object or
@@ -212,6 +214,9 @@ int store_read_done(struct store *s, const char *key, size_t key_len, uint32_t g
 /* Whether h pins the object key. */
 bool store_holder_pins(const struct store *s, const struct store_holder *h, const char *key,
                        size_t key_len);
+/* How many pins h holds on the object key (a key pinned twice counts two). */
+uint32_t store_holder_pin_count(const struct store *s, const struct store_holder *h,
+                                const char *key, size_t key_len);
 
 /* Add readers awaited reads to a committed object. -ENOENT, -EINVAL. */
 int store_touch(struct store *s, const char *key, size_t key_len, uint32_t readers,
