@@ -45,19 +45,25 @@ wire and the frames layout are the Client's and frames.py's.
 
 import abc
 import collections
+import contextlib
 import dataclasses
 import hashlib
+import itertools
 import os
 import re
+import struct
+import subprocess
+import sys
 import tempfile
 import threading
-from typing import Any, Optional, Tuple
+import uuid
+from typing import Any, Callable, Iterable, Optional, Tuple
 
 from . import frames as _frames
 from .client import Client, default_socket_path
 from .daemon import socket_answers, spawn_daemon
-from .errors import (ConnectionLost, KeyExists, NoSpace, NotFound, ObjectTooLarge,
-                     ProtocolError, ShmBrokerError)
+from .errors import (ConnectionLost, InvalidRequest, KeyExists, NoSpace, NotFound,
+                     ObjectTooLarge, ProtocolError, ShmBrokerError)
 from .pickling import pickle_frames, unpickle_frames
 
 __all__ = ["ObjectSerde", "PickleSerde", "ShmObjectStorageHandle", "ShmBrokerObjectStorage",
@@ -175,12 +181,41 @@ def _segment_size(data):
     return size
 
 
+class _RingMemory:
+    """What vLLM's ring keeps as ``shared_memory`` (a SharedMemory): here the
+    daemon's segment as this ring's client maps it. ``name`` is the ring's
+    name (what handle() passes, as vLLM's is the SharedMemory's), ``size``
+    the ring's data_buffer_size, ``buf`` the client's mapping of the whole
+    segment (read-only for readers). close() and unlink() do nothing: the
+    daemon owns the segment."""
+
+    def __init__(self, ring):
+        self._ring = ring
+        self.name = ring.name
+        self.size = ring.data_buffer_size
+
+    @property
+    def buf(self):
+        client = self._ring.client
+        return client._mv if client is not None else None
+
+    def close(self):
+        """Nothing: the ring's close() closes its connection."""
+
+    def unlink(self):
+        """Nothing: the daemon removes its segment when it stops."""
+
+    def __repr__(self):
+        return "<shmbroker.vllm ring memory %r, %d bytes>" % (self.name, self.size)
+
+
 class SingleWriterShmRingBuffer:
     """Stands in for vLLM's ring buffer: the connection to the shmbrokerd
-    that holds the store's objects.
+    that holds the store's objects, and vLLM's ring interface over it.
 
     ``SingleWriterShmRingBuffer(data_buffer_size, name=None, create=False,
-    socket_path=None, pool=None)``. The daemon is, in order: the one at socket_path
+    socket_path=None, pool=None, ring_id=None, is_free_fn=None)``. The daemon
+    is, in order: the one at socket_path
     (handle() passes it); the private daemon a writer of this name started;
     the one at $SHMBROKER_SOCKET (else /run/shmbroker/shmbroker.sock). When
     none answers, a writer (create=True) starts a private shmbrokerd with
@@ -190,7 +225,25 @@ class SingleWriterShmRingBuffer:
     not reserved for this ring (the daemon's segment is shared by all).
     pool: the daemon's pool to use (None: its default pool), passed to the
     Client and kept in handle(), so that readers use the same pool; a private
-    daemon is started with that one pool, of the ring's size.
+    daemon is started with that one pool, of the ring's size. is_free_fn:
+    free_buf()'s check when it is given none (some vLLM versions pass
+    SingleWriterShmObjectStorage.default_is_free_check here; the store does
+    not use it).
+
+    vLLM's ring interface, with vLLM's accounting: allocate_buf(size) ->
+    (address, monotonic_id) places size + MD_SIZE bytes ([4-byte id][4-byte
+    size][data]) in a ring of data_buffer_size bytes, oldest first, and raises
+    vLLM's MemoryError when they do not fit before data_buffer_start;
+    access_buf(address) yields (data, (id, size)); free_buf(is_free_fn,
+    nbytes=None) frees from the oldest while is_free_fn(id, data) says so and
+    returns the freed ids; clear() forgets every allocation. Attributes
+    ``metadata`` (id -> address), ``monotonic_id_start``/``_end``,
+    ``data_buffer_start``/``_end``, ``shared_memory`` (``.name``). Each
+    allocation's bytes are an object of the daemon, pinned by the writer
+    until free_buf() frees it, so that nothing else evicts it and a writer
+    that dies leaves nothing pinned. Readers see the writer's allocations
+    (read-only) while they live. A named ring's allocations are found by
+    name; an unnamed one's through handle() (ring_id).
 
     Writers connect read-write, readers read-only. Attributes:
     ``data_buffer_size``, ``name``, ``is_writer``, ``socket_path``, ``pool``,
@@ -198,16 +251,30 @@ class SingleWriterShmRingBuffer:
     None), ``lock`` (serialises the store's calls on the one connection).
     """
 
+    # vLLM's figures: a 4-byte id and a 4-byte size before each allocation's data.
+    ID_NBYTES = 4
+    ID_MAX = 2 ** 31  # ids run 0 .. 2**31 - 1, then start again at 0
+    SIZE_NBYTES = 4
+    MD_SIZE = ID_NBYTES + SIZE_NBYTES
+
     def __init__(self, data_buffer_size: int, name: Optional[str] = None,
                  create: bool = False, socket_path: Optional[str] = None,
-                 pool: Optional[str] = None):
+                 pool: Optional[str] = None, ring_id: Optional[str] = None,
+                 is_free_fn: Optional[Callable] = None):
         self.data_buffer_size = int(data_buffer_size)
         self.pool = pool or None
         self.is_writer = bool(create)
+        self.is_free_fn = is_free_fn
         self.daemon = None
         self.client = None
         self.lock = threading.RLock()
         self._owner = os.getpid()
+        self.monotonic_id_start = 0
+        self.monotonic_id_end = 0
+        self.data_buffer_start = 0
+        self.data_buffer_end = 0
+        self.metadata = {}  # monotonic_id -> address, of the writer's live allocations
+        self._held = {}  # address -> the writer's Pin of that allocation
         if self.data_buffer_size <= 0:
             raise ValueError("data_buffer_size must be positive, not %d." % self.data_buffer_size)
         path = socket_path or self._find_daemon(name)
@@ -227,6 +294,15 @@ class SingleWriterShmRingBuffer:
             self.close()
             raise
         self.name = name if name is not None else self.client.info.get("segment")
+        if ring_id is None:
+            # A named ring's allocations are found by its name; an unnamed
+            # writer's are its own (another unnamed ring may share the daemon).
+            ring_id = self.name if name is not None or not self.is_writer else \
+                "%s/%d/%s" % (self.name, os.getpid(), uuid.uuid4().hex)
+        self.ring_id = ring_id
+        self._key_prefix = "vr%s:" % hashlib.sha1(
+            ring_id.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+        self.shared_memory = _RingMemory(self)
 
     def _connect(self):
         self._client_pid = os.getpid()
@@ -242,6 +318,7 @@ class SingleWriterShmRingBuffer:
             raise ConnectionLost("ENOTCONN", "This store is closed.")
         if self._client_pid != os.getpid():
             self.client = self._connect()
+            self._held.clear()  # the parent's pins: the child holds none
         return self.client
 
     def reconnect(self):
@@ -278,20 +355,194 @@ class SingleWriterShmRingBuffer:
 
     def handle(self):
         """What a reader in another process passes to this class to attach:
-        (data_buffer_size, name, False, socket_path, pool), picklable."""
-        return (self.data_buffer_size, self.name, False, self.socket_path, self.pool)
+        (data_buffer_size, name, False, socket_path, pool, ring_id), picklable."""
+        return (self.data_buffer_size, self.name, False, self.socket_path, self.pool,
+                self.ring_id)
+
+    # ---- vLLM's ring interface ---------------------------------------------
+
+    def int2byte(self, integer: int) -> bytes:
+        """integer as the 4 little-endian signed bytes of an id or a size."""
+        return integer.to_bytes(self.ID_NBYTES, "little", signed=True)
+
+    def byte2int(self, byte_data) -> int:
+        """The signed little-endian integer of byte_data."""
+        return int.from_bytes(byte_data, "little", signed=True)
+
+    def _buf_key(self, address):
+        return "%s%x" % (self._key_prefix, address % self.data_buffer_size)
+
+    def _place(self, total):
+        """Where an allocation of total bytes goes in the ring, or None when
+        it does not fit. The ring is [data_buffer_start, data_buffer_end)
+        when not wrapped, else [start, size) and [0, end); one byte always
+        stays free so that a full ring is never taken for an empty one, and
+        an empty ring starts again at 0 (the fix vLLM's ring got)."""
+        size = self.data_buffer_size
+        if not self.metadata:
+            self.data_buffer_start = self.data_buffer_end = 0
+        start, end = self.data_buffer_start, self.data_buffer_end
+        if start <= end:
+            if end + total < size or (end + total == size and start > 0):
+                return end
+            return 0 if total < start else None  # wrap: the tail [end, size) is skipped
+        return end if end + total < start else None
+
+    def allocate_buf(self, size: int) -> Tuple[int, int]:
+        """Allocate MD_SIZE + size bytes and return (address, monotonic_id):
+        the id and size are written first, the data follows (access_buf).
+        MemoryError "Not enough space in the data buffer, try calling
+        free_buf() to free up space" when the ring has no room, or when the
+        daemon has none (its message follows then)."""
+        assert self.is_writer, "Only the writer can allocate buffers."
+        assert size > 0, "Size must be greater than 0"
+        total = size + self.MD_SIZE
+        with self.lock:
+            address = self._place(total)
+            if address is None:
+                raise NoSpace("ENOSPC", "Not enough space in the data buffer, try calling "
+                              "free_buf() to free up space")
+            monotonic_id = self.monotonic_id_end
+            key = self._buf_key(address)
+            client = self.connection()
+            try:
+                alloc = self._alloc(client, key, total)
+            except NoSpace as e:
+                raise NoSpace("ENOSPC", "Not enough space in the data buffer, try calling "
+                              "free_buf() to free up space: the ring has room for %d bytes at "
+                              "%d, but shmbrokerd has none: %s" % (total, address, e.message)) \
+                    from None
+            except ObjectTooLarge as e:
+                raise NoSpace("ENOSPC", "Not enough space in the data buffer, try calling "
+                              "free_buf() to free up space: %s" % e.message) from None
+            with alloc:
+                alloc.view[:self.MD_SIZE] = self.int2byte(monotonic_id) + self.int2byte(total)
+            self._held[address] = client.get(key)
+            if not self.metadata:
+                self.data_buffer_start = address
+            self.metadata[monotonic_id] = address
+            self.data_buffer_end = address + total
+            self.monotonic_id_end = (monotonic_id + 1) % self.ID_MAX
+        return address, monotonic_id
+
+    def _alloc(self, client, key, total):
+        try:
+            return client.alloc(key, total)
+        except KeyExists:
+            # A leftover of this ring's name (a writer before this one, or an
+            # allocation whose pin went with a lost connection): ours now.
+            client.delete(key)
+            return client.alloc(key, total)
+
+    @contextlib.contextmanager
+    def access_buf(self, address: int):
+        """Yield (data, (monotonic_id, size)) of the allocation at address:
+        data a memoryview of its data bytes (writable for the writer,
+        read-only for readers), valid inside the block. Where no allocation
+        of this ring lives, data is empty and the id -1, which no allocation
+        has."""
+        with self.lock:
+            client = self.connection()
+            held = self._held.get(address % self.data_buffer_size) if self.is_writer else None
+            pin = None
+            if held is not None:
+                mv = client._mv[held.offset:held.offset + held.size]
+            else:
+                try:
+                    pin = client.get(self._buf_key(address))
+                except (NotFound, InvalidRequest):
+                    mv = None
+                else:
+                    mv = pin.view
+            try:
+                if mv is None or len(mv) < self.MD_SIZE:
+                    with memoryview(b"") as empty:
+                        yield empty, (-1, 0)
+                    return
+                monotonic_id = self.byte2int(mv[:self.ID_NBYTES])
+                size = self.byte2int(mv[self.ID_NBYTES:self.MD_SIZE])
+                size = min(max(size, self.MD_SIZE), len(mv))
+                with mv[self.MD_SIZE:size] as data:
+                    yield data, (monotonic_id, size)
+            finally:
+                if pin is not None:
+                    pin.release(noreply=True)
+
+    def free_buf(self, is_free_fn: Optional[Callable] = None,
+                 nbytes: Optional[int] = None) -> Iterable[int]:
+        """Free allocations from the oldest, while is_free_fn(id, data) says
+        they are free, until nbytes bytes are freed (None: the whole ring).
+        Returns the freed ids, oldest first (a range, or two chained when
+        the ids went past ID_MAX - 1). The daemon's objects of the freed
+        allocations are deleted; a reader inside access_buf keeps its bytes
+        until it leaves."""
+        assert self.is_writer, "Only the writer can free buffers."
+        if is_free_fn is None:
+            is_free_fn = self.is_free_fn
+        if is_free_fn is None:
+            raise TypeError("free_buf() needs is_free_fn(monotonic_id, data) -> bool: pass one, "
+                            "or give the ring one (is_free_fn=) when making it.")
+        if nbytes is None:
+            nbytes = self.data_buffer_size
+        with self.lock:
+            before = self.monotonic_id_start
+            freed = 0
+            while self.monotonic_id_start in self.metadata and freed < nbytes:
+                monotonic_id = self.monotonic_id_start
+                address = self.metadata[monotonic_id]
+                with self.access_buf(address) as (data, md):
+                    if not is_free_fn(monotonic_id, data):
+                        break
+                self._drop(address)
+                del self.metadata[monotonic_id]
+                self.monotonic_id_start = (monotonic_id + 1) % self.ID_MAX
+                freed += md[1]
+                if self.monotonic_id_start in self.metadata:
+                    self.data_buffer_start = self.metadata[self.monotonic_id_start]
+                else:
+                    self.data_buffer_start = self.data_buffer_end = 0
+            after = self.monotonic_id_start
+        if after >= before:
+            return range(before, after)
+        return itertools.chain(range(before, self.ID_MAX), range(0, after))
+
+    def _drop(self, address):
+        """Unpin and delete the writer's allocation at address."""
+        pin = self._held.pop(address % self.data_buffer_size, None)
+        client = self.client
+        if client is None or self._client_pid != os.getpid():
+            return
+        try:
+            client.delete(self._buf_key(address), noreply=True)
+            if pin is not None:
+                pin.release(noreply=True)
+        except ShmBrokerError:
+            pass  # a lost connection took the pin; the object is anyone's to evict
 
     def clear(self) -> None:
-        """Nothing to do: the objects belong to the stores that wrote them
-        (ShmBrokerObjectStorage.clear deletes its own)."""
+        """Forget every allocation (their daemon objects are deleted) and
+        start again at address 0, id 0."""
         assert self.is_writer, "Only the writer can clear the buffer."
+        with self.lock:
+            for address in list(self.metadata.values()):
+                self._drop(address)
+            self.metadata.clear()
+            self._held.clear()
+            self.monotonic_id_start = self.monotonic_id_end = 0
+            self.data_buffer_start = self.data_buffer_end = 0
 
     def close(self) -> None:
-        """Close the connection (the daemon releases its pins) and stop the
-        private daemon if this ring started one. Does nothing in a child made
-        by fork(): the connection and the daemon are the parent's."""
+        """Close the connection (the daemon releases its pins; a writer
+        deletes its live allocations first) and stop the private daemon if
+        this ring started one. Does nothing in a child made by fork(): the
+        connection and the daemon are the parent's."""
         if os.getpid() != getattr(self, "_owner", None):
             return
+        if getattr(self, "metadata", None) and self.is_writer and self.client is not None:
+            try:
+                self.clear()
+            except ShmBrokerError:
+                pass
         client, self.client = getattr(self, "client", None), None
         if client is not None:
             client.close()
