@@ -52,8 +52,6 @@ import itertools
 import os
 import re
 import struct
-import subprocess
-import sys
 import tempfile
 import threading
 import uuid
@@ -81,6 +79,8 @@ _PRUNE_BATCH = 32
 _FLAG_BYTES = 4
 # (address, monotonic_id) pairs a reader remembers having read, for touch.
 _SEEN_MAX = 1 << 16
+# The base of a store's addresses and ids in the daemon: offset, chunk id, nonce.
+_BASE = struct.Struct("<QQQ")
 # Ring names used as a socket file name as they are; others are hashed.
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -590,6 +590,13 @@ class ShmBrokerObjectStorage:
     monotonic_id); handle(); close(). Readers: touch(key, address,
     monotonic_id).
 
+    Addresses and ids are relative to the store (its ring's name), as vLLM's
+    are to its ring: the first object put after the store starts or after
+    clear() is (0, 0), on a private daemon or a shared one. The base they are
+    counted from is a small object of the daemon (key
+    "shmbroker-vllm-base:..."), which the writer puts back when it was
+    evicted and readers read from the segment's catalog, without a round trip.
+
     Attributes: ``max_object_size``, ``n_readers``, ``ring_buffer``,
     ``serde_class``, ``ser_de``, ``is_writer``, and on the writer
     ``key_index`` (key -> (address, monotonic_id)) and ``id_index``
@@ -607,11 +614,16 @@ class ShmBrokerObjectStorage:
         self.ser_de = serde_class()
         self.ring_buffer = ring_buffer
         self.is_writer = ring_buffer.is_writer
-        # Ignored: readers write nothing in shared memory; the daemon counts reads.
+        # Readers write nothing in shared memory (the daemon counts reads), so
+        # no reader needs it; a writer given one counts its own gets, as vLLM's.
         self._reader_lock = reader_lock
         self.key_index = {}
         self.id_index = {}
+        self._objects = {}  # key -> (segment offset, chunk id), oldest first
         self._seen = collections.OrderedDict()
+        self._base = None  # (offset, chunk id, nonce) the pairs count from
+        self._base_key = "shmbroker-vllm-base:%s" % hashlib.sha1(
+            str(ring_buffer.name).encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
     # ---- helpers -----------------------------------------------------------
 
@@ -646,15 +658,92 @@ class ShmBrokerObjectStorage:
         except (ProtocolError, TypeError, ValueError):
             return None
 
-    def _forget(self, key):
-        entry = self.key_index.pop(key, None)
-        if entry is not None and self.id_index.get(entry[1]) == key:
-            del self.id_index[entry[1]]
+    # ---- the base of addresses and ids -------------------------------------
 
-    def _still_there(self, key, address, monotonic_id):
-        """Whether the writer's object (key, address, id) still lives: the
-        chunk header at address is its own, and the daemon has the key."""
-        if self._header(address, committed=True) != (monotonic_id, key):
+    def _read_base(self):
+        """The base the ring's pairs count from, as the daemon holds it:
+        (offset, chunk id, nonce), or None when there is none (a new ring,
+        after clear(), or evicted)."""
+        try:
+            raw = self._client.read(self._base_key)
+        except NotFound:
+            return None
+        if len(raw) != _BASE.size:
+            return None
+        return _BASE.unpack(raw)
+
+    def _current_base(self):
+        """The base to resolve a pair with: the daemon's, else the last one
+        seen (the daemon's was evicted and not put back yet)."""
+        base = self._read_base()
+        if base is not None and base != self._base:
+            self._base = base
+            self._rekey()
+        return self._base
+
+    def _publish_base(self, base):
+        """Put base as the ring's; when another writer's is there already,
+        that one is the ring's and is returned instead."""
+        client = self._client
+        try:
+            client.put(self._base_key, _BASE.pack(*base))
+        except KeyExists:
+            theirs = self._read_base()
+            if theirs is not None:
+                return theirs
+        except NoSpace:
+            pass  # readers use the last base they saw; the next put tries again
+        return base
+
+    def _settle_base(self, offset, chunk_id):
+        """After a put at (offset, chunk_id): make sure the daemon holds the
+        base (this object's position when there is none yet), and adopt
+        another writer's base when it changed."""
+        base = self._read_base()
+        if base is None:
+            base = self._base or (offset, chunk_id, int.from_bytes(os.urandom(8), "little"))
+            base = self._publish_base(base)
+        if base != self._base:
+            self._base = base
+            self._rekey()
+
+    def _rel(self, offset, chunk_id):
+        """The store's (address, monotonic_id) of the object at (offset, chunk_id)."""
+        info = self._client.info
+        base_offset, base_id = self._base[0], self._base[1]
+        return (offset - base_offset) % info["data_size"], chunk_id - base_id
+
+    def _abs(self, address, monotonic_id):
+        """(offset, chunk_id) of the store's pair, or None when it names nothing."""
+        base = self._current_base()
+        info = self._client.info
+        if (base is None or type(address) is not int or type(monotonic_id) is not int
+                or not 0 <= address < info["data_size"]):
+            return None
+        doff = info["data_offset"]
+        return doff + (base[0] - doff + address) % info["data_size"], base[1] + monotonic_id
+
+    def _rekey(self):
+        """key_index and id_index again, counted from the current base."""
+        self.key_index.clear()
+        self.id_index.clear()
+        if self._base is None:
+            return
+        for key, (offset, chunk_id) in self._objects.items():
+            pair = self._rel(offset, chunk_id)
+            self.key_index[key] = pair
+            self.id_index[pair[1]] = key
+
+    def _forget(self, key):
+        self._objects.pop(key, None)
+        pair = self.key_index.pop(key, None)
+        if pair is not None and self.id_index.get(pair[1]) == key:
+            del self.id_index[pair[1]]
+
+    def _still_there(self, key, offset, chunk_id):
+        """Whether the writer's object (key, offset, chunk id) still lives:
+        the chunk header at offset is its own, and the daemon has the key."""
+        if self._header(offset, committed=True) != (chunk_id, key):
             return False
         return self._client.contains(key)
 
@@ -663,11 +752,11 @@ class ShmBrokerObjectStorage:
         Eviction goes oldest first, so this walks the writer's objects from
         the oldest and stops at the first that lives."""
         want = 1  # usually the oldest lives: one question; more while they do not
-        while self.key_index:
+        while self._objects:
             asked = []
             live_headers = 0
-            for key, (address, monotonic_id) in self.key_index.items():
-                if self._header(address) != (monotonic_id, key):
+            for key, (offset, chunk_id) in self._objects.items():
+                if self._header(offset) != (chunk_id, key):
                     asked.append((key, False))  # its chunk was reused: gone
                     continue
                 asked.append((key, True))
@@ -747,10 +836,13 @@ class ShmBrokerObjectStorage:
                 if header is None:
                     raise ProtocolError("EPROTO", "No chunk header before offset %d, where "
                                         "shmbrokerd allocated '%s'." % (alloc.offset, key))
-            address, monotonic_id = alloc.offset, header[0]
-            old = self.id_index.get(monotonic_id)
-            if old is not None and old != key:
-                self.key_index.pop(old, None)  # an id the daemon gave back and reused
+            offset, chunk_id = alloc.offset, header[0]
+            for old, entry in list(self._objects.items()):
+                if entry[1] == chunk_id and old != key:
+                    self._forget(old)  # an id the daemon gave back and reused
+            self._objects[key] = (offset, chunk_id)
+            self._settle_base(offset, chunk_id)
+            address, monotonic_id = self._rel(offset, chunk_id)
             self.key_index[key] = (address, monotonic_id)
             self.id_index[monotonic_id] = key
             self._prune()
@@ -762,11 +854,11 @@ class ShmBrokerObjectStorage:
         return self._again(self._is_cached, key)
 
     def _is_cached(self, key: str) -> bool:
-        if key not in self.key_index:
+        if key not in self._objects:
             return False
         with self.ring_buffer.lock:
-            address, monotonic_id = self.key_index[key]
-            if self._still_there(key, address, monotonic_id):
+            offset, chunk_id = self._objects[key]
+            if self._still_there(key, offset, chunk_id):
                 return True
             self._forget(key)
             return False
@@ -778,14 +870,14 @@ class ShmBrokerObjectStorage:
         return self._again(self._get_cached, key)
 
     def _get_cached(self, key: str) -> Tuple[int, int]:
-        address, monotonic_id = self.key_index[key]
+        pair = self.key_index[key]
         with self.ring_buffer.lock:
             try:
                 self._client.touch(key, self.n_readers)
             except NotFound:
                 self._forget(key)
                 raise KeyError(key) from None
-        return address, monotonic_id
+        return pair
 
     def free_unused(self) -> None:
         """Drop what the daemon evicted from key_index and id_index. The
@@ -795,21 +887,45 @@ class ShmBrokerObjectStorage:
             with self.ring_buffer.lock:
                 self._again(self._prune)
 
+    def default_is_free_check(self, id: int, buf: Any = None) -> bool:
+        """vLLM's check of whether the writer's object of monotonic id may be
+        freed: here, whether the daemon no longer holds it for a read (no
+        pins, no awaited reads), or no longer has it. buf is not looked at:
+        the daemon keeps the counts."""
+        key = self.id_index.get(id)
+        if key is None or key not in self._objects:
+            return True
+        with self.ring_buffer.lock:
+            for obj in self._again(self._client.list, key, 1):
+                if obj.get("key") == key:
+                    return obj.get("pins", 0) == 0 and obj.get("readers", 0) == 0
+        return True
+
     def clear(self) -> None:
-        """Delete every object of this writer and empty its indexes (readers'
-        pins keep what they read valid until they release it)."""
+        """Delete every object of this writer, empty its indexes, and count
+        addresses and ids from (0, 0) again at the next put (readers' pins
+        keep what they read valid until they release it)."""
         if not self.is_writer:
             return
         with self.ring_buffer.lock:
             if self.ring_buffer.client is not None:
                 self._again(self._delete_own)
+                base = self._base
+                if base is not None and self._read_base() == base:
+                    try:
+                        self._client.delete(self._base_key)
+                    except NotFound:
+                        pass
+            for key in list(self._objects):
+                self._forget(key)
             self.key_index.clear()
             self.id_index.clear()
+            self._base = None
 
     def _delete_own(self):
         client = self._client
-        for key, (address, monotonic_id) in list(self.key_index.items()):
-            if self._header(address, committed=True) == (monotonic_id, key):
+        for key, (offset, chunk_id) in list(self._objects.items()):
+            if self._header(offset, committed=True) == (chunk_id, key):
                 client.delete(key, noreply=True)
 
     # ---- everyone ----------------------------------------------------------
@@ -819,21 +935,26 @@ class ShmBrokerObjectStorage:
         pinned and released right after (the default serde copies, so nothing
         of the value points into shared memory).
 
-        A reader's get counts as one of the reads the object awaits. The
-        writer's own get counts nothing (vLLM's writer reads without a lock).
-        ValueError "Data for address:id 'A:I' has been modified or is
-        invalid." when no such object is there any more."""
+        A reader's get counts as one of the reads the object awaits, and so
+        does the writer's when it was given a reader_lock (as vLLM's writer
+        with a lock counts its reads); without one the writer's counts
+        nothing. ValueError "Data for address:id 'A:I' has been modified or
+        is invalid." when no such object is there any more."""
         return self._again(self._get, address, monotonic_id)
 
     def _get(self, address: int, monotonic_id: int) -> Any:
         with self.ring_buffer.lock:
             client = self._client
-            header = self._header(address, committed=True)
-            if header is None or header[0] != monotonic_id:
+            where = self._abs(address, monotonic_id)
+            if where is None:
+                raise self._invalid(address, monotonic_id)
+            offset, chunk_id = where
+            header = self._header(offset, committed=True)
+            if header is None or header[0] != chunk_id:
                 raise self._invalid(address, monotonic_id)
             key = header[1]
             try:
-                if self.is_writer:
+                if self.is_writer and self._reader_lock is None:
                     # One more awaited read first, so that the get takes that
                     # one and the object's count is left as it was.
                     client.touch(key, 1)
@@ -844,7 +965,7 @@ class ShmBrokerObjectStorage:
             except NotFound:
                 raise self._invalid(address, monotonic_id) from None
             try:
-                if pin.offset != address or self._header(address) != header:
+                if pin.offset != offset or self._header(offset) != header:
                     raise self._invalid(address, monotonic_id)
                 value = self.ser_de.deserialize(pin.view)
             finally:
@@ -873,7 +994,7 @@ class ShmBrokerObjectStorage:
     def _touch(self, key: str, address: int = 0, monotonic_id: int = 0) -> None:
         with self.ring_buffer.lock:
             if self.is_writer:
-                if key not in self.key_index:
+                if key not in self._objects:
                     return None
                 try:
                     self._client.touch(key, self.n_readers)
@@ -882,8 +1003,9 @@ class ShmBrokerObjectStorage:
                 return None
             if (address, monotonic_id) not in self._seen:
                 return None
-            header = self._header(address, committed=True)
-            if header is None or header[0] != monotonic_id:
+            where = self._abs(address, monotonic_id)
+            header = self._header(where[0], committed=True) if where is not None else None
+            if header is None or header[0] != where[1]:
                 self._seen.pop((address, monotonic_id), None)
                 return None
             try:
