@@ -52,6 +52,8 @@ import itertools
 import os
 import re
 import struct
+import subprocess
+import sys
 import tempfile
 import threading
 import uuid
@@ -81,6 +83,8 @@ _FLAG_BYTES = 4
 _SEEN_MAX = 1 << 16
 # The base of a store's addresses and ids in the daemon: offset, chunk id, nonce.
 _BASE = struct.Struct("<QQQ")
+# Objects a guard keeps track of before it drops those the daemon evicted.
+_GUARD_PRUNE_AT = 4096
 # Ring names used as a socket file name as they are; others are hashed.
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -624,6 +628,7 @@ class ShmBrokerObjectStorage:
         self._base = None  # (offset, chunk id, nonce) the pairs count from
         self._base_key = "shmbroker-vllm-base:%s" % hashlib.sha1(
             str(ring_buffer.name).encode("utf-8", "surrogatepass")).hexdigest()[:24]
+        self._guard = None
 
     # ---- helpers -----------------------------------------------------------
 
@@ -735,10 +740,12 @@ class ShmBrokerObjectStorage:
             self.id_index[pair[1]] = key
 
     def _forget(self, key):
-        self._objects.pop(key, None)
+        entry = self._objects.pop(key, None)
         pair = self.key_index.pop(key, None)
         if pair is not None and self.id_index.get(pair[1]) == key:
             del self.id_index[pair[1]]
+        if entry is not None:
+            self._tell_guard("F", key)
 
     def _still_there(self, key, offset, chunk_id):
         """Whether the writer's object (key, offset, chunk id) still lives:
@@ -779,6 +786,54 @@ class ShmBrokerObjectStorage:
                         return
                 self._forget(key)
 
+    # ---- what a writer killed leaves -----------------------------------------
+
+    def _tell_guard(self, what, key, offset=0, chunk_id=0):
+        """Tell the guard (see _guard_main) of an object put ("P") or
+        forgotten ("F"), or that the store closed cleanly ("C")."""
+        guard = self._guard
+        if guard is None or guard[1] != os.getpid() and what == "C":
+            return
+        line = "%s %d %d %s\n" % (what, offset, chunk_id,
+                                   key.encode("utf-8", "surrogatepass").hex())
+        try:
+            os.write(guard[0], line.encode("ascii"))
+        except OSError:
+            self._guard = None  # the guard is gone: nothing to tell
+
+    def _start_guard(self):
+        """On a daemon the writer did not start, a process that deletes the
+        writer's objects that are left when the writer dies without close()
+        (SIGKILL included): objects that await reads stay for ever otherwise,
+        and the oldest of them stops every client's reclaim. A private
+        daemon stops with its writer, taking everything with it."""
+        if self._guard is not None or self.ring_buffer.daemon is not None:
+            return
+        rfd, wfd = os.pipe()
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+                "from shmbroker.vllm import _guard_main; _guard_main(sys.argv[2], sys.argv[3])")
+        package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        try:
+            proc = subprocess.Popen([sys.executable, "-c", code, package_dir,
+                                     self.ring_buffer.socket_path, self.ring_buffer.pool or ""],
+                                    stdin=rfd, stdout=subprocess.DEVNULL, close_fds=True,
+                                    start_new_session=True)
+        except OSError:
+            os.close(wfd)
+            return  # no guard: close() still deletes the objects
+        finally:
+            os.close(rfd)
+        self._guard = (wfd, os.getpid(), proc)
+
+    def _stop_guard(self):
+        guard, self._guard = self._guard, None
+        if guard is not None and guard[1] == os.getpid():
+            try:
+                os.write(guard[0], b"C 0 0 00\n")
+            except OSError:
+                pass
+            os.close(guard[0])
+
     # ---- the writer --------------------------------------------------------
 
     def put(self, key: str, value: Any) -> Tuple[int, int]:
@@ -811,6 +866,7 @@ class ShmBrokerObjectStorage:
             if counted > limit:
                 raise ObjectTooLarge("E2BIG", "Serialized object size (%d bytes) exceeds max "
                                      "object size (%d bytes)" % (counted, limit))
+            self._start_guard()
             try:
                 alloc = client.alloc(key, max(size, 1), readers=self.n_readers)
             except KeyExists:
@@ -837,6 +893,7 @@ class ShmBrokerObjectStorage:
                     raise ProtocolError("EPROTO", "No chunk header before offset %d, where "
                                         "shmbrokerd allocated '%s'." % (alloc.offset, key))
             offset, chunk_id = alloc.offset, header[0]
+            self._tell_guard("P", key, offset, chunk_id)
             for old, entry in list(self._objects.items()):
                 if entry[1] == chunk_id and old != key:
                     self._forget(old)  # an id the daemon gave back and reused
@@ -1017,7 +1074,18 @@ class ShmBrokerObjectStorage:
         return None
 
     def close(self) -> None:
-        """Close the ring (its connection, and the private daemon it started)."""
+        """Close the store: a writer deletes the objects it stored first, so
+        that none is left awaiting reads on a shared daemon (a reader still
+        reading one keeps its bytes until it is done); then the ring closes
+        (its connection, and the private daemon it started)."""
+        if self.is_writer and self.ring_buffer.client is not None and \
+                os.getpid() == self.ring_buffer._owner:
+            try:
+                with self.ring_buffer.lock:
+                    self._again(self._delete_own)
+            except ShmBrokerError:
+                pass  # the daemon is gone, and the objects with it
+            self._stop_guard()
         self.ring_buffer.close()
 
     def handle(self) -> ShmObjectStorageHandle:
@@ -1041,6 +1109,64 @@ class ShmBrokerObjectStorage:
             serde_class=handle.serde_class,
             reader_lock=handle.reader_lock,
         )
+
+
+def _guard_main(socket_path, pool):
+    """The guard of a writer store (ShmBrokerObjectStorage._start_guard): reads
+    "P offset chunk_id key-hex" (put) and "F 0 0 key-hex" (forgotten) lines
+    on stdin; "C" means the store closed cleanly. At end of input without
+    "C" (the writer died), deletes each object it was told of that is still
+    the writer's (same chunk at the same offset, committed), then exits."""
+    objects = {}
+    clean = False
+    client = None
+    for raw in sys.stdin.buffer:
+        parts = raw.split()
+        if len(parts) != 4:
+            continue
+        what = parts[0]
+        if what == b"C":
+            clean = True
+            break
+        try:
+            key = bytes.fromhex(parts[3].decode("ascii")).decode("utf-8", "surrogatepass")
+        except ValueError:
+            continue
+        if what == b"P":
+            objects.pop(key, None)
+            objects[key] = (int(parts[1]), int(parts[2]))
+        elif what == b"F":
+            objects.pop(key, None)
+        if len(objects) > _GUARD_PRUNE_AT:
+            # Keep the objects that are still there: the others were evicted.
+            try:
+                if client is None:
+                    client = Client(socket_path, name="vllm-guard", pool=pool or None)
+                objects = {k: v for k, v in objects.items()
+                           if _guard_owns(client, k, v)}
+            except ShmBrokerError:
+                pass
+    if clean or not objects:
+        return
+    try:
+        if client is None:
+            client = Client(socket_path, name="vllm-guard", pool=pool or None)
+        for key, where in objects.items():
+            if _guard_owns(client, key, where):
+                try:
+                    client.delete(key)
+                except NotFound:
+                    pass
+    except ShmBrokerError:
+        pass  # the daemon went: nothing of the writer's is left there
+
+
+def _guard_owns(client, key, where):
+    """Whether the committed object at where (offset, chunk id) is still key's."""
+    try:
+        return client.object_header(where[0], committed=True) == (where[1], key)
+    except ProtocolError:
+        return False
 
 
 # vLLM's name, for code that imports it from here.
