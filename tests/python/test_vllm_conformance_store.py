@@ -28,8 +28,18 @@ for path in (os.path.join(HERE, "vllm_standin"), PACKAGE_DIR):
     if path not in sys.path:
         sys.path.insert(0, path)
 
+import shmbroker.vllm  # noqa: E402
 from vllm.distributed.device_communicators.shm_object_storage import (  # noqa: E402
     MsgpackSerde, SingleWriterShmObjectStorage, SingleWriterShmRingBuffer)
+
+# Another stand-in's "vllm" imported first (in the same run) would make these
+# tests test its classes: say so rather than pass on them.
+if (SingleWriterShmRingBuffer is not shmbroker.vllm.SingleWriterShmRingBuffer
+        or SingleWriterShmObjectStorage is not shmbroker.vllm.SingleWriterShmObjectStorage):
+    raise ImportError("vllm.distributed.device_communicators.shm_object_storage is not the "
+                      "stand-in of tests/python/vllm_standin (another vllm package was imported "
+                      "first: %s); these tests would not test shmbroker's classes."
+                      % sys.modules["vllm"].__path__)
 
 
 class StandinTestCase(unittest.TestCase):

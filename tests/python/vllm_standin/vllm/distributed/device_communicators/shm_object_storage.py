@@ -8,8 +8,11 @@ that need neither msgpack nor torch: anything pickle takes.
 
 import pickle
 
-from shmbroker.vllm import ObjectSerde, ShmObjectStorageHandle  # noqa: F401
-from shmbroker.vllm import SingleWriterShmObjectStorage, SingleWriterShmRingBuffer  # noqa: F401
+from shmbroker.vllm import (ObjectSerde, ShmObjectStorageHandle, SingleWriterShmObjectStorage,
+                            SingleWriterShmRingBuffer)
+
+__all__ = ["MsgpackSerde", "ObjectSerde", "ShmObjectStorageHandle",
+           "SingleWriterShmObjectStorage", "SingleWriterShmRingBuffer"]
 
 
 class MsgpackSerde(ObjectSerde):
