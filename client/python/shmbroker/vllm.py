@@ -6,9 +6,12 @@ writer process manages, readers counting their reads in flags of the ring.
 ``ShmBrokerObjectStorage`` has the same constructor, methods, attributes and
 error texts, with shmbrokerd managing the memory:
 
-- ``address`` is the object's payload offset in the daemon's segment and
-  ``monotonic_id`` its chunk id (the chunk header before the payload holds
-  it, with the key, so that a reader finds the object from the pair alone).
+- ``(address, monotonic_id)`` count from the store's first object, as
+  vLLM's count from its ring's start: the first put of a new store, and the
+  first after clear(), is (0, 0). The base is the offset and chunk id of
+  that object, kept in a small object of the daemon that readers read from
+  the segment's catalog; the chunk header before the payload holds the
+  chunk id and key, so that a reader finds the object from the pair alone.
 - An object awaits ``n_readers`` reads each time it is handed out (put,
   get_cached, the writer's touch); the daemon counts them (``readers`` of
   alloc, ``touch``) and evicts, oldest first, only objects whose awaited
@@ -16,13 +19,16 @@ error texts, with shmbrokerd managing the memory:
 - A reader's get pins the object for as long as it deserializes it; a reader
   that dies mid-read loses its pins with its connection, so nothing stays
   blocked. Readers write nothing in shared memory, which is why no reader
-  lock is needed: ``reader_lock`` is accepted (vLLM passes one) and ignored,
-  and a reader made without one works (vLLM raises "Lock must be provided
-  for readers."). Who counts reads is the role, not the lock: the writer's
-  own get and touch never count as reads, even when it was given a lock
-  (vLLM's writer with a lock counts its gets, as its unit tests do).
+  lock is needed: ``reader_lock`` is accepted (vLLM passes one) and ignored
+  by readers, and a reader made without one works (vLLM raises "Lock must
+  be provided for readers."). A writer given a lock counts its own gets as
+  reads, as vLLM's does; without one they count nothing.
 - Any number of writers may share one daemon (and one ring name); keys are
   the daemon's, so two writers cannot store the same key at once.
+- What a writer leaves: close() deletes its objects; on a daemon it did not
+  start, a guard process deletes them when the writer dies without close()
+  (SIGKILL included), so that none stays awaiting reads and blocks other
+  clients' reclaim. A private daemon stops with its writer.
 - A store survives what a connection can lose: after a daemon restart or an
   interrupted call its next call reconnects once and goes on, and a store
   inherited across fork() makes a connection of its own in the child.
@@ -34,7 +40,9 @@ error texts, with shmbrokerd managing the memory:
 ``SingleWriterShmRingBuffer`` stands in for vLLM's ring: the writer side uses
 the daemon at $SHMBROKER_SOCKET (or the default socket) when one answers, else
 starts a private shmbrokerd of ``data_buffer_size`` and stops it on close();
-readers attach by name or through ``handle()``. Switching is one import:
+readers attach by name or through ``handle()``. It also has vLLM's ring
+interface (allocate_buf, access_buf, free_buf, metadata, shared_memory), each
+allocation an object of the daemon. Switching is one import:
 
     from shmbroker.vllm import (ShmBrokerObjectStorage as SingleWriterShmObjectStorage,
                                 SingleWriterShmRingBuffer)
@@ -83,6 +91,8 @@ _FLAG_BYTES = 4
 _SEEN_MAX = 1 << 16
 # The base of a store's addresses and ids in the daemon: offset, chunk id, nonce.
 _BASE = struct.Struct("<QQQ")
+# Objects one list request asks for: enough to find a key among those it prefixes.
+_LIST_LIMIT = 1000
 # Objects a guard keeps track of before it drops those the daemon evicted.
 _GUARD_PRUNE_AT = 4096
 # Ring names used as a socket file name as they are; others are hashed.
@@ -953,10 +963,12 @@ class ShmBrokerObjectStorage:
         if key is None or key not in self._objects:
             return True
         with self.ring_buffer.lock:
-            for obj in self._again(self._client.list, key, 1):
-                if obj.get("key") == key:
-                    return obj.get("pins", 0) == 0 and obj.get("readers", 0) == 0
-        return True
+            # list() matches a prefix: "item_1" lists "item_10" too.
+            objects = self._again(self._client.list, key, _LIST_LIMIT)
+        for obj in objects:
+            if obj.get("key") == key:
+                return obj.get("pins", 0) == 0 and obj.get("readers", 0) == 0
+        return not objects.truncated  # not seen among as many: say it is in use
 
     def clear(self) -> None:
         """Delete every object of this writer, empty its indexes, and count
