@@ -410,6 +410,22 @@ class PairsTest(VllmTestCase):
         late = self.reader_of(store)
         self.assertEqual((late.get(*first), late.get(*second)), ("A", "B"))
 
+    # Writers sharing a ring name share the base: after one's clear(), the
+    # next put of any of them is (0, 0), and the others' pairs follow.
+    def test_clear_by_one_of_two_writers(self):
+        name = "shmb-test-%s" % uuid.uuid4().hex[:12]
+        w1 = self.make_store(name=name)
+        w2 = self.make_store(name=name)
+        reader = self.reader_of(w1)
+        self.assertEqual(w1.put("a", "A"), (0, 0))
+        w2.put("b", "B")
+        w1.clear()
+        self.assertEqual(w2.put("c", "C"), (0, 0))
+        self.assertEqual(reader.get(0, 0), "C")
+        pair_b = w2.key_index["b"]
+        self.assertEqual(reader.get(*pair_b), "B")
+        self.assertEqual(reader.get(*w1.put("d", "D")), "D")
+
     # Pairs out of the data area, or of no object, are refused as vLLM does.
     def test_pairs_of_nothing(self):
         store = self.make_store()

@@ -91,6 +91,8 @@ _FLAG_BYTES = 4
 _SEEN_MAX = 1 << 16
 # The base of a store's addresses and ids in the daemon: offset, chunk id, nonce.
 _BASE = struct.Struct("<QQQ")
+# The base after a clear(): none until the next put sets it (a nonce is never 0).
+_NO_BASE = (0, 0, 0)
 # Objects one list request asks for: enough to find a key among those it prefixes.
 _LIST_LIMIT = 1000
 # Objects a guard keeps track of before it drops those the daemon evicted.
@@ -677,8 +679,8 @@ class ShmBrokerObjectStorage:
 
     def _read_base(self):
         """The base the ring's pairs count from, as the daemon holds it:
-        (offset, chunk id, nonce), or None when there is none (a new ring,
-        after clear(), or evicted)."""
+        (offset, chunk id, nonce), _NO_BASE after a clear() (the next put
+        sets it), or None when there is none (a new ring, or evicted)."""
         try:
             raw = self._client.read(self._base_key)
         except NotFound:
@@ -689,18 +691,27 @@ class ShmBrokerObjectStorage:
 
     def _current_base(self):
         """The base to resolve a pair with: the daemon's, else the last one
-        seen (the daemon's was evicted and not put back yet)."""
+        seen (the daemon's was evicted and not put back yet); None when a
+        clear() left none."""
         base = self._read_base()
+        if base == _NO_BASE:
+            return None
         if base is not None and base != self._base:
             self._base = base
             self._rekey()
         return self._base
 
-    def _publish_base(self, base):
-        """Put base as the ring's; when another writer's is there already,
-        that one is the ring's and is returned instead."""
+    def _publish_base(self, base, replace=False):
+        """Put base as the ring's (with replace, in place of the one there);
+        when another writer's is there already, that one is the ring's and
+        is returned instead."""
         client = self._client
         try:
+            if replace:
+                try:
+                    client.delete(self._base_key)
+                except NotFound:
+                    pass
             client.put(self._base_key, _BASE.pack(*base))
         except KeyExists:
             theirs = self._read_base()
@@ -712,12 +723,15 @@ class ShmBrokerObjectStorage:
 
     def _settle_base(self, offset, chunk_id):
         """After a put at (offset, chunk_id): make sure the daemon holds the
-        base (this object's position when there is none yet), and adopt
-        another writer's base when it changed."""
+        base (this object's position when there is none yet, or a clear()
+        left none), and adopt another writer's base when it changed."""
         base = self._read_base()
-        if base is None:
-            base = self._base or (offset, chunk_id, int.from_bytes(os.urandom(8), "little"))
-            base = self._publish_base(base)
+        if base is None or base == _NO_BASE:
+            if base == _NO_BASE or self._base is None:
+                ours = (offset, chunk_id, int.from_bytes(os.urandom(8), "little") or 1)
+            else:
+                ours = self._base  # evicted: put back
+            base = self._publish_base(ours, replace=base == _NO_BASE)
         if base != self._base:
             self._base = base
             self._rekey()
@@ -979,12 +993,9 @@ class ShmBrokerObjectStorage:
         with self.ring_buffer.lock:
             if self.ring_buffer.client is not None:
                 self._again(self._delete_own)
-                base = self._base
-                if base is not None and self._read_base() == base:
-                    try:
-                        self._client.delete(self._base_key)
-                    except NotFound:
-                        pass
+                # The ring's other writers, and readers, learn that pairs
+                # start again at the next put.
+                self._publish_base(_NO_BASE, replace=True)
             for key in list(self._objects):
                 self._forget(key)
             self.key_index.clear()
