@@ -211,6 +211,25 @@ class RingInterfaceTest(RingTestCase):
         self.assertEqual(ring.client.list(), [])
 
 
+    # Two writers of one ring name: the second's allocation where the first
+    # holds one is refused, naming the ring; where the first's writer is
+    # gone (nobody pins it), the leftover is replaced.
+    def test_second_writer_of_a_name(self):
+        name = "shmb-ring-%d" % os.getpid()
+        first = self.ring(4096, name=name)
+        second = self.ring(4096, name=name)
+        first.allocate_buf(10)
+        with self.assertRaises(ValueError) as cm:
+            second.allocate_buf(10)
+        self.assertIn("Ring '%s' has another writer" % name, str(cm.exception))
+        with first.access_buf(0) as (buf, md):
+            self.assertEqual(md, (0, 10 + MD))
+        first.client.release(first._held[0].key)
+        self.assertEqual(second.allocate_buf(20), (0, 0))
+        with self.reader_of(second).access_buf(0) as (buf, md):
+            self.assertEqual(md, (0, 20 + MD))
+
+
 class RingSharedDaemonTest(RingTestCase):
     """A ring on a daemon other clients use."""
 

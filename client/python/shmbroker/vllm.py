@@ -445,10 +445,20 @@ class SingleWriterShmRingBuffer:
         try:
             return client.alloc(key, total)
         except KeyExists:
-            # A leftover of this ring's name (a writer before this one, or an
-            # allocation whose pin went with a lost connection): ours now.
+            pass
+        for obj in client.list(key, _LIST_LIMIT):
+            if obj.get("key") == key and (obj.get("pins", 0) > 0 or obj.get("state") == "pending"):
+                raise KeyExists("EEXIST", "Ring %r has another writer: its allocation at address "
+                                "%d (object '%s') is live. vLLM's ring has one writer; give "
+                                "this one another name, or close the other first."
+                                % (self.name, int(key[len(self._key_prefix):], 16), key))
+        # A leftover of this ring's name that nobody holds (a writer before
+        # this one, or an allocation whose pin went with a lost connection).
+        try:
             client.delete(key)
-            return client.alloc(key, total)
+        except NotFound:
+            pass
+        return client.alloc(key, total)
 
     @contextlib.contextmanager
     def access_buf(self, address: int):
