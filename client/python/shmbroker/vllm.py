@@ -824,9 +824,9 @@ class ShmBrokerObjectStorage:
 
     def _tell_guard(self, what, key, offset=0, chunk_id=0):
         """Tell the guard (see _guard_main) of an object put ("P") or
-        forgotten ("F"), or that the store closed cleanly ("C")."""
+        forgotten ("F")."""
         guard = self._guard
-        if guard is None or guard[1] != os.getpid() and what == "C":
+        if guard is None:
             return
         line = "%s %d %d %s\n" % (what, offset, chunk_id,
                                    key.encode("utf-8", "surrogatepass").hex())
@@ -859,11 +859,14 @@ class ShmBrokerObjectStorage:
             os.close(rfd)
         self._guard = (wfd, os.getpid(), proc)
 
-    def _stop_guard(self):
+    def _stop_guard(self, clean):
+        """Let the guard go: with clean, the store deleted its objects itself
+        and the guard deletes nothing; else the guard deletes them."""
         guard, self._guard = self._guard, None
         if guard is not None and guard[1] == os.getpid():
             try:
-                os.write(guard[0], b"C 0 0 00\n")
+                if clean:
+                    os.write(guard[0], b"C 0 0 00\n")
             except OSError:
                 pass
             os.close(guard[0])
@@ -1005,7 +1008,7 @@ class ShmBrokerObjectStorage:
                 self._again(self._delete_own)
                 # The ring's other writers, and readers, learn that pairs
                 # start again at the next put.
-                self._publish_base(_NO_BASE, replace=True)
+                self._again(self._publish_base, _NO_BASE, True)
             for key in list(self._objects):
                 self._forget(key)
             self.key_index.clear()
@@ -1111,15 +1114,19 @@ class ShmBrokerObjectStorage:
         that none is left awaiting reads on a shared daemon (a reader still
         reading one keeps its bytes until it is done); then the ring closes
         (its connection, and the private daemon it started)."""
-        if self.is_writer and self.ring_buffer.client is not None and \
-                os.getpid() == self.ring_buffer._owner:
-            try:
-                with self.ring_buffer.lock:
-                    self._again(self._delete_own)
-            except ShmBrokerError:
-                pass  # the daemon is gone, and the objects with it
-            self._stop_guard()
-        self.ring_buffer.close()
+        deleted = False
+        try:
+            if self.is_writer and self.ring_buffer.client is not None and \
+                    os.getpid() == self.ring_buffer._owner:
+                try:
+                    with self.ring_buffer.lock:
+                        self._again(self._delete_own)
+                except ShmBrokerError:
+                    pass  # the daemon is gone, and the objects with it
+                deleted = True
+        finally:
+            self._stop_guard(clean=deleted)  # else the guard deletes them
+            self.ring_buffer.close()
 
     def handle(self) -> ShmObjectStorageHandle:
         """A handle for create_from_handle() in another process."""
