@@ -1160,6 +1160,7 @@ def _guard_main(socket_path, pool):
     objects = {}
     clean = False
     client = None
+    prune_at = _GUARD_PRUNE_AT
     for raw in sys.stdin.buffer:
         parts = raw.split()
         if len(parts) != 4:
@@ -1170,14 +1171,15 @@ def _guard_main(socket_path, pool):
             break
         try:
             key = bytes.fromhex(parts[3].decode("ascii")).decode("utf-8", "surrogatepass")
+            where = (int(parts[1]), int(parts[2]))
         except ValueError:
             continue
         if what == b"P":
             objects.pop(key, None)
-            objects[key] = (int(parts[1]), int(parts[2]))
+            objects[key] = where
         elif what == b"F":
             objects.pop(key, None)
-        if len(objects) > _GUARD_PRUNE_AT:
+        if len(objects) > prune_at:
             # Keep the objects that are still there: the others were evicted.
             try:
                 if client is None:
@@ -1186,6 +1188,8 @@ def _guard_main(socket_path, pool):
                            if _guard_owns(client, k, v)}
             except ShmBrokerError:
                 pass
+            # As many live again before the next look: linear work per line.
+            prune_at = max(_GUARD_PRUNE_AT, 2 * len(objects))
     if clean or not objects:
         return
     try:
