@@ -964,14 +964,23 @@ class ShmBrokerObjectStorage:
         return self._again(self._get_cached, key)
 
     def _get_cached(self, key: str) -> Tuple[int, int]:
-        pair = self.key_index[key]
+        if key not in self.key_index:
+            raise KeyError(key)
         with self.ring_buffer.lock:
             try:
                 self._client.touch(key, self.n_readers)
             except NotFound:
                 self._forget(key)
                 raise KeyError(key) from None
-        return pair
+            # The pair handed out again must resolve: the base it counts
+            # from is put back if reclaim took it, or followed if it moved.
+            base = self._read_base()
+            if base is None and self._base is not None:
+                self._publish_base(self._base)
+            elif base is not None and base != _NO_BASE and base != self._base:
+                self._base = base
+                self._rekey()
+            return self.key_index[key]
 
     def free_unused(self) -> None:
         """Drop what the daemon evicted from key_index and id_index. The
