@@ -52,6 +52,8 @@ class LeftoversTest(unittest.TestCase):
         child = subprocess.Popen([sys.executable, "-c", WRITER, PACKAGE_DIR,
                                   self.daemon.socket_path],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.addCleanup(child.stdout.close)
+        self.addCleanup(child.stdin.close)
         self.addCleanup(child.wait)
         self.addCleanup(child.kill)
         self.assertEqual(child.stdout.readline().strip(), b"ready")

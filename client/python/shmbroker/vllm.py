@@ -95,6 +95,9 @@ _BASE = struct.Struct("<QQQ")
 _NO_BASE = (0, 0, 0)
 # Objects one list request asks for: enough to find a key among those it prefixes.
 _LIST_LIMIT = 1000
+# How long close() waits for a guard told that the store closed cleanly (it
+# exits on reading that; this bounds a guard stopped by a debugger).
+_GUARD_WAIT_S = 5.0
 # Objects a guard keeps track of before it drops those the daemon evicted.
 _GUARD_PRUNE_AT = 4096
 # Ring names used as a socket file name as they are; others are hashed.
@@ -868,8 +871,14 @@ class ShmBrokerObjectStorage:
                 if clean:
                     os.write(guard[0], b"C 0 0 00\n")
             except OSError:
-                pass
+                clean = False
             os.close(guard[0])
+            if clean:
+                # It leaves at once: reap it, as a Popen dropped running warns.
+                try:
+                    guard[2].wait(_GUARD_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    pass
 
     # ---- the writer --------------------------------------------------------
 
