@@ -1148,8 +1148,14 @@ static int cmd_commit_at(struct command_call *call)
         (rc = command_check_key(call, len)) < 0 ||
         (rc = command_check_range(call, "offset", offset, 0, INT64_MAX)) < 0 ||
         (rc = command_check_range(call, "size", size, 1, INT64_MAX)) < 0 ||
-        (rc = command_check_range(call, "readers", readers, 0, STORE_MAX_READERS)) < 0 ||
-        (rc = store_commit_at(call->client->pool->store, call->client->holder, key, len,
+        (rc = command_check_range(call, "readers", readers, 0, STORE_MAX_READERS)) < 0) {
+        /* Refused before the arena was looked at (readers over the bound,
+         * which the library does not check): it was counted on its way all
+         * the same, and is not any more. */
+        store_commit_seen(call->client->pool->store, call->client->holder);
+        return rc;
+    }
+    if ((rc = store_commit_at(call->client->pool->store, call->client->holder, key, len,
                               (uint64_t)offset, (uint64_t)size, (uint32_t)readers, &ext,
                               &call->err)) < 0)
         return rc;

@@ -1624,6 +1624,16 @@ static void store_arena_skip(struct store *s, struct arena *a, uint64_t offset, 
     ring_set_tag(&s->ring, a->ring_id, (uint32_t)((a->cursor - a->start) / SHMB_ALIGN));
 }
 
+void store_commit_seen(struct store *s, struct store_holder *h)
+{
+    struct object *box = h->arena;
+
+    /* One fewer on its way, whatever comes of it; the last one lets the
+     * arena go, so waiting allocations look again if it is in their way. */
+    if (box != NULL && arena_commit_seen(box->rec) && ring_oldest(&s->ring, NULL) == box)
+        s->room_gen++;
+}
+
 int store_commit_at(struct store *s, struct store_holder *h, const char *key, size_t key_len,
                     uint64_t offset, uint64_t size, uint32_t readers,
                     struct store_extent *out, struct shmb_error *err)
@@ -1638,10 +1648,7 @@ int store_commit_at(struct store *s, struct store_holder *h, const char *key, si
     int rc;
 
     chunk = SHMB_CHUNK_SIZE(key_len, size);
-    /* One fewer on its way, whatever comes of it; the last one lets the
-     * arena go, so waiting allocations look again if it is in their way. */
-    if (a != NULL && arena_commit_seen(a) && ring_oldest(&s->ring, NULL) == box)
-        s->room_gen++;
+    store_commit_seen(s, h);
     /* As alloc: a segment a client shrank or holed takes no new object (the
      * guard's message names the cause and the fix). */
     if ((rc = segment_guard_check(s->ring.data, err)) < 0)

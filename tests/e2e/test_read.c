@@ -481,6 +481,45 @@ static void test_nowait_loss_reported(void **state)
     h_pass(f);
 }
 
+/* A commit refused before the daemon looked at the arena (here for its
+ * "readers", over the daemon's bound: the library does not know that bound)
+ * was on its way all the same, and is no more once refused: the writer's
+ * arena, idle, goes when the ring needs its room. (The count of commits on
+ * their way was taken off only by commits that got as far as the arena; one
+ * refused before stayed counted, and the arena stayed the writer's for as
+ * long as its connection lived, idle or not, past --alloc-timeout: every
+ * other client's alloc failed with ENOSPC naming it.) */
+static void test_refused_commit_not_counted(void **state)
+{
+    struct h_fix *f = *state;
+    const char *extra[] = {"--alloc-timeout", "1s", NULL};
+    struct h_daemon *d = h_daemon_start(f, "1M", extra);
+    shmb_t *w = h_lib_connect(d, "writer", 0), *filler = h_lib_connect(d, "filler", 0);
+    char key[32], data[100];
+    int i;
+
+    h_fill(data, sizeof(data), 3);
+    ok(w, h_put_pattern(w, "first", 100, 1, 0)); /* takes the arena: the oldest chunk */
+    fails(w, shmb_put(w, "too-many-readers", data, sizeof(data), 2000000), -EINVAL,
+          "\"readers\" must be between 0 and 1000000");
+    ok(w, shmb_put_nowait(w, "nowait-too-many", data, sizeof(data), 3000000));
+    shmb_set_arena(filler, 0);
+    /* Four times the ring: the arena's room is needed, again and again. */
+    for (i = 0; i < 256; i++) {
+        snprintf(key, sizeof(key), "fill-%d", i);
+        ok(filler, h_put_pattern(filler, key, 16 * 1024, (uint32_t)i, 0));
+    }
+    /* The refused nowait put is told all the same (by the reply to the next
+     * call, then by the next put). */
+    assert_int_equal(shmb_contains(w, "nowait-too-many"), 0);
+    fails(w, shmb_put(w, "after", data, sizeof(data), 0), -ECANCELED,
+          "of 'nowait-too-many' was refused by shmbrokerd (EINVAL: ");
+    ok(w, shmb_put(w, "after", data, sizeof(data), 0));
+    shmb_close(w);
+    shmb_close(filler);
+    h_pass(f);
+}
+
 /* test_nowait_under_pressure: the nowait writer's puts (100 bytes each) and
  * the filler's (16 KiB each, arenas off: an alloc that needs room nearly
  * every time). */
@@ -654,6 +693,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nowait_not_lost_to_room, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_nowait_under_pressure, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_nowait_loss_reported, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_refused_commit_not_counted, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_arena_taken_back, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_fallbacks, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_reconnect, h_setup, h_teardown),
