@@ -290,6 +290,8 @@ static int arena_commit(shmb_t *c, const char *key, uint64_t hsize, size_t size,
     if ((rc = client_send(c)) < 0)
         return rc;
     if (nowait) {
+        if (c->unconfirmed.count++ == 0)
+            snprintf(c->unconfirmed.key, sizeof(c->unconfirmed.key), "%s", key);
         c->noreply_sent = true;
         c->arena.cursor += chunk;
         c->arena.unsure = true;
@@ -364,6 +366,14 @@ static int arena_report_lost(shmb_t *c, const char *key)
      * behind this handle's, and every later one in that arena would be
      * refused too: the next put asks for a new arena. */
     c->arena.size = 0;
+    if (c->lost.code == -ECONNRESET)
+        return shmb_error_set(
+            &c->err, -ECANCELED,
+            "A put sent without waiting (shmb_put_nowait) of '%s' may not have been made: "
+            "%s%s. This put of '%s' was not made: look for what may be lost "
+            "(shmb_contains), put it again, then this.",
+            shmb_escape(c->lost.key, strlen(c->lost.key), lost, sizeof(lost)), said, more,
+            shmb_escape(key, strlen(key), this, sizeof(this)));
     return shmb_error_set(
         &c->err, -ECANCELED,
         "A put sent without waiting (shmb_put_nowait) of '%s' was refused by shmbrokerd "

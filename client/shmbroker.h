@@ -230,7 +230,10 @@ int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned
  * library, and the handle's next shmb_put or shmb_put_nowait returns
  * -ECANCELED, naming the first refused key, its error and how many more
  * were refused, without putting its own object (put again what was lost,
- * then that one). The daemon counts them too (noreply_errors). Needs an arena: -ENOTSUP without one (read-only handle,
+ * then that one). When the connection ends (lost, or shmb_reconnect) before
+ * a reply proved such puts handled, the call that finds it lost names them
+ * and the next put after shmb_reconnect returns -ECANCELED as well: they
+ * may not have been made (look for them with shmb_contains). The daemon counts them too (noreply_errors). Needs an arena: -ENOTSUP without one (read-only handle,
  * arenas off, a daemon that grants none), nothing sent; then use shmb_put.
  * When this put cannot go through an arena (the daemon has no room for one
  * now, the object is larger than an arena may be), it is put as shmb_put

@@ -520,6 +520,49 @@ static void test_refused_commit_not_counted(void **state)
     h_pass(f);
 }
 
+/* A put sent without waiting whose connection ended before a later reply
+ * proved it handled is reported, not taken for made: with the commit in the
+ * socket of a stopped daemon, the daemon is killed and started again (it
+ * adopts the segment); the call that finds the connection gone names the
+ * put, and after shmb_reconnect the next put returns -ECANCELED naming it
+ * (before, the error said only that committed objects stay, and the put
+ * was never made nor told). A handle that reconnects with such a put
+ * outstanding reports it too: the daemon's record of a refusal ends with
+ * the connection. */
+static void test_nowait_lost_with_connection(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL), *d2;
+    shmb_t *w = h_lib_connect(d, "writer", 0);
+    char data[100];
+
+    h_fill(data, sizeof(data), 9);
+    ok(w, h_put_pattern(w, "first", 100, 1, 0));
+    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    ok(w, shmb_put_nowait(w, "victim", data, sizeof(data), 1));
+    ok(w, shmb_put_nowait(w, "victim2", data, sizeof(data), 1));
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS)), 128 + SIGKILL);
+    d2 = h_daemon_again(f, d);
+    assert_true(h_daemon_spawn(f, d2, NULL) > 0);
+    assert_int_equal(h_daemon_wait_ready(d2, H_READY_TIMEOUT_MS), 0);
+    fails(w, shmb_contains(w, "first"), -ECONNRESET, "(the first of 'victim')");
+    ok(w, shmb_reconnect(w));
+    assert_int_equal(shmb_contains(w, "victim"), 0);
+    fails(w, shmb_put(w, "next", data, sizeof(data), 0), -ECANCELED,
+          "(shmb_put_nowait) of 'victim' may not have been made");
+    assert_non_null(strstr(shmb_errmsg(w), "and 1 more after it"));
+    ok(w, shmb_put(w, "next", data, sizeof(data), 0));
+    /* Refused (the key exists) on a connection the handle then leaves. */
+    ok(w, shmb_put_nowait(w, "next", data, sizeof(data), 0));
+    ok(w, shmb_reconnect(w));
+    fails(w, shmb_put(w, "next2", data, sizeof(data), 0), -ECANCELED,
+          "(shmb_put_nowait) of 'next' may not have been made");
+    ok(w, shmb_put(w, "next2", data, sizeof(data), 0));
+    read_check(w, "next2", sizeof(data), 9);
+    shmb_close(w);
+    h_pass(f);
+}
+
 /* test_nowait_under_pressure: the nowait writer's puts (100 bytes each) and
  * the filler's (16 KiB each, arenas off: an alloc that needs room nearly
  * every time). */
@@ -694,6 +737,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nowait_under_pressure, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_nowait_loss_reported, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_refused_commit_not_counted, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_nowait_lost_with_connection, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_arena_taken_back, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_fallbacks, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_reconnect, h_setup, h_teardown),
