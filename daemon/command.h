@@ -100,6 +100,10 @@ enum command_flag {
     COMMAND_WAIT = 8,    /* an alloc waits for space: retry wait_request later */
     COMMAND_WORK = 16,   /* the reply comes later, through env->work_done: run
                             nothing more of this client until then */
+    COMMAND_WAIT_SOFT = 32, /* with COMMAND_WAIT: a wait the request did not ask
+                               for (commits on their way, up to 100 ms); when the
+                               client's input ends, retry it as final at once
+                               rather than closing the connection */
 };
 
 struct command_result {

@@ -416,6 +416,17 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
 {
     int rc;
 
+    if ((res->flags & COMMAND_WAIT_SOFT) && conn->eof) {
+        /* A wait the request did not ask for (commits on their way): after
+         * the end of input it is answered at once, as it was before such
+         * waits, and the requests behind it run. */
+        struct command_result now;
+
+        command_retry(conn->set->env, &conn->client, res->wait_request, res->wait_until_ms,
+                      true, &now);
+        json_decref(res->wait_request);
+        return conn_deliver(conn, &now);
+    }
     if ((res->flags & COMMAND_WAIT) && conn->eof) {
         /* After the end of input an alloc does not wait (a waiting alloc
          * does not outlive the end of input either): the client may be
@@ -433,6 +444,7 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
         return CONN_STEP_WAIT;
     }
     if (res->flags & COMMAND_WAIT) {
+        conn->wait_soft = (res->flags & COMMAND_WAIT_SOFT) != 0;
         conn_set_state(conn, CONN_WAITING);
         waitq_add(&conn->set->waitq, &conn->wait, res->wait_request, res->wait_until_ms);
         return CONN_STEP_WAIT;
@@ -654,6 +666,12 @@ static void conn_input_end(struct conn *conn, bool reset)
         conn_lose_peer(conn);
     if (conn->state == CONN_WORKING && !reset)
         return; /* its reply, and what it sent after, still come (conn_on_work_done) */
+    if (conn->state == CONN_WAITING && conn->wait_soft) {
+        /* A wait it did not ask for: answered now (conn_wait_done), and
+         * what it sent after still runs. */
+        waitq_expire(&conn->set->waitq, &conn->wait);
+        return;
+    }
     if (conn->state == CONN_WAITING || conn->state == CONN_HELLO_HELD ||
         conn->state == CONN_WORKING) {
         conn_close(conn);
