@@ -563,6 +563,42 @@ static void test_nowait_lost_with_connection(void **state)
     h_pass(f);
 }
 
+/* A writer that ends with puts sent without waiting learns of a refused
+ * one without putting again: shmb_sync waits until they were handled and
+ * returns -ECANCELED naming the first refused key (a call answered in
+ * between, here shmb_contains, makes no difference), then 0 once told; with
+ * nothing outstanding it sends nothing. (Only the next put reported it: a
+ * writer whose last puts went without waiting, behind a call answered as a
+ * barrier, never learned that one was lost.) */
+static void test_sync_reports_lost(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *w = h_lib_connect(d, "writer", 0);
+    unsigned long at;
+    char data[64];
+
+    h_fill(data, sizeof(data), 5);
+    ok(w, h_put_pattern(w, "dup", 64, 1, 0));
+    ok(w, shmb_put_nowait(w, "a", data, sizeof(data), 0));
+    ok(w, shmb_put_nowait(w, "dup", data, sizeof(data), 0));
+    ok(w, shmb_put_nowait(w, "b", data, sizeof(data), 0));
+    fails(w, shmb_sync(w), -ECANCELED,
+          "(shmb_put_nowait) of 'dup' was refused by shmbrokerd (EEXIST: ");
+    assert_null(strstr(shmb_errmsg(w), "This put"));
+    assert_int_equal(shmb_contains(w, "b"), 1);
+    ok(w, shmb_sync(w));
+    ok(w, shmb_put_nowait(w, "dup", data, sizeof(data), 0));
+    assert_int_equal(shmb_contains(w, "a"), 1); /* the barrier: its reply tells */
+    fails(w, shmb_sync(w), -ECANCELED, "of 'dup' was refused");
+    at = sends;
+    ok(w, shmb_sync(w));
+    assert_int_equal(sends, at); /* nothing outstanding: nothing sent */
+    ok(w, h_put_pattern(w, "c", 64, 2, 0));
+    shmb_close(w);
+    h_pass(f);
+}
+
 /* test_nowait_under_pressure: the nowait writer's puts (100 bytes each) and
  * the filler's (16 KiB each, arenas off: an alloc that needs room nearly
  * every time). */
@@ -738,6 +774,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nowait_loss_reported, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_refused_commit_not_counted, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_nowait_lost_with_connection, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_sync_reports_lost, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_arena_taken_back, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_fallbacks, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_reconnect, h_setup, h_teardown),
