@@ -703,6 +703,15 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
     const char *segment = NULL;
     int rc;
 
+    if (c->sock >= 0 && c->unconfirmed.count > 0) {
+        char key[SHMB_KEY_MAX + 1];
+
+        /* Puts sent without waiting on the connection being left: a reply
+         * proves them handled (or tells of refused ones), so that only
+         * those are reported, not every one as maybe lost. */
+        memcpy(key, c->unconfirmed.key, sizeof(key));
+        (void)client_key_op(c, SHMB_OP_CONTAINS, key, NULL);
+    }
     shmb_error_clear(&c->err);
     client_disconnect(c, keep_map);
     client_read_hello(c, NULL);

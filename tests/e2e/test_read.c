@@ -526,9 +526,9 @@ static void test_refused_commit_not_counted(void **state)
  * adopts the segment); the call that finds the connection gone names the
  * put, and after shmb_reconnect the next put returns -ECANCELED naming it
  * (before, the error said only that committed objects stay, and the put
- * was never made nor told). A handle that reconnects with such a put
- * outstanding reports it too: the daemon's record of a refusal ends with
- * the connection. */
+ * was never made nor told). A handle that reconnects with such puts
+ * outstanding on a live connection first hears what became of them: the
+ * daemon's record of a refusal ends with the connection. */
 static void test_nowait_lost_with_connection(void **state)
 {
     struct h_fix *f = *state;
@@ -552,12 +552,17 @@ static void test_nowait_lost_with_connection(void **state)
           "(shmb_put_nowait) of 'victim' may not have been made");
     assert_non_null(strstr(shmb_errmsg(w), "and 1 more after it"));
     ok(w, shmb_put(w, "next", data, sizeof(data), 0));
-    /* Refused (the key exists) on a connection the handle then leaves. */
+    /* On a connection the handle leaves for a new one, one made and one
+     * refused (the key exists): the refused one is reported as such, the
+     * other is not taken for lost. */
+    ok(w, shmb_put_nowait(w, "made", data, sizeof(data), 0));
     ok(w, shmb_put_nowait(w, "next", data, sizeof(data), 0));
     ok(w, shmb_reconnect(w));
     fails(w, shmb_put(w, "next2", data, sizeof(data), 0), -ECANCELED,
-          "(shmb_put_nowait) of 'next' may not have been made");
+          "(shmb_put_nowait) of 'next' was refused by shmbrokerd (EEXIST: ");
+    assert_null(strstr(shmb_errmsg(w), "more after it"));
     ok(w, shmb_put(w, "next2", data, sizeof(data), 0));
+    read_check(w, "made", sizeof(data), 9);
     read_check(w, "next2", sizeof(data), 9);
     shmb_close(w);
     h_pass(f);
