@@ -642,9 +642,10 @@ static int store_enospc(struct store *s, const char *key, size_t key_len, uint64
             return shmb_error_set(
                 err, -ENOSPC,
                 "No space for '%.*s%s' (%llu bytes): %llu of %llu bytes free; the "
-                "oldest chunk is the arena of client %llu, which is writing into it "
-                "and blocks reclaim (it is taken back once idle, or after "
-                "--alloc-timeout). Start shmbrokerd with a larger %s.",
+                "oldest chunk is the arena of client %llu, which blocks reclaim while "
+                "that client writes into it or has commits on their way to it (a "
+                "client stopped mid-put holds it until it goes on or disconnects). "
+                "Start shmbrokerd with a larger %s.",
                 kq, key, kmore, (unsigned long long)size, free_bytes,
                 (unsigned long long)s->ring.size, (unsigned long long)blocker->rec->client,
                 size_setting);

@@ -456,7 +456,7 @@ static void test_commits_on_their_way_hold_arena(void **state)
     cpu0 = h_proc_cpu_ticks(d->pid);
     for (i = 0; i < 5; i++)
         h_expect_error(&o.c, "{\"op\":\"alloc\",\"key\":\"again\",\"size\":100000}",
-                       "ENOSPC", "arena of client");
+                       "ENOSPC", "has commits on their way to it");
     cpu1 = h_proc_cpu_ticks(d->pid);
     assert_true(cpu0 >= 0 && cpu1 >= 0 && ticks > 0);
     if ((cpu1 - cpu0) * 10 >= 3 * ticks)
