@@ -7,6 +7,7 @@
  * it had not committed, and a daemon restart keeps what was committed.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -413,6 +414,46 @@ static void test_busy_arena_no_spin(void **state)
     h_pass(f);
 }
 
+/* A held arena whose header page a client cut off the segment file (it
+ * truncated the file) cannot be looked at (its lock reads as an I/O
+ * error): past --alloc-timeout it is looked at again once per timeout, not
+ * on every turn of the loop, so the idle daemon uses far less than a core
+ * (it spun as for a BUSY lock); once the file has its size back the daemon
+ * serves on. */
+static void test_cut_arena_no_spin(void **state)
+{
+    struct h_fix *f = *state;
+    const char *const extra[] = {"--alloc-timeout", "100ms", NULL};
+    struct h_daemon *d = h_daemon_start(f, "1M", extra);
+    long long cpu0, cpu1, ticks = sysconf(_SC_CLK_TCK);
+    struct aclient w, o;
+    char path[256];
+    int fd;
+
+    open_ok(&w, d);
+    open_ok(&o, d);
+    assert_int_equal(aclient_arena(&w, 64 * 1024), 0);
+    h_segment_path(d, path, sizeof(path));
+    assert_true((fd = open(path, O_RDWR)) >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)(w.arena - 64) / 4096 * 4096), 0);
+    h_sleep_ms(500); /* past 2 x --alloc-timeout */
+    cpu0 = h_proc_cpu_ticks(d->pid);
+    h_sleep_ms(2000);
+    cpu1 = h_proc_cpu_ticks(d->pid);
+    assert_int_equal(ftruncate(fd, (off_t)w.size), 0);
+    close(fd);
+    assert_true(cpu0 >= 0 && cpu1 >= 0 && ticks > 0);
+    if ((cpu1 - cpu0) * 10 >= 3 * ticks)
+        h_fail("the idle daemon used %lld ticks (%lld a second) of CPU in 2 s behind an "
+               "arena cut off the segment file",
+               cpu1 - cpu0, ticks);
+    h_assert_alive(d);
+    h_expect_ok(&o.c, "{\"op\":\"stats\"}");
+    aclient_close(&w);
+    aclient_close(&o);
+    h_pass(f);
+}
+
 /* The arena's count of commits on their way (SHMB_ARENA_INFLIGHT_AT). */
 static uint64_t *arena_inflight(struct aclient *a)
 {
@@ -542,6 +583,7 @@ int main(void)
         TEST(test_restart_keeps),
         TEST(test_wait_behind_busy_arena),
         TEST(test_busy_arena_no_spin),
+        TEST(test_cut_arena_no_spin),
         TEST(test_commits_on_their_way_hold_arena),
         TEST(test_commit_wait_at_end_of_input),
     };
