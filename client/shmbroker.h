@@ -224,8 +224,9 @@ int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned
  * then asks the daemon, which answers after the commit. The daemon never
  * takes the arena back while such a commit is on its way (PROTOCOL.md
  * section 11), so a 0 here is refused only if the key holds another object
- * by then (EEXIST), the daemon runs out of memory or the segment was broken
- * by a client (or lost if the connection ends first). A refusal is not
+ * by then (EEXIST), readers is over the daemon's bound (EINVAL), the daemon
+ * runs out of memory or the segment was broken by a client (or lost if the
+ * connection ends first). A refusal is not
  * reported by this call: the reply to the handle's next request tells the
  * library, and the handle's next shmb_put or shmb_put_nowait returns
  * -ECANCELED, naming the first refused key, its error and how many more
