@@ -355,7 +355,8 @@ static const char *arena_unusable(const shmb_t *c)
 static int arena_report_lost(shmb_t *c, const char *key)
 {
     char lost[SHMB_ESCAPED_MAX(SHMB_KEY_MAX)], this[SHMB_ESCAPED_MAX(SHMB_KEY_MAX)];
-    char said[SHMB_ERROR_MSG_MAX], more[96] = "", then[SHMB_ESCAPED_MAX(SHMB_KEY_MAX) + 64];
+    char said[SHMB_ERROR_MSG_MAX], more[96] = "";
+    char then[SHMB_ESCAPED_MAX(SHMB_KEY_MAX) + 64];
 
     memcpy(said, c->lost.message, sizeof(said));
     said[sizeof(said) - 1] = '\0';
@@ -376,9 +377,11 @@ static int arena_report_lost(shmb_t *c, const char *key)
     if (c->lost.code == -ECONNRESET)
         return shmb_error_set(
             &c->err, -ECANCELED,
-            "A put sent without waiting (shmb_put_nowait) of '%s' may not have been made: "
-            "%s%s. %s%sook for what may be lost (shmb_contains) and put it again%s.",
-            lost, said, more, then, key != NULL ? "l" : "L", key != NULL ? ", then this" : "");
+            "A put sent without waiting (shmb_put_nowait) of '%s' may not have been "
+            "made: %s%s. %s%sook for what may be lost (shmb_contains) and put it "
+            "again%s.",
+            lost, said, more, then, key != NULL ? "l" : "L",
+            key != NULL ? ", then this" : "");
     return shmb_error_set(
         &c->err, -ECANCELED,
         "A put sent without waiting (shmb_put_nowait) of '%s' was refused by shmbrokerd "
@@ -398,7 +401,8 @@ static int client_sync(shmb_t *c)
     if (c->unconfirmed.count > 0 && c->sock >= 0) {
         memcpy(key, c->unconfirmed.key, sizeof(key));
         /* A connection lost on the way makes them lost (client_lost). */
-        if ((rc = client_key_op(c, SHMB_OP_CONTAINS, key, NULL)) < 0 && c->lost.count == 0)
+        if ((rc = client_key_op(c, SHMB_OP_CONTAINS, key, NULL)) < 0 &&
+            c->lost.count == 0)
             return rc;
     }
     return c->lost.count > 0 ? arena_report_lost(c, NULL) : 0;

@@ -246,12 +246,13 @@ static const char *client_unconfirmed_text(const shmb_t *c, char *buf, size_t le
 
     if (c->unconfirmed.count == 0)
         return "";
-    snprintf(buf, len,
-             " %llu put(s) sent without waiting (the first of '%s') since the last "
-             "answered call may not have been made: the next shmb_put or shmb_put_nowait "
-             "after shmb_reconnect reports them (-ECANCELED).",
-             (unsigned long long)c->unconfirmed.count,
-             shmb_escape(c->unconfirmed.key, strlen(c->unconfirmed.key), key, sizeof(key)));
+    snprintf(
+        buf, len,
+        " %llu put(s) sent without waiting (the first of '%s') since the last "
+        "answered call may not have been made: the next shmb_put or shmb_put_nowait "
+        "after shmb_reconnect reports them (-ECANCELED).",
+        (unsigned long long)c->unconfirmed.count,
+        shmb_escape(c->unconfirmed.key, strlen(c->unconfirmed.key), key, sizeof(key)));
     return buf;
 }
 
@@ -267,12 +268,12 @@ int client_lost(shmb_t *c, const char *what, int saved)
         close(c->sock);
     c->sock = -1;
     c->rlen = 0;
-    return shmb_error_set(&c->err, -ECONNRESET,
-                          "Connection to shmbrokerd lost (%s: %s); every pin and pending "
-                          "allocation of this handle was released. Call shmb_reconnect to "
-                          "go on: committed objects and the mapping stay.%s",
-                          what, saved ? strerror(saved) : "closed by the daemon",
-                          unconfirmed);
+    return shmb_error_set(
+        &c->err, -ECONNRESET,
+        "Connection to shmbrokerd lost (%s: %s); every pin and pending "
+        "allocation of this handle was released. Call shmb_reconnect to "
+        "go on: committed objects and the mapping stay.%s",
+        what, saved ? strerror(saved) : "closed by the daemon", unconfirmed);
 }
 
 /* Receive until the buffer holds one whole line; returns its length (without

@@ -235,11 +235,11 @@ int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned
  * putting. When the connection ends (lost, or shmb_reconnect) before
  * a reply proved such puts handled, the call that finds it lost names them
  * and the next put after shmb_reconnect returns -ECANCELED as well: they
- * may not have been made (look for them with shmb_contains). The daemon counts them too (noreply_errors). Needs an arena: -ENOTSUP without one (read-only handle,
- * arenas off, a daemon that grants none), nothing sent; then use shmb_put.
- * When this put cannot go through an arena (the daemon has no room for one
- * now, the object is larger than an arena may be), it is put as shmb_put
- * puts it, waiting for the answer. */
+ * may not have been made (look for them with shmb_contains). The daemon counts them too
+ * (noreply_errors). Needs an arena: -ENOTSUP without one (read-only handle, arenas off, a
+ * daemon that grants none), nothing sent; then use shmb_put. When this put cannot go
+ * through an arena (the daemon has no room for one now, the object is larger than an
+ * arena may be), it is put as shmb_put puts it, waiting for the answer. */
 int shmb_put_nowait(shmb_t *c, const char *key, const void *data, size_t size,
                     unsigned readers);
 

@@ -422,8 +422,8 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
          * waits, and the requests behind it run. */
         struct command_result now;
 
-        command_retry(conn->set->env, &conn->client, res->wait_request, res->wait_until_ms,
-                      true, &now);
+        command_retry(conn->set->env, &conn->client, res->wait_request,
+                      res->wait_until_ms, true, &now);
         json_decref(res->wait_request);
         return conn_deliver(conn, &now);
     }

@@ -647,8 +647,8 @@ static int store_enospc(struct store *s, const char *key, size_t key_len, uint64
                 "client stopped mid-put holds it until it goes on or disconnects). "
                 "Start shmbrokerd with a larger %s.",
                 kq, key, kmore, (unsigned long long)size, free_bytes,
-                (unsigned long long)s->ring.size, (unsigned long long)blocker->rec->client,
-                size_setting);
+                (unsigned long long)s->ring.size,
+                (unsigned long long)blocker->rec->client, size_setting);
         /* Name the arena's first object that may not go. */
         TAILQ_FOREACH(in, &blocker->rec->objects, arena_link)
             if (object_blocks(s, in, clock_now_ms()))

@@ -543,7 +543,8 @@ static void test_commit_wait_at_end_of_input(void **state)
     /* A commit on its way that is never sent: the writer stopped after its copy. */
     __atomic_store_n(arena_inflight(&w), 1, __ATOMIC_RELEASE);
     for (i = 0;; i++) {
-        snprintf(req, sizeof(req), "{\"op\":\"alloc\",\"key\":\"f%d\",\"size\":100000}", i);
+        snprintf(req, sizeof(req), "{\"op\":\"alloc\",\"key\":\"f%d\",\"size\":100000}",
+                 i);
         reply = h_call(&o.c, req);
         if (!json_is_true(json_object_get(reply, "ok"))) {
             h_assert_error(reply, "ENOSPC", "arena of client");

@@ -541,7 +541,8 @@ static void test_nowait_lost_with_connection(void **state)
     assert_int_equal(kill(d->pid, SIGSTOP), 0);
     ok(w, shmb_put_nowait(w, "victim", data, sizeof(data), 1));
     ok(w, shmb_put_nowait(w, "victim2", data, sizeof(data), 1));
-    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS)), 128 + SIGKILL);
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS)),
+                     128 + SIGKILL);
     d2 = h_daemon_again(f, d);
     assert_true(h_daemon_spawn(f, d2, NULL) > 0);
     assert_int_equal(h_daemon_wait_ready(d2, H_READY_TIMEOUT_MS), 0);
@@ -774,11 +775,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_one_round_trip, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_refills, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_nowait, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(test_nowait_not_lost_to_room, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_nowait_not_lost_to_room, h_setup,
+                                        h_teardown),
         cmocka_unit_test_setup_teardown(test_nowait_under_pressure, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_nowait_loss_reported, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(test_refused_commit_not_counted, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(test_nowait_lost_with_connection, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_refused_commit_not_counted, h_setup,
+                                        h_teardown),
+        cmocka_unit_test_setup_teardown(test_nowait_lost_with_connection, h_setup,
+                                        h_teardown),
         cmocka_unit_test_setup_teardown(test_sync_reports_lost, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_arena_taken_back, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_fallbacks, h_setup, h_teardown),
