@@ -290,6 +290,8 @@ static int arena_commit(shmb_t *c, const char *key, uint64_t hsize, size_t size,
     if ((rc = client_send(c)) < 0)
         return rc;
     if (nowait) {
+        if (c->unconfirmed.count++ == 0)
+            snprintf(c->unconfirmed.key, sizeof(c->unconfirmed.key), "%s", key);
         c->noreply_sent = true;
         c->arena.cursor += chunk;
         c->arena.unsure = true;
@@ -345,14 +347,16 @@ static const char *arena_unusable(const shmb_t *c)
     return NULL;
 }
 
-/* Puts sent without waiting that the daemon refused, told by a reply since
- * (c->lost): -ECANCELED naming the first one's key and error, and the
- * record is cleared. This put is not made: the caller puts again what was
- * lost, then this one. */
+/* Puts sent without waiting that the daemon refused, told by a reply since,
+ * or that may be lost with their connection (c->lost): -ECANCELED naming
+ * the first one's key and error, and the record is cleared. key: the put
+ * that reports them, which is not made (the caller puts again what was
+ * lost, then this one); NULL for shmb_sync. */
 static int arena_report_lost(shmb_t *c, const char *key)
 {
     char lost[SHMB_ESCAPED_MAX(SHMB_KEY_MAX)], this[SHMB_ESCAPED_MAX(SHMB_KEY_MAX)];
     char said[SHMB_ERROR_MSG_MAX], more[96] = "";
+    char then[SHMB_ESCAPED_MAX(SHMB_KEY_MAX) + 64];
 
     memcpy(said, c->lost.message, sizeof(said));
     said[sizeof(said) - 1] = '\0';
@@ -364,14 +368,51 @@ static int arena_report_lost(shmb_t *c, const char *key)
      * behind this handle's, and every later one in that arena would be
      * refused too: the next put asks for a new arena. */
     c->arena.size = 0;
+    if (key != NULL)
+        snprintf(then, sizeof(then), "This put of '%s' was not made: ",
+                 shmb_escape(key, strlen(key), this, sizeof(this)));
+    else
+        then[0] = '\0';
+    shmb_escape(c->lost.key, strlen(c->lost.key), lost, sizeof(lost));
+    if (c->lost.code == -ECONNRESET)
+        return shmb_error_set(
+            &c->err, -ECANCELED,
+            "A put sent without waiting (shmb_put_nowait) of '%s' may not have been "
+            "made: %s%s. %s%sook for what may be lost (shmb_contains) and put it "
+            "again%s.",
+            lost, said, more, then, key != NULL ? "l" : "L",
+            key != NULL ? ", then this" : "");
     return shmb_error_set(
         &c->err, -ECANCELED,
         "A put sent without waiting (shmb_put_nowait) of '%s' was refused by shmbrokerd "
-        "(%s: %.400s)%s. This put of '%s' was not made: put again what was lost, then "
-        "this.",
-        shmb_escape(c->lost.key, strlen(c->lost.key), lost, sizeof(lost)),
-        shmb_error_name(c->lost.code), said, more,
-        shmb_escape(key, strlen(key), this, sizeof(this)));
+        "(%s: %.400s)%s. %s%sut again what was lost%s.",
+        lost, shmb_error_name(c->lost.code), said, more, then, key != NULL ? "p" : "P",
+        key != NULL ? ", then this" : "");
+}
+
+/* shmb_sync: a request answered proves every one sent before it handled
+ * (its reply tells of refused puts), then what was told is reported. */
+static int client_sync(shmb_t *c)
+{
+    char key[SHMB_KEY_MAX + 1];
+    int rc;
+
+    shmb_error_clear(&c->err);
+    if (c->unconfirmed.count > 0 && c->sock >= 0) {
+        memcpy(key, c->unconfirmed.key, sizeof(key));
+        /* A connection lost on the way makes them lost (client_lost). */
+        if ((rc = client_key_op(c, SHMB_OP_CONTAINS, key, NULL)) < 0 &&
+            c->lost.count == 0)
+            return rc;
+    }
+    return c->lost.count > 0 ? arena_report_lost(c, NULL) : 0;
+}
+
+int shmb_sync(shmb_t *c)
+{
+    int rc = client_enter(c);
+
+    return rc < 0 ? rc : client_done(c, client_sync(c));
 }
 
 static int client_arena_put(shmb_t *c, const char *key, const void *data, size_t size,

@@ -188,8 +188,10 @@ const shmb_info_t *shmb_info(const shmb_t *c)
 /* Forget the connection (and the mapping too, unless keep_map). */
 static void client_disconnect(shmb_t *c, bool keep_map)
 {
-    if (c->sock >= 0)
+    if (c->sock >= 0) {
+        client_unconfirmed_lost(c);
         close(c->sock);
+    }
     if (c->seg_fd >= 0)
         close(c->seg_fd);
     c->sock = c->seg_fd = -1;
@@ -214,19 +216,64 @@ void shmb_close(shmb_t *c)
     shmb_free(c);
 }
 
+void client_replied(shmb_t *c)
+{
+    c->noreply_sent = false;
+    c->unconfirmed.count = 0;
+}
+
+void client_unconfirmed_lost(shmb_t *c)
+{
+    uint64_t n = c->unconfirmed.count;
+
+    if (n == 0)
+        return;
+    c->unconfirmed.count = 0;
+    if (c->lost.count == 0) {
+        c->lost.code = -ECONNRESET;
+        memcpy(c->lost.key, c->unconfirmed.key, sizeof(c->lost.key));
+        snprintf(c->lost.message, sizeof(c->lost.message),
+                 "the connection ended before shmbrokerd answered a later request");
+    }
+    c->lost.count += n;
+}
+
+/* " (the first of 'KEY'), ..." for client_lost's message when puts sent
+ * without waiting were unconfirmed, else "". */
+static const char *client_unconfirmed_text(const shmb_t *c, char *buf, size_t len)
+{
+    char key[SHMB_ESCAPED_MAX(SHMB_KEY_MAX)];
+
+    if (c->unconfirmed.count == 0)
+        return "";
+    snprintf(
+        buf, len,
+        " %llu put(s) sent without waiting (the first of '%s') since the last "
+        "answered call may not have been made: the next shmb_put or shmb_put_nowait "
+        "after shmb_reconnect reports them (-ECANCELED).",
+        (unsigned long long)c->unconfirmed.count,
+        shmb_escape(c->unconfirmed.key, strlen(c->unconfirmed.key), key, sizeof(key)));
+    return buf;
+}
+
 /* The connection broke: say so, and close the socket (the mapping stays
  * until shmb_close, so pointers already handed out remain readable). */
 int client_lost(shmb_t *c, const char *what, int saved)
 {
+    char buf[SHMB_ESCAPED_MAX(SHMB_KEY_MAX) + 256];
+    const char *unconfirmed = client_unconfirmed_text(c, buf, sizeof(buf));
+
+    client_unconfirmed_lost(c);
     if (c->sock >= 0)
         close(c->sock);
     c->sock = -1;
     c->rlen = 0;
-    return shmb_error_set(&c->err, -ECONNRESET,
-                          "Connection to shmbrokerd lost (%s: %s); every pin and pending "
-                          "allocation of this handle was released. Call shmb_reconnect to "
-                          "go on: committed objects and the mapping stay.",
-                          what, saved ? strerror(saved) : "closed by the daemon");
+    return shmb_error_set(
+        &c->err, -ECONNRESET,
+        "Connection to shmbrokerd lost (%s: %s); every pin and pending "
+        "allocation of this handle was released. Call shmb_reconnect to "
+        "go on: committed objects and the mapping stay.%s",
+        what, saved ? strerror(saved) : "closed by the daemon", unconfirmed);
 }
 
 /* Receive until the buffer holds one whole line; returns its length (without
@@ -325,6 +372,7 @@ int client_out_of_step(shmb_t *c, const char *want, const char *got, size_t len)
     bool noreply = c->noreply_sent;
 
     shmb_escape(c->rbuf, len < 160 ? len : 160, seen, sizeof(seen));
+    client_unconfirmed_lost(c);
     if (c->sock >= 0)
         close(c->sock);
     c->sock = -1;
@@ -407,7 +455,7 @@ int client_decode(shmb_t *c, size_t len, const json_t *want, uint64_t id, bool f
     json_decref(got);
     client_note_lost(c, len, value);
     client_consume(c, len);
-    c->noreply_sent = false;
+    client_replied(c);
     if (reply != NULL)
         *reply = value;
     else
@@ -656,6 +704,15 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
     const char *segment = NULL;
     int rc;
 
+    if (c->sock >= 0 && c->unconfirmed.count > 0) {
+        char key[SHMB_KEY_MAX + 1];
+
+        /* Puts sent without waiting on the connection being left: a reply
+         * proves them handled (or tells of refused ones), so that only
+         * those are reported, not every one as maybe lost. */
+        memcpy(key, c->unconfirmed.key, sizeof(key));
+        (void)client_key_op(c, SHMB_OP_CONTAINS, key, NULL);
+    }
     shmb_error_clear(&c->err);
     client_disconnect(c, keep_map);
     client_read_hello(c, NULL);
@@ -787,7 +844,7 @@ int client_receive(shmb_t *c, uint64_t id, struct line_reply *r)
                                                      sizeof(gbuf)),
                                       len);
         client_consume(c, len);
-        c->noreply_sent = false;
+        client_replied(c);
         return 0;
     }
     rc = client_decode(c, len, NULL, id, false, &reply);

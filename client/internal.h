@@ -70,9 +70,18 @@ struct shmb {
     struct client_arena arena;
     size_t arena_want; /* shmb_set_arena's; 0: arenas off */
     bool noreply_sent; /* requests without a reply went out since the last reply */
+    /* Puts sent without waiting since the last reply: how many, and the
+     * first one's key. A reply proves them handled (a refused one is then
+     * told by "lost"); a connection that ends first makes them lost, as far
+     * as anyone can tell (client_unconfirmed_lost). */
+    struct {
+        uint64_t count;
+        char key[SHMB_KEY_MAX + 1];
+    } unconfirmed;
     /* Puts sent without waiting that the daemon refused, as a reply told
-     * ("lost"): how many, the first one's key, error and message. The next
-     * put reports them (client_arena_put). */
+     * ("lost"), or that were unconfirmed when the connection ended (code
+     * -ECONNRESET): how many, the first one's key, error and message. The
+     * next put reports them (client_arena_put). */
     struct {
         uint64_t count;
         int code;
@@ -112,6 +121,14 @@ int client_read_line(shmb_t *c, size_t *line_len);
  * without waiting that the daemon refused ("lost"): add them to c->lost.
  * reply, the line decoded (NULL when it was an error), loses the field. */
 void client_note_lost(shmb_t *c, size_t len, json_t *reply);
+
+/* The connection ends (lost, reset, or left for a new one): puts sent
+ * without waiting that no reply has proved handled join c->lost, so that
+ * the next put reports them. */
+void client_unconfirmed_lost(shmb_t *c);
+
+/* A reply was read: every request sent before it was handled. */
+void client_replied(shmb_t *c);
 
 /* Drop the first line (and its '\n') from the receive buffer. */
 void client_consume(shmb_t *c, size_t line_len);

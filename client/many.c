@@ -116,7 +116,7 @@ static int client_batch_exchange(shmb_t *c, uint64_t id, size_t n, struct line_r
                                                      sizeof(gbuf)),
                                       len);
         client_consume(c, len);
-        c->noreply_sent = false;
+        client_replied(c);
         memset(rcs, 0, n * sizeof(*rcs));
         return 0;
     }

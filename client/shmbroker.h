@@ -224,19 +224,33 @@ int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned
  * then asks the daemon, which answers after the commit. The daemon never
  * takes the arena back while such a commit is on its way (PROTOCOL.md
  * section 11), so a 0 here is refused only if the key holds another object
- * by then (EEXIST), the daemon runs out of memory or the segment was broken
- * by a client (or lost if the connection ends first). A refusal is not
+ * by then (EEXIST), readers is over the daemon's bound (EINVAL), the daemon
+ * runs out of memory or the segment was broken by a client (or lost if the
+ * connection ends first). A refusal is not
  * reported by this call: the reply to the handle's next request tells the
  * library, and the handle's next shmb_put or shmb_put_nowait returns
  * -ECANCELED, naming the first refused key, its error and how many more
  * were refused, without putting its own object (put again what was lost,
- * then that one). The daemon counts them too (noreply_errors). Needs an arena: -ENOTSUP without one (read-only handle,
- * arenas off, a daemon that grants none), nothing sent; then use shmb_put.
- * When this put cannot go through an arena (the daemon has no room for one
- * now, the object is larger than an arena may be), it is put as shmb_put
- * puts it, waiting for the answer. */
+ * then that one); shmb_sync waits for them and reports them without
+ * putting. When the connection ends (lost, or shmb_reconnect) before
+ * a reply proved such puts handled, the call that finds it lost names them
+ * and the next put after shmb_reconnect returns -ECANCELED as well: they
+ * may not have been made (look for them with shmb_contains). The daemon counts them too
+ * (noreply_errors). Needs an arena: -ENOTSUP without one (read-only handle, arenas off, a
+ * daemon that grants none), nothing sent; then use shmb_put. When this put cannot go
+ * through an arena (the daemon has no room for one now, the object is larger than an
+ * arena may be), it is put as shmb_put puts it, waiting for the answer. */
 int shmb_put_nowait(shmb_t *c, const char *key, const void *data, size_t size,
                     unsigned readers);
+
+/* Wait until the daemon has handled every put this handle sent without
+ * waiting (one request, only when some were sent since the last answered
+ * call): 0 when each was made, else -ECANCELED naming the first refused key
+ * (or one that may be lost with its connection), its error and how many
+ * more, as the next shmb_put would (the record is then cleared; put again
+ * what was lost). A writer whose last puts go without waiting calls it to
+ * learn of them without putting again. */
+int shmb_sync(shmb_t *c);
 
 /* The arena size this handle asks for: 0 turns arenas off, any other value
  * is a floor (an arena is at least 4 times the largest recent chunk, at

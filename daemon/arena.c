@@ -168,8 +168,13 @@ int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms)
     }
     if (rc == 0 && n != 0)
         rc = -EAGAIN; /* committing: as BUSY */
-    if (rc == -EIO)
+    if (rc == -EIO) {
+        /* Its page is gone (a client cut the file): a look all the same, so
+         * that the next is due --alloc-timeout from now, not at once for
+         * ever (arena_due_ms). */
+        a->busy_seen_ms = now_ms;
         return rc;
+    }
     if (rc == 0 || expected == ARENA_SEAL(a, SHMB_ARENA_REVOKED)) {
         a->busy_since_ms = 0;
         return 0;

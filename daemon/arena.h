@@ -34,7 +34,8 @@ struct arena {
     uint64_t token;        /* the grant's token in that seal (SHMB_ARENA_WORD) */
     uint64_t last_use_ms;  /* grant or last commit_at (clock_now_ms) */
     uint64_t busy_since_ms; /* first seen BUSY by a would-be revoke; 0 when not */
-    uint64_t busy_seen_ms; /* last seen BUSY by a would-be revoke (counts as a use) */
+    uint64_t busy_seen_ms;  /* last seen BUSY (or its page gone) by a would-be revoke
+                               (counts as a use) */
     bool revoked;          /* taken back while held (the holder learns ESTALE) */
     bool busy_at_close;    /* its lock was BUSY when it was closed: a client may be
                               copying into it still, so it keeps every byte

@@ -29,6 +29,7 @@ struct command_call {
     int fd;                 /* COMMAND_SEND_FD: a queue's descriptor, -1: the segment's */
     json_t *id;             /* the request's "id" (borrowed), NULL when none */
     bool in_batch;          /* an op of a batch, which never waits */
+    bool soft_wait;         /* it waits without having asked (command_wait_commits) */
     bool final_try;         /* a waiting alloc's last chance */
     uint64_t wait_until_ms; /* a waiting alloc's deadline, 0 before it waits */
     struct shmb_error err;
@@ -239,6 +240,7 @@ static int command_wait_commits(struct command_call *call, int rc)
     if (call->wait_until_ms == 0)
         call->wait_until_ms = clock_now_ms() + COMMAND_COMMIT_WAIT_MS;
     store_retract_enospc(call->client->pool->store);
+    call->soft_wait = true;
     return -EINPROGRESS;
 }
 
@@ -1148,8 +1150,14 @@ static int cmd_commit_at(struct command_call *call)
         (rc = command_check_key(call, len)) < 0 ||
         (rc = command_check_range(call, "offset", offset, 0, INT64_MAX)) < 0 ||
         (rc = command_check_range(call, "size", size, 1, INT64_MAX)) < 0 ||
-        (rc = command_check_range(call, "readers", readers, 0, STORE_MAX_READERS)) < 0 ||
-        (rc = store_commit_at(call->client->pool->store, call->client->holder, key, len,
+        (rc = command_check_range(call, "readers", readers, 0, STORE_MAX_READERS)) < 0) {
+        /* Refused before the arena was looked at (readers over the bound,
+         * which the library does not check): it was counted on its way all
+         * the same, and is not any more. */
+        store_commit_seen(call->client->pool->store, call->client->holder);
+        return rc;
+    }
+    if ((rc = store_commit_at(call->client->pool->store, call->client->holder, key, len,
                               (uint64_t)offset, (uint64_t)size, (uint32_t)readers, &ext,
                               &call->err)) < 0)
         return rc;
@@ -1406,7 +1414,7 @@ static void command_park(struct command_call *call, json_t *id, struct command_r
         json_decref(req);
         return;
     }
-    out->flags |= COMMAND_WAIT;
+    out->flags |= COMMAND_WAIT | (call->soft_wait ? COMMAND_WAIT_SOFT : 0u);
     out->wait_request = req;
     out->wait_until_ms = call->wait_until_ms;
 }

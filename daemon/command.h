@@ -93,13 +93,17 @@ struct command_client {
 };
 
 enum command_flag {
-    COMMAND_SEND_FD = 1, /* attach a descriptor to this reply: fd, or the
-                            segment's when fd is -1 */
-    COMMAND_CLOSE = 2,   /* close the connection after this reply */
-    COMMAND_SILENT = 4,  /* "noreply": nothing to send */
-    COMMAND_WAIT = 8,    /* an alloc waits for space: retry wait_request later */
-    COMMAND_WORK = 16,   /* the reply comes later, through env->work_done: run
-                            nothing more of this client until then */
+    COMMAND_SEND_FD = 1,    /* attach a descriptor to this reply: fd, or the
+                               segment's when fd is -1 */
+    COMMAND_CLOSE = 2,      /* close the connection after this reply */
+    COMMAND_SILENT = 4,     /* "noreply": nothing to send */
+    COMMAND_WAIT = 8,       /* an alloc waits for space: retry wait_request later */
+    COMMAND_WORK = 16,      /* the reply comes later, through env->work_done: run
+                               nothing more of this client until then */
+    COMMAND_WAIT_SOFT = 32, /* with COMMAND_WAIT: a wait the request did not ask
+                               for (commits on their way, up to 100 ms); when the
+                               client's input ends, retry it as final at once
+                               rather than closing the connection */
 };
 
 struct command_result {

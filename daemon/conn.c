@@ -416,6 +416,17 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
 {
     int rc;
 
+    if ((res->flags & COMMAND_WAIT_SOFT) && conn->eof) {
+        /* A wait the request did not ask for (commits on their way): after
+         * the end of input it is answered at once, as it was before such
+         * waits, and the requests behind it run. */
+        struct command_result now;
+
+        command_retry(conn->set->env, &conn->client, res->wait_request,
+                      res->wait_until_ms, true, &now);
+        json_decref(res->wait_request);
+        return conn_deliver(conn, &now);
+    }
     if ((res->flags & COMMAND_WAIT) && conn->eof) {
         /* After the end of input an alloc does not wait (a waiting alloc
          * does not outlive the end of input either): the client may be
@@ -433,6 +444,7 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
         return CONN_STEP_WAIT;
     }
     if (res->flags & COMMAND_WAIT) {
+        conn->wait_soft = (res->flags & COMMAND_WAIT_SOFT) != 0;
         conn_set_state(conn, CONN_WAITING);
         waitq_add(&conn->set->waitq, &conn->wait, res->wait_request, res->wait_until_ms);
         return CONN_STEP_WAIT;
@@ -657,6 +669,12 @@ static void conn_input_end(struct conn *conn, bool reset)
      * (conn_on_work_done), its replies dropped after a reset. */
     if (conn->state == CONN_WORKING)
         return;
+    if (conn->state == CONN_WAITING && conn->wait_soft) {
+        /* A wait it did not ask for: answered now (conn_wait_done), and
+         * what it sent after still runs. */
+        waitq_expire(&conn->set->waitq, &conn->wait);
+        return;
+    }
     if (conn->state == CONN_WAITING || conn->state == CONN_HELLO_HELD) {
         conn_close(conn);
         return;

@@ -54,6 +54,8 @@ struct conn {
                         then close */
     bool reset;      /* the client is gone (a read or write error): what
                         it sent still runs, its replies are dropped */
+    bool wait_soft;  /* CONN_WAITING for a wait the request did not ask for
+                        (COMMAND_WAIT_SOFT) */
     struct conn_watch *watch; /* a poll of the socket for room for the hello
                                  reply, or for the client's going while
                                  reading is paused; NULL when unused */

@@ -649,12 +649,13 @@ static int store_enospc(struct store *s, const char *key, size_t key_len, uint64
             return shmb_error_set(
                 err, -ENOSPC,
                 "No space for '%.*s%s' (%llu bytes): %llu of %llu bytes free; the "
-                "oldest chunk is the arena of client %llu, which is writing into it "
-                "and blocks reclaim (it is taken back once idle, or after "
-                "--alloc-timeout). Start shmbrokerd with a larger %s.",
+                "oldest chunk is the arena of client %llu, which blocks reclaim while "
+                "that client writes into it or has commits on their way to it (a "
+                "client stopped mid-put holds it until it goes on or disconnects). "
+                "Start shmbrokerd with a larger %s.",
                 kq, key, kmore, (unsigned long long)size, free_bytes,
-                (unsigned long long)s->ring.size, (unsigned long long)blocker->rec->client,
-                size_setting);
+                (unsigned long long)s->ring.size,
+                (unsigned long long)blocker->rec->client, size_setting);
         /* Name the arena's first object that may not go. */
         TAILQ_FOREACH(in, &blocker->rec->objects, arena_link)
             if (object_blocks(s, in, clock_now_ms()))
@@ -1646,6 +1647,16 @@ static void store_arena_skip(struct store *s, struct arena *a, uint64_t offset, 
     ring_set_tag(&s->ring, a->ring_id, (uint32_t)((a->cursor - a->start) / SHMB_ALIGN));
 }
 
+void store_commit_seen(struct store *s, struct store_holder *h)
+{
+    struct object *box = h->arena;
+
+    /* One fewer on its way, whatever comes of it; the last one lets the
+     * arena go, so waiting allocations look again if it is in their way. */
+    if (box != NULL && arena_commit_seen(box->rec) && ring_oldest(&s->ring, NULL) == box)
+        s->room_gen++;
+}
+
 int store_commit_at(struct store *s, struct store_holder *h, const char *key, size_t key_len,
                     uint64_t offset, uint64_t size, uint32_t readers,
                     struct store_extent *out, struct shmb_error *err)
@@ -1660,10 +1671,7 @@ int store_commit_at(struct store *s, struct store_holder *h, const char *key, si
     int rc;
 
     chunk = SHMB_CHUNK_SIZE(key_len, size);
-    /* One fewer on its way, whatever comes of it; the last one lets the
-     * arena go, so waiting allocations look again if it is in their way. */
-    if (a != NULL && arena_commit_seen(a) && ring_oldest(&s->ring, NULL) == box)
-        s->room_gen++;
+    store_commit_seen(s, h);
     /* As alloc: a segment a client shrank or holed takes no new object (the
      * guard's message names the cause and the fix). */
     if ((rc = segment_guard_check(s->ring.data, err)) < 0)

@@ -169,6 +169,13 @@ int store_commit(struct store *s, struct store_holder *h, const char *key, size_
 int store_arena(struct store *s, struct store_holder *h, uint64_t client, uint64_t size,
                 struct store_extent *out, uint64_t *token, struct shmb_error *err);
 
+/* A commit_at of h's is being handled, whatever comes of it: one fewer of
+ * its commits on their way into its arena (if it holds one), so that a
+ * commit refused before it reached the arena (a field out of range) does
+ * not hold the arena for ever. store_commit_at does this itself; the
+ * caller does it for a commit_at it refuses before. */
+void store_commit_seen(struct store *s, struct store_holder *h);
+
 /* Commit the chunk h laid out at offset (its header's place) in its arena:
  * key, a payload of size bytes, readers awaited reads. The daemon writes
  * the header; the object is then committed as by store_commit. out: the

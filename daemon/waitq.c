@@ -71,6 +71,12 @@ static bool waitq_retry(struct waitq *q, struct waitq_entry *entry, bool final)
     return true;
 }
 
+void waitq_expire(struct waitq *q, struct waitq_entry *entry)
+{
+    if (waitq_waiting(entry))
+        waitq_retry(q, entry, true);
+}
+
 /* Serve waiters in arrival order while they fit (those whose deadline is
  * not past now). One that still does not fit holds back the later waiters
  * of its own pool only: a pool keeps its order, and the room one pool makes

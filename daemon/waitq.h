@@ -59,4 +59,8 @@ void waitq_add(struct waitq *q, struct waitq_entry *entry, json_t *request,
 /* Take entry out without an answer (its connection closes); frees its request. */
 void waitq_remove(struct waitq *q, struct waitq_entry *entry);
 
+/* Answer entry now, as at its deadline (its last try), through its done
+ * callback: its client's input ended, and the wait was not one it asked for. */
+void waitq_expire(struct waitq *q, struct waitq_entry *entry);
+
 #endif

@@ -7,11 +7,13 @@
  * it had not committed, and a daemon restart keeps what was committed.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -412,6 +414,46 @@ static void test_busy_arena_no_spin(void **state)
     h_pass(f);
 }
 
+/* A held arena whose header page a client cut off the segment file (it
+ * truncated the file) cannot be looked at (its lock reads as an I/O
+ * error): past --alloc-timeout it is looked at again once per timeout, not
+ * on every turn of the loop, so the idle daemon uses far less than a core
+ * (it spun as for a BUSY lock); once the file has its size back the daemon
+ * serves on. */
+static void test_cut_arena_no_spin(void **state)
+{
+    struct h_fix *f = *state;
+    const char *const extra[] = {"--alloc-timeout", "100ms", NULL};
+    struct h_daemon *d = h_daemon_start(f, "1M", extra);
+    long long cpu0, cpu1, ticks = sysconf(_SC_CLK_TCK);
+    struct aclient w, o;
+    char path[256];
+    int fd;
+
+    open_ok(&w, d);
+    open_ok(&o, d);
+    assert_int_equal(aclient_arena(&w, 64 * 1024), 0);
+    h_segment_path(d, path, sizeof(path));
+    assert_true((fd = open(path, O_RDWR)) >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)(w.arena - 64) / 4096 * 4096), 0);
+    h_sleep_ms(500); /* past 2 x --alloc-timeout */
+    cpu0 = h_proc_cpu_ticks(d->pid);
+    h_sleep_ms(2000);
+    cpu1 = h_proc_cpu_ticks(d->pid);
+    assert_int_equal(ftruncate(fd, (off_t)w.size), 0);
+    close(fd);
+    assert_true(cpu0 >= 0 && cpu1 >= 0 && ticks > 0);
+    if ((cpu1 - cpu0) * 10 >= 3 * ticks)
+        h_fail("the idle daemon used %lld ticks (%lld a second) of CPU in 2 s behind an "
+               "arena cut off the segment file",
+               cpu1 - cpu0, ticks);
+    h_assert_alive(d);
+    h_expect_ok(&o.c, "{\"op\":\"stats\"}");
+    aclient_close(&w);
+    aclient_close(&o);
+    h_pass(f);
+}
+
 /* The arena's count of commits on their way (SHMB_ARENA_INFLIGHT_AT). */
 static uint64_t *arena_inflight(struct aclient *a)
 {
@@ -455,7 +497,7 @@ static void test_commits_on_their_way_hold_arena(void **state)
     cpu0 = h_proc_cpu_ticks(d->pid);
     for (i = 0; i < 5; i++)
         h_expect_error(&o.c, "{\"op\":\"alloc\",\"key\":\"again\",\"size\":100000}",
-                       "ENOSPC", "arena of client");
+                       "ENOSPC", "has commits on their way to it");
     cpu1 = h_proc_cpu_ticks(d->pid);
     assert_true(cpu0 >= 0 && cpu1 >= 0 && ticks > 0);
     if ((cpu1 - cpu0) * 10 >= 3 * ticks)
@@ -474,6 +516,64 @@ static void test_commits_on_their_way_hold_arena(void **state)
     h_pass(f);
 }
 
+/* An alloc that did not ask to wait, held up by another client's commits
+ * on their way, and the requests behind it still run when the client
+ * half-closes right after sending them, as they did before allocs waited
+ * for such commits: the alloc is answered (ENOSPC), then the get, then the
+ * noreply delete runs, and the connection closes. (The wait the client did
+ * not ask for was taken for one it asked for: the connection closed at once,
+ * without a reply, and the delete never ran.) */
+static void test_commit_wait_at_end_of_input(void **state)
+{
+    static const char pipelined[] =
+        "{\"op\":\"alloc\",\"key\":\"big\",\"size\":100000,\"id\":1}\n"
+        "{\"op\":\"contains\",\"key\":\"f0\",\"id\":2}\n"
+        "{\"op\":\"delete\",\"key\":\"f0\",\"noreply\":true}\n";
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    struct aclient w, o, r;
+    char req[128];
+    json_t *reply;
+    int i;
+
+    open_ok(&w, d);
+    open_ok(&o, d);
+    open_ok(&r, d);
+    assert_int_equal(aclient_arena(&w, 64 * 1024), 0);
+    /* A commit on its way that is never sent: the writer stopped after its copy. */
+    __atomic_store_n(arena_inflight(&w), 1, __ATOMIC_RELEASE);
+    for (i = 0;; i++) {
+        snprintf(req, sizeof(req), "{\"op\":\"alloc\",\"key\":\"f%d\",\"size\":100000}",
+                 i);
+        reply = h_call(&o.c, req);
+        if (!json_is_true(json_object_get(reply, "ok"))) {
+            h_assert_error(reply, "ENOSPC", "arena of client");
+            json_decref(reply);
+            break;
+        }
+        json_decref(reply);
+        snprintf(req, sizeof(req), "{\"op\":\"commit\",\"key\":\"f%d\"}", i);
+        h_expect_ok(&o.c, req);
+        assert_true(i < 20);
+    }
+    assert_int_equal(h_conn_send(&o.c, pipelined, strlen(pipelined)), 0);
+    assert_int_equal(shutdown(o.c.fd, SHUT_WR), 0);
+    reply = h_recv_json(&o.c);
+    h_assert_error(reply, "ENOSPC", "arena of client");
+    json_decref(reply);
+    reply = h_recv_json(&o.c);
+    assert_true(json_is_true(json_object_get(reply, "exists")));
+    json_decref(reply);
+    assert_int_equal(h_conn_wait_eof(&o.c, H_REPLY_TIMEOUT_MS), 0);
+    reply = h_call(&r.c, "{\"op\":\"contains\",\"key\":\"f0\"}");
+    assert_true(json_is_false(json_object_get(reply, "exists")));
+    json_decref(reply);
+    aclient_close(&w);
+    aclient_close(&o);
+    aclient_close(&r);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -484,7 +584,9 @@ int main(void)
         TEST(test_restart_keeps),
         TEST(test_wait_behind_busy_arena),
         TEST(test_busy_arena_no_spin),
+        TEST(test_cut_arena_no_spin),
         TEST(test_commits_on_their_way_hold_arena),
+        TEST(test_commit_wait_at_end_of_input),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);

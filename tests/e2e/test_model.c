@@ -373,6 +373,11 @@ struct writer {
     int unconfirmed[NKEYS];
     uint64_t unconfirmed_version[NKEYS];
     int nunconfirmed;
+    /* The connection was lost or left since this writer's last put: the
+     * library reports the put_nowait it had sent without a reply since
+     * (may not have been made) with -ECANCELED from the next put, which is
+     * not made; resolve_open_keys found out what became of them. */
+    bool cancel_due;
 };
 
 /* A reply-waiting call returned 0: every put_nowait sent before it on this
@@ -429,6 +434,7 @@ static void writer_reconnect(struct writer *w)
 {
     model_reconnect(w->c);
     resolve_open_keys(w);
+    w->cancel_due = true;
 }
 
 /* A size: mostly small, sometimes a few KiB, in the pressure run sometimes
@@ -474,12 +480,22 @@ static bool op_put(struct writer *w, int k)
     key_name(k, key, sizeof(key));
     payload_fill(w->buf, (uint32_t)k, version, size);
     ledger_begin(k, version);
+    rc = 0;
     if (how < 3) {
         rc = shmb_put(w->c, key, w->buf, size, readers);
         count(&M->puts);
     } else if (how < 5) {
         rc = shmb_put_nowait(w->c, key, w->buf, size, readers);
         count(&M->nowaits);
+    }
+    if (how < 5 && w->cancel_due) {
+        w->cancel_due = false;
+        if (rc == -ECANCELED) {
+            ledger_end(k, L_ABSENT, 0); /* not made: it reported the lost ones */
+            return true;
+        }
+    }
+    if (how >= 3 && how < 5) {
         if (rc == 0 && !M->durable)
             return true;
         if (rc == 0) {
@@ -504,7 +520,7 @@ static bool op_put(struct writer *w, int k)
             }
             return true;
         }
-    } else {
+    } else if (how >= 5) {
         rc = shmb_alloc(w->c, key, size, readers, &p);
         if (rc == 0) {
             memcpy(p, w->buf, size);

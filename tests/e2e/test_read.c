@@ -481,6 +481,130 @@ static void test_nowait_loss_reported(void **state)
     h_pass(f);
 }
 
+/* A commit refused before the daemon looked at the arena (here for its
+ * "readers", over the daemon's bound: the library does not know that bound)
+ * was on its way all the same, and is no more once refused: the writer's
+ * arena, idle, goes when the ring needs its room. (The count of commits on
+ * their way was taken off only by commits that got as far as the arena; one
+ * refused before stayed counted, and the arena stayed the writer's for as
+ * long as its connection lived, idle or not, past --alloc-timeout: every
+ * other client's alloc failed with ENOSPC naming it.) */
+static void test_refused_commit_not_counted(void **state)
+{
+    struct h_fix *f = *state;
+    const char *extra[] = {"--alloc-timeout", "1s", NULL};
+    struct h_daemon *d = h_daemon_start(f, "1M", extra);
+    shmb_t *w = h_lib_connect(d, "writer", 0), *filler = h_lib_connect(d, "filler", 0);
+    char key[32], data[100];
+    int i;
+
+    h_fill(data, sizeof(data), 3);
+    ok(w, h_put_pattern(w, "first", 100, 1, 0)); /* takes the arena: the oldest chunk */
+    fails(w, shmb_put(w, "too-many-readers", data, sizeof(data), 2000000), -EINVAL,
+          "\"readers\" must be between 0 and 1000000");
+    ok(w, shmb_put_nowait(w, "nowait-too-many", data, sizeof(data), 3000000));
+    shmb_set_arena(filler, 0);
+    /* Four times the ring: the arena's room is needed, again and again. */
+    for (i = 0; i < 256; i++) {
+        snprintf(key, sizeof(key), "fill-%d", i);
+        ok(filler, h_put_pattern(filler, key, 16 * 1024, (uint32_t)i, 0));
+    }
+    /* The refused nowait put is told all the same (by the reply to the next
+     * call, then by the next put). */
+    assert_int_equal(shmb_contains(w, "nowait-too-many"), 0);
+    fails(w, shmb_put(w, "after", data, sizeof(data), 0), -ECANCELED,
+          "of 'nowait-too-many' was refused by shmbrokerd (EINVAL: ");
+    ok(w, shmb_put(w, "after", data, sizeof(data), 0));
+    shmb_close(w);
+    shmb_close(filler);
+    h_pass(f);
+}
+
+/* A put sent without waiting whose connection ended before a later reply
+ * proved it handled is reported, not taken for made: with the commit in the
+ * socket of a stopped daemon, the daemon is killed and started again (it
+ * adopts the segment); the call that finds the connection gone names the
+ * put, and after shmb_reconnect the next put returns -ECANCELED naming it
+ * (before, the error said only that committed objects stay, and the put
+ * was never made nor told). A handle that reconnects with such puts
+ * outstanding on a live connection first hears what became of them: the
+ * daemon's record of a refusal ends with the connection. */
+static void test_nowait_lost_with_connection(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL), *d2;
+    shmb_t *w = h_lib_connect(d, "writer", 0);
+    char data[100];
+
+    h_fill(data, sizeof(data), 9);
+    ok(w, h_put_pattern(w, "first", 100, 1, 0));
+    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    ok(w, shmb_put_nowait(w, "victim", data, sizeof(data), 1));
+    ok(w, shmb_put_nowait(w, "victim2", data, sizeof(data), 1));
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS)),
+                     128 + SIGKILL);
+    d2 = h_daemon_again(f, d);
+    assert_true(h_daemon_spawn(f, d2, NULL) > 0);
+    assert_int_equal(h_daemon_wait_ready(d2, H_READY_TIMEOUT_MS), 0);
+    fails(w, shmb_contains(w, "first"), -ECONNRESET, "(the first of 'victim')");
+    ok(w, shmb_reconnect(w));
+    assert_int_equal(shmb_contains(w, "victim"), 0);
+    fails(w, shmb_put(w, "next", data, sizeof(data), 0), -ECANCELED,
+          "(shmb_put_nowait) of 'victim' may not have been made");
+    assert_non_null(strstr(shmb_errmsg(w), "and 1 more after it"));
+    ok(w, shmb_put(w, "next", data, sizeof(data), 0));
+    /* On a connection the handle leaves for a new one, one made and one
+     * refused (the key exists): the refused one is reported as such, the
+     * other is not taken for lost. */
+    ok(w, shmb_put_nowait(w, "made", data, sizeof(data), 0));
+    ok(w, shmb_put_nowait(w, "next", data, sizeof(data), 0));
+    ok(w, shmb_reconnect(w));
+    fails(w, shmb_put(w, "next2", data, sizeof(data), 0), -ECANCELED,
+          "(shmb_put_nowait) of 'next' was refused by shmbrokerd (EEXIST: ");
+    assert_null(strstr(shmb_errmsg(w), "more after it"));
+    ok(w, shmb_put(w, "next2", data, sizeof(data), 0));
+    read_check(w, "made", sizeof(data), 9);
+    read_check(w, "next2", sizeof(data), 9);
+    shmb_close(w);
+    h_pass(f);
+}
+
+/* A writer that ends with puts sent without waiting learns of a refused
+ * one without putting again: shmb_sync waits until they were handled and
+ * returns -ECANCELED naming the first refused key (a call answered in
+ * between, here shmb_contains, makes no difference), then 0 once told; with
+ * nothing outstanding it sends nothing. (Only the next put reported it: a
+ * writer whose last puts went without waiting, behind a call answered as a
+ * barrier, never learned that one was lost.) */
+static void test_sync_reports_lost(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *w = h_lib_connect(d, "writer", 0);
+    unsigned long at;
+    char data[64];
+
+    h_fill(data, sizeof(data), 5);
+    ok(w, h_put_pattern(w, "dup", 64, 1, 0));
+    ok(w, shmb_put_nowait(w, "a", data, sizeof(data), 0));
+    ok(w, shmb_put_nowait(w, "dup", data, sizeof(data), 0));
+    ok(w, shmb_put_nowait(w, "b", data, sizeof(data), 0));
+    fails(w, shmb_sync(w), -ECANCELED,
+          "(shmb_put_nowait) of 'dup' was refused by shmbrokerd (EEXIST: ");
+    assert_null(strstr(shmb_errmsg(w), "This put"));
+    assert_int_equal(shmb_contains(w, "b"), 1);
+    ok(w, shmb_sync(w));
+    ok(w, shmb_put_nowait(w, "dup", data, sizeof(data), 0));
+    assert_int_equal(shmb_contains(w, "a"), 1); /* the barrier: its reply tells */
+    fails(w, shmb_sync(w), -ECANCELED, "of 'dup' was refused");
+    at = sends;
+    ok(w, shmb_sync(w));
+    assert_int_equal(sends, at); /* nothing outstanding: nothing sent */
+    ok(w, h_put_pattern(w, "c", 64, 2, 0));
+    shmb_close(w);
+    h_pass(f);
+}
+
 /* test_nowait_under_pressure: the nowait writer's puts (100 bytes each) and
  * the filler's (16 KiB each, arenas off: an alloc that needs room nearly
  * every time). */
@@ -651,9 +775,15 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_one_round_trip, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_refills, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_nowait, h_setup, h_teardown),
-        cmocka_unit_test_setup_teardown(test_nowait_not_lost_to_room, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_nowait_not_lost_to_room, h_setup,
+                                        h_teardown),
         cmocka_unit_test_setup_teardown(test_nowait_under_pressure, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_nowait_loss_reported, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_refused_commit_not_counted, h_setup,
+                                        h_teardown),
+        cmocka_unit_test_setup_teardown(test_nowait_lost_with_connection, h_setup,
+                                        h_teardown),
+        cmocka_unit_test_setup_teardown(test_sync_reports_lost, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_arena_taken_back, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_fallbacks, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_reconnect, h_setup, h_teardown),
