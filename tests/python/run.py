@@ -58,6 +58,13 @@ class LineResult(unittest.TestResult):
         super().addError(test, err)
         self._fail(test, err)
 
+    def addSubTest(self, test, subtest, err):
+        # A subtest that failed makes its test fail (unittest then calls no
+        # addSuccess for it): say so, or the run would pass in silence.
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            self._fail(subtest, err)
+
     def addSkip(self, test, reason):
         super().addSkip(test, reason)
         self.nskipped += 1
