@@ -221,6 +221,31 @@ class ApiTest(DaemonTest):
             with mq.acquire_read():
                 pass
 
+    # Inside an acquire block, the next message cannot be written (its
+    # slot would be the one held) nor read (the held one would be marked
+    # read under the caller's view): EBUSY, and the block's message is
+    # published, or read, as if nothing had been tried.
+    def test_nested_blocks_are_refused(self):
+        mq, (r,) = self.pair()
+        with mq.acquire_write(timeout=WAIT) as buf:
+            buf[:5] = b"outer"
+            for inner in (lambda: mq.enqueue("inner", timeout=WAIT),
+                          lambda: mq.acquire_write(timeout=WAIT).__enter__()):
+                with self.assertRaises(shmbroker.InvalidRequest) as cm:
+                    inner()
+                self.assertEqual(cm.exception.code, "EBUSY")
+        mq.enqueue("second")
+        with r.acquire_read(timeout=WAIT) as got:
+            for inner in (lambda: r.dequeue(timeout=WAIT),
+                          lambda: r.acquire_read(timeout=WAIT).__enter__()):
+                with self.assertRaises(shmbroker.InvalidRequest) as cm:
+                    inner()
+                self.assertEqual(cm.exception.code, "EBUSY")
+            self.assertEqual(bytes(got[:5]), b"outer")
+        self.assertEqual(r.dequeue(timeout=WAIT), "second")
+        with self.assertRaises(TimeoutError):
+            r.dequeue(timeout=0)
+
     # acquire_read of a message enqueue() sent gives its bytes in the
     # frames layout, in place, also for one larger than a slot (its object,
     # pinned for the block).

@@ -1112,6 +1112,10 @@ class MessageQueue:
         free. The overflow object of the message that used it last goes
         now, once, whatever this message becomes: every live reader is
         done with it."""
+        if area._reserved:
+            raise InvalidRequest("EBUSY", "This writer is inside an acquire_write() block: "
+                                 "its slot is not published yet. Write the next message "
+                                 "after the block ends.")
         payload, old_flags, old_seq = area.reserve(timeout)
         n = area.head
         if old_flags == SLOT_OBJECT and n >= area.slots and old_seq == n - area.slots:
@@ -1240,6 +1244,10 @@ class MessageQueue:
         in another thread) stays at this seat for the next call."""
         area = self._enter()
         try:
+            if area._held is not None:
+                raise InvalidRequest("EBUSY", "This reader is inside an acquire_read() block: "
+                                     "the message it holds is not read yet. Read the next "
+                                     "message after the block ends.")
             flags, payload, aux = area.dequeue(timeout, cancel, warn)
             keep = False
             pin = None
