@@ -391,6 +391,25 @@ class GroupTest(DaemonTest):
         self.assertEqual(len(set(out.values())), 1, out)
         self.assertTrue(out[0].startswith("InvalidRequest"), out)
 
+    # A writer_rank or reader_rank outside the group is refused at once on
+    # every member, before any collective (a group of one, in-process).
+    def test_rank_outside_group(self):
+        from vllm.distributed.utils import StatelessProcessGroup
+
+        from pg_support import free_port
+
+        pg = StatelessProcessGroup.create("127.0.0.1", free_port(), 0, 1)
+        self.addCleanup(pg.close, 1)
+        for bad in (1, -1, "0"):
+            with self.assertRaisesRegex(shmbroker.InvalidRequest, "writer_rank"):
+                MessageQueue.create_from_process_group(pg, 1024, 4, writer_rank=bad)
+            with self.assertRaisesRegex(shmbroker.InvalidRequest, "reader_rank"):
+                MessageQueue.create_from_process_group_single_reader(pg, 1024, 4,
+                                                                     reader_rank=bad)
+        self.assertEqual(self.c.queue_list(), [])
+
+    # external_writer_handle: the writer's member joins a queue made
+    # outside the group, and hands its handle to the other members.
     def test_external_writer_handle(self):
         outside = MessageQueue(3, socket_path=self.d.socket_path, max_chunk_bytes=1024,
                                max_chunks=4)

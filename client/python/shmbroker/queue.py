@@ -965,6 +965,10 @@ class MessageQueue:
         from . import _groups
 
         group = _groups.wrap(pg)
+        if type(writer_rank) is not int or not 0 <= writer_rank < group.world_size:
+            raise InvalidRequest("EINVAL", "writer_rank %r is not a rank of this group of %d "
+                                 "(its group ranks are 0 to %d)."
+                                 % (writer_rank, group.world_size, group.world_size - 1))
         _check_local(group, writer_rank, socket_path, "writer")
         if group.rank == writer_rank:
             # What failed is sent in place of the handle: the readers raise
