@@ -195,6 +195,16 @@ class StorageTest(VllmTestCase):
         self.assertIn("item_0", store.key_index)
         self.assertEqual(reader.get(address, monotonic_id), "new_value")
 
+    # A writer given a reader_lock counts its own gets as reads, as vLLM's
+    # does (its test_blocking_unread_object reads through the writer).
+    def test_writer_get_with_lock_counts(self):
+        store = self.make_store(reader_lock=threading.Lock())
+        address, monotonic_id = store.put("k", [1, 2, 3])
+        self.assertEqual(store.get(address, monotonic_id), [1, 2, 3])
+        self.assertEqual(self.awaited(store, "k"), 1)
+        self.assertEqual(store.get(address, monotonic_id), [1, 2, 3])
+        self.assertEqual(self.awaited(store, "k"), 0)
+
     # The writer's own get counts no read (vLLM's writer reads without the
     # reader lock); a reader's does.
     def test_writer_get_counts_no_read(self):
@@ -343,6 +353,108 @@ class EvictionOrderTest(VllmTestCase):
         self.assertEqual(list(self.p0.key_index), ["image_B", "image_C", "image_G", "image_H"])
 
 
+class PairsTest(VllmTestCase):
+    """Addresses and ids count from the store's first object, as vLLM's
+    count from its ring's start, on a private daemon and on a shared one."""
+
+    def shared(self, size=1 * MiB):
+        d = shmbroker.spawn_daemon(size)
+        self.addCleanup(d.stop)
+        return d
+
+    # A new store's first put is (0, 0), and after clear() the next one is
+    # (0, 0) again, though the daemon holds other clients' objects before,
+    # between and after; readers (one made before the clear) read each.
+    def test_zero_after_clear_on_a_shared_daemon(self):
+        d = self.shared()
+        with mock.patch.dict(os.environ, {"SHMBROKER_SOCKET": d.socket_path}):
+            other = shmbroker.Client(d.socket_path)
+            self.addCleanup(other.close)
+            other.put("someone-else", b"x" * 3000)
+            store = self.make_store()
+            reader = self.reader_of(store)
+            self.assertEqual(store.put("a", "A"), (0, 0))
+            other.put("someone-else-2", b"y" * 5000)
+            pair_b = store.put("b", "B")
+            self.assertGreater(pair_b[0], 0)
+            self.assertGreater(pair_b[1], 0)
+            self.assertEqual(reader.get(*pair_b), "B")
+            for i in range(5):
+                store.put("item_%d" % i, "value_%d" % i)
+            store.clear()
+            self.assertEqual(len(store.ring_buffer.metadata), 0)
+            other.put("someone-else-3", b"z" * 7000)
+            self.assertEqual(store.put("new_item", "new_value"), (0, 0))
+            self.assertEqual(store.key_index["new_item"], (0, 0))
+            self.assertEqual(reader.get(0, 0), "new_value")
+            late = self.reader_of(store)
+            self.assertEqual(late.get(0, 0), "new_value")
+            with self.assertRaises(ValueError):
+                reader.get(*pair_b)
+
+    # The base the pairs count from is an object of the daemon: evicted (or
+    # deleted) it comes back with the writer's next put, and readers that saw
+    # it go on meanwhile.
+    def test_base_put_back(self):
+        store = self.make_store()
+        reader = self.reader_of(store)
+        first = store.put("a", "A")
+        self.assertEqual(reader.get(*first), "A")
+        with shmbroker.Client(store.ring_buffer.socket_path) as c:
+            bases = [o["key"] for o in c.list(prefix="shmbroker-vllm-base:")]
+            self.assertEqual(len(bases), 1)
+            c.delete(bases[0])
+            self.assertEqual(reader.get(*first), "A")
+            second = store.put("b", "B")
+            self.assertTrue(c.contains(bases[0]))
+        late = self.reader_of(store)
+        self.assertEqual((late.get(*first), late.get(*second)), ("A", "B"))
+
+    # Writers sharing a ring name share the base: after one's clear(), the
+    # next put of any of them is (0, 0), and the others' pairs follow.
+    def test_clear_by_one_of_two_writers(self):
+        name = "shmb-test-%s" % uuid.uuid4().hex[:12]
+        w1 = self.make_store(name=name)
+        w2 = self.make_store(name=name)
+        reader = self.reader_of(w1)
+        self.assertEqual(w1.put("a", "A"), (0, 0))
+        w2.put("b", "B")
+        w1.clear()
+        self.assertEqual(w2.put("c", "C"), (0, 0))
+        self.assertEqual(reader.get(0, 0), "C")
+        pair_b = w2.key_index["b"]
+        self.assertEqual(reader.get(*pair_b), "B")
+        self.assertEqual(reader.get(*w1.put("d", "D")), "D")
+
+    # Pairs out of the data area, or of no object, are refused as vLLM does.
+    def test_pairs_of_nothing(self):
+        store = self.make_store()
+        reader = self.reader_of(store)
+        address, monotonic_id = store.put("k", "v")
+        for bad in ((-1, 0), (10 ** 12, 0), (address, monotonic_id + 1), (1, 0), (64, 0)):
+            with self.assertRaises(ValueError):
+                reader.get(*bad)
+        self.assertEqual(reader.get(address, monotonic_id), "v")
+
+    # The ring accepts is_free_fn=SingleWriterShmObjectStorage.default_is_free_check
+    # (as some vLLM versions pass it), and the store's check says whether an
+    # object of its id may go: not while reads are awaited.
+    def test_default_is_free_check(self):
+        ring = SingleWriterShmRingBuffer(data_buffer_size=100 * 1024, create=True,
+                                         is_free_fn=ShmBrokerObjectStorage.default_is_free_check)
+        store = ShmBrokerObjectStorage(max_object_size=10 * 1024, n_readers=1, ring_buffer=ring,
+                                       reader_lock=threading.Lock())
+        self.addCleanup(store.close)
+        self.assertIs(ring.is_free_fn, ShmBrokerObjectStorage.default_is_free_check)
+        # (an older object whose key k prefixes, read: list("k") names it first)
+        store.get(*store.put("kz", "read"))
+        address, monotonic_id = store.put("k", "v")
+        self.assertFalse(store.default_is_free_check(monotonic_id, memoryview(b"")))
+        store.get(address, monotonic_id)
+        self.assertTrue(store.default_is_free_check(monotonic_id, memoryview(b"")))
+        self.assertTrue(store.default_is_free_check(monotonic_id + 1000, None))
+
+
 class ProcessesTest(VllmTestCase):
     """Writers and readers in several processes."""
 
@@ -467,7 +579,8 @@ class RingModesTest(VllmTestCase):
         self.assertIsNotNone(daemon.returncode)
 
     # With a daemon at $SHMBROKER_SOCKET, writers and readers use it and
-    # start nothing; closing them leaves it running.
+    # start nothing; closing them leaves it running (without the writer's
+    # objects: test_vllm_leftovers).
     def test_shared_daemon(self):
         with shmbroker.spawn_daemon(1 * MiB) as d:
             with mock.patch.dict(os.environ, {"SHMBROKER_SOCKET": d.socket_path}):
@@ -480,8 +593,7 @@ class RingModesTest(VllmTestCase):
                 self.assertEqual(reader.get(*store.put("k", "v")), "v")
                 store.close()
                 self.assertTrue(d.running())
-                with shmbroker.Client(d.socket_path) as c:
-                    self.assertTrue(c.contains("k"))
+                self.assertEqual(reader.ring_buffer.client.stats()["clients"], 1)
 
     # A reader opens the ring by name (as vLLM's workers do) and finds the
     # private daemon its writer started.
@@ -510,6 +622,7 @@ class SurvivalTest(VllmTestCase):
     def test_stale_pair_takes_no_read_of_a_newer_object(self):
         store = self.make_store(n_readers=1)
         reader = self.reader_of(store)
+        store.put("A", "first, so that K's pair is not (0, 0)")
         old = store.put("K", "old")
         with shmbroker.Client(store.ring_buffer.socket_path) as c:
             c.put("other", b"after K, so that K's freed chunk stays as it is")

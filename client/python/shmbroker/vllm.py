@@ -6,9 +6,12 @@ writer process manages, readers counting their reads in flags of the ring.
 ``ShmBrokerObjectStorage`` has the same constructor, methods, attributes and
 error texts, with shmbrokerd managing the memory:
 
-- ``address`` is the object's payload offset in the daemon's segment and
-  ``monotonic_id`` its chunk id (the chunk header before the payload holds
-  it, with the key, so that a reader finds the object from the pair alone).
+- ``(address, monotonic_id)`` count from the store's first object, as
+  vLLM's count from its ring's start: the first put of a new store, and the
+  first after clear(), is (0, 0). The base is the offset and chunk id of
+  that object, kept in a small object of the daemon that readers read from
+  the segment's catalog; the chunk header before the payload holds the
+  chunk id and key, so that a reader finds the object from the pair alone.
 - An object awaits ``n_readers`` reads each time it is handed out (put,
   get_cached, the writer's touch); the daemon counts them (``readers`` of
   alloc, ``touch``) and evicts, oldest first, only objects whose awaited
@@ -16,13 +19,16 @@ error texts, with shmbrokerd managing the memory:
 - A reader's get pins the object for as long as it deserializes it; a reader
   that dies mid-read loses its pins with its connection, so nothing stays
   blocked. Readers write nothing in shared memory, which is why no reader
-  lock is needed: ``reader_lock`` is accepted (vLLM passes one) and ignored,
-  and a reader made without one works (vLLM raises "Lock must be provided
-  for readers."). Who counts reads is the role, not the lock: the writer's
-  own get and touch never count as reads, even when it was given a lock
-  (vLLM's writer with a lock counts its gets, as its unit tests do).
+  lock is needed: ``reader_lock`` is accepted (vLLM passes one) and ignored
+  by readers, and a reader made without one works (vLLM raises "Lock must
+  be provided for readers."). A writer given a lock counts its own gets as
+  reads, as vLLM's does; without one they count nothing.
 - Any number of writers may share one daemon (and one ring name); keys are
   the daemon's, so two writers cannot store the same key at once.
+- What a writer leaves: close() deletes its objects; on a daemon it did not
+  start, a guard process deletes them when the writer dies without close()
+  (SIGKILL included), so that none stays awaiting reads and blocks other
+  clients' reclaim. A private daemon stops with its writer.
 - A store survives what a connection can lose: after a daemon restart or an
   interrupted call its next call reconnects once and goes on, and a store
   inherited across fork() makes a connection of its own in the child.
@@ -34,7 +40,9 @@ error texts, with shmbrokerd managing the memory:
 ``SingleWriterShmRingBuffer`` stands in for vLLM's ring: the writer side uses
 the daemon at $SHMBROKER_SOCKET (or the default socket) when one answers, else
 starts a private shmbrokerd of ``data_buffer_size`` and stops it on close();
-readers attach by name or through ``handle()``. Switching is one import:
+readers attach by name or through ``handle()``. It also has vLLM's ring
+interface (allocate_buf, access_buf, free_buf, metadata, shared_memory), each
+allocation an object of the daemon. Switching is one import:
 
     from shmbroker.vllm import (ShmBrokerObjectStorage as SingleWriterShmObjectStorage,
                                 SingleWriterShmRingBuffer)
@@ -45,19 +53,25 @@ wire and the frames layout are the Client's and frames.py's.
 
 import abc
 import collections
+import contextlib
 import dataclasses
 import hashlib
+import itertools
 import os
 import re
+import struct
+import subprocess
+import sys
 import tempfile
 import threading
-from typing import Any, Optional, Tuple
+import uuid
+from typing import Any, Callable, Iterable, Optional, Tuple
 
 from . import frames as _frames
 from .client import Client, default_socket_path
 from .daemon import socket_answers, spawn_daemon
-from .errors import (ConnectionLost, KeyExists, NoSpace, NotFound, ObjectTooLarge,
-                     ProtocolError, ShmBrokerError)
+from .errors import (ConnectionLost, InvalidRequest, KeyExists, NoSpace, NotFound,
+                     ObjectTooLarge, ProtocolError, ShmBrokerError)
 from .pickling import pickle_frames, unpickle_frames
 
 __all__ = ["ObjectSerde", "PickleSerde", "ShmObjectStorageHandle", "ShmBrokerObjectStorage",
@@ -75,6 +89,14 @@ _PRUNE_BATCH = 32
 _FLAG_BYTES = 4
 # (address, monotonic_id) pairs a reader remembers having read, for touch.
 _SEEN_MAX = 1 << 16
+# The base of a store's addresses and ids in the daemon: offset, chunk id, nonce.
+_BASE = struct.Struct("<QQQ")
+# The base after a clear(): none until the next put sets it (a nonce is never 0).
+_NO_BASE = (0, 0, 0)
+# Objects one list request asks for: enough to find a key among those it prefixes.
+_LIST_LIMIT = 1000
+# Objects a guard keeps track of before it drops those the daemon evicted.
+_GUARD_PRUNE_AT = 4096
 # Ring names used as a socket file name as they are; others are hashed.
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -175,12 +197,41 @@ def _segment_size(data):
     return size
 
 
+class _RingMemory:
+    """What vLLM's ring keeps as ``shared_memory`` (a SharedMemory): here the
+    daemon's segment as this ring's client maps it. ``name`` is the ring's
+    name (what handle() passes, as vLLM's is the SharedMemory's), ``size``
+    the ring's data_buffer_size, ``buf`` the client's mapping of the whole
+    segment (read-only for readers). close() and unlink() do nothing: the
+    daemon owns the segment."""
+
+    def __init__(self, ring):
+        self._ring = ring
+        self.name = ring.name
+        self.size = ring.data_buffer_size
+
+    @property
+    def buf(self):
+        client = self._ring.client
+        return client._mv if client is not None else None
+
+    def close(self):
+        """Nothing: the ring's close() closes its connection."""
+
+    def unlink(self):
+        """Nothing: the daemon removes its segment when it stops."""
+
+    def __repr__(self):
+        return "<shmbroker.vllm ring memory %r, %d bytes>" % (self.name, self.size)
+
+
 class SingleWriterShmRingBuffer:
     """Stands in for vLLM's ring buffer: the connection to the shmbrokerd
-    that holds the store's objects.
+    that holds the store's objects, and vLLM's ring interface over it.
 
     ``SingleWriterShmRingBuffer(data_buffer_size, name=None, create=False,
-    socket_path=None, pool=None)``. The daemon is, in order: the one at socket_path
+    socket_path=None, pool=None, ring_id=None, is_free_fn=None)``. The daemon
+    is, in order: the one at socket_path
     (handle() passes it); the private daemon a writer of this name started;
     the one at $SHMBROKER_SOCKET (else /run/shmbroker/shmbroker.sock). When
     none answers, a writer (create=True) starts a private shmbrokerd with
@@ -190,7 +241,25 @@ class SingleWriterShmRingBuffer:
     not reserved for this ring (the daemon's segment is shared by all).
     pool: the daemon's pool to use (None: its default pool), passed to the
     Client and kept in handle(), so that readers use the same pool; a private
-    daemon is started with that one pool, of the ring's size.
+    daemon is started with that one pool, of the ring's size. is_free_fn:
+    free_buf()'s check when it is given none (some vLLM versions pass
+    SingleWriterShmObjectStorage.default_is_free_check here; the store does
+    not use it).
+
+    vLLM's ring interface, with vLLM's accounting: allocate_buf(size) ->
+    (address, monotonic_id) places size + MD_SIZE bytes ([4-byte id][4-byte
+    size][data]) in a ring of data_buffer_size bytes, oldest first, and raises
+    vLLM's MemoryError when they do not fit before data_buffer_start;
+    access_buf(address) yields (data, (id, size)); free_buf(is_free_fn,
+    nbytes=None) frees from the oldest while is_free_fn(id, data) says so and
+    returns the freed ids; clear() forgets every allocation. Attributes
+    ``metadata`` (id -> address), ``monotonic_id_start``/``_end``,
+    ``data_buffer_start``/``_end``, ``shared_memory`` (``.name``). Each
+    allocation's bytes are an object of the daemon, pinned by the writer
+    until free_buf() frees it, so that nothing else evicts it and a writer
+    that dies leaves nothing pinned. Readers see the writer's allocations
+    (read-only) while they live. A named ring's allocations are found by
+    name; an unnamed one's through handle() (ring_id).
 
     Writers connect read-write, readers read-only. Attributes:
     ``data_buffer_size``, ``name``, ``is_writer``, ``socket_path``, ``pool``,
@@ -198,16 +267,30 @@ class SingleWriterShmRingBuffer:
     None), ``lock`` (serialises the store's calls on the one connection).
     """
 
+    # vLLM's figures: a 4-byte id and a 4-byte size before each allocation's data.
+    ID_NBYTES = 4
+    ID_MAX = 2 ** 31  # ids run 0 .. 2**31 - 1, then start again at 0
+    SIZE_NBYTES = 4
+    MD_SIZE = ID_NBYTES + SIZE_NBYTES
+
     def __init__(self, data_buffer_size: int, name: Optional[str] = None,
                  create: bool = False, socket_path: Optional[str] = None,
-                 pool: Optional[str] = None):
+                 pool: Optional[str] = None, ring_id: Optional[str] = None,
+                 is_free_fn: Optional[Callable] = None):
         self.data_buffer_size = int(data_buffer_size)
         self.pool = pool or None
         self.is_writer = bool(create)
+        self.is_free_fn = is_free_fn
         self.daemon = None
         self.client = None
         self.lock = threading.RLock()
         self._owner = os.getpid()
+        self.monotonic_id_start = 0
+        self.monotonic_id_end = 0
+        self.data_buffer_start = 0
+        self.data_buffer_end = 0
+        self.metadata = {}  # monotonic_id -> address, of the writer's live allocations
+        self._held = {}  # address -> the writer's Pin of that allocation
         if self.data_buffer_size <= 0:
             raise ValueError("data_buffer_size must be positive, not %d." % self.data_buffer_size)
         path = socket_path or self._find_daemon(name)
@@ -227,6 +310,15 @@ class SingleWriterShmRingBuffer:
             self.close()
             raise
         self.name = name if name is not None else self.client.info.get("segment")
+        if ring_id is None:
+            # A named ring's allocations are found by its name; an unnamed
+            # writer's are its own (another unnamed ring may share the daemon).
+            ring_id = self.name if name is not None or not self.is_writer else \
+                "%s/%d/%s" % (self.name, os.getpid(), uuid.uuid4().hex)
+        self.ring_id = ring_id
+        self._key_prefix = "vr%s:" % hashlib.sha1(
+            ring_id.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+        self.shared_memory = _RingMemory(self)
 
     def _connect(self):
         self._client_pid = os.getpid()
@@ -242,6 +334,7 @@ class SingleWriterShmRingBuffer:
             raise ConnectionLost("ENOTCONN", "This store is closed.")
         if self._client_pid != os.getpid():
             self.client = self._connect()
+            self._held.clear()  # the parent's pins: the child holds none
         return self.client
 
     def reconnect(self):
@@ -278,20 +371,204 @@ class SingleWriterShmRingBuffer:
 
     def handle(self):
         """What a reader in another process passes to this class to attach:
-        (data_buffer_size, name, False, socket_path, pool), picklable."""
-        return (self.data_buffer_size, self.name, False, self.socket_path, self.pool)
+        (data_buffer_size, name, False, socket_path, pool, ring_id), picklable."""
+        return (self.data_buffer_size, self.name, False, self.socket_path, self.pool,
+                self.ring_id)
+
+    # ---- vLLM's ring interface ---------------------------------------------
+
+    def int2byte(self, integer: int) -> bytes:
+        """integer as the 4 little-endian signed bytes of an id or a size."""
+        return integer.to_bytes(self.ID_NBYTES, "little", signed=True)
+
+    def byte2int(self, byte_data) -> int:
+        """The signed little-endian integer of byte_data."""
+        return int.from_bytes(byte_data, "little", signed=True)
+
+    def _buf_key(self, address):
+        return "%s%x" % (self._key_prefix, address % self.data_buffer_size)
+
+    def _place(self, total):
+        """Where an allocation of total bytes goes in the ring, or None when
+        it does not fit. The ring is [data_buffer_start, data_buffer_end)
+        when not wrapped, else [start, size) and [0, end); one byte always
+        stays free so that a full ring is never taken for an empty one, and
+        an empty ring starts again at 0 (the fix vLLM's ring got)."""
+        size = self.data_buffer_size
+        if not self.metadata:
+            self.data_buffer_start = self.data_buffer_end = 0
+        start, end = self.data_buffer_start, self.data_buffer_end
+        if start <= end:
+            if end + total < size or (end + total == size and start > 0):
+                return end
+            return 0 if total < start else None  # wrap: the tail [end, size) is skipped
+        return end if end + total < start else None
+
+    def allocate_buf(self, size: int) -> Tuple[int, int]:
+        """Allocate MD_SIZE + size bytes and return (address, monotonic_id):
+        the id and size are written first, the data follows (access_buf).
+        MemoryError "Not enough space in the data buffer, try calling
+        free_buf() to free up space" when the ring has no room, or when the
+        daemon has none (its message follows then)."""
+        assert self.is_writer, "Only the writer can allocate buffers."
+        assert size > 0, "Size must be greater than 0"
+        total = size + self.MD_SIZE
+        with self.lock:
+            address = self._place(total)
+            if address is None:
+                raise NoSpace("ENOSPC", "Not enough space in the data buffer, try calling "
+                              "free_buf() to free up space")
+            monotonic_id = self.monotonic_id_end
+            key = self._buf_key(address)
+            client = self.connection()
+            try:
+                alloc = self._alloc(client, key, total)
+            except NoSpace as e:
+                raise NoSpace("ENOSPC", "Not enough space in the data buffer, try calling "
+                              "free_buf() to free up space: the ring has room for %d bytes at "
+                              "%d, but shmbrokerd has none: %s" % (total, address, e.message)) \
+                    from None
+            except ObjectTooLarge as e:
+                raise NoSpace("ENOSPC", "Not enough space in the data buffer, try calling "
+                              "free_buf() to free up space: %s" % e.message) from None
+            with alloc:
+                alloc.view[:self.MD_SIZE] = self.int2byte(monotonic_id) + self.int2byte(total)
+            self._held[address] = client.get(key)
+            if not self.metadata:
+                self.data_buffer_start = address
+            self.metadata[monotonic_id] = address
+            self.data_buffer_end = address + total
+            self.monotonic_id_end = (monotonic_id + 1) % self.ID_MAX
+        return address, monotonic_id
+
+    def _alloc(self, client, key, total):
+        try:
+            return client.alloc(key, total)
+        except KeyExists:
+            pass
+        for obj in client.list(key, _LIST_LIMIT):
+            if obj.get("key") == key and (obj.get("pins", 0) > 0 or obj.get("state") == "pending"):
+                raise KeyExists("EEXIST", "Ring %r has another writer: its allocation at address "
+                                "%d (object '%s') is live. vLLM's ring has one writer; give "
+                                "this one another name, or close the other first."
+                                % (self.name, int(key[len(self._key_prefix):], 16), key))
+        # A leftover of this ring's name that nobody holds (a writer before
+        # this one, or an allocation whose pin went with a lost connection).
+        try:
+            client.delete(key)
+        except NotFound:
+            pass
+        return client.alloc(key, total)
+
+    @contextlib.contextmanager
+    def access_buf(self, address: int):
+        """Yield (data, (monotonic_id, size)) of the allocation at address:
+        data a memoryview of its data bytes (writable for the writer,
+        read-only for readers), valid inside the block. Where no allocation
+        of this ring lives, data is empty and the id -1, which no allocation
+        has."""
+        with self.lock:
+            client = self.connection()
+            held = self._held.get(address % self.data_buffer_size) if self.is_writer else None
+            pin = None
+            if held is not None:
+                mv = client._mv[held.offset:held.offset + held.size]
+            else:
+                try:
+                    pin = client.get(self._buf_key(address))
+                except (NotFound, InvalidRequest):
+                    mv = None
+                else:
+                    mv = pin.view
+            try:
+                if mv is None or len(mv) < self.MD_SIZE:
+                    with memoryview(b"") as empty:
+                        yield empty, (-1, 0)
+                    return
+                monotonic_id = self.byte2int(mv[:self.ID_NBYTES])
+                size = self.byte2int(mv[self.ID_NBYTES:self.MD_SIZE])
+                size = min(max(size, self.MD_SIZE), len(mv))
+                with mv[self.MD_SIZE:size] as data:
+                    yield data, (monotonic_id, size)
+            finally:
+                if pin is not None:
+                    pin.release(noreply=True)
+
+    def free_buf(self, is_free_fn: Optional[Callable] = None,
+                 nbytes: Optional[int] = None) -> Iterable[int]:
+        """Free allocations from the oldest, while is_free_fn(id, data) says
+        they are free, until nbytes bytes are freed (None: the whole ring).
+        Returns the freed ids, oldest first (a range, or two chained when
+        the ids went past ID_MAX - 1). The daemon's objects of the freed
+        allocations are deleted; a reader inside access_buf keeps its bytes
+        until it leaves."""
+        assert self.is_writer, "Only the writer can free buffers."
+        if is_free_fn is None:
+            is_free_fn = self.is_free_fn
+        if is_free_fn is None:
+            raise TypeError("free_buf() needs is_free_fn(monotonic_id, data) -> bool: pass one, "
+                            "or give the ring one (is_free_fn=) when making it.")
+        if nbytes is None:
+            nbytes = self.data_buffer_size
+        with self.lock:
+            before = self.monotonic_id_start
+            freed = 0
+            while self.monotonic_id_start in self.metadata and freed < nbytes:
+                monotonic_id = self.monotonic_id_start
+                address = self.metadata[monotonic_id]
+                with self.access_buf(address) as (data, md):
+                    if not is_free_fn(monotonic_id, data):
+                        break
+                self._drop(address)
+                del self.metadata[monotonic_id]
+                self.monotonic_id_start = (monotonic_id + 1) % self.ID_MAX
+                freed += md[1]
+                if self.monotonic_id_start in self.metadata:
+                    self.data_buffer_start = self.metadata[self.monotonic_id_start]
+                else:
+                    self.data_buffer_start = self.data_buffer_end = 0
+            after = self.monotonic_id_start
+        if after >= before:
+            return range(before, after)
+        return itertools.chain(range(before, self.ID_MAX), range(0, after))
+
+    def _drop(self, address):
+        """Unpin and delete the writer's allocation at address."""
+        pin = self._held.pop(address % self.data_buffer_size, None)
+        client = self.client
+        if client is None or self._client_pid != os.getpid():
+            return
+        try:
+            client.delete(self._buf_key(address), noreply=True)
+            if pin is not None:
+                pin.release(noreply=True)
+        except ShmBrokerError:
+            pass  # a lost connection took the pin; the object is anyone's to evict
 
     def clear(self) -> None:
-        """Nothing to do: the objects belong to the stores that wrote them
-        (ShmBrokerObjectStorage.clear deletes its own)."""
+        """Forget every allocation (their daemon objects are deleted) and
+        start again at address 0, id 0."""
         assert self.is_writer, "Only the writer can clear the buffer."
+        with self.lock:
+            for address in list(self.metadata.values()):
+                self._drop(address)
+            self.metadata.clear()
+            self._held.clear()
+            self.monotonic_id_start = self.monotonic_id_end = 0
+            self.data_buffer_start = self.data_buffer_end = 0
 
     def close(self) -> None:
-        """Close the connection (the daemon releases its pins) and stop the
-        private daemon if this ring started one. Does nothing in a child made
-        by fork(): the connection and the daemon are the parent's."""
+        """Close the connection (the daemon releases its pins; a writer
+        deletes its live allocations first) and stop the private daemon if
+        this ring started one. Does nothing in a child made by fork(): the
+        connection and the daemon are the parent's."""
         if os.getpid() != getattr(self, "_owner", None):
             return
+        if getattr(self, "metadata", None) and self.is_writer and self.client is not None:
+            try:
+                self.clear()
+            except ShmBrokerError:
+                pass
         client, self.client = getattr(self, "client", None), None
         if client is not None:
             client.close()
@@ -339,6 +616,13 @@ class ShmBrokerObjectStorage:
     monotonic_id); handle(); close(). Readers: touch(key, address,
     monotonic_id).
 
+    Addresses and ids are relative to the store (its ring's name), as vLLM's
+    are to its ring: the first object put after the store starts or after
+    clear() is (0, 0), on a private daemon or a shared one. The base they are
+    counted from is a small object of the daemon (key
+    "shmbroker-vllm-base:..."), which the writer puts back when it was
+    evicted and readers read from the segment's catalog, without a round trip.
+
     Attributes: ``max_object_size``, ``n_readers``, ``ring_buffer``,
     ``serde_class``, ``ser_de``, ``is_writer``, and on the writer
     ``key_index`` (key -> (address, monotonic_id)) and ``id_index``
@@ -356,11 +640,17 @@ class ShmBrokerObjectStorage:
         self.ser_de = serde_class()
         self.ring_buffer = ring_buffer
         self.is_writer = ring_buffer.is_writer
-        # Ignored: readers write nothing in shared memory; the daemon counts reads.
+        # Readers write nothing in shared memory (the daemon counts reads), so
+        # no reader needs it; a writer given one counts its own gets, as vLLM's.
         self._reader_lock = reader_lock
         self.key_index = {}
         self.id_index = {}
+        self._objects = {}  # key -> (segment offset, chunk id), oldest first
         self._seen = collections.OrderedDict()
+        self._base = None  # (offset, chunk id, nonce) the pairs count from
+        self._base_key = "shmbroker-vllm-base:%s" % hashlib.sha1(
+            str(ring_buffer.name).encode("utf-8", "surrogatepass")).hexdigest()[:24]
+        self._guard = None
 
     # ---- helpers -----------------------------------------------------------
 
@@ -395,15 +685,106 @@ class ShmBrokerObjectStorage:
         except (ProtocolError, TypeError, ValueError):
             return None
 
-    def _forget(self, key):
-        entry = self.key_index.pop(key, None)
-        if entry is not None and self.id_index.get(entry[1]) == key:
-            del self.id_index[entry[1]]
+    # ---- the base of addresses and ids -------------------------------------
 
-    def _still_there(self, key, address, monotonic_id):
-        """Whether the writer's object (key, address, id) still lives: the
-        chunk header at address is its own, and the daemon has the key."""
-        if self._header(address, committed=True) != (monotonic_id, key):
+    def _read_base(self):
+        """The base the ring's pairs count from, as the daemon holds it:
+        (offset, chunk id, nonce), _NO_BASE after a clear() (the next put
+        sets it), or None when there is none (a new ring, or evicted)."""
+        try:
+            raw = self._client.read(self._base_key)
+        except NotFound:
+            return None
+        if len(raw) != _BASE.size:
+            return None
+        return _BASE.unpack(raw)
+
+    def _current_base(self):
+        """The base to resolve a pair with: the daemon's, else the last one
+        seen (the daemon's was evicted and not put back yet); None when a
+        clear() left none."""
+        base = self._read_base()
+        if base == _NO_BASE:
+            return None
+        if base is not None and base != self._base:
+            self._base = base
+            self._rekey()
+        return self._base
+
+    def _publish_base(self, base, replace=False):
+        """Put base as the ring's (with replace, in place of the one there);
+        when another writer's is there already, that one is the ring's and
+        is returned instead."""
+        client = self._client
+        try:
+            if replace:
+                try:
+                    client.delete(self._base_key)
+                except NotFound:
+                    pass
+            client.put(self._base_key, _BASE.pack(*base))
+        except KeyExists:
+            theirs = self._read_base()
+            if theirs is not None:
+                return theirs
+        except NoSpace:
+            pass  # readers use the last base they saw; the next put tries again
+        return base
+
+    def _settle_base(self, offset, chunk_id):
+        """After a put at (offset, chunk_id): make sure the daemon holds the
+        base (this object's position when there is none yet, or a clear()
+        left none), and adopt another writer's base when it changed."""
+        base = self._read_base()
+        if base is None or base == _NO_BASE:
+            if base == _NO_BASE or self._base is None:
+                ours = (offset, chunk_id, int.from_bytes(os.urandom(8), "little") or 1)
+            else:
+                ours = self._base  # evicted: put back
+            base = self._publish_base(ours, replace=base == _NO_BASE)
+        if base != self._base:
+            self._base = base
+            self._rekey()
+
+    def _rel(self, offset, chunk_id):
+        """The store's (address, monotonic_id) of the object at (offset, chunk_id)."""
+        info = self._client.info
+        base_offset, base_id = self._base[0], self._base[1]
+        return (offset - base_offset) % info["data_size"], chunk_id - base_id
+
+    def _abs(self, address, monotonic_id):
+        """(offset, chunk_id) of the store's pair, or None when it names nothing."""
+        base = self._current_base()
+        info = self._client.info
+        if (base is None or type(address) is not int or type(monotonic_id) is not int
+                or not 0 <= address < info["data_size"]):
+            return None
+        doff = info["data_offset"]
+        return doff + (base[0] - doff + address) % info["data_size"], base[1] + monotonic_id
+
+    def _rekey(self):
+        """key_index and id_index again, counted from the current base."""
+        self.key_index.clear()
+        self.id_index.clear()
+        if self._base is None:
+            return
+        for key, (offset, chunk_id) in self._objects.items():
+            pair = self._rel(offset, chunk_id)
+            self.key_index[key] = pair
+            self.id_index[pair[1]] = key
+
+    def _forget(self, key):
+        entry = self._objects.pop(key, None)
+        pair = self.key_index.pop(key, None)
+        if pair is not None and self.id_index.get(pair[1]) == key:
+            del self.id_index[pair[1]]
+        if entry is not None:
+            self._tell_guard("F", key)
+
+    def _still_there(self, key, offset, chunk_id):
+        """Whether the writer's object (key, offset, chunk id) still lives:
+        the chunk header at offset is its own, and the daemon has the key."""
+        if self._header(offset, committed=True) != (chunk_id, key):
             return False
         return self._client.contains(key)
 
@@ -412,11 +793,11 @@ class ShmBrokerObjectStorage:
         Eviction goes oldest first, so this walks the writer's objects from
         the oldest and stops at the first that lives."""
         want = 1  # usually the oldest lives: one question; more while they do not
-        while self.key_index:
+        while self._objects:
             asked = []
             live_headers = 0
-            for key, (address, monotonic_id) in self.key_index.items():
-                if self._header(address) != (monotonic_id, key):
+            for key, (offset, chunk_id) in self._objects.items():
+                if self._header(offset) != (chunk_id, key):
                     asked.append((key, False))  # its chunk was reused: gone
                     continue
                 asked.append((key, True))
@@ -438,6 +819,57 @@ class ShmBrokerObjectStorage:
                     if isinstance(r, dict) and r.get("exists") is True:
                         return
                 self._forget(key)
+
+    # ---- what a writer killed leaves -----------------------------------------
+
+    def _tell_guard(self, what, key, offset=0, chunk_id=0):
+        """Tell the guard (see _guard_main) of an object put ("P") or
+        forgotten ("F")."""
+        guard = self._guard
+        if guard is None:
+            return
+        line = "%s %d %d %s\n" % (what, offset, chunk_id,
+                                   key.encode("utf-8", "surrogatepass").hex())
+        try:
+            os.write(guard[0], line.encode("ascii"))
+        except OSError:
+            self._guard = None  # the guard is gone: nothing to tell
+
+    def _start_guard(self):
+        """On a daemon the writer did not start, a process that deletes the
+        writer's objects that are left when the writer dies without close()
+        (SIGKILL included): objects that await reads stay for ever otherwise,
+        and the oldest of them stops every client's reclaim. A private
+        daemon stops with its writer, taking everything with it."""
+        if self._guard is not None or self.ring_buffer.daemon is not None:
+            return
+        rfd, wfd = os.pipe()
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+                "from shmbroker.vllm import _guard_main; _guard_main(sys.argv[2], sys.argv[3])")
+        package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        try:
+            proc = subprocess.Popen([sys.executable, "-c", code, package_dir,
+                                     self.ring_buffer.socket_path, self.ring_buffer.pool or ""],
+                                    stdin=rfd, stdout=subprocess.DEVNULL, close_fds=True,
+                                    start_new_session=True)
+        except OSError:
+            os.close(wfd)
+            return  # no guard: close() still deletes the objects
+        finally:
+            os.close(rfd)
+        self._guard = (wfd, os.getpid(), proc)
+
+    def _stop_guard(self, clean):
+        """Let the guard go: with clean, the store deleted its objects itself
+        and the guard deletes nothing; else the guard deletes them."""
+        guard, self._guard = self._guard, None
+        if guard is not None and guard[1] == os.getpid():
+            try:
+                if clean:
+                    os.write(guard[0], b"C 0 0 00\n")
+            except OSError:
+                pass
+            os.close(guard[0])
 
     # ---- the writer --------------------------------------------------------
 
@@ -471,6 +903,7 @@ class ShmBrokerObjectStorage:
             if counted > limit:
                 raise ObjectTooLarge("E2BIG", "Serialized object size (%d bytes) exceeds max "
                                      "object size (%d bytes)" % (counted, limit))
+            self._start_guard()
             try:
                 alloc = client.alloc(key, max(size, 1), readers=self.n_readers)
             except KeyExists:
@@ -496,10 +929,14 @@ class ShmBrokerObjectStorage:
                 if header is None:
                     raise ProtocolError("EPROTO", "No chunk header before offset %d, where "
                                         "shmbrokerd allocated '%s'." % (alloc.offset, key))
-            address, monotonic_id = alloc.offset, header[0]
-            old = self.id_index.get(monotonic_id)
-            if old is not None and old != key:
-                self.key_index.pop(old, None)  # an id the daemon gave back and reused
+            offset, chunk_id = alloc.offset, header[0]
+            self._tell_guard("P", key, offset, chunk_id)
+            for old, entry in list(self._objects.items()):
+                if entry[1] == chunk_id and old != key:
+                    self._forget(old)  # an id the daemon gave back and reused
+            self._objects[key] = (offset, chunk_id)
+            self._settle_base(offset, chunk_id)
+            address, monotonic_id = self._rel(offset, chunk_id)
             self.key_index[key] = (address, monotonic_id)
             self.id_index[monotonic_id] = key
             self._prune()
@@ -511,11 +948,11 @@ class ShmBrokerObjectStorage:
         return self._again(self._is_cached, key)
 
     def _is_cached(self, key: str) -> bool:
-        if key not in self.key_index:
+        if key not in self._objects:
             return False
         with self.ring_buffer.lock:
-            address, monotonic_id = self.key_index[key]
-            if self._still_there(key, address, monotonic_id):
+            offset, chunk_id = self._objects[key]
+            if self._still_there(key, offset, chunk_id):
                 return True
             self._forget(key)
             return False
@@ -527,14 +964,14 @@ class ShmBrokerObjectStorage:
         return self._again(self._get_cached, key)
 
     def _get_cached(self, key: str) -> Tuple[int, int]:
-        address, monotonic_id = self.key_index[key]
+        pair = self.key_index[key]
         with self.ring_buffer.lock:
             try:
                 self._client.touch(key, self.n_readers)
             except NotFound:
                 self._forget(key)
                 raise KeyError(key) from None
-        return address, monotonic_id
+        return pair
 
     def free_unused(self) -> None:
         """Drop what the daemon evicted from key_index and id_index. The
@@ -544,21 +981,44 @@ class ShmBrokerObjectStorage:
             with self.ring_buffer.lock:
                 self._again(self._prune)
 
+    def default_is_free_check(self, id: int, buf: Any = None) -> bool:
+        """vLLM's check of whether the writer's object of monotonic id may be
+        freed: here, whether the daemon no longer holds it for a read (no
+        pins, no awaited reads), or no longer has it. buf is not looked at:
+        the daemon keeps the counts."""
+        key = self.id_index.get(id)
+        if key is None or key not in self._objects:
+            return True
+        with self.ring_buffer.lock:
+            # list() matches a prefix: "item_1" lists "item_10" too.
+            objects = self._again(self._client.list, key, _LIST_LIMIT)
+        for obj in objects:
+            if obj.get("key") == key:
+                return obj.get("pins", 0) == 0 and obj.get("readers", 0) == 0
+        return not objects.truncated  # not seen among as many: say it is in use
+
     def clear(self) -> None:
-        """Delete every object of this writer and empty its indexes (readers'
-        pins keep what they read valid until they release it)."""
+        """Delete every object of this writer, empty its indexes, and count
+        addresses and ids from (0, 0) again at the next put (readers' pins
+        keep what they read valid until they release it)."""
         if not self.is_writer:
             return
         with self.ring_buffer.lock:
             if self.ring_buffer.client is not None:
                 self._again(self._delete_own)
+                # The ring's other writers, and readers, learn that pairs
+                # start again at the next put.
+                self._again(self._publish_base, _NO_BASE, True)
+            for key in list(self._objects):
+                self._forget(key)
             self.key_index.clear()
             self.id_index.clear()
+            self._base = None
 
     def _delete_own(self):
         client = self._client
-        for key, (address, monotonic_id) in list(self.key_index.items()):
-            if self._header(address, committed=True) == (monotonic_id, key):
+        for key, (offset, chunk_id) in list(self._objects.items()):
+            if self._header(offset, committed=True) == (chunk_id, key):
                 client.delete(key, noreply=True)
 
     # ---- everyone ----------------------------------------------------------
@@ -568,21 +1028,26 @@ class ShmBrokerObjectStorage:
         pinned and released right after (the default serde copies, so nothing
         of the value points into shared memory).
 
-        A reader's get counts as one of the reads the object awaits. The
-        writer's own get counts nothing (vLLM's writer reads without a lock).
-        ValueError "Data for address:id 'A:I' has been modified or is
-        invalid." when no such object is there any more."""
+        A reader's get counts as one of the reads the object awaits, and so
+        does the writer's when it was given a reader_lock (as vLLM's writer
+        with a lock counts its reads); without one the writer's counts
+        nothing. ValueError "Data for address:id 'A:I' has been modified or
+        is invalid." when no such object is there any more."""
         return self._again(self._get, address, monotonic_id)
 
     def _get(self, address: int, monotonic_id: int) -> Any:
         with self.ring_buffer.lock:
             client = self._client
-            header = self._header(address, committed=True)
-            if header is None or header[0] != monotonic_id:
+            where = self._abs(address, monotonic_id)
+            if where is None:
+                raise self._invalid(address, monotonic_id)
+            offset, chunk_id = where
+            header = self._header(offset, committed=True)
+            if header is None or header[0] != chunk_id:
                 raise self._invalid(address, monotonic_id)
             key = header[1]
             try:
-                if self.is_writer:
+                if self.is_writer and self._reader_lock is None:
                     # One more awaited read first, so that the get takes that
                     # one and the object's count is left as it was.
                     client.touch(key, 1)
@@ -593,7 +1058,7 @@ class ShmBrokerObjectStorage:
             except NotFound:
                 raise self._invalid(address, monotonic_id) from None
             try:
-                if pin.offset != address or self._header(address) != header:
+                if pin.offset != offset or self._header(offset) != header:
                     raise self._invalid(address, monotonic_id)
                 value = self.ser_de.deserialize(pin.view)
             finally:
@@ -622,7 +1087,7 @@ class ShmBrokerObjectStorage:
     def _touch(self, key: str, address: int = 0, monotonic_id: int = 0) -> None:
         with self.ring_buffer.lock:
             if self.is_writer:
-                if key not in self.key_index:
+                if key not in self._objects:
                     return None
                 try:
                     self._client.touch(key, self.n_readers)
@@ -631,8 +1096,9 @@ class ShmBrokerObjectStorage:
                 return None
             if (address, monotonic_id) not in self._seen:
                 return None
-            header = self._header(address, committed=True)
-            if header is None or header[0] != monotonic_id:
+            where = self._abs(address, monotonic_id)
+            header = self._header(where[0], committed=True) if where is not None else None
+            if header is None or header[0] != where[1]:
                 self._seen.pop((address, monotonic_id), None)
                 return None
             try:
@@ -644,8 +1110,23 @@ class ShmBrokerObjectStorage:
         return None
 
     def close(self) -> None:
-        """Close the ring (its connection, and the private daemon it started)."""
-        self.ring_buffer.close()
+        """Close the store: a writer deletes the objects it stored first, so
+        that none is left awaiting reads on a shared daemon (a reader still
+        reading one keeps its bytes until it is done); then the ring closes
+        (its connection, and the private daemon it started)."""
+        deleted = False
+        try:
+            if self.is_writer and self.ring_buffer.client is not None and \
+                    os.getpid() == self.ring_buffer._owner:
+                try:
+                    with self.ring_buffer.lock:
+                        self._again(self._delete_own)
+                except ShmBrokerError:
+                    pass  # the daemon is gone, and the objects with it
+                deleted = True
+        finally:
+            self._stop_guard(clean=deleted)  # else the guard deletes them
+            self.ring_buffer.close()
 
     def handle(self) -> ShmObjectStorageHandle:
         """A handle for create_from_handle() in another process."""
@@ -668,6 +1149,64 @@ class ShmBrokerObjectStorage:
             serde_class=handle.serde_class,
             reader_lock=handle.reader_lock,
         )
+
+
+def _guard_main(socket_path, pool):
+    """The guard of a writer store (ShmBrokerObjectStorage._start_guard): reads
+    "P offset chunk_id key-hex" (put) and "F 0 0 key-hex" (forgotten) lines
+    on stdin; "C" means the store closed cleanly. At end of input without
+    "C" (the writer died), deletes each object it was told of that is still
+    the writer's (same chunk at the same offset, committed), then exits."""
+    objects = {}
+    clean = False
+    client = None
+    for raw in sys.stdin.buffer:
+        parts = raw.split()
+        if len(parts) != 4:
+            continue
+        what = parts[0]
+        if what == b"C":
+            clean = True
+            break
+        try:
+            key = bytes.fromhex(parts[3].decode("ascii")).decode("utf-8", "surrogatepass")
+        except ValueError:
+            continue
+        if what == b"P":
+            objects.pop(key, None)
+            objects[key] = (int(parts[1]), int(parts[2]))
+        elif what == b"F":
+            objects.pop(key, None)
+        if len(objects) > _GUARD_PRUNE_AT:
+            # Keep the objects that are still there: the others were evicted.
+            try:
+                if client is None:
+                    client = Client(socket_path, name="vllm-guard", pool=pool or None)
+                objects = {k: v for k, v in objects.items()
+                           if _guard_owns(client, k, v)}
+            except ShmBrokerError:
+                pass
+    if clean or not objects:
+        return
+    try:
+        if client is None:
+            client = Client(socket_path, name="vllm-guard", pool=pool or None)
+        for key, where in objects.items():
+            if _guard_owns(client, key, where):
+                try:
+                    client.delete(key)
+                except NotFound:
+                    pass
+    except ShmBrokerError:
+        pass  # the daemon went: nothing of the writer's is left there
+
+
+def _guard_owns(client, key, where):
+    """Whether the committed object at where (offset, chunk id) is still key's."""
+    try:
+        return client.object_header(where[0], committed=True) == (where[1], key)
+    except ProtocolError:
+        return False
 
 
 # vLLM's name, for code that imports it from here.

@@ -1,0 +1,131 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A drop-in store's leftovers on a shared daemon: a writer that closes, or
+dies (SIGKILL included), leaves no object that stops another client's
+allocation. Its objects await reads that nobody may ever make; the oldest of
+them would block every client's reclaim.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)), "client", "python")
+if PACKAGE_DIR not in sys.path:
+    sys.path.insert(0, PACKAGE_DIR)
+
+import shmbroker  # noqa: E402
+from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer  # noqa: E402
+
+KiB = 1024
+
+# A writer store on the daemon at argv[2]: puts 6 objects of 6 KiB that
+# await 2 reads each, says "ready", then waits to be killed (or, given
+# "close" on stdin, closes its store and says "closed").
+WRITER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer
+ring = SingleWriterShmRingBuffer(64 * 1024, create=True, socket_path=sys.argv[2])
+store = ShmBrokerObjectStorage(16 * 1024, 2, ring)
+for i in range(6):
+    store.put("left-%d" % i, b"x" * 6000)
+print("ready", flush=True)
+if sys.stdin.readline().strip() == "close":
+    store.close()
+    print("closed", flush=True)
+sys.stdin.read()
+"""
+
+
+class LeftoversTest(unittest.TestCase):
+    def setUp(self):
+        self.daemon = shmbroker.spawn_daemon(64 * KiB, args=["--max-object-size", "49152"])
+        self.addCleanup(self.daemon.stop)
+        self.client = shmbroker.Client(self.daemon.socket_path)
+        self.addCleanup(self.client.close)
+
+    def writer(self):
+        child = subprocess.Popen([sys.executable, "-c", WRITER, PACKAGE_DIR,
+                                  self.daemon.socket_path],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.addCleanup(child.wait)
+        self.addCleanup(child.kill)
+        self.assertEqual(child.stdout.readline().strip(), b"ready")
+        return child
+
+    def assert_blocked(self):
+        """The room another client needs is held by the writer's objects."""
+        with self.assertRaises(MemoryError) as cm:
+            self.client.put("mine", b"y" * (36 * KiB))
+        self.assertIn("'left-0' blocks reclaim", str(cm.exception))
+
+    # A writer killed with SIGKILL: another client can allocate the room its
+    # unread objects held (its guard deletes them once it is gone).
+    def test_killed_writer(self):
+        child = self.writer()
+        self.assert_blocked()
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        # Waits (bounded) for the room: the guard sees the writer's end.
+        self.client.put("mine", b"y" * (36 * KiB), wait_ms=30000)
+        wait_until(lambda: self.client.list(prefix="left-") == [],
+                   "the guard to delete the killed writer's objects")
+
+    # A key of the killed writer's that another client deleted and put again
+    # is that client's object: the guard leaves it.
+    def test_guard_deletes_only_the_writers_objects(self):
+        child = self.writer()
+        self.client.delete("left-5")
+        # (the spacer takes the freed chunk and its id, which the daemon
+        # hands out again to the next allocation)
+        self.client.put("spacer", b"s", readers=1)
+        self.client.put("left-5", b"someone else's", readers=1)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        wait_until(lambda: [o["key"] for o in self.client.list(prefix="left-")] == ["left-5"],
+                   "the guard to delete the killed writer's objects")
+        self.assertEqual(self.client.read("left-5"), b"someone else's")
+
+    # A writer that closes its store deletes its objects first.
+    def test_closed_writer(self):
+        child = self.writer()
+        self.assert_blocked()
+        child.stdin.write(b"close\n")
+        child.stdin.flush()
+        self.assertEqual(child.stdout.readline().strip(), b"closed")
+        self.assertEqual([o["key"] for o in self.client.list(prefix="left-")], [])
+        self.client.put("mine", b"y" * (36 * KiB))
+
+    # A reader inside a get when the writer closes keeps its bytes: the
+    # delete takes the key, the pin keeps the object until it is released.
+    def test_close_while_a_reader_reads(self):
+        ring = SingleWriterShmRingBuffer(64 * KiB, create=True,
+                                         socket_path=self.daemon.socket_path)
+        store = ShmBrokerObjectStorage(16 * KiB, 1, ring)
+        self.addCleanup(store.close)
+        address, monotonic_id = store.put("k", b"z" * 5000)
+        reader = ShmBrokerObjectStorage.create_from_handle(store.handle())
+        self.addCleanup(reader.close)
+        pin = reader.ring_buffer.client.get("k")
+        store.close()
+        self.assertIn(b"z" * 5000, bytes(pin.view))
+        self.assertFalse(self.client.contains("k"))
+        pin.release()
+
+
+
+def wait_until(predicate, what, timeout=30.0):
+    """Poll predicate until true; fail naming what was awaited otherwise."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("Timed out waiting for %s." % what)
+        time.sleep(0.01)
+
+
+if __name__ == "__main__":
+    unittest.main()
