@@ -83,6 +83,9 @@ if sys.argv[1] == "use" and "error" not in out:
     writer.close()
     store.close()
     out["queue_got"] = got
+    import shmbroker
+    with shmbroker.Client(os.environ["SHMBROKER_SOCKET"]) as c:
+        out["daemon_size"] = c.info["size"]
     out["child_socket"] = subprocess.run(
         [sys.executable, "-c", "import os; print(os.environ.get('SHMBROKER_SOCKET'))"],
         stdout=subprocess.PIPE, check=True).stdout.decode().strip()
@@ -239,6 +242,7 @@ class TestPlugin(PluginTest):
         private = out["socket"]
         self.assertNotEqual(private, os.path.join(self.tmp, "none.sock"))
         self.assertEqual(out["child_socket"], private)
+        self.assertEqual(out["daemon_size"], 16 << 20)
         self.assertEqual(out["store_get"], {"a": [1, 2, 3]})
         self.assertEqual(out["queue_got"], [["hello", 1]])
         lines = self.plugin_lines(err)

@@ -74,7 +74,7 @@ def _setting():
         return None
     if value.lower() in _ON:
         return True
-    if "/" in value or value.startswith("@"):
+    if "/" in value:
         return value
     raise ValueError("%s=%r: set it to 1 to use the daemon at $SHMBROKER_SOCKET (or the "
                      "default socket, or a private one started here), to a daemon's socket "
@@ -88,7 +88,7 @@ def _daemon_for(setting):
     from .daemon import socket_answers
 
     if setting is not True:
-        path = os.path.abspath(setting) if not setting.startswith("@") else setting
+        path = os.path.abspath(setting)
         if not socket_answers(path):
             raise RuntimeError("%s=%s, but no shmbrokerd answers there. Start it (shmbrokerd "
                                "--socket %s, or its systemd socket), or set %s=1 to use the "
