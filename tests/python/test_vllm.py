@@ -409,6 +409,11 @@ class PairsTest(VllmTestCase):
             self.assertTrue(c.contains(bases[0]))
         late = self.reader_of(store)
         self.assertEqual((late.get(*first), late.get(*second)), ("A", "B"))
+        # get_cached, which hands a pair out again, puts it back too.
+        with shmbroker.Client(store.ring_buffer.socket_path) as c:
+            c.delete(bases[0])
+            self.assertEqual(store.get_cached("a"), first)
+            self.assertTrue(c.contains(bases[0]))
 
     # Writers sharing a ring name share the base: after one's clear(), the
     # next put of any of them is (0, 0), and the others' pairs follow.

@@ -7,7 +7,8 @@ with the classes made as vLLM's tests and vllm/multimodal/cache/shm.py make
 them: a ring of a given size (create=True starts a private daemon here, as
 no daemon answers at $SHMBROKER_SOCKET), a multiprocessing Lock as
 reader_lock, vLLM's default serde. Mirrored: vLLM commit
-01f255cbd7b47169906275ffe5bb8f9adf5e2018 (the store),
+cfbb13b5b3b590b9a8104f1f3d480f0e21fa1fa3 (the store; its multimodal cache,
+vllm/multimodal/cache/shm.py, at 01ebf92b00573d7acc7b834969b6a4f3dcc21d30),
 df020506de5a6aa4cbb736aedba57dde50cd44ee (test_shm_storage.py),
 4c980f2d54add57fe0694330f16b91c9d64a2974 (test_shm_buffer.py). The
 shm-cache case of tests/multimodal's cache tests is test_vllm.EvictionOrderTest;

@@ -52,6 +52,8 @@ class LeftoversTest(unittest.TestCase):
         child = subprocess.Popen([sys.executable, "-c", WRITER, PACKAGE_DIR,
                                   self.daemon.socket_path],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.addCleanup(child.stdout.close)
+        self.addCleanup(child.stdin.close)
         self.addCleanup(child.wait)
         self.addCleanup(child.kill)
         self.assertEqual(child.stdout.readline().strip(), b"ready")
@@ -116,6 +118,31 @@ class LeftoversTest(unittest.TestCase):
         self.assertFalse(self.client.contains("k"))
         pin.release()
 
+
+
+class GuardTest(unittest.TestCase):
+    """The guard process on its own, fed as a store feeds it."""
+
+    # Malformed lines are skipped, thousands of objects that are gone are
+    # pruned, and at the end of input (no clean close) the object still
+    # there is deleted.
+    def test_guard_input(self):
+        with shmbroker.spawn_daemon(256 * KiB) as d, shmbroker.Client(d.socket_path) as c:
+            offset = c.put("real", b"r" * 100, readers=1)
+            chunk_id, _key = c.object_header(offset, committed=True)
+            code = ("import sys; sys.path.insert(0, sys.argv[1]); from shmbroker.vllm import "
+                    "_guard_main; _guard_main(sys.argv[2], '')")
+            guard = subprocess.Popen([sys.executable, "-c", code, PACKAGE_DIR, d.socket_path],
+                                     stdin=subprocess.PIPE)
+            self.addCleanup(guard.kill)
+            lines = [b"P x y 00\n", b"P 1 2 not-hex\n", b"junk\n"]
+            lines += [b"P %d %d %s\n" % (offset + 64 * (i + 1), i, ("gone-%d" % i).encode().hex()
+                                           .encode()) for i in range(5000)]
+            lines.append(b"P %d %d %s\n" % (offset, chunk_id, b"real".hex().encode()))
+            guard.stdin.write(b"".join(lines))
+            guard.stdin.close()
+            self.assertEqual(guard.wait(60), 0)
+            self.assertFalse(c.contains("real"))
 
 
 def wait_until(predicate, what, timeout=30.0):

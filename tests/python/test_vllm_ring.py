@@ -244,6 +244,8 @@ class RingSharedDaemonTest(RingTestCase):
                     "print('ready', flush=True); sys.stdin.read()")
             child = subprocess.Popen([sys.executable, "-c", code, PACKAGE_DIR, d.socket_path],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self.addCleanup(child.stdout.close)
+            self.addCleanup(child.stdin.close)
             self.addCleanup(child.wait)
             self.addCleanup(child.kill)
             self.assertEqual(child.stdout.readline().strip(), b"ready")

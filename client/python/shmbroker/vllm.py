@@ -95,6 +95,9 @@ _BASE = struct.Struct("<QQQ")
 _NO_BASE = (0, 0, 0)
 # Objects one list request asks for: enough to find a key among those it prefixes.
 _LIST_LIMIT = 1000
+# How long close() waits for a guard told that the store closed cleanly (it
+# exits on reading that; this bounds a guard stopped by a debugger).
+_GUARD_WAIT_S = 5.0
 # Objects a guard keeps track of before it drops those the daemon evicted.
 _GUARD_PRUNE_AT = 4096
 # Ring names used as a socket file name as they are; others are hashed.
@@ -868,8 +871,14 @@ class ShmBrokerObjectStorage:
                 if clean:
                     os.write(guard[0], b"C 0 0 00\n")
             except OSError:
-                pass
+                clean = False
             os.close(guard[0])
+            if clean:
+                # It leaves at once: reap it, as a Popen dropped running warns.
+                try:
+                    guard[2].wait(_GUARD_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    pass
 
     # ---- the writer --------------------------------------------------------
 
@@ -964,14 +973,23 @@ class ShmBrokerObjectStorage:
         return self._again(self._get_cached, key)
 
     def _get_cached(self, key: str) -> Tuple[int, int]:
-        pair = self.key_index[key]
+        if key not in self.key_index:
+            raise KeyError(key)
         with self.ring_buffer.lock:
             try:
                 self._client.touch(key, self.n_readers)
             except NotFound:
                 self._forget(key)
                 raise KeyError(key) from None
-        return pair
+            # The pair handed out again must resolve: the base it counts
+            # from is put back if reclaim took it, or followed if it moved.
+            base = self._read_base()
+            if base is None and self._base is not None:
+                self._publish_base(self._base)
+            elif base is not None and base != _NO_BASE and base != self._base:
+                self._base = base
+                self._rekey()
+            return self.key_index[key]
 
     def free_unused(self) -> None:
         """Drop what the daemon evicted from key_index and id_index. The
@@ -1160,6 +1178,7 @@ def _guard_main(socket_path, pool):
     objects = {}
     clean = False
     client = None
+    prune_at = _GUARD_PRUNE_AT
     for raw in sys.stdin.buffer:
         parts = raw.split()
         if len(parts) != 4:
@@ -1170,14 +1189,15 @@ def _guard_main(socket_path, pool):
             break
         try:
             key = bytes.fromhex(parts[3].decode("ascii")).decode("utf-8", "surrogatepass")
+            where = (int(parts[1]), int(parts[2]))
         except ValueError:
             continue
         if what == b"P":
             objects.pop(key, None)
-            objects[key] = (int(parts[1]), int(parts[2]))
+            objects[key] = where
         elif what == b"F":
             objects.pop(key, None)
-        if len(objects) > _GUARD_PRUNE_AT:
+        if len(objects) > prune_at:
             # Keep the objects that are still there: the others were evicted.
             try:
                 if client is None:
@@ -1186,6 +1206,8 @@ def _guard_main(socket_path, pool):
                            if _guard_owns(client, k, v)}
             except ShmBrokerError:
                 pass
+            # As many live again before the next look: linear work per line.
+            prune_at = max(_GUARD_PRUNE_AT, 2 * len(objects))
     if clean or not objects:
         return
     try:
