@@ -290,10 +290,10 @@ class TestPlugin(PluginTest):
     def test_refuses_other_interfaces(self):
         cases = [
             ("distributed/device_communicators/shm_broadcast.py",
-             "def dequeue(self, timeout=None, cancel=None, indefinite=False):",
-             "def dequeue(self, timeout=None, cancel=None):",
-             "MessageQueue.dequeue is (self, timeout=None, cancel=None), recorded "
-             "(self, timeout=None, cancel=None, indefinite=False)"),
+             "def dequeue(self, timeout=None, indefinite=False):",
+             "def dequeue(self, timeout=None):",
+             "MessageQueue.dequeue is (self, timeout=None), recorded "
+             "(self, timeout=None, indefinite=False)"),
             ("distributed/device_communicators/shm_object_storage.py",
              "    def free_unused(self):",
              "    def peek(self, key):\n        pass\n\n    def free_unused(self):",
@@ -357,16 +357,16 @@ class TestRecordedInterfaces(unittest.TestCase):
             return type("Q", (), body)
 
         self.assertEqual(vi.dropin_differences(key, with_changes()), [])
-        ok = with_changes(dequeue="def dequeue(self, timeout=None, cancel=None, indefinite="
-                                  "False, spin=0, *, name=None, **kw): pass",
+        ok = with_changes(dequeue="def dequeue(self, timeout=None, indefinite=False, spin=0, "
+                                  "*, cancel=None, **kw): pass",
                           enqueue="def enqueue(self, obj=None, timeout=None): pass")
         self.assertEqual(vi.dropin_differences(key, ok), [])
         bad = {
             "is missing": dict(shutdown=None),
             "lacks parameter 'indefinite'":
-                dict(dequeue="def dequeue(self, timeout=None, cancel=None): pass"),
-            "has 'event' where vLLM has 'cancel'":
-                dict(dequeue="def dequeue(self, timeout=None, event=None, indefinite=False): "
+                dict(dequeue="def dequeue(self, timeout=None): pass"),
+            "has 'cancel' where vLLM has 'indefinite'":
+                dict(dequeue="def dequeue(self, timeout=None, cancel=None, indefinite=False): "
                              "pass"),
             "requires parameter 'flags'":
                 dict(enqueue="def enqueue(self, obj, timeout=None, *, flags): pass"),

@@ -34,8 +34,11 @@ SOURCES = {
         "release": "main (touch(key, address, monotonic_id), close())",
     },
     "vllm/distributed/device_communicators/shm_broadcast.py": {
+        # The commit of tests/distributed/test_shm_broadcast.py that drives
+        # shutdown() and SpinCondition; the module of that version has no
+        # "cancel" parameter any more (shutdown() took its place).
         "commit": "00c4c3f6785b601529004c5aaee29c5949128f2b",
-        "release": "main (SpinCondition: shutdown(), dequeue(timeout, cancel, indefinite), "
+        "release": "main (SpinCondition: shutdown(), dequeue(timeout, indefinite), "
                    "24 MiB chunks)",
     },
 }
@@ -56,9 +59,9 @@ CLASSES = {
             "wait_until_ready": "(self)",
             "shutdown": "(self)",
             "acquire_write": "(self, timeout=None)",
-            "acquire_read": "(self, timeout=None, cancel=None, indefinite=False)",
+            "acquire_read": "(self, timeout=None, indefinite=False)",
             "enqueue": "(self, obj, timeout=None)",
-            "dequeue": "(self, timeout=None, cancel=None, indefinite=False)",
+            "dequeue": "(self, timeout=None, indefinite=False)",
             "recv": "static (socket, timeout)",
             "broadcast_object": "(self, obj=None)",
             "create_from_process_group_single_reader":

@@ -41,13 +41,13 @@ class MessageQueue:
     def acquire_write(self, timeout=None):
         _standin("MessageQueue.acquire_write")
 
-    def acquire_read(self, timeout=None, cancel=None, indefinite=False):
+    def acquire_read(self, timeout=None, indefinite=False):
         _standin("MessageQueue.acquire_read")
 
     def enqueue(self, obj, timeout=None):
         _standin("MessageQueue.enqueue")
 
-    def dequeue(self, timeout=None, cancel=None, indefinite=False):
+    def dequeue(self, timeout=None, indefinite=False):
         _standin("MessageQueue.dequeue")
 
     @staticmethod
