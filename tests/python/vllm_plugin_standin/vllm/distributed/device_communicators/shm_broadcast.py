@@ -41,6 +41,12 @@ class MessageQueue:
     def acquire_write(self, timeout=None):
         _standin("MessageQueue.acquire_write")
 
+    class ReadTimeoutWithWarnings:
+        """vLLM's has a helper class inside MessageQueue: not a method."""
+
+        def __init__(self, timeout, should_warn):
+            self.timeout = timeout
+
     def acquire_read(self, timeout=None, indefinite=False):
         _standin("MessageQueue.acquire_read")
 
