@@ -642,10 +642,10 @@ class QueueTest(DaemonTest):
             mq.enqueue("after")
             self.assertEqual(reader.dequeue(timeout=WAIT), "after")
 
-    # shutdown() wakes a reader blocked in dequeue() with no timeout: it
-    # raises Cancelled, a RuntimeError saying "cancelled"; the writer's next
-    # enqueue raises it too.
-    def test_shutdown_wakes_blocked_reader(self):
+    # shutdown_queue() wakes a reader (of another process) blocked in
+    # dequeue() with no timeout: it raises Cancelled, a RuntimeError saying
+    # "cancelled"; the writer's next enqueue raises it too.
+    def test_shutdown_queue_wakes_blocked_reader(self):
         mq = self.writer(1)
         results = CTX.Queue()
         ready = CTX.Event()
@@ -657,7 +657,7 @@ class QueueTest(DaemonTest):
             self.assertLess(time.monotonic(), deadline, "the reader never went to sleep")
             time.sleep(0.005)
         sent = time.monotonic()
-        mq.shutdown()
+        mq.shutdown_queue()
         self.assertEqual(self.outcomes(results, 1), {"reader": ("Cancelled", True)})
         sys.stdout.write("  blocked reader woke by shutdown within %.1f ms\n"
                          % ((time.monotonic() - sent) * 1000))
@@ -977,7 +977,8 @@ print(out, t.is_alive())
 
     # A MessageQueue used in a child made by fork() raises ECHILD and
     # touches nothing: the parent's writer and reader go on in step, and
-    # the queue is not shut down.
+    # the queue is not shut down. shutdown() (vLLM's, which never raises)
+    # only marks the child's copy.
     def test_fork_child_cannot_use_queue(self):
         mq = self.writer(1, max_chunk_bytes=256, max_chunks=8)
         reader = self.reader(mq)
@@ -988,7 +989,8 @@ print(out, t.is_alive())
         if pid == 0:
             codes = []
             for fn in (lambda: mq.enqueue("from the child"), lambda: reader.dequeue(0),
-                       lambda: mq.wait_until_ready(0), mq.shutdown, reader.close):
+                       lambda: mq.wait_until_ready(0), mq.shutdown_queue, reader.close,
+                       reader.shutdown):
                 try:
                     fn()
                     codes.append("ok")
@@ -1004,7 +1006,8 @@ print(out, t.is_alive())
             codes = os.read(rfd, 1000).decode()
         finally:
             os.close(rfd)
-        self.assertEqual(codes, " ".join(["ECHILD"] * 5))
+        self.assertEqual(codes, " ".join(["ECHILD"] * 5 + ["ok"]))
+        self.assertFalse(reader.shutting_down)
         mq.enqueue("b")
         self.assertEqual(reader.dequeue(timeout=WAIT), "b")
         self.assertEqual(self.queue(mq.name)["state"], "open")
@@ -1019,9 +1022,12 @@ print(out, t.is_alive())
         mq.enqueue(b"B" * 1000, timeout=WAIT)
         self.assertEqual(reader.dequeue(timeout=WAIT), b"B" * 1000)
 
-    # shutdown() after close() raises ConnectionLost (not AttributeError).
+    # shutdown_queue() after close() raises ConnectionLost (not
+    # AttributeError); shutdown(), vLLM's, never raises and only says so.
     def test_shutdown_after_close(self):
         mq = self.writer(1)
         mq.close()
         with self.assertRaises(shmbroker.ConnectionLost):
-            mq.shutdown()
+            mq.shutdown_queue()
+        mq.shutdown()
+        self.assertTrue(mq.shutting_down)

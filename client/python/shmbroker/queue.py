@@ -24,7 +24,9 @@ Unpickling runs code the bytes name: share a queue only among processes that
 trust each other, as with vLLM's.
 """
 
+import contextlib
 import dataclasses
+import logging
 import mmap
 import os
 import pickle
@@ -40,11 +42,19 @@ from . import _futex
 from . import client as _client
 from . import frames as _frames
 from .client import Client
+from .errors import error_for as _error_for
 from .errors import (Cancelled, ConnectionLost, EndOfQueue, InvalidRequest, KeyExists,
                      NotFound, ProtocolError, ShmBrokerError, Timeout, Unsupported)
 from .pickling import pickle_frames, unpickle_frames
 
 __all__ = ["MessageQueue", "Handle"]
+
+_log = logging.getLogger(__name__)
+
+# vLLM's default slot size (max_chunk_bytes) since it grew from 10 MiB: a
+# drop-in made with vLLM's defaults has vLLM's geometry, 10 slots of 24 MiB.
+DEFAULT_MAX_CHUNK_BYTES = 24 * 1024 * 1024
+DEFAULT_MAX_CHUNKS = 10
 
 # proto/layout_queue.h (tests/python/test_queues.py checks these against it).
 QUEUE_MAGIC = 0x31455551424D4853  # "SHMBQUE1"
@@ -90,6 +100,13 @@ _MINUS_ONE = 0xFFFFFFFF  # fetch_add32 of -1
 # shutdown) ends the wait instead of leaving it asleep for ever.
 _SLICE_NS = 1000000000
 _MARK_SLEEP_NS = 1000000
+# A wait given a cancel event (dequeue(cancel=...)) looks at it this often
+# while asleep: setting a threading.Event wakes no futex.
+_CANCEL_POLL_NS = 10000000
+# vLLM's variable for the interval of its "No available shared memory
+# broadcast block found" log line, and its default (seconds).
+_WARNING_INTERVAL_ENV = "VLLM_RINGBUFFER_WARNING_INTERVAL"
+_WARNING_INTERVAL_S = 60
 _HANGUP = select.POLLHUP | select.POLLERR | select.POLLNVAL | getattr(select, "POLLRDHUP", 0)
 
 _H = HEADER_OFFSETS
@@ -119,6 +136,22 @@ def _corrupt(why):
 
 def _cancelled():
     return Cancelled("ECANCELED", "cancelled: the queue was shut down.")
+
+
+def _stopped_here(why):
+    return Cancelled("ECANCELED", "cancelled: %s; the queue itself goes on for its other "
+                     "members." % why)
+
+
+def _warning_interval_ns():
+    """How often a long wait logs (vLLM's VLLM_RINGBUFFER_WARNING_INTERVAL,
+    seconds); a value that is not a positive integer is the default."""
+    raw = os.environ.get(_WARNING_INTERVAL_ENV)
+    try:
+        seconds = int(raw) if raw is not None else _WARNING_INTERVAL_S
+    except ValueError:
+        seconds = _WARNING_INTERVAL_S
+    return (seconds if seconds > 0 else _WARNING_INTERVAL_S) * 1000000000
 
 
 def _closed_meanwhile():
@@ -187,6 +220,9 @@ class _Area:
         self.epoch = epoch
         self._held = None     # the message held since dequeue, until done
         self._spin_r = SPIN_START_NS
+        # Set by this member's shutdown() (stop_reads): its waits for a
+        # message end with Cancelled; other members' are not touched.
+        self.reads_stopped = False
         # Calls in flight (enter/leave) and close(): the mapping goes when
         # the last call inside it has left, never under a thread using it.
         self._lock = threading.Lock()
@@ -309,17 +345,25 @@ class _Area:
             # reader, or the daemon dropping or taking its seat meanwhile.
             _futex.fetch_add32(self._rw_addr, _MINUS_ONE)
 
-    def _wait(self, writer, timeout):
+    def _wait(self, writer, timeout, cancel=None, warn=False):
         """Until ready (returns) or an error (raises), as queue.c's wait_for:
         a spin of this side's adaptive budget, then futex waits. No lost
         wake-up: this side announces, reads the word, re-checks and sleeps
         only while the word still holds what it read; a waker changes the
-        condition, bumps the word, then reads the announcement."""
+        condition, bumps the word, then reads the announcement.
+
+        Only a wait that is not ready at once looks further, as vLLM's: at
+        this member's stop (reads_stopped, a reader's) and at cancel (an
+        object with is_set(), looked at every _CANCEL_POLL_NS while asleep),
+        either of which ends it with Cancelled; warn: log every
+        VLLM_RINGBUFFER_WARNING_INTERVAL seconds of waiting, as vLLM does
+        unless told the wait is indefinite."""
         ready = self._writer_ready if writer else self._reader_ready
         if ready():
             return
         if timeout is not None and timeout <= 0:
             self._timed_out(writer, timeout)
+        self._check_stop(writer, cancel)
         start = _now()
         deadline = None if timeout is None else start + int(timeout * 1e9)
         budget = self._spin_w if writer else self._spin_r
@@ -338,6 +382,8 @@ class _Area:
                 now = _now()
                 if now - start >= limit or (deadline is not None and now >= deadline):
                     break
+                if i & 1023 == 0:  # a set_spin of up to 100 ms
+                    self._check_stop(writer, cancel)
         budget = max(budget // 2, SPIN_MIN_NS)
         if writer:
             self._spin_w = budget
@@ -348,6 +394,9 @@ class _Area:
         q32 = self._q32
         looked = _now()
         mark = writer
+        nap = _SLICE_NS if cancel is None else _CANCEL_POLL_NS
+        warn_every = _warning_interval_ns() if warn else 0
+        warn_at = start + warn_every
         while True:
             # The writer's first sleep waits for its mark, at most
             # _MARK_SLEEP_NS (queue.c's MARK_SLEEP_NS): a slowest reader that
@@ -356,9 +405,11 @@ class _Area:
             try:
                 val = q32[word]
                 ok = ready()
+                if not ok:
+                    self._check_stop(writer, cancel)
                 now = _now()
                 if not ok and (deadline is None or now < deadline):
-                    until = now + (_MARK_SLEEP_NS if mark else _SLICE_NS)
+                    until = now + (_MARK_SLEEP_NS if mark else nap)
                     _futex.futex_wait(addr, val, until if deadline is None
                                       else min(deadline, until))
             finally:
@@ -380,6 +431,39 @@ class _Area:
                 looked = now
                 if not ready():
                     self.check_daemon()
+            if warn_every and now >= warn_at:
+                self._log_long_wait(writer, (now - start) // 1000000000)
+                warn_at += warn_every
+
+    def _check_stop(self, writer, cancel):
+        """Raise Cancelled when this member stopped its reads (a reader's
+        shutdown()) or cancel is set."""
+        if self.reads_stopped and not writer:
+            raise _stopped_here("this reader's shutdown() was called")
+        if cancel is not None and cancel.is_set():
+            raise _stopped_here("the cancel event given to this wait was set")
+
+    def _log_long_wait(self, writer, seconds):
+        """vLLM's periodic line of a long wait, with what it waits for."""
+        if writer:
+            _log.info("No available shared memory broadcast block found in %d seconds: "
+                      "queue %s waits for reader seat %d to read message %d.", seconds,
+                      self.name, self.blocker, self.head - self.slots)
+        else:
+            _log.info("No available shared memory broadcast block found in %d seconds: "
+                      "reader seat %d of queue %s waits for message %d.", seconds,
+                      self.seat, self.name, self._q64[self._i_next])
+
+    def stop_reads(self):
+        """This member's shutdown(): its waits for a message, now (in other
+        threads) and later, end with Cancelled. Bumping the word wakes a
+        wait asleep on it; other members wake, look and sleep again."""
+        with self._lock:
+            self.reads_stopped = True
+            if self._closing or self._mm is None or self.seat is None:
+                return
+            _futex.fetch_add32(self._head_word_addr, 1)
+            _futex.futex_wake(self._head_word_addr, _futex.INT_MAX)
 
     def _timed_out(self, writer, timeout):
         if writer:
@@ -390,12 +474,12 @@ class _Area:
 
     # ---- the writer ---------------------------------------------------------
 
-    def reserve(self, timeout):
+    def reserve(self, timeout, warn=True):
         """Wait until the next slot is free; returns (its payload, a writable
         memoryview of slot_size bytes, and the (flags, seq) it held)."""
         if self.head is None:
             self.head = self.published()
-        self._wait(True, timeout)
+        self._wait(True, timeout, warn=warn)
         self._reserved = True
         off = self._slot_at(self.head)
         seq, flags = SLOT.unpack_from(self._mv, off)[:2]
@@ -432,11 +516,11 @@ class _Area:
 
     # ---- a reader -------------------------------------------------------------
 
-    def dequeue(self, timeout):
+    def dequeue(self, timeout, cancel=None, warn=False):
         """The next message at this seat, in place: (flags, payload view,
         aux), valid until done() or the next dequeue."""
         self.done()
-        self._wait(False, timeout)
+        self._wait(False, timeout, cancel, warn)
         n = self._q64[self._i_next]
         off = self._slot_at(n)
         seq, flags, length, aux, _ = SLOT.unpack_from(self._mv, off)
@@ -552,6 +636,53 @@ def _read_message(view):
     return _frames.parse(view)
 
 
+def _wait_options(cancel, indefinite):
+    """(cancel, indefinite) of dequeue() and acquire_read(). vLLM's
+    releases differ in their second parameter: cancel (an Event) in some,
+    indefinite (a bool) in others; a bool there is taken as indefinite."""
+    if isinstance(cancel, bool):
+        return None, cancel or bool(indefinite)
+    if cancel is not None and not callable(getattr(cancel, "is_set", None)):
+        raise TypeError("cancel must be None or an object with is_set(), such as a "
+                        "threading.Event; got %r." % (cancel,))
+    return cancel, bool(indefinite)
+
+
+class _WriterFailed:
+    """Sent over a process group in place of a handle: the member that
+    should have made the queue could not (picklable: the error's class
+    name, code and message)."""
+
+    def __init__(self, error):
+        self.kind = type(error).__name__
+        self.code = getattr(error, "code", None)
+        self.message = str(error)
+
+    def error(self, who="the writer could not make the queue"):
+        text = "%s: %s: %s" % (who, self.kind, self.message)
+        if self.code:
+            return _error_for(self.code, text)
+        return RuntimeError(text)
+
+
+def _check_local(group, center, socket_path, role):
+    """Raise Unsupported, on every member alike, when some member of group
+    does not reach the same host and daemon socket as group rank center
+    (a collective: every member gathers every member's node key)."""
+    from . import _groups
+
+    keys = group.all_gather(_groups.node_key(socket_path))
+    away = [group.global_ranks[r] for r, k in enumerate(keys) if k != keys[center]]
+    if away:
+        raise Unsupported("ENOSYS", "Ranks %s of this process group are not on the %s's host "
+                          "or do not reach its shmbrokerd (%s): shmbroker's MessageQueue "
+                          "has readers on one host only (vLLM sends to the others over "
+                          "ZeroMQ). Nothing was made. Use vLLM's own MessageQueue for a "
+                          "group that spans hosts, or give every member the same socket "
+                          "(SHMBROKER_SOCKET)." % (away, role,
+                          _client.default_socket_path(socket_path)))
+
+
 def _check_name(name):
     if (not isinstance(name, str) or not 1 <= len(name) <= 32
             or not all(c.isascii() and (c.isalnum() or c in "_-") for c in name)):
@@ -612,8 +743,10 @@ class MessageQueue:
 
     Arguments as vLLM's: n_reader, n_local_reader (default n_reader),
     local_reader_ranks (default 0..n_local_reader-1; a rank's seat is its
-    index there), max_chunk_bytes (the slot size; larger messages go as
-    store objects instead of vLLM's ZeroMQ socket) and max_chunks (slots).
+    index there), max_chunk_bytes (the slot size, default vLLM's 24 MiB;
+    larger messages go as store objects instead of vLLM's ZeroMQ socket)
+    and max_chunks (slots, default 10). A process group's members make
+    their queue with create_from_process_group() as in vLLM.
     connect_ip is accepted and ignored, and so are remote readers: every
     reader must be on this host (create_from_handle refuses a rank outside
     local_reader_ranks). Keywords: name (the queue's, default a fresh
@@ -622,23 +755,24 @@ class MessageQueue:
     queue's membership is its connection, so it must outlive the queue).
 
     The queue is created "temporary": the daemon deletes it once its writer
-    and every reader have left. Differences from vLLM that code may see:
-    shutdown() shuts the queue down for every member (vLLM's stops only the
-    caller's waits); a reader whose writer is gone gets EndOfQueue (an
-    EOFError) once it has read everything; a dead reader no longer holds
-    the writer back. Timeouts are in seconds (None: for ever) and raise
-    shmbroker.Timeout, a TimeoutError; a queue shut down raises Cancelled,
-    a RuntimeError("cancelled: ..."). One thread per MessageQueue, except
-    shutdown() and close(), which any thread may call (a call waiting in
-    another thread then raises). A member whose daemon died (killed, no
-    shutdown) raises ConnectionLost within about a second of waiting. A
-    MessageQueue belongs to the process that made it: in a child made by
+    and every reader have left. shutdown() is vLLM's (it stops the caller's
+    own reads); shutdown_queue() stops the queue for every member.
+    Differences from vLLM that code may see: a reader whose writer is gone
+    gets EndOfQueue (an EOFError) once it has read everything; a dead reader
+    no longer holds the writer back. Timeouts are in seconds (None: for
+    ever) and raise shmbroker.Timeout, a TimeoutError; a queue shut down
+    raises Cancelled, a RuntimeError("cancelled: ..."). One thread per
+    MessageQueue, except shutdown(), shutdown_queue() and close(), which
+    any thread may call (a call waiting in another thread then raises). A
+    member whose daemon died (killed, no shutdown) raises ConnectionLost
+    within about a second of waiting. A MessageQueue belongs to the process that made it: in a child made by
     fork() since, every call raises ECHILD and touches nothing (the child
     may make its own with create_from_handle).
     """
 
     def __init__(self, n_reader, n_local_reader=None, local_reader_ranks=None,
-                 max_chunk_bytes=10 * 1024 * 1024, max_chunks=10, connect_ip=None, *,
+                 max_chunk_bytes=DEFAULT_MAX_CHUNK_BYTES, max_chunks=DEFAULT_MAX_CHUNKS,
+                 connect_ip=None, *,
                  name=None, socket_path=None, pool=None, client=None):
         if n_local_reader is None:
             n_local_reader = n_reader
@@ -810,6 +944,96 @@ class MessageQueue:
             raise
         return self
 
+    @staticmethod
+    def create_from_process_group(pg, max_chunk_bytes, max_chunks, writer_rank=0,
+                                  external_writer_handle=None, blocking=True, *,
+                                  socket_path=None, pool=None):
+        """vLLM's: every member of pg (a torch.distributed ProcessGroup or
+        vLLM's StatelessProcessGroup) calls it; the member of group rank
+        writer_rank makes the queue, with every other member a reader,
+        and sends them its handle over pg; each returns its MessageQueue,
+        ready (every seat taken) once blocking. external_writer_handle:
+        the writer's member joins that queue as a reader instead and hands
+        it on. A collective: a member that does not call it holds the
+        others.
+
+        Every member must reach the writer's shmbrokerd (the same host and
+        socket; socket_path and pool as for MessageQueue): vLLM sends to
+        readers on other hosts over ZeroMQ, which this queue does not. When
+        some do not, every member raises Unsupported naming them, before
+        any queue is made (none is left waiting)."""
+        from . import _groups
+
+        group = _groups.wrap(pg)
+        _check_local(group, writer_rank, socket_path, "writer")
+        if group.rank == writer_rank:
+            # What failed is sent in place of the handle: the readers raise
+            # it too instead of waiting for a handle that never comes.
+            try:
+                if external_writer_handle is not None:
+                    mq = MessageQueue.create_from_handle(external_writer_handle, group.rank)
+                else:
+                    readers = [r for r in range(group.world_size) if r != writer_rank]
+                    mq = MessageQueue(len(readers), len(readers), readers, max_chunk_bytes,
+                                      max_chunks, socket_path=socket_path, pool=pool)
+            except Exception as e:
+                group.broadcast(_WriterFailed(e), writer_rank)
+                raise
+            group.broadcast(mq.export_handle(), writer_rank)
+        else:
+            handle = group.broadcast(None, writer_rank)
+            if isinstance(handle, _WriterFailed):
+                raise handle.error()
+            mq = MessageQueue.create_from_handle(handle, group.rank)
+        if blocking:
+            mq.wait_until_ready()
+        return mq
+
+    @staticmethod
+    def create_from_process_group_single_reader(pg, max_chunk_bytes, max_chunks,
+                                                reader_rank=0, blocking=False, *,
+                                                socket_path=None, pool=None):
+        """vLLM's: every member of pg calls it and makes a queue of its own
+        with one reader seat; the member of rank reader_rank (a global rank
+        for a torch group, as in vLLM) gets every member's handle, in group
+        rank order, to join each with create_from_handle(handle, 0).
+        Returns (this member's MessageQueue, the handles: empty except at
+        the reader). blocking: wait until the reader has joined (it must
+        do so from another thread or process meanwhile). Every member must
+        reach the reader's shmbrokerd, as for create_from_process_group."""
+        from . import _groups
+
+        group = _groups.wrap(pg)
+        if reader_rank not in group.global_ranks:
+            raise InvalidRequest("EINVAL", "reader_rank %r is not a rank of this group (its "
+                                 "ranks are %r)." % (reader_rank, group.global_ranks))
+        reader = group.global_ranks.index(reader_rank)
+        _check_local(group, reader, socket_path, "reader")
+        # Every member learns every other's outcome (vLLM gathers to the
+        # reader only): one that failed fails them all, none is left waiting.
+        mq = failed = None
+        try:
+            mq = MessageQueue(1, 1, [0], max_chunk_bytes, max_chunks,
+                              socket_path=socket_path, pool=pool)
+        except Exception as e:
+            failed = e
+        every = group.all_gather(_WriterFailed(failed) if failed else mq.export_handle())
+        try:
+            if failed is not None:
+                raise failed
+            bad = [(group.global_ranks[r], h) for r, h in enumerate(every)
+                   if isinstance(h, _WriterFailed)]
+            if bad:
+                raise bad[0][1].error("rank %d of the group could not make its queue"
+                                      % bad[0][0])
+            if blocking:
+                mq.wait_until_ready()
+        except BaseException:
+            if mq is not None:
+                mq.close()
+            raise
+        return mq, (every if group.rank == reader else [])
+
     def __repr__(self):
         return "<shmbroker.MessageQueue %s %s%s>" % (
             self.name, "writer" if self._is_writer else "reader seat %d" % self.local_reader_rank,
@@ -867,29 +1091,45 @@ class MessageQueue:
         written in place) into the next slot, or into a store object when it
         does not fit one. Waits (timeout in seconds, None: for ever) while
         the slowest live reader has not read the message that last used the
-        slot. Raises Timeout, Cancelled, ConnectionLost (EPIPE: this writer
-        was removed), and for a message larger than a slot what alloc()
-        raises (NoSpace when the pool has no room for it now)."""
-        if not self._is_writer:
-            raise InvalidRequest("EINVAL", "Only the writer can enqueue; this is reader seat "
-                                 "%d." % self.local_reader_rank)
+        slot, logging every VLLM_RINGBUFFER_WARNING_INTERVAL seconds of it
+        as vLLM does. Raises Timeout, Cancelled, ConnectionLost (EPIPE: this
+        writer was removed), and for a message larger than a slot what
+        alloc() raises (NoSpace when the pool has no room for it now)."""
+        self._writer_only("enqueue")
         area = self._enter()
         try:
             self._enqueue(area, obj, timeout)
         finally:
             area.leave()
 
+    def _writer_only(self, what):
+        if not self._is_writer:
+            raise InvalidRequest("EINVAL", "Only the writer can %s; this is reader seat %d."
+                                 % (what, self.local_reader_rank))
+
+    def _reserve(self, area, timeout):
+        """The next slot's payload (a writable view of slot_size bytes), once
+        free. The overflow object of the message that used it last goes
+        now, once, whatever this message becomes: every live reader is
+        done with it."""
+        payload, old_flags, old_seq = area.reserve(timeout)
+        n = area.head
+        if old_flags == SLOT_OBJECT and n >= area.slots and old_seq == n - area.slots:
+            area.forget_slot()
+            try:
+                self.client.delete(self._object_key(old_seq), noreply=True)
+            except BaseException:
+                payload.release()
+                area._reserved = False
+                raise
+        return payload
+
     def _enqueue(self, area, obj, timeout):
         bufs = pickle_frames(obj)
         total = _message_size(bufs)
-        payload, old_flags, old_seq = area.reserve(timeout)
+        payload = self._reserve(area, timeout)
         try:
             n = area.head
-            if old_flags == SLOT_OBJECT and n >= area.slots and old_seq == n - area.slots:
-                # Every live reader is done with that message (the slot is
-                # free): its object goes, once, even if this one fails.
-                area.forget_slot()
-                self.client.delete(self._object_key(old_seq), noreply=True)
             if total <= area.slot_size:
                 _write_message(payload[:total], bufs)
                 area.publish(SLOT_INLINE, total)
@@ -919,55 +1159,121 @@ class MessageQueue:
             payload.release()
             area._reserved = False
 
+    @contextlib.contextmanager
+    def acquire_write(self, timeout=None):
+        """vLLM's: ``with mq.acquire_write(timeout) as buf:`` waits for the
+        next slot as enqueue() does and gives its bytes (a writable
+        memoryview of max_chunk_bytes) to fill; leaving the block publishes
+        the whole slot to every reader, where acquire_read() gives the same
+        bytes. A block left by an exception publishes nothing. The bytes are
+        the caller's own format: dequeue() reads only what enqueue() wrote
+        (the frames layout), so pair acquire_write with acquire_read. The
+        view is released at the end of the block (keep nothing made from
+        it: BufferError, as vLLM's)."""
+        self._writer_only("acquire a slot to write")
+        area = self._enter()
+        try:
+            payload = self._reserve(area, timeout)
+            try:
+                yield payload
+                area.publish(SLOT_INLINE, area.slot_size)
+            finally:
+                area._reserved = False
+                payload.release()
+        finally:
+            area.leave()
+
     def _object_key(self, seq):
         return "q/%s/%d" % (self.name, seq)
 
-    def dequeue(self, timeout=None):
+    def dequeue(self, timeout=None, cancel=None, indefinite=False):
         """The next message, unpickled (it owns its memory: nothing points
         into the queue afterwards). Waits (timeout in seconds, None: for
-        ever) until the writer publishes it. Raises Timeout, Cancelled,
-        EndOfQueue (the writer is gone and everything it sent was read),
-        ConnectionLost (ENOTCONN: this seat was dropped)."""
+        ever) until the writer publishes it. As vLLM's: cancel (a
+        threading.Event) ends the wait with Cancelled once set; a wait logs
+        every VLLM_RINGBUFFER_WARNING_INTERVAL seconds, unless indefinite;
+        after this member's shutdown(), a message already published is
+        still returned, and a wait for one raises Cancelled. (A bool as the
+        second argument is indefinite, as in vLLM releases without cancel.)
+        Raises Timeout, Cancelled, EndOfQueue (the writer is gone and
+        everything it sent was read), ConnectionLost (ENOTCONN: this seat
+        was dropped)."""
+        cancel, indefinite = _wait_options(cancel, indefinite)
         if self._is_writer:
             raise InvalidRequest("EINVAL", "Only readers can dequeue; this is the writer.")
+        with self._message(timeout, cancel, not indefinite) as (flags, held, size):
+            if flags == SLOT_OBJECT:
+                return self._unpickle_object(held, size)
+            views = _read_message(held)
+            try:
+                return unpickle_frames(views, copy=True)
+            finally:
+                for v in views:
+                    v.release()
+
+    @contextlib.contextmanager
+    def acquire_read(self, timeout=None, cancel=None, indefinite=False):
+        """vLLM's: ``with mq.acquire_read(timeout, cancel, indefinite) as
+        buf:`` waits for the next message as dequeue() does and gives its
+        bytes in place, read-only views valid inside the block: what
+        acquire_write's block filled (the whole slot), or the frames of
+        what enqueue() sent (larger than a slot: its object's bytes, pinned
+        for the block). Leaving the block, even by an exception, marks the
+        message read, as vLLM's does."""
+        cancel, indefinite = _wait_options(cancel, indefinite)
+        if self._is_writer:
+            raise InvalidRequest("EINVAL", "Only readers can acquire a message to read; this "
+                                 "is the writer.")
+        with self._message(timeout, cancel, not indefinite) as (flags, held, size):
+            view = (held.view if flags == SLOT_OBJECT else held)[:size].toreadonly()
+            try:
+                yield view
+            finally:
+                view.release()
+
+    @contextlib.contextmanager
+    def _message(self, timeout, cancel, warn):
+        """The next message at this seat, held for the block: (SLOT_INLINE,
+        the slot's bytes, their length) or (SLOT_OBJECT, the pin of its
+        object, the message's length in it). Leaving the block marks it read and releases the
+        pin; a message whose object could not be asked for (the client busy
+        in another thread) stays at this seat for the next call."""
         area = self._enter()
         try:
-            return self._dequeue(area, timeout)
+            flags, payload, aux = area.dequeue(timeout, cancel, warn)
+            keep = False
+            pin = None
+            try:
+                if flags == SLOT_INLINE:
+                    yield flags, payload, payload.nbytes
+                    return
+                try:
+                    pin = self._pin_object(bytes(payload))
+                except ShmBrokerError as e:
+                    # Nothing was taken, so the message stays at this seat
+                    # and the next call returns it.
+                    keep = e.code in _client._NOT_SENT
+                    raise
+                # The message is the object's first aux bytes: a writer may
+                # have reserved more than it published (PROTOCOL.md section 9).
+                if aux > pin.size:
+                    raise _corrupt("overflow object %s has %d bytes; its slot says %d"
+                                   % (pin.key, pin.size, aux))
+                yield flags, pin, aux
+            finally:
+                payload.release()
+                if keep:
+                    area.keep()
+                else:
+                    area.done()
+                # After the seat moved on: a reader that dies between the two
+                # still pins the object, so the daemon knows it took its read.
+                if pin is not None:
+                    self._release(pin)
         finally:
             area.leave()
             if self.client is not None and self.client._later:
                 self._send_releases()
-
-    def _dequeue(self, area, timeout):
-        flags, payload, aux = area.dequeue(timeout)
-        keep = False
-        pin = None
-        try:
-            if flags == SLOT_INLINE:
-                views = _read_message(payload)
-                try:
-                    return unpickle_frames(views, copy=True)
-                finally:
-                    for v in views:
-                        v.release()
-            pin = self._pin_object(bytes(payload))
-            return self._read_object(pin, aux)
-        except ShmBrokerError as e:
-            # The object could not be asked for (the client is busy in
-            # another thread, say): nothing was taken, so the message stays
-            # at this seat and the next dequeue returns it.
-            keep = flags == SLOT_OBJECT and e.code in _client._NOT_SENT
-            raise
-        finally:
-            payload.release()
-            if keep:
-                area.keep()
-            else:
-                area.done()
-            # After the seat moved on: a reader that dies between the two
-            # still pins the object, so the daemon knows it took its read.
-            if pin is not None:
-                self._release(pin)
 
     def _send_releases(self):
         """Send the releases kept while the client was busy (release_many
@@ -989,15 +1295,11 @@ class MessageQueue:
             raise _corrupt("an overflow slot names key %r, not one of this queue's" % key)
         return self.client.get(key)
 
-    def _read_object(self, pin, size):
-        """A message sent as a store object, read in place from its pin."""
+    def _unpickle_object(self, pin, size):
+        """A message sent as a store object (its first size bytes), read in
+        place from its pin."""
         views = ()
         try:
-            # The message is the object's first size bytes: a writer may
-            # have reserved more than it published (PROTOCOL.md section 9).
-            if size > pin.size:
-                raise _corrupt("overflow object %s has %d bytes; its slot says %d"
-                               % (pin.key, pin.size, size))
             views = _read_message(pin.view[:size])
             return unpickle_frames(views, copy=True)
         finally:
@@ -1017,6 +1319,21 @@ class MessageQueue:
             pin._hand_over()
             self.client._release_later_gen(pin._gen, pin.key)
 
+    @staticmethod
+    def recv(socket, timeout):
+        """vLLM's MessageQueue.recv: one message from a ZeroMQ socket (a
+        pickle and its out-of-band buffers, one frame each), waiting at most
+        timeout seconds (None: for ever); TimeoutError when none comes. Our
+        queue never sends through a socket; this is for code that calls it
+        with a socket of its own (zmq is not imported here: any object with
+        poll(timeout=ms) and recv_multipart(copy=False) will do)."""
+        timeout_ms = None if timeout is None else max(0, int(timeout * 1000))
+        if not socket.poll(timeout=timeout_ms):
+            raise TimeoutError("No message on the socket in %g s." % timeout
+                               if timeout is not None else "No message on the socket.")
+        first, *oob = socket.recv_multipart(copy=False)
+        return pickle.loads(first, buffers=oob)
+
     def broadcast_object(self, obj=None):
         """The writer enqueues obj and returns it; a reader returns the next
         message (vLLM's)."""
@@ -1026,9 +1343,25 @@ class MessageQueue:
         return self.dequeue()
 
     def shutdown(self):
-        """Shut the queue down for every member: each wait (enqueue, dequeue,
-        wait_until_ready), now or later, raises Cancelled. Idempotent; any
-        thread may call it, even while this queue's thread waits. Raises
+        """vLLM's: this member is shutting down (``shutting_down`` becomes
+        True). A reader's waits for a message, in any thread, now and
+        later, end with Cancelled (a RuntimeError saying "cancelled"); a
+        message already published is still returned. The queue goes on for
+        every other member, and a writer's calls are not affected. Any
+        thread may call it; it never raises, even after close(). To stop
+        the queue for every member, see shutdown_queue()."""
+        self.shutting_down = True
+        area = self._area
+        if area is None or self._is_writer or self._forks != _client._forks[0]:
+            return
+        area.stop_reads()
+
+    def shutdown_queue(self):
+        """Shut the queue down for every member (not vLLM's: its shutdown()
+        stops only the caller's waits): each wait of every member
+        (enqueue, dequeue, wait_until_ready), now or later, raises
+        Cancelled, as the daemon's stop does. Idempotent; any thread may
+        call it, even while this queue's thread waits. Raises
         ConnectionLost after close()."""
         self._here()
         client = self.client
