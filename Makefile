@@ -28,6 +28,8 @@ SYSCONFDIR  ?= /etc
 PYTHON      ?= $(firstword $(wildcard /usr/bin/python3) python3)
 PY_VERSION  := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 PYTHONDIR   ?= $(PREFIX)/lib/python$(PY_VERSION)/dist-packages
+# The package's metadata directory (PEP 376), for its entry points.
+PY_DISTINFO := shmbroker-$(VERSION).dist-info
 CC          ?= cc
 SANITIZER   ?=
 OPT         ?= -O2
@@ -492,9 +494,18 @@ install: all
 	install -m 0644 systemd/shmbroker.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf
 	install -m 0644 daemon/shmbrokerd.8 $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8
 	install -m 0644 client/shmbrokerctl.1 $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1
+	@# The dist-info beside the package is what importlib.metadata finds: its
+	@# entry_points.txt declares the vLLM plugin (client/python/pyproject.toml's).
 	$(Q)if [ -n "$(PY_VERSION)" ]; then \
-	    install -d $(DESTDIR)$(PYTHONDIR)/shmbroker && \
-	    install -m 0644 client/python/shmbroker/*.py $(DESTDIR)$(PYTHONDIR)/shmbroker/; \
+	    install -d $(DESTDIR)$(PYTHONDIR)/shmbroker $(DESTDIR)$(PYTHONDIR)/$(PY_DISTINFO) && \
+	    install -m 0644 client/python/shmbroker/*.py $(DESTDIR)$(PYTHONDIR)/shmbroker/ && \
+	    printf 'Metadata-Version: 2.1\nName: shmbroker\nVersion: %s\nSummary: %s\n' \
+	        '$(VERSION)' 'Zero-copy Python client of shmbrokerd, the shared-memory object broker' \
+	        > $(DESTDIR)$(PYTHONDIR)/$(PY_DISTINFO)/METADATA && \
+	    printf '[vllm.general_plugins]\nshmbroker = shmbroker.vllm_plugin:register\n' \
+	        > $(DESTDIR)$(PYTHONDIR)/$(PY_DISTINFO)/entry_points.txt && \
+	    printf 'make\n' > $(DESTDIR)$(PYTHONDIR)/$(PY_DISTINFO)/INSTALLER && \
+	    chmod 0644 $(DESTDIR)$(PYTHONDIR)/$(PY_DISTINFO)/*; \
 	else echo "$(PYTHON) not found: the Python package (client/python) is not installed"; fi
 
 uninstall:
@@ -505,7 +516,8 @@ uninstall:
 	    $(DESTDIR)$(UNITDIR)/shmbrokerd.service $(DESTDIR)$(UNITDIR)/shmbrokerd.socket \
 	    $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8 \
 	    $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1
-	$(Q)if [ -n "$(PY_VERSION)" ]; then rm -rf $(DESTDIR)$(PYTHONDIR)/shmbroker; \
+	$(Q)if [ -n "$(PY_VERSION)" ]; then rm -rf $(DESTDIR)$(PYTHONDIR)/shmbroker \
+	    $(DESTDIR)$(PYTHONDIR)/$(PY_DISTINFO); \
 	else echo "$(PYTHON) not found: the Python package (client/python) is left alone"; fi
 	@echo "kept the settings $(DESTDIR)$(SYSCONFDIR)/shmbrokerd.conf and $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd (remove them by hand)"
 
