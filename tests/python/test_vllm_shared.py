@@ -5,9 +5,13 @@ hook that lets vLLM use it with several API servers, against a small
 stand-in of vLLM's decision and sender cache.
 """
 
+import json
 import multiprocessing
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import types
 import unittest
 import uuid
@@ -378,6 +382,91 @@ class HookTest(SharedTestCase):
             enable_shared_mm_cache(mods)
         self.assertIs(mods["vllm.multimodal.cache.shm"].SingleWriterShmObjectStorage,
                       ShmBrokerObjectStorage)
+
+
+# ---- the plugin, with and without SHMBROKER_VLLM_SHARED_MM ------------------
+
+# The child: load vLLM's plugins (the stand-in's loader, through the entry
+# point), ask the decision about 4 API servers, and pass one item through two
+# API servers' sender caches.
+SHARED_PROBE = r'''
+import json, os, sys, types
+from vllm.plugins import load_general_plugins
+out = {}
+try:
+    load_general_plugins()
+except Exception as e:
+    out["error"] = "%s: %s" % (type(e).__name__, e)
+import vllm.multimodal.cache as mm
+from shmbroker.vllm import PickleSerde
+mmc = types.SimpleNamespace(mm_processor_cache_type="shm", mm_processor_cache_gb=4)
+config = types.SimpleNamespace(
+    parallel_config=types.SimpleNamespace(_api_process_count=4, data_parallel_size=1,
+                                          data_parallel_external_lb=False),
+    model_config=types.SimpleNamespace(get_multimodal_config=lambda: mmc))
+out["decision"] = mm._get_cache_type(config)
+out["store"] = mm.SingleWriterShmObjectStorage.__name__
+if "error" not in out:
+    name = "shared-probe-%d" % os.getpid()
+    a = mm.ShmObjectStoreSenderCache(name, 1 << 20, 1 << 16, 1, PickleSerde)
+    b = mm.ShmObjectStoreSenderCache(name, 1 << 20, 1 << 16, 1, PickleSerde)
+    pa = a.get_and_update_item((b"img" * 100, ["a"]), "h")
+    pb = b.get_and_update_item((b"img" * 100, ["b"]), "h")
+    out["same_pair"] = list(pa[0]) == list(pb[0]) if isinstance(pb[0], tuple) else False
+    a.close()
+    b.close()
+print(json.dumps(out))
+'''
+
+
+class PluginSharedTest(unittest.TestCase):
+    """The plugin (shmbroker.vllm_plugin) turns the shared mode on in a
+    stand-in vLLM when SHMBROKER_VLLM_SHARED_MM=1, and only then."""
+
+    def setUp(self):
+        import test_vllm_plugin as TP  # its stand-in vLLM and dist-info maker
+        self.TP = TP
+        self.tmp = tempfile.mkdtemp(prefix="shmb-shared-plugin-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.site = os.path.join(self.tmp, "site")
+        os.makedirs(self.site)
+        TP.make_dist_info(self.site)
+        self.d = shmbroker.spawn_daemon(8 << 20)
+        self.addCleanup(self.d.stop)
+
+    def probe(self, env):
+        e = {k: v for k, v in os.environ.items()
+             if not k.startswith("SHMBROKER_VLLM") and k not in ("SHMBROKER_SOCKET",
+                                                                  "VLLM_PLUGINS")}
+        e["PYTHONPATH"] = os.pathsep.join([self.site, self.TP.STANDIN, PACKAGE_DIR])
+        e.update(env)
+        p = subprocess.run([sys.executable, "-c", SHARED_PROBE], env=e, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=120, cwd=self.tmp)
+        self.assertEqual(p.returncode, 0, p.stderr.decode())
+        return json.loads(p.stdout.decode().strip().splitlines()[-1]), p.stderr.decode()
+
+    # SHMBROKER_VLLM_SHARED_MM=1: vLLM chooses the shm cache with 4 API
+    # servers, its store is the shared one, and two API servers' senders
+    # hand out one object for the same item.
+    def test_shared_mode_on(self):
+        out, err = self.probe({"SHMBROKER_VLLM": self.d.socket_path,
+                               "SHMBROKER_VLLM_SHARED_MM": "1"})
+        self.assertNotIn("error", out, err)
+        self.assertEqual(out["decision"], "shm")
+        self.assertEqual(out["store"], "SharedShmObjectStorage")
+        self.assertTrue(out["same_pair"])
+
+    # Without it (or with 0), vLLM keeps its cache per API server and the
+    # single-writer drop-in; a value it does not understand is refused.
+    def test_shared_mode_off(self):
+        for env in ({}, {"SHMBROKER_VLLM_SHARED_MM": "0"}):
+            out, err = self.probe(dict(env, SHMBROKER_VLLM=self.d.socket_path))
+            self.assertNotIn("error", out, err)
+            self.assertEqual(out["decision"], "processor_only")
+            self.assertEqual(out["store"], "ShmBrokerObjectStorage")
+        out, _ = self.probe({"SHMBROKER_VLLM": self.d.socket_path,
+                             "SHMBROKER_VLLM_SHARED_MM": "maybe"})
+        self.assertIn("SHMBROKER_VLLM_SHARED_MM='maybe'", out["error"])
 
 
 if __name__ == "__main__":
