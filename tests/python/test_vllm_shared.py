@@ -9,9 +9,11 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import types
 import unittest
 import uuid
@@ -126,6 +128,21 @@ class SharedStoreTest(SharedTestCase):
         self.assertEqual(b.get_cached("k"), pair)
         self.assertEqual(self.awaited("k"), 2 + 4)
 
+    # Others' objects that the daemon evicted leave this writer's key_index
+    # as it hands out newer ones, so that a long run's index stays the size
+    # of what is stored.
+    def test_evicted_hand_outs_leave_the_index(self):
+        a, b = self.store(n_readers=0), self.store(n_readers=0)
+        keys = ["k%d" % i for i in range(100)]
+        for k in keys:
+            a.put(k, bytes(40 * KiB))  # 4 MB through a 1 MiB daemon
+            b.get_cached(k)
+        stored = [k for k in keys if self.objects_of(k)]
+        self.assertLess(len(stored), 30)
+        # A few evicted since their last check may be left.
+        self.assertLessEqual(len(b.key_index), len(stored) + 8)
+        self.assertEqual(sorted(b.id_index.values()), sorted(b.key_index))
+
     # A put that finds the key stored by another writer hands it out as a
     # touch and get_cached would: two reads for each reader.
     def test_put_found_counts_as_a_hand_out(self):
@@ -154,6 +171,53 @@ class SharedStoreTest(SharedTestCase):
         self.assertEqual(b.get_cached("k2"), p2)
         self.assertEqual(reader.get(*p2), b"2" * 100)
         self.assertNotEqual(a.put("k3", b"3"), (0, 0))
+
+
+# A shared writer on the daemon at argv[2], ring argv[3]: puts "read" and
+# "awaited" (one reader each), prints its guard's pid and the pairs, then
+# waits to be killed.
+KILLED_WRITER = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from shmbroker.vllm import SingleWriterShmRingBuffer
+from shmbroker.vllm_shared import SharedShmObjectStorage
+ring = SingleWriterShmRingBuffer(1 << 20, name=sys.argv[3], create=True, socket_path=sys.argv[2])
+store = SharedShmObjectStorage(1 << 16, 1, ring)
+pairs = {k: store.put(k, k.encode() * 100) for k in ("read", "awaited")}
+print(json.dumps({"guard": store._guard[2].pid, "pairs": pairs}), flush=True)
+sys.stdin.read()
+"""
+
+
+class KilledWriterTest(SharedTestCase):
+
+    # A shared writer killed with SIGKILL: its guard deletes the objects no
+    # reader awaits, and leaves the one a reader has still to read (another
+    # API server may have handed it out), which the reader then reads.
+    def test_guard_keeps_awaited_objects(self):
+        child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, PACKAGE_DIR,
+                                  self.daemon.socket_path, self.name],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.addCleanup(child.wait)
+        self.addCleanup(child.kill)
+        self.addCleanup(child.stdin.close)
+        self.addCleanup(child.stdout.close)
+        info = json.loads(child.stdout.readline())
+        reader = self.store(writer=False)
+        self.assertEqual(reader.get(*info["pairs"]["read"]), b"read" * 100)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        deadline = time.monotonic() + 30
+        while True:  # until the guard has done its work and gone
+            try:
+                os.kill(info["guard"], 0)
+            except ProcessLookupError:
+                break
+            self.assertLess(time.monotonic(), deadline, "the guard did not finish")
+            time.sleep(0.01)
+        self.assertEqual(self.objects_of("read"), [])
+        self.assertEqual(len(self.objects_of("awaited")), 1)
+        self.assertEqual(reader.get(*info["pairs"]["awaited"]), b"awaited" * 100)
 
 
 class ManyProcessesTest(SharedTestCase):

@@ -27,8 +27,8 @@ What differs from the single-writer store, on purpose: clear() and close()
 delete only this writer's objects that no reader awaits (the others stay for
 their readers, and the daemon evicts them once read), and clear() does not
 start the pairs again at (0, 0), since the other writers' pairs count from
-the same base. A writer killed without close() has its objects deleted by
-its guard, as the single-writer store's.
+the same base; and the guard of a writer killed without close() deletes,
+as close() would, only its objects that no reader awaits.
 
 ``enable_shared_mm_cache()`` is the hook that lets vLLM use the shm cache
 with several API servers (the shmbroker plugin calls it when
@@ -52,6 +52,8 @@ SHARED_ENV = "SHMBROKER_VLLM_SHARED_MM"
 # Keys a writer remembers whose touch found no object (a hand-out of such a
 # key later counts the touch's reads too); a request has far fewer items.
 _MISSED_MAX = 1 << 16
+# Others' objects a hand-out checks are still there (_prune_foreign).
+_FOREIGN_CHECKS = 4
 # How long a put waits for another writer to commit the key it is writing,
 # polling from _PENDING_POLL_S, doubling: a copy into shared memory takes
 # far less; past it, vLLM's "already exists" (its sender sends the item).
@@ -69,6 +71,7 @@ class SharedShmObjectStorage(ShmBrokerObjectStorage):
     the key stored by another writer (stored once, not twice)."""
 
     shared = True
+    _guard_keeps_awaited = True
 
     def __init__(self, max_object_size: int, n_readers: int, ring_buffer,
                  serde_class: type = PickleSerde, reader_lock: Any = None):
@@ -95,6 +98,21 @@ class SharedShmObjectStorage(ShmBrokerObjectStorage):
             pair = self.key_index.pop(key, None)
             if pair is not None and self.id_index.get(pair[1]) == key:
                 del self.id_index[pair[1]]
+
+    def _prune_foreign(self):
+        """Drop from the indexes others' objects the daemon evicted, looking
+        at the oldest hand-outs' chunk headers in the segment (no round
+        trip), a few per call, so that the index of a long run stays the
+        size of what is stored. One still there goes to the back."""
+        for _ in range(min(_FOREIGN_CHECKS, len(self._foreign))):
+            key = next(iter(self._foreign))
+            where = self._foreign.pop(key)
+            if self._header(where[0], committed=True) == (where[1], key):
+                self._foreign[key] = where
+            else:
+                pair = self.key_index.pop(key, None)
+                if pair is not None and self.id_index.get(pair[1]) == key:
+                    del self.id_index[pair[1]]
 
     def _rekey(self):
         super()._rekey()
@@ -127,7 +145,9 @@ class SharedShmObjectStorage(ShmBrokerObjectStorage):
             pin.release(noreply=True)
         if header is None or header[1] != key:
             raise KeyError(key)  # cannot be while it was pinned; say not cached
-        self._foreign[key] = (offset, header[0])
+        self._foreign.pop(key, None)
+        self._foreign[key] = (offset, header[0])  # the newest hand-out last
+        self._prune_foreign()
         pair = self._rel(offset, header[0])
         self.key_index[key] = pair
         self.id_index[pair[1]] = key
