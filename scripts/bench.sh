@@ -5,7 +5,8 @@
 # the same from Python (tests/bench/bench_python.py) against redis-py,
 # multiprocessing.Queue and multiprocessing.shared_memory; then the broadcast
 # queues (tests/bench/queue_bench.c) against a busy-polling ring, ZeroMQ
-# PUB/SUB and a Unix-socket fan-out.
+# PUB/SUB and a Unix-socket fan-out; and what one multimodal store shared
+# by several vLLM API servers saves (tests/bench/bench_vllm_shared.py).
 # Usage: sh scripts/bench.sh BUILD_DIR   (BENCH_QUICK=1 for a smoke run,
 # BENCH_ONLY=queues for the queue tables alone, BENCH_ONLY=reads for the new
 # calls' tables alone: shmb_put through the arena + shmb_read against Redis,
@@ -344,6 +345,13 @@ PYTHONPATH="$src/client/python${PYTHONPATH:+:$PYTHONPATH}" "$py" "$src/tests/ben
     --socket "$sock" --redis-socket "$rsock" --json "$json" $pyquick >"$tmp/py.out" ||
     die "the Python benchmark failed"
 while IFS= read -r line; do say "$line"; done <"$tmp/py.out"
+# One multimodal store shared by several vLLM API servers against a store per
+# server: items and bytes of shared memory held (daemons of its own).
+say ""
+SHMBROKERD="$daemon" PYTHONPATH="$src/client/python${PYTHONPATH:+:$PYTHONPATH}" "$py" \
+    "$src/tests/bench/bench_vllm_shared.py" --json "$json" >"$tmp/mm.out" ||
+    die "the shared multimodal store benchmark failed"
+while IFS= read -r line; do say "$line"; done <"$tmp/mm.out"
 stop_pid "$rpid"
 rpid=""
 stop_pid "$dpid"

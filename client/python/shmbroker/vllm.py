@@ -634,6 +634,10 @@ class ShmBrokerObjectStorage:
     is_cached finds one gone.
     """
 
+    # Whether the guard of a writer killed without close() leaves the objects
+    # readers pin or await (SharedShmObjectStorage's other writers hand them out).
+    _guard_keeps_awaited = False
+
     def __init__(self, max_object_size: int, n_readers: int,
                  ring_buffer: SingleWriterShmRingBuffer, serde_class: type = PickleSerde,
                  reader_lock: Any = None):
@@ -848,11 +852,12 @@ class ShmBrokerObjectStorage:
             return
         rfd, wfd = os.pipe()
         code = ("import sys; sys.path.insert(0, sys.argv[1]); "
-                "from shmbroker.vllm import _guard_main; _guard_main(sys.argv[2], sys.argv[3])")
+                "from shmbroker.vllm import _guard_main; _guard_main(*sys.argv[2:])")
         package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         try:
             proc = subprocess.Popen([sys.executable, "-c", code, package_dir,
-                                     self.ring_buffer.socket_path, self.ring_buffer.pool or ""],
+                                     self.ring_buffer.socket_path, self.ring_buffer.pool or "",
+                                     "keep-awaited" if self._guard_keeps_awaited else ""],
                                     stdin=rfd, stdout=subprocess.DEVNULL, close_fds=True,
                                     start_new_session=True)
         except OSError:
@@ -1169,12 +1174,14 @@ class ShmBrokerObjectStorage:
         )
 
 
-def _guard_main(socket_path, pool):
+def _guard_main(socket_path, pool, keep_awaited=""):
     """The guard of a writer store (ShmBrokerObjectStorage._start_guard): reads
     "P offset chunk_id key-hex" (put) and "F 0 0 key-hex" (forgotten) lines
     on stdin; "C" means the store closed cleanly. At end of input without
     "C" (the writer died), deletes each object it was told of that is still
-    the writer's (same chunk at the same offset, committed), then exits."""
+    the writer's (same chunk at the same offset, committed), then exits;
+    with keep_awaited, only those that no reader pins or awaits (a shared
+    store's others may have handed them out)."""
     objects = {}
     clean = False
     client = None
@@ -1214,13 +1221,24 @@ def _guard_main(socket_path, pool):
         if client is None:
             client = Client(socket_path, name="vllm-guard", pool=pool or None)
         for key, where in objects.items():
-            if _guard_owns(client, key, where):
+            if _guard_owns(client, key, where) and not (keep_awaited and
+                                                        _awaited(client, key, where)):
                 try:
                     client.delete(key)
                 except NotFound:
                     pass
     except ShmBrokerError:
         pass  # the daemon went: nothing of the writer's is left there
+
+
+def _awaited(client, key, where):
+    """Whether the object of key at where is pinned or awaits reads (or
+    cannot be told apart among the objects its key prefixes)."""
+    objects = client.list(key, _LIST_LIMIT)
+    for obj in objects:
+        if obj.get("key") == key and obj.get("offset") == where[0]:
+            return obj.get("pins", 0) > 0 or obj.get("readers", 0) > 0
+    return objects.truncated
 
 
 def _guard_owns(client, key, where):

@@ -17,6 +17,10 @@ $SHMBROKER_VLLM is set:
   put in $SHMBROKER_SOCKET for the processes started from here).
 - unset, empty, 0 (false, no, off): nothing is touched.
 
+With $SHMBROKER_VLLM set, ``SHMBROKER_VLLM_SHARED_MM=1`` also lets several
+API servers share one multimodal shm cache (vllm_shared.enable_shared_mm_cache:
+vLLM otherwise uses a cache per API server when there are several).
+
 Then it checks that vLLM's MessageQueue, SingleWriterShmRingBuffer and
 SingleWriterShmObjectStorage have the interfaces recorded in
 _vllm_interfaces, and raises RuntimeError naming every difference when one
@@ -80,6 +84,21 @@ def _setting():
                      "default socket, or a private one started here), to a daemon's socket "
                      "path (e.g. /run/shmbroker/shmbroker.sock), or to 0 or nothing to leave "
                      "vLLM's own classes in place." % (ENV, value))
+
+
+def _shared_mm():
+    """Whether $SHMBROKER_VLLM_SHARED_MM asks for one multimodal store shared
+    by every API server (vllm_shared.enable_shared_mm_cache)."""
+    from .vllm_shared import SHARED_ENV
+
+    value = os.environ.get(SHARED_ENV, "").strip().lower()
+    if value in _OFF:
+        return False
+    if value in _ON:
+        return True
+    raise ValueError("%s=%r: set it to 1 to let several vLLM API servers share one multimodal "
+                     "shm cache, or to 0 or nothing for vLLM's choice (a cache per API server "
+                     "when there are several)." % (SHARED_ENV, value))
 
 
 def _daemon_for(setting):
@@ -189,6 +208,7 @@ def register():
     setting = _setting()
     if setting is None or _replaced is not None:
         return
+    shared_mm = _shared_mm()
     targets = _targets()
     _check(targets)
     path, how = _daemon_for(setting)
@@ -198,3 +218,10 @@ def register():
                 "shmbrokerd at %s (%s).",
                 _version(), ", ".join("%s.%s" % (m.__name__, n) for m, n, _, _ in targets),
                 os.getpid(), len(changed), ", ".join(changed) or "none yet", path, how)
+    if shared_mm:
+        from . import vllm_shared
+
+        shared = vllm_shared.enable_shared_mm_cache()
+        logger.info("shmbroker: %s is set: vLLM's multimodal shm cache is one store shared "
+                    "by every API server (%s).", vllm_shared.SHARED_ENV,
+                    ", ".join(shared) or "already")
