@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The parts of vLLM's MessageQueue interface that vLLM's callers use beyond
 enqueue and dequeue, on shmbroker.MessageQueue with a real daemon:
-dequeue(timeout, cancel, indefinite) as the multiprocess executor's worker
+dequeue(timeout, indefinite, cancel=) as the multiprocess executor's worker
 loop calls it, the acquire_write / acquire_read blocks, recv, vLLM's default
 geometry, shutdown() that stops only the caller's reads (and
 shutdown_queue(), which stops everyone's), the long-wait log line, and
@@ -88,8 +88,9 @@ class ApiTest(DaemonTest):
         return t
 
     # vLLM's worker loop calls dequeue(indefinite=True); the keywords of
-    # dequeue are vLLM's, and a bool as the second positional argument is
-    # indefinite (vLLM releases without cancel put indefinite there).
+    # dequeue are vLLM's, (timeout, indefinite) by position as in current
+    # vLLM, and positional calls in the order of releases that had (timeout,
+    # cancel, indefinite) are taken in that order.
     def test_dequeue_keywords(self):
         mq, (r,) = self.pair()
         self.later(0.05, mq.enqueue, "worker rpc")
@@ -98,8 +99,16 @@ class ApiTest(DaemonTest):
         self.assertEqual(r.dequeue(timeout=WAIT, cancel=None, indefinite=False), 1)
         mq.enqueue(2)
         self.assertEqual(r.dequeue(WAIT, True), 2)
+        mq.enqueue(3)
+        self.assertEqual(r.dequeue(WAIT, threading.Event()), 3)
+        mq.enqueue(4)
+        self.assertEqual(r.dequeue(WAIT, None, True), 4)
+        set_already = threading.Event()
+        set_already.set()
+        with self.assertRaisesRegex(RuntimeError, "cancelled"):
+            r.dequeue(0.5, set_already, True)
         with self.assertRaises(TypeError):
-            r.dequeue(WAIT, "not an event")
+            r.dequeue(WAIT, False, "not an event")
         with self.assertRaises(TimeoutError):
             r.dequeue(timeout=0.01, indefinite=True)
 

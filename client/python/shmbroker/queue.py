@@ -636,12 +636,13 @@ def _read_message(view):
     return _frames.parse(view)
 
 
-def _wait_options(cancel, indefinite):
+def _wait_options(indefinite, cancel):
     """(cancel, indefinite) of dequeue() and acquire_read(). vLLM's
-    releases differ in their second parameter: cancel (an Event) in some,
-    indefinite (a bool) in others; a bool there is taken as indefinite."""
-    if isinstance(cancel, bool):
-        return None, cancel or bool(indefinite)
+    releases differ in their parameters after timeout: (indefinite) in
+    current ones, (cancel, indefinite) in some before; a positional call
+    in the older order (an Event second, or a bool third) is taken so."""
+    if isinstance(cancel, bool) or callable(getattr(indefinite, "is_set", None)):
+        indefinite, cancel = cancel, indefinite
     if cancel is not None and not callable(getattr(cancel, "is_set", None)):
         raise TypeError("cancel must be None or an object with is_set(), such as a "
                         "threading.Event; got %r." % (cancel,))
@@ -1194,19 +1195,20 @@ class MessageQueue:
     def _object_key(self, seq):
         return "q/%s/%d" % (self.name, seq)
 
-    def dequeue(self, timeout=None, cancel=None, indefinite=False):
+    def dequeue(self, timeout=None, indefinite=False, cancel=None):
         """The next message, unpickled (it owns its memory: nothing points
         into the queue afterwards). Waits (timeout in seconds, None: for
         ever) until the writer publishes it. As vLLM's: cancel (a
         threading.Event) ends the wait with Cancelled once set; a wait logs
         every VLLM_RINGBUFFER_WARNING_INTERVAL seconds, unless indefinite;
         after this member's shutdown(), a message already published is
-        still returned, and a wait for one raises Cancelled. (A bool as the
-        second argument is indefinite, as in vLLM releases without cancel.)
+        still returned, and a wait for one raises Cancelled. (Positional
+        arguments in the order of vLLM releases that had (timeout, cancel,
+        indefinite) are taken in that order.)
         Raises Timeout, Cancelled, EndOfQueue (the writer is gone and
         everything it sent was read), ConnectionLost (ENOTCONN: this seat
         was dropped)."""
-        cancel, indefinite = _wait_options(cancel, indefinite)
+        cancel, indefinite = _wait_options(indefinite, cancel)
         if self._is_writer:
             raise InvalidRequest("EINVAL", "Only readers can dequeue; this is the writer.")
         with self._message(timeout, cancel, not indefinite) as (flags, held, size):
@@ -1220,15 +1222,15 @@ class MessageQueue:
                     v.release()
 
     @contextlib.contextmanager
-    def acquire_read(self, timeout=None, cancel=None, indefinite=False):
-        """vLLM's: ``with mq.acquire_read(timeout, cancel, indefinite) as
+    def acquire_read(self, timeout=None, indefinite=False, cancel=None):
+        """vLLM's: ``with mq.acquire_read(timeout, indefinite) as
         buf:`` waits for the next message as dequeue() does and gives its
         bytes in place, read-only views valid inside the block: what
         acquire_write's block filled (the whole slot), or the frames of
         what enqueue() sent (larger than a slot: its object's bytes, pinned
         for the block). Leaving the block, even by an exception, marks the
         message read, as vLLM's does."""
-        cancel, indefinite = _wait_options(cancel, indefinite)
+        cancel, indefinite = _wait_options(indefinite, cancel)
         if self._is_writer:
             raise InvalidRequest("EINVAL", "Only readers can acquire a message to read; this "
                                  "is the writer.")
