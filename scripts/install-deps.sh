@@ -5,7 +5,7 @@
 # fuzzer runtimes (the fuzz target), valgrind (the soak under memcheck, and
 # the instruction count with python3) and systemd (systemd-analyze and
 # systemd-socket-activate, for the systemd tests), python3-numpy,
-# python3-setuptools and python3-pip (the Python tests); bench adds redis-server,
+# python3-setuptools, python3-pip and python3-torch (the Python tests); bench adds redis-server,
 # redis-tools, python3-redis, python3-numpy and libzmq3-dev (the queue
 # benchmark's ZeroMQ reference); deb adds Debian's packaging
 # tools (debhelper, dh-python, dpkg-dev, lintian) and python3.
@@ -43,6 +43,9 @@ if [ "$want" = test ]; then
     have_deb python3-numpy || need python3-numpy
     have_deb python3-setuptools || need python3-setuptools
     have_deb python3-pip || need python3-pip
+    # The vLLM drop-in tests: MessageQueue.create_from_process_group over a
+    # torch ProcessGroup (gloo, on the CPU), as vLLM's parallel_state makes it.
+    have_deb python3-torch || need python3-torch
     # The systemd tests run both; a container image usually has neither.
     if ! command -v systemd-analyze >/dev/null 2>&1 ||
         ! command -v systemd-socket-activate >/dev/null 2>&1; then
