@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -38,6 +39,42 @@ if sys.stdin.readline().strip() == "close":
     store.close()
     print("closed", flush=True)
 sys.stdin.read()
+"""
+
+
+# A writer killed as soon as the daemon committed its second object, before
+# put() returns.
+KILLED_AFTER_COMMIT = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+import shmbroker.client
+from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer
+ring = SingleWriterShmRingBuffer(64 * 1024, create=True, socket_path=sys.argv[2])
+store = ShmBrokerObjectStorage(16 * 1024, 2, ring)
+store.put("first", b"a" * 100)
+commit = shmbroker.client.Allocation.commit
+def commit_and_die(self):
+    commit(self)
+    os.kill(os.getpid(), signal.SIGKILL)
+shmbroker.client.Allocation.commit = commit_and_die
+store.put("second", b"b" * 6000)
+"""
+
+# A writer whose guard is killed after its first put, which puts twice more
+# and is killed.
+GUARD_KILLED = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer
+ring = SingleWriterShmRingBuffer(64 * 1024, create=True, socket_path=sys.argv[2])
+store = ShmBrokerObjectStorage(16 * 1024, 2, ring)
+store.put("first", b"a" * 100)
+guard = store._guard[2]
+guard.kill()
+guard.wait()
+store.put("second", b"b" * 100)
+store.put("third", b"c" * 100)
+os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
@@ -118,6 +155,32 @@ class LeftoversTest(unittest.TestCase):
         self.assertFalse(self.client.contains("k"))
         pin.release()
 
+    def run_writer(self, script):
+        """Run a writer script (argv: package dir, socket) to its end; its
+        stdout, which it may hand to a child it leaves running."""
+        with tempfile.TemporaryFile() as out:
+            child = subprocess.run([sys.executable, "-c", script, PACKAGE_DIR,
+                                    self.daemon.socket_path], stdout=out, timeout=60)
+            out.seek(0)
+            return child.returncode, out.read().decode()
+
+    def assert_cleaned(self, keys):
+        wait_until(lambda: not {o["key"] for o in self.client.list(prefix="")} & set(keys),
+                   "the guard to delete the killed writer's objects %r" % (keys,))
+
+    # A writer killed right after the daemon committed its object, before
+    # the store's put returned: the guard knows of the object all the same.
+    def test_killed_between_commit_and_return(self):
+        rc, _ = self.run_writer(KILLED_AFTER_COMMIT)
+        self.assertEqual(rc, -signal.SIGKILL)
+        self.assert_cleaned(["first", "second"])
+
+    # A guard that was killed is replaced, and its replacement is told of
+    # every object the writer still has, not only of those put after.
+    def test_guard_killed_then_writer_killed(self):
+        rc, _ = self.run_writer(GUARD_KILLED)
+        self.assertEqual(rc, -signal.SIGKILL)
+        self.assert_cleaned(["first", "second", "third"])
 
 
 class GuardTest(unittest.TestCase):

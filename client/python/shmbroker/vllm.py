@@ -829,14 +829,37 @@ class ShmBrokerObjectStorage:
         """Tell the guard (see _guard_main) of an object put ("P") or
         forgotten ("F")."""
         guard = self._guard
+        if guard is None or guard[1] != os.getpid():
+            return
+        if self._write_guard(guard, [(what, key, offset, chunk_id)]):
+            return
+        # The guard is gone (killed): a new one, told of every object the
+        # writer still has, else a writer killed later leaves them for ever.
+        self._guard = None
+        self._start_guard()
+        guard = self._guard
         if guard is None:
             return
-        line = "%s %d %d %s\n" % (what, offset, chunk_id,
-                                   key.encode("utf-8", "surrogatepass").hex())
+        lines = [("P", k, o, c) for k, (o, c) in self._objects.items()]
+        if what == "P" or key not in self._objects:
+            lines.append((what, key, offset, chunk_id))
+        if not self._write_guard(guard, lines):
+            self._guard = None
+
+    @staticmethod
+    def _write_guard(guard, lines):
+        """Write lines to guard's pipe; False when the guard is gone."""
+        data = b"".join(("%s %d %d %s\n" % (what, offset, chunk_id,
+                                            key.encode("utf-8", "surrogatepass").hex())
+                         ).encode("ascii") for what, key, offset, chunk_id in lines)
         try:
-            os.write(guard[0], line.encode("ascii"))
+            while data:
+                data = data[os.write(guard[0], data):]
         except OSError:
-            self._guard = None  # the guard is gone: nothing to tell
+            os.close(guard[0])
+            guard[2].poll()  # reap it: it died
+            return False
+        return True
 
     def _start_guard(self):
         """On a daemon the writer did not start, a process that deletes the
@@ -871,14 +894,14 @@ class ShmBrokerObjectStorage:
                 if clean:
                     os.write(guard[0], b"C 0 0 00\n")
             except OSError:
-                clean = False
+                pass
             os.close(guard[0])
-            if clean:
-                # It leaves at once: reap it, as a Popen dropped running warns.
-                try:
-                    guard[2].wait(_GUARD_WAIT_S)
-                except subprocess.TimeoutExpired:
-                    pass
+            # It leaves at once, or once it has deleted what the store left:
+            # reap it, so that no zombie stays while the writer runs on.
+            try:
+                guard[2].wait(_GUARD_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass
 
     # ---- the writer --------------------------------------------------------
 
@@ -927,19 +950,30 @@ class ShmBrokerObjectStorage:
                 self._prune()
                 raise NoSpace("ENOSPC", "Not enough space in the data buffer, try calling "
                               "free_buf() to free up space: %s" % e.message) from None
-            with alloc:
-                view = alloc.view
-                pos = 0
-                for p in pieces:
-                    view[pos:pos + p.nbytes] = p
-                    pos += p.nbytes
-                # Read while pending: nobody else can free or reuse the chunk.
-                header = self._header(alloc.offset)
-                if header is None:
-                    raise ProtocolError("EPROTO", "No chunk header before offset %d, where "
-                                        "shmbrokerd allocated '%s'." % (alloc.offset, key))
+            told = False
+            try:
+                with alloc:
+                    view = alloc.view
+                    pos = 0
+                    for p in pieces:
+                        view[pos:pos + p.nbytes] = p
+                        pos += p.nbytes
+                    # Read while pending: nobody else can free or reuse the chunk.
+                    header = self._header(alloc.offset)
+                    if header is None:
+                        raise ProtocolError("EPROTO", "No chunk header before offset %d, where "
+                                            "shmbrokerd allocated '%s'." % (alloc.offset, key))
+                    # Told before the commit: a writer killed right after it
+                    # leaves an object the guard knows of; killed before it,
+                    # the daemon drops the allocation and the guard finds no
+                    # committed object there.
+                    self._tell_guard("P", key, alloc.offset, header[0])
+                    told = True
+            except BaseException:
+                if told:
+                    self._tell_guard("F", key)
+                raise
             offset, chunk_id = alloc.offset, header[0]
-            self._tell_guard("P", key, offset, chunk_id)
             for old, entry in list(self._objects.items()):
                 if entry[1] == chunk_id and old != key:
                     self._forget(old)  # an id the daemon gave back and reused
@@ -1132,6 +1166,13 @@ class ShmBrokerObjectStorage:
         that none is left awaiting reads on a shared daemon (a reader still
         reading one keeps its bytes until it is done); then the ring closes
         (its connection, and the private daemon it started)."""
+        try:
+            self._let_go()
+        finally:
+            self.ring_buffer.close()
+
+    def _let_go(self):
+        """A writer's objects deleted, and its guard stopped."""
         deleted = False
         try:
             if self.is_writer and self.ring_buffer.client is not None and \
@@ -1144,7 +1185,6 @@ class ShmBrokerObjectStorage:
                 deleted = True
         finally:
             self._stop_guard(clean=deleted)  # else the guard deletes them
-            self.ring_buffer.close()
 
     def handle(self) -> ShmObjectStorageHandle:
         """A handle for create_from_handle() in another process."""
