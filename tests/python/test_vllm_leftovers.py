@@ -5,6 +5,7 @@ allocation. Its objects await reads that nobody may ever make; the oldest of
 them would block every client's reclaim.
 """
 
+import gc
 import os
 import signal
 import subprocess
@@ -74,6 +75,22 @@ guard.kill()
 guard.wait()
 store.put("second", b"b" * 100)
 store.put("third", b"c" * 100)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+# A writer that forks a child which stays (printing its pid), then is killed.
+FORKS_THEN_KILLED = """
+import os, signal, sys, time
+sys.path.insert(0, sys.argv[1])
+from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer
+ring = SingleWriterShmRingBuffer(64 * 1024, create=True, socket_path=sys.argv[2])
+store = ShmBrokerObjectStorage(16 * 1024, 2, ring)
+store.put("first", b"a" * 100)
+pid = os.fork()
+if pid == 0:
+    time.sleep(600)
+    os._exit(0)
+print(pid, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
@@ -181,6 +198,34 @@ class LeftoversTest(unittest.TestCase):
         rc, _ = self.run_writer(GUARD_KILLED)
         self.assertEqual(rc, -signal.SIGKILL)
         self.assert_cleaned(["first", "second", "third"])
+
+    # A child the writer forked, alive after the writer was killed, does not
+    # keep the guard from seeing the writer's end.
+    def test_forked_child_outlives_killed_writer(self):
+        rc, out = self.run_writer(FORKS_THEN_KILLED)
+        child = int(out.split()[0])
+        self.addCleanup(os.kill, child, signal.SIGKILL)
+        self.assertEqual(rc, -signal.SIGKILL)
+        os.kill(child, 0)  # still there
+        self.assert_cleaned(["first"])
+
+    # A store dropped without close(), as vLLM's ring is dropped, leaves no
+    # object awaiting reads, no guard process and no descriptor behind.
+    def test_dropped_store(self):
+        fds = len(os.listdir("/proc/self/fd"))
+        guards = []
+        for i in range(3):
+            ring = SingleWriterShmRingBuffer(64 * KiB, create=True,
+                                             socket_path=self.daemon.socket_path)
+            store = ShmBrokerObjectStorage(16 * KiB, 2, ring)
+            store.put("dropped-%d" % i, b"d" * 6000)
+            guards.append(store._guard[2])
+            del store, ring
+            gc.collect()
+        self.assertEqual(self.client.list(prefix="dropped-"), [])
+        self.assertEqual([g.returncode for g in guards], [0, 0, 0])
+        self.assertEqual(len(os.listdir("/proc/self/fd")), fds)
+
 
 
 class GuardTest(unittest.TestCase):

@@ -65,6 +65,7 @@ import sys
 import tempfile
 import threading
 import uuid
+import weakref
 from typing import Any, Callable, Iterable, Optional, Tuple
 
 from . import frames as _frames
@@ -869,6 +870,7 @@ class ShmBrokerObjectStorage:
         daemon stops with its writer, taking everything with it."""
         if self._guard is not None or self.ring_buffer.daemon is not None:
             return
+        _GUARDED.add(self)
         rfd, wfd = os.pipe()
         code = ("import sys; sys.path.insert(0, sys.argv[1]); "
                 "from shmbroker.vllm import _guard_main; _guard_main(sys.argv[2], sys.argv[3])")
@@ -1171,6 +1173,15 @@ class ShmBrokerObjectStorage:
         finally:
             self.ring_buffer.close()
 
+    def __del__(self):
+        # A store dropped without close() lets go of its objects and its
+        # guard, as vLLM's ring dropped frees its memory; the ring closes
+        # itself when it goes too.
+        try:
+            self._let_go()
+        except Exception:
+            pass
+
     def _let_go(self):
         """A writer's objects deleted, and its guard stopped."""
         deleted = False
@@ -1207,6 +1218,26 @@ class ShmBrokerObjectStorage:
             serde_class=handle.serde_class,
             reader_lock=handle.reader_lock,
         )
+
+
+# The stores whose guard a fork()ed child must not keep: the pipe's write end
+# held in a child hides the writer's death from the guard while it runs.
+_GUARDED = weakref.WeakSet()
+
+
+def _forget_guards_in_child():
+    for store in list(_GUARDED):
+        guard, store._guard = store._guard, None
+        if guard is not None:
+            try:
+                os.close(guard[0])
+            except OSError:
+                pass
+    _GUARDED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_guards_in_child)
 
 
 def _guard_main(socket_path, pool):
