@@ -431,6 +431,20 @@ class PairsTest(VllmTestCase):
         self.assertEqual(reader.get(*pair_b), "B")
         self.assertEqual(reader.get(*w1.put("d", "D")), "D")
 
+    # A pair that get_cached hands out after another writer's clear(), and
+    # before any put, resolves: its base is set anew, as a put's would be.
+    def test_get_cached_after_the_other_writers_clear(self):
+        name = "shmb-test-%s" % uuid.uuid4().hex[:12]
+        w1 = self.make_store(name=name)
+        w2 = self.make_store(name=name)
+        reader = self.reader_of(w1)
+        w1.put("a", "A")
+        w2.put("b", "B")
+        w1.clear()
+        self.assertEqual(w2.get_cached("b"), (0, 0))
+        self.assertEqual(reader.get(0, 0), "B")
+        self.assertEqual(reader.get(*w2.put("c", "C")), "C")
+
     # Pairs out of the data area, or of no object, are refused as vLLM does.
     def test_pairs_of_nothing(self):
         store = self.make_store()

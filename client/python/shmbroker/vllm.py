@@ -736,9 +736,10 @@ class ShmBrokerObjectStorage:
         return base
 
     def _settle_base(self, offset, chunk_id):
-        """After a put at (offset, chunk_id): make sure the daemon holds the
-        base (this object's position when there is none yet, or a clear()
-        left none), and adopt another writer's base when it changed."""
+        """After a put at (offset, chunk_id), or before a get_cached of that
+        object: make sure the daemon holds the base (this object's position
+        when there is none yet, or a clear() left none), and adopt another
+        writer's base when it changed."""
         base = self._read_base()
         if base is None or base == _NO_BASE:
             if base == _NO_BASE or self._base is None:
@@ -1018,13 +1019,9 @@ class ShmBrokerObjectStorage:
                 self._forget(key)
                 raise KeyError(key) from None
             # The pair handed out again must resolve: the base it counts
-            # from is put back if reclaim took it, or followed if it moved.
-            base = self._read_base()
-            if base is None and self._base is not None:
-                self._publish_base(self._base)
-            elif base is not None and base != _NO_BASE and base != self._base:
-                self._base = base
-                self._rekey()
+            # from is put back if reclaim took it, followed if it moved, and
+            # set at this object when another writer's clear() left none.
+            self._settle_base(*self._objects[key])
             return self.key_index[key]
 
     def free_unused(self) -> None:
