@@ -620,7 +620,8 @@ class ShmBrokerObjectStorage:
     monotonic_id); handle(); close(). Readers: touch(key, address,
     monotonic_id).
 
-    Addresses and ids are relative to the store (its ring's name), as vLLM's
+    Addresses and ids are relative to the store (its ring: the ring's name,
+    or an unnamed ring's own id, which handle() passes), as vLLM's
     are to its ring: the first object put after the store starts or after
     clear() is (0, 0), on a private daemon or a shared one. The base they are
     counted from is a small object of the daemon (key
@@ -653,7 +654,7 @@ class ShmBrokerObjectStorage:
         self._seen = collections.OrderedDict()
         self._base = None  # (offset, chunk id, nonce) the pairs count from
         self._base_key = "shmbroker-vllm-base:%s" % hashlib.sha1(
-            str(ring_buffer.name).encode("utf-8", "surrogatepass")).hexdigest()[:24]
+            str(ring_buffer.ring_id).encode("utf-8", "surrogatepass")).hexdigest()[:24]
         self._guard = None
 
     # ---- helpers -----------------------------------------------------------
