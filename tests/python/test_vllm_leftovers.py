@@ -23,6 +23,8 @@ import shmbroker  # noqa: E402
 from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer  # noqa: E402
 
 KiB = 1024
+# The keys of the bases stores count their pairs from.
+BASE_PREFIX = "shmbroker-vllm-base:"
 
 # A writer store on the daemon at argv[2]: puts 6 objects of 6 KiB that
 # await 2 reads each, says "ready", then waits to be killed (or, given
@@ -59,6 +61,20 @@ def commit_and_die(self):
     os.kill(os.getpid(), signal.SIGKILL)
 shmbroker.client.Allocation.commit = commit_and_die
 store.put("second", b"b" * 6000)
+"""
+
+# A writer killed after two puts and a clear() (which puts a base anew).
+KILLED = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer
+ring = SingleWriterShmRingBuffer(64 * 1024, create=True, socket_path=sys.argv[2])
+store = ShmBrokerObjectStorage(16 * 1024, 2, ring)
+store.put("first", b"a" * 100)
+store.clear()
+store.put("first", b"a" * 100)
+store.put("second", b"b" * 100)
+os.kill(os.getpid(), signal.SIGKILL)
 """
 
 # A writer whose guard is killed after its first put, which puts twice more
@@ -156,6 +172,19 @@ class LeftoversTest(unittest.TestCase):
         self.assertEqual([o["key"] for o in self.client.list(prefix="left-")], [])
         self.client.put("mine", b"y" * (36 * KiB))
 
+    # Unnamed stores opened and closed one after another leave no base of
+    # their pairs behind (each has its own, which nobody else reads).
+    def test_closed_unnamed_stores_leave_no_base(self):
+        for i in range(3):
+            ring = SingleWriterShmRingBuffer(64 * KiB, create=True,
+                                             socket_path=self.daemon.socket_path)
+            store = ShmBrokerObjectStorage(16 * KiB, 1, ring)
+            store.put("k%d" % i, b"v")
+            store.clear()
+            store.put("k%d" % i, b"v")
+            store.close()
+        self.assertEqual(self.client.list(prefix=BASE_PREFIX), [])
+
     # A reader inside a get when the writer closes keeps its bytes: the
     # delete takes the key, the pin keeps the object until it is released.
     def test_close_while_a_reader_reads(self):
@@ -191,6 +220,15 @@ class LeftoversTest(unittest.TestCase):
         rc, _ = self.run_writer(KILLED_AFTER_COMMIT)
         self.assertEqual(rc, -signal.SIGKILL)
         self.assert_cleaned(["first", "second"])
+
+    # An unnamed ring's base is its own: the guard deletes it with the
+    # killed writer's objects.
+    def test_killed_unnamed_writer_leaves_no_base(self):
+        rc, _ = self.run_writer(KILLED)
+        self.assertEqual(rc, -signal.SIGKILL)
+        self.assert_cleaned(["first", "second"])
+        wait_until(lambda: self.client.list(prefix=BASE_PREFIX) == [],
+                   "the guard to delete the killed writer's base")
 
     # A guard that was killed is replaced, and its replacement is told of
     # every object the writer still has, not only of those put after.

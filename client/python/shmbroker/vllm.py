@@ -656,6 +656,10 @@ class ShmBrokerObjectStorage:
         self._base_key = "shmbroker-vllm-base:%s" % hashlib.sha1(
             str(ring_buffer.ring_id).encode("utf-8", "surrogatepass")).hexdigest()[:24]
         self._guard = None
+        # An unnamed ring's base is this store's alone (no other writer has
+        # its id): close() and the guard delete it with the objects.
+        self._own_base = ring_buffer.ring_id != ring_buffer.name
+        self._base_where = None  # (offset, chunk id) of that base object
 
     # ---- helpers -----------------------------------------------------------
 
@@ -727,7 +731,12 @@ class ShmBrokerObjectStorage:
                     client.delete(self._base_key)
                 except NotFound:
                     pass
-            client.put(self._base_key, _BASE.pack(*base))
+            offset = client.put(self._base_key, _BASE.pack(*base))
+            if self._own_base and self.is_writer:
+                header = self._header(offset, committed=True)
+                if header is not None:
+                    self._base_where = (offset, header[0])
+                    self._tell_guard("P", self._base_key, offset, header[0])
         except KeyExists:
             theirs = self._read_base()
             if theirs is not None:
@@ -844,6 +853,8 @@ class ShmBrokerObjectStorage:
         if guard is None:
             return
         lines = [("P", k, o, c) for k, (o, c) in self._objects.items()]
+        if self._base_where is not None:
+            lines.append(("P", self._base_key) + self._base_where)
         if what == "P" or key not in self._objects:
             lines.append((what, key, offset, chunk_id))
         if not self._write_guard(guard, lines):
@@ -1067,6 +1078,13 @@ class ShmBrokerObjectStorage:
             self.id_index.clear()
             self._base = None
 
+    def _delete_base(self):
+        try:
+            self._client.delete(self._base_key)
+        except NotFound:
+            pass
+        self._base_where = None
+
     def _delete_own(self):
         client = self._client
         for key, (offset, chunk_id) in list(self._objects.items()):
@@ -1189,6 +1207,8 @@ class ShmBrokerObjectStorage:
                 try:
                     with self.ring_buffer.lock:
                         self._again(self._delete_own)
+                        if self._own_base:
+                            self._again(self._delete_base)
                 except ShmBrokerError:
                     pass  # the daemon is gone, and the objects with it
                 deleted = True
