@@ -431,6 +431,38 @@ class PairsTest(VllmTestCase):
         self.assertEqual(reader.get(*pair_b), "B")
         self.assertEqual(reader.get(*w1.put("d", "D")), "D")
 
+    # A pair that get_cached hands out after another writer's clear(), and
+    # before any put, resolves: its base is set anew, as a put's would be.
+    def test_get_cached_after_the_other_writers_clear(self):
+        name = "shmb-test-%s" % uuid.uuid4().hex[:12]
+        w1 = self.make_store(name=name)
+        w2 = self.make_store(name=name)
+        reader = self.reader_of(w1)
+        w1.put("a", "A")
+        w2.put("b", "B")
+        w1.clear()
+        self.assertEqual(w2.get_cached("b"), (0, 0))
+        self.assertEqual(reader.get(0, 0), "B")
+        self.assertEqual(reader.get(*w2.put("c", "C")), "C")
+
+    # Two unnamed stores sharing a daemon are two rings: each counts its
+    # pairs from (0, 0), and one's clear() leaves the other's pairs valid.
+    def test_unnamed_stores_on_one_daemon(self):
+        daemon = shmbroker.spawn_daemon(1024 * 1024)
+        self.addCleanup(daemon.stop)
+        stores = []
+        for _ in range(2):
+            ring = SingleWriterShmRingBuffer(256 * 1024, create=True,
+                                             socket_path=daemon.socket_path)
+            stores.append(ShmBrokerObjectStorage(64 * 1024, 1, ring))
+            self.addCleanup(stores[-1].close)
+        a, b = stores
+        self.assertEqual(a.put("a1", "A1"), (0, 0))
+        self.assertEqual(b.put("b1", "B1"), (0, 0))
+        pair = b.put("b2", "B2")
+        a.clear()
+        self.assertEqual(self.reader_of(b).get(*pair), "B2")
+
     # Pairs out of the data area, or of no object, are refused as vLLM does.
     def test_pairs_of_nothing(self):
         store = self.make_store()
@@ -592,8 +624,10 @@ class RingModesTest(VllmTestCase):
                 store = self.make_store()
                 self.assertIsNone(store.ring_buffer.daemon)
                 self.assertEqual(store.ring_buffer.socket_path, d.socket_path)
+                # (an unnamed ring's readers attach through its handle, as
+                # each unnamed store on the daemon is a ring of its own)
                 reader = ShmBrokerObjectStorage(10 * 1024, 2, SingleWriterShmRingBuffer(
-                    100 * 1024, name=None, create=False))
+                    *store.ring_buffer.handle()))
                 self.addCleanup(reader.close)
                 self.assertEqual(reader.get(*store.put("k", "v")), "v")
                 store.close()

@@ -5,10 +5,12 @@ allocation. Its objects await reads that nobody may ever make; the oldest of
 them would block every client's reclaim.
 """
 
+import gc
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -21,6 +23,8 @@ import shmbroker  # noqa: E402
 from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer  # noqa: E402
 
 KiB = 1024
+# The keys of the bases stores count their pairs from.
+BASE_PREFIX = "shmbroker-vllm-base:"
 
 # A writer store on the daemon at argv[2]: puts 6 objects of 6 KiB that
 # await 2 reads each, says "ready", then waits to be killed (or, given
@@ -38,6 +42,72 @@ if sys.stdin.readline().strip() == "close":
     store.close()
     print("closed", flush=True)
 sys.stdin.read()
+"""
+
+
+# A writer killed as soon as the daemon committed its second object, before
+# put() returns.
+KILLED_AFTER_COMMIT = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+import shmbroker.client
+from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer
+ring = SingleWriterShmRingBuffer(64 * 1024, create=True, socket_path=sys.argv[2])
+store = ShmBrokerObjectStorage(16 * 1024, 2, ring)
+store.put("first", b"a" * 100)
+commit = shmbroker.client.Allocation.commit
+def commit_and_die(self):
+    commit(self)
+    os.kill(os.getpid(), signal.SIGKILL)
+shmbroker.client.Allocation.commit = commit_and_die
+store.put("second", b"b" * 6000)
+"""
+
+# A writer killed after two puts and a clear() (which puts a base anew).
+KILLED = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer
+ring = SingleWriterShmRingBuffer(64 * 1024, create=True, socket_path=sys.argv[2])
+store = ShmBrokerObjectStorage(16 * 1024, 2, ring)
+store.put("first", b"a" * 100)
+store.clear()
+store.put("first", b"a" * 100)
+store.put("second", b"b" * 100)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+# A writer whose guard is killed after its first put, which puts twice more
+# and is killed.
+GUARD_KILLED = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer
+ring = SingleWriterShmRingBuffer(64 * 1024, create=True, socket_path=sys.argv[2])
+store = ShmBrokerObjectStorage(16 * 1024, 2, ring)
+store.put("first", b"a" * 100)
+guard = store._guard[2]
+guard.kill()
+guard.wait()
+store.put("second", b"b" * 100)
+store.put("third", b"c" * 100)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+# A writer that forks a child which stays (printing its pid), then is killed.
+FORKS_THEN_KILLED = """
+import os, signal, sys, time
+sys.path.insert(0, sys.argv[1])
+from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer
+ring = SingleWriterShmRingBuffer(64 * 1024, create=True, socket_path=sys.argv[2])
+store = ShmBrokerObjectStorage(16 * 1024, 2, ring)
+store.put("first", b"a" * 100)
+pid = os.fork()
+if pid == 0:
+    time.sleep(600)
+    os._exit(0)
+print(pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
@@ -102,6 +172,19 @@ class LeftoversTest(unittest.TestCase):
         self.assertEqual([o["key"] for o in self.client.list(prefix="left-")], [])
         self.client.put("mine", b"y" * (36 * KiB))
 
+    # Unnamed stores opened and closed one after another leave no base of
+    # their pairs behind (each has its own, which nobody else reads).
+    def test_closed_unnamed_stores_leave_no_base(self):
+        for i in range(3):
+            ring = SingleWriterShmRingBuffer(64 * KiB, create=True,
+                                             socket_path=self.daemon.socket_path)
+            store = ShmBrokerObjectStorage(16 * KiB, 1, ring)
+            store.put("k%d" % i, b"v")
+            store.clear()
+            store.put("k%d" % i, b"v")
+            store.close()
+        self.assertEqual(self.client.list(prefix=BASE_PREFIX), [])
+
     # A reader inside a get when the writer closes keeps its bytes: the
     # delete takes the key, the pin keeps the object until it is released.
     def test_close_while_a_reader_reads(self):
@@ -117,6 +200,69 @@ class LeftoversTest(unittest.TestCase):
         self.assertIn(b"z" * 5000, bytes(pin.view))
         self.assertFalse(self.client.contains("k"))
         pin.release()
+
+    def run_writer(self, script):
+        """Run a writer script (argv: package dir, socket) to its end; its
+        stdout, which it may hand to a child it leaves running."""
+        with tempfile.TemporaryFile() as out:
+            child = subprocess.run([sys.executable, "-c", script, PACKAGE_DIR,
+                                    self.daemon.socket_path], stdout=out, timeout=60)
+            out.seek(0)
+            return child.returncode, out.read().decode()
+
+    def assert_cleaned(self, keys):
+        wait_until(lambda: not {o["key"] for o in self.client.list(prefix="")} & set(keys),
+                   "the guard to delete the killed writer's objects %r" % (keys,))
+
+    # A writer killed right after the daemon committed its object, before
+    # the store's put returned: the guard knows of the object all the same.
+    def test_killed_between_commit_and_return(self):
+        rc, _ = self.run_writer(KILLED_AFTER_COMMIT)
+        self.assertEqual(rc, -signal.SIGKILL)
+        self.assert_cleaned(["first", "second"])
+
+    # An unnamed ring's base is its own: the guard deletes it with the
+    # killed writer's objects.
+    def test_killed_unnamed_writer_leaves_no_base(self):
+        rc, _ = self.run_writer(KILLED)
+        self.assertEqual(rc, -signal.SIGKILL)
+        self.assert_cleaned(["first", "second"])
+        wait_until(lambda: self.client.list(prefix=BASE_PREFIX) == [],
+                   "the guard to delete the killed writer's base")
+
+    # A guard that was killed is replaced, and its replacement is told of
+    # every object the writer still has, not only of those put after.
+    def test_guard_killed_then_writer_killed(self):
+        rc, _ = self.run_writer(GUARD_KILLED)
+        self.assertEqual(rc, -signal.SIGKILL)
+        self.assert_cleaned(["first", "second", "third"])
+
+    # A child the writer forked, alive after the writer was killed, does not
+    # keep the guard from seeing the writer's end.
+    def test_forked_child_outlives_killed_writer(self):
+        rc, out = self.run_writer(FORKS_THEN_KILLED)
+        child = int(out.split()[0])
+        self.addCleanup(os.kill, child, signal.SIGKILL)
+        self.assertEqual(rc, -signal.SIGKILL)
+        os.kill(child, 0)  # still there
+        self.assert_cleaned(["first"])
+
+    # A store dropped without close(), as vLLM's ring is dropped, leaves no
+    # object awaiting reads, no guard process and no descriptor behind.
+    def test_dropped_store(self):
+        fds = len(os.listdir("/proc/self/fd"))
+        guards = []
+        for i in range(3):
+            ring = SingleWriterShmRingBuffer(64 * KiB, create=True,
+                                             socket_path=self.daemon.socket_path)
+            store = ShmBrokerObjectStorage(16 * KiB, 2, ring)
+            store.put("dropped-%d" % i, b"d" * 6000)
+            guards.append(store._guard[2])
+            del store, ring
+            gc.collect()
+        self.assertEqual(self.client.list(prefix="dropped-"), [])
+        self.assertEqual([g.returncode for g in guards], [0, 0, 0])
+        self.assertEqual(len(os.listdir("/proc/self/fd")), fds)
 
 
 

@@ -65,6 +65,7 @@ import sys
 import tempfile
 import threading
 import uuid
+import weakref
 from typing import Any, Callable, Iterable, Optional, Tuple
 
 from . import frames as _frames
@@ -619,7 +620,8 @@ class ShmBrokerObjectStorage:
     monotonic_id); handle(); close(). Readers: touch(key, address,
     monotonic_id).
 
-    Addresses and ids are relative to the store (its ring's name), as vLLM's
+    Addresses and ids are relative to the store (its ring: the ring's name,
+    or an unnamed ring's own id, which handle() passes), as vLLM's
     are to its ring: the first object put after the store starts or after
     clear() is (0, 0), on a private daemon or a shared one. The base they are
     counted from is a small object of the daemon (key
@@ -656,8 +658,12 @@ class ShmBrokerObjectStorage:
         self._seen = collections.OrderedDict()
         self._base = None  # (offset, chunk id, nonce) the pairs count from
         self._base_key = "shmbroker-vllm-base:%s" % hashlib.sha1(
-            str(ring_buffer.name).encode("utf-8", "surrogatepass")).hexdigest()[:24]
+            str(ring_buffer.ring_id).encode("utf-8", "surrogatepass")).hexdigest()[:24]
         self._guard = None
+        # An unnamed ring's base is this store's alone (no other writer has
+        # its id): close() and the guard delete it with the objects.
+        self._own_base = ring_buffer.ring_id != ring_buffer.name
+        self._base_where = None  # (offset, chunk id) of that base object
 
     # ---- helpers -----------------------------------------------------------
 
@@ -729,7 +735,12 @@ class ShmBrokerObjectStorage:
                     client.delete(self._base_key)
                 except NotFound:
                     pass
-            client.put(self._base_key, _BASE.pack(*base))
+            offset = client.put(self._base_key, _BASE.pack(*base))
+            if self._own_base and self.is_writer:
+                header = self._header(offset, committed=True)
+                if header is not None:
+                    self._base_where = (offset, header[0])
+                    self._tell_guard("P", self._base_key, offset, header[0])
         except KeyExists:
             theirs = self._read_base()
             if theirs is not None:
@@ -739,9 +750,10 @@ class ShmBrokerObjectStorage:
         return base
 
     def _settle_base(self, offset, chunk_id):
-        """After a put at (offset, chunk_id): make sure the daemon holds the
-        base (this object's position when there is none yet, or a clear()
-        left none), and adopt another writer's base when it changed."""
+        """After a put at (offset, chunk_id), or before a get_cached of that
+        object: make sure the daemon holds the base (this object's position
+        when there is none yet, or a clear() left none), and adopt another
+        writer's base when it changed."""
         base = self._read_base()
         if base is None or base == _NO_BASE:
             if base == _NO_BASE or self._base is None:
@@ -833,14 +845,39 @@ class ShmBrokerObjectStorage:
         """Tell the guard (see _guard_main) of an object put ("P") or
         forgotten ("F")."""
         guard = self._guard
+        if guard is None or guard[1] != os.getpid():
+            return
+        if self._write_guard(guard, [(what, key, offset, chunk_id)]):
+            return
+        # The guard is gone (killed): a new one, told of every object the
+        # writer still has, else a writer killed later leaves them for ever.
+        self._guard = None
+        self._start_guard()
+        guard = self._guard
         if guard is None:
             return
-        line = "%s %d %d %s\n" % (what, offset, chunk_id,
-                                   key.encode("utf-8", "surrogatepass").hex())
+        lines = [("P", k, o, c) for k, (o, c) in self._objects.items()]
+        if self._base_where is not None:
+            lines.append(("P", self._base_key) + self._base_where)
+        if what == "P" or key not in self._objects:
+            lines.append((what, key, offset, chunk_id))
+        if not self._write_guard(guard, lines):
+            self._guard = None
+
+    @staticmethod
+    def _write_guard(guard, lines):
+        """Write lines to guard's pipe; False when the guard is gone."""
+        data = b"".join(("%s %d %d %s\n" % (what, offset, chunk_id,
+                                            key.encode("utf-8", "surrogatepass").hex())
+                         ).encode("ascii") for what, key, offset, chunk_id in lines)
         try:
-            os.write(guard[0], line.encode("ascii"))
+            while data:
+                data = data[os.write(guard[0], data):]
         except OSError:
-            self._guard = None  # the guard is gone: nothing to tell
+            os.close(guard[0])
+            guard[2].poll()  # reap it: it died
+            return False
+        return True
 
     def _start_guard(self):
         """On a daemon the writer did not start, a process that deletes the
@@ -850,6 +887,7 @@ class ShmBrokerObjectStorage:
         daemon stops with its writer, taking everything with it."""
         if self._guard is not None or self.ring_buffer.daemon is not None:
             return
+        _GUARDED.add(self)
         rfd, wfd = os.pipe()
         code = ("import sys; sys.path.insert(0, sys.argv[1]); "
                 "from shmbroker.vllm import _guard_main; _guard_main(*sys.argv[2:])")
@@ -876,14 +914,14 @@ class ShmBrokerObjectStorage:
                 if clean:
                     os.write(guard[0], b"C 0 0 00\n")
             except OSError:
-                clean = False
+                pass
             os.close(guard[0])
-            if clean:
-                # It leaves at once: reap it, as a Popen dropped running warns.
-                try:
-                    guard[2].wait(_GUARD_WAIT_S)
-                except subprocess.TimeoutExpired:
-                    pass
+            # It leaves at once, or once it has deleted what the store left:
+            # reap it, so that no zombie stays while the writer runs on.
+            try:
+                guard[2].wait(_GUARD_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass
 
     # ---- the writer --------------------------------------------------------
 
@@ -932,19 +970,30 @@ class ShmBrokerObjectStorage:
                 self._prune()
                 raise NoSpace("ENOSPC", "Not enough space in the data buffer, try calling "
                               "free_buf() to free up space: %s" % e.message) from None
-            with alloc:
-                view = alloc.view
-                pos = 0
-                for p in pieces:
-                    view[pos:pos + p.nbytes] = p
-                    pos += p.nbytes
-                # Read while pending: nobody else can free or reuse the chunk.
-                header = self._header(alloc.offset)
-                if header is None:
-                    raise ProtocolError("EPROTO", "No chunk header before offset %d, where "
-                                        "shmbrokerd allocated '%s'." % (alloc.offset, key))
+            told = False
+            try:
+                with alloc:
+                    view = alloc.view
+                    pos = 0
+                    for p in pieces:
+                        view[pos:pos + p.nbytes] = p
+                        pos += p.nbytes
+                    # Read while pending: nobody else can free or reuse the chunk.
+                    header = self._header(alloc.offset)
+                    if header is None:
+                        raise ProtocolError("EPROTO", "No chunk header before offset %d, where "
+                                            "shmbrokerd allocated '%s'." % (alloc.offset, key))
+                    # Told before the commit: a writer killed right after it
+                    # leaves an object the guard knows of; killed before it,
+                    # the daemon drops the allocation and the guard finds no
+                    # committed object there.
+                    self._tell_guard("P", key, alloc.offset, header[0])
+                    told = True
+            except BaseException:
+                if told:
+                    self._tell_guard("F", key)
+                raise
             offset, chunk_id = alloc.offset, header[0]
-            self._tell_guard("P", key, offset, chunk_id)
             for old, entry in list(self._objects.items()):
                 if entry[1] == chunk_id and old != key:
                     self._forget(old)  # an id the daemon gave back and reused
@@ -987,13 +1036,9 @@ class ShmBrokerObjectStorage:
                 self._forget(key)
                 raise KeyError(key) from None
             # The pair handed out again must resolve: the base it counts
-            # from is put back if reclaim took it, or followed if it moved.
-            base = self._read_base()
-            if base is None and self._base is not None:
-                self._publish_base(self._base)
-            elif base is not None and base != _NO_BASE and base != self._base:
-                self._base = base
-                self._rekey()
+            # from is put back if reclaim took it, followed if it moved, and
+            # set at this object when another writer's clear() left none.
+            self._settle_base(*self._objects[key])
             return self.key_index[key]
 
     def free_unused(self) -> None:
@@ -1037,6 +1082,13 @@ class ShmBrokerObjectStorage:
             self.key_index.clear()
             self.id_index.clear()
             self._base = None
+
+    def _delete_base(self):
+        try:
+            self._client.delete(self._base_key)
+        except NotFound:
+            pass
+        self._base_where = None
 
     def _delete_own(self):
         client = self._client
@@ -1137,6 +1189,22 @@ class ShmBrokerObjectStorage:
         that none is left awaiting reads on a shared daemon (a reader still
         reading one keeps its bytes until it is done); then the ring closes
         (its connection, and the private daemon it started)."""
+        try:
+            self._let_go()
+        finally:
+            self.ring_buffer.close()
+
+    def __del__(self):
+        # A store dropped without close() lets go of its objects and its
+        # guard, as vLLM's ring dropped frees its memory; the ring closes
+        # itself when it goes too.
+        try:
+            self._let_go()
+        except Exception:
+            pass
+
+    def _let_go(self):
+        """A writer's objects deleted, and its guard stopped."""
         deleted = False
         try:
             if self.is_writer and self.ring_buffer.client is not None and \
@@ -1144,12 +1212,13 @@ class ShmBrokerObjectStorage:
                 try:
                     with self.ring_buffer.lock:
                         self._again(self._delete_own)
+                        if self._own_base:
+                            self._again(self._delete_base)
                 except ShmBrokerError:
                     pass  # the daemon is gone, and the objects with it
                 deleted = True
         finally:
             self._stop_guard(clean=deleted)  # else the guard deletes them
-            self.ring_buffer.close()
 
     def handle(self) -> ShmObjectStorageHandle:
         """A handle for create_from_handle() in another process."""
@@ -1172,6 +1241,26 @@ class ShmBrokerObjectStorage:
             serde_class=handle.serde_class,
             reader_lock=handle.reader_lock,
         )
+
+
+# The stores whose guard a fork()ed child must not keep: the pipe's write end
+# held in a child hides the writer's death from the guard while it runs.
+_GUARDED = weakref.WeakSet()
+
+
+def _forget_guards_in_child():
+    for store in list(_GUARDED):
+        guard, store._guard = store._guard, None
+        if guard is not None:
+            try:
+                os.close(guard[0])
+            except OSError:
+                pass
+    _GUARDED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_guards_in_child)
 
 
 def _guard_main(socket_path, pool, keep_awaited=""):
