@@ -29,6 +29,9 @@ PYTHON      ?= $(firstword $(wildcard /usr/bin/python3) python3)
 PY_VERSION  := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 PYTHONDIR   ?= $(PREFIX)/lib/python$(PY_VERSION)/dist-packages
 CC          ?= cc
+# The linker, objcopy and ar of CC's target (make's defaults are the host's):
+# tests/arm64/run.sh sets the aarch64-linux-gnu- ones for its cross build.
+OBJCOPY     ?= objcopy
 SANITIZER   ?=
 OPT         ?= -O2
 
@@ -385,9 +388,9 @@ $(LIB_A): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ $(BUILD)/obj/libshmbroker.o
-	$(Q)ld -r -o $(BUILD)/obj/libshmbroker.o $^
-	$(Q)objcopy --wildcard --keep-global-symbol='shmb_*' $(BUILD)/obj/libshmbroker.o
-	$(Q)ar rcs $@ $(BUILD)/obj/libshmbroker.o
+	$(Q)$(LD) -r -o $(BUILD)/obj/libshmbroker.o $^
+	$(Q)$(OBJCOPY) --wildcard --keep-global-symbol='shmb_*' $(BUILD)/obj/libshmbroker.o
+	$(Q)$(AR) rcs $@ $(BUILD)/obj/libshmbroker.o
 
 $(LIB_SO): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
