@@ -304,7 +304,7 @@ FUZZ_ADOPT_SRC := tests/fuzz/fuzz_adopt.c $(CORE_SRC) proto/utf8.c proto/error.c
                   proto/text.c proto/catalog.c
 FUZZ_ADOPT_BIN := $(FUZZ_BUILD)/fuzz_adopt
 
-.PHONY: all run test fuzz fuzz-adopt soak bench bench-instructions check-deps check-test-deps unit clean install uninstall deb
+.PHONY: all run test test-arm64 fuzz fuzz-adopt soak bench bench-instructions check-deps check-test-deps unit clean install uninstall deb
 all: check-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS)
 
@@ -325,6 +325,15 @@ test: check-test-deps
 	    SHMB_SOAK=$(BUILD)/tests/soak FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
 	    FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_ADOPT_BIN=$(FUZZ_ADOPT_BIN) \
 	    FUZZ_ADOPT_SECONDS=$(FUZZ_ADOPT_SECONDS) sh tests/run.sh $(BUILD) $(TEST_RUNS)
+
+# aarch64 under qemu-user (tests/arm64/run.sh): the daemon, the library and
+# the queue's C tests cross-compiled into ARM64_BUILD, then run with the
+# Python read and queue tests in an arm64 Debian root (cached under
+# /var/tmp) through binfmt_misc. Needs root.
+ARM64_BUILD ?= build-arm64
+test-arm64:
+	$(Q)sh scripts/install-deps.sh arm64
+	$(Q)MAKE="$(MAKE)" sh tests/arm64/run.sh $(ARM64_BUILD)
 
 # Only the soak, at whatever length: make soak SOAK_SECONDS=30 SANITIZER=address
 # (tests/run.sh adds the length asked for to its per-program time limit).
@@ -537,6 +546,6 @@ deb:
 	@ls -1 $(DEB_OUT)/*.deb
 
 clean:
-	rm -rf build build-address build-undefined build-thread build-fuzz
+	rm -rf build build-address build-undefined build-thread build-fuzz build-arm64
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
