@@ -10,9 +10,10 @@
 # benchmark's ZeroMQ reference); deb adds Debian's packaging
 # tools (debhelper, dh-python, dpkg-dev, lintian) and python3; arm64 adds
 # what `make test-arm64` needs on the host: Debian's cross compiler for
-# arm64 (gcc-aarch64-linux-gnu, with its binutils), qemu-user-static (and
-# its binfmt_misc line), debootstrap for the arm64 root (whose own packages
-# come from the root's apt, not the host's) and file.
+# arm64 (gcc-aarch64-linux-gnu, its binutils and libc6-dev-arm64-cross),
+# qemu-user-static (and its binfmt_misc line), debootstrap for the arm64
+# root (whose own packages come from the root's apt, not the host's) and
+# file.
 # Does nothing when everything is present.
 set -eu
 
@@ -70,6 +71,9 @@ fi
 if [ "$want" = arm64 ]; then
     command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need gcc-aarch64-linux-gnu
     command -v aarch64-linux-gnu-ld >/dev/null 2>&1 || need binutils-aarch64-linux-gnu
+    # The cross C library (only recommended by the compiler): its headers
+    # come before the root's in the cross compiler's search.
+    have_deb libc6-dev-arm64-cross || need libc6-dev-arm64-cross
     command -v qemu-aarch64-static >/dev/null 2>&1 || need qemu-user-static
     command -v debootstrap >/dev/null 2>&1 || need debootstrap
     command -v file >/dev/null 2>&1 || need file

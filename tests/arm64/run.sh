@@ -94,6 +94,10 @@ ensure_binfmt() {
     if [ -e "$bm/qemu-aarch64" ]; then
         grep -q '^enabled' "$bm/qemu-aarch64" ||
             die "binfmt_misc's qemu-aarch64 entry is disabled (echo 1 > $bm/qemu-aarch64)"
+        # Without F the interpreter is looked up inside the root, where
+        # there is none.
+        grep -q '^flags:.*F' "$bm/qemu-aarch64" ||
+            die "binfmt_misc's qemu-aarch64 entry lacks the F flag, so it cannot run inside a root; replace it: echo -1 > $bm/qemu-aarch64, then run this again"
         return 0
     fi
     conf=/usr/lib/binfmt.d/qemu-aarch64.conf
@@ -146,9 +150,10 @@ prepare_root() {
 # ---- the cross build ----------------------------------------------------------
 
 # The daemon, the ctl, the library (static and shared), README's examples
-# and the C tests below, built on this host by Debian's cross compiler
-# against the root's headers and libraries (--sysroot, pkg-config's
-# sysroot): no arm64 package on the host, no compiler under emulation.
+# and the C tests below, built on this host by Debian's cross compiler and
+# C library (libc6-dev-arm64-cross, the same glibc as the root's) against
+# the root's libuv, jansson and cmocka (--sysroot, pkg-config's sysroot):
+# no arm64 package in the host's dpkg, no compiler under emulation.
 cross_build() {
     say "cross-compiling for arm64 into $build_rel"
     # shellcheck disable=SC2086
