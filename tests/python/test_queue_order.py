@@ -66,6 +66,23 @@ class TestFenceTable(unittest.TestCase):
                                                  "fence_acquire", "fence_release"})
         self.assertEqual(_futex.arch("riscv64"), ("riscv64", None))
 
+    def test_aarch64_code_fences(self):
+        """aarch64's functions, word by word: each read-modify-write
+        returns only after a dmb ish (a full fence, which queue.py counts
+        on after its announcements), the acquire fence is dmb ishld and the
+        release fence dmb ish. qemu cannot show a missing barrier; this
+        can."""
+        dmb_ish, dmb_ishld, ret = "bf3b03d5", "bf3903d5", "c0035fd6"
+        code = _futex.arch("aarch64")[1]["code"]
+        for name in ("fetch_add32", "exchange32", "cas64"):
+            words = [code[name][i:i + 8] for i in range(0, len(code[name]), 8)]
+            rets = [i for i, w in enumerate(words) if w == ret]
+            self.assertTrue(rets, name)
+            for i in rets:
+                self.assertIn(dmb_ish, words[max(0, i - 2):i], "%s: ret at word %d" % (name, i))
+        self.assertEqual(code["fence_acquire"], dmb_ishld + ret)
+        self.assertEqual(code["fence_release"], dmb_ish + ret)
+
     def test_this_machine(self):
         """This machine's fences are None exactly where it is TSO, callable
         elsewhere; its futex call is its own number."""
