@@ -176,7 +176,9 @@ cross_build() {
 # Inside a mount and PID namespace of its own: /proc, /sys, /dev, a fresh
 # /dev/shm and /tmp, and this tree at its own path, so that every mount
 # goes and every process left over (a daemon a test did not stop) is killed
-# when the run ends. The cached root itself is not written.
+# when the run ends. The cached root itself is not written. The inner shell
+# does not exec: it stays the namespace's PID 1, which reaps orphans (a
+# test's daemon), and the tests run as ordinary processes.
 in_root() {
     unshare --mount --pid --fork --propagation private sh -eu -c '
         root=$1; top=$2; shift 2
@@ -188,7 +190,7 @@ in_root() {
         mkdir -p "$root$top"
         mount --bind "$top" "$root$top"
         cd "$root$top"
-        exec chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp \
+        chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp \
             LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 "$@"' sh "$root" "$top" "$@"
 }
 
