@@ -83,6 +83,16 @@ class TestFenceTable(unittest.TestCase):
         self.assertEqual(code["fence_acquire"], dmb_ishld + ret)
         self.assertEqual(code["fence_release"], dmb_ish + ret)
 
+    def test_libatomic_fences(self):
+        """Where executable memory is refused, libatomic stands in: on
+        aarch64 with its fences too, on x86-64 with none (TSO)."""
+        lib = _futex._load_libatomic("aarch64")
+        if lib is None:
+            self.skipTest("no libatomic.so.1 here (Debian: libatomic1)")
+        lib["fence_acquire"]()
+        lib["fence_release"]()
+        self.assertNotIn("fence_acquire", _futex._load_libatomic("x86_64"))
+
     def test_this_machine(self):
         """This machine's fences are None exactly where it is TSO, callable
         elsewhere; its futex call is its own number."""

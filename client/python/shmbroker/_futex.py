@@ -193,10 +193,11 @@ _ACQUIRE = 2  # __ATOMIC_ACQUIRE
 _RELEASE = 3  # __ATOMIC_RELEASE
 
 
-def _load_libatomic(machine="x86_64", library="libatomic.so.1"):
+def _load_libatomic(machine=None, library="libatomic.so.1"):
     """fetch_add32, exchange32 and cas64 from GCC's libatomic, and on a
-    machine that is not TSO its fences too, or None when it is not
-    installed."""
+    machine that is not TSO (machine: platform.machine()'s name, by default
+    this one's) its fences too, or None when it is not installed."""
+    machine = arch(machine)[0]
     try:
         lib = ctypes.CDLL(library)
         add, xchg = lib.__atomic_fetch_add_4, lib.__atomic_exchange_4
