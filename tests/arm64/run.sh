@@ -19,6 +19,8 @@
 # changes with the suite and the package list. The host needs root,
 # binfmt_misc (mounted here when it is not) and Debian's qemu-user-static,
 # debootstrap and gcc-aarch64-linux-gnu (scripts/install-deps.sh arm64).
+# binfmt_misc stays mounted and qemu-aarch64 registered afterwards, as on a
+# host where Debian's qemu-user-static registered it at boot.
 #
 # Usage: tests/arm64/run.sh [BUILD_DIR]   (default build-arm64)
 # Prints PASS/FAIL/SKIP lines per test, the time each stage took, and exits
