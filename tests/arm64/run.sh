@@ -10,8 +10,8 @@
 # call's number, the atomics' machine code, the fences' calls, 64-bit
 # struct layouts) run and pass. What it cannot show: qemu on an x86-64 host
 # keeps the host's strong ordering, so a missing fence passes here; the
-# fences' places are held by tests that record them (test_queues.py's
-# TestWeakOrdering, test_read.py's TestOrderedReads), on any machine.
+# fences' places are held by tests that record them (test_queue_order.py,
+# test_read.py's TestOrderedReads), on any machine.
 #
 # The cached root (debootstrap of bookworm for arm64 with python3, numpy,
 # libatomic1 and the -dev packages the cross build links against) lives in
@@ -70,6 +70,9 @@ die() {
 
 # The tools, installed through the project's dependency script when missing.
 check_host() {
+    case "$(uname -m)" in
+    aarch64 | arm64) die "this host is aarch64 itself: run the tests natively (make test)" ;;
+    esac
     [ "$(id -u)" -eq 0 ] || die "needs root (debootstrap, binfmt_misc, chroot); run as root or with sudo"
     if ! command -v qemu-aarch64-static >/dev/null 2>&1 ||
         ! command -v debootstrap >/dev/null 2>&1 ||
