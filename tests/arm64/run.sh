@@ -44,7 +44,8 @@ TRIPLET=aarch64-linux-gnu
 # What is built, and what runs: the queue's data path over a memfd (unit),
 # queues end to end through the daemon and the library, the catalog's C
 # reader; the Python read and queue tests (run.py's filters).
-C_TESTS="$build_rel/tests/test_queue $build_rel/tests/test_queues $build_rel/tests/test_catalog_read"
+C_TESTS="$build_rel/tests/test_queue $build_rel/tests/test_queues
+    $build_rel/tests/test_catalog_read"
 TARGETS="$build_rel/shmbrokerd $build_rel/shmbrokerctl $build_rel/libshmbroker.a \
     $build_rel/libshmbroker.so.1 $build_rel/example $build_rel/example-queue $C_TESTS"
 PY_TESTS="test_read. test_queues. test_queue_order."
@@ -73,7 +74,8 @@ check_host() {
     case "$(uname -m)" in
     aarch64 | arm64) die "this host is aarch64 itself: run the tests natively (make test)" ;;
     esac
-    [ "$(id -u)" -eq 0 ] || die "needs root (debootstrap, binfmt_misc, chroot); run as root or with sudo"
+    [ "$(id -u)" -eq 0 ] ||
+        die "needs root (debootstrap, binfmt_misc, chroot); run as root or with sudo"
     if ! command -v qemu-aarch64-static >/dev/null 2>&1 ||
         ! command -v debootstrap >/dev/null 2>&1 ||
         ! command -v $TRIPLET-gcc >/dev/null 2>&1; then
@@ -94,7 +96,8 @@ ensure_binfmt() {
     bm=/proc/sys/fs/binfmt_misc
     if [ ! -e "$bm/register" ]; then
         mount -t binfmt_misc binfmt_misc "$bm" 2>/dev/null ||
-            die "cannot mount binfmt_misc on $bm (a container without it? run on the host, or mount it there: mount -t binfmt_misc binfmt_misc $bm)"
+            die "cannot mount binfmt_misc on $bm (a container without it? run on the" \
+                "host, or mount it there: mount -t binfmt_misc binfmt_misc $bm)"
     fi
     if [ -e "$bm/qemu-aarch64" ]; then
         grep -q '^enabled' "$bm/qemu-aarch64" ||
@@ -102,7 +105,8 @@ ensure_binfmt() {
         # Without F the interpreter is looked up inside the root, where
         # there is none.
         grep -q '^flags:.*F' "$bm/qemu-aarch64" ||
-            die "binfmt_misc's qemu-aarch64 entry lacks the F flag, so it cannot run inside a root; replace it: echo -1 > $bm/qemu-aarch64, then run this again"
+            die "binfmt_misc's qemu-aarch64 entry lacks the F flag, so it cannot run" \
+                "inside a root; remove it (echo -1 > $bm/qemu-aarch64) and run this again"
         return 0
     fi
     conf=/usr/lib/binfmt.d/qemu-aarch64.conf
@@ -134,14 +138,16 @@ prepare_root() {
     if [ ! -f "$root/.shmb-root" ]; then
         mirror=$(host_mirror)
         [ -n "$mirror" ] || die "no Debian mirror in /etc/apt to debootstrap from"
-        say "building the cached arm64 root $root (several minutes: its packages' scripts run under qemu)"
+        say "building the cached arm64 root $root" \
+            "(several minutes: its packages' scripts run under qemu)"
         rm -rf "$root.new"
         include=$(echo "$PACKAGES" | tr ' ' ',')
         if ! debootstrap --arch=arm64 --variant=minbase --include="$include" "$SUITE" \
             "$root.new" "$mirror" >"$CACHE/debootstrap.log" 2>&1; then
             tail -n 5 "$CACHE/debootstrap.log" | sed 's/^/  | /'
             rm -rf "$root.new"
-            die "debootstrap --arch=arm64 of $SUITE from $mirror failed (log: $CACHE/debootstrap.log)"
+            die "debootstrap --arch=arm64 of $SUITE from $mirror failed" \
+                "(log: $CACHE/debootstrap.log)"
         fi
         rm -f "$root.new"/var/cache/apt/archives/*.deb
         echo "$PACKAGES" >"$root.new/.shmb-root"
@@ -236,7 +242,8 @@ run_tests() {
         rc=1
     }
     in_root env QEMU_PAGESIZE=65536 SHMBROKERD="$build/shmbrokerd" PYTHON=/usr/bin/python3 \
-        /usr/bin/python3 "$top/tests/python/run.py" $PY_TESTS_64K >"$build/arm64-python-64k.log" 2>&1 &&
+        /usr/bin/python3 "$top/tests/python/run.py" $PY_TESTS_64K \
+        >"$build/arm64-python-64k.log" 2>&1 &&
         py=0 || py=1
     cat "$build/arm64-python-64k.log"
     if [ $py -ne 0 ] || grep -q '^SKIP: ' "$build/arm64-python-64k.log"; then
