@@ -43,12 +43,14 @@ CACHE="${SHMB_ARM64_ROOT:-/var/tmp/shmbroker-arm64-root}"
 TRIPLET=aarch64-linux-gnu
 # What is built, and what runs: the queue's data path over a memfd (unit),
 # queues end to end through the daemon and the library, the catalog's C
-# reader; the Python read and queue tests (run.py's filters).
+# reader; the Python read tests (the scribble table's against the C reader,
+# shmb-read-tool) and queue tests (run.py's filters).
 C_TESTS="$build_rel/tests/test_queue $build_rel/tests/test_queues
     $build_rel/tests/test_catalog_read"
 TARGETS="$build_rel/shmbrokerd $build_rel/shmbrokerctl $build_rel/libshmbroker.a \
-    $build_rel/libshmbroker.so.1 $build_rel/example $build_rel/example-queue $C_TESTS"
-PY_TESTS="test_read. test_queues. test_queue_order."
+    $build_rel/libshmbroker.so.1 $build_rel/example $build_rel/example-queue $C_TESTS
+    $build_rel/tests/shmb-read-tool"
+PY_TESTS="test_read. test_scribble_table. test_queues. test_queue_order."
 # With 64 KiB pages: the queue's data path, C and Python, through the daemon.
 C_TESTS_64K="$build_rel/tests/test_queue $build_rel/tests/test_queues"
 PY_TESTS_64K="test_queues.AreaTest test_queues.QueueTest.test_broadcast_in_order test_queue_order."
@@ -216,7 +218,7 @@ run_tests() {
         SHMB_TEST_TIMEOUT="${SHMB_TEST_TIMEOUT:-900}" \
         sh -c 'cd "$1" && shift && sh tests/run.sh "$@"' sh "$top" "$build" $C_TESTS || rc=1
     say "C tests done ($(elapsed))"
-    in_root env SHMBROKERD="$build/shmbrokerd" PYTHON=/usr/bin/python3 \
+    in_root env SHMBROKERD="$build/shmbrokerd" SHMB_BUILD_DIR="$build" PYTHON=/usr/bin/python3 \
         /usr/bin/python3 "$top/tests/python/run.py" $PY_TESTS >"$build/arm64-python.log" 2>&1 &&
         py=0 || py=1
     cat "$build/arm64-python.log"
@@ -236,12 +238,14 @@ run_tests() {
     in_root env QEMU_PAGESIZE=65536 SHMBROKERD="$build/shmbrokerd" \
         SHMBROKERCTL="$build/shmbrokerctl" SHMB_TEST_TIMEOUT="${SHMB_TEST_TIMEOUT:-900}" \
         sh -c 'cd "$1" && shift && sh tests/run.sh "$@"' sh "$top" "$build" $C_TESTS_64K || rc=1
-    in_root env QEMU_PAGESIZE=65536 SHMBROKERD="$build/shmbrokerd" PYTHON=/usr/bin/python3 \
+    in_root env QEMU_PAGESIZE=65536 SHMBROKERD="$build/shmbrokerd" SHMB_BUILD_DIR="$build" \
+        PYTHON=/usr/bin/python3 \
         /usr/bin/python3 -c 'import mmap, sys; sys.exit(mmap.PAGESIZE != 65536)' || {
         echo "FAIL: arm64 64k (qemu did not report 64 KiB pages)"
         rc=1
     }
-    in_root env QEMU_PAGESIZE=65536 SHMBROKERD="$build/shmbrokerd" PYTHON=/usr/bin/python3 \
+    in_root env QEMU_PAGESIZE=65536 SHMBROKERD="$build/shmbrokerd" SHMB_BUILD_DIR="$build" \
+        PYTHON=/usr/bin/python3 \
         /usr/bin/python3 "$top/tests/python/run.py" $PY_TESTS_64K \
         >"$build/arm64-python-64k.log" 2>&1 &&
         py=0 || py=1
