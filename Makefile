@@ -31,6 +31,9 @@ PYTHONDIR   ?= $(PREFIX)/lib/python$(PY_VERSION)/dist-packages
 # The package's metadata directory (PEP 376), for its entry points.
 PY_DISTINFO := shmbroker-$(VERSION).dist-info
 CC          ?= cc
+# The linker, objcopy and ar of CC's target (make's defaults are the host's):
+# tests/arm64/run.sh sets the aarch64-linux-gnu- ones for its cross build.
+OBJCOPY     ?= objcopy
 SANITIZER   ?=
 OPT         ?= -O2
 
@@ -306,7 +309,7 @@ FUZZ_ADOPT_SRC := tests/fuzz/fuzz_adopt.c $(CORE_SRC) proto/utf8.c proto/error.c
                   proto/text.c proto/catalog.c
 FUZZ_ADOPT_BIN := $(FUZZ_BUILD)/fuzz_adopt
 
-.PHONY: all run test fuzz fuzz-adopt soak bench bench-instructions check-deps check-test-deps unit clean install uninstall deb
+.PHONY: all run test test-arm64 fuzz fuzz-adopt soak bench bench-instructions check-deps check-test-deps unit clean install uninstall deb
 all: check-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS)
 
@@ -327,6 +330,15 @@ test: check-test-deps
 	    SHMB_SOAK=$(BUILD)/tests/soak FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
 	    FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_ADOPT_BIN=$(FUZZ_ADOPT_BIN) \
 	    FUZZ_ADOPT_SECONDS=$(FUZZ_ADOPT_SECONDS) sh tests/run.sh $(BUILD) $(TEST_RUNS)
+
+# aarch64 under qemu-user (tests/arm64/run.sh): the daemon, the library and
+# the queue's C tests cross-compiled into ARM64_BUILD, then run with the
+# Python read and queue tests in an arm64 Debian root (cached under
+# /var/tmp) through binfmt_misc. Needs root.
+ARM64_BUILD ?= build-arm64
+test-arm64:
+	$(Q)sh scripts/install-deps.sh arm64
+	$(Q)MAKE="$(MAKE)" sh tests/arm64/run.sh $(ARM64_BUILD)
 
 # Only the soak, at whatever length: make soak SOAK_SECONDS=30 SANITIZER=address
 # (tests/run.sh adds the length asked for to its per-program time limit).
@@ -390,9 +402,9 @@ $(LIB_A): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ $(BUILD)/obj/libshmbroker.o
-	$(Q)ld -r -o $(BUILD)/obj/libshmbroker.o $^
-	$(Q)objcopy --wildcard --keep-global-symbol='shmb_*' $(BUILD)/obj/libshmbroker.o
-	$(Q)ar rcs $@ $(BUILD)/obj/libshmbroker.o
+	$(Q)$(LD) -r -o $(BUILD)/obj/libshmbroker.o $^
+	$(Q)$(OBJCOPY) --wildcard --keep-global-symbol='shmb_*' $(BUILD)/obj/libshmbroker.o
+	$(Q)$(AR) rcs $@ $(BUILD)/obj/libshmbroker.o
 
 $(LIB_SO): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
@@ -549,6 +561,6 @@ deb:
 	@ls -1 $(DEB_OUT)/*.deb
 
 clean:
-	rm -rf build build-address build-undefined build-thread build-fuzz
+	rm -rf build build-address build-undefined build-thread build-fuzz build-arm64
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

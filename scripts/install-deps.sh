@@ -1,6 +1,6 @@
 #!/bin/sh
 # Install the Debian packages shmbroker needs when pkg-config cannot find them.
-# Usage: scripts/install-deps.sh [build|test|bench|deb]
+# Usage: scripts/install-deps.sh [build|test|bench|deb|arm64]
 # build: libuv, jansson; test adds cmocka, clang with its sanitizer and
 # fuzzer runtimes (the fuzz target), valgrind (the soak under memcheck, and
 # the instruction count with python3) and systemd (systemd-analyze and
@@ -8,7 +8,12 @@
 # python3-setuptools, python3-pip and python3-torch (the Python tests); bench adds redis-server,
 # redis-tools, python3-redis, python3-numpy and libzmq3-dev (the queue
 # benchmark's ZeroMQ reference); deb adds Debian's packaging
-# tools (debhelper, dh-python, dpkg-dev, lintian) and python3.
+# tools (debhelper, dh-python, dpkg-dev, lintian) and python3; arm64 adds
+# what `make test-arm64` needs on the host: Debian's cross compiler for
+# arm64 (gcc-aarch64-linux-gnu, its binutils and libc6-dev-arm64-cross),
+# qemu-user-static (and its binfmt_misc line), debootstrap for the arm64
+# root (whose own packages come from the root's apt, not the host's) and
+# file.
 # Does nothing when everything is present.
 set -eu
 
@@ -24,13 +29,13 @@ command -v make >/dev/null 2>&1 || need make
 if command -v pkg-config >/dev/null 2>&1; then
     pkg-config --exists libuv || need libuv1-dev
     pkg-config --exists jansson || need libjansson-dev
-    if [ "$want" != build ] && [ "$want" != deb ]; then
+    if [ "$want" != build ] && [ "$want" != deb ] && [ "$want" != arm64 ]; then
         pkg-config --exists cmocka || need libcmocka-dev
     fi
 else
     need libuv1-dev
     need libjansson-dev
-    [ "$want" = build ] || [ "$want" = deb ] || need libcmocka-dev
+    [ "$want" = build ] || [ "$want" = deb ] || [ "$want" = arm64 ] || need libcmocka-dev
 fi
 if [ "$want" = test ]; then
     command -v clang >/dev/null 2>&1 || need clang
@@ -64,6 +69,17 @@ if [ "$want" = bench ]; then
     have_deb python3-numpy || need python3-numpy
     # tests/bench/queue_bench.c: ZeroMQ PUB/SUB, the queues' reference.
     pkg-config --exists libzmq 2>/dev/null || need libzmq3-dev
+fi
+
+if [ "$want" = arm64 ]; then
+    command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need gcc-aarch64-linux-gnu
+    command -v aarch64-linux-gnu-ld >/dev/null 2>&1 || need binutils-aarch64-linux-gnu
+    # The cross C library (only recommended by the compiler): its headers
+    # come before the root's in the cross compiler's search.
+    have_deb libc6-dev-arm64-cross || need libc6-dev-arm64-cross
+    command -v qemu-aarch64-static >/dev/null 2>&1 || need qemu-user-static
+    command -v debootstrap >/dev/null 2>&1 || need debootstrap
+    command -v file >/dev/null 2>&1 || need file
 fi
 
 if [ "$want" = deb ]; then

@@ -29,6 +29,7 @@
 struct area {
     void *base;
     size_t size;
+    size_t mapped; /* size rounded up to whole pages */
     struct shmb_q q;
 };
 
@@ -36,16 +37,22 @@ static void area_new(struct area *a, uint32_t seats, uint64_t slots, uint64_t sl
 {
     struct shmb_error err;
     int fd = memfd_create("queue", MFD_CLOEXEC);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
     void *guard;
 
     assert_true(fd >= 0);
     a->size = shmb_q_size(seats, slots, slot_size);
     assert_true(a->size > 0);
-    assert_int_equal(ftruncate(fd, (off_t)a->size), 0);
-    /* An inaccessible page after the area: a write past it faults. */
-    guard = mmap(NULL, a->size + 8192, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* An inaccessible page after the area: a write past it faults. In
+     * pages of this machine (64 KiB on many aarch64 kernels): a mapping
+     * covers whole pages, so a guard of 4 KiB pages would lie inside it.
+     * The file fills the pages it is mapped in (qemu-user refuses a fixed
+     * shared mapping that ends inside a page past the end of its file). */
+    a->mapped = (a->size + page - 1) / page * page;
+    assert_int_equal(ftruncate(fd, (off_t)a->mapped), 0);
+    guard = mmap(NULL, a->mapped + page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     assert_true(guard != MAP_FAILED);
-    a->base = mmap(guard, a->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    a->base = mmap(guard, a->mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
     assert_true(a->base == guard);
     close(fd);
     assert_int_equal(shmb_q_format(a->base, a->size, "test", seats, slots, slot_size, &err), 0);
@@ -54,7 +61,7 @@ static void area_new(struct area *a, uint32_t seats, uint64_t slots, uint64_t sl
 
 static void area_free(struct area *a)
 {
-    munmap(a->base, a->size + 8192);
+    munmap(a->base, a->mapped + (size_t)sysconf(_SC_PAGESIZE));
 }
 
 static int64_t now_ms(void)

@@ -2,32 +2,50 @@
 
 The queue's words live in a MAP_SHARED area that other processes (C or
 Python members, and the daemon) read and write at the same time. Plain loads
-and stores go through memoryview casts (queue.py): on x86-64 an aligned 4- or
-8-byte access is one instruction, and the memory model (TSO) gives every load
-acquire and every store release ordering, which is all proto/queue.c asks of
-them. What a memoryview cannot do is a read-modify-write that no other
-process can split: the shared counters (readers_waiting, head_word,
-free_word), the seat's waiting flag (which the daemon exchanges too) and the
-compare-and-swap of a seat's next (which the daemon's seat_take may race).
-ctypes has no atomics and libc exports none, so this module writes three
-tiny x86-64 functions (lock xadd, xchg, lock cmpxchg: 6 to 9 bytes each) into
-a page of its own, makes the page read-and-execute, and calls them through
-ctypes. No compiler, no extension module, nothing to build at install.
-Where a policy forbids executable memory (systemd's MemoryDenyWriteExecute=,
-SELinux's execmem), the same operations come from GCC's libatomic
-(libatomic.so.1, Debian's libatomic1) when it is installed: lock-free for
-these sizes on x86-64, so they are the same instructions, called through a
-function of the library instead.
+and stores go through memoryview casts (queue.py): an aligned 4- or 8-byte
+access is one instruction on a 64-bit machine, as a relaxed atomic access
+compiles to. What proto/queue.c loads with acquire or stores with release
+order needs more on a machine that reorders memory accesses:
+
+- x86-64 (TSO): every load is already an acquire and every store a release,
+  so fence_acquire and fence_release are None and nothing is called.
+- aarch64 (weakly ordered): queue.py calls fence_acquire() right after such
+  a load (a relaxed load followed by an acquire fence is an acquire load)
+  and fence_release() right before such a store (a release fence followed
+  by a relaxed store is a release store): dmb ishld and dmb ish.
+
+What a memoryview cannot do is a read-modify-write that no other process can
+split: the shared counters (readers_waiting, head_word, free_word), the
+seat's waiting flag (which the daemon exchanges too), the compare-and-swap
+of a seat's next (which the daemon's seat_take may race) and of a catalog
+seal (the read-write client's read counting). Each of them is also a full
+fence here, which stands for the seq_cst fences proto/queue.c puts after its
+announcements: on x86-64 a locked instruction is one; on aarch64 the
+exclusive load-store loop (acquire and release) ends with dmb ish, as GCC's
+__sync builtins do.
+
+ctypes has no atomics and libc exports none, so this module writes these
+tiny functions (3 to 14 instructions each) in the machine's code into a
+page of its own, makes the page read-and-execute, and calls them through
+ctypes. No compiler, no extension module, nothing to build at install. On
+aarch64 the instruction cache needs no flush from here: the page is written
+while it is not executable, and the kernel makes the caches agree when
+mprotect maps it executable (arm64's set_pte_at syncs a page it has not
+seen executable). Where a policy forbids executable memory (systemd's
+MemoryDenyWriteExecute=, SELinux's execmem), the same operations come from
+GCC's libatomic (libatomic.so.1, Debian's libatomic1) when it is installed,
+with its atomic_thread_fence for the fences (and a seq_cst one after each
+read-modify-write where that is not already a full fence).
 
 Futexes are libc's syscall(SYS_futex, ...) through ctypes, which releases
-the GIL while the call sleeps. FUTEX_WAIT_BITSET takes an absolute
-CLOCK_MONOTONIC deadline (time.monotonic_ns's clock), so a spurious return
-does not stretch a timeout. Not FUTEX_PRIVATE_FLAG: the word is shared
-between processes.
+the GIL while the call sleeps; SYS_futex is 202 on x86-64 and 98 on
+aarch64. FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline
+(time.monotonic_ns's clock), so a spurious return does not stretch a
+timeout. Not FUTEX_PRIVATE_FLAG: the word is shared between processes.
 
-Other architectures are refused (Unsupported) rather than run with orderings
-nobody checked: their loads and stores would need explicit fences and their
-own machine code.
+Other architectures (and 32-bit Pythons) are refused (Unsupported) rather
+than run with orderings nobody checked: they would need machine code and
+system call numbers of their own.
 """
 
 import ctypes
@@ -38,31 +56,65 @@ import platform
 
 from .errors import Unsupported
 
-__all__ = ["supported", "why_unsupported", "fetch_add32", "exchange32", "cas64",
-           "futex_wait", "futex_wake", "INT_MAX"]
+__all__ = ["supported", "why_unsupported", "machine", "fetch_add32", "exchange32", "cas64",
+           "fence_acquire", "fence_release", "futex_wait", "futex_wake", "INT_MAX"]
 
 INT_MAX = 0x7FFFFFFF
-_SYS_FUTEX = 202  # x86-64
 _FUTEX_WAKE = 1
 _FUTEX_WAIT_BITSET = 9
 _FUTEX_BITSET_MATCH_ANY = 0xFFFFFFFF
 
-# SysV x86-64: arguments in rdi, rsi, rdx; the result in rax. Every locked
-# instruction (and xchg with memory) is also a full fence, which stands for
-# the seq_cst fences proto/queue.c puts after its announcements.
-_CODE = {
-    # uint32_t fetch_add32(uint32_t *p, uint32_t v): mov eax,esi; lock xadd [rdi],eax; ret
-    "fetch_add32": bytes.fromhex("89f0f00fc107c3"),
-    # uint32_t exchange32(uint32_t *p, uint32_t v): mov eax,esi; xchg [rdi],eax; ret
-    "exchange32": bytes.fromhex("89f08707c3"),
-    # uint64_t cas64(uint64_t *p, uint64_t expected, uint64_t desired):
-    #   mov rax,rsi; lock cmpxchg [rdi],rdx; ret   (returns the old value)
-    "cas64": bytes.fromhex("4889f0f0480fb117c3"),
+# What each supported machine needs: the futex system call's number, the
+# functions' code, and whether its plain loads and stores are ordered (TSO:
+# no fences). platform.machine()'s other names for them map here.
+_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
+_ARCH = {
+    "x86_64": {
+        "sys_futex": 202,
+        "tso": True,
+        # SysV x86-64: arguments in rdi, rsi, rdx; the result in rax. Every
+        # locked instruction (and xchg with memory) is also a full fence.
+        "code": {
+            # uint32_t fetch_add32(uint32_t *p, uint32_t v): mov eax,esi; lock xadd [rdi],eax; ret
+            "fetch_add32": "89f0f00fc107c3",
+            # uint32_t exchange32(uint32_t *p, uint32_t v): mov eax,esi; xchg [rdi],eax; ret
+            "exchange32": "89f08707c3",
+            # uint64_t cas64(uint64_t *p, uint64_t expected, uint64_t desired):
+            #   mov rax,rsi; lock cmpxchg [rdi],rdx; ret   (returns the old value)
+            "cas64": "4889f0f0480fb117c3",
+        },
+    },
+    "aarch64": {
+        "sys_futex": 98,
+        "tso": False,
+        # AAPCS64: arguments in x0, x1, x2; the result in x0/w0. ARMv8.0's
+        # exclusives (no LSE atomics needed), little-endian words. Every
+        # read-modify-write ends with dmb ish: a full fence, as on x86-64.
+        "code": {
+            # fetch_add32: 1: ldaxr w2,[x0]; add w3,w2,w1; stlxr w4,w3,[x0];
+            #   cbnz w4,1b; dmb ish; mov w0,w2; ret
+            "fetch_add32": "02fc5f884300010b03fc0488a4ffff35bf3b03d5e003022ac0035fd6",
+            # exchange32: 1: ldaxr w2,[x0]; stlxr w3,w1,[x0]; cbnz w3,1b;
+            #   dmb ish; mov w0,w2; ret
+            "exchange32": "02fc5f8801fc0388c3ffff35bf3b03d5e003022ac0035fd6",
+            # cas64: 1: ldaxr x3,[x0]; cmp x3,x1; b.ne 2f; stlxr w4,x2,[x0];
+            #   cbnz w4,1b; dmb ish; mov x0,x3; ret
+            #   2: clrex; dmb ish; mov x0,x3; ret   (returns the old value)
+            "cas64": "03fc5fc87f0001ebc100005402fc04c884ffff35bf3b03d5e00303aac0035fd6"
+                     "5f3f03d5bf3b03d5e00303aac0035fd6",
+            # fence_acquire: dmb ishld (earlier loads before later loads and stores); ret
+            "fence_acquire": "bf3903d5c0035fd6",
+            # fence_release: dmb ish (earlier loads and stores before later stores); ret
+            "fence_release": "bf3b03d5c0035fd6",
+        },
+    },
 }
 _TYPES = {
     "fetch_add32": (ctypes.c_uint32, ctypes.c_void_p, ctypes.c_uint32),
     "exchange32": (ctypes.c_uint32, ctypes.c_void_p, ctypes.c_uint32),
     "cas64": (ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64),
+    "fence_acquire": (None,),
+    "fence_release": (None,),
 }
 
 
@@ -70,13 +122,25 @@ class _Timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
 
+def arch(name=None):
+    """(machine, what it needs) for this machine (or name, as
+    platform.machine() spells it), or (machine, None) when it is not one
+    this module has code for."""
+    name = (name if name is not None else platform.machine()).lower()
+    name = _ALIASES.get(name, name)
+    return name, _ARCH.get(name)
+
+
 def _load():
-    """The atomic functions and the futex call, or the reason there are none."""
-    machine = platform.machine().lower()
-    if machine not in ("x86_64", "amd64") or ctypes.sizeof(ctypes.c_void_p) != 8:
-        return None, ("The Python queue data path runs on x86-64 only (this is %s): its "
-                      "plain loads and stores rely on x86-64's ordering (TSO). Use the C "
-                      "library's shmb_queue_* here." % (machine or "an unknown machine"))
+    """The atomic functions, the fences and the futex call, or the reason
+    there are none."""
+    name, spec = arch()
+    if spec is None or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None, ("The Python queue data path runs on x86-64 and aarch64 (64-bit) only "
+                      "(this is %s%s): it needs machine code for its atomics and the "
+                      "machine's futex system call. Use the C library's shmb_queue_* here."
+                      % (name or "an unknown machine",
+                         ", a 32-bit Python" if spec is not None else ""))
     libc = ctypes.CDLL(None, use_errno=True)
     syscall = libc.syscall
     syscall.restype = ctypes.c_long
@@ -90,9 +154,10 @@ def _load():
     funcs = {}
     pos = 0
     layout = []
-    for name, code in _CODE.items():
+    for fname, hexcode in spec["code"].items():
+        code = bytes.fromhex(hexcode)
         page[pos:pos + len(code)] = code
-        layout.append((name, pos))
+        layout.append((fname, pos))
         pos = (pos + len(code) + 15) & ~15
     anchor = ctypes.c_char.from_buffer(page)
     base = ctypes.addressof(anchor)
@@ -101,36 +166,43 @@ def _load():
         err = ctypes.get_errno()
         del anchor
         page.close()
-        funcs = _load_libatomic()
+        funcs = _load_libatomic(name)
         if funcs is None:
             return None, ("The Python queue data path needs a page of executable memory "
                           "for its atomic operations, and mprotect refused it (%s): a "
                           "policy forbids executable memory here, and there is no "
                           "libatomic.so.1 to use instead (Debian: apt install libatomic1). "
                           "Or use the C library's shmb_queue_*." % os.strerror(err))
-        funcs["syscall"] = syscall
-        return funcs, None
-    for name, off in layout:
-        restype, *argtypes = _TYPES[name]
-        # PYFUNCTYPE: a few instructions, no reason to let go of the GIL.
-        funcs[name] = ctypes.PYFUNCTYPE(restype, *argtypes)(base + off)
-    # The page and its export stay for the life of the process (the
-    # functions point into it; a forked child inherits it).
-    funcs["_keep"] = (page, anchor)
+    else:
+        for fname, off in layout:
+            restype, *argtypes = _TYPES[fname]
+            # PYFUNCTYPE: a few instructions, no reason to let go of the GIL.
+            funcs[fname] = ctypes.PYFUNCTYPE(restype, *argtypes)(base + off)
+        # The page and its export stay for the life of the process (the
+        # functions point into it; a forked child inherits it).
+        funcs["_keep"] = (page, anchor)
+    if spec["tso"]:
+        funcs["fence_acquire"] = funcs["fence_release"] = None
     funcs["syscall"] = syscall
+    funcs["sys_futex"] = spec["sys_futex"]
     return funcs, None
 
 
 _SEQ_CST = 5  # __ATOMIC_SEQ_CST
+_ACQUIRE = 2  # __ATOMIC_ACQUIRE
+_RELEASE = 3  # __ATOMIC_RELEASE
 
 
-def _load_libatomic():
-    """fetch_add32, exchange32 and cas64 from GCC's libatomic, or None when
-    it is not installed."""
+def _load_libatomic(machine=None, library="libatomic.so.1"):
+    """fetch_add32, exchange32 and cas64 from GCC's libatomic, and on a
+    machine that is not TSO (machine: platform.machine()'s name, by default
+    this one's) its fences too, or None when it is not installed."""
+    machine = arch(machine)[0]
     try:
-        lib = ctypes.CDLL("libatomic.so.1")
+        lib = ctypes.CDLL(library)
         add, xchg = lib.__atomic_fetch_add_4, lib.__atomic_exchange_4
         cmpxchg = lib.__atomic_compare_exchange_8
+        thread_fence = lib.atomic_thread_fence
     except (OSError, AttributeError):
         return None
     add.restype = xchg.restype = ctypes.c_uint32
@@ -138,18 +210,42 @@ def _load_libatomic():
     cmpxchg.restype = ctypes.c_bool
     cmpxchg.argtypes = (ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint64,
                         ctypes.c_int, ctypes.c_int)
+    thread_fence.restype = None
+    thread_fence.argtypes = (ctypes.c_int,)
+    tso = _ARCH.get(machine, {}).get("tso", False)
+
+    def full_fence():
+        # A seq_cst read-modify-write is a full fence on x86-64 (a locked
+        # instruction), not necessarily elsewhere (an LSE swpal orders the
+        # accesses around it only as acquire and release do).
+        if not tso:
+            thread_fence(_SEQ_CST)
+
+    def fetch_add32(p, v):
+        old = add(p, v, _SEQ_CST)
+        full_fence()
+        return old
+
+    def exchange32(p, v):
+        old = xchg(p, v, _SEQ_CST)
+        full_fence()
+        return old
 
     def cas64(p, expected, desired):
         # Returns the old value, as the machine-code version does.
         old = ctypes.c_uint64(expected)
         cmpxchg(p, ctypes.byref(old), desired, _SEQ_CST, _SEQ_CST)
+        full_fence()
         return old.value
 
-    return {"fetch_add32": lambda p, v: add(p, v, _SEQ_CST),
-            "exchange32": lambda p, v: xchg(p, v, _SEQ_CST),
-            "cas64": cas64}
+    funcs = {"fetch_add32": fetch_add32, "exchange32": exchange32, "cas64": cas64}
+    if not tso:
+        funcs["fence_acquire"] = lambda: thread_fence(_ACQUIRE)
+        funcs["fence_release"] = lambda: thread_fence(_RELEASE)
+    return funcs
 
 
+machine = arch()[0]
 _funcs, why_unsupported = _load()
 supported = _funcs is not None
 
@@ -162,9 +258,15 @@ if supported:
     fetch_add32 = _funcs["fetch_add32"]
     exchange32 = _funcs["exchange32"]
     cas64 = _funcs["cas64"]
+    # None where plain loads and stores are already ordered (x86-64).
+    fence_acquire = _funcs["fence_acquire"]
+    fence_release = _funcs["fence_release"]
     _syscall = _funcs["syscall"]
+    _SYS_FUTEX = _funcs["sys_futex"]
 else:
     fetch_add32 = exchange32 = cas64 = _syscall = _refuse
+    fence_acquire = fence_release = None
+    _SYS_FUTEX = None
 
 
 def futex_wait(addr, val, deadline_ns=None):

@@ -12,9 +12,11 @@ sends them, so C and Python members share a queue.
 
 The data path is pure Python (memoryview casts over the mapping; futexes
 and three atomic instructions through ctypes, see _futex.py), proto/queue.c's
-protocol step for step. It runs on x86-64 only: its plain loads and stores
-rely on x86-64's ordering (TSO), where an aligned load is an acquire and an
-aligned store a release.
+protocol step for step. It runs on x86-64 and aarch64: where queue.c loads
+with acquire or stores with release order, this module calls
+_futex.fence_acquire after the plain load or _futex.fence_release before
+the plain store; both are None on x86-64, whose ordering (TSO) already
+makes every aligned load an acquire and every store a release.
 
 Messages are pickled with protocol 5; out-of-band buffers (numpy arrays'
 data, pickle.PickleBuffer) are written straight into the slot (or the
@@ -209,6 +211,10 @@ class _Area:
         self._rw_addr = base + _H["readers_waiting"]
         self._free_word_addr = base + _H["free_word"]
         self._ww_addr = base + _H["writer_waiting"]
+        # This machine's fences (_futex), None where loads and stores are
+        # ordered already (x86-64).
+        self._acquire = _futex.fence_acquire
+        self._release = _futex.fence_release
         # The writer's side.
         self.head = None      # the next message this writer publishes, once known
         self._reserved = False
@@ -282,14 +288,17 @@ class _Area:
             raise _corrupt("its state is %d, which no version writes" % state)
         self._writer_still()
         n = self.head
-        if n < self.slots:
-            return True
-        oldest = n - self.slots
-        for s in range(self.seats):
-            at = 1024 + 16 * s  # the seat, in 32-bit words
-            if q32[at + 2] == SEAT_LIVE and q64[at >> 1] <= oldest:
-                self.blocker = s
-                return False
+        if n >= self.slots:
+            oldest = n - self.slots
+            for s in range(self.seats):
+                at = 1024 + 16 * s  # the seat, in 32-bit words
+                if q32[at + 2] == SEAT_LIVE and q64[at >> 1] <= oldest:
+                    self.blocker = s
+                    return False
+        # Acquire (the seats' next): every reader's release of next came
+        # after its last read of the slot, so the overwrite comes after.
+        if self._acquire is not None:
+            self._acquire()
         return True
 
     def _writer_still(self):
@@ -319,6 +328,9 @@ class _Area:
             raise ConnectionLost("ENOTCONN", "Reader seat %d of this queue is no longer this "
                                  "process's: it was dropped or taken again." % self.seat)
         if q64[16] > q64[self._i_next]:  # header.head
+            # Acquire (head): the slot is read after the writer filled it.
+            if self._acquire is not None:
+                self._acquire()
             return True
         if state == QUEUE_WRITER_GONE:
             raise EndOfQueue("EPIPE", "End of queue: its writer is gone and every message it "
@@ -326,8 +338,8 @@ class _Area:
         return False
 
     def _announce(self, writer, on, mark=False):
-        """Say that this side is about to sleep, or no longer is (the locked
-        instructions are full fences, as queue.c's seq_cst fence)."""
+        """Say that this side is about to sleep, or no longer is (_futex's
+        read-modify-writes are full fences, as queue.c's seq_cst fence)."""
         if writer:
             if on:
                 # Before the flag, as queue.c: with the mark, sleep until the
@@ -506,9 +518,12 @@ class _Area:
         SLOT.pack_into(self._mv, self._slot_at(n), n, flags, length, aux, 0)
         self._reserved = False
         self.head = n + 1
-        # head is the store that publishes the slot (a release on x86-64);
-        # head_word, the futex word, is bumped after it by a locked add,
-        # which also fences before readers_waiting is read.
+        # head is the store that publishes the slot (with release order:
+        # the fence before it, or x86-64's own); head_word, the futex word,
+        # is bumped after it by a read-modify-write, which also fences
+        # before readers_waiting is read.
+        if self._release is not None:
+            self._release()
         self._q64[16] = n + 1
         _futex.fetch_add32(self._head_word_addr, 1)
         if self._q32[49]:  # readers_waiting
