@@ -748,7 +748,8 @@ static int ring_span_write(struct ring *r, uint64_t phys, uint64_t len, uint64_t
         hdr.payload_size = size - ring_header_size(0);
         segment_store(ring_header_at(r, phys), &hdr, RING_FIXED_HEADER);
         /* A lost id may have been a committed object's: never handed out again. */
-        if (ring_adopt_slot(r, phys, size, NULL, hdr.header_size, hdr.payload_size, true) < 0)
+        if (ring_adopt_slot(r, phys, size, NULL, hdr.header_size, hdr.payload_size,
+                            true) < 0)
             return -ENOMEM;
         phys += size;
     }
