@@ -214,6 +214,7 @@ int ring_alloc(struct ring *r, uint64_t payload_size, const char *label, size_t 
     slot->size = need;
     slot->owner = owner;
     slot->freed = false;
+    slot->committed = false;
     slot->header_size = (uint32_t)ring_header_size(label_len);
     slot->payload_size = payload_size;
     r->count++;
@@ -246,6 +247,8 @@ int ring_set_state(struct ring *r, uint64_t id, enum shmb_chunk_state state)
 
     if (slot == NULL || slot->freed)
         return -ENOENT;
+    if (state == SHMB_CHUNK_COMMITTED)
+        slot->committed = true;
     ring_store_field(r, slot->phys, offsetof(struct shmb_chunk_header, state),
                      &(uint16_t){(uint16_t)state}, sizeof(uint16_t));
     return 0;
@@ -292,15 +295,46 @@ static uint64_t ring_pop_freed(struct ring *r)
     return before - ring_used(r);
 }
 
+/* Cut the committed, freed chunk at the newest end down to RING_REMNANT
+ * bytes, in the ring and in its header (a freed chunk without key), so that
+ * it keeps its id while its other bytes come back. */
+static void ring_keep_remnant(struct ring *r, struct ring_slot *tail)
+{
+    uint64_t size = RING_REMNANT, payload = RING_REMNANT - SHMB_ALIGN;
+    uint32_t header_size = SHMB_ALIGN;
+
+    if (tail->size <= RING_REMNANT)
+        return;
+    r->end -= tail->size - RING_REMNANT;
+    tail->size = size;
+    tail->header_size = header_size;
+    tail->payload_size = payload;
+    ring_store_field(r, tail->phys, offsetof(struct shmb_chunk_header, key_len),
+                     &(uint16_t){0}, sizeof(uint16_t));
+    ring_store_field(r, tail->phys, offsetof(struct shmb_chunk_header, header_size),
+                     &header_size, sizeof(header_size));
+    ring_store_field(r, tail->phys, offsetof(struct shmb_chunk_header, chunk_size), &size,
+                     sizeof(size));
+    ring_store_field(r, tail->phys, offsetof(struct shmb_chunk_header, payload_size),
+                     &payload, sizeof(payload));
+}
+
 /* Give back freed chunks at the tail: end retreats to the end of the newest
  * live chunk, so an abort (or an expired allocation) returns its bytes at
- * once instead of waiting for every older chunk. */
+ * once instead of waiting for every older chunk. A committed chunk stops the
+ * retreat, cut down to a remnant that keeps its id: the next chunk would
+ * take the id of the one given back, and a reader holding the id of an
+ * object that went must not find another object under it. */
 static void ring_pop_tail_freed(struct ring *r)
 {
     while (r->count > 0 && ring_slot(r, r->count - 1)->freed) {
         struct ring_slot *tail = ring_slot(r, r->count - 1);
         uint64_t tail_start = r->end - tail->size;
 
+        if (tail->committed) {
+            ring_keep_remnant(r, tail);
+            break;
+        }
         r->count--;
         if (r->count == 0) {
             r->start = r->end = 0;
@@ -644,7 +678,7 @@ int ring_walk(const struct ring *r, ring_walk_fn fn, void *arg, struct shmb_erro
 
 /* Append an adopted slot. */
 static int ring_adopt_slot(struct ring *r, uint64_t phys, uint64_t size, void *owner,
-                           uint32_t header_size, uint64_t payload_size)
+                           uint32_t header_size, uint64_t payload_size, bool committed)
 {
     struct ring_slot *slot;
 
@@ -655,6 +689,7 @@ static int ring_adopt_slot(struct ring *r, uint64_t phys, uint64_t size, void *o
     slot->size = size;
     slot->owner = owner;
     slot->freed = owner == NULL;
+    slot->committed = committed;
     slot->header_size = header_size;
     slot->payload_size = payload_size;
     r->count++;
@@ -712,7 +747,9 @@ static int ring_span_write(struct ring *r, uint64_t phys, uint64_t len, uint64_t
         hdr.chunk_size = size;
         hdr.payload_size = size - ring_header_size(0);
         segment_store(ring_header_at(r, phys), &hdr, RING_FIXED_HEADER);
-        if (ring_adopt_slot(r, phys, size, NULL, hdr.header_size, hdr.payload_size) < 0)
+        /* A lost id may have been a committed object's: never handed out again. */
+        if (ring_adopt_slot(r, phys, size, NULL, hdr.header_size, hdr.payload_size,
+                            true) < 0)
             return -ENOMEM;
         phys += size;
     }
@@ -781,8 +818,11 @@ static int ring_adopt_visit(const struct shmb_chunk_header *h, const char *key,
     if (!w->seen)
         r->first_id = h->id;
     owner = a->fn(h, key, r->data_offset + phys + h->header_size, a->arg);
-    (void)ring_adopt_slot(r, phys, h->chunk_size, owner, h->header_size,
-                          h->payload_size); /* room made above */
+    /* A committed chunk's id was seen before the restart, and a freed one's
+     * may have been (a deleted object's header says free). */
+    (void)ring_adopt_slot(r, phys, h->chunk_size, owner, h->header_size, h->payload_size,
+                          h->state == SHMB_CHUNK_COMMITTED ||
+                              h->state == SHMB_CHUNK_FREE); /* room made above */
     if (owner == NULL) {
         ring_store_field(r, phys, offsetof(struct shmb_chunk_header, state),
                          &(uint16_t){SHMB_CHUNK_FREE}, sizeof(uint16_t));

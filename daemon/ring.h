@@ -28,9 +28,16 @@ struct ring_slot {
     uint64_t size;         /* chunk bytes: header + padded payload */
     void *owner;           /* the caller's object, returned by ring_reclaim's callback */
     bool freed;            /* freed by its owner, waiting for the chunks before it */
+    bool committed;        /* was committed: its id was seen, and is never handed out again */
     uint32_t header_size;  /* the chunk header's bytes: the payload follows */
     uint64_t payload_size; /* bytes the owner asked for */
 };
+
+/* What a committed chunk freed at the newest end keeps of its bytes: a chunk
+ * header without key and one aligned unit of payload, the smallest chunk a
+ * walk of the segment accepts. It holds the chunk's id until reclaim takes
+ * it in its turn. */
+#define RING_REMNANT (2 * (uint64_t)SHMB_ALIGN)
 
 struct ring {
     unsigned char *data;     /* first byte of the data area */
@@ -100,7 +107,13 @@ int ring_set_tag(struct ring *r, uint64_t id, uint32_t tag);
 int ring_shrink(struct ring *r, uint64_t id, uint64_t chunk_size);
 
 /* The owner frees chunk id (any order). Its bytes come back once every older
- * chunk is free too: start advances over the freed chunks at the head.
+ * chunk is free too: start advances over the freed chunks at the head. The
+ * newest chunk's come back at once: the end retreats over it, and over the
+ * freed chunks before it, down to the newest live chunk; the next chunk then
+ * takes the id of the first one given back. Only a chunk never committed
+ * gives its id back: a committed one (its id seen by readers, who may hold
+ * it) keeps a freed chunk of RING_REMNANT bytes in its place, so that no
+ * later chunk has its id, and the end stops there.
  * -ENOENT when id is not live, -EALREADY when it was already freed. */
 int ring_free(struct ring *r, uint64_t id);
 

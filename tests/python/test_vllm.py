@@ -463,6 +463,30 @@ class PairsTest(VllmTestCase):
         a.clear()
         self.assertEqual(self.reader_of(b).get(*pair), "B2")
 
+    # A pair whose object went never names the object put after it: another
+    # client deletes the store's newest object and a second writer of the
+    # ring puts a new one in its place, where the daemon used to hand out
+    # the same chunk id again. The old pair is refused as vLLM refuses a pair
+    # whose id is not the one stored (ValueError), not read as the new object.
+    def test_stale_pair_of_a_deleted_newest_object(self):
+        d = self.shared()
+        name = "shmb-test-%s" % uuid.uuid4().hex[:12]
+        with mock.patch.dict(os.environ, {"SHMBROKER_SOCKET": d.socket_path}):
+            w1 = self.make_store(name=name)
+            w2 = self.make_store(name=name)
+            reader = self.reader_of(w1)
+            w1.put("a", "A")
+            pair_x = w1.put("x", "X")
+            self.assertEqual(reader.get(*pair_x), "X")
+            with shmbroker.Client(d.socket_path) as other:
+                other.delete("x")
+            pair_y = w2.put("y", "Y")
+            self.assertNotEqual(pair_y, pair_x)
+            with self.assertRaises(ValueError) as cm:
+                reader.get(*pair_x)
+            self.assertIn("has been modified or is invalid", str(cm.exception))
+            self.assertEqual(reader.get(*pair_y), "Y")
+
     # Pairs out of the data area, or of no object, are refused as vLLM does.
     def test_pairs_of_nothing(self):
         store = self.make_store()

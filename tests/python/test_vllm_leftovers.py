@@ -111,6 +111,21 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
+# A writer of the ring named argv[3] that puts two objects, prints their
+# pairs, and is killed: its guard deletes them.
+NAMED_KILLED = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer
+ring = SingleWriterShmRingBuffer(64 * 1024, name=sys.argv[3], create=True,
+                                 socket_path=sys.argv[2])
+store = ShmBrokerObjectStorage(16 * 1024, 2, ring)
+print("%d %d %d %d" % (store.put("first", b"a" * 100) + store.put("second", b"b" * 100)),
+      flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
 class LeftoversTest(unittest.TestCase):
     def setUp(self):
         self.daemon = shmbroker.spawn_daemon(64 * KiB, args=["--max-object-size", "49152"])
@@ -152,8 +167,8 @@ class LeftoversTest(unittest.TestCase):
     def test_guard_deletes_only_the_writers_objects(self):
         child = self.writer()
         self.client.delete("left-5")
-        # (the spacer takes the freed chunk and its id, which the daemon
-        # hands out again to the next allocation)
+        # (the spacer goes after the deleted chunk, which keeps its id: the
+        # new "left-5" is at neither the old one's offset nor its id)
         self.client.put("spacer", b"s", readers=1)
         self.client.put("left-5", b"someone else's", readers=1)
         child.send_signal(signal.SIGKILL)
@@ -236,6 +251,35 @@ class LeftoversTest(unittest.TestCase):
         rc, _ = self.run_writer(GUARD_KILLED)
         self.assertEqual(rc, -signal.SIGKILL)
         self.assert_cleaned(["first", "second", "third"])
+
+    # The pairs of a killed writer's objects, which its guard deleted, name
+    # nothing once the ring's next writer puts new objects where they were
+    # (the daemon used to hand their chunk ids out again): a reader that
+    # still holds them gets vLLM's ValueError, not the new objects' bytes.
+    def test_pairs_of_a_killed_writer_stay_stale(self):
+        name = "shmb-stale-%d" % os.getpid()
+        with tempfile.TemporaryFile() as out:
+            rc = subprocess.run([sys.executable, "-c", NAMED_KILLED, PACKAGE_DIR,
+                                 self.daemon.socket_path, name], stdout=out,
+                                timeout=60).returncode
+            out.seek(0)
+            old = [int(n) for n in out.read().split()]
+        self.assertEqual(rc, -signal.SIGKILL)
+        old_pairs = [tuple(old[0:2]), tuple(old[2:4])]
+        self.assert_cleaned(["first", "second"])
+        ring = SingleWriterShmRingBuffer(64 * KiB, name=name, create=True,
+                                         socket_path=self.daemon.socket_path)
+        writer = ShmBrokerObjectStorage(16 * KiB, 2, ring)
+        self.addCleanup(writer.close)
+        reader = ShmBrokerObjectStorage.create_from_handle(writer.handle())
+        self.addCleanup(reader.close)
+        new_pairs = [writer.put("new-%d" % i, b"n%d" % i * 50) for i in range(2)]
+        self.assertEqual([reader.get(*p) for p in new_pairs], [b"n0" * 50, b"n1" * 50])
+        self.assertFalse(set(new_pairs) & set(old_pairs), (new_pairs, old_pairs))
+        for pair in old_pairs:
+            with self.assertRaises(ValueError) as cm:
+                reader.get(*pair)
+            self.assertIn("has been modified or is invalid", str(cm.exception))
 
     # A child the writer forked, alive after the writer was killed, does not
     # keep the guard from seeing the writer's end.

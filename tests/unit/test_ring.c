@@ -2059,6 +2059,56 @@ static void test_free_newest_retracts(void **state)
     fix_free(f);
 }
 
+/* A committed chunk freed at the newest end gives its bytes back, all but a
+ * remnant of RING_REMNANT bytes (a freed chunk without key, walkable) that
+ * keeps its id: the next allocation gets a new id, so that no reader holding
+ * the old one finds another object under it. A chunk never committed (an
+ * abort) still gives its id back with its bytes. Reclaim from the head takes
+ * the remnant in its turn, and an adoption walks over it. */
+static void test_free_newest_committed_keeps_id(void **state)
+{
+    struct fix *f = fix_new(1024, true);
+    struct ring_chunk a, b, c, d, e;
+    const struct shmb_chunk_header *h;
+    struct shmb_error err;
+
+    (void)state;
+    a = alloc_ok(f, 100, "a", tag(0));
+    b = alloc_ok(f, 100, "b", tag(1));
+    assert_int_equal(ring_set_state(&f->r, b.id, SHMB_CHUNK_COMMITTED), 0);
+    assert_int_equal(ring_used(&f->r), 384);
+    assert_int_equal(ring_free(&f->r, b.id), 0);
+    check_ring(f);
+    assert_int_equal(ring_used(&f->r), 192 + RING_REMNANT);
+    assert_int_equal(ring_count(&f->r), 2);
+    h = chunk_at(f, b.phys);
+    assert_int_equal(h->state, SHMB_CHUNK_FREE);
+    assert_int_equal(h->id, b.id);
+    assert_int_equal(h->key_len, 0);
+    assert_int_equal(h->header_size, SHMB_ALIGN);
+    assert_int_equal(h->chunk_size, RING_REMNANT);
+    assert_int_equal(h->payload_size, RING_REMNANT - SHMB_ALIGN);
+    c = alloc_ok(f, 100, "c", tag(2));
+    assert_int_equal(c.id, b.id + 1);
+    assert_int_equal(c.phys, b.phys + RING_REMNANT);
+    assert_int_equal(ring_walk(&f->r, NULL, NULL, &err), 0);
+
+    /* Never committed: its id and its bytes come back at once. */
+    d = alloc_ok(f, 100, "d", tag(3));
+    assert_int_equal(ring_free(&f->r, d.id), 0);
+    e = alloc_ok(f, 100, "e", tag(4));
+    assert_int_equal(e.id, d.id);
+    assert_int_equal(e.phys, d.phys);
+
+    /* The remnant goes with reclaim from the head, as any freed chunk. */
+    assert_int_equal(ring_free(&f->r, a.id), 0);
+    check_ring(f);
+    assert_int_equal(ring_count(&f->r), 2);
+    assert_ptr_equal(ring_oldest(&f->r, NULL), tag(2));
+    assert_int_equal(f->r.first_id, c.id);
+    fix_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2102,6 +2152,7 @@ int main(void)
         cmocka_unit_test(test_adopt_end_after_stopped_lap),
         cmocka_unit_test(test_adopt_uses_private_copies),
         cmocka_unit_test(test_free_newest_retracts),
+        cmocka_unit_test(test_free_newest_committed_keeps_id),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);

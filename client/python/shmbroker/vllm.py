@@ -996,7 +996,10 @@ class ShmBrokerObjectStorage:
             offset, chunk_id = alloc.offset, header[0]
             for old, entry in list(self._objects.items()):
                 if entry[1] == chunk_id and old != key:
-                    self._forget(old)  # an id the daemon gave back and reused
+                    # An id given out again: only after a restart whose
+                    # adoption dropped damaged chunks (a committed one's
+                    # id is never reused otherwise).
+                    self._forget(old)
             self._objects[key] = (offset, chunk_id)
             self._settle_base(offset, chunk_id)
             address, monotonic_id = self._rel(offset, chunk_id)
