@@ -384,6 +384,13 @@ static int conn_pass_fd(struct conn *conn)
         close(conn->pass_fd);
         conn->pass_fd = -1;
     }
+    if (queue && conn_peer_gone(rc)) {
+        /* The client went: as for any reply, what it sent behind the
+         * queue_open still runs (its replies dropped). */
+        conn_watch_free(conn);
+        conn_lose_peer(conn);
+        return 0;
+    }
     if (rc < 0) {
         /* Dropped, not closed gracefully: a graceful close would flush the
          * hello reply without its descriptor. */
@@ -678,6 +685,22 @@ static void conn_input_end(struct conn *conn, bool reset)
         /* A wait it did not ask for: answered now (conn_wait_done), and
          * what it sent after still runs. */
         waitq_expire(&conn->set->waitq, &conn->wait);
+        return;
+    }
+    if (conn->state == CONN_HELLO_HELD && conn->pass_fd >= 0) {
+        /* A queue_open reply held behind earlier replies, or for room in
+         * the socket: after a half-close it still goes once they have
+         * (conn_resume), then what came after it runs; after a reset
+         * nobody reads it, and what came after it runs now. */
+        if (!reset)
+            return;
+        shmb_free(conn->hello.buf);
+        memset(&conn->hello, 0, sizeof(conn->hello));
+        close(conn->pass_fd);
+        conn->pass_fd = -1;
+        conn_watch_free(conn);
+        conn_set_state(conn, CONN_READING);
+        conn_after(conn, conn_process(conn));
         return;
     }
     if (conn->state == CONN_WAITING || conn->state == CONN_HELLO_HELD) {
