@@ -582,7 +582,8 @@ static void test_commit_wait_at_end_of_input(void **state)
  * while paused took the short wait for one the client asked for.) */
 static void test_commit_wait_paused_at_end_of_input(void **state)
 {
-    static const char head[] = "{\"op\":\"alloc\",\"key\":\"big\",\"size\":100000,\"id\":1}\n";
+    static const char head[] =
+        "{\"op\":\"alloc\",\"key\":\"big\",\"size\":100000,\"id\":1}\n";
     static const char tail[] = "{\"op\":\"delete\",\"key\":\"f0\",\"noreply\":true}\n"
                                "{\"op\":\"contains\",\"key\":\"f0\",\"id\":2}\n";
     struct h_fix *f = *state;

@@ -858,7 +858,8 @@ static void open_held_at_end_of_input(void **state, bool reset)
 
     assert_int_equal(conn_hello(&c, d, "writer"), 0);
     assert_int_equal(conn_hello(&o, d, "other"), 0);
-    ok(&c, "{\"op\":\"queue_create\",\"name\":\"held\",\"seats\":1,\"slots\":4,\"slot_size\":64}");
+    ok(&c, "{\"op\":\"queue_create\",\"name\":\"held\",\"seats\":1,\"slots\":4,"
+           "\"slot_size\":64}");
     /* 1200 objects with long keys: a list of them is far more than the
      * socket holds. */
     memset(key, 'k', sizeof(key) - 1);
@@ -868,10 +869,11 @@ static void open_held_at_end_of_input(void **state, bool reset)
     for (b = 0; b < 12; b++) {
         used = (size_t)snprintf(batch, 64 * 1024, "{\"op\":\"batch\",\"ops\":[");
         for (i = 0; i < 100; i++)
-            used += (size_t)snprintf(batch + used, 64 * 1024 - used,
-                                     "%s{\"op\":\"alloc\",\"key\":\"%.200s%05d\",\"size\":1},"
-                                     "{\"op\":\"commit\",\"key\":\"%.200s%05d\"}",
-                                     i > 0 ? "," : "", key, b * 100 + i, key, b * 100 + i);
+            used +=
+                (size_t)snprintf(batch + used, 64 * 1024 - used,
+                                 "%s{\"op\":\"alloc\",\"key\":\"%.200s%05d\",\"size\":1},"
+                                 "{\"op\":\"commit\",\"key\":\"%.200s%05d\"}",
+                                 i > 0 ? "," : "", key, b * 100 + i, key, b * 100 + i);
         snprintf(batch + used, 64 * 1024 - used, "]}");
         ok(&c, batch);
     }
