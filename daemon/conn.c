@@ -42,6 +42,8 @@ static void conn_input_end(struct conn *conn, bool reset);
 static void conn_defer(struct conn *conn);
 static void conn_set_hello_watch(struct conn_set *set);
 static void conn_set_unread_watch(struct conn_set *set);
+static void conn_watch_gone(struct conn *conn);
+static void conn_on_gone(uv_poll_t *poll, int status, int events);
 
 /* A poll on the socket for what libuv's own handle does not watch: room to
  * send the hello reply with its descriptor once sendmsg said EAGAIN, and the
@@ -382,6 +384,13 @@ static int conn_pass_fd(struct conn *conn)
         close(conn->pass_fd);
         conn->pass_fd = -1;
     }
+    if (queue && conn_peer_gone(rc)) {
+        /* The client went: as for any reply, what it sent behind the
+         * queue_open still runs (its replies dropped). */
+        conn_watch_free(conn);
+        conn_lose_peer(conn);
+        return 0;
+    }
     if (rc < 0) {
         /* Dropped, not closed gracefully: a graceful close would flush the
          * hello reply without its descriptor. */
@@ -447,6 +456,9 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
         conn->wait_soft = (res->flags & COMMAND_WAIT_SOFT) != 0;
         conn_set_state(conn, CONN_WAITING);
         waitq_add(&conn->set->waitq, &conn->wait, res->wait_request, res->wait_until_ms);
+        /* Reading paused already (behind a queue's pages or a short wait):
+         * this wait may be long, and the client's going must end it. */
+        conn_watch_gone(conn);
         return CONN_STEP_WAIT;
     }
     if (!(res->flags & COMMAND_SILENT)) {
@@ -675,6 +687,22 @@ static void conn_input_end(struct conn *conn, bool reset)
         waitq_expire(&conn->set->waitq, &conn->wait);
         return;
     }
+    if (conn->state == CONN_HELLO_HELD && conn->pass_fd >= 0) {
+        /* A queue_open reply held behind earlier replies, or for room in
+         * the socket: after a half-close it still goes once they have
+         * (conn_resume), then what came after it runs; after a reset
+         * nobody reads it, and what came after it runs now. */
+        if (!reset)
+            return;
+        shmb_free(conn->hello.buf);
+        memset(&conn->hello, 0, sizeof(conn->hello));
+        close(conn->pass_fd);
+        conn->pass_fd = -1;
+        conn_watch_free(conn);
+        conn_set_state(conn, CONN_READING);
+        conn_after(conn, conn_process(conn));
+        return;
+    }
     if (conn->state == CONN_WAITING || conn->state == CONN_HELLO_HELD) {
         conn_close(conn);
         return;
@@ -720,6 +748,21 @@ static void conn_after(struct conn *conn, enum conn_step step)
     }
 }
 
+/* Reading is paused (conn->paused): behind an alloc that waits for room,
+ * watch for the client's going, which reading would have shown. Not behind
+ * a wait the request did not ask for (commits on their way, a moment) nor
+ * behind a queue's pages: what the client sent after them runs, gone or
+ * not, once they are answered and reading goes on. */
+static void conn_watch_gone(struct conn *conn)
+{
+    int rc;
+
+    if (conn->paused && conn->state == CONN_WAITING && !conn->wait_soft &&
+        (rc = conn_watch(conn, UV_DISCONNECT, conn_on_gone)) < 0)
+        log_debug("client pid %d: cannot watch its socket while it waits: %s",
+                  (int)conn->client.pid, uv_strerror(rc));
+}
+
 /* The client went (closed, half-closed or reset) while reading was paused
  * behind its waiting alloc: as when reading sees the end during a wait, the
  * connection closes at once, what it queued behind the wait does not run
@@ -733,7 +776,7 @@ static void conn_on_gone(uv_poll_t *poll, int status, int events)
     (void)status;
     (void)events;
     uv_poll_stop(poll);
-    if (conn == NULL || !conn->paused || conn->state != CONN_WAITING)
+    if (conn == NULL || !conn->paused || conn->state != CONN_WAITING || conn->wait_soft)
         return;
     log_info("client pid %d (%s) disconnected", (int)conn->client.pid, conn_name(conn));
     conn_close(conn);
@@ -742,7 +785,6 @@ static void conn_on_gone(uv_poll_t *poll, int status, int events)
 static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     struct conn *conn = (struct conn *)stream;
-    int rc;
 
     (void)buf;
     if (nread == 0 || conn->state == CONN_CLOSED)
@@ -750,16 +792,11 @@ static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
     if (nread == UV_ENOBUFS && conn->in_len == conn->in_cap &&
         conn->state != CONN_READING) {
         /* A waiting connection filled its input buffer with requests queued
-         * behind the wait: stop reading until the wait is over, but watch
-         * for the client's going, which reading would have shown, behind
-         * an alloc (a queue's pages are a moment: what the client sent
-         * after them runs, gone or not). */
+         * behind the wait: stop reading until the wait is over, watching
+         * for the client's going where that ends the wait. */
         uv_read_stop(stream);
         conn->paused = true;
-        if (conn->state == CONN_WAITING &&
-            (rc = conn_watch(conn, UV_DISCONNECT, conn_on_gone)) < 0)
-            log_debug("client pid %d: cannot watch its socket while it waits: %s",
-                      (int)conn->client.pid, uv_strerror(rc));
+        conn_watch_gone(conn);
         return;
     }
     if (nread < 0) {

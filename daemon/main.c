@@ -408,6 +408,11 @@ static void daemon_handles_close(struct daemon *d)
 
     for (i = 0; i < sizeof(handles) / sizeof(handles[0]); i++)
         uv_close(handles[i], NULL);
+    /* Closing the handler gave SIGHUP its default action back, which ends
+     * the process: a reload sent while the daemon stops (logrotate,
+     * systemctl reload) would kill it before it removes its socket and
+     * segments. There is nothing left to reload. */
+    signal(SIGHUP, SIG_IGN);
 }
 
 /* Stop serving: the loop ends once every handle has closed. */

@@ -574,6 +574,144 @@ static void test_commit_wait_at_end_of_input(void **state)
     h_pass(f);
 }
 
+/* The same with more than the daemon's input buffer (64 KiB) sent behind
+ * the alloc: reading pauses while the alloc waits for the commits on their
+ * way, and the half-close seen then must not close the connection at once
+ * either: the alloc is answered, the noreply delete behind the padding runs,
+ * and the contains after it is answered. (The watch for the client's going
+ * while paused took the short wait for one the client asked for.) */
+static void test_commit_wait_paused_at_end_of_input(void **state)
+{
+    static const char head[] =
+        "{\"op\":\"alloc\",\"key\":\"big\",\"size\":100000,\"id\":1}\n";
+    static const char tail[] = "{\"op\":\"delete\",\"key\":\"f0\",\"noreply\":true}\n"
+                               "{\"op\":\"contains\",\"key\":\"f0\",\"id\":2}\n";
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    struct aclient w, o, r;
+    size_t pad = 96 * 1024;
+    char req[128], *pipelined;
+    json_t *reply;
+    int i;
+
+    open_ok(&w, d);
+    open_ok(&o, d);
+    open_ok(&r, d);
+    assert_int_equal(aclient_arena(&w, 64 * 1024), 0);
+    __atomic_store_n(arena_inflight(&w), 1, __ATOMIC_RELEASE);
+    for (i = 0;; i++) {
+        snprintf(req, sizeof(req), "{\"op\":\"alloc\",\"key\":\"f%d\",\"size\":100000}",
+                 i);
+        reply = h_call(&o.c, req);
+        if (!json_is_true(json_object_get(reply, "ok"))) {
+            h_assert_error(reply, "ENOSPC", "arena of client");
+            json_decref(reply);
+            break;
+        }
+        json_decref(reply);
+        snprintf(req, sizeof(req), "{\"op\":\"commit\",\"key\":\"f%d\"}", i);
+        h_expect_ok(&o.c, req);
+        assert_true(i < 20);
+    }
+    /* Blank lines are no requests, but fill the daemon's input buffer. */
+    pipelined = malloc(sizeof(head) + pad + sizeof(tail));
+    assert_non_null(pipelined);
+    memcpy(pipelined, head, sizeof(head) - 1);
+    memset(pipelined + sizeof(head) - 1, '\n', pad);
+    memcpy(pipelined + sizeof(head) - 1 + pad, tail, sizeof(tail));
+    assert_int_equal(h_conn_send(&o.c, pipelined, strlen(pipelined)), 0);
+    free(pipelined);
+    assert_int_equal(shutdown(o.c.fd, SHUT_WR), 0);
+    reply = h_recv_json(&o.c);
+    h_assert_error(reply, "ENOSPC", "arena of client");
+    json_decref(reply);
+    reply = h_recv_json(&o.c);
+    assert_true(json_is_false(json_object_get(reply, "exists")));
+    json_decref(reply);
+    assert_int_equal(h_conn_wait_eof(&o.c, H_REPLY_TIMEOUT_MS), 0);
+    reply = h_call(&r.c, "{\"op\":\"contains\",\"key\":\"f0\"}");
+    assert_true(json_is_false(json_object_get(reply, "exists")));
+    json_decref(reply);
+    aclient_close(&w);
+    aclient_close(&o);
+    aclient_close(&r);
+    h_pass(f);
+}
+
+/* Stats' count of connections, through c. */
+static long long clients_now(struct aclient *c)
+{
+    json_t *reply = h_call(&c->c, "{\"op\":\"stats\"}");
+    long long n = h_int(reply, "clients");
+
+    json_decref(reply);
+    return n;
+}
+
+/* A client whose reading is paused behind a short wait (commits on their
+ * way, 96 KiB sent behind) and that then, among the requests buffered
+ * behind it, waits for room with wait_ms, is seen going while that wait
+ * lasts: it pinned an object and closed, and its connection and pin go at
+ * once, not when its minute is up. (The short wait does not watch for the
+ * client's going; the long one must, reading still paused.) */
+static void test_wait_after_paused_short_wait_sees_close(void **state)
+{
+    static const char head[] = "{\"op\":\"alloc\",\"key\":\"big\",\"size\":100000}\n"
+                               "{\"op\":\"get\",\"key\":\"f0\"}\n"
+                               "{\"op\":\"alloc\",\"key\":\"big\",\"size\":100000,"
+                               "\"wait_ms\":60000}\n";
+    static const char tail[] = "{\"op\":\"contains\",\"key\":\"f0\"}\n";
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    struct aclient w, o, r;
+    size_t pad = 96 * 1024;
+    char req[128], *pipelined;
+    json_t *reply;
+    int i;
+
+    open_ok(&w, d);
+    open_ok(&o, d);
+    open_ok(&r, d);
+    assert_int_equal(aclient_arena(&w, 64 * 1024), 0);
+    __atomic_store_n(arena_inflight(&w), 1, __ATOMIC_RELEASE);
+    for (i = 0;; i++) {
+        snprintf(req, sizeof(req), "{\"op\":\"alloc\",\"key\":\"f%d\",\"size\":100000}",
+                 i);
+        reply = h_call(&o.c, req);
+        if (!json_is_true(json_object_get(reply, "ok"))) {
+            json_decref(reply);
+            break;
+        }
+        json_decref(reply);
+        snprintf(req, sizeof(req), "{\"op\":\"commit\",\"key\":\"f%d\"}", i);
+        h_expect_ok(&o.c, req);
+        assert_true(i < 20);
+    }
+    pipelined = malloc(sizeof(head) + pad + sizeof(tail));
+    assert_non_null(pipelined);
+    memcpy(pipelined, head, sizeof(head) - 1);
+    memset(pipelined + sizeof(head) - 1, '\n', pad);
+    memcpy(pipelined + sizeof(head) - 1 + pad, tail, sizeof(tail));
+    assert_int_equal(h_conn_send(&o.c, pipelined, strlen(pipelined)), 0);
+    free(pipelined);
+    /* The short wait's ENOSPC and the get's reply: the long wait has begun. */
+    reply = h_recv_json(&o.c);
+    h_assert_error(reply, "ENOSPC", "arena of client");
+    json_decref(reply);
+    reply = h_recv_json(&o.c);
+    h_assert_ok(reply);
+    json_decref(reply);
+    assert_int_equal(clients_now(&r), 3);
+    aclient_close(&o);
+    /* Well within the minute the alloc would wait. */
+    for (i = 0; i < 200 && clients_now(&r) != 2; i++)
+        h_sleep_ms(100);
+    assert_int_equal(clients_now(&r), 2);
+    aclient_close(&w);
+    aclient_close(&r);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -587,6 +725,8 @@ int main(void)
         TEST(test_cut_arena_no_spin),
         TEST(test_commits_on_their_way_hold_arena),
         TEST(test_commit_wait_at_end_of_input),
+        TEST(test_commit_wait_paused_at_end_of_input),
+        TEST(test_wait_after_paused_short_wait_sees_close),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -833,6 +834,107 @@ static void test_reports_sized_by_request(void **state)
     h_pass(f);
 }
 
+/* held_at_end_of_input: a queue_open whose reply waits behind earlier
+ * replies the client has not read yet (its descriptor travels with the
+ * reply, after them), and a client that half-closes (or, reset, closes)
+ * right after its last requests: those behind the queue_open still run, as
+ * PROTOCOL.md's End of input promises for every request but an alloc that
+ * waits and the hello reply. After a half-close the client gets every
+ * reply, the queue_open's with the descriptor; either way the noreply
+ * delete behind it runs. (The held reply was taken for a held hello reply:
+ * the connection closed at once, the delete never ran, and the replies
+ * queued were dropped.) */
+static void open_held_at_end_of_input(void **state, bool reset)
+{
+    static const char *const extra[] = {"--max-queued-output", "16M", NULL};
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "8M", extra);
+    char key[240], *line, *batch;
+    size_t used;
+    struct h_conn c, o;
+    json_t *reply;
+    int i, b, fds;
+    bool gone = false;
+
+    assert_int_equal(conn_hello(&c, d, "writer"), 0);
+    assert_int_equal(conn_hello(&o, d, "other"), 0);
+    ok(&c, "{\"op\":\"queue_create\",\"name\":\"held\",\"seats\":1,\"slots\":4,"
+           "\"slot_size\":64}");
+    /* 1200 objects with long keys: a list of them is far more than the
+     * socket holds. */
+    memset(key, 'k', sizeof(key) - 1);
+    key[sizeof(key) - 1] = '\0';
+    batch = malloc(64 * 1024);
+    assert_non_null(batch);
+    for (b = 0; b < 12; b++) {
+        used = (size_t)snprintf(batch, 64 * 1024, "{\"op\":\"batch\",\"ops\":[");
+        for (i = 0; i < 100; i++)
+            used +=
+                (size_t)snprintf(batch + used, 64 * 1024 - used,
+                                 "%s{\"op\":\"alloc\",\"key\":\"%.200s%05d\",\"size\":1},"
+                                 "{\"op\":\"commit\",\"key\":\"%.200s%05d\"}",
+                                 i > 0 ? "," : "", key, b * 100 + i, key, b * 100 + i);
+        snprintf(batch + used, 64 * 1024 - used, "]}");
+        ok(&c, batch);
+    }
+    free(batch);
+    ok(&c, "{\"op\":\"alloc\",\"key\":\"gone\",\"size\":1}");
+    ok(&c, "{\"op\":\"commit\",\"key\":\"gone\"}");
+    fds = c.nfds;
+    line = "{\"op\":\"list\",\"limit\":100000,\"id\":1}\n"
+           "{\"op\":\"list\",\"limit\":100000,\"id\":2}\n";
+    assert_int_equal(h_conn_send(&c, line, strlen(line)), 0);
+    /* Their replies wait in the daemon, unread, before the rest comes (a
+     * later batch); a slower daemon would only make this test pass. */
+    h_sleep_ms(300);
+    line = "{\"op\":\"queue_open\",\"name\":\"held\",\"role\":\"writer\",\"id\":3}\n"
+           "{\"op\":\"delete\",\"key\":\"gone\",\"noreply\":true}\n"
+           "{\"op\":\"contains\",\"key\":\"gone\",\"id\":4}\n";
+    assert_int_equal(h_conn_send(&c, line, strlen(line)), 0);
+    if (reset) {
+        /* Unread replies in its socket: the daemon sees a reset. */
+        h_conn_close(&c);
+        for (i = 0; i < 100 && !gone; i++) {
+            reply = h_call(&o, "{\"op\":\"contains\",\"key\":\"gone\"}");
+            gone = json_is_false(json_object_get(reply, "exists"));
+            json_decref(reply);
+            if (!gone)
+                h_sleep_ms(100);
+        }
+        assert_true(gone);
+        h_conn_close(&o);
+        h_pass(f);
+        return;
+    }
+    assert_int_equal(shutdown(c.fd, SHUT_WR), 0);
+    for (i = 1; i <= 4; i++) {
+        reply = h_recv_json(&c);
+        h_assert_ok(reply);
+        assert_int_equal(h_int(reply, "id"), i);
+        if (i == 4)
+            assert_true(json_is_false(json_object_get(reply, "exists")));
+        json_decref(reply);
+    }
+    assert_int_equal(c.nfds, fds + 1);
+    assert_int_equal(h_conn_wait_eof(&c, H_REPLY_TIMEOUT_MS), 0);
+    reply = h_call(&o, "{\"op\":\"contains\",\"key\":\"gone\"}");
+    assert_true(json_is_false(json_object_get(reply, "exists")));
+    json_decref(reply);
+    h_conn_close(&c);
+    h_conn_close(&o);
+    h_pass(f);
+}
+
+static void test_open_held_at_half_close(void **state)
+{
+    open_held_at_end_of_input(state, false);
+}
+
+static void test_open_held_at_reset(void **state)
+{
+    open_held_at_end_of_input(state, true);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 /* Proves what a daemon short of descriptors does: queue_create stops with
@@ -905,7 +1007,8 @@ int main(void)
         TEST(test_daemon_resources),    TEST(test_hostile_member),
         TEST(test_overflow_objects_deleted), TEST(test_roles_cap),
         TEST(test_pool_with_queues_stays), TEST(test_out_of_fds),
-        TEST(test_reports_sized_by_request),
+        TEST(test_reports_sized_by_request), TEST(test_open_held_at_half_close),
+        TEST(test_open_held_at_reset),
     };
 
     signal(SIGPIPE, SIG_IGN);

@@ -580,6 +580,58 @@ static void test_stop_with_pid(void **state)
     h_pass(f);
 }
 
+/* ---- a reload during a stop ----------------------------------------------------- */
+
+/* A reload (SIGHUP: logrotate, systemctl reload) that comes while the daemon
+ * stops does not end it half way: with SIGHUP sent without pause from
+ * before the SIGTERM until the daemon is gone, every stop is the clean one
+ * (exit 0, socket and segment removed), 5 times. Before the fix the stop
+ * closed the SIGHUP handler first, the signal's default action came back,
+ * and the next SIGHUP killed the daemon (exit 129) with its segment and
+ * socket left for the next start to adopt. */
+static void test_reload_during_stop(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "64M");
+    char seg[PATH_MAX * 2];
+    int round;
+
+    h_segment_path(d, seg, sizeof(seg));
+    for (round = 0; round < 5; round++) {
+        pid_t daemon_pid, hup;
+        int status;
+
+        assert_true(h_daemon_spawn(f, d, NULL) > 0);
+        if (h_daemon_wait_ready(d, H_READY_TIMEOUT_MS) < 0) {
+            h_daemon_print_log(d);
+            h_fail("round %d: no start", round);
+        }
+        daemon_pid = d->pid;
+        hup = fork();
+        assert_true(hup >= 0);
+        if (hup == 0) {
+            /* Until the daemon is gone (then ESRCH, or a zombie: its
+             * parent reaps it only after this one is killed). */
+            while (kill(daemon_pid, SIGHUP) == 0)
+                ;
+            _exit(0);
+        }
+        h_sleep_ms(20);
+        kill(d->pid, SIGTERM);
+        status = h_daemon_wait_exit(d, H_STOP_TIMEOUT_MS);
+        kill(hup, SIGKILL);
+        waitpid(hup, NULL, 0);
+        if (status < 0 || h_exit_code(status) != 0) {
+            h_daemon_print_log(d);
+            h_fail("round %d: SIGTERM under SIGHUPs gave exit %d, not a clean stop", round,
+                   status < 0 ? -1 : h_exit_code(status));
+        }
+        assert_false(is_socket(d->socket));
+        assert_int_equal(access(seg, F_OK), -1);
+    }
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -593,6 +645,7 @@ int main(void)
         TEST(test_small_sizes),
         TEST(test_stop_as_soon_as_it_listens),
         TEST(test_stop_with_pid),
+        TEST(test_reload_during_stop),
         cmocka_unit_test_setup_teardown(test_hugetlbfs, h_setup, huge_teardown),
     };
 
