@@ -673,6 +673,29 @@ class TestIds(unittest.TestCase):
             with self.assertRaises(shmbroker.ConnectionLost, msg=bad):
                 c.stats()
 
+    def test_deeply_nested_reply_resets(self):
+        """A reply nested deeper than Python's json can decode (a
+        RecursionError, not a ValueError) resets the connection as any reply
+        that cannot be read, rather than raising an exception a caller of
+        this package does not expect."""
+        deep = '{"ok":true,"x":%s%s,"id":2}' % ("[" * 100000, "]" * 100000)
+        fake, c = self.connect([lambda r: deep])
+        with self.assertRaises(shmbroker.ConnectionLost) as cm:
+            c.stats()
+        self.assertEqual(cm.exception.code, "ECONNRESET")
+
+    def test_reports_without_their_list(self):
+        """queue_list, clients and list replies that lack their list (or carry
+        another type) raise ProtocolError, not KeyError or TypeError."""
+        for call, bad in ((lambda c: c.queue_list(), '{"ok":true,"id":%d}'),
+                          (lambda c: c.queue_list(seats=True), '{"ok":true,"queues":5,"id":%d}'),
+                          (lambda c: c.clients(), '{"ok":true,"clients":{},"id":%d}'),
+                          (lambda c: c.list(), '{"ok":true,"objects":7,"id":%d}')):
+            fake, c = self.connect([lambda r, bad=bad: bad % r["id"]])
+            with self.assertRaises(shmbroker.ProtocolError, msg=bad) as cm:
+                call(c)
+            self.assertEqual(cm.exception.code, "EPROTO")
+
     def test_reply_to_a_noreply_line_is_out_of_step(self):
         """A noreply release answered anyway (the daemon could not parse it):
         the next call sees that answer and resets instead of taking it."""

@@ -786,7 +786,9 @@ class Client:
             raise
         try:
             reply = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
+            # RecursionError: nested deeper than json decodes; a reply that
+            # cannot be read either way.
             reply = None
         if not isinstance(reply, dict):
             raise self._out_of_step(json.dumps(want), "none", line)
@@ -1178,7 +1180,7 @@ class Client:
         if prefix:
             req["prefix"] = prefix
         reply = self._call(req)
-        return ObjectList(reply.get("objects", []), reply.get("truncated") is True)
+        return ObjectList(_reply_list(reply, "objects", []), reply.get("truncated") is True)
 
     def stats(self, *, seats=False):
         """The daemon's stats: a dict with the fields of proto/stats.def
@@ -1200,14 +1202,14 @@ class Client:
         one dict per seat. The names (the queue's, its members') of a pool
         whose group= leaves this client out are None."""
         req = {"op": "queue_list", "seats": True} if seats else {"op": "queue_list"}
-        return self._call(req)["queues"]
+        return _reply_list(self._call(req), "queues")
 
     def clients(self):
         """Every open connection, newest first: a list of dicts (pid, uid,
         gid, name, mode, pins, pending, bytes_pinned, connected_unix, self,
         and from a daemon with pools, pool). The name of a connection whose
         pool has a group= that leaves this client out is None."""
-        return self._call({"op": "clients"})["clients"]
+        return _reply_list(self._call({"op": "clients"}), "clients")
 
     def object_header(self, offset, *, committed=False):
         """The chunk header before a payload offset (proto/layout.h, struct
@@ -1420,6 +1422,17 @@ def _close_fds(fds):
             os.close(fd)
         except OSError:
             pass
+
+
+def _reply_list(reply, field, missing=None):
+    """The list field of a success reply (missing when absent, if given):
+    ProtocolError when the daemon sent none, or something else, rather than
+    a KeyError or a TypeError from the caller's loop."""
+    value = reply.get(field, missing)
+    if not isinstance(value, list):
+        raise ProtocolError("EPROTO", "shmbrokerd's reply lacks a list \"%s\": %.160r."
+                            % (field, reply))
+    return value
 
 
 def _reply_error(reply):
