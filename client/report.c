@@ -320,8 +320,6 @@ static void *client_report_block(shmb_t *c, const json_t *reply, const char *arr
             continue;
         }
         if ((s = client_string(c, item, text)) == NULL)
-
-        if (s == NULL)
             return NULL;
         room += strlen(s) + 1;
     }
