@@ -255,6 +255,56 @@ class ApiTest(DaemonTest):
         with self.assertRaises(TimeoutError):
             r.dequeue(timeout=0)
 
+    # A writer waiting for a slot in one thread holds the writer's turn: a
+    # write from another thread is refused (EBUSY) instead of waiting for
+    # the same slot, which both would then fill and publish (readers saw a
+    # slot holding another message than the one published, or torn bytes).
+    def test_write_while_another_thread_waits_is_refused(self):
+        mq, (r,) = self.pair(max_chunks=2)
+        mq.enqueue(0)
+        mq.enqueue(1)  # the ring is full until r reads
+        outcome = []
+        t = threading.Thread(target=lambda: outcome.append(mq.enqueue("waiter", timeout=WAIT)))
+        t.start()
+        self.addCleanup(t.join)
+        area = mq._area
+        while t.is_alive() and not area._q32[Q.HEADER_OFFSETS["writer_waiting"] // 4]:
+            t.join(0.001)  # until the waiter sleeps on the free word
+        for write in (lambda: mq.enqueue("intruder", timeout=5),
+                      lambda: mq.acquire_write(timeout=5).__enter__()):
+            with self.assertRaises(shmbroker.InvalidRequest) as cm:
+                write()
+            self.assertEqual(cm.exception.code, "EBUSY")
+        self.assertEqual([r.dequeue(timeout=WAIT) for _ in range(3)], [0, 1, "waiter"])
+        t.join(WAIT)
+        self.assertEqual(outcome, [None])
+        with self.assertRaises(TimeoutError):
+            r.dequeue(timeout=0)
+
+    # A reader waiting for a message in one thread holds the seat's turn: a
+    # read from another thread is refused (EBUSY) instead of taking the
+    # same message, which both returned and the first marked read while
+    # the other still read it in place.
+    def test_read_while_another_thread_waits_is_refused(self):
+        mq, (r,) = self.pair()
+        got = []
+        t = threading.Thread(target=lambda: got.append(r.dequeue(timeout=WAIT)))
+        t.start()
+        self.addCleanup(t.join)
+        area = r._area
+        while t.is_alive() and not area._q32[area._i_sstate + 1]:
+            t.join(0.001)  # until the waiter sleeps (its seat's waiting flag)
+        for read in (lambda: r.dequeue(timeout=5),
+                     lambda: r.acquire_read(timeout=5).__enter__()):
+            with self.assertRaises(shmbroker.InvalidRequest) as cm:
+                read()
+            self.assertEqual(cm.exception.code, "EBUSY")
+        mq.enqueue("one")
+        mq.enqueue("two")
+        t.join(WAIT)
+        self.assertEqual(got, ["one"])
+        self.assertEqual(r.dequeue(timeout=WAIT), "two")
+
     # acquire_read of a message enqueue() sent gives its bytes in the
     # frames layout, in place, also for one larger than a slot (its object,
     # pinned for the block).

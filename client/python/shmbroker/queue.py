@@ -212,6 +212,11 @@ class _Area:
         # The writer's side.
         self.head = None      # the next message this writer publishes, once known
         self._reserved = False
+        # The writer's or the seat's turn (claim/unclaim): one write, or one
+        # read, at a time, from its wait for a slot or a message to the end
+        # of its block. Two threads waiting at once would both be given the
+        # same slot or the same message.
+        self._turn = False
         self.blocker = 0
         self._spin_w = SPIN_START_NS
         self.spin_ns = 0      # 0: adaptive; else how long every wait spins
@@ -550,6 +555,19 @@ class _Area:
             at = self._q64[33]  # wake_at
             if at == 0 or at == held + 1:
                 _futex.futex_wake(self._free_word_addr, 1)
+
+    def claim(self, busy):
+        """Take this member's turn to write or read (see _turn); raises
+        InvalidRequest EBUSY, with the message busy, while another call,
+        of this thread or another, has it."""
+        with self._lock:
+            if self._turn:
+                raise InvalidRequest("EBUSY", busy)
+            self._turn = True
+
+    def unclaim(self):
+        """Give the turn claim() took back."""
+        self._turn = False
 
     def enter(self):
         """Start a call that uses the mapping; leave() ends it. Raises
@@ -1117,11 +1135,16 @@ class MessageQueue:
         free. The overflow object of the message that used it last goes
         now, once, whatever this message becomes: every live reader is
         done with it."""
-        if area._reserved:
-            raise InvalidRequest("EBUSY", "This writer is inside an acquire_write() block: "
-                                 "its slot is not published yet. Write the next message "
-                                 "after the block ends.")
-        payload, old_flags, old_seq = area.reserve(timeout)
+        area.claim("This writer is already writing a message (inside an acquire_write() "
+                   "block, or in enqueue() or acquire_write() in another thread): its slot "
+                   "is not published yet. Write the next message after that one, from one "
+                   "thread at a time.")
+        try:
+            payload, old_flags, old_seq = area.reserve(timeout)
+        except BaseException:
+            area._reserved = False
+            area.unclaim()
+            raise
         n = area.head
         if old_flags == SLOT_OBJECT and n >= area.slots and old_seq == n - area.slots:
             area.forget_slot()
@@ -1130,6 +1153,7 @@ class MessageQueue:
             except BaseException:
                 payload.release()
                 area._reserved = False
+                area.unclaim()
                 raise
         return payload
 
@@ -1167,6 +1191,7 @@ class MessageQueue:
         finally:
             payload.release()
             area._reserved = False
+            area.unclaim()
 
     @contextlib.contextmanager
     def acquire_write(self, timeout=None):
@@ -1188,6 +1213,7 @@ class MessageQueue:
                 area.publish(SLOT_INLINE, area.slot_size)
             finally:
                 area._reserved = False
+                area.unclaim()
                 payload.release()
         finally:
             area.leave()
@@ -1249,11 +1275,13 @@ class MessageQueue:
         pin; a message whose object could not be asked for (the client busy
         in another thread) stays at this seat for the next call."""
         area = self._enter()
+        claimed = False
         try:
-            if area._held is not None:
-                raise InvalidRequest("EBUSY", "This reader is inside an acquire_read() block: "
-                                     "the message it holds is not read yet. Read the next "
-                                     "message after the block ends.")
+            area.claim("This reader is already reading a message (inside an acquire_read() "
+                       "block, or in dequeue() or acquire_read() in another thread): the "
+                       "message it holds is not read yet. Read the next message after that "
+                       "one, from one thread at a time.")
+            claimed = True
             flags, payload, aux = area.dequeue(timeout, cancel, warn)
             keep = False
             pin = None
@@ -1285,6 +1313,8 @@ class MessageQueue:
                 if pin is not None:
                     self._release(pin)
         finally:
+            if claimed:
+                area.unclaim()
             area.leave()
             if self.client is not None and self.client._later:
                 self._send_releases()
