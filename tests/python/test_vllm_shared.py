@@ -25,7 +25,8 @@ if PACKAGE_DIR not in sys.path:
 
 import shmbroker  # noqa: E402
 from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer  # noqa: E402
-from shmbroker.vllm_shared import SharedShmObjectStorage, enable_shared_mm_cache  # noqa: E402
+from shmbroker.vllm_shared import (SharedShmObjectStorage, daemon_key,  # noqa: E402
+                                   enable_shared_mm_cache)
 
 import vllm_shared_helpers as H  # noqa: E402
 
@@ -54,12 +55,14 @@ class SharedTestCase(unittest.TestCase):
         return s
 
     def awaited(self, key):
+        key = daemon_key(self.name, key)
         for obj in self.client.list(key):
             if obj["key"] == key:
                 return obj["readers"]
         return None
 
     def objects_of(self, key):
+        key = daemon_key(self.name, key)
         return [o for o in self.client.list(key) if o["key"] == key]
 
 
@@ -79,6 +82,29 @@ class SharedStoreTest(SharedTestCase):
         self.assertFalse(b.is_cached("absent"))
         with self.assertRaises(KeyError):
             b.get_cached("absent")
+
+    # Another tenant of the daemon (a client of its own, or the shared store
+    # of another ring, as another deployment's) with an object of the same
+    # key is not this ring's: is_cached does not see it, put stores this
+    # ring's own object, and readers read this ring's bytes. (Handing the
+    # other tenant's object out gave readers its bytes for this key.)
+    def test_other_tenants_keys_are_not_handed_out(self):
+        self.client.put("k", b"another tenant's bytes")
+        other = SingleWriterShmRingBuffer(data_buffer_size=self.DAEMON_SIZE, name="other-ring",
+                                          create=True, socket_path=self.daemon.socket_path)
+        theirs = SharedShmObjectStorage(max_object_size=64 * KiB, n_readers=2,
+                                        ring_buffer=other)
+        self.addCleanup(theirs.close)
+        theirs.put("j", b"another ring's bytes")
+        a = self.store()
+        reader = self.store(writer=False)
+        a.put("first", b"this ring's first item")  # the ring has its base
+        for key in ("k", "j"):
+            self.assertFalse(a.is_cached(key))
+            pair = a.put(key, b"this ring's bytes of " + key.encode())
+            self.assertEqual(reader.get(*pair), b"this ring's bytes of " + key.encode())
+        self.assertEqual(a.shared_stats["handed_out_others"], 0)
+        self.assertEqual(self.client.read("k"), b"another tenant's bytes")
 
     # The same key put by two writers is stored once: the second put returns
     # the first's pair, and the daemon holds one object of that key; a writer
@@ -258,8 +284,10 @@ class ManyProcessesTest(SharedTestCase):
                     if len(readers) == self.NREADERS:
                         # Every read done: what still awaits a read now is a
                         # count the hand-outs got wrong.
-                        self.snapshot = [o for o in self.client.list(limit=100000)
-                                         if o["key"] in items]
+                        ours = {daemon_key(self.name, k): k for k in items}
+                        self.snapshot = [dict(o, key=ours[o["key"]])
+                                         for o in self.client.list(limit=100000)
+                                         if o["key"] in ours]
                         self.left_awaited = [o for o in self.snapshot if o["readers"]]
                         cfg["close_after"].set()
                 else:
