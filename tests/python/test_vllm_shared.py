@@ -206,8 +206,11 @@ class SharedStoreTest(SharedTestCase):
 KILLED_WRITER = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
+import shmbroker.vllm
 from shmbroker.vllm import SingleWriterShmRingBuffer
 from shmbroker.vllm_shared import SharedShmObjectStorage
+if len(sys.argv) > 4:
+    shmbroker.vllm._GUARD_GRACE_S = float(sys.argv[4])
 ring = SingleWriterShmRingBuffer(1 << 20, name=sys.argv[3], create=True, socket_path=sys.argv[2])
 store = SharedShmObjectStorage(1 << 16, 1, ring)
 pairs = {k: store.put(k, k.encode() * 100) for k in ("read", "awaited")}
@@ -218,12 +221,12 @@ sys.stdin.read()
 
 class KilledWriterTest(SharedTestCase):
 
-    # A shared writer killed with SIGKILL: its guard deletes the objects no
-    # reader awaits, and leaves the one a reader has still to read (another
-    # API server may have handed it out), which the reader then reads.
-    def test_guard_keeps_awaited_objects(self):
+    def killed_writer(self, *grace):
+        """A shared writer in a child that put "read" and "awaited" (one reader
+        each), read "read" here, and was killed with SIGKILL: the pairs and
+        its guard's pid, and the reader."""
         child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, PACKAGE_DIR,
-                                  self.daemon.socket_path, self.name],
+                                  self.daemon.socket_path, self.name] + list(grace),
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.addCleanup(child.wait)
         self.addCleanup(child.kill)
@@ -234,17 +237,57 @@ class KilledWriterTest(SharedTestCase):
         self.assertEqual(reader.get(*info["pairs"]["read"]), b"read" * 100)
         child.send_signal(signal.SIGKILL)
         child.wait()
+        return info, reader
+
+    def until(self, what, done):
         deadline = time.monotonic() + 30
-        while True:  # until the guard has done its work and gone
-            try:
-                os.kill(info["guard"], 0)
-            except ProcessLookupError:
-                break
-            self.assertLess(time.monotonic(), deadline, "the guard did not finish")
+        while not done():
+            self.assertLess(time.monotonic(), deadline, what)
             time.sleep(0.01)
-        self.assertEqual(self.objects_of("read"), [])
+
+    @staticmethod
+    def gone(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    # A shared writer killed with SIGKILL: its guard deletes the objects no
+    # reader awaits, and leaves the one a reader has still to read (another
+    # API server may have handed it out), which the reader then reads; once
+    # read, the guard deletes it too and goes.
+    def test_guard_keeps_awaited_objects(self):
+        info, reader = self.killed_writer()
+        self.until("the guard did not delete the object read",
+                   lambda: self.objects_of("read") == [])
         self.assertEqual(len(self.objects_of("awaited")), 1)
         self.assertEqual(reader.get(*info["pairs"]["awaited"]), b"awaited" * 100)
+        self.until("the guard did not finish", lambda: self.gone(info["guard"]))
+        self.assertEqual(self.objects_of("awaited"), [])
+
+    # A shared writer that closes leaves the objects readers await to its
+    # guard, as a killed one does: each deleted once read, those no reader
+    # reads deleted after the guard's grace; close() had left them for ever.
+    def test_close_leaves_awaited_objects_to_the_guard(self):
+        grace = shmbroker.vllm._GUARD_GRACE_S
+        shmbroker.vllm._GUARD_GRACE_S = 0.2
+        self.addCleanup(setattr, shmbroker.vllm, "_GUARD_GRACE_S", grace)
+        a = self.store()
+        a.put("awaited", b"a" * 1000)
+        guard = a._guard[2]
+        a.close()
+        guard.wait(30)
+        self.assertEqual(self.objects_of("awaited"), [])
+
+    # Readers that never come do not hold a killed writer's objects for
+    # ever: past the guard's grace, it deletes the objects still awaited
+    # (which otherwise blocked every client's reclaim) and goes.
+    def test_guard_deletes_what_no_reader_reads_in_its_grace(self):
+        info, reader = self.killed_writer("0.2")
+        self.until("the guard did not finish", lambda: self.gone(info["guard"]))
+        self.assertEqual(self.objects_of("read"), [])
+        self.assertEqual(self.objects_of("awaited"), [])
 
 
 class ManyProcessesTest(SharedTestCase):

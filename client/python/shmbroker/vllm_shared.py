@@ -28,7 +28,14 @@ delete only this writer's objects that no reader awaits (the others stay for
 their readers, and the daemon evicts them once read), and clear() does not
 start the pairs again at (0, 0), since the other writers' pairs count from
 the same base; and the guard of a writer killed without close() deletes,
-as close() would, only its objects that no reader awaits.
+as close() would, only its objects that no reader awaits. The objects a
+closed or killed writer leaves awaited are its guard's: it deletes each
+once read, and those still awaited after vllm._GUARD_GRACE_S, so that
+readers that never come do not hold them (and every client's reclaim
+behind them) for ever.
+
+The objects are the daemon's under daemon_key(ring name, key), so that
+other tenants' objects of the same key are never taken for the ring's.
 
 ``enable_shared_mm_cache()`` is the hook that lets vLLM use the shm cache
 with several API servers (the shmbroker plugin calls it when
