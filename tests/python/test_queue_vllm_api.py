@@ -396,6 +396,16 @@ def failing_writer_member(pg, rank, world_size):
         return "%s %s" % (type(e).__name__, e.code)
 
 
+def disagreeing_writer_member(pg, rank, world_size):
+    """Members that name different writer ranks (each itself): every member
+    raises InvalidRequest naming what each said, none waits."""
+    try:
+        MessageQueue.create_from_process_group(pg, 1024, 4, writer_rank=rank)
+        return "made a queue"
+    except shmbroker.InvalidRequest as e:
+        return "%s %s" % (e.code, e)
+
+
 def external_handle_member(pg, rank, world_size):
     """external_writer_handle: the writer's member joins that queue (made
     outside the group, with every member a reader) and hands it on."""
@@ -449,6 +459,18 @@ class GroupTest(DaemonTest):
         out = self.run_members(failing_writer_member, "stateless")
         self.assertEqual(len(set(out.values())), 1, out)
         self.assertTrue(out[0].startswith("InvalidRequest"), out)
+
+    # Members that disagree on writer_rank would each make a queue as its
+    # writer and wait for readers that never come (or for a handle never
+    # sent): every member raises InvalidRequest, with what each member
+    # said, and no queue is made.
+    def test_members_disagreeing_on_writer_rank_are_refused(self):
+        out = self.run_members(disagreeing_writer_member, "stateless")
+        self.assertEqual(sorted(out), [0, 1, 2])
+        for rank, what in out.items():
+            self.assertTrue(what.startswith("EINVAL "), (rank, what))
+            self.assertIn("[0, 1, 2]", what)
+        self.assertEqual(self.c.queue_list(), [])
 
     # A writer_rank or reader_rank outside the group is refused at once on
     # every member, before any collective (a group of one, in-process).

@@ -687,10 +687,18 @@ class _WriterFailed:
 def _check_local(group, center, socket_path, role):
     """Raise Unsupported, on every member alike, when some member of group
     does not reach the same host and daemon socket as group rank center
-    (a collective: every member gathers every member's node key)."""
+    (a collective: every member gathers every member's node key and the
+    center it names); InvalidRequest when the members name different
+    centers (each would wait for a queue, or readers, that never come)."""
     from . import _groups
 
-    keys = group.all_gather(_groups.node_key(socket_path))
+    said = group.all_gather((_groups.node_key(socket_path), center))
+    centers = [c for _, c in said]
+    if len(set(centers)) > 1:
+        raise InvalidRequest("EINVAL", "The members of this process group name different %s "
+                             "ranks: group ranks %s said %s. Nothing was made; every member "
+                             "must pass the same one." % (role, group.global_ranks, centers))
+    keys = [k for k, _ in said]
     away = [group.global_ranks[r] for r, k in enumerate(keys) if k != keys[center]]
     if away:
         raise Unsupported("ENOSYS", "Ranks %s of this process group are not on the %s's host "
