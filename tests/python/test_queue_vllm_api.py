@@ -255,6 +255,20 @@ class ApiTest(DaemonTest):
         with self.assertRaises(TimeoutError):
             r.dequeue(timeout=0)
 
+    # A timeout of infinity (or NaN, which no elapsed time exceeds) waits
+    # as None does, as vLLM's comparison of the elapsed time with it does;
+    # it raised OverflowError (ValueError) converting it to nanoseconds.
+    def test_infinite_timeouts_wait(self):
+        mq, (r,) = self.pair(max_chunks=2)
+        for timeout in (float("inf"), float("nan")):
+            self.later(0.05, mq.enqueue, "late")
+            self.assertEqual(r.dequeue(timeout), "late")
+            mq.enqueue(0)
+            mq.enqueue(1)
+            self.later(0.05, r.dequeue, WAIT)
+            mq.enqueue(2, timeout=timeout)
+            self.assertEqual([r.dequeue(timeout=WAIT) for _ in range(2)], [1, 2])
+
     # A writer waiting for a slot in one thread holds the writer's turn: a
     # write from another thread is refused (EBUSY) instead of waiting for
     # the same slot, which both would then fill and publish (readers saw a

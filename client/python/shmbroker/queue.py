@@ -103,6 +103,8 @@ _MARK_SLEEP_NS = 1000000
 # A wait given a cancel event (dequeue(cancel=...)) looks at it this often
 # while asleep: setting a threading.Event wakes no futex.
 _CANCEL_POLL_NS = 10000000
+# A timeout from this many seconds on (infinity, and NaN too) waits for ever.
+_TIMEOUT_FOREVER_S = 1e9
 # vLLM's variable for the interval of its "No available shared memory
 # broadcast block found" log line, and its default (seconds).
 _WARNING_INTERVAL_ENV = "VLLM_RINGBUFFER_WARNING_INTERVAL"
@@ -366,6 +368,8 @@ class _Area:
         ready = self._writer_ready if writer else self._reader_ready
         if ready():
             return
+        if timeout is not None and not timeout < _TIMEOUT_FOREVER_S:
+            timeout = None  # infinity, or NaN, which no elapsed time exceeds (vLLM's test)
         if timeout is not None and timeout <= 0:
             self._timed_out(writer, timeout)
         self._check_stop(writer, cancel)
