@@ -661,6 +661,7 @@ class ShmBrokerObjectStorage:
         self.key_index = {}
         self.id_index = {}
         self._objects = {}  # key -> (segment offset, chunk id), oldest first
+        self._chunk_keys = {}  # chunk id -> its key in _objects (a reused id found at once)
         self._seen = collections.OrderedDict()
         self._base = None  # (offset, chunk id, nonce) the pairs count from
         self._base_key = "shmbroker-vllm-base:%s" % hashlib.sha1(
@@ -790,6 +791,8 @@ class ShmBrokerObjectStorage:
 
     def _forget(self, key):
         entry = self._objects.pop(key, None)
+        if entry is not None and self._chunk_keys.get(entry[1]) == key:
+            del self._chunk_keys[entry[1]]
         pair = self.key_index.pop(key, None)
         if pair is not None and self.id_index.get(pair[1]) == key:
             del self.id_index[pair[1]]
@@ -954,10 +957,14 @@ class ShmBrokerObjectStorage:
                                         "shmbrokerd allocated '%s'." % (alloc.offset, key))
             offset, chunk_id = alloc.offset, header[0]
             self._tell_guard("P", key, offset, chunk_id)
-            for old, entry in list(self._objects.items()):
-                if entry[1] == chunk_id and old != key:
-                    self._forget(old)  # an id the daemon gave back and reused
+            old = self._chunk_keys.get(chunk_id)
+            if old is not None and old != key:
+                self._forget(old)  # an id the daemon gave back and reused
+            prev = self._objects.get(key)
+            if prev is not None and self._chunk_keys.get(prev[1]) == key:
+                del self._chunk_keys[prev[1]]
             self._objects[key] = (offset, chunk_id)
+            self._chunk_keys[chunk_id] = key
             self._settle_base(offset, chunk_id)
             address, monotonic_id = self._rel(offset, chunk_id)
             self.key_index[key] = (address, monotonic_id)
