@@ -128,7 +128,8 @@ class SharedShmObjectStorage(ShmBrokerObjectStorage):
         try:
             return super().put(self._dkey(key), value)
         except KeyExists:
-            raise KeyExists("EEXIST", "Key '%s' already exists in the storage." % key) from None
+            raise KeyExists("EEXIST", "Key '%s' already exists in the storage."
+                            % key) from None
 
     def is_cached(self, key: str) -> bool:
         return super().is_cached(self._dkey(key))
