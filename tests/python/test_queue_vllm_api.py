@@ -193,8 +193,9 @@ class ApiTest(DaemonTest):
     # acquire_write gives the next slot's max_chunk_bytes to fill and
     # publishes them when the block ends; acquire_read gives a reader the
     # same bytes; each view is released after its block. A block left by an
-    # exception publishes nothing (acquire_write) or still marks the message
-    # read (acquire_read).
+    # exception publishes nothing (acquire_write) or leaves the message to be
+    # read again (acquire_read): vLLM's blocks mark the slot written, or
+    # read, only after the caller's code went through.
     def test_acquire_write_and_read(self):
         mq, (r,) = self.pair()
         with mq.acquire_write(timeout=WAIT) as buf:
@@ -222,7 +223,17 @@ class ApiTest(DaemonTest):
             with r.acquire_read(timeout=WAIT, indefinite=True) as got:
                 self.assertEqual(bytes(got[:5]), b"kept!")
                 raise KeyError("the reader failed")
+        with r.acquire_read(timeout=WAIT) as got:
+            self.assertEqual(bytes(got[:5]), b"kept!")
         self.assertEqual(r.dequeue(timeout=WAIT), "next")
+        big = b"b" * 10000  # larger than a slot: a store object
+        mq.enqueue(big)
+        with self.assertRaises(KeyError):
+            with r.acquire_read(timeout=WAIT):
+                raise KeyError("the reader failed")
+        self.assertEqual(r.dequeue(timeout=WAIT), big)
+        with self.assertRaises(TimeoutError):
+            r.dequeue(timeout=0)
         with self.assertRaises(shmbroker.InvalidRequest):
             with r.acquire_write():
                 pass

@@ -1266,8 +1266,8 @@ class MessageQueue:
         bytes in place, read-only views valid inside the block: what
         acquire_write's block filled (the whole slot), or the frames of
         what enqueue() sent (larger than a slot: its object's bytes, pinned
-        for the block). Leaving the block, even by an exception, marks the
-        message read, as vLLM's does."""
+        for the block). Leaving the block marks the message read; leaving it
+        by an exception does not, as vLLM's: the next read returns it again."""
         cancel, indefinite = _wait_options(indefinite, cancel)
         if self._is_writer:
             raise InvalidRequest("EINVAL", "Only readers can acquire a message to read; this "
@@ -1285,7 +1285,8 @@ class MessageQueue:
         the slot's bytes, their length) or (SLOT_OBJECT, the pin of its
         object, the message's length in it). Leaving the block marks it read and releases the
         pin; a message whose object could not be asked for (the client busy
-        in another thread) stays at this seat for the next call."""
+        in another thread), or whose block was left by an exception, stays
+        at this seat for the next call."""
         area = self._enter()
         claimed = False
         try:
@@ -1299,7 +1300,11 @@ class MessageQueue:
             pin = None
             try:
                 if flags == SLOT_INLINE:
-                    yield flags, payload, payload.nbytes
+                    try:
+                        yield flags, payload, payload.nbytes
+                    except BaseException:
+                        keep = True  # see below
+                        raise
                     return
                 try:
                     pin = self._pin_object(bytes(payload))
@@ -1313,7 +1318,14 @@ class MessageQueue:
                 if aux > pin.size:
                     raise _corrupt("overflow object %s has %d bytes; its slot says %d"
                                    % (pin.key, pin.size, aux))
-                yield flags, pin, aux
+                try:
+                    yield flags, pin, aux
+                except BaseException:
+                    # The caller's code failed with the message: as vLLM's
+                    # block, which marks it read only once that code went
+                    # through, the next read returns it again.
+                    keep = True
+                    raise
             finally:
                 payload.release()
                 if keep:
