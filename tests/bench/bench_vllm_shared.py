@@ -36,10 +36,13 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
 import shmbroker  # noqa: E402
 import vllm_shared_helpers as H  # noqa: E402
+from shmbroker.vllm_shared import daemon_key  # noqa: E402
 
 
-def snapshot(socket_path, keys):
-    """(objects, payload bytes) of the items' keys the daemon holds."""
+def snapshot(socket_path, keys, name):
+    """(objects, payload bytes) of the items' keys the daemon holds (the
+    shared store keeps them in its ring's namespace, daemon_key)."""
+    keys = set(keys) | {daemon_key(name, k) for k in keys}
     with shmbroker.Client(socket_path) as c:
         objs = [o for o in c.list(limit=100000) if o["key"] in keys]
     return len(objs), sum(o["size"] for o in objs)
@@ -81,7 +84,7 @@ def run(args, shared, items, requests_of):
             else:
                 errors.append(r)
         elapsed = time.monotonic() - start
-        held = [snapshot(d.socket_path, items) for d in daemons]
+        held = [snapshot(d.socket_path, items, base["name"]) for d in daemons]
         base["close_after"].set()
         for p in procs:
             p.join(120)

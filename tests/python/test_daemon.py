@@ -153,6 +153,16 @@ class SpawnTest(unittest.TestCase):
         with shmbroker.Client(d.socket_path) as c:
             self.assertEqual(c.stats()["pid"], d.pid)
 
+    # A $SHMBROKER_SOCKET the daemon cannot use (inherited from elsewhere,
+    # longer than a socket address holds) does not keep spawn_daemon from
+    # starting a daemon on its own socket, which the daemon is given: it
+    # took the variable's value for its default socket first and refused.
+    def test_unusable_socket_variable_is_not_the_daemons(self):
+        with mock.patch.dict(os.environ, {"SHMBROKER_SOCKET": "/tmp/" + "x" * 200}):
+            d = self.spawn()
+        with shmbroker.Client(d.socket_path) as c:
+            self.assertEqual(c.stats()["pid"], d.pid)
+
     # Bad sizes are refused before anything runs.
     def test_bad_size(self):
         with self.assertRaises(ValueError):

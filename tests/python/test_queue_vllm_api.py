@@ -193,8 +193,9 @@ class ApiTest(DaemonTest):
     # acquire_write gives the next slot's max_chunk_bytes to fill and
     # publishes them when the block ends; acquire_read gives a reader the
     # same bytes; each view is released after its block. A block left by an
-    # exception publishes nothing (acquire_write) or still marks the message
-    # read (acquire_read).
+    # exception publishes nothing (acquire_write) or leaves the message to be
+    # read again (acquire_read): vLLM's blocks mark the slot written, or
+    # read, only after the caller's code went through.
     def test_acquire_write_and_read(self):
         mq, (r,) = self.pair()
         with mq.acquire_write(timeout=WAIT) as buf:
@@ -222,7 +223,17 @@ class ApiTest(DaemonTest):
             with r.acquire_read(timeout=WAIT, indefinite=True) as got:
                 self.assertEqual(bytes(got[:5]), b"kept!")
                 raise KeyError("the reader failed")
+        with r.acquire_read(timeout=WAIT) as got:
+            self.assertEqual(bytes(got[:5]), b"kept!")
         self.assertEqual(r.dequeue(timeout=WAIT), "next")
+        big = b"b" * 10000  # larger than a slot: a store object
+        mq.enqueue(big)
+        with self.assertRaises(KeyError):
+            with r.acquire_read(timeout=WAIT):
+                raise KeyError("the reader failed")
+        self.assertEqual(r.dequeue(timeout=WAIT), big)
+        with self.assertRaises(TimeoutError):
+            r.dequeue(timeout=0)
         with self.assertRaises(shmbroker.InvalidRequest):
             with r.acquire_write():
                 pass
@@ -254,6 +265,70 @@ class ApiTest(DaemonTest):
         self.assertEqual(r.dequeue(timeout=WAIT), "second")
         with self.assertRaises(TimeoutError):
             r.dequeue(timeout=0)
+
+    # A timeout of infinity (or NaN, which no elapsed time exceeds) waits
+    # as None does, as vLLM's comparison of the elapsed time with it does;
+    # it raised OverflowError (ValueError) converting it to nanoseconds.
+    def test_infinite_timeouts_wait(self):
+        mq, (r,) = self.pair(max_chunks=2)
+        for timeout in (float("inf"), float("nan")):
+            self.later(0.05, mq.enqueue, "late")
+            self.assertEqual(r.dequeue(timeout), "late")
+            mq.enqueue(0)
+            mq.enqueue(1)
+            self.later(0.05, r.dequeue, WAIT)
+            mq.enqueue(2, timeout=timeout)
+            self.assertEqual([r.dequeue(timeout=WAIT) for _ in range(2)], [1, 2])
+
+    # A writer waiting for a slot in one thread holds the writer's turn: a
+    # write from another thread is refused (EBUSY) instead of waiting for
+    # the same slot, which both would then fill and publish (readers saw a
+    # slot holding another message than the one published, or torn bytes).
+    def test_write_while_another_thread_waits_is_refused(self):
+        mq, (r,) = self.pair(max_chunks=2)
+        mq.enqueue(0)
+        mq.enqueue(1)  # the ring is full until r reads
+        outcome = []
+        t = threading.Thread(target=lambda: outcome.append(mq.enqueue("waiter", timeout=WAIT)))
+        t.start()
+        self.addCleanup(t.join)
+        area = mq._area
+        while t.is_alive() and not area._q32[Q.HEADER_OFFSETS["writer_waiting"] // 4]:
+            t.join(0.001)  # until the waiter sleeps on the free word
+        for write in (lambda: mq.enqueue("intruder", timeout=5),
+                      lambda: mq.acquire_write(timeout=5).__enter__()):
+            with self.assertRaises(shmbroker.InvalidRequest) as cm:
+                write()
+            self.assertEqual(cm.exception.code, "EBUSY")
+        self.assertEqual([r.dequeue(timeout=WAIT) for _ in range(3)], [0, 1, "waiter"])
+        t.join(WAIT)
+        self.assertEqual(outcome, [None])
+        with self.assertRaises(TimeoutError):
+            r.dequeue(timeout=0)
+
+    # A reader waiting for a message in one thread holds the seat's turn: a
+    # read from another thread is refused (EBUSY) instead of taking the
+    # same message, which both returned and the first marked read while
+    # the other still read it in place.
+    def test_read_while_another_thread_waits_is_refused(self):
+        mq, (r,) = self.pair()
+        got = []
+        t = threading.Thread(target=lambda: got.append(r.dequeue(timeout=WAIT)))
+        t.start()
+        self.addCleanup(t.join)
+        area = r._area
+        while t.is_alive() and not area._q32[area._i_sstate + 1]:
+            t.join(0.001)  # until the waiter sleeps (its seat's waiting flag)
+        for read in (lambda: r.dequeue(timeout=5),
+                     lambda: r.acquire_read(timeout=5).__enter__()):
+            with self.assertRaises(shmbroker.InvalidRequest) as cm:
+                read()
+            self.assertEqual(cm.exception.code, "EBUSY")
+        mq.enqueue("one")
+        mq.enqueue("two")
+        t.join(WAIT)
+        self.assertEqual(got, ["one"])
+        self.assertEqual(r.dequeue(timeout=WAIT), "two")
 
     # acquire_read of a message enqueue() sent gives its bytes in the
     # frames layout, in place, also for one larger than a slot (its object,
@@ -346,6 +421,16 @@ def failing_writer_member(pg, rank, world_size):
         return "%s %s" % (type(e).__name__, e.code)
 
 
+def disagreeing_writer_member(pg, rank, world_size):
+    """Members that name different writer ranks (each itself): every member
+    raises InvalidRequest naming what each said, none waits."""
+    try:
+        MessageQueue.create_from_process_group(pg, 1024, 4, writer_rank=rank)
+        return "made a queue"
+    except shmbroker.InvalidRequest as e:
+        return "%s %s" % (e.code, e)
+
+
 def external_handle_member(pg, rank, world_size):
     """external_writer_handle: the writer's member joins that queue (made
     outside the group, with every member a reader) and hands it on."""
@@ -399,6 +484,18 @@ class GroupTest(DaemonTest):
         out = self.run_members(failing_writer_member, "stateless")
         self.assertEqual(len(set(out.values())), 1, out)
         self.assertTrue(out[0].startswith("InvalidRequest"), out)
+
+    # Members that disagree on writer_rank would each make a queue as its
+    # writer and wait for readers that never come (or for a handle never
+    # sent): every member raises InvalidRequest, with what each member
+    # said, and no queue is made.
+    def test_members_disagreeing_on_writer_rank_are_refused(self):
+        out = self.run_members(disagreeing_writer_member, "stateless")
+        self.assertEqual(sorted(out), [0, 1, 2])
+        for rank, what in out.items():
+            self.assertTrue(what.startswith("EINVAL "), (rank, what))
+            self.assertIn("[0, 1, 2]", what)
+        self.assertEqual(self.c.queue_list(), [])
 
     # A writer_rank or reader_rank outside the group is refused at once on
     # every member, before any collective (a group of one, in-process).

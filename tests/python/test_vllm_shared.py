@@ -25,7 +25,8 @@ if PACKAGE_DIR not in sys.path:
 
 import shmbroker  # noqa: E402
 from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer  # noqa: E402
-from shmbroker.vllm_shared import SharedShmObjectStorage, enable_shared_mm_cache  # noqa: E402
+from shmbroker.vllm_shared import (SharedShmObjectStorage, daemon_key,  # noqa: E402
+                                   enable_shared_mm_cache)
 
 import vllm_shared_helpers as H  # noqa: E402
 
@@ -54,12 +55,14 @@ class SharedTestCase(unittest.TestCase):
         return s
 
     def awaited(self, key):
+        key = daemon_key(self.name, key)
         for obj in self.client.list(key):
             if obj["key"] == key:
                 return obj["readers"]
         return None
 
     def objects_of(self, key):
+        key = daemon_key(self.name, key)
         return [o for o in self.client.list(key) if o["key"] == key]
 
 
@@ -79,6 +82,51 @@ class SharedStoreTest(SharedTestCase):
         self.assertFalse(b.is_cached("absent"))
         with self.assertRaises(KeyError):
             b.get_cached("absent")
+
+    # Another tenant of the daemon (a client of its own, or the shared store
+    # of another ring, as another deployment's) with an object of the same
+    # key is not this ring's: is_cached does not see it, put stores this
+    # ring's own object, and readers read this ring's bytes. (Handing the
+    # other tenant's object out gave readers its bytes for this key.)
+    def test_other_tenants_keys_are_not_handed_out(self):
+        self.client.put("k", b"another tenant's bytes")
+        other = SingleWriterShmRingBuffer(data_buffer_size=self.DAEMON_SIZE, name="other-ring",
+                                          create=True, socket_path=self.daemon.socket_path)
+        theirs = SharedShmObjectStorage(max_object_size=64 * KiB, n_readers=2,
+                                        ring_buffer=other)
+        self.addCleanup(theirs.close)
+        theirs.put("j", b"another ring's bytes")
+        a = self.store()
+        reader = self.store(writer=False)
+        a.put("first", b"this ring's first item")  # the ring has its base
+        for key in ("k", "j"):
+            self.assertFalse(a.is_cached(key))
+            pair = a.put(key, b"this ring's bytes of " + key.encode())
+            self.assertEqual(reader.get(*pair), b"this ring's bytes of " + key.encode())
+        self.assertEqual(a.shared_stats["handed_out_others"], 0)
+        self.assertEqual(self.client.read("k"), b"another tenant's bytes")
+
+    # A put costs the same however many objects the writer holds: it finds
+    # an object whose chunk id the daemon reused by that id, instead of
+    # walking every object (20000 small puts took minutes, each slower than
+    # the last).
+    def test_put_does_not_walk_every_object(self):
+        a = self.store()
+        for i in range(300):
+            a.put("item-%d" % i, b"v")
+
+        class Walked(dict):
+            count = 0
+
+            def items(self):
+                for kv in super().items():
+                    Walked.count += 1
+                    yield kv
+
+        a._objects = Walked(a._objects)
+        a.put("one more", b"v")
+        self.assertEqual(len(a._objects), 301)
+        self.assertLess(Walked.count, 30)
 
     # The same key put by two writers is stored once: the second put returns
     # the first's pair, and the daemon holds one object of that key; a writer
@@ -180,8 +228,11 @@ class SharedStoreTest(SharedTestCase):
 KILLED_WRITER = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
+import shmbroker.vllm
 from shmbroker.vllm import SingleWriterShmRingBuffer
 from shmbroker.vllm_shared import SharedShmObjectStorage
+if len(sys.argv) > 4:
+    shmbroker.vllm._GUARD_GRACE_S = float(sys.argv[4])
 ring = SingleWriterShmRingBuffer(1 << 20, name=sys.argv[3], create=True, socket_path=sys.argv[2])
 store = SharedShmObjectStorage(1 << 16, 1, ring)
 pairs = {k: store.put(k, k.encode() * 100) for k in ("read", "awaited")}
@@ -192,12 +243,12 @@ sys.stdin.read()
 
 class KilledWriterTest(SharedTestCase):
 
-    # A shared writer killed with SIGKILL: its guard deletes the objects no
-    # reader awaits, and leaves the one a reader has still to read (another
-    # API server may have handed it out), which the reader then reads.
-    def test_guard_keeps_awaited_objects(self):
+    def killed_writer(self, *grace):
+        """A shared writer in a child that put "read" and "awaited" (one reader
+        each), read "read" here, and was killed with SIGKILL: the pairs and
+        its guard's pid, and the reader."""
         child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, PACKAGE_DIR,
-                                  self.daemon.socket_path, self.name],
+                                  self.daemon.socket_path, self.name] + list(grace),
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.addCleanup(child.wait)
         self.addCleanup(child.kill)
@@ -208,17 +259,57 @@ class KilledWriterTest(SharedTestCase):
         self.assertEqual(reader.get(*info["pairs"]["read"]), b"read" * 100)
         child.send_signal(signal.SIGKILL)
         child.wait()
+        return info, reader
+
+    def until(self, what, done):
         deadline = time.monotonic() + 30
-        while True:  # until the guard has done its work and gone
-            try:
-                os.kill(info["guard"], 0)
-            except ProcessLookupError:
-                break
-            self.assertLess(time.monotonic(), deadline, "the guard did not finish")
+        while not done():
+            self.assertLess(time.monotonic(), deadline, what)
             time.sleep(0.01)
-        self.assertEqual(self.objects_of("read"), [])
+
+    @staticmethod
+    def gone(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    # A shared writer killed with SIGKILL: its guard deletes the objects no
+    # reader awaits, and leaves the one a reader has still to read (another
+    # API server may have handed it out), which the reader then reads; once
+    # read, the guard deletes it too and goes.
+    def test_guard_keeps_awaited_objects(self):
+        info, reader = self.killed_writer()
+        self.until("the guard did not delete the object read",
+                   lambda: self.objects_of("read") == [])
         self.assertEqual(len(self.objects_of("awaited")), 1)
         self.assertEqual(reader.get(*info["pairs"]["awaited"]), b"awaited" * 100)
+        self.until("the guard did not finish", lambda: self.gone(info["guard"]))
+        self.assertEqual(self.objects_of("awaited"), [])
+
+    # A shared writer that closes leaves the objects readers await to its
+    # guard, as a killed one does: each deleted once read, those no reader
+    # reads deleted after the guard's grace; close() had left them for ever.
+    def test_close_leaves_awaited_objects_to_the_guard(self):
+        grace = shmbroker.vllm._GUARD_GRACE_S
+        shmbroker.vllm._GUARD_GRACE_S = 0.2
+        self.addCleanup(setattr, shmbroker.vllm, "_GUARD_GRACE_S", grace)
+        a = self.store()
+        a.put("awaited", b"a" * 1000)
+        guard = a._guard[2]
+        a.close()
+        guard.wait(30)
+        self.assertEqual(self.objects_of("awaited"), [])
+
+    # Readers that never come do not hold a killed writer's objects for
+    # ever: past the guard's grace, it deletes the objects still awaited
+    # (which otherwise blocked every client's reclaim) and goes.
+    def test_guard_deletes_what_no_reader_reads_in_its_grace(self):
+        info, reader = self.killed_writer("0.2")
+        self.until("the guard did not finish", lambda: self.gone(info["guard"]))
+        self.assertEqual(self.objects_of("read"), [])
+        self.assertEqual(self.objects_of("awaited"), [])
 
 
 class ManyProcessesTest(SharedTestCase):
@@ -258,8 +349,10 @@ class ManyProcessesTest(SharedTestCase):
                     if len(readers) == self.NREADERS:
                         # Every read done: what still awaits a read now is a
                         # count the hand-outs got wrong.
-                        self.snapshot = [o for o in self.client.list(limit=100000)
-                                         if o["key"] in items]
+                        ours = {daemon_key(self.name, k): k for k in items}
+                        self.snapshot = [dict(o, key=ours[o["key"]])
+                                         for o in self.client.list(limit=100000)
+                                         if o["key"] in ours]
                         self.left_awaited = [o for o in self.snapshot if o["readers"]]
                         cfg["close_after"].set()
                 else:

@@ -225,9 +225,12 @@ def spawn_daemon(size, *, binary=None, shm_dir=None, name=None, args=(), timeout
         if shm_dir is not None:
             argv += ["--shm-dir", os.fspath(shm_dir)]
         argv += [os.fspath(a) if not isinstance(a, int) else str(a) for a in args]
+        # The daemon's environment names the socket it is given: one inherited
+        # from elsewhere (another daemon's, or one it cannot use) is not its.
+        env = dict(os.environ, SHMBROKER_SOCKET=socket_path)
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                    close_fds=True)
+                                    close_fds=True, env=env)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise

@@ -105,6 +105,8 @@ _MARK_SLEEP_NS = 1000000
 # A wait given a cancel event (dequeue(cancel=...)) looks at it this often
 # while asleep: setting a threading.Event wakes no futex.
 _CANCEL_POLL_NS = 10000000
+# A timeout from this many seconds on (infinity, and NaN too) waits for ever.
+_TIMEOUT_FOREVER_S = 1e9
 # vLLM's variable for the interval of its "No available shared memory
 # broadcast block found" log line, and its default (seconds).
 _WARNING_INTERVAL_ENV = "VLLM_RINGBUFFER_WARNING_INTERVAL"
@@ -218,6 +220,11 @@ class _Area:
         # The writer's side.
         self.head = None      # the next message this writer publishes, once known
         self._reserved = False
+        # The writer's or the seat's turn (claim/unclaim): one write, or one
+        # read, at a time, from its wait for a slot or a message to the end
+        # of its block. Two threads waiting at once would both be given the
+        # same slot or the same message.
+        self._turn = False
         self.blocker = 0
         self._spin_w = SPIN_START_NS
         self.spin_ns = 0      # 0: adaptive; else how long every wait spins
@@ -373,6 +380,8 @@ class _Area:
         ready = self._writer_ready if writer else self._reader_ready
         if ready():
             return
+        if timeout is not None and not timeout < _TIMEOUT_FOREVER_S:
+            timeout = None  # infinity, or NaN, which no elapsed time exceeds (vLLM's test)
         if timeout is not None and timeout <= 0:
             self._timed_out(writer, timeout)
         self._check_stop(writer, cancel)
@@ -566,6 +575,19 @@ class _Area:
             if at == 0 or at == held + 1:
                 _futex.futex_wake(self._free_word_addr, 1)
 
+    def claim(self, busy):
+        """Take this member's turn to write or read (see _turn); raises
+        InvalidRequest EBUSY, with the message busy, while another call,
+        of this thread or another, has it."""
+        with self._lock:
+            if self._turn:
+                raise InvalidRequest("EBUSY", busy)
+            self._turn = True
+
+    def unclaim(self):
+        """Give the turn claim() took back."""
+        self._turn = False
+
     def enter(self):
         """Start a call that uses the mapping; leave() ends it. Raises
         ConnectionLost once close() was called."""
@@ -684,10 +706,18 @@ class _WriterFailed:
 def _check_local(group, center, socket_path, role):
     """Raise Unsupported, on every member alike, when some member of group
     does not reach the same host and daemon socket as group rank center
-    (a collective: every member gathers every member's node key)."""
+    (a collective: every member gathers every member's node key and the
+    center it names); InvalidRequest when the members name different
+    centers (each would wait for a queue, or readers, that never come)."""
     from . import _groups
 
-    keys = group.all_gather(_groups.node_key(socket_path))
+    said = group.all_gather((_groups.node_key(socket_path), center))
+    centers = [c for _, c in said]
+    if len(set(centers)) > 1:
+        raise InvalidRequest("EINVAL", "The members of this process group name different %s "
+                             "ranks: group ranks %s said %s. Nothing was made; every member "
+                             "must pass the same one." % (role, group.global_ranks, centers))
+    keys = [k for k, _ in said]
     away = [group.global_ranks[r] for r, k in enumerate(keys) if k != keys[center]]
     if away:
         raise Unsupported("ENOSYS", "Ranks %s of this process group are not on the %s's host "
@@ -1132,11 +1162,16 @@ class MessageQueue:
         free. The overflow object of the message that used it last goes
         now, once, whatever this message becomes: every live reader is
         done with it."""
-        if area._reserved:
-            raise InvalidRequest("EBUSY", "This writer is inside an acquire_write() block: "
-                                 "its slot is not published yet. Write the next message "
-                                 "after the block ends.")
-        payload, old_flags, old_seq = area.reserve(timeout)
+        area.claim("This writer is already writing a message (inside an acquire_write() "
+                   "block, or in enqueue() or acquire_write() in another thread): its slot "
+                   "is not published yet. Write the next message after that one, from one "
+                   "thread at a time.")
+        try:
+            payload, old_flags, old_seq = area.reserve(timeout)
+        except BaseException:
+            area._reserved = False
+            area.unclaim()
+            raise
         n = area.head
         if old_flags == SLOT_OBJECT and n >= area.slots and old_seq == n - area.slots:
             area.forget_slot()
@@ -1145,6 +1180,7 @@ class MessageQueue:
             except BaseException:
                 payload.release()
                 area._reserved = False
+                area.unclaim()
                 raise
         return payload
 
@@ -1182,6 +1218,7 @@ class MessageQueue:
         finally:
             payload.release()
             area._reserved = False
+            area.unclaim()
 
     @contextlib.contextmanager
     def acquire_write(self, timeout=None):
@@ -1203,6 +1240,7 @@ class MessageQueue:
                 area.publish(SLOT_INLINE, area.slot_size)
             finally:
                 area._reserved = False
+                area.unclaim()
                 payload.release()
         finally:
             area.leave()
@@ -1243,8 +1281,8 @@ class MessageQueue:
         bytes in place, read-only views valid inside the block: what
         acquire_write's block filled (the whole slot), or the frames of
         what enqueue() sent (larger than a slot: its object's bytes, pinned
-        for the block). Leaving the block, even by an exception, marks the
-        message read, as vLLM's does."""
+        for the block). Leaving the block marks the message read; leaving it
+        by an exception does not, as vLLM's: the next read returns it again."""
         cancel, indefinite = _wait_options(indefinite, cancel)
         if self._is_writer:
             raise InvalidRequest("EINVAL", "Only readers can acquire a message to read; this "
@@ -1262,19 +1300,26 @@ class MessageQueue:
         the slot's bytes, their length) or (SLOT_OBJECT, the pin of its
         object, the message's length in it). Leaving the block marks it read and releases the
         pin; a message whose object could not be asked for (the client busy
-        in another thread) stays at this seat for the next call."""
+        in another thread), or whose block was left by an exception, stays
+        at this seat for the next call."""
         area = self._enter()
+        claimed = False
         try:
-            if area._held is not None:
-                raise InvalidRequest("EBUSY", "This reader is inside an acquire_read() block: "
-                                     "the message it holds is not read yet. Read the next "
-                                     "message after the block ends.")
+            area.claim("This reader is already reading a message (inside an acquire_read() "
+                       "block, or in dequeue() or acquire_read() in another thread): the "
+                       "message it holds is not read yet. Read the next message after that "
+                       "one, from one thread at a time.")
+            claimed = True
             flags, payload, aux = area.dequeue(timeout, cancel, warn)
             keep = False
             pin = None
             try:
                 if flags == SLOT_INLINE:
-                    yield flags, payload, payload.nbytes
+                    try:
+                        yield flags, payload, payload.nbytes
+                    except BaseException:
+                        keep = True  # see below
+                        raise
                     return
                 try:
                     pin = self._pin_object(bytes(payload))
@@ -1288,7 +1333,14 @@ class MessageQueue:
                 if aux > pin.size:
                     raise _corrupt("overflow object %s has %d bytes; its slot says %d"
                                    % (pin.key, pin.size, aux))
-                yield flags, pin, aux
+                try:
+                    yield flags, pin, aux
+                except BaseException:
+                    # The caller's code failed with the message: as vLLM's
+                    # block, which marks it read only once that code went
+                    # through, the next read returns it again.
+                    keep = True
+                    raise
             finally:
                 payload.release()
                 if keep:
@@ -1300,6 +1352,8 @@ class MessageQueue:
                 if pin is not None:
                     self._release(pin)
         finally:
+            if claimed:
+                area.unclaim()
             area.leave()
             if self.client is not None and self.client._later:
                 self._send_releases()

@@ -64,6 +64,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 import weakref
 from typing import Any, Callable, Iterable, Optional, Tuple
@@ -101,6 +102,13 @@ _LIST_LIMIT = 1000
 _GUARD_WAIT_S = 5.0
 # Objects a guard keeps track of before it drops those the daemon evicted.
 _GUARD_PRUNE_AT = 4096
+# How long the guard of a shared writer killed without close() keeps its
+# objects that readers await (seconds): a live reader reads what it was
+# handed within a request's time; objects no reader reads by then are
+# deleted, as those of readers that never come would otherwise block every
+# client's reclaim for ever. Each object read meanwhile is deleted once read.
+_GUARD_GRACE_S = 60.0
+_GUARD_POLL_S = (0.02, 1.0)
 # Ring names used as a socket file name as they are; others are hashed.
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -655,6 +663,7 @@ class ShmBrokerObjectStorage:
         self.key_index = {}
         self.id_index = {}
         self._objects = {}  # key -> (segment offset, chunk id), oldest first
+        self._chunk_keys = {}  # chunk id -> its key in _objects (a reused id found at once)
         self._seen = collections.OrderedDict()
         self._base = None  # (offset, chunk id, nonce) the pairs count from
         self._base_key = "shmbroker-vllm-base:%s" % hashlib.sha1(
@@ -794,6 +803,8 @@ class ShmBrokerObjectStorage:
 
     def _forget(self, key):
         entry = self._objects.pop(key, None)
+        if entry is not None and self._chunk_keys.get(entry[1]) == key:
+            del self._chunk_keys[entry[1]]
         pair = self.key_index.pop(key, None)
         if pair is not None and self.id_index.get(pair[1]) == key:
             del self.id_index[pair[1]]
@@ -895,7 +906,8 @@ class ShmBrokerObjectStorage:
         try:
             proc = subprocess.Popen([sys.executable, "-c", code, package_dir,
                                      self.ring_buffer.socket_path, self.ring_buffer.pool or "",
-                                     "keep-awaited" if self._guard_keeps_awaited else ""],
+                                     "keep-awaited" if self._guard_keeps_awaited else "",
+                                     repr(float(_GUARD_GRACE_S))],
                                     stdin=rfd, stdout=subprocess.DEVNULL, close_fds=True,
                                     start_new_session=True)
         except OSError:
@@ -994,13 +1006,14 @@ class ShmBrokerObjectStorage:
                     self._tell_guard("F", key)
                 raise
             offset, chunk_id = alloc.offset, header[0]
-            for old, entry in list(self._objects.items()):
-                if entry[1] == chunk_id and old != key:
-                    # An id given out again: only after a restart whose
-                    # adoption dropped damaged chunks (a committed one's
-                    # id is never reused otherwise).
-                    self._forget(old)
+            old = self._chunk_keys.get(chunk_id)
+            if old is not None and old != key:
+                self._forget(old)  # an id the daemon gave back and reused
+            prev = self._objects.get(key)
+            if prev is not None and self._chunk_keys.get(prev[1]) == key:
+                del self._chunk_keys[prev[1]]
             self._objects[key] = (offset, chunk_id)
+            self._chunk_keys[chunk_id] = key
             self._settle_base(offset, chunk_id)
             address, monotonic_id = self._rel(offset, chunk_id)
             self.key_index[key] = (address, monotonic_id)
@@ -1221,7 +1234,10 @@ class ShmBrokerObjectStorage:
                     pass  # the daemon is gone, and the objects with it
                 deleted = True
         finally:
-            self._stop_guard(clean=deleted)  # else the guard deletes them
+            # Else the guard deletes them; a shared store's _delete_own left
+            # those readers await, which its guard deletes once read or past
+            # its grace.
+            self._stop_guard(clean=deleted and not self._guard_keeps_awaited)
 
     def handle(self) -> ShmObjectStorageHandle:
         """A handle for create_from_handle() in another process."""
@@ -1266,14 +1282,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_guards_in_child)
 
 
-def _guard_main(socket_path, pool, keep_awaited=""):
+def _guard_main(socket_path, pool, keep_awaited="", grace=None):
     """The guard of a writer store (ShmBrokerObjectStorage._start_guard): reads
     "P offset chunk_id key-hex" (put) and "F 0 0 key-hex" (forgotten) lines
     on stdin; "C" means the store closed cleanly. At end of input without
     "C" (the writer died), deletes each object it was told of that is still
     the writer's (same chunk at the same offset, committed), then exits;
-    with keep_awaited, only those that no reader pins or awaits (a shared
-    store's others may have handed them out)."""
+    with keep_awaited, first those that no reader pins or awaits (a shared
+    store's others may have handed them out), then each of the others once
+    read, and after grace seconds (_GUARD_GRACE_S) those still awaited."""
     objects = {}
     clean = False
     client = None
@@ -1309,16 +1326,26 @@ def _guard_main(socket_path, pool, keep_awaited=""):
             prune_at = max(_GUARD_PRUNE_AT, 2 * len(objects))
     if clean or not objects:
         return
+    grace = _GUARD_GRACE_S if grace is None else float(grace)
+    deadline = time.monotonic() + grace
+    pause = _GUARD_POLL_S[0]
     try:
         if client is None:
             client = Client(socket_path, name="vllm-guard", pool=pool or None)
-        for key, where in objects.items():
-            if _guard_owns(client, key, where) and not (keep_awaited and
-                                                        _awaited(client, key, where)):
-                try:
-                    client.delete(key)
-                except NotFound:
-                    pass
+        while objects:
+            keep = keep_awaited and time.monotonic() < deadline
+            for key, where in list(objects.items()):
+                if not _guard_owns(client, key, where):
+                    del objects[key]  # evicted, or deleted and its space reused
+                elif not (keep and _awaited(client, key, where)):
+                    try:
+                        client.delete(key)
+                    except NotFound:
+                        pass
+                    del objects[key]
+            if objects:
+                time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+                pause = min(2 * pause, _GUARD_POLL_S[1])
     except ShmBrokerError:
         pass  # the daemon went: nothing of the writer's is left there
 

@@ -28,7 +28,14 @@ delete only this writer's objects that no reader awaits (the others stay for
 their readers, and the daemon evicts them once read), and clear() does not
 start the pairs again at (0, 0), since the other writers' pairs count from
 the same base; and the guard of a writer killed without close() deletes,
-as close() would, only its objects that no reader awaits.
+as close() would, only its objects that no reader awaits. The objects a
+closed or killed writer leaves awaited are its guard's: it deletes each
+once read, and those still awaited after vllm._GUARD_GRACE_S, so that
+readers that never come do not hold them (and every client's reclaim
+behind them) for ever.
+
+The objects are the daemon's under daemon_key(ring name, key), so that
+other tenants' objects of the same key are never taken for the ring's.
 
 ``enable_shared_mm_cache()`` is the hook that lets vLLM use the shm cache
 with several API servers (the shmbroker plugin calls it when
@@ -37,6 +44,7 @@ decision and sender cache; the store underneath is vllm.py's.
 """
 
 import collections
+import hashlib
 import importlib
 import sys
 import time
@@ -45,7 +53,7 @@ from typing import Any, Tuple
 from .errors import KeyExists, NotFound
 from .vllm import PickleSerde, ShmBrokerObjectStorage
 
-__all__ = ["SharedShmObjectStorage", "enable_shared_mm_cache", "SHARED_ENV"]
+__all__ = ["SharedShmObjectStorage", "enable_shared_mm_cache", "SHARED_ENV", "daemon_key"]
 
 # The variable that turns the shared mode on in the plugin.
 SHARED_ENV = "SHMBROKER_VLLM_SHARED_MM"
@@ -59,6 +67,29 @@ _FOREIGN_CHECKS = 4
 # far less; past it, vLLM's "already exists" (its sender sends the item).
 _PENDING_WAIT_S = 0.5
 _PENDING_POLL_S = 0.001
+
+
+def daemon_key(ring_name, key):
+    """The daemon's key of the object a shared store of ring ring_name keeps
+    for key: the ring's own namespace, so that what other tenants of the
+    daemon keep under the same key (another ring's store, any client) is
+    never taken for this ring's object, nor handed out to its readers."""
+    ring = hashlib.sha1(str(ring_name).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return "vmm%s:%s" % (ring, key)
+
+
+class _KeyIndex(dict):
+    """key_index of a shared store: the store keeps it by daemon key
+    (daemon_key); a lookup by the caller's key finds the same entry."""
+
+    def __init__(self, prefix):
+        super().__init__()
+        self.prefix = prefix
+
+    def __missing__(self, key):
+        if isinstance(key, str) and not key.startswith(self.prefix):
+            return self[self.prefix + key]
+        raise KeyError(key)
 
 
 class SharedShmObjectStorage(ShmBrokerObjectStorage):
@@ -77,9 +108,40 @@ class SharedShmObjectStorage(ShmBrokerObjectStorage):
                  serde_class: type = PickleSerde, reader_lock: Any = None):
         super().__init__(max_object_size, n_readers, ring_buffer, serde_class=serde_class,
                          reader_lock=reader_lock)
+        # The daemon keeps this ring's objects under daemon_key(ring, key):
+        # the methods taking a key add the prefix, everything below them
+        # (indexes, the guard, the daemon) sees the prefixed key.
+        self._prefix = daemon_key(ring_buffer.name, "")
+        self.key_index = _KeyIndex(self._prefix)
         self._foreign = {}  # key -> (offset, chunk id) of others' objects handed out here
         self._missed = collections.OrderedDict()  # keys whose touch found nothing
         self.shared_stats = {"stored": 0, "handed_out_others": 0, "put_found": 0}
+
+    # ---- the caller's keys -------------------------------------------------
+
+    def _dkey(self, key):
+        """The daemon's key of key (a key already prefixed, as the store's
+        own calls pass, stays as it is)."""
+        return key if key.startswith(self._prefix) else self._prefix + key
+
+    def put(self, key: str, value: Any) -> Tuple[int, int]:
+        try:
+            return super().put(self._dkey(key), value)
+        except KeyExists:
+            raise KeyExists("EEXIST", "Key '%s' already exists in the storage."
+                            % key) from None
+
+    def is_cached(self, key: str) -> bool:
+        return super().is_cached(self._dkey(key))
+
+    def get_cached(self, key: str) -> Tuple[int, int]:
+        try:
+            return super().get_cached(self._dkey(key))
+        except KeyError:
+            raise KeyError(key) from None
+
+    def touch(self, key: str, address: int = 0, monotonic_id: int = 0) -> None:
+        return super().touch(self._dkey(key), address, monotonic_id)
 
     # ---- helpers -----------------------------------------------------------
 
