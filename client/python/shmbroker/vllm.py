@@ -908,7 +908,8 @@ class ShmBrokerObjectStorage:
                                      self.ring_buffer.socket_path, self.ring_buffer.pool or "",
                                      "keep-awaited" if self._guard_keeps_awaited else "",
                                      repr(float(_GUARD_GRACE_S))],
-                                    stdin=rfd, stdout=subprocess.DEVNULL, close_fds=True,
+                                    stdin=rfd, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, close_fds=True,
                                     start_new_session=True)
         except OSError:
             os.close(wfd)
@@ -928,12 +929,16 @@ class ShmBrokerObjectStorage:
             except OSError:
                 pass
             os.close(guard[0])
-            # It leaves at once, or once it has deleted what the store left:
-            # reap it, so that no zombie stays while the writer runs on.
+            # It leaves at once, or once it has deleted what the store left
+            # (a shared store's guard waits for readers, up to its grace):
+            # reap it, so that no zombie stays while the writer runs on,
+            # without holding close() up for the grace.
+            wait = _GUARD_WAIT_S if clean or not self._guard_keeps_awaited else 0.2
             try:
-                guard[2].wait(_GUARD_WAIT_S)
+                guard[2].wait(wait)
             except subprocess.TimeoutExpired:
-                pass
+                threading.Thread(target=guard[2].wait, name="shmbroker-guard-reaper",
+                                 daemon=True).start()
 
     # ---- the writer --------------------------------------------------------
 
