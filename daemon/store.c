@@ -1310,12 +1310,51 @@ static int store_list_one(struct store *s, struct object *obj, const char *prefi
 size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
                   size_t limit, store_list_fn fn, void *arg)
 {
+    return store_list_from(s, prefix, prefix_len, limit, 0, SIZE_MAX, NULL, fn, arg);
+}
+
+/* The index of the oldest live chunk whose id is at least from: chunk ids
+ * grow from the oldest chunk to the newest, so a binary search. */
+static size_t store_list_start(const struct store *s, uint64_t from)
+{
+    size_t lo = 0, hi = ring_count(&s->ring);
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        struct ring_chunk c;
+
+        ring_at(&s->ring, mid, &c);
+        if (c.id < from)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+size_t store_list_from(const struct store *s, const char *prefix, size_t prefix_len,
+                       size_t limit, uint64_t from, size_t max_scan, uint64_t *next,
+                       store_list_fn fn, void *arg)
+{
     uint64_t now = clock_now_ms();
-    size_t i, reported = 0;
+    size_t i, reported = 0, scanned = 0;
 
-    for (i = 0; i < ring_count(&s->ring) && reported < limit; i++) {
-        struct object *obj = ring_at(&s->ring, i, NULL), *in;
+    if (next != NULL)
+        *next = 0;
+    for (i = from > 0 ? store_list_start(s, from) : 0;
+         i < ring_count(&s->ring) && reported < limit; i++) {
+        struct ring_chunk c;
+        struct object *obj, *in;
 
+        if (scanned >= max_scan) {
+            /* Looked at enough for one request: say where to go on. */
+            ring_at(&s->ring, i, &c);
+            if (next != NULL)
+                *next = c.id;
+            break;
+        }
+        scanned++;
+        obj = ring_at(&s->ring, i, NULL);
         if (obj == NULL)
             continue;
         if (obj->rec == NULL) {
@@ -1326,10 +1365,12 @@ size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
         }
         /* An arena: its objects, in the order they were committed. */
         for (in = TAILQ_FIRST(&obj->rec->objects); in != NULL && reported < limit;
-             in = TAILQ_NEXT(in, arena_link))
+             in = TAILQ_NEXT(in, arena_link)) {
+            scanned++;
             if (store_list_one((struct store *)s, in, prefix, prefix_len, now, fn, arg,
                                &reported))
                 return reported;
+        }
     }
     return reported;
 }

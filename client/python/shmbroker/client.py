@@ -1177,8 +1177,18 @@ class Client:
                                                                           e.start)) from None
         if prefix:
             req["prefix"] = prefix
-        reply = self._call(req)
-        return ObjectList(reply.get("objects", []), reply.get("truncated") is True)
+        # The daemon looks at a bounded number of objects per request and
+        # says where to go on ("next"): ask again from there until limit
+        # objects are listed or the pool has been looked through.
+        objects = []
+        while True:
+            reply = self._call(req)
+            objects.extend(reply.get("objects", []))
+            nxt = reply.get("next")
+            if not isinstance(nxt, int) or nxt <= 0 or len(objects) >= limit:
+                return ObjectList(objects, reply.get("truncated") is True)
+            req["from"] = nxt
+            req["limit"] = limit - len(objects)
 
     def stats(self, *, seats=False):
         """The daemon's stats: a dict with the fields of proto/stats.def
