@@ -1764,6 +1764,7 @@ int store_commit_at(struct store *s, struct store_holder *h, const char *key, si
     if ((rc = store_object_new(s, &spec, &obj, err)) < 0)
         return rc;
     a->cursor += chunk;
+    a->made++;
     s->arena_bytes -= chunk;
     a->last_use_ms = clock_now_ms();
     a->busy_since_ms = 0;
