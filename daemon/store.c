@@ -73,6 +73,9 @@ struct object {
  * ETIMEDOUT rather than ENOENT. A few are enough: a client that lets many
  * expire learns from the first. */
 #define STORE_EXPIRED_REMEMBERED 8
+/* Objects one look for the blocker takes out of the watched heap at most
+ * (about a millisecond): see store_blocker. */
+#define STORE_BLOCKER_LOOKS 4096
 
 struct store_holder {
     TAILQ_ENTRY(store_holder) link; /* the store's holders */
@@ -617,15 +620,31 @@ static bool object_blocks(const struct store *s, struct object *obj, uint64_t no
  * started to block. */
 static struct object *store_blocker(struct store *s, uint64_t now)
 {
+    unsigned looks = 0;
+
     while (s->watched_len > 0) {
         struct object *top = s->watched[0];
 
         s->blocker_checks++;
-        if (object_blocks(s, top, now))
+        /* Bounded: objects whose reads were done in place, or whose lease
+         * ran out, are only seen to stop blocking here, and a million of
+         * them held one stats for a quarter of a second. Past the bound the
+         * oldest not yet looked at stands for the blocker; the next call
+         * goes on from there. */
+        if (object_blocks(s, top, now) || ++looks >= STORE_BLOCKER_LOOKS)
             return top;
         store_unwatch(s, top);
     }
     return NULL;
+}
+
+/* obj may have just stopped blocking reclaim (committed, its last pin
+ * released, its awaited reads done): out of the watched heap at once, at
+ * O(log n), so that store_blocker does not find a backlog of them. */
+static void store_settle(struct store *s, struct object *obj)
+{
+    if (obj->watch_pos != 0 && !object_blocks(s, obj, clock_now_ms()))
+        store_unwatch(s, obj);
 }
 
 /* The ENOSPC message: what was asked, what is free, and who is in the way. */
@@ -874,6 +893,7 @@ static void store_commit_object(struct store *s, struct object *obj)
     s->committed++;
     s->commits++;
     store_publish(s, obj);
+    store_settle(s, obj);
 }
 
 /* h's pending allocation of key, or NULL with -ENOENT's (or -ETIMEDOUT's)
@@ -1043,6 +1063,8 @@ static void store_unpin(struct store *s, struct pin *p)
         if (obj->state == STORE_DELETED) {
             s->deleted_pinned--;
             store_drop(s, obj);
+        } else {
+            store_settle(s, obj);
         }
     }
 }
@@ -1144,6 +1166,7 @@ int store_read_done(struct store *s, const char *key, size_t key_len, uint32_t g
     s->fast_reads++;
     store_save_reads(s, obj);
     store_unmark_awaited(s, obj);
+    store_settle(s, obj);
     return 0;
 }
 
