@@ -1437,6 +1437,10 @@ uint64_t store_lease_wake_ms(struct store *s)
     if (s->cfg.read_lease_ms == 0 && s->cfg.catalog == NULL)
         return UINT64_MAX;
     obj = store_blocker(s, now);
+    /* store_blocker stopped at its bound before it found the blocker: look
+     * on at the next turn of the loop, STORE_BLOCKER_LOOKS at a time. */
+    if (obj != NULL && !object_blocks(s, obj, now))
+        return now + 1;
     if (obj == NULL || obj->rec != NULL || obj->state != STORE_COMMITTED ||
         obj->pin_count != 0)
         return UINT64_MAX;
