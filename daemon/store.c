@@ -75,7 +75,7 @@ struct object {
 #define STORE_EXPIRED_REMEMBERED 8
 /* Objects one look for the blocker takes out of the watched heap at most
  * (about a millisecond): see store_blocker. */
-#define STORE_BLOCKER_LOOKS 4096
+#define STORE_BLOCKER_LOOKS 2048
 
 struct store_holder {
     TAILQ_ENTRY(store_holder) link; /* the store's holders */

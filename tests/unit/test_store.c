@@ -1612,12 +1612,12 @@ static void test_stats_cost(void **state)
  * daemon learns it (committed without awaited reads, a get and release) go
  * out of the watched heap then: 100,000 puts leave the next stats a few
  * looks, not 100,000. Those whose reads it learns of only when it looks
- * (reads in place, a lease, reads forgone) are taken out at most 4096 per
+ * (reads in place, a lease, reads forgone) are taken out at most 2048 per
  * look (STORE_BLOCKER_LOOKS): after 300,000 such objects one stats held the
  * loop 70 ms. Successive stats go on from there and end with no blocker. */
 static void test_blocker_backlog_bounded(void **state)
 {
-    enum { N = 100000, LOOKS = 4096 };
+    enum { N = 100000, LOOKS = 2048 };
     uint64_t chunk = ring_chunk_size(8, 1);
     struct sfix *f = sfix_new(((uint64_t)N + 16) * chunk, 64);
     struct store_holder *h = store_holder_new(f->s);
