@@ -114,6 +114,7 @@ static int arena_take(shmb_t *c, uint64_t id)
                               (unsigned long long)token);
     }
     c->arena.offset = c->arena.cursor = offset;
+    c->arena.chunks = 0;
     c->arena.size = size;
     c->arena.token = token;
     return 0;
@@ -268,7 +269,11 @@ static int arena_commit(shmb_t *c, const char *key, uint64_t hsize, size_t size,
     struct shmb_error saved;
     uint64_t at = c->arena.cursor, cid, aid = 0;
     uint64_t left = c->arena.offset + c->arena.size - (at + chunk);
-    bool refill = left < chunk || left < c->arena.size / 4, unsure = c->arena.unsure;
+    /* The daemon takes SHMB_ARENA_MAX_OBJECTS objects per arena: the last
+     * one asks for the next arena, as when room runs short. */
+    bool refill = left < chunk || left < c->arena.size / 4 ||
+                  ++c->arena.chunks >= SHMB_ARENA_MAX_OBJECTS,
+         unsure = c->arena.unsure;
     int rc, arc;
 
     c->w.len = 0;
@@ -454,7 +459,8 @@ static int client_arena_put(shmb_t *c, const char *key, const void *data, size_t
     }
     /* A second try when the arena went under the first. */
     for (attempt = 0; attempt < 2; attempt++) {
-        if (c->arena.size == 0 || chunk > c->arena.offset + c->arena.size - c->arena.cursor) {
+        if (c->arena.size == 0 || chunk > c->arena.offset + c->arena.size - c->arena.cursor ||
+            c->arena.chunks >= SHMB_ARENA_MAX_OBJECTS) {
             if ((rc = arena_renew(c, chunk)) < 0) {
                 if (c->sock < 0)
                     return rc;

@@ -27,6 +27,7 @@
 struct client_arena {
     uint64_t offset, size; /* size 0: none held */
     uint64_t cursor;       /* the next chunk's offset, as the daemon expects it */
+    uint64_t chunks;       /* chunks laid out in it (SHMB_ARENA_MAX_OBJECTS) */
     uint64_t token;        /* the grant's token in the arena's lock word */
     bool unsure;  /* commits went without waiting since the last reply: one that
                      failed left the daemon's cursor behind ours */

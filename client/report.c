@@ -388,24 +388,70 @@ static int client_list_decode(shmb_t *c, const json_t *reply, shmb_list_t **out)
     return 0;
 }
 
-static int client_list(shmb_t *c, const char *prefix, size_t limit, shmb_list_t **out)
+/* One list request from chunk id from (0: the oldest) for at most limit
+ * objects (0: the daemon's default). */
+static int client_list_once(shmb_t *c, const char *prefix, size_t limit, uint64_t from,
+                            json_t **reply)
 {
-    json_t *req, *reply = NULL;
-    int rc;
+    json_t *req;
 
-    *out = NULL;
     req = json_pack("{s:s, s:s*}", "op", shmb_ops[SHMB_OP_LIST].name, "prefix",
                     prefix != NULL && prefix[0] != '\0' ? prefix : NULL);
-    if (req != NULL && limit != 0 &&
-        json_object_set_new(req, "limit",
-                            json_integer(limit < INT64_MAX ? (json_int_t)limit
-                                                           : (json_int_t)INT64_MAX)) != 0) {
+    if (req != NULL &&
+        ((limit != 0 &&
+          json_object_set_new(req, "limit",
+                              json_integer(limit < INT64_MAX ? (json_int_t)limit
+                                                             : (json_int_t)INT64_MAX)) != 0) ||
+         (from != 0 && json_object_set_new(req, "from", json_integer((json_int_t)from)) != 0))) {
         json_decref(req);
         return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
     }
-    if ((rc = client_call(c, req, &reply)) == 0)
-        rc = client_list_decode(c, reply, out);
+    return client_call(c, req, reply);
+}
+
+/* list: the daemon looks at a bounded number of objects per request and
+ * says where to go on ("next"); ask again from there until limit objects
+ * are listed or the pool has been looked through. */
+static int client_list(shmb_t *c, const char *prefix, size_t limit, shmb_list_t **out)
+{
+    json_t *all = NULL, *reply = NULL;
+    size_t want = limit != 0 ? limit : SHMB_LIST_DEFAULT_LIMIT;
+    uint64_t from = 0;
+    int rc;
+
+    *out = NULL;
+    for (;;) {
+        json_t *items, *next;
+        json_int_t go_on;
+        size_t have = all != NULL ? json_array_size(json_object_get(all, "objects")) : 0;
+
+        if ((rc = client_list_once(c, prefix, all != NULL ? want - have : limit, from,
+                                   &reply)) < 0)
+            break;
+        items = json_object_get(reply, "objects");
+        next = json_object_get(reply, "next");
+        go_on = json_is_integer(next) ? json_integer_value(next) : 0;
+        if (all == NULL) {
+            all = reply;
+        } else {
+            if (!json_is_array(items) ||
+                json_array_extend(json_object_get(all, "objects"), items) != 0 ||
+                json_object_set(all, "truncated", json_object_get(reply, "truncated")) != 0) {
+                rc = shmb_error_set(&c->err, -EPROTO,
+                                    "shmbrokerd's list reply lacks an array \"objects\".");
+                break;
+            }
+            json_decref(reply);
+        }
+        reply = NULL;
+        if (go_on <= 0 || json_array_size(json_object_get(all, "objects")) >= want)
+            break;
+        from = (uint64_t)go_on;
+    }
     json_decref(reply);
+    if (rc == 0)
+        rc = client_list_decode(c, all, out);
+    json_decref(all);
     return rc;
 }
 

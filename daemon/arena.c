@@ -87,6 +87,13 @@ int arena_check_commit(const struct arena *a, uint64_t offset, uint64_t chunk_si
                               "for a new one.",
                               (unsigned long long)offset, (unsigned long long)a->start,
                               (unsigned long long)a->end);
+    if (a->made >= SHMB_ARENA_MAX_OBJECTS)
+        return shmb_error_set(err, -ESTALE,
+                              "commit_at: this connection's arena already holds %u objects, "
+                              "the most one arena may hold (reclaim frees an arena's "
+                              "objects all at once); ask for a new one with "
+                              "{\"op\":\"arena\",\"size\":N} and lay the chunk out again.",
+                              (unsigned)SHMB_ARENA_MAX_OBJECTS);
     if (offset != a->cursor)
         return shmb_error_set(err, -EINVAL,
                               "commit_at offset %llu is not the arena's next free byte "

@@ -28,6 +28,7 @@ struct arena {
     uint64_t chunk;        /* its header, from the start of the segment */
     uint64_t start, end;   /* its payload [start, end), from the start of the segment */
     uint64_t cursor;       /* where the next chunk must start */
+    uint32_t made;         /* objects committed into it (SHMB_ARENA_MAX_OBJECTS) */
     uint64_t *seal;        /* the mapped seal of its header: the lock */
     uint64_t *inflight;    /* the mapped count of its client's commit_at on their
                               way (SHMB_ARENA_INFLIGHT_AT) */

@@ -447,13 +447,15 @@ static int cmd_list(struct command_call *call)
 {
     const char *prefix = "";
     size_t prefix_len = 0;
-    json_int_t limit = SHMB_LIST_DEFAULT_LIMIT;
+    json_int_t limit = SHMB_LIST_DEFAULT_LIMIT, from = 0;
     struct command_list cl;
+    uint64_t next = 0;
     int rc;
 
-    if ((rc = command_unpack(call, "{s?s%, s?I}", "prefix", &prefix,
-                             &prefix_len, "limit", &limit)) < 0 ||
-        (rc = command_check_range(call, "limit", limit, 1, SHMB_LIST_MAX_LIMIT)) < 0)
+    if ((rc = command_unpack(call, "{s?s%, s?I, s?I}", "prefix", &prefix, &prefix_len,
+                             "limit", &limit, "from", &from)) < 0 ||
+        (rc = command_check_range(call, "limit", limit, 1, SHMB_LIST_MAX_LIMIT)) < 0 ||
+        (rc = command_check_range(call, "from", from, 0, INT64_MAX)) < 0)
         return rc;
     memset(&cl, 0, sizeof(cl));
     cl.text = &call->text;
@@ -465,10 +467,18 @@ static int cmd_list(struct command_call *call)
     if (line_lit(&call->text, "{\"ok\":true,\"objects\":[") < 0)
         cl.rc = -ENOMEM;
     else
-        store_list(call->client->pool->store, prefix, prefix_len, (size_t)limit + 1,
-                   command_list_entry, &cl);
+        store_list_from(call->client->pool->store, prefix, prefix_len, (size_t)limit + 1,
+                        (uint64_t)from, COMMAND_LIST_MAX_SCAN, &next, command_list_entry,
+                        &cl);
+    /* Stopped after COMMAND_LIST_MAX_SCAN objects: more may match. */
+    if (next != 0 && !cl.more)
+        cl.more = true;
+    else
+        next = 0; /* the reply is full anyway: a longer prefix, not a next */
     if (cl.rc < 0 || line_lit(&call->text, "],\"truncated\":") < 0 ||
-        line_lit(&call->text, cl.more ? "true" : "false") < 0) {
+        line_lit(&call->text, cl.more ? "true" : "false") < 0 ||
+        (next != 0 && (line_lit(&call->text, ",\"next\":") < 0 ||
+                       line_u64(&call->text, next) < 0))) {
         shmb_free(call->text.buf);
         memset(&call->text, 0, sizeof(call->text));
         return shmb_error_set(&call->err, -ENOMEM, "Out of memory building the reply.");

@@ -136,6 +136,11 @@ struct command_result {
  * of 255-byte keys would be ~170 MB. An entry is at most ~1.7 KB, so a reply
  * stays under the cap + 2 KiB. */
 #define COMMAND_LIST_MAX_REPLY (4 * 1024 * 1024)
+/* Objects one list request looks at, at most: a prefix that few keys have
+ * would otherwise cost a walk over every object of the pool (a million
+ * small objects: tens of milliseconds in which nobody else is served). A
+ * list that stops there replies "next", where to go on ("from"). */
+#define COMMAND_LIST_MAX_SCAN 65536
 
 /* Execute one request line (without its '\n'). Never fails: a bad request
  * gets an error reply. out->text is empty without COMMAND_SILENT or

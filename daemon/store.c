@@ -73,6 +73,9 @@ struct object {
  * ETIMEDOUT rather than ENOENT. A few are enough: a client that lets many
  * expire learns from the first. */
 #define STORE_EXPIRED_REMEMBERED 8
+/* Objects one look for the blocker takes out of the watched heap at most
+ * (about a millisecond): see store_blocker. */
+#define STORE_BLOCKER_LOOKS 2048
 
 struct store_holder {
     TAILQ_ENTRY(store_holder) link; /* the store's holders */
@@ -617,15 +620,31 @@ static bool object_blocks(const struct store *s, struct object *obj, uint64_t no
  * started to block. */
 static struct object *store_blocker(struct store *s, uint64_t now)
 {
+    unsigned looks = 0;
+
     while (s->watched_len > 0) {
         struct object *top = s->watched[0];
 
         s->blocker_checks++;
-        if (object_blocks(s, top, now))
+        /* Bounded: objects whose reads were done in place, or whose lease
+         * ran out, are only seen to stop blocking here, and a million of
+         * them held one stats for a quarter of a second. Past the bound the
+         * oldest not yet looked at stands for the blocker; the next call
+         * goes on from there. */
+        if (object_blocks(s, top, now) || ++looks >= STORE_BLOCKER_LOOKS)
             return top;
         store_unwatch(s, top);
     }
     return NULL;
+}
+
+/* obj may have just stopped blocking reclaim (committed, its last pin
+ * released, its awaited reads done): out of the watched heap at once, at
+ * O(log n), so that store_blocker does not find a backlog of them. */
+static void store_settle(struct store *s, struct object *obj)
+{
+    if (obj->watch_pos != 0 && !object_blocks(s, obj, clock_now_ms()))
+        store_unwatch(s, obj);
 }
 
 /* The ENOSPC message: what was asked, what is free, and who is in the way. */
@@ -874,6 +893,7 @@ static void store_commit_object(struct store *s, struct object *obj)
     s->committed++;
     s->commits++;
     store_publish(s, obj);
+    store_settle(s, obj);
 }
 
 /* h's pending allocation of key, or NULL with -ENOENT's (or -ETIMEDOUT's)
@@ -1043,6 +1063,8 @@ static void store_unpin(struct store *s, struct pin *p)
         if (obj->state == STORE_DELETED) {
             s->deleted_pinned--;
             store_drop(s, obj);
+        } else {
+            store_settle(s, obj);
         }
     }
 }
@@ -1144,6 +1166,7 @@ int store_read_done(struct store *s, const char *key, size_t key_len, uint32_t g
     s->fast_reads++;
     store_save_reads(s, obj);
     store_unmark_awaited(s, obj);
+    store_settle(s, obj);
     return 0;
 }
 
@@ -1310,12 +1333,51 @@ static int store_list_one(struct store *s, struct object *obj, const char *prefi
 size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
                   size_t limit, store_list_fn fn, void *arg)
 {
+    return store_list_from(s, prefix, prefix_len, limit, 0, SIZE_MAX, NULL, fn, arg);
+}
+
+/* The index of the oldest live chunk whose id is at least from: chunk ids
+ * grow from the oldest chunk to the newest, so a binary search. */
+static size_t store_list_start(const struct store *s, uint64_t from)
+{
+    size_t lo = 0, hi = ring_count(&s->ring);
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        struct ring_chunk c;
+
+        ring_at(&s->ring, mid, &c);
+        if (c.id < from)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+size_t store_list_from(const struct store *s, const char *prefix, size_t prefix_len,
+                       size_t limit, uint64_t from, size_t max_scan, uint64_t *next,
+                       store_list_fn fn, void *arg)
+{
     uint64_t now = clock_now_ms();
-    size_t i, reported = 0;
+    size_t i, reported = 0, scanned = 0;
 
-    for (i = 0; i < ring_count(&s->ring) && reported < limit; i++) {
-        struct object *obj = ring_at(&s->ring, i, NULL), *in;
+    if (next != NULL)
+        *next = 0;
+    for (i = from > 0 ? store_list_start(s, from) : 0;
+         i < ring_count(&s->ring) && reported < limit; i++) {
+        struct ring_chunk c;
+        struct object *obj, *in;
 
+        if (scanned >= max_scan) {
+            /* Looked at enough for one request: say where to go on. */
+            ring_at(&s->ring, i, &c);
+            if (next != NULL)
+                *next = c.id;
+            break;
+        }
+        scanned++;
+        obj = ring_at(&s->ring, i, NULL);
         if (obj == NULL)
             continue;
         if (obj->rec == NULL) {
@@ -1326,10 +1388,12 @@ size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
         }
         /* An arena: its objects, in the order they were committed. */
         for (in = TAILQ_FIRST(&obj->rec->objects); in != NULL && reported < limit;
-             in = TAILQ_NEXT(in, arena_link))
+             in = TAILQ_NEXT(in, arena_link)) {
+            scanned++;
             if (store_list_one((struct store *)s, in, prefix, prefix_len, now, fn, arg,
                                &reported))
                 return reported;
+        }
     }
     return reported;
 }
@@ -1373,6 +1437,10 @@ uint64_t store_lease_wake_ms(struct store *s)
     if (s->cfg.read_lease_ms == 0 && s->cfg.catalog == NULL)
         return UINT64_MAX;
     obj = store_blocker(s, now);
+    /* store_blocker stopped at its bound before it found the blocker: look
+     * on at the next turn of the loop, STORE_BLOCKER_LOOKS at a time. */
+    if (obj != NULL && !object_blocks(s, obj, now))
+        return now + 1;
     if (obj == NULL || obj->rec != NULL || obj->state != STORE_COMMITTED ||
         obj->pin_count != 0)
         return UINT64_MAX;
@@ -1723,6 +1791,7 @@ int store_commit_at(struct store *s, struct store_holder *h, const char *key, si
     if ((rc = store_object_new(s, &spec, &obj, err)) < 0)
         return rc;
     a->cursor += chunk;
+    a->made++;
     s->arena_bytes -= chunk;
     a->last_use_ms = clock_now_ms();
     a->busy_since_ms = 0;

@@ -297,6 +297,13 @@ void store_holder_stats(const struct store_holder *h, struct store_holder_stats 
 typedef int (*store_list_fn)(const struct store_entry *entry, void *arg);
 size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
                   size_t limit, store_list_fn fn, void *arg);
+/* store_list from the oldest chunk whose id is at least from (0: the
+ * oldest), looking at max_scan chunks and arena objects at most: when it
+ * stops there before the end, *next (if not NULL) is the id of the chunk to
+ * go on from, else 0. */
+size_t store_list_from(const struct store *s, const char *prefix, size_t prefix_len,
+                       size_t limit, uint64_t from, size_t max_scan, uint64_t *next,
+                       store_list_fn fn, void *arg);
 
 /* The ring underneath, for inspection and tests; the store keeps ownership. */
 const struct ring *store_ring(const struct store *s);

@@ -230,6 +230,14 @@ _Static_assert(SHMB_ARENA_INFLIGHT_AT >= sizeof(struct shmb_chunk_header) &&
                    SHMB_ARENA_INFLIGHT_AT + 8 <= SHMB_ALIGN,
                "the count lies in the arena's header, after its fields");
 
+/* Objects one arena holds at most: the daemon refuses a commit_at past them
+ * (ESTALE: ask for a new arena). The arena's chunk goes as one, with every
+ * object in it, when reclaim reaches it: a 128 MiB arena of 128-byte chunks
+ * held a million objects, and the one alloc that reclaimed them stalled
+ * every client half a second. At this bound that is a few milliseconds,
+ * what reclaiming 1 MiB of small chunks costs. */
+#define SHMB_ARENA_MAX_OBJECTS 8192
+
 _Static_assert(sizeof(struct shmb_chunk_header) == 48, "chunk header size");
 SHMB_LAYOUT_AT(struct shmb_chunk_header, magic, 0);
 SHMB_LAYOUT_AT(struct shmb_chunk_header, state, 4);

@@ -18,6 +18,7 @@
 
 #include "harness.h"
 #include "layout.h"
+#include "shmbroker.h"
 
 /* A raw client with the segment mapped read-write, and its arena. */
 struct aclient {
@@ -219,6 +220,73 @@ static void test_put_and_get(void **state)
     json_decref(reply);
     aclient_close(&w);
     aclient_close(&r);
+    h_pass(f);
+}
+
+/* One arena takes SHMB_ARENA_MAX_OBJECTS objects and refuses the next with
+ * ESTALE, which asks for a new arena; the new one takes it. Its chunk goes
+ * with all its objects at once when reclaim comes to it: a 128 MiB arena of
+ * 128-byte chunks held a million objects, and the alloc that reclaimed them
+ * stalled every client for half a second. */
+static void test_arena_objects_bounded(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "32M", NULL);
+    struct aclient w;
+    char key[32], req[160];
+    json_t *reply;
+    uint64_t at;
+    int i;
+
+    open_ok(&w, d);
+    assert_int_equal(aclient_arena(&w, 2 * 1024 * 1024), 0);
+    for (i = 0; i < SHMB_ARENA_MAX_OBJECTS; i++) {
+        snprintf(key, sizeof(key), "a%05d", i);
+        assert_int_equal(aclient_put(&w, key, 1, (uint32_t)i, true), 0);
+    }
+    assert_int_equal(aclient_lay(&w, "over", 1, 7, &at), 0);
+    snprintf(req, sizeof(req), "{\"op\":\"commit_at\",\"key\":\"over\",\"offset\":%llu,\"size\":1}",
+             (unsigned long long)at);
+    reply = acall(&w, req);
+    assert_non_null(reply);
+    assert_string_equal(h_str(reply, "error"), "ESTALE");
+    assert_non_null(strstr(h_str(reply, "message"), "already holds 8192 objects"));
+    json_decref(reply);
+    reply = acall(&w, "{\"op\":\"stats\"}");
+    assert_non_null(reply);
+    assert_int_equal(h_int(reply, "objects"), SHMB_ARENA_MAX_OBJECTS);
+    json_decref(reply);
+    assert_int_equal(aclient_arena(&w, 64 * 1024), 0);
+    assert_int_equal(aclient_put(&w, "over", 1, 7, false), 0);
+    aclient_close(&w);
+    h_pass(f);
+}
+
+/* The library asks for a new arena before its arena holds
+ * SHMB_ARENA_MAX_OBJECTS objects: 20,000 one-byte puts without waiting into
+ * arenas of 4 MiB (room for 32,768 such chunks each) are all made. */
+static void test_library_renews_full_arena(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "64M", NULL);
+    shmb_t *c = shmb_new();
+    shmb_stats_t st;
+    char key[32];
+    int i;
+
+    assert_non_null(c);
+    assert_int_equal(shmb_connect(c, d->socket, "many"), 0);
+    shmb_set_arena(c, 4 * 1024 * 1024);
+    for (i = 0; i < 20000; i++) {
+        snprintf(key, sizeof(key), "n%05d", i);
+        if (shmb_put_nowait(c, key, "x", 1, 0) != 0)
+            h_fail("put %d: %s", i, shmb_errmsg(c));
+    }
+    if (shmb_sync(c) != 0)
+        h_fail("shmb_sync: %s", shmb_errmsg(c));
+    assert_int_equal(shmb_stats(c, &st), 0);
+    assert_int_equal(st.objects, 20000);
+    shmb_close(c);
     h_pass(f);
 }
 
@@ -718,6 +786,8 @@ int main(void)
 {
     static const struct CMUnitTest tests[] = {
         TEST(test_put_and_get),
+        TEST(test_arena_objects_bounded),
+        TEST(test_library_renews_full_arena),
         TEST(test_kill_writer),
         TEST(test_restart_keeps),
         TEST(test_wait_behind_busy_arena),

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "shmbroker.h"
 
 /* Bound of the daemon's peak memory while one client attacks it. */
 #define MAX_HWM_KIB (64 * 1024)
@@ -332,6 +333,76 @@ static void test_pipelined_lists(void **state)
     expect_small_daemon(d);
     h_conn_close(&a);
     h_conn_close(&b);
+    h_pass(f);
+}
+
+/* Over 70,000 objects, one list whose prefix only the newest key has looks
+ * at 65,536 objects (COMMAND_LIST_MAX_SCAN) and no more: it stops, says
+ * truncated, and names in "next" where to go on; the list from there finds
+ * the key and says nothing more. A read-only client's list of a prefix few
+ * keys have otherwise cost a walk over every object of the pool while
+ * nobody else was served (about 25 ms per million objects). */
+static void test_list_scan_bounded(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "32M", NULL);
+    struct h_conn a, ro;
+    json_t *reply, *next, *objects;
+    char line[200];
+
+    json_decref(h_open_hello(&a, d));
+    put_objects(&a, 70000, "s%06d", "x", 7);
+    h_expect_ok(&a, "{\"op\":\"alloc\",\"key\":\"zlast\",\"size\":1}");
+    h_expect_ok(&a, "{\"op\":\"commit\",\"key\":\"zlast\"}");
+    assert_int_equal(h_conn_open(&ro, d->socket), 0);
+    h_expect_ok(&ro, "{\"op\":\"hello\",\"version\":1,\"mode\":\"ro\"}");
+    reply = h_call(&ro, "{\"op\":\"list\",\"prefix\":\"zlast\"}");
+    h_assert_ok(reply);
+    assert_int_equal(json_array_size(json_object_get(reply, "objects")), 0);
+    assert_true(json_is_true(json_object_get(reply, "truncated")));
+    next = json_object_get(reply, "next");
+    assert_true(json_is_integer(next));
+    assert_true(json_integer_value(next) > 0);
+    snprintf(line, sizeof(line), "{\"op\":\"list\",\"prefix\":\"zlast\",\"from\":%lld}",
+             (long long)json_integer_value(next));
+    json_decref(reply);
+    reply = h_call(&ro, line);
+    h_assert_ok(reply);
+    objects = json_object_get(reply, "objects");
+    assert_int_equal(json_array_size(objects), 1);
+    assert_string_equal(h_str(json_array_get(objects, 0), "key"), "zlast");
+    assert_false(json_is_true(json_object_get(reply, "truncated")));
+    assert_null(json_object_get(reply, "next"));
+    json_decref(reply);
+    /* A "from" past every chunk lists nothing; a negative one is refused. */
+    reply = h_call(&ro, "{\"op\":\"list\",\"from\":9223372036854775807}");
+    h_assert_ok(reply);
+    assert_int_equal(json_array_size(json_object_get(reply, "objects")), 0);
+    json_decref(reply);
+    reply = h_call(&ro, "{\"op\":\"list\",\"from\":-1}");
+    assert_string_equal(h_str(reply, "error"), "EINVAL");
+    json_decref(reply);
+    /* The library goes on from "next" itself: shmb_list finds the key. */
+    {
+        shmb_t *c = shmb_new();
+        shmb_list_t *list = NULL;
+
+        assert_non_null(c);
+        assert_int_equal(shmb_connect(c, d->socket, "lister"), 0);
+        assert_int_equal(shmb_list(c, "zlast", 0, &list), 0);
+        assert_int_equal(list->count, 1);
+        assert_string_equal(list->objects[0].key, "zlast");
+        assert_false(list->truncated);
+        shmb_list_free(list);
+        assert_int_equal(shmb_list(c, "s06999", 3, &list), 0);
+        assert_int_equal(list->count, 3);
+        assert_string_equal(list->objects[2].key, "s069992");
+        assert_true(list->truncated);
+        shmb_list_free(list);
+        shmb_close(c);
+    }
+    h_conn_close(&a);
+    h_conn_close(&ro);
     h_pass(f);
 }
 
@@ -882,6 +953,7 @@ int main(void)
         TEST(test_batch_of_stats),
         TEST(test_pipelined_lists),
         TEST(test_list_reply_bytes),
+        TEST(test_list_scan_bounded),
         TEST(test_hello_behind_full_socket),
         TEST(test_hello_timeout),
         TEST(test_name_cut_on_character),

@@ -454,6 +454,29 @@ class TestMany(support.DaemonTest):
         self.assertEqual(self.c.stats()["pinned"], 0)
 
 
+class TestListPastScan(support.DaemonTest):
+    DAEMON_SIZE = "32M"
+
+    def test_list_goes_on_past_the_daemons_scan(self):
+        """The daemon looks at 65,536 objects per list request and says where
+        to go on: list() asks again from there, so a prefix only the newest
+        of 70,000 keys has is still found, and limit still holds."""
+        res = self.c.put_many([("s%06d" % i, b"x") for i in range(70000)])
+        self.assertTrue(all(isinstance(r, int) for r in res))
+        self.c.put("zlast", b"x")
+        self.c.put("s069999b", b"x")
+        objs = self.c.list("zlast")
+        self.assertEqual([o["key"] for o in objs], ["zlast"])
+        self.assertFalse(objs.truncated)
+        objs = self.c.list("s06999", limit=5)
+        self.assertEqual([o["key"] for o in objs],
+                         ["s069990", "s069991", "s069992", "s069993", "s069994"])
+        self.assertTrue(objs.truncated)
+        objs = self.c.list("s069999")
+        self.assertEqual([o["key"] for o in objs], ["s069999", "s069999b"])
+        self.assertFalse(objs.truncated)
+
+
 class TestManyCapped(support.DaemonTest):
     DAEMON_SIZE = "4M"
     DAEMON_ARGS = ("--max-pending", "100")

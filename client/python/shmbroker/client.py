@@ -1179,8 +1179,21 @@ class Client:
                                                                           e.start)) from None
         if prefix:
             req["prefix"] = prefix
-        reply = self._call(req)
-        return ObjectList(_reply_list(reply, "objects", []), reply.get("truncated") is True)
+        # The daemon looks at a bounded number of objects per request and
+        # says where to go on ("next"): ask again from there until limit
+        # objects are listed or the pool has been looked through.
+        objects = []
+        while True:
+            reply = self._call(req)
+            objects.extend(_reply_list(reply, "objects", []))
+            nxt = reply.get("next")
+            if not isinstance(nxt, int) or nxt <= 0 or len(objects) >= limit:
+                return ObjectList(objects, reply.get("truncated") is True)
+            if nxt <= req.get("from", 0):
+                raise ProtocolError("EPROTO", "shmbrokerd's list reply goes on from %d, not "
+                                    "past %d where this request started." % (nxt, req.get("from", 0)))
+            req["from"] = nxt
+            req["limit"] = limit - len(objects)
 
     def stats(self, *, seats=False):
         """The daemon's stats: a dict with the fields of proto/stats.def
