@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The library's puts in one round trip: a handle holds an arena (a run of
  * the segment the daemon granted this connection), copies each payload into

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The client library's connection and call machinery: the handle and its
  * guards (fork, threads), connecting and mapping the segment, sending a

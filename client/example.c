@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Put an object and read it back in place. Build: cc example.c $(pkg-config --cflags
  * --libs shmbroker) */
 #include <shmbroker.h>

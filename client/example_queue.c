@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A broadcast queue: one writer, two reader processes; every reader gets
  * every message, in order. README's example. Build: cc example_queue.c
  * $(pkg-config --cflags --libs shmbroker) */

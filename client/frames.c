@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Objects of several frames: shmb_put_frames writes n buffers as one
  * payload in the frames layout (proto/frames.h), straight into one

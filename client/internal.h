@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * What the library's files share and its users never see: the handle's
  * insides and the call machinery of client.c, which objects.c, many.c and

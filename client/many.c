@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The library's calls on many objects: put_many, get_many and the releases
  * sent without waiting, cut into batch lines the daemon accepts. Built on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The library's calls on one object: alloc, commit, abort, put, get,
  * release, touch, delete, contains. Each is one request and one reply

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The library's broadcast queues: the ops that create, open, close, shut
  * down, delete and list them (one round trip each, through client.c), and

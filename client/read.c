@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The library's copy-out read: shmb_read looks the key up in the catalog the
  * daemon publishes in the mapping (proto/catalog.c) and copies the payload

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The library's reports: stats (filled row by row of proto/stats.def),
  * list, clients, the broadcast queues, and the raw request for tools. The

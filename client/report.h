@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The fields of shmb_stats_t by row of the stats reply (proto/stats.def):
  * the library's reader fills them through this, and the ctl's formats read

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * shmbroker client library: connect to shmbrokerd, map its shared-memory
  * segment, and put and get objects in place. The bytes never cross the

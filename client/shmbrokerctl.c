@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * shmbrokerctl: look inside a running shmbrokerd and move files in and out of
  * it. A client of libshmbroker like any other: a table of commands, each of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Arenas: an arena's record, its size, the placement checks of commit_at,
  * and the lock in the seal of its header (see arena.h).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Arenas: ranges of the ring that one client lays its chunks out in itself
  * and commits with commit_at, a put in one round trip. This file owns an

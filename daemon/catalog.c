@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The catalog's writer: a table of open addressing with linear probing at
  * the end of the segment, each entry written under its own sequence count,

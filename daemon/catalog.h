@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The catalog, the daemon's side: it writes the table of key hash -> chunk at
  * the end of a segment (layout in proto/layout.h, PROTOCOL.md section 10) so

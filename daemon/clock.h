@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The daemon's one clock: monotonic milliseconds, for ages, deadlines, turns
  * and uptime. Never the wall clock, which can step back under an NTP fix and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The op table and its handlers: JSON request in, JSON reply out.
  */

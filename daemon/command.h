@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The protocol step of the daemon: one request line in, one reply out. Parses
  * and validates the JSON, dispatches through the op table, calls the store.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * shmbrokerd's settings: defaults, command-line flags and their validation.
  * Knows nothing about the loop, the segment or the store.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * One client connection over libuv: framing, dispatch, replies, teardown.
  */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Client connections: read, frame lines (bounded), hand each line to the
  * command layer, write replies (one write per readable batch), pass the

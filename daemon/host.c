@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Facts about the host: /proc/meminfo, the memory cgroup (v2 memory.max or
  * v1 memory.limit_in_bytes, over our cgroup and its ancestors) and signs of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Facts about the host the daemon runs on: available memory, the memory
  * cgroup's limit (v2 or v1), and whether it is a container. Reads /proc and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The key index: a chained hash table of nodes embedded in the caller's
  * objects, with a per-process random seed.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The key index: an intrusive, chained hash table from key bytes to nodes
  * embedded in the caller's objects. O(1) expected lookup, insert and remove;

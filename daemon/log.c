@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Logging to stderr, one line per event, client text escaped.
  */

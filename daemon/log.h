@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Logging: one line per event on stderr, with a time, the pid and a level.
  * Nothing is formatted below the active level. Knows nothing else.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * shmbrokerd: flags, start-up (socket probe, segment, store, listener),
  * signals and the event loop. Everything slow happens before the loop runs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * systemd's notify protocol in a few dozen lines.
  */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * systemd's notify protocol, by hand: one datagram per message to the
  * socket named by $NOTIFY_SOCKET (a path, or '@' for an abstract address).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Who may connect and how much a client may leave unread: plain numbers that
  * config fills in from flags and the server enforces at accept and on every

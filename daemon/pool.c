@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Pools: the segments of a daemon, each with its store.
  */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * A pool: one segment, its store and who may use it. shmbrokerd owns one or
  * more (--pool), each with its own size, largest object, access group and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Broadcast queues: creation (a sealed memfd, checked against the pool's
  * bounds and the host's memory, its pages made off the loop), membership by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Broadcast queues: each a memfd of its own (proto/layout_queue.h) that the
  * daemon makes, maps once and passes to its members, and the membership of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The ring allocator: monotonic start/end positions over the data area, a
  * FIFO of live chunks, and the chunk headers written into the segment.

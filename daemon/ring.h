@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The ring allocator: positions in the data area, and nothing else. A C port
  * of vLLM's SingleWriterShmRingBuffer allocation and free logic (after its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The segment file: free-space check, exclusive creation, reservation of every
  * page at start-up (so a full tmpfs fails here, not as a client's SIGBUS

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The segment: one file in a shared-memory directory (/dev/shm or a hugetlbfs
  * mount) or an anonymous memfd, its free-space check, its reservation with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The listening socket: the probe that never displaces a live daemon, bind,
  * accept with its own loop (credentials, allow lists, client caps, and a

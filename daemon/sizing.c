@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * shmbrokerd --check: the pools' sizes rounded as the daemon rounds them,
  * summed per file system (st_dev of their directories) against its free

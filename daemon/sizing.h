@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * shmbrokerd --check: whether the configured pools fit where the daemon
  * would put them (file systems, huge pages, memory and its cgroup), and the

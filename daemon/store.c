@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The object store: the key index, pins per holder, awaited reads, pending
  * allocations and oldest-first eviction over the ring.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The object store: keys, pins, awaited reads and eviction over the ring. It
  * is the state the daemon keeps per object, independent of sockets: a

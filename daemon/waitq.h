@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Allocations waiting for space (an alloc with "wait_ms"), in arrival
  * order: retried once per loop iteration when the store says room may have

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Allocation wrapper with a failure injector for chaos tests. The counters
  * are atomic: the library links this file, and its users may run one handle

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The one allocation wrapper every shmbroker module goes through, so that a
  * test can fail the Nth allocation (as jansson's test_chaos does) and prove

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The reader's side of the catalog (proto/catalog.h): the key hash, the
  * validated copy-out read and the count of an awaited read. Every byte of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The catalog, as readers see it: the key hash both sides compute, and the
  * validated copy-out read of a key from a mapped segment with no system

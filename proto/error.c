@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Error codes and messages shared by every part of shmbroker.
  */

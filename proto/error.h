@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Error codes and their human messages, shared by the daemon, the client
  * library and the ctl tool. Functions in this project return 0 or a negative

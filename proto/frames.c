@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The frames layout's arithmetic, writer and checking reader. Integers are
  * little-endian whatever the host (a payload may be written to disk or read

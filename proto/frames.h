@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The frames layout: one payload that holds n buffers ("frames"), each
  * 64-aligned, behind a small header with the count and each length

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The layout of a shmbroker segment: the bytes every process that maps it may
  * read. Only offsets are stored, never pointers, so any process (and a daemon

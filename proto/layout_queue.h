@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The layout of a broadcast queue: the bytes its writer and its readers map
  * read-write. One writer, up to SHMB_QUEUE_SEATS_MAX reader seats, a ring of

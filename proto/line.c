@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The hot path's JSON lines: a builder and a recogniser of success replies.
  */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Hand-written JSON lines for the hot path: building the few request and
  * reply shapes that carry most of the traffic (alloc, get, commit, release,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Protocol helpers used by both ends of the socket.
  */

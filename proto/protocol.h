@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The wire protocol shared by shmbrokerd, the client library and
  * shmbrokerctl: constants, framing, and the JSON helpers both ends use.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The broadcast queue's data path: slots filled and read in place, sequence
  * numbers published with release and read with acquire, waits that spin

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * A broadcast queue's data path over its mapped area (proto/layout_queue.h):
  * the writer fills a slot in place and publishes it, every live reader seat

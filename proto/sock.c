@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Unix-domain socket plumbing shared by the daemon and the library: socket
  * addresses and descriptor passing (SCM_RIGHTS).

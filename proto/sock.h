@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Unix-domain socket plumbing that the daemon and the library share: the
  * address of a socket path, and the one message that carries a descriptor

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Escaping for human-facing output, the key check and byte counts for people.
  */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Text that crosses a trust boundary: escaping for terminals and logs (over
  * the UTF-8 rules of utf8.h, which it includes), and the one check of a key that

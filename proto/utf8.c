@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * UTF-8 well-formedness and cutting on a character boundary: the one
  * definition of what the project accepts as UTF-8. Knows nothing else, so

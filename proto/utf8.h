@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * UTF-8: which bytes are well-formed, and where a cut may fall. Knows
  * nothing else; error.c uses it to keep every message valid UTF-8, text.c to

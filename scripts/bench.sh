@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # shmbroker's benchmark: shmbroker against Redis over a Unix socket, memcpy
 # of the same bytes and a bare Unix-socket round trip, in one run, so that
 # the ratios compare figures taken on the same machine at the same time; then

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The daemon's instructions per request, counted by valgrind's callgrind
 # over a fixed workload (tests/bench/workload.py): unlike a timing, the count
 # does not move with the machine's load, so two builds compare to within a

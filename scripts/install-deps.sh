@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Install the Debian packages shmbroker needs when pkg-config cannot find them.
 # Usage: scripts/install-deps.sh [build|test|bench|deb|arm64]
 # build: libuv, jansson; test adds cmocka, clang with its sanitizer and

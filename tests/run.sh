@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Run shmbroker's test programs and total their cases.
 # Usage: sh tests/run.sh BUILD_DIR BIN...
 #

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * shmb-bench: measure a running shmbrokerd through the client library, and
  * the references it is compared with in the same run: Redis over a Unix

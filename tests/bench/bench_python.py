@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """shmbroker's Python benchmark: put+get from Python, one process writing and
 another reading, against what a Python user would use instead, in one run.
 

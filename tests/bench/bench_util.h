@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Small helpers both benchmarks share (tests/bench/bench.c and
  * queue_bench.c): the clock, sizes with suffixes, a reader's byte sum and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * shmb-queue-bench: one writer broadcasting to N reader processes, through a
  * shmbroker queue (the library and a running shmbrokerd) and through the

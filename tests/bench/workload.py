@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A fixed request workload for counting the daemon's instructions.
 
 Connects to SOCKET, says hello, then runs N objects through the plain path

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Assertions about libshmbroker calls for the end-to-end tests.
  */

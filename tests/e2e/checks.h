@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Assertions about libshmbroker calls, shared by the end-to-end tests that
  * use the library: connect or fail, "this call succeeded", "this call failed

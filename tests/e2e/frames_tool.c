@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * shmb-frames-tool: objects of several frames from the command line, for
  * tests that check that other clients (the Python package) read what the C

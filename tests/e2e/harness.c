@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The end-to-end harness: real daemons on temporary sockets, raw protocol
  * connections, shmbrokerctl runs, helper processes and a tmpfs, all owned by

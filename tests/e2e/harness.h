@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The end-to-end harness: start and stop the real shmbrokerd on a temporary
  * socket, talk to it over raw sockets, run shmbrokerctl, fork helper

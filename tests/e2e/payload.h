@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Payloads that say what they are: a 32-byte head (magic, key number,
  * version, size, checksum of the rest) and a body derived from the key and

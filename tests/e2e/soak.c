@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The soak: 32 client processes put, get, release and delete at random
  * against one real shmbrokerd for SOAK_SECONDS, checking every byte they read

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The soak with shmbrokerd under valgrind's memcheck, for
 # SOAK_VALGRIND_SECONDS (default 4): any memcheck error or definite/indirect
 # leak makes the daemon exit 99 on SIGTERM, and the soak fails.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of what a read-write client can do to the segment it
  * maps, around a restart: it writes the header page while the daemon runs,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of arenas over raw sockets against the real daemon: a
  * client maps the segment it receives at hello, takes an arena, lays its

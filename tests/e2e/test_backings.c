@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of a pool on hugetlbfs (--pool ...,backing=hugetlbfs,
  * dir=MOUNT): the size rounded up to whole huge pages, the start-up check

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of the fast-path features: the batch op and "noreply" over
  * a raw socket, the library's put_many/get_many/release_many, and allocs that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of what one client can make the daemon do to everyone
  * else: the work and the reply of one request line are bounded (reports are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The protocol cases as data: runs every tests/protocol/NAME.case file
  * against a real shmbrokerd on a temporary socket (the format is described

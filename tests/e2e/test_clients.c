@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of the client library with several processes: writers and
  * readers that fork, each with its own handle, check every byte through the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of the --config reader, at start-up and on SIGHUP: only a
  * regular file of bounded size, read whole, with over-long lines refused by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of shmbrokerctl (run as a program, as a user would) and of
  * shmbrokerd's start-up and shutdown: flags, the free-space check on a small

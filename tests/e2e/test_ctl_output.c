@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of what shmbrokerctl prints and how it exits: keys and
  * client names from other clients are escaped in every human-facing table

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of shmbrokerctl status read from the segment's header
  * page: --from-segment, the fallback when the daemon does not answer (a stale

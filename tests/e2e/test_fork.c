@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of a library handle across fork(): the child shares the
  * parent's socket, so a call on the inherited handle would interleave its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of objects of several frames (shmb_put_frames,
  * shmb_get_frames, shmb_frames_size) against the real daemon: counts from 0

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of what a read-write client can do to the segment file
  * through the descriptor hello hands it: truncate it, or punch a hole in it.

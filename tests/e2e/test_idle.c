@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of an idle daemon: it sleeps until there is something to
  * do. The expiry of --alloc-timeout wakes it only while an allocation is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of how the library matches replies to requests: every
  * request carries an "id" and every reply must carry it back, so that a reply

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of the library's own edges: the names it gives codes
  * (0, codes outside the protocol's table), sizes it refuses before anything

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of the library's _many calls at any n: put_many,
  * get_many and release_many split their work into batch lines of at most

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The model test: writer and reader processes (the C library, forked) do
  * random operations on a shared key space (shmb_put through the arena,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of pools (--pool): several named segments in one
  * shmbrokerd, each with its own keys, limits, counters, access group and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of protocol v1 over a raw Unix socket, without the client
  * library: framing, the hello handshake and its descriptor, every op's

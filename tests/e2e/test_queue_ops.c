@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of the daemon's queue ops (PROTOCOL.md section 9) over raw
  * connections, as a client of another language would speak them: the memfd

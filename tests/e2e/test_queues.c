@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of broadcast queues through libshmbroker against the real
  * shmbrokerd, with writers and readers in processes of their own: every

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of reads without a round trip and puts in one, through
  * the library against the real daemon: shmb_read from the catalog (exact

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of what keeps shmbrokerd serving whatever one client does:
  * hostile input, clients that never read or never commit, read leases,

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # tests/run.sh's per-program time limit follows the length asked for: a
 # program named soak (or soak_valgrind.sh) that runs longer than
 # SHMB_TEST_TIMEOUT but within SOAK_SECONDS (SOAK_VALGRIND_SECONDS) more

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * A hostile read-write client against the catalog: it maps the segment
  * through the descriptor hello hands every client and writes what it likes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of `shmbrokerctl check` (shmbrokerd --check): on a real
  * 1 MiB tmpfs, pools that do not fit exit 1 with the fix for where the test

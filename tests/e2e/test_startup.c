@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of shmbrokerd's start-up decisions: a killed daemon that
  * is still a zombie counts as gone, a start that is refused changes nothing

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of shmbrokerd's systemd integration on a machine where
  * systemd is not PID 1: the notify protocol on our own datagram socket

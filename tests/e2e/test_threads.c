@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * End-to-end tests of the library under threads: one handle per thread is
  * the contract, and must be free of data races (make test also runs this

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The adoption fuzzer: what a restart does with a segment that a read-write
  * client damaged at random. Each input drives a store over a real segment

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * libFuzzer target: arbitrary request lines and sessions through the real
  * request handler (parse, dispatch, store, ring) of shmbrokerd.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Run the fuzz target for a bounded time as one test case of 'make test':
 # FUZZ_SECONDS (default 60) or FUZZ_RUNS executions (default 1000000),
 # whichever comes first. Any crash, leak or sanitizer report fails it.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Run the adoption fuzzer for FUZZ_ADOPT_SECONDS (default 30) as one test
 # case of 'make test', or for as long as asked (make fuzz-adopt). Any crash,
 # hang, leak, sanitizer report or broken invariant fails it. The corpus is

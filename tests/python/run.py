@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Run the Python package's tests against real daemons.
 
 Usage: tests/python/run.py [NAME...]

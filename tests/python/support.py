@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers of the Python tests: a real shmbrokerd on a temporary socket and
 shm directory (as tests/e2e/harness.c does), stopped at the end, its log
 shown when a test fails.

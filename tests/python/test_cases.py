@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The protocol cases kept as data (tests/protocol/*.case, format in
 tests/protocol/README), run from Python over raw lines: each file is one
 test, against a fresh daemon, with the same matching rules as

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every Client method against a real daemon, the id matching against a fake
 one, read-only clients, keys refused before sending, killed readers, daemon
 restarts, big batches, and use after release or close."""

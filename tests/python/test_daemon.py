@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """shmbroker.spawn_daemon: a private shmbrokerd started, found and stopped."""
 
 import gc

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every error class, raised by a real daemon where a client can cause it:
 its code, the daemon's message as str(e), and the built-in it also is."""
 

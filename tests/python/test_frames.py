@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The frames layout (several buffers in one payload): the header's bytes,
 readers refusing anything else, zero, one and many frames, and every frame
 64-aligned in memory."""

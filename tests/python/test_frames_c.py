@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Frames across languages: an object put by Python is read by the C library
 (build/tests/shmb-frames-tool, over shmb_get_frames), and one put by C is
 read by Python, byte for byte, so that both sides implement one layout."""

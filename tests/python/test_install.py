@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Installing the package: make install puts it where python3 finds it under
 PREFIX (Debian's dist-packages), make uninstall removes it, and pip installs
 client/python offline."""

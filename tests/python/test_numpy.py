@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """numpy over the segment without copies: arrays on pinned bytes share the
 mapping, arrays are written in place through alloc(), a 64 MiB array goes
 from one process to another with one copy, and releasing a pin under a live

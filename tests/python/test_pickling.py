@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """shmbroker.dumps_into / loads_from: pickle protocol 5 into one frames
 payload, read back copying or zero-copy, the zero-copy pin living exactly as
 long as the objects made over it."""

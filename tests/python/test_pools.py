@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python client and pools: Client(pool=...) names the pool at hello and
 again at every reconnect, info and stats say which pool, the vLLM drop-in
 passes pool= on; against a fake daemon (what is sent) and a real daemon of

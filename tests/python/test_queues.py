@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Broadcast queues from Python (shmbroker.MessageQueue, vLLM's interface):
 what vLLM's tests/distributed/test_shm_broadcast.py checks, written anew
 against real daemons, and what it cannot check: a dead reader no longer

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Client.read and read_into: the catalog hash's known answers, the reader of
 shmbroker/_catalog.py over segments built by hand (hits, proven misses,
 deleted and changed chunks, hostile entries, a change under the copy), and

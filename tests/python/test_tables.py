@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The package's hand-written tables (shmbroker/_protocol.py) against proto/'s
 single sources: ops.def, errors.def, stats.def, protocol.h and layout.h. Any
 difference fails, so the Python client never drifts from the daemon."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The vLLM drop-in (shmbroker.vllm): every behaviour vLLM's own tests check of
 SingleWriterShmObjectStorage (tests/distributed/test_shm_storage.py, the shm
 eviction test of tests/multimodal/test_cache.py), written anew against real

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers of test_vllm.py that run in other processes (multiprocessing
 "spawn" imports them by module name): reader processes and serdes.
 """

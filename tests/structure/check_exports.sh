@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The library lends programs only its own names: every global symbol that
 # libshmbroker.a defines and every dynamic symbol of libshmbroker.so starts
 # with shmb_ (the build links the static library's objects into one and

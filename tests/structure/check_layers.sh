@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The house's one rule about dependencies: they point one way. No module of
 # daemon/, client/ or proto/ (x.c with x.h) includes, or calls into, a module
 # that includes or calls it back, directly or through others. Reads the

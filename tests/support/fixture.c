@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * A socket-less daemon for tests and the fuzzer.
  */

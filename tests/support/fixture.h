@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * A daemon without sockets, for tests and the fuzzer: a segment in ordinary
  * memory, a store over it and the command layer's environment, so requests

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The Debian packages under a real systemd: install, upgrade, remove and
 # purge, as a Debian 12 operator would, inside the booted container that
 # tests/systemd/run.sh prepares. The packages are in /debs/old and, with a

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs inside the booted container after `make install PREFIX=/usr/local`:
 # README's "Run under systemd", line by line as an operator types it, then
 # what the units promise under a real systemd: notify readiness and status,

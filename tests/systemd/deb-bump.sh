@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The package set of OLD_DIR again, with a higher version, in NEW_DIR: an
 # upgrade for tests/systemd/checks-deb.sh without a second build. Each
 # .deb is unpacked with dpkg-deb, its version gets the suffix +test2 (and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Helpers for the check scripts that run inside the booted container
 # (tests/systemd/checks-*.sh). POSIX sh: the container is a minimal Debian
 # whose /bin/sh is dash. Source it from a script in the same directory:

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The units under a real systemd: boot a minimal Debian with systemd as PID 1
 # in a container (systemd-nspawn), install shmbroker into it the way an
 # operator would, and run a check script inside. One test program for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Unit tests for arenas (daemon/arena.c and the store's arena objects): the
  * grant and its clamps, commit_at's checks, give-back, reclaim, revocation,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Unit tests for the catalog's writer (daemon/catalog.c) over a segment laid
  * out in plain memory: listing, the probe bound, backward-shift deletion

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Reads racing eviction and reuse: one thread plays the daemon over a private
  * area laid out as a layout-2 segment (header page, data area of chunks with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The reader's side of the catalog (proto/catalog.c) over a layout-2
  * segment built by hand in memory, no daemon: header, chunks with their

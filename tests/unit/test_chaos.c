@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Chaos: fail the Nth allocation (jansson's and the project's own, which both
  * go through shmb_malloc) at every point of a request session, and check

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Unit tests of the client library (client/) against a fake daemon: a
  * thread listening on a temporary socket that answers each request line

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The command layer (daemon/command.h) without sockets: request lines in,
  * replies and result flags out, over a real store in ordinary memory

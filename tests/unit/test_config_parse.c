@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The flag parser (daemon/config.h): defaults, the size and duration forms,
  * bad values and the messages that name them, the --config file and its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Unit tests of the connection layer and the listener: conn.c, waitq.c and
  * server.c over a real libuv loop and the command layer's fixture (a store

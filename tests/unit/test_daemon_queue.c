@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Unit tests for the daemon's queues (daemon/queue.c) over real memfds and a
  * real memfd pool: creation and its limits, roles taken and left, what a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Error messages (proto/error.c): every message is valid UTF-8, whatever
  * bytes it quotes and wherever it is cut, because it travels as a JSON

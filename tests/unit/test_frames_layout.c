@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The frames layout (proto/frames.c): its arithmetic, the bytes the writer
  * puts down, and every payload the reader must refuse, hostile ones

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Unit tests for the host facts (daemon/host.c) over fake /proc and /sys
  * trees written in a temporary directory: cgroup v2 and v1, with and without

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Unit tests for the key index (daemon/index.c): insert, find and remove,
  * growth to 100,000 keys, keys that differ only in length or in embedded

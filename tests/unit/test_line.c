@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The hot path's JSON lines (proto/line.c): what the builder writes is JSON
  * that jansson reads back to the same values, and the recogniser accepts

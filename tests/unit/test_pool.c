@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Unit tests for pools (daemon/pool.c) on a real 8 MiB tmpfs: the space
  * check summed over the pools of one file system, adoption of one pool

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The broadcast queue's data path (proto/queue.c) over a memfd, without a
  * daemon: the layout and its checks, one writer and four reader processes

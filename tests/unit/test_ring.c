@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Unit tests for the ring allocator (daemon/ring.c): a port of vLLM's
  * tests/distributed/test_shm_buffer.py, sized for our 48-byte chunk header and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Unit tests for the segment (daemon/segment.c) on a real 4 MiB tmpfs: the
  * free-space check and its message, the posix_fallocate reservation, the

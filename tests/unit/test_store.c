@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Unit tests for the object store (daemon/store.c): vLLM's
  * tests/distributed/test_shm_storage.py scenarios through the store API, pins

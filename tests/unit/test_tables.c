@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * PROTOCOL.md agrees with the tables: the ops of proto/ops.def and the codes
  * of proto/errors.def are what the reference lists, in its headings, its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Text across trust boundaries (proto/text.c): UTF-8 validation, cutting on
  * a character boundary, escaping for terminals and logs, and the shared key

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """shmbroker: a zero-copy client of shmbrokerd, the shared-memory object broker.
 
 The daemon owns one shared-memory segment and hands out space in it; this

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The catalog, as this client reads it: the key hash and the validated
 copy-out read of proto/catalog.c, in pure Python over the client's mapping.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Futex waits and the few atomic operations a queue member needs, from Python.
 
 The queue's words live in a MAP_SHARED area that other processes (C or

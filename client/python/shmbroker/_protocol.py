@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The protocol's tables and the segment's layout, as the Python client sees them.
 
 These mirror proto/ops.def, proto/errors.def, proto/stats.def, proto/protocol.h

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The connection to shmbrokerd: hello, the mapped segment, and every op.
 
 One Client is one connection and one mapping of the daemon's segment. Object

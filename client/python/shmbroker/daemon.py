@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Starting a private shmbrokerd: for tests, and for programs that need a
 broker of their own when no system daemon runs.
 

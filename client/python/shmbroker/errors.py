@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The exceptions of the shmbroker client: one class per protocol error code.
 
 Each class is also a subclass of the built-in exception that Python code

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The payload layout of an object made of several buffers ("frames").
 
 One payload holds n frames, with a header giving the count and each length,

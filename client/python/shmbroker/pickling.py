@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Python objects in the segment: pickle protocol 5 with out-of-band buffers,
 stored as one frames payload.
 

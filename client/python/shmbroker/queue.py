@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Broadcast queues: vLLM's MessageQueue over shmbrokerd.
 
 One writer, n reader seats, every reader reads every message in order. The

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A drop-in for vLLM's shared-memory object store, over shmbrokerd.
 
 vLLM's ``SingleWriterShmObjectStorage`` (vllm/distributed/device_communicators/
