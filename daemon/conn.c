@@ -6,6 +6,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -935,18 +937,41 @@ static void conn_job_after(uv_work_t *req, int status)
     shmb_free(j);
 }
 
+/* Block, in the calling thread, the signals the daemon's loop handles
+ * (old: the mask before). */
+static void conn_block_signals(sigset_t *old)
+{
+    static const int sigs[] = {SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2,
+                               SIGPIPE, SIGCHLD, SIGALRM};
+    sigset_t set;
+    size_t i;
+
+    sigemptyset(&set);
+    for (i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+        sigaddset(&set, sigs[i]);
+    pthread_sigmask(SIG_BLOCK, &set, old);
+}
+
 /* The queues' offload: job to libuv's thread pool. 0, or a libuv error
  * (the queue does the work at once then). */
 static int conn_offload(void *arg, struct queue_job *job)
 {
     struct conn_set *set = arg;
     struct conn_job *j = shmb_malloc(sizeof(*j));
+    sigset_t old;
     int rc;
 
     if (j == NULL)
         return UV_ENOMEM;
     j->job = job;
-    if ((rc = uv_queue_work(set->loop, &j->req, conn_job_run, conn_job_after)) < 0)
+    /* The first job starts libuv's threads, which take the mask of the
+     * thread that starts them: with the signals the loop handles blocked
+     * there, they always reach the loop's thread, which alone can hold
+     * them off while it changes their handling (daemon_handles_close). */
+    conn_block_signals(&old);
+    rc = uv_queue_work(set->loop, &j->req, conn_job_run, conn_job_after);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc < 0)
         shmb_free(j);
     return rc;
 }

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <limits.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -405,15 +406,22 @@ static void daemon_handles_close(struct daemon *d)
         (uv_handle_t *)&d->status, (uv_handle_t *)&d->watchdog,    (uv_handle_t *)&d->sigterm,
         (uv_handle_t *)&d->sigint, (uv_handle_t *)&d->heartbeat,
     };
+    sigset_t hup, old;
     size_t i;
 
-    for (i = 0; i < sizeof(handles) / sizeof(handles[0]); i++)
-        uv_close(handles[i], NULL);
-    /* Closing the handler gave SIGHUP its default action back, which ends
+    /* Closing the handler gives SIGHUP its default action back, which ends
      * the process: a reload sent while the daemon stops (logrotate,
      * systemctl reload) would kill it before it removes its socket and
-     * segments. There is nothing left to reload. */
+     * segments. There is nothing left to reload: held off meanwhile (the
+     * thread pool's threads block it, conn_offload), then ignored, which
+     * drops one that came. */
+    sigemptyset(&hup);
+    sigaddset(&hup, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &hup, &old);
+    for (i = 0; i < sizeof(handles) / sizeof(handles[0]); i++)
+        uv_close(handles[i], NULL);
     signal(SIGHUP, SIG_IGN);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 /* Stop serving: the loop ends once every handle has closed. */
