@@ -93,8 +93,9 @@ class ApiTest(DaemonTest):
     # cancel, indefinite) are taken in that order.
     def test_dequeue_keywords(self):
         mq, (r,) = self.pair()
-        self.later(0.05, mq.enqueue, "worker rpc")
+        writer = self.later(0.05, mq.enqueue, "worker rpc")
         self.assertEqual(r.dequeue(indefinite=True), "worker rpc")
+        writer.join()  # one write at a time: its enqueue may not have returned yet
         mq.enqueue(1)
         self.assertEqual(r.dequeue(timeout=WAIT, cancel=None, indefinite=False), 1)
         mq.enqueue(2)
@@ -272,12 +273,14 @@ class ApiTest(DaemonTest):
     def test_infinite_timeouts_wait(self):
         mq, (r,) = self.pair(max_chunks=2)
         for timeout in (float("inf"), float("nan")):
-            self.later(0.05, mq.enqueue, "late")
+            writer = self.later(0.05, mq.enqueue, "late")
             self.assertEqual(r.dequeue(timeout), "late")
+            writer.join()  # one write at a time: its enqueue may not have returned yet
             mq.enqueue(0)
             mq.enqueue(1)
-            self.later(0.05, r.dequeue, WAIT)
+            reader = self.later(0.05, r.dequeue, WAIT)
             mq.enqueue(2, timeout=timeout)
+            reader.join()  # one read at a time, as for the writer
             self.assertEqual([r.dequeue(timeout=WAIT) for _ in range(2)], [1, 2])
 
     # A writer waiting for a slot in one thread holds the writer's turn: a
