@@ -216,6 +216,7 @@ int ring_alloc(struct ring *r, uint64_t payload_size, const char *label, size_t 
     slot->owner = owner;
     slot->freed = false;
     slot->committed = false;
+    slot->held = false;
     slot->header_size = (uint32_t)ring_header_size(label_len);
     slot->payload_size = payload_size;
     r->count++;
@@ -332,6 +333,8 @@ static void ring_pop_tail_freed(struct ring *r)
         struct ring_slot *tail = ring_slot(r, r->count - 1);
         uint64_t tail_start = r->end - tail->size;
 
+        if (tail->held)
+            break;
         if (tail->committed) {
             ring_keep_remnant(r, tail);
             break;
@@ -691,6 +694,7 @@ static int ring_adopt_slot(struct ring *r, uint64_t phys, uint64_t size, void *o
     slot->owner = owner;
     slot->freed = owner == NULL;
     slot->committed = committed;
+    slot->held = false;
     slot->header_size = header_size;
     slot->payload_size = payload_size;
     r->count++;
@@ -824,6 +828,13 @@ static int ring_adopt_visit(const struct shmb_chunk_header *h, const char *key,
     (void)ring_adopt_slot(r, phys, h->chunk_size, owner, h->header_size, h->payload_size,
                           h->state == SHMB_CHUNK_COMMITTED ||
                               h->state == SHMB_CHUNK_FREE); /* room made above */
+    /* A pending allocation is dropped, but the client that got it from the
+     * daemon that died may be stopped mid-copy and write on when it runs
+     * again: its bytes are not handed out before reclaim reaches it at the
+     * head, as for an arena found BUSY. At the newest end they would go to
+     * the next allocation at once, and the late copy would land in an
+     * object committed there since. */
+    ring_slot(r, r->count - 1)->held = owner == NULL && h->state == SHMB_CHUNK_PENDING;
     if (owner == NULL) {
         ring_store_field(r, phys, offsetof(struct shmb_chunk_header, state),
                          &(uint16_t){SHMB_CHUNK_FREE}, sizeof(uint16_t));

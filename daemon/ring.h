@@ -30,6 +30,9 @@ struct ring_slot {
     void *owner;           /* the caller's object, returned by ring_reclaim's callback */
     bool freed;            /* freed by its owner, waiting for the chunks before it */
     bool committed;        /* was committed: its id was seen, and is never handed out again */
+    bool held;             /* found pending by an adoption: a client of the daemon that
+                              died may still be copying into it, so its bytes stay
+                              until reclaim reaches it at the head */
     uint32_t header_size;  /* the chunk header's bytes: the payload follows */
     uint64_t payload_size; /* bytes the owner asked for */
 };

@@ -663,6 +663,38 @@ static void test_overrun_loses_one_object(void **state)
     h_pass(f);
 }
 
+/* A writer stopped (or just slow) between its alloc and its copy while the
+ * daemon is killed and restarted copies on when it runs again, through the
+ * mapping it still has, into the chunk the adoption dropped. Another
+ * writer's object put after the restart is not where that late copy lands:
+ * it reads back byte for byte. Before the fix the dropped chunk, the newest,
+ * went to the next arena at once, and the late copy overwrote the object
+ * committed there (test_model's durable run once read such an object). */
+static void test_late_copy_into_dropped_alloc(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d1 = h_daemon_start(f, "1M", NULL), *d;
+    shmb_t *c, *c2;
+    void *p;
+
+    c = h_lib_connect(d1, "stopped", 0);
+    shmb_set_arena(c, 0);
+    ok(c, h_put_pattern(c, "old", 3000, 1, 0));
+    ok(c, shmb_alloc(c, "late", 8192, 0, &p));
+    assert_int_equal(h_exit_code(h_daemon_signal(d1, SIGKILL, H_STOP_TIMEOUT_MS)),
+                     128 + SIGKILL);
+
+    d = restart(f, d1, "a kill during an allocation");
+    c2 = h_lib_connect(d, "next", 0);
+    ok(c2, h_put_pattern(c2, "new", 3000, 2, 0));
+    memset(p, 'x', 8192); /* the stopped writer runs again */
+    get_check(c2, "old", 3000, 1);
+    get_check(c2, "new", 3000, 2);
+    shmb_close(c2);
+    shmb_close(c);
+    h_pass(f);
+}
+
 /* A segment of layout version 1, an older daemon's, is not adopted: the
  * start is refused with what was found, what this daemon writes and the
  * fix, and the file is left as it was. Its version set back to 2 it is
@@ -742,6 +774,7 @@ int main(void)
         TEST(test_fifo_refused),
         TEST(test_truncated_during_adoption),
         TEST(test_overrun_loses_one_object),
+        TEST(test_late_copy_into_dropped_alloc),
         TEST(test_layout1_refused),
     };
 

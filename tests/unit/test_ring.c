@@ -1586,14 +1586,17 @@ static void test_adopt_refused_chunks(void **state)
     o.refuse_mask = (UINT64_C(1) << 0) | (UINT64_C(1) << 2);
     assert_int_equal(readopt(f, &r2, &o, &err), 0);
     assert_int_equal(o.n, 3);
-    assert_int_equal(ring_count(&r2), 1);
+    /* The refused newest chunk was pending: held whole (see
+     * test_adopt_holds_pending_tail), after the live one. */
+    assert_int_equal(ring_count(&r2), 2);
     assert_int_equal(r2.start, c[1].phys);
-    assert_int_equal(r2.end, c[1].phys + c[1].chunk_size);
-    assert_int_equal(r2.next_id, c[2].id);
+    assert_int_equal(r2.end, c[2].phys + c[2].chunk_size);
+    assert_int_equal(r2.next_id, c[2].id + 1);
     assert_int_equal(chunk_at(f, c[0].phys)->state, SHMB_CHUNK_FREE);
+    assert_int_equal(chunk_at(f, c[2].phys)->state, SHMB_CHUNK_FREE);
     assert_int_equal(ring_alloc(&r2, 100, "z", 1, tag(5), &x, &err), 0);
-    assert_int_equal(x.id, c[2].id);
-    assert_int_equal(x.phys, c[2].phys);
+    assert_int_equal(x.id, c[2].id + 1);
+    assert_int_equal(x.phys, c[2].phys + c[2].chunk_size);
     ring_fini(&r2);
     fix_free(f);
 }
@@ -2110,6 +2113,41 @@ static void test_free_newest_committed_keeps_id(void **state)
     fix_free(f);
 }
 
+/* A daemon killed while a client copies into a pending allocation: the
+ * adoption drops the chunk, but the client (stopped, or just slow) writes on
+ * when it runs again. The chunk's bytes must not go to the next allocation
+ * at once (the late copy then lands in an object committed there since:
+ * readers got bytes that were no payload put under the key); they stay
+ * until reclaim reaches the chunk at the head. A committed chunk dropped by
+ * the adoption (a key it cannot take) is given back as before. */
+static void test_adopt_holds_pending_tail(void **state)
+{
+    struct fix *f = fix_new(4096, true);
+    struct shmb_error err = {0};
+    struct ring_chunk a, b, x;
+    struct offered o;
+    struct ring r2;
+
+    (void)state;
+    memset(&o, 0, sizeof(o));
+    a = alloc_ok(f, 100, "a", tag(0));
+    assert_int_equal(ring_set_state(&f->r, a.id, SHMB_CHUNK_COMMITTED), 0);
+    b = alloc_ok(f, 1000, "b", tag(1)); /* pending: a client copies into it */
+    o.refuse_mask = UINT64_C(1) << b.id; /* the store drops pending chunks */
+    assert_int_equal(readopt(f, &r2, &o, &err), 0);
+    assert_int_equal(ring_count(&r2), 2);
+    assert_int_equal(r2.end, b.phys + b.chunk_size);
+    assert_int_equal(ring_alloc(&r2, 1000, "c", 1, tag(2), &x, &err), 0);
+    /* No byte of the new chunk inside the dropped one. */
+    assert_true(x.phys >= b.phys + b.chunk_size || x.phys + x.chunk_size <= b.phys);
+    /* Reclaim reaches it in its turn: freed at the head, it goes. */
+    assert_int_equal(ring_free(&r2, a.id), 0);
+    assert_int_equal(ring_count(&r2), 1);
+    assert_ptr_equal(ring_oldest(&r2, NULL), tag(2));
+    ring_fini(&r2);
+    fix_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2154,6 +2192,7 @@ int main(void)
         cmocka_unit_test(test_adopt_uses_private_copies),
         cmocka_unit_test(test_free_newest_retracts),
         cmocka_unit_test(test_free_newest_committed_keeps_id),
+        cmocka_unit_test(test_adopt_holds_pending_tail),
     };
 
     setvbuf(stdout, NULL, _IOLBF, 0);
