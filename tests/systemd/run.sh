@@ -85,14 +85,8 @@ check_host() {
         skip_all "overlayfs is not available"
 }
 
-# The Debian mirror this host's apt already uses (deb822 sources first).
-host_mirror() {
-    m=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\).*/\1/p' \
-        /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n 1)
-    [ -n "$m" ] || m=$(awk '$1 == "deb" && $2 !~ /security/ { print $2; exit }' \
-        /etc/apt/sources.list 2>/dev/null)
-    echo "$m"
-}
+# host_mirror: the Debian mirror this host's apt already uses.
+. "$here/../support/host_mirror.sh"
 
 # ---- the cached root --------------------------------------------------------
 
