@@ -323,7 +323,7 @@ class TestDocExamples(unittest.TestCase):
 def _add_example_tests():
     try:
         examples = doc_examples.runnable()
-    except ValueError as e:
+    except (ValueError, OSError) as e:
         message = str(e)
 
         def test_marks(self):
