@@ -12,6 +12,7 @@ import inspect
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -308,13 +309,28 @@ class TestDocExamples(unittest.TestCase):
             self.assertTrue(os.access(prog, os.X_OK), "%s: %s is not built (make %s)"
                             % (b.where(), prog, prog))
             argv = [prog]
-        r = subprocess.run(argv, cwd=self.work, env=self.env(), stdin=subprocess.DEVNULL,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           timeout=EXAMPLE_TIMEOUT)
-        out = r.stdout.decode("utf-8", "replace")
-        err = r.stderr.decode("utf-8", "replace")
-        self.assertEqual(r.returncode, 0, "%s (%s) exited %d\nstdout:\n%s\nstderr:\n%s\n"
-                         "daemon log:\n%s" % (b.where(), b.kind, r.returncode, out, err,
+        # In a session of its own, so that a hung example's children (the
+        # queue example's readers) go with it.
+        proc = subprocess.Popen(argv, cwd=self.work, env=self.env(), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=EXAMPLE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            self.fail("%s (%s) did not end within %d s\nstdout:\n%s\nstderr:\n%s"
+                      % (b.where(), b.kind, EXAMPLE_TIMEOUT, stdout.decode("utf-8", "replace"),
+                         stderr.decode("utf-8", "replace")))
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # what it left running
+            except OSError:
+                pass
+        out = stdout.decode("utf-8", "replace")
+        err = stderr.decode("utf-8", "replace")
+        self.assertEqual(proc.returncode, 0, "%s (%s) exited %d\nstdout:\n%s\nstderr:\n%s\n"
+                         "daemon log:\n%s" % (b.where(), b.kind, proc.returncode, out, err,
                                               self.d.log()[-3000:]))
         if b.expected is not None:
             self.assertEqual(out, b.expected, "%s printed other than the page shows" % b.where())
