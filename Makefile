@@ -420,8 +420,9 @@ SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
             -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
             -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
 
-# README's examples, built so that they cannot rot (tests/e2e/test_queues
-# runs the queue's).
+# The examples README.md and docs/queues.md show, built so that they cannot
+# rot: tests/python/test_docs.py runs them with the pages' other examples, in
+# reading order (and tests/e2e/test_queues the queue's).
 $(BUILD)/obj/client/example.o $(BUILD)/obj/client/example_queue.o: ALLCFLAGS += -Iclient
 $(EXAMPLE): $(call OBJ,client/example.c) $(LIB_A)
 	@mkdir -p $(dir $@)

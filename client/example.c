@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-/* Put an object and read it back in place. Build: cc example.c $(pkg-config --cflags
- * --libs shmbroker) */
+/* Put an object, read it back in place, delete it.
+ * Build: cc example.c $(pkg-config --cflags --libs shmbroker) */
 #include <shmbroker.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,15 +12,15 @@ int main(void)
     size_t n;
 
     if (shmb_connect(c, NULL, "example") < 0 ||
-        shmb_put(c, "greeting", "hello, shared memory", 20, 0) < 0 ||
-        shmb_get(c, "greeting", &p, &n) < 0) {
+        shmb_put(c, "c-example", "hello, shared memory", 20, 0) < 0 ||
+        shmb_get(c, "c-example", &p, &n) < 0) {
         fprintf(stderr, "%s: %s\n", shmb_errname(c), shmb_errmsg(c));
         shmb_close(c);
         return 1;
     }
     printf("%.*s\n", (int)n, (const char *)p); /* read straight from the segment */
-    shmb_release(c, "greeting");
-    shmb_delete(c, "greeting");
+    shmb_release(c, "c-example");
+    shmb_delete(c, "c-example");
     shmb_close(c);
     return 0;
 }

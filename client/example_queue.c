@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /* A broadcast queue: one writer, two reader processes; every reader gets
- * every message, in order. README's example. Build: cc example_queue.c
+ * every message, in order. docs/queues.md's example. Build: cc example_queue.c
  * $(pkg-config --cflags --libs shmbroker) */
 #include <errno.h>
 #include <shmbroker.h>
