@@ -150,6 +150,22 @@ static const char *prom_label(const char *s, char *buf, size_t len)
     return buf;
 }
 
+/* A metric's # HELP and # TYPE lines. */
+static void prom_head(FILE *out, const char *metric, const char *type, const char *help)
+{
+    fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", metric, help, metric, type);
+}
+
+/* shmbroker_up: whether the daemon answered this scrape. With 0 it is the
+ * whole exposition: the last file's figures must not live on in a
+ * textfile collector as if they were current. */
+static void prom_up(FILE *out, int up)
+{
+    prom_head(out, "shmbroker_up", "gauge",
+              "1 when shmbrokerd answered this scrape, 0 when it did not.");
+    fprintf(out, "shmbroker_up %d\n", up);
+}
+
 /* The broadcast queues, with their seats when seats, or NULL with the
  * error reported: none from a daemon that has no queues (ENOSYS). The
  * caller frees the list. */
@@ -174,7 +190,7 @@ static bool queue_shown(const shmb_queue_info_t *q, const char *pool)
  * nothing when there is no queue, so that every metric named has samples.
  * A queue whose name its pool's group= hides from this user has no label
  * to tell it from another: it is left out. */
-static int prometheus_queues(shmb_t *c, const char *pool)
+static int prometheus_queues(FILE *out, shmb_t *c, const char *pool)
 {
     static const char *const states[] = {"live", "dead", "free"};
     static const struct {
@@ -198,8 +214,7 @@ static int prometheus_queues(shmb_t *c, const char *pool)
     for (j = 0; j < list->count; j++)
         shown += queue_shown(&list->queues[j], pool) && list->queues[j].name[0] != '\0';
     for (i = 0; shown > 0 && i < sizeof(metrics) / sizeof(metrics[0]); i++) {
-        printf("# HELP %s %s\n# TYPE %s %s\n", metrics[i].metric, metrics[i].help,
-               metrics[i].metric, metrics[i].type);
+        prom_head(out, metrics[i].metric, metrics[i].type, metrics[i].help);
         for (j = 0; j < list->count; j++) {
             const shmb_queue_info_t *q = &list->queues[j];
             const uint32_t seats[] = {q->seats_live, q->seats_dead, q->seats_free};
@@ -210,11 +225,11 @@ static int prometheus_queues(shmb_t *c, const char *pool)
             prom_label(q->name, lq, sizeof(lq));
             if (i == 2) {
                 for (k = 0; k < 3; k++)
-                    printf("%s{pool=\"%s\",queue=\"%s\",state=\"%s\"} %u\n",
+                    fprintf(out, "%s{pool=\"%s\",queue=\"%s\",state=\"%s\"} %u\n",
                            metrics[i].metric, lp, lq, states[k], seats[k]);
                 continue;
             }
-            printf("%s{pool=\"%s\",queue=\"%s\"} %llu\n", metrics[i].metric, lp, lq,
+            fprintf(out, "%s{pool=\"%s\",queue=\"%s\"} %llu\n", metrics[i].metric, lp, lq,
                    (unsigned long long)(i == 0   ? q->messages
                                         : i == 1 ? q->depth
                                                  : (uint64_t)(q->writer_waiting != 0)));
@@ -309,83 +324,137 @@ static int print_queues(shmb_t *c, const char *pool)
     return 0;
 }
 
-/* The stats in Prometheus's text exposition format, one metric per figure:
- * the gauges below, then every counter of proto/stats.def. A figure of a
- * pool (its bytes, objects, counters) has one sample per pool, labelled
+/* Where a metric's sample comes from. */
+enum prom_scope {
+    PROM_DAEMON, /* the daemon's own figure: one sample, no label */
+    PROM_POOL,   /* a pool's figure: one sample per pool, pool="NAME" */
+};
+
+/* The metrics of status --prometheus besides shmbroker_up, shmbroker_info,
+ * the counters of proto/stats.def (shmbroker_NAME_total, per pool but for
+ * noreply_errors) and the queues' (prometheus_queues). Names follow
+ * Prometheus's: the unit last (_bytes, _seconds), a count of things in the
+ * plural, counters ending in _total. */
+static const struct prom_metric {
+    enum shmb_stat_id field;
+    const char *metric, *help;
+    enum prom_scope scope;
+} prom_metrics[] = {
+    {SHMB_STAT_SIZE, "shmbroker_segment_bytes", "Size of the segment, header included.",
+     PROM_POOL},
+    {SHMB_STAT_DATA_SIZE, "shmbroker_data_bytes", "Bytes of the data area.", PROM_POOL},
+    {SHMB_STAT_USED, "shmbroker_used_bytes", "Bytes in use (objects, headers, gaps).",
+     PROM_POOL},
+    {SHMB_STAT_FREE, "shmbroker_free_bytes", "Bytes free in the data area.", PROM_POOL},
+    {SHMB_STAT_OBJECTS, "shmbroker_objects", "Committed objects.", PROM_POOL},
+    {SHMB_STAT_PENDING, "shmbroker_pending_objects", "Allocations not yet committed.",
+     PROM_POOL},
+    {SHMB_STAT_PINNED, "shmbroker_pinned_objects", "Objects pinned by a reader.", PROM_POOL},
+    {SHMB_STAT_CLIENTS, "shmbroker_clients", "Connected clients.", PROM_DAEMON},
+    {SHMB_STAT_CLIENTS, "shmbroker_pool_clients", "Clients connected to the pool.",
+     PROM_POOL},
+    {SHMB_STAT_MAX_OBJECT_SIZE, "shmbroker_max_object_bytes", "Largest object allowed.",
+     PROM_POOL},
+    {SHMB_STAT_SHM_DIR_FREE, "shmbroker_shm_dir_free_bytes",
+     "Bytes free where the pool's segment lives (memory for a memfd pool).", PROM_POOL},
+    {SHMB_STAT_UPTIME_S, "shmbroker_uptime_seconds", "Seconds since the daemon started.",
+     PROM_DAEMON},
+};
+
+/* One metric's samples: the daemon's figure, or each pool's (with --pool,
+ * that pool's only). */
+static void prom_samples(FILE *out, const char *metric, enum shmb_stat_id field,
+                         enum prom_scope scope, const shmb_stats_t *st,
+                         const shmb_stats_t *pools, size_t n, bool one_pool)
+{
+    char label[3 * 32 + 8];
+    size_t j;
+
+    if (scope == PROM_DAEMON) {
+        fprintf(out, "%s %lld\n", metric, (long long)shmb_stats_number(st, field));
+        return;
+    }
+    for (j = 0; j < n; j++)
+        if (!one_pool || strcmp(pools[j].pool, st->pool) == 0)
+            fprintf(out, "%s{pool=\"%s\"} %lld\n", metric,
+                    prom_label(pools[j].pool, label, sizeof(label)),
+                    (long long)shmb_stats_number(&pools[j], field));
+}
+
+/* The stats in Prometheus's text exposition format into out: shmbroker_up
+ * 1, shmbroker_info, the table above, every counter of proto/stats.def,
+ * then the queues'. A figure of a pool has one sample per pool, labelled
  * pool="NAME" (one pool too, so that a dashboard does not change when a
  * second is added; with --pool, that pool only); the daemon's own (clients
- * in all, uptime, noreply errors) have no label. */
-static int print_prometheus(shmb_t *c, const struct ctl *ctl)
+ * in all, uptime, noreply errors) have no label. 0, or the exit status
+ * with the error said. */
+static int prom_write(FILE *out, shmb_t *c, const struct ctl *ctl)
 {
-    static const struct {
-        enum shmb_stat_id field;
-        const char *metric, *type, *help;
-        int per_pool;
-    } gauges[] = {
-        {SHMB_STAT_SIZE, "shmbroker_segment_bytes", "gauge",
-         "Size of the segment, header included.", 1},
-        {SHMB_STAT_DATA_SIZE, "shmbroker_data_bytes", "gauge", "Bytes of the data area.", 1},
-        {SHMB_STAT_USED, "shmbroker_used_bytes", "gauge",
-         "Bytes in use (objects, headers, gaps).", 1},
-        {SHMB_STAT_FREE, "shmbroker_free_bytes", "gauge", "Bytes free in the data area.", 1},
-        {SHMB_STAT_OBJECTS, "shmbroker_objects", "gauge", "Committed objects.", 1},
-        {SHMB_STAT_PENDING, "shmbroker_pending_objects", "gauge",
-         "Allocations not yet committed.", 1},
-        {SHMB_STAT_PINNED, "shmbroker_pinned_objects", "gauge",
-         "Objects pinned by a reader.", 1},
-        {SHMB_STAT_CLIENTS, "shmbroker_clients", "gauge", "Connected clients.", 0},
-        {SHMB_STAT_CLIENTS, "shmbroker_pool_clients", "gauge",
-         "Clients connected to the pool.", 1},
-        {SHMB_STAT_MAX_OBJECT_SIZE, "shmbroker_max_object_bytes", "gauge",
-         "Largest object allowed.", 1},
-        {SHMB_STAT_SHM_DIR_FREE, "shmbroker_shm_dir_free_bytes", "gauge",
-         "Bytes free where the pool's segment lives (memory for a memfd pool).", 1},
-        {SHMB_STAT_UPTIME_S, "shmbroker_uptime_seconds", "gauge",
-         "Seconds since the daemon started.", 0},
-    };
     shmb_stats_t st, *pools = NULL;
-    size_t i, j, n = 0;
-    char label[3 * 32 + 8];
+    char name[128], help[160], label[3 * 32 + 8];
+    size_t i, n = 0;
+    int rc;
 
     if (shmb_stats(c, &st) < 0 || shmb_stats_pools(c, &pools, &n) < 0)
         return fail(c);
-    for (i = 0; i < sizeof(gauges) / sizeof(gauges[0]); i++) {
-        printf("# HELP %s %s\n# TYPE %s %s\n", gauges[i].metric, gauges[i].help,
-               gauges[i].metric, gauges[i].type);
-        if (!gauges[i].per_pool) {
-            printf("%s %lld\n", gauges[i].metric,
-                   (long long)shmb_stats_number(&st, gauges[i].field));
-            continue;
-        }
-        for (j = 0; j < n; j++)
-            if (ctl->pool == NULL || strcmp(pools[j].pool, st.pool) == 0)
-                printf("%s{pool=\"%s\"} %lld\n", gauges[i].metric,
-                       prom_label(pools[j].pool, label, sizeof(label)),
-                       (long long)shmb_stats_number(&pools[j], gauges[i].field));
+    prom_up(out, 1);
+    prom_head(out, "shmbroker_info", "gauge",
+              "Always 1: the daemon's version, and the segment layout and protocol "
+              "versions this shmbrokerctl reads.");
+    fprintf(out, "shmbroker_info{version=\"%s\",layout=\"%d\",protocol=\"%d\"} 1\n",
+            prom_label(st.version, label, sizeof(label)), SHMB_LAYOUT_VERSION,
+            SHMB_PROTOCOL_VERSION);
+    for (i = 0; i < sizeof(prom_metrics) / sizeof(prom_metrics[0]); i++) {
+        prom_head(out, prom_metrics[i].metric, "gauge", prom_metrics[i].help);
+        prom_samples(out, prom_metrics[i].metric, prom_metrics[i].field,
+                     prom_metrics[i].scope, &st, pools, n, ctl->pool != NULL);
     }
     for (i = 0; i < SHMB_STAT_COUNT; i++) {
-        const char *name = shmb_stat_fields[i].name;
-
         if (shmb_stat_fields[i].kind != SHMB_STATK_COUNTER)
             continue;
-        printf("# HELP shmbroker_%s_total Count of %s since the daemon started.\n"
-               "# TYPE shmbroker_%s_total counter\n",
-               name, name, name);
+        snprintf(name, sizeof(name), "shmbroker_%s_total", shmb_stat_fields[i].name);
+        snprintf(help, sizeof(help), "Count of %s since the daemon started.",
+                 shmb_stat_fields[i].name);
+        prom_head(out, name, "counter", help);
         /* Requests sent without awaiting their reply fail on a connection,
          * not in a pool. */
-        if (i == SHMB_STAT_NOREPLY_ERRORS) {
-            printf("shmbroker_%s_total %lld\n", name,
-                   (long long)shmb_stats_number(&st, (enum shmb_stat_id)i));
-            continue;
-        }
-        for (j = 0; j < n; j++)
-            if (ctl->pool == NULL || strcmp(pools[j].pool, st.pool) == 0)
-                printf("shmbroker_%s_total{pool=\"%s\"} %lld\n", name,
-                       prom_label(pools[j].pool, label, sizeof(label)),
-                       (long long)shmb_stats_number(&pools[j], (enum shmb_stat_id)i));
+        prom_samples(out, name, (enum shmb_stat_id)i,
+                     i == SHMB_STAT_NOREPLY_ERRORS ? PROM_DAEMON : PROM_POOL, &st, pools, n,
+                     ctl->pool != NULL);
     }
     shmb_stats_pools_free(pools);
-    return prometheus_queues(c, ctl->pool != NULL ? st.pool : NULL);
+    rc = prometheus_queues(out, c, ctl->pool != NULL ? st.pool : NULL);
+    return rc;
+}
+
+/* status --prometheus: the exposition is made whole before any of it is
+ * written, so that a scrape that fails half way leaves no half file. */
+static int print_prometheus(shmb_t *c, const struct ctl *ctl)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    int rc;
+
+    if (out == NULL) {
+        fprintf(stderr, "shmbrokerctl: out of memory\n");
+        return EXIT_ERROR_REPLY;
+    }
+    rc = prom_write(out, c, ctl);
+    if (fclose(out) != 0 && rc == 0) {
+        fprintf(stderr, "shmbrokerctl: out of memory\n");
+        rc = EXIT_ERROR_REPLY;
+    }
+    /* The daemon went away between the connect and the figures: it is
+     * down for this scrape, as when it never answered. */
+    if (rc == EXIT_UNAVAILABLE) {
+        prom_up(stdout, 0);
+        rc = 0;
+    } else if (rc == 0 && fwrite(text, 1, len, stdout) != len) {
+        rc = EXIT_IO_ERROR;
+    }
+    free(text);
+    return rc;
 }
 
 /* The daemon's stats reply as it sent it (without the request's id). */
@@ -1319,12 +1388,21 @@ int main(int argc, char **argv)
     ctl_socket = ctl.socket_path;
     if (cmd->run == cmd_status && ctl.from_segment)
         return print_segment_status(&ctl, CTL_SEG_ASKED);
-    if (cmd->run == cmd_status && ctl.watch == 0)
+    if (cmd->run == cmd_status && ctl.watch == 0) {
         rc = status_connect(&ctl, &c);
-    else
+        /* A daemon that does not answer is a figure for a scraper, not a
+         * failure to write one: the file says shmbroker_up 0 (the reason
+         * is on stderr), so that a textfile collector stops exporting the
+         * last figures as if they were current. */
+        if (rc == EXIT_UNAVAILABLE && ctl.prometheus) {
+            prom_up(stdout, 0);
+            rc = 0;
+        }
+    } else {
         rc = ctl_connect(ctl.socket_path, ctl.pool,
                          strcmp(cmd->name, "clients") == 0 || cmd->run == cmd_status, &c,
                          NULL);
+    }
     if (rc == 0 && c != NULL) {
         rc = cmd->run(c, &ctl);
         shmb_close(c);
