@@ -605,23 +605,154 @@ static int cmd_status(shmb_t *c, struct ctl *ctl)
  * did not answer. */
 enum ctl_segment_why { CTL_SEG_ASKED, CTL_SEG_NO_ANSWER };
 
-/* The segment file status reads: --shm-dir/--name, and ".POOL" with --pool
- * (a daemon with --pool keeps one segment per pool, --name.POOL). 0, or
- * the exit status with the reason printed. */
-static int segment_path(const struct ctl *ctl, char *out, size_t len)
-{
-    const char *dir = ctl->shm_dir != NULL ? ctl->shm_dir : CTL_DEFAULT_SHM_DIR;
-    const char *name = ctl->name != NULL ? ctl->name : CTL_DEFAULT_NAME;
-    int n = ctl->pool != NULL ? snprintf(out, len, "%s/%s.%s", dir, name, ctl->pool)
-                              : snprintf(out, len, "%s/%s", dir, name);
+/* The segment status reads, as segment_find found it. */
+struct ctl_segment {
+    char path[PATH_MAX];
+    char why[512]; /* how it was found, for the reader to judge */
+    bool by_owner; /* its header names the daemon listening at the socket */
+};
 
-    if (n < 0 || (size_t)n >= len) {
-        fprintf(stderr,
-                "shmbrokerctl: the segment path --shm-dir/--name is longer than %zu "
-                "bytes\n",
-                len - 1);
+/* Segments one directory may hold for status to choose from: a daemon has
+ * at most one per pool. */
+#define CTL_SEGMENTS_MAX 64
+
+/* Whether segment file name is pool's: named after it (a daemon without
+ * --pool names its one pool after --name), or --name.POOL. */
+static bool segment_of_pool(const char *name, const char *pool)
+{
+    size_t n = strlen(name), p = strlen(pool);
+
+    return strcmp(name, pool) == 0 || (n > p + 1 && name[n - p - 1] == '.' &&
+                                       strcmp(name + n - p, pool) == 0);
+}
+
+/* A list of the segment file names of found[] picked by keep, for a
+ * message: "a, b and c". */
+static const char *segment_names(const struct shmb_segment_found *found, size_t n,
+                                 const bool *keep, char *buf, size_t len)
+{
+    static char e[ESC_MAX];
+    size_t i, used = 0, total = 0, k = 0;
+
+    for (i = 0; i < n; i++)
+        total += keep[i];
+    buf[0] = '\0';
+    for (i = 0; i < n && used < len; i++)
+        if (keep[i])
+            used += (size_t)snprintf(buf + used, len - used, "%s%s",
+                                     k++ == 0 ? "" : k == total ? " and " : ", ",
+                                     esc(found[i].name, e, ESC_MAX));
+    return buf;
+}
+
+/* The segment file status reads. Named (--name, with ".POOL" for --pool),
+ * that one. Else it is found in --shm-dir (/dev/shm) by what its header
+ * says: the segment whose owner is the daemon listening at the socket (the
+ * kernel tells its pid without the daemon answering), of --pool's name
+ * when given; with no daemon listening there, the default name's, else the
+ * only one of that pool. Never another daemon's in silence: out->why says
+ * how it was chosen. 0, or the exit status with the reason printed (unless
+ * quiet): 66 for none, 2 when several fit and a flag must choose. */
+static int segment_find(const struct ctl *ctl, struct ctl_segment *out, bool quiet)
+{
+    static struct shmb_segment_found found[CTL_SEGMENTS_MAX];
+    static char e[2][ESC_MAX], names[ESC_MAX];
+    const char *dir = ctl->shm_dir != NULL ? ctl->shm_dir : CTL_DEFAULT_SHM_DIR;
+    const char *sock = shmb_socket_path(ctl->socket_path);
+    char want[NAME_MAX + 1];
+    bool keep[CTL_SEGMENTS_MAX], by_name = false, owner;
+    struct shmb_error err;
+    size_t i, n = 0, fit = 0, pick = 0;
+    long pid;
+    int len;
+
+    memset(out, 0, sizeof(*out));
+    if (ctl->name != NULL) {
+        len = ctl->pool != NULL
+                  ? snprintf(out->path, sizeof(out->path), "%s/%s.%s", dir, ctl->name, ctl->pool)
+                  : snprintf(out->path, sizeof(out->path), "%s/%s", dir, ctl->name);
+        if (len < 0 || (size_t)len >= sizeof(out->path)) {
+            if (!quiet)
+                fprintf(stderr,
+                        "shmbrokerctl: the segment path --shm-dir/--name is longer than "
+                        "%zu bytes\n",
+                        sizeof(out->path) - 1);
+            return EXIT_USAGE;
+        }
+        snprintf(out->why, sizeof(out->why), "named by --name%s",
+                 ctl->pool != NULL ? " and --pool" : "");
+        return 0;
+    }
+    shmb_error_clear(&err);
+    if (shmb_segment_scan(dir, found, CTL_SEGMENTS_MAX, &n, &err) < 0) {
+        if (!quiet)
+            fprintf(stderr, "shmbrokerctl: %s\n", esc(err.message, e[0], ESC_MAX));
+        return EXIT_NO_INPUT;
+    }
+    n = n < CTL_SEGMENTS_MAX ? n : CTL_SEGMENTS_MAX;
+    pid = shmb_socket_listener_pid(sock);
+    for (i = 0; i < n; i++) {
+        keep[i] = (ctl->pool == NULL || segment_of_pool(found[i].name, ctl->pool)) &&
+                  pid > 0 &&
+                  (found[i].rep.owner_pid == pid || found[i].rep.counters.pid == pid);
+        if (keep[i] && fit++ == 0)
+            pick = i;
+    }
+    owner = fit > 0;
+    /* No daemon to ask which (none listens there, or the listener is not
+     * the owner of any: systemd listens for a socket-activated daemon):
+     * the default name's, as the daemon's default flags name it, else the
+     * only one of the pool. */
+    if (!owner) {
+        if (ctl->pool != NULL)
+            snprintf(want, sizeof(want), "%s.%s", CTL_DEFAULT_NAME, ctl->pool);
+        else
+            snprintf(want, sizeof(want), "%s", CTL_DEFAULT_NAME);
+        for (i = 0; i < n; i++) {
+            keep[i] = ctl->pool == NULL || segment_of_pool(found[i].name, ctl->pool);
+            if (strcmp(found[i].name, want) == 0)
+                by_name = true, pick = i;
+            else if (keep[i] && fit++ == 0 && !by_name)
+                pick = i;
+        }
+        if (by_name)
+            fit = 1;
+    }
+    if (fit == 0) {
+        if (!quiet)
+            fprintf(stderr,
+                    "shmbrokerctl: no shmbroker segment%s%s in %s is the daemon's listening at "
+                    "%s%s (a memfd pool, or segments in another --shm-dir: name the segment "
+                    "with --shm-dir and --name)\n",
+                    ctl->pool != NULL ? " of pool " : "",
+                    ctl->pool != NULL ? esc(ctl->pool, names, ESC_MAX) : "",
+                    esc(dir, e[0], ESC_MAX), esc(sock, e[1], ESC_MAX),
+                    pid > 0 ? "" : ", and no daemon listens there to say which is its");
+        return EXIT_NO_INPUT;
+    }
+    if (fit > 1) {
+        if (!quiet)
+            fprintf(stderr,
+                    "shmbrokerctl: %zu segments in %s fit: %s (%s); choose one with %s\n",
+                    fit, esc(dir, e[0], ESC_MAX),
+                    segment_names(found, n, keep, names, sizeof(names)),
+                    owner ? "the pools of the daemon listening at the socket"
+                          : "no daemon listening at the socket owns one",
+                    owner ? "--pool NAME" : "--name (and --pool)");
         return EXIT_USAGE;
     }
+    out->by_owner = owner;
+    snprintf(out->path, sizeof(out->path), "%s/%s", dir, found[pick].name);
+    if (owner)
+        snprintf(out->why, sizeof(out->why),
+                 "the segment of the shmbrokerd listening at %s (pid %ld)",
+                 esc(sock, e[0], ESC_MAX), pid);
+    else
+        snprintf(out->why, sizeof(out->why),
+                 "%s: no daemon listening at %s owns a segment here to say which is its "
+                 "(name one with --name)",
+                 by_name ? "by its default name" : "the only one that fits",
+                 esc(sock, e[0], ESC_MAX));
     return 0;
 }
 
@@ -649,12 +780,14 @@ static int print_segment_status(const struct ctl *ctl, enum ctl_segment_why why)
     const struct shmb_published_counters *pc = &rep.counters;
     struct shmb_error err;
     struct timespec now;
-    char path[PATH_MAX], when[64], b[2][32];
+    static struct ctl_segment seg;
+    const char *path = seg.path;
+    char when[64], b[2][32];
     double age;
     int64_t pid;
     int rc;
 
-    if ((rc = segment_path(ctl, path, sizeof(path))) != 0)
+    if ((rc = segment_find(ctl, &seg, false)) != 0)
         return rc;
     shmb_error_clear(&err);
     if ((rc = shmb_segment_report_read(path, &rep, &err)) < 0) {
@@ -686,6 +819,7 @@ static int print_segment_status(const struct ctl *ctl, enum ctl_segment_why why)
     printf("segment   %s: %s (%s for data), layout %d\n", esc(path, e, ESC_MAX),
            shmb_format_bytes(rep.total_size, b[0], sizeof(b[0])),
            shmb_format_bytes(rep.data_size, b[1], sizeof(b[1])), SHMB_LAYOUT_VERSION);
+    printf("          %s\n", seg.why);
     if (rep.heartbeat_unix_ms == 0) {
         printf("counters  none published\n");
         return why == CTL_SEG_ASKED ? 0 : EXIT_NOT_ANSWERING;
@@ -1238,20 +1372,21 @@ static void *probe_run(void *arg)
     return NULL;
 }
 
-/* Whether the daemon's segment is there for status to read. Only a segment
- * named (--name, --shm-dir), or the default one when the socket is the
+/* Whether the daemon's segment is there for status to read. A segment
+ * named (--name, --shm-dir), the one whose header names the daemon
+ * listening at the socket, or the default one when the socket is the
  * default one too: a daemon on a socket of its own has a segment of its
  * own, and another daemon's figures would mislead. */
 static bool segment_exists(const struct ctl *ctl)
 {
     const char *env = getenv(SHMB_SOCKET_ENV);
-    char path[PATH_MAX];
+    struct ctl_segment seg;
     struct stat st;
 
-    if (ctl->name == NULL && ctl->shm_dir == NULL &&
-        (ctl->socket_path != NULL || (env != NULL && env[0] != '\0')))
+    if (segment_find(ctl, &seg, true) != 0 || stat(seg.path, &st) != 0)
         return false;
-    return segment_path(ctl, path, sizeof(path)) == 0 && stat(path, &st) == 0;
+    return seg.by_owner || ctl->name != NULL || ctl->shm_dir != NULL ||
+           (ctl->socket_path == NULL && (env == NULL || env[0] == '\0'));
 }
 
 /* Connect for status, waiting at most the timeout for an answer; when the
