@@ -1320,7 +1320,11 @@ static enum config_action config_parse_args(struct config *cfg, struct config_ar
     }
     if (config_resolve_pools(cfg, pool_origin, &a->culprit, err) < 0)
         return CONFIG_EXIT_USAGE;
-    if (user_socket && config_user_socket_dir(cfg, err) < 0)
+    /* Only a daemon that binds the socket makes its directory: --check,
+     * --reload and --remove-segment leave the file system alone, and a
+     * socket-activated daemon's socket is systemd's. */
+    if (user_socket && cfg->mode == CONFIG_SERVE && getenv("LISTEN_FDS") == NULL &&
+        config_user_socket_dir(cfg, err) < 0)
         return CONFIG_EXIT_USAGE;
     if (cfg->max_object_size == 0)
         cfg->max_object_size = config_default_max_object(cfg->size, cfg->max_objects);
