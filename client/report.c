@@ -958,7 +958,10 @@ static bool report_has_magic(int dirfd, const char *name)
     return yes;
 }
 
-int shmb_segment_scan(const char *dir, struct shmb_segment_found *out, size_t max, size_t *n,
+int shmb_segment_scan(const char *dir,
+                      bool (*keep)(const char *name, const struct shmb_segment_report *rep,
+                                   void *arg),
+                      void *arg, struct shmb_segment_found *out, size_t max, size_t *n,
                       struct shmb_error *err)
 {
     struct shmb_error ignored;
@@ -980,7 +983,8 @@ int shmb_segment_scan(const char *dir, struct shmb_segment_found *out, size_t ma
             !report_has_magic(dirfd(d), e->d_name))
             continue;
         if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path) ||
-            shmb_segment_report_read(path, &rep, &ignored) < 0)
+            shmb_segment_report_read(path, &rep, &ignored) < 0 ||
+            (keep != NULL && !keep(e->d_name, &rep, arg)))
             continue;
         if (*n < max) {
             memcpy(out[*n].name, e->d_name, strlen(e->d_name) + 1);

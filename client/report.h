@@ -67,11 +67,15 @@ struct shmb_segment_found {
     struct shmb_segment_report rep;
 };
 
-/* The shmbroker segments of this layout in dir, in the order readdir gives
- * them: up to max into out, and in *n how many there are (more than max
- * when out was too short). Files that are not segments are passed over. 0,
- * or a negative errno when dir cannot be read, with err set. */
-int shmb_segment_scan(const char *dir, struct shmb_segment_found *out, size_t max, size_t *n,
+/* The shmbroker segments of this layout in dir that keep accepts (all when
+ * keep is NULL), in the order readdir gives them: up to max into out, and
+ * in *n how many there are (more than max when out was too short). Files
+ * that are not segments are passed over. 0, or a negative errno when dir
+ * cannot be read, with err set. */
+int shmb_segment_scan(const char *dir,
+                      bool (*keep)(const char *name, const struct shmb_segment_report *rep,
+                                   void *arg),
+                      void *arg, struct shmb_segment_found *out, size_t max, size_t *n,
                       struct shmb_error *err);
 
 #endif

@@ -626,22 +626,36 @@ static bool segment_of_pool(const char *name, const char *pool)
                                        strcmp(name + n - p, pool) == 0);
 }
 
-/* A list of the segment file names of found[] picked by keep, for a
- * message: "a, b and c". */
+/* Which segments a scan keeps: pool's (all without), and with owner > 0
+ * only those whose header names that pid as their daemon. */
+struct ctl_segment_filter {
+    const char *pool;
+    long owner;
+};
+
+static bool segment_keep(const char *name, const struct shmb_segment_report *rep, void *arg)
+{
+    const struct ctl_segment_filter *f = arg;
+
+    return (f->pool == NULL || segment_of_pool(name, f->pool)) &&
+           (f->owner <= 0 || rep->owner_pid == f->owner || rep->counters.pid == f->owner);
+}
+
+/* The names of found[0..n), for a message: "a, b and c" (and how many more
+ * when total is larger). */
 static const char *segment_names(const struct shmb_segment_found *found, size_t n,
-                                 const bool *keep, char *buf, size_t len)
+                                 size_t total, char *buf, size_t len)
 {
     static char e[ESC_MAX];
-    size_t i, used = 0, total = 0, k = 0;
+    size_t i, used = 0;
 
-    for (i = 0; i < n; i++)
-        total += keep[i];
     buf[0] = '\0';
     for (i = 0; i < n && used < len; i++)
-        if (keep[i])
-            used += (size_t)snprintf(buf + used, len - used, "%s%s",
-                                     k++ == 0 ? "" : k == total ? " and " : ", ",
-                                     esc(found[i].name, e, ESC_MAX));
+        used += (size_t)snprintf(buf + used, len - used, "%s%s",
+                                 i == 0 ? "" : i + 1 == n && n == total ? " and " : ", ",
+                                 esc(found[i].name, e, ESC_MAX));
+    if (total > n && used < len)
+        snprintf(buf + used, len - used, " and %zu more", total - n);
     return buf;
 }
 
@@ -649,21 +663,22 @@ static const char *segment_names(const struct shmb_segment_found *found, size_t 
  * that one. Else it is found in --shm-dir (/dev/shm) by what its header
  * says: the segment whose owner is the daemon listening at the socket (the
  * kernel tells its pid without the daemon answering), of --pool's name
- * when given; with no daemon listening there, the default name's, else the
- * only one of that pool. Never another daemon's in silence: out->why says
- * how it was chosen. 0, or the exit status with the reason printed (unless
- * quiet): 66 for none, 2 when several fit and a flag must choose. */
+ * when given; when no daemon listening there owns one (none listens, or
+ * systemd does for a socket-activated daemon), the default name's, else
+ * the only one of that pool. Never another daemon's in silence: out->why
+ * says how it was chosen. 0, or the exit status with the reason printed
+ * (unless quiet): 66 for none, 2 when several fit and a flag must choose. */
 static int segment_find(const struct ctl *ctl, struct ctl_segment *out, bool quiet)
 {
     static struct shmb_segment_found found[CTL_SEGMENTS_MAX];
     static char e[2][ESC_MAX], names[ESC_MAX];
     const char *dir = ctl->shm_dir != NULL ? ctl->shm_dir : CTL_DEFAULT_SHM_DIR;
     const char *sock = shmb_socket_path(ctl->socket_path);
-    char want[NAME_MAX + 1];
-    bool keep[CTL_SEGMENTS_MAX], by_name = false, owner;
+    struct ctl_segment_filter filter = {ctl->pool, 0};
+    struct shmb_segment_report rep;
     struct shmb_error err;
-    size_t i, n = 0, fit = 0, pick = 0;
-    long pid;
+    size_t n = 0;
+    bool by_name = false;
     int len;
 
     memset(out, 0, sizeof(*out));
@@ -684,69 +699,54 @@ static int segment_find(const struct ctl *ctl, struct ctl_segment *out, bool qui
         return 0;
     }
     shmb_error_clear(&err);
-    if (shmb_segment_scan(dir, found, CTL_SEGMENTS_MAX, &n, &err) < 0) {
-        if (!quiet)
-            fprintf(stderr, "shmbrokerctl: %s\n", esc(err.message, e[0], ESC_MAX));
-        return EXIT_NO_INPUT;
+    filter.owner = shmb_socket_listener_pid(sock);
+    if (filter.owner > 0 &&
+        shmb_segment_scan(dir, segment_keep, &filter, found, CTL_SEGMENTS_MAX, &n, &err) < 0)
+        goto unreadable;
+    out->by_owner = n > 0;
+    if (n == 0) {
+        /* The default name's, as the daemon's default flags name it. */
+        len = ctl->pool != NULL ? snprintf(out->path, sizeof(out->path), "%s/%s.%s", dir,
+                                           CTL_DEFAULT_NAME, ctl->pool)
+                                : snprintf(out->path, sizeof(out->path), "%s/%s", dir,
+                                           CTL_DEFAULT_NAME);
+        by_name = len > 0 && (size_t)len < sizeof(out->path) &&
+                  shmb_segment_report_read(out->path, &rep, &err) == 0;
+        shmb_error_clear(&err);
+        filter.owner = 0;
+        if (!by_name &&
+            shmb_segment_scan(dir, segment_keep, &filter, found, CTL_SEGMENTS_MAX, &n, &err) < 0)
+            goto unreadable;
     }
-    n = n < CTL_SEGMENTS_MAX ? n : CTL_SEGMENTS_MAX;
-    pid = shmb_socket_listener_pid(sock);
-    for (i = 0; i < n; i++) {
-        keep[i] = (ctl->pool == NULL || segment_of_pool(found[i].name, ctl->pool)) &&
-                  pid > 0 &&
-                  (found[i].rep.owner_pid == pid || found[i].rep.counters.pid == pid);
-        if (keep[i] && fit++ == 0)
-            pick = i;
-    }
-    owner = fit > 0;
-    /* No daemon to ask which (none listens there, or the listener is not
-     * the owner of any: systemd listens for a socket-activated daemon):
-     * the default name's, as the daemon's default flags name it, else the
-     * only one of the pool. */
-    if (!owner) {
-        if (ctl->pool != NULL)
-            snprintf(want, sizeof(want), "%s.%s", CTL_DEFAULT_NAME, ctl->pool);
-        else
-            snprintf(want, sizeof(want), "%s", CTL_DEFAULT_NAME);
-        for (i = 0; i < n; i++) {
-            keep[i] = ctl->pool == NULL || segment_of_pool(found[i].name, ctl->pool);
-            if (strcmp(found[i].name, want) == 0)
-                by_name = true, pick = i;
-            else if (keep[i] && fit++ == 0 && !by_name)
-                pick = i;
-        }
-        if (by_name)
-            fit = 1;
-    }
-    if (fit == 0) {
+    if (!by_name && n == 0) {
         if (!quiet)
             fprintf(stderr,
                     "shmbrokerctl: no shmbroker segment%s%s in %s is the daemon's listening at "
-                    "%s%s (a memfd pool, or segments in another --shm-dir: name the segment "
+                    "%s (a memfd pool, or segments in another --shm-dir: name the segment "
                     "with --shm-dir and --name)\n",
                     ctl->pool != NULL ? " of pool " : "",
                     ctl->pool != NULL ? esc(ctl->pool, names, ESC_MAX) : "",
-                    esc(dir, e[0], ESC_MAX), esc(sock, e[1], ESC_MAX),
-                    pid > 0 ? "" : ", and no daemon listens there to say which is its");
+                    esc(dir, e[0], ESC_MAX), esc(sock, e[1], ESC_MAX));
         return EXIT_NO_INPUT;
     }
-    if (fit > 1) {
+    if (!by_name && n > 1) {
         if (!quiet)
             fprintf(stderr,
-                    "shmbrokerctl: %zu segments in %s fit: %s (%s); choose one with %s\n",
-                    fit, esc(dir, e[0], ESC_MAX),
-                    segment_names(found, n, keep, names, sizeof(names)),
-                    owner ? "the pools of the daemon listening at the socket"
-                          : "no daemon listening at the socket owns one",
-                    owner ? "--pool NAME" : "--name (and --pool)");
+                    "shmbrokerctl: %zu segments in %s fit: %s (%s); choose one with %s\n", n,
+                    esc(dir, e[0], ESC_MAX),
+                    segment_names(found, n < CTL_SEGMENTS_MAX ? n : CTL_SEGMENTS_MAX, n,
+                                  names, sizeof(names)),
+                    out->by_owner ? "the pools of the daemon listening at the socket"
+                                  : "no daemon listening at the socket owns one",
+                    out->by_owner ? "--pool NAME" : "--name (and --pool)");
         return EXIT_USAGE;
     }
-    out->by_owner = owner;
-    snprintf(out->path, sizeof(out->path), "%s/%s", dir, found[pick].name);
-    if (owner)
+    if (!by_name)
+        snprintf(out->path, sizeof(out->path), "%s/%s", dir, found[0].name);
+    if (out->by_owner)
         snprintf(out->why, sizeof(out->why),
                  "the segment of the shmbrokerd listening at %s (pid %ld)",
-                 esc(sock, e[0], ESC_MAX), pid);
+                 esc(sock, e[0], ESC_MAX), filter.owner);
     else
         snprintf(out->why, sizeof(out->why),
                  "%s: no daemon listening at %s owns a segment here to say which is its "
@@ -754,6 +754,11 @@ static int segment_find(const struct ctl *ctl, struct ctl_segment *out, bool qui
                  by_name ? "by its default name" : "the only one that fits",
                  esc(sock, e[0], ESC_MAX));
     return 0;
+
+unreadable:
+    if (!quiet)
+        fprintf(stderr, "shmbrokerctl: %s\n", esc(err.message, e[0], ESC_MAX));
+    return EXIT_NO_INPUT;
 }
 
 /* A wall-clock time in milliseconds as "2026-12-01 09:00:00 UTC". */

@@ -56,6 +56,23 @@ class FromSegmentTest(unittest.TestCase):
         self.assert_read(self.read(b), b, b.name)
         self.assert_read(self.read(a), a, "shmbroker")
 
+    # Many segments of other daemons in the directory (more than a scan
+    # keeps for a message) do not hide the one of the daemon at the socket.
+    def test_many_other_segments(self):
+        a = self.daemon()
+        b = self.daemon()
+        with open(os.path.join(self.shm, a.name), "rb") as f:
+            header = f.read(4096)
+        for i in range(100):
+            with open(os.path.join(self.shm, "other-%03d" % i), "wb") as f:
+                f.write(header)  # a's header: owned by a, not b
+        self.assert_read(self.read(b), b, b.name)
+        rc, out, err = ctl("--socket", a.socket_path, "status", "--from-segment",
+                           "--shm-dir", self.shm)
+        self.assertEqual(rc, 2, out + err)
+        self.assertIn("101 segments in %s fit" % self.shm, err)
+        self.assertIn("more", err)
+
     # A daemon with two pools: --pool NAME reads that pool's segment, found
     # by the pool's name alone; without --pool, status names both and asks.
     def test_pools(self):
