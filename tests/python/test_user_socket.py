@@ -39,9 +39,27 @@ print(c.socket_path)
 """
 
 
+def _nobody_reaches_the_tree():
+    """Whether uid 65534 can run the binaries and import the package (a tree
+    under a home directory of mode 0700 is closed to it)."""
+    try:
+        r = subprocess.run(AS_NOBODY + ["sh", "-c", 'test -x "$1" && test -x "$2" && test -x '
+                                        '"$3" && test -r "$4"', "sh",
+                                        support.daemon_binary(), CTL, EXAMPLE,
+                                        os.path.join(support.PACKAGE_DIR, "shmbroker",
+                                                     "__init__.py")],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    except OSError:
+        return False
+    return r.returncode == 0
+
+
 def needs_root(test):
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         return unittest.skip("needs root and setpriv to run as uid %d" % NOBODY)(test)
+    if not _nobody_reaches_the_tree():
+        return unittest.skip("uid %d cannot reach the build or the package (a parent "
+                             "directory closed to others)" % NOBODY)(test)
     return test
 
 
