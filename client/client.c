@@ -728,7 +728,8 @@ static int client_access_error(shmb_t *c, const char *path)
         "--socket-mode 0666 (with --allow-gid GROUP or --allow-uid USER to keep others "
         "out).",
         path, what == path ? "the socket" : "its directory ", what == path ? "" : what,
-        client_id_name((unsigned)st.st_uid, false, user, sizeof(user)), (unsigned)st.st_uid,
+        client_id_name((unsigned)st.st_uid, false, user, sizeof(user)),
+        (unsigned)st.st_uid,
         client_id_name((unsigned)st.st_gid, true, group, sizeof(group)),
         (unsigned)st.st_gid, (unsigned)(st.st_mode & 07777), (unsigned)geteuid(),
         (unsigned)getegid(), group, (unsigned)st.st_gid);

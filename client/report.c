@@ -947,7 +947,8 @@ static bool report_has_magic(int dirfd, const char *name)
     uint64_t magic = 0;
     struct stat st;
     bool yes = false;
-    int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
+    int fd =
+        openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
 
     if (fd < 0)
         return false;
@@ -959,8 +960,8 @@ static bool report_has_magic(int dirfd, const char *name)
 }
 
 int shmb_segment_scan(const char *dir,
-                      bool (*keep)(const char *name, const struct shmb_segment_report *rep,
-                                   void *arg),
+                      bool (*keep)(const char *name,
+                                   const struct shmb_segment_report *rep, void *arg),
                       void *arg, struct shmb_segment_found *out, size_t max, size_t *n,
                       struct shmb_error *err)
 {

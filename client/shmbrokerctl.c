@@ -226,13 +226,13 @@ static int prometheus_queues(FILE *out, shmb_t *c, const char *pool)
             if (i == 2) {
                 for (k = 0; k < 3; k++)
                     fprintf(out, "%s{pool=\"%s\",queue=\"%s\",state=\"%s\"} %u\n",
-                           metrics[i].metric, lp, lq, states[k], seats[k]);
+                            metrics[i].metric, lp, lq, states[k], seats[k]);
                 continue;
             }
             fprintf(out, "%s{pool=\"%s\",queue=\"%s\"} %llu\n", metrics[i].metric, lp, lq,
-                   (unsigned long long)(i == 0   ? q->messages
-                                        : i == 1 ? q->depth
-                                                 : (uint64_t)(q->writer_waiting != 0)));
+                    (unsigned long long)(i == 0   ? q->messages
+                                         : i == 1 ? q->depth
+                                                  : (uint64_t)(q->writer_waiting != 0)));
         }
     }
     shmb_queue_list_free(list);
@@ -349,7 +349,8 @@ static const struct prom_metric {
     {SHMB_STAT_OBJECTS, "shmbroker_objects", "Committed objects.", PROM_POOL},
     {SHMB_STAT_PENDING, "shmbroker_pending_objects", "Allocations not yet committed.",
      PROM_POOL},
-    {SHMB_STAT_PINNED, "shmbroker_pinned_objects", "Objects pinned by a reader.", PROM_POOL},
+    {SHMB_STAT_PINNED, "shmbroker_pinned_objects", "Objects pinned by a reader.",
+     PROM_POOL},
     {SHMB_STAT_CLIENTS, "shmbroker_clients", "Connected clients.", PROM_DAEMON},
     {SHMB_STAT_CLIENTS, "shmbroker_pool_clients", "Clients connected to the pool.",
      PROM_POOL},
@@ -419,8 +420,8 @@ static int prom_write(FILE *out, shmb_t *c, const struct ctl *ctl)
         /* Requests sent without awaiting their reply fail on a connection,
          * not in a pool. */
         prom_samples(out, name, (enum shmb_stat_id)i,
-                     i == SHMB_STAT_NOREPLY_ERRORS ? PROM_DAEMON : PROM_POOL, &st, pools, n,
-                     ctl->pool != NULL);
+                     i == SHMB_STAT_NOREPLY_ERRORS ? PROM_DAEMON : PROM_POOL, &st, pools,
+                     n, ctl->pool != NULL);
     }
     shmb_stats_pools_free(pools);
     rc = prometheus_queues(out, c, ctl->pool != NULL ? st.pool : NULL);
@@ -622,8 +623,8 @@ static bool segment_of_pool(const char *name, const char *pool)
 {
     size_t n = strlen(name), p = strlen(pool);
 
-    return strcmp(name, pool) == 0 || (n > p + 1 && name[n - p - 1] == '.' &&
-                                       strcmp(name + n - p, pool) == 0);
+    return strcmp(name, pool) == 0 ||
+           (n > p + 1 && name[n - p - 1] == '.' && strcmp(name + n - p, pool) == 0);
 }
 
 /* Which segments a scan keeps: pool's (all without), and with owner > 0
@@ -633,7 +634,8 @@ struct ctl_segment_filter {
     long owner;
 };
 
-static bool segment_keep(const char *name, const struct shmb_segment_report *rep, void *arg)
+static bool segment_keep(const char *name, const struct shmb_segment_report *rep,
+                         void *arg)
 {
     const struct ctl_segment_filter *f = arg;
 
@@ -652,7 +654,9 @@ static const char *segment_names(const struct shmb_segment_found *found, size_t 
     buf[0] = '\0';
     for (i = 0; i < n && used < len; i++)
         used += (size_t)snprintf(buf + used, len - used, "%s%s",
-                                 i == 0 ? "" : i + 1 == n && n == total ? " and " : ", ",
+                                 i == 0                     ? ""
+                                 : i + 1 == n && n == total ? " and "
+                                                            : ", ",
                                  esc(found[i].name, e, ESC_MAX));
     if (total > n && used < len)
         snprintf(buf + used, len - used, " and %zu more", total - n);
@@ -684,7 +688,8 @@ static int segment_find(const struct ctl *ctl, struct ctl_segment *out, bool qui
     memset(out, 0, sizeof(*out));
     if (ctl->name != NULL) {
         len = ctl->pool != NULL
-                  ? snprintf(out->path, sizeof(out->path), "%s/%s.%s", dir, ctl->name, ctl->pool)
+                  ? snprintf(out->path, sizeof(out->path), "%s/%s.%s", dir, ctl->name,
+                             ctl->pool)
                   : snprintf(out->path, sizeof(out->path), "%s/%s", dir, ctl->name);
         if (len < 0 || (size_t)len >= sizeof(out->path)) {
             if (!quiet)
@@ -700,8 +705,8 @@ static int segment_find(const struct ctl *ctl, struct ctl_segment *out, bool qui
     }
     shmb_error_clear(&err);
     filter.owner = shmb_socket_listener_pid(sock);
-    if (filter.owner > 0 &&
-        shmb_segment_scan(dir, segment_keep, &filter, found, CTL_SEGMENTS_MAX, &n, &err) < 0)
+    if (filter.owner > 0 && shmb_segment_scan(dir, segment_keep, &filter, found,
+                                              CTL_SEGMENTS_MAX, &n, &err) < 0)
         goto unreadable;
     out->by_owner = n > 0;
     if (n == 0) {
@@ -714,26 +719,28 @@ static int segment_find(const struct ctl *ctl, struct ctl_segment *out, bool qui
                   shmb_segment_report_read(out->path, &rep, &err) == 0;
         shmb_error_clear(&err);
         filter.owner = 0;
-        if (!by_name &&
-            shmb_segment_scan(dir, segment_keep, &filter, found, CTL_SEGMENTS_MAX, &n, &err) < 0)
+        if (!by_name && shmb_segment_scan(dir, segment_keep, &filter, found,
+                                          CTL_SEGMENTS_MAX, &n, &err) < 0)
             goto unreadable;
     }
     if (!by_name && n == 0) {
         if (!quiet)
-            fprintf(stderr,
-                    "shmbrokerctl: no shmbroker segment%s%s in %s is the daemon's listening at "
-                    "%s (a memfd pool, or segments in another --shm-dir: name the segment "
-                    "with --shm-dir and --name)\n",
-                    ctl->pool != NULL ? " of pool " : "",
-                    ctl->pool != NULL ? esc(ctl->pool, names, ESC_MAX) : "",
-                    esc(dir, e[0], ESC_MAX), esc(sock, e[1], ESC_MAX));
+            fprintf(
+                stderr,
+                "shmbrokerctl: no shmbroker segment%s%s in %s is the daemon's listening "
+                "at "
+                "%s (a memfd pool, or segments in another --shm-dir: name the segment "
+                "with --shm-dir and --name)\n",
+                ctl->pool != NULL ? " of pool " : "",
+                ctl->pool != NULL ? esc(ctl->pool, names, ESC_MAX) : "",
+                esc(dir, e[0], ESC_MAX), esc(sock, e[1], ESC_MAX));
         return EXIT_NO_INPUT;
     }
     if (!by_name && n > 1) {
         if (!quiet)
             fprintf(stderr,
-                    "shmbrokerctl: %zu segments in %s fit: %s (%s); choose one with %s\n", n,
-                    esc(dir, e[0], ESC_MAX),
+                    "shmbrokerctl: %zu segments in %s fit: %s (%s); choose one with %s\n",
+                    n, esc(dir, e[0], ESC_MAX),
                     segment_names(found, n < CTL_SEGMENTS_MAX ? n : CTL_SEGMENTS_MAX, n,
                                   names, sizeof(names)),
                     out->by_owner ? "the pools of the daemon listening at the socket"

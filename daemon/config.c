@@ -1018,17 +1018,18 @@ static int config_default_socket(struct config *cfg, bool *user, struct shmb_err
 
     *user = false;
     if (env != NULL && env[0] != '\0')
-        return config_copy(cfg->socket_path, sizeof(cfg->socket_path), "$" SHMB_SOCKET_ENV,
-                           env, err);
+        return config_copy(cfg->socket_path, sizeof(cfg->socket_path),
+                           "$" SHMB_SOCKET_ENV, env, err);
     if (config_system_socket_usable())
         return config_copy(cfg->socket_path, sizeof(cfg->socket_path), "the socket",
                            SHMB_DEFAULT_SOCKET, err);
     if (shmb_user_socket_path(cfg->socket_path, sizeof(cfg->socket_path)) < 0)
-        return shmb_error_set(err, -ENAMETOOLONG,
-                              "$XDG_RUNTIME_DIR is too long for a socket path under it "
-                              "(at most %zu bytes in all); choose the socket with --socket "
-                              "or $%s.",
-                              sizeof(cfg->socket_path) - 1, SHMB_SOCKET_ENV);
+        return shmb_error_set(
+            err, -ENAMETOOLONG,
+            "$XDG_RUNTIME_DIR is too long for a socket path under it "
+            "(at most %zu bytes in all); choose the socket with --socket "
+            "or $%s.",
+            sizeof(cfg->socket_path) - 1, SHMB_SOCKET_ENV);
     *user = true;
     return 0;
 }

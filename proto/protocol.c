@@ -90,8 +90,9 @@ int shmb_user_socket_dir_check(const char *dir, struct shmb_error *err)
             "with mode %04o, so whoever made it could swap the socket. Remove it, or "
             "choose the socket with --socket or $%s.",
             dir, (unsigned)geteuid(),
-            S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory"
-                                                                           : "a file",
+            S_ISLNK(st.st_mode)   ? "a symbolic link"
+            : S_ISDIR(st.st_mode) ? "a directory"
+                                  : "a file",
             (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), SHMB_SOCKET_ENV);
     return 0;
 }
