@@ -723,8 +723,9 @@ static int client_access_error(shmb_t *c, const char *path)
         &c->err, -EACCES,
         "Permission denied connecting to shmbrokerd at %s: %s%s belongs to user %s (uid "
         "%u) and group %s (gid %u) with mode %04o, and this process runs as uid %u, gid "
-        "%u, outside them. Join the group (usermod -aG %s USER, then log in again; in a "
-        "container, add gid %u to the worker's groups), or start shmbrokerd with "
+        "%u, whom that mode does not let in. Join the group (usermod -aG %s USER, then "
+        "log in again; in a container, add gid %u to the worker's groups), or start "
+        "shmbrokerd with "
         "--socket-mode 0666 (with --allow-gid GROUP or --allow-uid USER to keep others "
         "out).",
         path, what == path ? "the socket" : "its directory ", what == path ? "" : what,

@@ -17,8 +17,6 @@ import unittest
 
 import support
 
-import shmbroker
-from shmbroker import client as client_mod
 
 NOBODY = 65534
 AS_NOBODY = ["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups"]
@@ -29,7 +27,6 @@ TMP_DIR = "/tmp/shmbroker-%d" % NOBODY
 
 # A Python client with no socket path: put, get back, say where it went.
 PY_CLIENT = """
-import shmbroker
 c = shmbroker.Client()
 c.put("user-socket-py", b"from python")
 got = c.read("user-socket-py")

@@ -137,8 +137,9 @@ def _access_message(path):
     group = _id_name(st.st_gid, True)
     return ("Permission denied connecting to shmbrokerd at %s: %s belongs to user %s (uid "
             "%d) and group %s (gid %d) with mode %04o, and this process runs as uid %d, gid "
-            "%d, outside them. Join the group (usermod -aG %s USER, then log in again; in a "
-            "container, add gid %d to the worker's groups), or start shmbrokerd with "
+            "%d, whom that mode does not let in. Join the group (usermod -aG %s USER, then "
+            "log in again; in a container, add gid %d to the worker's groups), or start "
+            "shmbrokerd with "
             "--socket-mode 0666 (with --allow-gid GROUP or --allow-uid USER to keep others "
             "out)." % (path, shown, _id_name(st.st_uid, False), st.st_uid, group, st.st_gid,
                        st.st_mode & 0o7777, os.geteuid(), os.getegid(), group, st.st_gid))
