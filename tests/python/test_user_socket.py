@@ -27,6 +27,7 @@ TMP_DIR = "/tmp/shmbroker-%d" % NOBODY
 
 # A Python client with no socket path: put, get back, say where it went.
 PY_CLIENT = """
+import shmbroker
 c = shmbroker.Client()
 c.put("user-socket-py", b"from python")
 got = c.read("user-socket-py")
