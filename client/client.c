@@ -9,9 +9,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -676,6 +678,64 @@ static uint64_t client_hello_u64(const json_t *reply, const char *field)
                                                             : 0;
 }
 
+/* The name of user uid (or group gid, when group) into buf: "?" when it has
+ * none here (another container's ids). Returns buf. */
+static const char *client_id_name(unsigned id, bool group, char *buf, size_t len)
+{
+    char tmp[4096];
+    struct passwd pw, *pwp = NULL;
+    struct group gr, *grp = NULL;
+
+    if (group ? getgrgid_r((gid_t)id, &gr, tmp, sizeof(tmp), &grp) == 0 && grp != NULL
+              : getpwuid_r((uid_t)id, &pw, tmp, sizeof(tmp), &pwp) == 0 && pwp != NULL)
+        snprintf(buf, len, "%s", group ? grp->gr_name : pwp->pw_name);
+    else
+        snprintf(buf, len, "?");
+    return buf;
+}
+
+/* connect() to path was refused with EACCES: say whose the socket is and
+ * what would let this process in, instead of asking whether the daemon
+ * runs (it does: its socket is there). */
+static int client_access_error(shmb_t *c, const char *path)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)], user[64], group[64];
+    const char *what = path;
+    struct stat st;
+    char *slash;
+
+    if (stat(path, &st) != 0) {
+        /* A directory on the way does not let this user through. */
+        snprintf(dir, sizeof(dir), "%s", path);
+        slash = strrchr(dir, '/');
+        if (slash != NULL && slash != dir)
+            *slash = '\0';
+        if (stat(dir, &st) != 0)
+            return shmb_error_set(
+                &c->err, -EACCES,
+                "Permission denied connecting to shmbrokerd at %s: this process (uid %u, "
+                "gid %u) may not reach the socket's directory. Run as a user who may, or "
+                "choose another socket (--socket of shmbrokerd and of this client).",
+                path, (unsigned)geteuid(), (unsigned)getegid());
+        what = dir;
+    }
+    return shmb_error_set(
+        &c->err, -EACCES,
+        "Permission denied connecting to shmbrokerd at %s: %s%s belongs to user %s (uid "
+        "%u) and group %s (gid %u) with mode %04o, and this process runs as uid %u, gid "
+        "%u, whom that mode does not let in. Join the group (usermod -aG %s USER, then "
+        "log in again; in a container, add gid %u to the worker's groups), or start "
+        "shmbrokerd with "
+        "--socket-mode 0666 (with --allow-gid GROUP or --allow-uid USER to keep others "
+        "out).",
+        path, what == path ? "the socket" : "its directory ", what == path ? "" : what,
+        client_id_name((unsigned)st.st_uid, false, user, sizeof(user)),
+        (unsigned)st.st_uid,
+        client_id_name((unsigned)st.st_gid, true, group, sizeof(group)),
+        (unsigned)st.st_gid, (unsigned)(st.st_mode & 07777), (unsigned)geteuid(),
+        (unsigned)getegid(), group, (unsigned)st.st_gid);
+}
+
 /* The catalog view and the arena of a new connection, from its hello reply
  * (NULL: none yet): both start afresh on every connect and reconnect. A
  * daemon that does not say "layout":2 publishes no catalog this library
@@ -732,7 +792,21 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
     if (connect(c->sock, (struct sockaddr *)&sun, sizeof(sun)) != 0) {
         int saved = errno;
 
+        char user[sizeof(sun.sun_path)];
+
         client_disconnect(c, keep_map);
+        if (saved == EACCES)
+            return client_access_error(c, path);
+        /* The system's socket was tried because this user has none of its
+         * own: say where a daemon of its own would be. */
+        if (strcmp(path, SHMB_DEFAULT_SOCKET) == 0 && geteuid() != 0 &&
+            shmb_user_socket_path(user, sizeof(user)) == 0)
+            return shmb_error_set(&c->err, -saved,
+                                  "Cannot connect to shmbrokerd at %s: %s, nor at this "
+                                  "user's %s. Is shmbrokerd running? Start it (make run, "
+                                  "systemctl start shmbrokerd), or set %s or pass the "
+                                  "socket path.",
+                                  path, strerror(saved), user, SHMB_SOCKET_ENV);
         return shmb_error_set(
             &c->err, -saved,
             "Cannot connect to shmbrokerd at %s: %s. Is shmbrokerd running? "

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -17,8 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "../proto/alloc.h"
@@ -910,4 +914,85 @@ out:
     if (fd >= 0)
         close(fd);
     return rc;
+}
+
+long shmb_socket_listener_pid(const char *path)
+{
+    struct sockaddr_un sun;
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    long pid = 0;
+    int fd;
+
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof(sun.sun_path))
+        return 0;
+    memcpy(sun.sun_path, path, strlen(path) + 1);
+    /* Non-blocking: a listener whose backlog is full is not waited for. */
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return 0;
+    if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0 &&
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+        pid = (long)cred.pid;
+    close(fd);
+    return pid;
+}
+
+/* Whether the file name in dir starts with a segment's magic number: read
+ * first, so that a scan maps only the headers of segments. */
+static bool report_has_magic(int dirfd, const char *name)
+{
+    uint64_t magic = 0;
+    struct stat st;
+    bool yes = false;
+    int fd =
+        openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
+
+    if (fd < 0)
+        return false;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= SHMB_HEADER_PAGE &&
+        pread(fd, &magic, sizeof(magic), 0) == (ssize_t)sizeof(magic))
+        yes = magic == SHMB_SEGMENT_MAGIC;
+    close(fd);
+    return yes;
+}
+
+int shmb_segment_scan(const char *dir,
+                      bool (*keep)(const char *name,
+                                   const struct shmb_segment_report *rep, void *arg),
+                      void *arg, struct shmb_segment_found *out, size_t max, size_t *n,
+                      struct shmb_error *err)
+{
+    struct shmb_error ignored;
+    char path[PATH_MAX];
+    struct dirent *e;
+    DIR *d = opendir(dir);
+    int rc;
+
+    *n = 0;
+    if (d == NULL) {
+        rc = -errno;
+        return shmb_error_set(err, rc, "Cannot read the directory %s: %s.", dir,
+                              strerror(-rc));
+    }
+    while ((e = readdir(d)) != NULL) {
+        struct shmb_segment_report rep;
+
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof(out->name) ||
+            !report_has_magic(dirfd(d), e->d_name))
+            continue;
+        if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path) ||
+            shmb_segment_report_read(path, &rep, &ignored) < 0 ||
+            (keep != NULL && !keep(e->d_name, &rep, arg)))
+            continue;
+        if (*n < max) {
+            memcpy(out[*n].name, e->d_name, strlen(e->d_name) + 1);
+            out[*n].rep = rep;
+        }
+        (*n)++;
+    }
+    closedir(d);
+    return 0;
 }

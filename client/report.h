@@ -54,4 +54,28 @@ struct shmb_segment_report {
 int shmb_segment_report_read(const char *path, struct shmb_segment_report *out,
                              struct shmb_error *err);
 
+/* The pid of the process listening at the socket path, read with
+ * SO_PEERCRED from a connection that sends nothing: the kernel accepts it
+ * for a daemon that is stopped or stuck too. 0 when no one listens there,
+ * or the listener is in another pid namespace (or is systemd, which
+ * listens for a socket-activated daemon: then its pid). */
+long shmb_socket_listener_pid(const char *path);
+
+/* A shmbroker segment file found in a directory. */
+struct shmb_segment_found {
+    char name[256]; /* its file name in the directory */
+    struct shmb_segment_report rep;
+};
+
+/* The shmbroker segments of this layout in dir that keep accepts (all when
+ * keep is NULL), in the order readdir gives them: up to max into out, and
+ * in *n how many there are (more than max when out was too short). Files
+ * that are not segments are passed over. 0, or a negative errno when dir
+ * cannot be read, with err set. */
+int shmb_segment_scan(const char *dir,
+                      bool (*keep)(const char *name, const struct shmb_segment_report *rep,
+                                   void *arg),
+                      void *arg, struct shmb_segment_found *out, size_t max, size_t *n,
+                      struct shmb_error *err);
+
 #endif

@@ -150,6 +150,22 @@ static const char *prom_label(const char *s, char *buf, size_t len)
     return buf;
 }
 
+/* A metric's # HELP and # TYPE lines. */
+static void prom_head(FILE *out, const char *metric, const char *type, const char *help)
+{
+    fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", metric, help, metric, type);
+}
+
+/* shmbroker_up: whether the daemon answered this scrape. With 0 it is the
+ * whole exposition: the last file's figures must not live on in a
+ * textfile collector as if they were current. */
+static void prom_up(FILE *out, int up)
+{
+    prom_head(out, "shmbroker_up", "gauge",
+              "1 when shmbrokerd answered this scrape, 0 when it did not.");
+    fprintf(out, "shmbroker_up %d\n", up);
+}
+
 /* The broadcast queues, with their seats when seats, or NULL with the
  * error reported: none from a daemon that has no queues (ENOSYS). The
  * caller frees the list. */
@@ -174,7 +190,7 @@ static bool queue_shown(const shmb_queue_info_t *q, const char *pool)
  * nothing when there is no queue, so that every metric named has samples.
  * A queue whose name its pool's group= hides from this user has no label
  * to tell it from another: it is left out. */
-static int prometheus_queues(shmb_t *c, const char *pool)
+static int prometheus_queues(FILE *out, shmb_t *c, const char *pool)
 {
     static const char *const states[] = {"live", "dead", "free"};
     static const struct {
@@ -198,8 +214,7 @@ static int prometheus_queues(shmb_t *c, const char *pool)
     for (j = 0; j < list->count; j++)
         shown += queue_shown(&list->queues[j], pool) && list->queues[j].name[0] != '\0';
     for (i = 0; shown > 0 && i < sizeof(metrics) / sizeof(metrics[0]); i++) {
-        printf("# HELP %s %s\n# TYPE %s %s\n", metrics[i].metric, metrics[i].help,
-               metrics[i].metric, metrics[i].type);
+        prom_head(out, metrics[i].metric, metrics[i].type, metrics[i].help);
         for (j = 0; j < list->count; j++) {
             const shmb_queue_info_t *q = &list->queues[j];
             const uint32_t seats[] = {q->seats_live, q->seats_dead, q->seats_free};
@@ -210,14 +225,14 @@ static int prometheus_queues(shmb_t *c, const char *pool)
             prom_label(q->name, lq, sizeof(lq));
             if (i == 2) {
                 for (k = 0; k < 3; k++)
-                    printf("%s{pool=\"%s\",queue=\"%s\",state=\"%s\"} %u\n",
-                           metrics[i].metric, lp, lq, states[k], seats[k]);
+                    fprintf(out, "%s{pool=\"%s\",queue=\"%s\",state=\"%s\"} %u\n",
+                            metrics[i].metric, lp, lq, states[k], seats[k]);
                 continue;
             }
-            printf("%s{pool=\"%s\",queue=\"%s\"} %llu\n", metrics[i].metric, lp, lq,
-                   (unsigned long long)(i == 0   ? q->messages
-                                        : i == 1 ? q->depth
-                                                 : (uint64_t)(q->writer_waiting != 0)));
+            fprintf(out, "%s{pool=\"%s\",queue=\"%s\"} %llu\n", metrics[i].metric, lp, lq,
+                    (unsigned long long)(i == 0   ? q->messages
+                                         : i == 1 ? q->depth
+                                                  : (uint64_t)(q->writer_waiting != 0)));
         }
     }
     shmb_queue_list_free(list);
@@ -309,83 +324,138 @@ static int print_queues(shmb_t *c, const char *pool)
     return 0;
 }
 
-/* The stats in Prometheus's text exposition format, one metric per figure:
- * the gauges below, then every counter of proto/stats.def. A figure of a
- * pool (its bytes, objects, counters) has one sample per pool, labelled
+/* Where a metric's sample comes from. */
+enum prom_scope {
+    PROM_DAEMON, /* the daemon's own figure: one sample, no label */
+    PROM_POOL,   /* a pool's figure: one sample per pool, pool="NAME" */
+};
+
+/* The metrics of status --prometheus besides shmbroker_up, shmbroker_info,
+ * the counters of proto/stats.def (shmbroker_NAME_total, per pool but for
+ * noreply_errors) and the queues' (prometheus_queues). Names follow
+ * Prometheus's: the unit last (_bytes, _seconds), a count of things in the
+ * plural, counters ending in _total. */
+static const struct prom_metric {
+    enum shmb_stat_id field;
+    const char *metric, *help;
+    enum prom_scope scope;
+} prom_metrics[] = {
+    {SHMB_STAT_SIZE, "shmbroker_segment_bytes", "Size of the segment, header included.",
+     PROM_POOL},
+    {SHMB_STAT_DATA_SIZE, "shmbroker_data_bytes", "Bytes of the data area.", PROM_POOL},
+    {SHMB_STAT_USED, "shmbroker_used_bytes", "Bytes in use (objects, headers, gaps).",
+     PROM_POOL},
+    {SHMB_STAT_FREE, "shmbroker_free_bytes", "Bytes free in the data area.", PROM_POOL},
+    {SHMB_STAT_OBJECTS, "shmbroker_objects", "Committed objects.", PROM_POOL},
+    {SHMB_STAT_PENDING, "shmbroker_pending_objects", "Allocations not yet committed.",
+     PROM_POOL},
+    {SHMB_STAT_PINNED, "shmbroker_pinned_objects", "Objects pinned by a reader.",
+     PROM_POOL},
+    {SHMB_STAT_CLIENTS, "shmbroker_clients", "Connected clients.", PROM_DAEMON},
+    {SHMB_STAT_CLIENTS, "shmbroker_pool_clients", "Clients connected to the pool.",
+     PROM_POOL},
+    {SHMB_STAT_MAX_OBJECT_SIZE, "shmbroker_max_object_bytes", "Largest object allowed.",
+     PROM_POOL},
+    {SHMB_STAT_SHM_DIR_FREE, "shmbroker_shm_dir_free_bytes",
+     "Bytes free where the pool's segment lives (memory for a memfd pool).", PROM_POOL},
+    {SHMB_STAT_UPTIME_S, "shmbroker_uptime_seconds", "Seconds since the daemon started.",
+     PROM_DAEMON},
+};
+
+/* One metric's samples: the daemon's figure, or each pool's (with --pool,
+ * that pool's only). */
+static void prom_samples(FILE *out, const char *metric, enum shmb_stat_id field,
+                         enum prom_scope scope, const shmb_stats_t *st,
+                         const shmb_stats_t *pools, size_t n, bool one_pool)
+{
+    char label[3 * 32 + 8];
+    size_t j;
+
+    if (scope == PROM_DAEMON) {
+        fprintf(out, "%s %lld\n", metric, (long long)shmb_stats_number(st, field));
+        return;
+    }
+    for (j = 0; j < n; j++)
+        if (!one_pool || strcmp(pools[j].pool, st->pool) == 0)
+            fprintf(out, "%s{pool=\"%s\"} %lld\n", metric,
+                    prom_label(pools[j].pool, label, sizeof(label)),
+                    (long long)shmb_stats_number(&pools[j], field));
+}
+
+/* The stats in Prometheus's text exposition format into out: shmbroker_up
+ * 1, shmbroker_info, the table above, every counter of proto/stats.def,
+ * then the queues'. A figure of a pool has one sample per pool, labelled
  * pool="NAME" (one pool too, so that a dashboard does not change when a
  * second is added; with --pool, that pool only); the daemon's own (clients
- * in all, uptime, noreply errors) have no label. */
-static int print_prometheus(shmb_t *c, const struct ctl *ctl)
+ * in all, uptime, noreply errors) have no label. 0, or the exit status
+ * with the error said. */
+static int prom_write(FILE *out, shmb_t *c, const struct ctl *ctl)
 {
-    static const struct {
-        enum shmb_stat_id field;
-        const char *metric, *type, *help;
-        int per_pool;
-    } gauges[] = {
-        {SHMB_STAT_SIZE, "shmbroker_segment_bytes", "gauge",
-         "Size of the segment, header included.", 1},
-        {SHMB_STAT_DATA_SIZE, "shmbroker_data_bytes", "gauge", "Bytes of the data area.", 1},
-        {SHMB_STAT_USED, "shmbroker_used_bytes", "gauge",
-         "Bytes in use (objects, headers, gaps).", 1},
-        {SHMB_STAT_FREE, "shmbroker_free_bytes", "gauge", "Bytes free in the data area.", 1},
-        {SHMB_STAT_OBJECTS, "shmbroker_objects", "gauge", "Committed objects.", 1},
-        {SHMB_STAT_PENDING, "shmbroker_pending_objects", "gauge",
-         "Allocations not yet committed.", 1},
-        {SHMB_STAT_PINNED, "shmbroker_pinned_objects", "gauge",
-         "Objects pinned by a reader.", 1},
-        {SHMB_STAT_CLIENTS, "shmbroker_clients", "gauge", "Connected clients.", 0},
-        {SHMB_STAT_CLIENTS, "shmbroker_pool_clients", "gauge",
-         "Clients connected to the pool.", 1},
-        {SHMB_STAT_MAX_OBJECT_SIZE, "shmbroker_max_object_bytes", "gauge",
-         "Largest object allowed.", 1},
-        {SHMB_STAT_SHM_DIR_FREE, "shmbroker_shm_dir_free_bytes", "gauge",
-         "Bytes free where the pool's segment lives (memory for a memfd pool).", 1},
-        {SHMB_STAT_UPTIME_S, "shmbroker_uptime_seconds", "gauge",
-         "Seconds since the daemon started.", 0},
-    };
     shmb_stats_t st, *pools = NULL;
-    size_t i, j, n = 0;
-    char label[3 * 32 + 8];
+    char name[128], help[160], label[3 * 32 + 8];
+    size_t i, n = 0;
+    int rc;
 
     if (shmb_stats(c, &st) < 0 || shmb_stats_pools(c, &pools, &n) < 0)
         return fail(c);
-    for (i = 0; i < sizeof(gauges) / sizeof(gauges[0]); i++) {
-        printf("# HELP %s %s\n# TYPE %s %s\n", gauges[i].metric, gauges[i].help,
-               gauges[i].metric, gauges[i].type);
-        if (!gauges[i].per_pool) {
-            printf("%s %lld\n", gauges[i].metric,
-                   (long long)shmb_stats_number(&st, gauges[i].field));
-            continue;
-        }
-        for (j = 0; j < n; j++)
-            if (ctl->pool == NULL || strcmp(pools[j].pool, st.pool) == 0)
-                printf("%s{pool=\"%s\"} %lld\n", gauges[i].metric,
-                       prom_label(pools[j].pool, label, sizeof(label)),
-                       (long long)shmb_stats_number(&pools[j], gauges[i].field));
+    prom_up(out, 1);
+    prom_head(out, "shmbroker_info", "gauge",
+              "Always 1: the daemon's version, and the segment layout and protocol "
+              "versions this shmbrokerctl reads.");
+    fprintf(out, "shmbroker_info{version=\"%s\",layout=\"%d\",protocol=\"%d\"} 1\n",
+            prom_label(st.version, label, sizeof(label)), SHMB_LAYOUT_VERSION,
+            SHMB_PROTOCOL_VERSION);
+    for (i = 0; i < sizeof(prom_metrics) / sizeof(prom_metrics[0]); i++) {
+        prom_head(out, prom_metrics[i].metric, "gauge", prom_metrics[i].help);
+        prom_samples(out, prom_metrics[i].metric, prom_metrics[i].field,
+                     prom_metrics[i].scope, &st, pools, n, ctl->pool != NULL);
     }
     for (i = 0; i < SHMB_STAT_COUNT; i++) {
-        const char *name = shmb_stat_fields[i].name;
-
         if (shmb_stat_fields[i].kind != SHMB_STATK_COUNTER)
             continue;
-        printf("# HELP shmbroker_%s_total Count of %s since the daemon started.\n"
-               "# TYPE shmbroker_%s_total counter\n",
-               name, name, name);
+        snprintf(name, sizeof(name), "shmbroker_%s_total", shmb_stat_fields[i].name);
+        snprintf(help, sizeof(help), "Count of %s since the daemon started.",
+                 shmb_stat_fields[i].name);
+        prom_head(out, name, "counter", help);
         /* Requests sent without awaiting their reply fail on a connection,
          * not in a pool. */
-        if (i == SHMB_STAT_NOREPLY_ERRORS) {
-            printf("shmbroker_%s_total %lld\n", name,
-                   (long long)shmb_stats_number(&st, (enum shmb_stat_id)i));
-            continue;
-        }
-        for (j = 0; j < n; j++)
-            if (ctl->pool == NULL || strcmp(pools[j].pool, st.pool) == 0)
-                printf("shmbroker_%s_total{pool=\"%s\"} %lld\n", name,
-                       prom_label(pools[j].pool, label, sizeof(label)),
-                       (long long)shmb_stats_number(&pools[j], (enum shmb_stat_id)i));
+        prom_samples(out, name, (enum shmb_stat_id)i,
+                     i == SHMB_STAT_NOREPLY_ERRORS ? PROM_DAEMON : PROM_POOL, &st, pools,
+                     n, ctl->pool != NULL);
     }
     shmb_stats_pools_free(pools);
-    return prometheus_queues(c, ctl->pool != NULL ? st.pool : NULL);
+    rc = prometheus_queues(out, c, ctl->pool != NULL ? st.pool : NULL);
+    return rc;
+}
+
+/* status --prometheus: the exposition is made whole before any of it is
+ * written, so that a scrape that fails half way leaves no half file. */
+static int print_prometheus(shmb_t *c, const struct ctl *ctl)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    int rc;
+
+    if (out == NULL) {
+        fprintf(stderr, "shmbrokerctl: out of memory\n");
+        return EXIT_ERROR_REPLY;
+    }
+    rc = prom_write(out, c, ctl);
+    if (fclose(out) != 0 && rc == 0) {
+        fprintf(stderr, "shmbrokerctl: out of memory\n");
+        rc = EXIT_ERROR_REPLY;
+    }
+    /* The daemon went away between the connect and the figures: it is
+     * down for this scrape, as when it never answered. */
+    if (rc == EXIT_UNAVAILABLE) {
+        prom_up(stdout, 0);
+        rc = 0;
+    } else if (rc == 0 && fwrite(text, 1, len, stdout) != len) {
+        rc = EXIT_IO_ERROR;
+    }
+    free(text);
+    return rc;
 }
 
 /* The daemon's stats reply as it sent it (without the request's id). */
@@ -536,24 +606,166 @@ static int cmd_status(shmb_t *c, struct ctl *ctl)
  * did not answer. */
 enum ctl_segment_why { CTL_SEG_ASKED, CTL_SEG_NO_ANSWER };
 
-/* The segment file status reads: --shm-dir/--name, and ".POOL" with --pool
- * (a daemon with --pool keeps one segment per pool, --name.POOL). 0, or
- * the exit status with the reason printed. */
-static int segment_path(const struct ctl *ctl, char *out, size_t len)
-{
-    const char *dir = ctl->shm_dir != NULL ? ctl->shm_dir : CTL_DEFAULT_SHM_DIR;
-    const char *name = ctl->name != NULL ? ctl->name : CTL_DEFAULT_NAME;
-    int n = ctl->pool != NULL ? snprintf(out, len, "%s/%s.%s", dir, name, ctl->pool)
-                              : snprintf(out, len, "%s/%s", dir, name);
+/* The segment status reads, as segment_find found it. */
+struct ctl_segment {
+    char path[PATH_MAX];
+    char why[512]; /* how it was found, for the reader to judge */
+    bool by_owner; /* its header names the daemon listening at the socket */
+};
 
-    if (n < 0 || (size_t)n >= len) {
-        fprintf(stderr,
-                "shmbrokerctl: the segment path --shm-dir/--name is longer than %zu "
-                "bytes\n",
-                len - 1);
+/* Segments one directory may hold for status to choose from: a daemon has
+ * at most one per pool. */
+#define CTL_SEGMENTS_MAX 64
+
+/* Whether segment file name is pool's: named after it (a daemon without
+ * --pool names its one pool after --name), or --name.POOL. */
+static bool segment_of_pool(const char *name, const char *pool)
+{
+    size_t n = strlen(name), p = strlen(pool);
+
+    return strcmp(name, pool) == 0 ||
+           (n > p + 1 && name[n - p - 1] == '.' && strcmp(name + n - p, pool) == 0);
+}
+
+/* Which segments a scan keeps: pool's (all without), and with owner > 0
+ * only those whose header names that pid as their daemon. */
+struct ctl_segment_filter {
+    const char *pool;
+    long owner;
+};
+
+static bool segment_keep(const char *name, const struct shmb_segment_report *rep,
+                         void *arg)
+{
+    const struct ctl_segment_filter *f = arg;
+
+    return (f->pool == NULL || segment_of_pool(name, f->pool)) &&
+           (f->owner <= 0 || rep->owner_pid == f->owner || rep->counters.pid == f->owner);
+}
+
+/* The names of found[0..n), for a message: "a, b and c" (and how many more
+ * when total is larger). */
+static const char *segment_names(const struct shmb_segment_found *found, size_t n,
+                                 size_t total, char *buf, size_t len)
+{
+    static char e[ESC_MAX];
+    size_t i, used = 0;
+
+    buf[0] = '\0';
+    for (i = 0; i < n && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s",
+                                 i == 0                     ? ""
+                                 : i + 1 == n && n == total ? " and "
+                                                            : ", ",
+                                 esc(found[i].name, e, ESC_MAX));
+    if (total > n && used < len)
+        snprintf(buf + used, len - used, " and %zu more", total - n);
+    return buf;
+}
+
+/* The segment file status reads. Named (--name, with ".POOL" for --pool),
+ * that one. Else it is found in --shm-dir (/dev/shm) by what its header
+ * says: the segment whose owner is the daemon listening at the socket (the
+ * kernel tells its pid without the daemon answering), of --pool's name
+ * when given; when no daemon listening there owns one (none listens, or
+ * systemd does for a socket-activated daemon), the default name's, else
+ * the only one of that pool. Never another daemon's in silence: out->why
+ * says how it was chosen. 0, or the exit status with the reason printed
+ * (unless quiet): 66 for none, 2 when several fit and a flag must choose. */
+static int segment_find(const struct ctl *ctl, struct ctl_segment *out, bool quiet)
+{
+    static struct shmb_segment_found found[CTL_SEGMENTS_MAX];
+    static char e[2][ESC_MAX], names[ESC_MAX];
+    const char *dir = ctl->shm_dir != NULL ? ctl->shm_dir : CTL_DEFAULT_SHM_DIR;
+    const char *sock = shmb_socket_path(ctl->socket_path);
+    struct ctl_segment_filter filter = {ctl->pool, 0};
+    struct shmb_segment_report rep;
+    struct shmb_error err;
+    size_t n = 0;
+    bool by_name = false;
+    int len;
+
+    memset(out, 0, sizeof(*out));
+    if (ctl->name != NULL) {
+        len = ctl->pool != NULL
+                  ? snprintf(out->path, sizeof(out->path), "%s/%s.%s", dir, ctl->name,
+                             ctl->pool)
+                  : snprintf(out->path, sizeof(out->path), "%s/%s", dir, ctl->name);
+        if (len < 0 || (size_t)len >= sizeof(out->path)) {
+            if (!quiet)
+                fprintf(stderr,
+                        "shmbrokerctl: the segment path --shm-dir/--name is longer than "
+                        "%zu bytes\n",
+                        sizeof(out->path) - 1);
+            return EXIT_USAGE;
+        }
+        snprintf(out->why, sizeof(out->why), "named by --name%s",
+                 ctl->pool != NULL ? " and --pool" : "");
+        return 0;
+    }
+    shmb_error_clear(&err);
+    filter.owner = shmb_socket_listener_pid(sock);
+    if (filter.owner > 0 && shmb_segment_scan(dir, segment_keep, &filter, found,
+                                              CTL_SEGMENTS_MAX, &n, &err) < 0)
+        goto unreadable;
+    out->by_owner = n > 0;
+    if (n == 0) {
+        /* The default name's, as the daemon's default flags name it. */
+        len = ctl->pool != NULL ? snprintf(out->path, sizeof(out->path), "%s/%s.%s", dir,
+                                           CTL_DEFAULT_NAME, ctl->pool)
+                                : snprintf(out->path, sizeof(out->path), "%s/%s", dir,
+                                           CTL_DEFAULT_NAME);
+        by_name = len > 0 && (size_t)len < sizeof(out->path) &&
+                  shmb_segment_report_read(out->path, &rep, &err) == 0;
+        shmb_error_clear(&err);
+        filter.owner = 0;
+        if (!by_name && shmb_segment_scan(dir, segment_keep, &filter, found,
+                                          CTL_SEGMENTS_MAX, &n, &err) < 0)
+            goto unreadable;
+    }
+    if (!by_name && n == 0) {
+        if (!quiet)
+            fprintf(
+                stderr,
+                "shmbrokerctl: no shmbroker segment%s%s in %s is the daemon's listening "
+                "at "
+                "%s (a memfd pool, or segments in another --shm-dir: name the segment "
+                "with --shm-dir and --name)\n",
+                ctl->pool != NULL ? " of pool " : "",
+                ctl->pool != NULL ? esc(ctl->pool, names, ESC_MAX) : "",
+                esc(dir, e[0], ESC_MAX), esc(sock, e[1], ESC_MAX));
+        return EXIT_NO_INPUT;
+    }
+    if (!by_name && n > 1) {
+        if (!quiet)
+            fprintf(stderr,
+                    "shmbrokerctl: %zu segments in %s fit: %s (%s); choose one with %s\n",
+                    n, esc(dir, e[0], ESC_MAX),
+                    segment_names(found, n < CTL_SEGMENTS_MAX ? n : CTL_SEGMENTS_MAX, n,
+                                  names, sizeof(names)),
+                    out->by_owner ? "the pools of the daemon listening at the socket"
+                                  : "no daemon listening at the socket owns one",
+                    out->by_owner ? "--pool NAME" : "--name (and --pool)");
         return EXIT_USAGE;
     }
+    if (!by_name)
+        snprintf(out->path, sizeof(out->path), "%s/%s", dir, found[0].name);
+    if (out->by_owner)
+        snprintf(out->why, sizeof(out->why),
+                 "the segment of the shmbrokerd listening at %s (pid %ld)",
+                 esc(sock, e[0], ESC_MAX), filter.owner);
+    else
+        snprintf(out->why, sizeof(out->why),
+                 "%s: no daemon listening at %s owns a segment here to say which is its "
+                 "(name one with --name)",
+                 by_name ? "by its default name" : "the only one that fits",
+                 esc(sock, e[0], ESC_MAX));
     return 0;
+
+unreadable:
+    if (!quiet)
+        fprintf(stderr, "shmbrokerctl: %s\n", esc(err.message, e[0], ESC_MAX));
+    return EXIT_NO_INPUT;
 }
 
 /* A wall-clock time in milliseconds as "2026-12-01 09:00:00 UTC". */
@@ -580,12 +792,14 @@ static int print_segment_status(const struct ctl *ctl, enum ctl_segment_why why)
     const struct shmb_published_counters *pc = &rep.counters;
     struct shmb_error err;
     struct timespec now;
-    char path[PATH_MAX], when[64], b[2][32];
+    static struct ctl_segment seg;
+    const char *path = seg.path;
+    char when[64], b[2][32];
     double age;
     int64_t pid;
     int rc;
 
-    if ((rc = segment_path(ctl, path, sizeof(path))) != 0)
+    if ((rc = segment_find(ctl, &seg, false)) != 0)
         return rc;
     shmb_error_clear(&err);
     if ((rc = shmb_segment_report_read(path, &rep, &err)) < 0) {
@@ -617,6 +831,7 @@ static int print_segment_status(const struct ctl *ctl, enum ctl_segment_why why)
     printf("segment   %s: %s (%s for data), layout %d\n", esc(path, e, ESC_MAX),
            shmb_format_bytes(rep.total_size, b[0], sizeof(b[0])),
            shmb_format_bytes(rep.data_size, b[1], sizeof(b[1])), SHMB_LAYOUT_VERSION);
+    printf("          %s\n", seg.why);
     if (rep.heartbeat_unix_ms == 0) {
         printf("counters  none published\n");
         return why == CTL_SEG_ASKED ? 0 : EXIT_NOT_ANSWERING;
@@ -1169,20 +1384,21 @@ static void *probe_run(void *arg)
     return NULL;
 }
 
-/* Whether the daemon's segment is there for status to read. Only a segment
- * named (--name, --shm-dir), or the default one when the socket is the
+/* Whether the daemon's segment is there for status to read. A segment
+ * named (--name, --shm-dir), the one whose header names the daemon
+ * listening at the socket, or the default one when the socket is the
  * default one too: a daemon on a socket of its own has a segment of its
  * own, and another daemon's figures would mislead. */
 static bool segment_exists(const struct ctl *ctl)
 {
     const char *env = getenv(SHMB_SOCKET_ENV);
-    char path[PATH_MAX];
+    struct ctl_segment seg;
     struct stat st;
 
-    if (ctl->name == NULL && ctl->shm_dir == NULL &&
-        (ctl->socket_path != NULL || (env != NULL && env[0] != '\0')))
+    if (segment_find(ctl, &seg, true) != 0 || stat(seg.path, &st) != 0)
         return false;
-    return segment_path(ctl, path, sizeof(path)) == 0 && stat(path, &st) == 0;
+    return seg.by_owner || ctl->name != NULL || ctl->shm_dir != NULL ||
+           (ctl->socket_path == NULL && (env == NULL || env[0] == '\0'));
 }
 
 /* Connect for status, waiting at most the timeout for an answer; when the
@@ -1319,12 +1535,21 @@ int main(int argc, char **argv)
     ctl_socket = ctl.socket_path;
     if (cmd->run == cmd_status && ctl.from_segment)
         return print_segment_status(&ctl, CTL_SEG_ASKED);
-    if (cmd->run == cmd_status && ctl.watch == 0)
+    if (cmd->run == cmd_status && ctl.watch == 0) {
         rc = status_connect(&ctl, &c);
-    else
+        /* A daemon that does not answer is a figure for a scraper, not a
+         * failure to write one: the file says shmbroker_up 0 (the reason
+         * is on stderr), so that a textfile collector stops exporting the
+         * last figures as if they were current. */
+        if (rc == EXIT_UNAVAILABLE && ctl.prometheus) {
+            prom_up(stdout, 0);
+            rc = 0;
+        }
+    } else {
         rc = ctl_connect(ctl.socket_path, ctl.pool,
                          strcmp(cmd->name, "clients") == 0 || cmd->run == cmd_status, &c,
                          NULL);
+    }
     if (rc == 0 && c != NULL) {
         rc = cmd->run(c, &ctl);
         shmb_close(c);

@@ -18,6 +18,7 @@
 
 #include "../proto/alloc.h"
 #include "../proto/protocol.h"
+#include "log.h"
 #include "segment.h"
 #include "store.h"
 
@@ -258,7 +259,9 @@ static void config_usage(FILE *out)
         "                           the earlier one in its place. Without --pool, one\n"
         "                           pool: the segment --name of --size in --shm-dir\n"
         "  --socket PATH            control socket (default: $%s, else\n"
-        "                           %s)\n"
+        "                           %s; a user who cannot write\n"
+        "                           /run/shmbroker: $XDG_RUNTIME_DIR/shmbroker/,\n"
+        "                           else /tmp/shmbroker-UID/)\n"
         "  --socket-mode MODE       octal file mode of the socket (default 0660)\n"
         "  --log-level LEVEL        error, warn, info or debug (default info)\n"
         "  --log-file PATH          append logs to PATH instead of stderr; SIGHUP\n"
@@ -987,19 +990,87 @@ out:
     return action;
 }
 
+/* True when this user may put its socket at the system's default: root,
+ * or a user who may write /run/shmbroker (systemd's RuntimeDirectory= makes
+ * it the unit's User='s), or make it in /run. */
+static bool config_system_socket_usable(void)
+{
+    char dir[sizeof(SHMB_DEFAULT_SOCKET)] = SHMB_DEFAULT_SOCKET;
+
+    if (geteuid() == 0)
+        return true;
+    *strrchr(dir, '/') = '\0';
+    if (faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) == 0)
+        return true;
+    if (errno != ENOENT)
+        return false;
+    *strrchr(dir, '/') = '\0';
+    return faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) == 0;
+}
+
+/* The socket's default: $SHMBROKER_SOCKET, else the system's when this user
+ * may make it there, else the user's own (*user says so): `make run` as
+ * anyone else than root gets a daemon, where the clients of that user look
+ * (shmb_socket_path). */
+static int config_default_socket(struct config *cfg, bool *user, struct shmb_error *err)
+{
+    const char *env = getenv(SHMB_SOCKET_ENV);
+
+    *user = false;
+    if (env != NULL && env[0] != '\0')
+        return config_copy(cfg->socket_path, sizeof(cfg->socket_path),
+                           "$" SHMB_SOCKET_ENV, env, err);
+    if (config_system_socket_usable())
+        return config_copy(cfg->socket_path, sizeof(cfg->socket_path), "the socket",
+                           SHMB_DEFAULT_SOCKET, err);
+    if (shmb_user_socket_path(cfg->socket_path, sizeof(cfg->socket_path)) < 0)
+        return shmb_error_set(
+            err, -ENAMETOOLONG,
+            "$XDG_RUNTIME_DIR is too long for a socket path under it "
+            "(at most %zu bytes in all); choose the socket with --socket "
+            "or $%s.",
+            sizeof(cfg->socket_path) - 1, SHMB_SOCKET_ENV);
+    *user = true;
+    return 0;
+}
+
+/* The user's own socket directory, made private, and the choice said once:
+ * a user who looks for the socket in /run/shmbroker is told where it went. */
+static int config_user_socket_dir(const struct config *cfg, struct shmb_error *err)
+{
+    static bool said;
+    char dir[sizeof(cfg->socket_path)];
+    int rc;
+
+    memcpy(dir, cfg->socket_path, sizeof(dir));
+    *strrchr(dir, '/') = '\0';
+    if ((rc = shmb_user_socket_dir_prepare(dir, err)) < 0)
+        return rc;
+    if (!said)
+        log_info("not root and %s is not writable: the socket is %s (%s), where this "
+                 "user's clients and shmbrokerctl look; --socket or $%s chooses another",
+                 "/run/shmbroker", cfg->socket_path,
+                 strncmp(dir, SHMB_USER_SOCKET_TMP, strlen(SHMB_USER_SOCKET_TMP)) == 0
+                     ? "no $XDG_RUNTIME_DIR: a private directory in /tmp"
+                     : "under $XDG_RUNTIME_DIR",
+                 SHMB_SOCKET_ENV);
+    said = true;
+    return 0;
+}
+
 static enum config_action config_parse_args(struct config *cfg, struct config_args *a,
                                             struct shmb_error *err)
 {
     const char *pool_origin[CONFIG_MAX_POOLS];
     char **argv = a->argv;
     int argc = a->argc, opt;
+    bool user_socket = false;
 
     memset(cfg, 0, sizeof(*cfg));
     cfg->size = CONFIG_DEFAULT_SIZE;
     snprintf(cfg->name, sizeof(cfg->name), "%s", CONFIG_DEFAULT_NAME);
     snprintf(cfg->shm_dir, sizeof(cfg->shm_dir), "%s", CONFIG_DEFAULT_SHM_DIR);
-    if (config_copy(cfg->socket_path, sizeof(cfg->socket_path), "$" SHMB_SOCKET_ENV,
-                    shmb_socket_path(NULL), err) < 0)
+    if (config_default_socket(cfg, &user_socket, err) < 0)
         return CONFIG_EXIT_USAGE;
     cfg->socket_mode = CONFIG_DEFAULT_SOCKET_MODE;
     cfg->log_level = LOG_INFO;
@@ -1061,6 +1132,7 @@ static enum config_action config_parse_args(struct config *cfg, struct config_ar
             rc = config_copy(cfg->shm_dir, sizeof(cfg->shm_dir), "--shm-dir", arg, err);
             break;
         case OPT_SOCKET:
+            user_socket = false;
             rc = config_copy(cfg->socket_path, sizeof(cfg->socket_path), "--socket", arg,
                              err);
             break;
@@ -1248,6 +1320,12 @@ static enum config_action config_parse_args(struct config *cfg, struct config_ar
         return CONFIG_EXIT_USAGE;
     }
     if (config_resolve_pools(cfg, pool_origin, &a->culprit, err) < 0)
+        return CONFIG_EXIT_USAGE;
+    /* Only a daemon that binds the socket makes its directory: --check,
+     * --reload and --remove-segment leave the file system alone, and a
+     * socket-activated daemon's socket is systemd's. */
+    if (user_socket && cfg->mode == CONFIG_SERVE && getenv("LISTEN_FDS") == NULL &&
+        config_user_socket_dir(cfg, err) < 0)
         return CONFIG_EXIT_USAGE;
     if (cfg->max_object_size == 0)
         cfg->max_object_size = config_default_max_object(cfg->size, cfg->max_objects);

@@ -8,6 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "alloc.h"
 
@@ -53,15 +57,78 @@ const char *shmb_op_names(char *buf, size_t len, unsigned flags, const char *las
     return buf;
 }
 
+int shmb_user_socket_path(char *buf, size_t len)
+{
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    size_t max = sizeof(((struct sockaddr_un *)0)->sun_path);
+    int n;
+
+    if (xdg != NULL && xdg[0] == '/')
+        n = snprintf(buf, len, "%s/" SHMB_USER_SOCKET_DIR "/" SHMB_USER_SOCKET_NAME, xdg);
+    else
+        n = snprintf(buf, len, SHMB_USER_SOCKET_TMP "%u/" SHMB_USER_SOCKET_NAME,
+                     (unsigned)geteuid());
+    if (n < 0 || (size_t)n >= len || (size_t)n >= max)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+int shmb_user_socket_dir_check(const char *dir, struct shmb_error *err)
+{
+    struct shmb_error ignored;
+    struct stat st;
+
+    if (err == NULL)
+        err = &ignored;
+    if (lstat(dir, &st) != 0)
+        return shmb_error_set(err, -errno, "Cannot look at the socket directory %s: %s.",
+                              dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022) != 0)
+        return shmb_error_set(
+            err, -EPERM,
+            "%s is not a private directory of this user's (uid %u): it is %s of uid %u "
+            "with mode %04o, so whoever made it could swap the socket. Remove it, or "
+            "choose the socket with --socket or $%s.",
+            dir, (unsigned)geteuid(),
+            S_ISLNK(st.st_mode)   ? "a symbolic link"
+            : S_ISDIR(st.st_mode) ? "a directory"
+                                  : "a file",
+            (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), SHMB_SOCKET_ENV);
+    return 0;
+}
+
+int shmb_user_socket_dir_prepare(const char *dir, struct shmb_error *err)
+{
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return shmb_error_set(err, -errno,
+                              "Cannot create directory %s for the socket: %s. Choose the "
+                              "socket with --socket or $%s.",
+                              dir, strerror(errno), SHMB_SOCKET_ENV);
+    return shmb_user_socket_dir_check(dir, err);
+}
+
 const char *shmb_socket_path(const char *explicit_path)
 {
+    static _Thread_local char user[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    char dir[sizeof(user)];
     const char *env;
+    struct stat st;
 
     if (explicit_path != NULL && explicit_path[0] != '\0')
         return explicit_path;
     env = getenv(SHMB_SOCKET_ENV);
     if (env != NULL && env[0] != '\0')
         return env;
+    /* Root's daemon is the system's. Another user's own daemon (one that
+     * could not write /run/shmbroker) is found where it listens; without
+     * one, the system's daemon is the one to ask. */
+    if (geteuid() != 0 && shmb_user_socket_path(user, sizeof(user)) == 0 &&
+        stat(user, &st) == 0 && S_ISSOCK(st.st_mode)) {
+        memcpy(dir, user, sizeof(dir));
+        *strrchr(dir, '/') = '\0';
+        if (shmb_user_socket_dir_check(dir, NULL) == 0)
+            return user;
+    }
     return SHMB_DEFAULT_SOCKET;
 }
 

@@ -21,6 +21,11 @@
 /* Replies can be long (list); a client stops reading past this. */
 #define SHMB_MAX_REPLY (64 * 1024 * 1024)
 #define SHMB_DEFAULT_SOCKET "/run/shmbroker/shmbroker.sock"
+/* A user who cannot write /run/shmbroker gets a private directory: this
+ * one under $XDG_RUNTIME_DIR, else SHMB_USER_SOCKET_TMP with its uid. */
+#define SHMB_USER_SOCKET_DIR "shmbroker"
+#define SHMB_USER_SOCKET_TMP "/tmp/shmbroker-"
+#define SHMB_USER_SOCKET_NAME "shmbroker.sock"
 #define SHMB_SOCKET_ENV "SHMBROKER_SOCKET"
 #define SHMB_LIST_DEFAULT_LIMIT 1000
 #define SHMB_LIST_MAX_LIMIT 100000
@@ -84,9 +89,27 @@ struct shmb_stat_info {
 /* The stats reply's fields, indexed by enum shmb_stat_id. */
 extern const struct shmb_stat_info shmb_stat_fields[SHMB_STAT_COUNT];
 
-/* The socket path a client uses: explicit, else $SHMBROKER_SOCKET, else the
- * default. The returned string is borrowed. */
+/* The socket path a client uses: explicit, else $SHMBROKER_SOCKET, else
+ * (not root) the user's own socket when one is there (shmb_user_socket_path),
+ * else the system's default. The returned string is borrowed (a buffer of
+ * the calling thread's, overwritten by its next call). */
 const char *shmb_socket_path(const char *explicit_path);
+
+/* The socket of a daemon run by a user without root: into buf,
+ * $XDG_RUNTIME_DIR/shmbroker/shmbroker.sock when XDG_RUNTIME_DIR is an
+ * absolute path, else /tmp/shmbroker-EUID/shmbroker.sock. 0, or
+ * -ENAMETOOLONG when it does not fit in len (or a socket address). */
+int shmb_user_socket_path(char *buf, size_t len);
+
+/* Make the user's socket directory dir (mode 0700) when it is missing, then
+ * check that it is a directory of this user's (not a link) that no one else
+ * may write: in /tmp anyone could have made it first, and a socket there
+ * would then be theirs to swap. 0, or a negative errno with err set. */
+int shmb_user_socket_dir_prepare(const char *dir, struct shmb_error *err);
+
+/* 0 when dir is a directory (not a link) of this user's that no one else
+ * may write, else a negative errno with err set (err may be NULL). */
+int shmb_user_socket_dir_check(const char *dir, struct shmb_error *err);
 
 /* Append value (any JSON value) serialised compactly to l; the _line form
  * ends it with '\n'. 0 or -ENOMEM. */

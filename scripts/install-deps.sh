@@ -6,7 +6,8 @@
 # fuzzer runtimes (the fuzz target), valgrind (the soak under memcheck, and
 # the instruction count with python3) and systemd (systemd-analyze and
 # systemd-socket-activate, for the systemd tests), python3-numpy,
-# python3-setuptools, python3-pip and python3-torch (the Python tests); bench adds redis-server,
+# python3-setuptools, python3-pip, python3-torch and
+# python3-prometheus-client (the Python tests); bench adds redis-server,
 # redis-tools, python3-redis, python3-numpy and libzmq3-dev (the queue
 # benchmark's ZeroMQ reference); deb adds Debian's packaging
 # tools (debhelper, dh-python, dpkg-dev, lintian) and python3; arm64 adds
@@ -49,6 +50,8 @@ if [ "$want" = test ]; then
     have_deb python3-numpy || need python3-numpy
     have_deb python3-setuptools || need python3-setuptools
     have_deb python3-pip || need python3-pip
+    # status --prometheus is read back with Prometheus's own text parser.
+    have_deb python3-prometheus-client || need python3-prometheus-client
     # The vLLM drop-in tests: MessageQueue.create_from_process_group over a
     # torch ProcessGroup (gloo, on the CPU), as vLLM's parallel_state makes it.
     have_deb python3-torch || need python3-torch

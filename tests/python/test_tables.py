@@ -95,6 +95,9 @@ class TestTables(unittest.TestCase):
         self.assertEqual(c_int(define(h, "SHMB_MAX_BATCH")), P.MAX_BATCH)
         self.assertEqual(define(h, "SHMB_DEFAULT_SOCKET"), '"%s"' % P.DEFAULT_SOCKET)
         self.assertEqual(define(h, "SHMB_SOCKET_ENV"), '"%s"' % P.SOCKET_ENV)
+        self.assertEqual(define(h, "SHMB_USER_SOCKET_DIR"), '"%s"' % P.USER_SOCKET_DIR)
+        self.assertEqual(define(h, "SHMB_USER_SOCKET_TMP"), '"%s"' % P.USER_SOCKET_TMP)
+        self.assertEqual(define(h, "SHMB_USER_SOCKET_NAME"), '"%s"' % P.USER_SOCKET_NAME)
         with open(os.path.join(support.ROOT, "client", "many.c"), encoding="utf-8") as f:
             self.assertEqual(c_int(define(f.read(), "CLIENT_PUT_CHUNK")), P.PUT_CHUNK)
 

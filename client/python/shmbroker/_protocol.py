@@ -11,6 +11,11 @@ import struct
 
 PROTOCOL_VERSION = 1
 DEFAULT_SOCKET = "/run/shmbroker/shmbroker.sock"
+# A user who cannot write /run/shmbroker gets a private directory: this one
+# under $XDG_RUNTIME_DIR, else USER_SOCKET_TMP with its uid.
+USER_SOCKET_DIR = "shmbroker"
+USER_SOCKET_TMP = "/tmp/shmbroker-"
+USER_SOCKET_NAME = "shmbroker.sock"
 SOCKET_ENV = "SHMBROKER_SOCKET"
 
 # A request line holds at most this many bytes before its newline; the daemon

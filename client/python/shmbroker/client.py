@@ -10,12 +10,15 @@ layout lives in frames.py.
 
 import collections
 import errno as _errno
+import grp
 import json
 import mmap
 import operator
 import os
+import pwd
 import select
 import socket
+import stat
 import threading
 import time
 import warnings
@@ -64,13 +67,82 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=lambda: _forks.__setitem__(0, _forks[0] + 1))
 
 
+def user_socket_path():
+    """The socket of a daemon run by a user without root (one that cannot
+    write /run/shmbroker): $XDG_RUNTIME_DIR/shmbroker/shmbroker.sock when
+    XDG_RUNTIME_DIR is an absolute path, else /tmp/shmbroker-EUID/shmbroker.sock
+    (as the daemon and the C library)."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR", "")
+    if xdg.startswith("/"):
+        return os.path.join(xdg, P.USER_SOCKET_DIR, P.USER_SOCKET_NAME)
+    return "%s%d/%s" % (P.USER_SOCKET_TMP, os.geteuid(), P.USER_SOCKET_NAME)
+
+
+def _private_dir(path):
+    """True when path is a directory (not a link) of this user's that no one
+    else may write: anyone could have made one in /tmp first."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+            and st.st_mode & 0o022 == 0)
+
+
 def default_socket_path(socket_path=None):
     """The socket path a client uses: socket_path when given, else
-    $SHMBROKER_SOCKET when set and not empty, else
+    $SHMBROKER_SOCKET when set and not empty, else (not root) this user's own
+    daemon's socket when one is there (user_socket_path()), else
     /run/shmbroker/shmbroker.sock (as the C library and the daemon)."""
     if socket_path:
         return os.fspath(socket_path)
-    return os.environ.get(P.SOCKET_ENV) or P.DEFAULT_SOCKET
+    env = os.environ.get(P.SOCKET_ENV)
+    if env:
+        return env
+    if os.geteuid() != 0:
+        user = user_socket_path()
+        try:
+            is_socket = stat.S_ISSOCK(os.stat(user).st_mode)
+        except OSError:
+            is_socket = False
+        if (is_socket and len(os.fsencode(user)) < 108
+                and _private_dir(os.path.dirname(user))):
+            return user
+    return P.DEFAULT_SOCKET
+
+
+def _id_name(ident, group):
+    try:
+        return grp.getgrgid(ident).gr_name if group else pwd.getpwuid(ident).pw_name
+    except KeyError:
+        return "?"
+
+
+def _access_message(path):
+    """Why connect() to path met EACCES: whose the socket is and what lets
+    this process in (its daemon runs: the socket is there)."""
+    what, shown = path, "the socket"
+    try:
+        st = os.stat(path)
+    except OSError:
+        what = os.path.dirname(path) or "/"
+        shown = "its directory " + what
+        try:
+            st = os.stat(what)
+        except OSError:
+            return ("Permission denied connecting to shmbrokerd at %s: this process (uid "
+                    "%d, gid %d) may not reach the socket's directory. Run as a user who "
+                    "may, or choose another socket (--socket of shmbrokerd and of this "
+                    "client)." % (path, os.geteuid(), os.getegid()))
+    group = _id_name(st.st_gid, True)
+    return ("Permission denied connecting to shmbrokerd at %s: %s belongs to user %s (uid "
+            "%d) and group %s (gid %d) with mode %04o, and this process runs as uid %d, gid "
+            "%d, whom that mode does not let in. Join the group (usermod -aG %s USER, then "
+            "log in again; in a container, add gid %d to the worker's groups), or start "
+            "shmbrokerd with "
+            "--socket-mode 0666 (with --allow-gid GROUP or --allow-uid USER to keep others "
+            "out)." % (path, shown, _id_name(st.st_uid, False), st.st_uid, group, st.st_gid,
+                       st.st_mode & 0o7777, os.geteuid(), os.getegid(), group, st.st_gid))
 
 
 def _key_error(message):
@@ -542,11 +614,21 @@ class Client:
         except OSError as e:
             sock.close()
             code = _errno.errorcode.get(e.errno, "ECONNREFUSED")
-            message = ("Cannot connect to shmbrokerd at %s: %s. Is shmbrokerd running? Start "
+            where = path
+            if path == P.DEFAULT_SOCKET and os.geteuid() != 0:
+                # The system's socket was tried because this user has none
+                # of its own: say where a daemon of its own would be.
+                where = "%s: %s, nor at this user's %s" % (path, e.strerror or e,
+                                                            user_socket_path())
+            else:
+                where = "%s: %s" % (path, e.strerror or e)
+            message = ("Cannot connect to shmbrokerd at %s. Is shmbrokerd running? Start "
                        "it (`make run` in its source tree, `systemctl start shmbrokerd`, or "
                        "`shmbrokerd --socket %s`), or set %s or pass the socket path."
-                       % (path, e.strerror or e, path, P.SOCKET_ENV))
-            if e.errno in (_errno.EACCES, _errno.EPERM):
+                       % (where, path, P.SOCKET_ENV))
+            if e.errno == _errno.EACCES:
+                raise PermissionDenied(code, _access_message(path)) from None
+            if e.errno == _errno.EPERM:
                 raise PermissionDenied(code, message) from None
             raise ConnectionLost(code, message) from None
         self._sock = sock
