@@ -44,7 +44,9 @@ fence { next }
 /^#/ { table = ($0 ~ /^## Folders[[:space:]]*$/) ? "folders" : ($0 ~ /^## Rooms[[:space:]]*$/) ? "rooms" : ""; next }
 table == "" || !/^\|/ { next }
 {
-    n = split($0, cell, "|")
+    row = $0
+    gsub(/\\\|/, "/", row) # an escaped pipe inside a cell is not a border
+    n = split(row, cell, "|")
     # cell[1] is empty (the line starts with |); a header or rule row is passed over.
     if (cell[2] ~ /^[[:space:]]*(folder|floor)[[:space:]]*$/ || cell[2] ~ /^[[:space:]:-]+$/) next
     if (table == "folders") {
@@ -76,6 +78,26 @@ fi
 if [ ! -s "$tmp/folders" ] || [ ! -s "$tmp/rooms" ]; then
     echo "FAIL: $map has no Folders or no Rooms table (headings '## Folders', '## Rooms')"
     exit 1
+fi
+
+# Every name the tables use is a folder of Folders or a room of Rooms, so
+# that a misspelt rule is not a rule that never applies.
+awk -v map="$map" '
+function folder(m) { sub(/\/[^\/]*$/, "/", m); return m }
+FILENAME == ARGV[1] { isfolder[$1] = 1; for (i = 2; i <= NF; i++) uses[$i] = 1; next }
+FILENAME == ARGV[2] { isroom[$3] = 1; roomfolder[$3] = folder($3); next }
+{ never[$2] = never[$2] " " $1 }
+END {
+    for (f in uses) if (!(f in isfolder))
+        printf "FAIL: %s (Folders) lets a folder use %s, which has no row of its own\n", map, f
+    for (r in roomfolder) if (!(roomfolder[r] in isfolder))
+        printf "FAIL: %s (Rooms) lists %s, whose folder %s has no row in Folders\n", map, r, roomfolder[r]
+    for (t in never) if (!(t in isroom) && !(t in isfolder))
+        printf "FAIL: %s (Rooms): the never of%s names %s, which is neither a room nor a folder of the map\n", map, never[t], t
+}' "$tmp/folders" "$tmp/rooms" "$tmp/never" > "$tmp/names"
+if [ -s "$tmp/names" ]; then
+    cat "$tmp/names"
+    fail=1
 fi
 
 # The folders the map names that the tree has; a folder it does not have yet

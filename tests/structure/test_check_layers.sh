@@ -98,4 +98,27 @@ sed -i 's/^| 10 | `daemon\/server`/| 6 | `daemon\/server`/' "$tmp/t/docs/archite
 expect_fail "a call up a floor is refused (from the objects' symbols)" \
     "daemon/server calls daemon/conn: up from floor 6 to floor 9"
 
+fresh
+sed -i 's/^\(| 2 | `daemon\/ring` .*\)`daemon\/index`/\1`daemon\/indx`/' "$tmp/t/docs/architecture.md"
+expect_fail "a never that names no room or folder is refused (a misspelt rule)" \
+    "names daemon/indx, which is neither a room nor a folder of the map"
+
+fresh
+sed -i 's/^| 1 | `daemon\/log` |/| 1 | `daemon\/log` | a \\| b |/' "$tmp/t/docs/architecture.md"
+sed -i 's/^\(| 1 | `daemon\/log` | a \\| b |\).*/\1 `daemon\/` |/' "$tmp/t/docs/architecture.md"
+echo '#include "segment.h"' >> "$tmp/t/daemon/log.c"
+expect_fail "an escaped pipe in a cell does not shift the never column" \
+    "daemon/log includes daemon/segment, which its row says it must never call"
+
+fresh
+echo '| 1 | `lib/spare` | a room of no folder | — |' > "$tmp/row"
+sed -i '/^| 1 | `daemon\/log` |/r '"$tmp/row" "$tmp/t/docs/architecture.md"
+expect_fail "a room whose folder has no row is refused" \
+    "lists lib/spare, whose folder lib/ has no row in Folders"
+
+fresh
+sed -i 's/^| `client\/` | `client\/`, `proto\/` |/| `client\/` | `client\/`, `proto\/`, `lib\/` |/' "$tmp/t/docs/architecture.md"
+expect_fail "a folder allowed to use a folder the map does not have is refused" \
+    "lets a folder use lib/, which has no row of its own"
+
 exit $fail
