@@ -216,4 +216,25 @@ for kind in includes calls; do
         echo "PASS: the $n $kind between modules follow $map (folders, floors, never)"
     fi
 done
+# The relay's place is decided so that the daemon grows no network stack
+# (the map, "The relay"): no internet socket in daemon/, and a unit that
+# keeps the daemon to local families.
+net='AF_INET|PF_INET|AF_PACKET|sockaddr_in|getaddrinfo|gethostbyname'
+if grep -nE "$net" daemon/*.[ch] > "$tmp/net" 2>/dev/null; then
+    echo "FAIL: daemon/ has network code; what crosses hosts belongs in relay/ ($map, The relay):"
+    sed 's/^/    /' "$tmp/net"
+    fail=1
+else
+    echo "PASS: daemon/ has no network code (none of $net)"
+fi
+unit=systemd/shmbrokerd.service.in
+if [ -f "$unit" ]; then
+    families=$(sed -n 's/^RestrictAddressFamilies=//p' "$unit")
+    if [ -z "$families" ] || echo "$families" | grep -qvE '^(AF_UNIX|AF_NETLINK)( (AF_UNIX|AF_NETLINK))*$'; then
+        echo "FAIL: $unit has RestrictAddressFamilies=$families: the daemon keeps to AF_UNIX (and AF_NETLINK for sock_diag); what crosses hosts belongs in relay/"
+        fail=1
+    else
+        echo "PASS: $unit keeps the daemon to $families"
+    fi
+fi
 exit $fail

@@ -21,6 +21,7 @@ fresh() {
     cp -r "$top/daemon" "$top/client" "$top/proto" "$tmp/t/"
     [ -d "$top/relay" ] && cp -r "$top/relay" "$tmp/t/"
     rm -rf "$tmp/t/client/python"
+    cp -r "$top/systemd" "$tmp/t/"
     cp "$top/docs/architecture.md" "$tmp/t/docs/"
 }
 
@@ -120,5 +121,15 @@ fresh
 sed -i 's/^| `client\/` | `client\/`, `proto\/` |/| `client\/` | `client\/`, `proto\/`, `lib\/` |/' "$tmp/t/docs/architecture.md"
 expect_fail "a folder allowed to use a folder the map does not have is refused" \
     "lets a folder use lib/, which has no row of its own"
+
+fresh
+echo 'static const int family = AF_INET6;' >> "$tmp/t/daemon/server.c"
+expect_fail "an internet socket in the daemon is refused" \
+    "FAIL: daemon/ has network code"
+
+fresh
+sed -i 's/^RestrictAddressFamilies=.*/RestrictAddressFamilies=AF_UNIX AF_NETLINK AF_INET/' "$tmp/t/systemd/shmbrokerd.service.in"
+expect_fail "a unit that lets the daemon open internet sockets is refused" \
+    "has RestrictAddressFamilies=AF_UNIX AF_NETLINK AF_INET"
 
 exit $fail
