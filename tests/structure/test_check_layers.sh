@@ -132,4 +132,15 @@ sed -i 's/^RestrictAddressFamilies=.*/RestrictAddressFamilies=AF_UNIX AF_NETLINK
 expect_fail "a unit that lets the daemon open internet sockets is refused" \
     "has RestrictAddressFamilies=AF_UNIX AF_NETLINK AF_INET"
 
+fresh
+grep '^| 1 | `daemon/log` |' "$tmp/t/docs/architecture.md" > "$tmp/row"
+sed -i '/^| 1 | `daemon\/host` |/r '"$tmp/row" "$tmp/t/docs/architecture.md"
+expect_fail "a room with two rows is refused" \
+    "daemon/log has more than one row"
+
+fresh
+rm "$tmp/t/docs/architecture.md"
+expect_fail "a tree without its map fails" \
+    "the map docs/architecture.md is missing"
+
 exit $fail
