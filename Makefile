@@ -273,7 +273,9 @@ QUEUE_TSAN_SRC := tests/unit/test_queue.c proto/queue.c proto/utf8.c proto/error
 # What 'make test' runs: every unit and end-to-end program, the soak under
 # valgrind, and (in the plain build) the fuzzer for FUZZ_SECONDS.
 TEST_RUNS := $(UNIT_BINS) $(E2E_BINS) tests/e2e/soak_valgrind.sh tests/e2e/test_run_timeout.sh \
-             tests/structure/check_layers.sh tests/structure/check_exports.sh tests/structure/check_spdx.sh tests/python/run.py
+             tests/structure/check_layers.sh tests/structure/test_check_layers.sh \
+             tests/structure/check_sizes.sh tests/structure/test_check_sizes.sh \
+             tests/structure/check_exports.sh tests/structure/check_spdx.sh tests/python/run.py
 ifeq ($(SANITIZER),)
 TEST_RUNS += tests/fuzz/run_fuzz.sh tests/fuzz/run_fuzz_adopt.sh
 # The units under a real systemd in a container (skipped when not root); it
