@@ -6,7 +6,8 @@
 # fuzzer runtimes (the fuzz target), valgrind (the soak under memcheck, and
 # the instruction count with python3) and systemd (systemd-analyze and
 # systemd-socket-activate, for the systemd tests), python3-numpy,
-# python3-setuptools, python3-pip and python3-torch (the Python tests); bench adds redis-server,
+# python3-setuptools, python3-pip and python3-torch (the Python tests),
+# python3-venv and python3-yaml (the packaging tests); bench adds redis-server,
 # redis-tools, python3-redis, python3-numpy and libzmq3-dev (the queue
 # benchmark's ZeroMQ reference); deb adds Debian's packaging
 # tools (debhelper, dh-python, dpkg-dev, lintian) and python3; arm64 adds
@@ -49,6 +50,10 @@ if [ "$want" = test ]; then
     have_deb python3-numpy || need python3-numpy
     have_deb python3-setuptools || need python3-setuptools
     have_deb python3-pip || need python3-pip
+    # tests/packaging: the wheel installed into a fresh venv (ensurepip),
+    # the deploy manifests parsed as YAML.
+    have_deb python3-venv || need python3-venv
+    have_deb python3-yaml || need python3-yaml
     # The vLLM drop-in tests: MessageQueue.create_from_process_group over a
     # torch ProcessGroup (gloo, on the CPU), as vLLM's parallel_state makes it.
     have_deb python3-torch || need python3-torch
@@ -106,8 +111,21 @@ else
     exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
+# Another apt (unattended-upgrades on a fresh machine) may hold the dpkg
+# lock: wait for it, up to SHMB_APT_LOCK_TIMEOUT seconds, instead of failing.
+lock_timeout="${SHMB_APT_LOCK_TIMEOUT:-600}"
+case "$lock_timeout" in
+'' | *[!0-9]*)
+    echo "shmbroker: SHMB_APT_LOCK_TIMEOUT must be a number of seconds, not '$lock_timeout'" >&2
+    exit 1
+    ;;
+esac
+apt_get() {
+    # shellcheck disable=SC2086
+    $sudo apt-get -o DPkg::Lock::Timeout="$lock_timeout" "$@"
+}
 # shellcheck disable=SC2086
-if ! $sudo apt-get install -y -q --no-install-recommends $pkgs; then
-    $sudo apt-get update -q
-    $sudo apt-get install -y -q --no-install-recommends $pkgs
+if ! apt_get install -y -q --no-install-recommends $pkgs; then
+    apt_get update -q
+    apt_get install -y -q --no-install-recommends $pkgs
 fi
