@@ -542,10 +542,12 @@ LDCONFIG ?= ldconfig
 
 # The packaging tests (tests/packaging): the wheel in a fresh venv offline,
 # the install's ldconfig, the uninstalled and static pkg-config links, the
-# man page in step, the versions, make run's output, the deploy manifests.
+# man page in step, the versions, make run's output, apt's lock, what the
+# .deb ships, the deploy manifests.
 PKG_TESTS := tests/packaging/test_versions.sh tests/packaging/test_make_run.sh \
              tests/packaging/test_pkgconfig.sh tests/packaging/test_wheel.sh \
-             tests/packaging/test_man3.sh tests/packaging/test_deps_lock.sh
+             tests/packaging/test_man3.sh tests/packaging/test_deps_lock.sh \
+             tests/packaging/test_deb_files.py tests/packaging/test_deploy.py
 # They build and install the plain build (a sanitizer's library cannot be
 # linked -static), so sanitizer builds leave them out.
 ifeq ($(SANITIZER),)
