@@ -83,6 +83,9 @@ def main(argv):
     files = []
     pkgdir = os.path.join(src, name)
     for fn in sorted(os.listdir(pkgdir)):
+        if os.path.isdir(os.path.join(pkgdir, fn)) and fn != "__pycache__":
+            die("%s/%s is a directory: this script writes a package of one level of .py "
+                "files; teach it subpackages before adding one" % (pkgdir, fn))
         if fn.endswith(".py"):
             with open(os.path.join(pkgdir, fn), "rb") as f:
                 files.append(("%s/%s" % (name, fn), f.read()))

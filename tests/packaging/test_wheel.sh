@@ -57,4 +57,15 @@ else
     fail "venv_put_get: import and put/get from the venv"
 fi
 
+# The wheel's RECORD lists every file it installed: pip removes them all.
+site=$("$tmp/venv/bin/python" -I -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if "$tmp/venv/bin/pip" uninstall -y shmbroker >"$tmp/pip.log" 2>&1 &&
+    [ ! -e "$site/shmbroker" ] && ! ls -d "$site"/shmbroker-* >/dev/null 2>&1; then
+    pass "pip_uninstall"
+else
+    cat "$tmp/pip.log"
+    ls "$site"
+    fail "pip_uninstall: files of the wheel left in $site"
+fi
+
 [ "$fails" -eq 0 ]
