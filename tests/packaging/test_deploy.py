@@ -10,7 +10,7 @@ and get through the memfd pool. Prints PASS/FAIL per case."""
 
 import os
 import re
-import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -164,16 +164,41 @@ def main():
           cmd_argv[cmd_argv.index("--socket") + 1] == sock,
           "ENTRYPOINT %r CMD %r: %s" % (ep, cmd_argv, r.stdout.decode()))
 
-    # The DaemonSet's daemon with a small pool on a private socket, and the
-    # worker's script as written.
+    (init,) = spec.get("initContainers", [])
+    run_worker(argv, worker, uid, gid, psc, [a.replace(sockdir, "@DIR@") for a in init["command"]])
+    return 1 if failures else 0
+
+
+def run_worker(argv, worker, uid, gid, psc, init):
+    """The DaemonSet's daemon with a small pool on a private socket, and the
+    worker's script as written; as root, each as the uid and groups its
+    manifest gives, the socket's directory made as the init container makes
+    it, and a worker outside the socket's group refused."""
     tmp = tempfile.mkdtemp(prefix="shmb-deploy-")
-    mysock = os.path.join(tmp, "shmbroker.sock")
+    os.chmod(tmp, 0o755)
+    root = os.geteuid() == 0 and shutil.which("setpriv") is not None
+    sockdir = os.path.join(tmp, "run")
+    os.mkdir(sockdir)
+    if root:  # the init container's command, on this directory
+        r = subprocess.run([a.replace("@DIR@", sockdir) for a in init], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT)
+        check("init_container_command", r.returncode == 0 and "@DIR@" in init,
+              "%r: %s" % (init, r.stdout.decode()))
+    mysock = os.path.join(sockdir, "shmbroker.sock")
+    daemon_as = ["setpriv", "--reuid", str(uid), "--regid", str(gid), "--clear-groups"] \
+        if root else []
+    groups = ",".join(str(g) for g in psc.get("supplementalGroups", []))
+    worker_as = ["setpriv", "--reuid", str(psc["runAsUser"]), "--regid",
+                 str(psc["runAsGroup"]), "--groups", groups] if root else []
+    outsider_as = ["setpriv", "--reuid", str(psc["runAsUser"]), "--regid",
+                   str(psc["runAsGroup"]), "--clear-groups"] if root else []
     run_argv = list(argv)
     run_argv[run_argv.index("--socket") + 1] = mysock
     i = run_argv.index("--pool") + 1
     run_argv[i] = re.sub(r"^([^:]+):[^,]+", r"\1:16M", run_argv[i])
     log = open(os.path.join(tmp, "daemon.log"), "w+")
-    proc = subprocess.Popen([DAEMON] + run_argv + ["--stop-with-pid", str(os.getpid())],
+    proc = subprocess.Popen(daemon_as + [DAEMON] + run_argv +
+                            ["--stop-with-pid", str(os.getpid())],
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30
@@ -183,19 +208,29 @@ def main():
         wenv = dict(os.environ, SHMBROKER_SOCKET=mysock,
                     PYTHONPATH=os.path.join(ROOT, "client", "python"))
         py = os.environ.get("PYTHON") or "/usr/bin/python3"
-        r = subprocess.run([py] + cmdline[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           env=wenv, timeout=60)
+        r = subprocess.run(worker_as + [py] + cmdline[1:], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, env=wenv, timeout=60, cwd=tmp)
         out = r.stdout.decode()
         log.seek(0)
-        check("worker_script_runs", r.returncode == 0 and
-              out.strip() == "hello from a worker via memfd",
+        check("worker_script_runs" + (" (as its uid and groups)" if root else ""),
+              r.returncode == 0 and out.strip() == "hello from a worker via memfd",
               "%s\n(exit %d; the daemon: %s)" % (out, r.returncode, log.read()))
+        if root:
+            r = subprocess.run(outsider_as + [py] + cmdline[1:], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, env=wenv, timeout=60, cwd=tmp)
+            out = r.stdout.decode()
+            check("outsider_refused", r.returncode != 0 and "hello from" not in out and
+                  ("Permission denied" in out or "PermissionError" in out or "EACCES" in out),
+                  "a worker outside group %d: exit %d\n%s" % (gid, r.returncode, out))
+            if os.environ.get("SHMB_TEST_VERBOSE"):
+                print(out)
+        else:
+            print("SKIP: outsider_refused (not root: cannot take the manifests' uids)")
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
-        subprocess.run(["rm", "-rf", tmp])
-    return 1 if failures else 0
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
