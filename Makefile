@@ -2,9 +2,12 @@
 # shmbroker: plain GNU make.
 #   make            build the daemon, the library and the ctl tool
 #   make run        install missing packages, build, start the daemon in the foreground
+#                   (its flags in RUN_ARGS='--size 1G ...')
+#   make wheel      the Python package as build/dist/shmbroker-VERSION-py3-none-any.whl
 #   make test       install missing packages, build, run every test
 #   make install    PREFIX=/usr/local DESTDIR= (settings files go in SYSCONFDIR=/etc)
 #   make deb        Debian packages in DEB_OUT (default build/deb)
+#   make man3       write client/libshmbroker.3 again from client/shmbroker.h
 #   make clean
 # Switches: SANITIZER=address|undefined|thread (own build directory), V=1 (show commands).
 
@@ -529,7 +532,8 @@ $(WHEEL): $(wildcard client/python/shmbroker/*.py) client/python/pyproject.toml 
 # libshmbroker(3) is written from shmbroker.h's comments and checked in (the
 # build needs no Python); tests/packaging/test_man3.sh holds it in step.
 man3:
-	$(PYTHON) scripts/gen_man3.py $(VERSION) client/shmbroker.h > client/libshmbroker.3
+	$(PYTHON) scripts/gen_man3.py $(VERSION) client/shmbroker.h > client/libshmbroker.3.tmp
+	mv client/libshmbroker.3.tmp client/libshmbroker.3
 
 # Where make install puts README.md, docs/*.md and the Python package's
 # reference (pydoc's text, written at install time by the python3 that gets
