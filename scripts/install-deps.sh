@@ -124,8 +124,29 @@ apt_get() {
     # shellcheck disable=SC2086
     $sudo apt-get -o DPkg::Lock::Timeout="$lock_timeout" "$@"
 }
+# apt-get update takes the package lists' lock, which DPkg::Lock::Timeout
+# does not cover: while another apt holds it, try again every 3 s.
+apt_update() {
+    waited=0
+    while :; do
+        rc=0
+        out=$(apt_get update -q 2>&1) || rc=$?
+        printf '%s\n' "$out"
+        [ "$rc" -ne 0 ] || return 0
+        if ! printf '%s\n' "$out" | grep -q 'Could not get lock'; then
+            return "$rc"
+        fi
+        if [ "$waited" -ge "$lock_timeout" ]; then
+            echo "shmbroker: another apt held the package lists' lock for ${waited} s; run 'make' again when it is done (or set SHMB_APT_LOCK_TIMEOUT)" >&2
+            return "$rc"
+        fi
+        echo "shmbroker: another apt holds the package lists' lock; waiting (${waited} of ${lock_timeout} s)" >&2
+        sleep 3
+        waited=$((waited + 3))
+    done
+}
 # shellcheck disable=SC2086
 if ! apt_get install -y -q --no-install-recommends $pkgs; then
-    apt_get update -q
+    apt_update
     apt_get install -y -q --no-install-recommends $pkgs
 fi

@@ -55,4 +55,43 @@ else
     fail "apt_lock_timeout_refused: SHMB_APT_LOCK_TIMEOUT=-5 was not refused before apt-get"
 fi
 
+# apt-get update's lock (the package lists') is not DPkg::Lock::Timeout's:
+# the script tries again while apt says another holds it.
+cat >"$tmp/bin/apt-get" <<'SH'
+#!/bin/sh
+d=$(dirname "$0")
+echo "apt-get $*" >>"$d/calls"
+case "$*" in
+*update*)
+    n=$(grep -c update "$d/calls")
+    if [ "$n" -le "$(cat "$d/busy")" ]; then
+        echo "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 1 (apt-get)" >&2
+        exit 100
+    fi
+    touch "$d/updated"
+    exit 0 ;;
+esac
+[ -e "$d/updated" ] || exit 100
+SH
+rm -f "$tmp/bin/calls" "$tmp/bin/updated"
+echo 1 >"$tmp/bin/busy"
+if PATH="$tmp/bin:$PATH" sh "$root/scripts/install-deps.sh" deb >"$tmp/out" 2>&1 &&
+    [ "$(grep -c update "$tmp/bin/calls")" -eq 2 ] && [ "$(grep -c install "$tmp/bin/calls")" -eq 2 ]; then
+    pass "apt_update_waits_for_lists_lock"
+else
+    cat "$tmp/out" "$tmp/bin/calls"
+    fail "apt_update_waits_for_lists_lock: the update was not tried again after 'Could not get lock'"
+fi
+
+rm -f "$tmp/bin/calls" "$tmp/bin/updated"
+echo 1000 >"$tmp/bin/busy"
+if ! PATH="$tmp/bin:$PATH" SHMB_APT_LOCK_TIMEOUT=3 sh "$root/scripts/install-deps.sh" deb \
+    >"$tmp/out" 2>&1 && grep -q "held the package lists' lock for 3 s" "$tmp/out" &&
+    [ "$(grep -c update "$tmp/bin/calls")" -eq 2 ]; then
+    pass "apt_update_lock_gives_up"
+else
+    cat "$tmp/out" "$tmp/bin/calls"
+    fail "apt_update_lock_gives_up: with SHMB_APT_LOCK_TIMEOUT=3 the update should give up after 3 s"
+fi
+
 [ "$fails" -eq 0 ]
