@@ -2,9 +2,12 @@
 # shmbroker: plain GNU make.
 #   make            build the daemon, the library and the ctl tool
 #   make run        install missing packages, build, start the daemon in the foreground
+#                   (its flags in RUN_ARGS='--size 1G ...')
+#   make wheel      the Python package as build/dist/shmbroker-VERSION-py3-none-any.whl
 #   make test       install missing packages, build, run every test
 #   make install    PREFIX=/usr/local DESTDIR= (settings files go in SYSCONFDIR=/etc)
 #   make deb        Debian packages in DEB_OUT (default build/deb)
+#   make man3       write client/libshmbroker.3 again from client/shmbroker.h
 #   make clean
 # Switches: SANITIZER=address|undefined|thread (own build directory), V=1 (show commands).
 
@@ -314,7 +317,7 @@ FUZZ_ADOPT_BIN := $(FUZZ_BUILD)/fuzz_adopt
 
 .PHONY: all run test test-arm64 fuzz fuzz-adopt soak bench bench-instructions check-deps check-test-deps unit clean install uninstall deb
 all: check-deps
-	$(Q)$(MAKE) --no-print-directory $(BINS)
+	$(Q)$(MAKE) --no-print-directory binaries
 
 check-deps:
 	$(Q)sh scripts/install-deps.sh build
@@ -323,8 +326,8 @@ check-test-deps:
 	$(Q)sh scripts/install-deps.sh test
 
 run: check-deps
-	$(Q)$(MAKE) --no-print-directory $(BINS)
-	$(DAEMON)
+	$(Q)$(MAKE) --no-print-directory binaries
+	$(DAEMON) $(RUN_ARGS)
 
 test: check-test-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) $(FRAMES_TOOL) $(READ_TOOL) \
@@ -485,6 +488,79 @@ $(FUZZ_ADOPT_BIN): $(FUZZ_ADOPT_SRC) $(wildcard proto/*.h daemon/*.h) Makefile
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	    -Iproto -Idaemon -o $@ $(FUZZ_ADOPT_SRC)
 
+# ---- packaging: the wheel, the uninstalled pkg-config file, the API reference
+# What 'all' and 'run' ask a sub-make for: one phony goal with a recipe, so
+# that the sub-make prints nothing when everything is built (named files
+# would each get a "make[1]: '...' is up to date." line before the daemon's).
+# Arguments for the daemon 'make run' starts: make run RUN_ARGS='--size 1G'.
+RUN_ARGS ?=
+
+# pkg-config for programs built against this tree, before any install:
+# PKG_CONFIG_PATH=build cc x.c $(pkg-config --cflags --libs shmbroker). The
+# rpath lets such a program find build/libshmbroker.so.1 when it runs.
+UNINSTALLED_PC := $(BUILD)/shmbroker.pc
+BINS += $(UNINSTALLED_PC)
+$(UNINSTALLED_PC): client/shmbroker.pc.in Makefile
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  GEN     $@")
+	$(Q)sed -e 's|@PREFIX@|$(CURDIR)|g' -e 's|@LIBDIR@|$(abspath $(BUILD))|g' \
+	    -e 's|@INCLUDEDIR@|$(CURDIR)/client|g' -e 's|@VERSION@|$(VERSION)|g' \
+	    -e 's|^Libs: -L$${libdir}|Libs: -L$${libdir} -Wl,-rpath,$${libdir}|' $< > $@
+.PHONY: binaries wheel man3 print-version deb-check-version
+# debian/changelog's newest entry names the version too (dpkg takes the
+# packages' from it): 'make deb' refuses to build when it is not VERSION.
+deb-check-version:
+	$(Q)v=$$(sed -n '1s/^[^(]*(\([^)]*\)).*/\1/p' debian/changelog); u=$${v#*:}; u=$${u%-*}; \
+	if [ "$$u" != "$(VERSION)" ]; then \
+	    echo "make deb: debian/changelog's newest entry is $$v, the Makefile's VERSION $(VERSION):" \
+	        "add an entry for $(VERSION) (dch -v $(VERSION)) or set VERSION to $$u" >&2; exit 1; fi
+# The one version: the wheel, the library's and the .deb's (debian/changelog
+# and pyproject.toml must agree: tests/packaging/test_versions.sh).
+print-version:
+	@echo $(VERSION)
+binaries: $(BINS)
+	@:
+
+# The Python package as a wheel, for venvs: python3 -m venv v &&
+# v/bin/pip install build/dist/shmbroker-$(VERSION)-py3-none-any.whl. Written
+# with the standard library's zipfile (scripts/make_wheel.py): no setuptools,
+# no network. Its version is VERSION above; pyproject.toml must agree.
+WHEEL := $(BUILD)/dist/shmbroker-$(VERSION)-py3-none-any.whl
+wheel: $(WHEEL)
+$(WHEEL): $(wildcard client/python/shmbroker/*.py) client/python/pyproject.toml LICENSE \
+          scripts/make_wheel.py Makefile
+	@$(if $(Q),echo "  WHEEL   $@")
+	$(Q)$(PYTHON) scripts/make_wheel.py $(VERSION) $(dir $@) client/python >/dev/null
+
+# libshmbroker(3) is written from shmbroker.h's comments and checked in (the
+# build needs no Python); tests/packaging/test_man3.sh holds it in step.
+man3:
+	$(PYTHON) scripts/gen_man3.py $(VERSION) client/shmbroker.h > client/libshmbroker.3.tmp
+	mv client/libshmbroker.3.tmp client/libshmbroker.3
+
+# Where make install puts README.md, docs/*.md and the Python package's
+# reference (pydoc's text, written at install time by the python3 that gets
+# the package).
+DOCDIR   ?= $(PREFIX)/share/doc/shmbroker
+PYDOCDIR ?= $(DOCDIR)
+# Run after installing the shared library into the live system (no DESTDIR),
+# so that the loader finds libshmbroker.so.1 at once.
+LDCONFIG ?= ldconfig
+
+# The packaging tests (tests/packaging): the wheel in a fresh venv offline,
+# the install's ldconfig, the uninstalled and static pkg-config links, the
+# man page in step, the versions, make run's output, apt's lock, what the
+# .deb ships, the deploy manifests.
+PKG_TESTS := tests/packaging/test_versions.sh tests/packaging/test_make_run.sh \
+             tests/packaging/test_pkgconfig.sh tests/packaging/test_wheel.sh \
+             tests/packaging/test_man3.sh tests/packaging/test_deps_lock.sh \
+             tests/packaging/test_deb_files.py tests/packaging/test_deploy.py
+# They build and install the plain build (a sanitizer's library cannot be
+# linked -static), so sanitizer builds leave them out.
+ifeq ($(SANITIZER),)
+TEST_RUNS += $(PKG_TESTS)
+endif
+
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 	    $(DESTDIR)$(INCLUDEDIR)
@@ -510,6 +586,12 @@ install: all
 	install -m 0644 systemd/shmbroker.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf
 	install -m 0644 daemon/shmbrokerd.8 $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8
 	install -m 0644 client/shmbrokerctl.1 $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1
+	install -d $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(DOCDIR)
+	install -m 0644 client/libshmbroker.3 $(DESTDIR)$(MANDIR)/man3/libshmbroker.3
+	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	$(Q)if [ -n "$(wildcard docs/*.md)" ]; then \
+	    install -d $(DESTDIR)$(DOCDIR)/docs && \
+	    install -m 0644 $(wildcard docs/*.md) $(DESTDIR)$(DOCDIR)/docs/; fi
 	@# The dist-info beside the package is what importlib.metadata finds: its
 	@# entry_points.txt declares the vLLM plugin (client/python/pyproject.toml's).
 	$(Q)if [ -n "$(PY_VERSION)" ]; then \
@@ -521,8 +603,20 @@ install: all
 	    printf '[vllm.general_plugins]\nshmbroker = shmbroker.vllm_plugin:register\n' \
 	        > $(DESTDIR)$(PYTHONDIR)/$(PY_DISTINFO)/entry_points.txt && \
 	    printf 'make\n' > $(DESTDIR)$(PYTHONDIR)/$(PY_DISTINFO)/INSTALLER && \
-	    chmod 0644 $(DESTDIR)$(PYTHONDIR)/$(PY_DISTINFO)/*; \
+	    chmod 0644 $(DESTDIR)$(PYTHONDIR)/$(PY_DISTINFO)/* && \
+	    install -d $(DESTDIR)$(PYDOCDIR) && \
+	    $(PYTHON) scripts/python_reference.py client/python \
+	        > $(DESTDIR)$(PYDOCDIR)/python-reference.txt && \
+	    chmod 0644 $(DESTDIR)$(PYDOCDIR)/python-reference.txt; \
 	else echo "$(PYTHON) not found: the Python package (client/python) is not installed"; fi
+	@# Into the live system, the loader's cache learns the new library at once
+	@# (a staged DESTDIR install leaves that to its package's triggers).
+	$(Q)if [ -z "$(DESTDIR)" ]; then \
+	    if [ "$$(id -u)" -eq 0 ]; then echo "$(LDCONFIG)" && $(LDCONFIG) || exit 1; \
+	    else echo "not root: $(LDCONFIG) not run; the loader's cache may not know $(LIBDIR)/$(LIB_SONAME) until root runs it"; fi; \
+	    $(LDCONFIG) -p 2>/dev/null | grep -q ' => $(LIBDIR)/$(LIB_SONAME)$$' || \
+	        echo "note: the loader does not search $(LIBDIR): add it to a file in /etc/ld.so.conf.d/ and run ldconfig, or run programs with LD_LIBRARY_PATH=$(LIBDIR)"; \
+	fi
 
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/shmbrokerd $(DESTDIR)$(BINDIR)/shmbrokerctl \
@@ -531,7 +625,10 @@ uninstall:
 	    $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc \
 	    $(DESTDIR)$(UNITDIR)/shmbrokerd.service $(DESTDIR)$(UNITDIR)/shmbrokerd.socket \
 	    $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8 \
-	    $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1
+	    $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1 $(DESTDIR)$(MANDIR)/man3/libshmbroker.3 \
+	    $(DESTDIR)$(PYDOCDIR)/python-reference.txt
+	rm -rf $(DESTDIR)$(DOCDIR)/README.md $(DESTDIR)$(DOCDIR)/docs
+	rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null || true
 	$(Q)if [ -n "$(PY_VERSION)" ]; then rm -rf $(DESTDIR)$(PYTHONDIR)/shmbroker \
 	    $(DESTDIR)$(PYTHONDIR)/$(PY_DISTINFO); \
 	else echo "$(PYTHON) not found: the Python package (client/python) is left alone"; fi
@@ -547,7 +644,7 @@ uninstall:
 DEB_OUT   ?= build/deb
 DEB_STAGE := build/debpkg
 
-deb:
+deb: deb-check-version
 	$(Q)sh scripts/install-deps.sh deb
 	$(Q)rm -rf $(DEB_STAGE) && mkdir -p $(DEB_STAGE)/shmbroker $(DEB_OUT)
 	$(Q)git ls-files -z | xargs -0 sh -c 'for f; do [ ! -e "$$f" ] || \

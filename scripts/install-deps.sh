@@ -7,7 +7,8 @@
 # the instruction count with python3) and systemd (systemd-analyze and
 # systemd-socket-activate, for the systemd tests), python3-numpy,
 # python3-setuptools, python3-pip, python3-torch and
-# python3-prometheus-client (the Python tests); bench adds redis-server,
+# python3-prometheus-client (the Python tests), python3-venv and python3-yaml
+# (the packaging tests); bench adds redis-server,
 # redis-tools, python3-redis, python3-numpy and libzmq3-dev (the queue
 # benchmark's ZeroMQ reference); deb adds Debian's packaging
 # tools (debhelper, dh-python, dpkg-dev, lintian) and python3; arm64 adds
@@ -52,6 +53,10 @@ if [ "$want" = test ]; then
     have_deb python3-pip || need python3-pip
     # status --prometheus is read back with Prometheus's own text parser.
     have_deb python3-prometheus-client || need python3-prometheus-client
+    # tests/packaging: the wheel installed into a fresh venv (ensurepip),
+    # the deploy manifests parsed as YAML.
+    have_deb python3-venv || need python3-venv
+    have_deb python3-yaml || need python3-yaml
     # The vLLM drop-in tests: MessageQueue.create_from_process_group over a
     # torch ProcessGroup (gloo, on the CPU), as vLLM's parallel_state makes it.
     have_deb python3-torch || need python3-torch
@@ -109,8 +114,42 @@ else
     exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
+# Another apt (unattended-upgrades on a fresh machine) may hold the dpkg
+# lock: wait for it, up to SHMB_APT_LOCK_TIMEOUT seconds, instead of failing.
+lock_timeout="${SHMB_APT_LOCK_TIMEOUT:-600}"
+case "$lock_timeout" in
+'' | *[!0-9]*)
+    echo "shmbroker: SHMB_APT_LOCK_TIMEOUT must be a number of seconds, not '$lock_timeout'" >&2
+    exit 1
+    ;;
+esac
+apt_get() {
+    # shellcheck disable=SC2086
+    $sudo apt-get -o DPkg::Lock::Timeout="$lock_timeout" "$@"
+}
+# apt-get update takes the package lists' lock, which DPkg::Lock::Timeout
+# does not cover: while another apt holds it, try again every 3 s.
+apt_update() {
+    waited=0
+    while :; do
+        rc=0
+        out=$(apt_get update -q 2>&1) || rc=$?
+        printf '%s\n' "$out"
+        [ "$rc" -ne 0 ] || return 0
+        if ! printf '%s\n' "$out" | grep -q 'Could not get lock'; then
+            return "$rc"
+        fi
+        if [ "$waited" -ge "$lock_timeout" ]; then
+            echo "shmbroker: another apt held the package lists' lock for ${waited} s; run 'make' again when it is done (or set SHMB_APT_LOCK_TIMEOUT)" >&2
+            return "$rc"
+        fi
+        echo "shmbroker: another apt holds the package lists' lock; waiting (${waited} of ${lock_timeout} s)" >&2
+        sleep 3
+        waited=$((waited + 3))
+    done
+}
 # shellcheck disable=SC2086
-if ! $sudo apt-get install -y -q --no-install-recommends $pkgs; then
-    $sudo apt-get update -q
-    $sudo apt-get install -y -q --no-install-recommends $pkgs
+if ! apt_get install -y -q --no-install-recommends $pkgs; then
+    apt_update
+    apt_get install -y -q --no-install-recommends $pkgs
 fi
