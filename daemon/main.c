@@ -104,11 +104,13 @@ static void daemon_on_status(uv_timer_t *timer)
 
     if (d->pools.n > 1)
         snprintf(pools, sizeof(pools), " in %u pools", d->pools.n);
-    notify_send("STATUS=%llu%% used (%s of %s%s), %llu objects, %u clients, %u queues",
+    notify_send("STATUS=%llu%% used (%s of %s%s), %llu object%s, %u client%s, %u queue%s",
                 st.data_size ? (unsigned long long)(st.used * 100 / st.data_size) : 0ULL,
                 shmb_format_bytes(st.used, used, sizeof(used)),
                 shmb_format_bytes(st.data_size, total, sizeof(total)), pools,
-                (unsigned long long)st.objects, d->env.clients, d->env.queues.n);
+                (unsigned long long)st.objects, st.objects == 1 ? "" : "s", d->env.clients,
+                d->env.clients == 1 ? "" : "s", d->env.queues.n,
+                d->env.queues.n == 1 ? "" : "s");
 }
 
 static void daemon_on_watchdog(uv_timer_t *timer)
@@ -436,7 +438,7 @@ static void daemon_shutdown(struct daemon *d)
     /* Before the connections close: their members wake to ECANCELED (shut
      * down), not to a writer gone or a seat dead. */
     if (d->env.queues.n > 0)
-        log_info("shutting down %u queues", d->env.queues.n);
+        log_info("shutting down %u queue%s", d->env.queues.n, d->env.queues.n == 1 ? "" : "s");
     queue_shutdown_all(&d->env.queues);
     /* Readers answer nothing more from the mappings, before the
      * connections that would tell them so close. */
@@ -943,9 +945,10 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
                  shmb_format_bytes(p->cfg.max_object_size, h3, sizeof(h3)),
                  p->cfg.has_group ? ", group " : "", p->cfg.has_group ? p->cfg.group : "");
     }
-    log_info("shmbrokerd %s ready: %u pools, socket %s", SHMB_VERSION, d->pools.n,
-             d->server.path);
-    notify_send("READY=1\nSTATUS=serving %u pools on %s", d->pools.n, d->server.path);
+    log_info("shmbrokerd %s ready: %u pool%s, socket %s", SHMB_VERSION, d->pools.n,
+             d->pools.n == 1 ? "" : "s", d->server.path);
+    notify_send("READY=1\nSTATUS=serving %u pool%s on %s", d->pools.n,
+                d->pools.n == 1 ? "" : "s", d->server.path);
     return 0;
 
 fail_loop:

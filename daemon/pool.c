@@ -42,15 +42,29 @@ static int pool_error_before(struct shmb_error *err, int code, const char *what)
  * pool, whose size is not --size, say which setting instead. */
 static void pool_error_setting(struct shmb_error *err, const struct pool_config *pc)
 {
+    static const char *const adjectives[] = {"a smaller ", "a larger "};
     char was[SHMB_ERROR_MSG_MAX];
-    const char *at;
+    const char *at, *adjective = NULL;
+    size_t i, n;
 
     if (err == NULL || (at = strstr(err->message, "--size")) == NULL)
         return;
     snprintf(was, sizeof(was), "%s", err->message);
-    at = was + (at - err->message);
-    snprintf(err->message, sizeof(err->message), "%.*s%s (--pool %s:SIZE)%s", (int)(at - was),
-             was, "the pool's size", pc->name, at + strlen("--size"));
+    /* "choose a smaller --size" reads "choose a smaller size for pool
+     * 'main'", not "a smaller the pool's size". */
+    for (i = 0; i < sizeof(adjectives) / sizeof(adjectives[0]); i++) {
+        n = strlen(adjectives[i]);
+        if ((size_t)(at - err->message) >= n && strncmp(at - n, adjectives[i], n) == 0) {
+            adjective = adjectives[i];
+            at -= n;
+            break;
+        }
+    }
+    n = at - err->message;
+    at = was + n + (adjective != NULL ? strlen(adjective) : 0) + strlen("--size");
+    snprintf(err->message, sizeof(err->message), "%.*s%s%s pool '%s' (--pool %s:SIZE)%s",
+             (int)n, was, adjective != NULL ? adjective : "the ",
+             adjective != NULL ? "size for" : "size of", pc->name, pc->name, at);
 }
 
 /* The implicit pool (no --pool) speaks of the flags; a declared one of

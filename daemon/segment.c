@@ -287,6 +287,25 @@ static int segment_free_space(const char *dir, uint64_t *avail, uint64_t *huge_p
     return 0;
 }
 
+/* How to give dir more room, for a message ending "..., or choose a smaller
+ * --size.": Docker's flags only for /dev/shm, which they size; any other
+ * directory is a mount of the user's own. */
+static const char *segment_grow_hint(const char *dir, char *out, size_t len)
+{
+    char real[PATH_MAX], shm[PATH_MAX];
+
+    if (strcmp(dir, "/dev/shm") == 0 || strcmp(dir, "/dev/shm/") == 0 ||
+        (realpath(dir, real) != NULL && realpath("/dev/shm", shm) != NULL &&
+         strcmp(real, shm) == 0))
+        snprintf(out, len, "Increase /dev/shm (e.g. --shm-size or --ipc=host)");
+    else
+        snprintf(out, len,
+                 "Give %.256s more room (mount -o remount,size=N on its tmpfs; "
+                 "shmbrokerd --check prints the fix for where it runs)",
+                 dir);
+    return out;
+}
+
 /* segment_check_space, counting reclaim bytes (a file about to be replaced)
  * as free. */
 static int segment_space(const char *dir, uint64_t required, uint64_t reclaim,
@@ -294,7 +313,7 @@ static int segment_space(const char *dir, uint64_t required, uint64_t reclaim,
 {
     struct stat st;
     uint64_t avail = 0, huge_page = 0, huge_free = 0;
-    char page[32], also[96] = "";
+    char page[32], also[96] = "", hint[PATH_MAX + 160];
     int rc;
 
     if (stat(dir, &st) != 0) {
@@ -331,10 +350,9 @@ static int segment_space(const char *dir, uint64_t required, uint64_t reclaim,
             shmb_format_bytes(huge_page, page, sizeof(page)), also);
     return shmb_error_set(err, -ENOSPC,
                           "Insufficient space in %s: %llu MiB required, %llu MiB "
-                          "free%s. Increase %s (e.g. --shm-size or --ipc=host), or "
-                          "choose a smaller --size.",
+                          "free%s. %s, or choose a smaller --size.",
                           dir, shmb_mib_rounded(required), shmb_mib_rounded(avail), also,
-                          dir);
+                          segment_grow_hint(dir, hint, sizeof(hint)));
 }
 
 int segment_check_space(const char *dir, uint64_t required, uint64_t *free_bytes,
@@ -410,6 +428,7 @@ static int segment_open_readonly(struct segment *seg, struct shmb_error *err)
 static int segment_reserve(struct segment *seg, uint64_t size, uint64_t free_bytes,
                            struct shmb_error *err)
 {
+    char hint[PATH_MAX + 160];
     int rc = posix_fallocate(seg->fd, 0, (off_t)size);
 
     if (rc == 0)
@@ -417,10 +436,10 @@ static int segment_reserve(struct segment *seg, uint64_t size, uint64_t free_byt
     if (rc == ENOSPC)
         return shmb_error_set(err, -ENOSPC,
                               "Insufficient space in %s: could not reserve %llu MiB "
-                              "(%llu MiB were free before). Increase %s (e.g. "
-                              "--shm-size or --ipc=host), or choose a smaller --size.",
+                              "(%llu MiB were free before). %s, or choose a smaller --size.",
                               seg->dir, shmb_mib_rounded(size),
-                              shmb_mib_rounded(free_bytes), seg->dir);
+                              shmb_mib_rounded(free_bytes),
+                              segment_grow_hint(seg->dir, hint, sizeof(hint)));
     return shmb_error_set(err, -rc, "Cannot reserve %llu bytes for segment %s: %s.",
                           (unsigned long long)size, seg->path, strerror(rc));
 }
