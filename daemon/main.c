@@ -20,6 +20,7 @@
 #include "../proto/text.h"
 #include "command.h"
 #include "config.h"
+#include "held.h"
 #include "log.h"
 #include "notify.h"
 #include "pool.h"
@@ -200,6 +201,34 @@ fail:
     return NULL;
 }
 
+/* Record the segment files the daemon holds beside its socket (held.h),
+ * all of them when mine is true, none otherwise (they were removed): what
+ * --remove-segment removes at the socket unit's stop, even after the
+ * settings were changed under it. A failure is logged; the daemon serves
+ * on. */
+static void daemon_record_held(const struct daemon *d, bool mine)
+{
+    static struct held_segment ours[CONFIG_MAX_POOLS];
+    struct shmb_error err = {0};
+    char path[PATH_MAX];
+    size_t n = 0;
+    unsigned i;
+
+    if (held_path(d->cfg.socket_path, path, sizeof(path)) < 0)
+        return;
+    for (i = 0; mine && i < d->pools.n; i++) {
+        const struct pool *p = d->pools.pools[i];
+
+        if (p->seg.memfd)
+            continue;
+        snprintf(ours[n].dir, sizeof(ours[n].dir), "%s", p->cfg.dir);
+        snprintf(ours[n].name, sizeof(ours[n].name), "%s", p->cfg.segment);
+        ours[n++].size = p->seg.size;
+    }
+    if (held_update(path, ours, n, &err) < 0)
+        log_warn("%s", err.message);
+}
+
 /* SIGHUP: the pools of the new settings. A new one is added (with the space
  * check); one no longer named goes if it is empty, and stays (logged) if
  * anything is in it or connected to it; one whose size, backing, directory
@@ -335,6 +364,7 @@ static void daemon_on_sighup(uv_signal_t *handle, int signum)
     d->cfg.read_lease_ms = next.read_lease_ms;
     d->cfg.queue_lease_ms = d->env.queues.lease_ms = next.queue_lease_ms;
     daemon_reload_pools(d, &next);
+    daemon_record_held(d, true);
     d->cfg.keep_segment = next.keep_segment;
     if (next.alloc_timeout_ms != d->cfg.alloc_timeout_ms) {
         d->cfg.alloc_timeout_ms = next.alloc_timeout_ms;
@@ -881,6 +911,8 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         goto fail_plan;
     if ((rc = daemon_open_pools(d, err)) < 0)
         goto fail_socket;
+    /* Before any client can connect: a stop from then on finds it. */
+    daemon_record_held(d, true);
     command_env_init(&d->env);
     queue_set_init(&d->env.queues, d->cfg.name);
     d->env.queues.lease_ms = d->cfg.queue_lease_ms;
@@ -959,6 +991,7 @@ fail:
      * them for the next attempt. A new one goes. */
     for (i = 0; i < d->pools.n; i++)
         pool_close(d->pools.pools[i], d->pools.pools[i]->adopt);
+    daemon_record_held(d, false); /* keeps the adopted ones, still there */
 fail_socket:
     if (!d->activated)
         server_unbind(listen_fd, d->cfg.socket_path);
@@ -1013,6 +1046,7 @@ static void daemon_stop(struct daemon *d)
                  what, (unsigned long long)st.objects,
                  shmb_format_bytes(st.used, used, sizeof(used)), memfd,
                  d->activated ? "; the socket stays with systemd" : "");
+        daemon_record_held(d, true);
         daemon_close_pools(d, true);
         return;
     }
@@ -1020,6 +1054,7 @@ static void daemon_stop(struct daemon *d)
         daemon_unkeep_memfd(d, d->pools.pools[i]);
     snprintf(what, sizeof(what), "%s", d->pools.n == 1 ? "segment" : "segments");
     daemon_close_pools(d, false);
+    daemon_record_held(d, false);
     if (d->activated)
         log_info("stopped; %s removed (the socket %s stays with systemd)", what,
                  d->server.path);
@@ -1106,41 +1141,71 @@ static int daemon_send_reload(const struct config *cfg, pid_t pid)
     return 0;
 }
 
-/* --remove-segment: remove the segments these settings name, when no
- * daemon holds them (what systemctl stop shmbrokerd.socket runs). A memfd
- * pool has none. Every pool is tried; 1 when one could not be removed. */
+/* --remove-segment: remove the segments the daemon last recorded holding
+ * beside its socket (held.h), and those these settings name, when no daemon
+ * holds them (what systemctl stop shmbrokerd.socket runs). The record comes
+ * first: settings changed while the daemon ran (pools reordered, renamed,
+ * moved) would leave its segments behind. A memfd pool has none. Every
+ * segment is tried; 1 when one could not be removed. */
 static int daemon_remove_segment_only(const struct config *cfg)
 {
+    static struct held_segment list[HELD_MAX + CONFIG_MAX_POOLS];
     uint64_t sizes[CONFIG_MAX_POOLS];
     struct shmb_error err = {0};
+    char record[PATH_MAX];
+    size_t n = 0, k, j;
+    unsigned i, bad = 0;
     int status = 0;
-    unsigned i;
 
     if (daemon_check_settings(cfg, sizes, &err) < 0) {
         log_startup_error(err.message);
         return 1;
     }
+    if (held_path(cfg->socket_path, record, sizeof(record)) < 0)
+        record[0] = '\0';
+    else if (held_read(record, list, HELD_MAX, &n, &bad, &err) < 0) {
+        log_startup_error(err.message);
+        status = 1;
+    } else if (bad > 0) {
+        log_warn("%s: %u lines that are not segments were skipped", record, bad);
+    }
     for (i = 0; i < cfg->n_pools; i++) {
         const struct pool_config *pc = &cfg->pools[i];
+
+        if (pc->backing == POOL_BACKING_MEMFD)
+            continue;
+        for (j = 0; j < n; j++)
+            if (strcmp(list[j].dir, pc->dir) == 0 && strcmp(list[j].name, pc->segment) == 0)
+                break;
+        if (j < n)
+            continue;
+        snprintf(list[n].dir, sizeof(list[n].dir), "%s", pc->dir);
+        snprintf(list[n].name, sizeof(list[n].name), "%s", pc->segment);
+        list[n++].size = sizes[i];
+    }
+    for (k = 0; k < n; k++) {
+        const struct held_segment *e = &list[k];
         uint64_t bytes;
         int64_t pid = 0;
         char human[32];
         int rc;
 
-        if (pc->backing == POOL_BACKING_MEMFD)
-            continue;
-        rc = segment_remove_orphaned(pc->dir, pc->segment, sizes[i], &bytes, &pid, &err);
+        rc = segment_remove_orphaned(e->dir, e->name, e->size, &bytes, &pid, &err);
         if (rc < 0) {
             log_startup_error(err.message);
             status = 1;
         } else if (rc == 0) {
-            printf("shmbrokerd: no segment %s/%s; nothing to remove\n", pc->dir,
-                   pc->segment);
+            printf("shmbrokerd: no segment %s/%s; nothing to remove\n", e->dir, e->name);
         } else {
             printf("shmbrokerd: removed segment %s/%s (%s) left by shmbrokerd pid %lld\n",
-                   pc->dir, pc->segment, shmb_format_bytes(bytes, human, sizeof(human)),
+                   e->dir, e->name, shmb_format_bytes(bytes, human, sizeof(human)),
                    (long long)pid);
         }
+    }
+    /* The record keeps only what is still there (one a live daemon holds). */
+    if (record[0] != '\0' && held_update(record, NULL, 0, &err) < 0) {
+        log_startup_error(err.message);
+        status = 1;
     }
     return status;
 }
