@@ -740,10 +740,13 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
             path, strerror(saved), SHMB_SOCKET_ENV);
     }
     rc = client_call_ex(c,
-                        json_pack("{s:s, s:i, s:s?, s:s, s:s*}", "op", shmb_ops[SHMB_OP_HELLO].name, "version",
+                        /* Our pid, which a daemon in another pid namespace
+                         * cannot see (the kernel gives it 0), for its reports. */
+                        json_pack("{s:s, s:i, s:s?, s:s, s:s*, s:I}", "op", shmb_ops[SHMB_OP_HELLO].name, "version",
                                   SHMB_PROTOCOL_VERSION, "name", name, "mode",
                                   c->read_only ? "ro" : "rw", "pool",
-                                  c->dial_pool[0] != '\0' ? c->dial_pool : NULL),
+                                  c->dial_pool[0] != '\0' ? c->dial_pool : NULL, "pid",
+                                  (json_int_t)getpid()),
                         true, &reply);
     if (rc < 0)
         goto fail;

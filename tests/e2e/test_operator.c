@@ -187,6 +187,111 @@ static void test_one_pool_singular(void **state)
     h_pass(f);
 }
 
+/* The daemon in a pid namespace of its own (unshare --pid --fork), so that
+ * this test's processes are in one it cannot see into, as a client in
+ * another pod is: the kernel gives the daemon pid 0 for them. Skips when
+ * unshare cannot make one (not root, or no unshare). */
+static struct h_daemon *daemon_in_own_pid_ns(struct h_fix *f)
+{
+    static const char *const where[] = {"/usr/bin/unshare", "/bin/unshare"};
+    const char *wrapper[] = {NULL, "--pid", "--fork", "--kill-child=SIGTERM", NULL};
+    struct h_run r;
+    struct h_daemon *d;
+    size_t i;
+
+    for (i = 0; i < sizeof(where) / sizeof(where[0]) && wrapper[0] == NULL; i++)
+        if (access(where[i], X_OK) == 0)
+            wrapper[0] = where[i];
+    if (wrapper[0] == NULL)
+        h_skip(f, "no unshare (util-linux)");
+    if (h_run(f, (const char *const[]){wrapper[0], "--pid", "--fork", "/bin/true", NULL}, NULL,
+              0, &r) < 0 ||
+        r.status != 0)
+        h_skip(f, "unshare --pid --fork does not run here (needs root and util-linux)");
+    h_run_free(&r);
+    d = h_daemon_new(f, "4M");
+    assert_true(h_daemon_spawn_with(f, d, NULL, (const char *const *)wrapper, 0) > 0);
+    assert_int_equal(h_daemon_wait_ready(d, H_READY_TIMEOUT_MS), 0);
+    return d;
+}
+
+/* A client in a pid namespace the daemon cannot see into: `clients` shows
+ * no pid 0 but "ns:" and the pid the client has in its own namespace (what
+ * its hello said) with a line saying what that means; a queue's role it
+ * holds is refused to another naming it "a process in another pid
+ * namespace" with its pid there and its uid; the daemon's log says so too;
+ * the queues report says "another pid namespace", not "pid 0". */
+static void test_other_pid_namespace(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = daemon_in_own_pid_ns(f);
+    shmb_t *w = h_lib_connect(d, "outsider", 0), *w2 = h_lib_connect(d, "second", 0);
+    shmb_queue_t *q = NULL, *q2 = NULL;
+    char want[160], *log;
+    struct h_run r;
+
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "clients", NULL), 0);
+    snprintf(want, sizeof(want), "ns:%d", (int)getpid());
+    h_expect_run(&r, 0, want, NULL);
+    h_expect_run(&r, 0, "outsider", NULL);
+    h_expect_run(&r, 0, "ns:N: a client in another pid namespace", NULL);
+    if (strncmp(r.out, "       0 ", 9) == 0 || h_contains(r.out, "\n       0 "))
+        h_fail("a pid 0 is shown:\n%s", r.out);
+    h_run_free(&r);
+
+    if (shmb_queue_create(w, "oq", 2, 4, 256, 0) != 0 ||
+        shmb_queue_open(w, "oq", SHMB_QUEUE_WRITER, &q) != 0)
+        h_fail("queue: %s", shmb_errmsg(w));
+    assert_int_equal(shmb_queue_open(w2, "oq", SHMB_QUEUE_WRITER, &q2), -EBUSY);
+    snprintf(want, sizeof(want), "a process in another pid namespace (pid %d there, uid %d)",
+             (int)getpid(), (int)getuid());
+    if (!h_contains(shmb_errmsg(w2), want))
+        h_fail("the refusal does not name the writer so: %s", shmb_errmsg(w2));
+    assert_int_equal(h_ctl(f, d, NULL, 0, &r, "status", NULL), 0);
+    h_expect_run(&r, 0, "another pid namespace 'outsider'", NULL);
+    if (h_contains(r.out, "pid 0"))
+        h_fail("status shows pid 0:\n%s", r.out);
+    h_run_free(&r);
+    shmb_queue_close(q);
+    shmb_close(w);
+    shmb_close(w2);
+    log = h_log_text(d);
+    assert_non_null(log);
+    snprintf(want, sizeof(want), "client in another pid namespace (pid %d there) (outsider)",
+             (int)getpid());
+    if (!h_contains(log, want) || h_contains(log, "client pid 0"))
+        h_fail("the log does not say so (%s):\n%s", want, log);
+    free(log);
+    /* unshare ignores SIGTERM while it waits; its end sends the daemon
+     * SIGTERM (--kill-child), and the daemon stops as it does. */
+    h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS);
+    h_wait_log_at(d, "stopped; socket", __FILE__, __LINE__);
+    h_pass(f);
+}
+
+/* A hello's "pid" that no process can have is refused, and the daemon
+ * serves on. */
+static void test_hello_pid_bounds(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "1M", NULL);
+    static const char *const bad[] = {"0", "-1", "4194305", "9223372036854775807", "\"7\"",
+                                      "1.5"};
+    char req[160];
+    size_t i;
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct h_conn c;
+
+        assert_int_equal(h_conn_open(&c, d->socket), 0);
+        snprintf(req, sizeof(req), "{\"op\":\"hello\",\"version\":1,\"pid\":%s}", bad[i]);
+        h_expect_at(&c, req, "EINVAL", NULL, __FILE__, __LINE__);
+        h_conn_close(&c);
+    }
+    h_assert_alive_at(d, __FILE__, __LINE__);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -197,6 +302,8 @@ int main(void)
         TEST(test_scribbled_record),
         TEST(test_pool_too_large_wording),
         TEST(test_one_pool_singular),
+        TEST(test_other_pid_namespace),
+        TEST(test_hello_pid_bounds),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

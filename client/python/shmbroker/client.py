@@ -555,8 +555,10 @@ class Client:
         self._forks = _forks[0]
         fds = []
         try:
+            # Our pid: a daemon in another pid namespace sees 0 for it.
             hello = {"op": "hello", "version": P.PROTOCOL_VERSION,
-                     "mode": "ro" if self.read_only else "rw"}
+                     "mode": "ro" if self.read_only else "rw",
+                     "pid": os.getpid()}
             if self.name is not None:
                 hello["name"] = self.name
             if self.pool is not None:
