@@ -76,6 +76,7 @@ ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ------------------------------------------------------------
 PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c proto/sock.c \
+               proto/starting.c \
                proto/frames.c proto/queue.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c daemon/catalog.c
 # Arenas: puts in one round trip (the store's arena objects).
@@ -203,6 +204,13 @@ E2E_TESTS += test_queue_limits
 # What an operator meets: the stop after a settings change, the start's words,
 # clients in other pid namespaces, a long start.
 E2E_TESTS += test_operator
+# test_operator's start held mid-reservation (LD_PRELOAD), built without the
+# sanitizer: a preloaded library must not bring a second runtime.
+SLOW_RESERVE := $(BUILD)/tests/slow_reserve.so
+$(SLOW_RESERVE): tests/e2e/slow_reserve.c Makefile
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -std=c11 -g -O1 $(WARN) -shared -fPIC -o $@ $< -ldl
+$(BUILD)/tests/test_operator: | $(SLOW_RESERVE)
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)

@@ -27,6 +27,7 @@
 #include "../proto/alloc.h"
 #include "../proto/layout.h"
 #include "../proto/sock.h"
+#include "../proto/starting.h"
 #include "../proto/text.h"
 
 /* A handle's forks field before it ever connected: no process owns it yet. */
@@ -696,6 +697,22 @@ static void client_read_hello(shmb_t *c, const json_t *reply)
     c->catalog.seed = (uint32_t)client_hello_u64(reply, "catalog_seed");
 }
 
+/* A refused connect to a daemon that is still starting (it listens once its
+ * pools are reserved, which takes seconds for gigabytes): -EAGAIN with its
+ * progress, rather than asking whether it runs. 0 when none is starting. */
+static int client_starting_error(shmb_t *c, const char *path)
+{
+    char text[SHMB_ESCAPED_MAX(SHMB_STARTING_TEXT_MAX)];
+    long long pid = 0;
+
+    if (shmb_starting_read(path, &pid, text, sizeof(text)) != 1)
+        return 0;
+    return shmb_error_set(&c->err, -EAGAIN,
+                          "shmbrokerd at %s is starting (pid %lld): %s. It answers once its "
+                          "pools are reserved; retry then.",
+                          path, pid, text);
+}
+
 /* Dial path, say hello, map the segment (keeping a mapping of the same file
  * when keep_map). */
 static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_map)
@@ -733,6 +750,8 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
         int saved = errno;
 
         client_disconnect(c, keep_map);
+        if ((saved == ECONNREFUSED || saved == ENOENT) && client_starting_error(c, path) < 0)
+            return c->err.code;
         return shmb_error_set(
             &c->err, -saved,
             "Cannot connect to shmbrokerd at %s: %s. Is shmbrokerd running? "

@@ -20,6 +20,7 @@
 
 #include "../proto/error.h"
 #include "../proto/protocol.h"
+#include "../proto/starting.h"
 #include "../proto/text.h"
 #include "../proto/utf8.h"
 #include "shmbroker.h"
@@ -1143,6 +1144,7 @@ static int ctl_connect(const char *socket_path, const char *pool, bool report,
         }
         rc = pool_refused(c, socket_path, pool) ? EXIT_ERROR_REPLY
              : shmb_errcode(c) == -ECONNREFUSED || shmb_errcode(c) == -ENOENT ||
+                     shmb_errcode(c) == -EAGAIN ||
                      shmb_errcode(c) == -EACCES || shmb_errcode(c) == -ENOTDIR ||
                      shmb_errcode(c) == -ECONNRESET || shmb_errcode(c) == -ENAMETOOLONG
                  ? EXIT_UNAVAILABLE
@@ -1257,6 +1259,21 @@ static int status_connect(const struct ctl *ctl, shmb_t **out)
     if (p.rc == 0) {
         *out = p.c;
         return 0;
+    }
+    /* It is starting (reserving its pools): say how far, not refused; exit
+     * as unavailable, which it is until then. */
+    if (p.rc == EXIT_UNAVAILABLE && p.failure.code == -EAGAIN) {
+        char text[SHMB_ESCAPED_MAX(SHMB_STARTING_TEXT_MAX)];
+        long long pid = 0;
+
+        if (!ctl->json && !ctl->prometheus &&
+            shmb_starting_read(shmb_socket_path(ctl->socket_path), &pid, text,
+                               sizeof(text)) == 1) {
+            printf("starting: %s (shmbrokerd pid %lld; it answers once its pools are "
+                   "reserved)\n",
+                   text, pid);
+            return EXIT_UNAVAILABLE;
+        }
     }
     /* Nothing listens there (the daemon died or stopped), but its segment
      * stayed. */

@@ -17,6 +17,7 @@
 #include <uv.h>
 
 #include "../proto/alloc.h"
+#include "../proto/starting.h"
 #include "../proto/text.h"
 #include "command.h"
 #include "config.h"
@@ -50,6 +51,13 @@ struct daemon {
     int activated_fd;    /* ... which is ours until the server takes it, else -1 */
     struct server_kept kept; /* memfd pools systemd kept across a restart */
     bool stopping;
+    /* A start's progress while it reserves its pools: the file beside the
+     * socket that clients read (starting.h), the pool being reserved. */
+    struct {
+        char path[PATH_MAX];
+        const char *pool;
+        int quarter; /* the last quarter of a large reservation logged */
+    } progress;
     int argc; /* kept for SIGHUP, which parses them again */
     char **argv;
 };
@@ -848,6 +856,44 @@ static void daemon_note_unconfigured(const struct daemon *d)
     }
 }
 
+/* A reservation of the start went on (segment_set_progress): say how far
+ * in systemd's STATUS=, in the file clients read when their connect is
+ * refused (shmbrokerctl status: "starting: ..."), and, for a gigabyte or
+ * more, in the log at each quarter. */
+static void daemon_on_progress(uint64_t done, uint64_t total, void *arg)
+{
+    struct daemon *d = arg;
+    char text[SHMB_STARTING_TEXT_MAX], a[32], b[32];
+    int quarter = total > 0 ? (int)(done * 4 / total) : 4, rc;
+
+    snprintf(text, sizeof(text), "reserving pool '%s': %s of %s",
+             d->progress.pool != NULL ? d->progress.pool : "?",
+             shmb_format_bytes(done, a, sizeof(a)), shmb_format_bytes(total, b, sizeof(b)));
+    notify_send("STATUS=%s", text);
+    if (d->progress.path[0] != '\0' &&
+        (rc = shmb_starting_write(d->progress.path, (long long)getpid(), text)) < 0) {
+        log_warn("cannot write %s (clients are told 'connection refused' meanwhile): %s",
+                 d->progress.path, strerror(-rc));
+        d->progress.path[0] = '\0';
+    }
+    if (total >= (1ULL << 30) && quarter != d->progress.quarter) {
+        d->progress.quarter = quarter;
+        if (done == 0)
+            log_info("%s (a large pool takes seconds; shmbrokerctl status shows how far)",
+                     text);
+        else
+            log_info("%s", text);
+    }
+}
+
+/* The start serves, or was refused: no progress file is left to tell
+ * clients it is starting. */
+static void daemon_progress_end(struct daemon *d)
+{
+    if (d->progress.path[0] != '\0')
+        (void)unlink(d->progress.path);
+}
+
 /* Open the pools planned; on failure close those opened (an adopted
  * segment keeps its objects for the next attempt; a new one goes). */
 static int daemon_open_pools(struct daemon *d, struct shmb_error *err)
@@ -855,9 +901,16 @@ static int daemon_open_pools(struct daemon *d, struct shmb_error *err)
     unsigned i;
     int rc = 0;
 
-    for (i = 0; i < d->pools.n; i++)
+    segment_set_progress(daemon_on_progress, d);
+    for (i = 0; i < d->pools.n; i++) {
+        d->progress.pool = d->pools.pools[i]->cfg.name;
+        d->progress.quarter = -1;
         if ((rc = daemon_open_pool(d, d->pools.pools[i], err)) < 0)
             break;
+    }
+    /* Queues' areas are made off the loop's thread later: no callback. */
+    segment_set_progress(NULL, NULL);
+    d->progress.pool = NULL;
     if (rc == 0) {
         for (i = 0; i < d->pools.n; i++)
             daemon_keep_memfd(d, d->pools.pools[i]);
@@ -909,6 +962,11 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
     if (!d->activated &&
         (rc = server_bind(d->cfg.socket_path, d->cfg.socket_mode, &listen_fd, err)) < 0)
         goto fail_plan;
+    /* The socket's path is this daemon's now: so is its progress file (one
+     * a daemon killed while starting left goes). */
+    if (shmb_starting_path(d->cfg.socket_path, d->progress.path, sizeof(d->progress.path)) < 0)
+        d->progress.path[0] = '\0';
+    daemon_progress_end(d);
     if ((rc = daemon_open_pools(d, err)) < 0)
         goto fail_socket;
     /* Before any client can connect: a stop from then on finds it. */
@@ -944,6 +1002,7 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
             uv_close((uv_handle_t *)&d->stop_with, daemon_on_stop_with_closed);
         goto fail_loop;
     }
+    daemon_progress_end(d);
     if (d->activated)
         log_info("serving the listening socket systemd passed (fd %d): %s", passed_fd,
                  d->server.path);
@@ -993,6 +1052,7 @@ fail:
         pool_close(d->pools.pools[i], d->pools.pools[i]->adopt);
     daemon_record_held(d, false); /* keeps the adopted ones, still there */
 fail_socket:
+    daemon_progress_end(d);
     if (!d->activated)
         server_unbind(listen_fd, d->cfg.socket_path);
 fail_plan:

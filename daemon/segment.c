@@ -425,12 +425,42 @@ static int segment_open_readonly(struct segment *seg, struct shmb_error *err)
     return 0;
 }
 
+static segment_progress_fn segment_progress;
+static void *segment_progress_arg;
+
+void segment_set_progress(segment_progress_fn fn, void *arg)
+{
+    segment_progress = fn;
+    segment_progress_arg = arg;
+}
+
+/* posix_fallocate of fd's first size bytes, a chunk at a time, telling the
+ * progress callback before the first and after each. 0 or an errno (as
+ * posix_fallocate: positive). */
+static int segment_fallocate(int fd, uint64_t size)
+{
+    uint64_t done = 0, len;
+    int rc;
+
+    if (segment_progress == NULL || size <= SEGMENT_RESERVE_CHUNK)
+        return posix_fallocate(fd, 0, (off_t)size);
+    segment_progress(0, size, segment_progress_arg);
+    while (done < size) {
+        len = size - done < SEGMENT_RESERVE_CHUNK ? size - done : SEGMENT_RESERVE_CHUNK;
+        if ((rc = posix_fallocate(fd, (off_t)done, (off_t)len)) != 0)
+            return rc;
+        done += len;
+        segment_progress(done, size, segment_progress_arg);
+    }
+    return 0;
+}
+
 /* Reserve every page of the file; vLLM's message on ENOSPC. */
 static int segment_reserve(struct segment *seg, uint64_t size, uint64_t free_bytes,
                            struct shmb_error *err)
 {
     char hint[PATH_MAX + 160];
-    int rc = posix_fallocate(seg->fd, 0, (off_t)size);
+    int rc = segment_fallocate(seg->fd, size);
 
     if (rc == 0)
         return 0;
@@ -800,7 +830,7 @@ int segment_memfd_make(const char *name, uint64_t size, const char *what,
     }
     /* Every page now, charged to this process's memory cgroup: a limit too
      * small fails here rather than as a client's SIGBUS later. */
-    if ((rc = posix_fallocate(fd, 0, (off_t)size)) != 0) {
+    if ((rc = segment_fallocate(fd, size)) != 0) {
         rc = shmb_error_set(
             err, -rc,
             "Cannot reserve %llu MiB for %s: %s. A memfd's pages are "

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "checks.h"
@@ -257,8 +258,10 @@ static void test_other_pid_namespace(void **state)
     shmb_close(w2);
     log = h_log_text(d);
     assert_non_null(log);
-    snprintf(want, sizeof(want), "client in another pid namespace (pid %d there) (outsider)",
-             (int)getpid());
+    snprintf(want, sizeof(want),
+             "client in another pid namespace (pid %d there) uid %d (outsider, read-write) "
+             "connected",
+             (int)getpid(), (int)getuid());
     if (!h_contains(log, want) || h_contains(log, "client pid 0"))
         h_fail("the log does not say so (%s):\n%s", want, log);
     free(log);
@@ -292,6 +295,148 @@ static void test_hello_pid_bounds(void **state)
     h_pass(f);
 }
 
+/* $SHMB_BUILD_DIR/tests/slow_reserve.so (or build/...), into out; skips
+ * when it was not built. */
+static void slow_reserve_lib(struct h_fix *f, char *out, size_t len)
+{
+    const char *build = getenv("SHMB_BUILD_DIR");
+    char rel[PATH_MAX];
+
+    snprintf(rel, sizeof(rel), "%s/tests/slow_reserve.so", build != NULL ? build : "build");
+    if (realpath(rel, out) == NULL || strlen(out) >= len)
+        h_skip(f, "tests/slow_reserve.so is not built (make it beside test_operator)");
+}
+
+/* shmbrokerctl status of d, into r. */
+static void ctl_status(struct h_fix *f, const struct h_daemon *d, struct h_run *r)
+{
+    assert_int_equal(h_run(f,
+                           (const char *const[]){h_ctl_bin(), "--socket", d->socket, "status",
+                                                 NULL},
+                           NULL, 0, r),
+                     0);
+}
+
+/* A start that reserves a large pool, held after its first 256 MiB (the
+ * preloaded posix_fallocate waits on a file): shmbrokerctl status says
+ * "starting: reserving pool 'big': 256 MiB of 512 MiB" and exits 69 rather
+ * than "Connection refused. Is shmbrokerd running?"; the library's connect
+ * fails with EAGAIN and the same progress; the log says it once the
+ * reservation is a gigabyte or more (here not). Let go, the daemon serves,
+ * status answers, and no progress file is left. */
+static void test_starting_progress(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "1M");
+    char lib[PATH_MAX], gate[PATH_MAX], progress[PATH_MAX], asan[512];
+    const char *old_asan = getenv("ASAN_OPTIONS");
+    uint64_t deadline;
+    shmb_t *c;
+    struct h_run r;
+    bool seen = false;
+
+    slow_reserve_lib(f, lib, sizeof(lib));
+    h_path(f, "gate", gate, sizeof(gate));
+    assert_int_equal(h_write_file(gate, "", 0), 0);
+    snprintf(progress, sizeof(progress), "%s.starting", d->socket);
+    /* The daemon alone runs with the preload (a sanitizer's runtime is let
+     * come after it). */
+    setenv("LD_PRELOAD", lib, 1);
+    setenv("SHMB_TEST_RESERVE_GATE", gate, 1);
+    snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", old_asan ? old_asan : "",
+             old_asan ? ":" : "");
+    setenv("ASAN_OPTIONS", asan, 1);
+    assert_true(h_daemon_spawn(f, d, (const char *const[]){"--pool", "big:512M", NULL}) > 0);
+    unsetenv("LD_PRELOAD");
+    unsetenv("SHMB_TEST_RESERVE_GATE");
+    if (old_asan != NULL)
+        setenv("ASAN_OPTIONS", old_asan, 1);
+    else
+        unsetenv("ASAN_OPTIONS");
+
+    /* Bounded generously: the first chunk on a loaded machine. */
+    deadline = h_now_ms() + 30000;
+    while (!seen && h_now_ms() < deadline) {
+        ctl_status(f, d, &r);
+        seen = r.status == 69 &&
+               h_contains(r.out, "starting: reserving pool 'big': 256 MiB of 512 MiB");
+        if (!seen && h_contains(r.out, "socket "))
+            h_fail("the daemon served while held:\n%s", r.out);
+        if (!seen)
+            h_run_free(&r);
+        else if (h_contains(r.err, "refused") || h_contains(r.err, "Is shmbrokerd running"))
+            h_fail("status says refused while starting:\n%s", r.err);
+        if (!seen)
+            h_sleep_ms(20);
+    }
+    if (!seen) {
+        h_daemon_print_log(d);
+        h_fail("status never said the daemon was starting");
+    }
+    h_run_free(&r);
+    c = shmb_new();
+    assert_non_null(c);
+    assert_int_equal(shmb_connect(c, d->socket, "early"), -EAGAIN);
+    if (!h_contains(shmb_errmsg(c), "is starting") ||
+        !h_contains(shmb_errmsg(c), "reserving pool 'big': 256 MiB of 512 MiB") ||
+        h_contains(shmb_errmsg(c), "Is shmbrokerd running"))
+        h_fail("the library's error: %s", shmb_errmsg(c));
+    shmb_close(c);
+    assert_true(h_exists(progress));
+
+    assert_int_equal(unlink(gate), 0);
+    assert_int_equal(h_daemon_wait_ready(d, 30000), 0);
+    ctl_status(f, d, &r);
+    h_expect_run(&r, 0, "socket ", NULL);
+    h_run_free(&r);
+    assert_false(h_exists(progress));
+    h_pass(f);
+}
+
+/* A progress file left by a daemon killed while it started (its pid gone,
+ * the file old), or one scribbled (not a pid, no newline, bytes that are not
+ * UTF-8): a refused connect says refused, not starting. A fresh one of a
+ * live process with control bytes in its text is shown escaped. */
+static void test_starting_stale_or_scribbled(void **state)
+{
+    struct h_fix *f = *state;
+    char sock[PATH_MAX], progress[PATH_MAX + 16];
+    static const char *const bad[] = {"x\nreserving\n", "123", "0\nreserving\n",
+                                      "99999999999\nreserving\n", "\xff\xfe\n\x80\n"};
+    struct timespec old[2] = {{0, 0}, {0, 0}};
+    char live[128];
+    shmb_t *c;
+    size_t i;
+
+    h_path(f, "sock", sock, sizeof(sock));
+    snprintf(progress, sizeof(progress), "%s.starting", sock);
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(h_write_file(progress, bad[i], strlen(bad[i])), 0);
+        c = shmb_new();
+        assert_int_equal(shmb_connect(c, sock, "x"), -ENOENT);
+        if (h_contains(shmb_errmsg(c), "starting"))
+            h_fail("case %zu said starting: %s", i, shmb_errmsg(c));
+        shmb_close(c);
+    }
+    /* A pid no process has (above pid_max), written long ago. */
+    snprintf(live, sizeof(live), "4194304\nreserving pool 'x': 1 of 2\n");
+    assert_int_equal(h_write_file(progress, live, strlen(live)), 0);
+    old[0].tv_sec = old[1].tv_sec = time(NULL) - 3600;
+    assert_int_equal(utimensat(AT_FDCWD, progress, old, 0), 0);
+    c = shmb_new();
+    assert_int_equal(shmb_connect(c, sock, "x"), -ENOENT);
+    shmb_close(c);
+    /* This process, alive, with an escape sequence in the text. */
+    snprintf(live, sizeof(live), "%d\nreserving \x1b[2J pool\n", (int)getpid());
+    assert_int_equal(h_write_file(progress, live, strlen(live)), 0);
+    c = shmb_new();
+    assert_int_equal(shmb_connect(c, sock, "x"), -EAGAIN);
+    if (!h_contains(shmb_errmsg(c), "reserving \\x1b[2J pool"))
+        h_fail("the text is not escaped: %s", shmb_errmsg(c));
+    shmb_close(c);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -304,6 +449,8 @@ int main(void)
         TEST(test_one_pool_singular),
         TEST(test_other_pid_namespace),
         TEST(test_hello_pid_bounds),
+        TEST(test_starting_progress),
+        TEST(test_starting_stale_or_scribbled),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

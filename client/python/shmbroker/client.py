@@ -22,6 +22,7 @@ import warnings
 import weakref
 
 from . import _catalog
+from . import _starting
 from . import _protocol as P
 from . import frames as _frames
 from .errors import BufferTooSmall, ConnectionLost, InvalidRequest, NotFound, PermissionDenied
@@ -548,6 +549,12 @@ class Client:
                        % (path, e.strerror or e, path, P.SOCKET_ENV))
             if e.errno in (_errno.EACCES, _errno.EPERM):
                 raise PermissionDenied(code, message) from None
+            starting = (_starting.progress(path)
+                        if e.errno in (_errno.ECONNREFUSED, _errno.ENOENT) else None)
+            if starting is not None:
+                raise ConnectionLost(
+                    "EAGAIN", "shmbrokerd at %s is starting (pid %d): %s. It answers once "
+                    "its pools are reserved; retry then." % ((path,) + starting)) from None
             raise ConnectionLost(code, message) from None
         self._sock = sock
         self._poller = select.poll()
