@@ -478,7 +478,7 @@ static void test_stop_cancels(void **state)
     h_sleep_ms(50);
     assert_int_equal(h_daemon_signal(d, SIGTERM, H_STOP_TIMEOUT_MS), 0);
     assert_int_equal(h_child_wait(f, reader, H_REPLY_TIMEOUT_MS), 0);
-    assert_true(h_log_contains(d, "shutting down 1 queues"));
+    assert_true(h_log_contains(d, "shutting down 1 queue"));
     h_signal_close(&h.sig);
     h_conn_close(&c);
     h_pass(f);

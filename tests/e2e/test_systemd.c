@@ -494,7 +494,7 @@ static void test_notify_ready_status_stopping(void **state)
      * the catalog (64 KiB). */
     assert_int_equal(regcomp(&re,
                              "^STATUS=[0-9]+% used \\([0-9.]+ (B|KiB|MiB) of 3\\.9 MiB\\), "
-                             "1 objects, 1 clients, 0 queues$",
+                             "1 object, 1 client, 0 queues$",
                              REG_EXTENDED | REG_NOSUB),
                      0);
     notify_expect(&rx, "STATUS=", &re, line, STATUS_TIMEOUT_MS);
@@ -506,6 +506,51 @@ static void test_notify_ready_status_stopping(void **state)
     notify_expect(&rx, "STOPPING=1", NULL, line, H_STOP_TIMEOUT_MS);
     status = h_daemon_wait_exit(d, H_STOP_TIMEOUT_MS);
     assert_int_equal(h_exit_code(status), 0);
+    notify_close(&rx);
+    h_pass(f);
+}
+
+/* A start that reserves a large pool says how far in STATUS= before
+ * READY=1: held after its first 256 MiB of 512 (tests/e2e/slow_reserve.c,
+ * preloaded, waits on a file), the last STATUS= is that, and no READY=1 has
+ * come; let go, READY=1 follows. */
+static void test_notify_progress(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "1M");
+    const char *extra[] = {"--pool", "big:512M", NULL};
+    const char *build = getenv("SHMB_BUILD_DIR");
+    char line[512], lib[PATH_MAX], rel[PATH_MAX], gate[PATH_MAX], preload[PATH_MAX + 16],
+        gate_env[PATH_MAX + 32];
+    const char *env[5];
+    struct notify_rx rx;
+    regex_t re;
+
+    snprintf(rel, sizeof(rel), "%s/tests/slow_reserve.so", build != NULL ? build : "build");
+    if (realpath(rel, lib) == NULL)
+        h_skip(f, "tests/slow_reserve.so is not built (make it beside test_operator)");
+    h_path(f, "gate", gate, sizeof(gate));
+    assert_int_equal(h_write_file(gate, "", 0), 0);
+    snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", lib);
+    snprintf(gate_env, sizeof(gate_env), "SHMB_TEST_RESERVE_GATE=%s", gate);
+    notify_open(f, &rx, "notify", false);
+    env[0] = rx.env;
+    env[1] = preload;
+    env[2] = gate_env;
+    env[3] = "ASAN_OPTIONS=verify_asan_link_order=0";
+    env[4] = NULL;
+    daemon_spawn_env(d, extra, env, -1);
+    assert_int_equal(regcomp(&re, "^STATUS=reserving pool 'big': 256 MiB of 512 MiB$",
+                             REG_EXTENDED | REG_NOSUB),
+                     0);
+    notify_expect(&rx, "STATUS=", &re, line, 30000);
+    regfree(&re);
+    if (h_contains(rx.seen, "READY=1"))
+        h_fail("READY=1 came while the pool was being reserved: %s", rx.seen);
+    assert_int_equal(unlink(gate), 0);
+    notify_expect(&rx, "READY=1", NULL, line, 30000);
+    kill(d->pid, SIGTERM);
+    assert_int_equal(h_exit_code(h_daemon_wait_exit(d, H_STOP_TIMEOUT_MS)), 0);
     notify_close(&rx);
     h_pass(f);
 }
@@ -2632,6 +2677,7 @@ int main(void)
 {
     static const struct CMUnitTest tests[] = {
         TEST(test_notify_ready_status_stopping),
+        TEST(test_notify_progress),
         TEST(test_notify_abstract),
         TEST(test_notify_watchdog),
         TEST(test_socket_activation),
