@@ -180,9 +180,9 @@ static int daemon_open_pool(struct daemon *d, struct pool *p, struct shmb_error 
         return rc;
     gone = p->adopt ? queue_drop_orphans(p) : 0;
     if (gone > 0)
-        log_info("pool '%s': deleted %u objects of queues of an earlier run (queues "
+        log_info("pool '%s': deleted %u object%s of queues of an earlier run (queues "
                  "do not outlive the daemon; their messages are not read again)",
-                 p->cfg.name, gone);
+                 p->cfg.name, gone, gone == 1 ? "" : "s");
     return 0;
 }
 
@@ -258,9 +258,10 @@ static void daemon_reload_pools(struct daemon *d, const struct config *next)
             d->pools.pools[d->pools.n++] = p;
         else if (queue_count(&d->env.queues, p) > 0) {
             /* A queue is a channel its processes will open again. */
-            log_warn("SIGHUP: pool '%s' stays: it has %u queues. Delete them "
+            log_warn("SIGHUP: pool '%s' stays: it has %u queue%s. Delete them "
                      "(queue_delete) and send SIGHUP again to remove it",
-                     p->cfg.name, queue_count(&d->env.queues, p));
+                     p->cfg.name, queue_count(&d->env.queues, p),
+                     queue_count(&d->env.queues, p) == 1 ? "" : "s");
             stay.pools[stay.n++] = p;
         } else if (pool_check_removable(p, &err) == 0)
             gone.pools[gone.n++] = p;

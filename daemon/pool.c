@@ -728,9 +728,11 @@ int pool_check_removable(const struct pool *p, struct shmb_error *err)
     store_counts(p->store, &st);
     if (st.objects != 0 || st.pending != 0 || p->clients != 0)
         return shmb_error_set(err, -EBUSY,
-                              "pool '%s' is not empty (%llu objects, %llu pending "
-                              "allocations, %u clients); it stays",
+                              "pool '%s' is not empty (%llu object%s, %llu pending "
+                              "allocation%s, %u client%s); it stays",
                               p->cfg.name, (unsigned long long)st.objects,
-                              (unsigned long long)st.pending, p->clients);
+                              st.objects == 1 ? "" : "s", (unsigned long long)st.pending,
+                              st.pending == 1 ? "" : "s", p->clients,
+                              p->clients == 1 ? "" : "s");
     return 0;
 }

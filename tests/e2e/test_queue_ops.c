@@ -754,7 +754,7 @@ static void test_pool_with_queues_stays(void **state)
     h_conn_close(&c);
     h_sleep_ms(100); /* the first connection's close reached the daemon */
     reload_with(f, d, conf, one);
-    h_wait_log(d, "SIGHUP: pool 'extra' stays: it has 1 queues");
+    h_wait_log(d, "SIGHUP: pool 'extra' stays: it has 1 queue.");
     assert_int_equal(h_conn_open(&c, d->socket), 0);
     ok(&c, "{\"op\":\"hello\",\"version\":1,\"pool\":\"extra\"}");
     ok(&c, "{\"op\":\"queue_delete\",\"name\":\"q\"}");
