@@ -55,6 +55,7 @@ struct daemon {
      * socket that clients read (starting.h), the pool being reserved. */
     struct {
         char path[PATH_MAX];
+        int fd; /* the file, locked while the start goes on; -1 before */
         const char *pool;
         int quarter; /* the last quarter of a large reservation logged */
     } progress;
@@ -871,8 +872,14 @@ static void daemon_on_progress(uint64_t done, uint64_t total, void *arg)
              d->progress.pool != NULL ? d->progress.pool : "?",
              shmb_format_bytes(done, a, sizeof(a)), shmb_format_bytes(total, b, sizeof(b)));
     notify_send("STATUS=%s", text);
-    if (d->progress.path[0] != '\0' &&
-        (rc = shmb_starting_write(d->progress.path, (long long)getpid(), text)) < 0) {
+    if (d->progress.path[0] != '\0' && d->progress.fd < 0 &&
+        (d->progress.fd = shmb_starting_open(d->progress.path)) < 0)
+        rc = d->progress.fd;
+    else
+        rc = d->progress.fd >= 0
+                 ? shmb_starting_update(d->progress.fd, (long long)getpid(), text)
+                 : 0;
+    if (rc < 0) {
         log_warn("cannot write %s (clients are told 'connection refused' meanwhile): %s",
                  d->progress.path, strerror(-rc));
         d->progress.path[0] = '\0';
@@ -893,6 +900,9 @@ static void daemon_progress_end(struct daemon *d)
 {
     if (d->progress.path[0] != '\0')
         (void)unlink(d->progress.path);
+    if (d->progress.fd >= 0)
+        close(d->progress.fd); /* after the unlink: no unlocked moment */
+    d->progress.fd = -1;
 }
 
 /* Open the pools planned; on failure close those opened (an adopted
@@ -1273,7 +1283,7 @@ static int daemon_remove_segment_only(const struct config *cfg)
 
 int main(int argc, char **argv)
 {
-    static struct daemon d = {.stop_with_fd = -1, .activated_fd = -1};
+    static struct daemon d = {.stop_with_fd = -1, .activated_fd = -1, .progress.fd = -1};
     struct shmb_error err = {0};
     int rc;
 

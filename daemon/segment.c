@@ -765,18 +765,21 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
                             seg->path, (unsigned long long)size, strerror(saved));
         goto fail;
     }
-    /* Reserve every page now. Without this, tmpfs hands out pages on first
-     * touch, and a client that touches one after /dev/shm filled up dies of
-     * SIGBUS long after start-up succeeded. */
-    if ((rc = segment_reserve(seg, size, free_bytes, err)) < 0 ||
-        (rc = segment_map(seg, size, err)) < 0)
-        goto fail;
-    if ((rc = segment_open_readonly(seg, err)) < 0)
+    /* The header first, on its own reserved page(s): a daemon killed while
+     * it reserves the rest (seconds for gigabytes) leaves a segment the next
+     * start adopts, empty, not a file of no known kind that it refuses. */
+    if ((rc = segment_reserve(seg, page, free_bytes, err)) < 0 ||
+        (rc = segment_map(seg, size, err)) < 0 || (rc = segment_open_readonly(seg, err)) < 0)
         goto fail;
     seg->hdr = hdr = seg->base;
     segment_lay_out(seg, page, max_objects);
     hdr->ring_start = hdr->ring_end = hdr->ring_next_id = 0;
     segment_write_header(seg, (uint64_t)time(NULL));
+    /* Reserve every page now. Without this, tmpfs hands out pages on first
+     * touch, and a client that touches one after /dev/shm filled up dies of
+     * SIGBUS long after start-up succeeded. */
+    if ((rc = segment_reserve(seg, size, free_bytes, err)) < 0)
+        goto fail;
     return 0;
 
 fail:

@@ -1,18 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * The starting daemon's progress file (starting.h): written whole, read
- * bounded, judged stale by its pid and its age.
+ * The starting daemon's progress file (starting.h): written in place under
+ * the daemon's flock, read bounded, believed only while locked.
  */
 #include "starting.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "text.h"
@@ -24,29 +23,32 @@ int shmb_starting_path(const char *socket_path, char *out, size_t len)
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-int shmb_starting_write(const char *path, long long pid, const char *text)
+int shmb_starting_open(const char *path)
 {
-    char tmp[4096 + 8], buf[SHMB_STARTING_TEXT_MAX + 32];
-    int fd, n, saved = 0;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644), saved;
+    struct stat st;
 
-    if (snprintf(tmp, sizeof(tmp), "%s.new", path) >= (int)sizeof(tmp))
-        return -ENAMETOOLONG;
-    n = snprintf(buf, sizeof(buf), "%lld\n%.*s\n", pid, SHMB_STARTING_TEXT_MAX, text);
-    if (n < 0 || (size_t)n >= sizeof(buf))
-        n = (int)sizeof(buf) - 1;
-    (void)unlink(tmp);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0)
         return -errno;
-    if (fchmod(fd, 0644) != 0 || write(fd, buf, (size_t)n) != n)
-        saved = errno != 0 ? errno : EIO;
-    if (close(fd) != 0 && saved == 0)
-        saved = errno;
-    if (saved == 0 && rename(tmp, path) != 0)
-        saved = errno;
-    if (saved != 0)
-        (void)unlink(tmp);
-    return -saved;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || flock(fd, LOCK_EX | LOCK_NB) != 0 ||
+        fchmod(fd, 0644) != 0) {
+        saved = errno != 0 ? errno : EINVAL;
+        close(fd);
+        return -saved;
+    }
+    return fd;
+}
+
+int shmb_starting_update(int fd, long long pid, const char *text)
+{
+    char buf[SHMB_STARTING_TEXT_MAX + 32];
+    int n = snprintf(buf, sizeof(buf), "%lld\n%.*s\n", pid, SHMB_STARTING_TEXT_MAX, text);
+
+    if (n < 0 || (size_t)n >= sizeof(buf))
+        return -EINVAL;
+    if (pwrite(fd, buf, (size_t)n, 0) != n || ftruncate(fd, n) != 0)
+        return errno != 0 ? -errno : -EIO;
+    return 0;
 }
 
 int shmb_starting_read(const char *socket_path, long long *pid, char *text, size_t len)
@@ -62,11 +64,13 @@ int shmb_starting_read(const char *socket_path, long long *pid, char *text, size
     fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return 0;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    /* Unlocked: no daemon is starting there (one was killed at it). */
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || flock(fd, LOCK_SH | LOCK_NB) == 0 ||
+        errno != EWOULDBLOCK) {
         close(fd);
         return 0;
     }
-    n = read(fd, buf, sizeof(buf) - 1);
+    n = pread(fd, buf, sizeof(buf) - 1, 0);
     close(fd);
     if (n <= 0)
         return 0;
@@ -79,12 +83,6 @@ int shmb_starting_read(const char *socket_path, long long *pid, char *text, size
     if ((nl = strchr(end, '\n')) == NULL)
         return 0;
     *nl = '\0';
-    /* Its daemon is alive when this process sees it; one this process
-     * cannot see (ESRCH: gone, or in another pid namespace) counts while the
-     * file is recent. */
-    if (kill((pid_t)p, 0) != 0 && errno != EPERM &&
-        (errno != ESRCH || time(NULL) - st.st_mtime > SHMB_STARTING_FRESH_S))
-        return 0;
     *pid = p;
     shmb_escape(end, strlen(end), text, len);
     return 1;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -393,47 +394,104 @@ static void test_starting_progress(void **state)
     h_pass(f);
 }
 
-/* A progress file left by a daemon killed while it started (its pid gone,
- * the file old), or one scribbled (not a pid, no newline, bytes that are not
- * UTF-8): a refused connect says refused, not starting. A fresh one of a
- * live process with control bytes in its text is shown escaped. */
+/* A refused connect with progress at sock's ".starting", locked (as a
+ * starting daemon holds it) or not: the library's code and message. */
+static int connect_with_progress(const char *sock, const char *content, bool locked,
+                                 char *msg, size_t len)
+{
+    char progress[PATH_MAX + 16];
+    int fd, rc;
+    shmb_t *c = shmb_new();
+
+    assert_non_null(c);
+    snprintf(progress, sizeof(progress), "%s.starting", sock);
+    fd = open(progress, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, content, strlen(content)), (ssize_t)strlen(content));
+    if (locked)
+        assert_int_equal(flock(fd, LOCK_EX), 0);
+    rc = shmb_connect(c, sock, "x");
+    snprintf(msg, len, "%s", shmb_errmsg(c));
+    shmb_close(c);
+    close(fd);
+    return rc;
+}
+
+/* A progress file nobody holds (a daemon killed while it started left it):
+ * a refused connect says refused, not starting. One held but scribbled (not
+ * a pid, no newline, a pid past pid_max, bytes that are not UTF-8) is not
+ * believed either. One held, whose text has a terminal's escape sequence,
+ * is shown escaped. */
 static void test_starting_stale_or_scribbled(void **state)
 {
     struct h_fix *f = *state;
-    char sock[PATH_MAX], progress[PATH_MAX + 16];
     static const char *const bad[] = {"x\nreserving\n", "123", "0\nreserving\n",
-                                      "99999999999\nreserving\n", "\xff\xfe\n\x80\n"};
-    struct timespec old[2] = {{0, 0}, {0, 0}};
-    char live[128];
-    shmb_t *c;
+                                      "99999999999\nreserving\n", "\xff\xfe\n\x80\n", ""};
+    char sock[PATH_MAX], msg[2048], live[128];
     size_t i;
 
     h_path(f, "sock", sock, sizeof(sock));
-    snprintf(progress, sizeof(progress), "%s.starting", sock);
+    snprintf(live, sizeof(live), "%d\nreserving pool 'x': 1 of 2\n", (int)getpid());
+    assert_int_equal(connect_with_progress(sock, live, false, msg, sizeof(msg)), -ENOENT);
+    if (h_contains(msg, "starting"))
+        h_fail("an unheld file said starting: %s", msg);
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        assert_int_equal(h_write_file(progress, bad[i], strlen(bad[i])), 0);
-        c = shmb_new();
-        assert_int_equal(shmb_connect(c, sock, "x"), -ENOENT);
-        if (h_contains(shmb_errmsg(c), "starting"))
-            h_fail("case %zu said starting: %s", i, shmb_errmsg(c));
-        shmb_close(c);
+        assert_int_equal(connect_with_progress(sock, bad[i], true, msg, sizeof(msg)), -ENOENT);
+        if (h_contains(msg, "starting"))
+            h_fail("case %zu said starting: %s", i, msg);
     }
-    /* A pid no process has (above pid_max), written long ago. */
-    snprintf(live, sizeof(live), "4194304\nreserving pool 'x': 1 of 2\n");
-    assert_int_equal(h_write_file(progress, live, strlen(live)), 0);
-    old[0].tv_sec = old[1].tv_sec = time(NULL) - 3600;
-    assert_int_equal(utimensat(AT_FDCWD, progress, old, 0), 0);
-    c = shmb_new();
-    assert_int_equal(shmb_connect(c, sock, "x"), -ENOENT);
-    shmb_close(c);
-    /* This process, alive, with an escape sequence in the text. */
     snprintf(live, sizeof(live), "%d\nreserving \x1b[2J pool\n", (int)getpid());
-    assert_int_equal(h_write_file(progress, live, strlen(live)), 0);
-    c = shmb_new();
-    assert_int_equal(shmb_connect(c, sock, "x"), -EAGAIN);
-    if (!h_contains(shmb_errmsg(c), "reserving \\x1b[2J pool"))
-        h_fail("the text is not escaped: %s", shmb_errmsg(c));
-    shmb_close(c);
+    assert_int_equal(connect_with_progress(sock, live, true, msg, sizeof(msg)), -EAGAIN);
+    if (!h_contains(msg, "reserving \\x1b[2J pool"))
+        h_fail("the text is not escaped: %s", msg);
+    h_pass(f);
+}
+
+/* A daemon SIGKILLed while it reserved leaves its progress file, unheld:
+ * status says refused (not starting); the next start takes the path, and
+ * adopts the half-reserved segment (its header was written first) rather
+ * than refusing a file of no known kind. */
+static void test_starting_killed(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "1M"), *d2;
+    char lib[PATH_MAX], gate[PATH_MAX], progress[PATH_MAX];
+    const char *old_asan = getenv("ASAN_OPTIONS");
+    uint64_t deadline;
+    struct h_run r;
+
+    slow_reserve_lib(f, lib, sizeof(lib));
+    h_path(f, "gate", gate, sizeof(gate));
+    assert_int_equal(h_write_file(gate, "", 0), 0);
+    snprintf(progress, sizeof(progress), "%s.starting", d->socket);
+    setenv("LD_PRELOAD", lib, 1);
+    setenv("SHMB_TEST_RESERVE_GATE", gate, 1);
+    setenv("ASAN_OPTIONS", "verify_asan_link_order=0", 1);
+    assert_true(h_daemon_spawn(f, d, (const char *const[]){"--pool", "big:512M", NULL}) > 0);
+    unsetenv("LD_PRELOAD");
+    unsetenv("SHMB_TEST_RESERVE_GATE");
+    if (old_asan != NULL)
+        setenv("ASAN_OPTIONS", old_asan, 1);
+    else
+        unsetenv("ASAN_OPTIONS");
+    deadline = h_now_ms() + 30000;
+    while (!h_exists(progress) && h_now_ms() < deadline)
+        h_sleep_ms(10);
+    assert_true(h_exists(progress));
+    h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS);
+    assert_true(h_exists(progress));
+    ctl_status(f, d, &r);
+    if (h_contains(r.out, "starting"))
+        h_fail("a killed start is said to be starting:\n%s", r.out);
+    h_run_free(&r);
+    unlink(gate);
+    d2 = h_daemon_again(f, d);
+    assert_true(h_daemon_spawn(f, d2, (const char *const[]){"--pool", "big:512M", NULL}) > 0);
+    if (h_daemon_wait_ready(d2, 30000) != 0) {
+        h_daemon_print_log(d2);
+        h_fail("the start after a killed one did not serve");
+    }
+    assert_false(h_exists(progress));
     h_pass(f);
 }
 
@@ -451,6 +509,7 @@ int main(void)
         TEST(test_hello_pid_bounds),
         TEST(test_starting_progress),
         TEST(test_starting_stale_or_scribbled),
+        TEST(test_starting_killed),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
