@@ -1112,9 +1112,9 @@ static void daemon_stop(struct daemon *d)
             snprintf(memfd, sizeof(memfd), "; %s",
                      d->notify ? "memfd pools kept by systemd's descriptor store"
                                : "memfd pools removed (without systemd, nothing keeps a memfd)");
-        log_info("stopped; %s kept with %llu objects (%s) for the next start to adopt "
+        log_info("stopped; %s kept with %llu object%s (%s) for the next start to adopt "
                  "(--keep-segment)%s%s",
-                 what, (unsigned long long)st.objects,
+                 what, (unsigned long long)st.objects, st.objects == 1 ? "" : "s",
                  shmb_format_bytes(st.used, used, sizeof(used)), memfd,
                  d->activated ? "; the socket stays with systemd" : "");
         daemon_record_held(d, true);
@@ -1238,7 +1238,8 @@ static int daemon_remove_segment_only(const struct config *cfg)
         log_startup_error(err.message);
         status = 1;
     } else if (bad > 0) {
-        log_warn("%s: %u lines that are not segments were skipped", record, bad);
+        log_warn("%s: %u line%s that %s not segments skipped", record, bad,
+                 bad == 1 ? "" : "s", bad == 1 ? "is" : "are");
     }
     for (i = 0; i < cfg->n_pools; i++) {
         const struct pool_config *pc = &cfg->pools[i];

@@ -538,9 +538,10 @@ static int pool_adopt(struct pool *p, const struct store_config *scfg,
     else
         snprintf(from, sizeof(from), "left by shmbrokerd pid %lld", (long long)p->adopt_pid);
     log_info(
-        "adopted segment %s %s: restored %llu objects (%s); "
+        "adopted segment %s %s: restored %llu object%s (%s); "
         "dropped %llu uncommitted, %llu freed and %llu invalid chunks",
         p->seg.path, from, (unsigned long long)report.restored,
+        report.restored == 1 ? "" : "s",
         shmb_format_bytes(report.restored_bytes, h1, sizeof(h1)),
         (unsigned long long)report.dropped_pending, (unsigned long long)report.dropped_free,
         (unsigned long long)report.dropped_invalid);

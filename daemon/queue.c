@@ -145,8 +145,8 @@ static void queue_free(struct queue *q)
 static void queue_geometry(char *out, size_t len, uint32_t seats, uint64_t slots,
                            uint64_t slot_size)
 {
-    snprintf(out, len, "%u seats, %llu slots of %llu bytes", seats,
-             (unsigned long long)slots, (unsigned long long)slot_size);
+    snprintf(out, len, "%u seat%s, %llu slot%s of %llu bytes", seats, seats == 1 ? "" : "s",
+             (unsigned long long)slots, slots == 1 ? "" : "s", (unsigned long long)slot_size);
 }
 
 /* -ENOMEM when size bytes more would not fit the host's memory (the check

@@ -135,7 +135,7 @@ static void test_scribbled_record(void **state)
     assert_int_equal(h_write_file(record, text, (size_t)n), 0);
     remove_segment(f, d, &r, NULL);
     h_expect_run(&r, 1, NULL, "not-a-segment is not a shmbroker segment");
-    h_expect_run(&r, 1, NULL, "lines that are not segments were skipped");
+    h_expect_run(&r, 1, NULL, "lines that are not segments skipped");
     h_run_free(&r);
     assert_true(h_exists(victim));
     h_pass(f);

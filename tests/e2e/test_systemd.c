@@ -887,7 +887,7 @@ static void test_keep_segment(void **state)
     assert_int_equal(shmb_put(lib, "kept", "across the stop", 15, 0), 0);
     shmb_close(lib);
     assert_int_equal(h_exit_code(h_daemon_signal(d, SIGTERM, H_STOP_TIMEOUT_MS)), 0);
-    if (!h_exists(seg) || !log_has(d, "kept with 1 objects")) {
+    if (!h_exists(seg) || !log_has(d, "kept with 1 object ")) {
         h_daemon_print_log(d);
         h_fail("--keep-segment: a clean stop did not keep %s and say so", seg);
     }
@@ -895,7 +895,7 @@ static void test_keep_segment(void **state)
     e = h_daemon_again(f, d);
     daemon_spawn_env(e, plain, NULL, -1);
     assert_int_equal(h_daemon_wait_ready(e, H_READY_TIMEOUT_MS), 0);
-    assert_true(log_has(e, "restored 1 objects"));
+    assert_true(log_has(e, "restored 1 object "));
     lib = connect_lib(e->socket);
     assert_int_equal(shmb_get(lib, "kept", &ptr, &size), 0);
     assert_int_equal(size, 15);
@@ -2571,7 +2571,7 @@ static void test_memfd_fd_store(void **state)
     }
     notify_expect(&rx, "READY=1", NULL, line, 10000);
     snprintf(want, sizeof(want), "adopted segment memfd:%s.meta that systemd kept", d->name);
-    if (!log_has(d2, want) || !log_has(d2, "restored 1 objects")) {
+    if (!log_has(d2, want) || !log_has(d2, "restored 1 object ")) {
         h_daemon_print_log(d2);
         h_fail("the kept memfd was not adopted with its object");
     }
