@@ -1200,14 +1200,17 @@ static const command_handler command_handlers[SHMB_OP_COUNT] = {
 /* Log an error nobody will read in a reply, at most once a second. */
 static void log_noreply(const struct command_call *call, int rc)
 {
+    struct queue_member who;
+    char pid[96];
     static uint64_t last_ms;
     uint64_t now = clock_now_ms();
 
     if (now - last_ms < 1000 && last_ms != 0)
         return;
     last_ms = now;
-    log_warn("client pid %d: a noreply request failed (%s: %s); %llu such errors so far",
-             (int)call->client->pid, shmb_error_name(rc), call->err.message,
+    command_member(call->client, &who);
+    log_warn("client %s: a noreply request failed (%s: %s); %llu such errors so far",
+             queue_member_pid(&who, pid, sizeof(pid)), shmb_error_name(rc), call->err.message,
              (unsigned long long)call->env->noreply_errors);
 }
 
