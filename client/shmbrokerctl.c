@@ -1205,6 +1205,21 @@ static bool segment_exists(const struct ctl *ctl)
     return segment_path(ctl, path, sizeof(path)) == 0 && stat(path, &st) == 0;
 }
 
+/* The plain status of a daemon that is starting (reserving its pools, with
+ * its progress file held beside its socket): printed, true. */
+static bool print_starting(const struct ctl *ctl)
+{
+    char text[SHMB_ESCAPED_MAX(SHMB_STARTING_TEXT_MAX)];
+    long long pid = 0;
+
+    if (ctl->json || ctl->prometheus ||
+        shmb_starting_read(shmb_socket_path(ctl->socket_path), &pid, text, sizeof(text)) != 1)
+        return false;
+    printf("starting: %s (shmbrokerd pid %lld; it answers once its pools are reserved)\n",
+           text, pid);
+    return true;
+}
+
 /* Connect for status, waiting at most the timeout for an answer; when the
  * daemon does not answer (or refuses connections: it is gone) and its
  * segment is there, the plain view prints the figures of the segment
@@ -1240,7 +1255,11 @@ static int status_connect(const struct ctl *ctl, shmb_t **out)
         done = p.done;
         pthread_mutex_unlock(&p.lock);
         if (!done) {
-            /* The thread stays blocked in the library; exit ends it. */
+            /* The thread stays blocked in the library; exit ends it. A
+             * daemon socket activation started waits to answer until its
+             * pools are reserved. */
+            if (print_starting(ctl))
+                return EXIT_UNAVAILABLE;
             if (plain && segment_exists(ctl))
                 return print_segment_status(ctl, CTL_SEG_NO_ANSWER);
             fprintf(stderr,
@@ -1262,19 +1281,8 @@ static int status_connect(const struct ctl *ctl, shmb_t **out)
     }
     /* It is starting (reserving its pools): say how far, not refused; exit
      * as unavailable, which it is until then. */
-    if (p.rc == EXIT_UNAVAILABLE && p.failure.code == -EAGAIN) {
-        char text[SHMB_ESCAPED_MAX(SHMB_STARTING_TEXT_MAX)];
-        long long pid = 0;
-
-        if (!ctl->json && !ctl->prometheus &&
-            shmb_starting_read(shmb_socket_path(ctl->socket_path), &pid, text,
-                               sizeof(text)) == 1) {
-            printf("starting: %s (shmbrokerd pid %lld; it answers once its pools are "
-                   "reserved)\n",
-                   text, pid);
-            return EXIT_UNAVAILABLE;
-        }
-    }
+    if (p.rc == EXIT_UNAVAILABLE && p.failure.code == -EAGAIN && print_starting(ctl))
+        return EXIT_UNAVAILABLE;
     /* Nothing listens there (the daemon died or stopped), but its segment
      * stayed. */
     if (p.rc == EXIT_UNAVAILABLE &&

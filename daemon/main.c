@@ -12,7 +12,9 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -905,6 +907,26 @@ static void daemon_progress_end(struct daemon *d)
     d->progress.fd = -1;
 }
 
+/* Where the start's progress goes: beside the socket clients dial (the one
+ * systemd passed, by its address, else --socket). One a start killed at it
+ * left there goes. */
+static void daemon_progress_begin(struct daemon *d)
+{
+    struct sockaddr_un sun;
+    socklen_t len = sizeof(sun);
+    const char *sock = d->cfg.socket_path;
+
+    memset(&sun, 0, sizeof(sun));
+    if (d->activated && d->activated_fd >= 0 &&
+        getsockname(d->activated_fd, (struct sockaddr *)&sun, &len) == 0 &&
+        sun.sun_family == AF_UNIX && sun.sun_path[0] != '\0' &&
+        len <= sizeof(sun) && memchr(sun.sun_path, '\0', sizeof(sun.sun_path)) != NULL)
+        sock = sun.sun_path;
+    if (shmb_starting_path(sock, d->progress.path, sizeof(d->progress.path)) < 0)
+        d->progress.path[0] = '\0';
+    daemon_progress_end(d);
+}
+
 /* Open the pools planned; on failure close those opened (an adopted
  * segment keeps its objects for the next attempt; a new one goes). */
 static int daemon_open_pools(struct daemon *d, struct shmb_error *err)
@@ -974,10 +996,9 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         (rc = server_bind(d->cfg.socket_path, d->cfg.socket_mode, &listen_fd, err)) < 0)
         goto fail_plan;
     /* The socket's path is this daemon's now: so is its progress file (one
-     * a daemon killed while starting left goes). */
-    if (shmb_starting_path(d->cfg.socket_path, d->progress.path, sizeof(d->progress.path)) < 0)
-        d->progress.path[0] = '\0';
-    daemon_progress_end(d);
+     * a daemon killed while starting left goes), beside the socket clients
+     * dial: systemd's when it passed one. */
+    daemon_progress_begin(d);
     if ((rc = daemon_open_pools(d, err)) < 0)
         goto fail_socket;
     /* Before any client can connect: a stop from then on finds it. */
