@@ -79,13 +79,14 @@ ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ------------------------------------------------------------
 PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c proto/sock.c \
+               proto/starting.c \
                proto/frames.c proto/queue.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c daemon/catalog.c
 # Arenas: puts in one round trip (the store's arena objects).
 CORE_SRC    += daemon/arena.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
-               daemon/pool.c daemon/queue.c $(CORE_SRC)
+               daemon/pool.c daemon/queue.c daemon/held.c $(CORE_SRC)
 LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
                client/queue.c client/read.c client/arena.c
 CTL_SRC     := client/shmbrokerctl.c
@@ -203,6 +204,16 @@ $(BUILD)/tests/test_arena:   $(call OBJ,tests/unit/test_arena.c daemon/arena.c d
 E2E_TESTS += test_arena_ops
 # Queues bounded per pool, their lease, their pages made off the loop.
 E2E_TESTS += test_queue_limits
+# What an operator meets: the stop after a settings change, the start's words,
+# clients in other pid namespaces, a long start.
+E2E_TESTS += test_operator
+# test_operator's start held mid-reservation (LD_PRELOAD), built without the
+# sanitizer: a preloaded library must not bring a second runtime.
+SLOW_RESERVE := $(BUILD)/tests/slow_reserve.so
+$(SLOW_RESERVE): tests/e2e/slow_reserve.c Makefile
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -std=c11 -g -O1 $(WARN) -shared -fPIC -o $@ $< -ldl
+$(BUILD)/tests/test_operator: | $(SLOW_RESERVE)
 E2E_BINS  := $(addprefix $(BUILD)/tests/,$(E2E_TESTS))
 $(E2E_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/e2e/%.o $(BUILD)/obj/tests/e2e/harness.o \
               $(BUILD)/obj/tests/e2e/checks.o $(LIB_A)

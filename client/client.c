@@ -29,6 +29,7 @@
 #include "../proto/alloc.h"
 #include "../proto/layout.h"
 #include "../proto/sock.h"
+#include "../proto/starting.h"
 #include "../proto/text.h"
 
 /* A handle's forks field before it ever connected: no process owns it yet. */
@@ -756,6 +757,22 @@ static void client_read_hello(shmb_t *c, const json_t *reply)
     c->catalog.seed = (uint32_t)client_hello_u64(reply, "catalog_seed");
 }
 
+/* A refused connect to a daemon that is still starting (it listens once its
+ * pools are reserved, which takes seconds for gigabytes): -EAGAIN with its
+ * progress, rather than asking whether it runs. 0 when none is starting. */
+static int client_starting_error(shmb_t *c, const char *path)
+{
+    char text[SHMB_ESCAPED_MAX(SHMB_STARTING_TEXT_MAX)];
+    long long pid = 0;
+
+    if (shmb_starting_read(path, &pid, text, sizeof(text)) != 1)
+        return 0;
+    return shmb_error_set(&c->err, -EAGAIN,
+                          "shmbrokerd at %s is starting (pid %lld): %s. It answers once its "
+                          "pools are reserved; retry then.",
+                          path, pid, text);
+}
+
 /* Dial path, say hello, map the segment (keeping a mapping of the same file
  * when keep_map). */
 static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_map)
@@ -795,6 +812,8 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
         char user[sizeof(sun.sun_path)];
 
         client_disconnect(c, keep_map);
+        if ((saved == ECONNREFUSED || saved == ENOENT) && client_starting_error(c, path) < 0)
+            return c->err.code;
         if (saved == EACCES)
             return client_access_error(c, path);
         /* The system's socket was tried because this user has none of its
@@ -814,10 +833,13 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
             path, strerror(saved), SHMB_SOCKET_ENV);
     }
     rc = client_call_ex(c,
-                        json_pack("{s:s, s:i, s:s?, s:s, s:s*}", "op", shmb_ops[SHMB_OP_HELLO].name, "version",
+                        /* Our pid, which a daemon in another pid namespace
+                         * cannot see (the kernel gives it 0), for its reports. */
+                        json_pack("{s:s, s:i, s:s?, s:s, s:s*, s:I}", "op", shmb_ops[SHMB_OP_HELLO].name, "version",
                                   SHMB_PROTOCOL_VERSION, "name", name, "mode",
                                   c->read_only ? "ro" : "rw", "pool",
-                                  c->dial_pool[0] != '\0' ? c->dial_pool : NULL),
+                                  c->dial_pool[0] != '\0' ? c->dial_pool : NULL, "pid",
+                                  (json_int_t)getpid()),
                         true, &reply);
     if (rc < 0)
         goto fail;

@@ -472,6 +472,7 @@ static int client_clients_pools(shmb_t *c, const json_t *items, shmb_clients_t *
     enum { POOL_LEN = 33 };
     size_t i, n = list->count;
     const char **ptrs;
+    int64_t *own;
     char *names;
 
     ptrs = shmb_calloc(1, (n ? n : 1) * (sizeof(*ptrs) + POOL_LEN));
@@ -483,6 +484,15 @@ static int client_clients_pools(shmb_t *c, const json_t *items, shmb_clients_t *
         client_copy_string(json_array_get(items, i), "pool", names + i * POOL_LEN, POOL_LEN);
     }
     list->pools = ptrs;
+    own = shmb_calloc(n ? n : 1, sizeof(*own));
+    if (own == NULL)
+        return shmb_error_set(&c->err, -ENOMEM, "Out of memory reading the clients.");
+    for (i = 0; i < n; i++) {
+        const json_t *v = json_object_get(json_array_get(items, i), "own_pid");
+
+        own[i] = json_is_integer(v) && json_integer_value(v) > 0 ? json_integer_value(v) : 0;
+    }
+    list->own_pids = own;
     return 0;
 }
 
@@ -501,6 +511,8 @@ static int client_clients_decode(shmb_t *c, const json_t *reply, shmb_clients_t 
         return c->err.code;
     list->count = json_array_size(items);
     list->clients = (shmb_client_info_t *)elems;
+    list->pools = NULL;
+    list->own_pids = NULL;
     for (i = 0; i < list->count; i++) {
         const json_t *item = json_array_get(items, i), *self = json_object_get(item, "self");
         shmb_client_info_t *o = &list->clients[i];
@@ -528,7 +540,7 @@ static int client_clients_decode(shmb_t *c, const json_t *reply, shmb_clients_t 
         o->name = client_report_text(item, "name", &texts);
     }
     if (client_clients_pools(c, items, list) < 0) {
-        shmb_free(list);
+        shmb_clients_free(list);
         return c->err.code;
     }
     *out = list;
@@ -549,8 +561,10 @@ static int client_clients(shmb_t *c, shmb_clients_t **out)
 
 void shmb_clients_free(shmb_clients_t *clients)
 {
-    if (clients != NULL)
+    if (clients != NULL) {
         shmb_free((void *)clients->pools);
+        shmb_free((void *)clients->own_pids);
+    }
     shmb_free(clients);
 }
 

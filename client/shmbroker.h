@@ -133,6 +133,11 @@ typedef struct shmb_clients {
      * by: pools[i] is the pool clients[i] said hello to ("" before its
      * hello, and from a daemon without pools). Owned by the list. */
     const char *const *pools;
+    /* Added after 0.1.0 too: own_pids[i] is the pid clients[i]'s hello said
+     * it has in its own pid namespace, 0 when it said none. Where
+     * clients[i].pid is 0 (a client in a pid namespace the daemon cannot see
+     * into), it is all there is to tell the process by. Owned by the list. */
+    const int64_t *own_pids;
 } shmb_clients_t;
 
 /* A new, unconnected handle; NULL when out of memory. */

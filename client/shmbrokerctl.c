@@ -20,6 +20,7 @@
 
 #include "../proto/error.h"
 #include "../proto/protocol.h"
+#include "../proto/starting.h"
 #include "../proto/text.h"
 #include "../proto/utf8.h"
 #include "shmbroker.h"
@@ -240,18 +241,23 @@ static int prometheus_queues(FILE *out, shmb_t *c, const char *pool)
 }
 
 /* Who holds a role: "pid P 'NAME', client C" (escaped into buf), or "pid P (name
- * hidden), client C" when the pool's group= hides it (hidden). */
+ * hidden), client C" when the pool's group= hides it (hidden). Pid 0 is a
+ * process in a pid namespace the daemon cannot see into: said so. */
 static const char *holder(int64_t pid, const char *name, int64_t client, bool hidden,
                           char *buf, size_t len)
 {
     static char e[ESC_MAX];
+    char p[48];
 
-    if (hidden) /* by the pool's group=, as the queue's own name */
-        snprintf(buf, len, "pid %lld (name hidden), client %lld", (long long)pid,
-                 (long long)client);
+    if (pid == 0)
+        snprintf(p, sizeof(p), "another pid namespace");
     else
-        snprintf(buf, len, "pid %lld '%s', client %lld", (long long)pid,
-                 esc(name, e, ESC_MAX), (long long)client);
+        snprintf(p, sizeof(p), "pid %lld", (long long)pid);
+    if (hidden) /* by the pool's group=, as the queue's own name */
+        snprintf(buf, len, "%s (name hidden), client %lld", p, (long long)client);
+    else
+        snprintf(buf, len, "%s '%s', client %lld", p, esc(name, e, ESC_MAX),
+                 (long long)client);
     return buf;
 }
 
@@ -947,8 +953,8 @@ static int cmd_clients(shmb_t *c, struct ctl *ctl)
 {
     shmb_clients_t *list = NULL;
     shmb_stats_t *pools = NULL;
-    char since[32], pinned[32], name[ESC_MAX], mode[ESC_MAX], pool[ESC_MAX + 1];
-    size_t i, npools = 0;
+    char since[32], pinned[32], name[ESC_MAX], mode[ESC_MAX], pool[ESC_MAX + 1], pid[32];
+    size_t i, npools = 0, other_ns = 0;
     int width = 16; /* of the POOL column: its longest name, at least 16 */
 
     (void)ctl;
@@ -977,8 +983,17 @@ static int cmd_clients(shmb_t *c, struct ctl *ctl)
             snprintf(pool + strlen(pool), sizeof(pool) - strlen(pool), "%*s",
                      (int)strlen(pool) <= width ? width + 1 - (int)strlen(pool) : 1, "");
         }
+        /* Pid 0: the client is in a pid namespace the daemon cannot see
+         * into; its own pid there, as its hello said, marked as such. */
+        if (cl->pid != 0)
+            snprintf(pid, sizeof(pid), "%lld", (long long)cl->pid);
+        else if (list->own_pids != NULL && list->own_pids[i] > 0)
+            snprintf(pid, sizeof(pid), "ns:%lld", (long long)list->own_pids[i]);
+        else
+            snprintf(pid, sizeof(pid), "ns:?");
+        other_ns += cl->pid == 0;
         /* At most 20 bytes of the name, cut on a character boundary. */
-        printf("%8lld %6lld %-20.*s %s%-4s %7lld %7lld %10s  %s%s\n", (long long)cl->pid,
+        printf("%8s %6lld %-20.*s %s%-4s %7lld %7lld %10s  %s%s\n", pid,
                (long long)cl->uid, (int)shmb_utf8_cut(name, strlen(name), 20), name, pool,
                esc(cl->mode, mode, sizeof(mode)), (long long)cl->pins,
                (long long)cl->pending,
@@ -986,6 +1001,10 @@ static int cmd_clients(shmb_t *c, struct ctl *ctl)
                                  sizeof(pinned)),
                since, cl->self ? " (this command)" : "");
     }
+    if (other_ns > 0)
+        printf("ns:N: a client in another pid namespace (a container or pod of its own), "
+               "which shmbrokerd sees no pid of; N is its own pid there, as it said at "
+               "hello (? when it did not).\n");
     shmb_clients_free(list);
     return 0;
 }
@@ -1340,6 +1359,7 @@ static int ctl_connect(const char *socket_path, const char *pool, bool report,
         }
         rc = pool_refused(c, socket_path, pool) ? EXIT_ERROR_REPLY
              : shmb_errcode(c) == -ECONNREFUSED || shmb_errcode(c) == -ENOENT ||
+                     shmb_errcode(c) == -EAGAIN ||
                      shmb_errcode(c) == -EACCES || shmb_errcode(c) == -ENOTDIR ||
                      shmb_errcode(c) == -ECONNRESET || shmb_errcode(c) == -ENAMETOOLONG
                  ? EXIT_UNAVAILABLE
@@ -1401,6 +1421,21 @@ static bool segment_exists(const struct ctl *ctl)
            (ctl->socket_path == NULL && (env == NULL || env[0] == '\0'));
 }
 
+/* The plain status of a daemon that is starting (reserving its pools, with
+ * its progress file held beside its socket): printed, true. */
+static bool print_starting(const struct ctl *ctl)
+{
+    char text[SHMB_ESCAPED_MAX(SHMB_STARTING_TEXT_MAX)];
+    long long pid = 0;
+
+    if (ctl->json || ctl->prometheus ||
+        shmb_starting_read(shmb_socket_path(ctl->socket_path), &pid, text, sizeof(text)) != 1)
+        return false;
+    printf("starting: %s (shmbrokerd pid %lld; it answers once its pools are reserved)\n",
+           text, pid);
+    return true;
+}
+
 /* Connect for status, waiting at most the timeout for an answer; when the
  * daemon does not answer (or refuses connections: it is gone) and its
  * segment is there, the plain view prints the figures of the segment
@@ -1436,7 +1471,11 @@ static int status_connect(const struct ctl *ctl, shmb_t **out)
         done = p.done;
         pthread_mutex_unlock(&p.lock);
         if (!done) {
-            /* The thread stays blocked in the library; exit ends it. */
+            /* The thread stays blocked in the library; exit ends it. A
+             * daemon socket activation started waits to answer until its
+             * pools are reserved. */
+            if (print_starting(ctl))
+                return EXIT_UNAVAILABLE;
             if (plain && segment_exists(ctl))
                 return print_segment_status(ctl, CTL_SEG_NO_ANSWER);
             fprintf(stderr,
@@ -1456,6 +1495,10 @@ static int status_connect(const struct ctl *ctl, shmb_t **out)
         *out = p.c;
         return 0;
     }
+    /* It is starting (reserving its pools): say how far, not refused; exit
+     * as unavailable, which it is until then. */
+    if (p.rc == EXIT_UNAVAILABLE && p.failure.code == -EAGAIN && print_starting(ctl))
+        return EXIT_UNAVAILABLE;
     /* Nothing listens there (the daemon died or stopped), but its segment
      * stayed. */
     if (p.rc == EXIT_UNAVAILABLE &&

@@ -112,11 +112,12 @@ static int cmd_hello(struct command_call *call)
     const char *name = NULL, *mode = "rw", *pool_name = NULL;
     const struct segment *seg;
     struct pool *pool;
-    json_int_t version = 0;
+    json_int_t version = 0, own_pid = 0;
     int rc;
 
-    if ((rc = command_unpack(call, "{s:I, s?s, s?s, s?s}", "version", &version, "name",
-                             &name, "mode", &mode, "pool", &pool_name)) < 0)
+    if ((rc = command_unpack(call, "{s:I, s?s, s?s, s?s, s?I}", "version", &version, "name",
+                             &name, "mode", &mode, "pool", &pool_name, "pid", &own_pid)) <
+        0)
         return rc;
     if (version != SHMB_PROTOCOL_VERSION)
         return shmb_error_set(&call->err, -EPROTO,
@@ -126,6 +127,13 @@ static int cmd_hello(struct command_call *call)
     if (call->client->said_hello)
         return shmb_error_set(&call->err, -EINVAL,
                               "This connection already said hello; say it once.");
+    /* A client's word, shown beside the kernel's pid 0 for one in another
+     * pid namespace; bounded as Linux bounds pids (PID_MAX_LIMIT). */
+    if (json_object_get(call->req, "pid") != NULL && (own_pid < 1 || own_pid > 4194304))
+        return shmb_error_set(&call->err, -EINVAL,
+                              "\"pid\" is the client's own process id, 1 to 4194304, not "
+                              "%lld.",
+                              (long long)own_pid);
     if (strcmp(mode, "rw") != 0 && strcmp(mode, "ro") != 0)
         return shmb_error_set(
             &call->err, -EINVAL,
@@ -184,6 +192,7 @@ static int cmd_hello(struct command_call *call)
     call->client->pool = pool;
     pool->clients++;
     call->client->said_hello = true;
+    call->client->own_pid = (pid_t)own_pid;
     call->client->read_only = strcmp(mode, "ro") == 0;
     if (name != NULL) {
         /* Cut on a character boundary: half a character would make every
@@ -673,8 +682,10 @@ static int cmd_clients(struct command_call *call)
 
         if (cl->holder != NULL)
             store_holder_stats(cl->holder, &hs);
-        item = json_pack("{s:I, s:I, s:I, s:o, s:s, s:I, s:I, s:I, s:I, s:b, s:s}", "pid",
-                         (json_int_t)cl->pid, "uid", (json_int_t)cl->uid, "gid",
+        item = json_pack("{s:I, s:o, s:I, s:I, s:o, s:s, s:I, s:I, s:I, s:I, s:b, s:s}",
+                         "pid", (json_int_t)cl->pid, "own_pid",
+                         cl->own_pid > 0 ? json_integer(cl->own_pid) : json_null(), "uid",
+                         (json_int_t)cl->uid, "gid",
                          (json_int_t)cl->gid, "name",
                          command_name(cl->name, !command_may_see(call, cl->pool)), "mode",
                          cl->read_only ? "ro" : "rw", "pins", (json_int_t)hs.pins,
@@ -717,6 +728,8 @@ static void command_member(const struct command_client *cl, struct queue_member 
     memset(who, 0, sizeof(*who));
     who->client = cl->id;
     who->pid = cl->pid;
+    who->own_pid = cl->own_pid;
+    who->uid = cl->uid;
     who->holder = cl->holder;
     snprintf(who->name, sizeof(who->name), "%s", cl->name);
 }
@@ -1187,14 +1200,17 @@ static const command_handler command_handlers[SHMB_OP_COUNT] = {
 /* Log an error nobody will read in a reply, at most once a second. */
 static void log_noreply(const struct command_call *call, int rc)
 {
+    struct queue_member who;
+    char pid[96];
     static uint64_t last_ms;
     uint64_t now = clock_now_ms();
 
     if (now - last_ms < 1000 && last_ms != 0)
         return;
     last_ms = now;
-    log_warn("client pid %d: a noreply request failed (%s: %s); %llu such errors so far",
-             (int)call->client->pid, shmb_error_name(rc), call->err.message,
+    command_member(call->client, &who);
+    log_warn("client %s: a noreply request failed (%s: %s); %llu such errors so far",
+             queue_member_pid(&who, pid, sizeof(pid)), shmb_error_name(rc), call->err.message,
              (unsigned long long)call->env->noreply_errors);
 }
 

@@ -72,7 +72,10 @@ struct command_client {
     bool said_hello;
     bool read_only; /* hello said "mode":"ro" */
     char name[SHMB_NAME_MAX + 1];
-    pid_t pid;
+    pid_t pid;     /* the peer's, as the kernel gives it: 0 when the client is
+                      in a pid namespace the daemon cannot see into */
+    pid_t own_pid; /* what its hello said ("pid"), in its own namespace; 0
+                      when it said none */
     uid_t uid;
     gid_t gid;
     gid_t *groups; /* the peer's supplementary groups, for pools' group=;

@@ -36,6 +36,24 @@ enum conn_step {
     CONN_STEP_DROP,  /* close at once, dropping what is queued */
 };
 
+/* How the log names a connection's process: "pid 1234", or for a client in
+ * a pid namespace the daemon cannot see into (the kernel's pid is 0), "in
+ * another pid namespace (pid 7 there)" with what its hello said. The
+ * string is static: one per log line. */
+static const char *conn_pid(const struct conn *conn)
+{
+    static char buf[80];
+
+    if (conn->client.pid > 0)
+        snprintf(buf, sizeof(buf), "pid %d", (int)conn->client.pid);
+    else if (conn->client.own_pid > 0)
+        snprintf(buf, sizeof(buf), "in another pid namespace (pid %d there)",
+                 (int)conn->client.own_pid);
+    else
+        snprintf(buf, sizeof(buf), "in another pid namespace");
+    return buf;
+}
+
 static void conn_resume(struct conn *conn);
 static enum conn_step conn_process(struct conn *conn);
 static void conn_after(struct conn *conn, enum conn_step step);
@@ -159,7 +177,7 @@ static void conn_on_write(uv_write_t *req, int status)
         status = 0;
     }
     if (status < 0 && status != UV_ECANCELED && conn->state != CONN_CLOSED) {
-        log_debug("client pid %d: write failed: %s", (int)conn->client.pid,
+        log_debug("client %s: write failed: %s", conn_pid(conn),
                   uv_strerror(status));
         conn_close(conn);
         return;
@@ -178,9 +196,9 @@ static size_t conn_unread(const struct conn *conn)
 
 static void conn_log_unread(const struct conn *conn)
 {
-    log_warn("client pid %d (%s) does not read its replies (%zu bytes unread, limit %zu, "
+    log_warn("client %s (%s) does not read its replies (%zu bytes unread, limit %zu, "
              "--max-queued-output); disconnecting it",
-             (int)conn->client.pid, conn_name(conn),
+             conn_pid(conn), conn_name(conn),
              conn_unread(conn), conn->set->policy->max_queued_output);
 }
 
@@ -256,9 +274,9 @@ static bool conn_unread_check(struct conn *conn, uint64_t now_ms)
     }
     if (now_ms - conn->unread_mark_ms < CONN_UNREAD_GRACE_MS)
         return true;
-    log_warn("client pid %d (%s) has not read its replies for %d ms (%zu bytes unread, "
+    log_warn("client %s (%s) has not read its replies for %d ms (%zu bytes unread, "
              "limit %zu, --max-queued-output); disconnecting it",
-             (int)conn->client.pid, conn_name(conn),
+             conn_pid(conn), conn_name(conn),
              CONN_UNREAD_GRACE_MS, queued, conn->set->policy->max_queued_output);
     conn_close(conn);
     return false;
@@ -357,8 +375,8 @@ static void conn_on_writable(uv_poll_t *poll, int status, int events)
     if (conn == NULL || conn->state != CONN_HELLO_HELD)
         return;
     if (status < 0) {
-        log_debug("client pid %d: waiting to send the hello reply failed: %s",
-                  (int)conn->client.pid, uv_strerror(status));
+        log_debug("client %s: waiting to send the hello reply failed: %s",
+                  conn_pid(conn), uv_strerror(status));
         conn_close(conn);
         return;
     }
@@ -397,16 +415,16 @@ static int conn_pass_fd(struct conn *conn)
     if (rc < 0) {
         /* Dropped, not closed gracefully: a graceful close would flush the
          * hello reply without its descriptor. */
-        log_warn("client pid %d: cannot pass the %s descriptor: %s; "
+        log_warn("client %s: cannot pass the %s descriptor: %s; "
                  "disconnecting it",
-                 (int)conn->client.pid, queue ? "queue's" : "segment", uv_strerror(rc));
+                 conn_pid(conn), queue ? "queue's" : "segment", uv_strerror(rc));
         return rc;
     }
     /* Sent: the poll for room (and its dup) is not needed any more. */
     conn_watch_free(conn);
     if (queue)
         return 0;
-    log_info("client pid %d uid %d (%s, %s) connected", (int)conn->client.pid,
+    log_info("client %s uid %d (%s, %s) connected", conn_pid(conn),
              (int)conn->client.uid, conn_name(conn),
              conn->client.read_only ? "read-only" : "read-write");
     return 0;
@@ -444,9 +462,9 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
          * does not outlive the end of input either): the client may be
          * gone, and its pins would stay with the wait, up to an hour. */
         json_decref(res->wait_request);
-        log_info("client pid %d: an alloc that would wait came after the end of its "
+        log_info("client %s: an alloc that would wait came after the end of its "
                  "input; closing the connection",
-                 (int)conn->client.pid);
+                 conn_pid(conn));
         return conn->reset ? CONN_STEP_DROP : CONN_STEP_CLOSE;
     }
     if (res->flags & COMMAND_WORK) {
@@ -468,8 +486,8 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
         rc = conn_queue(conn, res);
         shmb_free(res->text.buf);
         if (rc < 0) {
-            log_warn("client pid %d: out of memory for a reply; disconnecting it",
-                     (int)conn->client.pid);
+            log_warn("client %s: out of memory for a reply; disconnecting it",
+                     conn_pid(conn));
             return CONN_STEP_CLOSE;
         }
     }
@@ -483,9 +501,9 @@ static enum conn_step conn_deliver(struct conn *conn, struct command_result *res
         if (conn->pass_fd >= 0)
             close(conn->pass_fd);
         if ((conn->pass_fd = fcntl(res->fd, F_DUPFD_CLOEXEC, 0)) < 0) {
-            log_warn("client pid %d: cannot duplicate a queue's descriptor: %s; "
+            log_warn("client %s: cannot duplicate a queue's descriptor: %s; "
                      "disconnecting it",
-                     (int)conn->client.pid, strerror(errno));
+                     conn_pid(conn), strerror(errno));
             return CONN_STEP_DROP;
         }
     }
@@ -558,7 +576,7 @@ static bool conn_overflows(struct conn *conn)
             return false;
         }
         if (rc != UV_ENOBUFS) /* conn_flush logged that one */
-            log_debug("client pid %d: write failed: %s", (int)conn->client.pid,
+            log_debug("client %s: write failed: %s", conn_pid(conn),
                       uv_strerror(rc));
         return true;
     }
@@ -611,8 +629,8 @@ static enum conn_step conn_process(struct conn *conn)
         command_oversized(SHMB_MAX_LINE, &res);
         conn_queue(conn, &res);
         shmb_free(res.text.buf);
-        log_info("client pid %d sent a request line over %d bytes; closed",
-                 (int)conn->client.pid, SHMB_MAX_LINE);
+        log_info("client %s sent a request line over %d bytes; closed",
+                 conn_pid(conn), SHMB_MAX_LINE);
         return CONN_STEP_CLOSE;
     }
     /* Everything the client sent has run (a last line without its '\n' is
@@ -736,7 +754,7 @@ static void conn_after(struct conn *conn, enum conn_step step)
     }
     if (rc < 0) {
         if (rc != UV_ENOBUFS)
-            log_debug("client pid %d: write failed: %s", (int)conn->client.pid,
+            log_debug("client %s: write failed: %s", conn_pid(conn),
                       uv_strerror(rc));
         conn_close(conn);
         return;
@@ -762,8 +780,8 @@ static void conn_watch_gone(struct conn *conn)
 
     if (conn->paused && conn->state == CONN_WAITING && !conn->wait_soft &&
         (rc = conn_watch(conn, UV_DISCONNECT, conn_on_gone)) < 0)
-        log_debug("client pid %d: cannot watch its socket while it waits: %s",
-                  (int)conn->client.pid, uv_strerror(rc));
+        log_debug("client %s: cannot watch its socket while it waits: %s",
+                  conn_pid(conn), uv_strerror(rc));
 }
 
 /* The client went (closed, half-closed or reset) while reading was paused
@@ -781,7 +799,7 @@ static void conn_on_gone(uv_poll_t *poll, int status, int events)
     uv_poll_stop(poll);
     if (conn == NULL || !conn->paused || conn->state != CONN_WAITING || conn->wait_soft)
         return;
-    log_info("client pid %d (%s) disconnected", (int)conn->client.pid, conn_name(conn));
+    log_info("client %s (%s) disconnected", conn_pid(conn), conn_name(conn));
     conn_close(conn);
 }
 
@@ -804,9 +822,9 @@ static void conn_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
     }
     if (nread < 0) {
         if (nread != UV_EOF)
-            log_debug("client pid %d: read failed: %s", (int)conn->client.pid,
+            log_debug("client %s: read failed: %s", conn_pid(conn),
                       uv_strerror((int)nread));
-        log_info("client pid %d (%s) disconnected", (int)conn->client.pid,
+        log_info("client %s (%s) disconnected", conn_pid(conn),
                  conn_name(conn));
         if (nread == UV_ENOBUFS) {
             conn_close(conn); /* out of memory for its input */
@@ -862,9 +880,9 @@ static void conn_hello_timeout(struct conn *conn, uint64_t timeout_ms)
              "No hello within %llu ms of connecting (--hello-timeout); closing the "
              "connection. Send {\"op\":\"hello\",\"version\":%d} first.",
              (unsigned long long)timeout_ms, SHMB_PROTOCOL_VERSION);
-    log_info("client pid %d uid %d did not say hello within %llu ms (--hello-timeout); "
+    log_info("client %s uid %d did not say hello within %llu ms (--hello-timeout); "
              "closing it",
-             (int)conn->client.pid, (int)conn->client.uid, (unsigned long long)timeout_ms);
+             conn_pid(conn), (int)conn->client.uid, (unsigned long long)timeout_ms);
     reply = shmb_error_reply(NULL, -ETIMEDOUT, msg);
     if (reply == NULL || shmb_json_append_line(&conn->out, reply) < 0 ||
         conn_flush(conn) < 0 ||

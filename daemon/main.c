@@ -12,14 +12,18 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <uv.h>
 
 #include "../proto/alloc.h"
+#include "../proto/starting.h"
 #include "../proto/text.h"
 #include "command.h"
 #include "config.h"
+#include "held.h"
 #include "log.h"
 #include "notify.h"
 #include "pool.h"
@@ -49,6 +53,14 @@ struct daemon {
     int activated_fd;    /* ... which is ours until the server takes it, else -1 */
     struct server_kept kept; /* memfd pools systemd kept across a restart */
     bool stopping;
+    /* A start's progress while it reserves its pools: the file beside the
+     * socket that clients read (starting.h), the pool being reserved. */
+    struct {
+        char path[PATH_MAX];
+        int fd; /* the file, locked while the start goes on; -1 before */
+        const char *pool;
+        int quarter; /* the last quarter of a large reservation logged */
+    } progress;
     int argc; /* kept for SIGHUP, which parses them again */
     char **argv;
 };
@@ -104,11 +116,13 @@ static void daemon_on_status(uv_timer_t *timer)
 
     if (d->pools.n > 1)
         snprintf(pools, sizeof(pools), " in %u pools", d->pools.n);
-    notify_send("STATUS=%llu%% used (%s of %s%s), %llu objects, %u clients, %u queues",
+    notify_send("STATUS=%llu%% used (%s of %s%s), %llu object%s, %u client%s, %u queue%s",
                 st.data_size ? (unsigned long long)(st.used * 100 / st.data_size) : 0ULL,
                 shmb_format_bytes(st.used, used, sizeof(used)),
                 shmb_format_bytes(st.data_size, total, sizeof(total)), pools,
-                (unsigned long long)st.objects, d->env.clients, d->env.queues.n);
+                (unsigned long long)st.objects, st.objects == 1 ? "" : "s", d->env.clients,
+                d->env.clients == 1 ? "" : "s", d->env.queues.n,
+                d->env.queues.n == 1 ? "" : "s");
 }
 
 static void daemon_on_watchdog(uv_timer_t *timer)
@@ -169,9 +183,9 @@ static int daemon_open_pool(struct daemon *d, struct pool *p, struct shmb_error 
         return rc;
     gone = p->adopt ? queue_drop_orphans(p) : 0;
     if (gone > 0)
-        log_info("pool '%s': deleted %u objects of queues of an earlier run (queues "
+        log_info("pool '%s': deleted %u object%s of queues of an earlier run (queues "
                  "do not outlive the daemon; their messages are not read again)",
-                 p->cfg.name, gone);
+                 p->cfg.name, gone, gone == 1 ? "" : "s");
     return 0;
 }
 
@@ -198,6 +212,34 @@ fail:
     return NULL;
 }
 
+/* Record the segment files the daemon holds beside its socket (held.h),
+ * all of them when mine is true, none otherwise (they were removed): what
+ * --remove-segment removes at the socket unit's stop, even after the
+ * settings were changed under it. A failure is logged; the daemon serves
+ * on. */
+static void daemon_record_held(const struct daemon *d, bool mine)
+{
+    static struct held_segment ours[CONFIG_MAX_POOLS];
+    struct shmb_error err = {0};
+    char path[PATH_MAX];
+    size_t n = 0;
+    unsigned i;
+
+    if (held_path(d->cfg.socket_path, path, sizeof(path)) < 0)
+        return;
+    for (i = 0; mine && i < d->pools.n; i++) {
+        const struct pool *p = d->pools.pools[i];
+
+        if (p->seg.memfd)
+            continue;
+        snprintf(ours[n].dir, sizeof(ours[n].dir), "%s", p->cfg.dir);
+        snprintf(ours[n].name, sizeof(ours[n].name), "%s", p->cfg.segment);
+        ours[n++].size = p->seg.size;
+    }
+    if (held_update(path, ours, n, &err) < 0)
+        log_warn("%s", err.message);
+}
+
 /* SIGHUP: the pools of the new settings. A new one is added (with the space
  * check); one no longer named goes if it is empty, and stays (logged) if
  * anything is in it or connected to it; one whose size, backing, directory
@@ -219,9 +261,10 @@ static void daemon_reload_pools(struct daemon *d, const struct config *next)
             d->pools.pools[d->pools.n++] = p;
         else if (queue_count(&d->env.queues, p) > 0) {
             /* A queue is a channel its processes will open again. */
-            log_warn("SIGHUP: pool '%s' stays: it has %u queues. Delete them "
+            log_warn("SIGHUP: pool '%s' stays: it has %u queue%s. Delete them "
                      "(queue_delete) and send SIGHUP again to remove it",
-                     p->cfg.name, queue_count(&d->env.queues, p));
+                     p->cfg.name, queue_count(&d->env.queues, p),
+                     queue_count(&d->env.queues, p) == 1 ? "" : "s");
             stay.pools[stay.n++] = p;
         } else if (pool_check_removable(p, &err) == 0)
             gone.pools[gone.n++] = p;
@@ -333,6 +376,7 @@ static void daemon_on_sighup(uv_signal_t *handle, int signum)
     d->cfg.read_lease_ms = next.read_lease_ms;
     d->cfg.queue_lease_ms = d->env.queues.lease_ms = next.queue_lease_ms;
     daemon_reload_pools(d, &next);
+    daemon_record_held(d, true);
     d->cfg.keep_segment = next.keep_segment;
     if (next.alloc_timeout_ms != d->cfg.alloc_timeout_ms) {
         d->cfg.alloc_timeout_ms = next.alloc_timeout_ms;
@@ -436,7 +480,7 @@ static void daemon_shutdown(struct daemon *d)
     /* Before the connections close: their members wake to ECANCELED (shut
      * down), not to a writer gone or a seat dead. */
     if (d->env.queues.n > 0)
-        log_info("shutting down %u queues", d->env.queues.n);
+        log_info("shutting down %u queue%s", d->env.queues.n, d->env.queues.n == 1 ? "" : "s");
     queue_shutdown_all(&d->env.queues);
     /* Readers answer nothing more from the mappings, before the
      * connections that would tell them so close. */
@@ -816,6 +860,73 @@ static void daemon_note_unconfigured(const struct daemon *d)
     }
 }
 
+/* A reservation of the start went on (segment_set_progress): say how far
+ * in systemd's STATUS=, in the file clients read when their connect is
+ * refused (shmbrokerctl status: "starting: ..."), and, for a gigabyte or
+ * more, in the log at each quarter. */
+static void daemon_on_progress(uint64_t done, uint64_t total, void *arg)
+{
+    struct daemon *d = arg;
+    char text[SHMB_STARTING_TEXT_MAX], a[32], b[32];
+    int quarter = total > 0 ? (int)(done * 4 / total) : 4, rc;
+
+    snprintf(text, sizeof(text), "reserving pool '%s': %s of %s",
+             d->progress.pool != NULL ? d->progress.pool : "?",
+             shmb_format_bytes(done, a, sizeof(a)), shmb_format_bytes(total, b, sizeof(b)));
+    notify_send("STATUS=%s", text);
+    if (d->progress.path[0] != '\0' && d->progress.fd < 0 &&
+        (d->progress.fd = shmb_starting_open(d->progress.path)) < 0)
+        rc = d->progress.fd;
+    else
+        rc = d->progress.fd >= 0
+                 ? shmb_starting_update(d->progress.fd, (long long)getpid(), text)
+                 : 0;
+    if (rc < 0) {
+        log_warn("cannot write %s (clients are told 'connection refused' meanwhile): %s",
+                 d->progress.path, strerror(-rc));
+        d->progress.path[0] = '\0';
+    }
+    if (total >= (1ULL << 30) && quarter != d->progress.quarter) {
+        d->progress.quarter = quarter;
+        if (done == 0)
+            log_info("%s (a large pool takes seconds; shmbrokerctl status shows how far)",
+                     text);
+        else
+            log_info("%s", text);
+    }
+}
+
+/* The start serves, or was refused: no progress file is left to tell
+ * clients it is starting. */
+static void daemon_progress_end(struct daemon *d)
+{
+    if (d->progress.path[0] != '\0')
+        (void)unlink(d->progress.path);
+    if (d->progress.fd >= 0)
+        close(d->progress.fd); /* after the unlink: no unlocked moment */
+    d->progress.fd = -1;
+}
+
+/* Where the start's progress goes: beside the socket clients dial (the one
+ * systemd passed, by its address, else --socket). One a start killed at it
+ * left there goes. */
+static void daemon_progress_begin(struct daemon *d)
+{
+    struct sockaddr_un sun;
+    socklen_t len = sizeof(sun);
+    const char *sock = d->cfg.socket_path;
+
+    memset(&sun, 0, sizeof(sun));
+    if (d->activated && d->activated_fd >= 0 &&
+        getsockname(d->activated_fd, (struct sockaddr *)&sun, &len) == 0 &&
+        sun.sun_family == AF_UNIX && sun.sun_path[0] != '\0' &&
+        len <= sizeof(sun) && memchr(sun.sun_path, '\0', sizeof(sun.sun_path)) != NULL)
+        sock = sun.sun_path;
+    if (shmb_starting_path(sock, d->progress.path, sizeof(d->progress.path)) < 0)
+        d->progress.path[0] = '\0';
+    daemon_progress_end(d);
+}
+
 /* Open the pools planned; on failure close those opened (an adopted
  * segment keeps its objects for the next attempt; a new one goes). */
 static int daemon_open_pools(struct daemon *d, struct shmb_error *err)
@@ -823,9 +934,16 @@ static int daemon_open_pools(struct daemon *d, struct shmb_error *err)
     unsigned i;
     int rc = 0;
 
-    for (i = 0; i < d->pools.n; i++)
+    segment_set_progress(daemon_on_progress, d);
+    for (i = 0; i < d->pools.n; i++) {
+        d->progress.pool = d->pools.pools[i]->cfg.name;
+        d->progress.quarter = -1;
         if ((rc = daemon_open_pool(d, d->pools.pools[i], err)) < 0)
             break;
+    }
+    /* Queues' areas are made off the loop's thread later: no callback. */
+    segment_set_progress(NULL, NULL);
+    d->progress.pool = NULL;
     if (rc == 0) {
         for (i = 0; i < d->pools.n; i++)
             daemon_keep_memfd(d, d->pools.pools[i]);
@@ -877,8 +995,14 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
     if (!d->activated &&
         (rc = server_bind(d->cfg.socket_path, d->cfg.socket_mode, &listen_fd, err)) < 0)
         goto fail_plan;
+    /* The socket's path is this daemon's now: so is its progress file (one
+     * a daemon killed while starting left goes), beside the socket clients
+     * dial: systemd's when it passed one. */
+    daemon_progress_begin(d);
     if ((rc = daemon_open_pools(d, err)) < 0)
         goto fail_socket;
+    /* Before any client can connect: a stop from then on finds it. */
+    daemon_record_held(d, true);
     command_env_init(&d->env);
     queue_set_init(&d->env.queues, d->cfg.name);
     d->env.queues.lease_ms = d->cfg.queue_lease_ms;
@@ -910,6 +1034,7 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
             uv_close((uv_handle_t *)&d->stop_with, daemon_on_stop_with_closed);
         goto fail_loop;
     }
+    daemon_progress_end(d);
     if (d->activated)
         log_info("serving the listening socket systemd passed (fd %d): %s", passed_fd,
                  d->server.path);
@@ -943,9 +1068,10 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
                  shmb_format_bytes(p->cfg.max_object_size, h3, sizeof(h3)),
                  p->cfg.has_group ? ", group " : "", p->cfg.has_group ? p->cfg.group : "");
     }
-    log_info("shmbrokerd %s ready: %u pools, socket %s", SHMB_VERSION, d->pools.n,
-             d->server.path);
-    notify_send("READY=1\nSTATUS=serving %u pools on %s", d->pools.n, d->server.path);
+    log_info("shmbrokerd %s ready: %u pool%s, socket %s", SHMB_VERSION, d->pools.n,
+             d->pools.n == 1 ? "" : "s", d->server.path);
+    notify_send("READY=1\nSTATUS=serving %u pool%s on %s", d->pools.n,
+                d->pools.n == 1 ? "" : "s", d->server.path);
     return 0;
 
 fail_loop:
@@ -956,7 +1082,9 @@ fail:
      * them for the next attempt. A new one goes. */
     for (i = 0; i < d->pools.n; i++)
         pool_close(d->pools.pools[i], d->pools.pools[i]->adopt);
+    daemon_record_held(d, false); /* keeps the adopted ones, still there */
 fail_socket:
+    daemon_progress_end(d);
     if (!d->activated)
         server_unbind(listen_fd, d->cfg.socket_path);
 fail_plan:
@@ -1005,11 +1133,12 @@ static void daemon_stop(struct daemon *d)
             snprintf(memfd, sizeof(memfd), "; %s",
                      d->notify ? "memfd pools kept by systemd's descriptor store"
                                : "memfd pools removed (without systemd, nothing keeps a memfd)");
-        log_info("stopped; %s kept with %llu objects (%s) for the next start to adopt "
+        log_info("stopped; %s kept with %llu object%s (%s) for the next start to adopt "
                  "(--keep-segment)%s%s",
-                 what, (unsigned long long)st.objects,
+                 what, (unsigned long long)st.objects, st.objects == 1 ? "" : "s",
                  shmb_format_bytes(st.used, used, sizeof(used)), memfd,
                  d->activated ? "; the socket stays with systemd" : "");
+        daemon_record_held(d, true);
         daemon_close_pools(d, true);
         return;
     }
@@ -1017,6 +1146,7 @@ static void daemon_stop(struct daemon *d)
         daemon_unkeep_memfd(d, d->pools.pools[i]);
     snprintf(what, sizeof(what), "%s", d->pools.n == 1 ? "segment" : "segments");
     daemon_close_pools(d, false);
+    daemon_record_held(d, false);
     if (d->activated)
         log_info("stopped; %s removed (the socket %s stays with systemd)", what,
                  d->server.path);
@@ -1103,48 +1233,79 @@ static int daemon_send_reload(const struct config *cfg, pid_t pid)
     return 0;
 }
 
-/* --remove-segment: remove the segments these settings name, when no
- * daemon holds them (what systemctl stop shmbrokerd.socket runs). A memfd
- * pool has none. Every pool is tried; 1 when one could not be removed. */
+/* --remove-segment: remove the segments the daemon last recorded holding
+ * beside its socket (held.h), and those these settings name, when no daemon
+ * holds them (what systemctl stop shmbrokerd.socket runs). The record comes
+ * first: settings changed while the daemon ran (pools reordered, renamed,
+ * moved) would leave its segments behind. A memfd pool has none. Every
+ * segment is tried; 1 when one could not be removed. */
 static int daemon_remove_segment_only(const struct config *cfg)
 {
+    static struct held_segment list[HELD_MAX + CONFIG_MAX_POOLS];
     uint64_t sizes[CONFIG_MAX_POOLS];
     struct shmb_error err = {0};
+    char record[PATH_MAX];
+    size_t n = 0, k, j;
+    unsigned i, bad = 0;
     int status = 0;
-    unsigned i;
 
     if (daemon_check_settings(cfg, sizes, &err) < 0) {
         log_startup_error(err.message);
         return 1;
     }
+    if (held_path(cfg->socket_path, record, sizeof(record)) < 0)
+        record[0] = '\0';
+    else if (held_read(record, list, HELD_MAX, &n, &bad, &err) < 0) {
+        log_startup_error(err.message);
+        status = 1;
+    } else if (bad > 0) {
+        log_warn("%s: %u line%s that %s not segments skipped", record, bad,
+                 bad == 1 ? "" : "s", bad == 1 ? "is" : "are");
+    }
     for (i = 0; i < cfg->n_pools; i++) {
         const struct pool_config *pc = &cfg->pools[i];
+
+        if (pc->backing == POOL_BACKING_MEMFD)
+            continue;
+        for (j = 0; j < n; j++)
+            if (strcmp(list[j].dir, pc->dir) == 0 && strcmp(list[j].name, pc->segment) == 0)
+                break;
+        if (j < n)
+            continue;
+        snprintf(list[n].dir, sizeof(list[n].dir), "%s", pc->dir);
+        snprintf(list[n].name, sizeof(list[n].name), "%s", pc->segment);
+        list[n++].size = sizes[i];
+    }
+    for (k = 0; k < n; k++) {
+        const struct held_segment *e = &list[k];
         uint64_t bytes;
         int64_t pid = 0;
         char human[32];
         int rc;
 
-        if (pc->backing == POOL_BACKING_MEMFD)
-            continue;
-        rc = segment_remove_orphaned(pc->dir, pc->segment, sizes[i], &bytes, &pid, &err);
+        rc = segment_remove_orphaned(e->dir, e->name, e->size, &bytes, &pid, &err);
         if (rc < 0) {
             log_startup_error(err.message);
             status = 1;
         } else if (rc == 0) {
-            printf("shmbrokerd: no segment %s/%s; nothing to remove\n", pc->dir,
-                   pc->segment);
+            printf("shmbrokerd: no segment %s/%s; nothing to remove\n", e->dir, e->name);
         } else {
             printf("shmbrokerd: removed segment %s/%s (%s) left by shmbrokerd pid %lld\n",
-                   pc->dir, pc->segment, shmb_format_bytes(bytes, human, sizeof(human)),
+                   e->dir, e->name, shmb_format_bytes(bytes, human, sizeof(human)),
                    (long long)pid);
         }
+    }
+    /* The record keeps only what is still there (one a live daemon holds). */
+    if (record[0] != '\0' && held_update(record, NULL, 0, &err) < 0) {
+        log_startup_error(err.message);
+        status = 1;
     }
     return status;
 }
 
 int main(int argc, char **argv)
 {
-    static struct daemon d = {.stop_with_fd = -1, .activated_fd = -1};
+    static struct daemon d = {.stop_with_fd = -1, .activated_fd = -1, .progress.fd = -1};
     struct shmb_error err = {0};
     int rc;
 

@@ -42,15 +42,29 @@ static int pool_error_before(struct shmb_error *err, int code, const char *what)
  * pool, whose size is not --size, say which setting instead. */
 static void pool_error_setting(struct shmb_error *err, const struct pool_config *pc)
 {
+    static const char *const adjectives[] = {"a smaller ", "a larger "};
     char was[SHMB_ERROR_MSG_MAX];
-    const char *at;
+    const char *at, *adjective = NULL;
+    size_t i, n;
 
     if (err == NULL || (at = strstr(err->message, "--size")) == NULL)
         return;
     snprintf(was, sizeof(was), "%s", err->message);
-    at = was + (at - err->message);
-    snprintf(err->message, sizeof(err->message), "%.*s%s (--pool %s:SIZE)%s", (int)(at - was),
-             was, "the pool's size", pc->name, at + strlen("--size"));
+    /* "choose a smaller --size" reads "choose a smaller size for pool
+     * 'main'", not "a smaller the pool's size". */
+    for (i = 0; i < sizeof(adjectives) / sizeof(adjectives[0]); i++) {
+        n = strlen(adjectives[i]);
+        if ((size_t)(at - err->message) >= n && strncmp(at - n, adjectives[i], n) == 0) {
+            adjective = adjectives[i];
+            at -= n;
+            break;
+        }
+    }
+    n = at - err->message;
+    at = was + n + (adjective != NULL ? strlen(adjective) : 0) + strlen("--size");
+    snprintf(err->message, sizeof(err->message), "%.*s%s%s pool '%s' (--pool %s:SIZE)%s",
+             (int)n, was, adjective != NULL ? adjective : "the ",
+             adjective != NULL ? "size for" : "size of", pc->name, pc->name, at);
 }
 
 /* The implicit pool (no --pool) speaks of the flags; a declared one of
@@ -524,9 +538,10 @@ static int pool_adopt(struct pool *p, const struct store_config *scfg,
     else
         snprintf(from, sizeof(from), "left by shmbrokerd pid %lld", (long long)p->adopt_pid);
     log_info(
-        "adopted segment %s %s: restored %llu objects (%s); "
+        "adopted segment %s %s: restored %llu object%s (%s); "
         "dropped %llu uncommitted, %llu freed and %llu invalid chunks",
         p->seg.path, from, (unsigned long long)report.restored,
+        report.restored == 1 ? "" : "s",
         shmb_format_bytes(report.restored_bytes, h1, sizeof(h1)),
         (unsigned long long)report.dropped_pending, (unsigned long long)report.dropped_free,
         (unsigned long long)report.dropped_invalid);
@@ -714,9 +729,11 @@ int pool_check_removable(const struct pool *p, struct shmb_error *err)
     store_counts(p->store, &st);
     if (st.objects != 0 || st.pending != 0 || p->clients != 0)
         return shmb_error_set(err, -EBUSY,
-                              "pool '%s' is not empty (%llu objects, %llu pending "
-                              "allocations, %u clients); it stays",
+                              "pool '%s' is not empty (%llu object%s, %llu pending "
+                              "allocation%s, %u client%s); it stays",
                               p->cfg.name, (unsigned long long)st.objects,
-                              (unsigned long long)st.pending, p->clients);
+                              st.objects == 1 ? "" : "s", (unsigned long long)st.pending,
+                              st.pending == 1 ? "" : "s", p->clients,
+                              p->clients == 1 ? "" : "s");
     return 0;
 }

@@ -145,8 +145,8 @@ static void queue_free(struct queue *q)
 static void queue_geometry(char *out, size_t len, uint32_t seats, uint64_t slots,
                            uint64_t slot_size)
 {
-    snprintf(out, len, "%u seats, %llu slots of %llu bytes", seats,
-             (unsigned long long)slots, (unsigned long long)slot_size);
+    snprintf(out, len, "%u seat%s, %llu slot%s of %llu bytes", seats, seats == 1 ? "" : "s",
+             (unsigned long long)slots, slots == 1 ? "" : "s", (unsigned long long)slot_size);
 }
 
 /* -ENOMEM when size bytes more would not fit the host's memory (the check
@@ -544,19 +544,33 @@ static int queue_check_open(const struct queue *q, struct shmb_error *err)
     return 0;
 }
 
+const char *queue_member_pid(const struct queue_member *who, char *buf, size_t len)
+{
+    if (who->pid > 0)
+        snprintf(buf, len, "pid %d", (int)who->pid);
+    else if (who->own_pid > 0)
+        snprintf(buf, len, "a process in another pid namespace (pid %d there, uid %u)",
+                 (int)who->own_pid, (unsigned)who->uid);
+    else
+        snprintf(buf, len, "a process in another pid namespace (uid %u)", (unsigned)who->uid);
+    return buf;
+}
+
 int queue_open_writer(struct queue *q, const void *owner, const struct queue_member *who,
                       struct shmb_error *err)
 {
+    char pid[96];
     int rc;
 
     if ((rc = queue_check_open(q, err)) < 0)
         return rc;
     if (q->writer != NULL)
         return shmb_error_set(err, -EBUSY,
-                              "Queue '%s' already has a writer: client %llu (pid %d, '%s'). "
+                              "Queue '%s' already has a writer: client %llu (%s, '%s'). "
                               "A queue has one writer; close it there first.",
                               q->name, (unsigned long long)q->writer_who.client,
-                              (int)q->writer_who.pid, q->writer_who.name);
+                              queue_member_pid(&q->writer_who, pid, sizeof(pid)),
+                              q->writer_who.name);
     q->writer = owner;
     q->writer_who = *who;
     q->had_writer = true;
@@ -602,6 +616,7 @@ int queue_open_reader(struct queue *q, int seat, const void *owner,
                       const struct queue_member *who, uint32_t *seat_out, uint64_t *epoch,
                       struct shmb_error *err)
 {
+    char pid[96];
     char open_seats[SHMB_QUEUE_SEATS_MAX * 4];
     struct queue_seat *st;
     int rc;
@@ -627,10 +642,10 @@ int queue_open_reader(struct queue *q, int seat, const void *owner,
     if (st->state == SHMB_SEAT_LIVE) {
         queue_open_seats(q, open_seats, sizeof(open_seats));
         return shmb_error_set(err, -EBUSY,
-                              "Seat %d of queue '%s' is taken: client %llu (pid %d, '%s'). "
+                              "Seat %d of queue '%s' is taken: client %llu (%s, '%s'). "
                               "Free seats: %s.",
                               seat, q->name, (unsigned long long)st->who.client,
-                              (int)st->who.pid, st->who.name,
+                              queue_member_pid(&st->who, pid, sizeof(pid)), st->who.name,
                               open_seats[0] != '\0' ? open_seats : "none");
     }
     st->owner = owner;
@@ -1051,6 +1066,7 @@ int queue_close_roles(struct queue_set *set, struct queue *q, const void *owner,
 
 unsigned queue_owner_gone(struct queue_set *set, const void *owner)
 {
+    char pid[96];
     struct queue *q, *next;
     unsigned n = 0;
     uint32_t s;
@@ -1068,9 +1084,9 @@ unsigned queue_owner_gone(struct queue_set *set, const void *owner)
         if (q->writer == owner) {
             q->writer = NULL;
             shmb_q_writer_gone(&q->q);
-            log_info("queue '%s': its writer (pid %d) is gone; readers drain it, then see "
+            log_info("queue '%s': its writer (%s) is gone; readers drain it, then see "
                      "its end",
-                     q->name, (int)q->writer_who.pid);
+                     q->name, queue_member_pid(&q->writer_who, pid, sizeof(pid)));
             held = true;
             n++;
         }
@@ -1082,9 +1098,9 @@ unsigned queue_owner_gone(struct queue_set *set, const void *owner)
             q->seat[s].owner = NULL;
             q->seat[s].state = SHMB_SEAT_DEAD;
             shmb_q_seat_drop(&q->q, s, true);
-            log_info("queue '%s': the reader at seat %u (pid %d) is gone; the writer no "
+            log_info("queue '%s': the reader at seat %u (%s) is gone; the writer no "
                      "longer waits for it",
-                     q->name, s, (int)q->seat[s].who.pid);
+                     q->name, s, queue_member_pid(&q->seat[s].who, pid, sizeof(pid)));
             held = true;
             n++;
         }
@@ -1118,15 +1134,16 @@ void queue_shutdown_all(struct queue_set *set)
  * holds q. */
 static void queue_members_text(const struct queue *q, char *out, size_t len)
 {
+    char pid[96];
     size_t used = 0;
     uint32_t s;
     int n;
 
     out[0] = '\0';
     if (q->writer != NULL) {
-        n = snprintf(out, len, "the writer, client %llu (pid %d, '%s')",
-                     (unsigned long long)q->writer_who.client, (int)q->writer_who.pid,
-                     q->writer_who.name);
+        n = snprintf(out, len, "the writer, client %llu (%s, '%s')",
+                     (unsigned long long)q->writer_who.client,
+                     queue_member_pid(&q->writer_who, pid, sizeof(pid)), q->writer_who.name);
         used = n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
     }
     for (s = 0; s < q->seats && used + 1 < len; s++) {
@@ -1134,9 +1151,9 @@ static void queue_members_text(const struct queue *q, char *out, size_t len)
 
         if (st->state != SHMB_SEAT_LIVE)
             continue;
-        n = snprintf(out + used, len - used, "%sseat %u, client %llu (pid %d, '%s')",
+        n = snprintf(out + used, len - used, "%sseat %u, client %llu (%s, '%s')",
                      used > 0 ? "; " : "", s, (unsigned long long)st->who.client,
-                     (int)st->who.pid, st->who.name);
+                     queue_member_pid(&st->who, pid, sizeof(pid)), st->who.name);
         if (n < 0 || (size_t)n >= len - used)
             break;
         used += (size_t)n;

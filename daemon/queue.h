@@ -44,12 +44,19 @@
 /* Who holds (or held) a role, as status shows it. */
 struct queue_member {
     uint64_t client; /* the connection's number in this daemon's life */
-    pid_t pid;
+    pid_t pid;       /* 0: in another pid namespace (command_client) */
+    pid_t own_pid;   /* what its hello said, 0 when nothing */
+    uid_t uid;
     char name[SHMB_NAME_MAX + 1];
     /* Its pins in the queue's pool (NULL: not known), to tell whether a
      * reader that leaves had taken the message it stood at. */
     const struct store_holder *holder;
 };
+
+/* How messages name a member's process: "pid 1234", or, for one in a pid
+ * namespace the daemon cannot see into, "a process in another pid
+ * namespace (pid 7 there, uid 1000)". Into buf, which it returns. */
+const char *queue_member_pid(const struct queue_member *who, char *buf, size_t len);
 
 /* The daemon's own record of a seat: the area's seat state is written by the
  * daemon too, but any member can scribble it, so this one is believed. */

@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -287,6 +288,25 @@ static int segment_free_space(const char *dir, uint64_t *avail, uint64_t *huge_p
     return 0;
 }
 
+/* How to give dir more room, for a message ending "..., or choose a smaller
+ * --size.": Docker's flags only for /dev/shm, which they size; any other
+ * directory is a mount of the user's own. */
+static const char *segment_grow_hint(const char *dir, char *out, size_t len)
+{
+    char real[PATH_MAX], shm[PATH_MAX];
+
+    if (strcmp(dir, "/dev/shm") == 0 || strcmp(dir, "/dev/shm/") == 0 ||
+        (realpath(dir, real) != NULL && realpath("/dev/shm", shm) != NULL &&
+         strcmp(real, shm) == 0))
+        snprintf(out, len, "Increase /dev/shm (e.g. --shm-size or --ipc=host)");
+    else
+        snprintf(out, len,
+                 "Give %.256s more room (mount -o remount,size=N on its tmpfs; "
+                 "shmbrokerd --check prints the fix for where it runs)",
+                 dir);
+    return out;
+}
+
 /* segment_check_space, counting reclaim bytes (a file about to be replaced)
  * as free. */
 static int segment_space(const char *dir, uint64_t required, uint64_t reclaim,
@@ -294,7 +314,7 @@ static int segment_space(const char *dir, uint64_t required, uint64_t reclaim,
 {
     struct stat st;
     uint64_t avail = 0, huge_page = 0, huge_free = 0;
-    char page[32], also[96] = "";
+    char page[32], also[96] = "", hint[PATH_MAX + 160];
     int rc;
 
     if (stat(dir, &st) != 0) {
@@ -331,10 +351,9 @@ static int segment_space(const char *dir, uint64_t required, uint64_t reclaim,
             shmb_format_bytes(huge_page, page, sizeof(page)), also);
     return shmb_error_set(err, -ENOSPC,
                           "Insufficient space in %s: %llu MiB required, %llu MiB "
-                          "free%s. Increase %s (e.g. --shm-size or --ipc=host), or "
-                          "choose a smaller --size.",
+                          "free%s. %s, or choose a smaller --size.",
                           dir, shmb_mib_rounded(required), shmb_mib_rounded(avail), also,
-                          dir);
+                          segment_grow_hint(dir, hint, sizeof(hint)));
 }
 
 int segment_check_space(const char *dir, uint64_t required, uint64_t *free_bytes,
@@ -406,21 +425,52 @@ static int segment_open_readonly(struct segment *seg, struct shmb_error *err)
     return 0;
 }
 
+static segment_progress_fn segment_progress;
+static void *segment_progress_arg;
+
+void segment_set_progress(segment_progress_fn fn, void *arg)
+{
+    segment_progress = fn;
+    segment_progress_arg = arg;
+}
+
+/* posix_fallocate of fd's first size bytes, a chunk at a time, telling the
+ * progress callback before the first and after each. 0 or an errno (as
+ * posix_fallocate: positive). */
+static int segment_fallocate(int fd, uint64_t size)
+{
+    uint64_t done = 0, len;
+    int rc;
+
+    if (segment_progress == NULL || size <= SEGMENT_RESERVE_CHUNK)
+        return posix_fallocate(fd, 0, (off_t)size);
+    segment_progress(0, size, segment_progress_arg);
+    while (done < size) {
+        len = size - done < SEGMENT_RESERVE_CHUNK ? size - done : SEGMENT_RESERVE_CHUNK;
+        if ((rc = posix_fallocate(fd, (off_t)done, (off_t)len)) != 0)
+            return rc;
+        done += len;
+        segment_progress(done, size, segment_progress_arg);
+    }
+    return 0;
+}
+
 /* Reserve every page of the file; vLLM's message on ENOSPC. */
 static int segment_reserve(struct segment *seg, uint64_t size, uint64_t free_bytes,
                            struct shmb_error *err)
 {
-    int rc = posix_fallocate(seg->fd, 0, (off_t)size);
+    char hint[PATH_MAX + 160];
+    int rc = segment_fallocate(seg->fd, size);
 
     if (rc == 0)
         return 0;
     if (rc == ENOSPC)
         return shmb_error_set(err, -ENOSPC,
                               "Insufficient space in %s: could not reserve %llu MiB "
-                              "(%llu MiB were free before). Increase %s (e.g. "
-                              "--shm-size or --ipc=host), or choose a smaller --size.",
+                              "(%llu MiB were free before). %s, or choose a smaller --size.",
                               seg->dir, shmb_mib_rounded(size),
-                              shmb_mib_rounded(free_bytes), seg->dir);
+                              shmb_mib_rounded(free_bytes),
+                              segment_grow_hint(seg->dir, hint, sizeof(hint)));
     return shmb_error_set(err, -rc, "Cannot reserve %llu bytes for segment %s: %s.",
                           (unsigned long long)size, seg->path, strerror(rc));
 }
@@ -715,18 +765,21 @@ int segment_create(struct segment *seg, const char *dir, const char *name, uint6
                             seg->path, (unsigned long long)size, strerror(saved));
         goto fail;
     }
-    /* Reserve every page now. Without this, tmpfs hands out pages on first
-     * touch, and a client that touches one after /dev/shm filled up dies of
-     * SIGBUS long after start-up succeeded. */
-    if ((rc = segment_reserve(seg, size, free_bytes, err)) < 0 ||
-        (rc = segment_map(seg, size, err)) < 0)
-        goto fail;
-    if ((rc = segment_open_readonly(seg, err)) < 0)
+    /* The header first, on its own reserved page(s): a daemon killed while
+     * it reserves the rest (seconds for gigabytes) leaves a segment the next
+     * start adopts, empty, not a file of no known kind that it refuses. */
+    if ((rc = segment_reserve(seg, page, free_bytes, err)) < 0 ||
+        (rc = segment_map(seg, size, err)) < 0 || (rc = segment_open_readonly(seg, err)) < 0)
         goto fail;
     seg->hdr = hdr = seg->base;
     segment_lay_out(seg, page, max_objects);
     hdr->ring_start = hdr->ring_end = hdr->ring_next_id = 0;
     segment_write_header(seg, (uint64_t)time(NULL));
+    /* Reserve every page now. Without this, tmpfs hands out pages on first
+     * touch, and a client that touches one after /dev/shm filled up dies of
+     * SIGBUS long after start-up succeeded. */
+    if ((rc = segment_reserve(seg, size, free_bytes, err)) < 0)
+        goto fail;
     return 0;
 
 fail:
@@ -780,7 +833,7 @@ int segment_memfd_make(const char *name, uint64_t size, const char *what,
     }
     /* Every page now, charged to this process's memory cgroup: a limit too
      * small fails here rather than as a client's SIGBUS later. */
-    if ((rc = posix_fallocate(fd, 0, (off_t)size)) != 0) {
+    if ((rc = segment_fallocate(fd, size)) != 0) {
         rc = shmb_error_set(
             err, -rc,
             "Cannot reserve %llu MiB for %s: %s. A memfd's pages are "

@@ -63,6 +63,17 @@ struct segment {
  * -ENOENT/-ENOTDIR when dir is missing. Reports what is free in *free_bytes
  * when that is not NULL: what statvfs says, or on hugetlbfs the free huge
  * pages of the mount's page size (bounded by its size= when it has one). */
+/* Told between the chunks of a reservation (posix_fallocate of a segment or
+ * a memfd, SEGMENT_RESERVE_CHUNK at a time): done of total bytes. A start
+ * that reserves gigabytes takes seconds; this is how it shows progress. */
+typedef void (*segment_progress_fn)(uint64_t done, uint64_t total, void *arg);
+
+/* Bytes reserved between two progress calls. */
+#define SEGMENT_RESERVE_CHUNK (256ULL << 20)
+
+/* Set (fn NULL: clear) the progress callback of every later reservation. */
+void segment_set_progress(segment_progress_fn fn, void *arg);
+
 int segment_check_space(const char *dir, uint64_t required, uint64_t *free_bytes,
                         struct shmb_error *err);
 

@@ -58,6 +58,13 @@ struct sizing {
     struct host_memory mem;
     bool mem_known;
     enum host_container where;
+    uint64_t room;        /* what memory-backed pools can still take */
+    uint64_t mem_need;    /* tmpfs and memfd pages not yet reserved: memory */
+    uint64_t memfd_need;  /* memfd pools alone */
+    uint64_t failing_shm; /* shm pools that do not fit their tmpfs */
+    bool cgroup_over;     /* mem_need over the memory cgroup's room */
+    bool memfd_over;      /* memfd pools over the memory room */
+    bool mem_short;       /* mem_need over MemAvailable: no setting fixes that */
 };
 
 static const char *sizing_backing_name(enum pool_backing b)
@@ -328,14 +335,205 @@ static void sizing_print_memory(const struct sizing *s)
         fprintf(s->out, "; no memory cgroup found\n");
 }
 
+/* The memory no setting can make: memory-backed pools (tmpfs pages and
+ * memfds are both memory) past MemAvailable. A larger tmpfs or a higher
+ * cgroup limit only lets the daemon begin reserving what the host does not
+ * have (swapping, or the OOM killer, meets it). */
+static void sizing_print_memory_short(const struct sizing *s)
+{
+    char b[2][32];
+
+    fprintf(s->out,
+            "- memory: NO setting fixes this: the pools' pages are memory (a tmpfs's and a "
+            "memfd's alike), %s of them, and this host has %s available (MemAvailable). A "
+            "larger tmpfs or memory limit would only let the start reserve what is not "
+            "there, and the kernel would swap or kill processes for it. Choose pools of at "
+            "most %s in all, or run them on a host with more free memory.\n",
+            shmb_format_bytes(s->mem_need, b[0], sizeof(b[0])),
+            shmb_format_bytes(s->mem.mem_available, b[1], sizeof(b[1])),
+            shmb_format_bytes(s->mem.mem_available, b[1], sizeof(b[1])));
+}
+
+/* The fix of a tmpfs, with its figure explained: the pools' bytes, what
+ * the mount holds now, and the headroom. */
+static void sizing_print_fs_fix(const struct sizing *s, const struct sizing_fs *fs)
+{
+    uint64_t used = fs->total > fs->free ? fs->total - fs->free : 0;
+    uint64_t mib = sizing_with_headroom_mib(used + fs->need);
+    uint64_t headroom = mib * MIB > used + fs->need ? mib * MIB - used - fs->need : 0;
+    char b[4][32];
+
+    if (fs->page) {
+        uint64_t missing = (fs->need - fs->free + fs->page - 1) / fs->page;
+
+        fprintf(s->out,
+                "- %s: reserve %llu more huge pages of %s (sysctl vm.nr_hugepages, or "
+                "/sys/kernel/mm/hugepages/hugepages-%llukB/nr_hugepages), or raise "
+                "the mount's size=.\n",
+                fs->dir, (unsigned long long)missing,
+                shmb_format_bytes(fs->page, b[0], sizeof(b[0])),
+                (unsigned long long)(fs->page / 1024));
+        return;
+    }
+    fprintf(s->out, "- %s needs %s more room%s; a size of %llu MiB is the pools' %s, the %s "
+                    "%s holds now, and %s of headroom (an eighth, at least 16 MiB: other "
+                    "users of it, rounding):\n",
+            fs->mount, shmb_format_bytes(fs->need - fs->free, b[0], sizeof(b[0])),
+            s->mem_short ? " (and memory to hold it, above)" : "", (unsigned long long)mib,
+            shmb_format_bytes(fs->need, b[1], sizeof(b[1])),
+            shmb_format_bytes(used, b[2], sizeof(b[2])), fs->mount,
+            shmb_format_bytes(headroom, b[3], sizeof(b[3])));
+    sizing_print_tmpfs_fix(s->out, s->where, fs->mount, fs->total, used + fs->need);
+}
+
+/* "To fix it": what memory cannot hold first, then each file system, the
+ * memory cgroup, and memfd in place of a tmpfs. */
+static void sizing_print_fixes(const struct sizing *s)
+{
+    char b[2][32], flag[32];
+    unsigned i, j;
+
+    fprintf(s->out, "\nTo fix it (%s):\n", host_container_name(s->where));
+    if (s->mem_short)
+        sizing_print_memory_short(s);
+    for (i = 0; i < s->n_fs; i++)
+        if (!s->fs[i].fits)
+            sizing_print_fs_fix(s, &s->fs[i]);
+    if (s->memfd_over || s->cgroup_over) {
+        uint64_t limit_needed = s->mem.has_cgroup_limit ? s->mem.cgroup_usage + s->mem_need
+                                                        : s->mem_need;
+
+        fprintf(s->out, "- memory: %s needed by memory-backed pools, %s room:\n",
+                shmb_format_bytes(s->cgroup_over ? s->mem_need : s->memfd_need, b[0],
+                                  sizeof(b[0])),
+                shmb_format_bytes(s->room, b[1], sizeof(b[1])));
+        sizing_print_memory_fix(s, limit_needed);
+    }
+    /* memfd needs no /dev/shm at all: the way out without touching the
+     * container, when memory has the room. */
+    if (s->failing_shm > 0 && s->mem_known && !s->cgroup_over && !s->mem_short &&
+        s->memfd_need + s->failing_shm <= s->room) {
+        fprintf(s->out, "- or, with no change to %s: back the pools that do not fit with "
+                        "memory (it has %s room), which takes no room in any file system:\n",
+                s->where == HOST_BARE ? "the mounts" : "the container",
+                shmb_format_bytes(s->room, b[0], sizeof(b[0])));
+        for (j = 0; j < s->n_pools; j++)
+            if (!s->pools[j].fits && s->pools[j].pc->backing == POOL_BACKING_SHM)
+                fprintf(s->out, "  --pool %s:%s,backing=memfd\n", s->pools[j].pc->name,
+                        sizing_size_flag(s->pools[j].pc->size, flag, sizeof(flag)));
+    }
+}
+
+/* Each file system: its pools in order, each fitting with those before. */
+static void sizing_check_fs(struct sizing *s, unsigned *n_bad)
+{
+    char b[2][32];
+    uint64_t cum;
+    unsigned i, j;
+
+    for (i = 0; i < s->n_fs; i++) {
+        struct sizing_fs *fs = &s->fs[i];
+        bool first = true;
+
+        fprintf(s->out, "\n%s (%s mounted at %s): %s free", fs->dir, fs->type, fs->mount,
+                shmb_format_bytes(fs->free, b[0], sizeof(b[0])));
+        if (fs->page)
+            fprintf(s->out, " (%llu free huge pages of %s)\n",
+                    (unsigned long long)(fs->free / fs->page),
+                    shmb_format_bytes(fs->page, b[1], sizeof(b[1])));
+        else
+            fprintf(s->out, " of %s\n", shmb_format_bytes(fs->total, b[1], sizeof(b[1])));
+        cum = 0;
+        for (j = 0; j < s->n_pools; j++) {
+            struct sizing_pool *p = &s->pools[j];
+
+            if (p->fs != (int)i)
+                continue;
+            cum += p->size - p->reserved;
+            p->fits = cum <= fs->free;
+            if (!p->fits) {
+                fs->fits = false;
+                (*n_bad)++;
+                if (p->pc->backing == POOL_BACKING_SHM)
+                    s->failing_shm += p->size - p->reserved;
+            }
+            if (p->pc->backing != POOL_BACKING_HUGETLBFS && !fs->page)
+                s->mem_need += p->size - p->reserved;
+            sizing_print_pool(s, p, cum, fs->free, first);
+            first = false;
+        }
+        fs->need = cum;
+    }
+}
+
+/* memfd pools: against the memory room. */
+static void sizing_check_memfd(struct sizing *s, unsigned *n_bad)
+{
+    char b[32];
+    uint64_t cum = 0;
+    unsigned j;
+
+    for (j = 0; j < s->n_pools; j++) {
+        struct sizing_pool *p = &s->pools[j];
+
+        if (p->fs >= 0)
+            continue;
+        if (cum == 0)
+            fprintf(s->out, "\nmemory (memfd pools): %s room\n",
+                    s->mem_known ? shmb_format_bytes(s->room, b, sizeof(b)) : "unknown");
+        cum += p->size;
+        s->mem_need += p->size;
+        p->fits = s->mem_known && cum <= s->room;
+        if (!p->fits) {
+            (*n_bad)++;
+            s->memfd_over = true;
+        }
+        sizing_print_pool(s, p, cum, s->room, cum == p->size);
+    }
+    s->memfd_need = cum;
+}
+
+/* Memory-backed pools against the memory cgroup's limit and MemAvailable.
+ * tmpfs pages are charged to the cgroup of whoever touches them first: the
+ * daemon, which reserves them all at start-up. */
+static void sizing_check_memory(struct sizing *s)
+{
+    char b[2][32];
+
+    if (!s->mem_known || s->mem_need == 0)
+        return;
+    if (s->mem.has_cgroup_limit) {
+        uint64_t cg_room = s->mem.cgroup_limit > s->mem.cgroup_usage
+                               ? s->mem.cgroup_limit - s->mem.cgroup_usage
+                               : 0;
+
+        fprintf(s->out,
+                "\nshm pools' tmpfs pages and memfd pools are charged to the daemon's "
+                "memory cgroup (it touches them first, reserving them): %s together, "
+                "%s room under its limit: %s\n",
+                shmb_format_bytes(s->mem_need, b[0], sizeof(b[0])),
+                shmb_format_bytes(cg_room, b[1], sizeof(b[1])),
+                s->mem_need <= cg_room ? "fits" : "does NOT fit");
+        s->cgroup_over = s->mem_need > cg_room;
+    } else if (s->mem.cgroup_version != 0) {
+        fprintf(s->out,
+                "\nshm pools' tmpfs pages and memfd pools are charged to the daemon's "
+                "memory cgroup (it touches them first, reserving them); it has no limit.\n");
+    }
+    s->mem_short = s->mem_need > s->mem.mem_available;
+    if (s->mem_short)
+        fprintf(s->out,
+                "\nmemory-backed pools need %s of memory, and the host has %s available "
+                "(MemAvailable): does NOT fit, whatever the settings\n",
+                shmb_format_bytes(s->mem_need, b[0], sizeof(b[0])),
+                shmb_format_bytes(s->mem.mem_available, b[1], sizeof(b[1])));
+}
+
 int sizing_report(const struct config *cfg, FILE *out)
 {
     static struct sizing s;
     struct shmb_error err = {0};
-    uint64_t room = 0, cum, mem_need = 0, memfd_need = 0, failing_shm = 0;
     unsigned i, j, n_bad = 0;
-    bool cgroup_over = false, memfd_over = false;
-    char b[4][32], flag[32];
     int rc = 0;
 
     memset(&s, 0, sizeof(s));
@@ -345,7 +543,7 @@ int sizing_report(const struct config *cfg, FILE *out)
             cfg->n_pools == 1 ? "" : "s", host_container_name(s.where));
     if (host_memory(&s.mem, &err) == 0) {
         s.mem_known = true;
-        room = host_memory_room(&s.mem);
+        s.room = host_memory_room(&s.mem);
         sizing_print_memory(&s);
     } else {
         fprintf(out, "memory: unknown: %s\n", err.message);
@@ -355,88 +553,14 @@ int sizing_report(const struct config *cfg, FILE *out)
             rc = 2;
     if (rc != 0)
         return rc;
-
-    /* Each file system: its pools in order, each fitting with those before. */
-    for (i = 0; i < s.n_fs; i++) {
-        struct sizing_fs *fs = &s.fs[i];
-        bool first = true;
-
-        fprintf(out, "\n%s (%s mounted at %s): %s free", fs->dir, fs->type, fs->mount,
-                shmb_format_bytes(fs->free, b[0], sizeof(b[0])));
-        if (fs->page)
-            fprintf(out, " (%llu free huge pages of %s)\n",
-                    (unsigned long long)(fs->free / fs->page),
-                    shmb_format_bytes(fs->page, b[1], sizeof(b[1])));
-        else
-            fprintf(out, " of %s\n", shmb_format_bytes(fs->total, b[1], sizeof(b[1])));
-        cum = 0;
-        for (j = 0; j < s.n_pools; j++) {
-            struct sizing_pool *p = &s.pools[j];
-
-            if (p->fs != (int)i)
-                continue;
-            cum += p->size - p->reserved;
-            p->fits = cum <= fs->free;
-            if (!p->fits) {
-                fs->fits = false;
-                n_bad++;
-                if (p->pc->backing == POOL_BACKING_SHM)
-                    failing_shm += p->size - p->reserved;
-            }
-            if (p->pc->backing != POOL_BACKING_HUGETLBFS && !fs->page)
-                mem_need += p->size - p->reserved;
-            sizing_print_pool(&s, p, cum, fs->free, first);
-            first = false;
-        }
-        fs->need = cum;
-    }
-
-    /* memfd pools: memory, and the cgroup's limit. */
-    cum = 0;
-    for (j = 0; j < s.n_pools; j++) {
-        struct sizing_pool *p = &s.pools[j];
-
-        if (p->fs >= 0)
-            continue;
-        if (cum == 0)
-            fprintf(out, "\nmemory (memfd pools): %s room\n",
-                    s.mem_known ? shmb_format_bytes(room, b[0], sizeof(b[0])) : "unknown");
-        cum += p->size;
-        mem_need += p->size;
-        p->fits = s.mem_known && cum <= room;
-        if (!p->fits) {
-            n_bad++;
-            memfd_over = true;
-        }
-        sizing_print_pool(&s, p, cum, room, cum == p->size);
-    }
-    memfd_need = cum;
-    if (!s.mem_known && memfd_need > 0)
+    sizing_check_fs(&s, &n_bad);
+    sizing_check_memfd(&s, &n_bad);
+    if (!s.mem_known && s.memfd_need > 0)
         rc = 2;
-
-    /* tmpfs pages are charged to the cgroup of whoever touches them first:
-     * the daemon, which reserves them all at start-up. */
-    if (s.mem_known && s.mem.has_cgroup_limit && mem_need > 0) {
-        uint64_t cg_room = s.mem.cgroup_limit > s.mem.cgroup_usage
-                               ? s.mem.cgroup_limit - s.mem.cgroup_usage
-                               : 0;
-
-        fprintf(out,
-                "\nshm pools' tmpfs pages and memfd pools are charged to the daemon's "
-                "memory cgroup (it touches them first, reserving them): %s together, "
-                "%s room under its limit: %s\n",
-                shmb_format_bytes(mem_need, b[0], sizeof(b[0])),
-                shmb_format_bytes(cg_room, b[1], sizeof(b[1])),
-                mem_need <= cg_room ? "fits" : "does NOT fit");
-        cgroup_over = mem_need > cg_room;
-    } else if (s.mem_known && s.mem.cgroup_version != 0 && mem_need > 0) {
-        fprintf(out,
-                "\nshm pools' tmpfs pages and memfd pools are charged to the daemon's "
-                "memory cgroup (it touches them first, reserving them); it has no limit.\n");
-    }
+    sizing_check_memory(&s);
 
     fprintf(out, "\n");
-    if (n_bad == 0 && !cgroup_over) {
+    if (n_bad == 0 && !s.cgroup_over && !s.mem_short) {
         fprintf(out, "Summary: %s.\n",
                 s.n_pools == 1 ? "the pool fits" : "all the pools fit");
         return rc;
@@ -451,55 +575,15 @@ int sizing_report(const struct config *cfg, FILE *out)
                 fprintf(out, "%s '%s'", listed ? "," : "", s.pools[j].pc->name);
                 listed = true;
             }
-        fprintf(out, ".\n");
+        fprintf(out, "%s", s.mem_short ? "; " : ".\n");
+    } else if (s.cgroup_over) {
+        fprintf(out, "Summary: the pools do NOT fit in the memory cgroup's limit%s",
+                s.mem_short ? "; " : ".\n");
     } else {
-        fprintf(out, "Summary: the pools do NOT fit in the memory cgroup's limit.\n");
+        fprintf(out, "Summary: ");
     }
-    fprintf(out, "\nTo fix it (%s):\n", host_container_name(s.where));
-    for (i = 0; i < s.n_fs; i++) {
-        const struct sizing_fs *fs = &s.fs[i];
-
-        if (fs->fits)
-            continue;
-        if (fs->page) {
-            uint64_t missing = (fs->need - fs->free + fs->page - 1) / fs->page;
-
-            fprintf(out,
-                    "- %s: reserve %llu more huge pages of %s (sysctl vm.nr_hugepages, or "
-                    "/sys/kernel/mm/hugepages/hugepages-%llukB/nr_hugepages), or raise "
-                    "the mount's size=.\n",
-                    fs->dir, (unsigned long long)missing,
-                    shmb_format_bytes(fs->page, b[0], sizeof(b[0])),
-                    (unsigned long long)(fs->page / 1024));
-            continue;
-        }
-        /* The tmpfs must hold what is in it now and the pools. */
-        uint64_t used = fs->total > fs->free ? fs->total - fs->free : 0;
-
-        fprintf(out, "- %s needs %s more room:\n", fs->mount,
-                shmb_format_bytes(fs->need - fs->free, b[0], sizeof(b[0])));
-        sizing_print_tmpfs_fix(out, s.where, fs->mount, fs->total, used + fs->need);
-    }
-    if (memfd_over || cgroup_over) {
-        uint64_t limit_needed = s.mem.has_cgroup_limit ? s.mem.cgroup_usage + mem_need
-                                                       : mem_need;
-
-        fprintf(out, "- memory: %s needed by memory-backed pools, %s room:\n",
-                shmb_format_bytes(cgroup_over ? mem_need : memfd_need, b[0], sizeof(b[0])),
-                shmb_format_bytes(room, b[1], sizeof(b[1])));
-        sizing_print_memory_fix(&s, limit_needed);
-    }
-    /* memfd needs no /dev/shm at all: the way out without touching the
-     * container, when memory has the room. */
-    if (failing_shm > 0 && s.mem_known && !cgroup_over && memfd_need + failing_shm <= room) {
-        fprintf(out, "- or, with no change to %s: back the pools that do not fit with "
-                     "memory (it has %s room), which takes no room in any file system:\n",
-                s.where == HOST_BARE ? "the mounts" : "the container",
-                shmb_format_bytes(room, b[0], sizeof(b[0])));
-        for (j = 0; j < s.n_pools; j++)
-            if (!s.pools[j].fits && s.pools[j].pc->backing == POOL_BACKING_SHM)
-                fprintf(out, "  --pool %s:%s,backing=memfd\n", s.pools[j].pc->name,
-                        sizing_size_flag(s.pools[j].pc->size, flag, sizeof(flag)));
-    }
+    if (s.mem_short)
+        fprintf(out, "this host's memory cannot hold them, and no setting fixes that.\n");
+    sizing_print_fixes(&s);
     return rc != 0 ? rc : 1;
 }

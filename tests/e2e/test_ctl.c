@@ -420,8 +420,9 @@ static void test_tmpfs_too_small(void **state)
     log = h_read_file(d->log, NULL);
     assert_non_null(log);
     snprintf(want, sizeof(want),
-             "shmbrokerd: Insufficient space in %s: 64 MiB required, 8 MiB free. Increase %s "
-             "(e.g. --shm-size or --ipc=host), or choose a smaller --size.\n", dir, dir);
+             "shmbrokerd: Insufficient space in %s: 64 MiB required, 8 MiB free. Give %s more "
+             "room (mount -o remount,size=N on its tmpfs; shmbrokerd --check prints the fix "
+             "for where it runs), or choose a smaller --size.\n", dir, dir);
     if (strstr(log, want) == NULL) {
         h_daemon_print_log(d);
         free(log);

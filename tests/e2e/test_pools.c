@@ -1066,7 +1066,7 @@ static void test_pool_reload(void **state)
     pc_put(&p, "kept", 12345, 8);
     pc_close_wait(&p, d, "extra");
     reload_with(f, d, conf, one);
-    log_has(d, "SIGHUP: pool 'extra' is not empty (1 objects, 0 pending allocations, 0 "
+    log_has(d, "SIGHUP: pool 'extra' is not empty (1 object, 0 pending allocations, 0 "
                "clients); it stays");
     pc_connect(&p, d, "extra");
     pc_check(&p, "kept", 12345, 8, false);
@@ -1127,7 +1127,7 @@ static void test_pool_reload_adopts_as_start(void **state)
     assert_false(pc_contains(&p, "q/feed/7"));
     pc_check(&p, "plain", 5000, 4, false);
     pc_close(&p);
-    log_has(d, "pool 'extra': deleted 1 objects of queues of an earlier run");
+    log_has(d, "pool 'extra': deleted 1 object of queues of an earlier run");
     h_pass(f);
 }
 

@@ -478,7 +478,7 @@ static void test_stop_cancels(void **state)
     h_sleep_ms(50);
     assert_int_equal(h_daemon_signal(d, SIGTERM, H_STOP_TIMEOUT_MS), 0);
     assert_int_equal(h_child_wait(f, reader, H_REPLY_TIMEOUT_MS), 0);
-    assert_true(h_log_contains(d, "shutting down 1 queues"));
+    assert_true(h_log_contains(d, "shutting down 1 queue"));
     h_signal_close(&h.sig);
     h_conn_close(&c);
     h_pass(f);
@@ -754,7 +754,7 @@ static void test_pool_with_queues_stays(void **state)
     h_conn_close(&c);
     h_sleep_ms(100); /* the first connection's close reached the daemon */
     reload_with(f, d, conf, one);
-    h_wait_log(d, "SIGHUP: pool 'extra' stays: it has 1 queues");
+    h_wait_log(d, "SIGHUP: pool 'extra' stays: it has 1 queue.");
     assert_int_equal(h_conn_open(&c, d->socket), 0);
     ok(&c, "{\"op\":\"hello\",\"version\":1,\"pool\":\"extra\"}");
     ok(&c, "{\"op\":\"queue_delete\",\"name\":\"q\"}");

@@ -210,8 +210,62 @@ static void test_memfd_against_memory(void **state)
     check(f, &r, "--shm-dir", dir, "--pool", "cache:8M,backing=memfd", "--pool",
           "huge:64T,backing=memfd", NULL);
     h_expect_run(&r, 1, "pool 'huge' (memfd, 64 TiB)", NULL);
-    h_expect_run(&r, 1, "Summary: 1 of 2 pools does NOT fit: 'huge'.", NULL);
+    h_expect_run(&r, 1, "Summary: 1 of 2 pools does NOT fit: 'huge'", NULL);
     h_expect_run(&r, 1, "- memory:", NULL);
+    h_expect_run(&r, 1, "- memory: NO setting fixes this", NULL);
+    h_run_free(&r);
+    h_pass(f);
+}
+
+/* MemAvailable from /proc/meminfo, in bytes; 0 when it cannot be read. */
+static unsigned long long mem_available(void)
+{
+    unsigned long long kib = 0;
+    char line[256];
+    FILE *fp = fopen("/proc/meminfo", "re");
+
+    if (fp == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), fp) != NULL)
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            break;
+    fclose(fp);
+    return kib * 1024;
+}
+
+/* A pool larger than the host's memory: the report says that no setting
+ * fixes it (a larger tmpfs only lets the start reserve what is not there),
+ * and the tmpfs's figure is explained, not left bare: its parts (the pools,
+ * what the mount holds, the headroom) and the same MiB in the command. */
+static void test_memory_cannot_hold(void **state)
+{
+    struct h_fix *f = *state;
+    unsigned long long avail = mem_available(), mib = 0;
+    char dir[PATH_MAX], size[32], want[64];
+    const char *at;
+    struct h_run r;
+
+    small_tmpfs(f, dir, sizeof(dir));
+    if (avail == 0)
+        h_fail("cannot read MemAvailable from /proc/meminfo");
+    /* Twice the memory there is, in whole GiB. */
+    snprintf(size, sizeof(size), "%lluG", (avail >> 30) * 2 + 2);
+    check(f, &r, "--shm-dir", dir, "--size", size, NULL);
+    h_expect_run(&r, 1, "does NOT fit, whatever the settings", NULL);
+    h_expect_run(&r, 1, "this host's memory cannot hold them, and no setting fixes that.",
+                 NULL);
+    h_expect_run(&r, 1, "- memory: NO setting fixes this", NULL);
+    h_expect_run(&r, 1, "(and memory to hold it, above)", NULL);
+    h_expect_run(&r, 1, "of headroom (an eighth, at least 16 MiB", NULL);
+    at = strstr(r.out, "a size of ");
+    if (at == NULL || sscanf(at, "a size of %llu MiB is the pools' ", &mib) != 1 || mib == 0)
+        h_fail("the figure is not explained:\n%s", r.out);
+    /* Memory cannot hold it: memfd is no way out either. */
+    if (h_contains(r.out, "backing=memfd"))
+        h_fail("memfd offered for pools memory cannot hold:\n%s", r.out);
+    snprintf(want, sizeof(want), "size=%llu", mib);
+    if (!h_contains(r.out, want))
+        h_fail("the command does not ask for the %llu MiB explained:\n%s", mib, r.out);
     h_run_free(&r);
     h_pass(f);
 }
@@ -298,6 +352,7 @@ int main(void)
         TEST(test_small_tmpfs_prints_fix),
         TEST(test_kubernetes_fix),
         TEST(test_fits),
+        TEST(test_memory_cannot_hold),
         TEST(test_pools_together),
         TEST(test_existing_segment),
         TEST(test_memfd_against_memory),

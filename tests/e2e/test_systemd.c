@@ -494,7 +494,7 @@ static void test_notify_ready_status_stopping(void **state)
      * the catalog (64 KiB). */
     assert_int_equal(regcomp(&re,
                              "^STATUS=[0-9]+% used \\([0-9.]+ (B|KiB|MiB) of 3\\.9 MiB\\), "
-                             "1 objects, 1 clients, 0 queues$",
+                             "1 object, 1 client, 0 queues$",
                              REG_EXTENDED | REG_NOSUB),
                      0);
     notify_expect(&rx, "STATUS=", &re, line, STATUS_TIMEOUT_MS);
@@ -506,6 +506,51 @@ static void test_notify_ready_status_stopping(void **state)
     notify_expect(&rx, "STOPPING=1", NULL, line, H_STOP_TIMEOUT_MS);
     status = h_daemon_wait_exit(d, H_STOP_TIMEOUT_MS);
     assert_int_equal(h_exit_code(status), 0);
+    notify_close(&rx);
+    h_pass(f);
+}
+
+/* A start that reserves a large pool says how far in STATUS= before
+ * READY=1: held after its first 256 MiB of 512 (tests/e2e/slow_reserve.c,
+ * preloaded, waits on a file), the last STATUS= is that, and no READY=1 has
+ * come; let go, READY=1 follows. */
+static void test_notify_progress(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "1M");
+    const char *extra[] = {"--pool", "big:512M", NULL};
+    const char *build = getenv("SHMB_BUILD_DIR");
+    char line[512], lib[PATH_MAX], rel[PATH_MAX], gate[PATH_MAX], preload[PATH_MAX + 16],
+        gate_env[PATH_MAX + 32];
+    const char *env[5];
+    struct notify_rx rx;
+    regex_t re;
+
+    snprintf(rel, sizeof(rel), "%s/tests/slow_reserve.so", build != NULL ? build : "build");
+    if (realpath(rel, lib) == NULL)
+        h_skip(f, "tests/slow_reserve.so is not built (make it beside test_operator)");
+    h_path(f, "gate", gate, sizeof(gate));
+    assert_int_equal(h_write_file(gate, "", 0), 0);
+    snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", lib);
+    snprintf(gate_env, sizeof(gate_env), "SHMB_TEST_RESERVE_GATE=%s", gate);
+    notify_open(f, &rx, "notify", false);
+    env[0] = rx.env;
+    env[1] = preload;
+    env[2] = gate_env;
+    env[3] = "ASAN_OPTIONS=verify_asan_link_order=0";
+    env[4] = NULL;
+    daemon_spawn_env(d, extra, env, -1);
+    assert_int_equal(regcomp(&re, "^STATUS=reserving pool 'big': 256 MiB of 512 MiB$",
+                             REG_EXTENDED | REG_NOSUB),
+                     0);
+    notify_expect(&rx, "STATUS=", &re, line, 30000);
+    regfree(&re);
+    if (h_contains(rx.seen, "READY=1"))
+        h_fail("READY=1 came while the pool was being reserved: %s", rx.seen);
+    assert_int_equal(unlink(gate), 0);
+    notify_expect(&rx, "READY=1", NULL, line, 30000);
+    kill(d->pid, SIGTERM);
+    assert_int_equal(h_exit_code(h_daemon_wait_exit(d, H_STOP_TIMEOUT_MS)), 0);
     notify_close(&rx);
     h_pass(f);
 }
@@ -702,6 +747,80 @@ static int listen_unix(const char *path, int type, bool do_listen)
     return fd;
 }
 
+/* Started by a client on systemd's socket, a daemon that reserves a large
+ * pool keeps that client waiting (systemd's socket accepted it); status,
+ * given no answer within its --timeout, says "starting: ..." with the
+ * progress beside the socket systemd passed, not "stopped or stuck"; let
+ * go, the waiting client is served. */
+static void test_activation_starting(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "1M");
+    char activate[PATH_MAX], path[108], lib[PATH_MAX], rel[PATH_MAX], gate[PATH_MAX],
+        preload[PATH_MAX + 16], gate_env[PATH_MAX + 32];
+    const char *build = getenv("SHMB_BUILD_DIR");
+    const char *argv[32], *env[4];
+    uint64_t deadline;
+    struct h_conn c;
+    struct h_run r;
+    json_t *reply;
+    bool seen = false;
+    int n = 0, i;
+
+    need_systemd_tool("systemd-socket-activate", activate, sizeof(activate));
+    snprintf(rel, sizeof(rel), "%s/tests/slow_reserve.so", build != NULL ? build : "build");
+    if (realpath(rel, lib) == NULL)
+        h_skip(f, "tests/slow_reserve.so is not built (make it beside test_operator)");
+    h_path(f, "gate", gate, sizeof(gate));
+    assert_int_equal(h_write_file(gate, "", 0), 0);
+    snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", lib);
+    snprintf(gate_env, sizeof(gate_env), "SHMB_TEST_RESERVE_GATE=%s", gate);
+    env[0] = preload;
+    env[1] = gate_env;
+    env[2] = "ASAN_OPTIONS=verify_asan_link_order=0";
+    env[3] = NULL;
+    h_path(f, "activated.sock", path, sizeof(path));
+    argv[n++] = activate;
+    argv[n++] = "-l";
+    argv[n++] = path;
+    /* systemd-socket-activate passes the daemon only what -E names. */
+    for (i = 0; env[i] != NULL; i++) {
+        argv[n++] = "-E";
+        argv[n++] = env[i];
+    }
+    daemon_argv(d, (const char *const[]){"--pool", "big:512M", NULL}, argv + n,
+                32 - (size_t)n);
+    d->pid = spawn(argv, NULL, d->log, d->log, -1);
+    if (!h_eventually(path_listens, path, H_READY_TIMEOUT_MS))
+        h_fail("systemd-socket-activate did not listen on %s", path);
+    assert_int_equal(h_conn_open(&c, path), 0);
+    assert_int_equal(h_conn_sendline(&c, "{\"op\":\"hello\",\"version\":1}"), 0);
+    deadline = h_now_ms() + 30000;
+    while (!seen && h_now_ms() < deadline) {
+        assert_int_equal(h_run(f,
+                               (const char *const[]){h_ctl_bin(), "--socket", path, "status",
+                                                     "--timeout", "1", NULL},
+                               NULL, 0, &r),
+                         0);
+        seen = r.status == 69 &&
+               h_contains(r.out, "starting: reserving pool 'big': 256 MiB of 512 MiB");
+        if (!seen && h_contains(r.out, "socket "))
+            h_fail("the daemon served while held:\n%s", r.out);
+        h_run_free(&r);
+    }
+    if (!seen) {
+        h_daemon_print_log(d);
+        h_fail("status never said the activated daemon was starting");
+    }
+    assert_int_equal(unlink(gate), 0);
+    reply = h_recv_json(&c);
+    h_assert_ok(reply);
+    json_decref(reply);
+    h_conn_close(&c);
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGTERM, H_STOP_TIMEOUT_MS)), 0);
+    h_pass(f);
+}
+
 /* A descriptor passed as fd 3 with LISTEN_PID naming the daemon and
  * LISTEN_FDS=1 that is not a listening Unix stream socket (a regular file,
  * a datagram socket, a stream socket that does not listen, a TCP listener)
@@ -842,7 +961,7 @@ static void test_keep_segment(void **state)
     assert_int_equal(shmb_put(lib, "kept", "across the stop", 15, 0), 0);
     shmb_close(lib);
     assert_int_equal(h_exit_code(h_daemon_signal(d, SIGTERM, H_STOP_TIMEOUT_MS)), 0);
-    if (!h_exists(seg) || !log_has(d, "kept with 1 objects")) {
+    if (!h_exists(seg) || !log_has(d, "kept with 1 object ")) {
         h_daemon_print_log(d);
         h_fail("--keep-segment: a clean stop did not keep %s and say so", seg);
     }
@@ -850,7 +969,7 @@ static void test_keep_segment(void **state)
     e = h_daemon_again(f, d);
     daemon_spawn_env(e, plain, NULL, -1);
     assert_int_equal(h_daemon_wait_ready(e, H_READY_TIMEOUT_MS), 0);
-    assert_true(log_has(e, "restored 1 objects"));
+    assert_true(log_has(e, "restored 1 object "));
     lib = connect_lib(e->socket);
     assert_int_equal(shmb_get(lib, "kept", &ptr, &size), 0);
     assert_int_equal(size, 15);
@@ -2532,7 +2651,7 @@ static void test_memfd_fd_store(void **state)
     }
     notify_expect(&rx, "READY=1", NULL, line, 10000);
     snprintf(want, sizeof(want), "adopted segment memfd:%s.meta that systemd kept", d->name);
-    if (!log_has(d2, want) || !log_has(d2, "restored 1 objects")) {
+    if (!log_has(d2, want) || !log_has(d2, "restored 1 object ")) {
         h_daemon_print_log(d2);
         h_fail("the kept memfd was not adopted with its object");
     }
@@ -2638,6 +2757,8 @@ int main(void)
 {
     static const struct CMUnitTest tests[] = {
         TEST(test_notify_ready_status_stopping),
+        TEST(test_notify_progress),
+        TEST(test_activation_starting),
         TEST(test_notify_abstract),
         TEST(test_notify_watchdog),
         TEST(test_socket_activation),

@@ -339,6 +339,29 @@ check_memfd_pool() {
     systemctl start shmbrokerd.socket
 }
 
+# Settings changed under a running daemon (its pools reordered and renamed
+# in the file), then the socket stopped: the stop (ExecStopPost:
+# --remove-segment, which reads the new file) removes the segments the
+# daemon held, from the record it keeps beside its socket, and the record.
+check_reorder_then_stop() {
+    systemctl stop shmbrokerd.socket shmbrokerd
+    cp "$CONF" "$CONF.good"
+    printf 'pool = first:8M\npool = second:8M\n' >>"$CONF"
+    systemctl start shmbrokerd.socket
+    printf 'v' | ctl --pool first put k - >/dev/null
+    cp "$CONF.good" "$CONF"
+    printf 'pool = second:8M\npool = third:8M\n' >>"$CONF"
+    systemctl stop shmbrokerd.socket shmbrokerd
+    if [ -e /dev/shm/shmbroker.first ] || [ -e /dev/shm/shmbroker.second ] ||
+        [ -e "$SOCK.segments" ]; then
+        fail reorder-then-stop-frees "left: $(ls -a /dev/shm /run/shmbroker | tr '\n' ' ')"
+    else
+        pass reorder-then-stop-frees
+    fi
+    mv "$CONF.good" "$CONF"
+    systemctl start shmbrokerd.socket
+}
+
 # size = 1T: the start fails for good. The service ends failed, not in a
 # restart loop; the socket keeps listening; the client that was waiting is
 # told why; systemctl status names the cause. Fixed, it starts again.
@@ -400,5 +423,6 @@ check_dev_shm
 check_security
 check_stop_both_frees
 check_memfd_pool
+check_reorder_then_stop
 check_failed_start
 finish

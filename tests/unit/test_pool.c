@@ -281,15 +281,15 @@ static void test_removable(void **state)
     assert_int_equal(pool_check_removable(p, &err), 0);
     p->clients = 1;
     assert_int_equal(pool_check_removable(p, &err), -EBUSY);
-    assert_non_null(strstr(err.message, "1 clients"));
+    assert_non_null(strstr(err.message, "1 client)"));
     p->clients = 0;
     h = store_holder_new(p->store);
     assert_int_equal(store_alloc(p->store, h, "k", 1, 10, 0, &ext, &err), 0);
     assert_int_equal(pool_check_removable(p, &err), -EBUSY);
-    assert_non_null(strstr(err.message, "1 pending"));
+    assert_non_null(strstr(err.message, "1 pending allocation,"));
     assert_int_equal(store_commit(p->store, h, "k", 1, &err), 0);
     assert_int_equal(pool_check_removable(p, &err), -EBUSY);
-    assert_non_null(strstr(err.message, "1 objects"));
+    assert_non_null(strstr(err.message, "1 object,"));
     store_holder_free(p->store, h);
     pool_close(p, false);
     pool_free(p);

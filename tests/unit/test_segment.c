@@ -262,8 +262,9 @@ static void test_too_big_refused(void **state)
     assert_int_equal(segment_create(&seg, test_dir, "big", 8 * MIB, 0, &err), -ENOSPC);
     assert_int_equal(err.code, -ENOSPC);
     snprintf(want, sizeof(want),
-             "Insufficient space in %s: 8 MiB required, 4 MiB free. Increase %s "
-             "(e.g. --shm-size or --ipc=host), or choose a smaller --size.",
+             "Insufficient space in %s: 8 MiB required, 4 MiB free. Give %s more room "
+             "(mount -o remount,size=N on its tmpfs; shmbrokerd --check prints the fix "
+             "for where it runs), or choose a smaller --size.",
              test_dir, test_dir);
     assert_string_equal(err.message, want);
     assert_true(statvfs_calls > calls);

@@ -25,6 +25,7 @@ import warnings
 import weakref
 
 from . import _catalog
+from . import _starting
 from . import _protocol as P
 from . import frames as _frames
 from .errors import BufferTooSmall, ConnectionLost, InvalidRequest, NotFound, PermissionDenied
@@ -630,6 +631,12 @@ class Client:
                 raise PermissionDenied(code, _access_message(path)) from None
             if e.errno == _errno.EPERM:
                 raise PermissionDenied(code, message) from None
+            starting = (_starting.progress(path)
+                        if e.errno in (_errno.ECONNREFUSED, _errno.ENOENT) else None)
+            if starting is not None:
+                raise ConnectionLost(
+                    "EAGAIN", "shmbrokerd at %s is starting (pid %d): %s. It answers once "
+                    "its pools are reserved; retry then." % ((path,) + starting)) from None
             raise ConnectionLost(code, message) from None
         self._sock = sock
         self._poller = select.poll()
@@ -637,8 +644,10 @@ class Client:
         self._forks = _forks[0]
         fds = []
         try:
+            # Our pid: a daemon in another pid namespace sees 0 for it.
             hello = {"op": "hello", "version": P.PROTOCOL_VERSION,
-                     "mode": "ro" if self.read_only else "rw"}
+                     "mode": "ro" if self.read_only else "rw",
+                     "pid": os.getpid()}
             if self.name is not None:
                 hello["name"] = self.name
             if self.pool is not None:
