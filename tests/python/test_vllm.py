@@ -561,10 +561,13 @@ class ProcessesTest(VllmTestCase):
             w2.put("from_w1", "again")
         self.assertEqual(str(cm.exception), "Key 'from_w1' already exists in the storage.")
 
-    # A reader killed (SIGKILL) while it holds an object mid-read leaves no
-    # pin behind: the writer's next put, which needs that object's room, fails
-    # while the reader lives and succeeds once it is dead.
-    def test_killed_reader_releases_its_pin(self):
+    # A reader killed (SIGKILL) while it deserializes an object leaves no pin
+    # behind: it reads in place, unpinned, the chunk's seal checked after.
+    # The object keeps the read it awaits until a reader counts it, as
+    # vLLM's in-use flag does: the writer's put that needs its room fails
+    # naming it while the reader reads, and after the reader died; a reader
+    # that reads it lets it go.
+    def test_killed_reader_leaves_no_pin(self):
         store = self.make_store(buffer_size=64 * 1024, max_object_size=40 * 1024, n_readers=1,
                                 serde_class=vllm_helpers.StallingSerde)
         client = store.ring_buffer.client
@@ -580,14 +583,23 @@ class ProcessesTest(VllmTestCase):
         os.close(wfd)
         self.addCleanup(child.wait)
         self.addCleanup(child.kill)
-        self.assertEqual(os.read(rfd, 1), b"!")  # it is inside deserialize, pinned
-        self.assertEqual(client.list(prefix="first")[0]["pins"], 1)
+        self.assertEqual(os.read(rfd, 1), b"!")  # it is inside deserialize
+        obj = client.list(prefix="first")[0]
+        self.assertEqual((obj["pins"], obj["readers"]), (0, 1))
         with self.assertRaises(MemoryError) as cm:
             store.put("second", b"b" * 36000)
-        self.assertIn("'first' blocks reclaim (pins=1", str(cm.exception))
+        self.assertIn("'first' blocks reclaim (pins=0, awaited reads=1", str(cm.exception))
         child.kill()
         child.wait()
-        wait_until(lambda: client.stats()["pinned"] == 0, "the dead reader's pin to go")
+        self.assertEqual(client.stats()["pinned"], 0)
+        self.assertEqual(client.list(prefix="first")[0]["readers"], 1)
+        handle = store.handle()
+        handle.serde_class = vllm.PickleSerde  # the same bytes, a serde that returns
+        reader = ShmBrokerObjectStorage.create_from_handle(handle)
+        self.addCleanup(reader.close)
+        self.assertEqual(len(reader.get(address, monotonic_id)), 36000)
+        wait_until(lambda: client.list(prefix="first")[0]["readers"] == 0,
+                   "the reader's read to be counted")
         store.put("second", b"b" * 36000)
         self.assertFalse(store.is_cached("first"))
 

@@ -56,6 +56,7 @@ _monotonic = time.monotonic  # from the vDSO: no system call
 _HANGUP = (getattr(select, "POLLRDHUP", 0x2000) | select.POLLHUP | select.POLLERR
            | select.POLLNVAL)
 _RECV_SIZE = 256 * 1024
+_NOTHING = memoryview(bytearray(0))  # a buffer no payload fits in
 # The arena a connection asks for by default (SHMB_ARENA_DEFAULT): room for
 # many small puts per round trip; a larger object asks for four times its size.
 ARENA_DEFAULT = 256 * 1024
@@ -467,7 +468,8 @@ class Client:
         # [count, the first one's key]; and those refused or maybe lost,
         # until a put or sync() reports them: [count, key, code, message].
         self._unconfirmed = [0, None]
-        self._lost = [0, None, None, None]
+        self._lost_puts = [0, None, None, None]
+        self._replies = 0  # replies read: one after a put proves it handled
         self._dial(keep_map=False)
 
     # ---- connection ------------------------------------------------------
@@ -819,6 +821,7 @@ class Client:
         if "lost" in reply:
             self._note_lost(reply.pop("lost"))
         self._unconfirmed[0] = 0
+        self._replies += 1
         return reply
 
     def _note_lost(self, lost):
@@ -829,11 +832,11 @@ class Client:
         count, key, code, message = (lost.get(k) for k in ("count", "key", "error", "message"))
         if type(count) is not int or count <= 0:
             return
-        if self._lost[0] == 0:
-            self._lost[1:] = [key if isinstance(key, str) else "?",
+        if self._lost_puts[0] == 0:
+            self._lost_puts[1:] = [key if isinstance(key, str) else "?",
                               code if isinstance(code, str) else "EIO",
                               message if isinstance(message, str) else ""]
-        self._lost[0] += count
+        self._lost_puts[0] += count
 
     def _unconfirmed_lost(self):
         """The connection went before a reply confirmed the puts sent
@@ -842,10 +845,10 @@ class Client:
         if n == 0:
             return
         self._unconfirmed[0] = 0
-        if self._lost[0] == 0:
-            self._lost[1:] = [self._unconfirmed[1], "ECONNRESET",
+        if self._lost_puts[0] == 0:
+            self._lost_puts[1:] = [self._unconfirmed[1], "ECONNRESET",
                               "the connection ended before shmbrokerd answered a later request"]
-        self._lost[0] += n
+        self._lost_puts[0] += n
 
     def _call(self, req):
         """One request whose failure raises; the reply dict on success."""
@@ -1003,7 +1006,7 @@ class Client:
             try:
                 self.contains(self._unconfirmed[1])
             except ConnectionLost:
-                if self._lost[0] == 0:
+                if self._lost_puts[0] == 0:
                     raise
         self._report_lost(None)
 
@@ -1011,10 +1014,10 @@ class Client:
         """Raise Cancelled for the recorded refusals (and forget them); the
         arena is dropped: a commit refused other than for its key leaves the
         daemon's cursor behind this client's."""
-        n, lost_key, code, message = self._lost
+        n, lost_key, code, message = self._lost_puts
         if n == 0:
             return
-        self._lost = [0, None, None, None]
+        self._lost_puts = [0, None, None, None]
         self._arena.drop()
         more = ", and %d more after it" % (n - 1) if n > 1 else ""
         then = "This put of '%s' was not made: " % key if key is not None else ""
@@ -1068,6 +1071,7 @@ class Client:
         if "lost" in reply:
             self._note_lost(reply.pop("lost"))
         self._unconfirmed[0] = 0
+        self._replies += 1
         if reply.get("ok") is not True:
             err = _reply_error(reply)
             if err.code in ("ENOSYS", "EPERM", "EINVAL"):
@@ -1081,12 +1085,17 @@ class Client:
                                 "connection go without one." % (reply, self.info["data_offset"],
                                                                 self.info["data_size"]))
 
-    def _put_arena(self, key, part, total, readers, nowait):
-        """A put through the arena: (payload offset, chunk id). Without an
-        arena (nowait: Unsupported unless only room was short) the put goes
-        through alloc and commit. Raises Cancelled first when puts sent
-        without waiting were refused."""
-        if self._lost[0]:
+    def _put_arena(self, key, part, total, readers, nowait, write=None, before_commit=None):
+        """A put through the arena: (payload offset, chunk id; None when
+        the put went through alloc and commit, whose chunk header holds it).
+        Without an arena (nowait: Unsupported unless only room was short)
+        the put goes through alloc and commit. Raises Cancelled first when
+        puts sent without waiting were refused. write(view, part) copies
+        part (default: as put() does); before_commit(offset, chunk id or
+        None) is called once the payload is in place, before its commit is
+        sent (a writer killed after it may leave the object)."""
+        write = write or _write
+        if self._lost_puts[0]:
             self._report_lost(key)
         why = self._arena_why()
         base, cas64 = (None, None) if why else self._arena_base()
@@ -1096,15 +1105,15 @@ class Client:
             if nowait:
                 raise Unsupported("ENOSYS", "put_nowait needs an arena, and %s. Nothing was "
                                   "sent; use put()." % why)
-            return self._put_copy(key, part, total, readers)
+            return self._put_copy(key, part, total, readers, write, before_commit)
         arena = self._arena
         hsize = P.align64(P.CHUNK_HEADER_SIZE + len(key.encode("utf-8", "surrogatepass")))
         chunk = hsize + P.align64(total)
         if total == 0 or chunk > arena.limit(self.info):
-            return self._put_copy(key, part, total, readers)
+            return self._put_copy(key, part, total, readers, write, before_commit)
         if arena.skip > 0 and arena.size == 0:
             arena.skip -= 1
-            return self._put_copy(key, part, total, readers)
+            return self._put_copy(key, part, total, readers, write, before_commit)
         self._enter()
         try:
             for _attempt in range(2):
@@ -1127,8 +1136,14 @@ class Client:
                     if chunk > arena.size:
                         break
                 if not arena.write(base, cas64, hsize, part, total,
-                                   lambda at, n: self._mv[at:at + n], _write):
+                                   lambda at, n: self._mv[at:at + n], write):
                     continue
+                if before_commit is not None:
+                    try:
+                        before_commit(arena.cursor + hsize, arena.chunk_id)
+                    except BaseException:
+                        arena.count(base, cas64, -1)
+                        raise
                 done = self._commit_at(key, hsize, total, readers, chunk, nowait)
                 if done is not None:
                     return done
@@ -1136,7 +1151,7 @@ class Client:
             self._busy.release()
         # Taken back twice in a row (the daemon is short of room), or no
         # arena to be had: alloc and commit.
-        return self._put_copy(key, part, total, readers)
+        return self._put_copy(key, part, total, readers, write, before_commit)
 
     def _commit_at(self, key, hsize, total, readers, chunk, nowait):
         """Send the commit_at of the chunk laid out at the arena's cursor
@@ -1211,13 +1226,17 @@ class Client:
         if "lost" in reply:
             self._note_lost(reply.pop("lost"))
         self._unconfirmed[0] = 0
+        self._replies += 1
         return reply
 
-    def _put_copy(self, key, part, total, readers):
+    def _put_copy(self, key, part, total, readers, write=None, before_commit=None):
         """A put by alloc, copy, commit: (payload offset, None)."""
+        write = write or _write
         a = self.alloc(key, total, readers=readers)
         try:
-            _write(a.view, part)
+            write(a.view, part)
+            if before_commit is not None:
+                before_commit(a.offset, None)
         except BaseException:
             try:
                 a.abort()
@@ -1382,6 +1401,35 @@ class Client:
             self._send_noreply_held({"op": "read", "key": key, "gen": gen})
         except ConnectionLost:
             pass  # _send closed the socket: the next call says so
+
+    def _listed(self, key):
+        """Whether a committed object has key, from the catalog in the
+        mapping (no round trip): True, False, or None when the catalog
+        cannot say (ask the daemon)."""
+        self._enter()
+        try:
+            cat = self._catalog
+            if cat is None or not self._served(cat, key):
+                return None
+            what = cat.read(cat.lookup(key, key.encode("utf-8", "surrogatepass")), _NOTHING)[0]
+        finally:
+            self._busy.release()
+        if what == _catalog.NOBUFS:
+            return True  # found, committed: its bytes do not fit in nothing
+        return False if what == _catalog.MISS else None
+
+    def _count_in_place(self, key, chunk, gen):
+        """Count one awaited read of the object of key, read in place at
+        chunk (its header's offset) under generation gen: in its seal on a
+        read-write mapping, else by a noreply "read" request."""
+        self._enter()
+        try:
+            if self._catalog is None and not self.read_only:
+                self._send_noreply_held({"op": "read", "key": key, "gen": gen})
+            else:
+                self._count_read(key, chunk, gen)
+        finally:
+            self._busy.release()
 
     def read_frames(self, key):
         """The object's frames, each copied out as bytes (the pin is
