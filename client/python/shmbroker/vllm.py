@@ -112,6 +112,8 @@ _GUARD_PRUNE_AT = 4096
 # client's reclaim for ever. Each object read meanwhile is deleted once read.
 _GUARD_GRACE_S = 60.0
 _GUARD_POLL_S = (0.02, 1.0)
+# The share of the data area a writer's arena asks for (see _connect).
+_ARENA_SHARE = 64
 # What _get_mapped returns when the mapping cannot say.
 _MISSED = object()
 # Ring names used as a socket file name as they are; others are hashed.
@@ -339,9 +341,14 @@ class SingleWriterShmRingBuffer:
 
     def _connect(self):
         self._client_pid = os.getpid()
-        return Client(self.socket_path, name="vllm-%s" % ("writer" if self.is_writer else
-                                                            "reader"),
-                      read_only=not self.is_writer, pool=self.pool)
+        client = Client(self.socket_path, name="vllm-%s" % ("writer" if self.is_writer else
+                                                              "reader"),
+                        read_only=not self.is_writer, pool=self.pool)
+        # Arenas of 1/64 of the data area: a 64 KiB object's put asks for a
+        # new one once in about 250 (the default, 256 KiB, once in three),
+        # and reclaim still frees the ring in small steps.
+        client.arena_want = max(client.arena_want, client.info["data_size"] // _ARENA_SHARE)
+        return client
 
     def connection(self):
         """The ring's Client, usable in this process: in a child made by
