@@ -17,13 +17,30 @@ error texts, with shmbrokerd managing the memory:
   get_cached, the writer's touch); the daemon counts them (``readers`` of
   alloc, ``touch``) and evicts, oldest first, only objects whose awaited
   reads are all done.
-- A reader's get pins the object for as long as it deserializes it; a reader
-  that dies mid-read loses its pins with its connection, so nothing stays
-  blocked. Readers write nothing in shared memory, which is why no reader
-  lock is needed: ``reader_lock`` is accepted (vLLM passes one) and ignored
-  by readers, and a reader made without one works (vLLM raises "Lock must
-  be provided for readers."). A writer given a lock counts its own gets as
-  reads, as vLLM's does; without one they count nothing.
+- The hot path waits for no reply: a put copies the payload into the
+  writer's arena (Client.put_nowait's path) and sends its commit without
+  waiting; a get reads the chunk in place from the mapping, checked by the
+  chunk's seal (its generation) before and after deserializing it, and
+  counts the awaited read in the seal (a writer's mapping) or by a request
+  it does not wait for (a reader's read-only one). Only a get whose chunk
+  is not committed yet (its commit still on its way) or changed under the
+  read asks the daemon: one request, then the pinned read of before.
+  Readers write nothing in shared memory (their mapping is read-only), so
+  no reader lock is needed: ``reader_lock`` is accepted (vLLM passes one) and ignored by
+  readers, and a reader made without one works (vLLM raises "Lock must be
+  provided for readers."). A writer given a lock counts its own gets as
+  reads, as vLLM's does; without one they count nothing. A reader killed
+  mid-read holds no pin; the object keeps the read it awaits, as vLLM's
+  in-use flag keeps it.
+- A key the writer holds is refused at once (its index, checked in the
+  mapping), and so is one another client committed (the segment's
+  catalog). Another client's commit of the key that lands between that
+  look and the writer's own makes the daemon refuse the writer's: a later
+  reply reports it, and the writer forgets that object before its next
+  put (a reader's get of its pair raises vLLM's ValueError).
+- Monotonic ids carry the payload's place (in 64-byte units) below the
+  chunk id counted from the base: the objects of one arena share its chunk
+  id. Ids grow put after put, and no two objects stored at once share one.
 - Any number of writers may share one daemon (and one ring name); keys are
   the daemon's, so two writers cannot store the same key at once.
 - What a writer leaves: close() deletes its objects; on a daemon it did not
