@@ -698,8 +698,8 @@ class ShmBrokerObjectStorage:
         self.key_index = {}
         self.id_index = {}
         self._objects = {}  # key -> (segment offset, chunk id), oldest first
-        # key -> the client's replies read when its commit was sent without
-        # waiting: a reply read since proves it handled.
+        # key -> (client, its replies read) when its commit was sent without
+        # waiting: a reply read since on that connection proves it handled.
         self._sent = {}
         # (offset, chunk id) -> its key in _objects (a reused id found at once; the
         # objects of one arena share its chunk id)
@@ -792,7 +792,10 @@ class ShmBrokerObjectStorage:
         sent = self._sent.get(key)
         if sent is None:
             return False
-        if self._client._replies > sent:
+        client = self._client
+        # Another connection (a reconnect, a child after fork()) cannot
+        # confirm it: the mapping says.
+        if sent[0] is not client or client._replies > sent[1]:
             del self._sent[key]
             return False
         return True
@@ -1130,7 +1133,7 @@ class ShmBrokerObjectStorage:
                 del self._chunk_keys[prev]
             self._objects[key] = (offset, chunk_id)
             if nowait:
-                self._sent[key] = client._replies
+                self._sent[key] = (client, client._replies)
             self._chunk_keys[(offset, chunk_id)] = key
             self._settle_base(offset, chunk_id)
             address, monotonic_id = self._rel(offset, chunk_id)
