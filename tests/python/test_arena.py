@@ -14,7 +14,6 @@ import unittest
 import support
 import shmbroker
 from shmbroker import _arena
-from shmbroker import _protocol as P
 from shmbroker.errors import Cancelled
 
 
