@@ -715,7 +715,7 @@ class SurvivalTest(VllmTestCase):
 
     # The daemon is killed and started again (it adopts the segment): the
     # writer's and the reader's next calls reconnect and go on, and objects
-    # stored before read back.
+    # committed before read back.
     def test_daemon_restart_under_a_store(self):
         sock = os.path.join(self.tmp, "restart.sock")
         name = "shmb-vllm-restart-%s" % uuid.uuid4().hex[:8]
@@ -726,6 +726,9 @@ class SurvivalTest(VllmTestCase):
             self.addCleanup(store.close)
             reader = self.reader_of(store)
             before = store.put("before", "kept")
+            # Its commit, sent without waiting, handled before the crash (a
+            # commit still on its way when the daemon dies is lost with it).
+            store.ring_buffer.client.sync()
             d._proc.kill()  # as a crash: the segment stays, for the next start to adopt
             d._proc.wait()
             d = shmbroker.spawn_daemon(MiB, socket_path=sock, name=name)

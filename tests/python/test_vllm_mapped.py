@@ -9,6 +9,9 @@ object can be evicted; a commit the daemon refused is forgotten by the
 writer, whose next put is made."""
 
 import os
+import shutil
+import signal
+import tempfile
 import time
 import unittest
 import uuid
@@ -139,6 +142,36 @@ class MappedPathTest(unittest.TestCase):
         self.assertFalse(store.is_cached("k"))
         self.assertEqual(self.reader_of(store).get(*pair), "value")
         self.assertEqual(other.read("k"), b"theirs")
+
+    # A put whose commit was still on its way when the daemon died (stopped,
+    # then killed) is lost with it: after the restart the writer forgets
+    # it, a reader's get of its pair raises vLLM's ValueError, and the
+    # writer's next put is made.
+    def test_commit_lost_with_the_daemon(self):
+        tmp = tempfile.mkdtemp(prefix="shmb-lost-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        sock = os.path.join(tmp, "d.sock")
+        name = "shmb-lost-%s" % uuid.uuid4().hex[:8]
+        d = shmbroker.spawn_daemon(4 * MiB, socket_path=sock, name=name)
+        self.addCleanup(lambda: d.stop())
+        ring = SingleWriterShmRingBuffer(4 * MiB, create=True, socket_path=sock)
+        store = ShmBrokerObjectStorage(MiB, 1, ring)
+        self.addCleanup(store.close)
+        reader = self.reader_of(store)
+        kept = store.put("kept", "committed")
+        store.ring_buffer.client.sync()
+        os.kill(d.pid, signal.SIGSTOP)
+        lost = store.put("lost", "on its way")
+        os.kill(d.pid, signal.SIGKILL)
+        d._proc.wait()
+        d = shmbroker.spawn_daemon(4 * MiB, socket_path=sock, name=name)
+        after = store.put("after", "new")
+        self.assertNotIn("lost", store.key_index)
+        self.assertFalse(store.is_cached("lost"))
+        with self.assertRaises(ValueError):
+            reader.get(*lost)
+        self.assertEqual(reader.get(*kept), "committed")
+        self.assertEqual(reader.get(*after), "new")
 
     # A key another client holds is found in the catalog: KeyExists at once.
     def test_key_of_another_client(self):
