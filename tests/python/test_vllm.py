@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 import uuid
 from unittest import mock
@@ -88,6 +89,15 @@ class VllmTestCase(unittest.TestCase):
             if obj["key"] == key:
                 return obj["readers"]
         return None
+
+    def assert_awaited(self, store, key, want):
+        """The object of key comes to await want reads: a reader's get
+        counts its read by a request it does not wait for, which the daemon
+        handles a moment later."""
+        deadline = time.monotonic() + 10
+        while self.awaited(store, key) != want and time.monotonic() < deadline:
+            time.sleep(0.002)
+        self.assertEqual(self.awaited(store, key), want)
 
 
 class StorageTest(VllmTestCase):
@@ -202,9 +212,9 @@ class StorageTest(VllmTestCase):
         store = self.make_store(reader_lock=threading.Lock())
         address, monotonic_id = store.put("k", [1, 2, 3])
         self.assertEqual(store.get(address, monotonic_id), [1, 2, 3])
-        self.assertEqual(self.awaited(store, "k"), 1)
+        self.assert_awaited(store, "k", 1)
         self.assertEqual(store.get(address, monotonic_id), [1, 2, 3])
-        self.assertEqual(self.awaited(store, "k"), 0)
+        self.assert_awaited(store, "k", 0)
 
     # The writer's own get counts no read (vLLM's writer reads without the
     # reader lock); a reader's does.
@@ -214,20 +224,20 @@ class StorageTest(VllmTestCase):
         address, monotonic_id = store.put("k", [1, 2, 3])
         for _ in range(3):
             self.assertEqual(store.get(address, monotonic_id), [1, 2, 3])
-        self.assertEqual(self.awaited(store, "k"), 2)
+        self.assert_awaited(store, "k", 2)
         reader.get(address, monotonic_id)
-        self.assertEqual(self.awaited(store, "k"), 1)
+        self.assert_awaited(store, "k", 1)
 
     # get_cached and the writer's touch each hand the object out once more
     # (n_readers awaited reads); touching an absent key does nothing.
     def test_get_cached_and_writer_touch(self):
         store = self.make_store(n_readers=3)
         pair = store.put("k", "v")
-        self.assertEqual(self.awaited(store, "k"), 3)
+        self.assert_awaited(store, "k", 3)
         self.assertEqual(store.get_cached("k"), pair)
-        self.assertEqual(self.awaited(store, "k"), 6)
+        self.assert_awaited(store, "k", 6)
         store.touch("k")
-        self.assertEqual(self.awaited(store, "k"), 9)
+        self.assert_awaited(store, "k", 9)
         store.touch("absent")
         with self.assertRaises(KeyError):
             store.get_cached("absent")
@@ -239,18 +249,18 @@ class StorageTest(VllmTestCase):
         reader = self.reader_of(store)
         address, monotonic_id = store.put("k", "v")
         reader.touch("k", address, monotonic_id)  # new: the get will be its read
-        self.assertEqual(self.awaited(store, "k"), 1)
+        self.assert_awaited(store, "k", 1)
         reader.get(address, monotonic_id)
-        self.assertEqual(self.awaited(store, "k"), 0)
+        self.assert_awaited(store, "k", 0)
         store.touch("k")
         store.get_cached("k")
-        self.assertEqual(self.awaited(store, "k"), 2)
+        self.assert_awaited(store, "k", 2)
         reader.touch("k", address, monotonic_id)
-        self.assertEqual(self.awaited(store, "k"), 1)
+        self.assert_awaited(store, "k", 1)
         reader.get(address, monotonic_id)
-        self.assertEqual(self.awaited(store, "k"), 0)
+        self.assert_awaited(store, "k", 0)
         reader.touch("k", address + 64, monotonic_id)  # nothing there: ignored
-        self.assertEqual(self.awaited(store, "k"), 0)
+        self.assert_awaited(store, "k", 0)
 
     # is_cached asks the daemon: an object deleted behind the writer's back is
     # no longer cached, leaves key_index and id_index, and its key can be put again.
@@ -540,7 +550,7 @@ class ProcessesTest(VllmTestCase):
             self.assertEqual(p.exitcode, 0)
         self.assertEqual(sorted(got), sorted((k, "ok") for k, _ in data for _ in range(2)))
         for k, _ in data:
-            self.assertEqual(self.awaited(store, k), 0, k)
+            self.assert_awaited(store, k, 0)
 
     # Two writers share one ring name (the second finds the first's private
     # daemon): both store, a reader reads both, and a key is one object for
