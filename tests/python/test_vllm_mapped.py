@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 import unittest
 import uuid
@@ -172,6 +173,35 @@ class MappedPathTest(unittest.TestCase):
             reader.get(*lost)
         self.assertEqual(reader.get(*kept), "committed")
         self.assertEqual(reader.get(*after), "new")
+
+    # A get whose commit lands late (sent 50 ms after the put returned, as
+    # a writer descheduled between its copy and its send, or a daemon slow
+    # to run) waits for it and reads the value: no ValueError for a pair
+    # the writer handed out.
+    def test_commit_landing_late(self):
+        store = self.make_store()
+        reader = self.reader_of(store)
+        store.put("first", "so that the base is set")
+        store.ring_buffer.client.sync()
+        client = store.ring_buffer.client
+        real = client._send
+        timers = []
+
+        def late(data):
+            if b'"commit_at"' in data:
+                timers.append(threading.Timer(0.05, real, (data,)))
+                timers[-1].start()
+            else:
+                real(data)
+
+        client._send = late
+        try:
+            pair = store.put("late", "value")
+        finally:
+            client._send = real
+        self.assertEqual(len(timers), 1)
+        self.addCleanup(timers[0].join)
+        self.assertEqual(reader.get(*pair), "value")
 
     # A key another client holds is found in the catalog: KeyExists at once.
     def test_key_of_another_client(self):

@@ -107,6 +107,11 @@ _MAX_CHUNK_HEADER = 320
 # again before it asks the daemon (seconds): the writer's put sent its
 # commit without waiting, and the daemon handles it within microseconds.
 _LANDING_S = 0.002
+# How long, after a request answered by the daemon, a get still looks for
+# a chunk whose header is not there yet (none, or an older chunk's): a
+# commit on its way while the daemon is slow to run (a loaded machine).
+# Only a pair naming nothing that was ever there waits it out.
+_FLIGHT_S = 0.25
 # vLLM's in-use flag before each object, counted in its size checks.
 _FLAG_BYTES = 4
 # (address, monotonic_id) pairs a reader remembers having read, for touch.
@@ -1291,7 +1296,29 @@ class ShmBrokerObjectStorage:
             # way), or changed under the read: a request answered by the
             # daemon after it, then the pinned read.
             self._client.contains(self._base_key)
+            deadline = time.monotonic() + _FLIGHT_S
+            pause = 0.0005
+            while self._in_flight(*where) and time.monotonic() < deadline:
+                time.sleep(pause)
+                pause = min(2 * pause, 0.02)
             return self._get_pinned(address, monotonic_id)
+
+    def _in_flight(self, offset, chunk_id):
+        """Whether the chunk of chunk_id at offset may still be on its way:
+        no chunk header ends at offset, or an older chunk's (the bytes of a
+        lap before). A header of chunk_id or a newer one says it landed, or
+        went."""
+        mv = self._client._mv
+        doff = self._client.info["data_offset"]
+        for hsize in range(P.ALIGN, _MAX_CHUNK_HEADER + 1, P.ALIGN):
+            at = offset - hsize
+            if at < doff:
+                break
+            h = P.CHUNK_HEADER.unpack_from(mv, at)
+            if (h[0] == P.CHUNK_MAGIC and h[3] == hsize
+                    and P.align64(P.CHUNK_HEADER_SIZE + h[2]) == hsize):
+                return h[5] < chunk_id
+        return True
 
     def _get_mapped(self, address, monotonic_id, where):
         """The value at where (offset, chunk id) read in place from the
