@@ -57,6 +57,7 @@ _HANGUP = (getattr(select, "POLLRDHUP", 0x2000) | select.POLLHUP | select.POLLER
            | select.POLLNVAL)
 _RECV_SIZE = 256 * 1024
 _NOTHING = memoryview(bytearray(0))  # a buffer no payload fits in
+_READERS_MAX = 1000000  # the awaited reads one request may ask for (PROTOCOL.md)
 # The arena a connection asks for by default (SHMB_ARENA_DEFAULT): room for
 # many small puts per round trip; a larger object asks for four times its size.
 ARENA_DEFAULT = 256 * 1024
@@ -1095,6 +1096,10 @@ class Client:
         None) is called once the payload is in place, before its commit is
         sent (a writer killed after it may leave the object)."""
         write = write or _write
+        readers = operator.index(readers)
+        if not 0 <= readers <= _READERS_MAX:
+            raise InvalidRequest("EINVAL", "readers is %d: an object awaits 0 to %d reads. "
+                                 "Nothing was sent." % (readers, _READERS_MAX))
         if self._lost_puts[0]:
             self._report_lost(key)
         why = self._arena_why()
@@ -1163,12 +1168,13 @@ class Client:
         chunk_id = arena.chunk_id
         refill = arena.refill(chunk)
         cid = self._next_id()
-        req = {"op": "commit_at", "key": key, "offset": at, "size": total, "readers": readers,
-               "id": cid}
-        if nowait:
-            req["noreply"] = True
+        # Built here, not through the JSON encoder: the key was checked, the
+        # numbers are integers (the put's hottest line, as client/arena.c's).
         try:
-            line = self._encode(req)
+            line = (b'{"op":"commit_at","id":%d,"key":%s,"offset":%d,"size":%d,'
+                    b'"readers":%d%s}\n' % (cid, _json_key(key), at, total,
+                                             operator.index(readers),
+                                             b',"noreply":true' if nowait else b""))
         except BaseException:
             arena.count(self._seal_base[1], self._arena_base()[1], -1)
             raise
@@ -1398,7 +1404,7 @@ class Client:
                     if _futex.cas64(addr, seal, seal + (1 << 32)) == seal:
                         return
         try:
-            self._send_noreply_held({"op": "read", "key": key, "gen": gen})
+            self._send_read_count(key, gen)
         except ConnectionLost:
             pass  # _send closed the socket: the next call says so
 
@@ -1418,6 +1424,14 @@ class Client:
             return True  # found, committed: its bytes do not fit in nothing
         return False if what == _catalog.MISS else None
 
+    def _send_read_count(self, key, gen):
+        """Send {"op":"read","key":key,"gen":gen} without a reply (holding
+        this client's lock), the line built by hand: one per read in place."""
+        out = self._pending_lines() if self._later else []
+        out.append(b'{"op":"read","key":%s,"gen":%d,"noreply":true,"id":%d}\n'
+                   % (_json_key(key), gen, self._next_id()))
+        self._send(b"".join(out))
+
     def _count_in_place(self, key, chunk, gen):
         """Count one awaited read of the object of key, read in place at
         chunk (its header's offset) under generation gen: in its seal on a
@@ -1425,7 +1439,7 @@ class Client:
         self._enter()
         try:
             if self._catalog is None and not self.read_only:
-                self._send_noreply_held({"op": "read", "key": key, "gen": gen})
+                self._send_read_count(key, gen)
             else:
                 self._count_read(key, chunk, gen)
         finally:
@@ -1741,6 +1755,11 @@ class Client:
             start += n
 
 
+
+
+def _json_key(key):
+    """A checked key as a JSON string, UTF-8 encoded."""
+    return json.dumps(key, ensure_ascii=False).encode("utf-8")
 
 
 def _prepare(data):

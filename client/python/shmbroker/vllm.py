@@ -752,14 +752,14 @@ class ShmBrokerObjectStorage:
         except (ProtocolError, TypeError, ValueError):
             return None
 
-    def _mapped(self, offset):
+    def _mapped(self, offset, client=None):
         """The chunk whose payload starts at offset, read from the mapping
         with no round trip: (chunk, seal, chunk id, payload size, key
         bytes, tag) of a committed, sealed chunk (generation not 0), else
         None. Nothing is trusted: the header must be whole and inside the
         data area; the caller compares the seal again after using the
         bytes (the daemon zeroes the generation before it reuses them)."""
-        client = self._client
+        client = client or self._client
         info = client.info
         mv = client._mv
         doff = info["data_offset"]
@@ -782,10 +782,10 @@ class ShmBrokerObjectStorage:
             return chunk, seal, chunk_id, size, key, tag
         return None
 
-    def _sealed(self, found):
+    def _sealed(self, found, client=None):
         """Whether the chunk _mapped() found still has its generation and key."""
         chunk, seal, _chunk_id, _size, key, _tag = found
-        mv = self._client._mv
+        mv = (client or self._client)._mv
         now = P.CHUNK_HEADER.unpack_from(mv, chunk)
         return ((now[8] ^ seal) & 0xFFFFFFFF == 0 and now[1] == P.CHUNK_COMMITTED
                 and mv[chunk + P.CHUNK_HEADER_SIZE:chunk + P.CHUNK_HEADER_SIZE + len(key)]
@@ -814,7 +814,7 @@ class ShmBrokerObjectStorage:
             return False
         if self._unconfirmed(key):
             return True
-        found = self._mapped(where[0])
+        found = self._mapped(where[0], self.ring_buffer.client)
         return (found is not None and found[2] == where[1]
                 and found[4] == key.encode("utf-8", "surrogatepass"))
 
@@ -899,7 +899,7 @@ class ShmBrokerObjectStorage:
         """The bits of a monotonic id below its chunk id's part: enough for
         a payload's place in the data area in 64-byte units. The objects of
         one arena share its chunk id; their places tell them apart."""
-        return max(1, (self._client.info["data_size"] // P.ALIGN).bit_length())
+        return max(1, (self.ring_buffer.client.info["data_size"] // P.ALIGN).bit_length())
 
     def _rel(self, offset, chunk_id):
         """The store's (address, monotonic_id) of the object at (offset,
@@ -1327,29 +1327,29 @@ class ShmBrokerObjectStorage:
         no round trip. _MISSED when the mapping cannot say (not committed
         yet within _LANDING_S, changed under the read): ask the daemon."""
         offset, chunk_id = where
-        found = self._mapped(offset)
+        client = self._client
+        found = self._mapped(offset, client)
         if found is None or found[2] != chunk_id:
             # The writer's put may have sent its commit a moment ago.
             deadline = time.monotonic() + _LANDING_S
             while time.monotonic() < deadline:
                 time.sleep(0)
-                found = self._mapped(offset)
+                found = self._mapped(offset, client)
                 if found is not None and found[2] == chunk_id:
                     break
             else:
                 return _MISSED
         chunk, seal, _chunk_id, size, raw, tag = found
-        client = self._client
         view = client._mv[offset:offset + size].toreadonly()
         try:
             value = self.ser_de.deserialize(view)
         except Exception:
-            if self._sealed(found):
+            if self._sealed(found, client):
                 raise  # the bytes committed there do not deserialize
             return _MISSED
         finally:
             view.release()
-        if not self._sealed(found):
+        if not self._sealed(found, client):
             return _MISSED
         try:
             key = raw.decode("utf-8")
