@@ -406,7 +406,8 @@ class Client:
     its pools, one restricted to a group the caller is not in
     PermissionDenied.
 
-    Writes: put(), alloc(); reads: get() (a zero-copy Pin), read() and
+    Writes: put(), put_nowait() (through an arena, not waiting; sync()
+    waits for those), alloc(); reads: get() (a zero-copy Pin), read() and
     read_into() (a copy, from the segment's catalog with no round trip),
     get_frames(), read_frames(); and touch, delete, contains (``key in c``),
     list, stats, clients, put_many, get_many, release_many.
