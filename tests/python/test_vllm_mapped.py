@@ -203,6 +203,21 @@ class MappedPathTest(unittest.TestCase):
         self.addCleanup(timers[0].join)
         self.assertEqual(reader.get(*pair), "value")
 
+    # A key that is not UTF-8 text, too long, empty or not a str is refused
+    # with the client's InvalidRequest (a ValueError) or TypeError before
+    # anything is written; the next put goes on through the arena.
+    def test_bad_keys(self):
+        store = self.make_store()
+        reader = self.reader_of(store)
+        for key in ("\udcff", "x" * 256, "", "nul\0"):
+            with self.assertRaises(shmbroker.InvalidRequest, msg=repr(key)):
+                store.put(key, "v")
+        with self.assertRaises(TypeError):
+            store.put(7, "v")
+        pair = store.put("good", "v")
+        self.assertEqual(reader.get(*pair), "v")
+        self.assertEqual(store.ring_buffer.client.stats()["counters"]["noreply_errors"], 0)
+
     # A key another client holds is found in the catalog: KeyExists at once.
     def test_key_of_another_client(self):
         store = self.make_store()

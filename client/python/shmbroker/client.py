@@ -1097,6 +1097,7 @@ class Client:
         None) is called once the payload is in place, before its commit is
         sent (a writer killed after it may leave the object)."""
         write = write or _write
+        key = check_key(key)
         readers = operator.index(readers)
         if not 0 <= readers <= _READERS_MAX:
             raise InvalidRequest("EINVAL", "readers is %d: an object awaits 0 to %d reads. "

@@ -88,7 +88,7 @@ import weakref
 from typing import Any, Callable, Iterable, Optional, Tuple
 
 from . import frames as _frames
-from .client import Client, default_socket_path
+from .client import Client, check_key, default_socket_path
 from .daemon import socket_answers, spawn_daemon
 from . import _protocol as P
 from .errors import (Cancelled, ConnectionLost, InvalidRequest, KeyExists, NoSpace, NotFound,
@@ -1074,7 +1074,7 @@ class ShmBrokerObjectStorage:
         if not self._put_waits:
             # Another writer's object of the key, committed: from the
             # catalog (no round trip), else the daemon says.
-            listed = self._client._listed(key)
+            listed = self._client._listed(check_key(key))
             if listed is None:
                 listed = self._client.contains(key)
             if listed:
