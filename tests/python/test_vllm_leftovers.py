@@ -60,6 +60,11 @@ def commit_and_die(self):
     commit(self)
     os.kill(os.getpid(), signal.SIGKILL)
 shmbroker.client.Allocation.commit = commit_and_die
+commit_at = shmbroker.client.Client._commit_at
+def commit_at_and_die(self, *args):
+    commit_at(self, *args)
+    os.kill(os.getpid(), signal.SIGKILL)
+shmbroker.client.Client._commit_at = commit_at_and_die
 store.put("second", b"b" * 6000)
 """
 

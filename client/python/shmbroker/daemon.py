@@ -181,6 +181,36 @@ def _serves(socket_path, name):
         return False
 
 
+def _notify_socket(workdir):
+    """A datagram socket in workdir for the daemon's READY=1, or None."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sock.bind(os.path.join(workdir, "notify.sock"))
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _wait_ready(sock, proc, deadline):
+    """Wait until the daemon says READY=1 on sock, exits, or the deadline
+    passes (the caller then looks at the socket it listens on)."""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or proc.poll() is not None:
+            return
+        # Looked at every 50 ms: a daemon that dies says nothing.
+        sock.settimeout(min(left, 0.05))
+        try:
+            data = sock.recv(4096)
+        except socket.timeout:
+            continue
+        except OSError:
+            return
+        if b"READY=1" in data.split(b"\n"):
+            return
+
+
 def spawn_daemon(size, *, binary=None, shm_dir=None, name=None, args=(), timeout=10.0,
                  socket_path=None, stop_with_process=True):
     """Start a private shmbrokerd and return a Daemon once it accepts
@@ -207,6 +237,7 @@ def spawn_daemon(size, *, binary=None, shm_dir=None, name=None, args=(), timeout
         raise ValueError("A daemon of %d bytes: the size must be positive." % size)
     exe = find_binary(binary)
     workdir = tempfile.mkdtemp(prefix="shmbroker-")
+    notify = None
     try:
         if socket_path is None:
             socket_path = os.path.join(workdir, "shmbroker.sock")
@@ -229,14 +260,29 @@ def spawn_daemon(size, *, binary=None, shm_dir=None, name=None, args=(), timeout
         # The daemon's environment names the socket it is given: one inherited
         # from elsewhere (another daemon's, or one it cannot use) is not its.
         env = dict(os.environ, SHMBROKER_SOCKET=socket_path)
+        # It says READY=1 (systemd's notify protocol) on a socket of ours
+        # the moment it listens, rather than being polled; a service
+        # manager's socket and watchdog in this environment are not its.
+        for var in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
+            env.pop(var, None)
+        notify = _notify_socket(workdir)
+        if notify is not None:
+            env["NOTIFY_SOCKET"] = notify.getsockname()
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                     close_fds=True, env=env)
     except BaseException:
+        if notify is not None:
+            notify.close()
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     daemon = Daemon(proc, socket_path, name, log_path, size, workdir)
     deadline = time.monotonic() + timeout
+    if notify is not None:
+        try:
+            _wait_ready(notify, proc, deadline)
+        finally:
+            notify.close()
     pause = 0.002
     while not _serves(socket_path, name):
         if proc.poll() is not None:

@@ -17,13 +17,30 @@ error texts, with shmbrokerd managing the memory:
   get_cached, the writer's touch); the daemon counts them (``readers`` of
   alloc, ``touch``) and evicts, oldest first, only objects whose awaited
   reads are all done.
-- A reader's get pins the object for as long as it deserializes it; a reader
-  that dies mid-read loses its pins with its connection, so nothing stays
-  blocked. Readers write nothing in shared memory, which is why no reader
-  lock is needed: ``reader_lock`` is accepted (vLLM passes one) and ignored
-  by readers, and a reader made without one works (vLLM raises "Lock must
-  be provided for readers."). A writer given a lock counts its own gets as
-  reads, as vLLM's does; without one they count nothing.
+- The hot path waits for no reply: a put copies the payload into the
+  writer's arena (Client.put_nowait's path) and sends its commit without
+  waiting; a get reads the chunk in place from the mapping, checked by the
+  chunk's seal (its generation) before and after deserializing it, and
+  counts the awaited read in the seal (a writer's mapping) or by a request
+  it does not wait for (a reader's read-only one). Only a get whose chunk
+  is not committed yet (its commit still on its way) or changed under the
+  read asks the daemon: one request, then the pinned read of before.
+  Readers write nothing in shared memory (their mapping is read-only), so
+  no reader lock is needed: ``reader_lock`` is accepted (vLLM passes one) and ignored by
+  readers, and a reader made without one works (vLLM raises "Lock must be
+  provided for readers."). A writer given a lock counts its own gets as
+  reads, as vLLM's does; without one they count nothing. A reader killed
+  mid-read holds no pin; the object keeps the read it awaits, as vLLM's
+  in-use flag keeps it.
+- A key the writer holds is refused at once (its index, checked in the
+  mapping), and so is one another client committed (the segment's
+  catalog). Another client's commit of the key that lands between that
+  look and the writer's own makes the daemon refuse the writer's: a later
+  reply reports it, and the writer forgets that object before its next
+  put (a reader's get of its pair raises vLLM's ValueError).
+- Monotonic ids carry the payload's place (in 64-byte units) below the
+  chunk id counted from the base: the objects of one arena share its chunk
+  id. Ids grow put after put, and no two objects stored at once share one.
 - Any number of writers may share one daemon (and one ring name); keys are
   the daemon's, so two writers cannot store the same key at once.
 - What a writer leaves: close() deletes its objects; on a daemon it did not
@@ -71,10 +88,11 @@ import weakref
 from typing import Any, Callable, Iterable, Optional, Tuple
 
 from . import frames as _frames
-from .client import Client, default_socket_path
+from .client import Client, check_key, default_socket_path
 from .daemon import socket_answers, spawn_daemon
-from .errors import (ConnectionLost, InvalidRequest, KeyExists, NoSpace, NotFound,
-                     ObjectTooLarge, ProtocolError, ShmBrokerError)
+from . import _protocol as P
+from .errors import (Cancelled, ConnectionLost, InvalidRequest, KeyExists, NoSpace, NotFound,
+                     ObjectTooLarge, ProtocolError, ShmBrokerError, Unsupported)
 from .pickling import pickle_frames, unpickle_frames
 
 __all__ = ["ObjectSerde", "PickleSerde", "ShmObjectStorageHandle", "ShmBrokerObjectStorage",
@@ -85,9 +103,15 @@ _HEADER_PAGE = 4096
 # The largest chunk header, align64(48 + 255): what the daemon keeps free of
 # the data area for one object's header (its --max-object-size bound).
 _MAX_CHUNK_HEADER = 320
-# Objects whose liveness one batch line asks about when the writer prunes
-# its index: the oldest first, stopping at the first alive.
-_PRUNE_BATCH = 32
+# How long a get whose object is not committed in the mapping yet looks
+# again before it asks the daemon (seconds): the writer's put sent its
+# commit without waiting, and the daemon handles it within microseconds.
+_LANDING_S = 0.002
+# How long, after a request answered by the daemon, a get still looks for
+# a chunk whose header is not there yet (none, or an older chunk's): a
+# commit on its way while the daemon is slow to run (a loaded machine).
+# Only a pair naming nothing that was ever there waits it out.
+_FLIGHT_S = 0.25
 # vLLM's in-use flag before each object, counted in its size checks.
 _FLAG_BYTES = 4
 # (address, monotonic_id) pairs a reader remembers having read, for touch.
@@ -110,6 +134,10 @@ _GUARD_PRUNE_AT = 4096
 # client's reclaim for ever. Each object read meanwhile is deleted once read.
 _GUARD_GRACE_S = 60.0
 _GUARD_POLL_S = (0.02, 1.0)
+# The share of the data area a writer's arena asks for (see _connect).
+_ARENA_SHARE = 64
+# What _get_mapped returns when the mapping cannot say.
+_MISSED = object()
 # Ring names used as a socket file name as they are; others are hashed.
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -335,9 +363,17 @@ class SingleWriterShmRingBuffer:
 
     def _connect(self):
         self._client_pid = os.getpid()
-        return Client(self.socket_path, name="vllm-%s" % ("writer" if self.is_writer else
-                                                            "reader"),
-                      read_only=not self.is_writer, pool=self.pool)
+        # Not populated: mapping every page of a large ring up front cost more
+        # than the daemon's reserving them (0.4 s for 1 GiB here); as with
+        # vLLM's SharedMemory, a page is mapped when first touched.
+        client = Client(self.socket_path, name="vllm-%s" % ("writer" if self.is_writer else
+                                                              "reader"),
+                        read_only=not self.is_writer, pool=self.pool, populate=False)
+        # Arenas of 1/64 of the data area: a 64 KiB object's put asks for a
+        # new one once in about 250 (the default, 256 KiB, once in three),
+        # and reclaim still frees the ring in small steps.
+        client.arena_want = max(client.arena_want, client.info["data_size"] // _ARENA_SHARE)
+        return client
 
     def connection(self):
         """The ring's Client, usable in this process: in a child made by
@@ -648,6 +684,9 @@ class ShmBrokerObjectStorage:
     # Whether the guard of a writer killed without close() leaves the objects
     # readers pin or await (SharedShmObjectStorage's other writers hand them out).
     _guard_keeps_awaited = False
+    # Whether a put waits for its commit's reply (SharedShmObjectStorage's
+    # does: another writer's object of the key is handed out on EEXIST).
+    _put_waits = False
 
     def __init__(self, max_object_size: int, n_readers: int,
                  ring_buffer: SingleWriterShmRingBuffer, serde_class: type = PickleSerde,
@@ -664,7 +703,12 @@ class ShmBrokerObjectStorage:
         self.key_index = {}
         self.id_index = {}
         self._objects = {}  # key -> (segment offset, chunk id), oldest first
-        self._chunk_keys = {}  # chunk id -> its key in _objects (a reused id found at once)
+        # key -> (client, its replies read) when its commit was sent without
+        # waiting: a reply read since on that connection proves it handled.
+        self._sent = {}
+        # (offset, chunk id) -> its key in _objects (a reused id found at once; the
+        # objects of one arena share its chunk id)
+        self._chunk_keys = {}
         self._seen = collections.OrderedDict()
         self._base = None  # (offset, chunk id, nonce) the pairs count from
         self._base_key = "shmbroker-vllm-base:%s" % hashlib.sha1(
@@ -707,6 +751,82 @@ class ShmBrokerObjectStorage:
             return self._client.object_header(address, committed=committed)
         except (ProtocolError, TypeError, ValueError):
             return None
+
+    def _mapped(self, offset, client=None):
+        """The chunk whose payload starts at offset, read from the mapping
+        with no round trip: (chunk, seal, chunk id, payload size, key
+        bytes, tag) of a committed, sealed chunk (generation not 0), else
+        None. Nothing is trusted: the header must be whole and inside the
+        data area; the caller compares the seal again after using the
+        bytes (the daemon zeroes the generation before it reuses them)."""
+        client = client or self._client
+        info = client.info
+        mv = client._mv
+        doff = info["data_offset"]
+        dend = doff + info["data_size"]
+        if type(offset) is not int or offset % P.ALIGN or offset <= doff or offset > dend:
+            return None
+        for hsize in range(P.ALIGN, _MAX_CHUNK_HEADER + 1, P.ALIGN):
+            chunk = offset - hsize
+            if chunk < doff:
+                return None
+            magic, state, key_len, header_size, tag, chunk_id, _cs, size, seal = \
+                P.CHUNK_HEADER.unpack_from(mv, chunk)
+            if magic != P.CHUNK_MAGIC or header_size != hsize:
+                continue
+            if (state != P.CHUNK_COMMITTED or seal & 0xFFFFFFFF == 0 or key_len > P.KEY_MAX
+                    or P.align64(P.CHUNK_HEADER_SIZE + key_len) != hsize
+                    or size > dend - offset):
+                return None
+            key = mv[chunk + P.CHUNK_HEADER_SIZE:chunk + P.CHUNK_HEADER_SIZE + key_len].tobytes()
+            return chunk, seal, chunk_id, size, key, tag
+        return None
+
+    def _sealed(self, found, client=None):
+        """Whether the chunk _mapped() found still has its generation and key."""
+        chunk, seal, _chunk_id, _size, key, _tag = found
+        mv = (client or self._client)._mv
+        now = P.CHUNK_HEADER.unpack_from(mv, chunk)
+        return ((now[8] ^ seal) & 0xFFFFFFFF == 0 and now[1] == P.CHUNK_COMMITTED
+                and mv[chunk + P.CHUNK_HEADER_SIZE:chunk + P.CHUNK_HEADER_SIZE + len(key)]
+                == key)
+
+    def _unconfirmed(self, key):
+        """Whether key's commit was sent without waiting and no reply since
+        proves it handled."""
+        sent = self._sent.get(key)
+        if sent is None:
+            return False
+        client = self._client
+        # Another connection (a reconnect, a child after fork()) cannot
+        # confirm it: the mapping says.
+        if sent[0] is not client or client._replies > sent[1]:
+            del self._sent[key]
+            return False
+        return True
+
+    def _alive(self, key):
+        """Whether the writer's object of key is still stored, from the
+        mapping (no round trip): its chunk committed and sealed with its
+        chunk id and key, or its commit still on its way."""
+        where = self._objects.get(key)
+        if where is None:
+            return False
+        if self._unconfirmed(key):
+            return True
+        found = self._mapped(where[0], self.ring_buffer.client)
+        return (found is not None and found[2] == where[1]
+                and found[4] == key.encode("utf-8", "surrogatepass"))
+
+    def _reconcile(self):
+        """After the daemon reported puts sent without waiting as refused
+        (or maybe lost with a connection): forget those of this writer's
+        objects whose commit did not land. Every commit sent before the
+        report is handled by now."""
+        for key in list(self._sent):
+            self._sent.pop(key, None)
+            if key in self._objects and not self._alive(key):
+                self._forget(key)
 
     # ---- the base of addresses and ids -------------------------------------
 
@@ -775,21 +895,36 @@ class ShmBrokerObjectStorage:
             self._base = base
             self._rekey()
 
+    def _id_shift(self):
+        """The bits of a monotonic id below its chunk id's part: enough for
+        a payload's place in the data area in 64-byte units. The objects of
+        one arena share its chunk id; their places tell them apart."""
+        return max(1, (self.ring_buffer.client.info["data_size"] // P.ALIGN).bit_length())
+
     def _rel(self, offset, chunk_id):
-        """The store's (address, monotonic_id) of the object at (offset, chunk_id)."""
+        """The store's (address, monotonic_id) of the object at (offset,
+        chunk_id): the address counts from the base's offset; the id is the
+        chunk id counted from the base's, above the address in 64-byte
+        units, so that ids grow put after put and no two objects stored at
+        once share one."""
         info = self._client.info
         base_offset, base_id = self._base[0], self._base[1]
-        return (offset - base_offset) % info["data_size"], chunk_id - base_id
+        address = (offset - base_offset) % info["data_size"]
+        return address, ((chunk_id - base_id) << self._id_shift()) | (address // P.ALIGN)
 
     def _abs(self, address, monotonic_id):
         """(offset, chunk_id) of the store's pair, or None when it names nothing."""
         base = self._current_base()
         info = self._client.info
         if (base is None or type(address) is not int or type(monotonic_id) is not int
-                or not 0 <= address < info["data_size"]):
+                or not 0 <= address < info["data_size"] or address % P.ALIGN):
+            return None
+        shift = self._id_shift()
+        if monotonic_id & ((1 << shift) - 1) != address // P.ALIGN:
             return None
         doff = info["data_offset"]
-        return doff + (base[0] - doff + address) % info["data_size"], base[1] + monotonic_id
+        return (doff + (base[0] - doff + address) % info["data_size"],
+                base[1] + (monotonic_id >> shift))
 
     def _rekey(self):
         """key_index and id_index again, counted from the current base."""
@@ -803,53 +938,27 @@ class ShmBrokerObjectStorage:
             self.id_index[pair[1]] = key
 
     def _forget(self, key):
+        self._sent.pop(key, None)
         entry = self._objects.pop(key, None)
-        if entry is not None and self._chunk_keys.get(entry[1]) == key:
-            del self._chunk_keys[entry[1]]
+        if entry is not None and self._chunk_keys.get(entry) == key:
+            del self._chunk_keys[entry]
         pair = self.key_index.pop(key, None)
         if pair is not None and self.id_index.get(pair[1]) == key:
             del self.id_index[pair[1]]
         if entry is not None:
             self._tell_guard("F", key)
 
-    def _still_there(self, key, offset, chunk_id):
-        """Whether the writer's object (key, offset, chunk id) still lives:
-        the chunk header at offset is its own, and the daemon has the key."""
-        if self._header(offset, committed=True) != (chunk_id, key):
-            return False
-        return self._client.contains(key)
-
     def _prune(self):
         """Drop the objects the daemon evicted from key_index and id_index.
         Eviction goes oldest first, so this walks the writer's objects from
-        the oldest and stops at the first that lives."""
-        want = 1  # usually the oldest lives: one question; more while they do not
+        the oldest and stops at the first that lives, looking at their chunks
+        in the mapping (the daemon zeroes a chunk's generation before it
+        reuses its bytes): no round trip."""
         while self._objects:
-            asked = []
-            live_headers = 0
-            for key, (offset, chunk_id) in self._objects.items():
-                if self._header(offset) != (chunk_id, key):
-                    asked.append((key, False))  # its chunk was reused: gone
-                    continue
-                asked.append((key, True))
-                live_headers += 1
-                if live_headers >= want:
-                    break
-            want = min(want * 2, _PRUNE_BATCH)
-            ops = [{"op": "contains", "key": key} for key, ask in asked if ask]
-            replies = []
-            if ops:
-                reply = self._client.request({"op": "batch", "ops": ops})
-                if reply.get("ok") is not True:
-                    return
-                replies = reply.get("replies") or []
-            answers = iter(replies)
-            for key, ask in asked:
-                if ask:
-                    r = next(answers, None)
-                    if isinstance(r, dict) and r.get("exists") is True:
-                        return
-                self._forget(key)
+            key = next(iter(self._objects))
+            if self._alive(key):
+                return
+            self._forget(key)
 
     # ---- what a writer killed leaves -----------------------------------------
 
@@ -957,8 +1066,19 @@ class ShmBrokerObjectStorage:
 
     def _put(self, key: str, value: Any) -> Tuple[int, int]:
         assert self.is_writer, "Only the writer can put objects."
-        if key in self.key_index and self.is_cached(key):
+        # The writer's own objects are known here (its index, checked in the
+        # mapping); another client's object of the key refuses the commit,
+        # which the daemon reports with a later reply (see _put_through).
+        if key in self.key_index and self._is_cached(key):
             raise KeyExists("EEXIST", "Key '%s' already exists in the storage." % key)
+        if not self._put_waits:
+            # Another writer's object of the key, committed: from the
+            # catalog (no round trip), else the daemon says.
+            listed = self._client._listed(check_key(key))
+            if listed is None:
+                listed = self._client.contains(key)
+            if listed:
+                raise KeyExists("EEXIST", "Key '%s' already exists in the storage." % key)
         data, _nbytes, metadata, _md_bytes = self.ser_de.serialize(value)
         pieces = [metadata] if metadata else []
         pieces += data if isinstance(data, list) else [data]
@@ -974,8 +1094,25 @@ class ShmBrokerObjectStorage:
                 raise ObjectTooLarge("E2BIG", "Serialized object size (%d bytes) exceeds max "
                                      "object size (%d bytes)" % (counted, limit))
             self._start_guard()
+            told = []
+
+            def before_commit(offset, chunk_id):
+                if chunk_id is None:
+                    # Read while pending: nobody else can free or reuse the chunk.
+                    header = self._header(offset)
+                    if header is None:
+                        raise ProtocolError("EPROTO", "No chunk header before offset %d, "
+                                            "where shmbrokerd allocated '%s'." % (offset, key))
+                    chunk_id = header[0]
+                # Told before the commit: a writer killed right after it
+                # leaves an object the guard knows of; killed before it, the
+                # daemon drops the allocation (or the arena's unused bytes)
+                # and the guard finds no committed object there.
+                self._tell_guard("P", key, offset, chunk_id)
+                told.append((offset, chunk_id))
+
             try:
-                alloc = client.alloc(key, max(size, 1), readers=self.n_readers)
+                nowait = self._put_through(client, key, pieces, max(size, 1), before_commit)
             except KeyExists:
                 raise KeyExists("EEXIST", "Key '%s' already exists in the storage." % key) \
                     from None
@@ -988,44 +1125,48 @@ class ShmBrokerObjectStorage:
                 self._prune()
                 raise NoSpace("ENOSPC", "Not enough space in the data buffer, try calling "
                               "free_buf() to free up space: %s" % e.message) from None
-            told = False
-            try:
-                with alloc:
-                    view = alloc.view
-                    pos = 0
-                    for p in pieces:
-                        view[pos:pos + p.nbytes] = p
-                        pos += p.nbytes
-                    # Read while pending: nobody else can free or reuse the chunk.
-                    header = self._header(alloc.offset)
-                    if header is None:
-                        raise ProtocolError("EPROTO", "No chunk header before offset %d, where "
-                                            "shmbrokerd allocated '%s'." % (alloc.offset, key))
-                    # Told before the commit: a writer killed right after it
-                    # leaves an object the guard knows of; killed before it,
-                    # the daemon drops the allocation and the guard finds no
-                    # committed object there.
-                    self._tell_guard("P", key, alloc.offset, header[0])
-                    told = True
             except BaseException:
                 if told:
                     self._tell_guard("F", key)
                 raise
-            offset, chunk_id = alloc.offset, header[0]
-            old = self._chunk_keys.get(chunk_id)
+            offset, chunk_id = told[-1]
+            old = self._chunk_keys.get((offset, chunk_id))
             if old is not None and old != key:
                 self._forget(old)  # an id the daemon gave back and reused
             prev = self._objects.get(key)
-            if prev is not None and self._chunk_keys.get(prev[1]) == key:
-                del self._chunk_keys[prev[1]]
+            if prev is not None and self._chunk_keys.get(prev) == key:
+                del self._chunk_keys[prev]
             self._objects[key] = (offset, chunk_id)
-            self._chunk_keys[chunk_id] = key
+            if nowait:
+                self._sent[key] = (client, client._replies)
+            self._chunk_keys[(offset, chunk_id)] = key
             self._settle_base(offset, chunk_id)
             address, monotonic_id = self._rel(offset, chunk_id)
             self.key_index[key] = (address, monotonic_id)
             self.id_index[monotonic_id] = key
             self._prune()
         return address, monotonic_id
+
+    def _put_through(self, client, key, pieces, size, before_commit):
+        """Put pieces (size bytes, one after the other) under key through the
+        client's arena, its commit sent without waiting (unless _put_waits);
+        True when it was. Puts sent so that the daemon refused them are
+        forgotten first (the client reports them before the next put), then
+        this one is made. Without an arena: alloc and commit."""
+        for _ in range(2):
+            try:
+                where = client._put_arena(key, pieces, size, self.n_readers,
+                                          not self._put_waits, _write_pieces, before_commit)
+                return not self._put_waits and where[1] is not None
+            except Cancelled:
+                self._reconcile()
+            except Unsupported:
+                client._put_arena(key, pieces, size, self.n_readers, False, _write_pieces,
+                                  before_commit)
+                return False
+        client._put_arena(key, pieces, size, self.n_readers, False, _write_pieces,
+                          before_commit)
+        return False
 
     def is_cached(self, key: str) -> bool:
         """Whether the object of key is still stored: asks the daemon (an
@@ -1036,8 +1177,7 @@ class ShmBrokerObjectStorage:
         if key not in self._objects:
             return False
         with self.ring_buffer.lock:
-            offset, chunk_id = self._objects[key]
-            if self._still_there(key, offset, chunk_id):
+            if self._alive(key):
                 return True
             self._forget(key)
             return False
@@ -1112,8 +1252,20 @@ class ShmBrokerObjectStorage:
             pass
         self._base_where = None
 
+    def _settle_sent(self):
+        """Wait until the commits sent without waiting are handled, so that
+        the chunk headers in the mapping say which objects are there."""
+        client = self._client
+        if client._unconfirmed[0] > 0 or client._lost_puts[0] > 0:
+            try:
+                client.sync()
+            except Cancelled:
+                pass
+        self._reconcile()
+
     def _delete_own(self):
         client = self._client
+        self._settle_sent()
         for key, (offset, chunk_id) in list(self._objects.items()):
             if self._header(offset, committed=True) == (chunk_id, key):
                 client.delete(key, noreply=True)
@@ -1133,6 +1285,84 @@ class ShmBrokerObjectStorage:
         return self._again(self._get, address, monotonic_id)
 
     def _get(self, address: int, monotonic_id: int) -> Any:
+        with self.ring_buffer.lock:
+            where = self._abs(address, monotonic_id)
+            if where is None:
+                raise self._invalid(address, monotonic_id)
+            value = self._get_mapped(address, monotonic_id, where)
+            if value is not _MISSED:
+                return value
+            # Not committed in the mapping yet (a put whose commit is on its
+            # way), or changed under the read: a request answered by the
+            # daemon after it, then the pinned read.
+            self._client.contains(self._base_key)
+            deadline = time.monotonic() + _FLIGHT_S
+            pause = 0.0005
+            while self._in_flight(*where) and time.monotonic() < deadline:
+                time.sleep(pause)
+                pause = min(2 * pause, 0.02)
+            return self._get_pinned(address, monotonic_id)
+
+    def _in_flight(self, offset, chunk_id):
+        """Whether the chunk of chunk_id at offset may still be on its way:
+        no chunk header ends at offset, or an older chunk's (the bytes of a
+        lap before). A header of chunk_id or a newer one says it landed, or
+        went."""
+        mv = self._client._mv
+        doff = self._client.info["data_offset"]
+        for hsize in range(P.ALIGN, _MAX_CHUNK_HEADER + 1, P.ALIGN):
+            at = offset - hsize
+            if at < doff:
+                break
+            h = P.CHUNK_HEADER.unpack_from(mv, at)
+            if (h[0] == P.CHUNK_MAGIC and h[3] == hsize
+                    and P.align64(P.CHUNK_HEADER_SIZE + h[2]) == hsize):
+                return h[5] < chunk_id
+        return True
+
+    def _get_mapped(self, address, monotonic_id, where):
+        """The value at where (offset, chunk id) read in place from the
+        mapping, checked by the chunk's seal before and after deserializing
+        it, its awaited read counted in the seal (or by a noreply request):
+        no round trip. _MISSED when the mapping cannot say (not committed
+        yet within _LANDING_S, changed under the read): ask the daemon."""
+        offset, chunk_id = where
+        client = self._client
+        found = self._mapped(offset, client)
+        if found is None or found[2] != chunk_id:
+            # The writer's put may have sent its commit a moment ago.
+            deadline = time.monotonic() + _LANDING_S
+            while time.monotonic() < deadline:
+                time.sleep(0)
+                found = self._mapped(offset, client)
+                if found is not None and found[2] == chunk_id:
+                    break
+            else:
+                return _MISSED
+        chunk, seal, _chunk_id, size, raw, tag = found
+        view = client._mv[offset:offset + size].toreadonly()
+        try:
+            value = self.ser_de.deserialize(view)
+        except Exception:
+            if self._sealed(found, client):
+                raise  # the bytes committed there do not deserialize
+            return _MISSED
+        finally:
+            view.release()
+        if not self._sealed(found, client):
+            return _MISSED
+        try:
+            key = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return _MISSED
+        if tag > 0 and (not self.is_writer or self._reader_lock is not None):
+            client._count_in_place(key, chunk, seal & 0xFFFFFFFF)
+        if not self.is_writer:
+            self._remember(address, monotonic_id)
+        return value
+
+    def _get_pinned(self, address: int, monotonic_id: int) -> Any:
+        """get() through the daemon: the object pinned while it is read."""
         with self.ring_buffer.lock:
             client = self._client
             where = self._abs(address, monotonic_id)
@@ -1354,6 +1584,14 @@ def _guard_main(socket_path, pool, keep_awaited="", grace=None):
                 pause = min(2 * pause, _GUARD_POLL_S[1])
     except ShmBrokerError:
         pass  # the daemon went: nothing of the writer's is left there
+
+
+def _write_pieces(view, pieces):
+    """Write a serde's pieces into view, one after the other."""
+    pos = 0
+    for p in pieces:
+        view[pos:pos + p.nbytes] = p
+        pos += p.nbytes
 
 
 def _awaited(client, key, where):

@@ -103,6 +103,9 @@ class SharedShmObjectStorage(ShmBrokerObjectStorage):
 
     shared = True
     _guard_keeps_awaited = True
+    # A put waits for its commit: another writer's object of the key (EEXIST)
+    # is handed out instead, which must be known when put returns.
+    _put_waits = True
 
     def __init__(self, max_object_size: int, n_readers: int, ring_buffer,
                  serde_class: type = PickleSerde, reader_lock: Any = None):

@@ -1,0 +1,233 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The vLLM store's hot path without waited round trips: a put goes through
+the writer's arena with its commit not waited for, a get reads the chunk in
+place checked by its seal, is_cached looks at the mapping. Counted here:
+the replies each process waited for, and the daemon's gets. And what must
+not change: a scribbled chunk header or an object deleted under the read
+gives vLLM's ValueError, never other bytes; awaited reads reach zero so the
+object can be evicted; a commit the daemon refused is forgotten by the
+writer, whose next put is made."""
+
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import unittest
+import uuid
+
+import support  # noqa: F401  (puts the package on the path)
+import shmbroker
+from shmbroker import _protocol as P
+from shmbroker import vllm
+from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer
+
+from test_arena import count_round_trips
+
+MiB = 1024 * 1024
+
+
+def wait_until(pred, what, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for %s" % what)
+        time.sleep(0.005)
+
+
+class MappedPathTest(unittest.TestCase):
+    def make_store(self, buffer_size=16 * MiB, n_readers=1, **kw):
+        ring = SingleWriterShmRingBuffer(buffer_size, name="shmb-test-%s" % uuid.uuid4().hex[:12],
+                                         create=True)
+        store = ShmBrokerObjectStorage(max_object_size=4 * MiB, n_readers=n_readers,
+                                       ring_buffer=ring, **kw)
+        self.addCleanup(store.close)
+        return store
+
+    def reader_of(self, store, serde_class=None):
+        handle = store.handle()
+        if serde_class is not None:
+            handle.serde_class = serde_class
+        reader = ShmBrokerObjectStorage.create_from_handle(handle)
+        self.addCleanup(reader.close)
+        return reader
+
+    # After the first put (which takes an arena and publishes the base),
+    # puts and gets wait for no reply at all, and the daemon pins nothing
+    # for the readers: they read in place.
+    def test_no_round_trip(self):
+        store = self.make_store()
+        reader = self.reader_of(store)
+        pair = store.put("first", b"0" * 4096)
+        self.assertEqual(reader.get(*pair), b"0" * 4096)
+        writer_trips = count_round_trips(store.ring_buffer.client)
+        reader_trips = count_round_trips(reader.ring_buffer.client)
+        gets = store.ring_buffer.client.stats()["counters"]["gets"]
+        del writer_trips[:]
+        for i in range(40):
+            value = os.urandom(4096 + i)
+            pair = store.put("k%d" % i, value)
+            self.assertEqual(reader.get(*pair), value)
+            self.assertTrue(store.is_cached("k%d" % i))
+        self.assertEqual(writer_trips, [])
+        self.assertEqual(reader_trips, [])
+        self.assertEqual(store.ring_buffer.client.stats()["counters"]["gets"], gets)
+
+    # Each get counts the read the object awaits, in place: once every
+    # reader read it, it awaits none and may be evicted.
+    def test_awaited_reads_reach_zero(self):
+        store = self.make_store(n_readers=2)
+        readers = [self.reader_of(store), self.reader_of(store)]
+        client = store.ring_buffer.client
+        pair = store.put("k", {"a": 1})
+        store.ring_buffer.client.sync()
+        self.assertEqual(client.list("k")[0]["readers"], 2)
+        readers[0].get(*pair)
+        wait_until(lambda: client.list("k")[0]["readers"] == 1, "the first read counted")
+        readers[1].get(*pair)
+        wait_until(lambda: client.list("k")[0]["readers"] == 0, "the second read counted")
+
+    # A scribbled chunk header (magic, chunk id, state) makes the get raise
+    # vLLM's ValueError; never does it return bytes of another object.
+    def test_scribbled_header(self):
+        store = self.make_store()
+        reader = self.reader_of(store)
+        mv = store.ring_buffer.client._mv
+        for i, (field, at, size) in enumerate((("magic", 0, 4), ("state", 4, 2),
+                                               ("id", 16, 8), ("header_size", 8, 4))):
+            pair = store.put("s%d" % i, "value %d" % i)
+            store.ring_buffer.client.sync()
+            offset = store._objects["s%d" % i][0]
+            chunk = offset - P.align64(P.CHUNK_HEADER_SIZE + len("s%d" % i))
+            mv[chunk + at:chunk + at + size] = b"\x55" * size
+            with self.assertRaises(ValueError, msg=field) as cm:
+                reader.get(*pair)
+            self.assertIn("has been modified or is invalid", str(cm.exception))
+
+    # An object deleted while a reader deserializes it in place (its seal's
+    # generation goes to 0): the read is not trusted; the get asks the
+    # daemon, which no longer has it: vLLM's ValueError.
+    def test_deleted_under_the_read(self):
+        store = self.make_store()
+        deleter = shmbroker.Client(store.ring_buffer.socket_path)
+        self.addCleanup(deleter.close)
+
+        class DeletingSerde(vllm.PickleSerde):
+            def deserialize(self, data):
+                value = super().deserialize(data)
+                deleter.delete("d")
+                return value
+
+        reader = self.reader_of(store, DeletingSerde)
+        pair = store.put("d", "doomed")
+        with self.assertRaises(ValueError):
+            reader.get(*pair)
+
+    # A commit the daemon refused (another client committed the key after
+    # the writer looked): the writer forgets the object when the refusal
+    # is reported, and its next put is made.
+    def test_refused_commit_forgotten(self):
+        store = self.make_store()
+        client = store.ring_buffer.client
+        other = shmbroker.Client(store.ring_buffer.socket_path)
+        self.addCleanup(other.close)
+        other.put("k", b"theirs")
+        store.put("a", "older")  # alive: pruning stops at it
+        client._listed = lambda key: False  # the look missed it
+        store.put("k", "mine")  # sent without waiting; refused
+        del client._listed
+        client.contains("anything")  # a reply: the refusal is told
+        pair = store.put("next", "value")
+        self.assertNotIn("k", store.key_index)
+        self.assertFalse(store.is_cached("k"))
+        self.assertEqual(self.reader_of(store).get(*pair), "value")
+        self.assertEqual(other.read("k"), b"theirs")
+
+    # A put whose commit was still on its way when the daemon died (stopped,
+    # then killed) is lost with it: after the restart the writer forgets
+    # it, a reader's get of its pair raises vLLM's ValueError, and the
+    # writer's next put is made.
+    def test_commit_lost_with_the_daemon(self):
+        tmp = tempfile.mkdtemp(prefix="shmb-lost-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        sock = os.path.join(tmp, "d.sock")
+        name = "shmb-lost-%s" % uuid.uuid4().hex[:8]
+        d = shmbroker.spawn_daemon(4 * MiB, socket_path=sock, name=name)
+        self.addCleanup(lambda: d.stop())
+        ring = SingleWriterShmRingBuffer(4 * MiB, create=True, socket_path=sock)
+        store = ShmBrokerObjectStorage(MiB, 1, ring)
+        self.addCleanup(store.close)
+        reader = self.reader_of(store)
+        kept = store.put("kept", "committed")
+        store.ring_buffer.client.sync()
+        os.kill(d.pid, signal.SIGSTOP)
+        lost = store.put("lost", "on its way")
+        os.kill(d.pid, signal.SIGKILL)
+        d._proc.wait()
+        d = shmbroker.spawn_daemon(4 * MiB, socket_path=sock, name=name)
+        after = store.put("after", "new")
+        self.assertNotIn("lost", store.key_index)
+        self.assertFalse(store.is_cached("lost"))
+        with self.assertRaises(ValueError):
+            reader.get(*lost)
+        self.assertEqual(reader.get(*kept), "committed")
+        self.assertEqual(reader.get(*after), "new")
+
+    # A get whose commit lands late (sent 50 ms after the put returned, as
+    # a writer descheduled between its copy and its send, or a daemon slow
+    # to run) waits for it and reads the value: no ValueError for a pair
+    # the writer handed out.
+    def test_commit_landing_late(self):
+        store = self.make_store()
+        reader = self.reader_of(store)
+        store.put("first", "so that the base is set")
+        store.ring_buffer.client.sync()
+        client = store.ring_buffer.client
+        real = client._send
+        timers = []
+
+        def late(data):
+            if b'"commit_at"' in data:
+                timers.append(threading.Timer(0.05, real, (data,)))
+                timers[-1].start()
+            else:
+                real(data)
+
+        client._send = late
+        try:
+            pair = store.put("late", "value")
+        finally:
+            client._send = real
+        self.assertEqual(len(timers), 1)
+        self.addCleanup(timers[0].join)
+        self.assertEqual(reader.get(*pair), "value")
+
+    # A key that is not UTF-8 text, too long, empty or not a str is refused
+    # with the client's InvalidRequest (a ValueError) or TypeError before
+    # anything is written; the next put goes on through the arena.
+    def test_bad_keys(self):
+        store = self.make_store()
+        reader = self.reader_of(store)
+        for key in ("\udcff", "x" * 256, "", "nul\0"):
+            with self.assertRaises(shmbroker.InvalidRequest, msg=repr(key)):
+                store.put(key, "v")
+        with self.assertRaises(TypeError):
+            store.put(7, "v")
+        pair = store.put("good", "v")
+        self.assertEqual(reader.get(*pair), "v")
+        self.assertEqual(store.ring_buffer.client.stats()["counters"]["noreply_errors"], 0)
+
+    # A key another client holds is found in the catalog: KeyExists at once.
+    def test_key_of_another_client(self):
+        store = self.make_store()
+        other = shmbroker.Client(store.ring_buffer.socket_path)
+        self.addCleanup(other.close)
+        other.put("k", b"theirs")
+        with self.assertRaises(ValueError) as cm:
+            store.put("k", "mine")
+        self.assertEqual(str(cm.exception), "Key 'k' already exists in the storage.")
+
+
+if __name__ == "__main__":
+    unittest.main()
