@@ -101,8 +101,11 @@ def reader(cls, handle, rank, count, kind, paced, out):
     i1 = os.times()
     idle = i1.user + i1.system - i0.user - i0.system
     if os.environ.get("MQ_BENCH_COUNT_FUTEX"):
-        print("  reader %d: %d futex waits, %d wakes for %d messages"
-              % (rank, _COUNTS["wait"], _COUNTS["wake"], count), flush=True)
+        area = getattr(mq, "_area", None)
+        print("  reader %d: %d futex waits, %d wakes for %d messages; %s"
+              % (rank, _COUNTS["wait"], _COUNTS["wake"], count,
+                 {k: getattr(area, k, None) for k in ("naps", "sleeps", "_gap", "_dev", "_lead")}),
+              flush=True)
     out.put((rank, end, lat, busy, idle))
     time.sleep(0.2)
 
