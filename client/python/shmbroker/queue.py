@@ -276,6 +276,7 @@ class _Area:
         # same slot or the same message.
         self._turn = False
         self.blocker = 0
+        self._clear = 0       # every live seat had read the messages before this
         self._spin_w = SPIN_START_NS
         self.spin_ns = 0      # 0: adaptive; else how long every wait spins
         # The reader's side.
@@ -354,13 +355,22 @@ class _Area:
             raise _corrupt("its state is %d, which no version writes" % state)
         self._writer_still()
         n = self.head
-        if n >= self.slots:
-            oldest = n - self.slots
+        oldest = n - self.slots
+        if oldest >= self._clear:
+            # Every live seat had read up to _clear at the last look: look
+            # again only once the slot needed is past it. A seat taken since
+            # starts at head, past any slot this writer reuses.
+            low = n
             for s in range(self.seats):
                 at = 1024 + 16 * s  # the seat, in 32-bit words
-                if q32[at + 2] == SEAT_LIVE and q64[at >> 1] <= oldest:
-                    self.blocker = s
-                    return False
+                if q32[at + 2] == SEAT_LIVE:
+                    seen = q64[at >> 1]
+                    if seen <= oldest:
+                        self.blocker = s
+                        return False
+                    if seen < low:
+                        low = seen
+            self._clear = low
         # Acquire (the seats' next): every reader's release of next came
         # after its last read of the slot, so the overwrite comes after.
         if self._acquire is not None:
@@ -740,10 +750,12 @@ class _Area:
         if held is None:
             return
         self._held = None
+        # The compare-and-swap is a full fence: either the writer, announcing
+        # its sleep, sees this next, or this reads its announcement.
         if _futex.cas64(self._next_addr, held, held + 1) != held:
             return
-        _futex.fetch_add32(self._free_word_addr, 1)
-        if self._q32[65]:  # writer_waiting: wake it when this reaches its mark
+        if self._q32[65]:  # writer_waiting: bump its word, wake it at its mark
+            _futex.fetch_add32(self._free_word_addr, 1)
             at = self._q64[33]  # wake_at
             if at == 0 or at == held + 1:
                 _futex.futex_wake(self._free_word_addr, 1)
@@ -760,6 +772,26 @@ class _Area:
     def unclaim(self):
         """Give the turn claim() took back."""
         self._turn = False
+
+    def begin(self, busy):
+        """enter() and claim() under one lock: a call that uses the mapping
+        and takes this member's turn; end() ends both."""
+        with self._lock:
+            if self._closing:
+                raise ConnectionLost("ENOTCONN", "This MessageQueue is closed.")
+            if self._turn:
+                raise InvalidRequest("EBUSY", busy)
+            self._turn = True
+            self._calls += 1
+
+    def end(self):
+        """unclaim() and leave() under one lock."""
+        with self._lock:
+            self._turn = False
+            self._calls -= 1
+            last = self._closing and self._calls == 0
+        if last:
+            self._unmap()
 
     def enter(self):
         """Start a call that uses the mapping; leave() ends it. Raises
@@ -815,6 +847,7 @@ class _Area:
 # messages): magic, count 1, flags 0, the length; the frame at byte 64.
 _ONE_FRAME = struct.Struct("<QIIQ")
 _ONE_FRAME_AT = 64
+_ONE_FRAME_PAD = bytes(_ONE_FRAME_AT - 24)
 
 
 # ---- messages that are buffers ------------------------------------------------
@@ -967,7 +1000,7 @@ def _write_message(view, bufs):
         return
     n = bufs[0].nbytes
     _ONE_FRAME.pack_into(view, 0, _frames.MAGIC, 1, 0, n)
-    view[24:_ONE_FRAME_AT] = bytes(_ONE_FRAME_AT - 24)
+    view[24:_ONE_FRAME_AT] = _ONE_FRAME_PAD
     view[_ONE_FRAME_AT:_ONE_FRAME_AT + n] = bufs[0]
 
 
@@ -979,6 +1012,16 @@ def _read_message(view):
                 n == view.nbytes - _ONE_FRAME_AT:
             return [view[_ONE_FRAME_AT:].toreadonly()]
     return _frames.parse(view)
+
+
+_WRITE_BUSY = ("This writer is already writing a message (inside an acquire_write() block, "
+               "or in enqueue() or acquire_write() in another thread): its slot is not "
+               "published yet. Write the next message after that one, from one thread at a "
+               "time.")
+_READ_BUSY = ("This reader is already reading a message (inside an acquire_read() block, "
+              "or in dequeue() or acquire_read() in another thread): the message it holds "
+              "is not read yet. Read the next message after that one, from one thread at "
+              "a time.")
 
 
 def _wait_options(indefinite, cancel):
@@ -1453,12 +1496,15 @@ class MessageQueue:
         as vLLM does. Raises Timeout, Cancelled, ConnectionLost (EPIPE: this
         writer was removed), and for a message larger than a slot what
         alloc() raises (NoSpace when the pool has no room for it now)."""
-        self._writer_only("enqueue")
-        area = self._enter()
+        if not self._is_writer:
+            self._writer_only("enqueue")
+        area = self._area_for_call()
+        bufs = _message_frames(obj)
+        area.begin(_WRITE_BUSY)
         try:
-            self._enqueue(area, obj, timeout)
+            self._enqueue(area, bufs, timeout)
         finally:
-            area.leave()
+            area.end()
 
     def _writer_only(self, what):
         if not self._is_writer:
@@ -1467,18 +1513,13 @@ class MessageQueue:
 
     def _reserve(self, area, timeout):
         """The next slot's payload (a writable view of slot_size bytes), once
-        free. The overflow object of the message that used it last goes
-        now, once, whatever this message becomes: every live reader is
-        done with it."""
-        area.claim("This writer is already writing a message (inside an acquire_write() "
-                   "block, or in enqueue() or acquire_write() in another thread): its slot "
-                   "is not published yet. Write the next message after that one, from one "
-                   "thread at a time.")
+        free; the caller holds the writer's turn (area.begin). The overflow
+        object of the message that used it last goes now, once, whatever
+        this message becomes: every live reader is done with it."""
         try:
             payload, old_flags, old_seq = area.reserve(timeout)
         except BaseException:
             area._reserved = False
-            area.unclaim()
             raise
         n = area.head
         if old_flags == SLOT_OBJECT and n >= area.slots and old_seq == n - area.slots:
@@ -1488,12 +1529,18 @@ class MessageQueue:
             except BaseException:
                 payload.release()
                 area._reserved = False
-                area.unclaim()
                 raise
         return payload
 
-    def _enqueue(self, area, obj, timeout):
-        bufs = _message_frames(obj)
+    def _area_for_call(self):
+        """The area, once this process is the queue's and it is open."""
+        self._here()
+        area = self._area
+        if area is None:
+            raise ConnectionLost("ENOTCONN", "This MessageQueue is closed.")
+        return area
+
+    def _enqueue(self, area, bufs, timeout):
         total = _message_size(bufs)
         payload = self._reserve(area, timeout)
         try:
@@ -1526,7 +1573,6 @@ class MessageQueue:
         finally:
             payload.release()
             area._reserved = False
-            area.unclaim()
 
     @contextlib.contextmanager
     def acquire_write(self, timeout=None):
@@ -1540,7 +1586,8 @@ class MessageQueue:
         view is released at the end of the block (keep nothing made from
         it: BufferError, as vLLM's)."""
         self._writer_only("acquire a slot to write")
-        area = self._enter()
+        area = self._area_for_call()
+        area.begin(_WRITE_BUSY)
         try:
             payload = self._reserve(area, timeout)
             try:
@@ -1548,10 +1595,9 @@ class MessageQueue:
                 area.publish(SLOT_INLINE, area.slot_size)
             finally:
                 area._reserved = False
-                area.unclaim()
                 payload.release()
         finally:
-            area.leave()
+            area.end()
 
     def _object_key(self, seq):
         return "q/%s/%d" % (self.name, seq)
@@ -1569,9 +1615,39 @@ class MessageQueue:
         Raises Timeout, Cancelled, EndOfQueue (the writer is gone and
         everything it sent was read), ConnectionLost (ENOTCONN: this seat
         was dropped)."""
-        cancel, indefinite = _wait_options(indefinite, cancel)
+        if indefinite is not False or cancel is not None:
+            cancel, indefinite = _wait_options(indefinite, cancel)
         if self._is_writer:
             raise InvalidRequest("EINVAL", "Only readers can dequeue; this is the writer.")
+        # The path of a message in its slot, as _message's with fewer steps:
+        # one lock for the call and the turn, no generator.
+        area = self._area_for_call()
+        area.begin(_READ_BUSY)
+        try:
+            flags, payload, aux = area.dequeue(timeout, cancel, not indefinite)
+            if flags == SLOT_INLINE:
+                keep = True  # an error leaves the message for the next call
+                try:
+                    views = _read_message(payload)
+                    try:
+                        obj = _decode(views)
+                    finally:
+                        for v in views:
+                            v.release()
+                    keep = False
+                    return obj
+                finally:
+                    payload.release()
+                    if keep:
+                        area.keep()
+                    else:
+                        area.done()
+            payload.release()
+            area.keep()  # an object: _message below takes it again
+        finally:
+            area.end()
+            if self.client is not None and self.client._later:
+                self._send_releases()
         with self._message(timeout, cancel, not indefinite) as (flags, held, size):
             if flags == SLOT_OBJECT:
                 return self._unpickle_object(held, size)
@@ -1613,10 +1689,7 @@ class MessageQueue:
         area = self._enter()
         claimed = False
         try:
-            area.claim("This reader is already reading a message (inside an acquire_read() "
-                       "block, or in dequeue() or acquire_read() in another thread): the "
-                       "message it holds is not read yet. Read the next message after that "
-                       "one, from one thread at a time.")
+            area.claim(_READ_BUSY)
             claimed = True
             flags, payload, aux = area.dequeue(timeout, cancel, warn)
             keep = False
