@@ -38,6 +38,8 @@ from test_queues import attach, format_area, seat_take  # noqa: E402
 
 CTX = multiprocessing.get_context("fork")
 WAIT = 30.0
+# The reader thread's own timer slack, which its naps must give back.
+OWN_SLACK_NS = 70000
 
 try:
     import numpy as np
@@ -59,10 +61,11 @@ def paced_reader(fd, size, epoch, count, results):
     pause; report the wait's counters and the CPU of the pause."""
     try:
         area = attach(fd, size, 0, epoch)
+        _futex.timer_slack(OWN_SLACK_NS)
         for _ in range(count):
             area.dequeue(WAIT)
         naps, sleeps = area.naps, area.sleeps
-        results.put(("read", naps))
+        results.put(("read", (naps, _futex.timer_slack())))
         before = cpu_seconds()
         area.dequeue(WAIT)  # the writer pauses about 1 s before this one
         idle_cpu = cpu_seconds() - before
@@ -98,9 +101,12 @@ class AdaptiveWaitTest(unittest.TestCase):
                 time.sleep(max(0.0, due - time.monotonic() - 0.0003))
             writer.reserve(WAIT)[0].release()
             writer.publish(Q.SLOT_INLINE, 0)
-        tag, naps = results.get(timeout=WAIT)
+        tag, got = results.get(timeout=WAIT)
         self.assertEqual(tag, "read")
-        self.assertIsInstance(naps, int, naps)
+        self.assertIsInstance(got, tuple, got)
+        naps, slack = got
+        # Each nap lowers the thread's timer slack and gives its own back.
+        self.assertEqual(slack, OWN_SLACK_NS)
         time.sleep(1.0)
         writer.reserve(WAIT)[0].release()
         writer.publish(Q.SLOT_INLINE, 0)
@@ -120,6 +126,15 @@ class AdaptiveWaitTest(unittest.TestCase):
         self.assertGreaterEqual(naps, 30)
         self.assertGreaterEqual(sleeps, 1)
         self.assertLess(idle_cpu, 0.05)
+
+    # The timer slack: set and read back; a negative value sets nothing.
+    def test_timer_slack(self):
+        own = _futex.timer_slack()
+        self.addCleanup(_futex.timer_slack, own)
+        _futex.timer_slack(12345)
+        self.assertEqual(_futex.timer_slack(-1), 12345)
+        self.assertEqual(_futex.timer_slack(own), 12345)
+        self.assertEqual(_futex.timer_slack(), own)
 
     # SHMBROKER_QUEUE_WAIT=short turns the adaptive wait off: a short spin,
     # then a sleep until woken, never a nap.

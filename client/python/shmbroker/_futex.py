@@ -298,10 +298,14 @@ _PR_GET_TIMERSLACK = 30
 
 def timer_slack(ns=None):
     """The calling thread's timer slack in nanoseconds (how late the kernel
-    may end its timed sleeps, 50 us by default): returns the current one,
-    and sets ns first when given (0 gives the thread's default back)."""
+    may end its timed sleeps, 50 us by default): returns the current one
+    (-1 when prctl is refused), and sets ns when given (0 gives the
+    thread's default back; a negative ns, or a refused prctl, sets
+    nothing)."""
     old = _prctl(_PR_GET_TIMERSLACK, 0, 0, 0, 0)
-    if ns is not None:
+    # Refused (a seccomp filter): nothing is set, and -1 is never given
+    # back as a slack (it would be read as 2^64 - 1 ns).
+    if ns is not None and old >= 0 and ns >= 0:
         _prctl(_PR_SET_TIMERSLACK, ns, 0, 0, 0)
     return old
 
