@@ -106,7 +106,7 @@ def reader(cls, handle, rank, count, kind, paced, out):
               % (rank, _COUNTS["wait"], _COUNTS["wake"], count,
                  {k: getattr(area, k, None) for k in ("naps", "sleeps", "_gap", "_dev", "_lead")}),
               flush=True)
-    out.put((rank, end, lat, busy, idle))
+    out.put((rank, end, lat, busy, idle, t1.user + t1.system - t0.user - t0.system))
     time.sleep(0.2)
 
 
@@ -123,6 +123,7 @@ def run(cls, readers, size, kind, count, paced_us, slot, slots):
     mq.enqueue(msg)
     time.sleep(0.1)
     start = time.monotonic()
+    w0 = os.times()
     if paced_us:
         gap = paced_us * 1000
         nxt = time.monotonic_ns()
@@ -134,6 +135,7 @@ def run(cls, readers, size, kind, count, paced_us, slot, slots):
     else:
         for _ in range(count):
             mq.enqueue(msg)
+    w1 = os.times()
     time.sleep(1.0)
     mq.enqueue(msg)
     res = [out.get(timeout=120) for _ in procs]
@@ -147,11 +149,13 @@ def run(cls, readers, size, kind, count, paced_us, slot, slots):
     lat = sorted(x for r in res for x in r[2])
     busy = statistics.mean(r[3] for r in res)
     idle = statistics.mean(r[4] for r in res)
+    # CPU of the writer and every reader per message (microseconds).
+    cpu_us = (w1.user + w1.system - w0.user - w0.system + sum(r[5] for r in res)) / count * 1e6
     try:
         mq.close()
     except AttributeError:
         pass
-    return count / (end - start), lat, busy, idle
+    return count / (end - start), lat, busy, idle, cpu_us
 
 
 def main():
@@ -181,12 +185,13 @@ def main():
                 count = max(200, min(a.count, a.count * 4096 // max(size, 4096)))
                 line = "%-10s %8d B %d readers" % (a.kind, size, n)
                 if a.only in ("both", "b2b"):
-                    rate, _, busy, _ = run(cls, n, size, a.kind, count, 0, a.slot, a.slots)
-                    line += "  b2b %10.0f msg/s" % rate
+                    rate, _, busy, _, cpu_us = run(cls, n, size, a.kind, count, 0, a.slot,
+                                                   a.slots)
+                    line += "  b2b %10.0f msg/s (%6.1f CPU-us/msg)" % (rate, cpu_us)
                 if a.only in ("both", "paced"):
                     gap = a.paced_us if size < (1 << 20) else max(a.paced_us, 2000)
                     pc = max(200, min(a.paced_count, a.paced_count * 65536 // max(size, 65536)))
-                    _, lat, busy, idle = run(cls, n, size, a.kind, pc, gap, a.slot, a.slots)
+                    _, lat, busy, idle, _ = run(cls, n, size, a.kind, pc, gap, a.slot, a.slots)
                     line += ("  paced/%dus p50 %7.1f us p99 %7.1f us  reader CPU %.3f s/s"
                              "  idle 1 s CPU %.3f s"
                              % (gap, lat[len(lat) // 2] / 1000, lat[len(lat) * 99 // 100] / 1000,

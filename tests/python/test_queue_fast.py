@@ -65,7 +65,7 @@ def paced_reader(fd, size, epoch, count, results):
         for _ in range(count):
             area.dequeue(WAIT)
         naps, sleeps = area.naps, area.sleeps
-        results.put(("read", (naps, _futex.timer_slack())))
+        results.put(("read", (naps, _futex.timer_slack(), sleeps)))
         before = cpu_seconds()
         area.dequeue(WAIT)  # the writer pauses about 1 s before this one
         idle_cpu = cpu_seconds() - before
@@ -79,7 +79,7 @@ def paced_reader(fd, size, epoch, count, results):
 class AdaptiveWaitTest(unittest.TestCase):
     """The readers' wait between messages, over a hand-made area."""
 
-    def run_paced(self, env, gap_s=0.002, count=150):
+    def run_paced(self, env, gap_s=0.002, count=150, with_busy=False):
         """A writer publishing count messages gap_s apart, then a last one
         after a pause of about a second, to a reader process started with
         env; returns (its naps, futex sleeps during the pause, the pause's
@@ -104,7 +104,7 @@ class AdaptiveWaitTest(unittest.TestCase):
         tag, got = results.get(timeout=WAIT)
         self.assertEqual(tag, "read")
         self.assertIsInstance(got, tuple, got)
-        naps, slack = got
+        naps, slack, busy_sleeps = got
         # Each nap lowers the thread's timer slack and gives its own back.
         self.assertEqual(slack, OWN_SLACK_NS)
         time.sleep(1.0)
@@ -112,15 +112,18 @@ class AdaptiveWaitTest(unittest.TestCase):
         writer.publish(Q.SLOT_INLINE, 0)
         tag, (sleeps, idle_cpu) = results.get(timeout=WAIT)
         self.assertEqual(tag, "idle")
+        if with_busy:
+            return naps, busy_sleeps, (sleeps, idle_cpu)
         return naps, sleeps, idle_cpu
 
-    # Messages every 2 ms: the reader learns the gap and naps through most of
+    # With SHMBROKER_QUEUE_WAIT=rhythm, messages every 2 ms: the reader
+    # learns the gap and naps through most of
     # it (a timed futex wait ending ahead of the next message) instead of
     # spinning through it or sleeping until woken. When they stop, it sleeps
     # on the futex (no timer) and uses next to no CPU while the writer
     # pauses. Bounds are generous: a loaded machine breaks some rhythms.
     def test_reader_naps_in_a_rhythm_and_sleeps_when_it_stops(self):
-        naps, sleeps, idle_cpu = self.run_paced({})
+        naps, sleeps, idle_cpu = self.run_paced({"SHMBROKER_QUEUE_WAIT": "rhythm"})
         sys.stdout.write("  150 messages 2 ms apart: %d naps; the 1 s pause: %d futex "
                          "sleeps, %.1f ms of CPU\n" % (naps, sleeps, idle_cpu * 1000))
         self.assertGreaterEqual(naps, 30)
@@ -136,6 +139,23 @@ class AdaptiveWaitTest(unittest.TestCase):
         self.assertEqual(_futex.timer_slack(own), 12345)
         self.assertEqual(_futex.timer_slack(), own)
 
+    # The default wait spins through gaps like those messages have been
+    # coming at, within SHMBROKER_QUEUE_SPIN_MAX_US: with it at 5 ms and a
+    # message every 1 ms, the reader almost never sleeps on the futex (the
+    # short wait, 50 us at most, sleeps before each one); when the messages
+    # stop, it sleeps after at most that bound. It never naps.
+    def test_reader_spins_through_steady_gaps_then_sleeps(self):
+        count = 200
+        naps, busy_sleeps, (sleeps, idle_cpu) = self.run_paced(
+            {"SHMBROKER_QUEUE_SPIN_MAX_US": "5000"}, gap_s=0.001, count=count, with_busy=True)
+        sys.stdout.write("  %d messages 1 ms apart: %d futex sleeps; the 1 s pause: %d "
+                         "sleeps, %.1f ms of CPU\n" % (count, busy_sleeps, sleeps,
+                                                        idle_cpu * 1000))
+        self.assertEqual(naps, 0)
+        self.assertLess(busy_sleeps, count // 2)
+        self.assertGreaterEqual(sleeps, 1)
+        self.assertLess(idle_cpu, 0.05)
+
     # SHMBROKER_QUEUE_WAIT=short turns the adaptive wait off: a short spin,
     # then a sleep until woken, never a nap.
     def test_short_wait_never_naps(self):
@@ -147,10 +167,12 @@ class AdaptiveWaitTest(unittest.TestCase):
     # The knobs: values that cannot be used are logged and left at their
     # defaults; SHMBROKER_QUEUE_SPIN_MAX_US bounds a wait's spin.
     def test_wait_settings_from_environment(self):
-        cases = [({}, (True, Q.SPIN_MAX_DEFAULT_US * 1000)),
-                 ({"SHMBROKER_QUEUE_WAIT": "short"}, (False, Q.SPIN_MAX_DEFAULT_US * 1000)),
-                 ({"SHMBROKER_QUEUE_SPIN_MAX_US": "250"}, (True, 250000)),
-                 ({"SHMBROKER_QUEUE_SPIN_MAX_US": "0"}, (True, 0))]
+        cases = [({}, (True, False, Q.SPIN_MAX_DEFAULT_US * 1000)),
+                 ({"SHMBROKER_QUEUE_WAIT": "short"},
+                  (False, False, Q.SPIN_MAX_DEFAULT_US * 1000)),
+                 ({"SHMBROKER_QUEUE_SPIN_MAX_US": "250"}, (True, False, 250000)),
+                 ({"SHMBROKER_QUEUE_SPIN_MAX_US": "0"}, (True, False, 0))]
+        cases += [({"SHMBROKER_QUEUE_WAIT": "rhythm"}, (True, True, 100000))]
         for env, want in cases:
             with unittest.mock.patch.dict(os.environ, env):
                 self.assertEqual(Q._wait_settings(), want, env)
@@ -159,7 +181,8 @@ class AdaptiveWaitTest(unittest.TestCase):
                     {"SHMBROKER_QUEUE_SPIN_MAX_US": str(10 ** 30)}):
             with unittest.mock.patch.dict(os.environ, env), \
                     self.assertLogs("shmbroker.queue", "WARNING"):
-                self.assertEqual(Q._wait_settings(), (True, Q.SPIN_MAX_DEFAULT_US * 1000))
+                self.assertEqual(Q._wait_settings(),
+                                 (True, False, Q.SPIN_MAX_DEFAULT_US * 1000))
 
 
 def buffer_messages():
