@@ -315,6 +315,21 @@ class BufferMessageTest(DaemonTest):
         mq.enqueue(b"after")
         self.assertEqual(reader.dequeue(timeout=WAIT), b"after")
 
+    # A rebuild whose format, dtype or shape does not fit its bytes (a
+    # scribbled stream) is a clear error, not a crash or a TypeError.
+    def test_rebuild_that_does_not_fit_is_a_clear_error(self):
+        cases = [(Q._rebuild_memoryview, ("d", (3,))), (Q._rebuild_memoryview, ("Zq", (1,))),
+                 (Q._rebuild_memoryview, ("B", (9,)))]
+        if torch is not None:
+            cases += [(Q._rebuild_tensor, ("float32", (3,))),
+                      (Q._rebuild_tensor, ("__class__", (2,))),
+                      (Q._rebuild_tensor, ("float64", (-5, 2)))]
+        for rebuild, args in cases:
+            stream = pickle.dumps(Q._OutOfBand(rebuild, b"\0" * 8, args), protocol=5,
+                                  buffer_callback=lambda b: None)
+            with self.assertRaisesRegex(shmbroker.ShmBrokerError, "corrupt", msg=args):
+                pickle.loads(stream, buffers=[bytearray(8)])
+
     # A tensor message read where torch cannot be imported says so.
     def test_tensor_without_torch_says_so(self):
         stream = pickle.dumps(Q._OutOfBand(Q._rebuild_tensor, b"\0" * 8, ("float32", (2,))),

@@ -905,9 +905,13 @@ def _rebuild_memoryview(buf, fmt, shape):
     """A memoryview of format fmt and shape over a copy of buf's bytes."""
     own = buf if type(buf) is bytearray else bytearray(buf)
     view = memoryview(own)
-    if fmt == "B" and len(shape) == 1:
+    if fmt == "B" and len(shape) == 1 and shape[0] == len(own):
         return view
-    return view.cast(fmt, shape)
+    try:
+        return view.cast(fmt, shape)
+    except (TypeError, ValueError) as e:
+        raise _corrupt("a memoryview message of format %r and shape %r does not fit its %d "
+                       "bytes (%s)" % (fmt, shape, len(own), e)) from None
 
 
 def _rebuild_tensor(buf, dtype, shape):
@@ -925,9 +929,17 @@ def _rebuild_tensor(buf, dtype, shape):
         raise _corrupt("a tensor message names dtype %r, which this torch does not have"
                        % (dtype,))
     if len(buf) == 0:
-        return torch.empty(shape, dtype=kind)
+        try:
+            return torch.empty(shape, dtype=kind)
+        except (RuntimeError, TypeError, ValueError) as e:
+            raise _corrupt("a tensor message of no bytes has shape %r (%s)" % (shape, e)) \
+                from None
     own = buf if type(buf) is bytearray else bytearray(buf)
-    return torch.frombuffer(own, dtype=torch.uint8).view(kind).reshape(shape)
+    try:
+        return torch.frombuffer(own, dtype=torch.uint8).view(kind).reshape(shape)
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise _corrupt("a tensor message of dtype %s and shape %r does not fit its %d bytes "
+                       "(%s)" % (dtype, shape, len(own), e)) from None
 
 
 class _OutOfBand:
