@@ -475,15 +475,13 @@ class _Area:
         elif self.spin_ns:
             budget = self._spin_r
             limit = self.spin_ns
-        elif self.adaptive and self._naps_off == 0:
+        elif self.adaptive:
             budget = 0
             limit = self._reader_plan(start, deadline, cancel)
             if limit < 0:
                 return  # the message came during the nap
             start = _now()
         else:
-            if self._naps_off:
-                self._naps_off -= 1
             budget = self._spin_r
             limit = budget
         if self._spin(ready, start, limit, deadline, writer, cancel):
@@ -570,21 +568,24 @@ class _Area:
 
     def _reader_plan(self, now, deadline, cancel):
         """The adaptive wait of a reader whose message is not there yet
-        (PROTOCOL.md section 9, "Waiting"): how long to spin (ns), after
-        napping through most of a steady gap when that is what the
-        messages have been doing, or -1 when the message came during the
-        nap. gap and dev are the mean time between this reader's messages
-        and its mean deviation, kept by seen()."""
+        (PROTOCOL.md section 9, "Waiting"): how long to spin (ns), through
+        the gap when messages have been coming within the spin bound, else
+        briefly; with naps on (SHMBROKER_QUEUE_WAIT=rhythm), after napping
+        through most of a longer gap, or -1 when the message came during
+        the nap. gap and dev are the mean time between this reader's
+        messages and its mean deviation, kept by seen()."""
         gap, dev = self._gap, self._dev
         if gap == 0:
-            return SPIN_START_NS
+            return min(SPIN_START_NS, self.spin_max_ns)
         since = now - self._seen
         # Messages have been coming within the spin bound: spin through
         # the rest of twice the usual gap (a CPU otherwise idle).
         span = 2 * gap + 4 * dev
         if span <= self.spin_max_ns:
             return max(span - since, _SPIN_PAUSE_NS)
-        if not self.naps_on:
+        if not self.naps_on or self._naps_off:
+            if self._naps_off:
+                self._naps_off -= 1
             return _SPIN_PAUSE_NS
         # A longer gap: a fifth of it (within spin_max_ns) may be spun,
         # from a lead ahead of the next message on; sleep until then. A
