@@ -58,7 +58,8 @@ import platform
 from .errors import Unsupported
 
 __all__ = ["supported", "why_unsupported", "machine", "fetch_add32", "exchange32", "cas64",
-           "fence_acquire", "fence_release", "futex_wait", "futex_wake", "INT_MAX"]
+           "fence_acquire", "fence_release", "futex_wait", "futex_wake", "timer_slack",
+           "INT_MAX"]
 
 INT_MAX = 0x7FFFFFFF
 _FUTEX_WAKE = 1
@@ -186,6 +187,11 @@ def _load():
         funcs["fence_acquire"] = funcs["fence_release"] = None
     funcs["syscall"] = syscall
     funcs["sys_futex"] = spec["sys_futex"]
+    prctl = libc.prctl
+    prctl.restype = ctypes.c_int
+    prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong)
+    funcs["prctl"] = prctl
     return funcs, None
 
 
@@ -264,8 +270,9 @@ if supported:
     fence_release = _funcs["fence_release"]
     _syscall = _funcs["syscall"]
     _SYS_FUTEX = _funcs["sys_futex"]
+    _prctl = _funcs["prctl"]
 else:
-    fetch_add32 = exchange32 = cas64 = _syscall = _refuse
+    fetch_add32 = exchange32 = cas64 = _syscall = _prctl = _refuse
     fence_acquire = fence_release = None
     _SYS_FUTEX = None
 
@@ -283,6 +290,24 @@ def futex_wait(addr, val, deadline_ns=None):
         err = ctypes.get_errno()
         if err not in (_errno.EAGAIN, _errno.EINTR, _errno.ETIMEDOUT):
             raise OSError(err, "futex wait: %s" % os.strerror(err))
+
+
+_PR_SET_TIMERSLACK = 29
+_PR_GET_TIMERSLACK = 30
+
+
+def timer_slack(ns=None):
+    """The calling thread's timer slack in nanoseconds (how late the kernel
+    may end its timed sleeps, 50 us by default): returns the current one
+    (-1 when prctl is refused), and sets ns when given (0 gives the
+    thread's default back; a negative ns, or a refused prctl, sets
+    nothing)."""
+    old = _prctl(_PR_GET_TIMERSLACK, 0, 0, 0, 0)
+    # Refused (a seccomp filter): nothing is set, and -1 is never given
+    # back as a slack (it would be read as 2^64 - 1 ns).
+    if ns is not None and old >= 0 and ns >= 0:
+        _prctl(_PR_SET_TIMERSLACK, ns, 0, 0, 0)
+    return old
 
 
 def futex_wake(addr, n):

@@ -94,6 +94,40 @@ SPIN_START_NS = 20000
 SPIN_LIMIT_US = 100000  # shmb_queue_set_spin's bound (SHMB_Q_SPIN_MAX_NS)
 SPIN_MAX_NS = 50000
 
+# The readers' adaptive wait (PROTOCOL.md section 9, "Waiting"; README): a
+# reader spins through gaps like those its messages have been coming at,
+# while that is within SHMBROKER_QUEUE_SPIN_MAX_US (default 100 us, at most
+# SPIN_LIMIT_US: the CPU a reader may spend per wait), else it sleeps.
+# SHMBROKER_QUEUE_WAIT=short turns it off (the spin above, then a sleep);
+# =rhythm adds naps ahead of an expected message. Naps are not the default:
+# on a busy 2-CPU VM a timed futex wake-up came 29 us late at the median
+# with a 1 us timer slack, and naps measured a higher p50 than plain sleeps.
+_WAIT_ENV = "SHMBROKER_QUEUE_WAIT"
+_SPIN_MAX_ENV = "SHMBROKER_QUEUE_SPIN_MAX_US"
+SPIN_MAX_DEFAULT_US = 100
+# Pure spin this long, then yield the CPU between looks.
+_SPIN_PAUSE_NS = 3000
+# A nap shorter than this is not worth the futex call: spin instead.
+_NAP_MIN_NS = 20000
+# The nap's timer slack: a microsecond, so that it ends when asked.
+_NAP_SLACK_NS = 1000
+# How far ahead of the expected message a nap ends: the first guess, the
+# floor, and the spin a nap aims to leave before the message.
+_LEAD_START_NS = 40000
+_LEAD_MIN_NS = 8000
+_LEAD_SPARE_NS = 4000
+# The share of a long gap between messages a reader may spend spinning
+# for the next one: 1/5, a fifth of a CPU at most.
+_BUDGET_PARTS = 5
+# Naps are judged by windows of this many: when most of a window's naps
+# were woken by the writer (they overslept the message), the next
+# _NAPS_OFF_FOR waits are plain ones.
+_NAP_WINDOW = 16
+_NAPS_OFF_FOR = 512
+# A gap this long is a pause, not a rhythm.
+_GAP_MAX_NS = 100000000
+_sched_yield = os.sched_yield
+
 # wait_until_ready() looks at the seats this often (no futex is bumped when a
 # seat is taken: it is set-up, not the data path).
 _READY_POLL_S = (0.001, 0.02)
@@ -157,6 +191,31 @@ def _warning_interval_ns():
     except ValueError:
         seconds = _WARNING_INTERVAL_S
     return (seconds if seconds > 0 else _WARNING_INTERVAL_S) * 1000000000
+
+
+def _wait_settings():
+    """(adaptive, naps, spin_max_ns) from the environment:
+    SHMBROKER_QUEUE_WAIT "adaptive" (the default), "rhythm" (adaptive, and
+    naps ahead of an expected message) or "short"; SHMBROKER_QUEUE_SPIN_MAX_US
+    an integer of 0 to SPIN_LIMIT_US. Values it cannot use are logged and
+    left at their defaults."""
+    mode = os.environ.get(_WAIT_ENV, "adaptive")
+    if mode not in ("adaptive", "rhythm", "short"):
+        _log.warning("%s=%r: the queue's wait is 'adaptive', 'rhythm' or 'short'; using "
+                     "'adaptive'.", _WAIT_ENV, mode)
+        mode = "adaptive"
+    raw = os.environ.get(_SPIN_MAX_ENV)
+    spin_us = SPIN_MAX_DEFAULT_US
+    if raw is not None:
+        try:
+            spin_us = int(raw)
+            if not 0 <= spin_us <= SPIN_LIMIT_US:
+                raise ValueError
+        except ValueError:
+            _log.warning("%s=%r: not an integer of 0 to %d; using %d.", _SPIN_MAX_ENV, raw,
+                         SPIN_LIMIT_US, SPIN_MAX_DEFAULT_US)
+            spin_us = SPIN_MAX_DEFAULT_US
+    return mode != "short", mode == "rhythm", spin_us * 1000
 
 
 def _closed_meanwhile():
@@ -227,6 +286,7 @@ class _Area:
         # same slot or the same message.
         self._turn = False
         self.blocker = 0
+        self._clear = 0       # every live seat had read the messages before this
         self._spin_w = SPIN_START_NS
         self.spin_ns = 0      # 0: adaptive; else how long every wait spins
         # The reader's side.
@@ -234,6 +294,18 @@ class _Area:
         self.epoch = epoch
         self._held = None     # the message held since dequeue, until done
         self._spin_r = SPIN_START_NS
+        # The adaptive wait (_reader_plan): off with SHMBROKER_QUEUE_WAIT=short;
+        # its naps only with SHMBROKER_QUEUE_WAIT=rhythm.
+        self.adaptive, self.naps_on, self.spin_max_ns = _wait_settings()
+        self._seen = 0        # when the last message was there (monotonic ns)
+        self._gap = 0         # mean gap between messages (ns), 0: not known
+        self._dev = 0         # its mean deviation
+        self._lead = _LEAD_START_NS  # how far ahead of a message a nap ends
+        self._nap_end = 0
+        self._nap_tries = self._nap_misses = 0
+        self._naps_off = 0    # waits left before naps are tried again
+        self.naps = 0         # naps ahead of a message (tests look at these)
+        self.sleeps = 0       # futex waits with no message expected
         # Set by this member's shutdown() (stop_reads): its waits for a
         # message end with Cancelled; other members' are not touched.
         self.reads_stopped = False
@@ -296,13 +368,22 @@ class _Area:
             raise _corrupt("its state is %d, which no version writes" % state)
         self._writer_still()
         n = self.head
-        if n >= self.slots:
-            oldest = n - self.slots
+        oldest = n - self.slots
+        if oldest >= self._clear:
+            # Every live seat had read up to _clear at the last look: look
+            # again only once the slot needed is past it. A seat taken since
+            # starts at head, past any slot this writer reuses.
+            low = n
             for s in range(self.seats):
                 at = 1024 + 16 * s  # the seat, in 32-bit words
-                if q32[at + 2] == SEAT_LIVE and q64[at >> 1] <= oldest:
-                    self.blocker = s
-                    return False
+                if q32[at + 2] == SEAT_LIVE:
+                    seen = q64[at >> 1]
+                    if seen <= oldest:
+                        self.blocker = s
+                        return False
+                    if seen < low:
+                        low = seen
+            self._clear = low
         # Acquire (the seats' next): every reader's release of next came
         # after its last read of the slot, so the overwrite comes after.
         if self._acquire is not None:
@@ -388,30 +469,34 @@ class _Area:
         self._check_stop(writer, cancel)
         start = _now()
         deadline = None if timeout is None else start + int(timeout * 1e9)
-        budget = self._spin_w if writer else self._spin_r
-        limit = self.spin_ns or budget
-        i = 0
-        while True:
-            if ready():
-                budget = min(budget * 2, SPIN_MAX_NS)
-                if writer:
-                    self._spin_w = budget
-                else:
-                    self._spin_r = budget
-                return
-            i += 1
-            if i & 7 == 0:
-                now = _now()
-                if now - start >= limit or (deadline is not None and now >= deadline):
-                    break
-                if i & 1023 == 0:  # a set_spin of up to 100 ms
-                    self._check_stop(writer, cancel)
-        budget = max(budget // 2, SPIN_MIN_NS)
         if writer:
-            self._spin_w = budget
+            budget = self._spin_w
+            limit = self.spin_ns or budget
+        elif self.spin_ns:
+            budget = self._spin_r
+            limit = self.spin_ns
+        elif self.adaptive:
+            budget = 0
+            limit = self._reader_plan(start, deadline, cancel)
+            if limit < 0:
+                return  # the message came during the nap
+            start = _now()
+        else:
+            budget = self._spin_r
+            limit = budget
+        if self._spin(ready, start, limit, deadline, writer, cancel):
+            if writer:
+                self._spin_w = min(budget * 2, SPIN_MAX_NS)
+            elif budget:
+                self._spin_r = min(budget * 2, SPIN_MAX_NS)
+            return
+        if writer:
+            self._spin_w = max(budget // 2, SPIN_MIN_NS)
             word, addr = _H["free_word"] // 4, self._free_word_addr
         else:
-            self._spin_r = budget
+            if budget:
+                self._spin_r = max(budget // 2, SPIN_MIN_NS)
+            self._rhythm_lost()
             word, addr = _H["head_word"] // 4, self._head_word_addr
         q32 = self._q32
         looked = _now()
@@ -432,6 +517,7 @@ class _Area:
                 now = _now()
                 if not ok and (deadline is None or now < deadline):
                     until = now + (_MARK_SLEEP_NS if mark else nap)
+                    self.sleeps += 1
                     _futex.futex_wait(addr, val, until if deadline is None
                                       else min(deadline, until))
             finally:
@@ -456,6 +542,128 @@ class _Area:
             if warn_every and now >= warn_at:
                 self._log_long_wait(writer, (now - start) // 1000000000)
                 warn_at += warn_every
+
+    def _spin(self, ready, start, limit, deadline, writer, cancel):
+        """Look until ready() (True) or limit ns from start have passed, or
+        the deadline (False). After the first few microseconds every look
+        yields the CPU (os.sched_yield), so that on a host with more members
+        than CPUs the side being waited for still runs."""
+        i = 0
+        yield_at = start + _SPIN_PAUSE_NS
+        end = start + limit
+        if deadline is not None and deadline < end:
+            end = deadline
+        while True:
+            if ready():
+                return True
+            i += 1
+            if i & 3 == 0:
+                now = _now()
+                if now >= end:
+                    return False
+                if now >= yield_at:
+                    _sched_yield()
+                if i & 1023 == 0:  # a set_spin of up to 100 ms
+                    self._check_stop(writer, cancel)
+
+    def _reader_plan(self, now, deadline, cancel):
+        """The adaptive wait of a reader whose message is not there yet
+        (PROTOCOL.md section 9, "Waiting"): how long to spin (ns), through
+        the gap when messages have been coming within the spin bound, else
+        briefly; with naps on (SHMBROKER_QUEUE_WAIT=rhythm), after napping
+        through most of a longer gap, or -1 when the message came during
+        the nap. gap and dev are the mean time between this reader's
+        messages and its mean deviation, kept by seen()."""
+        gap, dev = self._gap, self._dev
+        if gap == 0:
+            return min(SPIN_START_NS, self.spin_max_ns)
+        since = now - self._seen
+        # Messages have been coming within the spin bound: spin through
+        # the rest of twice the usual gap (a CPU otherwise idle).
+        span = 2 * gap + 4 * dev
+        if span <= self.spin_max_ns:
+            return max(span - since, _SPIN_PAUSE_NS)
+        if not self.naps_on or self._naps_off:
+            if self._naps_off:
+                self._naps_off -= 1
+            return _SPIN_PAUSE_NS
+        # A longer gap: a fifth of it (within spin_max_ns) may be spun,
+        # from a lead ahead of the next message on; sleep until then. A
+        # message that comes earlier wakes the nap as it would a sleep: no
+        # later than without it.
+        allowance = min(gap // _BUDGET_PARTS, self.spin_max_ns)
+        lead = min(self._lead, allowance - _LEAD_MIN_NS)
+        if lead < _LEAD_MIN_NS:
+            return _SPIN_PAUSE_NS
+        start = self._seen + gap - lead
+        end = start + allowance
+        if deadline is not None and end > deadline:
+            end = deadline
+        if start - now >= _NAP_MIN_NS:
+            self.naps += 1
+            self._nap_tries += 1
+            if self._nap_tries == _NAP_WINDOW:
+                # Most naps of the window overslept: this host's timers
+                # wake too late for the gap (a busy or virtual CPU). Plain
+                # sleeps, woken by the writer, for a while; then try again.
+                if self._nap_misses * 2 > _NAP_WINDOW:
+                    self._naps_off = _NAPS_OFF_FOR
+                self._nap_tries = self._nap_misses = 0
+            if self._nap(start, cancel):
+                # Woken by the writer: the nap was too long.
+                self._nap_misses += 1
+                self._lead = min(lead * 2, allowance - _LEAD_MIN_NS)
+                self._nap_end = 0
+                return -1
+            now = self._nap_end = _now()
+        return max(end - now, _SPIN_PAUSE_NS)
+
+    def _nap(self, until, cancel):
+        """Sleep on head_word until the writer publishes (True, the message
+        ready) or until (monotonic ns; False), with the thread's timer slack
+        at a microsecond for the sleep, so that it ends when asked."""
+        slack = _futex.timer_slack(_NAP_SLACK_NS)
+        self._announce(False, True)
+        try:
+            val = self._q32[48]  # head_word
+            if self._reader_ready():
+                return True
+            self._check_stop(False, cancel)
+            _futex.futex_wait(self._head_word_addr, val, until)
+        finally:
+            self._announce(False, False)
+            _futex.timer_slack(slack)
+        return self._reader_ready()
+
+    def seen(self):
+        """A message is there for this reader now: learn the gap between
+        messages (and its spread), and how early the last nap ended."""
+        now = _now()
+        gap = now - self._seen
+        self._seen = now
+        if gap >= _GAP_MAX_NS:
+            self._gap = self._dev = 0
+            return
+        g = self._gap
+        if g == 0:
+            self._gap = gap
+            return
+        g += (gap - g) >> 3
+        self._gap = g
+        self._dev += (abs(gap - g) - self._dev) >> 3
+        nap_end = self._nap_end
+        if nap_end:
+            # The spin after the nap took `early` ns: aim the next nap's end
+            # at _LEAD_SPARE_NS before the message.
+            self._nap_end = 0
+            early = now - nap_end
+            lead = self._lead - ((early - _LEAD_SPARE_NS) >> 2)
+            self._lead = max(_LEAD_MIN_NS, min(lead, g // _BUDGET_PARTS))
+
+    def _rhythm_lost(self):
+        """No message within the spin: the writer paused. The next gap is
+        learnt afresh."""
+        self._nap_end = 0
 
     def _check_stop(self, writer, cancel):
         """Raise Cancelled when this member stopped its reads (a reader's
@@ -546,6 +754,7 @@ class _Area:
         aux), valid until done() or the next dequeue."""
         self.done()
         self._wait(False, timeout, cancel, warn)
+        self.seen()
         n = self._q64[self._i_next]
         off = self._slot_at(n)
         seq, flags, length, aux, _ = SLOT.unpack_from(self._mv, off)
@@ -568,10 +777,12 @@ class _Area:
         if held is None:
             return
         self._held = None
+        # The compare-and-swap is a full fence: either the writer, announcing
+        # its sleep, sees this next, or this reads its announcement.
         if _futex.cas64(self._next_addr, held, held + 1) != held:
             return
-        _futex.fetch_add32(self._free_word_addr, 1)
-        if self._q32[65]:  # writer_waiting: wake it when this reaches its mark
+        if self._q32[65]:  # writer_waiting: bump its word, wake it at its mark
+            _futex.fetch_add32(self._free_word_addr, 1)
             at = self._q64[33]  # wake_at
             if at == 0 or at == held + 1:
                 _futex.futex_wake(self._free_word_addr, 1)
@@ -588,6 +799,26 @@ class _Area:
     def unclaim(self):
         """Give the turn claim() took back."""
         self._turn = False
+
+    def begin(self, busy):
+        """enter() and claim() under one lock: a call that uses the mapping
+        and takes this member's turn; end() ends both."""
+        with self._lock:
+            if self._closing:
+                raise ConnectionLost("ENOTCONN", "This MessageQueue is closed.")
+            if self._turn:
+                raise InvalidRequest("EBUSY", busy)
+            self._turn = True
+            self._calls += 1
+
+    def end(self):
+        """unclaim() and leave() under one lock."""
+        with self._lock:
+            self._turn = False
+            self._calls -= 1
+            last = self._closing and self._calls == 0
+        if last:
+            self._unmap()
 
     def enter(self):
         """Start a call that uses the mapping; leave() ends it. Raises
@@ -643,6 +874,154 @@ class _Area:
 # messages): magic, count 1, flags 0, the length; the frame at byte 64.
 _ONE_FRAME = struct.Struct("<QIIQ")
 _ONE_FRAME_AT = 64
+_ONE_FRAME_PAD = bytes(_ONE_FRAME_AT - 24)
+
+
+# ---- messages that are buffers ------------------------------------------------
+#
+# bytes, bytearray, memoryview and CPU torch tensors sent as a message of
+# their own travel out of band, as numpy arrays do with pickle's protocol 5:
+# frame 0 a small pickle stream that rebuilds the object from frame 1, and
+# frame 1 the object's bytes, written straight into the slot (or overflow
+# object) with no pickled copy. Any reader unpickles such a message as any
+# other (PROTOCOL.md section 9, "Messages"); this module's readers go
+# straight to the result for bytes and bytearray, whose stream is always
+# the same. Smaller bytes and bytearray are pickled in the stream: for a
+# few hundred bytes that is cheaper than a second frame.
+_OOB_MIN = 1024
+
+
+def _rebuild_bytes(buf):
+    """bytes from an out-of-band buffer (unpickling)."""
+    return bytes(buf)
+
+
+def _rebuild_bytearray(buf):
+    """bytearray from an out-of-band buffer: the buffer itself when the
+    unpickler was given a copy already (unpickle_frames' bytearray)."""
+    return buf if type(buf) is bytearray else bytearray(buf)
+
+
+def _rebuild_memoryview(buf, fmt, shape):
+    """A memoryview of format fmt and shape over a copy of buf's bytes."""
+    own = buf if type(buf) is bytearray else bytearray(buf)
+    view = memoryview(own)
+    if fmt == "B" and len(shape) == 1 and shape[0] == len(own):
+        return view
+    try:
+        return view.cast(fmt, shape)
+    except (TypeError, ValueError) as e:
+        raise _corrupt("a memoryview message of format %r and shape %r does not fit its %d "
+                       "bytes (%s)" % (fmt, shape, len(own), e)) from None
+
+
+def _rebuild_tensor(buf, dtype, shape):
+    """A CPU torch tensor of dtype (torch's attribute name) and shape over a
+    copy of buf's bytes; Unsupported when torch cannot be imported here."""
+    try:
+        import torch
+    except ImportError:
+        raise Unsupported("ENOSYS", "This message is a torch tensor (%s, shape %s), and torch "
+                          "cannot be imported in this process: install torch here, or send "
+                          "numpy arrays (tensor.numpy()), which need only numpy."
+                          % (dtype, list(shape))) from None
+    kind = getattr(torch, dtype, None)
+    if not isinstance(kind, torch.dtype):
+        raise _corrupt("a tensor message names dtype %r, which this torch does not have"
+                       % (dtype,))
+    if len(buf) == 0:
+        try:
+            return torch.empty(shape, dtype=kind)
+        except (RuntimeError, TypeError, ValueError) as e:
+            raise _corrupt("a tensor message of no bytes has shape %r (%s)" % (shape, e)) \
+                from None
+    own = buf if type(buf) is bytearray else bytearray(buf)
+    try:
+        return torch.frombuffer(own, dtype=torch.uint8).view(kind).reshape(shape)
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise _corrupt("a tensor message of dtype %s and shape %r does not fit its %d bytes "
+                       "(%s)" % (dtype, shape, len(own), e)) from None
+
+
+class _OutOfBand:
+    """Pickles as rebuild(the buffer, *args), the buffer out of band."""
+
+    __slots__ = ("rebuild", "buf", "args")
+
+    def __init__(self, rebuild, buf, args=()):
+        self.rebuild, self.buf, self.args = rebuild, buf, args
+
+    def __reduce_ex__(self, protocol):
+        return self.rebuild, (pickle.PickleBuffer(self.buf),) + self.args
+
+
+def _oob_frames(rebuild, buf, args=()):
+    """[the pickle stream, buf's bytes] of a message rebuilt by rebuild."""
+    oob = []
+    stream = pickle.dumps(_OutOfBand(rebuild, buf, args), protocol=5,
+                          buffer_callback=oob.append)
+    return [memoryview(stream), oob[0].raw()]
+
+
+# The streams of bytes and bytearray messages depend on the type alone.
+_BYTES_STREAM = bytes(_oob_frames(_rebuild_bytes, b"")[0])
+_BYTEARRAY_STREAM = bytes(_oob_frames(_rebuild_bytearray, bytearray())[0])
+_BYTES_LEN, _BYTEARRAY_LEN = len(_BYTES_STREAM), len(_BYTEARRAY_STREAM)
+_STREAMS = {bytes: memoryview(_BYTES_STREAM), bytearray: memoryview(_BYTEARRAY_STREAM)}
+
+
+def _message_frames(obj):
+    """The frames of message obj (frames.py's layout): out of band for the
+    buffers above, else pickle_frames'."""
+    kind = type(obj)
+    if kind is bytes or kind is bytearray:
+        if len(obj) >= _OOB_MIN:
+            return [_STREAMS[kind], memoryview(obj)]
+    elif kind is memoryview:
+        if obj.c_contiguous:
+            try:
+                flat = obj.cast("B")
+                if obj.format != "B" or obj.ndim != 1:
+                    flat.cast(obj.format, obj.shape)  # what the reader will do
+            except (TypeError, ValueError):
+                flat = None  # a format cast() does not take: its bytes, as format B
+            if flat is not None:
+                return _oob_frames(_rebuild_memoryview, flat, (obj.format, obj.shape))
+        raw = obj.tobytes()
+        return _oob_frames(_rebuild_memoryview, raw, ("B", (len(raw),)))
+    elif kind.__name__ == "Tensor" and kind.__module__ == "torch":
+        frames = _tensor_frames(obj)
+        if frames is not None:
+            return frames
+    return pickle_frames(obj)
+
+
+def _tensor_frames(t):
+    """A dense CPU tensor's frames, or None for any other (pickled as torch
+    pickles it)."""
+    try:
+        import torch
+        if (t.device.type != "cpu" or t.layout != torch.strided or t.requires_grad
+                or t.is_quantized or t.is_conj() or t.is_neg()):
+            return None
+        raw = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+    except (ImportError, RuntimeError, TypeError, AttributeError):
+        return None  # no numpy, or a tensor numpy cannot view
+    dtype = str(t.dtype).rpartition(".")[2]
+    return _oob_frames(_rebuild_tensor, raw, (dtype, tuple(t.shape)))
+
+
+def _decode(views):
+    """The message in views (frames as _read_message gives them): bytes
+    and bytearray straight from their frame, anything else unpickled with
+    its out-of-band buffers copied (the object owns its memory)."""
+    if len(views) == 2:
+        head = views[0]
+        if head.nbytes == _BYTES_LEN and head == _BYTES_STREAM:
+            return bytes(views[1])
+        if head.nbytes == _BYTEARRAY_LEN and head == _BYTEARRAY_STREAM:
+            return bytearray(views[1])
+    return unpickle_frames(views, copy=True)
 
 
 def _message_size(bufs):
@@ -660,7 +1039,7 @@ def _write_message(view, bufs):
         return
     n = bufs[0].nbytes
     _ONE_FRAME.pack_into(view, 0, _frames.MAGIC, 1, 0, n)
-    view[24:_ONE_FRAME_AT] = bytes(_ONE_FRAME_AT - 24)
+    view[24:_ONE_FRAME_AT] = _ONE_FRAME_PAD
     view[_ONE_FRAME_AT:_ONE_FRAME_AT + n] = bufs[0]
 
 
@@ -672,6 +1051,16 @@ def _read_message(view):
                 n == view.nbytes - _ONE_FRAME_AT:
             return [view[_ONE_FRAME_AT:].toreadonly()]
     return _frames.parse(view)
+
+
+_WRITE_BUSY = ("This writer is already writing a message (inside an acquire_write() block, "
+               "or in enqueue() or acquire_write() in another thread): its slot is not "
+               "published yet. Write the next message after that one, from one thread at a "
+               "time.")
+_READ_BUSY = ("This reader is already reading a message (inside an acquire_read() block, "
+              "or in dequeue() or acquire_read() in another thread): the message it holds "
+              "is not read yet. Read the next message after that one, from one thread at "
+              "a time.")
 
 
 def _wait_options(indefinite, cancel):
@@ -1146,12 +1535,15 @@ class MessageQueue:
         as vLLM does. Raises Timeout, Cancelled, ConnectionLost (EPIPE: this
         writer was removed), and for a message larger than a slot what
         alloc() raises (NoSpace when the pool has no room for it now)."""
-        self._writer_only("enqueue")
-        area = self._enter()
+        if not self._is_writer:
+            self._writer_only("enqueue")
+        area = self._area_for_call()
+        bufs = _message_frames(obj)
+        area.begin(_WRITE_BUSY)
         try:
-            self._enqueue(area, obj, timeout)
+            self._enqueue(area, bufs, timeout)
         finally:
-            area.leave()
+            area.end()
 
     def _writer_only(self, what):
         if not self._is_writer:
@@ -1160,18 +1552,13 @@ class MessageQueue:
 
     def _reserve(self, area, timeout):
         """The next slot's payload (a writable view of slot_size bytes), once
-        free. The overflow object of the message that used it last goes
-        now, once, whatever this message becomes: every live reader is
-        done with it."""
-        area.claim("This writer is already writing a message (inside an acquire_write() "
-                   "block, or in enqueue() or acquire_write() in another thread): its slot "
-                   "is not published yet. Write the next message after that one, from one "
-                   "thread at a time.")
+        free; the caller holds the writer's turn (area.begin). The overflow
+        object of the message that used it last goes now, once, whatever
+        this message becomes: every live reader is done with it."""
         try:
             payload, old_flags, old_seq = area.reserve(timeout)
         except BaseException:
             area._reserved = False
-            area.unclaim()
             raise
         n = area.head
         if old_flags == SLOT_OBJECT and n >= area.slots and old_seq == n - area.slots:
@@ -1181,12 +1568,18 @@ class MessageQueue:
             except BaseException:
                 payload.release()
                 area._reserved = False
-                area.unclaim()
                 raise
         return payload
 
-    def _enqueue(self, area, obj, timeout):
-        bufs = pickle_frames(obj)
+    def _area_for_call(self):
+        """The area, once this process is the queue's and it is open."""
+        self._here()
+        area = self._area
+        if area is None:
+            raise ConnectionLost("ENOTCONN", "This MessageQueue is closed.")
+        return area
+
+    def _enqueue(self, area, bufs, timeout):
         total = _message_size(bufs)
         payload = self._reserve(area, timeout)
         try:
@@ -1219,7 +1612,6 @@ class MessageQueue:
         finally:
             payload.release()
             area._reserved = False
-            area.unclaim()
 
     @contextlib.contextmanager
     def acquire_write(self, timeout=None):
@@ -1233,7 +1625,8 @@ class MessageQueue:
         view is released at the end of the block (keep nothing made from
         it: BufferError, as vLLM's)."""
         self._writer_only("acquire a slot to write")
-        area = self._enter()
+        area = self._area_for_call()
+        area.begin(_WRITE_BUSY)
         try:
             payload = self._reserve(area, timeout)
             try:
@@ -1241,10 +1634,9 @@ class MessageQueue:
                 area.publish(SLOT_INLINE, area.slot_size)
             finally:
                 area._reserved = False
-                area.unclaim()
                 payload.release()
         finally:
-            area.leave()
+            area.end()
 
     def _object_key(self, seq):
         return "q/%s/%d" % (self.name, seq)
@@ -1262,15 +1654,45 @@ class MessageQueue:
         Raises Timeout, Cancelled, EndOfQueue (the writer is gone and
         everything it sent was read), ConnectionLost (ENOTCONN: this seat
         was dropped)."""
-        cancel, indefinite = _wait_options(indefinite, cancel)
+        if indefinite is not False or cancel is not None:
+            cancel, indefinite = _wait_options(indefinite, cancel)
         if self._is_writer:
             raise InvalidRequest("EINVAL", "Only readers can dequeue; this is the writer.")
+        # The path of a message in its slot, as _message's with fewer steps:
+        # one lock for the call and the turn, no generator.
+        area = self._area_for_call()
+        area.begin(_READ_BUSY)
+        try:
+            flags, payload, aux = area.dequeue(timeout, cancel, not indefinite)
+            if flags == SLOT_INLINE:
+                keep = True  # an error leaves the message for the next call
+                try:
+                    views = _read_message(payload)
+                    try:
+                        obj = _decode(views)
+                    finally:
+                        for v in views:
+                            v.release()
+                    keep = False
+                    return obj
+                finally:
+                    payload.release()
+                    if keep:
+                        area.keep()
+                    else:
+                        area.done()
+            payload.release()
+            area.keep()  # an object: _message below takes it again
+        finally:
+            area.end()
+            if self.client is not None and self.client._later:
+                self._send_releases()
         with self._message(timeout, cancel, not indefinite) as (flags, held, size):
             if flags == SLOT_OBJECT:
                 return self._unpickle_object(held, size)
             views = _read_message(held)
             try:
-                return unpickle_frames(views, copy=True)
+                return _decode(views)
             finally:
                 for v in views:
                     v.release()
@@ -1306,10 +1728,7 @@ class MessageQueue:
         area = self._enter()
         claimed = False
         try:
-            area.claim("This reader is already reading a message (inside an acquire_read() "
-                       "block, or in dequeue() or acquire_read() in another thread): the "
-                       "message it holds is not read yet. Read the next message after that "
-                       "one, from one thread at a time.")
+            area.claim(_READ_BUSY)
             claimed = True
             flags, payload, aux = area.dequeue(timeout, cancel, warn)
             keep = False
@@ -1385,7 +1804,7 @@ class MessageQueue:
         views = ()
         try:
             views = _read_message(pin.view[:size])
-            return unpickle_frames(views, copy=True)
+            return _decode(views)
         finally:
             for v in views:
                 v.release()

@@ -1,0 +1,349 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The broadcast queue's fast paths from Python: the readers' adaptive wait
+(a reader that sees messages come in a rhythm naps through most of each gap
+and spins across the next message; once they stop it sleeps on the futex
+and uses no CPU), messages that are buffers sent out of band (bytes,
+bytearray, memoryview, numpy arrays, CPU torch tensors: their bytes go
+straight into the slot, and readers get the same type back, byte for byte),
+such messages mixed with pickled ones in order, and a slot header scribbled
+by a hostile member giving a clear error instead of a crash.
+
+The wait tests use an area laid out by hand (test_queues.format_area), no
+daemon; the message tests a real daemon with writer and reader in this
+process. No test asserts a duration.
+"""
+
+import multiprocessing
+import os
+import pickle
+import random
+import resource
+import sys
+import time
+import unittest
+import unittest.mock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PACKAGE_DIR = os.path.join(ROOT, "client", "python")
+if PACKAGE_DIR not in sys.path:
+    sys.path.insert(0, PACKAGE_DIR)
+
+import shmbroker  # noqa: E402
+from shmbroker import _futex, frames, queue as Q  # noqa: E402
+from shmbroker import MessageQueue  # noqa: E402
+
+from support import DaemonTest  # noqa: E402
+from test_queues import attach, format_area, seat_take  # noqa: E402
+
+CTX = multiprocessing.get_context("fork")
+WAIT = 30.0
+# The reader thread's own timer slack, which its naps must give back.
+OWN_SLACK_NS = 70000
+
+try:
+    import numpy as np
+except ImportError:
+    np = None
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def paced_reader(fd, size, epoch, count, results):
+    """Read count messages, then wait for one more that comes after a
+    pause; report the wait's counters and the CPU of the pause."""
+    try:
+        area = attach(fd, size, 0, epoch)
+        _futex.timer_slack(OWN_SLACK_NS)
+        for _ in range(count):
+            area.dequeue(WAIT)
+        naps, sleeps = area.naps, area.sleeps
+        results.put(("read", (naps, _futex.timer_slack(), sleeps)))
+        before = cpu_seconds()
+        area.dequeue(WAIT)  # the writer pauses about 1 s before this one
+        idle_cpu = cpu_seconds() - before
+        area.done()
+        results.put(("idle", (area.sleeps - sleeps, idle_cpu)))
+    except BaseException as e:
+        results.put(("read", "%s: %s" % (type(e).__name__, e)))
+
+
+@unittest.skipUnless(_futex.supported, _futex.why_unsupported or "")
+class AdaptiveWaitTest(unittest.TestCase):
+    """The readers' wait between messages, over a hand-made area."""
+
+    def run_paced(self, env, gap_s=0.002, count=150, with_busy=False):
+        """A writer publishing count messages gap_s apart, then a last one
+        after a pause of about a second, to a reader process started with
+        env; returns (its naps, futex sleeps during the pause, the pause's
+        CPU seconds)."""
+        fd, size = format_area(1, 8, 64)
+        self.addCleanup(os.close, fd)
+        writer = attach(fd, size)
+        self.addCleanup(writer.close)
+        epoch = seat_take(writer, 0)
+        results = CTX.Queue()
+        with unittest.mock.patch.dict(os.environ, env):
+            proc = CTX.Process(target=paced_reader, args=(fd, size, epoch, count, results))
+            proc.start()
+        self.addCleanup(proc.join, WAIT)
+        due = time.monotonic()
+        for _ in range(count):
+            due += gap_s
+            while time.monotonic() < due:
+                time.sleep(max(0.0, due - time.monotonic() - 0.0003))
+            writer.reserve(WAIT)[0].release()
+            writer.publish(Q.SLOT_INLINE, 0)
+        tag, got = results.get(timeout=WAIT)
+        self.assertEqual(tag, "read")
+        self.assertIsInstance(got, tuple, got)
+        naps, slack, busy_sleeps = got
+        # Each nap lowers the thread's timer slack and gives its own back.
+        self.assertEqual(slack, OWN_SLACK_NS)
+        time.sleep(1.0)
+        writer.reserve(WAIT)[0].release()
+        writer.publish(Q.SLOT_INLINE, 0)
+        tag, (sleeps, idle_cpu) = results.get(timeout=WAIT)
+        self.assertEqual(tag, "idle")
+        if with_busy:
+            return naps, busy_sleeps, (sleeps, idle_cpu)
+        return naps, sleeps, idle_cpu
+
+    # With SHMBROKER_QUEUE_WAIT=rhythm, messages every 2 ms: the reader
+    # learns the gap and naps through most of
+    # it (a timed futex wait ending ahead of the next message) instead of
+    # spinning through it or sleeping until woken. When they stop, it sleeps
+    # on the futex (no timer) and uses next to no CPU while the writer
+    # pauses. Bounds are generous: a loaded machine breaks some rhythms.
+    def test_reader_naps_in_a_rhythm_and_sleeps_when_it_stops(self):
+        naps, sleeps, idle_cpu = self.run_paced({"SHMBROKER_QUEUE_WAIT": "rhythm"})
+        sys.stdout.write("  150 messages 2 ms apart: %d naps; the 1 s pause: %d futex "
+                         "sleeps, %.1f ms of CPU\n" % (naps, sleeps, idle_cpu * 1000))
+        # A window of 16 naps is always tried; a host whose timers wake too
+        # late turns them off after it.
+        self.assertGreaterEqual(naps, 10)
+        self.assertGreaterEqual(sleeps, 1)
+        self.assertLess(idle_cpu, 0.05)
+
+    # The timer slack: set and read back; a negative value sets nothing.
+    def test_timer_slack(self):
+        own = _futex.timer_slack()
+        self.addCleanup(_futex.timer_slack, own)
+        _futex.timer_slack(12345)
+        self.assertEqual(_futex.timer_slack(-1), 12345)
+        self.assertEqual(_futex.timer_slack(own), 12345)
+        self.assertEqual(_futex.timer_slack(), own)
+
+    # The default wait spins through gaps like those messages have been
+    # coming at, within SHMBROKER_QUEUE_SPIN_MAX_US: with it at 5 ms and a
+    # message every 1 ms, the reader almost never sleeps on the futex (the
+    # short wait, 50 us at most, sleeps before each one); when the messages
+    # stop, it sleeps after at most that bound. It never naps.
+    def test_reader_spins_through_steady_gaps_then_sleeps(self):
+        count = 200
+        naps, busy_sleeps, (sleeps, idle_cpu) = self.run_paced(
+            {"SHMBROKER_QUEUE_SPIN_MAX_US": "5000"}, gap_s=0.001, count=count, with_busy=True)
+        sys.stdout.write("  %d messages 1 ms apart: %d futex sleeps; the 1 s pause: %d "
+                         "sleeps, %.1f ms of CPU\n" % (count, busy_sleeps, sleeps,
+                                                        idle_cpu * 1000))
+        self.assertEqual(naps, 0)
+        self.assertLess(busy_sleeps, count // 2)
+        self.assertGreaterEqual(sleeps, 1)
+        self.assertLess(idle_cpu, 0.05)
+
+    # SHMBROKER_QUEUE_WAIT=short turns the adaptive wait off: a short spin,
+    # then a sleep until woken, never a nap.
+    def test_short_wait_never_naps(self):
+        naps, sleeps, idle_cpu = self.run_paced({"SHMBROKER_QUEUE_WAIT": "short"}, count=40)
+        self.assertEqual(naps, 0)
+        self.assertGreaterEqual(sleeps, 1)
+        self.assertLess(idle_cpu, 0.05)
+
+    # The knobs: values that cannot be used are logged and left at their
+    # defaults; SHMBROKER_QUEUE_SPIN_MAX_US bounds a wait's spin.
+    def test_wait_settings_from_environment(self):
+        cases = [({}, (True, False, Q.SPIN_MAX_DEFAULT_US * 1000)),
+                 ({"SHMBROKER_QUEUE_WAIT": "short"},
+                  (False, False, Q.SPIN_MAX_DEFAULT_US * 1000)),
+                 ({"SHMBROKER_QUEUE_SPIN_MAX_US": "250"}, (True, False, 250000)),
+                 ({"SHMBROKER_QUEUE_SPIN_MAX_US": "0"}, (True, False, 0))]
+        cases += [({"SHMBROKER_QUEUE_WAIT": "rhythm"}, (True, True, 100000))]
+        for env, want in cases:
+            with unittest.mock.patch.dict(os.environ, env):
+                self.assertEqual(Q._wait_settings(), want, env)
+        for env in ({"SHMBROKER_QUEUE_WAIT": "\udcff"}, {"SHMBROKER_QUEUE_SPIN_MAX_US": "-1"},
+                    {"SHMBROKER_QUEUE_SPIN_MAX_US": "1e99"},
+                    {"SHMBROKER_QUEUE_SPIN_MAX_US": str(10 ** 30)}):
+            with unittest.mock.patch.dict(os.environ, env), \
+                    self.assertLogs("shmbroker.queue", "WARNING"):
+                self.assertEqual(Q._wait_settings(),
+                                 (True, False, Q.SPIN_MAX_DEFAULT_US * 1000))
+
+
+def buffer_messages():
+    """(name, message) of every kind of buffer, small and large."""
+    rng = random.Random(7)
+    out = [("bytes small", b"abc"), ("bytes", rng.randbytes(5000)),
+           ("bytes empty", b""), ("bytearray", bytearray(rng.randbytes(3000))),
+           ("memoryview", memoryview(rng.randbytes(4096))),
+           ("memoryview 2-D doubles", memoryview(rng.randbytes(8 * 60)).cast("d", [6, 10])),
+           ("memoryview strided", memoryview(rng.randbytes(2000))[::3]),
+           ("bytes larger than a slot", rng.randbytes(200 * 1024))]
+    if np is not None:
+        out += [("numpy float32 2-D", np.arange(600, dtype=np.float32).reshape(20, 30)),
+                ("numpy int16 Fortran", np.asfortranarray(
+                    np.arange(120, dtype=np.int16).reshape(10, 12))),
+                ("numpy larger than a slot", np.arange(40000, dtype=np.float64))]
+    if torch is not None:
+        out += [("torch bfloat16 3-D", torch.arange(60, dtype=torch.bfloat16).reshape(3, 4, 5)),
+                ("torch int64", torch.arange(1000, dtype=torch.int64)),
+                ("torch empty", torch.zeros((0, 7), dtype=torch.float16)),
+                ("torch transposed", torch.arange(12.0).reshape(3, 4).t())]
+    return out
+
+
+def same(test, name, want, got):
+    """got is want: the same type, bytes, and dtype/format and shape."""
+    test.assertIs(type(got), type(want), name)
+    if isinstance(want, (bytes, bytearray)):
+        test.assertEqual(got, want, name)
+    elif isinstance(want, memoryview):
+        test.assertEqual((got.format, got.shape), (want.format, want.shape), name)
+        test.assertEqual(got.tobytes(), want.tobytes(), name)
+        test.assertFalse(got.readonly, name)
+    elif np is not None and isinstance(want, np.ndarray):
+        test.assertEqual((got.dtype, got.shape), (want.dtype, want.shape), name)
+        test.assertTrue(np.array_equal(got, want), name)
+        test.assertTrue(got.flags.writeable, name)
+    elif torch is not None and isinstance(want, torch.Tensor):
+        test.assertEqual((got.dtype, got.shape), (want.dtype, want.shape), name)
+        test.assertTrue(torch.equal(got, want), name)
+    else:
+        test.assertEqual(got, want, name)
+
+
+@unittest.skipUnless(_futex.supported, _futex.why_unsupported or "")
+class BufferMessageTest(DaemonTest):
+    """Messages that are buffers, through a real daemon."""
+
+    DAEMON_SIZE = "16M"
+    SLOT = 64 * 1024
+
+    def pair(self, slots=4):
+        mq = MessageQueue(1, socket_path=self.d.socket_path, max_chunk_bytes=self.SLOT,
+                          max_chunks=slots)
+        self.addCleanup(mq.close)
+        reader = MessageQueue.create_from_handle(mq.export_handle(), 0)
+        self.addCleanup(reader.close)
+        reader.wait_until_ready(WAIT)
+        mq.wait_until_ready(WAIT)
+        return mq, reader
+
+    def slot_frames(self, mq, n):
+        """The frames of message n in the writer's view of its slot."""
+        area = mq._area
+        flags, length = Q.SLOT.unpack_from(area._mv, area._slot_at(n))[1:3]
+        self.assertEqual(flags, Q.SLOT_INLINE)
+        off = area._slot_at(n) + Q.SLOT_HEADER
+        return frames.parse(area._mv[off:off + length])
+
+    # Each kind of buffer comes back as the same type with the same bytes,
+    # dtype (format) and shape; those of 1 KiB and more travel out of band:
+    # their bytes are the slot's second frame, not inside a pickle. One of
+    # each is larger than a slot (an overflow object).
+    def test_buffers_round_trip_out_of_band(self):
+        if np is None or torch is None:
+            sys.stdout.write("  (numpy %s, torch %s: their cases are left out)\n"
+                             % ("absent" if np is None else "present",
+                                "absent" if torch is None else "present"))
+        mq, reader = self.pair()
+        for name, msg in buffer_messages():
+            n = mq._area.published()
+            mq.enqueue(msg)
+            size = memoryview(msg).nbytes if not _is_tensor(msg) else \
+                msg.numel() * msg.element_size()
+            if size >= 1024 and size < self.SLOT - 256:
+                got_frames = self.slot_frames(mq, n)
+                self.assertEqual(len(got_frames), 2, name)
+                raw = msg.contiguous().numpy().tobytes() if _is_tensor(msg) else \
+                    memoryview(msg).tobytes(order="A" if np is not None
+                                            and isinstance(msg, np.ndarray) else None)
+                self.assertEqual(got_frames[1].tobytes(), raw, name)
+            same(self, name, msg, reader.dequeue(timeout=WAIT))
+
+    # Pickled messages and buffers interleave, in and out of slots, and every
+    # one arrives in order.
+    def test_mixed_messages_in_order(self):
+        mq, reader = self.pair(slots=3)
+        rng = random.Random(11)
+        kinds = buffer_messages() + [("dict", {"step": 1, "data": b"x" * 3000}),
+                                     ("list", [1, 2.5, "three"]), ("none", None),
+                                     ("big dict", {"blob": rng.randbytes(100 * 1024)})]
+        order = [kinds[rng.randrange(len(kinds))] for _ in range(120)]
+        for i, (name, msg) in enumerate(order):
+            mq.enqueue(msg)
+            same(self, "%d %s" % (i, name), msg, reader.dequeue(timeout=WAIT))
+
+    # A member that scribbles the slot header (or the frames header inside
+    # it) makes the reader raise a clear error naming the corruption; the
+    # reader does not crash, and the queue's other members are not touched.
+    def test_scribbled_slot_header_is_a_clear_error(self):
+        mq, reader = self.pair()
+        area = mq._area
+        scribbles = [("seq", 0, (1 << 64) - 1, "Q"), ("flags", 8, 7, "I"),
+                     ("len", 12, 0xFFFFFFFF, "I"), ("len", 12, 3, "I"),
+                     ("magic", 64, 0, "Q"),
+                     ("frames count", 72, 0xFFFFFFFF, "I"),
+                     ("frame length", 80, (1 << 63), "Q")]
+        for name, off, value, fmt in scribbles:
+            n = area.published()
+            mq.enqueue(bytes(5000))
+            at = area._slot_at(n) + off
+            area._mv[at:at + (8 if fmt == "Q" else 4)] = value.to_bytes(
+                8 if fmt == "Q" else 4, "little")
+            with self.assertRaises(shmbroker.ShmBrokerError, msg=name) as cm:
+                reader.dequeue(timeout=WAIT)
+            self.assertRegex(str(cm.exception), "corrupt|frames|layout|payload", name)
+            # Past the bad message: the seat moves on by hand, as a reader
+            # that gives up on it would reopen its seat.
+            reader._area._q64[reader._area._i_next] = n + 1
+        mq.enqueue(b"after")
+        self.assertEqual(reader.dequeue(timeout=WAIT), b"after")
+
+    # A rebuild whose format, dtype or shape does not fit its bytes (a
+    # scribbled stream) is a clear error, not a crash or a TypeError.
+    def test_rebuild_that_does_not_fit_is_a_clear_error(self):
+        cases = [(Q._rebuild_memoryview, ("d", (3,))), (Q._rebuild_memoryview, ("Zq", (1,))),
+                 (Q._rebuild_memoryview, ("B", (9,)))]
+        if torch is not None:
+            cases += [(Q._rebuild_tensor, ("float32", (3,))),
+                      (Q._rebuild_tensor, ("__class__", (2,))),
+                      (Q._rebuild_tensor, ("float64", (-5, 2)))]
+        for rebuild, args in cases:
+            stream = pickle.dumps(Q._OutOfBand(rebuild, b"\0" * 8, args), protocol=5,
+                                  buffer_callback=lambda b: None)
+            with self.assertRaisesRegex(shmbroker.ShmBrokerError, "corrupt", msg=args):
+                pickle.loads(stream, buffers=[bytearray(8)])
+
+    # A tensor message read where torch cannot be imported says so.
+    def test_tensor_without_torch_says_so(self):
+        stream = pickle.dumps(Q._OutOfBand(Q._rebuild_tensor, b"\0" * 8, ("float32", (2,))),
+                              protocol=5, buffer_callback=lambda b: None)
+        with unittest.mock.patch.dict(sys.modules, {"torch": None}):
+            with self.assertRaisesRegex(shmbroker.Unsupported, "torch cannot be imported"):
+                pickle.loads(stream, buffers=[bytearray(8)])
+
+
+def _is_tensor(obj):
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+if __name__ == "__main__":
+    unittest.main()
