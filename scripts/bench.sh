@@ -648,7 +648,38 @@ if [ -s "$tmp/qerr" ]; then
     say "Queue benchmark failures:"
     while IFS= read -r line; do say "  $line"; done <"$tmp/qerr"
 fi
+
+# ---- vLLM's own classes side by side (tests/bench/bench_vllm.py) ------------------------
+# Run when vLLM is importable or VLLM_SRC names its source tree; else one line
+# says how. Its rows go to $build/bench/vllm.json, its table here.
+src=$(dirname "$0")/..
+vpy=${PYTHON:-python3}
+vjson="$build/bench/vllm.json"
+mkdir -p "$build/bench"
+say ""
+if [ -n "${VLLM_SRC:-}" ] || "$vpy" -c 'import vllm' >/dev/null 2>&1; then
+    : >"$vjson"
+    if SHMBROKERD="$daemon" PYTHONPATH="$src/client/python${PYTHONPATH:+:$PYTHONPATH}" \
+        "$vpy" "$src/tests/bench/bench_vllm.py" --json "$vjson" >"$tmp/vllm.out"; then
+        while IFS= read -r line; do say "$line"; done <"$tmp/vllm.out"
+    else
+        qfailed=1
+        say "vLLM side by side: tests/bench/bench_vllm.py failed (its error is above)"
+    fi
+else
+    say "vLLM side by side: not run, no vLLM here (VLLM_SRC=/path/to/vllm make bench-vllm)"
+fi
+
+# ---- charts (scripts/bench_charts.py), from this run's JSON ---------------------------
+if "$vpy" -c 'import matplotlib' >/dev/null 2>&1; then
+    say ""
+    "$vpy" "$src/scripts/bench_charts.py" "$build/bench" --results "$json" --vllm "$vjson" \
+        >"$tmp/charts.out" || qfailed=1
+    while IFS= read -r line; do say "$line"; done <"$tmp/charts.out"
+else
+    say "charts: not drawn, matplotlib is missing (sh scripts/install-deps.sh bench)"
+fi
 say "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 say ""
-say "table: $txt; JSON lines: $json"
+say "table: $txt; JSON lines: $json; charts: $build/bench/*.svg"
 [ "$qfailed" = 0 ] || exit 1
