@@ -277,6 +277,8 @@ def main():
               "(sh scripts/install-deps.sh bench); no charts drawn.", file=sys.stderr)
         return 2
     matplotlib.rcParams["svg.hashsalt"] = "shmbroker"  # the same figures give the same file
+    # Text stays text: smaller files, and a page can be searched.
+    matplotlib.rcParams["svg.fonttype"] = "none"
     os.makedirs(args.out, exist_ok=True)
     rows = load(args.results)
     vrows = load(args.vllm)

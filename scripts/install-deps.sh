@@ -55,6 +55,8 @@ if [ "$want" = test ]; then
     # The vLLM drop-in tests: MessageQueue.create_from_process_group over a
     # torch ProcessGroup (gloo, on the CPU), as vLLM's parallel_state makes it.
     have_deb python3-torch || need python3-torch
+    # tests/python/test_bench_charts.py draws the benchmark's charts.
+    have_deb python3-matplotlib || need python3-matplotlib
     # The systemd tests run both; a container image usually has neither.
     if ! command -v systemd-analyze >/dev/null 2>&1 ||
         ! command -v systemd-socket-activate >/dev/null 2>&1; then
