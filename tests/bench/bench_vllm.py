@@ -265,7 +265,8 @@ def store_writer(side, opts, out):
     store = side.make_store(opts.ring, opts.max_object, lock)
     res["open_s"] = time.perf_counter() - t
     here, there = multiprocessing.Pipe()
-    reader = multiprocessing.Process(target=store_reader, args=(side, store.handle(), there))
+    reader = multiprocessing.Process(target=store_reader, args=(side, store.handle(), there),
+                                     daemon=True)
     reader.start()
     there.close()
     key = 0
@@ -305,6 +306,7 @@ def store_writer(side, opts, out):
 QUEUE_SIZES = [64, 4096, 64 << 10, MIB]
 PACED = [(64, 200e-6), (4096, 200e-6), (64, 5e-3), (4096, 5e-3)]
 DATA, PACE, REPORT, QUIT = 0, 1, 2, 3
+READER_TIMEOUT = 120  # seconds a reader waits for a message before it gives up
 
 
 def queue_reader(side, handle, rank, conn):
@@ -312,7 +314,8 @@ def queue_reader(side, handle, rank, conn):
     mq.wait_until_ready()
     lat, got, first_cpu, first_t = [], 0, None, None
     while True:
-        kind, seq, t_ns, body = mq.dequeue()
+        # Bounded: a reader whose writer died (vLLM's would spin on) ends.
+        kind, seq, t_ns, body = mq.dequeue(timeout=READER_TIMEOUT)
         now = time.monotonic_ns()
         if kind == DATA:
             got += 1
@@ -337,7 +340,8 @@ def queue_writer(side, opts, n_readers, out):
     pipes, readers = [], []
     for rank in range(n_readers):
         here, there = multiprocessing.Pipe()
-        p = multiprocessing.Process(target=queue_reader, args=(side, handle, rank, there))
+        p = multiprocessing.Process(target=queue_reader, args=(side, handle, rank, there),
+                                    daemon=True)
         p.start()
         there.close()
         pipes.append(here)
@@ -524,7 +528,12 @@ def main():
 
     import shmbroker
     opts.tmp = tempfile.mkdtemp(prefix="bench-vllm-")
-    daemon = shmbroker.spawn_daemon("512M", args=["--max-object-size", "64M"])
+    try:
+        daemon = shmbroker.spawn_daemon("512M", args=["--max-object-size", "64M"])
+    except (OSError, RuntimeError) as e:
+        print("bench_vllm: cannot start shmbrokerd for the queues: %s (set SHMBROKERD to "
+              "build/shmbrokerd, or run make bench-vllm)" % e, file=sys.stderr)
+        return 2
     opts.queue_socket = daemon.socket_path
     rounds = []
     try:

@@ -72,7 +72,7 @@ class BenchVllmTest(unittest.TestCase):
     # A tree's two files are loaded with stand-ins for the rest of vllm.*; the
     # report and the JSON carry every cell of the store and the queue, each
     # side's figure positive and the ratio the quotient of the two.
-    def test_quick_run_from_a_tree(self):
+    def fake_tree(self):
         dc = os.path.join(self.tmp, "vllm", "distributed", "device_communicators")
         os.makedirs(dc)
         with open(os.path.join(dc, "shm_object_storage.py"), "w") as f:
@@ -80,6 +80,19 @@ class BenchVllmTest(unittest.TestCase):
         with open(os.path.join(dc, "shm_broadcast.py"), "w") as f:
             f.write(FAKE_QUEUE)
         self.env["VLLM_SRC"] = self.tmp
+
+    # No daemon binary: status 2, naming SHMBROKERD, before anything is measured.
+    def test_no_daemon(self):
+        self.fake_tree()
+        self.env["SHMBROKERD"] = os.path.join(self.tmp, "no-such-shmbrokerd")
+        r = self.run_harness("--quick")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("cannot start shmbrokerd", r.stderr)
+        self.assertIn("SHMBROKERD", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+
+    def test_quick_run_from_a_tree(self):
+        self.fake_tree()
         out = os.path.join(self.tmp, "out.json")
         r = self.run_harness("--quick", "--seconds", "0.05", "--json", out)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
