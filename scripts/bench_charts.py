@@ -36,14 +36,18 @@ PEERS = [  # (label in the JSON, name on the chart)
 def load(path):
     rows = []
     if path and os.path.exists(path):
-        with open(path) as f:
+        # Lines that are not JSON objects (a table, bytes that are not UTF-8,
+        # a line cut short) are not figures: skipped.
+        with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 line = line.strip()
                 if line.startswith("{"):
                     try:
-                        rows.append(json.loads(line))
+                        row = json.loads(line)
                     except ValueError:
-                        pass
+                        continue
+                    if isinstance(row, dict):
+                        rows.append(row)
     return rows
 
 
@@ -295,9 +299,16 @@ def main():
                           ("vllm", chart_vllm, vrows)):
         if not src:
             continue
-        if fn(plt, src, args.out):
+        try:
+            ok = fn(plt, src, args.out)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+            # A row without a field its chart needs: that chart is left out.
+            print("bench_charts: %s.svg not drawn: a figure it needs is missing or not a "
+                  "number (%s: %s)" % (name, type(e).__name__, e), file=sys.stderr)
+            ok = None
+        if ok:
             drawn.append(os.path.join(args.out, name + ".svg"))
-        else:
+        elif ok is not None:
             print("bench_charts: no figures for %s.svg in this run" % name, file=sys.stderr)
         plt.close("all")
     for path in drawn:

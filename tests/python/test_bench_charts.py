@@ -104,6 +104,21 @@ class ChartsTest(unittest.TestCase):
         bars = re.findall(r'<g id="patch_\d+">', text)
         self.assertGreaterEqual(len(bars), 3)  # the axes' background and the two bars
 
+    # Bytes that are not UTF-8 and a row without the fields its chart needs:
+    # that chart is left out with a message, the others are drawn.
+    def test_malformed_rows(self):
+        path = os.path.join(self.tmp, "bad.json")
+        with open(path, "wb") as f:
+            f.write(b'{"mode":"putread","label":"new-64-1","size":64,"clients":1,'
+                    b'"ops_per_s":100000,"gb_per_s":0.0064}\n')
+            f.write(b'\xff\xfe{"not": utf-8 \x80}\n[1, 2]\n')
+            f.write(b'{"mode":"queue","run":"throughput","impl":"shmb"}\n')
+        r = self.draw("--results", path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("shmbroker put+read", self.svg("objects-throughput.svg"))
+        self.assertIn("queue-throughput.svg not drawn", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+
     # Files without figures: an error that says to run the benchmark first.
     def test_no_figures(self):
         r = self.draw("--results", self.write("empty.json", []))
