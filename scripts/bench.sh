@@ -701,12 +701,13 @@ if [ -n "${VLLM_SRC:-}" ] || "$vpy" -c 'import vllm' >/dev/null 2>&1; then
     fi
 else
     say "vLLM side by side: not run, no vLLM here (VLLM_SRC=/path/to/vllm make bench-vllm)"
+    vjson="" # an earlier run's figures are not this run's: no vllm.svg from them
 fi
 
 # ---- charts (scripts/bench_charts.py), from this run's JSON ---------------------------
 if "$vpy" -c 'import matplotlib' >/dev/null 2>&1; then
     say ""
-    "$vpy" "$src/scripts/bench_charts.py" "$build/bench" --results "$json" --vllm "$vjson" \
+    "$vpy" "$src/scripts/bench_charts.py" "$build/bench" --results "$json" ${vjson:+--vllm "$vjson"} \
         >"$tmp/charts.out" || qfailed=1
     while IFS= read -r line; do say "$line"; done <"$tmp/charts.out"
 else

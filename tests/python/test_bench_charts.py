@@ -70,7 +70,8 @@ class ChartsTest(unittest.TestCase):
             for size in (64, 4096):
                 for n in (1, 4):
                     rows += [queue(impl, "latency", size, n), queue(impl, "throughput", size, n)]
-            rows.append(queue(impl, "idle", 64, 1, cpu_s_per_reader=0.001))
+            # An idle run has sent nothing: its seconds are 0, as shmb-queue-bench reports.
+            rows.append(queue(impl, "idle", 64, 1, cpu_s_per_reader=0.001, seconds=0.0))
         r = self.draw("--results", self.write("results.json", rows))
         self.assertEqual(r.returncode, 0, r.stderr)
         objects = self.svg("objects-throughput.svg")
