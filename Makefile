@@ -326,7 +326,7 @@ FUZZ_ADOPT_SRC := tests/fuzz/fuzz_adopt.c $(CORE_SRC) proto/utf8.c proto/error.c
                   proto/text.c proto/catalog.c
 FUZZ_ADOPT_BIN := $(FUZZ_BUILD)/fuzz_adopt
 
-.PHONY: all run test test-arm64 fuzz fuzz-adopt soak bench bench-instructions check-deps check-test-deps unit clean install uninstall deb
+.PHONY: all run test test-arm64 fuzz fuzz-adopt soak bench bench-vllm bench-instructions check-deps check-test-deps unit clean install uninstall deb
 all: check-deps
 	$(Q)$(MAKE) --no-print-directory binaries
 
@@ -341,7 +341,7 @@ run: check-deps
 	$(DAEMON) $(RUN_ARGS)
 
 test: check-test-deps
-	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) $(FRAMES_TOOL) $(READ_TOOL) \
+	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) $(FRAMES_TOOL) $(READ_TOOL) $(BENCH_BIN) \
 	    $(if $(SANITIZER),,$(FUZZ_BIN) $(FUZZ_ADOPT_BIN) $(TSAN_BIN) $(QUEUE_TSAN_BIN))
 	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl PYTHON=$(PYTHON) \
 	    SHMB_SOAK=$(BUILD)/tests/soak FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
@@ -393,6 +393,20 @@ bench: check-deps
 	$(Q)sh scripts/install-deps.sh bench
 	$(Q)$(MAKE) --no-print-directory $(BINS) $(BENCH_BIN) $(QUEUE_BENCH_BIN)
 	$(Q)PYTHON=$(PYTHON) sh scripts/bench.sh $(BUILD)
+
+# vLLM's own store and queue side by side with the drop-ins
+# (tests/bench/bench_vllm.py), when vLLM is importable in $(PYTHON) or
+# VLLM_SRC names a vLLM source tree: VLLM_SRC=/path/to/vllm make bench-vllm.
+# BENCH_QUICK=1 for a smoke run. Writes $(BUILD)/bench/vllm.txt, vllm.json
+# and the chart vllm.svg.
+bench-vllm: check-deps
+	$(Q)sh scripts/install-deps.sh bench-vllm
+	$(Q)$(MAKE) --no-print-directory $(BINS)
+	$(Q)mkdir -p $(BUILD)/bench && : >$(BUILD)/bench/vllm.json
+	$(Q)SHMBROKERD=$(DAEMON) PYTHONPATH=client/python $(PYTHON) tests/bench/bench_vllm.py \
+	    --json $(BUILD)/bench/vllm.json >$(BUILD)/bench/vllm.txt; st=$$?; \
+	    cat $(BUILD)/bench/vllm.txt; exit $$st
+	$(Q)$(PYTHON) scripts/bench_charts.py $(BUILD)/bench --vllm $(BUILD)/bench/vllm.json
 
 # The daemon's instructions per request over a fixed workload (valgrind's
 # callgrind): a measure that the machine's load does not move, for comparing

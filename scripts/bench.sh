@@ -205,12 +205,15 @@ for size in $sizes; do
         s_p50=$(field "$last" p50_us)
         s_p99=$(field "$last" p99_us)
         s_p999=$(field "$last" p999_us)
+        s_first=$(field "$last" first_lap_ops_per_s)
         b_ops="-"
         b_x="-"
         run --mode redis --redis-socket "$rsock" --size "$size" --clients "$n" \
             --seconds "$secs" --label "$lbl" || die "redis $lbl failed"
         r_ops=$(field "$last" ops_per_s)
         r_gb=$(field "$last" gb_per_s)
+        printf '%-7s %3s | %12.0f %12.0f | %12.0f %12.0f\n' "$(human "$size")" "$n" "$s_first" \
+            "$s_ops" "$(field "$last" first_lap_ops_per_s)" "$r_ops" >>"$tmp/first"
         if [ "$size" -le "$batch_max_size" ]; then
             run --mode batch-putget --socket "$sock" --size "$size" --clients "$n" \
                 --batch "$batch" --seconds "$secs" --label "$lbl" ||
@@ -228,6 +231,15 @@ for size in $sizes; do
             "$(calc '%f' "$s_ops / $r_ops")" "$(calc '%f' "$s_p50 / $rp50")")"
     done
 done
+say ""
+say ""
+say "First lap: objects/s over each run's first $(calc '%g' "$secs / 10 > 0.5 ? 0.5 : $secs / 10") s (a"
+say "new process: its first requests, pages and caches), beside the warm run that follows:"
+hdr=$(printf '%-7s %3s | %12s %12s | %12s %12s' size cl "shmb first" "shmb warm" "Redis first" \
+    "Redis warm")
+say "$hdr"
+say "$(printf '%s' "$hdr" | tr -c '|\n' '-')"
+while IFS= read -r line; do say "$line"; done <"$tmp/first"
 say ""
 say "xRedis: shmbroker put+get objects/s (= bytes/s) over Redis SET+GET; %mcpy: shmbroker"
 say "GB/s over memcpy GB/s; p50/rt: shmbroker's p50 per object over the bare round trip's"
@@ -274,9 +286,12 @@ for cell in 64:1 64:16 4096:1 4096:16 1048576:1; do
     p_p99=$(field "$last" p99_us)
     p_fast=$(field "$last" reads_fast)
     p_fb=$(field "$last" reads_fallback)
+    p_first=$(field "$last" first_lap_ops_per_s)
     run --mode redis --redis-socket "$rsock" --size "$size" --clients "$n" \
         --seconds "$secs" --label "$lbl" || die "redis $lbl failed"
     r_ops=$(field "$last" ops_per_s)
+    printf '%-7s %3s | %12.0f %12.0f | %12.0f %12.0f\n' "$(human "$size")" "$n" "$p_first" \
+        "$p_ops" "$(field "$last" first_lap_ops_per_s)" "$r_ops" >>"$tmp/first-new"
     run --mode putget --release-nowait --socket "$sock" --size "$size" --clients "$n" \
         --seconds "$secs" --label "old-$size-$n" || die "shmbroker putget $lbl failed"
     o_ops=$(field "$last" ops_per_s)
@@ -285,6 +300,13 @@ for cell in 64:1 64:16 4096:1 4096:16 1048576:1; do
         "$(calc '%f' "$p_ops / $r_ops")" "$o_ops" "$(calc '%f' "$p_ops / $o_ops")" \
         "$(calc '%f' "100 * $p_fast / ($p_fast + $p_fb + 0.000001)")")"
 done
+say ""
+say "First lap of the new calls (objects/s over each run's first lap, then warm):"
+hdr=$(printf '%-7s %3s | %12s %12s | %12s %12s' size cl "new first" "new warm" "Redis first" \
+    "Redis warm")
+say "$hdr"
+say "$(printf '%s' "$hdr" | tr -c '|\n' '-')"
+while IFS= read -r line; do say "$line"; done <"$tmp/first-new"
 say ""
 say "xRedis: put+read objects/s over Redis SET+GET objects/s (targets: >= 2 at 64 B and 4 KiB,"
 say ">= 4 at 1 MiB, one client); xold: over the old plain calls."
@@ -416,6 +438,8 @@ qfailed=0
 : >"$tmp/qerr"
 : >"$tmp/qhot"
 : >"$tmp/qtput"
+: >"$tmp/qfirst"
+qfirst_n=""
 start_daemon "$name-q" 128M "$tmp/q.sock"
 qpid=$started
 extra_pids="$qpid"
@@ -498,6 +522,9 @@ for size in $qsizes; do
             if qrun --impl "$impl" --run throughput --size "$size" --readers "$n" \
                 --seconds "$qtput" --label "$lbl"; then
                 eval "q_${impl}_tput=$(field "$last" msgs_per_s)"
+                qfirst_n=$(field "$last" first_lap_msgs)
+                printf '%s\n' "$(human "$size") x$n $impl $(calc '%.0f' \
+                    "$(field "$last" first_lap_msgs_per_s)")" >>"$tmp/qfirst"
                 eval "q_${impl}_gbs=$(field "$last" gb_per_s)"
                 lost=$(field "$last" lost)
                 [ "$lost" = 0 ] || printf '%s\n' "$impl $(human "$size") x$n: $lost messages lost" \
@@ -567,6 +594,12 @@ hdr=$(printf '%-7s %2s | %10s %7s | %10s | %10s | %10s | %6s %6s %6s' \
 say "$hdr"
 say "$(printf '%s' "$hdr" | tr -c '|\n' '-')"
 while IFS= read -r line; do say "$line"; done <"$tmp/qtput"
+say ""
+say "First lap of each throughput run (messages/s over its first ${qfirst_n:-?} messages, a new"
+say "process's first pass over every slot, untimed in the table above):"
+awk '{ k = $1 " " $2 " " $3; if (k != prev) { if (line != "") print line; line = "  " k ":"; prev = k }
+       line = line " " $4 "=" $5 } END { if (line != "") print line }' "$tmp/qfirst" |
+    while IFS= read -r line; do say "$line"; done
 
 say ""
 say "Idle readers: CPU seconds per reader (getrusage of the reader processes, all threads) over"
@@ -648,7 +681,39 @@ if [ -s "$tmp/qerr" ]; then
     say "Queue benchmark failures:"
     while IFS= read -r line; do say "  $line"; done <"$tmp/qerr"
 fi
+
+# ---- vLLM's own classes side by side (tests/bench/bench_vllm.py) ------------------------
+# Run when vLLM is importable or VLLM_SRC names its source tree; else one line
+# says how. Its rows go to $build/bench/vllm.json, its table here.
+src=$(dirname "$0")/..
+vpy=${PYTHON:-python3}
+vjson="$build/bench/vllm.json"
+mkdir -p "$build/bench"
+say ""
+if [ -n "${VLLM_SRC:-}" ] || "$vpy" -c 'import vllm' >/dev/null 2>&1; then
+    : >"$vjson"
+    if SHMBROKERD="$daemon" PYTHONPATH="$src/client/python${PYTHONPATH:+:$PYTHONPATH}" \
+        "$vpy" "$src/tests/bench/bench_vllm.py" --json "$vjson" >"$tmp/vllm.out"; then
+        while IFS= read -r line; do say "$line"; done <"$tmp/vllm.out"
+    else
+        qfailed=1
+        say "vLLM side by side: tests/bench/bench_vllm.py failed (its error is above)"
+    fi
+else
+    say "vLLM side by side: not run, no vLLM here (VLLM_SRC=/path/to/vllm make bench-vllm)"
+    vjson="" # an earlier run's figures are not this run's: no vllm.svg from them
+fi
+
+# ---- charts (scripts/bench_charts.py), from this run's JSON ---------------------------
+if "$vpy" -c 'import matplotlib' >/dev/null 2>&1; then
+    say ""
+    "$vpy" "$src/scripts/bench_charts.py" "$build/bench" --results "$json" ${vjson:+--vllm "$vjson"} \
+        >"$tmp/charts.out" || qfailed=1
+    while IFS= read -r line; do say "$line"; done <"$tmp/charts.out"
+else
+    say "charts: not drawn, matplotlib is missing (sh scripts/install-deps.sh bench)"
+fi
 say "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 say ""
-say "table: $txt; JSON lines: $json"
+say "table: $txt; JSON lines: $json; charts: $build/bench/*.svg"
 [ "$qfailed" = 0 ] || exit 1

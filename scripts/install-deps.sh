@@ -1,16 +1,19 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 # Install the Debian packages shmbroker needs when pkg-config cannot find them.
-# Usage: scripts/install-deps.sh [build|test|bench|deb|arm64]
+# Usage: scripts/install-deps.sh [build|test|bench|bench-vllm|deb|arm64]
 # build: libuv, jansson; test adds cmocka, clang with its sanitizer and
 # fuzzer runtimes (the fuzz target), valgrind (the soak under memcheck, and
 # the instruction count with python3) and systemd (systemd-analyze and
 # systemd-socket-activate, for the systemd tests), python3-numpy,
 # python3-setuptools, python3-pip, python3-torch and
 # python3-prometheus-client (the Python tests), python3-venv and python3-yaml
-# (the packaging tests); bench adds redis-server,
-# redis-tools, python3-redis, python3-numpy and libzmq3-dev (the queue
-# benchmark's ZeroMQ reference); deb adds Debian's packaging
+# (the packaging tests), python3-matplotlib (the charts' test); bench adds
+# redis-server, redis-tools, python3-redis, python3-numpy, libzmq3-dev (the
+# queue benchmark's ZeroMQ reference) and python3-matplotlib (the charts);
+# bench-vllm adds python3-torch, python3-zmq and python3-numpy (what vLLM's
+# shm_broadcast.py and shm_object_storage.py import) and python3-matplotlib;
+# deb adds Debian's packaging
 # tools (debhelper, dh-python, dpkg-dev, lintian) and python3; arm64 adds
 # what `make test-arm64` needs on the host: Debian's cross compiler for
 # arm64 (gcc-aarch64-linux-gnu, its binutils and libc6-dev-arm64-cross),
@@ -60,6 +63,8 @@ if [ "$want" = test ]; then
     # The vLLM drop-in tests: MessageQueue.create_from_process_group over a
     # torch ProcessGroup (gloo, on the CPU), as vLLM's parallel_state makes it.
     have_deb python3-torch || need python3-torch
+    # tests/python/test_bench_charts.py draws the benchmark's charts.
+    have_deb python3-matplotlib || need python3-matplotlib
     # The systemd tests run both; a container image usually has neither.
     if ! command -v systemd-analyze >/dev/null 2>&1 ||
         ! command -v systemd-socket-activate >/dev/null 2>&1; then
@@ -78,6 +83,18 @@ if [ "$want" = bench ]; then
     have_deb python3-numpy || need python3-numpy
     # tests/bench/queue_bench.c: ZeroMQ PUB/SUB, the queues' reference.
     pkg-config --exists libzmq 2>/dev/null || need libzmq3-dev
+    # scripts/bench_charts.py draws the run's charts.
+    have_deb python3-matplotlib || need python3-matplotlib
+fi
+if [ "$want" = bench-vllm ]; then
+    # tests/bench/bench_vllm.py: vLLM's two files import torch and pyzmq
+    # (vLLM's own requirements), the store's array cell numpy, the charts
+    # matplotlib.
+    command -v python3 >/dev/null 2>&1 || need python3
+    have_deb python3-numpy || need python3-numpy
+    have_deb python3-torch || need python3-torch
+    have_deb python3-zmq || need python3-zmq
+    have_deb python3-matplotlib || need python3-matplotlib
 fi
 
 if [ "$want" = arm64 ]; then

@@ -1,0 +1,120 @@
+# SPDX-License-Identifier: Apache-2.0
+"""tests/bench/bench_vllm.py's own logic, without vLLM: how it loads vLLM's
+two files from a VLLM_SRC tree (here a fake tree whose two modules hand out
+shmbroker's classes, importing what vLLM's import from vllm.*), what it says
+when there is no vLLM, and that a quick run reports every cell with a ratio
+taken from both sides' figures."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+HARNESS = os.path.join(ROOT, "tests", "bench", "bench_vllm.py")
+
+# The fake tree's modules import from vllm.* what vLLM's do, so that a run
+# fails when the harness's stand-ins for them are missing.
+FAKE_STORE = """\
+import vllm.envs as envs
+from vllm.logger import init_logger
+from shmbroker.vllm import (ObjectSerde, SingleWriterShmRingBuffer,
+                            SingleWriterShmObjectStorage)
+logger = init_logger(__name__)
+"""
+FAKE_QUEUE = """\
+import vllm.envs as envs
+from vllm.distributed.utils import StatelessProcessGroup
+from vllm.logger import init_logger
+from vllm.utils import get_ip, get_open_port, get_open_zmq_ipc_path, is_valid_ipv6_address
+from shmbroker import MessageQueue
+INTERVAL = envs.VLLM_RINGBUFFER_WARNING_INTERVAL
+assert get_open_zmq_ipc_path().startswith("ipc://") and not is_valid_ipv6_address(get_ip())
+assert 0 < get_open_port() < 65536
+"""
+
+
+class BenchVllmTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="shmb-bench-vllm-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.env = dict(os.environ)
+        self.env["PYTHONPATH"] = os.path.join(ROOT, "client", "python")
+        self.env.setdefault("SHMBROKERD", os.path.join(ROOT, "build", "shmbrokerd"))
+
+    def run_harness(self, *args, timeout=120):
+        return subprocess.run([sys.executable, HARNESS] + list(args), env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    # A VLLM_SRC that is not a vLLM tree: status 2 and how to get one.
+    def test_not_a_tree(self):
+        self.env["VLLM_SRC"] = self.tmp
+        r = self.run_harness("--quick")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("is not a vLLM source tree", r.stderr)
+        self.assertIn("VLLM_SRC=/path/to/vllm make bench-vllm", r.stderr)
+
+    # No VLLM_SRC and no vllm package (a path where none is): status 2, saying
+    # how to get one, before anything is measured.
+    def test_no_vllm(self):
+        self.env.pop("VLLM_SRC", None)
+        r = subprocess.run([sys.executable, "-S", "-s", HARNESS, "--quick"], env=self.env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("no VLLM_SRC and no vllm package", r.stderr)
+        self.assertIn("pip install vllm", r.stderr)
+        self.assertNotIn("round 1", r.stderr)
+
+    # A tree's two files are loaded with stand-ins for the rest of vllm.*; the
+    # report and the JSON carry every cell of the store and the queue, each
+    # side's figure positive and the ratio the quotient of the two.
+    def fake_tree(self):
+        dc = os.path.join(self.tmp, "vllm", "distributed", "device_communicators")
+        os.makedirs(dc)
+        with open(os.path.join(dc, "shm_object_storage.py"), "w") as f:
+            f.write(FAKE_STORE)
+        with open(os.path.join(dc, "shm_broadcast.py"), "w") as f:
+            f.write(FAKE_QUEUE)
+        self.env["VLLM_SRC"] = self.tmp
+
+    # No daemon binary: status 2, naming SHMBROKERD, before anything is measured.
+    def test_no_daemon(self):
+        self.fake_tree()
+        self.env["SHMBROKERD"] = os.path.join(self.tmp, "no-such-shmbrokerd")
+        r = self.run_harness("--quick")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("cannot start shmbrokerd", r.stderr)
+        self.assertIn("SHMBROKERD", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+
+    def test_quick_run_from_a_tree(self):
+        self.fake_tree()
+        out = os.path.join(self.tmp, "out.json")
+        r = self.run_harness("--quick", "--seconds", "0.05", "--json", out)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("vLLM from %s" % self.tmp, r.stdout)
+        self.assertIn("First lap", r.stdout)
+        rows = {}
+        with open(out) as f:
+            for line in f:
+                row = json.loads(line)
+                rows[row["key"]] = row
+        for key in ("store 64 KiB", "store 16 MiB", "store dict+1MiB-array", "store open_s",
+                    "store first:1 MiB", "queue 64 B x1", "queue 1 MiB x4",
+                    "queue first:4 KiB x4", "queue p50:64 B x1 every 200 us",
+                    "queue p99:4 KiB x4 every 5000 us", "queue cpu:64 B x4 every 5000 us",
+                    "queue idle cpu x1"):
+            self.assertIn(key, rows)
+        for key in ("store 1 MiB", "queue 4 KiB x4", "queue p50:4 KiB x1 every 5000 us"):
+            row = rows[key]
+            self.assertGreater(row["vllm"], 0, key)
+            self.assertGreater(row["ours"], 0, key)
+            self.assertAlmostEqual(row["ratio"], row["ours"] / row["vllm"], places=6)
+
+
+if __name__ == "__main__":
+    unittest.main()
