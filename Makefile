@@ -325,7 +325,7 @@ run: check-deps
 	$(DAEMON)
 
 test: check-test-deps
-	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) $(FRAMES_TOOL) $(READ_TOOL) \
+	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) $(FRAMES_TOOL) $(READ_TOOL) $(RELAY_TEST_BINS) \
 	    $(if $(SANITIZER),,$(FUZZ_BIN) $(FUZZ_ADOPT_BIN) $(TSAN_BIN) $(QUEUE_TSAN_BIN))
 	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl PYTHON=$(PYTHON) \
 	    SHMB_SOAK=$(BUILD)/tests/soak FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
@@ -414,6 +414,27 @@ $(LIB_SO): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 	    -Wl,--version-script=client/libshmbroker.map -o $@ $^ $(PKGS_LIBS)
 	$(Q)ln -sf $(LIB_SONAME) $(BUILD)/libshmbroker.so
 
+# ---- shmbroker-relay (relay/): objects between hosts' brokers over UCX ----
+# A program of its own: the daemon keeps no network code. It links the
+# library like any worker, UCX (libucx-dev) and libcrypto (its key's HMAC).
+RELAY_SRC   := relay/main.c relay/peer.c relay/wire.c relay/auth.c relay/fetch.c relay/local.c
+RELAY       := $(BUILD)/shmbroker-relay
+RELAY_CFLAGS = $(shell pkg-config --cflags ucx libcrypto 2>/dev/null)
+RELAY_LIBS   = $(shell pkg-config --libs ucx libcrypto 2>/dev/null)
+BINS        += $(RELAY)
+$(call OBJ,$(RELAY_SRC) tests/relay/hostile_peer.c): ALLCFLAGS += $(RELAY_CFLAGS)
+$(RELAY): $(call OBJ,$(RELAY_SRC)) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALLLDFLAGS) -o $@ $^ $(PKGS_LIBS) $(RELAY_LIBS)
+# The relay test (tests/relay/run.sh): two network namespaces, a daemon and a
+# relay in each, UCX over TCP; and a peer that speaks garbage.
+RELAY_HOSTILE := $(BUILD)/tests/relay-hostile-peer
+$(RELAY_HOSTILE): $(call OBJ,tests/relay/hostile_peer.c relay/wire.c relay/auth.c) $(LIB_A)
+$(RELAY_HOSTILE): TEST_LDFLAGS = $(PKGS_LIBS) $(RELAY_LIBS)
+TEST_RUNS   += tests/relay/run.sh
+RELAY_TEST_BINS := $(RELAY) $(RELAY_HOSTILE)
+
 # The pkg-config file and the service unit name installed paths, so they are
 # written at install time, with this install's PREFIX and directories.
 SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
@@ -487,6 +508,7 @@ install: all
 	    $(DESTDIR)$(INCLUDEDIR)
 	install -m 0755 $(DAEMON) $(DESTDIR)$(SBINDIR)/shmbrokerd
 	install -m 0755 $(CTL) $(DESTDIR)$(BINDIR)/shmbrokerctl
+	install -m 0755 $(RELAY) $(DESTDIR)$(SBINDIR)/shmbroker-relay
 	install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/libshmbroker.a
 	install -m 0755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libshmbroker.so
@@ -522,7 +544,7 @@ install: all
 	else echo "$(PYTHON) not found: the Python package (client/python) is not installed"; fi
 
 uninstall:
-	rm -f $(DESTDIR)$(SBINDIR)/shmbrokerd $(DESTDIR)$(BINDIR)/shmbrokerctl \
+	rm -f $(DESTDIR)$(SBINDIR)/shmbrokerd $(DESTDIR)$(SBINDIR)/shmbroker-relay $(DESTDIR)$(BINDIR)/shmbrokerctl \
 	    $(DESTDIR)$(LIBDIR)/libshmbroker.a $(DESTDIR)$(LIBDIR)/$(LIB_SONAME) \
 	    $(DESTDIR)$(LIBDIR)/libshmbroker.so $(DESTDIR)$(INCLUDEDIR)/shmbroker.h \
 	    $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc \
