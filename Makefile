@@ -85,6 +85,8 @@ DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon
                daemon/pool.c daemon/queue.c $(CORE_SRC)
 LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
                client/queue.c client/read.c client/arena.c
+# Objects from other hosts, through shmbroker-relay (relay/).
+LIB_SRC     += client/fetch.c
 CTL_SRC     := client/shmbrokerctl.c
 # The catalog's reader, for the library and the daemon's tests.
 PROTO_SRC   += proto/catalog.c

@@ -897,6 +897,17 @@ static int cmd_rm(shmb_t *c, struct ctl *ctl)
     return shmb_delete(c, ctl->args[0]) < 0 ? fail(c) : 0;
 }
 
+static int fetch_prepare(struct ctl *ctl)
+{
+    return check_key_arg(ctl->args[1]);
+}
+
+/* KEY from another host, through shmbroker-relay (shmb_fetch). */
+static int cmd_fetch(shmb_t *c, struct ctl *ctl)
+{
+    return shmb_fetch(c, ctl->args[0], ctl->args[1]) < 0 ? fail(c) : 0;
+}
+
 /* Write len bytes to fd. */
 static int write_all(int fd, const char *p, size_t len)
 {
@@ -957,6 +968,8 @@ static const struct ctl_cmd ctl_cmds[] = {
     {"get", 1, 2, NULL, key_prepare, cmd_get, "get KEY [FILE|-]",
      "write KEY's bytes to FILE (default: standard output)"},
     {"rm", 1, 1, NULL, key_prepare, cmd_rm, "rm KEY", "delete KEY"},
+    {"fetch", 2, 2, NULL, fetch_prepare, cmd_fetch, "fetch PEER KEY",
+     "bring KEY from relay PEER's host into this daemon (shmbroker-relay)"},
     {"check", 0, 0, NULL, NULL, NULL, "check [DAEMON FLAG]...",
      "would the daemon's pools fit here? (shmbrokerd --check; 0 yes, 1 no)"},
 };
