@@ -469,6 +469,15 @@ void fetch_peer_gone(struct peer *p)
     }
 }
 
+unsigned fetch_waiters(const struct relay *r)
+{
+    const struct transfer *t;
+    unsigned n = 0;
+    LIST_FOREACH(t, &r->transfers, link)
+        n += t->nwaiters;
+    return n;
+}
+
 void fetch_client_gone(struct relay *r, struct local_client *lc)
 {
     struct transfer *t;

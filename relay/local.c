@@ -133,9 +133,10 @@ static void local_status(struct local_client *lc)
                              (json_int_t)p->transfers, "pinned", (json_int_t)p->nserved,
                              "last_error", p->last_error));
     }
-    reply = json_pack("{s:b, s:s, s:s, s:I, s:I, s:o}", "ok", 1, "name", r->name, "listen",
-                      r->listen_addr ? r->listen_addr : "", "refused", (json_int_t)r->refused,
-                      "transfers", (json_int_t)r->ntransfers, "peers", peers);
+    reply = json_pack("{s:b, s:s, s:s, s:I, s:I, s:I, s:o}", "ok", 1, "name", r->name,
+                      "listen", r->listen_addr ? r->listen_addr : "", "refused",
+                      (json_int_t)r->refused, "transfers", (json_int_t)r->ntransfers,
+                      "waiting", (json_int_t)fetch_waiters(r), "peers", peers);
     line = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
     if (line)
         local_reply(lc, line);

@@ -525,6 +525,10 @@ int peer_setup(struct relay *r, struct shmb_error *err)
     int rc;
 
     STAILQ_INIT(&r->inbox);
+    /* A relay restarted after a crash listens again at once, as a daemon
+     * would: its old connections' ports may linger in TIME_WAIT. The
+     * operator's own UCX_CM_REUSEADDR wins. */
+    setenv("UCX_CM_REUSEADDR", "y", 0);
     st = ucp_config_read(NULL, NULL, &config);
     if (st != UCS_OK)
         return shmb_error_set(err, -EINVAL, "UCX's settings (UCX_* variables): %s.",

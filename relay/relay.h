@@ -167,6 +167,8 @@ void fetch_on_done(struct peer *p, const struct wire_msg *m);
 void fetch_poll(struct relay *r);
 void fetch_peer_gone(struct peer *p);
 void fetch_client_gone(struct relay *r, struct local_client *lc);
+/* Local clients waiting for transfers, all told (for status). */
+unsigned fetch_waiters(const struct relay *r);
 
 /* local.c: the relay's Unix socket. */
 int local_listen(struct relay *r, struct shmb_error *err);

@@ -1,0 +1,432 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""shmbroker-relay between two hosts: two network namespaces joined by a veth
+pair, a daemon and a relay for each, UCX over TCP. Prints PASS/FAIL/SKIP per
+case (tests/run.sh counts them). Needs root and 'ip netns'; SKIPs saying why
+otherwise. Binaries from $SHMB_BUILD_DIR (default build)."""
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+import shmbroker  # noqa: E402
+from shmbroker import errors  # noqa: E402
+
+BUILD = os.environ.get("SHMB_BUILD_DIR", "build")
+DAEMON = os.environ.get("SHMBROKERD", os.path.join(BUILD, "shmbrokerd"))
+CTL = os.environ.get("SHMBROKERCTL", os.path.join(BUILD, "shmbrokerctl"))
+RELAY = os.path.join(BUILD, "shmbroker-relay")
+HOSTILE = os.path.join(BUILD, "tests", "relay-hostile-peer")
+WAIT = 30  # seconds any one wait is given: generous, a bound against hangs
+
+TAG = "sr%d" % os.getpid()
+NS_A, NS_B = TAG + "a", TAG + "b"
+IP_A, IP_B = "10.213.%d.1" % (os.getpid() % 250), "10.213.%d.2" % (os.getpid() % 250)
+PORT = 13370
+failures = 0
+
+
+def report(ok, name, detail=""):
+    global failures
+    if not ok:
+        failures += 1
+    print("%s: %s%s" % ("PASS" if ok else "FAIL", name, (" (" + detail + ")") if detail else ""),
+          flush=True)
+
+
+def sh(*args, check=True):
+    return subprocess.run(args, check=check, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+
+
+def wait_for(what, cond, timeout=WAIT):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise AssertionError("gave up waiting %d s for %s" % (timeout, what))
+
+
+def skip(reason):
+    print("SKIP: relay (%s)" % reason, flush=True)
+    sys.exit(0)
+
+
+def ask(path, req):
+    """One request to a relay's socket, its reply."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(WAIT)
+    s.connect(path)
+    s.sendall(json.dumps(req).encode() + b"\n")
+    f = s.makefile("rb")
+    line = f.readline()
+    s.close()
+    return json.loads(line)
+
+
+class Host:
+    """A daemon and a relay in one namespace."""
+
+    def __init__(self, tmp, name, ns, ip, peer_name, peer_ip, key):
+        self.tmp, self.name, self.ns, self.ip = tmp, name, ns, ip
+        self.peer_name, self.peer_ip, self.key = peer_name, peer_ip, key
+        self.sock = os.path.join(tmp, name + ".sock")
+        self.relay_sock = self.sock + ".relay"
+        self.log = open(os.path.join(tmp, name + "-relay.log"), "ab")
+        self.daemon = subprocess.Popen(
+            [DAEMON, "--socket", self.sock, "--name", TAG + name, "--size", "256M",
+             "--fresh"], stdout=subprocess.DEVNULL,
+            stderr=open(os.path.join(tmp, name + "-daemon.log"), "ab"))
+        wait_for("daemon " + name, self.daemon_up)
+        self.relay = None
+        self.start_relay()
+
+    def daemon_up(self):
+        try:
+            self.client().close()
+            return True
+        except (OSError, errors.ShmBrokerError):
+            return False
+
+    def start_relay(self):
+        env = dict(os.environ, UCX_TLS="tcp", UCX_WARN_UNUSED_ENV_VARS="n")
+        self.relay = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns, RELAY, "--key-file", self.key, "--socket",
+             self.sock, "--listen", "%s:%d" % (self.ip, PORT), "--name", self.name, "--peer",
+             "%s=%s:%d" % (self.peer_name, self.peer_ip, PORT)],
+            stdout=self.log, stderr=self.log, env=env)
+
+    def client(self):
+        return shmbroker.Client(self.sock)
+
+    def status(self):
+        return ask(self.relay_sock, {"op": "status"})
+
+    def out_peer(self):
+        for p in self.status()["peers"]:
+            if p["direction"] == "out":
+                return p
+        return None
+
+    def in_peers(self):
+        return [p for p in self.status()["peers"] if p["direction"] == "in"]
+
+    def connected(self):
+        try:
+            p = self.out_peer()
+        except OSError:
+            return False
+        return p is not None and p["state"] == "connected"
+
+    def relay_pid(self):
+        # ip netns exec execs the relay: the child's pid is the relay's.
+        return self.relay.pid
+
+    def relay_conn(self):
+        """The relay's connection as the daemon lists it."""
+        with self.client() as c:
+            for cl in c.clients():
+                if cl.get("name") == "shmbroker-relay":
+                    return cl
+        return None
+
+    def stop(self):
+        for p in (self.relay, self.daemon):
+            if p and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
+def no_leftovers(host, key=None):
+    """No allocation pending and no pin held by host's relay; key absent when
+    given. Returns a message naming what is left, or ''."""
+    conn = host.relay_conn()
+    left = []
+    if conn and (conn["pins"] or conn["pending"]):
+        left.append("relay holds %d pins, %d pending" % (conn["pins"], conn["pending"]))
+    if key is not None:
+        with host.client() as c:
+            if c.contains(key):
+                left.append("%r is there" % key)
+    return ", ".join(left)
+
+
+def put_random(host, key, size):
+    data = os.urandom(size)
+    with host.client() as c:
+        c.put(key, data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest_of(host, key):
+    with host.client() as c:
+        with c.get(key) as pin:
+            return hashlib.sha256(pin.view).hexdigest()
+
+
+def fetch_in_thread(host, peer, key):
+    out = {}
+
+    def run():
+        try:
+            with host.client() as c:
+                out["size"] = c.fetch(peer, key)
+        except errors.ShmBrokerError as e:
+            out["error"] = e
+    t = threading.Thread(target=run)
+    t.start()
+    return t, out
+
+
+def main():
+    if os.geteuid() != 0:
+        skip("needs root for ip netns; run make test as root")
+    for b in (DAEMON, RELAY, HOSTILE):
+        if not os.access(b, os.X_OK):
+            print("FAIL: relay (%s is not built)" % b)
+            sys.exit(1)
+    r = sh("ip", "netns", "add", NS_A, check=False)
+    if r.returncode != 0:
+        skip("ip netns is not available here: " + r.stderr.strip())
+    hosts = []
+    tmp = tempfile.mkdtemp(prefix="shmb-relay-")
+    try:
+        sh("ip", "netns", "add", NS_B)
+        sh("ip", "link", "add", TAG + "va", "type", "veth", "peer", "name", TAG + "vb")
+        sh("ip", "link", "set", TAG + "va", "netns", NS_A)
+        sh("ip", "link", "set", TAG + "vb", "netns", NS_B)
+        sh("ip", "-n", NS_A, "addr", "add", IP_A + "/24", "dev", TAG + "va")
+        sh("ip", "-n", NS_B, "addr", "add", IP_B + "/24", "dev", TAG + "vb")
+        for ns, dev in ((NS_A, TAG + "va"), (NS_B, TAG + "vb")):
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        key = os.path.join(tmp, "key")
+        with open(key, "w") as f:
+            f.write(os.urandom(32).hex())
+        os.chmod(key, 0o600)
+        a = Host(tmp, "A", NS_A, IP_A, "B", IP_B, key)
+        hosts.append(a)
+        b = Host(tmp, "B", NS_B, IP_B, "A", IP_A, key)
+        hosts.append(b)
+        run_cases(tmp, a, b, key)
+    except AssertionError as e:
+        report(False, "relay setup or wait", str(e))
+    finally:
+        for h in hosts:
+            h.stop()
+        for ns in (NS_A, NS_B):
+            sh("ip", "netns", "del", ns, check=False)
+        if failures:
+            print("logs kept in " + tmp)
+            for n in sorted(os.listdir(tmp)):
+                if n.endswith(".log"):
+                    with open(os.path.join(tmp, n), errors="replace") as f:
+                        tail = f.read()[-3000:]
+                    print("---- %s\n%s" % (n, tail))
+    sys.exit(1 if failures else 0)
+
+
+def run_cases(tmp, a, b, key):
+    wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
+    report(True, "relays connect and prove the key both ways")
+
+    # A key file others may read is refused: the relay does not start.
+    loose = os.path.join(tmp, "loose-key")
+    with open(loose, "w") as f:
+        f.write("x" * 40)
+    os.chmod(loose, 0o644)
+    r = subprocess.run([RELAY, "--key-file", loose, "--socket", a.sock, "--relay-socket",
+                        os.path.join(tmp, "x.relay")], stderr=subprocess.PIPE, text=True,
+                       timeout=WAIT)
+    report(r.returncode != 0 and "chmod 600" in r.stderr, "a key file readable by others is refused",
+           r.stderr.strip())
+
+    # An idle relay sleeps in the kernel: its CPU time does not grow.
+    def cpu_ticks(pid):
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    t0 = cpu_ticks(a.relay_pid())
+    time.sleep(2)
+    used = cpu_ticks(a.relay_pid()) - t0
+    report(used < 20, "an idle relay uses no CPU", "%d ticks in 2 s" % used)
+
+    # Objects of 4 KiB, 1 MiB, 64 MiB, byte-identical on the other host.
+    for size, via in ((4096, "python"), (1 << 20, "ctl"), (64 << 20, "python")):
+        k = "obj-%d" % size
+        want = put_random(b, k, size)
+        if via == "ctl":
+            r = subprocess.run([CTL, "--socket", a.sock, "fetch", "B", k],
+                               stderr=subprocess.PIPE, text=True, timeout=WAIT * 4)
+            ok = r.returncode == 0
+        else:
+            with a.client() as c:
+                ok = c.fetch("B", k) == size
+        got = digest_of(a, k) if ok else None
+        report(ok and got == want and not no_leftovers(a) and not no_leftovers(b),
+               "fetch of %d bytes (%s) is byte-identical" % (size, via))
+
+    # Eight fetches of one key at once make one transfer. B's relay is
+    # stopped while they arrive, so none can end before all are waiting.
+    k = "coalesce"
+    want = put_random(b, k, 8 << 20)
+    before = a.out_peer()["transfers"]
+    served_before = sum(p["fetches_served"] for p in b.in_peers())
+    os.kill(b.relay_pid(), signal.SIGSTOP)
+    try:
+        threads = [fetch_in_thread(a, "B", k) for _ in range(8)]
+        wait_for("8 fetches waiting", lambda: a.status()["waiting"] == 8)
+    finally:
+        os.kill(b.relay_pid(), signal.SIGCONT)
+    for t, _ in threads:
+        t.join(WAIT * 2)
+    oks = sum(1 for _, out in threads if out.get("size") == 8 << 20)
+    after = a.out_peer()["transfers"]
+    served = sum(p["fetches_served"] for p in b.in_peers()) - served_before
+    report(oks == 8 and after - before == 1 and served == 1 and digest_of(a, k) == want,
+           "8 concurrent fetches of one key make one transfer",
+           "%d ok, %d transfers, %d served" % (oks, after - before, served))
+
+    # A key the peer does not have: NotFound, nothing left on either side.
+    try:
+        with a.client() as c:
+            c.fetch("B", "no-such-key")
+        report(False, "a fetch of a missing key fails", "it succeeded")
+    except errors.NotFound as e:
+        left = no_leftovers(a, "no-such-key") or no_leftovers(b)
+        report(not left, "a fetch of a missing key fails with NotFound and leaves nothing",
+               left or str(e))
+
+    # Deleted on the peer mid-transfer: the pin keeps the bytes whole until
+    # the transfer ends; then no pin, no allocation.
+    k = "deleted-mid"
+    want = put_random(b, k, 64 << 20)
+    t, out = fetch_in_thread(a, "B", k)
+    wait_for("the peer to pin it", lambda: sum(p["pinned"] for p in b.in_peers()) >= 1)
+    os.kill(b.relay_pid(), signal.SIGSTOP)
+    mid = t.is_alive()
+    with b.client() as c:
+        c.delete(k)
+    os.kill(b.relay_pid(), signal.SIGCONT)
+    t.join(WAIT * 2)
+    wait_for("B's relay to release its pin", lambda: not no_leftovers(b))
+    if "size" in out:
+        ok = digest_of(a, k) == want and not no_leftovers(a)
+    else:
+        ok = not no_leftovers(a, k)
+    report(ok and not t.is_alive(), "a key deleted on the peer mid-transfer leaves no pin "
+           "and no allocation", "mid-transfer: %s, fetch %s" % (mid, out))
+
+    # Cut by killing the peer's relay mid-transfer (stopped first, so that
+    # the read cannot end before the kill): an error, nothing left here, no
+    # pin there; a restarted relay serves again.
+    k = "cut"
+    put_random(b, k, 64 << 20)
+    t, out = fetch_in_thread(a, "B", k)
+    wait_for("the peer to pin it", lambda: sum(p["pinned"] for p in b.in_peers()) >= 1)
+    os.kill(b.relay_pid(), signal.SIGSTOP)
+    mid = t.is_alive()
+    os.kill(b.relay_pid(), signal.SIGKILL)
+    b.relay.wait()
+    t.join(WAIT * 2)
+    err = out.get("error")
+    cut_ok = isinstance(err, errors.ConnectionLost) if mid else True
+    left = wait_for_quiet(a, k if mid else None)
+    with b.client() as c:
+        relays = [cl for cl in c.clients() if cl.get("name") == "shmbroker-relay"]
+    report(cut_ok and not left and not relays and not t.is_alive(),
+           "a fetch cut by killing the peer fails and leaves no allocation and no pin",
+           "mid-transfer: %s, fetch %s, left: %s" % (mid, out, left))
+    b.start_relay()
+    wait_for("B's restarted relay to connect", lambda: a.connected() and b.connected())
+    with a.client() as c:
+        try:
+            c.delete(k)
+        except errors.NotFound:
+            pass
+        n = c.fetch("B", k)
+    report(n == 64 << 20, "a restarted peer relay serves again")
+
+    # A relay with another key is refused, and cannot fetch.
+    bad_key = os.path.join(tmp, "bad-key")
+    with open(bad_key, "w") as f:
+        f.write(os.urandom(32).hex())
+    os.chmod(bad_key, 0o600)
+    refused0 = a.status()["refused"]
+    c_sock = os.path.join(tmp, "C.relay")
+    log = open(os.path.join(tmp, "C-relay.log"), "ab")
+    evil = subprocess.Popen(
+        ["ip", "netns", "exec", NS_B, RELAY, "--key-file", bad_key, "--socket", b.sock,
+         "--relay-socket", c_sock, "--name", "C", "--peer", "A=%s:%d" % (IP_A, PORT)],
+        stdout=log, stderr=log, env=dict(os.environ, UCX_TLS="tcp"))
+    try:
+        wait_for("A to refuse C", lambda: a.status()["refused"] > refused0)
+        wait_for("C's socket", lambda: os.path.exists(c_sock))
+        rep = ask(c_sock, {"op": "fetch", "peer": "A", "key": "obj-4096"})
+        report(rep.get("ok") is not True and rep.get("error") == "ENOTCONN",
+               "a relay without the key is refused and cannot fetch", json.dumps(rep))
+    finally:
+        evil.terminate()
+        evil.wait(10)
+
+    # A peer speaking garbage, huge sizes, keys that are not UTF-8: closed;
+    # one that behaves is kept (the check can fail).
+    for mode, want_closed in (("wrongkey", True), ("garbage", True), ("early", True),
+                              ("huge", True), ("nonutf8", True), ("badlen", True),
+                              ("stray", True), ("ok", False)):
+        r = subprocess.run(["ip", "netns", "exec", NS_B, HOSTILE, "%s:%d" % (IP_A, PORT), key,
+                            mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=WAIT * 2, env=dict(os.environ, UCX_TLS="tcp"))
+        closed = r.returncode == 0
+        report(closed == want_closed and r.returncode in (0, 1),
+               "a peer that %s is %s" % ({"wrongkey": "proves another key",
+                                          "garbage": "sends garbage before its hello",
+                                          "early": "asks before proving the key",
+                                          "huge": "sends a 1 MiB message",
+                                          "nonutf8": "asks for a key that is not UTF-8",
+                                          "badlen": "sends a key length past its message",
+                                          "stray": "answers a request never made with a "
+                                                   "huge size",
+                                          "ok": "behaves"}[mode],
+                                         "disconnected" if want_closed else "kept"),
+               r.stdout.strip() + " " + r.stderr.strip()[-300:])
+    # Both daemons and both relays keep serving.
+    k = "after-hostile"
+    want = put_random(b, k, 1 << 20)
+    with a.client() as c:
+        c.put("a-side", b"still here")
+        with c.get("a-side") as pin:
+            still = bytes(pin.view) == b"still here"
+        ok = c.fetch("B", k) == 1 << 20 and still
+    report(ok and digest_of(a, k) == want and a.relay.poll() is None,
+           "both daemons and relays keep serving after the hostile peers")
+
+
+def wait_for_quiet(host, key):
+    """What is left on host after a cut, once its relay had time to abort."""
+    end = time.monotonic() + WAIT
+    left = no_leftovers(host, key)
+    while left and time.monotonic() < end:
+        time.sleep(0.05)
+        left = no_leftovers(host, key)
+    return left
+
+
+if __name__ == "__main__":
+    main()
