@@ -381,6 +381,8 @@ def run_cases(tmp, a, b, key):
         rep = ask(c_sock, {"op": "fetch", "peer": "A", "key": "obj-4096"})
         report(rep.get("ok") is not True and rep.get("error") == "ENOTCONN",
                "a relay without the key is refused and cannot fetch", json.dumps(rep))
+    except AssertionError as e:
+        report(False, "a relay without the key is refused and cannot fetch", str(e))
     finally:
         evil.terminate()
         evil.wait(10)
