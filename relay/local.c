@@ -21,6 +21,7 @@
 #include "relay.h"
 
 #define LOCAL_WAITING_MAX 64 /* fetches one client may wait for at once */
+#define LOCAL_QUEUED_MAX (1024 * 1024) /* replies a client leaves unread: then it goes */
 
 struct write_req {
     uv_write_t req;
@@ -60,6 +61,12 @@ void local_reply(struct local_client *lc, const char *line)
     uv_buf_t buf;
     if (lc->closing)
         return;
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&lc->pipe) > LOCAL_QUEUED_MAX) {
+        relay_log("a local client left %zu bytes of replies unread; closing it",
+                  uv_stream_get_write_queue_size((uv_stream_t *)&lc->pipe));
+        local_client_close(lc);
+        return;
+    }
     w = calloc(1, sizeof(*w));
     if (!w || !(w->data = malloc(n + 1))) {
         free(w);

@@ -363,6 +363,67 @@ def run_cases(tmp, a, b, key):
         n = c.fetch("B", k)
     report(n == 64 << 20, "a restarted peer relay serves again")
 
+    # The fetching relay killed mid-transfer: its client gets an error, its
+    # daemon drops the allocation with its connection, the peer its pin.
+    k = "local-cut"
+    put_random(b, k, 64 << 20)
+    t, out = fetch_in_thread(a, "B", k)
+    wait_for("the peer to pin it", lambda: sum(p["pinned"] for p in b.in_peers()) >= 1)
+    os.kill(b.relay_pid(), signal.SIGSTOP)
+    mid = t.is_alive()
+    os.kill(a.relay_pid(), signal.SIGKILL)
+    a.relay.wait()
+    os.kill(b.relay_pid(), signal.SIGCONT)
+    t.join(WAIT * 2)
+    left_b = wait_for_quiet(b, None)
+    with a.client() as c:
+        gone = not c.contains(k) and not [cl for cl in c.clients()
+                                          if cl.get("name") == "shmbroker-relay"]
+    err = out.get("error")
+    report((isinstance(err, errors.ConnectionLost) or not mid) and gone and not left_b,
+           "the fetching relay killed mid-transfer leaves no allocation here and no pin there",
+           "mid-transfer: %s, fetch %s, left on B: %s" % (mid, out, left_b))
+    a.start_relay()
+    wait_for("A's restarted relay to connect", lambda: a.connected() and b.connected())
+
+    # A local client of the relay's socket: bytes that are not UTF-8, a line
+    # over 4 KiB, and replies left unread get errors or a closed connection;
+    # the relay serves the next client.
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(WAIT)
+    s.connect(a.relay_sock)
+    s.sendall(b'{"op":"fetch","peer":"B","key":"\xff\xfe"}\n')
+    bad_utf8 = json.loads(s.makefile("rb").readline())
+    s.close()
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(WAIT)
+    s.connect(a.relay_sock)
+    try:
+        s.sendall(b"x" * 8192)
+    except OSError:
+        pass
+    long_line = json.loads(s.makefile("rb").readline() or b"{}")
+    s.close()
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(WAIT)
+    s.connect(a.relay_sock)
+    closed = False
+    try:
+        s.sendall(b'{"op":"status"}\n' * 40000)
+        while s.recv(1 << 20):
+            pass
+        closed = True
+    except (ConnectionError, BrokenPipeError):
+        closed = True
+    except socket.timeout:
+        closed = False
+    s.close()
+    report(bad_utf8.get("error") == "EINVAL" and long_line.get("error") == "EINVAL" and closed
+           and a.status()["ok"] is True,
+           "the relay's socket refuses non-UTF-8 and over-long requests, closes a client that "
+           "leaves its replies unread, and keeps serving",
+           "%s / %s / closed %s" % (bad_utf8, long_line, closed))
+
     # A relay with another key is refused, and cannot fetch.
     bad_key = os.path.join(tmp, "bad-key")
     with open(bad_key, "w") as f:
