@@ -20,6 +20,17 @@
 #define FETCH_REPLY_MAX (64 * 1024) /* a relay's answer is a line of JSON; longer is a bug */
 #define FETCH_PEER_MAX 64           /* the relay's peer names */
 
+/* Free text jansson made (json_dumps): with the allocator the application
+ * may have given jansson, not necessarily free(). */
+static void fetch_free_json_text(char *s)
+{
+    json_malloc_t m;
+    json_free_t f;
+    json_get_alloc_funcs(&m, &f);
+    if (s)
+        f(s);
+}
+
 /* Send all of buf on sock. */
 static int fetch_send_all(int sock, const char *buf, size_t len)
 {
@@ -157,6 +168,44 @@ int shmb_fetch(shmb_t *c, const char *peer, const char *key)
 done:
     json_decref(req);
     json_decref(reply);
-    free(line);
+    fetch_free_json_text(line);
+    return client_done(c, rc);
+}
+
+int shmb_relay_status(shmb_t *c, char **json)
+{
+    char path[sizeof(c->path) + sizeof(SHMB_RELAY_SOCKET_SUFFIX)];
+    json_t *reply = NULL;
+    char *text = NULL;
+    int rc;
+
+    *json = NULL;
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    if (!c->path[0]) {
+        rc = shmb_error_set(&c->err, -ENOTCONN,
+                            "This handle was never connected: shmb_connect first (the relay's "
+                            "socket is found next to the daemon's).");
+        goto done;
+    }
+    snprintf(path, sizeof(path), "%s%s", c->path, SHMB_RELAY_SOCKET_SUFFIX);
+    if ((rc = fetch_ask(c, path, "{\"op\":\"status\"}\n", &reply)) < 0)
+        goto done;
+    if (!json_is_true(json_object_get(reply, "ok"))) {
+        const char *msg = json_string_value(json_object_get(reply, "message"));
+        rc = shmb_error_set(&c->err, -EIO, "The relay at %s refused status: %s", path,
+                            msg ? msg : "no reason given");
+        goto done;
+    }
+    text = json_dumps(reply, JSON_COMPACT);
+    if (!text || !(*json = malloc(strlen(text) + 1))) {
+        rc = shmb_error_set(&c->err, -ENOMEM, "Out of memory for the relay's status.");
+        goto done;
+    }
+    strcpy(*json, text);
+    shmb_error_clear(&c->err);
+done:
+    fetch_free_json_text(text);
+    json_decref(reply);
     return client_done(c, rc);
 }

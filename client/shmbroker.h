@@ -217,6 +217,14 @@ int shmb_abort(shmb_t *c, const char *key);
  * cut: nothing was kept, no pin is left). Blocks until the relay answers. */
 int shmb_fetch(shmb_t *c, const char *peer, const char *key);
 
+/* The local relay's status as a JSON object in *json (the caller frees it
+ * with free()): its name, listen address, connections refused, transfers
+ * under way, and per peer its address, direction ("out": dialled, "in":
+ * dialled us), state, transport, bytes and messages each way, fetches served,
+ * transfers made, objects pinned for it and last error. -ENOTCONN when no
+ * relay is attached to this handle's daemon. */
+int shmb_relay_status(shmb_t *c, char **json);
+
 /* Copying write, in one round trip: the payload is copied into this
  * handle's arena (a run of the segment the daemon granted it; asked for,
  * and refilled, as puts need it) and committed there with one request

@@ -282,6 +282,17 @@ def run_cases(tmp, a, b, key):
         report(ok and got == want and not no_leftovers(a) and not no_leftovers(b),
                "fetch of %d bytes (%s) is byte-identical" % (size, via))
 
+    # shmbrokerctl status shows the attached relay's peers and their counters.
+    r = subprocess.run([CTL, "--socket", a.sock, "status"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=WAIT)
+    lines = r.stdout.splitlines()
+    out_line = [l for l in lines if l.split()[:1] == ["B"] and " out " in l]
+    report(r.returncode == 0 and any(l.startswith("Relay A listening on ") for l in lines)
+           and out_line and " connected " in out_line[0] and " tcp " in out_line[0]
+           and out_line[0].split()[-3] == "3",
+           "shmbrokerctl status shows the relay's peers (3 transfers out)",
+           "\n".join(lines[-4:]))
+
     # Eight fetches of one key at once make one transfer. B's relay is
     # stopped while they arrive, so none can end before all are waiting.
     k = "coalesce"
