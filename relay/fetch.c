@@ -38,6 +38,7 @@ struct transfer {
     char key[SHMB_KEY_MAX_LEN + 1];
     uint64_t id;
     enum transfer_state state;
+    uint64_t deadline_ms; /* an answer, then the read, must come by then */
     uint64_t size;
     void *ptr;
     ucp_rkey_h rkey;
@@ -307,6 +308,7 @@ int fetch_start(struct relay *r, struct local_client *lc, const char *peer_name,
     t->relay = r;
     t->peer = p;
     t->id = ++r->next_id;
+    t->deadline_ms = relay_now_ms() + r->fetch_timeout_ms;
     snprintf(t->peer_name, sizeof(t->peer_name), "%s", p->name);
     snprintf(t->key, sizeof(t->key), "%s", key);
     LIST_INIT(&t->waiters);
@@ -324,6 +326,7 @@ int fetch_start(struct relay *r, struct local_client *lc, const char *peer_name,
         return -ECONNRESET;
     }
     p->transfers++;
+    peer_kick(r); /* its deadline */
     return 0;
 }
 
@@ -350,7 +353,19 @@ void fetch_on_reply(struct peer *p, const struct wire_msg *m)
         if (t->peer == p && t->id == m->id && t->state == T_ASKED)
             break;
     if (!t) {
-        peer_fail(p, "answered request id %llu, which is not waiting for an answer",
+        /* A late answer to a request that timed out: the peer pinned the
+         * object for nothing, so it is told to let go. An answer to a
+         * request never made is a peer confused or hostile. */
+        if (m->id != 0 && m->id <= r->next_id) {
+            if (m->code == 0) {
+                unsigned char out[WIRE_MSG_MAX];
+                int n = wire_fetch_done(out, m->id);
+                if (n > 0)
+                    peer_send(p, out, (size_t)n);
+            }
+            return;
+        }
+        peer_fail(p, "answered request id %llu, which was never made",
                   (unsigned long long)m->id);
         return;
     }
@@ -359,6 +374,8 @@ void fetch_on_reply(struct peer *p, const struct wire_msg *m)
         return;
     }
     t->size = m->size;
+    /* The read gets its own time: at least 10 MB/s on top of the timeout. */
+    t->deadline_ms = relay_now_ms() + r->fetch_timeout_ms + m->size / 10000;
     if (m->size > r->max_object) {
         tell_done(t);
         transfer_finish(t, -E2BIG,
@@ -466,6 +483,40 @@ void fetch_peer_gone(struct peer *p)
         /* The read still writes into the allocation until UCX ends it (the
          * endpoint's close does): it is aborted then, in fetch_poll. */
         t->peer = NULL;
+    }
+}
+
+uint64_t fetch_next_deadline(const struct relay *r)
+{
+    const struct transfer *t;
+    uint64_t next = UINT64_MAX;
+    LIST_FOREACH(t, &r->transfers, link)
+        if (t->peer && t->deadline_ms < next)
+            next = t->deadline_ms;
+    return next;
+}
+
+void fetch_expire(struct relay *r)
+{
+    struct transfer *t, *next;
+    uint64_t now = relay_now_ms();
+    for (t = LIST_FIRST(&r->transfers); t; t = next) {
+        next = LIST_NEXT(t, link);
+        if (!t->peer || t->deadline_ms > now)
+            continue;
+        if (t->state == T_ASKED) {
+            transfer_finish(t, -ETIMEDOUT,
+                            "Peer %s did not answer for '%s' within %llu ms (--fetch-timeout); "
+                            "is its relay or its daemon stuck?",
+                            t->peer_name, t->key, (unsigned long long)r->fetch_timeout_ms);
+        } else {
+            /* The read writes into the allocation until UCX ends it: the
+             * connection's close does, and fetch_poll aborts it then. */
+            peer_fail(t->peer, "the read of '%s' (%llu bytes) did not end in time "
+                      "(--fetch-timeout %llu ms plus 1 s per 10 MB)",
+                      t->key, (unsigned long long)t->size,
+                      (unsigned long long)r->fetch_timeout_ms);
+        }
     }
 }
 

@@ -41,7 +41,7 @@ static void usage(FILE *out)
             "Usage: shmbroker-relay --key-file FILE [--listen ADDR:PORT]\n"
             "                       [--peer NAME=ADDR:PORT]... [--peers-file FILE]\n"
             "                       [--socket PATH] [--relay-socket PATH] [--name NAME]\n"
-            "                       [--max-object BYTES]\n"
+            "                       [--max-object BYTES] [--fetch-timeout SECONDS]\n"
             "Carries objects between hosts' shmbroker daemons over UCX.\n"
             "  --key-file FILE      the pre-shared key every relay proves (mode 0600)\n"
             "  --listen ADDR:PORT   accept other relays there\n"
@@ -52,6 +52,8 @@ static void usage(FILE *out)
             "  --name NAME          this relay's name in its hello (default: the host name)\n"
             "  --max-object BYTES   the largest object a peer may make this relay allocate\n"
             "                       (default: the pool's size)\n"
+            "  --fetch-timeout SECONDS  a peer's answer to a fetch must come by then, and\n"
+            "                       its bytes at 10 MB/s or more after it (default 30)\n"
             "UCX chooses the transport (UCX_TLS, UCX_NET_DEVICES are honoured).\n",
             SHMB_SOCKET_ENV, SHMB_DEFAULT_SOCKET, SHMB_RELAY_SOCKET_SUFFIX);
 }
@@ -121,6 +123,7 @@ int main(int argc, char **argv)
         {"relay-socket", required_argument, NULL, 'r'},
         {"name", required_argument, NULL, 'n'},
         {"max-object", required_argument, NULL, 'm'},
+        {"fetch-timeout", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -134,6 +137,7 @@ int main(int argc, char **argv)
     int opt, rc = 1;
 
     signal(SIGPIPE, SIG_IGN);
+    r->fetch_timeout_ms = RELAY_FETCH_TIMEOUT_MS;
     if (gethostname(r->name, sizeof(r->name) - 1) != 0 || !r->name[0])
         strcpy(r->name, "relay");
     r->name[strcspn(r->name, ".")] = 0; /* the short name, as a peer name */
@@ -182,6 +186,18 @@ int main(int argc, char **argv)
                 return 2;
             }
             r->max_object = v;
+            break;
+        }
+        case 't': {
+            char *end;
+            errno = 0;
+            unsigned long v = strtoul(optarg, &end, 10);
+            if (errno || *end || v == 0 || v > 86400 || optarg[0] == '-') {
+                fprintf(stderr, "shmbroker-relay: --fetch-timeout takes 1 to 86400 seconds, "
+                                "not '%s'.\n", optarg);
+                return 2;
+            }
+            r->fetch_timeout_ms = (uint64_t)v * 1000;
             break;
         }
         case 'h':

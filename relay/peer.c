@@ -96,6 +96,8 @@ void peer_kick(struct relay *r)
         if ((p->state == PEER_CONNECTING || (p->state == PEER_IDLE && p->configured)) &&
             p->deadline_ms < next)
             next = p->deadline_ms;
+    if (fetch_next_deadline(r) < next)
+        next = fetch_next_deadline(r);
     if (next == UINT64_MAX) {
         uv_timer_stop(&r->timer);
         return;
@@ -511,6 +513,7 @@ static void on_timer(uv_timer_t *h)
     LIST_FOREACH(p, &r->peers, link)
         if (p->state == PEER_CONNECTING && p->deadline_ms <= now)
             peer_fail(p, "did not prove the pre-shared key within %d ms", RELAY_AUTH_MS);
+    fetch_expire(r);
     peer_drain(r);
     peer_kick(r);
 }

@@ -34,6 +34,7 @@
 #define RELAY_LOCAL_MAX 256      /* local clients at once */
 #define RELAY_LOCAL_LINE 4096    /* a local request is small; longer is a bug */
 #define RELAY_TRANSFERS_MAX 1024 /* transfers under way at once */
+#define RELAY_FETCH_TIMEOUT_MS 30000 /* a peer that answers no fetch in 30 s is stuck */
 
 struct relay;
 struct transfer;
@@ -99,6 +100,7 @@ struct relay {
     unsigned char key[RELAY_KEY_MAX];
     size_t key_len;
     uint64_t max_object; /* largest object a peer may make us allocate */
+    uint64_t fetch_timeout_ms; /* a peer's answer to a fetch must come by then */
     /* The local daemon. */
     shmb_t *c;
     ucp_mem_h pool_memh; /* the daemon's mapping, registered once */
@@ -167,6 +169,11 @@ void fetch_on_done(struct peer *p, const struct wire_msg *m);
 void fetch_poll(struct relay *r);
 void fetch_peer_gone(struct peer *p);
 void fetch_client_gone(struct relay *r, struct local_client *lc);
+/* When the next transfer is due (UINT64_MAX: none), and failing those due:
+ * an unanswered request fails with ETIMEDOUT, a read that does not end closes
+ * the peer's connection. */
+uint64_t fetch_next_deadline(const struct relay *r);
+void fetch_expire(struct relay *r);
 /* Local clients waiting for transfers, all told (for status). */
 unsigned fetch_waiters(const struct relay *r);
 

@@ -435,6 +435,34 @@ def run_cases(tmp, a, b, key):
            "leaves its replies unread, and keeps serving",
            "%s / %s / closed %s" % (bad_utf8, long_line, closed))
 
+    # A peer that does not answer: the fetch fails with ETIMEDOUT after
+    # --fetch-timeout; its late answer makes the peer release its pin. A
+    # second relay on A's daemon (its own socket) has a 2 s timeout.
+    d_sock = os.path.join(tmp, "D.relay")
+    d_log = open(os.path.join(tmp, "D-relay.log"), "ab")
+    d = subprocess.Popen(
+        ["ip", "netns", "exec", NS_A, RELAY, "--key-file", key, "--socket", a.sock,
+         "--relay-socket", d_sock, "--name", "D", "--fetch-timeout", "2",
+         "--peer", "B=%s:%d" % (IP_B, PORT)],
+        stdout=d_log, stderr=d_log, env=dict(os.environ, UCX_TLS="tcp"))
+    try:
+        wait_for("D to connect", lambda: os.path.exists(d_sock) and any(
+            p["state"] == "connected" for p in ask(d_sock, {"op": "status"})["peers"]))
+        os.kill(b.relay_pid(), signal.SIGSTOP)
+        try:
+            rep = ask(d_sock, {"op": "fetch", "peer": "B", "key": "obj-4096"})
+        finally:
+            os.kill(b.relay_pid(), signal.SIGCONT)
+        left = wait_for_quiet(b, None)
+        report(rep.get("error") == "ETIMEDOUT" and not left and d.poll() is None,
+               "a peer that does not answer in time: ETIMEDOUT, and its late answer is "
+               "released", "%s, left on B: %s" % (json.dumps(rep)[:200], left))
+    except AssertionError as e:
+        report(False, "a peer that does not answer in time", str(e))
+    finally:
+        d.terminate()
+        d.wait(10)
+
     # A relay with another key is refused, and cannot fetch.
     bad_key = os.path.join(tmp, "bad-key")
     with open(bad_key, "w") as f:
