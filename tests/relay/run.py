@@ -85,13 +85,16 @@ class Host:
         self.sock = os.path.join(tmp, name + ".sock")
         self.relay_sock = self.sock + ".relay"
         self.log = open(os.path.join(tmp, name + "-relay.log"), "ab")
-        self.daemon = subprocess.Popen(
-            [DAEMON, "--socket", self.sock, "--name", TAG + name, "--size", "256M",
-             "--fresh"], stdout=subprocess.DEVNULL,
-            stderr=open(os.path.join(tmp, name + "-daemon.log"), "ab"))
-        wait_for("daemon " + name, self.daemon_up)
+        self.start_daemon()
         self.relay = None
         self.start_relay()
+
+    def start_daemon(self):
+        self.daemon = subprocess.Popen(
+            [DAEMON, "--socket", self.sock, "--name", TAG + self.name, "--size", "256M",
+             "--fresh"], stdout=subprocess.DEVNULL,
+            stderr=open(os.path.join(self.tmp, self.name + "-daemon.log"), "ab"))
+        wait_for("daemon " + self.name, self.daemon_up)
 
     def daemon_up(self):
         try:
@@ -192,6 +195,32 @@ def fetch_in_thread(host, peer, key):
     t = threading.Thread(target=run)
     t.start()
     return t, out
+
+
+def stopped_mid_transfer(a, b, prefix):
+    """Start a 64 MiB fetch from A and stop B's relay while it is under way
+    (B has pinned the object, A's relay still has the transfer): over TCP
+    the read cannot end while B's relay is stopped. A transfer that ended
+    before the stop is tried again under a new key. Returns (key, digest,
+    thread, out) with B's relay stopped."""
+    for attempt in range(8):
+        k = "%s-%d" % (prefix, attempt)
+        want = put_random(b, k, 64 << 20)
+        t, out = fetch_in_thread(a, "B", k)
+        wait_for("the peer to pin it", lambda: not t.is_alive() or
+                 sum(p["pinned"] for p in b.in_peers()) >= 1)
+        os.kill(b.relay_pid(), signal.SIGSTOP)
+        if t.is_alive() and a.status()["transfers"] == 1:
+            return k, want, t, out
+        os.kill(b.relay_pid(), signal.SIGCONT)
+        t.join(WAIT)
+        for h in (a, b):
+            with h.client() as c:
+                try:
+                    c.delete(k)
+                except errors.NotFound:
+                    pass
+    raise AssertionError("no transfer of 64 MiB was caught under way in 8 tries")
 
 
 def main():
@@ -326,12 +355,8 @@ def run_cases(tmp, a, b, key):
 
     # Deleted on the peer mid-transfer: the pin keeps the bytes whole until
     # the transfer ends; then no pin, no allocation.
-    k = "deleted-mid"
-    want = put_random(b, k, 64 << 20)
-    t, out = fetch_in_thread(a, "B", k)
-    wait_for("the peer to pin it", lambda: sum(p["pinned"] for p in b.in_peers()) >= 1)
-    os.kill(b.relay_pid(), signal.SIGSTOP)
-    mid = t.is_alive()
+    k, want, t, out = stopped_mid_transfer(a, b, "deleted-mid")
+    mid = True
     with b.client() as c:
         c.delete(k)
     os.kill(b.relay_pid(), signal.SIGCONT)
@@ -347,12 +372,8 @@ def run_cases(tmp, a, b, key):
     # Cut by killing the peer's relay mid-transfer (stopped first, so that
     # the read cannot end before the kill): an error, nothing left here, no
     # pin there; a restarted relay serves again.
-    k = "cut"
-    put_random(b, k, 64 << 20)
-    t, out = fetch_in_thread(a, "B", k)
-    wait_for("the peer to pin it", lambda: sum(p["pinned"] for p in b.in_peers()) >= 1)
-    os.kill(b.relay_pid(), signal.SIGSTOP)
-    mid = t.is_alive()
+    k, _, t, out = stopped_mid_transfer(a, b, "cut")
+    mid = True
     os.kill(b.relay_pid(), signal.SIGKILL)
     b.relay.wait()
     t.join(WAIT * 2)
@@ -376,12 +397,8 @@ def run_cases(tmp, a, b, key):
 
     # The fetching relay killed mid-transfer: its client gets an error, its
     # daemon drops the allocation with its connection, the peer its pin.
-    k = "local-cut"
-    put_random(b, k, 64 << 20)
-    t, out = fetch_in_thread(a, "B", k)
-    wait_for("the peer to pin it", lambda: sum(p["pinned"] for p in b.in_peers()) >= 1)
-    os.kill(b.relay_pid(), signal.SIGSTOP)
-    mid = t.is_alive()
+    k, _, t, out = stopped_mid_transfer(a, b, "local-cut")
+    mid = True
     os.kill(a.relay_pid(), signal.SIGKILL)
     a.relay.wait()
     os.kill(b.relay_pid(), signal.SIGCONT)
@@ -462,6 +479,23 @@ def run_cases(tmp, a, b, key):
     finally:
         d.terminate()
         d.wait(10)
+
+    # The serving host's daemon restarted under its relay: the relay
+    # connects again and serves the new daemon's objects.
+    b.daemon.send_signal(signal.SIGTERM)
+    b.daemon.wait(WAIT)
+    b.start_daemon()
+    k = "after-restart"
+    want = put_random(b, k, 1 << 20)
+    try:
+        with a.client() as c:
+            n = c.fetch("B", k)
+        ok = n == 1 << 20 and digest_of(a, k) == want
+        detail = ""
+    except errors.ShmBrokerError as e:
+        ok, detail = False, str(e)
+    report(ok and b.relay.poll() is None,
+           "a relay whose daemon restarted serves the new daemon's objects", detail)
 
     # A relay with another key is refused, and cannot fetch.
     bad_key = os.path.join(tmp, "bad-key")
