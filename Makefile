@@ -436,6 +436,13 @@ $(RELAY_HOSTILE): $(call OBJ,tests/relay/hostile_peer.c relay/wire.c relay/auth.
 $(RELAY_HOSTILE): TEST_LDFLAGS = $(PKGS_LIBS) $(RELAY_LIBS)
 TEST_RUNS   += tests/relay/run.py
 RELAY_TEST_BINS := $(RELAY) $(RELAY_HOSTILE)
+# The relay's bench table: fetch bandwidth against ucx_perftest and Redis GET
+# between two namespaces (root). BENCH_QUICK=1 for one round.
+.PHONY: bench-relay
+bench-relay: check-deps
+	$(Q)sh scripts/install-deps.sh bench
+	$(Q)$(MAKE) --no-print-directory $(BINS)
+	$(Q)SHMB_BUILD_DIR=$(BUILD) SHMBROKERD=$(DAEMON) $(PYTHON) tests/relay/bench.py
 
 # The pkg-config file and the service unit name installed paths, so they are
 # written at install time, with this install's PREFIX and directories.

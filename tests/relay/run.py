@@ -79,7 +79,9 @@ def ask(path, req):
 class Host:
     """A daemon and a relay in one namespace."""
 
-    def __init__(self, tmp, name, ns, ip, peer_name, peer_ip, key):
+    def __init__(self, tmp, name, ns, ip, peer_name, peer_ip, key, size="256M",
+                 daemon_args=()):
+        self.size, self.daemon_args = size, list(daemon_args)
         self.tmp, self.name, self.ns, self.ip = tmp, name, ns, ip
         self.peer_name, self.peer_ip, self.key = peer_name, peer_ip, key
         self.sock = os.path.join(tmp, name + ".sock")
@@ -91,8 +93,8 @@ class Host:
 
     def start_daemon(self):
         self.daemon = subprocess.Popen(
-            [DAEMON, "--socket", self.sock, "--name", TAG + self.name, "--size", "256M",
-             "--fresh"], stdout=subprocess.DEVNULL,
+            [DAEMON, "--socket", self.sock, "--name", TAG + self.name, "--size", self.size,
+             "--fresh"] + self.daemon_args, stdout=subprocess.DEVNULL,
             stderr=open(os.path.join(self.tmp, self.name + "-daemon.log"), "ab"))
         wait_for("daemon " + self.name, self.daemon_up)
 
