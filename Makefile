@@ -537,6 +537,7 @@ install: all
 	    install -m 0644 systemd/shmbrokerd.default $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd
 	install -m 0644 systemd/shmbroker.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf
 	install -m 0644 daemon/shmbrokerd.8 $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8
+	install -m 0644 relay/shmbroker-relay.8 $(DESTDIR)$(MANDIR)/man8/shmbroker-relay.8
 	install -m 0644 client/shmbrokerctl.1 $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1
 	@# The dist-info beside the package is what importlib.metadata finds: its
 	@# entry_points.txt declares the vLLM plugin (client/python/pyproject.toml's).
@@ -559,6 +560,7 @@ uninstall:
 	    $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc \
 	    $(DESTDIR)$(UNITDIR)/shmbrokerd.service $(DESTDIR)$(UNITDIR)/shmbrokerd.socket \
 	    $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8 \
+	    $(DESTDIR)$(MANDIR)/man8/shmbroker-relay.8 \
 	    $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1
 	$(Q)if [ -n "$(PY_VERSION)" ]; then rm -rf $(DESTDIR)$(PYTHONDIR)/shmbroker \
 	    $(DESTDIR)$(PYTHONDIR)/$(PY_DISTINFO); \
