@@ -975,7 +975,15 @@ static int fetch_prepare(struct ctl *ctl)
 /* KEY from another host, through shmbroker-relay (shmb_fetch). */
 static int cmd_fetch(shmb_t *c, struct ctl *ctl)
 {
-    return shmb_fetch(c, ctl->args[0], ctl->args[1]) < 0 ? fail(c) : 0;
+    static char buf[SHMB_ESCAPED_MAX(1024)];
+
+    if (shmb_fetch(c, ctl->args[0], ctl->args[1]) == 0)
+        return 0;
+    /* Not fail(): ENOTCONN and ECONNRESET here are the relay's or the
+     * transfer's, not a lost connection to the daemon. */
+    fprintf(stderr, "shmbrokerctl: %s: %s\n", shmb_errname(c),
+            esc(shmb_errmsg(c), buf, sizeof(buf)));
+    return EXIT_ERROR_REPLY;
 }
 
 /* Write len bytes to fd. */

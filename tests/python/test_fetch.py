@@ -103,6 +103,15 @@ class TestFetch(support.DaemonTest):
         self.assertIn("No object 'k2' there.", bad.stderr)
         self.assertEqual([q["key"] for q in r.requests], ["k", "k2"])
 
+    def test_ctl_fetch_without_a_relay_says_so(self):
+        out = subprocess.run([ctl(), "--socket", self.d.socket_path, "fetch", "node2", "k"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             timeout=30)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("ENOTCONN: No relay answers at " + self.d.socket_path + ".relay",
+                      out.stderr)
+        self.assertNotIn("lost the connection to shmbrokerd", out.stderr)
+
     def test_ctl_status_without_a_relay_shows_no_relay(self):
         out = subprocess.run([ctl(), "--socket", self.d.socket_path, "status"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
