@@ -130,6 +130,12 @@ int wire_decode(const void *buf, size_t len, struct wire_msg *m, struct shmb_err
                                   WIRE_TEXT_MAX);
         if (take_bytes(&rd, m->text, n) && shmb_utf8_invalid_at(m->text, n) != n)
             return shmb_error_set(err, -EPROTO, "an error text that is not UTF-8");
+        /* It reaches a user's terminal: no control bytes. */
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)m->text[i] < 0x20 || m->text[i] == 0x7f)
+                return shmb_error_set(err, -EPROTO,
+                                      "an error text with a control byte (%#x at %zu)",
+                                      (unsigned)(unsigned char)m->text[i], i);
         if (m->code > 0 || m->code < -4095)
             return shmb_error_set(err, -EPROTO, "a reply code of %ld (0 or -1..-4095)",
                                   (long)m->code);
@@ -208,6 +214,11 @@ int wire_fetch_reply(unsigned char *out, uint64_t id, int32_t code, uint64_t siz
     o = put_bytes(o, rkey, rkey_len);
     o = put_u(o, n, 2);
     o = put_bytes(o, text, n);
+    /* The other side refuses control bytes (they reach a terminal): a key
+     * with a newline in a message must not cost the connection. */
+    for (unsigned char *c = o - n; c < o; c++)
+        if (*c < 0x20 || *c == 0x7f)
+            *c = '?';
     return (int)(o - out);
 }
 

@@ -9,6 +9,11 @@
  * it), nonutf8 (a fetch whose key is not UTF-8), badlen (a fetch whose key
  * length runs past the message), stray (a reply to a request never made),
  * and ok (proves the key and behaves: the relay must keep it, exit 1).
+ * The serve-* modes listen at ADDR:PORT instead, for a relay that names this
+ * peer with --peer, and answer its first fetch badly: serve-ctrltext (an
+ * error whose text has terminal control bytes: the relay must close),
+ * serve-huge (an object of 2^62 bytes: the relay must refuse it and keep
+ * the connection, exit 1).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -25,7 +30,9 @@ static ucp_worker_h worker;
 static ucp_ep_h ep;
 static int closed;
 static unsigned char their_nonce[WIRE_NONCE_LEN], my_nonce[WIRE_NONCE_LEN];
-static int got_hello, got_auth;
+static int got_hello, got_auth, got_fetch;
+static uint64_t fetch_id;
+static ucp_conn_request_h conn_req;
 
 /* auth.c's callers in the relay; unused here. */
 void relay_log(const char *fmt, ...)
@@ -53,6 +60,9 @@ static ucs_status_t on_am(void *arg, const void *h, size_t hl, void *data, size_
             got_hello = 1;
         } else if (m->type == WIRE_AUTH) {
             got_auth = 1;
+        } else if (m->type == WIRE_FETCH) {
+            fetch_id = m->id;
+            got_fetch = 1;
         }
     }
     free(m);
@@ -73,6 +83,12 @@ static void send_raw(const void *buf, size_t len)
         }
         ucp_request_free(req);
     }
+}
+
+static void on_conn(ucp_conn_request_h req, void *arg)
+{
+    (void)arg;
+    conn_req = req;
 }
 
 /* Progress for up to ms milliseconds, or until cond holds. */
@@ -130,16 +146,64 @@ int main(int argc, char **argv)
     am.cb = on_am;
     am.flags = UCP_AM_FLAG_WHOLE_MSG;
     ucp_worker_set_am_recv_handler(worker, &am);
-    epp.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                     UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    epp.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    epp.sockaddr.addr = res->ai_addr;
-    epp.sockaddr.addrlen = res->ai_addrlen;
+    if (strncmp(mode, "serve-", 6) == 0) {
+        ucp_listener_params_t lp = {0};
+        ucp_listener_h listener;
+        lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+                        UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+        lp.sockaddr.addr = res->ai_addr;
+        lp.sockaddr.addrlen = res->ai_addrlen;
+        lp.conn_handler.cb = on_conn;
+        if (ucp_listener_create(worker, &lp, &listener) != UCS_OK)
+            return 2;
+        printf("listening\n");
+        fflush(stdout);
+        for (int i = 0; i < 60000 && !conn_req; i++) {
+            while (ucp_worker_progress(worker))
+                ;
+            usleep(1000);
+        }
+        if (!conn_req)
+            return 2;
+        epp.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                         UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+        epp.conn_request = conn_req;
+    } else {
+        epp.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                         UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+        epp.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+        epp.sockaddr.addr = res->ai_addr;
+        epp.sockaddr.addrlen = res->ai_addrlen;
+    }
     epp.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     epp.err_handler.cb = on_err;
     if (ucp_ep_create(worker, &epp, &ep) != UCS_OK)
         return 2;
     freeaddrinfo(res);
+    if (strncmp(mode, "serve-", 6) == 0) {
+        /* The relay dialled us: prove the key as the listener, wait for its
+         * first fetch, answer it badly. */
+        auth_nonce(my_nonce, sizeof(my_nonce));
+        n = wire_hello(msg, my_nonce, "hostile");
+        send_raw(msg, (size_t)n);
+        progress_for(10000, &got_hello);
+        auth_proof(&relay, false, their_nonce, my_nonce, mac);
+        n = wire_auth(msg, mac);
+        send_raw(msg, (size_t)n);
+        progress_for(30000, &got_fetch);
+        if (!got_fetch)
+            return 2;
+        if (strcmp(mode, "serve-ctrltext") == 0)
+            n = wire_fetch_reply(msg, fetch_id, -ENOENT, 0, 0, NULL, 0,
+                                 "No object \x1b[2J\x1b]0;owned\x07 here.");
+        else
+            n = wire_fetch_reply(msg, fetch_id, 0, (uint64_t)1 << 62, 4096, "rkey", 4, NULL);
+        send_raw(msg, (size_t)n);
+        progress_for(5000, NULL);
+        printf("%s\n", closed ? "closed" : "kept");
+        fflush(stdout);
+        _exit(closed ? 0 : 1);
+    }
 
     if (strcmp(mode, "garbage") == 0) {
         for (int i = 0; i < 64; i++)

@@ -499,6 +499,51 @@ def run_cases(tmp, a, b, key):
     report(ok and b.relay.poll() is None,
            "a relay whose daemon restarted serves the new daemon's objects", detail)
 
+    # A peer that answers a fetch badly: an error text with terminal control
+    # bytes closes it; an object of 2^62 bytes is refused (E2BIG) without an
+    # allocation, and the peer kept. Relay E on A's daemon dials it.
+    for port, mode, want_closed, want_error in ((PORT + 1, "serve-ctrltext", True, "ECONNRESET"),
+                                                (PORT + 2, "serve-huge", False, "E2BIG")):
+        evil = subprocess.Popen(["ip", "netns", "exec", NS_B, HOSTILE,
+                                 "%s:%d" % (IP_B, port), key, mode],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, UCX_TLS="tcp", UCX_CM_REUSEADDR="y"))
+        e_sock = os.path.join(tmp, "E.relay")
+        e_log = open(os.path.join(tmp, "E-relay.log"), "ab")
+        e = None
+        try:
+            evil.stdout.readline()  # "listening"
+            e = subprocess.Popen(
+                ["ip", "netns", "exec", NS_A, RELAY, "--key-file", key, "--socket", a.sock,
+                 "--relay-socket", e_sock, "--name", "E", "--peer",
+                 "EVIL=%s:%d" % (IP_B, port)],
+                stdout=e_log, stderr=e_log, env=dict(os.environ, UCX_TLS="tcp"))
+            wait_for("E to prove the key to the hostile peer", lambda: os.path.exists(e_sock)
+                     and any(p["state"] == "connected"
+                             for p in ask(e_sock, {"op": "status"})["peers"]))
+            rep = ask(e_sock, {"op": "fetch", "peer": "EVIL", "key": "evil-" + mode})
+            out, _ = evil.communicate(timeout=WAIT)
+            with a.client() as c:
+                conns = [cl for cl in c.clients() if cl.get("name") == "shmbroker-relay"]
+                absent = not c.contains("evil-" + mode)
+            report(rep.get("error") == want_error and (evil.returncode == 0) == want_closed
+                   and absent and all(cl["pending"] == 0 for cl in conns)
+                   and e.poll() is None and "\x1b" not in rep.get("message", ""),
+                   "a peer whose answer %s is %s; nothing is allocated" % (
+                       "has terminal control bytes" if mode == "serve-ctrltext"
+                       else "is an object of 2^62 bytes", "closed" if want_closed else
+                       "refused E2BIG and kept"), "%s; hostile: %s" % (json.dumps(rep)[:200],
+                                                                      out.strip()))
+        except AssertionError as err:
+            report(False, "a peer that answers badly (%s)" % mode, str(err))
+        finally:
+            for p in (e, evil):
+                if p and p.poll() is None:
+                    p.terminate()
+                    p.wait(10)
+            if os.path.exists(e_sock):
+                os.unlink(e_sock)
+
     # A relay with another key is refused, and cannot fetch.
     bad_key = os.path.join(tmp, "bad-key")
     with open(bad_key, "w") as f:
