@@ -429,12 +429,12 @@ $(RELAY): $(call OBJ,$(RELAY_SRC)) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALLLDFLAGS) -o $@ $^ $(PKGS_LIBS) $(RELAY_LIBS)
-# The relay test (tests/relay/run.py): two network namespaces, a daemon and a
+# The relay test (tests/relay/test_relay.py): two network namespaces, a daemon and a
 # relay in each, UCX over TCP; and a peer that speaks garbage.
 RELAY_HOSTILE := $(BUILD)/tests/relay-hostile-peer
 $(RELAY_HOSTILE): $(call OBJ,tests/relay/hostile_peer.c relay/wire.c relay/auth.c) $(LIB_A)
 $(RELAY_HOSTILE): TEST_LDFLAGS = $(PKGS_LIBS) $(RELAY_LIBS)
-TEST_RUNS   += tests/relay/run.py
+TEST_RUNS   += tests/relay/test_relay.py
 RELAY_TEST_BINS := $(RELAY) $(RELAY_HOSTILE)
 # The relay's bench table: fetch bandwidth against ucx_perftest and Redis GET
 # between two namespaces (root). BENCH_QUICK=1 for one round.

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Client.fetch and 'shmbrokerctl fetch' against a stand-in relay on the
 daemon's socket path + ".relay": what each answer of the relay becomes
-(tests/relay/run.py drives real relays between two namespaces)."""
+(tests/relay/test_relay.py drives real relays between two namespaces)."""
 
 import json
 import os

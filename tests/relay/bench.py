@@ -17,7 +17,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-spec = importlib.util.spec_from_file_location("relay_run", os.path.join(HERE, "run.py"))
+spec = importlib.util.spec_from_file_location("relay_run", os.path.join(HERE, "test_relay.py"))
 R = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(R)
 
