@@ -193,10 +193,16 @@ int main(int argc, char **argv)
         progress_for(30000, &got_fetch);
         if (!got_fetch)
             return 2;
-        if (strcmp(mode, "serve-ctrltext") == 0)
+        if (strcmp(mode, "serve-ctrltext") == 0) {
+            /* The encoder replaces control bytes: put them back after it. */
             n = wire_fetch_reply(msg, fetch_id, -ENOENT, 0, 0, NULL, 0,
-                                 "No object \x1b[2J\x1b]0;owned\x07 here.");
-        else
+                                 "No object #[2J#]0;owned% here.");
+            for (int i = 0; i < n; i++)
+                if (msg[i] == '#')
+                    msg[i] = 0x1b;
+                else if (msg[i] == '%')
+                    msg[i] = 0x07;
+        } else
             n = wire_fetch_reply(msg, fetch_id, 0, (uint64_t)1 << 62, 4096, "rkey", 4, NULL);
         send_raw(msg, (size_t)n);
         progress_for(5000, NULL);
