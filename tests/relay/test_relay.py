@@ -397,21 +397,30 @@ def run_cases(tmp, a, b, key):
         n = c.fetch("B", k)
     report(n == 64 << 20, "a restarted peer relay serves again")
 
-    # The fetching relay killed mid-transfer: its client gets an error, its
-    # daemon drops the allocation with its connection, the peer its pin.
-    k, _, t, out = stopped_mid_transfer(a, b, "local-cut")
-    mid = True
-    os.kill(a.relay_pid(), signal.SIGKILL)
-    a.relay.wait()
-    os.kill(b.relay_pid(), signal.SIGCONT)
+    # The fetching relay killed while its request is on its way: its client
+    # gets an error; the peer, answering a relay that is gone, lets go of the
+    # pin it took. (Killed while the bytes move, over TCP, UCX 1.13 itself
+    # may abort the serving relay: notes/h-relay.md, "Known problems".)
+    k = "local-cut"
+    put_random(b, k, 1 << 20)
+    os.kill(b.relay_pid(), signal.SIGSTOP)
+    try:
+        t, out = fetch_in_thread(a, "B", k)
+        wait_for("A's request to be on its way", lambda: a.status()["transfers"] == 1)
+        mid = True
+        os.kill(a.relay_pid(), signal.SIGKILL)
+        a.relay.wait()
+    finally:
+        os.kill(b.relay_pid(), signal.SIGCONT)
     t.join(WAIT * 2)
     left_b = wait_for_quiet(b, None)
     with a.client() as c:
         gone = not c.contains(k) and not [cl for cl in c.clients()
                                           if cl.get("name") == "shmbroker-relay"]
     err = out.get("error")
-    report((isinstance(err, errors.ConnectionLost) or not mid) and gone and not left_b,
-           "the fetching relay killed mid-transfer leaves no allocation here and no pin there",
+    report(isinstance(err, errors.ConnectionLost) and gone and not left_b
+           and b.relay.poll() is None,
+           "the fetching relay killed mid-fetch leaves no allocation here and no pin there",
            "mid-transfer: %s, fetch %s, left on B: %s" % (mid, out, left_b))
     a.start_relay()
     wait_for("A's restarted relay to connect", lambda: a.connected() and b.connected())
