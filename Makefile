@@ -89,6 +89,8 @@ DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon
                daemon/pool.c daemon/queue.c daemon/held.c $(CORE_SRC)
 LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
                client/queue.c client/read.c client/arena.c
+# Objects from other hosts, through shmbroker-relay (relay/).
+LIB_SRC     += client/fetch.c
 CTL_SRC     := client/shmbrokerctl.c
 # The catalog's reader, for the library and the daemon's tests.
 PROTO_SRC   += proto/catalog.c
@@ -342,6 +344,7 @@ run: check-deps
 
 test: check-test-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) $(FRAMES_TOOL) $(READ_TOOL) $(BENCH_BIN) \
+	    $(RELAY_TEST_BINS) \
 	    $(if $(SANITIZER),,$(FUZZ_BIN) $(FUZZ_ADOPT_BIN) $(TSAN_BIN) $(QUEUE_TSAN_BIN))
 	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl PYTHON=$(PYTHON) \
 	    SHMB_SOAK=$(BUILD)/tests/soak FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
@@ -443,6 +446,34 @@ $(LIB_SO): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 	$(Q)$(CC) $(ALLLDFLAGS) -shared -Wl,-soname,$(LIB_SONAME) \
 	    -Wl,--version-script=client/libshmbroker.map -o $@ $^ $(PKGS_LIBS)
 	$(Q)ln -sf $(LIB_SONAME) $(BUILD)/libshmbroker.so
+
+# ---- shmbroker-relay (relay/): objects between hosts' brokers over UCX ----
+# A program of its own: the daemon keeps no network code. It links the
+# library like any worker, UCX (libucx-dev) and libcrypto (its key's HMAC).
+RELAY_SRC   := relay/main.c relay/peer.c relay/wire.c relay/auth.c relay/fetch.c relay/local.c
+RELAY       := $(BUILD)/shmbroker-relay
+RELAY_CFLAGS = $(shell pkg-config --cflags ucx libcrypto 2>/dev/null)
+RELAY_LIBS   = $(shell pkg-config --libs ucx libcrypto 2>/dev/null)
+BINS        += $(RELAY)
+$(call OBJ,$(RELAY_SRC) tests/relay/hostile_peer.c): ALLCFLAGS += $(RELAY_CFLAGS)
+$(RELAY): $(call OBJ,$(RELAY_SRC)) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALLLDFLAGS) -o $@ $^ $(PKGS_LIBS) $(RELAY_LIBS)
+# The relay test (tests/relay/test_relay.py): two network namespaces, a daemon and a
+# relay in each, UCX over TCP; and a peer that speaks garbage.
+RELAY_HOSTILE := $(BUILD)/tests/relay-hostile-peer
+$(RELAY_HOSTILE): $(call OBJ,tests/relay/hostile_peer.c relay/wire.c relay/auth.c) $(LIB_A)
+$(RELAY_HOSTILE): TEST_LDFLAGS = $(PKGS_LIBS) $(RELAY_LIBS)
+TEST_RUNS   += tests/relay/test_relay.py
+RELAY_TEST_BINS := $(RELAY) $(RELAY_HOSTILE)
+# The relay's bench table: fetch bandwidth against ucx_perftest and Redis GET
+# between two namespaces (root). BENCH_QUICK=1 for one round.
+.PHONY: bench-relay
+bench-relay: check-deps
+	$(Q)sh scripts/install-deps.sh bench
+	$(Q)$(MAKE) --no-print-directory $(BINS)
+	$(Q)SHMB_BUILD_DIR=$(BUILD) SHMBROKERD=$(DAEMON) $(PYTHON) tests/relay/bench.py
 
 # The pkg-config file and the service unit name installed paths, so they are
 # written at install time, with this install's PREFIX and directories.
@@ -591,6 +622,7 @@ install: all
 	    $(DESTDIR)$(INCLUDEDIR)
 	install -m 0755 $(DAEMON) $(DESTDIR)$(SBINDIR)/shmbrokerd
 	install -m 0755 $(CTL) $(DESTDIR)$(BINDIR)/shmbrokerctl
+	install -m 0755 $(RELAY) $(DESTDIR)$(SBINDIR)/shmbroker-relay
 	install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/libshmbroker.a
 	install -m 0755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libshmbroker.so
@@ -610,6 +642,7 @@ install: all
 	    install -m 0644 systemd/shmbrokerd.default $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd
 	install -m 0644 systemd/shmbroker.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf
 	install -m 0644 daemon/shmbrokerd.8 $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8
+	install -m 0644 relay/shmbroker-relay.8 $(DESTDIR)$(MANDIR)/man8/shmbroker-relay.8
 	install -m 0644 client/shmbrokerctl.1 $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1
 	install -d $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(DOCDIR)
 	install -m 0644 client/libshmbroker.3 $(DESTDIR)$(MANDIR)/man3/libshmbroker.3
@@ -644,12 +677,13 @@ install: all
 	fi
 
 uninstall:
-	rm -f $(DESTDIR)$(SBINDIR)/shmbrokerd $(DESTDIR)$(BINDIR)/shmbrokerctl \
+	rm -f $(DESTDIR)$(SBINDIR)/shmbrokerd $(DESTDIR)$(SBINDIR)/shmbroker-relay $(DESTDIR)$(BINDIR)/shmbrokerctl \
 	    $(DESTDIR)$(LIBDIR)/libshmbroker.a $(DESTDIR)$(LIBDIR)/$(LIB_SONAME) \
 	    $(DESTDIR)$(LIBDIR)/libshmbroker.so $(DESTDIR)$(INCLUDEDIR)/shmbroker.h \
 	    $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc \
 	    $(DESTDIR)$(UNITDIR)/shmbrokerd.service $(DESTDIR)$(UNITDIR)/shmbrokerd.socket \
 	    $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8 \
+	    $(DESTDIR)$(MANDIR)/man8/shmbroker-relay.8 \
 	    $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1 $(DESTDIR)$(MANDIR)/man3/libshmbroker.3 \
 	    $(DESTDIR)$(PYDOCDIR)/python-reference.txt
 	rm -rf $(DESTDIR)$(DOCDIR)/README.md $(DESTDIR)$(DOCDIR)/docs

@@ -211,6 +211,25 @@ int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void *
 int shmb_commit(shmb_t *c, const char *key);
 int shmb_abort(shmb_t *c, const char *key);
 
+/* Fetch key from another host: the local shmbroker-relay (its socket is the
+ * daemon's path + ".relay") asks peer's relay, which pins the object there;
+ * its bytes are read by RMA straight into an allocation in this handle's
+ * daemon and committed under the same key (awaiting no reads, as a put with
+ * readers 0), then shmb_get it as any object. Fetches of one key from one
+ * peer at once share one transfer. 0, or: -ENOTCONN (no relay, or the peer
+ * is not connected), -ENOENT (no such peer, no such key there), -EEXIST
+ * (the key is here already), -E2BIG, -ENOSPC, -ECONNRESET (the transfer was
+ * cut: nothing was kept, no pin is left). Blocks until the relay answers. */
+int shmb_fetch(shmb_t *c, const char *peer, const char *key);
+
+/* The local relay's status as a JSON object in *json (the caller frees it
+ * with free()): its name, listen address, connections refused, transfers
+ * under way, and per peer its address, direction ("out": dialled, "in":
+ * dialled us), state, transport, bytes and messages each way, fetches served,
+ * transfers made, objects pinned for it and last error. -ENOTCONN when no
+ * relay is attached to this handle's daemon. */
+int shmb_relay_status(shmb_t *c, char **json);
+
 /* Copying write, in one round trip: the payload is copied into this
  * handle's arena (a run of the segment the daemon granted it; asked for,
  * and refilled, as puts need it) and committed there with one request

@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "../proto/error.h"
 #include "../proto/protocol.h"
 #include "../proto/starting.h"
@@ -597,15 +599,83 @@ static int watch_status(shmb_t *c, const struct ctl *ctl)
     return rc;
 }
 
+/* A string field of the relay's status, "" when absent. */
+static const char *relay_str(const json_t *obj, const char *field)
+{
+    const char *s = json_string_value(json_object_get(obj, field));
+    return s ? s : "";
+}
+
+/* The relay attached to the daemon (shmbroker-relay), after status: its
+ * peers, one line each. Nothing when no relay answers. */
+static void print_relay(shmb_t *c)
+{
+    static char e[ESC_MAX];
+    char *text = NULL, b[2][32];
+    json_t *st, *peers, *p;
+    size_t i;
+
+    if (shmb_relay_status(c, &text) < 0)
+        return;
+    st = json_loads(text, 0, NULL);
+    free(text);
+    if (!st)
+        return;
+    peers = json_object_get(st, "peers");
+    {
+        const char *rname = json_string_value(json_object_get(st, "name"));
+        if (!rname)
+            rname = "?";
+        printf("\nRelay %s", shmb_escape(rname, strlen(rname), e, sizeof(e)));
+    }
+    if (json_string_length(json_object_get(st, "listen")))
+        printf(" listening on %s", json_string_value(json_object_get(st, "listen")));
+    printf(": %zu peers, %lld refused, %lld transfers under way\n", json_array_size(peers),
+           (long long)json_integer_value(json_object_get(st, "refused")),
+           (long long)json_integer_value(json_object_get(st, "transfers")));
+    if (json_array_size(peers))
+        printf("  %-16s %-22s %-4s %-12s %-9s %10s %10s %9s %7s %7s %6s  %s\n", "PEER", "ADDRESS",
+               "DIR", "STATE", "TRANSPORT", "BYTES IN", "BYTES OUT", "MSGS I/O", "SERVED",
+               "FETCHED", "PINNED", "LAST ERROR");
+    json_array_foreach(peers, i, p) {
+        const char *name = relay_str(p, "name");
+        const char *last = relay_str(p, "last_error");
+        char msgs[48];
+        snprintf(msgs, sizeof(msgs), "%lld/%lld",
+                 (long long)json_integer_value(json_object_get(p, "messages_in")),
+                 (long long)json_integer_value(json_object_get(p, "messages_out")));
+        printf("  %-16s ", shmb_escape(name, strlen(name), e, sizeof(e)));
+        printf("%-22s %-4s %-12s %-9s %10s %10s %9s %7lld %7lld %6lld  ",
+               relay_str(p, "address"),
+               relay_str(p, "direction"),
+               relay_str(p, "state"),
+               relay_str(p, "transport"),
+               shmb_format_bytes((unsigned long long)json_integer_value(
+                                     json_object_get(p, "bytes_in")), b[0], sizeof(b[0])),
+               shmb_format_bytes((unsigned long long)json_integer_value(
+                                     json_object_get(p, "bytes_out")), b[1], sizeof(b[1])),
+               msgs, (long long)json_integer_value(json_object_get(p, "fetches_served")),
+               (long long)json_integer_value(json_object_get(p, "transfers")),
+               (long long)json_integer_value(json_object_get(p, "pinned")));
+        printf("%s\n", last[0] ? shmb_escape(last, strlen(last), e, sizeof(e)) : "-");
+    }
+    json_decref(st);
+}
+
 static int cmd_status(shmb_t *c, struct ctl *ctl)
 {
+    int rc;
+
     if (ctl->watch != 0)
         return watch_status(c, ctl);
     if (ctl->json)
         return print_json(c);
     if (ctl->prometheus)
         return print_prometheus(c, ctl);
-    return print_status(c, ctl);
+    rc = print_status(c, ctl);
+    if (rc == 0)
+        print_relay(c);
+    return rc;
 }
 
 /* Why status reads the segment: asked to (--from-segment), or the daemon
@@ -1131,6 +1201,25 @@ static int cmd_rm(shmb_t *c, struct ctl *ctl)
     return shmb_delete(c, ctl->args[0]) < 0 ? fail(c) : 0;
 }
 
+static int fetch_prepare(struct ctl *ctl)
+{
+    return check_key_arg(ctl->args[1]);
+}
+
+/* KEY from another host, through shmbroker-relay (shmb_fetch). */
+static int cmd_fetch(shmb_t *c, struct ctl *ctl)
+{
+    static char buf[SHMB_ESCAPED_MAX(1024)];
+
+    if (shmb_fetch(c, ctl->args[0], ctl->args[1]) == 0)
+        return 0;
+    /* Not fail(): ENOTCONN and ECONNRESET here are the relay's or the
+     * transfer's, not a lost connection to the daemon. */
+    fprintf(stderr, "shmbrokerctl: %s: %s\n", shmb_errname(c),
+            esc(shmb_errmsg(c), buf, sizeof(buf)));
+    return EXIT_ERROR_REPLY;
+}
+
 /* Write len bytes to fd. */
 static int write_all(int fd, const char *p, size_t len)
 {
@@ -1191,6 +1280,8 @@ static const struct ctl_cmd ctl_cmds[] = {
     {"get", 1, 2, NULL, key_prepare, cmd_get, "get KEY [FILE|-]",
      "write KEY's bytes to FILE (default: standard output)"},
     {"rm", 1, 1, NULL, key_prepare, cmd_rm, "rm KEY", "delete KEY"},
+    {"fetch", 2, 2, NULL, fetch_prepare, cmd_fetch, "fetch PEER KEY",
+     "bring KEY from relay PEER's host into this daemon (shmbroker-relay)"},
     {"check", 0, 0, NULL, NULL, NULL, "check [DAEMON FLAG]...",
      "would the daemon's pools fit here? (shmbrokerd --check; 0 yes, 1 no)"},
 };

@@ -27,6 +27,8 @@
 #define SHMB_USER_SOCKET_TMP "/tmp/shmbroker-"
 #define SHMB_USER_SOCKET_NAME "shmbroker.sock"
 #define SHMB_SOCKET_ENV "SHMBROKER_SOCKET"
+/* shmbroker-relay's socket: the daemon's path with this appended. */
+#define SHMB_RELAY_SOCKET_SUFFIX ".relay"
 #define SHMB_LIST_DEFAULT_LIMIT 1000
 #define SHMB_LIST_MAX_LIMIT 100000
 #define SHMB_NAME_MAX 64 /* a client's label in hello */

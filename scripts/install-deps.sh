@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Install the Debian packages shmbroker needs when pkg-config cannot find them.
 # Usage: scripts/install-deps.sh [build|test|bench|bench-vllm|deb|arm64]
-# build: libuv, jansson; test adds cmocka, clang with its sanitizer and
+# build: libuv, jansson, and UCX (libucx-dev) and libcrypto (libssl-dev) for
+# shmbroker-relay; test and bench add ucx-utils and iproute2 (the relay test
+# and bench); test adds cmocka, clang with its sanitizer and
 # fuzzer runtimes (the fuzz target), valgrind (the soak under memcheck, and
 # the instruction count with python3) and systemd (systemd-analyze and
 # systemd-socket-activate, for the systemd tests), python3-numpy,
@@ -35,13 +37,24 @@ command -v make >/dev/null 2>&1 || need make
 if command -v pkg-config >/dev/null 2>&1; then
     pkg-config --exists libuv || need libuv1-dev
     pkg-config --exists jansson || need libjansson-dev
+    # shmbroker-relay: UCX (Debian 12's 1.13) and libcrypto for its key's HMAC.
+    pkg-config --exists ucx || need libucx-dev
+    pkg-config --exists libcrypto || need libssl-dev
     if [ "$want" != build ] && [ "$want" != deb ] && [ "$want" != arm64 ]; then
         pkg-config --exists cmocka || need libcmocka-dev
     fi
 else
     need libuv1-dev
     need libjansson-dev
+    need libucx-dev
+    need libssl-dev
     [ "$want" = build ] || [ "$want" = deb ] || [ "$want" = arm64 ] || need libcmocka-dev
+fi
+if [ "$want" = test ] || [ "$want" = bench ]; then
+    # tests/relay and the relay's bench: ucx_perftest (the UCX floor) and
+    # ip netns (two hosts' namespaces joined by a veth pair).
+    command -v ucx_perftest >/dev/null 2>&1 || need ucx-utils
+    command -v ip >/dev/null 2>&1 || need iproute2
 fi
 if [ "$want" = test ]; then
     command -v clang >/dev/null 2>&1 || need clang

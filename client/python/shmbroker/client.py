@@ -1609,6 +1609,14 @@ class Client:
         else:
             self._call(req)
 
+    def fetch(self, peer, key):
+        """Bring key from another host into this daemon's pool, through the
+        local shmbroker-relay, which asks the relay it names peer; returns the
+        object's size once it is committed here under key (get it then as any
+        object). Fetches of one key at once share one transfer."""
+        from . import _fetch
+        return _fetch.fetch(self, peer, check_key(key))
+
     def contains(self, key):
         """Whether a committed object has this key (also ``key in client``)."""
         return self._call({"op": "contains", "key": check_key(key)})["exists"] is True

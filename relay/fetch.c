@@ -1,0 +1,546 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Both ends of a fetch. Serving: pin the object in the local daemon (a get),
+ * tell the peer where it lies in the pool's mapping (registered with UCX once)
+ * and its packed rkey, release the pin when the peer says it is done or goes.
+ * Fetching: allocate in the local pool, read the peer's bytes by RMA straight
+ * into that allocation, commit it under the same key (or abort it). Fetches of
+ * one key from one peer share one transfer. Knows peers only through peer.c.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "../client/internal.h"
+#include "relay.h"
+
+#define FETCH_WAITERS_MAX 1024 /* clients waiting on one transfer */
+
+struct waiter {
+    LIST_ENTRY(waiter) link;
+    struct local_client *lc;
+};
+
+enum transfer_state {
+    T_ASKED,   /* the request went; no reply yet */
+    T_GETTING, /* the allocation is made, the RMA read under way */
+};
+
+struct transfer {
+    LIST_ENTRY(transfer) link;
+    struct relay *relay;
+    struct peer *peer; /* NULL once it went (the read still has to end) */
+    char peer_name[RELAY_NAME_MAX + 1];
+    char key[SHMB_KEY_MAX_LEN + 1];
+    uint64_t id;
+    enum transfer_state state;
+    uint64_t deadline_ms; /* an answer, then the read, must come by then */
+    uint64_t size;
+    void *ptr;
+    ucp_rkey_h rkey;
+    void *req;
+    bool get_done;
+    ucs_status_t get_status;
+    LIST_HEAD(, waiter) waiters;
+    unsigned nwaiters;
+};
+
+/* The daemon went (restarted, or its connection broke): connect again so that
+ * the next request is served. The pool's mapping may be a new one. */
+static void fetch_daemon_lost(struct relay *r)
+{
+    struct shmb_error err = {0};
+    relay_log("lost the local daemon (%s); connecting again", shmb_errmsg(r->c));
+    fetch_unregister_pool(r);
+    if (shmb_reconnect(r->c) == 0)
+        fetch_register_pool(r, &err);
+}
+
+int fetch_register_pool(struct relay *r, struct shmb_error *err)
+{
+    ucp_mem_map_params_t mp = {0};
+    ucs_status_t st;
+    shmb_t *c = r->c;
+
+    if (r->pool_memh && r->pool_base == c->map && r->pool_size == c->map_size)
+        return 0;
+    fetch_unregister_pool(r);
+    if (!c->map)
+        return shmb_error_set(err, -ENOTCONN, "Not connected to the local daemon.");
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = c->map;
+    mp.length = c->map_size;
+    st = ucp_mem_map(r->ctx, &mp, &r->pool_memh);
+    if (st != UCS_OK) {
+        r->pool_memh = NULL;
+        return shmb_error_set(err, -EIO, "UCX cannot register the pool's %zu bytes: %s.",
+                              c->map_size, ucs_status_string(st));
+    }
+    st = ucp_rkey_pack(r->ctx, r->pool_memh, &r->pool_rkey, &r->pool_rkey_len);
+    if (st != UCS_OK || r->pool_rkey_len > WIRE_RKEY_MAX) {
+        fetch_unregister_pool(r);
+        return shmb_error_set(err, -EIO, "UCX cannot pack the pool's remote key: %s.",
+                              st != UCS_OK ? ucs_status_string(st) : "too long");
+    }
+    r->pool_base = c->map;
+    r->pool_size = c->map_size;
+    return 0;
+}
+
+void fetch_unregister_pool(struct relay *r)
+{
+    if (r->pool_rkey)
+        ucp_rkey_buffer_release(r->pool_rkey);
+    r->pool_rkey = NULL;
+    r->pool_rkey_len = 0;
+    if (r->pool_memh)
+        ucp_mem_unmap(r->ctx, r->pool_memh);
+    r->pool_memh = NULL;
+    r->pool_base = NULL;
+    r->pool_size = 0;
+}
+
+/* ---- serving ------------------------------------------------------------ */
+
+static void reply_error(struct peer *p, uint64_t id, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void reply_error(struct peer *p, uint64_t id, int code, const char *fmt, ...)
+{
+    unsigned char out[WIRE_MSG_MAX];
+    char text[WIRE_TEXT_MAX + 1];
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    n = wire_fetch_reply(out, id, code, 0, 0, NULL, 0, text);
+    if (n > 0)
+        peer_send(p, out, (size_t)n);
+}
+
+void fetch_on_request(struct peer *p, const struct wire_msg *m)
+{
+    struct relay *r = p->relay;
+    struct shmb_error err = {0};
+    unsigned char out[WIRE_MSG_MAX];
+    struct served *s;
+    const void *ptr = NULL;
+    size_t size = 0;
+    int rc, n;
+
+    LIST_FOREACH(s, &p->served, link)
+        if (s->id == m->id) {
+            peer_fail(p, "asked twice under request id %llu", (unsigned long long)m->id);
+            return;
+        }
+    if (p->nserved >= RELAY_SERVED_MAX) {
+        reply_error(p, m->id, -EBUSY,
+                    "Relay %s holds %u objects pinned for you already (at most %d); "
+                    "finish those first.", r->name, p->nserved, RELAY_SERVED_MAX);
+        return;
+    }
+    rc = shmb_get(r->c, m->key, &ptr, &size);
+    if (rc == -ECONNRESET) {
+        fetch_daemon_lost(r);
+        rc = shmb_get(r->c, m->key, &ptr, &size);
+    }
+    if (rc < 0) {
+        reply_error(p, m->id, rc, "%s (on relay %s)", shmb_errmsg(r->c), r->name);
+        return;
+    }
+    if ((rc = fetch_register_pool(r, &err)) < 0 || (const char *)ptr < (char *)r->pool_base ||
+        size > r->pool_size ||
+        (size_t)((const char *)ptr - (char *)r->pool_base) > r->pool_size - size) {
+        shmb_release(r->c, m->key);
+        reply_error(p, m->id, -EIO, "Relay %s cannot serve '%s': %s", r->name, m->key,
+                    rc < 0 ? err.message : "the object lies outside the registered pool");
+        return;
+    }
+    s = calloc(1, sizeof(*s));
+    if (!s) {
+        shmb_release(r->c, m->key);
+        reply_error(p, m->id, -ENOMEM, "Relay %s is out of memory.", r->name);
+        return;
+    }
+    s->id = m->id;
+    memcpy(s->key, m->key, sizeof(s->key));
+    LIST_INSERT_HEAD(&p->served, s, link);
+    p->nserved++;
+    p->fetches_served++;
+    n = wire_fetch_reply(out, m->id, 0, size, (uint64_t)(uintptr_t)ptr, r->pool_rkey,
+                         r->pool_rkey_len, NULL);
+    if (n > 0)
+        peer_send(p, out, (size_t)n);
+}
+
+static void served_release(struct relay *r, struct peer *p, struct served *s)
+{
+    if (shmb_release(r->c, s->key) == -ECONNRESET)
+        fetch_daemon_lost(r); /* the daemon dropped the pin with the connection */
+    LIST_REMOVE(s, link);
+    p->nserved--;
+    free(s);
+}
+
+void fetch_on_done(struct peer *p, const struct wire_msg *m)
+{
+    struct served *s;
+    LIST_FOREACH(s, &p->served, link)
+        if (s->id == m->id) {
+            served_release(p->relay, p, s);
+            return;
+        }
+    /* A done for nothing pinned: a reply that was an error, or a peer
+     * confused; either way nothing is held. */
+}
+
+/* ---- fetching ----------------------------------------------------------- */
+
+/* The end of a transfer: every waiting client gets the same answer. */
+static void transfer_finish(struct transfer *t, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void transfer_finish(struct transfer *t, int code, const char *fmt, ...)
+{
+    struct relay *r = t->relay;
+    struct waiter *w;
+    char msg[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    while ((w = LIST_FIRST(&t->waiters))) {
+        LIST_REMOVE(w, link);
+        if (code == 0) {
+            json_t *reply = json_pack("{s:b, s:s, s:s, s:I}", "ok", 1, "peer", t->peer_name,
+                                      "key", t->key, "size", (json_int_t)t->size);
+            char *line = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
+            if (line)
+                local_reply(w->lc, line);
+            free(line);
+            json_decref(reply);
+        } else {
+            local_reply_error(w->lc, code, "%s", msg);
+        }
+        w->lc->waiting--;
+        free(w);
+    }
+    if (t->rkey)
+        ucp_rkey_destroy(t->rkey);
+    LIST_REMOVE(t, link);
+    r->ntransfers--;
+    free(t);
+}
+
+static void tell_done(struct transfer *t)
+{
+    unsigned char out[WIRE_MSG_MAX];
+    int n = wire_fetch_done(out, t->id);
+    if (t->peer && n > 0)
+        peer_send(t->peer, out, (size_t)n);
+}
+
+static int add_waiter(struct transfer *t, struct local_client *lc)
+{
+    struct waiter *w;
+    if (t->nwaiters >= FETCH_WAITERS_MAX)
+        return -EBUSY;
+    w = calloc(1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    w->lc = lc;
+    lc->waiting++;
+    t->nwaiters++;
+    LIST_INSERT_HEAD(&t->waiters, w, link);
+    return 0;
+}
+
+int fetch_start(struct relay *r, struct local_client *lc, const char *peer_name,
+                const char *key)
+{
+    unsigned char out[WIRE_MSG_MAX];
+    struct transfer *t;
+    struct peer *p = peer_find(r, peer_name);
+    int n, rc;
+
+    if (!p) {
+        char names[512] = "";
+        size_t used = 0;
+        LIST_FOREACH(p, &r->peers, link)
+            if (p->configured && used < sizeof(names))
+                used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s",
+                                         used ? ", " : "", p->name);
+        local_reply_error(lc, -ENOENT,
+                          "This relay has no peer named '%s' (it has: %s). Name peers with "
+                          "--peer NAME=ADDR:PORT or in the --peers-file.",
+                          peer_name, names[0] ? names : "none");
+        return -ENOENT;
+    }
+    LIST_FOREACH(t, &r->transfers, link)
+        if (t->peer == p && strcmp(t->key, key) == 0) {
+            if ((rc = add_waiter(t, lc)) < 0)
+                local_reply_error(lc, rc, "%u clients wait for '%s' already (at most %d).",
+                                  t->nwaiters, key, FETCH_WAITERS_MAX);
+            return rc;
+        }
+    if (p->state != PEER_READY) {
+        local_reply_error(lc, -ENOTCONN,
+                          "Peer %s (%s) is not connected%s%s; the relay dials it again "
+                          "every %d ms.",
+                          p->name, p->address, p->last_error[0] ? ": " : "", p->last_error,
+                          RELAY_RETRY_MS);
+        return -ENOTCONN;
+    }
+    if (r->ntransfers >= RELAY_TRANSFERS_MAX) {
+        local_reply_error(lc, -EBUSY, "%u transfers are under way (at most %d); try again.",
+                          r->ntransfers, RELAY_TRANSFERS_MAX);
+        return -EBUSY;
+    }
+    t = calloc(1, sizeof(*t));
+    if (!t) {
+        local_reply_error(lc, -ENOMEM, "The relay is out of memory.");
+        return -ENOMEM;
+    }
+    t->relay = r;
+    t->peer = p;
+    t->id = ++r->next_id;
+    t->deadline_ms = relay_now_ms() + r->fetch_timeout_ms;
+    snprintf(t->peer_name, sizeof(t->peer_name), "%s", p->name);
+    snprintf(t->key, sizeof(t->key), "%s", key);
+    LIST_INIT(&t->waiters);
+    LIST_INSERT_HEAD(&r->transfers, t, link);
+    r->ntransfers++;
+    if (add_waiter(t, lc) < 0) {
+        transfer_finish(t, -ENOMEM, "The relay is out of memory.");
+        local_reply_error(lc, -ENOMEM, "The relay is out of memory.");
+        return -ENOMEM;
+    }
+    n = wire_fetch(out, t->id, key);
+    if (n < 0 || peer_send(p, out, (size_t)n) < 0) {
+        transfer_finish(t, -ECONNRESET, "Cannot ask peer %s for '%s': %s.", p->name, key,
+                        p->last_error);
+        return -ECONNRESET;
+    }
+    p->transfers++;
+    peer_kick(r); /* its deadline */
+    return 0;
+}
+
+static void on_get_done(void *request, ucs_status_t status, void *user_data)
+{
+    struct transfer *t = user_data;
+    t->get_status = status;
+    t->get_done = true;
+    t->req = NULL;
+    t->relay->transfers_done = true;
+    ucp_request_free(request);
+}
+
+void fetch_on_reply(struct peer *p, const struct wire_msg *m)
+{
+    struct relay *r = p->relay;
+    ucp_request_param_t param = {0};
+    ucs_status_ptr_t req;
+    ucs_status_t st;
+    struct transfer *t;
+    int rc;
+
+    LIST_FOREACH(t, &r->transfers, link)
+        if (t->peer == p && t->id == m->id && t->state == T_ASKED)
+            break;
+    if (!t) {
+        /* A late answer to a request that timed out: the peer pinned the
+         * object for nothing, so it is told to let go. An answer to a
+         * request never made is a peer confused or hostile. */
+        if (m->id != 0 && m->id <= r->next_id) {
+            if (m->code == 0) {
+                unsigned char out[WIRE_MSG_MAX];
+                int n = wire_fetch_done(out, m->id);
+                if (n > 0)
+                    peer_send(p, out, (size_t)n);
+            }
+            return;
+        }
+        peer_fail(p, "answered request id %llu, which was never made",
+                  (unsigned long long)m->id);
+        return;
+    }
+    if (m->code < 0) {
+        transfer_finish(t, m->code, "%s", m->text[0] ? m->text : "refused by the peer");
+        return;
+    }
+    t->size = m->size;
+    /* The read gets its own time: at least 10 MB/s on top of the timeout. */
+    t->deadline_ms = relay_now_ms() + r->fetch_timeout_ms + m->size / 10000;
+    if (m->size > r->max_object) {
+        tell_done(t);
+        transfer_finish(t, -E2BIG,
+                        "'%s' on peer %s is %llu bytes; this relay takes objects of at "
+                        "most %llu bytes (--max-object).",
+                        t->key, p->name, (unsigned long long)m->size,
+                        (unsigned long long)r->max_object);
+        return;
+    }
+    rc = shmb_alloc(r->c, t->key, (size_t)m->size, 0, &t->ptr);
+    if (rc == -ECONNRESET) {
+        fetch_daemon_lost(r);
+        rc = shmb_alloc(r->c, t->key, (size_t)m->size, 0, &t->ptr);
+    }
+    if (rc < 0) {
+        tell_done(t);
+        transfer_finish(t, rc, "%s", shmb_errmsg(r->c));
+        return;
+    }
+    struct shmb_error err = {0};
+    if (fetch_register_pool(r, &err) < 0) {
+        shmb_abort(r->c, t->key);
+        tell_done(t);
+        transfer_finish(t, err.code, "%s", err.message);
+        return;
+    }
+    st = ucp_ep_rkey_unpack(p->ep, m->rkey, &t->rkey);
+    if (st != UCS_OK) {
+        t->rkey = NULL;
+        shmb_abort(r->c, t->key);
+        tell_done(t);
+        transfer_finish(t, -EPROTO, "Peer %s sent a remote key UCX cannot read: %s.",
+                        p->name, ucs_status_string(st));
+        peer_fail(p, "sent a remote key UCX cannot read");
+        return;
+    }
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_MEMH;
+    param.cb.send = on_get_done;
+    param.user_data = t;
+    param.memh = r->pool_memh;
+    t->state = T_GETTING;
+    req = ucp_get_nbx(p->ep, t->ptr, (size_t)m->size, m->addr, t->rkey, &param);
+    if (UCS_PTR_IS_ERR(req)) {
+        t->get_status = UCS_PTR_STATUS(req);
+        t->get_done = true;
+    } else if (req == NULL) {
+        t->get_status = UCS_OK;
+        t->get_done = true;
+    } else {
+        t->req = req;
+    }
+    if (t->get_done)
+        r->transfers_done = true;
+}
+
+/* Transfers whose read ended: commit or abort, tell the peer, answer. */
+void fetch_poll(struct relay *r)
+{
+    struct transfer *t, *next;
+    r->transfers_done = false;
+    for (t = LIST_FIRST(&r->transfers); t; t = next) {
+        next = LIST_NEXT(t, link);
+        if (t->state != T_GETTING || !t->get_done)
+            continue;
+        if (t->peer)
+            t->peer->bytes_in += t->get_status == UCS_OK ? t->size : 0;
+        tell_done(t);
+        if (t->get_status != UCS_OK || !t->peer) {
+            char why[300];
+            snprintf(why, sizeof(why), "%s",
+                     t->get_status != UCS_OK ? ucs_status_string(t->get_status)
+                                             : "the peer went");
+            shmb_abort(r->c, t->key);
+            transfer_finish(t, -ECONNRESET,
+                            "The transfer of '%s' from peer %s was cut (%s); nothing was "
+                            "kept. Fetch it again.",
+                            t->key, t->peer_name, why);
+            continue;
+        }
+        int rc = shmb_commit(r->c, t->key);
+        if (rc < 0)
+            transfer_finish(t, rc, "%s", shmb_errmsg(r->c));
+        else
+            transfer_finish(t, 0, "ok");
+    }
+}
+
+void fetch_peer_gone(struct peer *p)
+{
+    struct relay *r = p->relay;
+    struct transfer *t, *next;
+    while (!LIST_EMPTY(&p->served))
+        served_release(r, p, LIST_FIRST(&p->served));
+    for (t = LIST_FIRST(&r->transfers); t; t = next) {
+        next = LIST_NEXT(t, link);
+        if (t->peer != p)
+            continue;
+        if (t->state == T_ASKED) {
+            transfer_finish(t, -ECONNRESET,
+                            "Peer %s went before it answered for '%s': %s. Fetch it again.",
+                            p->name, t->key, p->last_error);
+            continue;
+        }
+        /* The read still writes into the allocation until UCX ends it (the
+         * endpoint's close does): it is aborted then, in fetch_poll. */
+        t->peer = NULL;
+    }
+}
+
+uint64_t fetch_next_deadline(const struct relay *r)
+{
+    const struct transfer *t;
+    uint64_t next = UINT64_MAX;
+    LIST_FOREACH(t, &r->transfers, link)
+        if (t->peer && t->deadline_ms < next)
+            next = t->deadline_ms;
+    return next;
+}
+
+void fetch_expire(struct relay *r)
+{
+    struct transfer *t, *next;
+    uint64_t now = relay_now_ms();
+    for (t = LIST_FIRST(&r->transfers); t; t = next) {
+        next = LIST_NEXT(t, link);
+        if (!t->peer || t->deadline_ms > now)
+            continue;
+        if (t->state == T_ASKED) {
+            transfer_finish(t, -ETIMEDOUT,
+                            "Peer %s did not answer for '%s' within %llu ms (--fetch-timeout); "
+                            "is its relay or its daemon stuck?",
+                            t->peer_name, t->key, (unsigned long long)r->fetch_timeout_ms);
+        } else {
+            /* The read writes into the allocation until UCX ends it: the
+             * connection's close does, and fetch_poll aborts it then. */
+            peer_fail(t->peer, "the read of '%s' (%llu bytes) did not end in time "
+                      "(--fetch-timeout %llu ms plus 1 s per 10 MB)",
+                      t->key, (unsigned long long)t->size,
+                      (unsigned long long)r->fetch_timeout_ms);
+        }
+    }
+}
+
+unsigned fetch_waiters(const struct relay *r)
+{
+    const struct transfer *t;
+    unsigned n = 0;
+    LIST_FOREACH(t, &r->transfers, link)
+        n += t->nwaiters;
+    return n;
+}
+
+void fetch_client_gone(struct relay *r, struct local_client *lc)
+{
+    struct transfer *t;
+    struct waiter *w, *next;
+    LIST_FOREACH(t, &r->transfers, link)
+        for (w = LIST_FIRST(&t->waiters); w; w = next) {
+            next = LIST_NEXT(w, link);
+            if (w->lc == lc) {
+                LIST_REMOVE(w, link);
+                t->nwaiters--;
+                lc->waiting--;
+                free(w);
+            }
+        }
+}

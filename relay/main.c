@@ -1,0 +1,302 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * shmbroker-relay's flags, its handle on the local daemon, signals and the
+ * loop. One relay per host; it is a client of the local daemon like any
+ * worker, and the only part of shmbroker that speaks to the network.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../client/internal.h"
+#include "../proto/protocol.h"
+#include "relay.h"
+
+uint64_t relay_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void relay_log(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "shmbroker-relay: %s\n", msg);
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: shmbroker-relay --key-file FILE [--listen ADDR:PORT]\n"
+            "                       [--peer NAME=ADDR:PORT]... [--peers-file FILE]\n"
+            "                       [--socket PATH] [--relay-socket PATH] [--name NAME]\n"
+            "                       [--max-object BYTES] [--fetch-timeout SECONDS]\n"
+            "Carries objects between hosts' shmbroker daemons over UCX.\n"
+            "  --key-file FILE      the pre-shared key every relay proves (mode 0600)\n"
+            "  --listen ADDR:PORT   accept other relays there\n"
+            "  --peer NAME=ADDR:PORT  a relay to fetch from (repeatable)\n"
+            "  --peers-file FILE    lines 'peer = NAME ADDR:PORT' ('#' comments)\n"
+            "  --socket PATH        the local daemon's socket (default $%s or %s)\n"
+            "  --relay-socket PATH  this relay's socket (default: the daemon's + \"%s\")\n"
+            "  --name NAME          this relay's name in its hello (default: the host name)\n"
+            "  --max-object BYTES   the largest object a peer may make this relay allocate\n"
+            "                       (default: the pool's size)\n"
+            "  --fetch-timeout SECONDS  a peer's answer to a fetch must come by then, and\n"
+            "                       its bytes at 10 MB/s or more after it (default 30)\n"
+            "UCX chooses the transport (UCX_TLS, UCX_NET_DEVICES are honoured).\n",
+            SHMB_SOCKET_ENV, SHMB_DEFAULT_SOCKET, SHMB_RELAY_SOCKET_SUFFIX);
+}
+
+/* The peers file: 'peer = NAME ADDR:PORT' lines, '#' comments, blank lines. */
+static int load_peers_file(struct relay *r, const char *path, struct shmb_error *err)
+{
+    FILE *f = fopen(path, "re");
+    char line[512];
+    unsigned lineno = 0;
+    int rc = 0;
+
+    if (!f)
+        return shmb_error_set(err, -errno, "Cannot open the peers file %s: %s.", path,
+                              strerror(errno));
+    while (fgets(line, sizeof(line), f)) {
+        char name[128], addr[128], extra[2];
+        char *s = line;
+        lineno++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            rc = shmb_error_set(err, -EINVAL, "%s:%u: a line longer than %zu bytes.", path,
+                                lineno, sizeof(line) - 2);
+            break;
+        }
+        s += strspn(s, " \t");
+        if (*s == '#' || *s == '\n' || *s == '\r' || *s == 0)
+            continue;
+        if (sscanf(s, "peer = %127s %127s %1s", name, addr, extra) != 2) {
+            rc = shmb_error_set(err, -EINVAL,
+                                "%s:%u: expected 'peer = NAME ADDR:PORT', not '%.80s'.", path,
+                                lineno, s);
+            break;
+        }
+        if ((rc = peer_add_configured(r, name, addr, err)) < 0) {
+            char msg[sizeof(err->message)];
+            snprintf(msg, sizeof(msg), "%s", err->message);
+            shmb_error_set(err, rc, "%s:%u: %s", path, lineno, msg);
+            break;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    struct relay *r = h->data;
+    relay_log("signal %d: stopping", signum);
+    uv_stop(r->loop);
+}
+
+static void close_walk(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"key-file", required_argument, NULL, 'k'},
+        {"listen", required_argument, NULL, 'l'},
+        {"peer", required_argument, NULL, 'p'},
+        {"peers-file", required_argument, NULL, 'f'},
+        {"socket", required_argument, NULL, 's'},
+        {"relay-socket", required_argument, NULL, 'r'},
+        {"name", required_argument, NULL, 'n'},
+        {"max-object", required_argument, NULL, 'm'},
+        {"fetch-timeout", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    static struct relay relay;
+    struct relay *r = &relay;
+    struct shmb_error err = {0};
+    const char *key_file = NULL, *peers_file = NULL, *relay_socket = NULL;
+    char *peer_args[RELAY_PEERS_MAX + 1];
+    unsigned npeer_args = 0;
+    int opt, rc = 1;
+
+    signal(SIGPIPE, SIG_IGN);
+    r->fetch_timeout_ms = RELAY_FETCH_TIMEOUT_MS;
+    if (gethostname(r->name, sizeof(r->name) - 1) != 0 || !r->name[0])
+        strcpy(r->name, "relay");
+    r->name[strcspn(r->name, ".")] = 0; /* the short name, as a peer name */
+    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'k':
+            key_file = optarg;
+            break;
+        case 'l':
+            r->listen_addr = optarg;
+            break;
+        case 'p':
+            if (npeer_args >= RELAY_PEERS_MAX) {
+                fprintf(stderr, "shmbroker-relay: more than %d --peer flags.\n",
+                        RELAY_PEERS_MAX);
+                return 2;
+            }
+            peer_args[npeer_args++] = optarg;
+            break;
+        case 'f':
+            peers_file = optarg;
+            break;
+        case 's':
+            r->daemon_socket = optarg;
+            break;
+        case 'r':
+            relay_socket = optarg;
+            break;
+        case 'n':
+            if (strlen(optarg) == 0 || strlen(optarg) > RELAY_NAME_MAX ||
+                strspn(optarg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                               "0123456789-_.") != strlen(optarg)) {
+                fprintf(stderr, "shmbroker-relay: --name is 1 to %d of A-Z a-z 0-9 - _ ., "
+                                "not '%.80s'.\n", RELAY_NAME_MAX, optarg);
+                return 2;
+            }
+            snprintf(r->name, sizeof(r->name), "%s", optarg);
+            break;
+        case 'm': {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(optarg, &end, 10);
+            if (errno || *end || v == 0 || optarg[0] == '-') {
+                fprintf(stderr, "shmbroker-relay: --max-object takes a positive number of "
+                                "bytes, not '%s'.\n", optarg);
+                return 2;
+            }
+            r->max_object = v;
+            break;
+        }
+        case 't': {
+            char *end;
+            errno = 0;
+            unsigned long v = strtoul(optarg, &end, 10);
+            if (errno || *end || v == 0 || v > 86400 || optarg[0] == '-') {
+                fprintf(stderr, "shmbroker-relay: --fetch-timeout takes 1 to 86400 seconds, "
+                                "not '%s'.\n", optarg);
+                return 2;
+            }
+            r->fetch_timeout_ms = (uint64_t)v * 1000;
+            break;
+        }
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'V':
+            printf("shmbroker-relay %s\n", SHMB_VERSION);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "shmbroker-relay: unexpected argument '%s'.\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (!key_file) {
+        fprintf(stderr, "shmbroker-relay: --key-file is required: relays refuse peers that "
+                        "do not prove the same pre-shared key.\n");
+        return 2;
+    }
+    if (auth_load_key(r, key_file, &err) < 0) {
+        fprintf(stderr, "shmbroker-relay: %s\n", err.message);
+        return 1;
+    }
+    r->daemon_socket = shmb_socket_path(r->daemon_socket);
+    if (relay_socket)
+        rc = snprintf(r->local_path, sizeof(r->local_path), "%s", relay_socket);
+    else
+        rc = snprintf(r->local_path, sizeof(r->local_path), "%s%s", r->daemon_socket,
+                      SHMB_RELAY_SOCKET_SUFFIX);
+    if (rc < 0 || (size_t)rc >= sizeof(r->local_path)) {
+        fprintf(stderr, "shmbroker-relay: the relay's socket path is longer than %zu "
+                        "bytes; give a shorter one with --relay-socket.\n",
+                sizeof(r->local_path) - 1);
+        return 2;
+    }
+    rc = 1;
+    for (unsigned i = 0; i < npeer_args; i++) {
+        char *eq = strchr(peer_args[i], '=');
+        if (!eq) {
+            fprintf(stderr, "shmbroker-relay: --peer takes NAME=ADDR:PORT, not '%s'.\n",
+                    peer_args[i]);
+            return 2;
+        }
+        *eq = 0;
+        if (peer_add_configured(r, peer_args[i], eq + 1, &err) < 0) {
+            fprintf(stderr, "shmbroker-relay: %s\n", err.message);
+            return 2;
+        }
+    }
+    if (peers_file && load_peers_file(r, peers_file, &err) < 0) {
+        fprintf(stderr, "shmbroker-relay: %s\n", err.message);
+        return 2;
+    }
+    r->c = shmb_new();
+    if (!r->c) {
+        fprintf(stderr, "shmbroker-relay: out of memory.\n");
+        return 1;
+    }
+    shmb_set_arena(r->c, 0);
+    shmb_set_alloc_wait(r->c, 0);
+    if (shmb_connect(r->c, r->daemon_socket, "shmbroker-relay") < 0) {
+        fprintf(stderr, "shmbroker-relay: %s\n", shmb_errmsg(r->c));
+        goto out;
+    }
+    r->loop = uv_default_loop();
+    if (peer_setup(r, &err) < 0 || fetch_register_pool(r, &err) < 0 ||
+        local_listen(r, &err) < 0) {
+        fprintf(stderr, "shmbroker-relay: %s\n", err.message);
+        goto out;
+    }
+    if (!r->max_object)
+        r->max_object = r->pool_size;
+    uv_signal_init(r->loop, &r->sigterm);
+    uv_signal_init(r->loop, &r->sigint);
+    r->sigterm.data = r->sigint.data = r;
+    uv_signal_start(&r->sigterm, on_signal, SIGTERM);
+    uv_signal_start(&r->sigint, on_signal, SIGINT);
+    relay_log("%s serving %s%s%s", r->name, r->local_path, r->listen_addr ? ", listening on " : "",
+              r->listen_addr ? r->listen_addr : "");
+    uv_run(r->loop, UV_RUN_DEFAULT);
+    rc = 0;
+out:
+    if (r->loop) {
+        local_close_all(r);
+        if (r->worker)
+            peer_teardown(r);
+        fetch_unregister_pool(r);
+        uv_walk(r->loop, close_walk, NULL);
+        uv_run(r->loop, UV_RUN_DEFAULT);
+        uv_loop_close(r->loop);
+        if (r->worker)
+            ucp_worker_destroy(r->worker);
+        if (r->ctx)
+            ucp_cleanup(r->ctx);
+    }
+    shmb_close(r->c);
+    return rc;
+}

@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * shmbroker-relay: carries objects between hosts' brokers over UCX. What the
+ * relay's rooms share: the relay itself (its loop, its UCP worker, its one
+ * handle on the local daemon), its peers and the transfers under way.
+ * main.c owns flags and the loop, peer.c the UCP worker and the endpoints,
+ * auth.c the pre-shared key, wire.c the bytes between relays, fetch.c the
+ * transfers, local.c the Unix socket clients and the ctl ask through.
+ */
+#ifndef SHMB_RELAY_H
+#define SHMB_RELAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+
+#include <ucp/api/ucp.h>
+#include <uv.h>
+
+#include "../client/shmbroker.h"
+#include "../proto/error.h"
+#include "wire.h"
+
+#define RELAY_NAME_MAX 64        /* a peer's name: a host name fits */
+#define RELAY_KEY_MIN 16         /* a pre-shared key shorter than this is guessable */
+#define RELAY_KEY_MAX 4096       /* a key file longer than this is not a key */
+#define RELAY_PEERS_MAX 64       /* peers named in flags and the peers file */
+#define RELAY_INBOUND_MAX 256    /* connections accepted from other relays at once */
+#define RELAY_AUTH_MS 5000       /* a connection that has not proved the key by then goes */
+#define RELAY_RETRY_MS 1000      /* a peer that cannot be reached is tried again this often */
+#define RELAY_SERVED_MAX 256     /* objects one peer may hold pinned here at once */
+#define RELAY_LOCAL_MAX 256      /* local clients at once */
+#define RELAY_LOCAL_LINE 4096    /* a local request is small; longer is a bug */
+#define RELAY_TRANSFERS_MAX 1024 /* transfers under way at once */
+#define RELAY_FETCH_TIMEOUT_MS 30000 /* a peer that answers no fetch in 30 s is stuck */
+
+struct relay;
+struct transfer;
+
+/* One pin this relay holds for a peer (it read the object): released when the
+ * peer says it is done, or when the peer goes. */
+struct served {
+    LIST_ENTRY(served) link;
+    uint64_t id;
+    char key[SHMB_KEY_MAX_LEN + 1];
+};
+
+enum peer_state {
+    PEER_IDLE,       /* configured, no endpoint (waiting to retry) */
+    PEER_CONNECTING, /* endpoint made, key not yet proved both ways */
+    PEER_READY,      /* both sides proved the key */
+    PEER_CLOSING,    /* to be closed at the next turn of the loop */
+};
+
+/* A relay on the other end: one we dial (configured, with a name) or one
+ * that dialled us (inbound, named by its hello). */
+struct peer {
+    LIST_ENTRY(peer) link;
+    struct relay *relay;
+    bool configured;
+    char name[RELAY_NAME_MAX + 1];   /* ours for it (configured) or its hello's */
+    char address[96];                /* ADDR:PORT as given, or as seen */
+    struct sockaddr_storage sa;      /* configured: where to dial */
+    socklen_t sa_len;
+    ucp_ep_h ep;
+    enum peer_state state;
+    uint64_t deadline_ms;            /* auth deadline (CONNECTING) or retry time (IDLE) */
+    unsigned char my_nonce[WIRE_NONCE_LEN];
+    unsigned char their_nonce[WIRE_NONCE_LEN];
+    bool sent_hello, got_hello, sent_auth, got_auth;
+    char hello_name[RELAY_NAME_MAX + 1];
+    /* Counters for status. */
+    uint64_t bytes_in, bytes_out, msgs_in, msgs_out;
+    uint64_t fetches_served, transfers;
+    char last_error[256];
+    LIST_HEAD(, served) served;
+    unsigned nserved;
+};
+
+/* One local client of the relay's Unix socket. */
+struct local_client {
+    LIST_ENTRY(local_client) link;
+    struct relay *relay;
+    uv_pipe_t pipe;
+    char buf[RELAY_LOCAL_LINE];
+    size_t len;
+    bool closing;
+    unsigned waiting; /* fetches this client waits for */
+};
+
+struct relay {
+    uv_loop_t *loop;
+    /* Flags. */
+    char name[RELAY_NAME_MAX + 1];
+    const char *daemon_socket;
+    char local_path[108];
+    const char *listen_addr;
+    unsigned char key[RELAY_KEY_MAX];
+    size_t key_len;
+    uint64_t max_object; /* largest object a peer may make us allocate */
+    uint64_t fetch_timeout_ms; /* a peer's answer to a fetch must come by then */
+    /* The local daemon. */
+    shmb_t *c;
+    ucp_mem_h pool_memh; /* the daemon's mapping, registered once */
+    void *pool_base;
+    size_t pool_size;
+    void *pool_rkey;     /* its packed rkey, sent with each object served */
+    size_t pool_rkey_len;
+    /* UCX. */
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_listener_h listener;
+    int efd;
+    uv_poll_t efd_poll;
+    uv_prepare_t drain;
+    uv_timer_t timer;
+    uv_signal_t sigterm, sigint;
+    uv_pipe_t local;
+    bool local_open;
+    bool stopping;
+    /* Messages received during progress, handled after it (wire.h). */
+    STAILQ_HEAD(, wire_msg) inbox;
+    LIST_HEAD(, peer) peers;
+    unsigned ninbound;
+    uint64_t refused; /* connections refused: bad key, garbage, too many */
+    LIST_HEAD(, local_client) clients;
+    unsigned nclients;
+    LIST_HEAD(, transfer) transfers;
+    unsigned ntransfers;
+    bool transfers_done; /* a transfer's get finished: look at them */
+    uint64_t next_id;
+};
+
+/* main.c */
+uint64_t relay_now_ms(void);
+void relay_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* auth.c: the pre-shared key. */
+int auth_load_key(struct relay *r, const char *path, struct shmb_error *err);
+int auth_nonce(unsigned char *out, size_t len);
+/* The proof a side gives: HMAC-SHA256 over who it is (dialler or listener)
+ * and both nonces. */
+void auth_proof(const struct relay *r, bool dialler, const unsigned char *their_nonce,
+                const unsigned char *my_nonce, unsigned char out[WIRE_MAC_LEN]);
+bool auth_check(const struct relay *r, bool dialler, const unsigned char *their_nonce,
+                const unsigned char *my_nonce, const unsigned char mac[WIRE_MAC_LEN]);
+
+/* peer.c: the UCP worker, its loop integration, endpoints. */
+int peer_setup(struct relay *r, struct shmb_error *err);
+void peer_teardown(struct relay *r);
+int peer_add_configured(struct relay *r, const char *name, const char *addr,
+                        struct shmb_error *err);
+struct peer *peer_find(struct relay *r, const char *name);
+/* Send one message to p (copied; freed when UCX is done with it). */
+int peer_send(struct peer *p, const void *msg, size_t len);
+/* Something p did is not allowed: say why in the log and close it. */
+void peer_fail(struct peer *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void peer_kick(struct relay *r);
+
+/* fetch.c: both ends of a fetch. */
+int fetch_register_pool(struct relay *r, struct shmb_error *err);
+void fetch_unregister_pool(struct relay *r);
+int fetch_start(struct relay *r, struct local_client *lc, const char *peer, const char *key);
+void fetch_on_request(struct peer *p, const struct wire_msg *m);
+void fetch_on_reply(struct peer *p, const struct wire_msg *m);
+void fetch_on_done(struct peer *p, const struct wire_msg *m);
+void fetch_poll(struct relay *r);
+void fetch_peer_gone(struct peer *p);
+void fetch_client_gone(struct relay *r, struct local_client *lc);
+/* When the next transfer is due (UINT64_MAX: none), and failing those due:
+ * an unanswered request fails with ETIMEDOUT, a read that does not end closes
+ * the peer's connection. */
+uint64_t fetch_next_deadline(const struct relay *r);
+void fetch_expire(struct relay *r);
+/* Local clients waiting for transfers, all told (for status). */
+unsigned fetch_waiters(const struct relay *r);
+
+/* local.c: the relay's Unix socket. */
+int local_listen(struct relay *r, struct shmb_error *err);
+void local_close_all(struct relay *r);
+/* Answer lc: a line of JSON (the string is borrowed). */
+void local_reply(struct local_client *lc, const char *line);
+void local_reply_error(struct local_client *lc, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

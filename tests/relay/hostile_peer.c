@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * A relay's peer that misbehaves, for tests/relay/run.sh: it dials a relay
+ * over UCX and does one bad thing, then reports whether the relay closed the
+ * connection (exit 0) or kept it (exit 1; 2 for a usage or UCX error).
+ *   relay-hostile-peer ADDR:PORT KEYFILE MODE
+ * MODE: wrongkey (proves another key), garbage (bytes before any hello),
+ * early (a fetch before proving the key), huge (a 1 MiB message after proving
+ * it), nonutf8 (a fetch whose key is not UTF-8), badlen (a fetch whose key
+ * length runs past the message), stray (a reply to a request never made),
+ * and ok (proves the key and behaves: the relay must keep it, exit 1).
+ * The serve-* modes listen at ADDR:PORT instead, for a relay that names this
+ * peer with --peer, and answer its first fetch badly: serve-ctrltext (an
+ * error whose text has terminal control bytes: the relay must close),
+ * serve-huge (an object of 2^62 bytes: the relay must refuse it and keep
+ * the connection, exit 1).
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../relay/relay.h"
+
+static struct relay relay;
+static ucp_worker_h worker;
+static ucp_ep_h ep;
+static int closed;
+static unsigned char their_nonce[WIRE_NONCE_LEN], my_nonce[WIRE_NONCE_LEN];
+static int got_hello, got_auth, got_fetch;
+static uint64_t fetch_id;
+static ucp_conn_request_h conn_req;
+
+/* auth.c's callers in the relay; unused here. */
+void relay_log(const char *fmt, ...)
+{
+    (void)fmt;
+}
+
+static void on_err(void *arg, ucp_ep_h e, ucs_status_t st)
+{
+    (void)arg;
+    (void)e;
+    (void)st;
+    closed = 1;
+}
+
+static ucs_status_t on_am(void *arg, const void *h, size_t hl, void *data, size_t len,
+                          const ucp_am_recv_param_t *param)
+{
+    struct wire_msg *m = malloc(sizeof(*m));
+    struct shmb_error err = {0};
+    (void)arg, (void)h, (void)hl, (void)param;
+    if (m && wire_decode(data, len, m, &err) == 0) {
+        if (m->type == WIRE_HELLO) {
+            memcpy(their_nonce, m->nonce, WIRE_NONCE_LEN);
+            got_hello = 1;
+        } else if (m->type == WIRE_AUTH) {
+            got_auth = 1;
+        } else if (m->type == WIRE_FETCH) {
+            fetch_id = m->id;
+            got_fetch = 1;
+        }
+    }
+    free(m);
+    return UCS_OK;
+}
+
+static void send_raw(const void *buf, size_t len)
+{
+    ucp_request_param_t p = {0};
+    ucs_status_ptr_t req;
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    req = ucp_am_send_nbx(ep, WIRE_AM_ID, NULL, 0, buf, len, &p);
+    if (UCS_PTR_IS_PTR(req)) {
+        for (int i = 0; i < 20000 && ucp_request_check_status(req) == UCS_INPROGRESS; i++) {
+            ucp_worker_progress(worker);
+            usleep(100);
+        }
+        ucp_request_free(req);
+    }
+}
+
+static void on_conn(ucp_conn_request_h req, void *arg)
+{
+    (void)arg;
+    conn_req = req;
+}
+
+/* Progress for up to ms milliseconds, or until cond holds. */
+static void progress_for(int ms, int *cond)
+{
+    for (int i = 0; i < ms && !(cond && *cond) && !closed; i++) {
+        while (ucp_worker_progress(worker))
+            ;
+        usleep(1000);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    ucp_params_t params = {0};
+    ucp_worker_params_t wp = {0};
+    ucp_am_handler_param_t am = {0};
+    ucp_ep_params_t epp = {0};
+    ucp_context_h ctx;
+    struct shmb_error err = {0};
+    struct addrinfo hints = {0}, *res = NULL;
+    unsigned char msg[WIRE_MSG_MAX], mac[WIRE_MAC_LEN];
+    char host[256], *colon;
+    const char *mode;
+    int n;
+
+    if (argc != 4) {
+        fprintf(stderr, "usage: relay-hostile-peer ADDR:PORT KEYFILE MODE\n");
+        return 2;
+    }
+    mode = argv[3];
+    snprintf(host, sizeof(host), "%s", argv[1]);
+    colon = strrchr(host, ':');
+    if (!colon)
+        return 2;
+    *colon = 0;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, colon + 1, &hints, &res) != 0)
+        return 2;
+    if (auth_load_key(&relay, argv[2], &err) < 0) {
+        fprintf(stderr, "%s\n", err.message);
+        return 2;
+    }
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA;
+    if (ucp_init(&params, NULL, &ctx) != UCS_OK)
+        return 2;
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    if (ucp_worker_create(ctx, &wp, &worker) != UCS_OK)
+        return 2;
+    am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    am.id = WIRE_AM_ID;
+    am.cb = on_am;
+    am.flags = UCP_AM_FLAG_WHOLE_MSG;
+    ucp_worker_set_am_recv_handler(worker, &am);
+    if (strncmp(mode, "serve-", 6) == 0) {
+        ucp_listener_params_t lp = {0};
+        ucp_listener_h listener;
+        lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+                        UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+        lp.sockaddr.addr = res->ai_addr;
+        lp.sockaddr.addrlen = res->ai_addrlen;
+        lp.conn_handler.cb = on_conn;
+        if (ucp_listener_create(worker, &lp, &listener) != UCS_OK)
+            return 2;
+        printf("listening\n");
+        fflush(stdout);
+        for (int i = 0; i < 60000 && !conn_req; i++) {
+            while (ucp_worker_progress(worker))
+                ;
+            usleep(1000);
+        }
+        if (!conn_req)
+            return 2;
+        epp.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                         UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+        epp.conn_request = conn_req;
+    } else {
+        epp.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                         UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+        epp.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+        epp.sockaddr.addr = res->ai_addr;
+        epp.sockaddr.addrlen = res->ai_addrlen;
+    }
+    epp.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    epp.err_handler.cb = on_err;
+    if (ucp_ep_create(worker, &epp, &ep) != UCS_OK)
+        return 2;
+    freeaddrinfo(res);
+    if (strncmp(mode, "serve-", 6) == 0) {
+        /* The relay dialled us: prove the key as the listener, wait for its
+         * first fetch, answer it badly. */
+        auth_nonce(my_nonce, sizeof(my_nonce));
+        n = wire_hello(msg, my_nonce, "hostile");
+        send_raw(msg, (size_t)n);
+        progress_for(10000, &got_hello);
+        auth_proof(&relay, false, their_nonce, my_nonce, mac);
+        n = wire_auth(msg, mac);
+        send_raw(msg, (size_t)n);
+        progress_for(30000, &got_fetch);
+        if (!got_fetch)
+            return 2;
+        if (strcmp(mode, "serve-ctrltext") == 0) {
+            /* The encoder replaces control bytes: put them back after it. */
+            n = wire_fetch_reply(msg, fetch_id, -ENOENT, 0, 0, NULL, 0,
+                                 "No object #[2J#]0;owned% here.");
+            for (int i = 0; i < n; i++)
+                if (msg[i] == '#')
+                    msg[i] = 0x1b;
+                else if (msg[i] == '%')
+                    msg[i] = 0x07;
+        } else
+            n = wire_fetch_reply(msg, fetch_id, 0, (uint64_t)1 << 62, 4096, "rkey", 4, NULL);
+        send_raw(msg, (size_t)n);
+        progress_for(5000, NULL);
+        printf("%s\n", closed ? "closed" : "kept");
+        fflush(stdout);
+        _exit(closed ? 0 : 1);
+    }
+
+    if (strcmp(mode, "garbage") == 0) {
+        for (int i = 0; i < 64; i++)
+            msg[i] = (unsigned char)(0xA5 ^ i);
+        send_raw(msg, 64);
+    } else {
+        /* Say hello, prove the key (or another one), as a relay would. */
+        auth_nonce(my_nonce, sizeof(my_nonce));
+        n = wire_hello(msg, my_nonce, "hostile");
+        send_raw(msg, (size_t)n);
+        progress_for(10000, &got_hello);
+        if (!got_hello) {
+            fprintf(stderr, "relay-hostile-peer: no hello from the relay\n");
+            return closed ? 0 : 2;
+        }
+        if (strcmp(mode, "early") == 0) {
+            n = wire_fetch(msg, 1, "some-key");
+            send_raw(msg, (size_t)n);
+        } else {
+            if (strcmp(mode, "wrongkey") == 0)
+                relay.key[0] ^= 1;
+            auth_proof(&relay, true, their_nonce, my_nonce, mac);
+            n = wire_auth(msg, mac);
+            send_raw(msg, (size_t)n);
+            progress_for(3000, &got_auth);
+            if (strcmp(mode, "huge") == 0) {
+                size_t big = 1 << 20;
+                unsigned char *b = calloc(1, big);
+                b[0] = WIRE_FETCH;
+                send_raw(b, big);
+                free(b);
+            } else if (strcmp(mode, "nonutf8") == 0) {
+                unsigned char *o = msg;
+                *o++ = WIRE_FETCH;
+                memset(o, 0, 8), o[0] = 9, o += 8;
+                *o++ = 4, *o++ = 0;
+                *o++ = 0xff, *o++ = 0xfe, *o++ = 'k', *o++ = 0xc0;
+                send_raw(msg, (size_t)(o - msg));
+            } else if (strcmp(mode, "badlen") == 0) {
+                unsigned char *o = msg;
+                *o++ = WIRE_FETCH;
+                memset(o, 0, 8), o += 8;
+                *o++ = 0xff, *o++ = 0xff; /* 65535 bytes of key, 3 given */
+                *o++ = 'a', *o++ = 'b', *o++ = 'c';
+                send_raw(msg, (size_t)(o - msg));
+            } else if (strcmp(mode, "stray") == 0) {
+                n = wire_fetch_reply(msg, 424242, 0, UINT64_MAX / 2, 4096, "rk", 2, NULL);
+                send_raw(msg, (size_t)n);
+            }
+        }
+    }
+    progress_for(5000, NULL);
+    printf("%s\n", closed ? "closed" : "kept");
+    fflush(stdout);
+    /* The endpoint may be half-closed by the relay: leave without tearing
+     * UCX down (what it holds is not this test's subject). */
+    _exit(closed ? 0 : 1);
+}
