@@ -577,7 +577,9 @@ static void test_clients(void **state)
     assert_true(json_is_false(json_object_get(json_array_get(list, 2), "self")));
     assert_int_equal(json_integer_value(json_object_get(json_array_get(list, 2), "pending")),
                      1);
-    assert_int_equal(json_object_size(json_array_get(list, 0)), 11);
+    assert_int_equal(json_object_size(json_array_get(list, 0)), 12);
+    /* No hello here says its pid: own_pid is there, and null. */
+    assert_true(json_is_null(json_object_get(json_array_get(list, 0), "own_pid")));
     assert_string_equal(json_string_value(json_object_get(json_array_get(list, 0), "pool")),
                         "fixture");
     outcome_free(&o);
