@@ -1242,6 +1242,11 @@ static int daemon_send_reload(const struct config *cfg, pid_t pid)
 static int daemon_remove_segment_only(const struct config *cfg)
 {
     static struct held_segment list[HELD_MAX + CONFIG_MAX_POOLS];
+    /* Whether list[k] is a pool the settings name: only such a file may
+     * lack the segment's header (a client damaged it) and still go. The
+     * record's lines must prove they are segments: a line can name any
+     * file of this user's, of any size. */
+    static bool named[HELD_MAX + CONFIG_MAX_POOLS];
     uint64_t sizes[CONFIG_MAX_POOLS];
     struct shmb_error err = {0};
     char record[PATH_MAX];
@@ -1270,11 +1275,13 @@ static int daemon_remove_segment_only(const struct config *cfg)
         for (j = 0; j < n; j++)
             if (strcmp(list[j].dir, pc->dir) == 0 && strcmp(list[j].name, pc->segment) == 0)
                 break;
-        if (j < n)
-            continue;
-        snprintf(list[n].dir, sizeof(list[n].dir), "%s", pc->dir);
-        snprintf(list[n].name, sizeof(list[n].name), "%s", pc->segment);
-        list[n++].size = sizes[i];
+        if (j == n) {
+            snprintf(list[n].dir, sizeof(list[n].dir), "%s", pc->dir);
+            snprintf(list[n].name, sizeof(list[n].name), "%s", pc->segment);
+            n++;
+        }
+        list[j].size = sizes[i];
+        named[j] = true;
     }
     for (k = 0; k < n; k++) {
         const struct held_segment *e = &list[k];
@@ -1283,7 +1290,8 @@ static int daemon_remove_segment_only(const struct config *cfg)
         char human[32];
         int rc;
 
-        rc = segment_remove_orphaned(e->dir, e->name, e->size, &bytes, &pid, &err);
+        rc = segment_remove_orphaned(e->dir, e->name, e->size, named[k], &bytes, &pid,
+                                     &err);
         if (rc < 0) {
             log_startup_error(err.message);
             status = 1;

@@ -141,6 +141,58 @@ static void test_scribbled_record(void **state)
     h_pass(f);
 }
 
+/* A record naming a file of this user's, mode 0600, of exactly the size the
+ * line gives, outside the shm directory and without the segment's header (a
+ * private key, say): --remove-segment leaves it alone. Only a pool the
+ * settings name may be a segment whose header a client damaged; a line of
+ * the record must carry the segment's header to be removed. */
+static void test_record_names_a_private_file(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "1M");
+    char record[PATH_MAX], victim[PATH_MAX], text[PATH_MAX + 64];
+    struct h_run r;
+    int n;
+
+    record_path(d, record, sizeof(record));
+    h_path(f, "id_key", victim, sizeof(victim));
+    assert_int_equal(h_write_file(victim, "precious", 8), 0);
+    assert_int_equal(chmod(victim, 0600), 0);
+    n = snprintf(text, sizeof(text), "shmbroker-segments 1\n8 id_key %s\n", f->dir);
+    assert_int_equal(h_write_file(record, text, (size_t)n), 0);
+    assert_int_equal(chmod(record, 0644), 0);
+    remove_segment(f, d, &r, NULL);
+    h_expect_run(&r, 1, NULL, "id_key is not a shmbroker segment");
+    h_run_free(&r);
+    if (!h_exists(victim))
+        h_fail("--remove-segment removed %s, a file that is not a segment, named by the "
+               "record",
+               victim);
+    h_pass(f);
+}
+
+/* A record others may write (mode 0666, in a directory a careless user
+ * chose with --socket, such as /tmp): anyone could have planted its lines,
+ * so --remove-segment does not read it, says so, and still removes the
+ * segments its settings name. */
+static void test_record_others_may_write(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "1M");
+    char record[PATH_MAX], text[PATH_MAX + 64];
+    struct h_run r;
+    int n;
+
+    record_path(d, record, sizeof(record));
+    n = snprintf(text, sizeof(text), "shmbroker-segments 1\n4096 planted %s\n", f->dir);
+    assert_int_equal(h_write_file(record, text, (size_t)n), 0);
+    assert_int_equal(chmod(record, 0666), 0);
+    remove_segment(f, d, &r, NULL);
+    h_expect_run(&r, 1, NULL, "others may write");
+    h_run_free(&r);
+    h_pass(f);
+}
+
 /* A declared pool too large for its directory: the start's message names
  * the pool's own size setting in a sentence (not "a smaller the pool's
  * size"), and a directory other than /dev/shm is not told about Docker's
@@ -503,6 +555,8 @@ int main(void)
         TEST(test_stop_removes_what_was_held),
         TEST(test_clean_stop_leaves_no_record),
         TEST(test_scribbled_record),
+        TEST(test_record_names_a_private_file),
+        TEST(test_record_others_may_write),
         TEST(test_pool_too_large_wording),
         TEST(test_one_pool_singular),
         TEST(test_other_pid_namespace),
