@@ -193,6 +193,31 @@ static void test_record_others_may_write(void **state)
     h_pass(f);
 }
 
+/* A size no file can have (past 2^63 bytes, or so close to 2^64 that
+ * rounding it up to a page wraps to nothing): --check calls it too large,
+ * not "too small", and says what the largest is; nothing is created. */
+static void test_check_size_past_a_file(void **state)
+{
+    static const char *const sizes[] = {"18446744073709551614", "9223372036854775808"};
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "1M");
+    struct h_run r;
+    size_t i;
+
+    for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        const char *argv[] = {h_daemon_bin(), "--socket",  d->socket,  "--name",
+                              d->name,        "--shm-dir", d->shm_dir, "--size",
+                              sizes[i],       "--check",   NULL};
+
+        assert_int_equal(h_run(f, argv, NULL, 0, &r), 0);
+        h_expect_run(&r, 2, NULL, "is too large");
+        if (h_contains(r.err, "too small") || h_contains(r.out, "too small"))
+            h_fail("--size %s was called too small:\n%s", sizes[i], r.err);
+        h_run_free(&r);
+    }
+    h_pass(f);
+}
+
 /* A declared pool too large for its directory: the start's message names
  * the pool's own size setting in a sentence (not "a smaller the pool's
  * size"), and a directory other than /dev/shm is not told about Docker's
@@ -557,6 +582,7 @@ int main(void)
         TEST(test_scribbled_record),
         TEST(test_record_names_a_private_file),
         TEST(test_record_others_may_write),
+        TEST(test_check_size_past_a_file),
         TEST(test_pool_too_large_wording),
         TEST(test_one_pool_singular),
         TEST(test_other_pid_namespace),
