@@ -30,9 +30,20 @@ int shmb_starting_open(const char *path)
 
     if (fd < 0)
         return -errno;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || flock(fd, LOCK_EX | LOCK_NB) != 0 ||
-        fchmod(fd, 0644) != 0) {
-        saved = errno != 0 ? errno : EINVAL;
+    if (fstat(fd, &st) != 0) {
+        saved = errno;
+        close(fd);
+        return -saved;
+    }
+    /* Only a file of this user's with no other name is taken over: beside
+     * a socket in a directory others may write (/tmp), a hard link planted
+     * there would have the progress written over the file it names. */
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1) {
+        close(fd);
+        return -EPERM;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || fchmod(fd, 0644) != 0) {
+        saved = errno;
         close(fd);
         return -saved;
     }

@@ -23,9 +23,10 @@
 /* The file's path for socket_path into out: 0, or -ENAMETOOLONG. */
 int shmb_starting_path(const char *socket_path, char *out, size_t len);
 
-/* Create (or take over) path, mode 0644 (clients of any user read it), and
- * lock it: the descriptor, or a negative errno (-EWOULDBLOCK: another
- * process holds it). */
+/* Create (or take over, when it is this user's with one link) path, mode
+ * 0644 (clients of any user read it), and lock it: the descriptor, or a
+ * negative errno (-EWOULDBLOCK: another process holds it; -EPERM: another
+ * user's file, or one with other names). */
 int shmb_starting_open(const char *path);
 
 /* Write "<pid>\n<text>\n" over what fd holds. 0 or a negative errno. */

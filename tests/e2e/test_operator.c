@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../proto/starting.h"
 #include "checks.h"
 #include "harness.h"
 #include "shmbroker.h"
@@ -471,6 +472,40 @@ static void test_starting_progress(void **state)
     h_pass(f);
 }
 
+/* A progress path that is a hard link to another file (planted between the
+ * start's removal of a stale one and its open, in a directory others may
+ * write, as /tmp for a --socket there): the start does not take it over,
+ * and the file linked keeps its bytes and its mode. */
+static void test_starting_open_refuses_a_link(void **state)
+{
+    struct h_fix *f = *state;
+    char victim[PATH_MAX], progress[PATH_MAX + 16], buf[16] = {0};
+    struct stat st;
+    int fd, opened;
+
+    h_path(f, "victim", victim, sizeof(victim));
+    h_path(f, "s.sock" SHMB_STARTING_SUFFIX, progress, sizeof(progress));
+    assert_int_equal(h_write_file(victim, "precious", 8), 0);
+    assert_int_equal(chmod(victim, 0600), 0);
+    assert_int_equal(link(victim, progress), 0);
+    opened = shmb_starting_open(progress);
+    if (opened >= 0) {
+        (void)shmb_starting_update(opened, 1234, "reserving");
+        close(opened);
+    }
+    fd = open(victim, O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(read(fd, buf, sizeof(buf) - 1), 8);
+    close(fd);
+    assert_int_equal(stat(victim, &st), 0);
+    if (strcmp(buf, "precious") != 0 || (st.st_mode & 07777) != 0600)
+        h_fail("the start wrote through a hard link: %s now holds \"%s\", mode %04o",
+               victim, buf, (unsigned)(st.st_mode & 07777));
+    if (opened >= 0)
+        h_fail("the start took over %s, a hard link to %s", progress, victim);
+    h_pass(f);
+}
+
 /* A refused connect with progress at sock's ".starting", locked (as a
  * starting daemon holds it) or not: the library's code and message. */
 static int connect_with_progress(const char *sock, const char *content, bool locked,
@@ -590,6 +625,7 @@ int main(void)
         TEST(test_starting_progress),
         TEST(test_starting_stale_or_scribbled),
         TEST(test_starting_killed),
+        TEST(test_starting_open_refuses_a_link),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
