@@ -1449,7 +1449,10 @@ static bool print_starting(const struct ctl *ctl)
 static int status_connect(const struct ctl *ctl, shmb_t **out)
 {
     static char e[ESC_MAX];
-    struct ctl_probe p;
+    /* Static: a probe given up on at the timeout still writes its result
+     * here when the daemon answers at last, while this returns and main
+     * prints and exits. */
+    static struct ctl_probe p;
     pthread_condattr_t attr;
     pthread_t thread;
     struct timespec deadline;
