@@ -35,7 +35,9 @@ int shmb_starting_update(int fd, long long pid, const char *text);
 /* 1 when a daemon starting at socket_path says what it does (its file is
  * locked): its pid in *pid and its text in text (escaped as shmb_escape
  * does: whoever can write the run directory wrote it); 0 when there is no
- * such file, one nobody holds (its daemon gone), or one not in the format. */
+ * such file, one nobody holds (its daemon gone), one not in the format, or
+ * one anyone could have planted: writable by others, or owned by a user
+ * other than this one, root and the owner of its directory. */
 int shmb_starting_read(const char *socket_path, long long *pid, char *text, size_t len);
 
 #endif

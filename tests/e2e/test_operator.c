@@ -559,6 +559,43 @@ static void test_starting_stale_or_scribbled(void **state)
     h_pass(f);
 }
 
+/* A progress file others may write (mode 0666: in a directory such as
+ * /tmp, anyone could have planted it and hold its lock), or, when the test
+ * may give files away, another user's: a refused connect says refused, not
+ * "starting" with whatever text the file holds. */
+static void test_starting_planted(void **state)
+{
+    struct h_fix *f = *state;
+    char sock[PATH_MAX], progress[PATH_MAX + 16], text[128];
+    int fd, n, rc, pass;
+    shmb_t *c;
+
+    h_path(f, "sock", sock, sizeof(sock));
+    snprintf(progress, sizeof(progress), "%s" SHMB_STARTING_SUFFIX, sock);
+    n = snprintf(text, sizeof(text), "%d\nreserving pool 'x': planted\n", (int)getpid());
+    for (pass = 0; pass < (geteuid() == 0 ? 2 : 1); pass++) {
+        fd = open(progress, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, text, (size_t)n), n);
+        if (pass == 0)
+            assert_int_equal(fchmod(fd, 0666), 0);
+        else
+            assert_int_equal(fchown(fd, 65534, 65534), 0);
+        assert_int_equal(flock(fd, LOCK_EX), 0);
+        c = shmb_new();
+        assert_non_null(c);
+        rc = shmb_connect(c, sock, "x");
+        if (rc == -EAGAIN || h_contains(shmb_errmsg(c), "planted"))
+            h_fail("a planted progress file (%s) was believed: %s",
+                   pass == 0 ? "mode 0666" : "uid 65534", shmb_errmsg(c));
+        assert_int_equal(rc, -ENOENT);
+        shmb_close(c);
+        close(fd);
+        assert_int_equal(unlink(progress), 0);
+    }
+    h_pass(f);
+}
+
 /* A daemon SIGKILLed while it reserved leaves its progress file, unheld:
  * status says refused (not starting); the next start takes the path, and
  * adopts the half-reserved segment (its header was written first) rather
@@ -626,6 +663,7 @@ int main(void)
         TEST(test_starting_stale_or_scribbled),
         TEST(test_starting_killed),
         TEST(test_starting_open_refuses_a_link),
+        TEST(test_starting_planted),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
