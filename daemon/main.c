@@ -631,12 +631,24 @@ static int daemon_handles_init(struct daemon *d, struct shmb_error *err)
 static int daemon_check_settings(const struct config *cfg, uint64_t *sizes,
                                  struct shmb_error *err)
 {
+    uint64_t total = 0;
     unsigned i;
     int rc;
 
     for (i = 0; i < cfg->n_pools; i++)
         if ((rc = pool_check_settings(&cfg->pools[i], &sizes[i], err)) < 0)
             return rc;
+    /* Each fits in a file; together they must fit in the figures that add
+     * them up (--check's), which no host comes near anyway. */
+    for (i = 0; i < cfg->n_pools; i++) {
+        if (sizes[i] > (uint64_t)INT64_MAX - total)
+            return shmb_error_set(
+                err, -EFBIG,
+                "The sizes of the %u pools add up to more than %llu bytes; "
+                "no host holds that. Choose smaller sizes.",
+                cfg->n_pools, (unsigned long long)INT64_MAX);
+        total += sizes[i];
+    }
     return 0;
 }
 

@@ -196,7 +196,9 @@ static void test_record_others_may_write(void **state)
 
 /* A size no file can have (past 2^63 bytes, or so close to 2^64 that
  * rounding it up to a page wraps to nothing): --check calls it too large,
- * not "too small", and says what the largest is; nothing is created. */
+ * not "too small", and says what the largest is; nothing is created. Pools
+ * whose sizes add up past 2^63 are refused too, not summed into a wrapped
+ * figure. */
 static void test_check_size_past_a_file(void **state)
 {
     static const char *const sizes[] = {"18446744073709551614", "9223372036854775808"};
@@ -214,6 +216,29 @@ static void test_check_size_past_a_file(void **state)
         h_expect_run(&r, 2, NULL, "is too large");
         if (h_contains(r.err, "too small") || h_contains(r.out, "too small"))
             h_fail("--size %s was called too small:\n%s", sizes[i], r.err);
+        h_run_free(&r);
+    }
+    {
+        /* Three pools that each fit in a file, but whose sum wraps past
+         * 2^64: not "fits" for the last one, nor a tiny --shm-size. */
+        const char *argv[] = {h_daemon_bin(),
+                              "--socket",
+                              d->socket,
+                              "--name",
+                              d->name,
+                              "--shm-dir",
+                              d->shm_dir,
+                              "--pool",
+                              "a:6148914691236519936",
+                              "--pool",
+                              "b:6148914691236519936",
+                              "--pool",
+                              "c:6148914691236519936",
+                              "--check",
+                              NULL};
+
+        assert_int_equal(h_run(f, argv, NULL, 0, &r), 0);
+        h_expect_run(&r, 2, NULL, "add up to more than");
         h_run_free(&r);
     }
     h_pass(f);
