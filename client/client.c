@@ -700,7 +700,7 @@ static const char *client_id_name(unsigned id, bool group, char *buf, size_t len
  * runs (it does: its socket is there). */
 static int client_access_error(shmb_t *c, const char *path)
 {
-    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)], user[64], group[64];
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)], user[64], group[64], join[64];
     const char *what = path;
     struct stat st;
     char *slash;
@@ -720,6 +720,12 @@ static int client_access_error(shmb_t *c, const char *path)
                 path, (unsigned)geteuid(), (unsigned)getegid());
         what = dir;
     }
+    client_id_name((unsigned)st.st_gid, true, group, sizeof(group));
+    /* usermod takes a gid too: a group without a name here is joined by it. */
+    if (strcmp(group, "?") == 0)
+        snprintf(join, sizeof(join), "%u", (unsigned)st.st_gid);
+    else
+        snprintf(join, sizeof(join), "%s", group);
     return shmb_error_set(
         &c->err, -EACCES,
         "Permission denied connecting to shmbrokerd at %s: %s%s belongs to user %s (uid "
@@ -731,10 +737,8 @@ static int client_access_error(shmb_t *c, const char *path)
         "out).",
         path, what == path ? "the socket" : "its directory ", what == path ? "" : what,
         client_id_name((unsigned)st.st_uid, false, user, sizeof(user)),
-        (unsigned)st.st_uid,
-        client_id_name((unsigned)st.st_gid, true, group, sizeof(group)),
-        (unsigned)st.st_gid, (unsigned)(st.st_mode & 07777), (unsigned)geteuid(),
-        (unsigned)getegid(), group, (unsigned)st.st_gid);
+        (unsigned)st.st_uid, group, (unsigned)st.st_gid, (unsigned)(st.st_mode & 07777),
+        (unsigned)geteuid(), (unsigned)getegid(), join, (unsigned)st.st_gid);
 }
 
 /* The catalog view and the arena of a new connection, from its hello reply

@@ -875,6 +875,8 @@ int shmb_segment_report_read(const char *path, struct shmb_segment_report *out,
         goto out;
     }
     out->file_size = (uint64_t)st.st_size;
+    out->file_uid = (uint32_t)st.st_uid;
+    out->file_mode = (uint32_t)(st.st_mode & 07777);
     /* A file on hugetlbfs maps in whole huge pages (its block size). */
     if ((uint64_t)st.st_blksize > SHMB_HEADER_PAGE &&
         (uint64_t)st.st_blksize <= out->file_size)
@@ -930,7 +932,7 @@ out:
     return rc;
 }
 
-long shmb_socket_listener_pid(const char *path)
+long shmb_socket_listener_pid(const char *path, uint32_t *uid)
 {
     struct sockaddr_un sun;
     struct ucred cred;
@@ -948,8 +950,11 @@ long shmb_socket_listener_pid(const char *path)
     if (fd < 0)
         return 0;
     if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0 &&
-        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
         pid = (long)cred.pid;
+        if (uid != NULL)
+            *uid = (uint32_t)cred.uid;
+    }
     close(fd);
     return pid;
 }

@@ -36,6 +36,8 @@ uint64_t shmb_stats_number(const shmb_stats_t *st, enum shmb_stat_id id);
  * its heartbeat and the counters it published with it. */
 struct shmb_segment_report {
     uint64_t file_size; /* bytes in the file */
+    uint32_t file_uid;  /* the file's owner */
+    uint32_t file_mode; /* its permission bits */
     uint64_t total_size, data_size;
     int64_t owner_pid;          /* the header's owner (the daemon that adopted it) */
     uint64_t heartbeat_unix_ms; /* 0: never beat */
@@ -58,8 +60,9 @@ int shmb_segment_report_read(const char *path, struct shmb_segment_report *out,
  * SO_PEERCRED from a connection that sends nothing: the kernel accepts it
  * for a daemon that is stopped or stuck too. 0 when no one listens there,
  * or the listener is in another pid namespace (or is systemd, which
- * listens for a socket-activated daemon: then its pid). */
-long shmb_socket_listener_pid(const char *path);
+ * listens for a socket-activated daemon: then its pid). Its user into *uid
+ * (may be NULL) when not 0. */
+long shmb_socket_listener_pid(const char *path, uint32_t *uid);
 
 /* A shmbroker segment file found in a directory. */
 struct shmb_segment_found {

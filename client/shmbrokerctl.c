@@ -704,10 +704,13 @@ static bool segment_of_pool(const char *name, const char *pool)
 }
 
 /* Which segments a scan keeps: pool's (all without), and with owner > 0
- * only those whose header names that pid as their daemon. */
+ * only those whose header names that pid as their daemon, in a file of
+ * owner_uid's that no one else may open, as a daemon makes its segment:
+ * anyone may copy a header (and the pid in it) into a file of their own. */
 struct ctl_segment_filter {
     const char *pool;
     long owner;
+    uint32_t owner_uid;
 };
 
 static bool segment_keep(const char *name, const struct shmb_segment_report *rep,
@@ -716,7 +719,9 @@ static bool segment_keep(const char *name, const struct shmb_segment_report *rep
     const struct ctl_segment_filter *f = arg;
 
     return (f->pool == NULL || segment_of_pool(name, f->pool)) &&
-           (f->owner <= 0 || rep->owner_pid == f->owner || rep->counters.pid == f->owner);
+           (f->owner <= 0 ||
+            ((rep->owner_pid == f->owner || rep->counters.pid == f->owner) &&
+             rep->file_uid == f->owner_uid && (rep->file_mode & 077) == 0));
 }
 
 /* The names of found[0..n), for a message: "a, b and c" (and how many more
@@ -754,7 +759,7 @@ static int segment_find(const struct ctl *ctl, struct ctl_segment *out, bool qui
     static char e[2][ESC_MAX], names[ESC_MAX];
     const char *dir = ctl->shm_dir != NULL ? ctl->shm_dir : CTL_DEFAULT_SHM_DIR;
     const char *sock = shmb_socket_path(ctl->socket_path);
-    struct ctl_segment_filter filter = {ctl->pool, 0};
+    struct ctl_segment_filter filter = {ctl->pool, 0, 0};
     struct shmb_segment_report rep;
     struct shmb_error err;
     size_t n = 0;
@@ -780,7 +785,7 @@ static int segment_find(const struct ctl *ctl, struct ctl_segment *out, bool qui
         return 0;
     }
     shmb_error_clear(&err);
-    filter.owner = shmb_socket_listener_pid(sock);
+    filter.owner = shmb_socket_listener_pid(sock, &filter.owner_uid);
     if (filter.owner > 0 && shmb_segment_scan(dir, segment_keep, &filter, found,
                                               CTL_SEGMENTS_MAX, &n, &err) < 0)
         goto unreadable;
@@ -1535,7 +1540,10 @@ static bool print_starting(const struct ctl *ctl)
 static int status_connect(const struct ctl *ctl, shmb_t **out)
 {
     static char e[ESC_MAX];
-    struct ctl_probe p;
+    /* Static: a probe given up on at the timeout still writes its result
+     * here when the daemon answers at last, while this returns and main
+     * prints and exits. */
+    static struct ctl_probe p;
     pthread_condattr_t attr;
     pthread_t thread;
     struct timespec deadline;

@@ -6,7 +6,8 @@
  * back as written. It lives beside the socket, in the run directory the
  * daemon's user owns. Nothing here removes a segment: --remove-segment does,
  * with segment_remove_orphaned's checks (not held by a live daemon, the
- * segment's magic, this user's file).
+ * segment's magic, this user's file), and reads only a record that is this
+ * user's alone: its lines name files anywhere.
  */
 #include "held.h"
 
@@ -93,6 +94,7 @@ int held_read(const char *path, struct held_segment *out, size_t max, size_t *n,
     char line[PATH_MAX * 3 + NAME_MAX * 3 + 64];
     unsigned skipped = 0;
     bool first = true;
+    struct stat st;
     FILE *f;
     int fd;
 
@@ -105,6 +107,27 @@ int held_read(const char *path, struct held_segment *out, size_t max, size_t *n,
             return 0;
         return shmb_error_set(err, -saved, "Cannot read the record of held segments %s: %s.",
                               path, strerror(saved));
+    }
+    /* Its lines name files to remove: a record another user owns, or one
+     * others may write (beside a socket a careless user put in /tmp), could
+     * have been planted there to remove this user's files. */
+    if (fstat(fd, &st) != 0) {
+        int saved = errno;
+
+        close(fd);
+        return shmb_error_set(err, -saved, "Cannot read %s: %s.", path, strerror(saved));
+    }
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022) != 0 ||
+        st.st_nlink != 1) {
+        close(fd);
+        return shmb_error_set(err, -EPERM,
+                              "%s, the record of held segments, is owned by uid %u with "
+                              "mode %04o and %llu link(s): others may write it, or it is "
+                              "not this user's (uid %u); it is not read, and only the "
+                              "segments the settings name are removed. Remove it (as its "
+                              "owner or root) if no daemon of yours wrote it.",
+                              path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
+                              (unsigned long long)st.st_nlink, (unsigned)geteuid());
     }
     if ((f = fdopen(fd, "r")) == NULL) {
         int saved = errno;

@@ -631,12 +631,24 @@ static int daemon_handles_init(struct daemon *d, struct shmb_error *err)
 static int daemon_check_settings(const struct config *cfg, uint64_t *sizes,
                                  struct shmb_error *err)
 {
+    uint64_t total = 0;
     unsigned i;
     int rc;
 
     for (i = 0; i < cfg->n_pools; i++)
         if ((rc = pool_check_settings(&cfg->pools[i], &sizes[i], err)) < 0)
             return rc;
+    /* Each fits in a file; together they must fit in the figures that add
+     * them up (--check's), which no host comes near anyway. */
+    for (i = 0; i < cfg->n_pools; i++) {
+        if (sizes[i] > (uint64_t)INT64_MAX - total)
+            return shmb_error_set(
+                err, -EFBIG,
+                "The sizes of the %u pools add up to more than %llu bytes; "
+                "no host holds that. Choose smaller sizes.",
+                cfg->n_pools, (unsigned long long)INT64_MAX);
+        total += sizes[i];
+    }
     return 0;
 }
 
@@ -1242,6 +1254,11 @@ static int daemon_send_reload(const struct config *cfg, pid_t pid)
 static int daemon_remove_segment_only(const struct config *cfg)
 {
     static struct held_segment list[HELD_MAX + CONFIG_MAX_POOLS];
+    /* Whether list[k] is a pool the settings name: only such a file may
+     * lack the segment's header (a client damaged it) and still go. The
+     * record's lines must prove they are segments: a line can name any
+     * file of this user's, of any size. */
+    static bool named[HELD_MAX + CONFIG_MAX_POOLS];
     uint64_t sizes[CONFIG_MAX_POOLS];
     struct shmb_error err = {0};
     char record[PATH_MAX];
@@ -1270,11 +1287,13 @@ static int daemon_remove_segment_only(const struct config *cfg)
         for (j = 0; j < n; j++)
             if (strcmp(list[j].dir, pc->dir) == 0 && strcmp(list[j].name, pc->segment) == 0)
                 break;
-        if (j < n)
-            continue;
-        snprintf(list[n].dir, sizeof(list[n].dir), "%s", pc->dir);
-        snprintf(list[n].name, sizeof(list[n].name), "%s", pc->segment);
-        list[n++].size = sizes[i];
+        if (j == n) {
+            snprintf(list[n].dir, sizeof(list[n].dir), "%s", pc->dir);
+            snprintf(list[n].name, sizeof(list[n].name), "%s", pc->segment);
+            n++;
+        }
+        list[j].size = sizes[i];
+        named[j] = true;
     }
     for (k = 0; k < n; k++) {
         const struct held_segment *e = &list[k];
@@ -1283,7 +1302,8 @@ static int daemon_remove_segment_only(const struct config *cfg)
         char human[32];
         int rc;
 
-        rc = segment_remove_orphaned(e->dir, e->name, e->size, &bytes, &pid, &err);
+        rc = segment_remove_orphaned(e->dir, e->name, e->size, named[k], &bytes, &pid,
+                                     &err);
         if (rc < 0) {
             log_startup_error(err.message);
             status = 1;

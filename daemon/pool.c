@@ -93,6 +93,15 @@ int pool_check_settings(const struct pool_config *pc, uint64_t *size, struct shm
 
     pool_what(pc, what, sizeof(what));
     *size = segment_round_size(pc->size);
+    /* A file's size is an off_t: past INT64_MAX (or wrapped to 0 by the
+     * rounding) no file can be made, whatever room there is. */
+    if (pc->size > (uint64_t)INT64_MAX - (SHMB_HEADER_PAGE - 1))
+        return shmb_error_set(err, -EFBIG,
+                              "%s (%llu bytes) is too large: a file holds at most %llu "
+                              "bytes. Choose a smaller size, such as 64G.",
+                              what, (unsigned long long)pc->size,
+                              (unsigned long long)((uint64_t)INT64_MAX /
+                                                   SHMB_HEADER_PAGE * SHMB_HEADER_PAGE));
     if (*size < SEGMENT_MIN_SIZE)
         return pool_declared(pc)
                    ? shmb_error_set(err, -EINVAL,

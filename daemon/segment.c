@@ -1151,7 +1151,8 @@ int segment_retire_path(const char *path)
 }
 
 int segment_remove_orphaned(const char *dir, const char *name, uint64_t size,
-                            uint64_t *bytes, int64_t *owner_pid, struct shmb_error *err)
+                            bool may_be_damaged, uint64_t *bytes, int64_t *owner_pid,
+                            struct shmb_error *err)
 {
     char path[PATH_MAX], lock_path[PATH_MAX];
     bool damaged = false;
@@ -1170,7 +1171,7 @@ int segment_remove_orphaned(const char *dir, const char *name, uint64_t size,
         /* As a start judges it: a file of exactly the segment's size, this
          * user's alone and locked by nobody, is a segment whose header a
          * read-write client damaged; its memory goes like any other's. */
-        if (segment_check_adoptable(dir, name, size, NULL) == 0) {
+        if (may_be_damaged && segment_check_adoptable(dir, name, size, NULL) == 0) {
             damaged = true;
             break;
         }

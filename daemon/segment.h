@@ -250,14 +250,17 @@ int segment_retire_fd(int fd);
 int segment_retire_path(const char *path);
 
 /* Remove dir/name when it is a shmbroker segment that no running daemon
- * holds (one a daemon left with --keep-segment, or a crash), or a file a
- * start would adopt as one whose header a client damaged (exactly size
- * bytes, from segment_round_size): 1 and its size in *bytes when removed, 0
- * when there is none; -EBUSY while a daemon holds it, -EEXIST for a file
- * that is not a segment (left alone), with a message. The lock is held while
- * the file goes, so that no daemon adopts it then. */
+ * holds (one a daemon left with --keep-segment, or a crash), or, when
+ * may_be_damaged (a pool the settings name, not a line of a record anyone
+ * could have written), a file a start would adopt as one whose header a
+ * client damaged (exactly size bytes, from segment_round_size): 1 and its
+ * size in *bytes when removed, 0 when there is none; -EBUSY while a daemon
+ * holds it, -EEXIST for a file that is not a segment (left alone), with a
+ * message. The lock is held while the file goes, so that no daemon adopts
+ * it then. */
 int segment_remove_orphaned(const char *dir, const char *name, uint64_t size,
-                            uint64_t *bytes, int64_t *owner_pid, struct shmb_error *err);
+                            bool may_be_damaged, uint64_t *bytes, int64_t *owner_pid,
+                            struct shmb_error *err);
 
 /* True when process pid holds the liveness lock of dir/name (/proc/locks):
  * it is the shmbrokerd serving that segment. */

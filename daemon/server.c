@@ -135,9 +135,10 @@ static void server_refuse(int fd, int code, const char *message)
 static bool server_allowed(const struct policy *lim, int fd,
                            const struct ucred *cred)
 {
-    gid_t groups[256];
-    socklen_t len = sizeof(groups);
+    gid_t small[256], *groups = small;
+    socklen_t len = sizeof(small);
     size_t i, j, ngroups = 0;
+    bool allowed = false;
 
     if (lim->n_allow_uid == 0 && lim->n_allow_gid == 0)
         return true;
@@ -146,16 +147,22 @@ static bool server_allowed(const struct policy *lim, int fd,
     for (i = 0; i < lim->n_allow_uid; i++)
         if (lim->allow_uid[i] == cred->uid)
             return true;
+    /* A peer may have up to NGROUPS_MAX (65536) groups: ERANGE says how
+     * many bytes they take. Out of memory, only its gid counts. */
     if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
         ngroups = len / sizeof(gid_t);
-    for (i = 0; i < lim->n_allow_gid; i++) {
-        if (lim->allow_gid[i] == cred->gid)
-            return true;
-        for (j = 0; j < ngroups; j++)
-            if (groups[j] == lim->allow_gid[i])
-                return true;
+    else if (errno == ERANGE && len > sizeof(small) &&
+             (groups = shmb_malloc(len)) != NULL &&
+             getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
+        ngroups = len / sizeof(gid_t);
+    for (i = 0; i < lim->n_allow_gid && !allowed; i++) {
+        allowed = lim->allow_gid[i] == cred->gid;
+        for (j = 0; j < ngroups && !allowed; j++)
+            allowed = groups[j] == lim->allow_gid[i];
     }
-    return false;
+    if (groups != small)
+        shmb_free(groups);
+    return allowed;
 }
 
 /* Admit or refuse one accepted socket. */

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,9 +31,20 @@ int shmb_starting_open(const char *path)
 
     if (fd < 0)
         return -errno;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || flock(fd, LOCK_EX | LOCK_NB) != 0 ||
-        fchmod(fd, 0644) != 0) {
-        saved = errno != 0 ? errno : EINVAL;
+    if (fstat(fd, &st) != 0) {
+        saved = errno;
+        close(fd);
+        return -saved;
+    }
+    /* Only a file of this user's with no other name is taken over: beside
+     * a socket in a directory others may write (/tmp), a hard link planted
+     * there would have the progress written over the file it names. */
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1) {
+        close(fd);
+        return -EPERM;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || fchmod(fd, 0644) != 0) {
+        saved = errno;
         close(fd);
         return -saved;
     }
@@ -51,6 +63,28 @@ int shmb_starting_update(int fd, long long pid, const char *text)
     return 0;
 }
 
+/* Whether uid, the owner of the progress file at path, may speak for the
+ * daemon: this user, root, or the owner of the directory it is in (the
+ * run directory the daemon's user was given). */
+static bool shmb_starting_trusted(const char *path, uid_t uid)
+{
+    char dir[4096 + 16];
+    struct stat st;
+    char *slash;
+
+    if (uid == geteuid() || uid == 0)
+        return true;
+    snprintf(dir, sizeof(dir), "%s", path);
+    slash = strrchr(dir, '/');
+    if (slash == NULL)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    return stat(dir, &st) == 0 && st.st_uid == uid;
+}
+
 int shmb_starting_read(const char *socket_path, long long *pid, char *text, size_t len)
 {
     char path[4096 + 16], buf[SHMB_STARTING_TEXT_MAX + 64], *nl, *end;
@@ -64,8 +98,11 @@ int shmb_starting_read(const char *socket_path, long long *pid, char *text, size
     fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return 0;
-    /* Unlocked: no daemon is starting there (one was killed at it). */
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || flock(fd, LOCK_SH | LOCK_NB) == 0 ||
+    /* Unlocked: no daemon is starting there (one was killed at it). One
+     * others may write, or of a user who is not this one, root or the
+     * directory's owner, anyone could have planted (in /tmp) and hold. */
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 022) != 0 ||
+        !shmb_starting_trusted(path, st.st_uid) || flock(fd, LOCK_SH | LOCK_NB) == 0 ||
         errno != EWOULDBLOCK) {
         close(fd);
         return 0;

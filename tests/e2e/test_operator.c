@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../proto/starting.h"
 #include "checks.h"
 #include "harness.h"
 #include "shmbroker.h"
@@ -138,6 +139,108 @@ static void test_scribbled_record(void **state)
     h_expect_run(&r, 1, NULL, "lines that are not segments skipped");
     h_run_free(&r);
     assert_true(h_exists(victim));
+    h_pass(f);
+}
+
+/* A record naming a file of this user's, mode 0600, of exactly the size the
+ * line gives, outside the shm directory and without the segment's header (a
+ * private key, say): --remove-segment leaves it alone. Only a pool the
+ * settings name may be a segment whose header a client damaged; a line of
+ * the record must carry the segment's header to be removed. */
+static void test_record_names_a_private_file(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "1M");
+    char record[PATH_MAX], victim[PATH_MAX], text[PATH_MAX + 64];
+    struct h_run r;
+    int n;
+
+    record_path(d, record, sizeof(record));
+    h_path(f, "id_key", victim, sizeof(victim));
+    assert_int_equal(h_write_file(victim, "precious", 8), 0);
+    assert_int_equal(chmod(victim, 0600), 0);
+    n = snprintf(text, sizeof(text), "shmbroker-segments 1\n8 id_key %s\n", f->dir);
+    assert_int_equal(h_write_file(record, text, (size_t)n), 0);
+    assert_int_equal(chmod(record, 0644), 0);
+    remove_segment(f, d, &r, NULL);
+    h_expect_run(&r, 1, NULL, "id_key is not a shmbroker segment");
+    h_run_free(&r);
+    if (!h_exists(victim))
+        h_fail("--remove-segment removed %s, a file that is not a segment, named by the "
+               "record",
+               victim);
+    h_pass(f);
+}
+
+/* A record others may write (mode 0666, in a directory a careless user
+ * chose with --socket, such as /tmp): anyone could have planted its lines,
+ * so --remove-segment does not read it, says so, and still removes the
+ * segments its settings name. */
+static void test_record_others_may_write(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "1M");
+    char record[PATH_MAX], text[PATH_MAX + 64];
+    struct h_run r;
+    int n;
+
+    record_path(d, record, sizeof(record));
+    n = snprintf(text, sizeof(text), "shmbroker-segments 1\n4096 planted %s\n", f->dir);
+    assert_int_equal(h_write_file(record, text, (size_t)n), 0);
+    assert_int_equal(chmod(record, 0666), 0);
+    remove_segment(f, d, &r, NULL);
+    h_expect_run(&r, 1, NULL, "others may write");
+    h_run_free(&r);
+    h_pass(f);
+}
+
+/* A size no file can have (past 2^63 bytes, or so close to 2^64 that
+ * rounding it up to a page wraps to nothing): --check calls it too large,
+ * not "too small", and says what the largest is; nothing is created. Pools
+ * whose sizes add up past 2^63 are refused too, not summed into a wrapped
+ * figure. */
+static void test_check_size_past_a_file(void **state)
+{
+    static const char *const sizes[] = {"18446744073709551614", "9223372036854775808"};
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_new(f, "1M");
+    struct h_run r;
+    size_t i;
+
+    for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        const char *argv[] = {h_daemon_bin(), "--socket",  d->socket,  "--name",
+                              d->name,        "--shm-dir", d->shm_dir, "--size",
+                              sizes[i],       "--check",   NULL};
+
+        assert_int_equal(h_run(f, argv, NULL, 0, &r), 0);
+        h_expect_run(&r, 2, NULL, "is too large");
+        if (h_contains(r.err, "too small") || h_contains(r.out, "too small"))
+            h_fail("--size %s was called too small:\n%s", sizes[i], r.err);
+        h_run_free(&r);
+    }
+    {
+        /* Three pools that each fit in a file, but whose sum wraps past
+         * 2^64: not "fits" for the last one, nor a tiny --shm-size. */
+        const char *argv[] = {h_daemon_bin(),
+                              "--socket",
+                              d->socket,
+                              "--name",
+                              d->name,
+                              "--shm-dir",
+                              d->shm_dir,
+                              "--pool",
+                              "a:6148914691236519936",
+                              "--pool",
+                              "b:6148914691236519936",
+                              "--pool",
+                              "c:6148914691236519936",
+                              "--check",
+                              NULL};
+
+        assert_int_equal(h_run(f, argv, NULL, 0, &r), 0);
+        h_expect_run(&r, 2, NULL, "add up to more than");
+        h_run_free(&r);
+    }
     h_pass(f);
 }
 
@@ -394,6 +497,40 @@ static void test_starting_progress(void **state)
     h_pass(f);
 }
 
+/* A progress path that is a hard link to another file (planted between the
+ * start's removal of a stale one and its open, in a directory others may
+ * write, as /tmp for a --socket there): the start does not take it over,
+ * and the file linked keeps its bytes and its mode. */
+static void test_starting_open_refuses_a_link(void **state)
+{
+    struct h_fix *f = *state;
+    char victim[PATH_MAX], progress[PATH_MAX + 16], buf[16] = {0};
+    struct stat st;
+    int fd, opened;
+
+    h_path(f, "victim", victim, sizeof(victim));
+    h_path(f, "s.sock" SHMB_STARTING_SUFFIX, progress, sizeof(progress));
+    assert_int_equal(h_write_file(victim, "precious", 8), 0);
+    assert_int_equal(chmod(victim, 0600), 0);
+    assert_int_equal(link(victim, progress), 0);
+    opened = shmb_starting_open(progress);
+    if (opened >= 0) {
+        (void)shmb_starting_update(opened, 1234, "reserving");
+        close(opened);
+    }
+    fd = open(victim, O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(read(fd, buf, sizeof(buf) - 1), 8);
+    close(fd);
+    assert_int_equal(stat(victim, &st), 0);
+    if (strcmp(buf, "precious") != 0 || (st.st_mode & 07777) != 0600)
+        h_fail("the start wrote through a hard link: %s now holds \"%s\", mode %04o",
+               victim, buf, (unsigned)(st.st_mode & 07777));
+    if (opened >= 0)
+        h_fail("the start took over %s, a hard link to %s", progress, victim);
+    h_pass(f);
+}
+
 /* A refused connect with progress at sock's ".starting", locked (as a
  * starting daemon holds it) or not: the library's code and message. */
 static int connect_with_progress(const char *sock, const char *content, bool locked,
@@ -444,6 +581,43 @@ static void test_starting_stale_or_scribbled(void **state)
     assert_int_equal(connect_with_progress(sock, live, true, msg, sizeof(msg)), -EAGAIN);
     if (!h_contains(msg, "reserving \\x1b[2J pool"))
         h_fail("the text is not escaped: %s", msg);
+    h_pass(f);
+}
+
+/* A progress file others may write (mode 0666: in a directory such as
+ * /tmp, anyone could have planted it and hold its lock), or, when the test
+ * may give files away, another user's: a refused connect says refused, not
+ * "starting" with whatever text the file holds. */
+static void test_starting_planted(void **state)
+{
+    struct h_fix *f = *state;
+    char sock[PATH_MAX], progress[PATH_MAX + 16], text[128];
+    int fd, n, rc, pass;
+    shmb_t *c;
+
+    h_path(f, "sock", sock, sizeof(sock));
+    snprintf(progress, sizeof(progress), "%s" SHMB_STARTING_SUFFIX, sock);
+    n = snprintf(text, sizeof(text), "%d\nreserving pool 'x': planted\n", (int)getpid());
+    for (pass = 0; pass < (geteuid() == 0 ? 2 : 1); pass++) {
+        fd = open(progress, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, text, (size_t)n), n);
+        if (pass == 0)
+            assert_int_equal(fchmod(fd, 0666), 0);
+        else
+            assert_int_equal(fchown(fd, 65534, 65534), 0);
+        assert_int_equal(flock(fd, LOCK_EX), 0);
+        c = shmb_new();
+        assert_non_null(c);
+        rc = shmb_connect(c, sock, "x");
+        if (rc == -EAGAIN || h_contains(shmb_errmsg(c), "planted"))
+            h_fail("a planted progress file (%s) was believed: %s",
+                   pass == 0 ? "mode 0666" : "uid 65534", shmb_errmsg(c));
+        assert_int_equal(rc, -ENOENT);
+        shmb_close(c);
+        close(fd);
+        assert_int_equal(unlink(progress), 0);
+    }
     h_pass(f);
 }
 
@@ -503,6 +677,9 @@ int main(void)
         TEST(test_stop_removes_what_was_held),
         TEST(test_clean_stop_leaves_no_record),
         TEST(test_scribbled_record),
+        TEST(test_record_names_a_private_file),
+        TEST(test_record_others_may_write),
+        TEST(test_check_size_past_a_file),
         TEST(test_pool_too_large_wording),
         TEST(test_one_pool_singular),
         TEST(test_other_pid_namespace),
@@ -510,6 +687,8 @@ int main(void)
         TEST(test_starting_progress),
         TEST(test_starting_stale_or_scribbled),
         TEST(test_starting_killed),
+        TEST(test_starting_open_refuses_a_link),
+        TEST(test_starting_planted),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

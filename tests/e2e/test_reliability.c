@@ -149,6 +149,8 @@ struct peer {
     const char *socket;
     uid_t uid;
     gid_t gid;
+    const gid_t *groups; /* supplementary groups (none when NULL) */
+    size_t n_groups;
     bool read_only;       /* hello with "mode":"ro" and check the descriptor */
     const char *segment;  /* the segment file, which it must not be able to open */
     const char *key;      /* read_only: an object to read through the mapping */
@@ -165,10 +167,11 @@ enum peer_result {
     PEER_OTHER = 12,  /* anything else (see its stderr) */
 };
 
-/* In a helper: become uid/gid with no supplementary groups. */
+/* In a helper: become uid/gid with its supplementary groups. */
 static int peer_become(const struct peer *p)
 {
-    if (setgroups(0, NULL) != 0 || setgid(p->gid) != 0 || setuid(p->uid) != 0) {
+    if (setgroups(p->groups != NULL ? p->n_groups : 0, p->groups) != 0 ||
+        setgid(p->gid) != 0 || setuid(p->uid) != 0) {
         fprintf(stderr, "peer: cannot become uid %d gid %d: %s\n", (int)p->uid, (int)p->gid,
                 strerror(errno));
         return -1;
@@ -1055,6 +1058,38 @@ static void test_allow_lists(void **state)
     h_pass(f);
 }
 
+/* --allow-gid 20000: a peer whose supplementary groups are many (300 of
+ * them, 20000 the last, as a user of a large directory service may have)
+ * is allowed by that group, not refused because its groups did not fit in
+ * what the daemon asked the kernel for. */
+static void test_allow_gid_many_groups(void **state)
+{
+    static const char *const flags[] = {"--allow-gid", "20000", "--socket-mode", "0666",
+                                        NULL};
+    static gid_t groups[300];
+    struct h_fix *f = *state;
+    struct h_daemon *d;
+    struct peer p;
+    size_t i;
+
+    need_root(f);
+    open_up_dir(f);
+    for (i = 0; i < 299; i++)
+        groups[i] = (gid_t)(30000 + i);
+    groups[299] = 20000;
+    d = h_daemon_start(f, "1M", flags);
+    memset(&p, 0, sizeof(p));
+    p.socket = d->socket;
+    p.uid = UID_NOBODY;
+    p.gid = GID_OTHER;
+    p.groups = groups;
+    p.n_groups = 300;
+    assert_int_equal(run_peer(f, &p), PEER_SERVED);
+    p.n_groups = 299; /* without 20000 */
+    assert_int_equal(run_peer(f, &p), PEER_EPERM);
+    h_pass(f);
+}
+
 /* With --allow-uid only, nobody (uid 65534, gid 65534) gets one EPERM line
  * whose message names its uid and the flags, and is closed; the refusal is
  * logged with its pid; root is still served. */
@@ -1547,6 +1582,7 @@ int main(void)
         TEST(test_max_pending),
         TEST(test_emfile),
         TEST(test_allow_lists),
+        TEST(test_allow_gid_many_groups),
         TEST(test_allow_uid_message),
         TEST(test_read_only),
         TEST(test_restart_adopts),

@@ -64,14 +64,36 @@ class FromSegmentTest(unittest.TestCase):
         with open(os.path.join(self.shm, a.name), "rb") as f:
             header = f.read(4096)
         for i in range(100):
-            with open(os.path.join(self.shm, "other-%03d" % i), "wb") as f:
+            path = os.path.join(self.shm, "other-%03d" % i)
+            with open(path, "wb") as f:
                 f.write(header)  # a's header: owned by a, not b
+            os.chmod(path, 0o600)  # as a daemon makes its segment
         self.assert_read(self.read(b), b, b.name)
         rc, out, err = ctl("--socket", a.socket_path, "status", "--from-segment",
                            "--shm-dir", self.shm)
         self.assertEqual(rc, 2, out + err)
         self.assertIn("101 segments in %s fit" % self.shm, err)
         self.assertIn("more", err)
+
+    # Someone else planted a file in the directory with a copy of the
+    # daemon's header, which names the daemon's pid as its owner: a file
+    # others may read (a daemon's segment is mode 0600), or, when the test
+    # may give files away, one of another user's. Status still reads the
+    # daemon's own segment, not asking to choose between it and the copies.
+    def test_forged_header(self):
+        d = self.daemon()
+        with open(os.path.join(self.shm, d.name), "rb") as f:
+            header = f.read(4096)
+        with open(os.path.join(self.shm, "forged-readable"), "wb") as f:
+            f.write(header)
+        os.chmod(os.path.join(self.shm, "forged-readable"), 0o644)
+        if os.geteuid() == 0:
+            path = os.path.join(self.shm, "forged-by-nobody")
+            with open(path, "wb") as f:
+                f.write(header)
+            os.chmod(path, 0o600)
+            os.chown(path, 65534, 65534)
+        self.assert_read(self.read(d), d, d.name)
 
     # A daemon with two pools: --pool NAME reads that pool's segment, found
     # by the pool's name alone; without --pool, status names both and asks.

@@ -5,6 +5,7 @@ progress), not refused; the client's hello says its own pid, which the
 daemon shows for a client in a pid namespace it cannot see into."""
 
 import errno
+import fcntl
 import os
 import subprocess
 import sys
@@ -90,6 +91,30 @@ class StartingTest(unittest.TestCase):
         with self.assertRaises(shmbroker.ConnectionLost) as cm:
             shmbroker.Client(d.socket_path)
         self.assertIn(cm.exception.code, ("ENOENT", "ECONNREFUSED"))
+
+
+    def test_planted_progress_is_refused(self):
+        """A progress file others may write (mode 0666), or, when the test
+        may give files away, another user's, held locked as a starting
+        daemon holds it: not believed, the connect is refused as before."""
+        d = Daemon()
+        self.addCleanup(d.cleanup)
+        path = d.socket_path + ".starting"
+        for owner in ([None, 65534] if os.geteuid() == 0 else [None]):
+            with open(path, "w") as f:
+                f.write("%d\nreserving pool 'x': planted\n" % os.getpid())
+                f.flush()
+                if owner is None:
+                    os.chmod(path, 0o666)
+                else:
+                    os.chmod(path, 0o644)
+                    os.chown(path, owner, owner)
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+                with self.assertRaises(shmbroker.ConnectionLost) as cm:
+                    shmbroker.Client(d.socket_path)
+                self.assertNotIn("planted", str(cm.exception))
+                self.assertIn(cm.exception.code, ("ENOENT", "ECONNREFUSED"))
+            os.unlink(path)
 
 
 class OwnPidTest(unittest.TestCase):

@@ -6,6 +6,7 @@ The daemon and its clients run as uid 65534 (nobody) through setpriv, so
 these tests need root to start them; the daemon of the EACCES test is
 root's own."""
 
+import grp
 import os
 import shutil
 import socket
@@ -240,6 +241,34 @@ class AccessDeniedTest(unittest.TestCase):
         for part in (want, "usermod -aG root", "--socket-mode", "--allow-gid"):
             self.assertIn(part, out)
         self.assertNotIn("Is shmbrokerd running", out)
+
+    # A socket whose group has no name here (another container's gid):
+    # the command offered joins it by number, not "usermod -aG ?", which
+    # fails as typed.
+    def test_eacces_group_without_name(self):
+        gid = 54321
+        while True:
+            try:
+                grp.getgrgid(gid)
+                gid += 1
+            except KeyError:
+                break
+        path = self.d.socket_path
+        os.chown(path, 0, gid)
+        env = nobody_env(None)
+        r = run_as_nobody([CTL, "--socket", path, "status"], env)
+        err = r.stderr.decode(errors="replace")
+        self.assertEqual(r.returncode, 69, err)
+        self.assertIn("group ? (gid %d)" % gid, err)
+        self.assertIn("usermod -aG %d USER" % gid, err)
+        code = ("import shmbroker, sys\n"
+                "try:\n"
+                "    shmbroker.Client(sys.argv[1])\n"
+                "except shmbroker.PermissionDenied as e:\n"
+                "    print(e)\n")
+        r = run_as_nobody([sys.executable, "-c", code, path], env)
+        out = r.stdout.decode(errors="replace")
+        self.assertIn("usermod -aG %d USER" % gid, out, r.stderr.decode(errors="replace"))
 
 
 if __name__ == "__main__":

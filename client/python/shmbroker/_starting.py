@@ -16,10 +16,24 @@ SUFFIX = ".starting"
 TEXT_MAX = 256
 
 
+def _trusted(path, uid):
+    """Whether uid, the owner of the progress file at path, may speak for
+    the daemon: this user, root, or the owner of the file's directory (the
+    run directory the daemon's user was given)."""
+    if uid in (os.geteuid(), 0):
+        return True
+    try:
+        return os.stat(os.path.dirname(path) or b".").st_uid == uid
+    except OSError:
+        return False
+
+
 def progress(socket_path):
     """(pid, text) of a daemon starting at socket_path, or None when there is
-    no such file, one nobody holds locked (its daemon was killed at it) or
-    one not in the format. The text is the daemon's, with characters that
+    no such file, one nobody holds locked (its daemon was killed at it), one
+    not in the format, or one anyone could have planted (writable by others,
+    or owned by a user other than this one, root and its directory's
+    owner). The text is the daemon's, with characters that
     are not printable shown as \\xNN."""
     path = os.fsencode(socket_path) + SUFFIX.encode()
     try:
@@ -27,7 +41,11 @@ def progress(socket_path):
     except OSError:
         return None
     try:
-        if os.fstat(fd).st_mode & 0o170000 != 0o100000:
+        st = os.fstat(fd)
+        # One others may write, or of a user who is not this one, root or
+        # the directory's owner, anyone could have planted (in /tmp).
+        if (st.st_mode & 0o170000 != 0o100000 or st.st_mode & 0o022
+                or not _trusted(path, st.st_uid)):
             return None
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

@@ -142,6 +142,8 @@ def _access_message(path):
                     "may, or choose another socket (--socket of shmbrokerd and of this "
                     "client)." % (path, os.geteuid(), os.getegid()))
     group = _id_name(st.st_gid, True)
+    # usermod takes a gid too: a group without a name here is joined by it.
+    join = str(st.st_gid) if group == "?" else group
     return ("Permission denied connecting to shmbrokerd at %s: %s belongs to user %s (uid "
             "%d) and group %s (gid %d) with mode %04o, and this process runs as uid %d, gid "
             "%d, whom that mode does not let in. Join the group (usermod -aG %s USER, then "
@@ -149,7 +151,7 @@ def _access_message(path):
             "shmbrokerd with "
             "--socket-mode 0666 (with --allow-gid GROUP or --allow-uid USER to keep others "
             "out)." % (path, shown, _id_name(st.st_uid, False), st.st_uid, group, st.st_gid,
-                       st.st_mode & 0o7777, os.geteuid(), os.getegid(), group, st.st_gid))
+                       st.st_mode & 0o7777, os.geteuid(), os.getegid(), join, st.st_gid))
 
 
 def _key_error(message):
