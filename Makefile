@@ -562,7 +562,7 @@ $(UNINSTALLED_PC): client/shmbroker.pc.in Makefile
 	$(Q)sed -e 's|@PREFIX@|$(CURDIR)|g' -e 's|@LIBDIR@|$(abspath $(BUILD))|g' \
 	    -e 's|@INCLUDEDIR@|$(CURDIR)/client|g' -e 's|@VERSION@|$(VERSION)|g' \
 	    -e 's|^Libs: -L$${libdir}|Libs: -L$${libdir} -Wl,-rpath,$${libdir}|' $< > $@
-.PHONY: binaries wheel man3 print-version deb-check-version
+.PHONY: binaries wheel wheel-file man3 print-version deb-check-version
 # debian/changelog's newest entry names the version too (dpkg takes the
 # packages' from it): 'make deb' refuses to build when it is not VERSION.
 deb-check-version:
@@ -582,7 +582,14 @@ binaries: $(BINS)
 # with the standard library's zipfile (scripts/make_wheel.py): no setuptools,
 # no network. Its version is VERSION above; pyproject.toml must agree.
 WHEEL := $(BUILD)/dist/shmbroker-$(VERSION)-py3-none-any.whl
-wheel: $(WHEEL)
+# What the wheel and README's 'python3 -m venv' need first (python3-venv), as
+# 'make' installs what the build needs; then the wheel, quietly when it is
+# up to date.
+wheel:
+	$(Q)sh scripts/install-deps.sh wheel
+	$(Q)$(MAKE) --no-print-directory wheel-file
+wheel-file: $(WHEEL)
+	@:
 $(WHEEL): $(wildcard client/python/shmbroker/*.py) client/python/pyproject.toml LICENSE \
           scripts/make_wheel.py Makefile
 	@$(if $(Q),echo "  WHEEL   $@")

@@ -238,6 +238,26 @@ int pool_plan(struct pool *p, bool fresh, struct shmb_error *err)
                 "not a shmbroker segment, or one a client truncated. Remove it "
                 "(nothing in it can be adopted), or %s.",
                 path, (long long)st.st_size, SHMB_HEADER_PAGE, pool_rename_hint(pc));
+        /* Another user's file this user cannot read: most often the
+         * system's daemon under the default name, beside a user's own
+         * (make run without root). Never suggest removing it. */
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid != geteuid()) {
+            char base[NAME_MAX + 1];
+            char *dot;
+
+            /* --name: the segment's name, less ".<pool>" for a declared pool. */
+            snprintf(base, sizeof(base), "%s", pc->segment);
+            if (pool_declared(pc) && (dot = strrchr(base, '.')) != NULL)
+                *dot = '\0';
+            return shmb_error_set(
+                err, -EEXIST,
+                "%s belongs to uid %u, not to this user (uid %u): most likely the "
+                "segment of another user's shmbrokerd (the system's, if one runs). "
+                "Leave it, and %s (e.g. --name %s-%u; make run "
+                "RUN_ARGS='--name %s-%u').",
+                path, (unsigned)st.st_uid, (unsigned)geteuid(), pool_rename_hint(pc), base,
+                (unsigned)geteuid(), base, (unsigned)geteuid());
+        }
         return shmb_error_set(err, -EEXIST,
                               "%s exists and is not a shmbroker segment; remove it, or %s.",
                               path, pool_rename_hint(pc));

@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 # Install the Debian packages shmbroker needs when pkg-config cannot find them.
-# Usage: scripts/install-deps.sh [build|test|bench|bench-vllm|deb|arm64]
+# Usage: scripts/install-deps.sh [build|test|bench|bench-vllm|deb|arm64|wheel]
 # build: libuv, jansson, and UCX (libucx-dev) and libcrypto (libssl-dev) for
 # shmbroker-relay; test and bench add ucx-utils and iproute2 (the relay test
 # and bench); test adds cmocka, clang with its sanitizer and
@@ -21,7 +21,8 @@
 # arm64 (gcc-aarch64-linux-gnu, its binutils and libc6-dev-arm64-cross),
 # qemu-user-static (and its binfmt_misc line), debootstrap for the arm64
 # root (whose own packages come from the root's apt, not the host's) and
-# file.
+# file; wheel (make wheel) needs only python3 and python3-venv, for the wheel
+# and the venv README installs it in.
 # Does nothing when everything is present.
 set -eu
 
@@ -31,10 +32,16 @@ need() { pkgs="$pkgs $1"; }
 
 have_deb() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'ok installed'; }
 
-command -v pkg-config >/dev/null 2>&1 || need pkg-config
-command -v cc >/dev/null 2>&1 || need gcc
+if [ "$want" = wheel ]; then
+    command -v python3 >/dev/null 2>&1 || need python3
+    have_deb python3-venv || need python3-venv
+fi
+[ "$want" = wheel ] || command -v pkg-config >/dev/null 2>&1 || need pkg-config
+command -v cc >/dev/null 2>&1 || [ "$want" = wheel ] || need gcc
 command -v make >/dev/null 2>&1 || need make
-if command -v pkg-config >/dev/null 2>&1; then
+if [ "$want" = wheel ]; then
+    :
+elif command -v pkg-config >/dev/null 2>&1; then
     pkg-config --exists libuv || need libuv1-dev
     pkg-config --exists jansson || need libjansson-dev
     # shmbroker-relay: UCX (Debian 12's 1.13) and libcrypto for its key's HMAC.
@@ -141,6 +148,8 @@ elif command -v sudo >/dev/null 2>&1; then
 else
     echo "shmbroker: need root (or sudo) to install:$pkgs" >&2
     echo "shmbroker: install them by hand: apt-get install$pkgs" >&2
+    # The wheel itself needs only python3: build it, for a venv elsewhere.
+    [ "$want" != wheel ] || exit 0
     exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive

@@ -94,4 +94,36 @@ else
     fail "apt_update_lock_gives_up: with SHMB_APT_LOCK_TIMEOUT=3 the update should give up after 3 s"
 fi
 
+# README's venv route starts with 'make wheel': on a fresh Debian 12 (a
+# container's debian:12 has no python3, a cloud image no python3-venv) it
+# installs what the wheel and 'python3 -m venv' need, as 'make' does for
+# the build. (dpkg-query here says nothing is installed.)
+rm -f "$tmp/bin/calls" "$tmp/bin/updated" "$tmp/bin/busy"
+if PATH="$tmp/bin:$PATH" tmake wheel >"$tmp/out" 2>&1 &&
+    grep -q '^apt-get .* install .*python3-venv' "$tmp/bin/calls" &&
+    ! grep -q "is up to date" "$tmp/out"; then
+    pass "make_wheel_installs_venv"
+else
+    cat "$tmp/out" "$tmp/bin/calls"
+    fail "make_wheel_installs_venv: make wheel did not install python3-venv (or printed make's noise)"
+fi
+
+# A user with neither root nor sudo still gets the wheel (it needs python3
+# alone; the venv is the user's to make elsewhere): told what to install,
+# not stopped. A PATH of its own, so that no real sudo or apt-get is found.
+mkdir -p "$tmp/nosudo"
+printf '#!/bin/sh\necho 1000\n' >"$tmp/nosudo/id"
+cp "$tmp/bin/dpkg-query" "$tmp/nosudo/dpkg-query"
+chmod +x "$tmp/nosudo/id"
+for c in sh grep python3 make; do
+    ln -sf "$(command -v "$c")" "$tmp/nosudo/$c"
+done
+if PATH="$tmp/nosudo" sh "$root/scripts/install-deps.sh" wheel >"$tmp/out" 2>&1 &&
+    grep -q "install them by hand: apt-get install python3-venv" "$tmp/out"; then
+    pass "wheel_deps_without_sudo"
+else
+    cat "$tmp/out"
+    fail "wheel_deps_without_sudo: install-deps.sh wheel stopped a user without sudo"
+fi
+
 [ "$fails" -eq 0 ]

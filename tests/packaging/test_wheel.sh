@@ -57,6 +57,25 @@ else
     fail "venv_put_get: import and put/get from the venv"
 fi
 
+# README's Python example, as a newcomer runs it right after README's venv
+# commands: with the venv's python alone (-I: no system site-packages, so no
+# numpy unless the wheel brought it), and printing what README says it prints.
+"$PY" -c '
+import sys
+sys.path.insert(0, sys.argv[1])
+import doc_examples
+b = [b for b in doc_examples.runnable(["README.md"]) if b.kind == "python"][0]
+open(sys.argv[2] + "/readme.py", "w").write(b.text)
+open(sys.argv[2] + "/readme.out", "w").write(b.expected or "")
+' "$root/tests/python" "$tmp" || fail "readme_example_in_venv: no Python example in README.md"
+if out=$(env -u PYTHONPATH SHMBROKER_SOCKET="$tmp/sock" "$tmp/venv/bin/python" -I readme.py 2>&1) &&
+    [ "$out" = "$(cat readme.out)" ]; then
+    pass "readme_example_in_venv"
+else
+    echo "$out"
+    fail "readme_example_in_venv: README's Python example in the venv README makes"
+fi
+
 # The wheel's RECORD lists every file it installed: pip removes them all.
 site=$("$tmp/venv/bin/python" -I -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 if "$tmp/venv/bin/pip" uninstall -y shmbroker >"$tmp/pip.log" 2>&1 &&

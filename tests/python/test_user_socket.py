@@ -203,6 +203,36 @@ class UserSocketTest(unittest.TestCase):
         self.assertEqual(r.stdout.decode().strip(), "/run/shmbroker/shmbroker.sock",
                          r.stderr.decode(errors="replace"))
 
+    # A user's daemon beside root's (the system's) of the same --name in the
+    # same directory: it cannot open root's segment, and is told that it is
+    # another user's and to choose a name of its own, never to remove it.
+    def test_segment_of_another_user(self):
+        os.chmod(self.shm, 0o1777)
+        name = "user-sock-%d" % os.getpid()
+        root_sock = os.path.join(self.work, "root.sock")
+        root = subprocess.Popen([support.daemon_binary(), "--name", name, "--size", "4M",
+                                 "--shm-dir", self.shm, "--socket", root_sock],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        self.addCleanup(root.wait, 20)
+        self.addCleanup(root.terminate)
+        deadline = time.monotonic() + 30
+        while not live_socket(root_sock):
+            self.assertIsNone(root.poll(), "root's shmbrokerd exited")
+            self.assertLess(time.monotonic(), deadline, "root's shmbrokerd did not start")
+            time.sleep(0.02)
+        r = run_as_nobody([support.daemon_binary(), "--name", name, "--size", "4M",
+                           "--shm-dir", self.shm, "--socket",
+                           os.path.join(self.work, "user.sock")], nobody_env(None))
+        err = r.stderr.decode(errors="replace")
+        self.assertNotEqual(r.returncode, 0, err)
+        self.assertIn("%s/%s belongs to uid 0, not to this user (uid %d)" % (self.shm, name,
+                                                                             NOBODY), err)
+        self.assertIn("--name %s-%d" % (name, NOBODY), err)
+        self.assertNotIn("remove it", err)
+        self.assertTrue(os.path.exists(os.path.join(self.shm, name)))
+        self.assertTrue(live_socket(root_sock))
+
 
 @needs_root
 class AccessDeniedTest(unittest.TestCase):
