@@ -21,12 +21,18 @@ error texts, with shmbrokerd managing the memory:
   writer's arena (Client.put_nowait's path) and sends its commit without
   waiting; a get reads the chunk in place from the mapping, checked by the
   chunk's seal (its generation) before and after deserializing it, and
-  counts the awaited read in the seal (a writer's mapping) or by a request
-  it does not wait for (a reader's read-only one). Only a get whose chunk
-  is not committed yet (its commit still on its way) or changed under the
-  read asks the daemon: one request, then the pinned read of before.
-  Readers write nothing in shared memory (their mapping is read-only), so
-  no reader lock is needed: ``reader_lock`` is accepted (vLLM passes one) and ignored by
+  counts the awaited read in the seal, a compare-and-swap in the reader's
+  mapping: no request at all. Only a get whose chunk is not committed yet
+  (its commit still on its way) or changed under the read asks the daemon:
+  one request, then the pinned read of before.
+- Readers map the segment read-write, as vLLM's readers map its ring (they
+  write its in-use flags): the count in the seal needs it. What a reader
+  could scribble there it could scribble in vLLM's ring too, and the
+  daemon checks every seal it folds. A reader told to connect read-only
+  (``read_only=True`` on its ring, or $SHMBROKER_VLLM_READ_ONLY=1 in its
+  environment, for readers made from a handle) counts each read by a
+  request it does not wait for instead. The seal's compare-and-swap needs
+  no lock: ``reader_lock`` is accepted (vLLM passes one) and ignored by
   readers, and a reader made without one works (vLLM raises "Lock must be
   provided for readers."). A writer given a lock counts its own gets as
   reads, as vLLM's does; without one they count nothing. A reader killed
@@ -138,6 +144,8 @@ _GUARD_POLL_S = (0.02, 1.0)
 _ARENA_SHARE = 64
 # What _get_mapped returns when the mapping cannot say.
 _MISSED = object()
+# Set (1) in a reader's environment: its rings connect read-only.
+_READ_ONLY_ENV = "SHMBROKER_VLLM_READ_ONLY"
 # Ring names used as a socket file name as they are; others are hashed.
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -212,6 +220,12 @@ def named_socket_path(name):
     return os.path.join(base, name + ".sock")
 
 
+def _env_read_only():
+    """Whether $SHMBROKER_VLLM_READ_ONLY asks readers to connect read-only
+    (1, true, yes, on)."""
+    return os.environ.get(_READ_ONLY_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def _page_up(n):
     return (n + _HEADER_PAGE - 1) // _HEADER_PAGE * _HEADER_PAGE
 
@@ -243,7 +257,7 @@ class _RingMemory:
     daemon's segment as this ring's client maps it. ``name`` is the ring's
     name (what handle() passes, as vLLM's is the SharedMemory's), ``size``
     the ring's data_buffer_size, ``buf`` the client's mapping of the whole
-    segment (read-only for readers). close() and unlink() do nothing: the
+    segment (read-only for a read-only reader). close() and unlink() do nothing: the
     daemon owns the segment."""
 
     def __init__(self, ring):
@@ -271,8 +285,8 @@ class SingleWriterShmRingBuffer:
     that holds the store's objects, and vLLM's ring interface over it.
 
     ``SingleWriterShmRingBuffer(data_buffer_size, name=None, create=False,
-    socket_path=None, pool=None, ring_id=None, is_free_fn=None)``. The daemon
-    is, in order: the one at socket_path
+    socket_path=None, pool=None, ring_id=None, is_free_fn=None,
+    read_only=None)``. The daemon is, in order: the one at socket_path
     (handle() passes it); the private daemon a writer of this name started;
     the one at $SHMBROKER_SOCKET (else /run/shmbroker/shmbroker.sock). When
     none answers, a writer (create=True) starts a private shmbrokerd with
@@ -302,8 +316,12 @@ class SingleWriterShmRingBuffer:
     (read-only) while they live. A named ring's allocations are found by
     name; an unnamed one's through handle() (ring_id).
 
-    Writers connect read-write, readers read-only. Attributes:
-    ``data_buffer_size``, ``name``, ``is_writer``, ``socket_path``, ``pool``,
+    Writers and readers connect read-write (a reader counts its reads in
+    the chunks' seals); read_only=True (or $SHMBROKER_VLLM_READ_ONLY=1 when
+    read_only is None) makes a reader's connection and mapping read-only,
+    its reads then counted by requests it does not wait for. Attributes:
+    ``data_buffer_size``, ``name``, ``is_writer``, ``read_only``,
+    ``socket_path``, ``pool``,
     ``client`` (the shmbroker.Client), ``daemon`` (the private Daemon or
     None), ``lock`` (serialises the store's calls on the one connection).
     """
@@ -317,10 +335,16 @@ class SingleWriterShmRingBuffer:
     def __init__(self, data_buffer_size: int, name: Optional[str] = None,
                  create: bool = False, socket_path: Optional[str] = None,
                  pool: Optional[str] = None, ring_id: Optional[str] = None,
-                 is_free_fn: Optional[Callable] = None):
+                 is_free_fn: Optional[Callable] = None, read_only: Optional[bool] = None):
         self.data_buffer_size = int(data_buffer_size)
         self.pool = pool or None
         self.is_writer = bool(create)
+        if read_only is None:
+            read_only = not self.is_writer and _env_read_only()
+        if read_only and self.is_writer:
+            raise ValueError("A writer's ring (create=True) needs a read-write connection; "
+                             "read_only=True is for readers.")
+        self.read_only = bool(read_only)
         self.is_free_fn = is_free_fn
         self.daemon = None
         self.client = None
@@ -366,9 +390,12 @@ class SingleWriterShmRingBuffer:
         # Not populated: mapping every page of a large ring up front cost more
         # than the daemon's reserving them (0.4 s for 1 GiB here); as with
         # vLLM's SharedMemory, a page is mapped when first touched.
+        # Readers connect read-write unless told otherwise: a read-write
+        # mapping lets a get count its awaited read in the chunk's seal,
+        # with no request to the daemon (see the class's help).
         client = Client(self.socket_path, name="vllm-%s" % ("writer" if self.is_writer else
                                                               "reader"),
-                        read_only=not self.is_writer, pool=self.pool, populate=False)
+                        read_only=self.read_only, pool=self.pool, populate=False)
         # Arenas of 1/64 of the data area: a 64 KiB object's put asks for a
         # new one once in about 250 (the default, 256 KiB, once in three),
         # and reclaim still frees the ring in small steps.
@@ -697,8 +724,8 @@ class ShmBrokerObjectStorage:
         self.ser_de = serde_class()
         self.ring_buffer = ring_buffer
         self.is_writer = ring_buffer.is_writer
-        # Readers write nothing in shared memory (the daemon counts reads), so
-        # no reader needs it; a writer given one counts its own gets, as vLLM's.
+        # Readers count reads by a compare-and-swap of the seal, so no reader
+        # needs it; a writer given one counts its own gets, as vLLM's.
         self._reader_lock = reader_lock
         self.key_index = {}
         self.id_index = {}
