@@ -148,6 +148,29 @@ class MappedPathTest(unittest.TestCase):
         with self.assertRaises(shmbroker.ShmBrokerError):
             reader.ring_buffer.client.put("nope", b"x")
 
+    # The base the pairs count from is read from the catalog once, then
+    # known by its chunk's seal: neither a get nor a put reads it again
+    # (read_stats() counts no read); a base replaced (clear()) is read again, so that
+    # pairs counted from the new one resolve.
+    def test_base_known_by_its_seal(self):
+        store = self.make_store()
+        reader = self.reader_of(store)
+        for key in ("first", "second"):  # the base set, then read back
+            self.assertEqual(reader.get(*store.put(key, "v")), "v")
+
+        def reads():
+            return [sum(st.ring_buffer.client.read_stats().values()) for st in (store, reader)]
+        before = reads()
+        for i in range(20):
+            pair = store.put("k%d" % i, i)
+            self.assertEqual(reader.get(*pair), i)
+        self.assertEqual(reads(), before)
+        store.clear()
+        pair = store.put("again", "new base")
+        self.assertEqual(pair, (0, 0))
+        self.assertEqual(reader.get(*pair), "new base")
+        self.assertGreater(reads()[1], before[1])
+
     # A scribbled chunk header (magic, chunk id, state) makes the get raise
     # vLLM's ValueError; never does it return bytes of another object.
     def test_scribbled_header(self):

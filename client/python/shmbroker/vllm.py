@@ -745,6 +745,9 @@ class ShmBrokerObjectStorage:
         # its id): close() and the guard delete it with the objects.
         self._own_base = ring_buffer.ring_id != ring_buffer.name
         self._base_where = None  # (offset, chunk id) of that base object
+        # (client, its connection's generation, the base's chunk as
+        # _mapped() gives it, the base) once read from the catalog.
+        self._base_seen = None
 
     # ---- helpers -----------------------------------------------------------
 
@@ -860,14 +863,31 @@ class ShmBrokerObjectStorage:
     def _read_base(self):
         """The base the ring's pairs count from, as the daemon holds it:
         (offset, chunk id, nonce), _NO_BASE after a clear() (the next put
-        sets it), or None when there is none (a new ring, or evicted)."""
+        sets it), or None when there is none (a new ring, or evicted).
+
+        Once read from the catalog, the base object's chunk is remembered:
+        while its seal keeps the generation and the key (a committed
+        object's bytes never change; a deleted or evicted one's generation
+        is zeroed first), the base is the one read, and each put and get
+        looks at one header instead of the catalog."""
+        client = self._client
+        seen = self._base_seen
+        if (seen is not None and seen[0] is client and seen[1] == client._gen
+                and self._sealed(seen[2], client)):
+            return seen[3]
+        self._base_seen = None
         try:
-            raw = self._client.read(self._base_key)
+            where = client._read_at(self._base_key)
+            raw = where[0] if where is not None else client.read(self._base_key)
         except NotFound:
             return None
         if len(raw) != _BASE.size:
             return None
-        return _BASE.unpack(raw)
+        base = _BASE.unpack(raw)
+        if where is not None:
+            found = (where[1], where[2], 0, 0, self._base_key.encode("ascii"), 0)
+            self._base_seen = (client, client._gen, found, base)
+        return base
 
     def _current_base(self):
         """The base to resolve a pair with: the daemon's, else the last one
