@@ -148,6 +148,30 @@ class MappedPathTest(unittest.TestCase):
         with self.assertRaises(shmbroker.ShmBrokerError):
             reader.ring_buffer.client.put("nope", b"x")
 
+    # bytes and bytearrays of 1 KiB and more go out of band: the serde hands
+    # the value itself to the put (copied once, into the segment), the
+    # payload's second frame is the bytes, and a get gives back the same
+    # type and bytes; small ones and other values stay in the stream.
+    def test_bytes_out_of_band(self):
+        store = self.make_store()
+        reader = self.reader_of(store)
+        serde = vllm.PickleSerde()
+        for value in (os.urandom(64 * 1024), bytearray(os.urandom(5000)), b"x" * 1024):
+            pieces = serde.serialize(value)[0]
+            self.assertIs(pieces[-1], value)
+            pair = store.put("b%d" % len(value), value)
+            store.ring_buffer.client.sync()
+            offset, _chunk_id = store._objects["b%d" % len(value)]
+            found = store._mapped(offset)
+            frames = shmbroker.frames.parse(store.ring_buffer.client._mv[offset:offset + found[3]])
+            self.assertEqual(len(frames), 2)
+            self.assertEqual(bytes(frames[1]), bytes(value))
+            got = reader.get(*pair)
+            self.assertIs(type(got), type(value))
+            self.assertEqual(got, value)
+        for value in (b"x" * 1023, bytes(0), {"k": b"y" * 4096}):
+            self.assertEqual(reader.get(*store.put("s%d" % len(value), value)), value)
+
     # The base the pairs count from is read from the catalog once, then
     # known by its chunk's seal: neither a get nor a put reads it again
     # (read_stats() counts no read); a base replaced (clear()) is read again, so that
