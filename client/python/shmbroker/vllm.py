@@ -147,6 +147,12 @@ _ARENA_SHARE = 64
 _MISSED = object()
 # Set (1) in a reader's environment: its rings connect read-only.
 _READ_ONLY_ENV = "SHMBROKER_VLLM_READ_ONLY"
+# This process's id, kept up to date in a child made by fork(): every call
+# asks whether its connection is this process's, and os.getpid() is a
+# system call each time.
+_pid = [os.getpid()]
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 # Ring names used as a socket file name as they are; others are hashed.
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -459,7 +465,7 @@ class SingleWriterShmRingBuffer:
         parent's). ConnectionLost when the ring is closed."""
         if self.client is None:
             raise ConnectionLost("ENOTCONN", "This store is closed.")
-        if self._client_pid != os.getpid():
+        if self._client_pid != _pid[0]:
             self.client = self._connect()
             self._held.clear()  # the parent's pins: the child holds none
         return self.client
