@@ -147,6 +147,9 @@ class MappedPathTest(unittest.TestCase):
             wait_until(lambda: client.list("r%d" % i)[0]["readers"] == 0, "the read counted")
         with self.assertRaises(shmbroker.ShmBrokerError):
             reader.ring_buffer.client.put("nope", b"x")
+        # A writer cannot be read-only: said at once, nothing started.
+        with self.assertRaises(ValueError):
+            SingleWriterShmRingBuffer(MiB, create=True, read_only=True)
 
     # bytes and bytearrays of 1 KiB and more go out of band: the serde hands
     # the value itself to the put (copied once, into the segment), the
