@@ -27,8 +27,10 @@ error texts, with shmbrokerd managing the memory:
   one request, then the pinned read of before.
 - Readers map the segment read-write, as vLLM's readers map its ring (they
   write its in-use flags): the count in the seal needs it. What a reader
-  could scribble there it could scribble in vLLM's ring too, and the
-  daemon checks every seal it folds. A reader told to connect read-only
+  could scribble there it could scribble in vLLM's ring too: counts that
+  let an object go early (its readers get ValueError), never another
+  object's bytes (a get checks the generation before and after). A reader
+  told to connect read-only
   (``read_only=True`` on its ring, or $SHMBROKER_VLLM_READ_ONLY=1 in its
   environment, for readers made from a handle) counts each read by a
   request it does not wait for instead. The seal's compare-and-swap needs
