@@ -54,8 +54,8 @@ class MappedPathTest(unittest.TestCase):
         return reader
 
     # After the first put (which takes an arena and publishes the base),
-    # puts and gets wait for no reply at all, and the daemon pins nothing
-    # for the readers: they read in place.
+    # puts and gets of committed objects wait for no reply at all, and the
+    # daemon pins nothing for the readers: they read in place.
     def test_no_round_trip(self):
         store = self.make_store()
         reader = self.reader_of(store)
@@ -68,6 +68,11 @@ class MappedPathTest(unittest.TestCase):
         for i in range(40):
             value = os.urandom(4096 + i)
             pair = store.put("k%d" % i, value)
+            # The commit landed (the daemon may be slow to run on a loaded
+            # machine; a get that finds none asks it, which is not counted
+            # here: test_commit_landing_late).
+            wait_until(lambda: reader._mapped(reader._abs(*pair)[0]) is not None,
+                       "the commit of k%d in the mapping" % i)
             self.assertEqual(reader.get(*pair), value)
             self.assertTrue(store.is_cached("k%d" % i))
         self.assertEqual(writer_trips, [])
@@ -87,6 +92,111 @@ class MappedPathTest(unittest.TestCase):
         wait_until(lambda: client.list("k")[0]["readers"] == 1, "the first read counted")
         readers[1].get(*pair)
         wait_until(lambda: client.list("k")[0]["readers"] == 0, "the second read counted")
+
+    # A reader counts the reads it awaits in the chunk's seal (its mapping
+    # is read-write): its gets send the daemon nothing at all, not even a
+    # request it does not wait for, and the object still awaits no read
+    # once both readers got it.
+    def test_reader_counts_in_the_seal(self):
+        store = self.make_store(n_readers=2)
+        readers = [self.reader_of(store), self.reader_of(store)]
+        client = store.ring_buffer.client
+        store.put("warm", b"w")
+        for reader in readers:
+            self.assertFalse(reader.ring_buffer.client.read_only)
+        sent = []
+        for reader in readers:
+            rc = reader.ring_buffer.client
+            rc._send = lambda data, _real=rc._send: (sent.append(data), _real(data))[1]
+        pairs = [store.put("k%d" % i, os.urandom(1000 + i)) for i in range(20)]
+        client.sync()
+        for reader in readers:
+            for pair in pairs:
+                reader.get(*pair)
+        self.assertEqual(sent, [])
+        wait_until(lambda: all(o["readers"] == 0 for o in client.list("k")),
+                   "every awaited read counted")
+
+    # A read-only reader (read_only=True, or SHMBROKER_VLLM_READ_ONLY=1 for
+    # readers made from a handle) cannot write the seal: it counts each read
+    # by a request it does not wait for, and the counts reach zero as well.
+    def test_read_only_reader_counts_by_request(self):
+        store = self.make_store(n_readers=1)
+        ring = SingleWriterShmRingBuffer(*store.ring_buffer.handle(), read_only=True)
+        reader = ShmBrokerObjectStorage(4 * MiB, 1, ring)
+        self.addCleanup(reader.close)
+        old = os.environ.get("SHMBROKER_VLLM_READ_ONLY")
+        os.environ["SHMBROKER_VLLM_READ_ONLY"] = "1"
+        try:
+            from_env = self.reader_of(store)
+        finally:
+            if old is None:
+                del os.environ["SHMBROKER_VLLM_READ_ONLY"]
+            else:
+                os.environ["SHMBROKER_VLLM_READ_ONLY"] = old
+        self.assertTrue(ring.client.read_only)
+        self.assertTrue(from_env.ring_buffer.client.read_only)
+        client = store.ring_buffer.client
+        for i, who in enumerate((reader, from_env)):
+            lines = []
+            rc = who.ring_buffer.client
+            rc._send = lambda data, _real=rc._send: (lines.append(data), _real(data))[1]
+            pair = store.put("r%d" % i, b"x" * 5000)
+            self.assertEqual(who.get(*pair), b"x" * 5000)
+            self.assertTrue(any(b'"op":"read"' in line for line in lines))
+            wait_until(lambda: client.list("r%d" % i)[0]["readers"] == 0, "the read counted")
+        with self.assertRaises(shmbroker.ShmBrokerError):
+            reader.ring_buffer.client.put("nope", b"x")
+        # A writer cannot be read-only: said at once, nothing started.
+        with self.assertRaises(ValueError):
+            SingleWriterShmRingBuffer(MiB, create=True, read_only=True)
+
+    # bytes and bytearrays of 1 KiB and more go out of band: the serde hands
+    # the value itself to the put (copied once, into the segment), the
+    # payload's second frame is the bytes, and a get gives back the same
+    # type and bytes; small ones and other values stay in the stream.
+    def test_bytes_out_of_band(self):
+        store = self.make_store()
+        reader = self.reader_of(store)
+        serde = vllm.PickleSerde()
+        for value in (os.urandom(64 * 1024), bytearray(os.urandom(5000)), b"x" * 1024):
+            pieces = serde.serialize(value)[0]
+            self.assertIs(pieces[-1], value)
+            pair = store.put("b%d" % len(value), value)
+            store.ring_buffer.client.sync()
+            offset, _chunk_id = store._objects["b%d" % len(value)]
+            found = store._mapped(offset)
+            frames = shmbroker.frames.parse(store.ring_buffer.client._mv[offset:offset + found[3]])
+            self.assertEqual(len(frames), 2)
+            self.assertEqual(bytes(frames[1]), bytes(value))
+            got = reader.get(*pair)
+            self.assertIs(type(got), type(value))
+            self.assertEqual(got, value)
+        for value in (b"x" * 1023, bytes(0), {"k": b"y" * 4096}):
+            self.assertEqual(reader.get(*store.put("s%d" % len(value), value)), value)
+
+    # The base the pairs count from is read from the catalog once, then
+    # known by its chunk's seal: neither a get nor a put reads it again
+    # (read_stats() counts no read); a base replaced (clear()) is read again, so that
+    # pairs counted from the new one resolve.
+    def test_base_known_by_its_seal(self):
+        store = self.make_store()
+        reader = self.reader_of(store)
+        for key in ("first", "second"):  # the base set, then read back
+            self.assertEqual(reader.get(*store.put(key, "v")), "v")
+
+        def reads():
+            return [sum(st.ring_buffer.client.read_stats().values()) for st in (store, reader)]
+        before = reads()
+        for i in range(20):
+            pair = store.put("k%d" % i, i)
+            self.assertEqual(reader.get(*pair), i)
+        self.assertEqual(reads(), before)
+        store.clear()
+        pair = store.put("again", "new base")
+        self.assertEqual(pair, (0, 0))
+        self.assertEqual(reader.get(*pair), "new base")
+        self.assertGreater(reads()[1], before[1])
 
     # A scribbled chunk header (magic, chunk id, state) makes the get raise
     # vLLM's ValueError; never does it return bytes of another object.

@@ -92,6 +92,35 @@ class SharedStoreTest(SharedTestCase):
         with self.assertRaises(KeyError):
             b.get_cached("absent")
 
+    # vLLM's sender touches each item of a request, then asks is_cached and,
+    # when True, get_cached at once, relying on nothing going in between.
+    # An item this writer's touch missed, which another writer put since and
+    # whose reads are all done, is kept from eviction by is_cached itself
+    # (the touch it missed, made then): another client's puts filling the
+    # daemon meanwhile do not make get_cached raise KeyError.
+    def test_found_after_a_missed_touch_is_kept(self):
+        a, b = self.store(), self.store()
+        readers = [self.store(writer=False), self.store(writer=False)]
+        first = a.put("first", b"f" * 1000)
+        for r in readers:
+            r.get(*first)
+        a.touch("x")  # not stored yet: missed
+        pair = b.put("x", b"X" * 3000)
+        for r in readers:
+            self.assertEqual(r.get(*pair), b"X" * 3000)
+        self.assert_awaited("x", 0)
+        self.assertTrue(a.is_cached("x"))
+        filler = shmbroker.Client(self.daemon.socket_path)
+        self.addCleanup(filler.close)
+        for i in range(2 * self.DAEMON_SIZE // (32 * KiB)):
+            try:
+                filler.put("fill-%d" % i, b"z" * (32 * KiB))
+            except shmbroker.NoSpace:
+                break
+        self.assertEqual(a.get_cached("x"), pair)
+        for r in readers:
+            self.assertEqual(r.get(*pair), b"X" * 3000)
+
     # Another tenant of the daemon (a client of its own, or the shared store
     # of another ring, as another deployment's) with an object of the same
     # key is not this ring's: is_cached does not see it, put stores this

@@ -1472,6 +1472,31 @@ class Client:
         finally:
             pin.release()
 
+    def _read_at(self, key):
+        """key's bytes read from the catalog with no round trip, and where:
+        (bytes, chunk header offset, generation), its awaited read counted
+        as read() counts it. None when the catalog cannot say (ask the
+        daemon: read()); NotFound when no committed object has key."""
+        self._enter()
+        try:
+            cat = self._catalog
+            if cat is None or not self._served(cat, key):
+                return None
+            found = cat.lookup(key, key.encode("utf-8", "surrogatepass"))
+            what, value, gen, flags, chunk, retries = cat.read(found, None)
+            self._reads[2] += retries
+            if what == _catalog.HIT:
+                self._reads[0] += 1
+                if flags & P.CATALOG_AWAITED:
+                    self._count_read(key, chunk, gen)
+                return value, chunk, gen
+            if what == _catalog.MISS:
+                self._reads[0] += 1
+                raise NotFound("ENOENT", "No committed object has key '%s'." % key)
+            return None
+        finally:
+            self._busy.release()
+
     def _count_read(self, key, chunk, gen):
         """Count one awaited read of the object read in place (inside the
         read's call): in its seal (a compare-and-swap that keeps the

@@ -21,12 +21,20 @@ error texts, with shmbrokerd managing the memory:
   writer's arena (Client.put_nowait's path) and sends its commit without
   waiting; a get reads the chunk in place from the mapping, checked by the
   chunk's seal (its generation) before and after deserializing it, and
-  counts the awaited read in the seal (a writer's mapping) or by a request
-  it does not wait for (a reader's read-only one). Only a get whose chunk
-  is not committed yet (its commit still on its way) or changed under the
-  read asks the daemon: one request, then the pinned read of before.
-  Readers write nothing in shared memory (their mapping is read-only), so
-  no reader lock is needed: ``reader_lock`` is accepted (vLLM passes one) and ignored by
+  counts the awaited read in the seal, a compare-and-swap in the reader's
+  mapping: no request at all. Only a get whose chunk is not committed yet
+  (its commit still on its way) or changed under the read asks the daemon:
+  one request, then the pinned read of before.
+- Readers map the segment read-write, as vLLM's readers map its ring (they
+  write its in-use flags): the count in the seal needs it. What a reader
+  could scribble there it could scribble in vLLM's ring too: counts that
+  let an object go early (its readers get ValueError), never another
+  object's bytes (a get checks the generation before and after). A reader
+  told to connect read-only
+  (``read_only=True`` on its ring, or $SHMBROKER_VLLM_READ_ONLY=1 in its
+  environment, for readers made from a handle) counts each read by a
+  request it does not wait for instead. The seal's compare-and-swap needs
+  no lock: ``reader_lock`` is accepted (vLLM passes one) and ignored by
   readers, and a reader made without one works (vLLM raises "Lock must be
   provided for readers."). A writer given a lock counts its own gets as
   reads, as vLLM's does; without one they count nothing. A reader killed
@@ -76,6 +84,7 @@ import dataclasses
 import hashlib
 import itertools
 import os
+import pickle
 import re
 import struct
 import subprocess
@@ -138,6 +147,14 @@ _GUARD_POLL_S = (0.02, 1.0)
 _ARENA_SHARE = 64
 # What _get_mapped returns when the mapping cannot say.
 _MISSED = object()
+# Set (1) in a reader's environment: its rings connect read-only.
+_READ_ONLY_ENV = "SHMBROKER_VLLM_READ_ONLY"
+# This process's id, kept up to date in a child made by fork(): every call
+# asks whether its connection is this process's, and os.getpid() is a
+# system call each time.
+_pid = [os.getpid()]
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 # Ring names used as a socket file name as they are; others are hashed.
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -163,16 +180,59 @@ class ObjectSerde(abc.ABC):
         raise NotImplementedError
 
 
+class _OutOfBand:
+    """bytes or bytearray pickled as cls(its out-of-band buffer): the pickle
+    stream is then the same few bytes whatever the value (_OOB_STREAMS)."""
+
+    __slots__ = ("cls", "data")
+
+    def __init__(self, cls, data):
+        self.cls, self.data = cls, data
+
+    def __reduce_ex__(self, protocol):
+        return self.cls, (pickle.PickleBuffer(self.data),)
+
+
+def _oob_stream(cls):
+    return pickle.dumps(_OutOfBand(cls, cls(1)), protocol=5, buffer_callback=lambda b: False)
+
+
+# bytes and bytearray from this size up go out of band: their bytes are
+# copied once, into the segment, instead of into a pickle stream first.
+_OOB_MIN = 1024
+# The pickle stream of each type sent out of band, and its frames payload's
+# start: the header of two frames (the stream, the bytes) and the stream,
+# padded to 64 bytes; the second frame's length is written per value.
+_OOB_STREAMS = {cls: _oob_stream(cls) for cls in (bytes, bytearray)}
+_FRAMES_TWO = struct.Struct("<QIIQQ")
+
+
+def _oob_prefix(stream):
+    head = bytearray(P.align64(64 + len(stream)))
+    _FRAMES_TWO.pack_into(head, 0, _frames.MAGIC, 2, 0, len(stream), 0)
+    head[64:64 + len(stream)] = stream
+    return bytes(head)
+
+
+_OOB_PREFIXES = {cls: _oob_prefix(stream) for cls, stream in _OOB_STREAMS.items()}
+
+
 class PickleSerde(ObjectSerde):
     """The default serde: pickle protocol 5 with out-of-band buffers, in the
     frames layout (frame 0 the pickle stream, then each out-of-band buffer,
-    64-aligned), so that a numpy array's data is copied once, straight into
-    the segment. deserialize() copies the buffers out: the value owns its
-    memory (the store releases its pin right after)."""
+    64-aligned), so that a numpy array's data, and bytes or a bytearray of
+    1 KiB or more, are copied once, straight into the segment.
+    deserialize() copies the buffers out: the value owns its memory (the
+    store releases its pin right after)."""
 
     def serialize(self, value):
         """The frames payload of value, as a list of pieces to write in order
         (header, frames, the zero padding between them): (pieces, nbytes, b"", 0)."""
+        cls = type(value)
+        if (cls is bytes or cls is bytearray) and len(value) >= _OOB_MIN:
+            head = bytearray(_OOB_PREFIXES[cls])
+            head[24:32] = len(value).to_bytes(8, "little")
+            return [head, value], len(head) + len(value), b"", 0
         parts = pickle_frames(value)
         lengths = [p.nbytes for p in parts]
         head = bytearray(_frames.layout(lengths)[0])
@@ -188,7 +248,14 @@ class PickleSerde(ObjectSerde):
 
     def deserialize(self, data):
         """The value of a frames payload (ProtocolError when data is not one)."""
-        return unpickle_frames(_frames.parse(data), copy=True)
+        parts = _frames.parse(data)
+        if len(parts) == 2:
+            # bytes or a bytearray sent out of band: made from the buffer
+            # with one copy (unpickling would copy it twice).
+            for cls, stream in _OOB_STREAMS.items():
+                if parts[0] == stream:
+                    return cls(parts[1])
+        return unpickle_frames(parts, copy=True)
 
 
 def named_socket_path(name):
@@ -210,6 +277,12 @@ def named_socket_path(name):
     if not _SAFE_NAME.match(name):
         name = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return os.path.join(base, name + ".sock")
+
+
+def _env_read_only():
+    """Whether $SHMBROKER_VLLM_READ_ONLY asks readers to connect read-only
+    (1, true, yes, on)."""
+    return os.environ.get(_READ_ONLY_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _page_up(n):
@@ -243,7 +316,7 @@ class _RingMemory:
     daemon's segment as this ring's client maps it. ``name`` is the ring's
     name (what handle() passes, as vLLM's is the SharedMemory's), ``size``
     the ring's data_buffer_size, ``buf`` the client's mapping of the whole
-    segment (read-only for readers). close() and unlink() do nothing: the
+    segment (read-only for a read-only reader). close() and unlink() do nothing: the
     daemon owns the segment."""
 
     def __init__(self, ring):
@@ -271,8 +344,8 @@ class SingleWriterShmRingBuffer:
     that holds the store's objects, and vLLM's ring interface over it.
 
     ``SingleWriterShmRingBuffer(data_buffer_size, name=None, create=False,
-    socket_path=None, pool=None, ring_id=None, is_free_fn=None)``. The daemon
-    is, in order: the one at socket_path
+    socket_path=None, pool=None, ring_id=None, is_free_fn=None,
+    read_only=None)``. The daemon is, in order: the one at socket_path
     (handle() passes it); the private daemon a writer of this name started;
     the one at $SHMBROKER_SOCKET (else /run/shmbroker/shmbroker.sock). When
     none answers, a writer (create=True) starts a private shmbrokerd with
@@ -302,8 +375,12 @@ class SingleWriterShmRingBuffer:
     (read-only) while they live. A named ring's allocations are found by
     name; an unnamed one's through handle() (ring_id).
 
-    Writers connect read-write, readers read-only. Attributes:
-    ``data_buffer_size``, ``name``, ``is_writer``, ``socket_path``, ``pool``,
+    Writers and readers connect read-write (a reader counts its reads in
+    the chunks' seals); read_only=True (or $SHMBROKER_VLLM_READ_ONLY=1 when
+    read_only is None) makes a reader's connection and mapping read-only,
+    its reads then counted by requests it does not wait for. Attributes:
+    ``data_buffer_size``, ``name``, ``is_writer``, ``read_only``,
+    ``socket_path``, ``pool``,
     ``client`` (the shmbroker.Client), ``daemon`` (the private Daemon or
     None), ``lock`` (serialises the store's calls on the one connection).
     """
@@ -317,10 +394,16 @@ class SingleWriterShmRingBuffer:
     def __init__(self, data_buffer_size: int, name: Optional[str] = None,
                  create: bool = False, socket_path: Optional[str] = None,
                  pool: Optional[str] = None, ring_id: Optional[str] = None,
-                 is_free_fn: Optional[Callable] = None):
+                 is_free_fn: Optional[Callable] = None, read_only: Optional[bool] = None):
         self.data_buffer_size = int(data_buffer_size)
         self.pool = pool or None
         self.is_writer = bool(create)
+        if read_only is None:
+            read_only = not self.is_writer and _env_read_only()
+        if read_only and self.is_writer:
+            raise ValueError("A writer's ring (create=True) needs a read-write connection; "
+                             "read_only=True is for readers.")
+        self.read_only = bool(read_only)
         self.is_free_fn = is_free_fn
         self.daemon = None
         self.client = None
@@ -366,9 +449,12 @@ class SingleWriterShmRingBuffer:
         # Not populated: mapping every page of a large ring up front cost more
         # than the daemon's reserving them (0.4 s for 1 GiB here); as with
         # vLLM's SharedMemory, a page is mapped when first touched.
+        # Readers connect read-write unless told otherwise: a read-write
+        # mapping lets a get count its awaited read in the chunk's seal,
+        # with no request to the daemon (see the class's help).
         client = Client(self.socket_path, name="vllm-%s" % ("writer" if self.is_writer else
                                                               "reader"),
-                        read_only=not self.is_writer, pool=self.pool, populate=False)
+                        read_only=self.read_only, pool=self.pool, populate=False)
         # Arenas of 1/64 of the data area: a 64 KiB object's put asks for a
         # new one once in about 250 (the default, 256 KiB, once in three),
         # and reclaim still frees the ring in small steps.
@@ -381,7 +467,7 @@ class SingleWriterShmRingBuffer:
         parent's). ConnectionLost when the ring is closed."""
         if self.client is None:
             raise ConnectionLost("ENOTCONN", "This store is closed.")
-        if self._client_pid != os.getpid():
+        if self._client_pid != _pid[0]:
             self.client = self._connect()
             self._held.clear()  # the parent's pins: the child holds none
         return self.client
@@ -697,8 +783,8 @@ class ShmBrokerObjectStorage:
         self.ser_de = serde_class()
         self.ring_buffer = ring_buffer
         self.is_writer = ring_buffer.is_writer
-        # Readers write nothing in shared memory (the daemon counts reads), so
-        # no reader needs it; a writer given one counts its own gets, as vLLM's.
+        # Readers count reads by a compare-and-swap of the seal, so no reader
+        # needs it; a writer given one counts its own gets, as vLLM's.
         self._reader_lock = reader_lock
         self.key_index = {}
         self.id_index = {}
@@ -718,6 +804,9 @@ class ShmBrokerObjectStorage:
         # its id): close() and the guard delete it with the objects.
         self._own_base = ring_buffer.ring_id != ring_buffer.name
         self._base_where = None  # (offset, chunk id) of that base object
+        # (client, its connection's generation, the base's chunk as
+        # _mapped() gives it, the base) once read from the catalog.
+        self._base_seen = None
 
     # ---- helpers -----------------------------------------------------------
 
@@ -833,14 +922,31 @@ class ShmBrokerObjectStorage:
     def _read_base(self):
         """The base the ring's pairs count from, as the daemon holds it:
         (offset, chunk id, nonce), _NO_BASE after a clear() (the next put
-        sets it), or None when there is none (a new ring, or evicted)."""
+        sets it), or None when there is none (a new ring, or evicted).
+
+        Once read from the catalog, the base object's chunk is remembered:
+        while its seal keeps the generation and the key (a committed
+        object's bytes never change; a deleted or evicted one's generation
+        is zeroed first), the base is the one read, and each put and get
+        looks at one header instead of the catalog."""
+        client = self._client
+        seen = self._base_seen
+        if (seen is not None and seen[0] is client and seen[1] == client._gen
+                and self._sealed(seen[2], client)):
+            return seen[3]
+        self._base_seen = None
         try:
-            raw = self._client.read(self._base_key)
+            where = client._read_at(self._base_key)
+            raw = where[0] if where is not None else client.read(self._base_key)
         except NotFound:
             return None
         if len(raw) != _BASE.size:
             return None
-        return _BASE.unpack(raw)
+        base = _BASE.unpack(raw)
+        if where is not None:
+            found = (where[1], where[2], 0, 0, self._base_key.encode("ascii"), 0)
+            self._base_seen = (client, client._gen, found, base)
+        return base
 
     def _current_base(self):
         """The base to resolve a pair with: the daemon's, else the last one

@@ -50,7 +50,7 @@ import sys
 import time
 from typing import Any, Tuple
 
-from .errors import KeyExists, NotFound
+from .errors import KeyExists, NotFound, ShmBrokerError
 from .vllm import PickleSerde, ShmBrokerObjectStorage
 
 __all__ = ["SharedShmObjectStorage", "enable_shared_mm_cache", "SHARED_ENV", "daemon_key"]
@@ -60,6 +60,9 @@ SHARED_ENV = "SHMBROKER_VLLM_SHARED_MM"
 # Keys a writer remembers whose touch found no object (a hand-out of such a
 # key later counts the touch's reads too); a request has far fewer items.
 _MISSED_MAX = 1 << 16
+# Objects is_cached keeps pinned until their hand-out (_keep): vLLM hands
+# out each right after; these bound what a caller that does not leaves.
+_KEPT_MAX = 256
 # Others' objects a hand-out checks are still there (_prune_foreign).
 _FOREIGN_CHECKS = 4
 # How long a put waits for another writer to commit the key it is writing,
@@ -118,6 +121,7 @@ class SharedShmObjectStorage(ShmBrokerObjectStorage):
         self.key_index = _KeyIndex(self._prefix)
         self._foreign = {}  # key -> (offset, chunk id) of others' objects handed out here
         self._missed = collections.OrderedDict()  # keys whose touch found nothing
+        self._kept = collections.OrderedDict()  # key -> Pin taken by is_cached (_keep)
         self.shared_stats = {"stored": 0, "handed_out_others": 0, "put_found": 0}
 
     # ---- the caller's keys -------------------------------------------------
@@ -151,6 +155,32 @@ class SharedShmObjectStorage(ShmBrokerObjectStorage):
     def _own_alive(self, key):
         """Whether key is this writer's object and still stored."""
         return key in self._objects and super()._is_cached(key)
+
+    def _keep(self, key):
+        """Pin the committed object of key until this writer hands it out
+        or puts it (or _KEPT_MAX newer ones are kept): whether there is one.
+        The pin counts no read (a touch of one read first, which the get
+        takes)."""
+        client = self._client
+        try:
+            client.touch(key, 1)
+            pin = client.get(key)
+        except NotFound:
+            self._drop_foreign(key)
+            return False
+        self._let_go_kept(key)
+        self._kept[key] = pin
+        while len(self._kept) > _KEPT_MAX:
+            self._let_go_kept(next(iter(self._kept)))
+        return True
+
+    def _let_go_kept(self, key):
+        pin = self._kept.pop(key, None)
+        if pin is not None:
+            try:
+                pin.release(noreply=True)
+            except ShmBrokerError:
+                pass  # the connection went, and the pin with it
 
     def _note_missed(self, key):
         self._missed[key] = True
@@ -229,6 +259,12 @@ class SharedShmObjectStorage(ShmBrokerObjectStorage):
                 return True
             if self._current_base() is None:
                 return False  # no pair could be given for it
+            if key in self._missed:
+                # The touch missed the item, and another writer may have put
+                # it since, its reads perhaps all done: pinned here, so that
+                # it stays until get_cached, which vLLM calls right after a
+                # True here, relying on nothing going in between.
+                return self._keep(key)
             if self._client.contains(key):
                 return True
             self._drop_foreign(key)
@@ -239,15 +275,18 @@ class SharedShmObjectStorage(ShmBrokerObjectStorage):
             # A touch that found nothing counted no reads; the readers' touch
             # of this hand-out will count one each: this hand-out adds them.
             extra = self.n_readers if self._missed.pop(key, None) else 0
-            if self._own_alive(key):
-                pair = super()._get_cached(key)
-                if extra:
-                    try:
-                        self._client.touch(key, extra)
-                    except NotFound:
-                        pass
-                return pair
-            return self._hand_out_foreign(key, self.n_readers + extra)
+            try:
+                if self._own_alive(key):
+                    pair = super()._get_cached(key)
+                    if extra:
+                        try:
+                            self._client.touch(key, extra)
+                        except NotFound:
+                            pass
+                    return pair
+                return self._hand_out_foreign(key, self.n_readers + extra)
+            finally:
+                self._let_go_kept(key)  # handed out: its reads keep it now
 
     def _touch(self, key: str, address: int = 0, monotonic_id: int = 0) -> None:
         if not self.is_writer:
@@ -267,6 +306,7 @@ class SharedShmObjectStorage(ShmBrokerObjectStorage):
     def _put(self, key: str, value: Any) -> Tuple[int, int]:
         assert self.is_writer, "Only the writer can put objects."
         with self.ring_buffer.lock:
+            self._let_go_kept(key)
             if self._own_alive(key):
                 raise KeyExists("EEXIST", "Key '%s' already exists in the storage." % key)
             missed = self._missed.pop(key, None)
@@ -311,6 +351,8 @@ class SharedShmObjectStorage(ShmBrokerObjectStorage):
                 self._forget(key)
             self._foreign.clear()
             self._missed.clear()
+            for key in list(self._kept):
+                self._let_go_kept(key)
             self.key_index.clear()
             self.id_index.clear()
 
