@@ -33,6 +33,8 @@ struct command_call {
     bool soft_wait;         /* it waits without having asked (command_wait_commits) */
     bool final_try;         /* a waiting alloc's last chance */
     uint64_t wait_until_ms; /* a waiting alloc's deadline, 0 before it waits */
+    const char *key;        /* a commit_at's key once read (not NUL-terminated) */
+    size_t key_len;
     struct shmb_error err;
 };
 
@@ -1167,6 +1169,8 @@ static int command_commit_at(struct command_call *call, const char *key, size_t 
     struct store_extent ext;
     int rc;
 
+    call->key = key;
+    call->key_len = len;
     if ((rc = command_check_key(call, len)) < 0 ||
         (rc = command_check_range(call, "offset", offset, 0, INT64_MAX)) < 0 ||
         (rc = command_check_range(call, "size", size, 1, INT64_MAX)) < 0 ||
@@ -1465,13 +1469,16 @@ static void command_park(struct command_call *call, json_t *id, struct command_r
 static void command_note_lost(struct command_call *call, int rc)
 {
     struct command_lost *lost = &call->client->lost;
-    json_t *key = json_object_get(call->req, "key");
+    json_t *key = call->key == NULL ? json_object_get(call->req, "key") : NULL;
 
     if (lost->count++ > 0)
         return;
     lost->code = rc;
     lost->key_len = 0;
-    if (json_is_string(key) && json_string_length(key) <= sizeof(lost->key)) {
+    if (call->key != NULL && call->key_len <= sizeof(lost->key)) {
+        lost->key_len = call->key_len;
+        memcpy(lost->key, call->key, lost->key_len);
+    } else if (json_is_string(key) && json_string_length(key) <= sizeof(lost->key)) {
         lost->key_len = json_string_length(key);
         memcpy(lost->key, json_string_value(key), lost->key_len);
     }

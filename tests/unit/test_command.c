@@ -737,6 +737,21 @@ static void test_commit_at_by_hand(void **state)
     command_client_close(&c->f.env, &c->other);
     command_client_open(&c->f.env, &c->other);
     expect_error(c, &c->other, line, "EPROTO", "Say hello first");
+    /* Refused without a reply (noreply): the next reply names the key. */
+    snprintf(line, sizeof(line),
+             "{\"op\":\"commit_at\",\"id\":13,\"key\":\"k5\",\"offset\":%llu,\"size\":4,"
+             "\"readers\":0,\"noreply\":true}",
+             (unsigned long long)at);
+    run(c, &c->w, line, &o);
+    assert_null(o.reply);
+    outcome_free(&o);
+    run(c, &c->w, "{\"op\":\"contains\",\"key\":\"k5\"}", &o);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(o.reply, "lost"), "key")), "k5");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(o.reply, "lost"), "error")),
+        "EEXIST");
+    outcome_free(&o);
 }
 
 /* Proves that the reply to an oversized line is EMSGSIZE and closes. */
