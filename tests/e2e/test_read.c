@@ -32,6 +32,18 @@ ssize_t __wrap_send(int fd, const void *buf, size_t len, int flags)
     return __real_send(fd, buf, len, flags);
 }
 
+/* Every mincore() of this process: before it writes into its arena the
+ * library looks whether the pages are there (a client may have truncated
+ * the segment), once per put. */
+static unsigned long looks;
+int __real_mincore(void *addr, size_t len, unsigned char *vec);
+int __wrap_mincore(void *addr, size_t len, unsigned char *vec);
+int __wrap_mincore(void *addr, size_t len, unsigned char *vec)
+{
+    looks++;
+    return __real_mincore(addr, len, vec);
+}
+
 static void stats(shmb_t *c, shmb_stats_t *st)
 {
     ok(c, shmb_stats(c, st));
@@ -305,8 +317,8 @@ static void test_ro_reads_done(void **state)
 
 /* A put through the arena is visible to another handle as soon as it
  * returns (its read answered from the mapping), is one request (one
- * send()) once the arena is held, allocates nothing, and commits one
- * object each. */
+ * send()) and one look at its pages (one mincore()) once the arena is
+ * held, allocates nothing, and commits one object each. */
 static void test_put_one_round_trip(void **state)
 {
     struct h_fix *f = *state;
@@ -314,10 +326,17 @@ static void test_put_one_round_trip(void **state)
     shmb_t *w = h_lib_connect(d, "writer", 0), *r = h_lib_connect(d, "reader", 0);
     shmb_stats_t before, after;
 
+    unsigned long at;
+
     ok(w, h_put_pattern(w, "first", 64, 1, 0)); /* takes the arena */
     read_check(r, "first", 64, 1);
     stats(w, &before);
+    at = looks;
     put_series(w, r, "k", 100, 64, 1, 0);
+    /* One look at the arena's pages per put (its lock word and payload in
+     * one mincore), no more. */
+    if (looks - at != 100)
+        h_fail("100 puts looked at their pages with %lu mincore calls, not 100", looks - at);
     assert_all_fast(r, 101);
     stats(w, &after);
     assert_int_equal(after.allocs, before.allocs);
