@@ -1641,8 +1641,10 @@ static bool command_fast_parse(const char *line, size_t len, struct command_fast
     f->key_len = (size_t)(p - f->key);
     f->noreply = false;
     if (f->key_len == 0 || !command_fast_lit(&p, end, "\",\"offset\":") ||
-        !command_fast_uint(&p, end, &f->offset) || !command_fast_lit(&p, end, ",\"size\":") ||
-        !command_fast_uint(&p, end, &f->size) || !command_fast_lit(&p, end, ",\"readers\":") ||
+        !command_fast_uint(&p, end, &f->offset) ||
+        !command_fast_lit(&p, end, ",\"size\":") ||
+        !command_fast_uint(&p, end, &f->size) ||
+        !command_fast_lit(&p, end, ",\"readers\":") ||
         !command_fast_uint(&p, end, &f->readers))
         return false;
     if (command_fast_lit(&p, end, ",\"noreply\":true"))

@@ -681,7 +681,8 @@ static void test_commit_at_by_hand(void **state)
     assert_null(o.reply);
     outcome_free(&o);
     at += SHMB_CHUNK_SIZE(2, 3);
-    expect(c, &c->w, "{\"op\":\"contains\",\"key\":\"k2\"}", "{\"ok\":true,\"exists\":true}");
+    expect(c, &c->w, "{\"op\":\"contains\",\"key\":\"k2\"}",
+           "{\"ok\":true,\"exists\":true}");
 
     /* Readers over the bound: the hand's numbers reach the same check. */
     snprintf(line, sizeof(line),
@@ -709,12 +710,14 @@ static void test_commit_at_by_hand(void **state)
     assert_int_equal(reply_offset(&o), at + SHMB_CHUNK_HEADER_SIZE(2));
     outcome_free(&o);
     at += SHMB_CHUNK_SIZE(2, 3);
-    expect(c, &c->w, "{\"op\":\"contains\",\"key\":\"k3\"}", "{\"ok\":true,\"exists\":true}");
+    expect(c, &c->w, "{\"op\":\"contains\",\"key\":\"k3\"}",
+           "{\"ok\":true,\"exists\":true}");
     /* A key of UTF-8 beyond ASCII, and fields in another order. */
-    snprintf(line, sizeof(line),
-             "{\"op\":\"commit_at\",\"id\":10,\"key\":\"\xc3\xa9t\xc3\xa9\",\"offset\":%llu,"
-             "\"size\":4,\"readers\":0}",
-             (unsigned long long)at);
+    snprintf(
+        line, sizeof(line),
+        "{\"op\":\"commit_at\",\"id\":10,\"key\":\"\xc3\xa9t\xc3\xa9\",\"offset\":%llu,"
+        "\"size\":4,\"readers\":0}",
+        (unsigned long long)at);
     run(c, &c->w, line, &o);
     assert_int_equal(reply_offset(&o), at + SHMB_CHUNK_HEADER_SIZE(5));
     outcome_free(&o);
@@ -747,7 +750,8 @@ static void test_commit_at_by_hand(void **state)
     outcome_free(&o);
     run(c, &c->w, "{\"op\":\"contains\",\"key\":\"k5\"}", &o);
     assert_string_equal(
-        json_string_value(json_object_get(json_object_get(o.reply, "lost"), "key")), "k5");
+        json_string_value(json_object_get(json_object_get(o.reply, "lost"), "key")),
+        "k5");
     assert_string_equal(
         json_string_value(json_object_get(json_object_get(o.reply, "lost"), "error")),
         "EEXIST");
