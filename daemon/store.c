@@ -433,14 +433,19 @@ static void store_fold(struct store *s, struct object *obj)
 static void store_publish(struct store *s, struct object *obj)
 {
     uint32_t flags = obj->awaited_reads > 0 ? SHMB_CATALOG_AWAITED : 0;
+    void *displaced = NULL;
 
     obj->gen = store_next_gen(s);
     segment_atomic_store64(store_seal(s, obj), SHMB_SEAL(obj->gen, 0));
     obj->published = true;
+    /* A full catalog lists the new object in place of the oldest listing
+     * near its key: that object's readers ask the daemon from now on. */
     obj->listed = s->cfg.catalog != NULL &&
                   catalog_add(s->cfg.catalog, obj->key, obj->key_len, obj->chunk_offset,
-                              obj->gen, obj->size, flags) == 0;
+                              obj->gen, obj->size, flags, obj, &displaced) == 0;
     obj->listed_awaited = flags != 0;
+    if (displaced != NULL)
+        ((struct object *)displaced)->listed = false;
 }
 
 /* obj stops being readable in place: its catalog entry goes FIRST, THEN its

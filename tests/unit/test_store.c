@@ -2555,12 +2555,15 @@ static struct {
 } reader_at_add;
 
 int __real_catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
-                       uint32_t gen, uint64_t size, uint32_t flags);
+                       uint32_t gen, uint64_t size, uint32_t flags, void *owner,
+                       void **displaced);
 int __wrap_catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
-                       uint32_t gen, uint64_t size, uint32_t flags);
+                       uint32_t gen, uint64_t size, uint32_t flags, void *owner,
+                       void **displaced);
 
 int __wrap_catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
-                       uint32_t gen, uint64_t size, uint32_t flags)
+                       uint32_t gen, uint64_t size, uint32_t flags, void *owner,
+                       void **displaced)
 {
     if (reader_at_add.c != NULL && key_len == strlen(reader_at_add.key) &&
         memcmp(key, reader_at_add.key, key_len) == 0) {
@@ -2580,7 +2583,7 @@ int __wrap_catalog_add(struct catalog *c, const char *key, size_t key_len, uint6
         reader_at_add.rc = shmb_catalog_read(&v, key, key_len, buf, sizeof(buf), &hit);
         reader_at_add.seen = true;
     }
-    return __real_catalog_add(c, key, key_len, chunk, gen, size, flags);
+    return __real_catalog_add(c, key, key_len, chunk, gen, size, flags, owner, displaced);
 }
 
 /* Proves that an object listed anew because it awaits reads again (a touch
