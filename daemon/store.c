@@ -52,6 +52,8 @@ struct object {
     uint32_t gen;          /* its generation while published, else 0 */
     bool published;        /* sealed (and listed, when listed) */
     bool listed;           /* catalog_add took it */
+    bool was_listed;       /* listed in this generation, maybe displaced since:
+                              readers that found its entry may count in its seal */
     bool listed_awaited;   /* ... with SHMB_CATALOG_AWAITED */
     uint64_t created_ms; /* at alloc; at commit for committed objects */
     size_t watch_pos;    /* 1 + index in the store's watched heap, 0 when not in it */
@@ -443,6 +445,7 @@ static void store_publish(struct store *s, struct object *obj)
     obj->listed = s->cfg.catalog != NULL &&
                   catalog_add(s->cfg.catalog, obj->key, obj->key_len, obj->chunk_offset,
                               obj->gen, obj->size, flags, obj, &displaced) == 0;
+    obj->was_listed = obj->listed;
     obj->listed_awaited = flags != 0;
     if (displaced != NULL)
         ((struct object *)displaced)->listed = false;
@@ -470,7 +473,7 @@ static void store_unlist(struct store *s, struct object *obj, bool fold)
         store_chunk_field(s, obj, offsetof(struct shmb_chunk_header, tag), &obj->awaited_reads,
                           sizeof(obj->awaited_reads));
     }
-    obj->published = obj->listed = false;
+    obj->published = obj->listed = obj->was_listed = false;
     obj->gen = 0;
 }
 
@@ -1452,7 +1455,7 @@ uint64_t store_lease_wake_ms(struct store *s)
         return UINT64_MAX;
     if (s->cfg.read_lease_ms != 0)
         wake = obj->created_ms + s->cfg.read_lease_ms;
-    if (obj->listed && obj->listed_awaited && obj->awaited_reads > 0 &&
+    if (obj->was_listed && obj->listed_awaited && obj->awaited_reads > 0 &&
         now + STORE_FAST_READ_RECHECK_MS < wake)
         wake = now + STORE_FAST_READ_RECHECK_MS;
     return wake;
