@@ -221,7 +221,7 @@ static int arena_write(shmb_t *c, uint64_t hsize, const void *data, size_t size)
     /* One look (one mincore) from the lock word to the payload's end while
      * that span is short, as it is in a small arena or early in a large
      * one: a look costs about 1.3 us on a VM whatever its length up to
-     * ARENA_ONE_LOOK bytes, as much as the rest of a 64-byte put's work in
+     * ARENA_ONE_LOOK bytes, a tenth of what a 64-byte put and its read cost
      * this process; the pages between are the arena's, in memory too. */
     bool present = (size_t)(at + size - lo) <= ARENA_ONE_LOOK
                        ? arena_pages_present(c, lo, (size_t)(at + size - lo))
