@@ -231,8 +231,9 @@ $(BUILD)/tests/test_frames: | $(FRAMES_TOOL)
 READ_TOOL := $(BUILD)/tests/shmb-read-tool
 $(READ_TOOL): $(call OBJ,tests/e2e/read_tool.c) $(LIB_A)
 $(READ_TOOL): TEST_LDFLAGS = $(PKGS_LIBS)
-# test_read counts the library's send()s to tell its round trips.
-$(BUILD)/tests/test_read: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=send
+# test_read counts the library's send()s to tell its round trips, and its
+# mincore()s, its looks at the arena's pages.
+$(BUILD)/tests/test_read: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=send,--wrap=mincore
 $(BUILD)/tests/test_liveness: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=poll
 
 # The soak: 32 clients for SOAK_SECONDS (a short run in 'make test'), and the

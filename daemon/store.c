@@ -52,6 +52,8 @@ struct object {
     uint32_t gen;          /* its generation while published, else 0 */
     bool published;        /* sealed (and listed, when listed) */
     bool listed;           /* catalog_add took it */
+    bool was_listed;       /* listed in this generation, maybe displaced since:
+                              readers that found its entry may count in its seal */
     bool listed_awaited;   /* ... with SHMB_CATALOG_AWAITED */
     uint64_t created_ms; /* at alloc; at commit for committed objects */
     size_t watch_pos;    /* 1 + index in the store's watched heap, 0 when not in it */
@@ -433,14 +435,20 @@ static void store_fold(struct store *s, struct object *obj)
 static void store_publish(struct store *s, struct object *obj)
 {
     uint32_t flags = obj->awaited_reads > 0 ? SHMB_CATALOG_AWAITED : 0;
+    void *displaced = NULL;
 
     obj->gen = store_next_gen(s);
     segment_atomic_store64(store_seal(s, obj), SHMB_SEAL(obj->gen, 0));
     obj->published = true;
+    /* A full catalog lists the new object in place of the oldest listing
+     * near its key: that object's readers ask the daemon from now on. */
     obj->listed = s->cfg.catalog != NULL &&
                   catalog_add(s->cfg.catalog, obj->key, obj->key_len, obj->chunk_offset,
-                              obj->gen, obj->size, flags) == 0;
+                              obj->gen, obj->size, flags, obj, &displaced) == 0;
+    obj->was_listed = obj->listed;
     obj->listed_awaited = flags != 0;
+    if (displaced != NULL)
+        ((struct object *)displaced)->listed = false;
 }
 
 /* obj stops being readable in place: its catalog entry goes FIRST, THEN its
@@ -465,7 +473,7 @@ static void store_unlist(struct store *s, struct object *obj, bool fold)
         store_chunk_field(s, obj, offsetof(struct shmb_chunk_header, tag), &obj->awaited_reads,
                           sizeof(obj->awaited_reads));
     }
-    obj->published = obj->listed = false;
+    obj->published = obj->listed = obj->was_listed = false;
     obj->gen = 0;
 }
 
@@ -1447,7 +1455,7 @@ uint64_t store_lease_wake_ms(struct store *s)
         return UINT64_MAX;
     if (s->cfg.read_lease_ms != 0)
         wake = obj->created_ms + s->cfg.read_lease_ms;
-    if (obj->listed && obj->listed_awaited && obj->awaited_reads > 0 &&
+    if (obj->was_listed && obj->listed_awaited && obj->awaited_reads > 0 &&
         now + STORE_FAST_READ_RECHECK_MS < wake)
         wake = now + STORE_FAST_READ_RECHECK_MS;
     return wake;

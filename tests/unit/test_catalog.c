@@ -190,10 +190,11 @@ static void test_add_and_read(void **state)
         char key[32];
 
         snprintf(key, sizeof(key), "key-%u", i);
-        assert_int_equal(catalog_add(f->cat, key, strlen(key),
-                                     put_chunk(f, key, 100 + i, (unsigned char)i, 1000 + i),
-                                     1000 + i, 100 + i, 0),
-                         0);
+        assert_int_equal(
+            catalog_add(f->cat, key, strlen(key),
+                        put_chunk(f, key, 100 + i, (unsigned char)i, 1000 + i), 1000 + i,
+                        100 + i, 0, NULL, NULL),
+            0);
     }
     assert_int_equal(catalog_listed(f->cat), 60);
     for (i = 0; i < 60; i++) {
@@ -230,7 +231,7 @@ static void test_remove_shifts(void **state)
     for (i = 0; i < 3; i++) {
         chunks[i] = put_chunk(f, keys[i], 10, 'a' + (unsigned char)i, (uint32_t)i + 1);
         assert_int_equal(catalog_add(f->cat, keys[i], strlen(keys[i]), chunks[i],
-                                     (uint32_t)i + 1, 10, 0),
+                                     (uint32_t)i + 1, 10, 0, NULL, NULL),
                          0);
     }
     home = shmb_catalog_hash(0x1234567, keys[0], strlen(keys[0])) & (f->plan.catalog_slots - 1);
@@ -274,10 +275,13 @@ static void test_probe_bound_unlisted(void **state)
     same_home_keys(f, "p", keys, SHMB_CATALOG_PROBES + 1);
     for (i = 0; i < SHMB_CATALOG_PROBES; i++)
         assert_int_equal(catalog_add(f->cat, keys[i], strlen(keys[i]),
-                                     put_chunk(f, keys[i], 8, 'x', i + 1), i + 1, 8, 0),
+                                     put_chunk(f, keys[i], 8, 'x', i + 1), i + 1, 8, 0,
+                                     NULL, NULL),
                          0);
     chunk = put_chunk(f, keys[i], 8, 'y', 99);
-    assert_int_equal(catalog_add(f->cat, keys[i], strlen(keys[i]), chunk, 99, 8, 0), -ENOSPC);
+    assert_int_equal(
+        catalog_add(f->cat, keys[i], strlen(keys[i]), chunk, 99, 8, 0, NULL, NULL),
+        -ENOSPC);
     assert_int_equal(catalog_unlisted(f->cat), 1);
     assert_int_equal(f->hdr->catalog_unlisted, 1);
     assert_int_equal(test_read(f, "absent", buf, sizeof(buf), &size, &gen), -EAGAIN);
@@ -285,6 +289,56 @@ static void test_probe_bound_unlisted(void **state)
     assert_int_equal(catalog_unlisted(f->cat), 0);
     assert_int_equal(f->hdr->catalog_unlisted, 0);
     assert_int_equal(test_read(f, "absent", buf, sizeof(buf), &size, &gen), -ENOENT);
+    cfix_free(f);
+}
+
+/* A key whose window is full, added with somewhere to hand back what it
+ * displaces, takes the entry of the oldest listing there (the lowest
+ * generation): it is read in place, the displaced key is counted unlisted
+ * (its reads, and every miss, go to the daemon: -EAGAIN) and its owner is
+ * handed back; the others stay. Unlisting it (catalog_remove(..., false))
+ * brings the count back, and the new key is removed as any other. */
+static void test_full_window_displaces_oldest(void **state)
+{
+    struct cfix *f = cfix_new(0);
+    char keys[SHMB_CATALOG_PROBES + 1][32];
+    uint64_t chunks[SHMB_CATALOG_PROBES + 1], size;
+    unsigned char buf[64];
+    void *displaced = NULL;
+    uint32_t gen;
+    unsigned i;
+
+    (void)state;
+    same_home_keys(f, "d", keys, SHMB_CATALOG_PROBES + 1);
+    /* The oldest is not the first in the window: generations 40, 2..32. */
+    for (i = 0; i < SHMB_CATALOG_PROBES; i++) {
+        chunks[i] = put_chunk(f, keys[i], 8, 'x', i == 0 ? 40 : i + 1);
+        assert_int_equal(catalog_add(f->cat, keys[i], strlen(keys[i]), chunks[i],
+                                     i == 0 ? 40 : i + 1, 8, 0, keys[i], &displaced),
+                         0);
+        assert_null(displaced);
+    }
+    chunks[i] = put_chunk(f, keys[i], 8, 'y', 99);
+    assert_int_equal(catalog_add(f->cat, keys[i], strlen(keys[i]), chunks[i], 99, 8, 0,
+                                 keys[i], &displaced),
+                     0);
+    assert_ptr_equal(displaced, keys[1]);
+    assert_int_equal(catalog_displaced(f->cat), 1);
+    assert_int_equal(catalog_unlisted(f->cat), 1);
+    assert_int_equal(f->hdr->catalog_unlisted, 1);
+    assert_int_equal(catalog_listed(f->cat), SHMB_CATALOG_PROBES);
+    assert_int_equal(test_read(f, keys[i], buf, sizeof(buf), &size, &gen), 0);
+    assert_int_equal(buf[0], 'y');
+    assert_int_equal(gen, 99);
+    assert_int_equal(test_read(f, keys[1], buf, sizeof(buf), &size, &gen), -EAGAIN);
+    assert_int_equal(test_read(f, keys[0], buf, sizeof(buf), &size, &gen), 0);
+    assert_int_equal(test_read(f, keys[2], buf, sizeof(buf), &size, &gen), 0);
+    catalog_remove(f->cat, keys[1], strlen(keys[1]), chunks[1], false);
+    assert_int_equal(catalog_unlisted(f->cat), 0);
+    catalog_remove(f->cat, keys[i], strlen(keys[i]), chunks[i], true);
+    assert_int_equal(catalog_listed(f->cat), SHMB_CATALOG_PROBES - 1);
+    assert_int_equal(test_read(f, keys[i], buf, sizeof(buf), &size, &gen), -ENOENT);
+    assert_int_equal(test_read(f, keys[2], buf, sizeof(buf), &size, &gen), 0);
     cfix_free(f);
 }
 
@@ -298,7 +352,7 @@ static void test_zero_slots(void **state)
 
     (void)state;
     assert_non_null(c);
-    assert_int_equal(catalog_add(c, "a", 1, 4096, 1, 1, 0), -ENOSPC);
+    assert_int_equal(catalog_add(c, "a", 1, 4096, 1, 1, 0, NULL, NULL), -ENOSPC);
     assert_int_equal(catalog_unlisted(c), 1);
     catalog_remove(c, "a", 1, 4096, false);
     assert_int_equal(catalog_unlisted(c), 0);
@@ -388,7 +442,8 @@ static void test_random_model(void **state)
         i = (seed >> 8) % KEYS;
         snprintf(key, sizeof(key), "m%u", i);
         if (!live[i]) {
-            int rc = catalog_add(f->cat, key, strlen(key), chunk_of[i], i + 1, 16, 0);
+            int rc = catalog_add(f->cat, key, strlen(key), chunk_of[i], i + 1, 16, 0,
+                                 NULL, NULL);
 
             assert_true(rc == 0 || rc == -ENOSPC);
             live[i] = true;
@@ -458,7 +513,7 @@ static void test_hold_keeps_misses_unsure(void **state)
     assert_int_equal(f->hdr->catalog_moves & 1, 1);
     assert_int_equal(test_read(f, "nope", buf, sizeof(buf), &size, &gen), -EAGAIN);
     chunk = put_chunk(f, "a", 10, 'a', 1);
-    assert_int_equal(catalog_add(f->cat, "a", 1, chunk, 1, 10, 0), 0);
+    assert_int_equal(catalog_add(f->cat, "a", 1, chunk, 1, 10, 0, NULL, NULL), 0);
     catalog_remove(f->cat, "a", 1, chunk, true);
     assert_int_equal(f->hdr->catalog_moves & 1, 1);
     catalog_hold(f->cat); /* nested */
@@ -473,12 +528,17 @@ static void test_hold_keeps_misses_unsure(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hash_values),    cmocka_unit_test(test_add_and_read),
+        cmocka_unit_test(test_hash_values),
+        cmocka_unit_test(test_add_and_read),
         cmocka_unit_test(test_remove_shifts),
         cmocka_unit_test(test_hold_keeps_misses_unsure),
-        cmocka_unit_test(test_probe_bound_unlisted), cmocka_unit_test(test_zero_slots),
-        cmocka_unit_test(test_generations),    cmocka_unit_test(test_heartbeat),
-        cmocka_unit_test(test_random_model),   cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_probe_bound_unlisted),
+        cmocka_unit_test(test_zero_slots),
+        cmocka_unit_test(test_full_window_displaces_oldest),
+        cmocka_unit_test(test_generations),
+        cmocka_unit_test(test_heartbeat),
+        cmocka_unit_test(test_random_model),
+        cmocka_unit_test(test_plan),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "../../proto/alloc.h"
+#include "../../proto/layout.h"
 #include "fixture.h"
 
 /* 64 KiB of data: three objects of 20000 bytes fill it. */
@@ -604,6 +605,161 @@ static void test_caps(void **state)
                  "max-pins (1) reached: this connection holds 1 pins.");
 }
 
+/* jansson's allocations while counted (test_commit_at_by_hand). */
+static unsigned long json_allocs;
+
+static void *counting_malloc(size_t size)
+{
+    json_allocs++;
+    return malloc(size);
+}
+
+/* The reply's "offset", or fail. */
+static uint64_t reply_offset(const struct outcome *o)
+{
+    json_t *v = json_object_get(o->reply, "offset");
+
+    if (!json_is_integer(v)) {
+        char *text = o->reply != NULL ? json_dumps(o->reply, JSON_COMPACT) : NULL;
+
+        fail_msg("no offset in %s", text != NULL ? text : "(no reply)");
+    }
+    return (uint64_t)json_integer_value(v);
+}
+
+/* Proves that a commit_at line as the libraries write it (every put
+ * through an arena sends one) is served without a jansson tree: at most
+ * one jansson allocation (the id the reply carries), where a parse takes
+ * one per field. And that the lines read by hand mean what jansson reads
+ * in them, while every other form of commit_at (escapes, bytes beyond
+ * ASCII, other numbers, another order, a read-only client) still takes
+ * the general path, with its replies and errors unchanged. */
+static void test_commit_at_by_hand(void **state)
+{
+    struct ctx *c = *state;
+    struct outcome o;
+    char line[512];
+    uint64_t at, before;
+
+    hello_all(c);
+    run(c, &c->w, "{\"op\":\"arena\",\"id\":1,\"size\":8192}", &o);
+    at = reply_offset(&o);
+    outcome_free(&o);
+
+    /* The libraries' form: the reply's offset is the payload's, after the
+     * header and the key. */
+    snprintf(line, sizeof(line),
+             "{\"op\":\"commit_at\",\"id\":7,\"key\":\"k-1 ~!\",\"offset\":%llu,"
+             "\"size\":10,\"readers\":0}",
+             (unsigned long long)at);
+    json_allocs = 0;
+    json_set_alloc_funcs(counting_malloc, free);
+    run(c, &c->w, line, &o);
+    json_set_alloc_funcs(malloc, free);
+    before = json_allocs;
+    assert_int_equal(reply_offset(&o), at + SHMB_CHUNK_HEADER_SIZE(6));
+    assert_int_equal(json_integer_value(json_object_get(o.reply, "id")), 7);
+    assert_int_equal(json_integer_value(json_object_get(o.reply, "size")), 10);
+    outcome_free(&o);
+    /* run() parses the reply it got with jansson too: one for the id, the
+     * rest the reply's. */
+    json_allocs = 0;
+    json_set_alloc_funcs(counting_malloc, free);
+    o.reply = json_loads("{\"ok\":true,\"offset\":1,\"size\":10,\"id\":7}", 0, NULL);
+    json_set_alloc_funcs(malloc, free);
+    json_decref(o.reply);
+    if (before > json_allocs + 1)
+        fail_msg("the commit_at took %lu jansson allocations; parsing its reply alone "
+                 "takes %lu",
+                 before, json_allocs);
+    at += SHMB_CHUNK_SIZE(6, 10);
+
+    /* noreply: nothing to send. */
+    snprintf(line, sizeof(line),
+             "{\"op\":\"commit_at\",\"id\":8,\"key\":\"k2\",\"offset\":%llu,\"size\":3,"
+             "\"readers\":2,\"noreply\":true}",
+             (unsigned long long)at);
+    run(c, &c->w, line, &o);
+    assert_null(o.reply);
+    outcome_free(&o);
+    at += SHMB_CHUNK_SIZE(2, 3);
+    expect(c, &c->w, "{\"op\":\"contains\",\"key\":\"k2\"}",
+           "{\"ok\":true,\"exists\":true}");
+
+    /* Readers over the bound: the hand's numbers reach the same check. */
+    snprintf(line, sizeof(line),
+             "{\"op\":\"commit_at\",\"id\":9,\"key\":\"k3\",\"offset\":%llu,\"size\":3,"
+             "\"readers\":1000001}",
+             (unsigned long long)at);
+    expect_error(c, &c->w, line, "EINVAL", "\"readers\" must be between 0 and 1000000");
+    /* A number jansson refuses (a leading zero), one over int64, and an
+     * escaped key: the general path, as before. */
+    snprintf(line, sizeof(line),
+             "{\"op\":\"commit_at\",\"id\":9,\"key\":\"k3\",\"offset\":0%llu,\"size\":3,"
+             "\"readers\":0}",
+             (unsigned long long)at);
+    expect_error(c, &c->w, line, "EPROTO", "not valid JSON");
+    snprintf(line, sizeof(line),
+             "{\"op\":\"commit_at\",\"id\":9,\"key\":\"k3\",\"offset\":%llu,"
+             "\"size\":99999999999999999999,\"readers\":0}",
+             (unsigned long long)at);
+    expect_error(c, &c->w, line, "EPROTO", "not valid JSON");
+    snprintf(line, sizeof(line),
+             "{\"op\":\"commit_at\",\"id\":9,\"key\":\"k\\u0033\",\"offset\":%llu,"
+             "\"size\":3,\"readers\":0}",
+             (unsigned long long)at);
+    run(c, &c->w, line, &o);
+    assert_int_equal(reply_offset(&o), at + SHMB_CHUNK_HEADER_SIZE(2));
+    outcome_free(&o);
+    at += SHMB_CHUNK_SIZE(2, 3);
+    expect(c, &c->w, "{\"op\":\"contains\",\"key\":\"k3\"}",
+           "{\"ok\":true,\"exists\":true}");
+    /* A key of UTF-8 beyond ASCII, and fields in another order. */
+    snprintf(
+        line, sizeof(line),
+        "{\"op\":\"commit_at\",\"id\":10,\"key\":\"\xc3\xa9t\xc3\xa9\",\"offset\":%llu,"
+        "\"size\":4,\"readers\":0}",
+        (unsigned long long)at);
+    run(c, &c->w, line, &o);
+    assert_int_equal(reply_offset(&o), at + SHMB_CHUNK_HEADER_SIZE(5));
+    outcome_free(&o);
+    at += SHMB_CHUNK_SIZE(5, 4);
+    snprintf(line, sizeof(line),
+             "{\"op\":\"commit_at\",\"key\":\"k5\",\"id\":11,\"size\":4,\"offset\":%llu}",
+             (unsigned long long)at);
+    run(c, &c->w, line, &o);
+    assert_int_equal(reply_offset(&o), at + SHMB_CHUNK_HEADER_SIZE(2));
+    outcome_free(&o);
+    at += SHMB_CHUNK_SIZE(2, 4);
+    /* The key that exists: EEXIST, as from jansson's path. */
+    snprintf(line, sizeof(line),
+             "{\"op\":\"commit_at\",\"id\":12,\"key\":\"k5\",\"offset\":%llu,\"size\":4,"
+             "\"readers\":0}",
+             (unsigned long long)at);
+    expect_error(c, &c->w, line, "EEXIST", NULL);
+    /* A read-only client and one that said no hello: refused as before. */
+    expect_error(c, &c->r, line, "EPERM", "read-only");
+    command_client_close(&c->f.env, &c->other);
+    command_client_open(&c->f.env, &c->other);
+    expect_error(c, &c->other, line, "EPROTO", "Say hello first");
+    /* Refused without a reply (noreply): the next reply names the key. */
+    snprintf(line, sizeof(line),
+             "{\"op\":\"commit_at\",\"id\":13,\"key\":\"k5\",\"offset\":%llu,\"size\":4,"
+             "\"readers\":0,\"noreply\":true}",
+             (unsigned long long)at);
+    run(c, &c->w, line, &o);
+    assert_null(o.reply);
+    outcome_free(&o);
+    run(c, &c->w, "{\"op\":\"contains\",\"key\":\"k5\"}", &o);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(o.reply, "lost"), "key")),
+        "k5");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(o.reply, "lost"), "error")),
+        "EEXIST");
+    outcome_free(&o);
+}
+
 /* Proves that the reply to an oversized line is EMSGSIZE and closes. */
 static void test_oversized(void **state)
 {
@@ -636,6 +792,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clients, setup, teardown),
         cmocka_unit_test_setup_teardown(test_caps, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_commit_at_by_hand, setup, teardown),
         cmocka_unit_test(test_oversized),
     };
 
