@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "../proto/error.h"
+#include "../proto/names.h"
 #include "../proto/protocol.h"
 #include "../proto/starting.h"
 #include "../proto/text.h"
@@ -952,7 +953,7 @@ static bool pool_name_ok(const char *name)
 {
     size_t len = strlen(name);
 
-    return len <= 32 && shmb_utf8_invalid_at(name, len) == len;
+    return len <= SHMB_POOL_NAME_MAX && shmb_utf8_invalid_at(name, len) == len;
 }
 
 /* --pool given a name no pool can have: a usage error. */
@@ -961,9 +962,9 @@ static int bad_pool_name(const char *name)
     static char e[ESC_MAX];
 
     fprintf(stderr,
-            "shmbrokerctl: --pool %s: a pool's name is at most 32 bytes of UTF-8 (declared "
+            "shmbrokerctl: --pool %s: a pool's name is at most %d bytes of UTF-8 (declared "
             "pools: A-Z, a-z, 0-9, '_' and '-'; \"\" for the default pool)\n",
-            esc(name, e, ESC_MAX));
+            esc(name, e, ESC_MAX), SHMB_POOL_NAME_MAX);
     return EXIT_USAGE;
 }
 

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "../proto/error.h"
+#include "../proto/names.h"
 #include "log.h"
 #include "policy.h"
 
@@ -37,7 +38,7 @@
 
 /* Pools (--pool): each its own segment, store, limits and access group. */
 #define CONFIG_MAX_POOLS 16
-#define CONFIG_POOL_NAME_MAX 32 /* [A-Za-z0-9_-], in file names and metric labels */
+#define CONFIG_POOL_NAME_MAX SHMB_POOL_NAME_MAX /* proto/names.h: shmb_name_ok */
 #define CONFIG_GROUP_NAME_MAX 64
 
 /* Queues a daemon holds at once, of all pools: each is a descriptor, a
