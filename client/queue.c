@@ -24,11 +24,10 @@
 #include "../proto/names.h"
 #include "../proto/queue.h"
 
-/* A queue's name and its overflow keys: proto/names.h's rules. A slot
- * holds at least SHMB_QUEUE_SLOT_SIZE_MIN bytes, so a key always fits one. */
+/* A queue's name and its overflow keys: proto/names.h's rules (a key
+ * always fits a slot: names.c asserts it). */
 #define QUEUE_NAME_MAX SHMB_QUEUE_NAME_LEN_MAX
 #define QUEUE_KEY_MAX SHMB_QUEUE_KEY_MAX
-_Static_assert(QUEUE_KEY_MAX <= SHMB_QUEUE_SLOT_SIZE_MIN, "an overflow key fits a slot");
 /* wait_ready looks this often: a start-up call, not a data path. */
 #define QUEUE_READY_POLL_NS 1000000L
 /* A wait longer than this is cut into slices of it, and the connection is

@@ -9,7 +9,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "layout_queue.h"
 #include "utf8.h"
+
+_Static_assert(SHMB_QUEUE_NAME_LEN_MAX < SHMB_QUEUE_NAME_MAX,
+               "a queue's name and its NUL fit the area header's field");
+_Static_assert(SHMB_QUEUE_KEY_MAX <= SHMB_QUEUE_SLOT_SIZE_MIN,
+               "an overflow key fits the smallest slot");
 
 bool shmb_name_ok(const char *name, size_t len)
 {
