@@ -42,10 +42,10 @@
  * figures were printed. */
 #define EXIT_NOT_ANSWERING 3
 
-/* shmbrokerd's defaults for --name and --shm-dir (daemon/config.h): where
+/* shmbrokerd's defaults for --name and --shm-dir (proto/protocol.h): where
  * its segment is, for status to read when the daemon does not answer. */
-#define CTL_DEFAULT_NAME "shmbroker"
-#define CTL_DEFAULT_SHM_DIR "/dev/shm"
+#define CTL_DEFAULT_NAME SHMB_DEFAULT_NAME
+#define CTL_DEFAULT_SHM_DIR SHMB_DEFAULT_SHM_DIR
 /* How long status waits for the daemon's first answer before it reads the
  * segment instead: a daemon answers stats in microseconds, even loaded. */
 #define CTL_DEFAULT_TIMEOUT_S 5

@@ -1670,7 +1670,7 @@ void command_env_init(struct command_env *env)
 {
     memset(env, 0, sizeof(*env));
     TAILQ_INIT(&env->client_list);
-    queue_set_init(&env->queues, "shmbroker");
+    queue_set_init(&env->queues, CONFIG_DEFAULT_NAME);
     env->next_client_id = 1;
 }
 

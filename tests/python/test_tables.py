@@ -100,8 +100,13 @@ class TestTables(unittest.TestCase):
         self.assertEqual(define(h, "SHMB_USER_SOCKET_DIR"), '"%s"' % P.USER_SOCKET_DIR)
         self.assertEqual(define(h, "SHMB_USER_SOCKET_TMP"), '"%s"' % P.USER_SOCKET_TMP)
         self.assertEqual(define(h, "SHMB_USER_SOCKET_NAME"), '"%s"' % P.USER_SOCKET_NAME)
+        self.assertEqual(c_int(define(h, "SHMB_DEFAULT_MAX_PENDING")), P.PUT_CHUNK)
+        # The daemon's default and the library's chunk are that one number.
         with open(os.path.join(support.ROOT, "client", "many.c"), encoding="utf-8") as f:
-            self.assertEqual(c_int(define(f.read(), "CLIENT_PUT_CHUNK")), P.PUT_CHUNK)
+            self.assertEqual(define(f.read(), "CLIENT_PUT_CHUNK"), "SHMB_DEFAULT_MAX_PENDING")
+        with open(os.path.join(support.ROOT, "daemon", "config.h"), encoding="utf-8") as f:
+            self.assertEqual(define(f.read(), "CONFIG_DEFAULT_MAX_PENDING"),
+                             "SHMB_DEFAULT_MAX_PENDING")
 
     def test_names(self):
         """proto/names.h's rules are the package's: the limits, the
