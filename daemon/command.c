@@ -712,7 +712,7 @@ static int command_queue(struct command_call *call, const char *name, size_t len
     char names[QUEUE_MAX * (QUEUE_NAME_MAX + 2) + 8];
     int rc;
 
-    if ((rc = queue_check_name(name, len, &call->err)) < 0)
+    if ((rc = shmb_q_name_check(name, len, &call->err)) < 0)
         return rc;
     *out = queue_find(&call->env->queues, call->client->pool, name);
     if (*out != NULL)
@@ -838,7 +838,7 @@ static int cmd_queue_create(struct command_call *call)
     if ((rc = command_unpack(call, "{s:s%, s:I, s?I, s?I, s?b}", "name", &name, &len,
                              "seats", &seats, "slots", &slots, "slot_size", &slot_size,
                              "temporary", &temporary)) < 0 ||
-        (rc = queue_check_name(name, len, &call->err)) < 0 ||
+        (rc = shmb_q_name_check(name, len, &call->err)) < 0 ||
         (rc = command_check_range(call, "seats", seats, 1, SHMB_QUEUE_SEATS_MAX)) < 0 ||
         (rc = command_check_range(call, "slots", slots, SHMB_QUEUE_SLOTS_MIN,
                                   SHMB_QUEUE_SLOTS_MAX)) < 0 ||
@@ -1790,7 +1790,7 @@ void command_env_init(struct command_env *env)
 {
     memset(env, 0, sizeof(*env));
     TAILQ_INIT(&env->client_list);
-    queue_set_init(&env->queues, "shmbroker");
+    queue_set_init(&env->queues, CONFIG_DEFAULT_NAME);
     env->next_client_id = 1;
 }
 
