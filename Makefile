@@ -87,7 +87,7 @@ SEGMENT_SRC := daemon/segment.c daemon/space.c daemon/lock.c daemon/memfd.c daem
 CORE_SRC    := $(SEGMENT_SRC) daemon/ring.c daemon/index.c daemon/store.c daemon/catalog.c
 # Arenas: puts in one round trip (the store's arena objects).
 CORE_SRC    += daemon/arena.c
-DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
+DAEMON_SRC  := daemon/main.c daemon/plan.c daemon/keep.c daemon/reload.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c daemon/queue.c daemon/held.c $(CORE_SRC)
 LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
