@@ -411,10 +411,57 @@ static int daemon_handles_init(struct daemon *d, struct shmb_error *err)
                           uv_strerror(rc));
 }
 
+/* The start is done: say so in the log (each pool, or the one segment when
+ * no pool is declared) and to systemd (READY=1), and start the status and
+ * watchdog timers systemd asked for. passed_fd is the socket systemd passed,
+ * for the log. */
+static void daemon_announce_ready(struct daemon *d, int passed_fd)
+{
+    char h1[32], h2[32], h3[32];
+    unsigned i;
+
+    if (d->activated)
+        log_info("serving the listening socket systemd passed (fd %d): %s", passed_fd,
+                 d->server.path);
+    if (d->notify) {
+        uint64_t wd = notify_watchdog_usec() / 2000; /* half the interval, in ms */
+
+        uv_timer_start(&d->status, daemon_on_status, 1000, 1000);
+        if (wd > 0)
+            uv_timer_start(&d->watchdog, daemon_on_watchdog, wd, wd);
+    }
+    if (!d->cfg.pools_declared) {
+        const struct pool *p = d->pools.pools[0];
+
+        log_info("shmbrokerd %s ready: segment %s (%s, %s for data, max object %s), "
+                 "socket %s",
+                 SHMB_VERSION, p->seg.path, shmb_format_bytes(p->seg.size, h1, sizeof(h1)),
+                 shmb_format_bytes(p->seg.data_size, h2, sizeof(h2)),
+                 shmb_format_bytes(p->cfg.max_object_size, h3, sizeof(h3)), d->server.path);
+        /* Ready only now: the segment is reserved and the listener is up. */
+        notify_send("READY=1\nSTATUS=serving %s on %s", p->seg.path, d->server.path);
+        return;
+    }
+    for (i = 0; i < d->pools.n; i++) {
+        const struct pool *p = d->pools.pools[i];
+
+        log_info("pool '%s'%s: segment %s (%s backing, %s, %s for data, max object %s%s%s)",
+                 p->cfg.name, i == 0 ? " (default)" : "", p->seg.path,
+                 pool_backing_name(p->cfg.backing),
+                 shmb_format_bytes(p->seg.size, h1, sizeof(h1)),
+                 shmb_format_bytes(p->seg.data_size, h2, sizeof(h2)),
+                 shmb_format_bytes(p->cfg.max_object_size, h3, sizeof(h3)),
+                 p->cfg.has_group ? ", group " : "", p->cfg.has_group ? p->cfg.group : "");
+    }
+    log_info("shmbrokerd %s ready: %u pool%s, socket %s", SHMB_VERSION, d->pools.n,
+             d->pools.n == 1 ? "" : "s", d->server.path);
+    notify_send("READY=1\nSTATUS=serving %u pool%s on %s", d->pools.n,
+                d->pools.n == 1 ? "" : "s", d->server.path);
+}
+
 /* Everything before the loop: probe, segments, stores, listener. */
 static int daemon_start(struct daemon *d, struct shmb_error *err)
 {
-    char h1[32], h2[32], h3[32];
     int listen_fd = d->activated_fd; /* main took it from systemd, or -1 */
     int passed_fd = d->activated_fd, stale = 0, rc;
     unsigned i;
@@ -476,43 +523,7 @@ static int daemon_start(struct daemon *d, struct shmb_error *err)
         goto fail_loop;
     }
     daemon_progress_end(d);
-    if (d->activated)
-        log_info("serving the listening socket systemd passed (fd %d): %s", passed_fd,
-                 d->server.path);
-    if (d->notify) {
-        uint64_t wd = notify_watchdog_usec() / 2000; /* half the interval, in ms */
-
-        uv_timer_start(&d->status, daemon_on_status, 1000, 1000);
-        if (wd > 0)
-            uv_timer_start(&d->watchdog, daemon_on_watchdog, wd, wd);
-    }
-    if (!d->cfg.pools_declared) {
-        const struct pool *p = d->pools.pools[0];
-
-        log_info("shmbrokerd %s ready: segment %s (%s, %s for data, max object %s), "
-                 "socket %s",
-                 SHMB_VERSION, p->seg.path, shmb_format_bytes(p->seg.size, h1, sizeof(h1)),
-                 shmb_format_bytes(p->seg.data_size, h2, sizeof(h2)),
-                 shmb_format_bytes(p->cfg.max_object_size, h3, sizeof(h3)), d->server.path);
-        /* Ready only now: the segment is reserved and the listener is up. */
-        notify_send("READY=1\nSTATUS=serving %s on %s", p->seg.path, d->server.path);
-        return 0;
-    }
-    for (i = 0; i < d->pools.n; i++) {
-        const struct pool *p = d->pools.pools[i];
-
-        log_info("pool '%s'%s: segment %s (%s backing, %s, %s for data, max object %s%s%s)",
-                 p->cfg.name, i == 0 ? " (default)" : "", p->seg.path,
-                 pool_backing_name(p->cfg.backing),
-                 shmb_format_bytes(p->seg.size, h1, sizeof(h1)),
-                 shmb_format_bytes(p->seg.data_size, h2, sizeof(h2)),
-                 shmb_format_bytes(p->cfg.max_object_size, h3, sizeof(h3)),
-                 p->cfg.has_group ? ", group " : "", p->cfg.has_group ? p->cfg.group : "");
-    }
-    log_info("shmbrokerd %s ready: %u pool%s, socket %s", SHMB_VERSION, d->pools.n,
-             d->pools.n == 1 ? "" : "s", d->server.path);
-    notify_send("READY=1\nSTATUS=serving %u pool%s on %s", d->pools.n,
-                d->pools.n == 1 ? "" : "s", d->server.path);
+    daemon_announce_ready(d, passed_fd);
     return 0;
 
 fail_loop:
