@@ -81,12 +81,13 @@ ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c proto/sock.c \
                proto/starting.c \
                proto/frames.c proto/queue.c
+CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c daemon/catalog.c
+# Arenas: puts in one round trip (the store's arena objects).
+CORE_SRC    += daemon/arena.c
 # The segment and its rooms: what a test that links the segment links.
 SEGMENT_SRC := daemon/segment.c daemon/space.c daemon/lock.c daemon/memfd.c daemon/orphan.c \
                daemon/guard.c
-CORE_SRC    := $(SEGMENT_SRC) daemon/ring.c daemon/index.c daemon/store.c daemon/catalog.c
-# Arenas: puts in one round trip (the store's arena objects).
-CORE_SRC    += daemon/arena.c
+CORE_SRC    += $(filter-out daemon/segment.c,$(SEGMENT_SRC))
 DAEMON_SRC  := daemon/main.c daemon/plan.c daemon/keep.c daemon/reload.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c daemon/queue.c daemon/held.c $(CORE_SRC)
