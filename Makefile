@@ -88,9 +88,11 @@ CORE_SRC    += daemon/arena.c
 SEGMENT_SRC := daemon/segment.c daemon/space.c daemon/lock.c daemon/memfd.c daemon/orphan.c \
                daemon/guard.c
 CORE_SRC    += $(filter-out daemon/segment.c,$(SEGMENT_SRC))
-DAEMON_SRC  := daemon/main.c daemon/plan.c daemon/keep.c daemon/reload.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
+DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c daemon/queue.c daemon/held.c $(CORE_SRC)
+# main.c's rooms: the pools' plan, the reload, the descriptor store.
+DAEMON_SRC  += daemon/plan.c daemon/reload.c daemon/keep.c
 LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
                client/queue.c client/read.c client/arena.c
 # Objects from other hosts, through shmbroker-relay (relay/).
