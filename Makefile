@@ -84,9 +84,15 @@ PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/proto
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c daemon/catalog.c
 # Arenas: puts in one round trip (the store's arena objects).
 CORE_SRC    += daemon/arena.c
+# The segment and its rooms: what a test that links the segment links.
+SEGMENT_SRC := daemon/segment.c daemon/space.c daemon/lock.c daemon/memfd.c daemon/orphan.c \
+               daemon/guard.c
+CORE_SRC    += $(filter-out daemon/segment.c,$(SEGMENT_SRC))
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c daemon/queue.c daemon/held.c $(CORE_SRC)
+# main.c's rooms: the pools' plan, the reload, the descriptor store.
+DAEMON_SRC  += daemon/plan.c daemon/reload.c daemon/keep.c
 LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
                client/queue.c client/read.c client/arena.c
 # Objects from other hosts, through shmbroker-relay (relay/).
@@ -119,14 +125,14 @@ UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line 
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
-$(BUILD)/tests/test_ring:    $(call OBJ,tests/unit/test_ring.c daemon/ring.c daemon/segment.c) $(BASE_OBJ)
+$(BUILD)/tests/test_ring:    $(call OBJ,tests/unit/test_ring.c daemon/ring.c $(SEGMENT_SRC)) $(BASE_OBJ)
 $(BUILD)/tests/test_index:   $(call OBJ,tests/unit/test_index.c daemon/index.c) $(BASE_OBJ)
-$(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c daemon/store.c daemon/ring.c daemon/index.c daemon/segment.c daemon/catalog.c) $(BASE_OBJ)
+$(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c daemon/store.c daemon/ring.c daemon/index.c $(SEGMENT_SRC) daemon/catalog.c) $(BASE_OBJ)
 # --wrap=catalog_add: what a reader in place finds while an entry is listed.
 $(BUILD)/tests/test_store: TEST_LDFLAGS := -Wl,--wrap=catalog_add
 # The catalog's writer over a plain buffer, read back as a reader would.
-$(BUILD)/tests/test_catalog: $(call OBJ,tests/unit/test_catalog.c daemon/catalog.c daemon/segment.c) $(BASE_OBJ)
-$(BUILD)/tests/test_segment: $(call OBJ,tests/unit/test_segment.c daemon/segment.c) $(BASE_OBJ)
+$(BUILD)/tests/test_catalog: $(call OBJ,tests/unit/test_catalog.c daemon/catalog.c $(SEGMENT_SRC)) $(BASE_OBJ)
+$(BUILD)/tests/test_segment: $(call OBJ,tests/unit/test_segment.c $(SEGMENT_SRC)) $(BASE_OBJ)
 $(BUILD)/tests/test_segment: TEST_LDFLAGS := -Wl,--wrap=statvfs,--wrap=statfs,--wrap=fopen,--wrap=posix_fallocate
 # The command layer without sockets: the chaos test and the fuzzer drive it.
 COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/pool.c daemon/queue.c daemon/config.c \
@@ -166,7 +172,7 @@ $(BUILD)/tests/test_config_parse: $(call OBJ,tests/unit/test_config_parse.c daem
 $(BUILD)/tests/test_config_parse: TEST_LDFLAGS = $(PKGS_LIBS)
 # Host facts over fake /proc and /sys trees; the fixes sizing prints.
 $(BUILD)/tests/test_host:    $(call OBJ,tests/unit/test_host.c daemon/host.c daemon/sizing.c \
-                              daemon/segment.c) $(BASE_OBJ)
+                              $(SEGMENT_SRC)) $(BASE_OBJ)
 # Pools over a real tmpfs: the summed space check, adoption, memfd, access.
 $(BUILD)/tests/test_pool:    $(call OBJ,tests/unit/test_pool.c daemon/pool.c daemon/host.c \
                               daemon/log.c) $(CORE_OBJ) $(PROTO_OBJ)
@@ -203,7 +209,7 @@ E2E_TESTS += test_ctl_segment
 $(BUILD)/tests/test_store:   $(call OBJ,daemon/arena.c)
 UNIT_BINS  += $(BUILD)/tests/test_arena
 $(BUILD)/tests/test_arena:   $(call OBJ,tests/unit/test_arena.c daemon/arena.c daemon/store.c \
-                              daemon/ring.c daemon/index.c daemon/segment.c daemon/catalog.c) \
+                              daemon/ring.c daemon/index.c $(SEGMENT_SRC) daemon/catalog.c) \
                               $(BASE_OBJ)
 E2E_TESTS += test_arena_ops
 # Queues bounded per pool, their lease, their pages made off the loop.
@@ -255,11 +261,11 @@ export SOAK_SECONDS SOAK_VALGRIND_SECONDS
 # over the catalog, the header page and the chunks (test_scribble).
 UNIT_BINS += $(BUILD)/tests/test_catalog_race
 $(BUILD)/tests/test_catalog_race: $(call OBJ,tests/unit/test_catalog_race.c daemon/catalog.c \
-                                  proto/catalog.c daemon/segment.c) $(BASE_OBJ)
+                                  proto/catalog.c $(SEGMENT_SRC)) $(BASE_OBJ)
 $(BUILD)/tests/test_catalog_race: TEST_LDFLAGS := -lpthread
 CATALOG_TSAN_BIN := $(BUILD)/tests/test_catalog_race_tsan
 CATALOG_TSAN_SRC := tests/unit/test_catalog_race.c daemon/catalog.c proto/catalog.c \
-                    daemon/segment.c proto/utf8.c proto/error.c proto/alloc.c proto/text.c
+                    $(SEGMENT_SRC) proto/utf8.c proto/error.c proto/alloc.c proto/text.c
 ifeq ($(SANITIZER),)
 UNIT_BINS += $(CATALOG_TSAN_BIN)
 endif
