@@ -34,12 +34,6 @@ static int got_hello, got_auth, got_fetch;
 static uint64_t fetch_id;
 static ucp_conn_request_h conn_req;
 
-/* auth.c's callers in the relay; unused here. */
-void relay_log(const char *fmt, ...)
-{
-    (void)fmt;
-}
-
 static void on_err(void *arg, ucp_ep_h e, ucs_status_t st)
 {
     (void)arg;
