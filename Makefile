@@ -466,6 +466,10 @@ RELAY_HOSTILE := $(BUILD)/tests/relay-hostile-peer
 $(RELAY_HOSTILE): $(call OBJ,tests/relay/hostile_peer.c relay/wire.c relay/auth.c) $(LIB_A)
 $(RELAY_HOSTILE): TEST_LDFLAGS = $(PKGS_LIBS) $(RELAY_LIBS)
 TEST_RUNS   += tests/relay/test_relay.py
+# The relay's unit as make install stages it, its ExecStart run beside a daemon.
+ifeq ($(SANITIZER),)
+TEST_RUNS   += tests/relay/test_unit.sh
+endif
 RELAY_TEST_BINS := $(RELAY) $(RELAY_HOSTILE)
 # The relay's bench table: fetch bandwidth against ucx_perftest and Redis GET
 # between two namespaces (root). BENCH_QUICK=1 for one round.
@@ -632,7 +636,9 @@ install: all
 	    $(DESTDIR)$(MANDIR)/man1
 	$(SUBST) systemd/shmbrokerd.service.in > $(DESTDIR)$(UNITDIR)/shmbrokerd.service
 	$(SUBST) systemd/shmbrokerd.socket.in > $(DESTDIR)$(UNITDIR)/shmbrokerd.socket
+	$(SUBST) systemd/shmbroker-relay.service.in > $(DESTDIR)$(UNITDIR)/shmbroker-relay.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/shmbrokerd.service $(DESTDIR)$(UNITDIR)/shmbrokerd.socket \
+	    $(DESTDIR)$(UNITDIR)/shmbroker-relay.service \
 	    $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc
 	@# The settings files are the operator's: installed when absent, never replaced.
 	install -d $(DESTDIR)$(SYSCONFDIR)/default
@@ -640,6 +646,8 @@ install: all
 	    install -m 0644 systemd/shmbrokerd.conf $(DESTDIR)$(SYSCONFDIR)/shmbrokerd.conf
 	[ -e $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd ] || \
 	    install -m 0644 systemd/shmbrokerd.default $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd
+	[ -e $(DESTDIR)$(SYSCONFDIR)/default/shmbroker-relay ] || \
+	    install -m 0644 systemd/shmbroker-relay.default $(DESTDIR)$(SYSCONFDIR)/default/shmbroker-relay
 	install -m 0644 systemd/shmbroker.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf
 	install -m 0644 daemon/shmbrokerd.8 $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8
 	install -m 0644 relay/shmbroker-relay.8 $(DESTDIR)$(MANDIR)/man8/shmbroker-relay.8
@@ -682,6 +690,7 @@ uninstall:
 	    $(DESTDIR)$(LIBDIR)/libshmbroker.so $(DESTDIR)$(INCLUDEDIR)/shmbroker.h \
 	    $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc \
 	    $(DESTDIR)$(UNITDIR)/shmbrokerd.service $(DESTDIR)$(UNITDIR)/shmbrokerd.socket \
+	    $(DESTDIR)$(UNITDIR)/shmbroker-relay.service \
 	    $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8 \
 	    $(DESTDIR)$(MANDIR)/man8/shmbroker-relay.8 \
 	    $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1 $(DESTDIR)$(MANDIR)/man3/libshmbroker.3 \
@@ -691,7 +700,7 @@ uninstall:
 	$(Q)if [ -n "$(PY_VERSION)" ]; then rm -rf $(DESTDIR)$(PYTHONDIR)/shmbroker \
 	    $(DESTDIR)$(PYTHONDIR)/$(PY_DISTINFO); \
 	else echo "$(PYTHON) not found: the Python package (client/python) is left alone"; fi
-	@echo "kept the settings $(DESTDIR)$(SYSCONFDIR)/shmbrokerd.conf and $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd (remove them by hand)"
+	@echo "kept the settings $(DESTDIR)$(SYSCONFDIR)/shmbrokerd.conf, $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd and $(DESTDIR)$(SYSCONFDIR)/default/shmbroker-relay (remove them by hand)"
 
 # The Debian packages (debian/), built by Debian's own tools in a copy of the
 # files git tracks: dpkg-buildpackage writes its results beside the source
