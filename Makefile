@@ -450,7 +450,7 @@ $(LIB_SO): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 # ---- shmbroker-relay (relay/): objects between hosts' brokers over UCX ----
 # A program of its own: the daemon keeps no network code. It links the
 # library like any worker, UCX (libucx-dev) and libcrypto (its key's HMAC).
-RELAY_SRC   := relay/main.c relay/log.c relay/peer.c relay/wire.c relay/auth.c relay/fetch.c relay/local.c
+RELAY_SRC   := relay/main.c relay/log.c relay/peer.c relay/wire.c relay/auth.c relay/fetch.c relay/forward.c relay/local.c
 RELAY       := $(BUILD)/shmbroker-relay
 RELAY_CFLAGS = $(shell pkg-config --cflags ucx libcrypto 2>/dev/null)
 RELAY_LIBS   = $(shell pkg-config --libs ucx libcrypto 2>/dev/null)
@@ -466,6 +466,8 @@ RELAY_HOSTILE := $(BUILD)/tests/relay-hostile-peer
 $(RELAY_HOSTILE): $(call OBJ,tests/relay/hostile_peer.c relay/wire.c relay/auth.c) $(LIB_A)
 $(RELAY_HOSTILE): TEST_LDFLAGS = $(PKGS_LIBS) $(RELAY_LIBS)
 TEST_RUNS   += tests/relay/test_relay.py
+# Queues with readers on other hosts, in the same two namespaces.
+TEST_RUNS   += tests/relay/test_queue_relay.py
 # The relay's unit as make install stages it, its ExecStart run beside a daemon.
 ifeq ($(SANITIZER),)
 TEST_RUNS   += tests/relay/test_unit.sh

@@ -106,6 +106,14 @@ static void on_peer_message(struct peer *p, const struct wire_msg *m)
     case WIRE_FETCH_DONE:
         fetch_on_done(p, m);
         break;
+    case WIRE_QSUB:
+    case WIRE_QSUB_REPLY:
+    case WIRE_QMSG:
+    case WIRE_QACK:
+    case WIRE_QEND:
+    case WIRE_QUNSUB:
+        forward_on_message(p, m);
+        break;
     default:
         peer_fail(p, "sent a message of type %u, which this relay does not know",
                   (unsigned)m->type);
@@ -121,6 +129,7 @@ static void on_peer_ready(struct peer *p)
 static void on_peer_gone(struct peer *p)
 {
     fetch_peer_gone(p);
+    forward_peer_gone(p);
 }
 
 static void on_work_due(struct relay *r)
@@ -142,20 +151,26 @@ static void on_local_request(struct local_client *lc, const char *op, json_t *re
 {
     if (strcmp(op, "fetch") == 0)
         fetch_local_request(lc, req);
+    else if (strcmp(op, "queue_subscribe") == 0)
+        forward_local_subscribe(lc, req);
+    else if (strcmp(op, "queue_state") == 0)
+        forward_local_state(lc, req);
     else
-        local_reply_error(lc, -EINVAL, "Unknown op '%.40s': the relay serves fetch and status.",
-                          op);
+        local_reply_error(lc, -EINVAL, "Unknown op '%.40s': the relay serves fetch, "
+                          "queue_subscribe, queue_state and status.", op);
 }
 
 static void on_local_gone(struct local_client *lc)
 {
     fetch_client_gone(lc->relay, lc);
+    forward_client_gone(lc);
 }
 
 static void on_status(const struct relay *r, json_t *reply)
 {
     json_object_set_new(reply, "transfers", json_integer((json_int_t)r->ntransfers));
     json_object_set_new(reply, "waiting", json_integer((json_int_t)fetch_waiters(r)));
+    forward_status(r, reply);
 }
 
 static const struct relay_hooks hooks = {
@@ -354,7 +369,7 @@ static int serve(struct relay *r)
     }
     r->loop = uv_default_loop();
     if (peer_setup(r, &err) < 0 || fetch_register_pool(r, &err) < 0 ||
-        local_listen(r, &err) < 0) {
+        forward_setup(r, &err) < 0 || local_listen(r, &err) < 0) {
         fprintf(stderr, "shmbroker-relay: %s\n", err.message);
         return 1;
     }
@@ -376,6 +391,7 @@ static void teardown(struct relay *r)
 {
     if (r->loop) {
         local_close_all(r);
+        forward_teardown(r);
         if (r->worker)
             peer_teardown(r);
         fetch_unregister_pool(r);

@@ -164,6 +164,7 @@ struct relay {
     unsigned ntransfers;
     bool work_due; /* work finished inside progress (a get): hooks.work_due */
     uint64_t next_id;
+    struct forward *fwd; /* forward.c's: the queues' streams */
 };
 
 /* auth.c: the pre-shared key. */
@@ -207,6 +208,16 @@ uint64_t fetch_next_deadline(const struct relay *r);
 void fetch_expire(struct relay *r);
 /* Local clients waiting for transfers, all told (for status). */
 unsigned fetch_waiters(const struct relay *r);
+
+/* forward.c: queues with readers on other hosts. */
+int forward_setup(struct relay *r, struct shmb_error *err);
+void forward_teardown(struct relay *r);
+void forward_on_message(struct peer *p, const struct wire_msg *m);
+void forward_peer_gone(struct peer *p);
+void forward_local_subscribe(struct local_client *lc, json_t *req);
+void forward_local_state(struct local_client *lc, json_t *req);
+void forward_client_gone(struct local_client *lc);
+void forward_status(const struct relay *r, json_t *reply);
 
 /* local.c: the relay's Unix socket. */
 int local_listen(struct relay *r, struct shmb_error *err);

@@ -1,0 +1,943 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Queues with readers on other hosts. On the writer's host, a stream per
+ * (queue, remote host) takes reader seats of the local queue, one per remote
+ * reader that subscribed, reads each message once and sends it to that
+ * host's relay in pieces (WIRE_QMSG); the other seats of the stream are
+ * read alongside and let go, so the writer waits for every reader as on
+ * one host. On the readers' host, the relay publishes each message whole
+ * into a local queue of the same name, where the readers read it as any
+ * local reader does. The daemon's calls wait (futexes, the socket), so each
+ * stream has a thread and a connection of its own; the loop talks to it
+ * through a mutex and an async handle. A stream cut (its peer gone) leaves
+ * the quorum as a dead reader does: its seats are closed at once.
+ * Knows peer.c's and local.c's calls, not UCX.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../client/internal.h"
+#include "relay.h"
+
+#define FWD_WINDOW 16          /* messages sent and not yet published there */
+#define FWD_WAIT_MS 200        /* a thread's wait, between looks at its stop flag */
+#define FWD_MSG_MAX (1ull << 30) /* a message longer than a slot's largest is not one */
+#define FWD_STREAMS_MAX 256    /* streams at once, both directions */
+#define FWD_WAITERS_MAX 64     /* local subscriptions waiting for their answer */
+#define FWD_RECORDS_MAX 1024   /* where remote hosts' streams stopped, for their return */
+
+enum stream_dir { OUT, IN };
+enum stream_state { S_OPENING, S_RUNNING, S_CUT, S_ENDED };
+
+/* One message between the thread and the loop. */
+struct fmsg {
+    STAILQ_ENTRY(fmsg) link;
+    size_t len;
+    unsigned char data[];
+};
+
+/* A seat's answer, from the thread (OUT) or the peer (IN). */
+struct sub_result {
+    int code;
+    unsigned seat;
+    uint64_t missed;
+    char text[WIRE_TEXT_MAX + 1];
+};
+
+struct stream {
+    LIST_ENTRY(stream) link;
+    struct relay *relay;
+    enum stream_dir dir;
+    struct peer *peer; /* NULL once the peer is gone */
+    char peer_name[RELAY_NAME_MAX + 1];
+    uint64_t id; /* the subscriber's number for it */
+    char queue[WIRE_QUEUE_NAME_MAX + 1];
+    unsigned seat_from, seat_to;
+    uint64_t slots, slot_size; /* IN: the local queue's, when the relay makes it */
+    unsigned seats;
+    /* Shared with the thread, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    bool started, stop, exited;
+    enum stream_state state;
+    int end_code;
+    char end_text[WIRE_TEXT_MAX + 1];
+    STAILQ_HEAD(, fmsg) msgs;  /* OUT: to send; IN: to publish */
+    unsigned nmsgs;
+    uint64_t produced, acked;  /* OUT: messages read, and published there */
+    uint64_t published;        /* IN: messages published here */
+    unsigned want_seats;       /* OUT: seats asked for */
+    struct sub_result results[WIRE_QSEATS_MAX];
+    unsigned nresults;         /* OUT: seat answers for the loop to send */
+    uint64_t base;             /* OUT: the queue's message count when its first seat opened */
+    /* Loop side. */
+    bool end_sent;
+    bool ended_by_peer;        /* IN: its QEND came */
+    uint64_t acked_sent;       /* IN: the count last acknowledged */
+    unsigned char *asm_buf;    /* IN: the message being put together */
+    uint64_t asm_total, asm_len;
+    bool asm_open;
+    struct local_client *waiters[FWD_WAITERS_MAX]; /* IN: subscriptions in order */
+    unsigned nwaiters;
+    uint64_t missed;
+};
+
+/* Where a remote host's stream of a queue stopped: its count of messages. */
+struct record {
+    char peer_name[RELAY_NAME_MAX + 1];
+    char queue[WIRE_QUEUE_NAME_MAX + 1];
+    uint64_t position;
+};
+
+struct forward {
+    uv_async_t async;
+    LIST_HEAD(, stream) streams;
+    unsigned nstreams;
+    struct record records[FWD_RECORDS_MAX];
+    unsigned nrecords;
+};
+
+static void wake_loop(struct stream *s)
+{
+    uv_async_send(&s->relay->fwd->async);
+}
+
+static bool stopping(struct stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool stop = s->stop;
+    pthread_mutex_unlock(&s->mu);
+    return stop;
+}
+
+static int errno_of(int rc)
+{
+    return rc < 0 ? rc : -EIO;
+}
+
+/* ---- The threads ---------------------------------------------------------- */
+
+static shmb_t *thread_connect(struct stream *s, const char *who, char *why, size_t whylen)
+{
+    shmb_t *c = shmb_new();
+    if (!c) {
+        snprintf(why, whylen, "The relay is out of memory.");
+        return NULL;
+    }
+    shmb_set_arena(c, 0);
+    shmb_set_alloc_wait(c, 1);
+    if (shmb_connect(c, s->relay->daemon_socket, who) < 0) {
+        snprintf(why, whylen, "%s", shmb_errmsg(c));
+        shmb_close(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void thread_end(struct stream *s, int code, const char *fmt, const char *detail)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->state != S_ENDED && s->state != S_CUT) {
+        s->end_code = code;
+        snprintf(s->end_text, sizeof(s->end_text), fmt, detail);
+        s->state = S_ENDED;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The queue's count of messages published, for what a returning host missed. */
+static uint64_t queue_messages(shmb_t *c, const char *name)
+{
+    shmb_queue_list_t *list = NULL;
+    uint64_t n = 0;
+    if (shmb_queue_summary(c, &list) < 0)
+        return 0;
+    for (size_t i = 0; i < list->count; i++)
+        if (strcmp(list->queues[i].name, name) == 0)
+            n = list->queues[i].messages;
+    shmb_queue_list_free(list);
+    return n;
+}
+
+/* OUT: open one more seat in [seat_from, seat_to): its answer for the loop. */
+static shmb_queue_t *open_seat(struct stream *s, shmb_t *c, struct sub_result *res)
+{
+    shmb_queue_t *q = NULL;
+    int rc = -EBUSY;
+    memset(res, 0, sizeof(*res));
+    for (unsigned seat = s->seat_from; seat < s->seat_to; seat++) {
+        rc = shmb_queue_open(c, s->queue, (int)seat, &q);
+        if (rc == 0) {
+            res->seat = seat;
+            return q;
+        }
+        if (rc != -EBUSY)
+            break;
+    }
+    res->code = rc;
+    snprintf(res->text, sizeof(res->text), "%s",
+             rc == -EBUSY ? "every seat the subscription may take is held" : shmb_errmsg(c));
+    return NULL;
+}
+
+/* OUT: open the seats the loop asked for since the last look. */
+static int out_open_seats(struct stream *s, shmb_t *c, shmb_queue_t **seats, unsigned *nseats)
+{
+    for (;;) {
+        struct sub_result res;
+        pthread_mutex_lock(&s->mu);
+        bool more = *nseats < s->want_seats && !s->stop;
+        pthread_mutex_unlock(&s->mu);
+        if (!more)
+            return 0;
+        shmb_queue_t *q = open_seat(s, c, &res);
+        pthread_mutex_lock(&s->mu);
+        if (q) {
+            if (*nseats == 0)
+                s->base = queue_messages(c, s->queue);
+            seats[(*nseats)++] = q;
+            res.missed = 0;
+            s->state = S_RUNNING;
+        } else {
+            s->want_seats--;
+        }
+        if (s->nresults < WIRE_QSEATS_MAX)
+            s->results[s->nresults++] = res;
+        pthread_mutex_unlock(&s->mu);
+        wake_loop(s);
+        if (!q && *nseats == 0)
+            return res.code;
+    }
+}
+
+/* OUT: read one message at the first seat (the one sent) and let it go at
+ * the others. 0, 1 when there was none within the wait, or -errno. */
+static int out_step(struct stream *s, shmb_queue_t **seats, unsigned nseats)
+{
+    const void *data;
+    size_t len;
+    struct fmsg *m;
+    int rc = shmb_queue_dequeue(seats[0], &data, &len, FWD_WAIT_MS);
+    if (rc == -ETIMEDOUT)
+        return 1;
+    if (rc < 0)
+        return rc;
+    m = len <= FWD_MSG_MAX ? malloc(sizeof(*m) + len) : NULL;
+    if (!m) {
+        shmb_queue_done(seats[0]);
+        return -ENOMEM;
+    }
+    m->len = len;
+    memcpy(m->data, data, len);
+    shmb_queue_done(seats[0]);
+    /* The other seats of this host only let go of what they see: they
+     * started no earlier than the first, so they are never behind it. */
+    for (unsigned i = 1; i < nseats; i++)
+        while (shmb_queue_dequeue(seats[i], &data, &len, 0) == 0)
+            shmb_queue_done(seats[i]);
+    pthread_mutex_lock(&s->mu);
+    STAILQ_INSERT_TAIL(&s->msgs, m, link);
+    s->nmsgs++;
+    s->produced++;
+    while (s->produced - s->acked >= FWD_WINDOW && !s->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += FWD_WAIT_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    pthread_mutex_unlock(&s->mu);
+    wake_loop(s);
+    return 0;
+}
+
+static void *out_thread(void *arg)
+{
+    struct stream *s = arg;
+    shmb_queue_t *seats[WIRE_QSEATS_MAX];
+    unsigned nseats = 0;
+    char who[128], why[256];
+    shmb_t *c;
+    int rc = 0;
+
+    snprintf(who, sizeof(who), "shmbroker-relay %s for %.64s", s->queue, s->peer_name);
+    c = thread_connect(s, who, why, sizeof(why));
+    if (!c) {
+        pthread_mutex_lock(&s->mu);
+        s->results[0] = (struct sub_result){.code = -ECONNREFUSED};
+        snprintf(s->results[0].text, sizeof(s->results[0].text), "%s", why);
+        s->nresults = 1;
+        s->state = S_ENDED;
+        s->end_code = -ECONNREFUSED;
+        pthread_mutex_unlock(&s->mu);
+        goto out;
+    }
+    while (!stopping(s)) {
+        if ((rc = out_open_seats(s, c, seats, &nseats)) < 0)
+            break;
+        if (nseats == 0)
+            break;
+        rc = out_step(s, seats, nseats);
+        if (rc < 0)
+            break;
+    }
+    if (rc == -EPIPE)
+        thread_end(s, -EPIPE, "%s", "the writer left and every message was forwarded");
+    else if (rc == -ECANCELED)
+        thread_end(s, -ECANCELED, "%s", "the queue was shut down");
+    else if (rc < 0)
+        thread_end(s, errno_of(rc), "%s", shmb_errmsg(c));
+    for (unsigned i = 0; i < nseats; i++)
+        shmb_queue_close(seats[i]);
+    shmb_close(c);
+out:
+    pthread_mutex_lock(&s->mu);
+    s->exited = true;
+    pthread_mutex_unlock(&s->mu);
+    wake_loop(s);
+    return NULL;
+}
+
+/* IN: the local queue as its writer, made when no reader made it first. */
+static shmb_queue_t *in_open_writer(struct stream *s, shmb_t *c)
+{
+    shmb_queue_t *q = NULL;
+    int rc = shmb_queue_open(c, s->queue, SHMB_QUEUE_WRITER, &q);
+    if (rc == -ENOENT) {
+        rc = shmb_queue_create(c, s->queue, s->seats, s->slots, s->slot_size,
+                               SHMB_QUEUE_TEMPORARY);
+        if (rc == 0)
+            rc = shmb_queue_open(c, s->queue, SHMB_QUEUE_WRITER, &q);
+    }
+    if (rc < 0)
+        thread_end(s, rc, "cannot publish into the local queue: %s", shmb_errmsg(c));
+    return rc < 0 ? NULL : q;
+}
+
+static void *in_thread(void *arg)
+{
+    struct stream *s = arg;
+    char who[128], why[256];
+    shmb_queue_t *q = NULL;
+    shmb_t *c;
+
+    snprintf(who, sizeof(who), "shmbroker-relay %s from %.64s", s->queue, s->peer_name);
+    c = thread_connect(s, who, why, sizeof(why));
+    if (!c) {
+        thread_end(s, -ECONNREFUSED, "%s", why);
+        goto out;
+    }
+    q = in_open_writer(s, c);
+    while (q) {
+        struct fmsg *m;
+        pthread_mutex_lock(&s->mu);
+        while (STAILQ_EMPTY(&s->msgs) && !s->stop && s->state != S_ENDED)
+            pthread_cond_wait(&s->cv, &s->mu);
+        m = STAILQ_FIRST(&s->msgs);
+        if (m && !s->stop) {
+            STAILQ_REMOVE_HEAD(&s->msgs, link);
+            s->nmsgs--;
+        } else {
+            m = NULL;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!m)
+            break;
+        int rc;
+        do {
+            rc = shmb_queue_enqueue(q, m->data, m->len, FWD_WAIT_MS);
+        } while (rc == -ETIMEDOUT && !stopping(s));
+        free(m);
+        if (rc < 0 && rc != -ETIMEDOUT) {
+            thread_end(s, rc, "cannot publish into the local queue: %s", shmb_errmsg(c));
+            break;
+        }
+        pthread_mutex_lock(&s->mu);
+        s->published++;
+        pthread_mutex_unlock(&s->mu);
+        wake_loop(s);
+    }
+    shmb_queue_close(q);
+    shmb_close(c);
+out:
+    pthread_mutex_lock(&s->mu);
+    s->exited = true;
+    pthread_mutex_unlock(&s->mu);
+    wake_loop(s);
+    return NULL;
+}
+
+/* ---- The loop's side -------------------------------------------------------- */
+
+static struct stream *stream_new(struct relay *r, enum stream_dir dir, struct peer *p,
+                                 uint64_t id, const char *queue)
+{
+    struct stream *s;
+    if (r->fwd->nstreams >= FWD_STREAMS_MAX)
+        return NULL;
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->relay = r;
+    s->dir = dir;
+    s->peer = p;
+    snprintf(s->peer_name, sizeof(s->peer_name), "%s", p->name);
+    s->id = id;
+    snprintf(s->queue, sizeof(s->queue), "%s", queue);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    STAILQ_INIT(&s->msgs);
+    s->state = S_OPENING;
+    LIST_INSERT_HEAD(&r->fwd->streams, s, link);
+    r->fwd->nstreams++;
+    return s;
+}
+
+static int stream_start(struct stream *s)
+{
+    int rc = pthread_create(&s->thread, NULL, s->dir == OUT ? out_thread : in_thread, s);
+    if (rc != 0)
+        return -rc;
+    s->started = true;
+    return 0;
+}
+
+static void stream_stop(struct stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static struct record *record_for(struct forward *f, const char *peer, const char *queue,
+                                 bool make)
+{
+    for (unsigned i = 0; i < f->nrecords; i++)
+        if (strcmp(f->records[i].peer_name, peer) == 0 &&
+            strcmp(f->records[i].queue, queue) == 0)
+            return &f->records[i];
+    if (!make)
+        return NULL;
+    struct record *rec = &f->records[f->nrecords < FWD_RECORDS_MAX ? f->nrecords++
+                                                                    : FWD_RECORDS_MAX - 1];
+    snprintf(rec->peer_name, sizeof(rec->peer_name), "%s", peer);
+    snprintf(rec->queue, sizeof(rec->queue), "%s", queue);
+    rec->position = 0;
+    return rec;
+}
+
+static void reply_waiter(struct stream *s, const struct sub_result *res)
+{
+    struct local_client *lc;
+    char line[512];
+    if (s->nwaiters == 0)
+        return;
+    lc = s->waiters[0];
+    memmove(s->waiters, s->waiters + 1, --s->nwaiters * sizeof(s->waiters[0]));
+    if (res->code < 0) {
+        local_reply_error(lc, res->code, "Peer %s cannot give queue '%s' a reader: %s.",
+                          s->peer_name, s->queue, res->text);
+        return;
+    }
+    snprintf(line, sizeof(line), "{\"ok\":true,\"seat\":%u,\"missed\":%llu}", res->seat,
+             (unsigned long long)res->missed);
+    local_reply(lc, line);
+}
+
+/* OUT: send what the thread read, in pieces, and the seats' answers. */
+static void out_pump(struct stream *s)
+{
+    unsigned char buf[WIRE_MSG_MAX];
+    struct sub_result results[WIRE_QSEATS_MAX];
+    unsigned nresults;
+    STAILQ_HEAD(, fmsg) msgs = STAILQ_HEAD_INITIALIZER(msgs);
+    bool ended;
+
+    pthread_mutex_lock(&s->mu);
+    nresults = s->nresults;
+    memcpy(results, s->results, nresults * sizeof(results[0]));
+    s->nresults = 0;
+    STAILQ_CONCAT(&msgs, &s->msgs);
+    s->nmsgs = 0;
+    ended = s->state == S_ENDED;
+    pthread_mutex_unlock(&s->mu);
+    for (unsigned i = 0; i < nresults; i++) {
+        struct record *rec = record_for(s->relay->fwd, s->peer_name, s->queue, false);
+        if (results[i].code == 0 && rec && s->base >= rec->position) {
+            results[i].missed = s->base - rec->position;
+            if (results[i].missed)
+                relay_log("queue %s: peer %s returned; it missed %llu messages published "
+                          "while it was away", s->queue, s->peer_name,
+                          (unsigned long long)results[i].missed);
+        }
+        if (s->peer)
+            peer_send(s->peer, buf,
+                      (size_t)wire_qsub_reply(buf, s->id, results[i].code, results[i].missed,
+                                              results[i].seat, results[i].text));
+    }
+    while (!STAILQ_EMPTY(&msgs)) {
+        struct fmsg *m = STAILQ_FIRST(&msgs);
+        STAILQ_REMOVE_HEAD(&msgs, link);
+        for (size_t off = 0; s->peer && (off < m->len || m->len == 0);) {
+            size_t n = m->len - off < WIRE_CHUNK_MAX ? m->len - off : WIRE_CHUNK_MAX;
+            peer_send(s->peer, buf,
+                      (size_t)wire_qmsg(buf, s->id, m->len, off, m->data + off, n));
+            off += n;
+            if (m->len == 0)
+                break;
+        }
+        free(m);
+    }
+    if (ended && !s->end_sent && s->peer) {
+        s->end_sent = true;
+        peer_send(s->peer, buf, (size_t)wire_qend(buf, s->id, s->end_code, s->end_text));
+    }
+}
+
+/* IN: acknowledge what was published; answer subscriptions when it ended. */
+static void in_pump(struct stream *s)
+{
+    unsigned char buf[WIRE_MSG_MAX];
+    uint64_t published;
+    bool ended;
+    pthread_mutex_lock(&s->mu);
+    published = s->published;
+    ended = s->state == S_ENDED || s->state == S_CUT;
+    pthread_mutex_unlock(&s->mu);
+    if (published != s->acked_sent && s->peer) {
+        s->acked_sent = published;
+        peer_send(s->peer, buf, (size_t)wire_qack(buf, s->id, published));
+    }
+    /* Ended here (the local queue refused the writer, say): the writer's
+     * relay lets go of its seats, or its writer would wait for them. */
+    if (ended && !s->end_sent && s->peer && !s->ended_by_peer) {
+        s->end_sent = true;
+        peer_send(s->peer, buf, (size_t)wire_qunsub(buf, s->id, s->end_code, s->end_text));
+    }
+    while (ended && s->nwaiters) {
+        struct sub_result res = {.code = s->end_code ? s->end_code : -EPIPE};
+        snprintf(res.text, sizeof(res.text), "%s", s->end_text);
+        reply_waiter(s, &res);
+    }
+}
+
+static void stream_free(struct stream *s)
+{
+    struct fmsg *m;
+    LIST_REMOVE(s, link);
+    s->relay->fwd->nstreams--;
+    while ((m = STAILQ_FIRST(&s->msgs))) {
+        STAILQ_REMOVE_HEAD(&s->msgs, link);
+        free(m);
+    }
+    free(s->asm_buf);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+static void on_async(uv_async_t *h)
+{
+    struct relay *r = h->data;
+    struct stream *s, *next;
+    for (s = LIST_FIRST(&r->fwd->streams); s; s = next) {
+        bool exited;
+        next = LIST_NEXT(s, link);
+        if (s->dir == OUT)
+            out_pump(s);
+        else
+            in_pump(s);
+        pthread_mutex_lock(&s->mu);
+        exited = s->exited;
+        pthread_mutex_unlock(&s->mu);
+        if (!exited || !s->started)
+            continue;
+        pthread_join(s->thread, NULL);
+        s->started = false;
+        s->stop = true; /* (its thread is gone: no lock needed) */
+        /* An IN stream stays until a new subscription to its queue replaces
+         * it, so that its readers can ask why it ended. */
+        if (s->dir == OUT)
+            stream_free(s);
+    }
+}
+
+static struct stream *stream_find(struct relay *r, enum stream_dir dir, struct peer *p,
+                                  const char *peer_name, uint64_t id, const char *queue)
+{
+    struct stream *s;
+    LIST_FOREACH(s, &r->fwd->streams, link) {
+        if (s->dir != dir)
+            continue;
+        if (p && s->peer == p && (queue == NULL ? s->id == id : strcmp(s->queue, queue) == 0))
+            return s;
+        if (!p && peer_name && strcmp(s->peer_name, peer_name) == 0 && queue &&
+            strcmp(s->queue, queue) == 0)
+            return s;
+    }
+    return NULL;
+}
+
+/* A peer asks for a reader seat of one of our queues for its host. */
+static void on_qsub(struct peer *p, const struct wire_msg *m)
+{
+    struct relay *r = p->relay;
+    unsigned char buf[WIRE_MSG_MAX];
+    struct stream *s = stream_find(r, OUT, p, NULL, m->id, NULL);
+    if (s && (s->seat_from != m->size || s->seat_to != m->addr ||
+              strcmp(s->queue, m->key) != 0)) {
+        peer_fail(p, "asked for other seats or another queue under stream %llu",
+                  (unsigned long long)m->id);
+        return;
+    }
+    if (!s) {
+        s = stream_new(r, OUT, p, m->id, m->key);
+        if (!s) {
+            peer_send(p, buf, (size_t)wire_qsub_reply(buf, m->id, -EMFILE, 0, 0,
+                                                      "the relay carries too many streams"));
+            return;
+        }
+        s->seat_from = (unsigned)m->size;
+        s->seat_to = (unsigned)m->addr;
+    }
+    pthread_mutex_lock(&s->mu);
+    bool over = s->want_seats >= s->seat_to - s->seat_from;
+    if (!over)
+        s->want_seats++;
+    pthread_mutex_unlock(&s->mu);
+    if (over) {
+        peer_send(p, buf, (size_t)wire_qsub_reply(buf, m->id, -EBUSY, 0, 0,
+                                                  "every seat the subscription may take is held"));
+        return;
+    }
+    if (!s->started && !s->exited && stream_start(s) < 0) {
+        peer_send(p, buf, (size_t)wire_qsub_reply(buf, m->id, -EAGAIN, 0, 0,
+                                                  "the relay cannot start a thread"));
+        stream_free(s);
+        return;
+    }
+    relay_log("queue %s: peer %s subscribes (seats %u..%u)", s->queue, p->name, s->seat_from,
+              s->seat_to - 1);
+}
+
+/* A piece of the next message of one of our subscriptions. */
+static void on_qmsg(struct peer *p, struct stream *s, const struct wire_msg *m)
+{
+    struct fmsg *f;
+    if (!s->asm_open) {
+        if (m->addr != 0 || m->size > s->relay->max_object || m->size > FWD_MSG_MAX) {
+            peer_fail(p, "sent a message of %llu bytes starting at %llu for queue %s (at most "
+                      "%llu, from 0)", (unsigned long long)m->size,
+                      (unsigned long long)m->addr, s->queue,
+                      (unsigned long long)s->relay->max_object);
+            return;
+        }
+        pthread_mutex_lock(&s->mu);
+        unsigned queued = s->nmsgs;
+        pthread_mutex_unlock(&s->mu);
+        if (queued >= FWD_WINDOW) {
+            peer_fail(p, "sent more than %d messages of queue %s ahead of their publishing",
+                      FWD_WINDOW, s->queue);
+            return;
+        }
+        s->asm_buf = malloc(sizeof(struct fmsg) + m->size);
+        if (!s->asm_buf) {
+            peer_fail(p, "sent a message of %llu bytes, which the relay cannot hold",
+                      (unsigned long long)m->size);
+            return;
+        }
+        s->asm_open = true;
+        s->asm_total = m->size;
+        s->asm_len = 0;
+    }
+    if (m->size != s->asm_total || m->addr != s->asm_len) {
+        peer_fail(p, "sent a piece at %llu of %llu bytes where %llu of %llu were expected",
+                  (unsigned long long)m->addr, (unsigned long long)m->size,
+                  (unsigned long long)s->asm_len, (unsigned long long)s->asm_total);
+        return;
+    }
+    f = (struct fmsg *)s->asm_buf;
+    memcpy(f->data + s->asm_len, m->rkey, m->rkey_len);
+    s->asm_len += m->rkey_len;
+    if (s->asm_len < s->asm_total)
+        return;
+    f->len = s->asm_total;
+    s->asm_buf = NULL;
+    s->asm_open = false;
+    pthread_mutex_lock(&s->mu);
+    STAILQ_INSERT_TAIL(&s->msgs, f, link);
+    s->nmsgs++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void forward_on_message(struct peer *p, const struct wire_msg *m)
+{
+    struct relay *r = p->relay;
+    struct stream *s;
+    if (m->type == WIRE_QSUB) {
+        on_qsub(p, m);
+        return;
+    }
+    s = stream_find(r, m->type == WIRE_QACK || m->type == WIRE_QUNSUB ? OUT : IN, p, NULL,
+                    m->id, NULL);
+    if (!s || (s->dir == IN && s->stop)) {
+        if (m->type == WIRE_QSUB_REPLY)
+            peer_fail(p, "answered for stream %llu, which this relay never asked for",
+                      (unsigned long long)m->id);
+        return; /* pieces and acks of a stream that just ended */
+    }
+    switch (m->type) {
+    case WIRE_QSUB_REPLY: {
+        struct sub_result res = {.code = m->code, .seat = (unsigned)m->addr,
+                                 .missed = m->size};
+        snprintf(res.text, sizeof(res.text), "%s", m->text);
+        if (res.code == 0) {
+            s->state = S_RUNNING;
+            s->missed += m->size;
+        }
+        reply_waiter(s, &res);
+        break;
+    }
+    case WIRE_QMSG:
+        on_qmsg(p, s, m);
+        break;
+    case WIRE_QACK:
+        pthread_mutex_lock(&s->mu);
+        if (m->size > s->acked && m->size <= s->produced)
+            s->acked = m->size;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        break;
+    case WIRE_QUNSUB:
+        relay_log("queue %s: peer %s left (%s)", s->queue, p->name, m->text);
+        stream_stop(s);
+        break;
+    default: /* WIRE_QEND: the local writer leaves once it has published what came */
+        pthread_mutex_lock(&s->mu);
+        s->state = S_ENDED;
+        s->end_code = m->code;
+        snprintf(s->end_text, sizeof(s->end_text), "%s", m->text);
+        s->ended_by_peer = true;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        relay_log("queue %s from peer %s ended: %s", s->queue, p->name, m->text);
+        in_pump(s);
+        break;
+    }
+}
+
+/* The peer went: its streams are cut. Our seats for it close at once (the
+ * writer no longer waits for that host); the local writer of its streams
+ * leaves, so the local readers get the end once they read what came. */
+void forward_peer_gone(struct peer *p)
+{
+    struct relay *r = p->relay;
+    struct stream *s;
+    LIST_FOREACH(s, &r->fwd->streams, link) {
+        if (s->peer != p)
+            continue;
+        pthread_mutex_lock(&s->mu);
+        if (s->state != S_ENDED) {
+            s->state = S_CUT;
+            s->end_code = -ECONNRESET;
+            snprintf(s->end_text, sizeof(s->end_text),
+                     "the connection to peer %s was lost: %.300s", s->peer_name,
+                     p->last_error[0] ? p->last_error : "closed");
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (s->dir == OUT) {
+            struct record *rec = record_for(r->fwd, s->peer_name, s->queue, true);
+            rec->position = s->base + s->produced;
+        }
+        s->peer = NULL;
+        stream_stop(s);
+        if (s->dir == IN)
+            in_pump(s);
+    }
+    uv_async_send(&r->fwd->async);
+}
+
+/* A local {"op":"queue_subscribe","peer":P,"queue":Q,"seat_from":A,
+ * "seat_to":B,"seats":N,"slots":S,"slot_size":Z}: a reader of this host
+ * joins P's queue Q; the answer comes when P's relay has a seat for it. */
+void forward_local_subscribe(struct local_client *lc, json_t *req)
+{
+    struct relay *r = lc->relay;
+    json_error_t jerr;
+    const char *op, *peer, *queue;
+    json_int_t from, to, seats, slots, slot_size;
+    unsigned char buf[WIRE_MSG_MAX];
+    struct peer *p;
+    struct stream *s;
+
+    if (json_unpack_ex(req, &jerr, JSON_STRICT, "{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I}",
+                       "op", &op, "peer", &peer, "queue", &queue, "seat_from", &from,
+                       "seat_to", &to, "seats", &seats, "slots", &slots, "slot_size",
+                       &slot_size) < 0) {
+        local_reply_error(lc, -EINVAL, "queue_subscribe takes \"peer\", \"queue\", "
+                          "\"seat_from\", \"seat_to\", \"seats\", \"slots\" and \"slot_size\": %s.",
+                          jerr.text);
+        return;
+    }
+    if (!wire_queue_name_ok(queue, strlen(queue)) || from < 0 || to <= from ||
+        to > WIRE_QSEATS_MAX || seats < 1 || seats > WIRE_QSEATS_MAX || slots < 0 ||
+        slot_size < 0) {
+        local_reply_error(lc, -EINVAL, "queue_subscribe: a queue name of 1 to %d of A-Z a-z "
+                          "0-9 _ -, seats 0 <= seat_from < seat_to <= %d, 1 to %d local "
+                          "seats, and slots and slot_size of 0 or more.",
+                          WIRE_QUEUE_NAME_MAX, WIRE_QSEATS_MAX, WIRE_QSEATS_MAX);
+        return;
+    }
+    p = peer_find(r, peer);
+    if (!p || p->state != PEER_READY) {
+        local_reply_error(lc, -ENOTCONN, "Peer %.64s is not connected%s%s.", peer,
+                          p && p->last_error[0] ? ": " : "", p ? p->last_error : "");
+        return;
+    }
+    /* A stream that ended or was cut and whose thread is gone is replaced;
+     * one still running takes another seat. */
+    struct stream *next;
+    s = NULL;
+    for (struct stream *t = LIST_FIRST(&r->fwd->streams); t; t = next) {
+        next = LIST_NEXT(t, link);
+        if (t->dir != IN || strcmp(t->peer_name, peer) != 0 || strcmp(t->queue, queue) != 0)
+            continue;
+        if (t->stop && !t->started)
+            stream_free(t);
+        else if (t->peer == p && !t->stop && t->state != S_ENDED && t->state != S_CUT)
+            s = t;
+    }
+    if (s && s->nwaiters >= FWD_WAITERS_MAX) {
+        local_reply_error(lc, -EBUSY, "%u subscriptions to queue '%s' wait already.",
+                          s->nwaiters, queue);
+        return;
+    }
+    if (!s) {
+        s = stream_new(r, IN, p, ++r->next_id, queue);
+        if (!s) {
+            local_reply_error(lc, -EMFILE, "The relay carries %d streams already.",
+                              FWD_STREAMS_MAX);
+            return;
+        }
+        s->seat_from = (unsigned)from;
+        s->seat_to = (unsigned)to;
+        s->seats = (unsigned)seats;
+        s->slots = (uint64_t)slots;
+        s->slot_size = (uint64_t)slot_size;
+        if (stream_start(s) < 0) {
+            stream_free(s);
+            local_reply_error(lc, -EAGAIN, "The relay cannot start a thread.");
+            return;
+        }
+    }
+    s->waiters[s->nwaiters++] = lc;
+    peer_send(p, buf, (size_t)wire_qsub(buf, s->id, s->seat_from, s->seat_to, queue));
+}
+
+/* A local {"op":"queue_state","peer":P,"queue":Q}: whether this host's
+ * stream of P's queue Q runs, and if not why it ended. */
+void forward_local_state(struct local_client *lc, json_t *req)
+{
+    json_error_t jerr;
+    const char *op, *peer, *queue;
+    struct stream *s;
+    json_t *reply;
+    char *line;
+    static const char *names[] = {"opening", "running", "cut", "ended"};
+
+    if (json_unpack_ex(req, &jerr, JSON_STRICT, "{s:s, s:s, s:s}", "op", &op, "peer", &peer,
+                       "queue", &queue) < 0) {
+        local_reply_error(lc, -EINVAL, "queue_state takes \"peer\" and \"queue\": %s.",
+                          jerr.text);
+        return;
+    }
+    s = NULL;
+    LIST_FOREACH(s, &lc->relay->fwd->streams, link)
+        if (s->dir == IN && strcmp(s->peer_name, peer) == 0 && strcmp(s->queue, queue) == 0)
+            break;
+    if (!s) {
+        local_reply_error(lc, -ENOENT, "This relay carries no queue '%.40s' from peer %.64s.",
+                          queue, peer);
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    reply = json_pack("{s:b, s:s, s:i, s:s, s:I, s:I}", "ok", 1, "state", names[s->state],
+                      "code", s->end_code, "message", s->end_text, "published",
+                      (json_int_t)s->published, "missed", (json_int_t)s->missed);
+    pthread_mutex_unlock(&s->mu);
+    line = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
+    if (line)
+        local_reply(lc, line);
+    else
+        local_reply_error(lc, -ENOMEM, "The relay is out of memory.");
+    free(line);
+    json_decref(reply);
+}
+
+void forward_client_gone(struct local_client *lc)
+{
+    struct stream *s;
+    LIST_FOREACH(s, &lc->relay->fwd->streams, link) {
+        unsigned j = 0;
+        for (unsigned i = 0; i < s->nwaiters; i++)
+            if (s->waiters[i] != lc)
+                s->waiters[j++] = s->waiters[i];
+        s->nwaiters = j;
+    }
+}
+
+int forward_setup(struct relay *r, struct shmb_error *err)
+{
+    r->fwd = calloc(1, sizeof(*r->fwd));
+    if (!r->fwd)
+        return shmb_error_set(err, -ENOMEM, "The relay is out of memory.");
+    LIST_INIT(&r->fwd->streams);
+    uv_async_init(r->loop, &r->fwd->async, on_async);
+    r->fwd->async.data = r;
+    return 0;
+}
+
+/* Every stream stopped and its thread joined: the threads' waits are
+ * bounded, so this takes at most about FWD_WAIT_MS. */
+void forward_teardown(struct relay *r)
+{
+    struct stream *s;
+    if (!r->fwd)
+        return;
+    LIST_FOREACH(s, &r->fwd->streams, link)
+        stream_stop(s);
+    while ((s = LIST_FIRST(&r->fwd->streams))) {
+        if (s->started)
+            pthread_join(s->thread, NULL);
+        stream_free(s);
+    }
+    uv_close((uv_handle_t *)&r->fwd->async, NULL);
+}
+
+void forward_status(const struct relay *r, json_t *reply)
+{
+    json_t *streams = json_array();
+    struct stream *s;
+    static const char *names[] = {"opening", "running", "cut", "ended"};
+    if (!r->fwd || !streams)
+        return;
+    LIST_FOREACH(s, &r->fwd->streams, link) {
+        pthread_mutex_lock(&s->mu);
+        json_array_append_new(
+            streams, json_pack("{s:s, s:s, s:s, s:s, s:I}", "queue", s->queue, "peer",
+                               s->peer_name, "direction", s->dir == OUT ? "out" : "in",
+                               "state", names[s->state], "messages",
+                               (json_int_t)(s->dir == OUT ? s->produced : s->published)));
+        pthread_mutex_unlock(&s->mu);
+    }
+    json_object_set_new(reply, "queues", streams);
+}

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Queues with readers on other hosts: two network namespaces joined by a
+veth pair, a daemon and a relay in each, UCX over TCP (as test_relay.py).
+A MessageQueue's writer on A with a reader on A and two on B: 10,000
+messages of random sizes, a third larger than a slot, arrive byte-identical
+and in order everywhere. B's relay killed mid-stream: A's writer goes on,
+B's readers get ConnectionLost, and B's relay restarted serves the new
+messages to a reader that joins again, saying how many it missed. Prints
+PASS/FAIL per case; SKIP without root or ip netns."""
+
+import hashlib
+import os
+import random
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_relay as T  # noqa: E402  (its hosts, namespaces and waits)
+from test_relay import report, sh, skip, wait_for  # noqa: E402
+
+import shmbroker  # noqa: E402
+from shmbroker import MessageQueue, errors  # noqa: E402
+
+SLOT = 4096
+MESSAGES = 10000
+WAIT = T.WAIT
+
+
+def messages(seed, n):
+    """n messages of random sizes, a third of them larger than a slot."""
+    rnd = random.Random(seed)
+    for i in range(n):
+        size = rnd.randint(SLOT + 1, 4 * SLOT) if i % 3 == 2 else rnd.randint(0, SLOT // 2)
+        yield rnd.randbytes(size)
+
+
+class Reader(threading.Thread):
+    """A reader that digests what it reads until the end, an error or n."""
+
+    def __init__(self, mq, n):
+        super().__init__(daemon=True)
+        self.mq, self.n = mq, n
+        self.digests = []
+        self.error = None
+
+    def run(self):
+        try:
+            self.mq.wait_until_ready(WAIT)
+            while len(self.digests) < self.n:
+                self.digests.append(hashlib.sha256(self.mq.dequeue(WAIT)).digest())
+        except Exception as e:  # noqa: BLE001  (the case reports it)
+            self.error = e
+
+
+def join(handle, rank, host):
+    return MessageQueue.create_from_handle(handle, rank, client=host.client())
+
+
+def case_order(a, b):
+    mq = MessageQueue(3, 1, [1], SLOT, 8, T.IP_A, socket_path=a.sock)
+    handle = mq.export_handle()
+    readers = [Reader(join(handle, 1, a), MESSAGES), Reader(join(handle, 2, b), MESSAGES),
+               Reader(join(handle, 3, b), MESSAGES)]
+    for r in readers:
+        r.start()
+    mq.wait_until_ready(WAIT)
+    want = []
+    start = time.monotonic()
+    for m in messages(1, MESSAGES):
+        want.append(hashlib.sha256(m).digest())
+        mq.enqueue(m, timeout=WAIT)
+    for r in readers:
+        r.join(WAIT * 4)
+    took = time.monotonic() - start
+    got = [(len(r.digests), r.error) for r in readers]
+    report(all(r.digests == want and r.error is None for r in readers),
+           "a queue with a writer on A and readers on A and B: %d messages of random sizes "
+           "(a third larger than a slot) byte-identical and in order everywhere" % MESSAGES,
+           "read, error per reader: %s; %.1f s" % (got, took))
+    print("    (%d messages to 3 readers, 2 on the other host, in %.1f s)" % (MESSAGES, took))
+    for r in readers:
+        r.mq.close()
+    mq.close()
+
+
+def case_cut(a, b):
+    mq = MessageQueue(2, 1, [1], SLOT, 8, T.IP_A, socket_path=a.sock)
+    handle = mq.export_handle()
+    local = Reader(join(handle, 1, a), 10 ** 9)
+    remote = Reader(join(handle, 2, b), 10 ** 9)
+    local.start()
+    remote.start()
+    mq.wait_until_ready(WAIT)
+    sent = [0]
+    stop = threading.Event()
+    writer_error = []
+
+    def write():
+        try:
+            for m in messages(2, 10 ** 9):
+                if stop.is_set():
+                    return
+                mq.enqueue(m, timeout=WAIT)
+                sent[0] += 1
+        except Exception as e:  # noqa: BLE001
+            writer_error.append(e)
+
+    w = threading.Thread(target=write, daemon=True)
+    w.start()
+    wait_for("B's reader to read 300 messages", lambda: len(remote.digests) >= 300)
+    os.kill(b.relay_pid(), signal.SIGKILL)
+    b.relay.wait()
+    at_kill = sent[0]
+    remote.join(WAIT)
+    wait_for("A's writer to go on after B's relay died",
+             lambda: sent[0] >= at_kill + 2000 or writer_error)
+    report(not writer_error and sent[0] >= at_kill + 2000,
+           "B's relay killed mid-stream: A's writer goes on (%d messages since)"
+           % (sent[0] - at_kill), "writer: %s" % writer_error)
+    report(isinstance(remote.error, errors.ConnectionLost) and not remote.is_alive(),
+           "B's relay killed mid-stream: B's reader gets ConnectionLost, not the end of the "
+           "stream", "after %d messages: %r" % (len(remote.digests), remote.error))
+    remote.mq.close()
+    b.start_relay()
+    wait_for("B's restarted relay to connect", lambda: a.connected() and b.connected())
+    again = join(handle, 2, b)
+    missed = again.missed
+    back = Reader(again, 200)
+    back.start()
+    back.join(WAIT * 2)
+    stop.set()
+    w.join(WAIT)
+    local.mq.close()
+    local.join(WAIT)
+    ok = len(back.digests) == 200 and back.error is None
+    # What came after the return is what A's local reader read, in order.
+    if ok:
+        start = local.digests.index(back.digests[0]) if back.digests[0] in local.digests else -1
+        ok = start >= 0 and local.digests[start:start + 200] == back.digests
+    report(ok and missed > 0,
+           "B's relay restarted serves new messages, in order, and says what it missed "
+           "(%d)" % missed, "read %d, error %r, missed %d" % (len(back.digests), back.error,
+                                                              missed))
+    again.close()
+    mq.close()
+
+
+def main():
+    if os.geteuid() != 0:
+        skip("needs root for ip netns; run make test as root")
+    for binary in (T.DAEMON, T.RELAY):
+        if not os.access(binary, os.X_OK):
+            print("FAIL: queue relay (%s is not built)" % binary)
+            sys.exit(1)
+    r = sh("ip", "netns", "add", T.NS_A, check=False)
+    if r.returncode != 0:
+        skip("ip netns is not available here: " + r.stderr.strip())
+    hosts = []
+    tmp = tempfile.mkdtemp(prefix="shmb-qrelay-")
+    try:
+        sh("ip", "netns", "add", T.NS_B)
+        sh("ip", "link", "add", T.TAG + "va", "type", "veth", "peer", "name", T.TAG + "vb")
+        sh("ip", "link", "set", T.TAG + "va", "netns", T.NS_A)
+        sh("ip", "link", "set", T.TAG + "vb", "netns", T.NS_B)
+        sh("ip", "-n", T.NS_A, "addr", "add", T.IP_A + "/24", "dev", T.TAG + "va")
+        sh("ip", "-n", T.NS_B, "addr", "add", T.IP_B + "/24", "dev", T.TAG + "vb")
+        for ns, dev in ((T.NS_A, T.TAG + "va"), (T.NS_B, T.TAG + "vb")):
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        key = os.path.join(tmp, "key")
+        with open(key, "w") as f:
+            f.write(os.urandom(32).hex())
+        os.chmod(key, 0o600)
+        a = T.Host(tmp, "A", T.NS_A, T.IP_A, "B", T.IP_B, key)
+        hosts.append(a)
+        b = T.Host(tmp, "B", T.NS_B, T.IP_B, "A", T.IP_A, key)
+        hosts.append(b)
+        wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
+        case_order(a, b)
+        case_cut(a, b)
+    except (AssertionError, errors.ShmBrokerError) as e:
+        report(False, "queue relay setup or wait", repr(e))
+    finally:
+        for h in hosts:
+            h.stop()
+        for ns in (T.NS_A, T.NS_B):
+            sh("ip", "netns", "del", ns, check=False)
+        if T.failures:
+            print("logs kept in " + tmp)
+            for n in sorted(os.listdir(tmp)):
+                if n.endswith(".log"):
+                    with open(os.path.join(tmp, n), errors="replace") as f:
+                        tail = f.read()[-3000:]
+                    print("---- %s\n%s" % (n, tail))
+    sys.exit(1 if T.failures else 0)
+
+
+if __name__ == "__main__":
+    main()
