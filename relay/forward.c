@@ -248,6 +248,15 @@ static struct stream *stream_find(struct relay *r, enum stream_dir dir, struct p
     return NULL;
 }
 
+static unsigned peer_streams(struct relay *r, const struct peer *p)
+{
+    struct stream *s;
+    unsigned n = 0;
+    LIST_FOREACH(s, &r->fwd->streams, link)
+        n += s->peer == p && s->dir == OUT;
+    return n;
+}
+
 /* A peer asks for a reader seat of one of our queues for its host. */
 static void on_qsub(struct peer *p, const struct wire_msg *m)
 {
@@ -258,6 +267,11 @@ static void on_qsub(struct peer *p, const struct wire_msg *m)
               strcmp(s->queue, m->key) != 0)) {
         peer_fail(p, "asked for other seats or another queue under stream %llu",
                   (unsigned long long)m->id);
+        return;
+    }
+    if (!s && peer_streams(r, p) >= FWD_PEER_STREAMS_MAX) {
+        peer_send(p, buf, (size_t)wire_qsub_reply(buf, m->id, -EMFILE, 0, 0,
+                                                  "a peer may read 64 queues here at once"));
         return;
     }
     if (!s) {

@@ -150,10 +150,66 @@ def case_cut(a, b):
     mq.close()
 
 
+def case_hostile(a, b, key):
+    """Queue messages from a peer that proved the key are hostile input too:
+    a bad queue name, seats out of order, a piece past its message and an
+    answer to a subscription never made close that peer; a subscription to
+    a queue that does not exist is answered, and the peer kept. The relay's
+    socket refuses bad subscriptions. Then both hosts still carry a queue."""
+    import subprocess
+    for mode, want_closed, what in (
+            ("qname", True, "subscribes to a queue name with a newline"),
+            ("qseats", True, "asks for seats 5 to 2"),
+            ("qpiece", True, "sends a piece past the end of its message"),
+            ("qstray", True, "answers a subscription never made"),
+            ("qnoqueue", False, "subscribes to a queue that does not exist")):
+        r = subprocess.run(["ip", "netns", "exec", T.NS_B, T.HOSTILE, "%s:%d" % (T.IP_A, T.PORT),
+                            key, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=WAIT * 2, env=dict(os.environ, UCX_TLS="tcp"))
+        closed = r.returncode == 0
+        report(closed == want_closed and r.returncode in (0, 1),
+               "a peer that %s is %s" % (what, "disconnected" if want_closed else "kept"),
+               r.stdout.strip() + " " + r.stderr.strip()[-300:])
+    bad = []
+    for req, code in (({"op": "queue_subscribe", "peer": "A", "queue": "a\nb", "seat_from": 1,
+                        "seat_to": 2, "seats": 1, "slots": 2, "slot_size": 64}, "EINVAL"),
+                      ({"op": "queue_subscribe", "peer": "A", "queue": "q", "seat_from": 3,
+                        "seat_to": 2, "seats": 1, "slots": 2, "slot_size": 64}, "EINVAL"),
+                      ({"op": "queue_subscribe", "peer": "nobody", "queue": "q",
+                        "seat_from": 1, "seat_to": 2, "seats": 1, "slots": 2,
+                        "slot_size": 64}, "ENOTCONN"),
+                      ({"op": "queue_subscribe", "peer": "A", "queue": "no-such-queue",
+                        "seat_from": 0, "seat_to": 1, "seats": 1, "slots": 2,
+                        "slot_size": 64}, "ENOENT"),
+                      ({"op": "queue_state", "peer": "A", "queue": "never"}, "ENOENT")):
+        rep = T.ask(b.relay_sock, req)
+        if rep.get("error") != code:
+            bad.append((req, rep))
+    report(not bad, "the relay's socket refuses bad subscriptions with their error", str(bad))
+    mq = MessageQueue(2, 1, [1], SLOT, 4, T.IP_A, socket_path=a.sock)
+    readers = [Reader(join(mq.export_handle(), 1, a), 50),
+               Reader(join(mq.export_handle(), 2, b), 50)]
+    for r in readers:
+        r.start()
+    mq.wait_until_ready(WAIT)
+    want = []
+    for m in messages(3, 50):
+        want.append(hashlib.sha256(m).digest())
+        mq.enqueue(m, timeout=WAIT)
+    for r in readers:
+        r.join(WAIT)
+        r.mq.close()
+    mq.close()
+    report(all(r.digests == want for r in readers) and a.relay.poll() is None
+           and b.relay.poll() is None,
+           "both hosts still carry a queue after the hostile peers",
+           str([(len(r.digests), r.error) for r in readers]))
+
+
 def main():
     if os.geteuid() != 0:
         skip("needs root for ip netns; run make test as root")
-    for binary in (T.DAEMON, T.RELAY):
+    for binary in (T.DAEMON, T.RELAY, T.HOSTILE):
         if not os.access(binary, os.X_OK):
             print("FAIL: queue relay (%s is not built)" % binary)
             sys.exit(1)
@@ -183,6 +239,7 @@ def main():
         wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
         case_order(a, b)
         case_cut(a, b)
+        case_hostile(a, b, key)
     except (AssertionError, errors.ShmBrokerError) as e:
         report(False, "queue relay setup or wait", repr(e))
     finally:
