@@ -50,9 +50,14 @@ def sh(*args, check=True):
 
 
 def wait_for(what, cond, timeout=WAIT):
+    """cond() once true; a socket refused meanwhile (a relay between its
+    bind and its listen, say) is "not yet"."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        v = cond()
+        try:
+            v = cond()
+        except ConnectionRefusedError:
+            v = None
         if v:
             return v
         time.sleep(0.02)
