@@ -1183,9 +1183,9 @@ class MessageQueue:
     larger messages go as store objects instead of vLLM's ZeroMQ socket)
     and max_chunks (slots, default 10). A process group's members make
     their queue with create_from_process_group() as in vLLM.
-    connect_ip is accepted and ignored, and so are remote readers: every
-    reader must be on this host (create_from_handle refuses a rank outside
-    local_reader_ranks). Keywords: name (the queue's, default a fresh
+    Readers on other hosts (n_reader > n_local_reader) are served
+    through shmbroker-relay on each host, the writer's host found at
+    connect_ip (docs/multi-host.md). Keywords: name (the queue's, default a fresh
     "mq-<pid>-<hex>"), socket_path and pool (of the daemon to use), or
     client (a shmbroker.Client of this process to use and leave open; the
     queue's membership is its connection, so it must outlive the queue).
