@@ -15,6 +15,7 @@
  * and local.c's calls, not UCX.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -379,6 +380,7 @@ void forward_on_message(struct peer *p, const struct wire_msg *m)
         if (res.code == 0) {
             s->state = S_RUNNING;
             s->missed += m->size;
+            s->granted++;
         }
         reply_waiter(s, &res);
         break;
@@ -440,6 +442,21 @@ void forward_peer_gone(struct peer *p)
             in_pump(s);
     }
     uv_async_send(&r->fwd->async);
+}
+
+/* The live readers of this host's queue name (UINT_MAX when the daemon
+ * cannot say: then the writer's relay is asked). */
+static unsigned local_readers(struct relay *r, const char *name)
+{
+    shmb_queue_list_t *list = NULL;
+    unsigned n = UINT_MAX;
+    if (shmb_queue_summary(r->c, &list) < 0)
+        return n;
+    for (size_t i = 0; i < list->count; i++)
+        if (strcmp(list->queues[i].name, name) == 0)
+            n = list->queues[i].seats_live;
+    shmb_queue_list_free(list);
+    return n;
 }
 
 /* A local {"op":"queue_subscribe","peer":P,"queue":Q,"seat_from":A,
@@ -514,6 +531,15 @@ void forward_local_subscribe(struct local_client *lc, json_t *req)
             local_reply_error(lc, -EAGAIN, "The relay cannot start a thread.");
             return;
         }
+    }
+    /* A reader that left and joins again takes its old place in the
+     * stream: the writer's relay is asked for a seat only for a reader
+     * more than it gave seats to. */
+    if (s->state == S_RUNNING && s->nwaiters == 0 && local_readers(r, queue) <= s->granted) {
+        char line[64];
+        snprintf(line, sizeof(line), "{\"ok\":true,\"seat\":-1,\"missed\":0}");
+        local_reply(lc, line);
+        return;
     }
     s->waiters[s->nwaiters++] = lc;
     peer_send(p, buf, (size_t)wire_qsub(buf, s->id, s->seat_from, s->seat_to, queue));

@@ -85,6 +85,7 @@ struct stream {
     struct local_client *waiters[FWD_WAITERS_MAX]; /* IN: subscriptions in order */
     unsigned nwaiters;
     uint64_t missed;
+    unsigned granted; /* IN: seats the writer's relay gave this stream */
 };
 
 /* Where a remote host's stream of a queue stopped: its count of messages. */

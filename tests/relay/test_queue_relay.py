@@ -150,6 +150,52 @@ def case_cut(a, b):
     mq.close()
 
 
+def case_rejoin_and_end(a, b):
+    """A remote reader that leaves and joins again, three times, takes its
+    old place (the queue has one remote seat); when the writer leaves, the
+    remote reader gets EndOfQueue once it has read everything, as a local
+    one does, and not ConnectionLost."""
+    mq = MessageQueue(2, 1, [1], SLOT, 4, T.IP_A, socket_path=a.sock)
+    handle = mq.export_handle()
+    local = Reader(join(handle, 1, a), 10 ** 9)
+    local.start()
+    errors_seen = []
+    for i in range(3):
+        try:
+            r = join(handle, 2, b)
+        except errors.ShmBrokerError as e:
+            errors_seen.append(e)
+            break
+        rd = Reader(r, 5)
+        rd.start()
+        mq.wait_until_ready(WAIT)
+        for m in messages(10 + i, 5):
+            mq.enqueue(m, timeout=WAIT)
+        rd.join(WAIT)
+        if len(rd.digests) != 5 or rd.error:
+            errors_seen.append((i, len(rd.digests), rd.error))
+        if i < 2:
+            r.close()
+    last = r
+    report(not errors_seen, "a remote reader that leaves and joins again takes its old "
+           "place (3 times, one remote seat)", str(errors_seen))
+    mq.enqueue(b"the last one", timeout=WAIT)
+    mq.close()
+    try:
+        got = last.dequeue(WAIT)
+        end = last.dequeue(WAIT)
+    except errors.EndOfQueue as e:
+        end = e
+    except errors.ShmBrokerError as e:
+        got, end = None, e
+    report(got == b"the last one" and isinstance(end, errors.EndOfQueue),
+           "the writer gone, a remote reader reads what it sent and then gets EndOfQueue",
+           "got %r, then %r" % (got, end))
+    last.close()
+    local.join(WAIT)
+    local.mq.close()
+
+
 def case_hostile(a, b, key):
     """Queue messages from a peer that proved the key are hostile input too:
     a bad queue name, seats out of order, a piece past its message and an
@@ -239,6 +285,7 @@ def main():
         wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
         case_order(a, b)
         case_cut(a, b)
+        case_rejoin_and_end(a, b)
         case_hostile(a, b, key)
     except (AssertionError, errors.ShmBrokerError) as e:
         report(False, "queue relay setup or wait", repr(e))
