@@ -473,13 +473,15 @@ ifeq ($(SANITIZER),)
 TEST_RUNS   += tests/relay/test_unit.sh
 endif
 RELAY_TEST_BINS := $(RELAY) $(RELAY_HOSTILE)
-# The relay's bench table: fetch bandwidth against ucx_perftest and Redis GET
-# between two namespaces (root). BENCH_QUICK=1 for one round.
+# The relay's bench table: fetch bandwidth against ucx_perftest and Redis GET,
+# and a remote queue's latency and rate against ZeroMQ PUB/SUB, between two
+# namespaces (root). BENCH_QUICK=1 for one round.
 .PHONY: bench-relay
 bench-relay: check-deps
 	$(Q)sh scripts/install-deps.sh bench
 	$(Q)$(MAKE) --no-print-directory $(BINS)
 	$(Q)SHMB_BUILD_DIR=$(BUILD) SHMBROKERD=$(DAEMON) $(PYTHON) tests/relay/bench.py
+	$(Q)SHMB_BUILD_DIR=$(BUILD) SHMBROKERD=$(DAEMON) $(PYTHON) tests/relay/bench_queue.py
 
 # The pkg-config file and the service unit name installed paths, so they are
 # written at install time, with this install's PREFIX and directories.
