@@ -319,10 +319,11 @@ static void on_qmsg(struct peer *p, struct stream *s, const struct wire_msg *m)
         }
         pthread_mutex_lock(&s->mu);
         unsigned queued = s->nmsgs;
+        uint64_t queued_bytes = s->queued_bytes;
         pthread_mutex_unlock(&s->mu);
-        if (queued >= FWD_WINDOW) {
-            peer_fail(p, "sent more than %d messages of queue %s ahead of their publishing",
-                      FWD_WINDOW, s->queue);
+        if (queued >= FWD_WINDOW || queued_bytes > FWD_WINDOW_BYTES) {
+            peer_fail(p, "sent more than %d messages or %u bytes of queue %s ahead of their "
+                      "publishing", FWD_WINDOW, FWD_WINDOW_BYTES, s->queue);
             return;
         }
         s->asm_buf = malloc(sizeof(struct fmsg) + m->size);
@@ -352,6 +353,7 @@ static void on_qmsg(struct peer *p, struct stream *s, const struct wire_msg *m)
     pthread_mutex_lock(&s->mu);
     STAILQ_INSERT_TAIL(&s->msgs, f, link);
     s->nmsgs++;
+    s->queued_bytes += f->len;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -390,8 +392,10 @@ void forward_on_message(struct peer *p, const struct wire_msg *m)
         break;
     case WIRE_QACK:
         pthread_mutex_lock(&s->mu);
-        if (m->size > s->acked && m->size <= s->produced)
-            s->acked = m->size;
+        while (s->acked < m->size && s->acked < s->produced) {
+            s->unacked_bytes -= s->sizes[s->acked % FWD_WINDOW];
+            s->acked++;
+        }
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
         break;

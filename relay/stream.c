@@ -153,8 +153,11 @@ static int out_step(struct stream *s, shmb_queue_t **seats, unsigned nseats)
     pthread_mutex_lock(&s->mu);
     STAILQ_INSERT_TAIL(&s->msgs, m, link);
     s->nmsgs++;
+    s->sizes[s->produced % FWD_WINDOW] = len;
+    s->unacked_bytes += len;
     s->produced++;
-    while (s->produced - s->acked >= FWD_WINDOW && !s->stop) {
+    while ((s->produced - s->acked >= FWD_WINDOW || s->unacked_bytes > FWD_WINDOW_BYTES) &&
+           !s->stop) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += FWD_WAIT_MS * 1000000L;
@@ -255,6 +258,7 @@ void *stream_in_thread(void *arg)
         if (m && !s->stop) {
             STAILQ_REMOVE_HEAD(&s->msgs, link);
             s->nmsgs--;
+            s->queued_bytes -= m->len;
         } else {
             m = NULL;
         }

@@ -21,7 +21,8 @@
 
 #include "relay.h"
 
-#define FWD_WINDOW 16          /* messages sent and not yet published there */
+#define FWD_WINDOW 128         /* messages sent and not yet published there */
+#define FWD_WINDOW_BYTES (64u << 20) /* their bytes: a larger message goes alone */
 #define FWD_WAIT_MS 200        /* a thread's wait, between looks at its stop flag */
 #define FWD_MSG_MAX (1ull << 30) /* a message longer than a slot's largest is not one */
 #define FWD_STREAMS_MAX 256    /* streams at once, both directions */
@@ -69,7 +70,10 @@ struct stream {
     char end_text[WIRE_TEXT_MAX + 1];
     STAILQ_HEAD(, fmsg) msgs;  /* OUT: to send; IN: to publish */
     unsigned nmsgs;
+    uint64_t queued_bytes;     /* IN: the bytes of msgs */
     uint64_t produced, acked;  /* OUT: messages read, and published there */
+    uint64_t sizes[FWD_WINDOW]; /* OUT: the sizes of the last ones, by count */
+    uint64_t unacked_bytes;    /* OUT: the bytes of those not yet published there */
     uint64_t published;        /* IN: messages published here */
     unsigned want_seats;       /* OUT: seats asked for */
     struct sub_result results[WIRE_QSEATS_MAX];

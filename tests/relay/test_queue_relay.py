@@ -150,6 +150,49 @@ def case_cut(a, b):
     mq.close()
 
 
+class SlowReader(Reader):
+    """A reader that takes 2 ms over each message."""
+
+    def run(self):
+        try:
+            self.mq.wait_until_ready(WAIT)
+            while len(self.digests) < self.n:
+                self.digests.append(hashlib.sha256(self.mq.dequeue(WAIT)).digest())
+                time.sleep(0.002)
+        except Exception as e:  # noqa: BLE001
+            self.error = e
+
+
+def case_slow_reader(a, b):
+    """A slow reader on B holds the writer back through the relays' window
+    (at most 128 messages or 64 MiB on their way), as a slow local reader
+    does: nothing piles up without bound, nothing is lost, the stream is
+    not cut."""
+    n = 600
+    mq = MessageQueue(2, 1, [1], SLOT, 4, T.IP_A, socket_path=a.sock)
+    handle = mq.export_handle()
+    local = Reader(join(handle, 1, a), n)
+    slow = SlowReader(join(handle, 2, b), n)
+    local.start()
+    slow.start()
+    mq.wait_until_ready(WAIT)
+    want = []
+    peak = 0
+    for m in messages(4, n):
+        want.append(hashlib.sha256(m).digest())
+        mq.enqueue(m, timeout=WAIT)
+        peak = max(peak, len(want) - len(slow.digests))
+    slow.join(WAIT * 2)
+    local.join(WAIT)
+    report(slow.digests == want and slow.error is None and peak <= 200,
+           "a slow reader on B holds the writer back through the relays' window "
+           "(the writer at most %d messages ahead of it)" % peak,
+           "read %d, error %r, peak %d" % (len(slow.digests), slow.error, peak))
+    for r in (local, slow):
+        r.mq.close()
+    mq.close()
+
+
 def case_rejoin_and_end(a, b):
     """A remote reader that leaves and joins again, three times, takes its
     old place (the queue has one remote seat); when the writer leaves, the
@@ -285,6 +328,7 @@ def main():
         wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
         case_order(a, b)
         case_cut(a, b)
+        case_slow_reader(a, b)
         case_rejoin_and_end(a, b)
         case_hostile(a, b, key)
     except (AssertionError, errors.ShmBrokerError) as e:
