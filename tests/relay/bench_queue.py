@@ -11,6 +11,7 @@ netns and python3-zmq. BENCH_QUICK=1 for fewer messages.
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -188,6 +189,7 @@ def main():
             h.stop()
         for ns in (T.NS_A, T.NS_B):
             T.sh("ip", "netns", "del", ns, check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ PASS/FAIL per case; SKIP without root or ip netns."""
 import hashlib
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -338,6 +339,8 @@ def main():
             h.stop()
         for ns in (T.NS_A, T.NS_B):
             sh("ip", "netns", "del", ns, check=False)
+        if not T.failures:
+            shutil.rmtree(tmp, ignore_errors=True)
         if T.failures:
             print("logs kept in " + tmp)
             for n in sorted(os.listdir(tmp)):

@@ -8,6 +8,7 @@ otherwise. Binaries from $SHMB_BUILD_DIR (default build)."""
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -268,6 +269,8 @@ def main():
             h.stop()
         for ns in (NS_A, NS_B):
             sh("ip", "netns", "del", ns, check=False)
+        if not failures:
+            shutil.rmtree(tmp, ignore_errors=True)
         if failures:
             print("logs kept in " + tmp)
             for n in sorted(os.listdir(tmp)):
