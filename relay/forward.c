@@ -38,10 +38,45 @@ struct forward {
     unsigned nrecords;
 };
 
+static void stream_free(struct stream *s)
+{
+    struct fmsg *m;
+    LIST_REMOVE(s, link);
+    s->relay->fwd->nstreams--;
+    while ((m = STAILQ_FIRST(&s->msgs))) {
+        STAILQ_REMOVE_HEAD(&s->msgs, link);
+        free(m);
+    }
+    free(s->asm_buf);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+/* Streams kept only to say why they ended: past keep of them, the oldest
+ * go (a relay serves many queues over its life, each made afresh). */
+static void reclaim_ended(struct relay *r, unsigned keep)
+{
+    for (;;) {
+        struct stream *s, *oldest = NULL;
+        unsigned n = 0;
+        LIST_FOREACH(s, &r->fwd->streams, link)
+            if (s->dir == IN && s->stop && !s->started && s->nwaiters == 0) {
+                oldest = s; /* the list is newest first */
+                n++;
+            }
+        if (n <= keep || !oldest)
+            return;
+        stream_free(oldest);
+    }
+}
+
 static struct stream *stream_new(struct relay *r, enum stream_dir dir, struct peer *p,
                                  uint64_t id, const char *queue)
 {
     struct stream *s;
+    if (r->fwd->nstreams >= FWD_STREAMS_MAX)
+        reclaim_ended(r, 0);
     if (r->fwd->nstreams >= FWD_STREAMS_MAX)
         return NULL;
     s = calloc(1, sizeof(*s));
@@ -192,20 +227,6 @@ static void in_pump(struct stream *s)
     }
 }
 
-static void stream_free(struct stream *s)
-{
-    struct fmsg *m;
-    LIST_REMOVE(s, link);
-    s->relay->fwd->nstreams--;
-    while ((m = STAILQ_FIRST(&s->msgs))) {
-        STAILQ_REMOVE_HEAD(&s->msgs, link);
-        free(m);
-    }
-    free(s->asm_buf);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    free(s);
-}
 
 static void on_async(uv_async_t *h)
 {
@@ -231,6 +252,7 @@ static void on_async(uv_async_t *h)
         if (s->dir == OUT)
             stream_free(s);
     }
+    reclaim_ended(r, FWD_ENDED_KEEP);
 }
 
 static struct stream *stream_find(struct relay *r, enum stream_dir dir, struct peer *p,

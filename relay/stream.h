@@ -26,6 +26,7 @@
 #define FWD_WAIT_MS 200        /* a thread's wait, between looks at its stop flag */
 #define FWD_MSG_MAX (1ull << 30) /* a message longer than a slot's largest is not one */
 #define FWD_STREAMS_MAX 256    /* streams at once, both directions */
+#define FWD_ENDED_KEEP 16      /* ended streams kept to say why: the last ones */
 #define FWD_PEER_STREAMS_MAX 64 /* queues one peer may read here at once: a thread each */
 #define FWD_WAITERS_MAX 64     /* local subscriptions waiting for their answer */
 #define FWD_RECORDS_MAX 1024   /* where remote hosts' streams stopped, for their return */

@@ -240,6 +240,43 @@ def case_rejoin_and_end(a, b):
     local.mq.close()
 
 
+def case_many_queues(a, b):
+    """A relay serves queue after queue over its life (vLLM makes each
+    afresh): 40 of them, each with a remote reader that reads its message
+    and the end, and the readers' relay keeps no more than 16 ended streams
+    to say why they ended."""
+    bad = []
+    for i in range(40):
+        mq = MessageQueue(2, 1, [1], SLOT, 4, T.IP_A, socket_path=a.sock)
+        local = join(mq.export_handle(), 1, a)
+        try:
+            remote = join(mq.export_handle(), 2, b)
+        except errors.ShmBrokerError as e:
+            bad.append((i, e))
+            local.close()
+            mq.close()
+            break
+        mq.wait_until_ready(WAIT)
+        mq.enqueue(b"one", timeout=WAIT)
+        mq.close()
+        try:
+            got = remote.dequeue(WAIT)
+            remote.dequeue(WAIT)
+            bad.append((i, "no end after %r" % got))
+        except errors.EndOfQueue:
+            pass
+        except errors.ShmBrokerError as e:
+            bad.append((i, e))
+        remote.close()
+        local.close()
+    kept = [q for q in T.ask(b.relay_sock, {"op": "status"}).get("queues", [])
+            if q["direction"] == "in"]
+    report(not bad and len(kept) <= 17,
+           "40 queues one after another reach their remote readers, and the readers' "
+           "relay keeps %d ended streams (at most 16 and the last)" % len(kept),
+           "%s; kept %d" % (bad[:3], len(kept)))
+
+
 def case_hostile(a, b, key):
     """Queue messages from a peer that proved the key are hostile input too:
     a bad queue name, seats out of order, a piece past its message and an
@@ -331,6 +368,7 @@ def main():
         case_cut(a, b)
         case_slow_reader(a, b)
         case_rejoin_and_end(a, b)
+        case_many_queues(a, b)
         case_hostile(a, b, key)
     except (AssertionError, errors.ShmBrokerError) as e:
         report(False, "queue relay setup or wait", repr(e))
