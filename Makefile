@@ -459,7 +459,7 @@ $(LIB_SO): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 # ---- shmbroker-relay (relay/): objects between hosts' brokers over UCX ----
 # A program of its own: the daemon keeps no network code. It links the
 # library like any worker, UCX (libucx-dev) and libcrypto (its key's HMAC).
-RELAY_SRC   := relay/main.c relay/peer.c relay/wire.c relay/auth.c relay/fetch.c relay/local.c
+RELAY_SRC   := relay/main.c relay/log.c relay/peer.c relay/wire.c relay/auth.c relay/fetch.c relay/forward.c relay/stream.c relay/local.c
 RELAY       := $(BUILD)/shmbroker-relay
 RELAY_CFLAGS = $(shell pkg-config --cflags ucx libcrypto 2>/dev/null)
 RELAY_LIBS   = $(shell pkg-config --libs ucx libcrypto 2>/dev/null)
@@ -475,14 +475,22 @@ RELAY_HOSTILE := $(BUILD)/tests/relay-hostile-peer
 $(RELAY_HOSTILE): $(call OBJ,tests/relay/hostile_peer.c relay/wire.c relay/auth.c) $(LIB_A)
 $(RELAY_HOSTILE): TEST_LDFLAGS = $(PKGS_LIBS) $(RELAY_LIBS)
 TEST_RUNS   += tests/relay/test_relay.py
+# Queues with readers on other hosts, in the same two namespaces.
+TEST_RUNS   += tests/relay/test_queue_relay.py
+# The relay's unit as make install stages it, its ExecStart run beside a daemon.
+ifeq ($(SANITIZER),)
+TEST_RUNS   += tests/relay/test_unit.sh
+endif
 RELAY_TEST_BINS := $(RELAY) $(RELAY_HOSTILE)
-# The relay's bench table: fetch bandwidth against ucx_perftest and Redis GET
-# between two namespaces (root). BENCH_QUICK=1 for one round.
+# The relay's bench table: fetch bandwidth against ucx_perftest and Redis GET,
+# and a remote queue's latency and rate against ZeroMQ PUB/SUB, between two
+# namespaces (root). BENCH_QUICK=1 for one round.
 .PHONY: bench-relay
 bench-relay: check-deps
 	$(Q)sh scripts/install-deps.sh bench
 	$(Q)$(MAKE) --no-print-directory $(BINS)
 	$(Q)SHMB_BUILD_DIR=$(BUILD) SHMBROKERD=$(DAEMON) $(PYTHON) tests/relay/bench.py
+	$(Q)SHMB_BUILD_DIR=$(BUILD) SHMBROKERD=$(DAEMON) $(PYTHON) tests/relay/bench_queue.py
 
 # The pkg-config file and the service unit name installed paths, so they are
 # written at install time, with this install's PREFIX and directories.
@@ -648,7 +656,9 @@ install: all
 	    $(DESTDIR)$(MANDIR)/man1
 	$(SUBST) systemd/shmbrokerd.service.in > $(DESTDIR)$(UNITDIR)/shmbrokerd.service
 	$(SUBST) systemd/shmbrokerd.socket.in > $(DESTDIR)$(UNITDIR)/shmbrokerd.socket
+	$(SUBST) systemd/shmbroker-relay.service.in > $(DESTDIR)$(UNITDIR)/shmbroker-relay.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/shmbrokerd.service $(DESTDIR)$(UNITDIR)/shmbrokerd.socket \
+	    $(DESTDIR)$(UNITDIR)/shmbroker-relay.service \
 	    $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc
 	@# The settings files are the operator's: installed when absent, never replaced.
 	install -d $(DESTDIR)$(SYSCONFDIR)/default
@@ -656,6 +666,8 @@ install: all
 	    install -m 0644 systemd/shmbrokerd.conf $(DESTDIR)$(SYSCONFDIR)/shmbrokerd.conf
 	[ -e $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd ] || \
 	    install -m 0644 systemd/shmbrokerd.default $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd
+	[ -e $(DESTDIR)$(SYSCONFDIR)/default/shmbroker-relay ] || \
+	    install -m 0644 systemd/shmbroker-relay.default $(DESTDIR)$(SYSCONFDIR)/default/shmbroker-relay
 	install -m 0644 systemd/shmbroker.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf
 	install -m 0644 daemon/shmbrokerd.8 $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8
 	install -m 0644 relay/shmbroker-relay.8 $(DESTDIR)$(MANDIR)/man8/shmbroker-relay.8
@@ -698,6 +710,7 @@ uninstall:
 	    $(DESTDIR)$(LIBDIR)/libshmbroker.so $(DESTDIR)$(INCLUDEDIR)/shmbroker.h \
 	    $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc \
 	    $(DESTDIR)$(UNITDIR)/shmbrokerd.service $(DESTDIR)$(UNITDIR)/shmbrokerd.socket \
+	    $(DESTDIR)$(UNITDIR)/shmbroker-relay.service \
 	    $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8 \
 	    $(DESTDIR)$(MANDIR)/man8/shmbroker-relay.8 \
 	    $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1 $(DESTDIR)$(MANDIR)/man3/libshmbroker.3 \
@@ -707,7 +720,7 @@ uninstall:
 	$(Q)if [ -n "$(PY_VERSION)" ]; then rm -rf $(DESTDIR)$(PYTHONDIR)/shmbroker \
 	    $(DESTDIR)$(PYTHONDIR)/$(PY_DISTINFO); \
 	else echo "$(PYTHON) not found: the Python package (client/python) is left alone"; fi
-	@echo "kept the settings $(DESTDIR)$(SYSCONFDIR)/shmbrokerd.conf and $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd (remove them by hand)"
+	@echo "kept the settings $(DESTDIR)$(SYSCONFDIR)/shmbrokerd.conf, $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd and $(DESTDIR)$(SYSCONFDIR)/default/shmbroker-relay (remove them by hand)"
 
 # The Debian packages (debian/), built by Debian's own tools in a copy of the
 # files git tracks: dpkg-buildpackage writes its results beside the source
