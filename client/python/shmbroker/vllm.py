@@ -812,11 +812,26 @@ class ShmBrokerObjectStorage:
         where = self._objects.get(key)
         if where is None:
             return False
-        if self._unconfirmed(key):
+        raw = key.encode("utf-8", "surrogatepass")
+
+        def landed():
+            found = self._mapped(where[0], self.ring_buffer.client)
+            return found is not None and found[2] == where[1] and found[4] == raw
+
+        if landed():
             return True
-        found = self._mapped(where[0], self.ring_buffer.client)
-        return (found is not None and found[2] == where[1]
-                and found[4] == key.encode("utf-8", "surrogatepass"))
+        if not self._unconfirmed(key):
+            return False
+        # On its way: it lands unless another client's object of the key
+        # (listed in the catalog) makes the daemon refuse it. Then, or when
+        # the catalog cannot say (the daemon listing this one just now), the
+        # daemon's reply tells (a round trip); handing the pair out meanwhile
+        # would name nothing, and touching the key would add reads to the
+        # other client's object.
+        if self._client._listed(key) is False or landed():
+            return True
+        self._settle_sent()  # forgets key when its commit was refused
+        return key in self._objects
 
     def _reconcile(self):
         """After the daemon reported puts sent without waiting as refused
@@ -1192,6 +1207,9 @@ class ShmBrokerObjectStorage:
         if key not in self.key_index:
             raise KeyError(key)
         with self.ring_buffer.lock:
+            if not self._alive(key):  # a commit refused: the key is another's
+                self._forget(key)
+                raise KeyError(key)
             try:
                 self._client.touch(key, self.n_readers)
             except NotFound:
@@ -1415,6 +1433,9 @@ class ShmBrokerObjectStorage:
         with self.ring_buffer.lock:
             if self.is_writer:
                 if key not in self._objects:
+                    return None
+                if not self._alive(key):  # a commit refused: the key is another's
+                    self._forget(key)
                     return None
                 try:
                     self._client.touch(key, self.n_readers)

@@ -1,0 +1,86 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The vLLM store drop-in against other clients and careless callers: a
+put whose commit the daemon refuses (another client took the key in
+between) is not handed out again and adds no reads to the other client's
+object."""
+
+import unittest
+import uuid
+
+import support  # noqa: F401  (puts the package on the path)
+import shmbroker
+from shmbroker import vllm
+from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer
+
+MiB = 1024 * 1024
+
+
+class HostileStoreTest(unittest.TestCase):
+    def make_store(self, buffer_size=16 * MiB, n_readers=1):
+        ring = SingleWriterShmRingBuffer(buffer_size, name="shmb-test-%s" % uuid.uuid4().hex[:12],
+                                         create=True)
+        store = ShmBrokerObjectStorage(max_object_size=4 * MiB, n_readers=n_readers,
+                                       ring_buffer=ring)
+        self.addCleanup(store.close)
+        return store
+
+    # Another client commits the key between the writer's look at the
+    # catalog and its commit, which the daemon then refuses without a reply.
+    # vLLM's sender asks is_cached() and, on True, get_cached(): neither may
+    # take the key for the writer's (the pair would name nothing, and the
+    # hand-out's touch would give the other client's object reads that no
+    # reader will ever count, so that it could never be evicted). A put
+    # that nothing races is cached (test_vllm_mapped's test_no_round_trip
+    # checks that is_cached right after a put waits for no reply).
+    def test_refused_commit_not_handed_out(self):
+        store = self.make_store()
+        other = shmbroker.Client(store.ring_buffer.socket_path)
+        self.addCleanup(other.close)
+        store.put("warm", b"w")
+
+        class Racing(vllm.PickleSerde):
+            def serialize(self, value):
+                if value == "race":
+                    other.put("k", b"theirs")
+                return super().serialize(value)
+
+        store.ser_de = Racing()
+        store.put("free", b"f")
+        self.assertTrue(store.is_cached("free"))
+        store.put("k", "race")
+        self.assertFalse(store.is_cached("k"))
+        self.assertNotIn("k", store.key_index)
+        with self.assertRaises(KeyError):
+            store.get_cached("k")
+        store.touch("k")
+        self.assertEqual(other.list("k")[0]["readers"], 0)
+        self.assertEqual(other.read("k"), b"theirs")
+        self.assertTrue(store.is_cached("free"))
+
+    # The same race, with the writer's hand-out asked first (get_cached
+    # without is_cached, and the writer's touch): neither touches the other
+    # client's object.
+    def test_refused_commit_not_touched(self):
+        store = self.make_store()
+        other = shmbroker.Client(store.ring_buffer.socket_path)
+        self.addCleanup(other.close)
+        store.put("warm", b"w")
+
+        class Racing(vllm.PickleSerde):
+            def serialize(self, value):
+                if isinstance(value, str) and value.startswith("race"):
+                    other.put(value, b"theirs")
+                return super().serialize(value)
+
+        store.ser_de = Racing()
+        store.put("race1", "race1")
+        store.touch("race1")
+        store.put("race2", "race2")
+        with self.assertRaises(KeyError):
+            store.get_cached("race2")
+        self.assertEqual(other.list("race1")[0]["readers"], 0)
+        self.assertEqual(other.list("race2")[0]["readers"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
