@@ -2,7 +2,7 @@
 """The vLLM store drop-in against other clients and careless callers: a
 put whose commit the daemon refuses (another client took the key in
 between) is not handed out again and adds no reads to the other client's
-object."""
+object; monotonic ids grow put after put whichever way a put goes."""
 
 import unittest
 import uuid
@@ -80,6 +80,27 @@ class HostileStoreTest(unittest.TestCase):
             store.get_cached("race2")
         self.assertEqual(other.list("race1")[0]["readers"], 0)
         self.assertEqual(other.list("race2")[0]["readers"], 0)
+
+    # Monotonic ids grow put after put, as vLLM's do, when puts through
+    # the writer's arena and puts too large for one (alloc and commit, a
+    # newer chunk id) alternate, and after clear(), whose first put may be
+    # one of those: never smaller than the one before, never negative. Each
+    # pair still reads its own value.
+    def test_ids_grow_around_large_puts(self):
+        store = self.make_store()
+        reader = ShmBrokerObjectStorage.create_from_handle(store.handle())
+        self.addCleanup(reader.close)
+        big = 3 * MiB  # more than an arena may hold (1/8 of the data area)
+        for phase in ("start", "after clear"):
+            values = [b"a" * 100, b"B" * big, b"c" * 100, b"d" * 200, b"E" * big, b"f" * 100]
+            pairs = [store.put("%s %d" % (phase, i), v) for i, v in enumerate(values)]
+            ids = [p[1] for p in pairs]
+            self.assertEqual(ids, sorted(set(ids)), (phase, pairs))
+            self.assertGreaterEqual(ids[0], 0, (phase, pairs))
+            for pair, value in zip(pairs, values):
+                self.assertEqual(reader.get(*pair), value)
+            store.clear()
+            store.put("big first %s" % phase, b"G" * big)
 
 
 if __name__ == "__main__":

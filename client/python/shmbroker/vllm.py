@@ -1145,6 +1145,13 @@ class ShmBrokerObjectStorage:
                     self._tell_guard("F", key)
                 raise
             offset, chunk_id = told[-1]
+            arena = client._arena
+            if arena.size and arena.chunk_id < chunk_id:
+                # This put went around the arena (an object too large for
+                # one) and has a newer chunk id: the next put into the arena
+                # would get a smaller monotonic id than this one. The next
+                # put asks for a new arena (the daemon takes this one back).
+                arena.drop()
             old = self._chunk_keys.get((offset, chunk_id))
             if old is not None and old != key:
                 self._forget(old)  # an id the daemon gave back and reused
