@@ -2,8 +2,10 @@
 """The vLLM store drop-in against other clients and careless callers: a
 put whose commit the daemon refuses (another client took the key in
 between) is not handed out again and adds no reads to the other client's
-object; monotonic ids grow put after put whichever way a put goes."""
+object; monotonic ids grow put after put whichever way a put goes; the
+writer's threads may put at once."""
 
+import threading
 import unittest
 import uuid
 
@@ -101,6 +103,50 @@ class HostileStoreTest(unittest.TestCase):
                 self.assertEqual(reader.get(*pair), value)
             store.clear()
             store.put("big first %s" % phase, b"G" * big)
+
+    # Two threads of the writer put at once (they share its connection): the
+    # second waits for the first, as before puts went through the arena;
+    # its look for another client's object of the key raised EBUSY while
+    # the first one's put was sending. The first put is held in its send
+    # until the second has tried (bounded: with the ring's lock the second
+    # waits for the first, which then goes on after a second).
+    def test_threads_share_the_writer(self):
+        store = self.make_store()
+        store.put("warm", b"w")
+        client = store.ring_buffer.client
+        real_send = client._send
+        inside = threading.Event()
+        tried = threading.Event()
+        errors = []
+
+        def send(data):
+            if threading.current_thread() is first and not inside.is_set():
+                inside.set()
+                tried.wait(1.0)
+            return real_send(data)
+
+        def put(key):
+            try:
+                store.put(key, key)
+            except Exception as e:  # noqa: BLE001  (any error is the finding)
+                errors.append(e)
+            finally:
+                if key == "second":
+                    tried.set()
+
+        client._send = send
+        first = threading.Thread(target=put, args=("first",))
+        first.start()
+        self.assertTrue(inside.wait(20))
+        second = threading.Thread(target=put, args=("second",))
+        second.start()
+        first.join(20)
+        second.join(20)
+        self.assertEqual(errors, [])
+        reader = ShmBrokerObjectStorage.create_from_handle(store.handle())
+        self.addCleanup(reader.close)
+        for key in ("first", "second"):
+            self.assertEqual(reader.get(*store.key_index[key]), key)
 
 
 if __name__ == "__main__":

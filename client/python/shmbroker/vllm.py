@@ -1088,10 +1088,12 @@ class ShmBrokerObjectStorage:
             raise KeyExists("EEXIST", "Key '%s' already exists in the storage." % key)
         if not self._put_waits:
             # Another writer's object of the key, committed: from the
-            # catalog (no round trip), else the daemon says.
-            listed = self._client._listed(check_key(key))
-            if listed is None:
-                listed = self._client.contains(key)
+            # catalog (no round trip), else the daemon says. Under the
+            # ring's lock: the writer's threads share one connection.
+            with self.ring_buffer.lock:
+                listed = self._client._listed(check_key(key))
+                if listed is None:
+                    listed = self._client.contains(key)
             if listed:
                 raise KeyExists("EEXIST", "Key '%s' already exists in the storage." % key)
         data, _nbytes, metadata, _md_bytes = self.ser_de.serialize(value)
