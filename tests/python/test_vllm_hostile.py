@@ -3,9 +3,13 @@
 put whose commit the daemon refuses (another client took the key in
 between) is not handed out again and adds no reads to the other client's
 object; monotonic ids grow put after put whichever way a put goes; the
-writer's threads may put at once."""
+writer's threads may put at once, and a child made by fork() while one
+of them held the ring's lock may use the store."""
 
+import os
+import signal
 import threading
+import time
 import unittest
 import uuid
 
@@ -147,6 +151,51 @@ class HostileStoreTest(unittest.TestCase):
         self.addCleanup(reader.close)
         for key in ("first", "second"):
             self.assertEqual(reader.get(*store.key_index[key]), key)
+
+    # fork() while another thread of the writer holds the ring's lock (in
+    # the middle of a put, say): that thread does not exist in the child,
+    # whose put and get waited for the lock for ever. The child's own puts
+    # and gets work (on a connection of its own); the parent's go on.
+    def test_fork_while_a_thread_holds_the_ring(self):
+        store = self.make_store()
+        pair = store.put("before", b"parent's")
+        held = threading.Event()
+        release = threading.Event()
+
+        def hold():
+            with store.ring_buffer.lock:
+                held.set()
+                release.wait(30)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        self.assertTrue(held.wait(20))
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                signal.alarm(30)  # bound a child that would wait for ever
+                child_pair = store.put("child", b"child's")
+                if store.get(*child_pair) == b"child's" and store.get(*pair) == b"parent's":
+                    status = 0
+            finally:
+                os._exit(status)
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                time.sleep(0.01)
+            else:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                self.fail("the child's put waited for a lock held by a thread of its parent")
+        finally:
+            release.set()
+            holder.join(20)
+        self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status)
+        self.assertEqual(store.get(*store.put("after", b"a")), b"a")
 
 
 if __name__ == "__main__":

@@ -325,6 +325,7 @@ class SingleWriterShmRingBuffer:
         self.daemon = None
         self.client = None
         self.lock = threading.RLock()
+        _RINGS.add(self)  # a child made by fork() gets a lock of its own
         self._owner = os.getpid()
         self.monotonic_id_start = 0
         self.monotonic_id_end = 0
@@ -1544,8 +1545,20 @@ def _forget_guards_in_child():
     _GUARDED.clear()
 
 
+# Every ring of this process, for the child of a fork(): the parent's thread
+# that held a ring's lock at the fork does not exist in the child, so the
+# lock would stay held there for ever.
+_RINGS = weakref.WeakSet()
+
+
+def _new_locks_in_child():
+    for ring in list(_RINGS):
+        ring.lock = threading.RLock()
+
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_guards_in_child)
+    os.register_at_fork(after_in_child=_new_locks_in_child)
 
 
 def _guard_main(socket_path, pool, keep_awaited="", grace=None):
