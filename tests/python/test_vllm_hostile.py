@@ -4,10 +4,12 @@ put whose commit the daemon refuses (another client took the key in
 between) is not handed out again and adds no reads to the other client's
 object; monotonic ids grow put after put whichever way a put goes; the
 writer's threads may put at once, and a child made by fork() while one
-of them held the ring's lock may use the store."""
+of them held the ring's lock may use the store; a scribbled size in a
+chunk header costs a round trip, not the value."""
 
 import os
 import signal
+import struct
 import threading
 import time
 import unittest
@@ -15,6 +17,7 @@ import uuid
 
 import support  # noqa: F401  (puts the package on the path)
 import shmbroker
+from shmbroker import _protocol as P
 from shmbroker import vllm
 from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer
 
@@ -196,6 +199,28 @@ class HostileStoreTest(unittest.TestCase):
             holder.join(20)
         self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status)
         self.assertEqual(store.get(*store.put("after", b"a")), b"a")
+
+    # A read-write client scribbles the size in an object's chunk header
+    # (smaller, larger): a reader's get in place finds the payload's
+    # lengths wrong and asks the daemon, whose pin knows the size, and
+    # returns the value put, as for any other header field scribbled
+    # (it raised the serde's error).
+    def test_scribbled_size(self):
+        store = self.make_store()
+        reader = ShmBrokerObjectStorage.create_from_handle(store.handle())
+        self.addCleanup(reader.close)
+        scribbler = shmbroker.Client(store.ring_buffer.socket_path)
+        self.addCleanup(scribbler.close)
+        for i, delta in enumerate((-8, 4096, -1)):
+            key = "sized %d" % i
+            value = ["a value", i] * 20
+            pair = store.put(key, value)
+            store.ring_buffer.client.sync()
+            offset = store._objects[key][0]
+            chunk = offset - P.align64(P.CHUNK_HEADER_SIZE + len(key.encode()))
+            size = P.CHUNK_HEADER.unpack_from(scribbler._mv, chunk)[7]
+            struct.pack_into("=Q", scribbler._mv, chunk + 32, size + delta)
+            self.assertEqual(reader.get(*pair), value, delta)
 
 
 if __name__ == "__main__":

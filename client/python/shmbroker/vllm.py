@@ -1372,8 +1372,9 @@ class ShmBrokerObjectStorage:
         try:
             value = self.ser_de.deserialize(view)
         except Exception:
-            if self._sealed(found, client):
-                raise  # the bytes committed there do not deserialize
+            # Changed under the read, or the header's size scribbled: the
+            # daemon's pin says where the payload ends (bytes that do not
+            # deserialize raise there).
             return _MISSED
         finally:
             view.release()
