@@ -222,6 +222,34 @@ class HostileStoreTest(unittest.TestCase):
             struct.pack_into("=Q", scribbler._mv, chunk + 32, size + delta)
             self.assertEqual(reader.get(*pair), value, delta)
 
+    # The ring comes round: an arena may then lie across the base's place
+    # (where the first put after clear() was), its first objects before it
+    # and the next after it. Ids still grow put after put (the objects
+    # before the base's place got larger ids than those after it), and
+    # each pair still reads its own value.
+    def test_ids_grow_in_an_arena_across_the_base(self):
+        store = self.make_store(buffer_size=4 * MiB, n_readers=0)
+        reader = ShmBrokerObjectStorage.create_from_handle(store.handle())
+        self.addCleanup(reader.close)
+        for i in range(100):
+            store.put("before clear %d" % i, b"b" * 5000)
+        store.clear()  # the next put, the base, lies inside the ring
+        pairs, across = [], None
+        for i in range(4000):
+            key = "k%d" % i
+            pairs.append((store.put(key, key.encode() * 500), key))
+            if i and across is None:
+                (prev, prev_id), (now, now_id) = store._objects["k%d" % (i - 1)], store._objects[key]
+                if prev_id == now_id and prev < store._base[0] <= now:
+                    across = i
+            if across is not None and i >= across + 20:
+                break
+        self.assertIsNotNone(across, "no arena lay across the base's place in 4000 puts")
+        ids = [pair[1] for pair, _ in pairs]
+        self.assertEqual(ids, sorted(set(ids)))
+        for pair, key in pairs[-40:]:
+            self.assertEqual(reader.get(*pair), key.encode() * 500)
+
 
 if __name__ == "__main__":
     unittest.main()

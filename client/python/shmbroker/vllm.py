@@ -38,9 +38,10 @@ error texts, with shmbrokerd managing the memory:
   look and the writer's own makes the daemon refuse the writer's: a later
   reply reports it, and the writer forgets that object before its next
   put (a reader's get of its pair raises vLLM's ValueError).
-- Monotonic ids carry the payload's place (in 64-byte units) below the
-  chunk id counted from the base: the objects of one arena share its chunk
-  id. Ids grow put after put, and no two objects stored at once share one.
+- Monotonic ids carry the payload's distance from the base (in 64-byte
+  units, negative before it) beside the chunk id counted from the base:
+  the objects of one arena share its chunk id. Ids grow put after put, and
+  no two objects stored at once share one.
 - Any number of writers may share one daemon (and one ring name); keys are
   the daemon's, so two writers cannot store the same key at once.
 - What a writer leaves: close() deletes its objects; on a daemon it did not
@@ -920,13 +921,16 @@ class ShmBrokerObjectStorage:
     def _rel(self, offset, chunk_id):
         """The store's (address, monotonic_id) of the object at (offset,
         chunk_id): the address counts from the base's offset; the id is the
-        chunk id counted from the base's, above the address in 64-byte
-        units, so that ids grow put after put and no two objects stored at
-        once share one."""
+        chunk id counted from the base's, times 2 << _id_shift(), plus the
+        payload's distance from the base's in 64-byte units (negative before
+        it), so that ids grow put after put, within an arena that the ring
+        brought round across the base's place too, and no two objects
+        stored at once share one."""
         info = self._client.info
         base_offset, base_id = self._base[0], self._base[1]
         address = (offset - base_offset) % info["data_size"]
-        return address, ((chunk_id - base_id) << self._id_shift()) | (address // P.ALIGN)
+        return address, (((chunk_id - base_id) << (self._id_shift() + 1))
+                         + (offset - base_offset) // P.ALIGN)
 
     def _abs(self, address, monotonic_id):
         """(offset, chunk_id) of the store's pair, or None when it names nothing."""
@@ -935,12 +939,14 @@ class ShmBrokerObjectStorage:
         if (base is None or type(address) is not int or type(monotonic_id) is not int
                 or not 0 <= address < info["data_size"] or address % P.ALIGN):
             return None
-        shift = self._id_shift()
-        if monotonic_id & ((1 << shift) - 1) != address // P.ALIGN:
-            return None
         doff = info["data_offset"]
-        return (doff + (base[0] - doff + address) % info["data_size"],
-                base[1] + (monotonic_id >> shift))
+        offset = doff + (base[0] - doff + address) % info["data_size"]
+        # What is left of the id without the distance is the chunk id's part.
+        part = monotonic_id - (offset - base[0]) // P.ALIGN
+        shift = self._id_shift() + 1
+        if part & ((1 << shift) - 1):
+            return None
+        return offset, base[1] + (part >> shift)
 
     def _rekey(self):
         """key_index and id_index again, counted from the current base."""
