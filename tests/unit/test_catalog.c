@@ -514,8 +514,8 @@ static void test_remove_from_full_table(void **state)
             __atomic_store_n((uint64_t *)(f->base + chunk_of[i] +
                                           offsetof(struct shmb_chunk_header, seal)),
                              SHMB_SEAL(++next_gen, 0), __ATOMIC_RELEASE);
-            assert_int_equal(catalog_add(f->cat, key, strlen(key), chunk_of[i], next_gen, 16,
-                                         0, &owners[i], &displaced),
+            assert_int_equal(catalog_add(f->cat, key, strlen(key), chunk_of[i], next_gen,
+                                         16, 0, &owners[i], &displaced),
                              0);
             live[i] = listed[i] = true;
             if (displaced != NULL)
@@ -595,8 +595,8 @@ static void test_random_displacement(void **state)
 
             gen_of[i] = ++next_gen;
             __atomic_store_n(seal, SHMB_SEAL(gen_of[i], 0), __ATOMIC_RELEASE);
-            assert_int_equal(catalog_add(f->cat, key, strlen(key), chunk_of[i], gen_of[i], 16,
-                                         0, &owners[i], &displaced),
+            assert_int_equal(catalog_add(f->cat, key, strlen(key), chunk_of[i], gen_of[i],
+                                         16, 0, &owners[i], &displaced),
                              0);
             live[i] = listed[i] = true;
             if (displaced != NULL) {

@@ -775,11 +775,12 @@ static void diff_open(struct diff_side *d)
     memset(d, 0, sizeof(*d));
     assert_int_equal(fixture_init(&d->f, FIX_SIZE, FIX_MAX_OBJECT), 0);
     command_client_open(&d->f.env, &d->w);
-    assert_int_equal(fixture_request(&d->f, &d->w, "{\"op\":\"hello\",\"version\":1}", NULL),
-                     1);
+    assert_int_equal(
+        fixture_request(&d->f, &d->w, "{\"op\":\"hello\",\"version\":1}", NULL), 1);
     assert_int_equal(
         fixture_request(&d->f, &d->w, "{\"op\":\"arena\",\"size\":8192}", &reply), 1);
-    d->arena_at = (unsigned long long)json_integer_value(json_object_get(reply, "offset"));
+    d->arena_at =
+        (unsigned long long)json_integer_value(json_object_get(reply, "offset"));
     json_decref(reply);
 }
 
@@ -837,7 +838,8 @@ static char *diff_state(struct diff_side *d)
     assert_non_null(out);
     snprintf(out, n, "used %llu objects %llu commits %llu arena %llu list %s next %s",
              (unsigned long long)st.used, (unsigned long long)st.objects,
-             (unsigned long long)st.commits, (unsigned long long)st.arena_bytes, list, next);
+             (unsigned long long)st.commits, (unsigned long long)st.arena_bytes, list,
+             next);
     free(list);
     free(next);
     return out;
@@ -868,7 +870,8 @@ static void diff_case(const char *tmpl, size_t len)
     sa = diff_state(&a);
     sb = diff_state(&b);
     if (strcmp(ra, rb) != 0 || strcmp(sa, sb) != 0) {
-        print_error("line   %.*s\n  by hand  %s\n           %s\n  general  %s\n           %s\n",
+        print_error("line   %.*s\n  by hand  %s\n           %s\n"
+                    "  general  %s\n           %s\n",
                     (int)n, line, ra, sa, rb, sb);
         fail();
     }
@@ -884,96 +887,98 @@ static void diff_case(const char *tmpl, size_t len)
  * jansson: each line below, each cut of the libraries' line at every byte,
  * and the libraries' line with each byte replaced by others, give the same
  * reply and leave the same store whether or not the hand may read them. */
+#define CA "{\"op\":\"commit_at\"," /* the start every case shares */
 static void test_commit_at_differential(void **state)
 {
     static const char *const cases[] = {
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":2,"
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":2,"
         "\"noreply\":true}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0,"
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0,"
         "\"noreply\":false}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0,"
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0,"
         "\"noreply\":1}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0,"
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0,"
         "\"noreply\":null}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0,"
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0,"
         "\"noreply\":true,\"noreply\":true}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0,"
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0,"
         "\"noreply\":true}}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"key\":\"j\",\"offset\":@,\"size\":5,"
+        CA "\"id\":1,\"key\":\"k\",\"key\":\"j\",\"offset\":@,\"size\":5,"
         "\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"offset\":@,\"size\":5,"
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"offset\":@,\"size\":5,"
         "\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"id\":2,\"key\":\"k\",\"offset\":@,\"size\":5,"
+        CA "\"id\":1,\"id\":2,\"key\":\"k\",\"offset\":@,\"size\":5,"
         "\"readers\":0}",
-        "{\"op\":\"commit_at\",\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,"
+        CA "\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,"
         "\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":0,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":00,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":-0,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":-1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1e3,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1.0,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":999999999999999999,\"key\":\"k\",\"offset\":@,\"size\":5,"
+        CA "\"id\":0,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":00,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":-0,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":-1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":1e3,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":1.0,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":999999999999999999,\"key\":\"k\",\"offset\":@,\"size\":5,"
         "\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1000000000000000000,\"key\":\"k\",\"offset\":@,"
+        CA "\"id\":1000000000000000000,\"key\":\"k\",\"offset\":@,"
         "\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":9223372036854775807,\"key\":\"k\",\"offset\":@,"
+        CA "\"id\":9223372036854775807,\"key\":\"k\",\"offset\":@,"
         "\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":9223372036854775808,\"key\":\"k\",\"offset\":@,"
+        CA "\"id\":9223372036854775808,\"key\":\"k\",\"offset\":@,"
         "\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":\"1\",\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":null,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":true,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":[1],\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":{},\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\\u0000\",\"offset\":@,\"size\":5,"
+        CA "\"id\":\"1\",\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":null,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":true,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":[1],\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":{},\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"k\\u0000\",\"offset\":@,\"size\":5,"
         "\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\\ud800\",\"offset\":@,\"size\":5,"
+        CA "\"id\":1,\"key\":\"k\\ud800\",\"offset\":@,\"size\":5,"
         "\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\\ud83d\\ude00\",\"offset\":@,\"size\":5,"
+        CA "\"id\":1,\"key\":\"k\\ud83d\\ude00\",\"offset\":@,\"size\":5,"
         "\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\xff\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\xc0\xaf\",\"offset\":@,\"size\":5,"
+        CA "\"id\":1,\"key\":\"k\xff\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"k\xc0\xaf\",\"offset\":@,\"size\":5,"
         "\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\x01\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\x7f\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\t\",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k \",\"offset\":@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":0,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@0,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":-@,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@.0,\"size\":5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":0,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":-0,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":-5,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5e0,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":8192,\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":999999999999999999,"
+        CA "\"id\":1,\"key\":\"k\x01\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"k\x7f\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"k\t\",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"k \",\"offset\":@,\"size\":5,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":0,\"size\":5,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@0,\"size\":5,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":-@,\"size\":5,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@.0,\"size\":5,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":0,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":-0,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":-5,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5e0,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":8192,\"readers\":0}",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":999999999999999999,"
         "\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":9223372036854775807,"
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":9223372036854775807,"
         "\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":999999999999999999,\"size\":5,"
+        CA "\"id\":1,\"key\":\"k\",\"offset\":999999999999999999,\"size\":5,"
         "\"readers\":0}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":1000000}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":1000001}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,"
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":1000000}",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":1000001}",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,"
         "\"readers\":4294967296}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":-1}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0,"
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":-1}",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5}",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0,"
         "\"pool\":\"fixture\"}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}x",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}{}",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0"
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}x",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}{}",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0"
         ",\"noreply\":true",
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}\r",
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0}\r",
     };
     static const char base[] =
-        "{\"op\":\"commit_at\",\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0,"
+        CA "\"id\":1,\"key\":\"k\",\"offset\":@,\"size\":5,\"readers\":0,"
         "\"noreply\":true}";
-    static const char bytes[] = {'\0', '"', '\\', ' ', '0', '9', '-', '}', ',', 'k', '\xff'};
+    static const char bytes[] = {'\0', '"', '\\', ' ', '0', '9',
+                                 '-',  '}', ',',  'k', '\xff'};
     char line[sizeof(base)], key[300];
     size_t i, j;
 
@@ -987,7 +992,7 @@ static void test_commit_at_differential(void **state)
         memset(key, 'a', i);
         key[i] = '\0';
         snprintf(longline, sizeof(longline),
-                 "{\"op\":\"commit_at\",\"id\":1,\"key\":\"%s\",\"offset\":@,\"size\":5,"
+                 CA "\"id\":1,\"key\":\"%s\",\"offset\":@,\"size\":5,"
                  "\"readers\":0}",
                  key);
         diff_case(longline, strlen(longline));
@@ -1003,6 +1008,7 @@ static void test_commit_at_differential(void **state)
             diff_case(line, sizeof(base) - 1);
         }
 }
+#undef CA
 
 /* Proves that the reply to an oversized line is EMSGSIZE and closes. */
 static void test_oversized(void **state)
