@@ -242,10 +242,15 @@ void catalog_remove(struct catalog *c, const char *key, size_t key_len, uint64_t
     /* Backward shift: every entry after the hole that may sit there (its
      * home is not after the hole) moves back into it, so that probes stay
      * unbroken without tombstones. A reader that misses while this runs
-     * sees catalog_moves odd or changed and asks the daemon. */
+     * sees catalog_moves odd or changed and asks the daemon. The walk ends
+     * at an empty entry or, in a table with none (a full catalog, whose new
+     * objects displace old ones), when it comes round to the hole: not at
+     * the removed entry's place, which a move may have filled, with entries
+     * between it and the hole still to move back. */
     catalog_step_moves(c);
     hole = i;
-    for (k = (i + 1) & c->mask; k != i && c->mirror[k].chunk != 0; k = (k + 1) & c->mask) {
+    for (k = (i + 1) & c->mask; k != hole && c->mirror[k].chunk != 0;
+         k = (k + 1) & c->mask) {
         home = c->mirror[k].hash & c->mask;
         if (((k - home) & c->mask) < ((k - hole) & c->mask))
             continue;

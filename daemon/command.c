@@ -1606,15 +1606,16 @@ static bool command_fast_lit(const char **p, const char *end, const char *lit)
 
 /* A JSON number that is a plain decimal integer of at most 18 digits, no
  * sign, no leading zero (any other jansson reads as well, and the parse by
- * hand leaves those to it). */
+ * hand leaves those to it). A 19th digit is looked at, never added: 19
+ * digits may not fit in an int64, and a signed overflow is undefined. */
 static bool command_fast_uint(const char **p, const char *end, json_int_t *v)
 {
     const char *q = *p;
     json_int_t x = 0;
 
-    while (q < end && *q >= '0' && *q <= '9' && q - *p < 19)
+    while (q < end && *q >= '0' && *q <= '9' && q - *p < 18)
         x = x * 10 + (*q++ - '0');
-    if (q == *p || q - *p > 18 || (**p == '0' && q - *p > 1))
+    if (q == *p || (q < end && *q >= '0' && *q <= '9') || (**p == '0' && q - *p > 1))
         return false;
     *p = q;
     *v = x;

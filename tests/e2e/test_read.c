@@ -390,6 +390,38 @@ static void test_full_catalog_lists_newest(void **state)
     h_pass(f);
 }
 
+/* A full catalog whose displaced objects, the oldest, were deleted first
+ * (as eviction takes them) has every entry taken and none unlisted, so a
+ * miss in it is a proof: deleting the objects one by one from the oldest,
+ * every object left must still be read whole after each delete. A removal
+ * from that table once left an empty entry before listings it should have
+ * moved back, and shmb_read answered ENOENT for an object that exists. */
+static void test_full_catalog_delete_keeps_reads(void **state)
+{
+    static const char *const extra[] = {"--max-objects", "16", NULL};
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", extra);
+    shmb_t *w = h_lib_connect(d, "writer", 0), *r = h_lib_connect(d, "reader", 0);
+    char key[32];
+    int i, j;
+
+    for (i = 0; i < 200; i++) {
+        snprintf(key, sizeof(key), "o%d", i);
+        ok(w, h_put_pattern(w, key, 64, (uint32_t)i, 0));
+    }
+    for (i = 0; i < 200; i++) {
+        snprintf(key, sizeof(key), "o%d", i);
+        ok(w, shmb_delete(w, key));
+        for (j = i + 1; j < 200; j++) {
+            snprintf(key, sizeof(key), "o%d", j);
+            read_check(r, key, 64, (uint32_t)j);
+        }
+    }
+    shmb_close(w);
+    shmb_close(r);
+    h_pass(f);
+}
+
 /* Puts of 4 KiB run through several arenas (each refilled in the write of
  * a commit): every object intact, still one send each. */
 static void test_put_refills(void **state)
@@ -825,6 +857,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_one_round_trip, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_refills, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_full_catalog_lists_newest, h_setup,
+                                        h_teardown),
+        cmocka_unit_test_setup_teardown(test_full_catalog_delete_keeps_reads, h_setup,
                                         h_teardown),
         cmocka_unit_test_setup_teardown(test_put_nowait, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_nowait_not_lost_to_room, h_setup,

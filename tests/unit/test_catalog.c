@@ -471,6 +471,185 @@ static void test_random_model(void **state)
     cfix_free(f);
 }
 
+/* A table with every entry taken and no object unlisted, as a full catalog
+ * is once the objects it displaced have gone (evicted oldest first, and the
+ * displaced are the oldest): a removal there shifts entries back all the
+ * way round the table, and every key still listed must be found after it.
+ * A shift that stopped short left an empty entry between a key's home and
+ * its entry: a reader stopped there and, catalog_unlisted being 0, took the
+ * miss for proof, -ENOENT for an object that exists. */
+static void test_remove_from_full_table(void **state)
+{
+    enum { KEYS = 300 };
+    struct cfix *f = cfix_new(40);
+    static uint64_t chunk_of[KEYS];
+    static bool live[KEYS], listed[KEYS];
+    static char owners[KEYS];
+    unsigned char buf[64];
+    uint64_t size;
+    uint32_t gen, next_gen = 0;
+    unsigned round, i, n, seed = 5;
+
+    (void)state;
+    assert_int_equal(f->plan.catalog_slots, 64);
+    for (i = 0; i < KEYS; i++) {
+        char key[32];
+
+        snprintf(key, sizeof(key), "f%u", i);
+        chunk_of[i] = put_chunk(f, key, 16, (unsigned char)i, 0);
+    }
+    for (round = 0; round < 100; round++) {
+        char key[32];
+
+        /* Twice as many new objects as entries: the table fills, and the
+         * newest displace the oldest. */
+        for (n = 0; n < 128; n++) {
+            void *displaced = NULL;
+
+            do {
+                seed = seed * 1103515245u + 12345u;
+                i = (seed >> 8) % KEYS;
+            } while (live[i]);
+            snprintf(key, sizeof(key), "f%u", i);
+            __atomic_store_n((uint64_t *)(f->base + chunk_of[i] +
+                                          offsetof(struct shmb_chunk_header, seal)),
+                             SHMB_SEAL(++next_gen, 0), __ATOMIC_RELEASE);
+            assert_int_equal(catalog_add(f->cat, key, strlen(key), chunk_of[i], next_gen,
+                                         16, 0, &owners[i], &displaced),
+                             0);
+            live[i] = listed[i] = true;
+            if (displaced != NULL)
+                listed[(char *)displaced - owners] = false;
+        }
+        /* The displaced go (and with them the proof of a miss comes back). */
+        for (i = 0; i < KEYS; i++) {
+            snprintf(key, sizeof(key), "f%u", i);
+            if (live[i] && !listed[i]) {
+                catalog_remove(f->cat, key, strlen(key), chunk_of[i], false);
+                live[i] = false;
+            }
+        }
+        assert_int_equal(catalog_listed(f->cat), 64);
+        assert_int_equal(catalog_unlisted(f->cat), 0);
+        /* One listed object goes. */
+        do {
+            seed = seed * 1103515245u + 12345u;
+            i = (seed >> 8) % KEYS;
+        } while (!live[i]);
+        snprintf(key, sizeof(key), "f%u", i);
+        catalog_remove(f->cat, key, strlen(key), chunk_of[i], true);
+        live[i] = listed[i] = false;
+        for (i = 0; i < KEYS; i++) {
+            int rc;
+
+            snprintf(key, sizeof(key), "f%u", i);
+            rc = test_read(f, key, buf, sizeof(buf), &size, &gen);
+            if (live[i] && rc != 0)
+                fail_msg("round %u: listed key %s reads %d", round, key, rc);
+            if (live[i])
+                assert_int_equal(buf[0], (unsigned char)i);
+            else
+                assert_int_equal(rc, -ENOENT);
+        }
+    }
+    cfix_free(f);
+}
+
+/* Random adds (each with a new generation, displacing when its window is
+ * full) and removes against a model: after each step the catalog counts
+ * unlisted exactly the live objects it does not list, every listed key is
+ * found with its bytes and generation, every displaced one is an unsure
+ * miss (the reader asks the daemon), a displacement hands back a listed
+ * object's owner, and emptied, the table proves misses again. */
+static void test_random_displacement(void **state)
+{
+    enum { KEYS = 300 };
+    struct cfix *f = cfix_new(40);
+    static uint64_t chunk_of[KEYS];
+    static uint32_t gen_of[KEYS];
+    static bool live[KEYS], listed[KEYS];
+    static char owners[KEYS];
+    unsigned char buf[64];
+    uint64_t size;
+    uint32_t gen, next_gen = 0, displacements = 0;
+    unsigned step, i, seed = 11, n_listed, n_unlisted;
+
+    (void)state;
+    assert_int_equal(f->plan.catalog_slots, 64); /* pow2ceil(40 * 4 / 3) */
+    for (i = 0; i < KEYS; i++) {
+        char key[32];
+
+        snprintf(key, sizeof(key), "r%u", i);
+        chunk_of[i] = put_chunk(f, key, 16, (unsigned char)i, 0);
+    }
+    for (step = 0; step < 6000; step++) {
+        char key[32];
+
+        seed = seed * 1103515245u + 12345u;
+        i = (seed >> 8) % KEYS;
+        snprintf(key, sizeof(key), "r%u", i);
+        if (!live[i] && (seed >> 20) % 4 != 0) {
+            void *displaced = NULL;
+            uint64_t *seal = (uint64_t *)(f->base + chunk_of[i] +
+                                          offsetof(struct shmb_chunk_header, seal));
+
+            gen_of[i] = ++next_gen;
+            __atomic_store_n(seal, SHMB_SEAL(gen_of[i], 0), __ATOMIC_RELEASE);
+            assert_int_equal(catalog_add(f->cat, key, strlen(key), chunk_of[i], gen_of[i],
+                                         16, 0, &owners[i], &displaced),
+                             0);
+            live[i] = listed[i] = true;
+            if (displaced != NULL) {
+                size_t j = (size_t)((char *)displaced - owners);
+
+                assert_true(j < KEYS && j != i && live[j] && listed[j]);
+                listed[j] = false;
+                displacements++;
+            }
+        } else if (live[i]) {
+            catalog_remove(f->cat, key, strlen(key), chunk_of[i], listed[i]);
+            live[i] = listed[i] = false;
+        }
+        assert_int_equal(f->hdr->catalog_moves % 2, 0);
+        n_listed = n_unlisted = 0;
+        for (i = 0; i < KEYS; i++) {
+            n_listed += listed[i];
+            n_unlisted += live[i] && !listed[i];
+        }
+        assert_int_equal(catalog_listed(f->cat), n_listed);
+        assert_int_equal(catalog_unlisted(f->cat), n_unlisted);
+        assert_int_equal(f->hdr->catalog_unlisted, n_unlisted);
+        if (step % 25 != 0)
+            continue;
+        for (i = 0; i < KEYS; i++) {
+            int rc;
+
+            snprintf(key, sizeof(key), "r%u", i);
+            rc = test_read(f, key, buf, sizeof(buf), &size, &gen);
+            if (listed[i]) {
+                assert_int_equal(rc, 0);
+                assert_int_equal(buf[0], (unsigned char)i);
+                assert_int_equal(gen, gen_of[i]);
+            } else {
+                assert_int_equal(rc, n_unlisted != 0 ? -EAGAIN : -ENOENT);
+            }
+        }
+    }
+    /* The table filled and displaced many times over. */
+    assert_true(displacements > 500);
+    for (i = 0; i < KEYS; i++) {
+        char key[32];
+
+        snprintf(key, sizeof(key), "r%u", i);
+        if (live[i])
+            catalog_remove(f->cat, key, strlen(key), chunk_of[i], listed[i]);
+    }
+    assert_int_equal(catalog_listed(f->cat), 0);
+    assert_int_equal(catalog_unlisted(f->cat), 0);
+    assert_int_equal(test_read(f, "r0", buf, sizeof(buf), &size, &gen), -ENOENT);
+    cfix_free(f);
+}
+
 /* segment_plan: the default slots, --max-objects, the 1/8 bound, none in
  * a segment too small, page-aligned at the end of the file. */
 static void test_plan(void **state)
@@ -538,6 +717,8 @@ int main(void)
         cmocka_unit_test(test_generations),
         cmocka_unit_test(test_heartbeat),
         cmocka_unit_test(test_random_model),
+        cmocka_unit_test(test_remove_from_full_table),
+        cmocka_unit_test(test_random_displacement),
         cmocka_unit_test(test_plan),
     };
 
