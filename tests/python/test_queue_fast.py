@@ -332,6 +332,47 @@ class BufferMessageTest(DaemonTest):
             with self.assertRaisesRegex(shmbroker.ShmBrokerError, "corrupt", msg=args):
                 pickle.loads(stream, buffers=[bytearray(8)])
 
+    # A hostile or scribbled stream's rebuild arguments that no writer of
+    # this module makes (a shape that is not a tuple of non-negative ints,
+    # a dimension past 2**63, a dtype that is not a name, a tensor of no
+    # bytes whose shape has elements) are a clear error naming the message,
+    # never a TypeError, an OverflowError, or an object of bytes nobody sent.
+    def test_hostile_rebuild_arguments_are_a_clear_error(self):
+        cases = [(Q._rebuild_memoryview, b"\0" * 8, ("B", 8)),
+                 (Q._rebuild_memoryview, b"\0" * 8, ("B", None)),
+                 (Q._rebuild_memoryview, b"\0" * 8, ("B", (1 << 70,))),
+                 (Q._rebuild_memoryview, b"\0" * 8, ("B", (True,) * 8))]
+        if torch is not None:
+            cases += [(Q._rebuild_tensor, b"\0" * 8, (5, (2,))),
+                      (Q._rebuild_tensor, b"\0" * 8, (None, (2,))),
+                      (Q._rebuild_tensor, b"\0" * 8, ("float32", 2)),
+                      (Q._rebuild_tensor, b"\0" * 8, ("float32", (-1,))),
+                      (Q._rebuild_tensor, b"", ("float32", (1 << 20, 256))),
+                      (Q._rebuild_tensor, b"", ("float64", ()))]
+        for rebuild, buf, args in cases:
+            stream = pickle.dumps(Q._OutOfBand(rebuild, buf, args), protocol=5,
+                                  buffer_callback=lambda b: None)
+            with self.assertRaisesRegex(shmbroker.ShmBrokerError, "corrupt", msg=args):
+                pickle.loads(stream, buffers=[bytearray(buf)])
+
+    # The same through a real queue: a writer that sends a tensor message of
+    # no bytes and a shape of a gibibyte gives its reader EIO each time it
+    # reads it (the message stays at the seat, as vLLM's); past it, the
+    # reader reads on.
+    @unittest.skipUnless(torch is not None, "needs torch")
+    def test_hostile_tensor_message_through_the_queue(self):
+        mq, reader = self.pair()
+        n = mq._area.published()
+        mq.enqueue(Q._OutOfBand(Q._rebuild_tensor, b"", ("float32", (1 << 20, 256))))
+        mq.enqueue(b"after")
+        for _ in range(2):
+            with self.assertRaisesRegex(shmbroker.ShmBrokerError,
+                                        "no bytes.*1048576, 256") as cm:
+                reader.dequeue(timeout=WAIT)
+            self.assertEqual(cm.exception.code, "EIO")
+        reader._area._q64[reader._area._i_next] = n + 1
+        self.assertEqual(reader.dequeue(timeout=WAIT), b"after")
+
     # A tensor message read where torch cannot be imported says so.
     def test_tensor_without_torch_says_so(self):
         stream = pickle.dumps(Q._OutOfBand(Q._rebuild_tensor, b"\0" * 8, ("float32", (2,))),

@@ -902,8 +902,26 @@ def _rebuild_bytearray(buf):
     return buf if type(buf) is bytearray else bytearray(buf)
 
 
+# A shape from a message has at most this many dimensions (memoryview's own
+# limit), each a non-negative int below 2**63 (what a C size holds).
+_NDIM_MAX = 64
+
+
+def _shape_of(shape, what, nbytes):
+    """shape, from a message's stream, as a tuple of ints, or an EIO naming
+    it: anything but a tuple or list of at most _NDIM_MAX non-negative ints
+    below 2**63 is a stream no writer of this module makes (a scribbled or
+    hostile one), which must not reach cast() or torch as it is."""
+    if type(shape) not in (tuple, list) or len(shape) > _NDIM_MAX or \
+            not all(type(d) is int and 0 <= d < (1 << 63) for d in shape):
+        raise _corrupt("a %s message of %d bytes has shape %.200r, which is not a tuple of at "
+                       "most %d non-negative integers" % (what, nbytes, shape, _NDIM_MAX))
+    return tuple(shape)
+
+
 def _rebuild_memoryview(buf, fmt, shape):
     """A memoryview of format fmt and shape over a copy of buf's bytes."""
+    shape = _shape_of(shape, "memoryview", len(buf))
     own = buf if type(buf) is bytearray else bytearray(buf)
     view = memoryview(own)
     if fmt == "B" and len(shape) == 1 and shape[0] == len(own):
@@ -911,7 +929,7 @@ def _rebuild_memoryview(buf, fmt, shape):
     try:
         return view.cast(fmt, shape)
     except (TypeError, ValueError) as e:
-        raise _corrupt("a memoryview message of format %r and shape %r does not fit its %d "
+        raise _corrupt("a memoryview message of format %.200r and shape %r does not fit its %d "
                        "bytes (%s)" % (fmt, shape, len(own), e)) from None
 
 
@@ -921,15 +939,21 @@ def _rebuild_tensor(buf, dtype, shape):
     try:
         import torch
     except ImportError:
-        raise Unsupported("ENOSYS", "This message is a torch tensor (%s, shape %s), and torch "
-                          "cannot be imported in this process: install torch here, or send "
-                          "numpy arrays (tensor.numpy()), which need only numpy."
-                          % (dtype, list(shape))) from None
-    kind = getattr(torch, dtype, None)
+        raise Unsupported("ENOSYS", "This message is a torch tensor (%.200s, shape %.200r), "
+                          "and torch cannot be imported in this process: install torch here, "
+                          "or send numpy arrays (tensor.numpy()), which need only numpy."
+                          % (dtype, shape)) from None
+    shape = _shape_of(shape, "tensor", len(buf))
+    kind = getattr(torch, dtype, None) if type(dtype) is str else None
     if not isinstance(kind, torch.dtype):
-        raise _corrupt("a tensor message names dtype %r, which this torch does not have"
+        raise _corrupt("a tensor message names dtype %.200r, which this torch does not have"
                        % (dtype,))
     if len(buf) == 0:
+        # No bytes: a shape of no elements, or the message would be a
+        # tensor of memory that nobody sent (as large as the shape says).
+        if _elements(shape) != 0:
+            raise _corrupt("a tensor message of no bytes has shape %r, of %s elements"
+                           % (shape, _elements(shape)))
         try:
             return torch.empty(shape, dtype=kind)
         except (RuntimeError, TypeError, ValueError) as e:
@@ -941,6 +965,14 @@ def _rebuild_tensor(buf, dtype, shape):
     except (RuntimeError, TypeError, ValueError) as e:
         raise _corrupt("a tensor message of dtype %s and shape %r does not fit its %d bytes "
                        "(%s)" % (dtype, shape, len(own), e)) from None
+
+
+def _elements(shape):
+    """The number of elements of shape (a checked tuple of ints)."""
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 class _OutOfBand:
