@@ -141,15 +141,17 @@ class AdaptiveWaitTest(unittest.TestCase):
         self.assertEqual(_futex.timer_slack(own), 12345)
         self.assertEqual(_futex.timer_slack(), own)
 
-    # The default wait spins through gaps like those messages have been
+    # The adaptive wait spins through gaps like those messages have been
     # coming at, within SHMBROKER_QUEUE_SPIN_MAX_US: with it at 5 ms and a
     # message every 1 ms, the reader almost never sleeps on the futex (the
     # short wait, 50 us at most, sleeps before each one); when the messages
-    # stop, it sleeps after at most that bound. It never naps.
+    # stop, it sleeps after at most that bound. With naps off
+    # (SHMBROKER_QUEUE_WAIT=sleep) a gap past the bound is a plain sleep.
     def test_reader_spins_through_steady_gaps_then_sleeps(self):
         count = 200
         naps, busy_sleeps, (sleeps, idle_cpu) = self.run_paced(
-            {"SHMBROKER_QUEUE_SPIN_MAX_US": "5000"}, gap_s=0.001, count=count, with_busy=True)
+            {"SHMBROKER_QUEUE_SPIN_MAX_US": "5000", "SHMBROKER_QUEUE_WAIT": "sleep"},
+            gap_s=0.001, count=count, with_busy=True)
         sys.stdout.write("  %d messages 1 ms apart: %d futex sleeps; the 1 s pause: %d "
                          "sleeps, %.1f ms of CPU\n" % (count, busy_sleeps, sleeps,
                                                         idle_cpu * 1000))
@@ -169,12 +171,13 @@ class AdaptiveWaitTest(unittest.TestCase):
     # The knobs: values that cannot be used are logged and left at their
     # defaults; SHMBROKER_QUEUE_SPIN_MAX_US bounds a wait's spin.
     def test_wait_settings_from_environment(self):
-        cases = [({}, (True, False, Q.SPIN_MAX_DEFAULT_US * 1000)),
+        cases = [({}, (True, None, Q.SPIN_MAX_DEFAULT_US * 1000)),
                  ({"SHMBROKER_QUEUE_WAIT": "short"},
                   (False, False, Q.SPIN_MAX_DEFAULT_US * 1000)),
-                 ({"SHMBROKER_QUEUE_SPIN_MAX_US": "250"}, (True, False, 250000)),
-                 ({"SHMBROKER_QUEUE_SPIN_MAX_US": "0"}, (True, False, 0))]
-        cases += [({"SHMBROKER_QUEUE_WAIT": "rhythm"}, (True, True, 100000))]
+                 ({"SHMBROKER_QUEUE_SPIN_MAX_US": "250"}, (True, None, 250000)),
+                 ({"SHMBROKER_QUEUE_SPIN_MAX_US": "0"}, (True, None, 0))]
+        cases += [({"SHMBROKER_QUEUE_WAIT": "rhythm"}, (True, True, 100000)),
+                  ({"SHMBROKER_QUEUE_WAIT": "sleep"}, (True, False, 100000))]
         for env, want in cases:
             with unittest.mock.patch.dict(os.environ, env):
                 self.assertEqual(Q._wait_settings(), want, env)
@@ -184,7 +187,27 @@ class AdaptiveWaitTest(unittest.TestCase):
             with unittest.mock.patch.dict(os.environ, env), \
                     self.assertLogs("shmbroker.queue", "WARNING"):
                 self.assertEqual(Q._wait_settings(),
-                                 (True, False, Q.SPIN_MAX_DEFAULT_US * 1000))
+                                 (True, None, Q.SPIN_MAX_DEFAULT_US * 1000))
+
+    # The default wait naps through a rhythm where the writer and every live
+    # reader can each have a CPU (here 1 reader, and 2 CPUs as far as the
+    # reader knows), and never where they cannot (1 CPU): there its spins
+    # ahead of a message would take the CPU from the writer.
+    def test_default_naps_only_where_members_fit_the_cpus(self):
+        with unittest.mock.patch.object(os, "sched_getaffinity", return_value={0, 1}):
+            naps, sleeps, idle_cpu = self.run_paced({})
+        self.assertGreaterEqual(naps, 10)
+        self.assertGreaterEqual(sleeps, 1)
+        self.assertLess(idle_cpu, 0.05)
+        with unittest.mock.patch.object(os, "sched_getaffinity", return_value={0}):
+            naps, sleeps, idle_cpu = self.run_paced({}, count=40)
+        self.assertEqual(naps, 0)
+        self.assertGreaterEqual(sleeps, 1)
+        # SHMBROKER_QUEUE_WAIT=sleep: never a nap, whatever the CPUs.
+        with unittest.mock.patch.object(os, "sched_getaffinity", return_value={0, 1}):
+            naps, sleeps, idle_cpu = self.run_paced({"SHMBROKER_QUEUE_WAIT": "sleep"},
+                                                    count=40)
+        self.assertEqual(naps, 0)
 
 
 def buffer_messages():

@@ -98,10 +98,12 @@ SPIN_MAX_NS = 50000
 # reader spins through gaps like those its messages have been coming at,
 # while that is within SHMBROKER_QUEUE_SPIN_MAX_US (default 100 us, at most
 # SPIN_LIMIT_US: the CPU a reader may spend per wait), else it sleeps.
-# SHMBROKER_QUEUE_WAIT=short turns it off (the spin above, then a sleep);
-# =rhythm adds naps ahead of an expected message. Naps are not the default:
-# on a busy 2-CPU VM a timed futex wake-up came 29 us late at the median
-# with a 1 us timer slack, and naps measured a higher p50 than plain sleeps.
+# SHMBROKER_QUEUE_WAIT=short turns it off (the spin above, then a sleep).
+# Naps ahead of an expected message: by default when the writer and every
+# live reader can each have a CPU of this process's (side by side, 1 reader
+# on 2 CPUs: half the p50 of plain sleeps at about the same CPU; with 4
+# readers on 2 CPUs their spins ahead of the message crowd the CPUs, and the
+# p50 was no better); =rhythm always, =sleep never.
 _WAIT_ENV = "SHMBROKER_QUEUE_WAIT"
 _SPIN_MAX_ENV = "SHMBROKER_QUEUE_SPIN_MAX_US"
 SPIN_MAX_DEFAULT_US = 100
@@ -124,6 +126,8 @@ _BUDGET_PARTS = 5
 # _NAPS_OFF_FOR waits are plain ones.
 _NAP_WINDOW = 16
 _NAPS_OFF_FOR = 512
+# Waits between two counts of the live seats (SHMBROKER_QUEUE_WAIT=adaptive).
+_FIT_LOOKS = 64
 # A gap this long is a pause, not a rhythm.
 _GAP_MAX_NS = 100000000
 _sched_yield = os.sched_yield
@@ -195,14 +199,15 @@ def _warning_interval_ns():
 
 def _wait_settings():
     """(adaptive, naps, spin_max_ns) from the environment:
-    SHMBROKER_QUEUE_WAIT "adaptive" (the default), "rhythm" (adaptive, and
-    naps ahead of an expected message) or "short"; SHMBROKER_QUEUE_SPIN_MAX_US
+    SHMBROKER_QUEUE_WAIT "adaptive" (the default: naps is None, naps when
+    the queue's members fit this process's CPUs), "rhythm" (naps always),
+    "sleep" (adaptive, never a nap) or "short"; SHMBROKER_QUEUE_SPIN_MAX_US
     an integer of 0 to SPIN_LIMIT_US. Values it cannot use are logged and
     left at their defaults."""
     mode = os.environ.get(_WAIT_ENV, "adaptive")
-    if mode not in ("adaptive", "rhythm", "short"):
-        _log.warning("%s=%r: the queue's wait is 'adaptive', 'rhythm' or 'short'; using "
-                     "'adaptive'.", _WAIT_ENV, mode)
+    if mode not in ("adaptive", "rhythm", "sleep", "short"):
+        _log.warning("%s=%r: the queue's wait is 'adaptive', 'rhythm', 'sleep' or 'short'; "
+                     "using 'adaptive'.", _WAIT_ENV, mode)
         mode = "adaptive"
     raw = os.environ.get(_SPIN_MAX_ENV)
     spin_us = SPIN_MAX_DEFAULT_US
@@ -215,7 +220,16 @@ def _wait_settings():
             _log.warning("%s=%r: not an integer of 0 to %d; using %d.", _SPIN_MAX_ENV, raw,
                          SPIN_LIMIT_US, SPIN_MAX_DEFAULT_US)
             spin_us = SPIN_MAX_DEFAULT_US
-    return mode != "short", mode == "rhythm", spin_us * 1000
+    naps = None if mode == "adaptive" else mode == "rhythm"
+    return mode != "short", naps, spin_us * 1000
+
+
+def _usable_cpus():
+    """The CPUs this process may run on (its affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def _closed_meanwhile():
@@ -295,8 +309,11 @@ class _Area:
         self._held = None     # the message held since dequeue, until done
         self._spin_r = SPIN_START_NS
         # The adaptive wait (_reader_plan): off with SHMBROKER_QUEUE_WAIT=short;
-        # its naps only with SHMBROKER_QUEUE_WAIT=rhythm.
+        # its naps: True, False, or None (while the members fit the CPUs).
         self.adaptive, self.naps_on, self.spin_max_ns = _wait_settings()
+        self._cpus = _usable_cpus() if self.naps_on is None else 0
+        self._fit = False     # the members fit the CPUs, at the last look
+        self._fit_looks = 0   # waits left before the next look
         self._seen = 0        # when the last message was there (monotonic ns)
         self._gap = 0         # mean gap between messages (ns), 0: not known
         self._dev = 0         # its mean deviation
@@ -570,7 +587,7 @@ class _Area:
         """The adaptive wait of a reader whose message is not there yet
         (PROTOCOL.md section 9, "Waiting"): how long to spin (ns), through
         the gap when messages have been coming within the spin bound, else
-        briefly; with naps on (SHMBROKER_QUEUE_WAIT=rhythm), after napping
+        briefly; where naps are allowed (_naps_allowed), after napping
         through most of a longer gap, or -1 when the message came during
         the nap. gap and dev are the mean time between this reader's
         messages and its mean deviation, kept by seen()."""
@@ -583,7 +600,7 @@ class _Area:
         span = 2 * gap + 4 * dev
         if span <= self.spin_max_ns:
             return max(span - since, _SPIN_PAUSE_NS)
-        if not self.naps_on or self._naps_off:
+        if not self._naps_allowed() or self._naps_off:
             if self._naps_off:
                 self._naps_off -= 1
             return _SPIN_PAUSE_NS
@@ -617,6 +634,20 @@ class _Area:
                 return -1
             now = self._nap_end = _now()
         return max(end - now, _SPIN_PAUSE_NS)
+
+    def _naps_allowed(self):
+        """Whether this reader may nap: as SHMBROKER_QUEUE_WAIT says, else
+        while the writer and every live reader can each have one of this
+        process's CPUs (a nap ends in a spin; spins of more members than
+        CPUs take the CPU from the one they wait for). Seats are counted
+        again every _FIT_LOOKS waits."""
+        if self.naps_on is not None:
+            return self.naps_on
+        if self._fit_looks == 0:
+            self._fit_looks = _FIT_LOOKS
+            self._fit = self.live_seats() + 1 <= self._cpus
+        self._fit_looks -= 1
+        return self._fit
 
     def _nap(self, until, cancel):
         """Sleep on head_word until the writer publishes (True, the message
