@@ -405,6 +405,53 @@ class BufferMessageTest(DaemonTest):
                 pickle.loads(stream, buffers=[bytearray(8)])
 
 
+class TwoFrameFastPathTest(unittest.TestCase):
+    """A message of two frames (a buffer out of band and its stream) is laid
+    out and read without frames.py's general code, byte for byte as it."""
+
+    # Laying out and reading two frames of every length around the 64-byte
+    # boundaries gives frames.write's bytes and frames.parse's views,
+    # without calling either; a header whose lengths do not add up to the
+    # payload goes to frames.parse, which refuses it as before.
+    def test_two_frames_as_the_general_layout(self):
+        lengths = [0, 1, 31, 32, 33, 63, 64, 65, 127, 4096]
+        for n0 in lengths:
+            for n1 in lengths:
+                bufs = [memoryview(bytes(range(256)) * 17)[:n0],
+                        memoryview(b"\xab" * n1)]
+                total = frames.layout([n0, n1])[2]
+                self.assertEqual(Q._message_size(bufs), total, (n0, n1))
+                slow = bytearray(b"\xee" * total)
+                frames.write(memoryview(slow), bufs)
+                fast = bytearray(b"\xee" * total)
+                with unittest.mock.patch.object(frames, "write", side_effect=AssertionError), \
+                        unittest.mock.patch.object(frames, "parse",
+                                                   side_effect=AssertionError):
+                    Q._write_message(memoryview(fast), bufs)
+                    got = Q._read_message(memoryview(fast))
+                self.assertEqual(fast, slow, (n0, n1))
+                self.assertEqual([g.tobytes() for g in got],
+                                 [f.tobytes() for f in frames.parse(memoryview(slow))],
+                                 (n0, n1))
+                self.assertTrue(all(g.readonly for g in got))
+        bad = bytearray(frames.layout([10, 100])[2])
+        Q._write_message(memoryview(bad), [memoryview(bytes(10)), memoryview(bytes(100))])
+        for at, value in ((16, 11), (16, 65), (16, 1 << 63), (24, 99), (24, (1 << 64) - 1),
+                          (8, 3), (12, 1)):
+            scribbled = memoryview(bytearray(bad))
+            scribbled[at:at + 8 if at >= 16 else at + 4] = value.to_bytes(
+                8 if at >= 16 else 4, "little")
+            try:
+                want = [f.tobytes() for f in frames.parse(scribbled)]
+            except shmbroker.ProtocolError:
+                with self.assertRaises(shmbroker.ProtocolError, msg=(at, value)):
+                    Q._read_message(scribbled)
+                continue
+            self.assertEqual([g.tobytes() for g in Q._read_message(scribbled)], want)
+        self.assertRaises(shmbroker.ProtocolError, Q._read_message,
+                          memoryview(bad)[:len(bad) - 1])
+
+
 def _is_tensor(obj):
     return torch is not None and isinstance(obj, torch.Tensor)
 

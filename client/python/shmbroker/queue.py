@@ -906,6 +906,12 @@ class _Area:
 _ONE_FRAME = struct.Struct("<QIIQ")
 _ONE_FRAME_AT = 64
 _ONE_FRAME_PAD = bytes(_ONE_FRAME_AT - 24)
+# And of two (a buffer sent out of band, and its small stream: the frame 0
+# at byte 64, the buffer at the next multiple of 64 after it).
+_TWO_FRAMES = struct.Struct("<QIIQQ")
+_TWO_FRAMES_PAD = bytes(_ONE_FRAME_AT - 32)
+_ZEROS_64 = bytes(64)
+_SECOND_LENGTH = struct.Struct("<Q")
 
 
 # ---- messages that are buffers ------------------------------------------------
@@ -1091,12 +1097,25 @@ def _message_size(bufs):
     """Bytes of the frames payload of bufs."""
     if len(bufs) == 1:
         return _ONE_FRAME_AT + bufs[0].nbytes
+    if len(bufs) == 2:
+        return ((_ONE_FRAME_AT + bufs[0].nbytes + 63) & ~63) + bufs[1].nbytes
     return _frames.layout([b.nbytes for b in bufs])[2]
 
 
 def _write_message(view, bufs):
     """Write bufs into view (exactly _message_size bytes) in the frames
-    layout; frames.write's result, without its generality for one frame."""
+    layout; frames.write's result, without its generality for one frame or
+    two."""
+    if len(bufs) == 2:
+        n0, n1 = bufs[0].nbytes, bufs[1].nbytes
+        end0 = _ONE_FRAME_AT + n0
+        at1 = (end0 + 63) & ~63
+        _TWO_FRAMES.pack_into(view, 0, _frames.MAGIC, 2, 0, n0, n1)
+        view[32:_ONE_FRAME_AT] = _TWO_FRAMES_PAD
+        view[_ONE_FRAME_AT:end0] = bufs[0]
+        view[end0:at1] = _ZEROS_64[:at1 - end0]
+        view[at1:at1 + n1] = bufs[1]
+        return
     if len(bufs) != 1:
         _frames.write(view, bufs)
         return
@@ -1108,11 +1127,19 @@ def _write_message(view, bufs):
 
 def _read_message(view):
     """The frames of a message (views into view), as frames.parse."""
-    if view.nbytes >= _ONE_FRAME_AT:
-        magic, count, flags, n = _ONE_FRAME.unpack_from(view, 0)
-        if magic == _frames.MAGIC and count == 1 and flags == 0 and \
-                n == view.nbytes - _ONE_FRAME_AT:
-            return [view[_ONE_FRAME_AT:].toreadonly()]
+    size = view.nbytes
+    if size >= _ONE_FRAME_AT:
+        magic, count, flags, n0 = _ONE_FRAME.unpack_from(view, 0)
+        if magic == _frames.MAGIC and flags == 0:
+            if count == 1:
+                if n0 == size - _ONE_FRAME_AT:
+                    return [view[_ONE_FRAME_AT:].toreadonly()]
+            elif count == 2:
+                n1 = _SECOND_LENGTH.unpack_from(view, 24)[0]
+                end0 = _ONE_FRAME_AT + n0
+                at1 = (end0 + 63) & ~63
+                if at1 + n1 == size:
+                    return [view[_ONE_FRAME_AT:end0].toreadonly(), view[at1:].toreadonly()]
     return _frames.parse(view)
 
 
