@@ -66,8 +66,13 @@ _COUNTS = {"wait": 0, "wake": 0}
 
 
 def count_futex():
-    """Count this process's futex waits and wakes (--count-futex)."""
+    """Count this process's futex waits and wakes (MQ_BENCH_COUNT_FUTEX=1)
+    from zero; wrapped once (a reader forked from a counting writer would
+    otherwise count each call twice)."""
     from shmbroker import _futex
+    _COUNTS.update(wait=0, wake=0)
+    if getattr(_futex.futex_wait, "counted", False):
+        return
     wait, wake = _futex.futex_wait, _futex.futex_wake
 
     def counted_wait(*a):
@@ -77,6 +82,7 @@ def count_futex():
     def counted_wake(*a):
         _COUNTS["wake"] += 1
         return wake(*a)
+    counted_wait.counted = True
     _futex.futex_wait, _futex.futex_wake = counted_wait, counted_wake
 
 
