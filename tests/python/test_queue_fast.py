@@ -19,6 +19,7 @@ import pickle
 import random
 import resource
 import sys
+import threading
 import time
 import unittest
 import unittest.mock
@@ -208,6 +209,72 @@ class AdaptiveWaitTest(unittest.TestCase):
             naps, sleeps, idle_cpu = self.run_paced({"SHMBROKER_QUEUE_WAIT": "sleep"},
                                                     count=40)
         self.assertEqual(naps, 0)
+
+
+@unittest.skipUnless(_futex.supported, _futex.why_unsupported or "")
+class WriterMarkTest(unittest.TestCase):
+    """The writer's sleep for a free slot, over a hand-made area."""
+
+    def wait_for(self, what, cond):
+        end = time.monotonic() + WAIT
+        while not cond():
+            self.assertLess(time.monotonic(), end, what)
+            time.sleep(0.001)
+
+    # A writer woken at its mark by a reader ahead of the slowest (its slot
+    # still held) sleeps to the same mark again: the fast reader's further
+    # reads make no futex wake, and the slowest reader's reaching the mark
+    # lets it publish. Before, the second sleep had no mark and every read
+    # of any reader woke the writer.
+    def test_writer_woken_early_sleeps_to_its_mark_again(self):
+        fd, size = format_area(2, 4, 64)
+        self.addCleanup(os.close, fd)
+        writer = attach(fd, size)
+        self.addCleanup(writer.close)
+        fast = attach(fd, size, 0, seat_take(writer, 0))
+        slow = attach(fd, size, 1, seat_take(writer, 1))
+        self.addCleanup(fast.close)
+        self.addCleanup(slow.close)
+        for _ in range(4):
+            writer.reserve(WAIT)[0].release()
+            writer.publish(Q.SLOT_INLINE, 0)
+        errors = []
+
+        def write_one():
+            try:
+                writer.reserve(WAIT)[0].release()
+                writer.publish(Q.SLOT_INLINE, 0)
+            except BaseException as e:
+                errors.append(e)
+        asleep = lambda: writer._q32[Q.HEADER_OFFSETS["writer_waiting"] // 4] == 1  # noqa
+        wake_at = lambda: writer._q64[Q.HEADER_OFFSETS["wake_at"] // 8]  # noqa
+        # Marked sleeps that do not end on their own within the test.
+        with unittest.mock.patch.object(Q, "_MARK_SLEEP_NS", int(WAIT * 1e9)):
+            t = threading.Thread(target=write_one)
+            t.start()
+            self.addCleanup(t.join, WAIT)
+            self.wait_for("the writer's first sleep", lambda: writer.sleeps == 1 and asleep())
+            self.assertEqual(wake_at(), 2)  # half the ring of 4 read
+            for _ in range(2):  # messages 0 and 1: the second reaches the mark
+                fast.dequeue(WAIT)
+            fast.done()
+            self.wait_for("the writer's second sleep", lambda: writer.sleeps == 2 and asleep())
+            self.assertEqual(wake_at(), 2)
+            wakes = []
+            real_wake = _futex.futex_wake
+            with unittest.mock.patch.object(
+                    _futex, "futex_wake", lambda *a: (wakes.append(a), real_wake(*a))[1]):
+                for _ in range(2):  # messages 2 and 3, past the mark
+                    fast.dequeue(WAIT)
+                fast.done()
+            self.assertEqual(wakes, [])
+            for _ in range(2):  # the slowest reads 0 and 1: the writer goes on
+                slow.dequeue(WAIT)
+            slow.done()
+            t.join(WAIT)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(errors, [])
+        self.assertEqual(writer.published(), 5)
 
 
 def buffer_messages():

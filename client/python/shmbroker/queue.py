@@ -532,14 +532,20 @@ class _Area:
                 if not ok:
                     self._check_stop(writer, cancel)
                 now = _now()
+                woken = False
                 if not ok and (deadline is None or now < deadline):
                     until = now + (_MARK_SLEEP_NS if mark else nap)
                     self.sleeps += 1
                     _futex.futex_wait(addr, val, until if deadline is None
                                       else min(deadline, until))
+                    woken = _now() < until
             finally:
                 self._announce(writer, False)
-                mark = False
+                # A writer woken before its mark sleep's end (by a reader
+                # that reached the mark ahead of the slowest) sleeps to its
+                # mark again, so that the others' reads do not each wake
+                # it; one that slept it out sleeps until any read.
+                mark = mark and woken
             if ok:
                 return
             now = _now()
