@@ -522,9 +522,10 @@ class _Area:
         warn_every = _warning_interval_ns() if warn else 0
         warn_at = start + warn_every
         while True:
-            # The writer's first sleep waits for its mark, at most
-            # _MARK_SLEEP_NS (queue.c's MARK_SLEEP_NS): a slowest reader that
-            # frees a slot and then stops reading must not hold it.
+            # The writer's sleeps wait for its mark, each at most
+            # _MARK_SLEEP_NS (queue.c's MARK_SLEEP_NS), until one lasts that
+            # long: a slowest reader that frees a slot and then stops
+            # reading must not hold it.
             self._announce(writer, True, mark)
             try:
                 val = q32[word]
