@@ -11,7 +11,8 @@ when paced, and the readers' CPU once messages stop.
 export_handle, create_from_handle, wait_until_ready, enqueue, dequeue),
 loaded from that file, side by side. Starts a private shmbrokerd
 ($SHMBROKERD, else build/shmbrokerd). The machine's load shows in every
-figure: run it on a quiet machine, twice.
+figure (each line ends with the 1-minute load average): run it on a quiet
+machine, several times, interleaved with the other class.
 """
 
 import argparse
@@ -65,8 +66,13 @@ _COUNTS = {"wait": 0, "wake": 0}
 
 
 def count_futex():
-    """Count this process's futex waits and wakes (--count-futex)."""
+    """Count this process's futex waits and wakes (MQ_BENCH_COUNT_FUTEX=1)
+    from zero; wrapped once (a reader forked from a counting writer would
+    otherwise count each call twice)."""
     from shmbroker import _futex
+    _COUNTS.update(wait=0, wake=0)
+    if getattr(_futex.futex_wait, "counted", False):
+        return
     wait, wake = _futex.futex_wait, _futex.futex_wake
 
     def counted_wait(*a):
@@ -76,6 +82,7 @@ def count_futex():
     def counted_wake(*a):
         _COUNTS["wake"] += 1
         return wake(*a)
+    counted_wait.counted = True
     _futex.futex_wait, _futex.futex_wake = counted_wait, counted_wake
 
 
@@ -108,6 +115,14 @@ def reader(cls, handle, rank, count, kind, paced, out):
               flush=True)
     out.put((rank, end, lat, busy, idle, t1.user + t1.system - t0.user - t0.system))
     time.sleep(0.2)
+
+
+def load_average():
+    """The machine's 1-minute load average, which every figure moves with."""
+    try:
+        return "%.2f" % os.getloadavg()[0]
+    except OSError:
+        return "unknown"
 
 
 def run(cls, readers, size, kind, count, paced_us, slot, slots):
@@ -148,7 +163,7 @@ def run(cls, readers, size, kind, count, paced_us, slot, slots):
     end = max(r[1] for r in res)
     lat = sorted(x for r in res for x in r[2])
     busy = statistics.mean(r[3] for r in res)
-    idle = statistics.mean(r[4] for r in res)
+    idle = max(0.0, statistics.mean(r[4] for r in res))  # no "-0.000"
     # CPU of the writer and every reader per message (microseconds).
     cpu_us = (w1.user + w1.system - w0.user - w0.system + sum(r[5] for r in res)) / count * 1e6
     try:
@@ -196,7 +211,7 @@ def main():
                              "  idle 1 s CPU %.3f s"
                              % (gap, lat[len(lat) // 2] / 1000, lat[len(lat) * 99 // 100] / 1000,
                                 busy, idle))
-                print(line, flush=True)
+                print(line + "  load %s" % load_average(), flush=True)
     finally:
         if daemon is not None:
             daemon.cleanup()

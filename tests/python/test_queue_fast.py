@@ -19,6 +19,7 @@ import pickle
 import random
 import resource
 import sys
+import threading
 import time
 import unittest
 import unittest.mock
@@ -141,15 +142,17 @@ class AdaptiveWaitTest(unittest.TestCase):
         self.assertEqual(_futex.timer_slack(own), 12345)
         self.assertEqual(_futex.timer_slack(), own)
 
-    # The default wait spins through gaps like those messages have been
+    # The adaptive wait spins through gaps like those messages have been
     # coming at, within SHMBROKER_QUEUE_SPIN_MAX_US: with it at 5 ms and a
     # message every 1 ms, the reader almost never sleeps on the futex (the
     # short wait, 50 us at most, sleeps before each one); when the messages
-    # stop, it sleeps after at most that bound. It never naps.
+    # stop, it sleeps after at most that bound. With naps off
+    # (SHMBROKER_QUEUE_WAIT=sleep) a gap past the bound is a plain sleep.
     def test_reader_spins_through_steady_gaps_then_sleeps(self):
         count = 200
         naps, busy_sleeps, (sleeps, idle_cpu) = self.run_paced(
-            {"SHMBROKER_QUEUE_SPIN_MAX_US": "5000"}, gap_s=0.001, count=count, with_busy=True)
+            {"SHMBROKER_QUEUE_SPIN_MAX_US": "5000", "SHMBROKER_QUEUE_WAIT": "sleep"},
+            gap_s=0.001, count=count, with_busy=True)
         sys.stdout.write("  %d messages 1 ms apart: %d futex sleeps; the 1 s pause: %d "
                          "sleeps, %.1f ms of CPU\n" % (count, busy_sleeps, sleeps,
                                                         idle_cpu * 1000))
@@ -169,12 +172,13 @@ class AdaptiveWaitTest(unittest.TestCase):
     # The knobs: values that cannot be used are logged and left at their
     # defaults; SHMBROKER_QUEUE_SPIN_MAX_US bounds a wait's spin.
     def test_wait_settings_from_environment(self):
-        cases = [({}, (True, False, Q.SPIN_MAX_DEFAULT_US * 1000)),
+        cases = [({}, (True, None, Q.SPIN_MAX_DEFAULT_US * 1000)),
                  ({"SHMBROKER_QUEUE_WAIT": "short"},
                   (False, False, Q.SPIN_MAX_DEFAULT_US * 1000)),
-                 ({"SHMBROKER_QUEUE_SPIN_MAX_US": "250"}, (True, False, 250000)),
-                 ({"SHMBROKER_QUEUE_SPIN_MAX_US": "0"}, (True, False, 0))]
-        cases += [({"SHMBROKER_QUEUE_WAIT": "rhythm"}, (True, True, 100000))]
+                 ({"SHMBROKER_QUEUE_SPIN_MAX_US": "250"}, (True, None, 250000)),
+                 ({"SHMBROKER_QUEUE_SPIN_MAX_US": "0"}, (True, None, 0))]
+        cases += [({"SHMBROKER_QUEUE_WAIT": "rhythm"}, (True, True, 100000)),
+                  ({"SHMBROKER_QUEUE_WAIT": "sleep"}, (True, False, 100000))]
         for env, want in cases:
             with unittest.mock.patch.dict(os.environ, env):
                 self.assertEqual(Q._wait_settings(), want, env)
@@ -184,7 +188,93 @@ class AdaptiveWaitTest(unittest.TestCase):
             with unittest.mock.patch.dict(os.environ, env), \
                     self.assertLogs("shmbroker.queue", "WARNING"):
                 self.assertEqual(Q._wait_settings(),
-                                 (True, False, Q.SPIN_MAX_DEFAULT_US * 1000))
+                                 (True, None, Q.SPIN_MAX_DEFAULT_US * 1000))
+
+    # The default wait naps through a rhythm where the writer and every live
+    # reader can each have a CPU (here 1 reader, and 2 CPUs as far as the
+    # reader knows), and never where they cannot (1 CPU): there its spins
+    # ahead of a message would take the CPU from the writer.
+    def test_default_naps_only_where_members_fit_the_cpus(self):
+        with unittest.mock.patch.object(os, "sched_getaffinity", return_value={0, 1}):
+            naps, sleeps, idle_cpu = self.run_paced({})
+        self.assertGreaterEqual(naps, 10)
+        self.assertGreaterEqual(sleeps, 1)
+        self.assertLess(idle_cpu, 0.05)
+        with unittest.mock.patch.object(os, "sched_getaffinity", return_value={0}):
+            naps, sleeps, idle_cpu = self.run_paced({}, count=40)
+        self.assertEqual(naps, 0)
+        self.assertGreaterEqual(sleeps, 1)
+        # SHMBROKER_QUEUE_WAIT=sleep: never a nap, whatever the CPUs.
+        with unittest.mock.patch.object(os, "sched_getaffinity", return_value={0, 1}):
+            naps, sleeps, idle_cpu = self.run_paced({"SHMBROKER_QUEUE_WAIT": "sleep"},
+                                                    count=40)
+        self.assertEqual(naps, 0)
+
+
+@unittest.skipUnless(_futex.supported, _futex.why_unsupported or "")
+class WriterMarkTest(unittest.TestCase):
+    """The writer's sleep for a free slot, over a hand-made area."""
+
+    def wait_for(self, what, cond):
+        end = time.monotonic() + WAIT
+        while not cond():
+            self.assertLess(time.monotonic(), end, what)
+            time.sleep(0.001)
+
+    # A writer woken at its mark by a reader ahead of the slowest (its slot
+    # still held) sleeps to the same mark again: the fast reader's further
+    # reads make no futex wake, and the slowest reader's reaching the mark
+    # lets it publish. Before, the second sleep had no mark and every read
+    # of any reader woke the writer.
+    def test_writer_woken_early_sleeps_to_its_mark_again(self):
+        fd, size = format_area(2, 4, 64)
+        self.addCleanup(os.close, fd)
+        writer = attach(fd, size)
+        self.addCleanup(writer.close)
+        fast = attach(fd, size, 0, seat_take(writer, 0))
+        slow = attach(fd, size, 1, seat_take(writer, 1))
+        self.addCleanup(fast.close)
+        self.addCleanup(slow.close)
+        for _ in range(4):
+            writer.reserve(WAIT)[0].release()
+            writer.publish(Q.SLOT_INLINE, 0)
+        errors = []
+
+        def write_one():
+            try:
+                writer.reserve(WAIT)[0].release()
+                writer.publish(Q.SLOT_INLINE, 0)
+            except BaseException as e:
+                errors.append(e)
+        asleep = lambda: writer._q32[Q.HEADER_OFFSETS["writer_waiting"] // 4] == 1  # noqa
+        wake_at = lambda: writer._q64[Q.HEADER_OFFSETS["wake_at"] // 8]  # noqa
+        # Marked sleeps that do not end on their own within the test.
+        with unittest.mock.patch.object(Q, "_MARK_SLEEP_NS", int(WAIT * 1e9)):
+            t = threading.Thread(target=write_one)
+            t.start()
+            self.addCleanup(t.join, WAIT)
+            self.wait_for("the writer's first sleep", lambda: writer.sleeps == 1 and asleep())
+            self.assertEqual(wake_at(), 2)  # half the ring of 4 read
+            for _ in range(2):  # messages 0 and 1: the second reaches the mark
+                fast.dequeue(WAIT)
+            fast.done()
+            self.wait_for("the writer's second sleep", lambda: writer.sleeps == 2 and asleep())
+            self.assertEqual(wake_at(), 2)
+            wakes = []
+            real_wake = _futex.futex_wake
+            with unittest.mock.patch.object(
+                    _futex, "futex_wake", lambda *a: (wakes.append(a), real_wake(*a))[1]):
+                for _ in range(2):  # messages 2 and 3, past the mark
+                    fast.dequeue(WAIT)
+                fast.done()
+            self.assertEqual(wakes, [])
+            for _ in range(2):  # the slowest reads 0 and 1: the writer goes on
+                slow.dequeue(WAIT)
+            slow.done()
+            t.join(WAIT)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(errors, [])
+        self.assertEqual(writer.published(), 5)
 
 
 def buffer_messages():
@@ -332,6 +422,47 @@ class BufferMessageTest(DaemonTest):
             with self.assertRaisesRegex(shmbroker.ShmBrokerError, "corrupt", msg=args):
                 pickle.loads(stream, buffers=[bytearray(8)])
 
+    # A hostile or scribbled stream's rebuild arguments that no writer of
+    # this module makes (a shape that is not a tuple of non-negative ints,
+    # a dimension past 2**63, a dtype that is not a name, a tensor of no
+    # bytes whose shape has elements) are a clear error naming the message,
+    # never a TypeError, an OverflowError, or an object of bytes nobody sent.
+    def test_hostile_rebuild_arguments_are_a_clear_error(self):
+        cases = [(Q._rebuild_memoryview, b"\0" * 8, ("B", 8)),
+                 (Q._rebuild_memoryview, b"\0" * 8, ("B", None)),
+                 (Q._rebuild_memoryview, b"\0" * 8, ("B", (1 << 70,))),
+                 (Q._rebuild_memoryview, b"\0" * 8, ("B", (True,) * 8))]
+        if torch is not None:
+            cases += [(Q._rebuild_tensor, b"\0" * 8, (5, (2,))),
+                      (Q._rebuild_tensor, b"\0" * 8, (None, (2,))),
+                      (Q._rebuild_tensor, b"\0" * 8, ("float32", 2)),
+                      (Q._rebuild_tensor, b"\0" * 8, ("float32", (-1,))),
+                      (Q._rebuild_tensor, b"", ("float32", (1 << 20, 256))),
+                      (Q._rebuild_tensor, b"", ("float64", ()))]
+        for rebuild, buf, args in cases:
+            stream = pickle.dumps(Q._OutOfBand(rebuild, buf, args), protocol=5,
+                                  buffer_callback=lambda b: None)
+            with self.assertRaisesRegex(shmbroker.ShmBrokerError, "corrupt", msg=args):
+                pickle.loads(stream, buffers=[bytearray(buf)])
+
+    # The same through a real queue: a writer that sends a tensor message of
+    # no bytes and a shape of a gibibyte gives its reader EIO each time it
+    # reads it (the message stays at the seat, as vLLM's); past it, the
+    # reader reads on.
+    @unittest.skipUnless(torch is not None, "needs torch")
+    def test_hostile_tensor_message_through_the_queue(self):
+        mq, reader = self.pair()
+        n = mq._area.published()
+        mq.enqueue(Q._OutOfBand(Q._rebuild_tensor, b"", ("float32", (1 << 20, 256))))
+        mq.enqueue(b"after")
+        for _ in range(2):
+            with self.assertRaisesRegex(shmbroker.ShmBrokerError,
+                                        "no bytes.*1048576, 256") as cm:
+                reader.dequeue(timeout=WAIT)
+            self.assertEqual(cm.exception.code, "EIO")
+        reader._area._q64[reader._area._i_next] = n + 1
+        self.assertEqual(reader.dequeue(timeout=WAIT), b"after")
+
     # A tensor message read where torch cannot be imported says so.
     def test_tensor_without_torch_says_so(self):
         stream = pickle.dumps(Q._OutOfBand(Q._rebuild_tensor, b"\0" * 8, ("float32", (2,))),
@@ -339,6 +470,53 @@ class BufferMessageTest(DaemonTest):
         with unittest.mock.patch.dict(sys.modules, {"torch": None}):
             with self.assertRaisesRegex(shmbroker.Unsupported, "torch cannot be imported"):
                 pickle.loads(stream, buffers=[bytearray(8)])
+
+
+class TwoFrameFastPathTest(unittest.TestCase):
+    """A message of two frames (a buffer out of band and its stream) is laid
+    out and read without frames.py's general code, byte for byte as it."""
+
+    # Laying out and reading two frames of every length around the 64-byte
+    # boundaries gives frames.write's bytes and frames.parse's views,
+    # without calling either; a header whose lengths do not add up to the
+    # payload goes to frames.parse, which refuses it as before.
+    def test_two_frames_as_the_general_layout(self):
+        lengths = [0, 1, 31, 32, 33, 63, 64, 65, 127, 4096]
+        for n0 in lengths:
+            for n1 in lengths:
+                bufs = [memoryview(bytes(range(256)) * 17)[:n0],
+                        memoryview(b"\xab" * n1)]
+                total = frames.layout([n0, n1])[2]
+                self.assertEqual(Q._message_size(bufs), total, (n0, n1))
+                slow = bytearray(b"\xee" * total)
+                frames.write(memoryview(slow), bufs)
+                fast = bytearray(b"\xee" * total)
+                with unittest.mock.patch.object(frames, "write", side_effect=AssertionError), \
+                        unittest.mock.patch.object(frames, "parse",
+                                                   side_effect=AssertionError):
+                    Q._write_message(memoryview(fast), bufs)
+                    got = Q._read_message(memoryview(fast))
+                self.assertEqual(fast, slow, (n0, n1))
+                self.assertEqual([g.tobytes() for g in got],
+                                 [f.tobytes() for f in frames.parse(memoryview(slow))],
+                                 (n0, n1))
+                self.assertTrue(all(g.readonly for g in got))
+        bad = bytearray(frames.layout([10, 100])[2])
+        Q._write_message(memoryview(bad), [memoryview(bytes(10)), memoryview(bytes(100))])
+        for at, value in ((16, 11), (16, 65), (16, 1 << 63), (24, 99), (24, (1 << 64) - 1),
+                          (8, 3), (12, 1)):
+            scribbled = memoryview(bytearray(bad))
+            scribbled[at:at + 8 if at >= 16 else at + 4] = value.to_bytes(
+                8 if at >= 16 else 4, "little")
+            try:
+                want = [f.tobytes() for f in frames.parse(scribbled)]
+            except shmbroker.ProtocolError:
+                with self.assertRaises(shmbroker.ProtocolError, msg=(at, value)):
+                    Q._read_message(scribbled)
+                continue
+            self.assertEqual([g.tobytes() for g in Q._read_message(scribbled)], want)
+        self.assertRaises(shmbroker.ProtocolError, Q._read_message,
+                          memoryview(bad)[:len(bad) - 1])
 
 
 def _is_tensor(obj):

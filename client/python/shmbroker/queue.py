@@ -98,10 +98,12 @@ SPIN_MAX_NS = 50000
 # reader spins through gaps like those its messages have been coming at,
 # while that is within SHMBROKER_QUEUE_SPIN_MAX_US (default 100 us, at most
 # SPIN_LIMIT_US: the CPU a reader may spend per wait), else it sleeps.
-# SHMBROKER_QUEUE_WAIT=short turns it off (the spin above, then a sleep);
-# =rhythm adds naps ahead of an expected message. Naps are not the default:
-# on a busy 2-CPU VM a timed futex wake-up came 29 us late at the median
-# with a 1 us timer slack, and naps measured a higher p50 than plain sleeps.
+# SHMBROKER_QUEUE_WAIT=short turns it off (the spin above, then a sleep).
+# Naps ahead of an expected message: by default when the writer and every
+# live reader can each have a CPU of this process's (side by side, 1 reader
+# on 2 CPUs: half the p50 of plain sleeps at about the same CPU; with 4
+# readers on 2 CPUs their spins ahead of the message crowd the CPUs, and the
+# p50 was no better); =rhythm always, =sleep never.
 _WAIT_ENV = "SHMBROKER_QUEUE_WAIT"
 _SPIN_MAX_ENV = "SHMBROKER_QUEUE_SPIN_MAX_US"
 SPIN_MAX_DEFAULT_US = 100
@@ -124,6 +126,8 @@ _BUDGET_PARTS = 5
 # _NAPS_OFF_FOR waits are plain ones.
 _NAP_WINDOW = 16
 _NAPS_OFF_FOR = 512
+# Waits between two counts of the live seats (SHMBROKER_QUEUE_WAIT=adaptive).
+_FIT_LOOKS = 64
 # A gap this long is a pause, not a rhythm.
 _GAP_MAX_NS = 100000000
 _sched_yield = os.sched_yield
@@ -195,14 +199,15 @@ def _warning_interval_ns():
 
 def _wait_settings():
     """(adaptive, naps, spin_max_ns) from the environment:
-    SHMBROKER_QUEUE_WAIT "adaptive" (the default), "rhythm" (adaptive, and
-    naps ahead of an expected message) or "short"; SHMBROKER_QUEUE_SPIN_MAX_US
+    SHMBROKER_QUEUE_WAIT "adaptive" (the default: naps is None, naps when
+    the queue's members fit this process's CPUs), "rhythm" (naps always),
+    "sleep" (adaptive, never a nap) or "short"; SHMBROKER_QUEUE_SPIN_MAX_US
     an integer of 0 to SPIN_LIMIT_US. Values it cannot use are logged and
     left at their defaults."""
     mode = os.environ.get(_WAIT_ENV, "adaptive")
-    if mode not in ("adaptive", "rhythm", "short"):
-        _log.warning("%s=%r: the queue's wait is 'adaptive', 'rhythm' or 'short'; using "
-                     "'adaptive'.", _WAIT_ENV, mode)
+    if mode not in ("adaptive", "rhythm", "sleep", "short"):
+        _log.warning("%s=%r: the queue's wait is 'adaptive', 'rhythm', 'sleep' or 'short'; "
+                     "using 'adaptive'.", _WAIT_ENV, mode)
         mode = "adaptive"
     raw = os.environ.get(_SPIN_MAX_ENV)
     spin_us = SPIN_MAX_DEFAULT_US
@@ -215,7 +220,16 @@ def _wait_settings():
             _log.warning("%s=%r: not an integer of 0 to %d; using %d.", _SPIN_MAX_ENV, raw,
                          SPIN_LIMIT_US, SPIN_MAX_DEFAULT_US)
             spin_us = SPIN_MAX_DEFAULT_US
-    return mode != "short", mode == "rhythm", spin_us * 1000
+    naps = None if mode == "adaptive" else mode == "rhythm"
+    return mode != "short", naps, spin_us * 1000
+
+
+def _usable_cpus():
+    """The CPUs this process may run on (its affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def _closed_meanwhile():
@@ -295,8 +309,11 @@ class _Area:
         self._held = None     # the message held since dequeue, until done
         self._spin_r = SPIN_START_NS
         # The adaptive wait (_reader_plan): off with SHMBROKER_QUEUE_WAIT=short;
-        # its naps only with SHMBROKER_QUEUE_WAIT=rhythm.
+        # its naps: True, False, or None (while the members fit the CPUs).
         self.adaptive, self.naps_on, self.spin_max_ns = _wait_settings()
+        self._cpus = _usable_cpus() if self.naps_on is None else 0
+        self._fit = False     # the members fit the CPUs, at the last look
+        self._fit_looks = 0   # waits left before the next look
         self._seen = 0        # when the last message was there (monotonic ns)
         self._gap = 0         # mean gap between messages (ns), 0: not known
         self._dev = 0         # its mean deviation
@@ -505,9 +522,10 @@ class _Area:
         warn_every = _warning_interval_ns() if warn else 0
         warn_at = start + warn_every
         while True:
-            # The writer's first sleep waits for its mark, at most
-            # _MARK_SLEEP_NS (queue.c's MARK_SLEEP_NS): a slowest reader that
-            # frees a slot and then stops reading must not hold it.
+            # The writer's sleeps wait for its mark, each at most
+            # _MARK_SLEEP_NS (queue.c's MARK_SLEEP_NS), until one lasts that
+            # long: a slowest reader that frees a slot and then stops
+            # reading must not hold it.
             self._announce(writer, True, mark)
             try:
                 val = q32[word]
@@ -515,14 +533,20 @@ class _Area:
                 if not ok:
                     self._check_stop(writer, cancel)
                 now = _now()
+                woken = False
                 if not ok and (deadline is None or now < deadline):
                     until = now + (_MARK_SLEEP_NS if mark else nap)
                     self.sleeps += 1
                     _futex.futex_wait(addr, val, until if deadline is None
                                       else min(deadline, until))
+                    woken = _now() < until
             finally:
                 self._announce(writer, False)
-                mark = False
+                # A writer woken before its mark sleep's end (by a reader
+                # that reached the mark ahead of the slowest) sleeps to its
+                # mark again, so that the others' reads do not each wake
+                # it; one that slept it out sleeps until any read.
+                mark = mark and woken
             if ok:
                 return
             now = _now()
@@ -570,7 +594,7 @@ class _Area:
         """The adaptive wait of a reader whose message is not there yet
         (PROTOCOL.md section 9, "Waiting"): how long to spin (ns), through
         the gap when messages have been coming within the spin bound, else
-        briefly; with naps on (SHMBROKER_QUEUE_WAIT=rhythm), after napping
+        briefly; where naps are allowed (_naps_allowed), after napping
         through most of a longer gap, or -1 when the message came during
         the nap. gap and dev are the mean time between this reader's
         messages and its mean deviation, kept by seen()."""
@@ -583,7 +607,7 @@ class _Area:
         span = 2 * gap + 4 * dev
         if span <= self.spin_max_ns:
             return max(span - since, _SPIN_PAUSE_NS)
-        if not self.naps_on or self._naps_off:
+        if not self._naps_allowed() or self._naps_off:
             if self._naps_off:
                 self._naps_off -= 1
             return _SPIN_PAUSE_NS
@@ -617,6 +641,20 @@ class _Area:
                 return -1
             now = self._nap_end = _now()
         return max(end - now, _SPIN_PAUSE_NS)
+
+    def _naps_allowed(self):
+        """Whether this reader may nap: as SHMBROKER_QUEUE_WAIT says, else
+        while the writer and every live reader can each have one of this
+        process's CPUs (a nap ends in a spin; spins of more members than
+        CPUs take the CPU from the one they wait for). Seats are counted
+        again every _FIT_LOOKS waits."""
+        if self.naps_on is not None:
+            return self.naps_on
+        if self._fit_looks == 0:
+            self._fit_looks = _FIT_LOOKS
+            self._fit = self.live_seats() + 1 <= self._cpus
+        self._fit_looks -= 1
+        return self._fit
 
     def _nap(self, until, cancel):
         """Sleep on head_word until the writer publishes (True, the message
@@ -875,6 +913,12 @@ class _Area:
 _ONE_FRAME = struct.Struct("<QIIQ")
 _ONE_FRAME_AT = 64
 _ONE_FRAME_PAD = bytes(_ONE_FRAME_AT - 24)
+# And of two (a buffer sent out of band, and its small stream: the frame 0
+# at byte 64, the buffer at the next multiple of 64 after it).
+_TWO_FRAMES = struct.Struct("<QIIQQ")
+_TWO_FRAMES_PAD = bytes(_ONE_FRAME_AT - 32)
+_ZEROS_64 = bytes(64)
+_SECOND_LENGTH = struct.Struct("<Q")
 
 
 # ---- messages that are buffers ------------------------------------------------
@@ -902,8 +946,26 @@ def _rebuild_bytearray(buf):
     return buf if type(buf) is bytearray else bytearray(buf)
 
 
+# A shape from a message has at most this many dimensions (memoryview's own
+# limit), each a non-negative int below 2**63 (what a C size holds).
+_NDIM_MAX = 64
+
+
+def _shape_of(shape, what, nbytes):
+    """shape, from a message's stream, as a tuple of ints, or an EIO naming
+    it: anything but a tuple or list of at most _NDIM_MAX non-negative ints
+    below 2**63 is a stream no writer of this module makes (a scribbled or
+    hostile one), which must not reach cast() or torch as it is."""
+    if type(shape) not in (tuple, list) or len(shape) > _NDIM_MAX or \
+            not all(type(d) is int and 0 <= d < (1 << 63) for d in shape):
+        raise _corrupt("a %s message of %d bytes has shape %.200r, which is not a tuple of at "
+                       "most %d non-negative integers" % (what, nbytes, shape, _NDIM_MAX))
+    return tuple(shape)
+
+
 def _rebuild_memoryview(buf, fmt, shape):
     """A memoryview of format fmt and shape over a copy of buf's bytes."""
+    shape = _shape_of(shape, "memoryview", len(buf))
     own = buf if type(buf) is bytearray else bytearray(buf)
     view = memoryview(own)
     if fmt == "B" and len(shape) == 1 and shape[0] == len(own):
@@ -911,7 +973,7 @@ def _rebuild_memoryview(buf, fmt, shape):
     try:
         return view.cast(fmt, shape)
     except (TypeError, ValueError) as e:
-        raise _corrupt("a memoryview message of format %r and shape %r does not fit its %d "
+        raise _corrupt("a memoryview message of format %.200r and shape %r does not fit its %d "
                        "bytes (%s)" % (fmt, shape, len(own), e)) from None
 
 
@@ -921,15 +983,21 @@ def _rebuild_tensor(buf, dtype, shape):
     try:
         import torch
     except ImportError:
-        raise Unsupported("ENOSYS", "This message is a torch tensor (%s, shape %s), and torch "
-                          "cannot be imported in this process: install torch here, or send "
-                          "numpy arrays (tensor.numpy()), which need only numpy."
-                          % (dtype, list(shape))) from None
-    kind = getattr(torch, dtype, None)
+        raise Unsupported("ENOSYS", "This message is a torch tensor (%.200s, shape %.200r), "
+                          "and torch cannot be imported in this process: install torch here, "
+                          "or send numpy arrays (tensor.numpy()), which need only numpy."
+                          % (dtype, shape)) from None
+    shape = _shape_of(shape, "tensor", len(buf))
+    kind = getattr(torch, dtype, None) if type(dtype) is str else None
     if not isinstance(kind, torch.dtype):
-        raise _corrupt("a tensor message names dtype %r, which this torch does not have"
+        raise _corrupt("a tensor message names dtype %.200r, which this torch does not have"
                        % (dtype,))
     if len(buf) == 0:
+        # No bytes: a shape of no elements, or the message would be a
+        # tensor of memory that nobody sent (as large as the shape says).
+        if _elements(shape) != 0:
+            raise _corrupt("a tensor message of no bytes has shape %r, of %s elements"
+                           % (shape, _elements(shape)))
         try:
             return torch.empty(shape, dtype=kind)
         except (RuntimeError, TypeError, ValueError) as e:
@@ -941,6 +1009,14 @@ def _rebuild_tensor(buf, dtype, shape):
     except (RuntimeError, TypeError, ValueError) as e:
         raise _corrupt("a tensor message of dtype %s and shape %r does not fit its %d bytes "
                        "(%s)" % (dtype, shape, len(own), e)) from None
+
+
+def _elements(shape):
+    """The number of elements of shape (a checked tuple of ints)."""
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 class _OutOfBand:
@@ -1028,12 +1104,25 @@ def _message_size(bufs):
     """Bytes of the frames payload of bufs."""
     if len(bufs) == 1:
         return _ONE_FRAME_AT + bufs[0].nbytes
+    if len(bufs) == 2:
+        return ((_ONE_FRAME_AT + bufs[0].nbytes + 63) & ~63) + bufs[1].nbytes
     return _frames.layout([b.nbytes for b in bufs])[2]
 
 
 def _write_message(view, bufs):
     """Write bufs into view (exactly _message_size bytes) in the frames
-    layout; frames.write's result, without its generality for one frame."""
+    layout; frames.write's result, without its generality for one frame or
+    two."""
+    if len(bufs) == 2:
+        n0, n1 = bufs[0].nbytes, bufs[1].nbytes
+        end0 = _ONE_FRAME_AT + n0
+        at1 = (end0 + 63) & ~63
+        _TWO_FRAMES.pack_into(view, 0, _frames.MAGIC, 2, 0, n0, n1)
+        view[32:_ONE_FRAME_AT] = _TWO_FRAMES_PAD
+        view[_ONE_FRAME_AT:end0] = bufs[0]
+        view[end0:at1] = _ZEROS_64[:at1 - end0]
+        view[at1:at1 + n1] = bufs[1]
+        return
     if len(bufs) != 1:
         _frames.write(view, bufs)
         return
@@ -1045,11 +1134,19 @@ def _write_message(view, bufs):
 
 def _read_message(view):
     """The frames of a message (views into view), as frames.parse."""
-    if view.nbytes >= _ONE_FRAME_AT:
-        magic, count, flags, n = _ONE_FRAME.unpack_from(view, 0)
-        if magic == _frames.MAGIC and count == 1 and flags == 0 and \
-                n == view.nbytes - _ONE_FRAME_AT:
-            return [view[_ONE_FRAME_AT:].toreadonly()]
+    size = view.nbytes
+    if size >= _ONE_FRAME_AT:
+        magic, count, flags, n0 = _ONE_FRAME.unpack_from(view, 0)
+        if magic == _frames.MAGIC and flags == 0:
+            if count == 1:
+                if n0 == size - _ONE_FRAME_AT:
+                    return [view[_ONE_FRAME_AT:].toreadonly()]
+            elif count == 2:
+                n1 = _SECOND_LENGTH.unpack_from(view, 24)[0]
+                end0 = _ONE_FRAME_AT + n0
+                at1 = (end0 + 63) & ~63
+                if at1 + n1 == size:
+                    return [view[_ONE_FRAME_AT:end0].toreadonly(), view[at1:].toreadonly()]
     return _frames.parse(view)
 
 
