@@ -81,7 +81,10 @@ ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c proto/sock.c \
                proto/starting.c \
                proto/frames.c proto/queue.c
-CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c daemon/catalog.c
+# The store and its rooms (keys, reads, reclaim, arenas, adoption).
+STORE_SRC   := daemon/store.c daemon/keys.c daemon/reads.c daemon/reclaim.c daemon/arenas.c \
+               daemon/adopt.c
+CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c $(STORE_SRC) daemon/catalog.c
 # Arenas: puts in one round trip (the store's arena objects).
 CORE_SRC    += daemon/arena.c
 DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
@@ -121,7 +124,7 @@ UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 # Each unit test links only the module under test and what it needs.
 $(BUILD)/tests/test_ring:    $(call OBJ,tests/unit/test_ring.c daemon/ring.c daemon/segment.c) $(BASE_OBJ)
 $(BUILD)/tests/test_index:   $(call OBJ,tests/unit/test_index.c daemon/index.c) $(BASE_OBJ)
-$(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c daemon/store.c daemon/ring.c daemon/index.c daemon/segment.c daemon/catalog.c) $(BASE_OBJ)
+$(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c $(STORE_SRC) daemon/ring.c daemon/index.c daemon/segment.c daemon/catalog.c) $(BASE_OBJ)
 # --wrap=catalog_add: what a reader in place finds while an entry is listed.
 $(BUILD)/tests/test_store: TEST_LDFLAGS := -Wl,--wrap=catalog_add
 # The catalog's writer over a plain buffer, read back as a reader would.
@@ -200,7 +203,7 @@ E2E_TESTS += test_ctl_segment
 # and raw-socket clients against the real daemon.
 $(BUILD)/tests/test_store:   $(call OBJ,daemon/arena.c)
 UNIT_BINS  += $(BUILD)/tests/test_arena
-$(BUILD)/tests/test_arena:   $(call OBJ,tests/unit/test_arena.c daemon/arena.c daemon/store.c \
+$(BUILD)/tests/test_arena:   $(call OBJ,tests/unit/test_arena.c daemon/arena.c $(STORE_SRC) \
                               daemon/ring.c daemon/index.c daemon/segment.c daemon/catalog.c) \
                               $(BASE_OBJ)
 E2E_TESTS += test_arena_ops
