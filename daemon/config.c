@@ -666,32 +666,131 @@ bool config_pool_name_ok(const char *name)
                         "0123456789_-") == len;
 }
 
+/* A --pool option's handler: value (trimmed, not empty) into *p; arg is
+ * the whole --pool value, for config_pool_error. 0 or -EINVAL. */
+typedef int (*config_pool_fn)(struct pool_config *p, const char *arg, const char *value,
+                              struct shmb_error *err);
+
+/* max-object-size=BYTES. */
+static int config_pool_max_object(struct pool_config *p, const char *arg, const char *value,
+                                  struct shmb_error *err)
+{
+    if (config_parse_size(value, &p->max_object_size) < 0)
+        return config_pool_error(err, arg,
+                                 "invalid max-object-size '%.32s': expected bytes "
+                                 "with an optional K, M or G (KiB, MiB, GiB) "
+                                 "suffix, for example max-object-size=64M.",
+                                 value);
+    return 0;
+}
+
+/* group=GROUP: a name or a gid of this host. */
+static int config_pool_group(struct pool_config *p, const char *arg, const char *value,
+                             struct shmb_error *err)
+{
+    id_t gid;
+
+    if (strlen(value) > CONFIG_GROUP_NAME_MAX || config_parse_id(value, false, &gid) < 0)
+        return config_pool_error(err, arg,
+                                 "no group '%.64s' on this host; give the name of "
+                                 "an existing group (getent group lists them) or "
+                                 "a gid.",
+                                 value);
+    p->has_group = true;
+    p->gid = (gid_t)gid;
+    memcpy(p->group, value, strlen(value) + 1);
+    return 0;
+}
+
+/* backing=shm|memfd|hugetlbfs. */
+static int config_pool_backing(struct pool_config *p, const char *arg, const char *value,
+                               struct shmb_error *err)
+{
+    if (strcmp(value, "shm") == 0)
+        p->backing = POOL_BACKING_SHM;
+    else if (strcmp(value, "memfd") == 0)
+        p->backing = POOL_BACKING_MEMFD;
+    else if (strcmp(value, "hugetlbfs") == 0)
+        p->backing = POOL_BACKING_HUGETLBFS;
+    else
+        return config_pool_error(err, arg,
+                                 "unknown backing '%.32s': expected shm (a file "
+                                 "in --shm-dir or dir=), memfd (memory with no "
+                                 "file, not limited by /dev/shm) or hugetlbfs (a "
+                                 "file on the hugetlbfs mount dir=).",
+                                 value);
+    return 0;
+}
+
+/* dir=DIR. */
+static int config_pool_dir(struct pool_config *p, const char *arg, const char *value,
+                           struct shmb_error *err)
+{
+    if (strlen(value) >= sizeof(p->dir))
+        return config_pool_error(err, arg, "dir= is longer than %zu bytes.",
+                                 sizeof(p->dir) - 1);
+    memcpy(p->dir, value, strlen(value) + 1);
+    return 0;
+}
+
+/* max-queues=N. */
+static int config_pool_max_queues(struct pool_config *p, const char *arg, const char *value,
+                                  struct shmb_error *err)
+{
+    unsigned long long count;
+    char *end;
+
+    if (config_leading_number(value, &count, &end) < 0 || *end != '\0' || count == 0 ||
+        count > CONFIG_QUEUES_MAX)
+        return config_pool_error(err, arg,
+                                 "invalid max-queues '%.32s': expected a whole "
+                                 "number from 1 to %d (the daemon holds at most "
+                                 "%d queues of all pools), for example "
+                                 "max-queues=8.",
+                                 value, CONFIG_QUEUES_MAX, CONFIG_QUEUES_MAX);
+    p->max_queues = count;
+    return 0;
+}
+
+/* max-queue-bytes=BYTES, above 0. */
+static int config_pool_max_queue_bytes(struct pool_config *p, const char *arg,
+                                       const char *value, struct shmb_error *err)
+{
+    if (config_parse_size(value, &p->max_queue_bytes) < 0 || p->max_queue_bytes == 0)
+        return config_pool_error(err, arg,
+                                 "invalid max-queue-bytes '%.32s': expected bytes above 0 "
+                                 "with an optional K, M or G (KiB, MiB, GiB) suffix, for "
+                                 "example max-queue-bytes=512M.",
+                                 value);
+    return 0;
+}
+
+/* The options of a --pool value after its name and size: the name, what a
+ * message shows in place of a missing value, the handler. */
+static const struct config_pool_option {
+    const char *key;
+    const char *placeholder;
+    config_pool_fn parse;
+} config_pool_options[] = {
+    {"max-object-size", "BYTES", config_pool_max_object},
+    {"group", "GROUP", config_pool_group},
+    {"backing", "shm|memfd|hugetlbfs", config_pool_backing},
+    {"dir", "DIR", config_pool_dir},
+    {"max-queues", "N", config_pool_max_queues},
+    {"max-queue-bytes", "BYTES", config_pool_max_queue_bytes},
+};
+#define CONFIG_POOL_OPTIONS (sizeof(config_pool_options) / sizeof(config_pool_options[0]))
+
 /* Parse one --pool value into *p. What depends on other flags (the segment's
  * name, shm's default dir, the default max object size) is left for
  * config_resolve_pools, since --name may come after --pool. */
 static int config_parse_pool(const char *arg, struct pool_config *p,
                              struct shmb_error *err)
 {
-    enum {
-        KEY_MAX_OBJECT,
-        KEY_GROUP,
-        KEY_BACKING,
-        KEY_DIR,
-        KEY_MAX_QUEUES,
-        KEY_MAX_QUEUE_BYTES,
-        KEY_COUNT
-    };
-    static const char *const keys[KEY_COUNT] = {"max-object-size", "group",
-                                                "backing",         "dir",
-                                                "max-queues",      "max-queue-bytes"};
-    static const char *const placeholders[KEY_COUNT] = {
-        "BYTES", "GROUP", "shm|memfd|hugetlbfs", "DIR", "N", "BYTES"};
-    unsigned long long count;
-    char *end;
-    bool seen[KEY_COUNT] = {false};
+    bool seen[CONFIG_POOL_OPTIONS] = {false};
     char buf[CONFIG_LINE_MAX + 1], *name, *size, *opts;
     size_t len = strlen(arg);
-    id_t gid;
+    int rc;
 
     memset(p, 0, sizeof(*p));
     p->backing = POOL_BACKING_SHM;
@@ -731,7 +830,7 @@ static int config_parse_pool(const char *arg, struct pool_config *p,
             size, p->name);
     while (opts != NULL) {
         char *key = opts, *value = NULL, *eq;
-        int k;
+        size_t k;
 
         if ((opts = strchr(key, ',')) != NULL)
             *opts++ = '\0';
@@ -745,10 +844,10 @@ static int config_parse_pool(const char *arg, struct pool_config *p,
                 err, arg,
                 "an empty option (two commas in a row, or one at the "
                 "end); expected " CONFIG_POOL_SHAPE ".");
-        for (k = 0; k < KEY_COUNT; k++)
-            if (strcmp(key, keys[k]) == 0)
+        for (k = 0; k < CONFIG_POOL_OPTIONS; k++)
+            if (strcmp(key, config_pool_options[k].key) == 0)
                 break;
-        if (k == KEY_COUNT)
+        if (k == CONFIG_POOL_OPTIONS)
             return config_pool_error(err, arg,
                                      "unknown option '%.32s'; a pool takes "
                                      "max-object-size=, group=, backing=, dir=, "
@@ -757,76 +856,12 @@ static int config_parse_pool(const char *arg, struct pool_config *p,
                                      key);
         if (value == NULL || value[0] == '\0')
             return config_pool_error(err, arg, "%s has no value; write %s=%s.", key, key,
-                                     placeholders[k]);
+                                     config_pool_options[k].placeholder);
         if (seen[k])
             return config_pool_error(err, arg, "%s= is given twice; give it once.", key);
         seen[k] = true;
-        switch (k) {
-        case KEY_MAX_OBJECT:
-            if (config_parse_size(value, &p->max_object_size) < 0)
-                return config_pool_error(
-                    err, arg,
-                    "invalid max-object-size '%.32s': expected bytes "
-                    "with an optional K, M or G (KiB, MiB, GiB) "
-                    "suffix, for example max-object-size=64M.",
-                    value);
-            break;
-        case KEY_GROUP:
-            if (strlen(value) > CONFIG_GROUP_NAME_MAX ||
-                config_parse_id(value, false, &gid) < 0)
-                return config_pool_error(
-                    err, arg,
-                    "no group '%.64s' on this host; give the name of "
-                    "an existing group (getent group lists them) or "
-                    "a gid.",
-                    value);
-            p->has_group = true;
-            p->gid = (gid_t)gid;
-            memcpy(p->group, value, strlen(value) + 1);
-            break;
-        case KEY_BACKING:
-            if (strcmp(value, "shm") == 0)
-                p->backing = POOL_BACKING_SHM;
-            else if (strcmp(value, "memfd") == 0)
-                p->backing = POOL_BACKING_MEMFD;
-            else if (strcmp(value, "hugetlbfs") == 0)
-                p->backing = POOL_BACKING_HUGETLBFS;
-            else
-                return config_pool_error(err, arg,
-                                         "unknown backing '%.32s': expected shm (a file "
-                                         "in --shm-dir or dir=), memfd (memory with no "
-                                         "file, not limited by /dev/shm) or hugetlbfs (a "
-                                         "file on the hugetlbfs mount dir=).",
-                                         value);
-            break;
-        case KEY_DIR:
-            if (strlen(value) >= sizeof(p->dir))
-                return config_pool_error(err, arg, "dir= is longer than %zu bytes.",
-                                         sizeof(p->dir) - 1);
-            memcpy(p->dir, value, strlen(value) + 1);
-            break;
-        case KEY_MAX_QUEUES:
-            if (config_leading_number(value, &count, &end) < 0 || *end != '\0' ||
-                count == 0 || count > CONFIG_QUEUES_MAX)
-                return config_pool_error(err, arg,
-                                         "invalid max-queues '%.32s': expected a whole "
-                                         "number from 1 to %d (the daemon holds at most "
-                                         "%d queues of all pools), for example "
-                                         "max-queues=8.",
-                                         value, CONFIG_QUEUES_MAX, CONFIG_QUEUES_MAX);
-            p->max_queues = count;
-            break;
-        case KEY_MAX_QUEUE_BYTES:
-            if (config_parse_size(value, &p->max_queue_bytes) < 0 ||
-                p->max_queue_bytes == 0)
-                return config_pool_error(
-                    err, arg,
-                    "invalid max-queue-bytes '%.32s': expected bytes above 0 "
-                    "with an optional K, M or G (KiB, MiB, GiB) suffix, for "
-                    "example max-queue-bytes=512M.",
-                    value);
-            break;
-        }
+        if ((rc = config_pool_options[k].parse(p, arg, value, err)) < 0)
+            return rc;
     }
     if (p->backing == POOL_BACKING_HUGETLBFS && p->dir[0] == '\0')
         return config_pool_error(err, arg,
