@@ -15,6 +15,8 @@
 
 #include "store_inner.h"
 
+/* For the store's rooms only; each is described above its definition in
+ * arenas.c. */
 struct object *store_box_new(struct store *s);
 void store_box_place(struct store *s, struct object *box, struct store_holder *h,
                      uint64_t client, uint64_t id, uint64_t payload_offset, uint64_t size,

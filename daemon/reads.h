@@ -16,6 +16,8 @@
 
 #include "store_inner.h"
 
+/* For the store's rooms only; each is described above its definition in
+ * reads.c. */
 void store_gen_after(struct store *s, uint32_t floor);
 void store_fold(struct store *s, struct object *obj);
 void store_publish(struct store *s, struct object *obj);

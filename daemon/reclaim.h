@@ -15,6 +15,8 @@
 
 #include "store_inner.h"
 
+/* For the store's rooms only; each is described above its definition in
+ * reclaim.c. */
 void object_free(struct object *obj);
 int store_watch_reserve(struct store *s);
 void store_watch(struct store *s, struct object *obj);
