@@ -87,7 +87,9 @@ STORE_SRC   := daemon/store.c daemon/keys.c daemon/reads.c daemon/reclaim.c daem
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c $(STORE_SRC) daemon/catalog.c
 # Arenas: puts in one round trip (the store's arena objects).
 CORE_SRC    += daemon/arena.c
-DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
+# The flags: values and the --config file, the --pool values, the handlers.
+CONFIG_SRC  := daemon/config.c daemon/config_pool.c daemon/config_flags.c
+DAEMON_SRC  := daemon/main.c $(CONFIG_SRC) daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c daemon/queue.c daemon/held.c $(CORE_SRC)
 LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
@@ -132,7 +134,7 @@ $(BUILD)/tests/test_catalog: $(call OBJ,tests/unit/test_catalog.c daemon/catalog
 $(BUILD)/tests/test_segment: $(call OBJ,tests/unit/test_segment.c daemon/segment.c) $(BASE_OBJ)
 $(BUILD)/tests/test_segment: TEST_LDFLAGS := -Wl,--wrap=statvfs,--wrap=statfs,--wrap=fopen,--wrap=posix_fallocate
 # The command layer without sockets: the chaos test and the fuzzer drive it.
-COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/pool.c daemon/queue.c daemon/config.c \
+COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/pool.c daemon/queue.c $(CONFIG_SRC) \
                daemon/host.c daemon/log.c \
                tests/support/fixture.c \
                $(CORE_SRC)) $(PROTO_OBJ)
@@ -162,7 +164,7 @@ $(BUILD)/tests/test_tables:  $(call OBJ,tests/unit/test_tables.c) $(PROTO_OBJ)
 $(BUILD)/tests/test_tables: TEST_LDFLAGS = $(PKGS_LIBS)
 # The flag parser: config and what it asks (the log level, the segment's and
 # the store's sizes for the default max object size).
-$(BUILD)/tests/test_config_parse: $(call OBJ,tests/unit/test_config_parse.c daemon/config.c \
+$(BUILD)/tests/test_config_parse: $(call OBJ,tests/unit/test_config_parse.c $(CONFIG_SRC) \
                                   daemon/log.c) $(CORE_OBJ) $(PROTO_OBJ)
 $(BUILD)/tests/test_config_parse: TEST_LDFLAGS = $(PKGS_LIBS)
 # Host facts over fake /proc and /sys trees; the fixes sizing prints.
@@ -174,7 +176,7 @@ $(BUILD)/tests/test_pool:    $(call OBJ,tests/unit/test_pool.c daemon/pool.c dae
 $(BUILD)/tests/test_pool: TEST_LDFLAGS = $(PKGS_LIBS)
 # The daemon's queues over real memfds and a memfd pool.
 $(BUILD)/tests/test_daemon_queue: $(call OBJ,tests/unit/test_daemon_queue.c daemon/queue.c \
-                                  daemon/pool.c daemon/config.c daemon/host.c daemon/log.c) \
+                                  daemon/pool.c $(CONFIG_SRC) daemon/host.c daemon/log.c) \
                                   $(CORE_OBJ) $(PROTO_OBJ)
 # The store's lookups by key that queue.c makes are counted (the cost of a
 # seat's departure); store_forgo_reads is weak on the test's side.
@@ -319,7 +321,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_RUNS    ?= 1000000
 FUZZ_BUILD   := build-fuzz
 FUZZ_SRC     := tests/fuzz/fuzz_command.c tests/support/fixture.c daemon/command.c daemon/log.c \
-                daemon/pool.c daemon/queue.c daemon/config.c daemon/host.c \
+                daemon/pool.c daemon/queue.c $(CONFIG_SRC) daemon/host.c \
                 $(CORE_SRC) $(PROTO_SRC)
 FUZZ_BIN     := $(FUZZ_BUILD)/fuzz_command
 
