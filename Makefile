@@ -80,18 +80,24 @@ ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 # ---- sources ------------------------------------------------------------
 PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c proto/sock.c \
                proto/starting.c \
-               proto/frames.c proto/queue.c
+               proto/frames.c proto/queue.c proto/names.c
 # The store and its rooms (keys, reads, reclaim, arenas, adoption).
 STORE_SRC   := daemon/store.c daemon/keys.c daemon/reads.c daemon/reclaim.c daemon/arenas.c \
                daemon/adopt.c
 CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c $(STORE_SRC) daemon/catalog.c
 # Arenas: puts in one round trip (the store's arena objects).
 CORE_SRC    += daemon/arena.c
+# The segment and its rooms: what a test that links the segment links.
+SEGMENT_SRC := daemon/segment.c daemon/space.c daemon/lock.c daemon/memfd.c daemon/orphan.c \
+               daemon/guard.c
+CORE_SRC    += $(filter-out daemon/segment.c,$(SEGMENT_SRC))
 # The flags: values and the --config file, the --pool values, the handlers.
 CONFIG_SRC  := daemon/config.c daemon/config_pool.c daemon/config_flags.c
 DAEMON_SRC  := daemon/main.c $(CONFIG_SRC) daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c daemon/queue.c daemon/held.c $(CORE_SRC)
+# main.c's rooms: the pools' plan, the reload, the descriptor store.
+DAEMON_SRC  += daemon/plan.c daemon/reload.c daemon/keep.c
 LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
                client/queue.c client/read.c client/arena.c
 # Objects from other hosts, through shmbroker-relay (relay/).
@@ -120,18 +126,18 @@ BINS      := $(DAEMON) $(CTL) $(LIB_A) $(LIB_SO) $(EXAMPLE) $(QUEUE_EXAMPLE)
 UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line test_error \
               test_text test_conn test_tables test_command test_config_parse test_client \
               test_frames_layout test_host test_pool test_queue test_daemon_queue \
-              test_catalog
+              test_catalog test_names
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
-$(BUILD)/tests/test_ring:    $(call OBJ,tests/unit/test_ring.c daemon/ring.c daemon/segment.c) $(BASE_OBJ)
+$(BUILD)/tests/test_ring:    $(call OBJ,tests/unit/test_ring.c daemon/ring.c $(SEGMENT_SRC)) $(BASE_OBJ)
 $(BUILD)/tests/test_index:   $(call OBJ,tests/unit/test_index.c daemon/index.c) $(BASE_OBJ)
-$(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c $(STORE_SRC) daemon/ring.c daemon/index.c daemon/segment.c daemon/catalog.c) $(BASE_OBJ)
+$(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c $(STORE_SRC) daemon/ring.c daemon/index.c $(SEGMENT_SRC) daemon/catalog.c) $(BASE_OBJ)
 # --wrap=catalog_add: what a reader in place finds while an entry is listed.
 $(BUILD)/tests/test_store: TEST_LDFLAGS := -Wl,--wrap=catalog_add
 # The catalog's writer over a plain buffer, read back as a reader would.
-$(BUILD)/tests/test_catalog: $(call OBJ,tests/unit/test_catalog.c daemon/catalog.c daemon/segment.c) $(BASE_OBJ)
-$(BUILD)/tests/test_segment: $(call OBJ,tests/unit/test_segment.c daemon/segment.c) $(BASE_OBJ)
+$(BUILD)/tests/test_catalog: $(call OBJ,tests/unit/test_catalog.c daemon/catalog.c $(SEGMENT_SRC)) $(BASE_OBJ)
+$(BUILD)/tests/test_segment: $(call OBJ,tests/unit/test_segment.c $(SEGMENT_SRC)) $(BASE_OBJ)
 $(BUILD)/tests/test_segment: TEST_LDFLAGS := -Wl,--wrap=statvfs,--wrap=statfs,--wrap=fopen,--wrap=posix_fallocate
 # The command layer without sockets: the chaos test and the fuzzer drive it.
 COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/pool.c daemon/queue.c $(CONFIG_SRC) \
@@ -147,6 +153,8 @@ $(BUILD)/tests/test_line: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_error:   $(call OBJ,tests/unit/test_error.c) $(BASE_OBJ)
 $(BUILD)/tests/test_error: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_text:    $(call OBJ,tests/unit/test_text.c) $(BASE_OBJ)
+# Pool and queue names and the overflow key, shared by daemon and library.
+$(BUILD)/tests/test_names:   $(call OBJ,tests/unit/test_names.c proto/names.c) $(BASE_OBJ)
 # The frames layout: arithmetic, writer and reader, over plain buffers.
 $(BUILD)/tests/test_frames_layout: $(call OBJ,tests/unit/test_frames_layout.c proto/frames.c) $(BASE_OBJ)
 # The catalog's reader (proto/catalog.c) over a segment built by hand.
@@ -169,7 +177,7 @@ $(BUILD)/tests/test_config_parse: $(call OBJ,tests/unit/test_config_parse.c $(CO
 $(BUILD)/tests/test_config_parse: TEST_LDFLAGS = $(PKGS_LIBS)
 # Host facts over fake /proc and /sys trees; the fixes sizing prints.
 $(BUILD)/tests/test_host:    $(call OBJ,tests/unit/test_host.c daemon/host.c daemon/sizing.c \
-                              daemon/segment.c) $(BASE_OBJ)
+                              $(SEGMENT_SRC)) $(BASE_OBJ)
 # Pools over a real tmpfs: the summed space check, adoption, memfd, access.
 $(BUILD)/tests/test_pool:    $(call OBJ,tests/unit/test_pool.c daemon/pool.c daemon/host.c \
                               daemon/log.c) $(CORE_OBJ) $(PROTO_OBJ)
@@ -206,7 +214,7 @@ E2E_TESTS += test_ctl_segment
 $(BUILD)/tests/test_store:   $(call OBJ,daemon/arena.c)
 UNIT_BINS  += $(BUILD)/tests/test_arena
 $(BUILD)/tests/test_arena:   $(call OBJ,tests/unit/test_arena.c daemon/arena.c $(STORE_SRC) \
-                              daemon/ring.c daemon/index.c daemon/segment.c daemon/catalog.c) \
+                              daemon/ring.c daemon/index.c $(SEGMENT_SRC) daemon/catalog.c) \
                               $(BASE_OBJ)
 E2E_TESTS += test_arena_ops
 # Queues bounded per pool, their lease, their pages made off the loop.
@@ -236,8 +244,9 @@ $(BUILD)/tests/test_frames: | $(FRAMES_TOOL)
 READ_TOOL := $(BUILD)/tests/shmb-read-tool
 $(READ_TOOL): $(call OBJ,tests/e2e/read_tool.c) $(LIB_A)
 $(READ_TOOL): TEST_LDFLAGS = $(PKGS_LIBS)
-# test_read counts the library's send()s to tell its round trips.
-$(BUILD)/tests/test_read: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=send
+# test_read counts the library's send()s to tell its round trips, and its
+# mincore()s, its looks at the arena's pages.
+$(BUILD)/tests/test_read: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=send,--wrap=mincore
 $(BUILD)/tests/test_liveness: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=poll
 
 # The soak: 32 clients for SOAK_SECONDS (a short run in 'make test'), and the
@@ -257,11 +266,11 @@ export SOAK_SECONDS SOAK_VALGRIND_SECONDS
 # over the catalog, the header page and the chunks (test_scribble).
 UNIT_BINS += $(BUILD)/tests/test_catalog_race
 $(BUILD)/tests/test_catalog_race: $(call OBJ,tests/unit/test_catalog_race.c daemon/catalog.c \
-                                  proto/catalog.c daemon/segment.c) $(BASE_OBJ)
+                                  proto/catalog.c $(SEGMENT_SRC)) $(BASE_OBJ)
 $(BUILD)/tests/test_catalog_race: TEST_LDFLAGS := -lpthread
 CATALOG_TSAN_BIN := $(BUILD)/tests/test_catalog_race_tsan
 CATALOG_TSAN_SRC := tests/unit/test_catalog_race.c daemon/catalog.c proto/catalog.c \
-                    daemon/segment.c proto/utf8.c proto/error.c proto/alloc.c proto/text.c
+                    $(SEGMENT_SRC) proto/utf8.c proto/error.c proto/alloc.c proto/text.c
 ifeq ($(SANITIZER),)
 UNIT_BINS += $(CATALOG_TSAN_BIN)
 endif
@@ -455,7 +464,7 @@ $(LIB_SO): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 # ---- shmbroker-relay (relay/): objects between hosts' brokers over UCX ----
 # A program of its own: the daemon keeps no network code. It links the
 # library like any worker, UCX (libucx-dev) and libcrypto (its key's HMAC).
-RELAY_SRC   := relay/main.c relay/peer.c relay/wire.c relay/auth.c relay/fetch.c relay/local.c
+RELAY_SRC   := relay/main.c relay/log.c relay/peer.c relay/wire.c relay/auth.c relay/fetch.c relay/forward.c relay/stream.c relay/local.c
 RELAY       := $(BUILD)/shmbroker-relay
 RELAY_CFLAGS = $(shell pkg-config --cflags ucx libcrypto 2>/dev/null)
 RELAY_LIBS   = $(shell pkg-config --libs ucx libcrypto 2>/dev/null)
@@ -471,14 +480,22 @@ RELAY_HOSTILE := $(BUILD)/tests/relay-hostile-peer
 $(RELAY_HOSTILE): $(call OBJ,tests/relay/hostile_peer.c relay/wire.c relay/auth.c) $(LIB_A)
 $(RELAY_HOSTILE): TEST_LDFLAGS = $(PKGS_LIBS) $(RELAY_LIBS)
 TEST_RUNS   += tests/relay/test_relay.py
+# Queues with readers on other hosts, in the same two namespaces.
+TEST_RUNS   += tests/relay/test_queue_relay.py
+# The relay's unit as make install stages it, its ExecStart run beside a daemon.
+ifeq ($(SANITIZER),)
+TEST_RUNS   += tests/relay/test_unit.sh
+endif
 RELAY_TEST_BINS := $(RELAY) $(RELAY_HOSTILE)
-# The relay's bench table: fetch bandwidth against ucx_perftest and Redis GET
-# between two namespaces (root). BENCH_QUICK=1 for one round.
+# The relay's bench table: fetch bandwidth against ucx_perftest and Redis GET,
+# and a remote queue's latency and rate against ZeroMQ PUB/SUB, between two
+# namespaces (root). BENCH_QUICK=1 for one round.
 .PHONY: bench-relay
 bench-relay: check-deps
 	$(Q)sh scripts/install-deps.sh bench
 	$(Q)$(MAKE) --no-print-directory $(BINS)
 	$(Q)SHMB_BUILD_DIR=$(BUILD) SHMBROKERD=$(DAEMON) $(PYTHON) tests/relay/bench.py
+	$(Q)SHMB_BUILD_DIR=$(BUILD) SHMBROKERD=$(DAEMON) $(PYTHON) tests/relay/bench_queue.py
 
 # The pkg-config file and the service unit name installed paths, so they are
 # written at install time, with this install's PREFIX and directories.
@@ -644,7 +661,9 @@ install: all
 	    $(DESTDIR)$(MANDIR)/man1
 	$(SUBST) systemd/shmbrokerd.service.in > $(DESTDIR)$(UNITDIR)/shmbrokerd.service
 	$(SUBST) systemd/shmbrokerd.socket.in > $(DESTDIR)$(UNITDIR)/shmbrokerd.socket
+	$(SUBST) systemd/shmbroker-relay.service.in > $(DESTDIR)$(UNITDIR)/shmbroker-relay.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/shmbrokerd.service $(DESTDIR)$(UNITDIR)/shmbrokerd.socket \
+	    $(DESTDIR)$(UNITDIR)/shmbroker-relay.service \
 	    $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc
 	@# The settings files are the operator's: installed when absent, never replaced.
 	install -d $(DESTDIR)$(SYSCONFDIR)/default
@@ -652,6 +671,8 @@ install: all
 	    install -m 0644 systemd/shmbrokerd.conf $(DESTDIR)$(SYSCONFDIR)/shmbrokerd.conf
 	[ -e $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd ] || \
 	    install -m 0644 systemd/shmbrokerd.default $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd
+	[ -e $(DESTDIR)$(SYSCONFDIR)/default/shmbroker-relay ] || \
+	    install -m 0644 systemd/shmbroker-relay.default $(DESTDIR)$(SYSCONFDIR)/default/shmbroker-relay
 	install -m 0644 systemd/shmbroker.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf
 	install -m 0644 daemon/shmbrokerd.8 $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8
 	install -m 0644 relay/shmbroker-relay.8 $(DESTDIR)$(MANDIR)/man8/shmbroker-relay.8
@@ -694,6 +715,7 @@ uninstall:
 	    $(DESTDIR)$(LIBDIR)/libshmbroker.so $(DESTDIR)$(INCLUDEDIR)/shmbroker.h \
 	    $(DESTDIR)$(LIBDIR)/pkgconfig/shmbroker.pc \
 	    $(DESTDIR)$(UNITDIR)/shmbrokerd.service $(DESTDIR)$(UNITDIR)/shmbrokerd.socket \
+	    $(DESTDIR)$(UNITDIR)/shmbroker-relay.service \
 	    $(DESTDIR)$(SYSUSERSDIR)/shmbroker.conf $(DESTDIR)$(MANDIR)/man8/shmbrokerd.8 \
 	    $(DESTDIR)$(MANDIR)/man8/shmbroker-relay.8 \
 	    $(DESTDIR)$(MANDIR)/man1/shmbrokerctl.1 $(DESTDIR)$(MANDIR)/man3/libshmbroker.3 \
@@ -703,7 +725,7 @@ uninstall:
 	$(Q)if [ -n "$(PY_VERSION)" ]; then rm -rf $(DESTDIR)$(PYTHONDIR)/shmbroker \
 	    $(DESTDIR)$(PYTHONDIR)/$(PY_DISTINFO); \
 	else echo "$(PYTHON) not found: the Python package (client/python) is left alone"; fi
-	@echo "kept the settings $(DESTDIR)$(SYSCONFDIR)/shmbrokerd.conf and $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd (remove them by hand)"
+	@echo "kept the settings $(DESTDIR)$(SYSCONFDIR)/shmbrokerd.conf, $(DESTDIR)$(SYSCONFDIR)/default/shmbrokerd and $(DESTDIR)$(SYSCONFDIR)/default/shmbroker-relay (remove them by hand)"
 
 # The Debian packages (debian/), built by Debian's own tools in a copy of the
 # files git tracks: dpkg-buildpackage writes its results beside the source

@@ -16,9 +16,8 @@
 #include "../proto/alloc.h"
 
 /* put_many allocates at most this many objects per line before committing
- * them: the daemon's default --max-pending, so that a put_many alone never
- * holds more uncommitted allocations than a connection may by default. */
-#define CLIENT_PUT_CHUNK 1024
+ * them: the daemon's default --max-pending (proto/protocol.h says why). */
+#define CLIENT_PUT_CHUNK SHMB_DEFAULT_MAX_PENDING
 
 static int client_release_many(shmb_t *c, size_t n, const char *const *keys)
 {

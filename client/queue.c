@@ -21,14 +21,13 @@
 #include <unistd.h>
 
 #include "../proto/alloc.h"
+#include "../proto/names.h"
 #include "../proto/queue.h"
 
-/* A queue's name: 1 to 32 bytes (the daemon checks the characters). */
-#define QUEUE_NAME_MAX 32
-/* "q/<name>/<seq>": 2 + 32 + 1 + 20 digits, with the NUL. A slot holds at
- * least SHMB_QUEUE_SLOT_SIZE_MIN bytes, so the key always fits one. */
-#define QUEUE_KEY_MAX 64
-_Static_assert(QUEUE_KEY_MAX <= SHMB_QUEUE_SLOT_SIZE_MIN, "an overflow key fits a slot");
+/* A queue's name and its overflow keys: proto/names.h's rules (a key
+ * always fits a slot: names.c asserts it). */
+#define QUEUE_NAME_MAX SHMB_QUEUE_NAME_LEN_MAX
+#define QUEUE_KEY_MAX SHMB_QUEUE_KEY_MAX
 /* wait_ready looks this often: a start-up call, not a data path. */
 #define QUEUE_READY_POLL_NS 1000000L
 /* A wait longer than this is cut into slices of it, and the connection is
@@ -66,10 +65,10 @@ struct shmb_queue {
     char pin_key[QUEUE_KEY_MAX];
 };
 
-/* The key of message seq's object. */
+/* The key of message seq's object (q's name was checked: it fits). */
 static void queue_key(const shmb_queue_t *q, uint64_t seq, char *key)
 {
-    snprintf(key, QUEUE_KEY_MAX, "q/%s/%llu", q->name, (unsigned long long)seq);
+    shmb_q_key(key, QUEUE_KEY_MAX, q->name, seq);
 }
 
 /* Refuse a call on q in a process made by fork() since q was opened: the
@@ -96,19 +95,11 @@ static inline int queue_check_fork(shmb_queue_t *q, const char *call)
     return queue_forked(q, call);
 }
 
-/* Refuse a name before anything is sent when it cannot be one (the daemon
- * judges the characters). */
+/* Refuse a name before anything is sent when it cannot be one, by the
+ * daemon's own rule and in its words. */
 static int queue_check_name(shmb_t *c, const char *name)
 {
-    size_t len = name != NULL ? strlen(name) : 0;
-
-    if (len == 0 || len > QUEUE_NAME_MAX)
-        return shmb_error_set(
-            &c->err, -EINVAL,
-            "A queue's name is 1 to %d of A-Z, a-z, 0-9, '_' and '-', not "
-            "%zu bytes. Nothing was sent.",
-            QUEUE_NAME_MAX, len);
-    return 0;
+    return shmb_q_name_check(name, name != NULL ? strlen(name) : 0, &c->err);
 }
 
 /* Send key's op (delete or release) without waiting for its reply, as

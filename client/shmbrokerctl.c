@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "../proto/error.h"
+#include "../proto/names.h"
 #include "../proto/protocol.h"
 #include "../proto/starting.h"
 #include "../proto/text.h"
@@ -41,10 +42,10 @@
  * figures were printed. */
 #define EXIT_NOT_ANSWERING 3
 
-/* shmbrokerd's defaults for --name and --shm-dir (daemon/config.h): where
+/* shmbrokerd's defaults for --name and --shm-dir (proto/protocol.h): where
  * its segment is, for status to read when the daemon does not answer. */
-#define CTL_DEFAULT_NAME "shmbroker"
-#define CTL_DEFAULT_SHM_DIR "/dev/shm"
+#define CTL_DEFAULT_NAME SHMB_DEFAULT_NAME
+#define CTL_DEFAULT_SHM_DIR SHMB_DEFAULT_SHM_DIR
 /* How long status waits for the daemon's first answer before it reads the
  * segment instead: a daemon answers stats in microseconds, even loaded. */
 #define CTL_DEFAULT_TIMEOUT_S 5
@@ -952,7 +953,7 @@ static bool pool_name_ok(const char *name)
 {
     size_t len = strlen(name);
 
-    return len <= 32 && shmb_utf8_invalid_at(name, len) == len;
+    return len <= SHMB_POOL_NAME_MAX && shmb_utf8_invalid_at(name, len) == len;
 }
 
 /* --pool given a name no pool can have: a usage error. */
@@ -961,9 +962,9 @@ static int bad_pool_name(const char *name)
     static char e[ESC_MAX];
 
     fprintf(stderr,
-            "shmbrokerctl: --pool %s: a pool's name is at most 32 bytes of UTF-8 (declared "
+            "shmbrokerctl: --pool %s: a pool's name is at most %d bytes of UTF-8 (declared "
             "pools: A-Z, a-z, 0-9, '_' and '-'; \"\" for the default pool)\n",
-            esc(name, e, ESC_MAX));
+            esc(name, e, ESC_MAX), SHMB_POOL_NAME_MAX);
     return EXIT_USAGE;
 }
 

@@ -25,6 +25,7 @@ struct catalog_slot {
     uint64_t size;
     uint32_t gen, flags;
     uint32_t seq; /* the entry's sequence count as last written */
+    void *owner;  /* catalog_add's owner: what a displacement hands back */
 };
 
 struct catalog {
@@ -37,7 +38,7 @@ struct catalog {
     uint32_t moves, unlisted, gen_next, counters_seq;
     unsigned held; /* catalog_hold calls not yet released */
     size_t listed;
-    uint64_t beats, shifts;
+    uint64_t beats, shifts, displaced;
 };
 
 struct catalog *catalog_new(void *base, uint64_t offset, uint64_t slots, uint32_t seed,
@@ -131,11 +132,28 @@ static void catalog_set_unlisted(struct catalog *c, uint32_t unlisted)
     segment_atomic_store32(&c->hdr->catalog_unlisted, unlisted);
 }
 
-int catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
-                uint32_t gen, uint64_t size, uint32_t flags)
+/* Fill entry i (its mirror and the table) with key's listing. */
+static void catalog_fill(struct catalog *c, uint64_t i, uint64_t h, uint64_t chunk,
+                         uint32_t gen, uint64_t size, uint32_t flags, void *owner)
 {
-    uint64_t h, p, probes, i;
+    c->mirror[i].hash = h;
+    c->mirror[i].chunk = chunk;
+    c->mirror[i].size = size;
+    c->mirror[i].gen = gen;
+    c->mirror[i].flags = flags;
+    c->mirror[i].owner = owner;
+    catalog_write(c, i);
+}
 
+int catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
+                uint32_t gen, uint64_t size, uint32_t flags, void *owner,
+                void **displaced)
+{
+    uint64_t h, p, probes, i, oldest = 0;
+    uint32_t age, oldest_age = 0;
+
+    if (displaced != NULL)
+        *displaced = NULL;
     if (chunk == 0)
         return -EINVAL;
     if (c->slots != 0) {
@@ -143,15 +161,29 @@ int catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chu
         probes = c->slots < SHMB_CATALOG_PROBES ? c->slots : SHMB_CATALOG_PROBES;
         for (p = 0; p < probes; p++) {
             i = (h + p) & c->mask;
-            if (c->mirror[i].chunk != 0)
+            if (c->mirror[i].chunk != 0) {
+                /* Generations count up (wrapping) and gen was just handed
+                 * out: the oldest listing is the furthest behind it. */
+                age = gen - c->mirror[i].gen;
+                if (p == 0 || age > oldest_age) {
+                    oldest = i;
+                    oldest_age = age;
+                }
                 continue;
-            c->mirror[i].hash = h;
-            c->mirror[i].chunk = chunk;
-            c->mirror[i].size = size;
-            c->mirror[i].gen = gen;
-            c->mirror[i].flags = flags;
-            catalog_write(c, i);
+            }
+            catalog_fill(c, i, h, chunk, gen, size, flags, owner);
             c->listed++;
+            return 0;
+        }
+        if (displaced != NULL) {
+            /* The displaced object is counted unlisted BEFORE its entry
+             * changes (the entry's write releases it): a reader that finds
+             * the entry gone also finds that a miss proves nothing. The
+             * entry stays taken, so no probe breaks and nothing moves. */
+            *displaced = c->mirror[oldest].owner;
+            catalog_set_unlisted(c, c->unlisted + 1);
+            catalog_fill(c, oldest, h, chunk, gen, size, flags, owner);
+            c->displaced++;
             return 0;
         }
     }
@@ -210,10 +242,15 @@ void catalog_remove(struct catalog *c, const char *key, size_t key_len, uint64_t
     /* Backward shift: every entry after the hole that may sit there (its
      * home is not after the hole) moves back into it, so that probes stay
      * unbroken without tombstones. A reader that misses while this runs
-     * sees catalog_moves odd or changed and asks the daemon. */
+     * sees catalog_moves odd or changed and asks the daemon. The walk ends
+     * at an empty entry or, in a table with none (a full catalog, whose new
+     * objects displace old ones), when it comes round to the hole: not at
+     * the removed entry's place, which a move may have filled, with entries
+     * between it and the hole still to move back. */
     catalog_step_moves(c);
     hole = i;
-    for (k = (i + 1) & c->mask; k != i && c->mirror[k].chunk != 0; k = (k + 1) & c->mask) {
+    for (k = (i + 1) & c->mask; k != hole && c->mirror[k].chunk != 0;
+         k = (k + 1) & c->mask) {
         home = c->mirror[k].hash & c->mask;
         if (((k - home) & c->mask) < ((k - hole) & c->mask))
             continue;
@@ -317,4 +354,9 @@ uint32_t catalog_unlisted(const struct catalog *c)
 uint64_t catalog_shifts(const struct catalog *c)
 {
     return c->shifts;
+}
+
+uint64_t catalog_displaced(const struct catalog *c)
+{
+    return c->displaced;
 }

@@ -28,11 +28,20 @@ struct catalog *catalog_new(void *base, uint64_t offset, uint64_t slots, uint32_
                             struct shmb_segment_header *hdr, struct shmb_error *err);
 void catalog_free(struct catalog *c);
 
-/* List key -> chunk. 0, or -ENOSPC when no entry is free within
+/* List key -> chunk for owner (the caller's, handed back by a later add
+ * that displaces it). 0, or -ENOSPC when no entry is free within
  * SHMB_CATALOG_PROBES (then counted in catalog_unlisted until
- * catalog_remove(..., false)). The key must not be listed already. */
+ * catalog_remove(..., false)). With displaced not NULL, a full window is
+ * not -ENOSPC: key takes the entry of the oldest listing in it (the
+ * lowest generation), whose owner is stored in *displaced and is counted
+ * in catalog_unlisted from now on, as if its add had failed: readers ask
+ * the daemon for it. New objects are the ones read soonest; a full
+ * catalog that kept its first objects would send every read of a newer
+ * one to the daemon. *displaced is NULL when nothing was displaced. The
+ * key must not be listed already. */
 int catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
-                uint32_t gen, uint64_t size, uint32_t flags);
+                uint32_t gen, uint64_t size, uint32_t flags, void *owner,
+                void **displaced);
 
 /* Unlist it (listed: what catalog_add returned was 0), with backward shift
  * under catalog_moves. */
@@ -72,5 +81,8 @@ uint32_t catalog_unlisted(const struct catalog *c);
 
 /* Times catalog_remove moved an entry back, for tests. */
 uint64_t catalog_shifts(const struct catalog *c);
+
+/* Listings a full window gave to a newer key (catalog_add's displaced). */
+uint64_t catalog_displaced(const struct catalog *c);
 
 #endif

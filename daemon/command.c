@@ -33,6 +33,8 @@ struct command_call {
     bool soft_wait;         /* it waits without having asked (command_wait_commits) */
     bool final_try;         /* a waiting alloc's last chance */
     uint64_t wait_until_ms; /* a waiting alloc's deadline, 0 before it waits */
+    const char *key;        /* a commit_at's key once read (not NUL-terminated) */
+    size_t key_len;
     struct shmb_error err;
 };
 
@@ -710,7 +712,7 @@ static int command_queue(struct command_call *call, const char *name, size_t len
     char names[QUEUE_MAX * (QUEUE_NAME_MAX + 2) + 8];
     int rc;
 
-    if ((rc = queue_check_name(name, len, &call->err)) < 0)
+    if ((rc = shmb_q_name_check(name, len, &call->err)) < 0)
         return rc;
     *out = queue_find(&call->env->queues, call->client->pool, name);
     if (*out != NULL)
@@ -836,7 +838,7 @@ static int cmd_queue_create(struct command_call *call)
     if ((rc = command_unpack(call, "{s:s%, s:I, s?I, s?I, s?b}", "name", &name, &len,
                              "seats", &seats, "slots", &slots, "slot_size", &slot_size,
                              "temporary", &temporary)) < 0 ||
-        (rc = queue_check_name(name, len, &call->err)) < 0 ||
+        (rc = shmb_q_name_check(name, len, &call->err)) < 0 ||
         (rc = command_check_range(call, "seats", seats, 1, SHMB_QUEUE_SEATS_MAX)) < 0 ||
         (rc = command_check_range(call, "slots", slots, SHMB_QUEUE_SLOTS_MIN,
                                   SHMB_QUEUE_SLOTS_MAX)) < 0 ||
@@ -1159,19 +1161,17 @@ static int cmd_arena(struct command_call *call)
     return command_set_extent(call, &ext);
 }
 
-/* commit_at: commit the chunk laid out at offset in this connection's
- * arena; the reply names its payload as alloc's does. */
-static int cmd_commit_at(struct command_call *call)
+/* commit_at's work once its fields are read, from a tree (cmd_commit_at) or
+ * from the line by hand (command_fast_commit_at): the same checks either way. */
+static int command_commit_at(struct command_call *call, const char *key, size_t len,
+                             json_int_t offset, json_int_t size, json_int_t readers)
 {
     struct store_extent ext;
-    const char *key;
-    size_t len;
-    json_int_t offset = 0, size = 0, readers = 0;
     int rc;
 
-    if ((rc = command_unpack(call, "{s:s%, s:I, s:I, s?I}", "key", &key, &len, "offset",
-                             &offset, "size", &size, "readers", &readers)) < 0 ||
-        (rc = command_check_key(call, len)) < 0 ||
+    call->key = key;
+    call->key_len = len;
+    if ((rc = command_check_key(call, len)) < 0 ||
         (rc = command_check_range(call, "offset", offset, 0, INT64_MAX)) < 0 ||
         (rc = command_check_range(call, "size", size, 1, INT64_MAX)) < 0 ||
         (rc = command_check_range(call, "readers", readers, 0, STORE_MAX_READERS)) < 0) {
@@ -1186,6 +1186,23 @@ static int cmd_commit_at(struct command_call *call)
                               &call->err)) < 0)
         return rc;
     return command_set_extent(call, &ext);
+}
+
+/* commit_at: commit the chunk laid out at offset in this connection's
+ * arena; the reply names its payload as alloc's does. */
+static int cmd_commit_at(struct command_call *call)
+{
+    const char *key;
+    size_t len;
+    json_int_t offset = 0, size = 0, readers = 0;
+    int rc;
+
+    if ((rc = command_unpack(call, "{s:s%, s:I, s:I, s?I}", "key", &key, &len, "offset",
+                             &offset, "size", &size, "readers", &readers)) < 0) {
+        store_commit_seen(call->client->pool->store, call->client->holder);
+        return rc;
+    }
+    return command_commit_at(call, key, len, offset, size, readers);
 }
 
 static int cmd_batch(struct command_call *call);
@@ -1452,13 +1469,16 @@ static void command_park(struct command_call *call, json_t *id, struct command_r
 static void command_note_lost(struct command_call *call, int rc)
 {
     struct command_lost *lost = &call->client->lost;
-    json_t *key = json_object_get(call->req, "key");
+    json_t *key = call->key == NULL ? json_object_get(call->req, "key") : NULL;
 
     if (lost->count++ > 0)
         return;
     lost->code = rc;
     lost->key_len = 0;
-    if (json_is_string(key) && json_string_length(key) <= sizeof(lost->key)) {
+    if (call->key != NULL && call->key_len <= sizeof(lost->key)) {
+        lost->key_len = call->key_len;
+        memcpy(lost->key, call->key, lost->key_len);
+    } else if (json_is_string(key) && json_string_length(key) <= sizeof(lost->key)) {
         lost->key_len = json_string_length(key);
         memcpy(lost->key, json_string_value(key), lost->key_len);
     }
@@ -1563,6 +1583,105 @@ json_t *command_result_json(const struct command_result *res)
     return NULL;
 }
 
+/* A commit_at line as the libraries write it (client/arena.c, the Python
+ * package's _commit_at), read by hand. */
+struct command_fast_line {
+    const char *key;
+    size_t key_len;
+    json_int_t id, offset, size, readers;
+    bool noreply;
+};
+
+/* Step *p past the literal lit when the text at *p (before end) starts with
+ * it. */
+static bool command_fast_lit(const char **p, const char *end, const char *lit)
+{
+    size_t n = strlen(lit);
+
+    if ((size_t)(end - *p) < n || memcmp(*p, lit, n) != 0)
+        return false;
+    *p += n;
+    return true;
+}
+
+/* A JSON number that is a plain decimal integer of at most 18 digits, no
+ * sign, no leading zero (any other jansson reads as well, and the parse by
+ * hand leaves those to it). A 19th digit is looked at, never added: 19
+ * digits may not fit in an int64, and a signed overflow is undefined. */
+static bool command_fast_uint(const char **p, const char *end, json_int_t *v)
+{
+    const char *q = *p;
+    json_int_t x = 0;
+
+    while (q < end && *q >= '0' && *q <= '9' && q - *p < 18)
+        x = x * 10 + (*q++ - '0');
+    if (q == *p || (q < end && *q >= '0' && *q <= '9') || (**p == '0' && q - *p > 1))
+        return false;
+    *p = q;
+    *v = x;
+    return true;
+}
+
+/* Whether line is exactly
+ * {"op":"commit_at","id":N,"key":"K","offset":N,"size":N,"readers":N}
+ * (with ,"noreply":true before the brace or not), the key printable ASCII
+ * without a quote or a backslash: the line every put through an arena
+ * sends. Such a line means to jansson exactly what is read here; any other
+ * (escapes, other bytes, spaces, another order, more fields, numbers of
+ * another form) takes the general path, which gives what it always gave. */
+static bool command_fast_parse(const char *line, size_t len, struct command_fast_line *f)
+{
+    const char *p = line, *end = line + len;
+
+    if (!command_fast_lit(&p, end, "{\"op\":\"commit_at\",\"id\":") ||
+        !command_fast_uint(&p, end, &f->id) || !command_fast_lit(&p, end, ",\"key\":\""))
+        return false;
+    f->key = p;
+    while (p < end && *p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\')
+        p++;
+    f->key_len = (size_t)(p - f->key);
+    f->noreply = false;
+    if (f->key_len == 0 || !command_fast_lit(&p, end, "\",\"offset\":") ||
+        !command_fast_uint(&p, end, &f->offset) ||
+        !command_fast_lit(&p, end, ",\"size\":") ||
+        !command_fast_uint(&p, end, &f->size) ||
+        !command_fast_lit(&p, end, ",\"readers\":") ||
+        !command_fast_uint(&p, end, &f->readers))
+        return false;
+    if (command_fast_lit(&p, end, ",\"noreply\":true"))
+        f->noreply = true;
+    return command_fast_lit(&p, end, "}") && p == end;
+}
+
+/* Serve line by hand when it is a commit_at of the usual form from a
+ * client that may send it (said hello, read-write): the put's hottest
+ * request, which through jansson spent most of the daemon's instructions
+ * building and freeing a tree. false: the caller takes the general path,
+ * which says what is wrong, if anything. */
+static bool command_fast_execute(struct command_env *env, struct command_client *client,
+                                 const char *line, size_t len, struct command_result *out)
+{
+    struct command_fast_line f;
+    struct command_call call;
+    json_t *id;
+    int rc;
+
+    if (!client->said_hello || client->read_only || client->pool == NULL ||
+        !command_fast_parse(line, len, &f) || (id = json_integer(f.id)) == NULL)
+        return false;
+    memset(&call, 0, sizeof(call));
+    call.fd = -1;
+    call.env = env;
+    call.client = client;
+    call.op = &shmb_ops[SHMB_OP_COMMIT_AT];
+    call.id = id;
+    call.noreply = f.noreply;
+    rc = command_commit_at(&call, f.key, f.key_len, f.offset, f.size, f.readers);
+    command_finish(&call, rc, id, out);
+    json_decref(id);
+    return true;
+}
+
 void command_execute(struct command_env *env, struct command_client *client,
                      const char *line, size_t len, struct command_result *out)
 {
@@ -1571,6 +1690,8 @@ void command_execute(struct command_env *env, struct command_client *client,
     json_t *req, *id = NULL;
     int rc;
 
+    if (command_fast_execute(env, client, line, len, out))
+        return;
     memset(&call, 0, sizeof(call));
     call.fd = -1;
     call.env = env;
@@ -1670,7 +1791,7 @@ void command_env_init(struct command_env *env)
 {
     memset(env, 0, sizeof(*env));
     TAILQ_INIT(&env->client_list);
-    queue_set_init(&env->queues, "shmbroker");
+    queue_set_init(&env->queues, CONFIG_DEFAULT_NAME);
     env->next_client_id = 1;
 }
 

@@ -12,17 +12,19 @@
 #include <sys/types.h>
 
 #include "../proto/error.h"
+#include "../proto/names.h"
+#include "../proto/protocol.h"
 #include "log.h"
 #include "policy.h"
 
 #define CONFIG_DEFAULT_SIZE (256ULL << 20)
-#define CONFIG_DEFAULT_NAME "shmbroker"
-#define CONFIG_DEFAULT_SHM_DIR "/dev/shm"
+#define CONFIG_DEFAULT_NAME SHMB_DEFAULT_NAME
+#define CONFIG_DEFAULT_SHM_DIR SHMB_DEFAULT_SHM_DIR
 #define CONFIG_DEFAULT_SOCKET_MODE 0660
 #define CONFIG_DEFAULT_MAX_CLIENTS 1024
 #define CONFIG_DEFAULT_MAX_CLIENTS_PER_UID 512
 #define CONFIG_DEFAULT_MAX_PINS 65536
-#define CONFIG_DEFAULT_MAX_PENDING 1024
+#define CONFIG_DEFAULT_MAX_PENDING SHMB_DEFAULT_MAX_PENDING
 #define CONFIG_DEFAULT_MAX_QUEUED_OUTPUT (1024 * 1024)
 #define CONFIG_DEFAULT_ALLOC_TIMEOUT_MS 60000
 /* A client says hello as its first request; a connection silent for this
@@ -37,7 +39,7 @@
 
 /* Pools (--pool): each its own segment, store, limits and access group. */
 #define CONFIG_MAX_POOLS 16
-#define CONFIG_POOL_NAME_MAX 32 /* [A-Za-z0-9_-], in file names and metric labels */
+#define CONFIG_POOL_NAME_MAX SHMB_POOL_NAME_MAX /* proto/names.h: shmb_name_ok */
 #define CONFIG_GROUP_NAME_MAX 64
 
 /* Queues a daemon holds at once, of all pools: each is a descriptor, a

@@ -52,11 +52,7 @@ static int config_pool_error(struct shmb_error *err, const char *arg, const char
 
 bool config_pool_name_ok(const char *name)
 {
-    size_t len = strlen(name);
-
-    return len >= 1 && len <= CONFIG_POOL_NAME_MAX &&
-           strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                        "0123456789_-") == len;
+    return shmb_name_ok(name, strlen(name));
 }
 
 /* A --pool option's handler: value (trimmed, not empty) into *p; arg is

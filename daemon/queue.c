@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../proto/alloc.h"
+#include "../proto/names.h"
 #include "../proto/text.h"
 #include "../proto/utf8.h"
 #include "clock.h"
@@ -30,20 +31,6 @@ void queue_set_init(struct queue_set *set, const char *prefix)
     TAILQ_INIT(&set->making);
     snprintf(set->prefix, sizeof(set->prefix), "%s", prefix);
     set->max_size = QUEUE_SIZE_MAX;
-}
-
-int queue_check_name(const char *name, size_t len, struct shmb_error *err)
-{
-    if (len >= 1 && len <= QUEUE_NAME_MAX && strlen(name) == len &&
-        config_pool_name_ok(name))
-        return 0;
-    /* The name is UTF-8 (the request was valid JSON): quoted back, cut on a
-     * character boundary. */
-    return shmb_error_set(err, -EINVAL,
-                          "Invalid queue name '%.*s' (%zu bytes): a queue's name is 1 to %d "
-                          "characters of A-Z a-z 0-9 _ -, like a pool's.",
-                          (int)shmb_utf8_cut(name, strlen(name), 2 * QUEUE_NAME_MAX), name, len,
-                          QUEUE_NAME_MAX);
 }
 
 struct queue *queue_find(const struct queue_set *set, const struct pool *pool,
@@ -207,19 +194,18 @@ int queue_check_fds(unsigned need, const char *what, struct shmb_error *err)
                           strerror(saved != 0 ? saved : EMFILE), need - 1);
 }
 
-/* "q/<name>/<seq>" into key; its length, or 0 when it does not fit. */
+/* q's overflow key of message seq into key; its length, or 0 when it does
+ * not fit. */
 static size_t queue_key(const struct queue *q, uint64_t seq, char *key, size_t cap)
 {
-    int len = snprintf(key, cap, "q/%s/%llu", q->name, (unsigned long long)seq);
-
-    return len > 0 && (size_t)len < cap ? (size_t)len : 0;
+    return shmb_q_key(key, cap, q->name, seq);
 }
 
 /* Delete the objects "q/<name>/<seq>" of q's pool for seq in [lo, hi], by
  * key: never a walk of the pool. Pinned ones go when their last pin does. */
 static void queue_drop_keys(const struct queue *q, uint64_t lo, uint64_t hi)
 {
-    char key[QUEUE_NAME_MAX + 24], digits[20];
+    char key[SHMB_QUEUE_KEY_MAX], digits[20];
     uint64_t seq, v;
     size_t prefix, len, d;
 
@@ -605,7 +591,7 @@ static void queue_open_seats(const struct queue *q, char *out, size_t len)
  * daemon's count, queue_overflow_readers.) */
 static void queue_expect_read(struct queue *q, uint64_t next)
 {
-    char key[QUEUE_NAME_MAX + 24];
+    char key[SHMB_QUEUE_KEY_MAX];
     size_t len = queue_key(q, next, key, sizeof(key));
 
     if (len > 0 && q->pool != NULL && q->pool->store != NULL)
@@ -699,7 +685,7 @@ unsigned queue_drop_orphans(struct pool *pool)
 
     if (pool->store == NULL)
         return 0;
-    store_list(pool->store, "q/", 2, SIZE_MAX, queue_collect_orphan, &o);
+    store_list(pool->store, SHMB_QUEUE_KEY_PREFIX, strlen(SHMB_QUEUE_KEY_PREFIX), SIZE_MAX, queue_collect_orphan, &o);
     for (i = 0; i < o.n; i++) {
         gone += store_delete(pool->store, o.keys[i], strlen(o.keys[i]), NULL) == 0;
         shmb_free(o.keys[i]);
@@ -762,27 +748,6 @@ static void queue_overflow_record(struct queue *q, uint64_t seq)
     q->overflow_n++;
 }
 
-/* The seq of "q/<name>/<seq>" in key[0..len) after its queue's prefix of
- * prefix bytes: decimal digits only, no leading zero, within 64 bits. */
-static bool queue_key_seq(const char *key, size_t len, size_t prefix, uint64_t *seq)
-{
-    uint64_t v = 0;
-    size_t i;
-
-    if (len <= prefix || len - prefix > 20 || (key[prefix] == '0' && len - prefix > 1))
-        return false;
-    for (i = prefix; i < len; i++) {
-        uint64_t d = (uint64_t)(key[i] - '0');
-
-        /* Exact: 18446744073709551615 is a seq like any other. */
-        if (key[i] < '0' || key[i] > '9' || v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *seq = v;
-    return true;
-}
-
 /* The queue of pool whose writer owner is and whose overflow key is
  * key[0..key_len) ("q/<queue>/<seq>"), or NULL; *prefix: the bytes before
  * seq. */
@@ -793,7 +758,7 @@ static struct queue *queue_of_overflow(const struct queue_set *set, const struct
     struct queue *q;
     const char *slash;
 
-    if (key_len < 4 || memcmp(key, "q/", 2) != 0 ||
+    if (key_len < 4 || memcmp(key, SHMB_QUEUE_KEY_PREFIX, 2) != 0 ||
         (slash = memchr(key + 2, '/', key_len - 2)) == NULL)
         return NULL;
     TAILQ_FOREACH(q, &set->list, link)
@@ -829,7 +794,7 @@ void queue_overflow_made(struct queue_set *set, const struct pool *pool, const v
     size_t prefix;
 
     if ((q = queue_of_overflow(set, pool, owner, key, key_len, &prefix)) != NULL &&
-        queue_key_seq(key, key_len, prefix, &seq))
+        shmb_q_key_seq(key, key_len, prefix, &seq))
         queue_overflow_record(q, seq);
 }
 
@@ -864,7 +829,7 @@ static void queue_forgo_reads(struct queue *q, uint64_t mask)
     uint64_t next[SHMB_QUEUE_SEATS_MAX], seq, v;
     const struct store_holder *holder = NULL;
     struct store *store = q->pool != NULL ? q->pool->store : NULL;
-    char key[QUEUE_NAME_MAX + 24];
+    char key[SHMB_QUEUE_KEY_MAX];
     uint32_t lo = 0, hi = q->overflow_n, mid, n = 0, below = 0, at, taken, s, k;
     size_t len;
 

@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "../proto/error.h"
+#include "../proto/names.h"
 #include "../proto/protocol.h"
 #include "../proto/queue.h"
 #include "config.h"
@@ -35,8 +36,8 @@
 #define QUEUE_FD_SPARE 8
 /* Counts read from an area are shown as JSON integers: at most this. */
 #define QUEUE_COUNT_MAX ((uint64_t)INT64_MAX)
-/* A queue's name: a pool name's rule (config_pool_name_ok). */
-#define QUEUE_NAME_MAX CONFIG_POOL_NAME_MAX
+/* A queue's name: a pool name's rule (proto/names.h, shmb_q_name_check). */
+#define QUEUE_NAME_MAX SHMB_QUEUE_NAME_LEN_MAX
 /* The defaults of vLLM's MessageQueue: max_chunks and max_chunk_bytes. */
 #define QUEUE_DEFAULT_SLOTS 10
 #define QUEUE_DEFAULT_SLOT_SIZE (10 * 1024 * 1024)
@@ -166,10 +167,6 @@ void queue_set_init(struct queue_set *set, const char *prefix);
 /* Delete every queue (the daemon's end): descriptors and mappings go;
  * store objects are left to the pools' own end. */
 void queue_set_free(struct queue_set *set);
-
-/* 0 when name (len bytes) is 1..QUEUE_NAME_MAX of [A-Za-z0-9_-]; -EINVAL
- * with a message naming the rule otherwise. */
-int queue_check_name(const char *name, size_t len, struct shmb_error *err);
 
 /* The queue called name in pool, or NULL. */
 struct queue *queue_find(const struct queue_set *set, const struct pool *pool,

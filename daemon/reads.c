@@ -87,14 +87,20 @@ void store_fold(struct store *s, struct object *obj)
 void store_publish(struct store *s, struct object *obj)
 {
     uint32_t flags = obj->awaited_reads > 0 ? SHMB_CATALOG_AWAITED : 0;
+    void *displaced = NULL;
 
     obj->gen = store_next_gen(s);
     segment_atomic_store64(store_seal(s, obj), SHMB_SEAL(obj->gen, 0));
     obj->published = true;
+    /* A full catalog lists the new object in place of the oldest listing
+     * near its key: that object's readers ask the daemon from now on. */
     obj->listed = s->cfg.catalog != NULL &&
                   catalog_add(s->cfg.catalog, obj->key, obj->key_len, obj->chunk_offset,
-                              obj->gen, obj->size, flags) == 0;
+                              obj->gen, obj->size, flags, obj, &displaced) == 0;
+    obj->was_listed = obj->listed;
     obj->listed_awaited = flags != 0;
+    if (displaced != NULL)
+        ((struct object *)displaced)->listed = false;
 }
 
 /* obj stops being readable in place: its catalog entry goes FIRST, THEN its
@@ -119,7 +125,7 @@ static void store_unlist(struct store *s, struct object *obj, bool fold)
         store_chunk_field(s, obj, offsetof(struct shmb_chunk_header, tag), &obj->awaited_reads,
                           sizeof(obj->awaited_reads));
     }
-    obj->published = obj->listed = false;
+    obj->published = obj->listed = obj->was_listed = false;
     obj->gen = 0;
 }
 

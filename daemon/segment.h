@@ -16,6 +16,8 @@
 
 #include "../proto/error.h"
 #include "../proto/layout.h"
+#include "lock.h"
+#include "space.h"
 
 /* The smallest useful segment: the header page plus one page of data. */
 #define SEGMENT_MIN_SIZE (2 * SHMB_HEADER_PAGE)
@@ -59,10 +61,6 @@ struct segment {
     char path[PATH_MAX];
 };
 
-/* Fail with -ENOSPC and vLLM's message when dir cannot hold required bytes;
- * -ENOENT/-ENOTDIR when dir is missing. Reports what is free in *free_bytes
- * when that is not NULL: what statvfs says, or on hugetlbfs the free huge
- * pages of the mount's page size (bounded by its size= when it has one). */
 /* Told between the chunks of a reservation (posix_fallocate of a segment or
  * a memfd, SEGMENT_RESERVE_CHUNK at a time): done of total bytes. A start
  * that reserves gigabytes takes seconds; this is how it shows progress. */
@@ -73,28 +71,6 @@ typedef void (*segment_progress_fn)(uint64_t done, uint64_t total, void *arg);
 
 /* Set (fn NULL: clear) the progress callback of every later reservation. */
 void segment_set_progress(segment_progress_fn fn, void *arg);
-
-int segment_check_space(const char *dir, uint64_t required, uint64_t *free_bytes,
-                        struct shmb_error *err);
-
-/* segment_check_space counting reclaim bytes as free (the files of
- * segments about to be replaced), with the same message. */
-int segment_check_space_reclaim(const char *dir, uint64_t required, uint64_t reclaim,
-                                uint64_t *free_bytes, struct shmb_error *err);
-
-/* The bytes removing dir/name would give back: its blocks, when it is a
- * regular file nothing else links; else 0. */
-uint64_t segment_reclaimable(const char *dir, const char *name);
-
-/* segment_check_space for a segment that replaces dir/name (--fresh): the
- * space that file holds counts as free, so the check can run before the old
- * segment is removed. */
-int segment_check_replace(const char *dir, const char *name, uint64_t required,
-                          struct shmb_error *err);
-
-/* The page size of dir: its huge page size on a hugetlbfs mount (a segment
- * there must be a whole number of them), else SHMB_HEADER_PAGE. */
-uint64_t segment_page_size(const char *dir);
 
 /* Check that name can be a file name in the shm directory. */
 int segment_check_name(const char *name, struct shmb_error *err);
@@ -211,12 +187,6 @@ int segment_adopt(struct segment *seg, const char *dir, const char *name, uint64
 int segment_check_adoptable(const char *dir, const char *name, uint64_t size,
                             struct shmb_error *err);
 
-/* Refuse (-EPERM with a message naming owner, mode and links, and the fix)
- * a file not owned by this process's effective user, with any group or other
- * permission bit, or with more than one link: another user could read and
- * change it. Never adopted, never removed. */
-int segment_check_owner(const struct stat *st, const char *path, struct shmb_error *err);
-
 /* The file at dir/name, opened without following links or blocking: 0 when
  * it is a regular file segment_check_owner accepts, -ENOENT when there is
  * none, -errno with a message otherwise. */
@@ -262,10 +232,6 @@ int segment_remove_orphaned(const char *dir, const char *name, uint64_t size,
                             bool may_be_damaged, uint64_t *bytes, int64_t *owner_pid,
                             struct shmb_error *err);
 
-/* True when process pid holds the liveness lock of dir/name (/proc/locks):
- * it is the shmbrokerd serving that segment. */
-bool segment_locked_by(const char *dir, const char *name, pid_t pid);
-
 /* Make the segment fit to hand to a new client: -EIO saying so when a
  * client truncated the file (nothing could map it); else write the header
  * page again from private values (magic, layout version, sizes, data offset,
@@ -286,6 +252,20 @@ static inline void *segment_data(const struct segment *seg)
 {
     return (char *)seg->base + seg->data_offset;
 }
+
+/* The steps of making and adopting a segment that its memfd backing
+ * (memfd.c) takes as a file's do; each is described where it is defined. */
+int segment_check_size(uint64_t size, struct shmb_error *err);
+int segment_fallocate(int fd, uint64_t size);
+int segment_reserve(struct segment *seg, uint64_t size, uint64_t free_bytes,
+                    struct shmb_error *err);
+int segment_map(struct segment *seg, uint64_t size, struct shmb_error *err);
+void segment_lay_out(struct segment *seg, uint64_t page, uint64_t max_objects);
+int segment_write_header(struct segment *seg, uint64_t created_unix);
+bool segment_is_layout1(const struct shmb_segment_header *hdr, uint64_t size);
+void segment_keep_layout(struct segment *seg, const struct shmb_segment_header *hdr,
+                         uint64_t page);
+void segment_note_header(struct segment *seg, const struct shmb_segment_header *hdr);
 
 /*
  * The guard against a client that breaks a segment under the daemon. Every

@@ -655,7 +655,7 @@ uint64_t store_lease_wake_ms(struct store *s)
         return UINT64_MAX;
     if (s->cfg.read_lease_ms != 0)
         wake = obj->created_ms + s->cfg.read_lease_ms;
-    if (obj->listed && obj->listed_awaited && obj->awaited_reads > 0 &&
+    if (obj->was_listed && obj->listed_awaited && obj->awaited_reads > 0 &&
         now + STORE_FAST_READ_RECHECK_MS < wake)
         wake = now + STORE_FAST_READ_RECHECK_MS;
     return wake;

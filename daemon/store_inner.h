@@ -44,6 +44,8 @@ struct object {
     uint32_t gen;          /* its generation while published, else 0 */
     bool published;        /* sealed (and listed, when listed) */
     bool listed;           /* catalog_add took it */
+    bool was_listed;       /* listed in this generation, maybe displaced since:
+                              readers that found its entry may count in its seal */
     bool listed_awaited;   /* ... with SHMB_CATALOG_AWAITED */
     uint64_t created_ms; /* at alloc; at commit for committed objects */
     size_t watch_pos;    /* 1 + index in the store's watched heap, 0 when not in it */

@@ -27,6 +27,14 @@
 #define SHMB_USER_SOCKET_TMP "/tmp/shmbroker-"
 #define SHMB_USER_SOCKET_NAME "shmbroker.sock"
 #define SHMB_SOCKET_ENV "SHMBROKER_SOCKET"
+/* shmbrokerd's --name and --shm-dir by default: where its segment is, for
+ * the ctl to read when the daemon does not answer. */
+#define SHMB_DEFAULT_NAME "shmbroker"
+#define SHMB_DEFAULT_SHM_DIR "/dev/shm"
+/* shmbrokerd's --max-pending by default; the library's put_many allocates at
+ * most this many objects per line before committing them, so that a
+ * put_many alone never holds more than a connection may by default. */
+#define SHMB_DEFAULT_MAX_PENDING 1024
 /* shmbroker-relay's socket: the daemon's path with this appended. */
 #define SHMB_RELAY_SOCKET_SUFFIX ".relay"
 #define SHMB_LIST_DEFAULT_LIMIT 1000

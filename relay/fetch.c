@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "../client/internal.h"
+#include "../proto/text.h"
 #include "relay.h"
 
 #define FETCH_WAITERS_MAX 1024 /* clients waiting on one transfer */
@@ -336,7 +337,7 @@ static void on_get_done(void *request, ucs_status_t status, void *user_data)
     t->get_status = status;
     t->get_done = true;
     t->req = NULL;
-    t->relay->transfers_done = true;
+    t->relay->work_due = true;
     ucp_request_free(request);
 }
 
@@ -429,14 +430,13 @@ void fetch_on_reply(struct peer *p, const struct wire_msg *m)
         t->req = req;
     }
     if (t->get_done)
-        r->transfers_done = true;
+        r->work_due = true;
 }
 
 /* Transfers whose read ended: commit or abort, tell the peer, answer. */
 void fetch_poll(struct relay *r)
 {
     struct transfer *t, *next;
-    r->transfers_done = false;
     for (t = LIST_FIRST(&r->transfers); t; t = next) {
         next = LIST_NEXT(t, link);
         if (t->state != T_GETTING || !t->get_done)
@@ -518,6 +518,32 @@ void fetch_expire(struct relay *r)
                       (unsigned long long)r->fetch_timeout_ms);
         }
     }
+}
+
+/* A local {"op":"fetch","peer":P,"key":K}: the key is checked as the daemon
+ * checks a client's, and one connection waits for a bounded number. */
+void fetch_local_request(struct local_client *lc, json_t *req)
+{
+    json_error_t jerr;
+    const char *op = NULL, *peer = NULL, *key = NULL;
+    struct shmb_error err = {0};
+
+    if (json_unpack_ex(req, &jerr, JSON_STRICT, "{s:s, s:s, s:s}", "op", &op, "peer", &peer,
+                       "key", &key) < 0) {
+        local_reply_error(lc, -EINVAL, "fetch takes \"peer\" and \"key\": %s.", jerr.text);
+        return;
+    }
+    if (shmb_key_check(key, strlen(key), &err) < 0) {
+        local_reply_error(lc, err.code, "%s", err.message);
+        return;
+    }
+    if (lc->waiting >= FETCH_WAITING_MAX) {
+        local_reply_error(lc, -EBUSY,
+                          "This connection waits for %u fetches already (at most %d).",
+                          lc->waiting, FETCH_WAITING_MAX);
+        return;
+    }
+    fetch_start(lc->relay, lc, peer, key);
 }
 
 unsigned fetch_waiters(const struct relay *r)

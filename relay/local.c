@@ -3,7 +3,8 @@
  * The relay's Unix socket, next to the daemon's (DAEMON_SOCKET.relay): local
  * clients and the ctl ask for fetches and status there, one JSON line each
  * way. The socket gets the daemon socket's mode and group: whoever may use
- * the daemon may fetch into it. Knows fetch.c's entry points, not UCX.
+ * the daemon may fetch into it. Answers status itself and hands every other
+ * op up through relay.hooks.local_request; knows no UCX.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -20,7 +21,6 @@
 #include "../proto/text.h"
 #include "relay.h"
 
-#define LOCAL_WAITING_MAX 64 /* fetches one client may wait for at once */
 #define LOCAL_QUEUED_MAX (1024 * 1024) /* replies a client leaves unread: then it goes */
 
 struct write_req {
@@ -48,7 +48,7 @@ static void local_client_close(struct local_client *lc)
     if (lc->closing)
         return;
     lc->closing = true;
-    fetch_client_gone(r, lc);
+    r->hooks.local_gone(lc);
     LIST_REMOVE(lc, link);
     r->nclients--;
     uv_close((uv_handle_t *)&lc->pipe, on_client_closed);
@@ -140,10 +140,11 @@ static void local_status(struct local_client *lc)
                              (json_int_t)p->transfers, "pinned", (json_int_t)p->nserved,
                              "last_error", p->last_error));
     }
-    reply = json_pack("{s:b, s:s, s:s, s:I, s:I, s:I, s:o}", "ok", 1, "name", r->name,
-                      "listen", r->listen_addr ? r->listen_addr : "", "refused",
-                      (json_int_t)r->refused, "transfers", (json_int_t)r->ntransfers,
-                      "waiting", (json_int_t)fetch_waiters(r), "peers", peers);
+    reply = json_pack("{s:b, s:s, s:s, s:I, s:o}", "ok", 1, "name", r->name, "listen",
+                      r->listen_addr ? r->listen_addr : "", "refused", (json_int_t)r->refused,
+                      "peers", peers);
+    if (reply)
+        r->hooks.status(r, reply);
     line = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
     if (line)
         local_reply(lc, line);
@@ -153,44 +154,21 @@ static void local_status(struct local_client *lc)
     json_decref(reply);
 }
 
-/* One request line: {"op":"fetch","peer":P,"key":K} or {"op":"status"}. */
+/* One request line: {"op":"status"} here, any other op up to the hooks
+ * ({"op":"fetch","peer":P,"key":K}, the queues' ops). */
 static void local_request(struct local_client *lc, const char *line, size_t len)
 {
     json_error_t jerr;
     json_t *req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
-    const char *op = NULL, *peer = NULL, *key = NULL;
-    struct shmb_error err = {0};
+    const char *op = NULL;
 
-    if (!req || json_unpack_ex(req, &jerr, 0, "{s:s}", "op", &op) < 0) {
+    if (!req || json_unpack_ex(req, &jerr, 0, "{s:s}", "op", &op) < 0)
         local_reply_error(lc, -EINVAL, "A request is one JSON object with an \"op\": %s.",
                           jerr.text);
-        goto done;
-    }
-    if (strcmp(op, "status") == 0) {
+    else if (strcmp(op, "status") == 0)
         local_status(lc);
-    } else if (strcmp(op, "fetch") == 0) {
-        if (json_unpack_ex(req, &jerr, JSON_STRICT, "{s:s, s:s, s:s}", "op", &op, "peer",
-                           &peer, "key", &key) < 0) {
-            local_reply_error(lc, -EINVAL, "fetch takes \"peer\" and \"key\": %s.",
-                              jerr.text);
-            goto done;
-        }
-        if (shmb_key_check(key, strlen(key), &err) < 0) {
-            local_reply_error(lc, err.code, "%s", err.message);
-            goto done;
-        }
-        if (lc->waiting >= LOCAL_WAITING_MAX) {
-            local_reply_error(lc, -EBUSY,
-                              "This connection waits for %u fetches already (at most %d).",
-                              lc->waiting, LOCAL_WAITING_MAX);
-            goto done;
-        }
-        fetch_start(lc->relay, lc, peer, key);
-    } else {
-        local_reply_error(lc, -EINVAL, "Unknown op '%.40s': the relay serves fetch and status.",
-                          op);
-    }
-done:
+    else
+        lc->relay->hooks.local_request(lc, op, req);
     json_decref(req);
 }
 

@@ -7,33 +7,14 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../client/internal.h"
 #include "../proto/protocol.h"
 #include "relay.h"
-
-uint64_t relay_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-void relay_log(const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "shmbroker-relay: %s\n", msg);
-}
 
 static void usage(FILE *out)
 {
@@ -112,7 +93,145 @@ static void close_walk(uv_handle_t *h, void *arg)
         uv_close(h, NULL);
 }
 
-int main(int argc, char **argv)
+/* What arrives at the transport rooms, sent to the room of its subject. */
+static void on_peer_message(struct peer *p, const struct wire_msg *m)
+{
+    switch (m->type) {
+    case WIRE_FETCH:
+        fetch_on_request(p, m);
+        break;
+    case WIRE_FETCH_REPLY:
+        fetch_on_reply(p, m);
+        break;
+    case WIRE_FETCH_DONE:
+        fetch_on_done(p, m);
+        break;
+    case WIRE_QSUB:
+    case WIRE_QSUB_REPLY:
+    case WIRE_QMSG:
+    case WIRE_QACK:
+    case WIRE_QEND:
+    case WIRE_QUNSUB:
+        forward_on_message(p, m);
+        break;
+    default:
+        peer_fail(p, "sent a message of type %u, which this relay does not know",
+                  (unsigned)m->type);
+        break;
+    }
+}
+
+static void on_peer_ready(struct peer *p)
+{
+    (void)p;
+}
+
+static void on_peer_gone(struct peer *p)
+{
+    fetch_peer_gone(p);
+    forward_peer_gone(p);
+}
+
+static void on_work_due(struct relay *r)
+{
+    fetch_poll(r);
+}
+
+static uint64_t next_deadline(const struct relay *r)
+{
+    return fetch_next_deadline(r);
+}
+
+static void on_expire(struct relay *r)
+{
+    fetch_expire(r);
+}
+
+static void on_local_request(struct local_client *lc, const char *op, json_t *req)
+{
+    if (strcmp(op, "fetch") == 0)
+        fetch_local_request(lc, req);
+    else if (strcmp(op, "queue_subscribe") == 0)
+        forward_local_subscribe(lc, req);
+    else if (strcmp(op, "queue_state") == 0)
+        forward_local_state(lc, req);
+    else
+        local_reply_error(lc, -EINVAL, "Unknown op '%.40s': the relay serves fetch, "
+                          "queue_subscribe, queue_state and status.", op);
+}
+
+static void on_local_gone(struct local_client *lc)
+{
+    fetch_client_gone(lc->relay, lc);
+    forward_client_gone(lc);
+}
+
+static void on_status(const struct relay *r, json_t *reply)
+{
+    json_object_set_new(reply, "transfers", json_integer((json_int_t)r->ntransfers));
+    json_object_set_new(reply, "waiting", json_integer((json_int_t)fetch_waiters(r)));
+    forward_status(r, reply);
+}
+
+static const struct relay_hooks hooks = {
+    .peer_message = on_peer_message,
+    .peer_ready = on_peer_ready,
+    .peer_gone = on_peer_gone,
+    .work_due = on_work_due,
+    .next_deadline = next_deadline,
+    .expire = on_expire,
+    .local_request = on_local_request,
+    .local_gone = on_local_gone,
+    .status = on_status,
+};
+
+/* The flags that are read before anything starts. */
+struct flags {
+    const char *key_file, *peers_file, *relay_socket;
+    char *peer_args[RELAY_PEERS_MAX + 1];
+    unsigned npeer_args;
+};
+
+/* --max-object and --fetch-timeout: 0, or 2 (the exit status) with a message. */
+static int parse_number_flag(struct relay *r, int opt, const char *arg)
+{
+    char *end;
+    errno = 0;
+    if (opt == 'm') {
+        unsigned long long v = strtoull(arg, &end, 10);
+        if (errno || *end || v == 0 || arg[0] == '-') {
+            fprintf(stderr, "shmbroker-relay: --max-object takes a positive number of "
+                            "bytes, not '%s'.\n", arg);
+            return 2;
+        }
+        r->max_object = v;
+        return 0;
+    }
+    unsigned long v = strtoul(arg, &end, 10);
+    if (errno || *end || v == 0 || v > 86400 || arg[0] == '-') {
+        fprintf(stderr, "shmbroker-relay: --fetch-timeout takes 1 to 86400 seconds, "
+                        "not '%s'.\n", arg);
+        return 2;
+    }
+    r->fetch_timeout_ms = (uint64_t)v * 1000;
+    return 0;
+}
+
+static int parse_name(struct relay *r, const char *arg)
+{
+    if (strlen(arg) == 0 || strlen(arg) > RELAY_NAME_MAX ||
+        strspn(arg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                    "0123456789-_.") != strlen(arg)) {
+        fprintf(stderr, "shmbroker-relay: --name is 1 to %d of A-Z a-z 0-9 - _ ., "
+                        "not '%.80s'.\n", RELAY_NAME_MAX, arg);
+        return 2;
+    }
+    snprintf(r->name, sizeof(r->name), "%s", arg);
+    return 0;
+}
+
+/* The command line into r and f: -1 to go on, or the exit status. */
+static int parse_flags(struct relay *r, struct flags *f, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"key-file", required_argument, NULL, 'k'},
@@ -128,78 +247,40 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    static struct relay relay;
-    struct relay *r = &relay;
-    struct shmb_error err = {0};
-    const char *key_file = NULL, *peers_file = NULL, *relay_socket = NULL;
-    char *peer_args[RELAY_PEERS_MAX + 1];
-    unsigned npeer_args = 0;
-    int opt, rc = 1;
+    int opt, rc = 0;
 
-    signal(SIGPIPE, SIG_IGN);
-    r->fetch_timeout_ms = RELAY_FETCH_TIMEOUT_MS;
-    if (gethostname(r->name, sizeof(r->name) - 1) != 0 || !r->name[0])
-        strcpy(r->name, "relay");
-    r->name[strcspn(r->name, ".")] = 0; /* the short name, as a peer name */
-    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while (rc == 0 && (opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (opt) {
         case 'k':
-            key_file = optarg;
+            f->key_file = optarg;
             break;
         case 'l':
             r->listen_addr = optarg;
             break;
         case 'p':
-            if (npeer_args >= RELAY_PEERS_MAX) {
+            if (f->npeer_args >= RELAY_PEERS_MAX) {
                 fprintf(stderr, "shmbroker-relay: more than %d --peer flags.\n",
                         RELAY_PEERS_MAX);
                 return 2;
             }
-            peer_args[npeer_args++] = optarg;
+            f->peer_args[f->npeer_args++] = optarg;
             break;
         case 'f':
-            peers_file = optarg;
+            f->peers_file = optarg;
             break;
         case 's':
             r->daemon_socket = optarg;
             break;
         case 'r':
-            relay_socket = optarg;
+            f->relay_socket = optarg;
             break;
         case 'n':
-            if (strlen(optarg) == 0 || strlen(optarg) > RELAY_NAME_MAX ||
-                strspn(optarg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                               "0123456789-_.") != strlen(optarg)) {
-                fprintf(stderr, "shmbroker-relay: --name is 1 to %d of A-Z a-z 0-9 - _ ., "
-                                "not '%.80s'.\n", RELAY_NAME_MAX, optarg);
-                return 2;
-            }
-            snprintf(r->name, sizeof(r->name), "%s", optarg);
+            rc = parse_name(r, optarg);
             break;
-        case 'm': {
-            char *end;
-            errno = 0;
-            unsigned long long v = strtoull(optarg, &end, 10);
-            if (errno || *end || v == 0 || optarg[0] == '-') {
-                fprintf(stderr, "shmbroker-relay: --max-object takes a positive number of "
-                                "bytes, not '%s'.\n", optarg);
-                return 2;
-            }
-            r->max_object = v;
+        case 'm':
+        case 't':
+            rc = parse_number_flag(r, opt, optarg);
             break;
-        }
-        case 't': {
-            char *end;
-            errno = 0;
-            unsigned long v = strtoul(optarg, &end, 10);
-            if (errno || *end || v == 0 || v > 86400 || optarg[0] == '-') {
-                fprintf(stderr, "shmbroker-relay: --fetch-timeout takes 1 to 86400 seconds, "
-                                "not '%s'.\n", optarg);
-                return 2;
-            }
-            r->fetch_timeout_ms = (uint64_t)v * 1000;
-            break;
-        }
         case 'h':
             usage(stdout);
             return 0;
@@ -211,50 +292,70 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (rc)
+        return rc;
     if (optind < argc) {
         fprintf(stderr, "shmbroker-relay: unexpected argument '%s'.\n", argv[optind]);
         usage(stderr);
         return 2;
     }
-    if (!key_file) {
+    return -1;
+}
+
+/* The key, the paths and the peers the flags name: -1 to go on, or the exit
+ * status with a message. */
+static int configure(struct relay *r, struct flags *f)
+{
+    struct shmb_error err = {0};
+    int n;
+
+    if (!f->key_file) {
         fprintf(stderr, "shmbroker-relay: --key-file is required: relays refuse peers that "
                         "do not prove the same pre-shared key.\n");
         return 2;
     }
-    if (auth_load_key(r, key_file, &err) < 0) {
+    if (auth_load_key(r, f->key_file, &err) < 0) {
         fprintf(stderr, "shmbroker-relay: %s\n", err.message);
         return 1;
     }
     r->daemon_socket = shmb_socket_path(r->daemon_socket);
-    if (relay_socket)
-        rc = snprintf(r->local_path, sizeof(r->local_path), "%s", relay_socket);
+    if (f->relay_socket)
+        n = snprintf(r->local_path, sizeof(r->local_path), "%s", f->relay_socket);
     else
-        rc = snprintf(r->local_path, sizeof(r->local_path), "%s%s", r->daemon_socket,
-                      SHMB_RELAY_SOCKET_SUFFIX);
-    if (rc < 0 || (size_t)rc >= sizeof(r->local_path)) {
+        n = snprintf(r->local_path, sizeof(r->local_path), "%s%s", r->daemon_socket,
+                     SHMB_RELAY_SOCKET_SUFFIX);
+    if (n < 0 || (size_t)n >= sizeof(r->local_path)) {
         fprintf(stderr, "shmbroker-relay: the relay's socket path is longer than %zu "
                         "bytes; give a shorter one with --relay-socket.\n",
                 sizeof(r->local_path) - 1);
         return 2;
     }
-    rc = 1;
-    for (unsigned i = 0; i < npeer_args; i++) {
-        char *eq = strchr(peer_args[i], '=');
+    for (unsigned i = 0; i < f->npeer_args; i++) {
+        char *eq = strchr(f->peer_args[i], '=');
         if (!eq) {
             fprintf(stderr, "shmbroker-relay: --peer takes NAME=ADDR:PORT, not '%s'.\n",
-                    peer_args[i]);
+                    f->peer_args[i]);
             return 2;
         }
         *eq = 0;
-        if (peer_add_configured(r, peer_args[i], eq + 1, &err) < 0) {
+        if (peer_add_configured(r, f->peer_args[i], eq + 1, &err) < 0) {
             fprintf(stderr, "shmbroker-relay: %s\n", err.message);
             return 2;
         }
     }
-    if (peers_file && load_peers_file(r, peers_file, &err) < 0) {
+    if (f->peers_file && load_peers_file(r, f->peers_file, &err) < 0) {
         fprintf(stderr, "shmbroker-relay: %s\n", err.message);
         return 2;
     }
+    return -1;
+}
+
+/* Connect to the daemon, set up UCX and the local socket, and run the loop
+ * until a signal: the exit status. */
+static int serve(struct relay *r)
+{
+    struct shmb_error err = {0};
+
     r->c = shmb_new();
     if (!r->c) {
         fprintf(stderr, "shmbroker-relay: out of memory.\n");
@@ -264,13 +365,13 @@ int main(int argc, char **argv)
     shmb_set_alloc_wait(r->c, 0);
     if (shmb_connect(r->c, r->daemon_socket, "shmbroker-relay") < 0) {
         fprintf(stderr, "shmbroker-relay: %s\n", shmb_errmsg(r->c));
-        goto out;
+        return 1;
     }
     r->loop = uv_default_loop();
     if (peer_setup(r, &err) < 0 || fetch_register_pool(r, &err) < 0 ||
-        local_listen(r, &err) < 0) {
+        forward_setup(r, &err) < 0 || local_listen(r, &err) < 0) {
         fprintf(stderr, "shmbroker-relay: %s\n", err.message);
-        goto out;
+        return 1;
     }
     if (!r->max_object)
         r->max_object = r->pool_size;
@@ -282,10 +383,15 @@ int main(int argc, char **argv)
     relay_log("%s serving %s%s%s", r->name, r->local_path, r->listen_addr ? ", listening on " : "",
               r->listen_addr ? r->listen_addr : "");
     uv_run(r->loop, UV_RUN_DEFAULT);
-    rc = 0;
-out:
+    return 0;
+}
+
+/* Whatever serve() set up, closed in the reverse order. */
+static void teardown(struct relay *r)
+{
     if (r->loop) {
         local_close_all(r);
+        forward_teardown(r);
         if (r->worker)
             peer_teardown(r);
         fetch_unregister_pool(r);
@@ -298,5 +404,26 @@ out:
             ucp_cleanup(r->ctx);
     }
     shmb_close(r->c);
+}
+
+int main(int argc, char **argv)
+{
+    static struct relay relay;
+    static struct flags flags;
+    struct relay *r = &relay;
+    int rc;
+
+    signal(SIGPIPE, SIG_IGN);
+    r->hooks = hooks;
+    r->fetch_timeout_ms = RELAY_FETCH_TIMEOUT_MS;
+    if (gethostname(r->name, sizeof(r->name) - 1) != 0 || !r->name[0])
+        strcpy(r->name, "relay");
+    r->name[strcspn(r->name, ".")] = 0; /* the short name, as a peer name */
+    if ((rc = parse_flags(r, &flags, argc, argv)) >= 0)
+        return rc;
+    if ((rc = configure(r, &flags)) >= 0)
+        return rc;
+    rc = serve(r);
+    teardown(r);
     return rc;
 }

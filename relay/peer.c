@@ -96,8 +96,8 @@ void peer_kick(struct relay *r)
         if ((p->state == PEER_CONNECTING || (p->state == PEER_IDLE && p->configured)) &&
             p->deadline_ms < next)
             next = p->deadline_ms;
-    if (fetch_next_deadline(r) < next)
-        next = fetch_next_deadline(r);
+    if (r->hooks.next_deadline(r) < next)
+        next = r->hooks.next_deadline(r);
     if (next == UINT64_MAX) {
         uv_timer_stop(&r->timer);
         return;
@@ -397,18 +397,14 @@ static void peer_on_msg(struct relay *r, struct wire_msg *m)
                       (unsigned)m->type);
             return;
         }
-        if (m->type == WIRE_FETCH)
-            fetch_on_request(p, m);
-        else if (m->type == WIRE_FETCH_REPLY)
-            fetch_on_reply(p, m);
-        else if (m->type == WIRE_FETCH_DONE)
-            fetch_on_done(p, m);
+        r->hooks.peer_message(p, m);
         return;
     }
     if (p->state == PEER_CONNECTING && p->got_auth && p->sent_auth) {
         p->state = PEER_READY;
         p->last_error[0] = 0;
         relay_log("peer %s (%s) connected", p->name, p->address);
+        r->hooks.peer_ready(p);
         peer_kick(r);
     }
 }
@@ -418,7 +414,7 @@ static void peer_on_msg(struct relay *r, struct wire_msg *m)
 static void peer_close_now(struct peer *p)
 {
     struct relay *r = p->relay;
-    fetch_peer_gone(p);
+    r->hooks.peer_gone(p);
     if (p->ep) {
         ucp_request_param_t param = {0};
         ucs_status_ptr_t req;
@@ -464,8 +460,9 @@ static void peer_drain(struct relay *r)
             free(pc);
             did = true;
         }
-        if (r->transfers_done) {
-            fetch_poll(r);
+        if (r->work_due) {
+            r->work_due = false;
+            r->hooks.work_due(r);
             did = true;
         }
         struct peer *p, *next;
@@ -513,7 +510,7 @@ static void on_timer(uv_timer_t *h)
     LIST_FOREACH(p, &r->peers, link)
         if (p->state == PEER_CONNECTING && p->deadline_ms <= now)
             peer_fail(p, "did not prove the pre-shared key within %d ms", RELAY_AUTH_MS);
-    fetch_expire(r);
+    r->hooks.expire(r);
     peer_drain(r);
     peer_kick(r);
 }

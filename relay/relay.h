@@ -5,7 +5,11 @@
  * handle on the local daemon), its peers and the transfers under way.
  * main.c owns flags and the loop, peer.c the UCP worker and the endpoints,
  * auth.c the pre-shared key, wire.c the bytes between relays, fetch.c the
- * transfers, local.c the Unix socket clients and the ctl ask through.
+ * transfers, local.c the Unix socket clients and the ctl ask through, log.c
+ * the clock and the log. Floors (docs/architecture.md): peer.c and local.c
+ * carry bytes and call nothing above them; what arrives goes up through the
+ * hooks main.c fills in (struct relay_hooks), as the daemon's store tells its
+ * owner through store_config.lease_expired.
  */
 #ifndef SHMB_RELAY_H
 #define SHMB_RELAY_H
@@ -16,11 +20,13 @@
 #include <sys/queue.h>
 #include <sys/socket.h>
 
+#include <jansson.h>
 #include <ucp/api/ucp.h>
 #include <uv.h>
 
 #include "../client/shmbroker.h"
 #include "../proto/error.h"
+#include "log.h"
 #include "wire.h"
 
 #define RELAY_NAME_MAX 64        /* a peer's name: a host name fits */
@@ -35,6 +41,7 @@
 #define RELAY_LOCAL_LINE 4096    /* a local request is small; longer is a bug */
 #define RELAY_TRANSFERS_MAX 1024 /* transfers under way at once */
 #define RELAY_FETCH_TIMEOUT_MS 30000 /* a peer that answers no fetch in 30 s is stuck */
+#define FETCH_WAITING_MAX 64 /* fetches one local client may wait for at once */
 
 struct relay;
 struct transfer;
@@ -90,8 +97,34 @@ struct local_client {
     unsigned waiting; /* fetches this client waits for */
 };
 
+/* What the transport rooms (peer.c, local.c) hand up to the rooms above
+ * them: main.c fills these in before the loop runs. Each is called from the
+ * loop, never from inside UCX's progress. */
+struct relay_hooks {
+    /* A message from a peer that proved the key, other than hello and auth. */
+    void (*peer_message)(struct peer *p, const struct wire_msg *m);
+    /* p proved the key both ways: it may carry work now. */
+    void (*peer_ready)(struct peer *p);
+    /* p's endpoint is about to close: whatever it held or waited for goes. */
+    void (*peer_gone)(struct peer *p);
+    /* Work that finished inside progress (relay.work_due) is to be looked at. */
+    void (*work_due)(struct relay *r);
+    /* The earliest deadline of the rooms above (UINT64_MAX: none), and the
+     * expiry of those due. */
+    uint64_t (*next_deadline)(const struct relay *r);
+    void (*expire)(struct relay *r);
+    /* A local request other than status: its op and the parsed line
+     * (borrowed); the callee answers with local_reply or local_reply_error. */
+    void (*local_request)(struct local_client *lc, const char *op, json_t *req);
+    /* lc is closing: whatever waits for it forgets it. */
+    void (*local_gone)(struct local_client *lc);
+    /* The status fields of the rooms above, added to the status reply. */
+    void (*status)(const struct relay *r, json_t *reply);
+};
+
 struct relay {
     uv_loop_t *loop;
+    struct relay_hooks hooks;
     /* Flags. */
     char name[RELAY_NAME_MAX + 1];
     const char *daemon_socket;
@@ -129,13 +162,10 @@ struct relay {
     unsigned nclients;
     LIST_HEAD(, transfer) transfers;
     unsigned ntransfers;
-    bool transfers_done; /* a transfer's get finished: look at them */
+    bool work_due; /* work finished inside progress (a get): hooks.work_due */
     uint64_t next_id;
+    struct forward *fwd; /* forward.c's: the queues' streams */
 };
-
-/* main.c */
-uint64_t relay_now_ms(void);
-void relay_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* auth.c: the pre-shared key. */
 int auth_load_key(struct relay *r, const char *path, struct shmb_error *err);
@@ -163,6 +193,8 @@ void peer_kick(struct relay *r);
 int fetch_register_pool(struct relay *r, struct shmb_error *err);
 void fetch_unregister_pool(struct relay *r);
 int fetch_start(struct relay *r, struct local_client *lc, const char *peer, const char *key);
+/* A local {"op":"fetch","peer":P,"key":K}: checked, then started. */
+void fetch_local_request(struct local_client *lc, json_t *req);
 void fetch_on_request(struct peer *p, const struct wire_msg *m);
 void fetch_on_reply(struct peer *p, const struct wire_msg *m);
 void fetch_on_done(struct peer *p, const struct wire_msg *m);
@@ -176,6 +208,16 @@ uint64_t fetch_next_deadline(const struct relay *r);
 void fetch_expire(struct relay *r);
 /* Local clients waiting for transfers, all told (for status). */
 unsigned fetch_waiters(const struct relay *r);
+
+/* forward.c: queues with readers on other hosts. */
+int forward_setup(struct relay *r, struct shmb_error *err);
+void forward_teardown(struct relay *r);
+void forward_on_message(struct peer *p, const struct wire_msg *m);
+void forward_peer_gone(struct peer *p);
+void forward_local_subscribe(struct local_client *lc, json_t *req);
+void forward_local_state(struct local_client *lc, json_t *req);
+void forward_client_gone(struct local_client *lc);
+void forward_status(const struct relay *r, json_t *reply);
 
 /* local.c: the relay's Unix socket. */
 int local_listen(struct relay *r, struct shmb_error *err);

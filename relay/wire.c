@@ -74,6 +74,85 @@ static bool name_ok(const char *s, size_t n)
     return true;
 }
 
+bool wire_queue_name_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > WIRE_QUEUE_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+              (ch >= '0' && ch <= '9') || ch == '-' || ch == '_'))
+            return false;
+    }
+    return true;
+}
+
+/* An error text: UTF-8 without control bytes (it reaches a user's terminal),
+ * and a code of 0 or -1..-4095. */
+static int take_text(struct reader *rd, struct wire_msg *m, struct shmb_error *err)
+{
+    size_t n = (size_t)take_u(rd, 2);
+    if (n > WIRE_TEXT_MAX)
+        return shmb_error_set(err, -EPROTO, "an error text of %zu bytes (at most %d)", n,
+                              WIRE_TEXT_MAX);
+    if (take_bytes(rd, m->text, n) && shmb_utf8_invalid_at(m->text, n) != n)
+        return shmb_error_set(err, -EPROTO, "an error text that is not UTF-8");
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)m->text[i] < 0x20 || m->text[i] == 0x7f)
+            return shmb_error_set(err, -EPROTO,
+                                  "an error text with a control byte (%#x at %zu)",
+                                  (unsigned)(unsigned char)m->text[i], i);
+    if (m->code > 0 || m->code < -4095)
+        return shmb_error_set(err, -EPROTO, "a reply code of %ld (0 or -1..-4095)",
+                              (long)m->code);
+    return 0;
+}
+
+/* The queues' messages (forward.c). */
+static int decode_queue(struct reader *rd, struct wire_msg *m, struct shmb_error *err)
+{
+    size_t n;
+    m->id = take_u(rd, 8);
+    switch (m->type) {
+    case WIRE_QSUB:
+        m->size = take_u(rd, 1);
+        m->addr = take_u(rd, 1);
+        n = (size_t)take_u(rd, 1);
+        if (take_bytes(rd, m->key, n <= WIRE_QUEUE_NAME_MAX ? n : 0) &&
+            !wire_queue_name_ok(m->key, n))
+            return shmb_error_set(err, -EPROTO, "a queue name that is not 1 to %d of "
+                                  "A-Z a-z 0-9 _ - (%zu bytes)", WIRE_QUEUE_NAME_MAX, n);
+        if (m->size >= m->addr || m->addr > WIRE_QSEATS_MAX)
+            return shmb_error_set(err, -EPROTO, "seats %llu to %llu (0 <= from < to <= %d)",
+                                  (unsigned long long)m->size, (unsigned long long)m->addr,
+                                  WIRE_QSEATS_MAX);
+        return 0;
+    case WIRE_QSUB_REPLY:
+        m->code = (int32_t)(uint32_t)take_u(rd, 4);
+        m->size = take_u(rd, 8);
+        m->addr = take_u(rd, 1);
+        return take_text(rd, m, err);
+    case WIRE_QMSG:
+        m->size = take_u(rd, 8);
+        m->addr = take_u(rd, 8);
+        m->rkey_len = (uint16_t)take_u(rd, 2);
+        if (m->rkey_len > WIRE_CHUNK_MAX || m->addr > m->size ||
+            m->rkey_len > m->size - m->addr || (m->rkey_len == 0 && m->size != 0))
+            return shmb_error_set(err, -EPROTO, "a piece of %u bytes at %llu of a message of "
+                                  "%llu (pieces of 1 to %d bytes within the message)",
+                                  (unsigned)m->rkey_len, (unsigned long long)m->addr,
+                                  (unsigned long long)m->size, WIRE_CHUNK_MAX);
+        take_bytes(rd, m->rkey, m->rkey_len);
+        return 0;
+    case WIRE_QACK:
+        m->size = take_u(rd, 8);
+        return 0;
+    default: /* WIRE_QEND, WIRE_QUNSUB */
+        m->code = (int32_t)(uint32_t)take_u(rd, 4);
+        return take_text(rd, m, err);
+    }
+}
+
 int wire_decode(const void *buf, size_t len, struct wire_msg *m, struct shmb_error *err)
 {
     struct reader rd = {.p = buf, .left = len};
@@ -148,6 +227,15 @@ int wire_decode(const void *buf, size_t len, struct wire_msg *m, struct shmb_err
         break;
     case WIRE_FETCH_DONE:
         m->id = take_u(&rd, 8);
+        break;
+    case WIRE_QSUB:
+    case WIRE_QSUB_REPLY:
+    case WIRE_QMSG:
+    case WIRE_QACK:
+    case WIRE_QEND:
+    case WIRE_QUNSUB:
+        if (decode_queue(&rd, m, err) < 0)
+            return err->code;
         break;
     default:
         return shmb_error_set(err, -EPROTO, "a message of unknown type %u (%zu bytes)",
@@ -227,4 +315,90 @@ int wire_fetch_done(unsigned char *out, uint64_t id)
     unsigned char *o = put_u(out, WIRE_FETCH_DONE, 1);
     o = put_u(o, id, 8);
     return (int)(o - out);
+}
+
+/* An error text, cut to its bound on a character and without control
+ * bytes, which the other side refuses. */
+static unsigned char *put_text(unsigned char *o, const char *text)
+{
+    size_t n = text ? strlen(text) : 0;
+    if (n > WIRE_TEXT_MAX)
+        n = shmb_utf8_cut(text, n, WIRE_TEXT_MAX);
+    o = put_u(o, n, 2);
+    o = put_bytes(o, text, n);
+    for (unsigned char *c = o - n; c < o; c++)
+        if (*c < 0x20 || *c == 0x7f)
+            *c = '?';
+    return o;
+}
+
+int wire_qsub(unsigned char *out, uint64_t id, unsigned seat_from, unsigned seat_to,
+              const char *queue)
+{
+    size_t n = strlen(queue);
+    unsigned char *o = out;
+    if (!wire_queue_name_ok(queue, n) || seat_from >= seat_to || seat_to > WIRE_QSEATS_MAX)
+        return -EINVAL;
+    o = put_u(o, WIRE_QSUB, 1);
+    o = put_u(o, id, 8);
+    o = put_u(o, seat_from, 1);
+    o = put_u(o, seat_to, 1);
+    o = put_u(o, n, 1);
+    o = put_bytes(o, queue, n);
+    return (int)(o - out);
+}
+
+int wire_qsub_reply(unsigned char *out, uint64_t id, int32_t code, uint64_t missed,
+                    unsigned seat, const char *text)
+{
+    unsigned char *o = put_u(out, WIRE_QSUB_REPLY, 1);
+    o = put_u(o, id, 8);
+    o = put_u(o, (uint32_t)code, 4);
+    o = put_u(o, missed, 8);
+    o = put_u(o, seat, 1);
+    o = put_text(o, text);
+    return (int)(o - out);
+}
+
+int wire_qmsg(unsigned char *out, uint64_t id, uint64_t total, uint64_t offset,
+              const void *bytes, size_t n)
+{
+    unsigned char *o = out;
+    if (n > WIRE_CHUNK_MAX)
+        return -EINVAL;
+    o = put_u(o, WIRE_QMSG, 1);
+    o = put_u(o, id, 8);
+    o = put_u(o, total, 8);
+    o = put_u(o, offset, 8);
+    o = put_u(o, n, 2);
+    o = put_bytes(o, bytes, n);
+    return (int)(o - out);
+}
+
+int wire_qack(unsigned char *out, uint64_t id, uint64_t count)
+{
+    unsigned char *o = put_u(out, WIRE_QACK, 1);
+    o = put_u(o, id, 8);
+    o = put_u(o, count, 8);
+    return (int)(o - out);
+}
+
+static int encode_end(unsigned char *out, uint8_t type, uint64_t id, int32_t code,
+                      const char *text)
+{
+    unsigned char *o = put_u(out, type, 1);
+    o = put_u(o, id, 8);
+    o = put_u(o, (uint32_t)code, 4);
+    o = put_text(o, text);
+    return (int)(o - out);
+}
+
+int wire_qend(unsigned char *out, uint64_t id, int32_t code, const char *text)
+{
+    return encode_end(out, WIRE_QEND, id, code, text);
+}
+
+int wire_qunsub(unsigned char *out, uint64_t id, int32_t code, const char *text)
+{
+    return encode_end(out, WIRE_QUNSUB, id, code, text);
 }

@@ -33,7 +33,17 @@ enum wire_type {
     WIRE_FETCH = 3,      /* id, key: pin key and tell me where it is */
     WIRE_FETCH_REPLY = 4,/* id, code, size, addr, rkey, text */
     WIRE_FETCH_DONE = 5, /* id: I read it (or gave up); unpin it */
+    WIRE_QSUB = 6,       /* id, seat_from, seat_to, queue: take a reader seat for my host */
+    WIRE_QSUB_REPLY = 7, /* id, code, missed, seat, text */
+    WIRE_QMSG = 8,       /* id, total, offset, bytes: a piece of the stream's next message */
+    WIRE_QACK = 9,       /* id, count: messages published here so far */
+    WIRE_QEND = 10,      /* id, code, text: the stream ended (the writer left, shut down) */
+    WIRE_QUNSUB = 11,    /* id, code, text: the subscriber's end failed; let go of its seats */
 };
+
+#define WIRE_QUEUE_NAME_MAX 32 /* a queue's name, as the daemon's */
+#define WIRE_QSEATS_MAX 64     /* a queue's seats, as the daemon's */
+#define WIRE_CHUNK_MAX WIRE_RKEY_MAX /* a message's bytes per QMSG (into wire_msg.rkey) */
 
 /* A message decoded from a peer, queued from progress to the loop. */
 struct wire_msg {
@@ -43,7 +53,10 @@ struct wire_msg {
     uint8_t type;
     uint8_t version;
     uint64_t id;
-    int32_t code;      /* FETCH_REPLY: 0 or a negative errno */
+    int32_t code;      /* FETCH_REPLY, QSUB_REPLY, QEND: 0 or a negative errno */
+    /* FETCH_REPLY: size, addr; QSUB: seat_from, seat_to; QSUB_REPLY: missed,
+     * seat; QMSG: total, offset (its bytes in rkey, rkey_len of them);
+     * QACK: count. */
     uint64_t size, addr;
     uint16_t rkey_len;
     unsigned char nonce[WIRE_NONCE_LEN];
@@ -65,5 +78,16 @@ int wire_fetch(unsigned char *out, uint64_t id, const char *key);
 int wire_fetch_reply(unsigned char *out, uint64_t id, int32_t code, uint64_t size,
                      uint64_t addr, const void *rkey, size_t rkey_len, const char *text);
 int wire_fetch_done(unsigned char *out, uint64_t id);
+int wire_qsub(unsigned char *out, uint64_t id, unsigned seat_from, unsigned seat_to,
+              const char *queue);
+int wire_qsub_reply(unsigned char *out, uint64_t id, int32_t code, uint64_t missed,
+                    unsigned seat, const char *text);
+int wire_qmsg(unsigned char *out, uint64_t id, uint64_t total, uint64_t offset,
+              const void *bytes, size_t n);
+int wire_qack(unsigned char *out, uint64_t id, uint64_t count);
+int wire_qend(unsigned char *out, uint64_t id, int32_t code, const char *text);
+int wire_qunsub(unsigned char *out, uint64_t id, int32_t code, const char *text);
+/* A queue's name as the daemon takes it: 1 to 32 of A-Z a-z 0-9 _ -. */
+bool wire_queue_name_ok(const char *s, size_t n);
 
 #endif

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../proto/utf8.h"
 #include "checks.h"
 #include "harness.h"
 #include "internal.h" /* to hold a connection busy, as another thread's call does */
@@ -1847,6 +1848,37 @@ static void test_ready_after_writer(void **state)
     h_pass(f);
 }
 
+/* Proves the library judges a queue's name by the daemon's own rule
+ * (proto/names.c) before sending anything: with the daemon gone, a name
+ * of bad characters, or of bytes that are not UTF-8, is -EINVAL in the
+ * daemon's words (not a lost connection), for create, open, shutdown and
+ * delete alike, and the message stays text. */
+static void test_name_judged_before_sending(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL);
+    shmb_t *c = h_lib_connect(d, "test", 0);
+    shmb_queue_t *q = NULL;
+    const char *msg;
+    int st;
+
+    st = h_daemon_signal(d, SIGKILL, H_REPLY_TIMEOUT_MS);
+    assert_true(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    fails(c, shmb_queue_create(c, "bad name", 2, 4, 64, 0), -EINVAL,
+          "Invalid queue name 'bad name' (8 bytes): a queue's name is 1 to 32 characters");
+    fails(c, shmb_queue_open(c, "a/b", 0, &q), -EINVAL, "Invalid queue name 'a/b'");
+    assert_null(q);
+    fails(c, shmb_queue_shutdown(c, "a.b"), -EINVAL, "Invalid queue name 'a.b'");
+    fails(c, shmb_queue_delete(c, "ab\xff\xfe"), -EINVAL, "Invalid queue name 'ab' (4 bytes)");
+    msg = shmb_errmsg(c);
+    assert_int_equal(shmb_utf8_invalid_at(msg, strlen(msg)), strlen(msg));
+    fails(c, shmb_queue_delete(c, "abcdefghijklmnopqrstuvwxyz0123456"), -EINVAL, "(33 bytes)");
+    /* A good name does go out, and finds the daemon gone. */
+    assert_true(shmb_queue_delete(c, "good") != -EINVAL);
+    shmb_close(c);
+    h_pass(f);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(void)
@@ -1862,7 +1894,7 @@ int main(void)
         TEST(test_forked_handles),   TEST(test_ready_after_writer),
         TEST(test_dead_reader_frees_objects), TEST(test_spin_setting),
         TEST(test_overflow_counts), TEST(test_writer_not_held_by_mark),
-        TEST(test_spin_keeps_timeout),
+        TEST(test_spin_keeps_timeout), TEST(test_name_judged_before_sending),
     };
 
     signal(SIGPIPE, SIG_IGN);

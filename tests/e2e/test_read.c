@@ -32,6 +32,18 @@ ssize_t __wrap_send(int fd, const void *buf, size_t len, int flags)
     return __real_send(fd, buf, len, flags);
 }
 
+/* Every mincore() of this process: before it writes into its arena the
+ * library looks whether the pages are there (a client may have truncated
+ * the segment), once per put. */
+static unsigned long looks;
+int __real_mincore(void *addr, size_t len, unsigned char *vec);
+int __wrap_mincore(void *addr, size_t len, unsigned char *vec);
+int __wrap_mincore(void *addr, size_t len, unsigned char *vec)
+{
+    looks++;
+    return __real_mincore(addr, len, vec);
+}
+
 static void stats(shmb_t *c, shmb_stats_t *st)
 {
     ok(c, shmb_stats(c, st));
@@ -305,8 +317,8 @@ static void test_ro_reads_done(void **state)
 
 /* A put through the arena is visible to another handle as soon as it
  * returns (its read answered from the mapping), is one request (one
- * send()) once the arena is held, allocates nothing, and commits one
- * object each. */
+ * send()) and one look at its pages (one mincore()) once the arena is
+ * held, allocates nothing, and commits one object each. */
 static void test_put_one_round_trip(void **state)
 {
     struct h_fix *f = *state;
@@ -314,10 +326,18 @@ static void test_put_one_round_trip(void **state)
     shmb_t *w = h_lib_connect(d, "writer", 0), *r = h_lib_connect(d, "reader", 0);
     shmb_stats_t before, after;
 
+    unsigned long at;
+
     ok(w, h_put_pattern(w, "first", 64, 1, 0)); /* takes the arena */
     read_check(r, "first", 64, 1);
     stats(w, &before);
+    at = looks;
     put_series(w, r, "k", 100, 64, 1, 0);
+    /* One look at the arena's pages per put (its lock word and payload in
+     * one mincore), no more. */
+    if (looks - at != 100)
+        h_fail("100 puts looked at their pages with %lu mincore calls, not 100",
+               looks - at);
     assert_all_fast(r, 101);
     stats(w, &after);
     assert_int_equal(after.allocs, before.allocs);
@@ -336,6 +356,67 @@ static void test_put_one_round_trip(void **state)
     stats(w, &after);
     assert_int_equal(after.allocs, before.allocs);
     assert_int_equal(after.noreply_errors, before.noreply_errors + 1);
+    shmb_close(w);
+    shmb_close(r);
+    h_pass(f);
+}
+
+/* A daemon whose catalog is far smaller than its objects (--max-objects
+ * 16: 32 entries, 400 objects of 64 bytes) lists each new object in place
+ * of an old one: every read right after its put is answered from the
+ * mapping, as a catalog with room would, and an object whose listing went
+ * is still read whole (from the daemon). */
+static void test_full_catalog_lists_newest(void **state)
+{
+    static const char *const extra[] = {"--max-objects", "16", NULL};
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", extra);
+    shmb_t *w = h_lib_connect(d, "writer", 0), *r = h_lib_connect(d, "reader", 0);
+    shmb_read_stats_t rs;
+    char key[32];
+    int i;
+
+    for (i = 0; i < 400; i++) {
+        snprintf(key, sizeof(key), "n%d", i);
+        ok(w, h_put_pattern(w, key, 64, (uint32_t)i, 0));
+        read_check(r, key, 64, (uint32_t)i);
+    }
+    assert_all_fast(r, 400);
+    read_check(r, "n0", 64, 0);
+    shmb_read_stats(r, &rs);
+    assert_int_equal(rs.fast + rs.fallback, 401);
+    shmb_close(w);
+    shmb_close(r);
+    h_pass(f);
+}
+
+/* A full catalog whose displaced objects, the oldest, were deleted first
+ * (as eviction takes them) has every entry taken and none unlisted, so a
+ * miss in it is a proof: deleting the objects one by one from the oldest,
+ * every object left must still be read whole after each delete. A removal
+ * from that table once left an empty entry before listings it should have
+ * moved back, and shmb_read answered ENOENT for an object that exists. */
+static void test_full_catalog_delete_keeps_reads(void **state)
+{
+    static const char *const extra[] = {"--max-objects", "16", NULL};
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", extra);
+    shmb_t *w = h_lib_connect(d, "writer", 0), *r = h_lib_connect(d, "reader", 0);
+    char key[32];
+    int i, j;
+
+    for (i = 0; i < 200; i++) {
+        snprintf(key, sizeof(key), "o%d", i);
+        ok(w, h_put_pattern(w, key, 64, (uint32_t)i, 0));
+    }
+    for (i = 0; i < 200; i++) {
+        snprintf(key, sizeof(key), "o%d", i);
+        ok(w, shmb_delete(w, key));
+        for (j = i + 1; j < 200; j++) {
+            snprintf(key, sizeof(key), "o%d", j);
+            read_check(r, key, 64, (uint32_t)j);
+        }
+    }
     shmb_close(w);
     shmb_close(r);
     h_pass(f);
@@ -775,6 +856,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ro_reads_done, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_one_round_trip, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_put_refills, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_full_catalog_lists_newest, h_setup,
+                                        h_teardown),
+        cmocka_unit_test_setup_teardown(test_full_catalog_delete_keeps_reads, h_setup,
+                                        h_teardown),
         cmocka_unit_test_setup_teardown(test_put_nowait, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_nowait_not_lost_to_room, h_setup,
                                         h_teardown),

@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """The package's hand-written tables (shmbroker/_protocol.py) against proto/'s
-single sources: ops.def, errors.def, stats.def, protocol.h and layout.h. Any
-difference fails, so the Python client never drifts from the daemon."""
+single sources: ops.def, errors.def, stats.def, protocol.h, layout.h and
+names.h (with the queue module's name check and overflow key). Any difference
+fails, so the Python client never drifts from the daemon."""
 
 import os
 import re
 import struct
+import types
 import unittest
 
 import support
@@ -98,8 +100,45 @@ class TestTables(unittest.TestCase):
         self.assertEqual(define(h, "SHMB_USER_SOCKET_DIR"), '"%s"' % P.USER_SOCKET_DIR)
         self.assertEqual(define(h, "SHMB_USER_SOCKET_TMP"), '"%s"' % P.USER_SOCKET_TMP)
         self.assertEqual(define(h, "SHMB_USER_SOCKET_NAME"), '"%s"' % P.USER_SOCKET_NAME)
+        self.assertEqual(c_int(define(h, "SHMB_DEFAULT_MAX_PENDING")), P.PUT_CHUNK)
+        # The daemon's default and the library's chunk are that one number.
         with open(os.path.join(support.ROOT, "client", "many.c"), encoding="utf-8") as f:
-            self.assertEqual(c_int(define(f.read(), "CLIENT_PUT_CHUNK")), P.PUT_CHUNK)
+            self.assertEqual(define(f.read(), "CLIENT_PUT_CHUNK"), "SHMB_DEFAULT_MAX_PENDING")
+        with open(os.path.join(support.ROOT, "daemon", "config.h"), encoding="utf-8") as f:
+            self.assertEqual(define(f.read(), "CONFIG_DEFAULT_MAX_PENDING"),
+                             "SHMB_DEFAULT_MAX_PENDING")
+
+    def test_names(self):
+        """proto/names.h's rules are the package's: the limits, the
+        characters (names.c's) and the overflow key's prefix; and the queue
+        module's name check and overflow key, written by hand, agree with
+        that rule on its edges."""
+        h = read("names.h")
+        self.assertEqual(c_int(define(h, "SHMB_POOL_NAME_MAX")), P.POOL_NAME_MAX)
+        self.assertEqual(define(h, "SHMB_QUEUE_NAME_LEN_MAX"), "SHMB_POOL_NAME_MAX")
+        self.assertEqual(P.QUEUE_NAME_MAX, P.POOL_NAME_MAX)
+        self.assertEqual(define(h, "SHMB_QUEUE_KEY_PREFIX"), '"%s"' % P.QUEUE_KEY_PREFIX)
+        c = strip_comments(read("names.c"))
+        body = c[c.index("bool shmb_name_ok("):c.index("int shmb_q_name_check(")]
+        chars = set(re.findall(r"ch == '(.)'", body))
+        for lo, hi in re.findall(r"ch >= '(.)' && ch <= '(.)'", body):
+            chars |= {chr(i) for i in range(ord(lo), ord(hi) + 1)}
+        self.assertEqual(chars, P.NAME_CHARS)
+
+        from shmbroker import queue
+        top = P.QUEUE_NAME_MAX
+        for name in ("a-b_C9", "x" * top, "x" * (top + 1), "", "a b", "a/b", "a.b",
+                     "\u00e9t\u00e9", "a\x00b", "ab\udcff", "Z" * (top - 1) + "\u00e9"):
+            raw = name.encode("utf-8", "surrogatepass")
+            want = 1 <= len(raw) <= P.QUEUE_NAME_MAX and set(name) <= P.NAME_CHARS
+            try:
+                queue._check_name(name)
+                got = True
+            except errors.InvalidRequest:
+                got = False
+            self.assertEqual(got, want, "queue name %r" % name)
+        key = queue.MessageQueue._object_key(types.SimpleNamespace(name="steps"), 2 ** 64 - 1)
+        self.assertEqual(key, P.QUEUE_KEY_PREFIX + "steps/18446744073709551615")
 
     def test_layout_constants(self):
         """layout.h's magic numbers, sizes and chunk states."""

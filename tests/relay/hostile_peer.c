@@ -34,12 +34,6 @@ static int got_hello, got_auth, got_fetch;
 static uint64_t fetch_id;
 static ucp_conn_request_h conn_req;
 
-/* auth.c's callers in the relay; unused here. */
-void relay_log(const char *fmt, ...)
-{
-    (void)fmt;
-}
-
 static void on_err(void *arg, ucp_ep_h e, ucs_status_t st)
 {
     (void)arg;
@@ -257,6 +251,28 @@ int main(int argc, char **argv)
                 send_raw(msg, (size_t)(o - msg));
             } else if (strcmp(mode, "stray") == 0) {
                 n = wire_fetch_reply(msg, 424242, 0, UINT64_MAX / 2, 4096, "rk", 2, NULL);
+                send_raw(msg, (size_t)n);
+            } else if (strcmp(mode, "qname") == 0) {
+                /* A subscription to a queue whose name has a newline. */
+                n = wire_qsub(msg, 7, 1, 2, "abcdef");
+                msg[n - 3] = '\n';
+                send_raw(msg, (size_t)n);
+            } else if (strcmp(mode, "qseats") == 0) {
+                n = wire_qsub(msg, 7, 1, 2, "q");
+                msg[9] = 5; /* seats 5 to 2 */
+                send_raw(msg, (size_t)n);
+            } else if (strcmp(mode, "qpiece") == 0) {
+                /* A piece of 4 bytes at offset 2^64-2 of a message of 8. */
+                n = wire_qmsg(msg, 7, 8, 0, "abcd", 4);
+                memset(msg + 17, 0xff, 8);
+                msg[17] = 0xfe;
+                send_raw(msg, (size_t)n);
+            } else if (strcmp(mode, "qstray") == 0) {
+                n = wire_qsub_reply(msg, 99, 0, 0, 1, NULL);
+                send_raw(msg, (size_t)n);
+            } else if (strcmp(mode, "qnoqueue") == 0) {
+                /* A fair request for a queue that does not exist: answered. */
+                n = wire_qsub(msg, 7, 0, 1, "no-such-queue");
                 send_raw(msg, (size_t)n);
             }
         }

@@ -8,6 +8,7 @@ otherwise. Binaries from $SHMB_BUILD_DIR (default build)."""
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -50,9 +51,14 @@ def sh(*args, check=True):
 
 
 def wait_for(what, cond, timeout=WAIT):
+    """cond() once true; a socket refused meanwhile (a relay between its
+    bind and its listen, say) is "not yet"."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        v = cond()
+        try:
+            v = cond()
+        except ConnectionRefusedError:
+            v = None
         if v:
             return v
         time.sleep(0.02)
@@ -263,6 +269,8 @@ def main():
             h.stop()
         for ns in (NS_A, NS_B):
             sh("ip", "netns", "del", ns, check=False)
+        if not failures:
+            shutil.rmtree(tmp, ignore_errors=True)
         if failures:
             print("logs kept in " + tmp)
             for n in sorted(os.listdir(tmp)):

@@ -60,9 +60,9 @@ expect_fail "an include the row says never is refused (ring knows no keys)" \
     "daemon/ring includes daemon/index, which its row says it must never call"
 
 fresh
-echo '#include "log.h"' >> "$tmp/t/daemon/segment.c"
+echo '#include "log.h"' >> "$tmp/t/daemon/index.c"
 expect_fail "a never that names a folder is refused (floor 1 stands on proto/ alone)" \
-    "daemon/segment includes daemon/log, which its row says it must never call"
+    "daemon/index includes daemon/log, which its row says it must never call"
 
 fresh
 echo '#include "../daemon/log.h"' >> "$tmp/t/client/objects.c"

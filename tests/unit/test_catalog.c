@@ -190,10 +190,11 @@ static void test_add_and_read(void **state)
         char key[32];
 
         snprintf(key, sizeof(key), "key-%u", i);
-        assert_int_equal(catalog_add(f->cat, key, strlen(key),
-                                     put_chunk(f, key, 100 + i, (unsigned char)i, 1000 + i),
-                                     1000 + i, 100 + i, 0),
-                         0);
+        assert_int_equal(
+            catalog_add(f->cat, key, strlen(key),
+                        put_chunk(f, key, 100 + i, (unsigned char)i, 1000 + i), 1000 + i,
+                        100 + i, 0, NULL, NULL),
+            0);
     }
     assert_int_equal(catalog_listed(f->cat), 60);
     for (i = 0; i < 60; i++) {
@@ -230,7 +231,7 @@ static void test_remove_shifts(void **state)
     for (i = 0; i < 3; i++) {
         chunks[i] = put_chunk(f, keys[i], 10, 'a' + (unsigned char)i, (uint32_t)i + 1);
         assert_int_equal(catalog_add(f->cat, keys[i], strlen(keys[i]), chunks[i],
-                                     (uint32_t)i + 1, 10, 0),
+                                     (uint32_t)i + 1, 10, 0, NULL, NULL),
                          0);
     }
     home = shmb_catalog_hash(0x1234567, keys[0], strlen(keys[0])) & (f->plan.catalog_slots - 1);
@@ -274,10 +275,13 @@ static void test_probe_bound_unlisted(void **state)
     same_home_keys(f, "p", keys, SHMB_CATALOG_PROBES + 1);
     for (i = 0; i < SHMB_CATALOG_PROBES; i++)
         assert_int_equal(catalog_add(f->cat, keys[i], strlen(keys[i]),
-                                     put_chunk(f, keys[i], 8, 'x', i + 1), i + 1, 8, 0),
+                                     put_chunk(f, keys[i], 8, 'x', i + 1), i + 1, 8, 0,
+                                     NULL, NULL),
                          0);
     chunk = put_chunk(f, keys[i], 8, 'y', 99);
-    assert_int_equal(catalog_add(f->cat, keys[i], strlen(keys[i]), chunk, 99, 8, 0), -ENOSPC);
+    assert_int_equal(
+        catalog_add(f->cat, keys[i], strlen(keys[i]), chunk, 99, 8, 0, NULL, NULL),
+        -ENOSPC);
     assert_int_equal(catalog_unlisted(f->cat), 1);
     assert_int_equal(f->hdr->catalog_unlisted, 1);
     assert_int_equal(test_read(f, "absent", buf, sizeof(buf), &size, &gen), -EAGAIN);
@@ -285,6 +289,56 @@ static void test_probe_bound_unlisted(void **state)
     assert_int_equal(catalog_unlisted(f->cat), 0);
     assert_int_equal(f->hdr->catalog_unlisted, 0);
     assert_int_equal(test_read(f, "absent", buf, sizeof(buf), &size, &gen), -ENOENT);
+    cfix_free(f);
+}
+
+/* A key whose window is full, added with somewhere to hand back what it
+ * displaces, takes the entry of the oldest listing there (the lowest
+ * generation): it is read in place, the displaced key is counted unlisted
+ * (its reads, and every miss, go to the daemon: -EAGAIN) and its owner is
+ * handed back; the others stay. Unlisting it (catalog_remove(..., false))
+ * brings the count back, and the new key is removed as any other. */
+static void test_full_window_displaces_oldest(void **state)
+{
+    struct cfix *f = cfix_new(0);
+    char keys[SHMB_CATALOG_PROBES + 1][32];
+    uint64_t chunks[SHMB_CATALOG_PROBES + 1], size;
+    unsigned char buf[64];
+    void *displaced = NULL;
+    uint32_t gen;
+    unsigned i;
+
+    (void)state;
+    same_home_keys(f, "d", keys, SHMB_CATALOG_PROBES + 1);
+    /* The oldest is not the first in the window: generations 40, 2..32. */
+    for (i = 0; i < SHMB_CATALOG_PROBES; i++) {
+        chunks[i] = put_chunk(f, keys[i], 8, 'x', i == 0 ? 40 : i + 1);
+        assert_int_equal(catalog_add(f->cat, keys[i], strlen(keys[i]), chunks[i],
+                                     i == 0 ? 40 : i + 1, 8, 0, keys[i], &displaced),
+                         0);
+        assert_null(displaced);
+    }
+    chunks[i] = put_chunk(f, keys[i], 8, 'y', 99);
+    assert_int_equal(catalog_add(f->cat, keys[i], strlen(keys[i]), chunks[i], 99, 8, 0,
+                                 keys[i], &displaced),
+                     0);
+    assert_ptr_equal(displaced, keys[1]);
+    assert_int_equal(catalog_displaced(f->cat), 1);
+    assert_int_equal(catalog_unlisted(f->cat), 1);
+    assert_int_equal(f->hdr->catalog_unlisted, 1);
+    assert_int_equal(catalog_listed(f->cat), SHMB_CATALOG_PROBES);
+    assert_int_equal(test_read(f, keys[i], buf, sizeof(buf), &size, &gen), 0);
+    assert_int_equal(buf[0], 'y');
+    assert_int_equal(gen, 99);
+    assert_int_equal(test_read(f, keys[1], buf, sizeof(buf), &size, &gen), -EAGAIN);
+    assert_int_equal(test_read(f, keys[0], buf, sizeof(buf), &size, &gen), 0);
+    assert_int_equal(test_read(f, keys[2], buf, sizeof(buf), &size, &gen), 0);
+    catalog_remove(f->cat, keys[1], strlen(keys[1]), chunks[1], false);
+    assert_int_equal(catalog_unlisted(f->cat), 0);
+    catalog_remove(f->cat, keys[i], strlen(keys[i]), chunks[i], true);
+    assert_int_equal(catalog_listed(f->cat), SHMB_CATALOG_PROBES - 1);
+    assert_int_equal(test_read(f, keys[i], buf, sizeof(buf), &size, &gen), -ENOENT);
+    assert_int_equal(test_read(f, keys[2], buf, sizeof(buf), &size, &gen), 0);
     cfix_free(f);
 }
 
@@ -298,7 +352,7 @@ static void test_zero_slots(void **state)
 
     (void)state;
     assert_non_null(c);
-    assert_int_equal(catalog_add(c, "a", 1, 4096, 1, 1, 0), -ENOSPC);
+    assert_int_equal(catalog_add(c, "a", 1, 4096, 1, 1, 0, NULL, NULL), -ENOSPC);
     assert_int_equal(catalog_unlisted(c), 1);
     catalog_remove(c, "a", 1, 4096, false);
     assert_int_equal(catalog_unlisted(c), 0);
@@ -388,7 +442,8 @@ static void test_random_model(void **state)
         i = (seed >> 8) % KEYS;
         snprintf(key, sizeof(key), "m%u", i);
         if (!live[i]) {
-            int rc = catalog_add(f->cat, key, strlen(key), chunk_of[i], i + 1, 16, 0);
+            int rc = catalog_add(f->cat, key, strlen(key), chunk_of[i], i + 1, 16, 0,
+                                 NULL, NULL);
 
             assert_true(rc == 0 || rc == -ENOSPC);
             live[i] = true;
@@ -413,6 +468,185 @@ static void test_random_model(void **state)
             }
         }
     }
+    cfix_free(f);
+}
+
+/* A table with every entry taken and no object unlisted, as a full catalog
+ * is once the objects it displaced have gone (evicted oldest first, and the
+ * displaced are the oldest): a removal there shifts entries back all the
+ * way round the table, and every key still listed must be found after it.
+ * A shift that stopped short left an empty entry between a key's home and
+ * its entry: a reader stopped there and, catalog_unlisted being 0, took the
+ * miss for proof, -ENOENT for an object that exists. */
+static void test_remove_from_full_table(void **state)
+{
+    enum { KEYS = 300 };
+    struct cfix *f = cfix_new(40);
+    static uint64_t chunk_of[KEYS];
+    static bool live[KEYS], listed[KEYS];
+    static char owners[KEYS];
+    unsigned char buf[64];
+    uint64_t size;
+    uint32_t gen, next_gen = 0;
+    unsigned round, i, n, seed = 5;
+
+    (void)state;
+    assert_int_equal(f->plan.catalog_slots, 64);
+    for (i = 0; i < KEYS; i++) {
+        char key[32];
+
+        snprintf(key, sizeof(key), "f%u", i);
+        chunk_of[i] = put_chunk(f, key, 16, (unsigned char)i, 0);
+    }
+    for (round = 0; round < 100; round++) {
+        char key[32];
+
+        /* Twice as many new objects as entries: the table fills, and the
+         * newest displace the oldest. */
+        for (n = 0; n < 128; n++) {
+            void *displaced = NULL;
+
+            do {
+                seed = seed * 1103515245u + 12345u;
+                i = (seed >> 8) % KEYS;
+            } while (live[i]);
+            snprintf(key, sizeof(key), "f%u", i);
+            __atomic_store_n((uint64_t *)(f->base + chunk_of[i] +
+                                          offsetof(struct shmb_chunk_header, seal)),
+                             SHMB_SEAL(++next_gen, 0), __ATOMIC_RELEASE);
+            assert_int_equal(catalog_add(f->cat, key, strlen(key), chunk_of[i], next_gen,
+                                         16, 0, &owners[i], &displaced),
+                             0);
+            live[i] = listed[i] = true;
+            if (displaced != NULL)
+                listed[(char *)displaced - owners] = false;
+        }
+        /* The displaced go (and with them the proof of a miss comes back). */
+        for (i = 0; i < KEYS; i++) {
+            snprintf(key, sizeof(key), "f%u", i);
+            if (live[i] && !listed[i]) {
+                catalog_remove(f->cat, key, strlen(key), chunk_of[i], false);
+                live[i] = false;
+            }
+        }
+        assert_int_equal(catalog_listed(f->cat), 64);
+        assert_int_equal(catalog_unlisted(f->cat), 0);
+        /* One listed object goes. */
+        do {
+            seed = seed * 1103515245u + 12345u;
+            i = (seed >> 8) % KEYS;
+        } while (!live[i]);
+        snprintf(key, sizeof(key), "f%u", i);
+        catalog_remove(f->cat, key, strlen(key), chunk_of[i], true);
+        live[i] = listed[i] = false;
+        for (i = 0; i < KEYS; i++) {
+            int rc;
+
+            snprintf(key, sizeof(key), "f%u", i);
+            rc = test_read(f, key, buf, sizeof(buf), &size, &gen);
+            if (live[i] && rc != 0)
+                fail_msg("round %u: listed key %s reads %d", round, key, rc);
+            if (live[i])
+                assert_int_equal(buf[0], (unsigned char)i);
+            else
+                assert_int_equal(rc, -ENOENT);
+        }
+    }
+    cfix_free(f);
+}
+
+/* Random adds (each with a new generation, displacing when its window is
+ * full) and removes against a model: after each step the catalog counts
+ * unlisted exactly the live objects it does not list, every listed key is
+ * found with its bytes and generation, every displaced one is an unsure
+ * miss (the reader asks the daemon), a displacement hands back a listed
+ * object's owner, and emptied, the table proves misses again. */
+static void test_random_displacement(void **state)
+{
+    enum { KEYS = 300 };
+    struct cfix *f = cfix_new(40);
+    static uint64_t chunk_of[KEYS];
+    static uint32_t gen_of[KEYS];
+    static bool live[KEYS], listed[KEYS];
+    static char owners[KEYS];
+    unsigned char buf[64];
+    uint64_t size;
+    uint32_t gen, next_gen = 0, displacements = 0;
+    unsigned step, i, seed = 11, n_listed, n_unlisted;
+
+    (void)state;
+    assert_int_equal(f->plan.catalog_slots, 64); /* pow2ceil(40 * 4 / 3) */
+    for (i = 0; i < KEYS; i++) {
+        char key[32];
+
+        snprintf(key, sizeof(key), "r%u", i);
+        chunk_of[i] = put_chunk(f, key, 16, (unsigned char)i, 0);
+    }
+    for (step = 0; step < 6000; step++) {
+        char key[32];
+
+        seed = seed * 1103515245u + 12345u;
+        i = (seed >> 8) % KEYS;
+        snprintf(key, sizeof(key), "r%u", i);
+        if (!live[i] && (seed >> 20) % 4 != 0) {
+            void *displaced = NULL;
+            uint64_t *seal = (uint64_t *)(f->base + chunk_of[i] +
+                                          offsetof(struct shmb_chunk_header, seal));
+
+            gen_of[i] = ++next_gen;
+            __atomic_store_n(seal, SHMB_SEAL(gen_of[i], 0), __ATOMIC_RELEASE);
+            assert_int_equal(catalog_add(f->cat, key, strlen(key), chunk_of[i], gen_of[i],
+                                         16, 0, &owners[i], &displaced),
+                             0);
+            live[i] = listed[i] = true;
+            if (displaced != NULL) {
+                size_t j = (size_t)((char *)displaced - owners);
+
+                assert_true(j < KEYS && j != i && live[j] && listed[j]);
+                listed[j] = false;
+                displacements++;
+            }
+        } else if (live[i]) {
+            catalog_remove(f->cat, key, strlen(key), chunk_of[i], listed[i]);
+            live[i] = listed[i] = false;
+        }
+        assert_int_equal(f->hdr->catalog_moves % 2, 0);
+        n_listed = n_unlisted = 0;
+        for (i = 0; i < KEYS; i++) {
+            n_listed += listed[i];
+            n_unlisted += live[i] && !listed[i];
+        }
+        assert_int_equal(catalog_listed(f->cat), n_listed);
+        assert_int_equal(catalog_unlisted(f->cat), n_unlisted);
+        assert_int_equal(f->hdr->catalog_unlisted, n_unlisted);
+        if (step % 25 != 0)
+            continue;
+        for (i = 0; i < KEYS; i++) {
+            int rc;
+
+            snprintf(key, sizeof(key), "r%u", i);
+            rc = test_read(f, key, buf, sizeof(buf), &size, &gen);
+            if (listed[i]) {
+                assert_int_equal(rc, 0);
+                assert_int_equal(buf[0], (unsigned char)i);
+                assert_int_equal(gen, gen_of[i]);
+            } else {
+                assert_int_equal(rc, n_unlisted != 0 ? -EAGAIN : -ENOENT);
+            }
+        }
+    }
+    /* The table filled and displaced many times over. */
+    assert_true(displacements > 500);
+    for (i = 0; i < KEYS; i++) {
+        char key[32];
+
+        snprintf(key, sizeof(key), "r%u", i);
+        if (live[i])
+            catalog_remove(f->cat, key, strlen(key), chunk_of[i], listed[i]);
+    }
+    assert_int_equal(catalog_listed(f->cat), 0);
+    assert_int_equal(catalog_unlisted(f->cat), 0);
+    assert_int_equal(test_read(f, "r0", buf, sizeof(buf), &size, &gen), -ENOENT);
     cfix_free(f);
 }
 
@@ -458,7 +692,7 @@ static void test_hold_keeps_misses_unsure(void **state)
     assert_int_equal(f->hdr->catalog_moves & 1, 1);
     assert_int_equal(test_read(f, "nope", buf, sizeof(buf), &size, &gen), -EAGAIN);
     chunk = put_chunk(f, "a", 10, 'a', 1);
-    assert_int_equal(catalog_add(f->cat, "a", 1, chunk, 1, 10, 0), 0);
+    assert_int_equal(catalog_add(f->cat, "a", 1, chunk, 1, 10, 0, NULL, NULL), 0);
     catalog_remove(f->cat, "a", 1, chunk, true);
     assert_int_equal(f->hdr->catalog_moves & 1, 1);
     catalog_hold(f->cat); /* nested */
@@ -473,12 +707,19 @@ static void test_hold_keeps_misses_unsure(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hash_values),    cmocka_unit_test(test_add_and_read),
+        cmocka_unit_test(test_hash_values),
+        cmocka_unit_test(test_add_and_read),
         cmocka_unit_test(test_remove_shifts),
         cmocka_unit_test(test_hold_keeps_misses_unsure),
-        cmocka_unit_test(test_probe_bound_unlisted), cmocka_unit_test(test_zero_slots),
-        cmocka_unit_test(test_generations),    cmocka_unit_test(test_heartbeat),
-        cmocka_unit_test(test_random_model),   cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_probe_bound_unlisted),
+        cmocka_unit_test(test_zero_slots),
+        cmocka_unit_test(test_full_window_displaces_oldest),
+        cmocka_unit_test(test_generations),
+        cmocka_unit_test(test_heartbeat),
+        cmocka_unit_test(test_random_model),
+        cmocka_unit_test(test_remove_from_full_table),
+        cmocka_unit_test(test_random_displacement),
+        cmocka_unit_test(test_plan),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

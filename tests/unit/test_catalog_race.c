@@ -265,7 +265,7 @@ static void d_publish(struct race *r, struct catalog *cat, struct dstate *d, int
     write_chunk(r, c, k, gen, size);
     __atomic_store_n(&h->seal, SHMB_SEAL(gen, 0), __ATOMIC_RELEASE);
     rc = catalog_add(cat, r->keys[k], r->key_len[k], chunk_offset(c), gen, size,
-                     k % 2 ? SHMB_CATALOG_AWAITED : 0);
+                     k % 2 ? SHMB_CATALOG_AWAITED : 0, NULL, NULL);
     if (rc != 0 && rc != -ENOSPC)
         race_fail(r, "catalog_add returned %d", rc);
     d->chunk_key[c] = k;

@@ -187,21 +187,6 @@ static void test_create(void **state)
     assert_null(queue_find(&f->set, f->pool, "other"));
 }
 
-/* Proves the rule of names: a pool name's. */
-static void test_names(void **state)
-{
-    struct fixture *f = *state;
-
-    assert_int_equal(queue_check_name("a-b_C9", 6, &f->err), 0);
-    assert_int_equal(queue_check_name("", 0, &f->err), -EINVAL);
-    assert_int_equal(queue_check_name("a b", 3, &f->err), -EINVAL);
-    assert_int_equal(queue_check_name("a/b", 3, &f->err), -EINVAL);
-    assert_int_equal(queue_check_name("abcdefghijklmnopqrstuvwxyz0123456", 33, &f->err),
-                     -EINVAL);
-    assert_non_null(strstr(f->err.message, "1 to 32 characters"));
-    assert_int_equal(queue_check_name("abcdefghijklmnopqrstuvwxyz012345", 32, &f->err), 0);
-}
-
 /* Proves the limits: 64 queues (EMFILE naming it; room again after a
  * delete), and a queue larger than the host's memory (ENOMEM with the
  * numbers, nothing made). */
@@ -1277,7 +1262,6 @@ int main(void)
 {
     static const struct CMUnitTest tests[] = {
         TEST(test_create),
-        TEST(test_names),
         TEST(test_limits),
         TEST(test_open),
         TEST(test_owner_gone),

@@ -53,7 +53,7 @@ static struct {
     const char *meminfo;
 } huge;
 
-/* The linker sends segment.c's statvfs calls here. */
+/* The linker sends space.c's statvfs calls here. */
 int __real_statvfs(const char *path, struct statvfs *buf);
 int __wrap_statvfs(const char *path, struct statvfs *buf);
 

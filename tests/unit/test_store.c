@@ -2460,6 +2460,37 @@ static void test_recheck_awaited_blocker(void **state)
     cat_fix_free(c);
 }
 
+/* Proves that a blocker awaiting reads whose catalog entry a newer object
+ * took (a full catalog lists the newest) is still looked at again within
+ * STORE_FAST_READ_RECHECK_MS: readers that found its entry before may
+ * count their reads in its seal, which tells the daemon nothing. */
+static void test_recheck_displaced_blocker(void **state)
+{
+    struct cat_fix *c = cat_fix_new(65536);
+    struct store_holder *h = store_holder_new(c->f.s);
+    struct store_extent a, e;
+    uint64_t wake;
+    char key[16];
+    int i;
+
+    (void)state;
+    put_ok(&c->f, h, "a", 100, 2, 1, &a);
+    for (i = 0; i < 300 && entry_of(c, a.offset - SHMB_CHUNK_HEADER_SIZE(1)) != NULL;
+         i++) {
+        snprintf(key, sizeof(key), "n%d", i);
+        put_ok(&c->f, h, key, 8, 0, (uint64_t)i, &e);
+    }
+    assert_null(entry_of(c, a.offset - SHMB_CHUNK_HEADER_SIZE(1))); /* displaced */
+    assert_true(catalog_displaced(c->cat) > 0);
+    wake = store_lease_wake_ms(c->f.s);
+    assert_true(wake <= clock_now_ms() + STORE_FAST_READ_RECHECK_MS);
+    /* A read counted in place before the entry went: folded at the look. */
+    *seal_of(c, a.offset, 1) = SHMB_SEAL(SHMB_SEAL_GEN(*seal_of(c, a.offset, 1)), 2);
+    assert_int_equal(store_lease_wake_ms(c->f.s), UINT64_MAX);
+    store_holder_free(c->f.s, h);
+    cat_fix_free(c);
+}
+
 /* The catalog entry of key: its generation and flags as readers see them. */
 static const struct shmb_catalog_entry *entry_of_key(struct cat_fix *c, const char *key)
 {
@@ -2555,12 +2586,15 @@ static struct {
 } reader_at_add;
 
 int __real_catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
-                       uint32_t gen, uint64_t size, uint32_t flags);
+                       uint32_t gen, uint64_t size, uint32_t flags, void *owner,
+                       void **displaced);
 int __wrap_catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
-                       uint32_t gen, uint64_t size, uint32_t flags);
+                       uint32_t gen, uint64_t size, uint32_t flags, void *owner,
+                       void **displaced);
 
 int __wrap_catalog_add(struct catalog *c, const char *key, size_t key_len, uint64_t chunk,
-                       uint32_t gen, uint64_t size, uint32_t flags)
+                       uint32_t gen, uint64_t size, uint32_t flags, void *owner,
+                       void **displaced)
 {
     if (reader_at_add.c != NULL && key_len == strlen(reader_at_add.key) &&
         memcmp(key, reader_at_add.key, key_len) == 0) {
@@ -2580,7 +2614,7 @@ int __wrap_catalog_add(struct catalog *c, const char *key, size_t key_len, uint6
         reader_at_add.rc = shmb_catalog_read(&v, key, key_len, buf, sizeof(buf), &hit);
         reader_at_add.seen = true;
     }
-    return __real_catalog_add(c, key, key_len, chunk, gen, size, flags);
+    return __real_catalog_add(c, key, key_len, chunk, gen, size, flags, owner, displaced);
 }
 
 /* Proves that an object listed anew because it awaits reads again (a touch
@@ -2748,6 +2782,7 @@ int main(void)
         cmocka_unit_test(test_adopt_keeps_counted_reads),
         cmocka_unit_test(test_adopt_unseals_dropped),
         cmocka_unit_test(test_recheck_awaited_blocker),
+        cmocka_unit_test(test_recheck_displaced_blocker),
         cmocka_unit_test(test_touch_after_reads_done),
         cmocka_unit_test(test_awaited_flag_follows_reads),
         cmocka_unit_test(test_relist_is_no_miss),

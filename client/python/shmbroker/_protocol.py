@@ -23,9 +23,15 @@ SOCKET_ENV = "SHMBROKER_SOCKET"
 MAX_LINE = 64 * 1024
 # The library gives up on a reply longer than this (SHMB_MAX_REPLY).
 MAX_REPLY = 64 * 1024 * 1024
-# A pool's name is 1 to this many bytes of [A-Za-z0-9_-] (the daemon's
+# A pool's name is 1 to this many of NAME_CHARS (proto/names.h, the daemon's
 # --pool; shmb_set_pool refuses a longer one too).
 POOL_NAME_MAX = 32
+NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+# A queue's name follows a pool's rule (SHMB_QUEUE_NAME_LEN_MAX).
+QUEUE_NAME_MAX = POOL_NAME_MAX
+# A queue message too long for its slot goes as the store object
+# QUEUE_KEY_PREFIX + "<queue>/<seq>" of the connection's pool.
+QUEUE_KEY_PREFIX = "q/"
 # Ops in one batch line (COMMAND_MAX_BATCH in the daemon, SHMB_MAX_BATCH in
 # the library).
 MAX_BATCH = 4096

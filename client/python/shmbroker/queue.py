@@ -1183,9 +1183,9 @@ class MessageQueue:
     larger messages go as store objects instead of vLLM's ZeroMQ socket)
     and max_chunks (slots, default 10). A process group's members make
     their queue with create_from_process_group() as in vLLM.
-    connect_ip is accepted and ignored, and so are remote readers: every
-    reader must be on this host (create_from_handle refuses a rank outside
-    local_reader_ranks). Keywords: name (the queue's, default a fresh
+    Readers on other hosts (n_reader > n_local_reader) are served
+    through shmbroker-relay on each host, the writer's host found at
+    connect_ip (docs/multi-host.md). Keywords: name (the queue's, default a fresh
     "mq-<pid>-<hex>"), socket_path and pool (of the daemon to use), or
     client (a shmbroker.Client of this process to use and leave open; the
     queue's membership is its connection, so it must outlive the queue).
@@ -1218,8 +1218,8 @@ class MessageQueue:
             raise ValueError("local_reader_ranks has %d ranks for %d local readers."
                              % (len(local_reader_ranks), n_local_reader))
         if not 1 <= n_local_reader <= SEATS_MAX:
-            raise ValueError("A queue has 1 to %d local readers, not %d (readers on other "
-                             "hosts are not supported)." % (SEATS_MAX, n_local_reader))
+            raise ValueError("A queue has 1 to %d local readers, not %d."
+                             % (SEATS_MAX, n_local_reader))
         self._init_common()
         self.n_reader = n_reader
         self.n_local_reader = n_local_reader
@@ -1229,10 +1229,13 @@ class MessageQueue:
         self.name = _check_name(name) if name is not None else \
             "mq-%d-%s" % (os.getpid(), secrets.token_hex(4))
         self._is_writer = True
+        from . import _remote_queue
         self._connect(client, socket_path, pool, "mq %s writer" % self.name)
         try:
             self.client._call({"op": "queue_create", "name": self.name,
-                               "seats": n_local_reader, "slots": max_chunks,
+                               "seats": _remote_queue.writer_seats(n_reader, n_local_reader,
+                                                                   SEATS_MAX),
+                               "slots": max_chunks,
                                "slot_size": max_chunk_bytes, "temporary": True})
             self._open({"op": "queue_open", "name": self.name, "role": "writer"}, None)
         except BaseException:
@@ -1242,6 +1245,8 @@ class MessageQueue:
                              buffer_handle=(n_reader, max_chunk_bytes, max_chunks, self.name),
                              name=self.name, socket_path=self.client.socket_path,
                              pool=self.client.pool)
+        if n_reader > n_local_reader:  # readers on other hosts, through the relays
+            _remote_queue.export(self, connect_ip)
 
     def _init_common(self):
         self._forks = _client._forks[0]
@@ -1354,10 +1359,9 @@ class MessageQueue:
         index in handle.local_reader_ranks; it reads from the next message
         published. client: a Client of this process to use (default a new
         one, closed by close())."""
-        if rank not in handle.local_reader_ranks:
-            raise Unsupported("ENOSYS", "Rank %r is not among the local readers %r: readers "
-                              "on other hosts are not supported by shmbroker's MessageQueue."
-                              % (rank, handle.local_reader_ranks))
+        if rank not in handle.local_reader_ranks:  # a reader on another host
+            from . import _remote_queue
+            return _remote_queue.join(handle, rank, client)
         self = MessageQueue.__new__(MessageQueue)
         self._init_common()
         n_reader, max_chunk_bytes, max_chunks, name = handle.buffer_handle

@@ -46,9 +46,10 @@ error texts, with shmbrokerd managing the memory:
   look and the writer's own makes the daemon refuse the writer's: a later
   reply reports it, and the writer forgets that object before its next
   put (a reader's get of its pair raises vLLM's ValueError).
-- Monotonic ids carry the payload's place (in 64-byte units) below the
-  chunk id counted from the base: the objects of one arena share its chunk
-  id. Ids grow put after put, and no two objects stored at once share one.
+- Monotonic ids carry the payload's distance from the base (in 64-byte
+  units, negative before it) beside the chunk id counted from the base:
+  the objects of one arena share its chunk id. Ids grow put after put, and
+  no two objects stored at once share one.
 - Any number of writers may share one daemon (and one ring name); keys are
   the daemon's, so two writers cannot store the same key at once.
 - What a writer leaves: close() deletes its objects; on a daemon it did not
@@ -408,6 +409,7 @@ class SingleWriterShmRingBuffer:
         self.daemon = None
         self.client = None
         self.lock = threading.RLock()
+        _RINGS.add(self)  # a child made by fork() gets a lock of its own
         self._owner = os.getpid()
         self.monotonic_id_start = 0
         self.monotonic_id_end = 0
@@ -901,11 +903,26 @@ class ShmBrokerObjectStorage:
         where = self._objects.get(key)
         if where is None:
             return False
-        if self._unconfirmed(key):
+        raw = key.encode("utf-8", "surrogatepass")
+
+        def landed():
+            found = self._mapped(where[0], self.ring_buffer.client)
+            return found is not None and found[2] == where[1] and found[4] == raw
+
+        if landed():
             return True
-        found = self._mapped(where[0], self.ring_buffer.client)
-        return (found is not None and found[2] == where[1]
-                and found[4] == key.encode("utf-8", "surrogatepass"))
+        if not self._unconfirmed(key):
+            return False
+        # On its way: it lands unless another client's object of the key
+        # (listed in the catalog) makes the daemon refuse it. Then, or when
+        # the catalog cannot say (the daemon listing this one just now), the
+        # daemon's reply tells (a round trip); handing the pair out meanwhile
+        # would name nothing, and touching the key would add reads to the
+        # other client's object.
+        if self._client._listed(key) is False or landed():
+            return True
+        self._settle_sent()  # forgets key when its commit was refused
+        return key in self._objects
 
     def _reconcile(self):
         """After the daemon reported puts sent without waiting as refused
@@ -1010,13 +1027,16 @@ class ShmBrokerObjectStorage:
     def _rel(self, offset, chunk_id):
         """The store's (address, monotonic_id) of the object at (offset,
         chunk_id): the address counts from the base's offset; the id is the
-        chunk id counted from the base's, above the address in 64-byte
-        units, so that ids grow put after put and no two objects stored at
-        once share one."""
+        chunk id counted from the base's, times 2 << _id_shift(), plus the
+        payload's distance from the base's in 64-byte units (negative before
+        it), so that ids grow put after put, within an arena that the ring
+        brought round across the base's place too, and no two objects
+        stored at once share one."""
         info = self._client.info
         base_offset, base_id = self._base[0], self._base[1]
         address = (offset - base_offset) % info["data_size"]
-        return address, ((chunk_id - base_id) << self._id_shift()) | (address // P.ALIGN)
+        return address, (((chunk_id - base_id) << (self._id_shift() + 1))
+                         + (offset - base_offset) // P.ALIGN)
 
     def _abs(self, address, monotonic_id):
         """(offset, chunk_id) of the store's pair, or None when it names nothing."""
@@ -1025,12 +1045,14 @@ class ShmBrokerObjectStorage:
         if (base is None or type(address) is not int or type(monotonic_id) is not int
                 or not 0 <= address < info["data_size"] or address % P.ALIGN):
             return None
-        shift = self._id_shift()
-        if monotonic_id & ((1 << shift) - 1) != address // P.ALIGN:
-            return None
         doff = info["data_offset"]
-        return (doff + (base[0] - doff + address) % info["data_size"],
-                base[1] + (monotonic_id >> shift))
+        offset = doff + (base[0] - doff + address) % info["data_size"]
+        # What is left of the id without the distance is the chunk id's part.
+        part = monotonic_id - (offset - base[0]) // P.ALIGN
+        shift = self._id_shift() + 1
+        if part & ((1 << shift) - 1):
+            return None
+        return offset, base[1] + (part >> shift)
 
     def _rekey(self):
         """key_index and id_index again, counted from the current base."""
@@ -1179,10 +1201,12 @@ class ShmBrokerObjectStorage:
             raise KeyExists("EEXIST", "Key '%s' already exists in the storage." % key)
         if not self._put_waits:
             # Another writer's object of the key, committed: from the
-            # catalog (no round trip), else the daemon says.
-            listed = self._client._listed(check_key(key))
-            if listed is None:
-                listed = self._client.contains(key)
+            # catalog (no round trip), else the daemon says. Under the
+            # ring's lock: the writer's threads share one connection.
+            with self.ring_buffer.lock:
+                listed = self._client._listed(check_key(key))
+                if listed is None:
+                    listed = self._client.contains(key)
             if listed:
                 raise KeyExists("EEXIST", "Key '%s' already exists in the storage." % key)
         data, _nbytes, metadata, _md_bytes = self.ser_de.serialize(value)
@@ -1236,6 +1260,13 @@ class ShmBrokerObjectStorage:
                     self._tell_guard("F", key)
                 raise
             offset, chunk_id = told[-1]
+            arena = client._arena
+            if arena.size and arena.chunk_id < chunk_id:
+                # This put went around the arena (an object too large for
+                # one) and has a newer chunk id: the next put into the arena
+                # would get a smaller monotonic id than this one. The next
+                # put asks for a new arena (the daemon takes this one back).
+                arena.drop()
             old = self._chunk_keys.get((offset, chunk_id))
             if old is not None and old != key:
                 self._forget(old)  # an id the daemon gave back and reused
@@ -1298,6 +1329,9 @@ class ShmBrokerObjectStorage:
         if key not in self.key_index:
             raise KeyError(key)
         with self.ring_buffer.lock:
+            if not self._alive(key):  # a commit refused: the key is another's
+                self._forget(key)
+                raise KeyError(key)
             try:
                 self._client.touch(key, self.n_readers)
             except NotFound:
@@ -1450,8 +1484,9 @@ class ShmBrokerObjectStorage:
         try:
             value = self.ser_de.deserialize(view)
         except Exception:
-            if self._sealed(found, client):
-                raise  # the bytes committed there do not deserialize
+            # Changed under the read, or the header's size scribbled: the
+            # daemon's pin says where the payload ends (bytes that do not
+            # deserialize raise there).
             return _MISSED
         finally:
             view.release()
@@ -1521,6 +1556,9 @@ class ShmBrokerObjectStorage:
         with self.ring_buffer.lock:
             if self.is_writer:
                 if key not in self._objects:
+                    return None
+                if not self._alive(key):  # a commit refused: the key is another's
+                    self._forget(key)
                     return None
                 try:
                     self._client.touch(key, self.n_readers)
@@ -1620,8 +1658,20 @@ def _forget_guards_in_child():
     _GUARDED.clear()
 
 
+# Every ring of this process, for the child of a fork(): the parent's thread
+# that held a ring's lock at the fork does not exist in the child, so the
+# lock would stay held there for ever.
+_RINGS = weakref.WeakSet()
+
+
+def _new_locks_in_child():
+    for ring in list(_RINGS):
+        ring.lock = threading.RLock()
+
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_guards_in_child)
+    os.register_at_fork(after_in_child=_new_locks_in_child)
 
 
 def _guard_main(socket_path, pool, keep_awaited="", grace=None):

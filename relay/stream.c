@@ -1,0 +1,290 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The threads of the queues' streams (stream.h): each waits in the daemon's
+ * calls on a connection of its own, so that the loop never does, and tells
+ * the loop through the stream's async handle. Knows the library's queue
+ * calls, not peers or UCX.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../client/internal.h"
+#include "stream.h"
+
+static void wake_loop(struct stream *s)
+{
+    uv_async_send(s->async);
+}
+
+bool stream_stopping(struct stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool stop = s->stop;
+    pthread_mutex_unlock(&s->mu);
+    return stop;
+}
+
+static int errno_of(int rc)
+{
+    return rc < 0 ? rc : -EIO;
+}
+
+static shmb_t *thread_connect(struct stream *s, const char *who, char *why, size_t whylen)
+{
+    shmb_t *c = shmb_new();
+    if (!c) {
+        snprintf(why, whylen, "The relay is out of memory.");
+        return NULL;
+    }
+    shmb_set_arena(c, 0);
+    shmb_set_alloc_wait(c, 1);
+    if (shmb_connect(c, s->relay->daemon_socket, who) < 0) {
+        snprintf(why, whylen, "%s", shmb_errmsg(c));
+        shmb_close(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void thread_end(struct stream *s, int code, const char *fmt, const char *detail)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->state != S_ENDED && s->state != S_CUT) {
+        s->end_code = code;
+        snprintf(s->end_text, sizeof(s->end_text), fmt, detail);
+        s->state = S_ENDED;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The queue's count of messages published, for what a returning host missed. */
+static uint64_t queue_messages(shmb_t *c, const char *name)
+{
+    shmb_queue_list_t *list = NULL;
+    uint64_t n = 0;
+    if (shmb_queue_summary(c, &list) < 0)
+        return 0;
+    for (size_t i = 0; i < list->count; i++)
+        if (strcmp(list->queues[i].name, name) == 0)
+            n = list->queues[i].messages;
+    shmb_queue_list_free(list);
+    return n;
+}
+
+/* OUT: open one more seat in [seat_from, seat_to): its answer for the loop. */
+static shmb_queue_t *open_seat(struct stream *s, shmb_t *c, struct sub_result *res)
+{
+    shmb_queue_t *q = NULL;
+    int rc = -EBUSY;
+    memset(res, 0, sizeof(*res));
+    for (unsigned seat = s->seat_from; seat < s->seat_to; seat++) {
+        rc = shmb_queue_open(c, s->queue, (int)seat, &q);
+        if (rc == 0) {
+            res->seat = seat;
+            return q;
+        }
+        if (rc != -EBUSY)
+            break;
+    }
+    res->code = rc;
+    snprintf(res->text, sizeof(res->text), "%s",
+             rc == -EBUSY ? "every seat the subscription may take is held" : shmb_errmsg(c));
+    return NULL;
+}
+
+/* OUT: open the seats the loop asked for since the last look. */
+static int out_open_seats(struct stream *s, shmb_t *c, shmb_queue_t **seats, unsigned *nseats)
+{
+    for (;;) {
+        struct sub_result res;
+        pthread_mutex_lock(&s->mu);
+        bool more = *nseats < s->want_seats && !s->stop;
+        pthread_mutex_unlock(&s->mu);
+        if (!more)
+            return 0;
+        shmb_queue_t *q = open_seat(s, c, &res);
+        pthread_mutex_lock(&s->mu);
+        if (q) {
+            if (*nseats == 0)
+                s->base = queue_messages(c, s->queue);
+            seats[(*nseats)++] = q;
+            res.missed = 0;
+            s->state = S_RUNNING;
+        } else {
+            s->want_seats--;
+        }
+        if (s->nresults < WIRE_QSEATS_MAX)
+            s->results[s->nresults++] = res;
+        pthread_mutex_unlock(&s->mu);
+        wake_loop(s);
+        if (!q && *nseats == 0)
+            return res.code;
+    }
+}
+
+/* OUT: read one message at the first seat (the one sent) and let it go at
+ * the others. 0, 1 when there was none within the wait, or -errno. */
+static int out_step(struct stream *s, shmb_queue_t **seats, unsigned nseats)
+{
+    const void *data;
+    size_t len;
+    struct fmsg *m;
+    int rc = shmb_queue_dequeue(seats[0], &data, &len, FWD_WAIT_MS);
+    if (rc == -ETIMEDOUT)
+        return 1;
+    if (rc < 0)
+        return rc;
+    m = len <= FWD_MSG_MAX ? malloc(sizeof(*m) + len) : NULL;
+    if (!m) {
+        shmb_queue_done(seats[0]);
+        return -ENOMEM;
+    }
+    m->len = len;
+    memcpy(m->data, data, len);
+    shmb_queue_done(seats[0]);
+    /* The other seats of this host only let go of what they see: they
+     * started no earlier than the first, so they are never behind it. */
+    for (unsigned i = 1; i < nseats; i++)
+        while (shmb_queue_dequeue(seats[i], &data, &len, 0) == 0)
+            shmb_queue_done(seats[i]);
+    pthread_mutex_lock(&s->mu);
+    STAILQ_INSERT_TAIL(&s->msgs, m, link);
+    s->nmsgs++;
+    s->sizes[s->produced % FWD_WINDOW] = len;
+    s->unacked_bytes += len;
+    s->produced++;
+    while ((s->produced - s->acked >= FWD_WINDOW || s->unacked_bytes > FWD_WINDOW_BYTES) &&
+           !s->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += FWD_WAIT_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    pthread_mutex_unlock(&s->mu);
+    wake_loop(s);
+    return 0;
+}
+
+void *stream_out_thread(void *arg)
+{
+    struct stream *s = arg;
+    shmb_queue_t *seats[WIRE_QSEATS_MAX];
+    unsigned nseats = 0;
+    char who[128], why[256];
+    shmb_t *c;
+    int rc = 0;
+
+    snprintf(who, sizeof(who), "shmbroker-relay %s for %.64s", s->queue, s->peer_name);
+    c = thread_connect(s, who, why, sizeof(why));
+    if (!c) {
+        pthread_mutex_lock(&s->mu);
+        s->results[0] = (struct sub_result){.code = -ECONNREFUSED};
+        snprintf(s->results[0].text, sizeof(s->results[0].text), "%s", why);
+        s->nresults = 1;
+        s->state = S_ENDED;
+        s->end_code = -ECONNREFUSED;
+        pthread_mutex_unlock(&s->mu);
+        goto out;
+    }
+    while (!stream_stopping(s)) {
+        if ((rc = out_open_seats(s, c, seats, &nseats)) < 0)
+            break;
+        if (nseats == 0)
+            break;
+        rc = out_step(s, seats, nseats);
+        if (rc < 0)
+            break;
+    }
+    if (rc == -EPIPE)
+        thread_end(s, -EPIPE, "%s", "the writer left and every message was forwarded");
+    else if (rc == -ECANCELED)
+        thread_end(s, -ECANCELED, "%s", "the queue was shut down");
+    else if (rc < 0)
+        thread_end(s, errno_of(rc), "%s", shmb_errmsg(c));
+    for (unsigned i = 0; i < nseats; i++)
+        shmb_queue_close(seats[i]);
+    shmb_close(c);
+out:
+    pthread_mutex_lock(&s->mu);
+    s->exited = true;
+    pthread_mutex_unlock(&s->mu);
+    wake_loop(s);
+    return NULL;
+}
+
+/* IN: the local queue as its writer, made when no reader made it first. */
+static shmb_queue_t *in_open_writer(struct stream *s, shmb_t *c)
+{
+    shmb_queue_t *q = NULL;
+    int rc = shmb_queue_open(c, s->queue, SHMB_QUEUE_WRITER, &q);
+    if (rc == -ENOENT) {
+        rc = shmb_queue_create(c, s->queue, s->seats, s->slots, s->slot_size,
+                               SHMB_QUEUE_TEMPORARY);
+        if (rc == 0)
+            rc = shmb_queue_open(c, s->queue, SHMB_QUEUE_WRITER, &q);
+    }
+    if (rc < 0)
+        thread_end(s, rc, "cannot publish into the local queue: %s", shmb_errmsg(c));
+    return rc < 0 ? NULL : q;
+}
+
+void *stream_in_thread(void *arg)
+{
+    struct stream *s = arg;
+    char who[128], why[256];
+    shmb_queue_t *q = NULL;
+    shmb_t *c;
+
+    snprintf(who, sizeof(who), "shmbroker-relay %s from %.64s", s->queue, s->peer_name);
+    c = thread_connect(s, who, why, sizeof(why));
+    if (!c) {
+        thread_end(s, -ECONNREFUSED, "%s", why);
+        goto out;
+    }
+    q = in_open_writer(s, c);
+    while (q) {
+        struct fmsg *m;
+        pthread_mutex_lock(&s->mu);
+        while (STAILQ_EMPTY(&s->msgs) && !s->stop && s->state != S_ENDED)
+            pthread_cond_wait(&s->cv, &s->mu);
+        m = STAILQ_FIRST(&s->msgs);
+        if (m && !s->stop) {
+            STAILQ_REMOVE_HEAD(&s->msgs, link);
+            s->nmsgs--;
+            s->queued_bytes -= m->len;
+        } else {
+            m = NULL;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!m)
+            break;
+        int rc;
+        do {
+            rc = shmb_queue_enqueue(q, m->data, m->len, FWD_WAIT_MS);
+        } while (rc == -ETIMEDOUT && !stream_stopping(s));
+        free(m);
+        if (rc < 0 && rc != -ETIMEDOUT) {
+            thread_end(s, rc, "cannot publish into the local queue: %s", shmb_errmsg(c));
+            break;
+        }
+        pthread_mutex_lock(&s->mu);
+        s->published++;
+        pthread_mutex_unlock(&s->mu);
+        wake_loop(s);
+    }
+    shmb_queue_close(q);
+    shmb_close(c);
+out:
+    pthread_mutex_lock(&s->mu);
+    s->exited = true;
+    pthread_mutex_unlock(&s->mu);
+    wake_loop(s);
+    return NULL;
+}

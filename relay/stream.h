@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * One stream of a queue between hosts (forward.c): what its thread and the
+ * loop share under its mutex, and the thread's side. OUT (the writer's
+ * host): the thread holds reader seats of the local queue and reads each
+ * message once for the loop to send. IN (the readers' host): the thread is
+ * the local queue's writer and publishes what the loop put together. The
+ * thread has a daemon connection of its own, as the daemon's calls wait;
+ * it wakes the loop through the stream's async handle. Knows no peer, no
+ * socket and no UCX.
+ */
+#ifndef SHMB_RELAY_STREAM_H
+#define SHMB_RELAY_STREAM_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include <uv.h>
+
+#include "relay.h"
+
+#define FWD_WINDOW 128         /* messages sent and not yet published there */
+#define FWD_WINDOW_BYTES (64u << 20) /* their bytes: a larger message goes alone */
+#define FWD_WAIT_MS 200        /* a thread's wait, between looks at its stop flag */
+#define FWD_MSG_MAX (1ull << 30) /* a message longer than a slot's largest is not one */
+#define FWD_STREAMS_MAX 256    /* streams at once, both directions */
+#define FWD_ENDED_KEEP 16      /* ended streams kept to say why: the last ones */
+#define FWD_PEER_STREAMS_MAX 64 /* queues one peer may read here at once: a thread each */
+#define FWD_WAITERS_MAX 64     /* local subscriptions waiting for their answer */
+#define FWD_RECORDS_MAX 1024   /* where remote hosts' streams stopped, for their return */
+
+enum stream_dir { OUT, IN };
+enum stream_state { S_OPENING, S_RUNNING, S_CUT, S_ENDED };
+
+/* One message between the thread and the loop. */
+struct fmsg {
+    STAILQ_ENTRY(fmsg) link;
+    size_t len;
+    unsigned char data[];
+};
+
+/* A seat's answer, from the thread (OUT) or the peer (IN). */
+struct sub_result {
+    int code;
+    unsigned seat;
+    uint64_t missed;
+    char text[WIRE_TEXT_MAX + 1];
+};
+
+struct stream {
+    uv_async_t *async; /* the loop's: wakes it */
+    LIST_ENTRY(stream) link;
+    struct relay *relay;
+    enum stream_dir dir;
+    struct peer *peer; /* NULL once the peer is gone */
+    char peer_name[RELAY_NAME_MAX + 1];
+    uint64_t id; /* the subscriber's number for it */
+    char queue[WIRE_QUEUE_NAME_MAX + 1];
+    unsigned seat_from, seat_to;
+    uint64_t slots, slot_size; /* IN: the local queue's, when the relay makes it */
+    unsigned seats;
+    /* Shared with the thread, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    bool started, stop, exited;
+    enum stream_state state;
+    int end_code;
+    char end_text[WIRE_TEXT_MAX + 1];
+    STAILQ_HEAD(, fmsg) msgs;  /* OUT: to send; IN: to publish */
+    unsigned nmsgs;
+    uint64_t queued_bytes;     /* IN: the bytes of msgs */
+    uint64_t produced, acked;  /* OUT: messages read, and published there */
+    uint64_t sizes[FWD_WINDOW]; /* OUT: the sizes of the last ones, by count */
+    uint64_t unacked_bytes;    /* OUT: the bytes of those not yet published there */
+    uint64_t published;        /* IN: messages published here */
+    unsigned want_seats;       /* OUT: seats asked for */
+    struct sub_result results[WIRE_QSEATS_MAX];
+    unsigned nresults;         /* OUT: seat answers for the loop to send */
+    uint64_t base;             /* OUT: the queue's message count when its first seat opened */
+    /* Loop side. */
+    bool end_sent;
+    bool ended_by_peer;        /* IN: its QEND came */
+    uint64_t acked_sent;       /* IN: the count last acknowledged */
+    unsigned char *asm_buf;    /* IN: the message being put together */
+    uint64_t asm_total, asm_len;
+    bool asm_open;
+    struct local_client *waiters[FWD_WAITERS_MAX]; /* IN: subscriptions in order */
+    unsigned nwaiters;
+    uint64_t missed;
+    unsigned granted; /* IN: seats the writer's relay gave this stream */
+};
+
+/* Where a remote host's stream of a queue stopped: its count of messages. */
+/* The threads' bodies (pthread_create's start routines). */
+void *stream_out_thread(void *arg);
+void *stream_in_thread(void *arg);
+/* Whether the loop asked s's thread to stop (under its lock). */
+bool stream_stopping(struct stream *s);
+
+#endif

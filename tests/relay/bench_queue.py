@@ -1,0 +1,196 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""The relay's remote-queue row: one-way latency (p50, p99) and messages/s
+of a MessageQueue whose reader is on another host (two network namespaces
+joined by a veth pair, UCX over TCP, the relays carrying the messages),
+against ZeroMQ PUB/SUB over TCP between the same namespaces (vLLM's remote
+path), both sending pickled 64-byte messages from Python. Needs root, ip
+netns and python3-zmq. BENCH_QUICK=1 for fewer messages.
+    python3 tests/relay/bench_queue.py"""
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_relay as T  # noqa: E402
+
+QUICK = bool(os.environ.get("BENCH_QUICK"))
+LAT_N = 500 if QUICK else 2000      # messages spaced out: latency without queueing
+LAT_GAP = 0.001                     # seconds between them
+RATE_N = 5000 if QUICK else 20000   # messages back to back: throughput
+PAYLOAD = 64
+ZMQ_PORT = 13399
+
+
+def stats(lat_ns, first_ns, last_ns, n):
+    lat = sorted(lat_ns)
+    return {"p50_us": lat[len(lat) // 2] / 1e3, "p99_us": lat[int(len(lat) * 0.99)] / 1e3,
+            "msgs_per_s": (n - 1) / ((last_ns - first_ns) / 1e9)}
+
+
+def message(i):
+    return pickle.dumps((time.monotonic_ns(), i, b"x" * PAYLOAD))
+
+
+def reader_loop(recv, n_lat, n_rate):
+    """Receive n_lat spaced messages, then n_rate back to back: the figures."""
+    lat = []
+    for _ in range(n_lat):
+        sent, _, _ = pickle.loads(recv())
+        lat.append(time.monotonic_ns() - sent)
+    first = None
+    for i in range(n_rate):
+        recv()
+        if i == 0:
+            first = time.monotonic_ns()
+    return stats(lat, first, time.monotonic_ns(), n_rate)
+
+
+def writer_loop(send):
+    for i in range(LAT_N):
+        send(message(i))
+        time.sleep(LAT_GAP)
+    time.sleep(0.2)
+    for i in range(RATE_N):
+        send(message(i))
+
+
+def role_zmq_sub(addr):
+    import zmq
+    s = zmq.Context().socket(zmq.SUB)
+    s.setsockopt(zmq.SUBSCRIBE, b"")
+    s.setsockopt(zmq.RCVHWM, 0)
+    s.connect(addr)
+    print("ready", flush=True)
+    print(json.dumps(reader_loop(s.recv, LAT_N, RATE_N)), flush=True)
+
+
+def role_zmq_pub(addr):
+    import zmq
+    s = zmq.Context().socket(zmq.PUB)
+    s.setsockopt(zmq.SNDHWM, 0)
+    s.bind(addr)
+    sys.stdin.readline()  # the subscriber is connected
+    time.sleep(0.5)       # and subscribed (PUB drops what comes before)
+    writer_loop(s.send)
+    time.sleep(1)
+
+
+def role_mq_reader(handle_file, sock):
+    from shmbroker import Client, MessageQueue
+    with open(handle_file, "rb") as f:
+        handle = pickle.load(f)
+    mq = MessageQueue.create_from_handle(handle, 2, client=Client(sock))
+    mq.wait_until_ready(60)
+    print("ready", flush=True)
+    print(json.dumps(reader_loop(lambda: mq.dequeue(60), LAT_N, RATE_N)), flush=True)
+    mq.close()
+
+
+def bench_mq(a, b, tmp):
+    from shmbroker import MessageQueue
+    mq = MessageQueue(2, 1, [1], 1 << 20, 64, T.IP_A, socket_path=a.sock)
+    local = MessageQueue.create_from_handle(mq.export_handle(), 1, client=a.client())
+    hf = os.path.join(tmp, "handle")
+    with open(hf, "wb") as f:
+        pickle.dump(mq.export_handle(), f)
+    rd = subprocess.Popen([sys.executable, __file__, "mq-reader", hf, b.sock],
+                          stdout=subprocess.PIPE, text=True,
+                          env=dict(os.environ, PYTHONPATH=os.path.join(T.ROOT, "client",
+                                                                       "python")))
+    import threading
+    drained = threading.Event()
+
+    def drain():  # the local reader keeps up, as vLLM's local workers do
+        try:
+            while True:
+                local.dequeue(60)
+        except Exception:  # noqa: BLE001  (the writer's end)
+            drained.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    mq.wait_until_ready(60)
+    assert rd.stdout.readline().strip() == "ready"
+    writer_loop(lambda m: mq.enqueue(m, timeout=60))
+    out = json.loads(rd.stdout.readline())
+    rd.wait(60)
+    mq.close()
+    drained.wait(60)
+    local.close()
+    return out
+
+
+def bench_zmq():
+    addr = "tcp://%s:%d" % (T.IP_A, ZMQ_PORT)
+    env = dict(os.environ)
+    sub = subprocess.Popen(["ip", "netns", "exec", T.NS_B, sys.executable, __file__,
+                            "zmq-sub", addr], stdout=subprocess.PIPE, text=True, env=env)
+    pub = subprocess.Popen(["ip", "netns", "exec", T.NS_A, sys.executable, __file__,
+                            "zmq-pub", "tcp://*:%d" % ZMQ_PORT], stdin=subprocess.PIPE,
+                           text=True, env=env)
+    assert sub.stdout.readline().strip() == "ready"
+    pub.stdin.write("go\n")
+    pub.stdin.flush()
+    out = json.loads(sub.stdout.readline())
+    sub.wait(60)
+    pub.wait(60)
+    return out
+
+
+def main():
+    if len(sys.argv) > 1:
+        {"zmq-sub": role_zmq_sub, "zmq-pub": role_zmq_pub,
+         "mq-reader": role_mq_reader}[sys.argv[1]](*sys.argv[2:])
+        return
+    if os.geteuid() != 0:
+        print("SKIP: needs root for ip netns")
+        return
+    tmp = tempfile.mkdtemp(prefix="shmb-qbench-")
+    hosts = []
+    T.sh("ip", "netns", "add", T.NS_A)
+    try:
+        T.sh("ip", "netns", "add", T.NS_B)
+        T.sh("ip", "link", "add", T.TAG + "va", "type", "veth", "peer", "name", T.TAG + "vb")
+        T.sh("ip", "link", "set", T.TAG + "va", "netns", T.NS_A)
+        T.sh("ip", "link", "set", T.TAG + "vb", "netns", T.NS_B)
+        T.sh("ip", "-n", T.NS_A, "addr", "add", T.IP_A + "/24", "dev", T.TAG + "va")
+        T.sh("ip", "-n", T.NS_B, "addr", "add", T.IP_B + "/24", "dev", T.TAG + "vb")
+        for ns, dev in ((T.NS_A, T.TAG + "va"), (T.NS_B, T.TAG + "vb")):
+            T.sh("ip", "-n", ns, "link", "set", dev, "up")
+            T.sh("ip", "-n", ns, "link", "set", "lo", "up")
+        key = os.path.join(tmp, "key")
+        with open(key, "w") as f:
+            f.write(os.urandom(32).hex())
+        os.chmod(key, 0o600)
+        a = T.Host(tmp, "A", T.NS_A, T.IP_A, "B", T.IP_B, key)
+        hosts.append(a)
+        b = T.Host(tmp, "B", T.NS_B, T.IP_B, "A", T.IP_A, key)
+        hosts.append(b)
+        T.wait_for("the relays to connect", lambda: a.connected() and b.connected())
+        rows = [("MessageQueue through the relays", bench_mq(a, b, tmp)),
+                ("ZeroMQ PUB/SUB over TCP", bench_zmq())]
+        load = os.getloadavg()[0]
+        print("Remote queue, %d-byte pickled messages, writer in one namespace, reader in "
+              "the other (load %.1f):" % (PAYLOAD, load))
+        print("| path | one-way p50 (us) | p99 (us) | messages/s |")
+        print("|---|---|---|---|")
+        for name, r in rows:
+            print("| %s | %.0f | %.0f | %.0f |" % (name, r["p50_us"], r["p99_us"],
+                                                   r["msgs_per_s"]))
+    finally:
+        for h in hosts:
+            h.stop()
+        for ns in (T.NS_A, T.NS_B):
+            T.sh("ip", "netns", "del", ns, check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

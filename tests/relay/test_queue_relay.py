@@ -1,0 +1,393 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Queues with readers on other hosts: two network namespaces joined by a
+veth pair, a daemon and a relay in each, UCX over TCP (as test_relay.py).
+A MessageQueue's writer on A with a reader on A and two on B: 10,000
+messages of random sizes, a third larger than a slot, arrive byte-identical
+and in order everywhere. B's relay killed mid-stream: A's writer goes on,
+B's readers get ConnectionLost, and B's relay restarted serves the new
+messages to a reader that joins again, saying how many it missed. Prints
+PASS/FAIL per case; SKIP without root or ip netns."""
+
+import hashlib
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_relay as T  # noqa: E402  (its hosts, namespaces and waits)
+from test_relay import report, sh, skip, wait_for  # noqa: E402
+
+import shmbroker  # noqa: E402
+from shmbroker import MessageQueue, errors  # noqa: E402
+
+SLOT = 4096
+MESSAGES = 10000
+WAIT = T.WAIT
+
+
+def messages(seed, n):
+    """n messages of random sizes, a third of them larger than a slot."""
+    rnd = random.Random(seed)
+    for i in range(n):
+        size = rnd.randint(SLOT + 1, 4 * SLOT) if i % 3 == 2 else rnd.randint(0, SLOT // 2)
+        yield rnd.randbytes(size)
+
+
+class Reader(threading.Thread):
+    """A reader that digests what it reads until the end, an error or n."""
+
+    def __init__(self, mq, n):
+        super().__init__(daemon=True)
+        self.mq, self.n = mq, n
+        self.digests = []
+        self.error = None
+
+    def run(self):
+        try:
+            self.mq.wait_until_ready(WAIT)
+            while len(self.digests) < self.n:
+                self.digests.append(hashlib.sha256(self.mq.dequeue(WAIT)).digest())
+        except Exception as e:  # noqa: BLE001  (the case reports it)
+            self.error = e
+
+
+def join(handle, rank, host):
+    return MessageQueue.create_from_handle(handle, rank, client=host.client())
+
+
+def case_order(a, b):
+    mq = MessageQueue(3, 1, [1], SLOT, 8, T.IP_A, socket_path=a.sock)
+    handle = mq.export_handle()
+    readers = [Reader(join(handle, 1, a), MESSAGES), Reader(join(handle, 2, b), MESSAGES),
+               Reader(join(handle, 3, b), MESSAGES)]
+    for r in readers:
+        r.start()
+    mq.wait_until_ready(WAIT)
+    want = []
+    start = time.monotonic()
+    for m in messages(1, MESSAGES):
+        want.append(hashlib.sha256(m).digest())
+        mq.enqueue(m, timeout=WAIT)
+    for r in readers:
+        r.join(WAIT * 4)
+    took = time.monotonic() - start
+    got = [(len(r.digests), r.error) for r in readers]
+    report(all(r.digests == want and r.error is None for r in readers),
+           "a queue with a writer on A and readers on A and B: %d messages of random sizes "
+           "(a third larger than a slot) byte-identical and in order everywhere" % MESSAGES,
+           "read, error per reader: %s; %.1f s" % (got, took))
+    print("    (%d messages to 3 readers, 2 on the other host, in %.1f s)" % (MESSAGES, took))
+    for r in readers:
+        r.mq.close()
+    mq.close()
+
+
+def case_cut(a, b):
+    mq = MessageQueue(2, 1, [1], SLOT, 8, T.IP_A, socket_path=a.sock)
+    handle = mq.export_handle()
+    local = Reader(join(handle, 1, a), 10 ** 9)
+    remote = Reader(join(handle, 2, b), 10 ** 9)
+    local.start()
+    remote.start()
+    mq.wait_until_ready(WAIT)
+    sent = [0]
+    stop = threading.Event()
+    writer_error = []
+
+    def write():
+        try:
+            for m in messages(2, 10 ** 9):
+                if stop.is_set():
+                    return
+                mq.enqueue(m, timeout=WAIT)
+                sent[0] += 1
+        except Exception as e:  # noqa: BLE001
+            writer_error.append(e)
+
+    w = threading.Thread(target=write, daemon=True)
+    w.start()
+    wait_for("B's reader to read 300 messages", lambda: len(remote.digests) >= 300)
+    os.kill(b.relay_pid(), signal.SIGKILL)
+    b.relay.wait()
+    at_kill = sent[0]
+    remote.join(WAIT)
+    wait_for("A's writer to go on after B's relay died",
+             lambda: sent[0] >= at_kill + 2000 or writer_error)
+    report(not writer_error and sent[0] >= at_kill + 2000,
+           "B's relay killed mid-stream: A's writer goes on (%d messages since)"
+           % (sent[0] - at_kill), "writer: %s" % writer_error)
+    report(isinstance(remote.error, errors.ConnectionLost) and not remote.is_alive(),
+           "B's relay killed mid-stream: B's reader gets ConnectionLost, not the end of the "
+           "stream", "after %d messages: %r" % (len(remote.digests), remote.error))
+    remote.mq.close()
+    b.start_relay()
+    wait_for("B's restarted relay to connect", lambda: a.connected() and b.connected())
+    again = join(handle, 2, b)
+    missed = again.missed
+    back = Reader(again, 200)
+    back.start()
+    back.join(WAIT * 2)
+    stop.set()
+    w.join(WAIT)
+    local.mq.close()
+    local.join(WAIT)
+    ok = len(back.digests) == 200 and back.error is None
+    # What came after the return is what A's local reader read, in order.
+    if ok:
+        start = local.digests.index(back.digests[0]) if back.digests[0] in local.digests else -1
+        ok = start >= 0 and local.digests[start:start + 200] == back.digests
+    report(ok and missed > 0,
+           "B's relay restarted serves new messages, in order, and says what it missed "
+           "(%d)" % missed, "read %d, error %r, missed %d" % (len(back.digests), back.error,
+                                                              missed))
+    again.close()
+    mq.close()
+
+
+class SlowReader(Reader):
+    """A reader that takes 2 ms over each message."""
+
+    def run(self):
+        try:
+            self.mq.wait_until_ready(WAIT)
+            while len(self.digests) < self.n:
+                self.digests.append(hashlib.sha256(self.mq.dequeue(WAIT)).digest())
+                time.sleep(0.002)
+        except Exception as e:  # noqa: BLE001
+            self.error = e
+
+
+def case_slow_reader(a, b):
+    """A slow reader on B holds the writer back through the relays' window
+    (at most 128 messages or 64 MiB on their way), as a slow local reader
+    does: nothing piles up without bound, nothing is lost, the stream is
+    not cut."""
+    n = 600
+    mq = MessageQueue(2, 1, [1], SLOT, 4, T.IP_A, socket_path=a.sock)
+    handle = mq.export_handle()
+    local = Reader(join(handle, 1, a), n)
+    slow = SlowReader(join(handle, 2, b), n)
+    local.start()
+    slow.start()
+    mq.wait_until_ready(WAIT)
+    want = []
+    peak = 0
+    for m in messages(4, n):
+        want.append(hashlib.sha256(m).digest())
+        mq.enqueue(m, timeout=WAIT)
+        peak = max(peak, len(want) - len(slow.digests))
+    slow.join(WAIT * 2)
+    local.join(WAIT)
+    report(slow.digests == want and slow.error is None and peak <= 200,
+           "a slow reader on B holds the writer back through the relays' window "
+           "(the writer at most %d messages ahead of it)" % peak,
+           "read %d, error %r, peak %d" % (len(slow.digests), slow.error, peak))
+    for r in (local, slow):
+        r.mq.close()
+    mq.close()
+
+
+def case_rejoin_and_end(a, b):
+    """A remote reader that leaves and joins again, three times, takes its
+    old place (the queue has one remote seat); when the writer leaves, the
+    remote reader gets EndOfQueue once it has read everything, as a local
+    one does, and not ConnectionLost."""
+    mq = MessageQueue(2, 1, [1], SLOT, 4, T.IP_A, socket_path=a.sock)
+    handle = mq.export_handle()
+    local = Reader(join(handle, 1, a), 10 ** 9)
+    local.start()
+    errors_seen = []
+    for i in range(3):
+        try:
+            r = join(handle, 2, b)
+        except errors.ShmBrokerError as e:
+            errors_seen.append(e)
+            break
+        rd = Reader(r, 5)
+        rd.start()
+        mq.wait_until_ready(WAIT)
+        for m in messages(10 + i, 5):
+            mq.enqueue(m, timeout=WAIT)
+        rd.join(WAIT)
+        if len(rd.digests) != 5 or rd.error:
+            errors_seen.append((i, len(rd.digests), rd.error))
+        if i < 2:
+            r.close()
+    last = r
+    report(not errors_seen, "a remote reader that leaves and joins again takes its old "
+           "place (3 times, one remote seat)", str(errors_seen))
+    mq.enqueue(b"the last one", timeout=WAIT)
+    mq.close()
+    try:
+        got = last.dequeue(WAIT)
+        end = last.dequeue(WAIT)
+    except errors.EndOfQueue as e:
+        end = e
+    except errors.ShmBrokerError as e:
+        got, end = None, e
+    report(got == b"the last one" and isinstance(end, errors.EndOfQueue),
+           "the writer gone, a remote reader reads what it sent and then gets EndOfQueue",
+           "got %r, then %r" % (got, end))
+    last.close()
+    local.join(WAIT)
+    local.mq.close()
+
+
+def case_many_queues(a, b):
+    """A relay serves queue after queue over its life (vLLM makes each
+    afresh): 40 of them, each with a remote reader that reads its message
+    and the end, and the readers' relay keeps no more than 16 ended streams
+    to say why they ended."""
+    bad = []
+    for i in range(40):
+        mq = MessageQueue(2, 1, [1], SLOT, 4, T.IP_A, socket_path=a.sock)
+        local = join(mq.export_handle(), 1, a)
+        try:
+            remote = join(mq.export_handle(), 2, b)
+        except errors.ShmBrokerError as e:
+            bad.append((i, e))
+            local.close()
+            mq.close()
+            break
+        mq.wait_until_ready(WAIT)
+        mq.enqueue(b"one", timeout=WAIT)
+        mq.close()
+        try:
+            got = remote.dequeue(WAIT)
+            remote.dequeue(WAIT)
+            bad.append((i, "no end after %r" % got))
+        except errors.EndOfQueue:
+            pass
+        except errors.ShmBrokerError as e:
+            bad.append((i, e))
+        remote.close()
+        local.close()
+    kept = [q for q in T.ask(b.relay_sock, {"op": "status"}).get("queues", [])
+            if q["direction"] == "in"]
+    report(not bad and len(kept) <= 17,
+           "40 queues one after another reach their remote readers, and the readers' "
+           "relay keeps %d ended streams (at most 16 and the last)" % len(kept),
+           "%s; kept %d" % (bad[:3], len(kept)))
+
+
+def case_hostile(a, b, key):
+    """Queue messages from a peer that proved the key are hostile input too:
+    a bad queue name, seats out of order, a piece past its message and an
+    answer to a subscription never made close that peer; a subscription to
+    a queue that does not exist is answered, and the peer kept. The relay's
+    socket refuses bad subscriptions. Then both hosts still carry a queue."""
+    import subprocess
+    for mode, want_closed, what in (
+            ("qname", True, "subscribes to a queue name with a newline"),
+            ("qseats", True, "asks for seats 5 to 2"),
+            ("qpiece", True, "sends a piece past the end of its message"),
+            ("qstray", True, "answers a subscription never made"),
+            ("qnoqueue", False, "subscribes to a queue that does not exist")):
+        r = subprocess.run(["ip", "netns", "exec", T.NS_B, T.HOSTILE, "%s:%d" % (T.IP_A, T.PORT),
+                            key, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=WAIT * 2, env=dict(os.environ, UCX_TLS="tcp"))
+        closed = r.returncode == 0
+        report(closed == want_closed and r.returncode in (0, 1),
+               "a peer that %s is %s" % (what, "disconnected" if want_closed else "kept"),
+               r.stdout.strip() + " " + r.stderr.strip()[-300:])
+    bad = []
+    for req, code in (({"op": "queue_subscribe", "peer": "A", "queue": "a\nb", "seat_from": 1,
+                        "seat_to": 2, "seats": 1, "slots": 2, "slot_size": 64}, "EINVAL"),
+                      ({"op": "queue_subscribe", "peer": "A", "queue": "q", "seat_from": 3,
+                        "seat_to": 2, "seats": 1, "slots": 2, "slot_size": 64}, "EINVAL"),
+                      ({"op": "queue_subscribe", "peer": "nobody", "queue": "q",
+                        "seat_from": 1, "seat_to": 2, "seats": 1, "slots": 2,
+                        "slot_size": 64}, "ENOTCONN"),
+                      ({"op": "queue_subscribe", "peer": "A", "queue": "no-such-queue",
+                        "seat_from": 0, "seat_to": 1, "seats": 1, "slots": 2,
+                        "slot_size": 64}, "ENOENT"),
+                      ({"op": "queue_state", "peer": "A", "queue": "never"}, "ENOENT")):
+        rep = T.ask(b.relay_sock, req)
+        if rep.get("error") != code:
+            bad.append((req, rep))
+    report(not bad, "the relay's socket refuses bad subscriptions with their error", str(bad))
+    mq = MessageQueue(2, 1, [1], SLOT, 4, T.IP_A, socket_path=a.sock)
+    readers = [Reader(join(mq.export_handle(), 1, a), 50),
+               Reader(join(mq.export_handle(), 2, b), 50)]
+    for r in readers:
+        r.start()
+    mq.wait_until_ready(WAIT)
+    want = []
+    for m in messages(3, 50):
+        want.append(hashlib.sha256(m).digest())
+        mq.enqueue(m, timeout=WAIT)
+    for r in readers:
+        r.join(WAIT)
+        r.mq.close()
+    mq.close()
+    report(all(r.digests == want for r in readers) and a.relay.poll() is None
+           and b.relay.poll() is None,
+           "both hosts still carry a queue after the hostile peers",
+           str([(len(r.digests), r.error) for r in readers]))
+
+
+def main():
+    if os.geteuid() != 0:
+        skip("needs root for ip netns; run make test as root")
+    for binary in (T.DAEMON, T.RELAY, T.HOSTILE):
+        if not os.access(binary, os.X_OK):
+            print("FAIL: queue relay (%s is not built)" % binary)
+            sys.exit(1)
+    r = sh("ip", "netns", "add", T.NS_A, check=False)
+    if r.returncode != 0:
+        skip("ip netns is not available here: " + r.stderr.strip())
+    hosts = []
+    tmp = tempfile.mkdtemp(prefix="shmb-qrelay-")
+    try:
+        sh("ip", "netns", "add", T.NS_B)
+        sh("ip", "link", "add", T.TAG + "va", "type", "veth", "peer", "name", T.TAG + "vb")
+        sh("ip", "link", "set", T.TAG + "va", "netns", T.NS_A)
+        sh("ip", "link", "set", T.TAG + "vb", "netns", T.NS_B)
+        sh("ip", "-n", T.NS_A, "addr", "add", T.IP_A + "/24", "dev", T.TAG + "va")
+        sh("ip", "-n", T.NS_B, "addr", "add", T.IP_B + "/24", "dev", T.TAG + "vb")
+        for ns, dev in ((T.NS_A, T.TAG + "va"), (T.NS_B, T.TAG + "vb")):
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        key = os.path.join(tmp, "key")
+        with open(key, "w") as f:
+            f.write(os.urandom(32).hex())
+        os.chmod(key, 0o600)
+        a = T.Host(tmp, "A", T.NS_A, T.IP_A, "B", T.IP_B, key)
+        hosts.append(a)
+        b = T.Host(tmp, "B", T.NS_B, T.IP_B, "A", T.IP_A, key)
+        hosts.append(b)
+        wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
+        case_order(a, b)
+        case_cut(a, b)
+        case_slow_reader(a, b)
+        case_rejoin_and_end(a, b)
+        case_many_queues(a, b)
+        case_hostile(a, b, key)
+    except (AssertionError, errors.ShmBrokerError) as e:
+        report(False, "queue relay setup or wait", repr(e))
+    finally:
+        for h in hosts:
+            h.stop()
+        for ns in (T.NS_A, T.NS_B):
+            sh("ip", "netns", "del", ns, check=False)
+        if not T.failures:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if T.failures:
+            print("logs kept in " + tmp)
+            for n in sorted(os.listdir(tmp)):
+                if n.endswith(".log"):
+                    with open(os.path.join(tmp, n), errors="replace") as f:
+                        tail = f.read()[-3000:]
+                    print("---- %s\n%s" % (n, tail))
+    sys.exit(1 if T.failures else 0)
+
+
+if __name__ == "__main__":
+    main()
