@@ -81,14 +81,19 @@ ALLLDFLAGS = $(SANFLAGS) $(LDFLAGS)
 PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/protocol.c proto/line.c proto/sock.c \
                proto/starting.c \
                proto/frames.c proto/queue.c proto/names.c
-CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c daemon/store.c daemon/catalog.c
+# The store and its rooms (keys, reads, reclaim, arenas, adoption).
+STORE_SRC   := daemon/store.c daemon/keys.c daemon/reads.c daemon/reclaim.c daemon/arenas.c \
+               daemon/adopt.c
+CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c $(STORE_SRC) daemon/catalog.c
 # Arenas: puts in one round trip (the store's arena objects).
 CORE_SRC    += daemon/arena.c
 # The segment and its rooms: what a test that links the segment links.
 SEGMENT_SRC := daemon/segment.c daemon/space.c daemon/lock.c daemon/memfd.c daemon/orphan.c \
                daemon/guard.c
 CORE_SRC    += $(filter-out daemon/segment.c,$(SEGMENT_SRC))
-DAEMON_SRC  := daemon/main.c daemon/config.c daemon/log.c daemon/notify.c daemon/server.c \
+# The flags: values and the --config file, the --pool values, the handlers.
+CONFIG_SRC  := daemon/config.c daemon/config_pool.c daemon/config_flags.c
+DAEMON_SRC  := daemon/main.c $(CONFIG_SRC) daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c daemon/queue.c daemon/held.c $(CORE_SRC)
 # main.c's rooms: the pools' plan, the reload, the descriptor store.
@@ -127,7 +132,7 @@ UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 # Each unit test links only the module under test and what it needs.
 $(BUILD)/tests/test_ring:    $(call OBJ,tests/unit/test_ring.c daemon/ring.c $(SEGMENT_SRC)) $(BASE_OBJ)
 $(BUILD)/tests/test_index:   $(call OBJ,tests/unit/test_index.c daemon/index.c) $(BASE_OBJ)
-$(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c daemon/store.c daemon/ring.c daemon/index.c $(SEGMENT_SRC) daemon/catalog.c) $(BASE_OBJ)
+$(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c $(STORE_SRC) daemon/ring.c daemon/index.c $(SEGMENT_SRC) daemon/catalog.c) $(BASE_OBJ)
 # --wrap=catalog_add: what a reader in place finds while an entry is listed.
 $(BUILD)/tests/test_store: TEST_LDFLAGS := -Wl,--wrap=catalog_add
 # The catalog's writer over a plain buffer, read back as a reader would.
@@ -135,7 +140,7 @@ $(BUILD)/tests/test_catalog: $(call OBJ,tests/unit/test_catalog.c daemon/catalog
 $(BUILD)/tests/test_segment: $(call OBJ,tests/unit/test_segment.c $(SEGMENT_SRC)) $(BASE_OBJ)
 $(BUILD)/tests/test_segment: TEST_LDFLAGS := -Wl,--wrap=statvfs,--wrap=statfs,--wrap=fopen,--wrap=posix_fallocate
 # The command layer without sockets: the chaos test and the fuzzer drive it.
-COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/pool.c daemon/queue.c daemon/config.c \
+COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/pool.c daemon/queue.c $(CONFIG_SRC) \
                daemon/host.c daemon/log.c \
                tests/support/fixture.c \
                $(CORE_SRC)) $(PROTO_OBJ)
@@ -167,7 +172,7 @@ $(BUILD)/tests/test_tables:  $(call OBJ,tests/unit/test_tables.c) $(PROTO_OBJ)
 $(BUILD)/tests/test_tables: TEST_LDFLAGS = $(PKGS_LIBS)
 # The flag parser: config and what it asks (the log level, the segment's and
 # the store's sizes for the default max object size).
-$(BUILD)/tests/test_config_parse: $(call OBJ,tests/unit/test_config_parse.c daemon/config.c \
+$(BUILD)/tests/test_config_parse: $(call OBJ,tests/unit/test_config_parse.c $(CONFIG_SRC) \
                                   daemon/log.c) $(CORE_OBJ) $(PROTO_OBJ)
 $(BUILD)/tests/test_config_parse: TEST_LDFLAGS = $(PKGS_LIBS)
 # Host facts over fake /proc and /sys trees; the fixes sizing prints.
@@ -179,7 +184,7 @@ $(BUILD)/tests/test_pool:    $(call OBJ,tests/unit/test_pool.c daemon/pool.c dae
 $(BUILD)/tests/test_pool: TEST_LDFLAGS = $(PKGS_LIBS)
 # The daemon's queues over real memfds and a memfd pool.
 $(BUILD)/tests/test_daemon_queue: $(call OBJ,tests/unit/test_daemon_queue.c daemon/queue.c \
-                                  daemon/pool.c daemon/config.c daemon/host.c daemon/log.c) \
+                                  daemon/pool.c $(CONFIG_SRC) daemon/host.c daemon/log.c) \
                                   $(CORE_OBJ) $(PROTO_OBJ)
 # The store's lookups by key that queue.c makes are counted (the cost of a
 # seat's departure); store_forgo_reads is weak on the test's side.
@@ -208,7 +213,7 @@ E2E_TESTS += test_ctl_segment
 # and raw-socket clients against the real daemon.
 $(BUILD)/tests/test_store:   $(call OBJ,daemon/arena.c)
 UNIT_BINS  += $(BUILD)/tests/test_arena
-$(BUILD)/tests/test_arena:   $(call OBJ,tests/unit/test_arena.c daemon/arena.c daemon/store.c \
+$(BUILD)/tests/test_arena:   $(call OBJ,tests/unit/test_arena.c daemon/arena.c $(STORE_SRC) \
                               daemon/ring.c daemon/index.c $(SEGMENT_SRC) daemon/catalog.c) \
                               $(BASE_OBJ)
 E2E_TESTS += test_arena_ops
@@ -325,7 +330,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_RUNS    ?= 1000000
 FUZZ_BUILD   := build-fuzz
 FUZZ_SRC     := tests/fuzz/fuzz_command.c tests/support/fixture.c daemon/command.c daemon/log.c \
-                daemon/pool.c daemon/queue.c daemon/config.c daemon/host.c \
+                daemon/pool.c daemon/queue.c $(CONFIG_SRC) daemon/host.c \
                 $(CORE_SRC) $(PROTO_SRC)
 FUZZ_BIN     := $(FUZZ_BUILD)/fuzz_command
 

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * Flags and defaults for shmbrokerd.
+ * Flags and defaults for shmbrokerd: the values a flag takes (bytes, times,
+ * counts, ids), the table of flags and their usage text, and the --config
+ * file read into arguments. The --pool values are config_pool.c's, the
+ * flags' handlers and config_parse config_flags.c's.
  */
 #include "config.h"
 
@@ -18,49 +21,14 @@
 
 #include "../proto/alloc.h"
 #include "../proto/protocol.h"
+#include "config_inner.h"
 #include "log.h"
 #include "segment.h"
 #include "store.h"
 
-enum config_opt {
-    OPT_SIZE = 256,
-    OPT_MAX_OBJECT,
-    OPT_MAX_OBJECTS,
-    OPT_NAME,
-    OPT_SHM_DIR,
-    OPT_SOCKET,
-    OPT_SOCKET_MODE,
-    OPT_LOG_LEVEL,
-    OPT_VERSION,
-    OPT_HELP,
-    OPT_FRESH,
-    OPT_ALLOC_TIMEOUT,
-    OPT_READ_LEASE,
-    OPT_MAX_CLIENTS,
-    OPT_MAX_CLIENTS_PER_UID,
-    OPT_MAX_PINS,
-    OPT_MAX_PENDING,
-    OPT_MAX_QUEUED_OUTPUT,
-    OPT_ALLOW_UID,
-    OPT_ALLOW_GID,
-    OPT_CONFIG,
-    OPT_LOG_FILE,
-    OPT_HELLO_TIMEOUT,
-    OPT_STOP_WITH_PID,
-    OPT_KEEP_SEGMENT,
-    OPT_REMOVE_SEGMENT,
-    OPT_CHECK_CONFIG,
-    OPT_RELOAD,
-    OPT_POOL,
-    OPT_CHECK,
-    OPT_MAX_QUEUES,
-    OPT_MAX_QUEUE_BYTES,
-    OPT_QUEUE_LEASE,
-};
-
 /* The whole number text starts with (digits first: no sign, no space);
  * *end points after it. -EINVAL or -ERANGE. */
-static int config_leading_number(const char *text, unsigned long long *value, char **end)
+int config_leading_number(const char *text, unsigned long long *value, char **end)
 {
     if (text == NULL || text[0] < '0' || text[0] > '9')
         return -EINVAL;
@@ -70,7 +38,7 @@ static int config_leading_number(const char *text, unsigned long long *value, ch
 }
 
 /* Every long option; the --config file accepts the same names. */
-static const struct option config_option_table[] = {
+const struct option config_option_table[] = {
     {"size", required_argument, NULL, OPT_SIZE},
     {"max-object-size", required_argument, NULL, OPT_MAX_OBJECT},
     {"max-objects", required_argument, NULL, OPT_MAX_OBJECTS},
@@ -167,7 +135,7 @@ int config_parse_duration(const char *text, uint64_t *out_ms)
 
 /* A user (user) or group name, or a numeric uid or gid below the (id_t)-1
  * that means "none". -ENOENT when it is neither. */
-static int config_parse_id(const char *text, bool user, id_t *out)
+int config_parse_id(const char *text, bool user, id_t *out)
 {
     unsigned long v;
     struct passwd *pw;
@@ -191,8 +159,8 @@ static int config_parse_id(const char *text, bool user, id_t *out)
 
 /* One --allow-uid (uid) or --allow-gid entry: a name or a number, at most
  * POLICY_MAX_ALLOW of each. */
-static int config_add_allowed(struct policy *p, bool uid, const char *arg,
-                              struct shmb_error *err)
+int config_add_allowed(struct policy *p, bool uid, const char *arg,
+                       struct shmb_error *err)
 {
     size_t *n = uid ? &p->n_allow_uid : &p->n_allow_gid;
     int rc = -EINVAL;
@@ -215,8 +183,8 @@ static int config_add_allowed(struct policy *p, bool uid, const char *arg,
 }
 
 /* A count flag: a whole number from 0 (no limit) up to max. */
-static int config_parse_count(const char *flag, const char *text, uint64_t max,
-                              uint64_t *out, struct shmb_error *err)
+int config_parse_count(const char *flag, const char *text, uint64_t max,
+                       uint64_t *out, struct shmb_error *err)
 {
     unsigned long long v;
     char *end;
@@ -233,7 +201,7 @@ static int config_parse_count(const char *flag, const char *text, uint64_t max,
     return 0;
 }
 
-static void config_usage(FILE *out)
+void config_usage(FILE *out)
 {
     fprintf(
         out,
@@ -318,8 +286,8 @@ static void config_usage(FILE *out)
 }
 
 /* Copy a string flag into a fixed buffer; -ENAMETOOLONG names the limit. */
-static int config_copy(char *dst, size_t len, const char *flag, const char *value,
-                       struct shmb_error *err)
+int config_copy(char *dst, size_t len, const char *flag, const char *value,
+                struct shmb_error *err)
 {
     if (strlen(value) >= len)
         return shmb_error_set(err, -ENAMETOOLONG, "%s is longer than %zu bytes: %s", flag,
@@ -330,25 +298,9 @@ static int config_copy(char *dst, size_t len, const char *flag, const char *valu
     return 0;
 }
 
-/* The options table is shared by the flag parser and the file reader. */
-static const struct option *config_options(void);
-
-/* Arguments built from a config file, followed by the command line's. Every
- * string in argv is a copy this struct owns (getopt may permute argv, never
- * the strings); own keeps them in their first order, line the file line each
- * came from (0: the command line), so that an error in a value from the file
- * can name its line. The file's size bounds how many there are. */
-struct config_args {
-    char **argv, **own;
-    int *line;
-    int argc, cap;
-    const char *file;    /* the --config file, or NULL */
-    const char *culprit; /* set by the parser: the argument an error is about */
-};
-
 /* Append one argument (copied), from line of the file (0: the command
  * line); -ENOMEM. */
-static int config_args_add(struct config_args *a, const char *arg, int line)
+int config_args_add(struct config_args *a, const char *arg, int line)
 {
     char *copy;
 
@@ -379,7 +331,7 @@ static int config_args_add(struct config_args *a, const char *arg, int line)
     return 0;
 }
 
-static void config_args_free(struct config_args *a)
+void config_args_free(struct config_args *a)
 {
     int i;
 
@@ -394,7 +346,7 @@ static void config_args_free(struct config_args *a)
 /* When the argument err is about (a->culprit, a pointer into one of the
  * strings, as optarg of --flag=value is) came from a line of the file,
  * put "FILE:LINE: " before the message, as the file's own errors have. */
-static void config_args_blame(const struct config_args *a, struct shmb_error *err)
+void config_args_blame(const struct config_args *a, struct shmb_error *err)
 {
     char message[SHMB_ERROR_MSG_MAX];
     int i;
@@ -414,7 +366,7 @@ static void config_args_blame(const struct config_args *a, struct shmb_error *er
 }
 
 /* Strip blanks at both ends of s in place. */
-static char *config_trim(char *s)
+char *config_trim(char *s)
 {
     char *end;
 
@@ -519,8 +471,8 @@ out:
 
 /* Turn "name = value" lines of path into "--name value" arguments. The file
  * is read whole and parsed whole: an error anywhere fails it all. */
-static int config_read_file(const char *path, struct config_args *a,
-                            struct shmb_error *err)
+int config_read_file(const char *path, struct config_args *a,
+                     struct shmb_error *err)
 {
     char *text = NULL, *line, *next;
     size_t len = 0;
@@ -622,712 +574,3 @@ out:
     return rc;
 }
 
-/* The default largest object for a segment of size bytes: what one object
- * can really use, since a small size leaves a data area of which the chunk
- * header and the longest key take a good part. */
-static uint64_t config_default_max_object(uint64_t size, uint64_t max_objects)
-{
-    uint64_t total = segment_round_size(size);
-
-    return store_default_max_object(
-        size, total > SHMB_HEADER_PAGE ? segment_data_size(total, SHMB_HEADER_PAGE, max_objects)
-                                       : 0);
-}
-
-/* The shape of a --pool value, for the messages that refuse one. */
-#define CONFIG_POOL_SHAPE                                                                \
-    "NAME:SIZE[,max-object-size=BYTES][,group=GROUP][,backing=shm|memfd|hugetlbfs]"      \
-    "[,dir=DIR][,max-queues=N][,max-queue-bytes=BYTES]"
-/* How much of a refused --pool value a message quotes: room for the rest. */
-#define CONFIG_POOL_QUOTE_MAX 200
-
-/* Refuse the --pool value arg: "--pool ARG: " and what is wrong. */
-static int config_pool_error(struct shmb_error *err, const char *arg, const char *fmt,
-                             ...) __attribute__((format(printf, 3, 4)));
-static int config_pool_error(struct shmb_error *err, const char *arg, const char *fmt,
-                             ...)
-{
-    char what[SHMB_ERROR_MSG_MAX];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof(what), fmt, ap);
-    va_end(ap);
-    return shmb_error_set(err, -EINVAL, "--pool %.*s%s: %s", CONFIG_POOL_QUOTE_MAX, arg,
-                          strlen(arg) > CONFIG_POOL_QUOTE_MAX ? "..." : "", what);
-}
-
-bool config_pool_name_ok(const char *name)
-{
-    return shmb_name_ok(name, strlen(name));
-}
-
-/* Parse one --pool value into *p. What depends on other flags (the segment's
- * name, shm's default dir, the default max object size) is left for
- * config_resolve_pools, since --name may come after --pool. */
-static int config_parse_pool(const char *arg, struct pool_config *p,
-                             struct shmb_error *err)
-{
-    enum {
-        KEY_MAX_OBJECT,
-        KEY_GROUP,
-        KEY_BACKING,
-        KEY_DIR,
-        KEY_MAX_QUEUES,
-        KEY_MAX_QUEUE_BYTES,
-        KEY_COUNT
-    };
-    static const char *const keys[KEY_COUNT] = {"max-object-size", "group",
-                                                "backing",         "dir",
-                                                "max-queues",      "max-queue-bytes"};
-    static const char *const placeholders[KEY_COUNT] = {
-        "BYTES", "GROUP", "shm|memfd|hugetlbfs", "DIR", "N", "BYTES"};
-    unsigned long long count;
-    char *end;
-    bool seen[KEY_COUNT] = {false};
-    char buf[CONFIG_LINE_MAX + 1], *name, *size, *opts;
-    size_t len = strlen(arg);
-    id_t gid;
-
-    memset(p, 0, sizeof(*p));
-    p->backing = POOL_BACKING_SHM;
-    if (len == 0)
-        return shmb_error_set(err, -EINVAL,
-                              "--pool must not be empty: expected " CONFIG_POOL_SHAPE
-                              ", for example --pool cache:4G,max-object-size=256M.");
-    if (len > CONFIG_LINE_MAX)
-        return config_pool_error(err, arg,
-                                 "the value is %zu bytes long; it may have at "
-                                 "most %d.",
-                                 len, CONFIG_LINE_MAX);
-    memcpy(buf, arg, len + 1);
-    if ((size = strchr(buf, ':')) == NULL)
-        return config_pool_error(err, arg,
-                                 "expected " CONFIG_POOL_SHAPE
-                                 ", for example --pool cache:4G,max-object-size=256M.");
-    *size++ = '\0';
-    if ((opts = strchr(size, ',')) != NULL)
-        *opts++ = '\0';
-    name = config_trim(buf);
-    size = config_trim(size);
-    if (!config_pool_name_ok(name))
-        return config_pool_error(
-            err, arg,
-            "the pool name '%.64s' must be 1 to %d letters, digits, "
-            "'_' or '-' (it becomes part of the segment's file name), "
-            "for example --pool cache:4G.",
-            name, CONFIG_POOL_NAME_MAX);
-    memcpy(p->name, name, strlen(name) + 1);
-    if (config_parse_size(size, &p->size) < 0)
-        return config_pool_error(
-            err, arg,
-            "invalid size '%.32s': expected bytes with an optional K, "
-            "M or G (KiB, MiB, GiB) suffix after the name, for example "
-            "--pool %s:256M.",
-            size, p->name);
-    while (opts != NULL) {
-        char *key = opts, *value = NULL, *eq;
-        int k;
-
-        if ((opts = strchr(key, ',')) != NULL)
-            *opts++ = '\0';
-        if ((eq = strchr(key, '=')) != NULL) {
-            *eq = '\0';
-            value = config_trim(eq + 1);
-        }
-        key = config_trim(key);
-        if (key[0] == '\0' && value == NULL)
-            return config_pool_error(
-                err, arg,
-                "an empty option (two commas in a row, or one at the "
-                "end); expected " CONFIG_POOL_SHAPE ".");
-        for (k = 0; k < KEY_COUNT; k++)
-            if (strcmp(key, keys[k]) == 0)
-                break;
-        if (k == KEY_COUNT)
-            return config_pool_error(err, arg,
-                                     "unknown option '%.32s'; a pool takes "
-                                     "max-object-size=, group=, backing=, dir=, "
-                                     "max-queues= and max-queue-bytes=: "
-                                     "expected " CONFIG_POOL_SHAPE ".",
-                                     key);
-        if (value == NULL || value[0] == '\0')
-            return config_pool_error(err, arg, "%s has no value; write %s=%s.", key, key,
-                                     placeholders[k]);
-        if (seen[k])
-            return config_pool_error(err, arg, "%s= is given twice; give it once.", key);
-        seen[k] = true;
-        switch (k) {
-        case KEY_MAX_OBJECT:
-            if (config_parse_size(value, &p->max_object_size) < 0)
-                return config_pool_error(
-                    err, arg,
-                    "invalid max-object-size '%.32s': expected bytes "
-                    "with an optional K, M or G (KiB, MiB, GiB) "
-                    "suffix, for example max-object-size=64M.",
-                    value);
-            break;
-        case KEY_GROUP:
-            if (strlen(value) > CONFIG_GROUP_NAME_MAX ||
-                config_parse_id(value, false, &gid) < 0)
-                return config_pool_error(
-                    err, arg,
-                    "no group '%.64s' on this host; give the name of "
-                    "an existing group (getent group lists them) or "
-                    "a gid.",
-                    value);
-            p->has_group = true;
-            p->gid = (gid_t)gid;
-            memcpy(p->group, value, strlen(value) + 1);
-            break;
-        case KEY_BACKING:
-            if (strcmp(value, "shm") == 0)
-                p->backing = POOL_BACKING_SHM;
-            else if (strcmp(value, "memfd") == 0)
-                p->backing = POOL_BACKING_MEMFD;
-            else if (strcmp(value, "hugetlbfs") == 0)
-                p->backing = POOL_BACKING_HUGETLBFS;
-            else
-                return config_pool_error(err, arg,
-                                         "unknown backing '%.32s': expected shm (a file "
-                                         "in --shm-dir or dir=), memfd (memory with no "
-                                         "file, not limited by /dev/shm) or hugetlbfs (a "
-                                         "file on the hugetlbfs mount dir=).",
-                                         value);
-            break;
-        case KEY_DIR:
-            if (strlen(value) >= sizeof(p->dir))
-                return config_pool_error(err, arg, "dir= is longer than %zu bytes.",
-                                         sizeof(p->dir) - 1);
-            memcpy(p->dir, value, strlen(value) + 1);
-            break;
-        case KEY_MAX_QUEUES:
-            if (config_leading_number(value, &count, &end) < 0 || *end != '\0' ||
-                count == 0 || count > CONFIG_QUEUES_MAX)
-                return config_pool_error(err, arg,
-                                         "invalid max-queues '%.32s': expected a whole "
-                                         "number from 1 to %d (the daemon holds at most "
-                                         "%d queues of all pools), for example "
-                                         "max-queues=8.",
-                                         value, CONFIG_QUEUES_MAX, CONFIG_QUEUES_MAX);
-            p->max_queues = count;
-            break;
-        case KEY_MAX_QUEUE_BYTES:
-            if (config_parse_size(value, &p->max_queue_bytes) < 0 ||
-                p->max_queue_bytes == 0)
-                return config_pool_error(
-                    err, arg,
-                    "invalid max-queue-bytes '%.32s': expected bytes above 0 "
-                    "with an optional K, M or G (KiB, MiB, GiB) suffix, for "
-                    "example max-queue-bytes=512M.",
-                    value);
-            break;
-        }
-    }
-    if (p->backing == POOL_BACKING_HUGETLBFS && p->dir[0] == '\0')
-        return config_pool_error(err, arg,
-                                 "a hugetlbfs pool needs dir=, the hugetlbfs mount (e.g. "
-                                 "dir=/dev/hugepages).");
-    if (p->backing == POOL_BACKING_MEMFD && p->dir[0] != '\0')
-        return config_pool_error(err, arg,
-                                 "a memfd pool has no directory (its memory has no file "
-                                 "name anywhere); drop dir=, or use backing=shm to put "
-                                 "the pool in that directory.");
-    return 0;
-}
-
-/* Add the pool of one --pool value to cfg: a pool of a name already given
- * replaces that one in its place (so the command line overrides the file and
- * the order stays the file's); origin[i] remembers the value of pools[i] for
- * the errors config_resolve_pools finds later. */
-static int config_add_pool(struct config *cfg, const char *arg, const char **origin,
-                           struct shmb_error *err)
-{
-    struct pool_config p;
-    unsigned i;
-
-    if (config_parse_pool(arg, &p, err) < 0)
-        return -EINVAL;
-    for (i = 0; i < cfg->n_pools; i++)
-        if (strcmp(cfg->pools[i].name, p.name) == 0)
-            break;
-    if (i == CONFIG_MAX_POOLS)
-        return config_pool_error(err, arg,
-                                 "more than %d pools; shmbrokerd serves at most %d (a "
-                                 "--pool of a name given before replaces that pool and "
-                                 "does not count).",
-                                 CONFIG_MAX_POOLS, CONFIG_MAX_POOLS);
-    cfg->pools[i] = p;
-    origin[i] = arg;
-    if (i == cfg->n_pools)
-        cfg->n_pools++;
-    cfg->pools_declared = true;
-    return 0;
-}
-
-/* A pool's bounds on queues: its own, else the flags', else the defaults:
- * the daemon's CONFIG_QUEUES_MAX shared out evenly (so that pools left at
- * the default can never starve one another of queues), and as many bytes
- * as the pool's own size (what the administrator gave it), at least
- * CONFIG_DEFAULT_QUEUE_BYTES_MIN. */
-static void config_resolve_queue_limits(const struct config *cfg, struct pool_config *p)
-{
-    if (p->max_queues == 0)
-        p->max_queues = cfg->max_queues != 0 ? cfg->max_queues
-                                             : CONFIG_QUEUES_MAX / cfg->n_pools;
-    if (p->max_queue_bytes == 0)
-        p->max_queue_bytes = cfg->max_queue_bytes != 0 ? cfg->max_queue_bytes
-                             : p->size > CONFIG_DEFAULT_QUEUE_BYTES_MIN
-                                 ? p->size
-                                 : CONFIG_DEFAULT_QUEUE_BYTES_MIN;
-}
-
-/* Once every flag is read: without --pool, the one implicit pool that is
- * today's segment (its max object size is set with cfg's); with pools, each
- * one's segment name, default directory and max object size. On an error,
- * *culprit is the --pool value it is about. */
-static int config_resolve_pools(struct config *cfg, const char *const *origin,
-                                const char **culprit, struct shmb_error *err)
-{
-    struct pool_config *p = &cfg->pools[0];
-    size_t len;
-    unsigned i;
-
-    if (!cfg->pools_declared) {
-        memset(p, 0, sizeof(*p));
-        /* A --name longer than a pool name is cut, on a UTF-8 character's
-         * boundary: the pool's name is only a label; the segment keeps it
-         * whole. */
-        len = strlen(cfg->name);
-        if (len > CONFIG_POOL_NAME_MAX) {
-            len = CONFIG_POOL_NAME_MAX;
-            while (len > 0 && ((unsigned char)cfg->name[len] & 0xC0) == 0x80)
-                len--;
-        }
-        memcpy(p->name, cfg->name, len);
-        p->name[len] = '\0';
-        p->size = cfg->size;
-        p->backing = POOL_BACKING_SHM;
-        memcpy(p->dir, cfg->shm_dir, sizeof(p->dir));
-        memcpy(p->segment, cfg->name, sizeof(p->segment));
-        cfg->n_pools = 1;
-        config_resolve_queue_limits(cfg, p);
-        return 0;
-    }
-    for (i = 0; i < cfg->n_pools; i++) {
-        p = &cfg->pools[i];
-        if (strlen(cfg->name) + 1 + strlen(p->name) > NAME_MAX) {
-            *culprit = origin[i];
-            return config_pool_error(
-                err, origin[i],
-                "its segment file, --name '%.64s%s' and '.%s', would "
-                "be longer than %d bytes; choose a shorter --name.",
-                cfg->name, strlen(cfg->name) > 64 ? "..." : "", p->name, NAME_MAX);
-        }
-        len = strlen(cfg->name);
-        memcpy(p->segment, cfg->name, len);
-        p->segment[len] = '.';
-        memcpy(p->segment + len + 1, p->name, strlen(p->name) + 1);
-        if (p->backing == POOL_BACKING_SHM && p->dir[0] == '\0')
-            memcpy(p->dir, cfg->shm_dir, sizeof(p->dir));
-        if (p->max_object_size == 0)
-            p->max_object_size = cfg->max_object_size != 0
-                                     ? cfg->max_object_size
-                                     : config_default_max_object(p->size, 0);
-        config_resolve_queue_limits(cfg, p);
-    }
-    return 0;
-}
-
-/* The --config file named on the command line, or NULL. */
-static const char *config_find_file(int argc, char **argv)
-{
-    int i;
-
-    for (i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
-            return argv[i + 1];
-        if (strncmp(argv[i], "--config=", 9) == 0)
-            return argv[i] + 9;
-        if (strcmp(argv[i], "--") == 0)
-            break;
-    }
-    return NULL;
-}
-
-static enum config_action config_parse_args(struct config *cfg, struct config_args *a,
-                                            struct shmb_error *err);
-
-enum config_action config_parse(struct config *cfg, int argc, char **argv,
-                                struct shmb_error *err)
-{
-    struct config_args a;
-    const char *file = config_find_file(argc, argv);
-    enum config_action action = CONFIG_EXIT_USAGE;
-    int i;
-
-    memset(&a, 0, sizeof(a));
-    a.file = file;
-    if (config_args_add(&a, argc > 0 ? argv[0] : "shmbrokerd", 0) < 0 ||
-        (file != NULL && config_read_file(file, &a, err) < 0))
-        goto out;
-    for (i = 1; i < argc; i++)
-        if (config_args_add(&a, argv[i], 0) < 0)
-            goto out;
-    action = config_parse_args(cfg, &a, err);
-    if (action == CONFIG_EXIT_USAGE)
-        config_args_blame(&a, err);
-    if (action == CONFIG_RUN && file != NULL)
-        snprintf(cfg->config_file, sizeof(cfg->config_file), "%s", file);
-out:
-    if (action == CONFIG_EXIT_USAGE && err != NULL && err->code == 0)
-        shmb_error_set(err, -ENOMEM, "Out of memory reading the settings.");
-    config_args_free(&a);
-    return action;
-}
-
-/* True when this user may put its socket at the system's default: root,
- * or a user who may write /run/shmbroker (systemd's RuntimeDirectory= makes
- * it the unit's User='s), or make it in /run. */
-static bool config_system_socket_usable(void)
-{
-    char dir[sizeof(SHMB_DEFAULT_SOCKET)] = SHMB_DEFAULT_SOCKET;
-
-    if (geteuid() == 0)
-        return true;
-    *strrchr(dir, '/') = '\0';
-    if (faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) == 0)
-        return true;
-    if (errno != ENOENT)
-        return false;
-    *strrchr(dir, '/') = '\0';
-    return faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) == 0;
-}
-
-/* The socket's default: $SHMBROKER_SOCKET, else the system's when this user
- * may make it there, else the user's own (*user says so): `make run` as
- * anyone else than root gets a daemon, where the clients of that user look
- * (shmb_socket_path). */
-static int config_default_socket(struct config *cfg, bool *user, struct shmb_error *err)
-{
-    const char *env = getenv(SHMB_SOCKET_ENV);
-
-    *user = false;
-    if (env != NULL && env[0] != '\0')
-        return config_copy(cfg->socket_path, sizeof(cfg->socket_path),
-                           "$" SHMB_SOCKET_ENV, env, err);
-    if (config_system_socket_usable())
-        return config_copy(cfg->socket_path, sizeof(cfg->socket_path), "the socket",
-                           SHMB_DEFAULT_SOCKET, err);
-    if (shmb_user_socket_path(cfg->socket_path, sizeof(cfg->socket_path)) < 0)
-        return shmb_error_set(
-            err, -ENAMETOOLONG,
-            "$XDG_RUNTIME_DIR is too long for a socket path under it "
-            "(at most %zu bytes in all); choose the socket with --socket "
-            "or $%s.",
-            sizeof(cfg->socket_path) - 1, SHMB_SOCKET_ENV);
-    *user = true;
-    return 0;
-}
-
-/* The user's own socket directory, made private, and the choice said once:
- * a user who looks for the socket in /run/shmbroker is told where it went. */
-static int config_user_socket_dir(const struct config *cfg, struct shmb_error *err)
-{
-    static bool said;
-    char dir[sizeof(cfg->socket_path)];
-    int rc;
-
-    memcpy(dir, cfg->socket_path, sizeof(dir));
-    *strrchr(dir, '/') = '\0';
-    if ((rc = shmb_user_socket_dir_prepare(dir, err)) < 0)
-        return rc;
-    if (!said)
-        log_info("not root and %s is not writable: the socket is %s (%s), where this "
-                 "user's clients and shmbrokerctl look; --socket or $%s chooses another",
-                 "/run/shmbroker", cfg->socket_path,
-                 strncmp(dir, SHMB_USER_SOCKET_TMP, strlen(SHMB_USER_SOCKET_TMP)) == 0
-                     ? "no $XDG_RUNTIME_DIR: a private directory in /tmp"
-                     : "under $XDG_RUNTIME_DIR",
-                 SHMB_SOCKET_ENV);
-    said = true;
-    return 0;
-}
-
-static enum config_action config_parse_args(struct config *cfg, struct config_args *a,
-                                            struct shmb_error *err)
-{
-    const char *pool_origin[CONFIG_MAX_POOLS];
-    char **argv = a->argv;
-    int argc = a->argc, opt;
-    bool user_socket = false;
-
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->size = CONFIG_DEFAULT_SIZE;
-    snprintf(cfg->name, sizeof(cfg->name), "%s", CONFIG_DEFAULT_NAME);
-    snprintf(cfg->shm_dir, sizeof(cfg->shm_dir), "%s", CONFIG_DEFAULT_SHM_DIR);
-    if (config_default_socket(cfg, &user_socket, err) < 0)
-        return CONFIG_EXIT_USAGE;
-    cfg->socket_mode = CONFIG_DEFAULT_SOCKET_MODE;
-    cfg->log_level = LOG_INFO;
-    cfg->alloc_timeout_ms = CONFIG_DEFAULT_ALLOC_TIMEOUT_MS;
-    cfg->limits.max_clients = CONFIG_DEFAULT_MAX_CLIENTS;
-    cfg->limits.max_clients_per_uid = CONFIG_DEFAULT_MAX_CLIENTS_PER_UID;
-    cfg->limits.max_queued_output = CONFIG_DEFAULT_MAX_QUEUED_OUTPUT;
-    cfg->limits.hello_timeout_ms = CONFIG_DEFAULT_HELLO_TIMEOUT_MS;
-    cfg->max_pins = CONFIG_DEFAULT_MAX_PINS;
-    cfg->max_pending = CONFIG_DEFAULT_MAX_PENDING;
-    cfg->queue_lease_ms = CONFIG_DEFAULT_QUEUE_LEASE_MS;
-
-    opterr = 0;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "", config_option_table, NULL)) != -1) {
-        const char *arg = optarg;
-        char *end;
-        unsigned long mode;
-        unsigned long long count;
-        uint64_t value = 0;
-        int rc = 0;
-
-        /* What an error below is about, for config_args_blame. */
-        a->culprit = arg != NULL ? arg : argv[optind - 1];
-        switch (opt) {
-        case OPT_SIZE:
-        case OPT_MAX_OBJECT:
-            if (opt == OPT_SIZE)
-                cfg->size_set = true;
-            rc = config_parse_size(arg,
-                                   opt == OPT_SIZE ? &cfg->size : &cfg->max_object_size);
-            if (rc < 0) {
-                shmb_error_set(
-                    err, rc,
-                    "Invalid %s '%s': expected bytes with an optional K, M or G "
-                    "(KiB, MiB, GiB) suffix, for example %s 256M.",
-                    opt == OPT_SIZE ? "--size" : "--max-object-size", arg,
-                    opt == OPT_SIZE ? "--size" : "--max-object-size");
-                return CONFIG_EXIT_USAGE;
-            }
-            break;
-        case OPT_MAX_OBJECTS:
-            if (config_leading_number(arg, &count, &end) < 0 || *end != '\0' || count == 0 ||
-                count > SEGMENT_MAX_OBJECTS) {
-                shmb_error_set(err, -EINVAL,
-                               "Invalid --max-objects '%s': expected a whole number from 1 "
-                               "to %llu, the objects the catalog (one 32-byte entry per "
-                               "object, and a quarter more) is sized for, for example "
-                               "--max-objects 100000.",
-                               arg, (unsigned long long)SEGMENT_MAX_OBJECTS);
-                return CONFIG_EXIT_USAGE;
-            }
-            cfg->max_objects = count;
-            break;
-        case OPT_NAME:
-            rc = config_copy(cfg->name, sizeof(cfg->name), "--name", arg, err);
-            break;
-        case OPT_SHM_DIR:
-            rc = config_copy(cfg->shm_dir, sizeof(cfg->shm_dir), "--shm-dir", arg, err);
-            break;
-        case OPT_SOCKET:
-            user_socket = false;
-            rc = config_copy(cfg->socket_path, sizeof(cfg->socket_path), "--socket", arg,
-                             err);
-            break;
-        case OPT_SOCKET_MODE:
-            errno = 0;
-            mode = strtoul(arg, &end, 8);
-            if (errno != 0 || *end != '\0' || arg[0] == '\0' || mode > 0777) {
-                shmb_error_set(err, -EINVAL,
-                               "Invalid --socket-mode '%s': expected an octal mode up to "
-                               "0777, for example --socket-mode 0660.",
-                               arg);
-                return CONFIG_EXIT_USAGE;
-            }
-            cfg->socket_mode = (mode_t)mode;
-            break;
-        case OPT_LOG_LEVEL:
-            if (log_parse_level(arg, &cfg->log_level) < 0) {
-                shmb_error_set(err, -EINVAL,
-                               "Invalid --log-level '%s': expected error, warn, info or "
-                               "debug.",
-                               arg);
-                return CONFIG_EXIT_USAGE;
-            }
-            break;
-        case OPT_FRESH:
-            cfg->fresh = true;
-            break;
-        case OPT_ALLOC_TIMEOUT:
-        case OPT_READ_LEASE:
-            if (config_parse_duration(arg, &value) < 0) {
-                shmb_error_set(
-                    err, -EINVAL,
-                    "Invalid %s '%s': expected a time such as 60s, 500ms or 2m "
-                    "(0 turns it off).",
-                    opt == OPT_ALLOC_TIMEOUT ? "--alloc-timeout" : "--read-lease", arg);
-                return CONFIG_EXIT_USAGE;
-            }
-            *(opt == OPT_ALLOC_TIMEOUT ? &cfg->alloc_timeout_ms : &cfg->read_lease_ms) =
-                value;
-            break;
-        case OPT_MAX_CLIENTS:
-            rc = config_parse_count("--max-clients", arg, 1000000, &value, err);
-            cfg->limits.max_clients = (unsigned)value;
-            break;
-        case OPT_MAX_CLIENTS_PER_UID:
-            rc = config_parse_count("--max-clients-per-uid", arg, 1000000, &value, err);
-            cfg->limits.max_clients_per_uid = (unsigned)value;
-            break;
-        case OPT_MAX_PINS:
-            rc = config_parse_count("--max-pins", arg, UINT32_MAX, &cfg->max_pins, err);
-            break;
-        case OPT_MAX_PENDING:
-            rc = config_parse_count("--max-pending", arg, UINT32_MAX, &cfg->max_pending,
-                                    err);
-            break;
-        case OPT_MAX_QUEUED_OUTPUT:
-            if (config_parse_size(arg, &value) < 0 || value < 4096 ||
-                value > (1ULL << 40)) {
-                shmb_error_set(err, -EINVAL,
-                               "Invalid --max-queued-output '%s': expected bytes from 4K "
-                               "to 1T, for example 1M.",
-                               arg);
-                return CONFIG_EXIT_USAGE;
-            }
-            cfg->limits.max_queued_output = (size_t)value;
-            break;
-        case OPT_MAX_QUEUES:
-            if (config_leading_number(arg, &count, &end) < 0 || *end != '\0' || count == 0 ||
-                count > CONFIG_QUEUES_MAX) {
-                shmb_error_set(err, -EINVAL,
-                               "Invalid --max-queues '%s': expected a whole number from 1 "
-                               "to %d (the daemon holds at most %d queues of all pools), "
-                               "for example --max-queues 16.",
-                               arg, CONFIG_QUEUES_MAX, CONFIG_QUEUES_MAX);
-                return CONFIG_EXIT_USAGE;
-            }
-            cfg->max_queues = count;
-            break;
-        case OPT_MAX_QUEUE_BYTES:
-            if (config_parse_size(arg, &cfg->max_queue_bytes) < 0 ||
-                cfg->max_queue_bytes == 0) {
-                shmb_error_set(err, -EINVAL,
-                               "Invalid --max-queue-bytes '%s': expected bytes above 0 with "
-                               "an optional K, M or G (KiB, MiB, GiB) suffix, for example "
-                               "--max-queue-bytes 1G.",
-                               arg);
-                return CONFIG_EXIT_USAGE;
-            }
-            break;
-        case OPT_QUEUE_LEASE:
-            if (config_parse_duration(arg, &cfg->queue_lease_ms) < 0) {
-                shmb_error_set(err, -EINVAL,
-                               "Invalid --queue-lease '%s': expected a time such as 10m, "
-                               "60s or 500ms (0 keeps queues nobody holds).",
-                               arg);
-                return CONFIG_EXIT_USAGE;
-            }
-            break;
-        case OPT_HELLO_TIMEOUT:
-            if (config_parse_duration(arg, &value) < 0 || value > 24 * 3600 * 1000ULL) {
-                shmb_error_set(err, -EINVAL,
-                               "Invalid --hello-timeout '%s': expected a time up to 24h "
-                               "such as 10s or 500ms (0 turns it off).",
-                               arg);
-                return CONFIG_EXIT_USAGE;
-            }
-            cfg->limits.hello_timeout_ms = value;
-            break;
-        case OPT_STOP_WITH_PID:
-            if (config_parse_count("--stop-with-pid", arg, INT32_MAX, &value, err) < 0 ||
-                value == 0) {
-                shmb_error_set(err, -EINVAL,
-                               "Invalid --stop-with-pid '%s': expected the pid of a running "
-                               "process, from 1 to %d.",
-                               arg, INT32_MAX);
-                return CONFIG_EXIT_USAGE;
-            }
-            cfg->stop_with_pid = (pid_t)value;
-            break;
-        case OPT_KEEP_SEGMENT:
-            cfg->keep_segment = true;
-            break;
-        case OPT_CHECK_CONFIG:
-        case OPT_CHECK:
-        case OPT_REMOVE_SEGMENT:
-        case OPT_RELOAD: {
-            enum config_mode todo = opt == OPT_CHECK_CONFIG     ? CONFIG_CHECK
-                                    : opt == OPT_CHECK          ? CONFIG_SIZING
-                                    : opt == OPT_REMOVE_SEGMENT ? CONFIG_REMOVE_SEGMENT
-                                                                : CONFIG_RELOAD;
-
-            if (cfg->mode != CONFIG_SERVE && cfg->mode != todo) {
-                shmb_error_set(err, -EINVAL,
-                               "--check-config, --check, --reload and --remove-segment "
-                               "each say what to do instead of running; give one of "
-                               "them.");
-                return CONFIG_EXIT_USAGE;
-            }
-            cfg->mode = todo;
-            if (opt == OPT_RELOAD &&
-                (config_parse_count("--reload", arg, INT32_MAX, &value, err) < 0 ||
-                 value == 0)) {
-                shmb_error_set(err, -EINVAL,
-                               "Invalid --reload '%s': expected the pid of the running "
-                               "shmbrokerd, from 1 to %d ($MAINPID under systemd).",
-                               arg, INT32_MAX);
-                return CONFIG_EXIT_USAGE;
-            }
-            if (opt == OPT_RELOAD)
-                cfg->reload_pid = (pid_t)value;
-            break;
-        }
-        case OPT_POOL:
-            rc = config_add_pool(cfg, arg, pool_origin, err);
-            break;
-        case OPT_ALLOW_UID:
-        case OPT_ALLOW_GID:
-            if (config_add_allowed(&cfg->limits, opt == OPT_ALLOW_UID, arg, err) < 0)
-                return CONFIG_EXIT_USAGE;
-            break;
-        case OPT_CONFIG:
-            break; /* read before the flags, by config_parse */
-        case OPT_LOG_FILE:
-            rc =
-                config_copy(cfg->log_file, sizeof(cfg->log_file), "--log-file", arg, err);
-            break;
-        case OPT_VERSION:
-            printf("shmbrokerd %s (protocol %d)\n", SHMB_VERSION, SHMB_PROTOCOL_VERSION);
-            return CONFIG_EXIT_OK;
-        case OPT_HELP:
-            config_usage(stdout);
-            return CONFIG_EXIT_OK;
-        default:
-            shmb_error_set(err, -EINVAL, "Unknown or incomplete option '%s'. Try --help.",
-                           argv[optind - 1]);
-            return CONFIG_EXIT_USAGE;
-        }
-        if (rc < 0)
-            return CONFIG_EXIT_USAGE;
-    }
-    if (optind < argc) {
-        a->culprit = argv[optind];
-        shmb_error_set(err, -EINVAL, "Unexpected argument '%s'. Try --help.",
-                       argv[optind]);
-        return CONFIG_EXIT_USAGE;
-    }
-    if (config_resolve_pools(cfg, pool_origin, &a->culprit, err) < 0)
-        return CONFIG_EXIT_USAGE;
-    /* Only a daemon that binds the socket makes its directory: --check,
-     * --reload and --remove-segment leave the file system alone, and a
-     * socket-activated daemon's socket is systemd's. */
-    if (user_socket && cfg->mode == CONFIG_SERVE && getenv("LISTEN_FDS") == NULL &&
-        config_user_socket_dir(cfg, err) < 0)
-        return CONFIG_EXIT_USAGE;
-    if (cfg->max_object_size == 0)
-        cfg->max_object_size = config_default_max_object(cfg->size, cfg->max_objects);
-    if (!cfg->pools_declared) {
-        cfg->pools[0].max_object_size = cfg->max_object_size;
-        cfg->pools[0].max_objects = cfg->max_objects;
-    }
-    return CONFIG_RUN;
-}

@@ -4,7 +4,9 @@
  * is the state the daemon keeps per object, independent of sockets: a
  * connection is a "holder" here, an opaque handle the daemon maps to it.
  * Knows nothing about sockets or JSON; writes into the segment only through
- * the ring.
+ * the ring. Its types are in store_types.h and its calls by key (get,
+ * release, contains, list) in keys.h, both included here: callers include
+ * this header alone.
  */
 #ifndef SHMB_STORE_H
 #define SHMB_STORE_H
@@ -15,95 +17,8 @@
 
 #include "../proto/error.h"
 #include "../proto/layout.h"
-
-struct store;
-struct store_holder;
-
-/* Readers one object may wait for; larger values are a client bug. */
-#define STORE_MAX_READERS 1000000u
-/* The largest default max object size: beyond it, a bigger segment holds
- * more objects rather than bigger ones. */
-#define STORE_DEFAULT_MAX_OBJECT (128ULL << 20)
-
-struct store_config {
-    uint64_t max_object_size; /* payload bytes; 0 = store_default_max_object
-                                 (data_size, data_size) */
-    uint64_t read_lease_ms;   /* awaited reads stop blocking reclaim this long
-                                 after commit; 0 = never */
-    /* Told once per object when its read lease runs out with reads still
-     * awaited (the daemon logs it); may be NULL. */
-    void (*lease_expired)(const char *key, size_t key_len, uint32_t reads_left,
-                          void *arg);
-    void *lease_arg;
-    /* How messages name the setting that sizes this store: "--size" when
-     * NULL; a pool's own words otherwise. Must outlive the store. */
-    const char *size_setting;
-    /* The segment's catalog (daemon/catalog.h), borrowed: committed objects
-     * are listed there and get their generations from it. NULL: nothing is
-     * listed and the store counts generations itself. Must outlive the
-     * store. */
-    struct catalog *catalog;
-    /* store_adopt: generations handed out before, which the adopted objects
-     * must not reuse (the old header page's gen_next); 0 when unknown. */
-    uint32_t gen_floor;
-};
-
-/* What store_adopt found in an existing segment. */
-struct store_adopt_report {
-    uint64_t restored, restored_bytes; /* committed objects brought back */
-    uint64_t dropped_pending;          /* allocations their writers never committed */
-    uint64_t dropped_free;             /* deleted or freed chunks */
-    uint64_t dropped_invalid;          /* committed chunks with a bad key (NUL inside,
-                                          not UTF-8) or a duplicate one */
-    uint64_t arena_dropped_bytes;      /* arena bytes after a bad chunk in them */
-    bool corrupt;                      /* the walk stopped early; message says where */
-    char message[SHMB_ERROR_MSG_MAX];
-};
-
-/* Where an object's payload lives, in bytes from the start of the segment. */
-struct store_extent {
-    uint64_t offset;
-    uint64_t size;
-};
-
-enum store_state {
-    STORE_PENDING = 1,   /* allocated by a holder, not yet committed */
-    STORE_COMMITTED = 2, /* visible to every holder */
-    STORE_DELETED = 3,   /* key gone; bytes stay until the last pin goes */
-};
-
-/* One object as list and stats report it. key is not NUL-terminated. */
-struct store_entry {
-    const char *key;
-    size_t key_len;
-    uint64_t offset, size;
-    uint32_t pins;
-    uint32_t awaited_reads;
-    enum store_state state;
-    uint64_t age_ms;
-    uint64_t chunk_offset; /* its chunk header, in bytes from the segment's start */
-    uint32_t gen;          /* its generation while committed, else 0 */
-};
-
-struct store_stats {
-    uint64_t data_size, used, free;
-    uint64_t objects;        /* committed objects reachable by key */
-    uint64_t pending;        /* allocations not yet committed */
-    uint64_t pinned;         /* objects (deleted ones included) with pins */
-    uint64_t deleted_pinned; /* deleted objects still pinned */
-    uint64_t max_object_size;
-    /* Counters since the store was created. */
-    uint64_t allocs, commits, gets, evictions, enospc;
-    uint64_t expired_allocs, lease_expiries;
-    uint64_t fast_reads; /* awaited reads that came through the catalog path */
-    uint64_t arenas;      /* arenas held by clients */
-    uint64_t arena_bytes; /* their bytes not yet committed into */
-    /* The oldest object, when it stops reclaim (pinned, awaited or pending). */
-    bool has_blocker;
-    char blocker_key[SHMB_KEY_MAX + 1];
-    uint32_t blocker_pins, blocker_readers;
-    enum store_state blocker_state;
-};
+#include "keys.h"
+#include "store_types.h"
 
 /* The largest payload one object can have in a data area of data_size
  * bytes: an empty ring, one chunk with the longest key (its header, the key
@@ -191,16 +106,6 @@ int store_commit_at(struct store *s, struct store_holder *h, const char *key, si
 int store_abort(struct store *s, struct store_holder *h, const char *key, size_t key_len,
                 struct shmb_error *err);
 
-/* Pin a committed object for h and count one read. -ENOENT when absent or
- * not committed. */
-int store_get(struct store *s, struct store_holder *h, const char *key, size_t key_len,
-              struct store_extent *out, struct shmb_error *err);
-
-/* Drop one of h's pins on key (deleted objects included). -ENOENT when h
- * holds none. */
-int store_release(struct store *s, struct store_holder *h, const char *key,
-                  size_t key_len, struct shmb_error *err);
-
 /* One awaited read of an object, pending or committed, will never come
  * (its reader left for good): one fewer awaited. -ENOENT when there is no
  * such object or it awaits none. */
@@ -219,13 +124,6 @@ int store_expect_read(struct store *s, const char *key, size_t key_len);
  * committed object has that key and generation (it went, or was replaced). */
 int store_read_done(struct store *s, const char *key, size_t key_len, uint32_t gen);
 
-/* Whether h pins the object key. */
-bool store_holder_pins(const struct store *s, const struct store_holder *h, const char *key,
-                       size_t key_len);
-/* How many pins h holds on the object key (a key pinned twice counts two). */
-uint32_t store_holder_pin_count(const struct store *s, const struct store_holder *h,
-                                const char *key, size_t key_len);
-
 /* Add readers awaited reads to a committed object. -ENOENT, -EINVAL. */
 int store_touch(struct store *s, const char *key, size_t key_len, uint32_t readers,
                 struct shmb_error *err);
@@ -234,9 +132,6 @@ int store_touch(struct store *s, const char *key, size_t key_len, uint32_t reade
  * committed object has that key. */
 int store_delete(struct store *s, const char *key, size_t key_len,
                  struct shmb_error *err);
-
-/* True when a committed object has that key. */
-bool store_contains(const struct store *s, const char *key, size_t key_len);
 
 /* How often a head-of-line blocker that awaits reads done in place is
  * looked at again while allocations wait: those reads count in its seal and
@@ -291,20 +186,6 @@ struct store_holder_stats {
     uint64_t bytes_pinned; /* payload bytes of the distinct objects pinned */
 };
 void store_holder_stats(const struct store_holder *h, struct store_holder_stats *out);
-
-/* Call fn for every object (pending, committed and deleted-but-pinned) whose
- * key starts with prefix, oldest first, until fn returns non-zero or limit
- * objects were reported. Returns the number reported. */
-typedef int (*store_list_fn)(const struct store_entry *entry, void *arg);
-size_t store_list(const struct store *s, const char *prefix, size_t prefix_len,
-                  size_t limit, store_list_fn fn, void *arg);
-/* store_list from the oldest chunk whose id is at least from (0: the
- * oldest), looking at max_scan chunks and arena objects at most: when it
- * stops there before the end, *next (if not NULL) is the id of the chunk to
- * go on from, else 0. */
-size_t store_list_from(const struct store *s, const char *prefix, size_t prefix_len,
-                       size_t limit, uint64_t from, size_t max_scan, uint64_t *next,
-                       store_list_fn fn, void *arg);
 
 /* The ring underneath, for inspection and tests; the store keeps ownership. */
 const struct ring *store_ring(const struct store *s);
