@@ -182,7 +182,13 @@ class TestVllmPool(unittest.TestCase):
         reader = SingleWriterShmRingBuffer(*handle)
         self.addCleanup(reader.close)
         self.assertEqual(reader.client.info["pool"], "beta")
-        self.assertTrue(reader.client.read_only)
+        # Readers map read-write by default, to count their reads in the
+        # chunks' seals (docs/vllm.md); asked to, they stay read-only.
+        self.assertFalse(reader.client.read_only)
+        ro = SingleWriterShmRingBuffer(*handle, read_only=True)
+        self.addCleanup(ro.close)
+        self.assertEqual(ro.client.info["pool"], "beta")
+        self.assertTrue(ro.client.read_only)
 
     # A writer that starts its private daemon starts it with the pool named,
     # so that its clients' hello finds it.
