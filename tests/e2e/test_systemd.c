@@ -1653,11 +1653,15 @@ static const char *const installed_files[] = {
     "lib/sysusers.d/shmbroker.conf",
     "share/man/man8/shmbrokerd.8",
     "share/man/man1/shmbrokerctl.1",
+    "sbin/shmbroker-relay",
+    "lib/systemd/system/shmbroker-relay.service",
+    "share/man/man8/shmbroker-relay.8",
 };
 
 /* The settings files, under DESTDIR (SYSCONFDIR is /etc whatever PREFIX):
  * installed when absent, kept by make uninstall (they are the operator's). */
-static const char *const settings_files[] = {"etc/shmbrokerd.conf", "etc/default/shmbrokerd"};
+static const char *const settings_files[] = {"etc/shmbrokerd.conf", "etc/default/shmbrokerd",
+                                              "etc/default/shmbroker-relay"};
 
 /* Files and symlinks nftw found (nftw has no user argument). */
 static int leftover_count;
@@ -1801,7 +1805,8 @@ static void test_install_tree(void **state)
     for (i = 0; i < sizeof(settings_files) / sizeof(settings_files[0]); i++) {
         snprintf(p, sizeof(p), "%s/%s", dest, settings_files[i]);
         snprintf(q, sizeof(q), "%s/systemd/%s", root,
-                 i == 0 ? "shmbrokerd.conf" : "shmbrokerd.default");
+                 i == 0 ? "shmbrokerd.conf" : i == 1 ? "shmbrokerd.default"
+                                                    : "shmbroker-relay.default");
         if (!same_file(p, q))
             h_fail("%s differs from %s", p, q);
     }

@@ -210,7 +210,20 @@ def stopped_mid_transfer(a, b, prefix):
     (B has pinned the object, A's relay still has the transfer): over TCP
     the read cannot end while B's relay is stopped. A transfer that ended
     before the stop is tried again under a new key. Returns (key, digest,
-    thread, out) with B's relay stopped."""
+    thread, out) with B's relay stopped. B's side of the link is slowed to
+    160 Mbit/s meanwhile (64 MiB then take over 3 s), so that a quiet
+    machine's transfer does not end before the stop can catch it."""
+    slow = ("ip", "netns", "exec", NS_B, "tc", "qdisc", "replace", "dev", TAG + "vb", "root",
+            "tbf", "rate", "160mbit", "burst", "256kb", "latency", "2s")
+    sh(*slow)
+    try:
+        return stop_mid_transfer(a, b, prefix)
+    finally:
+        sh("ip", "netns", "exec", NS_B, "tc", "qdisc", "del", "dev", TAG + "vb", "root",
+           check=False)
+
+
+def stop_mid_transfer(a, b, prefix):
     for attempt in range(8):
         k = "%s-%d" % (prefix, attempt)
         want = put_random(b, k, 64 << 20)
