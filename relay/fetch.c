@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -103,6 +104,46 @@ void fetch_unregister_pool(struct relay *r)
     r->pool_memh = NULL;
     r->pool_base = NULL;
     r->pool_size = 0;
+}
+
+/* A local client of uid may use the relay when the daemon admits it: root
+ * and the relay's own user, as the daemon admits them, or a uid with a
+ * connection of its own to the daemon in the relay's pool (the daemon let
+ * it past --allow-uid, --allow-gid and the pool's group). The relay's socket
+ * alone cannot say so: it has the daemon socket's mode, which may admit
+ * more than the daemon does. */
+int fetch_admit(struct relay *r, uid_t uid, struct shmb_error *err)
+{
+    shmb_clients_t *list = NULL;
+    const char *mine = NULL;
+    bool found = false;
+    int rc;
+
+    if (uid == 0 || uid == geteuid())
+        return 0;
+    rc = shmb_clients(r->c, &list);
+    if (rc == -ECONNRESET) {
+        fetch_daemon_lost(r);
+        rc = shmb_clients(r->c, &list);
+    }
+    if (rc < 0)
+        return shmb_error_set(err, -EPERM,
+                              "The relay cannot ask the daemon whether uid %u may use it "
+                              "(%s); try again.", (unsigned)uid, shmb_errmsg(r->c));
+    for (size_t i = 0; i < list->count; i++)
+        if (list->clients[i].self)
+            mine = list->pools[i];
+    for (size_t i = 0; mine && i < list->count && !found; i++)
+        found = !list->clients[i].self && list->clients[i].uid == (int64_t)uid &&
+                strcmp(list->pools[i], mine) == 0;
+    shmb_clients_free(list);
+    if (!found)
+        return shmb_error_set(err, -EPERM,
+                              "uid %u has no connection to the daemon at %s in the relay's "
+                              "pool, so the relay does not serve it: connect to the daemon "
+                              "first (the daemon's --allow-uid, --allow-gid and the pool's "
+                              "group say who may).", (unsigned)uid, r->daemon_socket);
+    return 0;
 }
 
 /* ---- serving ------------------------------------------------------------ */

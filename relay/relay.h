@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include <jansson.h>
 #include <ucp/api/ucp.h>
@@ -95,6 +96,8 @@ struct local_client {
     size_t len;
     bool closing;
     unsigned waiting; /* fetches this client waits for */
+    uid_t uid;        /* its credentials, from the socket */
+    bool admitted;    /* the daemon admits its uid (relay_hooks.local_admit) */
 };
 
 /* What the transport rooms (peer.c, local.c) hand up to the rooms above
@@ -116,6 +119,10 @@ struct relay_hooks {
     /* A local request other than status: its op and the parsed line
      * (borrowed); the callee answers with local_reply or local_reply_error. */
     void (*local_request)(struct local_client *lc, const char *op, json_t *req);
+    /* Whether a local client of uid may use the relay: 0, or -EPERM with
+     * why in err. The relay's socket has the daemon socket's mode, but the
+     * daemon may admit fewer (--allow-uid, --allow-gid, a pool's group). */
+    int (*local_admit)(struct relay *r, uid_t uid, struct shmb_error *err);
     /* lc is closing: whatever waits for it forgets it. */
     void (*local_gone)(struct local_client *lc);
     /* The status fields of the rooms above, added to the status reply. */
@@ -201,6 +208,7 @@ void fetch_on_done(struct peer *p, const struct wire_msg *m);
 void fetch_poll(struct relay *r);
 void fetch_peer_gone(struct peer *p);
 void fetch_client_gone(struct relay *r, struct local_client *lc);
+int fetch_admit(struct relay *r, uid_t uid, struct shmb_error *err);
 /* When the next transfer is due (UINT64_MAX: none), and failing those due:
  * an unanswered request fails with ETIMEDOUT, a read that does not end closes
  * the peer's connection. */

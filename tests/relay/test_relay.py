@@ -281,9 +281,78 @@ def main():
     sys.exit(1 if failures else 0)
 
 
+ALLOWED_UID, REFUSED_UID = 12345, 65534  # neither is root nor the relay's user
+
+ASK_AS = r"""
+import json, socket, sys
+sys.path.insert(0, sys.argv[1])
+import shmbroker
+daemon, relay, connect_first = sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+c = shmbroker.Client(daemon) if connect_first else None
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(30)
+s.connect(relay)
+s.sendall(b'{"op":"status"}\n{"op":"fetch","peer":"nobody-here","key":"k"}\n')
+print(s.makefile("rb").readline().decode().strip())
+"""
+
+
+def case_local_socket_uids(tmp, key):
+    """The relay's socket has the daemon socket's mode (0666 here), but the
+    daemon admits only ALLOWED_UID: a uid the daemon refuses is refused by
+    the relay too (else it could make the relay allocate in the pool, make
+    queues and take remote seats), one it admits and that is connected to
+    the daemon is served."""
+    os.chmod(tmp, 0o711)
+    sock = os.path.join(tmp, "uids.sock")
+    daemon = subprocess.Popen([DAEMON, "--socket", sock, "--name", TAG + "u", "--size", "16M",
+                               "--fresh", "--socket-mode", "0666", "--allow-uid",
+                               str(ALLOWED_UID)], stdout=subprocess.DEVNULL,
+                              stderr=open(os.path.join(tmp, "uids-daemon.log"), "ab"))
+    log = open(os.path.join(tmp, "uids-relay.log"), "ab")
+    relay = None
+    try:
+        wait_for("the uids daemon", lambda: os.path.exists(sock) and
+                 shmbroker.Client(sock).close() is None)
+        relay = subprocess.Popen([RELAY, "--key-file", key, "--socket", sock], stdout=log,
+                                 stderr=log)
+        wait_for("the uids relay", lambda: os.path.exists(sock + ".relay") and
+                 ask(sock + ".relay", {"op": "status"})["ok"])
+
+        def ask_as(uid, connect_first):
+            r = subprocess.run(["/usr/bin/python3", "-c", ASK_AS,
+                                os.path.join(ROOT, "client", "python"), sock,
+                                sock + ".relay", "1" if connect_first else "0"],
+                               user=uid, group=uid, extra_groups=[], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=WAIT)
+            try:
+                return json.loads(r.stdout)
+            except ValueError:
+                return {"stdout": r.stdout, "stderr": r.stderr[-300:]}
+
+        refused = ask_as(REFUSED_UID, False)
+        report(refused.get("error") == "EPERM",
+               "a uid the daemon refuses is refused by the relay's socket", str(refused)[:200])
+        served = ask_as(ALLOWED_UID, True)
+        report(served.get("ok") is True,
+               "a uid the daemon admits, connected to it, is served by the relay",
+               str(served)[:200])
+    finally:
+        for p in (relay, daemon):
+            if p and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
 def run_cases(tmp, a, b, key):
     wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
     report(True, "relays connect and prove the key both ways")
+
+    case_local_socket_uids(tmp, key)
 
     # A key file others may read is refused: the relay does not start.
     loose = os.path.join(tmp, "loose-key")
