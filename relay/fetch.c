@@ -73,9 +73,14 @@ int fetch_register_pool(struct relay *r, struct shmb_error *err)
     fetch_unregister_pool(r);
     if (!c->map)
         return shmb_error_set(err, -ENOTCONN, "Not connected to the local daemon.");
-    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_PROT;
     mp.address = c->map;
     mp.length = c->map_size;
+    /* Peers read the pool; none may write it (RDMA enforces this in the
+     * hardware; TCP's emulation is held to it by peer.c). */
+    mp.prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE |
+              UCP_MEM_MAP_PROT_REMOTE_READ;
     st = ucp_mem_map(r->ctx, &mp, &r->pool_memh);
     if (st != UCS_OK) {
         r->pool_memh = NULL;

@@ -8,6 +8,7 @@
  * early (a fetch before proving the key), huge (a 1 MiB message after proving
  * it), nonutf8 (a fetch whose key is not UTF-8), badlen (a fetch whose key
  * length runs past the message), stray (a reply to a request never made),
+ * rmaput and rmaget (RMA beyond reading the object fetched: see rma()),
  * and ok (proves the key and behaves: the relay must keep it, exit 1).
  * The serve-* modes listen at ADDR:PORT instead, for a relay that names this
  * peer with --peer, and answer its first fetch badly: serve-ctrltext (an
@@ -30,7 +31,8 @@ static ucp_worker_h worker;
 static ucp_ep_h ep;
 static int closed;
 static unsigned char their_nonce[WIRE_NONCE_LEN], my_nonce[WIRE_NONCE_LEN];
-static int got_hello, got_auth, got_fetch;
+static int got_hello, got_auth, got_fetch, got_reply;
+static struct wire_msg reply;
 static uint64_t fetch_id;
 static ucp_conn_request_h conn_req;
 
@@ -54,6 +56,9 @@ static ucs_status_t on_am(void *arg, const void *h, size_t hl, void *data, size_
             got_hello = 1;
         } else if (m->type == WIRE_AUTH) {
             got_auth = 1;
+        } else if (m->type == WIRE_FETCH_REPLY) {
+            reply = *m;
+            got_reply = 1;
         } else if (m->type == WIRE_FETCH) {
             fetch_id = m->id;
             got_fetch = 1;
@@ -93,6 +98,46 @@ static void progress_for(int ms, int *cond)
             ;
         usleep(1000);
     }
+}
+
+/* Fetch the object "rma-target" as a relay would, then with its rkey write
+ * "OWNED!!!" over its first bytes (put), or read 8 bytes at 0x1000, far
+ * outside the pool (get); either is given 1 s, then the fetch is done and
+ * the program exits (0: the relay closed the connection, 1: it kept it). */
+static void rma(bool put)
+{
+    static char bytes[8] = "OWNED!!!";
+    unsigned char msg[WIRE_MSG_MAX];
+    ucp_request_param_t pp = {0};
+    ucs_status_ptr_t req;
+    ucp_rkey_h rk;
+    int n = wire_fetch(msg, 1, "rma-target");
+
+    send_raw(msg, (size_t)n);
+    progress_for(5000, &got_reply);
+    if (!got_reply || reply.code != 0 || ucp_ep_rkey_unpack(ep, reply.rkey, &rk) != UCS_OK) {
+        fprintf(stderr, "relay-hostile-peer: no object rma-target to aim at\n");
+        _exit(2);
+    }
+    req = put ? ucp_put_nbx(ep, bytes, sizeof(bytes), reply.addr, rk, &pp)
+              : ucp_get_nbx(ep, bytes, sizeof(bytes), 0x1000, rk, &pp);
+    for (int i = 0; i < 500 && UCS_PTR_IS_PTR(req) &&
+                    ucp_request_check_status(req) == UCS_INPROGRESS; i++) {
+        ucp_worker_progress(worker);
+        usleep(1000);
+    }
+    req = ucp_ep_flush_nbx(ep, &pp);
+    for (int i = 0; i < 500 && UCS_PTR_IS_PTR(req) &&
+                    ucp_request_check_status(req) == UCS_INPROGRESS; i++) {
+        ucp_worker_progress(worker);
+        usleep(1000);
+    }
+    n = wire_fetch_done(msg, 1);
+    send_raw(msg, (size_t)n);
+    progress_for(200, NULL);
+    printf("%s\n", closed ? "closed" : "kept");
+    fflush(stdout);
+    _exit(closed ? 0 : 1);
 }
 
 int main(int argc, char **argv)
@@ -270,6 +315,8 @@ int main(int argc, char **argv)
             } else if (strcmp(mode, "qstray") == 0) {
                 n = wire_qsub_reply(msg, 99, 0, 0, 1, NULL);
                 send_raw(msg, (size_t)n);
+            } else if (strcmp(mode, "rmaput") == 0 || strcmp(mode, "rmaget") == 0) {
+                rma(strcmp(mode, "rmaput") == 0);
             } else if (strcmp(mode, "qnoqueue") == 0) {
                 /* A fair request for a queue that does not exist: answered. */
                 n = wire_qsub(msg, 7, 0, 1, "no-such-queue");

@@ -312,8 +312,13 @@ def case_local_socket_uids(tmp, key):
     log = open(os.path.join(tmp, "uids-relay.log"), "ab")
     relay = None
     try:
-        wait_for("the uids daemon", lambda: os.path.exists(sock) and
-                 shmbroker.Client(sock).close() is None)
+        def daemon_up():
+            try:
+                shmbroker.Client(sock).close()
+                return True
+            except (OSError, errors.ShmBrokerError):
+                return False
+        wait_for("the uids daemon", daemon_up)
         relay = subprocess.Popen([RELAY, "--key-file", key, "--socket", sock], stdout=log,
                                  stderr=log)
         wait_for("the uids relay", lambda: os.path.exists(sock + ".relay") and
@@ -364,6 +369,18 @@ def run_cases(tmp, a, b, key):
                        timeout=WAIT)
     report(r.returncode != 0 and "chmod 600" in r.stderr, "a key file readable by others is refused",
            r.stderr.strip())
+
+    # A FIFO where the key should be is refused at once, not waited on.
+    fifo = os.path.join(tmp, "fifo-key")
+    os.mkfifo(fifo, 0o600)
+    try:
+        r = subprocess.run([RELAY, "--key-file", fifo, "--socket", a.sock, "--relay-socket",
+                            os.path.join(tmp, "x.relay")], stderr=subprocess.PIPE, text=True,
+                           timeout=WAIT)
+        report(r.returncode != 0 and "not a regular file" in r.stderr,
+               "a key file that is a FIFO is refused", r.stderr.strip())
+    except subprocess.TimeoutExpired:
+        report(False, "a key file that is a FIFO is refused", "the relay waited on it")
 
     # An idle relay sleeps in the kernel: its CPU time does not grow.
     def cpu_ticks(pid):
@@ -675,6 +692,25 @@ def run_cases(tmp, a, b, key):
                                           "ok": "behaves"}[mode],
                                          "disconnected" if want_closed else "kept"),
                r.stdout.strip() + " " + r.stderr.strip()[-300:])
+    # A peer that proved the key reads the object it fetched by RMA; it may
+    # not write it, nor read far outside the pool. Over TCP UCX emulates RMA
+    # and checks no remote key (a put there wrote the object, a get of an
+    # unmapped address killed the relay): the relay has to.
+    with a.client() as c:
+        c.put("rma-target", b"A" * 64)
+    for mode, what in (("rmaput", "write the object it fetched"),
+                       ("rmaget", "read outside the pool")):
+        r = subprocess.run(["ip", "netns", "exec", NS_B, HOSTILE, "%s:%d" % (IP_A, PORT), key,
+                            mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=WAIT * 2, env=dict(os.environ, UCX_TLS="tcp"))
+        alive = a.relay.poll() is None
+        with a.client() as c:
+            with c.get("rma-target") as pin:
+                intact = bytes(pin.view) == b"A" * 64
+        report(alive and intact and r.returncode in (0, 1),
+               "a peer cannot %s by RMA" % what,
+               "relay alive %s, object intact %s, %s" % (alive, intact,
+                                                         (r.stdout + r.stderr).strip()[-300:]))
     # Both daemons and both relays keep serving.
     k = "after-hostile"
     want = put_random(b, k, 1 << 20)
