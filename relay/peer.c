@@ -273,6 +273,19 @@ static void peer_accept(struct relay *r, ucp_conn_request_h req)
         ucp_listener_reject(r->listener, req);
         return;
     }
+    /* One address may not hold every seat with connections that never prove
+     * the key, so that the other relays still get in. */
+    unsigned unproven = 0;
+    LIST_FOREACH(p, &r->peers, link)
+        unproven += !p->configured && p->state == PEER_CONNECTING && strcmp(p->host, host) == 0;
+    if (unproven >= RELAY_UNPROVEN_PER_HOST) {
+        relay_log("refused a connection from %s:%s: %u connections from %s have not proved "
+                  "the key yet (at most %d from one address)", host, port, unproven, host,
+                  RELAY_UNPROVEN_PER_HOST);
+        r->refused++;
+        ucp_listener_reject(r->listener, req);
+        return;
+    }
     p = calloc(1, sizeof(*p));
     if (!p) {
         ucp_listener_reject(r->listener, req);
@@ -281,6 +294,7 @@ static void peer_accept(struct relay *r, ucp_conn_request_h req)
     p->relay = r;
     LIST_INIT(&p->served);
     snprintf(p->address, sizeof(p->address), "%s:%s", host, port);
+    snprintf(p->host, sizeof(p->host), "%s", host);
     ep_params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
                            UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     ep_params.conn_request = req;

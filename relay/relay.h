@@ -35,6 +35,8 @@
 #define RELAY_KEY_MAX 4096       /* a key file longer than this is not a key */
 #define RELAY_PEERS_MAX 64       /* peers named in flags and the peers file */
 #define RELAY_INBOUND_MAX 256    /* connections accepted from other relays at once */
+#define RELAY_UNPROVEN_PER_HOST 16 /* of those, from one address and not yet proved: a
+                                    * relay needs one, more is someone filling the rest */
 #define RELAY_AUTH_MS 5000       /* a connection that has not proved the key by then goes */
 #define RELAY_RETRY_MS 1000      /* a peer that cannot be reached is tried again this often */
 #define RELAY_SERVED_MAX 256     /* objects one peer may hold pinned here at once */
@@ -70,6 +72,7 @@ struct peer {
     bool configured;
     char name[RELAY_NAME_MAX + 1];   /* ours for it (configured) or its hello's */
     char address[96];                /* ADDR:PORT as given, or as seen */
+    char host[64];                   /* dialled us: the address it came from */
     struct sockaddr_storage sa;      /* configured: where to dial */
     socklen_t sa_len;
     ucp_ep_h ep;

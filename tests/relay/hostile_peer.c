@@ -9,6 +9,8 @@
  * it), nonutf8 (a fetch whose key is not UTF-8), badlen (a fetch whose key
  * length runs past the message), stray (a reply to a request never made),
  * rmaput and rmaget (RMA beyond reading the object fetched: see rma()),
+ * halfopen (300 connections that never prove the key, held 5 s after it
+ * prints "ready"),
  * and ok (proves the key and behaves: the relay must keep it, exit 1).
  * The serve-* modes listen at ADDR:PORT instead, for a relay that names this
  * peer with --peer, and answer its first fetch badly: serve-ctrltext (an
@@ -35,6 +37,7 @@ static int got_hello, got_auth, got_fetch, got_reply;
 static struct wire_msg reply;
 static uint64_t fetch_id;
 static ucp_conn_request_h conn_req;
+static struct sockaddr_storage dial_sa;
 
 static void on_err(void *arg, ucp_ep_h e, ucs_status_t st)
 {
@@ -211,7 +214,9 @@ int main(int argc, char **argv)
         epp.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
                          UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
         epp.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-        epp.sockaddr.addr = res->ai_addr;
+        /* A copy: the halfopen mode dials again after res is freed. */
+        memcpy(&dial_sa, res->ai_addr, res->ai_addrlen);
+        epp.sockaddr.addr = (struct sockaddr *)&dial_sa;
         epp.sockaddr.addrlen = res->ai_addrlen;
     }
     epp.err_mode = UCP_ERR_HANDLING_MODE_PEER;
@@ -250,6 +255,31 @@ int main(int argc, char **argv)
         _exit(closed ? 0 : 1);
     }
 
+    if (strcmp(mode, "halfopen") == 0) {
+        /* 300 connections from this address, each with a hello and never a
+         * proof, held 5 s after "ready" (the relay's auth deadline). */
+        static ucp_ep_h eps[300];
+        for (int i = 0; i < 300; i++) {
+            if (i > 0 && ucp_ep_create(worker, &epp, &eps[i]) != UCS_OK)
+                break;
+            if (i == 0)
+                eps[0] = ep;
+            ep = eps[i];
+            auth_nonce(my_nonce, sizeof(my_nonce));
+            n = wire_hello(msg, my_nonce, "halfopen");
+            send_raw(msg, (size_t)n);
+        }
+        for (int ms = 0; ms < 6000; ms++) {
+            while (ucp_worker_progress(worker))
+                ;
+            usleep(1000);
+            if (ms == 1000) {
+                printf("ready\n");
+                fflush(stdout);
+            }
+        }
+        _exit(0);
+    }
     if (strcmp(mode, "garbage") == 0) {
         for (int i = 0; i < 64; i++)
             msg[i] = (unsigned char)(0xA5 ^ i);

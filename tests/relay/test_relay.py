@@ -711,6 +711,26 @@ def run_cases(tmp, a, b, key):
                "a peer cannot %s by RMA" % what,
                "relay alive %s, object intact %s, %s" % (alive, intact,
                                                          (r.stdout + r.stderr).strip()[-300:]))
+    # Connections that never prove the key, from one address, do not take
+    # every seat of the listener: another relay still gets in.
+    flood = subprocess.Popen(["ip", "netns", "exec", NS_A, HOSTILE, "%s:%d" % (IP_A, PORT), key,
+                              "halfopen"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=dict(os.environ, UCX_TLS="tcp"))
+    try:
+        ready = ""
+        for line in flood.stdout:  # UCX may log there too
+            if line.strip() == "ready":
+                ready = "ready"
+                break
+        r = subprocess.run(["ip", "netns", "exec", NS_B, HOSTILE, "%s:%d" % (IP_A, PORT), key,
+                            "ok"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=WAIT * 2, env=dict(os.environ, UCX_TLS="tcp"))
+        report(ready == "ready" and r.returncode == 1,
+               "300 connections from one address that never prove the key leave room for "
+               "a relay", "%s; %s" % (ready, (r.stdout + r.stderr).strip()[-300:]))
+    finally:
+        flood.kill()
+        flood.wait(10)
     # Both daemons and both relays keep serving.
     k = "after-hostile"
     want = put_random(b, k, 1 << 20)
