@@ -215,6 +215,8 @@ void fetch_on_request(struct peer *p, const struct wire_msg *m)
     }
     s->id = m->id;
     memcpy(s->key, m->key, sizeof(s->key));
+    s->addr = (uint64_t)(uintptr_t)ptr;
+    s->size = size;
     LIST_INSERT_HEAD(&p->served, s, link);
     p->nserved++;
     p->fetches_served++;
@@ -222,6 +224,20 @@ void fetch_on_request(struct peer *p, const struct wire_msg *m)
                          r->pool_rkey_len, NULL);
     if (n > 0)
         peer_send(p, out, (size_t)n);
+}
+
+bool fetch_rma_readable(const struct relay *r, uint64_t addr, uint64_t len)
+{
+    const struct peer *p;
+    const struct served *s;
+    LIST_FOREACH(p, &r->peers, link) {
+        if (p->state != PEER_READY)
+            continue;
+        LIST_FOREACH(s, &p->served, link)
+            if (addr >= s->addr && len <= s->size && addr - s->addr <= s->size - len)
+                return true;
+    }
+    return false;
 }
 
 static void served_release(struct relay *r, struct peer *p, struct served *s)

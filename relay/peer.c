@@ -532,12 +532,12 @@ static void on_timer(uv_timer_t *h)
 }
 
 /* UCX emulates RMA where the transport has none (TCP) with messages of its
- * own, handled inside progress, and those handlers check no remote key: an
- * authenticated peer could write any byte of this process (a put) or read,
- * and by reading an unmapped address crash, any byte (a get), not only the
- * pool the rkey covers. Only gets of the registered pool are the relay's
- * business, so before the worker is made: puts dropped, and gets outside
- * the pool dropped. The handlers are UCX 1.13's exported tables,
+ * own, handled inside progress, and those handlers check no remote key and
+ * no proof: any connection, before it proved the key or without it, could
+ * write any byte of this process (a put) or read, and by reading an
+ * unmapped address crash, any byte (a get). Only gets of an object pinned
+ * for a peer that proved the key are the relay's business, so before the
+ * worker is made: puts dropped, and gets elsewhere dropped. The handlers are UCX 1.13's exported tables,
  * whose first two fields (the features that install a handler, its
  * callback) and the get request's first two (address, length) are read
  * here; another UCX leaves them alone, and the relay says so. A peer's
@@ -561,10 +561,10 @@ static ucs_status_t guarded_get_req(void *arg, void *data, size_t length, unsign
     memcpy(&addr, data, sizeof(addr));
     memcpy(&len, (const char *)data + sizeof(addr), sizeof(len));
     if (!r->pool_base || addr < base || len > r->pool_size ||
-        addr - base > r->pool_size - len) {
-        relay_log("dropped a peer's emulated RMA read of %llu bytes at %#llx, outside "
-                  "the pool's registered %zu bytes at %p", (unsigned long long)len,
-                  (unsigned long long)addr, r->pool_size, r->pool_base);
+        addr - base > r->pool_size - len || !r->hooks.rma_readable(r, addr, len)) {
+        relay_log("dropped a peer's emulated RMA read of %llu bytes at %#llx: no object "
+                  "pinned for a peer that proved the key lies there", (unsigned long long)len,
+                  (unsigned long long)addr);
         return UCS_OK;
     }
     return ucx_get_req_cb(arg, data, length, flags);

@@ -54,6 +54,7 @@ struct transfer;
 struct served {
     LIST_ENTRY(served) link;
     uint64_t id;
+    uint64_t addr, size; /* where the object lies in our mapping */
     char key[SHMB_KEY_MAX_LEN + 1];
 };
 
@@ -126,6 +127,9 @@ struct relay_hooks {
      * why in err. The relay's socket has the daemon socket's mode, but the
      * daemon may admit fewer (--allow-uid, --allow-gid, a pool's group). */
     int (*local_admit)(struct relay *r, uid_t uid, struct shmb_error *err);
+    /* Whether a peer may read len bytes at addr of our mapping by RMA: they
+     * lie in an object pinned for a peer that proved the key. */
+    bool (*rma_readable)(const struct relay *r, uint64_t addr, uint64_t len);
     /* lc is closing: whatever waits for it forgets it. */
     void (*local_gone)(struct local_client *lc);
     /* The status fields of the rooms above, added to the status reply. */
@@ -212,6 +216,7 @@ void fetch_poll(struct relay *r);
 void fetch_peer_gone(struct peer *p);
 void fetch_client_gone(struct relay *r, struct local_client *lc);
 int fetch_admit(struct relay *r, uid_t uid, struct shmb_error *err);
+bool fetch_rma_readable(const struct relay *r, uint64_t addr, uint64_t len);
 /* When the next transfer is due (UINT64_MAX: none), and failing those due:
  * an unanswered request fails with ETIMEDOUT, a read that does not end closes
  * the peer's connection. */

@@ -9,6 +9,7 @@
  * it), nonutf8 (a fetch whose key is not UTF-8), badlen (a fetch whose key
  * length runs past the message), stray (a reply to a request never made),
  * rmaput and rmaget (RMA beyond reading the object fetched: see rma()),
+ * unproven (RMA without proving the key: see unproven_rma()),
  * halfopen (300 connections that never prove the key, held 5 s after it
  * prints "ready"),
  * and ok (proves the key and behaves: the relay must keep it, exit 1).
@@ -139,6 +140,47 @@ static void rma(bool put)
     send_raw(msg, (size_t)n);
     progress_for(200, NULL);
     printf("%s\n", closed ? "closed" : "kept");
+    fflush(stdout);
+    _exit(closed ? 0 : 1);
+}
+
+/* Without proving the key: read 8 bytes at $HOSTILE_ADDR by RMA (printing
+ * them, hex) and write "OWNED!!!" there, with a remote key of this
+ * program's own memory (UCX's emulated RMA over TCP reads none). Each is
+ * given 1 s; then the program exits (0: closed, 1: kept). */
+static void unproven_rma(ucp_context_h ctx)
+{
+    static char buf[64] = "OWNED!!!";
+    unsigned char got[8] = {0};
+    ucp_mem_map_params_t mp = {0};
+    ucp_request_param_t pp = {0};
+    ucp_mem_h mh;
+    void *packed;
+    size_t packed_len;
+    ucp_rkey_h rk;
+    const char *a = getenv("HOSTILE_ADDR");
+    uint64_t addr = a ? strtoull(a, NULL, 0) : 0;
+
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = buf;
+    mp.length = sizeof(buf);
+    if (ucp_mem_map(ctx, &mp, &mh) != UCS_OK ||
+        ucp_rkey_pack(ctx, mh, &packed, &packed_len) != UCS_OK ||
+        ucp_ep_rkey_unpack(ep, packed, &rk) != UCS_OK)
+        _exit(2);
+    for (int put = 0; put < 2; put++) {
+        ucs_status_ptr_t req = put ? ucp_put_nbx(ep, buf, 8, addr, rk, &pp)
+                                   : ucp_get_nbx(ep, got, sizeof(got), addr, rk, &pp);
+        for (int i = 0; i < 1000 && UCS_PTR_IS_PTR(req) &&
+                        ucp_request_check_status(req) == UCS_INPROGRESS; i++) {
+            ucp_worker_progress(worker);
+            usleep(1000);
+        }
+    }
+    printf("read ");
+    for (unsigned i = 0; i < sizeof(got); i++)
+        printf("%02x", got[i]);
+    printf("\n%s\n", closed ? "closed" : "kept");
     fflush(stdout);
     _exit(closed ? 0 : 1);
 }
@@ -293,6 +335,9 @@ int main(int argc, char **argv)
         if (!got_hello) {
             fprintf(stderr, "relay-hostile-peer: no hello from the relay\n");
             return closed ? 0 : 2;
+        }
+        if (strcmp(mode, "unproven") == 0) {
+            unproven_rma(ctx);
         }
         if (strcmp(mode, "early") == 0) {
             n = wire_fetch(msg, 1, "some-key");

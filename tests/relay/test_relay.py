@@ -692,6 +692,28 @@ def run_cases(tmp, a, b, key):
                                           "ok": "behaves"}[mode],
                                          "disconnected" if want_closed else "kept"),
                r.stdout.strip() + " " + r.stderr.strip()[-300:])
+    # A connection that has not proved the key reads and writes nothing by
+    # RMA, even knowing where the pool lies (here from /proc): over TCP UCX
+    # emulates RMA and checks neither a remote key nor the proof, and such a
+    # connection used to overwrite the pool's header.
+    seg = "/dev/shm/" + TAG + "A"
+    with open("/proc/%d/maps" % a.relay_pid()) as f:
+        base = [l.split("-")[0] for l in f if l.rstrip().endswith(seg)][:1]
+    with open(seg, "rb") as f:
+        header = f.read(8)
+    r = subprocess.run(["ip", "netns", "exec", NS_B, HOSTILE, "%s:%d" % (IP_A, PORT), key,
+                        "unproven"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=WAIT * 2, env=dict(os.environ, UCX_TLS="tcp",
+                                                  HOSTILE_ADDR="0x" + (base or ["0"])[0]))
+    with open(seg, "rb") as f:
+        after = f.read(8)
+    read = [l for l in r.stdout.split() if len(l) == 16]
+    report(base and after == header and read and read[0] != header.hex()
+           and a.relay.poll() is None,
+           "a connection that did not prove the key cannot read or write the pool by RMA",
+           "header %r -> %r, read %s; %s" % (header, after, read,
+                                             (r.stdout + r.stderr).strip()[-200:]))
+
     # A peer that proved the key reads the object it fetched by RMA; it may
     # not write it, nor read far outside the pool. Over TCP UCX emulates RMA
     # and checks no remote key (a put there wrote the object, a get of an
