@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -72,9 +73,14 @@ int fetch_register_pool(struct relay *r, struct shmb_error *err)
     fetch_unregister_pool(r);
     if (!c->map)
         return shmb_error_set(err, -ENOTCONN, "Not connected to the local daemon.");
-    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_PROT;
     mp.address = c->map;
     mp.length = c->map_size;
+    /* Peers read the pool; none may write it (RDMA enforces this in the
+     * hardware; TCP's emulation is held to it by peer.c). */
+    mp.prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE |
+              UCP_MEM_MAP_PROT_REMOTE_READ;
     st = ucp_mem_map(r->ctx, &mp, &r->pool_memh);
     if (st != UCS_OK) {
         r->pool_memh = NULL;
@@ -103,6 +109,46 @@ void fetch_unregister_pool(struct relay *r)
     r->pool_memh = NULL;
     r->pool_base = NULL;
     r->pool_size = 0;
+}
+
+/* A local client of uid may use the relay when the daemon admits it: root
+ * and the relay's own user, as the daemon admits them, or a uid with a
+ * connection of its own to the daemon in the relay's pool (the daemon let
+ * it past --allow-uid, --allow-gid and the pool's group). The relay's socket
+ * alone cannot say so: it has the daemon socket's mode, which may admit
+ * more than the daemon does. */
+int fetch_admit(struct relay *r, uid_t uid, struct shmb_error *err)
+{
+    shmb_clients_t *list = NULL;
+    const char *mine = NULL;
+    bool found = false;
+    int rc;
+
+    if (uid == 0 || uid == geteuid())
+        return 0;
+    rc = shmb_clients(r->c, &list);
+    if (rc == -ECONNRESET) {
+        fetch_daemon_lost(r);
+        rc = shmb_clients(r->c, &list);
+    }
+    if (rc < 0)
+        return shmb_error_set(err, -EPERM,
+                              "The relay cannot ask the daemon whether uid %u may use it "
+                              "(%s); try again.", (unsigned)uid, shmb_errmsg(r->c));
+    for (size_t i = 0; i < list->count; i++)
+        if (list->clients[i].self)
+            mine = list->pools[i];
+    for (size_t i = 0; mine && i < list->count && !found; i++)
+        found = !list->clients[i].self && list->clients[i].uid == (int64_t)uid &&
+                strcmp(list->pools[i], mine) == 0;
+    shmb_clients_free(list);
+    if (!found)
+        return shmb_error_set(err, -EPERM,
+                              "uid %u has no connection to the daemon at %s in the relay's "
+                              "pool, so the relay does not serve it: connect to the daemon "
+                              "first (the daemon's --allow-uid, --allow-gid and the pool's "
+                              "group say who may).", (unsigned)uid, r->daemon_socket);
+    return 0;
 }
 
 /* ---- serving ------------------------------------------------------------ */
@@ -169,6 +215,8 @@ void fetch_on_request(struct peer *p, const struct wire_msg *m)
     }
     s->id = m->id;
     memcpy(s->key, m->key, sizeof(s->key));
+    s->addr = (uint64_t)(uintptr_t)ptr;
+    s->size = size;
     LIST_INSERT_HEAD(&p->served, s, link);
     p->nserved++;
     p->fetches_served++;
@@ -176,6 +224,20 @@ void fetch_on_request(struct peer *p, const struct wire_msg *m)
                          r->pool_rkey_len, NULL);
     if (n > 0)
         peer_send(p, out, (size_t)n);
+}
+
+bool fetch_rma_readable(const struct relay *r, uint64_t addr, uint64_t len)
+{
+    const struct peer *p;
+    const struct served *s;
+    LIST_FOREACH(p, &r->peers, link) {
+        if (p->state != PEER_READY)
+            continue;
+        LIST_FOREACH(s, &p->served, link)
+            if (addr >= s->addr && len <= s->size && addr - s->addr <= s->size - len)
+                return true;
+    }
+    return false;
 }
 
 static void served_release(struct relay *r, struct peer *p, struct served *s)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -159,9 +160,24 @@ static void local_status(struct local_client *lc)
 static void local_request(struct local_client *lc, const char *line, size_t len)
 {
     json_error_t jerr;
-    json_t *req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *req = NULL;
     const char *op = NULL;
 
+    /* Asked at the first request, not at accept: a client connects to the
+     * daemon first, and the daemon's list of clients is what says that it
+     * may. */
+    if (!lc->admitted) {
+        struct shmb_error err = {0};
+        if (lc->relay->hooks.local_admit(lc->relay, lc->uid, &err) < 0) {
+            relay_log("refused a local client of uid %u: %s", (unsigned)lc->uid,
+                      err.message);
+            local_reply_error(lc, err.code, "%s", err.message);
+            local_client_close(lc);
+            return;
+        }
+        lc->admitted = true;
+    }
+    req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!req || json_unpack_ex(req, &jerr, 0, "{s:s}", "op", &op) < 0)
         local_reply_error(lc, -EINVAL, "A request is one JSON object with an \"op\": %s.",
                           jerr.text);
@@ -219,6 +235,18 @@ static void on_connection(uv_stream_t *server, int status)
     }
     LIST_INSERT_HEAD(&r->clients, lc, link);
     r->nclients++;
+    {
+        struct ucred cred;
+        socklen_t clen = sizeof(cred);
+        uv_os_fd_t fd;
+        if (uv_fileno((uv_handle_t *)&lc->pipe, &fd) < 0 ||
+            getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0) {
+            relay_log("cannot read a local client's credentials; closing it");
+            local_client_close(lc);
+            return;
+        }
+        lc->uid = cred.uid;
+    }
     if (r->nclients > RELAY_LOCAL_MAX) {
         local_reply_error(lc, -EMFILE, "The relay serves %d local clients at most.",
                           RELAY_LOCAL_MAX);

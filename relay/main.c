@@ -181,6 +181,8 @@ static const struct relay_hooks hooks = {
     .next_deadline = next_deadline,
     .expire = on_expire,
     .local_request = on_local_request,
+    .local_admit = fetch_admit,
+    .rma_readable = fetch_rma_readable,
     .local_gone = on_local_gone,
     .status = on_status,
 };

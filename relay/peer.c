@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <uct/api/uct.h>
+
 #include "relay.h"
 
 /* A connection request the listener took, handled after progress: an
@@ -271,6 +273,19 @@ static void peer_accept(struct relay *r, ucp_conn_request_h req)
         ucp_listener_reject(r->listener, req);
         return;
     }
+    /* One address may not hold every seat with connections that never prove
+     * the key, so that the other relays still get in. */
+    unsigned unproven = 0;
+    LIST_FOREACH(p, &r->peers, link)
+        unproven += !p->configured && p->state == PEER_CONNECTING && strcmp(p->host, host) == 0;
+    if (unproven >= RELAY_UNPROVEN_PER_HOST) {
+        relay_log("refused a connection from %s:%s: %u connections from %s have not proved "
+                  "the key yet (at most %d from one address)", host, port, unproven, host,
+                  RELAY_UNPROVEN_PER_HOST);
+        r->refused++;
+        ucp_listener_reject(r->listener, req);
+        return;
+    }
     p = calloc(1, sizeof(*p));
     if (!p) {
         ucp_listener_reject(r->listener, req);
@@ -279,6 +294,7 @@ static void peer_accept(struct relay *r, ucp_conn_request_h req)
     p->relay = r;
     LIST_INIT(&p->served);
     snprintf(p->address, sizeof(p->address), "%s:%s", host, port);
+    snprintf(p->host, sizeof(p->host), "%s", host);
     ep_params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
                            UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     ep_params.conn_request = req;
@@ -515,6 +531,76 @@ static void on_timer(uv_timer_t *h)
     peer_kick(r);
 }
 
+/* UCX emulates RMA where the transport has none (TCP) with messages of its
+ * own, handled inside progress, and those handlers check no remote key and
+ * no proof: any connection, before it proved the key or without it, could
+ * write any byte of this process (a put) or read, and by reading an
+ * unmapped address crash, any byte (a get). Only gets of an object pinned
+ * for a peer that proved the key are the relay's business, so before the
+ * worker is made: puts dropped, and gets elsewhere dropped. The handlers are UCX 1.13's exported tables,
+ * whose first two fields (the features that install a handler, its
+ * callback) and the get request's first two (address, length) are read
+ * here; another UCX leaves them alone, and the relay says so. A peer's
+ * put or get dropped never completes: its own relay's fetch times out. */
+struct ucx_am_handler_head {
+    uint64_t features;
+    uct_am_callback_t cb;
+};
+extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_PUT __attribute__((weak));
+extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_GET_REQ __attribute__((weak));
+static struct relay *guarded_relay;
+static uct_am_callback_t ucx_get_req_cb;
+
+static ucs_status_t guarded_get_req(void *arg, void *data, size_t length, unsigned flags)
+{
+    const struct relay *r = guarded_relay;
+    uint64_t addr, len, base = (uint64_t)(uintptr_t)r->pool_base;
+
+    if (length < 2 * sizeof(uint64_t))
+        return UCS_OK;
+    memcpy(&addr, data, sizeof(addr));
+    memcpy(&len, (const char *)data + sizeof(addr), sizeof(len));
+    if (!r->pool_base || addr < base || len > r->pool_size ||
+        addr - base > r->pool_size - len || !r->hooks.rma_readable(r, addr, len)) {
+        relay_log("dropped a peer's emulated RMA read of %llu bytes at %#llx: no object "
+                  "pinned for a peer that proved the key lies there", (unsigned long long)len,
+                  (unsigned long long)addr);
+        return UCS_OK;
+    }
+    return ucx_get_req_cb(arg, data, length, flags);
+}
+
+static ucs_status_t dropped_put(void *arg, void *data, size_t length, unsigned flags)
+{
+    uint64_t addr = 0;
+    (void)arg, (void)flags;
+    if (length >= sizeof(addr))
+        memcpy(&addr, data, sizeof(addr));
+    relay_log("dropped a peer's emulated RMA write of %zu bytes at %#llx: peers may only "
+              "read the pool", length, (unsigned long long)addr);
+    return UCS_OK;
+}
+
+static void guard_emulated_rma(struct relay *r)
+{
+    unsigned major = 0, minor = 0, release = 0;
+
+    ucp_get_version(&major, &minor, &release);
+    if (major != 1 || minor != 13 || !&ucp_am_handler_UCP_AM_ID_PUT ||
+        !&ucp_am_handler_UCP_AM_ID_GET_REQ || !ucp_am_handler_UCP_AM_ID_GET_REQ.cb) {
+        relay_log("UCX %u.%u: the relay cannot keep peers' emulated RMA (TCP) to reads of "
+                  "the pool; a peer that proves the key may read and write this process",
+                  major, minor);
+        return;
+    }
+    guarded_relay = r;
+    ucp_am_handler_UCP_AM_ID_PUT.cb = dropped_put;
+    if (ucp_am_handler_UCP_AM_ID_GET_REQ.cb != guarded_get_req) {
+        ucx_get_req_cb = ucp_am_handler_UCP_AM_ID_GET_REQ.cb;
+        ucp_am_handler_UCP_AM_ID_GET_REQ.cb = guarded_get_req;
+    }
+}
+
 int peer_setup(struct relay *r, struct shmb_error *err)
 {
     ucp_params_t params = {0};
@@ -540,6 +626,7 @@ int peer_setup(struct relay *r, struct shmb_error *err)
     if (st != UCS_OK)
         return shmb_error_set(err, -EIO, "UCX did not start: %s. Check UCX_TLS and "
                               "UCX_NET_DEVICES.", ucs_status_string(st));
+    guard_emulated_rma(r);
     wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
     st = ucp_worker_create(r->ctx, &wparams, &r->worker);

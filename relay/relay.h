@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include <jansson.h>
 #include <ucp/api/ucp.h>
@@ -34,6 +35,8 @@
 #define RELAY_KEY_MAX 4096       /* a key file longer than this is not a key */
 #define RELAY_PEERS_MAX 64       /* peers named in flags and the peers file */
 #define RELAY_INBOUND_MAX 256    /* connections accepted from other relays at once */
+#define RELAY_UNPROVEN_PER_HOST 16 /* of those, from one address and not yet proved: a
+                                    * relay needs one, more is someone filling the rest */
 #define RELAY_AUTH_MS 5000       /* a connection that has not proved the key by then goes */
 #define RELAY_RETRY_MS 1000      /* a peer that cannot be reached is tried again this often */
 #define RELAY_SERVED_MAX 256     /* objects one peer may hold pinned here at once */
@@ -51,6 +54,7 @@ struct transfer;
 struct served {
     LIST_ENTRY(served) link;
     uint64_t id;
+    uint64_t addr, size; /* where the object lies in our mapping */
     char key[SHMB_KEY_MAX_LEN + 1];
 };
 
@@ -69,6 +73,7 @@ struct peer {
     bool configured;
     char name[RELAY_NAME_MAX + 1];   /* ours for it (configured) or its hello's */
     char address[96];                /* ADDR:PORT as given, or as seen */
+    char host[64];                   /* dialled us: the address it came from */
     struct sockaddr_storage sa;      /* configured: where to dial */
     socklen_t sa_len;
     ucp_ep_h ep;
@@ -95,6 +100,8 @@ struct local_client {
     size_t len;
     bool closing;
     unsigned waiting; /* fetches this client waits for */
+    uid_t uid;        /* its credentials, from the socket */
+    bool admitted;    /* the daemon admits its uid (relay_hooks.local_admit) */
 };
 
 /* What the transport rooms (peer.c, local.c) hand up to the rooms above
@@ -116,6 +123,13 @@ struct relay_hooks {
     /* A local request other than status: its op and the parsed line
      * (borrowed); the callee answers with local_reply or local_reply_error. */
     void (*local_request)(struct local_client *lc, const char *op, json_t *req);
+    /* Whether a local client of uid may use the relay: 0, or -EPERM with
+     * why in err. The relay's socket has the daemon socket's mode, but the
+     * daemon may admit fewer (--allow-uid, --allow-gid, a pool's group). */
+    int (*local_admit)(struct relay *r, uid_t uid, struct shmb_error *err);
+    /* Whether a peer may read len bytes at addr of our mapping by RMA: they
+     * lie in an object pinned for a peer that proved the key. */
+    bool (*rma_readable)(const struct relay *r, uint64_t addr, uint64_t len);
     /* lc is closing: whatever waits for it forgets it. */
     void (*local_gone)(struct local_client *lc);
     /* The status fields of the rooms above, added to the status reply. */
@@ -201,6 +215,8 @@ void fetch_on_done(struct peer *p, const struct wire_msg *m);
 void fetch_poll(struct relay *r);
 void fetch_peer_gone(struct peer *p);
 void fetch_client_gone(struct relay *r, struct local_client *lc);
+int fetch_admit(struct relay *r, uid_t uid, struct shmb_error *err);
+bool fetch_rma_readable(const struct relay *r, uint64_t addr, uint64_t len);
 /* When the next transfer is due (UINT64_MAX: none), and failing those due:
  * an unanswered request fails with ETIMEDOUT, a read that does not end closes
  * the peer's connection. */

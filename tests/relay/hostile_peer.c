@@ -8,6 +8,10 @@
  * early (a fetch before proving the key), huge (a 1 MiB message after proving
  * it), nonutf8 (a fetch whose key is not UTF-8), badlen (a fetch whose key
  * length runs past the message), stray (a reply to a request never made),
+ * rmaput and rmaget (RMA beyond reading the object fetched: see rma()),
+ * unproven (RMA without proving the key: see unproven_rma()),
+ * halfopen (300 connections that never prove the key, held 5 s after it
+ * prints "ready"),
  * and ok (proves the key and behaves: the relay must keep it, exit 1).
  * The serve-* modes listen at ADDR:PORT instead, for a relay that names this
  * peer with --peer, and answer its first fetch badly: serve-ctrltext (an
@@ -30,9 +34,11 @@ static ucp_worker_h worker;
 static ucp_ep_h ep;
 static int closed;
 static unsigned char their_nonce[WIRE_NONCE_LEN], my_nonce[WIRE_NONCE_LEN];
-static int got_hello, got_auth, got_fetch;
+static int got_hello, got_auth, got_fetch, got_reply;
+static struct wire_msg reply;
 static uint64_t fetch_id;
 static ucp_conn_request_h conn_req;
+static struct sockaddr_storage dial_sa;
 
 static void on_err(void *arg, ucp_ep_h e, ucs_status_t st)
 {
@@ -54,6 +60,9 @@ static ucs_status_t on_am(void *arg, const void *h, size_t hl, void *data, size_
             got_hello = 1;
         } else if (m->type == WIRE_AUTH) {
             got_auth = 1;
+        } else if (m->type == WIRE_FETCH_REPLY) {
+            reply = *m;
+            got_reply = 1;
         } else if (m->type == WIRE_FETCH) {
             fetch_id = m->id;
             got_fetch = 1;
@@ -93,6 +102,87 @@ static void progress_for(int ms, int *cond)
             ;
         usleep(1000);
     }
+}
+
+/* Fetch the object "rma-target" as a relay would, then with its rkey write
+ * "OWNED!!!" over its first bytes (put), or read 8 bytes at 0x1000, far
+ * outside the pool (get); either is given 1 s, then the fetch is done and
+ * the program exits (0: the relay closed the connection, 1: it kept it). */
+static void rma(bool put)
+{
+    static char bytes[8] = "OWNED!!!";
+    unsigned char msg[WIRE_MSG_MAX];
+    ucp_request_param_t pp = {0};
+    ucs_status_ptr_t req;
+    ucp_rkey_h rk;
+    int n = wire_fetch(msg, 1, "rma-target");
+
+    send_raw(msg, (size_t)n);
+    progress_for(5000, &got_reply);
+    if (!got_reply || reply.code != 0 || ucp_ep_rkey_unpack(ep, reply.rkey, &rk) != UCS_OK) {
+        fprintf(stderr, "relay-hostile-peer: no object rma-target to aim at\n");
+        _exit(2);
+    }
+    req = put ? ucp_put_nbx(ep, bytes, sizeof(bytes), reply.addr, rk, &pp)
+              : ucp_get_nbx(ep, bytes, sizeof(bytes), 0x1000, rk, &pp);
+    for (int i = 0; i < 500 && UCS_PTR_IS_PTR(req) &&
+                    ucp_request_check_status(req) == UCS_INPROGRESS; i++) {
+        ucp_worker_progress(worker);
+        usleep(1000);
+    }
+    req = ucp_ep_flush_nbx(ep, &pp);
+    for (int i = 0; i < 500 && UCS_PTR_IS_PTR(req) &&
+                    ucp_request_check_status(req) == UCS_INPROGRESS; i++) {
+        ucp_worker_progress(worker);
+        usleep(1000);
+    }
+    n = wire_fetch_done(msg, 1);
+    send_raw(msg, (size_t)n);
+    progress_for(200, NULL);
+    printf("%s\n", closed ? "closed" : "kept");
+    fflush(stdout);
+    _exit(closed ? 0 : 1);
+}
+
+/* Without proving the key: read 8 bytes at $HOSTILE_ADDR by RMA (printing
+ * them, hex) and write "OWNED!!!" there, with a remote key of this
+ * program's own memory (UCX's emulated RMA over TCP reads none). Each is
+ * given 1 s; then the program exits (0: closed, 1: kept). */
+static void unproven_rma(ucp_context_h ctx)
+{
+    static char buf[64] = "OWNED!!!";
+    unsigned char got[8] = {0};
+    ucp_mem_map_params_t mp = {0};
+    ucp_request_param_t pp = {0};
+    ucp_mem_h mh;
+    void *packed;
+    size_t packed_len;
+    ucp_rkey_h rk;
+    const char *a = getenv("HOSTILE_ADDR");
+    uint64_t addr = a ? strtoull(a, NULL, 0) : 0;
+
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = buf;
+    mp.length = sizeof(buf);
+    if (ucp_mem_map(ctx, &mp, &mh) != UCS_OK ||
+        ucp_rkey_pack(ctx, mh, &packed, &packed_len) != UCS_OK ||
+        ucp_ep_rkey_unpack(ep, packed, &rk) != UCS_OK)
+        _exit(2);
+    for (int put = 0; put < 2; put++) {
+        ucs_status_ptr_t req = put ? ucp_put_nbx(ep, buf, 8, addr, rk, &pp)
+                                   : ucp_get_nbx(ep, got, sizeof(got), addr, rk, &pp);
+        for (int i = 0; i < 1000 && UCS_PTR_IS_PTR(req) &&
+                        ucp_request_check_status(req) == UCS_INPROGRESS; i++) {
+            ucp_worker_progress(worker);
+            usleep(1000);
+        }
+    }
+    printf("read ");
+    for (unsigned i = 0; i < sizeof(got); i++)
+        printf("%02x", got[i]);
+    printf("\n%s\n", closed ? "closed" : "kept");
+    fflush(stdout);
+    _exit(closed ? 0 : 1);
 }
 
 int main(int argc, char **argv)
@@ -166,7 +256,9 @@ int main(int argc, char **argv)
         epp.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
                          UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
         epp.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-        epp.sockaddr.addr = res->ai_addr;
+        /* A copy: the halfopen mode dials again after res is freed. */
+        memcpy(&dial_sa, res->ai_addr, res->ai_addrlen);
+        epp.sockaddr.addr = (struct sockaddr *)&dial_sa;
         epp.sockaddr.addrlen = res->ai_addrlen;
     }
     epp.err_mode = UCP_ERR_HANDLING_MODE_PEER;
@@ -205,6 +297,31 @@ int main(int argc, char **argv)
         _exit(closed ? 0 : 1);
     }
 
+    if (strcmp(mode, "halfopen") == 0) {
+        /* 300 connections from this address, each with a hello and never a
+         * proof, held 5 s after "ready" (the relay's auth deadline). */
+        static ucp_ep_h eps[300];
+        for (int i = 0; i < 300; i++) {
+            if (i > 0 && ucp_ep_create(worker, &epp, &eps[i]) != UCS_OK)
+                break;
+            if (i == 0)
+                eps[0] = ep;
+            ep = eps[i];
+            auth_nonce(my_nonce, sizeof(my_nonce));
+            n = wire_hello(msg, my_nonce, "halfopen");
+            send_raw(msg, (size_t)n);
+        }
+        for (int ms = 0; ms < 6000; ms++) {
+            while (ucp_worker_progress(worker))
+                ;
+            usleep(1000);
+            if (ms == 1000) {
+                printf("ready\n");
+                fflush(stdout);
+            }
+        }
+        _exit(0);
+    }
     if (strcmp(mode, "garbage") == 0) {
         for (int i = 0; i < 64; i++)
             msg[i] = (unsigned char)(0xA5 ^ i);
@@ -218,6 +335,9 @@ int main(int argc, char **argv)
         if (!got_hello) {
             fprintf(stderr, "relay-hostile-peer: no hello from the relay\n");
             return closed ? 0 : 2;
+        }
+        if (strcmp(mode, "unproven") == 0) {
+            unproven_rma(ctx);
         }
         if (strcmp(mode, "early") == 0) {
             n = wire_fetch(msg, 1, "some-key");
@@ -270,6 +390,8 @@ int main(int argc, char **argv)
             } else if (strcmp(mode, "qstray") == 0) {
                 n = wire_qsub_reply(msg, 99, 0, 0, 1, NULL);
                 send_raw(msg, (size_t)n);
+            } else if (strcmp(mode, "rmaput") == 0 || strcmp(mode, "rmaget") == 0) {
+                rma(strcmp(mode, "rmaput") == 0);
             } else if (strcmp(mode, "qnoqueue") == 0) {
                 /* A fair request for a queue that does not exist: answered. */
                 n = wire_qsub(msg, 7, 0, 1, "no-such-queue");

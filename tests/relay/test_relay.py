@@ -294,9 +294,83 @@ def main():
     sys.exit(1 if failures else 0)
 
 
+ALLOWED_UID, REFUSED_UID = 12345, 65534  # neither is root nor the relay's user
+
+ASK_AS = r"""
+import json, socket, sys
+sys.path.insert(0, sys.argv[1])
+import shmbroker
+daemon, relay, connect_first = sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+c = shmbroker.Client(daemon) if connect_first else None
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(30)
+s.connect(relay)
+s.sendall(b'{"op":"status"}\n{"op":"fetch","peer":"nobody-here","key":"k"}\n')
+print(s.makefile("rb").readline().decode().strip())
+"""
+
+
+def case_local_socket_uids(tmp, key):
+    """The relay's socket has the daemon socket's mode (0666 here), but the
+    daemon admits only ALLOWED_UID: a uid the daemon refuses is refused by
+    the relay too (else it could make the relay allocate in the pool, make
+    queues and take remote seats), one it admits and that is connected to
+    the daemon is served."""
+    os.chmod(tmp, 0o711)
+    sock = os.path.join(tmp, "uids.sock")
+    daemon = subprocess.Popen([DAEMON, "--socket", sock, "--name", TAG + "u", "--size", "16M",
+                               "--fresh", "--socket-mode", "0666", "--allow-uid",
+                               str(ALLOWED_UID)], stdout=subprocess.DEVNULL,
+                              stderr=open(os.path.join(tmp, "uids-daemon.log"), "ab"))
+    log = open(os.path.join(tmp, "uids-relay.log"), "ab")
+    relay = None
+    try:
+        def daemon_up():
+            try:
+                shmbroker.Client(sock).close()
+                return True
+            except (OSError, errors.ShmBrokerError):
+                return False
+        wait_for("the uids daemon", daemon_up)
+        relay = subprocess.Popen([RELAY, "--key-file", key, "--socket", sock], stdout=log,
+                                 stderr=log)
+        wait_for("the uids relay", lambda: os.path.exists(sock + ".relay") and
+                 ask(sock + ".relay", {"op": "status"})["ok"])
+
+        def ask_as(uid, connect_first):
+            r = subprocess.run(["/usr/bin/python3", "-c", ASK_AS,
+                                os.path.join(ROOT, "client", "python"), sock,
+                                sock + ".relay", "1" if connect_first else "0"],
+                               user=uid, group=uid, extra_groups=[], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=WAIT)
+            try:
+                return json.loads(r.stdout)
+            except ValueError:
+                return {"stdout": r.stdout, "stderr": r.stderr[-300:]}
+
+        refused = ask_as(REFUSED_UID, False)
+        report(refused.get("error") == "EPERM",
+               "a uid the daemon refuses is refused by the relay's socket", str(refused)[:200])
+        served = ask_as(ALLOWED_UID, True)
+        report(served.get("ok") is True,
+               "a uid the daemon admits, connected to it, is served by the relay",
+               str(served)[:200])
+    finally:
+        for p in (relay, daemon):
+            if p and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
 def run_cases(tmp, a, b, key):
     wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
     report(True, "relays connect and prove the key both ways")
+
+    case_local_socket_uids(tmp, key)
 
     # A key file others may read is refused: the relay does not start.
     loose = os.path.join(tmp, "loose-key")
@@ -308,6 +382,18 @@ def run_cases(tmp, a, b, key):
                        timeout=WAIT)
     report(r.returncode != 0 and "chmod 600" in r.stderr, "a key file readable by others is refused",
            r.stderr.strip())
+
+    # A FIFO where the key should be is refused at once, not waited on.
+    fifo = os.path.join(tmp, "fifo-key")
+    os.mkfifo(fifo, 0o600)
+    try:
+        r = subprocess.run([RELAY, "--key-file", fifo, "--socket", a.sock, "--relay-socket",
+                            os.path.join(tmp, "x.relay")], stderr=subprocess.PIPE, text=True,
+                           timeout=WAIT)
+        report(r.returncode != 0 and "not a regular file" in r.stderr,
+               "a key file that is a FIFO is refused", r.stderr.strip())
+    except subprocess.TimeoutExpired:
+        report(False, "a key file that is a FIFO is refused", "the relay waited on it")
 
     # An idle relay sleeps in the kernel: its CPU time does not grow.
     def cpu_ticks(pid):
@@ -619,6 +705,67 @@ def run_cases(tmp, a, b, key):
                                           "ok": "behaves"}[mode],
                                          "disconnected" if want_closed else "kept"),
                r.stdout.strip() + " " + r.stderr.strip()[-300:])
+    # A connection that has not proved the key reads and writes nothing by
+    # RMA, even knowing where the pool lies (here from /proc): over TCP UCX
+    # emulates RMA and checks neither a remote key nor the proof, and such a
+    # connection used to overwrite the pool's header.
+    seg = "/dev/shm/" + TAG + "A"
+    with open("/proc/%d/maps" % a.relay_pid()) as f:
+        base = [l.split("-")[0] for l in f if l.rstrip().endswith(seg)][:1]
+    with open(seg, "rb") as f:
+        header = f.read(8)
+    r = subprocess.run(["ip", "netns", "exec", NS_B, HOSTILE, "%s:%d" % (IP_A, PORT), key,
+                        "unproven"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=WAIT * 2, env=dict(os.environ, UCX_TLS="tcp",
+                                                  HOSTILE_ADDR="0x" + (base or ["0"])[0]))
+    with open(seg, "rb") as f:
+        after = f.read(8)
+    read = [l for l in r.stdout.split() if len(l) == 16]
+    report(base and after == header and read and read[0] != header.hex()
+           and a.relay.poll() is None,
+           "a connection that did not prove the key cannot read or write the pool by RMA",
+           "header %r -> %r, read %s; %s" % (header, after, read,
+                                             (r.stdout + r.stderr).strip()[-200:]))
+
+    # A peer that proved the key reads the object it fetched by RMA; it may
+    # not write it, nor read far outside the pool. Over TCP UCX emulates RMA
+    # and checks no remote key (a put there wrote the object, a get of an
+    # unmapped address killed the relay): the relay has to.
+    with a.client() as c:
+        c.put("rma-target", b"A" * 64)
+    for mode, what in (("rmaput", "write the object it fetched"),
+                       ("rmaget", "read outside the pool")):
+        r = subprocess.run(["ip", "netns", "exec", NS_B, HOSTILE, "%s:%d" % (IP_A, PORT), key,
+                            mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=WAIT * 2, env=dict(os.environ, UCX_TLS="tcp"))
+        alive = a.relay.poll() is None
+        with a.client() as c:
+            with c.get("rma-target") as pin:
+                intact = bytes(pin.view) == b"A" * 64
+        report(alive and intact and r.returncode in (0, 1),
+               "a peer cannot %s by RMA" % what,
+               "relay alive %s, object intact %s, %s" % (alive, intact,
+                                                         (r.stdout + r.stderr).strip()[-300:]))
+    # Connections that never prove the key, from one address, do not take
+    # every seat of the listener: another relay still gets in.
+    flood = subprocess.Popen(["ip", "netns", "exec", NS_A, HOSTILE, "%s:%d" % (IP_A, PORT), key,
+                              "halfopen"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=dict(os.environ, UCX_TLS="tcp"))
+    try:
+        ready = ""
+        for line in flood.stdout:  # UCX may log there too
+            if line.strip() == "ready":
+                ready = "ready"
+                break
+        r = subprocess.run(["ip", "netns", "exec", NS_B, HOSTILE, "%s:%d" % (IP_A, PORT), key,
+                            "ok"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=WAIT * 2, env=dict(os.environ, UCX_TLS="tcp"))
+        report(ready == "ready" and r.returncode == 1,
+               "300 connections from one address that never prove the key leave room for "
+               "a relay", "%s; %s" % (ready, (r.stdout + r.stderr).strip()[-300:]))
+    finally:
+        flood.kill()
+        flood.wait(10)
     # Both daemons and both relays keep serving.
     k = "after-hostile"
     want = put_random(b, k, 1 << 20)
