@@ -26,7 +26,7 @@ struct daemon {
     uv_timer_t expiry; /* drops allocations older than --alloc-timeout */
     uv_prepare_t expiry_arm; /* before the loop sleeps: arms expiry, or stops it */
     uint64_t expiry_due;     /* monotonic ms expiry is armed for; 0 = stopped */
-    uv_signal_t sighup;
+    uv_async_t sighup;  /* SIGHUP's reload: sent by the signal handler, so a storm is one reload */
     uv_timer_t status;   /* STATUS= for systemd, once a second */
     uv_timer_t watchdog; /* WATCHDOG=1 at half of $WATCHDOG_USEC */
     uv_timer_t heartbeat; /* each pool's heartbeat in its segment, every second */
