@@ -719,6 +719,37 @@ static void soak_unexpected_exit(struct soak_run *run, int index, int status)
 /* Delete every object with one client: list, delete what is committed, and
  * again until the list is empty (pins and pending allocations of the workers
  * go when the daemon has seen their connections close). */
+/* A worker SIGKILLed while it copied into its arena leaves that arena BUSY:
+ * the daemon keeps its bytes (another process may still hold the mapping
+ * and be writing) until reclaim reaches it, which the ring's wrap does. So
+ * that the check below proves every byte can be had again, put objects of
+ * the largest size until the ring has wrapped past everything, then delete
+ * them: a byte that reclaim cannot take fails a put (ENOSPC). */
+static void soak_sweep_arenas(shmb_t *c, shmb_stats_t *st)
+{
+    uint64_t size = st->max_object_size, n = st->data_size / size + 2, i;
+    unsigned char *buf = calloc(1, size);
+    char key[32];
+
+    assert_non_null(buf);
+    printf("soak: %llu bytes left in arenas of workers killed mid-copy; %llu puts of "
+           "%llu bytes wrap the ring past them\n", (unsigned long long)st->used,
+           (unsigned long long)n, (unsigned long long)size);
+    for (i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "soak-sweep-%llu", (unsigned long long)i);
+        if (shmb_put(c, key, buf, size, 0) < 0)
+            h_fail("sweep put %s: %s: %s", key, shmb_errname(c), shmb_errmsg(c));
+    }
+    for (i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "soak-sweep-%llu", (unsigned long long)i);
+        if (shmb_delete(c, key) < 0 && shmb_errcode(c) != -ENOENT)
+            h_fail("sweep delete %s: %s: %s", key, shmb_errname(c), shmb_errmsg(c));
+    }
+    free(buf);
+    if (shmb_stats(c, st) < 0)
+        h_fail("stats: %s: %s", shmb_errname(c), shmb_errmsg(c));
+}
+
 static void soak_delete_all(shmb_t *c, int timeout_ms, unsigned *deleted, unsigned *rounds)
 {
     uint64_t deadline = h_now_ms() + (uint64_t)timeout_ms;
@@ -973,6 +1004,8 @@ static void test_soak(void **state)
     soak_delete_all(c, run->valgrind ? 30000 : 10000, &deleted, &rounds);
     if (shmb_stats(c, &st) < 0)
         h_fail("stats: %s: %s", shmb_errname(c), shmb_errmsg(c));
+    if (st.used != 0 && st.objects == 0 && st.pending == 0 && st.pinned == 0)
+        soak_sweep_arenas(c, &st);
     printf("soak: deleted %u objects in %u list rounds; then used %llu, objects %llu, "
            "pending %llu, pinned %llu\n", deleted, rounds, (unsigned long long)st.used,
            (unsigned long long)st.objects, (unsigned long long)st.pending,
