@@ -97,7 +97,7 @@ DAEMON_SRC  := daemon/main.c $(CONFIG_SRC) daemon/log.c daemon/notify.c daemon/s
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c daemon/queue.c daemon/held.c $(CORE_SRC)
 # main.c's rooms: the pools' plan, the reload, the descriptor store.
-DAEMON_SRC  += daemon/plan.c daemon/reload.c daemon/keep.c
+DAEMON_SRC  += daemon/plan.c daemon/reload.c daemon/keep.c daemon/hup.c
 LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
                client/queue.c client/read.c client/arena.c
 # Objects from other hosts, through shmbroker-relay (relay/).

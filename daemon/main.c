@@ -27,6 +27,7 @@
 #include "config.h"
 #include "daemon.h"
 #include "held.h"
+#include "hup.h"
 #include "keep.h"
 #include "log.h"
 #include "notify.h"
@@ -145,24 +146,6 @@ static void daemon_record_held(const struct daemon *d, bool mine)
         log_warn("%s", err.message);
 }
 
-/* The reload SIGHUP asks for, which the signal handler sends. Not a
- * uv_signal_t: libuv writes one message per delivery into a pipe it does
- * not let block, so a storm of SIGHUPs (a loop of kill, a logrotate gone
- * wrong) slower to handle than to send filled that pipe and a SIGTERM that
- * came then was dropped. uv_async_send is async-signal-safe and coalesces:
- * any number of SIGHUPs before the loop looks is one reload. */
-static uv_async_t *daemon_hup_async;
-
-static void daemon_on_sighup_signal(int signum)
-{
-    int saved = errno;
-
-    (void)signum;
-    if (daemon_hup_async != NULL)
-        uv_async_send(daemon_hup_async);
-    errno = saved;
-}
-
 /* SIGHUP: reopen the log and apply the settings that can change while
  * running (log level, limits, timeouts, allow lists); say which cannot. */
 static void daemon_on_sighup(uv_async_t *handle)
@@ -265,8 +248,7 @@ static void daemon_handles_close(struct daemon *d)
     sigemptyset(&hup);
     sigaddset(&hup, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &hup, &old);
-    signal(SIGHUP, SIG_IGN);
-    daemon_hup_async = NULL;
+    hup_ignore();
     for (i = 0; i < sizeof(handles) / sizeof(handles[0]); i++)
         uv_close(handles[i], NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -393,23 +375,6 @@ static void daemon_start_expiry(struct daemon *d)
     daemon_on_expiry_arm(&d->expiry_arm);
 }
 
-/* SIGHUP from now on sends d->sighup (daemon_on_sighup_signal). */
-static int daemon_catch_sighup(struct daemon *d)
-{
-    struct sigaction sa;
-
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = daemon_on_sighup_signal;
-    sa.sa_flags = SA_RESTART;
-    sigfillset(&sa.sa_mask);
-    daemon_hup_async = &d->sighup;
-    if (sigaction(SIGHUP, &sa, NULL) != 0) {
-        daemon_hup_async = NULL;
-        return -errno;
-    }
-    return 0;
-}
-
 /* The daemon's own handles on the loop: expiry, signals, systemd's status
  * and watchdog timers. On failure those made so far are closed. */
 static int daemon_handles_init(struct daemon *d, struct shmb_error *err)
@@ -435,15 +400,14 @@ static int daemon_handles_init(struct daemon *d, struct shmb_error *err)
     if (rc == 0 && (rc = uv_prepare_start(&d->expiry_arm, daemon_on_expiry_arm)) == 0 &&
         (rc = uv_signal_start(&d->sigterm, daemon_on_signal, SIGTERM)) == 0 &&
         (rc = uv_signal_start(&d->sigint, daemon_on_signal, SIGINT)) == 0 &&
-        (rc = daemon_catch_sighup(d)) == 0 &&
+        (rc = hup_catch(&d->sighup)) == 0 &&
         (rc = uv_timer_start(&d->heartbeat, daemon_on_heartbeat, SEGMENT_HEARTBEAT_MS,
                              SEGMENT_HEARTBEAT_MS)) == 0) {
         uv_unref((uv_handle_t *)&d->expiry_arm);
         uv_unref((uv_handle_t *)&d->heartbeat);
         return 0;
     }
-    daemon_hup_async = NULL;
-    signal(SIGHUP, SIG_DFL);
+    hup_ignore();
     while (n > 0)
         uv_close(made[--n], NULL);
     return shmb_error_set(err, -EIO, "Cannot set up the event loop's handles: %s.",
