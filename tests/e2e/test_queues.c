@@ -1725,9 +1725,10 @@ static void test_spin_keeps_timeout(void **state)
     w = open_q(c, "sk", SHMB_QUEUE_WRITER);
     ok(c, shmb_queue_set_spin(r, 100000));
     /* A stretched timeout makes every try take the whole 100 ms spin; a
-     * loaded machine (a sanitizer build beside other tests) may make one
-     * try slow, not five. */
-    for (i = 0, best = INT64_MAX; i < 5; i++) {
+     * loaded machine (a sanitizer build beside other tests) may make some
+     * tries slow, not all twenty: the first one that ends well within the
+     * spin proves the timeout is kept. */
+    for (i = 0, best = INT64_MAX; i < 20 && best >= 80; i++) {
         t0 = now_ns();
         fails(c, shmb_queue_dequeue(r, &data, &len, 5), -ETIMEDOUT, NULL);
         ms = (now_ns() - t0) / 1000000;
@@ -1735,7 +1736,7 @@ static void test_spin_keeps_timeout(void **state)
             best = ms;
     }
     if (best >= 80)
-        h_fail("a 5 ms dequeue with a 100 ms spin took %lld ms at best of 5", (long long)best);
+        h_fail("a 5 ms dequeue with a 100 ms spin took %lld ms at best of 20", (long long)best);
     ok(c, shmb_queue_close(w));
     ok(c, shmb_queue_close(r));
     shmb_close(c);
