@@ -1155,18 +1155,7 @@ class Client:
         ask again; EPERM, EINVAL, ENOSYS: this connection asks no more)."""
         arena = self._arena
         arena.drop()
-        line = self._read_line()
-        try:
-            reply = json.loads(line)
-        except (ValueError, RecursionError):
-            reply = None
-        if not isinstance(reply, dict) or reply.get("id") != want:
-            raise self._out_of_step(json.dumps(want), "none" if not isinstance(reply, dict)
-                                    else json.dumps(reply.get("id")), line)
-        if "lost" in reply:
-            self._note_lost(reply.pop("lost"))
-        self._unconfirmed[0] = 0
-        self._replies += 1
+        reply = self._exchange_line_reply(want)
         if reply.get("ok") is not True:
             err = _reply_error(reply)
             if err.code in ("ENOSYS", "EPERM", "EINVAL"):
