@@ -103,6 +103,9 @@ LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c cl
 # Objects from other hosts, through shmbroker-relay (relay/).
 LIB_SRC     += client/fetch.c
 CTL_SRC     := client/shmbrokerctl.c
+# The ctl's rooms: what its commands share, then the commands by family.
+CTL_SRC     += client/ctl.c client/ctl_status.c client/ctl_prom.c client/ctl_segment.c \
+               client/ctl_objects.c client/ctl_admin.c
 # The catalog's reader, for the library and the daemon's tests.
 PROTO_SRC   += proto/catalog.c
 
