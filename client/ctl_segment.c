@@ -19,7 +19,7 @@
 #include "../proto/error.h"
 #include "../proto/protocol.h"
 #include "../proto/text.h"
-#include "report.h"
+#include "report_segment.h"
 
 /* The segment status reads, as segment_find found it. */
 struct ctl_segment {
