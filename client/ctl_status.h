@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * status (ctl_status.c): connecting with a timeout, the plain view,
- * --watch, --json, and the hand-off to --prometheus and the segment's view.
+ * status (ctl_status.c): connecting with a timeout, --json, and the hand-off
+ * to the plain view, --prometheus and the segment's view.
  */
 #ifndef SHMB_CLIENT_CTL_STATUS_H
 #define SHMB_CLIENT_CTL_STATUS_H
