@@ -64,5 +64,4 @@ int shmb_segment_scan(const char *dir,
                       void *arg, struct shmb_segment_found *out, size_t max, size_t *n,
                       struct shmb_error *err);
 
-
 #endif
