@@ -102,7 +102,12 @@ LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c cl
                client/queue.c client/read.c client/arena.c
 # Objects from other hosts, through shmbroker-relay (relay/).
 LIB_SRC     += client/fetch.c
+# report.c's rooms: the queues' report, a segment file read without the daemon.
+LIB_SRC     += client/report_queue.c client/report_segment.c
 CTL_SRC     := client/shmbrokerctl.c
+# The ctl's rooms: what its commands share, then the commands by family.
+CTL_SRC     += client/ctl.c client/ctl_status.c client/ctl_human.c client/ctl_prom.c \
+               client/ctl_segment.c client/ctl_objects.c client/ctl_admin.c
 # The catalog's reader, for the library and the daemon's tests.
 PROTO_SRC   += proto/catalog.c
 
