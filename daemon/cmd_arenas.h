@@ -14,16 +14,4 @@
 int command_commit_at(struct command_call *call, const char *key, size_t len,
                       json_int_t offset, json_int_t size, json_int_t readers);
 
-/* read: an awaited read a read-only client did in place (it cannot count
- * it in the chunk's seal): one fewer awaited read of that generation. */
-int cmd_read(struct command_call *call);
-
-/* arena: give this connection an arena in its pool (daemon/arena.c), giving
- * back the one it holds; "size":0 only gives it back. */
-int cmd_arena(struct command_call *call);
-
-/* commit_at: commit the chunk laid out at offset in this connection's
- * arena; the reply names its payload as alloc's does. */
-int cmd_commit_at(struct command_call *call);
-
 #endif

@@ -3,7 +3,7 @@
  * One request on its way through the handlers: the call, its fields read and
  * checked, its reply built and turned into a result (a wait, nothing for a
  * noreply, the text). What command.c and the handlers' rooms share, and
- * nobody else includes; it knows no op by name and calls no handler.
+ * nobody else includes; it declares the handlers and calls none.
  */
 #ifndef SHMB_CMD_CALL_H
 #define SHMB_CMD_CALL_H
@@ -34,6 +34,13 @@ struct command_call {
 };
 
 typedef int (*command_handler)(struct command_call *call);
+
+/* The handlers, one per row of proto/ops.def: cmd_NAME for op NAME, each in
+ * the room of its family (cmd_objects, cmd_arenas, cmd_queues, cmd_reports;
+ * hello and batch in command.c), called from command.c's table only. */
+#define SHMB_OP(id, name, flags, usage) int cmd_##name(struct command_call *call);
+#include "../proto/ops.def"
+#undef SHMB_OP
 
 /* Unpack the request strictly against fmt; on mismatch, an EINVAL that quotes
  * jansson's reason and the op's usage. */

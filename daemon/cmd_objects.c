@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * The object ops' handlers: one key's alloc, commit, abort, get, release,
- * touch, delete, contains, and the list.
+ * The handlers of the object ops: alloc, commit, abort, get, release,
+ * touch, delete, contains, list. Each is cmd_NAME for op NAME of
+ * proto/ops.def, called from command.c's table only; they ask the client's
+ * pool's store, never a queue.
  */
-#include "cmd_objects.h"
+#include "cmd_call.h"
 
 #include "../proto/alloc.h"
 

@@ -26,25 +26,4 @@ struct command_work {
  * ran out. */
 json_t *command_queues_json(const struct command_call *call, bool seats);
 
-/* queue_create: make the queue in this client's pool, or find the same; a
- * new queue's pages are made off the loop while the request waits. */
-int cmd_queue_create(struct command_call *call);
-
-/* queue_open: take the writer role or a reader seat, and pass the queue's
- * descriptor with the reply. */
-int cmd_queue_open(struct command_call *call);
-
-/* queue_close: leave roles this connection holds on a queue. */
-int cmd_queue_close(struct command_call *call);
-
-/* queue_shutdown: end every member's wait with ECANCELED; idempotent. */
-int cmd_queue_shutdown(struct command_call *call);
-
-/* queue_delete: a queue nobody holds goes now; the reply waits until its
- * memory is freed (off the loop). */
-int cmd_queue_delete(struct command_call *call);
-
-/* queue_list: every queue of every pool; with "seats":true, each seat. */
-int cmd_queue_list(struct command_call *call);
-
 #endif

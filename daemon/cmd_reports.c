@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * The reports' handlers: stats, clients.
+ * The handlers of the reports: stats (every pool, its queues) and clients.
+ * Called from command.c's table only; they read, never change, what they
+ * show.
  */
-#include "cmd_reports.h"
-
+#include "cmd_call.h"
 #include "cmd_queues.h"
 #include "host.h"
 

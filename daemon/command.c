@@ -11,9 +11,7 @@
 #include "../proto/text.h"
 #include "cmd_arenas.h"
 #include "cmd_call.h"
-#include "cmd_objects.h"
 #include "cmd_queues.h"
-#include "cmd_reports.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -39,7 +37,7 @@ static struct pool *command_default_pool(const struct command_call *call)
 
 /* hello: check the version, create the client's holder, describe the segment
  * and pass its descriptor. */
-static int cmd_hello(struct command_call *call)
+int cmd_hello(struct command_call *call)
 {
     const char *name = NULL, *mode = "rw", *pool_name = NULL;
     const struct segment *seg;
@@ -138,8 +136,6 @@ static int cmd_hello(struct command_call *call)
     return 0;
 }
 
-static int cmd_batch(struct command_call *call);
-
 /* The handlers, one per row of proto/ops.def: cmd_NAME for op NAME. */
 static const command_handler command_handlers[SHMB_OP_COUNT] = {
 #define SHMB_OP(id, name, flags, usage) [SHMB_OP_##id] = cmd_##name,
@@ -218,7 +214,7 @@ static int command_dispatch(struct command_call *call, json_t *req, bool in_batc
 
 /* batch: run each op of "ops" in order and answer with their replies, on
  * one line. Sub-ops do not wait and always reply. */
-static int cmd_batch(struct command_call *call)
+int cmd_batch(struct command_call *call)
 {
     json_t *ops = NULL, *sub;
     size_t i;
