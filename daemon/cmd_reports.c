@@ -9,6 +9,8 @@
 #include "host.h"
 
 #include <errno.h>
+#include <stddef.h>
+#include <string.h>
 #include <unistd.h>
 
 /* What a pool's part of a stats reply is made of, gathered once. */
@@ -20,6 +22,24 @@ struct command_stats {
     uint64_t clients; /* connections counted in this object */
     bool hide;        /* the blocker's key is not the asker's to see */
 };
+
+/* The fields of the stats reply that are numbers gathered in struct
+ * command_stats (the store's and the pool's), by their offset in it plus one
+ * (0: a field command_stat makes otherwise). */
+#define COMMAND_STAT_AT(id, member)                                                        \
+    [SHMB_STAT_##id] = offsetof(struct command_stats, member) + 1
+static const size_t command_stat_at[SHMB_STAT_COUNT] = {
+    COMMAND_STAT_AT(DATA_SIZE, st.data_size), COMMAND_STAT_AT(USED, st.used),
+    COMMAND_STAT_AT(FREE, st.free), COMMAND_STAT_AT(OBJECTS, st.objects),
+    COMMAND_STAT_AT(PENDING, st.pending), COMMAND_STAT_AT(PINNED, st.pinned),
+    COMMAND_STAT_AT(CLIENTS, clients), COMMAND_STAT_AT(MAX_OBJECT_SIZE, st.max_object_size),
+    COMMAND_STAT_AT(SHM_DIR_FREE, shm_free), COMMAND_STAT_AT(ALLOCS, st.allocs),
+    COMMAND_STAT_AT(COMMITS, st.commits), COMMAND_STAT_AT(GETS, st.gets),
+    COMMAND_STAT_AT(EVICTIONS, st.evictions), COMMAND_STAT_AT(ENOSPC, st.enospc),
+    COMMAND_STAT_AT(EXPIRED_ALLOCS, st.expired_allocs),
+    COMMAND_STAT_AT(LEASE_EXPIRIES, st.lease_expiries), COMMAND_STAT_AT(FAST_READS, st.fast_reads),
+};
+#undef COMMAND_STAT_AT
 
 /* The value of one field of the stats reply (a row of proto/stats.def): a
  * new reference, NULL when memory ran out. */
@@ -41,27 +61,13 @@ static json_t *command_stat(const struct command_stats *cs, enum shmb_stat_id id
                          (json_int_t)st->blocker_readers, "state",
                          store_state_name(st->blocker_state));
     case SHMB_STAT_SIZE: n = cs->pool->seg.size; break;
-    case SHMB_STAT_DATA_SIZE: n = st->data_size; break;
-    case SHMB_STAT_USED: n = st->used; break;
-    case SHMB_STAT_FREE: n = st->free; break;
-    case SHMB_STAT_OBJECTS: n = st->objects; break;
-    case SHMB_STAT_PENDING: n = st->pending; break;
-    case SHMB_STAT_PINNED: n = st->pinned; break;
-    case SHMB_STAT_CLIENTS: n = cs->clients; break;
-    case SHMB_STAT_MAX_OBJECT_SIZE: n = st->max_object_size; break;
     case SHMB_STAT_UPTIME_S: n = (clock_now_ms() - cs->env->started_ms) / 1000; break;
     case SHMB_STAT_PID: n = (uint64_t)getpid(); break;
-    case SHMB_STAT_SHM_DIR_FREE: n = cs->shm_free; break;
-    case SHMB_STAT_ALLOCS: n = st->allocs; break;
-    case SHMB_STAT_COMMITS: n = st->commits; break;
-    case SHMB_STAT_GETS: n = st->gets; break;
-    case SHMB_STAT_EVICTIONS: n = st->evictions; break;
-    case SHMB_STAT_ENOSPC: n = st->enospc; break;
-    case SHMB_STAT_EXPIRED_ALLOCS: n = st->expired_allocs; break;
-    case SHMB_STAT_LEASE_EXPIRIES: n = st->lease_expiries; break;
     case SHMB_STAT_NOREPLY_ERRORS: n = cs->env->noreply_errors; break;
-    case SHMB_STAT_FAST_READS: n = st->fast_reads; break;
-    case SHMB_STAT_COUNT: break;
+    default: /* gathered in cs: command_stat_at */
+        if (command_stat_at[id] != 0)
+            memcpy(&n, (const char *)cs + command_stat_at[id] - 1, sizeof(n));
+        break;
     }
     return json_integer((json_int_t)n);
 }
