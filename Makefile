@@ -93,8 +93,13 @@ SEGMENT_SRC := daemon/segment.c daemon/space.c daemon/lock.c daemon/memfd.c daem
 CORE_SRC    += $(filter-out daemon/segment.c,$(SEGMENT_SRC))
 # The flags: values and the --config file, the --pool values, the handlers.
 CONFIG_SRC  := daemon/config.c daemon/config_pool.c daemon/config_flags.c
+# The op table and its handlers by family, on the call they share.
+COMMAND_SRC := daemon/command.c daemon/cmd_call.c daemon/cmd_objects.c daemon/cmd_arenas.c \
+               daemon/cmd_queues.c daemon/cmd_reports.c
+# One connection: the set and its opening, the turns, what both stand on.
+CONN_SRC    := daemon/conn.c daemon/conn_turn.c daemon/conn_base.c
 DAEMON_SRC  := daemon/main.c $(CONFIG_SRC) daemon/log.c daemon/notify.c daemon/server.c \
-               daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
+               $(CONN_SRC) daemon/waitq.c $(COMMAND_SRC) daemon/host.c daemon/sizing.c \
                daemon/pool.c daemon/queue.c daemon/held.c $(CORE_SRC)
 # main.c's rooms: the pools' plan, the reload, the descriptor store.
 DAEMON_SRC  += daemon/plan.c daemon/reload.c daemon/keep.c daemon/hup.c
@@ -145,7 +150,7 @@ $(BUILD)/tests/test_catalog: $(call OBJ,tests/unit/test_catalog.c daemon/catalog
 $(BUILD)/tests/test_segment: $(call OBJ,tests/unit/test_segment.c $(SEGMENT_SRC)) $(BASE_OBJ)
 $(BUILD)/tests/test_segment: TEST_LDFLAGS := -Wl,--wrap=statvfs,--wrap=statfs,--wrap=fopen,--wrap=posix_fallocate
 # The command layer without sockets: the chaos test and the fuzzer drive it.
-COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/pool.c daemon/queue.c $(CONFIG_SRC) \
+COMMAND_OBJ := $(call OBJ,$(COMMAND_SRC) daemon/pool.c daemon/queue.c $(CONFIG_SRC) \
                daemon/host.c daemon/log.c \
                tests/support/fixture.c \
                $(CORE_SRC)) $(PROTO_OBJ)
@@ -169,7 +174,7 @@ $(BUILD)/tests/test_catalog_read: $(call OBJ,tests/unit/test_catalog_read.c prot
 $(BUILD)/tests/test_queue: $(call OBJ,tests/unit/test_queue.c proto/queue.c) $(BASE_OBJ)
 $(BUILD)/tests/test_queue: TEST_LDFLAGS := -lpthread
 # Connections, the wait queue and the listener over a real loop and socketpairs.
-$(BUILD)/tests/test_conn:    $(call OBJ,tests/unit/test_conn.c daemon/conn.c daemon/waitq.c \
+$(BUILD)/tests/test_conn:    $(call OBJ,tests/unit/test_conn.c $(CONN_SRC) daemon/waitq.c \
                               daemon/server.c) $(COMMAND_OBJ)
 $(BUILD)/tests/test_conn: TEST_LDFLAGS = $(PKGS_LIBS)
 # PROTOCOL.md against proto/ops.def and proto/errors.def.
@@ -334,7 +339,7 @@ endif
 FUZZ_SECONDS ?= 60
 FUZZ_RUNS    ?= 1000000
 FUZZ_BUILD   := build-fuzz
-FUZZ_SRC     := tests/fuzz/fuzz_command.c tests/support/fixture.c daemon/command.c daemon/log.c \
+FUZZ_SRC     := tests/fuzz/fuzz_command.c tests/support/fixture.c $(COMMAND_SRC) daemon/log.c \
                 daemon/pool.c daemon/queue.c $(CONFIG_SRC) daemon/host.c \
                 $(CORE_SRC) $(PROTO_SRC)
 FUZZ_BIN     := $(FUZZ_BUILD)/fuzz_command

@@ -554,6 +554,72 @@ static void test_stats(void **state)
     outcome_free(&o);
 }
 
+/* Proves that each number of a stats reply the store gathers is the store's
+ * own field of that name, with counts made different from one another so
+ * that a field read from its neighbour shows. */
+static void test_stats_numbers(void **state)
+{
+    struct ctx *c = *state;
+    struct store_stats st;
+    struct outcome o;
+    json_t *cnt;
+    size_t i;
+
+    hello_all(c);
+    for (i = 0; i < 7; i++) {
+        char line[80];
+
+        snprintf(line, sizeof(line), "{\"op\":\"alloc\",\"key\":\"%c\",\"size\":%zu}",
+                 (char)('a' + i), 100 * (i + 1));
+        run_ok(c, &c->w, line);
+        if (i < 5) {
+            snprintf(line, sizeof(line), "{\"op\":\"commit\",\"key\":\"%c\"}",
+                     (char)('a' + i));
+            run_ok(c, &c->w, line);
+        }
+    }
+    run_ok(c, &c->w, "{\"op\":\"delete\",\"key\":\"e\"}");
+    for (i = 0; i < 3; i++)
+        run_ok(c, &c->r, "{\"op\":\"get\",\"key\":\"a\"}");
+    run(c, &c->w, "{\"op\":\"stats\"}", &o);
+    store_stats(c->f.store, &st);
+    cnt = json_object_get(o.reply, "counters");
+    {
+        const struct {
+            const char *name;
+            json_t *in;
+            uint64_t want;
+        } nums[] = {
+            {"data_size", o.reply, st.data_size}, {"used", o.reply, st.used},
+            {"free", o.reply, st.free}, {"objects", o.reply, st.objects},
+            {"pending", o.reply, st.pending}, {"pinned", o.reply, st.pinned},
+            {"max_object_size", o.reply, st.max_object_size}, {"allocs", cnt, st.allocs},
+            {"commits", cnt, st.commits}, {"gets", cnt, st.gets},
+            {"evictions", cnt, st.evictions}, {"enospc", cnt, st.enospc},
+            {"expired_allocs", cnt, st.expired_allocs},
+            {"lease_expiries", cnt, st.lease_expiries}, {"fast_reads", cnt, st.fast_reads},
+        };
+
+        for (i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+            json_t *v = json_object_get(nums[i].in, nums[i].name);
+
+            if (!json_is_integer(v) || (uint64_t)json_integer_value(v) != nums[i].want)
+                fail_msg("stats \"%s\" is %lld, the store's field %llu", nums[i].name,
+                         json_is_integer(v) ? (long long)json_integer_value(v) : -1LL,
+                         (unsigned long long)nums[i].want);
+        }
+    }
+    /* Different counts, so that a field read from another shows. */
+    assert_int_equal(st.allocs, 7);
+    assert_int_equal(st.commits, 5);
+    assert_int_equal(st.objects, 4);
+    assert_int_equal(st.gets, 3);
+    assert_int_equal(st.pending, 2);
+    assert_int_equal(st.pinned, 1);
+    assert_true(st.used != st.free && st.free != st.data_size);
+    outcome_free(&o);
+}
+
 /* Proves that clients lists every registered client, newest first, with
  * what it holds and which one asked. */
 static void test_clients(void **state)
@@ -1040,6 +1106,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stats, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stats_numbers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clients, setup, teardown),
         cmocka_unit_test_setup_teardown(test_caps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commit_at_by_hand, setup, teardown),
