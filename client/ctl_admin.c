@@ -18,7 +18,7 @@
 
 /* clients: every connection; with a POOL column when the daemon has more
  * than one pool (a daemon of one pool gets the table it always had). */
-int cmd_clients(shmb_t *c, struct ctl *ctl)
+int run_clients(shmb_t *c, struct ctl *ctl)
 {
     shmb_clients_t *list = NULL;
     shmb_stats_t *pools = NULL;
@@ -82,7 +82,7 @@ int cmd_clients(shmb_t *c, struct ctl *ctl)
  * shmbrokerd installed beside this shmbrokerctl first (the pair from one
  * build or package), else $SHMBROKERD, else PATH's. Returns only when none
  * could be run: 127 when none was found, 126 when one could not be run. */
-int cmd_check(int argc, char **argv)
+int run_check(int argc, char **argv)
 {
     char self[PATH_MAX], beside[PATH_MAX + 16];
     const char *env = getenv("SHMBROKERD");

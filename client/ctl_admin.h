@@ -9,12 +9,12 @@
 
 /* clients: every connection; with a POOL column when the daemon has more
  * than one pool (a daemon of one pool gets the table it always had). */
-int cmd_clients(shmb_t *c, struct ctl *ctl);
+int run_clients(shmb_t *c, struct ctl *ctl);
 
 /* check: run shmbrokerd --check with the daemon flags given, the
  * shmbrokerd installed beside this shmbrokerctl first (the pair from one
  * build or package), else $SHMBROKERD, else PATH's. Returns only when none
  * could be run: 127 when none was found, 126 when one could not be run. */
-int cmd_check(int argc, char **argv);
+int run_check(int argc, char **argv);
 
 #endif

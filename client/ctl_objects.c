@@ -16,7 +16,7 @@
 #include "../proto/text.h"
 #include "../proto/utf8.h"
 
-int cmd_ls(shmb_t *c, struct ctl *ctl)
+int run_ls(shmb_t *c, struct ctl *ctl)
 {
     const char *prefix = ctl->nargs ? ctl->args[0] : "";
     shmb_list_t *list = NULL;
@@ -128,12 +128,12 @@ int put_prepare(struct ctl *ctl)
     return rc != 0 ? rc : put_input(ctl);
 }
 
-int cmd_put(shmb_t *c, struct ctl *ctl)
+int run_put(shmb_t *c, struct ctl *ctl)
 {
     return shmb_put(c, ctl->args[0], ctl->put_data, ctl->put_len, 0) < 0 ? fail(c) : 0;
 }
 
-int cmd_rm(shmb_t *c, struct ctl *ctl)
+int run_rm(shmb_t *c, struct ctl *ctl)
 {
     return shmb_delete(c, ctl->args[0]) < 0 ? fail(c) : 0;
 }
@@ -144,7 +144,7 @@ int fetch_prepare(struct ctl *ctl)
 }
 
 /* KEY from another host, through shmbroker-relay (shmb_fetch). */
-int cmd_fetch(shmb_t *c, struct ctl *ctl)
+int run_fetch(shmb_t *c, struct ctl *ctl)
 {
     static char buf[SHMB_ESCAPED_MAX(1024)];
 
@@ -173,7 +173,7 @@ static int write_all(int fd, const char *p, size_t len)
     return 0;
 }
 
-int cmd_get(shmb_t *c, struct ctl *ctl)
+int run_get(shmb_t *c, struct ctl *ctl)
 {
     const char *key = ctl->args[0], *file = ctl->nargs == 2 ? ctl->args[1] : NULL;
     const void *p;

@@ -10,7 +10,7 @@
 #include "ctl.h"
 
 /* ls [PREFIX]: the objects, oldest first. */
-int cmd_ls(shmb_t *c, struct ctl *ctl);
+int run_ls(shmb_t *c, struct ctl *ctl);
 
 /* Keys are checked before connecting: a key the ctl refuses is a usage
  * error, not the daemon's refusal. put reads its input then too. */
@@ -23,11 +23,11 @@ int put_prepare(struct ctl *ctl);
 int fetch_prepare(struct ctl *ctl);
 
 /* put KEY FILE|-, rm KEY, get KEY [FILE|-]. */
-int cmd_put(shmb_t *c, struct ctl *ctl);
-int cmd_rm(shmb_t *c, struct ctl *ctl);
-int cmd_get(shmb_t *c, struct ctl *ctl);
+int run_put(shmb_t *c, struct ctl *ctl);
+int run_rm(shmb_t *c, struct ctl *ctl);
+int run_get(shmb_t *c, struct ctl *ctl);
 
 /* KEY from another host, through shmbroker-relay (shmb_fetch). */
-int cmd_fetch(shmb_t *c, struct ctl *ctl);
+int run_fetch(shmb_t *c, struct ctl *ctl);
 
 #endif

@@ -32,7 +32,7 @@ static int print_json(shmb_t *c)
     return 0;
 }
 
-int cmd_status(shmb_t *c, struct ctl *ctl)
+int run_status(shmb_t *c, struct ctl *ctl)
 {
     int rc;
 

@@ -10,7 +10,7 @@
 
 /* status, as the options asked: --watch, --json, --prometheus, or the plain
  * view followed by the relay's peers. The exit status. */
-int cmd_status(shmb_t *c, struct ctl *ctl);
+int run_status(shmb_t *c, struct ctl *ctl);
 
 /* Connect for status, waiting at most the timeout for an answer; when the
  * daemon does not answer (or refuses connections: it is gone) and its

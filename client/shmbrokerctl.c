@@ -113,20 +113,20 @@ static int status_options(struct ctl *ctl, int argc, char **argv)
 
 /* The commands, in the order usage lists them. */
 static const struct ctl_cmd ctl_cmds[] = {
-    {"status", 0, 0, status_options, NULL, cmd_status,
+    {"status", 0, 0, status_options, NULL, run_status,
      "status [--pool NAME] [--json | --prometheus | --watch SECONDS]\n"
      "         [--from-segment] [--timeout SECONDS] [--name NAME] [--shm-dir DIR]",
      "occupancy, clients and counters of every pool (or NAME's);\n"
      "                         from the segment when the daemon does not answer"},
-    {"ls", 0, 1, NULL, NULL, cmd_ls, "ls [PREFIX]", "objects, oldest first"},
-    {"clients", 0, 0, NULL, NULL, cmd_clients, "clients",
+    {"ls", 0, 1, NULL, NULL, run_ls, "ls [PREFIX]", "objects, oldest first"},
+    {"clients", 0, 0, NULL, NULL, run_clients, "clients",
      "connections: pid, uid, name, pool, pins, pending, since"},
-    {"put", 2, 2, NULL, put_prepare, cmd_put, "put KEY FILE|-",
+    {"put", 2, 2, NULL, put_prepare, run_put, "put KEY FILE|-",
      "store a file (or standard input) under KEY"},
-    {"get", 1, 2, NULL, key_prepare, cmd_get, "get KEY [FILE|-]",
+    {"get", 1, 2, NULL, key_prepare, run_get, "get KEY [FILE|-]",
      "write KEY's bytes to FILE (default: standard output)"},
-    {"rm", 1, 1, NULL, key_prepare, cmd_rm, "rm KEY", "delete KEY"},
-    {"fetch", 2, 2, NULL, fetch_prepare, cmd_fetch, "fetch PEER KEY",
+    {"rm", 1, 1, NULL, key_prepare, run_rm, "rm KEY", "delete KEY"},
+    {"fetch", 2, 2, NULL, fetch_prepare, run_fetch, "fetch PEER KEY",
      "bring KEY from relay PEER's host into this daemon (shmbroker-relay)"},
     {"check", 0, 0, NULL, NULL, NULL, "check [DAEMON FLAG]...",
      "would the daemon's pools fit here? (shmbrokerd --check; 0 yes, 1 no)"},
@@ -223,7 +223,7 @@ int main(int argc, char **argv)
     name = argv[optind++];
     /* check starts the daemon's own check: its flags are shmbrokerd's. */
     if (strcmp(name, "check") == 0)
-        return cmd_check(argc - optind, argv + optind);
+        return run_check(argc - optind, argv + optind);
     cmd = find_cmd(name);
     if (cmd != NULL && cmd->options != NULL && (rc = cmd->options(&ctl, argc, argv)) != 0)
         return rc;
@@ -240,9 +240,9 @@ int main(int argc, char **argv)
     if (cmd->prepare != NULL && (rc = cmd->prepare(&ctl)) != 0)
         return rc;
     ctl_socket = ctl.socket_path;
-    if (cmd->run == cmd_status && ctl.from_segment)
+    if (cmd->run == run_status && ctl.from_segment)
         return print_segment_status(&ctl, CTL_SEG_ASKED);
-    if (cmd->run == cmd_status && ctl.watch == 0) {
+    if (cmd->run == run_status && ctl.watch == 0) {
         rc = status_connect(&ctl, &c);
         /* A daemon that does not answer is a figure for a scraper, not a
          * failure to write one: the file says shmbroker_up 0 (the reason
@@ -254,7 +254,7 @@ int main(int argc, char **argv)
         }
     } else {
         rc = ctl_connect(ctl.socket_path, ctl.pool,
-                         strcmp(cmd->name, "clients") == 0 || cmd->run == cmd_status, &c,
+                         strcmp(cmd->name, "clients") == 0 || cmd->run == run_status, &c,
                          NULL);
     }
     if (rc == 0 && c != NULL) {
