@@ -98,7 +98,7 @@ DAEMON_SRC  := daemon/main.c $(CONFIG_SRC) daemon/log.c daemon/notify.c daemon/s
                daemon/pool.c daemon/queue.c daemon/held.c $(CORE_SRC)
 # main.c's rooms: the pools' plan, the reload, the descriptor store.
 DAEMON_SRC  += daemon/plan.c daemon/reload.c daemon/keep.c daemon/hup.c
-LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
+LIB_SRC     := client/client.c client/connect.c client/objects.c client/many.c client/report.c client/frames.c \
                client/queue.c client/read.c client/arena.c
 # Objects from other hosts, through shmbroker-relay (relay/).
 LIB_SRC     += client/fetch.c

@@ -169,6 +169,13 @@ int client_decode(shmb_t *c, size_t len, const json_t *want, uint64_t id, bool f
  * request gets the next id unless it has its own; the reply must carry it. */
 int client_call(shmb_t *c, json_t *request, json_t **reply);
 
+/* client_call, and first as in client_decode: connect.c's hello. */
+int client_call_ex(shmb_t *c, json_t *request, bool first, json_t **reply);
+
+/* Forget the connection (and the mapping too, unless keep_map): a new one
+ * (connect.c) or the handle's end. */
+void client_disconnect(shmb_t *c, bool keep_map);
+
 /* Check a key before anything goes on the wire: the same check, code and
  * words as the daemon's (proto/text.c), for every call that takes a key. */
 int client_check_key(shmb_t *c, const char *key);
