@@ -99,7 +99,7 @@ DAEMON_SRC  := daemon/main.c $(CONFIG_SRC) daemon/log.c daemon/notify.c daemon/s
 # main.c's rooms: the pools' plan, the reload, the descriptor store.
 DAEMON_SRC  += daemon/plan.c daemon/reload.c daemon/keep.c daemon/hup.c
 LIB_SRC     := client/client.c client/connect.c client/objects.c client/many.c client/report.c client/frames.c \
-               client/queue.c client/read.c client/arena.c
+               client/queue.c client/queue_wait.c client/queue_overflow.c client/read.c client/arena.c
 # Objects from other hosts, through shmbroker-relay (relay/).
 LIB_SRC     += client/fetch.c
 CTL_SRC     := client/shmbrokerctl.c
