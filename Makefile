@@ -192,7 +192,8 @@ $(BUILD)/tests/test_daemon_queue: TEST_LDFLAGS = $(PKGS_LIBS) \
     -Wl,--wrap=store_forgo_read,--wrap=store_forgo_reads,--wrap=store_holder_pins
 # The library against a fake daemon: a thread on a temporary socket.
 $(BUILD)/tests/test_client:  $(call OBJ,tests/unit/test_client.c $(LIB_SRC)) $(PROTO_OBJ)
-$(BUILD)/tests/test_client: TEST_LDFLAGS = $(PKGS_LIBS) -lpthread
+$(BUILD)/tests/test_client: TEST_LDFLAGS = $(PKGS_LIBS) -lpthread \
+    -Wl,--wrap=shmb_key_len_check,--wrap=shmb_key_check
 
 # End-to-end tests drive the real binaries through the library and raw sockets.
 E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch test_systemd \

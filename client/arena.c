@@ -277,7 +277,7 @@ static void arena_uncount(shmb_t *c)
  * replies: nowait reads only the arena's. The daemon's error, or -ESTALE
  * when the arena went under the commit (the caller lays the chunk out
  * again in the next). */
-static int arena_commit(shmb_t *c, const char *key, uint64_t hsize, size_t size,
+static int arena_commit(shmb_t *c, const struct client_key *key, uint64_t hsize, size_t size,
                         unsigned readers, uint64_t chunk, bool nowait)
 {
     struct line_reply r;
@@ -311,7 +311,7 @@ static int arena_commit(shmb_t *c, const char *key, uint64_t hsize, size_t size,
         return rc;
     if (nowait) {
         if (c->unconfirmed.count++ == 0)
-            snprintf(c->unconfirmed.key, sizeof(c->unconfirmed.key), "%s", key);
+            snprintf(c->unconfirmed.key, sizeof(c->unconfirmed.key), "%s", key->s);
         c->noreply_sent = true;
         c->arena.cursor += chunk;
         c->arena.unsure = true;
@@ -325,7 +325,7 @@ static int arena_commit(shmb_t *c, const char *key, uint64_t hsize, size_t size,
             rc = shmb_error_set(&c->err, -EPROTO,
                                 "shmbrokerd committed '%s' at %llu; the library laid its "
                                 "payload out at %llu.",
-                                shmb_escape(key, strlen(key), ebuf, sizeof(ebuf)),
+                                shmb_escape(key->s, key->len, ebuf, sizeof(ebuf)),
                                 (unsigned long long)r.offset,
                                 (unsigned long long)(at + hsize));
         }
@@ -415,13 +415,15 @@ static int arena_report_lost(shmb_t *c, const char *key)
 static int client_sync(shmb_t *c)
 {
     char key[SHMB_KEY_MAX + 1];
+    struct client_key k;
     int rc;
 
     shmb_error_clear(&c->err);
     if (c->unconfirmed.count > 0 && c->sock >= 0) {
         memcpy(key, c->unconfirmed.key, sizeof(key));
+        k = client_key_trusted(key); /* checked when it was put */
         /* A connection lost on the way makes them lost (client_lost). */
-        if ((rc = client_key_op(c, SHMB_OP_CONTAINS, key, NULL)) < 0 &&
+        if ((rc = client_key_op(c, SHMB_OP_CONTAINS, &k, NULL)) < 0 &&
             c->lost.count == 0)
             return rc;
     }
@@ -438,6 +440,7 @@ int shmb_sync(shmb_t *c)
 static int client_arena_put(shmb_t *c, const char *key, const void *data, size_t size,
                             unsigned readers, bool nowait)
 {
+    struct client_key k;
     const char *why;
     uint64_t hsize, chunk;
     int attempt, rc;
@@ -445,7 +448,8 @@ static int client_arena_put(shmb_t *c, const char *key, const void *data, size_t
     shmb_error_clear(&c->err);
     if (c->lost.count > 0)
         return arena_report_lost(c, key);
-    if ((rc = client_check_key(c, key)) < 0 || (rc = client_check_size(c, size)) < 0)
+    /* The one check of the put's key: what goes down is k. */
+    if ((rc = client_check_key(c, key, &k)) < 0 || (rc = client_check_size(c, size)) < 0)
         return rc;
     if (c->sock < 0)
         return shmb_error_set(&c->err, -ENOTCONN,
@@ -460,17 +464,17 @@ static int client_arena_put(shmb_t *c, const char *key, const void *data, size_t
         if (c->arena.size != 0 && c->arena_want == 0 && (rc = arena_give_back(c)) < 0 &&
             c->sock < 0)
             return rc;
-        return client_put_copy(c, key, data, size, readers);
+        return client_put_copy(c, &k, data, size, readers);
     }
-    hsize = SHMB_CHUNK_HEADER_SIZE(strlen(key));
+    hsize = SHMB_CHUNK_HEADER_SIZE(k.len);
     chunk = hsize + SHMB_ALIGN_UP(size);
     /* An empty object, one larger than any arena, or a daemon short of room:
      * the two round trips of alloc and commit. */
     if (size == 0 || chunk > arena_limit(c))
-        return client_put_copy(c, key, data, size, readers);
+        return client_put_copy(c, &k, data, size, readers);
     if (c->arena.skip > 0 && c->arena.size == 0) {
         c->arena.skip--;
-        return client_put_copy(c, key, data, size, readers);
+        return client_put_copy(c, &k, data, size, readers);
     }
     /* A second try when the arena went under the first. */
     for (attempt = 0; attempt < 2; attempt++) {
@@ -488,21 +492,21 @@ static int client_arena_put(shmb_t *c, const char *key, const void *data, size_t
                                           "Nothing was sent; use shmb_put.",
                                           arena_unusable(c), said);
                 }
-                return client_put_copy(c, key, data, size, readers);
+                return client_put_copy(c, &k, data, size, readers);
             }
             if (chunk > c->arena.size)
-                return client_put_copy(c, key, data, size, readers);
+                return client_put_copy(c, &k, data, size, readers);
         }
         if ((rc = arena_write(c, hsize, data, size)) == -ESTALE)
             continue;
         if (rc < 0)
             break;
-        if ((rc = arena_commit(c, key, hsize, size, readers, chunk, nowait)) != -ESTALE)
+        if ((rc = arena_commit(c, &k, hsize, size, readers, chunk, nowait)) != -ESTALE)
             return rc;
     }
     /* Taken back twice in a row (the daemon is short of room), or pages
      * gone from the file (the daemon says what happened): no arena. */
-    return client_put_copy(c, key, data, size, readers);
+    return client_put_copy(c, &k, data, size, readers);
 }
 
 int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned readers)

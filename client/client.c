@@ -515,21 +515,25 @@ _Static_assert((CLIENT_OPF_ALLOC & CLIENT_OPF_COMMIT & CLIENT_OPF_ABORT & CLIENT
                "shmb_put_many and shmb_get_many batch alloc, commit, abort and get");
 
 /* Check a key before anything goes on the wire: the same check, code and
- * words as the daemon's (proto/text.c), for every call that takes a key. */
-int client_check_key(shmb_t *c, const char *key)
+ * words as the daemon's (proto/text.c), for every call that takes a key.
+ * The checked key, and its length, in *out. */
+int client_check_key(shmb_t *c, const char *key, struct client_key *out)
 {
     size_t len = 0;
 
+    out->s = key;
     /* The common key is short ASCII, which is UTF-8 as it is: one pass
      * finds that and its length, and only the length rule is left. Anything
      * else gets the whole check. */
     if (key != NULL) {
         while (key[len] != '\0' && (unsigned char)key[len] < 0x80)
             len++;
+        out->len = len;
         if (key[len] == '\0')
             return shmb_key_len_check(len, &c->err);
         len += strlen(key + len);
     }
+    out->len = len;
     return shmb_key_check(key, len, &c->err);
 }
 
@@ -540,7 +544,9 @@ int client_check_keys(shmb_t *c, size_t n, const char *const *keys)
     size_t i;
 
     for (i = 0; i < n; i++) {
-        if (client_check_key(c, keys[i]) < 0) {
+        struct client_key k;
+
+        if (client_check_key(c, keys[i], &k) < 0) {
             char why[SHMB_ERROR_MSG_MAX];
 
             snprintf(why, sizeof(why), "%s", c->err.message);
@@ -652,7 +658,8 @@ int client_exchange(shmb_t *c, uint64_t id, struct line_reply *r)
 
 /* Start a request {"op":"OP"[,"id":ID],"key":KEY in c->w; id 0 for a
  * batch's element, which needs none. The caller checked the key. */
-int client_begin_key(shmb_t *c, enum shmb_op_id op, uint64_t id, const char *key)
+int client_begin_key(shmb_t *c, enum shmb_op_id op, uint64_t id,
+                     const struct client_key *key)
 {
     if (c->sock < 0)
         return shmb_error_set(&c->err, -ENOTCONN,
@@ -662,7 +669,7 @@ int client_begin_key(shmb_t *c, enum shmb_op_id op, uint64_t id, const char *key
         (id != 0 && (line_lit(&c->w, "\",\"id\":") < 0 || line_u64(&c->w, id) < 0 ||
                      line_lit(&c->w, ",\"key\":") < 0)) ||
         (id == 0 && line_lit(&c->w, "\",\"key\":") < 0) ||
-        line_str(&c->w, key, strlen(key)) < 0)
+        line_str(&c->w, key->s, key->len) < 0)
         return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
     return 0;
 }
@@ -688,9 +695,9 @@ int client_extent(shmb_t *c, const struct line_reply *r, size_t want, void **ptr
     return 0;
 }
 
-/* A request whose only field is the key; its reply's fields in r (may be
- * NULL). */
-int client_key_op(shmb_t *c, enum shmb_op_id op, const char *key,
+/* A request whose only field is the (checked) key; its reply's fields in r
+ * (may be NULL). */
+int client_key_op(shmb_t *c, enum shmb_op_id op, const struct client_key *key,
                   struct line_reply *r)
 {
     struct line_reply ignored;
@@ -699,8 +706,7 @@ int client_key_op(shmb_t *c, enum shmb_op_id op, const char *key,
 
     shmb_error_clear(&c->err);
     c->w.len = 0;
-    if ((rc = client_check_key(c, key)) < 0 ||
-        (rc = client_begin_key(c, op, id = client_next_id(c), key)) < 0)
+    if ((rc = client_begin_key(c, op, id = client_next_id(c), key)) < 0)
         return rc;
     if (line_lit(&c->w, "}\n") < 0)
         return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
@@ -709,7 +715,7 @@ int client_key_op(shmb_t *c, enum shmb_op_id op, const char *key,
 
 /* The alloc request for key, appended to c->w (without a newline); id 0 in a
  * batch. */
-int client_alloc_op(shmb_t *c, uint64_t id, const char *key, size_t size,
+int client_alloc_op(shmb_t *c, uint64_t id, const struct client_key *key, size_t size,
                     unsigned readers, unsigned wait_ms)
 {
     int rc;

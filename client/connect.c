@@ -220,12 +220,15 @@ static int client_dial(shmb_t *c, const char *path, const char *name, bool keep_
 
     if (c->sock >= 0 && c->unconfirmed.count > 0) {
         char key[SHMB_KEY_MAX + 1];
+        struct client_key k;
 
         /* Puts sent without waiting on the connection being left: a reply
          * proves them handled (or tells of refused ones), so that only
-         * those are reported, not every one as maybe lost. */
+         * those are reported, not every one as maybe lost. The key was
+         * checked when it was put. */
         memcpy(key, c->unconfirmed.key, sizeof(key));
-        (void)client_key_op(c, SHMB_OP_CONTAINS, key, NULL);
+        k = client_key_trusted(key);
+        (void)client_key_op(c, SHMB_OP_CONTAINS, &k, NULL);
     }
     shmb_error_clear(&c->err);
     client_disconnect(c, keep_map);

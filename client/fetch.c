@@ -115,6 +115,7 @@ static int fetch_ask(shmb_t *c, const char *path, const char *line, json_t **rep
 
 int shmb_fetch(shmb_t *c, const char *peer, const char *key)
 {
+    struct client_key k;
     char path[sizeof(c->path) + sizeof(SHMB_RELAY_SOCKET_SUFFIX)];
     json_t *req = NULL, *reply = NULL;
     char *line = NULL;
@@ -124,7 +125,7 @@ int shmb_fetch(shmb_t *c, const char *peer, const char *key)
 
     if ((rc = client_enter(c)) < 0)
         return rc;
-    if ((rc = client_check_key(c, key)) < 0)
+    if ((rc = client_check_key(c, key, &k)) < 0)
         goto done;
     pl = peer ? strlen(peer) : 0;
     if (pl == 0 || pl > FETCH_PEER_MAX ||

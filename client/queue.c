@@ -376,6 +376,7 @@ int shmb_queue_publish(shmb_queue_t *q, size_t len)
 {
     shmb_t *c = q->c;
     uint64_t seq = q->q.head;
+    struct client_key k;
     int rc;
 
     if ((rc = queue_check_fork(q, "shmb_queue_publish")) < 0)
@@ -392,7 +393,8 @@ int shmb_queue_publish(shmb_queue_t *q, size_t len)
     if ((rc = client_enter(c)) < 0)
         return rc;
     /* Committed before the slot is published: a reader's get must find it. */
-    rc = client_key_op(c, SHMB_OP_COMMIT, q->obj_key, NULL);
+    k = client_key_trusted(q->obj_key); /* a queue's key: valid by its making */
+    rc = client_key_op(c, SHMB_OP_COMMIT, &k, NULL);
     client_leave(c);
     q->obj_reserved = false;
     if (rc < 0) {

@@ -24,10 +24,11 @@ static void queue_key(const shmb_queue_t *q, uint64_t seq, char *key)
  * shmb_release_nowait does: an error is logged by the daemon. */
 static int queue_send_noreply(shmb_t *c, enum shmb_op_id op, const char *key)
 {
+    struct client_key k = client_key_trusted(key); /* a queue's key: valid by its making */
     int rc;
 
     c->w.len = 0;
-    if ((rc = client_begin_key(c, op, client_next_id(c), key)) < 0)
+    if ((rc = client_begin_key(c, op, client_next_id(c), &k)) < 0)
         return rc;
     if (line_lit(&c->w, ",\"noreply\":true}\n") < 0)
         return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
@@ -108,10 +109,13 @@ void queue_collect(shmb_queue_t *q)
  * Inside a call client_enter let in. */
 int queue_drop_reserved(shmb_queue_t *q)
 {
+    struct client_key k;
+
     if (!q->obj_reserved)
         return 0;
     q->obj_reserved = false;
-    return client_key_op(q->c, SHMB_OP_ABORT, q->obj_key, NULL);
+    k = client_key_trusted(q->obj_key);
+    return client_key_op(q->c, SHMB_OP_ABORT, &k, NULL);
 }
 
 /* The live seats now: the reads an object awaits. */
@@ -133,6 +137,7 @@ int queue_reserve_object(shmb_queue_t *q, size_t len, void **buf, int timeout_ms
     shmb_t *c = q->c;
     void *slot, *ptr = NULL;
     char key[QUEUE_KEY_MAX];
+    struct client_key k;
     unsigned readers;
     int rc;
 
@@ -151,13 +156,14 @@ int queue_reserve_object(shmb_queue_t *q, size_t len, void **buf, int timeout_ms
     }
     queue_collect(q);
     queue_key(q, q->q.head, key);
+    k = client_key_trusted(key); /* a queue's key: valid by its making */
     readers = queue_live_seats(q);
-    rc = client_alloc(c, key, len, readers, &ptr);
+    rc = client_alloc(c, &k, len, readers, &ptr);
     if (rc == -EEXIST) {
         /* Left by a writer that died between its commit and its publish:
          * nobody can have read it. */
-        client_key_op(c, SHMB_OP_DELETE, key, NULL);
-        rc = client_alloc(c, key, len, readers, &ptr);
+        client_key_op(c, SHMB_OP_DELETE, &k, NULL);
+        rc = client_alloc(c, &k, len, readers, &ptr);
     }
     client_leave(c);
     if (rc < 0) {
@@ -200,6 +206,7 @@ int queue_get_object(shmb_queue_t *q, const void *slot, size_t len,
     shmb_t *c = q->c;
     uint64_t seq = q->q.held_seq[q->seat], want_len = q->q.msg_aux;
     char want[QUEUE_KEY_MAX], got[QUEUE_KEY_MAX];
+    struct client_key k;
     const void *ptr = NULL;
     size_t have = 0;
     int rc;
@@ -220,7 +227,8 @@ int queue_get_object(shmb_queue_t *q, const void *slot, size_t len,
         return rc;
     }
     queue_release_pin(q);
-    rc = client_get(c, want, &ptr, &have);
+    k = client_key_trusted(want); /* a queue's key: valid by its making */
+    rc = client_get(c, &k, &ptr, &have);
     if (rc == -ECONNRESET)
         queue_unhold(q); /* unanswered: the seat is dropped anyway */
     if (rc == 0 && want_len > have) {
