@@ -11,19 +11,29 @@
 #include <stddef.h>
 #include <string.h>
 
-/* A call whose request is only the key, between client_enter and
- * client_leave: the key is checked here, once, before it goes down. */
-static int client_key_call(shmb_t *c, enum shmb_op_id op, const char *key)
+/* The start of a call on one key: client_enter, then the key's one check
+ * (into *k), before it goes down. 0 inside the call (the caller ends it
+ * with client_leave), or the refusal, the call ended already. */
+static int client_enter_key(shmb_t *c, const char *key, struct client_key *k)
 {
-    struct client_key k;
     int rc = client_enter(c);
 
     if (rc < 0)
         return rc;
     shmb_error_clear(&c->err);
-    if ((rc = client_check_key(c, key, &k)) < 0)
-        return client_done(c, rc);
-    return client_done(c, client_key_op(c, op, &k, NULL));
+    if ((rc = client_check_key(c, key, k)) < 0)
+        client_leave(c);
+    return rc;
+}
+
+/* A call whose request is only the key, between client_enter and
+ * client_leave. */
+static int client_key_call(shmb_t *c, enum shmb_op_id op, const char *key)
+{
+    struct client_key k;
+    int rc = client_enter_key(c, key, &k);
+
+    return rc < 0 ? rc : client_done(c, client_key_op(c, op, &k, NULL));
 }
 
 int client_alloc(shmb_t *c, const struct client_key *key, size_t size, unsigned readers,
@@ -50,14 +60,12 @@ int client_alloc(shmb_t *c, const struct client_key *key, size_t size, unsigned 
 int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void **ptr)
 {
     struct client_key k;
-    int rc = client_enter(c);
+    int rc;
 
     *ptr = NULL;
-    if (rc < 0)
+    if ((rc = client_enter_key(c, key, &k)) < 0)
         return rc;
-    shmb_error_clear(&c->err);
-    if ((rc = client_check_key(c, key, &k)) == 0)
-        rc = client_alloc(c, &k, size, readers, ptr);
+    rc = client_alloc(c, &k, size, readers, ptr);
     client_leave(c);
     return rc;
 }
@@ -104,15 +112,13 @@ int client_get(shmb_t *c, const struct client_key *key, const void **ptr, size_t
 int shmb_get(shmb_t *c, const char *key, const void **ptr, size_t *size)
 {
     struct client_key k;
-    int rc = client_enter(c);
+    int rc;
 
     *ptr = NULL;
     *size = 0;
-    if (rc < 0)
+    if ((rc = client_enter_key(c, key, &k)) < 0)
         return rc;
-    shmb_error_clear(&c->err);
-    if ((rc = client_check_key(c, key, &k)) == 0)
-        rc = client_get(c, &k, ptr, size);
+    rc = client_get(c, &k, ptr, size);
     client_leave(c);
     return rc;
 }
