@@ -205,6 +205,24 @@ static bool arena_pages_present(const shmb_t *c, const unsigned char *p, size_t 
     return true;
 }
 
+/* Swap the arena's lock word from state from to state to under the grant's
+ * token (order: the swap's, when it is made). false when the word held
+ * anything else, which *seen then gets: the arena was taken back, and is
+ * forgotten. */
+static bool arena_lock_swap(shmb_t *c, _Atomic uint64_t *lock, uint64_t from, uint64_t to,
+                            memory_order order, uint64_t *seen)
+{
+    uint64_t want = SHMB_ARENA_WORD(c->arena.token, from);
+
+    if (atomic_compare_exchange_strong_explicit(lock, &want,
+                                                SHMB_ARENA_WORD(c->arena.token, to), order,
+                                                memory_order_relaxed))
+        return true;
+    c->arena.size = 0;
+    *seen = want;
+    return false;
+}
+
 /* Copy the payload to the cursor, after the chunk header the daemon will
  * write, holding the lock (IDLE -> BUSY -> IDLE), and count the commit that
  * follows before the lock goes IDLE: the daemon takes an arena back only
@@ -215,7 +233,7 @@ static bool arena_pages_present(const shmb_t *c, const unsigned char *p, size_t 
 static int arena_write(shmb_t *c, uint64_t hsize, const void *data, size_t size)
 {
     _Atomic uint64_t *lock = arena_lock_word(c), *inflight = arena_inflight_word(c);
-    uint64_t want = SHMB_ARENA_WORD(c->arena.token, SHMB_ARENA_IDLE);
+    uint64_t seen = 0;
     const unsigned char *lo = (const unsigned char *)lock,
                         *at = c->map + c->arena.cursor + hsize;
     /* One look (one mincore) from the lock word to the payload's end while
@@ -234,33 +252,24 @@ static int arena_write(shmb_t *c, uint64_t hsize, const void *data, size_t size)
                               "truncated the segment or punched a hole in it?); the put "
                               "goes through alloc and commit.",
                               (unsigned long long)c->arena.offset);
-    if (!atomic_compare_exchange_strong_explicit(lock, &want,
-                                                 SHMB_ARENA_WORD(c->arena.token,
-                                                                 SHMB_ARENA_BUSY),
-                                                 memory_order_acquire, memory_order_relaxed)) {
-        c->arena.size = 0;
+    if (!arena_lock_swap(c, lock, SHMB_ARENA_IDLE, SHMB_ARENA_BUSY, memory_order_acquire,
+                         &seen))
         return shmb_error_set(&c->err, -ESTALE,
                               "The arena at %llu was taken back by shmbrokerd (its lock "
                               "word reads %#llx, not IDLE under the grant's token); ask for "
                               "a new one.",
-                              (unsigned long long)c->arena.offset, (unsigned long long)want);
-    }
+                              (unsigned long long)c->arena.offset, (unsigned long long)seen);
     memcpy(c->map + c->arena.cursor + hsize, data, size);
     /* Counted before the lock is IDLE (the release below publishes both):
      * a daemon that swaps the lock to REVOKED after this reads the count
      * and gives the arena back to us. */
     atomic_fetch_add_explicit(inflight, 1, memory_order_relaxed);
-    want = SHMB_ARENA_WORD(c->arena.token, SHMB_ARENA_BUSY);
-    if (!atomic_compare_exchange_strong_explicit(lock, &want,
-                                                 SHMB_ARENA_WORD(c->arena.token,
-                                                                 SHMB_ARENA_IDLE),
-                                                 memory_order_release, memory_order_relaxed)) {
-        c->arena.size = 0;
+    if (!arena_lock_swap(c, lock, SHMB_ARENA_BUSY, SHMB_ARENA_IDLE, memory_order_release,
+                         &seen))
         return shmb_error_set(&c->err, -ESTALE,
                               "The arena at %llu was taken back by shmbrokerd while %zu "
                               "bytes were copied into it; ask for a new one.",
                               (unsigned long long)c->arena.offset, size);
-    }
     return 0;
 }
 

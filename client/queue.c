@@ -336,17 +336,29 @@ static int queue_wrong_role(shmb_queue_t *q, const char *call)
 
 /* ---- the data path ---------------------------------------------------------- */
 
+/* The start of a call of the data path (call names it): refused in a
+ * process made by fork() since q was opened, or on a handle of the other
+ * role (the writer when writer, else a reader seat). */
+static int queue_check_role(shmb_queue_t *q, const char *call, bool writer)
+{
+    int rc;
+
+    if ((rc = queue_check_fork(q, call)) < 0)
+        return rc;
+    shmb_error_clear(&q->c->err);
+    if (writer ? q->seat != SHMB_QUEUE_WRITER : q->seat < 0)
+        return queue_wrong_role(q, call);
+    return 0;
+}
+
 int shmb_queue_reserve(shmb_queue_t *q, size_t len, void **buf, int timeout_ms)
 {
     shmb_t *c = q->c;
     int rc;
 
     *buf = NULL;
-    if ((rc = queue_check_fork(q, "shmb_queue_reserve")) < 0)
+    if ((rc = queue_check_role(q, "shmb_queue_reserve", true)) < 0)
         return rc;
-    shmb_error_clear(&c->err);
-    if (q->seat != SHMB_QUEUE_WRITER)
-        return queue_wrong_role(q, "shmb_queue_reserve");
     if (q->obj_reserved || q->objs_count > 0) {
         if ((rc = client_enter(c)) < 0) {
             /* An object to abort needs the connection; collecting can wait. */
@@ -379,11 +391,8 @@ int shmb_queue_publish(shmb_queue_t *q, size_t len)
     struct client_key k;
     int rc;
 
-    if ((rc = queue_check_fork(q, "shmb_queue_publish")) < 0)
+    if ((rc = queue_check_role(q, "shmb_queue_publish", true)) < 0)
         return rc;
-    shmb_error_clear(&c->err);
-    if (q->seat != SHMB_QUEUE_WRITER)
-        return queue_wrong_role(q, "shmb_queue_publish");
     if (q->q.reserved && len > q->res_len)
         return shmb_error_set(&c->err, -EMSGSIZE,
                               "shmb_queue_publish: %zu bytes, but %zu were reserved.",
@@ -441,18 +450,14 @@ void shmb_queue_done(shmb_queue_t *q)
 
 int shmb_queue_dequeue(shmb_queue_t *q, const void **data, size_t *len, int timeout_ms)
 {
-    shmb_t *c = q->c;
     const void *slot;
     size_t slot_len;
     int rc;
 
     *data = NULL;
     *len = 0;
-    if ((rc = queue_check_fork(q, "shmb_queue_dequeue")) < 0)
+    if ((rc = queue_check_role(q, "shmb_queue_dequeue", false)) < 0)
         return rc;
-    shmb_error_clear(&c->err);
-    if (q->seat < 0)
-        return queue_wrong_role(q, "shmb_queue_dequeue");
     queue_done(q);
     {
         struct queue_wait w = {.msg = &slot, .msg_len = &slot_len};
