@@ -215,8 +215,8 @@ static bool arena_lock_swap(shmb_t *c, _Atomic uint64_t *lock, uint64_t from, ui
     uint64_t want = SHMB_ARENA_WORD(c->arena.token, from);
 
     if (atomic_compare_exchange_strong_explicit(lock, &want,
-                                                SHMB_ARENA_WORD(c->arena.token, to), order,
-                                                memory_order_relaxed))
+                                                SHMB_ARENA_WORD(c->arena.token, to),
+                                                order, memory_order_relaxed))
         return true;
     c->arena.size = 0;
     *seen = want;
@@ -254,11 +254,12 @@ static int arena_write(shmb_t *c, uint64_t hsize, const void *data, size_t size)
                               (unsigned long long)c->arena.offset);
     if (!arena_lock_swap(c, lock, SHMB_ARENA_IDLE, SHMB_ARENA_BUSY, memory_order_acquire,
                          &seen))
-        return shmb_error_set(&c->err, -ESTALE,
-                              "The arena at %llu was taken back by shmbrokerd (its lock "
-                              "word reads %#llx, not IDLE under the grant's token); ask for "
-                              "a new one.",
-                              (unsigned long long)c->arena.offset, (unsigned long long)seen);
+        return shmb_error_set(
+            &c->err, -ESTALE,
+            "The arena at %llu was taken back by shmbrokerd (its lock "
+            "word reads %#llx, not IDLE under the grant's token); ask for "
+            "a new one.",
+            (unsigned long long)c->arena.offset, (unsigned long long)seen);
     memcpy(c->map + c->arena.cursor + hsize, data, size);
     /* Counted before the lock is IDLE (the release below publishes both):
      * a daemon that swaps the lock to REVOKED after this reads the count
@@ -286,8 +287,8 @@ static void arena_uncount(shmb_t *c)
  * replies: nowait reads only the arena's. The daemon's error, or -ESTALE
  * when the arena went under the commit (the caller lays the chunk out
  * again in the next). */
-static int arena_commit(shmb_t *c, const struct client_key *key, uint64_t hsize, size_t size,
-                        unsigned readers, uint64_t chunk, bool nowait)
+static int arena_commit(shmb_t *c, const struct client_key *key, uint64_t hsize,
+                        size_t size, unsigned readers, uint64_t chunk, bool nowait)
 {
     struct line_reply r;
     struct shmb_error saved;
@@ -432,8 +433,7 @@ static int client_sync(shmb_t *c)
         memcpy(key, c->unconfirmed.key, sizeof(key));
         k = client_key_trusted(key); /* checked when it was put */
         /* A connection lost on the way makes them lost (client_lost). */
-        if ((rc = client_key_op(c, SHMB_OP_CONTAINS, &k, NULL)) < 0 &&
-            c->lost.count == 0)
+        if ((rc = client_key_op(c, SHMB_OP_CONTAINS, &k, NULL)) < 0 && c->lost.count == 0)
             return rc;
     }
     return c->lost.count > 0 ? arena_report_lost(c, NULL) : 0;

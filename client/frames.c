@@ -141,7 +141,8 @@ static int client_get_frames(shmb_t *c, const char *key, shmb_frame_t *frames, s
         return shmb_error_set(&c->err, -EINVAL, "frames is NULL, and max is %zu.", max);
     }
     shmb_error_clear(&c->err);
-    if ((rc = client_check_key(c, key, &k)) < 0 || (rc = client_get(c, &k, &p, &size)) < 0)
+    if ((rc = client_check_key(c, key, &k)) < 0 ||
+        (rc = client_get(c, &k, &p, &size)) < 0)
         return rc;
     shmb_error_clear(&err);
     rc = frames_open(&w, p, size, &err);

@@ -265,8 +265,8 @@ int client_get(shmb_t *c, const struct client_key *key, const void **ptr, size_t
 
 /* A put in two round trips: alloc, memcpy, commit (objects.c); what
  * shmb_put falls back to without an arena. */
-int client_put_copy(shmb_t *c, const struct client_key *key, const void *data, size_t size,
-                    unsigned readers);
+int client_put_copy(shmb_t *c, const struct client_key *key, const void *data,
+                    size_t size, unsigned readers);
 
 /* shmb_release_nowait inside a call client_enter let in (many.c). */
 int client_release_nowait(shmb_t *c, const char *key);

@@ -183,7 +183,8 @@ struct client_put_args {
 static int client_put_alloc_op(shmb_t *c, size_t i, const void *arg)
 {
     const struct client_put_args *a = arg;
-    struct client_key k = client_key_trusted(a->keys[i]); /* client_check_keys passed it */
+    /* client_check_keys passed it. */
+    struct client_key k = client_key_trusted(a->keys[i]);
 
     return client_alloc_op(c, 0, &k, a->sizes[i], a->readers, 0);
 }

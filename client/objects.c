@@ -82,8 +82,8 @@ int shmb_abort(shmb_t *c, const char *key)
 
 /* A put in two round trips: alloc, memcpy, commit; what shmb_put (arena.c)
  * falls back to without an arena. */
-int client_put_copy(shmb_t *c, const struct client_key *key, const void *data, size_t size,
-                    unsigned readers)
+int client_put_copy(shmb_t *c, const struct client_key *key, const void *data,
+                    size_t size, unsigned readers)
 {
     void *dst;
     int rc;

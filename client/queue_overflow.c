@@ -24,7 +24,8 @@ static void queue_key(const shmb_queue_t *q, uint64_t seq, char *key)
  * shmb_release_nowait does: an error is logged by the daemon. */
 static int queue_send_noreply(shmb_t *c, enum shmb_op_id op, const char *key)
 {
-    struct client_key k = client_key_trusted(key); /* a queue's key: valid by its making */
+    /* A queue's key: valid by its making. */
+    struct client_key k = client_key_trusted(key);
     int rc;
 
     c->w.len = 0;
@@ -200,8 +201,8 @@ static void queue_unhold(shmb_queue_t *q)
 
 /* The message just dequeued is an object whose key the slot holds (len
  * bytes at slot): pin it and point *data and *len at its bytes. */
-int queue_get_object(shmb_queue_t *q, const void *slot, size_t len,
-                     const void **data, size_t *size)
+int queue_get_object(shmb_queue_t *q, const void *slot, size_t len, const void **data,
+                     size_t *size)
 {
     shmb_t *c = q->c;
     uint64_t seq = q->q.held_seq[q->seat], want_len = q->q.msg_aux;

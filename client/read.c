@@ -116,8 +116,8 @@ static int client_read_nobufs(shmb_t *c, const char *key, size_t cap, uint64_t n
 
 /* The daemon's answer: get (a pin, one read counted), copy, release
  * without waiting. */
-static int client_read_slow(shmb_t *c, const struct client_key *key, void *buf, size_t cap,
-                            size_t *size)
+static int client_read_slow(shmb_t *c, const struct client_key *key, void *buf,
+                            size_t cap, size_t *size)
 {
     struct shmb_error saved;
     const void *p = NULL;

@@ -217,7 +217,8 @@ int wire_decode(const void *buf, size_t len, struct wire_msg *m, struct shmb_err
         break;
     default:
         if (!wire_is_queue(m->type))
-            return shmb_error_set(err, -EPROTO, "a message of unknown type %u (%zu bytes)",
+            return shmb_error_set(err, -EPROTO,
+                                  "a message of unknown type %u (%zu bytes)",
                                   (unsigned)m->type, len);
         if (decode_queue(&rd, m, err) < 0)
             return err->code;
