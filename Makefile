@@ -103,8 +103,8 @@ DAEMON_SRC  := daemon/main.c $(CONFIG_SRC) daemon/log.c daemon/notify.c daemon/s
                daemon/pool.c daemon/queue.c daemon/held.c $(CORE_SRC)
 # main.c's rooms: the pools' plan, the reload, the descriptor store.
 DAEMON_SRC  += daemon/plan.c daemon/reload.c daemon/keep.c daemon/hup.c
-LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
-               client/queue.c client/read.c client/arena.c
+LIB_SRC     := client/client.c client/connect.c client/objects.c client/many.c client/report.c client/frames.c \
+               client/queue.c client/queue_wait.c client/queue_overflow.c client/read.c client/arena.c
 # Objects from other hosts, through shmbroker-relay (relay/).
 LIB_SRC     += client/fetch.c
 # report.c's rooms: the queues' report, a segment file read without the daemon.
@@ -202,7 +202,8 @@ $(BUILD)/tests/test_daemon_queue: TEST_LDFLAGS = $(PKGS_LIBS) \
     -Wl,--wrap=store_forgo_read,--wrap=store_forgo_reads,--wrap=store_holder_pins
 # The library against a fake daemon: a thread on a temporary socket.
 $(BUILD)/tests/test_client:  $(call OBJ,tests/unit/test_client.c $(LIB_SRC)) $(PROTO_OBJ)
-$(BUILD)/tests/test_client: TEST_LDFLAGS = $(PKGS_LIBS) -lpthread
+$(BUILD)/tests/test_client: TEST_LDFLAGS = $(PKGS_LIBS) -lpthread \
+    -Wl,--wrap=shmb_key_len_check,--wrap=shmb_key_check
 
 # End-to-end tests drive the real binaries through the library and raw sockets.
 E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch test_systemd \

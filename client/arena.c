@@ -205,6 +205,24 @@ static bool arena_pages_present(const shmb_t *c, const unsigned char *p, size_t 
     return true;
 }
 
+/* Swap the arena's lock word from state from to state to under the grant's
+ * token (order: the swap's, when it is made). false when the word held
+ * anything else, which *seen then gets: the arena was taken back, and is
+ * forgotten. */
+static bool arena_lock_swap(shmb_t *c, _Atomic uint64_t *lock, uint64_t from, uint64_t to,
+                            memory_order order, uint64_t *seen)
+{
+    uint64_t want = SHMB_ARENA_WORD(c->arena.token, from);
+
+    if (atomic_compare_exchange_strong_explicit(lock, &want,
+                                                SHMB_ARENA_WORD(c->arena.token, to),
+                                                order, memory_order_relaxed))
+        return true;
+    c->arena.size = 0;
+    *seen = want;
+    return false;
+}
+
 /* Copy the payload to the cursor, after the chunk header the daemon will
  * write, holding the lock (IDLE -> BUSY -> IDLE), and count the commit that
  * follows before the lock goes IDLE: the daemon takes an arena back only
@@ -215,7 +233,7 @@ static bool arena_pages_present(const shmb_t *c, const unsigned char *p, size_t 
 static int arena_write(shmb_t *c, uint64_t hsize, const void *data, size_t size)
 {
     _Atomic uint64_t *lock = arena_lock_word(c), *inflight = arena_inflight_word(c);
-    uint64_t want = SHMB_ARENA_WORD(c->arena.token, SHMB_ARENA_IDLE);
+    uint64_t seen = 0;
     const unsigned char *lo = (const unsigned char *)lock,
                         *at = c->map + c->arena.cursor + hsize;
     /* One look (one mincore) from the lock word to the payload's end while
@@ -234,33 +252,25 @@ static int arena_write(shmb_t *c, uint64_t hsize, const void *data, size_t size)
                               "truncated the segment or punched a hole in it?); the put "
                               "goes through alloc and commit.",
                               (unsigned long long)c->arena.offset);
-    if (!atomic_compare_exchange_strong_explicit(lock, &want,
-                                                 SHMB_ARENA_WORD(c->arena.token,
-                                                                 SHMB_ARENA_BUSY),
-                                                 memory_order_acquire, memory_order_relaxed)) {
-        c->arena.size = 0;
-        return shmb_error_set(&c->err, -ESTALE,
-                              "The arena at %llu was taken back by shmbrokerd (its lock "
-                              "word reads %#llx, not IDLE under the grant's token); ask for "
-                              "a new one.",
-                              (unsigned long long)c->arena.offset, (unsigned long long)want);
-    }
+    if (!arena_lock_swap(c, lock, SHMB_ARENA_IDLE, SHMB_ARENA_BUSY, memory_order_acquire,
+                         &seen))
+        return shmb_error_set(
+            &c->err, -ESTALE,
+            "The arena at %llu was taken back by shmbrokerd (its lock "
+            "word reads %#llx, not IDLE under the grant's token); ask for "
+            "a new one.",
+            (unsigned long long)c->arena.offset, (unsigned long long)seen);
     memcpy(c->map + c->arena.cursor + hsize, data, size);
     /* Counted before the lock is IDLE (the release below publishes both):
      * a daemon that swaps the lock to REVOKED after this reads the count
      * and gives the arena back to us. */
     atomic_fetch_add_explicit(inflight, 1, memory_order_relaxed);
-    want = SHMB_ARENA_WORD(c->arena.token, SHMB_ARENA_BUSY);
-    if (!atomic_compare_exchange_strong_explicit(lock, &want,
-                                                 SHMB_ARENA_WORD(c->arena.token,
-                                                                 SHMB_ARENA_IDLE),
-                                                 memory_order_release, memory_order_relaxed)) {
-        c->arena.size = 0;
+    if (!arena_lock_swap(c, lock, SHMB_ARENA_BUSY, SHMB_ARENA_IDLE, memory_order_release,
+                         &seen))
         return shmb_error_set(&c->err, -ESTALE,
                               "The arena at %llu was taken back by shmbrokerd while %zu "
                               "bytes were copied into it; ask for a new one.",
                               (unsigned long long)c->arena.offset, size);
-    }
     return 0;
 }
 
@@ -277,8 +287,8 @@ static void arena_uncount(shmb_t *c)
  * replies: nowait reads only the arena's. The daemon's error, or -ESTALE
  * when the arena went under the commit (the caller lays the chunk out
  * again in the next). */
-static int arena_commit(shmb_t *c, const char *key, uint64_t hsize, size_t size,
-                        unsigned readers, uint64_t chunk, bool nowait)
+static int arena_commit(shmb_t *c, const struct client_key *key, uint64_t hsize,
+                        size_t size, unsigned readers, uint64_t chunk, bool nowait)
 {
     struct line_reply r;
     struct shmb_error saved;
@@ -311,7 +321,7 @@ static int arena_commit(shmb_t *c, const char *key, uint64_t hsize, size_t size,
         return rc;
     if (nowait) {
         if (c->unconfirmed.count++ == 0)
-            snprintf(c->unconfirmed.key, sizeof(c->unconfirmed.key), "%s", key);
+            snprintf(c->unconfirmed.key, sizeof(c->unconfirmed.key), "%s", key->s);
         c->noreply_sent = true;
         c->arena.cursor += chunk;
         c->arena.unsure = true;
@@ -325,7 +335,7 @@ static int arena_commit(shmb_t *c, const char *key, uint64_t hsize, size_t size,
             rc = shmb_error_set(&c->err, -EPROTO,
                                 "shmbrokerd committed '%s' at %llu; the library laid its "
                                 "payload out at %llu.",
-                                shmb_escape(key, strlen(key), ebuf, sizeof(ebuf)),
+                                shmb_escape(key->s, key->len, ebuf, sizeof(ebuf)),
                                 (unsigned long long)r.offset,
                                 (unsigned long long)(at + hsize));
         }
@@ -415,14 +425,15 @@ static int arena_report_lost(shmb_t *c, const char *key)
 static int client_sync(shmb_t *c)
 {
     char key[SHMB_KEY_MAX + 1];
+    struct client_key k;
     int rc;
 
     shmb_error_clear(&c->err);
     if (c->unconfirmed.count > 0 && c->sock >= 0) {
         memcpy(key, c->unconfirmed.key, sizeof(key));
+        k = client_key_trusted(key); /* checked when it was put */
         /* A connection lost on the way makes them lost (client_lost). */
-        if ((rc = client_key_op(c, SHMB_OP_CONTAINS, key, NULL)) < 0 &&
-            c->lost.count == 0)
+        if ((rc = client_key_op(c, SHMB_OP_CONTAINS, &k, NULL)) < 0 && c->lost.count == 0)
             return rc;
     }
     return c->lost.count > 0 ? arena_report_lost(c, NULL) : 0;
@@ -438,6 +449,7 @@ int shmb_sync(shmb_t *c)
 static int client_arena_put(shmb_t *c, const char *key, const void *data, size_t size,
                             unsigned readers, bool nowait)
 {
+    struct client_key k;
     const char *why;
     uint64_t hsize, chunk;
     int attempt, rc;
@@ -445,7 +457,8 @@ static int client_arena_put(shmb_t *c, const char *key, const void *data, size_t
     shmb_error_clear(&c->err);
     if (c->lost.count > 0)
         return arena_report_lost(c, key);
-    if ((rc = client_check_key(c, key)) < 0 || (rc = client_check_size(c, size)) < 0)
+    /* The one check of the put's key: what goes down is k. */
+    if ((rc = client_check_key(c, key, &k)) < 0 || (rc = client_check_size(c, size)) < 0)
         return rc;
     if (c->sock < 0)
         return shmb_error_set(&c->err, -ENOTCONN,
@@ -460,17 +473,17 @@ static int client_arena_put(shmb_t *c, const char *key, const void *data, size_t
         if (c->arena.size != 0 && c->arena_want == 0 && (rc = arena_give_back(c)) < 0 &&
             c->sock < 0)
             return rc;
-        return client_put_copy(c, key, data, size, readers);
+        return client_put_copy(c, &k, data, size, readers);
     }
-    hsize = SHMB_CHUNK_HEADER_SIZE(strlen(key));
+    hsize = SHMB_CHUNK_HEADER_SIZE(k.len);
     chunk = hsize + SHMB_ALIGN_UP(size);
     /* An empty object, one larger than any arena, or a daemon short of room:
      * the two round trips of alloc and commit. */
     if (size == 0 || chunk > arena_limit(c))
-        return client_put_copy(c, key, data, size, readers);
+        return client_put_copy(c, &k, data, size, readers);
     if (c->arena.skip > 0 && c->arena.size == 0) {
         c->arena.skip--;
-        return client_put_copy(c, key, data, size, readers);
+        return client_put_copy(c, &k, data, size, readers);
     }
     /* A second try when the arena went under the first. */
     for (attempt = 0; attempt < 2; attempt++) {
@@ -488,21 +501,21 @@ static int client_arena_put(shmb_t *c, const char *key, const void *data, size_t
                                           "Nothing was sent; use shmb_put.",
                                           arena_unusable(c), said);
                 }
-                return client_put_copy(c, key, data, size, readers);
+                return client_put_copy(c, &k, data, size, readers);
             }
             if (chunk > c->arena.size)
-                return client_put_copy(c, key, data, size, readers);
+                return client_put_copy(c, &k, data, size, readers);
         }
         if ((rc = arena_write(c, hsize, data, size)) == -ESTALE)
             continue;
         if (rc < 0)
             break;
-        if ((rc = arena_commit(c, key, hsize, size, readers, chunk, nowait)) != -ESTALE)
+        if ((rc = arena_commit(c, &k, hsize, size, readers, chunk, nowait)) != -ESTALE)
             return rc;
     }
     /* Taken back twice in a row (the daemon is short of room), or pages
      * gone from the file (the daemon says what happened): no arena. */
-    return client_put_copy(c, key, data, size, readers);
+    return client_put_copy(c, &k, data, size, readers);
 }
 
 int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned readers)

@@ -113,8 +113,21 @@ static int fetch_ask(shmb_t *c, const char *path, const char *line, json_t **rep
     return 0;
 }
 
+/* The relay's socket, beside the daemon's this handle connected to, into
+ * path (len bytes); -ENOTCONN when the handle never connected. */
+static int fetch_relay_path(shmb_t *c, char *path, size_t len)
+{
+    if (!c->path[0])
+        return shmb_error_set(&c->err, -ENOTCONN,
+                              "This handle was never connected: shmb_connect first (the "
+                              "relay's socket is found next to the daemon's).");
+    snprintf(path, len, "%s%s", c->path, SHMB_RELAY_SOCKET_SUFFIX);
+    return 0;
+}
+
 int shmb_fetch(shmb_t *c, const char *peer, const char *key)
 {
+    struct client_key k;
     char path[sizeof(c->path) + sizeof(SHMB_RELAY_SOCKET_SUFFIX)];
     json_t *req = NULL, *reply = NULL;
     char *line = NULL;
@@ -124,7 +137,7 @@ int shmb_fetch(shmb_t *c, const char *peer, const char *key)
 
     if ((rc = client_enter(c)) < 0)
         return rc;
-    if ((rc = client_check_key(c, key)) < 0)
+    if ((rc = client_check_key(c, key, &k)) < 0)
         goto done;
     pl = peer ? strlen(peer) : 0;
     if (pl == 0 || pl > FETCH_PEER_MAX ||
@@ -136,13 +149,8 @@ int shmb_fetch(shmb_t *c, const char *peer, const char *key)
                             FETCH_PEER_MAX, pl);
         goto done;
     }
-    if (!c->path[0]) {
-        rc = shmb_error_set(&c->err, -ENOTCONN,
-                            "This handle was never connected: shmb_connect first (the relay's "
-                            "socket is found next to the daemon's).");
+    if ((rc = fetch_relay_path(c, path, sizeof(path))) < 0)
         goto done;
-    }
-    snprintf(path, sizeof(path), "%s%s", c->path, SHMB_RELAY_SOCKET_SUFFIX);
     req = json_pack("{s:s, s:s, s:s}", "op", "fetch", "peer", peer, "key", key);
     line = req ? json_dumps(req, JSON_COMPACT) : NULL;
     if (!line) {
@@ -182,13 +190,8 @@ int shmb_relay_status(shmb_t *c, char **json)
     *json = NULL;
     if ((rc = client_enter(c)) < 0)
         return rc;
-    if (!c->path[0]) {
-        rc = shmb_error_set(&c->err, -ENOTCONN,
-                            "This handle was never connected: shmb_connect first (the relay's "
-                            "socket is found next to the daemon's).");
+    if ((rc = fetch_relay_path(c, path, sizeof(path))) < 0)
         goto done;
-    }
-    snprintf(path, sizeof(path), "%s%s", c->path, SHMB_RELAY_SOCKET_SUFFIX);
     if ((rc = fetch_ask(c, path, "{\"op\":\"status\"}\n", &reply)) < 0)
         goto done;
     if (!json_is_true(json_object_get(reply, "ok"))) {

@@ -26,14 +26,14 @@ size_t shmb_frames_size(size_t n, const size_t *lengths)
 /* Everything that could refuse the call is checked before the alloc, so
  * that nothing can fail between the alloc and the commit. The payload's
  * size in *total. */
-static int frames_check_put(shmb_t *c, const char *key, size_t n, const shmb_frame_t *frames,
-                            uint64_t *total)
+static int frames_check_put(shmb_t *c, const char *key, struct client_key *k, size_t n,
+                            const shmb_frame_t *frames, uint64_t *total)
 {
     uint64_t end, offset;
     size_t i;
     int rc;
 
-    if ((rc = client_check_key(c, key)) < 0)
+    if ((rc = client_check_key(c, key, k)) < 0)
         return rc;
     if (n > FRAMES_MAX)
         return shmb_error_set(&c->err, -EINVAL,
@@ -65,6 +65,7 @@ static int client_put_frames(shmb_t *c, const char *key, size_t n, const shmb_fr
                              unsigned readers)
 {
     struct shmb_error commit_err;
+    struct client_key k;
     uint64_t total = 0, end, offset;
     unsigned char *dst;
     void *p;
@@ -72,8 +73,8 @@ static int client_put_frames(shmb_t *c, const char *key, size_t n, const shmb_fr
     int rc;
 
     shmb_error_clear(&c->err);
-    if ((rc = frames_check_put(c, key, n, frames, &total)) < 0 ||
-        (rc = client_alloc(c, key, (size_t)total, readers, &p)) < 0)
+    if ((rc = frames_check_put(c, key, &k, n, frames, &total)) < 0 ||
+        (rc = client_alloc(c, &k, (size_t)total, readers, &p)) < 0)
         return rc;
     dst = p;
     frames_put_header(dst, n);
@@ -88,13 +89,13 @@ static int client_put_frames(shmb_t *c, const char *key, size_t n, const shmb_fr
         if (frames[i].size > 0)
             memcpy(dst + offset, frames[i].data, frames[i].size);
     }
-    rc = client_key_op(c, SHMB_OP_COMMIT, key, NULL);
+    rc = client_key_op(c, SHMB_OP_COMMIT, &k, NULL);
     if (rc < 0) {
         /* The allocation is normally gone already (it expired, or went with
          * the connection); should it not be, it must not wait for its
          * timeout. The commit's error is the one to report. */
         commit_err = c->err;
-        (void)client_key_op(c, SHMB_OP_ABORT, key, NULL);
+        (void)client_key_op(c, SHMB_OP_ABORT, &k, NULL);
         c->err = commit_err;
     }
     return rc;
@@ -129,6 +130,7 @@ static int client_get_frames(shmb_t *c, const char *key, shmb_frame_t *frames, s
     char shown[SHMB_ESCAPED_MAX(SHMB_KEY_MAX_LEN)], released[SHMB_ERROR_MSG_MAX];
     struct shmb_error err;
     struct frames_walk w;
+    struct client_key k;
     const void *p;
     size_t size;
     int rc;
@@ -138,7 +140,9 @@ static int client_get_frames(shmb_t *c, const char *key, shmb_frame_t *frames, s
         shmb_error_clear(&c->err);
         return shmb_error_set(&c->err, -EINVAL, "frames is NULL, and max is %zu.", max);
     }
-    if ((rc = client_get(c, key, &p, &size)) < 0)
+    shmb_error_clear(&c->err);
+    if ((rc = client_check_key(c, key, &k)) < 0 ||
+        (rc = client_get(c, &k, &p, &size)) < 0)
         return rc;
     shmb_error_clear(&err);
     rc = frames_open(&w, p, size, &err);
@@ -162,7 +166,7 @@ static int client_get_frames(shmb_t *c, const char *key, shmb_frame_t *frames, s
         for (i = 0; i < max && i < w.count; i++)
             frames[i] = (shmb_frame_t){NULL, 0};
     }
-    if (client_key_op(c, SHMB_OP_RELEASE, key, NULL) < 0) {
+    if (client_key_op(c, SHMB_OP_RELEASE, &k, NULL) < 0) {
         snprintf(released, sizeof(released), "%s", c->err.message);
         shmb_error_set(&c->err, rc, "%s Releasing its pin failed too: %s", err.message,
                        released);

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "../proto/catalog.h"
@@ -169,9 +170,34 @@ int client_decode(shmb_t *c, size_t len, const json_t *want, uint64_t id, bool f
  * request gets the next id unless it has its own; the reply must carry it. */
 int client_call(shmb_t *c, json_t *request, json_t **reply);
 
+/* client_call, and first as in client_decode: connect.c's hello. */
+int client_call_ex(shmb_t *c, json_t *request, bool first, json_t **reply);
+
+/* Forget the connection (and the mapping too, unless keep_map): a new one
+ * (connect.c) or the handle's end. */
+void client_disconnect(shmb_t *c, bool keep_map);
+
+/* A key that passed client_check_key, with its length: what the calls
+ * below the public entries take (client_alloc, client_key_op,
+ * client_begin_key, ...), so that a key is checked once on its way, at the
+ * entry, and measured once. client_key_trusted makes one without the check
+ * for a key checked already (client_check_keys) or made by the library by
+ * rules that keep it valid (a queue's overflow keys). */
+struct client_key {
+    const char *s;
+    size_t len;
+};
+
 /* Check a key before anything goes on the wire: the same check, code and
- * words as the daemon's (proto/text.c), for every call that takes a key. */
-int client_check_key(shmb_t *c, const char *key);
+ * words as the daemon's (proto/text.c), for every call that takes a key.
+ * The checked key in *out (not NULL). */
+int client_check_key(shmb_t *c, const char *key, struct client_key *out);
+
+/* A key that needs no check (see struct client_key): key measured. */
+static inline struct client_key client_key_trusted(const char *key)
+{
+    return (struct client_key){key, strlen(key)};
+}
 
 /* Check the n keys of a _many call; the message names the first bad one's
  * index. */
@@ -210,7 +236,8 @@ int client_exchange(shmb_t *c, uint64_t id, struct line_reply *r);
 
 /* Start a request {"op":"OP"[,"id":ID],"key":KEY in c->w; id 0 for a
  * batch's element, which needs none. The caller checked the key. */
-int client_begin_key(shmb_t *c, enum shmb_op_id op, uint64_t id, const char *key);
+int client_begin_key(shmb_t *c, enum shmb_op_id op, uint64_t id,
+                     const struct client_key *key);
 
 /* A pointer to [offset, offset + size) after checking it lies in the data
  * area of the mapping: a confused daemon must not make us scribble. */
@@ -219,26 +246,27 @@ int client_extent(shmb_t *c, const struct line_reply *r, size_t want, void **ptr
 
 /* A request whose only field is the key; its reply's fields in r (may be
  * NULL). */
-int client_key_op(shmb_t *c, enum shmb_op_id op, const char *key,
+int client_key_op(shmb_t *c, enum shmb_op_id op, const struct client_key *key,
                   struct line_reply *r);
 
 /* The alloc request for key, appended to c->w (without a newline); id 0 in a
  * batch. */
-int client_alloc_op(shmb_t *c, uint64_t id, const char *key, size_t size,
+int client_alloc_op(shmb_t *c, uint64_t id, const struct client_key *key, size_t size,
                     unsigned readers, unsigned wait_ms);
 
 /* The end of a call client_enter let in, passing its result on. */
 int client_done(shmb_t *c, int rc);
 
 /* shmb_alloc and shmb_get inside a call client_enter let in (objects.c),
- * for the calls built on them (frames.c). */
-int client_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void **ptr);
-int client_get(shmb_t *c, const char *key, const void **ptr, size_t *size);
+ * for the calls built on them (frames.c), with the key checked. */
+int client_alloc(shmb_t *c, const struct client_key *key, size_t size, unsigned readers,
+                 void **ptr);
+int client_get(shmb_t *c, const struct client_key *key, const void **ptr, size_t *size);
 
 /* A put in two round trips: alloc, memcpy, commit (objects.c); what
  * shmb_put falls back to without an arena. */
-int client_put_copy(shmb_t *c, const char *key, const void *data, size_t size,
-                    unsigned readers);
+int client_put_copy(shmb_t *c, const struct client_key *key, const void *data,
+                    size_t size, unsigned readers);
 
 /* shmb_release_nowait inside a call client_enter let in (many.c). */
 int client_release_nowait(shmb_t *c, const char *key);

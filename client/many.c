@@ -32,7 +32,9 @@ static int client_release_many(shmb_t *c, size_t n, const char *const *keys)
         /* Each line has its id too: a reply to it, which should never come,
          * is then recognised as out of step rather than taken for the next
          * call's. Sent in writes of about SHMB_MAX_LINE bytes. */
-        if ((rc = client_begin_key(c, SHMB_OP_RELEASE, client_next_id(c), keys[i])) < 0)
+        struct client_key k = client_key_trusted(keys[i]); /* checked above */
+
+        if ((rc = client_begin_key(c, SHMB_OP_RELEASE, client_next_id(c), &k)) < 0)
             return rc;
         if (line_lit(&c->w, ",\"noreply\":true}\n") < 0)
             return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
@@ -181,15 +183,17 @@ struct client_put_args {
 static int client_put_alloc_op(shmb_t *c, size_t i, const void *arg)
 {
     const struct client_put_args *a = arg;
+    /* client_check_keys passed it. */
+    struct client_key k = client_key_trusted(a->keys[i]);
 
-    return client_alloc_op(c, 0, a->keys[i], a->sizes[i], a->readers, 0);
+    return client_alloc_op(c, 0, &k, a->sizes[i], a->readers, 0);
 }
 
 static int client_put_commit_op(shmb_t *c, size_t k, const void *arg)
 {
     const struct client_put_args *a = arg;
-    int rc = client_begin_key(c, a->ok[k] ? SHMB_OP_COMMIT : SHMB_OP_ABORT, 0,
-                              a->keys[a->idx[k]]);
+    struct client_key key = client_key_trusted(a->keys[a->idx[k]]); /* checked */
+    int rc = client_begin_key(c, a->ok[k] ? SHMB_OP_COMMIT : SHMB_OP_ABORT, 0, &key);
 
     if (rc == 0 && line_lit(&c->w, "}") < 0)
         rc = shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");
@@ -347,7 +351,8 @@ out:
 static int client_get_op(shmb_t *c, size_t i, const void *arg)
 {
     const char *const *keys = arg;
-    int rc = client_begin_key(c, SHMB_OP_GET, 0, keys[i]);
+    struct client_key k = client_key_trusted(keys[i]); /* client_check_keys passed it */
+    int rc = client_begin_key(c, SHMB_OP_GET, 0, &k);
 
     if (rc == 0 && line_lit(&c->w, "}") < 0)
         rc = shmb_error_set(&c->err, -ENOMEM, "Out of memory for a batch.");

@@ -11,16 +11,33 @@
 #include <stddef.h>
 #include <string.h>
 
+/* The start of a call on one key: client_enter, then the key's one check
+ * (into *k), before it goes down. 0 inside the call (the caller ends it
+ * with client_leave), or the refusal, the call ended already. */
+static int client_enter_key(shmb_t *c, const char *key, struct client_key *k)
+{
+    int rc = client_enter(c);
+
+    if (rc < 0)
+        return rc;
+    shmb_error_clear(&c->err);
+    if ((rc = client_check_key(c, key, k)) < 0)
+        client_leave(c);
+    return rc;
+}
+
 /* A call whose request is only the key, between client_enter and
  * client_leave. */
 static int client_key_call(shmb_t *c, enum shmb_op_id op, const char *key)
 {
-    int rc = client_enter(c);
+    struct client_key k;
+    int rc = client_enter_key(c, key, &k);
 
-    return rc < 0 ? rc : client_done(c, client_key_op(c, op, key, NULL));
+    return rc < 0 ? rc : client_done(c, client_key_op(c, op, &k, NULL));
 }
 
-int client_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void **ptr)
+int client_alloc(shmb_t *c, const struct client_key *key, size_t size, unsigned readers,
+                 void **ptr)
 {
     struct line_reply r;
     uint64_t id;
@@ -29,7 +46,7 @@ int client_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void
     *ptr = NULL;
     shmb_error_clear(&c->err);
     c->w.len = 0;
-    if ((rc = client_check_key(c, key)) < 0 || (rc = client_check_size(c, size)) < 0 ||
+    if ((rc = client_check_size(c, size)) < 0 ||
         (rc = client_alloc_op(c, id = client_next_id(c), key, size, readers,
                               c->alloc_wait_ms)) < 0)
         return rc;
@@ -42,13 +59,13 @@ int client_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void
 
 int shmb_alloc(shmb_t *c, const char *key, size_t size, unsigned readers, void **ptr)
 {
-    int rc = client_enter(c);
+    struct client_key k;
+    int rc;
 
-    if (rc < 0) {
-        *ptr = NULL;
+    *ptr = NULL;
+    if ((rc = client_enter_key(c, key, &k)) < 0)
         return rc;
-    }
-    rc = client_alloc(c, key, size, readers, ptr);
+    rc = client_alloc(c, &k, size, readers, ptr);
     client_leave(c);
     return rc;
 }
@@ -65,8 +82,8 @@ int shmb_abort(shmb_t *c, const char *key)
 
 /* A put in two round trips: alloc, memcpy, commit; what shmb_put (arena.c)
  * falls back to without an arena. */
-int client_put_copy(shmb_t *c, const char *key, const void *data, size_t size,
-                    unsigned readers)
+int client_put_copy(shmb_t *c, const struct client_key *key, const void *data,
+                    size_t size, unsigned readers)
 {
     void *dst;
     int rc;
@@ -77,7 +94,7 @@ int client_put_copy(shmb_t *c, const char *key, const void *data, size_t size,
     return client_key_op(c, SHMB_OP_COMMIT, key, NULL);
 }
 
-int client_get(shmb_t *c, const char *key, const void **ptr, size_t *size)
+int client_get(shmb_t *c, const struct client_key *key, const void **ptr, size_t *size)
 {
     struct line_reply r;
     void *p = NULL;
@@ -94,14 +111,14 @@ int client_get(shmb_t *c, const char *key, const void **ptr, size_t *size)
 
 int shmb_get(shmb_t *c, const char *key, const void **ptr, size_t *size)
 {
-    int rc = client_enter(c);
+    struct client_key k;
+    int rc;
 
-    if (rc < 0) {
-        *ptr = NULL;
-        *size = 0;
+    *ptr = NULL;
+    *size = 0;
+    if ((rc = client_enter_key(c, key, &k)) < 0)
         return rc;
-    }
-    rc = client_get(c, key, ptr, size);
+    rc = client_get(c, &k, ptr, size);
     client_leave(c);
     return rc;
 }
@@ -113,10 +130,11 @@ int shmb_release(shmb_t *c, const char *key)
 
 static int client_touch(shmb_t *c, const char *key, unsigned readers)
 {
+    struct client_key k;
     int rc;
 
     shmb_error_clear(&c->err);
-    if ((rc = client_check_key(c, key)) < 0)
+    if ((rc = client_check_key(c, key, &k)) < 0)
         return rc;
     return client_call(c,
                        json_pack("{s:s, s:s, s:I}", "op", shmb_ops[SHMB_OP_TOUCH].name,
@@ -139,9 +157,14 @@ int shmb_delete(shmb_t *c, const char *key)
 static int client_contains(shmb_t *c, const char *key)
 {
     struct line_reply r;
-    int rc = client_key_op(c, SHMB_OP_CONTAINS, key, &r);
+    struct client_key k;
+    int rc;
 
-    return rc < 0 ? rc : r.exists ? 1 : 0;
+    shmb_error_clear(&c->err);
+    if ((rc = client_check_key(c, key, &k)) < 0 ||
+        (rc = client_key_op(c, SHMB_OP_CONTAINS, &k, &r)) < 0)
+        return rc;
+    return r.exists ? 1 : 0;
 }
 
 int shmb_contains(shmb_t *c, const char *key)

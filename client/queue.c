@@ -2,17 +2,16 @@
 /*
  * The library's broadcast queues: the ops that create, open, close, shut
  * down, delete and list them (one round trip each, through client.c), and
- * the public data path over proto/queue.c's shmb_q_*, with messages longer
- * than a slot carried as objects of the connection's pool. Knows nothing of
- * the daemon's insides; the area's layout is proto/layout_queue.h's.
+ * the public data path over proto/queue.c's shmb_q_* (its waits are
+ * queue_wait.c's; messages longer than a slot go as objects of the
+ * connection's pool, queue_overflow.c's). Knows nothing of the daemon's
+ * insides; the area's layout is proto/layout_queue.h's.
  */
-#include "internal.h"
+#include "queue_inner.h"
 
 #include <errno.h>
 #include <jansson.h>
-#include <poll.h>
 #include <stdatomic.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -21,55 +20,12 @@
 #include <unistd.h>
 
 #include "../proto/alloc.h"
-#include "../proto/names.h"
-#include "../proto/queue.h"
 
-/* A queue's name and its overflow keys: proto/names.h's rules (a key
- * always fits a slot: names.c asserts it). */
-#define QUEUE_NAME_MAX SHMB_QUEUE_NAME_LEN_MAX
-#define QUEUE_KEY_MAX SHMB_QUEUE_KEY_MAX
 /* wait_ready looks this often: a start-up call, not a data path. */
 #define QUEUE_READY_POLL_NS 1000000L
-/* A wait longer than this is cut into slices of it, and the connection is
- * looked at between them: a daemon killed without a clean stop wakes
- * nobody, so this is how long a member takes to notice. One poll() a
- * second: nothing of an idle member's CPU. */
-#define QUEUE_SLICE_MS 1000
 /* shmb_queue_close waits this long between looks while another thread's
  * call holds the connection. */
 #define QUEUE_CLOSE_NAP_NS 1000000L
-
-/* One role on one queue: the writer or a reader seat, its mapping, and the
- * overflow objects in flight. */
-struct shmb_queue {
-    shmb_t *c;
-    unsigned long forks; /* client_forks when opened: the process it belongs to */
-    int seat; /* SHMB_QUEUE_WRITER or the reader's seat */
-    char name[QUEUE_NAME_MAX + 1];
-    void *map;
-    size_t map_size;
-    struct shmb_q q;
-    /* The writer: the length reserved, and the object reserved and not
-     * yet published. */
-    size_t res_len;
-    bool obj_reserved;
-    char obj_key[QUEUE_KEY_MAX];
-    /* The writer: the messages published as objects and not yet deleted,
-     * oldest first (a ring of objs_cap). */
-    uint64_t *objs;
-    size_t objs_cap, objs_first, objs_count;
-    /* A reader: the object it pinned and has not released yet: the
-     * message it holds, or one whose release found the connection busy
-     * (another thread's call) and is sent by the next call that gets in. */
-    bool pinned;
-    char pin_key[QUEUE_KEY_MAX];
-};
-
-/* The key of message seq's object (q's name was checked: it fits). */
-static void queue_key(const shmb_queue_t *q, uint64_t seq, char *key)
-{
-    shmb_q_key(key, QUEUE_KEY_MAX, q->name, seq);
-}
 
 /* Refuse a call on q in a process made by fork() since q was opened: the
  * area and the seat are the parent's, and a child reading or writing them
@@ -100,42 +56,6 @@ static inline int queue_check_fork(shmb_queue_t *q, const char *call)
 static int queue_check_name(shmb_t *c, const char *name)
 {
     return shmb_q_name_check(name, name != NULL ? strlen(name) : 0, &c->err);
-}
-
-/* Send key's op (delete or release) without waiting for its reply, as
- * shmb_release_nowait does: an error is logged by the daemon. */
-static int queue_send_noreply(shmb_t *c, enum shmb_op_id op, const char *key)
-{
-    int rc;
-
-    c->w.len = 0;
-    if ((rc = client_begin_key(c, op, client_next_id(c), key)) < 0)
-        return rc;
-    if (line_lit(&c->w, ",\"noreply\":true}\n") < 0)
-        return shmb_error_set(&c->err, -ENOMEM, "Out of memory for a request.");
-    c->noreply_sent = true;
-    return client_send(c);
-}
-
-/* Remember that message seq went as an object. 0 or -ENOMEM. */
-static int queue_objs_push(shmb_queue_t *q, uint64_t seq)
-{
-    if (q->objs_count == q->objs_cap) {
-        size_t cap = q->objs_cap ? q->objs_cap * 2 : 16, i;
-        uint64_t *grown = shmb_malloc(cap * sizeof(*grown));
-
-        if (grown == NULL)
-            return -ENOMEM;
-        for (i = 0; i < q->objs_count; i++)
-            grown[i] = q->objs[(q->objs_first + i) % q->objs_cap];
-        shmb_free(q->objs);
-        q->objs = grown;
-        q->objs_cap = cap;
-        q->objs_first = 0;
-    }
-    q->objs[(q->objs_first + q->objs_count) % q->objs_cap] = seq;
-    q->objs_count++;
-    return 0;
 }
 
 /* ---- the ops -------------------------------------------------------------- */
@@ -279,25 +199,6 @@ static void queue_free(shmb_queue_t *q)
     shmb_free(q);
 }
 
-/* A writer that follows another (gone, or killed) takes over the objects
- * of the messages still in the ring, so that it deletes them once they are
- * read: what the slots say is only a key of this queue to delete. */
-static void queue_adopt_objects(shmb_queue_t *q)
-{
-    uint64_t head = atomic_load_explicit(&q->q.hdr->head, memory_order_acquire);
-    uint64_t n = head > q->q.slots ? head - q->q.slots : 0;
-
-    for (; n < head; n++) {
-        const volatile struct shmb_queue_slot *slot =
-            (const void *)(q->q.base + q->q.slots_offset +
-                           (n % q->q.slots) * q->q.slot_stride);
-
-        if (slot->seq == n && slot->flags == SHMB_QUEUE_OBJECT &&
-            queue_objs_push(q, n) < 0)
-            return;
-    }
-}
-
 static int queue_open(shmb_t *c, const char *name, int seat, shmb_queue_t **out)
 {
     shmb_queue_t *q = NULL;
@@ -421,87 +322,6 @@ int shmb_queue_set_spin(shmb_queue_t *q, unsigned spin_us)
     return 0;
 }
 
-/* ---- waits that watch the daemon ------------------------------------------ */
-
-/* The monotonic clock in nanoseconds. */
-static int64_t queue_now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* 0 while q's connection is open, else -ECONNRESET: the daemon went away
- * (killed: a clean stop shuts the queues down first). The socket is only
- * polled, never read: replies stay where the calls look for them. */
-static int queue_watch(shmb_queue_t *q)
-{
-    struct pollfd p = {.fd = q->c->sock, .events = POLLRDHUP};
-
-    if (p.fd < 0 || poll(&p, 1, 0) <= 0 ||
-        (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0)
-        return 0;
-    return shmb_error_set(&q->c->err, -ECONNRESET,
-                          "shmbrokerd went away: the connection under queue '%s' was "
-                          "closed without a clean stop (the daemon was killed?), so the "
-                          "queue has no daemon to watch its members; reconnect and open "
-                          "it again.",
-                          q->name);
-}
-
-/* One wait of the data path: a reserve (msg == NULL) or a dequeue. */
-struct queue_wait {
-    size_t len;       /* reserve: the slot bytes wanted */
-    void **buf;       /* reserve: the slot's payload */
-    const void **msg; /* dequeue: the message in place */
-    size_t *msg_len;
-};
-
-/* Reserve or dequeue as w says, waiting up to timeout_ms (-1: for ever) in
- * slices of QUEUE_SLICE_MS with a look at the connection between them. */
-static int queue_wait(shmb_queue_t *q, const struct queue_wait *w, int timeout_ms)
-{
-    int64_t deadline, left;
-    int rc, slice;
-
-    if (timeout_ms >= 0 && timeout_ms <= QUEUE_SLICE_MS)
-        slice = timeout_ms;
-    else
-        slice = QUEUE_SLICE_MS;
-    deadline = timeout_ms < 0 ? INT64_MAX : queue_now_ns() + (int64_t)timeout_ms * 1000000;
-    for (;;) {
-        if (w->msg == NULL)
-            rc = shmb_q_reserve(&q->q, w->len, w->buf, slice, &q->c->err);
-        else
-            rc = shmb_q_dequeue(&q->q, (uint32_t)q->seat, w->msg, w->msg_len, slice,
-                                &q->c->err);
-        if (rc != -ETIMEDOUT)
-            return rc;
-        /* Every wait that ends empty looks at the connection, the short
-         * ones too: a loop of short timeouts sees a killed daemon. */
-        if (timeout_ms != 0 && (rc = queue_watch(q)) < 0)
-            return rc;
-        if (slice == timeout_ms)
-            return -ETIMEDOUT;
-        left = deadline - queue_now_ns();
-        if (left <= 0)
-            break;
-        slice = left >= (int64_t)QUEUE_SLICE_MS * 1000000 ? QUEUE_SLICE_MS
-                                                          : (int)((left + 999999) / 1000000);
-    }
-    /* The last slice's message names the slice; the caller waited longer. */
-    if (w->msg == NULL)
-        return shmb_error_set(&q->c->err, -ETIMEDOUT,
-                              "No free slot in %d ms: reader seat %u has not read message "
-                              "%llu of this queue.",
-                              timeout_ms, q->q.blocker,
-                              (unsigned long long)(q->q.head - q->q.slots));
-    return shmb_error_set(&q->c->err, -ETIMEDOUT, "No message in %d ms.", timeout_ms);
-}
-
-/* ---- the writer's overflow objects ---------------------------------------- */
-
 /* Refuse a writer's call on a reader's handle, or the reverse. */
 static int queue_wrong_role(shmb_queue_t *q, const char *call)
 {
@@ -514,105 +334,22 @@ static int queue_wrong_role(shmb_queue_t *q, const char *call)
             : "reserve, publish and enqueue need the writer role");
 }
 
-/* Delete (without waiting) the objects of the messages every live seat has
- * read: nobody reads them any more (a seat taken later starts at the next
- * message), and those of dead readers would otherwise await their reads for
- * ever. Inside a call client_enter let in. */
-static void queue_collect(shmb_queue_t *q)
+/* ---- the data path ---------------------------------------------------------- */
+
+/* The start of a call of the data path (call names it): refused in a
+ * process made by fork() since q was opened, or on a handle of the other
+ * role (the writer when writer, else a reader seat). */
+static int queue_check_role(shmb_queue_t *q, const char *call, bool writer)
 {
-    uint64_t min = atomic_load_explicit(&q->q.hdr->head, memory_order_acquire), next;
-    char key[QUEUE_KEY_MAX];
-    uint32_t s;
-
-    if (q->objs_count == 0)
-        return;
-    for (s = 0; s < q->q.seats; s++) {
-        if (atomic_load_explicit(&q->q.seat[s].state, memory_order_acquire) !=
-            SHMB_SEAT_LIVE)
-            continue;
-        next = atomic_load_explicit(&q->q.seat[s].next, memory_order_acquire);
-        if (next < min)
-            min = next;
-    }
-    while (q->objs_count > 0 && q->objs[q->objs_first] < min) {
-        queue_key(q, q->objs[q->objs_first], key);
-        if (queue_send_noreply(q->c, SHMB_OP_DELETE, key) < 0)
-            return;
-        q->objs_first = (q->objs_first + 1) % q->objs_cap;
-        q->objs_count--;
-    }
-}
-
-/* Drop the object reserved and not published (a second reserve, a close).
- * Inside a call client_enter let in. */
-static int queue_drop_reserved(shmb_queue_t *q)
-{
-    if (!q->obj_reserved)
-        return 0;
-    q->obj_reserved = false;
-    return client_key_op(q->c, SHMB_OP_ABORT, q->obj_key, NULL);
-}
-
-/* The live seats now: the reads an object awaits. */
-static unsigned queue_live_seats(const shmb_queue_t *q)
-{
-    unsigned n = 0;
-    uint32_t s;
-
-    for (s = 0; s < q->q.seats; s++)
-        n += atomic_load_explicit(&q->q.seat[s].state, memory_order_acquire) ==
-             SHMB_SEAT_LIVE;
-    return n;
-}
-
-/* Reserve message q->q.head's slot for an object of len bytes: the key in
- * the slot, the object allocated in the pool. */
-static int queue_reserve_object(shmb_queue_t *q, size_t len, void **buf, int timeout_ms)
-{
-    shmb_t *c = q->c;
-    void *slot, *ptr = NULL;
-    char key[QUEUE_KEY_MAX];
-    unsigned readers;
     int rc;
 
-    if ((rc = client_check_size(c, len)) < 0)
+    if ((rc = queue_check_fork(q, call)) < 0)
         return rc;
-    /* Waiting for the slot does not hold the connection. */
-    {
-        struct queue_wait w = {.len = QUEUE_KEY_MAX, .buf = &slot};
-
-        if ((rc = queue_wait(q, &w, timeout_ms)) < 0)
-            return rc;
-    }
-    if ((rc = client_enter(c)) < 0) {
-        q->q.reserved = false;
-        return rc;
-    }
-    queue_collect(q);
-    queue_key(q, q->q.head, key);
-    readers = queue_live_seats(q);
-    rc = client_alloc(c, key, len, readers, &ptr);
-    if (rc == -EEXIST) {
-        /* Left by a writer that died between its commit and its publish:
-         * nobody can have read it. */
-        client_key_op(c, SHMB_OP_DELETE, key, NULL);
-        rc = client_alloc(c, key, len, readers, &ptr);
-    }
-    client_leave(c);
-    if (rc < 0) {
-        /* No object: the slot holds nothing to publish. */
-        q->q.reserved = false;
-        return rc;
-    }
-    memcpy(slot, key, strlen(key));
-    memcpy(q->obj_key, key, sizeof(key));
-    q->obj_reserved = true;
-    q->res_len = len;
-    *buf = ptr;
+    shmb_error_clear(&q->c->err);
+    if (writer ? q->seat != SHMB_QUEUE_WRITER : q->seat < 0)
+        return queue_wrong_role(q, call);
     return 0;
 }
-
-/* ---- the data path ---------------------------------------------------------- */
 
 int shmb_queue_reserve(shmb_queue_t *q, size_t len, void **buf, int timeout_ms)
 {
@@ -620,11 +357,8 @@ int shmb_queue_reserve(shmb_queue_t *q, size_t len, void **buf, int timeout_ms)
     int rc;
 
     *buf = NULL;
-    if ((rc = queue_check_fork(q, "shmb_queue_reserve")) < 0)
+    if ((rc = queue_check_role(q, "shmb_queue_reserve", true)) < 0)
         return rc;
-    shmb_error_clear(&c->err);
-    if (q->seat != SHMB_QUEUE_WRITER)
-        return queue_wrong_role(q, "shmb_queue_reserve");
     if (q->obj_reserved || q->objs_count > 0) {
         if ((rc = client_enter(c)) < 0) {
             /* An object to abort needs the connection; collecting can wait. */
@@ -654,13 +388,11 @@ int shmb_queue_publish(shmb_queue_t *q, size_t len)
 {
     shmb_t *c = q->c;
     uint64_t seq = q->q.head;
+    struct client_key k;
     int rc;
 
-    if ((rc = queue_check_fork(q, "shmb_queue_publish")) < 0)
+    if ((rc = queue_check_role(q, "shmb_queue_publish", true)) < 0)
         return rc;
-    shmb_error_clear(&c->err);
-    if (q->seat != SHMB_QUEUE_WRITER)
-        return queue_wrong_role(q, "shmb_queue_publish");
     if (q->q.reserved && len > q->res_len)
         return shmb_error_set(&c->err, -EMSGSIZE,
                               "shmb_queue_publish: %zu bytes, but %zu were reserved.",
@@ -670,7 +402,8 @@ int shmb_queue_publish(shmb_queue_t *q, size_t len)
     if ((rc = client_enter(c)) < 0)
         return rc;
     /* Committed before the slot is published: a reader's get must find it. */
-    rc = client_key_op(c, SHMB_OP_COMMIT, q->obj_key, NULL);
+    k = client_key_trusted(q->obj_key); /* a queue's key: valid by its making */
+    rc = client_key_op(c, SHMB_OP_COMMIT, &k, NULL);
     client_leave(c);
     q->obj_reserved = false;
     if (rc < 0) {
@@ -697,18 +430,6 @@ int shmb_queue_enqueue(shmb_queue_t *q, const void *data, size_t len, int timeou
     return shmb_queue_publish(q, len);
 }
 
-/* Reader, inside a call client_enter let in: send the release of the pin
- * the handle still owes. A release that cannot be sent is lost with the
- * connection, and so is the pin (the daemon releases a closed
- * connection's pins). */
-static void queue_release_pin(shmb_queue_t *q)
-{
-    if (!q->pinned)
-        return;
-    q->pinned = false;
-    queue_send_noreply(q->c, SHMB_OP_RELEASE, q->pin_key);
-}
-
 /* Reader: let go of the message held (its slot, then its pin). The pin's
  * release waits in the handle while another thread's call holds the
  * connection: the next call that gets in sends it. */
@@ -727,76 +448,16 @@ void shmb_queue_done(shmb_queue_t *q)
         queue_done(q);
 }
 
-/* The message held at q's seat was not taken after all: the seat does not
- * go past it, and the next dequeue returns it again. */
-static void queue_unhold(shmb_queue_t *q)
-{
-    q->q.held &= ~(UINT64_C(1) << q->seat);
-}
-
-/* The message just dequeued is an object whose key the slot holds (len
- * bytes at slot): pin it and point *data and *len at its bytes. */
-static int queue_get_object(shmb_queue_t *q, const void *slot, size_t len,
-                            const void **data, size_t *size)
-{
-    shmb_t *c = q->c;
-    uint64_t seq = q->q.held_seq[q->seat], want_len = q->q.msg_aux;
-    char want[QUEUE_KEY_MAX], got[QUEUE_KEY_MAX];
-    const void *ptr = NULL;
-    size_t have = 0;
-    int rc;
-
-    queue_key(q, seq, want);
-    if (len >= sizeof(got))
-        len = sizeof(got) - 1;
-    memcpy(got, slot, len);
-    got[len] = '\0';
-    if (strcmp(got, want) != 0)
-        return shmb_error_set(&c->err, -EIO,
-                              "Message %llu of queue '%s' names object '%.*s', not '%s': "
-                              "the queue's area is corrupt.",
-                              (unsigned long long)seq, q->name, (int)len, got, want);
-    if ((rc = client_enter(c)) < 0) {
-        /* Nothing was asked: the message stays for the next dequeue. */
-        queue_unhold(q);
-        return rc;
-    }
-    queue_release_pin(q);
-    rc = client_get(c, want, &ptr, &have);
-    if (rc == -ECONNRESET)
-        queue_unhold(q); /* unanswered: the seat is dropped anyway */
-    if (rc == 0 && want_len > have) {
-        queue_send_noreply(c, SHMB_OP_RELEASE, want);
-        rc = shmb_error_set(&c->err, -EIO,
-                            "Message %llu of queue '%s' says %llu bytes; its object '%s' "
-                            "has %zu: the queue's area is corrupt.",
-                            (unsigned long long)seq, q->name,
-                            (unsigned long long)want_len, want, have);
-    }
-    client_leave(c);
-    if (rc < 0)
-        return rc;
-    memcpy(q->pin_key, want, sizeof(want));
-    q->pinned = true;
-    *data = ptr;
-    *size = (size_t)want_len;
-    return 0;
-}
-
 int shmb_queue_dequeue(shmb_queue_t *q, const void **data, size_t *len, int timeout_ms)
 {
-    shmb_t *c = q->c;
     const void *slot;
     size_t slot_len;
     int rc;
 
     *data = NULL;
     *len = 0;
-    if ((rc = queue_check_fork(q, "shmb_queue_dequeue")) < 0)
+    if ((rc = queue_check_role(q, "shmb_queue_dequeue", false)) < 0)
         return rc;
-    shmb_error_clear(&c->err);
-    if (q->seat < 0)
-        return queue_wrong_role(q, "shmb_queue_dequeue");
     queue_done(q);
     {
         struct queue_wait w = {.msg = &slot, .msg_len = &slot_len};

@@ -78,7 +78,8 @@ static int client_mapping_served(shmb_t *c, const char *key)
  * mapping; a read-only one cannot write it, so a "read" request goes
  * without waiting for its answer. A generation that changed means the
  * object went: nothing left to count. */
-static void client_count_read(shmb_t *c, const char *key, const struct shmb_catalog_hit *hit)
+static void client_count_read(shmb_t *c, const struct client_key *key,
+                              const struct shmb_catalog_hit *hit)
 {
     struct shmb_error saved;
 
@@ -115,7 +116,8 @@ static int client_read_nobufs(shmb_t *c, const char *key, size_t cap, uint64_t n
 
 /* The daemon's answer: get (a pin, one read counted), copy, release
  * without waiting. */
-static int client_read_slow(shmb_t *c, const char *key, void *buf, size_t cap, size_t *size)
+static int client_read_slow(shmb_t *c, const struct client_key *key, void *buf,
+                            size_t cap, size_t *size)
 {
     struct shmb_error saved;
     const void *p = NULL;
@@ -126,7 +128,7 @@ static int client_read_slow(shmb_t *c, const char *key, void *buf, size_t cap, s
     if ((rc = client_get(c, key, &p, &len)) < 0)
         return rc;
     if (len > cap) {
-        rc = client_read_nobufs(c, key, cap, len, size);
+        rc = client_read_nobufs(c, key->s, cap, len, size);
     } else {
         memcpy(buf, p, len);
         *size = len;
@@ -134,7 +136,7 @@ static int client_read_slow(shmb_t *c, const char *key, void *buf, size_t cap, s
     /* A connection lost on the way releases the pin with it: the copy is
      * exact either way, and the loss is the next call's news. */
     saved = c->err;
-    (void)client_release_nowait(c, key);
+    (void)client_release_nowait(c, key->s);
     c->err = saved;
     return rc;
 }
@@ -142,13 +144,14 @@ static int client_read_slow(shmb_t *c, const char *key, void *buf, size_t cap, s
 static int client_read(shmb_t *c, const char *key, void *buf, size_t cap, size_t *size)
 {
     struct shmb_catalog_hit hit;
+    struct client_key k;
     char ebuf[SHMB_ESCAPED_MAX(SHMB_KEY_MAX)];
     unsigned retries = 0;
     int rc;
 
     shmb_error_clear(&c->err);
     *size = 0;
-    if ((rc = client_check_key(c, key)) < 0)
+    if ((rc = client_check_key(c, key, &k)) < 0)
         return rc;
     if (buf == NULL && cap != 0)
         return shmb_error_set(&c->err, -EINVAL,
@@ -156,19 +159,19 @@ static int client_read(shmb_t *c, const char *key, void *buf, size_t cap, size_t
     /* A handle whose connection is gone asks the daemon, which says so: the
      * mapping may be of a file no daemon serves any more. */
     if (c->catalog.catalog_slots == 0 || c->sock < 0)
-        return client_read_slow(c, key, buf, cap, size);
+        return client_read_slow(c, &k, buf, cap, size);
     /* Nor may a mapping its daemon gave up: the daemon says what it serves
      * now, or the lost connection says it is gone. */
     if ((rc = client_mapping_served(c, key)) <= 0)
-        return rc < 0 ? rc : client_read_slow(c, key, buf, cap, size);
-    rc = shmb_catalog_read_counted(&c->catalog, key, strlen(key), buf, cap, &hit, &retries);
+        return rc < 0 ? rc : client_read_slow(c, &k, buf, cap, size);
+    rc = shmb_catalog_read_counted(&c->catalog, k.s, k.len, buf, cap, &hit, &retries);
     c->read_stats.retries += retries;
     switch (rc) {
     case 0:
         c->read_stats.fast++;
         *size = (size_t)hit.size;
         if (hit.flags & SHMB_CATALOG_AWAITED)
-            client_count_read(c, key, &hit);
+            client_count_read(c, &k, &hit);
         return 0;
     case -ENOENT:
         c->read_stats.fast++;
@@ -180,7 +183,7 @@ static int client_read(shmb_t *c, const char *key, void *buf, size_t cap, size_t
         c->read_stats.fast++;
         return client_read_nobufs(c, key, cap, hit.size, size);
     default:
-        return client_read_slow(c, key, buf, cap, size);
+        return client_read_slow(c, &k, buf, cap, size);
     }
 }
 

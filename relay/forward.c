@@ -579,7 +579,6 @@ void forward_local_state(struct local_client *lc, json_t *req)
     const char *op, *peer, *queue;
     struct stream *s;
     json_t *reply;
-    char *line;
     static const char *names[] = {"opening", "running", "cut", "ended"};
 
     if (json_unpack_ex(req, &jerr, JSON_STRICT, "{s:s, s:s, s:s}", "op", &op, "peer", &peer,
@@ -602,13 +601,7 @@ void forward_local_state(struct local_client *lc, json_t *req)
                       "code", s->end_code, "message", s->end_text, "published",
                       (json_int_t)s->published, "missed", (json_int_t)s->missed);
     pthread_mutex_unlock(&s->mu);
-    line = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
-    if (line)
-        local_reply(lc, line);
-    else
-        local_reply_error(lc, -ENOMEM, "The relay is out of memory.");
-    free(line);
-    json_decref(reply);
+    local_reply_json(lc, reply);
 }
 
 void forward_client_gone(struct local_client *lc)

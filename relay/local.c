@@ -84,6 +84,18 @@ void local_reply(struct local_client *lc, const char *line)
     }
 }
 
+void local_reply_json(struct local_client *lc, json_t *reply)
+{
+    char *line = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
+
+    if (line)
+        local_reply(lc, line);
+    else
+        local_reply_error(lc, -ENOMEM, "The relay is out of memory.");
+    free(line);
+    json_decref(reply);
+}
+
 void local_reply_error(struct local_client *lc, int code, const char *fmt, ...)
 {
     char msg[1024];
@@ -125,7 +137,6 @@ static void local_status(struct local_client *lc)
     json_t *peers = json_array(), *reply;
     const char *tls = getenv("UCX_TLS");
     struct peer *p;
-    char *line;
 
     LIST_FOREACH(p, &r->peers, link) {
         json_array_append_new(
@@ -146,13 +157,7 @@ static void local_status(struct local_client *lc)
                       "peers", peers);
     if (reply)
         r->hooks.status(r, reply);
-    line = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
-    if (line)
-        local_reply(lc, line);
-    else
-        local_reply_error(lc, -ENOMEM, "The relay is out of memory.");
-    free(line);
-    json_decref(reply);
+    local_reply_json(lc, reply);
 }
 
 /* One request line: {"op":"status"} here, any other op up to the hooks

@@ -106,17 +106,12 @@ static void on_peer_message(struct peer *p, const struct wire_msg *m)
     case WIRE_FETCH_DONE:
         fetch_on_done(p, m);
         break;
-    case WIRE_QSUB:
-    case WIRE_QSUB_REPLY:
-    case WIRE_QMSG:
-    case WIRE_QACK:
-    case WIRE_QEND:
-    case WIRE_QUNSUB:
-        forward_on_message(p, m);
-        break;
     default:
-        peer_fail(p, "sent a message of type %u, which this relay does not know",
-                  (unsigned)m->type);
+        if (wire_is_queue(m->type))
+            forward_on_message(p, m);
+        else
+            peer_fail(p, "sent a message of type %u, which this relay does not know",
+                      (unsigned)m->type);
         break;
     }
 }

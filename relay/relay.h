@@ -240,6 +240,9 @@ int local_listen(struct relay *r, struct shmb_error *err);
 void local_close_all(struct relay *r);
 /* Answer lc: a line of JSON (the string is borrowed). */
 void local_reply(struct local_client *lc, const char *line);
+/* Answer lc with reply (stolen; NULL when it could not be made), or with
+ * ENOMEM when it cannot be written out. */
+void local_reply_json(struct local_client *lc, json_t *reply);
 void local_reply_error(struct local_client *lc, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -60,6 +60,16 @@ static void thread_end(struct stream *s, int code, const char *fmt, const char *
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The last thing a stream's thread does: say it is gone, and wake the loop
+ * to join it. */
+static void thread_exited(struct stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->exited = true;
+    pthread_mutex_unlock(&s->mu);
+    wake_loop(s);
+}
+
 /* The queue's count of messages published, for what a returning host missed. */
 static uint64_t queue_messages(shmb_t *c, const char *name)
 {
@@ -212,10 +222,7 @@ void *stream_out_thread(void *arg)
         shmb_queue_close(seats[i]);
     shmb_close(c);
 out:
-    pthread_mutex_lock(&s->mu);
-    s->exited = true;
-    pthread_mutex_unlock(&s->mu);
-    wake_loop(s);
+    thread_exited(s);
     return NULL;
 }
 
@@ -282,9 +289,6 @@ void *stream_in_thread(void *arg)
     shmb_queue_close(q);
     shmb_close(c);
 out:
-    pthread_mutex_lock(&s->mu);
-    s->exited = true;
-    pthread_mutex_unlock(&s->mu);
-    wake_loop(s);
+    thread_exited(s);
     return NULL;
 }

@@ -203,21 +203,8 @@ int wire_decode(const void *buf, size_t len, struct wire_msg *m, struct shmb_err
             return shmb_error_set(err, -EPROTO, "a remote key of %u bytes (at most %d)",
                                   (unsigned)m->rkey_len, WIRE_RKEY_MAX);
         take_bytes(&rd, m->rkey, m->rkey_len);
-        n = (size_t)take_u(&rd, 2);
-        if (n > WIRE_TEXT_MAX)
-            return shmb_error_set(err, -EPROTO, "an error text of %zu bytes (at most %d)", n,
-                                  WIRE_TEXT_MAX);
-        if (take_bytes(&rd, m->text, n) && shmb_utf8_invalid_at(m->text, n) != n)
-            return shmb_error_set(err, -EPROTO, "an error text that is not UTF-8");
-        /* It reaches a user's terminal: no control bytes. */
-        for (size_t i = 0; i < n; i++)
-            if ((unsigned char)m->text[i] < 0x20 || m->text[i] == 0x7f)
-                return shmb_error_set(err, -EPROTO,
-                                      "an error text with a control byte (%#x at %zu)",
-                                      (unsigned)(unsigned char)m->text[i], i);
-        if (m->code > 0 || m->code < -4095)
-            return shmb_error_set(err, -EPROTO, "a reply code of %ld (0 or -1..-4095)",
-                                  (long)m->code);
+        if (take_text(&rd, m, err) < 0)
+            return err->code;
         if (m->code == 0 && m->rkey_len == 0)
             return shmb_error_set(err, -EPROTO, "an object without a remote key");
         if (m->code == 0 && (m->size == 0 || m->addr + m->size < m->addr))
@@ -228,18 +215,14 @@ int wire_decode(const void *buf, size_t len, struct wire_msg *m, struct shmb_err
     case WIRE_FETCH_DONE:
         m->id = take_u(&rd, 8);
         break;
-    case WIRE_QSUB:
-    case WIRE_QSUB_REPLY:
-    case WIRE_QMSG:
-    case WIRE_QACK:
-    case WIRE_QEND:
-    case WIRE_QUNSUB:
+    default:
+        if (!wire_is_queue(m->type))
+            return shmb_error_set(err, -EPROTO,
+                                  "a message of unknown type %u (%zu bytes)",
+                                  (unsigned)m->type, len);
         if (decode_queue(&rd, m, err) < 0)
             return err->code;
         break;
-    default:
-        return shmb_error_set(err, -EPROTO, "a message of unknown type %u (%zu bytes)",
-                              (unsigned)m->type, len);
     }
     if (rd.short_read)
         return shmb_error_set(err, -EPROTO, "a message of type %u cut short (%zu bytes)",
@@ -248,6 +231,21 @@ int wire_decode(const void *buf, size_t len, struct wire_msg *m, struct shmb_err
         return shmb_error_set(err, -EPROTO, "%zu bytes after a message of type %u",
                               rd.left, (unsigned)m->type);
     return 0;
+}
+
+bool wire_is_queue(unsigned type)
+{
+    switch (type) {
+    case WIRE_QSUB:
+    case WIRE_QSUB_REPLY:
+    case WIRE_QMSG:
+    case WIRE_QACK:
+    case WIRE_QEND:
+    case WIRE_QUNSUB:
+        return true;
+    default:
+        return false;
+    }
 }
 
 int wire_hello(unsigned char *out, const unsigned char *nonce, const char *name)

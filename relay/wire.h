@@ -89,5 +89,7 @@ int wire_qend(unsigned char *out, uint64_t id, int32_t code, const char *text);
 int wire_qunsub(unsigned char *out, uint64_t id, int32_t code, const char *text);
 /* A queue's name as the daemon takes it: 1 to 32 of A-Z a-z 0-9 _ -. */
 bool wire_queue_name_ok(const char *s, size_t n);
+/* Whether a message of type is one of the queues' (forward.c's). */
+bool wire_is_queue(unsigned type);
 
 #endif

@@ -799,6 +799,63 @@ static void test_wrong_id(void **state)
     fake_stop(f);
 }
 
+/* How often the library ran the key check (linked with
+ * -Wl,--wrap=shmb_key_len_check,--wrap=shmb_key_check). */
+static int key_checks;
+int __real_shmb_key_len_check(size_t len, struct shmb_error *err);
+int __real_shmb_key_check(const char *key, size_t len, struct shmb_error *err);
+int __wrap_shmb_key_len_check(size_t len, struct shmb_error *err);
+int __wrap_shmb_key_check(const char *key, size_t len, struct shmb_error *err);
+
+int __wrap_shmb_key_len_check(size_t len, struct shmb_error *err)
+{
+    key_checks++;
+    return __real_shmb_key_len_check(len, err);
+}
+
+int __wrap_shmb_key_check(const char *key, size_t len, struct shmb_error *err)
+{
+    key_checks++;
+    return __real_shmb_key_check(key, len, err);
+}
+
+/* Proves that a put's key is checked once, at the public entry, and passed
+ * down checked: a put without an arena (alloc, then commit), for an ASCII
+ * key and one that needs the whole UTF-8 check, and an alloc, each check
+ * their key once; a bad key is still refused with the daemon's words and
+ * nothing sent. */
+static void test_key_checked_once(void **state)
+{
+    static const struct step steps[] = {
+        {"alloc", "{\"ok\":true,\"offset\":4160,\"size\":5,\"id\":@ID}", 0, false},
+        {"commit", "{\"ok\":true,\"id\":@ID}", 0, false},
+        {"alloc", "{\"ok\":true,\"offset\":4224,\"size\":3,\"id\":@ID}", 0, false},
+        {"commit", "{\"ok\":true,\"id\":@ID}", 0, false},
+        {"alloc", "{\"ok\":true,\"offset\":4288,\"size\":2,\"id\":@ID}", 0, false}};
+    struct fake *f = fake_start(steps, 5, false);
+    shmb_t *c = connect_to(f);
+    void *p = NULL;
+
+    (void)state;
+    shmb_set_arena(c, 0); /* the put's two round trips, through objects.c */
+    key_checks = 0;
+    assert_int_equal(shmb_put(c, "k", "hello", 5, 1), 0);
+    assert_int_equal(key_checks, 1);
+    key_checks = 0;
+    assert_int_equal(shmb_put(c, "cl\xc3\xa9", "abc", 3, 1), 0);
+    assert_int_equal(key_checks, 1);
+    key_checks = 0;
+    assert_int_equal(shmb_alloc(c, "a", 2, 1, &p), 0);
+    assert_non_null(p);
+    assert_int_equal(key_checks, 1);
+    key_checks = 0;
+    assert_int_equal(shmb_put(c, "bad\xff", "x", 1, 1), -EINVAL);
+    assert_non_null(strstr(shmb_errmsg(c), "UTF-8"));
+    assert_int_equal(key_checks, 1);
+    shmb_close(c);
+    fake_stop(f);
+}
+
 /* Proves that a reply arriving in pieces, on the slow path and on the fast
  * one, is put together before it is read. */
 static void test_split_reply(void **state)
@@ -1134,6 +1191,7 @@ int main(void)
         cmocka_unit_test(test_list_missing_field),
         cmocka_unit_test(test_clients_every_field),
         cmocka_unit_test(test_wrong_id),
+        cmocka_unit_test(test_key_checked_once),
         cmocka_unit_test(test_split_reply),
         cmocka_unit_test(test_extra_descriptor),
         cmocka_unit_test(test_queue_open),
