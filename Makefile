@@ -93,9 +93,11 @@ SEGMENT_SRC := daemon/segment.c daemon/space.c daemon/lock.c daemon/memfd.c daem
 CORE_SRC    += $(filter-out daemon/segment.c,$(SEGMENT_SRC))
 # The flags: values and the --config file, the --pool values, the handlers.
 CONFIG_SRC  := daemon/config.c daemon/config_pool.c daemon/config_flags.c
+# The queues and their rooms: the overflow objects.
+QUEUE_SRC   := daemon/queue.c daemon/queue_overflow.c
 DAEMON_SRC  := daemon/main.c $(CONFIG_SRC) daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
-               daemon/pool.c daemon/queue.c daemon/held.c $(CORE_SRC)
+               daemon/pool.c $(QUEUE_SRC) daemon/held.c $(CORE_SRC)
 # main.c's rooms: the pools' plan, the reload, the descriptor store.
 DAEMON_SRC  += daemon/plan.c daemon/reload.c daemon/keep.c daemon/hup.c
 LIB_SRC     := client/client.c client/objects.c client/many.c client/report.c client/frames.c \
@@ -140,7 +142,7 @@ $(BUILD)/tests/test_catalog: $(call OBJ,tests/unit/test_catalog.c daemon/catalog
 $(BUILD)/tests/test_segment: $(call OBJ,tests/unit/test_segment.c $(SEGMENT_SRC)) $(BASE_OBJ)
 $(BUILD)/tests/test_segment: TEST_LDFLAGS := -Wl,--wrap=statvfs,--wrap=statfs,--wrap=fopen,--wrap=posix_fallocate
 # The command layer without sockets: the chaos test and the fuzzer drive it.
-COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/pool.c daemon/queue.c $(CONFIG_SRC) \
+COMMAND_OBJ := $(call OBJ,daemon/command.c daemon/pool.c $(QUEUE_SRC) $(CONFIG_SRC) \
                daemon/host.c daemon/log.c \
                tests/support/fixture.c \
                $(CORE_SRC)) $(PROTO_OBJ)
@@ -183,7 +185,7 @@ $(BUILD)/tests/test_pool:    $(call OBJ,tests/unit/test_pool.c daemon/pool.c dae
                               daemon/log.c) $(CORE_OBJ) $(PROTO_OBJ)
 $(BUILD)/tests/test_pool: TEST_LDFLAGS = $(PKGS_LIBS)
 # The daemon's queues over real memfds and a memfd pool.
-$(BUILD)/tests/test_daemon_queue: $(call OBJ,tests/unit/test_daemon_queue.c daemon/queue.c \
+$(BUILD)/tests/test_daemon_queue: $(call OBJ,tests/unit/test_daemon_queue.c $(QUEUE_SRC) \
                                   daemon/pool.c $(CONFIG_SRC) daemon/host.c daemon/log.c) \
                                   $(CORE_OBJ) $(PROTO_OBJ)
 # The store's lookups by key that queue.c makes are counted (the cost of a
@@ -330,7 +332,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_RUNS    ?= 1000000
 FUZZ_BUILD   := build-fuzz
 FUZZ_SRC     := tests/fuzz/fuzz_command.c tests/support/fixture.c daemon/command.c daemon/log.c \
-                daemon/pool.c daemon/queue.c $(CONFIG_SRC) daemon/host.c \
+                daemon/pool.c $(QUEUE_SRC) $(CONFIG_SRC) daemon/host.c \
                 $(CORE_SRC) $(PROTO_SRC)
 FUZZ_BIN     := $(FUZZ_BUILD)/fuzz_command
 
