@@ -93,8 +93,8 @@ SEGMENT_SRC := daemon/segment.c daemon/space.c daemon/lock.c daemon/memfd.c daem
 CORE_SRC    += $(filter-out daemon/segment.c,$(SEGMENT_SRC))
 # The flags: values and the --config file, the --pool values, the handlers.
 CONFIG_SRC  := daemon/config.c daemon/config_pool.c daemon/config_flags.c
-# The queues and their rooms: the overflow objects.
-QUEUE_SRC   := daemon/queue.c daemon/queue_overflow.c
+# The queues and their rooms: the overflow objects, the pages made off the loop.
+QUEUE_SRC   := daemon/queue.c daemon/queue_overflow.c daemon/queue_job.c
 DAEMON_SRC  := daemon/main.c $(CONFIG_SRC) daemon/log.c daemon/notify.c daemon/server.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c $(QUEUE_SRC) daemon/held.c $(CORE_SRC)

@@ -21,6 +21,7 @@
 #include "../proto/queue.h"
 #include "config.h"
 #include "pool.h"
+#include "queue_job.h"
 #include "queue_overflow.h"
 #include "queue_types.h"
 
@@ -60,19 +61,6 @@ int queue_create(struct queue_set *set, struct pool *pool, const char *name, uin
                  uint64_t slots, uint64_t slot_size, bool temporary,
                  struct queue_waiter *waiter, struct queue **out, bool *created,
                  struct shmb_error *err);
-
-/* Stop waiting (its request's connection closed): w is not answered. The
- * work goes on; a queue being made is made. */
-void queue_waiter_cancel(struct queue_waiter *w);
-
-/* The part of job that runs off the loop, in another thread: it touches
- * only the job's own queue, which the loop does not read meanwhile. */
-void queue_job_run(struct queue_job *job);
-
-/* The part of job that runs on the loop once queue_job_run returned: the
- * queue made joins the set (or, failed, goes), waiters are answered, and
- * the job is freed. */
-void queue_job_finish(struct queue_job *job);
 
 /* Delete every queue nobody has held for set->lease_ms at now_ms (logged),
  * and return how many went. */
