@@ -433,18 +433,24 @@ int queue_open_reader(struct queue *q, int seat, const void *owner,
     return 0;
 }
 
-/* Whether q is left to be deleted: nobody holds it, and it was temporary
- * and had a writer, or was shut down. */
-static bool queue_done(const struct queue *q)
+/* Whether a member holds q: its writer, or a live reader seat. */
+static bool queue_held(const struct queue *q)
 {
     uint32_t s;
 
     if (q->writer != NULL)
-        return false;
+        return true;
     for (s = 0; s < q->seats; s++)
         if (q->seat[s].state == SHMB_SEAT_LIVE)
-            return false;
-    return (q->temporary && q->had_writer) || q->shut_down;
+            return true;
+    return false;
+}
+
+/* Whether q is left to be deleted: nobody holds it, and it was temporary
+ * and had a writer, or was shut down. */
+static bool queue_done(const struct queue *q)
+{
+    return !queue_held(q) && ((q->temporary && q->had_writer) || q->shut_down);
 }
 
 /* Take q out of the set, with its objects, and free it: its memory off the
@@ -471,19 +477,6 @@ static int queue_remove(struct queue_set *set, struct queue *q, bool objects,
     }
     queue_free(q);
     return 0;
-}
-
-/* Whether a member holds q: its writer, or a live reader seat. */
-static bool queue_held(const struct queue *q)
-{
-    uint32_t s;
-
-    if (q->writer != NULL)
-        return true;
-    for (s = 0; s < q->seats; s++)
-        if (q->seat[s].state == SHMB_SEAT_LIVE)
-            return true;
-    return false;
 }
 
 /* Delete q if it is left to be (queue_done); else, once nobody holds it,
