@@ -84,7 +84,9 @@ PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/proto
 # The store and its rooms (keys, reads, reclaim, arenas, adoption).
 STORE_SRC   := daemon/store.c daemon/keys.c daemon/reads.c daemon/reclaim.c daemon/arenas.c \
                daemon/adopt.c
-CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c $(STORE_SRC) daemon/catalog.c
+# The ring: positions and slots, and the walk over the chunks in the file.
+RING_SRC    := daemon/ring.c daemon/ring_walk.c
+CORE_SRC    := daemon/segment.c $(RING_SRC) daemon/index.c $(STORE_SRC) daemon/catalog.c
 # Arenas: puts in one round trip (the store's arena objects).
 CORE_SRC    += daemon/arena.c
 # The segment and its rooms: what a test that links the segment links.
@@ -132,9 +134,9 @@ UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line 
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
-$(BUILD)/tests/test_ring:    $(call OBJ,tests/unit/test_ring.c daemon/ring.c $(SEGMENT_SRC)) $(BASE_OBJ)
+$(BUILD)/tests/test_ring:    $(call OBJ,tests/unit/test_ring.c $(RING_SRC) $(SEGMENT_SRC)) $(BASE_OBJ)
 $(BUILD)/tests/test_index:   $(call OBJ,tests/unit/test_index.c daemon/index.c) $(BASE_OBJ)
-$(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c $(STORE_SRC) daemon/ring.c daemon/index.c $(SEGMENT_SRC) daemon/catalog.c) $(BASE_OBJ)
+$(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c $(STORE_SRC) $(RING_SRC) daemon/index.c $(SEGMENT_SRC) daemon/catalog.c) $(BASE_OBJ)
 # --wrap=catalog_add: what a reader in place finds while an entry is listed.
 $(BUILD)/tests/test_store: TEST_LDFLAGS := -Wl,--wrap=catalog_add
 # The catalog's writer over a plain buffer, read back as a reader would.
@@ -216,7 +218,7 @@ E2E_TESTS += test_ctl_segment
 $(BUILD)/tests/test_store:   $(call OBJ,daemon/arena.c)
 UNIT_BINS  += $(BUILD)/tests/test_arena
 $(BUILD)/tests/test_arena:   $(call OBJ,tests/unit/test_arena.c daemon/arena.c $(STORE_SRC) \
-                              daemon/ring.c daemon/index.c $(SEGMENT_SRC) daemon/catalog.c) \
+                              $(RING_SRC) daemon/index.c $(SEGMENT_SRC) daemon/catalog.c) \
                               $(BASE_OBJ)
 E2E_TESTS += test_arena_ops
 # Queues bounded per pool, their lease, their pages made off the loop.
