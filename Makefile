@@ -97,7 +97,7 @@ CORE_SRC    += $(filter-out daemon/segment.c,$(SEGMENT_SRC))
 CONFIG_SRC  := daemon/config.c daemon/config_pool.c daemon/config_flags.c
 # The queues and their rooms: the overflow objects, the pages made off the loop.
 QUEUE_SRC   := daemon/queue.c daemon/queue_overflow.c daemon/queue_job.c
-DAEMON_SRC  := daemon/main.c $(CONFIG_SRC) daemon/log.c daemon/notify.c daemon/server.c \
+DAEMON_SRC  := daemon/main.c $(CONFIG_SRC) daemon/log.c daemon/notify.c daemon/server.c daemon/listener.c \
                daemon/conn.c daemon/waitq.c daemon/command.c daemon/host.c daemon/sizing.c \
                daemon/pool.c $(QUEUE_SRC) daemon/held.c $(CORE_SRC)
 # main.c's rooms: the pools' plan, the reload, the descriptor store.
@@ -169,7 +169,7 @@ $(BUILD)/tests/test_queue: $(call OBJ,tests/unit/test_queue.c proto/queue.c) $(B
 $(BUILD)/tests/test_queue: TEST_LDFLAGS := -lpthread
 # Connections, the wait queue and the listener over a real loop and socketpairs.
 $(BUILD)/tests/test_conn:    $(call OBJ,tests/unit/test_conn.c daemon/conn.c daemon/waitq.c \
-                              daemon/server.c) $(COMMAND_OBJ)
+                              daemon/server.c daemon/listener.c) $(COMMAND_OBJ)
 $(BUILD)/tests/test_conn: TEST_LDFLAGS = $(PKGS_LIBS)
 # PROTOCOL.md against proto/ops.def and proto/errors.def.
 $(BUILD)/tests/test_tables:  $(call OBJ,tests/unit/test_tables.c) $(PROTO_OBJ)
