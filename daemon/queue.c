@@ -33,27 +33,29 @@ void queue_set_init(struct queue_set *set, const char *prefix)
     set->max_size = QUEUE_SIZE_MAX;
 }
 
-struct queue *queue_find(const struct queue_set *set, const struct pool *pool,
-                         const char *name)
+/* The queue called name in pool on list, or NULL. */
+static struct queue *queue_find_on(const struct queue_list *list, const struct pool *pool,
+                                   const char *name)
 {
     struct queue *q;
 
-    TAILQ_FOREACH(q, &set->list, link)
+    TAILQ_FOREACH(q, list, link)
         if (q->pool == pool && strcmp(q->name, name) == 0)
             return q;
     return NULL;
+}
+
+struct queue *queue_find(const struct queue_set *set, const struct pool *pool,
+                         const char *name)
+{
+    return queue_find_on(&set->list, pool, name);
 }
 
 /* The queue called name in pool that is being made, or NULL. */
 static struct queue *queue_find_making(const struct queue_set *set, const struct pool *pool,
                                        const char *name)
 {
-    struct queue *q;
-
-    TAILQ_FOREACH(q, &set->making, link)
-        if (q->pool == pool && strcmp(q->name, name) == 0)
-            return q;
-    return NULL;
+    return queue_find_on(&set->making, pool, name);
 }
 
 void queue_names(const struct queue_set *set, const struct pool *pool, char *out, size_t len)
