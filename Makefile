@@ -190,8 +190,9 @@ $(BUILD)/tests/test_pool: TEST_LDFLAGS = $(PKGS_LIBS)
 $(BUILD)/tests/test_daemon_queue: $(call OBJ,tests/unit/test_daemon_queue.c $(QUEUE_SRC) \
                                   daemon/pool.c $(CONFIG_SRC) daemon/host.c daemon/log.c) \
                                   $(CORE_OBJ) $(PROTO_OBJ)
-# The store's lookups by key that queue.c makes are counted (the cost of a
-# seat's departure); store_forgo_reads is weak on the test's side.
+# The store's lookups by key that the queues make (queue_overflow.c) are
+# counted (the cost of a seat's departure); store_forgo_reads is weak on the
+# test's side.
 $(BUILD)/tests/test_daemon_queue: TEST_LDFLAGS = $(PKGS_LIBS) \
     -Wl,--wrap=store_forgo_read,--wrap=store_forgo_reads,--wrap=store_holder_pins
 # The library against a fake daemon: a thread on a temporary socket.
