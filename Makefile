@@ -84,7 +84,9 @@ PROTO_SRC   := proto/utf8.c proto/error.c proto/alloc.c proto/text.c proto/proto
 # The store and its rooms (keys, reads, reclaim, arenas, adoption).
 STORE_SRC   := daemon/store.c daemon/keys.c daemon/reads.c daemon/reclaim.c daemon/arenas.c \
                daemon/adopt.c
-CORE_SRC    := daemon/segment.c daemon/ring.c daemon/index.c $(STORE_SRC) daemon/catalog.c
+# The ring: positions and slots, and the walk over the chunks in the file.
+RING_SRC    := daemon/ring.c daemon/ring_walk.c
+CORE_SRC    := daemon/segment.c $(RING_SRC) daemon/index.c $(STORE_SRC) daemon/catalog.c
 # Arenas: puts in one round trip (the store's arena objects).
 CORE_SRC    += daemon/arena.c
 # The segment and its rooms: what a test that links the segment links.
@@ -98,9 +100,11 @@ COMMAND_SRC := daemon/command.c daemon/cmd_call.c daemon/cmd_objects.c daemon/cm
                daemon/cmd_queues.c daemon/cmd_reports.c
 # One connection: the set and its opening, the turns, what both stand on.
 CONN_SRC    := daemon/conn.c daemon/conn_turn.c daemon/conn_base.c
+# The queues and their rooms: the overflow objects, the pages made off the loop.
+QUEUE_SRC   := daemon/queue.c daemon/queue_overflow.c daemon/queue_job.c
 DAEMON_SRC  := daemon/main.c $(CONFIG_SRC) daemon/log.c daemon/notify.c daemon/server.c \
-               $(CONN_SRC) daemon/waitq.c $(COMMAND_SRC) daemon/host.c daemon/sizing.c \
-               daemon/pool.c daemon/queue.c daemon/held.c $(CORE_SRC)
+               daemon/listener.c $(CONN_SRC) daemon/waitq.c $(COMMAND_SRC) daemon/host.c \
+               daemon/sizing.c daemon/pool.c $(QUEUE_SRC) daemon/held.c $(CORE_SRC)
 # main.c's rooms: the pools' plan, the reload, the descriptor store.
 DAEMON_SRC  += daemon/plan.c daemon/reload.c daemon/keep.c daemon/hup.c
 LIB_SRC     := client/client.c client/connect.c client/objects.c client/many.c client/report.c client/frames.c \
@@ -140,9 +144,9 @@ UNIT_TESTS := test_ring test_store test_segment test_index test_chaos test_line 
 UNIT_BINS  := $(addprefix $(BUILD)/tests/,$(UNIT_TESTS))
 
 # Each unit test links only the module under test and what it needs.
-$(BUILD)/tests/test_ring:    $(call OBJ,tests/unit/test_ring.c daemon/ring.c $(SEGMENT_SRC)) $(BASE_OBJ)
+$(BUILD)/tests/test_ring:    $(call OBJ,tests/unit/test_ring.c $(RING_SRC) $(SEGMENT_SRC)) $(BASE_OBJ)
 $(BUILD)/tests/test_index:   $(call OBJ,tests/unit/test_index.c daemon/index.c) $(BASE_OBJ)
-$(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c $(STORE_SRC) daemon/ring.c daemon/index.c $(SEGMENT_SRC) daemon/catalog.c) $(BASE_OBJ)
+$(BUILD)/tests/test_store:   $(call OBJ,tests/unit/test_store.c $(STORE_SRC) $(RING_SRC) daemon/index.c $(SEGMENT_SRC) daemon/catalog.c) $(BASE_OBJ)
 # --wrap=catalog_add: what a reader in place finds while an entry is listed.
 $(BUILD)/tests/test_store: TEST_LDFLAGS := -Wl,--wrap=catalog_add
 # The catalog's writer over a plain buffer, read back as a reader would.
@@ -150,7 +154,7 @@ $(BUILD)/tests/test_catalog: $(call OBJ,tests/unit/test_catalog.c daemon/catalog
 $(BUILD)/tests/test_segment: $(call OBJ,tests/unit/test_segment.c $(SEGMENT_SRC)) $(BASE_OBJ)
 $(BUILD)/tests/test_segment: TEST_LDFLAGS := -Wl,--wrap=statvfs,--wrap=statfs,--wrap=fopen,--wrap=posix_fallocate
 # The command layer without sockets: the chaos test and the fuzzer drive it.
-COMMAND_OBJ := $(call OBJ,$(COMMAND_SRC) daemon/pool.c daemon/queue.c $(CONFIG_SRC) \
+COMMAND_OBJ := $(call OBJ,$(COMMAND_SRC) daemon/pool.c $(QUEUE_SRC) $(CONFIG_SRC) \
                daemon/host.c daemon/log.c \
                tests/support/fixture.c \
                $(CORE_SRC)) $(PROTO_OBJ)
@@ -175,7 +179,7 @@ $(BUILD)/tests/test_queue: $(call OBJ,tests/unit/test_queue.c proto/queue.c) $(B
 $(BUILD)/tests/test_queue: TEST_LDFLAGS := -lpthread
 # Connections, the wait queue and the listener over a real loop and socketpairs.
 $(BUILD)/tests/test_conn:    $(call OBJ,tests/unit/test_conn.c $(CONN_SRC) daemon/waitq.c \
-                              daemon/server.c) $(COMMAND_OBJ)
+                              daemon/server.c daemon/listener.c) $(COMMAND_OBJ)
 $(BUILD)/tests/test_conn: TEST_LDFLAGS = $(PKGS_LIBS)
 # PROTOCOL.md against proto/ops.def and proto/errors.def.
 $(BUILD)/tests/test_tables:  $(call OBJ,tests/unit/test_tables.c) $(PROTO_OBJ)
@@ -193,11 +197,12 @@ $(BUILD)/tests/test_pool:    $(call OBJ,tests/unit/test_pool.c daemon/pool.c dae
                               daemon/log.c) $(CORE_OBJ) $(PROTO_OBJ)
 $(BUILD)/tests/test_pool: TEST_LDFLAGS = $(PKGS_LIBS)
 # The daemon's queues over real memfds and a memfd pool.
-$(BUILD)/tests/test_daemon_queue: $(call OBJ,tests/unit/test_daemon_queue.c daemon/queue.c \
+$(BUILD)/tests/test_daemon_queue: $(call OBJ,tests/unit/test_daemon_queue.c $(QUEUE_SRC) \
                                   daemon/pool.c $(CONFIG_SRC) daemon/host.c daemon/log.c) \
                                   $(CORE_OBJ) $(PROTO_OBJ)
-# The store's lookups by key that queue.c makes are counted (the cost of a
-# seat's departure); store_forgo_reads is weak on the test's side.
+# The store's lookups by key that the queues make (queue_overflow.c) are
+# counted (the cost of a seat's departure); store_forgo_reads is weak on the
+# test's side.
 $(BUILD)/tests/test_daemon_queue: TEST_LDFLAGS = $(PKGS_LIBS) \
     -Wl,--wrap=store_forgo_read,--wrap=store_forgo_reads,--wrap=store_holder_pins
 # The library against a fake daemon: a thread on a temporary socket.
@@ -225,7 +230,7 @@ E2E_TESTS += test_ctl_segment
 $(BUILD)/tests/test_store:   $(call OBJ,daemon/arena.c)
 UNIT_BINS  += $(BUILD)/tests/test_arena
 $(BUILD)/tests/test_arena:   $(call OBJ,tests/unit/test_arena.c daemon/arena.c $(STORE_SRC) \
-                              daemon/ring.c daemon/index.c $(SEGMENT_SRC) daemon/catalog.c) \
+                              $(RING_SRC) daemon/index.c $(SEGMENT_SRC) daemon/catalog.c) \
                               $(BASE_OBJ)
 E2E_TESTS += test_arena_ops
 # Queues bounded per pool, their lease, their pages made off the loop.
@@ -341,7 +346,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_RUNS    ?= 1000000
 FUZZ_BUILD   := build-fuzz
 FUZZ_SRC     := tests/fuzz/fuzz_command.c tests/support/fixture.c $(COMMAND_SRC) daemon/log.c \
-                daemon/pool.c daemon/queue.c $(CONFIG_SRC) daemon/host.c \
+                daemon/pool.c $(QUEUE_SRC) $(CONFIG_SRC) daemon/host.c \
                 $(CORE_SRC) $(PROTO_SRC)
 FUZZ_BIN     := $(FUZZ_BUILD)/fuzz_command
 

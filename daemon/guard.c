@@ -208,6 +208,18 @@ int segment_guard_check(const void *addr, struct shmb_error *err)
     return 0;
 }
 
+/* After a guarded access jumped out on SIGBUS: break the segment holding
+ * the faulting address (mapped's when the kernel gave none), saying why. */
+static void segment_guard_faulted(const void *mapped, const char *why)
+{
+    struct segment_guard_entry *g = segment_guard_find(segment_guard_fault);
+
+    if (g == NULL)
+        g = segment_guard_find(mapped);
+    if (g != NULL)
+        segment_guard_break(g, why);
+}
+
 /* Copy len bytes between the segment (at mapped) and private memory under
  * the guard: a SIGBUS on a page the file no longer has ends the copy with
  * -EIO and marks the segment holding the faulting address broken (mapped's
@@ -215,22 +227,17 @@ int segment_guard_check(const void *addr, struct shmb_error *err)
 static int segment_guarded_copy(void *dst, const void *src, size_t len,
                                 const void *mapped, const char *what)
 {
-    struct segment_guard_entry *g;
     sigjmp_buf jump;
     char why[160];
 
     if (segment_guard_install(false) < 0)
         return -EIO;
     if (sigsetjmp(jump, 0) != 0) {
-        g = segment_guard_find(segment_guard_fault);
-        if (g == NULL)
-            g = segment_guard_find(mapped);
         snprintf(why, sizeof(why),
                  "a %s it hit a page the file no longer has (SIGBUS): it was truncated "
                  "or a hole was punched in it",
                  what);
-        if (g != NULL)
-            segment_guard_break(g, why);
+        segment_guard_faulted(mapped, why);
         return -EIO;
     }
     segment_guard_jump = &jump;
@@ -267,19 +274,14 @@ enum segment_atomic_op {
 static int segment_guarded_atomic(void *addr, enum segment_atomic_op op, uint64_t value,
                                   uint64_t *io)
 {
-    struct segment_guard_entry *g;
     sigjmp_buf jump;
     bool done = true;
 
     if (segment_guard_install(false) < 0)
         return -EIO;
     if (sigsetjmp(jump, 0) != 0) {
-        g = segment_guard_find(segment_guard_fault);
-        if (g == NULL)
-            g = segment_guard_find(addr);
-        if (g != NULL)
-            segment_guard_break(g, "an atomic access hit a page the file no longer has "
-                                   "(SIGBUS): it was truncated or a hole was punched in it");
+        segment_guard_faulted(addr, "an atomic access hit a page the file no longer has "
+                                    "(SIGBUS): it was truncated or a hole was punched in it");
         return -EIO;
     }
     segment_guard_jump = &jump;

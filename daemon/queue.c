@@ -33,27 +33,29 @@ void queue_set_init(struct queue_set *set, const char *prefix)
     set->max_size = QUEUE_SIZE_MAX;
 }
 
-struct queue *queue_find(const struct queue_set *set, const struct pool *pool,
-                         const char *name)
+/* The queue called name in pool on list, or NULL. */
+static struct queue *queue_find_on(const struct queue_list *list, const struct pool *pool,
+                                   const char *name)
 {
     struct queue *q;
 
-    TAILQ_FOREACH(q, &set->list, link)
+    TAILQ_FOREACH(q, list, link)
         if (q->pool == pool && strcmp(q->name, name) == 0)
             return q;
     return NULL;
+}
+
+struct queue *queue_find(const struct queue_set *set, const struct pool *pool,
+                         const char *name)
+{
+    return queue_find_on(&set->list, pool, name);
 }
 
 /* The queue called name in pool that is being made, or NULL. */
 static struct queue *queue_find_making(const struct queue_set *set, const struct pool *pool,
                                        const char *name)
 {
-    struct queue *q;
-
-    TAILQ_FOREACH(q, &set->making, link)
-        if (q->pool == pool && strcmp(q->name, name) == 0)
-            return q;
-    return NULL;
+    return queue_find_on(&set->making, pool, name);
 }
 
 void queue_names(const struct queue_set *set, const struct pool *pool, char *out, size_t len)
@@ -96,44 +98,6 @@ uint64_t queue_bytes(const struct queue_set *set, const struct pool *pool)
     TAILQ_FOREACH(q, &set->making, link)
         n += q->pool == pool ? q->size : 0;
     return n;
-}
-
-/* What a job does off the loop. */
-enum queue_job_kind {
-    QUEUE_JOB_MAKE, /* reserve a new queue's pages, map and format them */
-    QUEUE_JOB_FREE, /* unmap a deleted queue and close its memfd */
-};
-
-/* Work on one queue's memory off the loop (a gigabyte's pages take a tenth
- * of a second to reserve or free), and who waits for it. */
-struct queue_job {
-    enum queue_job_kind kind;
-    struct queue_set *set;
-    struct queue *q;              /* MAKE: in set->making; FREE: out of every list */
-    struct queue_waiters waiters; /* answered by queue_job_finish */
-    char memfd[SEGMENT_MEMFD_NAME_MAX + 1]; /* MAKE: the memfd's name */
-    char what[160];               /* MAKE: the queue for messages */
-    int rc;                       /* queue_job_run's outcome */
-    struct shmb_error err;
-};
-
-/* Free q's descriptor, mapping and memory; it is out of the list already. */
-static void queue_free(struct queue *q)
-{
-    if (q->base != NULL && q->base != MAP_FAILED)
-        munmap(q->base, q->size);
-    if (q->fd >= 0)
-        close(q->fd);
-    shmb_free(q->overflow);
-    shmb_free(q);
-}
-
-/* A queue's geometry in words, for messages. */
-static void queue_geometry(char *out, size_t len, uint32_t seats, uint64_t slots,
-                           uint64_t slot_size)
-{
-    snprintf(out, len, "%u seat%s, %llu slot%s of %llu bytes", seats, seats == 1 ? "" : "s",
-             (unsigned long long)slots, slots == 1 ? "" : "s", (unsigned long long)slot_size);
 }
 
 /* -ENOMEM when size bytes more would not fit the host's memory (the check
@@ -194,41 +158,6 @@ int queue_check_fds(unsigned need, const char *what, struct shmb_error *err)
                           strerror(saved != 0 ? saved : EMFILE), need - 1);
 }
 
-/* q's overflow key of message seq into key; its length, or 0 when it does
- * not fit. */
-static size_t queue_key(const struct queue *q, uint64_t seq, char *key, size_t cap)
-{
-    return shmb_q_key(key, cap, q->name, seq);
-}
-
-/* Delete the objects "q/<name>/<seq>" of q's pool for seq in [lo, hi], by
- * key: never a walk of the pool. Pinned ones go when their last pin does. */
-static void queue_drop_keys(const struct queue *q, uint64_t lo, uint64_t hi)
-{
-    char key[SHMB_QUEUE_KEY_MAX], digits[20];
-    uint64_t seq, v;
-    size_t prefix, len, d;
-
-    if (q->pool == NULL || q->pool->store == NULL)
-        return;
-    /* The prefix "q/<name>/" once and the digits by hand: slots + 1 keys
-     * made with snprintf cost a 65,536-slot queue's create and delete about
-     * 10 ms of the loop, most of it in the formatting. */
-    if ((prefix = queue_key(q, 0, key, sizeof(key))) == 0)
-        return;
-    prefix--;
-    for (seq = lo;; seq++) {
-        for (v = seq, d = 0; d == 0 || v > 0; v /= 10)
-            digits[d++] = (char)('0' + v % 10);
-        for (len = prefix; d > 0;)
-            key[len++] = digits[--d];
-        if (store_contains(q->pool->store, key, len))
-            store_delete(q->pool->store, key, len, NULL);
-        if (seq == hi)
-            break;
-    }
-}
-
 /* Refuse a queue of size bytes that would take pool past its bounds:
  * -EDQUOT naming the bound and the option that raises it. */
 static int queue_check_quota(const struct queue_set *set, const struct pool *pool,
@@ -255,135 +184,6 @@ static int queue_check_quota(const struct queue_set *set, const struct pool *poo
                               (unsigned long long)cap, shmb_format_bytes(cap, most, sizeof(most)),
                               pool->cfg.name);
     return 0;
-}
-
-/* A new job of kind on q; NULL when memory ran out. */
-static struct queue_job *queue_job_new(struct queue_set *set, struct queue *q,
-                                       enum queue_job_kind kind)
-{
-    struct queue_job *job = shmb_calloc(1, sizeof(*job));
-
-    if (job == NULL)
-        return NULL;
-    job->kind = kind;
-    job->set = set;
-    job->q = q;
-    TAILQ_INIT(&job->waiters);
-    return job;
-}
-
-void queue_job_run(struct queue_job *job)
-{
-    struct queue *q = job->q;
-    int rc;
-
-    if (job->kind == QUEUE_JOB_FREE) {
-        if (q->base != NULL && q->base != MAP_FAILED)
-            munmap(q->base, q->size);
-        if (q->fd >= 0)
-            close(q->fd);
-        q->base = NULL;
-        q->fd = -1;
-        job->rc = 0;
-        return;
-    }
-    if ((rc = segment_memfd_make(job->memfd, q->size, job->what, "use fewer or smaller slots",
-                                 &job->err)) < 0) {
-        /* Pages that could not be had are memory the host lacks. */
-        if (rc == -ENOSPC)
-            job->err.code = rc = -ENOMEM;
-        job->rc = rc;
-        return;
-    }
-    q->fd = rc;
-    q->base = mmap(NULL, q->size, PROT_READ | PROT_WRITE, MAP_SHARED, q->fd, 0);
-    if (q->base == MAP_FAILED) {
-        int saved = errno;
-
-        q->base = NULL;
-        job->rc = shmb_error_set(&job->err, -ENOMEM, "Cannot map queue '%s' (%zu bytes): %s.",
-                                 q->name, q->size, strerror(saved));
-        return;
-    }
-    job->rc = shmb_q_format(q->base, q->size, q->name, q->seats, q->slots, q->slot_size,
-                            &job->err);
-}
-
-/* The loop's part of making a queue: attach it and join the set, or free
- * it. 0 or the job's error. */
-static int queue_make_finish(struct queue_job *job)
-{
-    struct queue_set *set = job->set;
-    struct queue *q = job->q;
-    char geometry[96];
-    int rc = job->rc;
-
-    TAILQ_REMOVE(&set->making, q, link);
-    q->making = NULL;
-    if (rc == 0)
-        rc = shmb_q_attach(&q->q, q->base, q->size, &job->err);
-    if (rc < 0) {
-        set->n--;
-        queue_free(q);
-        job->q = NULL;
-        return rc;
-    }
-    /* Objects of an earlier queue of this name (before a restart, or
-     * committed after it went) would collide with this one's first keys:
-     * its messages number from 0 again. Later ones the libraries delete on
-     * EEXIST and retry. */
-    queue_drop_keys(q, 0, q->slots);
-    TAILQ_INSERT_TAIL(&set->list, q, link);
-    q->idle_since_ms = clock_now_ms();
-    queue_geometry(geometry, sizeof(geometry), q->seats, q->slots, q->slot_size);
-    log_info("queue '%s' of pool '%s' created: %s, %zu bytes%s", q->name, q->pool->cfg.name,
-             geometry, q->size, q->temporary ? ", temporary" : "");
-    if (set->stopping) {
-        /* Made after the daemon began to stop: its members would never be
-         * told. */
-        q->shut_down = true;
-        shmb_q_shutdown(&q->q);
-    }
-    return 0;
-}
-
-void queue_job_finish(struct queue_job *job)
-{
-    struct queue_waiter *w;
-    int rc = 0;
-
-    if (job->kind == QUEUE_JOB_MAKE)
-        rc = queue_make_finish(job);
-    else
-        queue_free(job->q); /* its pages went in queue_job_run; the rest goes here */
-    /* Each waiter leaves before it is answered: the answer may free it. */
-    while ((w = TAILQ_FIRST(&job->waiters)) != NULL) {
-        TAILQ_REMOVE(&job->waiters, w, link);
-        w->job = NULL;
-        w->done(w, rc, &job->err, rc == 0 && job->kind == QUEUE_JOB_MAKE ? job->q : NULL);
-    }
-    shmb_free(job);
-}
-
-void queue_waiter_cancel(struct queue_waiter *w)
-{
-    if (w->job == NULL)
-        return;
-    TAILQ_REMOVE(&w->job->waiters, w, link);
-    w->job = NULL;
-}
-
-/* w waits for job. */
-static void queue_job_wait(struct queue_job *job, struct queue_waiter *w)
-{
-    w->job = job;
-    TAILQ_INSERT_TAIL(&job->waiters, w, link);
-}
-
-/* Hand job to the offload; false when there is none or it refused. */
-static bool queue_job_offload(struct queue_set *set, struct queue_job *job)
-{
-    return set->offload != NULL && set->offload(set->offload_arg, job) == 0;
 }
 
 int queue_create(struct queue_set *set, struct pool *pool, const char *name, uint32_t seats,
@@ -584,20 +384,6 @@ static void queue_open_seats(const struct queue *q, char *out, size_t len)
     }
 }
 
-/* A reader seat was just taken, starting at message next: the overflow
- * object of that message, if its writer has allocated it already, was
- * counted without this reader, who will read it: one more awaited read.
- * (Earlier messages it will not read; later ones are allocated with the
- * daemon's count, queue_overflow_readers.) */
-static void queue_expect_read(struct queue *q, uint64_t next)
-{
-    char key[SHMB_QUEUE_KEY_MAX];
-    size_t len = queue_key(q, next, key, sizeof(key));
-
-    if (len > 0 && q->pool != NULL && q->pool->store != NULL)
-        store_expect_read(q->pool->store, key, len);
-}
-
 int queue_open_reader(struct queue *q, int seat, const void *owner,
                       const struct queue_member *who, uint32_t *seat_out, uint64_t *epoch,
                       struct shmb_error *err)
@@ -649,243 +435,24 @@ int queue_open_reader(struct queue *q, int seat, const void *owner,
     return 0;
 }
 
-/* store_list callback: collect the keys (deleting while listing is not
- * allowed). */
-struct orphans {
-    char **keys;
-    size_t n, cap;
-};
-
-static int queue_collect_orphan(const struct store_entry *e, void *arg)
+/* Whether a member holds q: its writer, or a live reader seat. */
+static bool queue_held(const struct queue *q)
 {
-    struct orphans *o = arg;
-    char **grown;
+    uint32_t s;
 
-    if (e->state != STORE_COMMITTED)
-        return 0;
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 64;
-
-        if ((grown = shmb_realloc(o->keys, cap * sizeof(*grown))) == NULL)
-            return 1;
-        o->keys = grown;
-        o->cap = cap;
-    }
-    if ((o->keys[o->n] = shmb_strndup(e->key, e->key_len)) == NULL)
-        return 1;
-    o->n++;
-    return 0;
-}
-
-unsigned queue_drop_orphans(struct pool *pool)
-{
-    struct orphans o = {0};
-    unsigned gone = 0;
-    size_t i;
-
-    if (pool->store == NULL)
-        return 0;
-    store_list(pool->store, SHMB_QUEUE_KEY_PREFIX, strlen(SHMB_QUEUE_KEY_PREFIX), SIZE_MAX, queue_collect_orphan, &o);
-    for (i = 0; i < o.n; i++) {
-        gone += store_delete(pool->store, o.keys[i], strlen(o.keys[i]), NULL) == 0;
-        shmb_free(o.keys[i]);
-    }
-    shmb_free(o.keys);
-    return gone;
-}
-
-/* The i-th oldest seq of q's overflow record. */
-static uint64_t queue_overflow_at(const struct queue *q, uint32_t i)
-{
-    return q->overflow[(q->overflow_first + i) % q->overflow_cap];
-}
-
-/* Record that q's writer allocated the overflow object of message seq.
- * Ascending: a repeat (a waiting alloc's retry) is one entry, a seq below
- * the last starts again (only a writer that is not the library goes back,
- * and a record it confused costs only its own pool's reclaim). Those more
- * than slots before seq have left the ring, so the record holds slots + 1
- * at most; it grows as overflows come (none: no memory). Out of memory, the
- * oldest gives way. */
-static void queue_overflow_record(struct queue *q, uint64_t seq)
-{
-    uint64_t limit = q->slots + 1, *grown;
-    uint32_t cap, i;
-
-    if (q->overflow_n > 0) {
-        uint64_t last = queue_overflow_at(q, q->overflow_n - 1);
-
-        if (seq == last)
-            return;
-        if (seq < last)
-            q->overflow_n = 0;
-    }
-    /* Ascending, so the oldest is below seq: no sum to overflow. */
-    while (q->overflow_n > 0 && seq - queue_overflow_at(q, 0) > q->slots) {
-        q->overflow_first = (q->overflow_first + 1) % q->overflow_cap;
-        q->overflow_n--;
-    }
-    if (q->overflow_n == q->overflow_cap && q->overflow_cap < limit) {
-        cap = q->overflow_cap < 8 ? 8 : q->overflow_cap * 2;
-        if (cap > limit)
-            cap = (uint32_t)limit;
-        if ((grown = shmb_malloc(cap * sizeof(*grown))) != NULL) {
-            for (i = 0; i < q->overflow_n; i++)
-                grown[i] = queue_overflow_at(q, i);
-            shmb_free(q->overflow);
-            q->overflow = grown;
-            q->overflow_cap = cap;
-            q->overflow_first = 0;
-        }
-    }
-    if (q->overflow_cap == 0)
-        return;
-    if (q->overflow_n == q->overflow_cap) {
-        q->overflow_first = (q->overflow_first + 1) % q->overflow_cap;
-        q->overflow_n--;
-    }
-    q->overflow[(q->overflow_first + q->overflow_n) % q->overflow_cap] = seq;
-    q->overflow_n++;
-}
-
-/* The queue of pool whose writer owner is and whose overflow key is
- * key[0..key_len) ("q/<queue>/<seq>"), or NULL; *prefix: the bytes before
- * seq. */
-static struct queue *queue_of_overflow(const struct queue_set *set, const struct pool *pool,
-                                       const void *owner, const char *key, size_t key_len,
-                                       size_t *prefix)
-{
-    struct queue *q;
-    const char *slash;
-
-    if (key_len < 4 || memcmp(key, SHMB_QUEUE_KEY_PREFIX, 2) != 0 ||
-        (slash = memchr(key + 2, '/', key_len - 2)) == NULL)
-        return NULL;
-    TAILQ_FOREACH(q, &set->list, link)
-        if (q->pool == pool && q->writer == owner &&
-            strlen(q->name) == (size_t)(slash - key - 2) &&
-            memcmp(q->name, key + 2, (size_t)(slash - key - 2)) == 0) {
-            *prefix = (size_t)(slash - key) + 1;
-            return q;
-        }
-    return NULL;
-}
-
-void queue_overflow_readers(const struct queue_set *set, const struct pool *pool,
-                            const void *owner, const char *key, size_t key_len,
-                            uint32_t *readers)
-{
-    const struct queue *q;
-    uint32_t s, live = 0;
-    size_t prefix;
-
-    if ((q = queue_of_overflow(set, pool, owner, key, key_len, &prefix)) == NULL)
-        return;
+    if (q->writer != NULL)
+        return true;
     for (s = 0; s < q->seats; s++)
-        live += q->seat[s].state == SHMB_SEAT_LIVE;
-    *readers = live;
-}
-
-void queue_overflow_made(struct queue_set *set, const struct pool *pool, const void *owner,
-                         const char *key, size_t key_len)
-{
-    struct queue *q;
-    uint64_t seq;
-    size_t prefix;
-
-    if ((q = queue_of_overflow(set, pool, owner, key, key_len, &prefix)) != NULL &&
-        shmb_q_key_seq(key, key_len, prefix, &seq))
-        queue_overflow_record(q, seq);
+        if (q->seat[s].state == SHMB_SEAT_LIVE)
+            return true;
+    return false;
 }
 
 /* Whether q is left to be deleted: nobody holds it, and it was temporary
  * and had a writer, or was shut down. */
 static bool queue_done(const struct queue *q)
 {
-    uint32_t s;
-
-    if (q->writer != NULL)
-        return false;
-    for (s = 0; s < q->seats; s++)
-        if (q->seat[s].state == SHMB_SEAT_LIVE)
-            return false;
-    return (q->temporary && q->had_writer) || q->shut_down;
-}
-
-/* The reader seats of q in mask (bit s: seat s), all one connection's,
- * leave for good (dead, or closed): the overflow objects of the messages
- * they will now never read await their reads no more, so that a dead
- * reader does not hold them against reclaim until the writer passes them.
- * The message a seat stood at counts as read when the connection pins that
- * object (the library advances the seat before it releases the pin, so a
- * reader that took the object and died still pins it): of the seats there,
- * as many as it holds pins. The objects are those of the daemon's record
- * (queue_overflow_record) from the lowest next on, whatever the area's head
- * says (a member may have scribbled it, or a seat's next), all the seats in
- * one pass: a lookup or two per object, not per seat and object (64 seats
- * of a 65,536-slot queue would hold the loop for seconds). */
-static void queue_forgo_reads(struct queue *q, uint64_t mask)
-{
-    uint64_t next[SHMB_QUEUE_SEATS_MAX], seq, v;
-    const struct store_holder *holder = NULL;
-    struct store *store = q->pool != NULL ? q->pool->store : NULL;
-    char key[SHMB_QUEUE_KEY_MAX];
-    uint32_t lo = 0, hi = q->overflow_n, mid, n = 0, below = 0, at, taken, s, k;
-    size_t len;
-
-    if (store == NULL)
-        return;
-    /* Their nexts, ascending (64 at most: insertion). */
-    for (s = 0; s < q->seats && s < SHMB_QUEUE_SEATS_MAX; s++) {
-        if (!(mask & (UINT64_C(1) << s)))
-            continue;
-        holder = q->seat[s].who.holder;
-        v = atomic_load(&q->q.seat[s].next);
-        for (k = n++; k > 0 && next[k - 1] > v; k--)
-            next[k] = next[k - 1];
-        next[k] = v;
-    }
-    if (n == 0)
-        return;
-    /* The first recorded seq at or after the lowest next. */
-    while (lo < hi) {
-        mid = lo + (hi - lo) / 2;
-        if (queue_overflow_at(q, mid) < next[0])
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    for (; lo < q->overflow_n; lo++) {
-        seq = queue_overflow_at(q, lo);
-        /* below: the seats that had not come to seq; at: those there. */
-        while (below < n && next[below] < seq)
-            below++;
-        for (at = 0; below + at < n && next[below + at] == seq; at++)
-            ;
-        if ((len = queue_key(q, seq, key, sizeof(key))) == 0)
-            continue;
-        /* A pin is a read taken (a get counts it), whatever the area's
-         * head says: a member may have scribbled it below next. */
-        taken = 0;
-        if (at > 0) {
-            taken = holder == NULL ? at : store_holder_pin_count(store, holder, key, len);
-            if (taken > at)
-                taken = at;
-        }
-        if (below + at - taken > 0)
-            store_forgo_reads(store, key, len, below + at - taken);
-    }
-}
-
-/* Delete the overflow objects left in q's pool: those of the messages
- * still in its ring, "q/<name>/<seq>" for seq in [head - slots, head]. The
- * head is the area's, which a member may have scribbled, but it only picks
- * keys under the queue's own prefix, and the lookups are slots + 1 at most. */
-static void queue_drop_objects(struct queue *q)
-{
-    uint64_t head = atomic_load(&q->q.hdr->head);
-
-    queue_drop_keys(q, head > q->slots ? head - q->slots : 0, head);
+    return !queue_held(q) && ((q->temporary && q->had_writer) || q->shut_down);
 }
 
 /* Take q out of the set, with its objects, and free it: its memory off the
@@ -912,19 +479,6 @@ static int queue_remove(struct queue_set *set, struct queue *q, bool objects,
     }
     queue_free(q);
     return 0;
-}
-
-/* Whether a member holds q: its writer, or a live reader seat. */
-static bool queue_held(const struct queue *q)
-{
-    uint32_t s;
-
-    if (q->writer != NULL)
-        return true;
-    for (s = 0; s < q->seats; s++)
-        if (q->seat[s].state == SHMB_SEAT_LIVE)
-            return true;
-    return false;
 }
 
 /* Delete q if it is left to be (queue_done); else, once nobody holds it,

@@ -45,6 +45,20 @@ void store_gen_after(struct store *s, uint32_t floor)
         s->gen_next = floor + 1 != 0 ? floor + 1 : 1;
 }
 
+/* count reads counted in place, taken into obj: that many fewer awaited
+ * reads (never below 0), counted as fast reads, and the chunk's tag says
+ * the awaited reads left, for a restart. Returns how many were taken. */
+static uint32_t store_take_counted(struct store *s, struct object *obj, uint32_t count)
+{
+    uint32_t take = count < obj->awaited_reads ? count : obj->awaited_reads;
+
+    obj->awaited_reads -= take;
+    s->fast_reads += take;
+    store_chunk_field(s, obj, offsetof(struct shmb_chunk_header, tag), &obj->awaited_reads,
+                      sizeof(obj->awaited_reads));
+    return take;
+}
+
 /* Take the reads counted in place in obj's seal: compare-and-swap
  * {gen, c} -> {gen, 0}, and c fewer awaited reads (never below 0: a count
  * can only lower them, as gets by others could); the chunk's tag then says
@@ -66,12 +80,7 @@ void store_fold(struct store *s, struct object *obj)
             continue; /* a reader counted meanwhile: seal holds what was found */
         if (rc < 0)
             return; /* the page is gone */
-        take = SHMB_SEAL_COUNT(seal) < obj->awaited_reads ? SHMB_SEAL_COUNT(seal)
-                                                           : obj->awaited_reads;
-        obj->awaited_reads -= take;
-        s->fast_reads += take;
-        store_chunk_field(s, obj, offsetof(struct shmb_chunk_header, tag), &obj->awaited_reads,
-                          sizeof(obj->awaited_reads));
+        take = store_take_counted(s, obj, SHMB_SEAL_COUNT(seal));
         if (take > 0 && obj->awaited_reads == 0) {
             s->room_gen++;
             store_unmark_awaited(s, obj);
@@ -110,21 +119,14 @@ void store_publish(struct store *s, struct object *obj)
 static void store_unlist(struct store *s, struct object *obj, bool fold)
 {
     uint64_t old = 0;
-    uint32_t take;
 
     if (!obj->published)
         return;
     if (s->cfg.catalog != NULL)
         catalog_remove(s->cfg.catalog, obj->key, obj->key_len, obj->chunk_offset, obj->listed);
     if (segment_atomic_exchange64(store_seal(s, obj), 0, &old) == 0 && fold &&
-        SHMB_SEAL_GEN(old) == obj->gen) {
-        take = SHMB_SEAL_COUNT(old) < obj->awaited_reads ? SHMB_SEAL_COUNT(old)
-                                                          : obj->awaited_reads;
-        obj->awaited_reads -= take;
-        s->fast_reads += take;
-        store_chunk_field(s, obj, offsetof(struct shmb_chunk_header, tag), &obj->awaited_reads,
-                          sizeof(obj->awaited_reads));
-    }
+        SHMB_SEAL_GEN(old) == obj->gen)
+        store_take_counted(s, obj, SHMB_SEAL_COUNT(old));
     obj->published = obj->listed = obj->was_listed = false;
     obj->gen = 0;
 }

@@ -142,6 +142,8 @@ void *ring_at(const struct ring *r, size_t index, struct ring_chunk *out);
 uint64_t ring_used(const struct ring *r);
 uint64_t ring_free_bytes(const struct ring *r);
 
+/* The walk over the chunks in the file, and adoption (ring_walk.c). */
+
 /* Asked by ring_adopt for each chunk found in the segment: return the owner
  * that keeps it, or NULL to free it. hdr and key are private copies that
  * ring_adopt made and checked (key NUL-terminated after key_len bytes): the

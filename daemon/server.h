@@ -16,6 +16,7 @@
 #include "../proto/error.h"
 #include "command.h"
 #include "conn.h"
+#include "listener.h"
 #include "policy.h"
 
 struct server {
@@ -92,18 +93,6 @@ void server_refuse_waiting(int fd, int code, const char *message);
  * belongs to systemd. */
 int server_adopt(struct server *srv, uv_loop_t *loop, int fd, struct command_env *env,
                  const struct policy *limits, struct shmb_error *err);
-
-/* Whether process pid holds the socket listening at path (--reload's proof
- * that pid is the daemon these settings name: no other process holds a
- * listening socket, which systemd passes to the daemon alone). The
- * listener is the one the kernel's sock_diag shows bound to the file path
- * leads to here (its device and inode), pid's descriptors are read in
- * /proc/pid/fd. A kernel without sock_diag for Unix sockets: the listeners
- * named path in /proc/net/unix, and when several carry the name, the one
- * path leads to must be pid's own (a connection's SO_PEERCRED). 1 held, 0
- * not (err says why), negative errno when it cannot be told (err says why
- * and what to do). */
-int server_listener_held_by(const char *path, pid_t pid, struct shmb_error *err);
 
 /* Stop accepting, close every connection and the listener, unlink the path. */
 void server_close(struct server *srv);

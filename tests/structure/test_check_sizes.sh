@@ -84,6 +84,9 @@ else
 fi
 
 fresh
+# Listed here, whatever the real list holds by now (the splits strike lines).
+echo "room     daemon/server.c                                   839  a line of this test" \
+    >> "$tmp/t/tests/structure/size_exceptions"
 head -n 100 "$top/daemon/server.c" > "$tmp/t/daemon/server.c"
 expect_fail "a listed file that is no longer over fails, so that the list shrinks" \
     "lists room daemon/server.c, now 100 lines, within the mark"

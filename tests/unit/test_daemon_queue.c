@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * Unit tests for the daemon's queues (daemon/queue.c) over real memfds and a
- * real memfd pool: creation and its limits, roles taken and left, what a
- * member's connection closing does to the area, automatic deletion, the
- * blocker, the header restored, and the pool's overflow objects deleted with
- * the queue. Owners are plain addresses standing for connections.
+ * Unit tests for the daemon's queues (daemon/queue.c and its rooms) over
+ * real memfds and a real memfd pool: creation and its limits, roles taken
+ * and left, what a member's connection closing does to the area, automatic
+ * deletion, the blocker, the header restored, and the pool's overflow
+ * objects deleted with the queue. Owners are plain addresses standing for
+ * connections.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -27,9 +28,10 @@
 #include "../../daemon/queue.h"
 #include "../../proto/alloc.h"
 
-/* The store's lookups by key that queue.c makes, counted (-Wl,--wrap): a
- * seat's departure costs one per object, not one per seat and object. The
- * counted variant may not exist in the code under test (weak). */
+/* The store's lookups by key that the queues make (queue_overflow.c),
+ * counted (-Wl,--wrap): a seat's departure costs one per object, not one per
+ * seat and object. The counted variant may not exist in the code under test
+ * (weak). */
 static unsigned long key_lookups;
 
 int __real_store_forgo_read(struct store *s, const char *key, size_t key_len);
