@@ -333,6 +333,79 @@ def case_hostile(a, b, key):
            str([(len(r.digests), r.error) for r in readers]))
 
 
+class ThreadGroup:
+    """vLLM's StatelessProcessGroup as create_from_process_group uses it
+    (rank, world_size, broadcast_obj, all_gather_obj), for members that are
+    threads of this process, each naming its own host's daemon."""
+
+    def __init__(self, shared, rank):
+        self.shared, self.rank = shared, rank
+        self.world_size = len(shared["slots"])
+
+    def all_gather_obj(self, obj):
+        s = self.shared
+        s["slots"][self.rank] = obj
+        s["barrier"].wait(WAIT)
+        out = list(s["slots"])
+        s["barrier"].wait(WAIT)
+        return out
+
+    def broadcast_obj(self, obj, src):
+        return self.all_gather_obj(obj)[src]
+
+
+def run_group(socks, member):
+    """member(group, sock) in a thread per socket; {rank: result or error}."""
+    shared = {"slots": [None] * len(socks), "barrier": threading.Barrier(len(socks))}
+    out = {}
+
+    def run(rank):
+        try:
+            out[rank] = member(ThreadGroup(shared, rank), socks[rank])
+        except Exception as e:  # noqa: BLE001  (the case reports it)
+            out[rank] = e
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(len(socks))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT * 4)
+    return out
+
+
+def case_process_group(a, b):
+    """create_from_process_group over a group with members on both hosts:
+    the writer's host's members read it there, the others through the
+    relays; a member whose host has no daemon fails every member."""
+    n = 2000
+    want = [hashlib.sha256(m).digest() for m in messages(7, n)]
+
+    def member(group, sock):
+        mq = MessageQueue.create_from_process_group(group, SLOT, 8, writer_rank=0,
+                                                    socket_path=sock)
+        try:
+            if group.rank == 0:
+                for m in messages(7, n):
+                    mq.enqueue(m, timeout=WAIT)
+                return "wrote"
+            return [hashlib.sha256(mq.dequeue(WAIT)).digest() for _ in range(n)] == want
+        finally:
+            mq.close()
+
+    out = run_group([a.sock, a.sock, b.sock, b.sock], member)
+    report(out == {0: "wrote", 1: True, 2: True, 3: True},
+           "create_from_process_group with members on two hosts: the writer's host reads "
+           "in place, the other through the relays, %d messages byte-identical and in order"
+           % n, repr(out))
+    elsewhere = os.path.join(os.path.dirname(a.sock), "nowhere.sock")
+    out = run_group([a.sock, b.sock, elsewhere], member)
+    report(sorted(out) == [0, 1, 2] and all(isinstance(e, errors.ShmBrokerError)
+                                            for e in out.values())
+           and a.client().queue_list() == [],
+           "create_from_process_group with a member whose host has no daemon: every member "
+           "raises, and no queue is left on the writer's host", repr(out))
+
+
 def main():
     if os.geteuid() != 0:
         skip("needs root for ip netns; run make test as root")
@@ -365,6 +438,7 @@ def main():
         hosts.append(b)
         wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
         case_order(a, b)
+        case_process_group(a, b)
         case_cut(a, b)
         case_slow_reader(a, b)
         case_rejoin_and_end(a, b)

@@ -45,6 +45,7 @@ from . import _futex
 from . import client as _client
 from . import frames as _frames
 from .client import Client
+from . import errors as _errors
 from .errors import error_for as _error_for
 from .errors import (Cancelled, ConnectionLost, EndOfQueue, InvalidRequest, KeyExists,
                      NotFound, ProtocolError, ShmBrokerError, Timeout, Unsupported)
@@ -1178,24 +1179,28 @@ class _WriterFailed:
     should have made the queue could not (picklable: the error's class
     name, code and message)."""
 
-    def __init__(self, error):
+    def __init__(self, error, whole=False):
         self.kind = type(error).__name__
         self.code = getattr(error, "code", None)
         self.message = str(error)
+        self.whole = whole  # the error speaks of the group: raised as it is
 
     def error(self, who="the writer could not make the queue"):
-        text = "%s: %s: %s" % (who, self.kind, self.message)
+        text = self.message if self.whole else "%s: %s: %s" % (who, self.kind, self.message)
+        kind = getattr(_errors, self.kind, None)
+        if self.code and isinstance(kind, type) and issubclass(kind, ShmBrokerError):
+            return kind(self.code, text)  # the same class on every member
         if self.code:
             return _error_for(self.code, text)
         return RuntimeError(text)
 
 
-def _check_local(group, center, socket_path, role):
-    """Raise Unsupported, on every member alike, when some member of group
-    does not reach the same host and daemon socket as group rank center
-    (a collective: every member gathers every member's node key and the
-    center it names); InvalidRequest when the members name different
-    centers (each would wait for a queue, or readers, that never come)."""
+def _away(group, center, socket_path, role):
+    """The group ranks that do not reach the host and daemon socket of
+    group rank center (a collective: every member gathers every member's
+    node key and the center it names, so every member computes the same
+    list); InvalidRequest when the members name different centers (each
+    would wait for a queue, or readers, that never come)."""
     from . import _groups
 
     said = group.all_gather((_groups.node_key(socket_path), center))
@@ -1205,14 +1210,49 @@ def _check_local(group, center, socket_path, role):
                              "ranks: group ranks %s said %s. Nothing was made; every member "
                              "must pass the same one." % (role, group.global_ranks, centers))
     keys = [k for k, _ in said]
-    away = [group.global_ranks[r] for r, k in enumerate(keys) if k != keys[center]]
+    return [r for r, k in enumerate(keys) if k != keys[center]]
+
+
+def _check_local(group, center, socket_path, role):
+    """Raise Unsupported, on every member alike, when some member of group
+    does not reach the same host and daemon socket as group rank center."""
+    away = _away(group, center, socket_path, role)
     if away:
         raise Unsupported("ENOSYS", "Ranks %s of this process group are not on the %s's host "
-                          "or do not reach its shmbrokerd (%s): shmbroker's MessageQueue "
-                          "has readers on one host only (vLLM sends to the others over "
-                          "ZeroMQ). Nothing was made. Use vLLM's own MessageQueue for a "
-                          "group that spans hosts, or give every member the same socket "
-                          "(SHMBROKER_SOCKET)." % (away, role,
+                          "or do not reach its shmbrokerd (%s): this queue has its %s on "
+                          "one host. Nothing was made. Give every member the same socket "
+                          "(SHMBROKER_SOCKET)." % ([group.global_ranks[r] for r in away],
+                                                   role, _client.default_socket_path(
+                                                       socket_path), role))
+
+
+class _GroupAway(Unsupported):
+    """Some members of a process group cannot be reached (raised as
+    Unsupported, its message the same on every member)."""
+
+
+def _relay_attached(socket_path):
+    """Whether a shmbroker-relay answers next to the daemon at socket_path."""
+    from . import _fetch
+
+    try:
+        _fetch.ask(_fetch.relay_socket_path(_client.default_socket_path(socket_path)),
+                   {"op": "status"}, timeout=10)
+        return True
+    except ShmBrokerError:
+        return False
+
+
+def _no_relay(group, away, socket_path):
+    """Unsupported for a writer whose daemon has no relay attached, while
+    the group has members elsewhere (away: their group ranks)."""
+    return _GroupAway("ENOSYS", "Ranks %s of this process group are not on the writer's host "
+                       "or do not reach its shmbrokerd (%s), and no shmbroker-relay is "
+                       "attached to that daemon to carry the queue to them. Nothing was "
+                       "made. Run shmbroker-relay next to the daemon on every host, each "
+                       "with the others as peers (docs/multi-host.md), or give every member "
+                       "the same socket (SHMBROKER_SOCKET)."
+                       % ([group.global_ranks[r] for r in away],
                           _client.default_socket_path(socket_path)))
 
 
@@ -1314,9 +1354,14 @@ class MessageQueue:
         elif len(local_reader_ranks) != n_local_reader:
             raise ValueError("local_reader_ranks has %d ranks for %d local readers."
                              % (len(local_reader_ranks), n_local_reader))
-        if not 1 <= n_local_reader <= SEATS_MAX:
-            raise ValueError("A queue has 1 to %d local readers, not %d."
-                             % (SEATS_MAX, n_local_reader))
+        # Every reader may be on another host (vLLM's writer on a node of
+        # its own): then no local seat is needed.
+        least = 0 if type(n_reader) is int and n_reader > n_local_reader else 1
+        if not least <= n_local_reader <= SEATS_MAX:
+            raise ValueError("A queue has %d to %d local readers, not %d%s."
+                             % (least, SEATS_MAX, n_local_reader,
+                                "" if least else " (0 only when every reader is on another "
+                                "host: n_reader > n_local_reader)"))
         self._init_common()
         self.n_reader = n_reader
         self.n_local_reader = n_local_reader
@@ -1494,11 +1539,16 @@ class MessageQueue:
         it on. A collective: a member that does not call it holds the
         others.
 
-        Every member must reach the writer's shmbrokerd (the same host and
-        socket; socket_path and pool as for MessageQueue): vLLM sends to
-        readers on other hosts over ZeroMQ, which this queue does not. When
-        some do not, every member raises Unsupported naming them, before
-        any queue is made (none is left waiting)."""
+        Members that reach the writer's shmbrokerd (the same host and
+        socket; socket_path and pool as for MessageQueue) read it there;
+        the others are its remote readers, served through shmbroker-relay
+        (as vLLM serves them over ZeroMQ): each joins a copy of the queue
+        in its own daemon (socket_path names it), which the relays keep
+        fed. The writer's connect_ip is VLLM_HOST_IP when set (else the
+        relays find each other by name). When the writer's daemon has no
+        relay, every member raises Unsupported naming the others; when a
+        remote member cannot join, every member raises its error; no
+        member is left waiting and no queue is left behind."""
         from . import _groups
 
         group = _groups.wrap(pg)
@@ -1506,7 +1556,8 @@ class MessageQueue:
             raise InvalidRequest("EINVAL", "writer_rank %r is not a rank of this group of %d "
                                  "(its group ranks are 0 to %d)."
                                  % (writer_rank, group.world_size, group.world_size - 1))
-        _check_local(group, writer_rank, socket_path, "writer")
+        away = _away(group, writer_rank, socket_path, "writer")
+        failed = None
         if group.rank == writer_rank:
             # What failed is sent in place of the handle: the readers raise
             # it too instead of waiting for a handle that never comes.
@@ -1514,18 +1565,46 @@ class MessageQueue:
                 if external_writer_handle is not None:
                     mq = MessageQueue.create_from_handle(external_writer_handle, group.rank)
                 else:
+                    if away and not _relay_attached(socket_path):
+                        raise _no_relay(group, away, socket_path)
                     readers = [r for r in range(group.world_size) if r != writer_rank]
-                    mq = MessageQueue(len(readers), len(readers), readers, max_chunk_bytes,
-                                      max_chunks, socket_path=socket_path, pool=pool)
+                    local = [r for r in readers if r not in away]
+                    mq = MessageQueue(len(readers), len(local), local, max_chunk_bytes,
+                                      max_chunks, os.environ.get("VLLM_HOST_IP") or None,
+                                      socket_path=socket_path, pool=pool)
             except Exception as e:
-                group.broadcast(_WriterFailed(e), writer_rank)
+                group.broadcast(_WriterFailed(e, whole=isinstance(e, _GroupAway)), writer_rank)
                 raise
             group.broadcast(mq.export_handle(), writer_rank)
         else:
             handle = group.broadcast(None, writer_rank)
             if isinstance(handle, _WriterFailed):
                 raise handle.error()
-            mq = MessageQueue.create_from_handle(handle, group.rank)
+            mq = None
+            try:
+                if group.rank in away:
+                    from . import _remote_queue
+                    mq = _remote_queue.join(handle, group.rank, socket_path=socket_path,
+                                            pool=pool)
+                else:
+                    mq = MessageQueue.create_from_handle(handle, group.rank)
+            except Exception as e:
+                if not away:
+                    raise
+                failed = e
+        if away:
+            # One more round: a remote member that could not join (its
+            # relay, or the writer's, unreachable) fails every member, or
+            # the writer would wait for its seat for ever.
+            every = group.all_gather(_WriterFailed(failed) if failed is not None else None)
+            bad = [(group.global_ranks[r], f) for r, f in enumerate(every) if f is not None]
+            if bad:
+                if mq is not None:
+                    mq.close()
+                if failed is not None:
+                    raise failed
+                raise bad[0][1].error("rank %d of the group could not join the queue from "
+                                      "its host" % bad[0][0])
         if blocking:
             mq.wait_until_ready()
         return mq
