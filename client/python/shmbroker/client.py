@@ -497,16 +497,10 @@ class Client(Wire, Mapping):
         get_frames). Raises as alloc() does; the allocation is aborted if
         the copy fails."""
         part, total = _prepare(data)
-        a = self.alloc(key, total, readers=readers, wait_ms=wait_ms)
-        try:
+        # The allocation commits when the copy went through and aborts when
+        # it raised (an abort's own failure hidden behind the copy's).
+        with self.alloc(key, total, readers=readers, wait_ms=wait_ms) as a:
             _write(a.view, part)
-        except BaseException:
-            try:
-                a.abort()
-            except ShmBrokerError:
-                pass
-            raise
-        a.commit()
         return a.offset
 
     def put_nowait(self, key, data, *, readers=0):
