@@ -127,7 +127,17 @@ class TestScribbleTable(support.DaemonTest):
         return self.c.put(key, data) - P.align64(P.CHUNK_HEADER_SIZE + len(key))
 
     def scribble(self, where, change, victim, vchunk, nchunk, absent):
-        """Apply one row's change; [(offset, old bytes)] to put back."""
+        """Apply one row's change; [(offset, old bytes)] to put back. Places
+        and changes joined by '+' are several, one change per place."""
+        if "+" in where or "+" in change:
+            places, changes = where.split("+"), change.split("+")
+            if len(places) != len(changes):
+                raise ValueError("%s and %s are not as many places as changes"
+                                 % (where, change))
+            saved = []
+            for w, c in zip(places, changes):
+                saved += self.scribble(w, c, victim, vchunk, nchunk, absent)
+            return saved
         if where == "-":
             return []
         if where == "forge":
@@ -216,7 +226,7 @@ class TestScribbleTable(support.DaemonTest):
                 for mode, res in self.c_reads(key).items():
                     got["C " + mode] = res
             finally:
-                for at, old in saved:
+                for at, old in reversed(saved):
                     self.m[at:at + len(old)] = old
             for reader, res in sorted(got.items()):
                 if res[1] is not None and res[1] != vdata:
