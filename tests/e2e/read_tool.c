@@ -18,15 +18,16 @@ static const char usage[] =
     "usage: shmb-read-tool SOCKET [KEY...]\n"
     "Connects a read-write and a read-only handle, then reads each KEY (without\n"
     "KEY, each line of standard input, as it comes) with shmb_read on the one,\n"
-    "then the other, and prints a line per read: \"KEY MODE OUTCOME SIZE HEX\",\n"
-    "flushed after each key. Reading from standard input lets a test change the\n"
-    "segment between keys, under handles that connected before the change.\n"
-    "MODE: rw or ro. OUTCOME: hit (from the mapping), daemon (the daemon's\n"
-    "answer), notfound (a miss proven from the mapping), daemon-notfound (the\n"
-    "daemon said ENOENT), or error:NAME for any other failure. SIZE and HEX:\n"
-    "the bytes read (\"0 -\" when none). Exit 0 when every read was made; 1\n"
-    "when a handle could not connect (NAME: message on standard error); 2 on\n"
-    "a usage error.\n";
+    "then the other, and prints a line per read: \"KEY MODE OUTCOME SIZE HEX\n"
+    "RETRIES\", flushed after each key. Reading from standard input lets a test\n"
+    "change the segment between keys, under handles that connected before the\n"
+    "change. MODE: rw or ro. OUTCOME: hit (from the mapping), daemon (the\n"
+    "daemon's answer), notfound (a miss proven from the mapping), daemon-notfound\n"
+    "(the daemon said ENOENT), or error:NAME for any other failure. SIZE and HEX:\n"
+    "the bytes read (\"0 -\" when none). RETRIES: the copies the read redid after\n"
+    "the chunk changed under one (shmb_read_stats). Exit 0 when every read was\n"
+    "made; 1 when a handle could not connect (NAME: message on standard error);\n"
+    "2 on a usage error.\n";
 
 /* The largest object read: the scribble table's are 100 bytes. */
 #define READ_MAX (1u << 20)
@@ -56,7 +57,7 @@ static void read_one(shmb_t *c, const char *mode, const char *key, unsigned char
         putchar('-');
     for (i = 0; rc == 0 && i < size; i++)
         printf("%02x", buf[i]);
-    putchar('\n');
+    printf(" %llu\n", (unsigned long long)(after.retries - before.retries));
 }
 
 int main(int argc, char **argv)

@@ -104,6 +104,29 @@ class TestClientOps(support.DaemonTest):
             a.commit()
         self.assertEqual(self.c.list(prefix="y")[0]["readers"], 2)
 
+    # put() aborts its allocation when the copy into it raises (an error or
+    # an interrupt), so no object and no pending allocation stay, the key
+    # is free again and the copy's exception is the one raised.
+    def test_put_aborts_when_the_copy_fails(self):
+        import shmbroker.client as client_module
+        real = client_module._write
+
+        def failing(view, part):
+            view[:4] = b"half"
+            raise self.failure
+
+        client_module._write = failing
+        try:
+            for self.failure in (OSError(5, "copy failed"), KeyboardInterrupt()):
+                with self.assertRaises(type(self.failure)):
+                    self.c.put("torn", b"whole payload")
+                self.assertFalse(self.c.contains("torn"))
+                self.assertEqual(self.stats()["pending"], 0)
+        finally:
+            client_module._write = real
+        self.c.put("torn", b"whole payload")
+        self.assertEqual(self.c.read("torn"), b"whole payload")
+
     def test_touch_delete_contains_list(self):
         self.c.put("t", b"1")
         self.c.touch("t", 3)

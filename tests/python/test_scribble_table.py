@@ -127,7 +127,17 @@ class TestScribbleTable(support.DaemonTest):
         return self.c.put(key, data) - P.align64(P.CHUNK_HEADER_SIZE + len(key))
 
     def scribble(self, where, change, victim, vchunk, nchunk, absent):
-        """Apply one row's change; [(offset, old bytes)] to put back."""
+        """Apply one row's change; [(offset, old bytes)] to put back. Places
+        and changes joined by '+' are several, one change per place."""
+        if "+" in where or "+" in change:
+            places, changes = where.split("+"), change.split("+")
+            if len(places) != len(changes):
+                raise ValueError("%s and %s are not as many places as changes"
+                                 % (where, change))
+            saved = []
+            for w, c in zip(places, changes):
+                saved += self.scribble(w, c, victim, vchunk, nchunk, absent)
+            return saved
         if where == "-":
             return []
         if where == "forge":
@@ -161,34 +171,43 @@ class TestScribbleTable(support.DaemonTest):
         return [(at, old)]
 
     def py_read(self, client, key):
-        """(outcome, bytes or None) of Client.read."""
-        before = client.read_stats()["fallback"]
+        """(outcome, bytes or None, copies redone) of Client.read."""
+        before = client.read_stats()
         try:
             got = client.read(key)
         except shmbroker.NotFound:
             got = None
-        by_daemon = client.read_stats()["fallback"] > before
+        after = client.read_stats()
+        by_daemon = after["fallback"] > before["fallback"]
+        retries = after["retries"] - before["retries"]
         if got is None:
-            return ("daemon-notfound" if by_daemon else "notfound"), None
-        return ("daemon" if by_daemon else "hit"), got
+            return ("daemon-notfound" if by_daemon else "notfound"), None, retries
+        return ("daemon" if by_daemon else "hit"), got, retries
 
     def c_reads(self, key):
-        """{mode: (outcome, bytes or None)} of shmb-read-tool's handles."""
+        """{mode: (outcome, bytes or None, copies redone)} of shmb-read-tool's
+        handles."""
         self.tool.stdin.write(key + "\n")
         self.tool.stdin.flush()
         found = {}
         for _ in range(2):
             line = self.tool.stdout.readline()
             self.assertTrue(line, "shmb-read-tool ended (status %r)" % self.tool.poll())
-            k, mode, outcome, _size, hexed = line.split()
+            k, mode, outcome, _size, hexed, retries = line.split()
             self.assertEqual(k, key)
-            found[mode] = (outcome, None if hexed == "-" else bytes.fromhex(hexed))
+            found[mode] = (outcome, None if hexed == "-" else bytes.fromhex(hexed),
+                           int(retries))
         self.assertEqual(sorted(found), ["ro", "rw"])
         return found
 
     def test_table(self):
         """Every row: Python and C, read-write and read-only, the row's
-        outcome with the victim's exact bytes, never another key's."""
+        outcome with the victim's exact bytes, never another key's; and no
+        copy redone. Nothing changes under these reads, so a reader that
+        redid one copied a chunk a check before the copy should have turned
+        away (the seal's generation, the state, the key), and only the
+        checks after the copy caught it: the outcome is the same, the reader
+        is not, and a check dropped from one side shows here."""
         rows = load_table()
         self.assertGreater(len(rows), 30)
         wrong = []
@@ -201,13 +220,13 @@ class TestScribbleTable(support.DaemonTest):
             saved = self.scribble(where, change, victim, vchunk, nchunk, absent)
             try:
                 key = victim if what == "victim" else absent
-                want = (expect, vdata if expect in ("hit", "daemon") else None)
+                want = (expect, vdata if expect in ("hit", "daemon") else None, 0)
                 got = {"python rw": self.py_read(self.c, key),
                        "python ro": self.py_read(self.ro, key)}
                 for mode, res in self.c_reads(key).items():
                     got["C " + mode] = res
             finally:
-                for at, old in saved:
+                for at, old in reversed(saved):
                     self.m[at:at + len(old)] = old
             for reader, res in sorted(got.items()):
                 if res[1] is not None and res[1] != vdata:
@@ -215,9 +234,13 @@ class TestScribbleTable(support.DaemonTest):
                                  % (name, line, reader, len(res[1]), victim,
                                     " (another key's among them)" if ndata[:8] in res[1]
                                     or b"CHNK" in res[1] else ""))
-                elif res != want:
+                elif res[:2] != want[:2]:
                     wrong.append("row %s (line %d): %s gave %s, the table says %s"
                                  % (name, line, reader, res[0], expect))
+                elif res[2] != 0:
+                    wrong.append("row %s (line %d): %s redid %d copies, with nothing "
+                                 "changing under it: a check before the copy let the "
+                                 "scribbled chunk through" % (name, line, reader, res[2]))
             self.c.delete(victim)
             self.c.delete(nxt)
         self.assertEqual(wrong, [], "\n" + "\n".join(wrong))

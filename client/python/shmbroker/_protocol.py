@@ -100,20 +100,27 @@ HEADER_PAGE = 4096
 ALIGN = 64
 KEY_MAX = 255
 
-# struct shmb_segment_header: magic, version, header_size, total_size,
-# data_offset, data_size, owner_pid, owner_start, created_unix, ring_start,
-# ring_end, ring_next_id, then layout 2's catalog and heartbeat words. Host
-# byte order, as the daemon writes it.
-SEGMENT_HEADER = struct.Struct("=QIIQQQqQQQQQQQIIIIQQII")
-SEGMENT_HEADER_FIELDS = (
-    ("magic", 0), ("version", 8), ("header_size", 12), ("total_size", 16),
-    ("data_offset", 24), ("data_size", 32), ("owner_pid", 40), ("owner_start", 48),
-    ("created_unix", 56), ("ring_start", 64), ("ring_end", 72), ("ring_next_id", 80),
-    ("catalog_offset", 88), ("catalog_slots", 96), ("catalog_seed", 104),
-    ("catalog_moves", 108), ("catalog_unlisted", 112), ("gen_next", 116),
-    ("heartbeat_unix_ms", 120), ("heartbeat_count", 128), ("heartbeat_period_ms", 136),
-    ("retired", 140),
-)
+
+def _layout(fmt, names):
+    """A struct of proto/layout.h: its struct.Struct (host byte order, as the
+    daemon writes it, no padding) and (name, offset) for each member, the
+    offsets from the format (tests/python/test_tables.py checks them against
+    layout.h's asserted ones)."""
+    names = names.split()
+    if len(names) != len(fmt) - 1:
+        raise ValueError("%d names for the %d members of %s" % (len(names), len(fmt) - 1, fmt))
+    return struct.Struct(fmt), tuple((n, struct.calcsize(fmt[:i + 1]))
+                                     for i, n in enumerate(names))
+
+
+# struct shmb_segment_header: up to ring_next_id, then layout 2's catalog and
+# heartbeat words.
+SEGMENT_HEADER, SEGMENT_HEADER_FIELDS = _layout(
+    "=QIIQQQqQQQQQQQIIIIQQII",
+    "magic version header_size total_size data_offset data_size owner_pid owner_start "
+    "created_unix ring_start ring_end ring_next_id catalog_offset catalog_slots catalog_seed "
+    "catalog_moves catalog_unlisted gen_next heartbeat_unix_ms heartbeat_count "
+    "heartbeat_period_ms retired")
 SEGMENT_HEADER_SIZE = 144
 # Where the catalog's words of the header are, for the reader's loads.
 CATALOG_MOVES_AT = 108
@@ -128,13 +135,10 @@ SEGMENT_RETIRED = 0x44524954
 
 # struct shmb_published_counters, at COUNTERS_AT in the header page.
 COUNTERS_AT = 256
-PUBLISHED_COUNTERS = struct.Struct("=IIQQQQQQQQQQQQQQQQq")
-PUBLISHED_COUNTERS_FIELDS = (
-    ("seq", 0), ("clients", 4), ("data_size", 8), ("used", 16), ("free", 24),
-    ("objects", 32), ("pending", 40), ("pinned", 48), ("arenas", 56), ("arena_bytes", 64),
-    ("allocs", 72), ("commits", 80), ("gets", 88), ("evictions", 96), ("enospc", 104),
-    ("expired_allocs", 112), ("lease_expiries", 120), ("fast_reads", 128), ("pid", 136),
-)
+PUBLISHED_COUNTERS, PUBLISHED_COUNTERS_FIELDS = _layout(
+    "=IIQQQQQQQQQQQQQQQQq",
+    "seq clients data_size used free objects pending pinned arenas arena_bytes allocs commits "
+    "gets evictions enospc expired_allocs lease_expiries fast_reads pid")
 PUBLISHED_COUNTERS_SIZE = 144
 
 CHUNK_MAGIC = 0x4B4E4843  # "CHNK"
@@ -143,22 +147,15 @@ CHUNK_PENDING = 2
 CHUNK_COMMITTED = 3
 CHUNK_FREE = 4
 CHUNK_ARENA = 5
-# struct shmb_chunk_header: magic, state, key_len, header_size, tag, id,
-# chunk_size, payload_size, seal; the key's bytes follow.
-CHUNK_HEADER = struct.Struct("=IHHIIQQQQ")
-CHUNK_HEADER_FIELDS = (
-    ("magic", 0), ("state", 4), ("key_len", 6), ("header_size", 8), ("tag", 12),
-    ("id", 16), ("chunk_size", 24), ("payload_size", 32), ("seal", 40),
-)
+# struct shmb_chunk_header; the key's bytes follow.
+CHUNK_HEADER, CHUNK_HEADER_FIELDS = _layout(
+    "=IHHIIQQQQ", "magic state key_len header_size tag id chunk_size payload_size seal")
 CHUNK_HEADER_SIZE = 48
 SEAL_AT = 40  # the seal: low 32 bits the generation, high 32 a count
 
-# struct shmb_catalog_entry: seq, hash (the key hash's high 32 bits), chunk
-# (0: empty), gen, flags, size.
-CATALOG_ENTRY = struct.Struct("=IIQIIQ")
-CATALOG_ENTRY_FIELDS = (
-    ("seq", 0), ("hash", 4), ("chunk", 8), ("gen", 16), ("flags", 20), ("size", 24),
-)
+# struct shmb_catalog_entry: hash is the key hash's high 32 bits, chunk 0
+# an empty entry.
+CATALOG_ENTRY, CATALOG_ENTRY_FIELDS = _layout("=IIQIIQ", "seq hash chunk gen flags size")
 CATALOG_ENTRY_SIZE = 32
 CATALOG_AWAITED = 1
 CATALOG_PROBES = 32

@@ -808,6 +808,14 @@ class _Area:
         on it, and the next dequeue returns it again."""
         self._held = None
 
+    def settle(self, keep):
+        """keep() the message held when keep is true (its reader did not
+        get through it), else done()."""
+        if keep:
+            self.keep()
+        else:
+            self.done()
+
     def done(self):
         """Finished with the message held: the writer may reuse its slot.
         Only from the message held (a compare-and-swap): a seat the daemon
@@ -1857,10 +1865,7 @@ class MessageQueue:
                     return obj
                 finally:
                     payload.release()
-                    if keep:
-                        area.keep()
-                    else:
-                        area.done()
+                    area.settle(keep)
             payload.release()
             area.keep()  # an object: _message below takes it again
         finally:
@@ -1943,10 +1948,7 @@ class MessageQueue:
                     raise
             finally:
                 payload.release()
-                if keep:
-                    area.keep()
-                else:
-                    area.done()
+                area.settle(keep)
                 # After the seat moved on: a reader that dies between the two
                 # still pins the object, so the daemon knows it took its read.
                 if pin is not None:
