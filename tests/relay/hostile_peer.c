@@ -104,8 +104,32 @@ static void progress_for(int ms, int *cond)
     }
 }
 
-/* Fetch the object "rma-target" as a relay would, then with its rkey write
- * "OWNED!!!" over its first bytes (put), or read 8 bytes at 0x1000, far
+static ucp_context_h ctx;
+
+/* An rkey of this program's own memory: UCX's emulated RMA over TCP checks
+ * none, so it serves to aim at any address of the relay. */
+static ucp_rkey_h own_rkey(void)
+{
+    static char buf[64];
+    ucp_mem_map_params_t mp = {0};
+    ucp_mem_h mh;
+    void *packed;
+    size_t packed_len;
+    ucp_rkey_h rk;
+
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = buf;
+    mp.length = sizeof(buf);
+    if (ucp_mem_map(ctx, &mp, &mh) != UCS_OK ||
+        ucp_rkey_pack(ctx, mh, &packed, &packed_len) != UCS_OK ||
+        ucp_ep_rkey_unpack(ep, packed, &rk) != UCS_OK)
+        _exit(2);
+    return rk;
+}
+
+/* Fetch the object "rma-target" as a relay would, then with its rkey (or,
+ * where the relay sends the bytes itself and gives none, one of our own)
+ * write "OWNED!!!" over its first bytes (put), or read 8 bytes at 0x1000, far
  * outside the pool (get); either is given 1 s, then the fetch is done and
  * the program exits (0: the relay closed the connection, 1: it kept it). */
 static void rma(bool put)
@@ -119,7 +143,10 @@ static void rma(bool put)
 
     send_raw(msg, (size_t)n);
     progress_for(5000, &got_reply);
-    if (!got_reply || reply.code != 0 || ucp_ep_rkey_unpack(ep, reply.rkey, &rk) != UCS_OK) {
+    if (got_reply && reply.code == 0 && reply.rkey_len == 0)
+        rk = own_rkey();
+    else if (!got_reply || reply.code != 0 ||
+             ucp_ep_rkey_unpack(ep, reply.rkey, &rk) != UCS_OK) {
         fprintf(stderr, "relay-hostile-peer: no object rma-target to aim at\n");
         _exit(2);
     }
@@ -148,26 +175,15 @@ static void rma(bool put)
  * them, hex) and write "OWNED!!!" there, with a remote key of this
  * program's own memory (UCX's emulated RMA over TCP reads none). Each is
  * given 1 s; then the program exits (0: closed, 1: kept). */
-static void unproven_rma(ucp_context_h ctx)
+static void unproven_rma(void)
 {
-    static char buf[64] = "OWNED!!!";
+    static char buf[8] = "OWNED!!!";
     unsigned char got[8] = {0};
-    ucp_mem_map_params_t mp = {0};
     ucp_request_param_t pp = {0};
-    ucp_mem_h mh;
-    void *packed;
-    size_t packed_len;
-    ucp_rkey_h rk;
+    ucp_rkey_h rk = own_rkey();
     const char *a = getenv("HOSTILE_ADDR");
     uint64_t addr = a ? strtoull(a, NULL, 0) : 0;
 
-    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    mp.address = buf;
-    mp.length = sizeof(buf);
-    if (ucp_mem_map(ctx, &mp, &mh) != UCS_OK ||
-        ucp_rkey_pack(ctx, mh, &packed, &packed_len) != UCS_OK ||
-        ucp_ep_rkey_unpack(ep, packed, &rk) != UCS_OK)
-        _exit(2);
     for (int put = 0; put < 2; put++) {
         ucs_status_ptr_t req = put ? ucp_put_nbx(ep, buf, 8, addr, rk, &pp)
                                    : ucp_get_nbx(ep, got, sizeof(got), addr, rk, &pp);
@@ -191,7 +207,6 @@ int main(int argc, char **argv)
     ucp_worker_params_t wp = {0};
     ucp_am_handler_param_t am = {0};
     ucp_ep_params_t epp = {0};
-    ucp_context_h ctx;
     struct shmb_error err = {0};
     struct addrinfo hints = {0}, *res = NULL;
     unsigned char msg[WIRE_MSG_MAX], mac[WIRE_MAC_LEN];
@@ -337,7 +352,7 @@ int main(int argc, char **argv)
             return closed ? 0 : 2;
         }
         if (strcmp(mode, "unproven") == 0) {
-            unproven_rma(ctx);
+            unproven_rma();
         }
         if (strcmp(mode, "early") == 0) {
             n = wire_fetch(msg, 1, "some-key");
