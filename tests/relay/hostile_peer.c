@@ -17,7 +17,9 @@
  * peer with --peer, and answer its first fetch badly: serve-ctrltext (an
  * error whose text has terminal control bytes: the relay must close),
  * serve-huge (an object of 2^62 bytes: the relay must refuse it and keep
- * the connection, exit 1).
+ * the connection, exit 1), serve-shortpush (an object of 64 KiB whose bytes
+ * follow as 4 KiB: the relay must close), serve-eagerpush (its bytes sent
+ * other than by rendezvous: the relay must close).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -85,6 +87,25 @@ static void send_raw(const void *buf, size_t len)
             usleep(100);
         }
         ucp_request_free(req);
+    }
+}
+
+/* An object's bytes as a serving relay pushes them, n of them, by
+ * rendezvous or not. */
+static void send_data(uint64_t id, size_t n, bool rndv)
+{
+    static char bytes[65536];
+    unsigned char header[WIRE_DATA_HEADER_LEN];
+    ucp_request_param_t p = {0};
+    ucs_status_ptr_t req;
+    wire_data_header(header, id);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY | (rndv ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER);
+    req = ucp_am_send_nbx(ep, WIRE_DATA_AM_ID, header, sizeof(header), bytes, n, &p);
+    for (int i = 0; i < 20000 && UCS_PTR_IS_PTR(req) &&
+                    ucp_request_check_status(req) == UCS_INPROGRESS && !closed; i++) {
+        ucp_worker_progress(worker);
+        usleep(100);
     }
 }
 
@@ -303,9 +324,16 @@ int main(int argc, char **argv)
                     msg[i] = 0x1b;
                 else if (msg[i] == '%')
                     msg[i] = 0x07;
-        } else
+        } else if (strcmp(mode, "serve-huge") == 0) {
             n = wire_fetch_reply(msg, fetch_id, 0, (uint64_t)1 << 62, 4096, "rkey", 4, NULL);
+        } else {
+            n = wire_fetch_reply(msg, fetch_id, 0, 65536, 4096, NULL, 0, NULL);
+        }
         send_raw(msg, (size_t)n);
+        if (strcmp(mode, "serve-shortpush") == 0)
+            send_data(fetch_id, 4096, true);
+        else if (strcmp(mode, "serve-eagerpush") == 0)
+            send_data(fetch_id, 65536, false);
         progress_for(5000, NULL);
         printf("%s\n", closed ? "closed" : "kept");
         fflush(stdout);

@@ -622,9 +622,13 @@ def run_cases(tmp, a, b, key):
 
     # A peer that answers a fetch badly: an error text with terminal control
     # bytes closes it; an object of 2^62 bytes is refused (E2BIG) without an
-    # allocation, and the peer kept. Relay E on A's daemon dials it.
+    # allocation, and the peer kept; an object whose pushed bytes are fewer
+    # than it said, or come other than by rendezvous, closes it and leaves no
+    # allocation. Relay E on A's daemon dials it.
     for port, mode, want_closed, want_error in ((PORT + 1, "serve-ctrltext", True, "ECONNRESET"),
-                                                (PORT + 2, "serve-huge", False, "E2BIG")):
+                                                (PORT + 2, "serve-huge", False, "E2BIG"),
+                                                (PORT + 3, "serve-shortpush", True, "ECONNRESET"),
+                                                (PORT + 4, "serve-eagerpush", True, "ECONNRESET")):
         evil = subprocess.Popen(["ip", "netns", "exec", NS_B, HOSTILE,
                                  "%s:%d" % (IP_B, port), key, mode],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -650,11 +654,13 @@ def run_cases(tmp, a, b, key):
             report(rep.get("error") == want_error and (evil.returncode == 0) == want_closed
                    and absent and all(cl["pending"] == 0 for cl in conns)
                    and e.poll() is None and "\x1b" not in rep.get("message", ""),
-                   "a peer whose answer %s is %s; nothing is allocated" % (
-                       "has terminal control bytes" if mode == "serve-ctrltext"
-                       else "is an object of 2^62 bytes", "closed" if want_closed else
-                       "refused E2BIG and kept"), "%s; hostile: %s" % (json.dumps(rep)[:200],
-                                                                      out.strip()))
+                   "a peer whose answer %s is %s; nothing is allocated" % ({
+                       "serve-ctrltext": "has terminal control bytes",
+                       "serve-huge": "is an object of 2^62 bytes",
+                       "serve-shortpush": "is an object of 64 KiB sending 4 KiB",
+                       "serve-eagerpush": "is an object whose bytes come eagerly"}[mode],
+                       "closed" if want_closed else "refused E2BIG and kept"),
+                   "%s; hostile: %s" % (json.dumps(rep)[:200], out.strip()))
         except AssertionError as err:
             report(False, "a peer that answers badly (%s)" % mode, str(err))
         finally:
