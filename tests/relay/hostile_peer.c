@@ -8,7 +8,7 @@
  * early (a fetch before proving the key), huge (a 1 MiB message after proving
  * it), nonutf8 (a fetch whose key is not UTF-8), badlen (a fetch whose key
  * length runs past the message), stray (a reply to a request never made),
- * rmaput and rmaget (RMA beyond reading the object fetched: see rma()),
+ * rmaput, rmaget and rmaread (RMA of the object fetched or beyond: see rma()),
  * unproven (RMA without proving the key: see unproven_rma()),
  * halfopen (300 connections that never prove the key, held 5 s after it
  * prints "ready"),
@@ -151,11 +151,14 @@ static ucp_rkey_h own_rkey(void)
 /* Fetch the object "rma-target" as a relay would, then with its rkey (or,
  * where the relay sends the bytes itself and gives none, one of our own)
  * write "OWNED!!!" over its first bytes (put), or read 8 bytes at 0x1000, far
- * outside the pool (get); either is given 1 s, then the fetch is done and
- * the program exits (0: the relay closed the connection, 1: it kept it). */
-static void rma(bool put)
+ * outside the pool (get), or its own first 8 bytes (read, printed in hex:
+ * over TCP no peer may read by RMA, even what it fetched); each is given
+ * 1 s, then the fetch is done and the program exits (0: the relay closed the
+ * connection, 1: it kept it). */
+static void rma(const char *what)
 {
     static char bytes[8] = "OWNED!!!";
+    bool put = strcmp(what, "rmaput") == 0;
     unsigned char msg[WIRE_MSG_MAX];
     ucp_request_param_t pp = {0};
     ucs_status_ptr_t req;
@@ -171,8 +174,11 @@ static void rma(bool put)
         fprintf(stderr, "relay-hostile-peer: no object rma-target to aim at\n");
         _exit(2);
     }
+    if (!put)
+        memset(bytes, 0, sizeof(bytes));
     req = put ? ucp_put_nbx(ep, bytes, sizeof(bytes), reply.addr, rk, &pp)
-              : ucp_get_nbx(ep, bytes, sizeof(bytes), 0x1000, rk, &pp);
+              : ucp_get_nbx(ep, bytes, sizeof(bytes),
+                            strcmp(what, "rmaread") == 0 ? reply.addr : 0x1000, rk, &pp);
     for (int i = 0; i < 500 && UCS_PTR_IS_PTR(req) &&
                     ucp_request_check_status(req) == UCS_INPROGRESS; i++) {
         ucp_worker_progress(worker);
@@ -187,6 +193,12 @@ static void rma(bool put)
     n = wire_fetch_done(msg, 1);
     send_raw(msg, (size_t)n);
     progress_for(200, NULL);
+    if (!put) {
+        printf("read ");
+        for (unsigned i = 0; i < sizeof(bytes); i++)
+            printf("%02x", (unsigned char)bytes[i]);
+        printf("\n");
+    }
     printf("%s\n", closed ? "closed" : "kept");
     fflush(stdout);
     _exit(closed ? 0 : 1);
@@ -433,8 +445,9 @@ int main(int argc, char **argv)
             } else if (strcmp(mode, "qstray") == 0) {
                 n = wire_qsub_reply(msg, 99, 0, 0, 1, NULL);
                 send_raw(msg, (size_t)n);
-            } else if (strcmp(mode, "rmaput") == 0 || strcmp(mode, "rmaget") == 0) {
-                rma(strcmp(mode, "rmaput") == 0);
+            } else if (strcmp(mode, "rmaput") == 0 || strcmp(mode, "rmaget") == 0 ||
+                       strcmp(mode, "rmaread") == 0) {
+                rma(mode);
             } else if (strcmp(mode, "qnoqueue") == 0) {
                 /* A fair request for a queue that does not exist: answered. */
                 n = wire_qsub(msg, 7, 0, 1, "no-such-queue");
