@@ -10,6 +10,10 @@
  * length runs past the message), stray (a reply to a request never made),
  * rmaput, rmaget and rmaread (RMA of the object fetched or beyond: see rma()),
  * unproven (RMA without proving the key: see unproven_rma()),
+ * holdpush (fetches an object the relay sends it, holds the bytes unreceived
+ * and sends garbage: the relay closes it with its send under way; it prints
+ * "closed" and lives 5 s more, so that the relay's pin can be seen to go
+ * while it lives),
  * halfopen (300 connections that never prove the key, held 5 s after it
  * prints "ready"),
  * and ok (proves the key and behaves: the relay must keep it, exit 1).
@@ -72,6 +76,17 @@ static ucs_status_t on_am(void *arg, const void *h, size_t hl, void *data, size_
     }
     free(m);
     return UCS_OK;
+}
+
+static int got_data;
+
+/* An object's bytes announced (holdpush): kept, never received. */
+static ucs_status_t on_data(void *arg, const void *h, size_t hl, void *data, size_t len,
+                            const ucp_am_recv_param_t *param)
+{
+    (void)arg, (void)h, (void)hl, (void)data, (void)len;
+    got_data = 1;
+    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_INPROGRESS : UCS_OK;
 }
 
 static void send_raw(const void *buf, size_t len)
@@ -445,6 +460,26 @@ int main(int argc, char **argv)
             } else if (strcmp(mode, "qstray") == 0) {
                 n = wire_qsub_reply(msg, 99, 0, 0, 1, NULL);
                 send_raw(msg, (size_t)n);
+            } else if (strcmp(mode, "holdpush") == 0) {
+                ucp_am_handler_param_t dam = {0};
+                dam.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
+                dam.id = WIRE_DATA_AM_ID;
+                dam.cb = on_data;
+                ucp_worker_set_am_recv_handler(worker, &dam);
+                n = wire_fetch(msg, 1, "rma-target");
+                send_raw(msg, (size_t)n);
+                progress_for(5000, &got_data);
+                if (!got_data) {
+                    fprintf(stderr, "relay-hostile-peer: no bytes announced\n");
+                    _exit(2);
+                }
+                msg[0] = 200; /* a type no relay knows */
+                send_raw(msg, 1);
+                progress_for(3000, &closed);
+                printf("%s\n", closed ? "closed" : "kept");
+                fflush(stdout);
+                sleep(5);
+                _exit(closed ? 0 : 1);
             } else if (strcmp(mode, "rmaput") == 0 || strcmp(mode, "rmaget") == 0 ||
                        strcmp(mode, "rmaread") == 0) {
                 rma(mode);

@@ -758,10 +758,34 @@ def run_cases(tmp, a, b, key):
         # one came on an endpoint that had failed meanwhile): nothing is read.
         read = [w for w in r.stdout.split() if len(w) == 16]
         unread = mode != "rmaread" or (read and read[0] != "41" * 8)
-        report(alive and intact and unread and r.returncode in (0, 1),
+        # The peer never took the bytes A's relay sent it, and went: the pin
+        # goes once that send has failed.
+        left = wait_for_quiet(a, None)
+        report(alive and intact and unread and not left and r.returncode in (0, 1),
                "a peer cannot %s by RMA" % what,
-               "relay alive %s, object intact %s, %s" % (alive, intact,
-                                                         (r.stdout + r.stderr).strip()[-300:]))
+               "relay alive %s, object intact %s, left on A: %s, %s" % (
+                   alive, intact, left, (r.stdout + r.stderr).strip()[-300:]))
+    # A peer that fetched an object, leaves its bytes unreceived and sends
+    # garbage is closed with the relay's send of them under way: the pin goes
+    # once UCX has ended that send, while the peer still lives.
+    hold = subprocess.Popen(["ip", "netns", "exec", NS_B, HOSTILE, "%s:%d" % (IP_A, PORT), key,
+                             "holdpush"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, UCX_TLS="tcp"))
+    try:
+        said = ""
+        for line in hold.stdout:  # UCX may log there too
+            if line.strip() in ("closed", "kept"):
+                said = line.strip()
+                break
+        left = wait_for_quiet(a, None)
+        report(said == "closed" and not left and hold.poll() is None
+               and a.relay.poll() is None,
+               "a peer closed while the relay sends it an object's bytes leaves no pin",
+               "%s, left on A: %s, peer %s" % (said, left, "alive" if hold.poll() is None
+                                               else "gone"))
+    finally:
+        hold.kill()
+        hold.wait(10)
     # Connections that never prove the key, from one address, do not take
     # every seat of the listener: another relay still gets in.
     flood = subprocess.Popen(["ip", "netns", "exec", NS_A, HOSTILE, "%s:%d" % (IP_A, PORT), key,
