@@ -3,9 +3,12 @@
  * Both ends of a fetch. Serving: pin the object in the local daemon (a get),
  * tell the peer where it lies in the pool's mapping (registered with UCX once)
  * and its packed rkey, release the pin when the peer says it is done or goes.
- * Fetching: allocate in the local pool, read the peer's bytes by RMA straight
- * into that allocation, commit it under the same key (or abort it). Fetches of
- * one key from one peer share one transfer. Knows peers only through peer.c.
+ * Where the endpoint has no RMA (TCP), send the bytes instead, by rendezvous
+ * from the pin, and release it only once that send has ended. Fetching:
+ * allocate in the local pool, read the peer's bytes by RMA (or receive the
+ * ones it sends) straight into that allocation, commit it under the same key
+ * (or abort it). Fetches of one key from one peer share one transfer. Knows
+ * peers only through peer.c.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -29,7 +32,8 @@ struct waiter {
 
 enum transfer_state {
     T_ASKED,   /* the request went; no reply yet */
-    T_GETTING, /* the allocation is made, the RMA read under way */
+    T_PUSHED,  /* the allocation is made, the peer's bytes awaited */
+    T_GETTING, /* the RMA read (or the receive of the bytes) under way */
 };
 
 struct transfer {
@@ -169,6 +173,42 @@ static void reply_error(struct peer *p, uint64_t id, int code, const char *fmt, 
         peer_send(p, out, (size_t)n);
 }
 
+static void on_push_done(void *request, ucs_status_t status, void *user_data)
+{
+    struct served *s = user_data;
+    s->push_status = status;
+    s->sending = false;
+    s->ended = true;
+    s->relay->work_due = true;
+    ucp_request_free(request);
+}
+
+/* Send the pinned object's bytes to p as one rendezvous message: UCX reads
+ * them from the pin, whose served record lives until the send has ended. */
+static void push(struct peer *p, struct served *s, const void *ptr)
+{
+    struct relay *r = p->relay;
+    ucp_request_param_t param = {0};
+    ucs_status_ptr_t req;
+
+    wire_data_header(s->header, s->id);
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_MEMH;
+    param.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_RNDV;
+    param.cb.send = on_push_done;
+    param.user_data = s;
+    param.memh = r->pool_memh;
+    s->sending = true;
+    req = ucp_am_send_nbx(p->ep, WIRE_DATA_AM_ID, s->header, sizeof(s->header), ptr,
+                          (size_t)s->size, &param);
+    if (UCS_PTR_IS_PTR(req))
+        return;
+    s->sending = false;
+    s->push_status = UCS_PTR_STATUS(req);
+    s->ended = true;
+    r->work_due = true;
+}
+
 void fetch_on_request(struct peer *p, const struct wire_msg *m)
 {
     struct relay *r = p->relay;
@@ -220,33 +260,72 @@ void fetch_on_request(struct peer *p, const struct wire_msg *m)
     LIST_INSERT_HEAD(&p->served, s, link);
     p->nserved++;
     p->fetches_served++;
-    n = wire_fetch_reply(out, m->id, 0, size, (uint64_t)(uintptr_t)ptr, r->pool_rkey,
-                         r->pool_rkey_len, NULL);
-    if (n > 0)
-        peer_send(p, out, (size_t)n);
-}
-
-bool fetch_rma_readable(const struct relay *r, uint64_t addr, uint64_t len)
-{
-    const struct peer *p;
-    const struct served *s;
-    LIST_FOREACH(p, &r->peers, link) {
-        if (p->state != PEER_READY)
-            continue;
-        LIST_FOREACH(s, &p->served, link)
-            if (addr >= s->addr && len <= s->size && addr - s->addr <= s->size - len)
-                return true;
+    s->relay = r;
+    if (peer_has_rma(p)) {
+        n = wire_fetch_reply(out, m->id, 0, size, (uint64_t)(uintptr_t)ptr, r->pool_rkey,
+                             r->pool_rkey_len, NULL);
+        if (n > 0)
+            peer_send(p, out, (size_t)n);
+        return;
     }
-    return false;
+    /* No RMA in the transport: UCX would emulate the peer's read with
+     * requests answered inside our progress, and one answered on a failed
+     * endpoint stops the process. The reply without a key says the bytes
+     * follow; they go from the pin by rendezvous (the peer receives them
+     * into its allocation), and a peer that goes fails our own send. */
+    n = wire_fetch_reply(out, m->id, 0, size, (uint64_t)(uintptr_t)ptr, NULL, 0, NULL);
+    if (n > 0 && peer_send(p, out, (size_t)n) == 0)
+        push(p, s, ptr);
 }
 
-static void served_release(struct relay *r, struct peer *p, struct served *s)
+/* Let go of a pin (the record is already off its list). */
+static void served_free(struct relay *r, struct served *s)
 {
     if (shmb_release(r->c, s->key) == -ECONNRESET)
         fetch_daemon_lost(r); /* the daemon dropped the pin with the connection */
+    free(s);
+}
+
+/* p is done with s: the pin goes now, or once our send of its bytes has
+ * ended (UCX reads them until then). */
+static void served_release(struct relay *r, struct peer *p, struct served *s)
+{
+    if (s->sending) {
+        s->done = true;
+        return;
+    }
     LIST_REMOVE(s, link);
     p->nserved--;
-    free(s);
+    served_free(r, s);
+}
+
+/* Sends of pinned bytes that ended: a failed one closes its peer's
+ * connection; a pin whose peer is done, or gone (an orphan), goes. */
+static void served_poll(struct relay *r)
+{
+    struct served *s, *next;
+    struct peer *p;
+    for (s = LIST_FIRST(&r->orphans); s; s = next) {
+        next = LIST_NEXT(s, link);
+        if (!s->sending) {
+            LIST_REMOVE(s, link);
+            served_free(r, s);
+        }
+    }
+    LIST_FOREACH(p, &r->peers, link)
+        for (s = LIST_FIRST(&p->served); s; s = next) {
+            next = LIST_NEXT(s, link);
+            if (!s->ended)
+                continue;
+            s->ended = false;
+            if (s->push_status != UCS_OK)
+                peer_fail(p, "the send of '%s' (%llu bytes) failed: %s", s->key,
+                          (unsigned long long)s->size, ucs_status_string(s->push_status));
+            else
+                p->bytes_out += s->size;
+            if (s->done)
+                served_release(r, p, s);
+        }
 }
 
 void fetch_on_done(struct peer *p, const struct wire_msg *m)
@@ -393,6 +472,57 @@ int fetch_start(struct relay *r, struct local_client *lc, const char *peer_name,
     return 0;
 }
 
+static void on_recv_done(void *request, ucs_status_t status, size_t length,
+                         void *user_data)
+{
+    struct transfer *t = user_data;
+    (void)length;
+    t->get_status = status;
+    t->get_done = true;
+    t->req = NULL;
+    t->relay->work_due = true;
+    ucp_request_free(request);
+}
+
+void fetch_on_data(struct peer *p, uint64_t id, size_t length, void *desc)
+{
+    struct relay *r = p->relay;
+    ucp_request_param_t param = {0};
+    ucs_status_ptr_t req;
+    struct transfer *t;
+
+    LIST_FOREACH(t, &r->transfers, link)
+        if (t->peer == p && t->id == id)
+            break;
+    if (!t || t->state != T_PUSHED || length != t->size) {
+        ucp_am_data_release(r->worker, desc);
+        /* Bytes of a fetch that timed out (its late answer was told done)
+         * are let go; any others are a peer confused or hostile. */
+        if (t && t->state == T_PUSHED) {
+            peer_fail(p, "sent %zu bytes for '%s', which is %llu bytes", length, t->key,
+                      (unsigned long long)t->size);
+        } else if (t || id == 0 || id > r->next_id) {
+            peer_fail(p, "sent an object's bytes for request id %llu, which %s",
+                      (unsigned long long)id, t ? "awaits no bytes" : "was never made");
+        }
+        return;
+    }
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_MEMH;
+    param.cb.recv_am = on_recv_done;
+    param.user_data = t;
+    param.memh = r->pool_memh;
+    t->state = T_GETTING;
+    req = ucp_am_recv_data_nbx(r->worker, desc, t->ptr, length, &param);
+    if (UCS_PTR_IS_PTR(req)) {
+        t->req = req;
+        return;
+    }
+    t->get_status = UCS_PTR_STATUS(req);
+    t->get_done = true;
+    r->work_due = true;
+}
+
 static void on_get_done(void *request, ucs_status_t status, void *user_data)
 {
     struct transfer *t = user_data;
@@ -465,6 +595,10 @@ void fetch_on_reply(struct peer *p, const struct wire_msg *m)
         transfer_finish(t, err.code, "%s", err.message);
         return;
     }
+    if (m->rkey_len == 0) {
+        t->state = T_PUSHED; /* the bytes follow (fetch_on_data) */
+        return;
+    }
     st = ucp_ep_rkey_unpack(p->ep, m->rkey, &t->rkey);
     if (st != UCS_OK) {
         t->rkey = NULL;
@@ -499,6 +633,7 @@ void fetch_on_reply(struct peer *p, const struct wire_msg *m)
 void fetch_poll(struct relay *r)
 {
     struct transfer *t, *next;
+    served_poll(r);
     for (t = LIST_FIRST(&r->transfers); t; t = next) {
         next = LIST_NEXT(t, link);
         if (t->state != T_GETTING || !t->get_done)
@@ -530,8 +665,15 @@ void fetch_peer_gone(struct peer *p)
 {
     struct relay *r = p->relay;
     struct transfer *t, *next;
-    while (!LIST_EMPTY(&p->served))
-        served_release(r, p, LIST_FIRST(&p->served));
+    while (!LIST_EMPTY(&p->served)) {
+        struct served *s = LIST_FIRST(&p->served);
+        LIST_REMOVE(s, link);
+        p->nserved--;
+        if (s->sending) /* UCX reads its bytes until the send ends */
+            LIST_INSERT_HEAD(&r->orphans, s, link);
+        else
+            served_free(r, s);
+    }
     for (t = LIST_FIRST(&r->transfers); t; t = next) {
         next = LIST_NEXT(t, link);
         if (t->peer != p)
@@ -539,6 +681,13 @@ void fetch_peer_gone(struct peer *p)
         if (t->state == T_ASKED) {
             transfer_finish(t, -ECONNRESET,
                             "Peer %s went before it answered for '%s': %s. Fetch it again.",
+                            p->name, t->key, p->last_error);
+            continue;
+        }
+        if (t->state == T_PUSHED) {
+            shmb_abort(r->c, t->key);
+            transfer_finish(t, -ECONNRESET,
+                            "Peer %s went before it sent '%s': %s. Fetch it again.",
                             p->name, t->key, p->last_error);
             continue;
         }

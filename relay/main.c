@@ -177,7 +177,7 @@ static const struct relay_hooks hooks = {
     .expire = on_expire,
     .local_request = on_local_request,
     .local_admit = fetch_admit,
-    .rma_readable = fetch_rma_readable,
+    .peer_data = fetch_on_data,
     .local_gone = on_local_gone,
     .status = on_status,
 };

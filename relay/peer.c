@@ -361,6 +361,55 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
     return UCS_OK;
 }
 
+/* An object's bytes announced by a peer (WIRE_DATA_AM_ID), during progress:
+ * only by rendezvous (the receiver places them, no copy here), then handed
+ * up after progress with UCX's descriptor kept (UCS_INPROGRESS). Anything
+ * else is refused, its connection closed after progress. */
+static ucs_status_t on_data_am(void *arg, const void *header, size_t header_length,
+                               void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    struct relay *r = arg;
+    struct wire_data *d;
+    struct shmb_error err = {0};
+
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
+        return UCS_OK; /* cannot tell who sent it; UCX answers the sender */
+    d = calloc(1, sizeof(*d));
+    if (!d)
+        return UCS_OK;
+    d->ep = param->reply_ep;
+    d->length = length;
+    if (wire_data_decode(header, header_length, &d->id, &err) < 0)
+        snprintf(d->error, sizeof(d->error), "sent %.200s", err.message);
+    else if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
+        snprintf(d->error, sizeof(d->error), "sent an object's %zu bytes other than by "
+                 "rendezvous", length);
+    else
+        d->desc = data;
+    STAILQ_INSERT_TAIL(&r->data_inbox, d, link);
+    return d->desc ? UCS_INPROGRESS : UCS_OK;
+}
+
+/* The bytes of an object for a ready peer go up; else they are let go. */
+static void peer_on_data(struct relay *r, struct wire_data *d)
+{
+    struct peer *p = peer_by_ep(r, d->ep);
+
+    if (p && p->state != PEER_CLOSING) {
+        p->msgs_in++;
+        if (d->error[0])
+            peer_fail(p, "%s", d->error);
+        else if (p->state != PEER_READY)
+            peer_fail(p, "sent an object's bytes before proving the key");
+        else {
+            r->hooks.peer_data(p, d->id, d->length, d->desc);
+            return;
+        }
+    }
+    if (d->desc)
+        ucp_am_data_release(r->worker, d->desc);
+}
+
 static void peer_on_msg(struct relay *r, struct wire_msg *m)
 {
     struct peer *p = peer_by_ep(r, m->ep);
@@ -468,6 +517,13 @@ static void peer_drain(struct relay *r)
             free(m);
             did = true;
         }
+        while (!STAILQ_EMPTY(&r->data_inbox)) {
+            struct wire_data *d = STAILQ_FIRST(&r->data_inbox);
+            STAILQ_REMOVE_HEAD(&r->data_inbox, link);
+            peer_on_data(r, d);
+            free(d);
+            did = true;
+        }
         while (!STAILQ_EMPTY(&pending_conns)) {
             struct pending_conn *pc = STAILQ_FIRST(&pending_conns);
             STAILQ_REMOVE_HEAD(&pending_conns, link);
@@ -531,43 +587,61 @@ static void on_timer(uv_timer_t *h)
     peer_kick(r);
 }
 
+bool peer_has_rma(struct peer *p)
+{
+    char *text = NULL;
+    size_t len = 0;
+    bool rma = false;
+    FILE *f;
+
+    /* UCX 1.13 has no query for an endpoint's transports; its description
+     * names the lanes, and a lane that does RMA in the transport is marked
+     * "rma#N" (TCP has only "rma_bw#N", for its rendezvous writes). */
+    if (!p->ep || !(f = open_memstream(&text, &len)))
+        return false;
+    ucp_ep_print_info(p->ep, f);
+    fclose(f);
+    for (const char *t = text; t && (t = strstr(t, "rma#")); t++)
+        if (t > text && (t[-1] == ' ' || t[-1] == '\t'))
+            rma = true;
+    free(text);
+    return rma;
+}
+
 /* UCX emulates RMA where the transport has none (TCP) with messages of its
  * own, handled inside progress, and those handlers check no remote key and
  * no proof: any connection, before it proved the key or without it, could
  * write any byte of this process (a put) or read, and by reading an
- * unmapped address crash, any byte (a get). Only gets of an object pinned
- * for a peer that proved the key are the relay's business, so before the
- * worker is made: puts dropped, and gets elsewhere dropped. The handlers are UCX 1.13's exported tables,
- * whose first two fields (the features that install a handler, its
- * callback) and the get request's first two (address, length) are read
- * here; another UCX leaves them alone, and the relay says so. A peer's
- * put or get dropped never completes: its own relay's fetch times out. */
+ * unmapped address crash, any byte (a get). And a get answered on an
+ * endpoint that failed meanwhile (its peer killed while the bytes moved)
+ * stopped the process inside UCX (ucp_get_req_handler: "Endpoint
+ * timeout"). The relay never lets a peer read by emulated RMA: where an
+ * endpoint has no RMA, it sends the object's bytes itself (fetch.c), and
+ * its own send fails when the peer goes. So before the worker is made,
+ * every emulated put and get is dropped. The handlers are UCX 1.13's
+ * exported tables, whose first two fields (the features that install a
+ * handler, its callback) and the get request's first two (address,
+ * length) are read here; another UCX leaves them alone, and the relay says
+ * so. A peer's put or get dropped never completes. */
 struct ucx_am_handler_head {
     uint64_t features;
     uct_am_callback_t cb;
 };
 extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_PUT __attribute__((weak));
 extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_GET_REQ __attribute__((weak));
-static struct relay *guarded_relay;
-static uct_am_callback_t ucx_get_req_cb;
 
-static ucs_status_t guarded_get_req(void *arg, void *data, size_t length, unsigned flags)
+static ucs_status_t dropped_get_req(void *arg, void *data, size_t length, unsigned flags)
 {
-    const struct relay *r = guarded_relay;
-    uint64_t addr, len, base = (uint64_t)(uintptr_t)r->pool_base;
-
-    if (length < 2 * sizeof(uint64_t))
-        return UCS_OK;
-    memcpy(&addr, data, sizeof(addr));
-    memcpy(&len, (const char *)data + sizeof(addr), sizeof(len));
-    if (!r->pool_base || addr < base || len > r->pool_size ||
-        addr - base > r->pool_size - len || !r->hooks.rma_readable(r, addr, len)) {
-        relay_log("dropped a peer's emulated RMA read of %llu bytes at %#llx: no object "
-                  "pinned for a peer that proved the key lies there", (unsigned long long)len,
-                  (unsigned long long)addr);
-        return UCS_OK;
+    uint64_t addr = 0, len = 0;
+    (void)arg, (void)flags;
+    if (length >= 2 * sizeof(uint64_t)) {
+        memcpy(&addr, data, sizeof(addr));
+        memcpy(&len, (const char *)data + sizeof(addr), sizeof(len));
     }
-    return ucx_get_req_cb(arg, data, length, flags);
+    relay_log("dropped a peer's emulated RMA read of %llu bytes at %#llx: over a transport "
+              "without RMA the relay sends objects itself", (unsigned long long)len,
+              (unsigned long long)addr);
+    return UCS_OK;
 }
 
 static ucs_status_t dropped_put(void *arg, void *data, size_t length, unsigned flags)
@@ -581,7 +655,7 @@ static ucs_status_t dropped_put(void *arg, void *data, size_t length, unsigned f
     return UCS_OK;
 }
 
-static void guard_emulated_rma(struct relay *r)
+static void guard_emulated_rma(void)
 {
     unsigned major = 0, minor = 0, release = 0;
 
@@ -593,12 +667,8 @@ static void guard_emulated_rma(struct relay *r)
                   major, minor);
         return;
     }
-    guarded_relay = r;
     ucp_am_handler_UCP_AM_ID_PUT.cb = dropped_put;
-    if (ucp_am_handler_UCP_AM_ID_GET_REQ.cb != guarded_get_req) {
-        ucx_get_req_cb = ucp_am_handler_UCP_AM_ID_GET_REQ.cb;
-        ucp_am_handler_UCP_AM_ID_GET_REQ.cb = guarded_get_req;
-    }
+    ucp_am_handler_UCP_AM_ID_GET_REQ.cb = dropped_get_req;
 }
 
 int peer_setup(struct relay *r, struct shmb_error *err)
@@ -611,6 +681,7 @@ int peer_setup(struct relay *r, struct shmb_error *err)
     int rc;
 
     STAILQ_INIT(&r->inbox);
+    STAILQ_INIT(&r->data_inbox);
     /* A relay restarted after a crash listens again at once, as a daemon
      * would: its old connections' ports may linger in TIME_WAIT. The
      * operator's own UCX_CM_REUSEADDR wins. */
@@ -626,7 +697,7 @@ int peer_setup(struct relay *r, struct shmb_error *err)
     if (st != UCS_OK)
         return shmb_error_set(err, -EIO, "UCX did not start: %s. Check UCX_TLS and "
                               "UCX_NET_DEVICES.", ucs_status_string(st));
-    guard_emulated_rma(r);
+    guard_emulated_rma();
     wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
     st = ucp_worker_create(r->ctx, &wparams, &r->worker);
@@ -643,6 +714,12 @@ int peer_setup(struct relay *r, struct shmb_error *err)
     am.arg = r;
     am.flags = UCP_AM_FLAG_WHOLE_MSG;
     st = ucp_worker_set_am_recv_handler(r->worker, &am);
+    if (st == UCS_OK) {
+        am.id = WIRE_DATA_AM_ID;
+        am.cb = on_data_am;
+        am.flags = 0;
+        st = ucp_worker_set_am_recv_handler(r->worker, &am);
+    }
     if (st != UCS_OK)
         return shmb_error_set(err, -EIO, "UCX took no message handler: %s.",
                               ucs_status_string(st));
@@ -706,5 +783,12 @@ void peer_teardown(struct relay *r)
         struct wire_msg *m = STAILQ_FIRST(&r->inbox);
         STAILQ_REMOVE_HEAD(&r->inbox, link);
         free(m);
+    }
+    while (!STAILQ_EMPTY(&r->data_inbox)) {
+        struct wire_data *d = STAILQ_FIRST(&r->data_inbox);
+        STAILQ_REMOVE_HEAD(&r->data_inbox, link);
+        if (d->desc)
+            ucp_am_data_release(r->worker, d->desc);
+        free(d);
     }
 }

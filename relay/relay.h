@@ -49,13 +49,32 @@
 struct relay;
 struct transfer;
 
-/* One pin this relay holds for a peer (it read the object): released when the
- * peer says it is done, or when the peer goes. */
+/* One pin this relay holds for a peer (it read the object, or we send it its
+ * bytes): released when the peer says it is done, or when the peer goes, and
+ * in either case not before our send of its bytes has ended. */
 struct served {
     LIST_ENTRY(served) link;
+    struct relay *relay;
     uint64_t id;
     uint64_t addr, size; /* where the object lies in our mapping */
     char key[SHMB_KEY_MAX_LEN + 1];
+    bool sending;        /* its bytes are on their way (UCX reads the pool) */
+    bool done;           /* the peer said done while they were */
+    bool ended;          /* the send ended; fetch_poll has not looked yet */
+    ucs_status_t push_status;
+    unsigned char header[WIRE_DATA_HEADER_LEN]; /* of the send: UCX reads it until the end */
+};
+
+/* An object's bytes announced by a peer (WIRE_DATA_AM_ID), received during
+ * progress and handed up after it: desc is UCX's, to receive into place or
+ * release. */
+struct wire_data {
+    STAILQ_ENTRY(wire_data) link;
+    ucp_ep_h ep;
+    uint64_t id;
+    size_t length;
+    void *desc;            /* NULL when the message was refused (error says why) */
+    char error[256];
 };
 
 enum peer_state {
@@ -127,9 +146,10 @@ struct relay_hooks {
      * why in err. The relay's socket has the daemon socket's mode, but the
      * daemon may admit fewer (--allow-uid, --allow-gid, a pool's group). */
     int (*local_admit)(struct relay *r, uid_t uid, struct shmb_error *err);
-    /* Whether a peer may read len bytes at addr of our mapping by RMA: they
-     * lie in an object pinned for a peer that proved the key. */
-    bool (*rma_readable)(const struct relay *r, uint64_t addr, uint64_t len);
+    /* A ready peer's object bytes for fetch id: length of them waiting in
+     * desc, which the callee owns (ucp_am_recv_data_nbx into place, or
+     * ucp_am_data_release). */
+    void (*peer_data)(struct peer *p, uint64_t id, size_t length, void *desc);
     /* lc is closing: whatever waits for it forgets it. */
     void (*local_gone)(struct local_client *lc);
     /* The status fields of the rooms above, added to the status reply. */
@@ -169,12 +189,14 @@ struct relay {
     bool stopping;
     /* Messages received during progress, handled after it (wire.h). */
     STAILQ_HEAD(, wire_msg) inbox;
+    STAILQ_HEAD(, wire_data) data_inbox;
     LIST_HEAD(, peer) peers;
     unsigned ninbound;
     uint64_t refused; /* connections refused: bad key, garbage, too many */
     LIST_HEAD(, local_client) clients;
     unsigned nclients;
     LIST_HEAD(, transfer) transfers;
+    LIST_HEAD(, served) orphans; /* pins of peers gone whose bytes are still being sent */
     unsigned ntransfers;
     bool work_due; /* work finished inside progress (a get): hooks.work_due */
     uint64_t next_id;
@@ -202,6 +224,9 @@ int peer_send(struct peer *p, const void *msg, size_t len);
 /* Something p did is not allowed: say why in the log and close it. */
 void peer_fail(struct peer *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void peer_kick(struct relay *r);
+/* Whether p's endpoint reads by RMA in the transport (RDMA verbs, shared
+ * memory): false where UCX would emulate it with messages (TCP). */
+bool peer_has_rma(struct peer *p);
 
 /* fetch.c: both ends of a fetch. */
 int fetch_register_pool(struct relay *r, struct shmb_error *err);
@@ -216,7 +241,7 @@ void fetch_poll(struct relay *r);
 void fetch_peer_gone(struct peer *p);
 void fetch_client_gone(struct relay *r, struct local_client *lc);
 int fetch_admit(struct relay *r, uid_t uid, struct shmb_error *err);
-bool fetch_rma_readable(const struct relay *r, uint64_t addr, uint64_t len);
+void fetch_on_data(struct peer *p, uint64_t id, size_t length, void *desc);
 /* When the next transfer is due (UINT64_MAX: none), and failing those due:
  * an unanswered request fails with ETIMEDOUT, a read that does not end closes
  * the peer's connection. */

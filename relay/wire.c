@@ -205,8 +205,6 @@ int wire_decode(const void *buf, size_t len, struct wire_msg *m, struct shmb_err
         take_bytes(&rd, m->rkey, m->rkey_len);
         if (take_text(&rd, m, err) < 0)
             return err->code;
-        if (m->code == 0 && m->rkey_len == 0)
-            return shmb_error_set(err, -EPROTO, "an object without a remote key");
         if (m->code == 0 && (m->size == 0 || m->addr + m->size < m->addr))
             return shmb_error_set(err, -EPROTO,
                                   "an object of %llu bytes at %#llx (none, or past 2^64)",
@@ -313,6 +311,21 @@ int wire_fetch_done(unsigned char *out, uint64_t id)
     unsigned char *o = put_u(out, WIRE_FETCH_DONE, 1);
     o = put_u(o, id, 8);
     return (int)(o - out);
+}
+
+void wire_data_header(unsigned char out[WIRE_DATA_HEADER_LEN], uint64_t id)
+{
+    put_u(out, id, 8);
+}
+
+int wire_data_decode(const void *header, size_t len, uint64_t *id, struct shmb_error *err)
+{
+    struct reader rd = {.p = header, .left = len};
+    if (len != WIRE_DATA_HEADER_LEN)
+        return shmb_error_set(err, -EPROTO, "an object's bytes with a header of %zu bytes "
+                              "(%d)", len, WIRE_DATA_HEADER_LEN);
+    *id = take_u(&rd, 8);
+    return 0;
 }
 
 /* An error text, cut to its bound on a character and without control

@@ -18,8 +18,10 @@
 #include "../client/shmbroker.h"
 #include "../proto/error.h"
 
-#define WIRE_AM_ID 7           /* the one active message id relays use */
-#define WIRE_VERSION 1
+#define WIRE_AM_ID 7           /* the relays' messages */
+#define WIRE_DATA_AM_ID 8      /* an object's bytes, pushed by rendezvous (see below) */
+#define WIRE_DATA_HEADER_LEN 8 /* its header: the fetch's id */
+#define WIRE_VERSION 2         /* 2: objects are pushed where the transport has no RMA */
 #define WIRE_NONCE_LEN 32
 #define WIRE_MAC_LEN 32        /* HMAC-SHA256 */
 #define WIRE_NAME_MAX 64
@@ -31,7 +33,8 @@ enum wire_type {
     WIRE_HELLO = 1,      /* version, nonce, name */
     WIRE_AUTH = 2,       /* mac */
     WIRE_FETCH = 3,      /* id, key: pin key and tell me where it is */
-    WIRE_FETCH_REPLY = 4,/* id, code, size, addr, rkey, text */
+    WIRE_FETCH_REPLY = 4,/* id, code, size, addr, rkey, text; no rkey: the bytes follow
+                          * as one WIRE_DATA_AM_ID message (the endpoint has no RMA) */
     WIRE_FETCH_DONE = 5, /* id: I read it (or gave up); unpin it */
     WIRE_QSUB = 6,       /* id, seat_from, seat_to, queue: take a reader seat for my host */
     WIRE_QSUB_REPLY = 7, /* id, code, missed, seat, text */
@@ -78,6 +81,9 @@ int wire_fetch(unsigned char *out, uint64_t id, const char *key);
 int wire_fetch_reply(unsigned char *out, uint64_t id, int32_t code, uint64_t size,
                      uint64_t addr, const void *rkey, size_t rkey_len, const char *text);
 int wire_fetch_done(unsigned char *out, uint64_t id);
+/* The header of an object's bytes (WIRE_DATA_AM_ID): its fetch's id. */
+void wire_data_header(unsigned char out[WIRE_DATA_HEADER_LEN], uint64_t id);
+int wire_data_decode(const void *header, size_t len, uint64_t *id, struct shmb_error *err);
 int wire_qsub(unsigned char *out, uint64_t id, unsigned seat_from, unsigned seat_to,
               const char *queue);
 int wire_qsub_reply(unsigned char *out, uint64_t id, int32_t code, uint64_t missed,

@@ -8,8 +8,12 @@
  * early (a fetch before proving the key), huge (a 1 MiB message after proving
  * it), nonutf8 (a fetch whose key is not UTF-8), badlen (a fetch whose key
  * length runs past the message), stray (a reply to a request never made),
- * rmaput and rmaget (RMA beyond reading the object fetched: see rma()),
+ * rmaput, rmaget and rmaread (RMA of the object fetched or beyond: see rma()),
  * unproven (RMA without proving the key: see unproven_rma()),
+ * holdpush (fetches an object the relay sends it, holds the bytes unreceived
+ * and sends garbage: the relay closes it with its send under way; it prints
+ * "closed" and lives 5 s more, so that the relay's pin can be seen to go
+ * while it lives),
  * halfopen (300 connections that never prove the key, held 5 s after it
  * prints "ready"),
  * and ok (proves the key and behaves: the relay must keep it, exit 1).
@@ -17,7 +21,9 @@
  * peer with --peer, and answer its first fetch badly: serve-ctrltext (an
  * error whose text has terminal control bytes: the relay must close),
  * serve-huge (an object of 2^62 bytes: the relay must refuse it and keep
- * the connection, exit 1).
+ * the connection, exit 1), serve-shortpush (an object of 64 KiB whose bytes
+ * follow as 4 KiB: the relay must close), serve-eagerpush (its bytes sent
+ * other than by rendezvous: the relay must close).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -72,6 +78,17 @@ static ucs_status_t on_am(void *arg, const void *h, size_t hl, void *data, size_
     return UCS_OK;
 }
 
+static int got_data;
+
+/* An object's bytes announced (holdpush): kept, never received. */
+static ucs_status_t on_data(void *arg, const void *h, size_t hl, void *data, size_t len,
+                            const ucp_am_recv_param_t *param)
+{
+    (void)arg, (void)h, (void)hl, (void)data, (void)len;
+    got_data = 1;
+    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_INPROGRESS : UCS_OK;
+}
+
 static void send_raw(const void *buf, size_t len)
 {
     ucp_request_param_t p = {0};
@@ -85,6 +102,25 @@ static void send_raw(const void *buf, size_t len)
             usleep(100);
         }
         ucp_request_free(req);
+    }
+}
+
+/* An object's bytes as a serving relay pushes them, n of them, by
+ * rendezvous or not. */
+static void send_data(uint64_t id, size_t n, bool rndv)
+{
+    static char bytes[65536];
+    unsigned char header[WIRE_DATA_HEADER_LEN];
+    ucp_request_param_t p = {0};
+    ucs_status_ptr_t req;
+    wire_data_header(header, id);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY | (rndv ? UCP_AM_SEND_FLAG_RNDV : UCP_AM_SEND_FLAG_EAGER);
+    req = ucp_am_send_nbx(ep, WIRE_DATA_AM_ID, header, sizeof(header), bytes, n, &p);
+    for (int i = 0; i < 20000 && UCS_PTR_IS_PTR(req) &&
+                    ucp_request_check_status(req) == UCS_INPROGRESS && !closed; i++) {
+        ucp_worker_progress(worker);
+        usleep(100);
     }
 }
 
@@ -104,13 +140,40 @@ static void progress_for(int ms, int *cond)
     }
 }
 
-/* Fetch the object "rma-target" as a relay would, then with its rkey write
- * "OWNED!!!" over its first bytes (put), or read 8 bytes at 0x1000, far
- * outside the pool (get); either is given 1 s, then the fetch is done and
- * the program exits (0: the relay closed the connection, 1: it kept it). */
-static void rma(bool put)
+static ucp_context_h ctx;
+
+/* An rkey of this program's own memory: UCX's emulated RMA over TCP checks
+ * none, so it serves to aim at any address of the relay. */
+static ucp_rkey_h own_rkey(void)
+{
+    static char buf[64];
+    ucp_mem_map_params_t mp = {0};
+    ucp_mem_h mh;
+    void *packed;
+    size_t packed_len;
+    ucp_rkey_h rk;
+
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = buf;
+    mp.length = sizeof(buf);
+    if (ucp_mem_map(ctx, &mp, &mh) != UCS_OK ||
+        ucp_rkey_pack(ctx, mh, &packed, &packed_len) != UCS_OK ||
+        ucp_ep_rkey_unpack(ep, packed, &rk) != UCS_OK)
+        _exit(2);
+    return rk;
+}
+
+/* Fetch the object "rma-target" as a relay would, then with its rkey (or,
+ * where the relay sends the bytes itself and gives none, one of our own)
+ * write "OWNED!!!" over its first bytes (put), or read 8 bytes at 0x1000, far
+ * outside the pool (get), or its own first 8 bytes (read, printed in hex:
+ * over TCP no peer may read by RMA, even what it fetched); each is given
+ * 1 s, then the fetch is done and the program exits (0: the relay closed the
+ * connection, 1: it kept it). */
+static void rma(const char *what)
 {
     static char bytes[8] = "OWNED!!!";
+    bool put = strcmp(what, "rmaput") == 0;
     unsigned char msg[WIRE_MSG_MAX];
     ucp_request_param_t pp = {0};
     ucs_status_ptr_t req;
@@ -119,12 +182,18 @@ static void rma(bool put)
 
     send_raw(msg, (size_t)n);
     progress_for(5000, &got_reply);
-    if (!got_reply || reply.code != 0 || ucp_ep_rkey_unpack(ep, reply.rkey, &rk) != UCS_OK) {
+    if (got_reply && reply.code == 0 && reply.rkey_len == 0)
+        rk = own_rkey();
+    else if (!got_reply || reply.code != 0 ||
+             ucp_ep_rkey_unpack(ep, reply.rkey, &rk) != UCS_OK) {
         fprintf(stderr, "relay-hostile-peer: no object rma-target to aim at\n");
         _exit(2);
     }
+    if (!put)
+        memset(bytes, 0, sizeof(bytes));
     req = put ? ucp_put_nbx(ep, bytes, sizeof(bytes), reply.addr, rk, &pp)
-              : ucp_get_nbx(ep, bytes, sizeof(bytes), 0x1000, rk, &pp);
+              : ucp_get_nbx(ep, bytes, sizeof(bytes),
+                            strcmp(what, "rmaread") == 0 ? reply.addr : 0x1000, rk, &pp);
     for (int i = 0; i < 500 && UCS_PTR_IS_PTR(req) &&
                     ucp_request_check_status(req) == UCS_INPROGRESS; i++) {
         ucp_worker_progress(worker);
@@ -139,6 +208,12 @@ static void rma(bool put)
     n = wire_fetch_done(msg, 1);
     send_raw(msg, (size_t)n);
     progress_for(200, NULL);
+    if (!put) {
+        printf("read ");
+        for (unsigned i = 0; i < sizeof(bytes); i++)
+            printf("%02x", (unsigned char)bytes[i]);
+        printf("\n");
+    }
     printf("%s\n", closed ? "closed" : "kept");
     fflush(stdout);
     _exit(closed ? 0 : 1);
@@ -148,26 +223,15 @@ static void rma(bool put)
  * them, hex) and write "OWNED!!!" there, with a remote key of this
  * program's own memory (UCX's emulated RMA over TCP reads none). Each is
  * given 1 s; then the program exits (0: closed, 1: kept). */
-static void unproven_rma(ucp_context_h ctx)
+static void unproven_rma(void)
 {
-    static char buf[64] = "OWNED!!!";
+    static char buf[8] = "OWNED!!!";
     unsigned char got[8] = {0};
-    ucp_mem_map_params_t mp = {0};
     ucp_request_param_t pp = {0};
-    ucp_mem_h mh;
-    void *packed;
-    size_t packed_len;
-    ucp_rkey_h rk;
+    ucp_rkey_h rk = own_rkey();
     const char *a = getenv("HOSTILE_ADDR");
     uint64_t addr = a ? strtoull(a, NULL, 0) : 0;
 
-    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    mp.address = buf;
-    mp.length = sizeof(buf);
-    if (ucp_mem_map(ctx, &mp, &mh) != UCS_OK ||
-        ucp_rkey_pack(ctx, mh, &packed, &packed_len) != UCS_OK ||
-        ucp_ep_rkey_unpack(ep, packed, &rk) != UCS_OK)
-        _exit(2);
     for (int put = 0; put < 2; put++) {
         ucs_status_ptr_t req = put ? ucp_put_nbx(ep, buf, 8, addr, rk, &pp)
                                    : ucp_get_nbx(ep, got, sizeof(got), addr, rk, &pp);
@@ -191,7 +255,6 @@ int main(int argc, char **argv)
     ucp_worker_params_t wp = {0};
     ucp_am_handler_param_t am = {0};
     ucp_ep_params_t epp = {0};
-    ucp_context_h ctx;
     struct shmb_error err = {0};
     struct addrinfo hints = {0}, *res = NULL;
     unsigned char msg[WIRE_MSG_MAX], mac[WIRE_MAC_LEN];
@@ -288,9 +351,16 @@ int main(int argc, char **argv)
                     msg[i] = 0x1b;
                 else if (msg[i] == '%')
                     msg[i] = 0x07;
-        } else
+        } else if (strcmp(mode, "serve-huge") == 0) {
             n = wire_fetch_reply(msg, fetch_id, 0, (uint64_t)1 << 62, 4096, "rkey", 4, NULL);
+        } else {
+            n = wire_fetch_reply(msg, fetch_id, 0, 65536, 4096, NULL, 0, NULL);
+        }
         send_raw(msg, (size_t)n);
+        if (strcmp(mode, "serve-shortpush") == 0)
+            send_data(fetch_id, 4096, true);
+        else if (strcmp(mode, "serve-eagerpush") == 0)
+            send_data(fetch_id, 65536, false);
         progress_for(5000, NULL);
         printf("%s\n", closed ? "closed" : "kept");
         fflush(stdout);
@@ -337,7 +407,7 @@ int main(int argc, char **argv)
             return closed ? 0 : 2;
         }
         if (strcmp(mode, "unproven") == 0) {
-            unproven_rma(ctx);
+            unproven_rma();
         }
         if (strcmp(mode, "early") == 0) {
             n = wire_fetch(msg, 1, "some-key");
@@ -390,8 +460,29 @@ int main(int argc, char **argv)
             } else if (strcmp(mode, "qstray") == 0) {
                 n = wire_qsub_reply(msg, 99, 0, 0, 1, NULL);
                 send_raw(msg, (size_t)n);
-            } else if (strcmp(mode, "rmaput") == 0 || strcmp(mode, "rmaget") == 0) {
-                rma(strcmp(mode, "rmaput") == 0);
+            } else if (strcmp(mode, "holdpush") == 0) {
+                ucp_am_handler_param_t dam = {0};
+                dam.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
+                dam.id = WIRE_DATA_AM_ID;
+                dam.cb = on_data;
+                ucp_worker_set_am_recv_handler(worker, &dam);
+                n = wire_fetch(msg, 1, "rma-target");
+                send_raw(msg, (size_t)n);
+                progress_for(5000, &got_data);
+                if (!got_data) {
+                    fprintf(stderr, "relay-hostile-peer: no bytes announced\n");
+                    _exit(2);
+                }
+                msg[0] = 200; /* a type no relay knows */
+                send_raw(msg, 1);
+                progress_for(3000, &closed);
+                printf("%s\n", closed ? "closed" : "kept");
+                fflush(stdout);
+                sleep(5);
+                _exit(closed ? 0 : 1);
+            } else if (strcmp(mode, "rmaput") == 0 || strcmp(mode, "rmaget") == 0 ||
+                       strcmp(mode, "rmaread") == 0) {
+                rma(mode);
             } else if (strcmp(mode, "qnoqueue") == 0) {
                 /* A fair request for a queue that does not exist: answered. */
                 n = wire_qsub(msg, 7, 0, 1, "no-such-queue");
