@@ -116,12 +116,12 @@ _MAX_CHUNK_HEADER = 320
 # How long a get whose object is not committed in the mapping yet looks
 # again before it asks the daemon (seconds): the writer's put sent its
 # commit without waiting, and the daemon handles it within microseconds.
-_LANDING_S = 0.002
-# How long of that it looks again after a sched_yield(), which lets the
-# daemon run at once when it waits for this CPU (time.sleep(0) sleeps for
-# the timer's slack, 50 us or more, each time): the commit usually lands
-# within tens of microseconds. Past it, time.sleep(0) between looks.
-_LANDING_SPIN_S = 0.0003
+# Each look follows a sched_yield(), which lets the daemon run at once when
+# it waits for this CPU (time.sleep(0) sleeps for the timer's slack, 50 us
+# and more, each time). Past it, the daemon is slow to run (a loaded
+# machine): a request waited for, which costs no CPU meanwhile, is answered
+# once it ran, and the get looks again.
+_LANDING_S = 0.0003
 # How long, after a request answered by the daemon, a get still looks for
 # a chunk whose header is not there yet (none, or an older chunk's): a
 # commit on its way while the daemon is slow to run (a loaded machine).
@@ -1460,13 +1460,17 @@ class ShmBrokerObjectStorage:
                 return value
             # Not committed in the mapping yet (a put whose commit is on its
             # way), or changed under the read: a request answered by the
-            # daemon after it, then the pinned read.
+            # daemon after it, then the mapping once more (the commit
+            # landed meanwhile, as it mostly has), then the pinned read.
             self._client.contains(self._base_key)
             deadline = time.monotonic() + _FLIGHT_S
             pause = 0.0005
             while self._in_flight(*where) and time.monotonic() < deadline:
                 time.sleep(pause)
                 pause = min(2 * pause, 0.02)
+            value = self._get_mapped(address, monotonic_id, where, client, landing=False)
+            if value is not _MISSED:
+                return value
             return self._get_pinned(address, monotonic_id)
 
     def _in_flight(self, offset, chunk_id):
@@ -1486,29 +1490,25 @@ class ShmBrokerObjectStorage:
                 return h[5] < chunk_id
         return True
 
-    def _get_mapped(self, address, monotonic_id, where, client=None):
+    def _get_mapped(self, address, monotonic_id, where, client=None, landing=True):
         """The value at where (offset, chunk id) read in place from the
         mapping, checked by the chunk's seal before and after deserializing
         it, its awaited read counted in the seal (or by a noreply request):
         no round trip. _MISSED when the mapping cannot say (not committed
-        yet within _LANDING_S, changed under the read): ask the daemon."""
+        yet within _LANDING_S, or at once without landing; changed under
+        the read): ask the daemon."""
         offset, chunk_id = where
         client = client or self._client
         found = self._mapped(offset, client)
         if found is None or found[2] != chunk_id:
             # The writer's put may have sent its commit a moment ago: the
-            # daemon is about to run, often on this CPU (see _LANDING_SPIN_S).
-            now = time.monotonic()
-            spin, deadline = now + _LANDING_SPIN_S, now + _LANDING_S
-            while now < deadline:
-                if now < spin:
-                    os.sched_yield()
-                else:
-                    time.sleep(0)
+            # daemon is about to run, often on this CPU (see _LANDING_S).
+            deadline = time.monotonic() + _LANDING_S if landing else 0
+            while time.monotonic() < deadline:
+                os.sched_yield()
                 found = self._mapped(offset, client)
                 if found is not None and found[2] == chunk_id:
                     break
-                now = time.monotonic()
             else:
                 return _MISSED
         chunk, seal, _chunk_id, size, raw, tag = found
