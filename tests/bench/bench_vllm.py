@@ -22,7 +22,8 @@ starts; the lap before that, on cold pages, is reported on a line of its
 own ("first lap"), since a short-lived process does pay it.
 
 Usage: SHMBROKERD=build/shmbrokerd VLLM_SRC=/path/to/vllm python3
-tests/bench/bench_vllm.py [--quick] [--rounds N] [--json FILE]
+tests/bench/bench_vllm.py [--quick] [--rounds N] [--seconds S] [--only store|queue]
+[--json FILE]
 Nothing here asserts a timing.
 """
 
@@ -236,7 +237,11 @@ def human(size):
 
 
 def store_reader(side, handle, conn):
+    """Get each pair the writer sends, timing the get() alone; "gets" sends
+    the seconds and the count of the gets since the last "gets"."""
     store = side.store.create_from_handle(handle)
+    clock = time.perf_counter
+    spent, n = 0.0, 0
     while True:
         msg = conn.recv()
         if msg is None:
@@ -245,8 +250,15 @@ def store_reader(side, handle, conn):
             touch(store.ring_buffer.shared_memory.buf)
             conn.send("touched")
             continue
+        if msg == "gets":
+            conn.send((spent, n))
+            spent, n = 0.0, 0
+            continue
         address, monotonic_id = msg
+        t = clock()
         store.get(address, monotonic_id)
+        spent += clock() - t
+        n += 1
         conn.send_bytes(b"k")
     conn.close()
 
@@ -275,23 +287,34 @@ def store_writer(side, opts, out):
             values = [payload(kind, size, i) for i in range(4)]
 
             def pairs(n=None, seconds=None):
+                """Pairs per second, and the mean microseconds spent inside
+                put() here and inside get() in the reader."""
                 nonlocal key
-                done, t0 = 0, time.perf_counter()
+                clock = time.perf_counter
+                done, spent, t0 = 0, 0.0, clock()
+                here.send("gets")
+                here.recv()
                 while (n is not None and done < n) or (
-                        seconds is not None and time.perf_counter() - t0 < seconds):
+                        seconds is not None and clock() - t0 < seconds):
                     key += 1
-                    here.send(store.put("k%d" % key, values[key & 3]))
+                    t = clock()
+                    pair = store.put("k%d" % key, values[key & 3])
+                    spent += clock() - t
+                    here.send(pair)
                     here.recv_bytes()
                     done += 1
-                return done / (time.perf_counter() - t0)
+                rate = done / (clock() - t0)
+                here.send("gets")
+                got, gets = here.recv()
+                return rate, spent / max(done, 1) * 1e6, got / max(gets, 1) * 1e6
 
             name = cell_name(kind, size)
-            res["first:" + name] = pairs(n=max(2, min(50, opts.ring // size // 4)))
+            res["first:" + name] = pairs(n=max(2, min(50, opts.ring // size // 4)))[0]
             touch(store.ring_buffer.shared_memory.buf)
             here.send("touch")
             here.recv()
             pairs(seconds=opts.secs / 5)  # untimed
-            res[name] = pairs(seconds=opts.secs)
+            res[name], res["put_us:" + name], res["get_us:" + name] = pairs(seconds=opts.secs)
     finally:
         here.send(None)
         reader.join(60)
@@ -424,10 +447,11 @@ def run_round(side, opts):
     # The store starts a private daemon, as a vLLM writer alone would.
     os.environ["SHMBROKER_SOCKET"] = os.path.join(opts.tmp, "no-daemon.sock")
     try:
-        res.update({"store " + k: v for k, v in in_child(store_writer, side, opts).items()})
+        if opts.only != "queue":
+            res.update({"store " + k: v for k, v in in_child(store_writer, side, opts).items()})
     finally:
         os.environ["SHMBROKER_SOCKET"] = opts.queue_socket or saved or ""
-    for n in opts.readers:
+    for n in (opts.readers if opts.only != "store" else ()):
         res.update({"queue " + k: v for k, v in in_child(queue_writer, side, opts, n).items()})
     if saved is None:
         os.environ.pop("SHMBROKER_SOCKET", None)
@@ -439,7 +463,8 @@ def run_round(side, opts):
 # Whether a larger figure is better, by the name's prefix.
 def higher_is_better(key):
     short = key.split(" ", 1)[1]
-    return not (short.startswith(("p50:", "p99:", "cpu:", "idle", "open_s", "fallocate_s")))
+    return not (short.startswith(("p50:", "p99:", "cpu:", "idle", "open_s", "fallocate_s",
+                                  "put_us:", "get_us:")))
 
 
 def summarize(rounds):
@@ -497,7 +522,9 @@ def print_report(summary, opts, nrounds, vllm_name):
     p("")
     p("p50/p99 in us (one-way, send to dequeued); cpu = reader CPU-seconds per second while paced;"
       " idle cpu = in the first %g s after the last message; open_s = opening the store "
-      "(fallocate_s: posix_fallocate of the ring's size alone, the reference for ours)." % opts.idle)
+      "(fallocate_s: posix_fallocate of the ring's size alone, the reference for ours);"
+      " put_us/get_us = microseconds spent inside put() in the writer and inside get() in the"
+      " reader, per pair of the measured lock-step." % opts.idle)
 
 
 def main():
@@ -508,6 +535,8 @@ def main():
     ap.add_argument("--json", help="append each summary row to this file as a JSON line")
     ap.add_argument("--against-ours", action="store_true",
                     help="ours on both sides: checks this script without vLLM")
+    ap.add_argument("--only", choices=("store", "queue"),
+                    help="measure the store's cells or the queue's alone")
     opts = ap.parse_args()
     quick = opts.quick or os.environ.get("BENCH_QUICK") == "1"
     opts.rounds = opts.rounds or (1 if quick else 3)

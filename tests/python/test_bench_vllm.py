@@ -109,11 +109,30 @@ class BenchVllmTest(unittest.TestCase):
                     "queue p99:4 KiB x4 every 5000 us", "queue cpu:64 B x4 every 5000 us",
                     "queue idle cpu x1"):
             self.assertIn(key, rows)
-        for key in ("store 1 MiB", "queue 4 KiB x4", "queue p50:4 KiB x1 every 5000 us"):
+        for key in ("store 1 MiB", "queue 4 KiB x4", "queue p50:4 KiB x1 every 5000 us",
+                    "store put_us:64 KiB", "store get_us:dict+1MiB-array"):
             row = rows[key]
             self.assertGreater(row["vllm"], 0, key)
             self.assertGreater(row["ours"], 0, key)
             self.assertAlmostEqual(row["ratio"], row["ours"] / row["vllm"], places=6)
+        # Each store cell's put and get times sit beside its pairs/s, lower better.
+        lines = r.stdout.splitlines()
+        at = [i for i, line in enumerate(lines) if line.startswith("store 64 KiB pairs/s")]
+        self.assertEqual(len(at), 1, r.stdout)
+        self.assertTrue(lines[at[0] + 1].startswith("store put_us:64 KiB"), r.stdout)
+        self.assertTrue(lines[at[0] + 2].startswith("store get_us:64 KiB"), r.stdout)
+        self.assertFalse(rows["store put_us:16 MiB"]["higher_is_better"])
+
+    # --only store measures the store's cells and no queue.
+    def test_only_store(self):
+        self.fake_tree()
+        out = os.path.join(self.tmp, "out.json")
+        r = self.run_harness("--quick", "--seconds", "0.05", "--only", "store", "--json", out)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(out) as f:
+            keys = [json.loads(line)["key"] for line in f]
+        self.assertIn("store get_us:16 MiB", keys)
+        self.assertEqual([k for k in keys if not k.startswith("store ")], [])
 
 
 if __name__ == "__main__":

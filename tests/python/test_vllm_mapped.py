@@ -8,6 +8,7 @@ gives vLLM's ValueError, never other bytes; awaited reads reach zero so the
 object can be evicted; a commit the daemon refused is forgotten by the
 writer, whose next put is made."""
 
+import json
 import os
 import shutil
 import signal
@@ -16,10 +17,14 @@ import threading
 import time
 import unittest
 import uuid
+from unittest import mock
 
 import support  # noqa: F401  (puts the package on the path)
 import shmbroker
 from shmbroker import _protocol as P
+from shmbroker import client as client_mod
+from shmbroker import frames as _frames
+from shmbroker import pickling
 from shmbroker import vllm
 from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer
 
@@ -337,6 +342,130 @@ class MappedPathTest(unittest.TestCase):
         with self.assertRaises(ValueError) as cm:
             store.put("k", "mine")
         self.assertEqual(str(cm.exception), "Key 'k' already exists in the storage.")
+
+    # A get whose commit is not in the mapping yet looks again after a
+    # sched_yield() (the daemon about to commit it often waits for this very
+    # CPU), not after time.sleep(0), which sleeps for the timer's slack each
+    # time (50 us and more): here the first three looks find nothing.
+    def test_landing_wait_yields(self):
+        store = self.make_store()
+        reader = self.reader_of(store)
+        pair = store.put("k", b"v" * 4096)
+        wait_until(lambda: reader._mapped(reader._abs(*pair)[0]) is not None,
+                   "the commit of k in the mapping")
+        real = reader._mapped
+        looks = []
+
+        def late(*args):
+            looks.append(args)
+            return None if len(looks) <= 3 else real(*args)
+
+        slept, yielded = [], []
+
+        class Clock:
+            monotonic = staticmethod(time.monotonic)
+
+            @staticmethod
+            def sleep(seconds):
+                slept.append(seconds)
+                time.sleep(seconds)
+
+        reader._mapped = late
+        # The spin's bound made long, so that a loaded machine's slow looks
+        # stay within it: what is tested is how it waits, not how long.
+        with mock.patch.object(vllm, "_LANDING_S", 60.0), \
+                mock.patch.object(vllm, "time", Clock), \
+                mock.patch.object(os, "sched_yield", lambda: yielded.append(1)):
+            self.assertEqual(reader.get(*pair), b"v" * 4096)
+        self.assertEqual(len(looks), 4)
+        self.assertEqual(len(yielded), 3)
+        self.assertEqual(slept, [])
+
+    # A get whose commit lands only after the looks of _LANDING_S (here
+    # none: a daemon slow to run) asks the daemon once, then reads the
+    # object in place: the daemon pins nothing for it.
+    def test_landing_after_a_round_trip(self):
+        store = self.make_store()
+        reader = self.reader_of(store)
+        pair = store.put("k", b"w" * 4096)
+        wait_until(lambda: reader._mapped(reader._abs(*pair)[0]) is not None,
+                   "the commit of k in the mapping")
+        gets = store.ring_buffer.client.stats()["counters"]["gets"]
+        real = reader._mapped
+        looks = []
+
+        def late(*args):
+            looks.append(args)
+            return None if len(looks) == 1 else real(*args)
+
+        reader._mapped = late
+        with mock.patch.object(vllm, "_LANDING_S", 0.0):
+            self.assertEqual(reader.get(*pair), b"w" * 4096)
+        self.assertEqual(len(looks), 2)
+        self.assertEqual(store.ring_buffer.client.stats()["counters"]["gets"], gets)
+
+    # The serde reads back what it made of bytes or a bytearray without the
+    # general frames parse, and gives what the general path gives (the same
+    # value, or the same error) for those payloads and for each of them
+    # altered: magic, count, lengths, stream, size.
+    def test_out_of_band_fast_path(self):
+        serde = vllm.PickleSerde()
+
+        def general(data):
+            parts = _frames.parse(data)
+            if len(parts) == 2:
+                for cls, stream in vllm._OOB_STREAMS.items():
+                    if parts[0] == stream:
+                        return cls(parts[1])
+            return pickling.unpickle_frames(parts, copy=True)
+
+        def outcome(fn, data):
+            try:
+                value = fn(memoryview(data).toreadonly())
+            except Exception as e:  # noqa: BLE001  (compared by type)
+                return type(e)
+            return type(value), value
+
+        def altered(payload):
+            yield payload
+            for at, byte in ((0, 0x00), (8, 0x03), (12, 0x01), (16, 0x07), (24, 0x01),
+                             (64, 0x00), (70, 0xFF), (len(payload) - 1, 0x5A)):
+                b = bytearray(payload)
+                b[at] ^= byte or 0xFF
+                yield bytes(b)
+            yield payload[:-1]
+            yield payload + bytes(64)
+            yield payload[:64]
+
+        payloads = []
+        for value in (b"x" * 1024, bytes(range(256)) * 20, bytearray(b"y" * 70001),
+                      b"short", "text", {"a": [1, 2]}, bytearray(3000)):
+            pieces, total, _md, _n = serde.serialize(value)
+            payload = b"".join(bytes(p) for p in pieces)
+            self.assertEqual(len(payload), total)
+            payloads.append(payload)
+            self.assertEqual(outcome(serde.deserialize, payload)[1], value)
+        for payload in payloads:
+            for data in altered(payload):
+                self.assertEqual(outcome(serde.deserialize, data), outcome(general, data))
+        # bytes and a bytearray are read back without the general parse.
+        with mock.patch.object(_frames, "parse", side_effect=AssertionError("parsed")):
+            self.assertEqual(serde.deserialize(memoryview(payloads[0])), b"x" * 1024)
+            self.assertEqual(serde.deserialize(memoryview(payloads[2])),
+                             bytearray(b"y" * 70001))
+
+    # The commit line's key is written without json.dumps when it is
+    # printable ASCII with no quote or backslash, and as json.dumps writes
+    # it either way.
+    def test_commit_key_text(self):
+        keys = ["k1", "item_10", "a b", "a\"b", "a\\b", "tab\there", "\x7f", "caf\u00e9",
+                "\u2603x", "k" * 255, "\x01"]
+        want = [json.dumps(k, ensure_ascii=False).encode("utf-8") for k in keys]
+        self.assertEqual([client_mod._json_key(k) for k in keys], want)
+        with mock.patch.object(client_mod.json, "dumps",
+                               side_effect=AssertionError("json.dumps")):
+            self.assertEqual(client_mod._json_key("k1"), b'"k1"')
+            self.assertEqual(client_mod._json_key("item_10 x"), b'"item_10 x"')
 
 
 if __name__ == "__main__":

@@ -392,7 +392,8 @@ class Client(Wire, Mapping):
         self._forks = _forks[0]
         self._data_end = 0
         self._catalog = None  # _catalog.Catalog of the mapping, or None
-        self._seal_base = None  # (anchor, address) of a read-write mapping, for the seal's CAS
+        # (anchor, address, cas64) of a read-write mapping, for the seal's CAS
+        self._seal_base = None
         self._reads = [0, 0, 0]  # read(): fast, fallback, retries
         self._arena = _arena.Arena()
         self.arena_want = ARENA_DEFAULT  # 0: puts go without an arena
@@ -559,12 +560,14 @@ class Client(Wire, Mapping):
 
     def _arena_base(self):
         """The mapping's address, for the arena's atomics (None without them)."""
+        seal = self._seal_base
+        if seal is not None:
+            return seal[1], seal[2]
         from . import _futex  # its executable page only for clients that use it
         if not _futex.supported:
             return None, None
-        if self._seal_base is None:
-            anchor = _futex.anchor(self._mmap)
-            self._seal_base = (anchor, _futex.address(anchor))
+        anchor = _futex.anchor(self._mmap)
+        self._seal_base = (anchor, _futex.address(anchor), _futex.cas64)
         return self._seal_base[1], _futex.cas64
 
     def _arena_why(self):
@@ -924,12 +927,9 @@ class Client(Wire, Mapping):
         connection lost while reporting it is the next call's news, as in
         shmb_read."""
         if not self.read_only:
-            from . import _futex  # its executable page only for clients that count
-            if _futex.supported:
-                if self._seal_base is None:
-                    anchor = _futex.anchor(self._mmap)
-                    self._seal_base = (anchor, _futex.address(anchor))
-                addr = self._seal_base[1] + chunk + P.SEAL_AT
+            base, cas64 = self._arena_base()  # the mapping's address, and the CAS
+            if base is not None:
+                addr = base + chunk + P.SEAL_AT
                 w64 = self._catalog.w64
                 i = (chunk + P.SEAL_AT) >> 3
                 # Bounded: other processes may keep changing the seal (the
@@ -939,7 +939,7 @@ class Client(Wire, Mapping):
                     seal = w64[i]
                     if seal & 0xFFFFFFFF != gen or seal >> 32 == 0xFFFFFFFF:
                         return
-                    if _futex.cas64(addr, seal, seal + (1 << 32)) == seal:
+                    if cas64(addr, seal, seal + (1 << 32)) == seal:
                         return
         try:
             self._send_read_count(key, gen)
@@ -1240,6 +1240,10 @@ class Client(Wire, Mapping):
 
 def _json_key(key):
     """A checked key as a JSON string, UTF-8 encoded."""
+    # Printable ASCII without a quote or a backslash is its own JSON text
+    # (the usual key: one a put's commit line carries, built per put).
+    if key.isascii() and key.isprintable() and '"' not in key and "\\" not in key:
+        return b'"%s"' % key.encode("ascii")
     return json.dumps(key, ensure_ascii=False).encode("utf-8")
 
 

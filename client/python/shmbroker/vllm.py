@@ -116,7 +116,12 @@ _MAX_CHUNK_HEADER = 320
 # How long a get whose object is not committed in the mapping yet looks
 # again before it asks the daemon (seconds): the writer's put sent its
 # commit without waiting, and the daemon handles it within microseconds.
-_LANDING_S = 0.002
+# Each look follows a sched_yield(), which lets the daemon run at once when
+# it waits for this CPU (time.sleep(0) sleeps for the timer's slack, 50 us
+# and more, each time). Past it, the daemon is slow to run (a loaded
+# machine): a request waited for, which costs no CPU meanwhile, is answered
+# once it ran, and the get looks again.
+_LANDING_S = 0.0003
 # How long, after a request answered by the daemon, a get still looks for
 # a chunk whose header is not there yet (none, or an older chunk's): a
 # commit on its way while the daemon is slow to run (a loaded machine).
@@ -249,6 +254,18 @@ class PickleSerde(ObjectSerde):
 
     def deserialize(self, data):
         """The value of a frames payload (ProtocolError when data is not one)."""
+        mv = data if type(data) is memoryview else memoryview(data)
+        if mv.format == "B" and mv.ndim == 1 and mv.nbytes >= _FRAMES_TWO.size:
+            # What serialize() made of bytes or a bytearray, told from its
+            # header and stream with the checks of frames.parse(), without
+            # the general parse: the get of such a value is mostly this.
+            magic, count, flags, len0, n = _FRAMES_TWO.unpack_from(mv, 0)
+            if magic == _frames.MAGIC and count == 2 and flags == 0:
+                for cls, stream in _OOB_STREAMS.items():
+                    start = len(_OOB_PREFIXES[cls])
+                    if (len0 == len(stream) and start + n == mv.nbytes
+                            and mv[64:64 + len0] == stream):
+                        return cls(mv[start:])
         parts = _frames.parse(data)
         if len(parts) == 2:
             # bytes or a bytearray sent out of band: made from the buffer
@@ -809,6 +826,8 @@ class ShmBrokerObjectStorage:
         # (client, its connection's generation, the base's chunk as
         # _mapped() gives it, the base) once read from the catalog.
         self._base_seen = None
+        # (data area's size, _id_shift() of it), computed once per size.
+        self._shift = (None, 0)
 
     # ---- helpers -----------------------------------------------------------
 
@@ -904,12 +923,9 @@ class ShmBrokerObjectStorage:
         if where is None:
             return False
         raw = key.encode("utf-8", "surrogatepass")
-
-        def landed():
-            found = self._mapped(where[0], self.ring_buffer.client)
-            return found is not None and found[2] == where[1] and found[4] == raw
-
-        if landed():
+        client = self.ring_buffer.client
+        found = self._mapped(where[0], client)
+        if found is not None and found[2] == where[1] and found[4] == raw:
             return True
         if not self._unconfirmed(key):
             return False
@@ -919,7 +935,10 @@ class ShmBrokerObjectStorage:
         # daemon's reply tells (a round trip); handing the pair out meanwhile
         # would name nothing, and touching the key would add reads to the
         # other client's object.
-        if self._client._listed(key) is False or landed():
+        if self._client._listed(key) is False:
+            return True
+        found = self._mapped(where[0], client)
+        if found is not None and found[2] == where[1] and found[4] == raw:
             return True
         self._settle_sent()  # forgets key when its commit was refused
         return key in self._objects
@@ -936,7 +955,7 @@ class ShmBrokerObjectStorage:
 
     # ---- the base of addresses and ids -------------------------------------
 
-    def _read_base(self):
+    def _read_base(self, client=None):
         """The base the ring's pairs count from, as the daemon holds it:
         (offset, chunk id, nonce), _NO_BASE after a clear() (the next put
         sets it), or None when there is none (a new ring, or evicted).
@@ -945,8 +964,9 @@ class ShmBrokerObjectStorage:
         while its seal keeps the generation and the key (a committed
         object's bytes never change; a deleted or evicted one's generation
         is zeroed first), the base is the one read, and each put and get
-        looks at one header instead of the catalog."""
-        client = self._client
+        looks at one header instead of the catalog. client: the ring's
+        connection, when the caller has it."""
+        client = client or self._client
         seen = self._base_seen
         if (seen is not None and seen[0] is client and seen[1] == client._gen
                 and self._sealed(seen[2], client)):
@@ -965,11 +985,11 @@ class ShmBrokerObjectStorage:
             self._base_seen = (client, client._gen, found, base)
         return base
 
-    def _current_base(self):
+    def _current_base(self, client=None):
         """The base to resolve a pair with: the daemon's, else the last one
         seen (the daemon's was evicted and not put back yet); None when a
         clear() left none."""
-        base = self._read_base()
+        base = self._read_base(client)
         if base == _NO_BASE:
             return None
         if base is not None and base != self._base:
@@ -1002,12 +1022,12 @@ class ShmBrokerObjectStorage:
             pass  # readers use the last base they saw; the next put tries again
         return base
 
-    def _settle_base(self, offset, chunk_id):
+    def _settle_base(self, offset, chunk_id, client=None):
         """After a put at (offset, chunk_id), or before a get_cached of that
         object: make sure the daemon holds the base (this object's position
         when there is none yet, or a clear() left none), and adopt another
         writer's base when it changed."""
-        base = self._read_base()
+        base = self._read_base(client)
         if base is None or base == _NO_BASE:
             if base == _NO_BASE or self._base is None:
                 ours = (offset, chunk_id, int.from_bytes(os.urandom(8), "little") or 1)
@@ -1018,13 +1038,17 @@ class ShmBrokerObjectStorage:
             self._base = base
             self._rekey()
 
-    def _id_shift(self):
+    def _id_shift(self, client=None):
         """The bits of a monotonic id below its chunk id's part: enough for
         a payload's place in the data area in 64-byte units. The objects of
         one arena share its chunk id; their places tell them apart."""
-        return max(1, (self.ring_buffer.client.info["data_size"] // P.ALIGN).bit_length())
+        size = (client or self.ring_buffer.client).info["data_size"]
+        shift = self._shift
+        if shift[0] != size:
+            shift = self._shift = (size, max(1, (size // P.ALIGN).bit_length()))
+        return shift[1]
 
-    def _rel(self, offset, chunk_id):
+    def _rel(self, offset, chunk_id, client=None):
         """The store's (address, monotonic_id) of the object at (offset,
         chunk_id): the address counts from the base's offset; the id is the
         chunk id counted from the base's, times 2 << _id_shift(), plus the
@@ -1032,16 +1056,17 @@ class ShmBrokerObjectStorage:
         it), so that ids grow put after put, within an arena that the ring
         brought round across the base's place too, and no two objects
         stored at once share one."""
-        info = self._client.info
+        client = client or self._client
         base_offset, base_id = self._base[0], self._base[1]
-        address = (offset - base_offset) % info["data_size"]
-        return address, (((chunk_id - base_id) << (self._id_shift() + 1))
+        address = (offset - base_offset) % client.info["data_size"]
+        return address, (((chunk_id - base_id) << (self._id_shift(client) + 1))
                          + (offset - base_offset) // P.ALIGN)
 
-    def _abs(self, address, monotonic_id):
+    def _abs(self, address, monotonic_id, client=None):
         """(offset, chunk_id) of the store's pair, or None when it names nothing."""
-        base = self._current_base()
-        info = self._client.info
+        client = client or self._client
+        base = self._current_base(client)
+        info = client.info
         if (base is None or type(address) is not int or type(monotonic_id) is not int
                 or not 0 <= address < info["data_size"] or address % P.ALIGN):
             return None
@@ -1049,7 +1074,7 @@ class ShmBrokerObjectStorage:
         offset = doff + (base[0] - doff + address) % info["data_size"]
         # What is left of the id without the distance is the chunk id's part.
         part = monotonic_id - (offset - base[0]) // P.ALIGN
-        shift = self._id_shift() + 1
+        shift = self._id_shift(client) + 1
         if part & ((1 << shift) - 1):
             return None
         return offset, base[1] + (part >> shift)
@@ -1277,8 +1302,8 @@ class ShmBrokerObjectStorage:
             if nowait:
                 self._sent[key] = (client, client._replies)
             self._chunk_keys[(offset, chunk_id)] = key
-            self._settle_base(offset, chunk_id)
-            address, monotonic_id = self._rel(offset, chunk_id)
+            self._settle_base(offset, chunk_id, client)
+            address, monotonic_id = self._rel(offset, chunk_id, client)
             self.key_index[key] = (address, monotonic_id)
             self.id_index[monotonic_id] = key
             self._prune()
@@ -1426,21 +1451,26 @@ class ShmBrokerObjectStorage:
 
     def _get(self, address: int, monotonic_id: int) -> Any:
         with self.ring_buffer.lock:
-            where = self._abs(address, monotonic_id)
+            client = self._client
+            where = self._abs(address, monotonic_id, client)
             if where is None:
                 raise self._invalid(address, monotonic_id)
-            value = self._get_mapped(address, monotonic_id, where)
+            value = self._get_mapped(address, monotonic_id, where, client)
             if value is not _MISSED:
                 return value
             # Not committed in the mapping yet (a put whose commit is on its
             # way), or changed under the read: a request answered by the
-            # daemon after it, then the pinned read.
+            # daemon after it, then the mapping once more (the commit
+            # landed meanwhile, as it mostly has), then the pinned read.
             self._client.contains(self._base_key)
             deadline = time.monotonic() + _FLIGHT_S
             pause = 0.0005
             while self._in_flight(*where) and time.monotonic() < deadline:
                 time.sleep(pause)
                 pause = min(2 * pause, 0.02)
+            value = self._get_mapped(address, monotonic_id, where, client, landing=False)
+            if value is not _MISSED:
+                return value
             return self._get_pinned(address, monotonic_id)
 
     def _in_flight(self, offset, chunk_id):
@@ -1460,20 +1490,22 @@ class ShmBrokerObjectStorage:
                 return h[5] < chunk_id
         return True
 
-    def _get_mapped(self, address, monotonic_id, where):
+    def _get_mapped(self, address, monotonic_id, where, client=None, landing=True):
         """The value at where (offset, chunk id) read in place from the
         mapping, checked by the chunk's seal before and after deserializing
         it, its awaited read counted in the seal (or by a noreply request):
         no round trip. _MISSED when the mapping cannot say (not committed
-        yet within _LANDING_S, changed under the read): ask the daemon."""
+        yet within _LANDING_S, or at once without landing; changed under
+        the read): ask the daemon."""
         offset, chunk_id = where
-        client = self._client
+        client = client or self._client
         found = self._mapped(offset, client)
         if found is None or found[2] != chunk_id:
-            # The writer's put may have sent its commit a moment ago.
-            deadline = time.monotonic() + _LANDING_S
+            # The writer's put may have sent its commit a moment ago: the
+            # daemon is about to run, often on this CPU (see _LANDING_S).
+            deadline = time.monotonic() + _LANDING_S if landing else 0
             while time.monotonic() < deadline:
-                time.sleep(0)
+                os.sched_yield()
                 found = self._mapped(offset, client)
                 if found is not None and found[2] == chunk_id:
                     break
