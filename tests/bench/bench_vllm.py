@@ -364,12 +364,12 @@ def queue_writer(side, opts, n_readers, out):
         return sent / ((end - t0) / 1e9)
 
     try:
-        for size in QUEUE_SIZES:
+        for size in opts.queue_sizes:
             name = "%s x%d" % (human(size), n_readers)
             res["first:" + name] = b2b(size, n=20)
             b2b(size, seconds=opts.secs / 5)  # untimed
             res[name] = b2b(size, seconds=opts.secs)
-        for size, period in PACED:
+        for size, period in opts.paced:
             name = "%s x%d every %g us" % (human(size), n_readers, period * 1e6)
             body = bytes(size)
             n = max(20, int(opts.secs / period))
@@ -421,13 +421,16 @@ def in_child(target, *args):
 def run_round(side, opts):
     res = {}
     saved = os.environ.get("SHMBROKER_SOCKET")
-    # The store starts a private daemon, as a vLLM writer alone would.
-    os.environ["SHMBROKER_SOCKET"] = os.path.join(opts.tmp, "no-daemon.sock")
-    try:
-        res.update({"store " + k: v for k, v in in_child(store_writer, side, opts).items()})
-    finally:
+    if opts.only in (None, "store"):
+        # The store starts a private daemon, as a vLLM writer alone would.
+        os.environ["SHMBROKER_SOCKET"] = os.path.join(opts.tmp, "no-daemon.sock")
+        try:
+            res.update({"store " + k: v for k, v in in_child(store_writer, side, opts).items()})
+        finally:
+            os.environ["SHMBROKER_SOCKET"] = opts.queue_socket or saved or ""
+    else:
         os.environ["SHMBROKER_SOCKET"] = opts.queue_socket or saved or ""
-    for n in opts.readers:
+    for n in (opts.readers if opts.only in (None, "queue") else ()):
         res.update({"queue " + k: v for k, v in in_child(queue_writer, side, opts, n).items()})
     if saved is None:
         os.environ.pop("SHMBROKER_SOCKET", None)
@@ -508,6 +511,12 @@ def main():
     ap.add_argument("--json", help="append each summary row to this file as a JSON line")
     ap.add_argument("--against-ours", action="store_true",
                     help="ours on both sides: checks this script without vLLM")
+    ap.add_argument("--only", choices=("store", "queue"),
+                    help="measure the store or the queue alone")
+    ap.add_argument("--readers", default="1,4",
+                    help="the queue's reader counts, comma-separated (default 1,4)")
+    ap.add_argument("--queue-cells", choices=("all", "b2b", "paced"), default="all",
+                    help="the queue's back-to-back rates, its paced latencies, or both")
     opts = ap.parse_args()
     quick = opts.quick or os.environ.get("BENCH_QUICK") == "1"
     opts.rounds = opts.rounds or (1 if quick else 3)
@@ -515,7 +524,14 @@ def main():
     opts.idle = 0.3 if quick else 1.0
     opts.ring = (64 if quick else 1024) * MIB
     opts.max_object = 20 * MIB
-    opts.readers = [1, 4]
+    try:
+        opts.readers = [int(n) for n in opts.readers.split(",")]
+        if not opts.readers or not all(1 <= n <= 64 for n in opts.readers):
+            raise ValueError
+    except ValueError:
+        ap.error("--readers %r: reader counts of 1 to 64, comma-separated" % opts.readers)
+    opts.queue_sizes = QUEUE_SIZES if opts.queue_cells != "paced" else []
+    opts.paced = PACED if opts.queue_cells != "b2b" else []
     multiprocessing.set_start_method("fork")
 
     if opts.against_ours:
