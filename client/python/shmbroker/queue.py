@@ -131,6 +131,17 @@ _FIT_LOOKS = 64
 # A gap this long is a pause, not a rhythm.
 _GAP_MAX_NS = 100000000
 _sched_yield = os.sched_yield
+# Back to back: a reader that found a message already there (it is behind
+# the writer) polls for the next ones, yielding the CPU between looks, for
+# this many waits, each within its CPU budget (spin_max_ns of this thread's
+# CPU, and at most _POLL_WALL_PARTS times that of wall time), before it
+# sleeps on the futex. While more members than CPUs share the machine, a
+# yield hands the CPU to the writer or a slower reader, so the poll costs
+# little CPU and saves the writer a futex wake per message; on an idle CPU
+# it ends once its budget is spent.
+_POLL_WAITS = 8
+_POLL_WALL_PARTS = 10
+_thread_time = time.thread_time_ns
 
 # wait_until_ready() looks at the seats this often (no futex is bumped when a
 # seat is taken: it is set-up, not the data path).
@@ -322,6 +333,12 @@ class _Area:
         self._nap_tries = self._nap_misses = 0
         self._naps_off = 0    # waits left before naps are tried again
         self.naps = 0         # naps ahead of a message (tests look at these)
+        # Waits that poll once this reader is found behind (none without a
+        # spin budget).
+        self._poll_waits = _POLL_WAITS if self.spin_max_ns else 0
+        self._poll_left = 0   # waits left that poll (back to back, _poll)
+        self.polls = 0        # waits that polled
+        self.yields = 0       # their yields
         self.sleeps = 0       # futex waits with no message expected
         # Set by this member's shutdown() (stop_reads): its waits for a
         # message end with Cancelled; other members' are not touched.
@@ -478,6 +495,8 @@ class _Area:
         unless told the wait is indefinite."""
         ready = self._writer_ready if writer else self._reader_ready
         if ready():
+            if not writer:
+                self._poll_left = self._poll_waits  # behind the writer: back to back
             return
         if timeout is not None and not timeout < _TIMEOUT_FOREVER_S:
             timeout = None  # infinity, or NaN, which no elapsed time exceeds (vLLM's test)
@@ -494,14 +513,21 @@ class _Area:
             limit = self.spin_ns
         elif self.adaptive:
             budget = 0
-            limit = self._reader_plan(start, deadline, cancel)
+            if self._poll_left:
+                self._poll_left -= 1
+                if self._poll(start, deadline, cancel):
+                    return
+                self._poll_left = 0  # the budget went by: the writer paused
+                limit = 0
+            else:
+                limit = self._reader_plan(start, deadline, cancel)
             if limit < 0:
                 return  # the message came during the nap
             start = _now()
         else:
             budget = self._spin_r
             limit = budget
-        if self._spin(ready, start, limit, deadline, writer, cancel):
+        if limit and self._spin(ready, start, limit, deadline, writer, cancel):
             if writer:
                 self._spin_w = min(budget * 2, SPIN_MAX_NS)
             elif budget:
@@ -589,6 +615,37 @@ class _Area:
                     _sched_yield()
                 if i & 1023 == 0:  # a set_spin of up to 100 ms
                     self._check_stop(writer, cancel)
+
+    def _poll(self, start, deadline, cancel):
+        """The wait of a reader whose messages have been coming back to
+        back: look, yield the CPU, look again, until the message is there
+        (True) or this thread has spent spin_max_ns of CPU on it, or ten
+        times that of wall time, or the deadline passed (False). Its CPU is
+        read only when the wall time says the budget may be spent: a yield
+        that let other processes run cost this one next to nothing."""
+        self.polls += 1
+        budget = self.spin_max_ns
+        cpu0 = _thread_time()
+        cap = start + budget * _POLL_WALL_PARTS
+        if deadline is not None and deadline < cap:
+            cap = deadline
+        end = min(start + budget, cap)
+        ready = self._reader_ready
+        i = 0
+        while True:
+            if ready():
+                return True
+            i += 1
+            if i & 1023 == 0:
+                self._check_stop(False, cancel)
+            now = _now()
+            if now >= end:
+                left = budget - (_thread_time() - cpu0)
+                if left <= 0 or now >= cap:
+                    return ready()
+                end = min(now + left, cap)
+            self.yields += 1
+            _sched_yield()
 
     def _reader_plan(self, now, deadline, cancel):
         """The adaptive wait of a reader whose message is not there yet
