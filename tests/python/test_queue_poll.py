@@ -172,6 +172,49 @@ class BackToBackPollTest(unittest.TestCase):
         self.assertGreaterEqual(self.reader.sleeps + self.reader.naps, 3)
         self.assertEqual(self.reader.polls, 0)
 
+    # Polls that keep running out (here each of 16 behind-waits ends in a
+    # futex sleep: no message came) cost more than they save: the reader
+    # stops polling for a while, and a wait found behind again sleeps
+    # without a poll.
+    def test_polls_that_run_out_are_turned_off(self):
+        for _ in range(Q._POLL_WINDOW):
+            self.publish()
+            self.reader.dequeue(WAIT)  # there at once: behind
+            self.reader.done()
+            with self.assertRaises(Timeout):
+                self.dequeue_with(FakeTime(100 * US, 0), timeout=0.01)
+        self.assertEqual(self.reader.polls, Q._POLL_WINDOW)
+        self.publish()
+        self.reader.dequeue(WAIT)
+        self.reader.done()
+        with self.assertRaises(Timeout):
+            self.dequeue_with(FakeTime(100 * US, 0), timeout=0.01)
+        self.assertEqual(self.reader.polls, Q._POLL_WINDOW)
+
+    # The writer held back by a reader polls the same way: while the
+    # reader runs (each yield 50 us of wall time, 1 us of the writer's
+    # CPU) it keeps looking past its spin, and takes the slot the reader
+    # frees at the fifth yield without a futex sleep (no wake needed).
+    def test_writer_held_back_polls_through_the_readers_turns(self):
+        for _ in range(self.writer.slots):
+            self.publish()
+
+        def read_one():
+            self.reader.dequeue(WAIT)
+            self.reader.done()
+        fake = FakeTime(50 * US, 1 * US, publish_at=5, publish=read_one)
+        patches = fake.patches()
+        for p in patches:
+            p.start()
+        try:
+            self.writer.reserve(WAIT)[0].release()
+        finally:
+            for p in reversed(patches):
+                p.stop()
+        self.assertEqual(self.writer.sleeps, 0)
+        self.assertEqual(self.writer.polls, 1)
+        self.assertEqual(fake.calls, 5)
+
     # SHMBROKER_QUEUE_SPIN_MAX_US=0 (no spin) leaves no CPU to poll with,
     # and SHMBROKER_QUEUE_WAIT=short turns the adaptive wait off: neither
     # polls when behind.

@@ -141,6 +141,10 @@ _sched_yield = os.sched_yield
 # it ends once its budget is spent.
 _POLL_WAITS = 8
 _POLL_WALL_PARTS = 10
+# Polls are judged by windows of this many; when most of a window's ran out
+# and slept, the next _POLLS_OFF_FOR waits do not poll.
+_POLL_WINDOW = 16
+_POLLS_OFF_FOR = 512
 _thread_time = time.thread_time_ns
 
 # wait_until_ready() looks at the seats this often (no futex is bumped when a
@@ -337,6 +341,8 @@ class _Area:
         # spin budget).
         self._poll_waits = _POLL_WAITS if self.spin_max_ns else 0
         self._poll_left = 0   # waits left that poll (back to back, _poll)
+        self._poll_tries = self._poll_misses = 0
+        self._polls_off = 0   # waits left before polls are tried again
         self.polls = 0        # waits that polled
         self.yields = 0       # their yields
         self.sleeps = 0       # futex waits with no message expected
@@ -495,7 +501,7 @@ class _Area:
         unless told the wait is indefinite."""
         ready = self._writer_ready if writer else self._reader_ready
         if ready():
-            if not writer:
+            if not writer and not self._polls_off:
                 self._poll_left = self._poll_waits  # behind the writer: back to back
             return
         if timeout is not None and not timeout < _TIMEOUT_FOREVER_S:
@@ -505,9 +511,14 @@ class _Area:
         self._check_stop(writer, cancel)
         start = _now()
         deadline = None if timeout is None else start + int(timeout * 1e9)
+        poll = False
         if writer:
             budget = self._spin_w
             limit = self.spin_ns or budget
+            # Held back by its readers, the adaptive writer polls as a
+            # reader behind does: within spin_max_ns of its CPU, yielding
+            # to the readers it waits for.
+            poll = self.adaptive and not self.spin_ns
         elif self.spin_ns:
             budget = self._spin_r
             limit = self.spin_ns
@@ -515,11 +526,15 @@ class _Area:
             budget = 0
             if self._poll_left:
                 self._poll_left -= 1
-                if self._poll(start, deadline, cancel):
+                if self._poll(ready, start, self.spin_max_ns, deadline, False, cancel):
+                    self._polled(True)
                     return
+                self._polled(False)
                 self._poll_left = 0  # the budget went by: the writer paused
                 limit = 0
             else:
+                if self._polls_off:
+                    self._polls_off -= 1
                 limit = self._reader_plan(start, deadline, cancel)
             if limit < 0:
                 return  # the message came during the nap
@@ -527,7 +542,11 @@ class _Area:
         else:
             budget = self._spin_r
             limit = budget
-        if limit and self._spin(ready, start, limit, deadline, writer, cancel):
+        if poll:
+            spun = self._poll(ready, start, self.spin_max_ns, deadline, True, cancel)
+        else:
+            spun = limit and self._spin(ready, start, limit, deadline, writer, cancel)
+        if spun:
             if writer:
                 self._spin_w = min(budget * 2, SPIN_MAX_NS)
             elif budget:
@@ -616,28 +635,26 @@ class _Area:
                 if i & 1023 == 0:  # a set_spin of up to 100 ms
                     self._check_stop(writer, cancel)
 
-    def _poll(self, start, deadline, cancel):
-        """The wait of a reader whose messages have been coming back to
-        back: look, yield the CPU, look again, until the message is there
-        (True) or this thread has spent spin_max_ns of CPU on it, or ten
-        times that of wall time, or the deadline passed (False). Its CPU is
-        read only when the wall time says the budget may be spent: a yield
-        that let other processes run cost this one next to nothing."""
+    def _poll(self, ready, start, budget, deadline, writer, cancel):
+        """Look, yield the CPU, look again, until ready() (True) or this
+        thread has spent budget ns of CPU on it, or ten times that of wall
+        time, or the deadline passed (False): the wait of a reader whose
+        messages have been coming back to back, and the writer's spin. Its
+        CPU is read only when the wall time says the budget may be spent: a
+        yield that let other processes run cost this one next to nothing."""
         self.polls += 1
-        budget = self.spin_max_ns
         cpu0 = _thread_time()
         cap = start + budget * _POLL_WALL_PARTS
         if deadline is not None and deadline < cap:
             cap = deadline
         end = min(start + budget, cap)
-        ready = self._reader_ready
         i = 0
         while True:
             if ready():
                 return True
             i += 1
             if i & 1023 == 0:
-                self._check_stop(False, cancel)
+                self._check_stop(writer, cancel)
             now = _now()
             if now >= end:
                 left = budget - (_thread_time() - cpu0)
@@ -646,6 +663,21 @@ class _Area:
                 end = min(now + left, cap)
             self.yields += 1
             _sched_yield()
+
+    def _polled(self, got):
+        """Count a reader's poll that got its message (got) or ran out. Polls
+        are judged by windows of _POLL_WINDOW: when most of a window's ran
+        out (other processes hold the CPUs for longer than the budget's
+        wall time, or the writer pauses often), polling costs more than the
+        futex wake it saves, and the next _POLLS_OFF_FOR waits do not poll."""
+        self._poll_tries += 1
+        if not got:
+            self._poll_misses += 1
+        if self._poll_tries == _POLL_WINDOW:
+            if self._poll_misses * 2 > _POLL_WINDOW:
+                self._polls_off = _POLLS_OFF_FOR
+                self._poll_left = 0
+            self._poll_tries = self._poll_misses = 0
 
     def _reader_plan(self, now, deadline, cancel):
         """The adaptive wait of a reader whose message is not there yet
