@@ -352,8 +352,14 @@ def queue_writer(side, opts, n_readers, out):
         mq.enqueue((REPORT, 0, 0, b""))
         return [c.recv() for c in pipes]
 
+    def cpu_now():
+        return time.process_time() + sum(cpu_of(p.pid) for p in readers)
+
     def b2b(size, n=None, seconds=None):
+        """Messages per second, and the CPU microseconds the writer and
+        every reader spent per message (spinning or not)."""
         body = bytes(size)
+        cpu0 = cpu_now()
         sent, t0 = 0, time.monotonic_ns()
         while (n is not None and sent < n) or (
                 seconds is not None and time.monotonic_ns() - t0 < seconds * 1e9):
@@ -361,14 +367,14 @@ def queue_writer(side, opts, n_readers, out):
             sent += 1
         got = report()
         end = max(g[1] for g in got)
-        return sent / ((end - t0) / 1e9)
+        return sent / ((end - t0) / 1e9), (cpu_now() - cpu0) / sent * 1e6
 
     try:
         for size in opts.queue_sizes:
             name = "%s x%d" % (human(size), n_readers)
-            res["first:" + name] = b2b(size, n=20)
+            res["first:" + name] = b2b(size, n=20)[0]
             b2b(size, seconds=opts.secs / 5)  # untimed
-            res[name] = b2b(size, seconds=opts.secs)
+            res[name], res["cpu-us/msg:" + name] = b2b(size, seconds=opts.secs)
         for size, period in opts.paced:
             name = "%s x%d every %g us" % (human(size), n_readers, period * 1e6)
             body = bytes(size)
@@ -442,7 +448,8 @@ def run_round(side, opts):
 # Whether a larger figure is better, by the name's prefix.
 def higher_is_better(key):
     short = key.split(" ", 1)[1]
-    return not (short.startswith(("p50:", "p99:", "cpu:", "idle", "open_s", "fallocate_s")))
+    return not (short.startswith(("p50:", "p99:", "cpu:", "cpu-us/msg:", "idle", "open_s",
+                                  "fallocate_s")))
 
 
 def summarize(rounds):
@@ -499,6 +506,8 @@ def print_report(summary, opts, nrounds, vllm_name):
                 key.replace("first:", ""), fmt(s["vllm"]), fmt(s["ours"]), fmt(s["ratio"])))
     p("")
     p("p50/p99 in us (one-way, send to dequeued); cpu = reader CPU-seconds per second while paced;"
+      " cpu-us/msg = CPU microseconds of the writer and every reader per message back to back"
+      " (the readers' counted in clock ticks);"
       " idle cpu = in the first %g s after the last message; open_s = opening the store "
       "(fallocate_s: posix_fallocate of the ring's size alone, the reference for ours)." % opts.idle)
 
