@@ -131,8 +131,8 @@ _FIT_LOOKS = 64
 # A gap this long is a pause, not a rhythm.
 _GAP_MAX_NS = 100000000
 _sched_yield = os.sched_yield
-# Back to back: a reader that found a message already there (it is behind
-# the writer) polls for the next ones, yielding the CPU between looks, for
+# Back to back: a reader that found _POLL_AHEAD messages already published
+# (it is behind the writer) polls for the next ones, yielding the CPU between looks, for
 # this many waits, each within its CPU budget (spin_max_ns of this thread's
 # CPU, and at most _POLL_WALL_PARTS times that of wall time), before it
 # sleeps on the futex. While more members than CPUs share the machine, a
@@ -140,6 +140,7 @@ _sched_yield = os.sched_yield
 # little CPU and saves the writer a futex wake per message; on an idle CPU
 # it ends once its budget is spent.
 _POLL_WAITS = 8
+_POLL_AHEAD = 2
 _POLL_WALL_PARTS = 10
 # Polls are judged by windows of this many; when most of a window's ran out
 # and slept, the next _POLLS_OFF_FOR waits do not poll.
@@ -501,8 +502,12 @@ class _Area:
         unless told the wait is indefinite."""
         ready = self._writer_ready if writer else self._reader_ready
         if ready():
-            if not writer and not self._polls_off:
-                self._poll_left = self._poll_waits  # behind the writer: back to back
+            # Behind the writer, back to back: more than this message is
+            # published already (one alone is also a paced reader's that
+            # woke late).
+            if (not writer and not self._polls_off
+                    and self._q64[16] - self._q64[self._i_next] >= _POLL_AHEAD):
+                self._poll_left = self._poll_waits
             return
         if timeout is not None and not timeout < _TIMEOUT_FOREVER_S:
             timeout = None  # infinity, or NaN, which no elapsed time exceeds (vLLM's test)
