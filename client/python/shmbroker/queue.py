@@ -342,6 +342,7 @@ class _Area:
         # spin budget).
         self._poll_waits = _POLL_WAITS if self.spin_max_ns else 0
         self._poll_left = 0   # waits left that poll (back to back, _poll)
+        self._ahead = 0       # messages published for this seat at the last look
         self._poll_tries = self._poll_misses = 0
         self._polls_off = 0   # waits left before polls are tried again
         self.polls = 0        # waits that polled
@@ -457,7 +458,9 @@ class _Area:
         if q32[self._i_sstate] != SEAT_LIVE or q64[self._i_epoch] != self.epoch:
             raise ConnectionLost("ENOTCONN", "Reader seat %d of this queue is no longer this "
                                  "process's: it was dropped or taken again." % self.seat)
-        if q64[16] > q64[self._i_next]:  # header.head
+        ahead = q64[16] - q64[self._i_next]  # header.head - seat.next
+        if ahead > 0:
+            self._ahead = ahead  # messages published for this seat (_wait)
             # Acquire (head): the slot is read after the writer filled it.
             if self._acquire is not None:
                 self._acquire()
@@ -505,8 +508,7 @@ class _Area:
             # Behind the writer, back to back: more than this message is
             # published already (one alone is also a paced reader's that
             # woke late).
-            if (not writer and not self._polls_off
-                    and self._q64[16] - self._q64[self._i_next] >= _POLL_AHEAD):
+            if not writer and not self._polls_off and self._ahead >= _POLL_AHEAD:
                 self._poll_left = self._poll_waits
             return
         if timeout is not None and not timeout < _TIMEOUT_FOREVER_S:
