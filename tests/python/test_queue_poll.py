@@ -85,11 +85,13 @@ class BackToBackPollTest(unittest.TestCase):
         self.writer.reserve(WAIT)[0].release()
         self.writer.publish(Q.SLOT_INLINE, 0)
 
-    def read_behind(self):
+    def read_behind(self, gap_ns=10 * US):
         """Two messages published before the reader looks: it is behind the
-        writer, and finds each there at once."""
+        writer, and finds each there at once; its messages have been coming
+        gap_ns apart on average (as it learnt them)."""
         self.publish()
         self.publish()
+        self.reader._gap = gap_ns
         for _ in range(2):
             self.reader.dequeue(WAIT)
         self.reader.done()
@@ -219,6 +221,15 @@ class BackToBackPollTest(unittest.TestCase):
             self.reader.done()
             with self.assertRaises(Timeout):
                 self.dequeue_with(FakeTime(100 * US, 0), timeout=0.01)
+        self.assertEqual(self.reader.polls, 0)
+
+    # Behind, but its messages come further apart than the spin bound on
+    # average (a paced reader that fell behind): no poll, since its yields
+    # would only hand the CPU to whatever else runs.
+    def test_behind_a_slow_rhythm_does_not_poll(self):
+        self.read_behind(gap_ns=200 * US)
+        with self.assertRaises(Timeout):
+            self.dequeue_with(FakeTime(100 * US, 0), timeout=0.01)
         self.assertEqual(self.reader.polls, 0)
 
     # SHMBROKER_QUEUE_SPIN_MAX_US=0 (no spin) leaves no CPU to poll with,

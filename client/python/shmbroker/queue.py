@@ -132,7 +132,8 @@ _FIT_LOOKS = 64
 _GAP_MAX_NS = 100000000
 _sched_yield = os.sched_yield
 # Back to back: a reader that found _POLL_AHEAD messages already published
-# (it is behind the writer) polls for the next ones, yielding the CPU between looks, for
+# (it is behind the writer), its messages coming within the spin bound of
+# each other on average, polls for the next ones, yielding the CPU between looks, for
 # this many waits, each within its CPU budget (spin_max_ns of this thread's
 # CPU, and at most _POLL_WALL_PARTS times that of wall time), before it
 # sleeps on the futex. While more members than CPUs share the machine, a
@@ -507,8 +508,12 @@ class _Area:
         if ready():
             # Behind the writer, back to back: more than this message is
             # published already (one alone is also a paced reader's that
-            # woke late).
-            if not writer and not self._polls_off and self._ahead >= _POLL_AHEAD:
+            # woke late), and messages have been coming within the spin
+            # bound of each other on average (a paced reader that fell
+            # behind, on a machine whose other work holds the CPUs, would
+            # only yield its CPU to that work and fall further behind).
+            if (not writer and not self._polls_off and self._ahead >= _POLL_AHEAD
+                    and 0 < self._gap <= self.spin_max_ns):
                 self._poll_left = self._poll_waits
             return
         if timeout is not None and not timeout < _TIMEOUT_FOREVER_S:
