@@ -26,9 +26,9 @@ if PACKAGE_DIR not in sys.path:
     sys.path.insert(0, PACKAGE_DIR)
 
 from shmbroker import _futex, queue as Q  # noqa: E402
-from shmbroker.errors import Timeout  # noqa: E402
+from shmbroker.errors import Cancelled, Timeout  # noqa: E402
 
-from test_queues import attach, format_area, seat_take  # noqa: E402
+from test_queues import attach, format_area, seat_take, set_state  # noqa: E402
 
 WAIT = 5.0
 US = 1000
@@ -231,6 +231,17 @@ class BackToBackPollTest(unittest.TestCase):
         with self.assertRaises(Timeout):
             self.dequeue_with(FakeTime(100 * US, 0), timeout=0.01)
         self.assertEqual(self.reader.polls, 0)
+
+    # The queue shut down while a reader polls: the poll ends at its next
+    # look with Cancelled, as a sleep would, without sleeping first.
+    def test_shutdown_during_a_poll_cancels_it(self):
+        self.read_behind()
+        fake = FakeTime(50 * US, 1 * US, publish_at=3,
+                        publish=lambda: set_state(self.writer, Q.QUEUE_SHUTDOWN))
+        with self.assertRaises(Cancelled):
+            self.dequeue_with(fake)
+        self.assertEqual((self.reader.polls, self.reader.sleeps), (1, 0))
+        self.assertEqual(fake.calls, 3)
 
     # SHMBROKER_QUEUE_SPIN_MAX_US=0 (no spin) leaves no CPU to poll with,
     # and SHMBROKER_QUEUE_WAIT=short turns the adaptive wait off: neither
