@@ -246,20 +246,33 @@ class BackToBackPollTest(unittest.TestCase):
     # SHMBROKER_QUEUE_SPIN_MAX_US=0 (no spin) leaves no CPU to poll with,
     # and SHMBROKER_QUEUE_WAIT=short turns the adaptive wait off: neither
     # polls when behind.
+    # The same for the writer held back by its reader.
     def test_no_poll_without_a_budget_or_the_adaptive_wait(self):
         for env in ({"SHMBROKER_QUEUE_SPIN_MAX_US": "0"}, {"SHMBROKER_QUEUE_WAIT": "short"}):
             fd, size = format_area(1, 8, 64)
             self.addCleanup(os.close, fd)
-            self.writer = attach(fd, size)
-            self.addCleanup(self.writer.close)
-            epoch = seat_take(self.writer, 0)
             with unittest.mock.patch.dict(os.environ, env):
+                self.writer = attach(fd, size)
+                self.addCleanup(self.writer.close)
+                epoch = seat_take(self.writer, 0)
                 self.reader = attach(fd, size, 0, epoch)
             self.addCleanup(self.reader.close)
             self.read_behind()
             with self.assertRaises(Timeout):
                 self.dequeue_with(FakeTime(50 * US, 1 * US), timeout=0.05)
             self.assertEqual(self.reader.polls, 0, env)
+            for _ in range(self.writer.slots):
+                self.publish()
+            patches = FakeTime(50 * US, 1 * US).patches()
+            for p in patches:
+                p.start()
+            try:
+                with self.assertRaises(Timeout):
+                    self.writer.reserve(0.05)
+            finally:
+                for p in reversed(patches):
+                    p.stop()
+            self.assertEqual(self.writer.polls, 0, env)
 
 
 if __name__ == "__main__":

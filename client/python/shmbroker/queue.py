@@ -133,10 +133,10 @@ _GAP_MAX_NS = 100000000
 _sched_yield = os.sched_yield
 # Back to back: a reader that found _POLL_AHEAD messages already published
 # (it is behind the writer), its messages coming within the spin bound of
-# each other on average, polls for the next ones, yielding the CPU between looks, for
-# this many waits, each within its CPU budget (spin_max_ns of this thread's
-# CPU, and at most _POLL_WALL_PARTS times that of wall time), before it
-# sleeps on the futex. While more members than CPUs share the machine, a
+# each other on average, polls for the next ones, yielding the CPU between
+# looks, for this many waits, each within its CPU budget (spin_max_ns of
+# this thread's CPU, and at most _POLL_WALL_PARTS times that of wall time),
+# before it sleeps on the futex. While more members than CPUs share the machine, a
 # yield hands the CPU to the writer or a slower reader, so the poll costs
 # little CPU and saves the writer a futex wake per message; on an idle CPU
 # it ends once its budget is spent.
@@ -529,8 +529,8 @@ class _Area:
             limit = self.spin_ns or budget
             # Held back by its readers, the adaptive writer polls as a
             # reader behind does: within spin_max_ns of its CPU, yielding
-            # to the readers it waits for.
-            poll = self.adaptive and not self.spin_ns
+            # to the readers it waits for (without a budget, the spin).
+            poll = self.adaptive and not self.spin_ns and self.spin_max_ns > 0
         elif self.spin_ns:
             budget = self._spin_r
             limit = self.spin_ns
