@@ -375,8 +375,14 @@ def queue_writer(side, opts, n_readers, out):
         mq.enqueue((REPORT, 0, 0, b""))
         return [c.recv() for c in pipes]
 
+    def cpu_now():
+        return time.process_time() + sum(cpu_of(p.pid) for p in readers)
+
     def b2b(size, n=None, seconds=None):
+        """Messages per second, and the CPU microseconds the writer and
+        every reader spent per message (spinning or not)."""
         body = bytes(size)
+        cpu0 = cpu_now()
         sent, t0 = 0, time.monotonic_ns()
         while (n is not None and sent < n) or (
                 seconds is not None and time.monotonic_ns() - t0 < seconds * 1e9):
@@ -384,15 +390,15 @@ def queue_writer(side, opts, n_readers, out):
             sent += 1
         got = report()
         end = max(g[1] for g in got)
-        return sent / ((end - t0) / 1e9)
+        return sent / ((end - t0) / 1e9), (cpu_now() - cpu0) / sent * 1e6
 
     try:
-        for size in QUEUE_SIZES:
+        for size in opts.queue_sizes:
             name = "%s x%d" % (human(size), n_readers)
-            res["first:" + name] = b2b(size, n=20)
+            res["first:" + name] = b2b(size, n=20)[0]
             b2b(size, seconds=opts.secs / 5)  # untimed
-            res[name] = b2b(size, seconds=opts.secs)
-        for size, period in PACED:
+            res[name], res["cpu-us/msg:" + name] = b2b(size, seconds=opts.secs)
+        for size, period in opts.paced:
             name = "%s x%d every %g us" % (human(size), n_readers, period * 1e6)
             body = bytes(size)
             n = max(20, int(opts.secs / period))
@@ -444,14 +450,16 @@ def in_child(target, *args):
 def run_round(side, opts):
     res = {}
     saved = os.environ.get("SHMBROKER_SOCKET")
-    # The store starts a private daemon, as a vLLM writer alone would.
-    os.environ["SHMBROKER_SOCKET"] = os.path.join(opts.tmp, "no-daemon.sock")
-    try:
-        if opts.only != "queue":
+    if opts.only in (None, "store"):
+        # The store starts a private daemon, as a vLLM writer alone would.
+        os.environ["SHMBROKER_SOCKET"] = os.path.join(opts.tmp, "no-daemon.sock")
+        try:
             res.update({"store " + k: v for k, v in in_child(store_writer, side, opts).items()})
-    finally:
+        finally:
+            os.environ["SHMBROKER_SOCKET"] = opts.queue_socket or saved or ""
+    else:
         os.environ["SHMBROKER_SOCKET"] = opts.queue_socket or saved or ""
-    for n in (opts.readers if opts.only != "store" else ()):
+    for n in (opts.readers if opts.only in (None, "queue") else ()):
         res.update({"queue " + k: v for k, v in in_child(queue_writer, side, opts, n).items()})
     if saved is None:
         os.environ.pop("SHMBROKER_SOCKET", None)
@@ -463,8 +471,8 @@ def run_round(side, opts):
 # Whether a larger figure is better, by the name's prefix.
 def higher_is_better(key):
     short = key.split(" ", 1)[1]
-    return not (short.startswith(("p50:", "p99:", "cpu:", "idle", "open_s", "fallocate_s",
-                                  "put_us:", "get_us:")))
+    return not (short.startswith(("p50:", "p99:", "cpu:", "cpu-us/msg:", "idle", "open_s",
+                                  "fallocate_s", "put_us:", "get_us:")))
 
 
 def summarize(rounds):
@@ -521,6 +529,8 @@ def print_report(summary, opts, nrounds, vllm_name):
                 key.replace("first:", ""), fmt(s["vllm"]), fmt(s["ours"]), fmt(s["ratio"])))
     p("")
     p("p50/p99 in us (one-way, send to dequeued); cpu = reader CPU-seconds per second while paced;"
+      " cpu-us/msg = CPU microseconds of the writer and every reader per message back to back"
+      " (the readers' counted in clock ticks);"
       " idle cpu = in the first %g s after the last message; open_s = opening the store "
       "(fallocate_s: posix_fallocate of the ring's size alone, the reference for ours);"
       " put_us/get_us = microseconds spent inside put() in the writer and inside get() in the"
@@ -536,7 +546,11 @@ def main():
     ap.add_argument("--against-ours", action="store_true",
                     help="ours on both sides: checks this script without vLLM")
     ap.add_argument("--only", choices=("store", "queue"),
-                    help="measure the store's cells or the queue's alone")
+                    help="measure the store or the queue alone")
+    ap.add_argument("--readers", default="1,4",
+                    help="the queue's reader counts, comma-separated (default 1,4)")
+    ap.add_argument("--queue-cells", choices=("all", "b2b", "paced"), default="all",
+                    help="the queue's back-to-back rates, its paced latencies, or both")
     opts = ap.parse_args()
     quick = opts.quick or os.environ.get("BENCH_QUICK") == "1"
     opts.rounds = opts.rounds or (1 if quick else 3)
@@ -544,7 +558,14 @@ def main():
     opts.idle = 0.3 if quick else 1.0
     opts.ring = (64 if quick else 1024) * MIB
     opts.max_object = 20 * MIB
-    opts.readers = [1, 4]
+    try:
+        opts.readers = [int(n) for n in opts.readers.split(",")]
+        if not opts.readers or not all(1 <= n <= 64 for n in opts.readers):
+            raise ValueError
+    except ValueError:
+        ap.error("--readers %r: reader counts of 1 to 64, comma-separated" % opts.readers)
+    opts.queue_sizes = QUEUE_SIZES if opts.queue_cells != "paced" else []
+    opts.paced = PACED if opts.queue_cells != "b2b" else []
     multiprocessing.set_start_method("fork")
 
     if opts.against_ours:

@@ -107,8 +107,10 @@ class BenchVllmTest(unittest.TestCase):
                     "store first:1 MiB", "queue 64 B x1", "queue 1 MiB x4",
                     "queue first:4 KiB x4", "queue p50:64 B x1 every 200 us",
                     "queue p99:4 KiB x4 every 5000 us", "queue cpu:64 B x4 every 5000 us",
-                    "queue idle cpu x1"):
+                    "queue idle cpu x1", "queue cpu-us/msg:64 B x4"):
             self.assertIn(key, rows)
+        # CPU per message back to back: lower is better for ours.
+        self.assertFalse(rows["queue cpu-us/msg:64 B x4"]["higher_is_better"])
         for key in ("store 1 MiB", "queue 4 KiB x4", "queue p50:4 KiB x1 every 5000 us",
                     "store put_us:64 KiB", "store get_us:dict+1MiB-array"):
             row = rows[key]
@@ -133,6 +135,24 @@ class BenchVllmTest(unittest.TestCase):
             keys = [json.loads(line)["key"] for line in f]
         self.assertIn("store get_us:16 MiB", keys)
         self.assertEqual([k for k in keys if not k.startswith("store ")], [])
+
+    # --only queue, --readers and --queue-cells measure the queue alone, with
+    # the reader counts and the cells asked for: nothing of the store, no
+    # paced cell, no other reader count.
+    def test_queue_alone(self):
+        self.fake_tree()
+        out = os.path.join(self.tmp, "out.json")
+        r = self.run_harness("--quick", "--seconds", "0.05", "--json", out, "--only", "queue",
+                             "--readers", "2", "--queue-cells", "b2b")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(out) as f:
+            keys = {json.loads(line)["key"] for line in f}
+        self.assertIn("queue 64 B x2", keys)
+        self.assertIn("queue cpu-us/msg:1 MiB x2", keys)
+        self.assertEqual([k for k in keys if "store" in k or "every" in k or " x1" in k], [])
+        bad = self.run_harness("--quick", "--readers", "0,x")
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--readers", bad.stderr)
 
 
 if __name__ == "__main__":

@@ -132,6 +132,23 @@ _FIT_LOOKS = 64
 # A gap this long is a pause, not a rhythm.
 _GAP_MAX_NS = 100000000
 _sched_yield = os.sched_yield
+# Back to back: a reader that found _POLL_AHEAD messages already published
+# (it is behind the writer), its messages coming within the spin bound of
+# each other on average, polls for the next ones, yielding the CPU between
+# looks, for this many waits, each within its CPU budget (spin_max_ns of
+# this thread's CPU, and at most _POLL_WALL_PARTS times that of wall time),
+# before it sleeps on the futex. While more members than CPUs share the machine, a
+# yield hands the CPU to the writer or a slower reader, so the poll costs
+# little CPU and saves the writer a futex wake per message; on an idle CPU
+# it ends once its budget is spent.
+_POLL_WAITS = 8
+_POLL_AHEAD = 2
+_POLL_WALL_PARTS = 10
+# Polls are judged by windows of this many; when most of a window's ran out
+# and slept, the next _POLLS_OFF_FOR waits do not poll.
+_POLL_WINDOW = 16
+_POLLS_OFF_FOR = 512
+_thread_time = time.thread_time_ns
 
 # wait_until_ready() looks at the seats this often (no futex is bumped when a
 # seat is taken: it is set-up, not the data path).
@@ -323,6 +340,15 @@ class _Area:
         self._nap_tries = self._nap_misses = 0
         self._naps_off = 0    # waits left before naps are tried again
         self.naps = 0         # naps ahead of a message (tests look at these)
+        # Waits that poll once this reader is found behind (none without a
+        # spin budget).
+        self._poll_waits = _POLL_WAITS if self.spin_max_ns else 0
+        self._poll_left = 0   # waits left that poll (back to back, _poll)
+        self._ahead = 0       # messages published for this seat at the last look
+        self._poll_tries = self._poll_misses = 0
+        self._polls_off = 0   # waits left before polls are tried again
+        self.polls = 0        # waits that polled
+        self.yields = 0       # their yields
         self.sleeps = 0       # futex waits with no message expected
         # Set by this member's shutdown() (stop_reads): its waits for a
         # message end with Cancelled; other members' are not touched.
@@ -434,7 +460,9 @@ class _Area:
         if q32[self._i_sstate] != SEAT_LIVE or q64[self._i_epoch] != self.epoch:
             raise ConnectionLost("ENOTCONN", "Reader seat %d of this queue is no longer this "
                                  "process's: it was dropped or taken again." % self.seat)
-        if q64[16] > q64[self._i_next]:  # header.head
+        ahead = q64[16] - q64[self._i_next]  # header.head - seat.next
+        if ahead > 0:
+            self._ahead = ahead  # messages published for this seat (_wait)
             # Acquire (head): the slot is read after the writer filled it.
             if self._acquire is not None:
                 self._acquire()
@@ -479,6 +507,15 @@ class _Area:
         unless told the wait is indefinite."""
         ready = self._writer_ready if writer else self._reader_ready
         if ready():
+            # Behind the writer, back to back: more than this message is
+            # published already (one alone is also a paced reader's that
+            # woke late), and messages have been coming within the spin
+            # bound of each other on average (a paced reader that fell
+            # behind, on a machine whose other work holds the CPUs, would
+            # only yield its CPU to that work and fall further behind).
+            if (not writer and not self._polls_off and self._ahead >= _POLL_AHEAD
+                    and 0 < self._gap <= self.spin_max_ns):
+                self._poll_left = self._poll_waits
             return
         if timeout is not None and not timeout < _TIMEOUT_FOREVER_S:
             timeout = None  # infinity, or NaN, which no elapsed time exceeds (vLLM's test)
@@ -487,22 +524,42 @@ class _Area:
         self._check_stop(writer, cancel)
         start = _now()
         deadline = None if timeout is None else start + int(timeout * 1e9)
+        poll = False
         if writer:
             budget = self._spin_w
             limit = self.spin_ns or budget
+            # Held back by its readers, the adaptive writer polls as a
+            # reader behind does: within spin_max_ns of its CPU, yielding
+            # to the readers it waits for (without a budget, the spin).
+            poll = self.adaptive and not self.spin_ns and self.spin_max_ns > 0
         elif self.spin_ns:
             budget = self._spin_r
             limit = self.spin_ns
         elif self.adaptive:
             budget = 0
-            limit = self._reader_plan(start, deadline, cancel)
+            if self._poll_left:
+                self._poll_left -= 1
+                if self._poll(ready, start, self.spin_max_ns, deadline, False, cancel):
+                    self._polled(True)
+                    return
+                self._polled(False)
+                self._poll_left = 0  # the budget went by: the writer paused
+                limit = 0
+            else:
+                if self._polls_off:
+                    self._polls_off -= 1
+                limit = self._reader_plan(start, deadline, cancel)
             if limit < 0:
                 return  # the message came during the nap
             start = _now()
         else:
             budget = self._spin_r
             limit = budget
-        if self._spin(ready, start, limit, deadline, writer, cancel):
+        if poll:
+            spun = self._poll(ready, start, self.spin_max_ns, deadline, True, cancel)
+        else:
+            spun = limit and self._spin(ready, start, limit, deadline, writer, cancel)
+        if spun:
             if writer:
                 self._spin_w = min(budget * 2, SPIN_MAX_NS)
             elif budget:
@@ -590,6 +647,50 @@ class _Area:
                     _sched_yield()
                 if i & 1023 == 0:  # a set_spin of up to 100 ms
                     self._check_stop(writer, cancel)
+
+    def _poll(self, ready, start, budget, deadline, writer, cancel):
+        """Look, yield the CPU, look again, until ready() (True) or this
+        thread has spent budget ns of CPU on it, or ten times that of wall
+        time, or the deadline passed (False): the wait of a reader whose
+        messages have been coming back to back, and the writer's spin. Its
+        CPU is read only when the wall time says the budget may be spent: a
+        yield that let other processes run cost this one next to nothing."""
+        self.polls += 1
+        cpu0 = _thread_time()
+        cap = start + budget * _POLL_WALL_PARTS
+        if deadline is not None and deadline < cap:
+            cap = deadline
+        end = min(start + budget, cap)
+        i = 0
+        while True:
+            if ready():
+                return True
+            i += 1
+            if i & 1023 == 0:
+                self._check_stop(writer, cancel)
+            now = _now()
+            if now >= end:
+                left = budget - (_thread_time() - cpu0)
+                if left <= 0 or now >= cap:
+                    return ready()
+                end = min(now + left, cap)
+            self.yields += 1
+            _sched_yield()
+
+    def _polled(self, got):
+        """Count a reader's poll that got its message (got) or ran out. Polls
+        are judged by windows of _POLL_WINDOW: when most of a window's ran
+        out (other processes hold the CPUs for longer than the budget's
+        wall time, or the writer pauses often), polling costs more than the
+        futex wake it saves, and the next _POLLS_OFF_FOR waits do not poll."""
+        self._poll_tries += 1
+        if not got:
+            self._poll_misses += 1
+        if self._poll_tries == _POLL_WINDOW:
+            if self._poll_misses * 2 > _POLL_WINDOW:
+                self._polls_off = _POLLS_OFF_FOR
+                self._poll_left = 0
+            self._poll_tries = self._poll_misses = 0
 
     def _reader_plan(self, now, deadline, cancel):
         """The adaptive wait of a reader whose message is not there yet
