@@ -6,6 +6,7 @@
  * connection's hello and proof of the key. What a ready peer asks for is
  * fetch.c's; the daemon is not known here.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -68,6 +69,123 @@ static int parse_hostport(const char *s, struct sockaddr_storage *sa, socklen_t 
     *len = res->ai_addrlen;
     freeaddrinfo(res);
     return 0;
+}
+
+/* Up to 80 bytes of text from outside, for a message: bytes that are not
+ * printable ASCII (control bytes, UTF-8 or not) become '?'. */
+static const char *printable(const char *s, char *out, size_t n)
+{
+    size_t i;
+    for (i = 0; i + 1 < n && i < 80 && s[i]; i++)
+        out[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+    out[i] = 0;
+    return out;
+}
+
+int peer_allow_from(struct relay *r, const char *text, struct shmb_error *err)
+{
+    struct allow_range a = {0};
+    char addr[INET6_ADDRSTRLEN], shown[96], net[INET6_ADDRSTRLEN];
+    const char *slash = strchr(text, '/');
+    size_t al = slash ? (size_t)(slash - text) : strlen(text);
+    unsigned max, len;
+
+    if (r->nallow >= RELAY_ALLOW_MAX)
+        return shmb_error_set(err, -E2BIG,
+                              "More than %d --allow-from ranges: give the network's prefix "
+                              "(such as 10.0.0.0/8) rather than its hosts one by one.",
+                              RELAY_ALLOW_MAX);
+    if (al > 0 && al < sizeof(addr)) {
+        memcpy(addr, text, al);
+        addr[al] = 0;
+    } else
+        addr[0] = 0;
+    if (inet_pton(AF_INET, addr, a.addr) == 1)
+        a.family = AF_INET, max = 32;
+    else if (inet_pton(AF_INET6, addr, a.addr) == 1)
+        a.family = AF_INET6, max = 128;
+    else
+        return shmb_error_set(err, -EINVAL,
+                              "--allow-from takes ADDR or ADDR/PREFIX, an IPv4 or IPv6 "
+                              "address (not a host name), such as 10.0.0.0/8 or fd00::/64; "
+                              "'%s' is not one.", printable(text, shown, sizeof(shown)));
+    a.prefix = max;
+    if (slash) {
+        const char *d = slash + 1;
+        size_t dl = strlen(d);
+        if (dl == 0 || dl > 3 || strspn(d, "0123456789") != dl || (dl > 1 && d[0] == '0') ||
+            (a.prefix = (unsigned)atoi(d)) > max)
+            return shmb_error_set(err, -EINVAL,
+                                  "The prefix of --allow-from '%s' is not a number of bits "
+                                  "from 0 to %u.", printable(text, shown, sizeof(shown)), max);
+    }
+    /* Bits set past the prefix are a typo more often than not (10.1.2.3/8
+     * for 10.1.2.3/32?): say which network it would be. */
+    len = max / 8;
+    for (unsigned bit = a.prefix; bit < max; bit++)
+        if (a.addr[bit / 8] & (0x80 >> (bit % 8))) {
+            unsigned char m[16];
+            memcpy(m, a.addr, len);
+            for (unsigned b = a.prefix; b < max; b++)
+                m[b / 8] &= (unsigned char)~(0x80 >> (b % 8));
+            inet_ntop(a.family, m, net, sizeof(net));
+            return shmb_error_set(err, -EINVAL,
+                                  "--allow-from '%s' has address bits set past its /%u "
+                                  "prefix: write the network, %s/%u, or the one address, "
+                                  "%s.", printable(text, shown, sizeof(shown)), a.prefix, net,
+                                  a.prefix, addr);
+        }
+    r->allow[r->nallow++] = a;
+    return 0;
+}
+
+/* The family and bytes of an IP address (an IPv4 address mapped into IPv6,
+ * as a dual-stack listener sees IPv4 clients, as IPv4): 0, or -1 when sa is
+ * neither. */
+static int ip_of(const struct sockaddr_storage *sa, int *family, unsigned char out[16])
+{
+    if (sa->ss_family == AF_INET) {
+        memcpy(out, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        *family = AF_INET;
+        return 0;
+    }
+    if (sa->ss_family == AF_INET6) {
+        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(a6)) {
+            memcpy(out, a6->s6_addr + 12, 4);
+            *family = AF_INET;
+        } else {
+            memcpy(out, a6->s6_addr, 16);
+            *family = AF_INET6;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+/* Whether the listener admits a connection from sa: the address of a
+ * configured peer (as resolved at start), or one in an --allow-from range. */
+static bool peer_address_allowed(const struct relay *r, const struct sockaddr_storage *sa)
+{
+    unsigned char a[16], b[16];
+    int fa, fb;
+    const struct peer *p;
+
+    if (ip_of(sa, &fa, a) < 0)
+        return false;
+    LIST_FOREACH(p, &r->peers, link)
+        if (p->configured && ip_of(&p->sa, &fb, b) == 0 && fa == fb &&
+            memcmp(a, b, fa == AF_INET ? 4 : 16) == 0)
+            return true;
+    for (unsigned i = 0; i < r->nallow; i++) {
+        const struct allow_range *w = &r->allow[i];
+        unsigned full = w->prefix / 8, rest = w->prefix % 8;
+        if (w->family != fa || memcmp(a, w->addr, full) != 0)
+            continue;
+        if (rest == 0 || ((a[full] ^ w->addr[full]) & (0xff00 >> rest) & 0xff) == 0)
+            return true;
+    }
+    return false;
 }
 
 struct peer *peer_find(struct relay *r, const char *name)
@@ -263,9 +381,25 @@ static void peer_accept(struct relay *r, ucp_conn_request_h req)
     ucs_status_t st;
     char host[64] = "?", port[16] = "?";
 
-    if (ucp_conn_request_query(req, &attr) == UCS_OK)
-        getnameinfo((struct sockaddr *)&attr.client_address, sizeof(attr.client_address),
-                    host, sizeof(host), port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV);
+    if (ucp_conn_request_query(req, &attr) != UCS_OK) {
+        relay_log("refused a connection whose address UCX does not tell");
+        r->refused++;
+        ucp_listener_reject(r->listener, req);
+        return;
+    }
+    getnameinfo((struct sockaddr *)&attr.client_address, sizeof(attr.client_address), host,
+                sizeof(host), port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV);
+    /* Before any endpoint: UCX handles its own messages on an endpoint before
+     * the key is proved (docs/multi-host.md, "Trust"), so a host that is no
+     * peer's gets none. */
+    if (!peer_address_allowed(r, &attr.client_address)) {
+        relay_log("refused a connection from %s:%s: %s is not a configured peer's address "
+                  "nor in an --allow-from range (add --allow-from %s if it is a relay)",
+                  host, port, host, host);
+        r->refused++;
+        ucp_listener_reject(r->listener, req);
+        return;
+    }
     if (r->ninbound >= RELAY_INBOUND_MAX || r->stopping) {
         relay_log("refused a connection from %s:%s: %u connections from peers already "
                   "(at most %d)", host, port, r->ninbound, RELAY_INBOUND_MAX);
@@ -548,8 +682,16 @@ struct ucx_am_handler_head {
 };
 extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_PUT __attribute__((weak));
 extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_GET_REQ __attribute__((weak));
+extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_GET_REP __attribute__((weak));
 static struct relay *guarded_relay;
-static uct_am_callback_t ucx_get_req_cb;
+static uct_am_callback_t ucx_get_req_cb, ucx_get_rep_cb;
+
+/* UCX 1.13 names its endpoints and requests on the wire by ids, and an id
+ * whose low bit is clear is the object's address itself (ucs_ptr_map_get):
+ * a peer that sends one makes UCX use any address it likes as a request or
+ * an endpoint. The relay's endpoints use indirect ids only (its context has
+ * PROTO_INDIRECT_ID on), so every id a peer may rightly send has the bit. */
+#define UCX_ID_INDIRECT 1ull
 
 static ucs_status_t guarded_get_req(void *arg, void *data, size_t length, unsigned flags)
 {
@@ -570,6 +712,25 @@ static ucs_status_t guarded_get_req(void *arg, void *data, size_t length, unsign
     return ucx_get_req_cb(arg, data, length, flags);
 }
 
+/* A reply to an emulated read (GET_REP): the request id, the offset, the
+ * bytes. UCX copies the bytes into the request the id names; an id that is
+ * an address would have them written wherever the peer chose. */
+static ucs_status_t guarded_get_rep(void *arg, void *data, size_t length, unsigned flags)
+{
+    uint64_t req_id = 0;
+
+    if (length >= sizeof(req_id))
+        memcpy(&req_id, data, sizeof(req_id));
+    if (length < 2 * sizeof(uint64_t) || !(req_id & UCX_ID_INDIRECT)) {
+        relay_log("dropped a peer's emulated RMA read reply of %zu bytes naming request "
+                  "%#llx: %s", length, (unsigned long long)req_id,
+                  length < 2 * sizeof(uint64_t) ? "shorter than its header"
+                                                : "an address rather than an id");
+        return UCS_OK;
+    }
+    return ucx_get_rep_cb(arg, data, length, flags);
+}
+
 static ucs_status_t dropped_put(void *arg, void *data, size_t length, unsigned flags)
 {
     uint64_t addr = 0;
@@ -587,7 +748,8 @@ static void guard_emulated_rma(struct relay *r)
 
     ucp_get_version(&major, &minor, &release);
     if (major != 1 || minor != 13 || !&ucp_am_handler_UCP_AM_ID_PUT ||
-        !&ucp_am_handler_UCP_AM_ID_GET_REQ || !ucp_am_handler_UCP_AM_ID_GET_REQ.cb) {
+        !&ucp_am_handler_UCP_AM_ID_GET_REQ || !ucp_am_handler_UCP_AM_ID_GET_REQ.cb ||
+        !&ucp_am_handler_UCP_AM_ID_GET_REP || !ucp_am_handler_UCP_AM_ID_GET_REP.cb) {
         relay_log("UCX %u.%u: the relay cannot keep peers' emulated RMA (TCP) to reads of "
                   "the pool; a peer that proves the key may read and write this process",
                   major, minor);
@@ -598,6 +760,10 @@ static void guard_emulated_rma(struct relay *r)
     if (ucp_am_handler_UCP_AM_ID_GET_REQ.cb != guarded_get_req) {
         ucx_get_req_cb = ucp_am_handler_UCP_AM_ID_GET_REQ.cb;
         ucp_am_handler_UCP_AM_ID_GET_REQ.cb = guarded_get_req;
+    }
+    if (ucp_am_handler_UCP_AM_ID_GET_REP.cb != guarded_get_rep) {
+        ucx_get_rep_cb = ucp_am_handler_UCP_AM_ID_GET_REP.cb;
+        ucp_am_handler_UCP_AM_ID_GET_REP.cb = guarded_get_rep;
     }
 }
 
@@ -619,6 +785,13 @@ int peer_setup(struct relay *r, struct shmb_error *err)
     if (st != UCS_OK)
         return shmb_error_set(err, -EINVAL, "UCX's settings (UCX_* variables): %s.",
                               ucs_status_string(st));
+    /* Ids on the wire, never addresses: the guards below drop the rest. */
+    st = ucp_config_modify(config, "PROTO_INDIRECT_ID", "on");
+    if (st != UCS_OK) {
+        ucp_config_release(config);
+        return shmb_error_set(err, -EINVAL, "UCX does not take PROTO_INDIRECT_ID=on: %s. "
+                              "The relay needs UCX 1.13.", ucs_status_string(st));
+    }
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
     st = ucp_init(&params, config, &r->ctx);
@@ -664,6 +837,10 @@ int peer_setup(struct relay *r, struct shmb_error *err)
                                   "Cannot listen on %s: %s. Is another relay there, or "
                                   "is the address not this host's?",
                                   r->listen_addr, ucs_status_string(st));
+        if (LIST_EMPTY(&r->peers) && r->nallow == 0)
+            relay_log("listening on %s with no --peer and no --allow-from: every connection "
+                      "is refused; name the relays that dial this one with --allow-from "
+                      "ADDR[/PREFIX]", r->listen_addr);
     }
     uv_poll_init(r->loop, &r->efd_poll, r->efd);
     r->efd_poll.data = r;
