@@ -671,11 +671,13 @@ static void on_timer(uv_timer_t *h)
  * write any byte of this process (a put) or read, and by reading an
  * unmapped address crash, any byte (a get). Only gets of an object pinned
  * for a peer that proved the key are the relay's business, so before the
- * worker is made: puts dropped, and gets elsewhere dropped. The handlers are UCX 1.13's exported tables,
- * whose first two fields (the features that install a handler, its
- * callback) and the get request's first two (address, length) are read
- * here; another UCX leaves them alone, and the relay says so. A peer's
- * put or get dropped never completes: its own relay's fetch times out. */
+ * worker is made: puts dropped, gets elsewhere dropped, and replies to our
+ * own gets that name the request by an address dropped. The handlers are
+ * UCX 1.13's exported tables, whose first two fields (the features that
+ * install a handler, its callback) and the get request's first two
+ * (address, length) and the reply's first (the request id) are read here;
+ * another UCX leaves them alone, and the relay says so. A peer's put or get
+ * dropped never completes: its own relay's fetch times out. */
 struct ucx_am_handler_head {
     uint64_t features;
     uct_am_callback_t cb;
