@@ -7,12 +7,15 @@
  * fetch.c's; the daemon is not known here.
  */
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <uct/api/uct.h>
 
@@ -163,22 +166,12 @@ static int ip_of(const struct sockaddr_storage *sa, int *family, unsigned char o
     return -1;
 }
 
-/* Whether the listener admits a connection from sa: the address of a
- * configured peer (as resolved at start), or one in an --allow-from range. */
-static bool peer_address_allowed(const struct relay *r, const struct sockaddr_storage *sa)
+/* Whether the address a (of family fa) lies in one of the n ranges. */
+static bool in_ranges(const struct allow_range *ranges, unsigned n, int fa,
+                      const unsigned char *a)
 {
-    unsigned char a[16], b[16];
-    int fa, fb;
-    const struct peer *p;
-
-    if (ip_of(sa, &fa, a) < 0)
-        return false;
-    LIST_FOREACH(p, &r->peers, link)
-        if (p->configured && ip_of(&p->sa, &fb, b) == 0 && fa == fb &&
-            memcmp(a, b, fa == AF_INET ? 4 : 16) == 0)
-            return true;
-    for (unsigned i = 0; i < r->nallow; i++) {
-        const struct allow_range *w = &r->allow[i];
+    for (unsigned i = 0; i < n; i++) {
+        const struct allow_range *w = &ranges[i];
         unsigned full = w->prefix / 8, rest = w->prefix % 8;
         if (w->family != fa || memcmp(a, w->addr, full) != 0)
             continue;
@@ -186,6 +179,84 @@ static bool peer_address_allowed(const struct relay *r, const struct sockaddr_st
             return true;
     }
     return false;
+}
+
+/* Whether the listener admits a connection from sa: the address of a
+ * configured peer (as resolved at start), or one in an --allow-from range.
+ * Reads only what is fixed before UCX starts: UCX's thread calls it too. */
+static bool peer_address_allowed(const struct relay *r, const struct sockaddr_storage *sa)
+{
+    unsigned char a[16];
+    int fa;
+
+    if (ip_of(sa, &fa, a) < 0)
+        return false;
+    return in_ranges(r->peer_ips, r->npeer_ips, fa, a) || in_ranges(r->allow, r->nallow, fa, a);
+}
+
+/* The configured peers' addresses, fixed for peer_address_allowed. */
+static void peer_snapshot_addresses(struct relay *r)
+{
+    const struct peer *p;
+    r->npeer_ips = 0;
+    LIST_FOREACH(p, &r->peers, link) {
+        struct allow_range *w = &r->peer_ips[r->npeer_ips];
+        if (!p->configured || r->npeer_ips >= RELAY_PEERS_MAX ||
+            ip_of(&p->sa, &w->family, w->addr) < 0)
+            continue;
+        w->prefix = w->family == AF_INET ? 32 : 128;
+        r->npeer_ips++;
+    }
+}
+
+/* UCX's TCP transport listens on a port of its own besides the listener
+ * (the one 'ss -ltnp' shows on the device's address), where it takes
+ * connections and then messages for the UCP handlers without any
+ * ucp_listener in the way: the address check at peer_accept would not see
+ * them. UCX accepts there, and at the listener, with libc's accept() (from
+ * libucs, in UCX's own thread), so the relay defines accept() and closes a
+ * connection from an address it does not admit before UCX sees it. libuv
+ * uses accept4(), which this leaves alone, as it leaves sockets that are
+ * not IP. */
+static const struct relay *admitting_relay;
+static int (*libc_accept)(int, struct sockaddr *, socklen_t *);
+static _Atomic uint64_t refused_at_accept;
+
+int accept(int fd, struct sockaddr *addr, socklen_t *addrlen)
+{
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        const struct relay *r = admitting_relay;
+        int c;
+
+        if (!libc_accept)
+            libc_accept = (int (*)(int, struct sockaddr *, socklen_t *))dlsym(RTLD_NEXT,
+                                                                              "accept");
+        if (!libc_accept) {
+            errno = ENOSYS;
+            return -1;
+        }
+        c = libc_accept(fd, (struct sockaddr *)&ss, &sl);
+        if (c < 0)
+            return c;
+        if (!r || (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) ||
+            peer_address_allowed(r, &ss)) {
+            if (addr && addrlen) {
+                memcpy(addr, &ss, sl < *addrlen ? sl : *addrlen);
+                *addrlen = sl;
+            }
+            return c;
+        }
+        char host[64] = "?", port[16] = "?";
+        getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV);
+        relay_log("refused a connection from %s:%s to UCX: %s is not a configured peer's "
+                  "address nor in an --allow-from range (add --allow-from %s if it is a "
+                  "relay)", host, port, host, host);
+        refused_at_accept++;
+        close(c);
+    }
 }
 
 struct peer *peer_find(struct relay *r, const char *name)
@@ -595,6 +666,7 @@ static void peer_drain(struct relay *r)
         bool did = false;
         while (ucp_worker_progress(r->worker))
             did = true;
+        r->refused += atomic_exchange(&refused_at_accept, 0);
         while (!STAILQ_EMPTY(&r->inbox)) {
             struct wire_msg *m = STAILQ_FIRST(&r->inbox);
             STAILQ_REMOVE_HEAD(&r->inbox, link);
@@ -779,6 +851,8 @@ int peer_setup(struct relay *r, struct shmb_error *err)
     int rc;
 
     STAILQ_INIT(&r->inbox);
+    peer_snapshot_addresses(r);
+    admitting_relay = r;
     /* A relay restarted after a crash listens again at once, as a daemon
      * would: its old connections' ports may linger in TIME_WAIT. The
      * operator's own UCX_CM_REUSEADDR wins. */

@@ -160,6 +160,10 @@ struct relay {
     /* Who may connect to the listener besides the configured peers. */
     struct allow_range allow[RELAY_ALLOW_MAX];
     unsigned nallow;
+    /* The configured peers' addresses, as resolved at start: fixed before
+     * UCX starts, since UCX's own thread reads them (peer.c's accept). */
+    struct allow_range peer_ips[RELAY_PEERS_MAX];
+    unsigned npeer_ips;
     /* The local daemon. */
     shmb_t *c;
     ucp_mem_h pool_memh; /* the daemon's mapping, registered once */

@@ -418,6 +418,19 @@ def case_allow_from_values(tmp, key, a):
            "good ones are taken", "; ".join(wrong))
 
 
+RAW_DIAL = r'''
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+s.settimeout(10)
+try:
+    print("closed" if s.recv(1) == b"" else "open")
+except ConnectionResetError:
+    print("closed")
+except socket.timeout:
+    print("open")
+'''
+
+
 def case_allow_from(tmp, key, a, b):
     """The listener admits only the configured peers' addresses and the
     --allow-from ranges, before UCX makes an endpoint: relay G on A's daemon
@@ -464,6 +477,26 @@ def case_allow_from(tmp, key, a, b):
                "neither a peer's nor in --allow-from",
                "logged %s, H's state %s, G's peers %s, refused %d" % (
                    logged, state, g_status["peers"], g_status["refused"]))
+        # UCX's TCP transport listens on a port of its own too, where UCX
+        # takes messages for its handlers with no listener in the way: a
+        # host that is not admitted is closed there at once.
+        r = sh("ip", "netns", "exec", NS_A, "ss", "-Hltnp")
+        ports = [l.split()[3].rsplit(":", 1)[1] for l in r.stdout.splitlines()
+                 if "pid=%d," % g.pid in l and l.split()[3].startswith(IP_A + ":")]
+        ports = [p_ for p_ in ports if p_ != str(port)]
+        refused0 = ask(g_sock, {"op": "status"})["refused"]
+        r = sh("ip", "netns", "exec", NS_B, "/usr/bin/python3", "-c", RAW_DIAL,
+               IP_A, ports[0] if ports else "0", check=False)
+        closed = r.stdout.strip() == "closed"
+        try:
+            wait_for("G to count it", lambda: ask(g_sock, {"op": "status"})["refused"] > refused0)
+            counted = True
+        except AssertionError:
+            counted = False
+        report(len(ports) == 1 and closed and counted,
+               "a host that is not admitted is closed and counted at UCX's own TCP port too",
+               "ports %s: %s, counted %s" % (ports, (r.stdout + r.stderr).strip()[-200:],
+                                             counted))
         g.terminate()
         g.wait(10)
         if os.path.exists(g_sock):
