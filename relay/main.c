@@ -271,7 +271,7 @@ static int parse_flags(struct relay *r, struct flags *f, int argc, char **argv)
             break;
         case 'a': {
             struct shmb_error err = {0};
-            if (peer_allow_from(r, optarg, &err) < 0) {
+            if (admit_allow_from(r, optarg, &err) < 0) {
                 fprintf(stderr, "shmbroker-relay: %s\n", err.message);
                 return 2;
             }

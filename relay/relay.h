@@ -207,15 +207,25 @@ void auth_proof(const struct relay *r, bool dialler, const unsigned char *their_
 bool auth_check(const struct relay *r, bool dialler, const unsigned char *their_nonce,
                 const unsigned char *my_nonce, const unsigned char mac[WIRE_MAC_LEN]);
 
+/* admit.c: who may connect. */
+/* Admit ADDR[/PREFIX] too (--allow-from), checked as hostile text: 0, or
+ * -EINVAL/-E2BIG with what is wrong in err. */
+int admit_allow_from(struct relay *r, const char *text, struct shmb_error *err);
+/* Fix the configured peers' addresses and start closing, at accept(), the
+ * connections from addresses not admitted: before UCX starts. */
+void admit_start(struct relay *r);
+/* Whether a connection from sa is admitted (a peer's address, or in a range). */
+bool admit_address(const struct relay *r, const struct sockaddr_storage *sa);
+/* The connections accept() closed since the last call (UCX's thread counts them). */
+uint64_t admit_take_refused(void);
+
 /* peer.c: the UCP worker, its loop integration, endpoints. */
 int peer_setup(struct relay *r, struct shmb_error *err);
 void peer_teardown(struct relay *r);
 int peer_add_configured(struct relay *r, const char *name, const char *addr,
                         struct shmb_error *err);
 struct peer *peer_find(struct relay *r, const char *name);
-/* Let the listener admit ADDR[/PREFIX] (--allow-from), checked as hostile
- * text: 0, or -EINVAL/-E2BIG with what is wrong in err. */
-int peer_allow_from(struct relay *r, const char *text, struct shmb_error *err);
+
 /* Send one message to p (copied; freed when UCX is done with it). */
 int peer_send(struct peer *p, const void *msg, size_t len);
 /* Something p did is not allowed: say why in the log and close it. */
