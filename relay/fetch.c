@@ -578,6 +578,18 @@ void fetch_on_reply(struct peer *p, const struct wire_msg *m)
                         (unsigned long long)r->max_object);
         return;
     }
+    if (m->rkey_len != 0 && !peer_has_rma(p)) {
+        /* A read by emulated RMA would ask UCX to take the peer's replies,
+         * which name requests by ids a peer may forge into addresses: over
+         * such a link relays send objects themselves. */
+        tell_done(t);
+        transfer_finish(t, -EPROTO,
+                        "Peer %s answered the fetch of '%s' with a remote key over a link "
+                        "without RMA (TCP), where relays send the object's bytes themselves; "
+                        "is it a relay of another version?", p->name, t->key);
+        peer_fail(p, "answered a fetch with a remote key over a link without RMA");
+        return;
+    }
     rc = shmb_alloc(r->c, t->key, (size_t)m->size, 0, &t->ptr);
     if (rc == -ECONNRESET) {
         fetch_daemon_lost(r);

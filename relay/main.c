@@ -21,6 +21,7 @@ static void usage(FILE *out)
     fprintf(out,
             "Usage: shmbroker-relay --key-file FILE [--listen ADDR:PORT]\n"
             "                       [--peer NAME=ADDR:PORT]... [--peers-file FILE]\n"
+            "                       [--allow-from ADDR[/PREFIX]]...\n"
             "                       [--socket PATH] [--relay-socket PATH] [--name NAME]\n"
             "                       [--max-object BYTES] [--fetch-timeout SECONDS]\n"
             "Carries objects between hosts' shmbroker daemons over UCX.\n"
@@ -28,6 +29,8 @@ static void usage(FILE *out)
             "  --listen ADDR:PORT   accept other relays there\n"
             "  --peer NAME=ADDR:PORT  a relay to fetch from (repeatable)\n"
             "  --peers-file FILE    lines 'peer = NAME ADDR:PORT' ('#' comments)\n"
+            "  --allow-from ADDR[/PREFIX]  the listener also admits these addresses\n"
+            "                       (repeatable; by default only the peers' addresses)\n"
             "  --socket PATH        the local daemon's socket (default $%s or %s)\n"
             "  --relay-socket PATH  this relay's socket (default: the daemon's + \"%s\")\n"
             "  --name NAME          this relay's name in its hello (default: the host name)\n"
@@ -235,6 +238,7 @@ static int parse_flags(struct relay *r, struct flags *f, int argc, char **argv)
         {"listen", required_argument, NULL, 'l'},
         {"peer", required_argument, NULL, 'p'},
         {"peers-file", required_argument, NULL, 'f'},
+        {"allow-from", required_argument, NULL, 'a'},
         {"socket", required_argument, NULL, 's'},
         {"relay-socket", required_argument, NULL, 'r'},
         {"name", required_argument, NULL, 'n'},
@@ -265,6 +269,14 @@ static int parse_flags(struct relay *r, struct flags *f, int argc, char **argv)
         case 'f':
             f->peers_file = optarg;
             break;
+        case 'a': {
+            struct shmb_error err = {0};
+            if (admit_allow_from(r, optarg, &err) < 0) {
+                fprintf(stderr, "shmbroker-relay: %s\n", err.message);
+                return 2;
+            }
+            break;
+        }
         case 's':
             r->daemon_socket = optarg;
             break;

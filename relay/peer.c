@@ -263,9 +263,25 @@ static void peer_accept(struct relay *r, ucp_conn_request_h req)
     ucs_status_t st;
     char host[64] = "?", port[16] = "?";
 
-    if (ucp_conn_request_query(req, &attr) == UCS_OK)
-        getnameinfo((struct sockaddr *)&attr.client_address, sizeof(attr.client_address),
-                    host, sizeof(host), port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV);
+    if (ucp_conn_request_query(req, &attr) != UCS_OK) {
+        relay_log("refused a connection whose address UCX does not tell");
+        r->refused++;
+        ucp_listener_reject(r->listener, req);
+        return;
+    }
+    getnameinfo((struct sockaddr *)&attr.client_address, sizeof(attr.client_address), host,
+                sizeof(host), port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV);
+    /* Before any endpoint: UCX handles its own messages on an endpoint before
+     * the key is proved (docs/multi-host.md, "Trust"), so a host that is no
+     * peer's gets none. */
+    if (!admit_address(r, &attr.client_address)) {
+        relay_log("refused a connection from %s:%s: %s is not a configured peer's address "
+                  "nor in an --allow-from range (add --allow-from %s if it is a relay)",
+                  host, port, host, host);
+        r->refused++;
+        ucp_listener_reject(r->listener, req);
+        return;
+    }
     if (r->ninbound >= RELAY_INBOUND_MAX || r->stopping) {
         relay_log("refused a connection from %s:%s: %u connections from peers already "
                   "(at most %d)", host, port, r->ninbound, RELAY_INBOUND_MAX);
@@ -510,6 +526,7 @@ static void peer_drain(struct relay *r)
         bool did = false;
         while (ucp_worker_progress(r->worker))
             did = true;
+        r->refused += admit_take_refused();
         while (!STAILQ_EMPTY(&r->inbox)) {
             struct wire_msg *m = STAILQ_FIRST(&r->inbox);
             STAILQ_REMOVE_HEAD(&r->inbox, link);
@@ -617,18 +634,25 @@ bool peer_has_rma(struct peer *p)
  * stopped the process inside UCX (ucp_get_req_handler: "Endpoint
  * timeout"). The relay never lets a peer read by emulated RMA: where an
  * endpoint has no RMA, it sends the object's bytes itself (fetch.c), and
- * its own send fails when the peer goes. So before the worker is made,
- * every emulated put and get is dropped. The handlers are UCX 1.13's
+ * its own send fails when the peer goes. Nor does it read by emulated RMA
+ * itself: a peer that answers a fetch over such an endpoint with a remote
+ * key is closed (fetch.c), and over RDMA its reads are the hardware's. So
+ * before the worker is made, every emulated put and get is dropped, and so
+ * is every reply to an emulated get: UCX would copy a reply's bytes into
+ * the request its id names, and an id whose low bit is clear is an address
+ * (ucs_ptr_map_get), wherever the peer chose. The handlers are UCX 1.13's
  * exported tables, whose first two fields (the features that install a
- * handler, its callback) and the get request's first two (address,
- * length) are read here; another UCX leaves them alone, and the relay says
- * so. A peer's put or get dropped never completes. */
+ * handler, its callback) and the get request's first two (address, length)
+ * and the reply's first (the request id) are read here; another UCX leaves
+ * them alone, and the relay says so. A peer's put or get dropped never
+ * completes. */
 struct ucx_am_handler_head {
     uint64_t features;
     uct_am_callback_t cb;
 };
 extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_PUT __attribute__((weak));
 extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_GET_REQ __attribute__((weak));
+extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_GET_REP __attribute__((weak));
 
 static ucs_status_t dropped_get_req(void *arg, void *data, size_t length, unsigned flags)
 {
@@ -641,6 +665,19 @@ static ucs_status_t dropped_get_req(void *arg, void *data, size_t length, unsign
     relay_log("dropped a peer's emulated RMA read of %llu bytes at %#llx: over a transport "
               "without RMA the relay sends objects itself", (unsigned long long)len,
               (unsigned long long)addr);
+    return UCS_OK;
+}
+
+/* A reply to an emulated read (GET_REP): the request id, the offset, the
+ * bytes. The relay makes no emulated read, so every reply is a forgery. */
+static ucs_status_t dropped_get_rep(void *arg, void *data, size_t length, unsigned flags)
+{
+    uint64_t req_id = 0;
+    (void)arg, (void)flags;
+    if (length >= sizeof(req_id))
+        memcpy(&req_id, data, sizeof(req_id));
+    relay_log("dropped a peer's emulated RMA read reply of %zu bytes naming request %#llx: "
+              "this relay makes no emulated read", length, (unsigned long long)req_id);
     return UCS_OK;
 }
 
@@ -661,7 +698,8 @@ static void guard_emulated_rma(void)
 
     ucp_get_version(&major, &minor, &release);
     if (major != 1 || minor != 13 || !&ucp_am_handler_UCP_AM_ID_PUT ||
-        !&ucp_am_handler_UCP_AM_ID_GET_REQ || !ucp_am_handler_UCP_AM_ID_GET_REQ.cb) {
+        !&ucp_am_handler_UCP_AM_ID_GET_REQ || !ucp_am_handler_UCP_AM_ID_GET_REQ.cb ||
+        !&ucp_am_handler_UCP_AM_ID_GET_REP || !ucp_am_handler_UCP_AM_ID_GET_REP.cb) {
         relay_log("UCX %u.%u: the relay cannot keep peers' emulated RMA (TCP) to reads of "
                   "the pool; a peer that proves the key may read and write this process",
                   major, minor);
@@ -669,6 +707,7 @@ static void guard_emulated_rma(void)
     }
     ucp_am_handler_UCP_AM_ID_PUT.cb = dropped_put;
     ucp_am_handler_UCP_AM_ID_GET_REQ.cb = dropped_get_req;
+    ucp_am_handler_UCP_AM_ID_GET_REP.cb = dropped_get_rep;
 }
 
 int peer_setup(struct relay *r, struct shmb_error *err)
@@ -682,6 +721,7 @@ int peer_setup(struct relay *r, struct shmb_error *err)
 
     STAILQ_INIT(&r->inbox);
     STAILQ_INIT(&r->data_inbox);
+    admit_start(r);
     /* A relay restarted after a crash listens again at once, as a daemon
      * would: its old connections' ports may linger in TIME_WAIT. The
      * operator's own UCX_CM_REUSEADDR wins. */
@@ -690,6 +730,13 @@ int peer_setup(struct relay *r, struct shmb_error *err)
     if (st != UCS_OK)
         return shmb_error_set(err, -EINVAL, "UCX's settings (UCX_* variables): %s.",
                               ucs_status_string(st));
+    /* Ids on the wire, never addresses: the guards below drop the rest. */
+    st = ucp_config_modify(config, "PROTO_INDIRECT_ID", "on");
+    if (st != UCS_OK) {
+        ucp_config_release(config);
+        return shmb_error_set(err, -EINVAL, "UCX does not take PROTO_INDIRECT_ID=on: %s. "
+                              "The relay needs UCX 1.13.", ucs_status_string(st));
+    }
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
     st = ucp_init(&params, config, &r->ctx);
@@ -741,6 +788,10 @@ int peer_setup(struct relay *r, struct shmb_error *err)
                                   "Cannot listen on %s: %s. Is another relay there, or "
                                   "is the address not this host's?",
                                   r->listen_addr, ucs_status_string(st));
+        if (LIST_EMPTY(&r->peers) && r->nallow == 0)
+            relay_log("listening on %s with no --peer and no --allow-from: every connection "
+                      "is refused; name the relays that dial this one with --allow-from "
+                      "ADDR[/PREFIX]", r->listen_addr);
     }
     uv_poll_init(r->loop, &r->efd_poll, r->efd);
     r->efd_poll.data = r;

@@ -45,6 +45,7 @@
 #define RELAY_TRANSFERS_MAX 1024 /* transfers under way at once */
 #define RELAY_FETCH_TIMEOUT_MS 30000 /* a peer that answers no fetch in 30 s is stuck */
 #define FETCH_WAITING_MAX 64 /* fetches one local client may wait for at once */
+#define RELAY_ALLOW_MAX 64 /* --allow-from ranges: a longer list is a network, one prefix */
 
 struct relay;
 struct transfer;
@@ -110,6 +111,14 @@ struct peer {
     unsigned nserved;
 };
 
+/* An address range the listener admits (--allow-from ADDR[/PREFIX]): the
+ * first prefix bits of addr, AF_INET (4 bytes) or AF_INET6 (16). */
+struct allow_range {
+    int family;
+    unsigned char addr[16];
+    unsigned prefix;
+};
+
 /* One local client of the relay's Unix socket. */
 struct local_client {
     LIST_ENTRY(local_client) link;
@@ -168,6 +177,13 @@ struct relay {
     size_t key_len;
     uint64_t max_object; /* largest object a peer may make us allocate */
     uint64_t fetch_timeout_ms; /* a peer's answer to a fetch must come by then */
+    /* Who may connect to the listener besides the configured peers. */
+    struct allow_range allow[RELAY_ALLOW_MAX];
+    unsigned nallow;
+    /* The configured peers' addresses, as resolved at start: fixed before
+     * UCX starts, since UCX's own thread reads them (peer.c's accept). */
+    struct allow_range peer_ips[RELAY_PEERS_MAX];
+    unsigned npeer_ips;
     /* The local daemon. */
     shmb_t *c;
     ucp_mem_h pool_memh; /* the daemon's mapping, registered once */
@@ -192,7 +208,7 @@ struct relay {
     STAILQ_HEAD(, wire_data) data_inbox;
     LIST_HEAD(, peer) peers;
     unsigned ninbound;
-    uint64_t refused; /* connections refused: bad key, garbage, too many */
+    uint64_t refused; /* connections refused: bad key, garbage, too many, not allowed */
     LIST_HEAD(, local_client) clients;
     unsigned nclients;
     LIST_HEAD(, transfer) transfers;
@@ -213,12 +229,25 @@ void auth_proof(const struct relay *r, bool dialler, const unsigned char *their_
 bool auth_check(const struct relay *r, bool dialler, const unsigned char *their_nonce,
                 const unsigned char *my_nonce, const unsigned char mac[WIRE_MAC_LEN]);
 
+/* admit.c: who may connect. */
+/* Admit ADDR[/PREFIX] too (--allow-from), checked as hostile text: 0, or
+ * -EINVAL/-E2BIG with what is wrong in err. */
+int admit_allow_from(struct relay *r, const char *text, struct shmb_error *err);
+/* Fix the configured peers' addresses and start closing, at accept(), the
+ * connections from addresses not admitted: before UCX starts. */
+void admit_start(struct relay *r);
+/* Whether a connection from sa is admitted (a peer's address, or in a range). */
+bool admit_address(const struct relay *r, const struct sockaddr_storage *sa);
+/* The connections accept() closed since the last call (UCX's thread counts them). */
+uint64_t admit_take_refused(void);
+
 /* peer.c: the UCP worker, its loop integration, endpoints. */
 int peer_setup(struct relay *r, struct shmb_error *err);
 void peer_teardown(struct relay *r);
 int peer_add_configured(struct relay *r, const char *name, const char *addr,
                         struct shmb_error *err);
 struct peer *peer_find(struct relay *r, const char *name);
+
 /* Send one message to p (copied; freed when UCX is done with it). */
 int peer_send(struct peer *p, const void *msg, size_t len);
 /* Something p did is not allowed: say why in the log and close it. */

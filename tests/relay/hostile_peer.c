@@ -23,7 +23,11 @@
  * serve-huge (an object of 2^62 bytes: the relay must refuse it and keep
  * the connection, exit 1), serve-shortpush (an object of 64 KiB whose bytes
  * follow as 4 KiB: the relay must close), serve-eagerpush (its bytes sent
- * other than by rendezvous: the relay must close).
+ * other than by rendezvous: the relay must close), serve-getrep (a fair
+ * answer with a remote key of its own memory, as over RDMA: over TCP the
+ * relay must close instead of reading it by emulated RMA, whose replies
+ * this peer would forge to name the relay's request by an address,
+ * 0x4141414141414140: see forge_get_rep).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -45,6 +49,31 @@ static struct wire_msg reply;
 static uint64_t fetch_id;
 static ucp_conn_request_h conn_req;
 static struct sockaddr_storage dial_sa;
+
+/* UCX 1.13's handler table entry for an emulated read's request (its first
+ * two fields), as the relay hooks it. */
+struct ucx_am_handler_head {
+    uint64_t features;
+    ucs_status_t (*cb)(void *arg, void *data, size_t length, unsigned flags);
+};
+extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_GET_REQ __attribute__((weak));
+static ucs_status_t (*ucx_get_req_cb)(void *arg, void *data, size_t length, unsigned flags);
+static int forged;
+
+/* The relay's emulated read of our memory: UCX answers it with replies that
+ * carry the request id found at bytes 24 to 31 of the request (address,
+ * length, endpoint id, request id). Make that id an address (its low bit
+ * clear), as a peer of UCX 1.13 may: the relay's UCX would take it for its
+ * request and write the bytes read there. */
+static ucs_status_t forge_get_rep(void *arg, void *data, size_t length, unsigned flags)
+{
+    uint64_t forged_id = 0x4141414141414140ull;
+    if (length >= 32) {
+        memcpy((char *)data + 24, &forged_id, sizeof(forged_id));
+        forged++;
+    }
+    return ucx_get_req_cb(arg, data, length, flags);
+}
 
 static void on_err(void *arg, ucp_ep_h e, ucs_status_t st)
 {
@@ -283,6 +312,14 @@ int main(int argc, char **argv)
     params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA;
     if (ucp_init(&params, NULL, &ctx) != UCS_OK)
         return 2;
+    if (strcmp(mode, "serve-getrep") == 0) {
+        if (!&ucp_am_handler_UCP_AM_ID_GET_REQ || !ucp_am_handler_UCP_AM_ID_GET_REQ.cb) {
+            fprintf(stderr, "relay-hostile-peer: this UCX has no GET_REQ handler table\n");
+            return 2;
+        }
+        ucx_get_req_cb = ucp_am_handler_UCP_AM_ID_GET_REQ.cb;
+        ucp_am_handler_UCP_AM_ID_GET_REQ.cb = forge_get_rep;
+    }
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
     if (ucp_worker_create(ctx, &wp, &worker) != UCS_OK)
@@ -351,6 +388,21 @@ int main(int argc, char **argv)
                     msg[i] = 0x1b;
                 else if (msg[i] == '%')
                     msg[i] = 0x07;
+        } else if (strcmp(mode, "serve-getrep") == 0) {
+            static char object[4096];
+            ucp_mem_map_params_t mp = {0};
+            ucp_mem_h mh;
+            void *packed;
+            size_t packed_len;
+            memset(object, 'H', sizeof(object));
+            mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+            mp.address = object;
+            mp.length = sizeof(object);
+            if (ucp_mem_map(ctx, &mp, &mh) != UCS_OK ||
+                ucp_rkey_pack(ctx, mh, &packed, &packed_len) != UCS_OK)
+                return 2;
+            n = wire_fetch_reply(msg, fetch_id, 0, sizeof(object), (uint64_t)(uintptr_t)object,
+                                 packed, packed_len, NULL);
         } else if (strcmp(mode, "serve-huge") == 0) {
             n = wire_fetch_reply(msg, fetch_id, 0, (uint64_t)1 << 62, 4096, "rkey", 4, NULL);
         } else {
@@ -362,6 +414,8 @@ int main(int argc, char **argv)
         else if (strcmp(mode, "serve-eagerpush") == 0)
             send_data(fetch_id, 65536, false);
         progress_for(5000, NULL);
+        if (strcmp(mode, "serve-getrep") == 0)
+            printf("forged %d\n", forged);
         printf("%s\n", closed ? "closed" : "kept");
         fflush(stdout);
         _exit(closed ? 0 : 1);

@@ -8,6 +8,7 @@ otherwise. Binaries from $SHMB_BUILD_DIR (default build)."""
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -89,8 +90,9 @@ class Host:
     """A daemon and a relay in one namespace."""
 
     def __init__(self, tmp, name, ns, ip, peer_name, peer_ip, key, size="256M",
-                 daemon_args=()):
+                 daemon_args=(), relay_args=()):
         self.size, self.daemon_args = size, list(daemon_args)
+        self.relay_args = list(relay_args)
         self.tmp, self.name, self.ns, self.ip = tmp, name, ns, ip
         self.peer_name, self.peer_ip, self.key = peer_name, peer_ip, key
         self.sock = os.path.join(tmp, name + ".sock")
@@ -119,7 +121,7 @@ class Host:
         self.relay = subprocess.Popen(
             ["ip", "netns", "exec", self.ns, RELAY, "--key-file", self.key, "--socket",
              self.sock, "--listen", "%s:%d" % (self.ip, PORT), "--name", self.name, "--peer",
-             "%s=%s:%d" % (self.peer_name, self.peer_ip, PORT)],
+             "%s=%s:%d" % (self.peer_name, self.peer_ip, PORT)] + self.relay_args,
             stdout=self.log, stderr=self.log, env=env)
 
     def client(self):
@@ -273,7 +275,9 @@ def main():
         with open(key, "w") as f:
             f.write(os.urandom(32).hex())
         os.chmod(key, 0o600)
-        a = Host(tmp, "A", NS_A, IP_A, "B", IP_B, key)
+        # A admits its own address too: some hostile peers below dial it
+        # from A's namespace.
+        a = Host(tmp, "A", NS_A, IP_A, "B", IP_B, key, relay_args=["--allow-from", IP_A])
         hosts.append(a)
         b = Host(tmp, "B", NS_B, IP_B, "A", IP_A, key)
         hosts.append(b)
@@ -369,9 +373,224 @@ def case_local_socket_uids(tmp, key):
                     p.wait()
 
 
+def case_options_documented():
+    """Every long option of shmbroker-relay --help is named in its man page
+    and in docs/multi-host.md."""
+    r = subprocess.run([RELAY, "--help"], stdout=subprocess.PIPE, text=True, timeout=WAIT)
+    opts = sorted(set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", r.stdout)))
+    with open(os.path.join(ROOT, "relay", "shmbroker-relay.8")) as f:
+        man = f.read().replace("\\-", "-")
+    with open(os.path.join(ROOT, "docs", "multi-host.md")) as f:
+        doc = f.read()
+    missing = ["%s (%s)" % (o, where) for o in opts
+               for where, text in (("man page", man), ("docs/multi-host.md", doc))
+               if not re.search(re.escape(o) + r"(?![a-z0-9-])", text)]
+    report(r.returncode == 0 and len(opts) >= 10 and not missing,
+           "every option of shmbroker-relay --help is in its man page and docs/multi-host.md",
+           "missing: %s" % ", ".join(missing) if missing else "%d options" % len(opts))
+
+
+def case_allow_from_values(tmp, key, a):
+    """--allow-from is checked as hostile text at start: a bad value stops
+    the relay with exit status 2 and a message saying what is wrong with it;
+    good ones (IPv4, IPv6, a prefix, everyone) are taken."""
+    bad = {b"10.0.0.0/33": "not a number of bits from 0 to 32",
+           b"fd00::/129": "not a number of bits from 0 to 128",
+           b"10.0.0.0/-1": "not a number of bits",
+           b"10.0.0.0/": "not a number of bits",
+           b"10.0.0.0/8/8": "not a number of bits",
+           b"10.1.2.3/8": "bits set past its /8 prefix: write the network, 10.0.0.0/8",
+           b"relay.example.com": "not a host name",
+           b"\xff\xfe/8": "'??/8' is not one",
+           b"": "is not one",
+           b"1" * 5000: "is not one"}
+    wrong = []
+    for value, says in bad.items():
+        r = subprocess.run([RELAY, "--key-file", key, "--socket", a.sock, "--relay-socket",
+                            os.path.join(tmp, "x.relay"), "--allow-from", value],
+                           stderr=subprocess.PIPE, timeout=WAIT)
+        err = r.stderr.decode(errors="replace")
+        if r.returncode != 2 or says not in err or "--allow-from" not in err:
+            wrong.append("%r: status %d, %r" % (value[:20], r.returncode, err[-160:]))
+    for value in ("10.213.0.0/16", "fd00::/64", "10.0.0.1", "::1", "0.0.0.0/0"):
+        r = subprocess.run([RELAY, "--allow-from", value, "--help"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=WAIT)
+        if r.returncode != 0 or "--allow-from" not in r.stdout:
+            wrong.append("%r refused: %s" % (value, r.stderr.strip()[-160:]))
+    report(not wrong, "bad --allow-from values stop the relay with status 2 saying why; "
+           "good ones are taken", "; ".join(wrong))
+
+
+RAW_DIAL = r'''
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+s.settimeout(10)
+try:
+    print("closed" if s.recv(1) == b"" else "open")
+except ConnectionResetError:
+    print("closed")
+except socket.timeout:
+    print("open")
+'''
+
+
+def case_allow_from(tmp, key, a, b):
+    """The listener admits only the configured peers' addresses and the
+    --allow-from ranges, before UCX makes an endpoint: relay G on A's daemon
+    names no peer and admits 192.0.2.0/24 only, so relay H on B's daemon,
+    which dials it, is refused at the listener (logged with its address and
+    counted) and never connects; G restarted with --allow-from covering B's
+    network admits H, which connects on its next try."""
+    port = PORT + 3
+    g_sock, h_sock = os.path.join(tmp, "G.relay"), os.path.join(tmp, "H.relay")
+    g_log_path = os.path.join(tmp, "G-relay.log")
+    env = dict(os.environ, UCX_TLS="tcp", UCX_WARN_UNUSED_ENV_VARS="n")
+    procs = []
+
+    def start_g(allow):
+        g = subprocess.Popen(["ip", "netns", "exec", NS_A, RELAY, "--key-file", key, "--socket",
+                              a.sock, "--relay-socket", g_sock, "--name", "G", "--listen",
+                              "%s:%d" % (IP_A, port), "--allow-from", allow],
+                             stdout=open(g_log_path, "ab"), stderr=subprocess.STDOUT, env=env)
+        procs.append(g)
+        wait_for("G's socket", lambda: os.path.exists(g_sock) and
+                 ask(g_sock, {"op": "status"})["ok"])
+        return g
+
+    def h_state():
+        peers = ask(h_sock, {"op": "status"})["peers"]
+        return peers[0]["state"] if peers else None
+
+    try:
+        g = start_g("192.0.2.0/24")
+        h = subprocess.Popen(["ip", "netns", "exec", NS_B, RELAY, "--key-file", key, "--socket",
+                              b.sock, "--relay-socket", h_sock, "--name", "H", "--peer",
+                              "G=%s:%d" % (IP_A, port)],
+                             stdout=open(os.path.join(tmp, "H-relay.log"), "ab"),
+                             stderr=subprocess.STDOUT, env=env)
+        procs.append(h)
+        wait_for("G to refuse H twice", lambda: ask(g_sock, {"op": "status"})["refused"] >= 2)
+        wait_for("H's socket", lambda: os.path.exists(h_sock))
+        with open(g_log_path, errors="replace") as f:
+            logged = "refused a connection from %s:" % IP_B in f.read()
+        g_status = ask(g_sock, {"op": "status"})
+        state = h_state()
+        report(logged and state != "connected" and not g_status["peers"],
+               "a relay refuses, logs and counts a connection from an address that is "
+               "neither a peer's nor in --allow-from",
+               "logged %s, H's state %s, G's peers %s, refused %d" % (
+                   logged, state, g_status["peers"], g_status["refused"]))
+        # UCX's TCP transport listens on a port of its own too, where UCX
+        # takes messages for its handlers with no listener in the way: a
+        # host that is not admitted is closed there at once.
+        r = sh("ip", "netns", "exec", NS_A, "ss", "-Hltnp")
+        ports = [l.split()[3].rsplit(":", 1)[1] for l in r.stdout.splitlines()
+                 if "pid=%d," % g.pid in l and l.split()[3].startswith(IP_A + ":")]
+        ports = [p_ for p_ in ports if p_ != str(port)]
+        refused0 = ask(g_sock, {"op": "status"})["refused"]
+        r = sh("ip", "netns", "exec", NS_B, "/usr/bin/python3", "-c", RAW_DIAL,
+               IP_A, ports[0] if ports else "0", check=False)
+        closed = r.stdout.strip() == "closed"
+        try:
+            wait_for("G to count it", lambda: ask(g_sock, {"op": "status"})["refused"] > refused0)
+            counted = True
+        except AssertionError:
+            counted = False
+        report(len(ports) == 1 and closed and counted,
+               "a host that is not admitted is closed and counted at UCX's own TCP port too",
+               "ports %s: %s, counted %s" % (ports, (r.stdout + r.stderr).strip()[-200:],
+                                             counted))
+        g.terminate()
+        g.wait(10)
+        if os.path.exists(g_sock):
+            os.unlink(g_sock)
+        net = IP_B.rsplit(".", 1)[0] + ".0/24"
+        g = start_g(net)
+        try:
+            wait_for("H to connect to G", lambda: h_state() == "connected")
+            ok = True
+        except AssertionError:
+            ok = False
+        report(ok, "with --allow-from %s the same relay is admitted and connects" % net,
+               "H's state %s" % h_state())
+    except AssertionError as e:
+        report(False, "the listener's allow-list", str(e))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+                p.wait(10)
+        for s_ in (g_sock, h_sock):
+            if os.path.exists(s_):
+                os.unlink(s_)
+
+
+def case_forged_get_reply(tmp, key, a):
+    """A peer that proved the key answers a fetch over TCP with a remote key
+    of its own memory, as over RDMA, and would answer the relay's emulated
+    read with replies that name the relay's request by an address instead of
+    an id (UCX 1.13 would write the bytes there: here an unmapped address,
+    and the relay would die). The relay reads nothing by emulated RMA: it
+    closes that peer, the fetch fails, nothing is allocated, no reply is
+    forged, and the relay keeps serving."""
+    port = PORT + 4
+    e_sock = os.path.join(tmp, "F.relay")
+    e_log_path = os.path.join(tmp, "F-relay.log")
+    env = dict(os.environ, UCX_TLS="tcp", UCX_CM_REUSEADDR="y")
+    evil = subprocess.Popen(["ip", "netns", "exec", NS_B, HOSTILE, "%s:%d" % (IP_B, port), key,
+                             "serve-getrep"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    e = None
+    try:
+        evil.stdout.readline()  # "listening"
+        e = subprocess.Popen(["ip", "netns", "exec", NS_A, RELAY, "--key-file", key, "--socket",
+                              a.sock, "--relay-socket", e_sock, "--name", "F",
+                              "--fetch-timeout", "2", "--peer", "EVIL=%s:%d" % (IP_B, port)],
+                             stdout=open(e_log_path, "ab"), stderr=subprocess.STDOUT, env=env)
+        wait_for("F to prove the key to the hostile peer", lambda: os.path.exists(e_sock)
+                 and any(p["state"] == "connected"
+                         for p in ask(e_sock, {"op": "status"})["peers"]))
+        try:
+            rep = ask(e_sock, {"op": "fetch", "peer": "EVIL", "key": "evil-getrep"})
+        except (OSError, ValueError) as err:
+            rep = {"no answer": str(err)}
+        out, _ = evil.communicate(timeout=WAIT)
+        time.sleep(0.5)
+        with open(e_log_path, errors="replace") as f:
+            log = f.read()
+        with a.client() as c:
+            conns = [cl for cl in c.clients() if cl.get("name") == "shmbroker-relay"]
+            absent = not c.contains("evil-getrep")
+        alive = e.poll() is None and ask(e_sock, {"op": "status"})["ok"]
+        report(alive and "forged 0" in out and "closed" in out
+               and "with a remote key over a link without RMA" in log
+               and rep.get("ok") is not True and absent
+               and all(cl["pending"] == 0 for cl in conns),
+               "a peer that answers a fetch over TCP with a remote key is closed before any "
+               "emulated read (whose replies it would forge); the relay lives and allocates "
+               "nothing",
+               "alive %s, %s; hostile: %s" % (e.poll() is None, json.dumps(rep)[:200],
+                                              out.strip()))
+    except AssertionError as err:
+        report(False, "a peer whose replies to an emulated read name a request by address",
+               str(err))
+    finally:
+        for p in (e, evil):
+            if p and p.poll() is None:
+                p.terminate()
+                p.wait(10)
+        if os.path.exists(e_sock):
+            os.unlink(e_sock)
+
+
 def run_cases(tmp, a, b, key):
     wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
     report(True, "relays connect and prove the key both ways")
+
+    case_options_documented()
+    case_allow_from_values(tmp, key, a)
+    case_allow_from(tmp, key, a, b)
+    case_forged_get_reply(tmp, key, a)
 
     case_local_socket_uids(tmp, key)
 
