@@ -112,6 +112,7 @@ static void on_peer_message(struct peer *p, const struct wire_msg *m)
     case WIRE_QACK:
     case WIRE_QEND:
     case WIRE_QUNSUB:
+    case WIRE_QBATCH:
         forward_on_message(p, m);
         break;
     default:

@@ -10,6 +10,8 @@
  * length runs past the message), stray (a reply to a request never made),
  * rmaput and rmaget (RMA beyond reading the object fetched: see rma()),
  * unproven (RMA without proving the key: see unproven_rma()),
+ * qbatch-ok, qbatch-overrun, qbatch-count, qbatch-zero, qbatch-short (a
+ * queue's batch, well formed or not: see qbatch()),
  * halfopen (300 connections that never prove the key, held 5 s after it
  * prints "ready"),
  * and ok (proves the key and behaves: the relay must keep it, exit 1).
@@ -183,6 +185,38 @@ static void unproven_rma(ucp_context_h ctx)
     printf("\n%s\n", closed ? "closed" : "kept");
     fflush(stdout);
     _exit(closed ? 0 : 1);
+}
+
+/* A queue's batch (WIRE_QBATCH) of stream 7: "ok" is well formed (the relay
+ * keeps the peer); "overrun" has one item, whose length runs past the batch,
+ * "count" 65 items (the bound is 64), "zero" none, "short" says 3 items and
+ * holds 2: each must close the connection. */
+static void qbatch(unsigned char *msg, const char *how)
+{
+    struct wire_batch b;
+    size_t n;
+    wire_qbatch_begin(&b, msg, 7);
+    if (strcmp(how, "count") == 0) {
+        for (int i = 0; i < WIRE_BATCH_MAX; i++)
+            wire_qbatch_add(&b, "x", 1);
+        n = wire_qbatch_end(&b);
+        msg[n++] = 1, msg[n++] = 0, msg[n++] = 'y'; /* item 65 */
+        msg[9] = WIRE_BATCH_MAX + 1;
+        msg[11] = (unsigned char)(n - 13);
+    } else if (strcmp(how, "zero") == 0) {
+        n = wire_qbatch_end(&b);
+    } else if (strcmp(how, "overrun") == 0) {
+        wire_qbatch_add(&b, "abcd", 4);
+        n = wire_qbatch_end(&b);
+        msg[13] = 200; /* its one item: 200 bytes of the 4 there are */
+    } else {
+        wire_qbatch_add(&b, "abcd", 4);
+        wire_qbatch_add(&b, "efgh", 4);
+        n = wire_qbatch_end(&b);
+        if (strcmp(how, "short") == 0)
+            msg[9] = 3;
+    }
+    send_raw(msg, n);
 }
 
 int main(int argc, char **argv)
@@ -392,6 +426,8 @@ int main(int argc, char **argv)
                 send_raw(msg, (size_t)n);
             } else if (strcmp(mode, "rmaput") == 0 || strcmp(mode, "rmaget") == 0) {
                 rma(strcmp(mode, "rmaput") == 0);
+            } else if (strncmp(mode, "qbatch-", 7) == 0) {
+                qbatch(msg, mode + 7);
             } else if (strcmp(mode, "qnoqueue") == 0) {
                 /* A fair request for a queue that does not exist: answered. */
                 n = wire_qsub(msg, 7, 0, 1, "no-such-queue");

@@ -279,9 +279,12 @@ def case_many_queues(a, b):
 
 def case_hostile(a, b, key):
     """Queue messages from a peer that proved the key are hostile input too:
-    a bad queue name, seats out of order, a piece past its message and an
-    answer to a subscription never made close that peer; a subscription to
-    a queue that does not exist is answered, and the peer kept. The relay's
+    a bad queue name, seats out of order, a piece past its message, an
+    answer to a subscription never made and a batch of messages whose
+    lengths overrun it, past 64 messages, of none, or holding fewer than it
+    says close that peer; a subscription to a queue that does not exist,
+    and a well-formed batch of a stream that ended, are answered or dropped,
+    and the peer kept. The relay's
     socket refuses bad subscriptions. Then both hosts still carry a queue."""
     import subprocess
     for mode, want_closed, what in (
@@ -289,6 +292,11 @@ def case_hostile(a, b, key):
             ("qseats", True, "asks for seats 5 to 2"),
             ("qpiece", True, "sends a piece past the end of its message"),
             ("qstray", True, "answers a subscription never made"),
+            ("qbatch-overrun", True, "sends a batch whose one length overruns it"),
+            ("qbatch-count", True, "sends a batch of 65 messages (at most 64)"),
+            ("qbatch-zero", True, "sends a batch of no message"),
+            ("qbatch-short", True, "sends a batch that says 3 messages and holds 2"),
+            ("qbatch-ok", False, "sends a well-formed batch for a stream that ended"),
             ("qnoqueue", False, "subscribes to a queue that does not exist")):
         r = subprocess.run(["ip", "netns", "exec", T.NS_B, T.HOSTILE, "%s:%d" % (T.IP_A, T.PORT),
                             key, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
