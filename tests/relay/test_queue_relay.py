@@ -194,6 +194,60 @@ def case_slow_reader(a, b):
     mq.close()
 
 
+class LateReader(Reader):
+    """A reader that joins, then lets the writer fill the way for a second
+    before it reads."""
+
+    def run(self):
+        try:
+            self.mq.wait_until_ready(WAIT)
+            time.sleep(1)
+            while len(self.digests) < self.n:
+                self.digests.append(hashlib.sha256(self.mq.dequeue(WAIT)).digest())
+        except Exception as e:  # noqa: BLE001
+            self.error = e
+
+
+def case_batch(a, b):
+    """Small messages that wait together cross between the relays together
+    (batches): 2000 of them, B's reader late so that they pile up behind
+    the window, reach B byte-identical and in order in fewer messages
+    between the relays than there are queue messages (B's relay counts
+    what came from A)."""
+    n = 2000
+
+    def from_a():
+        st = T.ask(b.relay_sock, {"op": "status"})
+        return sum(p["messages_in"] for p in st["peers"] if p["name"] == "A")
+
+    mq = MessageQueue(2, 1, [1], SLOT, 64, T.IP_A, socket_path=a.sock)
+    handle = mq.export_handle()
+    local = Reader(join(handle, 1, a), n)
+    late = LateReader(join(handle, 2, b), n)
+    local.start()
+    late.start()
+    mq.wait_until_ready(WAIT)
+    before = from_a()
+    rnd = random.Random(6)
+    want = []
+    for i in range(n):
+        m = rnd.randbytes(rnd.randint(0, 200))
+        want.append(hashlib.sha256(m).digest())
+        mq.enqueue(m, timeout=WAIT)
+    late.join(WAIT * 2)
+    local.join(WAIT)
+    sent = from_a() - before
+    report(late.digests == want and late.error is None and local.digests == want
+           and sent < n,
+           "%d small messages cross between the relays in %d messages (batches), "
+           "byte-identical and in order" % (n, sent),
+           "read %d (error %r), locally %d, %d messages from A" % (
+               len(late.digests), late.error, len(local.digests), sent))
+    for r in (local, late):
+        r.mq.close()
+    mq.close()
+
+
 def case_rejoin_and_end(a, b):
     """A remote reader that leaves and joins again, three times, takes its
     old place (the queue has one remote seat); when the writer leaves, the
@@ -375,6 +429,7 @@ def main():
         case_order(a, b)
         case_cut(a, b)
         case_slow_reader(a, b)
+        case_batch(a, b)
         case_rejoin_and_end(a, b)
         case_many_queues(a, b)
         case_hostile(a, b, key)
