@@ -386,6 +386,12 @@ static void on_qmsg(struct peer *p, struct stream *s, const struct wire_msg *m)
     s->asm_buf = NULL;
     s->asm_open = false;
     pthread_mutex_lock(&s->mu);
+    if (stream_in_publish_now(s, f->data, f->len)) {
+        pthread_mutex_unlock(&s->mu);
+        free(f);
+        in_pump(s); /* its acknowledgement */
+        return;
+    }
     STAILQ_INSERT_TAIL(&s->msgs, f, link);
     s->nmsgs++;
     s->queued_bytes += f->len;
@@ -442,12 +448,25 @@ static void on_qbatch(struct peer *p, struct stream *s, const struct wire_msg *m
         }
         return;
     }
+    unsigned count = (unsigned)m->size;
+    uint64_t published;
     pthread_mutex_lock(&s->mu);
+    published = s->published;
+    while ((f = STAILQ_FIRST(&got)) && stream_in_publish_now(s, f->data, f->len)) {
+        STAILQ_REMOVE_HEAD(&got, link);
+        count--;
+        total -= f->len;
+        free(f);
+    }
     STAILQ_CONCAT(&s->msgs, &got);
-    s->nmsgs += (unsigned)m->size;
+    s->nmsgs += count;
     s->queued_bytes += total;
-    pthread_cond_broadcast(&s->cv);
+    if (count)
+        pthread_cond_broadcast(&s->cv);
+    published = s->published != published;
     pthread_mutex_unlock(&s->mu);
+    if (published)
+        in_pump(s); /* the acknowledgement of those published here */
 }
 
 void forward_on_message(struct peer *p, const struct wire_msg *m)
@@ -734,10 +753,11 @@ void forward_status(const struct relay *r, json_t *reply)
     LIST_FOREACH(s, &r->fwd->streams, link) {
         pthread_mutex_lock(&s->mu);
         json_array_append_new(
-            streams, json_pack("{s:s, s:s, s:s, s:s, s:I}", "queue", s->queue, "peer",
+            streams, json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "queue", s->queue, "peer",
                                s->peer_name, "direction", s->dir == OUT ? "out" : "in",
                                "state", names[s->state], "messages",
-                               (json_int_t)(s->dir == OUT ? s->produced : s->published)));
+                               (json_int_t)(s->dir == OUT ? s->produced : s->published),
+                               "published_by_loop", (json_int_t)s->published_now));
         pthread_mutex_unlock(&s->mu);
     }
     json_object_set_new(reply, "queues", streams);

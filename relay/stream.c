@@ -257,6 +257,21 @@ out:
     return NULL;
 }
 
+bool stream_in_publish_now(struct stream *s, const void *data, size_t len)
+{
+    /* After a message larger than a slot, the queue's next reserve may
+     * delete objects read since: a daemon call, which the loop must not
+     * wait for. Such a stream stays with its thread. */
+    if (!s->in_q || !s->in_idle || s->in_objects || s->stop || s->state == S_ENDED ||
+        !STAILQ_EMPTY(&s->msgs) || len > shmb_queue_slot_size(s->in_q))
+        return false;
+    if (shmb_queue_enqueue(s->in_q, data, len, 0) < 0)
+        return false; /* full, or worse: the thread sees it with the next one */
+    s->published++;
+    s->published_now++;
+    return true;
+}
+
 /* IN: the local queue as its writer, made when no reader made it first. */
 static shmb_queue_t *in_open_writer(struct stream *s, shmb_t *c)
 {
@@ -287,6 +302,9 @@ void *stream_in_thread(void *arg)
         goto out;
     }
     q = in_open_writer(s, c);
+    pthread_mutex_lock(&s->mu);
+    s->in_q = q;
+    pthread_mutex_unlock(&s->mu);
     while (q) {
         STAILQ_HEAD(, fmsg) batch = STAILQ_HEAD_INITIALIZER(batch);
         struct fmsg *m;
@@ -294,8 +312,10 @@ void *stream_in_thread(void *arg)
         /* Everything the loop put together so far, published with one
          * wake-up of the loop after (its acknowledgement). */
         pthread_mutex_lock(&s->mu);
+        s->in_idle = true; /* the loop may publish meanwhile */
         while (STAILQ_EMPTY(&s->msgs) && !s->stop && s->state != S_ENDED)
             pthread_cond_wait(&s->cv, &s->mu);
+        s->in_idle = false;
         if (!s->stop) {
             STAILQ_CONCAT(&batch, &s->msgs);
             s->nmsgs = 0;
@@ -307,6 +327,11 @@ void *stream_in_thread(void *arg)
         while ((m = STAILQ_FIRST(&batch))) {
             STAILQ_REMOVE_HEAD(&batch, link);
             if (rc == 0) {
+                if (m->len > shmb_queue_slot_size(q)) {
+                    pthread_mutex_lock(&s->mu);
+                    s->in_objects = true;
+                    pthread_mutex_unlock(&s->mu);
+                }
                 do {
                     rc = shmb_queue_enqueue(q, m->data, m->len, FWD_WAIT_MS);
                 } while (rc == -ETIMEDOUT && !stream_stopping(s));
@@ -324,6 +349,10 @@ void *stream_in_thread(void *arg)
         if (rc < 0)
             break;
     }
+    pthread_mutex_lock(&s->mu);
+    s->in_q = NULL;
+    s->in_idle = false;
+    pthread_mutex_unlock(&s->mu);
     shmb_queue_close(q);
     shmb_close(c);
 out:
