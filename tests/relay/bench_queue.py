@@ -41,6 +41,16 @@ def stats(lat_ns, first_ns, last_ns, n):
             "msgs_per_s": (n - 1) / ((last_ns - first_ns) / 1e9)}
 
 
+def cpu_seconds(pids):
+    """The user and system CPU time of these processes, all their threads."""
+    total = 0
+    for pid in pids:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def message(i):
     return pickle.dumps((time.monotonic_ns(), i, b"x" * PAYLOAD))
 
@@ -59,10 +69,12 @@ def reader_loop(recv, n_lat, n_rate):
     return stats(lat, first, time.monotonic_ns(), n_rate)
 
 
-def writer_loop(send):
+def writer_loop(send, paced_done=None):
     for i in range(LAT_N):
         send(message(i))
         time.sleep(LAT_GAP)
+    if paced_done:
+        paced_done()
     time.sleep(0.2)
     for i in range(RATE_N):
         send(message(i))
@@ -124,8 +136,18 @@ def bench_mq(a, b, tmp):
     threading.Thread(target=drain, daemon=True).start()
     mq.wait_until_ready(60)
     assert rd.stdout.readline().strip() == "ready"
-    writer_loop(lambda m: mq.enqueue(m, timeout=60))
+    # The relays' CPU (both, in % of one CPU): idle with the stream open,
+    # then while the spaced messages flow.
+    pids = (a.relay_pid(), b.relay_pid())
+    t0, c0 = time.monotonic(), cpu_seconds(pids)
+    time.sleep(2)
+    t1, c1 = time.monotonic(), cpu_seconds(pids)
+    marks = []
+    writer_loop(lambda m: mq.enqueue(m, timeout=60),
+                lambda: marks.append((time.monotonic(), cpu_seconds(pids))))
     out = json.loads(rd.stdout.readline())
+    out["cpu_idle"] = 100 * (c1 - c0) / (t1 - t0)
+    out["cpu_paced"] = 100 * (marks[0][1] - c1) / (marks[0][0] - t1)
     rd.wait(60)
     mq.close()
     drained.wait(60)
@@ -271,6 +293,11 @@ def main():
             print("| %s | %.0f | %s | %.0f |" % (
                 name, r["p50_us"], "-" if r["p99_us"] != r["p99_us"] else
                 "%.0f" % r["p99_us"], r["msgs_per_s"]))
+        for _, r in rows:
+            if "cpu_idle" in r:
+                print("The two relays' CPU: %.1f %% idle with the stream open, %.1f %% while "
+                      "messages came 1 ms apart (of one CPU)" % (r["cpu_idle"],
+                                                                 r["cpu_paced"]))
     finally:
         for h in hosts:
             h.stop()
