@@ -316,11 +316,10 @@ void *stream_in_thread(void *arg)
         while (STAILQ_EMPTY(&s->msgs) && !s->stop && s->state != S_ENDED)
             pthread_cond_wait(&s->cv, &s->mu);
         s->in_idle = false;
-        if (!s->stop) {
+        /* They count against the peer's window (nmsgs, queued_bytes) until
+         * each is published: the loop refuses a peer that sends more. */
+        if (!s->stop)
             STAILQ_CONCAT(&batch, &s->msgs);
-            s->nmsgs = 0;
-            s->queued_bytes = 0;
-        }
         pthread_mutex_unlock(&s->mu);
         if (STAILQ_EMPTY(&batch))
             break;
@@ -341,6 +340,10 @@ void *stream_in_thread(void *arg)
                     pthread_mutex_unlock(&s->mu);
                 }
             }
+            pthread_mutex_lock(&s->mu);
+            s->nmsgs--;
+            s->queued_bytes -= m->len;
+            pthread_mutex_unlock(&s->mu);
             free(m);
         }
         if (rc < 0 && rc != -ETIMEDOUT)
