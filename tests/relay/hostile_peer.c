@@ -19,7 +19,9 @@
  * peer with --peer, and answer its first fetch badly: serve-ctrltext (an
  * error whose text has terminal control bytes: the relay must close),
  * serve-huge (an object of 2^62 bytes: the relay must refuse it and keep
- * the connection, exit 1).
+ * the connection, exit 1), serve-qinpieces (grants the relay's first queue
+ * subscription, then sends a batch inside a message in pieces: the relay
+ * must close).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -39,6 +41,8 @@ static unsigned char their_nonce[WIRE_NONCE_LEN], my_nonce[WIRE_NONCE_LEN];
 static int got_hello, got_auth, got_fetch, got_reply;
 static struct wire_msg reply;
 static uint64_t fetch_id;
+static int got_qsub;
+static uint64_t qsub_id;
 static ucp_conn_request_h conn_req;
 static struct sockaddr_storage dial_sa;
 
@@ -68,6 +72,9 @@ static ucs_status_t on_am(void *arg, const void *h, size_t hl, void *data, size_
         } else if (m->type == WIRE_FETCH) {
             fetch_id = m->id;
             got_fetch = 1;
+        } else if (m->type == WIRE_QSUB) {
+            qsub_id = m->id;
+            got_qsub = 1;
         }
     }
     free(m);
@@ -310,6 +317,24 @@ int main(int argc, char **argv)
         auth_proof(&relay, false, their_nonce, my_nonce, mac);
         n = wire_auth(msg, mac);
         send_raw(msg, (size_t)n);
+        if (strcmp(mode, "serve-qinpieces") == 0) {
+            /* Grant the relay's subscription, send the first piece of a
+             * message, then a batch before its second piece. */
+            struct wire_batch b;
+            progress_for(30000, &got_qsub);
+            if (!got_qsub)
+                return 2;
+            send_raw(msg, (size_t)wire_qsub_reply(msg, qsub_id, 0, 0, 0, NULL));
+            send_raw(msg, (size_t)wire_qmsg(msg, qsub_id, 8, 0, "abcd", 4));
+            wire_qbatch_begin(&b, msg, qsub_id);
+            wire_qbatch_add(&b, "efgh", 4);
+            wire_qbatch_add(&b, "ijkl", 4);
+            send_raw(msg, wire_qbatch_end(&b));
+            progress_for(5000, NULL);
+            printf("%s\n", closed ? "closed" : "kept");
+            fflush(stdout);
+            _exit(closed ? 0 : 1);
+        }
         progress_for(30000, &got_fetch);
         if (!got_fetch)
             return 2;
