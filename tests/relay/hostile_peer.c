@@ -21,7 +21,8 @@
  * serve-huge (an object of 2^62 bytes: the relay must refuse it and keep
  * the connection, exit 1), serve-qinpieces (grants the relay's first queue
  * subscription, then sends a batch inside a message in pieces: the relay
- * must close).
+ * must close), serve-qflood (grants it, then sends 3 batches of 64 messages
+ * without waiting for their acknowledgement: the relay must close).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -317,19 +318,31 @@ int main(int argc, char **argv)
         auth_proof(&relay, false, their_nonce, my_nonce, mac);
         n = wire_auth(msg, mac);
         send_raw(msg, (size_t)n);
-        if (strcmp(mode, "serve-qinpieces") == 0) {
-            /* Grant the relay's subscription, send the first piece of a
-             * message, then a batch before its second piece. */
+        if (strncmp(mode, "serve-q", 7) == 0) {
             struct wire_batch b;
             progress_for(30000, &got_qsub);
             if (!got_qsub)
                 return 2;
             send_raw(msg, (size_t)wire_qsub_reply(msg, qsub_id, 0, 0, 0, NULL));
-            send_raw(msg, (size_t)wire_qmsg(msg, qsub_id, 8, 0, "abcd", 4));
-            wire_qbatch_begin(&b, msg, qsub_id);
-            wire_qbatch_add(&b, "efgh", 4);
-            wire_qbatch_add(&b, "ijkl", 4);
-            send_raw(msg, wire_qbatch_end(&b));
+            if (strcmp(mode, "serve-qinpieces") == 0) {
+                /* The first piece of a message, then a batch before its
+                 * second piece. */
+                send_raw(msg, (size_t)wire_qmsg(msg, qsub_id, 8, 0, "abcd", 4));
+                wire_qbatch_begin(&b, msg, qsub_id);
+                wire_qbatch_add(&b, "efgh", 4);
+                wire_qbatch_add(&b, "ijkl", 4);
+                send_raw(msg, wire_qbatch_end(&b));
+            } else {
+                /* serve-qflood: 3 batches of 64 without waiting for an
+                 * acknowledgement, past the window of 128. */
+                for (int k = 0; k < 3 && !closed; k++) {
+                    wire_qbatch_begin(&b, msg, qsub_id);
+                    for (int i = 0; i < WIRE_BATCH_MAX; i++)
+                        wire_qbatch_add(&b, "flood", 5);
+                    send_raw(msg, wire_qbatch_end(&b));
+                    progress_for(300, NULL);
+                }
+            }
             progress_for(5000, NULL);
             printf("%s\n", closed ? "closed" : "kept");
             fflush(stdout);

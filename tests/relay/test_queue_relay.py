@@ -367,6 +367,54 @@ def case_many_queues(a, b):
            "%s; kept %d" % (bad[:3], len(kept)))
 
 
+def hostile_writer_relay(a, key, port, mode, what):
+    """Relay E on A's daemon dials a hostile peer (relay-hostile-peer MODE),
+    subscribes to its queue 'evilq' of 4 slots, whose one reader seat here
+    is held and reads nothing; the peer misbehaves: E must close it, cut
+    the stream and keep serving."""
+    import subprocess
+    evil = subprocess.Popen(["ip", "netns", "exec", T.NS_B, T.HOSTILE, "%s:%d" % (T.IP_B, port),
+                             key, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, UCX_TLS="tcp", UCX_CM_REUSEADDR="y"))
+    e_sock = os.path.join(os.path.dirname(key), "E.relay")
+    e_log = open(os.path.join(os.path.dirname(key), "E-relay.log"), "ab")
+    e = None
+    c = a.client()
+    name = "evilq-" + mode[7:]
+    try:
+        c._call({"op": "queue_create", "name": name, "seats": 1, "slots": 4,
+                 "slot_size": 4096, "temporary": True})
+        c._call_fds({"op": "queue_open", "name": name, "role": "reader", "seat": 0})
+        evil.stdout.readline()  # "listening"
+        e = subprocess.Popen(["ip", "netns", "exec", T.NS_A, T.RELAY, "--key-file", key,
+                              "--socket", a.sock, "--relay-socket", e_sock, "--name", "E",
+                              "--peer", "EVIL=%s:%d" % (T.IP_B, port)],
+                             stdout=e_log, stderr=e_log, env=dict(os.environ, UCX_TLS="tcp"))
+        wait_for("E to prove the key to the hostile peer", lambda: os.path.exists(e_sock)
+                 and any(p["state"] == "connected"
+                         for p in T.ask(e_sock, {"op": "status"})["peers"]))
+        rep = T.ask(e_sock, {"op": "queue_subscribe", "peer": "EVIL", "queue": name,
+                             "seat_from": 0, "seat_to": 1, "seats": 1, "slots": 4,
+                             "slot_size": 4096})
+        out, err = evil.communicate(timeout=WAIT)
+        state = T.ask(e_sock, {"op": "queue_state", "peer": "EVIL", "queue": name})
+        report(rep.get("ok") and evil.returncode == 0 and e.poll() is None
+               and state.get("state") == "cut",
+               "a writer's relay that %s is disconnected, its stream cut" % what,
+               "%s; %s; hostile: %s %s" % (rep, state, out.strip(), err.strip()[-300:]))
+    except (AssertionError, errors.ShmBrokerError) as exc:
+        report(False, "a writer's relay that %s" % what, repr(exc))
+    finally:
+        for p in (e, evil):
+            if p and p.poll() is None:
+                p.terminate()
+                p.wait(10)
+        e_log.close()
+        c.close()
+        if os.path.exists(e_sock):
+            os.unlink(e_sock)
+
+
 def case_hostile(a, b, key):
     """Queue messages from a peer that proved the key are hostile input too:
     a bad queue name, seats out of order, a piece past its message, an
@@ -396,45 +444,14 @@ def case_hostile(a, b, key):
                "a peer that %s is %s" % (what, "disconnected" if want_closed else "kept"),
                r.stdout.strip() + " " + r.stderr.strip()[-300:])
     # A writer's relay that sends a batch inside a message it sends in
-    # pieces: relay E on A's daemon subscribes to its queue, and closes it.
-    port = T.PORT + 5
-    evil = subprocess.Popen(["ip", "netns", "exec", T.NS_B, T.HOSTILE, "%s:%d" % (T.IP_B, port),
-                             key, "serve-qinpieces"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, UCX_TLS="tcp", UCX_CM_REUSEADDR="y"))
-    e_sock = os.path.join(os.path.dirname(key), "E.relay")
-    e_log = open(os.path.join(os.path.dirname(key), "E-relay.log"), "ab")
-    e = None
-    try:
-        evil.stdout.readline()  # "listening"
-        e = subprocess.Popen(["ip", "netns", "exec", T.NS_A, T.RELAY, "--key-file", key,
-                              "--socket", a.sock, "--relay-socket", e_sock, "--name", "E",
-                              "--peer", "EVIL=%s:%d" % (T.IP_B, port)],
-                             stdout=e_log, stderr=e_log, env=dict(os.environ, UCX_TLS="tcp"))
-        wait_for("E to prove the key to the hostile peer", lambda: os.path.exists(e_sock)
-                 and any(p["state"] == "connected"
-                         for p in T.ask(e_sock, {"op": "status"})["peers"]))
-        rep = T.ask(e_sock, {"op": "queue_subscribe", "peer": "EVIL", "queue": "evilq",
-                             "seat_from": 0, "seat_to": 1, "seats": 1, "slots": 4,
-                             "slot_size": 4096})
-        out, err = evil.communicate(timeout=WAIT)
-        state = T.ask(e_sock, {"op": "queue_state", "peer": "EVIL", "queue": "evilq"})
-        report(rep.get("ok") and evil.returncode == 0 and e.poll() is None
-               and state.get("state") == "cut",
-               "a writer's relay that sends a batch inside a message in pieces is "
-               "disconnected, its stream cut", "%s; %s; hostile: %s %s" % (
-                   rep, state, out.strip(), err.strip()[-300:]))
-    except AssertionError as exc:
-        report(False, "a writer's relay that sends a batch inside a message in pieces",
-               str(exc))
-    finally:
-        for p in (e, evil):
-            if p and p.poll() is None:
-                p.terminate()
-                p.wait(10)
-        e_log.close()
-        if os.path.exists(e_sock):
-            os.unlink(e_sock)
+    # pieces, or 192 messages in batches without waiting for their
+    # acknowledgement while this host's reader reads none: relay E on A's
+    # daemon subscribes to its queue, and closes it.
+    for port, mode, what in ((T.PORT + 5, "serve-qinpieces",
+                              "sends a batch inside a message in pieces"),
+                             (T.PORT + 6, "serve-qflood",
+                              "sends 3 batches of 64 messages past the window of 128")):
+        hostile_writer_relay(a, key, port, mode, what)
     bad = []
     for req, code in (({"op": "queue_subscribe", "peer": "A", "queue": "a\nb", "seat_from": 1,
                         "seat_to": 2, "seats": 1, "slots": 2, "slot_size": 64}, "EINVAL"),
