@@ -183,6 +183,19 @@ static void out_pump(struct stream *s)
     }
     while (!STAILQ_EMPTY(&msgs)) {
         struct fmsg *m = STAILQ_FIRST(&msgs);
+        struct fmsg *m2 = STAILQ_NEXT(m, link);
+        /* Small messages that came together go together: one active
+         * message, one wake-up of the peer's loop and of its thread. */
+        if (m2 && s->peer && m->len + m2->len + 4 <= WIRE_BATCH_BYTES) {
+            struct wire_batch b;
+            wire_qbatch_begin(&b, buf, s->id);
+            while ((m = STAILQ_FIRST(&msgs)) && wire_qbatch_add(&b, m->data, m->len) == 0) {
+                STAILQ_REMOVE_HEAD(&msgs, link);
+                free(m);
+            }
+            peer_send(s->peer, buf, wire_qbatch_end(&b));
+            continue;
+        }
         STAILQ_REMOVE_HEAD(&msgs, link);
         for (size_t off = 0; s->peer && (off < m->len || m->len == 0);) {
             size_t n = m->len - off < WIRE_CHUNK_MAX ? m->len - off : WIRE_CHUNK_MAX;
@@ -373,11 +386,87 @@ static void on_qmsg(struct peer *p, struct stream *s, const struct wire_msg *m)
     s->asm_buf = NULL;
     s->asm_open = false;
     pthread_mutex_lock(&s->mu);
+    if (stream_in_publish_now(s, f->data, f->len)) {
+        pthread_mutex_unlock(&s->mu);
+        free(f);
+        in_pump(s); /* its acknowledgement */
+        return;
+    }
     STAILQ_INSERT_TAIL(&s->msgs, f, link);
     s->nmsgs++;
     s->queued_bytes += f->len;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Several whole messages of one of our subscriptions, in order. */
+static void on_qbatch(struct peer *p, struct stream *s, const struct wire_msg *m)
+{
+    STAILQ_HEAD(, fmsg) got = STAILQ_HEAD_INITIALIZER(got);
+    const unsigned char *bytes;
+    size_t off = 0, n;
+    uint64_t total = 0;
+    struct fmsg *f;
+
+    if (s->asm_open) {
+        peer_fail(p, "sent a batch of queue %s inside a message in pieces (%llu of %llu "
+                  "bytes came)", s->queue, (unsigned long long)s->asm_len,
+                  (unsigned long long)s->asm_total);
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    unsigned queued = s->nmsgs;
+    uint64_t queued_bytes = s->queued_bytes;
+    pthread_mutex_unlock(&s->mu);
+    if (queued + m->size > FWD_WINDOW || queued_bytes > FWD_WINDOW_BYTES) {
+        peer_fail(p, "sent a batch of %llu messages of queue %s with %u waiting to be "
+                  "published (at most %d ahead of their publishing)",
+                  (unsigned long long)m->size, s->queue, queued, FWD_WINDOW);
+        return;
+    }
+    while (wire_qbatch_next(m, &off, &bytes, &n)) {
+        if (n > s->relay->max_object) {
+            peer_fail(p, "sent a message of %zu bytes for queue %s (at most %llu)", n,
+                      s->queue, (unsigned long long)s->relay->max_object);
+            break;
+        }
+        f = malloc(sizeof(*f) + n);
+        if (!f) {
+            peer_fail(p, "sent a batch of %llu messages, which the relay cannot hold",
+                      (unsigned long long)m->size);
+            break;
+        }
+        f->len = n;
+        memcpy(f->data, bytes, n);
+        total += n;
+        STAILQ_INSERT_TAIL(&got, f, link);
+    }
+    if (p->state == PEER_CLOSING) {
+        while ((f = STAILQ_FIRST(&got))) {
+            STAILQ_REMOVE_HEAD(&got, link);
+            free(f);
+        }
+        return;
+    }
+    unsigned count = (unsigned)m->size;
+    uint64_t published;
+    pthread_mutex_lock(&s->mu);
+    published = s->published;
+    while ((f = STAILQ_FIRST(&got)) && stream_in_publish_now(s, f->data, f->len)) {
+        STAILQ_REMOVE_HEAD(&got, link);
+        count--;
+        total -= f->len;
+        free(f);
+    }
+    STAILQ_CONCAT(&s->msgs, &got);
+    s->nmsgs += count;
+    s->queued_bytes += total;
+    if (count)
+        pthread_cond_broadcast(&s->cv);
+    published = s->published != published;
+    pthread_mutex_unlock(&s->mu);
+    if (published)
+        in_pump(s); /* the acknowledgement of those published here */
 }
 
 void forward_on_message(struct peer *p, const struct wire_msg *m)
@@ -411,6 +500,9 @@ void forward_on_message(struct peer *p, const struct wire_msg *m)
     }
     case WIRE_QMSG:
         on_qmsg(p, s, m);
+        break;
+    case WIRE_QBATCH:
+        on_qbatch(p, s, m);
         break;
     case WIRE_QACK:
         pthread_mutex_lock(&s->mu);
@@ -654,10 +746,11 @@ void forward_status(const struct relay *r, json_t *reply)
     LIST_FOREACH(s, &r->fwd->streams, link) {
         pthread_mutex_lock(&s->mu);
         json_array_append_new(
-            streams, json_pack("{s:s, s:s, s:s, s:s, s:I}", "queue", s->queue, "peer",
+            streams, json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "queue", s->queue, "peer",
                                s->peer_name, "direction", s->dir == OUT ? "out" : "in",
                                "state", names[s->state], "messages",
-                               (json_int_t)(s->dir == OUT ? s->produced : s->published)));
+                               (json_int_t)(s->dir == OUT ? s->produced : s->published),
+                               "published_by_loop", (json_int_t)s->published_now));
         pthread_mutex_unlock(&s->mu);
     }
     json_object_set_new(reply, "queues", streams);

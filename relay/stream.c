@@ -135,14 +135,15 @@ static int out_open_seats(struct stream *s, shmb_t *c, shmb_queue_t **seats, uns
     }
 }
 
-/* OUT: read one message at the first seat (the one sent) and let it go at
- * the others. 0, 1 when there was none within the wait, or -errno. */
-static int out_step(struct stream *s, shmb_queue_t **seats, unsigned nseats)
+/* OUT: take one message at the first seat (the one sent), waiting up to
+ * timeout_ms, and let it go at the others. 0 with *out (the caller's),
+ * 1 when there was none within the wait, or -errno. */
+static int out_take(shmb_queue_t **seats, unsigned nseats, int timeout_ms, struct fmsg **out)
 {
     const void *data;
     size_t len;
     struct fmsg *m;
-    int rc = shmb_queue_dequeue(seats[0], &data, &len, FWD_WAIT_MS);
+    int rc = shmb_queue_dequeue(seats[0], &data, &len, timeout_ms);
     if (rc == -ETIMEDOUT)
         return 1;
     if (rc < 0)
@@ -160,12 +161,50 @@ static int out_step(struct stream *s, shmb_queue_t **seats, unsigned nseats)
     for (unsigned i = 1; i < nseats; i++)
         while (shmb_queue_dequeue(seats[i], &data, &len, 0) == 0)
             shmb_queue_done(seats[i]);
+    *out = m;
+    return 0;
+}
+
+/* OUT: wait for the next message, then take every one already published
+ * that the window has room for, and hand them to the loop with one
+ * wake-up (it sends the small ones in one batch). 0, 1 when there was
+ * none within the wait, or -errno (after handing over what was taken). */
+static int out_step(struct stream *s, shmb_queue_t **seats, unsigned nseats)
+{
+    STAILQ_HEAD(, fmsg) got = STAILQ_HEAD_INITIALIZER(got);
+    struct fmsg *m;
+    uint64_t room, bytes;
+    unsigned n = 1;
+    int rc = out_take(seats, nseats, FWD_WAIT_MS, &m);
+    if (rc != 0)
+        return rc;
+    STAILQ_INSERT_TAIL(&got, m, link);
+    bytes = m->len;
     pthread_mutex_lock(&s->mu);
-    STAILQ_INSERT_TAIL(&s->msgs, m, link);
-    s->nmsgs++;
-    s->sizes[s->produced % FWD_WINDOW] = len;
-    s->unacked_bytes += len;
-    s->produced++;
+    room = FWD_WINDOW - (s->produced - s->acked); /* acks only widen it meanwhile */
+    uint64_t unacked = s->unacked_bytes;
+    pthread_mutex_unlock(&s->mu);
+    while (n < room && unacked + bytes <= FWD_WINDOW_BYTES) {
+        rc = out_take(seats, nseats, 0, &m);
+        if (rc != 0)
+            break;
+        STAILQ_INSERT_TAIL(&got, m, link);
+        bytes += m->len;
+        n++;
+    }
+    pthread_mutex_lock(&s->mu);
+    STAILQ_FOREACH(m, &got, link) {
+        s->sizes[s->produced % FWD_WINDOW] = m->len;
+        s->unacked_bytes += m->len;
+        s->produced++;
+    }
+    STAILQ_CONCAT(&s->msgs, &got);
+    s->nmsgs += n;
+    pthread_mutex_unlock(&s->mu);
+    wake_loop(s);
+    if (rc < 0)
+        return rc; /* the error after the messages before it: the next look sees it */
+    pthread_mutex_lock(&s->mu);
     while ((s->produced - s->acked >= FWD_WINDOW || s->unacked_bytes > FWD_WINDOW_BYTES) &&
            !s->stop) {
         struct timespec ts;
@@ -178,7 +217,6 @@ static int out_step(struct stream *s, shmb_queue_t **seats, unsigned nseats)
         pthread_cond_timedwait(&s->cv, &s->mu, &ts);
     }
     pthread_mutex_unlock(&s->mu);
-    wake_loop(s);
     return 0;
 }
 
@@ -226,6 +264,21 @@ out:
     return NULL;
 }
 
+bool stream_in_publish_now(struct stream *s, const void *data, size_t len)
+{
+    /* After a message larger than a slot, the queue's next reserve may
+     * delete objects read since: a daemon call, which the loop must not
+     * wait for. Such a stream stays with its thread. */
+    if (!s->in_q || !s->in_idle || s->in_objects || s->stop || s->state == S_ENDED ||
+        !STAILQ_EMPTY(&s->msgs) || len > shmb_queue_slot_size(s->in_q))
+        return false;
+    if (shmb_queue_enqueue(s->in_q, data, len, 0) < 0)
+        return false; /* full, or worse: the thread sees it with the next one */
+    s->published++;
+    s->published_now++;
+    return true;
+}
+
 /* IN: the local queue as its writer, made when no reader made it first. */
 static shmb_queue_t *in_open_writer(struct stream *s, shmb_t *c)
 {
@@ -256,36 +309,60 @@ void *stream_in_thread(void *arg)
         goto out;
     }
     q = in_open_writer(s, c);
+    pthread_mutex_lock(&s->mu);
+    s->in_q = q;
+    pthread_mutex_unlock(&s->mu);
     while (q) {
+        STAILQ_HEAD(, fmsg) batch = STAILQ_HEAD_INITIALIZER(batch);
         struct fmsg *m;
+        int rc = 0;
+        /* Everything the loop put together so far, published with one
+         * wake-up of the loop after (its acknowledgement). */
         pthread_mutex_lock(&s->mu);
+        s->in_idle = true; /* the loop may publish meanwhile */
         while (STAILQ_EMPTY(&s->msgs) && !s->stop && s->state != S_ENDED)
             pthread_cond_wait(&s->cv, &s->mu);
-        m = STAILQ_FIRST(&s->msgs);
-        if (m && !s->stop) {
-            STAILQ_REMOVE_HEAD(&s->msgs, link);
+        s->in_idle = false;
+        /* They count against the peer's window (nmsgs, queued_bytes) until
+         * each is published: the loop refuses a peer that sends more. */
+        if (!s->stop)
+            STAILQ_CONCAT(&batch, &s->msgs);
+        pthread_mutex_unlock(&s->mu);
+        if (STAILQ_EMPTY(&batch))
+            break;
+        while ((m = STAILQ_FIRST(&batch))) {
+            STAILQ_REMOVE_HEAD(&batch, link);
+            if (rc == 0) {
+                if (m->len > shmb_queue_slot_size(q)) {
+                    pthread_mutex_lock(&s->mu);
+                    s->in_objects = true;
+                    pthread_mutex_unlock(&s->mu);
+                }
+                do {
+                    rc = shmb_queue_enqueue(q, m->data, m->len, FWD_WAIT_MS);
+                } while (rc == -ETIMEDOUT && !stream_stopping(s));
+                if (rc == 0) {
+                    pthread_mutex_lock(&s->mu);
+                    s->published++;
+                    pthread_mutex_unlock(&s->mu);
+                }
+            }
+            pthread_mutex_lock(&s->mu);
             s->nmsgs--;
             s->queued_bytes -= m->len;
-        } else {
-            m = NULL;
+            pthread_mutex_unlock(&s->mu);
+            free(m);
         }
-        pthread_mutex_unlock(&s->mu);
-        if (!m)
-            break;
-        int rc;
-        do {
-            rc = shmb_queue_enqueue(q, m->data, m->len, FWD_WAIT_MS);
-        } while (rc == -ETIMEDOUT && !stream_stopping(s));
-        free(m);
-        if (rc < 0 && rc != -ETIMEDOUT) {
+        if (rc < 0 && rc != -ETIMEDOUT)
             thread_end(s, rc, "cannot publish into the local queue: %s", shmb_errmsg(c));
-            break;
-        }
-        pthread_mutex_lock(&s->mu);
-        s->published++;
-        pthread_mutex_unlock(&s->mu);
         wake_loop(s);
+        if (rc < 0)
+            break;
     }
+    pthread_mutex_lock(&s->mu);
+    s->in_q = NULL;
+    s->in_idle = false;
+    pthread_mutex_unlock(&s->mu);
     shmb_queue_close(q);
     shmb_close(c);
 out:

@@ -76,6 +76,10 @@ struct stream {
     uint64_t sizes[FWD_WINDOW]; /* OUT: the sizes of the last ones, by count */
     uint64_t unacked_bytes;    /* OUT: the bytes of those not yet published there */
     uint64_t published;        /* IN: messages published here */
+    shmb_queue_t *in_q;        /* IN: the local queue, while the thread holds it */
+    bool in_idle;              /* IN: the thread waits for messages (in cv) */
+    bool in_objects;           /* IN: it published a message larger than a slot */
+    uint64_t published_now;    /* IN: of published, those the loop published itself */
     unsigned want_seats;       /* OUT: seats asked for */
     struct sub_result results[WIRE_QSEATS_MAX];
     unsigned nresults;         /* OUT: seat answers for the loop to send */
@@ -97,6 +101,11 @@ struct stream {
 /* The threads' bodies (pthread_create's start routines). */
 void *stream_out_thread(void *arg);
 void *stream_in_thread(void *arg);
+/* IN, from the loop with s->mu held: publish len bytes into the local
+ * queue now, when the thread waits idle and the queue takes them without a
+ * wait or a daemon call (within a slot, a free slot). true if published;
+ * false: hand them to the thread as before. One wake-up less a message. */
+bool stream_in_publish_now(struct stream *s, const void *data, size_t len);
 /* Whether the loop asked s's thread to stop (under its lock). */
 bool stream_stopping(struct stream *s);
 

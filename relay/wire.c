@@ -147,6 +147,37 @@ static int decode_queue(struct reader *rd, struct wire_msg *m, struct shmb_error
     case WIRE_QACK:
         m->size = take_u(rd, 8);
         return 0;
+    case WIRE_QBATCH: {
+        m->size = take_u(rd, 2);
+        n = (size_t)take_u(rd, 2);
+        if (m->size == 0 || m->size > WIRE_BATCH_MAX || n > WIRE_BATCH_BYTES)
+            return shmb_error_set(err, -EPROTO, "a batch of %llu messages in %zu bytes (1 "
+                                  "to %d messages, at most %d bytes)",
+                                  (unsigned long long)m->size, n, WIRE_BATCH_MAX,
+                                  WIRE_BATCH_BYTES);
+        if (!take_bytes(rd, m->rkey, n))
+            return 0; /* cut short: said by the caller */
+        m->rkey_len = (uint16_t)n;
+        /* Every length within the bytes, and the count of them exactly. */
+        size_t off = 0, items = 0;
+        while (off < n) {
+            size_t len;
+            if (n - off < 2)
+                return shmb_error_set(err, -EPROTO, "a batch whose item %zu has half a "
+                                      "length (at byte %zu of %zu)", items, off, n);
+            len = (size_t)m->rkey[off] | (size_t)m->rkey[off + 1] << 8;
+            if (len > n - off - 2)
+                return shmb_error_set(err, -EPROTO, "a batch whose item %zu of %zu bytes "
+                                      "overruns it (at byte %zu of %zu)", items, len, off,
+                                      n);
+            off += 2 + len;
+            items++;
+        }
+        if (items != m->size)
+            return shmb_error_set(err, -EPROTO, "a batch that says %llu messages and holds "
+                                  "%zu", (unsigned long long)m->size, items);
+        return 0;
+    }
     default: /* WIRE_QEND, WIRE_QUNSUB */
         m->code = (int32_t)(uint32_t)take_u(rd, 4);
         return take_text(rd, m, err);
@@ -412,4 +443,45 @@ int wire_qend(unsigned char *out, uint64_t id, int32_t code, const char *text)
 int wire_qunsub(unsigned char *out, uint64_t id, int32_t code, const char *text)
 {
     return encode_end(out, WIRE_QUNSUB, id, code, text);
+}
+
+/* The batch's header: type, id, then the count and the items' bytes, filled
+ * in by wire_qbatch_end. */
+#define QBATCH_HEAD (1 + 8 + 2 + 2)
+
+void wire_qbatch_begin(struct wire_batch *b, unsigned char *out, uint64_t id)
+{
+    unsigned char *o = put_u(out, WIRE_QBATCH, 1);
+    put_u(o, id, 8);
+    b->out = out;
+    b->len = QBATCH_HEAD;
+    b->count = 0;
+}
+
+int wire_qbatch_add(struct wire_batch *b, const void *bytes, size_t n)
+{
+    if (b->count >= WIRE_BATCH_MAX || n > WIRE_BATCH_BYTES - 2 ||
+        b->len - QBATCH_HEAD + 2 + n > WIRE_BATCH_BYTES)
+        return -ENOSPC;
+    put_bytes(put_u(b->out + b->len, n, 2), bytes, n);
+    b->len += 2 + n;
+    b->count++;
+    return 0;
+}
+
+size_t wire_qbatch_end(struct wire_batch *b)
+{
+    put_u(put_u(b->out + 9, b->count, 2), b->len - QBATCH_HEAD, 2);
+    return b->len;
+}
+
+bool wire_qbatch_next(const struct wire_msg *m, size_t *off, const unsigned char **bytes,
+                      size_t *n)
+{
+    if (*off + 2 > m->rkey_len)
+        return false;
+    *n = (size_t)m->rkey[*off] | (size_t)m->rkey[*off + 1] << 8;
+    *bytes = m->rkey + *off + 2;
+    *off += 2 + *n; /* within rkey_len: wire_decode checked every length */
+    return true;
 }

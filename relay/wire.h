@@ -21,7 +21,9 @@
 #define WIRE_AM_ID 7           /* the relays' messages */
 #define WIRE_DATA_AM_ID 8      /* an object's bytes, pushed by rendezvous (see below) */
 #define WIRE_DATA_HEADER_LEN 8 /* its header: the fetch's id */
-#define WIRE_VERSION 2         /* 2: objects are pushed where the transport has no RMA */
+/* 2: objects are pushed where the transport has no RMA; queues' batches
+ * (WIRE_QBATCH). */
+#define WIRE_VERSION 2
 #define WIRE_NONCE_LEN 32
 #define WIRE_MAC_LEN 32        /* HMAC-SHA256 */
 #define WIRE_NAME_MAX 64
@@ -42,11 +44,18 @@ enum wire_type {
     WIRE_QACK = 9,       /* id, count: messages published here so far */
     WIRE_QEND = 10,      /* id, code, text: the stream ended (the writer left, shut down) */
     WIRE_QUNSUB = 11,    /* id, code, text: the subscriber's end failed; let go of its seats */
+    WIRE_QBATCH = 12,    /* id, count, bytes, count x (len, bytes): the stream's next
+                          * messages, each whole, in order */
 };
 
 #define WIRE_QUEUE_NAME_MAX 32 /* a queue's name, as the daemon's */
 #define WIRE_QSEATS_MAX 64     /* a queue's seats, as the daemon's */
 #define WIRE_CHUNK_MAX WIRE_RKEY_MAX /* a message's bytes per QMSG (into wire_msg.rkey) */
+/* A batch: small messages that were waiting together, sent as one active
+ * message (one send, one wake-up each side). Its items, each a 2-byte
+ * length and the bytes, fill wire_msg.rkey as a QMSG's piece does. */
+#define WIRE_BATCH_MAX 64      /* messages in one batch: half the relay's window */
+#define WIRE_BATCH_BYTES WIRE_CHUNK_MAX /* their lengths and bytes, all told */
 
 /* A message decoded from a peer, queued from progress to the loop. */
 struct wire_msg {
@@ -59,7 +68,8 @@ struct wire_msg {
     int32_t code;      /* FETCH_REPLY, QSUB_REPLY, QEND: 0 or a negative errno */
     /* FETCH_REPLY: size, addr; QSUB: seat_from, seat_to; QSUB_REPLY: missed,
      * seat; QMSG: total, offset (its bytes in rkey, rkey_len of them);
-     * QACK: count. */
+     * QACK: count; QBATCH: size is the count, the items in rkey (rkey_len
+     * bytes, checked to hold exactly that many: wire_qbatch_next). */
     uint64_t size, addr;
     uint16_t rkey_len;
     unsigned char nonce[WIRE_NONCE_LEN];
@@ -93,6 +103,21 @@ int wire_qmsg(unsigned char *out, uint64_t id, uint64_t total, uint64_t offset,
 int wire_qack(unsigned char *out, uint64_t id, uint64_t count);
 int wire_qend(unsigned char *out, uint64_t id, int32_t code, const char *text);
 int wire_qunsub(unsigned char *out, uint64_t id, int32_t code, const char *text);
+/* A batch being encoded into out (WIRE_MSG_MAX bytes): begin, add while
+ * wire_qbatch_add says 0 (-ENOSPC: full, send it and begin another), end
+ * gives its length. */
+struct wire_batch {
+    unsigned char *out;
+    size_t len;
+    unsigned count;
+};
+void wire_qbatch_begin(struct wire_batch *b, unsigned char *out, uint64_t id);
+int wire_qbatch_add(struct wire_batch *b, const void *bytes, size_t n);
+size_t wire_qbatch_end(struct wire_batch *b);
+/* The next item of a decoded batch from *off (0 first): its bytes and
+ * length; false past the last. */
+bool wire_qbatch_next(const struct wire_msg *m, size_t *off, const unsigned char **bytes,
+                      size_t *n);
 /* A queue's name as the daemon takes it: 1 to 32 of A-Z a-z 0-9 _ -. */
 bool wire_queue_name_ok(const char *s, size_t n);
 /* Whether a message of type is one of the queues' (forward.c's). */

@@ -4,14 +4,20 @@
 of a MessageQueue whose reader is on another host (two network namespaces
 joined by a veth pair, UCX over TCP, the relays carrying the messages),
 against ZeroMQ PUB/SUB over TCP between the same namespaces (vLLM's remote
-path), both sending pickled 64-byte messages from Python. Needs root, ip
-netns and python3-zmq. BENCH_QUICK=1 for fewer messages.
-    python3 tests/relay/bench_queue.py"""
+path), both sending pickled 64-byte messages from Python. Beside them, what
+bounds each figure, from the same run: the same MessageQueue with its
+reader on the writer's host (no relay: the Python queue's own floor), and
+UCX's active messages over the same veth (ucx_perftest ucp_am_lat, one way,
+and ucp_am_bw of 64-byte messages: the relays' link), when ucx_perftest is
+there. Needs root, ip netns and python3-zmq. BENCH_QUICK=1 for fewer
+messages; --rounds N runs every row N times, interleaved, and prints each.
+    python3 tests/relay/bench_queue.py [--rounds N]"""
 
 import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +41,16 @@ def stats(lat_ns, first_ns, last_ns, n):
             "msgs_per_s": (n - 1) / ((last_ns - first_ns) / 1e9)}
 
 
+def cpu_seconds(pids):
+    """The user and system CPU time of these processes, all their threads."""
+    total = 0
+    for pid in pids:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def message(i):
     return pickle.dumps((time.monotonic_ns(), i, b"x" * PAYLOAD))
 
@@ -53,10 +69,12 @@ def reader_loop(recv, n_lat, n_rate):
     return stats(lat, first, time.monotonic_ns(), n_rate)
 
 
-def writer_loop(send):
+def writer_loop(send, paced_done=None):
     for i in range(LAT_N):
         send(message(i))
         time.sleep(LAT_GAP)
+    if paced_done:
+        paced_done()
     time.sleep(0.2)
     for i in range(RATE_N):
         send(message(i))
@@ -83,11 +101,11 @@ def role_zmq_pub(addr):
     time.sleep(1)
 
 
-def role_mq_reader(handle_file, sock):
+def role_mq_reader(handle_file, sock, rank="2"):
     from shmbroker import Client, MessageQueue
     with open(handle_file, "rb") as f:
         handle = pickle.load(f)
-    mq = MessageQueue.create_from_handle(handle, 2, client=Client(sock))
+    mq = MessageQueue.create_from_handle(handle, int(rank), client=Client(sock))
     mq.wait_until_ready(60)
     print("ready", flush=True)
     print(json.dumps(reader_loop(lambda: mq.dequeue(60), LAT_N, RATE_N)), flush=True)
@@ -118,13 +136,91 @@ def bench_mq(a, b, tmp):
     threading.Thread(target=drain, daemon=True).start()
     mq.wait_until_ready(60)
     assert rd.stdout.readline().strip() == "ready"
-    writer_loop(lambda m: mq.enqueue(m, timeout=60))
+    # The relays' CPU (both, in % of one CPU): idle with the stream open,
+    # then while the spaced messages flow.
+    pids = (a.relay_pid(), b.relay_pid())
+    t0, c0 = time.monotonic(), cpu_seconds(pids)
+    time.sleep(2)
+    t1, c1 = time.monotonic(), cpu_seconds(pids)
+    marks = []
+    writer_loop(lambda m: mq.enqueue(m, timeout=60),
+                lambda: marks.append((time.monotonic(), cpu_seconds(pids))))
     out = json.loads(rd.stdout.readline())
+    out["cpu_idle"] = 100 * (c1 - c0) / (t1 - t0)
+    out["cpu_paced"] = 100 * (marks[0][1] - c1) / (marks[0][0] - t1)
     rd.wait(60)
     mq.close()
     drained.wait(60)
     local.close()
     return out
+
+
+def bench_mq_local(a, tmp):
+    """The same queue with its one reader on the writer's host, in a process
+    of its own: no relay, the Python queue's own floor."""
+    from shmbroker import MessageQueue
+    mq = MessageQueue(1, 1, [1], 1 << 20, 64, None, socket_path=a.sock)
+    hf = os.path.join(tmp, "handle-local")
+    with open(hf, "wb") as f:
+        pickle.dump(mq.export_handle(), f)
+    rd = subprocess.Popen([sys.executable, __file__, "mq-reader", hf, a.sock, "1"],
+                          stdout=subprocess.PIPE, text=True,
+                          env=dict(os.environ, PYTHONPATH=os.path.join(T.ROOT, "client",
+                                                                       "python")))
+    mq.wait_until_ready(60)
+    assert rd.stdout.readline().strip() == "ready"
+    writer_loop(lambda m: mq.enqueue(m, timeout=60))
+    out = json.loads(rd.stdout.readline())
+    rd.wait(60)
+    mq.close()
+    return out
+
+
+def perftest(test, extra):
+    """ucx_perftest TEST from A's namespace to a server in B's, UCX over TCP as
+    the relays use it: its Final line's fields, or None."""
+    if not shutil.which("ucx_perftest"):
+        return None
+    env = dict(os.environ, UCX_TLS="tcp")
+    port = str(ZMQ_PORT + 1)
+    srv = subprocess.Popen(["ip", "netns", "exec", T.NS_B, "ucx_perftest", "-p", port],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        for _ in range(50):  # the server listens within a moment
+            time.sleep(0.1)
+            r = subprocess.run(["ip", "netns", "exec", T.NS_A, "ucx_perftest", T.IP_B,
+                                "-p", port, "-t", test, "-s", str(PAYLOAD + 40)] + extra,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=env, timeout=120)
+            for line in r.stdout.splitlines():
+                if line.strip().startswith("Final:"):
+                    return [float(x) if x != "inf" else 0.0 for x in line.split()[1:]]
+            if "refused" not in r.stdout.lower() and "unreachable" not in r.stdout.lower():
+                break
+        print("ucx_perftest %s gave no figure:\n%s" % (test, r.stdout[-800:]),
+              file=sys.stderr)
+        return None
+    finally:
+        srv.send_signal(signal.SIGTERM)
+        try:
+            srv.wait(10)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+
+
+def bench_ucx():
+    """UCX's floor over the veth: active-message latency one way (ucx_perftest
+    halves the round trip; its typical figure stands for the p50) and the
+    rate of back-to-back active messages of the pickled message's size."""
+    n = str(LAT_N * 5)
+    lat = perftest("ucp_am_lat", ["-n", n, "-w", "100"])
+    bw = perftest("ucp_am_bw", ["-n", str(RATE_N * 5), "-w", "100"])
+    if not lat and not bw:
+        return None
+    # Final: iterations, latency typical/average/overall (us), bandwidth
+    # average/overall (MB/s), message rate average/overall (messages/s).
+    return {"p50_us": lat[1] if lat else float("nan"), "p99_us": float("nan"),
+            "msgs_per_s": bw[6] if bw else float("nan")}
 
 
 def bench_zmq():
@@ -145,13 +241,16 @@ def bench_zmq():
 
 
 def main():
-    if len(sys.argv) > 1:
+    if len(sys.argv) > 1 and not sys.argv[1].startswith("--"):
         {"zmq-sub": role_zmq_sub, "zmq-pub": role_zmq_pub,
          "mq-reader": role_mq_reader}[sys.argv[1]](*sys.argv[2:])
         return
     if os.geteuid() != 0:
         print("SKIP: needs root for ip netns")
         return
+    rounds = 1
+    if len(sys.argv) == 3 and sys.argv[1] == "--rounds":
+        rounds = int(sys.argv[2])
     tmp = tempfile.mkdtemp(prefix="shmb-qbench-")
     hosts = []
     T.sh("ip", "netns", "add", T.NS_A)
@@ -174,16 +273,31 @@ def main():
         b = T.Host(tmp, "B", T.NS_B, T.IP_B, "A", T.IP_A, key)
         hosts.append(b)
         T.wait_for("the relays to connect", lambda: a.connected() and b.connected())
-        rows = [("MessageQueue through the relays", bench_mq(a, b, tmp)),
-                ("ZeroMQ PUB/SUB over TCP", bench_zmq())]
+        rows = []
+        for i in range(rounds):
+            # Interleaved, so that the machine's load weighs on every row alike.
+            rows.append(("MessageQueue through the relays", bench_mq(a, b, tmp)))
+            rows.append(("ZeroMQ PUB/SUB over TCP", bench_zmq()))
+            rows.append(("MessageQueue, reader on the writer's host (no relay)",
+                         bench_mq_local(a, tmp)))
+            ucx = bench_ucx()
+            if ucx:
+                rows.append(("UCX active messages over TCP (ucx_perftest)", ucx))
         load = os.getloadavg()[0]
         print("Remote queue, %d-byte pickled messages, writer in one namespace, reader in "
-              "the other (load %.1f):" % (PAYLOAD, load))
+              "the other (load %.1f, %d round%s):" % (PAYLOAD, load, rounds,
+                                                      "s" if rounds > 1 else ""))
         print("| path | one-way p50 (us) | p99 (us) | messages/s |")
         print("|---|---|---|---|")
         for name, r in rows:
-            print("| %s | %.0f | %.0f | %.0f |" % (name, r["p50_us"], r["p99_us"],
-                                                   r["msgs_per_s"]))
+            print("| %s | %.0f | %s | %.0f |" % (
+                name, r["p50_us"], "-" if r["p99_us"] != r["p99_us"] else
+                "%.0f" % r["p99_us"], r["msgs_per_s"]))
+        for _, r in rows:
+            if "cpu_idle" in r:
+                print("The two relays' CPU: %.1f %% idle with the stream open, %.1f %% while "
+                      "messages came 1 ms apart (of one CPU)" % (r["cpu_idle"],
+                                                                 r["cpu_paced"]))
     finally:
         for h in hosts:
             h.stop()

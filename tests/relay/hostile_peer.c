@@ -14,6 +14,8 @@
  * and sends garbage: the relay closes it with its send under way; it prints
  * "closed" and lives 5 s more, so that the relay's pin can be seen to go
  * while it lives),
+ * qbatch-ok, qbatch-overrun, qbatch-count, qbatch-zero, qbatch-short (a
+ * queue's batch, well formed or not: see qbatch()),
  * halfopen (300 connections that never prove the key, held 5 s after it
  * prints "ready"),
  * and ok (proves the key and behaves: the relay must keep it, exit 1).
@@ -27,7 +29,10 @@
  * answer with a remote key of its own memory, as over RDMA: over TCP the
  * relay must close instead of reading it by emulated RMA, whose replies
  * this peer would forge to name the relay's request by an address,
- * 0x4141414141414140: see forge_get_rep).
+ * 0x4141414141414140: see forge_get_rep), serve-qinpieces (grants the relay's first queue
+ * subscription, then sends a batch inside a message in pieces: the relay
+ * must close), serve-qflood (grants it, then sends 3 batches of 64 messages
+ * without waiting for their acknowledgement: the relay must close).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -47,6 +52,8 @@ static unsigned char their_nonce[WIRE_NONCE_LEN], my_nonce[WIRE_NONCE_LEN];
 static int got_hello, got_auth, got_fetch, got_reply;
 static struct wire_msg reply;
 static uint64_t fetch_id;
+static int got_qsub;
+static uint64_t qsub_id;
 static ucp_conn_request_h conn_req;
 static struct sockaddr_storage dial_sa;
 
@@ -101,6 +108,9 @@ static ucs_status_t on_am(void *arg, const void *h, size_t hl, void *data, size_
         } else if (m->type == WIRE_FETCH) {
             fetch_id = m->id;
             got_fetch = 1;
+        } else if (m->type == WIRE_QSUB) {
+            qsub_id = m->id;
+            got_qsub = 1;
         }
     }
     free(m);
@@ -278,6 +288,38 @@ static void unproven_rma(void)
     _exit(closed ? 0 : 1);
 }
 
+/* A queue's batch (WIRE_QBATCH) of stream 7: "ok" is well formed (the relay
+ * keeps the peer); "overrun" has one item, whose length runs past the batch,
+ * "count" 65 items (the bound is 64), "zero" none, "short" says 3 items and
+ * holds 2: each must close the connection. */
+static void qbatch(unsigned char *msg, const char *how)
+{
+    struct wire_batch b;
+    size_t n;
+    wire_qbatch_begin(&b, msg, 7);
+    if (strcmp(how, "count") == 0) {
+        for (int i = 0; i < WIRE_BATCH_MAX; i++)
+            wire_qbatch_add(&b, "x", 1);
+        n = wire_qbatch_end(&b);
+        msg[n++] = 1, msg[n++] = 0, msg[n++] = 'y'; /* item 65 */
+        msg[9] = WIRE_BATCH_MAX + 1;
+        msg[11] = (unsigned char)(n - 13);
+    } else if (strcmp(how, "zero") == 0) {
+        n = wire_qbatch_end(&b);
+    } else if (strcmp(how, "overrun") == 0) {
+        wire_qbatch_add(&b, "abcd", 4);
+        n = wire_qbatch_end(&b);
+        msg[13] = 200; /* its one item: 200 bytes of the 4 there are */
+    } else {
+        wire_qbatch_add(&b, "abcd", 4);
+        wire_qbatch_add(&b, "efgh", 4);
+        n = wire_qbatch_end(&b);
+        if (strcmp(how, "short") == 0)
+            msg[9] = 3;
+    }
+    send_raw(msg, n);
+}
+
 int main(int argc, char **argv)
 {
     ucp_params_t params = {0};
@@ -376,6 +418,36 @@ int main(int argc, char **argv)
         auth_proof(&relay, false, their_nonce, my_nonce, mac);
         n = wire_auth(msg, mac);
         send_raw(msg, (size_t)n);
+        if (strncmp(mode, "serve-q", 7) == 0) {
+            struct wire_batch b;
+            progress_for(30000, &got_qsub);
+            if (!got_qsub)
+                return 2;
+            send_raw(msg, (size_t)wire_qsub_reply(msg, qsub_id, 0, 0, 0, NULL));
+            if (strcmp(mode, "serve-qinpieces") == 0) {
+                /* The first piece of a message, then a batch before its
+                 * second piece. */
+                send_raw(msg, (size_t)wire_qmsg(msg, qsub_id, 8, 0, "abcd", 4));
+                wire_qbatch_begin(&b, msg, qsub_id);
+                wire_qbatch_add(&b, "efgh", 4);
+                wire_qbatch_add(&b, "ijkl", 4);
+                send_raw(msg, wire_qbatch_end(&b));
+            } else {
+                /* serve-qflood: 3 batches of 64 without waiting for an
+                 * acknowledgement, past the window of 128. */
+                for (int k = 0; k < 3 && !closed; k++) {
+                    wire_qbatch_begin(&b, msg, qsub_id);
+                    for (int i = 0; i < WIRE_BATCH_MAX; i++)
+                        wire_qbatch_add(&b, "flood", 5);
+                    send_raw(msg, wire_qbatch_end(&b));
+                    progress_for(300, NULL);
+                }
+            }
+            progress_for(5000, NULL);
+            printf("%s\n", closed ? "closed" : "kept");
+            fflush(stdout);
+            _exit(closed ? 0 : 1);
+        }
         progress_for(30000, &got_fetch);
         if (!got_fetch)
             return 2;
@@ -537,6 +609,8 @@ int main(int argc, char **argv)
             } else if (strcmp(mode, "rmaput") == 0 || strcmp(mode, "rmaget") == 0 ||
                        strcmp(mode, "rmaread") == 0) {
                 rma(mode);
+            } else if (strncmp(mode, "qbatch-", 7) == 0) {
+                qbatch(msg, mode + 7);
             } else if (strcmp(mode, "qnoqueue") == 0) {
                 /* A fair request for a queue that does not exist: answered. */
                 n = wire_qsub(msg, 7, 0, 1, "no-such-queue");

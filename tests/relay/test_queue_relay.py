@@ -194,6 +194,96 @@ def case_slow_reader(a, b):
     mq.close()
 
 
+class LateReader(Reader):
+    """A reader that joins, then lets the writer fill the way for a second
+    before it reads."""
+
+    def run(self):
+        try:
+            self.mq.wait_until_ready(WAIT)
+            time.sleep(1)
+            while len(self.digests) < self.n:
+                self.digests.append(hashlib.sha256(self.mq.dequeue(WAIT)).digest())
+        except Exception as e:  # noqa: BLE001
+            self.error = e
+
+
+def case_batch(a, b):
+    """Small messages that wait together cross between the relays together
+    (batches): 2000 of them, B's reader late so that they pile up behind
+    the window, reach B byte-identical and in order in fewer messages
+    between the relays than there are queue messages (B's relay counts
+    what came from A)."""
+    n = 2000
+
+    def from_a():
+        st = T.ask(b.relay_sock, {"op": "status"})
+        return sum(p["messages_in"] for p in st["peers"] if p["name"] == "A")
+
+    mq = MessageQueue(2, 1, [1], SLOT, 64, T.IP_A, socket_path=a.sock)
+    handle = mq.export_handle()
+    local = Reader(join(handle, 1, a), n)
+    late = LateReader(join(handle, 2, b), n)
+    local.start()
+    late.start()
+    mq.wait_until_ready(WAIT)
+    before = from_a()
+    rnd = random.Random(6)
+    want = []
+    for i in range(n):
+        m = rnd.randbytes(rnd.randint(0, 200))
+        want.append(hashlib.sha256(m).digest())
+        mq.enqueue(m, timeout=WAIT)
+    late.join(WAIT * 2)
+    local.join(WAIT)
+    sent = from_a() - before
+    report(late.digests == want and late.error is None and local.digests == want
+           and sent < n,
+           "%d small messages cross between the relays in %d messages (batches), "
+           "byte-identical and in order" % (n, sent),
+           "read %d (error %r), locally %d, %d messages from A" % (
+               len(late.digests), late.error, len(local.digests), sent))
+    for r in (local, late):
+        r.mq.close()
+    mq.close()
+
+
+def case_published_by_loop(a, b):
+    """A message that arrives while B's stream thread waits idle is
+    published by B's relay's loop at once (one wake-up less on its way):
+    300 small messages 2 ms apart reach B byte-identical and in order, and
+    B's relay says its loop published some of them; a message larger than
+    a slot is still published (by the thread) in order."""
+    n = 300
+    mq = MessageQueue(2, 1, [1], SLOT, 16, T.IP_A, socket_path=a.sock)
+    handle = mq.export_handle()
+    local = Reader(join(handle, 1, a), n + 2)
+    remote = Reader(join(handle, 2, b), n + 2)
+    local.start()
+    remote.start()
+    mq.wait_until_ready(WAIT)
+    rnd = random.Random(7)
+    sent = [rnd.randbytes(rnd.randint(0, 300)) for _ in range(n)]
+    sent[n // 2:n // 2] = [rnd.randbytes(3 * SLOT), b"after the large one"]
+    for m in sent:
+        mq.enqueue(m, timeout=WAIT)
+        time.sleep(0.002)  # spaced: the thread is idle when the next comes
+    remote.join(WAIT)
+    local.join(WAIT)
+    st = T.ask(b.relay_sock, {"op": "status"})
+    by_loop = [q.get("published_by_loop", 0) for q in st.get("queues", [])
+               if q["queue"] == mq.name and q["direction"] == "in"]
+    want = [hashlib.sha256(m).digest() for m in sent]
+    report(remote.digests == want and remote.error is None and by_loop and by_loop[0] > 0,
+           "messages that find B's stream thread idle are published by B's relay's "
+           "loop (%s of %d), byte-identical and in order" % (by_loop, len(sent)),
+           "read %d (error %r), by the loop %s" % (len(remote.digests), remote.error,
+                                                   by_loop))
+    for r in (local, remote):
+        r.mq.close()
+    mq.close()
+
+
 def case_rejoin_and_end(a, b):
     """A remote reader that leaves and joins again, three times, takes its
     old place (the queue has one remote seat); when the writer leaves, the
@@ -277,11 +367,62 @@ def case_many_queues(a, b):
            "%s; kept %d" % (bad[:3], len(kept)))
 
 
+def hostile_writer_relay(a, key, port, mode, what):
+    """Relay E on A's daemon dials a hostile peer (relay-hostile-peer MODE),
+    subscribes to its queue 'evilq' of 4 slots, whose one reader seat here
+    is held and reads nothing; the peer misbehaves: E must close it, cut
+    the stream and keep serving."""
+    import subprocess
+    evil = subprocess.Popen(["ip", "netns", "exec", T.NS_B, T.HOSTILE, "%s:%d" % (T.IP_B, port),
+                             key, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, UCX_TLS="tcp", UCX_CM_REUSEADDR="y"))
+    e_sock = os.path.join(os.path.dirname(key), "E.relay")
+    e_log = open(os.path.join(os.path.dirname(key), "E-relay.log"), "ab")
+    e = None
+    c = a.client()
+    name = "evilq-" + mode[7:]
+    try:
+        c._call({"op": "queue_create", "name": name, "seats": 1, "slots": 4,
+                 "slot_size": 4096, "temporary": True})
+        c._call_fds({"op": "queue_open", "name": name, "role": "reader", "seat": 0})
+        evil.stdout.readline()  # "listening"
+        e = subprocess.Popen(["ip", "netns", "exec", T.NS_A, T.RELAY, "--key-file", key,
+                              "--socket", a.sock, "--relay-socket", e_sock, "--name", "E",
+                              "--peer", "EVIL=%s:%d" % (T.IP_B, port)],
+                             stdout=e_log, stderr=e_log, env=dict(os.environ, UCX_TLS="tcp"))
+        wait_for("E to prove the key to the hostile peer", lambda: os.path.exists(e_sock)
+                 and any(p["state"] == "connected"
+                         for p in T.ask(e_sock, {"op": "status"})["peers"]))
+        rep = T.ask(e_sock, {"op": "queue_subscribe", "peer": "EVIL", "queue": name,
+                             "seat_from": 0, "seat_to": 1, "seats": 1, "slots": 4,
+                             "slot_size": 4096})
+        out, err = evil.communicate(timeout=WAIT)
+        state = T.ask(e_sock, {"op": "queue_state", "peer": "EVIL", "queue": name})
+        report(rep.get("ok") and evil.returncode == 0 and e.poll() is None
+               and state.get("state") == "cut",
+               "a writer's relay that %s is disconnected, its stream cut" % what,
+               "%s; %s; hostile: %s %s" % (rep, state, out.strip(), err.strip()[-300:]))
+    except (AssertionError, errors.ShmBrokerError) as exc:
+        report(False, "a writer's relay that %s" % what, repr(exc))
+    finally:
+        for p in (e, evil):
+            if p and p.poll() is None:
+                p.terminate()
+                p.wait(10)
+        e_log.close()
+        c.close()
+        if os.path.exists(e_sock):
+            os.unlink(e_sock)
+
+
 def case_hostile(a, b, key):
     """Queue messages from a peer that proved the key are hostile input too:
-    a bad queue name, seats out of order, a piece past its message and an
-    answer to a subscription never made close that peer; a subscription to
-    a queue that does not exist is answered, and the peer kept. The relay's
+    a bad queue name, seats out of order, a piece past its message, an
+    answer to a subscription never made and a batch of messages whose
+    lengths overrun it, past 64 messages, of none, or holding fewer than it
+    says close that peer; a subscription to a queue that does not exist,
+    and a well-formed batch of a stream that ended, are answered or dropped,
+    and the peer kept. The relay's
     socket refuses bad subscriptions. Then both hosts still carry a queue."""
     import subprocess
     for mode, want_closed, what in (
@@ -289,6 +430,11 @@ def case_hostile(a, b, key):
             ("qseats", True, "asks for seats 5 to 2"),
             ("qpiece", True, "sends a piece past the end of its message"),
             ("qstray", True, "answers a subscription never made"),
+            ("qbatch-overrun", True, "sends a batch whose one length overruns it"),
+            ("qbatch-count", True, "sends a batch of 65 messages (at most 64)"),
+            ("qbatch-zero", True, "sends a batch of no message"),
+            ("qbatch-short", True, "sends a batch that says 3 messages and holds 2"),
+            ("qbatch-ok", False, "sends a well-formed batch for a stream that ended"),
             ("qnoqueue", False, "subscribes to a queue that does not exist")):
         r = subprocess.run(["ip", "netns", "exec", T.NS_B, T.HOSTILE, "%s:%d" % (T.IP_A, T.PORT),
                             key, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -297,6 +443,15 @@ def case_hostile(a, b, key):
         report(closed == want_closed and r.returncode in (0, 1),
                "a peer that %s is %s" % (what, "disconnected" if want_closed else "kept"),
                r.stdout.strip() + " " + r.stderr.strip()[-300:])
+    # A writer's relay that sends a batch inside a message it sends in
+    # pieces, or 192 messages in batches without waiting for their
+    # acknowledgement while this host's reader reads none: relay E on A's
+    # daemon subscribes to its queue, and closes it.
+    for port, mode, what in ((T.PORT + 5, "serve-qinpieces",
+                              "sends a batch inside a message in pieces"),
+                             (T.PORT + 6, "serve-qflood",
+                              "sends 3 batches of 64 messages past the window of 128")):
+        hostile_writer_relay(a, key, port, mode, what)
     bad = []
     for req, code in (({"op": "queue_subscribe", "peer": "A", "queue": "a\nb", "seat_from": 1,
                         "seat_to": 2, "seats": 1, "slots": 2, "slot_size": 64}, "EINVAL"),
@@ -441,6 +596,8 @@ def main():
         case_process_group(a, b)
         case_cut(a, b)
         case_slow_reader(a, b)
+        case_batch(a, b)
+        case_published_by_loop(a, b)
         case_rejoin_and_end(a, b)
         case_many_queues(a, b)
         case_hostile(a, b, key)
