@@ -267,10 +267,11 @@ KILLED_WRITER = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import shmbroker.vllm
+import shmbroker._vllm_guard
 from shmbroker.vllm import SingleWriterShmRingBuffer
 from shmbroker.vllm_shared import SharedShmObjectStorage
 if len(sys.argv) > 4:
-    shmbroker.vllm._GUARD_GRACE_S = float(sys.argv[4])
+    shmbroker._vllm_guard._GUARD_GRACE_S = float(sys.argv[4])
 ring = SingleWriterShmRingBuffer(1 << 20, name=sys.argv[3], create=True, socket_path=sys.argv[2])
 store = SharedShmObjectStorage(1 << 16, 1, ring)
 pairs = {k: store.put(k, k.encode() * 100) for k in ("read", "awaited")}
@@ -330,9 +331,9 @@ class KilledWriterTest(SharedTestCase):
     # guard, as a killed one does: each deleted once read, those no reader
     # reads deleted after the guard's grace; close() had left them for ever.
     def test_close_leaves_awaited_objects_to_the_guard(self):
-        grace = shmbroker.vllm._GUARD_GRACE_S
-        shmbroker.vllm._GUARD_GRACE_S = 0.2
-        self.addCleanup(setattr, shmbroker.vllm, "_GUARD_GRACE_S", grace)
+        grace = shmbroker._vllm_guard._GUARD_GRACE_S
+        shmbroker._vllm_guard._GUARD_GRACE_S = 0.2
+        self.addCleanup(setattr, shmbroker._vllm_guard, "_GUARD_GRACE_S", grace)
         a = self.store()
         a.put("awaited", b"a" * 1000)
         guard = a._guard[2]

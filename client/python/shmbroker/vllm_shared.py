@@ -30,7 +30,7 @@ start the pairs again at (0, 0), since the other writers' pairs count from
 the same base; and the guard of a writer killed without close() deletes,
 as close() would, only its objects that no reader awaits. The objects a
 closed or killed writer leaves awaited are its guard's: it deletes each
-once read, and those still awaited after vllm._GUARD_GRACE_S, so that
+once read, and those still awaited after _vllm_guard._GUARD_GRACE_S, so that
 readers that never come do not hold them (and every client's reclaim
 behind them) for ever.
 
