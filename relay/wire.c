@@ -271,6 +271,7 @@ bool wire_is_queue(unsigned type)
     case WIRE_QACK:
     case WIRE_QEND:
     case WIRE_QUNSUB:
+    case WIRE_QBATCH:
         return true;
     default:
         return false;
