@@ -7,7 +7,7 @@ offset, and the bytes are read or written through the mapping. This module
 holds the public calls, the arena's puts and the reads from the catalog; the
 wire (connecting, hello, the line exchange, replies and errors) is
 _wire.py's, the mapping (the segment, its checks, chunk headers) _mapping's,
-and the frames layout lives in frames.py.
+the key check _keys.py's, and the frames layout lives in frames.py.
 """
 
 import collections
@@ -22,6 +22,7 @@ from . import _arena
 from . import _catalog
 from . import _protocol as P
 from . import frames as _frames
+from ._keys import _check_keys, _key_list, check_key
 from ._mapping import Mapping, _release_view
 from ._wire import Wire, _HANGUP, _NOT_SENT, _NO_ID, _check_values, _forks
 from ._wire import _reply_error, _reply_list, default_socket_path, user_socket_path  # noqa: F401
@@ -41,68 +42,6 @@ _READERS_MAX = 1000000  # the awaited reads one request may ask for (PROTOCOL.md
 # The arena a connection asks for by default (SHMB_ARENA_DEFAULT): room for
 # many small puts per round trip; a larger object asks for four times its size.
 ARENA_DEFAULT = 256 * 1024
-
-
-def _key_error(message):
-    return InvalidRequest("EINVAL", message)
-
-
-def check_key(key):
-    """Check a key as the daemon does and return it as a str.
-
-    A key is 1 to 255 bytes of UTF-8 without NUL; str or bytes are accepted.
-    Raises InvalidRequest with the daemon's words otherwise (TypeError for
-    anything that is not str or bytes)."""
-    if type(key) is str and key.isascii():
-        if 0 < len(key) <= P.KEY_MAX and "\0" not in key:
-            return key
-        raw = key.encode("ascii")
-    elif isinstance(key, str):
-        try:
-            raw = key.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            raw = key.encode("utf-8", "surrogatepass")
-    elif isinstance(key, (bytes, bytearray, memoryview)):
-        raw = bytes(key)
-    else:
-        raise TypeError("A key is a str (or UTF-8 bytes), not %s." % type(key).__name__)
-    if len(raw) == 0 or len(raw) > P.KEY_MAX:
-        raise _key_error("Key of %d bytes: keys are 1 to %d bytes long." % (len(raw), P.KEY_MAX))
-    nul = raw.find(b"\0")
-    if nul >= 0:
-        raise _key_error("Key contains a NUL byte at offset %d; keys are UTF-8 text of 1 to "
-                         "%d bytes without NUL." % (nul, P.KEY_MAX))
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise _key_error("Key is not valid UTF-8 (byte 0x%02x at offset %d); keys are UTF-8 "
-                         "text of 1 to %d bytes." % (raw[e.start], e.start, P.KEY_MAX)) from None
-    if isinstance(key, str) and text != key:
-        # Lone surrogates that spell valid UTF-8 bytes: storing them as the
-        # text they spell would store another key than the one given.
-        raise _key_error("Key holds lone surrogates (\\u%04x...), not text; keys are UTF-8 "
-                         "text of 1 to %d bytes." % (ord(next(c for c in key
-                                                             if 0xD800 <= ord(c) < 0xE000)),
-                                                      P.KEY_MAX))
-    return text
-
-
-def _key_list(keys):
-    """keys as a list; a single str or bytes is a key, not keys."""
-    if isinstance(keys, (str, bytes, bytearray, memoryview)):
-        raise TypeError("Expected an iterable of keys, not one %s." % type(keys).__name__)
-    return list(keys)
-
-
-def _check_keys(keys):
-    """Check every key of a _many call before anything is sent."""
-    out = []
-    for i, key in enumerate(keys):
-        try:
-            out.append(check_key(key))
-        except InvalidRequest as e:
-            raise _key_error("keys[%d] of %d: %s Nothing was sent." % (i, len(keys), e)) from None
-    return out
 
 
 class ObjectList(list):
