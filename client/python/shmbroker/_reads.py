@@ -103,24 +103,11 @@ class Reads:
         # replacing the mapping, or its close() releasing the views.
         self._enter()
         try:
-            cat = self._catalog
-            if cat is not None and self._served(cat, key):
-                found = cat.lookup(key, key.encode("utf-8", "surrogatepass"))
-                what, value, gen, flags, chunk, retries = cat.read(found, out)
-                self._reads[2] += retries
-                if what == _catalog.HIT:
-                    self._reads[0] += 1
-                    if flags & P.CATALOG_AWAITED:
-                        self._count_read(key, chunk, gen)
-                    return value
-                if what == _catalog.MISS:
-                    self._reads[0] += 1
-                    raise NotFound("ENOENT", "No committed object has key '%s'." % key)
-                if what == _catalog.NOBUFS:
-                    self._reads[0] += 1
-                    raise _too_small(key, len(out), value)
+            hit = self._read_catalog(key, out)
         finally:
             self._busy.release()
+        if hit is not None:
+            return hit[0]
         self._reads[1] += 1
         pin = self.get(key)
         try:
@@ -140,23 +127,35 @@ class Reads:
         daemon: read()); NotFound when no committed object has key."""
         self._enter()
         try:
-            cat = self._catalog
-            if cat is None or not self._served(cat, key):
-                return None
-            found = cat.lookup(key, key.encode("utf-8", "surrogatepass"))
-            what, value, gen, flags, chunk, retries = cat.read(found, None)
-            self._reads[2] += retries
-            if what == _catalog.HIT:
-                self._reads[0] += 1
-                if flags & P.CATALOG_AWAITED:
-                    self._count_read(key, chunk, gen)
-                return value, chunk, gen
-            if what == _catalog.MISS:
-                self._reads[0] += 1
-                raise NotFound("ENOENT", "No committed object has key '%s'." % key)
-            return None
+            return self._read_catalog(key, None)
         finally:
             self._busy.release()
+
+    def _read_catalog(self, key, out):
+        """The read of key from the catalog that read() and _read_at() make,
+        holding the client's lock: (what cat.read gave, chunk header offset,
+        generation) for a hit, counted in read_stats() with its retries and
+        its awaited read counted; None when the catalog cannot say (ask the
+        daemon). NotFound when no committed object has key, BufferTooSmall
+        when out cannot hold it."""
+        cat = self._catalog
+        if cat is None or not self._served(cat, key):
+            return None
+        found = cat.lookup(key, key.encode("utf-8", "surrogatepass"))
+        what, value, gen, flags, chunk, retries = cat.read(found, out)
+        self._reads[2] += retries
+        if what == _catalog.HIT:
+            self._reads[0] += 1
+            if flags & P.CATALOG_AWAITED:
+                self._count_read(key, chunk, gen)
+            return value, chunk, gen
+        if what == _catalog.MISS:
+            self._reads[0] += 1
+            raise NotFound("ENOENT", "No committed object has key '%s'." % key)
+        if what == _catalog.NOBUFS:
+            self._reads[0] += 1
+            raise _too_small(key, len(out), value)
+        return None
 
     def _count_read(self, key, chunk, gen):
         """Count one awaited read of the object read in place (inside the
