@@ -732,6 +732,36 @@ class TestReadFromDaemon(support.DaemonTest):
         self.addCleanup(reader.close)
         self.awaited(reader)
 
+    def test_read_at_answers_as_read(self):
+        """_read_at (the vLLM store's read of its base) and read() make one
+        read from the catalog: a hit gives the bytes, with the chunk and
+        generation _read_at names, counted "fast" and its awaited read
+        counted by either; a miss raises the same NotFound, counted too;
+        without a catalog _read_at says None and read() asks the daemon."""
+        reader = self.d.client(name="at-reader")
+        self.addCleanup(reader.close)
+        off = self.c.put("at", b"base bytes", readers=2)
+        chunk = off - P.align64(P.CHUNK_HEADER_SIZE + len("at"))
+        value, at, gen = reader._read_at("at")
+        self.assertEqual((value, at), (b"base bytes", chunk))
+        self.assertEqual(gen, reader._catalog.w64[(chunk + P.SEAL_AT) >> 3] & 0xFFFFFFFF)
+        reader.contains("at")  # a round trip: a noreply read was handled before it
+        self.assertEqual(self.readers_of("at"), 1)
+        self.assertEqual(reader.read("at"), b"base bytes")
+        reader.contains("at")
+        self.assertEqual(self.readers_of("at"), 0)
+        with self.assertRaises(shmbroker.NotFound) as by_read_at:
+            reader._read_at("absent")
+        with self.assertRaises(shmbroker.NotFound) as by_read:
+            reader.read("absent")
+        self.assertEqual(str(by_read_at.exception), str(by_read.exception))
+        self.assertIn("'absent'", str(by_read.exception))
+        self.assertEqual(reader.read_stats(), {"fast": 4, "fallback": 0, "retries": 0})
+        reader._catalog = None
+        self.assertIsNone(reader._read_at("at"))
+        self.assertEqual(reader.read("at"), b"base bytes")
+        self.assertEqual(reader.read_stats(), {"fast": 4, "fallback": 1, "retries": 0})
+
     def test_scribbled_catalog(self):
         """A read-write mapping of the segment scribbles over the catalog and
         the header's catalog words: reads give the key's own bytes or

@@ -1,0 +1,228 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The catalog's reads of a Client: read(), read_into() and read_stats(),
+the lookup and copy from the catalog in the mapping with no round trip
+(_read, _read_at, _listed), whether the mapping may answer at all (_served),
+and the count of an awaited read made in place (in the object's seal, or by
+a noreply "read" request).
+
+Client inherits Reads; the state stays on the Client (_catalog, _reads,
+_poller, _looked). The catalog's layout and its checked copy are
+_catalog.py's; what the catalog cannot say is asked of the daemon with get().
+"""
+
+import time
+
+from . import _catalog
+from . import _protocol as P
+from ._keys import check_key
+from ._puts import _json_key
+from ._wire import _HANGUP
+from .errors import BufferTooSmall, ConnectionLost, NotFound
+
+# How often read() looks at its connection (one poll() with no wait): a
+# daemon that died without marking its segment retired (SIGKILL; a memfd
+# pool has no file for the next daemon to mark) is noticed within this, as
+# the C library's reads do (client/read.c, CLIENT_LOOK_MS).
+_LOOK_S = 0.010
+_monotonic = time.monotonic  # from the vDSO: no system call
+_NOTHING = memoryview(bytearray(0))  # a buffer no payload fits in
+
+
+class Reads:
+    """The catalog half of Client's reads: copies from the mapping, checked
+    against the chunk's generation and key, and the daemon asked when the
+    catalog cannot say."""
+
+    def read(self, key):
+        """The object's bytes, copied out, counted as one read (as get()).
+
+        Read from the catalog the daemon publishes in the segment, with no
+        system call: the copy is checked against the chunk's generation and
+        key after it is made, so it is exactly the bytes committed under
+        key. When the catalog cannot say (none, the table moving, the object
+        changing under the copy, a catalog that does not list everything),
+        asks the daemon: get, copy, release (one round trip). NotFound when
+        no committed object has key. ConnectionLost (ECONNRESET) once the
+        daemon stopped or died, within 20 ms of it: never an answer from a
+        segment no daemon serves. read_stats() counts which way reads
+        went. Use get() to read a large object in place, without a copy."""
+        return self._read(check_key(key), None)
+
+    def read_into(self, key, buffer):
+        """read() into buffer (any writable buffer: bytearray, memoryview, a
+        numpy array...) instead of new bytes; returns how many bytes were
+        written at its start. BufferTooSmall (its ``.size``: the object's)
+        when the object is larger than buffer; nothing is written then."""
+        out = memoryview(buffer)
+        if out.readonly:
+            out.release()
+            raise TypeError("read_into() needs a writable buffer.")
+        try:
+            return self._read(check_key(key), out.cast("B") if out.format != "B" or
+                              out.ndim != 1 else out)
+        finally:
+            out.release()
+
+    def read_stats(self):
+        """How this client's read() and read_into() calls went: a dict of
+        "fast" (answered from the mapping: hits and proven misses),
+        "fallback" (answered by the daemon) and "retries" (copies redone
+        after a change under them)."""
+        return {"fast": self._reads[0], "fallback": self._reads[1],
+                "retries": self._reads[2]}
+
+    def _served(self, cat, key):
+        """Whether the mapping may answer: the daemon has not marked the
+        segment retired, and (looked at every _LOOK_S) the daemon's end of
+        the connection is open. False (ask the daemon, which knows) when
+        retired, or a word a client scribbled; ConnectionLost when the
+        daemon closed the connection (stopped or died), after closing ours,
+        so that the calls after it fail too."""
+        if cat.w32[P.SEGMENT_RETIRED_AT >> 2] != 0:
+            return False
+        now = _monotonic()
+        if now - self._looked < _LOOK_S:
+            return True
+        try:
+            events = self._poller.poll(0)
+        except (OSError, AttributeError):
+            return True  # a failed poll proves nothing: the next read looks
+        self._looked = now
+        if not any(ev & _HANGUP for _fd, ev in events):
+            return True
+        self._disconnect(keep_map=True)
+        raise ConnectionLost("ECONNRESET", "read() of '%s': shmbrokerd closed this client's "
+                             "connection (it stopped, or died), so the segment this client "
+                             "maps may be one no daemon serves; nothing was read from it. "
+                             "Every pin and pending allocation of this client was released. "
+                             "Call reconnect() and read again." % key)
+
+    def _read(self, key, out):
+        # One call at a time, as every other (and shmb_read): a read from
+        # the mapping under another thread's call could meet its reconnect()
+        # replacing the mapping, or its close() releasing the views.
+        self._enter()
+        try:
+            hit = self._read_catalog(key, out)
+        finally:
+            self._busy.release()
+        if hit is not None:
+            return hit[0]
+        self._reads[1] += 1
+        pin = self.get(key)
+        try:
+            if out is None:
+                return bytes(pin.view)
+            if pin.size > len(out):
+                raise _too_small(key, len(out), pin.size)
+            out[:pin.size] = pin.view
+            return pin.size
+        finally:
+            pin.release()
+
+    def _read_at(self, key):
+        """key's bytes read from the catalog with no round trip, and where:
+        (bytes, chunk header offset, generation), its awaited read counted
+        as read() counts it. None when the catalog cannot say (ask the
+        daemon: read()); NotFound when no committed object has key."""
+        self._enter()
+        try:
+            return self._read_catalog(key, None)
+        finally:
+            self._busy.release()
+
+    def _read_catalog(self, key, out):
+        """The read of key from the catalog that read() and _read_at() make,
+        holding the client's lock: (what cat.read gave, chunk header offset,
+        generation) for a hit, counted in read_stats() with its retries and
+        its awaited read counted; None when the catalog cannot say (ask the
+        daemon). NotFound when no committed object has key, BufferTooSmall
+        when out cannot hold it."""
+        cat = self._catalog
+        if cat is None or not self._served(cat, key):
+            return None
+        found = cat.lookup(key, key.encode("utf-8", "surrogatepass"))
+        what, value, gen, flags, chunk, retries = cat.read(found, out)
+        self._reads[2] += retries
+        if what == _catalog.HIT:
+            self._reads[0] += 1
+            if flags & P.CATALOG_AWAITED:
+                self._count_read(key, chunk, gen)
+            return value, chunk, gen
+        if what == _catalog.MISS:
+            self._reads[0] += 1
+            raise NotFound("ENOENT", "No committed object has key '%s'." % key)
+        if what == _catalog.NOBUFS:
+            self._reads[0] += 1
+            raise _too_small(key, len(out), value)
+        return None
+
+    def _count_read(self, key, chunk, gen):
+        """Count one awaited read of the object read in place (inside the
+        read's call): in its seal (a compare-and-swap that keeps the
+        generation) on a read-write mapping, else by a noreply "read"
+        request. An object that went meanwhile (another generation) counts
+        nothing: its reads no longer matter. The read itself was exact: a
+        connection lost while reporting it is the next call's news, as in
+        shmb_read."""
+        if not self.read_only:
+            base, cas64 = self._arena_base()  # the mapping's address, and the CAS
+            if base is not None:
+                addr = base + chunk + P.SEAL_AT
+                w64 = self._catalog.w64
+                i = (chunk + P.SEAL_AT) >> 3
+                # Bounded: other processes may keep changing the seal (the
+                # daemon folding counts in, or a hostile writer); then the
+                # daemon counts it.
+                for _ in range(1000):
+                    seal = w64[i]
+                    if seal & 0xFFFFFFFF != gen or seal >> 32 == 0xFFFFFFFF:
+                        return
+                    if cas64(addr, seal, seal + (1 << 32)) == seal:
+                        return
+        try:
+            self._send_read_count(key, gen)
+        except ConnectionLost:
+            pass  # _send closed the socket: the next call says so
+
+    def _listed(self, key):
+        """Whether a committed object has key, from the catalog in the
+        mapping (no round trip): True, False, or None when the catalog
+        cannot say (ask the daemon)."""
+        self._enter()
+        try:
+            cat = self._catalog
+            if cat is None or not self._served(cat, key):
+                return None
+            what = cat.read(cat.lookup(key, key.encode("utf-8", "surrogatepass")), _NOTHING)[0]
+        finally:
+            self._busy.release()
+        if what == _catalog.NOBUFS:
+            return True  # found, committed: its bytes do not fit in nothing
+        return False if what == _catalog.MISS else None
+
+    def _send_read_count(self, key, gen):
+        """Send {"op":"read","key":key,"gen":gen} without a reply (holding
+        this client's lock), the line built by hand: one per read in place."""
+        out = self._pending_lines() if self._later else []
+        out.append(b'{"op":"read","key":%s,"gen":%d,"noreply":true,"id":%d}\n'
+                   % (_json_key(key), gen, self._next_id()))
+        self._send(b"".join(out))
+
+    def _count_in_place(self, key, chunk, gen):
+        """Count one awaited read of the object of key, read in place at
+        chunk (its header's offset) under generation gen: in its seal on a
+        read-write mapping, else by a noreply "read" request."""
+        self._enter()
+        try:
+            if self._catalog is None and not self.read_only:
+                self._send_read_count(key, gen)
+            else:
+                self._count_read(key, chunk, gen)
+        finally:
+            self._busy.release()
+
+
+def _too_small(key, cap, size):
+    return BufferTooSmall("ENOBUFS", "A buffer of %d bytes cannot hold '%s', which is %d "
+                          "bytes; nothing was copied." % (cap, key, size), size)
