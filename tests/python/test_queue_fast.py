@@ -32,6 +32,7 @@ if PACKAGE_DIR not in sys.path:
 
 import shmbroker  # noqa: E402
 from shmbroker import _futex, frames, queue as Q  # noqa: E402
+from shmbroker import _queue_wait  # noqa: E402
 from shmbroker import MessageQueue  # noqa: E402
 
 from support import DaemonTest  # noqa: E402
@@ -249,7 +250,7 @@ class WriterMarkTest(unittest.TestCase):
         asleep = lambda: writer._q32[Q.HEADER_OFFSETS["writer_waiting"] // 4] == 1  # noqa
         wake_at = lambda: writer._q64[Q.HEADER_OFFSETS["wake_at"] // 8]  # noqa
         # Marked sleeps that do not end on their own within the test.
-        with unittest.mock.patch.object(Q, "_MARK_SLEEP_NS", int(WAIT * 1e9)):
+        with unittest.mock.patch.object(_queue_wait, "_MARK_SLEEP_NS", int(WAIT * 1e9)):
             t = threading.Thread(target=write_one)
             t.start()
             self.addCleanup(t.join, WAIT)
