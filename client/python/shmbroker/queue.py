@@ -36,18 +36,15 @@ import pickle
 import secrets
 import select
 import socket
-import struct
 import time
 from typing import List, Optional
 
 from . import client as _client
-from . import frames as _frames
 from .client import Client
 from . import errors as _errors
 from .errors import error_for as _error_for
 from .errors import (Cancelled, ConnectionLost, EndOfQueue, InvalidRequest, KeyExists,
                      NotFound, ProtocolError, ShmBrokerError, Timeout, Unsupported)
-from .pickling import pickle_frames, unpickle_frames
 # The area (its mapping, seats and slots), its waits and its layout are
 # rooms of their own; every name stays importable from here, as before.
 from ._queue_area import _Area  # noqa: F401
@@ -65,6 +62,17 @@ from ._queue_wait import (  # noqa: F401
     _SPIN_MAX_ENV, _SPIN_PAUSE_NS, _TIMEOUT_FOREVER_S, _WAIT_ENV, _WARNING_INTERVAL_ENV,
     _WARNING_INTERVAL_S, _now, _sched_yield, _thread_time, _usable_cpus, _wait_settings,
     _warning_interval_ns)
+# So are the messages' encoding and the calls that rebuild buffers, these
+# first: the codec's streams, made at its import, name them in this module
+# (_queue_rebuild says why).
+from ._queue_rebuild import (  # noqa: F401
+    _NDIM_MAX, _elements, _rebuild_bytearray, _rebuild_bytes, _rebuild_memoryview,
+    _rebuild_tensor, _shape_of)
+from ._queue_codec import (  # noqa: F401
+    _BYTEARRAY_LEN, _BYTEARRAY_STREAM, _BYTES_LEN, _BYTES_STREAM, _ONE_FRAME, _ONE_FRAME_AT,
+    _ONE_FRAME_PAD, _OOB_MIN, _SECOND_LENGTH, _STREAMS, _TWO_FRAMES, _TWO_FRAMES_PAD, _ZEROS_64,
+    _OutOfBand, _decode, _message_frames, _message_size, _oob_frames, _read_message,
+    _tensor_frames, _write_message)
 
 __all__ = ["MessageQueue", "Handle"]
 
@@ -81,246 +89,6 @@ _READY_POLL_S = (0.001, 0.02)
 _HANGUP = select.POLLHUP | select.POLLERR | select.POLLNVAL | getattr(select, "POLLRDHUP", 0)
 
 
-# The frames header of a message of one frame (no out-of-band buffer: most
-# messages): magic, count 1, flags 0, the length; the frame at byte 64.
-_ONE_FRAME = struct.Struct("<QIIQ")
-_ONE_FRAME_AT = 64
-_ONE_FRAME_PAD = bytes(_ONE_FRAME_AT - 24)
-# And of two (a buffer sent out of band, and its small stream: the frame 0
-# at byte 64, the buffer at the next multiple of 64 after it).
-_TWO_FRAMES = struct.Struct("<QIIQQ")
-_TWO_FRAMES_PAD = bytes(_ONE_FRAME_AT - 32)
-_ZEROS_64 = bytes(64)
-_SECOND_LENGTH = struct.Struct("<Q")
-
-
-# ---- messages that are buffers ------------------------------------------------
-#
-# bytes, bytearray, memoryview and CPU torch tensors sent as a message of
-# their own travel out of band, as numpy arrays do with pickle's protocol 5:
-# frame 0 a small pickle stream that rebuilds the object from frame 1, and
-# frame 1 the object's bytes, written straight into the slot (or overflow
-# object) with no pickled copy. Any reader unpickles such a message as any
-# other (PROTOCOL.md section 9, "Messages"); this module's readers go
-# straight to the result for bytes and bytearray, whose stream is always
-# the same. Smaller bytes and bytearray are pickled in the stream: for a
-# few hundred bytes that is cheaper than a second frame.
-_OOB_MIN = 1024
-
-
-def _rebuild_bytes(buf):
-    """bytes from an out-of-band buffer (unpickling)."""
-    return bytes(buf)
-
-
-def _rebuild_bytearray(buf):
-    """bytearray from an out-of-band buffer: the buffer itself when the
-    unpickler was given a copy already (unpickle_frames' bytearray)."""
-    return buf if type(buf) is bytearray else bytearray(buf)
-
-
-# A shape from a message has at most this many dimensions (memoryview's own
-# limit), each a non-negative int below 2**63 (what a C size holds).
-_NDIM_MAX = 64
-
-
-def _shape_of(shape, what, nbytes):
-    """shape, from a message's stream, as a tuple of ints, or an EIO naming
-    it: anything but a tuple or list of at most _NDIM_MAX non-negative ints
-    below 2**63 is a stream no writer of this module makes (a scribbled or
-    hostile one), which must not reach cast() or torch as it is."""
-    if type(shape) not in (tuple, list) or len(shape) > _NDIM_MAX or \
-            not all(type(d) is int and 0 <= d < (1 << 63) for d in shape):
-        raise _corrupt("a %s message of %d bytes has shape %.200r, which is not a tuple of at "
-                       "most %d non-negative integers" % (what, nbytes, shape, _NDIM_MAX))
-    return tuple(shape)
-
-
-def _rebuild_memoryview(buf, fmt, shape):
-    """A memoryview of format fmt and shape over a copy of buf's bytes."""
-    shape = _shape_of(shape, "memoryview", len(buf))
-    own = buf if type(buf) is bytearray else bytearray(buf)
-    view = memoryview(own)
-    if fmt == "B" and len(shape) == 1 and shape[0] == len(own):
-        return view
-    try:
-        return view.cast(fmt, shape)
-    except (TypeError, ValueError) as e:
-        raise _corrupt("a memoryview message of format %.200r and shape %r does not fit its %d "
-                       "bytes (%s)" % (fmt, shape, len(own), e)) from None
-
-
-def _rebuild_tensor(buf, dtype, shape):
-    """A CPU torch tensor of dtype (torch's attribute name) and shape over a
-    copy of buf's bytes; Unsupported when torch cannot be imported here."""
-    try:
-        import torch
-    except ImportError:
-        raise Unsupported("ENOSYS", "This message is a torch tensor (%.200s, shape %.200r), "
-                          "and torch cannot be imported in this process: install torch here, "
-                          "or send numpy arrays (tensor.numpy()), which need only numpy."
-                          % (dtype, shape)) from None
-    shape = _shape_of(shape, "tensor", len(buf))
-    kind = getattr(torch, dtype, None) if type(dtype) is str else None
-    if not isinstance(kind, torch.dtype):
-        raise _corrupt("a tensor message names dtype %.200r, which this torch does not have"
-                       % (dtype,))
-    if len(buf) == 0:
-        # No bytes: a shape of no elements, or the message would be a
-        # tensor of memory that nobody sent (as large as the shape says).
-        if _elements(shape) != 0:
-            raise _corrupt("a tensor message of no bytes has shape %r, of %s elements"
-                           % (shape, _elements(shape)))
-        try:
-            return torch.empty(shape, dtype=kind)
-        except (RuntimeError, TypeError, ValueError) as e:
-            raise _corrupt("a tensor message of no bytes has shape %r (%s)" % (shape, e)) \
-                from None
-    own = buf if type(buf) is bytearray else bytearray(buf)
-    try:
-        return torch.frombuffer(own, dtype=torch.uint8).view(kind).reshape(shape)
-    except (RuntimeError, TypeError, ValueError) as e:
-        raise _corrupt("a tensor message of dtype %s and shape %r does not fit its %d bytes "
-                       "(%s)" % (dtype, shape, len(own), e)) from None
-
-
-def _elements(shape):
-    """The number of elements of shape (a checked tuple of ints)."""
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-class _OutOfBand:
-    """Pickles as rebuild(the buffer, *args), the buffer out of band."""
-
-    __slots__ = ("rebuild", "buf", "args")
-
-    def __init__(self, rebuild, buf, args=()):
-        self.rebuild, self.buf, self.args = rebuild, buf, args
-
-    def __reduce_ex__(self, protocol):
-        return self.rebuild, (pickle.PickleBuffer(self.buf),) + self.args
-
-
-def _oob_frames(rebuild, buf, args=()):
-    """[the pickle stream, buf's bytes] of a message rebuilt by rebuild."""
-    oob = []
-    stream = pickle.dumps(_OutOfBand(rebuild, buf, args), protocol=5,
-                          buffer_callback=oob.append)
-    return [memoryview(stream), oob[0].raw()]
-
-
-# The streams of bytes and bytearray messages depend on the type alone.
-_BYTES_STREAM = bytes(_oob_frames(_rebuild_bytes, b"")[0])
-_BYTEARRAY_STREAM = bytes(_oob_frames(_rebuild_bytearray, bytearray())[0])
-_BYTES_LEN, _BYTEARRAY_LEN = len(_BYTES_STREAM), len(_BYTEARRAY_STREAM)
-_STREAMS = {bytes: memoryview(_BYTES_STREAM), bytearray: memoryview(_BYTEARRAY_STREAM)}
-
-
-def _message_frames(obj):
-    """The frames of message obj (frames.py's layout): out of band for the
-    buffers above, else pickle_frames'."""
-    kind = type(obj)
-    if kind is bytes or kind is bytearray:
-        if len(obj) >= _OOB_MIN:
-            return [_STREAMS[kind], memoryview(obj)]
-    elif kind is memoryview:
-        if obj.c_contiguous:
-            try:
-                flat = obj.cast("B")
-                if obj.format != "B" or obj.ndim != 1:
-                    flat.cast(obj.format, obj.shape)  # what the reader will do
-            except (TypeError, ValueError):
-                flat = None  # a format cast() does not take: its bytes, as format B
-            if flat is not None:
-                return _oob_frames(_rebuild_memoryview, flat, (obj.format, obj.shape))
-        raw = obj.tobytes()
-        return _oob_frames(_rebuild_memoryview, raw, ("B", (len(raw),)))
-    elif kind.__name__ == "Tensor" and kind.__module__ == "torch":
-        frames = _tensor_frames(obj)
-        if frames is not None:
-            return frames
-    return pickle_frames(obj)
-
-
-def _tensor_frames(t):
-    """A dense CPU tensor's frames, or None for any other (pickled as torch
-    pickles it)."""
-    try:
-        import torch
-        if (t.device.type != "cpu" or t.layout != torch.strided or t.requires_grad
-                or t.is_quantized or t.is_conj() or t.is_neg()):
-            return None
-        raw = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
-    except (ImportError, RuntimeError, TypeError, AttributeError):
-        return None  # no numpy, or a tensor numpy cannot view
-    dtype = str(t.dtype).rpartition(".")[2]
-    return _oob_frames(_rebuild_tensor, raw, (dtype, tuple(t.shape)))
-
-
-def _decode(views):
-    """The message in views (frames as _read_message gives them): bytes
-    and bytearray straight from their frame, anything else unpickled with
-    its out-of-band buffers copied (the object owns its memory)."""
-    if len(views) == 2:
-        head = views[0]
-        if head.nbytes == _BYTES_LEN and head == _BYTES_STREAM:
-            return bytes(views[1])
-        if head.nbytes == _BYTEARRAY_LEN and head == _BYTEARRAY_STREAM:
-            return bytearray(views[1])
-    return unpickle_frames(views, copy=True)
-
-
-def _message_size(bufs):
-    """Bytes of the frames payload of bufs."""
-    if len(bufs) == 1:
-        return _ONE_FRAME_AT + bufs[0].nbytes
-    if len(bufs) == 2:
-        return ((_ONE_FRAME_AT + bufs[0].nbytes + 63) & ~63) + bufs[1].nbytes
-    return _frames.layout([b.nbytes for b in bufs])[2]
-
-
-def _write_message(view, bufs):
-    """Write bufs into view (exactly _message_size bytes) in the frames
-    layout; frames.write's result, without its generality for one frame or
-    two."""
-    if len(bufs) == 2:
-        n0, n1 = bufs[0].nbytes, bufs[1].nbytes
-        end0 = _ONE_FRAME_AT + n0
-        at1 = (end0 + 63) & ~63
-        _TWO_FRAMES.pack_into(view, 0, _frames.MAGIC, 2, 0, n0, n1)
-        view[32:_ONE_FRAME_AT] = _TWO_FRAMES_PAD
-        view[_ONE_FRAME_AT:end0] = bufs[0]
-        view[end0:at1] = _ZEROS_64[:at1 - end0]
-        view[at1:at1 + n1] = bufs[1]
-        return
-    if len(bufs) != 1:
-        _frames.write(view, bufs)
-        return
-    n = bufs[0].nbytes
-    _ONE_FRAME.pack_into(view, 0, _frames.MAGIC, 1, 0, n)
-    view[24:_ONE_FRAME_AT] = _ONE_FRAME_PAD
-    view[_ONE_FRAME_AT:_ONE_FRAME_AT + n] = bufs[0]
-
-
-def _read_message(view):
-    """The frames of a message (views into view), as frames.parse."""
-    size = view.nbytes
-    if size >= _ONE_FRAME_AT:
-        magic, count, flags, n0 = _ONE_FRAME.unpack_from(view, 0)
-        if magic == _frames.MAGIC and flags == 0:
-            if count == 1:
-                if n0 == size - _ONE_FRAME_AT:
-                    return [view[_ONE_FRAME_AT:].toreadonly()]
-            elif count == 2:
-                n1 = _SECOND_LENGTH.unpack_from(view, 24)[0]
-                end0 = _ONE_FRAME_AT + n0
-                at1 = (end0 + 63) & ~63
-                if at1 + n1 == size:
-                    return [view[_ONE_FRAME_AT:end0].toreadonly(), view[at1:].toreadonly()]
-    return _frames.parse(view)
 
 
 _WRITE_BUSY = ("This writer is already writing a message (inside an acquire_write() block, "
