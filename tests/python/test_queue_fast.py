@@ -16,6 +16,7 @@ process. No test asserts a duration.
 import multiprocessing
 import os
 import pickle
+import pickletools
 import random
 import resource
 import sys
@@ -32,6 +33,7 @@ if PACKAGE_DIR not in sys.path:
 
 import shmbroker  # noqa: E402
 from shmbroker import _futex, frames, queue as Q  # noqa: E402
+from shmbroker import _queue_wait  # noqa: E402
 from shmbroker import MessageQueue  # noqa: E402
 
 from support import DaemonTest  # noqa: E402
@@ -249,7 +251,7 @@ class WriterMarkTest(unittest.TestCase):
         asleep = lambda: writer._q32[Q.HEADER_OFFSETS["writer_waiting"] // 4] == 1  # noqa
         wake_at = lambda: writer._q64[Q.HEADER_OFFSETS["wake_at"] // 8]  # noqa
         # Marked sleeps that do not end on their own within the test.
-        with unittest.mock.patch.object(Q, "_MARK_SLEEP_NS", int(WAIT * 1e9)):
+        with unittest.mock.patch.object(_queue_wait, "_MARK_SLEEP_NS", int(WAIT * 1e9)):
             t = threading.Thread(target=write_one)
             t.start()
             self.addCleanup(t.join, WAIT)
@@ -343,6 +345,22 @@ class BufferMessageTest(DaemonTest):
         self.assertEqual(flags, Q.SLOT_INLINE)
         off = area._slot_at(n) + Q.SLOT_HEADER
         return frames.parse(area._mv[off:off + length])
+
+    # The stream of a buffer message names its rebuild call where
+    # PROTOCOL.md section 9 says it is, shmbroker.queue, whichever file holds
+    # the code: readers of other versions of the package look it up there,
+    # and recognise the streams of bytes and bytearray by their bytes.
+    def test_rebuild_calls_are_named_in_shmbroker_queue(self):
+        cases = [(Q._message_frames(bytes(4096))[0], "_rebuild_bytes"),
+                 (Q._message_frames(bytearray(4096))[0], "_rebuild_bytearray"),
+                 (Q._message_frames(memoryview(bytearray(4096)).cast("I"))[0],
+                  "_rebuild_memoryview"),
+                 (Q._oob_frames(Q._rebuild_tensor, b"", ("float32", (0,)))[0],
+                  "_rebuild_tensor")]
+        for stream, name in cases:
+            strings = [arg for _, arg, _ in pickletools.genops(bytes(stream))
+                       if isinstance(arg, str)]
+            self.assertEqual(strings[:2], ["shmbroker.queue", name])
 
     # Each kind of buffer comes back as the same type with the same bytes,
     # dtype (format) and shape; those of 1 KiB and more travel out of band:

@@ -26,6 +26,7 @@ if PACKAGE_DIR not in sys.path:
     sys.path.insert(0, PACKAGE_DIR)
 
 from shmbroker import _futex, queue as Q  # noqa: E402
+from shmbroker import _queue_wait  # noqa: E402  (the waits' clocks, patched)
 from shmbroker.errors import Cancelled, Timeout  # noqa: E402
 
 from test_queues import attach, format_area, seat_take, set_state  # noqa: E402
@@ -61,9 +62,9 @@ class FakeTime:
             self.publish()
 
     def patches(self):
-        return [unittest.mock.patch.object(Q, "_now", self.now),
-                unittest.mock.patch.object(Q, "_thread_time", self.thread_time),
-                unittest.mock.patch.object(Q, "_sched_yield", self.sched_yield)]
+        return [unittest.mock.patch.object(_queue_wait, "_now", self.now),
+                unittest.mock.patch.object(_queue_wait, "_thread_time", self.thread_time),
+                unittest.mock.patch.object(_queue_wait, "_sched_yield", self.sched_yield)]
 
 
 @unittest.skipUnless(_futex.supported, _futex.why_unsupported or "")
