@@ -236,6 +236,11 @@ int admit_allow_from(struct relay *r, const char *text, struct shmb_error *err);
 /* Fix the configured peers' addresses and start closing, at accept(), the
  * connections from addresses not admitted: before UCX starts. */
 void admit_start(struct relay *r);
+
+/* ucx_guard.c: UCX 1.13's handlers of emulated RMA replaced by ones that
+ * drop every emulated write, read and read reply (the relay makes and
+ * answers none); another UCX version is left alone, and the relay says so. */
+void ucx_guard_emulated_rma(void);
 /* Whether a connection from sa is admitted (a peer's address, or in a range). */
 bool admit_address(const struct relay *r, const struct sockaddr_storage *sa);
 /* The connections accept() closed since the last call (UCX's thread counts them). */
