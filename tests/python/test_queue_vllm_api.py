@@ -445,6 +445,79 @@ def external_handle_member(pg, rank, world_size):
     return None if got == "from outside" else "got %r" % (got,)
 
 
+def stray_writer_rank_member(pg, rank, world_size):
+    """Rank 2 names a writer rank outside the group (5), the others 0: a
+    member that refused it alone would leave the others in the first
+    collective until the group's own timeout. Every member raises
+    InvalidRequest naming what each said."""
+    try:
+        MessageQueue.create_from_process_group(pg, 1024, 4,
+                                               writer_rank=5 if rank == 2 else 0)
+        return "made a queue"
+    except shmbroker.InvalidRequest as e:
+        return "%s %s" % (e.code, e)
+
+
+def reader_cannot_join_member(pg, rank, world_size):
+    """Rank 2 cannot take its seat (its create_from_handle raises, as when
+    its daemon restarted between the collectives): the writer must not
+    wait for that seat for ever (blocking), every member raises."""
+    if rank == 2:
+        def refuse(handle, rank):
+            raise shmbroker.ConnectionLost("ECONNRESET", "the daemon went away")
+        MessageQueue.create_from_handle = staticmethod(refuse)
+    try:
+        mq = MessageQueue.create_from_process_group(pg, 1024, 4, writer_rank=0)
+        mq.close()
+        return "made a queue"
+    except shmbroker.ShmBrokerError as e:
+        return "%s %s" % (type(e).__name__, e.code)
+
+
+class BrokenGroup:
+    """vLLM's StatelessProcessGroup for members that are threads of this
+    process, whose collectives raise from the one numbered fail on (a group
+    timing out, or a peer gone): every member sees it fail alike."""
+
+    def __init__(self, shared, rank, fail):
+        self.shared, self.rank, self.fail = shared, rank, fail
+        self.world_size = len(shared["slots"])
+        self.calls = 0
+
+    def all_gather_obj(self, obj):
+        self.calls += 1
+        if self.calls >= self.fail:
+            raise RuntimeError("the group's collective %d timed out" % self.calls)
+        s = self.shared
+        s["slots"][self.rank] = obj
+        s["barrier"].wait(WAIT)
+        out = list(s["slots"])
+        s["barrier"].wait(WAIT)
+        return out
+
+    def broadcast_obj(self, obj, src):
+        return self.all_gather_obj(obj)[src]
+
+
+def broken_group_run(n, fail, member):
+    """member(group) in a thread per rank of a BrokenGroup; {rank: result}."""
+    shared = {"slots": [None] * n, "barrier": threading.Barrier(n)}
+    out = {}
+
+    def run(rank):
+        try:
+            out[rank] = member(BrokenGroup(shared, rank, fail))
+        except Exception as e:  # noqa: BLE001  (the test looks at it)
+            out[rank] = e
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT * 2)
+    return out
+
+
 class GroupTest(DaemonTest):
     """create_from_process_group and its single-reader sibling."""
 
@@ -516,6 +589,39 @@ class GroupTest(DaemonTest):
                 MessageQueue.create_from_process_group_single_reader(pg, 1024, 4,
                                                                      reader_rank=bad)
         self.assertEqual(self.c.queue_list(), [])
+
+
+    # A member that names a writer rank outside the group, while the others
+    # name 0: it takes part in the first collective all the same, so every
+    # member raises InvalidRequest with what each said (none waits for it).
+    def test_member_naming_a_writer_rank_outside_the_group(self):
+        out = self.run_members(stray_writer_rank_member, "stateless")
+        self.assertEqual(sorted(out), [0, 1, 2], out)
+        for rank, what in out.items():
+            self.assertTrue(what.startswith("EINVAL "), (rank, what))
+            self.assertIn("[0, 0, 5]", what)
+        self.assertEqual(self.c.queue_list(), [])
+
+    # A reader on the writer's host that cannot take its seat: every member
+    # raises (the writer does not wait for the seat for ever) and the
+    # writer's queue is removed.
+    def test_reader_that_cannot_join_fails_every_member(self):
+        out = self.run_members(reader_cannot_join_member, "stateless")
+        self.assertEqual(out, {0: "ConnectionLost ECONNRESET", 1: "ConnectionLost ECONNRESET",
+                               2: "ConnectionLost ECONNRESET"})
+        self.assertEqual(self.c.queue_list(), [])
+
+    # The group's collectives failing after the writer made its queue (the
+    # handle's broadcast, or the round after it): the writer's queue is
+    # closed, not left on the daemon for as long as the process lives.
+    def test_group_failing_after_the_queue_is_made_leaves_no_queue(self):
+        for fail in (2, 3):
+            out = broken_group_run(3, fail, lambda g: MessageQueue.create_from_process_group(
+                g, 1024, 4, writer_rank=0, socket_path=self.d.socket_path))
+            self.assertEqual(sorted(out), [0, 1, 2], (fail, out))
+            self.assertTrue(all(isinstance(e, RuntimeError) for e in out.values()),
+                            (fail, out))
+            self.assertEqual(self.c.queue_list(), [], fail)
 
     # external_writer_handle: the writer's member joins a queue made
     # outside the group, and hands its handle to the other members.
