@@ -14,6 +14,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -373,24 +374,31 @@ def run_group(socks, member):
     return out
 
 
+def group_member(group, sock, n):
+    """A member of create_from_process_group's queue: writer_rank 0 writes
+    n messages, the others read them ("wrote", or whether all arrived
+    byte-identical and in order)."""
+    mq = MessageQueue.create_from_process_group(group, SLOT, 8, writer_rank=0,
+                                                socket_path=sock)
+    try:
+        if group.rank == 0:
+            for m in messages(7, n):
+                mq.enqueue(m, timeout=WAIT)
+            return "wrote"
+        want = [hashlib.sha256(m).digest() for m in messages(7, n)]
+        return [hashlib.sha256(mq.dequeue(WAIT)).digest() for _ in range(n)] == want
+    finally:
+        mq.close()
+
+
 def case_process_group(a, b):
     """create_from_process_group over a group with members on both hosts:
     the writer's host's members read it there, the others through the
     relays; a member whose host has no daemon fails every member."""
     n = 2000
-    want = [hashlib.sha256(m).digest() for m in messages(7, n)]
 
     def member(group, sock):
-        mq = MessageQueue.create_from_process_group(group, SLOT, 8, writer_rank=0,
-                                                    socket_path=sock)
-        try:
-            if group.rank == 0:
-                for m in messages(7, n):
-                    mq.enqueue(m, timeout=WAIT)
-                return "wrote"
-            return [hashlib.sha256(mq.dequeue(WAIT)).digest() for _ in range(n)] == want
-        finally:
-            mq.close()
+        return group_member(group, sock, n)
 
     out = run_group([a.sock, a.sock, b.sock, b.sock], member)
     report(out == {0: "wrote", 1: True, 2: True, 3: True},
@@ -404,6 +412,41 @@ def case_process_group(a, b):
            and a.client().queue_list() == [],
            "create_from_process_group with a member whose host has no daemon: every member "
            "raises, and no queue is left on the writer's host", repr(out))
+
+
+def case_host_ip_of_another_peer(a, b):
+    """The writer's VLLM_HOST_IP naming another peer of the readers' relay
+    (an environment copied from another node): the readers still subscribe
+    to the writer's relay, named in the handle by the relay itself, not to
+    the peer at that address."""
+    b.relay.send_signal(signal.SIGTERM)
+    b.relay.wait(WAIT)
+    env = dict(os.environ, UCX_TLS="tcp", UCX_WARN_UNUSED_ENV_VARS="n")
+    # A third node's relay, down: its address is what the writer says.
+    b.relay = subprocess.Popen(
+        ["ip", "netns", "exec", b.ns, T.RELAY, "--key-file", b.key, "--socket", b.sock,
+         "--listen", "%s:%d" % (b.ip, T.PORT), "--name", b.name,
+         "--peer", "C=127.0.0.1:%d" % (T.PORT + 9),
+         "--peer", "%s=%s:%d" % (b.peer_name, b.peer_ip, T.PORT)],
+        stdout=b.log, stderr=b.log, env=env)
+    try:
+        wait_for("the relays to connect both ways", lambda: a.connected() and b.connected()
+                 and any(p["name"] == "A" and p["state"] == "connected"
+                         for p in b.status()["peers"]))
+        os.environ["VLLM_HOST_IP"] = "127.0.0.1"
+        try:
+            out = run_group([a.sock, b.sock], lambda group, sock: group_member(group, sock, 50))
+        finally:
+            del os.environ["VLLM_HOST_IP"]
+        report(out == {0: "wrote", 1: True},
+               "create_from_process_group whose writer's VLLM_HOST_IP is another peer's "
+               "address: the remote member reads from the writer's relay all the same",
+               repr(out))
+    finally:
+        b.relay.send_signal(signal.SIGTERM)
+        b.relay.wait(WAIT)
+        b.start_relay()
+        wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
 
 
 def main():
@@ -439,6 +482,7 @@ def main():
         wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
         case_order(a, b)
         case_process_group(a, b)
+        case_host_ip_of_another_peer(a, b)
         case_cut(a, b)
         case_slow_reader(a, b)
         case_rejoin_and_end(a, b)

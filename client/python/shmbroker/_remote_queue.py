@@ -46,18 +46,21 @@ def export(mq, connect_ip):
 
 
 def _find_peer(relay_path, connect_ip, name):
-    """The local relay's name for the writer's relay: the peer dialled at
-    connect_ip, else the one of the writer relay's name."""
+    """The local relay's name for the writer's relay: the peer of the name
+    the writer's relay gives itself, else the one dialled at connect_ip.
+    The name comes first: the writer's relay said it, while connect_ip
+    (VLLM_HOST_IP) may be an environment copied from another node, whose
+    relay this one may well know too."""
     status = _fetch.ask(relay_path, {"op": "status"}, timeout=10)
     peers = [p for p in status.get("peers", []) if isinstance(p, dict)]
+    for p in peers:
+        if name and p.get("name") == name:
+            return name
     if connect_ip:
         for p in peers:
             host = str(p.get("address", "")).rsplit(":", 1)[0].strip("[]")
             if p.get("direction") == "out" and host == connect_ip:
                 return p.get("name")
-    for p in peers:
-        if name and p.get("name") == name:
-            return name
     raise ConnectionLost("ENOTCONN", "The relay at %s has no peer at %s%s: give it "
                          "--peer NAME=%s:PORT (the writer's relay) to read this queue here."
                          % (relay_path, connect_ip, " or named %s" % name if name else "",
