@@ -474,6 +474,30 @@ def reader_cannot_join_member(pg, rank, world_size):
         return "%s %s" % (type(e).__name__, e.code)
 
 
+def other_path_member(pg, rank, world_size):
+    """The writer reaches the daemon through a link that only it has (as a
+    container with the socket bind-mounted at a path of its own): gone
+    once its queue is made. The readers, whose socket is the same file at
+    its own path, read the queue there."""
+    if rank == 0:
+        os.environ["SHMBROKER_SOCKET"] = os.environ["WRITER_SOCKET"]
+        made = MessageQueue.export_handle
+
+        def export_then_unlink(self):
+            if os.path.lexists(os.environ["WRITER_SOCKET"]):
+                os.unlink(os.environ["WRITER_SOCKET"])
+            return made(self)
+        MessageQueue.export_handle = export_then_unlink
+    mq = MessageQueue.create_from_process_group(pg, 1024, 4, writer_rank=0)
+    try:
+        if rank == 0:
+            mq.enqueue("through its own path")
+            return "ok"
+        return mq.dequeue(WAIT)
+    finally:
+        mq.close()
+
+
 class BrokenGroup:
     """vLLM's StatelessProcessGroup for members that are threads of this
     process, whose collectives raise from the one numbered fail on (a group
@@ -622,6 +646,18 @@ class GroupTest(DaemonTest):
             self.assertTrue(all(isinstance(e, RuntimeError) for e in out.values()),
                             (fail, out))
             self.assertEqual(self.c.queue_list(), [], fail)
+
+
+    # Members whose socket is the writer's at another path (a bind mount in
+    # a container of their own): they are on the writer's host, and each
+    # joins through its own path, not the writer's.
+    def test_members_reaching_the_daemon_at_other_paths(self):
+        link = self.d.socket_path + ".writer"
+        os.symlink(self.d.socket_path, link)
+        self.addCleanup(lambda: os.path.lexists(link) and os.unlink(link))
+        out = self.run_members(other_path_member, "stateless", env={"WRITER_SOCKET": link})
+        self.assertEqual(out, {0: "ok", 1: "through its own path", 2: "through its own path"})
+        self.assertEqual(self.c.queue_list(), [])
 
     # external_writer_handle: the writer's member joins a queue made
     # outside the group, and hands its handle to the other members.

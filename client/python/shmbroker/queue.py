@@ -1607,6 +1607,11 @@ class MessageQueue:
                         mq = _remote_queue.join(handle, group.rank, socket_path=socket_path,
                                                 pool=pool)
                     else:
+                        # The same daemon, maybe at another path here (a
+                        # bind mount, a relative path): join through ours.
+                        import copy
+                        handle = copy.copy(handle)
+                        handle.socket_path = _client.default_socket_path(socket_path)
                         mq = MessageQueue.create_from_handle(handle, group.rank)
                 except BaseException as e:
                     failed = e
