@@ -449,6 +449,67 @@ def case_host_ip_of_another_peer(a, b):
         wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
 
 
+class RelayKillingGroup(ThreadGroup):
+    """A ThreadGroup whose writer kills its host's relay just before it
+    sends the handle: the queue made and exported, the remote members'
+    subscriptions then find the writer's relay gone."""
+
+    def __init__(self, shared, rank, host):
+        super().__init__(shared, rank)
+        self.host = host
+
+    def broadcast_obj(self, obj, src):
+        if self.rank == src and obj is not None and self.host.relay.poll() is None:
+            self.host.relay.kill()
+            self.host.relay.wait(WAIT)
+        return super().broadcast_obj(obj, src)
+
+
+def case_writer_relay_gone_during_join(a, b):
+    """The writer's relay killed between the queue's making and the remote
+    members' subscriptions: every member raises, and neither host keeps a
+    queue (the remote member's copy included)."""
+    socks = [a.sock, b.sock]
+    shared = {"slots": [None] * 2, "barrier": threading.Barrier(2)}
+    out = {}
+
+    def run(rank):
+        try:
+            group = RelayKillingGroup(shared, rank, a)
+            out[rank] = MessageQueue.create_from_process_group(group, SLOT, 8, writer_rank=0,
+                                                               socket_path=socks[rank])
+        except Exception as e:  # noqa: BLE001  (the case reports it)
+            out[rank] = e
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT * 4)
+    left = {}
+
+    def nothing_left():
+        for name, host in (("A", a), ("B", b)):
+            with host.client() as c:
+                left[name] = [q["name"] for q in c.queue_list()]
+        return not left["A"] and not left["B"]
+
+    try:
+        wait_for("no queue left", nothing_left)
+        gone = True
+    except AssertionError:
+        gone = False
+    report(sorted(out) == [0, 1] and all(isinstance(e, errors.ShmBrokerError)
+                                         for e in out.values()) and gone,
+           "create_from_process_group whose writer's relay dies during the join: every "
+           "member raises and neither host keeps a queue", "%r; left %r" % (out, left))
+    for m in out.values():
+        if isinstance(m, MessageQueue):
+            m.close()
+    a.start_relay()
+    wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
+
+
 def main():
     if os.geteuid() != 0:
         skip("needs root for ip netns; run make test as root")
@@ -483,6 +544,7 @@ def main():
         case_order(a, b)
         case_process_group(a, b)
         case_host_ip_of_another_peer(a, b)
+        case_writer_relay_gone_during_join(a, b)
         case_cut(a, b)
         case_slow_reader(a, b)
         case_rejoin_and_end(a, b)

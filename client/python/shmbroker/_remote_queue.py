@@ -96,14 +96,15 @@ def join(handle, rank, client=None, socket_path=None, pool=None):
     self.missed = 0
     self._connect(client, socket_path or os.environ.get("SHMBROKER_SOCKET"), pool,
                   "mq %s remote reader %s" % (name, rank))
+    made = False
     try:
         relay_path = _fetch.relay_socket_path(self.client.socket_path)
         self._peer = _find_peer(relay_path, connect_ip, relay_name)
         self._relay_path = relay_path
         remote_seats = n_reader - n_local
-        self.client._call({"op": "queue_create", "name": name, "seats": remote_seats,
-                           "slots": max_chunks, "slot_size": max_chunk_bytes,
-                           "temporary": True})
+        made = self.client._call({"op": "queue_create", "name": name, "seats": remote_seats,
+                                  "slots": max_chunks, "slot_size": max_chunk_bytes,
+                                  "temporary": True}).get("created") is True
         self._open_any_seat(_queue, remote_seats)
         reply = _fetch.ask(relay_path, {
             "op": "queue_subscribe", "peer": self._peer, "queue": name,
@@ -111,9 +112,29 @@ def join(handle, rank, client=None, socket_path=None, pool=None):
             "slots": max_chunks, "slot_size": max_chunk_bytes}, timeout=SUBSCRIBE_TIMEOUT)
         self.missed = reply.get("missed", 0)
     except BaseException:
+        keep, own = (self.client if made else None), self._own_client
+        if keep is not None:
+            self._own_client = False  # kept open for the delete below
         self.close()
+        if keep is not None:
+            _drop_copy(keep, name, own)
         raise
     return self
+
+
+def _drop_copy(client, name, own):
+    """Delete this host's copy of queue name, made by a join that failed:
+    "temporary" removes a queue only once a writer has come, and none came
+    (the relay's subscription failed), so it would stay for ever. The
+    daemon refuses (EBUSY) while a writer or a live reader holds it: then
+    another member's join uses it, and it is left to that one."""
+    try:
+        client._call({"op": "queue_delete", "name": name})
+    except ShmBrokerError:
+        pass
+    finally:
+        if own:
+            client.close()
 
 
 class RemoteReader:
