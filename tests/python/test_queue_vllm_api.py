@@ -498,6 +498,21 @@ def other_path_member(pg, rank, world_size):
         mq.close()
 
 
+def external_handle_elsewhere_member(pg, rank, world_size):
+    """external_writer_handle of a queue whose readers are all on the
+    writer's host, while rank 1 uses another daemon socket: every member
+    raises Unsupported saying rank 1 does not reach the queue's daemon."""
+    if rank == 1:
+        os.environ["SHMBROKER_SOCKET"] = os.environ["OTHER_SOCKET"]
+    handle = pickle.loads(bytes.fromhex(os.environ["EXTERNAL_HANDLE"]))
+    try:
+        MessageQueue.create_from_process_group(pg, 1024, 4, writer_rank=0,
+                                               external_writer_handle=handle)
+        return "made a queue"
+    except shmbroker.Unsupported as e:
+        return "Unsupported: " + str(e)
+
+
 class BrokenGroup:
     """vLLM's StatelessProcessGroup for members that are threads of this
     process, whose collectives raise from the one numbered fail on (a group
@@ -658,6 +673,24 @@ class GroupTest(DaemonTest):
         out = self.run_members(other_path_member, "stateless", env={"WRITER_SOCKET": link})
         self.assertEqual(out, {0: "ok", 1: "through its own path", 2: "through its own path"})
         self.assertEqual(self.c.queue_list(), [])
+
+
+    # external_writer_handle of a queue with no remote seats, and a member
+    # that does not reach its daemon: every member raises, naming that
+    # member as one that does not reach the queue's daemon (not as one
+    # missing from the local readers, which it is not).
+    def test_external_writer_handle_with_a_member_elsewhere(self):
+        outside = MessageQueue(3, socket_path=self.d.socket_path, max_chunk_bytes=1024,
+                               max_chunks=4)
+        self.addCleanup(outside.close)
+        out = self.run_members(external_handle_elsewhere_member, "stateless", env={
+            "EXTERNAL_HANDLE": pickle.dumps(outside.export_handle()).hex(),
+            "OTHER_SOCKET": self.d.socket_path + ".elsewhere"})
+        self.assertEqual(sorted(out), [0, 1, 2], out)
+        for rank, what in out.items():
+            self.assertTrue(what.startswith("Unsupported: "), (rank, what))
+            self.assertIn("Rank 1 does not reach the daemon of queue", what)
+        self.assertEqual([q["seats_live"] for q in self.c.queue_list()], [0])
 
     # external_writer_handle: the writer's member joins a queue made
     # outside the group, and hands its handle to the other members.

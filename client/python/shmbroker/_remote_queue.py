@@ -75,6 +75,13 @@ def join(handle, rank, client=None, socket_path=None, pool=None):
     remote = getattr(handle, "remote", None)
     n_reader, max_chunk_bytes, max_chunks, name = handle.buffer_handle
     n_local = len(handle.local_reader_ranks)
+    if rank in handle.local_reader_ranks:
+        raise Unsupported("ENOSYS", "Rank %r does not reach the daemon of queue '%s' (%s), "
+                          "where its seat is (its local readers are %r): give it that "
+                          "daemon's socket (SHMBROKER_SOCKET), or make the queue with a "
+                          "remote seat for it (n_reader > n_local_reader) and run "
+                          "shmbroker-relay on both hosts." %
+                          (rank, name, handle.socket_path, handle.local_reader_ranks))
     if remote is None or n_reader <= n_local:
         raise Unsupported("ENOSYS", "Rank %r is not among the local readers %r, and the "
                           "queue has no remote readers (n_reader %d): make the writer's "
