@@ -513,6 +513,18 @@ def external_handle_elsewhere_member(pg, rank, world_size):
         return "Unsupported: " + str(e)
 
 
+def stray_reader_rank_member(pg, rank, world_size):
+    """create_from_process_group_single_reader with rank 2 naming a reader
+    rank outside the group (5), the others 0: every member raises
+    InvalidRequest naming what each said, none waits for rank 2."""
+    try:
+        MessageQueue.create_from_process_group_single_reader(
+            pg, 1024, 4, reader_rank=5 if rank == 2 else 0)
+        return "made a queue"
+    except shmbroker.InvalidRequest as e:
+        return "%s %s" % (e.code, e)
+
+
 class BrokenGroup:
     """vLLM's StatelessProcessGroup for members that are threads of this
     process, whose collectives raise from the one numbered fail on (a group
@@ -635,6 +647,16 @@ class GroupTest(DaemonTest):
     # member raises InvalidRequest with what each said (none waits for it).
     def test_member_naming_a_writer_rank_outside_the_group(self):
         out = self.run_members(stray_writer_rank_member, "stateless")
+        self.assertEqual(sorted(out), [0, 1, 2], out)
+        for rank, what in out.items():
+            self.assertTrue(what.startswith("EINVAL "), (rank, what))
+            self.assertIn("[0, 0, 5]", what)
+        self.assertEqual(self.c.queue_list(), [])
+
+
+    # The same for create_from_process_group_single_reader's reader_rank.
+    def test_member_naming_a_reader_rank_outside_the_group(self):
+        out = self.run_members(stray_reader_rank_member, "stateless")
         self.assertEqual(sorted(out), [0, 1, 2], out)
         for rank, what in out.items():
             self.assertTrue(what.startswith("EINVAL "), (rank, what))

@@ -1203,19 +1203,20 @@ class _WriterFailed:
         return RuntimeError(text)
 
 
-def _away(group, center, socket_path, role, valid=True):
+def _away(group, center, socket_path, role, bad=None):
     """The group ranks that do not reach the host and daemon socket of
     group rank center (a collective: every member gathers every member's
     node key and the center it names, so every member computes the same
     list); InvalidRequest when the members name different centers (each
-    would wait for a queue, or readers, that never come), or all name one
-    that is not valid (a member whose center is not valid still takes part
-    in the collective: refused alone, it would leave the others waiting in
-    it until the group's own timeout)."""
+    would wait for a queue, or readers, that never come), else bad (the
+    error of a center that is not a rank of the group) when given: a
+    member whose center is not valid still takes part in the collective,
+    as refused alone it would leave the others waiting in it until the
+    group's own timeout."""
     from . import _groups
 
     said = group.all_gather((_groups.node_key(socket_path),
-                             center if valid else ("not a rank", repr(center))))
+                             center if bad is None else ("not a rank", repr(center))))
     centers = [c for _, c in said]
     if len(set(map(repr, centers))) > 1:
         raise InvalidRequest("EINVAL", "The members of this process group name different %s "
@@ -1224,18 +1225,16 @@ def _away(group, center, socket_path, role, valid=True):
                                  role, group.global_ranks,
                                  ", ".join(c[1] if isinstance(c, tuple) else repr(c)
                                            for c in centers)))
-    if not valid:
-        raise InvalidRequest("EINVAL", "%s_rank %r is not a rank of this group of %d (its "
-                             "group ranks are 0 to %d)." % (role, center, group.world_size,
-                                                            group.world_size - 1))
+    if bad is not None:
+        raise bad
     keys = [k for k, _ in said]
     return [r for r, k in enumerate(keys) if k != keys[center]]
 
 
-def _check_local(group, center, socket_path, role):
+def _check_local(group, center, socket_path, role, bad=None):
     """Raise Unsupported, on every member alike, when some member of group
     does not reach the same host and daemon socket as group rank center."""
-    away = _away(group, center, socket_path, role)
+    away = _away(group, center, socket_path, role, bad)
     if away:
         raise Unsupported("ENOSYS", "Ranks %s of this process group are not on the %s's host "
                           "or do not reach its shmbrokerd (%s): this queue has its %s on "
@@ -1571,8 +1570,12 @@ class MessageQueue:
         from . import _groups
 
         group = _groups.wrap(pg)
-        away = _away(group, writer_rank, socket_path, "writer",
-                     type(writer_rank) is int and 0 <= writer_rank < group.world_size)
+        bad = None
+        if type(writer_rank) is not int or not 0 <= writer_rank < group.world_size:
+            bad = InvalidRequest("EINVAL", "writer_rank %r is not a rank of this group of %d "
+                                 "(its group ranks are 0 to %d)."
+                                 % (writer_rank, group.world_size, group.world_size - 1))
+        away = _away(group, writer_rank, socket_path, "writer", bad)
         mq = failed = None
         try:
             if group.rank == writer_rank:
@@ -1653,11 +1656,12 @@ class MessageQueue:
         from . import _groups
 
         group = _groups.wrap(pg)
+        bad = None
         if reader_rank not in group.global_ranks:
-            raise InvalidRequest("EINVAL", "reader_rank %r is not a rank of this group (its "
+            bad = InvalidRequest("EINVAL", "reader_rank %r is not a rank of this group (its "
                                  "ranks are %r)." % (reader_rank, group.global_ranks))
-        reader = group.global_ranks.index(reader_rank)
-        _check_local(group, reader, socket_path, "reader")
+        reader = reader_rank if bad else group.global_ranks.index(reader_rank)
+        _check_local(group, reader, socket_path, "reader", bad)
         # Every member learns every other's outcome (vLLM gathers to the
         # reader only): one that failed fails them all, none is left waiting.
         mq = failed = None
