@@ -1562,11 +1562,12 @@ class MessageQueue:
         the others are its remote readers, served through shmbroker-relay
         (as vLLM serves them over ZeroMQ): each joins a copy of the queue
         in its own daemon (socket_path names it), which the relays keep
-        fed. The writer's connect_ip is VLLM_HOST_IP when set (else the
-        relays find each other by name). When the writer's daemon has no
-        relay, every member raises Unsupported naming the others; when a
-        remote member cannot join, every member raises its error; no
-        member is left waiting and no queue is left behind."""
+        fed. They find the writer's relay by the name it gives itself,
+        else at the writer's connect_ip (VLLM_HOST_IP when set). When the
+        writer's daemon has no relay, every member raises Unsupported
+        naming the others; when any member cannot take its seat, every
+        member raises its error; no member is left waiting and no queue
+        is left behind."""
         from . import _groups
 
         group = _groups.wrap(pg)
