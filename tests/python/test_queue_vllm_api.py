@@ -445,6 +445,130 @@ def external_handle_member(pg, rank, world_size):
     return None if got == "from outside" else "got %r" % (got,)
 
 
+def stray_writer_rank_member(pg, rank, world_size):
+    """Rank 2 names a writer rank outside the group (5), the others 0: a
+    member that refused it alone would leave the others in the first
+    collective until the group's own timeout. Every member raises
+    InvalidRequest naming what each said."""
+    try:
+        MessageQueue.create_from_process_group(pg, 1024, 4,
+                                               writer_rank=5 if rank == 2 else 0)
+        return "made a queue"
+    except shmbroker.InvalidRequest as e:
+        return "%s %s" % (e.code, e)
+
+
+def reader_cannot_join_member(pg, rank, world_size):
+    """Rank 2 cannot take its seat (its create_from_handle raises, as when
+    its daemon restarted between the collectives): the writer must not
+    wait for that seat for ever (blocking), every member raises."""
+    if rank == 2:
+        def refuse(handle, rank):
+            raise shmbroker.ConnectionLost("ECONNRESET", "the daemon went away")
+        MessageQueue.create_from_handle = staticmethod(refuse)
+    try:
+        mq = MessageQueue.create_from_process_group(pg, 1024, 4, writer_rank=0)
+        mq.close()
+        return "made a queue"
+    except shmbroker.ShmBrokerError as e:
+        return "%s %s" % (type(e).__name__, e.code)
+
+
+def other_path_member(pg, rank, world_size):
+    """The writer reaches the daemon through a link that only it has (as a
+    container with the socket bind-mounted at a path of its own): gone
+    once its queue is made. The readers, whose socket is the same file at
+    its own path, read the queue there."""
+    if rank == 0:
+        os.environ["SHMBROKER_SOCKET"] = os.environ["WRITER_SOCKET"]
+        made = MessageQueue.export_handle
+
+        def export_then_unlink(self):
+            if os.path.lexists(os.environ["WRITER_SOCKET"]):
+                os.unlink(os.environ["WRITER_SOCKET"])
+            return made(self)
+        MessageQueue.export_handle = export_then_unlink
+    mq = MessageQueue.create_from_process_group(pg, 1024, 4, writer_rank=0)
+    try:
+        if rank == 0:
+            mq.enqueue("through its own path")
+            return "ok"
+        return mq.dequeue(WAIT)
+    finally:
+        mq.close()
+
+
+def external_handle_elsewhere_member(pg, rank, world_size):
+    """external_writer_handle of a queue whose readers are all on the
+    writer's host, while rank 1 uses another daemon socket: every member
+    raises Unsupported saying rank 1 does not reach the queue's daemon."""
+    if rank == 1:
+        os.environ["SHMBROKER_SOCKET"] = os.environ["OTHER_SOCKET"]
+    handle = pickle.loads(bytes.fromhex(os.environ["EXTERNAL_HANDLE"]))
+    try:
+        MessageQueue.create_from_process_group(pg, 1024, 4, writer_rank=0,
+                                               external_writer_handle=handle)
+        return "made a queue"
+    except shmbroker.Unsupported as e:
+        return "Unsupported: " + str(e)
+
+
+def stray_reader_rank_member(pg, rank, world_size):
+    """create_from_process_group_single_reader with rank 2 naming a reader
+    rank outside the group (5), the others 0: every member raises
+    InvalidRequest naming what each said, none waits for rank 2."""
+    try:
+        MessageQueue.create_from_process_group_single_reader(
+            pg, 1024, 4, reader_rank=5 if rank == 2 else 0)
+        return "made a queue"
+    except shmbroker.InvalidRequest as e:
+        return "%s %s" % (e.code, e)
+
+
+class BrokenGroup:
+    """vLLM's StatelessProcessGroup for members that are threads of this
+    process, whose collectives raise from the one numbered fail on (a group
+    timing out, or a peer gone): every member sees it fail alike."""
+
+    def __init__(self, shared, rank, fail):
+        self.shared, self.rank, self.fail = shared, rank, fail
+        self.world_size = len(shared["slots"])
+        self.calls = 0
+
+    def all_gather_obj(self, obj):
+        self.calls += 1
+        if self.calls >= self.fail:
+            raise RuntimeError("the group's collective %d timed out" % self.calls)
+        s = self.shared
+        s["slots"][self.rank] = obj
+        s["barrier"].wait(WAIT)
+        out = list(s["slots"])
+        s["barrier"].wait(WAIT)
+        return out
+
+    def broadcast_obj(self, obj, src):
+        return self.all_gather_obj(obj)[src]
+
+
+def broken_group_run(n, fail, member):
+    """member(group) in a thread per rank of a BrokenGroup; {rank: result}."""
+    shared = {"slots": [None] * n, "barrier": threading.Barrier(n)}
+    out = {}
+
+    def run(rank):
+        try:
+            out[rank] = member(BrokenGroup(shared, rank, fail))
+        except Exception as e:  # noqa: BLE001  (the test looks at it)
+            out[rank] = e
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT * 2)
+    return out
+
+
 class GroupTest(DaemonTest):
     """create_from_process_group and its single-reader sibling."""
 
@@ -516,6 +640,79 @@ class GroupTest(DaemonTest):
                 MessageQueue.create_from_process_group_single_reader(pg, 1024, 4,
                                                                      reader_rank=bad)
         self.assertEqual(self.c.queue_list(), [])
+
+
+    # A member that names a writer rank outside the group, while the others
+    # name 0: it takes part in the first collective all the same, so every
+    # member raises InvalidRequest with what each said (none waits for it).
+    def test_member_naming_a_writer_rank_outside_the_group(self):
+        out = self.run_members(stray_writer_rank_member, "stateless")
+        self.assertEqual(sorted(out), [0, 1, 2], out)
+        for rank, what in out.items():
+            self.assertTrue(what.startswith("EINVAL "), (rank, what))
+            self.assertIn("[0, 0, 5]", what)
+        self.assertEqual(self.c.queue_list(), [])
+
+
+    # The same for create_from_process_group_single_reader's reader_rank.
+    def test_member_naming_a_reader_rank_outside_the_group(self):
+        out = self.run_members(stray_reader_rank_member, "stateless")
+        self.assertEqual(sorted(out), [0, 1, 2], out)
+        for rank, what in out.items():
+            self.assertTrue(what.startswith("EINVAL "), (rank, what))
+            self.assertIn("[0, 0, 5]", what)
+        self.assertEqual(self.c.queue_list(), [])
+
+    # A reader on the writer's host that cannot take its seat: every member
+    # raises (the writer does not wait for the seat for ever) and the
+    # writer's queue is removed.
+    def test_reader_that_cannot_join_fails_every_member(self):
+        out = self.run_members(reader_cannot_join_member, "stateless")
+        self.assertEqual(out, {0: "ConnectionLost ECONNRESET", 1: "ConnectionLost ECONNRESET",
+                               2: "ConnectionLost ECONNRESET"})
+        self.assertEqual(self.c.queue_list(), [])
+
+    # The group's collectives failing after the writer made its queue (the
+    # handle's broadcast, or the round after it): the writer's queue is
+    # closed, not left on the daemon for as long as the process lives.
+    def test_group_failing_after_the_queue_is_made_leaves_no_queue(self):
+        for fail in (2, 3):
+            out = broken_group_run(3, fail, lambda g: MessageQueue.create_from_process_group(
+                g, 1024, 4, writer_rank=0, socket_path=self.d.socket_path))
+            self.assertEqual(sorted(out), [0, 1, 2], (fail, out))
+            self.assertTrue(all(isinstance(e, RuntimeError) for e in out.values()),
+                            (fail, out))
+            self.assertEqual(self.c.queue_list(), [], fail)
+
+
+    # Members whose socket is the writer's at another path (a bind mount in
+    # a container of their own): they are on the writer's host, and each
+    # joins through its own path, not the writer's.
+    def test_members_reaching_the_daemon_at_other_paths(self):
+        link = self.d.socket_path + ".writer"
+        os.symlink(self.d.socket_path, link)
+        self.addCleanup(lambda: os.path.lexists(link) and os.unlink(link))
+        out = self.run_members(other_path_member, "stateless", env={"WRITER_SOCKET": link})
+        self.assertEqual(out, {0: "ok", 1: "through its own path", 2: "through its own path"})
+        self.assertEqual(self.c.queue_list(), [])
+
+
+    # external_writer_handle of a queue with no remote seats, and a member
+    # that does not reach its daemon: every member raises, naming that
+    # member as one that does not reach the queue's daemon (not as one
+    # missing from the local readers, which it is not).
+    def test_external_writer_handle_with_a_member_elsewhere(self):
+        outside = MessageQueue(3, socket_path=self.d.socket_path, max_chunk_bytes=1024,
+                               max_chunks=4)
+        self.addCleanup(outside.close)
+        out = self.run_members(external_handle_elsewhere_member, "stateless", env={
+            "EXTERNAL_HANDLE": pickle.dumps(outside.export_handle()).hex(),
+            "OTHER_SOCKET": self.d.socket_path + ".elsewhere"})
+        self.assertEqual(sorted(out), [0, 1, 2], out)
+        for rank, what in out.items():
+            self.assertTrue(what.startswith("Unsupported: "), (rank, what))
+            self.assertIn("Rank 1 does not reach the daemon of queue", what)
+        self.assertEqual([q["seats_live"] for q in self.c.queue_list()], [0])
 
     # external_writer_handle: the writer's member joins a queue made
     # outside the group, and hands its handle to the other members.

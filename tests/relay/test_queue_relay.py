@@ -14,6 +14,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -528,24 +529,31 @@ def run_group(socks, member):
     return out
 
 
+def group_member(group, sock, n):
+    """A member of create_from_process_group's queue: writer_rank 0 writes
+    n messages, the others read them ("wrote", or whether all arrived
+    byte-identical and in order)."""
+    mq = MessageQueue.create_from_process_group(group, SLOT, 8, writer_rank=0,
+                                                socket_path=sock)
+    try:
+        if group.rank == 0:
+            for m in messages(7, n):
+                mq.enqueue(m, timeout=WAIT)
+            return "wrote"
+        want = [hashlib.sha256(m).digest() for m in messages(7, n)]
+        return [hashlib.sha256(mq.dequeue(WAIT)).digest() for _ in range(n)] == want
+    finally:
+        mq.close()
+
+
 def case_process_group(a, b):
     """create_from_process_group over a group with members on both hosts:
     the writer's host's members read it there, the others through the
     relays; a member whose host has no daemon fails every member."""
     n = 2000
-    want = [hashlib.sha256(m).digest() for m in messages(7, n)]
 
     def member(group, sock):
-        mq = MessageQueue.create_from_process_group(group, SLOT, 8, writer_rank=0,
-                                                    socket_path=sock)
-        try:
-            if group.rank == 0:
-                for m in messages(7, n):
-                    mq.enqueue(m, timeout=WAIT)
-                return "wrote"
-            return [hashlib.sha256(mq.dequeue(WAIT)).digest() for _ in range(n)] == want
-        finally:
-            mq.close()
+        return group_member(group, sock, n)
 
     out = run_group([a.sock, a.sock, b.sock, b.sock], member)
     report(out == {0: "wrote", 1: True, 2: True, 3: True},
@@ -559,6 +567,102 @@ def case_process_group(a, b):
            and a.client().queue_list() == [],
            "create_from_process_group with a member whose host has no daemon: every member "
            "raises, and no queue is left on the writer's host", repr(out))
+
+
+def case_host_ip_of_another_peer(a, b):
+    """The writer's VLLM_HOST_IP naming another peer of the readers' relay
+    (an environment copied from another node): the readers still subscribe
+    to the writer's relay, named in the handle by the relay itself, not to
+    the peer at that address."""
+    b.relay.send_signal(signal.SIGTERM)
+    b.relay.wait(WAIT)
+    env = dict(os.environ, UCX_TLS="tcp", UCX_WARN_UNUSED_ENV_VARS="n")
+    # A third node's relay, down: its address is what the writer says.
+    b.relay = subprocess.Popen(
+        ["ip", "netns", "exec", b.ns, T.RELAY, "--key-file", b.key, "--socket", b.sock,
+         "--listen", "%s:%d" % (b.ip, T.PORT), "--name", b.name,
+         "--peer", "C=127.0.0.1:%d" % (T.PORT + 9),
+         "--peer", "%s=%s:%d" % (b.peer_name, b.peer_ip, T.PORT)],
+        stdout=b.log, stderr=b.log, env=env)
+    try:
+        wait_for("the relays to connect both ways", lambda: a.connected() and b.connected()
+                 and any(p["name"] == "A" and p["state"] == "connected"
+                         for p in b.status()["peers"]))
+        os.environ["VLLM_HOST_IP"] = "127.0.0.1"
+        try:
+            out = run_group([a.sock, b.sock], lambda group, sock: group_member(group, sock, 50))
+        finally:
+            del os.environ["VLLM_HOST_IP"]
+        report(out == {0: "wrote", 1: True},
+               "create_from_process_group whose writer's VLLM_HOST_IP is another peer's "
+               "address: the remote member reads from the writer's relay all the same",
+               repr(out))
+    finally:
+        b.relay.send_signal(signal.SIGTERM)
+        b.relay.wait(WAIT)
+        b.start_relay()
+        wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
+
+
+class RelayKillingGroup(ThreadGroup):
+    """A ThreadGroup whose writer kills its host's relay just before it
+    sends the handle: the queue made and exported, the remote members'
+    subscriptions then find the writer's relay gone."""
+
+    def __init__(self, shared, rank, host):
+        super().__init__(shared, rank)
+        self.host = host
+
+    def broadcast_obj(self, obj, src):
+        if self.rank == src and obj is not None and self.host.relay.poll() is None:
+            self.host.relay.kill()
+            self.host.relay.wait(WAIT)
+        return super().broadcast_obj(obj, src)
+
+
+def case_writer_relay_gone_during_join(a, b):
+    """The writer's relay killed between the queue's making and the remote
+    members' subscriptions: every member raises, and neither host keeps a
+    queue (the remote member's copy included)."""
+    socks = [a.sock, b.sock]
+    shared = {"slots": [None] * 2, "barrier": threading.Barrier(2)}
+    out = {}
+
+    def run(rank):
+        try:
+            group = RelayKillingGroup(shared, rank, a)
+            out[rank] = MessageQueue.create_from_process_group(group, SLOT, 8, writer_rank=0,
+                                                               socket_path=socks[rank])
+        except Exception as e:  # noqa: BLE001  (the case reports it)
+            out[rank] = e
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT * 4)
+    left = {}
+
+    def nothing_left():
+        for name, host in (("A", a), ("B", b)):
+            with host.client() as c:
+                left[name] = [q["name"] for q in c.queue_list()]
+        return not left["A"] and not left["B"]
+
+    try:
+        wait_for("no queue left", nothing_left)
+        gone = True
+    except AssertionError:
+        gone = False
+    report(sorted(out) == [0, 1] and all(isinstance(e, errors.ShmBrokerError)
+                                         for e in out.values()) and gone,
+           "create_from_process_group whose writer's relay dies during the join: every "
+           "member raises and neither host keeps a queue", "%r; left %r" % (out, left))
+    for m in out.values():
+        if isinstance(m, MessageQueue):
+            m.close()
+    a.start_relay()
+    wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
 
 
 def main():
@@ -594,6 +698,8 @@ def main():
         wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
         case_order(a, b)
         case_process_group(a, b)
+        case_host_ip_of_another_peer(a, b)
+        case_writer_relay_gone_during_join(a, b)
         case_cut(a, b)
         case_slow_reader(a, b)
         case_batch(a, b)

@@ -46,18 +46,21 @@ def export(mq, connect_ip):
 
 
 def _find_peer(relay_path, connect_ip, name):
-    """The local relay's name for the writer's relay: the peer dialled at
-    connect_ip, else the one of the writer relay's name."""
+    """The local relay's name for the writer's relay: the peer of the name
+    the writer's relay gives itself, else the one dialled at connect_ip.
+    The name comes first: the writer's relay said it, while connect_ip
+    (VLLM_HOST_IP) may be an environment copied from another node, whose
+    relay this one may well know too."""
     status = _fetch.ask(relay_path, {"op": "status"}, timeout=10)
     peers = [p for p in status.get("peers", []) if isinstance(p, dict)]
+    for p in peers:
+        if name and p.get("name") == name:
+            return name
     if connect_ip:
         for p in peers:
             host = str(p.get("address", "")).rsplit(":", 1)[0].strip("[]")
             if p.get("direction") == "out" and host == connect_ip:
                 return p.get("name")
-    for p in peers:
-        if name and p.get("name") == name:
-            return name
     raise ConnectionLost("ENOTCONN", "The relay at %s has no peer at %s%s: give it "
                          "--peer NAME=%s:PORT (the writer's relay) to read this queue here."
                          % (relay_path, connect_ip, " or named %s" % name if name else "",
@@ -72,6 +75,13 @@ def join(handle, rank, client=None, socket_path=None, pool=None):
     remote = getattr(handle, "remote", None)
     n_reader, max_chunk_bytes, max_chunks, name = handle.buffer_handle
     n_local = len(handle.local_reader_ranks)
+    if rank in handle.local_reader_ranks:
+        raise Unsupported("ENOSYS", "Rank %r does not reach the daemon of queue '%s' (%s), "
+                          "where its seat is (its local readers are %r): give it that "
+                          "daemon's socket (SHMBROKER_SOCKET), or make the queue with a "
+                          "remote seat for it (n_reader > n_local_reader) and run "
+                          "shmbroker-relay on both hosts." %
+                          (rank, name, handle.socket_path, handle.local_reader_ranks))
     if remote is None or n_reader <= n_local:
         raise Unsupported("ENOSYS", "Rank %r is not among the local readers %r, and the "
                           "queue has no remote readers (n_reader %d): make the writer's "
@@ -93,14 +103,15 @@ def join(handle, rank, client=None, socket_path=None, pool=None):
     self.missed = 0
     self._connect(client, socket_path or os.environ.get("SHMBROKER_SOCKET"), pool,
                   "mq %s remote reader %s" % (name, rank))
+    made = False
     try:
         relay_path = _fetch.relay_socket_path(self.client.socket_path)
         self._peer = _find_peer(relay_path, connect_ip, relay_name)
         self._relay_path = relay_path
         remote_seats = n_reader - n_local
-        self.client._call({"op": "queue_create", "name": name, "seats": remote_seats,
-                           "slots": max_chunks, "slot_size": max_chunk_bytes,
-                           "temporary": True})
+        made = self.client._call({"op": "queue_create", "name": name, "seats": remote_seats,
+                                  "slots": max_chunks, "slot_size": max_chunk_bytes,
+                                  "temporary": True}).get("created") is True
         self._open_any_seat(_queue, remote_seats)
         reply = _fetch.ask(relay_path, {
             "op": "queue_subscribe", "peer": self._peer, "queue": name,
@@ -108,9 +119,29 @@ def join(handle, rank, client=None, socket_path=None, pool=None):
             "slots": max_chunks, "slot_size": max_chunk_bytes}, timeout=SUBSCRIBE_TIMEOUT)
         self.missed = reply.get("missed", 0)
     except BaseException:
+        keep, own = (self.client if made else None), self._own_client
+        if keep is not None:
+            self._own_client = False  # kept open for the delete below
         self.close()
+        if keep is not None:
+            _drop_copy(keep, name, own)
         raise
     return self
+
+
+def _drop_copy(client, name, own):
+    """Delete this host's copy of queue name, made by a join that failed:
+    "temporary" removes a queue only once a writer has come, and none came
+    (the relay's subscription failed), so it would stay for ever. The
+    daemon refuses (EBUSY) while a writer or a live reader holds it: then
+    another member's join uses it, and it is left to that one."""
+    try:
+        client._call({"op": "queue_delete", "name": name})
+    except ShmBrokerError:
+        pass
+    finally:
+        if own:
+            client.close()
 
 
 class RemoteReader:

@@ -119,28 +119,38 @@ class _WriterFailed:
         return RuntimeError(text)
 
 
-def _away(group, center, socket_path, role):
+def _away(group, center, socket_path, role, bad=None):
     """The group ranks that do not reach the host and daemon socket of
     group rank center (a collective: every member gathers every member's
     node key and the center it names, so every member computes the same
     list); InvalidRequest when the members name different centers (each
-    would wait for a queue, or readers, that never come)."""
+    would wait for a queue, or readers, that never come), else bad (the
+    error of a center that is not a rank of the group) when given: a
+    member whose center is not valid still takes part in the collective,
+    as refused alone it would leave the others waiting in it until the
+    group's own timeout."""
     from . import _groups
 
-    said = group.all_gather((_groups.node_key(socket_path), center))
+    said = group.all_gather((_groups.node_key(socket_path),
+                             center if bad is None else ("not a rank", repr(center))))
     centers = [c for _, c in said]
-    if len(set(centers)) > 1:
+    if len(set(map(repr, centers))) > 1:
         raise InvalidRequest("EINVAL", "The members of this process group name different %s "
-                             "ranks: group ranks %s said %s. Nothing was made; every member "
-                             "must pass the same one." % (role, group.global_ranks, centers))
+                             "ranks: group ranks %s said [%s]. Nothing was made; every member "
+                             "must pass the same one." % (
+                                 role, group.global_ranks,
+                                 ", ".join(c[1] if isinstance(c, tuple) else repr(c)
+                                           for c in centers)))
+    if bad is not None:
+        raise bad
     keys = [k for k, _ in said]
     return [r for r, k in enumerate(keys) if k != keys[center]]
 
 
-def _check_local(group, center, socket_path, role):
+def _check_local(group, center, socket_path, role, bad=None):
     """Raise Unsupported, on every member alike, when some member of group
     does not reach the same host and daemon socket as group rank center."""
-    away = _away(group, center, socket_path, role)
+    away = _away(group, center, socket_path, role, bad)
     if away:
         raise Unsupported("ENOSYS", "Ranks %s of this process group are not on the %s's host "
                           "or do not reach its shmbrokerd (%s): this queue has its %s on "
@@ -468,69 +478,84 @@ class MessageQueue(_Messages):
         the others are its remote readers, served through shmbroker-relay
         (as vLLM serves them over ZeroMQ): each joins a copy of the queue
         in its own daemon (socket_path names it), which the relays keep
-        fed. The writer's connect_ip is VLLM_HOST_IP when set (else the
-        relays find each other by name). When the writer's daemon has no
-        relay, every member raises Unsupported naming the others; when a
-        remote member cannot join, every member raises its error; no
-        member is left waiting and no queue is left behind."""
+        fed. They find the writer's relay by the name it gives itself,
+        else at the writer's connect_ip (VLLM_HOST_IP when set). When the
+        writer's daemon has no relay, every member raises Unsupported
+        naming the others; when any member cannot take its seat, every
+        member raises its error; no member is left waiting and no queue
+        is left behind."""
         from . import _groups
 
         group = _groups.wrap(pg)
+        bad = None
         if type(writer_rank) is not int or not 0 <= writer_rank < group.world_size:
-            raise InvalidRequest("EINVAL", "writer_rank %r is not a rank of this group of %d "
+            bad = InvalidRequest("EINVAL", "writer_rank %r is not a rank of this group of %d "
                                  "(its group ranks are 0 to %d)."
                                  % (writer_rank, group.world_size, group.world_size - 1))
-        away = _away(group, writer_rank, socket_path, "writer")
-        failed = None
-        if group.rank == writer_rank:
-            # What failed is sent in place of the handle: the readers raise
-            # it too instead of waiting for a handle that never comes.
-            try:
-                if external_writer_handle is not None:
-                    mq = MessageQueue.create_from_handle(external_writer_handle, group.rank)
-                else:
-                    if away and not _relay_attached(socket_path):
-                        raise _no_relay(group, away, socket_path)
-                    readers = [r for r in range(group.world_size) if r != writer_rank]
-                    local = [r for r in readers if r not in away]
-                    mq = MessageQueue(len(readers), len(local), local, max_chunk_bytes,
-                                      max_chunks, os.environ.get("VLLM_HOST_IP") or None,
-                                      socket_path=socket_path, pool=pool)
-            except Exception as e:
-                group.broadcast(_WriterFailed(e, whole=isinstance(e, _GroupAway)), writer_rank)
-                raise
-            group.broadcast(mq.export_handle(), writer_rank)
-        else:
-            handle = group.broadcast(None, writer_rank)
-            if isinstance(handle, _WriterFailed):
-                raise handle.error()
-            mq = None
-            try:
-                if group.rank in away:
-                    from . import _remote_queue
-                    mq = _remote_queue.join(handle, group.rank, socket_path=socket_path,
-                                            pool=pool)
-                else:
-                    mq = MessageQueue.create_from_handle(handle, group.rank)
-            except Exception as e:
-                if not away:
+        away = _away(group, writer_rank, socket_path, "writer", bad)
+        mq = failed = None
+        try:
+            if group.rank == writer_rank:
+                # What failed is sent in place of the handle: the readers
+                # raise it too instead of waiting for a handle that never
+                # comes (a KeyboardInterrupt as well: it leaves this member
+                # only once the others know).
+                try:
+                    if external_writer_handle is not None:
+                        mq = MessageQueue.create_from_handle(external_writer_handle,
+                                                             group.rank)
+                    else:
+                        if away and not _relay_attached(socket_path):
+                            raise _no_relay(group, away, socket_path)
+                        readers = [r for r in range(group.world_size) if r != writer_rank]
+                        local = [r for r in readers if r not in away]
+                        mq = MessageQueue(len(readers), len(local), local, max_chunk_bytes,
+                                          max_chunks, os.environ.get("VLLM_HOST_IP") or None,
+                                          socket_path=socket_path, pool=pool)
+                except BaseException as e:
+                    group.broadcast(_WriterFailed(e, whole=isinstance(e, _GroupAway)),
+                                    writer_rank)
                     raise
-                failed = e
-        if away:
-            # One more round: a remote member that could not join (its
-            # relay, or the writer's, unreachable) fails every member, or
-            # the writer would wait for its seat for ever.
+                group.broadcast(mq.export_handle(), writer_rank)
+            else:
+                handle = group.broadcast(None, writer_rank)
+                if isinstance(handle, _WriterFailed):
+                    raise handle.error()
+                try:
+                    if group.rank in away:
+                        from . import _remote_queue
+                        mq = _remote_queue.join(handle, group.rank, socket_path=socket_path,
+                                                pool=pool)
+                    else:
+                        # The same daemon, maybe at another path here (a
+                        # bind mount, a relative path): join through ours.
+                        import copy
+                        handle = copy.copy(handle)
+                        handle.socket_path = _client.default_socket_path(socket_path)
+                        mq = MessageQueue.create_from_handle(handle, group.rank)
+                except BaseException as e:
+                    failed = e
+            # One more round: a member that could not take its seat (a
+            # remote one's relay, or the writer's, unreachable; a local
+            # one's daemon gone) fails every member, or the writer would
+            # wait for that seat for ever.
             every = group.all_gather(_WriterFailed(failed) if failed is not None else None)
+            if failed is not None:
+                raise failed
             bad = [(group.global_ranks[r], f) for r, f in enumerate(every) if f is not None]
             if bad:
-                if mq is not None:
-                    mq.close()
-                if failed is not None:
-                    raise failed
-                raise bad[0][1].error("rank %d of the group could not join the queue from "
-                                      "its host" % bad[0][0])
-        if blocking:
-            mq.wait_until_ready()
+                raise bad[0][1].error("rank %d of the group could not join the queue%s"
+                                      % (bad[0][0], " from its host" if bad[0][0] in
+                                         [group.global_ranks[r] for r in away] else ""))
+            if blocking:
+                mq.wait_until_ready()
+        except BaseException:
+            # A collective that failed (the group's timeout, a member gone)
+            # or a wait interrupted: no queue is left behind for as long as
+            # this process lives.
+            if mq is not None:
+                mq.close()
+            raise
         return mq
 
     @staticmethod
@@ -548,11 +573,12 @@ class MessageQueue(_Messages):
         from . import _groups
 
         group = _groups.wrap(pg)
+        bad = None
         if reader_rank not in group.global_ranks:
-            raise InvalidRequest("EINVAL", "reader_rank %r is not a rank of this group (its "
+            bad = InvalidRequest("EINVAL", "reader_rank %r is not a rank of this group (its "
                                  "ranks are %r)." % (reader_rank, group.global_ranks))
-        reader = group.global_ranks.index(reader_rank)
-        _check_local(group, reader, socket_path, "reader")
+        reader = reader_rank if bad else group.global_ranks.index(reader_rank)
+        _check_local(group, reader, socket_path, "reader", bad)
         # Every member learns every other's outcome (vLLM gathers to the
         # reader only): one that failed fails them all, none is left waiting.
         mq = failed = None
