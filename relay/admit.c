@@ -22,6 +22,13 @@ static const struct relay *admitting_relay;
 static int (*libc_accept)(int, struct sockaddr *, socklen_t *);
 static _Atomic uint64_t refused_at_accept;
 
+/* accept() logs the first ADMIT_LOG_PER_MINUTE refusals of each minute one
+ * by one and counts the rest, said in one line when the next minute's first
+ * comes: a flood of connections from a host not admitted would otherwise
+ * write a line for each, as fast as it can dial. */
+#define ADMIT_LOG_PER_MINUTE 10
+static _Atomic uint64_t log_minute_ms, logged_this_minute, unlogged;
+
 /* Up to 80 bytes of text from outside, for a message: bytes that are not
  * printable ASCII (control bytes, UTF-8 or not) become '?'. */
 static const char *printable(const char *s, char *out, size_t n)
@@ -213,13 +220,28 @@ int accept(int fd, struct sockaddr *addr, socklen_t *addrlen)
             return c;
         }
         char host[64] = "?", port[16] = "?";
+        uint64_t now = relay_now_ms();
+        refused_at_accept++;
+        if (now - log_minute_ms >= 60000) {
+            uint64_t missed = atomic_exchange(&unlogged, 0);
+            log_minute_ms = now;
+            logged_this_minute = 0;
+            if (missed)
+                relay_log("refused %llu more connections from addresses not admitted in "
+                          "the last minute, not logged one by one (the status's "
+                          "\"refused\" counts every one)", (unsigned long long)missed);
+        }
+        if (logged_this_minute++ >= ADMIT_LOG_PER_MINUTE) {
+            unlogged++;
+            close(c);
+            continue;
+        }
         getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
                     NI_NUMERICHOST | NI_NUMERICSERV);
         relay_log("refused a connection from %s:%s to UCX: %s is not a configured peer's "
                   "address nor in an --allow-from range (add --allow-from %s if it is a "
                   "relay)",
                   host, port, host, host);
-        refused_at_accept++;
         close(c);
     }
 }

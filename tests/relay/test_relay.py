@@ -433,6 +433,22 @@ except socket.timeout:
     print("open")
 '''
 
+RAW_FLOOD = r'''
+import socket, sys
+for i in range(int(sys.argv[4])):
+    try:
+        s = socket.create_connection((sys.argv[1], int(sys.argv[2 + i % 2])), timeout=10)
+        s.settimeout(10)
+        try:
+            s.recv(1)
+        except OSError:
+            pass
+        s.close()
+    except OSError:
+        pass
+'''
+
+
 
 def case_allow_from(tmp, key, a, b):
     """The listener admits only the configured peers' addresses and the
@@ -500,6 +516,27 @@ def case_allow_from(tmp, key, a, b):
                "a host that is not admitted is closed and counted at UCX's own TCP port too",
                "ports %s: %s, counted %s" % (ports, (r.stdout + r.stderr).strip()[-200:],
                                              counted))
+        # A flood of such connections is counted, each one, but does not
+        # write a line each: the log stays bounded as fast as a host dials.
+        flood_n = 200
+        refused0 = ask(g_sock, {"op": "status"})["refused"]
+        logged0 = os.path.getsize(g_log_path)
+        sh("ip", "netns", "exec", NS_B, "/usr/bin/python3", "-c", RAW_FLOOD, IP_A,
+           ports[0] if ports else str(port), str(port), str(flood_n), check=False)
+        try:
+            wait_for("G to count the flood", lambda: ask(g_sock, {"op": "status"})["refused"]
+                     >= refused0 + flood_n)
+            counted = True
+        except AssertionError:
+            counted = False
+        with open(g_log_path, errors="replace") as f:
+            f.seek(logged0)
+            lines = f.read().count("refused a connection from")
+        report(counted and lines <= 20,
+               "a flood of %d connections from a host not admitted is counted and logs "
+               "a bounded number of lines" % flood_n,
+               "counted %s (refused %d), %d lines logged" % (
+                   counted, ask(g_sock, {"op": "status"})["refused"] - refused0, lines))
         g.terminate()
         g.wait(10)
         if os.path.exists(g_sock):
