@@ -1042,6 +1042,55 @@ def run_cases(tmp, a, b, key):
     finally:
         hold.kill()
         hold.wait(10)
+    # A peer that fetched an object and never takes its bytes, yet stays and
+    # says nothing wrong: the relay's send would never end, holding the pin
+    # (and the object's memory) for as long as the peer lives. A relay with a
+    # 2 s --fetch-timeout gives up on such a peer in the same time a fetcher
+    # gives its read, and the pin goes.
+    k_sock = os.path.join(tmp, "K.relay")
+    k = subprocess.Popen(
+        ["ip", "netns", "exec", NS_A, RELAY, "--key-file", key, "--socket", a.sock,
+         "--relay-socket", k_sock, "--name", "K", "--fetch-timeout", "2", "--listen",
+         "%s:%d" % (IP_A, PORT + 5), "--allow-from", IP_B],
+        stdout=open(os.path.join(tmp, "K-relay.log"), "ab"), stderr=subprocess.STDOUT,
+        env=dict(os.environ, UCX_TLS="tcp"))
+    hang = None
+    try:
+        wait_for("K's socket", lambda: os.path.exists(k_sock) and
+                 ask(k_sock, {"op": "status"})["ok"])
+        hang = subprocess.Popen(["ip", "netns", "exec", NS_B, HOSTILE,
+                                 "%s:%d" % (IP_A, PORT + 5), key, "hangpush"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, UCX_TLS="tcp"))
+        said = []
+        for line in hang.stdout:  # UCX may log there too
+            if line.strip() in ("announced", "closed", "kept"):
+                said.append(line.strip())
+                if line.strip() != "announced":
+                    break
+
+        def relay_pins():
+            with a.client() as c:
+                return sum(cl["pins"] for cl in c.clients()
+                           if cl.get("name") == "shmbroker-relay")
+        end = time.monotonic() + WAIT
+        while relay_pins() and time.monotonic() < end:
+            time.sleep(0.1)
+        pins = relay_pins()
+        report(said == ["announced", "closed"] and not pins and k.poll() is None,
+               "a peer that never takes an object's bytes is closed after "
+               "--fetch-timeout and the pin goes",
+               "%s, relays on A hold %d pins, K %s" % (said, pins,
+                                                       "alive" if k.poll() is None
+                                                       else "gone"))
+    except AssertionError as e:
+        report(False, "a peer that never takes an object's bytes", str(e))
+    finally:
+        if hang:
+            hang.kill()
+            hang.wait(10)
+        k.terminate()
+        k.wait(10)
     # Connections that never prove the key, from one address, do not take
     # every seat of the listener: another relay still gets in.
     flood = subprocess.Popen(["ip", "netns", "exec", NS_A, HOSTILE, "%s:%d" % (IP_A, PORT), key,
