@@ -72,6 +72,16 @@ int admit_allow_from(struct relay *r, const char *text, struct shmb_error *err)
             "address (not a host name), such as 10.0.0.0/8 or fd00::/64; "
             "'%s' is not one.",
             printable(text, shown, sizeof(shown)));
+    if (a.family == AF_INET6 && IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)a.addr)) {
+        /* The listener sees an IPv4 client as IPv4 (ip_of): a mapped range
+         * would be taken and admit no one. */
+        inet_ntop(AF_INET, a.addr + 12, net, sizeof(net));
+        return shmb_error_set(err, -EINVAL,
+                              "--allow-from '%s' is an IPv4 address mapped into IPv6, "
+                              "which the relay sees as IPv4: write it as IPv4 (%s, with "
+                              "its prefix less 96).",
+                              printable(text, shown, sizeof(shown)), net);
+    }
     a.prefix = max;
     if (slash) {
         const char *d = slash + 1;

@@ -403,6 +403,12 @@ def case_allow_from_values(tmp, key, a):
            b"relay.example.com": "not a host name",
            b"\xff\xfe/8": "'??/8' is not one",
            b"": "is not one",
+           b"::ffff:10.0.0.1": "mapped into IPv6, which the relay sees as IPv4: write it "
+                               "as IPv4 (10.0.0.1",
+           b"::ffff:10.0.0.0/104": "write it as IPv4 (10.0.0.0",
+           b" 10.0.0.1": "is not one",
+           b"10.0.0.1 ": "is not one",
+           b"010.0.0.1": "is not one",
            b"1" * 5000: "is not one"}
     wrong = []
     for value, says in bad.items():
