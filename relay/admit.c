@@ -22,6 +22,13 @@ static const struct relay *admitting_relay;
 static int (*libc_accept)(int, struct sockaddr *, socklen_t *);
 static _Atomic uint64_t refused_at_accept;
 
+/* accept() logs the first ADMIT_LOG_PER_MINUTE refusals of each minute one
+ * by one and counts the rest, said in one line when the next minute's first
+ * comes: a flood of connections from a host not admitted would otherwise
+ * write a line for each, as fast as it can dial. */
+#define ADMIT_LOG_PER_MINUTE 10
+static _Atomic uint64_t log_minute_ms, logged_this_minute, unlogged;
+
 /* Up to 80 bytes of text from outside, for a message: bytes that are not
  * printable ASCII (control bytes, UTF-8 or not) become '?'. */
 static const char *printable(const char *s, char *out, size_t n)
@@ -65,6 +72,16 @@ int admit_allow_from(struct relay *r, const char *text, struct shmb_error *err)
             "address (not a host name), such as 10.0.0.0/8 or fd00::/64; "
             "'%s' is not one.",
             printable(text, shown, sizeof(shown)));
+    if (a.family == AF_INET6 && IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)a.addr)) {
+        /* The listener sees an IPv4 client as IPv4 (ip_of): a mapped range
+         * would be taken and admit no one. */
+        inet_ntop(AF_INET, a.addr + 12, net, sizeof(net));
+        return shmb_error_set(err, -EINVAL,
+                              "--allow-from '%s' is an IPv4 address mapped into IPv6, "
+                              "which the relay sees as IPv4: write it as IPv4 (%s, with "
+                              "its prefix less 96).",
+                              printable(text, shown, sizeof(shown)), net);
+    }
     a.prefix = max;
     if (slash) {
         const char *d = slash + 1;
@@ -213,13 +230,28 @@ int accept(int fd, struct sockaddr *addr, socklen_t *addrlen)
             return c;
         }
         char host[64] = "?", port[16] = "?";
+        uint64_t now = relay_now_ms();
+        refused_at_accept++;
+        if (now - log_minute_ms >= 60000) {
+            uint64_t missed = atomic_exchange(&unlogged, 0);
+            log_minute_ms = now;
+            logged_this_minute = 0;
+            if (missed)
+                relay_log("refused %llu more connections from addresses not admitted in "
+                          "the last minute, not logged one by one (the status's "
+                          "\"refused\" counts every one)", (unsigned long long)missed);
+        }
+        if (logged_this_minute++ >= ADMIT_LOG_PER_MINUTE) {
+            unlogged++;
+            close(c);
+            continue;
+        }
         getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
                     NI_NUMERICHOST | NI_NUMERICSERV);
         relay_log("refused a connection from %s:%s to UCX: %s is not a configured peer's "
                   "address nor in an --allow-from range (add --allow-from %s if it is a "
                   "relay)",
                   host, port, host, host);
-        refused_at_accept++;
         close(c);
     }
 }

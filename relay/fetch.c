@@ -199,6 +199,10 @@ static void push(struct peer *p, struct served *s, const void *ptr)
     param.user_data = s;
     param.memh = r->pool_memh;
     s->sending = true;
+    /* A fetcher that never takes the bytes would hold the pin for as long
+     * as it lives: it gets the time a fetcher gives a read (fetch_expire). */
+    s->deadline_ms = relay_now_ms() + r->fetch_timeout_ms + s->size / 10000;
+    peer_kick(r); /* its deadline */
     req = ucp_am_send_nbx(p->ep, WIRE_DATA_AM_ID, s->header, sizeof(s->header), ptr,
                           (size_t)s->size, &param);
     if (UCS_PTR_IS_PTR(req))
@@ -712,17 +716,38 @@ void fetch_peer_gone(struct peer *p)
 uint64_t fetch_next_deadline(const struct relay *r)
 {
     const struct transfer *t;
+    const struct served *s;
+    const struct peer *p;
     uint64_t next = UINT64_MAX;
     LIST_FOREACH(t, &r->transfers, link)
         if (t->peer && t->deadline_ms < next)
             next = t->deadline_ms;
+    LIST_FOREACH(p, &r->peers, link)
+        if (p->state != PEER_CLOSING)
+            LIST_FOREACH(s, &p->served, link)
+                if (s->sending && s->deadline_ms < next)
+                    next = s->deadline_ms;
     return next;
 }
 
 void fetch_expire(struct relay *r)
 {
     struct transfer *t, *next;
+    struct served *s;
+    struct peer *p;
     uint64_t now = relay_now_ms();
+
+    /* Our sends of pinned bytes that a peer has not taken in time: closing
+     * it ends them (with an error), and the pins go in served_poll. */
+    LIST_FOREACH(p, &r->peers, link)
+        LIST_FOREACH(s, &p->served, link)
+            if (s->sending && s->deadline_ms <= now && p->state != PEER_CLOSING) {
+                peer_fail(p, "took no delivery of '%s' (%llu bytes) in time "
+                          "(--fetch-timeout %llu ms plus 1 s per 10 MB)",
+                          s->key, (unsigned long long)s->size,
+                          (unsigned long long)r->fetch_timeout_ms);
+                break;
+            }
     for (t = LIST_FIRST(&r->transfers); t; t = next) {
         next = LIST_NEXT(t, link);
         if (!t->peer || t->deadline_ms > now)

@@ -62,6 +62,7 @@ struct served {
     bool sending;        /* its bytes are on their way (UCX reads the pool) */
     bool done;           /* the peer said done while they were */
     bool ended;          /* the send ended; fetch_poll has not looked yet */
+    uint64_t deadline_ms; /* the send must end by then, or the peer is closed */
     ucs_status_t push_status;
     unsigned char header[WIRE_DATA_HEADER_LEN]; /* of the send: UCX reads it until the end */
 };

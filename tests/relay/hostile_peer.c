@@ -13,7 +13,9 @@
  * holdpush (fetches an object the relay sends it, holds the bytes unreceived
  * and sends garbage: the relay closes it with its send under way; it prints
  * "closed" and lives 5 s more, so that the relay's pin can be seen to go
- * while it lives),
+ * while it lives), hangpush (the same without the garbage: it stays, polite
+ * and silent, with the bytes unreceived, and prints whether the relay closed
+ * it within 30 s),
  * qbatch-ok, qbatch-overrun, qbatch-count, qbatch-zero, qbatch-short (a
  * queue's batch, well formed or not: see qbatch()),
  * halfopen (300 connections that never prove the key, held 5 s after it
@@ -602,6 +604,28 @@ int main(int argc, char **argv)
                 msg[0] = 200; /* a type no relay knows */
                 send_raw(msg, 1);
                 progress_for(3000, &closed);
+                printf("%s\n", closed ? "closed" : "kept");
+                fflush(stdout);
+                sleep(5);
+                _exit(closed ? 0 : 1);
+            } else if (strcmp(mode, "hangpush") == 0) {
+                /* Fetch, leave the bytes unreceived and stay: the relay's
+                 * send never ends unless it gives up on this peer. */
+                ucp_am_handler_param_t dam = {0};
+                dam.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
+                dam.id = WIRE_DATA_AM_ID;
+                dam.cb = on_data;
+                ucp_worker_set_am_recv_handler(worker, &dam);
+                n = wire_fetch(msg, 1, "rma-target");
+                send_raw(msg, (size_t)n);
+                progress_for(5000, &got_data);
+                if (!got_data) {
+                    fprintf(stderr, "relay-hostile-peer: no bytes announced\n");
+                    _exit(2);
+                }
+                printf("announced\n");
+                fflush(stdout);
+                progress_for(30000, &closed);
                 printf("%s\n", closed ? "closed" : "kept");
                 fflush(stdout);
                 sleep(5);

@@ -403,6 +403,12 @@ def case_allow_from_values(tmp, key, a):
            b"relay.example.com": "not a host name",
            b"\xff\xfe/8": "'??/8' is not one",
            b"": "is not one",
+           b"::ffff:10.0.0.1": "mapped into IPv6, which the relay sees as IPv4: write it "
+                               "as IPv4 (10.0.0.1",
+           b"::ffff:10.0.0.0/104": "write it as IPv4 (10.0.0.0",
+           b" 10.0.0.1": "is not one",
+           b"10.0.0.1 ": "is not one",
+           b"010.0.0.1": "is not one",
            b"1" * 5000: "is not one"}
     wrong = []
     for value, says in bad.items():
@@ -432,6 +438,22 @@ except ConnectionResetError:
 except socket.timeout:
     print("open")
 '''
+
+RAW_FLOOD = r'''
+import socket, sys
+for i in range(int(sys.argv[4])):
+    try:
+        s = socket.create_connection((sys.argv[1], int(sys.argv[2 + i % 2])), timeout=10)
+        s.settimeout(10)
+        try:
+            s.recv(1)
+        except OSError:
+            pass
+        s.close()
+    except OSError:
+        pass
+'''
+
 
 
 def case_allow_from(tmp, key, a, b):
@@ -500,6 +522,27 @@ def case_allow_from(tmp, key, a, b):
                "a host that is not admitted is closed and counted at UCX's own TCP port too",
                "ports %s: %s, counted %s" % (ports, (r.stdout + r.stderr).strip()[-200:],
                                              counted))
+        # A flood of such connections is counted, each one, but does not
+        # write a line each: the log stays bounded as fast as a host dials.
+        flood_n = 200
+        refused0 = ask(g_sock, {"op": "status"})["refused"]
+        logged0 = os.path.getsize(g_log_path)
+        sh("ip", "netns", "exec", NS_B, "/usr/bin/python3", "-c", RAW_FLOOD, IP_A,
+           ports[0] if ports else str(port), str(port), str(flood_n), check=False)
+        try:
+            wait_for("G to count the flood", lambda: ask(g_sock, {"op": "status"})["refused"]
+                     >= refused0 + flood_n)
+            counted = True
+        except AssertionError:
+            counted = False
+        with open(g_log_path, errors="replace") as f:
+            f.seek(logged0)
+            lines = f.read().count("refused a connection from")
+        report(counted and lines <= 20,
+               "a flood of %d connections from a host not admitted is counted and logs "
+               "a bounded number of lines" % flood_n,
+               "counted %s (refused %d), %d lines logged" % (
+                   counted, ask(g_sock, {"op": "status"})["refused"] - refused0, lines))
         g.terminate()
         g.wait(10)
         if os.path.exists(g_sock):
@@ -1005,6 +1048,55 @@ def run_cases(tmp, a, b, key):
     finally:
         hold.kill()
         hold.wait(10)
+    # A peer that fetched an object and never takes its bytes, yet stays and
+    # says nothing wrong: the relay's send would never end, holding the pin
+    # (and the object's memory) for as long as the peer lives. A relay with a
+    # 2 s --fetch-timeout gives up on such a peer in the same time a fetcher
+    # gives its read, and the pin goes.
+    k_sock = os.path.join(tmp, "K.relay")
+    k = subprocess.Popen(
+        ["ip", "netns", "exec", NS_A, RELAY, "--key-file", key, "--socket", a.sock,
+         "--relay-socket", k_sock, "--name", "K", "--fetch-timeout", "2", "--listen",
+         "%s:%d" % (IP_A, PORT + 5), "--allow-from", IP_B],
+        stdout=open(os.path.join(tmp, "K-relay.log"), "ab"), stderr=subprocess.STDOUT,
+        env=dict(os.environ, UCX_TLS="tcp"))
+    hang = None
+    try:
+        wait_for("K's socket", lambda: os.path.exists(k_sock) and
+                 ask(k_sock, {"op": "status"})["ok"])
+        hang = subprocess.Popen(["ip", "netns", "exec", NS_B, HOSTILE,
+                                 "%s:%d" % (IP_A, PORT + 5), key, "hangpush"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, UCX_TLS="tcp"))
+        said = []
+        for line in hang.stdout:  # UCX may log there too
+            if line.strip() in ("announced", "closed", "kept"):
+                said.append(line.strip())
+                if line.strip() != "announced":
+                    break
+
+        def relay_pins():
+            with a.client() as c:
+                return sum(cl["pins"] for cl in c.clients()
+                           if cl.get("name") == "shmbroker-relay")
+        end = time.monotonic() + WAIT
+        while relay_pins() and time.monotonic() < end:
+            time.sleep(0.1)
+        pins = relay_pins()
+        report(said == ["announced", "closed"] and not pins and k.poll() is None,
+               "a peer that never takes an object's bytes is closed after "
+               "--fetch-timeout and the pin goes",
+               "%s, relays on A hold %d pins, K %s" % (said, pins,
+                                                       "alive" if k.poll() is None
+                                                       else "gone"))
+    except AssertionError as e:
+        report(False, "a peer that never takes an object's bytes", str(e))
+    finally:
+        if hang:
+            hang.kill()
+            hang.wait(10)
+        k.terminate()
+        k.wait(10)
     # Connections that never prove the key, from one address, do not take
     # every seat of the listener: another relay still gets in.
     flood = subprocess.Popen(["ip", "netns", "exec", NS_A, HOSTILE, "%s:%d" % (IP_A, PORT), key,
