@@ -529,7 +529,10 @@ int main(int argc, char **argv)
         auth_nonce(my_nonce, sizeof(my_nonce));
         n = wire_hello(msg, my_nonce, "hostile");
         send_raw(msg, (size_t)n);
-        progress_for(10000, &got_hello);
+        /* RELAY_HOSTILE_HELLO_MS: how long to wait for the relay's hello
+         * (10 s; more where the relay is being flooded on purpose). */
+        const char *hello_ms = getenv("RELAY_HOSTILE_HELLO_MS");
+        progress_for(hello_ms ? atoi(hello_ms) : 10000, &got_hello);
         if (!got_hello) {
             fprintf(stderr, "relay-hostile-peer: no hello from the relay\n");
             return closed ? 0 : 2;
