@@ -161,7 +161,7 @@ static void on_daemon_event(uv_poll_t *h, int status, int events)
 
     (void)events;
     /* Between calls the daemon sends nothing: readable is its end. */
-    n = recv(r->c->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    n = r->c->sock < 0 ? 0 : recv(r->c->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     if (status == 0 && n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return;
     relay_log("the local daemon's connection %s; cutting the transfers into its pool",
@@ -808,6 +808,7 @@ void fetch_on_reply(struct peer *p, const struct wire_msg *m)
 void fetch_poll(struct relay *r)
 {
     struct transfer *t, *next;
+    bool lost = false;
     served_poll(r);
     for (t = LIST_FIRST(&r->transfers); t; t = next) {
         next = LIST_NEXT(t, link);
@@ -838,10 +839,12 @@ void fetch_poll(struct relay *r)
         int rc = shmb_commit(r->c, t->key);
         if (rc < 0)
             transfer_finish(t, rc, "%s", shmb_errmsg(r->c));
-        else
+        if (rc == -ECONNRESET)
+            lost = true; /* after the loop: it may end other transfers */
+        else if (rc == 0)
             transfer_finish(t, 0, "ok");
     }
-    if (r->daemon_cut && !r->cutting && !pool_busy(r))
+    if (lost || (r->daemon_cut && !r->cutting && !pool_busy(r)))
         fetch_daemon_lost(r);
 }
 
