@@ -772,6 +772,7 @@ def run_cases(tmp, a, b, key):
 
     case_fetcher_killed_while_bytes_move(a, b)
     case_daemon_restarted_mid_fetch(a, b)
+    case_serving_daemon_restarted_mid_send(a, b)
 
     # The fetching relay killed while its request is on its way: its client
     # gets an error; the peer, answering a relay that is gone, lets go of the
@@ -1253,6 +1254,69 @@ def case_daemon_restarted_mid_fetch(a, b):
     with b.client() as c:
         for v in (k, k2):
             c.delete(v)
+
+
+def case_serving_daemon_restarted_mid_send(a, b):
+    """B's daemon SIGKILLed while B's relay sends a pinned 64 MiB object to A
+    (B's side slowed), restarted on its segment, and B's pool filled with
+    other objects at once, over the space the pin held. B's relay cuts its
+    send when the daemon's connection closes: A's fetch fails, never
+    committing bytes other than the object's. Before, B's relay went on
+    sending from the old mapping, and A committed what the new objects had
+    written there."""
+    slow = ("ip", "netns", "exec", NS_B, "tc", "qdisc", "replace", "dev", TAG + "vb", "root",
+            "tbf", "rate", "160mbit", "burst", "256kb", "latency", "2s")
+    k = "served-mid-send"
+    want = put_random(b, k, 64 << 20)
+    pins, holder, out, t, moving = [], None, {}, None, False
+    sh(*slow)
+    try:
+        t, out = fetch_in_thread(a, "B", k)
+        wait_for("the peer to pin it", lambda: not t.is_alive() or
+                 sum(p["pinned"] for p in b.in_peers()) >= 1)
+        time.sleep(0.3)
+        moving = t.is_alive()
+        b.daemon.kill()
+        b.daemon.wait()
+        b.start_daemon(fresh=False)
+        holder = b.client()
+        for i in range(64):
+            try:
+                holder.put("filler-%d" % i, os.urandom(4 << 20))
+                pins.append(holder.get("filler-%d" % i))
+            except errors.ShmBrokerError:
+                break
+        t.join(WAIT * 2)
+    finally:
+        sh("ip", "netns", "exec", NS_B, "tc", "qdisc", "del", "dev", TAG + "vb", "root",
+           check=False)
+    for pin in pins:
+        pin.release()
+    if holder:
+        holder.close()
+    wait_for("the relays to connect again", lambda: a.connected() and b.connected())
+    got = None
+    with a.client() as c:
+        if c.contains(k):
+            got = digest_of(a, k)
+    report(moving and not t.is_alive() and got is None and not wait_for_quiet(a, k) and
+           isinstance(out.get("error"), errors.ConnectionLost),
+           "B's daemon restarted on its segment while B's relay sends a pinned object: "
+           "the send is cut and A keeps nothing",
+           "caught under way: %s; A has it %s; fetch: %r" % (
+               moving, "not" if got is None else
+               "byte-identical" if got == want else "CORRUPTED", out))
+    with b.client() as c:
+        for v in ["filler-%d" % i for i in range(len(pins))] + [k]:
+            try:
+                c.delete(v)
+            except errors.NotFound:
+                pass
+    with a.client() as c:
+        try:
+            c.delete(k)
+        except errors.NotFound:
+            pass
 
 
 def wait_for_quiet(host, key):
