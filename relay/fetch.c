@@ -11,11 +11,13 @@
  * peers only through peer.c.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/socket.h>
 
 #include <jansson.h>
 
@@ -50,20 +52,164 @@ struct transfer {
     ucp_rkey_h rkey;
     void *req;
     bool get_done;
+    bool daemon_gone; /* the daemon went while it moved: never committed */
     ucs_status_t get_status;
     LIST_HEAD(, waiter) waiters;
     unsigned nwaiters;
 };
 
-/* The daemon went (restarted, or its connection broke): connect again so that
- * the next request is served. The pool's mapping may be a new one. */
+static void transfer_finish(struct transfer *t, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void tell_done(struct transfer *t);
+
+/* Whether UCX may still write into the pool's mapping for a transfer, or read
+ * from it for a send of a pin. */
+static bool pool_busy(const struct relay *r)
+{
+    const struct transfer *t;
+    const struct served *s;
+    const struct peer *p;
+    LIST_FOREACH(t, &r->transfers, link)
+        if (t->state == T_GETTING && !t->get_done)
+            return true;
+    LIST_FOREACH(s, &r->orphans, link)
+        if (s->sending)
+            return true;
+    LIST_FOREACH(p, &r->peers, link)
+        LIST_FOREACH(s, &p->served, link)
+            if (s->sending)
+                return true;
+    return false;
+}
+
+/* The daemon went: every allocation this relay made in it may be handed to
+ * another object by a daemon restarted on the same segment, and every pin
+ * is gone. Fail each transfer that has an allocation, and end each receive,
+ * read or send under way in the pool by closing its peer's connection (UCX
+ * cannot cancel a receive of an active message's bytes) before the pool is
+ * used again. A push that comes later for a failed transfer is let go. */
+static void fetch_daemon_cut(struct relay *r, bool close_now)
+{
+    struct transfer *t, *next;
+    struct served *s;
+    struct peer *p;
+
+    if (r->cutting)
+        return;
+    r->cutting = true;
+    r->daemon_cut = true;
+    fetch_unwatch_daemon(r);
+    for (t = LIST_FIRST(&r->transfers); t; t = next) {
+        next = LIST_NEXT(t, link);
+        if (t->state == T_PUSHED) {
+            tell_done(t);
+            transfer_finish(t, -ECONNRESET,
+                            "The local daemon went while '%s' was on its way from peer %s; "
+                            "nothing was kept. Fetch it again.", t->key, t->peer_name);
+        } else if (t->state == T_GETTING) {
+            t->daemon_gone = true;
+            if (!t->get_done && t->peer)
+                peer_fail(t->peer, "the local daemon went while '%s' (%llu bytes) was "
+                          "being received into its pool; the receive is cut", t->key,
+                          (unsigned long long)t->size);
+        }
+    }
+    LIST_FOREACH(p, &r->peers, link)
+        LIST_FOREACH(s, &p->served, link)
+            if (s->sending)
+                peer_fail(p, "the local daemon went while '%s' (%llu bytes) was sent from "
+                          "its pool; the send is cut", s->key, (unsigned long long)s->size);
+    if (close_now)
+        peer_close_failed(r);
+    r->cutting = false;
+    r->work_due = true;
+    peer_kick(r);
+}
+
+/* The daemon went (restarted, or its connection broke): cut what moves in
+ * the pool, then, once nothing does, connect again so that the next request
+ * is served. The pool's mapping may be a new one. */
 static void fetch_daemon_lost(struct relay *r)
 {
     struct shmb_error err = {0};
-    relay_log("lost the local daemon (%s); connecting again", shmb_errmsg(r->c));
+    if (r->cutting)
+        return;
+    if (!r->daemon_cut)
+        relay_log("lost the local daemon (%s); connecting again once no transfer uses "
+                  "its pool", shmb_errmsg(r->c));
+    fetch_daemon_cut(r, false);
+    if (pool_busy(r))
+        return;
     fetch_unregister_pool(r);
-    if (shmb_reconnect(r->c) == 0)
+    if (shmb_reconnect(r->c) == 0) {
+        r->daemon_cut = false;
         fetch_register_pool(r, &err);
+        fetch_watch_daemon(r);
+    }
+}
+
+static void on_daemon_close(uv_handle_t *h)
+{
+    free(h);
+}
+
+static void on_daemon_event(uv_poll_t *h, int status, int events)
+{
+    struct relay *r = h->data;
+    char c;
+    ssize_t n;
+
+    (void)events;
+    /* Between calls the daemon sends nothing: readable is its end. */
+    n = r->c->sock < 0 ? 0 : recv(r->c->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (status == 0 && n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    relay_log("the local daemon's connection %s; cutting the transfers into its pool",
+              n == 0 ? "closed" : n > 0 ? "sent bytes unasked" : "failed");
+    fetch_daemon_cut(r, true);
+    fetch_daemon_lost(r);
+}
+
+/* Watch the daemon's connection for its end, so that a daemon that dies is
+ * seen at once, not at the next call to it. */
+void fetch_watch_daemon(struct relay *r)
+{
+    uv_poll_t *h;
+    int flags;
+    if (r->daemon_watch || !r->loop || r->c->sock < 0)
+        return;
+    h = calloc(1, sizeof(*h));
+    if (!h) {
+        relay_log("out of memory for watching the local daemon's connection");
+        return;
+    }
+    /* uv_poll_init makes the descriptor non-blocking; the library's calls
+     * on it expect it as it was. */
+    flags = fcntl(r->c->sock, F_GETFL);
+    if (flags < 0 || uv_poll_init(r->loop, h, r->c->sock) < 0) {
+        relay_log("cannot watch the local daemon's connection: a daemon that dies is "
+                  "seen at the relay's next call to it");
+        free(h);
+        return;
+    }
+    h->data = r;
+    r->daemon_watch = h;
+    if (fcntl(r->c->sock, F_SETFL, flags) < 0) {
+        relay_log("cannot make the daemon's connection blocking again: %s; a daemon that "
+                  "dies is seen at the relay's next call to it", strerror(errno));
+        fetch_unwatch_daemon(r);
+        return;
+    }
+    uv_poll_start(h, UV_READABLE | UV_DISCONNECT, on_daemon_event);
+}
+
+void fetch_unwatch_daemon(struct relay *r)
+{
+    if (!r->daemon_watch)
+        return;
+    uv_poll_stop(r->daemon_watch);
+    uv_close((uv_handle_t *)r->daemon_watch, on_daemon_close);
+    r->daemon_watch = NULL;
 }
 
 int fetch_register_pool(struct relay *r, struct shmb_error *err)
@@ -130,6 +276,8 @@ int fetch_admit(struct relay *r, uid_t uid, struct shmb_error *err)
 
     if (uid == 0 || uid == geteuid())
         return 0;
+    if (r->daemon_cut)
+        fetch_daemon_lost(r);
     rc = shmb_clients(r->c, &list);
     if (rc == -ECONNRESET) {
         fetch_daemon_lost(r);
@@ -234,6 +382,8 @@ void fetch_on_request(struct peer *p, const struct wire_msg *m)
                     "finish those first.", r->name, p->nserved, RELAY_SERVED_MAX);
         return;
     }
+    if (r->daemon_cut)
+        fetch_daemon_lost(r);
     rc = shmb_get(r->c, m->key, &ptr, &size);
     if (rc == -ECONNRESET) {
         fetch_daemon_lost(r);
@@ -594,6 +744,15 @@ void fetch_on_reply(struct peer *p, const struct wire_msg *m)
         peer_fail(p, "answered a fetch with a remote key over a link without RMA");
         return;
     }
+    if (r->daemon_cut)
+        fetch_daemon_lost(r);
+    if (r->daemon_cut) {
+        tell_done(t);
+        transfer_finish(t, -ECONNRESET,
+                        "The local daemon went; the relay connects to it again once the "
+                        "transfers into its pool have ended. Fetch '%s' again.", t->key);
+        return;
+    }
     rc = shmb_alloc(r->c, t->key, (size_t)m->size, 0, &t->ptr);
     if (rc == -ECONNRESET) {
         fetch_daemon_lost(r);
@@ -649,6 +808,7 @@ void fetch_on_reply(struct peer *p, const struct wire_msg *m)
 void fetch_poll(struct relay *r)
 {
     struct transfer *t, *next;
+    bool lost = false;
     served_poll(r);
     for (t = LIST_FIRST(&r->transfers); t; t = next) {
         next = LIST_NEXT(t, link);
@@ -657,6 +817,13 @@ void fetch_poll(struct relay *r)
         if (t->peer)
             t->peer->bytes_in += t->get_status == UCS_OK ? t->size : 0;
         tell_done(t);
+        if (t->daemon_gone) {
+            /* Its allocation went with the daemon: nothing to abort. */
+            transfer_finish(t, -ECONNRESET,
+                            "The local daemon went while '%s' was being received from peer "
+                            "%s; nothing was kept. Fetch it again.", t->key, t->peer_name);
+            continue;
+        }
         if (t->get_status != UCS_OK || !t->peer) {
             char why[300];
             snprintf(why, sizeof(why), "%s",
@@ -672,9 +839,13 @@ void fetch_poll(struct relay *r)
         int rc = shmb_commit(r->c, t->key);
         if (rc < 0)
             transfer_finish(t, rc, "%s", shmb_errmsg(r->c));
-        else
+        if (rc == -ECONNRESET)
+            lost = true; /* after the loop: it may end other transfers */
+        else if (rc == 0)
             transfer_finish(t, 0, "ok");
     }
+    if (lost || (r->daemon_cut && !r->cutting && !pool_busy(r)))
+        fetch_daemon_lost(r);
 }
 
 void fetch_peer_gone(struct peer *p)

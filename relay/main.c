@@ -384,6 +384,7 @@ static int serve(struct relay *r)
     }
     if (!r->max_object)
         r->max_object = r->pool_size;
+    fetch_watch_daemon(r);
     uv_signal_init(r->loop, &r->sigterm);
     uv_signal_init(r->loop, &r->sigint);
     r->sigterm.data = r->sigint.data = r;
@@ -403,6 +404,7 @@ static void teardown(struct relay *r)
         forward_teardown(r);
         if (r->worker)
             peer_teardown(r);
+        fetch_unwatch_daemon(r);
         fetch_unregister_pool(r);
         uv_walk(r->loop, close_walk, NULL);
         uv_run(r->loop, UV_RUN_DEFAULT);

@@ -518,6 +518,18 @@ static void peer_close_now(struct peer *p)
     free(p);
 }
 
+/* Close now every connection that failed (outside UCX's progress): what
+ * UCX was writing for them ends before this returns. */
+void peer_close_failed(struct relay *r)
+{
+    struct peer *p, *next;
+    for (p = LIST_FIRST(&r->peers); p; p = next) {
+        next = LIST_NEXT(p, link);
+        if (p->state == PEER_CLOSING)
+            peer_close_now(p);
+    }
+}
+
 /* Everything UCX has for us, then sleep on its descriptor: progress until it
  * has nothing, handle what came, and arm the worker; BUSY means more came. */
 static void peer_drain(struct relay *r)

@@ -217,6 +217,11 @@ struct relay {
     unsigned ntransfers;
     bool work_due; /* work finished inside progress (a get): hooks.work_due */
     uint64_t next_id;
+    /* The daemon's connection, watched so that its end is seen at once
+     * (fetch.c): transfers into the pool are cut before it is used again. */
+    uv_poll_t *daemon_watch;
+    bool daemon_cut;     /* it went; reconnect once nothing moves in the pool */
+    bool cutting;        /* inside fetch_daemon_cut */
     struct forward *fwd; /* forward.c's: the queues' streams */
 };
 
@@ -259,6 +264,7 @@ int peer_send(struct peer *p, const void *msg, size_t len);
 /* Something p did is not allowed: say why in the log and close it. */
 void peer_fail(struct peer *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void peer_kick(struct relay *r);
+void peer_close_failed(struct relay *r);
 /* Whether p's endpoint reads by RMA in the transport (RDMA verbs, shared
  * memory): false where UCX would emulate it with messages (TCP). */
 bool peer_has_rma(struct peer *p);
@@ -266,6 +272,8 @@ bool peer_has_rma(struct peer *p);
 /* fetch.c: both ends of a fetch. */
 int fetch_register_pool(struct relay *r, struct shmb_error *err);
 void fetch_unregister_pool(struct relay *r);
+void fetch_watch_daemon(struct relay *r);
+void fetch_unwatch_daemon(struct relay *r);
 int fetch_start(struct relay *r, struct local_client *lc, const char *peer, const char *key);
 /* A local {"op":"fetch","peer":P,"key":K}: checked, then started. */
 void fetch_local_request(struct local_client *lc, json_t *req);

@@ -102,10 +102,11 @@ class Host:
         self.relay = None
         self.start_relay()
 
-    def start_daemon(self):
+    def start_daemon(self, fresh=True):
+        """fresh=False: adopt the segment a daemon killed left behind."""
         self.daemon = subprocess.Popen(
-            [DAEMON, "--socket", self.sock, "--name", TAG + self.name, "--size", self.size,
-             "--fresh"] + self.daemon_args, stdout=subprocess.DEVNULL,
+            [DAEMON, "--socket", self.sock, "--name", TAG + self.name, "--size", self.size]
+            + (["--fresh"] if fresh else []) + self.daemon_args, stdout=subprocess.DEVNULL,
             stderr=open(os.path.join(self.tmp, self.name + "-daemon.log"), "ab"))
         wait_for("daemon " + self.name, self.daemon_up)
 
@@ -770,6 +771,8 @@ def run_cases(tmp, a, b, key):
     report(n == 64 << 20, "a restarted peer relay serves again")
 
     case_fetcher_killed_while_bytes_move(a, b)
+    case_daemon_restarted_mid_fetch(a, b)
+    case_serving_daemon_restarted_mid_send(a, b)
 
     # The fetching relay killed while its request is on its way: its client
     # gets an error; the peer, answering a relay that is gone, lets go of the
@@ -1177,6 +1180,143 @@ def case_fetcher_killed_while_bytes_move(a, b):
            "the fetching relay killed while 64 MiB move, %d times: the serving relay "
            "lives on and keeps no pin, the fetching host no allocation" % KILL_TRIES,
            "%d of %d survived; %s" % (survived, KILL_TRIES, detail))
+
+
+def case_daemon_restarted_mid_fetch(a, b):
+    """A's daemon SIGKILLed while the bytes of a 64 MiB fetch move to A (B's
+    side slowed to 160 Mbit/s: over 3 s), and restarted adopting its segment
+    (no --fresh); objects put on A right after, filling its pool, take the
+    space the fetch had allocated. A's relay sees the daemon's connection
+    close at once and cuts the receive: the objects read back byte-identical,
+    the fetch fails (ECONNRESET) and leaves nothing behind. Before, the relay
+    received the rest of the bytes into the old allocation, over them."""
+    slow = ("ip", "netns", "exec", NS_B, "tc", "qdisc", "replace", "dev", TAG + "vb", "root",
+            "tbf", "rate", "160mbit", "burst", "256kb", "latency", "2s")
+    k = "restarted-mid-fetch"
+    put_random(b, k, 64 << 20)
+    victims, pins, holder, detail, out, t = {}, [], None, "", {}, None
+    sh(*slow)
+    try:
+        t, out = fetch_in_thread(a, "B", k)
+        wait_for("the peer to pin it", lambda: not t.is_alive() or
+                 sum(p["pinned"] for p in b.in_peers()) >= 1)
+        time.sleep(0.3)  # some of the bytes land before the kill
+        moving = t.is_alive()
+        a.daemon.kill()
+        a.daemon.wait()
+        a.start_daemon(fresh=False)
+        # Each is pinned as it is put, so that the next are not put in its
+        # place (the daemon evicts objects nobody holds) but in free space.
+        holder = a.client()
+        for i in range(64):
+            data = os.urandom(4 << 20)
+            try:
+                holder.put("victim-%d" % i, data)
+                pins.append(holder.get("victim-%d" % i))
+            except errors.ShmBrokerError:
+                break  # the pool is full
+            victims["victim-%d" % i] = hashlib.sha256(data).hexdigest()
+        t.join(WAIT * 2)
+    finally:
+        sh("ip", "netns", "exec", NS_B, "tc", "qdisc", "del", "dev", TAG + "vb", "root",
+           check=False)
+    # Whatever the relay would still write lands within the transfer's time.
+    wait_for("the relays to connect again", lambda: a.connected() and b.connected())
+    bad = [v for (v, want), pin in zip(sorted(victims.items(), key=lambda x: int(x[0][7:])),
+                                       pins) if hashlib.sha256(pin.view).hexdigest() != want]
+    for pin in pins:
+        pin.release()
+    if holder:
+        holder.close()
+    left = wait_for_quiet(a, k)
+    if not moving or len(victims) < 8:
+        detail = "the transfer was not caught under way (%d objects put)" % len(victims)
+    report(not detail and not bad and not t.is_alive() and not left and
+           isinstance(out.get("error"), errors.ConnectionLost),
+           "A's daemon restarted on its segment while a fetch's bytes move: the objects "
+           "put after read back byte-identical, the fetch fails and leaves nothing",
+           "%s corrupted: %s; left: %r; fetch: %r" % (detail, bad[:4], left, out))
+    # The relay serves fetches again through the restarted daemon.
+    k2 = "after-restart"
+    want = put_random(b, k2, 1 << 20)
+    with a.client() as c:
+        try:
+            ok = c.fetch("B", k2) == 1 << 20 and digest_of(a, k2) == want
+        except errors.ShmBrokerError as e:
+            ok, detail = False, str(e)
+    report(ok, "A's relay fetches through the restarted daemon", detail)
+    with a.client() as c:
+        for v in list(victims) + [k, k2]:
+            try:
+                c.delete(v)
+            except errors.NotFound:
+                pass
+    with b.client() as c:
+        for v in (k, k2):
+            c.delete(v)
+
+
+def case_serving_daemon_restarted_mid_send(a, b):
+    """B's daemon SIGKILLed while B's relay sends a pinned 64 MiB object to A
+    (B's side slowed), restarted on its segment, and B's pool filled with
+    other objects at once, over the space the pin held. B's relay cuts its
+    send when the daemon's connection closes: A's fetch fails, never
+    committing bytes other than the object's. Before, B's relay went on
+    sending from the old mapping, and A committed what the new objects had
+    written there."""
+    slow = ("ip", "netns", "exec", NS_B, "tc", "qdisc", "replace", "dev", TAG + "vb", "root",
+            "tbf", "rate", "160mbit", "burst", "256kb", "latency", "2s")
+    k = "served-mid-send"
+    want = put_random(b, k, 64 << 20)
+    pins, holder, out, t, moving = [], None, {}, None, False
+    sh(*slow)
+    try:
+        t, out = fetch_in_thread(a, "B", k)
+        wait_for("the peer to pin it", lambda: not t.is_alive() or
+                 sum(p["pinned"] for p in b.in_peers()) >= 1)
+        time.sleep(0.3)
+        moving = t.is_alive()
+        b.daemon.kill()
+        b.daemon.wait()
+        b.start_daemon(fresh=False)
+        holder = b.client()
+        for i in range(64):
+            try:
+                holder.put("filler-%d" % i, os.urandom(4 << 20))
+                pins.append(holder.get("filler-%d" % i))
+            except errors.ShmBrokerError:
+                break
+        t.join(WAIT * 2)
+    finally:
+        sh("ip", "netns", "exec", NS_B, "tc", "qdisc", "del", "dev", TAG + "vb", "root",
+           check=False)
+    for pin in pins:
+        pin.release()
+    if holder:
+        holder.close()
+    wait_for("the relays to connect again", lambda: a.connected() and b.connected())
+    got = None
+    with a.client() as c:
+        if c.contains(k):
+            got = digest_of(a, k)
+    report(moving and not t.is_alive() and got is None and not wait_for_quiet(a, k) and
+           isinstance(out.get("error"), errors.ConnectionLost),
+           "B's daemon restarted on its segment while B's relay sends a pinned object: "
+           "the send is cut and A keeps nothing",
+           "caught under way: %s; A has it %s; fetch: %r" % (
+               moving, "not" if got is None else
+               "byte-identical" if got == want else "CORRUPTED", out))
+    with b.client() as c:
+        for v in ["filler-%d" % i for i in range(len(pins))] + [k]:
+            try:
+                c.delete(v)
+            except errors.NotFound:
+                pass
+    with a.client() as c:
+        try:
+            c.delete(k)
+        except errors.NotFound:
+            pass
 
 
 def wait_for_quiet(host, key):
