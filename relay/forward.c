@@ -194,6 +194,7 @@ static void out_pump(struct stream *s)
                 free(m);
             }
             peer_send(s->peer, buf, wire_qbatch_end(&b));
+            s->wire_sends++;
             continue;
         }
         STAILQ_REMOVE_HEAD(&msgs, link);
@@ -201,6 +202,7 @@ static void out_pump(struct stream *s)
             size_t n = m->len - off < WIRE_CHUNK_MAX ? m->len - off : WIRE_CHUNK_MAX;
             peer_send(s->peer, buf,
                       (size_t)wire_qmsg(buf, s->id, m->len, off, m->data + off, n));
+            s->wire_sends++;
             off += n;
             if (m->len == 0)
                 break;
@@ -225,6 +227,7 @@ static void in_pump(struct stream *s)
     pthread_mutex_unlock(&s->mu);
     if (published != s->acked_sent && s->peer) {
         s->acked_sent = published;
+        s->acks++;
         peer_send(s->peer, buf, (size_t)wire_qack(buf, s->id, published));
     }
     /* Ended here (the local queue refused the writer, say): the writer's
@@ -378,6 +381,7 @@ static void on_qmsg(struct peer *p, struct stream *s, const struct wire_msg *m)
         return;
     }
     f = (struct fmsg *)s->asm_buf;
+    s->wire_sends++;
     memcpy(f->data + s->asm_len, m->rkey, m->rkey_len);
     s->asm_len += m->rkey_len;
     if (s->asm_len < s->asm_total)
@@ -424,6 +428,7 @@ static void on_qbatch(struct peer *p, struct stream *s, const struct wire_msg *m
                   (unsigned long long)m->size, s->queue, queued, FWD_WINDOW);
         return;
     }
+    s->wire_sends++;
     while (wire_qbatch_next(m, &off, &bytes, &n)) {
         if (n > s->relay->max_object) {
             peer_fail(p, "sent a message of %zu bytes for queue %s (at most %llu)", n,
@@ -506,6 +511,7 @@ void forward_on_message(struct peer *p, const struct wire_msg *m)
         break;
     case WIRE_QACK:
         pthread_mutex_lock(&s->mu);
+        s->acks++;
         while (s->acked < m->size && s->acked < s->produced) {
             s->unacked_bytes -= s->sizes[s->acked % FWD_WINDOW];
             s->acked++;
@@ -745,12 +751,19 @@ void forward_status(const struct relay *r, json_t *reply)
         return;
     LIST_FOREACH(s, &r->fwd->streams, link) {
         pthread_mutex_lock(&s->mu);
-        json_array_append_new(
-            streams, json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "queue", s->queue, "peer",
-                               s->peer_name, "direction", s->dir == OUT ? "out" : "in",
-                               "state", names[s->state], "messages",
-                               (json_int_t)(s->dir == OUT ? s->produced : s->published),
-                               "published_by_loop", (json_int_t)s->published_now));
+        json_t *q = json_pack(
+            "{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "queue", s->queue, "peer",
+            s->peer_name, "direction", s->dir == OUT ? "out" : "in", "state", names[s->state],
+            "messages", (json_int_t)(s->dir == OUT ? s->produced : s->published),
+            "published_by_loop", (json_int_t)s->published_now, "wire_messages",
+            (json_int_t)s->wire_sends, "acks", (json_int_t)s->acks);
+        if (q && s->dir == OUT)
+            json_object_update_new(q, json_pack("{s:I, s:I}", "handoffs",
+                                                (json_int_t)s->handoffs, "window_waits",
+                                                (json_int_t)s->window_waits));
+        else if (q)
+            json_object_set_new(q, "thread_rounds", json_integer((json_int_t)s->thread_rounds));
+        json_array_append_new(streams, q);
         pthread_mutex_unlock(&s->mu);
     }
     json_object_set_new(reply, "queues", streams);

@@ -200,11 +200,14 @@ static int out_step(struct stream *s, shmb_queue_t **seats, unsigned nseats)
     }
     STAILQ_CONCAT(&s->msgs, &got);
     s->nmsgs += n;
+    s->handoffs++;
     pthread_mutex_unlock(&s->mu);
     wake_loop(s);
     if (rc < 0)
         return rc; /* the error after the messages before it: the next look sees it */
     pthread_mutex_lock(&s->mu);
+    if (s->produced - s->acked >= FWD_WINDOW || s->unacked_bytes > FWD_WINDOW_BYTES)
+        s->window_waits++;
     while ((s->produced - s->acked >= FWD_WINDOW || s->unacked_bytes > FWD_WINDOW_BYTES) &&
            !s->stop) {
         struct timespec ts;
@@ -325,8 +328,10 @@ void *stream_in_thread(void *arg)
         s->in_idle = false;
         /* They count against the peer's window (nmsgs, queued_bytes) until
          * each is published: the loop refuses a peer that sends more. */
-        if (!s->stop)
+        if (!s->stop && !STAILQ_EMPTY(&s->msgs)) {
             STAILQ_CONCAT(&batch, &s->msgs);
+            s->thread_rounds++;
+        }
         pthread_mutex_unlock(&s->mu);
         if (STAILQ_EMPTY(&batch))
             break;

@@ -80,6 +80,13 @@ struct stream {
     bool in_idle;              /* IN: the thread waits for messages (in cv) */
     bool in_objects;           /* IN: it published a message larger than a slot */
     uint64_t published_now;    /* IN: of published, those the loop published itself */
+    /* Counters for status: where a message's time goes (notes in status). */
+    uint64_t handoffs;         /* OUT: the thread's wake-ups of the loop with messages */
+    uint64_t window_waits;     /* OUT: the thread found the window full and waited */
+    uint64_t wire_sends;       /* OUT: active messages sent with messages (batches, pieces);
+                                * IN: those received */
+    uint64_t acks;             /* OUT: acknowledgements received; IN: sent */
+    uint64_t thread_rounds;    /* IN: the thread's wake-ups to publish */
     unsigned want_seats;       /* OUT: seats asked for */
     struct sub_result results[WIRE_QSEATS_MAX];
     unsigned nresults;         /* OUT: seat answers for the loop to send */

@@ -112,6 +112,21 @@ def role_mq_reader(handle_file, sock, rank="2"):
     mq.close()
 
 
+def stream_counters(a, b, name):
+    """The two relays' counters of queue name's stream: A's (out) and B's (in)."""
+    out = {}
+    for host, direction in ((a, "out"), (b, "in")):
+        for q in T.ask(host.relay_sock, {"op": "status"}).get("queues", []):
+            if q["queue"] == name and q["direction"] == direction:
+                out[direction] = q
+    return out
+
+
+def counters_delta(before, after):
+    return {d: {k: v - before.get(d, {}).get(k, 0) for k, v in after[d].items()
+                if isinstance(v, int)} for d in after}
+
+
 def bench_mq(a, b, tmp):
     from shmbroker import MessageQueue
     mq = MessageQueue(2, 1, [1], 1 << 20, 64, T.IP_A, socket_path=a.sock)
@@ -143,11 +158,17 @@ def bench_mq(a, b, tmp):
     time.sleep(2)
     t1, c1 = time.monotonic(), cpu_seconds(pids)
     marks = []
+    c_start = stream_counters(a, b, mq.name)
     writer_loop(lambda m: mq.enqueue(m, timeout=60),
-                lambda: marks.append((time.monotonic(), cpu_seconds(pids))))
+                lambda: marks.append((time.monotonic(), cpu_seconds(pids),
+                                      stream_counters(a, b, mq.name))))
     out = json.loads(rd.stdout.readline())
+    t_end, c_end = time.monotonic(), cpu_seconds(pids)
     out["cpu_idle"] = 100 * (c1 - c0) / (t1 - t0)
     out["cpu_paced"] = 100 * (marks[0][1] - c1) / (marks[0][0] - t1)
+    out["cpu_rate"] = 100 * (c_end - marks[0][1]) / (t_end - marks[0][0])
+    out["paced"] = counters_delta(c_start, marks[0][2])
+    out["rate"] = counters_delta(marks[0][2], stream_counters(a, b, mq.name))
     rd.wait(60)
     mq.close()
     drained.wait(60)
@@ -240,6 +261,23 @@ def bench_zmq():
     return out
 
 
+def describe(c):
+    """What the relays' counters say of one phase: messages per message between
+    the relays, per hand-off to the writer's relay's loop, per wake-up of the
+    readers' relay's thread, and the waits for the window."""
+    o, i = c.get("out", {}), c.get("in", {})
+    n = o.get("messages", 0)
+
+    def per(k, d):
+        return "%.1f" % (n / d[k]) if d.get(k) else "-"
+    return ("%d messages; per message between the relays %s, per hand-off to A's loop %s, "
+            "per acknowledgement %s; A's thread waited for the window %d times; B's loop "
+            "published %d, its thread woke %d times" % (
+                n, per("wire_messages", o), per("handoffs", o), per("acks", o),
+                o.get("window_waits", 0), i.get("published_by_loop", 0),
+                i.get("thread_rounds", 0)))
+
+
 def main():
     if len(sys.argv) > 1 and not sys.argv[1].startswith("--"):
         {"zmq-sub": role_zmq_sub, "zmq-pub": role_zmq_pub,
@@ -296,8 +334,10 @@ def main():
         for _, r in rows:
             if "cpu_idle" in r:
                 print("The two relays' CPU: %.1f %% idle with the stream open, %.1f %% while "
-                      "messages came 1 ms apart (of one CPU)" % (r["cpu_idle"],
-                                                                 r["cpu_paced"]))
+                      "messages came 1 ms apart, %.1f %% while they came back to back "
+                      "(of one CPU)" % (r["cpu_idle"], r["cpu_paced"], r["cpu_rate"]))
+                for phase in ("paced", "rate"):
+                    print("  %s: %s" % (phase, describe(r[phase])))
     finally:
         for h in hosts:
             h.stop()
