@@ -150,69 +150,106 @@ static void reply_waiter(struct stream *s, const struct sub_result *res)
     local_reply(lc, line);
 }
 
-/* OUT: send what the thread read, in pieces, and the seats' answers. */
-static void out_pump(struct stream *s)
+/* One message of stream s to its peer, from its thread or the loop. */
+static int out_wire_send(struct stream *s, const void *buf, size_t len, bool from_thread)
+{
+    ucs_status_t st;
+    int rc;
+    if (!from_thread)
+        rc = s->peer ? peer_send(s->peer, buf, len) : -ENOTCONN;
+    else if (!s->ep)
+        rc = -ENOTCONN;
+    else if ((rc = peer_send_ep(s->ep, buf, len, &st)) == 0) {
+        s->thread_msgs++;
+        s->thread_bytes += len;
+        s->sent_by_thread++;
+    }
+    if (rc == 0)
+        s->wire_sends++;
+    return rc;
+}
+
+void stream_out_send(struct stream *s, struct fmsg_list *msgs, bool from_thread)
 {
     unsigned char buf[WIRE_MSG_MAX];
-    struct sub_result results[WIRE_QSEATS_MAX];
-    unsigned nresults;
-    STAILQ_HEAD(, fmsg) msgs = STAILQ_HEAD_INITIALIZER(msgs);
-    bool ended;
-
-    pthread_mutex_lock(&s->mu);
-    nresults = s->nresults;
-    memcpy(results, s->results, nresults * sizeof(results[0]));
-    s->nresults = 0;
-    STAILQ_CONCAT(&msgs, &s->msgs);
-    s->nmsgs = 0;
-    ended = s->state == S_ENDED;
-    pthread_mutex_unlock(&s->mu);
-    for (unsigned i = 0; i < nresults; i++) {
-        struct record *rec = record_for(s->relay->fwd, s->peer_name, s->queue, false);
-        if (results[i].code == 0 && rec && s->base >= rec->position) {
-            results[i].missed = s->base - rec->position;
-            if (results[i].missed)
-                relay_log("queue %s: peer %s returned; it missed %llu messages published "
-                          "while it was away", s->queue, s->peer_name,
-                          (unsigned long long)results[i].missed);
-        }
-        if (s->peer)
-            peer_send(s->peer, buf,
-                      (size_t)wire_qsub_reply(buf, s->id, results[i].code, results[i].missed,
-                                              results[i].seat, results[i].text));
-    }
-    while (!STAILQ_EMPTY(&msgs)) {
-        struct fmsg *m = STAILQ_FIRST(&msgs);
+    while (!STAILQ_EMPTY(msgs)) {
+        struct fmsg *m = STAILQ_FIRST(msgs);
         struct fmsg *m2 = STAILQ_NEXT(m, link);
         /* Small messages that came together go together: one active
          * message, one wake-up of the peer's loop and of its thread. */
-        if (m2 && s->peer && m->len + m2->len + 4 <= WIRE_BATCH_BYTES) {
+        if (m2 && m->len + m2->len + 4 <= WIRE_BATCH_BYTES) {
             struct wire_batch b;
+            unsigned n = 0;
             wire_qbatch_begin(&b, buf, s->id);
-            while ((m = STAILQ_FIRST(&msgs)) && wire_qbatch_add(&b, m->data, m->len) == 0) {
-                STAILQ_REMOVE_HEAD(&msgs, link);
+            for (m = STAILQ_FIRST(msgs); m && wire_qbatch_add(&b, m->data, m->len) == 0;
+                 m = STAILQ_NEXT(m, link))
+                n++;
+            if (out_wire_send(s, buf, wire_qbatch_end(&b), from_thread) < 0 && from_thread)
+                return;
+            while (n--) {
+                m = STAILQ_FIRST(msgs);
+                STAILQ_REMOVE_HEAD(msgs, link);
                 free(m);
             }
-            peer_send(s->peer, buf, wire_qbatch_end(&b));
-            s->wire_sends++;
             continue;
         }
-        STAILQ_REMOVE_HEAD(&msgs, link);
-        for (size_t off = 0; s->peer && (off < m->len || m->len == 0);) {
+        /* Alone, in pieces: the thread sends the first or hands it all over. */
+        for (size_t off = 0; off < m->len || m->len == 0;) {
             size_t n = m->len - off < WIRE_CHUNK_MAX ? m->len - off : WIRE_CHUNK_MAX;
-            peer_send(s->peer, buf,
-                      (size_t)wire_qmsg(buf, s->id, m->len, off, m->data + off, n));
-            s->wire_sends++;
+            int rc = out_wire_send(s, buf,
+                                   (size_t)wire_qmsg(buf, s->id, m->len, off, m->data + off, n),
+                                   from_thread);
+            if (rc < 0 && from_thread && off == 0)
+                return;
             off += n;
             if (m->len == 0)
                 break;
         }
+        STAILQ_REMOVE_HEAD(msgs, link);
         free(m);
     }
-    if (ended && !s->end_sent && s->peer) {
+}
+
+/* OUT, loop: what the thread sent itself into the peer's counts. */
+static void out_count(struct stream *s)
+{
+    if (s->peer) {
+        s->peer->msgs_out += s->thread_msgs;
+        s->peer->bytes_out += s->thread_bytes;
+    }
+    s->thread_msgs = s->thread_bytes = 0;
+}
+
+/* OUT: send the seats' answers and what the thread handed over, under the
+ * stream's lock, so that the thread's own sends come after them in order. */
+static void out_pump(struct stream *s)
+{
+    unsigned char buf[WIRE_MSG_MAX];
+
+    pthread_mutex_lock(&s->mu);
+    out_count(s);
+    for (unsigned i = 0; i < s->nresults; i++) {
+        struct sub_result *res = &s->results[i];
+        struct record *rec = record_for(s->relay->fwd, s->peer_name, s->queue, false);
+        if (res->code == 0 && rec && s->base >= rec->position) {
+            res->missed = s->base - rec->position;
+            if (res->missed)
+                relay_log("queue %s: peer %s returned; it missed %llu messages published "
+                          "while it was away", s->queue, s->peer_name,
+                          (unsigned long long)res->missed);
+        }
+        if (s->peer)
+            peer_send(s->peer, buf, (size_t)wire_qsub_reply(buf, s->id, res->code, res->missed,
+                                                            res->seat, res->text));
+    }
+    s->nresults = 0;
+    stream_out_send(s, &s->msgs, false);
+    s->nmsgs = 0;
+    if (s->state == S_ENDED && !s->end_sent && s->peer) {
         s->end_sent = true;
         peer_send(s->peer, buf, (size_t)wire_qend(buf, s->id, s->end_code, s->end_text));
     }
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* IN: acknowledge what was published; answer subscriptions when it ended. */
@@ -322,6 +359,7 @@ static void on_qsub(struct peer *p, const struct wire_msg *m)
         }
         s->seat_from = (unsigned)m->size;
         s->seat_to = (unsigned)m->addr;
+        s->ep = p->ep; /* the thread is not started yet */
     }
     pthread_mutex_lock(&s->mu);
     bool over = s->want_seats >= s->seat_to - s->seat_from;
@@ -406,7 +444,7 @@ static void on_qmsg(struct peer *p, struct stream *s, const struct wire_msg *m)
 /* Several whole messages of one of our subscriptions, in order. */
 static void on_qbatch(struct peer *p, struct stream *s, const struct wire_msg *m)
 {
-    STAILQ_HEAD(, fmsg) got = STAILQ_HEAD_INITIALIZER(got);
+    struct fmsg_list got = STAILQ_HEAD_INITIALIZER(got);
     const unsigned char *bytes;
     size_t off = 0, n;
     uint64_t total = 0;
@@ -517,7 +555,15 @@ void forward_on_message(struct peer *p, const struct wire_msg *m)
             s->acked++;
         }
         pthread_cond_broadcast(&s->cv);
+        bool held = !STAILQ_EMPTY(&s->msgs);
+        uint64_t before = s->wire_sends;
         pthread_mutex_unlock(&s->mu);
+        out_pump(s); /* what the thread held for this acknowledgement */
+        if (held) {
+            pthread_mutex_lock(&s->mu);
+            s->sent_on_ack += s->wire_sends - before;
+            pthread_mutex_unlock(&s->mu);
+        }
         break;
     case WIRE_QUNSUB:
         relay_log("queue %s: peer %s left (%s)", s->queue, p->name, m->text);
@@ -548,6 +594,9 @@ void forward_peer_gone(struct peer *p)
         if (s->peer != p)
             continue;
         pthread_mutex_lock(&s->mu);
+        if (s->dir == OUT)
+            out_count(s);
+        s->ep = NULL; /* closed after this: the thread sends no more on it */
         if (s->state != S_ENDED) {
             s->state = S_CUT;
             s->end_code = -ECONNRESET;
@@ -758,9 +807,11 @@ void forward_status(const struct relay *r, json_t *reply)
             "published_by_loop", (json_int_t)s->published_now, "wire_messages",
             (json_int_t)s->wire_sends, "acks", (json_int_t)s->acks);
         if (q && s->dir == OUT)
-            json_object_update_new(q, json_pack("{s:I, s:I}", "handoffs",
-                                                (json_int_t)s->handoffs, "window_waits",
-                                                (json_int_t)s->window_waits));
+            json_object_update_new(
+                q, json_pack("{s:I, s:I, s:I, s:I, s:I}", "handoffs", (json_int_t)s->handoffs,
+                             "window_waits", (json_int_t)s->window_waits, "sent_by_thread",
+                             (json_int_t)s->sent_by_thread, "holds", (json_int_t)s->holds,
+                             "sent_on_ack", (json_int_t)s->sent_on_ack));
         else if (q)
             json_object_set_new(q, "thread_rounds", json_integer((json_int_t)s->thread_rounds));
         json_array_append_new(streams, q);

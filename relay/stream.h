@@ -6,8 +6,9 @@
  * message once for the loop to send. IN (the readers' host): the thread is
  * the local queue's writer and publishes what the loop put together. The
  * thread has a daemon connection of its own, as the daemon's calls wait;
- * it wakes the loop through the stream's async handle. Knows no peer, no
- * socket and no UCX.
+ * it wakes the loop through the stream's async handle. An OUT thread sends
+ * what it read itself when the UCP worker takes calls from any thread
+ * (stream_out_send, forward.c's); stream.c knows no peer and no UCX.
  */
 #ifndef SHMB_RELAY_STREAM_H
 #define SHMB_RELAY_STREAM_H
@@ -40,6 +41,7 @@ struct fmsg {
     size_t len;
     unsigned char data[];
 };
+STAILQ_HEAD(fmsg_list, fmsg);
 
 /* A seat's answer, from the thread (OUT) or the peer (IN). */
 struct sub_result {
@@ -69,7 +71,11 @@ struct stream {
     enum stream_state state;
     int end_code;
     char end_text[WIRE_TEXT_MAX + 1];
-    STAILQ_HEAD(, fmsg) msgs;  /* OUT: to send; IN: to publish */
+    struct fmsg_list msgs;     /* OUT: to send (by the loop); IN: to publish */
+    ucp_ep_h ep;               /* OUT: the peer's endpoint until it goes: with a
+                                * multi-thread worker the thread sends on it itself */
+    uint64_t thread_msgs, thread_bytes; /* OUT: what it sent, not yet in the peer's counts */
+    uint64_t sent_by_thread;   /* OUT: of wire_sends, those the thread sent itself */
     unsigned nmsgs;
     uint64_t queued_bytes;     /* IN: the bytes of msgs */
     uint64_t produced, acked;  /* OUT: messages read, and published there */
@@ -82,6 +88,8 @@ struct stream {
     uint64_t published_now;    /* IN: of published, those the loop published itself */
     /* Counters for status: where a message's time goes (notes in status). */
     uint64_t handoffs;         /* OUT: the thread's wake-ups of the loop with messages */
+    uint64_t holds;            /* OUT: messages held for an acknowledgement (Nagle) */
+    uint64_t sent_on_ack;      /* OUT: of wire_sends, those the loop sent with an ack */
     uint64_t window_waits;     /* OUT: the thread found the window full and waited */
     uint64_t wire_sends;       /* OUT: active messages sent with messages (batches, pieces);
                                 * IN: those received */
@@ -113,6 +121,11 @@ void *stream_in_thread(void *arg);
  * wait or a daemon call (within a slot, a free slot). true if published;
  * false: hand them to the thread as before. One wake-up less a message. */
 bool stream_in_publish_now(struct stream *s, const void *data, size_t len);
+/* OUT, with s->mu held, from the thread (from_thread, on s->ep) or the
+ * loop (to s->peer): send msgs in order, the small ones that came together
+ * as batches, freeing each once sent. What could not be sent stays in
+ * msgs (the thread hands it to the loop). */
+void stream_out_send(struct stream *s, struct fmsg_list *msgs, bool from_thread);
 /* Whether the loop asked s's thread to stop (under its lock). */
 bool stream_stopping(struct stream *s);
 

@@ -280,9 +280,53 @@ def case_published_by_loop(a, b):
            "loop (%s of %d), byte-identical and in order" % (by_loop, len(sent)),
            "read %d (error %r), by the loop %s" % (len(remote.digests), remote.error,
                                                    by_loop))
+    # A's side of the same: its stream thread sent them itself (a worker
+    # that takes calls from any thread), never waking A's loop to send.
+    out = [q for q in T.ask(a.relay_sock, {"op": "status"}).get("queues", [])
+           if q["queue"] == mq.name and q["direction"] == "out"]
+    report(len(out) == 1 and out[0].get("sent_by_thread", 0) > 0
+           and out[0].get("handoffs") == 0 and remote.digests == want,
+           "A's stream thread sends what it reads itself, without waking A's loop",
+           repr(out))
     for r in (local, remote):
         r.mq.close()
     mq.close()
+
+
+def case_nagle(a, key):
+    """Nagle's rule on the writer's relay, bounded by what is published: a
+    peer subscribes to A's queue and acknowledges nothing; the first message
+    goes at once (nothing was in flight), the nine written after it while
+    it is unacknowledged wait for its acknowledgement (none came in 2 s),
+    then cross together in one active message, in order."""
+    import subprocess
+    mq = MessageQueue(1, 0, [], SLOT, 64, T.IP_A, name="nagleq", socket_path=a.sock)
+    peer = subprocess.Popen(["ip", "netns", "exec", T.NS_B, T.HOSTILE,
+                             "%s:%d" % (T.IP_A, T.PORT), key, "qnagle"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, UCX_TLS="tcp"))
+    lines = []
+    try:
+        lines.append(peer.stdout.readline().strip())  # subscribed
+        mq.enqueue(b"nagle-00", timeout=WAIT)
+        lines.append(peer.stdout.readline().strip())  # first W M
+        for i in range(1, 10):
+            mq.enqueue(b"nagle-%02d" % i, timeout=WAIT)
+        peer.stdin.write("sent\n")
+        peer.stdin.flush()
+        lines.append(peer.stdout.readline().strip())  # held W M
+        lines.append(peer.stdout.readline().strip())  # acked W M D
+        peer.wait(WAIT)
+    finally:
+        if peer.poll() is None:
+            peer.kill()
+            peer.wait(10)
+        mq.close()
+    report(lines == ["subscribed 0", "first 1 1", "held 1 1", "acked 2 10 0"],
+           "messages written while one is unacknowledged wait for its acknowledgement "
+           "and then cross together, in order; the first goes at once",
+           "%r %s" % (lines, peer.stderr.read().strip()[-300:]))
 
 
 def case_rejoin_and_end(a, b):
@@ -704,6 +748,7 @@ def main():
         case_slow_reader(a, b)
         case_batch(a, b)
         case_published_by_loop(a, b)
+        case_nagle(a, key)
         case_rejoin_and_end(a, b)
         case_many_queues(a, b)
         case_hostile(a, b, key)
