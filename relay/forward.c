@@ -150,66 +150,6 @@ static void reply_waiter(struct stream *s, const struct sub_result *res)
     local_reply(lc, line);
 }
 
-/* One message of stream s to its peer, from its thread or the loop. */
-static int out_wire_send(struct stream *s, const void *buf, size_t len, bool from_thread)
-{
-    ucs_status_t st;
-    int rc;
-    if (!from_thread)
-        rc = s->peer ? peer_send(s->peer, buf, len) : -ENOTCONN;
-    else if (!s->ep)
-        rc = -ENOTCONN;
-    else if ((rc = peer_send_ep(s->ep, buf, len, &st)) == 0) {
-        s->thread_msgs++;
-        s->thread_bytes += len;
-        s->sent_by_thread++;
-    }
-    if (rc == 0)
-        s->wire_sends++;
-    return rc;
-}
-
-void stream_out_send(struct stream *s, struct fmsg_list *msgs, bool from_thread)
-{
-    unsigned char buf[WIRE_MSG_MAX];
-    while (!STAILQ_EMPTY(msgs)) {
-        struct fmsg *m = STAILQ_FIRST(msgs);
-        struct fmsg *m2 = STAILQ_NEXT(m, link);
-        /* Small messages that came together go together: one active
-         * message, one wake-up of the peer's loop and of its thread. */
-        if (m2 && m->len + m2->len + 4 <= WIRE_BATCH_BYTES) {
-            struct wire_batch b;
-            unsigned n = 0;
-            wire_qbatch_begin(&b, buf, s->id);
-            for (m = STAILQ_FIRST(msgs); m && wire_qbatch_add(&b, m->data, m->len) == 0;
-                 m = STAILQ_NEXT(m, link))
-                n++;
-            if (out_wire_send(s, buf, wire_qbatch_end(&b), from_thread) < 0 && from_thread)
-                return;
-            while (n--) {
-                m = STAILQ_FIRST(msgs);
-                STAILQ_REMOVE_HEAD(msgs, link);
-                free(m);
-            }
-            continue;
-        }
-        /* Alone, in pieces: the thread sends the first or hands it all over. */
-        for (size_t off = 0; off < m->len || m->len == 0;) {
-            size_t n = m->len - off < WIRE_CHUNK_MAX ? m->len - off : WIRE_CHUNK_MAX;
-            int rc = out_wire_send(s, buf,
-                                   (size_t)wire_qmsg(buf, s->id, m->len, off, m->data + off, n),
-                                   from_thread);
-            if (rc < 0 && from_thread && off == 0)
-                return;
-            off += n;
-            if (m->len == 0)
-                break;
-        }
-        STAILQ_REMOVE_HEAD(msgs, link);
-        free(m);
-    }
-}
-
 /* OUT, loop: what the thread sent itself into the peer's counts. */
 static void out_count(struct stream *s)
 {
