@@ -183,8 +183,7 @@ static void out_pump(struct stream *s)
                                                             res->seat, res->text));
     }
     s->nresults = 0;
-    stream_out_send(s, &s->msgs, false);
-    s->nmsgs = 0;
+    stream_out_send(s, false);
     if (s->state == S_ENDED && !s->end_sent && s->peer) {
         s->end_sent = true;
         peer_send(s->peer, buf, (size_t)wire_qend(buf, s->id, s->end_code, s->end_text));
@@ -494,6 +493,7 @@ void forward_on_message(struct peer *p, const struct wire_msg *m)
             s->unacked_bytes -= s->sizes[s->acked % FWD_WINDOW];
             s->acked++;
         }
+        stream_out_acked(s);
         pthread_cond_broadcast(&s->cv);
         bool held = !STAILQ_EMPTY(&s->msgs);
         uint64_t before = s->wire_sends;

@@ -165,17 +165,18 @@ static int out_take(shmb_queue_t **seats, unsigned nseats, int timeout_ms, struc
     return 0;
 }
 
-/* OUT, under s->mu: whether the messages waiting in s->msgs wait for the
- * acknowledgement of those in flight (Nagle's rule, bounded by what is
- * already published: a message is never held for one not yet written).
- * They go now when nothing is in flight (a lone message is never
+/* OUT, under s->mu: whether the messages waiting in s->msgs wait for an
+ * acknowledgement of those in flight, which the loop sends them with
+ * (Nagle's rule, bounded by what is already published: a message is
+ * never held for one not yet written). They go now while fewer than
+ * FWD_HOLD_SENDS sends are unacknowledged (a lone message is never
  * delayed), when they fill a batch, when one of them is larger than a
  * batch takes, or when the thread is about to stop (rc: its error). */
-static bool out_hold(struct stream *s, uint64_t in_flight, int rc)
+static bool out_hold(struct stream *s, int rc)
 {
     uint64_t bytes = 0;
     struct fmsg *m;
-    if (in_flight == 0 || rc < 0 || s->stop || s->nmsgs >= WIRE_BATCH_MAX ||
+    if (s->marks_len < FWD_HOLD_SENDS || rc < 0 || s->stop || s->nmsgs >= WIRE_BATCH_MAX ||
         s->nresults != 0)
         return false;
     STAILQ_FOREACH(m, &s->msgs, link) {
@@ -187,9 +188,10 @@ static bool out_hold(struct stream *s, uint64_t in_flight, int rc)
 }
 
 /* OUT: wait for the next message, then take every one already published
- * that the window has room for, and hand them to the loop with one
- * wake-up (it sends the small ones in one batch). 0, 1 when there was
- * none within the wait, or -errno (after handing over what was taken). */
+ * that the window has room for, and send them (the small ones in one
+ * batch), or hold them for an acknowledgement, or hand them to the loop
+ * with one wake-up. 0, 1 when there was none within the wait, or -errno
+ * (after sending or handing over what was taken). */
 static int out_step(struct stream *s, shmb_queue_t **seats, unsigned nseats)
 {
     struct fmsg_list got = STAILQ_HEAD_INITIALIZER(got);
@@ -214,8 +216,6 @@ static int out_step(struct stream *s, shmb_queue_t **seats, unsigned nseats)
         n++;
     }
     pthread_mutex_lock(&s->mu);
-    /* Sent and not yet acknowledged, before these: */
-    uint64_t in_flight = s->produced - s->nmsgs - s->acked;
     STAILQ_FOREACH(m, &got, link) {
         s->sizes[s->produced % FWD_WINDOW] = m->len;
         s->unacked_bytes += m->len;
@@ -224,17 +224,14 @@ static int out_step(struct stream *s, shmb_queue_t **seats, unsigned nseats)
     }
     STAILQ_CONCAT(&s->msgs, &got);
     bool handed = false;
-    if (out_hold(s, in_flight, rc)) {
+    if (out_hold(s, rc)) {
         s->holds++; /* the loop sends them with the acknowledgement */
     } else {
-        /* Sent from here when nothing handed to the loop waits (the loop
-         * sends under the same lock): no wake-up of the loop. */
-        if (s->relay->worker_mt && s->nresults == 0) {
-            stream_out_send(s, &s->msgs, true);
-            s->nmsgs = 0;
-            STAILQ_FOREACH(m, &s->msgs, link)
-                s->nmsgs++;
-        }
+        /* Sent from here, after any handed to the loop before (the loop
+         * sends under the same lock, the seats' answers first): no
+         * wake-up of the loop. */
+        if (s->relay->worker_mt && s->nresults == 0)
+            stream_out_send(s, true);
         handed = !STAILQ_EMPTY(&s->msgs);
         s->handoffs += handed;
     }

@@ -24,6 +24,11 @@
 
 #define FWD_WINDOW 128         /* messages sent and not yet published there */
 #define FWD_WINDOW_BYTES (64u << 20) /* their bytes: a larger message goes alone */
+/* Sends unacknowledged past which the writer's relay holds what it reads
+ * for their acknowledgement (Nagle's rule): a few, so that messages a
+ * millisecond apart never wait for an acknowledgement even where the
+ * round trip takes several, while back-to-back ones fill batches. */
+#define FWD_HOLD_SENDS 4
 #define FWD_WAIT_MS 200        /* a thread's wait, between looks at its stop flag */
 #define FWD_MSG_MAX (1ull << 30) /* a message longer than a slot's largest is not one */
 #define FWD_STREAMS_MAX 256    /* streams at once, both directions */
@@ -76,6 +81,9 @@ struct stream {
                                 * multi-thread worker the thread sends on it itself */
     uint64_t thread_msgs, thread_bytes; /* OUT: what it sent, not yet in the peer's counts */
     uint64_t sent_by_thread;   /* OUT: of wire_sends, those the thread sent itself */
+    uint64_t marks[FWD_WINDOW]; /* OUT: the message count at the end of each send not
+                                 * yet acknowledged, oldest at marks_head */
+    unsigned marks_head, marks_len;
     unsigned nmsgs;
     uint64_t queued_bytes;     /* IN: the bytes of msgs */
     uint64_t produced, acked;  /* OUT: messages read, and published there */
@@ -122,10 +130,12 @@ void *stream_in_thread(void *arg);
  * false: hand them to the thread as before. One wake-up less a message. */
 bool stream_in_publish_now(struct stream *s, const void *data, size_t len);
 /* OUT, with s->mu held, from the thread (from_thread, on s->ep) or the
- * loop (to s->peer): send msgs in order, the small ones that came together
- * as batches, freeing each once sent. What could not be sent stays in
- * msgs (the thread hands it to the loop). */
-void stream_out_send(struct stream *s, struct fmsg_list *msgs, bool from_thread);
+ * loop (to s->peer): send s->msgs in order, the small ones that came
+ * together as batches, freeing each once sent. What the thread could not
+ * send stays in s->msgs (it hands it to the loop). */
+void stream_out_send(struct stream *s, bool from_thread);
+/* OUT, with s->mu held: s->acked moved; forget the sends it covers. */
+void stream_out_acked(struct stream *s);
 /* Whether the loop asked s's thread to stop (under its lock). */
 bool stream_stopping(struct stream *s);
 

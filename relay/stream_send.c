@@ -30,11 +30,37 @@ static int out_wire_send(struct stream *s, const void *buf, size_t len, bool fro
     return rc;
 }
 
-void stream_out_send(struct stream *s, struct fmsg_list *msgs, bool from_thread)
+/* A send ended at message count end: the thread holds what it reads while
+ * FWD_HOLD_SENDS such sends wait for their acknowledgement. */
+static void out_mark(struct stream *s)
+{
+    uint64_t end = s->produced - s->nmsgs;
+    if (s->marks_len < FWD_WINDOW)
+        s->marks[(s->marks_head + s->marks_len++) % FWD_WINDOW] = end;
+}
+
+void stream_out_acked(struct stream *s)
+{
+    while (s->marks_len && s->marks[s->marks_head] <= s->acked) {
+        s->marks_head = (s->marks_head + 1) % FWD_WINDOW;
+        s->marks_len--;
+    }
+}
+
+/* Take the first message of s->msgs off, once sent. */
+static void out_drop(struct stream *s)
+{
+    struct fmsg *m = STAILQ_FIRST(&s->msgs);
+    STAILQ_REMOVE_HEAD(&s->msgs, link);
+    s->nmsgs--;
+    free(m);
+}
+
+void stream_out_send(struct stream *s, bool from_thread)
 {
     unsigned char buf[WIRE_MSG_MAX];
-    while (!STAILQ_EMPTY(msgs)) {
-        struct fmsg *m = STAILQ_FIRST(msgs);
+    while (!STAILQ_EMPTY(&s->msgs)) {
+        struct fmsg *m = STAILQ_FIRST(&s->msgs);
         struct fmsg *m2 = STAILQ_NEXT(m, link);
         /* Small messages that came together go together: one active
          * message, one wake-up of the peer's loop and of its thread. */
@@ -42,16 +68,14 @@ void stream_out_send(struct stream *s, struct fmsg_list *msgs, bool from_thread)
             struct wire_batch b;
             unsigned n = 0;
             wire_qbatch_begin(&b, buf, s->id);
-            for (m = STAILQ_FIRST(msgs); m && wire_qbatch_add(&b, m->data, m->len) == 0;
+            for (m = STAILQ_FIRST(&s->msgs); m && wire_qbatch_add(&b, m->data, m->len) == 0;
                  m = STAILQ_NEXT(m, link))
                 n++;
             if (out_wire_send(s, buf, wire_qbatch_end(&b), from_thread) < 0 && from_thread)
                 return;
-            while (n--) {
-                m = STAILQ_FIRST(msgs);
-                STAILQ_REMOVE_HEAD(msgs, link);
-                free(m);
-            }
+            while (n--)
+                out_drop(s);
+            out_mark(s);
             continue;
         }
         /* Alone, in pieces: the thread sends the first or hands it all over. */
@@ -66,7 +90,7 @@ void stream_out_send(struct stream *s, struct fmsg_list *msgs, bool from_thread)
             if (m->len == 0)
                 break;
         }
-        STAILQ_REMOVE_HEAD(msgs, link);
-        free(m);
+        out_drop(s);
+        out_mark(s);
     }
 }

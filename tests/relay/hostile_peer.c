@@ -216,39 +216,40 @@ static void progress_for(int ms, int *cond)
 }
 
 /* qnagle: subscribe to A's queue "nagleq" (seat 0), acknowledging nothing
- * until told. The test writes one message, then nine while the first is
- * unacknowledged: the writer's relay must hold them for the
- * acknowledgement, then send them together. Prints "subscribed", then
- * "first W M" once a message came (W active messages, M queue messages),
- * then on a line from stdin waits 2 s and prints "held W M", then
- * acknowledges what came and prints "acked W M D" once 10 came or 10 s
- * passed (D: messages out of order or not the expected). */
+ * until told, and print "subscribed CODE". Then, per line from stdin:
+ * "wait N" progresses until N queue messages came (10 s at most) and
+ * prints "got W M" (W active messages, M queue messages); "hold" waits
+ * 2 s and prints "held W M"; "ack N" acknowledges every message that came,
+ * progresses until N came (10 s at most), prints "acked W M D" (D:
+ * messages out of order or not the expected) and exits. */
 static void qnagle(unsigned char *msg)
 {
     char line[64];
-    int n = wire_qsub(msg, 7, 0, 1, "nagleq");
+    int n = wire_qsub(msg, 7, 0, 1, "nagleq"), want;
     send_raw(msg, (size_t)n);
     progress_for(10000, &got_qsub_reply);
     printf("%s %d\n", got_qsub_reply && qsub_code == 0 ? "subscribed" : "refused", qsub_code);
     fflush(stdout);
-    progress_for(10000, &q_msgs);
-    printf("first %d %d\n", q_wire, q_msgs);
-    fflush(stdout);
-    if (!fgets(line, sizeof(line), stdin))
-        _exit(2);
-    progress_for(2000, NULL);
-    printf("held %d %d\n", q_wire, q_msgs);
-    fflush(stdout);
-    n = wire_qack(msg, 7, (uint64_t)q_msgs);
-    send_raw(msg, (size_t)n);
-    for (int i = 0; i < 10000 && q_msgs < 10 && !closed; i++) {
-        while (ucp_worker_progress(worker))
-            ;
-        usleep(1000);
+    while (fgets(line, sizeof(line), stdin)) {
+        if (sscanf(line, "wait %d", &want) == 1) {
+            for (int i = 0; i < 10000 && q_msgs < want && !closed; i++)
+                progress_for(1, NULL);
+            printf("got %d %d\n", q_wire, q_msgs);
+        } else if (strncmp(line, "hold", 4) == 0) {
+            progress_for(2000, NULL);
+            printf("held %d %d\n", q_wire, q_msgs);
+        } else if (sscanf(line, "ack %d", &want) == 1) {
+            n = wire_qack(msg, 7, (uint64_t)q_msgs);
+            send_raw(msg, (size_t)n);
+            for (int i = 0; i < 10000 && q_msgs < want && !closed; i++)
+                progress_for(1, NULL);
+            printf("acked %d %d %d\n", q_wire, q_msgs, q_disorder);
+            fflush(stdout);
+            _exit(0);
+        }
+        fflush(stdout);
     }
-    printf("acked %d %d %d\n", q_wire, q_msgs, q_disorder);
-    fflush(stdout);
-    _exit(0);
+    _exit(2);
 }
 
 static ucp_context_h ctx;

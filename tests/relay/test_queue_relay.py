@@ -295,10 +295,12 @@ def case_published_by_loop(a, b):
 
 def case_nagle(a, key):
     """Nagle's rule on the writer's relay, bounded by what is published: a
-    peer subscribes to A's queue and acknowledges nothing; the first message
-    goes at once (nothing was in flight), the nine written after it while
-    it is unacknowledged wait for its acknowledgement (none came in 2 s),
-    then cross together in one active message, in order."""
+    peer subscribes to A's queue and acknowledges nothing; four messages,
+    each written once the one before came, go at once, one active message
+    each (a lone message is never held); nine written after them, while
+    four sends are unacknowledged (FWD_HOLD_SENDS), wait for an
+    acknowledgement (none came in 2 s), then cross together in one active
+    message, in order."""
     import subprocess
     mq = MessageQueue(1, 0, [], SLOT, 64, T.IP_A, name="nagleq", socket_path=a.sock)
     peer = subprocess.Popen(["ip", "netns", "exec", T.NS_B, T.HOSTILE,
@@ -306,27 +308,34 @@ def case_nagle(a, key):
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, UCX_TLS="tcp"))
+
+    def ask(line):
+        peer.stdin.write(line + "\n")
+        peer.stdin.flush()
+        return peer.stdout.readline().strip()
+
     lines = []
     try:
-        lines.append(peer.stdout.readline().strip())  # subscribed
-        mq.enqueue(b"nagle-00", timeout=WAIT)
-        lines.append(peer.stdout.readline().strip())  # first W M
-        for i in range(1, 10):
+        lines.append(peer.stdout.readline().strip())  # subscribed 0
+        for i in range(4):
             mq.enqueue(b"nagle-%02d" % i, timeout=WAIT)
-        peer.stdin.write("sent\n")
-        peer.stdin.flush()
-        lines.append(peer.stdout.readline().strip())  # held W M
-        lines.append(peer.stdout.readline().strip())  # acked W M D
+            lines.append(ask("wait %d" % (i + 1)))
+        for i in range(4, 13):
+            mq.enqueue(b"nagle-%02d" % i, timeout=WAIT)
+        lines.append(ask("hold"))
+        lines.append(ask("ack 13"))
         peer.wait(WAIT)
     finally:
         if peer.poll() is None:
             peer.kill()
             peer.wait(10)
         mq.close()
-    report(lines == ["subscribed 0", "first 1 1", "held 1 1", "acked 2 10 0"],
-           "messages written while one is unacknowledged wait for its acknowledgement "
-           "and then cross together, in order; the first goes at once",
-           "%r %s" % (lines, peer.stderr.read().strip()[-300:]))
+    want = ["subscribed 0", "got 1 1", "got 2 2", "got 3 3", "got 4 4", "held 4 4",
+            "acked 5 13 0"]
+    report(lines == want,
+           "a lone message goes at once; messages written while 4 sends are "
+           "unacknowledged wait for an acknowledgement, then cross together, in order",
+           "%r (want %r) %s" % (lines, want, peer.stderr.read().strip()[-300:]))
 
 
 def case_rejoin_and_end(a, b):
