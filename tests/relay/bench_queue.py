@@ -73,7 +73,7 @@ def reader_loop(recv, n_lat, n_rate):
     return stats(lat, first, time.monotonic_ns(), n_rate)
 
 
-def writer_loop(send, paced_done=None):
+def writer_loop(send, paced_done=None, rate_start=None):
     """The spaced messages, then those back to back: the writer's own rate
     of these (messages/s), which bounds the reader's."""
     for i in range(LAT_N):
@@ -82,6 +82,8 @@ def writer_loop(send, paced_done=None):
     if paced_done:
         paced_done()
     time.sleep(0.2)
+    if rate_start:
+        rate_start()
     t0 = time.monotonic_ns()
     for i in range(RATE_N):
         send(message(i))
@@ -193,13 +195,18 @@ def bench_mq(a, b, tmp):
     c_start = stream_counters(a, b, mq.name)
     w_rate = writer_loop(lambda m: mq.enqueue(m, timeout=60),
                          lambda: marks.append((time.monotonic(), cpu_seconds(pids),
-                                               stream_counters(a, b, mq.name))))
+                                               stream_counters(a, b, mq.name))),
+                         lambda: marks.append((time.monotonic(), cpu_seconds(pids))))
     out = json.loads(rd.stdout.readline())
     out["writer_msgs_per_s"] = w_rate
     t_end, c_end = time.monotonic(), cpu_seconds(pids)
     out["cpu_idle"] = 100 * (c1 - c0) / (t1 - t0)
     out["cpu_paced"] = 100 * (marks[0][1] - c1) / (marks[0][0] - t1)
-    out["cpu_rate"] = 100 * (c_end - marks[0][1]) / (t_end - marks[0][0])
+    out["cpu_rate"] = 100 * (c_end - marks[1][1]) / (t_end - marks[1][0])
+    # CPU time per message (both relays, user and system), in microseconds:
+    # a figure the machine's load moves less than the rates.
+    out["cpu_us_paced"] = 1e6 * (marks[0][1] - c1) / LAT_N
+    out["cpu_us_rate"] = 1e6 * (c_end - marks[1][1]) / RATE_N
     out["paced"] = counters_delta(c_start, marks[0][2])
     out["rate"] = counters_delta(marks[0][2], stream_counters(a, b, mq.name))
     rd.wait(60)
@@ -388,8 +395,10 @@ def main():
         for _, r in rows:
             if "cpu_idle" in r:
                 print("The two relays' CPU: %.1f %% idle with the stream open, %.1f %% while "
-                      "messages came 1 ms apart, %.1f %% while they came back to back "
-                      "(of one CPU)" % (r["cpu_idle"], r["cpu_paced"], r["cpu_rate"]))
+                      "messages came 1 ms apart (%.0f us a message), %.1f %% while they came "
+                      "back to back (%.1f us a message) (of one CPU)" % (
+                          r["cpu_idle"], r["cpu_paced"], r["cpu_us_paced"], r["cpu_rate"],
+                          r["cpu_us_rate"]))
                 for phase in ("paced", "rate"):
                     print("  %s: %s" % (phase, describe(r[phase])))
     finally:
