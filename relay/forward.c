@@ -201,7 +201,10 @@ static void in_pump(struct stream *s)
     published = s->published;
     ended = s->state == S_ENDED || s->state == S_CUT;
     pthread_mutex_unlock(&s->mu);
-    if (published != s->acked_sent && s->peer) {
+    /* Only what the writer's relay asked for, or half the window: it asks
+     * before any wait of its own for an acknowledgement. */
+    if (published != s->acked_sent && s->peer &&
+        (s->ack_asked > s->acked_sent || published - s->acked_sent >= FWD_WINDOW / 2)) {
         s->acked_sent = published;
         s->acks++;
         peer_send(s->peer, buf, (size_t)wire_qack(buf, s->id, published));
@@ -366,6 +369,9 @@ static void on_qmsg(struct peer *p, struct stream *s, const struct wire_msg *m)
     f->len = s->asm_total;
     s->asm_buf = NULL;
     s->asm_open = false;
+    s->received++;
+    if (m->ask_ack)
+        s->ack_asked = s->received;
     pthread_mutex_lock(&s->mu);
     if (stream_in_publish_now(s, f->data, f->len)) {
         pthread_mutex_unlock(&s->mu);
@@ -432,6 +438,9 @@ static void on_qbatch(struct peer *p, struct stream *s, const struct wire_msg *m
     }
     unsigned count = (unsigned)m->size;
     uint64_t published;
+    s->received += count;
+    if (m->ask_ack)
+        s->ack_asked = s->received;
     pthread_mutex_lock(&s->mu);
     published = s->published;
     while ((f = STAILQ_FIRST(&got)) && stream_in_publish_now(s, f->data, f->len)) {

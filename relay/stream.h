@@ -29,6 +29,10 @@
  * millisecond apart never wait for an acknowledgement even where the
  * round trip takes several, while back-to-back ones fill batches. */
 #define FWD_HOLD_SENDS 4
+/* Sends unacknowledged at which a send asks for an acknowledgement (the
+ * readers' relay acknowledges only those, or half the window): one
+ * acknowledgement in three messages a millisecond apart, not each. */
+#define FWD_ASK_SENDS 3
 #define FWD_WAIT_MS 200        /* a thread's wait, between looks at its stop flag */
 #define FWD_MSG_MAX (1ull << 30) /* a message longer than a slot's largest is not one */
 #define FWD_STREAMS_MAX 256    /* streams at once, both directions */
@@ -111,6 +115,8 @@ struct stream {
     bool end_sent;
     bool ended_by_peer;        /* IN: its QEND came */
     uint64_t acked_sent;       /* IN: the count last acknowledged */
+    uint64_t received;         /* IN: messages that came whole */
+    uint64_t ack_asked;        /* IN: of those, up to which the peer asked for an ack */
     unsigned char *asm_buf;    /* IN: the message being put together */
     uint64_t asm_total, asm_len;
     bool asm_open;

@@ -47,6 +47,17 @@ void stream_out_acked(struct stream *s)
     }
 }
 
+/* Whether the send about to end a batch or a message asks the peer to
+ * acknowledge it (WIRE_ASK_ACK): when it leaves FWD_ASK_SENDS sends
+ * unacknowledged, or half the window waits. The peer acknowledges
+ * nothing else before half the window was published, so every wait of
+ * the thread (the window full, messages held) has an ask before it. */
+static bool out_asks(const struct stream *s)
+{
+    return s->marks_len + 1 >= FWD_ASK_SENDS || s->produced - s->acked >= FWD_WINDOW / 2 ||
+           s->unacked_bytes >= FWD_WINDOW_BYTES / 2;
+}
+
 /* Take the first message of s->msgs off, once sent. */
 static void out_drop(struct stream *s)
 {
@@ -71,7 +82,10 @@ void stream_out_send(struct stream *s, bool from_thread)
             for (m = STAILQ_FIRST(&s->msgs); m && wire_qbatch_add(&b, m->data, m->len) == 0;
                  m = STAILQ_NEXT(m, link))
                 n++;
-            if (out_wire_send(s, buf, wire_qbatch_end(&b), from_thread) < 0 && from_thread)
+            size_t len = wire_qbatch_end(&b);
+            if (out_asks(s))
+                wire_ask_ack(buf);
+            if (out_wire_send(s, buf, len, from_thread) < 0 && from_thread)
                 return;
             while (n--)
                 out_drop(s);
@@ -81,9 +95,10 @@ void stream_out_send(struct stream *s, bool from_thread)
         /* Alone, in pieces: the thread sends the first or hands it all over. */
         for (size_t off = 0; off < m->len || m->len == 0;) {
             size_t n = m->len - off < WIRE_CHUNK_MAX ? m->len - off : WIRE_CHUNK_MAX;
-            int rc = out_wire_send(s, buf,
-                                   (size_t)wire_qmsg(buf, s->id, m->len, off, m->data + off, n),
-                                   from_thread);
+            size_t len = (size_t)wire_qmsg(buf, s->id, m->len, off, m->data + off, n);
+            if (off + n == m->len && out_asks(s))
+                wire_ask_ack(buf);
+            int rc = out_wire_send(s, buf, len, from_thread);
             if (rc < 0 && from_thread && off == 0)
                 return;
             off += n;
