@@ -20,6 +20,7 @@
  * queue's batch, well formed or not: see qbatch()),
  * halfopen (300 connections that never prove the key, held 5 s after it
  * prints "ready"),
+ * qaskbad (a fetch whose type asks for an acknowledgement),
  * qnagle (subscribes to queue "nagleq" and acknowledges only when told:
  * see qnagle()),
  * and ok (proves the key and behaves: the relay must keep it, exit 1).
@@ -709,6 +710,12 @@ int main(int argc, char **argv)
                 rma(mode);
             } else if (strncmp(mode, "qbatch-", 7) == 0) {
                 qbatch(msg, mode + 7);
+            } else if (strcmp(mode, "qaskbad") == 0) {
+                /* A fetch that asks for an acknowledgement: only a queue's
+                 * messages may. */
+                n = wire_fetch(msg, 1, "some-key");
+                wire_ask_ack(msg);
+                send_raw(msg, (size_t)n);
             } else if (strcmp(mode, "qnagle") == 0) {
                 qnagle(msg);
             } else if (strcmp(mode, "qnoqueue") == 0) {

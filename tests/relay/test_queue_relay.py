@@ -495,6 +495,7 @@ def case_hostile(a, b, key):
             ("qbatch-count", True, "sends a batch of 65 messages (at most 64)"),
             ("qbatch-zero", True, "sends a batch of no message"),
             ("qbatch-short", True, "sends a batch that says 3 messages and holds 2"),
+            ("qaskbad", True, "asks for an acknowledgement of a fetch"),
             ("qbatch-ok", False, "sends a well-formed batch for a stream that ended"),
             ("qnoqueue", False, "subscribes to a queue that does not exist")):
         r = subprocess.run(["ip", "netns", "exec", T.NS_B, T.HOSTILE, "%s:%d" % (T.IP_A, T.PORT),
