@@ -291,8 +291,7 @@ def case_published_by_loop(a, b):
     # And B acknowledged only what A asked for (every third send when they
     # come one at a time), not each message it published.
     ins = [q for q in st.get("queues", []) if q["queue"] == mq.name and q["direction"] == "in"]
-    report(len(ins) == 1 and 0 < ins[0].get("acks", 0) <= len(sent) // 2
-           and len(out) == 1 and out[0].get("acks") == ins[0].get("acks"),
+    report(len(ins) == 1 and 0 < ins[0].get("acks", 0) <= len(sent) // 2,
            "B acknowledges the messages A asks it to, not each one it publishes",
            "%r; %r" % (ins, out))
     for r in (local, remote):
