@@ -166,7 +166,7 @@ static int client_read_landing(shmb_t *c, const struct client_key *k, void *buf,
     unsigned retries = 0;
     int rc = -ENOENT;
 
-    if (wait == 0 || strcmp(c->unconfirmed.last, k->s) != 0)
+    if (wait == 0 || start == UINT64_MAX || strcmp(c->unconfirmed.last, k->s) != 0)
         return -ENOENT;
     /* Not only past a miss: a catalog that cannot prove one (full, or
      * moving) still shows the hit once the commit is published. */
