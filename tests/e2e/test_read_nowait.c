@@ -160,11 +160,44 @@ static void test_read_waits_for_commit(void **state)
     h_pass(f);
 }
 
+/* A daemon that dies (SIGKILL) with the commit on its way: the read of
+ * that put waits no longer than its bound and says the connection was lost
+ * (the put is named as one that may not have been made), never a miss; the
+ * writer, reconnected to a new daemon, is told of it by its next put. */
+static void test_read_daemon_killed(void **state)
+{
+    struct h_fix *f = *state;
+    struct h_daemon *d = h_daemon_start(f, "4M", NULL), *d2;
+    shmb_t *w = h_lib_connect(d, "writer", 0);
+    unsigned char data[100], buf[128];
+    size_t got = 0;
+
+    h_fill(data, sizeof(data), 3);
+    ok(w, h_put_pattern(w, "first", 64, 1, 0));
+    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    ok(w, shmb_put_nowait(w, "doomed", data, sizeof(data), 0));
+    assert_int_equal(h_exit_code(h_daemon_signal(d, SIGKILL, H_STOP_TIMEOUT_MS)),
+                     128 + SIGKILL);
+    fails(w, shmb_read(w, "doomed", buf, sizeof(buf), &got), -ECONNRESET, NULL);
+    d2 = h_daemon_again(f, d);
+    assert_true(h_daemon_spawn(f, d2, NULL) > 0);
+    assert_int_equal(h_daemon_wait_ready(d2, H_READY_TIMEOUT_MS), 0);
+    ok(w, shmb_reconnect(w));
+    fails(w, shmb_put(w, "next", data, sizeof(data), 0), -ECANCELED,
+          "(shmb_put_nowait) of 'doomed' may not have been made");
+    ok(w, shmb_put_nowait(w, "doomed", data, sizeof(data), 0));
+    read_check(w, "doomed", sizeof(data), 3);
+    ok(w, shmb_sync(w));
+    shmb_close(w);
+    h_pass(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_read_own_put_in_flight, h_setup, h_teardown),
         cmocka_unit_test_setup_teardown(test_read_waits_for_commit, h_setup, h_teardown),
+        cmocka_unit_test_setup_teardown(test_read_daemon_killed, h_setup, h_teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
