@@ -152,6 +152,24 @@ static uint64_t client_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* How long a read waiting for its own put's commit looks with only a pause
+ * between looks, before it yields the CPU between them: about what the
+ * daemon takes on another CPU when that CPU is awake. A yield on a host
+ * with more runnable processes than CPUs gives the CPU away for a whole
+ * slice of another process (most of a millisecond), far more than the
+ * commit takes. */
+#define CLIENT_LANDING_SPIN_NS 20000u
+
+/* Tell the core this is a spin, so a sibling thread gets the pipeline. */
+static void client_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
 /* No hit for the key this handle last put without waiting, while that put
  * is unanswered: its commit may not be handled yet. Look at the catalog
  * again for up to read_wait_us (the daemon publishes it within one wake-up,
@@ -162,7 +180,7 @@ static uint64_t client_now_ns(void)
 static int client_read_landing(shmb_t *c, const struct client_key *k, void *buf, size_t cap,
                                struct shmb_catalog_hit *hit)
 {
-    uint64_t start = client_now_ns(), wait = (uint64_t)c->read_wait_us * 1000u;
+    uint64_t start = client_now_ns(), wait = (uint64_t)c->read_wait_us * 1000u, now;
     unsigned retries = 0;
     int rc = -ENOENT;
 
@@ -170,8 +188,11 @@ static int client_read_landing(shmb_t *c, const struct client_key *k, void *buf,
         return -ENOENT;
     /* Not only past a miss: a catalog that cannot prove one (full, or
      * moving) still shows the hit once the commit is published. */
-    while (rc != 0 && rc != -ENOBUFS && client_now_ns() - start < wait) {
-        (void)sched_yield();
+    while (rc != 0 && rc != -ENOBUFS && (now = client_now_ns()) - start < wait) {
+        if (now - start < CLIENT_LANDING_SPIN_NS)
+            client_cpu_relax();
+        else
+            (void)sched_yield();
         rc = shmb_catalog_read_counted(&c->catalog, k->s, k->len, buf, cap, hit, &retries);
     }
     c->read_stats.retries += retries;
