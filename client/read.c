@@ -5,7 +5,9 @@
  * with no system call; when the catalog cannot say, it asks the daemon (get,
  * copy, release). The catalog view comes from the hello reply (client.c).
  * A mapping is trusted only while its daemon serves it: the header's retired
- * word, and a look at the connection every CLIENT_LOOK_MS.
+ * word, and a look at the connection every CLIENT_LOOK_MS. A miss is no
+ * proof while this handle's puts sent without waiting are unanswered: the
+ * read of the last one looks for its commit a while, then asks the daemon.
  */
 #include "internal.h"
 
@@ -173,8 +175,9 @@ static void client_cpu_relax(void)
 /* No hit for the key this handle last put without waiting, while that put
  * is unanswered: its commit may not be handled yet. Look at the catalog
  * again for up to read_wait_us (the daemon publishes it within one wake-up,
- * well under the round trip that asking would cost), yielding the CPU
- * between looks, in case the daemon waits for this one. 0 or -ENOBUFS: a
+ * well under the round trip that asking would cost), pausing between looks
+ * at first, then yielding the CPU between them in case the daemon waits
+ * for this one. 0 or -ENOBUFS: a
  * hit; else the wait ran out (or was not for this key) and the caller asks
  * the daemon. */
 static int client_read_landing(shmb_t *c, const struct client_key *k, void *buf, size_t cap,
