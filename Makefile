@@ -218,6 +218,8 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              soak test_cases test_frames test_sizing test_backings test_queue_ops
 # Reads from the catalog and puts through arenas (TEST_LDFLAGS below).
 E2E_TESTS += test_read
+# shmb_read after shmb_put_nowait on the same handle (--wrap=send below).
+E2E_TESTS += test_read_nowait
 # Readers of a daemon that stopped serving their segment (the link's
 # --wrap=poll counts their looks at the connection, below).
 E2E_TESTS += test_liveness
@@ -263,6 +265,7 @@ $(READ_TOOL): TEST_LDFLAGS = $(PKGS_LIBS)
 # test_read counts the library's send()s to tell its round trips, and its
 # mincore()s, its looks at the arena's pages.
 $(BUILD)/tests/test_read: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=send,--wrap=mincore
+$(BUILD)/tests/test_read_nowait: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=send
 $(BUILD)/tests/test_liveness: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=poll
 
 # The soak: 32 clients for SOAK_SECONDS (a short run in 'make test'), and the

@@ -26,6 +26,7 @@ import os
 import sys
 
 PEERS = [  # (label in the JSON, name on the chart)
+    ("nowait", "shmbroker put_nowait+read"),
     ("new", "shmbroker put+read"),
     ("shmb", "shmbroker put+get"),
     ("redis", "Redis SET+GET"),
@@ -68,6 +69,8 @@ def objects_series(rows, clients):
         bps = r["ops_per_s"] * size
         if mode == "putread" and label.startswith("new-"):
             out["new"][size] = bps
+        elif mode == "putread-nowait":
+            out["nowait"][size] = bps
         elif mode == "putget" and not label.startswith("old-"):
             out["shmb"][size] = bps
         elif mode == "redis" and not label.startswith("new-"):
