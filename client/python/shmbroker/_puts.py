@@ -34,7 +34,9 @@ class Puts:
         copied into this connection's arena and its commit_at sent with
         "noreply" (shmb_put_nowait). Returns the payload's offset. The
         object is visible to every client once any later request of this
-        client has been answered (sync() is one).
+        client has been answered (sync() is one); this client's read() of
+        it finds it before that (it waits read_wait for the commit, then
+        asks the daemon).
 
         A put sent so that the daemon refused it (its key taken, say) is
         reported by the next put_nowait() or sync(): Cancelled (ECANCELED)
@@ -233,6 +235,7 @@ class Puts:
             if self._unconfirmed[0] == 0:
                 self._unconfirmed[1] = key
             self._unconfirmed[0] += 1
+            self._landing = key  # read() of it waits for its commit (Reads)
             arena.cursor += chunk
         else:
             reply = self._exchange_line_reply(cid)
