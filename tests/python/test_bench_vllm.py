@@ -132,8 +132,13 @@ class BenchVllmTest(unittest.TestCase):
         r = self.run_harness("--quick", "--seconds", "0.05", "--only", "store", "--json", out)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         with open(out) as f:
-            keys = [json.loads(line)["key"] for line in f]
+            rows = {row["key"]: row for row in map(json.loads, f)}
+        keys = list(rows)
         self.assertIn("store get_us:16 MiB", keys)
+        # The copies that bound the 1 MiB cells, timed in each side's process.
+        self.assertIn("store memcpy_us:1 MiB in", keys)
+        self.assertIn("store memcpy_us:1 MiB out", keys)
+        self.assertFalse(rows["store memcpy_us:1 MiB in"]["higher_is_better"])
         self.assertEqual([k for k in keys if not k.startswith("store ")], [])
 
     # --only queue, --readers and --queue-cells measure the queue alone, with
