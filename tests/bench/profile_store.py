@@ -10,7 +10,7 @@ reported in microseconds per pair, beside put's and get's wall and CPU
 writer's for put's steps, the reader's for get's.
 
 Usage: SHMBROKERD=build/shmbrokerd python3 tests/bench/profile_store.py
-[--cell 64KiB|1MiB|dict] [--pairs N] [--steps put,get,none]
+[--cell 64KiB|1MiB|dict] [--pairs N] [--steps put,get,none] [--ring-mib M]
 Nothing here asserts a timing.
 """
 
@@ -111,11 +111,13 @@ def main():
     ap.add_argument("--cell", choices=("64KiB", "1MiB", "dict"), default="64KiB")
     ap.add_argument("--pairs", type=int, default=3000)
     ap.add_argument("--steps", default="put,get", help="put, get, both or none")
+    ap.add_argument("--ring-mib", type=int, default=1024, help="the ring's size (MiB)")
     opts = ap.parse_args()
     kind, size = {"64KiB": ("bytes", 64 << 10), "1MiB": ("bytes", B.MIB),
                   "dict": ("dict", B.MIB)}[opts.cell]
     side = B.ours_side()
-    store = side.make_store(1 << 30, 256 * B.MIB, multiprocessing.Lock())
+    ring = max(opts.ring_mib, 64) * B.MIB
+    store = side.make_store(ring, ring // 4, multiprocessing.Lock())
     here, there = multiprocessing.Pipe()
     proc = multiprocessing.Process(target=reader, args=(store.handle(), there, opts.steps))
     proc.start()
