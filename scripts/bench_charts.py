@@ -242,10 +242,11 @@ def chart_queue_cpu(plt, rows, out):
 
 def chart_vllm(plt, rows, out):
     # Every measure but the first laps (a table of their own) and the
-    # fallocate reference; a ratio of 0 (ours used no CPU) has no place on a
+    # fallocate and memcpy references; a ratio of 0 (ours used no CPU) has no place on a
     # log scale and stays in the table.
     rows = [r for r in rows if r.get("mode") == "vllm" and r.get("ratio")
-            and "first:" not in r["key"] and "fallocate" not in r["key"]]
+            and "first:" not in r["key"] and "fallocate" not in r["key"]
+            and "memcpy_us" not in r["key"]]
     if not rows:
         return False
     fig, ax = plt.subplots(figsize=(9, 0.28 * len(rows) + 1.5))
