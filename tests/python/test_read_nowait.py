@@ -18,12 +18,14 @@ from shmbroker.errors import NotFound
 class TestReadAfterPutNowait(support.DaemonTest):
     DAEMON_SIZE = "16M"
 
-    # The daemon stopped (SIGSTOP) right after the put: the commit cannot
-    # land, so the read asks the daemon, which answers once it runs again,
-    # with the put's bytes (not NotFound).
+    # The daemon stopped (SIGSTOP) before the put: the commit cannot land,
+    # so the read asks the daemon, which answers once it runs again, with
+    # the put's bytes (not NotFound).
     def test_read_of_a_put_on_its_way_asks_the_daemon(self):
-        self.c.put_nowait("w", b"on its way")
+        self.c.put_nowait("arena", b"x")  # the arena, granted before the stop
+        self.c.sync()
         os.kill(self.d.proc.pid, signal.SIGSTOP)
+        self.c.put_nowait("w", b"on its way")
         resume = threading.Timer(0.3, os.kill, (self.d.proc.pid, signal.SIGCONT))
         resume.start()
         self.addCleanup(resume.cancel)
@@ -48,14 +50,17 @@ class TestReadAfterPutNowait(support.DaemonTest):
     # A miss of another key while a put is unanswered asks the daemon too:
     # that key may be an earlier put of this client still on its way.
     def test_other_keys_ask_the_daemon_while_puts_are_on_their_way(self):
-        self.c.put_nowait("first", b"1")
+        self.c.put_nowait("arena", b"x")
+        self.c.sync()
         os.kill(self.d.proc.pid, signal.SIGSTOP)
+        self.c.put_nowait("first", b"1")
         resume = threading.Timer(0.3, os.kill, (self.d.proc.pid, signal.SIGCONT))
         resume.start()
         self.addCleanup(resume.cancel)
         self.addCleanup(os.kill, self.d.proc.pid, signal.SIGCONT)
         self.c.put_nowait("second", b"2")
         self.assertEqual(self.c.read("first"), b"1")
+        self.assertEqual(self.c.read_stats()["fallback"], 1)
 
 
 if __name__ == "__main__":
