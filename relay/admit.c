@@ -10,7 +10,9 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <netdb.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -194,6 +196,35 @@ uint64_t admit_take_refused(void)
     return atomic_exchange(&refused_at_accept, 0);
 }
 
+/* One refusal below UCX counted, and logged unless this minute's budget is
+ * spent: then counted, and said in one line when the next minute's first
+ * comes. Any thread may call it. */
+void admit_refused(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    uint64_t now = relay_now_ms();
+
+    refused_at_accept++;
+    if (now - log_minute_ms >= 60000) {
+        uint64_t missed = atomic_exchange(&unlogged, 0);
+        log_minute_ms = now;
+        logged_this_minute = 0;
+        if (missed)
+            relay_log("refused %llu more connections in the last minute, not logged one "
+                      "by one (the status's \"refused\" counts every one)",
+                      (unsigned long long)missed);
+    }
+    if (logged_this_minute++ >= ADMIT_LOG_PER_MINUTE) {
+        unlogged++;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    relay_log("%s", msg);
+}
+
 /* UCX's TCP transport listens on a port of its own besides the listener
  * (the one 'ss -ltnp' shows on the device's address), where it takes
  * connections and then messages for the UCP handlers without any
@@ -223,6 +254,14 @@ int accept(int fd, struct sockaddr *addr, socklen_t *addrlen)
             return c;
         if (!r || (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) ||
             admit_address(r, &ss)) {
+            if ((ss.ss_family == AF_INET || ss.ss_family == AF_INET6) &&
+                tcp_guard_accepted(c) < 0) {
+                admit_refused("refused a connection on descriptor %d: the relay guards "
+                              "UCX's TCP connections below descriptor %d only", c,
+                              TCP_GUARD_FDS);
+                close(c);
+                continue;
+            }
             if (addr && addrlen) {
                 memcpy(addr, &ss, sl < *addrlen ? sl : *addrlen);
                 *addrlen = sl;
@@ -230,28 +269,12 @@ int accept(int fd, struct sockaddr *addr, socklen_t *addrlen)
             return c;
         }
         char host[64] = "?", port[16] = "?";
-        uint64_t now = relay_now_ms();
-        refused_at_accept++;
-        if (now - log_minute_ms >= 60000) {
-            uint64_t missed = atomic_exchange(&unlogged, 0);
-            log_minute_ms = now;
-            logged_this_minute = 0;
-            if (missed)
-                relay_log("refused %llu more connections from addresses not admitted in "
-                          "the last minute, not logged one by one (the status's "
-                          "\"refused\" counts every one)", (unsigned long long)missed);
-        }
-        if (logged_this_minute++ >= ADMIT_LOG_PER_MINUTE) {
-            unlogged++;
-            close(c);
-            continue;
-        }
         getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
                     NI_NUMERICHOST | NI_NUMERICSERV);
-        relay_log("refused a connection from %s:%s to UCX: %s is not a configured peer's "
-                  "address nor in an --allow-from range (add --allow-from %s if it is a "
-                  "relay)",
-                  host, port, host, host);
+        admit_refused("refused a connection from %s:%s to UCX: %s is not a configured peer's "
+                      "address nor in an --allow-from range (add --allow-from %s if it is a "
+                      "relay)",
+                      host, port, host, host);
         close(c);
     }
 }

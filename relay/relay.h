@@ -243,6 +243,42 @@ int admit_allow_from(struct relay *r, const char *text, struct shmb_error *err);
  * connections from addresses not admitted: before UCX starts. */
 void admit_start(struct relay *r);
 
+/* tcp_guard.c: UCX 1.13's TCP transport parsed on the way in (recv()), so
+ * that its put requests land only in ranges the relay posted. */
+#define TCP_GUARD_FDS 4096 /* descriptors guarded: the relay holds a few hundred */
+enum tcp_stream_state {
+    TCP_STREAM_UNTRACKED, /* not a TCP stream UCX accepted or dialled */
+    TCP_STREAM_MAGIC,     /* accepted: the transport's magic number is due */
+    TCP_STREAM_DIALLED,   /* dialled, nothing sent yet: the first send tells */
+    TCP_STREAM_FRAMES,    /* the transport: messages, put requests and their bytes */
+    TCP_STREAM_PASS,      /* not the transport (the sockaddr listener's own) */
+    TCP_STREAM_REFUSED,   /* cut: every receive fails as a reset connection */
+};
+struct tcp_stream {
+    enum tcp_stream_state state;
+    bool fed;                   /* bytes arrived before any was sent */
+    unsigned have;              /* bytes of hdr held */
+    unsigned char hdr[5 + 64];  /* the AM header, and a put request's or CM packet's body */
+    uint64_t skip;              /* bytes of a message still to pass unread */
+    uint64_t put_addr, put_left; /* an admitted put's bytes still to come, and where */
+};
+void tcp_stream_init(struct tcp_stream *s, enum tcp_stream_state state);
+/* n more bytes of s: 0, or -1 with why when they complete a message that is
+ * refused (s is then TCP_STREAM_REFUSED). */
+int tcp_stream_feed(struct tcp_stream *s, const unsigned char *p, size_t n, char *why,
+                    size_t whylen);
+/* UCX_TCP_RX_SEG_SIZE less the AM header: the longest message UCX can hold. */
+size_t tcp_guard_am_max(void);
+/* Peers may put into [ptr, ptr + len) until owner unposts it (which cuts a
+ * put under way into it). */
+void tcp_guard_post(const void *owner, const void *ptr, size_t len);
+void tcp_guard_unpost(const void *owner);
+/* Put requests let through so far. */
+uint64_t tcp_guard_puts_allowed(void);
+/* An accepted connection is to be parsed: 0, or -EMFILE when fd is past
+ * TCP_GUARD_FDS (the caller closes it). */
+int tcp_guard_accepted(int fd);
+
 /* ucx_guard.c: UCX 1.13's handlers of emulated RMA replaced by ones that
  * drop every emulated write, read and read reply (the relay makes and
  * answers none); another UCX version is left alone, and the relay says so. */
@@ -251,6 +287,9 @@ void ucx_guard_emulated_rma(void);
 bool admit_address(const struct relay *r, const struct sockaddr_storage *sa);
 /* The connections accept() closed since the last call (UCX's thread counts them). */
 uint64_t admit_take_refused(void);
+/* A connection refused below UCX: counted, and logged within the refusals'
+ * budget (10 a minute, the rest counted in one line). */
+void admit_refused(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* peer.c: the UCP worker, its loop integration, endpoints. */
 int peer_setup(struct relay *r, struct shmb_error *err);

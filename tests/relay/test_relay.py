@@ -679,20 +679,23 @@ def case_tcp_put(key, a, b):
                % (ports, header, after, "alive" if alive else
                   "died (%s)" % a.relay.poll(), outs))
     want = put_random(b, "tcpput-fetch", 3 << 20)
-    got, err = None, ""
+    got, err, puts = None, "", None
     try:
         wait_for("the relays to connect again", lambda: a.connected() and b.connected())
+        puts = a.status()["tcp_puts"]
         with a.client() as c:
             c.fetch("B", "tcpput-fetch")
         got = digest_of(a, "tcpput-fetch")
         status = a.status()
     except (AssertionError, OSError, errors.ShmBrokerError) as e:
         err, status = repr(e), {}
-    report(got == want and status.get("refused", 0) >= refused + 2,
+    report(got == want and status.get("refused", 0) >= refused + 2
+           and status.get("tcp_puts", 0) > (puts or 0),
            "after those PUT requests the relays and both daemons serve, and a 3 MiB fetch "
            "(its bytes PUT by the transport into the allocation) arrives byte-identical",
-           "%s; refused %s -> %s %s" % ("byte-identical" if got == want else "got %s" % got,
-                                        refused, status.get("refused"), err))
+           "%s; refused %s -> %s, put requests let through %s -> %s %s" % (
+               "byte-identical" if got == want else "got %s" % got, refused,
+               status.get("refused"), puts, status.get("tcp_puts"), err))
     for h in (a, b):
         try:
             with h.client() as c:

@@ -1,0 +1,373 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * UCX 1.13's TCP transport read as it arrives, below UCX: the relay defines
+ * recv(), send(), connect() and close() (as admit.c defines accept()) and
+ * parses each stream of the transport on the way in, so that a "PUT request"
+ * (write these bytes at this address) lands only in a range the relay posted
+ * to receive into. Knows the transport's framing and the posted ranges; not
+ * peers, transfers or the daemon.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "relay.h"
+
+/* UCX 1.13's src/uct/tcp/tcp.h: the magic number a connecting side sends
+ * first, the AM header (id, then length, packed), the ids past UCT's own
+ * (32 and up) and the put request's body (address, length, sequence). */
+#define UCT_MAGIC 0xCAFEBABE12345678ull
+#define AM_HDR 5
+#define ID_CM 32
+#define ID_PUT_REQ 33
+#define ID_PUT_ACK 34
+#define ID_KEEPALIVE 35
+#define PUT_REQ_LEN 20
+#define PUT_ACK_LEN 4
+#define CM_MIN 4  /* the event */
+#define CM_MAX 64 /* a connection request: event, flags, id and a sockaddr_in6 */
+#define RX_SEG_DEFAULT 65536 /* UCX_TCP_RX_SEG_SIZE's default, 64kb */
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tcp_stream streams[TCP_GUARD_FDS];
+static struct {
+    const void *owner;
+    uint64_t start, end;
+} posted[RELAY_TRANSFERS_MAX];
+static _Atomic uint64_t puts_allowed;
+static ssize_t (*libc_recv)(int, void *, size_t, int);
+static ssize_t (*libc_send)(int, const void *, size_t, int);
+static int (*libc_connect)(int, const struct sockaddr *, socklen_t);
+static int (*libc_close)(int);
+
+/* libc's own call, found once (UCX's thread may be first: any thread may
+ * store the same pointer). */
+static void *next_fn(void *volatile *slot, const char *name)
+{
+    void *f = *slot;
+    if (!f) {
+        f = dlsym(RTLD_NEXT, name);
+        *slot = f;
+    }
+    return f;
+}
+#define LIBC(fn) ((__typeof__(libc_##fn))next_fn((void *volatile *)&libc_##fn, #fn))
+
+/* The largest message UCX's receive buffer holds: UCX_TCP_RX_SEG_SIZE as
+ * UCX reads it (a number with an optional k, m or g, and an optional b), less
+ * the AM header. A message longer than that overruns UCX's buffer. */
+size_t tcp_guard_am_max(void)
+{
+    static _Atomic size_t cached;
+    size_t seg = cached;
+    if (seg)
+        return seg - AM_HDR;
+    const char *v = getenv("UCX_TCP_RX_SEG_SIZE");
+    char *end = NULL;
+    unsigned long long n = v ? strtoull(v, &end, 10) : 0;
+    unsigned long long mult = 1;
+    if (end && end != v) {
+        switch (*end | 0x20) {
+        case 'k': mult = 1ull << 10, end++; break;
+        case 'm': mult = 1ull << 20, end++; break;
+        case 'g': mult = 1ull << 30, end++; break;
+        default: break;
+        }
+        if ((*end | 0x20) == 'b')
+            end++;
+    }
+    seg = end && end != v && *end == 0 && n > 0 && n <= (1ull << 31) / mult
+              ? (size_t)(n * mult)
+              : RX_SEG_DEFAULT;
+    if (seg <= AM_HDR)
+        seg = RX_SEG_DEFAULT;
+    cached = seg;
+    return seg - AM_HDR;
+}
+
+/* Whether [addr, addr + len) lies inside a posted range (len 0: addr inside
+ * or at its end). Called with the lock held. */
+static bool put_allowed(uint64_t addr, uint64_t len)
+{
+    if (addr + len < addr)
+        return false;
+    for (unsigned i = 0; i < RELAY_TRANSFERS_MAX; i++)
+        if (posted[i].owner && addr >= posted[i].start && addr + len <= posted[i].end)
+            return true;
+    return false;
+}
+
+void tcp_stream_init(struct tcp_stream *s, enum tcp_stream_state state)
+{
+    memset(s, 0, sizeof(*s));
+    s->state = state;
+}
+
+/* One message's header in s->hdr (s->have == AM_HDR), or the header and
+ * body of a put request or a CM packet: 0 to go on, or -1 with why. */
+static int message(struct tcp_stream *s, char *why, size_t whylen)
+{
+    uint8_t id = s->hdr[0];
+    uint32_t len;
+    memcpy(&len, s->hdr + 1, sizeof(len));
+
+    if (s->have == AM_HDR) {
+        if (id > ID_KEEPALIVE) {
+            snprintf(why, whylen, "a message of id %u, which UCX 1.13 does not send", id);
+            return -1;
+        }
+        if (len > tcp_guard_am_max() || (id == ID_PUT_REQ && len != PUT_REQ_LEN) ||
+            (id == ID_PUT_ACK && len != PUT_ACK_LEN) || (id == ID_KEEPALIVE && len != 0) ||
+            (id == ID_CM && (len < CM_MIN || len > CM_MAX))) {
+            snprintf(why, whylen, "a message of id %u and %u bytes (UCX's receive buffer "
+                     "takes %zu)", id, len, tcp_guard_am_max());
+            return -1;
+        }
+        if (id != ID_PUT_REQ && id != ID_CM) {
+            s->skip = len; /* passed to UCX unread */
+            s->have = 0;
+        }
+        return 0; /* a put request's or a CM packet's body comes next */
+    }
+    if (id == ID_PUT_REQ) {
+        uint64_t addr, plen;
+        memcpy(&addr, s->hdr + AM_HDR, sizeof(addr));
+        memcpy(&plen, s->hdr + AM_HDR + 8, sizeof(plen));
+        if (!put_allowed(addr, plen)) {
+            snprintf(why, whylen, "a put request of %llu bytes at %#llx, where this relay "
+                     "posted no receive", (unsigned long long)plen, (unsigned long long)addr);
+            return -1;
+        }
+        s->put_addr = addr;
+        s->put_left = plen;
+        s->have = 0;
+        puts_allowed++;
+        return 0;
+    }
+    uint32_t event;
+    memcpy(&event, s->hdr + AM_HDR, sizeof(event));
+    /* A connection request carries an address of 16 or 28 bytes after its
+     * 13 (event, flags, id); an acknowledgement or a close, little more. */
+    if (event < 1 || event > 4 || (event == 1 && len != 13 + 16 && len != 13 + 28)) {
+        snprintf(why, whylen, "a connection packet of %u bytes for event %u, which UCX "
+                 "1.13 does not send", len, event);
+        return -1;
+    }
+    s->have = 0;
+    return 0;
+}
+
+/* How many bytes of the current header s still needs. */
+static size_t hdr_need(const struct tcp_stream *s)
+{
+    uint32_t len;
+    if (s->have < AM_HDR)
+        return AM_HDR - s->have;
+    memcpy(&len, s->hdr + 1, sizeof(len));
+    return AM_HDR + len - s->have; /* a put request or a CM packet: bounded above */
+}
+
+int tcp_stream_feed(struct tcp_stream *s, const unsigned char *p, size_t n, char *why,
+                    size_t whylen)
+{
+    static const uint64_t magic = UCT_MAGIC;
+
+    if (s->state == TCP_STREAM_REFUSED) {
+        snprintf(why, whylen, "a stream already refused");
+        return -1;
+    }
+    if (n)
+        s->fed = true;
+    while (n && s->state != TCP_STREAM_PASS) {
+        size_t k;
+        if (s->state == TCP_STREAM_MAGIC) {
+            k = sizeof(magic) - s->have < n ? sizeof(magic) - s->have : n;
+            if (memcmp(p, (const unsigned char *)&magic + s->have, k) != 0) {
+                /* Not the transport (the sockaddr listener's own framing):
+                 * UCX closes a transport connection whose magic is wrong. */
+                s->state = TCP_STREAM_PASS;
+                return 0;
+            }
+            s->have += k;
+            if (s->have == sizeof(magic)) {
+                s->state = TCP_STREAM_FRAMES;
+                s->have = 0;
+            }
+        } else if (s->put_left || s->skip) {
+            uint64_t *left = s->put_left ? &s->put_left : &s->skip;
+            k = *left < n ? (size_t)*left : n;
+            *left -= k;
+            if (left == &s->put_left)
+                s->put_addr += k;
+        } else {
+            k = hdr_need(s) < n ? hdr_need(s) : n;
+            memcpy(s->hdr + s->have, p, k);
+            s->have += k;
+            /* A header is checked once whole, a body once whole. */
+            if ((s->have == AM_HDR || hdr_need(s) == 0) && message(s, why, whylen) < 0) {
+                s->state = TCP_STREAM_REFUSED;
+                return -1;
+            }
+        }
+        p += k;
+        n -= k;
+    }
+    return 0;
+}
+
+void tcp_guard_post(const void *owner, const void *ptr, size_t len)
+{
+    pthread_mutex_lock(&lock);
+    for (unsigned i = 0; i < RELAY_TRANSFERS_MAX; i++)
+        if (!posted[i].owner) {
+            posted[i].owner = owner;
+            posted[i].start = (uint64_t)(uintptr_t)ptr;
+            posted[i].end = posted[i].start + len;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+}
+
+/* The range goes; a put under way into it is cut: its connection's next
+ * receive fails, before UCX writes another byte there. */
+void tcp_guard_unpost(const void *owner)
+{
+    pthread_mutex_lock(&lock);
+    for (unsigned i = 0; i < RELAY_TRANSFERS_MAX; i++) {
+        if (posted[i].owner != owner)
+            continue;
+        for (int fd = 0; fd < TCP_GUARD_FDS; fd++) {
+            struct tcp_stream *s = &streams[fd];
+            if (s->put_left && s->put_addr < posted[i].end &&
+                s->put_addr + s->put_left > posted[i].start) {
+                s->state = TCP_STREAM_REFUSED;
+                shutdown(fd, SHUT_RDWR);
+            }
+        }
+        posted[i].owner = NULL;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+uint64_t tcp_guard_puts_allowed(void)
+{
+    return puts_allowed;
+}
+
+int tcp_guard_accepted(int fd)
+{
+    if (fd < 0 || fd >= TCP_GUARD_FDS)
+        return -EMFILE;
+    pthread_mutex_lock(&lock);
+    tcp_stream_init(&streams[fd], TCP_STREAM_MAGIC);
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+/* The transport's connections that this relay dials: its first send is the
+ * magic number. Until something is sent, what arrives is parsed as the
+ * transport (strict: the sockaddr side sends first too). */
+int connect(int fd, const struct sockaddr *sa, socklen_t len)
+{
+    int type = 0;
+    socklen_t tl = sizeof(type);
+    if (!LIBC(connect)) {
+        errno = ENOSYS;
+        return -1;
+    }
+    if (sa && (sa->sa_family == AF_INET || sa->sa_family == AF_INET6) &&
+        getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_STREAM) {
+        if (fd >= TCP_GUARD_FDS) {
+            relay_log("refused to connect descriptor %d: the relay guards the TCP transport's "
+                      "descriptors below %d only", fd, TCP_GUARD_FDS);
+            errno = EMFILE;
+            return -1;
+        }
+        pthread_mutex_lock(&lock);
+        tcp_stream_init(&streams[fd], TCP_STREAM_DIALLED);
+        pthread_mutex_unlock(&lock);
+    }
+    return libc_connect(fd, sa, len);
+}
+
+ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+    static const uint64_t magic = UCT_MAGIC;
+    if (!LIBC(send)) {
+        errno = ENOSYS;
+        return -1;
+    }
+    if (fd >= 0 && fd < TCP_GUARD_FDS) {
+        pthread_mutex_lock(&lock);
+        struct tcp_stream *s = &streams[fd];
+        if (s->state == TCP_STREAM_DIALLED) {
+            bool uct = len >= sizeof(magic) && memcmp(buf, &magic, sizeof(magic)) == 0;
+            s->state = uct || s->fed ? TCP_STREAM_FRAMES : TCP_STREAM_PASS;
+        }
+        pthread_mutex_unlock(&lock);
+    }
+    return libc_send(fd, buf, len, flags);
+}
+
+ssize_t recv(int fd, void *buf, size_t len, int flags)
+{
+    struct tcp_stream *s;
+    char why[200];
+    ssize_t n;
+    int rc;
+
+    if (!LIBC(recv)) {
+        errno = ENOSYS;
+        return -1;
+    }
+    if (fd < 0 || fd >= TCP_GUARD_FDS || (flags & MSG_PEEK))
+        return libc_recv(fd, buf, len, flags);
+    s = &streams[fd];
+    pthread_mutex_lock(&lock);
+    enum tcp_stream_state state = s->state;
+    pthread_mutex_unlock(&lock);
+    if (state == TCP_STREAM_UNTRACKED || state == TCP_STREAM_PASS)
+        return libc_recv(fd, buf, len, flags);
+    if (state == TCP_STREAM_REFUSED) {
+        errno = ECONNRESET;
+        return -1;
+    }
+    n = libc_recv(fd, buf, len, flags);
+    if (n <= 0)
+        return n;
+    int saved = errno;
+    pthread_mutex_lock(&lock);
+    if (s->state == TCP_STREAM_DIALLED)
+        s->state = TCP_STREAM_FRAMES;
+    rc = tcp_stream_feed(s, buf, (size_t)n, why, sizeof(why));
+    pthread_mutex_unlock(&lock);
+    if (rc == 0) {
+        errno = saved;
+        return n;
+    }
+    /* UCX sees a reset connection and ends its endpoint: the bytes of this
+     * receive, the refused message among them, are never handled. */
+    shutdown(fd, SHUT_RDWR);
+    admit_refused("cut a connection of UCX's TCP transport on descriptor %d: it sent %s "
+                  "(peers may write only into the fetches this relay receives)", fd, why);
+    errno = ECONNRESET;
+    return -1;
+}
+
+int close(int fd)
+{
+    if (!LIBC(close)) {
+        errno = ENOSYS;
+        return -1;
+    }
+    if (fd >= 0 && fd < TCP_GUARD_FDS) {
+        pthread_mutex_lock(&lock);
+        if (streams[fd].state != TCP_STREAM_UNTRACKED)
+            tcp_stream_init(&streams[fd], TCP_STREAM_UNTRACKED);
+        pthread_mutex_unlock(&lock);
+    }
+    return libc_close(fd);
+}
