@@ -267,8 +267,10 @@ void tcp_stream_init(struct tcp_stream *s, enum tcp_stream_state state);
  * refused (s is then TCP_STREAM_REFUSED). */
 int tcp_stream_feed(struct tcp_stream *s, const unsigned char *p, size_t n, char *why,
                     size_t whylen);
-/* UCX_TCP_RX_SEG_SIZE less the AM header: the longest message UCX can hold. */
+/* UCX_TCP_RX_SEG_SIZE less the AM header: the longest message UCX can hold;
+ * and that setting's value read from text (NULL: unset) as UCX reads it. */
 size_t tcp_guard_am_max(void);
+size_t tcp_guard_rx_seg(const char *v);
 /* Peers may put into [ptr, ptr + len) until owner unposts it (which cuts a
  * put under way into it). */
 void tcp_guard_post(const void *owner, const void *ptr, size_t len);
@@ -287,9 +289,6 @@ void ucx_guard_emulated_rma(void);
 bool admit_address(const struct relay *r, const struct sockaddr_storage *sa);
 /* The connections accept() closed since the last call (UCX's thread counts them). */
 uint64_t admit_take_refused(void);
-/* A connection refused below UCX: counted, and logged within the refusals'
- * budget (10 a minute, the rest counted in one line). */
-void admit_refused(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* peer.c: the UCP worker, its loop integration, endpoints. */
 int peer_setup(struct relay *r, struct shmb_error *err);
