@@ -503,6 +503,12 @@ ifeq ($(SANITIZER),)
 TEST_RUNS   += tests/relay/test_unit.sh
 endif
 RELAY_TEST_BINS := $(RELAY) $(RELAY_HOSTILE)
+# The relay's parser of UCX's TCP transport (relay/tcp_guard.c), with the
+# recv() it defines over real sockets.
+UNIT_BINS += $(BUILD)/tests/test_tcp_guard
+$(call OBJ,tests/unit/test_tcp_guard.c relay/tcp_guard.c relay/admit.c relay/log.c): ALLCFLAGS += $(RELAY_CFLAGS)
+$(BUILD)/tests/test_tcp_guard: $(call OBJ,tests/unit/test_tcp_guard.c relay/tcp_guard.c relay/admit.c \
+                               relay/log.c) $(BASE_OBJ)
 # The relay's bench table: fetch bandwidth against ucx_perftest and Redis GET,
 # and a remote queue's latency and rate against ZeroMQ PUB/SUB, between two
 # namespaces (root). BENCH_QUICK=1 for one round.

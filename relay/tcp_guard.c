@@ -56,35 +56,44 @@ static void *next_fn(void *volatile *slot, const char *name)
 }
 #define LIBC(fn) ((__typeof__(libc_##fn))next_fn((void *volatile *)&libc_##fn, #fn))
 
-/* The largest message UCX's receive buffer holds: UCX_TCP_RX_SEG_SIZE as
- * UCX reads it (a number with an optional k, m or g, and an optional b), less
- * the AM header. A message longer than that overruns UCX's buffer. */
+/* UCX_TCP_RX_SEG_SIZE's value as UCX reads it (a number with an optional k,
+ * m or g, and an optional b; NULL: unset), or its default where it is not
+ * one of those. */
+size_t tcp_guard_rx_seg(const char *v)
+{
+    char *end = NULL;
+    unsigned long long n = v ? strtoull(v, &end, 10) : 0;
+    unsigned long long mult = 1;
+    if (!v || end == v || *v == '-' || *v == '+')
+        return RX_SEG_DEFAULT;
+    switch (*end | 0x20) {
+    case 'k':
+        mult = 1ull << 10, end++;
+        break;
+    case 'm':
+        mult = 1ull << 20, end++;
+        break;
+    case 'g':
+        mult = 1ull << 30, end++;
+        break;
+    default:
+        break;
+    }
+    if ((*end | 0x20) == 'b')
+        end++;
+    if (*end != 0 || n == 0 || n > (1ull << 31) / mult || n * mult <= AM_HDR)
+        return RX_SEG_DEFAULT;
+    return (size_t)(n * mult);
+}
+
+/* The largest message UCX's receive buffer holds: the segment less the AM
+ * header. A message longer than that overruns UCX's buffer. */
 size_t tcp_guard_am_max(void)
 {
     static _Atomic size_t cached;
     size_t seg = cached;
-    if (seg)
-        return seg - AM_HDR;
-    const char *v = getenv("UCX_TCP_RX_SEG_SIZE");
-    char *end = NULL;
-    unsigned long long n = v ? strtoull(v, &end, 10) : 0;
-    unsigned long long mult = 1;
-    if (end && end != v) {
-        switch (*end | 0x20) {
-        case 'k': mult = 1ull << 10, end++; break;
-        case 'm': mult = 1ull << 20, end++; break;
-        case 'g': mult = 1ull << 30, end++; break;
-        default: break;
-        }
-        if ((*end | 0x20) == 'b')
-            end++;
-    }
-    seg = end && end != v && *end == 0 && n > 0 && n <= (1ull << 31) / mult
-              ? (size_t)(n * mult)
-              : RX_SEG_DEFAULT;
-    if (seg <= AM_HDR)
-        seg = RX_SEG_DEFAULT;
-    cached = seg;
+    if (!seg)
+        cached = seg = tcp_guard_rx_seg(getenv("UCX_TCP_RX_SEG_SIZE"));
     return seg - AM_HDR;
 }
 
@@ -120,10 +129,13 @@ static int message(struct tcp_stream *s, char *why, size_t whylen)
             return -1;
         }
         if (len > tcp_guard_am_max() || (id == ID_PUT_REQ && len != PUT_REQ_LEN) ||
-            (id == ID_PUT_ACK && len != PUT_ACK_LEN) || (id == ID_KEEPALIVE && len != 0) ||
+            (id == ID_PUT_ACK && len != PUT_ACK_LEN) ||
+            (id == ID_KEEPALIVE && len != 0) ||
             (id == ID_CM && (len < CM_MIN || len > CM_MAX))) {
-            snprintf(why, whylen, "a message of id %u and %u bytes (UCX's receive buffer "
-                     "takes %zu)", id, len, tcp_guard_am_max());
+            snprintf(why, whylen,
+                     "a message of id %u and %u bytes (UCX's receive buffer "
+                     "takes %zu)",
+                     id, len, tcp_guard_am_max());
             return -1;
         }
         if (id != ID_PUT_REQ && id != ID_CM) {
@@ -137,8 +149,10 @@ static int message(struct tcp_stream *s, char *why, size_t whylen)
         memcpy(&addr, s->hdr + AM_HDR, sizeof(addr));
         memcpy(&plen, s->hdr + AM_HDR + 8, sizeof(plen));
         if (!put_allowed(addr, plen)) {
-            snprintf(why, whylen, "a put request of %llu bytes at %#llx, where this relay "
-                     "posted no receive", (unsigned long long)plen, (unsigned long long)addr);
+            snprintf(why, whylen,
+                     "a put request of %llu bytes at %#llx, where this relay "
+                     "posted no receive",
+                     (unsigned long long)plen, (unsigned long long)addr);
             return -1;
         }
         s->put_addr = addr;
@@ -152,8 +166,10 @@ static int message(struct tcp_stream *s, char *why, size_t whylen)
     /* A connection request carries an address of 16 or 28 bytes after its
      * 13 (event, flags, id); an acknowledgement or a close, little more. */
     if (event < 1 || event > 4 || (event == 1 && len != 13 + 16 && len != 13 + 28)) {
-        snprintf(why, whylen, "a connection packet of %u bytes for event %u, which UCX "
-                 "1.13 does not send", len, event);
+        snprintf(why, whylen,
+                 "a connection packet of %u bytes for event %u, which UCX "
+                 "1.13 does not send",
+                 len, event);
         return -1;
     }
     s->have = 0;
@@ -281,8 +297,10 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len)
     if (sa && (sa->sa_family == AF_INET || sa->sa_family == AF_INET6) &&
         getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_STREAM) {
         if (fd >= TCP_GUARD_FDS) {
-            relay_log("refused to connect descriptor %d: the relay guards the TCP transport's "
-                      "descriptors below %d only", fd, TCP_GUARD_FDS);
+            relay_log(
+                "refused to connect descriptor %d: the relay guards the TCP transport's "
+                "descriptors below %d only",
+                fd, TCP_GUARD_FDS);
             errno = EMFILE;
             return -1;
         }
@@ -351,8 +369,10 @@ ssize_t recv(int fd, void *buf, size_t len, int flags)
     /* UCX sees a reset connection and ends its endpoint: the bytes of this
      * receive, the refused message among them, are never handled. */
     shutdown(fd, SHUT_RDWR);
-    admit_refused("cut a connection of UCX's TCP transport on descriptor %d: it sent %s "
-                  "(peers may write only into the fetches this relay receives)", fd, why);
+    relay_log_refusal(
+        "cut a connection of UCX's TCP transport on descriptor %d: it sent %s "
+        "(peers may write only into the fetches this relay receives)",
+        fd, why);
     errno = ECONNRESET;
     return -1;
 }
