@@ -506,6 +506,7 @@ RELAY_TEST_BINS := $(RELAY) $(RELAY_HOSTILE)
 # The relay's parser of UCX's TCP transport (relay/tcp_guard.c), with the
 # recv() it defines over real sockets.
 UNIT_BINS += $(BUILD)/tests/test_tcp_guard
+TEST_RUNS += $(BUILD)/tests/test_tcp_guard
 $(call OBJ,tests/unit/test_tcp_guard.c relay/tcp_guard.c relay/admit.c relay/log.c): ALLCFLAGS += $(RELAY_CFLAGS)
 $(BUILD)/tests/test_tcp_guard: $(call OBJ,tests/unit/test_tcp_guard.c relay/tcp_guard.c relay/admit.c \
                                relay/log.c) $(BASE_OBJ)

@@ -712,7 +712,6 @@ def run_cases(tmp, a, b, key):
     case_allow_from_values(tmp, key, a)
     case_allow_from(tmp, key, a, b)
     case_forged_get_reply(tmp, key, a)
-    case_tcp_put(key, a, b)
 
     case_local_socket_uids(tmp, key)
 
@@ -1059,6 +1058,8 @@ def run_cases(tmp, a, b, key):
                                           "ok": "behaves"}[mode],
                                          "disconnected" if want_closed else "kept"),
                r.stdout.strip() + " " + r.stderr.strip()[-300:])
+    case_tcp_put(key, a, b)
+
     # A connection that has not proved the key reads and writes nothing by
     # RMA, even knowing where the pool lies (here from /proc): over TCP UCX
     # emulates RMA and checks neither a remote key nor the proof, and such a
