@@ -307,6 +307,12 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len)
         pthread_mutex_lock(&lock);
         tcp_stream_init(&streams[fd], TCP_STREAM_DIALLED);
         pthread_mutex_unlock(&lock);
+    } else if (fd >= 0 && fd < TCP_GUARD_FDS) {
+        /* Not the transport, whatever the number held before (libuv closes
+         * its descriptors without close()). */
+        pthread_mutex_lock(&lock);
+        tcp_stream_init(&streams[fd], TCP_STREAM_UNTRACKED);
+        pthread_mutex_unlock(&lock);
     }
     return libc_connect(fd, sa, len);
 }

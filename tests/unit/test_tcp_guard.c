@@ -13,7 +13,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -403,6 +406,35 @@ static void test_dialled(void **state)
     close(l);
 }
 
+/* A descriptor closed without close() (libuv's way) and made again as a
+ * Unix socket is not read as the transport once connect() sees it. */
+static void test_connect_forgets(void **state)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    unsigned char buf[256];
+    struct bytes u = {0};
+    (void)state;
+
+    magic(&u);
+    put_req(&u, 0x1000, 8);
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "/tmp/test-tcp-guard-%d", (int)getpid());
+    int l = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_int_equal(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(l, 1), 0);
+    int c = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_int_equal(tcp_guard_accepted(c), 0);
+    syscall(SYS_close, c);
+    assert_int_equal(socket(AF_UNIX, SOCK_STREAM, 0), c);
+    assert_int_equal(connect(c, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    int a = accept(l, NULL, NULL);
+    assert_int_equal(write(a, u.b, u.n), (ssize_t)u.n);
+    assert_int_equal(recv(c, buf, sizeof(buf), 0), (ssize_t)u.n);
+    close(a);
+    close(c);
+    close(l);
+    unlink(sa.sun_path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -415,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_rx_seg),
         cmocka_unit_test(test_recv_over_socket),
         cmocka_unit_test(test_dialled),
+        cmocka_unit_test(test_connect_forgets),
     };
     unsetenv("UCX_TCP_RX_SEG_SIZE");
     return cmocka_run_group_tests(tests, NULL, NULL);
