@@ -333,6 +333,7 @@ static int tcp_put(const struct addrinfo *res)
     while ((n = recv(fd, got, sizeof(got), 0)) > 0)
         ;
     bool closed_it = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+    close(fd);
     printf("%s\n", closed_it ? "closed" : "kept");
     fflush(stdout);
     return closed_it ? 0 : 1;
@@ -396,8 +397,11 @@ int main(int argc, char **argv)
     hints.ai_socktype = SOCK_STREAM;
     if (getaddrinfo(host, colon + 1, &hints, &res) != 0)
         return 2;
-    if (strcmp(mode, "tcpput") == 0)
-        return tcp_put(res);
+    if (strcmp(mode, "tcpput") == 0) {
+        int rc = tcp_put(res);
+        freeaddrinfo(res);
+        return rc;
+    }
     if (auth_load_key(&relay, argv[2], &err) < 0) {
         fprintf(stderr, "%s\n", err.message);
         return 2;
