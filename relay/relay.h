@@ -257,6 +257,7 @@ enum tcp_stream_state {
 struct tcp_stream {
     enum tcp_stream_state state;
     bool fed;                   /* bytes arrived before any was sent */
+    unsigned addr_len;          /* its family's sockaddr: 16 (IPv4) or 28 (IPv6) */
     unsigned have;              /* bytes of hdr held */
     unsigned char hdr[5 + 64];  /* the AM header, and a put request's or CM packet's body */
     uint64_t skip;              /* bytes of a message still to pass unread */

@@ -9,6 +9,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +114,7 @@ void tcp_stream_init(struct tcp_stream *s, enum tcp_stream_state state)
 {
     memset(s, 0, sizeof(*s));
     s->state = state;
+    s->addr_len = sizeof(struct sockaddr_in);
 }
 
 /* One message's header in s->hdr (s->have == AM_HDR), or the header and
@@ -163,9 +165,11 @@ static int message(struct tcp_stream *s, char *why, size_t whylen)
     }
     uint32_t event;
     memcpy(&event, s->hdr + AM_HDR, sizeof(event));
-    /* A connection request carries an address of 16 or 28 bytes after its
-     * 13 (event, flags, id); an acknowledgement or a close, little more. */
-    if (event < 1 || event > 4 || (event == 1 && len != 13 + 16 && len != 13 + 28)) {
+    /* A connection request carries, after its 13 bytes (event, flags, id),
+     * an address of the connection's own family, whose size UCX asserts
+     * (aborting the relay on another); an acknowledgement or a close, the
+     * event and little more. */
+    if (event < 1 || event > 4 || (event == 1 && len != 13u + s->addr_len)) {
         snprintf(why, whylen,
                  "a connection packet of %u bytes for event %u, which UCX "
                  "1.13 does not send",
@@ -277,8 +281,13 @@ int tcp_guard_accepted(int fd)
 {
     if (fd < 0 || fd >= TCP_GUARD_FDS)
         return -EMFILE;
+    struct sockaddr_storage ss = {0};
+    socklen_t sl = sizeof(ss);
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
     pthread_mutex_lock(&lock);
     tcp_stream_init(&streams[fd], TCP_STREAM_MAGIC);
+    if (ss.ss_family == AF_INET6)
+        streams[fd].addr_len = sizeof(struct sockaddr_in6);
     pthread_mutex_unlock(&lock);
     return 0;
 }
@@ -306,6 +315,8 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len)
         }
         pthread_mutex_lock(&lock);
         tcp_stream_init(&streams[fd], TCP_STREAM_DIALLED);
+        if (sa->sa_family == AF_INET6)
+            streams[fd].addr_len = sizeof(struct sockaddr_in6);
         pthread_mutex_unlock(&lock);
     } else if (fd >= 0 && fd < TCP_GUARD_FDS) {
         /* Not the transport, whatever the number held before (libuv closes

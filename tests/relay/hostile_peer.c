@@ -21,8 +21,9 @@
  * halfopen (300 connections that never prove the key, held 5 s after it
  * prints "ready"),
  * and ok (proves the key and behaves: the relay must keep it, exit 1).
- * tcpput speaks UCX 1.13's TCP transport by hand instead, at ADDR:PORT the
- * port of the relay's UCT TCP interface (not its --listen port): see tcp_put().
+ * tcpput and tcpconnreq speak UCX 1.13's TCP transport by hand instead, at
+ * ADDR:PORT the port of the relay's UCT TCP interface (not its --listen
+ * port): see tcp_put().
  * The serve-* modes listen at ADDR:PORT instead, for a relay that names this
  * peer with --peer, and answer its first fetch badly: serve-ctrltext (an
  * error whose text has terminal control bytes: the relay must close),
@@ -299,10 +300,12 @@ static void unproven_rma(void)
  * says, before any proof of the key (UCP's own ucp_put_nbx over TCP goes as
  * UCP's emulated put instead, which the relay drops: hence by hand). Prints
  * "closed" when the relay ends the connection within 3 s, else "kept" (exit
- * 0 or 1; 2 when it cannot connect). */
-static int tcp_put(const struct addrinfo *res)
+ * 0 or 1; 2 when it cannot connect). With connreq, a connection request
+ * whose address has IPv6's size instead, which UCX 1.13 asserts against
+ * (aborting) on an IPv4 stream. */
+static int tcp_put(const struct addrinfo *res, bool connreq)
 {
-    unsigned char m[8 + 5 + 20 + 8];
+    unsigned char m[8 + 5 + 41];
     uint64_t magic = 0xCAFEBABE12345678ull, len = 8;
     uint32_t hlen = 20, sn = 1;
     const char *a = getenv("HOSTILE_ADDR");
@@ -322,7 +325,18 @@ static int tcp_put(const struct addrinfo *res)
     memcpy(m + 21, &len, 8);
     memcpy(m + 29, &sn, 4);
     memcpy(m + 33, "OWNED!!!", 8);
-    if (send(fd, m, sizeof(m), MSG_NOSIGNAL) != (ssize_t)sizeof(m)) {
+    size_t n_m = sizeof(m);
+    if (connreq) {
+        /* A connection request (UCT_TCP_EP_CM_AM_ID 32, event 1) of 41
+         * bytes: its address the size of an IPv6 one, on an IPv4 stream. */
+        uint32_t cl = 41, ev = 1;
+        memset(m + 8, 0, sizeof(m) - 8);
+        m[8] = 32;
+        memcpy(m + 9, &cl, 4);
+        memcpy(m + 13, &ev, 4);
+        n_m = 8 + 5 + 41;
+    }
+    if (send(fd, m, n_m, MSG_NOSIGNAL) != (ssize_t)n_m) {
         perror("relay-hostile-peer: send");
         return 2;
     }
@@ -397,8 +411,8 @@ int main(int argc, char **argv)
     hints.ai_socktype = SOCK_STREAM;
     if (getaddrinfo(host, colon + 1, &hints, &res) != 0)
         return 2;
-    if (strcmp(mode, "tcpput") == 0) {
-        int rc = tcp_put(res);
+    if (strcmp(mode, "tcpput") == 0 || strcmp(mode, "tcpconnreq") == 0) {
+        int rc = tcp_put(res, strcmp(mode, "tcpconnreq") == 0);
         freeaddrinfo(res);
         return rc;
     }

@@ -647,10 +647,11 @@ def case_tcp_put(key, a, b):
     where it says, before the relay hears any proof of the key. An admitted
     address (here B's) that speaks the transport by hand, aiming at A's pool
     header (whose first 8 bytes are the canary) and at an unmapped address
-    (where the write would kill A's relay), is cut at once: the header is
-    unchanged, A's relay lives, both daemons serve, and a fetch that the
-    transport carries by PUT requests of its own still arrives
-    byte-identical."""
+    (where the write would kill A's relay), or sending a connection request
+    whose address is not of the stream's family (UCX asserts its size, and
+    aborts), is cut at once: the header is unchanged, A's relay lives, both
+    daemons serve, and a fetch that the transport carries by PUT requests of
+    its own still arrives byte-identical."""
     seg = "/dev/shm/" + TAG + "A"
     with open("/proc/%d/maps" % a.relay_pid()) as f:
         base = [l.split("-")[0] for l in f if l.rstrip().endswith(seg)][:1]
@@ -658,12 +659,14 @@ def case_tcp_put(key, a, b):
         header = f.read(8)
     ports = uct_tcp_ports(a)
     refused = a.status()["refused"]
-    for where, addr in (("A's pool header", "0x" + (base or ["0"])[0]),
-                        ("an unmapped address", "0x1000")):
+    for where, addr, mode in (("at A's pool header", "0x" + (base or ["0"])[0], "tcpput"),
+                              ("at an unmapped address", "0x1000", "tcpput"),
+                              ("of a connection request with an IPv6-sized address on "
+                               "IPv4 (UCX asserts its size)", "0", "tcpconnreq")):
         outs = []
         for port in ports:
             r = subprocess.run(["ip", "netns", "exec", NS_B, HOSTILE, "%s:%d" % (IP_A, port),
-                                key, "tcpput"], stdout=subprocess.PIPE,
+                                key, mode], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, timeout=WAIT,
                                env=dict(os.environ, HOSTILE_ADDR=addr))
             outs.append((port, r.returncode, (r.stdout + r.stderr).strip()[-200:]))
@@ -673,8 +676,8 @@ def case_tcp_put(key, a, b):
         alive = a.relay.poll() is None
         report(base and ports and after == header and alive
                and all(rc == 0 for _, rc, _ in outs),
-               "a TCP transport PUT request at %s from an admitted address that did not "
-               "prove the key is cut and writes nothing" % where,
+               "a TCP transport message %s from an admitted address that did not "
+               "prove the key is cut, writes nothing and stops nothing" % where,
                "ports %s, header %r -> %r, relay %s; hostile: %s"
                % (ports, header, after, "alive" if alive else
                   "died (%s)" % a.relay.poll(), outs))
@@ -689,7 +692,7 @@ def case_tcp_put(key, a, b):
         status = a.status()
     except (AssertionError, OSError, errors.ShmBrokerError) as e:
         err, status = repr(e), {}
-    report(got == want and status.get("refused", 0) >= refused + 2
+    report(got == want and status.get("refused", 0) >= refused + 3
            and status.get("tcp_puts", 0) > (puts or 0),
            "after those PUT requests the relays and both daemons serve, and a 3 MiB fetch "
            "(its bytes PUT by the transport into the allocation) arrives byte-identical",

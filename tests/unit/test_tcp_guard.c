@@ -201,7 +201,8 @@ static void test_put_across_receives(void **state)
 /* Lengths that overflow or overrun: a put whose end wraps past 2^64, one
  * longer than its range, an AM longer than UCX's receive buffer (or of 4 GiB),
  * a put request or an ack of the wrong size, a keepalive with a body, a
- * connection packet too short, too long, or of an event UCX does not send. */
+ * connection packet too short, too long, of an event UCX does not send, or
+ * a connection request whose address is not of the stream's family. */
 static void test_lengths(void **state)
 {
     struct tcp_stream t = {0};
@@ -247,13 +248,23 @@ static void test_lengths(void **state)
         tcp_stream_init(&t, TCP_STREAM_FRAMES);
         assert_int_equal(tcp_stream_feed(&t, s.b, s.n, why, sizeof(why)), -1);
     }
-    const int events[][3] = {{1, 13 + 16, 0}, {1, 13 + 28, 0}, {1, 13, -1}, {2, 4, 0},
-                             {4, 4, 0},       {5, 4, -1},      {0, 4, -1}};
+    /* On an IPv4 stream a connection request carries an IPv4 address:
+     * UCX 1.13 asserts its size and aborts on another. */
+    const int events[][3] = {{1, 13 + 16, 0}, {1, 13 + 28, -1}, {1, 13, -1}, {2, 4, 0},
+                             {4, 4, 0},       {5, 4, -1},       {0, 4, -1}};
     for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++) {
         struct bytes s = {0};
         cm(&s, (uint32_t)events[i][0], (uint32_t)events[i][1]);
         tcp_stream_init(&t, TCP_STREAM_FRAMES);
         assert_int_equal(tcp_stream_feed(&t, s.b, s.n, why, sizeof(why)), events[i][2]);
+    }
+    /* And on an IPv6 stream, an IPv6 address. */
+    for (int v6 = 0; v6 < 2; v6++) {
+        struct bytes s = {0};
+        cm(&s, 1, 13 + (v6 ? 28 : 16));
+        tcp_stream_init(&t, TCP_STREAM_FRAMES);
+        t.addr_len = 28;
+        assert_int_equal(tcp_stream_feed(&t, s.b, s.n, why, sizeof(why)), v6 ? 0 : -1);
     }
     tcp_guard_unpost(&t);
 }
