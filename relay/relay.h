@@ -254,8 +254,18 @@ enum tcp_stream_state {
     TCP_STREAM_PASS,      /* not the transport (the sockaddr listener's own) */
     TCP_STREAM_REFUSED,   /* cut: every receive fails as a reset connection */
 };
+/* What this process sent on the stream: its own put requests, whose acks
+ * may come back. */
+struct tcp_stream_tx {
+    unsigned have;                /* bytes of hdr held */
+    unsigned char hdr[5 + 20];    /* the AM header, and a put request's body */
+    uint64_t magic_left, skip;    /* bytes still to pass: the magic number, a body */
+    uint32_t put_sn;              /* the last put request's number */
+    bool awaiting;                /* its ack has not come */
+};
 struct tcp_stream {
     enum tcp_stream_state state;
+    struct tcp_stream_tx tx;
     bool fed;                   /* bytes arrived before any was sent */
     unsigned addr_len;          /* its family's sockaddr: 16 (IPv4) or 28 (IPv6) */
     unsigned have;              /* bytes of hdr held */
@@ -268,6 +278,8 @@ void tcp_stream_init(struct tcp_stream *s, enum tcp_stream_state state);
  * refused (s is then TCP_STREAM_REFUSED). */
 int tcp_stream_feed(struct tcp_stream *s, const unsigned char *p, size_t n, char *why,
                     size_t whylen);
+/* n bytes this process sent on s (its put requests, for the acks). */
+void tcp_stream_sent(struct tcp_stream *s, const unsigned char *p, size_t n);
 /* UCX_TCP_RX_SEG_SIZE less the AM header: the longest message UCX can hold;
  * and that setting's value read from text (NULL: unset) as UCX reads it. */
 size_t tcp_guard_am_max(void);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * UCX 1.13's TCP transport read as it arrives, below UCX: the relay defines
- * recv(), send(), connect() and close() (as admit.c defines accept()) and
+ * recv(), send(), sendmsg(), connect() and close() (as admit.c defines
+ * accept()) and
  * parses each stream of the transport on the way in, so that a "PUT request"
  * (write these bytes at this address) lands only in a range the relay posted
  * to receive into. Knows the transport's framing and the posted ranges; not
@@ -13,6 +14,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "relay.h"
@@ -41,6 +43,7 @@ static struct {
 static _Atomic uint64_t puts_allowed;
 static ssize_t (*libc_recv)(int, void *, size_t, int);
 static ssize_t (*libc_send)(int, const void *, size_t, int);
+static ssize_t (*libc_sendmsg)(int, const struct msghdr *, int);
 static int (*libc_connect)(int, const struct sockaddr *, socklen_t);
 static int (*libc_close)(int);
 
@@ -140,11 +143,28 @@ static int message(struct tcp_stream *s, char *why, size_t whylen)
                      id, len, tcp_guard_am_max());
             return -1;
         }
-        if (id != ID_PUT_REQ && id != ID_CM) {
+        if (id != ID_PUT_REQ && id != ID_CM && id != ID_PUT_ACK) {
             s->skip = len; /* passed to UCX unread */
             s->have = 0;
         }
-        return 0; /* a put request's or a CM packet's body comes next */
+        return 0; /* a put request's, an ack's or a CM packet's body comes next */
+    }
+    if (id == ID_PUT_ACK) {
+        uint32_t sn;
+        memcpy(&sn, s->hdr + AM_HDR, sizeof(sn));
+        /* UCX asserts that an ack of its last put's number finds that put
+         * awaited, and an ack past it would complete flushes early: an ack
+         * is of a put this stream sent, the last or one before it. */
+        if (!s->tx.awaiting || (int32_t)(s->tx.put_sn - sn) < 0) {
+            snprintf(why, whylen,
+                     "an acknowledgement of put %u, where this relay awaits %s", sn,
+                     s->tx.awaiting ? "an earlier one" : "none");
+            return -1;
+        }
+        if (sn == s->tx.put_sn)
+            s->tx.awaiting = false;
+        s->have = 0;
+        return 0;
     }
     if (id == ID_PUT_REQ) {
         uint64_t addr, plen;
@@ -238,6 +258,41 @@ int tcp_stream_feed(struct tcp_stream *s, const unsigned char *p, size_t n, char
     return 0;
 }
 
+void tcp_stream_sent(struct tcp_stream *s, const unsigned char *p, size_t n)
+{
+    struct tcp_stream_tx *t = &s->tx;
+    while (n) {
+        size_t k;
+        if (t->magic_left || t->skip) {
+            uint64_t *left = t->magic_left ? &t->magic_left : &t->skip;
+            k = *left < n ? (size_t)*left : n;
+            *left -= k;
+        } else {
+            size_t need =
+                (t->have >= AM_HDR && t->hdr[0] == ID_PUT_REQ ? AM_HDR + PUT_REQ_LEN
+                                                              : AM_HDR) -
+                t->have;
+            k = need < n ? need : n;
+            memcpy(t->hdr + t->have, p, k);
+            t->have += k;
+            if (t->have == AM_HDR && t->hdr[0] != ID_PUT_REQ) {
+                uint32_t len;
+                memcpy(&len, t->hdr + 1, sizeof(len));
+                t->skip = len;
+                t->have = 0;
+            } else if (t->have == AM_HDR + PUT_REQ_LEN) {
+                /* Our own put: its number, and its bytes to pass. */
+                memcpy(&t->skip, t->hdr + AM_HDR + 8, sizeof(t->skip));
+                memcpy(&t->put_sn, t->hdr + AM_HDR + 16, sizeof(t->put_sn));
+                t->awaiting = true;
+                t->have = 0;
+            }
+        }
+        p += k;
+        n -= k;
+    }
+}
+
 void tcp_guard_post(const void *owner, const void *ptr, size_t len)
 {
     pthread_mutex_lock(&lock);
@@ -328,23 +383,79 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len)
     return libc_connect(fd, sa, len);
 }
 
-ssize_t send(int fd, const void *buf, size_t len, int flags)
+/* What this process sends on a stream of the transport, for the acks that
+ * may come back (tcp_stream_sent). Called with the lock held. */
+static void sent(struct tcp_stream *s, const struct iovec *iov, size_t iovcnt, size_t n)
+{
+    for (size_t i = 0; i < iovcnt && n; i++) {
+        size_t k = iov[i].iov_len < n ? iov[i].iov_len : n;
+        tcp_stream_sent(s, iov[i].iov_base, k);
+        n -= k;
+    }
+}
+
+/* The first send on a dialled stream tells whether it is the transport. */
+static void classify(struct tcp_stream *s, const void *buf, size_t len)
 {
     static const uint64_t magic = UCT_MAGIC;
+    bool uct = len >= sizeof(magic) && memcmp(buf, &magic, sizeof(magic)) == 0;
+    s->state = uct || s->fed ? TCP_STREAM_FRAMES : TCP_STREAM_PASS;
+    if (uct)
+        s->tx.magic_left = sizeof(magic);
+}
+
+ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+    ssize_t n;
     if (!LIBC(send)) {
         errno = ENOSYS;
         return -1;
     }
-    if (fd >= 0 && fd < TCP_GUARD_FDS) {
+    if (fd < 0 || fd >= TCP_GUARD_FDS)
+        return libc_send(fd, buf, len, flags);
+    struct tcp_stream *s = &streams[fd];
+    pthread_mutex_lock(&lock);
+    if (s->state == TCP_STREAM_DIALLED)
+        classify(s, buf, len);
+    pthread_mutex_unlock(&lock);
+    n = libc_send(fd, buf, len, flags);
+    if (n > 0) {
+        int saved = errno;
+        struct iovec iov = {(void *)buf, (size_t)n};
         pthread_mutex_lock(&lock);
-        struct tcp_stream *s = &streams[fd];
-        if (s->state == TCP_STREAM_DIALLED) {
-            bool uct = len >= sizeof(magic) && memcmp(buf, &magic, sizeof(magic)) == 0;
-            s->state = uct || s->fed ? TCP_STREAM_FRAMES : TCP_STREAM_PASS;
-        }
+        if (s->state == TCP_STREAM_MAGIC || s->state == TCP_STREAM_FRAMES)
+            sent(s, &iov, 1, (size_t)n);
         pthread_mutex_unlock(&lock);
+        errno = saved;
     }
-    return libc_send(fd, buf, len, flags);
+    return n;
+}
+
+ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+    ssize_t n;
+    if (!LIBC(sendmsg)) {
+        errno = ENOSYS;
+        return -1;
+    }
+    if (fd < 0 || fd >= TCP_GUARD_FDS)
+        return libc_sendmsg(fd, msg, flags);
+    struct tcp_stream *s = &streams[fd];
+    pthread_mutex_lock(&lock);
+    if (s->state == TCP_STREAM_DIALLED)
+        classify(s, msg->msg_iovlen ? msg->msg_iov[0].iov_base : "",
+                 msg->msg_iovlen ? msg->msg_iov[0].iov_len : 0);
+    pthread_mutex_unlock(&lock);
+    n = libc_sendmsg(fd, msg, flags);
+    if (n > 0) {
+        int saved = errno;
+        pthread_mutex_lock(&lock);
+        if (s->state == TCP_STREAM_MAGIC || s->state == TCP_STREAM_FRAMES)
+            sent(s, msg->msg_iov, msg->msg_iovlen, (size_t)n);
+        pthread_mutex_unlock(&lock);
+        errno = saved;
+    }
+    return n;
 }
 
 ssize_t recv(int fd, void *buf, size_t len, int flags)

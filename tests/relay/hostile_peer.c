@@ -21,7 +21,7 @@
  * halfopen (300 connections that never prove the key, held 5 s after it
  * prints "ready"),
  * and ok (proves the key and behaves: the relay must keep it, exit 1).
- * tcpput and tcpconnreq speak UCX 1.13's TCP transport by hand instead, at
+ * tcpput, tcpconnreq and tcpputack speak UCX 1.13's TCP transport by hand instead, at
  * ADDR:PORT the port of the relay's UCT TCP interface (not its --listen
  * port): see tcp_put().
  * The serve-* modes listen at ADDR:PORT instead, for a relay that names this
@@ -302,8 +302,9 @@ static void unproven_rma(void)
  * "closed" when the relay ends the connection within 3 s, else "kept" (exit
  * 0 or 1; 2 when it cannot connect). With connreq, a connection request
  * whose address has IPv6's size instead, which UCX 1.13 asserts against
- * (aborting) on an IPv4 stream. */
-static int tcp_put(const struct addrinfo *res, bool connreq)
+ * (aborting) on an IPv4 stream; with ack, a put's acknowledgement for no put
+ * (UCX asserts that one is awaited). */
+static int tcp_put(const struct addrinfo *res, bool connreq, bool ack)
 {
     unsigned char m[8 + 5 + 41];
     uint64_t magic = 0xCAFEBABE12345678ull, len = 8;
@@ -335,6 +336,15 @@ static int tcp_put(const struct addrinfo *res, bool connreq)
         memcpy(m + 9, &cl, 4);
         memcpy(m + 13, &ev, 4);
         n_m = 8 + 5 + 41;
+    } else if (ack) {
+        /* A put's acknowledgement (UCT_TCP_EP_PUT_ACK_AM_ID 34) of sequence
+         * number 2^32 - 1, for a put never made: UCX 1.13 asserts that its
+         * endpoint awaits one (and aborts). */
+        uint32_t al = 4, asn = UINT32_MAX;
+        m[8] = 34;
+        memcpy(m + 9, &al, 4);
+        memcpy(m + 13, &asn, 4);
+        n_m = 8 + 5 + 4;
     }
     if (send(fd, m, n_m, MSG_NOSIGNAL) != (ssize_t)n_m) {
         perror("relay-hostile-peer: send");
@@ -411,8 +421,9 @@ int main(int argc, char **argv)
     hints.ai_socktype = SOCK_STREAM;
     if (getaddrinfo(host, colon + 1, &hints, &res) != 0)
         return 2;
-    if (strcmp(mode, "tcpput") == 0 || strcmp(mode, "tcpconnreq") == 0) {
-        int rc = tcp_put(res, strcmp(mode, "tcpconnreq") == 0);
+    if (strcmp(mode, "tcpput") == 0 || strcmp(mode, "tcpconnreq") == 0 ||
+        strcmp(mode, "tcpputack") == 0) {
+        int rc = tcp_put(res, strcmp(mode, "tcpconnreq") == 0, strcmp(mode, "tcpputack") == 0);
         freeaddrinfo(res);
         return rc;
     }

@@ -662,7 +662,9 @@ def case_tcp_put(key, a, b):
     for where, addr, mode in (("at A's pool header", "0x" + (base or ["0"])[0], "tcpput"),
                               ("at an unmapped address", "0x1000", "tcpput"),
                               ("of a connection request with an IPv6-sized address on "
-                               "IPv4 (UCX asserts its size)", "0", "tcpconnreq")):
+                               "IPv4 (UCX asserts its size)", "0", "tcpconnreq"),
+                              ("of a put's acknowledgement for no put (UCX asserts one is "
+                               "awaited)", "0", "tcpputack")):
         outs = []
         for port in ports:
             r = subprocess.run(["ip", "netns", "exec", NS_B, HOSTILE, "%s:%d" % (IP_A, port),
@@ -692,7 +694,7 @@ def case_tcp_put(key, a, b):
         status = a.status()
     except (AssertionError, OSError, errors.ShmBrokerError) as e:
         err, status = repr(e), {}
-    report(got == want and status.get("refused", 0) >= refused + 3
+    report(got == want and status.get("refused", 0) >= refused + 4
            and status.get("tcp_puts", 0) > (puts or 0),
            "after those PUT requests the relays and both daemons serve, and a 3 MiB fetch "
            "(its bytes PUT by the transport into the allocation) arrives byte-identical",

@@ -74,25 +74,30 @@ static void cm(struct bytes *s, uint32_t event, uint32_t len)
     add(s, zero, len - 4);
 }
 
+/* What this side sent before (its put requests, whose acks may come). */
+static struct bytes sent_before;
+
 /* Feeds s in two pieces cut at `at`: the result of each. */
 static void feed2(enum tcp_stream_state st, const struct bytes *s, size_t at, int *r1,
                   int *r2, struct tcp_stream *out)
 {
     char why[200];
     tcp_stream_init(out, st);
+    tcp_stream_sent(out, sent_before.b, sent_before.n);
     *r1 = tcp_stream_feed(out, s->b, at, why, sizeof(why));
     *r2 = *r1 < 0 ? -1 : tcp_stream_feed(out, s->b + at, s->n - at, why, sizeof(why));
 }
 
 /* A stream as UCX sends it (magic, a connection request, AMs of UCP, a
- * keepalive, a put's ack, a put into the posted range and its bytes, whose
- * bytes would read as a bad header, then an AM) passes whole, however it is
- * cut in two, and byte by byte, and ends between messages. */
+ * keepalive, the ack of a put this side sent, a put into the posted range
+ * and its bytes, whose bytes would read as a bad header, then an AM) passes
+ * whole, however it is cut in two, and byte by byte, and ends between
+ * messages. */
 static void test_fair_stream_every_split(void **state)
 {
     struct bytes s = {0};
     struct tcp_stream t;
-    uint32_t ack = 3;
+    uint32_t ack = 7;
     uint8_t ack_id = 34;
     uint32_t four = 4;
     char why[200];
@@ -100,6 +105,10 @@ static void test_fair_stream_every_split(void **state)
     (void)state;
 
     tcp_guard_post(&s, target, sizeof(target));
+    memset(&sent_before, 0, sizeof(sent_before));
+    put_req(&sent_before, 0x1234, 3); /* its number is 7 */
+    add(&sent_before, "abc", 3);
+    am(&sent_before, 1, 10, 0x33);
     magic(&s);
     cm(&s, 1, 13 + 16);
     am(&s, 1, 113, 0x21);
@@ -121,9 +130,11 @@ static void test_fair_stream_every_split(void **state)
         assert_int_equal(t.put_left, 0);
     }
     tcp_stream_init(&t, TCP_STREAM_MAGIC);
+    tcp_stream_sent(&t, sent_before.b, sent_before.n);
     for (size_t i = 0; i < s.n; i++)
         assert_int_equal(tcp_stream_feed(&t, s.b + i, 1, why, sizeof(why)), 0);
     assert_int_equal(t.have, 0);
+    memset(&sent_before, 0, sizeof(sent_before));
     tcp_guard_unpost(&s);
 }
 
@@ -267,6 +278,47 @@ static void test_lengths(void **state)
         assert_int_equal(tcp_stream_feed(&t, s.b, s.n, why, sizeof(why)), v6 ? 0 : -1);
     }
     tcp_guard_unpost(&t);
+}
+
+/* An ack passes only for a put this side sent (sent in pieces, its bytes
+ * too): of its last put, once (UCX asserts that put is awaited), or of one
+ * before it (numbers wrap: 2^32 - 1 is before 7); never of none, nor past
+ * the last (that would complete flushes early). */
+static void test_acks(void **state)
+{
+    struct tcp_stream t;
+    struct bytes out = {0};
+    char why[200];
+    (void)state;
+
+    const struct {
+        uint32_t sn;
+        int want;
+    } cases[] = {{7, 0}, {6, 0}, {0xFFFFFFFF, 0}, {8, -1}, {7u + 0x7FFFFFFFu, -1}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct bytes in = {0};
+        uint8_t id = 34;
+        uint32_t four = 4;
+        add(&in, &id, 1);
+        add(&in, &four, 4);
+        add(&in, &cases[i].sn, 4);
+        tcp_stream_init(&t, TCP_STREAM_FRAMES);
+        assert_int_equal(tcp_stream_feed(&t, in.b, in.n, why, sizeof(why)), -1);
+        tcp_stream_init(&t, TCP_STREAM_FRAMES);
+        memset(&out, 0, sizeof(out));
+        am(&out, 2, 3, 0);
+        put_req(&out, 0x1234, 100);
+        for (int b = 0; b < 100; b++)
+            add(&out, "\x22", 1);
+        for (size_t k = 0; k < out.n; k += 7)
+            tcp_stream_sent(&t, out.b + k, out.n - k < 7 ? out.n - k : 7);
+        assert_int_equal(tcp_stream_feed(&t, in.b, in.n, why, sizeof(why)),
+                         cases[i].want);
+        if (cases[i].sn == 7) {
+            /* Once: a second ack of the same put is refused. */
+            assert_int_equal(tcp_stream_feed(&t, in.b, in.n, why, sizeof(why)), -1);
+        }
+    }
 }
 
 /* A put of no bytes writes nothing, but is let through only at an address
@@ -453,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_put_elsewhere_refused_every_split),
         cmocka_unit_test(test_put_across_receives),
         cmocka_unit_test(test_lengths),
+        cmocka_unit_test(test_acks),
         cmocka_unit_test(test_zero_length_put),
         cmocka_unit_test(test_not_the_transport),
         cmocka_unit_test(test_rx_seg),
