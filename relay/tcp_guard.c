@@ -184,16 +184,22 @@ static int message(struct tcp_stream *s, char *why, size_t whylen)
         return 0;
     }
     uint32_t event;
+    uint16_t family = 0;
     memcpy(&event, s->hdr + AM_HDR, sizeof(event));
+    if (len >= 13 + sizeof(family))
+        memcpy(&family, s->hdr + AM_HDR + 13, sizeof(family));
     /* A connection request carries, after its 13 bytes (event, flags, id),
-     * an address of the connection's own family, whose size UCX asserts
-     * (aborting the relay on another); an acknowledgement or a close, the
-     * event and little more. */
-    if (event < 1 || event > 4 || (event == 1 && len != 13u + s->addr_len)) {
+     * an address of the connection's own family, whose size and family UCX
+     * asserts (aborting the relay on another); an acknowledgement or a
+     * close, the event and little more. */
+    if (event < 1 || event > 4 ||
+        (event == 1 &&
+         (len != 13u + s->addr_len ||
+          family != (s->addr_len == sizeof(struct sockaddr_in6) ? AF_INET6 : AF_INET)))) {
         snprintf(why, whylen,
-                 "a connection packet of %u bytes for event %u, which UCX "
-                 "1.13 does not send",
-                 len, event);
+                 "a connection packet of %u bytes for event %u (address family "
+                 "%u), which UCX 1.13 does not send",
+                 len, event, family);
         return -1;
     }
     s->have = 0;

@@ -64,14 +64,23 @@ static void put_req(struct bytes *s, uint64_t addr, uint64_t len)
     add(s, &sn, 4);
 }
 
-static void cm(struct bytes *s, uint32_t event, uint32_t len)
+/* A connection packet of len bytes; a request's address is of family fam
+ * (AF_INET when 0). */
+static void cm_fam(struct bytes *s, uint32_t event, uint32_t len, uint16_t fam)
 {
     uint8_t id = 32;
-    unsigned char zero[64] = {0};
+    unsigned char body[64] = {0};
     add(s, &id, 1);
     add(s, &len, 4);
     add(s, &event, 4);
-    add(s, zero, len - 4);
+    if (len >= 15)
+        memcpy(body + 9, &fam, 2);
+    add(s, body, len - 4);
+}
+
+static void cm(struct bytes *s, uint32_t event, uint32_t len)
+{
+    cm_fam(s, event, len, len == 13 + 28 ? AF_INET6 : AF_INET);
 }
 
 /* What this side sent before (its put requests, whose acks may come). */
@@ -213,7 +222,8 @@ static void test_put_across_receives(void **state)
  * longer than its range, an AM longer than UCX's receive buffer (or of 4 GiB),
  * a put request or an ack of the wrong size, a keepalive with a body, a
  * connection packet too short, too long, of an event UCX does not send, or
- * a connection request whose address is not of the stream's family. */
+ * a connection request whose address is not of the stream's family (its
+ * size or the family it says). */
 static void test_lengths(void **state)
 {
     struct tcp_stream t = {0};
@@ -268,6 +278,13 @@ static void test_lengths(void **state)
         cm(&s, (uint32_t)events[i][0], (uint32_t)events[i][1]);
         tcp_stream_init(&t, TCP_STREAM_FRAMES);
         assert_int_equal(tcp_stream_feed(&t, s.b, s.n, why, sizeof(why)), events[i][2]);
+    }
+    /* Its address's family is the stream's: UCX asserts it can read it. */
+    for (int fam = 0; fam < 3; fam++) {
+        struct bytes s = {0};
+        cm_fam(&s, 1, 13 + 16, fam == 0 ? AF_INET : fam == 1 ? 0 : AF_INET6);
+        tcp_stream_init(&t, TCP_STREAM_FRAMES);
+        assert_int_equal(tcp_stream_feed(&t, s.b, s.n, why, sizeof(why)), fam ? -1 : 0);
     }
     /* And on an IPv6 stream, an IPv6 address. */
     for (int v6 = 0; v6 < 2; v6++) {
