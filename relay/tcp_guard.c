@@ -2,11 +2,11 @@
 /*
  * UCX 1.13's TCP transport read as it arrives, below UCX: the relay defines
  * recv(), send(), sendmsg(), connect() and close() (as admit.c defines
- * accept()) and
- * parses each stream of the transport on the way in, so that a "PUT request"
- * (write these bytes at this address) lands only in a range the relay posted
- * to receive into. Knows the transport's framing and the posted ranges; not
- * peers, transfers or the daemon.
+ * accept()) and parses each stream of the transport on the way in, so that
+ * a "PUT request" (write these bytes at this address) lands only in a range
+ * the relay posted to receive into, and a message UCX would overrun its
+ * buffer with, or assert against, never reaches UCX. Knows the transport's
+ * framing and the posted ranges; not peers, transfers or the daemon.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -113,6 +113,7 @@ static bool put_allowed(uint64_t addr, uint64_t len)
     return false;
 }
 
+/* A stream at its start, IPv4 until told otherwise. */
 void tcp_stream_init(struct tcp_stream *s, enum tcp_stream_state state)
 {
     memset(s, 0, sizeof(*s));
@@ -216,6 +217,8 @@ static size_t hdr_need(const struct tcp_stream *s)
     return AM_HDR + len - s->have; /* a put request or a CM packet: bounded above */
 }
 
+/* Bytes received, in order: magic, headers, bodies held or passed, a put's
+ * bytes counted. */
 int tcp_stream_feed(struct tcp_stream *s, const unsigned char *p, size_t n, char *why,
                     size_t whylen)
 {
@@ -264,6 +267,7 @@ int tcp_stream_feed(struct tcp_stream *s, const unsigned char *p, size_t n, char
     return 0;
 }
 
+/* Bytes this process sent, in order: only its put requests' numbers matter. */
 void tcp_stream_sent(struct tcp_stream *s, const unsigned char *p, size_t n)
 {
     struct tcp_stream_tx *t = &s->tx;
@@ -299,6 +303,7 @@ void tcp_stream_sent(struct tcp_stream *s, const unsigned char *p, size_t n)
     }
 }
 
+/* A receive the relay posted: puts may land in it until it is unposted. */
 void tcp_guard_post(const void *owner, const void *ptr, size_t len)
 {
     pthread_mutex_lock(&lock);
@@ -333,11 +338,13 @@ void tcp_guard_unpost(const void *owner)
     pthread_mutex_unlock(&lock);
 }
 
+/* For the status's tcp_puts. */
 uint64_t tcp_guard_puts_allowed(void)
 {
     return puts_allowed;
 }
 
+/* An accepted IP stream (admit.c's accept()): the magic number is due. */
 int tcp_guard_accepted(int fd)
 {
     if (fd < 0 || fd >= TCP_GUARD_FDS)
@@ -410,6 +417,8 @@ static void classify(struct tcp_stream *s, const void *buf, size_t len)
         s->tx.magic_left = sizeof(magic);
 }
 
+/* libc's send(), after which the bytes sent on a stream of the transport are
+ * read for its put requests. */
 ssize_t send(int fd, const void *buf, size_t len, int flags)
 {
     ssize_t n;
@@ -437,6 +446,7 @@ ssize_t send(int fd, const void *buf, size_t len, int flags)
     return n;
 }
 
+/* The same for sendmsg(): UCX sends its puts' headers and bytes with it. */
 ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
     ssize_t n;
@@ -464,6 +474,9 @@ ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
     return n;
 }
 
+/* libc's recv(), whose bytes on a stream of the transport are parsed before
+ * UCX sees them: a receive that completes a refused message fails as a reset
+ * connection, and so does every later one on that stream. */
 ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
     struct tcp_stream *s;
@@ -511,6 +524,7 @@ ssize_t recv(int fd, void *buf, size_t len, int flags)
     return -1;
 }
 
+/* libc's close(), which forgets what the guard held for fd. */
 int close(int fd)
 {
     if (!LIBC(close)) {
