@@ -218,6 +218,8 @@ E2E_TESTS := test_protocol test_clients test_ctl test_reliability test_batch tes
              soak test_cases test_frames test_sizing test_backings test_queue_ops
 # Reads from the catalog and puts through arenas (TEST_LDFLAGS below).
 E2E_TESTS += test_read
+# shmb_read after shmb_put_nowait on the same handle (--wrap=send below).
+E2E_TESTS += test_read_nowait
 # Readers of a daemon that stopped serving their segment (the link's
 # --wrap=poll counts their looks at the connection, below).
 E2E_TESTS += test_liveness
@@ -263,6 +265,7 @@ $(READ_TOOL): TEST_LDFLAGS = $(PKGS_LIBS)
 # test_read counts the library's send()s to tell its round trips, and its
 # mincore()s, its looks at the arena's pages.
 $(BUILD)/tests/test_read: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=send,--wrap=mincore
+$(BUILD)/tests/test_read_nowait: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=send
 $(BUILD)/tests/test_liveness: TEST_LDFLAGS = $(PKGS_LIBS) -Wl,--wrap=poll
 
 # The soak: 32 clients for SOAK_SECONDS (a short run in 'make test'), and the
@@ -480,7 +483,7 @@ $(LIB_SO): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 # ---- shmbroker-relay (relay/): objects between hosts' brokers over UCX ----
 # A program of its own: the daemon keeps no network code. It links the
 # library like any worker, UCX (libucx-dev) and libcrypto (its key's HMAC).
-RELAY_SRC   := relay/main.c relay/log.c relay/admit.c relay/peer.c relay/ucx_guard.c relay/wire.c relay/auth.c relay/fetch.c relay/forward.c relay/stream.c relay/stream_send.c relay/local.c
+RELAY_SRC   := relay/main.c relay/log.c relay/admit.c relay/tcp_guard.c relay/peer.c relay/ucx_guard.c relay/wire.c relay/auth.c relay/fetch.c relay/forward.c relay/stream.c relay/stream_send.c relay/local.c
 RELAY       := $(BUILD)/shmbroker-relay
 RELAY_CFLAGS = $(shell pkg-config --cflags ucx libcrypto 2>/dev/null)
 RELAY_LIBS   = $(shell pkg-config --libs ucx libcrypto 2>/dev/null)
@@ -503,6 +506,13 @@ ifeq ($(SANITIZER),)
 TEST_RUNS   += tests/relay/test_unit.sh
 endif
 RELAY_TEST_BINS := $(RELAY) $(RELAY_HOSTILE)
+# The relay's parser of UCX's TCP transport (relay/tcp_guard.c), with the
+# recv() it defines over real sockets.
+UNIT_BINS += $(BUILD)/tests/test_tcp_guard
+TEST_RUNS += $(BUILD)/tests/test_tcp_guard
+$(call OBJ,tests/unit/test_tcp_guard.c relay/tcp_guard.c relay/admit.c relay/log.c): ALLCFLAGS += $(RELAY_CFLAGS)
+$(BUILD)/tests/test_tcp_guard: $(call OBJ,tests/unit/test_tcp_guard.c relay/tcp_guard.c relay/admit.c \
+                               relay/log.c) $(BASE_OBJ)
 # The relay's bench table: fetch bandwidth against ucx_perftest and Redis GET,
 # and a remote queue's latency and rate against ZeroMQ PUB/SUB, between two
 # namespaces (root). BENCH_QUICK=1 for one round.

@@ -322,6 +322,7 @@ static int arena_commit(shmb_t *c, const struct client_key *key, uint64_t hsize,
     if (nowait) {
         if (c->unconfirmed.count++ == 0)
             snprintf(c->unconfirmed.key, sizeof(c->unconfirmed.key), "%s", key->s);
+        memcpy(c->unconfirmed.last, key->s, key->len + 1); /* checked: <= SHMB_KEY_MAX */
         c->noreply_sent = true;
         c->arena.cursor += chunk;
         c->arena.unsure = true;

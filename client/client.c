@@ -115,6 +115,7 @@ shmb_t *shmb_new(void)
     c->seg_fd = -1;
     c->populate = 1;
     c->arena_want = SHMB_ARENA_DEFAULT;
+    c->read_wait_us = SHMB_READ_WAIT_DEFAULT;
     atomic_init(&c->forks, CLIENT_NEVER_CONNECTED);
     atomic_init(&c->pid, 0);
     atomic_init(&c->busy, false);

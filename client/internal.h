@@ -66,6 +66,7 @@ struct shmb {
      * too small); then every shmb_read asks the daemon. */
     struct shmb_catalog_view catalog;
     shmb_read_stats_t read_stats;
+    unsigned read_wait_us; /* shmb_set_read_wait's */
     /* When shmb_read last looked at the connection (CLOCK_MONOTONIC_COARSE
      * milliseconds; read.c): a daemon that died without marking its
      * segment retired shows as the connection's end closed. */
@@ -73,13 +74,16 @@ struct shmb {
     struct client_arena arena;
     size_t arena_want; /* shmb_set_arena's; 0: arenas off */
     bool noreply_sent; /* requests without a reply went out since the last reply */
-    /* Puts sent without waiting since the last reply: how many, and the
-     * first one's key. A reply proves them handled (a refused one is then
-     * told by "lost"); a connection that ends first makes them lost, as far
-     * as anyone can tell (client_unconfirmed_lost). */
+    /* Puts sent without waiting since the last reply: how many, the first
+     * one's key and the last one's (a shmb_read of it looks for its commit
+     * in the catalog before asking the daemon, read.c). A reply proves them
+     * handled (a refused one is then told by "lost"); a connection that
+     * ends first makes them lost, as far as anyone can tell
+     * (client_unconfirmed_lost). */
     struct {
         uint64_t count;
         char key[SHMB_KEY_MAX + 1];
+        char last[SHMB_KEY_MAX + 1];
     } unconfirmed;
     /* Puts sent without waiting that the daemon refused, as a reply told
      * ("lost"), or that were unconfirmed when the connection ended (code

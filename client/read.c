@@ -5,12 +5,15 @@
  * with no system call; when the catalog cannot say, it asks the daemon (get,
  * copy, release). The catalog view comes from the hello reply (client.c).
  * A mapping is trusted only while its daemon serves it: the header's retired
- * word, and a look at the connection every CLIENT_LOOK_MS.
+ * word, and a look at the connection every CLIENT_LOOK_MS. A miss is no
+ * proof while this handle's puts sent without waiting are unanswered: the
+ * read of the last one looks for its commit a while, then asks the daemon.
  */
 #include "internal.h"
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -141,6 +144,64 @@ static int client_read_slow(shmb_t *c, const struct client_key *key, void *buf,
     return rc;
 }
 
+/* Nanoseconds of CLOCK_MONOTONIC (the vDSO's: no system call). */
+static uint64_t client_now_ns(void)
+{
+    struct timespec ts;
+
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+        return UINT64_MAX; /* never: then the wait ends at once */
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* How long a read waiting for its own put's commit looks with only a pause
+ * between looks, before it yields the CPU between them: about what the
+ * daemon takes on another CPU when that CPU is awake. A yield on a host
+ * with more runnable processes than CPUs gives the CPU away for a whole
+ * slice of another process (most of a millisecond), far more than the
+ * commit takes. */
+#define CLIENT_LANDING_SPIN_NS 20000u
+
+/* Tell the core this is a spin, so a sibling thread gets the pipeline. */
+static void client_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* No hit for the key this handle last put without waiting, while that put
+ * is unanswered: its commit may not be handled yet. Look at the catalog
+ * again for up to read_wait_us (the daemon publishes it within one wake-up,
+ * well under the round trip that asking would cost), pausing between looks
+ * at first, then yielding the CPU between them in case the daemon waits
+ * for this one. 0 or -ENOBUFS: a
+ * hit; else the wait ran out (or was not for this key) and the caller asks
+ * the daemon. */
+static int client_read_landing(shmb_t *c, const struct client_key *k, void *buf, size_t cap,
+                               struct shmb_catalog_hit *hit)
+{
+    uint64_t start = client_now_ns(), wait = (uint64_t)c->read_wait_us * 1000u, now;
+    unsigned retries = 0;
+    int rc = -ENOENT;
+
+    if (wait == 0 || start == UINT64_MAX || strcmp(c->unconfirmed.last, k->s) != 0)
+        return -ENOENT;
+    /* Not only past a miss: a catalog that cannot prove one (full, or
+     * moving) still shows the hit once the commit is published. */
+    while (rc != 0 && rc != -ENOBUFS && (now = client_now_ns()) - start < wait) {
+        if (now - start < CLIENT_LANDING_SPIN_NS)
+            client_cpu_relax();
+        else
+            (void)sched_yield();
+        rc = shmb_catalog_read_counted(&c->catalog, k->s, k->len, buf, cap, hit, &retries);
+    }
+    c->read_stats.retries += retries;
+    return rc;
+}
+
 static int client_read(shmb_t *c, const char *key, void *buf, size_t cap, size_t *size)
 {
     struct shmb_catalog_hit hit;
@@ -166,6 +227,13 @@ static int client_read(shmb_t *c, const char *key, void *buf, size_t cap, size_t
         return rc < 0 ? rc : client_read_slow(c, &k, buf, cap, size);
     rc = shmb_catalog_read_counted(&c->catalog, k.s, k.len, buf, cap, &hit, &retries);
     c->read_stats.retries += retries;
+    /* A miss proves nothing while puts this handle sent without waiting are
+     * unanswered: the daemon may not have handled their commits yet. It
+     * handles the connection's requests in order, so asking it answers
+     * after them. */
+    if (rc != 0 && rc != -ENOBUFS && c->unconfirmed.count > 0 &&
+        (rc = client_read_landing(c, &k, buf, cap, &hit)) != 0 && rc != -ENOBUFS)
+        return client_read_slow(c, &k, buf, cap, size);
     switch (rc) {
     case 0:
         c->read_stats.fast++;
@@ -203,4 +271,15 @@ int shmb_read(shmb_t *c, const char *key, void *buf, size_t cap, size_t *size)
 void shmb_read_stats(const shmb_t *c, shmb_read_stats_t *out)
 {
     *out = c->read_stats;
+}
+
+int shmb_set_read_wait(shmb_t *c, unsigned wait_us)
+{
+    if (wait_us > SHMB_READ_WAIT_MAX)
+        return shmb_error_set(&c->err, -EINVAL,
+                              "shmb_set_read_wait: %u us is over the bound of %u us; a "
+                              "daemon that takes longer is better asked (0 asks at once).",
+                              wait_us, (unsigned)SHMB_READ_WAIT_MAX);
+    c->read_wait_us = wait_us;
+    return 0;
 }

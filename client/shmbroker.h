@@ -245,8 +245,11 @@ int shmb_put(shmb_t *c, const char *key, const void *data, size_t size, unsigned
  * Ordering: the daemon handles one connection's requests in order, so the
  * object is visible to everyone once any later request on this handle has
  * been answered (any call that waits for a reply: shmb_contains, shmb_get,
- * shmb_put ...); a shmb_read on this same handle before that may miss it and
- * then asks the daemon, which answers after the commit. The daemon never
+ * shmb_put ...). A shmb_read of it on this same handle before that gets
+ * it all the same: the read looks for the commit in the catalog for up to
+ * shmb_set_read_wait's time, then asks the daemon, which answers after the
+ * commit (so a put and its read make no waited round trip when the daemon
+ * publishes in time). The daemon never
  * takes the arena back while such a commit is on its way (PROTOCOL.md
  * section 11), so a 0 here is refused only if the key holds another object
  * by then (EEXIST), readers is over the daemon's bound (EINVAL), the daemon
@@ -293,7 +296,9 @@ int shmb_release(shmb_t *c, const char *key);
  * publishes in the segment, copy its payload into buf (cap bytes), check
  * that nothing changed under the copy; when the catalog cannot say (the
  * table was moving, the object changed under the copy twice, the catalog is
- * full), ask the daemon (get, copy, release: one round trip). *size gets
+ * full, or puts of this handle sent without waiting are unanswered: see
+ * shmb_set_read_wait), ask the daemon (get, copy, release: one round
+ * trip). *size gets
  * the payload's length. Counts one read, as shmb_get does.
  * -ENOENT when no committed object has key; -ENOBUFS when cap is too small
  * (*size says how much is needed, nothing copied; an awaited read is
@@ -306,6 +311,17 @@ int shmb_release(shmb_t *c, const char *key);
  * place (zero copy: a pin needs the daemon, two round trips, one of them
  * with shmb_release_nowait). */
 int shmb_read(shmb_t *c, const char *key, void *buf, size_t cap, size_t *size);
+
+/* How long shmb_read of the key this handle last put with shmb_put_nowait,
+ * while that put is unanswered and the catalog does not list it yet, looks
+ * again for it (its commit is on its way; the CPU is yielded between looks)
+ * before it asks the daemon, which answers after the commit (a round
+ * trip). Any other miss while such puts are unanswered asks the daemon at
+ * once. 0 asks at once; default SHMB_READ_WAIT_DEFAULT; -EINVAL over
+ * SHMB_READ_WAIT_MAX. */
+#define SHMB_READ_WAIT_DEFAULT 200u
+#define SHMB_READ_WAIT_MAX 1000000u
+int shmb_set_read_wait(shmb_t *c, unsigned wait_us);
 
 /* How this handle's shmb_read calls went: served from the catalog, or by
  * the daemon (a miss the catalog could not prove, a change under the copy,

@@ -20,14 +20,6 @@
 /* UCX's thread reads these (accept below): set before UCX starts. */
 static const struct relay *admitting_relay;
 static int (*libc_accept)(int, struct sockaddr *, socklen_t *);
-static _Atomic uint64_t refused_at_accept;
-
-/* accept() logs the first ADMIT_LOG_PER_MINUTE refusals of each minute one
- * by one and counts the rest, said in one line when the next minute's first
- * comes: a flood of connections from a host not admitted would otherwise
- * write a line for each, as fast as it can dial. */
-#define ADMIT_LOG_PER_MINUTE 10
-static _Atomic uint64_t log_minute_ms, logged_this_minute, unlogged;
 
 /* Up to 80 bytes of text from outside, for a message: bytes that are not
  * printable ASCII (control bytes, UTF-8 or not) become '?'. */
@@ -191,7 +183,7 @@ void admit_start(struct relay *r)
 /* What accept() refused since the last call, for the loop's counter. */
 uint64_t admit_take_refused(void)
 {
-    return atomic_exchange(&refused_at_accept, 0);
+    return relay_take_refusals();
 }
 
 /* UCX's TCP transport listens on a port of its own besides the listener
@@ -223,6 +215,15 @@ int accept(int fd, struct sockaddr *addr, socklen_t *addrlen)
             return c;
         if (!r || (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) ||
             admit_address(r, &ss)) {
+            if ((ss.ss_family == AF_INET || ss.ss_family == AF_INET6) &&
+                tcp_guard_accepted(c) < 0) {
+                relay_log_refusal(
+                    "refused a connection on descriptor %d: the relay guards "
+                    "UCX's TCP connections below descriptor %d only",
+                    c, TCP_GUARD_FDS);
+                close(c);
+                continue;
+            }
             if (addr && addrlen) {
                 memcpy(addr, &ss, sl < *addrlen ? sl : *addrlen);
                 *addrlen = sl;
@@ -230,28 +231,13 @@ int accept(int fd, struct sockaddr *addr, socklen_t *addrlen)
             return c;
         }
         char host[64] = "?", port[16] = "?";
-        uint64_t now = relay_now_ms();
-        refused_at_accept++;
-        if (now - log_minute_ms >= 60000) {
-            uint64_t missed = atomic_exchange(&unlogged, 0);
-            log_minute_ms = now;
-            logged_this_minute = 0;
-            if (missed)
-                relay_log("refused %llu more connections from addresses not admitted in "
-                          "the last minute, not logged one by one (the status's "
-                          "\"refused\" counts every one)", (unsigned long long)missed);
-        }
-        if (logged_this_minute++ >= ADMIT_LOG_PER_MINUTE) {
-            unlogged++;
-            close(c);
-            continue;
-        }
         getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
                     NI_NUMERICHOST | NI_NUMERICSERV);
-        relay_log("refused a connection from %s:%s to UCX: %s is not a configured peer's "
-                  "address nor in an --allow-from range (add --allow-from %s if it is a "
-                  "relay)",
-                  host, port, host, host);
+        relay_log_refusal(
+            "refused a connection from %s:%s to UCX: %s is not a configured peer's "
+            "address nor in an --allow-from range (add --allow-from %s if it is a "
+            "relay)",
+            host, port, host, host);
         close(c);
     }
 }

@@ -527,6 +527,7 @@ static void transfer_finish(struct transfer *t, int code, const char *fmt, ...)
     }
     if (t->rkey)
         ucp_rkey_destroy(t->rkey);
+    tcp_guard_unpost(t);
     LIST_REMOVE(t, link);
     r->ntransfers--;
     free(t);
@@ -667,6 +668,7 @@ void fetch_on_data(struct peer *p, uint64_t id, size_t length, void *desc)
     param.user_data = t;
     param.memh = r->pool_memh;
     t->state = T_GETTING;
+    tcp_guard_post(t, t->ptr, length); /* over TCP the bytes come as put requests */
     req = ucp_am_recv_data_nbx(r->worker, desc, t->ptr, length, &param);
     if (UCS_PTR_IS_PTR(req)) {
         t->req = req;

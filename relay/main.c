@@ -168,6 +168,7 @@ static void on_status(const struct relay *r, json_t *reply)
 {
     json_object_set_new(reply, "transfers", json_integer((json_int_t)r->ntransfers));
     json_object_set_new(reply, "waiting", json_integer((json_int_t)fetch_waiters(r)));
+    json_object_set_new(reply, "tcp_puts", json_integer((json_int_t)tcp_guard_puts_allowed()));
     forward_status(r, reply);
 }
 

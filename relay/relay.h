@@ -244,6 +244,57 @@ int admit_allow_from(struct relay *r, const char *text, struct shmb_error *err);
  * connections from addresses not admitted: before UCX starts. */
 void admit_start(struct relay *r);
 
+/* tcp_guard.c: UCX 1.13's TCP transport parsed on the way in (recv()), so
+ * that its put requests land only in ranges the relay posted. */
+#define TCP_GUARD_FDS 4096 /* descriptors guarded: the relay holds a few hundred */
+enum tcp_stream_state {
+    TCP_STREAM_UNTRACKED, /* not a TCP stream UCX accepted or dialled */
+    TCP_STREAM_MAGIC,     /* accepted: the transport's magic number is due */
+    TCP_STREAM_DIALLED,   /* dialled, nothing sent yet: the first send tells */
+    TCP_STREAM_FRAMES,    /* the transport: messages, put requests and their bytes */
+    TCP_STREAM_PASS,      /* not the transport (the sockaddr listener's own) */
+    TCP_STREAM_REFUSED,   /* cut: every receive fails as a reset connection */
+};
+/* What this process sent on the stream: its own put requests, whose acks
+ * may come back. */
+struct tcp_stream_tx {
+    unsigned have;                /* bytes of hdr held */
+    unsigned char hdr[5 + 20];    /* the AM header, and a put request's body */
+    uint64_t magic_left, skip;    /* bytes still to pass: the magic number, a body */
+    uint32_t put_sn;              /* the last put request's number */
+    bool awaiting;                /* its ack has not come */
+};
+struct tcp_stream {
+    enum tcp_stream_state state;
+    struct tcp_stream_tx tx;
+    bool fed;                   /* bytes arrived before any was sent */
+    unsigned addr_len;          /* its family's sockaddr: 16 (IPv4) or 28 (IPv6) */
+    unsigned have;              /* bytes of hdr held */
+    unsigned char hdr[5 + 64];  /* the AM header, and a put request's or CM packet's body */
+    uint64_t skip;              /* bytes of a message still to pass unread */
+    uint64_t put_addr, put_left; /* an admitted put's bytes still to come, and where */
+};
+void tcp_stream_init(struct tcp_stream *s, enum tcp_stream_state state);
+/* n more bytes of s: 0, or -1 with why when they complete a message that is
+ * refused (s is then TCP_STREAM_REFUSED). */
+int tcp_stream_feed(struct tcp_stream *s, const unsigned char *p, size_t n, char *why,
+                    size_t whylen);
+/* n bytes this process sent on s (its put requests, for the acks). */
+void tcp_stream_sent(struct tcp_stream *s, const unsigned char *p, size_t n);
+/* UCX_TCP_RX_SEG_SIZE less the AM header: the longest message UCX can hold;
+ * and that setting's value read from text (NULL: unset) as UCX reads it. */
+size_t tcp_guard_am_max(void);
+size_t tcp_guard_rx_seg(const char *v);
+/* Peers may put into [ptr, ptr + len) until owner unposts it (which cuts a
+ * put under way into it). */
+void tcp_guard_post(const void *owner, const void *ptr, size_t len);
+void tcp_guard_unpost(const void *owner);
+/* Put requests let through so far. */
+uint64_t tcp_guard_puts_allowed(void);
+/* An accepted connection is to be parsed: 0, or -EMFILE when fd is past
+ * TCP_GUARD_FDS (the caller closes it). */
+int tcp_guard_accepted(int fd);
+
 /* ucx_guard.c: UCX 1.13's handlers of emulated RMA replaced by ones that
  * drop every emulated write, read and read reply (the relay makes and
  * answers none); another UCX version is left alone, and the relay says so. */

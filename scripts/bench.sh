@@ -262,16 +262,21 @@ fi
 # put+read = shmb_put (the payload copied into the client's arena, one
 # commit_at request) + shmb_read (the catalog in the mapping, validated
 # copy-out, no request), a new key each time, every byte written and read;
-# old plain = the matrix's put+get (alloc, commit, get, release_nowait) again,
-# and Redis SET+GET again, in this same run.
+# nowait = the same with shmb_put_nowait (no round trip waited for: the read
+# finds the commit in the catalog once the daemon published it, every put
+# confirmed by shmb_sync at the end); old plain = the matrix's put+get (alloc,
+# commit, get, release_nowait) again, and Redis SET+GET again, in this same
+# run, the cells' runs interleaved.
 say ""
 say "The new calls, per object: put+read = shmb_put through the arena (1 round trip) +"
 say "shmb_read (0 round trips: the catalog in the mapping), every byte written and read;"
-say "old = plain put+get as above (3 round trips); Redis = SET+GET. Measured again here, in"
-say "this run. fast: reads served from the mapping (the rest asked the daemon)."
+say "nowait = shmb_put_nowait + shmb_read (no round trip waited for); old = plain put+get"
+say "as above (3 round trips); Redis = SET+GET. Measured again here, in this run. fast:"
+say "reads served from the mapping (the rest asked the daemon), put+read's then nowait's."
 say ""
-hdr=$(printf '%-7s %3s | %10s %8s %8s %8s | %10s %6s | %10s %6s | %6s' \
-    size cl "new ops/s" "GB/s" "p50" "p99" "Redis op/s" "xRedis" "old op/s" "xold" "fast")
+hdr=$(printf '%-7s %3s | %10s %8s %8s %8s | %10s %6s | %10s %6s | %10s %6s | %6s %6s' \
+    size cl "new ops/s" "GB/s" "p50" "p99" "Redis op/s" "xRedis" "nowait/s" "xRedis" \
+    "old op/s" "xold" "fast" "fastnw")
 say "$hdr"
 say "$(printf '%s' "$hdr" | tr -c '|\n' '-')"
 for cell in 64:1 64:16 4096:1 4096:16 1048576:1; do
@@ -287,6 +292,11 @@ for cell in 64:1 64:16 4096:1 4096:16 1048576:1; do
     p_fast=$(field "$last" reads_fast)
     p_fb=$(field "$last" reads_fallback)
     p_first=$(field "$last" first_lap_ops_per_s)
+    run --mode putread-nowait --socket "$sock" --size "$size" --clients "$n" \
+        --seconds "$secs" --label "nowait-$size-$n" || die "shmbroker putread-nowait $lbl failed"
+    w_ops=$(field "$last" ops_per_s)
+    w_fast=$(field "$last" reads_fast)
+    w_fb=$(field "$last" reads_fallback)
     run --mode redis --redis-socket "$rsock" --size "$size" --clients "$n" \
         --seconds "$secs" --label "$lbl" || die "redis $lbl failed"
     r_ops=$(field "$last" ops_per_s)
@@ -295,10 +305,12 @@ for cell in 64:1 64:16 4096:1 4096:16 1048576:1; do
     run --mode putget --release-nowait --socket "$sock" --size "$size" --clients "$n" \
         --seconds "$secs" --label "old-$size-$n" || die "shmbroker putget $lbl failed"
     o_ops=$(field "$last" ops_per_s)
-    say "$(printf '%-7s %3s | %10.0f %8.3f %8.1f %8.1f | %10.0f %6.2f | %10.0f %6.2f | %5.1f%%' \
+    say "$(printf '%-7s %3s | %10.0f %8.3f %8.1f %8.1f | %10.0f %6.2f | %10.0f %6.2f | %10.0f %6.2f | %5.1f%% %5.1f%%' \
         "$(human "$size")" "$n" "$p_ops" "$p_gb" "$p_p50" "$p_p99" "$r_ops" \
-        "$(calc '%f' "$p_ops / $r_ops")" "$o_ops" "$(calc '%f' "$p_ops / $o_ops")" \
-        "$(calc '%f' "100 * $p_fast / ($p_fast + $p_fb + 0.000001)")")"
+        "$(calc '%f' "$p_ops / $r_ops")" "$w_ops" "$(calc '%f' "$w_ops / $r_ops")" \
+        "$o_ops" "$(calc '%f' "$p_ops / $o_ops")" \
+        "$(calc '%f' "100 * $p_fast / ($p_fast + $p_fb + 0.000001)")" \
+        "$(calc '%f' "100 * $w_fast / ($w_fast + $w_fb + 0.000001)")")"
 done
 say ""
 say "First lap of the new calls (objects/s over each run's first lap, then warm):"
@@ -308,8 +320,8 @@ say "$hdr"
 say "$(printf '%s' "$hdr" | tr -c '|\n' '-')"
 while IFS= read -r line; do say "$line"; done <"$tmp/first-new"
 say ""
-say "xRedis: put+read objects/s over Redis SET+GET objects/s (targets: >= 2 at 64 B and 4 KiB,"
-say ">= 4 at 1 MiB, one client); xold: over the old plain calls."
+say "xRedis: put+read (then put_nowait+read) objects/s over Redis SET+GET objects/s (targets:"
+say ">= 2 at 64 B and 4 KiB, >= 4 at 1 MiB, one client); xold: put+read over the old plain calls."
 
 # Hot reads: each reader process reads its own 64-byte key, put before the
 # clock, as fast as it can; 1, one per CPU, and 16 processes.

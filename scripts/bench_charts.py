@@ -26,6 +26,7 @@ import os
 import sys
 
 PEERS = [  # (label in the JSON, name on the chart)
+    ("nowait", "shmbroker put_nowait+read"),
     ("new", "shmbroker put+read"),
     ("shmb", "shmbroker put+get"),
     ("redis", "Redis SET+GET"),
@@ -68,6 +69,8 @@ def objects_series(rows, clients):
         bps = r["ops_per_s"] * size
         if mode == "putread" and label.startswith("new-"):
             out["new"][size] = bps
+        elif mode == "putread-nowait":
+            out["nowait"][size] = bps
         elif mode == "putget" and not label.startswith("old-"):
             out["shmb"][size] = bps
         elif mode == "redis" and not label.startswith("new-"):
@@ -239,10 +242,11 @@ def chart_queue_cpu(plt, rows, out):
 
 def chart_vllm(plt, rows, out):
     # Every measure but the first laps (a table of their own) and the
-    # fallocate reference; a ratio of 0 (ours used no CPU) has no place on a
+    # fallocate and memcpy references; a ratio of 0 (ours used no CPU) has no place on a
     # log scale and stays in the table.
     rows = [r for r in rows if r.get("mode") == "vllm" and r.get("ratio")
-            and "first:" not in r["key"] and "fallocate" not in r["key"]]
+            and "first:" not in r["key"] and "fallocate" not in r["key"]
+            and "memcpy_us" not in r["key"]]
     if not rows:
         return False
     fig, ax = plt.subplots(figsize=(9, 0.28 * len(rows) + 1.5))

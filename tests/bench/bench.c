@@ -44,12 +44,12 @@
 
 enum mode {
     M_PUT, M_GET, M_PUTGET, M_BPUT, M_BGET, M_BPUTGET, M_REDIS, M_RTT, M_MEMCPY,
-    M_SCALE, M_READY, M_PUTREAD, M_READ,
+    M_SCALE, M_READY, M_PUTREAD, M_READ, M_PUTREAD_NOWAIT,
 };
 
 static const char *const mode_names[] = {
     "put", "get", "putget", "batch-put", "batch-get", "batch-putget", "redis", "rtt",
-    "memcpy", "scale", "ready", "putread", "read",
+    "memcpy", "scale", "ready", "putread", "read", "putread-nowait",
 };
 
 struct options {
@@ -300,7 +300,10 @@ static int run_shmb(int id, struct client_result *r, int barrier)
 /* The new calls: putread = shmb_put (one round trip through the arena) and
  * shmb_read (no round trip: the catalog in the mapping) of a new key each
  * time, every byte written and read; read = shmb_read of one hot key put
- * before the clock starts. Each client reports how its reads were served.
+ * before the clock starts; putread-nowait = shmb_put_nowait (the commit not
+ * waited for) and shmb_read, which finds the commit in the catalog once the
+ * daemon published it (shmb_set_read_wait), every put confirmed by
+ * shmb_sync at the end. Each client reports how its reads were served.
  * Once the clients run, a read run makes no system call (the clock is the
  * vDSO's): strace -c -f counts as many calls for a thousand reads as for a
  * million (scripts/bench.sh). */
@@ -329,10 +332,11 @@ static int run_reads(int id, struct client_result *r, int barrier)
     r->start_ns = now_ns();
     while (keep_going(r)) {
         t = now_ns();
-        if (opt.mode == M_PUTREAD) {
+        if (opt.mode != M_READ) {
             make_key(key, sizeof(key), id, i);
             src[0] = (unsigned char)i;
-            if (shmb_put(c, key, src, opt.size, 0) != 0)
+            if ((opt.mode == M_PUTREAD_NOWAIT ? shmb_put_nowait(c, key, src, opt.size, 0)
+                                              : shmb_put(c, key, src, opt.size, 0)) != 0)
                 return client_fail(r, "put %s: %s: %s", key, shmb_errname(c), shmb_errmsg(c));
         }
         if (shmb_read(c, key, dst, opt.size, &n) != 0)
@@ -342,6 +346,9 @@ static int run_reads(int id, struct client_result *r, int barrier)
         i++;
     }
     r->end_ns = now_ns();
+    /* Every put sent without waiting was made, or the run says so. */
+    if (shmb_sync(c) != 0)
+        return client_fail(r, "sync: %s: %s", shmb_errname(c), shmb_errmsg(c));
     shmb_read_stats(c, &rs);
     r->fast = rs.fast;
     r->fallback = rs.fallback;
@@ -721,6 +728,7 @@ static int run_clients(void)
             case M_MEMCPY: rc = run_memcpy(r, gate[0]); break;
             case M_RTT: rc = run_rtt(r, gate[0], echo_path); break;
             case M_PUTREAD:
+            case M_PUTREAD_NOWAIT:
             case M_READ: rc = run_reads(i, r, gate[0]); break;
             default: rc = run_shmb(i, r, gate[0]); break;
             }
@@ -932,7 +940,9 @@ static void usage(FILE *out)
             "one JSON line (ops/s, GB/s, p50/p99/p99.9 latency in microseconds).\n\n"
             "  --mode MODE       put, get, putget (plain calls); batch-put, batch-get,\n"
             "                    batch-putget (put_many/get_many/release_many); putread\n"
-            "                    (shmb_put through the arena + shmb_read); read (shmb_read\n"
+            "                    (shmb_put through the arena + shmb_read); putread-nowait\n"
+            "                    (shmb_put_nowait + shmb_read: no round trip waited for,\n"
+            "                    shmb_sync at the end); read (shmb_read\n"
             "                    of one hot key per client, no system call); redis\n"
             "                    (SET+GET over --redis-socket); rtt (bare Unix-socket\n"
             "                    round trip to an echo server it forks); memcpy; scale\n"

@@ -34,6 +34,7 @@ import importlib.util
 import ipaddress
 import json
 import logging
+import mmap
 import multiprocessing
 import os
 import pickle
@@ -236,6 +237,34 @@ def human(size):
     return "%d B" % size
 
 
+def memcpy_reference(seconds):
+    """The copies a 1 MiB object's put and get cannot do without, timed in
+    this process: microseconds to copy 1 MiB into memory mapped and touched
+    but not in the cache (a new place each time, as a ring's), and out of
+    such memory into a new bytearray (as a get that copies). (in, out)."""
+    span = 64 * MIB  # twice this VM's last-level cache: each place is cold again
+    m = mmap.mmap(-1, span)
+    view = memoryview(m)
+    try:
+        for off in range(0, span, 4096):
+            view[off] = 1  # written: a page only read maps the zero page
+        src = bytes(range(256)) * (MIB // 256)
+        clock = time.perf_counter
+        out = []
+        for copy in (lambda at: view.__setitem__(slice(at, at + MIB), src),
+                     lambda at: bytearray(view[at:at + MIB])):
+            n, t0, at = 0, clock(), 0
+            while n < 20 or clock() - t0 < seconds:
+                copy(at)
+                at = (at + MIB) % span
+                n += 1
+            out.append((clock() - t0) / n * 1e6)
+        return tuple(out)
+    finally:
+        view.release()
+        m.close()
+
+
 def store_reader(side, handle, conn):
     """Get each pair the writer sends, timing the get() alone; "gets" sends
     the seconds and the count of the gets since the last "gets"."""
@@ -315,6 +344,9 @@ def store_writer(side, opts, out):
             here.recv()
             pairs(seconds=opts.secs / 5)  # untimed
             res[name], res["put_us:" + name], res["get_us:" + name] = pairs(seconds=opts.secs)
+        # What bounds the 1 MiB cells in this process: the copy into the ring
+        # and the copy out of it, each side's own (ratios about 1).
+        res["memcpy_us:1 MiB in"], res["memcpy_us:1 MiB out"] = memcpy_reference(opts.secs / 5)
     finally:
         here.send(None)
         reader.join(60)
@@ -472,7 +504,7 @@ def run_round(side, opts):
 def higher_is_better(key):
     short = key.split(" ", 1)[1]
     return not (short.startswith(("p50:", "p99:", "cpu:", "cpu-us/msg:", "idle", "open_s",
-                                  "fallocate_s", "put_us:", "get_us:")))
+                                  "fallocate_s", "put_us:", "get_us:", "memcpy_us:")))
 
 
 def summarize(rounds):
@@ -534,7 +566,9 @@ def print_report(summary, opts, nrounds, vllm_name):
       " idle cpu = in the first %g s after the last message; open_s = opening the store "
       "(fallocate_s: posix_fallocate of the ring's size alone, the reference for ours);"
       " put_us/get_us = microseconds spent inside put() in the writer and inside get() in the"
-      " reader, per pair of the measured lock-step." % opts.idle)
+      " reader, per pair of the measured lock-step; memcpy_us = microseconds to copy 1 MiB into"
+      " (in) or out of (out) memory that is mapped but not in the cache, in each side's process:"
+      " what bounds a pair of 1 MiB objects." % opts.idle)
 
 
 def main():

@@ -110,6 +110,44 @@ class TestPutNowait(support.DaemonTest):
         for key, value in values.items():
             self.assertEqual(self.c.read(key), value)
 
+    # The put whose commit asks for the next arena does not wait for that
+    # arena: with the daemon stopped (SIGSTOP), puts go on until the arena
+    # held runs low, the last of them sending the request; once the daemon
+    # runs again, the next put takes the arena granted, and every object
+    # lands whole.
+    def test_next_arena_not_waited_for(self):
+        import threading
+        self.c.put_nowait("first", b"f" * 100)  # the first arena, waited for
+        self.assertGreater(self.c._arena.size, 0)
+        values = {}
+        done = []
+
+        def puts():
+            for i in range(1000):  # bounded; the arena runs low long before
+                key = "s%d" % i
+                values[key] = bytes([i % 251]) * 16000
+                self.c.put_nowait(key, values[key])
+                if self.c._arena.size == 0:  # this put asked for the next one
+                    break
+            done.append(True)
+
+        os.kill(self.d.proc.pid, signal.SIGSTOP)
+        try:
+            writer = threading.Thread(target=puts, daemon=True)
+            writer.start()
+            writer.join(20)
+            stopped_done = bool(done)
+        finally:
+            os.kill(self.d.proc.pid, signal.SIGCONT)
+        writer.join(20)
+        self.assertTrue(stopped_done, "a put waited for the stopped daemon")
+        self.c.put_nowait("after", b"a" * 100)  # takes the arena asked for
+        self.assertGreater(self.c._arena.size, 0)
+        self.c.sync()
+        values["first"], values["after"] = b"f" * 100, b"a" * 100
+        for key, value in values.items():
+            self.assertEqual(self.c.read(key), value)
+
     # A read-only client has no arena: put_nowait says so, nothing sent.
     def test_read_only(self):
         reader = self.d.client(read_only=True)

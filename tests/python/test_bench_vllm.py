@@ -132,9 +132,28 @@ class BenchVllmTest(unittest.TestCase):
         r = self.run_harness("--quick", "--seconds", "0.05", "--only", "store", "--json", out)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         with open(out) as f:
-            keys = [json.loads(line)["key"] for line in f]
+            rows = {row["key"]: row for row in map(json.loads, f)}
+        keys = list(rows)
         self.assertIn("store get_us:16 MiB", keys)
+        # The copies that bound the 1 MiB cells, timed in each side's process.
+        self.assertIn("store memcpy_us:1 MiB in", keys)
+        self.assertIn("store memcpy_us:1 MiB out", keys)
+        self.assertFalse(rows["store memcpy_us:1 MiB in"]["higher_is_better"])
         self.assertEqual([k for k in keys if not k.startswith("store ")], [])
+
+    # profile_store.py times the steps of put and get in the store's
+    # lock-step and names each, with put's and get's own wall and CPU time.
+    def test_profile_store(self):
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench",
+                                                         "profile_store.py"),
+                            "--cell", "dict", "--pairs", "30", "--ring-mib", "64"],
+                           capture_output=True, text=True, timeout=120, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        for line in ("put put (wall)", "put put (cpu)", "put Wire._send",
+                     "put PickleSerde.serialize", "get get (wall)",
+                     "get PickleSerde.deserialize", "get ShmBrokerObjectStorage._get_mapped"):
+            self.assertIn(line, r.stdout)
+        self.assertRegex(r.stdout, r"dict: \d+ pairs/s in lock-step")
 
     # --only queue, --readers and --queue-cells measure the queue alone, with
     # the reader counts and the cells asked for: nothing of the store, no

@@ -537,6 +537,115 @@ class TwoFrameFastPathTest(unittest.TestCase):
                           memoryview(bad)[:len(bad) - 1])
 
 
+@unittest.skipUnless(_futex.supported, _futex.why_unsupported or "")
+class PickledIntoSlotTest(DaemonTest):
+    """A writer whose last pickled message was large (DIRECT_MIN or more,
+    and fitted a slot) pickles the next one straight into its slot, with no
+    stream of its own; a small or oversized one sends it back to
+    pickle.dumps. Whichever way, readers get the same messages in order."""
+
+    DAEMON_SIZE = BufferMessageTest.DAEMON_SIZE
+    SLOT = BufferMessageTest.SLOT
+    pair = BufferMessageTest.pair
+    slot_frames = BufferMessageTest.slot_frames
+
+    def counted(self):
+        """Counters of the two ways a pickled message is written."""
+        from shmbroker import _queue_messages
+        calls = {"dumps": 0, "into": 0}
+
+        def dumps(obj, _real=_queue_messages.pickle_frames):
+            calls["dumps"] += 1
+            return _real(obj)
+
+        def into(view, obj, _real=_queue_messages._pickle_into):
+            calls["into"] += 1
+            return _real(view, obj)
+
+        for name, fake in (("pickle_frames", dumps), ("_pickle_into", into)):
+            patch = unittest.mock.patch.object(_queue_messages, name, fake)
+            patch.start()
+            self.addCleanup(patch.stop)
+        return calls
+
+    def send(self, mq, reader, msgs):
+        for i, msg in enumerate(msgs):
+            mq.enqueue(msg)
+            got = reader.dequeue(timeout=WAIT)
+            if np is not None and isinstance(msg, tuple) and any(
+                    isinstance(m, np.ndarray) for m in msg):
+                self.assertEqual(len(got), len(msg), i)
+                for a, b in zip(msg, got):
+                    self.assertTrue(np.array_equal(a, b) if isinstance(a, np.ndarray)
+                                    else a == b, i)
+            else:
+                self.assertEqual(got, msg, i)
+
+    # After one large message, the next large ones skip pickle.dumps; the
+    # slot holds them in the frames layout, byte for byte what dumps'
+    # stream unpickles to.
+    def test_large_messages_pickled_into_their_slot(self):
+        mq, reader = self.pair()
+        calls = self.counted()
+        big = [("step", i, os.urandom(40 * 1024)) for i in range(4)]
+        for i, msg in enumerate(big):
+            n = mq._area.published()
+            mq.enqueue(msg)
+            parts = self.slot_frames(mq, n)
+            self.assertEqual(len(parts), 1, i)
+            self.assertEqual(pickle.loads(parts[0]), msg, i)
+            self.assertEqual(reader.dequeue(timeout=WAIT), msg, i)
+        self.assertEqual(calls, {"dumps": 1, "into": 3})
+
+    # A small message after large ones goes into its slot too (nobody knows
+    # its size before pickling it) and sends the next back to dumps; so does
+    # one that does not fit a slot, which becomes an overflow object.
+    def test_small_and_oversized_messages_go_back_to_dumps(self):
+        mq, reader = self.pair()
+        calls = self.counted()
+        self.send(mq, reader, [("a", os.urandom(40 * 1024)), ("b", os.urandom(40 * 1024)),
+                               "small", "small again"])
+        self.assertEqual(calls, {"dumps": 2, "into": 2})
+        self.send(mq, reader, [("c", os.urandom(40 * 1024)),
+                               ("too big", os.urandom(3 * self.SLOT)),
+                               ("d", os.urandom(40 * 1024))])
+        # c by dumps, the one too big tried in its slot then by dumps, d by
+        # dumps again (the last did not fit).
+        self.assertEqual(calls, {"dumps": 5, "into": 3})
+        self.send(mq, reader, [("e", os.urandom(40 * 1024))])
+        self.assertEqual(calls, {"dumps": 5, "into": 4})
+
+    # Out-of-band buffers (numpy arrays) follow the stream in the slot as
+    # frames 1 and on; more than a 64-byte header lists go by dumps.
+    @unittest.skipIf(np is None, "numpy is not installed")
+    def test_out_of_band_buffers_after_the_stream(self):
+        mq, reader = self.pair()
+        calls = self.counted()
+        two = ("two", os.urandom(40 * 1024), np.arange(1000.0), np.arange(7, dtype=np.int8))
+        self.send(mq, reader, [("warm", os.urandom(40 * 1024))])
+        n = mq._area.published()
+        self.send(mq, reader, [two])
+        self.assertEqual(len(self.slot_frames(mq, n)), 3)
+        self.assertEqual(calls, {"dumps": 1, "into": 1})
+        six = tuple([os.urandom(40 * 1024)] + [np.arange(i + 1.0) for i in range(6)])
+        self.send(mq, reader, [six, two, two])
+        # six tried in its slot, then by dumps, and so the first two after
+        # it; the second two in its slot again.
+        self.assertEqual(calls, {"dumps": 3, "into": 3})
+
+    # A message pickle refuses, pickled into its slot, raises as pickle
+    # raises and publishes nothing; the queue goes on.
+    def test_unpicklable_message_publishes_nothing(self):
+        mq, reader = self.pair()
+        self.send(mq, reader, [("warm", os.urandom(40 * 1024))])
+        n = mq._area.published()
+        with self.assertRaises((pickle.PicklingError, AttributeError, TypeError)):
+            mq.enqueue(("local", lambda: 0))
+        self.assertEqual(mq._area.published(), n)
+        self.send(mq, reader, [("after", os.urandom(40 * 1024)), "then small"])
+
+
+
 def _is_tensor(obj):
     return torch is not None and isinstance(obj, torch.Tensor)
 

@@ -10,6 +10,7 @@ writer, whose next put is made."""
 
 import json
 import os
+import pickle
 import shutil
 import signal
 import tempfile
@@ -404,10 +405,12 @@ class MappedPathTest(unittest.TestCase):
         self.assertEqual(len(looks), 2)
         self.assertEqual(store.ring_buffer.client.stats()["counters"]["gets"], gets)
 
-    # The serde reads back what it made of bytes or a bytearray without the
-    # general frames parse, and gives what the general path gives (the same
-    # value, or the same error) for those payloads and for each of them
-    # altered: magic, count, lengths, stream, size.
+    # The serde reads back what it made of bytes or a bytearray, or of a
+    # value with one out-of-band buffer (a numpy array in a dict, here a
+    # PickleBuffer), without the general frames parse, and gives what the
+    # general path gives (the same value, or the same error) for those
+    # payloads and for each of them altered: magic, count, lengths, stream,
+    # size.
     def test_out_of_band_fast_path(self):
         serde = vllm.PickleSerde()
 
@@ -445,6 +448,13 @@ class MappedPathTest(unittest.TestCase):
             self.assertEqual(len(payload), total)
             payloads.append(payload)
             self.assertEqual(outcome(serde.deserialize, payload)[1], value)
+        # One buffer out of band, read back as its own copy (a bytearray).
+        pieces, total, _md, _n = serde.serialize(
+            {"buf": pickle.PickleBuffer(bytearray(b"z" * 5000)), "i": 1})
+        payloads.append(b"".join(bytes(p) for p in pieces))
+        self.assertEqual(len(payloads[-1]), total)
+        self.assertEqual(serde.deserialize(memoryview(payloads[-1]).toreadonly()),
+                         {"buf": bytearray(b"z" * 5000), "i": 1})
         for payload in payloads:
             for data in altered(payload):
                 self.assertEqual(outcome(serde.deserialize, data), outcome(general, data))
@@ -453,6 +463,8 @@ class MappedPathTest(unittest.TestCase):
             self.assertEqual(serde.deserialize(memoryview(payloads[0])), b"x" * 1024)
             self.assertEqual(serde.deserialize(memoryview(payloads[2])),
                              bytearray(b"y" * 70001))
+            self.assertEqual(serde.deserialize(memoryview(payloads[-1]).toreadonly()),
+                             {"buf": bytearray(b"z" * 5000), "i": 1})
 
     # The commit line's key is written without json.dumps when it is
     # printable ASCII with no quote or backslash, and as json.dumps writes

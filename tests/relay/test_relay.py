@@ -627,6 +627,88 @@ def case_forged_get_reply(tmp, key, a):
             os.unlink(e_sock)
 
 
+def uct_tcp_ports(host):
+    """The ports host's relay listens on at its address besides --listen:
+    UCX's TCP interface's own listener, which takes the transport's
+    connections (another listens on the loopback device)."""
+    out = sh("ip", "netns", "exec", host.ns, "ss", "-Hltnp").stdout
+    ports = []
+    for line in out.splitlines():
+        if "pid=%d," % host.relay_pid() in line:
+            addr, port = line.split()[3].rsplit(":", 1)
+            if int(port) != PORT and addr in (host.ip, "*", "0.0.0.0", "[::]"):
+                ports.append(int(port))
+    return ports
+
+
+def case_tcp_put(key, a, b):
+    """Below UCP, UCX 1.13's TCP transport takes a "PUT request" (an address,
+    a length, then the bytes) on any of its connections and writes the bytes
+    where it says, before the relay hears any proof of the key. An admitted
+    address (here B's) that speaks the transport by hand, aiming at A's pool
+    header (whose first 8 bytes are the canary) and at an unmapped address
+    (where the write would kill A's relay), or sending a connection request
+    whose address is not of the stream's family (UCX asserts its size, and
+    aborts), is cut at once: the header is unchanged, A's relay lives, both
+    daemons serve, and a fetch that the transport carries by PUT requests of
+    its own still arrives byte-identical."""
+    seg = "/dev/shm/" + TAG + "A"
+    with open("/proc/%d/maps" % a.relay_pid()) as f:
+        base = [l.split("-")[0] for l in f if l.rstrip().endswith(seg)][:1]
+    with open(seg, "rb") as f:
+        header = f.read(8)
+    ports = uct_tcp_ports(a)
+    refused = a.status()["refused"]
+    for where, addr, mode in (("at A's pool header", "0x" + (base or ["0"])[0], "tcpput"),
+                              ("at an unmapped address", "0x1000", "tcpput"),
+                              ("of a connection request with an IPv6-sized address on "
+                               "IPv4 (UCX asserts its size)", "0", "tcpconnreq"),
+                              ("of a put's acknowledgement for no put (UCX asserts one is "
+                               "awaited)", "0", "tcpputack")):
+        outs = []
+        for port in ports:
+            r = subprocess.run(["ip", "netns", "exec", NS_B, HOSTILE, "%s:%d" % (IP_A, port),
+                                key, mode], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=WAIT,
+                               env=dict(os.environ, HOSTILE_ADDR=addr))
+            outs.append((port, r.returncode, (r.stdout + r.stderr).strip()[-200:]))
+        time.sleep(0.5)
+        with open(seg, "rb") as f:
+            after = f.read(8)
+        alive = a.relay.poll() is None
+        report(base and ports and after == header and alive
+               and all(rc == 0 for _, rc, _ in outs),
+               "a TCP transport message %s from an admitted address that did not "
+               "prove the key is cut, writes nothing and stops nothing" % where,
+               "ports %s, header %r -> %r, relay %s; hostile: %s"
+               % (ports, header, after, "alive" if alive else
+                  "died (%s)" % a.relay.poll(), outs))
+    want = put_random(b, "tcpput-fetch", 3 << 20)
+    got, err, puts = None, "", None
+    try:
+        wait_for("the relays to connect again", lambda: a.connected() and b.connected())
+        puts = a.status()["tcp_puts"]
+        with a.client() as c:
+            c.fetch("B", "tcpput-fetch")
+        got = digest_of(a, "tcpput-fetch")
+        status = a.status()
+    except (AssertionError, OSError, errors.ShmBrokerError) as e:
+        err, status = repr(e), {}
+    report(got == want and status.get("refused", 0) >= refused + 4
+           and status.get("tcp_puts", 0) > (puts or 0),
+           "after those PUT requests the relays and both daemons serve, and a 3 MiB fetch "
+           "(its bytes PUT by the transport into the allocation) arrives byte-identical",
+           "%s; refused %s -> %s, put requests let through %s -> %s %s" % (
+               "byte-identical" if got == want else "got %s" % got, refused,
+               status.get("refused"), puts, status.get("tcp_puts"), err))
+    for h in (a, b):
+        try:
+            with h.client() as c:
+                c.delete("tcpput-fetch")
+        except (OSError, errors.ShmBrokerError):
+            pass
+
+
 def run_cases(tmp, a, b, key):
     wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
     report(True, "relays connect and prove the key both ways")
@@ -981,6 +1063,8 @@ def run_cases(tmp, a, b, key):
                                           "ok": "behaves"}[mode],
                                          "disconnected" if want_closed else "kept"),
                r.stdout.strip() + " " + r.stderr.strip()[-300:])
+    case_tcp_put(key, a, b)
+
     # A connection that has not proved the key reads and writes nothing by
     # RMA, even knowing where the pool lies (here from /proc): over TCP UCX
     # emulates RMA and checks neither a remote key nor the proof, and such a

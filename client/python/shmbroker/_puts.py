@@ -34,7 +34,9 @@ class Puts:
         copied into this connection's arena and its commit_at sent with
         "noreply" (shmb_put_nowait). Returns the payload's offset. The
         object is visible to every client once any later request of this
-        client has been answered (sync() is one).
+        client has been answered (sync() is one); this client's read() of
+        it finds it before that (it waits read_wait for the commit, then
+        asks the daemon).
 
         A put sent so that the daemon refused it (its key taken, say) is
         reported by the next put_nowait() or sync(): Cancelled (ECANCELED)
@@ -126,6 +128,26 @@ class Puts:
                                 "connection go without one." % (reply, self.info["data_offset"],
                                                                 self.info["data_size"]))
 
+    def _take_due_arena(self, quiet=True):
+        """Read the reply to the arena request that a put's commit sent
+        without waiting for it (_commit_at) and hold what it granted: the
+        daemon answered it while the caller went on, so this reads a line
+        that is mostly there already. Called before any later reply is read,
+        which comes after it. A refusal is recorded as _arena_reply records
+        it; quiet: not raised (the put that needs an arena asks again or goes
+        through alloc and commit), unless the connection went."""
+        due, self._arena_due = self._arena_due, None
+        try:
+            self._arena_reply(due)
+        except ShmBrokerError:
+            if not quiet or self._sock is None:
+                raise
+        except BaseException:
+            # Interrupted part way through the line: the next reply would
+            # meet its rest, so the connection goes (reconnect() to go on).
+            self._disconnect(keep_map=True)
+            raise
+
     def _put_arena(self, key, part, total, readers, nowait, write=None, before_commit=None):
         """A put through the arena: (payload offset, chunk id; None when
         the put went through alloc and commit, whose chunk header holds it).
@@ -165,12 +187,16 @@ class Puts:
             for _attempt in range(2):
                 if not arena.room(chunk):
                     try:
-                        want = self._next_id()
-                        out = self._pending_lines() if self._later else []
-                        out.append(b'{"op":"arena","id":%d,"size":%d}\n'
-                                   % (want, arena.ask(self.info, chunk, self.arena_want)))
-                        self._send(b"".join(out))
-                        self._arena_reply(want)
+                        if self._arena_due is not None:
+                            # Asked for with the last commit: mostly answered by now.
+                            self._take_due_arena(quiet=False)
+                        if not arena.room(chunk):
+                            want = self._next_id()
+                            out = self._pending_lines() if self._later else []
+                            out.append(b'{"op":"arena","id":%d,"size":%d}\n'
+                                       % (want, arena.ask(self.info, chunk, self.arena_want)))
+                            self._send(b"".join(out))
+                            self._arena_reply(want)
                     except ShmBrokerError as e:
                         if self._sock is None:
                             raise
@@ -233,6 +259,7 @@ class Puts:
             if self._unconfirmed[0] == 0:
                 self._unconfirmed[1] = key
             self._unconfirmed[0] += 1
+            self._landing = key  # read() of it waits for its commit (Reads)
             arena.cursor += chunk
         else:
             reply = self._exchange_line_reply(cid)
@@ -248,7 +275,13 @@ class Puts:
                     arena.cursor += chunk  # stepped over by the daemon as well
                 elif err.code == "ESTALE" or unsure:
                     arena.drop()
-        if refill:
+        if refill and nowait:
+            # Its reply is read when the next put needs the arena, or before
+            # any other reply: this put waits for nothing. The arena held
+            # goes now, as the daemon gives it back on granting the next.
+            arena.drop()
+            self._arena_due = aid
+        elif refill:
             try:
                 self._arena_reply(aid)
             except ShmBrokerError:
@@ -262,6 +295,8 @@ class Puts:
 
     def _exchange_line_reply(self, want):
         """The reply (ok or not) of the request of id want, already sent."""
+        if self._arena_due is not None and self._arena_due != want:
+            self._take_due_arena()  # its reply comes first
         line = self._read_line()
         try:
             reply = json.loads(line)

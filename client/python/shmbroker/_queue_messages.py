@@ -11,9 +11,11 @@ message's bytes are _queue_codec's, the slot's waits and turns _Area's.
 import contextlib
 
 from . import client as _client
-from ._queue_codec import _decode, _message_frames, _message_size, _read_message, _write_message
+from ._queue_codec import (DIRECT_MAX_FRAMES, DIRECT_MIN, _buffer_frames, _decode,
+                           _message_size, _pickle_into, _read_message, _write_message)
 from ._queue_layout import SLOT_INLINE, SLOT_OBJECT, _corrupt
 from .errors import ConnectionLost, InvalidRequest, KeyExists, NotFound, ShmBrokerError
+from .pickling import pickle_frames
 
 
 _WRITE_BUSY = ("This writer is already writing a message (inside an acquire_write() block, "
@@ -43,6 +45,11 @@ class _Messages:
     """The data path of a MessageQueue (mixed into it): writing and reading
     messages in the slots, and the overflow objects of larger ones."""
 
+    # Whether the writer's next pickled message goes straight into its slot
+    # (_queue_codec's "pickled straight into a slot"): its last one was at
+    # least DIRECT_MIN and fitted a slot.
+    _direct = False
+
     def enqueue(self, obj, timeout=None):
         """Send obj to every reader: pickled (protocol 5, out-of-band buffers
         written in place) into the next slot, or into a store object when it
@@ -55,10 +62,12 @@ class _Messages:
         if not self._is_writer:
             self._writer_only("enqueue")
         area = self._area_for_call()
-        bufs = _message_frames(obj)
+        bufs = _buffer_frames(obj)
+        if bufs is None and not self._direct:
+            bufs = pickle_frames(obj)
         area.begin(_WRITE_BUSY)
         try:
-            self._enqueue(area, bufs, timeout)
+            self._enqueue(area, bufs, timeout, obj)
         finally:
             area.end()
 
@@ -96,11 +105,25 @@ class _Messages:
             raise ConnectionLost("ENOTCONN", "This MessageQueue is closed.")
         return area
 
-    def _enqueue(self, area, bufs, timeout):
-        total = _message_size(bufs)
+    def _enqueue(self, area, bufs, timeout, obj=None):
+        """Write the message of frames bufs (None: obj, pickled straight into
+        the slot) into the next slot, or into an overflow object."""
         payload = self._reserve(area, timeout)
         try:
             n = area.head
+            if bufs is None:
+                total = _pickle_into(payload, obj)
+                # Straight into the slot while messages are large and fit.
+                self._direct = total is not None and total >= DIRECT_MIN
+                if total is not None:
+                    area.publish(SLOT_INLINE, total)
+                    return
+                bufs = pickle_frames(obj)
+            total = _message_size(bufs)
+            if bufs[0].nbytes >= DIRECT_MIN and len(bufs) <= DIRECT_MAX_FRAMES:
+                # A large stream: the next message goes straight into its
+                # slot when this one fits one.
+                self._direct = total <= area.slot_size
             if total <= area.slot_size:
                 _write_message(payload[:total], bufs)
                 area.publish(SLOT_INLINE, total)

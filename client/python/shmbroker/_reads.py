@@ -10,6 +10,7 @@ _poller, _looked). The catalog's layout and its checked copy are
 _catalog.py's; what the catalog cannot say is asked of the daemon with get().
 """
 
+import os
 import time
 
 from . import _catalog
@@ -26,12 +27,25 @@ from .errors import BufferTooSmall, ConnectionLost, NotFound
 _LOOK_S = 0.010
 _monotonic = time.monotonic  # from the vDSO: no system call
 _NOTHING = memoryview(bytearray(0))  # a buffer no payload fits in
+# How long read() of the key this client last put without waiting looks at
+# the catalog for its commit, while that put is unanswered (the daemon
+# publishes it within one wake-up, well under the round trip asking would
+# cost), and for how much of that it looks again at once before it yields
+# the CPU between looks: shmb_set_read_wait's default and client/read.c's.
+READ_WAIT_S = 200e-6
+_LANDING_SPIN_S = 20e-6
 
 
 class Reads:
     """The catalog half of Client's reads: copies from the mapping, checked
     against the chunk's generation and key, and the daemon asked when the
     catalog cannot say."""
+
+    # The key of this client's last put_nowait (Puts), and how long read()
+    # of it waits for its commit to land in the catalog (seconds; 0 asks
+    # the daemon at once).
+    _landing = None
+    read_wait = READ_WAIT_S
 
     def read(self, key):
         """The object's bytes, copied out, counted as one read (as get()).
@@ -141,9 +155,17 @@ class Reads:
         cat = self._catalog
         if cat is None or not self._served(cat, key):
             return None
-        found = cat.lookup(key, key.encode("utf-8", "surrogatepass"))
-        what, value, gen, flags, chunk, retries = cat.read(found, out)
+        raw = key.encode("utf-8", "surrogatepass")
+        what, value, gen, flags, chunk, retries = cat.read(cat.lookup(key, raw), out)
         self._reads[2] += retries
+        if what != _catalog.HIT and what != _catalog.NOBUFS and self._unconfirmed[0] > 0:
+            # A miss proves nothing while puts sent without waiting are
+            # unanswered: their commits may not be handled yet. The last
+            # one's is looked for a moment; else the daemon, which handles
+            # the connection's requests in order, answers after them.
+            if key != self._landing:
+                return None
+            what, value, gen, flags, chunk = self._read_landing(cat, key, raw, out)
         if what == _catalog.HIT:
             self._reads[0] += 1
             if flags & P.CATALOG_AWAITED:
@@ -156,6 +178,25 @@ class Reads:
             self._reads[0] += 1
             raise _too_small(key, len(out), value)
         return None
+
+    def _read_landing(self, cat, key, raw, out):
+        """cat.read() of key again until it hits or read_wait ends, looking
+        again at once for _LANDING_SPIN_S, then yielding the CPU between
+        looks (the daemon may be waiting for this one). A miss at the end
+        says nothing (the caller asks the daemon)."""
+        start = _monotonic()
+        deadline = start + self.read_wait
+        spin_end = start + _LANDING_SPIN_S
+        while True:
+            now = _monotonic()
+            if now >= deadline:
+                return None, None, 0, 0, 0
+            if now >= spin_end:
+                os.sched_yield()
+            what, value, gen, flags, chunk, retries = cat.read(cat.lookup(key, raw), out)
+            self._reads[2] += retries
+            if what == _catalog.HIT or what == _catalog.NOBUFS:
+                return what, value, gen, flags, chunk
 
     def _count_read(self, key, chunk, gen):
         """Count one awaited read of the object read in place (inside the

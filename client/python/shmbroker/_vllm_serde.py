@@ -109,16 +109,21 @@ class PickleSerde(ObjectSerde):
         """The value of a frames payload (ProtocolError when data is not one)."""
         mv = data if type(data) is memoryview else memoryview(data)
         if mv.format == "B" and mv.ndim == 1 and mv.nbytes >= _FRAMES_TWO.size:
-            # What serialize() made of bytes or a bytearray, told from its
-            # header and stream with the checks of frames.parse(), without
-            # the general parse: the get of such a value is mostly this.
+            # Two frames, a pickle stream and one out-of-band buffer (bytes
+            # or a bytearray as serialize() lays them out, a numpy array in
+            # a dict...), told from the header with the checks of
+            # frames.parse() for two frames, without the general parse: the
+            # get of such a value is mostly this.
             magic, count, flags, len0, n = _FRAMES_TWO.unpack_from(mv, 0)
             if magic == _frames.MAGIC and count == 2 and flags == 0:
-                for cls, stream in _OOB_STREAMS.items():
-                    start = len(_OOB_PREFIXES[cls])
-                    if (len0 == len(stream) and start + n == mv.nbytes
-                            and mv[64:64 + len0] == stream):
-                        return cls(mv[start:])
+                start = P.align64(64 + len0)
+                if start + n == mv.nbytes:
+                    stream = mv[64:64 + len0]
+                    for cls, oob in _OOB_STREAMS.items():
+                        if len0 == len(oob) and stream == oob:
+                            return cls(mv[start:])
+                    # One copy of the buffer: the value owns its memory.
+                    return pickle.loads(stream, buffers=(bytearray(mv[start:]),))
         parts = _frames.parse(data)
         if len(parts) == 2:
             # bytes or a bytearray sent out of band: made from the buffer

@@ -173,6 +173,7 @@ class Wire:
         self._rbuf = bytearray()
         self._later.clear()
         self._arena.drop()
+        self._arena_due = None
         self._unconfirmed_lost()
         self._gen += 1
         extents, self._extents = self._extents, weakref.WeakSet()
@@ -396,6 +397,8 @@ class Wire:
     def _exchange_line(self, line, want, fds=None, first=False):
         """Send line (encoded, newline included) after any queued releases
         and return its reply dict, which must carry the id want."""
+        if self._arena_due is not None and not first:
+            self._take_due_arena()  # its reply comes first
         out = self._pending_lines() if self._later else []
         out.append(line)
         try:

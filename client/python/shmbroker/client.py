@@ -327,6 +327,9 @@ class Client(Wire, Mapping, Puts, Reads):
         self._seal_base = None
         self._reads = [0, 0, 0]  # read(): fast, fallback, retries
         self._arena = _arena.Arena()
+        # The id of an arena request a commit sent without waiting, its
+        # reply not read yet (read before any later reply: _take_due_arena).
+        self._arena_due = None
         self.arena_want = ARENA_DEFAULT  # 0: puts go without an arena
         # Puts sent without waiting that no reply has confirmed since:
         # [count, the first one's key]; and those refused or maybe lost,

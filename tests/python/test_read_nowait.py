@@ -1,0 +1,67 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Client.read() of a key the same client just put with put_nowait(), before
+any later request was answered: the daemon may not have handled the put's
+commit yet, so the catalog's miss proves nothing. The read looks at the
+catalog again for read_wait seconds, then asks the daemon, which handles the
+connection's requests in order and so answers after the commit (as
+shmb_read does after shmb_put_nowait). No test asserts a duration."""
+
+import os
+import signal
+import threading
+import unittest
+
+import support
+from shmbroker.errors import NotFound
+
+
+class TestReadAfterPutNowait(support.DaemonTest):
+    DAEMON_SIZE = "16M"
+
+    # The daemon stopped (SIGSTOP) before the put: the commit cannot land,
+    # so the read asks the daemon, which answers once it runs again, with
+    # the put's bytes (not NotFound).
+    def test_read_of_a_put_on_its_way_asks_the_daemon(self):
+        self.c.put_nowait("arena", b"x")  # the arena, granted before the stop
+        self.c.sync()
+        os.kill(self.d.proc.pid, signal.SIGSTOP)
+        self.c.put_nowait("w", b"on its way")
+        resume = threading.Timer(0.3, os.kill, (self.d.proc.pid, signal.SIGCONT))
+        resume.start()
+        self.addCleanup(resume.cancel)
+        self.addCleanup(os.kill, self.d.proc.pid, signal.SIGCONT)
+        self.assertEqual(self.c.read("w"), b"on its way")
+        self.assertEqual(self.c.read_stats()["fallback"], 1)
+        # A key never put still misses (the daemon says so).
+        with self.assertRaises(NotFound):
+            self.c.read("never put")
+
+    # With a wait long enough for any commit to land, every read of the put
+    # just sent is served by the catalog in the mapping (no round trip).
+    def test_read_waits_for_the_commit_in_the_catalog(self):
+        self.c.read_wait = 1.0
+        for i in range(40):
+            data = bytes([i]) * (64 + i)
+            self.c.put_nowait("k%d" % i, data)
+            self.assertEqual(self.c.read("k%d" % i), data)
+        self.assertEqual(self.c.read_stats()["fallback"], 0)
+        self.assertEqual(self.c.read_stats()["fast"], 40)
+
+    # A miss of another key while a put is unanswered asks the daemon too:
+    # that key may be an earlier put of this client still on its way.
+    def test_other_keys_ask_the_daemon_while_puts_are_on_their_way(self):
+        self.c.put_nowait("arena", b"x")
+        self.c.sync()
+        os.kill(self.d.proc.pid, signal.SIGSTOP)
+        self.c.put_nowait("first", b"1")
+        resume = threading.Timer(0.3, os.kill, (self.d.proc.pid, signal.SIGCONT))
+        resume.start()
+        self.addCleanup(resume.cancel)
+        self.addCleanup(os.kill, self.d.proc.pid, signal.SIGCONT)
+        self.c.put_nowait("second", b"2")
+        self.assertEqual(self.c.read("first"), b"1")
+        self.assertEqual(self.c.read_stats()["fallback"], 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
