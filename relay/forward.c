@@ -150,67 +150,45 @@ static void reply_waiter(struct stream *s, const struct sub_result *res)
     local_reply(lc, line);
 }
 
-/* OUT: send what the thread read, in pieces, and the seats' answers. */
+/* OUT, loop: what the thread sent itself into the peer's counts. */
+static void out_count(struct stream *s)
+{
+    if (s->peer) {
+        s->peer->msgs_out += s->thread_msgs;
+        s->peer->bytes_out += s->thread_bytes;
+    }
+    s->thread_msgs = s->thread_bytes = 0;
+}
+
+/* OUT: send the seats' answers and what the thread handed over, under the
+ * stream's lock, so that the thread's own sends come after them in order. */
 static void out_pump(struct stream *s)
 {
     unsigned char buf[WIRE_MSG_MAX];
-    struct sub_result results[WIRE_QSEATS_MAX];
-    unsigned nresults;
-    STAILQ_HEAD(, fmsg) msgs = STAILQ_HEAD_INITIALIZER(msgs);
-    bool ended;
 
     pthread_mutex_lock(&s->mu);
-    nresults = s->nresults;
-    memcpy(results, s->results, nresults * sizeof(results[0]));
-    s->nresults = 0;
-    STAILQ_CONCAT(&msgs, &s->msgs);
-    s->nmsgs = 0;
-    ended = s->state == S_ENDED;
-    pthread_mutex_unlock(&s->mu);
-    for (unsigned i = 0; i < nresults; i++) {
+    out_count(s);
+    for (unsigned i = 0; i < s->nresults; i++) {
+        struct sub_result *res = &s->results[i];
         struct record *rec = record_for(s->relay->fwd, s->peer_name, s->queue, false);
-        if (results[i].code == 0 && rec && s->base >= rec->position) {
-            results[i].missed = s->base - rec->position;
-            if (results[i].missed)
+        if (res->code == 0 && rec && s->base >= rec->position) {
+            res->missed = s->base - rec->position;
+            if (res->missed)
                 relay_log("queue %s: peer %s returned; it missed %llu messages published "
                           "while it was away", s->queue, s->peer_name,
-                          (unsigned long long)results[i].missed);
+                          (unsigned long long)res->missed);
         }
         if (s->peer)
-            peer_send(s->peer, buf,
-                      (size_t)wire_qsub_reply(buf, s->id, results[i].code, results[i].missed,
-                                              results[i].seat, results[i].text));
+            peer_send(s->peer, buf, (size_t)wire_qsub_reply(buf, s->id, res->code, res->missed,
+                                                            res->seat, res->text));
     }
-    while (!STAILQ_EMPTY(&msgs)) {
-        struct fmsg *m = STAILQ_FIRST(&msgs);
-        struct fmsg *m2 = STAILQ_NEXT(m, link);
-        /* Small messages that came together go together: one active
-         * message, one wake-up of the peer's loop and of its thread. */
-        if (m2 && s->peer && m->len + m2->len + 4 <= WIRE_BATCH_BYTES) {
-            struct wire_batch b;
-            wire_qbatch_begin(&b, buf, s->id);
-            while ((m = STAILQ_FIRST(&msgs)) && wire_qbatch_add(&b, m->data, m->len) == 0) {
-                STAILQ_REMOVE_HEAD(&msgs, link);
-                free(m);
-            }
-            peer_send(s->peer, buf, wire_qbatch_end(&b));
-            continue;
-        }
-        STAILQ_REMOVE_HEAD(&msgs, link);
-        for (size_t off = 0; s->peer && (off < m->len || m->len == 0);) {
-            size_t n = m->len - off < WIRE_CHUNK_MAX ? m->len - off : WIRE_CHUNK_MAX;
-            peer_send(s->peer, buf,
-                      (size_t)wire_qmsg(buf, s->id, m->len, off, m->data + off, n));
-            off += n;
-            if (m->len == 0)
-                break;
-        }
-        free(m);
-    }
-    if (ended && !s->end_sent && s->peer) {
+    s->nresults = 0;
+    stream_out_send(s, false);
+    if (s->state == S_ENDED && !s->end_sent && s->peer) {
         s->end_sent = true;
         peer_send(s->peer, buf, (size_t)wire_qend(buf, s->id, s->end_code, s->end_text));
     }
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* IN: acknowledge what was published; answer subscriptions when it ended. */
@@ -223,8 +201,12 @@ static void in_pump(struct stream *s)
     published = s->published;
     ended = s->state == S_ENDED || s->state == S_CUT;
     pthread_mutex_unlock(&s->mu);
-    if (published != s->acked_sent && s->peer) {
+    /* Only what the writer's relay asked for, or half the window: it asks
+     * before any wait of its own for an acknowledgement. */
+    if (published != s->acked_sent && s->peer &&
+        (s->ack_asked > s->acked_sent || published - s->acked_sent >= FWD_WINDOW / 2)) {
         s->acked_sent = published;
+        s->acks++;
         peer_send(s->peer, buf, (size_t)wire_qack(buf, s->id, published));
     }
     /* Ended here (the local queue refused the writer, say): the writer's
@@ -319,6 +301,7 @@ static void on_qsub(struct peer *p, const struct wire_msg *m)
         }
         s->seat_from = (unsigned)m->size;
         s->seat_to = (unsigned)m->addr;
+        s->ep = p->ep; /* the thread is not started yet */
     }
     pthread_mutex_lock(&s->mu);
     bool over = s->want_seats >= s->seat_to - s->seat_from;
@@ -378,6 +361,7 @@ static void on_qmsg(struct peer *p, struct stream *s, const struct wire_msg *m)
         return;
     }
     f = (struct fmsg *)s->asm_buf;
+    s->wire_sends++;
     memcpy(f->data + s->asm_len, m->rkey, m->rkey_len);
     s->asm_len += m->rkey_len;
     if (s->asm_len < s->asm_total)
@@ -385,6 +369,9 @@ static void on_qmsg(struct peer *p, struct stream *s, const struct wire_msg *m)
     f->len = s->asm_total;
     s->asm_buf = NULL;
     s->asm_open = false;
+    s->received++;
+    if (m->ask_ack)
+        s->ack_asked = s->received;
     pthread_mutex_lock(&s->mu);
     if (stream_in_publish_now(s, f->data, f->len)) {
         pthread_mutex_unlock(&s->mu);
@@ -402,7 +389,7 @@ static void on_qmsg(struct peer *p, struct stream *s, const struct wire_msg *m)
 /* Several whole messages of one of our subscriptions, in order. */
 static void on_qbatch(struct peer *p, struct stream *s, const struct wire_msg *m)
 {
-    STAILQ_HEAD(, fmsg) got = STAILQ_HEAD_INITIALIZER(got);
+    struct fmsg_list got = STAILQ_HEAD_INITIALIZER(got);
     const unsigned char *bytes;
     size_t off = 0, n;
     uint64_t total = 0;
@@ -424,6 +411,7 @@ static void on_qbatch(struct peer *p, struct stream *s, const struct wire_msg *m
                   (unsigned long long)m->size, s->queue, queued, FWD_WINDOW);
         return;
     }
+    s->wire_sends++;
     while (wire_qbatch_next(m, &off, &bytes, &n)) {
         if (n > s->relay->max_object) {
             peer_fail(p, "sent a message of %zu bytes for queue %s (at most %llu)", n,
@@ -450,6 +438,9 @@ static void on_qbatch(struct peer *p, struct stream *s, const struct wire_msg *m
     }
     unsigned count = (unsigned)m->size;
     uint64_t published;
+    s->received += count;
+    if (m->ask_ack)
+        s->ack_asked = s->received;
     pthread_mutex_lock(&s->mu);
     published = s->published;
     while ((f = STAILQ_FIRST(&got)) && stream_in_publish_now(s, f->data, f->len)) {
@@ -506,12 +497,22 @@ void forward_on_message(struct peer *p, const struct wire_msg *m)
         break;
     case WIRE_QACK:
         pthread_mutex_lock(&s->mu);
+        s->acks++;
         while (s->acked < m->size && s->acked < s->produced) {
             s->unacked_bytes -= s->sizes[s->acked % FWD_WINDOW];
             s->acked++;
         }
+        stream_out_acked(s);
         pthread_cond_broadcast(&s->cv);
+        bool held = !STAILQ_EMPTY(&s->msgs);
+        uint64_t before = s->wire_sends;
         pthread_mutex_unlock(&s->mu);
+        out_pump(s); /* what the thread held for this acknowledgement */
+        if (held) {
+            pthread_mutex_lock(&s->mu);
+            s->sent_on_ack += s->wire_sends - before;
+            pthread_mutex_unlock(&s->mu);
+        }
         break;
     case WIRE_QUNSUB:
         relay_log("queue %s: peer %s left (%s)", s->queue, p->name, m->text);
@@ -542,6 +543,9 @@ void forward_peer_gone(struct peer *p)
         if (s->peer != p)
             continue;
         pthread_mutex_lock(&s->mu);
+        if (s->dir == OUT)
+            out_count(s);
+        s->ep = NULL; /* closed after this: the thread sends no more on it */
         if (s->state != S_ENDED) {
             s->state = S_CUT;
             s->end_code = -ECONNRESET;
@@ -745,12 +749,21 @@ void forward_status(const struct relay *r, json_t *reply)
         return;
     LIST_FOREACH(s, &r->fwd->streams, link) {
         pthread_mutex_lock(&s->mu);
-        json_array_append_new(
-            streams, json_pack("{s:s, s:s, s:s, s:s, s:I, s:I}", "queue", s->queue, "peer",
-                               s->peer_name, "direction", s->dir == OUT ? "out" : "in",
-                               "state", names[s->state], "messages",
-                               (json_int_t)(s->dir == OUT ? s->produced : s->published),
-                               "published_by_loop", (json_int_t)s->published_now));
+        json_t *q = json_pack(
+            "{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "queue", s->queue, "peer",
+            s->peer_name, "direction", s->dir == OUT ? "out" : "in", "state", names[s->state],
+            "messages", (json_int_t)(s->dir == OUT ? s->produced : s->published),
+            "published_by_loop", (json_int_t)s->published_now, "wire_messages",
+            (json_int_t)s->wire_sends, "acks", (json_int_t)s->acks);
+        if (q && s->dir == OUT)
+            json_object_update_new(
+                q, json_pack("{s:I, s:I, s:I, s:I, s:I}", "handoffs", (json_int_t)s->handoffs,
+                             "window_waits", (json_int_t)s->window_waits, "sent_by_thread",
+                             (json_int_t)s->sent_by_thread, "holds", (json_int_t)s->holds,
+                             "sent_on_ack", (json_int_t)s->sent_on_ack));
+        else if (q)
+            json_object_set_new(q, "thread_rounds", json_integer((json_int_t)s->thread_rounds));
+        json_array_append_new(streams, q);
         pthread_mutex_unlock(&s->mu);
     }
     json_object_set_new(reply, "queues", streams);

@@ -196,15 +196,12 @@ static void on_send_done(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
-int peer_send(struct peer *p, const void *msg, size_t len)
+int peer_send_ep(ucp_ep_h ep, const void *msg, size_t len, ucs_status_t *status)
 {
     ucp_request_param_t param = {0};
     ucs_status_ptr_t req;
-    void *buf;
+    void *buf = malloc(len);
 
-    if (!p->ep || p->state == PEER_CLOSING)
-        return -ENOTCONN;
-    buf = malloc(len);
     if (!buf)
         return -ENOMEM;
     memcpy(buf, msg, len);
@@ -213,14 +210,31 @@ int peer_send(struct peer *p, const void *msg, size_t len)
     param.flags = UCP_AM_SEND_FLAG_REPLY;
     param.cb.send = on_send_done;
     param.user_data = buf;
-    req = ucp_am_send_nbx(p->ep, WIRE_AM_ID, NULL, 0, buf, len, &param);
+    req = ucp_am_send_nbx(ep, WIRE_AM_ID, NULL, 0, buf, len, &param);
     if (UCS_PTR_IS_ERR(req)) {
         free(buf);
-        peer_fail(p, "cannot send: %s", ucs_status_string(UCS_PTR_STATUS(req)));
+        *status = UCS_PTR_STATUS(req);
         return -ECONNRESET;
     }
     if (req == NULL)
         free(buf);
+    return 0;
+}
+
+int peer_send(struct peer *p, const void *msg, size_t len)
+{
+    ucs_status_t st = UCS_OK;
+    int rc;
+
+    if (!p->ep || p->state == PEER_CLOSING)
+        return -ENOTCONN;
+    rc = peer_send_ep(p->ep, msg, len, &st);
+    if (rc == -ECONNRESET) {
+        peer_fail(p, "cannot send: %s", ucs_status_string(st));
+        return rc;
+    }
+    if (rc < 0)
+        return rc;
     p->msgs_out++;
     p->bytes_out += len;
     return 0;
@@ -641,6 +655,7 @@ int peer_setup(struct relay *r, struct shmb_error *err)
 {
     ucp_params_t params = {0};
     ucp_worker_params_t wparams = {0};
+    ucp_worker_attr_t wattr = {0};
     ucp_am_handler_param_t am = {0};
     ucp_config_t *config = NULL;
     ucs_status_t st;
@@ -653,6 +668,11 @@ int peer_setup(struct relay *r, struct shmb_error *err)
      * would: its old connections' ports may linger in TIME_WAIT. The
      * operator's own UCX_CM_REUSEADDR wins. */
     setenv("UCX_CM_REUSEADDR", "y", 0);
+    /* The worker takes calls from the queues' stream threads too: a
+     * mutex, where UCX's default spin lock spun 40 % of the relay's CPU
+     * away on a loaded 2-core host while the lock's holder waited for a
+     * CPU. The operator's own UCX_USE_MT_MUTEX wins. */
+    setenv("UCX_USE_MT_MUTEX", "y", 0);
     st = ucp_config_read(NULL, NULL, &config);
     if (st != UCS_OK)
         return shmb_error_set(err, -EINVAL, "UCX's settings (UCX_* variables): %s.",
@@ -672,11 +692,20 @@ int peer_setup(struct relay *r, struct shmb_error *err)
         return shmb_error_set(err, -EIO, "UCX did not start: %s. Check UCX_TLS and "
                               "UCX_NET_DEVICES.", ucs_status_string(st));
     ucx_guard_emulated_rma();
+    /* Multi-thread, so that a queue's stream thread sends what it read
+     * itself (forward.c): a wake-up of the loop less per message. A UCX
+     * built without it gives a single-thread worker; the threads then hand
+     * their messages to the loop. */
     wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+    wparams.thread_mode = UCS_THREAD_MODE_MULTI;
     st = ucp_worker_create(r->ctx, &wparams, &r->worker);
     if (st != UCS_OK)
         return shmb_error_set(err, -EIO, "UCX made no worker: %s.", ucs_status_string(st));
+    wattr.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE;
+    r->worker_mt = ucp_worker_query(r->worker, &wattr) == UCS_OK &&
+                   wattr.thread_mode == UCS_THREAD_MODE_MULTI;
+    if (!r->worker_mt)
+        relay_log("UCX gave a single-thread worker: queues' streams send through the loop");
     st = ucp_worker_get_efd(r->worker, &r->efd);
     if (st != UCS_OK)
         return shmb_error_set(err, -EIO, "UCX's worker has no event descriptor: %s.",

@@ -195,6 +195,7 @@ struct relay {
     /* UCX. */
     ucp_context_h ctx;
     ucp_worker_h worker;
+    bool worker_mt;      /* it takes calls from any thread (queues' stream threads send) */
     ucp_listener_h listener;
     int efd;
     uv_poll_t efd_poll;
@@ -312,6 +313,10 @@ struct peer *peer_find(struct relay *r, const char *name);
 
 /* Send one message to p (copied; freed when UCX is done with it). */
 int peer_send(struct peer *p, const void *msg, size_t len);
+/* The same on an endpoint, from any thread when relay.worker_mt (the caller
+ * keeps ep open meanwhile): 0, -ENOMEM, or -ECONNRESET with UCX's status
+ * (the loop learns of the failure from the endpoint's error). Counts nothing. */
+int peer_send_ep(ucp_ep_h ep, const void *msg, size_t len, ucs_status_t *status);
 /* Something p did is not allowed: say why in the log and close it. */
 void peer_fail(struct peer *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void peer_kick(struct relay *r);

@@ -165,13 +165,36 @@ static int out_take(shmb_queue_t **seats, unsigned nseats, int timeout_ms, struc
     return 0;
 }
 
+/* OUT, under s->mu: whether the messages waiting in s->msgs wait for an
+ * acknowledgement of those in flight, which the loop sends them with
+ * (Nagle's rule, bounded by what is already published: a message is
+ * never held for one not yet written). They go now while fewer than
+ * FWD_HOLD_SENDS sends are unacknowledged (a lone message is never
+ * delayed), when they fill a batch, when one of them is larger than a
+ * batch takes, or when the thread is about to stop (rc: its error). */
+static bool out_hold(struct stream *s, int rc)
+{
+    uint64_t bytes = 0;
+    struct fmsg *m;
+    if (s->marks_len < FWD_HOLD_SENDS || rc < 0 || s->stop || s->nmsgs >= WIRE_BATCH_MAX ||
+        s->nresults != 0)
+        return false;
+    STAILQ_FOREACH(m, &s->msgs, link) {
+        bytes += 2 + m->len;
+        if (bytes > WIRE_BATCH_BYTES)
+            return false;
+    }
+    return true;
+}
+
 /* OUT: wait for the next message, then take every one already published
- * that the window has room for, and hand them to the loop with one
- * wake-up (it sends the small ones in one batch). 0, 1 when there was
- * none within the wait, or -errno (after handing over what was taken). */
+ * that the window has room for, and send them (the small ones in one
+ * batch), or hold them for an acknowledgement, or hand them to the loop
+ * with one wake-up. 0, 1 when there was none within the wait, or -errno
+ * (after sending or handing over what was taken). */
 static int out_step(struct stream *s, shmb_queue_t **seats, unsigned nseats)
 {
-    STAILQ_HEAD(, fmsg) got = STAILQ_HEAD_INITIALIZER(got);
+    struct fmsg_list got = STAILQ_HEAD_INITIALIZER(got);
     struct fmsg *m;
     uint64_t room, bytes;
     unsigned n = 1;
@@ -197,14 +220,29 @@ static int out_step(struct stream *s, shmb_queue_t **seats, unsigned nseats)
         s->sizes[s->produced % FWD_WINDOW] = m->len;
         s->unacked_bytes += m->len;
         s->produced++;
+        s->nmsgs++;
     }
     STAILQ_CONCAT(&s->msgs, &got);
-    s->nmsgs += n;
+    bool handed = false;
+    if (out_hold(s, rc)) {
+        s->holds++; /* the loop sends them with the acknowledgement */
+    } else {
+        /* Sent from here, after any handed to the loop before (the loop
+         * sends under the same lock, the seats' answers first): no
+         * wake-up of the loop. */
+        if (s->relay->worker_mt && s->nresults == 0)
+            stream_out_send(s, true);
+        handed = !STAILQ_EMPTY(&s->msgs);
+        s->handoffs += handed;
+    }
     pthread_mutex_unlock(&s->mu);
-    wake_loop(s);
+    if (handed)
+        wake_loop(s);
     if (rc < 0)
         return rc; /* the error after the messages before it: the next look sees it */
     pthread_mutex_lock(&s->mu);
+    if (s->produced - s->acked >= FWD_WINDOW || s->unacked_bytes > FWD_WINDOW_BYTES)
+        s->window_waits++;
     while ((s->produced - s->acked >= FWD_WINDOW || s->unacked_bytes > FWD_WINDOW_BYTES) &&
            !s->stop) {
         struct timespec ts;
@@ -325,8 +363,10 @@ void *stream_in_thread(void *arg)
         s->in_idle = false;
         /* They count against the peer's window (nmsgs, queued_bytes) until
          * each is published: the loop refuses a peer that sends more. */
-        if (!s->stop)
+        if (!s->stop && !STAILQ_EMPTY(&s->msgs)) {
             STAILQ_CONCAT(&batch, &s->msgs);
+            s->thread_rounds++;
+        }
         pthread_mutex_unlock(&s->mu);
         if (STAILQ_EMPTY(&batch))
             break;

@@ -195,6 +195,14 @@ int wire_decode(const void *buf, size_t len, struct wire_msg *m, struct shmb_err
         return shmb_error_set(err, -EPROTO, "a message of %zu bytes (at most %d)", len,
                               WIRE_MSG_MAX);
     m->type = (uint8_t)take_u(&rd, 1);
+    if (m->type & WIRE_ASK_ACK) {
+        m->type &= (uint8_t)~WIRE_ASK_ACK;
+        m->ask_ack = true;
+        if (m->type != WIRE_QMSG && m->type != WIRE_QBATCH)
+            return shmb_error_set(err, -EPROTO, "a message of type %u asking for an "
+                                  "acknowledgement (only queue messages may)",
+                                  (unsigned)m->type);
+    }
     switch (m->type) {
     case WIRE_HELLO:
         m->version = (uint8_t)take_u(&rd, 1);
@@ -260,6 +268,11 @@ int wire_decode(const void *buf, size_t len, struct wire_msg *m, struct shmb_err
         return shmb_error_set(err, -EPROTO, "%zu bytes after a message of type %u",
                               rd.left, (unsigned)m->type);
     return 0;
+}
+
+void wire_ask_ack(unsigned char *msg)
+{
+    msg[0] |= WIRE_ASK_ACK;
 }
 
 bool wire_is_queue(unsigned type)

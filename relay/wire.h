@@ -22,8 +22,9 @@
 #define WIRE_DATA_AM_ID 8      /* an object's bytes, pushed by rendezvous (see below) */
 #define WIRE_DATA_HEADER_LEN 8 /* its header: the fetch's id */
 /* 2: objects are pushed where the transport has no RMA; queues' batches
- * (WIRE_QBATCH). */
-#define WIRE_VERSION 2
+ * (WIRE_QBATCH). 3: a queue's messages are acknowledged when their sender
+ * asks (WIRE_ASK_ACK) or half the window waits, not after each publish. */
+#define WIRE_VERSION 3
 #define WIRE_NONCE_LEN 32
 #define WIRE_MAC_LEN 32        /* HMAC-SHA256 */
 #define WIRE_NAME_MAX 64
@@ -56,6 +57,9 @@ enum wire_type {
  * length and the bytes, fill wire_msg.rkey as a QMSG's piece does. */
 #define WIRE_BATCH_MAX 64      /* messages in one batch: half the relay's window */
 #define WIRE_BATCH_BYTES WIRE_CHUNK_MAX /* their lengths and bytes, all told */
+/* On the type byte of a QMSG's last piece or a QBATCH: acknowledge these
+ * once published (wire_msg.ask_ack); on any other type it is refused. */
+#define WIRE_ASK_ACK 0x80
 
 /* A message decoded from a peer, queued from progress to the loop. */
 struct wire_msg {
@@ -64,6 +68,7 @@ struct wire_msg {
     size_t wire_len;   /* its length on the wire */
     uint8_t type;
     uint8_t version;
+    bool ask_ack;      /* QMSG, QBATCH: their sender asks for an acknowledgement */
     uint64_t id;
     int32_t code;      /* FETCH_REPLY, QSUB_REPLY, QEND: 0 or a negative errno */
     /* FETCH_REPLY: size, addr; QSUB: seat_from, seat_to; QSUB_REPLY: missed,
@@ -114,6 +119,8 @@ struct wire_batch {
 void wire_qbatch_begin(struct wire_batch *b, unsigned char *out, uint64_t id);
 int wire_qbatch_add(struct wire_batch *b, const void *bytes, size_t n);
 size_t wire_qbatch_end(struct wire_batch *b);
+/* Ask for an acknowledgement with the encoded QMSG or QBATCH msg. */
+void wire_ask_ack(unsigned char *msg);
 /* The next item of a decoded batch from *off (0 first): its bytes and
  * length; false past the last. */
 bool wire_qbatch_next(const struct wire_msg *m, size_t *off, const unsigned char **bytes,

@@ -10,8 +10,11 @@ reader on the writer's host (no relay: the Python queue's own floor), and
 UCX's active messages over the same veth (ucx_perftest ucp_am_lat, one way,
 and ucp_am_bw of 64-byte messages: the relays' link), when ucx_perftest is
 there. Needs root, ip netns and python3-zmq. BENCH_QUICK=1 for fewer
-messages; --rounds N runs every row N times, interleaved, and prints each.
-    python3 tests/relay/bench_queue.py [--rounds N]"""
+messages; --rounds N runs every row N times, interleaved, and prints each;
+--local-reader thread|process|none: the relays' row's reader on the
+writer's host is a thread of the writer's process (the default, as in the
+runs of record), a process of its own, or absent.
+    python3 tests/relay/bench_queue.py [--rounds N] [--local-reader WHERE]"""
 
 import json
 import os
@@ -32,6 +35,7 @@ LAT_N = 500 if QUICK else 2000      # messages spaced out: latency without queue
 LAT_GAP = 0.001                     # seconds between them
 RATE_N = 5000 if QUICK else 20000   # messages back to back: throughput
 PAYLOAD = 64
+LOCAL_READER = "thread"             # --local-reader: see bench_mq
 ZMQ_PORT = 13399
 
 
@@ -69,15 +73,21 @@ def reader_loop(recv, n_lat, n_rate):
     return stats(lat, first, time.monotonic_ns(), n_rate)
 
 
-def writer_loop(send, paced_done=None):
+def writer_loop(send, paced_done=None, rate_start=None):
+    """The spaced messages, then those back to back: the writer's own rate
+    of these (messages/s), which bounds the reader's."""
     for i in range(LAT_N):
         send(message(i))
         time.sleep(LAT_GAP)
     if paced_done:
         paced_done()
     time.sleep(0.2)
+    if rate_start:
+        rate_start()
+    t0 = time.monotonic_ns()
     for i in range(RATE_N):
         send(message(i))
+    return RATE_N / ((time.monotonic_ns() - t0) / 1e9)
 
 
 def role_zmq_sub(addr):
@@ -112,17 +122,55 @@ def role_mq_reader(handle_file, sock, rank="2"):
     mq.close()
 
 
+def stream_counters(a, b, name):
+    """The two relays' counters of queue name's stream: A's (out) and B's (in)."""
+    out = {}
+    for host, direction in ((a, "out"), (b, "in")):
+        for q in T.ask(host.relay_sock, {"op": "status"}).get("queues", []):
+            if q["queue"] == name and q["direction"] == direction:
+                out[direction] = q
+    return out
+
+
+def counters_delta(before, after):
+    return {d: {k: v - before.get(d, {}).get(k, 0) for k, v in after[d].items()
+                if isinstance(v, int)} for d in after}
+
+
+def role_mq_drain(handle_file, sock):
+    """A local reader of its own process that keeps up until the writer leaves."""
+    from shmbroker import Client, MessageQueue
+    with open(handle_file, "rb") as f:
+        handle = pickle.load(f)
+    mq = MessageQueue.create_from_handle(handle, 1, client=Client(sock))
+    mq.wait_until_ready(60)
+    try:
+        while True:
+            mq.dequeue(60)
+    except Exception:  # noqa: BLE001  (the writer's end)
+        pass
+
+
 def bench_mq(a, b, tmp):
+    """The relays' row. LOCAL_READER says where the writer's host's reader
+    runs: "thread" (of the writer's process, as the run of record), or
+    "process" (its own, as vLLM's local workers), or "none" (every reader
+    remote)."""
     from shmbroker import MessageQueue
-    mq = MessageQueue(2, 1, [1], 1 << 20, 64, T.IP_A, socket_path=a.sock)
-    local = MessageQueue.create_from_handle(mq.export_handle(), 1, client=a.client())
+    n_local = 0 if LOCAL_READER == "none" else 1
+    mq = MessageQueue(1 + n_local, n_local, [1] if n_local else [], 1 << 20, 64, T.IP_A,
+                      socket_path=a.sock)
     hf = os.path.join(tmp, "handle")
     with open(hf, "wb") as f:
         pickle.dump(mq.export_handle(), f)
-    rd = subprocess.Popen([sys.executable, __file__, "mq-reader", hf, b.sock],
-                          stdout=subprocess.PIPE, text=True,
-                          env=dict(os.environ, PYTHONPATH=os.path.join(T.ROOT, "client",
-                                                                       "python")))
+    env = dict(os.environ, PYTHONPATH=os.path.join(T.ROOT, "client", "python"))
+    local = drainer = None
+    if LOCAL_READER == "thread":
+        local = MessageQueue.create_from_handle(mq.export_handle(), 1, client=a.client())
+    elif LOCAL_READER == "process":
+        drainer = subprocess.Popen([sys.executable, __file__, "mq-drain", hf, a.sock], env=env)
+    rd = subprocess.Popen([sys.executable, __file__, "mq-reader", hf, b.sock,
+                           str(1 + n_local)], stdout=subprocess.PIPE, text=True, env=env)
     import threading
     drained = threading.Event()
 
@@ -133,7 +181,8 @@ def bench_mq(a, b, tmp):
         except Exception:  # noqa: BLE001  (the writer's end)
             drained.set()
 
-    threading.Thread(target=drain, daemon=True).start()
+    if local:
+        threading.Thread(target=drain, daemon=True).start()
     mq.wait_until_ready(60)
     assert rd.stdout.readline().strip() == "ready"
     # The relays' CPU (both, in % of one CPU): idle with the stream open,
@@ -143,15 +192,30 @@ def bench_mq(a, b, tmp):
     time.sleep(2)
     t1, c1 = time.monotonic(), cpu_seconds(pids)
     marks = []
-    writer_loop(lambda m: mq.enqueue(m, timeout=60),
-                lambda: marks.append((time.monotonic(), cpu_seconds(pids))))
+    c_start = stream_counters(a, b, mq.name)
+    w_rate = writer_loop(lambda m: mq.enqueue(m, timeout=60),
+                         lambda: marks.append((time.monotonic(), cpu_seconds(pids),
+                                               stream_counters(a, b, mq.name))),
+                         lambda: marks.append((time.monotonic(), cpu_seconds(pids))))
     out = json.loads(rd.stdout.readline())
+    out["writer_msgs_per_s"] = w_rate
+    t_end, c_end = time.monotonic(), cpu_seconds(pids)
     out["cpu_idle"] = 100 * (c1 - c0) / (t1 - t0)
     out["cpu_paced"] = 100 * (marks[0][1] - c1) / (marks[0][0] - t1)
+    out["cpu_rate"] = 100 * (c_end - marks[1][1]) / (t_end - marks[1][0])
+    # CPU time per message (both relays, user and system), in microseconds:
+    # a figure the machine's load moves less than the rates.
+    out["cpu_us_paced"] = 1e6 * (marks[0][1] - c1) / LAT_N
+    out["cpu_us_rate"] = 1e6 * (c_end - marks[1][1]) / RATE_N
+    out["paced"] = counters_delta(c_start, marks[0][2])
+    out["rate"] = counters_delta(marks[0][2], stream_counters(a, b, mq.name))
     rd.wait(60)
     mq.close()
-    drained.wait(60)
-    local.close()
+    if local:
+        drained.wait(60)
+        local.close()
+    if drainer:
+        drainer.wait(60)
     return out
 
 
@@ -169,8 +233,9 @@ def bench_mq_local(a, tmp):
                                                                        "python")))
     mq.wait_until_ready(60)
     assert rd.stdout.readline().strip() == "ready"
-    writer_loop(lambda m: mq.enqueue(m, timeout=60))
+    w_rate = writer_loop(lambda m: mq.enqueue(m, timeout=60))
     out = json.loads(rd.stdout.readline())
+    out["writer_msgs_per_s"] = w_rate
     rd.wait(60)
     mq.close()
     return out
@@ -240,17 +305,47 @@ def bench_zmq():
     return out
 
 
+def describe(c):
+    """What the relays' counters say of one phase: messages per message between
+    the relays, per hand-off to the writer's relay's loop, per wake-up of the
+    readers' relay's thread, and the waits for the window."""
+    o, i = c.get("out", {}), c.get("in", {})
+    n = o.get("messages", 0)
+
+    def per(k, d):
+        return "%.1f" % (n / d[k]) if d.get(k) else "-"
+    return ("%d messages; per message between the relays %s (%d sent by A's thread, %d by "
+            "its loop with an acknowledgement), per hand-off to A's loop %s, per "
+            "acknowledgement %s; A's thread held messages for an acknowledgement %d times, "
+            "waited for the window %d times; B's loop published %d, its thread woke %d "
+            "times" % (
+                n, per("wire_messages", o), o.get("sent_by_thread", 0), o.get("sent_on_ack", 0),
+                per("handoffs", o), per("acks", o), o.get("holds", 0),
+                o.get("window_waits", 0), i.get("published_by_loop", 0),
+                i.get("thread_rounds", 0)))
+
+
 def main():
     if len(sys.argv) > 1 and not sys.argv[1].startswith("--"):
         {"zmq-sub": role_zmq_sub, "zmq-pub": role_zmq_pub,
-         "mq-reader": role_mq_reader}[sys.argv[1]](*sys.argv[2:])
+         "mq-reader": role_mq_reader, "mq-drain": role_mq_drain}[sys.argv[1]](*sys.argv[2:])
         return
     if os.geteuid() != 0:
         print("SKIP: needs root for ip netns")
         return
+    global LOCAL_READER
     rounds = 1
-    if len(sys.argv) == 3 and sys.argv[1] == "--rounds":
-        rounds = int(sys.argv[2])
+    args = sys.argv[1:]
+    while len(args) >= 2 and args[0] in ("--rounds", "--local-reader"):
+        if args[0] == "--rounds":
+            rounds = int(args[1])
+        elif args[1] in ("thread", "process", "none"):
+            LOCAL_READER = args[1]
+        else:
+            sys.exit("--local-reader is thread, process or none, not %r" % args[1])
+        args = args[2:]
+    if args:
+        sys.exit(__doc__)
     tmp = tempfile.mkdtemp(prefix="shmb-qbench-")
     hosts = []
     T.sh("ip", "netns", "add", T.NS_A)
@@ -285,19 +380,27 @@ def main():
                 rows.append(("UCX active messages over TCP (ucx_perftest)", ucx))
         load = os.getloadavg()[0]
         print("Remote queue, %d-byte pickled messages, writer in one namespace, reader in "
-              "the other (load %.1f, %d round%s):" % (PAYLOAD, load, rounds,
-                                                      "s" if rounds > 1 else ""))
+              "the other, the writer's host's reader: %s (load %.1f, %d round%s):" % (
+                  PAYLOAD, LOCAL_READER, load, rounds, "s" if rounds > 1 else ""))
         print("| path | one-way p50 (us) | p99 (us) | messages/s |")
         print("|---|---|---|---|")
         for name, r in rows:
             print("| %s | %.0f | %s | %.0f |" % (
                 name, r["p50_us"], "-" if r["p99_us"] != r["p99_us"] else
                 "%.0f" % r["p99_us"], r["msgs_per_s"]))
+        for name, r in rows:
+            if "writer_msgs_per_s" in r:
+                print("%s: the writer enqueued %.0f messages/s back to back" % (
+                    name, r["writer_msgs_per_s"]))
         for _, r in rows:
             if "cpu_idle" in r:
                 print("The two relays' CPU: %.1f %% idle with the stream open, %.1f %% while "
-                      "messages came 1 ms apart (of one CPU)" % (r["cpu_idle"],
-                                                                 r["cpu_paced"]))
+                      "messages came 1 ms apart (%.0f us a message), %.1f %% while they came "
+                      "back to back (%.1f us a message) (of one CPU)" % (
+                          r["cpu_idle"], r["cpu_paced"], r["cpu_us_paced"], r["cpu_rate"],
+                          r["cpu_us_rate"]))
+                for phase in ("paced", "rate"):
+                    print("  %s: %s" % (phase, describe(r[phase])))
     finally:
         for h in hosts:
             h.stop()

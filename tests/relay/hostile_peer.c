@@ -20,6 +20,9 @@
  * queue's batch, well formed or not: see qbatch()),
  * halfopen (300 connections that never prove the key, held 5 s after it
  * prints "ready"),
+ * qaskbad (a fetch whose type asks for an acknowledgement),
+ * qnagle (subscribes to queue "nagleq" and acknowledges only when told:
+ * see qnagle()),
  * and ok (proves the key and behaves: the relay must keep it, exit 1).
  * tcpput, tcpconnreq and tcpputack speak UCX 1.13's TCP transport by hand instead, at
  * ADDR:PORT the port of the relay's UCT TCP interface (not its --listen
@@ -95,6 +98,33 @@ static void on_err(void *arg, ucp_ep_h e, ucs_status_t st)
     closed = 1;
 }
 
+/* qnagle: the queue messages that came, each "nagle-NN" somewhere in its
+ * bytes, and whether they came in order (NN counting from 0). */
+static int got_qsub_reply, qsub_code;
+static int q_wire, q_msgs, q_disorder;
+
+static void q_item(const unsigned char *b, size_t n)
+{
+    char want[16];
+    int len = snprintf(want, sizeof(want), "nagle-%02d", q_msgs);
+    if (!memmem(b, n, want, (size_t)len))
+        q_disorder++;
+    q_msgs++;
+}
+
+static void q_took(const struct wire_msg *m)
+{
+    size_t off = 0, n;
+    const unsigned char *b;
+    q_wire++;
+    if (m->type == WIRE_QMSG) {
+        q_item(m->rkey, m->rkey_len); /* small: one piece each */
+        return;
+    }
+    while (wire_qbatch_next(m, &off, &b, &n))
+        q_item(b, n);
+}
+
 static ucs_status_t on_am(void *arg, const void *h, size_t hl, void *data, size_t len,
                           const ucp_am_recv_param_t *param)
 {
@@ -116,6 +146,11 @@ static ucs_status_t on_am(void *arg, const void *h, size_t hl, void *data, size_
         } else if (m->type == WIRE_QSUB) {
             qsub_id = m->id;
             got_qsub = 1;
+        } else if (m->type == WIRE_QSUB_REPLY) {
+            qsub_code = m->code;
+            got_qsub_reply = 1;
+        } else if (m->type == WIRE_QBATCH || m->type == WIRE_QMSG) {
+            q_took(m);
         }
     }
     free(m);
@@ -182,6 +217,43 @@ static void progress_for(int ms, int *cond)
             ;
         usleep(1000);
     }
+}
+
+/* qnagle: subscribe to A's queue "nagleq" (seat 0), acknowledging nothing
+ * until told, and print "subscribed CODE". Then, per line from stdin:
+ * "wait N" progresses until N queue messages came (10 s at most) and
+ * prints "got W M" (W active messages, M queue messages); "hold" waits
+ * 2 s and prints "held W M"; "ack N" acknowledges every message that came,
+ * progresses until N came (10 s at most), prints "acked W M D" (D:
+ * messages out of order or not the expected) and exits. */
+static void qnagle(unsigned char *msg)
+{
+    char line[64];
+    int n = wire_qsub(msg, 7, 0, 1, "nagleq"), want;
+    send_raw(msg, (size_t)n);
+    progress_for(10000, &got_qsub_reply);
+    printf("%s %d\n", got_qsub_reply && qsub_code == 0 ? "subscribed" : "refused", qsub_code);
+    fflush(stdout);
+    while (fgets(line, sizeof(line), stdin)) {
+        if (sscanf(line, "wait %d", &want) == 1) {
+            for (int i = 0; i < 10000 && q_msgs < want && !closed; i++)
+                progress_for(1, NULL);
+            printf("got %d %d\n", q_wire, q_msgs);
+        } else if (strncmp(line, "hold", 4) == 0) {
+            progress_for(2000, NULL);
+            printf("held %d %d\n", q_wire, q_msgs);
+        } else if (sscanf(line, "ack %d", &want) == 1) {
+            n = wire_qack(msg, 7, (uint64_t)q_msgs);
+            send_raw(msg, (size_t)n);
+            for (int i = 0; i < 10000 && q_msgs < want && !closed; i++)
+                progress_for(1, NULL);
+            printf("acked %d %d %d\n", q_wire, q_msgs, q_disorder);
+            fflush(stdout);
+            _exit(0);
+        }
+        fflush(stdout);
+    }
+    _exit(2);
 }
 
 static ucp_context_h ctx;
@@ -717,6 +789,14 @@ int main(int argc, char **argv)
                 rma(mode);
             } else if (strncmp(mode, "qbatch-", 7) == 0) {
                 qbatch(msg, mode + 7);
+            } else if (strcmp(mode, "qaskbad") == 0) {
+                /* A fetch that asks for an acknowledgement: only a queue's
+                 * messages may. */
+                n = wire_fetch(msg, 1, "some-key");
+                wire_ask_ack(msg);
+                send_raw(msg, (size_t)n);
+            } else if (strcmp(mode, "qnagle") == 0) {
+                qnagle(msg);
             } else if (strcmp(mode, "qnoqueue") == 0) {
                 /* A fair request for a queue that does not exist: answered. */
                 n = wire_qsub(msg, 7, 0, 1, "no-such-queue");

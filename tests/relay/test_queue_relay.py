@@ -280,9 +280,69 @@ def case_published_by_loop(a, b):
            "loop (%s of %d), byte-identical and in order" % (by_loop, len(sent)),
            "read %d (error %r), by the loop %s" % (len(remote.digests), remote.error,
                                                    by_loop))
+    # A's side of the same: its stream thread sent them itself (a worker
+    # that takes calls from any thread), waking A's loop to send at most
+    # once (the first message may find the seat's answer not yet sent).
+    out = [q for q in T.ask(a.relay_sock, {"op": "status"}).get("queues", [])
+           if q["queue"] == mq.name and q["direction"] == "out"]
+    report(len(out) == 1 and out[0].get("sent_by_thread", 0) > out[0]["wire_messages"] // 2
+           and out[0].get("handoffs", 2) <= 1 and remote.digests == want,
+           "A's stream thread sends what it reads itself, without waking A's loop",
+           repr(out))
+    # And B acknowledged only what A asked for (every third send when they
+    # come one at a time), not each message it published.
+    ins = [q for q in st.get("queues", []) if q["queue"] == mq.name and q["direction"] == "in"]
+    report(len(ins) == 1 and 0 < ins[0].get("acks", 0) <= len(sent) // 2,
+           "B acknowledges the messages A asks it to, not each one it publishes",
+           "%r; %r" % (ins, out))
     for r in (local, remote):
         r.mq.close()
     mq.close()
+
+
+def case_nagle(a, key):
+    """Nagle's rule on the writer's relay, bounded by what is published: a
+    peer subscribes to A's queue and acknowledges nothing; four messages,
+    each written once the one before came, go at once, one active message
+    each (a lone message is never held); nine written after them, while
+    four sends are unacknowledged (FWD_HOLD_SENDS), wait for an
+    acknowledgement (none came in 2 s), then cross together in one active
+    message, in order."""
+    import subprocess
+    mq = MessageQueue(1, 0, [], SLOT, 64, T.IP_A, name="nagleq", socket_path=a.sock)
+    peer = subprocess.Popen(["ip", "netns", "exec", T.NS_B, T.HOSTILE,
+                             "%s:%d" % (T.IP_A, T.PORT), key, "qnagle"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, UCX_TLS="tcp"))
+
+    def ask(line):
+        peer.stdin.write(line + "\n")
+        peer.stdin.flush()
+        return peer.stdout.readline().strip()
+
+    lines = []
+    try:
+        lines.append(peer.stdout.readline().strip())  # subscribed 0
+        for i in range(4):
+            mq.enqueue(b"nagle-%02d" % i, timeout=WAIT)
+            lines.append(ask("wait %d" % (i + 1)))
+        for i in range(4, 13):
+            mq.enqueue(b"nagle-%02d" % i, timeout=WAIT)
+        lines.append(ask("hold"))
+        lines.append(ask("ack 13"))
+        peer.wait(WAIT)
+    finally:
+        if peer.poll() is None:
+            peer.kill()
+            peer.wait(10)
+        mq.close()
+    want = ["subscribed 0", "got 1 1", "got 2 2", "got 3 3", "got 4 4", "held 4 4",
+            "acked 5 13 0"]
+    report(lines == want,
+           "a lone message goes at once; messages written while 4 sends are "
+           "unacknowledged wait for an acknowledgement, then cross together, in order",
+           "%r (want %r) %s" % (lines, want, peer.stderr.read().strip()[-300:]))
 
 
 def case_rejoin_and_end(a, b):
@@ -435,6 +495,7 @@ def case_hostile(a, b, key):
             ("qbatch-count", True, "sends a batch of 65 messages (at most 64)"),
             ("qbatch-zero", True, "sends a batch of no message"),
             ("qbatch-short", True, "sends a batch that says 3 messages and holds 2"),
+            ("qaskbad", True, "asks for an acknowledgement of a fetch"),
             ("qbatch-ok", False, "sends a well-formed batch for a stream that ended"),
             ("qnoqueue", False, "subscribes to a queue that does not exist")):
         r = subprocess.run(["ip", "netns", "exec", T.NS_B, T.HOSTILE, "%s:%d" % (T.IP_A, T.PORT),
@@ -704,6 +765,7 @@ def main():
         case_slow_reader(a, b)
         case_batch(a, b)
         case_published_by_loop(a, b)
+        case_nagle(a, key)
         case_rejoin_and_end(a, b)
         case_many_queues(a, b)
         case_hostile(a, b, key)
