@@ -229,10 +229,8 @@ int peer_send(struct peer *p, const void *msg, size_t len)
     if (!p->ep || p->state == PEER_CLOSING)
         return -ENOTCONN;
     rc = peer_send_ep(p->ep, msg, len, &st);
-    if (rc == -ECONNRESET) {
+    if (rc == -ECONNRESET)
         peer_fail(p, "cannot send: %s", ucs_status_string(st));
-        return rc;
-    }
     if (rc < 0)
         return rc;
     p->msgs_out++;
