@@ -132,13 +132,27 @@ class RhythmTest(unittest.TestCase):
         self.assertFalse(r.steady())
         self.assertEqual(r.gap(), 0)
 
-    # The estimate is the lower quartile of the gaps kept: a writer whose
-    # own wake-ups are late now and then makes some gaps long (here half
-    # of them), and they do not move it.
-    def test_estimate_is_a_low_quartile(self):
-        r, t = self.steady([GAP, GAP, GAP + 60 * US, GAP + 60 * US] * 6)
+    # The gap is the median of those kept: a writer whose own wake-ups are
+    # late now and then makes some gaps long (here 3 in 16, by 150 us),
+    # and they do not move it (their mean would be 28 us longer).
+    def test_estimate_is_the_median(self):
+        r, t = self.steady([GAP] * 13 + [GAP + 150 * US] * 3)
         self.assertTrue(r.steady())
         self.assertEqual(r.gap(), GAP)
+        # Sightings 30 us early or late in turn: not their lower quartile,
+        # which would wake every nap 30 us early.
+        r, t = self.steady([GAP - 30 * US, GAP, GAP + 30 * US] * 6)
+        self.assertEqual(r.gap(), GAP)
+
+    # The next message is expected where the newest messages put it, not
+    # the last one alone: one that came 100 us late (found by a poll, so
+    # taken as when it came) leaves the next expected on the rhythm.
+    def test_one_late_message_keeps_the_phase(self):
+        r, t = self.steady([GAP] * R.RHYTHM_GAPS)
+        r.arrived(t + GAP + 100 * US, t + GAP + 99 * US)
+        self.assertEqual(r.anchor, t + GAP + 100 * US)
+        wake, _ = r.plan(t + GAP + 110 * US)
+        self.assertEqual(wake, t + 2 * GAP - r.lead - r.lateness())
 
     # The timer's lateness is learnt (the median of the newest), and the
     # nap asks to wake that much earlier.

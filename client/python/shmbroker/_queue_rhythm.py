@@ -13,8 +13,12 @@ that uses it is _queue_wait's.
 GAPS_KEPT = 16
 RHYTHM_GAPS = 8
 # A rhythm's gaps agree: the upper quartile of those kept is at most this
-# many quarters of the lower one (the estimate).
+# many quarters of the lower one.
 SPREAD_QUARTERS = 6
+# The next message is expected where the newest PHASE_KEPT messages, each
+# carried forward by the gap, put it: the lower quartile of those times (one
+# message seen late, or a writer late once, does not move it).
+PHASE_KEPT = 8
 # A gap longer than this many times the estimate breaks the rhythm (the
 # writer paused), as does any gap of _GAP_MAX_NS or more.
 BREAK_TIMES = 3
@@ -53,7 +57,9 @@ class _Rhythm:
 
     def __init__(self):
         self.gaps = []        # the newest gaps (ns) since the rhythm last broke
-        self.est = 0          # their lower quartile (gap()), 0: none
+        self.est = 0          # their median (gap()), 0: none
+        self.times = []       # when the newest messages came, as well as known
+        self.want = 0         # when the next one is expected (0: not known)
         self.agree = False    # steady(), as of the last gap
         self.late = []        # the newest lateness of timed sleeps (ns)
         self.anchor = 0       # when the last message came, as well as known
@@ -62,9 +68,9 @@ class _Rhythm:
         self.breaks = 0       # rhythms broken (tests and benchmarks look)
 
     def gap(self):
-        """The gap between messages: the lower quartile of those kept (a
-        writer's late wake-ups make some gaps long; few are short), or 0
-        while none is known."""
+        """The gap between messages: the median of those kept (a message
+        seen late makes one gap long and the next short; a writer's late
+        wake-up the same), or 0 while none is known."""
         return self.est
 
     def steady(self):
@@ -79,7 +85,7 @@ class _Rhythm:
             del gaps[0]
         n = len(gaps)
         v = sorted(gaps)
-        self.est = v[n // 4]
+        self.est = v[n // 2]
         self.agree = n >= RHYTHM_GAPS and 4 * v[(3 * n) // 4] <= SPREAD_QUARTERS * v[n // 4]
 
     def arrived(self, now, empty_at):
@@ -88,20 +94,28 @@ class _Rhythm:
         expected it within them, it is taken to have come then (a reader
         woken late would otherwise shift the rhythm by its own lateness),
         else at now."""
-        last, est = self.anchor, self.est
+        last, want = self.anchor, self.want
         at = now
-        if est and last and empty_at <= last + est <= now:
-            at = last + est
+        if want and empty_at <= want <= now:
+            at = want
         self.anchor = at
+        times = self.times
+        times.append(at)
+        if len(times) > PHASE_KEPT:
+            del times[0]
         if not last:
             return
         g = at - last
-        if g < GAP_MIN_NS or g >= GAP_MAX_NS or (self.agree and g > BREAK_TIMES * est):
+        if g < GAP_MIN_NS or g >= GAP_MAX_NS or (self.agree and g > BREAK_TIMES * self.est):
             # Back to back, or a pause: no gap of a rhythm. Learn it again.
             if self.gaps:
                 self.forget()
+            self.times = [at]
             return
         self._learn(g)
+        est, n = self.est, len(times)
+        ahead = sorted(t + (n - i) * est for i, t in enumerate(times))
+        self.want = ahead[n // 4]
 
     def forget(self):
         """The rhythm broke: its gaps, and the lateness of sleeps of their
@@ -110,6 +124,7 @@ class _Rhythm:
             self.breaks += 1
         self.gaps = []
         self.est = 0
+        self.want = 0
         self.agree = False
         self.late = []
 
@@ -138,8 +153,7 @@ class _Rhythm:
         overdue)."""
         if not self.steady():
             return None
-        g = self.gap()
-        want = self.anchor + g
+        g, want = self.est, self.want
         until = want + g // TAIL_PARTS
         if now >= until:
             return None

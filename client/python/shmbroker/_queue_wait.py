@@ -38,11 +38,10 @@ SPIN_MAX_NS = 50000
 # while that is within SHMBROKER_QUEUE_SPIN_MAX_US (default 100 us, at most
 # SPIN_LIMIT_US: the CPU a reader may spend per wait), else it sleeps.
 # SHMBROKER_QUEUE_WAIT=short turns it off (the spin above, then a sleep).
-# Naps ahead of an expected message: by default when the writer and every
-# live reader can each have a CPU of this process's (side by side, 1 reader
-# on 2 CPUs: half the p50 of plain sleeps at about the same CPU; with 4
-# readers on 2 CPUs their spins ahead of the message crowd the CPUs, and the
-# p50 was no better); =rhythm always, =sleep never.
+# Naps through a rhythm (_queue_rhythm learns it; _rhythm_wait): by default
+# when the writer and every live reader can each have a CPU of this
+# process's (with 4 readers on 2 CPUs their polls ahead of the message
+# would crowd the CPUs); =rhythm always, =sleep never.
 _WAIT_ENV = "SHMBROKER_QUEUE_WAIT"
 _SPIN_MAX_ENV = "SHMBROKER_QUEUE_SPIN_MAX_US"
 SPIN_MAX_DEFAULT_US = 100
