@@ -16,6 +16,7 @@ anything took.
 
 import os
 import sys
+import threading
 import unittest
 import unittest.mock
 
@@ -226,9 +227,10 @@ class RhythmWaitTest(unittest.TestCase):
         self.writer.reserve(WAIT)[0].release()
         self.writer.publish(Q.SLOT_INLINE, 0)
 
-    def read(self, gaps):
+    def read(self, gaps, cancel=None):
         """The writer publishes a message after each of gaps (ns, from the
-        last one); the reader dequeues each, working 5 us on it."""
+        last one); the reader dequeues each (with cancel), working 5 us on
+        it."""
         host = self.host
         t = getattr(self, "last_due", host.t)
         for g in gaps:
@@ -236,7 +238,7 @@ class RhythmWaitTest(unittest.TestCase):
             host.due.append(t)
         self.last_due = t
         for _ in gaps:
-            self.reader.dequeue(WAIT)
+            self.reader.dequeue(WAIT, cancel)
             host.t += 5 * US
         self.reader.done()
 
@@ -329,6 +331,16 @@ class RhythmWaitTest(unittest.TestCase):
         # Within the budget, give or take the 4 looks between two looks at
         # the CPU clock.
         self.assertLessEqual(polled, 20 * US + 4 * (self.host.yield_ns + self.host.look_ns))
+
+    # A wait given a cancel event looks at it every _CANCEL_POLL_NS while
+    # asleep, and a nap does not look: in a rhythm of 20 ms gaps, such a
+    # wait never naps; without the event, it does.
+    def test_no_long_nap_with_a_cancel_event(self):
+        gap = 2 * Q._CANCEL_POLL_NS
+        self.read([gap] * (R.RHYTHM_GAPS + 8), cancel=threading.Event())
+        self.assertEqual(self.reader.naps, 0)
+        self.read([gap] * 4)
+        self.assertGreater(self.reader.naps, 0)
 
     # Without a spin budget (SHMBROKER_QUEUE_SPIN_MAX_US=0) the reader
     # never naps: each wait sleeps on the futex until woken.

@@ -476,6 +476,9 @@ class _Waiting:
         sleep on the futex until woken (the rhythm broke for this one)."""
         rhythm = self._rhythm
         wake, until = plan
+        if cancel is not None and wake - now > _CANCEL_POLL_NS:
+            # A nap does not look at cancel: no longer than a sleep would.
+            return _SPIN_PAUSE_NS
         if deadline is not None:
             wake, until = min(wake, deadline), min(until, deadline)
         cpu0 = _thread_time()
