@@ -99,19 +99,20 @@ class _Rhythm:
         if want and empty_at <= want <= now:
             at = want
         self.anchor = at
-        times = self.times
-        times.append(at)
-        if len(times) > PHASE_KEPT:
-            del times[0]
-        if not last:
-            return
         g = at - last
-        if g < GAP_MIN_NS or g >= GAP_MAX_NS or (self.agree and g > BREAK_TIMES * self.est):
-            # Back to back, or a pause: no gap of a rhythm. Learn it again.
+        if not last or g < GAP_MIN_NS or g >= GAP_MAX_NS or (
+                self.agree and g > BREAK_TIMES * self.est):
+            # The first message, back to back, or a pause: no gap of a
+            # rhythm. Learn it again (back to back, nothing to forget: two
+            # comparisons per message).
             if self.gaps:
                 self.forget()
             self.times = [at]
             return
+        times = self.times
+        times.append(at)
+        if len(times) > PHASE_KEPT:
+            del times[0]
         self._learn(g)
         est, n = self.est, len(times)
         ahead = sorted(t + (n - i) * est for i, t in enumerate(times))
