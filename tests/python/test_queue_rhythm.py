@@ -29,6 +29,7 @@ if PACKAGE_DIR not in sys.path:
 from shmbroker import _futex, queue as Q  # noqa: E402
 from shmbroker import _queue_rhythm as R  # noqa: E402
 from shmbroker import _queue_wait  # noqa: E402
+from shmbroker.errors import Timeout  # noqa: E402
 
 from test_queues import attach, format_area, seat_take  # noqa: E402
 
@@ -341,6 +342,17 @@ class RhythmWaitTest(unittest.TestCase):
         self.assertEqual(self.reader.naps, 0)
         self.read([gap] * 4)
         self.assertGreater(self.reader.naps, 0)
+
+    # A wait's timeout holds in a rhythm: a dequeue that may wait 50 us,
+    # its message a gap away, naps no later than its deadline and raises
+    # Timeout, and the next message is still read.
+    def test_timeout_within_a_rhythm(self):
+        self.read([GAP] * (R.RHYTHM_GAPS + 4))
+        start = self.host.t
+        with self.assertRaises(Timeout):
+            self.reader.dequeue(50e-6)
+        self.assertLessEqual(self.host.waits[-1], start + 60 * US)
+        self.read([GAP])
 
     # Without a spin budget (SHMBROKER_QUEUE_SPIN_MAX_US=0) the reader
     # never naps: each wait sleeps on the futex until woken.
