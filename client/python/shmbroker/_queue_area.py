@@ -14,8 +14,8 @@ from . import _futex
 from ._queue_layout import (ALIGN, HEADER_PAGE, NAME_MAX, QUEUE_MAGIC, QUEUE_VERSION, SEAT_LIVE,
                             SEAT_OFFSETS, SEAT_SIZE, SLOT, SLOT_HEADER, SLOT_INLINE, SLOT_OBJECT,
                             _GEOMETRY, _H, _corrupt, _round_up, _slots_offset_for, queue_size)
-from ._queue_wait import (SPIN_START_NS, _LEAD_START_NS, _POLL_WAITS, _Waiting, _usable_cpus,
-                          _wait_settings)
+from ._queue_rhythm import _Rhythm
+from ._queue_wait import SPIN_START_NS, _POLL_WAITS, _Waiting, _usable_cpus, _wait_settings
 from .errors import ConnectionLost, InvalidRequest, ProtocolError, ShmBrokerError, Unsupported
 
 
@@ -99,11 +99,14 @@ class _Area(_Waiting):
         self._seen = 0        # when the last message was there (monotonic ns)
         self._gap = 0         # mean gap between messages (ns), 0: not known
         self._dev = 0         # its mean deviation
-        self._lead = _LEAD_START_NS  # how far ahead of a message a nap ends
-        self._nap_end = 0
-        self._nap_tries = self._nap_misses = 0
-        self._naps_off = 0    # waits left before naps are tried again
+        # What the reader learns of its messages' rhythm, and the time of
+        # its last look that found no message (the lower bound of when the
+        # next one came).
+        self._rhythm = _Rhythm()
+        self._empty_at = 0
         self.naps = 0         # naps ahead of a message (tests look at these)
+        self.rhythm_polls = 0  # polls after a nap, and their yields
+        self.rhythm_yields = 0
         # Waits that poll once this reader is found behind (none without a
         # spin budget).
         self._poll_waits = _POLL_WAITS if self.spin_max_ns else 0

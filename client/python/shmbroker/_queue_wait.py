@@ -16,6 +16,7 @@ import os
 import time
 
 from . import _futex
+from ._queue_rhythm import EARLY, LATE, MISSED, OVER
 from ._queue_layout import (QUEUE_OPEN, QUEUE_SHUTDOWN, QUEUE_WRITER_GONE,
                             SEAT_LIVE, _H, _cancelled, _closed_meanwhile, _corrupt,
                             _stopped_here)
@@ -37,33 +38,17 @@ SPIN_MAX_NS = 50000
 # while that is within SHMBROKER_QUEUE_SPIN_MAX_US (default 100 us, at most
 # SPIN_LIMIT_US: the CPU a reader may spend per wait), else it sleeps.
 # SHMBROKER_QUEUE_WAIT=short turns it off (the spin above, then a sleep).
-# Naps ahead of an expected message: by default when the writer and every
-# live reader can each have a CPU of this process's (side by side, 1 reader
-# on 2 CPUs: half the p50 of plain sleeps at about the same CPU; with 4
-# readers on 2 CPUs their spins ahead of the message crowd the CPUs, and the
-# p50 was no better); =rhythm always, =sleep never.
+# Naps through a rhythm (_queue_rhythm learns it; _rhythm_wait): by default
+# when the writer and every live reader can each have a CPU of this
+# process's (with 4 readers on 2 CPUs their polls ahead of the message
+# would crowd the CPUs); =rhythm always, =sleep never.
 _WAIT_ENV = "SHMBROKER_QUEUE_WAIT"
 _SPIN_MAX_ENV = "SHMBROKER_QUEUE_SPIN_MAX_US"
 SPIN_MAX_DEFAULT_US = 100
 # Pure spin this long, then yield the CPU between looks.
 _SPIN_PAUSE_NS = 3000
-# A nap shorter than this is not worth the futex call: spin instead.
-_NAP_MIN_NS = 20000
 # The nap's timer slack: a microsecond, so that it ends when asked.
 _NAP_SLACK_NS = 1000
-# How far ahead of the expected message a nap ends: the first guess, the
-# floor, and the spin a nap aims to leave before the message.
-_LEAD_START_NS = 40000
-_LEAD_MIN_NS = 8000
-_LEAD_SPARE_NS = 4000
-# The share of a long gap between messages a reader may spend spinning
-# for the next one: 1/5, a fifth of a CPU at most.
-_BUDGET_PARTS = 5
-# Naps are judged by windows of this many: when most of a window's naps
-# were woken by the writer (they overslept the message), the next
-# _NAPS_OFF_FOR waits are plain ones.
-_NAP_WINDOW = 16
-_NAPS_OFF_FOR = 512
 # Waits between two counts of the live seats (SHMBROKER_QUEUE_WAIT=adaptive).
 _FIT_LOOKS = 64
 # A gap this long is a pause, not a rhythm.
@@ -285,7 +270,7 @@ class _Waiting:
         if timeout is not None and timeout <= 0:
             self._timed_out(writer, timeout)
         self._check_stop(writer, cancel)
-        start = _now()
+        start = self._empty_at = _now()
         deadline = None if timeout is None else start + int(timeout * 1e9)
         poll = False
         if writer:
@@ -334,7 +319,6 @@ class _Waiting:
         else:
             if budget:
                 self._spin_r = max(budget // 2, SPIN_MIN_NS)
-            self._rhythm_lost()
             word, addr = _H["head_word"] // 4, self._head_word_addr
         q32 = self._q32
         looked = _now()
@@ -354,6 +338,8 @@ class _Waiting:
                 if not ok:
                     self._check_stop(writer, cancel)
                 now = _now()
+                if not ok:
+                    self._empty_at = now
                 woken = False
                 if not ok and (deadline is None or now < deadline):
                     until = now + (_MARK_SLEEP_NS if mark else nap)
@@ -459,10 +445,11 @@ class _Waiting:
         """The adaptive wait of a reader whose message is not there yet
         (PROTOCOL.md section 9, "Waiting"): how long to spin (ns), through
         the gap when messages have been coming within the spin bound, else
-        briefly; where naps are allowed (_naps_allowed), after napping
-        through most of a longer gap, or -1 when the message came during
-        the nap. gap and dev are the mean time between this reader's
-        messages and its mean deviation, kept by seen()."""
+        briefly; where naps are allowed (_naps_allowed) and the messages
+        come in a rhythm of longer gaps, the rhythm's wait (_rhythm_wait):
+        -1 when it got the message, 0 to sleep until woken. gap and dev are
+        the mean time between this reader's messages and its mean
+        deviation, kept by seen()."""
         gap, dev = self._gap, self._dev
         if gap == 0:
             return min(SPIN_START_NS, self.spin_max_ns)
@@ -472,40 +459,66 @@ class _Waiting:
         span = 2 * gap + 4 * dev
         if span <= self.spin_max_ns:
             return max(span - since, _SPIN_PAUSE_NS)
-        if not self._naps_allowed() or self._naps_off:
-            if self._naps_off:
-                self._naps_off -= 1
+        if self.spin_max_ns and self._naps_allowed():
+            plan = self._rhythm.plan(now)
+            if plan is not None:
+                return self._rhythm_wait(now, plan, deadline, cancel)
+        return _SPIN_PAUSE_NS
+
+    def _rhythm_wait(self, now, plan, deadline, cancel):
+        """Messages come in a rhythm (_queue_rhythm): sleep on head_word
+        until plan's wake (ahead of the next message by the lead and the
+        timer's own lateness, both learnt), then poll, yielding the CPU
+        between looks, until plan's end or the wait's CPU budget (the
+        smaller of the rhythm's and spin_max_ns) from the wake on. A
+        message that comes during the nap wakes it as it would a sleep: no
+        later than without it. Returns -1 with the message there, 0 to
+        sleep on the futex until woken (the rhythm broke for this one)."""
+        rhythm = self._rhythm
+        wake, until = plan
+        if cancel is not None and wake - now > _CANCEL_POLL_NS:
+            # A nap does not look at cancel: no longer than a sleep would.
             return _SPIN_PAUSE_NS
-        # A longer gap: a fifth of it (within spin_max_ns) may be spun,
-        # from a lead ahead of the next message on; sleep until then. A
-        # message that comes earlier wakes the nap as it would a sleep: no
-        # later than without it.
-        allowance = min(gap // _BUDGET_PARTS, self.spin_max_ns)
-        lead = min(self._lead, allowance - _LEAD_MIN_NS)
-        if lead < _LEAD_MIN_NS:
-            return _SPIN_PAUSE_NS
-        start = self._seen + gap - lead
-        end = start + allowance
-        if deadline is not None and end > deadline:
-            end = deadline
-        if start - now >= _NAP_MIN_NS:
+        if deadline is not None:
+            wake, until = min(wake, deadline), min(until, deadline)
+        cpu0 = _thread_time()
+        # However short, the nap: a timer's lateness is learnt and asked
+        # for ahead, and polling instead would spend as much CPU as time.
+        if wake > now:
             self.naps += 1
-            self._nap_tries += 1
-            if self._nap_tries == _NAP_WINDOW:
-                # Most naps of the window overslept: this host's timers
-                # wake too late for the gap (a busy or virtual CPU). Plain
-                # sleeps, woken by the writer, for a while; then try again.
-                if self._nap_misses * 2 > _NAP_WINDOW:
-                    self._naps_off = _NAPS_OFF_FOR
-                self._nap_tries = self._nap_misses = 0
-            if self._nap(start, cancel):
-                # Woken by the writer: the nap was too long.
-                self._nap_misses += 1
-                self._lead = min(lead * 2, allowance - _LEAD_MIN_NS)
-                self._nap_end = 0
+            got = self._nap(wake, cancel)
+            now = _now()
+            if now >= wake:
+                rhythm.overshoot(now - wake)
+            if got:
+                rhythm.outcome(LATE, _thread_time() - cpu0)
                 return -1
-            now = self._nap_end = _now()
-        return max(end - now, _SPIN_PAUSE_NS)
+            self._empty_at = now
+        what = self._rhythm_poll(until, min(self.spin_max_ns, rhythm.budget()), cancel)
+        rhythm.outcome(what, _thread_time() - cpu0)
+        return -1 if what in (EARLY, LATE) else 0
+
+    def _rhythm_poll(self, until, budget, cancel):
+        """Look, yield the CPU, look again, until the message is there (EARLY,
+        or LATE when the first look found it), until (MISSED) or this
+        thread has spent budget ns of CPU on the poll (OVER)."""
+        self.rhythm_polls += 1
+        cpu0 = _thread_time()
+        i = 0
+        while True:
+            if self._reader_ready():
+                return EARLY if i else LATE
+            now = self._empty_at = _now()
+            if now >= until:
+                return MISSED
+            i += 1
+            if i & 3 == 0:
+                if _thread_time() - cpu0 >= budget:
+                    return OVER
+                if i & 1023 == 0:
+                    self._check_stop(False, cancel)
+            self.rhythm_yields += 1
+            _sched_yield()
 
     def _naps_allowed(self):
         """Whether this reader may nap: as SHMBROKER_QUEUE_WAIT says, else
@@ -540,8 +553,9 @@ class _Waiting:
 
     def seen(self):
         """A message is there for this reader now: learn the gap between
-        messages (and its spread), and how early the last nap ended."""
+        messages (and its spread), and the rhythm they come in."""
         now = _now()
+        self._rhythm.arrived(now, self._empty_at)
         gap = now - self._seen
         self._seen = now
         if gap >= _GAP_MAX_NS:
@@ -554,19 +568,6 @@ class _Waiting:
         g += (gap - g) >> 3
         self._gap = g
         self._dev += (abs(gap - g) - self._dev) >> 3
-        nap_end = self._nap_end
-        if nap_end:
-            # The spin after the nap took `early` ns: aim the next nap's end
-            # at _LEAD_SPARE_NS before the message.
-            self._nap_end = 0
-            early = now - nap_end
-            lead = self._lead - ((early - _LEAD_SPARE_NS) >> 2)
-            self._lead = max(_LEAD_MIN_NS, min(lead, g // _BUDGET_PARTS))
-
-    def _rhythm_lost(self):
-        """No message within the spin: the writer paused. The next gap is
-        learnt afresh."""
-        self._nap_end = 0
 
     def _check_stop(self, writer, cancel):
         """Raise Cancelled when this member stopped its reads (a reader's

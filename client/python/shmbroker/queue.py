@@ -62,9 +62,8 @@ from ._queue_layout import (  # noqa: F401
     SLOT_SIZE_MAX, SLOT_SIZE_MIN, _GEOMETRY, _H, _cancelled, _closed_meanwhile, _corrupt,
     _round_up, _slots_offset_for, _stopped_here, queue_size)
 from ._queue_wait import (  # noqa: F401
-    SPIN_LIMIT_US, SPIN_MAX_DEFAULT_US, SPIN_MAX_NS, SPIN_MIN_NS, SPIN_START_NS, _BUDGET_PARTS,
-    _CANCEL_POLL_NS, _FIT_LOOKS, _GAP_MAX_NS, _LEAD_MIN_NS, _LEAD_SPARE_NS, _LEAD_START_NS,
-    _MARK_SLEEP_NS, _MINUS_ONE, _NAPS_OFF_FOR, _NAP_MIN_NS, _NAP_SLACK_NS, _NAP_WINDOW,
+    SPIN_LIMIT_US, SPIN_MAX_DEFAULT_US, SPIN_MAX_NS, SPIN_MIN_NS, SPIN_START_NS,
+    _CANCEL_POLL_NS, _FIT_LOOKS, _GAP_MAX_NS, _MARK_SLEEP_NS, _MINUS_ONE, _NAP_SLACK_NS,
     _POLLS_OFF_FOR, _POLL_AHEAD, _POLL_WAITS, _POLL_WALL_PARTS, _POLL_WINDOW, _SLICE_NS,
     _SPIN_MAX_ENV, _SPIN_PAUSE_NS, _TIMEOUT_FOREVER_S, _WAIT_ENV, _WARNING_INTERVAL_ENV,
     _WARNING_INTERVAL_S, _now, _sched_yield, _thread_time, _usable_cpus, _wait_settings,
