@@ -12,7 +12,7 @@ import threading
 import unittest
 
 import support
-from shmbroker.errors import NotFound
+from shmbroker.errors import InvalidRequest, NotFound
 
 
 class TestReadAfterPutNowait(support.DaemonTest):
@@ -61,6 +61,26 @@ class TestReadAfterPutNowait(support.DaemonTest):
         self.c.put_nowait("second", b"2")
         self.assertEqual(self.c.read("first"), b"1")
         self.assertEqual(self.c.read_stats()["fallback"], 1)
+
+    # read_wait is bounded as shmb_set_read_wait is (0 to 1 s): a NaN never
+    # ends the wait (no time is past it), nor does infinity, and a read of
+    # a put the daemon never handles (it died) then looked for ever. A bad
+    # value is refused where it is set and the wait stays as it was.
+    def test_read_wait_out_of_bounds_is_refused(self):
+        self.c.read_wait = 0.5
+        for bad in (float("nan"), float("inf"), -1e-6, 1.5, "0.1", None, True):
+            with self.assertRaises(InvalidRequest, msg=repr(bad)):
+                self.c.read_wait = bad
+            self.assertEqual(self.c.read_wait, 0.5)
+        for good in (0, 0.0, 1, 1.0, 200e-6):
+            self.c.read_wait = good
+            self.assertEqual(self.c.read_wait, good)
+        # A wait of 0 asks the daemon at once, which answers with the put.
+        self.c.read_wait = 0
+        self.c.put_nowait("arena", b"x")
+        self.c.sync()
+        self.c.put_nowait("bounded", b"b")
+        self.assertEqual(self.c.read("bounded"), b"b")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from . import _protocol as P
 from ._keys import check_key
 from ._puts import _json_key
 from ._wire import _HANGUP
-from .errors import BufferTooSmall, ConnectionLost, NotFound
+from .errors import BufferTooSmall, ConnectionLost, InvalidRequest, NotFound
 
 # How often read() looks at its connection (one poll() with no wait): a
 # daemon that died without marking its segment retired (SIGKILL; a memfd
@@ -33,6 +33,7 @@ _NOTHING = memoryview(bytearray(0))  # a buffer no payload fits in
 # cost), and for how much of that it looks again at once before it yields
 # the CPU between looks: shmb_set_read_wait's default and client/read.c's.
 READ_WAIT_S = 200e-6
+READ_WAIT_MAX_S = 1.0  # shmb_set_read_wait's bound (SHMB_READ_WAIT_MAX)
 _LANDING_SPIN_S = 20e-6
 
 
@@ -43,9 +44,26 @@ class Reads:
 
     # The key of this client's last put_nowait (Puts), and how long read()
     # of it waits for its commit to land in the catalog (seconds; 0 asks
-    # the daemon at once).
+    # the daemon at once): the read_wait property's.
     _landing = None
-    read_wait = READ_WAIT_S
+    _read_wait = READ_WAIT_S
+
+    @property
+    def read_wait(self):
+        """Seconds read() of the key this client last put with put_nowait()
+        looks for its commit in the catalog, while that put is unanswered,
+        before it asks the daemon (0 asks at once; default 200e-6). 0 to
+        1.0, as shmb_set_read_wait: a NaN or an infinite wait would never
+        end when the commit never lands (the daemon died)."""
+        return self._read_wait
+
+    @read_wait.setter
+    def read_wait(self, seconds):
+        if (type(seconds) not in (int, float) or not 0 <= seconds <= READ_WAIT_MAX_S):
+            raise InvalidRequest("EINVAL", "read_wait is %.40r: it takes 0 to %g seconds (a "
+                                 "number; 0 asks the daemon at once). It stays %g."
+                                 % (seconds, READ_WAIT_MAX_S, self._read_wait))
+        self._read_wait = seconds
 
     def read(self, key):
         """The object's bytes, copied out, counted as one read (as get()).
