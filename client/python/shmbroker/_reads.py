@@ -42,10 +42,11 @@ class Reads:
     against the chunk's generation and key, and the daemon asked when the
     catalog cannot say."""
 
-    # The key of this client's last put_nowait (Puts), and how long read()
-    # of it waits for its commit to land in the catalog (seconds; 0 asks
-    # the daemon at once): the read_wait property's.
+    # The key of this client's last put_nowait (Puts) and its chunk's
+    # offset, and how long read() of it waits for its commit to land in the
+    # catalog (seconds; 0 asks the daemon at once): the read_wait property's.
     _landing = None
+    _landing_at = None
     _read_wait = READ_WAIT_S
 
     @property
@@ -176,14 +177,21 @@ class Reads:
         raw = key.encode("utf-8", "surrogatepass")
         what, value, gen, flags, chunk, retries = cat.read(cat.lookup(key, raw), out)
         self._reads[2] += retries
-        if what != _catalog.HIT and what != _catalog.NOBUFS and self._unconfirmed[0] > 0:
+        if self._unconfirmed[0] > 0:
             # A miss proves nothing while puts sent without waiting are
             # unanswered: their commits may not be handled yet. The last
             # one's is looked for a moment; else the daemon, which handles
-            # the connection's requests in order, answers after them.
-            if key != self._landing:
+            # the connection's requests in order, answers after them. Nor
+            # is a hit of the last one's key in another chunk its own: an
+            # object this client deleted without waiting just before the
+            # put, the delete on its way too (or one of another client that
+            # makes the daemon refuse the put: the daemon then says so).
+            if key == self._landing:
+                if ((what != _catalog.HIT and what != _catalog.NOBUFS)
+                        or chunk != self._landing_at):
+                    what, value, gen, flags, chunk = self._read_landing(cat, key, raw, out)
+            elif what != _catalog.HIT and what != _catalog.NOBUFS:
                 return None
-            what, value, gen, flags, chunk = self._read_landing(cat, key, raw, out)
         if what == _catalog.HIT:
             self._reads[0] += 1
             if flags & P.CATALOG_AWAITED:
@@ -198,7 +206,8 @@ class Reads:
         return None
 
     def _read_landing(self, cat, key, raw, out):
-        """cat.read() of key again until it hits or read_wait ends, looking
+        """cat.read() of key again until it hits the last put's chunk
+        (_landing_at) or read_wait ends, looking
         again at once for _LANDING_SPIN_S, then yielding the CPU between
         looks (the daemon may be waiting for this one). A miss at the end
         says nothing (the caller asks the daemon)."""
@@ -213,7 +222,7 @@ class Reads:
                 os.sched_yield()
             what, value, gen, flags, chunk, retries = cat.read(cat.lookup(key, raw), out)
             self._reads[2] += retries
-            if what == _catalog.HIT or what == _catalog.NOBUFS:
+            if (what == _catalog.HIT or what == _catalog.NOBUFS) and chunk == self._landing_at:
                 return what, value, gen, flags, chunk
 
     def _count_read(self, key, chunk, gen):
