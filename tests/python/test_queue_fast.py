@@ -609,11 +609,11 @@ class PickledIntoSlotTest(DaemonTest):
         self.send(mq, reader, [("c", os.urandom(40 * 1024)),
                                ("too big", os.urandom(3 * self.SLOT)),
                                ("d", os.urandom(40 * 1024))])
-        # c by dumps, the one too big tried in its slot then by dumps, d by
-        # dumps again (the last did not fit).
-        self.assertEqual(calls, {"dumps": 5, "into": 3})
+        # c by dumps, the one too big pickled once, begun in its slot and
+        # sent as an overflow object, d by dumps again (the last did not fit).
+        self.assertEqual(calls, {"dumps": 4, "into": 3})
         self.send(mq, reader, [("e", os.urandom(40 * 1024))])
-        self.assertEqual(calls, {"dumps": 5, "into": 4})
+        self.assertEqual(calls, {"dumps": 4, "into": 4})
 
     # Out-of-band buffers (numpy arrays) follow the stream in the slot as
     # frames 1 and on; more than a 64-byte header lists go by dumps.
@@ -629,9 +629,29 @@ class PickledIntoSlotTest(DaemonTest):
         self.assertEqual(calls, {"dumps": 1, "into": 1})
         six = tuple([os.urandom(40 * 1024)] + [np.arange(i + 1.0) for i in range(6)])
         self.send(mq, reader, [six, two, two])
-        # six tried in its slot, then by dumps, and so the first two after
-        # it; the second two in its slot again.
-        self.assertEqual(calls, {"dumps": 3, "into": 3})
+        # six pickled once, in its slot, then sent as frames; the first two
+        # after it by dumps, the second two in its slot again.
+        self.assertEqual(calls, {"dumps": 2, "into": 3})
+
+    # A message is pickled once whichever way it goes: one larger than the
+    # slot, or with more out-of-band buffers than the slot's header lists,
+    # is sent from the pickling begun in the slot, not pickled again (a
+    # __reduce__ need not give the same twice: here each call numbers its
+    # result, and a second pickling sent the wrong number).
+    def test_a_message_is_pickled_once(self):
+        mq, reader = self.pair()
+        msgs = [("warm", _Counted(), os.urandom(40 * 1024)),
+                ("too big", _Counted(), os.urandom(3 * self.SLOT)),
+                ("warm again", _Counted(), os.urandom(40 * 1024))]
+        if np is not None:
+            msgs.append(tuple(["six buffers", _Counted(), os.urandom(40 * 1024)]
+                              + [np.arange(i + 1.0) for i in range(6)]))
+        for msg in msgs:
+            before = _Counted.calls
+            mq.enqueue(msg)
+            self.assertEqual(_Counted.calls, before + 1, msg[0])
+            got = reader.dequeue(timeout=WAIT)
+            self.assertEqual(got[:3], (msg[0], before + 1, msg[2]), msg[0])
 
     # A message pickle refuses, pickled into its slot, raises as pickle
     # raises and publishes nothing; the queue goes on.
@@ -644,6 +664,16 @@ class PickledIntoSlotTest(DaemonTest):
         self.assertEqual(mq._area.published(), n)
         self.send(mq, reader, [("after", os.urandom(40 * 1024)), "then small"])
 
+
+
+class _Counted:
+    """Pickles as the number of times any was pickled so far."""
+
+    calls = 0
+
+    def __reduce__(self):
+        _Counted.calls += 1
+        return int, (_Counted.calls,)
 
 
 def _is_tensor(obj):

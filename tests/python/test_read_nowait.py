@@ -12,7 +12,7 @@ import threading
 import unittest
 
 import support
-from shmbroker.errors import NotFound
+from shmbroker.errors import InvalidRequest, NotFound
 
 
 class TestReadAfterPutNowait(support.DaemonTest):
@@ -61,6 +61,50 @@ class TestReadAfterPutNowait(support.DaemonTest):
         self.c.put_nowait("second", b"2")
         self.assertEqual(self.c.read("first"), b"1")
         self.assertEqual(self.c.read_stats()["fallback"], 1)
+
+    # A put of a key this client deleted without waiting just before: the
+    # catalog still lists the deleted object while both are on their way,
+    # and the read of the put gets the put's bytes, not the deleted ones
+    # (the daemon handles the delete, then the put). It returned the
+    # deleted bytes: a hit was taken for the put's own.
+    def test_read_of_a_put_after_a_delete_on_its_way(self):
+        self.c.put_nowait("K", b"deleted")
+        self.c.sync()
+        os.kill(self.d.proc.pid, signal.SIGSTOP)
+        self.c.delete("K", noreply=True)
+        self.c.put_nowait("K", b"put after")
+        resume = threading.Timer(0.3, os.kill, (self.d.proc.pid, signal.SIGCONT))
+        resume.start()
+        self.addCleanup(resume.cancel)
+        self.addCleanup(os.kill, self.d.proc.pid, signal.SIGCONT)
+        self.assertEqual(self.c.read("K"), b"put after")
+        # A put the daemon refuses (the key holds another client's object)
+        # reads as that object, as the daemon then has it.
+        other = self.d.client(name="other")
+        self.addCleanup(other.close)
+        other.put("theirs", b"their bytes")
+        self.c.put_nowait("theirs", b"ours")
+        self.assertEqual(self.c.read("theirs"), b"their bytes")
+
+    # read_wait is bounded as shmb_set_read_wait is (0 to 1 s): a NaN never
+    # ends the wait (no time is past it), nor does infinity, and a read of
+    # a put the daemon never handles (it died) then looked for ever. A bad
+    # value is refused where it is set and the wait stays as it was.
+    def test_read_wait_out_of_bounds_is_refused(self):
+        self.c.read_wait = 0.5
+        for bad in (float("nan"), float("inf"), -1e-6, 1.5, "0.1", None, True):
+            with self.assertRaises(InvalidRequest, msg=repr(bad)):
+                self.c.read_wait = bad
+            self.assertEqual(self.c.read_wait, 0.5)
+        for good in (0, 0.0, 1, 1.0, 200e-6):
+            self.c.read_wait = good
+            self.assertEqual(self.c.read_wait, good)
+        # A wait of 0 asks the daemon at once, which answers with the put.
+        self.c.read_wait = 0
+        self.c.put_nowait("arena", b"x")
+        self.c.sync()
+        self.c.put_nowait("bounded", b"b")
+        self.assertEqual(self.c.read("bounded"), b"b")
 
 
 if __name__ == "__main__":

@@ -259,7 +259,8 @@ class Puts:
             if self._unconfirmed[0] == 0:
                 self._unconfirmed[1] = key
             self._unconfirmed[0] += 1
-            self._landing = key  # read() of it waits for its commit (Reads)
+            # read() of it waits for its commit, this chunk (Reads).
+            self._landing, self._landing_at = key, at
             arena.cursor += chunk
         else:
             reply = self._exchange_line_reply(cid)

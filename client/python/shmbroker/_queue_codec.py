@@ -123,24 +123,28 @@ DIRECT_MIN = 32 << 10
 DIRECT_MAX_FRAMES = (_ONE_FRAME_AT - 16) // 8
 
 
-class _Full(Exception):
-    """The stream ran past the slot."""
-
-
 class _IntoView:
-    """pickle's file: writes the stream into view from byte 64 on, raising
-    _Full rather than write past its end."""
+    """pickle's file: writes the stream into view from byte 64 on. A stream
+    that runs past view's end goes on in a bytearray of its own (spill),
+    what was written into view copied into it first: the message is then
+    sent as frames, without pickling it a second time (its __reduce__ may
+    not give the same twice, and a large one costs its pickling again)."""
 
-    __slots__ = ("view", "at", "end")
+    __slots__ = ("view", "at", "end", "spill")
 
     def __init__(self, view):
-        self.view, self.at, self.end = view, _ONE_FRAME_AT, view.nbytes
+        self.view, self.at, self.end, self.spill = view, _ONE_FRAME_AT, view.nbytes, None
 
     def write(self, b):
         n = b.nbytes if type(b) is memoryview else len(b)
+        if self.spill is not None:
+            self.spill += b
+            return n
         at = self.at
         if at + n > self.end:
-            raise _Full
+            self.spill = bytearray(self.view[_ONE_FRAME_AT:at])
+            self.spill += b
+            return n
         self.view[at:at + n] = b
         self.at = at + n
         return n
@@ -148,33 +152,32 @@ class _IntoView:
 
 def _pickle_into(view, obj):
     """Pickle obj (protocol 5, out-of-band buffers) straight into view in
-    the frames layout: the bytes written, or None when the message does not
-    fit view or has more out-of-band buffers than a 64-byte header holds
-    (the caller then sends it as _message_frames gives it). Errors of
-    pickling obj are raised as pickle raises them."""
+    the frames layout: the bytes written (an int), or, when the message
+    does not fit view or has more out-of-band buffers than a 64-byte header
+    holds, its frames (a list, as pickle_frames gives them, the stream a
+    copy: nothing of view is published) for the caller to send otherwise.
+    obj is pickled once either way. Errors of pickling obj are raised as
+    pickle raises them."""
     out = _IntoView(view)
     oob = []
-    try:
-        pickle.Pickler(out, protocol=5, buffer_callback=oob.append).dump(obj)
-    except _Full:
-        return None
-    n0 = out.at - _ONE_FRAME_AT
-    if not oob:
-        _ONE_FRAME.pack_into(view, 0, _frames.MAGIC, 1, 0, n0)
-        view[24:_ONE_FRAME_AT] = _ONE_FRAME_PAD
-        return out.at
-    if len(oob) + 1 > DIRECT_MAX_FRAMES:
-        return None
+    pickle.Pickler(out, protocol=5, buffer_callback=oob.append).dump(obj)
     bufs = []
     for buf in oob:
         try:
             bufs.append(buf.raw())
         except BufferError:
             bufs.append(memoryview(memoryview(buf).tobytes()))
+    if out.spill is not None:
+        return [memoryview(out.spill)] + bufs
+    n0 = out.at - _ONE_FRAME_AT
+    if not oob:
+        _ONE_FRAME.pack_into(view, 0, _frames.MAGIC, 1, 0, n0)
+        view[24:_ONE_FRAME_AT] = _ONE_FRAME_PAD
+        return out.at
     lengths = [n0] + [b.nbytes for b in bufs]
     header, offsets, total = _frames.layout(lengths)
-    if total > view.nbytes:
-        return None
+    if len(oob) + 1 > DIRECT_MAX_FRAMES or total > view.nbytes:
+        return [memoryview(bytes(view[_ONE_FRAME_AT:out.at]))] + bufs
     _frames.write_header(view, lengths)
     end = out.at
     for b, at in zip(bufs, offsets[1:]):

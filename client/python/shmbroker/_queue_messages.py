@@ -113,12 +113,14 @@ class _Messages:
             n = area.head
             if bufs is None:
                 total = _pickle_into(payload, obj)
-                # Straight into the slot while messages are large and fit.
-                self._direct = total is not None and total >= DIRECT_MIN
-                if total is not None:
+                if type(total) is int:
+                    # Straight into the slot while messages are large.
+                    self._direct = total >= DIRECT_MIN
                     area.publish(SLOT_INLINE, total)
                     return
-                bufs = pickle_frames(obj)
+                # Larger than the slot, or too many buffers for its
+                # header: the frames pickled (once), sent as dumps' are.
+                self._direct, bufs = False, total
             total = _message_size(bufs)
             if bufs[0].nbytes >= DIRECT_MIN and len(bufs) <= DIRECT_MAX_FRAMES:
                 # A large stream: the next message goes straight into its

@@ -18,7 +18,7 @@ from . import _protocol as P
 from ._keys import check_key
 from ._puts import _json_key
 from ._wire import _HANGUP
-from .errors import BufferTooSmall, ConnectionLost, NotFound
+from .errors import BufferTooSmall, ConnectionLost, InvalidRequest, NotFound
 
 # How often read() looks at its connection (one poll() with no wait): a
 # daemon that died without marking its segment retired (SIGKILL; a memfd
@@ -33,6 +33,7 @@ _NOTHING = memoryview(bytearray(0))  # a buffer no payload fits in
 # cost), and for how much of that it looks again at once before it yields
 # the CPU between looks: shmb_set_read_wait's default and client/read.c's.
 READ_WAIT_S = 200e-6
+READ_WAIT_MAX_S = 1.0  # shmb_set_read_wait's bound (SHMB_READ_WAIT_MAX)
 _LANDING_SPIN_S = 20e-6
 
 
@@ -41,11 +42,29 @@ class Reads:
     against the chunk's generation and key, and the daemon asked when the
     catalog cannot say."""
 
-    # The key of this client's last put_nowait (Puts), and how long read()
-    # of it waits for its commit to land in the catalog (seconds; 0 asks
-    # the daemon at once).
+    # The key of this client's last put_nowait (Puts) and its chunk's
+    # offset, and how long read() of it waits for its commit to land in the
+    # catalog (seconds; 0 asks the daemon at once): the read_wait property's.
     _landing = None
-    read_wait = READ_WAIT_S
+    _landing_at = None
+    _read_wait = READ_WAIT_S
+
+    @property
+    def read_wait(self):
+        """Seconds read() of the key this client last put with put_nowait()
+        looks for its commit in the catalog, while that put is unanswered,
+        before it asks the daemon (0 asks at once; default 200e-6). 0 to
+        1.0, as shmb_set_read_wait: a NaN or an infinite wait would never
+        end when the commit never lands (the daemon died)."""
+        return self._read_wait
+
+    @read_wait.setter
+    def read_wait(self, seconds):
+        if (type(seconds) not in (int, float) or not 0 <= seconds <= READ_WAIT_MAX_S):
+            raise InvalidRequest("EINVAL", "read_wait is %.40r: it takes 0 to %g seconds (a "
+                                 "number; 0 asks the daemon at once). It stays %g."
+                                 % (seconds, READ_WAIT_MAX_S, self._read_wait))
+        self._read_wait = seconds
 
     def read(self, key):
         """The object's bytes, copied out, counted as one read (as get()).
@@ -158,14 +177,21 @@ class Reads:
         raw = key.encode("utf-8", "surrogatepass")
         what, value, gen, flags, chunk, retries = cat.read(cat.lookup(key, raw), out)
         self._reads[2] += retries
-        if what != _catalog.HIT and what != _catalog.NOBUFS and self._unconfirmed[0] > 0:
+        if self._unconfirmed[0] > 0:
             # A miss proves nothing while puts sent without waiting are
             # unanswered: their commits may not be handled yet. The last
             # one's is looked for a moment; else the daemon, which handles
-            # the connection's requests in order, answers after them.
-            if key != self._landing:
+            # the connection's requests in order, answers after them. Nor
+            # is a hit of the last one's key in another chunk its own: an
+            # object this client deleted without waiting just before the
+            # put, the delete on its way too (or one of another client that
+            # makes the daemon refuse the put: the daemon then says so).
+            if key == self._landing:
+                if ((what != _catalog.HIT and what != _catalog.NOBUFS)
+                        or chunk != self._landing_at):
+                    what, value, gen, flags, chunk = self._read_landing(cat, key, raw, out)
+            elif what != _catalog.HIT and what != _catalog.NOBUFS:
                 return None
-            what, value, gen, flags, chunk = self._read_landing(cat, key, raw, out)
         if what == _catalog.HIT:
             self._reads[0] += 1
             if flags & P.CATALOG_AWAITED:
@@ -180,7 +206,8 @@ class Reads:
         return None
 
     def _read_landing(self, cat, key, raw, out):
-        """cat.read() of key again until it hits or read_wait ends, looking
+        """cat.read() of key again until it hits the last put's chunk
+        (_landing_at) or read_wait ends, looking
         again at once for _LANDING_SPIN_S, then yielding the CPU between
         looks (the daemon may be waiting for this one). A miss at the end
         says nothing (the caller asks the daemon)."""
@@ -195,7 +222,7 @@ class Reads:
                 os.sched_yield()
             what, value, gen, flags, chunk, retries = cat.read(cat.lookup(key, raw), out)
             self._reads[2] += retries
-            if what == _catalog.HIT or what == _catalog.NOBUFS:
+            if (what == _catalog.HIT or what == _catalog.NOBUFS) and chunk == self._landing_at:
                 return what, value, gen, flags, chunk
 
     def _count_read(self, key, chunk, gen):
