@@ -246,7 +246,7 @@ def chart_vllm(plt, rows, out):
     # log scale and stays in the table.
     rows = [r for r in rows if r.get("mode") == "vllm" and r.get("ratio")
             and "first:" not in r["key"] and "fallocate" not in r["key"]
-            and "memcpy_us" not in r["key"]]
+            and "memcpy_us" not in r["key"] and "timer_late_us" not in r["key"]]
     if not rows:
         return False
     fig, ax = plt.subplots(figsize=(9, 0.28 * len(rows) + 1.5))

@@ -265,6 +265,32 @@ def memcpy_reference(seconds):
         m.close()
 
 
+def timer_reference(seconds):
+    """What a timed wake-up costs in this process: the median microseconds
+    a sleep of 150 us and of 4.8 ms ends late, with the thread's timer
+    slack at 1 us (as a reader's nap sets it). A reader that sleeps until
+    just ahead of its next message is that late, on an idle CPU, before it
+    can poll. (150 us, 4.8 ms)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_TIMERSLACK, PR_GET_TIMERSLACK = 29, 30
+    old = libc.prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)
+    libc.prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)
+    out = []
+    try:
+        for want in (150e-6, 4.8e-3):
+            late, t_end = [], time.monotonic() + seconds
+            while len(late) < 20 or time.monotonic() < t_end:
+                t0 = time.perf_counter()
+                time.sleep(want)
+                late.append((time.perf_counter() - t0 - want) * 1e6)
+            out.append(statistics.median(late))
+    finally:
+        if old > 0:
+            libc.prctl(PR_SET_TIMERSLACK, old, 0, 0, 0)
+    return tuple(out)
+
+
 def store_reader(side, handle, conn):
     """Get each pair the writer sends, timing the get() alone; "gets" sends
     the seconds and the count of the gets since the last "gets"."""
@@ -449,6 +475,11 @@ def queue_writer(side, opts, n_readers, out):
             res["p50:" + name] = pct(lat, 0.50)
             res["p99:" + name] = pct(lat, 0.99)
             res["cpu:" + name] = statistics.mean(g[3] for g in got)
+        if opts.paced:
+            # What bounds a paced reader that sleeps between messages: how
+            # late a timed wake-up comes on this machine (each side's own).
+            res["timer_late_us:150 us x%d" % n_readers], \
+                res["timer_late_us:4800 us x%d" % n_readers] = timer_reference(opts.secs / 5)
         # Idle: the readers' CPU in the first second after the last message.
         before = [cpu_of(p.pid) for p in readers]
         time.sleep(opts.idle)
@@ -504,7 +535,8 @@ def run_round(side, opts):
 def higher_is_better(key):
     short = key.split(" ", 1)[1]
     return not (short.startswith(("p50:", "p99:", "cpu:", "cpu-us/msg:", "idle", "open_s",
-                                  "fallocate_s", "put_us:", "get_us:", "memcpy_us:")))
+                                  "fallocate_s", "put_us:", "get_us:", "memcpy_us:",
+                                  "timer_late_us:")))
 
 
 def summarize(rounds):
@@ -568,7 +600,9 @@ def print_report(summary, opts, nrounds, vllm_name):
       " put_us/get_us = microseconds spent inside put() in the writer and inside get() in the"
       " reader, per pair of the measured lock-step; memcpy_us = microseconds to copy 1 MiB into"
       " (in) or out of (out) memory that is mapped but not in the cache, in each side's process:"
-      " what bounds a pair of 1 MiB objects." % opts.idle)
+      " what bounds a pair of 1 MiB objects; timer_late_us = the median microseconds a sleep of"
+      " 150 us or 4.8 ms (timer slack 1 us) ends late, in each side's process: what a reader"
+      " that sleeps between paced messages pays before it can poll." % opts.idle)
 
 
 def main():

@@ -168,7 +168,19 @@ class BenchVllmTest(unittest.TestCase):
             keys = {json.loads(line)["key"] for line in f}
         self.assertIn("queue 64 B x2", keys)
         self.assertIn("queue cpu-us/msg:1 MiB x2", keys)
-        self.assertEqual([k for k in keys if "store" in k or "every" in k or " x1" in k], [])
+        self.assertEqual([k for k in keys if "store" in k or "every" in k or " x1" in k
+                          or "timer_late" in k], [])
+        # The paced cells come with what bounds them: how late a timed
+        # wake-up comes, in each side's process, lower better.
+        out2 = os.path.join(self.tmp, "paced.json")
+        r = self.run_harness("--quick", "--seconds", "0.05", "--json", out2, "--only", "queue",
+                             "--readers", "1", "--queue-cells", "paced")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(out2) as f:
+            rows = {row["key"]: row for row in map(json.loads, f)}
+        for key in ("queue timer_late_us:150 us x1", "queue timer_late_us:4800 us x1"):
+            self.assertIn(key, rows)
+            self.assertFalse(rows[key]["higher_is_better"])
         bad = self.run_harness("--quick", "--readers", "0,x")
         self.assertEqual(bad.returncode, 2)
         self.assertIn("--readers", bad.stderr)
