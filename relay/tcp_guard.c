@@ -41,6 +41,9 @@ static struct {
     uint64_t start, end;
 } posted[RELAY_TRANSFERS_MAX];
 static _Atomic uint64_t puts_allowed;
+/* The stream of the transport this thread last received on: UCX handles
+ * the messages of one receive before its next (uct_tcp_ep_progress_am_rx). */
+static _Thread_local int receiving_fd = -1;
 static ssize_t (*libc_recv)(int, void *, size_t, int);
 static ssize_t (*libc_send)(int, const void *, size_t, int);
 static ssize_t (*libc_sendmsg)(int, const struct msghdr *, int);
@@ -344,6 +347,25 @@ uint64_t tcp_guard_puts_allowed(void)
     return puts_allowed;
 }
 
+/* Cut the stream whose message UCX is handling on this thread (its last
+ * receive): its next receive fails as a reset connection. The descriptor,
+ * or -1 when this thread is not handling one (another transport). */
+int tcp_guard_cut_receiving(void)
+{
+    int fd = receiving_fd;
+    if (fd < 0 || fd >= TCP_GUARD_FDS)
+        return -1;
+    pthread_mutex_lock(&lock);
+    if (streams[fd].state != TCP_STREAM_FRAMES) {
+        fd = -1;
+    } else {
+        streams[fd].state = TCP_STREAM_REFUSED;
+        shutdown(fd, SHUT_RDWR);
+    }
+    pthread_mutex_unlock(&lock);
+    return fd;
+}
+
 /* An accepted IP stream (admit.c's accept()): the magic number is due. */
 int tcp_guard_accepted(int fd)
 {
@@ -488,6 +510,7 @@ ssize_t recv(int fd, void *buf, size_t len, int flags)
         errno = ENOSYS;
         return -1;
     }
+    receiving_fd = -1;
     if (fd < 0 || fd >= TCP_GUARD_FDS || (flags & MSG_PEEK))
         return libc_recv(fd, buf, len, flags);
     s = &streams[fd];
@@ -504,6 +527,7 @@ ssize_t recv(int fd, void *buf, size_t len, int flags)
     if (n <= 0)
         return n;
     int saved = errno;
+    receiving_fd = fd;
     pthread_mutex_lock(&lock);
     if (s->state == TCP_STREAM_DIALLED)
         s->state = TCP_STREAM_FRAMES;
