@@ -297,6 +297,9 @@ int tcp_guard_accepted(int fd);
 /* Cut the stream of the transport whose message this thread is handling:
  * its descriptor, or -1 when there is none (not TCP). */
 int tcp_guard_cut_receiving(void);
+/* Whether a WIREUP of type naming our endpoint dst fits what this process
+ * sent from it over the transport (true when it came over another). */
+bool tcp_guard_wireup_fits(unsigned type, uint64_t dst);
 
 /* ucx_guard.c: UCX 1.13's handlers of emulated RMA replaced by ones that
  * drop every emulated write, read and read reply (the relay makes and

@@ -125,6 +125,12 @@ static int wireup_refusal(const unsigned char *d, size_t length, char *why, size
                  d[0], dst ? "the address" : "no id,", (unsigned long long)dst);
         return -1;
     }
+    if (!tcp_guard_wireup_fits(d[0], dst)) {
+        snprintf(why, n, "a WIREUP of type %u to this relay's endpoint %#llx, which sent "
+                 "nothing that asks for it (or on a connection already cut)", d[0],
+                 (unsigned long long)dst);
+        return -1;
+    }
     return 0;
 }
 

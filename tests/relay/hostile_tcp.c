@@ -104,12 +104,17 @@ int tcp_put(const struct addrinfo *res, bool connreq, bool ack)
  * address, 0x4141414141414140 (its low bit clear: UCX takes it as the
  * endpoint itself), "short" 12 bytes (less than the 20 of its header),
  * "type" a type 9 (ucs_bug), "version" an address of version 7 (UCX asserts
- * it knows it), "mode" an error mode 200; the relay must cut each. And
- * "unknownep", a reply naming an endpoint id that is no endpoint's (its low
- * bit set): UCX drops it itself, the relay keeps the connection (exit 1). */
+ * it knows it), "mode" an error mode 200, "guessack" acknowledgements to
+ * the ids UCX gives endpoints first (3, 5, ... 41: some are endpoints that
+ * sent no reply, and UCX 1.13 asserts that they did); the relay must cut
+ * each. And
+ * "unknownep", an endpoint check naming an endpoint id that is no
+ * endpoint's (its low bit set): UCX answers it itself (that endpoint is
+ * gone), and the relay keeps the connection (exit 1). */
+#define GUESSES 20
 int tcp_wireup(const struct addrinfo *res, const char *how)
 {
-    unsigned char m[8 + 5 + 13 + 28 + 5 + 30] = {0}, *w;
+    unsigned char m[8 + 5 + 13 + 28 + GUESSES * (5 + 30)] = {0}, *w;
     uint64_t magic = 0xCAFEBABE12345678ull, src = 3, dst = 0, uuid = 0x5eed;
     uint32_t ev = 1, cl, wl = 20 + 10;
     struct sockaddr_storage me = {0};
@@ -143,8 +148,10 @@ int tcp_wireup(const struct addrinfo *res, const char *how)
         w[0] = 1, w[20] = 7;
     } else if (strcmp(how, "mode") == 0) {
         w[0] = 1, w[1] = 200;
+    } else if (strcmp(how, "guessack") == 0) {
+        w[0] = 3, dst = 3;
     } else if (strcmp(how, "unknownep") == 0) {
-        w[0] = 2, dst = 0x100001;
+        w[0] = 4, dst = 0x100001;
     } else if (strcmp(how, "pre") != 0) {
         fprintf(stderr, "relay-hostile-peer: no wireup mode %s\n", how);
         close(fd);
@@ -159,6 +166,11 @@ int tcp_wireup(const struct addrinfo *res, const char *how)
     m[n] = 1; /* UCP_AM_ID_WIREUP */
     memcpy(m + n + 1, &wl, 4);
     n += 5 + wl;
+    for (int i = 1; strcmp(how, "guessack") == 0 && i < GUESSES; i++, n += 5 + wl) {
+        memcpy(m + n, m + n - 5 - wl, 5 + wl); /* the next id: 5, 7, ... */
+        dst += 2;
+        memcpy(m + n + 5 + 12, &dst, 8);
+    }
     if (send(fd, m, n, MSG_NOSIGNAL) != (ssize_t)n) {
         perror("relay-hostile-peer: send");
         close(fd);

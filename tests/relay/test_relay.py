@@ -716,14 +716,16 @@ def case_tcp_wireup(key, a, b):
     address, what they say: an admitted address (B's) that sends one by hand
     naming no endpoint of A's (a pre-request, UCX's wireup.c:469 assertion;
     an acknowledgement), naming one by an address, shorter than its header,
-    of an unknown type, error mode or address version, is cut at once and
-    counted in "refused"; A's relay lives; one naming an endpoint id that is
-    none (UCX drops it itself) is kept; and afterwards the relays reconnect,
+    of an unknown type, error mode or address version, or acknowledging a
+    reply that the endpoint it names (by a guessed id) never sent (UCX's
+    wireup.c:782 assertion), is cut at once and
+    counted in "refused"; A's relay lives; an endpoint check naming an id
+    that is no endpoint's (UCX answers it itself) is kept; and afterwards the relays reconnect,
     both daemons serve and a 1 MiB fetch arrives byte-identical."""
     ports = uct_tcp_ports(a)
     refused = a.status()["refused"]
     logged = os.path.getsize(a.log.name)
-    cut = ("pre", "ack", "addr", "short", "type", "version", "mode")
+    cut = ("pre", "ack", "addr", "short", "type", "version", "mode", "guessack")
     for how in cut + ("unknownep",):
         outs = []
         for port in ports:
@@ -736,7 +738,7 @@ def case_tcp_wireup(key, a, b):
         want = 1 if how == "unknownep" else 0
         report(ports and alive and all(rc == want for _, rc, _ in outs),
                "a WIREUP by hand from an admitted address that did not prove the key (%s) "
-               "%s and stops nothing" % (how, "is kept (UCX drops it)" if want else "is cut"),
+               "%s and stops nothing" % (how, "is kept (UCX answers it)" if want else "is cut"),
                "ports %s, relay %s; hostile: %s"
                % (ports, "alive" if alive else "died (%s)" % a.relay.poll(), outs))
     with open(a.log.name, errors="replace") as f:
