@@ -176,7 +176,8 @@ void ucx_guard_emulated_rma(void)
         !&ucp_am_handler_UCP_AM_ID_GET_REQ || !ucp_am_handler_UCP_AM_ID_GET_REQ.cb ||
         !&ucp_am_handler_UCP_AM_ID_GET_REP || !ucp_am_handler_UCP_AM_ID_GET_REP.cb) {
         relay_log("UCX %u.%u: the relay cannot keep peers' emulated RMA (TCP) to reads of "
-                  "the pool; a peer that proves the key may read and write this process",
+                  "the pool, nor check UCP's WIREUP; a peer that proves the key may read "
+                  "and write this process, and an admitted address may stop it",
                   major, minor);
         return;
     }
