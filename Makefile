@@ -488,7 +488,7 @@ RELAY       := $(BUILD)/shmbroker-relay
 RELAY_CFLAGS = $(shell pkg-config --cflags ucx libcrypto 2>/dev/null)
 RELAY_LIBS   = $(shell pkg-config --libs ucx libcrypto 2>/dev/null)
 BINS        += $(RELAY)
-$(call OBJ,$(RELAY_SRC) tests/relay/hostile_peer.c): ALLCFLAGS += $(RELAY_CFLAGS)
+$(call OBJ,$(RELAY_SRC) tests/relay/hostile_peer.c tests/relay/hostile_tcp.c): ALLCFLAGS += $(RELAY_CFLAGS)
 $(RELAY): $(call OBJ,$(RELAY_SRC)) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
@@ -496,7 +496,7 @@ $(RELAY): $(call OBJ,$(RELAY_SRC)) $(LIB_A)
 # The relay test (tests/relay/test_relay.py): two network namespaces, a daemon and a
 # relay in each, UCX over TCP; and a peer that speaks garbage.
 RELAY_HOSTILE := $(BUILD)/tests/relay-hostile-peer
-$(RELAY_HOSTILE): $(call OBJ,tests/relay/hostile_peer.c relay/wire.c relay/auth.c) $(LIB_A)
+$(RELAY_HOSTILE): $(call OBJ,tests/relay/hostile_peer.c tests/relay/hostile_tcp.c relay/wire.c relay/auth.c) $(LIB_A)
 $(RELAY_HOSTILE): TEST_LDFLAGS = $(PKGS_LIBS) $(RELAY_LIBS)
 TEST_RUNS   += tests/relay/test_relay.py
 # Queues with readers on other hosts, in the same two namespaces.

@@ -294,10 +294,17 @@ uint64_t tcp_guard_puts_allowed(void);
 /* An accepted connection is to be parsed: 0, or -EMFILE when fd is past
  * TCP_GUARD_FDS (the caller closes it). */
 int tcp_guard_accepted(int fd);
+/* Cut the stream of the transport whose message this thread is handling:
+ * its descriptor, or -1 when there is none (not TCP). */
+int tcp_guard_cut_receiving(void);
+/* Whether a WIREUP of type naming our endpoint dst fits what this process
+ * sent from it over the transport (true when it came over another). */
+bool tcp_guard_wireup_fits(unsigned type, uint64_t dst);
 
 /* ucx_guard.c: UCX 1.13's handlers of emulated RMA replaced by ones that
  * drop every emulated write, read and read reply (the relay makes and
- * answers none); another UCX version is left alone, and the relay says so. */
+ * answers none), and its WIREUP handler wrapped in a check of what UCX
+ * asserts on; another UCX version is left alone, and the relay says so. */
 void ucx_guard_emulated_rma(void);
 /* Whether a connection from sa is admitted (a peer's address, or in a range). */
 bool admit_address(const struct relay *r, const struct sockaddr_storage *sa);

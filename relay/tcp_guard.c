@@ -41,6 +41,9 @@ static struct {
     uint64_t start, end;
 } posted[RELAY_TRANSFERS_MAX];
 static _Atomic uint64_t puts_allowed;
+/* The stream of the transport this thread last received on: UCX handles
+ * the messages of one receive before its next (uct_tcp_ep_progress_am_rx). */
+static _Thread_local int receiving_fd = -1;
 static ssize_t (*libc_recv)(int, void *, size_t, int);
 static ssize_t (*libc_send)(int, const void *, size_t, int);
 static ssize_t (*libc_sendmsg)(int, const struct msghdr *, int);
@@ -267,7 +270,35 @@ int tcp_stream_feed(struct tcp_stream *s, const unsigned char *p, size_t n, char
     return 0;
 }
 
-/* Bytes this process sent, in order: only its put requests' numbers matter. */
+/* UCP's WIREUP this process sent over the transport, by the endpoint id it
+ * sent them from (its own): the types, one bit each, of the last
+ * WIREUP_SENT_MAX endpoints. An endpoint's exchange is short (a
+ * pre-request, a request, a reply, an acknowledgement). */
+#define ID_WIREUP 1
+#define WIREUP_HDR 20
+#define WIREUP_SENT_MAX 1024
+static struct {
+    uint64_t id;
+    unsigned types;
+} wireup_sent[WIREUP_SENT_MAX];
+static unsigned wireup_sent_next;
+
+/* Called with the lock held. */
+static unsigned *wireup_sent_types(uint64_t id, bool add)
+{
+    for (unsigned i = 0; i < WIREUP_SENT_MAX; i++)
+        if (wireup_sent[i].id == id && id)
+            return &wireup_sent[i].types;
+    if (!add)
+        return NULL;
+    unsigned i = wireup_sent_next++ % WIREUP_SENT_MAX;
+    wireup_sent[i].id = id;
+    wireup_sent[i].types = 0;
+    return &wireup_sent[i].types;
+}
+
+/* Bytes this process sent, in order: its put requests' numbers, and the
+ * type and source of its WIREUP messages. */
 void tcp_stream_sent(struct tcp_stream *s, const unsigned char *p, size_t n)
 {
     struct tcp_stream_tx *t = &s->tx;
@@ -278,17 +309,25 @@ void tcp_stream_sent(struct tcp_stream *s, const unsigned char *p, size_t n)
             k = *left < n ? (size_t)*left : n;
             *left -= k;
         } else {
-            size_t need =
-                (t->have >= AM_HDR && t->hdr[0] == ID_PUT_REQ ? AM_HDR + PUT_REQ_LEN
-                                                              : AM_HDR) -
-                t->have;
+            bool body = t->have >= AM_HDR &&
+                        (t->hdr[0] == ID_PUT_REQ || t->hdr[0] == ID_WIREUP);
+            size_t need = (body ? AM_HDR + PUT_REQ_LEN : AM_HDR) - t->have;
+            uint32_t len;
             k = need < n ? need : n;
             memcpy(t->hdr + t->have, p, k);
             t->have += k;
-            if (t->have == AM_HDR && t->hdr[0] != ID_PUT_REQ) {
-                uint32_t len;
-                memcpy(&len, t->hdr + 1, sizeof(len));
+            memcpy(&len, t->hdr + 1, sizeof(len));
+            if (t->have == AM_HDR && t->hdr[0] != ID_PUT_REQ &&
+                (t->hdr[0] != ID_WIREUP || len < WIREUP_HDR)) {
                 t->skip = len;
+                t->have = 0;
+            } else if (t->have == AM_HDR + WIREUP_HDR && t->hdr[0] == ID_WIREUP) {
+                /* Our own WIREUP: its type, from which endpoint. */
+                uint64_t src;
+                memcpy(&src, t->hdr + AM_HDR + 4, sizeof(src));
+                if (t->hdr[AM_HDR] < 32)
+                    *wireup_sent_types(src, true) |= 1u << t->hdr[AM_HDR];
+                t->skip = len - WIREUP_HDR;
                 t->have = 0;
             } else if (t->have == AM_HDR + PUT_REQ_LEN) {
                 /* Our own put: its number, and its bytes to pass. */
@@ -301,6 +340,36 @@ void tcp_stream_sent(struct tcp_stream *s, const unsigned char *p, size_t n)
         p += k;
         n -= k;
     }
+}
+
+/* Whether a WIREUP of type naming our endpoint dst fits what this process
+ * sent from that endpoint, over the transport: a pre-request goes to an
+ * endpoint that sent none yet (it waits for one), a request to one that
+ * sent a pre-request, a reply to one that sent a request, an
+ * acknowledgement to one that sent a reply. UCX 1.13 asserts each of these
+ * on the endpoint's state (an acknowledgement to an endpoint that sent no
+ * reply: wireup.c:782). Checked only for a message that came over the
+ * transport (this thread's last receive): over another, true; on a stream
+ * already cut (UCX goes on with the rest of that receive), false. */
+bool tcp_guard_wireup_fits(unsigned type, uint64_t dst)
+{
+    static const int needs[] = {-1, 0, 1, 2}; /* PRE_REQUEST, REQUEST, REPLY, ACK */
+    int fd = receiving_fd;
+    bool fits = true;
+    if (fd < 0 || fd >= TCP_GUARD_FDS || type >= sizeof(needs) / sizeof(needs[0]))
+        return true;
+    pthread_mutex_lock(&lock);
+    if (streams[fd].state == TCP_STREAM_REFUSED) {
+        fits = false; /* cut by an earlier message of the same receive */
+    } else if (streams[fd].state == TCP_STREAM_FRAMES) {
+        unsigned *types = wireup_sent_types(dst, false);
+        if (needs[type] < 0)
+            fits = !types || !*types;
+        else
+            fits = types && (*types & (1u << needs[type]));
+    }
+    pthread_mutex_unlock(&lock);
+    return fits;
 }
 
 /* A receive the relay posted: puts may land in it until it is unposted. */
@@ -342,6 +411,25 @@ void tcp_guard_unpost(const void *owner)
 uint64_t tcp_guard_puts_allowed(void)
 {
     return puts_allowed;
+}
+
+/* Cut the stream whose message UCX is handling on this thread (its last
+ * receive): its next receive fails as a reset connection. The descriptor,
+ * or -1 when this thread is not handling one (another transport). */
+int tcp_guard_cut_receiving(void)
+{
+    int fd = receiving_fd;
+    if (fd < 0 || fd >= TCP_GUARD_FDS)
+        return -1;
+    pthread_mutex_lock(&lock);
+    if (streams[fd].state != TCP_STREAM_FRAMES) {
+        fd = -1;
+    } else {
+        streams[fd].state = TCP_STREAM_REFUSED;
+        shutdown(fd, SHUT_RDWR);
+    }
+    pthread_mutex_unlock(&lock);
+    return fd;
 }
 
 /* An accepted IP stream (admit.c's accept()): the magic number is due. */
@@ -488,6 +576,7 @@ ssize_t recv(int fd, void *buf, size_t len, int flags)
         errno = ENOSYS;
         return -1;
     }
+    receiving_fd = -1;
     if (fd < 0 || fd >= TCP_GUARD_FDS || (flags & MSG_PEEK))
         return libc_recv(fd, buf, len, flags);
     s = &streams[fd];
@@ -504,6 +593,7 @@ ssize_t recv(int fd, void *buf, size_t len, int flags)
     if (n <= 0)
         return n;
     int saved = errno;
+    receiving_fd = fd;
     pthread_mutex_lock(&lock);
     if (s->state == TCP_STREAM_DIALLED)
         s->state = TCP_STREAM_FRAMES;

@@ -3,9 +3,12 @@
  * UCX 1.13's handlers of emulated RMA replaced before the worker is made:
  * the messages UCX handles inside its progress, before the relay hears a
  * peer's proof, that would read or write this process's memory where a
- * peer says. Knows UCX's exported handler tables, not peers or the daemon.
+ * peer says, and the connection messages (WIREUP) that UCX 1.13 asserts
+ * on or follows as addresses unchecked. Knows UCX's exported handler tables
+ * and the WIREUP header, not peers or the daemon.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <uct/api/uct.h>
@@ -40,6 +43,8 @@ struct ucx_am_handler_head {
 extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_PUT __attribute__((weak));
 extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_GET_REQ __attribute__((weak));
 extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_GET_REP __attribute__((weak));
+extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_WIREUP __attribute__((weak));
+static uct_am_callback_t ucx_wireup_cb;
 
 static ucs_status_t dropped_get_req(void *arg, void *data, size_t length, unsigned flags)
 {
@@ -79,6 +84,89 @@ static ucs_status_t dropped_put(void *arg, void *data, size_t length, unsigned f
     return UCS_OK;
 }
 
+/* UCX 1.13's WIREUP header (src/ucp/wireup/wireup.h, packed): type,
+ * error mode, connection number (16 bits), the sender's endpoint id, ours;
+ * the sender's packed worker address follows. */
+#define WIREUP_HDR 20
+#define WIREUP_DST_OFF 12
+#define WIREUP_TYPES 6 /* PRE_REQUEST, REQUEST, REPLY, ACK, EP_CHECK, EP_REMOVED */
+#define WIREUP_ERR_MODES 2 /* UCP_ERR_HANDLING_MODE_NONE, _PEER */
+
+/* Why UCX 1.13 must not handle this WIREUP (0: it may), in why. UCX reads
+ * the header and the address after it with no length; it aborts on a type
+ * it does not know (ucs_bug) and on an address of a version it does not
+ * know; it takes our endpoint id as the endpoint's
+ * address when its low bit is clear (ucs_ptr_map_get); and every type but a
+ * request asserts or dereferences that endpoint with no id (0), as a
+ * request does when its id is 0 but an endpoint matches (and this relay
+ * makes endpoints by address and port only, whose requests name ours). */
+static int wireup_refusal(const unsigned char *d, size_t length, char *why, size_t n)
+{
+    uint64_t dst;
+    if (length <= WIREUP_HDR) {
+        snprintf(why, n, "a WIREUP of %zu bytes, where its header alone is %d", length,
+                 WIREUP_HDR);
+        return -1;
+    }
+    memcpy(&dst, d + WIREUP_DST_OFF, sizeof(dst));
+    if (d[0] >= WIREUP_TYPES || d[1] >= WIREUP_ERR_MODES) {
+        snprintf(why, n, "a WIREUP of type %u and error mode %u, which UCX 1.13 does "
+                 "not send", d[0], d[1]);
+        return -1;
+    }
+    if ((d[WIREUP_HDR] & 0xf) > 1) {
+        /* The address's version: UCX 1.13 knows 0 and 1, and asserts. */
+        snprintf(why, n, "a WIREUP of type %u whose address is of version %u, which UCX "
+                 "1.13 does not know", d[0], d[WIREUP_HDR] & 0xf);
+        return -1;
+    }
+    if (!(dst & 1)) {
+        snprintf(why, n, "a WIREUP of type %u naming this relay's endpoint by %s %#llx",
+                 d[0], dst ? "the address" : "no id,", (unsigned long long)dst);
+        return -1;
+    }
+    if (!tcp_guard_wireup_fits(d[0], dst)) {
+        snprintf(why, n, "a WIREUP of type %u to this relay's endpoint %#llx, which sent "
+                 "nothing that asks for it (or on a connection already cut)", d[0],
+                 (unsigned long long)dst);
+        return -1;
+    }
+    return 0;
+}
+
+/* UCX's WIREUP handler, called only for a message that passes
+ * wireup_refusal; another is dropped, counted and logged as a refusal, and
+ * its TCP connection cut (the sender is a stranger or broken: nothing of
+ * this relay waits on a message that was never UCX's to send). */
+static ucs_status_t checked_wireup(void *arg, void *data, size_t length, unsigned flags)
+{
+    char why[160];
+    int fd;
+    if (wireup_refusal(data, length, why, sizeof(why)) == 0)
+        return ucx_wireup_cb(arg, data, length, flags);
+    fd = tcp_guard_cut_receiving();
+    if (fd >= 0)
+        relay_log_refusal("cut a connection of UCX's TCP transport on descriptor %d: it "
+                          "sent %s (dropped before UCX read it)", fd, why);
+    else
+        relay_log_refusal("dropped %s before UCX read it", why);
+    return UCS_OK;
+}
+
+/* UCX's WIREUP handler wrapped in checked_wireup, on UCX 1.13 only. */
+static void guard_wireup(void)
+{
+    if (!&ucp_am_handler_UCP_AM_ID_WIREUP || !ucp_am_handler_UCP_AM_ID_WIREUP.cb) {
+        relay_log("UCX 1.13 without its WIREUP handler table: malformed connection "
+                  "messages from admitted addresses may stop the relay");
+        return;
+    }
+    if (ucp_am_handler_UCP_AM_ID_WIREUP.cb != checked_wireup) {
+        ucx_wireup_cb = ucp_am_handler_UCP_AM_ID_WIREUP.cb;
+        ucp_am_handler_UCP_AM_ID_WIREUP.cb = checked_wireup;
+    }
+}
+
 void ucx_guard_emulated_rma(void)
 {
     unsigned major = 0, minor = 0, release = 0;
@@ -88,12 +176,14 @@ void ucx_guard_emulated_rma(void)
         !&ucp_am_handler_UCP_AM_ID_GET_REQ || !ucp_am_handler_UCP_AM_ID_GET_REQ.cb ||
         !&ucp_am_handler_UCP_AM_ID_GET_REP || !ucp_am_handler_UCP_AM_ID_GET_REP.cb) {
         relay_log("UCX %u.%u: the relay cannot keep peers' emulated RMA (TCP) to reads of "
-                  "the pool; a peer that proves the key may read and write this process",
+                  "the pool, nor check UCP's WIREUP; a peer that proves the key may read "
+                  "and write this process, and an admitted address may stop it",
                   major, minor);
         return;
     }
     ucp_am_handler_UCP_AM_ID_PUT.cb = dropped_put;
     ucp_am_handler_UCP_AM_ID_GET_REQ.cb = dropped_get_req;
     ucp_am_handler_UCP_AM_ID_GET_REP.cb = dropped_get_rep;
+    guard_wireup();
 }
 

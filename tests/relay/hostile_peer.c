@@ -24,9 +24,9 @@
  * qnagle (subscribes to queue "nagleq" and acknowledges only when told:
  * see qnagle()),
  * and ok (proves the key and behaves: the relay must keep it, exit 1).
- * tcpput, tcpconnreq and tcpputack speak UCX 1.13's TCP transport by hand instead, at
- * ADDR:PORT the port of the relay's UCT TCP interface (not its --listen
- * port): see tcp_put().
+ * tcpput, tcpconnreq, tcpputack and tcpwireup-HOW speak UCX 1.13's TCP
+ * transport by hand instead, at ADDR:PORT the port of the relay's UCT TCP
+ * interface (not its --listen port): see hostile_tcp.c.
  * The serve-* modes listen at ADDR:PORT instead, for a relay that names this
  * peer with --peer, and answer its first fetch badly: serve-ctrltext (an
  * error whose text has terminal control bytes: the relay must close),
@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "../../relay/relay.h"
+#include "hostile_tcp.h"
 
 static struct relay relay;
 static ucp_worker_h worker;
@@ -365,76 +366,6 @@ static void unproven_rma(void)
     _exit(closed ? 0 : 1);
 }
 
-/* UCX 1.13's TCP transport by hand: the magic number a connecting side
- * sends first, then a PUT request (an AM header of id 33 and length 20:
- * address, length, sequence number) and its 8 bytes, "OWNED!!!", for
- * $HOSTILE_ADDR. The receiving UCX copies such bytes wherever the request
- * says, before any proof of the key (UCP's own ucp_put_nbx over TCP goes as
- * UCP's emulated put instead, which the relay drops: hence by hand). Prints
- * "closed" when the relay ends the connection within 3 s, else "kept" (exit
- * 0 or 1; 2 when it cannot connect). With connreq, a connection request
- * whose address has IPv6's size instead, which UCX 1.13 asserts against
- * (aborting) on an IPv4 stream; with ack, a put's acknowledgement for no put
- * (UCX asserts that one is awaited). */
-static int tcp_put(const struct addrinfo *res, bool connreq, bool ack)
-{
-    unsigned char m[8 + 5 + 41];
-    uint64_t magic = 0xCAFEBABE12345678ull, len = 8;
-    uint32_t hlen = 20, sn = 1;
-    const char *a = getenv("HOSTILE_ADDR");
-    uint64_t addr = a ? strtoull(a, NULL, 0) : 0x1000;
-    struct timeval tv = {3, 0};
-    char got[64];
-    int fd = socket(res->ai_family, SOCK_STREAM, 0);
-
-    if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) < 0) {
-        perror("relay-hostile-peer: connect");
-        return 2;
-    }
-    memcpy(m, &magic, 8);
-    m[8] = 33; /* UCT_TCP_EP_PUT_REQ_AM_ID: UCT_AM_ID_MAX + 1 */
-    memcpy(m + 9, &hlen, 4);
-    memcpy(m + 13, &addr, 8);
-    memcpy(m + 21, &len, 8);
-    memcpy(m + 29, &sn, 4);
-    memcpy(m + 33, "OWNED!!!", 8);
-    size_t n_m = sizeof(m);
-    if (connreq) {
-        /* A connection request (UCT_TCP_EP_CM_AM_ID 32, event 1) of 41
-         * bytes: its address the size of an IPv6 one, on an IPv4 stream. */
-        uint32_t cl = 41, ev = 1;
-        memset(m + 8, 0, sizeof(m) - 8);
-        m[8] = 32;
-        memcpy(m + 9, &cl, 4);
-        memcpy(m + 13, &ev, 4);
-        n_m = 8 + 5 + 41;
-    } else if (ack) {
-        /* A put's acknowledgement (UCT_TCP_EP_PUT_ACK_AM_ID 34) of sequence
-         * number 2^32 - 1, for a put never made: UCX 1.13 asserts that its
-         * endpoint awaits one (and aborts). */
-        uint32_t al = 4, asn = UINT32_MAX;
-        m[8] = 34;
-        memcpy(m + 9, &al, 4);
-        memcpy(m + 13, &asn, 4);
-        n_m = 8 + 5 + 4;
-    }
-    if (send(fd, m, n_m, MSG_NOSIGNAL) != (ssize_t)n_m) {
-        perror("relay-hostile-peer: send");
-        return 2;
-    }
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    /* The relay sends nothing back on this stream (a put's ack, at most):
-     * read until it closes or 3 s pass. */
-    ssize_t n;
-    while ((n = recv(fd, got, sizeof(got), 0)) > 0)
-        ;
-    bool closed_it = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
-    close(fd);
-    printf("%s\n", closed_it ? "closed" : "kept");
-    fflush(stdout);
-    return closed_it ? 0 : 1;
-}
-
 /* A queue's batch (WIRE_QBATCH) of stream 7: "ok" is well formed (the relay
  * keeps the peer); "overrun" has one item, whose length runs past the batch,
  * "count" 65 items (the bound is 64), "zero" none, "short" says 3 items and
@@ -496,6 +427,11 @@ int main(int argc, char **argv)
     if (strcmp(mode, "tcpput") == 0 || strcmp(mode, "tcpconnreq") == 0 ||
         strcmp(mode, "tcpputack") == 0) {
         int rc = tcp_put(res, strcmp(mode, "tcpconnreq") == 0, strcmp(mode, "tcpputack") == 0);
+        freeaddrinfo(res);
+        return rc;
+    }
+    if (strncmp(mode, "tcpwireup-", 10) == 0) {
+        int rc = tcp_wireup(res, mode + 10);
         freeaddrinfo(res);
         return rc;
     }

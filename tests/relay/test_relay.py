@@ -709,6 +709,66 @@ def case_tcp_put(key, a, b):
             pass
 
 
+def case_tcp_wireup(key, a, b):
+    """Above UCX's TCP transport, UCP's own connection messages (WIREUP, UCP
+    active message id 1) are handled inside UCX's progress, before the relay
+    hears any proof of the key, and UCX 1.13 asserts on, or follows as an
+    address, what they say: an admitted address (B's) that sends one by hand
+    naming no endpoint of A's (a pre-request, UCX's wireup.c:469 assertion;
+    an acknowledgement), naming one by an address, shorter than its header,
+    of an unknown type, error mode or address version, or acknowledging a
+    reply that the endpoint it names (by a guessed id) never sent (UCX's
+    wireup.c:782 assertion), is cut at once and
+    counted in "refused"; A's relay lives; an endpoint check naming an id
+    that is no endpoint's (UCX answers it itself) is kept; and afterwards the relays reconnect,
+    both daemons serve and a 1 MiB fetch arrives byte-identical."""
+    ports = uct_tcp_ports(a)
+    refused = a.status()["refused"]
+    logged = os.path.getsize(a.log.name)
+    cut = ("pre", "ack", "addr", "short", "type", "version", "mode", "guessack")
+    for how in cut + ("unknownep",):
+        outs = []
+        for port in ports:
+            r = subprocess.run(["ip", "netns", "exec", NS_B, HOSTILE, "%s:%d" % (IP_A, port),
+                                key, "tcpwireup-" + how], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=WAIT)
+            outs.append((port, r.returncode, (r.stdout + r.stderr).strip()[-200:]))
+        time.sleep(0.2)
+        alive = a.relay.poll() is None
+        want = 1 if how == "unknownep" else 0
+        report(ports and alive and all(rc == want for _, rc, _ in outs),
+               "a WIREUP by hand from an admitted address that did not prove the key (%s) "
+               "%s and stops nothing" % (how, "is kept (UCX answers it)" if want else "is cut"),
+               "ports %s, relay %s; hostile: %s"
+               % (ports, "alive" if alive else "died (%s)" % a.relay.poll(), outs))
+    with open(a.log.name, errors="replace") as f:
+        f.seek(logged)
+        log = f.read()
+    want = put_random(b, "wireup-fetch", 1 << 20)
+    got, err, status = None, "", {}
+    try:
+        wait_for("the relays to connect again", lambda: a.connected() and b.connected())
+        with a.client() as c:
+            c.fetch("B", "wireup-fetch")
+        got = digest_of(a, "wireup-fetch")
+        status = a.status()
+    except (AssertionError, OSError, errors.ShmBrokerError) as e:
+        err = repr(e)
+    report(got == want and status.get("refused", 0) >= refused + len(cut) * len(ports)
+           and "WIREUP" in log,
+           "after those WIREUPs the relays and both daemons serve, each was counted as "
+           "refused and logged within the budget, and a 1 MiB fetch arrives byte-identical",
+           "%s; refused %s -> %s; log: %s %s" % (
+               "byte-identical" if got == want else "got %s" % got, refused,
+               status.get("refused"), log.strip()[-600:], err))
+    for h in (a, b):
+        try:
+            with h.client() as c:
+                c.delete("wireup-fetch")
+        except (OSError, errors.ShmBrokerError):
+            pass
+
+
 def run_cases(tmp, a, b, key):
     wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
     report(True, "relays connect and prove the key both ways")
@@ -1063,6 +1123,7 @@ def run_cases(tmp, a, b, key):
                                           "ok": "behaves"}[mode],
                                          "disconnected" if want_closed else "kept"),
                r.stdout.strip() + " " + r.stderr.strip()[-300:])
+    case_tcp_wireup(key, a, b)
     case_tcp_put(key, a, b)
 
     # A connection that has not proved the key reads and writes nothing by
