@@ -98,10 +98,75 @@ def case_daemon_killed(a, b):
            "queue", "connected again: %s; messages across: %s" % (again, ok))
 
 
+def hostile_writer(a, key, port, mode):
+    """Relay E on A's daemon dials relay-hostile-peer MODE and subscribes to
+    its queue, of 4 slots here, whose one reader seat is held and reads
+    nothing. Returns E's answer, its stream's state, the peer's exit status
+    and output, and whether E still runs."""
+    import subprocess
+    name = "evilq-" + mode[7:]
+    evil = subprocess.Popen(["ip", "netns", "exec", T.NS_B, T.HOSTILE, "%s:%d" % (T.IP_B, port),
+                             key, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, UCX_TLS="tcp", UCX_CM_REUSEADDR="y"))
+    e_sock = os.path.join(os.path.dirname(key), "E-%s.relay" % mode)
+    e_log = open(os.path.join(os.path.dirname(key), "E-relay.log"), "ab")
+    e = None
+    c = a.client()
+    try:
+        c._call({"op": "queue_create", "name": name, "seats": 1, "slots": 4,
+                 "slot_size": 4096, "temporary": True})
+        c._call_fds({"op": "queue_open", "name": name, "role": "reader", "seat": 0})
+        evil.stdout.readline()  # "listening"
+        e = subprocess.Popen(["ip", "netns", "exec", T.NS_A, T.RELAY, "--key-file", key,
+                              "--socket", a.sock, "--relay-socket", e_sock, "--name", "E",
+                              "--peer", "EVIL=%s:%d" % (T.IP_B, port)],
+                             stdout=e_log, stderr=e_log, env=dict(os.environ, UCX_TLS="tcp"))
+        wait_for("E to prove the key to the hostile peer", lambda: os.path.exists(e_sock)
+                 and any(p["state"] == "connected"
+                         for p in T.ask(e_sock, {"op": "status"})["peers"]))
+        rep = T.ask(e_sock, {"op": "queue_subscribe", "peer": "EVIL", "queue": name,
+                             "seat_from": 0, "seat_to": 1, "seats": 1, "slots": 4,
+                             "slot_size": 4096})
+        out, err = evil.communicate(timeout=WAIT * 2)
+        state = T.ask(e_sock, {"op": "queue_state", "peer": "EVIL", "queue": name})
+        return rep, state, evil.returncode, out.strip() + " " + err.strip()[-300:], \
+            e.poll() is None
+    finally:
+        for p in (e, evil):
+            if p and p.poll() is None:
+                p.terminate()
+                p.wait(10)
+        e_log.close()
+        c.close()
+
+
+def case_asks(a, key):
+    """A writer's relay that asks for an acknowledgement where no queue
+    message is (on its grant of the seat) is disconnected; one that asks on
+    every piece of a message, on a batch and on each of 20 messages is kept,
+    and acknowledged what was published (its queue here has 4 slots and a
+    reader that reads none: 4) while the rest waits for room: the readers'
+    relay's thread, stuck publishing the fifth, did not wake its loop to
+    acknowledge the four before."""
+    rep, state, rc, out, alive = hostile_writer(a, key, T.PORT + 7, "serve-qaskreply")
+    report(rc == 0 and alive and state.get("state") == "cut" and "asking" in
+           state.get("message", ""), "a writer's relay that asks for an acknowledgement on "
+           "its grant of a seat is disconnected",
+           "%s; %s; hostile: %d %s" % (rep, state, rc, out))
+    rep, state, rc, out, alive = hostile_writer(a, key, T.PORT + 8, "serve-qask")
+    words = out.split()
+    acks = int(words[words.index("acks") + 1]) if "acks" in words else 0
+    # (rc 1: the peer saw no close; its own exit cuts the stream after.)
+    report(rep.get("ok") and rc == 1 and "last 4" in out and acks >= 1 and alive,
+           "a writer's relay that asks for acknowledgements on every piece, batch and "
+           "message is kept and acknowledged what was published",
+           "%s; %s; hostile: %d %s" % (rep, state, rc, out))
+
+
 def main():
     if os.geteuid() != 0:
         skip("needs root for ip netns; run make test as root")
-    for binary in (T.DAEMON, T.RELAY):
+    for binary in (T.DAEMON, T.RELAY, T.HOSTILE):
         if not os.access(binary, os.X_OK):
             print("FAIL: relay attacks (%s is not built)" % binary)
             sys.exit(1)
@@ -129,6 +194,7 @@ def main():
         b = T.Host(tmp, "B", T.NS_B, T.IP_B, "A", T.IP_A, key)
         hosts.append(b)
         wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
+        case_asks(a, key)
         case_daemon_killed(a, b)
     except (AssertionError, errors.ShmBrokerError) as e:
         report(False, "relay attacks setup or wait", repr(e))
