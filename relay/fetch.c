@@ -897,7 +897,8 @@ uint64_t fetch_next_deadline(const struct relay *r)
     const struct transfer *t;
     const struct served *s;
     const struct peer *p;
-    uint64_t next = r->daemon_cut ? r->daemon_retry_ms : UINT64_MAX;
+    /* (A busy pool: fetch_poll tries once it is free, not the timer.) */
+    uint64_t next = r->daemon_cut && !pool_busy(r) ? r->daemon_retry_ms : UINT64_MAX;
     LIST_FOREACH(t, &r->transfers, link)
         if (t->peer && t->deadline_ms < next)
             next = t->deadline_ms;
