@@ -501,6 +501,8 @@ $(RELAY_HOSTILE): TEST_LDFLAGS = $(PKGS_LIBS) $(RELAY_LIBS)
 TEST_RUNS   += tests/relay/test_relay.py
 # Queues with readers on other hosts, in the same two namespaces.
 TEST_RUNS   += tests/relay/test_queue_relay.py
+# The relays under attack on a queue's path (a daemon killed under a stream...).
+TEST_RUNS   += tests/relay/test_relay_attacks.py
 # The relay's unit as make install stages it, its ExecStart run beside a daemon.
 ifeq ($(SANITIZER),)
 TEST_RUNS   += tests/relay/test_unit.sh

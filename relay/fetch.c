@@ -132,7 +132,10 @@ static void fetch_daemon_cut(struct relay *r, bool close_now)
 static void fetch_daemon_lost(struct relay *r)
 {
     struct shmb_error err = {0};
-    if (r->cutting)
+    /* Not again before the retry's time: each try cuts, which asks the
+     * loop for work, which tried again at once (a CPU, and no status
+     * answered, while the daemon was away). */
+    if (r->cutting || (r->daemon_cut && relay_now_ms() < r->daemon_retry_ms))
         return;
     if (!r->daemon_cut)
         relay_log("lost the local daemon (%s); connecting again once no transfer uses "
@@ -145,6 +148,9 @@ static void fetch_daemon_lost(struct relay *r)
         r->daemon_cut = false;
         fetch_register_pool(r, &err);
         fetch_watch_daemon(r);
+    } else {
+        r->daemon_retry_ms = relay_now_ms() + RELAY_DAEMON_RETRY_MS;
+        peer_kick(r);
     }
 }
 
@@ -891,7 +897,8 @@ uint64_t fetch_next_deadline(const struct relay *r)
     const struct transfer *t;
     const struct served *s;
     const struct peer *p;
-    uint64_t next = UINT64_MAX;
+    /* (A busy pool: fetch_poll tries once it is free, not the timer.) */
+    uint64_t next = r->daemon_cut && !pool_busy(r) ? r->daemon_retry_ms : UINT64_MAX;
     LIST_FOREACH(t, &r->transfers, link)
         if (t->peer && t->deadline_ms < next)
             next = t->deadline_ms;
@@ -910,6 +917,8 @@ void fetch_expire(struct relay *r)
     struct peer *p;
     uint64_t now = relay_now_ms();
 
+    if (r->daemon_cut && r->daemon_retry_ms <= now)
+        r->work_due = true; /* fetch_poll connects again */
     /* Our sends of pinned bytes that a peer has not taken in time: closing
      * it ends them (with an error), and the pins go in served_poll. */
     LIST_FOREACH(p, &r->peers, link)

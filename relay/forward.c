@@ -230,13 +230,16 @@ static void on_async(uv_async_t *h)
     for (s = LIST_FIRST(&r->fwd->streams); s; s = next) {
         bool exited;
         next = LIST_NEXT(s, link);
+        /* Read before the pump, so that the pump sends what the thread left
+         * before it exited (its last messages, its end); a thread that
+         * exits after this wakes the loop again. */
+        pthread_mutex_lock(&s->mu);
+        exited = s->exited;
+        pthread_mutex_unlock(&s->mu);
         if (s->dir == OUT)
             out_pump(s);
         else
             in_pump(s);
-        pthread_mutex_lock(&s->mu);
-        exited = s->exited;
-        pthread_mutex_unlock(&s->mu);
         if (!exited || !s->started)
             continue;
         pthread_join(s->thread, NULL);

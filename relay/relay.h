@@ -39,6 +39,7 @@
                                     * relay needs one, more is someone filling the rest */
 #define RELAY_AUTH_MS 5000       /* a connection that has not proved the key by then goes */
 #define RELAY_RETRY_MS 1000      /* a peer that cannot be reached is tried again this often */
+#define RELAY_DAEMON_RETRY_MS 200 /* a daemon that went is connected to again this often */
 #define RELAY_SERVED_MAX 256     /* objects one peer may hold pinned here at once */
 #define RELAY_LOCAL_MAX 256      /* local clients at once */
 #define RELAY_LOCAL_LINE 4096    /* a local request is small; longer is a bug */
@@ -223,6 +224,7 @@ struct relay {
     uv_poll_t *daemon_watch;
     bool daemon_cut;     /* it went; reconnect once nothing moves in the pool */
     bool cutting;        /* inside fetch_daemon_cut */
+    uint64_t daemon_retry_ms; /* daemon_cut: no connect again before then (timer) */
     struct forward *fwd; /* forward.c's: the queues' streams */
 };
 

@@ -378,8 +378,16 @@ void *stream_in_thread(void *arg)
                     s->in_objects = true;
                     pthread_mutex_unlock(&s->mu);
                 }
+                bool woke = false;
                 do {
                     rc = shmb_queue_enqueue(q, m->data, m->len, FWD_WAIT_MS);
+                    /* The queue is full: the loop acknowledges what was
+                     * published before, if asked, while this one waits for
+                     * room (not only once the whole batch is). */
+                    if (rc == -ETIMEDOUT && !woke) {
+                        wake_loop(s);
+                        woke = true;
+                    }
                 } while (rc == -ETIMEDOUT && !stream_stopping(s));
                 if (rc == 0) {
                     pthread_mutex_lock(&s->mu);

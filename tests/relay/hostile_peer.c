@@ -40,7 +40,11 @@
  * 0x4141414141414140: see forge_get_rep), serve-qinpieces (grants the relay's first queue
  * subscription, then sends a batch inside a message in pieces: the relay
  * must close), serve-qflood (grants it, then sends 3 batches of 64 messages
- * without waiting for their acknowledgement: the relay must close).
+ * without waiting for their acknowledgement: the relay must close),
+ * serve-qaskreply (grants it with the acknowledgement flag on the grant:
+ * the relay must close), serve-qask (grants it, then asks for
+ * acknowledgements everywhere a queue's message may: see serve_qask(); the
+ * relay must keep it, exit 1).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -101,7 +105,8 @@ static void on_err(void *arg, ucp_ep_h e, ucs_status_t st)
 
 /* qnagle: the queue messages that came, each "nagle-NN" somewhere in its
  * bytes, and whether they came in order (NN counting from 0). */
-static int got_qsub_reply, qsub_code;
+static int got_qsub_reply, qsub_code, q_acks;
+static uint64_t q_acked;
 static int q_wire, q_msgs, q_disorder;
 
 static void q_item(const unsigned char *b, size_t n)
@@ -152,6 +157,9 @@ static ucs_status_t on_am(void *arg, const void *h, size_t hl, void *data, size_
             got_qsub_reply = 1;
         } else if (m->type == WIRE_QBATCH || m->type == WIRE_QMSG) {
             q_took(m);
+        } else if (m->type == WIRE_QACK) {
+            q_acks++;
+            q_acked = m->size;
         }
     }
     free(m);
@@ -255,6 +263,38 @@ static void qnagle(unsigned char *msg)
         fflush(stdout);
     }
     _exit(2);
+}
+
+/* serve-qask: asks for an acknowledgement on every piece of a message in 3
+ * pieces, on a batch of 4 and on each of 20 messages, 25 in all (within
+ * the window); then says how many acknowledgements came, and the last,
+ * once it is 4 (or after 20 s). */
+static void serve_qask(unsigned char *msg)
+{
+    static unsigned char big[2 * WIRE_CHUNK_MAX + 100];
+    struct wire_batch b;
+    for (size_t off = 0, n; off < sizeof(big); off += n) {
+        n = sizeof(big) - off < WIRE_CHUNK_MAX ? sizeof(big) - off : WIRE_CHUNK_MAX;
+        int len = wire_qmsg(msg, qsub_id, sizeof(big), off, big + off, n);
+        wire_ask_ack(msg);
+        send_raw(msg, (size_t)len);
+    }
+    wire_qbatch_begin(&b, msg, qsub_id);
+    for (int i = 0; i < 4; i++)
+        wire_qbatch_add(&b, "ask", 3);
+    size_t len = wire_qbatch_end(&b);
+    wire_ask_ack(msg);
+    send_raw(msg, len);
+    for (int i = 0; i < 20; i++) {
+        len = (size_t)wire_qmsg(msg, qsub_id, 3, 0, "ask", 3);
+        wire_ask_ack(msg);
+        send_raw(msg, len);
+    }
+    /* The test's queue has 4 slots and a reader that reads none: 4 are
+     * published there, and acknowledged. */
+    for (int i = 0; i < 20000 && q_acked < 4 && !closed; i++)
+        progress_for(1, NULL);
+    printf("acks %d last %llu\n", q_acks, (unsigned long long)q_acked);
 }
 
 static ucp_context_h ctx;
@@ -512,8 +552,13 @@ int main(int argc, char **argv)
             progress_for(30000, &got_qsub);
             if (!got_qsub)
                 return 2;
-            send_raw(msg, (size_t)wire_qsub_reply(msg, qsub_id, 0, 0, 0, NULL));
-            if (strcmp(mode, "serve-qinpieces") == 0) {
+            n = wire_qsub_reply(msg, qsub_id, 0, 0, 0, NULL);
+            if (strcmp(mode, "serve-qaskreply") == 0)
+                wire_ask_ack(msg); /* only a queue's messages may ask */
+            send_raw(msg, (size_t)n);
+            if (strcmp(mode, "serve-qask") == 0) {
+                serve_qask(msg);
+            } else if (strcmp(mode, "serve-qinpieces") == 0) {
                 /* The first piece of a message, then a batch before its
                  * second piece. */
                 send_raw(msg, (size_t)wire_qmsg(msg, qsub_id, 8, 0, "abcd", 4));

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The relays under attack on a queue's path: two network namespaces joined
+by a veth pair, a daemon and a relay in each, UCX over TCP (as
+test_relay.py). The writer's host's daemon killed under a stream: its relay
+keeps answering, the remote reader gets an error instead of waiting, and
+the relay serves again once the daemon is back. Prints PASS/FAIL per case;
+SKIP without root or ip netns."""
+
+import hashlib
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_relay as T  # noqa: E402  (its hosts, namespaces and waits)
+import test_queue_relay as Q  # noqa: E402  (its readers and messages)
+from test_relay import report, sh, skip, wait_for  # noqa: E402
+
+from shmbroker import MessageQueue, errors  # noqa: E402
+
+WAIT = T.WAIT
+
+
+def answers(host):
+    """Whether host's relay answers a status request (within a second)."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(1)
+    try:
+        s.connect(host.relay_sock)
+        s.sendall(b'{"op":"status"}\n')
+        return s.makefile("rb").readline().startswith(b"{")
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def case_daemon_killed(a, b):
+    """A's daemon killed (SIGKILL) under a stream of A's queue to a reader on
+    B: A's relay, which cannot connect again while the daemon is away, must
+    not spin on it in its loop (it answered nothing, not even its status,
+    and used a CPU until the daemon came back); it keeps answering, and it
+    connects again once the daemon is back and carries a new queue."""
+    mq = MessageQueue(1, 0, [], Q.SLOT, 8, T.IP_A, socket_path=a.sock)
+    rd = Q.Reader(Q.join(mq.export_handle(), 1, b), 10 ** 9)
+    rd.start()
+    mq.wait_until_ready(WAIT)
+    for m in Q.messages(5, 50):
+        mq.enqueue(m, timeout=WAIT)
+    wait_for("B's reader to read 50", lambda: len(rd.digests) >= 50)
+    a.daemon.kill()
+    a.daemon.wait()
+    # The relay saw the daemon go (its watch) and tried to connect again;
+    # give it a few of those tries, then ask it, several times.
+    time.sleep(1)
+    answered = 0
+    for _ in range(3):
+        answered += answers(a)
+        time.sleep(0.3)
+    report(answered == 3, "a relay whose daemon was killed keeps answering while the "
+           "daemon is away", "%d of 3 status requests answered" % answered)
+    # The stream ended with the daemon: B's reader is told, not left to its
+    # own timeout.
+    rd.join(WAIT * 2)
+    report(not rd.is_alive() and isinstance(rd.error, errors.ShmBrokerError) and
+           not isinstance(rd.error, errors.Timeout),
+           "B's reader of a stream whose writer's daemon was killed gets an error",
+           repr(rd.error))
+    try:
+        mq.close()
+    except errors.ShmBrokerError:
+        pass
+    a.start_daemon()
+    try:
+        wait_for("A's relay to connect to the daemon again", lambda: a.relay_conn())
+        again = True
+    except (AssertionError, OSError, errors.ShmBrokerError):
+        again = False
+    ok = False
+    if again:
+        mq = MessageQueue(1, 0, [], Q.SLOT, 8, T.IP_A, socket_path=a.sock)
+        rd2 = Q.Reader(Q.join(mq.export_handle(), 1, b), 20)
+        rd2.start()
+        mq.wait_until_ready(WAIT)
+        want = []
+        for m in Q.messages(6, 20):
+            want.append(hashlib.sha256(m).digest())
+            mq.enqueue(m, timeout=WAIT)
+        rd2.join(WAIT)
+        ok = rd2.digests == want
+        mq.close()
+    report(again and ok, "the relay connects to its restarted daemon and carries a new "
+           "queue", "connected again: %s; messages across: %s" % (again, ok))
+
+
+def hostile_writer(a, key, port, mode):
+    """Relay E on A's daemon dials relay-hostile-peer MODE and subscribes to
+    its queue, of 4 slots here, whose one reader seat is held and reads
+    nothing. Returns E's answer, its stream's state, the peer's exit status
+    and output, and whether E still runs."""
+    import subprocess
+    name = "evilq-" + mode[7:]
+    evil = subprocess.Popen(["ip", "netns", "exec", T.NS_B, T.HOSTILE, "%s:%d" % (T.IP_B, port),
+                             key, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, UCX_TLS="tcp", UCX_CM_REUSEADDR="y"))
+    e_sock = os.path.join(os.path.dirname(key), "E-%s.relay" % mode)
+    e_log = open(os.path.join(os.path.dirname(key), "E-relay.log"), "ab")
+    e = None
+    c = a.client()
+    try:
+        c._call({"op": "queue_create", "name": name, "seats": 1, "slots": 4,
+                 "slot_size": 4096, "temporary": True})
+        c._call_fds({"op": "queue_open", "name": name, "role": "reader", "seat": 0})
+        evil.stdout.readline()  # "listening"
+        e = subprocess.Popen(["ip", "netns", "exec", T.NS_A, T.RELAY, "--key-file", key,
+                              "--socket", a.sock, "--relay-socket", e_sock, "--name", "E",
+                              "--peer", "EVIL=%s:%d" % (T.IP_B, port)],
+                             stdout=e_log, stderr=e_log, env=dict(os.environ, UCX_TLS="tcp"))
+        wait_for("E to prove the key to the hostile peer", lambda: os.path.exists(e_sock)
+                 and any(p["state"] == "connected"
+                         for p in T.ask(e_sock, {"op": "status"})["peers"]))
+        rep = T.ask(e_sock, {"op": "queue_subscribe", "peer": "EVIL", "queue": name,
+                             "seat_from": 0, "seat_to": 1, "seats": 1, "slots": 4,
+                             "slot_size": 4096})
+        out, err = evil.communicate(timeout=WAIT * 2)
+        state = T.ask(e_sock, {"op": "queue_state", "peer": "EVIL", "queue": name})
+        return rep, state, evil.returncode, out.strip() + " " + err.strip()[-300:], \
+            e.poll() is None
+    finally:
+        for p in (e, evil):
+            if p and p.poll() is None:
+                p.terminate()
+                p.wait(10)
+        e_log.close()
+        c.close()
+
+
+def case_asks(a, key):
+    """A writer's relay that asks for an acknowledgement where no queue
+    message is (on its grant of the seat) is disconnected; one that asks on
+    every piece of a message, on a batch and on each of 20 messages is kept,
+    and acknowledged what was published (its queue here has 4 slots and a
+    reader that reads none: 4) while the rest waits for room: the readers'
+    relay's thread, stuck publishing the fifth, did not wake its loop to
+    acknowledge the four before."""
+    rep, state, rc, out, alive = hostile_writer(a, key, T.PORT + 7, "serve-qaskreply")
+    report(rc == 0 and alive and state.get("state") == "cut" and "asking" in
+           state.get("message", ""), "a writer's relay that asks for an acknowledgement on "
+           "its grant of a seat is disconnected",
+           "%s; %s; hostile: %d %s" % (rep, state, rc, out))
+    rep, state, rc, out, alive = hostile_writer(a, key, T.PORT + 8, "serve-qask")
+    words = out.split()
+    acks = int(words[words.index("acks") + 1]) if "acks" in words else 0
+    # (rc 1: the peer saw no close; its own exit cuts the stream after.)
+    report(rep.get("ok") and rc == 1 and "last 4" in out and acks >= 1 and alive,
+           "a writer's relay that asks for acknowledgements on every piece, batch and "
+           "message is kept and acknowledged what was published",
+           "%s; %s; hostile: %d %s" % (rep, state, rc, out))
+
+
+def main():
+    if os.geteuid() != 0:
+        skip("needs root for ip netns; run make test as root")
+    for binary in (T.DAEMON, T.RELAY, T.HOSTILE):
+        if not os.access(binary, os.X_OK):
+            print("FAIL: relay attacks (%s is not built)" % binary)
+            sys.exit(1)
+    r = sh("ip", "netns", "add", T.NS_A, check=False)
+    if r.returncode != 0:
+        skip("ip netns is not available here: " + r.stderr.strip())
+    hosts = []
+    tmp = tempfile.mkdtemp(prefix="shmb-relay-attacks-")
+    try:
+        sh("ip", "netns", "add", T.NS_B)
+        sh("ip", "link", "add", T.TAG + "va", "type", "veth", "peer", "name", T.TAG + "vb")
+        sh("ip", "link", "set", T.TAG + "va", "netns", T.NS_A)
+        sh("ip", "link", "set", T.TAG + "vb", "netns", T.NS_B)
+        sh("ip", "-n", T.NS_A, "addr", "add", T.IP_A + "/24", "dev", T.TAG + "va")
+        sh("ip", "-n", T.NS_B, "addr", "add", T.IP_B + "/24", "dev", T.TAG + "vb")
+        for ns, dev in ((T.NS_A, T.TAG + "va"), (T.NS_B, T.TAG + "vb")):
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        key = os.path.join(tmp, "key")
+        with open(key, "w") as f:
+            f.write(os.urandom(32).hex())
+        os.chmod(key, 0o600)
+        a = T.Host(tmp, "A", T.NS_A, T.IP_A, "B", T.IP_B, key)
+        hosts.append(a)
+        b = T.Host(tmp, "B", T.NS_B, T.IP_B, "A", T.IP_A, key)
+        hosts.append(b)
+        wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
+        case_asks(a, key)
+        case_daemon_killed(a, b)
+    except (AssertionError, errors.ShmBrokerError) as e:
+        report(False, "relay attacks setup or wait", repr(e))
+    finally:
+        for h in hosts:
+            h.stop()
+        for ns in (T.NS_A, T.NS_B):
+            sh("ip", "netns", "del", ns, check=False)
+        if not T.failures:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print("logs kept in " + tmp)
+            for n in sorted(os.listdir(tmp)):
+                if n.endswith(".log"):
+                    with open(os.path.join(tmp, n), errors="replace") as f:
+                        print("---- %s\n%s" % (n, f.read()[-3000:]))
+    sys.exit(1 if T.failures else 0)
+
+
+if __name__ == "__main__":
+    main()
