@@ -107,5 +107,44 @@ class TestReadAfterPutNowait(support.DaemonTest):
         self.assertEqual(self.c.read("bounded"), b"b")
 
 
+class TestReadAfterDeleteNoreply(support.DaemonTest):
+    """read() of a key this client deleted with noreply, before any later
+    request was answered, asks the daemon (which handles the delete first)
+    instead of reading the object the catalog may still list."""
+
+    DAEMON_SIZE = "16M"
+
+    # The daemon stopped before the delete: the catalog still lists the
+    # object, and the read must not give its bytes.
+    def test_read_after_a_delete_on_its_way_misses(self):
+        self.c.put("gone", b"old bytes")
+        self.assertEqual(self.c.read("gone"), b"old bytes")
+        os.kill(self.d.proc.pid, signal.SIGSTOP)
+        resume = threading.Timer(0.3, os.kill, (self.d.proc.pid, signal.SIGCONT))
+        resume.start()
+        self.addCleanup(resume.cancel)
+        self.addCleanup(os.kill, self.d.proc.pid, signal.SIGCONT)
+        self.c.delete("gone", noreply=True)
+        with self.assertRaises(NotFound):
+            self.c.read("gone")
+        self.assertFalse(self.c._listed("gone"))
+
+    # Once a reply came back, reads of other keys are served by the catalog
+    # again (no round trip), and so past many deletes on their way.
+    def test_reads_from_the_catalog_again_after_a_reply(self):
+        for i in range(70):
+            self.c.put("k%d" % i, b"v")
+        self.c.put("kept", b"here")
+        for i in range(70):
+            self.c.delete("k%d" % i, noreply=True)
+        before = self.c.read_stats()["fallback"]
+        self.assertEqual(self.c.read("kept"), b"here")  # past 64: every key asks
+        self.assertEqual(self.c.read_stats()["fallback"], before + 1)
+        self.assertEqual(self.c.read("kept"), b"here")  # that reply cleared them
+        self.assertEqual(self.c.read_stats()["fallback"], before + 1)
+        with self.assertRaises(NotFound):
+            self.c.read("k3")
+
+
 if __name__ == "__main__":
     unittest.main()

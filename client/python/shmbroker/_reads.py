@@ -27,6 +27,8 @@ from .errors import BufferTooSmall, ConnectionLost, InvalidRequest, NotFound
 _LOOK_S = 0.010
 _monotonic = time.monotonic  # from the vDSO: no system call
 _NOTHING = memoryview(bytearray(0))  # a buffer no payload fits in
+_DELETING_MAX = 64
+_EVERY_KEY = frozenset(["every key"])  # a stand-in: more deletes than that on their way
 # How long read() of the key this client last put without waiting looks at
 # the catalog for its commit, while that put is unanswered (the daemon
 # publishes it within one wake-up, well under the round trip asking would
@@ -48,6 +50,9 @@ class Reads:
     _landing = None
     _landing_at = None
     _read_wait = READ_WAIT_S
+    # Keys this client deleted without waiting since its last reply (at most
+    # _DELETING_MAX; _EVERY_KEY past that): their reads ask the daemon.
+    _deleting = ()
 
     @property
     def read_wait(self):
@@ -174,6 +179,8 @@ class Reads:
         cat = self._catalog
         if cat is None or not self._served(cat, key):
             return None
+        if self._deleting and (key in self._deleting or self._deleting is _EVERY_KEY):
+            return None  # its delete may be on its way: the daemon answers after it
         raw = key.encode("utf-8", "surrogatepass")
         what, value, gen, flags, chunk, retries = cat.read(cat.lookup(key, raw), out)
         self._reads[2] += retries
@@ -204,6 +211,17 @@ class Reads:
             self._reads[0] += 1
             raise _too_small(key, len(out), value)
         return None
+
+    def _deleting_sent(self, key):
+        """A delete of key sent without waiting (holding the client's lock)."""
+        if self._deleting is _EVERY_KEY:
+            return
+        if not self._deleting:
+            self._deleting = set()
+        if len(self._deleting) >= _DELETING_MAX:
+            self._deleting = _EVERY_KEY
+        else:
+            self._deleting.add(key)
 
     def _read_landing(self, cat, key, raw, out):
         """cat.read() of key again until it hits the last put's chunk
@@ -261,6 +279,8 @@ class Reads:
         try:
             cat = self._catalog
             if cat is None or not self._served(cat, key):
+                return None
+            if self._deleting and (key in self._deleting or self._deleting is _EVERY_KEY):
                 return None
             what = cat.read(cat.lookup(key, key.encode("utf-8", "surrogatepass")), _NOTHING)[0]
         finally:

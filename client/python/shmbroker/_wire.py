@@ -436,6 +436,7 @@ class Wire:
         if "lost" in reply:
             self._note_lost(reply.pop("lost"))
         self._unconfirmed[0] = 0
+        self._deleting = ()
         self._replies += 1
         return reply
 

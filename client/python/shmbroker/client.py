@@ -529,10 +529,17 @@ class Client(Wire, Mapping, Puts, Reads):
         """Remove a committed object's key at once; pinned bytes stay valid
         for their pin holders until they release."""
         req = {"op": "delete", "key": check_key(key)}
-        if noreply:
-            self._send_noreply(req)
-        else:
+        if not noreply:
             self._call(req)
+            return
+        self._enter()
+        try:
+            self._send_noreply_held(req)
+            # Until a reply proves it handled, this client's read() of the
+            # key asks the daemon (the catalog may still list the object).
+            self._deleting_sent(req["key"])
+        finally:
+            self._busy.release()
 
     def fetch(self, peer, key):
         """Bring key from another host into this daemon's pool, through the
