@@ -123,7 +123,7 @@ class OwnPidTest(unittest.TestCase):
         """clients() shows the pid each client's hello said (own_pid)
         beside the kernel's."""
         d = Daemon().start()
-        self.addCleanup(d.stop)
+        self.addCleanup(d.cleanup)
         with shmbroker.Client(d.socket_path, name="me") as c:
             mine = [x for x in c.clients() if x["self"]]
             self.assertEqual(len(mine), 1)
