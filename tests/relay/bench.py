@@ -188,22 +188,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="shmb-relay-bench-")
     hosts = []
     try:
-        for cmd in (["ip", "netns", "add", R.NS_A], ["ip", "netns", "add", R.NS_B],
-                    ["ip", "link", "add", R.TAG + "va", "type", "veth", "peer", "name",
-                     R.TAG + "vb"],
-                    ["ip", "link", "set", R.TAG + "va", "netns", R.NS_A],
-                    ["ip", "link", "set", R.TAG + "vb", "netns", R.NS_B],
-                    ["ip", "-n", R.NS_A, "addr", "add", R.IP_A + "/24", "dev", R.TAG + "va"],
-                    ["ip", "-n", R.NS_B, "addr", "add", R.IP_B + "/24", "dev", R.TAG + "vb"],
-                    ["ip", "-n", R.NS_A, "link", "set", R.TAG + "va", "up"],
-                    ["ip", "-n", R.NS_B, "link", "set", R.TAG + "vb", "up"],
-                    ["ip", "-n", R.NS_A, "link", "set", "lo", "up"],
-                    ["ip", "-n", R.NS_B, "link", "set", "lo", "up"]):
-            R.sh(*cmd)
-        key = os.path.join(tmp, "key")
-        with open(key, "w") as f:
-            f.write(os.urandom(32).hex())
-        os.chmod(key, 0o600)
+        R.sh("ip", "netns", "add", R.NS_A)
+        key = R.make_link(tmp)
         big = ["--max-object-size", "300M"]
         a = R.Host(tmp, "A", R.NS_A, R.IP_A, "B", R.IP_B, key, "768M", big)
         hosts.append(a)

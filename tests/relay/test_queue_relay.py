@@ -428,20 +428,20 @@ def case_many_queues(a, b):
            "%s; kept %d" % (bad[:3], len(kept)))
 
 
-def hostile_writer_relay(a, key, port, mode, what):
-    """Relay E on A's daemon dials a hostile peer (relay-hostile-peer MODE),
-    subscribes to its queue 'evilq' of 4 slots, whose one reader seat here
-    is held and reads nothing; the peer misbehaves: E must close it, cut
-    the stream and keep serving."""
+def hostile_writer(a, key, port, mode, timeout=WAIT):
+    """Relay E on A's daemon dials relay-hostile-peer MODE and subscribes to
+    its queue, of 4 slots here, whose one reader seat is held and reads
+    nothing. Returns E's answer, its stream's state, the peer's exit status
+    and output, and whether E still runs."""
     import subprocess
+    name = "evilq-" + mode[7:]
     evil = subprocess.Popen(["ip", "netns", "exec", T.NS_B, T.HOSTILE, "%s:%d" % (T.IP_B, port),
                              key, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=dict(os.environ, UCX_TLS="tcp", UCX_CM_REUSEADDR="y"))
-    e_sock = os.path.join(os.path.dirname(key), "E.relay")
+    e_sock = os.path.join(os.path.dirname(key), "E-%s.relay" % mode)
     e_log = open(os.path.join(os.path.dirname(key), "E-relay.log"), "ab")
     e = None
     c = a.client()
-    name = "evilq-" + mode[7:]
     try:
         c._call({"op": "queue_create", "name": name, "seats": 1, "slots": 4,
                  "slot_size": 4096, "temporary": True})
@@ -457,14 +457,10 @@ def hostile_writer_relay(a, key, port, mode, what):
         rep = T.ask(e_sock, {"op": "queue_subscribe", "peer": "EVIL", "queue": name,
                              "seat_from": 0, "seat_to": 1, "seats": 1, "slots": 4,
                              "slot_size": 4096})
-        out, err = evil.communicate(timeout=WAIT)
+        out, err = evil.communicate(timeout=timeout)
         state = T.ask(e_sock, {"op": "queue_state", "peer": "EVIL", "queue": name})
-        report(rep.get("ok") and evil.returncode == 0 and e.poll() is None
-               and state.get("state") == "cut",
-               "a writer's relay that %s is disconnected, its stream cut" % what,
-               "%s; %s; hostile: %s %s" % (rep, state, out.strip(), err.strip()[-300:]))
-    except (AssertionError, errors.ShmBrokerError) as exc:
-        report(False, "a writer's relay that %s" % what, repr(exc))
+        return rep, state, evil.returncode, out.strip() + " " + err.strip()[-300:], \
+            e.poll() is None
     finally:
         for p in (e, evil):
             if p and p.poll() is None:
@@ -474,6 +470,18 @@ def hostile_writer_relay(a, key, port, mode, what):
         c.close()
         if os.path.exists(e_sock):
             os.unlink(e_sock)
+
+
+def hostile_writer_relay(a, key, port, mode, what):
+    """hostile_writer, whose peer misbehaves: E must close it, cut the
+    stream and keep serving."""
+    try:
+        rep, state, rc, out, alive = hostile_writer(a, key, port, mode)
+        report(rep.get("ok") and rc == 0 and alive and state.get("state") == "cut",
+               "a writer's relay that %s is disconnected, its stream cut" % what,
+               "%s; %s; hostile: %s" % (rep, state, out))
+    except (AssertionError, errors.ShmBrokerError) as exc:
+        report(False, "a writer's relay that %s" % what, repr(exc))
 
 
 def case_hostile(a, b, key):
@@ -739,19 +747,7 @@ def main():
     hosts = []
     tmp = tempfile.mkdtemp(prefix="shmb-qrelay-")
     try:
-        sh("ip", "netns", "add", T.NS_B)
-        sh("ip", "link", "add", T.TAG + "va", "type", "veth", "peer", "name", T.TAG + "vb")
-        sh("ip", "link", "set", T.TAG + "va", "netns", T.NS_A)
-        sh("ip", "link", "set", T.TAG + "vb", "netns", T.NS_B)
-        sh("ip", "-n", T.NS_A, "addr", "add", T.IP_A + "/24", "dev", T.TAG + "va")
-        sh("ip", "-n", T.NS_B, "addr", "add", T.IP_B + "/24", "dev", T.TAG + "vb")
-        for ns, dev in ((T.NS_A, T.TAG + "va"), (T.NS_B, T.TAG + "vb")):
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        key = os.path.join(tmp, "key")
-        with open(key, "w") as f:
-            f.write(os.urandom(32).hex())
-        os.chmod(key, 0o600)
+        key = T.make_link(tmp)
         a = T.Host(tmp, "A", T.NS_A, T.IP_A, "B", T.IP_B, key)
         hosts.append(a)
         b = T.Host(tmp, "B", T.NS_B, T.IP_B, "A", T.IP_A, key)

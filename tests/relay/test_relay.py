@@ -250,6 +250,26 @@ def stop_mid_transfer(a, b, prefix):
     raise AssertionError("no transfer of 64 MiB was caught under way in 8 tries")
 
 
+def make_link(tmp):
+    """The second namespace (NS_A is made by the caller's probe of ip netns),
+    a veth pair joining them with IP_A and IP_B, and a pre-shared key file
+    in tmp readable by its owner only; returns the key's path."""
+    sh("ip", "netns", "add", NS_B)
+    sh("ip", "link", "add", TAG + "va", "type", "veth", "peer", "name", TAG + "vb")
+    sh("ip", "link", "set", TAG + "va", "netns", NS_A)
+    sh("ip", "link", "set", TAG + "vb", "netns", NS_B)
+    sh("ip", "-n", NS_A, "addr", "add", IP_A + "/24", "dev", TAG + "va")
+    sh("ip", "-n", NS_B, "addr", "add", IP_B + "/24", "dev", TAG + "vb")
+    for ns, dev in ((NS_A, TAG + "va"), (NS_B, TAG + "vb")):
+        sh("ip", "-n", ns, "link", "set", dev, "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+    key = os.path.join(tmp, "key")
+    with open(key, "w") as f:
+        f.write(os.urandom(32).hex())
+    os.chmod(key, 0o600)
+    return key
+
+
 def main():
     if os.geteuid() != 0:
         skip("needs root for ip netns; run make test as root")
@@ -263,19 +283,7 @@ def main():
     hosts = []
     tmp = tempfile.mkdtemp(prefix="shmb-relay-")
     try:
-        sh("ip", "netns", "add", NS_B)
-        sh("ip", "link", "add", TAG + "va", "type", "veth", "peer", "name", TAG + "vb")
-        sh("ip", "link", "set", TAG + "va", "netns", NS_A)
-        sh("ip", "link", "set", TAG + "vb", "netns", NS_B)
-        sh("ip", "-n", NS_A, "addr", "add", IP_A + "/24", "dev", TAG + "va")
-        sh("ip", "-n", NS_B, "addr", "add", IP_B + "/24", "dev", TAG + "vb")
-        for ns, dev in ((NS_A, TAG + "va"), (NS_B, TAG + "vb")):
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        key = os.path.join(tmp, "key")
-        with open(key, "w") as f:
-            f.write(os.urandom(32).hex())
-        os.chmod(key, 0o600)
+        key = make_link(tmp)
         # A admits its own address too: some hostile peers below dial it
         # from A's namespace.
         a = Host(tmp, "A", NS_A, IP_A, "B", IP_B, key, relay_args=["--allow-from", IP_A])

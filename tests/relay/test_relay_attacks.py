@@ -99,45 +99,9 @@ def case_daemon_killed(a, b):
 
 
 def hostile_writer(a, key, port, mode):
-    """Relay E on A's daemon dials relay-hostile-peer MODE and subscribes to
-    its queue, of 4 slots here, whose one reader seat is held and reads
-    nothing. Returns E's answer, its stream's state, the peer's exit status
-    and output, and whether E still runs."""
-    import subprocess
-    name = "evilq-" + mode[7:]
-    evil = subprocess.Popen(["ip", "netns", "exec", T.NS_B, T.HOSTILE, "%s:%d" % (T.IP_B, port),
-                             key, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=dict(os.environ, UCX_TLS="tcp", UCX_CM_REUSEADDR="y"))
-    e_sock = os.path.join(os.path.dirname(key), "E-%s.relay" % mode)
-    e_log = open(os.path.join(os.path.dirname(key), "E-relay.log"), "ab")
-    e = None
-    c = a.client()
-    try:
-        c._call({"op": "queue_create", "name": name, "seats": 1, "slots": 4,
-                 "slot_size": 4096, "temporary": True})
-        c._call_fds({"op": "queue_open", "name": name, "role": "reader", "seat": 0})
-        evil.stdout.readline()  # "listening"
-        e = subprocess.Popen(["ip", "netns", "exec", T.NS_A, T.RELAY, "--key-file", key,
-                              "--socket", a.sock, "--relay-socket", e_sock, "--name", "E",
-                              "--peer", "EVIL=%s:%d" % (T.IP_B, port)],
-                             stdout=e_log, stderr=e_log, env=dict(os.environ, UCX_TLS="tcp"))
-        wait_for("E to prove the key to the hostile peer", lambda: os.path.exists(e_sock)
-                 and any(p["state"] == "connected"
-                         for p in T.ask(e_sock, {"op": "status"})["peers"]))
-        rep = T.ask(e_sock, {"op": "queue_subscribe", "peer": "EVIL", "queue": name,
-                             "seat_from": 0, "seat_to": 1, "seats": 1, "slots": 4,
-                             "slot_size": 4096})
-        out, err = evil.communicate(timeout=WAIT * 2)
-        state = T.ask(e_sock, {"op": "queue_state", "peer": "EVIL", "queue": name})
-        return rep, state, evil.returncode, out.strip() + " " + err.strip()[-300:], \
-            e.poll() is None
-    finally:
-        for p in (e, evil):
-            if p and p.poll() is None:
-                p.terminate()
-                p.wait(10)
-        e_log.close()
-        c.close()
+    """test_queue_relay's hostile_writer, given the time a peer that asks
+    everywhere takes."""
+    return Q.hostile_writer(a, key, port, mode, timeout=WAIT * 2)
 
 
 def case_asks(a, key):
@@ -176,19 +140,7 @@ def main():
     hosts = []
     tmp = tempfile.mkdtemp(prefix="shmb-relay-attacks-")
     try:
-        sh("ip", "netns", "add", T.NS_B)
-        sh("ip", "link", "add", T.TAG + "va", "type", "veth", "peer", "name", T.TAG + "vb")
-        sh("ip", "link", "set", T.TAG + "va", "netns", T.NS_A)
-        sh("ip", "link", "set", T.TAG + "vb", "netns", T.NS_B)
-        sh("ip", "-n", T.NS_A, "addr", "add", T.IP_A + "/24", "dev", T.TAG + "va")
-        sh("ip", "-n", T.NS_B, "addr", "add", T.IP_B + "/24", "dev", T.TAG + "vb")
-        for ns, dev in ((T.NS_A, T.TAG + "va"), (T.NS_B, T.TAG + "vb")):
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        key = os.path.join(tmp, "key")
-        with open(key, "w") as f:
-            f.write(os.urandom(32).hex())
-        os.chmod(key, 0o600)
+        key = T.make_link(tmp)
         a = T.Host(tmp, "A", T.NS_A, T.IP_A, "B", T.IP_B, key)
         hosts.append(a)
         b = T.Host(tmp, "B", T.NS_B, T.IP_B, "A", T.IP_A, key)
