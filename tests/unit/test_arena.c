@@ -22,6 +22,7 @@
 #include "arena.h"
 #include "../../daemon/catalog.h"
 #include "clock.h"
+#include "reads.h"
 #include "ring.h"
 #include "store.h"
 
@@ -739,6 +740,193 @@ static void test_adopt(void **state)
     afix_free(f);
 }
 
+/* What a client does to publish a put (PROTOCOL.md section 11,
+ * "Publishing"): payload, header (state WRITTEN, the arena's id, readers,
+ * generation gen) and key at pos, then the arena's published end moved
+ * past the chunk. Returns the chunk's bytes. */
+static uint64_t publish_at(struct afix *f, uint64_t arena, uint64_t pos, const char *key,
+                           uint64_t size, uint32_t readers, uint32_t gen, uint64_t seed)
+{
+    struct shmb_chunk_header h = header_at(f, arena - 64);
+    uint64_t chunk = lay(f, pos, key, size, seed), end = pos + chunk;
+    struct shmb_chunk_header c = {
+        .magic = SHMB_CHUNK_MAGIC,
+        .state = SHMB_CHUNK_WRITTEN,
+        .key_len = (uint16_t)strlen(key),
+        .header_size = (uint32_t)SHMB_CHUNK_HEADER_SIZE(strlen(key)),
+        .tag = readers,
+        .id = h.id,
+        .chunk_size = chunk,
+        .payload_size = size,
+        .seal = SHMB_SEAL(gen, 0),
+    };
+
+    memcpy(at(f, pos), &c, sizeof(c));
+    memcpy(at(f, pos) + sizeof(c), key, strlen(key));
+    memcpy(at(f, arena - 64) + SHMB_ARENA_PUBLISHED_AT, &end, sizeof(end));
+    return chunk;
+}
+
+static uint64_t published_of(const struct afix *f, uint64_t arena)
+{
+    uint64_t end;
+
+    memcpy(&end, at(f, arena - 64) + SHMB_ARENA_PUBLISHED_AT, sizeof(end));
+    return end;
+}
+
+/* Chunks a client published are folded into committed objects: the grant
+ * sets the published end to the arena's start; a fold makes each chunk an
+ * object under its writer's generation, with the reads counted in its seal
+ * before the fold kept (one fewer awaited); a commit_at after them goes on
+ * at the next byte. A chunk refused for its key (taken; not UTF-8) is
+ * stepped over as a free chunk and told once with its key and code; the
+ * chunks after it are folded. */
+static void test_fold_published(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s), *o = store_holder_new(f->s), *r;
+    struct store_extent a = arena_ok(f, w, 8192), got;
+    struct shmb_error err = {0};
+    struct store_refused told;
+    uint64_t pos = a.offset, p1, bad, seal;
+
+    (void)state;
+    assert_int_equal(published_of(f, a.offset), a.offset);
+    assert_int_equal(store_alloc(f->s, o, "taken", 5, 10, 0, &got, &err), 0);
+    assert_int_equal(store_commit(f->s, o, "taken", 5, &err), 0);
+    p1 = pos;
+    pos += publish_at(f, a.offset, pos, "p1", 100, 2, 77, 1);
+    /* A reader counted one read in p1's seal before the fold. */
+    seal = SHMB_SEAL(77, 1);
+    memcpy(at(f, p1) + offsetof(struct shmb_chunk_header, seal), &seal, sizeof(seal));
+    pos += publish_at(f, a.offset, pos, "taken", 50, 0, 78, 2);
+    bad = pos;
+    pos += publish_at(f, a.offset, pos, "\xff\xfe", 50, 0, 79, 3);
+    pos += publish_at(f, a.offset, pos, "p2", 200, 0, 80, 4);
+    assert_false(store_contains(f->s, "p1", 2));
+    store_fold_published(f->s, NULL, false);
+    assert_true(store_contains(f->s, "p1", 2));
+    assert_true(store_contains(f->s, "p2", 2));
+    assert_int_equal(header_at(f, p1).state, SHMB_CHUNK_COMMITTED);
+    assert_int_equal(SHMB_SEAL_GEN(header_at(f, p1).seal), 77);
+    store_fold(f->s, store_lookup(f->s, "p1", 2)); /* the count taken in */
+    assert_int_equal(awaited_of(f, "p1"), 1);
+    assert_int_equal(header_at(f, bad).state, SHMB_CHUNK_FREE);
+    assert_int_equal(header_at(f, bad).seal, 0);
+    assert_true(store_holder_refused(w, &told));
+    assert_int_equal(told.count, 2);
+    assert_int_equal(told.code, -EEXIST);
+    assert_int_equal(told.key_len, 5);
+    assert_memory_equal(told.key, "taken", 5);
+    assert_false(store_holder_refused(w, &told));
+    r = store_holder_new(f->s);
+    assert_int_equal(store_get(f->s, r, "p2", 2, &got, &err), 0);
+    check_bytes(f, &got, 4);
+    /* Folded again: nothing new. A commit_at goes on at the next byte. */
+    store_fold_published(f->s, w, false);
+    pos += put_at(f, w, pos, "c1", 30, 0, 5);
+    assert_true(store_contains(f->s, "c1", 2));
+    store_holder_free(f->s, r);
+    store_holder_free(f->s, o);
+    store_holder_free(f->s, w);
+    afix_free(f);
+}
+
+/* A published end outside the arena, or behind the cursor, publishes
+ * nothing; a chunk published with another id, generation 0 or a size past
+ * the published end stops the arena's folds (told once, EBADMSG) and takes
+ * it back (the lock REVOKED: the client's next put asks for a new arena);
+ * the chunks folded before stay. */
+static void test_fold_hostile(void **state)
+{
+    static const struct {
+        const char *what;
+        size_t field;
+        uint64_t value;
+    } spoil[] = {
+        {"id", offsetof(struct shmb_chunk_header, id), 999},
+        {"generation 0", offsetof(struct shmb_chunk_header, seal), 0},
+        {"size", offsetof(struct shmb_chunk_header, payload_size), 1u << 20},
+    };
+    unsigned i;
+
+    (void)state;
+    for (i = 0; i < sizeof(spoil) / sizeof(spoil[0]); i++) {
+        struct afix *f = afix_new(DATA_SIZE, 0);
+        struct store_holder *w = store_holder_new(f->s);
+        struct store_extent a = arena_ok(f, w, 8192);
+        struct store_refused told;
+        uint64_t pos = a.offset, second, word;
+
+        pos += publish_at(f, a.offset, pos, "good", 100, 0, 5, 1);
+        /* Past the arena's end: nothing. */
+        word = a.offset + a.size + 64;
+        memcpy(at(f, a.offset - 64) + SHMB_ARENA_PUBLISHED_AT, &word, sizeof(word));
+        store_fold_published(f->s, NULL, false);
+        assert_false(store_contains(f->s, "good", 4));
+        word = pos;
+        memcpy(at(f, a.offset - 64) + SHMB_ARENA_PUBLISHED_AT, &word, sizeof(word));
+        store_fold_published(f->s, NULL, false);
+        assert_true(store_contains(f->s, "good", 4));
+        second = pos;
+        pos += publish_at(f, a.offset, pos, "next", 100, 0, 6, 2);
+        pos += publish_at(f, a.offset, pos, "after", 100, 0, 7, 3);
+        memcpy(at(f, second) + spoil[i].field, &spoil[i].value, sizeof(uint64_t));
+        store_fold_published(f->s, NULL, false);
+        if (store_contains(f->s, "next", 4) || store_contains(f->s, "after", 5))
+            fail_msg("%s: a chunk after a malformed one was folded", spoil[i].what);
+        assert_true(store_holder_refused(w, &told));
+        assert_int_equal(told.count, 1);
+        assert_int_equal(told.code, -EBADMSG);
+        if (strstr(told.message, "was not folded") == NULL)
+            fail_msg("%s: %s", spoil[i].what, told.message);
+        assert_int_equal(lock_of(f, a.offset), SHMB_ARENA_REVOKED);
+        /* No more folds, no more refusals told. */
+        store_fold_published(f->s, NULL, false);
+        assert_false(store_holder_refused(w, &told));
+        /* Given back: the chunk folded before stays. */
+        store_holder_free(f->s, w);
+        assert_true(store_contains(f->s, "good", 4));
+        afix_free(f);
+    }
+}
+
+/* The arena is not taken back (revoke) while published chunks wait for a
+ * fold; a fold lets it go. When the client gives it back (close), the
+ * published end becomes the closed mark in the same step, so that a client
+ * still writing learns its chunk was not published; what was published
+ * before is folded. Adoption folds what was published when the daemon
+ * died. */
+static void test_fold_close_and_adopt(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s);
+    struct store_extent a = arena_ok(f, w, 8192), b;
+    struct store_adopt_report report;
+    uint64_t pos = a.offset;
+
+    (void)state;
+    pos += publish_at(f, a.offset, pos, "x1", 100, 0, 9, 1);
+    sleep_ms(20);
+    store_expire_pending(f->s, 10); /* unused for --alloc-timeout, but not folded */
+    assert_int_equal(stats_of(f).arenas, 1);
+    assert_int_equal(lock_of(f, a.offset), SHMB_ARENA_IDLE);
+    pos += publish_at(f, a.offset, pos, "x2", 100, 0, 10, 2);
+    b = arena_ok(f, w, 4096); /* gives a back: folded and closed */
+    assert_true(store_contains(f->s, "x1", 2));
+    assert_true(store_contains(f->s, "x2", 2));
+    assert_int_equal(published_of(f, a.offset), SHMB_ARENA_PUBLISH_CLOSED);
+    pos = b.offset;
+    pos += publish_at(f, b.offset, pos, "y1", 100, 1, 11, 3);
+    crash_and_adopt(f, &report);
+    assert_false(report.corrupt);
+    assert_true(store_contains(f->s, "y1", 2));
+    assert_int_equal(awaited_of(f, "y1"), 1);
+    assert_int_equal(header_at(f, b.offset).state, SHMB_CHUNK_COMMITTED);
+    afix_free(f);
+}
+
 /* The catalog's slots in test_catalog_listing, after a data area of
  * DATA_SIZE bytes in a buffer laid out as a segment. */
 #define CAT_SLOTS 64u
@@ -863,6 +1051,9 @@ int main(void)
         cmocka_unit_test(test_disconnect_keeps_committed),
         cmocka_unit_test(test_adopt),
         cmocka_unit_test(test_catalog_listing),
+        cmocka_unit_test(test_fold_published),
+        cmocka_unit_test(test_fold_hostile),
+        cmocka_unit_test(test_fold_close_and_adopt),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
