@@ -36,7 +36,7 @@ PUBLISHED_AT = 56
 PUBLISH_CLOSED = (1 << 64) - 1
 # Chunks of the put's size an arena for published chunks has room for: its
 # request is the only line a run of publishing puts sends.
-PUBLISH_RUN = 32
+PUBLISH_RUN = 128
 # Objects one arena holds at most (SHMB_ARENA_MAX_OBJECTS): the commit of
 # the last asks for the next arena.
 MAX_OBJECTS = 8192
