@@ -283,16 +283,25 @@ static void store_fold_stop(struct arena *a)
 static bool store_fold_one(struct store *s, struct object *box, uint64_t end)
 {
     struct arena *a = box->rec;
-    struct shmb_chunk_header h;
-    char key[SHMB_KEY_MAX + 1];
+    struct shmb_chunk_header h = {0};
+    char key[SHMB_KEY_MAX + 1] = "";
     struct shmb_error e = {0};
     struct object *obj;
     int rc;
 
     rc = ring_read_inner(&s->ring, a->cursor - s->ring.data_offset, end - s->ring.data_offset,
                          &h, key, &e);
+    /* Not published: a commit_at's chunk whose commit is on its way (its
+     * header, the daemon's to write, holds whatever was there), when the
+     * client counted one; the fold goes on once it is handled. Without one,
+     * nothing will ever come to make it an object: malformed. */
+    if ((rc < 0 || h.state != SHMB_CHUNK_WRITTEN) && arena_commits_sent(a))
+        return false;
     if (rc == 0 && h.state != SHMB_CHUNK_WRITTEN)
-        return false; /* not published: a commit_at's chunk, its commit on its way */
+        rc = shmb_error_set(&e, -EBADMSG,
+                            "it is in state %u, not published (%u), and no commit_at is on "
+                            "its way",
+                            h.state, (unsigned)SHMB_CHUNK_WRITTEN);
     if (rc == 0 && (h.id != a->ring_id || SHMB_SEAL_GEN(h.seal) == 0))
         rc = shmb_error_set(&e, -EBADMSG,
                             "its id is %llu (the arena's %llu), its generation %u (not 0)",
