@@ -1120,6 +1120,98 @@ static void test_fold_scribbled_fields(void **state)
     }
 }
 
+/* An arena of more published chunks than one may hold
+ * (SHMB_ARENA_MAX_OBJECTS): those up to the limit are folded, the next is
+ * refused (ESTALE, told once) and the arena taken back; the objects stay. */
+static void test_fold_max_objects(void **state)
+{
+    struct afix *f = afix_new(16u << 20, 4u << 20);
+    struct store_holder *w = store_holder_new(f->s);
+    struct store_extent a = arena_ok(f, w, 2u << 20);
+    struct store_refused told;
+    uint64_t pos = a.offset;
+    char key[32];
+    unsigned i;
+
+    (void)state;
+    assert_true(a.size >= (SHMB_ARENA_MAX_OBJECTS + 2) * SHMB_CHUNK_SIZE(5, 8));
+    for (i = 0; i <= SHMB_ARENA_MAX_OBJECTS; i++) {
+        snprintf(key, sizeof(key), "m%u", i);
+        pos += publish_at(f, a.offset, pos, key, 8, 0, i + 1, i);
+    }
+    store_fold_published(f->s, NULL, false);
+    assert_int_equal(stats_of(f).objects, SHMB_ARENA_MAX_OBJECTS);
+    snprintf(key, sizeof(key), "m%u", SHMB_ARENA_MAX_OBJECTS - 1);
+    assert_true(store_contains(f->s, key, strlen(key)));
+    snprintf(key, sizeof(key), "m%u", SHMB_ARENA_MAX_OBJECTS);
+    assert_false(store_contains(f->s, key, strlen(key)));
+    assert_true(store_holder_refused(w, &told));
+    assert_int_equal(told.count, 1);
+    assert_int_equal(told.code, -ESTALE);
+    assert_int_equal(lock_of(f, a.offset), SHMB_ARENA_REVOKED);
+    store_fold_published(f->s, NULL, false);
+    assert_false(store_holder_refused(w, &told));
+    store_holder_free(f->s, w);
+    assert_int_equal(stats_of(f).objects, SHMB_ARENA_MAX_OBJECTS);
+    afix_free(f);
+}
+
+/* Count one read in the seal of the chunk at pos, as a reader of the
+ * mapping does (generation checked). */
+static void count_read(struct afix *f, uint64_t pos)
+{
+    uint64_t seal;
+
+    memcpy(&seal, at(f, pos) + offsetof(struct shmb_chunk_header, seal), sizeof(seal));
+    seal = SHMB_SEAL(SHMB_SEAL_GEN(seal), SHMB_SEAL_COUNT(seal) + 1);
+    memcpy(at(f, pos) + offsetof(struct shmb_chunk_header, seal), &seal, sizeof(seal));
+}
+
+/* Reads counted in a published chunk's seal before its fold, and after,
+ * are each taken once: an object whose awaited reads were all made lets
+ * the ring come round (its arena goes), one awaiting a read holds it until
+ * that read is counted; no read is lost or counted twice. */
+static void test_fold_reads_then_evict(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s), *o = store_holder_new(f->s);
+    struct store_extent a = arena_ok(f, w, 8192);
+    struct shmb_error err = {0};
+    uint64_t pos = a.offset, p1, p2, p3;
+    char key[32];
+    int n, rc = 0;
+
+    (void)state;
+    p1 = pos;
+    pos += publish_at(f, a.offset, pos, "p1", 100, 1, 31, 1);
+    p2 = pos;
+    pos += publish_at(f, a.offset, pos, "p2", 100, 2, 32, 2);
+    p3 = pos;
+    pos += publish_at(f, a.offset, pos, "p3", 100, 1, 33, 3);
+    count_read(f, p1);
+    count_read(f, p2);
+    store_fold_published(f->s, NULL, false);
+    count_read(f, p2); /* after the fold */
+    store_holder_free(f->s, w); /* given back: nobody holds it */
+    for (n = 0; n < 100 && rc == 0; n++) {
+        snprintf(key, sizeof(key), "fill%d", n);
+        if ((rc = store_alloc(f->s, o, key, strlen(key), 4000, 0, NULL, &err)) == 0)
+            assert_int_equal(store_commit(f->s, o, key, strlen(key), &err), 0);
+    }
+    assert_int_equal(rc, -ENOSPC);
+    assert_true(store_contains(f->s, "p3", 2)); /* awaits its read */
+    assert_int_equal(awaited_of(f, "p3"), 1);
+    count_read(f, p3);
+    snprintf(key, sizeof(key), "last");
+    assert_int_equal(store_alloc(f->s, o, key, strlen(key), 4000, 0, NULL, &err), 0);
+    assert_int_equal(store_commit(f->s, o, key, strlen(key), &err), 0);
+    assert_false(store_contains(f->s, "p1", 2));
+    assert_false(store_contains(f->s, "p3", 2));
+    assert_int_equal(stats_of(f).fast_reads, 4);
+    store_holder_free(f->s, o);
+    afix_free(f);
+}
+
 /* The catalog's slots in test_catalog_listing, after a data area of
  * DATA_SIZE bytes in a buffer laid out as a segment. */
 #define CAT_SLOTS 64u
@@ -1250,6 +1342,8 @@ int main(void)
         cmocka_unit_test(test_fold_behind_commit_at),
         cmocka_unit_test(test_fold_not_published),
         cmocka_unit_test(test_fold_scribbled_fields),
+        cmocka_unit_test(test_fold_max_objects),
+        cmocka_unit_test(test_fold_reads_then_evict),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
