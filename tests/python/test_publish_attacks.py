@@ -217,6 +217,69 @@ class TestPublishAttacks(support.DaemonTest):
         self.assertIsNone(self.d.proc.poll(), self.d.log())
 
 
+def value_of(key, size):
+    """The bytes a writer of the crowd puts under key."""
+    seed = key.encode()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+class TestPublishCrowd(support.DaemonTest):
+    DAEMON_SIZE = "4M"
+
+    # Writers publishing at once (two of them from two connections of one
+    # process) while another client puts large objects that make the ring
+    # come round over their arenas: every writer finishes, no put is
+    # refused, and every object found has its own bytes.
+    def test_publishers_and_evictions(self):
+        writer = (
+            "import sys\n"
+            "import shmbroker\n"
+            "def value_of(key, size):\n"
+            "    seed = key.encode()\n"
+            "    return (seed * (size // len(seed) + 1))[:size]\n"
+            "conns = [shmbroker.Client(sys.argv[1]) for _ in range(int(sys.argv[3]))]\n"
+            "for i in range(400):\n"
+            "    c = conns[i % len(conns)]\n"
+            "    key = '%s-%d' % (sys.argv[2], i)\n"
+            "    data = value_of(key, 100 + (i * 977) % 20000)\n"
+            "    c._put_arena(key, data, len(data), 0, True, publish=True)\n"
+            "    if i % 50 == 49:\n"
+            "        c.sync()\n"
+            "for c in conns:\n"
+            "    c.sync()\n"
+            "print('done')\n")
+        filler = (
+            "import sys\n"
+            "import shmbroker\n"
+            "c = shmbroker.Client(sys.argv[1])\n"
+            "for i in range(12):\n"
+            "    c.put('big-%d' % i, bytes([i % 256]) * 200000)\n"
+            "print('done')\n")
+        kids = [support.child_python(writer, self.d.socket_path, "w%d" % n, str(1 + n % 2))
+                for n in range(3)]
+        kids.append(support.child_python(filler, self.d.socket_path))
+        for kid in kids:
+            out, err = kid.communicate(timeout=120)
+            self.assertEqual(kid.returncode, 0, err.decode(errors="replace"))
+            self.assertEqual(out.strip(), b"done")
+        reader = self.d.client()
+        self.addCleanup(reader.close)
+        found = 0
+        for n in range(3):
+            for i in range(400):
+                key = "w%d-%d" % (n, i)
+                if reader.contains(key):
+                    try:
+                        got = reader.read(key)
+                    except shmbroker.NotFound:
+                        continue  # evicted in between
+                    self.assertEqual(got, value_of(key, 100 + (i * 977) % 20000), key)
+                    found += 1
+        self.assertGreater(found, 0)
+        self.assertEqual(reader.stats()["counters"]["noreply_errors"], 0)
+        self.assertIsNone(self.d.proc.poll(), self.d.log())
+
+
 class TestPublishAdoption(unittest.TestCase):
     """A daemon killed while published chunks wait for their fold, its
     successor adopting the segment."""
