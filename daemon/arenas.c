@@ -264,7 +264,10 @@ static void store_refuse_published(struct store *s, struct store_holder *h, cons
 
 /* Folds of a stop at a malformed chunk: no more, and the lock REVOKED, so
  * that the client's next put into the arena fails its swap and asks for a
- * new one (whose reply tells it of the refusal). */
+ * new one (whose reply tells it of the refusal). The published end is
+ * closed too: a client in the middle of a publish (its lock BUSY, which the
+ * swap of the lock does not wait for) then fails its swap of the end and
+ * lays the chunk out again, instead of counting on a chunk never folded. */
 static void store_fold_stop(struct arena *a)
 {
     uint64_t old = 0;
@@ -272,6 +275,7 @@ static void store_fold_stop(struct arena *a)
     a->fold_stopped = true;
     (void)segment_atomic_exchange64(a->seal, SHMB_ARENA_WORD(a->token, SHMB_ARENA_REVOKED),
                                     &old);
+    (void)arena_published(a, true, &old);
 }
 
 /* Fold the chunk published at box's cursor (the published chunks end at

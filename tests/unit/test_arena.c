@@ -1212,6 +1212,51 @@ static void test_fold_reads_then_evict(void **state)
     afix_free(f);
 }
 
+/* A client in the middle of a publish (its lock BUSY, its chunk written)
+ * when its arena's folds stop, or when the daemon died and its successor
+ * adopts the arena: its swap of the published end, which comes next, must
+ * fail, so that it learns its chunk was not published and lays it out
+ * again (in a new arena) rather than count on a chunk nobody will fold.
+ * The daemon leaves the closed mark in the published end in the same step
+ * as it reads it. */
+static void test_fold_closed_under_writer(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s);
+    struct store_extent a = arena_ok(f, w, 8192);
+    struct store_adopt_report report;
+    uint64_t pos = a.offset, bad;
+
+    (void)state;
+    pos += publish_at(f, a.offset, pos, "ok", 100, 0, 3, 1);
+    bad = pos;
+    pos += publish_at(f, a.offset, pos, "bad", 100, 0, 4, 2);
+    memset(at(f, bad), 0, 8); /* malformed */
+    set_lock(f, a.offset, SHMB_ARENA_BUSY); /* the next one on its way */
+    store_fold_published(f->s, NULL, false);
+    assert_true(store_contains(f->s, "ok", 2));
+    assert_int_equal(published_of(f, a.offset), SHMB_ARENA_PUBLISH_CLOSED);
+    store_holder_free(f->s, w);
+    afix_free(f);
+
+    f = afix_new(DATA_SIZE, 0);
+    w = store_holder_new(f->s);
+    a = arena_ok(f, w, 8192);
+    pos = a.offset;
+    pos += publish_at(f, a.offset, pos, "kept", 100, 0, 3, 1);
+    set_lock(f, a.offset, SHMB_ARENA_BUSY);
+    crash_and_adopt(f, &report);
+    assert_false(report.corrupt);
+    assert_true(store_contains(f->s, "kept", 4));
+    assert_int_equal(published_of(f, a.offset), SHMB_ARENA_PUBLISH_CLOSED);
+    /* A second crash walks what the first adoption kept, no more. */
+    crash_and_adopt(f, &report);
+    assert_true(store_contains(f->s, "kept", 4));
+    assert_int_equal(report.restored, 1);
+    afix_free(f);
+    (void)pos;
+}
+
 /* The catalog's slots in test_catalog_listing, after a data area of
  * DATA_SIZE bytes in a buffer laid out as a segment. */
 #define CAT_SLOTS 64u
@@ -1344,6 +1389,7 @@ int main(void)
         cmocka_unit_test(test_fold_scribbled_fields),
         cmocka_unit_test(test_fold_max_objects),
         cmocka_unit_test(test_fold_reads_then_evict),
+        cmocka_unit_test(test_fold_closed_under_writer),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
