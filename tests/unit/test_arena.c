@@ -1257,6 +1257,35 @@ static void test_fold_closed_under_writer(void **state)
     (void)pos;
 }
 
+/* Reclaim reaching an arena with published chunks not folded yet leaves
+ * it alone (an allocation that needs its room is told the room is held by
+ * commits on their way, so that it waits and is tried again), and the next
+ * fold lets it go: the allocation then succeeds, the folded objects go
+ * with the arena. */
+static void test_reclaim_waits_for_fold(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s), *o = store_holder_new(f->s);
+    struct store_extent a = arena_ok(f, w, 8192);
+    struct shmb_error err = {0};
+    int n = 0;
+
+    (void)state;
+    publish_at(f, a.offset, a.offset, "unfolded", 100, 0, 8, 1);
+    assert_int_equal(fill(f, o, &n), -ENOSPC);
+    assert_true(store_commits_due(f->s));
+    assert_int_equal(stats_of(f).arenas, 1);
+    store_fold_published(f->s, NULL, false);
+    assert_true(store_contains(f->s, "unfolded", 8));
+    assert_false(store_commits_due(f->s));
+    assert_int_equal(store_alloc(f->s, o, "room", 4, 4000, 0, NULL, &err), 0);
+    assert_false(store_contains(f->s, "unfolded", 8));
+    assert_int_equal(stats_of(f).arenas, 0);
+    store_holder_free(f->s, o);
+    store_holder_free(f->s, w);
+    afix_free(f);
+}
+
 /* The catalog's slots in test_catalog_listing, after a data area of
  * DATA_SIZE bytes in a buffer laid out as a segment. */
 #define CAT_SLOTS 64u
@@ -1390,6 +1419,7 @@ int main(void)
         cmocka_unit_test(test_fold_max_objects),
         cmocka_unit_test(test_fold_reads_then_evict),
         cmocka_unit_test(test_fold_closed_under_writer),
+        cmocka_unit_test(test_reclaim_waits_for_fold),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
