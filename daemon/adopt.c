@@ -42,7 +42,11 @@ static uint32_t store_adopt_awaited(const struct shmb_chunk_header *hdr)
 /* The bytes of the arena at payload_offset (size bytes, its tag counting
  * walk of them) to walk: what its tag says the daemon committed, or up to
  * the end of the chunks its client published, when that lies further
- * inside it (published and not folded yet when the daemon died). */
+ * inside it (published and not folded yet when the daemon died). The end
+ * is closed in the same step as it is read (SHMB_ARENA_PUBLISH_CLOSED), as
+ * when a daemon gives an arena back: its client, in the middle of a
+ * publish when the daemon died, fails its swap and lays the chunk out
+ * again, instead of counting on a chunk nobody folds. */
 static uint64_t store_adopt_extent(struct store *s, uint64_t payload_offset, uint64_t size,
                                    uint64_t walk)
 {
@@ -51,7 +55,8 @@ static uint64_t store_adopt_extent(struct store *s, uint64_t payload_offset, uin
                                   SHMB_ARENA_PUBLISHED_AT);
     uint64_t end = 0;
 
-    if (segment_atomic_load64(word, &end) == 0 && end > payload_offset + walk &&
+    if (segment_atomic_exchange64(word, SHMB_ARENA_PUBLISH_CLOSED, &end) == 0 &&
+        end > payload_offset + walk &&
         end <= payload_offset + size)
         return end - payload_offset;
     return walk;
@@ -90,7 +95,8 @@ static void *store_adopt_arena(struct store_adoption *ad, const struct shmb_chun
                             "committed, it holds %llu.",
                             (unsigned long long)box->chunk_offset, (unsigned long long)walk,
                             (unsigned long long)hdr->payload_size);
-        walk = 0;
+        /* Nothing walked; the published end closed all the same. */
+        walk = store_adopt_extent(s, payload_offset, 0, 0);
     } else {
         walk = store_adopt_extent(s, payload_offset, hdr->payload_size, walk);
     }

@@ -176,6 +176,13 @@ static bool arena_unfolded(const struct arena *a)
     return arena_published(a, false, &end) == 0 && end != a->cursor;
 }
 
+bool arena_commits_sent(const struct arena *a)
+{
+    uint64_t n = 0;
+
+    return arena_inflight(a, &n) < 0 || n != 0;
+}
+
 bool arena_committing(const struct arena *a)
 {
     uint64_t n = 0;

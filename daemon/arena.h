@@ -80,6 +80,11 @@ int arena_open(struct arena *a);
  * -EIO when the page is gone. */
 int arena_published(const struct arena *a, bool close, uint64_t *end);
 
+/* Whether a's client counted commit_at on their way that the daemon has not
+ * seen yet (SHMB_ARENA_INFLIGHT_AT; true when the page is gone): the chunk
+ * at the cursor may be one, its header the daemon's to write. */
+bool arena_commits_sent(const struct arena *a);
+
 /* A commit_at into a is being handled (whatever its outcome): one fewer on
  * its way. True when none is left on its way now. */
 bool arena_commit_seen(struct arena *a);

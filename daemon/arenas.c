@@ -264,7 +264,10 @@ static void store_refuse_published(struct store *s, struct store_holder *h, cons
 
 /* Folds of a stop at a malformed chunk: no more, and the lock REVOKED, so
  * that the client's next put into the arena fails its swap and asks for a
- * new one (whose reply tells it of the refusal). */
+ * new one (whose reply tells it of the refusal). The published end is
+ * closed too: a client in the middle of a publish (its lock BUSY, which the
+ * swap of the lock does not wait for) then fails its swap of the end and
+ * lays the chunk out again, instead of counting on a chunk never folded. */
 static void store_fold_stop(struct arena *a)
 {
     uint64_t old = 0;
@@ -272,6 +275,7 @@ static void store_fold_stop(struct arena *a)
     a->fold_stopped = true;
     (void)segment_atomic_exchange64(a->seal, SHMB_ARENA_WORD(a->token, SHMB_ARENA_REVOKED),
                                     &old);
+    (void)arena_published(a, true, &old);
 }
 
 /* Fold the chunk published at box's cursor (the published chunks end at
@@ -283,16 +287,25 @@ static void store_fold_stop(struct arena *a)
 static bool store_fold_one(struct store *s, struct object *box, uint64_t end)
 {
     struct arena *a = box->rec;
-    struct shmb_chunk_header h;
-    char key[SHMB_KEY_MAX + 1];
+    struct shmb_chunk_header h = {0};
+    char key[SHMB_KEY_MAX + 1] = "";
     struct shmb_error e = {0};
     struct object *obj;
     int rc;
 
     rc = ring_read_inner(&s->ring, a->cursor - s->ring.data_offset, end - s->ring.data_offset,
                          &h, key, &e);
+    /* Not published: a commit_at's chunk whose commit is on its way (its
+     * header, the daemon's to write, holds whatever was there), when the
+     * client counted one; the fold goes on once it is handled. Without one,
+     * nothing will ever come to make it an object: malformed. */
+    if ((rc < 0 || h.state != SHMB_CHUNK_WRITTEN) && arena_commits_sent(a))
+        return false;
     if (rc == 0 && h.state != SHMB_CHUNK_WRITTEN)
-        return false; /* not published: a commit_at's chunk, its commit on its way */
+        rc = shmb_error_set(&e, -EBADMSG,
+                            "it is in state %u, not published (%u), and no commit_at is on "
+                            "its way",
+                            h.state, (unsigned)SHMB_CHUNK_WRITTEN);
     if (rc == 0 && (h.id != a->ring_id || SHMB_SEAL_GEN(h.seal) == 0))
         rc = shmb_error_set(&e, -EBADMSG,
                             "its id is %llu (the arena's %llu), its generation %u (not 0)",
