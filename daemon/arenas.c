@@ -196,8 +196,14 @@ static int store_arena_commit(struct store *s, struct object *box, const char *k
     spec.state = STORE_UNPUBLISHED;
     spec.found = &found;
     spec.arena = box;
-    if ((rc = store_object_new(s, &spec, out, err)) < 0)
+    if ((rc = store_object_new(s, &spec, out, err)) < 0) {
+        /* A published chunk keeps its writer's generation in its seal:
+         * readers of the mapping must not take it for an object. */
+        if (gen != 0)
+            (void)segment_atomic_store64(
+                (uint64_t *)(void *)(at + offsetof(struct shmb_chunk_header, seal)), 0);
         return rc;
+    }
     a->cursor += chunk;
     a->made++;
     s->arena_bytes -= chunk;

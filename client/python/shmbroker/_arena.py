@@ -180,9 +180,14 @@ class Arena:
             cas64(lock, busy, idle)  # nothing published
             raise
         pub = base + self.offset - P.ALIGN + PUBLISHED_AT
-        done = cas64(pub, self.published, at + chunk) == self.published
-        if cas64(lock, busy, idle) != busy or not done:
-            self.size = 0
+        done = False
+        try:
+            done = cas64(pub, self.published, at + chunk) == self.published
+        finally:
+            # Released whatever comes (an interrupt here would hold the
+            # arena BUSY until the connection closes).
+            if cas64(lock, busy, idle) != busy or not done:
+                self.size = 0
         if done:
             self.gen = gen
             self.published = self.cursor = at + chunk
