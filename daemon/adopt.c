@@ -39,11 +39,35 @@ static uint32_t store_adopt_awaited(const struct shmb_chunk_header *hdr)
     return hdr->tag > count ? hdr->tag - count : 0;
 }
 
+/* The bytes of the arena at payload_offset (size bytes, its tag counting
+ * walk of them) to walk: what its tag says the daemon committed, or up to
+ * the end of the chunks its client published, when that lies further
+ * inside it (published and not folded yet when the daemon died). The end
+ * is closed in the same step as it is read (SHMB_ARENA_PUBLISH_CLOSED), as
+ * when a daemon gives an arena back: its client, in the middle of a
+ * publish when the daemon died, fails its swap and lays the chunk out
+ * again, instead of counting on a chunk nobody folds. */
+static uint64_t store_adopt_extent(struct store *s, uint64_t payload_offset, uint64_t size,
+                                   uint64_t walk)
+{
+    uint64_t *word = (uint64_t *)(s->ring.data + (payload_offset - SHMB_CHUNK_HEADER_SIZE(0) -
+                                                  s->ring.data_offset) +
+                                  SHMB_ARENA_PUBLISHED_AT);
+    uint64_t end = 0;
+
+    if (segment_atomic_exchange64(word, SHMB_ARENA_PUBLISH_CLOSED, &end) == 0 &&
+        end > payload_offset + walk &&
+        end <= payload_offset + size)
+        return end - payload_offset;
+    return walk;
+}
+
 /* store_adopt_chunk for an arena: walk its payload for the bytes its tag
- * says were committed, each chunk copied and checked (ring_read_inner, its
- * id the arena's), and bring back the committed ones as objects of an arena
- * nobody holds; stop at the first bad one and drop the rest. An arena left
- * without objects is freed. */
+ * says were committed (or its client published), each chunk copied and
+ * checked (ring_read_inner, its id the arena's), and bring back the
+ * committed and published ones as objects of an arena nobody holds; stop at
+ * the first bad one and drop the rest. An arena left without objects is
+ * freed. */
 static void *store_adopt_arena(struct store_adoption *ad, const struct shmb_chunk_header *hdr,
                                uint64_t payload_offset)
 {
@@ -71,7 +95,10 @@ static void *store_adopt_arena(struct store_adoption *ad, const struct shmb_chun
                             "committed, it holds %llu.",
                             (unsigned long long)box->chunk_offset, (unsigned long long)walk,
                             (unsigned long long)hdr->payload_size);
-        walk = 0;
+        /* Nothing walked; the published end closed all the same. */
+        walk = store_adopt_extent(s, payload_offset, 0, 0);
+    } else {
+        walk = store_adopt_extent(s, payload_offset, hdr->payload_size, walk);
     }
     end = payload_offset + walk;
     while (rc == 0 && pos < end) {
@@ -89,7 +116,13 @@ static void *store_adopt_arena(struct store_adoption *ad, const struct shmb_chun
                                 "arena's is %llu.",
                                 (unsigned long long)pos, (unsigned long long)h.id,
                                 (unsigned long long)hdr->id);
-        if (rc == 0 && h.state != SHMB_CHUNK_COMMITTED && h.state != SHMB_CHUNK_FREE)
+        if (rc == 0 && h.state == SHMB_CHUNK_WRITTEN && SHMB_SEAL_GEN(h.seal) == 0)
+            rc = shmb_error_set(&e, -EBADMSG,
+                                "Corrupt arena: the chunk published at offset %llu has "
+                                "generation 0.",
+                                (unsigned long long)pos);
+        if (rc == 0 && h.state != SHMB_CHUNK_COMMITTED && h.state != SHMB_CHUNK_FREE &&
+            h.state != SHMB_CHUNK_WRITTEN)
             rc = shmb_error_set(&e, -EBADMSG,
                                 "Corrupt arena: the chunk at offset %llu is in state %u.",
                                 (unsigned long long)pos, h.state);
@@ -110,6 +143,8 @@ static void *store_adopt_arena(struct store_adoption *ad, const struct shmb_chun
                    store_object_new(s, &spec, &obj, NULL) < 0) {
             report->dropped_invalid++;
         } else {
+            if (h.state == SHMB_CHUNK_WRITTEN) /* folded here, its header says so */
+                store_save_state(s, obj, SHMB_CHUNK_COMMITTED);
             report->restored++;
             report->restored_bytes += h.payload_size;
         }
@@ -117,16 +152,18 @@ static void *store_adopt_arena(struct store_adoption *ad, const struct shmb_chun
     }
     box->rec->cursor = pos;
     if (rc < 0) {
-        uint32_t tag = (uint32_t)((pos - payload_offset) / SHMB_ALIGN);
-
         report->corrupt = true;
-        report->arena_dropped_bytes += payload_offset + (uint64_t)hdr->tag * SHMB_ALIGN - pos;
+        report->arena_dropped_bytes += end - pos;
         if (report->message[0] == '\0')
             snprintf(report->message, sizeof(report->message),
                      "%.900s Dropped the rest of that arena (%llu bytes).", e.message,
-                     (unsigned long long)(payload_offset + (uint64_t)hdr->tag * SHMB_ALIGN -
-                                          pos));
-        /* What is left is what the next adoption walks. */
+                     (unsigned long long)(end - pos));
+    }
+    if (rc < 0 || pos != payload_offset + (uint64_t)hdr->tag * SHMB_ALIGN) {
+        uint32_t tag = (uint32_t)((pos - payload_offset) / SHMB_ALIGN);
+
+        /* What is left (or was published since) is what the next adoption
+         * walks. */
         store_chunk_field(s, box, offsetof(struct shmb_chunk_header, tag), &tag,
                           sizeof(tag));
     }

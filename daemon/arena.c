@@ -69,6 +69,9 @@ void arena_init(struct arena *a, void *holder, uint64_t client, uint64_t ring_id
     a->inflight = (uint64_t *)(void *)((unsigned char *)seal -
                                        offsetof(struct shmb_chunk_header, seal) +
                                        SHMB_ARENA_INFLIGHT_AT);
+    a->published = (uint64_t *)(void *)((unsigned char *)seal -
+                                        offsetof(struct shmb_chunk_header, seal) +
+                                        SHMB_ARENA_PUBLISHED_AT);
     a->last_use_ms = now_ms;
     TAILQ_INIT(&a->objects);
 }
@@ -114,9 +117,25 @@ int arena_check_commit(const struct arena *a, uint64_t offset, uint64_t chunk_si
 
 int arena_open(struct arena *a)
 {
-    int rc = segment_atomic_store64(a->inflight, 0);
+    int rc;
 
-    return rc < 0 ? rc : segment_atomic_store64(a->seal, ARENA_SEAL(a, SHMB_ARENA_IDLE));
+    if ((rc = segment_atomic_store64(a->inflight, 0)) < 0 ||
+        (rc = segment_atomic_store64(a->published, a->start)) < 0)
+        return rc;
+    return segment_atomic_store64(a->seal, ARENA_SEAL(a, SHMB_ARENA_IDLE));
+}
+
+int arena_published(const struct arena *a, bool close, uint64_t *end)
+{
+    uint64_t word = 0;
+    int rc = close ? segment_atomic_exchange64(a->published, SHMB_ARENA_PUBLISH_CLOSED, &word)
+                   : segment_atomic_load64(a->published, &word);
+
+    /* Anything but an end inside the arena past the cursor publishes
+     * nothing: the grant's start, the closed mark, or a scribble. */
+    *end = rc == 0 && !a->fold_stopped && word > a->cursor && word <= a->end ? word
+                                                                            : a->cursor;
+    return rc;
 }
 
 /* How many times arena_commit_seen tries its compare-and-swap against a
@@ -145,11 +164,30 @@ static int arena_inflight(const struct arena *a, uint64_t *n)
     return segment_atomic_load64(a->inflight, n);
 }
 
-bool arena_committing(const struct arena *a)
+/* Whether a's client published chunks the daemon has not folded yet (read
+ * after the lock went REVOKED from IDLE: it publishes only while BUSY, so
+ * none can follow). Folds run outside reclaim, where objects may be made;
+ * until one has, the arena stays its client's, as with commits on their
+ * way. */
+static bool arena_unfolded(const struct arena *a)
+{
+    uint64_t end = 0;
+
+    return arena_published(a, false, &end) == 0 && end != a->cursor;
+}
+
+bool arena_commits_sent(const struct arena *a)
 {
     uint64_t n = 0;
 
     return arena_inflight(a, &n) < 0 || n != 0;
+}
+
+bool arena_committing(const struct arena *a)
+{
+    uint64_t n = 0;
+
+    return arena_inflight(a, &n) < 0 || n != 0 || arena_unfolded(a);
 }
 
 int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms)
@@ -163,10 +201,10 @@ int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms)
      * later write of the client fails on REVOKED. (The count is read first
      * too, so that a client that is committing does not see its lock
      * REVOKED for a moment for nothing.) */
-    if ((rc = arena_inflight(a, &n)) == 0 && n == 0 &&
+    if ((rc = arena_inflight(a, &n)) == 0 && n == 0 && !arena_unfolded(a) &&
         (rc = segment_atomic_cas64(a->seal, &expected, ARENA_SEAL(a, SHMB_ARENA_REVOKED))) ==
             0 &&
-        (rc = arena_inflight(a, &n)) == 0 && n != 0) {
+        (rc = arena_inflight(a, &n)) == 0 && (n != 0 || arena_unfolded(a))) {
         uint64_t revoked = ARENA_SEAL(a, SHMB_ARENA_REVOKED);
 
         /* Commits on their way: the arena stays its client's. Its own
@@ -174,7 +212,7 @@ int arena_revoke(struct arena *a, uint64_t now_ms, uint64_t busy_limit_ms)
          * the commits already sent still land in this one. */
         rc = segment_atomic_cas64(a->seal, &revoked, ARENA_SEAL(a, SHMB_ARENA_IDLE));
     }
-    if (rc == 0 && n != 0)
+    if (rc == 0 && (n != 0 || arena_unfolded(a)))
         rc = -EAGAIN; /* committing: as BUSY */
     if (rc == -EIO) {
         /* Its page is gone (a client cut the file): a look all the same, so

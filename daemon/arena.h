@@ -33,6 +33,9 @@ struct arena {
     uint64_t *seal;        /* the mapped seal of its header: the lock */
     uint64_t *inflight;    /* the mapped count of its client's commit_at on their
                               way (SHMB_ARENA_INFLIGHT_AT) */
+    uint64_t *published;   /* the mapped end of the chunks its client published
+                              (SHMB_ARENA_PUBLISHED_AT) */
+    bool fold_stopped;     /* a published chunk was malformed: no more folds */
     uint64_t token;        /* the grant's token in that seal (SHMB_ARENA_WORD) */
     uint64_t last_use_ms;  /* grant or last commit_at (clock_now_ms) */
     uint64_t busy_since_ms; /* first seen BUSY by a would-be revoke; 0 when not */
@@ -69,6 +72,19 @@ uint64_t arena_token(void);
  * gone. */
 int arena_open(struct arena *a);
 
+/* The end of the chunks a's client published and the daemon has not folded
+ * yet: *end in (a->cursor, a->end], or a->cursor when there are none (also
+ * when the word holds anything outside the arena, or folds stopped).
+ * close: the word becomes SHMB_ARENA_PUBLISH_CLOSED in the same atomic
+ * step, so that nothing is published after (arena_close's callers). 0, or
+ * -EIO when the page is gone. */
+int arena_published(const struct arena *a, bool close, uint64_t *end);
+
+/* Whether a's client counted commit_at on their way that the daemon has not
+ * seen yet (SHMB_ARENA_INFLIGHT_AT; true when the page is gone): the chunk
+ * at the cursor may be one, its header the daemon's to write. */
+bool arena_commits_sent(const struct arena *a);
+
 /* A commit_at into a is being handled (whatever its outcome): one fewer on
  * its way. True when none is left on its way now. */
 bool arena_commit_seen(struct arena *a);
@@ -86,7 +102,8 @@ int arena_check_commit(const struct arena *a, uint64_t offset, uint64_t chunk_si
 
 /* Take the arena back from its client: the lock goes IDLE -> REVOKED; one
  * BUSY (the client is writing), or IDLE with commits on their way (the
- * client has written, its commit_at is not handled yet), is left alone
+ * client has written, its commit_at is not handled yet) or with published
+ * chunks not folded yet (arena_published), is left alone
  * unless it has been so for busy_limit_ms (0: never), and then set REVOKED
  * anyway. 0 when the lock is now REVOKED, -EBUSY when the client is still
  * writing or committing, -EIO when the page is gone. A lock that is

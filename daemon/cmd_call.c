@@ -300,6 +300,37 @@ static void command_note_lost(struct command_call *call, int rc)
     snprintf(lost->message, sizeof(lost->message), "%s", call->err.message);
 }
 
+/* The chunks the connection published that a fold refused (the store
+ * records them) join its refused noreply commit_at, told the same way:
+ * counted among noreply errors and logged. */
+static void command_take_refused(struct command_call *call)
+{
+    struct command_lost *lost = &call->client->lost;
+    struct store_refused r;
+    static uint64_t last_ms;
+    uint64_t now;
+
+    if (call->client->pool == NULL || !store_holder_refused(call->client->holder, &r))
+        return;
+    call->env->noreply_errors += r.count;
+    if (lost->count == 0) {
+        lost->code = r.code;
+        lost->key_len = r.key_len;
+        memcpy(lost->key, r.key, r.key_len);
+        snprintf(lost->message, sizeof(lost->message), "%s", r.message);
+    }
+    lost->count += r.count;
+    now = clock_now_ms();
+    if (now - last_ms >= 1000 || last_ms == 0) {
+        last_ms = now;
+        log_warn("client %llu: %llu published chunk(s) refused (%s: %s); %llu noreply "
+                 "errors so far",
+                 (unsigned long long)call->client->id, (unsigned long long)r.count,
+                 shmb_error_name(r.code), r.message,
+                 (unsigned long long)call->env->noreply_errors);
+    }
+}
+
 /* Add the refused noreply commit_at of the connection (command_note_lost)
  * to the reply in text, as its last field "lost", and forget them. Without
  * memory for it, the reply goes without, and they are told with the next. */
@@ -381,8 +412,10 @@ void command_finish(struct command_call *call, int rc, json_t *id,
         shmb_free(out->text.buf);
         memset(&out->text, 0, sizeof(out->text));
     }
-    if (out->text.len > 0)
+    if (out->text.len > 0) {
+        command_take_refused(call);
         command_tell_lost(call->client, &out->text);
+    }
     if (rc < 0)
         out->flags &= ~(unsigned)COMMAND_SEND_FD;
     json_decref(call->reply);

@@ -383,6 +383,9 @@ void command_execute(struct command_env *env, struct command_client *client,
     json_t *req, *id = NULL;
     int rc;
 
+    /* Whatever it asks, it sees every chunk published before it. */
+    if (client->pool != NULL)
+        store_fold_published(client->pool->store, NULL, false);
     if (command_fast_execute(env, client, line, len, out))
         return;
     memset(&call, 0, sizeof(call));
@@ -424,6 +427,8 @@ void command_retry(struct command_env *env, struct command_client *client,
     call.client = client;
     call.final_try = final;
     call.wait_until_ms = wait_until_ms;
+    if (client->pool != NULL)
+        store_fold_published(client->pool->store, NULL, false);
     if (req == NULL) {
         rc = shmb_error_set(&call.err, -ENOMEM, "Out of memory retrying an alloc.");
     } else {
@@ -511,6 +516,8 @@ void command_client_close(struct command_env *env, struct command_client *client
         client->work = NULL;
     }
     if (client->pool != NULL) {
+        /* What it published before it went is kept. */
+        store_fold_published(client->pool->store, client->holder, true);
         store_holder_free(client->pool->store, client->holder);
         client->pool->clients--;
         client->pool = NULL;

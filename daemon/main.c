@@ -206,8 +206,11 @@ static void daemon_on_expiry(uv_timer_t *timer)
     size_t n = 0;
     unsigned i;
 
-    for (i = 0; i < d->pools.n; i++)
+    for (i = 0; i < d->pools.n; i++) {
+        /* An arena in use by publishing alone is a used one. */
+        store_fold_published(d->pools.pools[i]->store, NULL, false);
         n += store_expire_pending(d->pools.pools[i]->store, d->cfg.alloc_timeout_ms);
+    }
 
     d->expiry_due = 0; /* daemon_on_expiry_arm arms it for the next one */
     log_debug("expiry timer: %zu allocation(s) dropped", n);

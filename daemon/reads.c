@@ -92,14 +92,18 @@ void store_fold(struct store *s, struct object *obj)
 /* obj becomes committed for readers of the mapping: a new generation in its
  * seal (count 0), THEN its catalog entry, so that a reader that finds the
  * entry finds the seal that goes with it. Commit, adoption (and commit_at)
- * all come here. */
+ * all come here; so does a chunk its client published, folded with its
+ * generation already set (obj->gen): its seal, and the reads counted in it
+ * by those who read the chunk before the fold, stay as they are. */
 void store_publish(struct store *s, struct object *obj)
 {
     uint32_t flags = obj->awaited_reads > 0 ? SHMB_CATALOG_AWAITED : 0;
     void *displaced = NULL;
 
-    obj->gen = store_next_gen(s);
-    segment_atomic_store64(store_seal(s, obj), SHMB_SEAL(obj->gen, 0));
+    if (obj->gen == 0) {
+        obj->gen = store_next_gen(s);
+        segment_atomic_store64(store_seal(s, obj), SHMB_SEAL(obj->gen, 0));
+    }
     obj->published = true;
     /* A full catalog lists the new object in place of the oldest listing
      * near its key: that object's readers ask the daemon from now on. */

@@ -285,6 +285,7 @@ static void store_arena_detach(struct store *s, struct object *box)
     if (h == NULL)
         return;
     h->arena = NULL;
+    TAILQ_REMOVE(&s->arena_holders, h, arena_link);
     a->holder = NULL;
     s->arenas_held--;
     s->arena_bytes -= a->end - a->cursor;

@@ -56,7 +56,7 @@ static int ring_read_header(const struct ring *r, uint64_t phys, uint64_t min_id
                          "Corrupt ring: gap at data offset %llu does not run to "
                          "the end of the ring.",
                          (unsigned long long)phys);
-    if (h->state < SHMB_CHUNK_PENDING || h->state > SHMB_CHUNK_ARENA ||
+    if (h->state < SHMB_CHUNK_PENDING || h->state > SHMB_CHUNK_WRITTEN ||
         (h->state == SHMB_CHUNK_ARENA && h->key_len != 0) || h->key_len > SHMB_KEY_MAX || h->header_size != ring_header_size(h->key_len) ||
         h->chunk_size != ring_chunk_size(h->key_len, h->payload_size) ||
         h->payload_size == 0 || h->id < min_id)
@@ -142,6 +142,11 @@ static int ring_walk_read(const struct ring *r, const struct ring_walk_state *w,
 
     if ((rc = ring_read_header(r, phys, w->seen ? w->expect_id : 0, h, key, err)) < 0)
         return rc;
+    if (h->state == SHMB_CHUNK_WRITTEN) /* only ever inside an arena */
+        return shmb_error_set(err, -EBADMSG,
+                              "Corrupt ring: a chunk published in an arena (state %u) lies at "
+                              "data offset %llu, outside any arena.",
+                              h->state, (unsigned long long)phys);
     if (h->chunk_size > w->end - w->pos)
         return shmb_error_set(err, -EBADMSG,
                               "Corrupt ring: chunk at data offset %llu runs past the end "

@@ -95,6 +95,7 @@ struct store *store_new(void *data, uint64_t data_offset, uint64_t data_size,
         return NULL;
     }
     TAILQ_INIT(&s->holders);
+    TAILQ_INIT(&s->arena_holders);
     TAILQ_INIT(&s->age);
     if ((rc = ring_init(&s->ring, data, data_offset, data_size, cursor, err)) < 0) {
         shmb_free(s);

@@ -92,6 +92,19 @@ int store_arena(struct store *s, struct store_holder *h, uint64_t client, uint64
  * caller does it for a commit_at it refuses before. */
 void store_commit_seen(struct store *s, struct store_holder *h);
 
+/* Fold the chunks h's client published in its arena (SHMB_CHUNK_WRITTEN,
+ * PROTOCOL.md section 11, "Publishing") into committed objects, each
+ * checked as a commit_at is; h NULL: every held arena's. Called before any
+ * request on the pool is handled, before expiries, and (close) when h
+ * gives its arena back or goes: then nothing published after is folded.
+ * A refused chunk is recorded for h's next reply (store_holder_refused); a
+ * malformed one stops the folds of that arena and takes it back. */
+void store_fold_published(struct store *s, struct store_holder *h, bool close);
+
+/* Take the record of h's published chunks a fold refused since it was last
+ * taken: true and *out filled when there was one. */
+bool store_holder_refused(struct store_holder *h, struct store_refused *out);
+
 /* Commit the chunk h laid out at offset (its header's place) in its arena:
  * key, a payload of size bytes, readers awaited reads. The daemon writes
  * the header; the object is then committed as by store_commit. out: the

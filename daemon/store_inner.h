@@ -77,6 +77,10 @@ struct store_holder {
     char *expired[STORE_EXPIRED_REMEMBERED]; /* NUL-terminated copies */
     unsigned expired_next;
     struct object *arena; /* the arena it holds (its object), or NULL */
+    TAILQ_ENTRY(store_holder) arena_link; /* in the store's arena_holders while it holds one */
+    /* The chunks it published that a fold refused since its last reply
+     * (told with it, as the noreply commit_at refused). */
+    struct store_refused refused;
 };
 
 struct store {
@@ -84,6 +88,9 @@ struct store {
     struct index index;
     struct store_config cfg; /* cfg.max_object_size is the one in force */
     struct holder_list holders;
+    /* The holders that hold an arena now (TAILQ of arena_link): the folds
+     * before each request walk these only. */
+    TAILQ_HEAD(, store_holder) arena_holders;
     struct object_list age; /* pending objects, oldest first */
     uint64_t committed, pending, pinned, deleted_pinned;
     uint64_t allocs, commits, gets, evictions, enospc, expired_allocs, lease_expiries;
@@ -102,6 +109,8 @@ struct store {
     size_t watched_len, watched_cap;
     uint64_t live_objects;   /* struct objects alive (arenas' included) */
     uint64_t arenas_held;    /* arenas a holder holds */
+    uint64_t folded;         /* published chunks folded into objects */
+    uint64_t fold_refused;   /* published chunks a fold refused */
     uint64_t arena_bytes;    /* the bytes not yet committed into them */
     uint64_t blocker_checks; /* objects store_blocker looked at, for tests */
 };

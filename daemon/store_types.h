@@ -84,6 +84,16 @@ struct store_entry {
     uint32_t gen;          /* its generation while committed, else 0 */
 };
 
+/* Chunks a client published in its arena that a fold refused: how many, the
+ * first one's key, code and message (taken with store_holder_refused). */
+struct store_refused {
+    uint64_t count;
+    int code;
+    size_t key_len;
+    char key[SHMB_KEY_MAX];
+    char message[SHMB_ERROR_MSG_MAX];
+};
+
 struct store_stats {
     uint64_t data_size, used, free;
     uint64_t objects;        /* committed objects reachable by key */

@@ -169,6 +169,13 @@ enum shmb_chunk_state {
      * after the other from its start; its tag counts the bytes committed, in
      * SHMB_ALIGN units, so that an adoption walks those and no further. */
     SHMB_CHUNK_ARENA = 5,
+    /* A chunk its client laid out in its arena and published itself (proto/
+     * PROTOCOL.md, section 11, "Publishing"): header, key and payload
+     * written, the seal's generation the client's. Readers who were handed
+     * its place may read it as a committed chunk; the daemon folds it into
+     * a committed object (state COMMITTED, same generation) before it
+     * serves any request on the pool. Found only inside an arena. */
+    SHMB_CHUNK_WRITTEN = 6,
 };
 
 /* The fixed part of every chunk header; the key's bytes follow it. */
@@ -230,6 +237,19 @@ enum shmb_arena_lock {
 _Static_assert(SHMB_ARENA_INFLIGHT_AT >= sizeof(struct shmb_chunk_header) &&
                    SHMB_ARENA_INFLIGHT_AT + 8 <= SHMB_ALIGN,
                "the count lies in the arena's header, after its fields");
+
+/* In an arena's own header, after the count: a 64-bit word, the segment
+ * offset where the chunks its client published (SHMB_CHUNK_WRITTEN) end.
+ * The grant sets it to the payload's start; the client moves it past each
+ * chunk it publishes, with a compare-and-swap from the end it last set,
+ * while it holds the lock BUSY; the daemon folds the chunks up to it and,
+ * when it closes the arena, swaps it to SHMB_ARENA_PUBLISH_CLOSED, so that
+ * a client whose swap then fails knows its chunk was not published. */
+#define SHMB_ARENA_PUBLISHED_AT 56
+#define SHMB_ARENA_PUBLISH_CLOSED UINT64_MAX
+_Static_assert(SHMB_ARENA_PUBLISHED_AT >= SHMB_ARENA_INFLIGHT_AT + 8 &&
+                   SHMB_ARENA_PUBLISHED_AT + 8 <= SHMB_ALIGN,
+               "the published end lies in the arena's header, after the count");
 
 /* Objects one arena holds at most: the daemon refuses a commit_at past them
  * (ESTALE: ask for a new arena). The arena's chunk goes as one, with every

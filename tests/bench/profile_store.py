@@ -31,6 +31,11 @@ import bench_vllm as B  # noqa: E402  (puts the package on the path)
 PUT_STEPS = [("_wire", "Wire", "_send"), ("_puts", "Puts", "_commit_at"),
              ("_puts", "Puts", "_arena_reply"), ("_puts", "Puts", "_take_due_arena"),
              ("_arena", "Arena", "write"), ("vllm", None, "_write_pieces"),
+             ("_puts", "Puts", "_put_arena"), ("_puts", "Puts", "_publish"),
+             ("_arena", "Arena", "publish"),
+             ("vllm", "ShmBrokerObjectStorage", "_put_through"),
+             ("vllm", "ShmBrokerObjectStorage", "_tell_guard"),
+             ("vllm", "ShmBrokerObjectStorage", "_start_guard"),
              ("_reads", "Reads", "_listed"), ("vllm", "ShmBrokerObjectStorage", "_prune"),
              ("vllm", "ShmBrokerObjectStorage", "_settle_base"),
              ("_vllm_serde", "PickleSerde", "serialize")]

@@ -189,5 +189,78 @@ class TestPutNowait(support.DaemonTest):
         self.assertEqual(self.c.read("after"), b"ok")
 
 
+
+def publish(client, key, data, readers=0):
+    """A put published in the client's arena (what the vLLM store drop-in
+    does): its payload offset and chunk id."""
+    return client._put_arena(key, data, len(data), readers, True, publish=True)
+
+
+class TestPublish(support.DaemonTest):
+    DAEMON_SIZE = "16M"
+
+    # A writer killed right after its puts were published (nothing sent
+    # for them): the daemon folds them when the connection goes, so that
+    # they are not lost with the writer.
+    def test_killed_writer_keeps_what_it_published(self):
+        code = ("import os, signal, sys\n"
+                "import shmbroker\n"
+                "c = shmbroker.Client(sys.argv[1])\n"
+                "c.put('before', b'b')\n"
+                "for i in range(5):\n"
+                "    c._put_arena('pub%d' % i, bytes([i]) * 3000, 3000, 0, True, publish=True)\n"
+                "os.kill(os.getpid(), signal.SIGKILL)\n")
+        child = support.child_python(code, self.d.socket_path)
+        self.assertEqual(child.wait(30), -signal.SIGKILL)
+        for f in (child.stdout, child.stderr, child.stdin):
+            f.close()
+        for i in range(5):
+            self.assertEqual(self.c.read("pub%d" % i), bytes([i]) * 3000)
+
+    # Another client's request to the daemon folds what was published (its
+    # read from the catalog may miss it before: as for a noreply commit_at,
+    # the catalog lists it once a request was handled); a published put whose key another client took is refused at
+    # the fold, told with the writer's next reply, and its chunk freed.
+    def test_folded_for_anyone_refused_told(self):
+        other = self.d.client()
+        self.addCleanup(other.close)
+        publish(self.c, "mine", b"m" * 100)
+        self.assertTrue(other.contains("mine"))
+        self.assertEqual(other.read("mine"), b"m" * 100)
+        other.put("taken", b"theirs")
+        offset, _ = publish(self.c, "taken", b"x" * 100)
+        self.assertEqual(self.c._mv[offset - 64 + 4], 6)  # WRITTEN until folded
+        with self.assertRaises(Cancelled) as cm:
+            self.c.sync()
+        self.assertIn("'taken'", cm.exception.message)
+        self.assertIn("EEXIST", cm.exception.message)
+        self.assertEqual(other.read("taken"), b"theirs")
+        self.assertEqual(self.c._mv[offset - 64 + 4], 4)  # FREE
+        publish(self.c, "next", b"n")
+        self.assertTrue(other.contains("next"))
+
+    # A writer that scribbles the published end of its arena (past the
+    # arena, garbage chunks) harms nobody else: the daemon folds nothing of
+    # it, keeps serving, and takes the arena back on a malformed chunk.
+    def test_scribbled_published_end(self):
+        other = self.d.client()
+        self.addCleanup(other.close)
+        publish(self.c, "good", b"g" * 64)
+        arena = self.c._arena
+        word = arena.offset - 64 + _arena.PUBLISHED_AT
+        # A chunk of garbage where the next would go, published.
+        self.c._mv[arena.cursor:arena.cursor + 256] = b"\xff" * 256
+        self.c._mv[word:word + 8] = (arena.cursor + 256).to_bytes(8, "little")
+        self.assertTrue(other.contains("good"))
+        with self.assertRaises(Cancelled) as cm:
+            self.c.sync()
+        self.assertIn("was not folded", cm.exception.message)
+        self.c._mv[word:word + 8] = (2 ** 63).to_bytes(8, "little")
+        other.put("still", b"serving")
+        self.assertEqual(other.read("still"), b"serving")
+        publish(self.c, "again", b"a")  # a new arena
+        self.assertTrue(other.contains("again"))
+
+
 if __name__ == "__main__":
     unittest.main()

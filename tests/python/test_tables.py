@@ -13,6 +13,7 @@ import unittest
 import support
 from shmbroker import _protocol as P
 from shmbroker import errors
+from shmbroker import _arena
 
 PROTO = os.path.join(support.ROOT, "proto")
 
@@ -153,7 +154,11 @@ class TestTables(unittest.TestCase):
         self.assertEqual({k: int(v) for k, v in states.items()},
                          {"GAP": P.CHUNK_GAP, "PENDING": P.CHUNK_PENDING,
                           "COMMITTED": P.CHUNK_COMMITTED, "FREE": P.CHUNK_FREE,
-                          "ARENA": P.CHUNK_ARENA})
+                          "ARENA": P.CHUNK_ARENA, "WRITTEN": P.CHUNK_WRITTEN})
+        self.assertEqual(c_int(define(h, "SHMB_ARENA_INFLIGHT_AT")), _arena.INFLIGHT_AT)
+        self.assertEqual(c_int(define(h, "SHMB_ARENA_PUBLISHED_AT")), _arena.PUBLISHED_AT)
+        self.assertEqual(define(h, "SHMB_ARENA_PUBLISH_CLOSED"), "UINT64_MAX")
+        self.assertEqual(_arena.PUBLISH_CLOSED, 2 ** 64 - 1)
         self.assertEqual(c_int(define(h, "SHMB_COUNTERS_AT")), P.COUNTERS_AT)
         self.assertEqual(c_int(define(h, "SHMB_SEGMENT_RETIRED")), P.SEGMENT_RETIRED)
         self.assertEqual(dict(P.SEGMENT_HEADER_FIELDS)["retired"], P.SEGMENT_RETIRED_AT)

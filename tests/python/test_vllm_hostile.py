@@ -114,23 +114,25 @@ class HostileStoreTest(unittest.TestCase):
     # Two threads of the writer put at once (they share its connection): the
     # second waits for the first, as before puts went through the arena;
     # its look for another client's object of the key raised EBUSY while
-    # the first one's put was sending. The first put is held in its send
-    # until the second has tried (bounded: with the ring's lock the second
-    # waits for the first, which then goes on after a second).
+    # the first one's put was sending. The first put is held in its publish
+    # (inside the client's lock, where its send was before puts published
+    # their chunks) until the second has tried (bounded: with the ring's
+    # lock the second waits for the first, which then goes on after a
+    # second).
     def test_threads_share_the_writer(self):
         store = self.make_store()
         store.put("warm", b"w")
         client = store.ring_buffer.client
-        real_send = client._send
+        real_publish = client._publish
         inside = threading.Event()
         tried = threading.Event()
         errors = []
 
-        def send(data):
+        def publish(*args):
             if threading.current_thread() is first and not inside.is_set():
                 inside.set()
                 tried.wait(1.0)
-            return real_send(data)
+            return real_publish(*args)
 
         def put(key):
             try:
@@ -141,7 +143,7 @@ class HostileStoreTest(unittest.TestCase):
                 if key == "second":
                     tried.set()
 
-        client._send = send
+        client._publish = publish
         first = threading.Thread(target=put, args=("first",))
         first.start()
         self.assertTrue(inside.wait(20))

@@ -65,6 +65,11 @@ def commit_at_and_die(self, *args):
     commit_at(self, *args)
     os.kill(os.getpid(), signal.SIGKILL)
 shmbroker.client.Client._commit_at = commit_at_and_die
+publish = shmbroker.client.Client._publish
+def publish_and_die(self, *args):
+    if publish(self, *args) is not None:
+        os.kill(os.getpid(), signal.SIGKILL)
+shmbroker.client.Client._publish = publish_and_die
 store.put("second", b"b" * 6000)
 """
 

@@ -260,11 +260,12 @@ class MappedPathTest(unittest.TestCase):
         self.assertEqual(self.reader_of(store).get(*pair), "value")
         self.assertEqual(other.read("k"), b"theirs")
 
-    # A put whose commit was still on its way when the daemon died (stopped,
-    # then killed) is lost with it: after the restart the writer forgets
-    # it, a reader's get of its pair raises vLLM's ValueError, and the
-    # writer's next put is made.
-    def test_commit_lost_with_the_daemon(self):
+    # A put made while the daemon was stopped (published in the writer's
+    # arena, no request since), then the daemon killed: the restarted daemon
+    # folds it when it adopts the segment, so that it is not lost with the
+    # daemon: the writer still has it, a reader's get of its pair reads it,
+    # and the writer's next put is made.
+    def test_published_put_outlives_the_daemon(self):
         tmp = tempfile.mkdtemp(prefix="shmb-lost-")
         self.addCleanup(shutil.rmtree, tmp, True)
         sock = os.path.join(tmp, "d.sock")
@@ -278,46 +279,51 @@ class MappedPathTest(unittest.TestCase):
         kept = store.put("kept", "committed")
         store.ring_buffer.client.sync()
         os.kill(d.pid, signal.SIGSTOP)
-        lost = store.put("lost", "on its way")
+        lost = store.put("lost", "published")
         os.kill(d.pid, signal.SIGKILL)
         d._proc.wait()
         d = shmbroker.spawn_daemon(4 * MiB, socket_path=sock, name=name)
         after = store.put("after", "new")
-        self.assertNotIn("lost", store.key_index)
-        self.assertFalse(store.is_cached("lost"))
-        with self.assertRaises(ValueError):
-            reader.get(*lost)
+        self.assertIn("lost", store.key_index)
+        self.assertTrue(store.is_cached("lost"))
+        self.assertEqual(reader.get(*lost), "published")
         self.assertEqual(reader.get(*kept), "committed")
         self.assertEqual(reader.get(*after), "new")
+        self.assertTrue(store.ring_buffer.client.contains("lost"))
 
-    # A get whose commit lands late (sent 50 ms after the put returned, as
-    # a writer descheduled between its copy and its send, or a daemon slow
-    # to run) waits for it and reads the value: no ValueError for a pair
-    # the writer handed out.
-    def test_commit_landing_late(self):
+    # Puts and gets while the daemon is stopped (SIGSTOP): the writer
+    # publishes each chunk in its arena and the reader reads it from the
+    # mapping, neither waiting for the daemon (a put that waited for a
+    # commit's reply, or a get that waited for a commit to land and then
+    # asked the daemon, would hang here). The daemon, let go on, folds them
+    # into objects every client sees, with the reads counted meanwhile.
+    def test_pairs_read_while_the_daemon_is_stopped(self):
         store = self.make_store()
         reader = self.reader_of(store)
         store.put("first", "so that the base is set")
         store.ring_buffer.client.sync()
-        client = store.ring_buffer.client
-        real = client._send
-        timers = []
+        reader.get(*store.key_index["first"])
+        pid = store.ring_buffer.daemon.pid  # the store's private daemon
+        done = []
 
-        def late(data):
-            if b'"commit_at"' in data:
-                timers.append(threading.Timer(0.05, real, (data,)))
-                timers[-1].start()
-            else:
-                real(data)
+        def work():
+            pairs = [store.put("stopped %d" % i, "value %d" % i) for i in range(3)]
+            done.extend(reader.get(*p) for p in pairs)
 
-        client._send = late
+        os.kill(pid, signal.SIGSTOP)
         try:
-            pair = store.put("late", "value")
+            t = threading.Thread(target=work, daemon=True)
+            t.start()
+            t.join(20)
         finally:
-            client._send = real
-        self.assertEqual(len(timers), 1)
-        self.addCleanup(timers[0].join)
-        self.assertEqual(reader.get(*pair), "value")
+            os.kill(pid, signal.SIGCONT)
+        self.assertEqual(done, ["value 0", "value 1", "value 2"])
+        other = shmbroker.Client(store.ring_buffer.socket_path)
+        self.addCleanup(other.close)
+        for i in range(3):
+            self.assertTrue(other.contains("stopped %d" % i))
+            # The reader's one awaited read was counted before the fold.
+            self.assertEqual(other.list("stopped %d" % i)[0]["readers"], 0)
 
     # A key that is not UTF-8 text, too long, empty or not a str is refused
     # with the client's InvalidRequest (a ValueError) or TypeError before

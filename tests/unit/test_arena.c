@@ -21,7 +21,9 @@
 
 #include "arena.h"
 #include "../../daemon/catalog.h"
+#include "../../proto/text.h"
 #include "clock.h"
+#include "reads.h"
 #include "ring.h"
 #include "store.h"
 
@@ -739,6 +741,551 @@ static void test_adopt(void **state)
     afix_free(f);
 }
 
+/* What a client does to publish a put (PROTOCOL.md section 11,
+ * "Publishing"): payload, header (state WRITTEN, the arena's id, readers,
+ * generation gen) and key at pos, then the arena's published end moved
+ * past the chunk. Returns the chunk's bytes. */
+static uint64_t publish_at(struct afix *f, uint64_t arena, uint64_t pos, const char *key,
+                           uint64_t size, uint32_t readers, uint32_t gen, uint64_t seed)
+{
+    struct shmb_chunk_header h = header_at(f, arena - 64);
+    uint64_t chunk = lay(f, pos, key, size, seed), end = pos + chunk;
+    struct shmb_chunk_header c = {
+        .magic = SHMB_CHUNK_MAGIC,
+        .state = SHMB_CHUNK_WRITTEN,
+        .key_len = (uint16_t)strlen(key),
+        .header_size = (uint32_t)SHMB_CHUNK_HEADER_SIZE(strlen(key)),
+        .tag = readers,
+        .id = h.id,
+        .chunk_size = chunk,
+        .payload_size = size,
+        .seal = SHMB_SEAL(gen, 0),
+    };
+
+    memcpy(at(f, pos), &c, sizeof(c));
+    memcpy(at(f, pos) + sizeof(c), key, strlen(key));
+    memcpy(at(f, arena - 64) + SHMB_ARENA_PUBLISHED_AT, &end, sizeof(end));
+    return chunk;
+}
+
+static uint64_t published_of(const struct afix *f, uint64_t arena)
+{
+    uint64_t end;
+
+    memcpy(&end, at(f, arena - 64) + SHMB_ARENA_PUBLISHED_AT, sizeof(end));
+    return end;
+}
+
+/* Chunks a client published are folded into committed objects: the grant
+ * sets the published end to the arena's start; a fold makes each chunk an
+ * object under its writer's generation, with the reads counted in its seal
+ * before the fold kept (one fewer awaited); a commit_at after them goes on
+ * at the next byte. A chunk refused for its key (taken; not UTF-8) is
+ * stepped over as a free chunk and told once with its key and code; the
+ * chunks after it are folded. */
+static void test_fold_published(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s), *o = store_holder_new(f->s), *r;
+    struct store_extent a = arena_ok(f, w, 8192), got;
+    struct shmb_error err = {0};
+    struct store_refused told;
+    uint64_t pos = a.offset, p1, bad, seal;
+
+    (void)state;
+    assert_int_equal(published_of(f, a.offset), a.offset);
+    assert_int_equal(store_alloc(f->s, o, "taken", 5, 10, 0, &got, &err), 0);
+    assert_int_equal(store_commit(f->s, o, "taken", 5, &err), 0);
+    p1 = pos;
+    pos += publish_at(f, a.offset, pos, "p1", 100, 2, 77, 1);
+    /* A reader counted one read in p1's seal before the fold. */
+    seal = SHMB_SEAL(77, 1);
+    memcpy(at(f, p1) + offsetof(struct shmb_chunk_header, seal), &seal, sizeof(seal));
+    pos += publish_at(f, a.offset, pos, "taken", 50, 0, 78, 2);
+    bad = pos;
+    pos += publish_at(f, a.offset, pos, "\xff\xfe", 50, 0, 79, 3);
+    pos += publish_at(f, a.offset, pos, "p2", 200, 0, 80, 4);
+    assert_false(store_contains(f->s, "p1", 2));
+    store_fold_published(f->s, NULL, false);
+    assert_true(store_contains(f->s, "p1", 2));
+    assert_true(store_contains(f->s, "p2", 2));
+    assert_int_equal(header_at(f, p1).state, SHMB_CHUNK_COMMITTED);
+    assert_int_equal(SHMB_SEAL_GEN(header_at(f, p1).seal), 77);
+    store_fold(f->s, store_lookup(f->s, "p1", 2)); /* the count taken in */
+    assert_int_equal(awaited_of(f, "p1"), 1);
+    assert_int_equal(header_at(f, bad).state, SHMB_CHUNK_FREE);
+    assert_int_equal(header_at(f, bad).seal, 0);
+    assert_true(store_holder_refused(w, &told));
+    assert_int_equal(told.count, 2);
+    assert_int_equal(told.code, -EEXIST);
+    assert_int_equal(told.key_len, 5);
+    assert_memory_equal(told.key, "taken", 5);
+    assert_false(store_holder_refused(w, &told));
+    r = store_holder_new(f->s);
+    assert_int_equal(store_get(f->s, r, "p2", 2, &got, &err), 0);
+    check_bytes(f, &got, 4);
+    /* Folded again: nothing new. A commit_at goes on at the next byte. */
+    store_fold_published(f->s, w, false);
+    pos += put_at(f, w, pos, "c1", 30, 0, 5);
+    assert_true(store_contains(f->s, "c1", 2));
+    store_holder_free(f->s, r);
+    store_holder_free(f->s, o);
+    store_holder_free(f->s, w);
+    afix_free(f);
+}
+
+/* A published end outside the arena, or behind the cursor, publishes
+ * nothing; a chunk published with another id, generation 0 or a size past
+ * the published end stops the arena's folds (told once, EBADMSG) and takes
+ * it back (the lock REVOKED: the client's next put asks for a new arena);
+ * the chunks folded before stay. */
+static void test_fold_hostile(void **state)
+{
+    static const struct {
+        const char *what;
+        size_t field;
+        uint64_t value;
+    } spoil[] = {
+        {"id", offsetof(struct shmb_chunk_header, id), 999},
+        {"generation 0", offsetof(struct shmb_chunk_header, seal), 0},
+        {"size", offsetof(struct shmb_chunk_header, payload_size), 1u << 20},
+    };
+    unsigned i;
+
+    (void)state;
+    for (i = 0; i < sizeof(spoil) / sizeof(spoil[0]); i++) {
+        struct afix *f = afix_new(DATA_SIZE, 0);
+        struct store_holder *w = store_holder_new(f->s);
+        struct store_extent a = arena_ok(f, w, 8192);
+        struct store_refused told;
+        uint64_t pos = a.offset, second, word;
+
+        pos += publish_at(f, a.offset, pos, "good", 100, 0, 5, 1);
+        /* Past the arena's end: nothing. */
+        word = a.offset + a.size + 64;
+        memcpy(at(f, a.offset - 64) + SHMB_ARENA_PUBLISHED_AT, &word, sizeof(word));
+        store_fold_published(f->s, NULL, false);
+        assert_false(store_contains(f->s, "good", 4));
+        word = pos;
+        memcpy(at(f, a.offset - 64) + SHMB_ARENA_PUBLISHED_AT, &word, sizeof(word));
+        store_fold_published(f->s, NULL, false);
+        assert_true(store_contains(f->s, "good", 4));
+        second = pos;
+        pos += publish_at(f, a.offset, pos, "next", 100, 0, 6, 2);
+        pos += publish_at(f, a.offset, pos, "after", 100, 0, 7, 3);
+        memcpy(at(f, second) + spoil[i].field, &spoil[i].value, sizeof(uint64_t));
+        store_fold_published(f->s, NULL, false);
+        if (store_contains(f->s, "next", 4) || store_contains(f->s, "after", 5))
+            fail_msg("%s: a chunk after a malformed one was folded", spoil[i].what);
+        assert_true(store_holder_refused(w, &told));
+        assert_int_equal(told.count, 1);
+        assert_int_equal(told.code, -EBADMSG);
+        if (strstr(told.message, "was not folded") == NULL)
+            fail_msg("%s: %s", spoil[i].what, told.message);
+        assert_int_equal(lock_of(f, a.offset), SHMB_ARENA_REVOKED);
+        /* No more folds, no more refusals told. */
+        store_fold_published(f->s, NULL, false);
+        assert_false(store_holder_refused(w, &told));
+        /* Given back: the chunk folded before stays. */
+        store_holder_free(f->s, w);
+        assert_true(store_contains(f->s, "good", 4));
+        afix_free(f);
+    }
+}
+
+/* The arena is not taken back (revoke) while published chunks wait for a
+ * fold; a fold lets it go. When the client gives it back (close), the
+ * published end becomes the closed mark in the same step, so that a client
+ * still writing learns its chunk was not published; what was published
+ * before is folded. Adoption folds what was published when the daemon
+ * died. */
+static void test_fold_close_and_adopt(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s);
+    struct store_extent a = arena_ok(f, w, 8192), b;
+    struct store_adopt_report report;
+    uint64_t pos = a.offset;
+
+    (void)state;
+    pos += publish_at(f, a.offset, pos, "x1", 100, 0, 9, 1);
+    sleep_ms(20);
+    store_expire_pending(f->s, 10); /* unused for --alloc-timeout, but not folded */
+    assert_int_equal(stats_of(f).arenas, 1);
+    assert_int_equal(lock_of(f, a.offset), SHMB_ARENA_IDLE);
+    pos += publish_at(f, a.offset, pos, "x2", 100, 0, 10, 2);
+    b = arena_ok(f, w, 4096); /* gives a back: folded and closed */
+    assert_true(store_contains(f->s, "x1", 2));
+    assert_true(store_contains(f->s, "x2", 2));
+    assert_int_equal(published_of(f, a.offset), SHMB_ARENA_PUBLISH_CLOSED);
+    pos = b.offset;
+    pos += publish_at(f, b.offset, pos, "y1", 100, 1, 11, 3);
+    crash_and_adopt(f, &report);
+    assert_false(report.corrupt);
+    assert_true(store_contains(f->s, "y1", 2));
+    assert_int_equal(awaited_of(f, "y1"), 1);
+    assert_int_equal(header_at(f, b.offset).state, SHMB_CHUNK_COMMITTED);
+    afix_free(f);
+}
+
+/* Put a chunk header with the given fields (the rest those of a sound
+ * published chunk of key at pos) and publish up to end. */
+static void publish_header(struct afix *f, uint64_t arena, uint64_t pos,
+                           const struct shmb_chunk_header *c, const char *key, size_t key_len,
+                           uint64_t end)
+{
+    memcpy(at(f, pos), c, sizeof(*c));
+    memcpy(at(f, pos) + sizeof(*c), key, key_len);
+    memcpy(at(f, arena - 64) + SHMB_ARENA_PUBLISHED_AT, &end, sizeof(end));
+}
+
+/* A client that puts through commit_at and publishes in the same arena
+ * (one connection doing both kinds of put): the chunk of its commit_at,
+ * whose header is the daemon's to write, lies at the cursor when a fold
+ * comes before that commit_at is handled (it is counted on its way). The
+ * fold waits for it instead of taking the arena back: the commit_at lands,
+ * then the published chunk behind it is folded; nothing is refused. */
+static void test_fold_behind_commit_at(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s);
+    struct store_extent a = arena_ok(f, w, 8192), e;
+    struct shmb_error err = {0};
+    struct store_refused told;
+    uint64_t pos = a.offset, c1 = pos, chunk;
+
+    (void)state;
+    chunk = lay(f, pos, "c1", 100, 1); /* copied, its header scribbled */
+    set_inflight(f, a.offset, 1);      /* its commit_at sent */
+    pos += chunk;
+    pos += publish_at(f, a.offset, pos, "p1", 100, 0, 21, 2);
+    store_fold_published(f->s, NULL, false); /* another client's request */
+    assert_false(store_holder_refused(w, &told));
+    assert_int_equal(lock_of(f, a.offset), SHMB_ARENA_IDLE);
+    assert_false(store_contains(f->s, "p1", 2));
+    store_fold_published(f->s, NULL, false); /* the writer's commit_at's own fold */
+    assert_int_equal(store_commit_at(f->s, w, "c1", 2, c1, 100, 0, &e, &err), 0);
+    store_fold_published(f->s, NULL, false); /* the next request */
+    assert_true(store_contains(f->s, "c1", 2));
+    assert_true(store_contains(f->s, "p1", 2));
+    assert_false(store_holder_refused(w, &told));
+    assert_int_equal(inflight_of(f, a.offset), 0);
+    store_holder_free(f->s, w);
+    afix_free(f);
+}
+
+/* A published end past a chunk that is sound but not published (a
+ * committed or free chunk's header the client wrote, a gap) with no
+ * commit_at on its way stops the folds (told once, EBADMSG) and takes the
+ * arena back: it does not hold the arena, and the ring behind it, for as
+ * long as the client lives. */
+static void test_fold_not_published(void **state)
+{
+    static const uint16_t states[] = {SHMB_CHUNK_COMMITTED, SHMB_CHUNK_FREE,
+                                      SHMB_CHUNK_PENDING, SHMB_CHUNK_GAP};
+    unsigned i;
+
+    (void)state;
+    for (i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
+        struct afix *f = afix_new(DATA_SIZE, 0);
+        struct store_holder *w = store_holder_new(f->s), *o = store_holder_new(f->s);
+        struct store_extent a = arena_ok(f, w, 8192);
+        struct shmb_error err = {0};
+        struct store_refused told;
+        uint64_t pos = a.offset, chunk = SHMB_CHUNK_SIZE(2, 100);
+        struct shmb_chunk_header c = {
+            .magic = SHMB_CHUNK_MAGIC,
+            .state = states[i],
+            .key_len = 2,
+            .header_size = (uint32_t)SHMB_CHUNK_HEADER_SIZE(2),
+            .id = header_at(f, a.offset - 64).id,
+            .chunk_size = chunk,
+            .payload_size = 100,
+            .seal = SHMB_SEAL(5, 0),
+        };
+        char key[32];
+        int n;
+
+        pos += publish_at(f, a.offset, pos, "good", 100, 0, 4, 1);
+        store_fold_published(f->s, NULL, false);
+        if (states[i] == SHMB_CHUNK_GAP) /* a gap runs to the end of what it is in */
+            c.chunk_size = a.offset + a.size - pos;
+        publish_header(f, a.offset, pos, &c, "zz", 2, pos + c.chunk_size);
+        store_fold_published(f->s, NULL, false);
+        if (!store_holder_refused(w, &told))
+            fail_msg("state %u: nothing told, the arena is held unfolded", states[i]);
+        assert_int_equal(told.count, 1);
+        assert_int_equal(told.code, -EBADMSG);
+        if (strstr(told.message, "was not folded") == NULL)
+            fail_msg("state %u: %s", states[i], told.message);
+        assert_int_equal(lock_of(f, a.offset), SHMB_ARENA_REVOKED);
+        assert_false(store_contains(f->s, "zz", 2));
+        store_fold_published(f->s, NULL, false);
+        assert_false(store_holder_refused(w, &told));
+        /* The ring comes round: the arena goes, its folded object with it. */
+        for (n = 0; n < 100 && store_contains(f->s, "good", 4); n++) {
+            snprintf(key, sizeof(key), "fill%d", n);
+            if (store_alloc(f->s, o, key, strlen(key), 4000, 0, NULL, &err) != 0)
+                fail_msg("state %u: alloc %d: %s", states[i], n, err.message);
+            assert_int_equal(store_commit(f->s, o, key, strlen(key), &err), 0);
+        }
+        assert_false(store_contains(f->s, "good", 4));
+        assert_int_equal(stats_of(f).arenas, 0);
+        store_holder_free(f->s, o);
+        store_holder_free(f->s, w);
+        afix_free(f);
+    }
+}
+
+/* Every field of a published header scribbled, one at a time: a key of 0,
+ * 255 and 300 bytes, a header size that lies, chunk sizes 0, huge, not
+ * aligned and overflowing, payload sizes 0 and huge, readers past the
+ * limit, another arena's id, generation 0, NUL and non-UTF-8 keys. Each is
+ * refused and told once (its key told only when it is one), the daemon
+ * keeps its accounts (free space, arena bytes), the good chunk before
+ * stays, and a well-formed refusal (a field out of range, not a malformed
+ * header) lets the chunk after be folded. */
+static void test_fold_scribbled_fields(void **state)
+{
+    static const struct {
+        const char *what;
+        size_t field, width;
+        uint64_t value;
+        bool goes_on; /* stepped over: the chunk after is folded */
+        int code;
+    } spoil[] = {
+        {"key_len 0", offsetof(struct shmb_chunk_header, key_len), 2, 0, true, -EINVAL},
+        {"key_len 255", offsetof(struct shmb_chunk_header, key_len), 2, 255, false, -EBADMSG},
+        {"key_len 300", offsetof(struct shmb_chunk_header, key_len), 2, 300, false, -EBADMSG},
+        {"header_size", offsetof(struct shmb_chunk_header, header_size), 4, 128, false,
+         -EBADMSG},
+        {"chunk_size 0", offsetof(struct shmb_chunk_header, chunk_size), 8, 0, false,
+         -EBADMSG},
+        {"chunk_size huge", offsetof(struct shmb_chunk_header, chunk_size), 8, UINT64_MAX - 63,
+         false, -EBADMSG},
+        {"chunk_size unaligned", offsetof(struct shmb_chunk_header, chunk_size), 8, 200,
+         false, -EBADMSG},
+        {"payload 0", offsetof(struct shmb_chunk_header, payload_size), 8, 0, false, -EBADMSG},
+        {"payload huge", offsetof(struct shmb_chunk_header, payload_size), 8, UINT64_MAX - 10,
+         false, -EBADMSG},
+        {"tag", offsetof(struct shmb_chunk_header, tag), 4, 1000001, true, -EINVAL},
+        {"tag max", offsetof(struct shmb_chunk_header, tag), 4, UINT32_MAX, true, -EINVAL},
+        {"id", offsetof(struct shmb_chunk_header, id), 8, 1, false, -EBADMSG},
+        {"generation 0", offsetof(struct shmb_chunk_header, seal), 8, SHMB_SEAL(0, 3), false,
+         -EBADMSG},
+        {"magic", offsetof(struct shmb_chunk_header, magic), 4, 0, false, -EBADMSG},
+        {"state 7", offsetof(struct shmb_chunk_header, state), 2, 7, false, -EBADMSG},
+        {"state arena", offsetof(struct shmb_chunk_header, state), 2, SHMB_CHUNK_ARENA, false,
+         -EBADMSG},
+        {"key NUL", sizeof(struct shmb_chunk_header) + 1, 1, 0, true, -EINVAL},
+        {"key not UTF-8", sizeof(struct shmb_chunk_header), 1, 0xff, true, -EINVAL},
+    };
+    unsigned i;
+
+    (void)state;
+    for (i = 0; i < sizeof(spoil) / sizeof(spoil[0]); i++) {
+        struct afix *f = afix_new(DATA_SIZE, 0);
+        struct store_holder *w = store_holder_new(f->s);
+        struct store_extent a = arena_ok(f, w, 8192);
+        struct store_refused told;
+        struct store_stats before;
+        uint64_t pos = a.offset, bad;
+
+        pos += publish_at(f, a.offset, pos, "good", 100, 0, 5, 1);
+        store_fold_published(f->s, NULL, false);
+        before = stats_of(f);
+        bad = pos;
+        pos += publish_at(f, a.offset, pos, "bad", 100, 0, 6, 2);
+        pos += publish_at(f, a.offset, pos, "after", 100, 0, 7, 3);
+        memcpy(at(f, bad) + spoil[i].field, &spoil[i].value, spoil[i].width);
+        store_fold_published(f->s, NULL, false);
+        if (!store_holder_refused(w, &told))
+            fail_msg("%s: not told", spoil[i].what);
+        if (told.count != 1 || told.code != spoil[i].code)
+            fail_msg("%s: told %llu, code %d: %s", spoil[i].what,
+                     (unsigned long long)told.count, told.code, told.message);
+        if (told.key_len != 0 && shmb_key_check(told.key, told.key_len, NULL) != 0)
+            fail_msg("%s: a key told that is not one", spoil[i].what);
+        if (store_contains(f->s, "after", 5) != spoil[i].goes_on)
+            fail_msg("%s: the chunk after %s", spoil[i].what,
+                     spoil[i].goes_on ? "was not folded" : "was folded");
+        assert_true(store_contains(f->s, "good", 4));
+        assert_false(store_contains(f->s, "bad", 3));
+        assert_int_equal(stats_of(f).used, before.used);
+        store_fold_published(f->s, NULL, false);
+        assert_false(store_holder_refused(w, &told));
+        store_holder_free(f->s, w);
+        assert_true(store_contains(f->s, "good", 4));
+        afix_free(f);
+    }
+}
+
+/* An arena of more published chunks than one may hold
+ * (SHMB_ARENA_MAX_OBJECTS): those up to the limit are folded, the next is
+ * refused (ESTALE, told once) and the arena taken back; the objects stay. */
+static void test_fold_max_objects(void **state)
+{
+    struct afix *f = afix_new(16u << 20, 4u << 20);
+    struct store_holder *w = store_holder_new(f->s);
+    struct store_extent a = arena_ok(f, w, 2u << 20);
+    struct store_refused told;
+    uint64_t pos = a.offset;
+    char key[32];
+    unsigned i;
+
+    (void)state;
+    assert_true(a.size >= (SHMB_ARENA_MAX_OBJECTS + 2) * SHMB_CHUNK_SIZE(5, 8));
+    for (i = 0; i <= SHMB_ARENA_MAX_OBJECTS; i++) {
+        snprintf(key, sizeof(key), "m%u", i);
+        pos += publish_at(f, a.offset, pos, key, 8, 0, i + 1, i);
+    }
+    store_fold_published(f->s, NULL, false);
+    assert_int_equal(stats_of(f).objects, SHMB_ARENA_MAX_OBJECTS);
+    snprintf(key, sizeof(key), "m%u", SHMB_ARENA_MAX_OBJECTS - 1);
+    assert_true(store_contains(f->s, key, strlen(key)));
+    snprintf(key, sizeof(key), "m%u", SHMB_ARENA_MAX_OBJECTS);
+    assert_false(store_contains(f->s, key, strlen(key)));
+    assert_true(store_holder_refused(w, &told));
+    assert_int_equal(told.count, 1);
+    assert_int_equal(told.code, -ESTALE);
+    assert_int_equal(lock_of(f, a.offset), SHMB_ARENA_REVOKED);
+    store_fold_published(f->s, NULL, false);
+    assert_false(store_holder_refused(w, &told));
+    store_holder_free(f->s, w);
+    assert_int_equal(stats_of(f).objects, SHMB_ARENA_MAX_OBJECTS);
+    afix_free(f);
+}
+
+/* Count one read in the seal of the chunk at pos, as a reader of the
+ * mapping does (generation checked). */
+static void count_read(struct afix *f, uint64_t pos)
+{
+    uint64_t seal;
+
+    memcpy(&seal, at(f, pos) + offsetof(struct shmb_chunk_header, seal), sizeof(seal));
+    seal = SHMB_SEAL(SHMB_SEAL_GEN(seal), SHMB_SEAL_COUNT(seal) + 1);
+    memcpy(at(f, pos) + offsetof(struct shmb_chunk_header, seal), &seal, sizeof(seal));
+}
+
+/* Reads counted in a published chunk's seal before its fold, and after,
+ * are each taken once: an object whose awaited reads were all made lets
+ * the ring come round (its arena goes), one awaiting a read holds it until
+ * that read is counted; no read is lost or counted twice. */
+static void test_fold_reads_then_evict(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s), *o = store_holder_new(f->s);
+    struct store_extent a = arena_ok(f, w, 8192);
+    struct shmb_error err = {0};
+    uint64_t pos = a.offset, p1, p2, p3;
+    char key[32];
+    int n, rc = 0;
+
+    (void)state;
+    p1 = pos;
+    pos += publish_at(f, a.offset, pos, "p1", 100, 1, 31, 1);
+    p2 = pos;
+    pos += publish_at(f, a.offset, pos, "p2", 100, 2, 32, 2);
+    p3 = pos;
+    pos += publish_at(f, a.offset, pos, "p3", 100, 1, 33, 3);
+    count_read(f, p1);
+    count_read(f, p2);
+    store_fold_published(f->s, NULL, false);
+    count_read(f, p2); /* after the fold */
+    store_holder_free(f->s, w); /* given back: nobody holds it */
+    for (n = 0; n < 100 && rc == 0; n++) {
+        snprintf(key, sizeof(key), "fill%d", n);
+        if ((rc = store_alloc(f->s, o, key, strlen(key), 4000, 0, NULL, &err)) == 0)
+            assert_int_equal(store_commit(f->s, o, key, strlen(key), &err), 0);
+    }
+    assert_int_equal(rc, -ENOSPC);
+    assert_true(store_contains(f->s, "p3", 2)); /* awaits its read */
+    assert_int_equal(awaited_of(f, "p3"), 1);
+    count_read(f, p3);
+    snprintf(key, sizeof(key), "last");
+    assert_int_equal(store_alloc(f->s, o, key, strlen(key), 4000, 0, NULL, &err), 0);
+    assert_int_equal(store_commit(f->s, o, key, strlen(key), &err), 0);
+    assert_false(store_contains(f->s, "p1", 2));
+    assert_false(store_contains(f->s, "p3", 2));
+    assert_int_equal(stats_of(f).fast_reads, 4);
+    store_holder_free(f->s, o);
+    afix_free(f);
+}
+
+/* A client in the middle of a publish (its lock BUSY, its chunk written)
+ * when its arena's folds stop, or when the daemon died and its successor
+ * adopts the arena: its swap of the published end, which comes next, must
+ * fail, so that it learns its chunk was not published and lays it out
+ * again (in a new arena) rather than count on a chunk nobody will fold.
+ * The daemon leaves the closed mark in the published end in the same step
+ * as it reads it. */
+static void test_fold_closed_under_writer(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s);
+    struct store_extent a = arena_ok(f, w, 8192);
+    struct store_adopt_report report;
+    uint64_t pos = a.offset, bad;
+
+    (void)state;
+    pos += publish_at(f, a.offset, pos, "ok", 100, 0, 3, 1);
+    bad = pos;
+    pos += publish_at(f, a.offset, pos, "bad", 100, 0, 4, 2);
+    memset(at(f, bad), 0, 8); /* malformed */
+    set_lock(f, a.offset, SHMB_ARENA_BUSY); /* the next one on its way */
+    store_fold_published(f->s, NULL, false);
+    assert_true(store_contains(f->s, "ok", 2));
+    assert_int_equal(published_of(f, a.offset), SHMB_ARENA_PUBLISH_CLOSED);
+    store_holder_free(f->s, w);
+    afix_free(f);
+
+    f = afix_new(DATA_SIZE, 0);
+    w = store_holder_new(f->s);
+    a = arena_ok(f, w, 8192);
+    pos = a.offset;
+    pos += publish_at(f, a.offset, pos, "kept", 100, 0, 3, 1);
+    set_lock(f, a.offset, SHMB_ARENA_BUSY);
+    crash_and_adopt(f, &report);
+    assert_false(report.corrupt);
+    assert_true(store_contains(f->s, "kept", 4));
+    assert_int_equal(published_of(f, a.offset), SHMB_ARENA_PUBLISH_CLOSED);
+    /* A second crash walks what the first adoption kept, no more. */
+    crash_and_adopt(f, &report);
+    assert_true(store_contains(f->s, "kept", 4));
+    assert_int_equal(report.restored, 1);
+    afix_free(f);
+    (void)pos;
+}
+
+/* Reclaim reaching an arena with published chunks not folded yet leaves
+ * it alone (an allocation that needs its room is told the room is held by
+ * commits on their way, so that it waits and is tried again), and the next
+ * fold lets it go: the allocation then succeeds, the folded objects go
+ * with the arena. */
+static void test_reclaim_waits_for_fold(void **state)
+{
+    struct afix *f = afix_new(DATA_SIZE, 0);
+    struct store_holder *w = store_holder_new(f->s), *o = store_holder_new(f->s);
+    struct store_extent a = arena_ok(f, w, 8192);
+    struct shmb_error err = {0};
+    int n = 0;
+
+    (void)state;
+    publish_at(f, a.offset, a.offset, "unfolded", 100, 0, 8, 1);
+    assert_int_equal(fill(f, o, &n), -ENOSPC);
+    assert_true(store_commits_due(f->s));
+    assert_int_equal(stats_of(f).arenas, 1);
+    store_fold_published(f->s, NULL, false);
+    assert_true(store_contains(f->s, "unfolded", 8));
+    assert_false(store_commits_due(f->s));
+    assert_int_equal(store_alloc(f->s, o, "room", 4, 4000, 0, NULL, &err), 0);
+    assert_false(store_contains(f->s, "unfolded", 8));
+    assert_int_equal(stats_of(f).arenas, 0);
+    store_holder_free(f->s, o);
+    store_holder_free(f->s, w);
+    afix_free(f);
+}
+
 /* The catalog's slots in test_catalog_listing, after a data area of
  * DATA_SIZE bytes in a buffer laid out as a segment. */
 #define CAT_SLOTS 64u
@@ -863,6 +1410,16 @@ int main(void)
         cmocka_unit_test(test_disconnect_keeps_committed),
         cmocka_unit_test(test_adopt),
         cmocka_unit_test(test_catalog_listing),
+        cmocka_unit_test(test_fold_published),
+        cmocka_unit_test(test_fold_hostile),
+        cmocka_unit_test(test_fold_close_and_adopt),
+        cmocka_unit_test(test_fold_behind_commit_at),
+        cmocka_unit_test(test_fold_not_published),
+        cmocka_unit_test(test_fold_scribbled_fields),
+        cmocka_unit_test(test_fold_max_objects),
+        cmocka_unit_test(test_fold_reads_then_evict),
+        cmocka_unit_test(test_fold_closed_under_writer),
+        cmocka_unit_test(test_reclaim_waits_for_fold),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

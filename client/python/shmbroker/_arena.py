@@ -19,7 +19,8 @@ the reply's parsing and the errors' record are the Client's (client.py).
 
 from . import _protocol as P
 
-__all__ = ["Arena", "MAX_OBJECTS", "SKIP", "INFLIGHT_AT", "IDLE", "BUSY", "REVOKED"]
+__all__ = ["Arena", "MAX_OBJECTS", "SKIP", "INFLIGHT_AT", "PUBLISHED_AT", "PUBLISH_CLOSED",
+           "IDLE", "BUSY", "REVOKED"]
 
 # The lock in the two low bits of an arena's lock word (SHMB_ARENA_*).
 IDLE = 0
@@ -28,6 +29,14 @@ REVOKED = 2
 # Where an arena's header counts its commits on their way
 # (SHMB_ARENA_INFLIGHT_AT).
 INFLIGHT_AT = 48
+# Where it holds the end of the chunks its client published
+# (SHMB_ARENA_PUBLISHED_AT), and what the daemon leaves there when it closes
+# the arena (SHMB_ARENA_PUBLISH_CLOSED).
+PUBLISHED_AT = 56
+PUBLISH_CLOSED = (1 << 64) - 1
+# Chunks of the put's size an arena for published chunks has room for: its
+# request is the only line a run of publishing puts sends.
+PUBLISH_RUN = 128
 # Objects one arena holds at most (SHMB_ARENA_MAX_OBJECTS): the commit of
 # the last asks for the next arena.
 MAX_OBJECTS = 8192
@@ -43,10 +52,12 @@ class Arena:
     arena's chunk id (every object in it carries it), and whether arenas are
     off for this connection (off) or skipped for the next few puts (skip)."""
 
-    __slots__ = ("offset", "size", "token", "cursor", "chunks", "chunk_id", "off", "skip")
+    __slots__ = ("offset", "size", "token", "cursor", "chunks", "chunk_id", "off", "skip",
+                 "published", "gen")
 
     def __init__(self):
         self.offset = self.size = self.token = self.cursor = self.chunks = 0
+        self.published = self.gen = 0
         self.chunk_id = 0
         self.off = False
         self.skip = 0
@@ -62,11 +73,12 @@ class Arena:
         lim = min(info["data_size"] // 8, info["max_object_size"], 0xFFFFFFFF * P.ALIGN)
         return lim & ~(P.ALIGN - 1)
 
-    def ask(self, info, chunk, want):
+    def ask(self, info, chunk, want, run=4):
         """The size to ask for with a chunk of chunk bytes to lay out: room
-        for four such chunks, at least want and one chunk of the longest
-        key; no more than limit()."""
-        ask = max(want, 4 * chunk, P.align64(P.CHUNK_HEADER_SIZE + P.KEY_MAX) + 64)
+        for run such chunks (four; PUBLISH_RUN for published ones, which
+        send nothing until the next arena is asked for), at least want and
+        one chunk of the longest key; no more than limit()."""
+        ask = max(want, run * chunk, P.align64(P.CHUNK_HEADER_SIZE + P.KEY_MAX) + 64)
         return min(ask, self.limit(info))
 
     def take(self, reply, info, mv):
@@ -81,10 +93,13 @@ class Arena:
                 or token <= 0 or token & 3 or token > _M64):
             self.off = True
             return False
-        self.offset = self.cursor = offset
+        self.offset = self.cursor = self.published = offset
         self.size = size
         self.token = token
         self.chunks = 0
+        # The generations of the chunks it publishes: any but 0, new for
+        # each (the daemon keeps the one a chunk was published under).
+        self.gen = (token >> 2) & 0xFFFFFFFF
         # The arena's own header holds its chunk id, which the daemon gives
         # every object committed in it.
         self.chunk_id = P.CHUNK_HEADER.unpack_from(mv, offset - P.ALIGN)[5]
@@ -135,6 +150,48 @@ class Arena:
             self.size = 0
             return False
         return True
+
+    def publish(self, base, cas64, mv, key_raw, hsize, part, size, readers, write):
+        """Lay a chunk out at the cursor and publish it (PROTOCOL.md,
+        section 11, "Publishing"): no commit_at. Holding the lock: the
+        payload (part, size bytes, written by write(view, part)), then the
+        header (state WRITTEN, the arena's chunk id, readers awaited, a
+        generation of this arena's) and the key, then the arena's published
+        end moved past the chunk with a compare-and-swap from where this
+        client last left it. True when the chunk is published (the daemon
+        folds it into a committed object); False when the arena was taken
+        back before (nothing published: the caller lays the chunk out
+        elsewhere). An arena taken back after is dropped."""
+        lock = base + self.lock_at()
+        idle = (self.token & ~3) | IDLE
+        busy = (self.token & ~3) | BUSY
+        if cas64(lock, idle, busy) != idle:
+            self.size = 0
+            return False
+        at = self.cursor
+        chunk = hsize + P.align64(size)
+        gen = (self.gen + 1) & 0xFFFFFFFF or 1
+        try:
+            write(mv[at + hsize:at + hsize + size], part)
+            P.CHUNK_HEADER.pack_into(mv, at, P.CHUNK_MAGIC, P.CHUNK_WRITTEN, len(key_raw), hsize,
+                                     readers, self.chunk_id, chunk, size, gen)
+            mv[at + P.CHUNK_HEADER_SIZE:at + P.CHUNK_HEADER_SIZE + len(key_raw)] = key_raw
+        except BaseException:
+            cas64(lock, busy, idle)  # nothing published
+            raise
+        pub = base + self.offset - P.ALIGN + PUBLISHED_AT
+        done = False
+        try:
+            done = cas64(pub, self.published, at + chunk) == self.published
+        finally:
+            # Released whatever comes (an interrupt here would hold the
+            # arena BUSY until the connection closes).
+            if cas64(lock, busy, idle) != busy or not done:
+                self.size = 0
+        if done:
+            self.gen = gen
+            self.published = self.cursor = at + chunk
+        return done
 
     def count(self, base, cas64, n):
         """Add n (+1 or -1) to the arena's count of commits on their way,

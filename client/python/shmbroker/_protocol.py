@@ -147,6 +147,7 @@ CHUNK_PENDING = 2
 CHUNK_COMMITTED = 3
 CHUNK_FREE = 4
 CHUNK_ARENA = 5
+CHUNK_WRITTEN = 6  # published in its arena by its client, not folded yet
 # struct shmb_chunk_header; the key's bytes follow.
 CHUNK_HEADER, CHUNK_HEADER_FIELDS = _layout(
     "=IHHIIQQQQ", "magic state key_len header_size tag id chunk_size payload_size seal")

@@ -148,7 +148,8 @@ class Puts:
             self._disconnect(keep_map=True)
             raise
 
-    def _put_arena(self, key, part, total, readers, nowait, write=None, before_commit=None):
+    def _put_arena(self, key, part, total, readers, nowait, write=None, before_commit=None,
+                   publish=False):
         """A put through the arena: (payload offset, chunk id; None when
         the put went through alloc and commit, whose chunk header holds it).
         Without an arena (nowait: Unsupported unless only room was short)
@@ -156,7 +157,9 @@ class Puts:
         puts sent without waiting were refused. write(view, part) copies
         part (default: as put() does); before_commit(offset, chunk id or
         None) is called once the payload is in place, before its commit is
-        sent (a writer killed after it may leave the object)."""
+        sent (a writer killed after it may leave the object). publish (with
+        nowait): the chunk is published in the arena (_publish), nothing
+        sent for it."""
         write = write or _write
         key = check_key(key)
         readers = operator.index(readers)
@@ -194,7 +197,8 @@ class Puts:
                             want = self._next_id()
                             out = self._pending_lines() if self._later else []
                             out.append(b'{"op":"arena","id":%d,"size":%d}\n'
-                                       % (want, arena.ask(self.info, chunk, self.arena_want)))
+                                       % (want, arena.ask(self.info, chunk, self.arena_want,
+                                                          _arena.PUBLISH_RUN if publish else 4)))
                             self._send(b"".join(out))
                             self._arena_reply(want)
                     except ShmBrokerError as e:
@@ -207,6 +211,12 @@ class Puts:
                         break
                     if chunk > arena.size:
                         break
+                if publish and nowait:
+                    done = self._publish(key, hsize, part, total, readers, chunk, write,
+                                         before_commit, base, cas64)
+                    if done is not None:
+                        return done
+                    continue
                 if not arena.write(base, cas64, hsize, part, total,
                                    lambda at, n: self._mv[at:at + n], write):
                     continue
@@ -224,6 +234,41 @@ class Puts:
         # Taken back twice in a row (the daemon is short of room), or no
         # arena to be had: alloc and commit.
         return self._put_copy(key, part, total, readers, write, before_commit)
+
+    def _publish(self, key, hsize, part, total, readers, chunk, write, before_commit, base,
+                 cas64):
+        """Publish the chunk at the arena's cursor (Arena.publish): (payload
+        offset, chunk id), or None when the arena went before (nothing
+        published; the caller lays it out again). Nothing is sent for it:
+        the daemon folds it before it handles this client's next request
+        (or anyone's on the pool), and tells a refusal with the next reply,
+        as for a noreply commit_at. When it leaves the arena low, the next
+        arena is asked for now (sent, its reply read when needed). Called
+        holding the client's lock."""
+        arena = self._arena
+        at, chunk_id = arena.cursor, arena.chunk_id
+        raw = key.encode("utf-8", "surrogatepass")
+        if before_commit is not None:
+            # Told first: a writer killed after the publish leaves the
+            # object; one killed before leaves nothing (the guard finds no
+            # object there).
+            before_commit(at + hsize, chunk_id)
+        refill = arena.refill(chunk)
+        if not arena.publish(base, cas64, self._mv, raw, hsize, part, total, readers,
+                             write):
+            return None
+        if self._unconfirmed[0] == 0:
+            self._unconfirmed[1] = key
+        self._unconfirmed[0] += 1
+        if refill:
+            aid = self._next_id()
+            out = self._pending_lines() if self._later else []
+            out.append(b'{"op":"arena","id":%d,"size":%d}\n'
+                       % (aid, arena.ask(self.info, chunk, self.arena_want, _arena.PUBLISH_RUN)))
+            self._send(b"".join(out))
+            arena.drop()
+            self._arena_due = aid
+        return at + hsize, chunk_id
 
     def _commit_at(self, key, hsize, total, readers, chunk, nowait):
         """Send the commit_at of the chunk laid out at the arena's cursor

@@ -65,7 +65,8 @@ class StoreIndex:
                 P.CHUNK_HEADER.unpack_from(mv, chunk)
             if magic != P.CHUNK_MAGIC or header_size != hsize:
                 continue
-            if (state != P.CHUNK_COMMITTED or seal & 0xFFFFFFFF == 0 or key_len > P.KEY_MAX
+            if ((state != P.CHUNK_COMMITTED and state != P.CHUNK_WRITTEN)
+                    or seal & 0xFFFFFFFF == 0 or key_len > P.KEY_MAX
                     or P.align64(P.CHUNK_HEADER_SIZE + key_len) != hsize
                     or size > dend - offset):
                 return None
@@ -78,7 +79,8 @@ class StoreIndex:
         chunk, seal, _chunk_id, _size, key, _tag = found
         mv = (client or self._client)._mv
         now = P.CHUNK_HEADER.unpack_from(mv, chunk)
-        return ((now[8] ^ seal) & 0xFFFFFFFF == 0 and now[1] == P.CHUNK_COMMITTED
+        return ((now[8] ^ seal) & 0xFFFFFFFF == 0
+                and (now[1] == P.CHUNK_COMMITTED or now[1] == P.CHUNK_WRITTEN)
                 and mv[chunk + P.CHUNK_HEADER_SIZE:chunk + P.CHUNK_HEADER_SIZE + len(key)]
                 == key)
 
@@ -107,8 +109,12 @@ class StoreIndex:
         client = self.ring_buffer.client
         found = self._mapped(where[0], client)
         if found is not None and found[2] == where[1] and found[4] == raw:
-            return True
-        if not self._unconfirmed(key):
+            # Committed; or published (not folded yet) and either folded
+            # since (a reply came after the put) or the fold will take it.
+            if (P.CHUNK_HEADER.unpack_from(client._mv, found[0])[1] == P.CHUNK_COMMITTED
+                    or not self._unconfirmed(key)):
+                return True
+        elif not self._unconfirmed(key):
             return False
         # On its way: it lands unless another client's object of the key
         # (listed in the catalog) makes the daemon refuse it. Then, or when
@@ -119,7 +125,8 @@ class StoreIndex:
         if self._client._listed(key) is False:
             return True
         found = self._mapped(where[0], client)
-        if found is not None and found[2] == where[1] and found[4] == raw:
+        if (found is not None and found[2] == where[1] and found[4] == raw
+                and P.CHUNK_HEADER.unpack_from(client._mv, found[0])[1] == P.CHUNK_COMMITTED):
             return True
         self._settle_sent()  # forgets key when its commit was refused
         return key in self._objects

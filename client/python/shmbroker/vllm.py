@@ -358,7 +358,8 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
         for _ in range(2):
             try:
                 where = client._put_arena(key, pieces, size, self.n_readers,
-                                          not self._put_waits, _write_pieces, before_commit)
+                                          not self._put_waits, _write_pieces, before_commit,
+                                          publish=True)
                 return not self._put_waits and where[1] is not None
             except Cancelled:
                 self._reconcile()
