@@ -483,7 +483,7 @@ $(LIB_SO): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 # ---- shmbroker-relay (relay/): objects between hosts' brokers over UCX ----
 # A program of its own: the daemon keeps no network code. It links the
 # library like any worker, UCX (libucx-dev) and libcrypto (its key's HMAC).
-RELAY_SRC   := relay/main.c relay/log.c relay/admit.c relay/tcp_guard.c relay/peer.c relay/ucx_guard.c relay/wire.c relay/auth.c relay/fetch.c relay/forward.c relay/stream.c relay/stream_send.c relay/local.c
+RELAY_SRC   := relay/main.c relay/log.c relay/admit.c relay/tcp_guard.c relay/peer.c relay/ucx_guard.c relay/wireup_addr.c relay/wire.c relay/auth.c relay/fetch.c relay/forward.c relay/stream.c relay/stream_send.c relay/local.c
 RELAY       := $(BUILD)/shmbroker-relay
 RELAY_CFLAGS = $(shell pkg-config --cflags ucx libcrypto 2>/dev/null)
 RELAY_LIBS   = $(shell pkg-config --libs ucx libcrypto 2>/dev/null)

@@ -14,6 +14,7 @@
 #include <uct/api/uct.h>
 
 #include "relay.h"
+#include "wireup_addr.h"
 
 /* UCX emulates RMA where the transport has none (TCP) with messages of its
  * own, handled inside progress, and those handlers check no remote key and
@@ -93,7 +94,10 @@ static ucs_status_t dropped_put(void *arg, void *data, size_t length, unsigned f
 #define WIREUP_ERR_MODES 2 /* UCP_ERR_HANDLING_MODE_NONE, _PEER */
 
 /* Why UCX 1.13 must not handle this WIREUP (0: it may), in why. UCX reads
- * the header and the address after it with no length; it aborts on a type
+ * the header and the address after it with no length (the address is
+ * parsed here first, wireup_addr.c: one that does not end exactly at the
+ * message's end, exceeds UCX's counts or has fields UCX asserts on or
+ * follows as present when they are not is refused); it aborts on a type
  * it does not know (ucs_bug) and on an address of a version it does not
  * know; it takes our endpoint id as the endpoint's
  * address when its low bit is clear (ucs_ptr_map_get); and every type but a
@@ -102,6 +106,7 @@ static ucs_status_t dropped_put(void *arg, void *data, size_t length, unsigned f
  * makes endpoints by address and port only, whose requests name ours). */
 static int wireup_refusal(const unsigned char *d, size_t length, char *why, size_t n)
 {
+    char addr_why[200];
     uint64_t dst;
     if (length <= WIREUP_HDR) {
         snprintf(why, n, "a WIREUP of %zu bytes, where its header alone is %d", length,
@@ -125,6 +130,12 @@ static int wireup_refusal(const unsigned char *d, size_t length, char *why, size
                  d[0], dst ? "the address" : "no id,", (unsigned long long)dst);
         return -1;
     }
+    if (wireup_addr_check(d + WIREUP_HDR, length - WIREUP_HDR, NULL, addr_why,
+                          sizeof(addr_why)) < 0) {
+        snprintf(why, n, "a WIREUP of type %u whose worker address (%zu bytes) UCX 1.13 "
+                 "would misread: %s", d[0], length - WIREUP_HDR, addr_why);
+        return -1;
+    }
     if (!tcp_guard_wireup_fits(d[0], dst)) {
         snprintf(why, n, "a WIREUP of type %u to this relay's endpoint %#llx, which sent "
                  "nothing that asks for it (or on a connection already cut)", d[0],
@@ -140,7 +151,7 @@ static int wireup_refusal(const unsigned char *d, size_t length, char *why, size
  * this relay waits on a message that was never UCX's to send). */
 static ucs_status_t checked_wireup(void *arg, void *data, size_t length, unsigned flags)
 {
-    char why[160];
+    char why[320];
     int fd;
     if (wireup_refusal(data, length, why, sizeof(why)) == 0)
         return ucx_wireup_cb(arg, data, length, flags);
