@@ -515,6 +515,10 @@ TEST_RUNS += $(BUILD)/tests/test_tcp_guard
 $(call OBJ,tests/unit/test_tcp_guard.c relay/tcp_guard.c relay/admit.c relay/log.c): ALLCFLAGS += $(RELAY_CFLAGS)
 $(BUILD)/tests/test_tcp_guard: $(call OBJ,tests/unit/test_tcp_guard.c relay/tcp_guard.c relay/admit.c \
                                relay/log.c) $(BASE_OBJ)
+# The relay's parser of UCX's packed worker address (relay/wireup_addr.c).
+UNIT_BINS += $(BUILD)/tests/test_wireup_addr
+TEST_RUNS += $(BUILD)/tests/test_wireup_addr
+$(BUILD)/tests/test_wireup_addr: $(call OBJ,tests/unit/test_wireup_addr.c relay/wireup_addr.c)
 # The relay's bench table: fetch bandwidth against ucx_perftest and Redis GET,
 # and a remote queue's latency and rate against ZeroMQ PUB/SUB, between two
 # namespaces (root). BENCH_QUICK=1 for one round.
