@@ -53,6 +53,15 @@
 #define TCP_LOCAL_NS 16
 #define TCP_IFACE_LEN 2
 #define TCP_EP_LEN 10
+/* A version 1 interface's receive segment is in units of 64 bytes; one
+ * that takes active messages (UCP_ADDR_IFACE_FLAG_AM_SYNC, _CB_ASYNC) and
+ * says less than 512 bytes is refused: UCX 1.13 bounds the endpoint's
+ * messages by it and aborts where the relay's own remote key does not fit
+ * (ucp_ep.c:2634 "rkey_size <= am.max_bcopy", on a segment of 0). UCX's
+ * transports take 8 KiB (TCP, shared memory, RC) or an MTU's worth (UD). */
+#define SEG_UNIT 64
+#define SEG_MIN 512
+#define IFACE_FLAGS_AM 0x6
 
 struct cursor {
     const unsigned char *p;
@@ -210,6 +219,11 @@ static int iface(struct cursor *c, const unsigned char *dev, unsigned dev_len, b
      * priority and flags; version 1: 8 bytes; then the resource index. */
     if ((rc = take(c, c->version == 0 ? 17 : 9, &attr, "an interface's attributes")) < 0)
         return rc;
+    if (c->version == 1 && (attr[6] & IFACE_FLAGS_AM) &&
+        (attr[4] | attr[5] << 8) * SEG_UNIT < SEG_MIN)
+        return refuse(c, "an interface taking active messages of %u bytes at most, where "
+                      "UCX 1.13 needs room for its remote keys (the relay asks for %d)",
+                      (attr[4] | attr[5] << 8) * SEG_UNIT, SEG_MIN);
     if (c->version == 0) {
         memcpy(f, attr, sizeof(f));
         if (!isfinite(f[0]) || !isfinite(f[1]) || !isfinite(f[2]) || f[1] == 0)

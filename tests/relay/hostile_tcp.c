@@ -127,7 +127,9 @@ static const unsigned char fair_addr[] = {
  * sysdev (a system device 200, of UCX's 64), paths (a device of 0 paths),
  * nan (a bandwidth that is not a number), mdidx (a version 1 address whose
  * memory domain index is 255, of UCX's 64), hugelen (a version 1 address
- * whose device address says 255 bytes, past the message). */
+ * whose device address says 255 bytes, past the message), v1segN (a fair
+ * version 1 address whose interface takes active messages of N times 64
+ * bytes: UCX 1.13 aborts on 0). */
 static size_t hostile_addr(const char *how, unsigned char *w)
 {
     size_t n = sizeof(fair_addr);
@@ -195,6 +197,17 @@ static size_t hostile_addr(const char *how, unsigned char *w)
             w[10] = 0x00, w[11] = 0x9f, w[12] = 0xff; /* md 0; a length of 255 */
             n = 19;
         }
+    } else if (strncmp(how, "v1seg", 5) == 0) {
+        /* A fair version 1 address of one device (UCX_ADDRESS_VERSION=v2),
+         * its receive segment 64 bytes times the number after "v1seg". */
+        static const unsigned char v1[] = {
+            0x01, 0x02, 0x45, 0xbf, 0xf7, 0x07, 0x1a, 0x40, 0x17, 0x73, 0x00, 0x86, 0x00,
+            0x02, 0x0a, 0xd5, 0xf7, 0x02, 0xcf, 0x19, 0x0c, 0x12, 0x49, 0x01, 0x80, 0x00,
+            0x8b, 0x00, 0x01, 0x82, 0xcf, 0xad};
+        unsigned seg = (unsigned)strtoul(how + 5, NULL, 0);
+        memcpy(w, v1, sizeof(v1));
+        w[24] = seg & 0xff, w[25] = seg >> 8;
+        n = sizeof(v1);
     } else {
         return 0;
     }

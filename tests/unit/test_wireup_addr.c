@@ -211,6 +211,25 @@ static void counts_past_ucx_bounds_are_refused(void **state)
     assert_int_equal(check_copy(b, sizeof(v1_pre) + 1, 999, 0, why, sizeof(why)), 0);
 }
 
+/* A version 1 interface that takes active messages in segments of less
+ * than 512 bytes is refused (UCX 1.13 aborted on one of 0: the relay's
+ * remote key did not fit); one of 512 passes, and so does one of 0 that
+ * takes none (an RMA-only transport's). */
+static void small_am_segment_is_refused(void **state)
+{
+    unsigned char b[sizeof(v1_pre)];
+    char why[256];
+    (void)state;
+    memcpy(b, v1_pre, sizeof(b));
+    b[36] = 7, b[37] = 0; /* 448 bytes */
+    assert_int_equal(check_copy(b, sizeof(b), 999, 0, why, sizeof(why)), -EINVAL);
+    assert_non_null(strstr(why, "active messages of 448 bytes"));
+    b[36] = 8;
+    assert_int_equal(check_copy(b, sizeof(b), 999, 0, why, sizeof(why)), 0);
+    b[36] = 0, b[38] &= ~0x6; /* no active messages */
+    assert_int_equal(check_copy(b, sizeof(b), 999, 0, why, sizeof(why)), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -219,6 +238,7 @@ int main(void)
         cmocka_unit_test(trailing_bytes_are_refused),
         cmocka_unit_test(huge_fields_are_refused),
         cmocka_unit_test(counts_past_ucx_bounds_are_refused),
+        cmocka_unit_test(small_am_segment_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
