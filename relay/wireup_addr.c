@@ -67,6 +67,7 @@ struct cursor {
     const unsigned char *p;
     size_t len, off;
     unsigned version; /* UCX's UCP_OBJECT_VERSION_V1 is 0, V2 is 1 */
+    bool wireup;      /* a WIREUP's address, not a connection request's */
     struct wireup_addr_info *info;
     char *why;
     size_t n;
@@ -124,8 +125,9 @@ static int take_extended(struct cursor *c, unsigned mask, unsigned *v, unsigned 
 }
 
 /* The header: version, flags, then the uuid, client id and worker name
- * they say follow (a version 0 address always has a uuid: UCX 1.13 reads
- * one there whatever its flags say). */
+ * they say follow (a WIREUP's version 0 address always has a uuid: UCX
+ * 1.13 reads one there whatever its flags say; a connection request's is
+ * never read for a worker name). */
 static int header(struct cursor *c)
 {
     unsigned h = 0, flags = 0, name_len = 0;
@@ -141,12 +143,12 @@ static int header(struct cursor *c)
         return rc;
     if (flags & ~HDR_KNOWN)
         return refuse(c, "header flags %#x, of which UCX 1.13 knows %#x", flags, HDR_KNOWN);
-    if ((c->version == 0 || (flags & HDR_WORKER_UUID)) &&
+    if (((c->version == 0 && c->wireup) || (flags & HDR_WORKER_UUID)) &&
         (rc = take(c, 8, NULL, "the worker's uuid")) < 0)
         return rc;
     if ((flags & HDR_CLIENT_ID) && (rc = take(c, 8, NULL, "the client id")) < 0)
         return rc;
-    if (flags & HDR_DEBUG_INFO) {
+    if ((flags & HDR_DEBUG_INFO) && c->wireup) {
         if ((rc = take_byte(c, &name_len, "the worker name's length")) < 0)
             return rc;
         rc = take(c, name_len, NULL, "the worker name");
@@ -155,7 +157,8 @@ static int header(struct cursor *c)
 }
 
 /* A TCP device address: what uct_tcp_iface_is_reachable and the
- * connection to it read (the family, then its address or namespace). */
+ * connection to it read (the family, then its address or namespace). A
+ * connection request's are the connection's own, not the address's. */
 static int tcp_device(struct cursor *c, const unsigned char *dev, unsigned len)
 {
     unsigned want;
@@ -217,7 +220,8 @@ static int iface(struct cursor *c, const unsigned char *dev, unsigned dev_len, b
     tcp = (csum[0] | csum[1] << 8) == TL_TCP;
     /* Version 0: overhead, bandwidth and latency as floats and 32 bits of
      * priority and flags; version 1: 8 bytes; then the resource index. */
-    if ((rc = take(c, c->version == 0 ? 17 : 9, &attr, "an interface's attributes")) < 0)
+    if ((rc = take(c, (c->version == 0 ? 16 : 8) + c->wireup, &attr,
+                   "an interface's attributes")) < 0)
         return rc;
     if (c->version == 1 && (attr[6] & IFACE_FLAGS_AM) &&
         (attr[4] | attr[5] << 8) * SEG_UNIT < SEG_MIN)
@@ -230,14 +234,14 @@ static int iface(struct cursor *c, const unsigned char *dev, unsigned dev_len, b
             return refuse(c, "an interface whose overhead, bandwidth or latency is %g, %g, "
                           "%g (UCX computes with them)", f[0], f[1], f[2]);
     }
-    if (attr[c->version == 0 ? 16 : 8] >= MAX_RESOURCES)
+    if (c->wireup && attr[c->version == 0 ? 16 : 8] >= MAX_RESOURCES)
         return refuse(c, "an interface of resource index %u, of UCX's %d",
                       attr[c->version == 0 ? 16 : 8], MAX_RESOURCES);
     if ((rc = take_extended(c, IFACE_LEN_MASK, &len, &flags, "an interface's length")) < 0 ||
         (rc = take(c, len, NULL, "an interface address")) < 0)
         return rc;
     *last = flags & FLAG_LAST;
-    if (tcp && (rc = tcp_device(c, dev, dev_len)) < 0)
+    if (tcp && c->wireup && (rc = tcp_device(c, dev, dev_len)) < 0)
         return rc;
     if (tcp && len != TCP_IFACE_LEN)
         return refuse(c, "a TCP interface address of %u bytes, where UCX reads %d (one of "
@@ -285,11 +289,12 @@ static int device(struct cursor *c, bool *last)
     return 0;
 }
 
-int wireup_addr_check(const unsigned char *addr, size_t len, struct wireup_addr_info *info,
-                      char *why, size_t n)
+int wireup_addr_check(const unsigned char *addr, size_t len, enum wireup_addr_form form,
+                      struct wireup_addr_info *info, char *why, size_t n)
 {
     struct wireup_addr_info none;
-    struct cursor c = {.p = addr, .len = len, .info = info ? info : &none, .why = why, .n = n};
+    struct cursor c = {.p = addr, .len = len, .wireup = form == WIREUP_ADDR_WIREUP,
+                       .info = info ? info : &none, .why = why, .n = n};
     bool last = false;
     int rc;
 
@@ -303,7 +308,7 @@ int wireup_addr_check(const unsigned char *addr, size_t len, struct wireup_addr_
             if ((rc = device(&c, &last)) < 0)
                 return rc;
     }
-    if (c.off != len)
+    if (c.off != len && c.wireup)
         return refuse(&c, "%zu bytes follow the address", len - c.off);
     return 0;
 }

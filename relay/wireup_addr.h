@@ -16,12 +16,22 @@ struct wireup_addr_info {
     unsigned entries;
 };
 
+/* Where the address comes from, which sets what UCX unpacks with it:
+ * a WIREUP's (UCP_ADDRESS_PACK_FLAGS_ALL: a version 0 address always has a
+ * uuid, a worker name is skipped, each interface carries its resource
+ * index), or a sockaddr connection request's private data (the connection
+ * manager's flags: none of those; its device addresses are replaced by
+ * the connection's own, and the data's exact length is not known: len is
+ * a bound, not the end). */
+enum wireup_addr_form { WIREUP_ADDR_WIREUP, WIREUP_ADDR_CONN_REQUEST };
+
 /* 0 when UCX 1.13 (not in unified mode) may read the len bytes at addr as
- * a WIREUP's worker address: it parses exactly to len, within UCX's counts
- * and with none of the fields UCX asserts on, or dereferences as present
- * when they are not (a TCP interface's port of no bytes). Else -EINVAL and
- * what is wrong, with its offset, in why (n bytes). info may be NULL. */
-int wireup_addr_check(const unsigned char *addr, size_t len, struct wireup_addr_info *info,
-                      char *why, size_t n);
+ * a worker address of that form: it parses exactly to len (within len for
+ * a connection request), within UCX's counts and with none of the fields
+ * UCX asserts on, or dereferences as present when they are not (a TCP
+ * interface's port of no bytes). Else -EINVAL and what is wrong, with its
+ * offset, in why (n bytes). info may be NULL. */
+int wireup_addr_check(const unsigned char *addr, size_t len, enum wireup_addr_form form,
+                      struct wireup_addr_info *info, char *why, size_t n);
 
 #endif

@@ -314,3 +314,49 @@ int tcp_wireup(const struct addrinfo *res, const char *how)
     }
     return await_close(fd);
 }
+
+/* UCX 1.13's sockaddr connection (the TCP connection manager, the
+ * --listen port) by hand: the private data's header (its length, a status,
+ * padded to 16 bytes), then UCP's sockaddr data (the client's endpoint id,
+ * its error mode, the address mode 2 "CM address", a device index) and the
+ * client's worker address (version 1, no uuid: UCX unpacks it with the
+ * connection manager's flags, without resource indices). HOW: "seg0", one
+ * TCP interface that takes active messages in segments of 0 bytes; "fair",
+ * the same with segments of 8 KiB. The relay admits B's address, makes an
+ * endpoint for the request, and UCX reads the address. */
+int tcp_cm(const struct addrinfo *res, const char *how)
+{
+    unsigned char m[16 + 64] = {0}, *d = m + 16;
+    uint64_t len, ep_id = 0x3;
+    static const unsigned char addr[] = {
+        0x01, 0x00,                                     /* version 1, no flags */
+        0x00, 0x80,                                     /* md 0; last device, no address */
+        0xcf, 0x19, 0x0c, 0x12, 0x49, 0x01, 0x80, 0x00, 0x8b, 0x00, /* tcp, 8 KiB */
+        0xc2, 0xcf, 0xad,                               /* last, endpoint addresses, port */
+        0x0a, 0xcf, 0xad, 0x05, 0, 0, 0, 0, 0, 0, 0, 0x80}; /* lane 0, last */
+    int fd = socket(res->ai_family, SOCK_STREAM, 0);
+
+    if (strcmp(how, "seg0") != 0 && strcmp(how, "fair") != 0) {
+        fprintf(stderr, "relay-hostile-peer: no cm mode %s\n", how);
+        return 2;
+    }
+    if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) < 0) {
+        perror("relay-hostile-peer: connect");
+        return 2;
+    }
+    memcpy(d, &ep_id, 8);
+    d[8] = 1;    /* UCP_ERR_HANDLING_MODE_PEER */
+    d[9] = 2;    /* UCP_WIREUP_SA_DATA_CM_ADDR */
+    d[10] = 0;   /* device index */
+    memcpy(d + 11, addr, sizeof(addr));
+    if (strcmp(how, "seg0") == 0)
+        d[11 + 10] = 0; /* the segment: 0 */
+    len = 11 + sizeof(addr);
+    memcpy(m, &len, 8);
+    if (send(fd, m, 16 + len, MSG_NOSIGNAL) != (ssize_t)(16 + len)) {
+        perror("relay-hostile-peer: send");
+        close(fd);
+        return 2;
+    }
+    return await_close(fd);
+}

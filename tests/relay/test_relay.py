@@ -791,6 +791,44 @@ def case_tcp_wireup(key, a, b):
             pass
 
 
+def case_tcp_cm(key, a):
+    """UCX's sockaddr connection (the --listen port) carries the connecting
+    side's worker address in its private data, which UCX 1.13 unpacks with no
+    length when the relay makes the endpoint for it, before any proof of the
+    key. An admitted address (B's) that sends one by hand whose TCP interface
+    takes active messages of 0 bytes (UCX 1.13 aborted the relay: "rkey_size
+    <= am.max_bcopy") is refused before the endpoint is made, logged and
+    counted in "refused"; the same address of 8 KiB segments is not refused
+    for its address; A's relay lives and the relays stay connected."""
+    refused = a.status()["refused"]
+    logged = os.path.getsize(a.log.name)
+    outs = []
+    for how in ("seg0", "fair"):
+        r = subprocess.run(["ip", "netns", "exec", NS_B, HOSTILE, "%s:%d" % (IP_A, PORT), key,
+                            "tcpcm-" + how], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=WAIT)
+        outs.append((how, r.returncode, (r.stdout + r.stderr).strip()[-200:]))
+    time.sleep(0.5)
+    alive = a.relay.poll() is None
+    with open(a.log.name, errors="replace") as f:
+        f.seek(logged)
+        log = f.read()
+    status = {}
+    try:
+        wait_for("A's relay to be connected to B", a.connected)
+        status = a.status()
+    except AssertionError:
+        pass
+    said = log.count("its request's worker address UCX 1.13 would misread")
+    report(alive and said == 1 and status.get("refused", 0) >= refused + 1
+           and all(rc in (0, 1) for _, rc, _ in outs),
+           "a sockaddr connection request by hand whose worker address UCX would misread "
+           "is refused before UCX reads it, a fair one is not, and the relay lives",
+           "relay %s; refused %s -> %s; said %d times; hostile: %s; log: %s" % (
+               "alive" if alive else "died (%s)" % a.relay.poll(), refused,
+               status.get("refused"), said, outs, log.strip()[-400:]))
+
+
 def run_cases(tmp, a, b, key):
     wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
     report(True, "relays connect and prove the key both ways")
@@ -1146,6 +1184,7 @@ def run_cases(tmp, a, b, key):
                                          "disconnected" if want_closed else "kept"),
                r.stdout.strip() + " " + r.stderr.strip()[-300:])
     case_tcp_wireup(key, a, b)
+    case_tcp_cm(key, a)
     case_tcp_put(key, a, b)
 
     # A connection that has not proved the key reads and writes nothing by

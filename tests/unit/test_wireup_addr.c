@@ -89,7 +89,7 @@ static int check_copy(const unsigned char *b, size_t len, size_t at, unsigned ch
     if (at < len)
         copy[at] = v;
     why[0] = 0;
-    rc = wireup_addr_check(copy, len, &info, why, n);
+    rc = wireup_addr_check(copy, len, WIREUP_ADDR_WIREUP, &info, why, n);
     free(copy);
     return rc;
 }
@@ -102,7 +102,8 @@ static void fair_addresses_pass(void **state)
     for (size_t i = 0; i < sizeof(fair) / sizeof(fair[0]); i++) {
         struct wireup_addr_info info = {99, 99};
         char why[256] = "";
-        int rc = wireup_addr_check(fair[i].b, fair[i].n, &info, why, sizeof(why));
+        int rc = wireup_addr_check(fair[i].b, fair[i].n, WIREUP_ADDR_WIREUP, &info, why,
+                                   sizeof(why));
         if (rc != 0)
             fail_msg("fair address %zu refused: %s", i, why);
         assert_int_equal(info.devices, fair[i].devices);
@@ -252,6 +253,42 @@ static void small_am_segment_is_refused(void **state)
     assert_int_equal(check_copy(b, sizeof(b), 999, 0, why, sizeof(why)), 0);
 }
 
+/* A sockaddr connection request's address, as UCX 1.13 unpacks it with
+ * the connection manager's flags (no uuid unless flagged, no resource
+ * index): version 1, one device of no address (the connection's own
+ * stands for it), a TCP interface of 8 KiB segments with its port and an
+ * endpoint address. It passes in that form, with slack after it (the
+ * relay knows only the allocation's size); cut anywhere, or with segments
+ * of 0 bytes, it is refused; read as a WIREUP's it is refused. */
+static void conn_request_form(void **state)
+{
+    static const unsigned char cm[] = {
+        0x01, 0x00, 0x00, 0x80, 0xcf, 0x19, 0x0c, 0x12, 0x49, 0x01, 0x80, 0x00, 0x8b,
+        0x00, 0xc2, 0xcf, 0xad, 0x0a, 0xcf, 0xad, 0x05, 0, 0, 0, 0, 0, 0, 0, 0x80};
+    unsigned char slack[sizeof(cm) + 7] = {0};
+    char why[256];
+    (void)state;
+    memcpy(slack, cm, sizeof(cm));
+    assert_int_equal(wireup_addr_check(cm, sizeof(cm), WIREUP_ADDR_CONN_REQUEST, NULL, why,
+                                       sizeof(why)), 0);
+    assert_int_equal(wireup_addr_check(slack, sizeof(slack), WIREUP_ADDR_CONN_REQUEST, NULL,
+                                       why, sizeof(why)), 0);
+    assert_int_equal(wireup_addr_check(cm, sizeof(cm), WIREUP_ADDR_WIREUP, NULL, why,
+                                       sizeof(why)), -EINVAL);
+    for (size_t len = 0; len < sizeof(cm); len++) {
+        unsigned char *cut = malloc(len ? len : 1);
+        assert_non_null(cut);
+        memcpy(cut, cm, len);
+        assert_int_equal(wireup_addr_check(cut, len, WIREUP_ADDR_CONN_REQUEST, NULL, why,
+                                           sizeof(why)), -EINVAL);
+        free(cut);
+    }
+    slack[10] = 0; /* segments of 0 bytes, active messages on */
+    assert_int_equal(wireup_addr_check(slack, sizeof(slack), WIREUP_ADDR_CONN_REQUEST, NULL,
+                                       why, sizeof(why)), -EINVAL);
+    assert_non_null(strstr(why, "active messages of 0 bytes"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -261,6 +298,7 @@ int main(void)
         cmocka_unit_test(huge_fields_are_refused),
         cmocka_unit_test(counts_past_ucx_bounds_are_refused),
         cmocka_unit_test(small_am_segment_is_refused),
+        cmocka_unit_test(conn_request_form),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
