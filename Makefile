@@ -483,7 +483,7 @@ $(LIB_SO): $(call OBJ,$(LIB_SRC)) $(PROTO_OBJ)
 # ---- shmbroker-relay (relay/): objects between hosts' brokers over UCX ----
 # A program of its own: the daemon keeps no network code. It links the
 # library like any worker, UCX (libucx-dev) and libcrypto (its key's HMAC).
-RELAY_SRC   := relay/main.c relay/log.c relay/admit.c relay/tcp_guard.c relay/peer.c relay/ucx_guard.c relay/wire.c relay/auth.c relay/fetch.c relay/forward.c relay/stream.c relay/stream_send.c relay/local.c
+RELAY_SRC   := relay/main.c relay/log.c relay/admit.c relay/tcp_guard.c relay/peer.c relay/ucx_guard.c relay/wireup_addr.c relay/wire.c relay/auth.c relay/fetch.c relay/forward.c relay/stream.c relay/stream_send.c relay/local.c
 RELAY       := $(BUILD)/shmbroker-relay
 RELAY_CFLAGS = $(shell pkg-config --cflags ucx libcrypto 2>/dev/null)
 RELAY_LIBS   = $(shell pkg-config --libs ucx libcrypto 2>/dev/null)
@@ -515,6 +515,10 @@ TEST_RUNS += $(BUILD)/tests/test_tcp_guard
 $(call OBJ,tests/unit/test_tcp_guard.c relay/tcp_guard.c relay/admit.c relay/log.c): ALLCFLAGS += $(RELAY_CFLAGS)
 $(BUILD)/tests/test_tcp_guard: $(call OBJ,tests/unit/test_tcp_guard.c relay/tcp_guard.c relay/admit.c \
                                relay/log.c) $(BASE_OBJ)
+# The relay's parser of UCX's packed worker address (relay/wireup_addr.c).
+UNIT_BINS += $(BUILD)/tests/test_wireup_addr
+TEST_RUNS += $(BUILD)/tests/test_wireup_addr
+$(BUILD)/tests/test_wireup_addr: $(call OBJ,tests/unit/test_wireup_addr.c relay/wireup_addr.c)
 # The relay's bench table: fetch bandwidth against ucx_perftest and Redis GET,
 # and a remote queue's latency and rate against ZeroMQ PUB/SUB, between two
 # namespaces (root). BENCH_QUICK=1 for one round.

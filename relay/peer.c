@@ -13,8 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <uct/api/uct.h>
-
 #include "relay.h"
 
 /* A connection request the listener took, handled after progress: an
@@ -285,12 +283,16 @@ static void peer_accept(struct relay *r, ucp_conn_request_h req)
                 sizeof(host), port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV);
     /* Before any endpoint: UCX handles its own messages on an endpoint before
      * the key is proved (docs/multi-host.md, "Trust"), so a host that is no
-     * peer's gets none. */
+     * peer's gets none, nor one whose worker address UCX would misread. */
     if (!admit_address(r, &attr.client_address)) {
         relay_log("refused a connection from %s:%s: %s is not a configured peer's address "
                   "nor in an --allow-from range (add --allow-from %s if it is a relay)",
                   host, port, host, host);
         r->refused++;
+        ucp_listener_reject(r->listener, req);
+        return;
+    }
+    if (ucx_guard_conn_request(req, &attr.client_address, host, port) < 0) {
         ucp_listener_reject(r->listener, req);
         return;
     }
@@ -662,14 +664,13 @@ int peer_setup(struct relay *r, struct shmb_error *err)
     STAILQ_INIT(&r->inbox);
     STAILQ_INIT(&r->data_inbox);
     admit_start(r);
-    /* A relay restarted after a crash listens again at once, as a daemon
-     * would: its old connections' ports may linger in TIME_WAIT. The
-     * operator's own UCX_CM_REUSEADDR wins. */
+    /* A relay restarted after a crash listens again at once, as a daemon would:
+     * its old connections' ports linger in TIME_WAIT. Operators' own wins. */
     setenv("UCX_CM_REUSEADDR", "y", 0);
-    /* The worker takes calls from the queues' stream threads too: a
-     * mutex, where UCX's default spin lock spun 40 % of the relay's CPU
-     * away on a loaded 2-core host while the lock's holder waited for a
-     * CPU. The operator's own UCX_USE_MT_MUTEX wins. */
+    /* The worker takes calls from the queues' stream threads too: a mutex, where
+     * UCX's default spin lock spun 40 % of the relay's CPU away on a loaded
+     * 2-core host while the lock's holder waited for a CPU. The operator's
+     * own UCX_USE_MT_MUTEX wins. */
     setenv("UCX_USE_MT_MUTEX", "y", 0);
     st = ucp_config_read(NULL, NULL, &config);
     if (st != UCS_OK)

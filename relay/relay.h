@@ -308,6 +308,11 @@ bool tcp_guard_wireup_fits(unsigned type, uint64_t dst);
  * answers none), and its WIREUP handler wrapped in a check of what UCX
  * asserts on; another UCX version is left alone, and the relay says so. */
 void ucx_guard_emulated_rma(void);
+/* 0 when UCX 1.13 may read the worker address a sockaddr connection
+ * request (from client, as UCX told it: host and port) carries; else
+ * -EINVAL, logged and counted as a refusal. */
+int ucx_guard_conn_request(ucp_conn_request_h req, const struct sockaddr_storage *client,
+                           const char *host, const char *port);
 /* Whether a connection from sa is admitted (a peer's address, or in a range). */
 bool admit_address(const struct relay *r, const struct sockaddr_storage *sa);
 /* The connections accept() closed since the last call (UCX's thread counts them). */

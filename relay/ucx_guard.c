@@ -7,6 +7,9 @@
  * on or follows as addresses unchecked. Knows UCX's exported handler tables
  * and the WIREUP header, not peers or the daemon.
  */
+#include <errno.h>
+#include <malloc.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +17,7 @@
 #include <uct/api/uct.h>
 
 #include "relay.h"
+#include "wireup_addr.h"
 
 /* UCX emulates RMA where the transport has none (TCP) with messages of its
  * own, handled inside progress, and those handlers check no remote key and
@@ -45,6 +49,7 @@ extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_GET_REQ __attribute__
 extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_GET_REP __attribute__((weak));
 extern struct ucx_am_handler_head ucp_am_handler_UCP_AM_ID_WIREUP __attribute__((weak));
 static uct_am_callback_t ucx_wireup_cb;
+static bool ucx_113;
 
 static ucs_status_t dropped_get_req(void *arg, void *data, size_t length, unsigned flags)
 {
@@ -93,7 +98,10 @@ static ucs_status_t dropped_put(void *arg, void *data, size_t length, unsigned f
 #define WIREUP_ERR_MODES 2 /* UCP_ERR_HANDLING_MODE_NONE, _PEER */
 
 /* Why UCX 1.13 must not handle this WIREUP (0: it may), in why. UCX reads
- * the header and the address after it with no length; it aborts on a type
+ * the header and the address after it with no length (the address is
+ * parsed here first, wireup_addr.c: one that does not end exactly at the
+ * message's end, exceeds UCX's counts or has fields UCX asserts on or
+ * follows as present when they are not is refused); it aborts on a type
  * it does not know (ucs_bug) and on an address of a version it does not
  * know; it takes our endpoint id as the endpoint's
  * address when its low bit is clear (ucs_ptr_map_get); and every type but a
@@ -102,6 +110,7 @@ static ucs_status_t dropped_put(void *arg, void *data, size_t length, unsigned f
  * makes endpoints by address and port only, whose requests name ours). */
 static int wireup_refusal(const unsigned char *d, size_t length, char *why, size_t n)
 {
+    char addr_why[200];
     uint64_t dst;
     if (length <= WIREUP_HDR) {
         snprintf(why, n, "a WIREUP of %zu bytes, where its header alone is %d", length,
@@ -125,6 +134,12 @@ static int wireup_refusal(const unsigned char *d, size_t length, char *why, size
                  d[0], dst ? "the address" : "no id,", (unsigned long long)dst);
         return -1;
     }
+    if (wireup_addr_check(d + WIREUP_HDR, length - WIREUP_HDR, WIREUP_ADDR_WIREUP, NULL,
+                          addr_why, sizeof(addr_why)) < 0) {
+        snprintf(why, n, "a WIREUP of type %u whose worker address (%zu bytes) UCX 1.13 "
+                 "would misread: %s", d[0], length - WIREUP_HDR, addr_why);
+        return -1;
+    }
     if (!tcp_guard_wireup_fits(d[0], dst)) {
         snprintf(why, n, "a WIREUP of type %u to this relay's endpoint %#llx, which sent "
                  "nothing that asks for it (or on a connection already cut)", d[0],
@@ -140,7 +155,7 @@ static int wireup_refusal(const unsigned char *d, size_t length, char *why, size
  * this relay waits on a message that was never UCX's to send). */
 static ucs_status_t checked_wireup(void *arg, void *data, size_t length, unsigned flags)
 {
-    char why[160];
+    char why[320];
     int fd;
     if (wireup_refusal(data, length, why, sizeof(why)) == 0)
         return ucx_wireup_cb(arg, data, length, flags);
@@ -167,6 +182,54 @@ static void guard_wireup(void)
     }
 }
 
+/* UCX 1.13's ucp_conn_request_t (src/ucp/core/ucp_ep.h): the sockaddr
+ * data, then the client's packed worker address, follow it in the same
+ * allocation, copied from the connection's private data. */
+struct ucx_conn_request {
+    void *listener, *uct_listener, *uct_req;
+    uint8_t cm_idx;
+    char dev_name[UCT_DEVICE_NAME_MAX];
+    void *remote_dev_addr;
+    struct sockaddr_storage client_address;
+    void *ep;
+};
+#define SA_DATA_BASE 9    /* the client's endpoint id, a header byte */
+#define SA_DATA_V1 11     /* and an address mode and a device index */
+#define SA_DATA_VERSION_SHIFT 5
+
+int ucx_guard_conn_request(ucp_conn_request_h req, const struct sockaddr_storage *client,
+                           const char *host, const char *port)
+{
+    const struct ucx_conn_request *cr = (const void *)req;
+    const unsigned char *sa = (const unsigned char *)(cr + 1);
+    size_t len = malloc_usable_size((void *)req), at;
+    char addr_why[200];
+
+    /* The layout is UCX 1.13's: the client's address, which UCX told the
+     * relay, must be where it says. */
+    if (!ucx_113)
+        return 0;
+    if (len < sizeof(*cr) + SA_DATA_BASE ||
+        memcmp(&cr->client_address, client, sizeof(struct sockaddr_in)) != 0) {
+        static bool told;
+        if (!told)
+            relay_log("UCX's connection request is not laid out as UCX 1.13's: the worker "
+                      "address a connecting host sends goes unchecked");
+        told = true;
+        return 0;
+    }
+    len -= sizeof(*cr);
+    /* Another sockaddr data version, or address mode, UCX refuses itself. */
+    at = (sa[SA_DATA_BASE - 1] >> SA_DATA_VERSION_SHIFT) == 0 ? SA_DATA_V1 : SA_DATA_BASE;
+    if (len <= at ||
+        wireup_addr_check(sa + at, len - at, WIREUP_ADDR_CONN_REQUEST, NULL, addr_why,
+                          sizeof(addr_why)) == 0)
+        return 0;
+    relay_log_refusal("refused a connection from %s:%s: its request's worker address UCX "
+                      "1.13 would misread: %s", host, port, addr_why);
+    return -EINVAL;
+}
+
 void ucx_guard_emulated_rma(void)
 {
     unsigned major = 0, minor = 0, release = 0;
@@ -184,6 +247,7 @@ void ucx_guard_emulated_rma(void)
     ucp_am_handler_UCP_AM_ID_PUT.cb = dropped_put;
     ucp_am_handler_UCP_AM_ID_GET_REQ.cb = dropped_get_req;
     ucp_am_handler_UCP_AM_ID_GET_REP.cb = dropped_get_rep;
+    ucx_113 = true;
     guard_wireup();
 }
 

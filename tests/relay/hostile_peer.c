@@ -26,7 +26,8 @@
  * and ok (proves the key and behaves: the relay must keep it, exit 1).
  * tcpput, tcpconnreq, tcpputack and tcpwireup-HOW speak UCX 1.13's TCP
  * transport by hand instead, at ADDR:PORT the port of the relay's UCT TCP
- * interface (not its --listen port): see hostile_tcp.c.
+ * interface (not its --listen port): see hostile_tcp.c; tcpcm-HOW speaks
+ * its sockaddr connection by hand at the --listen port (tcp_cm()).
  * The serve-* modes listen at ADDR:PORT instead, for a relay that names this
  * peer with --peer, and answer its first fetch badly: serve-ctrltext (an
  * error whose text has terminal control bytes: the relay must close),
@@ -470,8 +471,8 @@ int main(int argc, char **argv)
         freeaddrinfo(res);
         return rc;
     }
-    if (strncmp(mode, "tcpwireup-", 10) == 0) {
-        int rc = tcp_wireup(res, mode + 10);
+    if (strncmp(mode, "tcpwireup-", 10) == 0 || strncmp(mode, "tcpcm-", 6) == 0) {
+        int rc = mode[3] == 'w' ? tcp_wireup(res, mode + 10) : tcp_cm(res, mode + 6);
         freeaddrinfo(res);
         return rc;
     }

@@ -12,5 +12,6 @@
 
 int tcp_put(const struct addrinfo *res, bool connreq, bool ack);
 int tcp_wireup(const struct addrinfo *res, const char *how);
+int tcp_cm(const struct addrinfo *res, const char *how);
 
 #endif

@@ -729,12 +729,26 @@ def case_tcp_wireup(key, a, b):
     wireup.c:782 assertion), is cut at once and
     counted in "refused"; A's relay lives; an endpoint check naming an id
     that is no endpoint's (UCX answers it itself) is kept; and afterwards the relays reconnect,
-    both daemons serve and a 1 MiB fetch arrives byte-identical."""
+    both daemons serve and a 1 MiB fetch arrives byte-identical.
+    The a-* modes are such endpoint checks (UCX reads the sender's worker
+    address after the header, with no length, and makes an endpoint to it)
+    whose address is not what UCX packs: cut inside it, counts and indices
+    past UCX's, a TCP device or interface address of no bytes (UCX 1.13
+    passes NULL for it to libuct, and the relay died of a SIGSEGV in
+    uct_tcp_ep_set_dest_addr and in the reachability check), devices that
+    run on to the end of UCX's buffer, a version 1 address whose interface
+    takes active messages of 0 bytes (UCX 1.13 aborted: "rkey_size <=
+    am.max_bcopy"): each is cut too. One naming a
+    transport UCX does not have (a-csum) is kept: UCX finds no transport."""
     ports = uct_tcp_ports(a)
     refused = a.status()["refused"]
     logged = os.path.getsize(a.log.name)
-    cut = ("pre", "ack", "addr", "short", "type", "version", "mode", "guessack")
-    for how in cut + ("unknownep",):
+    cut = ("pre", "ack", "addr", "short", "type", "version", "mode", "guessack",
+           "a-noiface", "a-nodev", "a-cuthdr", "a-cutdev", "a-cutattr", "a-cutep",
+           "a-family", "a-lane", "a-sysdev", "a-paths", "a-nan", "a-mdidx", "a-hugelen",
+           "a-devs", "a-runon", "a-v1seg0")
+    kept = ("unknownep", "a-csum")
+    for how in cut + kept:
         outs = []
         for port in ports:
             r = subprocess.run(["ip", "netns", "exec", NS_B, HOSTILE, "%s:%d" % (IP_A, port),
@@ -743,7 +757,7 @@ def case_tcp_wireup(key, a, b):
             outs.append((port, r.returncode, (r.stdout + r.stderr).strip()[-200:]))
         time.sleep(0.2)
         alive = a.relay.poll() is None
-        want = 1 if how == "unknownep" else 0
+        want = 1 if how in kept else 0
         report(ports and alive and all(rc == want for _, rc, _ in outs),
                "a WIREUP by hand from an admitted address that did not prove the key (%s) "
                "%s and stops nothing" % (how, "is kept (UCX answers it)" if want else "is cut"),
@@ -775,6 +789,52 @@ def case_tcp_wireup(key, a, b):
                 c.delete("wireup-fetch")
         except (OSError, errors.ShmBrokerError):
             pass
+
+
+def case_tcp_cm(key, a):
+    """UCX's sockaddr connection (the --listen port) carries the connecting
+    side's worker address in its private data, which UCX 1.13 unpacks with no
+    length when the relay makes the endpoint for it, before any proof of the
+    key. An admitted address (B's) that sends one by hand whose TCP interface
+    takes active messages of 0 bytes (UCX 1.13 aborted the relay: "rkey_size
+    <= am.max_bcopy") is refused before the endpoint is made, logged (within
+    the refusals' budget) and counted in "refused"; the same address of 8 KiB
+    segments is not refused (UCX reads it, and fails the endpoint: no relay
+    listens at the port it names); A's relay lives and the relays stay
+    connected."""
+    refused = a.status()["refused"]
+    logged = os.path.getsize(a.log.name)
+    outs = []
+    for how in ("seg0", "fair"):
+        r = subprocess.run(["ip", "netns", "exec", NS_B, HOSTILE, "%s:%d" % (IP_A, PORT), key,
+                            "tcpcm-" + how], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=WAIT)
+        outs.append((how, r.returncode, (r.stdout + r.stderr).strip()[-200:]))
+    time.sleep(0.5)
+    alive = a.relay.poll() is None
+    with open(a.log.name, errors="replace") as f:
+        f.seek(logged)
+        log = f.read()
+    status = {}
+    try:
+        wait_for("A's relay to be connected to B", a.connected)
+        status = a.status()
+    except AssertionError:
+        pass
+    # The line itself is within the refusals' budget of 10 a minute, which
+    # the cases before may have spent: "refused" counts every one.
+    said = log.count("its request's worker address UCX 1.13 would misread")
+    # The fair one reaches UCX, which fails its endpoint (no relay listens at
+    # the port it names): not a refusal.
+    reached = "cannot accept a connection from %s:" % IP_B in log
+    report(alive and said <= 1 and reached and status.get("refused") == refused + 1
+           and all(rc in (0, 1) for _, rc, _ in outs),
+           "a sockaddr connection request by hand whose worker address UCX would misread "
+           "is refused before UCX reads it, a fair one is not, and the relay lives",
+           "relay %s; refused %s -> %s; said %d times; the fair one %s UCX; hostile: %s; "
+           "log: %s" % ("alive" if alive else "died (%s)" % a.relay.poll(), refused,
+                        status.get("refused"), said, "reached" if reached else "did not reach",
+                        outs, log.strip()[-400:]))
 
 
 def run_cases(tmp, a, b, key):
@@ -1131,6 +1191,7 @@ def run_cases(tmp, a, b, key):
                                           "ok": "behaves"}[mode],
                                          "disconnected" if want_closed else "kept"),
                r.stdout.strip() + " " + r.stderr.strip()[-300:])
+    case_tcp_cm(key, a)
     case_tcp_wireup(key, a, b)
     case_tcp_put(key, a, b)
 
