@@ -79,6 +79,17 @@ def wrap(steps):
         os.sched_yield = counted_yield
 
 
+def daemon_load(pid):
+    """The store's private daemon's (voluntary context switches, CPU clock
+    ticks) so far: how often it was woken, and what it spent."""
+    with open("/proc/%d/status" % pid) as f:
+        woken = next(int(line.split()[1]) for line in f
+                     if line.startswith("voluntary_ctxt_switches"))
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return woken, int(fields[11]) + int(fields[12])
+
+
 def report(who, pairs):
     for label in sorted(SPENT, key=lambda k: -SPENT[k]):
         print("%s %-44s %9.1f us/pair %8d calls" % (who, label, SPENT[label] / pairs / 1e3,
@@ -150,10 +161,17 @@ def main():
     SPENT.clear()
     CALLS.clear()
     here.send("start")
+    daemon = store.ring_buffer.daemon
+    before = daemon_load(daemon.pid) if daemon is not None else None
     rate = lap(opts.pairs)
     print("%s: %d pairs/s in lock-step (load %s)" % (opts.cell, rate,
                                                     " ".join("%.2f" % x for x in
                                                              os.getloadavg())))
+    if before is not None:
+        after = daemon_load(daemon.pid)
+        print("daemon: %.2f wake-ups and %.1f us of CPU a pair" % (
+            (after[0] - before[0]) / opts.pairs,
+            (after[1] - before[1]) * 1e6 / os.sysconf("SC_CLK_TCK") / opts.pairs))
     report("put", opts.pairs)
     sys.stdout.flush()
     here.send(None)
