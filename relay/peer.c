@@ -549,9 +549,9 @@ void peer_close_failed(struct relay *r)
 static void peer_drain(struct relay *r)
 {
     for (;;) {
-        bool did = false;
-        while (ucp_worker_progress(r->worker))
-            did = true;
+        /* One progress, then what it brought: a keyed peer's flood of
+         * messages must not pile up here (5 KiB each) unhandled. */
+        bool did = ucp_worker_progress(r->worker) != 0;
         r->refused += admit_take_refused();
         while (!STAILQ_EMPTY(&r->inbox)) {
             struct wire_msg *m = STAILQ_FIRST(&r->inbox);

@@ -11,6 +11,7 @@ import hashlib
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -127,6 +128,43 @@ def case_asks(a, key):
            "%s; %s; hostile: %d %s" % (rep, state, rc, out))
 
 
+def rss_kib(pid):
+    """A process's resident memory, KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def case_fetch_flood(a, key):
+    """A peer with the key that sends fetches as fast as A's relay reads them
+    for 5 s, reading none of the answers: A's relay handles what each
+    progress of UCX brings before the next (it progressed until UCX had
+    nothing, and over a loaded link that is never: the messages, 5 KiB each
+    decoded, piled up unhandled, 5 GiB in 10 s), so its memory stays within
+    what it was and 64 MiB, and it keeps serving."""
+    pid = a.relay_pid()
+    before = rss_kib(pid)
+    peak = before
+    env = dict(os.environ, UCX_TLS="tcp", UCX_WARN_UNUSED_ENV_VARS="n", FLOOD_SECONDS="5")
+    p = subprocess.Popen(["ip", "netns", "exec", T.NS_B, T.HOSTILE, "%s:%d" % (T.IP_A, T.PORT),
+                          key, "fetchflood"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    while p.poll() is None:
+        peak = max(peak, rss_kib(pid))
+        if peak - before > 1 << 20:
+            p.kill()  # far past the bound: no need to let it eat the machine
+        time.sleep(0.1)
+    out, err = p.communicate()
+    grew = (peak - before) >> 10
+    report(grew < 64 and answers(a) and a.relay.poll() is None,
+           "a keyed peer flooding A's relay with fetches it never reads the answers of "
+           "leaves its memory bounded and its status answered",
+           "grew %d MiB (at most 64); hostile: %d %s %s" % (grew, p.returncode, out.strip(),
+                                                             err.strip()[-300:]))
+
+
 def main():
     if os.geteuid() != 0:
         skip("needs root for ip netns; run make test as root")
@@ -147,6 +185,7 @@ def main():
         hosts.append(b)
         wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
         case_asks(a, key)
+        case_fetch_flood(a, key)
         case_daemon_killed(a, b)
     except (AssertionError, errors.ShmBrokerError) as e:
         report(False, "relay attacks setup or wait", repr(e))
