@@ -143,7 +143,8 @@ def case_fetch_flood(a, key):
     progress of UCX brings before the next (it progressed until UCX had
     nothing, and over a loaded link that is never: the messages, 5 KiB each
     decoded, piled up unhandled, 5 GiB in 10 s), so its memory stays within
-    what it was and 64 MiB, and it keeps serving."""
+    what it was and 64 MiB (more under AddressSanitizer), and it keeps
+    serving."""
     pid = a.relay_pid()
     before = rss_kib(pid)
     peak = before
@@ -158,11 +159,14 @@ def case_fetch_flood(a, key):
         time.sleep(0.1)
     out, err = p.communicate()
     grew = (peak - before) >> 10
-    report(grew < 64 and answers(a) and a.relay.poll() is None,
+    # An AddressSanitizer build keeps what is freed in its quarantine (256 MiB
+    # by default) and rounds each block up: it levels off near 400 MiB more.
+    bound = 64 + (512 if "address" in T.BUILD else 0)
+    report(grew < bound and answers(a) and a.relay.poll() is None,
            "a keyed peer flooding A's relay with fetches it never reads the answers of "
            "leaves its memory bounded and its status answered",
-           "grew %d MiB (at most 64); hostile: %d %s %s" % (grew, p.returncode, out.strip(),
-                                                             err.strip()[-300:]))
+           "grew %d MiB (at most %d); hostile: %d %s %s" % (
+               grew, bound, p.returncode, out.strip(), err.strip()[-300:]))
 
 
 def main():
