@@ -15,8 +15,7 @@
 
 #include "relay.h"
 
-/* A connection request the listener took, handled after progress: an
- * endpoint is not made from inside UCX's callback. */
+/* A listener's connection request, handled after progress: not inside UCX's callback. */
 struct pending_conn {
     STAILQ_ENTRY(pending_conn) link;
     ucp_conn_request_h req;
@@ -86,12 +85,12 @@ static struct peer *peer_by_ep(struct relay *r, ucp_ep_h ep)
     return NULL;
 }
 
-/* Arm the timer when a connection waits for its proof or a peer for its
- * retry; an idle relay with every peer ready has no timer running. */
+/* Arm the timer when a connection waits for its proof, a peer for its retry or a
+ * drain stopped short; an idle relay with every peer ready has no timer running. */
 void peer_kick(struct relay *r)
 {
     struct peer *p;
-    uint64_t next = UINT64_MAX, now = relay_now_ms();
+    uint64_t now = relay_now_ms(), next = r->drain_cut ? now + 1 : UINT64_MAX;
     LIST_FOREACH(p, &r->peers, link)
         if ((p->state == PEER_CONNECTING || (p->state == PEER_IDLE && p->configured)) &&
             p->deadline_ms < next)
@@ -544,14 +543,12 @@ void peer_close_failed(struct relay *r)
     }
 }
 
-/* Everything UCX has for us, then sleep on its descriptor: progress until it
- * has nothing, handle what came, and arm the worker; BUSY means more came. */
+/* One progress of UCX, then what it brought, until nothing comes (or for
+ * RELAY_DRAIN_MS), then arm the worker to sleep on its descriptor. */
 static void peer_drain(struct relay *r)
 {
-    for (;;) {
-        bool did = false;
-        while (ucp_worker_progress(r->worker))
-            did = true;
+    for (uint64_t start = relay_now_ms();;) {
+        bool did = ucp_worker_progress(r->worker) != 0;
         r->refused += admit_take_refused();
         while (!STAILQ_EMPTY(&r->inbox)) {
             struct wire_msg *m = STAILQ_FIRST(&r->inbox);
@@ -592,8 +589,11 @@ static void peer_drain(struct relay *r)
                 did = true;
             }
         }
+        r->drain_cut = did && relay_now_ms() - start >= RELAY_DRAIN_MS; /* the timer at 1 */
         if (did) {
             peer_kick(r);
+            if (r->drain_cut)
+                return;
             continue;
         }
         ucs_status_t st = ucp_worker_arm(r->worker);

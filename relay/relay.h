@@ -39,6 +39,8 @@
                                     * relay needs one, more is someone filling the rest */
 #define RELAY_AUTH_MS 5000       /* a connection that has not proved the key by then goes */
 #define RELAY_RETRY_MS 1000      /* a peer that cannot be reached is tried again this often */
+#define RELAY_DRAIN_MS 20        /* UCX's progress and its messages before the loop hears its
+                                  * other handles (a peer's flood had them wait for its end) */
 #define RELAY_DAEMON_RETRY_MS 200 /* a daemon that went is connected to again this often */
 #define RELAY_SERVED_MAX 256     /* objects one peer may hold pinned here at once */
 #define RELAY_LOCAL_MAX 256      /* local clients at once */
@@ -219,6 +221,8 @@ struct relay {
     unsigned ntransfers;
     bool work_due; /* work finished inside progress (a get): hooks.work_due */
     uint64_t next_id;
+    bool drain_cut; /* peer.c's drain stopped for the loop to turn: its timer runs in 1 ms
+                     * (libuv 1.44 runs one of 0 restarted in its callback again at once) */
     /* The daemon's connection, watched so that its end is seen at once
      * (fetch.c): transfers into the pool are cut before it is used again. */
     uv_poll_t *daemon_watch;

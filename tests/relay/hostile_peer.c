@@ -23,6 +23,8 @@
  * qaskbad (a fetch whose type asks for an acknowledgement),
  * qnagle (subscribes to queue "nagleq" and acknowledges only when told:
  * see qnagle()),
+ * fetchflood (fetches of an absent key as fast as the relay reads them for
+ * $FLOOD_SECONDS, 10 by default, reading none of the answers; prints "sent N"),
  * and ok (proves the key and behaves: the relay must keep it, exit 1).
  * tcpput, tcpconnreq, tcpputack and tcpwireup-HOW speak UCX 1.13's TCP
  * transport by hand instead, at ADDR:PORT the port of the relay's UCT TCP
@@ -439,6 +441,24 @@ static void qbatch(unsigned char *msg, const char *how)
     send_raw(msg, n);
 }
 
+/* fetchflood: fetches of an absent key as fast as the relay
+ * reads them, for $FLOOD_SECONDS (default 10), reading none of its answers:
+ * UCX sends each at once while the socket takes it, progressing only when a
+ * send waits. Prints "sent N". */
+static void fetch_flood(unsigned char *msg)
+{
+    const char *fs = getenv("FLOOD_SECONDS");
+    time_t end = time(NULL) + (fs ? atoi(fs) : 10);
+    uint64_t sent = 0;
+    while (time(NULL) < end && !closed) {
+        int n = wire_fetch(msg, 1000 + sent, "flood-absent-key");
+        send_raw(msg, (size_t)n);
+        sent++;
+    }
+    printf("sent %llu\n", (unsigned long long)sent);
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     ucp_params_t params = {0};
@@ -779,6 +799,8 @@ int main(int argc, char **argv)
                 send_raw(msg, (size_t)n);
             } else if (strcmp(mode, "qnagle") == 0) {
                 qnagle(msg);
+            } else if (strcmp(mode, "fetchflood") == 0) {
+                fetch_flood(msg);
             } else if (strcmp(mode, "qnoqueue") == 0) {
                 /* A fair request for a queue that does not exist: answered. */
                 n = wire_qsub(msg, 7, 0, 1, "no-such-queue");

@@ -11,6 +11,7 @@ import hashlib
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -26,10 +27,10 @@ from shmbroker import MessageQueue, errors  # noqa: E402
 WAIT = T.WAIT
 
 
-def answers(host):
-    """Whether host's relay answers a status request (within a second)."""
+def answers(host, timeout=1):
+    """Whether host's relay answers a status request (within timeout s)."""
     s = socket.socket(socket.AF_UNIX)
-    s.settimeout(1)
+    s.settimeout(timeout)
     try:
         s.connect(host.relay_sock)
         s.sendall(b'{"op":"status"}\n')
@@ -127,6 +128,61 @@ def case_asks(a, key):
            "%s; %s; hostile: %d %s" % (rep, state, rc, out))
 
 
+def rss_kib(pid):
+    """A process's resident memory, KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def case_fetch_flood(a, key):
+    """A peer with the key that sends fetches as fast as A's relay reads them,
+    reading none of the answers. A's relay handles what each progress of UCX
+    brings before the next (it progressed until UCX had nothing, and under a
+    flood that is never: the messages, 5 KiB each decoded, piled up
+    unhandled, 5 GiB in 10 s), so its memory stays within what it was and
+    64 MiB (more under AddressSanitizer); and it lets its loop turn after
+    RELAY_DRAIN_MS of them, so its own socket is answered during the flood
+    (it was answered only once the flood ended)."""
+    pid = a.relay_pid()
+    before = rss_kib(pid)
+    peak = before
+    env = dict(os.environ, UCX_TLS="tcp", UCX_WARN_UNUSED_ENV_VARS="n", FLOOD_SECONDS="20")
+    p = subprocess.Popen(["ip", "netns", "exec", T.NS_B, T.HOSTILE, "%s:%d" % (T.IP_A, T.PORT),
+                          key, "fetchflood"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    start = time.monotonic()
+    heard = None
+    while p.poll() is None:
+        peak = max(peak, rss_kib(pid))
+        if peak - before > 1 << 20:
+            break  # far past the bound: no need to let it eat the machine
+        elapsed = time.monotonic() - start
+        if heard is None and elapsed > 2:
+            # 10 s given, of the 18 the flood goes on for.
+            heard = answers(a, timeout=10) and p.poll() is None
+        elif heard is not None and elapsed > 5:
+            break  # 5 s of flood, and a status request during it
+        time.sleep(0.1)
+    flooding = p.poll() is None
+    p.kill()
+    out, err = p.communicate()
+    grew = (peak - before) >> 10
+    # An AddressSanitizer build keeps what is freed in its quarantine (256 MiB
+    # by default) and rounds each block up: it levels off near 400 MiB more.
+    bound = 64 + (512 if "address" in T.BUILD else 0)
+    detail = "grew %d MiB (at most %d); hostile %s: %s %s" % (
+        grew, bound, "still flooding" if flooding else "ended %d" % p.returncode,
+        out.strip(), err.strip()[-300:])
+    report(grew < bound and answers(a) and a.relay.poll() is None,
+           "a keyed peer flooding A's relay with fetches it never reads the answers of "
+           "leaves its memory bounded", detail)
+    report(bool(heard) and flooding, "A's relay answers its socket while a keyed peer "
+           "floods it", "answered during the flood: %s; %s" % (heard, detail))
+
+
 def main():
     if os.geteuid() != 0:
         skip("needs root for ip netns; run make test as root")
@@ -147,6 +203,7 @@ def main():
         hosts.append(b)
         wait_for("the relays to connect both ways", lambda: a.connected() and b.connected())
         case_asks(a, key)
+        case_fetch_flood(a, key)
         case_daemon_killed(a, b)
     except (AssertionError, errors.ShmBrokerError) as e:
         report(False, "relay attacks setup or wait", repr(e))
