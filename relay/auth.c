@@ -28,8 +28,11 @@ int auth_load_key(struct relay *r, const char *path, struct shmb_error *err)
     ssize_t got;
     size_t len = 0;
 
-    /* O_NONBLOCK: a FIFO put there is refused below, not waited on forever. */
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    /* O_NONBLOCK: a FIFO put there is refused below, not waited on forever.
+     * Symbolic links are followed (Kubernetes mounts a Secret's files as
+     * links into a directory it swaps): what is checked below is the file
+     * opened, through its descriptor. */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         rc = -errno;
         return shmb_error_set(err, rc, "Cannot open the key file %s: %s. Make one with "

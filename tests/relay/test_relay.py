@@ -859,6 +859,37 @@ def run_cases(tmp, a, b, key):
     report(r.returncode != 0 and "chmod 600" in r.stderr, "a key file readable by others is refused",
            r.stderr.strip())
 
+    # A key file given through symbolic links, as Kubernetes mounts a
+    # Secret (key -> ..data/key, ..data -> a dated directory), is the file
+    # they lead to: a link to the loose key is refused for its mode, a link
+    # to a fair one is taken (the relay comes up on its socket).
+    k8s = os.path.join(tmp, "secret")
+    dated = os.path.join(k8s, "..2026_12_02")
+    os.makedirs(dated)
+    shutil.copy(key, os.path.join(dated, "key"))
+    os.chmod(os.path.join(dated, "key"), 0o400)
+    os.symlink("..2026_12_02", os.path.join(k8s, "..data"))
+    os.symlink("..data/key", os.path.join(k8s, "key"))
+    os.symlink(loose, os.path.join(k8s, "loose"))
+    r = subprocess.run([RELAY, "--key-file", os.path.join(k8s, "loose"), "--socket", a.sock,
+                        "--relay-socket", os.path.join(tmp, "x.relay")], stderr=subprocess.PIPE,
+                       text=True, timeout=WAIT)
+    report(r.returncode != 0 and "chmod 600" in r.stderr,
+           "a symbolic link to a key file others may read is refused", r.stderr.strip())
+    linked_sock = os.path.join(tmp, "linked.relay")
+    linked = subprocess.Popen([RELAY, "--key-file", os.path.join(k8s, "key"), "--socket", a.sock,
+                               "--relay-socket", linked_sock], stderr=subprocess.PIPE, text=True)
+    try:
+        up = wait_for("the relay with a linked key", lambda: os.path.exists(linked_sock)
+                      or linked.poll() is not None)
+    except AssertionError:
+        up = False
+    alive = linked.poll() is None and os.path.exists(linked_sock)
+    linked.terminate()
+    _, err = linked.communicate(timeout=WAIT)
+    report(up and alive and "key file" not in err,
+           "a key file reached through Kubernetes' symbolic links is taken", err.strip()[-300:])
+
     # A FIFO where the key should be is refused at once, not waited on.
     fifo = os.path.join(tmp, "fifo-key")
     os.mkfifo(fifo, 0o600)
