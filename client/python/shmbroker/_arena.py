@@ -126,6 +126,18 @@ class Arena:
         """The offset in the mapping of the count of commits on their way."""
         return self.offset - P.ALIGN + INFLIGHT_AT
 
+    def _lock(self, base, cas64):
+        """Take the arena's lock (T|IDLE -> T|BUSY): (the lock word's
+        address, its IDLE and BUSY words), or None when the arena was taken
+        back (it is dropped: nothing more goes into it)."""
+        lock = base + self.lock_at()
+        idle = (self.token & ~3) | IDLE
+        busy = (self.token & ~3) | BUSY
+        if cas64(lock, idle, busy) != idle:
+            self.size = 0
+            return None
+        return lock, idle, busy
+
     def write(self, base, cas64, hsize, part, size, view_of, write):
         """Copy part (size bytes, as _prepare gave it) to the cursor after a
         header of hsize bytes, holding the lock, and count the commit that
@@ -133,12 +145,10 @@ class Arena:
         view_of(offset, size): a writable view of the mapping. False when
         the arena was taken back (before, or under the copy): nothing of a
         later put goes into it then."""
-        lock = base + self.lock_at()
-        idle = (self.token & ~3) | IDLE
-        busy = (self.token & ~3) | BUSY
-        if cas64(lock, idle, busy) != idle:
-            self.size = 0
+        held = self._lock(base, cas64)
+        if held is None:
             return False
+        lock, idle, busy = held
         at = self.cursor + hsize
         try:
             write(view_of(at, size), part)
@@ -162,12 +172,10 @@ class Arena:
         folds it into a committed object); False when the arena was taken
         back before (nothing published: the caller lays the chunk out
         elsewhere). An arena taken back after is dropped."""
-        lock = base + self.lock_at()
-        idle = (self.token & ~3) | IDLE
-        busy = (self.token & ~3) | BUSY
-        if cas64(lock, idle, busy) != idle:
-            self.size = 0
+        held = self._lock(base, cas64)
+        if held is None:
             return False
+        lock, idle, busy = held
         at = self.cursor
         chunk = hsize + P.align64(size)
         gen = (self.gen + 1) & 0xFFFFFFFF or 1

@@ -178,7 +178,8 @@ class Puts:
                                   "sent; use put()." % why)
             return self._put_copy(key, part, total, readers, write, before_commit)
         arena = self._arena
-        hsize = P.align64(P.CHUNK_HEADER_SIZE + len(key.encode("utf-8", "surrogatepass")))
+        raw = key.encode("utf-8", "surrogatepass")
+        hsize = P.align64(P.CHUNK_HEADER_SIZE + len(raw))
         chunk = hsize + P.align64(total)
         if total == 0 or chunk > arena.limit(self.info):
             return self._put_copy(key, part, total, readers, write, before_commit)
@@ -212,7 +213,7 @@ class Puts:
                     if chunk > arena.size:
                         break
                 if publish and nowait:
-                    done = self._publish(key, hsize, part, total, readers, chunk, write,
+                    done = self._publish(key, raw, hsize, part, total, readers, chunk, write,
                                          before_commit, base, cas64)
                     if done is not None:
                         return done
@@ -235,9 +236,10 @@ class Puts:
         # arena to be had: alloc and commit.
         return self._put_copy(key, part, total, readers, write, before_commit)
 
-    def _publish(self, key, hsize, part, total, readers, chunk, write, before_commit, base,
+    def _publish(self, key, raw, hsize, part, total, readers, chunk, write, before_commit, base,
                  cas64):
-        """Publish the chunk at the arena's cursor (Arena.publish): (payload
+        """Publish the chunk of key (raw: its UTF-8) at the arena's cursor
+        (Arena.publish): (payload
         offset, chunk id), or None when the arena went before (nothing
         published; the caller lays it out again). Nothing is sent for it:
         the daemon folds it before it handles this client's next request
@@ -247,7 +249,6 @@ class Puts:
         holding the client's lock."""
         arena = self._arena
         at, chunk_id = arena.cursor, arena.chunk_id
-        raw = key.encode("utf-8", "surrogatepass")
         if before_commit is not None:
             # Told first: a writer killed after the publish leaves the
             # object; one killed before leaves nothing (the guard finds no
