@@ -377,7 +377,7 @@ run: check-deps
 
 test: check-test-deps
 	$(Q)$(MAKE) --no-print-directory $(BINS) $(UNIT_BINS) $(E2E_BINS) $(FRAMES_TOOL) $(READ_TOOL) $(BENCH_BIN) \
-	    $(RELAY_TEST_BINS) \
+	    $(QUEUE_BENCH_BIN) $(RELAY_TEST_BINS) \
 	    $(if $(SANITIZER),,$(FUZZ_BIN) $(FUZZ_ADOPT_BIN) $(TSAN_BIN) $(QUEUE_TSAN_BIN))
 	$(Q)SHMBROKERD=$(BUILD)/shmbrokerd SHMBROKERCTL=$(BUILD)/shmbrokerctl PYTHON=$(PYTHON) \
 	    SHMB_SANITIZER=$(SANITIZER) SHMB_SOAK=$(BUILD)/tests/soak FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
@@ -414,8 +414,9 @@ $(BENCH_BIN): $(call OBJ,tests/bench/bench.c) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALLLDFLAGS) -o $@ $^ $(PKGS_LIBS) -lm
 # The queues' benchmark: a queue against a busy-polling ring, ZeroMQ PUB/SUB
-# and a Unix-socket fan-out. Only 'make bench' builds it: ZeroMQ is a bench
-# package, not one the build or the tests need.
+# and a Unix-socket fan-out. 'make bench' and 'make test' build it (the tests
+# try its failures): ZeroMQ is a bench and test package, not one the build
+# needs.
 QUEUE_BENCH_BIN := $(BUILD)/shmb-queue-bench
 ZMQ_CFLAGS = $(shell pkg-config --cflags libzmq 2>/dev/null)
 ZMQ_LIBS   = $(shell pkg-config --libs libzmq 2>/dev/null)

@@ -10,9 +10,10 @@
 # systemd-socket-activate, for the systemd tests), python3-numpy,
 # python3-setuptools, python3-pip, python3-torch and
 # python3-prometheus-client (the Python tests), python3-venv and python3-yaml
-# (the packaging tests), python3-matplotlib (the charts' test); bench adds
-# redis-server, redis-tools, python3-redis, python3-numpy, libzmq3-dev (the
-# queue benchmark's ZeroMQ reference) and python3-matplotlib (the charts);
+# (the packaging tests), python3-matplotlib (the charts' test); test and
+# bench add libzmq3-dev (the queue benchmark's ZeroMQ reference, whose
+# failures test_bench_queue.py tries); bench adds redis-server, redis-tools,
+# python3-redis, python3-numpy and python3-matplotlib (the charts);
 # bench-vllm adds python3-torch, python3-zmq and python3-numpy (what vLLM's
 # shm_broadcast.py and shm_object_storage.py import) and python3-matplotlib;
 # deb adds Debian's packaging
@@ -62,6 +63,9 @@ if [ "$want" = test ] || [ "$want" = bench ]; then
     # ip netns (two hosts' namespaces joined by a veth pair).
     command -v ucx_perftest >/dev/null 2>&1 || need ucx-utils
     command -v ip >/dev/null 2>&1 || need iproute2
+    # tests/bench/queue_bench.c: ZeroMQ PUB/SUB, the queues' reference
+    # (tests/python/test_bench_queue.py runs it).
+    pkg-config --exists libzmq 2>/dev/null || need libzmq3-dev
 fi
 if [ "$want" = test ]; then
     command -v clang >/dev/null 2>&1 || need clang
@@ -101,8 +105,6 @@ if [ "$want" = bench ]; then
     command -v python3 >/dev/null 2>&1 || need python3
     have_deb python3-redis || need python3-redis
     have_deb python3-numpy || need python3-numpy
-    # tests/bench/queue_bench.c: ZeroMQ PUB/SUB, the queues' reference.
-    pkg-config --exists libzmq 2>/dev/null || need libzmq3-dev
     # scripts/bench_charts.py draws the run's charts.
     have_deb python3-matplotlib || need python3-matplotlib
 fi

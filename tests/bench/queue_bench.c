@@ -58,9 +58,14 @@
 #define ZMQ_HWM_MAX 1000
 #define ZMQ_QUEUED_BYTES (64u << 20)
 /* No run takes this long: a stuck reader or writer ends the run by SIGALRM,
- * and a message of a latency run unread for TURN_LIMIT_S fails it. */
+ * and a message of a latency run unread for TURN_LIMIT_S fails it. A reader
+ * that has not had the end message, or not exited, END_LIMIT_S after it was
+ * sent fails the run with its counts: a reader drains at most the queue's
+ * slots or ZeroMQ's and the kernel's buffers by then, which take well under a
+ * second even on an oversubscribed machine. */
 #define RUN_LIMIT_S 60u
 #define TURN_LIMIT_S 10u
+#define END_LIMIT_S 30u
 
 enum impl { I_SHMB, I_SPIN, I_ZMQ, I_UNIX };
 static const char *const impl_names[] = {"shmb", "spin", "zmq", "unix"};
@@ -79,6 +84,7 @@ struct options {
     double seconds;
     long period_us; /* latency: the pace; -1 automatic, 0 back-to-back */
     long spin_us;   /* shmb readers: shmb_queue_set_spin; 0 adaptive */
+    long pause_us;  /* readers pause this long after each counted message */
 };
 
 static struct options opt = {
@@ -106,6 +112,7 @@ struct reader_result {
     uint64_t got;           /* messages received (the end message aside) */
     uint64_t lost;          /* sequence numbers skipped */
     uint64_t last_ns;       /* when it received its last message */
+    _Atomic int ended;      /* it has the end message */
     double cpu_s;           /* idle: CPU seconds between ready and the end message */
     uint64_t nsamples;
     int failed;
@@ -115,9 +122,21 @@ struct reader_result {
 
 static struct reader_result *results;
 
-/* The readers, for the writer's failures to take down. */
+/* The readers, for the writer's failures to take down, and how each
+ * ended once reaped. */
 static pid_t pids[MAX_READERS];
 static int forked;
+static bool reaped[MAX_READERS];
+static int reaped_status[MAX_READERS];
+
+/* What the writer is doing, for the message of a run stopped by SIGALRM. */
+static const char *const phase_names[] = {
+    "starting the readers", "waiting for every reader to attach", "sending",
+    "closing the writer's side", "waiting for the readers to finish",
+};
+enum phase { P_START, P_ATTACH, P_SEND, P_CLOSE, P_REAP };
+static volatile sig_atomic_t phase;
+static char alarm_msg[160]; /* formatted before the alarm is armed */
 
 /* ---- small utilities ------------------------------------------------------ */
 
@@ -160,6 +179,51 @@ static double cpu_seconds(void)
     getrusage(RUSAGE_SELF, &ru);
     return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* SIGALRM: the run hangs. Say where the writer was (only async-signal-safe
+ * calls here), stop the readers and end with status 1, never silently. */
+static void on_alarm(int sig)
+{
+    const char *p = phase_names[phase];
+    int i;
+
+    (void)sig;
+    if (write(STDERR_FILENO, alarm_msg, strlen(alarm_msg)) < 0 ||
+        write(STDERR_FILENO, p, strlen(p)) < 0 ||
+        write(STDERR_FILENO, "; the readers were stopped\n", 27) < 0)
+        _exit(1);
+    for (i = 0; i < forked; i++)
+        kill(pids[i], SIGKILL);
+    _exit(1);
+}
+
+/* Whether reader i has exited; its status is kept for the report. */
+static bool reader_exited(int i)
+{
+    int st;
+
+    if (!reaped[i] && waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+        reaped[i] = true;
+        reaped_status[i] = st;
+    }
+    return reaped[i];
+}
+
+/* Why reader i failed, into buf: its own message, else how it ended. */
+static const char *reader_reason(int i, char *buf, size_t size)
+{
+    int st = reaped_status[i];
+
+    if (results[i].error[0] != '\0')
+        return results[i].error;
+    if (WIFSIGNALED(st))
+        snprintf(buf, size, "killed by signal %d (%s) after %llu messages", WTERMSIG(st),
+                 strsignal(WTERMSIG(st)), (unsigned long long)results[i].got);
+    else
+        snprintf(buf, size, "exited with status %d, no error of its own, after %llu messages",
+                 WEXITSTATUS(st), (unsigned long long)results[i].got);
+    return buf;
 }
 
 /* ---- the busy-poll ring: the queue's layout, no daemon, no futex ----------- */
@@ -249,6 +313,25 @@ static void spin_done(int seat)
 }
 
 /* ---- the transports, one switch each -------------------------------------- */
+
+/* What the ZeroMQ reference does to be measured fairly, as an application
+ * that needs every message would use it:
+ * - XPUB with XPUB_NODROP and SNDHWM = RCVHWM = zmq_hwm(): at the high-water
+ *   mark a send blocks until a reader makes room, as our queue's writer
+ *   waits for a free slot; a PUB would drop messages instead and be measured
+ *   sending what nobody received.
+ * - The slow joiner: the writer waits until every reader's subscription has
+ *   arrived (XPUB_VERBOSE) before the first message, so none is lost to a
+ *   subscription still on its way.
+ * - The first lap is untimed, as for every transport.
+ * - Readers read each message in place in its zmq_msg_t, with no copy.
+ * - The writer keeps its socket open until every reader has the end message.
+ *   libzmq 4.3 drops what a SUB has not yet taken from the kernel's socket
+ *   buffer when the publisher hangs up while the SUB's pipe is at its RCVHWM
+ *   (its engine, input stopped, takes the hang-up as an error): a reader
+ *   behind by more than its pipe lost the tail of the run and the end
+ *   message, and waited for it forever. Waiting is not measured: a run's time
+ *   ends when the last reader had the last counted message. */
 
 /* Each process's side of the transport. */
 static struct {
@@ -442,7 +525,8 @@ static void writer_close(void)
         shmb_close(tr.c);
         break;
     case I_ZMQ:
-        /* The default linger waits until the end message is delivered. */
+        /* Every reader has the end message (writer_wait_ended): nothing is
+         * left for the linger to deliver. */
         zmq_close(tr.zsock);
         zmq_ctx_term(tr.zctx);
         break;
@@ -618,6 +702,7 @@ static int reader_run(struct reader_result *r, int id, int gate, int ready)
         memcpy(&sent, p + 8, 8);
         if (seq == END_SEQ) {
             reader_done(id);
+            atomic_store_explicit(&r->ended, 1, memory_order_release);
             break;
         }
         if (len != opt.size || seq < expect || p[len - 1] != (unsigned char)seq)
@@ -640,6 +725,12 @@ static int reader_run(struct reader_result *r, int id, int gate, int ready)
         r->last_ns = t;
         reader_done(id);
         atomic_store_explicit(&r->acked, seq + 1, memory_order_release);
+        if (opt.pause_us > 0) {
+            struct timespec ts = {(time_t)(opt.pause_us / 1000000),
+                                  (opt.pause_us % 1000000) * 1000};
+
+            nanosleep(&ts, NULL);
+        }
     }
     r->cpu_s = cpu_seconds() - cpu0;
     reader_close();
@@ -740,7 +831,7 @@ static uint64_t writer_run(uint64_t *start)
 /* Print one table line and one JSON line for a finished run. */
 static void report(uint64_t sent, uint64_t start)
 {
-    uint64_t last = start, lost = 0, total = 0;
+    uint64_t last = start, lost = 0, total = 0, got_min = UINT64_MAX;
     double *all, secs, msgs_s, cpu = 0, cpu_max = 0;
     size_t k = 0;
     int i;
@@ -748,6 +839,8 @@ static void report(uint64_t sent, uint64_t start)
     for (i = 0; i < opt.readers; i++) {
         total += results[i].nsamples;
         lost += results[i].lost;
+        if (results[i].got < got_min)
+            got_min = results[i].got;
         if (results[i].last_ns > last)
             last = results[i].last_ns;
         cpu += results[i].cpu_s;
@@ -771,13 +864,14 @@ static void report(uint64_t sent, uint64_t start)
            run_names[opt.run], opt.size, opt.readers, msgs_s, quantile(all, k, 0.5),
            quantile(all, k, 0.99), quantile(all, k, 0.999), cpu, opt.label);
     printf("{\"mode\":\"queue\",\"impl\":\"%s\",\"run\":\"%s\",\"label\":\"%s\",\"size\":%zu,"
-           "\"readers\":%d,\"msgs\":%llu,\"lost\":%llu,\"seconds\":%.3f,\"msgs_per_s\":%.1f,"
+           "\"readers\":%d,\"msgs\":%llu,\"received_min\":%llu,\"lost\":%llu,\"seconds\":%.3f,\"msgs_per_s\":%.1f,"
            "\"gb_per_s\":%.4f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f,"
            "\"samples\":%zu,\"period_us\":%ld,\"cpu_s_per_reader\":%.4f,\"cpu_s_max\":%.4f,"
            "\"slots\":%llu,\"zmq_hwm\":%d,\"spin_us\":%ld,\"first_lap_msgs\":%llu,"
            "\"first_lap_msgs_per_s\":%.1f}\n",
            impl_names[opt.impl], run_names[opt.run], opt.label, opt.size, opt.readers,
-           (unsigned long long)sent, (unsigned long long)lost, secs, msgs_s,
+           (unsigned long long)sent, (unsigned long long)got_min, (unsigned long long)lost,
+           secs, msgs_s,
            msgs_s * (double)opt.size / 1e9, quantile(all, k, 0.5), quantile(all, k, 0.99),
            quantile(all, k, 0.999), k, opt.run == R_LATENCY ? opt.period_us : 0L, cpu,
            cpu_max, (unsigned long long)opt.slots, opt.impl == I_ZMQ ? zmq_hwm() : 0,
@@ -785,6 +879,72 @@ static void report(uint64_t sent, uint64_t start)
            first_lap_msgs_s);
     fflush(stdout);
     free(all);
+}
+
+/* ZeroMQ: wait until every reader has the end message, or has failed or
+ * exited (reaped below, with its reason), before the writer hangs up (see
+ * the ZeroMQ reference's comment above). */
+static void writer_wait_ended(uint64_t sent)
+{
+    uint64_t limit = now_ns() + (uint64_t)END_LIMIT_S * 1000000000u;
+    struct timespec ts = {0, 1000000};
+    int i;
+
+    for (i = 0; i < opt.readers; i++)
+        while (!atomic_load_explicit(&results[i].ended, memory_order_acquire) &&
+               !results[i].failed && !reader_exited(i)) {
+            if (now_ns() > limit)
+                die("reader %d has not had the end message %u s after it was sent: it "
+                    "received %llu of the %llu messages sent after the first lap (%llu "
+                    "skipped)",
+                    i, END_LIMIT_S, (unsigned long long)results[i].got,
+                    (unsigned long long)sent, (unsigned long long)results[i].lost);
+            nanosleep(&ts, NULL);
+        }
+}
+
+/* Reap every reader within END_LIMIT_S; stop those still running then. Says
+ * why each failed reader failed; returns whether any did. */
+static int reap_readers(uint64_t sent, bool stop)
+{
+    uint64_t limit = now_ns() + (uint64_t)END_LIMIT_S * 1000000000u;
+    struct timespec ts = {0, 1000000};
+    char why[160];
+    int i, st, failed = 0;
+
+    for (i = 0; i < opt.readers; i++) {
+        if (stop && !reader_exited(i))
+            kill(pids[i], SIGTERM);
+        while (!reader_exited(i) && now_ns() < limit)
+            nanosleep(&ts, NULL);
+        if (!reader_exited(i)) {
+            fprintf(stderr, "shmb-queue-bench: %s %s: reader %d has not exited %u s after "
+                    "the end message was sent: it received %llu of the %llu messages sent "
+                    "after the first lap (%llu skipped), end message %s; stopped\n",
+                    impl_names[opt.impl], run_names[opt.run], i, END_LIMIT_S,
+                    (unsigned long long)results[i].got, (unsigned long long)sent,
+                    (unsigned long long)results[i].lost,
+                    atomic_load(&results[i].ended) ? "received" : "not received");
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], &st, 0);
+            reaped[i] = true;
+            reaped_status[i] = st;
+            failed = 1;
+            continue;
+        }
+        st = reaped_status[i];
+        if (stop || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || results[i].failed) {
+            /* A reader stopped because another failed says nothing itself. */
+            if (stop && results[i].error[0] == '\0' && WIFSIGNALED(st) &&
+                WTERMSIG(st) == SIGTERM)
+                continue;
+            fprintf(stderr, "shmb-queue-bench: %s %s: reader %d failed: %s\n",
+                    impl_names[opt.impl], run_names[opt.run], i,
+                    reader_reason(i, why, sizeof(why)));
+            failed = 1;
+        }
+    }
+    return failed;
 }
 
 static int run(void)
@@ -800,7 +960,12 @@ static int run(void)
         perror("shmb-queue-bench: mmap/pipe");
         return 1;
     }
-    /* A run that hangs ends (SIGALRM), and its readers with it. */
+    /* A run that hangs ends (SIGALRM), and its readers with it, saying so. */
+    snprintf(alarm_msg, sizeof(alarm_msg),
+             "shmb-queue-bench: %s %s: still running after %u s (--seconds + %u), while ",
+             impl_names[opt.impl], run_names[opt.run], (unsigned)opt.seconds + RUN_LIMIT_S,
+             RUN_LIMIT_S);
+    signal(SIGALRM, on_alarm);
     alarm((unsigned)opt.seconds + RUN_LIMIT_S);
     setup_before_fork();
     if (opt.impl == I_UNIX && (tr.buf = malloc(opt.size)) == NULL)
@@ -827,6 +992,7 @@ static int run(void)
     if (opt.impl == I_UNIX)
         for (i = 0; i < opt.readers; i++)
             close(tr.rfds[i]);
+    phase = P_ATTACH;
     writer_open();
     close(gate[1]);
     /* Every reader says ready once attached; one that failed closes its
@@ -836,24 +1002,20 @@ static int run(void)
     close(ready[0]);
     if (i < opt.readers) {
         failed = 1;
+        fprintf(stderr, "shmb-queue-bench: %s %s: %d of %d readers attached\n",
+                impl_names[opt.impl], run_names[opt.run], i, opt.readers);
     } else {
         writer_wait_readers();
+        phase = P_SEND;
         sent = writer_run(&start);
+        phase = P_CLOSE;
+        if (opt.impl == I_ZMQ)
+            writer_wait_ended(sent);
         writer_close();
     }
-    for (i = 0; i < opt.readers; i++) {
-        int st;
-
-        if (failed)
-            kill(pids[i], SIGTERM);
-        waitpid(pids[i], &st, 0);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || results[i].failed) {
-            fprintf(stderr, "shmb-queue-bench: %s %s: reader %d failed: %s\n",
-                    impl_names[opt.impl], run_names[opt.run], i,
-                    results[i].error[0] ? results[i].error : "killed");
-            failed = 1;
-        }
-    }
+    phase = P_REAP;
+    if (reap_readers(sent, failed != 0))
+        failed = 1;
     if (opt.impl == I_ZMQ)
         unlink(tr.zpath + strlen("ipc://"));
     if (!failed)
@@ -888,6 +1050,8 @@ static void usage(FILE *out)
             "  --slots N         the queue's and the ring's slots, %u to %u (default %u)\n"
             "  --spin-us US      shmb: readers spin US microseconds before they sleep\n"
             "                    (shmb_queue_set_spin; default 0: adaptive, 1 to 50 us)\n"
+            "  --reader-pause-us US  readers pause US microseconds after each message\n"
+            "                    they count: readers slower than the writer (default 0)\n"
             "  --label TEXT      carried into the output\n\n"
             "Queues and the ring have slots of %u bytes: every size fits a slot.\n",
             RING_SLOT_SIZE, MAX_READERS, SHMB_QUEUE_SLOTS_MIN, SHMB_QUEUE_SLOTS_MAX, RING_SLOTS,
@@ -918,6 +1082,7 @@ int main(int argc, char **argv)
         {"period-us", required_argument, NULL, 'p'},
         {"slots", required_argument, NULL, 'k'},
         {"spin-us", required_argument, NULL, 'u'},
+        {"reader-pause-us", required_argument, NULL, 'P'},
         {"label", required_argument, NULL, 'l'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -948,6 +1113,7 @@ int main(int argc, char **argv)
         case 'p': opt.period_us = atol(optarg); break;
         case 'k': opt.slots = strtoull(optarg, NULL, 10); break;
         case 'u': opt.spin_us = atol(optarg); break;
+        case 'P': opt.pause_us = atol(optarg); break;
         case 'l': opt.label = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -956,10 +1122,12 @@ int main(int argc, char **argv)
     if (opt.readers < 1 || opt.readers > (int)MAX_READERS || opt.seconds <= 0 ||
         opt.seconds > 3600 || opt.size <= MSG_HEADER || opt.size > RING_SLOT_SIZE ||
         opt.period_us < -1 || opt.spin_us < 0 || opt.spin_us > 100000 ||
+        opt.pause_us < 0 || opt.pause_us > 1000000 ||
         opt.slots < SHMB_QUEUE_SLOTS_MIN ||
         opt.slots > SHMB_QUEUE_SLOTS_MAX) {
         fprintf(stderr, "shmb-queue-bench: --readers 1..%u, --seconds 0..3600, --size "
-                "%u..%u, --period-us >= 0, --spin-us 0..100000, --slots %u..%u\n", MAX_READERS,
+                "%u..%u, --period-us >= 0, --spin-us 0..100000, --reader-pause-us "
+                "0..1000000, --slots %u..%u\n", MAX_READERS,
                 MSG_HEADER + 1,
                 RING_SLOT_SIZE, SHMB_QUEUE_SLOTS_MIN, SHMB_QUEUE_SLOTS_MAX);
         return 2;
