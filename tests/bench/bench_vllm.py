@@ -21,7 +21,10 @@ Warm memory: each process touches every page of its mapping of the ring
 starts, and one untimed lap of the whole ring follows (a store's daemon
 meets each chunk header in its own mapping there, as it has in a store that
 has run a while); the lap before that, on cold pages, is reported on a line
-of its own ("first lap"), since a short-lived process does pay it.
+of its own ("first lap"), since a short-lived process does pay it. The 64 KiB
+cell is measured once more with the writer and the reader pinned to one CPU
+("64 KiB one CPU"): what a pair costs without the scheduler's choice of one
+CPU or two, which swings a lock-step's rate several times over here.
 
 Usage: SHMBROKERD=build/shmbrokerd VLLM_SRC=/path/to/vllm python3
 tests/bench/bench_vllm.py [--quick] [--rounds N] [--seconds S] [--only store|queue]
@@ -226,6 +229,8 @@ def payload(kind, size, i):
 # ---- the store: one writer, one reader, in lock-step -----------------------------------
 
 STORE_CELLS = [("bytes", 64 << 10), ("bytes", MIB), ("bytes", 16 * MIB), ("dict", MIB)]
+# The cell measured once more with the writer and the reader on one CPU.
+ONE_CPU_CELL = ("bytes", 64 << 10)
 
 
 def cell_name(kind, size):
@@ -311,6 +316,10 @@ def store_reader(side, handle, conn):
             conn.send((spent, n))
             spent, n = 0.0, 0
             continue
+        if type(msg) is tuple and msg[0] == "cpus":
+            os.sched_setaffinity(0, msg[1])
+            conn.send("pinned")
+            continue
         address, monotonic_id = msg
         t = clock()
         store.get(address, monotonic_id)
@@ -377,6 +386,26 @@ def store_writer(side, opts, out):
             # while has: the first lap is the line above.
             pairs(n=opts.ring // size + 1)
             res[name], res["put_us:" + name], res["get_us:" + name] = pairs(seconds=opts.secs)
+            if (kind, size) == ONE_CPU_CELL:
+                # Again with the writer and the reader on one CPU: left to
+                # the scheduler, a lock-step pair runs on one CPU in some
+                # rounds and on two in others (a wake-up across vCPUs costs
+                # tens of us here), which swings either side's rate several
+                # times over; on one CPU a pair costs what put and get cost.
+                cpus = os.sched_getaffinity(0)
+                one = {min(cpus)}
+                os.sched_setaffinity(0, one)
+                here.send(("cpus", one))
+                here.recv()
+                try:
+                    pairs(seconds=opts.secs / 5)  # untimed
+                    one_name = name + " one CPU"
+                    (res[one_name], res["put_us:" + one_name],
+                     res["get_us:" + one_name]) = pairs(seconds=opts.secs)
+                finally:
+                    os.sched_setaffinity(0, cpus)
+                    here.send(("cpus", cpus))
+                    here.recv()
         # What bounds the 1 MiB cells in this process: the copy into the ring
         # and the copy out of it, each side's own (ratios about 1).
         res["memcpy_us:1 MiB in"], res["memcpy_us:1 MiB out"] = memcpy_reference(opts.secs / 5)

@@ -124,6 +124,12 @@ class BenchVllmTest(unittest.TestCase):
         self.assertTrue(lines[at[0] + 1].startswith("store put_us:64 KiB"), r.stdout)
         self.assertTrue(lines[at[0] + 2].startswith("store get_us:64 KiB"), r.stdout)
         self.assertFalse(rows["store put_us:16 MiB"]["higher_is_better"])
+        # The 64 KiB cell once more with writer and reader on one CPU.
+        one = rows["store 64 KiB one CPU"]
+        self.assertTrue(one["higher_is_better"])
+        self.assertGreater(one["vllm"], 0)
+        self.assertGreater(one["ours"], 0)
+        self.assertGreater(rows["store put_us:64 KiB one CPU"]["ours"], 0)
 
     # --only store measures the store's cells and no queue.
     def test_only_store(self):
