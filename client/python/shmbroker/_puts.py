@@ -236,6 +236,32 @@ class Puts:
         # arena to be had: alloc and commit.
         return self._put_copy(key, part, total, readers, write, before_commit)
 
+    def _publish_held(self, key, part, total, readers, write):
+        """The publishing put_nowait of _put_arena in its usual case: the
+        arena held has room for the chunk, no refused put is waiting to be
+        reported, the arena's atomics are loaded. (payload offset, chunk
+        id), or None when that case does not hold or the arena went before
+        the publish: nothing was done, make the put through _put_arena. key
+        was checked (check_key) by the caller; nothing is told before the
+        publish (no before_commit)."""
+        arena = self._arena
+        seal = self._seal_base
+        if (seal is None or arena.size == 0 or self._lost_puts[0] or total <= 0
+                or type(readers) is not int or not 0 <= readers <= _READERS_MAX
+                or not self.arena_want):
+            return None
+        raw = key.encode("utf-8", "surrogatepass")
+        hsize = (P.CHUNK_HEADER_SIZE + len(raw) + P.ALIGN - 1) & ~(P.ALIGN - 1)
+        chunk = hsize + ((total + P.ALIGN - 1) & ~(P.ALIGN - 1))
+        if not arena.room(chunk):
+            return None
+        self._enter()
+        try:
+            return self._publish(key, raw, hsize, part, total, readers, chunk, write, None,
+                                 seal[1], seal[2])
+        finally:
+            self._busy.release()
+
     def _publish(self, key, raw, hsize, part, total, readers, chunk, write, before_commit, base,
                  cas64):
         """Publish the chunk of key (raw: its UTF-8) at the arena's cursor

@@ -264,21 +264,20 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
         # which the daemon reports with a later reply (see _put_through).
         if key in self.key_index and self._is_cached(key):
             raise KeyExists("EEXIST", "Key '%s' already exists in the storage." % key)
+        checked = None
         if not self._put_waits:
             # Another writer's object of the key, committed: from the
             # catalog (no round trip), else the daemon says. Under the
             # ring's lock: the writer's threads share one connection.
+            checked = check_key(key)
             with self.ring_buffer.lock:
-                listed = self._client._listed(check_key(key))
+                listed = self._client._listed(checked)
                 if listed is None:
                     listed = self._client.contains(key)
             if listed:
                 raise KeyExists("EEXIST", "Key '%s' already exists in the storage." % key)
         data, _nbytes, metadata, _md_bytes = self.ser_de.serialize(value)
-        pieces = [metadata] if metadata else []
-        pieces += data if isinstance(data, list) else [data]
-        pieces = [_frames.as_bytes(p) for p in pieces]
-        size = sum(p.nbytes for p in pieces)
+        pieces, size = _flat(data, metadata)
         # vLLM counts its 4-byte in-use flag in the object's size; so does the
         # check here (the payload has no flag: the daemon counts the reads).
         counted = _FLAG_BYTES + size
@@ -289,6 +288,14 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
                 raise ObjectTooLarge("E2BIG", "Serialized object size (%d bytes) exceeds max "
                                      "object size (%d bytes)" % (counted, limit))
             self._start_guard()
+            # The usual put: published in the arena held, with no guard to
+            # tell first (a private daemon's store has none).
+            where = None
+            if checked is not None and self._guard is None:
+                where = client._publish_held(checked, pieces, max(size, 1), self.n_readers,
+                                             _write_pieces)
+            if where is not None:
+                return self._put_made(client, key, where, True)
             told = []
 
             def before_commit(offset, chunk_id):
@@ -324,29 +331,35 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
                 if told:
                     self._tell_guard("F", key)
                 raise
-            offset, chunk_id = told[-1]
-            arena = client._arena
-            if arena.size and arena.chunk_id < chunk_id:
-                # This put went around the arena (an object too large for
-                # one) and has a newer chunk id: the next put into the arena
-                # would get a smaller monotonic id than this one. The next
-                # put asks for a new arena (the daemon takes this one back).
-                arena.drop()
-            old = self._chunk_keys.get((offset, chunk_id))
-            if old is not None and old != key:
-                self._forget(old)  # an id the daemon gave back and reused
-            prev = self._objects.get(key)
-            if prev is not None and self._chunk_keys.get(prev) == key:
-                del self._chunk_keys[prev]
-            self._objects[key] = (offset, chunk_id)
-            if nowait:
-                self._sent[key] = (client, client._replies)
-            self._chunk_keys[(offset, chunk_id)] = key
-            self._settle_base(offset, chunk_id, client)
-            address, monotonic_id = self._rel(offset, chunk_id, client)
-            self.key_index[key] = (address, monotonic_id)
-            self.id_index[monotonic_id] = key
-            self._prune()
+            return self._put_made(client, key, told[-1], nowait)
+
+    def _put_made(self, client, key, where, nowait):
+        """Record the writer's object of key put at where (offset, chunk
+        id), its commit sent without waiting (nowait) or answered, and
+        return its (address, monotonic_id). Called holding the ring's lock."""
+        offset, chunk_id = where
+        arena = client._arena
+        if arena.size and arena.chunk_id < chunk_id:
+            # This put went around the arena (an object too large for
+            # one) and has a newer chunk id: the next put into the arena
+            # would get a smaller monotonic id than this one. The next
+            # put asks for a new arena (the daemon takes this one back).
+            arena.drop()
+        old = self._chunk_keys.get((offset, chunk_id))
+        if old is not None and old != key:
+            self._forget(old)  # an id the daemon gave back and reused
+        prev = self._objects.get(key)
+        if prev is not None and self._chunk_keys.get(prev) == key:
+            del self._chunk_keys[prev]
+        self._objects[key] = (offset, chunk_id)
+        if nowait:
+            self._sent[key] = (client, client._replies)
+        self._chunk_keys[(offset, chunk_id)] = key
+        self._settle_base(offset, chunk_id, client)
+        address, monotonic_id = self._rel(offset, chunk_id, client)
+        self.key_index[key] = (address, monotonic_id)
+        self.id_index[monotonic_id] = key
+        self._prune()
         return address, monotonic_id
 
     def _put_through(self, client, key, pieces, size, before_commit):
@@ -713,6 +726,18 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
             serde_class=handle.serde_class,
             reader_lock=handle.reader_lock,
         )
+
+
+def _flat(data, metadata):
+    """A serde's (data, metadata) as flat byte views in the order they are
+    written, and their size."""
+    pieces = []
+    size = 0
+    for p in ([metadata] if metadata else []) + (data if isinstance(data, list) else [data]):
+        p = _frames.as_bytes(p)
+        pieces.append(p)
+        size += p.nbytes
+    return pieces, size
 
 
 def _write_pieces(view, pieces):
