@@ -276,6 +276,30 @@ class StorageTest(VllmTestCase):
         self.assertEqual(store.get(*store.put("k", "w")), "w")
 
     # A serde of vLLM's shape (metadata, then a list of buffers) round-trips.
+    # A put looks for evicted objects of the writer's only once the ring's
+    # start moved (every eviction moves it): puts that evict nothing look at
+    # no older object's header; the put after an eviction drops the evicted
+    # keys from key_index and id_index without asking the daemon.
+    def test_put_prunes_after_the_ring_start_moved(self):
+        store = self.make_store(n_readers=1)
+        reader = self.reader_of(store)
+        pruned = []
+        real = store._prune
+        store._prune = lambda: (pruned.append(1), real())[1]
+        pairs = [store.put("item_%d" % i, "x" * 1000) for i in range(8)]
+        self.assertLessEqual(len(pruned), 1, "puts that evicted nothing looked for evictions")
+        for pair in pairs:
+            reader.get(*pair)  # read: each may be evicted now
+        before = len(pruned)
+        i = 8
+        while "item_0" in store.key_index and i < 400:
+            reader.get(*store.put("item_%d" % i, "x" * 1000))
+            i += 1
+        self.assertNotIn("item_0", store.key_index)
+        self.assertNotIn(pairs[0][1], store.id_index)
+        self.assertGreater(len(pruned), before)
+        self.assertLess(len(pruned) - before, i - 8, "every put looked for evictions")
+
     def test_serde_of_vllm_shape(self):
         store = self.make_store(serde_class=vllm_helpers.PartsSerde)
         reader = self.reader_of(store)

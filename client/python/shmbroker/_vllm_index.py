@@ -23,6 +23,9 @@ from ._vllm_ring import _MAX_CHUNK_HEADER
 _BASE = struct.Struct("<QQQ")
 # The base after a clear(): none until the next put sets it (a nonce is never 0).
 _NO_BASE = (0, 0, 0)
+# The segment header's ring_start: where the ring's oldest chunk is.
+_RING_START = struct.Struct("=Q")
+_RING_START_AT = dict(P.SEGMENT_HEADER_FIELDS)["ring_start"]
 
 
 class StoreIndex:
@@ -288,6 +291,19 @@ class StoreIndex:
             del self.id_index[pair[1]]
         if entry is not None:
             self._tell_guard("F", key)
+
+    def _prune_reclaimed(self, client):
+        """_prune() after a put, when the daemon may have evicted anything
+        since the last: only after the ring's start moved. Evictions take
+        the oldest chunk, so every one moves the start, which the daemon
+        mirrors into the segment header (ring_start) right after; an
+        eviction caught between the two is pruned after the next put."""
+        start = _RING_START.unpack_from(client._mv, _RING_START_AT)[0]
+        seen = self._reclaim_seen
+        if seen is not None and seen[0] is client and seen[1] == start:
+            return
+        self._reclaim_seen = (client, start)
+        self._prune()
 
     def _prune(self):
         """Drop the objects the daemon evicted from key_index and id_index.

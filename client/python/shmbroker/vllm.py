@@ -224,6 +224,9 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
         self._base_seen = None
         # (data area's size, _id_shift() of it), computed once per size.
         self._shift = (None, 0)
+        # (client, the ring's start) when a put last pruned: see
+        # _prune_reclaimed.
+        self._reclaim_seen = None
 
     # ---- helpers -----------------------------------------------------------
 
@@ -359,7 +362,7 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
         address, monotonic_id = self._rel(offset, chunk_id, client)
         self.key_index[key] = (address, monotonic_id)
         self.id_index[monotonic_id] = key
-        self._prune()
+        self._prune_reclaimed(client)
         return address, monotonic_id
 
     def _put_through(self, client, key, pieces, size, before_commit):
