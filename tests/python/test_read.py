@@ -204,6 +204,44 @@ class TestReaderOverHandMadeSegment(unittest.TestCase):
         seg.set32(P.CATALOG_SEED_AT, seg.seed)
         self.assertEqual(read(cat, "absent")[0], C.MISS)
 
+    def test_absent_proves_a_miss_from_an_empty_home(self):
+        """absent() (a put's look for another writer's object of a new key)
+        is True only where read() proves a miss from the key's home entry:
+        an empty home entry, catalog_moves even and unchanged, nothing
+        unlisted, hello's table. Anything else is False: read() says."""
+        seg = FakeSegment(slots=64)
+        for i in range(20):
+            seg.put("k%d" % i, b"v")
+        cat = seg.catalog()
+        homes = {seg.home("k%d" % i)[0] for i in range(20)}
+        empty = next("n%d" % i for i in range(1000) if seg.home("n%d" % i)[0] not in homes
+                     and P.CATALOG_ENTRY.unpack_from(
+                         seg.buf, seg.coff + seg.home("n%d" % i)[0] * 32)[2] == 0)
+        taken = next("n%d" % i for i in range(1000) if seg.home("n%d" % i)[0] in homes)
+        self.assertTrue(cat.absent(empty.encode()))
+        self.assertFalse(cat.absent(taken.encode()))  # another key's entry at its home
+        self.assertEqual(read(cat, taken)[0], C.MISS)  # which read() probes past
+        for i in range(20):
+            self.assertFalse(cat.absent(("k%d" % i).encode()))
+        for i in range(300):
+            key = "q%d" % i
+            if cat.absent(key.encode()):
+                self.assertEqual(read(cat, key)[0], C.MISS, key)
+        self.assertFalse(cat.absent(b"x" * (P.KEY_MAX + 1)))
+        # Nothing proven while entries move, an object is unlisted, the
+        # table is another's, or the home entry is being written.
+        for at, bad, good in ((MOVES, 3, 4), (UNLISTED, 1, 0),
+                              (P.CATALOG_SEED_AT, seg.seed + 1, seg.seed)):
+            seg.set32(at, bad)
+            self.assertFalse(cat.absent(empty.encode()), at)
+            seg.set32(at, good)
+            self.assertTrue(cat.absent(empty.encode()), at)
+        home = seg.home(empty)[0]
+        seg.entry(home, 0, 0, 0, 0, seq=3)
+        self.assertFalse(cat.absent(empty.encode()))
+        seg.entry(home, 0, 0, 0, 0, seq=4)
+        self.assertTrue(cat.absent(empty.encode()))
+
     def test_deleted_or_reused_chunk_is_not_read(self):
         """Seal 0 (deleted), another generation (reused), another state,
         another key in the chunk, another magic or payload size: the entry

@@ -193,6 +193,38 @@ class Catalog:
                                        P.align64(P.CHUNK_HEADER_SIZE + len(raw)))
         return found
 
+    def absent(self, raw):
+        """Whether no committed object has the key raw (its UTF-8), proven
+        as read() proves a miss, from the key's home entry alone: True when
+        that entry is empty while catalog_moves was even and unchanged, no
+        object is unlisted and the table is hello's. False when it cannot
+        be proven so (the home entry holds an entry, anything moved):
+        read() says then. The hash is not cached: a put's look for another
+        writer's object of a new key is the only look at that key."""
+        if len(raw) > P.KEY_MAX:
+            return False
+        w32, fence = self.w32, self.fence
+        moves_at = P.CATALOG_MOVES_AT >> 2
+        m1 = w32[moves_at]
+        if fence is not None:
+            fence()
+        if m1 & 1:
+            return False
+        e = self.coff + (catalog_hash(self.seed, raw) & self.mask) * 32
+        s1 = w32[e >> 2]
+        if fence is not None:
+            fence()
+        if s1 & 1 or self.w64[(e >> 3) + 1] != 0:
+            return False
+        if fence is not None:
+            fence()
+        if w32[e >> 2] != s1 or w32[moves_at] != m1:
+            return False
+        unlisted = w32[P.CATALOG_UNLISTED_AT >> 2]
+        if fence is not None:
+            fence()
+        return unlisted == 0 and self.same_table()
+
     def read(self, found, out=None):
         """Read the key of lookup()'s found, as shmb_catalog_read does, with
         every check of proto/catalog.c in its order. Returns (what, value,

@@ -282,7 +282,10 @@ class Reads:
                 return None
             if self._deleting and (key in self._deleting or self._deleting is _EVERY_KEY):
                 return None
-            what = cat.read(cat.lookup(key, key.encode("utf-8", "surrogatepass")), _NOTHING)[0]
+            raw = key.encode("utf-8", "surrogatepass")
+            if cat.absent(raw):
+                return False
+            what = cat.read(cat.lookup(key, raw), _NOTHING)[0]
         finally:
             self._busy.release()
         if what == _catalog.NOBUFS:
