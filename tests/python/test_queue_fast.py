@@ -554,15 +554,15 @@ class PickledIntoSlotTest(DaemonTest):
         from shmbroker import _queue_messages
         calls = {"dumps": 0, "into": 0}
 
-        def dumps(obj, _real=_queue_messages.pickle_frames):
+        def dumps(obj, *args, _real=_queue_messages._dumps, **kwargs):
             calls["dumps"] += 1
-            return _real(obj)
+            return _real(obj, *args, **kwargs)
 
         def into(view, obj, _real=_queue_messages._pickle_into):
             calls["into"] += 1
             return _real(view, obj)
 
-        for name, fake in (("pickle_frames", dumps), ("_pickle_into", into)):
+        for name, fake in (("_dumps", dumps), ("_pickle_into", into)):
             patch = unittest.mock.patch.object(_queue_messages, name, fake)
             patch.start()
             self.addCleanup(patch.stop)

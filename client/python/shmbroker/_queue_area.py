@@ -8,6 +8,7 @@ the layout is _queue_layout's. It knows nothing of messages' encoding or
 of the daemon: MessageQueue (queue) opens the area and hands it the mapping.
 """
 
+import struct
 import threading
 
 from . import _futex
@@ -17,6 +18,9 @@ from ._queue_layout import (ALIGN, HEADER_PAGE, NAME_MAX, QUEUE_MAGIC, QUEUE_VER
 from ._queue_rhythm import _Rhythm
 from ._queue_wait import SPIN_START_NS, _POLL_WAITS, _Waiting, _usable_cpus, _wait_settings
 from .errors import ConnectionLost, InvalidRequest, ProtocolError, ShmBrokerError, Unsupported
+
+# A slot's seq and flags (the first two of SLOT's fields).
+_SEQ_FLAGS = struct.Struct("=QI")
 
 
 class _Area(_Waiting):
@@ -165,13 +169,21 @@ class _Area(_Waiting):
     def reserve(self, timeout, warn=True):
         """Wait until the next slot is free; returns (its payload, a writable
         memoryview of slot_size bytes, and the (flags, seq) it held)."""
+        at, flags, seq = self.reserve_at(timeout, warn)
+        return self._mv[at:at + self.slot_size], flags, seq
+
+    def reserve_at(self, timeout, warn=True):
+        """reserve() without making a view: (the offset of the slot's payload
+        in the mapping, and the flags and seq it held). A small message is
+        written there in place (_queue_messages)."""
         if self.head is None:
             self.head = self.published()
-        self._wait(True, timeout, warn=warn)
+        if not self._writer_ready():
+            self._wait(True, timeout, warn=warn)
         self._reserved = True
-        off = self._slot_at(self.head)
-        seq, flags = SLOT.unpack_from(self._mv, off)[:2]
-        return self._mv[off + SLOT_HEADER:off + SLOT_HEADER + self.slot_size], flags, seq
+        off = self.slots_offset + self.head % self.slots * self.stride
+        seq, flags = _SEQ_FLAGS.unpack_from(self._mv, off)
+        return off + SLOT_HEADER, flags, seq
 
     def forget_slot(self):
         """Mark the reserved slot as holding nothing (flags 0): what it held
@@ -191,7 +203,8 @@ class _Area(_Waiting):
             raise ProtocolError("EMSGSIZE", "A message of %d bytes does not fit this queue's "
                                 "slots of %d bytes." % (length, self.slot_size))
         n = self.head
-        SLOT.pack_into(self._mv, self._slot_at(n), n, flags, length, aux, 0)
+        SLOT.pack_into(self._mv, self.slots_offset + n % self.slots * self.stride, n, flags,
+                       length, aux, 0)
         self._reserved = False
         self.head = n + 1
         # head is the store that publishes the slot (with release order:
@@ -210,17 +223,29 @@ class _Area(_Waiting):
     def dequeue(self, timeout, cancel=None, warn=False):
         """The next message at this seat, in place: (flags, payload view,
         aux), valid until done() or the next dequeue."""
-        self.done()
-        self._wait(False, timeout, cancel, warn)
+        flags, at, length, aux = self.take(timeout, cancel, warn)
+        return flags, self._mv[at:at + length], aux
+
+    def take(self, timeout, cancel=None, warn=False):
+        """dequeue() without making a view: (flags, the offset of the
+        payload in the mapping, its length, aux), valid until done() or the
+        next take. A small message is read there in place (_queue_messages)."""
+        if self._held is not None:
+            self.done()
+        if self._reader_ready():
+            self._ready_at_once()
+        else:
+            self._wait(False, timeout, cancel, warn)
         self.seen()
         n = self._q64[self._i_next]
-        off = self._slot_at(n)
+        off = self.slots_offset + n % self.slots * self.stride
         seq, flags, length, aux, _ = SLOT.unpack_from(self._mv, off)
-        if seq != n or length > self.slot_size or flags not in (SLOT_INLINE, SLOT_OBJECT):
+        if seq != n or length > self.slot_size or (flags != SLOT_INLINE
+                                                   and flags != SLOT_OBJECT):
             raise _corrupt("slot %d holds message %d (flags %d, %d bytes) where message %d "
                            "was published" % (n % self.slots, seq, flags, length, n))
         self._held = n
-        return flags, self._mv[off + SLOT_HEADER:off + SLOT_HEADER + length], aux
+        return flags, off + SLOT_HEADER, length, aux
 
     def keep(self):
         """Give the message held back without reading it: the seat stays

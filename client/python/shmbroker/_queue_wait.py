@@ -255,15 +255,8 @@ class _Waiting:
         unless told the wait is indefinite."""
         ready = self._writer_ready if writer else self._reader_ready
         if ready():
-            # Behind the writer, back to back: more than this message is
-            # published already (one alone is also a paced reader's that
-            # woke late), and messages have been coming within the spin
-            # bound of each other on average (a paced reader that fell
-            # behind, on a machine whose other work holds the CPUs, would
-            # only yield its CPU to that work and fall further behind).
-            if (not writer and not self._polls_off and self._ahead >= _POLL_AHEAD
-                    and 0 < self._gap <= self.spin_max_ns):
-                self._poll_left = self._poll_waits
+            if not writer:
+                self._ready_at_once()
             return
         if timeout is not None and not timeout < _TIMEOUT_FOREVER_S:
             timeout = None  # infinity, or NaN, which no elapsed time exceeds (vLLM's test)
@@ -373,6 +366,18 @@ class _Waiting:
             if warn_every and now >= warn_at:
                 self._log_long_wait(writer, (now - start) // 1000000000)
                 warn_at += warn_every
+
+    def _ready_at_once(self):
+        """A reader's wait found its message there at its first look. Behind
+        the writer, back to back: more than this message is published
+        already (one alone is also a paced reader's that woke late), and
+        messages have been coming within the spin bound of each other on
+        average (a paced reader that fell behind, on a machine whose other
+        work holds the CPUs, would only yield its CPU to that work and fall
+        further behind): its next waits poll."""
+        if (not self._polls_off and self._ahead >= _POLL_AHEAD
+                and 0 < self._gap <= self.spin_max_ns):
+            self._poll_left = self._poll_waits
 
     def _spin(self, ready, start, limit, deadline, writer, cancel):
         """Look until ready() (True) or limit ns from start have passed, or
