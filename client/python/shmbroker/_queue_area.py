@@ -16,7 +16,8 @@ from ._queue_layout import (ALIGN, HEADER_PAGE, NAME_MAX, QUEUE_MAGIC, QUEUE_VER
                             SEAT_OFFSETS, SEAT_SIZE, SLOT, SLOT_HEADER, SLOT_INLINE, SLOT_OBJECT,
                             _GEOMETRY, _H, _corrupt, _round_up, _slots_offset_for, queue_size)
 from ._queue_rhythm import _Rhythm
-from ._queue_wait import SPIN_START_NS, _POLL_WAITS, _Waiting, _usable_cpus, _wait_settings
+from ._queue_wait import (SPIN_START_NS, _POLL_AHEAD, _POLL_WAITS, _Waiting, _usable_cpus,
+                          _wait_settings)
 from .errors import ConnectionLost, InvalidRequest, ProtocolError, ShmBrokerError, Unsupported
 
 # A slot's seq and flags (the first two of SLOT's fields).
@@ -232,10 +233,11 @@ class _Area(_Waiting):
         next take. A small message is read there in place (_queue_messages)."""
         if self._held is not None:
             self.done()
-        if self._reader_ready():
-            self._ready_at_once()
-        else:
+        if not self._reader_ready():
             self._wait(False, timeout, cancel, warn)
+        elif (not self._polls_off and self._ahead >= _POLL_AHEAD
+              and 0 < self._gap <= self.spin_max_ns):
+            self._poll_left = self._poll_waits  # as _wait's _ready_at_once
         self.seen()
         n = self._q64[self._i_next]
         off = self.slots_offset + n % self.slots * self.stride

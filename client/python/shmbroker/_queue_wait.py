@@ -539,15 +539,6 @@ class _Waiting:
         self._fit_looks -= 1
         return self._fit
 
-    def _naps_possible(self):
-        """Whether this reader's waits may nap through a rhythm now (what
-        _reader_plan asks before it plans one): only then is the rhythm
-        worth learning, a few microseconds per message that a reader which
-        cannot nap (naps off, no spin budget, a fixed spin, or more members
-        than CPUs) spends for nothing."""
-        return (self.naps_on is not False and self.adaptive and self.spin_max_ns
-                and not self.spin_ns and self._naps_allowed())
-
     def _nap(self, until, cancel):
         """Sleep on head_word until the writer publishes (True, the message
         ready) or until (monotonic ns; False), with the thread's timer slack
@@ -569,7 +560,13 @@ class _Waiting:
         """A message is there for this reader now: learn the gap between
         messages (and its spread), and the rhythm they come in."""
         now = _now()
-        if self._naps_possible():
+        # The rhythm is learnt only where this reader's waits may nap
+        # through one now (what _reader_plan asks before it plans a nap): a
+        # few microseconds per message that a reader which cannot nap (naps
+        # off, no spin budget, a fixed spin, or more members than CPUs)
+        # would spend for nothing.
+        if (self.naps_on is not False and self.adaptive and self.spin_max_ns
+                and not self.spin_ns and self._naps_allowed()):
             self._rhythm.arrived(now, self._empty_at)
         elif self._rhythm.anchor:
             self._rhythm.pause()
