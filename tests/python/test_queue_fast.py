@@ -13,6 +13,7 @@ daemon; the message tests a real daemon with writer and reader in this
 process. No test asserts a duration.
 """
 
+import itertools
 import multiprocessing
 import os
 import pickle
@@ -410,9 +411,13 @@ class BufferMessageTest(DaemonTest):
                      ("magic", 64, 0, "Q"),
                      ("frames count", 72, 0xFFFFFFFF, "I"),
                      ("frame length", 80, (1 << 63), "Q")]
-        for name, off, value, fmt in scribbles:
+        # A buffer out of band (two frames), and a small pickle (one frame,
+        # written and read in place).
+        for (name, off, value, fmt), msg in itertools.product(
+                scribbles, (bytes(5000), ("small", 1, bytes(64)))):
             n = area.published()
-            mq.enqueue(bytes(5000))
+            mq.enqueue(msg)
+            self.assertEqual(len(self.slot_frames(mq, n)), 2 if type(msg) is bytes else 1)
             at = area._slot_at(n) + off
             area._mv[at:at + (8 if fmt == "Q" else 4)] = value.to_bytes(
                 8 if fmt == "Q" else 4, "little")
@@ -535,6 +540,44 @@ class TwoFrameFastPathTest(unittest.TestCase):
             self.assertEqual([g.tobytes() for g in Q._read_message(scribbled)], want)
         self.assertRaises(shmbroker.ProtocolError, Q._read_message,
                           memoryview(bad)[:len(bad) - 1])
+
+
+class OneFrameInPlaceTest(unittest.TestCase):
+    """A small pickled message, one frame, is written into its slot and read
+    from it in place, byte for byte as frames.py's general code has it."""
+
+    # The writer's 64 bytes before the frame are frames.write's header and
+    # zeros; the reader's in-place decoding, at any offset of the mapping,
+    # gives what pickle gives, without frames.parse; a header that does not
+    # describe exactly one frame of the payload's length goes to
+    # frames.parse, which refuses it.
+    def test_one_frame_as_the_general_layout(self):
+        from shmbroker import _queue_codec as C
+        msgs = [None, 0, "x" * 100, (0, 1, 0, bytes(64)), (0, 1, 0, bytes(4096)),
+                {"a": [1, 2.5]}, ""]
+        for msg in msgs:
+            stream = pickle.dumps(msg, protocol=5)
+            total = C._ONE_FRAME_AT + len(stream)
+            slow = bytearray(b"\xee" * total)
+            frames.write(memoryview(slow), [memoryview(stream)])
+            fast = bytearray(b"\xee" * total)
+            C._ONE_FRAME_HEADER.pack_into(fast, 0, frames.MAGIC, 1, 0, len(stream))
+            fast[C._ONE_FRAME_AT:] = stream
+            self.assertEqual(fast, slow, msg)
+            mapping = memoryview(bytearray(b"\xee" * 64) + fast + b"\xee" * 64)
+            with unittest.mock.patch.object(frames, "parse", side_effect=AssertionError):
+                self.assertEqual(C._decode_at(mapping, 64, total), msg)
+        stream = pickle.dumps(msgs[3], protocol=5)
+        n, total = len(stream), C._ONE_FRAME_AT + len(stream)
+        good = bytearray(total)
+        frames.write(memoryview(good), [memoryview(stream)])
+        for at, value, size in ((0, 0, 8), (8, 0xFFFFFFFF, 4), (12, 1, 4), (16, n + 1, 8),
+                                (16, n - 1, 8), (16, 1 << 63, 8)):
+            scribbled = bytearray(good)
+            scribbled[at:at + size] = value.to_bytes(size, "little")
+            with self.assertRaises(shmbroker.ProtocolError, msg=(at, value)):
+                C._decode_at(memoryview(scribbled), 0, total)
+        self.assertRaises(shmbroker.ProtocolError, C._decode_at, memoryview(good), 0, total - 1)
 
 
 @unittest.skipUnless(_futex.supported, _futex.why_unsupported or "")
