@@ -12,8 +12,8 @@ import contextlib
 
 from . import client as _client
 from ._queue_codec import (DIRECT_MAX_FRAMES, DIRECT_MIN, _FRAMES_MAGIC, _ONE_FRAME_AT,
-                           _ONE_FRAME_HEADER, _buffer_frames, _decode, _decode_at, _dumps,
-                           _frames_of, _message_size, _pickle_into, _read_message,
+                           _ONE_FRAME_HEADER, _PICKLED, _buffer_frames, _decode, _decode_at,
+                           _dumps, _frames_of, _message_size, _pickle_into, _read_message,
                            _write_message)
 from ._queue_layout import SLOT_INLINE, SLOT_OBJECT, _corrupt
 from .errors import ConnectionLost, InvalidRequest, KeyExists, NotFound, ShmBrokerError
@@ -68,7 +68,9 @@ class _Messages:
         area = self._area
         if area is None:
             raise ConnectionLost("ENOTCONN", "This MessageQueue is closed.")
-        bufs = _buffer_frames(obj)
+        # Most messages are of a type that is never a buffer: no call to
+        # look further.
+        bufs = None if type(obj) in _PICKLED else _buffer_frames(obj)
         if bufs is None and not self._direct:
             oob = []
             stream = _dumps(obj, 5, buffer_callback=oob.append)
