@@ -430,6 +430,34 @@ class BufferMessageTest(DaemonTest):
         mq.enqueue(b"after")
         self.assertEqual(reader.dequeue(timeout=WAIT), b"after")
 
+    # A small pickle goes into its slot in place when its frame fits the
+    # slot (to the last byte), else as an overflow object, and a stream of
+    # DIRECT_MIN or more by the general path; each arrives intact and in
+    # order, whatever the slot's size.
+    def test_small_pickles_at_the_slot_edge(self):
+        from shmbroker import _queue_codec as C
+        for slot in (64, 256, self.SLOT):
+            mq = MessageQueue(1, socket_path=self.d.socket_path, max_chunk_bytes=slot,
+                              max_chunks=2)
+            self.addCleanup(mq.close)
+            reader = MessageQueue.create_from_handle(mq.export_handle(), 0)
+            self.addCleanup(reader.close)
+            reader.wait_until_ready(WAIT)
+            mq.wait_until_ready(WAIT)
+            base = len(pickle.dumps(("", 0), protocol=5))
+            for room in (slot - C._ONE_FRAME_AT - 1, slot - C._ONE_FRAME_AT,
+                         slot - C._ONE_FRAME_AT + 1, C.DIRECT_MIN - 1, C.DIRECT_MIN):
+                fill = max(0, room - base)
+                for i in range(3):  # around the ring, over the objects before
+                    msg = ("x" * fill, i)
+                    n = mq._area.published()
+                    mq.enqueue(msg)
+                    flags = Q.SLOT.unpack_from(mq._area._mv, mq._area._slot_at(n))[1]
+                    fits = C._ONE_FRAME_AT + len(pickle.dumps(msg, protocol=5)) <= slot
+                    self.assertEqual(flags, Q.SLOT_INLINE if fits else Q.SLOT_OBJECT,
+                                     (slot, room))
+                    self.assertEqual(reader.dequeue(timeout=WAIT), msg, (slot, room))
+
     # A rebuild whose format, dtype or shape does not fit its bytes (a
     # scribbled stream) is a clear error, not a crash or a TypeError.
     def test_rebuild_that_does_not_fit_is_a_clear_error(self):
