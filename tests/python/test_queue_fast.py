@@ -13,6 +13,7 @@ daemon; the message tests a real daemon with writer and reader in this
 process. No test asserts a duration.
 """
 
+import itertools
 import multiprocessing
 import os
 import pickle
@@ -410,9 +411,13 @@ class BufferMessageTest(DaemonTest):
                      ("magic", 64, 0, "Q"),
                      ("frames count", 72, 0xFFFFFFFF, "I"),
                      ("frame length", 80, (1 << 63), "Q")]
-        for name, off, value, fmt in scribbles:
+        # A buffer out of band (two frames), and a small pickle (one frame,
+        # written and read in place).
+        for (name, off, value, fmt), msg in itertools.product(
+                scribbles, (bytes(5000), ("small", 1, bytes(64)))):
             n = area.published()
-            mq.enqueue(bytes(5000))
+            mq.enqueue(msg)
+            self.assertEqual(len(self.slot_frames(mq, n)), 2 if type(msg) is bytes else 1)
             at = area._slot_at(n) + off
             area._mv[at:at + (8 if fmt == "Q" else 4)] = value.to_bytes(
                 8 if fmt == "Q" else 4, "little")
@@ -424,6 +429,34 @@ class BufferMessageTest(DaemonTest):
             reader._area._q64[reader._area._i_next] = n + 1
         mq.enqueue(b"after")
         self.assertEqual(reader.dequeue(timeout=WAIT), b"after")
+
+    # A small pickle goes into its slot in place when its frame fits the
+    # slot (to the last byte), else as an overflow object, and a stream of
+    # DIRECT_MIN or more by the general path; each arrives intact and in
+    # order, whatever the slot's size.
+    def test_small_pickles_at_the_slot_edge(self):
+        from shmbroker import _queue_codec as C
+        for slot in (64, 256, self.SLOT):
+            mq = MessageQueue(1, socket_path=self.d.socket_path, max_chunk_bytes=slot,
+                              max_chunks=2)
+            self.addCleanup(mq.close)
+            reader = MessageQueue.create_from_handle(mq.export_handle(), 0)
+            self.addCleanup(reader.close)
+            reader.wait_until_ready(WAIT)
+            mq.wait_until_ready(WAIT)
+            base = len(pickle.dumps(("", 0), protocol=5))
+            for room in (slot - C._ONE_FRAME_AT - 1, slot - C._ONE_FRAME_AT,
+                         slot - C._ONE_FRAME_AT + 1, C.DIRECT_MIN - 1, C.DIRECT_MIN):
+                fill = max(0, room - base)
+                for i in range(3):  # around the ring, over the objects before
+                    msg = ("x" * fill, i)
+                    n = mq._area.published()
+                    mq.enqueue(msg)
+                    flags = Q.SLOT.unpack_from(mq._area._mv, mq._area._slot_at(n))[1]
+                    fits = C._ONE_FRAME_AT + len(pickle.dumps(msg, protocol=5)) <= slot
+                    self.assertEqual(flags, Q.SLOT_INLINE if fits else Q.SLOT_OBJECT,
+                                     (slot, room))
+                    self.assertEqual(reader.dequeue(timeout=WAIT), msg, (slot, room))
 
     # A rebuild whose format, dtype or shape does not fit its bytes (a
     # scribbled stream) is a clear error, not a crash or a TypeError.
@@ -537,6 +570,44 @@ class TwoFrameFastPathTest(unittest.TestCase):
                           memoryview(bad)[:len(bad) - 1])
 
 
+class OneFrameInPlaceTest(unittest.TestCase):
+    """A small pickled message, one frame, is written into its slot and read
+    from it in place, byte for byte as frames.py's general code has it."""
+
+    # The writer's 64 bytes before the frame are frames.write's header and
+    # zeros; the reader's in-place decoding, at any offset of the mapping,
+    # gives what pickle gives, without frames.parse; a header that does not
+    # describe exactly one frame of the payload's length goes to
+    # frames.parse, which refuses it.
+    def test_one_frame_as_the_general_layout(self):
+        from shmbroker import _queue_codec as C
+        msgs = [None, 0, "x" * 100, (0, 1, 0, bytes(64)), (0, 1, 0, bytes(4096)),
+                {"a": [1, 2.5]}, ""]
+        for msg in msgs:
+            stream = pickle.dumps(msg, protocol=5)
+            total = C._ONE_FRAME_AT + len(stream)
+            slow = bytearray(b"\xee" * total)
+            frames.write(memoryview(slow), [memoryview(stream)])
+            fast = bytearray(b"\xee" * total)
+            C._ONE_FRAME_HEADER.pack_into(fast, 0, frames.MAGIC, 1, 0, len(stream))
+            fast[C._ONE_FRAME_AT:] = stream
+            self.assertEqual(fast, slow, msg)
+            mapping = memoryview(bytearray(b"\xee" * 64) + fast + b"\xee" * 64)
+            with unittest.mock.patch.object(frames, "parse", side_effect=AssertionError):
+                self.assertEqual(C._decode_at(mapping, 64, total), msg)
+        stream = pickle.dumps(msgs[3], protocol=5)
+        n, total = len(stream), C._ONE_FRAME_AT + len(stream)
+        good = bytearray(total)
+        frames.write(memoryview(good), [memoryview(stream)])
+        for at, value, size in ((0, 0, 8), (8, 0xFFFFFFFF, 4), (12, 1, 4), (16, n + 1, 8),
+                                (16, n - 1, 8), (16, 1 << 63, 8)):
+            scribbled = bytearray(good)
+            scribbled[at:at + size] = value.to_bytes(size, "little")
+            with self.assertRaises(shmbroker.ProtocolError, msg=(at, value)):
+                C._decode_at(memoryview(scribbled), 0, total)
+        self.assertRaises(shmbroker.ProtocolError, C._decode_at, memoryview(good), 0, total - 1)
+
+
 @unittest.skipUnless(_futex.supported, _futex.why_unsupported or "")
 class PickledIntoSlotTest(DaemonTest):
     """A writer whose last pickled message was large (DIRECT_MIN or more,
@@ -554,15 +625,15 @@ class PickledIntoSlotTest(DaemonTest):
         from shmbroker import _queue_messages
         calls = {"dumps": 0, "into": 0}
 
-        def dumps(obj, _real=_queue_messages.pickle_frames):
+        def dumps(obj, *args, _real=_queue_messages._dumps, **kwargs):
             calls["dumps"] += 1
-            return _real(obj)
+            return _real(obj, *args, **kwargs)
 
         def into(view, obj, _real=_queue_messages._pickle_into):
             calls["into"] += 1
             return _real(view, obj)
 
-        for name, fake in (("pickle_frames", dumps), ("_pickle_into", into)):
+        for name, fake in (("_dumps", dumps), ("_pickle_into", into)):
             patch = unittest.mock.patch.object(_queue_messages, name, fake)
             patch.start()
             self.addCleanup(patch.stop)

@@ -354,6 +354,32 @@ class RhythmWaitTest(unittest.TestCase):
         self.assertLessEqual(self.host.waits[-1], start + 60 * US)
         self.read([GAP])
 
+    # A reader whose waits may not nap (SHMBROKER_QUEUE_WAIT=sleep, or by
+    # default while the writer and its readers do not each have a CPU)
+    # does not learn the rhythm, which would cost it microseconds per
+    # message for nothing; once it may nap, it learns the rhythm afresh
+    # (no gap across the messages it was not learning) and naps through it.
+    def test_rhythm_learnt_only_where_naps_may_be(self):
+        reader = self.reader
+        self.read([GAP] * (R.RHYTHM_GAPS + 4))
+        self.assertTrue(reader._rhythm.steady())
+        reader.naps_on = False
+        self.read([GAP] * (R.RHYTHM_GAPS + 4))
+        self.assertEqual(reader._rhythm.gaps, [])
+        self.assertFalse(reader._rhythm.steady())
+        naps = reader.naps
+        reader.naps_on, reader._cpus, reader._fit_looks = None, 1, 0  # 2 members, 1 CPU
+        self.read([GAP] * (R.RHYTHM_GAPS + 4))
+        self.assertEqual(reader._rhythm.gaps, [])
+        self.assertEqual(reader.naps, naps)
+        reader._cpus, reader._fit_looks = 2, 0
+        naps = reader.naps
+        self.read([GAP] * 2)
+        self.assertEqual(reader._rhythm.gaps, [GAP])
+        self.read([GAP] * (R.RHYTHM_GAPS + 8))
+        self.assertTrue(reader._rhythm.steady())
+        self.assertGreater(reader.naps, naps)
+
     # Without a spin budget (SHMBROKER_QUEUE_SPIN_MAX_US=0) the reader
     # never naps: each wait sleeps on the futex until woken.
     def test_no_nap_without_a_budget(self):

@@ -176,7 +176,8 @@ class AreaTest(unittest.TestCase):
                             words[1], ops["fetch_add32"](at, 0xFFFFFFFF), words[0]))
         self.assertEqual(results[0], results[1])
         self.assertEqual(results[1], (5, 8, 8, 7, 11, 11, 11, 9, 8))
-        for name, fn in lib.items():
+        # As where no code page is allowed: bind() goes through them too.
+        for name, fn in list(lib.items()) + [("code_pages", False)]:
             patch = unittest.mock.patch.object(_futex, name, fn)
             patch.start()
             self.addCleanup(patch.stop)
@@ -190,6 +191,49 @@ class AreaTest(unittest.TestCase):
             writer.publish(Q.SLOT_INLINE, 1)
             self.assertEqual(bytes(reader.dequeue(0)[1]), bytes([i]))
         reader.done()
+
+    # bind(): the atomic operations of every message, on words fixed once
+    # the area is mapped, in machine code of their own that takes their
+    # addresses from the code (x86-64, where code pages are allowed), else
+    # through the generic functions: either way what fetch_add32 and cas64
+    # give, wrapping at 32 and 64 bits, and the area uses them.
+    def test_bound_atomics(self):
+        import ctypes
+        words = (ctypes.c_uint64 * 2)()
+        at = ctypes.addressof(words)
+        results = []
+        for code in (True, False):
+            with unittest.mock.patch.object(_futex, "code_pages", code and _futex.code_pages):
+                ops = _futex.bind(at, 3, at + 8)
+            self.assertEqual(ops.machine_code,
+                             code and _futex.code_pages and _futex.machine == "x86_64")
+            words[0], words[1] = 5, 7
+            got = [ops.add32(), words[0], ops.cas_next64(7), words[1], ops.cas_next64(7),
+                   words[1], ops.cas_next64(8), words[1]]
+            words[0], words[1] = (1 << 32) - 2, (1 << 64) - 1
+            got += [ops.add32(), words[0], ops.cas_next64((1 << 64) - 1), words[1]]
+            results.append(got)
+            self.assertIsNone(_futex.bind(at, 1).cas_next64)
+            self.assertIsNone(_futex.bind(cas_addr=at).add32)
+        self.assertEqual(results[0], results[1])
+        self.assertEqual(results[0], [5, 8, 7, 8, 8, 8, 8, 9, (1 << 32) - 2, 1,
+                                      (1 << 64) - 1, 0])
+        fd, size, writer = self.area(1, 4, 64)
+        reader = attach(fd, size, 0, seat_take(writer, 0))
+        self.addCleanup(reader.close)
+        self.assertEqual(writer._ops.machine_code, _futex.code_pages
+                         and _futex.machine == "x86_64")
+        word = Q.HEADER_OFFSETS["head_word"] // 4
+        for i in range(6):
+            before = writer._q32[word]
+            payload = writer.reserve(WAIT)[0]
+            payload[0] = i
+            payload.release()
+            writer.publish(Q.SLOT_INLINE, 1)
+            self.assertEqual(writer._q32[word], before + 1)
+            self.assertEqual(bytes(reader.dequeue(0)[1]), bytes([i]))
+            reader.done()
+            self.assertEqual(reader.seat_next(0), i + 1)
 
     # A spin longer than the timeout does not stretch it.
     def test_spin_keeps_timeout(self):

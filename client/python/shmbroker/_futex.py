@@ -50,6 +50,7 @@ system call numbers of their own.
 """
 
 import ctypes
+import functools
 import errno as _errno
 import mmap
 import os
@@ -59,7 +60,7 @@ from .errors import Unsupported
 
 __all__ = ["supported", "why_unsupported", "machine", "fetch_add32", "exchange32", "cas64",
            "fence_acquire", "fence_release", "futex_wait", "futex_wake", "timer_slack",
-           "INT_MAX"]
+           "bind", "INT_MAX"]
 
 INT_MAX = 0x7FFFFFFF
 _FUTEX_WAKE = 1
@@ -183,6 +184,7 @@ def _load():
         # The page and its export stay for the life of the process (the
         # functions point into it; a forked child inherits it).
         funcs["_keep"] = (page, anchor)
+        funcs["_code_pages"] = True  # bind() may write pages of its own
     if spec["tso"]:
         funcs["fence_acquire"] = funcs["fence_release"] = None
     funcs["syscall"] = syscall
@@ -192,6 +194,7 @@ def _load():
     prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
                       ctypes.c_ulong)
     funcs["prctl"] = prctl
+    funcs["mprotect"] = mprotect
     return funcs, None
 
 
@@ -324,3 +327,86 @@ def anchor(buf):
 def address(anchored):
     """The address of the mapping an anchor() holds."""
     return ctypes.addressof(anchored)
+
+
+# ---- operations on fixed words -------------------------------------------------------
+#
+# A ctypes call costs about 80 ns plus 100 ns or more per argument it
+# converts, several times the locked instruction itself: fetch_add32's two
+# arguments and cas64's three are most of a queue member's atomic
+# operations' cost, paid on every message. The words a member bumps or
+# swaps on every message are fixed once its area is mapped (the writer's
+# head_word, a reader's seat next), so bind() writes their addresses into
+# the code of functions of their own: one that adds a fixed value and takes
+# no argument, one that swaps in its argument plus one and takes only that.
+# x86-64 only, where the code pages of _load are allowed; elsewhere (aarch64,
+# whose moves of a 64-bit constant are not written here, or libatomic) bind()
+# gives the same operations through the generic functions.
+
+# movabs rdi, <addr>; mov eax, <value>; lock xadd [rdi], eax; ret
+_ADD32_CODE = ("48bf", "b8", "f00fc107c3")
+# mov rax, rdi; lea rdx, [rax+1]; movabs rdi, <addr>; lock cmpxchg [rdi], rdx; ret
+_CAS_NEXT64_CODE = ("4889f8488d5001" "48bf", "f0480fb117c3")
+
+
+# Whether _load wrote its functions into a page of its own (not libatomic's):
+# bind() writes pages of its own only then.
+code_pages = supported and bool(_funcs.get("_code_pages"))
+
+
+class Bound:
+    """Atomic operations on fixed words (bind()): add32() adds the value
+    bound to its word and returns the old value; cas_next64(expected) sets
+    its word to expected + 1 where it holds expected and returns the old
+    value. Each is a full fence, as fetch_add32 and cas64 are. The caller
+    keeps the words mapped while it may call them; the Bound keeps its code."""
+
+    __slots__ = ("add32", "cas_next64", "machine_code", "_page")
+
+
+def bind(add_addr=None, add_value=1, cas_addr=None):
+    """A Bound whose add32 adds add_value (a 32-bit value) to the 32-bit
+    word at add_addr and whose cas_next64 swaps the 64-bit word at cas_addr
+    (either may be None: that operation is then None)."""
+    b = Bound()
+    b.machine_code = False
+    b._page = None
+    if machine == "x86_64" and code_pages:
+        try:
+            page = mmap.mmap(-1, mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                             prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError:
+            page = None
+        if page is not None:
+            code = b""
+            at = {}
+            if add_addr is not None:
+                at["add32"] = len(code)
+                code += (bytes.fromhex(_ADD32_CODE[0]) + add_addr.to_bytes(8, "little")
+                         + bytes.fromhex(_ADD32_CODE[1])
+                         + (add_value & 0xFFFFFFFF).to_bytes(4, "little")
+                         + bytes.fromhex(_ADD32_CODE[2]))
+                code += bytes(-len(code) % 16)
+            if cas_addr is not None:
+                at["cas_next64"] = len(code)
+                code += (bytes.fromhex(_CAS_NEXT64_CODE[0]) + cas_addr.to_bytes(8, "little")
+                         + bytes.fromhex(_CAS_NEXT64_CODE[1]))
+            page[:len(code)] = code
+            anchored = ctypes.c_char.from_buffer(page)
+            base = ctypes.addressof(anchored)
+            # Written, then read-and-execute only, as _load's page.
+            if _funcs["mprotect"](base, mmap.PAGESIZE, mmap.PROT_READ | mmap.PROT_EXEC) == 0:
+                b.add32 = (ctypes.PYFUNCTYPE(ctypes.c_uint32)(base + at["add32"])
+                           if add_addr is not None else None)
+                b.cas_next64 = (ctypes.PYFUNCTYPE(ctypes.c_uint64, ctypes.c_uint64)(
+                    base + at["cas_next64"]) if cas_addr is not None else None)
+                b.machine_code = True
+                b._page = (page, anchored)
+                return b
+            del anchored
+            page.close()
+    b.add32 = (functools.partial(fetch_add32, add_addr, add_value)
+               if add_addr is not None else None)
+    b.cas_next64 = ((lambda expected: cas64(cas_addr, expected, expected + 1))
+                    if cas_addr is not None else None)
+    return b

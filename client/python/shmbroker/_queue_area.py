@@ -8,6 +8,7 @@ the layout is _queue_layout's. It knows nothing of messages' encoding or
 of the daemon: MessageQueue (queue) opens the area and hands it the mapping.
 """
 
+import struct
 import threading
 
 from . import _futex
@@ -15,8 +16,12 @@ from ._queue_layout import (ALIGN, HEADER_PAGE, NAME_MAX, QUEUE_MAGIC, QUEUE_VER
                             SEAT_OFFSETS, SEAT_SIZE, SLOT, SLOT_HEADER, SLOT_INLINE, SLOT_OBJECT,
                             _GEOMETRY, _H, _corrupt, _round_up, _slots_offset_for, queue_size)
 from ._queue_rhythm import _Rhythm
-from ._queue_wait import SPIN_START_NS, _POLL_WAITS, _Waiting, _usable_cpus, _wait_settings
+from ._queue_wait import (SPIN_START_NS, _POLL_AHEAD, _POLL_WAITS, _Waiting, _usable_cpus,
+                          _wait_settings)
 from .errors import ConnectionLost, InvalidRequest, ProtocolError, ShmBrokerError, Unsupported
+
+# A slot's seq and flags (the first two of SLOT's fields).
+_SEQ_FLAGS = struct.Struct("=QI")
 
 
 class _Area(_Waiting):
@@ -135,6 +140,14 @@ class _Area(_Waiting):
             self._i_sstate = (at + SEAT_OFFSETS["state"]) // 4
             self._next_addr = base + at
             self._waiting_addr = base + at + SEAT_OFFSETS["waiting"]
+        # The two atomic operations of every message, on words fixed from
+        # now on: the writer's bump of head_word, a reader's move of its
+        # seat's next (_futex.bind: cheaper calls than fetch_add32's and
+        # cas64's). The Bound keeps its code for as long as this area.
+        self._ops = _futex.bind(self._head_word_addr, 1,
+                                self._next_addr if seat is not None else None)
+        self._bump_head = self._ops.add32
+        self._advance_next = self._ops.cas_next64
 
     # ---- words ---------------------------------------------------------------
 
@@ -165,13 +178,21 @@ class _Area(_Waiting):
     def reserve(self, timeout, warn=True):
         """Wait until the next slot is free; returns (its payload, a writable
         memoryview of slot_size bytes, and the (flags, seq) it held)."""
+        at, flags, seq = self.reserve_at(timeout, warn)
+        return self._mv[at:at + self.slot_size], flags, seq
+
+    def reserve_at(self, timeout, warn=True):
+        """reserve() without making a view: (the offset of the slot's payload
+        in the mapping, and the flags and seq it held). A small message is
+        written there in place (_queue_messages)."""
         if self.head is None:
             self.head = self.published()
-        self._wait(True, timeout, warn=warn)
+        if not self._writer_ready():
+            self._wait(True, timeout, warn=warn)
         self._reserved = True
-        off = self._slot_at(self.head)
-        seq, flags = SLOT.unpack_from(self._mv, off)[:2]
-        return self._mv[off + SLOT_HEADER:off + SLOT_HEADER + self.slot_size], flags, seq
+        off = self.slots_offset + self.head % self.slots * self.stride
+        seq, flags = _SEQ_FLAGS.unpack_from(self._mv, off)
+        return off + SLOT_HEADER, flags, seq
 
     def forget_slot(self):
         """Mark the reserved slot as holding nothing (flags 0): what it held
@@ -191,7 +212,8 @@ class _Area(_Waiting):
             raise ProtocolError("EMSGSIZE", "A message of %d bytes does not fit this queue's "
                                 "slots of %d bytes." % (length, self.slot_size))
         n = self.head
-        SLOT.pack_into(self._mv, self._slot_at(n), n, flags, length, aux, 0)
+        SLOT.pack_into(self._mv, self.slots_offset + n % self.slots * self.stride, n, flags,
+                       length, aux, 0)
         self._reserved = False
         self.head = n + 1
         # head is the store that publishes the slot (with release order:
@@ -201,7 +223,7 @@ class _Area(_Waiting):
         if self._release is not None:
             self._release()
         self._q64[16] = n + 1
-        _futex.fetch_add32(self._head_word_addr, 1)
+        self._bump_head()  # fetch_add32(head_word, 1)
         if self._q32[49]:  # readers_waiting
             _futex.futex_wake(self._head_word_addr, _futex.INT_MAX)
 
@@ -210,17 +232,30 @@ class _Area(_Waiting):
     def dequeue(self, timeout, cancel=None, warn=False):
         """The next message at this seat, in place: (flags, payload view,
         aux), valid until done() or the next dequeue."""
-        self.done()
-        self._wait(False, timeout, cancel, warn)
+        flags, at, length, aux = self.take(timeout, cancel, warn)
+        return flags, self._mv[at:at + length], aux
+
+    def take(self, timeout, cancel=None, warn=False):
+        """dequeue() without making a view: (flags, the offset of the
+        payload in the mapping, its length, aux), valid until done() or the
+        next take. A small message is read there in place (_queue_messages)."""
+        if self._held is not None:
+            self.done()
+        if not self._reader_ready():
+            self._wait(False, timeout, cancel, warn)
+        elif (not self._polls_off and self._ahead >= _POLL_AHEAD
+              and 0 < self._gap <= self.spin_max_ns):
+            self._poll_left = self._poll_waits  # as _wait's _ready_at_once
         self.seen()
         n = self._q64[self._i_next]
-        off = self._slot_at(n)
+        off = self.slots_offset + n % self.slots * self.stride
         seq, flags, length, aux, _ = SLOT.unpack_from(self._mv, off)
-        if seq != n or length > self.slot_size or flags not in (SLOT_INLINE, SLOT_OBJECT):
+        if seq != n or length > self.slot_size or (flags != SLOT_INLINE
+                                                   and flags != SLOT_OBJECT):
             raise _corrupt("slot %d holds message %d (flags %d, %d bytes) where message %d "
                            "was published" % (n % self.slots, seq, flags, length, n))
         self._held = n
-        return flags, self._mv[off + SLOT_HEADER:off + SLOT_HEADER + length], aux
+        return flags, off + SLOT_HEADER, length, aux
 
     def keep(self):
         """Give the message held back without reading it: the seat stays
@@ -245,7 +280,7 @@ class _Area(_Waiting):
         self._held = None
         # The compare-and-swap is a full fence: either the writer, announcing
         # its sleep, sees this next, or this reads its announcement.
-        if _futex.cas64(self._next_addr, held, held + 1) != held:
+        if self._advance_next(held) != held:  # cas64(next, held, held + 1)
             return
         if self._q32[65]:  # writer_waiting: bump its word, wake it at its mark
             _futex.fetch_add32(self._free_word_addr, 1)

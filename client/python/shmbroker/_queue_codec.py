@@ -30,6 +30,12 @@ _TWO_FRAMES = struct.Struct("<QIIQQ")
 _TWO_FRAMES_PAD = bytes(_ONE_FRAME_AT - 32)
 _ZEROS_64 = bytes(64)
 _SECOND_LENGTH = struct.Struct("<Q")
+# The whole 64 bytes before a lone frame: its header and the zeros after it,
+# written by one call.
+_ONE_FRAME_HEADER = struct.Struct("<QIIQ%dx" % (_ONE_FRAME_AT - 24))
+_FRAMES_MAGIC = _frames.MAGIC
+_dumps = pickle.dumps
+_loads = pickle.loads
 
 
 # ---- messages that are buffers ------------------------------------------------
@@ -80,10 +86,17 @@ def _message_frames(obj):
     return frames if frames is not None else pickle_frames(obj)
 
 
+# Types that are never one of the buffers above: most messages are one of
+# these, and need no further look.
+_PICKLED = frozenset((tuple, list, dict, str, int, float, bool, type(None), set))
+
+
 def _buffer_frames(obj):
     """The frames of message obj when it is one of the buffers above (out
     of band), else None: obj is pickled."""
     kind = type(obj)
+    if kind in _PICKLED:
+        return None
     if kind is bytes or kind is bytearray:
         if len(obj) >= _OOB_MIN:
             return [_STREAMS[kind], memoryview(obj)]
@@ -187,6 +200,19 @@ def _pickle_into(view, obj):
     return total
 
 
+def _frames_of(stream, oob):
+    """The frames of a message pickled into stream, its out-of-band buffers
+    (PickleBuffer) in oob: as pickle_frames gives them."""
+    bufs = [memoryview(stream)]
+    for buf in oob:
+        try:
+            bufs.append(buf.raw())
+        except BufferError:
+            # Not contiguous: its bytes in C order, as memoryview.tobytes().
+            bufs.append(memoryview(memoryview(buf).tobytes()))
+    return bufs
+
+
 def _tensor_frames(t):
     """A dense CPU tensor's frames, or None for any other (pickled as torch
     pickles it)."""
@@ -213,6 +239,26 @@ def _decode(views):
         if head.nbytes == _BYTEARRAY_LEN and head == _BYTEARRAY_STREAM:
             return bytearray(views[1])
     return unpickle_frames(views, copy=True)
+
+
+def _decode_at(mv, at, length):
+    """The message of length bytes at offset at of mv (a slot's payload),
+    as _decode(_read_message(...)) gives it: a lone frame (most messages)
+    unpickled straight from its place, anything else through the frames."""
+    if length >= _ONE_FRAME_AT:
+        magic, count, flags, n0 = _ONE_FRAME.unpack_from(mv, at)
+        if count == 1 and magic == _FRAMES_MAGIC and not flags and n0 == length - _ONE_FRAME_AT:
+            return _loads(mv[at + _ONE_FRAME_AT:at + length])
+    view = mv[at:at + length]
+    try:
+        views = _read_message(view)
+        try:
+            return _decode(views)
+        finally:
+            for v in views:
+                v.release()
+    finally:
+        view.release()
 
 
 def _message_size(bufs):

@@ -11,11 +11,12 @@ message's bytes are _queue_codec's, the slot's waits and turns _Area's.
 import contextlib
 
 from . import client as _client
-from ._queue_codec import (DIRECT_MAX_FRAMES, DIRECT_MIN, _buffer_frames, _decode,
-                           _message_size, _pickle_into, _read_message, _write_message)
+from ._queue_codec import (DIRECT_MAX_FRAMES, DIRECT_MIN, _FRAMES_MAGIC, _ONE_FRAME_AT,
+                           _ONE_FRAME_HEADER, _PICKLED, _buffer_frames, _decode, _decode_at,
+                           _dumps, _frames_of, _message_size, _pickle_into, _read_message,
+                           _write_message)
 from ._queue_layout import SLOT_INLINE, SLOT_OBJECT, _corrupt
 from .errors import ConnectionLost, InvalidRequest, KeyExists, NotFound, ShmBrokerError
-from .pickling import pickle_frames
 
 
 _WRITE_BUSY = ("This writer is already writing a message (inside an acquire_write() block, "
@@ -61,15 +62,51 @@ class _Messages:
         alloc() raises (NoSpace when the pool has no room for it now)."""
         if not self._is_writer:
             self._writer_only("enqueue")
-        area = self._area_for_call()
-        bufs = _buffer_frames(obj)
+        # _area_for_call(), inline on the path of every message.
+        if self._forks != _client._forks[0]:
+            self._here()
+        area = self._area
+        if area is None:
+            raise ConnectionLost("ENOTCONN", "This MessageQueue is closed.")
+        # Most messages are of a type that is never a buffer: no call to
+        # look further.
+        bufs = None if type(obj) in _PICKLED else _buffer_frames(obj)
         if bufs is None and not self._direct:
-            bufs = pickle_frames(obj)
+            oob = []
+            stream = _dumps(obj, 5, buffer_callback=oob.append)
+            n = len(stream)
+            if not oob and n < DIRECT_MIN and _ONE_FRAME_AT + n <= area.slot_size:
+                # Most messages: a small pickle in one frame, written in
+                # place with no frames list and no view of the slot (a
+                # large one goes by _enqueue, which says whether the next
+                # is pickled straight into its slot).
+                area.begin(_WRITE_BUSY)
+                try:
+                    self._enqueue_stream(area, stream, timeout)
+                finally:
+                    area.end()
+                return
+            bufs = _frames_of(stream, oob)
         area.begin(_WRITE_BUSY)
         try:
             self._enqueue(area, bufs, timeout, obj)
         finally:
             area.end()
+
+    def _enqueue_stream(self, area, stream, timeout):
+        """Write a pickle stream that fits a slot, as the message's one
+        frame, into the next slot; the caller holds the writer's turn."""
+        try:
+            at, old_flags, old_seq = area.reserve_at(timeout)
+            if old_flags == SLOT_OBJECT:
+                self._drop_object(area, old_seq)
+            n = len(stream)
+            mv = area._mv
+            _ONE_FRAME_HEADER.pack_into(mv, at, _FRAMES_MAGIC, 1, 0, n)
+            mv[at + _ONE_FRAME_AT:at + _ONE_FRAME_AT + n] = stream
+            area.publish(SLOT_INLINE, _ONE_FRAME_AT + n)
+        finally:
+            area._reserved = False
 
     def _writer_only(self, what):
         if not self._is_writer:
@@ -86,16 +123,23 @@ class _Messages:
         except BaseException:
             area._reserved = False
             raise
-        n = area.head
-        if old_flags == SLOT_OBJECT and n >= area.slots and old_seq == n - area.slots:
-            area.forget_slot()
+        if old_flags == SLOT_OBJECT:
             try:
-                self.client.delete(self._object_key(old_seq), noreply=True)
+                self._drop_object(area, old_seq)
             except BaseException:
                 payload.release()
                 area._reserved = False
                 raise
         return payload
+
+    def _drop_object(self, area, old_seq):
+        """The reserved slot held an overflow object's key (old_seq: the
+        message it was): the object goes now, once, whatever the next
+        message becomes; every live reader is done with it."""
+        n = area.head
+        if n >= area.slots and old_seq == n - area.slots:
+            area.forget_slot()
+            self.client.delete(self._object_key(old_seq), noreply=True)
 
     def _area_for_call(self):
         """The area, once this process is the queue's and it is open."""
@@ -202,25 +246,22 @@ class _Messages:
             raise InvalidRequest("EINVAL", "Only readers can dequeue; this is the writer.")
         # The path of a message in its slot, as _message's with fewer steps:
         # one lock for the call and the turn, no generator.
-        area = self._area_for_call()
+        if self._forks != _client._forks[0]:
+            self._here()
+        area = self._area
+        if area is None:
+            raise ConnectionLost("ENOTCONN", "This MessageQueue is closed.")
         area.begin(_READ_BUSY)
         try:
-            flags, payload, aux = area.dequeue(timeout, cancel, not indefinite)
+            flags, at, length, aux = area.take(timeout, cancel, not indefinite)
             if flags == SLOT_INLINE:
-                keep = True  # an error leaves the message for the next call
                 try:
-                    views = _read_message(payload)
-                    try:
-                        obj = _decode(views)
-                    finally:
-                        for v in views:
-                            v.release()
-                    keep = False
-                    return obj
-                finally:
-                    payload.release()
-                    area.settle(keep)
-            payload.release()
+                    obj = _decode_at(area._mv, at, length)
+                except BaseException:
+                    area.keep()  # an error leaves the message for the next call
+                    raise
+                area.done()
+                return obj
             area.keep()  # an object: _message below takes it again
         finally:
             area.end()

@@ -47,6 +47,9 @@ BUDGET_PARTS = 4
 # own wake-ups are late now and then), within the budget.
 TAIL_PARTS = 4
 
+# For n messages kept, how many gaps ahead each is of the next one.
+_STEPS = [tuple(range(n, 0, -1)) for n in range(PHASE_KEPT + 1)]
+
 # What a rhythm wait came to (outcome()).
 EARLY, LATE, MISSED, OVER = "early", "late", "missed", "over budget"
 
@@ -115,7 +118,7 @@ class _Rhythm:
             del times[0]
         self._learn(g)
         est, n = self.est, len(times)
-        ahead = sorted(t + (n - i) * est for i, t in enumerate(times))
+        ahead = sorted([t + k * est for t, k in zip(times, _STEPS[n])])
         self.want = ahead[n // 4]
 
     def forget(self):
@@ -128,6 +131,18 @@ class _Rhythm:
         self.want = 0
         self.agree = False
         self.late = []
+
+    def pause(self):
+        """The reader stops learning (it may not nap meanwhile): what it
+        learnt is dropped, and the next message it is told of is a first
+        one, not the end of a gap across the messages it was not told of."""
+        self.gaps = []
+        self.est = 0
+        self.want = 0
+        self.agree = False
+        self.late = []
+        self.times = []
+        self.anchor = 0
 
     def overshoot(self, ns):
         """A timed sleep woke ns after it asked to."""

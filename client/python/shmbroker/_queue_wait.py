@@ -255,15 +255,8 @@ class _Waiting:
         unless told the wait is indefinite."""
         ready = self._writer_ready if writer else self._reader_ready
         if ready():
-            # Behind the writer, back to back: more than this message is
-            # published already (one alone is also a paced reader's that
-            # woke late), and messages have been coming within the spin
-            # bound of each other on average (a paced reader that fell
-            # behind, on a machine whose other work holds the CPUs, would
-            # only yield its CPU to that work and fall further behind).
-            if (not writer and not self._polls_off and self._ahead >= _POLL_AHEAD
-                    and 0 < self._gap <= self.spin_max_ns):
-                self._poll_left = self._poll_waits
+            if not writer:
+                self._ready_at_once()
             return
         if timeout is not None and not timeout < _TIMEOUT_FOREVER_S:
             timeout = None  # infinity, or NaN, which no elapsed time exceeds (vLLM's test)
@@ -373,6 +366,18 @@ class _Waiting:
             if warn_every and now >= warn_at:
                 self._log_long_wait(writer, (now - start) // 1000000000)
                 warn_at += warn_every
+
+    def _ready_at_once(self):
+        """A reader's wait found its message there at its first look. Behind
+        the writer, back to back: more than this message is published
+        already (one alone is also a paced reader's that woke late), and
+        messages have been coming within the spin bound of each other on
+        average (a paced reader that fell behind, on a machine whose other
+        work holds the CPUs, would only yield its CPU to that work and fall
+        further behind): its next waits poll."""
+        if (not self._polls_off and self._ahead >= _POLL_AHEAD
+                and 0 < self._gap <= self.spin_max_ns):
+            self._poll_left = self._poll_waits
 
     def _spin(self, ready, start, limit, deadline, writer, cancel):
         """Look until ready() (True) or limit ns from start have passed, or
@@ -555,7 +560,16 @@ class _Waiting:
         """A message is there for this reader now: learn the gap between
         messages (and its spread), and the rhythm they come in."""
         now = _now()
-        self._rhythm.arrived(now, self._empty_at)
+        # The rhythm is learnt only where this reader's waits may nap
+        # through one now (what _reader_plan asks before it plans a nap): a
+        # few microseconds per message that a reader which cannot nap (naps
+        # off, no spin budget, a fixed spin, or more members than CPUs)
+        # would spend for nothing.
+        if (self.naps_on is not False and self.adaptive and self.spin_max_ns
+                and not self.spin_ns and self._naps_allowed()):
+            self._rhythm.arrived(now, self._empty_at)
+        elif self._rhythm.anchor:
+            self._rhythm.pause()
         gap = now - self._seen
         self._seen = now
         if gap >= _GAP_MAX_NS:
