@@ -30,6 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # the pages of docs/ in a fixed order. Every page of docs/ must be listed.
 PAGES = ["README.md", "docs/python.md", "docs/vllm.md", "docs/queues.md",
          "docs/c-library.md", "docs/operations.md", "docs/performance.md",
+         "docs/performance-history.md",
          "docs/development.md", "docs/architecture.md", "docs/multi-host.md"]
 
 KINDS = ("sh", "python", "c", "excerpt", "output")
