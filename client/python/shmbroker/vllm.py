@@ -178,8 +178,8 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
     ``serde_class``, ``ser_de``, ``is_writer``, and on the writer
     ``key_index`` (key -> (address, monotonic_id)) and ``id_index``
     (monotonic_id -> key), kept as vLLM's: put adds to them, and objects the
-    daemon evicted are dropped from them after each put and whenever
-    is_cached finds one gone.
+    daemon evicted are dropped from them by the first put after their
+    eviction and whenever is_cached finds one gone.
     """
 
     # Whether the guard of a writer killed without close() leaves the objects
