@@ -13,6 +13,7 @@ import unittest.mock
 import uuid
 
 import support
+import shmbroker
 from shmbroker import _vllm_index
 from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer
 
@@ -115,3 +116,82 @@ class StoreAttackTest(unittest.TestCase):
         self.assertLess(alive, 200)  # the ring holds about 128 such objects
         self.assertLess(len(store.key_index), alive + 100)
         self.assertLess(len(store.id_index), alive + 100)
+
+    # A put cut short right after its chunk was published (KeyboardInterrupt
+    # before the store recorded it) leaves an object of the writer's that
+    # the daemon committed: the store must know it as its own. Else
+    # is_cached() says no while every later put of the key is refused as
+    # "already exists", get_cached() raises KeyError, and close() leaves the
+    # object (awaiting reads no reader is told of).
+    def test_put_interrupted_after_publish_is_known(self):
+        store = self.make_store()
+        store.put("warm", b"w")
+        real = store._put_made
+        calls = []
+
+        def interrupted(*args):
+            calls.append(args)
+            if len(calls) == 1:
+                raise KeyboardInterrupt
+            return real(*args)
+
+        store._put_made = interrupted
+        with self.assertRaises(KeyboardInterrupt):
+            store.put("k", b"mine")
+        del store._put_made
+        self.assertTrue(store.is_cached("k"))
+        pair = store.get_cached("k")
+        self.assertEqual(store.get(*pair), b"mine")
+        self.assertEqual(store.key_index["k"], pair)
+        with self.assertRaisesRegex(ValueError, "already exists"):
+            store.put("k", b"again")
+        self.assertIn("k", store._objects)  # close() deletes it
+        self.assertEqual(store.get(*store.put("after", b"a")), b"a")
+
+    # The connection lost after the put's chunk was published (here while
+    # the store settles its base): put() reconnects and goes on, as it does
+    # for any lost connection, and returns the pair of the object it made,
+    # not "already exists" for its own object; is_cached() and get_cached()
+    # agree with it.
+    def test_connection_lost_after_publish_returns_the_put(self):
+        store = self.make_store()
+        store.put("warm", b"w")
+        real = store._settle_base
+        calls = []
+
+        def lost(*args):
+            calls.append(args)
+            if len(calls) == 1:
+                store.ring_buffer.client._disconnect(keep_map=True)
+                raise shmbroker.ConnectionLost("ECONNRESET", "lost under the put")
+            return real(*args)
+
+        store._settle_base = lost
+        pair = store.put("k", b"mine")
+        del store._settle_base
+        self.assertEqual(store.get(*pair), b"mine")
+        self.assertTrue(store.is_cached("k"))
+        self.assertEqual(store.get_cached("k"), pair)
+        with self.assertRaisesRegex(ValueError, "already exists"):
+            store.put("k", b"again")
+
+    # A key given as UTF-8 bytes (check_key takes either) is the store's key
+    # as its text: the put, is_cached, get_cached and touch of either
+    # spelling name one object, and looks at the writer's objects (a put's
+    # prune, close()) do not fail on it.
+    def test_bytes_key(self):
+        store = self.make_store()
+        pair = store.put(b"bk", b"v")
+        self.assertTrue(store.is_cached(b"bk"))
+        self.assertTrue(store.is_cached("bk"))
+        self.assertEqual(store.get_cached(b"bk"), pair)
+        self.assertEqual(store.get_cached("bk"), pair)
+        store.touch(b"bk")
+        with self.assertRaisesRegex(ValueError, "already exists"):
+            store.put("bk", b"w")
+        store.free_unused()  # looks at every object from the oldest
+        for i in range(5):
+            store.put("k%d" % i, b"x")
+        store.free_unused()
+        self.assertEqual(store.get(*pair), b"v")
+        store.close()
