@@ -15,6 +15,7 @@ import uuid
 import support
 import shmbroker
 from shmbroker import _vllm_index
+from shmbroker import vllm
 from shmbroker.vllm import ShmBrokerObjectStorage, SingleWriterShmRingBuffer
 
 MiB = 1024 * 1024
@@ -195,3 +196,46 @@ class StoreAttackTest(unittest.TestCase):
         store.free_unused()
         self.assertEqual(store.get(*pair), b"v")
         store.close()
+
+
+class RefusedPutPairTest(unittest.TestCase):
+    # A put the daemon refused (another client's commit of the key landed
+    # between the writer's look at the catalog and its publish) was the
+    # only chunk of the writer's fresh arena. Its pair had been handed out;
+    # the arena, given back empty, must not give its chunk id to the next
+    # arena at the same place: the next put's object would then have the
+    # very same pair, and a reader holding the refused put's pair would get
+    # that other object's value instead of vLLM's ValueError.
+    def test_refused_put_pair_never_names_the_next_object(self):
+        ring = SingleWriterShmRingBuffer(16 * MiB, name="shmb-att-%s" % uuid.uuid4().hex[:12],
+                                         create=True)
+        store = ShmBrokerObjectStorage(max_object_size=4 * MiB, n_readers=1, ring_buffer=ring)
+        self.addCleanup(store.close)
+        other = shmbroker.Client(ring.socket_path)
+        self.addCleanup(other.close)
+        other.put_nowait("theirs-first", b"o")  # its own arena, older than the writer's next
+        other.sync()
+
+        class Racing(vllm.PickleSerde):
+            def serialize(self, value):
+                if value == "race":
+                    other.put_nowait("k", b"theirs")
+                    other.sync()
+                return super().serialize(value)
+
+        store.ser_de = Racing()
+        client = store.ring_buffer.client
+        store.put("warm", b"w")
+        i = 0
+        while client._arena_due is None and i < 10000:  # until a fresh arena is due
+            store.put("fill_%d" % i, b"x" * 1000)
+            i += 1
+        refused = store.put("k", "race")
+        self.assertFalse(store.is_cached("k"))  # the refusal learnt
+        for j in range(4):
+            pair = store.put("next_%d" % j, "value-%d" % j)
+            self.assertNotEqual(pair, refused)
+            self.assertEqual(store.get(*pair), "value-%d" % j)
+        with self.assertRaisesRegex(ValueError, "modified or is invalid"):
+            store.get(*refused)
+        self.assertEqual(other.read("k"), b"theirs")
