@@ -198,6 +198,31 @@ class StoreAttackTest(unittest.TestCase):
         store.close()
 
 
+    # Another client moves the published end of the writer's arena to a
+    # place inside it: the writer's next publish fails its compare-and-swap
+    # and lays the chunk out again in a new arena. The chunk it had laid out
+    # in the old one must not be folded by the moved end (the key would be
+    # committed twice: the second refused, the put lost, an object left that
+    # the writer does not know). Every put made after it reads back.
+    def test_moved_published_end_does_not_commit_a_chunk_twice(self):
+        from shmbroker import _arena
+        store = self.make_store()
+        hostile = shmbroker.Client(store.ring_buffer.socket_path)
+        self.addCleanup(hostile.close)
+        store.put("warm", b"w")
+        client = store.ring_buffer.client
+        arena = client._arena
+        self.assertGreater(arena.size, 0)
+        at = arena.offset - 64 + _arena.PUBLISHED_AT
+        inside = arena.offset + arena.size // 2
+        hostile._mv[at:at + 8] = inside.to_bytes(8, "little")
+        pairs = {"b%d" % i: store.put("b%d" % i, "value-b%d" % i) for i in range(4)}
+        self.assertEqual(len(set(pairs.values())), 4)
+        for key, pair in pairs.items():
+            self.assertEqual(store.get(*pair), "value-" + key)
+            self.assertTrue(store.is_cached(key))
+
+
 class RefusedPutPairTest(unittest.TestCase):
     # A put the daemon refused (another client's commit of the key landed
     # between the writer's look at the catalog and its publish) was the
