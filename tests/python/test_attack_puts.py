@@ -188,6 +188,11 @@ class StoreAttackTest(unittest.TestCase):
         self.assertEqual(store.get_cached(b"bk"), pair)
         self.assertEqual(store.get_cached("bk"), pair)
         store.touch(b"bk")
+        # A key that is no text names nothing stored, as in vLLM's store.
+        self.assertFalse(store.is_cached(b"\xff"))
+        self.assertFalse(store.is_cached(123))
+        with self.assertRaises(KeyError):
+            store.get_cached(b"\xff")
         with self.assertRaisesRegex(ValueError, "already exists"):
             store.put("bk", b"w")
         store.free_unused()  # looks at every object from the oldest

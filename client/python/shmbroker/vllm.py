@@ -467,7 +467,7 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
 
     def _is_cached(self, key: str) -> bool:
         if type(key) is not str:
-            key = check_key(key)
+            key = _store_key(key)
         if key not in self._objects:
             return False
         with self.ring_buffer.lock:
@@ -484,7 +484,7 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
 
     def _get_cached(self, key: str) -> Tuple[int, int]:
         if type(key) is not str:
-            key = check_key(key)
+            key = _store_key(key)
         if key not in self._objects:
             raise KeyError(key)
         with self.ring_buffer.lock:
@@ -727,7 +727,7 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
         with self.ring_buffer.lock:
             if self.is_writer:
                 if type(key) is not str:
-                    key = check_key(key)
+                    key = _store_key(key)
                 if key not in self._objects:
                     return None
                 if not self._alive(key):  # a commit refused: the key is another's
@@ -813,6 +813,18 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
             serde_class=handle.serde_class,
             reader_lock=handle.reader_lock,
         )
+
+
+def _store_key(key):
+    """key as the store keeps it: UTF-8 bytes as their text, anything else
+    as it is (a key that is no text names nothing stored: is_cached() says
+    False, as vLLM's does, instead of raising)."""
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(key).decode("utf-8")
+        except UnicodeDecodeError:
+            return bytes(key)
+    return key
 
 
 def _flat(data, metadata):
