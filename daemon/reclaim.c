@@ -292,6 +292,21 @@ static void store_arena_detach(struct store *s, struct object *box)
     s->room_gen++; /* an arena that blocked reclaim may go now */
 }
 
+/* An arena in which its client laid out chunks (committed, refused, or
+ * deleted since) keeps its chunk id when it is freed: the client handed out
+ * (offset, chunk id) pairs of those chunks, which readers may still hold, and
+ * an arena given back at the newest end would otherwise give its id to the
+ * next chunk, often the client's next arena at the same place, so that such
+ * a pair would name another object (one refused for its key, then the next
+ * put's). */
+static void store_arena_keep_id(struct store *s, struct object *box)
+{
+    struct arena *a = box->rec;
+
+    if (a->cursor != a->start || a->fold_stopped || a->made != 0)
+        ring_keep_id(&s->ring, box->ring_id);
+}
+
 /* The unused tail of an arena nobody holds goes back to the ring at once
  * when the arena is the newest chunk (else it waits inside the arena for
  * its reclaim). An arena without objects is freed as an abort when its
@@ -306,6 +321,7 @@ void store_arena_trim(struct store *s, struct object *box, bool told)
         return; /* a client may be copying into its tail still */
     if (TAILQ_EMPTY(&a->objects)) {
         if (told) {
+            store_arena_keep_id(s, box);
             ring_free(&s->ring, box->ring_id);
             store_forget(s, box);
             return;
@@ -340,6 +356,7 @@ void store_arena_left(struct store *s, struct object *obj)
     store_save_state(s, obj, SHMB_CHUNK_FREE);
     store_forget(s, obj);
     if (a->holder == NULL && !a->revoked && !a->busy_at_close && TAILQ_EMPTY(&a->objects)) {
+        store_arena_keep_id(s, box);
         ring_free(&s->ring, box->ring_id);
         store_forget(s, box);
     }

@@ -264,6 +264,16 @@ int ring_set_tag(struct ring *r, uint64_t id, uint32_t tag)
     return 0;
 }
 
+int ring_keep_id(struct ring *r, uint64_t id)
+{
+    struct ring_slot *slot = ring_find(r, id);
+
+    if (slot == NULL || slot->freed)
+        return -ENOENT;
+    slot->committed = true;
+    return 0;
+}
+
 /* Drop the oldest slot and move start to the next chunk, past any skipped
  * tail gap in between (as vLLM's fixed free_buf does). Empties reset to
  * zero; a start past the lap is renormalised. */

@@ -102,6 +102,11 @@ int ring_set_state(struct ring *r, uint64_t id, enum shmb_chunk_state state);
 /* Record the owner's 32-bit tag in a chunk's header, for a later adoption. */
 int ring_set_tag(struct ring *r, uint64_t id, uint32_t tag);
 
+/* Chunk id was seen by readers though it is not committed itself (an arena
+ * whose client handed out objects in it): when it is freed it keeps its id,
+ * as a committed chunk does (ring_free). -ENOENT when id is not live. */
+int ring_keep_id(struct ring *r, uint64_t id);
+
 /* Give back the unused tail of chunk id (an arena given back): it keeps its
  * first chunk_size bytes (a multiple of SHMB_ALIGN, more than its header),
  * and the ring's end retreats by the rest, so the space is free at once, as

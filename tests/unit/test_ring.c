@@ -2113,6 +2113,33 @@ static void test_free_newest_committed_keeps_id(void **state)
     fix_free(f);
 }
 
+/* A chunk never committed itself whose id readers saw (an arena whose client
+ * handed out objects in it: ring_keep_id) keeps its id when it is freed at
+ * the newest end, as a committed chunk does: the next allocation, at its
+ * place, gets a new id. An unmarked one still gives its id back. */
+static void test_keep_id_of_uncommitted(void **state)
+{
+    struct fix *f = fix_new(1024, true);
+    struct ring_chunk a, b, c;
+
+    (void)state;
+    a = alloc_ok(f, 100, "a", tag(0));
+    b = alloc_ok(f, 100, "b", tag(1));
+    assert_int_equal(ring_keep_id(&f->r, b.id), 0);
+    assert_int_equal(ring_free(&f->r, b.id), 0);
+    check_ring(f);
+    assert_int_equal(ring_used(&f->r), 192 + RING_REMNANT);
+    c = alloc_ok(f, 100, "c", tag(2));
+    assert_int_not_equal(c.id, b.id);
+    assert_int_equal(c.phys, b.phys + RING_REMNANT);
+    assert_int_equal(ring_keep_id(&f->r, b.id), -ENOENT); /* freed */
+    assert_int_equal(ring_keep_id(&f->r, c.id + 5), -ENOENT);
+    assert_int_equal(ring_free(&f->r, c.id), 0);
+    assert_int_equal(ring_free(&f->r, a.id), 0);
+    check_ring(f);
+    fix_free(f);
+}
+
 /* A daemon killed while a client copies into a pending allocation: the
  * adoption drops the chunk, but the client (stopped, or just slow) writes on
  * when it runs again. The chunk's bytes must not go to the next allocation
@@ -2152,6 +2179,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunk_size),
+        cmocka_unit_test(test_keep_id_of_uncommitted),
         cmocka_unit_test(test_buffer_access),
         cmocka_unit_test(test_error_on_full_buffer),
         cmocka_unit_test(test_allocation_and_free),

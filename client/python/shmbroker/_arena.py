@@ -191,6 +191,13 @@ class Arena:
         done = False
         try:
             done = cas64(pub, self.published, at + chunk) == self.published
+            if not done:
+                # The end is not where this client left it (closed, or
+                # moved by a scribbler): the chunk laid out above must not
+                # be folded by an end moved past it, since the caller lays
+                # it out again elsewhere (two objects of one put). Unsealed
+                # while the lock is still held.
+                P.CHUNK_HEADER.pack_into(mv, at, 0, P.CHUNK_FREE, 0, P.ALIGN, 0, 0, 0, 0, 0)
         finally:
             # Released whatever comes (an interrupt here would hold the
             # arena BUSY until the connection closes).

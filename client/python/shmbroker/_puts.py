@@ -29,6 +29,10 @@ class Puts:
     """The arena half of Client's writes: put_nowait, sync, and the put
     through the arena that put() of the vLLM store drop-in uses."""
 
+    # (key, payload offset, chunk id) of the last chunk _publish published:
+    # the store drop-in records an object whose put was cut short after it.
+    _published = None
+
     def put_nowait(self, key, data, *, readers=0):
         """Store an object without waiting for the daemon: the payload is
         copied into this connection's arena and its commit_at sent with
@@ -284,6 +288,9 @@ class Puts:
         if not arena.publish(base, cas64, self._mv, raw, hsize, part, total, readers,
                              write):
             return None
+        # First: a caller whose put is cut short from here on (an exception,
+        # KeyboardInterrupt) still learns where its object went.
+        self._published = (key, at + hsize, chunk_id)
         if self._unconfirmed[0] == 0:
             self._unconfirmed[1] = key
         self._unconfirmed[0] += 1

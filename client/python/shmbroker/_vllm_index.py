@@ -26,6 +26,9 @@ _NO_BASE = (0, 0, 0)
 # The segment header's ring_start: where the ring's oldest chunk is.
 _RING_START = struct.Struct("=Q")
 _RING_START_AT = dict(P.SEGMENT_HEADER_FIELDS)["ring_start"]
+# Puts after which a put prunes even though the ring's start did not move
+# (_prune_reclaimed): a bound on what the index holds of objects that went.
+_PRUNE_EVERY = 64
 
 
 class StoreIndex:
@@ -297,12 +300,20 @@ class StoreIndex:
         since the last: only after the ring's start moved. Evictions take
         the oldest chunk, so every one moves the start, which the daemon
         mirrors into the segment header (ring_start) right after; an
-        eviction caught between the two is pruned after the next put."""
+        eviction caught between the two is pruned after the next put.
+
+        The start alone is not trusted for long: it may come back to the
+        same place (a lap of the ring between two puts, the ring emptied),
+        another client's delete moves nothing, and any read-write client
+        can write the word. Every _PRUNE_EVERY puts prune whatever it says,
+        so that the index never holds more than that many puts' worth of
+        objects that went."""
         start = _RING_START.unpack_from(client._mv, _RING_START_AT)[0]
         seen = self._reclaim_seen
-        if seen is not None and seen[0] is client and seen[1] == start:
+        if seen is not None and seen[0] is client and seen[1] == start and seen[2] > 0:
+            self._reclaim_seen = (client, start, seen[2] - 1)
             return
-        self._reclaim_seen = (client, start)
+        self._reclaim_seen = (client, start, _PRUNE_EVERY)
         self._prune()
 
     def _prune(self):

@@ -257,15 +257,38 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
         KeyExists), ValueError "Serialized object size (N bytes) exceeds max
         object size (M bytes)" (an ObjectTooLarge), MemoryError "Not enough
         space in the data buffer, try calling free_buf() to free up space"
-        followed by the daemon's account of what blocks reclaim (a NoSpace)."""
-        return self._again(self._put, key, value)
+        followed by the daemon's account of what blocks reclaim (a NoSpace).
+
+        A key given as UTF-8 bytes is its text (str) from here on: in
+        key_index and for the other methods, which take either."""
+        if type(key) is not str:
+            key = check_key(key)
+        before = self._objects.get(key)
+        try:
+            return self._put(key, value)
+        except ConnectionLost as e:
+            if e.code == "ENOTCONN" and self.ring_buffer.client is None:
+                raise  # closed
+            self.ring_buffer.reconnect()
+        # The connection went after this put's chunk was published and
+        # recorded: when it landed, the put was made (another look would
+        # find the key taken, by this very put).
+        if self._objects.get(key, before) != before:
+            with self.ring_buffer.lock:
+                pair = self._index_made(key)
+            if pair is not None:
+                return pair
+        return self._put(key, value)
 
     def _put(self, key: str, value: Any) -> Tuple[int, int]:
         assert self.is_writer, "Only the writer can put objects."
         # The writer's own objects are known here (its index, checked in the
         # mapping); another client's object of the key refuses the commit,
         # which the daemon reports with a later reply (see _put_through).
-        if key in self.key_index and self._is_cached(key):
+        if key in self._objects and self._is_cached(key):
+            if key not in self.key_index:  # its put was cut short: see _keep_cut
+                with self.ring_buffer.lock:
+                    self._index_made(key)
             raise KeyExists("EEXIST", "Key '%s' already exists in the storage." % key)
         checked = None
         if not self._put_waits:
@@ -293,12 +316,16 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
             self._start_guard()
             # The usual put: published in the arena held, with no guard to
             # tell first (a private daemon's store has none).
-            where = None
+            client._published = None
             if checked is not None and self._guard is None:
-                where = client._publish_held(checked, pieces, max(size, 1), self.n_readers,
-                                             _write_pieces)
-            if where is not None:
-                return self._put_made(client, key, where, True)
+                try:
+                    where = client._publish_held(checked, pieces, max(size, 1),
+                                                 self.n_readers, _write_pieces)
+                    if where is not None:
+                        return self._put_made(client, key, where, True)
+                except BaseException:
+                    self._keep_cut(client, key)
+                    raise
             told = []
 
             def before_commit(offset, chunk_id):
@@ -333,8 +360,54 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
             except BaseException:
                 if told:
                     self._tell_guard("F", key)
+                self._keep_cut(client, key)
                 raise
-            return self._put_made(client, key, told[-1], nowait)
+            try:
+                return self._put_made(client, key, told[-1], nowait)
+            except BaseException:
+                self._keep_cut(client, key)
+                raise
+
+    def _keep_cut(self, client, key):
+        """A put of key cut short (any exception, KeyboardInterrupt and a
+        lost connection included) after its chunk was published: its object
+        is recorded as the writer's, so that is_cached() and get_cached()
+        find it, a put of the key is refused as for any stored key and
+        close() deletes it (else it would stay, unknown to the writer,
+        awaiting reads no reader is told of). key_index gets it when next
+        asked (_index_made); a chunk the daemon does not take is forgotten
+        as any refused put."""
+        made = getattr(client, "_published", None)
+        if made is None or made[0] != key:
+            return
+        where = made[1:]
+        client._published = None
+        if self._objects.get(key) == where:
+            return
+        old = self._chunk_keys.get(where)
+        if old is not None and old != key:
+            self._forget(old)
+        self._objects[key] = where
+        self._chunk_keys[where] = key
+        self._sent[key] = (client, client._replies)
+
+    def _index_made(self, key):
+        """The writer's object of key, recorded but maybe not in key_index
+        (its put cut short, _keep_cut): (address, monotonic_id), now in
+        key_index and id_index, or None when it is not stored (forgotten).
+        Called holding the ring's lock."""
+        where = self._objects.get(key)
+        if where is None or not self._alive(key):
+            self._forget(key)
+            return None
+        client = self._client
+        self._settle_base(where[0], where[1], client)
+        pair = self.key_index.get(key)
+        if pair is None:
+            pair = self._rel(where[0], where[1], client)
+            self.key_index[key] = pair
+            self.id_index[pair[1]] = key
+        return pair
 
     def _put_made(self, client, key, where, nowait):
         """Record the writer's object of key put at where (offset, chunk
@@ -393,6 +466,8 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
         return self._again(self._is_cached, key)
 
     def _is_cached(self, key: str) -> bool:
+        if type(key) is not str:
+            key = _store_key(key)
         if key not in self._objects:
             return False
         with self.ring_buffer.lock:
@@ -408,7 +483,9 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
         return self._again(self._get_cached, key)
 
     def _get_cached(self, key: str) -> Tuple[int, int]:
-        if key not in self.key_index:
+        if type(key) is not str:
+            key = _store_key(key)
+        if key not in self._objects:
             raise KeyError(key)
         with self.ring_buffer.lock:
             if not self._alive(key):  # a commit refused: the key is another's
@@ -423,7 +500,12 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
             # from is put back if reclaim took it, followed if it moved, and
             # set at this object when another writer's clear() left none.
             self._settle_base(*self._objects[key])
-            return self.key_index[key]
+            pair = self.key_index.get(key)
+            if pair is None:
+                pair = self._index_made(key)
+                if pair is None:
+                    raise KeyError(key)
+            return pair
 
     def free_unused(self) -> None:
         """Drop what the daemon evicted from key_index and id_index. The
@@ -644,6 +726,8 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
     def _touch(self, key: str, address: int = 0, monotonic_id: int = 0) -> None:
         with self.ring_buffer.lock:
             if self.is_writer:
+                if type(key) is not str:
+                    key = _store_key(key)
                 if key not in self._objects:
                     return None
                 if not self._alive(key):  # a commit refused: the key is another's
@@ -729,6 +813,18 @@ class ShmBrokerObjectStorage(StoreIndex, GuardTelling):
             serde_class=handle.serde_class,
             reader_lock=handle.reader_lock,
         )
+
+
+def _store_key(key):
+    """key as the store keeps it: UTF-8 bytes as their text, anything else
+    as it is (a key that is no text names nothing stored: is_cached() says
+    False, as vLLM's does, instead of raising)."""
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(key).decode("utf-8")
+        except UnicodeDecodeError:
+            return bytes(key)
+    return key
 
 
 def _flat(data, metadata):
