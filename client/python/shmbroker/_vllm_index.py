@@ -137,6 +137,76 @@ class StoreIndex:
         self._settle_sent()  # forgets key when its commit was refused
         return key in self._objects
 
+    def _keep_cut(self, client, key):
+        """A put of key cut short (any exception, KeyboardInterrupt and a
+        lost connection included) after its chunk was published: its object
+        is recorded as the writer's, so that is_cached() and get_cached()
+        find it, a put of the key is refused as for any stored key and
+        close() deletes it (else it would stay, unknown to the writer,
+        awaiting reads no reader is told of). key_index gets it when next
+        asked (_index_made); a chunk the daemon does not take is forgotten
+        as any refused put."""
+        made = getattr(client, "_published", None)
+        if made is None or made[0] != key:
+            return
+        where = made[1:]
+        client._published = None
+        if self._objects.get(key) == where:
+            return
+        old = self._chunk_keys.get(where)
+        if old is not None and old != key:
+            self._forget(old)
+        self._objects[key] = where
+        self._chunk_keys[where] = key
+        self._sent[key] = (client, client._replies)
+
+    def _index_made(self, key):
+        """The writer's object of key, recorded but maybe not in key_index
+        (its put cut short, _keep_cut): (address, monotonic_id), now in
+        key_index and id_index, or None when it is not stored (forgotten).
+        Called holding the ring's lock."""
+        where = self._objects.get(key)
+        if where is None or not self._alive(key):
+            self._forget(key)
+            return None
+        client = self._client
+        self._settle_base(where[0], where[1], client)
+        pair = self.key_index.get(key)
+        if pair is None:
+            pair = self._rel(where[0], where[1], client)
+            self.key_index[key] = pair
+            self.id_index[pair[1]] = key
+        return pair
+
+    def _put_made(self, client, key, where, nowait):
+        """Record the writer's object of key put at where (offset, chunk
+        id), its commit sent without waiting (nowait) or answered, and
+        return its (address, monotonic_id). Called holding the ring's lock."""
+        offset, chunk_id = where
+        arena = client._arena
+        if arena.size and arena.chunk_id < chunk_id:
+            # This put went around the arena (an object too large for
+            # one) and has a newer chunk id: the next put into the arena
+            # would get a smaller monotonic id than this one. The next
+            # put asks for a new arena (the daemon takes this one back).
+            arena.drop()
+        old = self._chunk_keys.get((offset, chunk_id))
+        if old is not None and old != key:
+            self._forget(old)  # an id the daemon gave back and reused
+        prev = self._objects.get(key)
+        if prev is not None and self._chunk_keys.get(prev) == key:
+            del self._chunk_keys[prev]
+        self._objects[key] = (offset, chunk_id)
+        if nowait:
+            self._sent[key] = (client, client._replies)
+        self._chunk_keys[(offset, chunk_id)] = key
+        self._settle_base(offset, chunk_id, client)
+        address, monotonic_id = self._rel(offset, chunk_id, client)
+        self.key_index[key] = (address, monotonic_id)
+        self.id_index[monotonic_id] = key
+        self._prune_reclaimed(client)
+        return address, monotonic_id
+
     def _reconcile(self):
         """After the daemon reported puts sent without waiting as refused
         (or maybe lost with a connection): forget those of this writer's
