@@ -251,14 +251,20 @@ def _decode_at(mv, at, length):
             return _loads(mv[at + _ONE_FRAME_AT:at + length])
     view = mv[at:at + length]
     try:
-        views = _read_message(view)
-        try:
-            return _decode(views)
-        finally:
-            for v in views:
-                v.release()
+        return _decode_payload(view)
     finally:
         view.release()
+
+
+def _decode_payload(payload):
+    """The message a slot's payload (or an overflow object's) holds, its
+    frames' views released after."""
+    views = _read_message(payload)
+    try:
+        return _decode(views)
+    finally:
+        for v in views:
+            v.release()
 
 
 def _message_size(bufs):

@@ -13,8 +13,8 @@ import contextlib
 from . import client as _client
 from ._queue_codec import (DIRECT_MAX_FRAMES, DIRECT_MIN, _FRAMES_MAGIC, _ONE_FRAME_AT,
                            _ONE_FRAME_HEADER, _PICKLED, _buffer_frames, _decode, _decode_at,
-                           _dumps, _frames_of, _message_size, _pickle_into, _read_message,
-                           _write_message)
+                           _decode_payload, _dumps, _frames_of, _message_size, _pickle_into,
+                           _read_message, _write_message)
 from ._queue_layout import SLOT_INLINE, SLOT_OBJECT, _corrupt
 from .errors import ConnectionLost, InvalidRequest, KeyExists, NotFound, ShmBrokerError
 
@@ -270,12 +270,7 @@ class _Messages:
         with self._message(timeout, cancel, not indefinite) as (flags, held, size):
             if flags == SLOT_OBJECT:
                 return self._unpickle_object(held, size)
-            views = _read_message(held)
-            try:
-                return _decode(views)
-            finally:
-                for v in views:
-                    v.release()
+            return _decode_payload(held)
 
     @contextlib.contextmanager
     def acquire_read(self, timeout=None, indefinite=False, cancel=None):
