@@ -11,6 +11,7 @@ writer's for put's steps, the reader's for get's.
 
 Usage: SHMBROKERD=build/shmbrokerd python3 tests/bench/profile_store.py
 [--cell 64KiB|1MiB|dict] [--pairs N] [--steps put,get,none] [--ring-mib M]
+[--one-cpu] [--import torch]
 Nothing here asserts a timing.
 """
 
@@ -129,7 +130,17 @@ def main():
     ap.add_argument("--pairs", type=int, default=3000)
     ap.add_argument("--steps", default="put,get", help="put, get, both or none")
     ap.add_argument("--ring-mib", type=int, default=1024, help="the ring's size (MiB)")
+    ap.add_argument("--one-cpu", action="store_true",
+                    help="the writer, its private daemon and the reader on one CPU")
+    ap.add_argument("--import", dest="imports", default="",
+                    help="modules to import first, comma-separated (torch: as in a vLLM "
+                         "process, and in bench_vllm's)")
     opts = ap.parse_args()
+    for name in filter(None, opts.imports.split(",")):
+        __import__(name)
+    if opts.one_cpu:
+        # Before the store: its daemon and the reader inherit the CPU.
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     kind, size = {"64KiB": ("bytes", 64 << 10), "1MiB": ("bytes", B.MIB),
                   "dict": ("dict", B.MIB)}[opts.cell]
     side = B.ours_side()
@@ -168,6 +179,9 @@ def main():
     print("%s: %d pairs/s in lock-step (load %s)" % (opts.cell, rate,
                                                     " ".join("%.2f" % x for x in
                                                              os.getloadavg())))
+    print("cpus: writer %s, daemon %s, reader %s" % tuple(
+        sorted(os.sched_getaffinity(pid)) if pid is not None else "-"
+        for pid in (0, daemon.pid if daemon is not None else None, proc.pid)))
     if before is not None:
         after = daemon_load(daemon.pid)
         print("daemon: %.2f wake-ups and %.1f us of CPU a pair" % (

@@ -7,6 +7,7 @@ taken from both sides' figures."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -160,6 +161,21 @@ class BenchVllmTest(unittest.TestCase):
                      "get PickleSerde.deserialize", "get ShmBrokerObjectStorage._get_mapped"):
             self.assertIn(line, r.stdout)
         self.assertRegex(r.stdout, r"dict: \d+ pairs/s in lock-step")
+
+    # --one-cpu puts the writer, its private daemon and the reader on one
+    # CPU; --import loads modules first (torch, as a vLLM process has).
+    def test_profile_store_on_one_cpu(self):
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bench",
+                                                         "profile_store.py"),
+                            "--cell", "64KiB", "--pairs", "30", "--ring-mib", "64",
+                            "--steps", "none", "--one-cpu", "--import", "json,array"],
+                           capture_output=True, text=True, timeout=120, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertRegex(r.stdout, r"64KiB: \d+ pairs/s in lock-step")
+        cpus = re.search(r"cpus: writer (\[\d+\]), daemon (\[\d+\]), reader (\[\d+\])",
+                         r.stdout)
+        self.assertIsNotNone(cpus, r.stdout)
+        self.assertEqual(len(set(cpus.groups())), 1, r.stdout)
 
     # --only queue, --readers and --queue-cells measure the queue alone, with
     # the reader counts and the cells asked for: nothing of the store, no
