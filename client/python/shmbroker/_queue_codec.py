@@ -200,19 +200,6 @@ def _pickle_into(view, obj):
     return total
 
 
-def _frames_of(stream, oob):
-    """The frames of a message pickled into stream, its out-of-band buffers
-    (PickleBuffer) in oob: as pickle_frames gives them."""
-    bufs = [memoryview(stream)]
-    for buf in oob:
-        try:
-            bufs.append(buf.raw())
-        except BufferError:
-            # Not contiguous: its bytes in C order, as memoryview.tobytes().
-            bufs.append(memoryview(memoryview(buf).tobytes()))
-    return bufs
-
-
 def _tensor_frames(t):
     """A dense CPU tensor's frames, or None for any other (pickled as torch
     pickles it)."""

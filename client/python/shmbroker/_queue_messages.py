@@ -13,9 +13,10 @@ import contextlib
 from . import client as _client
 from ._queue_codec import (DIRECT_MAX_FRAMES, DIRECT_MIN, _FRAMES_MAGIC, _ONE_FRAME_AT,
                            _ONE_FRAME_HEADER, _PICKLED, _buffer_frames, _decode, _decode_at,
-                           _decode_payload, _dumps, _frames_of, _message_size, _pickle_into,
+                           _decode_payload, _dumps, _message_size, _pickle_into,
                            _read_message, _write_message)
 from ._queue_layout import SLOT_INLINE, SLOT_OBJECT, _corrupt
+from .pickling import _frames_of
 from .errors import ConnectionLost, InvalidRequest, KeyExists, NotFound, ShmBrokerError
 
 

@@ -38,6 +38,12 @@ def pickle_frames(obj, *, protocol=DEFAULT_PROTOCOL):
         stream = pickle.dumps(obj, protocol=protocol, buffer_callback=oob.append)
     else:
         stream = pickle.dumps(obj, protocol=protocol)
+    return _frames_of(stream, oob)
+
+
+def _frames_of(stream, oob):
+    """The frames of an object pickled into stream, its out-of-band
+    buffers (PickleBuffer) in oob: the stream, then each buffer."""
     parts = [memoryview(stream)]
     for buf in oob:
         try:
